@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/spec"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+func globalFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "home", Usage: "dispatch home `DIR` (nodes.yaml, specs/, dispatch.db, runs/)", EnvVars: []string{"DISPATCH_HOME"}, Value: "."},
+		&cli.StringFlag{Name: "config", Usage: "nodes.yaml `FILE` (default: <home>/nodes.yaml)"},
+		&cli.StringFlag{Name: "log-format", Usage: "controller log format on stderr: text or json", Value: "text"},
+		&cli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error", Value: "warn"},
+		&cli.BoolFlag{Name: "no-color", Usage: "plain output even on a terminal"},
+	}
+}
+
+// env is what every command resolves from the global flags.
+type env struct {
+	home   string
+	config string
+	log    *slog.Logger
+	out    io.Writer
+	errOut io.Writer
+	tty    bool
+	styles styles
+}
+
+func newEnv(c *cli.Context) (*env, error) {
+	home, err := filepath.Abs(c.String("home"))
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(home); err != nil || !fi.IsDir() {
+		return nil, usagef("dispatch --home DIR ...", "home %s is not a directory", home)
+	}
+	cfg := c.String("config")
+	if cfg == "" {
+		cfg = filepath.Join(home, "nodes.yaml")
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return nil, usagef("--log-level info", "unknown log level %q: use debug, info, warn or error", c.String("log-level"))
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler
+	switch c.String("log-format") {
+	case "text":
+		h = slog.NewTextHandler(c.App.ErrWriter, opts)
+	case "json":
+		h = slog.NewJSONHandler(c.App.ErrWriter, opts)
+	default:
+		return nil, usagef("--log-format json", "unknown log format %q: use text or json", c.String("log-format"))
+	}
+	e := &env{home: home, config: cfg, log: slog.New(h), out: c.App.Writer, errOut: c.App.ErrWriter}
+	if f, ok := c.App.Writer.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		e.tty = true
+	}
+	color := e.tty && !c.Bool("no-color") && os.Getenv("NO_COLOR") == ""
+	e.styles = newStyles(color)
+	return e, nil
+}
+
+func (e *env) specsDir() string { return filepath.Join(e.home, "specs") }
+func (e *env) dbPath() string   { return filepath.Join(e.home, "dispatch.db") }
+
+func (e *env) loadConfig() (*nodes.Config, error) {
+	return nodes.Load(e.config)
+}
+
+// loadProject checks the project name, then loads and validates its specs.
+func (e *env) loadProject(name string) (*spec.Project, error) {
+	return spec.Load(e.specsDir(), name)
+}
+
+// openReadOnly opens the database for a read-only command.
+func (e *env) openReadOnly(ctx context.Context) (*store.Store, error) {
+	st, err := store.OpenReadOnly(ctx, e.dbPath())
+	if errors.Is(err, store.ErrNoDatabase) {
+		return nil, fmt.Errorf("no project has been started in %s yet (%w)\nTry: dispatch start <project>", e.home, store.ErrNoDatabase)
+	}
+	return st, err
+}
+
+// projectArg returns the single project argument of a command.
+func projectArg(c *cli.Context, usage string) (string, error) {
+	switch c.NArg() {
+	case 0:
+		return "", usagef(usage, "missing project name")
+	case 1:
+	default:
+		return "", usagef(usage, "unexpected arguments: %s", strings.Join(c.Args().Slice()[1:], " "))
+	}
+	name := c.Args().First()
+	if err := spec.ValidName(name); err != nil {
+		return "", &usageError{err: err, hint: usage}
+	}
+	return name, nil
+}
+
+// knownProject fails with the list of started projects when name is not one.
+func knownProject(ctx context.Context, st *store.Store, name string) error {
+	if _, err := st.Project(ctx, name); err == nil {
+		return nil
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	ps, err := st.Projects(ctx)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, p := range ps {
+		names = append(names, p.Name)
+	}
+	known := "none"
+	if len(names) > 0 {
+		known = strings.Join(names, ", ")
+	}
+	return fmt.Errorf("project %q has not been started (started projects: %s): %w\nTry: dispatch start %s", name, known, store.ErrNotFound, name)
+}

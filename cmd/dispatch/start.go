@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+func startCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "start",
+		Usage:     "run a project's tasks on the nodes until it is finished (resumes after a crash)",
+		ArgsUsage: "<project>",
+		Flags: []cli.Flag{
+			&cli.DurationFlag{Name: "poll", Usage: "pull period `D` (default: poll_interval of nodes.yaml)"},
+			&cli.StringSliceFlag{Name: "nodes", Usage: "only use these nodes (`a,b`)"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "validate and print the plan; start nothing"},
+		},
+		Action: startAction,
+	}
+}
+
+func startAction(c *cli.Context) error {
+	ctx := c.Context
+	e, err := newEnv(c)
+	if err != nil {
+		return err
+	}
+	name, err := projectArg(c, "dispatch start <project>")
+	if err != nil {
+		return err
+	}
+	if c.Duration("poll") < 0 {
+		return usagef("dispatch start --poll 5s "+name, "--poll must be positive")
+	}
+	only := c.StringSlice("nodes")
+	cfg, p, rows, err := plan(e, name, only)
+	if err != nil {
+		return err
+	}
+	if c.Bool("dry-run") {
+		printPlan(e, cfg, p, rows)
+		return nil
+	}
+	transports, err := openTransports(cfg, only)
+	if err != nil {
+		return err
+	}
+
+	lock, err := controller.AcquireLock(e.home)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
+	st, err := store.Open(ctx, e.dbPath())
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	sync, err := controller.AddProject(ctx, st, cfg, p)
+	if err != nil {
+		return err
+	}
+	for _, id := range sync.Changed {
+		fmt.Fprintf(e.errOut, "note: %s/%s changed since it ran; it keeps its snapshot (dispatch retry %s %s reruns it)\n", name, id, name, id)
+	}
+
+	ctl := controller.New(controller.Options{Home: e.home, Config: cfg, Store: st, Transports: transports,
+		Wrappers: nodes.NewWrappers(), Logger: e.log, Nodes: only})
+	prog := newProgress(e, st, name)
+	prog.header(ctx, cfg, c.Duration("poll"))
+	runErr := ctl.Run(ctx, c.Duration("poll"), func(controller.TickResult) { prog.update(ctx) })
+	prog.finish(ctx)
+	if runErr != nil {
+		if errors.Is(runErr, context.Canceled) {
+			return &workFailed{msg: fmt.Sprintf("dispatch: interrupted; running tasks keep running on their nodes.\nTry: dispatch start %s (resumes where it stopped)", name)}
+		}
+		return runErr
+	}
+	proj, err := st.Project(context.WithoutCancel(ctx), name)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.out, "report: %s\n", controller.RunsDir(e.home, name)+"/report.md")
+	if proj.Result != controller.ResultPassed {
+		return &workFailed{}
+	}
+	return nil
+}
+
+// openTransports connects nothing yet: it builds one transport per node.
+func openTransports(cfg *nodes.Config, only []string) (map[string]nodes.Transport, error) {
+	out := map[string]nodes.Transport{}
+	var remote []string
+	for _, n := range cfg.Nodes {
+		if len(only) > 0 && !contains(only, n.Name) {
+			continue
+		}
+		if !n.IsLocal() {
+			remote = append(remote, n.Name)
+			continue
+		}
+		out[n.Name] = nodes.NewLocal()
+	}
+	if len(remote) > 0 {
+		return nil, &nodes.ConfigError{File: cfg.File, Msg: fmt.Sprintf("nodes %s use ssh, which this version of dispatch cannot reach yet",
+			strings.Join(remote, ", ")), Fix: "use local nodes only for now (ssh: null), or select them with --nodes"}
+	}
+	return out, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// progress shows a running project: one line per task event and, on a
+// terminal, a live summary line kept at the bottom.
+type progress struct {
+	e       *env
+	st      *store.Store
+	project string
+	lastID  int64
+	start   time.Time
+	live    bool
+}
+
+func newProgress(e *env, st *store.Store, project string) *progress {
+	p := &progress{e: e, st: st, project: project, start: time.Now()}
+	// Events before this start were shown by an earlier run.
+	if evs, err := st.Events(context.Background(), project, 0, 0); err == nil && len(evs) > 0 {
+		p.lastID = evs[len(evs)-1].ID
+	}
+	return p
+}
+
+func (p *progress) header(ctx context.Context, cfg *nodes.Config, poll time.Duration) {
+	if poll <= 0 {
+		poll = cfg.Controller.PollInterval
+	}
+	fmt.Fprintf(p.e.out, "dispatch: running %s on %d node(s), polling every %s (Ctrl-C stops the controller; tasks keep running)\n",
+		p.project, len(cfg.Nodes), poll)
+	p.update(ctx)
+}
+
+func (p *progress) update(ctx context.Context) {
+	evs, err := p.st.Events(ctx, p.project, p.lastID, 0)
+	if err != nil {
+		return
+	}
+	p.clearLive()
+	for _, ev := range evs {
+		p.lastID = ev.ID
+		if line := eventLine(p.e.styles, ev); line != "" {
+			fmt.Fprintln(p.e.out, line)
+		}
+	}
+	if p.e.tty {
+		if v, err := controller.Status(ctx, p.st, nil, p.project, time.Now()); err == nil {
+			fmt.Fprint(p.e.out, summaryLine(p.e.styles, v, time.Since(p.start)))
+			p.live = true
+		}
+	}
+}
+
+func (p *progress) clearLive() {
+	if p.live {
+		fmt.Fprint(p.e.out, "\r\033[K")
+		p.live = false
+	}
+}
+
+func (p *progress) finish(ctx context.Context) {
+	p.update(context.WithoutCancel(ctx))
+	p.clearLive()
+	if v, err := controller.Status(context.WithoutCancel(ctx), p.st, nil, p.project, time.Now()); err == nil {
+		fmt.Fprintln(p.e.out, summaryLine(p.e.styles, v, time.Since(p.start)))
+	}
+}
+
+// eventLine renders a task event as one plain line, or "" for events not
+// worth a line of their own.
+func eventLine(s styles, ev store.Event) string {
+	ts := ev.Time.Local().Format("15:04:05")
+	switch ev.Kind {
+	case "status", "claim", "retry", "requeue":
+	case "gave_up", "warning":
+		return fmt.Sprintf("%s %s %s", s.dim.Render(ts), taskRef(ev), s.warn.Render(ev.Message))
+	case "node":
+		return fmt.Sprintf("%s node %s %s %s", s.dim.Render(ts), ev.Node, s.status(ev.ToStatus), ev.Message)
+	case "project":
+		return fmt.Sprintf("%s %s %s", s.dim.Render(ts), ev.Project, ev.Message)
+	default:
+		return ""
+	}
+	if ev.ToStatus == store.Claimed {
+		return "" // the running line follows at once
+	}
+	return fmt.Sprintf("%s %s %s %s", s.dim.Render(ts), taskRef(ev), s.status(ev.ToStatus), ev.Message)
+}
+
+func taskRef(ev store.Event) string {
+	if ev.Attempt > 0 {
+		return fmt.Sprintf("%s#%d", ev.Task, ev.Attempt)
+	}
+	return ev.Task
+}
+
+func summaryLine(s styles, v *controller.StatusView, elapsed time.Duration) string {
+	c := v.Counts
+	done := c.Completed + c.Failed + c.Blocked + c.Canceled
+	total := max(c.Total(), 1)
+	const width = 20
+	filled := done * width / total
+	bar := strings.Repeat("█", filled) + strings.Repeat("░", width-filled)
+	parts := []string{fmt.Sprintf("%d/%d done", done, c.Total())}
+	if c.Running+c.Claimed > 0 {
+		parts = append(parts, s.active.Render(fmt.Sprintf("%d running", c.Running+c.Claimed)))
+	}
+	if c.Pending > 0 {
+		parts = append(parts, fmt.Sprintf("%d pending", c.Pending))
+	}
+	if c.Failed > 0 {
+		parts = append(parts, s.bad.Render(fmt.Sprintf("%d failed", c.Failed)))
+	}
+	if c.Blocked > 0 {
+		parts = append(parts, s.warn.Render(fmt.Sprintf("%d blocked", c.Blocked)))
+	}
+	return fmt.Sprintf("%s %s %s · %s", v.Project, bar, strings.Join(parts, " · "), elapsed.Round(time.Second))
+}

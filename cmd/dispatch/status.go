@@ -1,0 +1,195 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/spec"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+func statusCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "status",
+		Usage:     "show the progress of one project, or of every started project",
+		ArgsUsage: "[<project>]",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "print JSON (one object for a project; {\"projects\": [...]} without one)"},
+		},
+		Action: func(c *cli.Context) error {
+			ctx := c.Context
+			e, err := newEnv(c)
+			if err != nil {
+				return err
+			}
+			var names []string
+			if c.NArg() > 0 {
+				name, err := projectArg(c, "dispatch status [<project>]")
+				if err != nil {
+					return err
+				}
+				names = []string{name}
+			}
+			st, err := e.openReadOnly(ctx)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			// The node list and slots come from nodes.yaml when it loads;
+			// status still works from the database alone when it does not.
+			cfg, cfgErr := e.loadConfig()
+			if cfgErr != nil {
+				cfg = nil
+			}
+			if len(names) == 1 {
+				if err := knownProject(ctx, st, names[0]); err != nil {
+					return err
+				}
+			} else {
+				ps, err := st.Projects(ctx)
+				if err != nil {
+					return err
+				}
+				for _, p := range ps {
+					names = append(names, p.Name)
+				}
+			}
+			now := time.Now()
+			var views []*controller.StatusView
+			for _, n := range names {
+				v, err := controller.Status(ctx, st, cfg, n, now)
+				if err != nil {
+					return err
+				}
+				v.Notes = specChanges(e, st, n, c)
+				views = append(views, v)
+			}
+			if c.Bool("json") {
+				enc := json.NewEncoder(e.out)
+				enc.SetIndent("", "  ")
+				if c.NArg() > 0 {
+					return enc.Encode(views[0])
+				}
+				if views == nil {
+					views = []*controller.StatusView{}
+				}
+				return enc.Encode(map[string]any{"projects": views})
+			}
+			if cfgErr != nil {
+				fmt.Fprintf(e.errOut, "note: %v\n", cfgErr)
+			}
+			for i, v := range views {
+				if i > 0 {
+					fmt.Fprintln(e.out)
+				}
+				printStatus(e.out, e.styles, v, cfg)
+			}
+			if len(views) == 0 {
+				fmt.Fprintln(e.out, "no projects started yet; run: dispatch start <project>")
+			}
+			return nil
+		},
+	}
+}
+
+// specChanges names tasks whose spec file changed after they started.
+func specChanges(e *env, st *store.Store, project string, c *cli.Context) []string {
+	p, err := spec.Load(e.specsDir(), project)
+	if err != nil {
+		return nil
+	}
+	tasks, err := st.Tasks(c.Context, project)
+	if err != nil {
+		return nil
+	}
+	var notes []string
+	for _, t := range tasks {
+		if t.Status == store.Pending || t.Status == store.Blocked {
+			continue
+		}
+		if nt := p.Task(t.ID); nt != nil && nt.Hash != t.SpecHash {
+			notes = append(notes, fmt.Sprintf("%s changed since it ran (dispatch retry %s %s reruns it)", t.ID, project, t.ID))
+		}
+	}
+	return notes
+}
+
+func printStatus(w io.Writer, s styles, v *controller.StatusView, cfg *nodes.Config) {
+	fmt.Fprintln(w, s.header.Render(fmt.Sprintf("%s — phase %s", v.Project, v.Phase))+"  "+summaryCounts(s, v.Counts))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATUS\tNODE\tATTEMPT\tTIME\tTITLE / ERROR")
+	for _, t := range v.Tasks {
+		what := t.Title
+		if t.Error != "" && t.Status != store.Completed {
+			what = t.ErrorClass + ": " + t.Error
+		}
+		dur := "-"
+		if t.DurationSeconds > 0 {
+			dur = (time.Duration(t.DurationSeconds * float64(time.Second))).Round(100 * time.Millisecond).String()
+		}
+		node := t.Node
+		if node == "" {
+			node = "-"
+		}
+		// Pad before colouring: tabwriter counts escape codes as width.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", t.ID, s.status(fmt.Sprintf("%-9s", t.Status)), node, t.Attempt, dur, what)
+	}
+	tw.Flush()
+	if len(v.Nodes) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "NODE\tSTATE\tSLOTS\tMEM AVAILABLE\tLAST SEEN\tERROR")
+		for _, n := range v.Nodes {
+			seen := "-"
+			if n.LastSeen != "" {
+				if t, err := time.Parse(time.RFC3339Nano, n.LastSeen); err == nil {
+					seen = t.Local().Format("15:04:05")
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\t%s\n", n.Name, n.State, n.Running, n.Slots, bytesHuman(n.MemAvailableBytes), seen, n.LastError)
+		}
+		tw.Flush()
+	}
+	for _, n := range v.Notes {
+		fmt.Fprintln(w, s.warn.Render("note: "+n))
+	}
+}
+
+func summaryCounts(s styles, c controller.Counts) string {
+	parts := []string{fmt.Sprintf("%d/%d completed", c.Completed, c.Total())}
+	add := func(n int, label string, st func(...string) string) {
+		if n > 0 {
+			parts = append(parts, st(fmt.Sprintf("%d %s", n, label)))
+		}
+	}
+	add(c.Running+c.Claimed, "running", s.active.Render)
+	add(c.Pending, "pending", func(x ...string) string { return strings.Join(x, " ") })
+	add(c.Failed, "failed", s.bad.Render)
+	add(c.Blocked, "blocked", s.warn.Render)
+	add(c.Canceled, "canceled", s.warn.Render)
+	return strings.Join(parts, " · ")
+}
+
+func bytesHuman(n int64) string {
+	if n <= 0 {
+		return "-"
+	}
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/spec"
+)
+
+func validateCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "validate",
+		Usage:     "check nodes.yaml and a project's specs, and print the plan; writes nothing",
+		ArgsUsage: "<project>",
+		Action: func(c *cli.Context) error {
+			e, err := newEnv(c)
+			if err != nil {
+				return err
+			}
+			name, err := projectArg(c, "dispatch validate <project>")
+			if err != nil {
+				return err
+			}
+			cfg, p, rows, err := plan(e, name, nil)
+			if err != nil {
+				return err
+			}
+			printPlan(e, cfg, p, rows)
+			return nil
+		},
+	}
+}
+
+// plan loads the config and the project and checks that every task can run.
+func plan(e *env, name string, only []string) (*nodes.Config, *spec.Project, []controller.PlanRow, error) {
+	cfg, err := e.loadConfig()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for _, n := range only {
+		if _, ok := cfg.Node(n); !ok {
+			return nil, nil, nil, usagef("--nodes "+strings.Join(nodeNames(cfg), ","), "--nodes: no node %q in %s", n, cfg.File)
+		}
+	}
+	p, err := e.loadProject(name)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rows, err := controller.Plan(cfg, p, only)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return cfg, p, rows, nil
+}
+
+func nodeNames(cfg *nodes.Config) []string {
+	var out []string
+	for _, n := range cfg.Nodes {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+func printPlan(e *env, cfg *nodes.Config, p *spec.Project, rows []controller.PlanRow) {
+	fmt.Fprintf(e.out, "%s: %d tasks, %d nodes (%s) — valid\n\n", e.styles.header.Render(p.Name), len(p.Tasks), len(cfg.Nodes), cfg.File)
+	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTYPE\tPRIO\tDEPENDS ON\tTIMEOUT\tNODES (TOOL)\tTITLE")
+	for _, r := range rows {
+		t := r.Task
+		deps := strings.Join(t.DependsOn, ",")
+		if deps == "" {
+			deps = "-"
+		}
+		timeout := controller.DefaultTimeout
+		if t.Timeout > 0 {
+			timeout = t.Timeout
+		}
+		var where []string
+		for _, n := range r.Nodes {
+			where = append(where, fmt.Sprintf("%s (%s)", n, r.Tools[n]))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", t.ID, t.Type, t.Priority, deps, timeout, strings.Join(where, ", "), t.Title)
+	}
+	tw.Flush()
+	for _, f := range p.Ignored {
+		fmt.Fprintf(e.out, "\nnote: %s is not a task file (task files are named like S01-title.md)\n", f)
+	}
+}

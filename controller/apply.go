@@ -1,0 +1,332 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/wrapper"
+)
+
+// retryable lists the error classes that are retried (SPEC §7 step 4).
+var retryable = map[string]bool{
+	wrapper.ClassExit: true, wrapper.ClassCrash: true, wrapper.ClassTimeout: true,
+	wrapper.ClassRateLimit: true, wrapper.ClassStart: true, store.Lost: true,
+}
+
+// apply writes what the pulls found, in one transaction: node facts, status
+// changes of current attempts (older attempts are fenced off), dead attempts,
+// retries and blocked dependents. It returns the number of status changes.
+func (c *Controller) apply(ctx context.Context, projects []string, pulls map[string]*pull) (int, error) {
+	known, err := c.st.Nodes(ctx)
+	if err != nil {
+		return 0, err
+	}
+	prev := map[string]store.Node{}
+	for _, n := range known {
+		prev[n.Name] = n
+	}
+	changed := 0
+	err = c.st.Update(ctx, func(tx *store.Tx) error {
+		changed = 0
+		now := tx.Now()
+		for name, p := range pulls {
+			if err := tx.PutNode(ctx, c.nodeRecord(name, p, prev[name], now)); err != nil {
+				return err
+			}
+		}
+		a := &applier{c: c, tx: tx, now: now, pulls: pulls, prev: prev}
+		for _, project := range projects {
+			tasks, err := tx.Tasks(ctx, project)
+			if err != nil {
+				return err
+			}
+			for i := range tasks {
+				if err := a.task(ctx, &tasks[i]); err != nil {
+					return err
+				}
+			}
+			// Re-read: the statuses above may have changed what is blocked.
+			if tasks, err = tx.Tasks(ctx, project); err != nil {
+				return err
+			}
+			if err := a.blocked(ctx, tasks); err != nil {
+				return err
+			}
+		}
+		changed = a.changed
+		return nil
+	})
+	return changed, err
+}
+
+func (c *Controller) nodeRecord(name string, p *pull, prev store.Node, now time.Time) store.Node {
+	n := store.Node{Name: name, LastSeen: prev.LastSeen, OS: prev.OS, Arch: prev.Arch,
+		WrapperVersion: prev.WrapperVersion, MemAvailableBytes: prev.MemAvailableBytes,
+		Load1: prev.Load1, DiskFreeBytes: prev.DiskFreeBytes, RTTMillis: prev.RTTMillis}
+	if p.err != nil {
+		n.State = "offline"
+		n.LastError = p.err.Error()
+		n.OfflineSince = prev.OfflineSince
+		if prev.State != "offline" || n.OfflineSince.IsZero() {
+			n.OfflineSince = now
+		}
+		return n
+	}
+	f := p.status.Facts
+	n.State, n.LastSeen = "online", now
+	n.OS, n.Arch, n.WrapperVersion = f.OS, f.Arch, p.status.WrapperVersion
+	n.MemAvailableBytes, n.Load1, n.DiskFreeBytes = f.MemAvailableBytes, f.Load1, f.DiskFreeBytes
+	n.RTTMillis = float64(p.rtt.Microseconds()) / 1000
+	return n
+}
+
+type applier struct {
+	c       *Controller
+	tx      *store.Tx
+	now     time.Time
+	pulls   map[string]*pull
+	prev    map[string]store.Node
+	changed int
+}
+
+func (a *applier) transition(ctx context.Context, ch store.Change) error {
+	if _, _, err := a.tx.Transition(ctx, ch); err != nil {
+		return err
+	}
+	a.changed++
+	return nil
+}
+
+func (a *applier) task(ctx context.Context, t *store.Task) error {
+	if t.Status != store.Claimed && t.Status != store.Running {
+		return nil
+	}
+	if _, configured := a.c.cfg.Node(t.Node); !configured {
+		return a.lose(ctx, t, fmt.Sprintf("node %s is no longer in nodes.yaml", t.Node))
+	}
+	p := a.pulls[t.Node]
+	if p == nil {
+		return nil // a node this controller does not serve (--nodes)
+	}
+	if p.err != nil {
+		since := a.prev[t.Node].OfflineSince
+		if since.IsZero() {
+			since = a.now
+		}
+		if a.now.Sub(since) >= a.c.cfg.Controller.NodeOfflineTimeout {
+			return a.lose(ctx, t, fmt.Sprintf("node %s offline since %s: %v", t.Node, since.Format(time.RFC3339), p.err))
+		}
+		return nil
+	}
+	ts := p.tasks[taskKey(t.Project, t.ID)]
+	var st *wrapper.Status
+	if ts != nil && ts.Status != nil && ts.Status.Attempt == t.Attempt {
+		st = ts.Status
+	}
+	if st == nil {
+		return a.noStatus(ctx, t, ts)
+	}
+	switch st.Status {
+	case wrapper.StatusRunning:
+		return a.running(ctx, t, ts, st)
+	case wrapper.StatusCompleted, wrapper.StatusFailed, wrapper.StatusKilled:
+		return a.finished(ctx, t, st)
+	}
+	return a.tx.Event(ctx, store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: "warning",
+		Node: t.Node, Message: fmt.Sprintf("unknown status %q in status.json", st.Status)})
+}
+
+// noStatus handles a claimed or running attempt whose status.json on the
+// node is missing, unreadable or belongs to another attempt.
+func (a *applier) noStatus(ctx context.Context, t *store.Task, ts *wrapper.TaskStatus) error {
+	if t.Status == store.Claimed {
+		// The launch may still be in flight (or died with a controller):
+		// wait a little, then requeue. A late `run` of this attempt is harmless:
+		// its status belongs to an attempt that is no longer current.
+		if a.now.Sub(t.HeartbeatAt) < claimGrace || (ts != nil && ts.Alive) {
+			return nil
+		}
+		if err := a.tx.SetRun(ctx, t.Project, t.ID, t.Attempt, store.Set{"status": store.Lost,
+			"error": "the launch never started on the node"}); err != nil {
+			return err
+		}
+		return a.transition(ctx, store.Change{Project: t.Project, Task: t.ID, From: store.Claimed, To: store.Pending,
+			Kind: "requeue", Message: "no trace of attempt on " + t.Node + "; launching again"})
+	}
+	if ts != nil && ts.Alive {
+		return nil // unreadable for now, but its supervisor lives: read it next tick
+	}
+	msg := "status.json of the attempt is missing on the node"
+	if ts != nil && ts.StatusError != "" {
+		msg = "status.json unreadable (" + ts.StatusError + ") and the wrapper is gone"
+	}
+	return a.fail(ctx, t, store.Running, wrapper.ClassCrash, msg, 0, store.Set{"status": store.Failed, "error_class": wrapper.ClassCrash, "error": msg})
+}
+
+func (a *applier) running(ctx context.Context, t *store.Task, ts *wrapper.TaskStatus, st *wrapper.Status) error {
+	started := parseRemoteTime(st.StartedAt, a.now)
+	if t.Status == store.Claimed {
+		if err := a.transition(ctx, store.Change{Project: t.Project, Task: t.ID, From: store.Claimed, To: store.Running,
+			Message: fmt.Sprintf("on %s (pid %d)", t.Node, st.PID), Set: store.Set{"started_at": started}}); err != nil {
+			return err
+		}
+		if err := a.tx.SetRun(ctx, t.Project, t.ID, t.Attempt, store.Set{"status": store.Running, "pid": st.PID, "started_at": started}); err != nil {
+			return err
+		}
+		t.Status = store.Running
+	}
+	if ts.Heartbeat != t.Heartbeat {
+		t.HeartbeatAt = a.now
+		if err := a.tx.SetTask(ctx, t.Project, t.ID, store.Set{"heartbeat": ts.Heartbeat, "heartbeat_at": a.now}); err != nil {
+			return err
+		}
+	}
+	if !ts.Alive {
+		msg := fmt.Sprintf("wrapper (pid %d) is gone while the attempt was running", st.PID)
+		return a.fail(ctx, t, store.Running, wrapper.ClassCrash, msg, 0,
+			store.Set{"status": store.Failed, "error_class": wrapper.ClassCrash, "error": msg, "completed_at": a.now})
+	}
+	return nil
+}
+
+func (a *applier) finished(ctx context.Context, t *store.Task, st *wrapper.Status) error {
+	completed := parseRemoteTime(st.CompletedAt, a.now)
+	started := parseRemoteTime(st.StartedAt, completed)
+	run := store.Set{"status": st.Status, "pid": st.PID, "exit_code": st.ExitCode, "signal": st.Signal,
+		"error_class": st.ErrorClass, "error": st.Error, "started_at": started, "completed_at": completed,
+		"log_bytes": st.LogBytes, "tokens_in": st.TokensIn, "tokens_out": st.TokensOut, "cost_usd": st.CostUSD}
+	if st.Status == wrapper.StatusCompleted {
+		if err := a.tx.SetRun(ctx, t.Project, t.ID, t.Attempt, run); err != nil {
+			return err
+		}
+		return a.transition(ctx, store.Change{Project: t.Project, Task: t.ID, From: t.Status, To: store.Completed,
+			Message: "on " + t.Node,
+			Set: store.Set{"exit_code": st.ExitCode, "error_class": "", "error": "", "started_at": started, "completed_at": completed}})
+	}
+	class := st.ErrorClass
+	if class == "" {
+		class = wrapper.ClassExit
+	}
+	run["status"] = store.Failed
+	return a.fail(ctx, t, t.Status, class, st.Error, st.ExitCode, run)
+}
+
+// fail moves the current attempt to failed with its run record, then retries
+// it after the backoff when its class is retryable and retries remain.
+func (a *applier) fail(ctx context.Context, t *store.Task, from, class, msg string, exitCode int, run store.Set) error {
+	if err := a.tx.SetRun(ctx, t.Project, t.ID, t.Attempt, run); err != nil {
+		return err
+	}
+	if msg == "" {
+		msg = class
+	}
+	if err := a.transition(ctx, store.Change{Project: t.Project, Task: t.ID, From: from, To: store.Failed,
+		Message: fmt.Sprintf("attempt %d failed (%s): %s", t.Attempt, class, msg),
+		Set: store.Set{"exit_code": exitCode, "error_class": class, "error": msg, "completed_at": a.now}}); err != nil {
+		return err
+	}
+	return a.retry(ctx, t, store.Failed, class)
+}
+
+// lose marks the current attempt lost (its node is gone) and requeues it.
+func (a *applier) lose(ctx context.Context, t *store.Task, msg string) error {
+	if err := a.tx.SetRun(ctx, t.Project, t.ID, t.Attempt, store.Set{"status": store.Lost, "error_class": store.Lost, "error": msg}); err != nil {
+		return err
+	}
+	if err := a.transition(ctx, store.Change{Project: t.Project, Task: t.ID, From: t.Status, To: store.Lost,
+		Message: msg, Set: store.Set{"error_class": store.Lost, "error": msg}}); err != nil {
+		return err
+	}
+	return a.retry(ctx, t, store.Lost, store.Lost)
+}
+
+func (a *applier) retry(ctx context.Context, t *store.Task, from, class string) error {
+	if !retryable[class] || t.RetriesUsed >= t.MaxRetries {
+		if from == store.Lost {
+			return a.transition(ctx, store.Change{Project: t.Project, Task: t.ID, From: store.Lost, To: store.Failed,
+				Message: fmt.Sprintf("out of retries (%d used)", t.RetriesUsed)})
+		}
+		if retryable[class] {
+			return a.tx.Event(ctx, store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: "gave_up",
+				Message: fmt.Sprintf("out of retries (%d of %d used)", t.RetriesUsed, t.MaxRetries)})
+		}
+		return a.tx.Event(ctx, store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: "gave_up",
+			Message: fmt.Sprintf("%s errors are not retried", class)})
+	}
+	n := t.RetriesUsed + 1
+	delay := a.c.backoff(n)
+	return a.transition(ctx, store.Change{Project: t.Project, Task: t.ID, From: from, To: store.Pending, Kind: "retry",
+		Message: fmt.Sprintf("retry %d of %d in %s", n, t.MaxRetries, delay.Round(time.Millisecond)),
+		Set:     store.Set{"retries_used": n, "not_before": a.now.Add(delay)}})
+}
+
+// backoff is the delay before retry n: min(retry_backoff_max,
+// retry_backoff × 2^(n-1)) plus up to 20% jitter.
+func (c *Controller) backoff(n int) time.Duration {
+	base := c.cfg.Controller.RetryBackoff
+	d := time.Duration(float64(base) * math.Pow(2, float64(n-1)))
+	if limit := c.cfg.Controller.RetryBackoffMax; d > limit || d <= 0 {
+		d = limit
+	}
+	return d + time.Duration(float64(d)*0.2*c.opts.Jitter())
+}
+
+// blocked moves pending tasks with a dependency that failed for good (or is
+// blocked or canceled) to blocked, and back to pending when the operator
+// retried that dependency.
+func (a *applier) blocked(ctx context.Context, tasks []store.Task) error {
+	byID := make(map[string]*store.Task, len(tasks))
+	for i := range tasks {
+		byID[tasks[i].ID] = &tasks[i]
+	}
+	dead := func(s string) bool { return s == store.Failed || s == store.Blocked || s == store.Canceled }
+	// Blocking propagates along chains; repeat until nothing changes.
+	for changed := true; changed; {
+		changed = false
+		for i := range tasks {
+			t := &tasks[i]
+			var culprit string
+			for _, d := range t.DependsOn {
+				if dep := byID[d]; dep != nil && dead(dep.Status) {
+					culprit = d + " " + dep.Status
+					break
+				}
+			}
+			switch {
+			case t.Status == store.Pending && culprit != "":
+				if err := a.transition(ctx, store.Change{Project: t.Project, Task: t.ID, From: store.Pending, To: store.Blocked,
+					Message: "dependency " + culprit}); err != nil {
+					return err
+				}
+				t.Status, changed = store.Blocked, true
+			case t.Status == store.Blocked && culprit == "":
+				if err := a.transition(ctx, store.Change{Project: t.Project, Task: t.ID, From: store.Blocked, To: store.Pending,
+					Message: "dependencies no longer failed"}); err != nil {
+					return err
+				}
+				t.Status, changed = store.Pending, true
+			}
+		}
+	}
+	return nil
+}
+
+// depsCompleted reports whether every dependency of t is completed.
+func depsCompleted(t *store.Task, byID map[string]*store.Task) bool {
+	return !slices.ContainsFunc(t.DependsOn, func(d string) bool {
+		dep := byID[d]
+		return dep == nil || dep.Status != store.Completed
+	})
+}
+
+// parseRemoteTime reads a time the wrapper wrote, for display only.
+func parseRemoteTime(s string, fallback time.Time) time.Time {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t
+	}
+	return fallback
+}

@@ -1,0 +1,165 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+// collectAll pulls the files of every finished attempt not yet collected to
+// runs/<project>/<ID>/, so results are on the operator's machine even if the
+// node disappears later. The current attempt brings output/ and task.log;
+// earlier attempts bring their task.log to attempts/<n>/.
+func (c *Controller) collectAll(ctx context.Context, projects []string) error {
+	var errs []error
+	for _, project := range projects {
+		tasks, err := c.st.Tasks(ctx, project)
+		if err != nil {
+			return err
+		}
+		current := map[string]int{}
+		for _, t := range tasks {
+			current[t.ID] = t.Attempt
+		}
+		runs, err := c.st.Runs(ctx, project, "")
+		if err != nil {
+			return err
+		}
+		for _, r := range runs {
+			if !r.CollectedAt.IsZero() || (r.Status != store.Completed && r.Status != store.Failed && r.Status != "killed") {
+				continue
+			}
+			n := c.nodes[r.Node]
+			if n == nil || n.wrapper == "" {
+				continue // not reachable in this tick; try again next tick
+			}
+			if err := c.collect(ctx, n, r, r.Attempt == current[r.Task]); err != nil {
+				errs = append(errs, fmt.Errorf("collect %s/%s attempt %d from %s: %w", project, r.Task, r.Attempt, r.Node, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, current bool) error {
+	ctx, cancel := context.WithTimeout(ctx, c.callTimeout())
+	defer cancel()
+	src := taskDir(n, r.Project, r.Task)
+	if !current {
+		src = path.Join(src, "attempts", strconv.Itoa(r.Attempt))
+	}
+	dest := filepath.Join(RunsDir(c.opts.Home, r.Project), r.Task)
+	if !current {
+		dest = filepath.Join(dest, "attempts", strconv.Itoa(r.Attempt))
+	}
+	tmp := dest + ".collecting"
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+
+	var manifest []store.File
+	if current {
+		files, err := n.tr.Walk(ctx, path.Join(src, "output"))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		for _, f := range files {
+			if !f.Mode.IsRegular() {
+				continue // symlinks and the like are not copied off a node
+			}
+			local, err := safeJoin(filepath.Join(tmp, "output"), f.Path)
+			if err != nil {
+				return err
+			}
+			sum, size, err := c.fetch(ctx, n, path.Join(src, "output", f.Path), local, f.Mode.Perm())
+			if err != nil {
+				return err
+			}
+			manifest = append(manifest, store.File{Project: r.Project, Task: r.Task, Attempt: r.Attempt, Path: f.Path, Size: size, SHA256: sum})
+		}
+	}
+	if _, _, err := c.fetch(ctx, n, path.Join(src, "task.log"), filepath.Join(tmp, "task.log"), 0o644); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if current {
+		// Keep earlier attempts' logs collected before this one.
+		if err := os.Rename(filepath.Join(dest, "attempts"), filepath.Join(tmp, "attempts")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	if err := os.RemoveAll(dest); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dest); err != nil {
+		return err
+	}
+	return c.st.Update(ctx, func(tx *store.Tx) error {
+		if current {
+			if err := tx.ReplaceFiles(ctx, r.Project, r.Task, r.Attempt, manifest); err != nil {
+				return err
+			}
+		}
+		return tx.SetRun(ctx, r.Project, r.Task, r.Attempt, store.Set{"collected_at": tx.Now()})
+	})
+}
+
+// fetch copies one file off the node, returning its sha256 and size.
+func (c *Controller) fetch(ctx context.Context, n *nodeRuntime, remote, local string, perm fs.FileMode) (string, int64, error) {
+	if err := os.MkdirAll(filepath.Dir(local), 0o755); err != nil {
+		return "", 0, err
+	}
+	f, err := os.OpenFile(local, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, perm|0o200)
+	if err != nil {
+		return "", 0, err
+	}
+	h := sha256.New()
+	cw := &countWriter{w: io.MultiWriter(f, h)}
+	err = n.tr.Get(ctx, remote, cw)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(local)
+		return "", 0, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), cw.n, nil
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// safeJoin joins a node-supplied relative path under dir, refusing any path
+// that would escape it.
+func safeJoin(dir, rel string) (string, error) {
+	clean := path.Clean("/" + rel)
+	if clean == "/" || strings.Contains(rel, "\x00") {
+		return "", fmt.Errorf("refusing file name %q from node", rel)
+	}
+	return filepath.Join(dir, filepath.FromSlash(clean[1:])), nil
+}

@@ -1,0 +1,199 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+// Log keys.
+const (
+	keyNode    = "node"
+	keyProject = "project"
+	keyTask    = "task"
+	keyAttempt = "attempt"
+)
+
+// claimGrace is how long a claimed attempt may go without a status on its
+// node before the controller concludes its launch never happened and requeues
+// it. A controller killed mid-launch leaves such claims behind.
+const claimGrace = 30 * time.Second
+
+// Options configures a Controller.
+type Options struct {
+	// Home is the dispatch home: runs/ and the report are written under it.
+	Home   string
+	Config *nodes.Config
+	Store  *store.Store
+	// Transports reaches each node of Config by name.
+	Transports map[string]nodes.Transport
+	Wrappers   *nodes.Wrappers
+	// Now is the controller's clock; remote clocks are never compared with it.
+	Now func() time.Time
+	// Jitter returns a number in [0, 1) used to spread retries; rand by default.
+	Jitter func() float64
+	// LookupEnv expands ${VAR} in api_mode env; os.LookupEnv by default.
+	LookupEnv func(string) (string, bool)
+	Logger    *slog.Logger
+	// Nodes restricts scheduling to these node names when not empty.
+	Nodes []string
+}
+
+// Controller schedules the tasks of every active project of a home.
+type Controller struct {
+	opts  Options
+	cfg   *nodes.Config
+	st    *store.Store
+	log   *slog.Logger
+	now   func() time.Time
+	nodes map[string]*nodeRuntime
+
+	mu sync.Mutex // guards nodes' runtime fields touched by parallel pulls
+}
+
+// New returns a controller; it does no I/O.
+func New(opts Options) *Controller {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Jitter == nil {
+		opts.Jitter = rand.Float64
+	}
+	if opts.LookupEnv == nil {
+		opts.LookupEnv = os.LookupEnv
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	c := &Controller{opts: opts, cfg: opts.Config, st: opts.Store, log: opts.Logger, now: opts.Now,
+		nodes: map[string]*nodeRuntime{}}
+	allowed := map[string]bool{}
+	for _, n := range opts.Nodes {
+		allowed[n] = true
+	}
+	for _, n := range opts.Config.Nodes {
+		if len(allowed) > 0 && !allowed[n.Name] {
+			continue
+		}
+		c.nodes[n.Name] = &nodeRuntime{cfg: n, tr: opts.Transports[n.Name]}
+	}
+	return c
+}
+
+// RunsDir is where a project's collected outputs and report live.
+func RunsDir(home, project string) string { return filepath.Join(home, "runs", project) }
+
+// TickResult says what one tick did.
+type TickResult struct {
+	Launched int
+	Changed  int
+	// Done lists the projects that finished in this tick.
+	Done []string
+}
+
+// Tick runs one pass of the control loop (SPEC §7 steps 1-7).
+func (c *Controller) Tick(ctx context.Context) (TickResult, error) {
+	var res TickResult
+	projects, err := c.activeProjects(ctx)
+	if err != nil {
+		return res, err
+	}
+	names := make([]string, len(projects))
+	for i, p := range projects {
+		names[i] = p.Name
+	}
+	pulls := c.pullAll(ctx, names)
+	changed, err := c.apply(ctx, names, pulls)
+	if err != nil {
+		return res, fmt.Errorf("apply node status: %w", err)
+	}
+	res.Changed = changed
+	claims, err := c.assign(ctx, projects, pulls)
+	if err != nil {
+		return res, fmt.Errorf("assign tasks: %w", err)
+	}
+	res.Launched = c.launchAll(ctx, claims)
+	if err := c.collectAll(ctx, names); err != nil {
+		c.log.Warn("collect outputs", "err", err)
+	}
+	done, err := c.finishProjects(ctx, projects)
+	if err != nil {
+		return res, err
+	}
+	res.Done = done
+	return res, nil
+}
+
+// Run ticks every poll interval, and again right after a tick that launched
+// tasks, until every project it serves is finished or ctx is cancelled.
+// onTick, when not nil, is called after every tick.
+func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(TickResult)) error {
+	if poll <= 0 {
+		poll = c.cfg.Controller.PollInterval
+	}
+	defer c.Close()
+	for {
+		res, err := c.Tick(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		if onTick != nil {
+			onTick(res)
+		}
+		active, err := c.activeProjects(ctx)
+		if err != nil {
+			return err
+		}
+		if len(active) == 0 {
+			return nil
+		}
+		wait := poll
+		if res.Launched > 0 {
+			// Catch quick failures of fresh launches without waiting a whole poll.
+			wait = min(poll, time.Second)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// Close closes the node transports.
+func (c *Controller) Close() {
+	for _, n := range c.nodes {
+		if n.tr != nil {
+			_ = n.tr.Close()
+		}
+	}
+}
+
+func (c *Controller) activeProjects(ctx context.Context) ([]store.Project, error) {
+	all, err := c.st.Projects(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []store.Project
+	for _, p := range all {
+		if p.State == store.ProjectActive {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// errNoRetry marks a launch failure that retrying cannot fix.
+var errNoRetry = errors.New("not retryable")

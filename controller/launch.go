@@ -1,0 +1,184 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"sync"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/wrapper"
+)
+
+// DefaultTimeout bounds a task that sets no timeout.
+const DefaultTimeout = time.Hour
+
+// launchOutcome is what one launch attempt found out.
+type launchOutcome struct {
+	claim claim
+	reply *wrapper.RunReply
+	// err is set when the attempt surely did not start; uncertain is set when
+	// the transport failed and the next pull must decide.
+	err       error
+	noRetry   bool
+	uncertain error
+}
+
+// taskDir is the task's directory on its node.
+func taskDir(n *nodeRuntime, project, id string) string {
+	return path.Join(n.workDir, project, "tasks", id)
+}
+
+// launchAll launches this tick's claims in parallel (bounded by
+// max_parallel_ssh) and records the outcomes in one transaction.
+func (c *Controller) launchAll(ctx context.Context, claims []claim) int {
+	if len(claims) == 0 {
+		return 0
+	}
+	outcomes := make([]launchOutcome, len(claims))
+	sem := make(chan struct{}, max(c.cfg.Controller.MaxParallelSSH, 1))
+	var wg sync.WaitGroup
+	for i, cl := range claims {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			outcomes[i] = c.launch(ctx, cl)
+		}()
+	}
+	wg.Wait()
+	started := 0
+	err := c.st.Update(ctx, func(tx *store.Tx) error {
+		started = 0
+		a := &applier{c: c, tx: tx, now: tx.Now()}
+		for _, o := range outcomes {
+			t := o.claim.task
+			switch {
+			case o.reply != nil:
+				started++
+				if _, _, err := tx.Transition(ctx, store.Change{Project: t.Project, Task: t.ID, From: store.Claimed,
+					To: store.Running, Message: fmt.Sprintf("on %s (pid %d)", t.Node, o.reply.PID),
+					Set: store.Set{"started_at": tx.Now()}}); err != nil {
+					return err
+				}
+				if err := tx.SetRun(ctx, t.Project, t.ID, t.Attempt, store.Set{"status": store.Running,
+					"pid": o.reply.PID, "started_at": tx.Now()}); err != nil {
+					return err
+				}
+			case o.err != nil:
+				if o.noRetry {
+					t.RetriesUsed = t.MaxRetries
+				}
+				msg := o.err.Error()
+				if err := a.fail(ctx, &t, store.Claimed, wrapper.ClassStart, msg, 0, store.Set{"status": store.Failed,
+					"error_class": wrapper.ClassStart, "error": msg, "completed_at": tx.Now()}); err != nil {
+					return err
+				}
+			default:
+				if err := tx.Event(ctx, store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: "warning",
+					Node: t.Node, Message: "launch interrupted, the next pull decides: " + o.uncertain.Error()}); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		c.log.Error("record launches", "err", err)
+	}
+	return started
+}
+
+// launch pushes spec.md and launch.json and runs the wrapper with the
+// api_mode's environment on stdin. It is idempotent: the wrapper refuses a
+// second live run of the attempt, and a broken session is settled by the
+// next pull.
+func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
+	out := launchOutcome{claim: cl}
+	t, n := cl.task, cl.node
+	log := c.log.With(keyNode, n.cfg.Name, keyProject, t.Project, keyTask, t.ID, keyAttempt, t.Attempt)
+	env, err := c.modeEnv(n.cfg)
+	if err != nil {
+		out.err, out.noRetry = err, true
+		return out
+	}
+	mode := c.cfg.APIModes[n.cfg.APIMode]
+	argv, stdin, err := toolCommand(c.cfg, toolFor(t.Tool, n.cfg), t.Model, n.cfg.Dangerous || mode.Dangerous)
+	if err != nil {
+		out.err, out.noRetry = err, true
+		return out
+	}
+	timeout := t.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	var opts ProjectOptions
+	if p, err := c.st.Project(ctx, t.Project); err == nil {
+		opts = projectOptions(p)
+	}
+	launch := wrapper.Launch{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Node: n.cfg.Name,
+		Command: argv, Stdin: stdin, TimeoutSeconds: timeout.Seconds(), Setup: opts.Setup}
+	lj, err := json.MarshalIndent(launch, "", "  ")
+	if err != nil {
+		out.err = err
+		return out
+	}
+	secrets, err := json.Marshal(env)
+	if err != nil {
+		out.err = err
+		return out
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.callTimeout())
+	defer cancel()
+	dir := taskDir(n, t.Project, t.ID)
+	if err := n.tr.Put(ctx, path.Join(dir, "spec.md"), bytes.NewReader(t.Snapshot), 0o444); err != nil {
+		out.uncertain = fmt.Errorf("push spec.md: %w", err)
+		return out
+	}
+	if err := n.tr.Put(ctx, path.Join(dir, "launch.json"), bytes.NewReader(lj), 0o644); err != nil {
+		out.uncertain = fmt.Errorf("push launch.json: %w", err)
+		return out
+	}
+	res, err := n.tr.Exec(ctx, []string{n.wrapper, "run", "--dir", dir}, secrets)
+	if err != nil {
+		out.uncertain = fmt.Errorf("run: %w", err)
+		return out
+	}
+	var reply wrapper.RunReply
+	if res.ExitCode == 0 && json.Unmarshal(res.Stdout, &reply) == nil && reply.PID > 0 {
+		log.Info("launched", "pid", reply.PID)
+		out.reply = &reply
+		return out
+	}
+	var e wrapper.ErrorReply
+	if json.Unmarshal(res.Stdout, &e) == nil && e.Kind == "already_running" {
+		// An earlier launch of this attempt got through; the pull will see it.
+		out.uncertain = errors.New(e.Error)
+		return out
+	}
+	out.err = fmt.Errorf("wrapper run: %s", replyError(res, nil))
+	return out
+}
+
+// modeEnv expands the api_mode's env from the controller's environment.
+func (c *Controller) modeEnv(n nodes.Node) (map[string]string, error) {
+	env := map[string]string{}
+	mode, ok := c.cfg.APIModes[n.APIMode]
+	if !ok {
+		return env, nil
+	}
+	for k, v := range mode.Env {
+		val, err := nodes.ExpandEnv(v, c.opts.LookupEnv)
+		if err != nil {
+			return nil, fmt.Errorf("api_mode %s, %s: %w (export it in the controller's environment)", n.APIMode, k, err)
+		}
+		env[k] = val
+	}
+	return env, nil
+}

@@ -1,0 +1,56 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// LockFile is the name of the controller lock next to the database.
+const LockFile = "dispatch.lock"
+
+// ErrLocked means another controller holds the home's lock.
+var ErrLocked = errors.New("another controller is running on this home")
+
+// Lock is the exclusive OS file lock (flock) that makes one controller the
+// only writer of a home's database. The kernel drops it when the process
+// dies, so a killed controller never blocks the next start.
+type Lock struct {
+	f *os.File
+}
+
+// AcquireLock takes the home's controller lock without waiting. When another
+// process holds it, the error names that process.
+func AcquireLock(home string) (*Lock, error) {
+	path := filepath.Join(home, LockFile)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open controller lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(path)
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w (%s): %s", ErrLocked, path, strings.TrimSpace(string(holder)))
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	host, _ := os.Hostname()
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(fmt.Sprintf("pid %d on %s since %s\n", os.Getpid(), host, time.Now().Format(time.RFC3339))), 0)
+	return &Lock{f: f}, nil
+}
+
+// Release drops the lock.
+func (l *Lock) Release() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	err := l.f.Close()
+	l.f = nil
+	return err
+}

@@ -1,0 +1,336 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+// Results of a project.
+const (
+	ResultPassed  = "passed"
+	ResultFailed  = "failed"
+	ResultRunning = "running"
+)
+
+// Report is `dispatch report <project> --format json` (SPEC §9).
+type Report struct {
+	Project      string             `json:"project"`
+	Phase        string             `json:"phase"`
+	Result       string             `json:"result"`
+	Totals       Totals             `json:"totals"`
+	Tasks        []ReportTask       `json:"tasks"`
+	Conflicts    []Conflict         `json:"conflicts"`
+	Verification VerificationResult `json:"verification"`
+	Nodes        []ReportNode       `json:"nodes"`
+	GeneratedAt  string             `json:"generated_at"`
+}
+
+// Totals sums a project's tasks and attempts.
+type Totals struct {
+	Tasks       int     `json:"tasks"`
+	Completed   int     `json:"completed"`
+	Failed      int     `json:"failed"`
+	Attempts    int     `json:"attempts"`
+	TokensIn    int64   `json:"tokens_in"`
+	TokensOut   int64   `json:"tokens_out"`
+	CostUSD     float64 `json:"cost_usd"`
+	WallSeconds float64 `json:"wall_seconds"`
+}
+
+// ReportTask is a task with its attempts and collected outputs.
+type ReportTask struct {
+	TaskView
+	Attempts []AttemptView `json:"attempts"`
+	Outputs  []OutputView  `json:"outputs"`
+	LogTail  string        `json:"log_tail,omitempty"`
+}
+
+// AttemptView is one attempt of a task.
+type AttemptView struct {
+	Attempt     int     `json:"attempt"`
+	Node        string  `json:"node"`
+	Status      string  `json:"status"`
+	ExitCode    int     `json:"exit_code"`
+	Signal      string  `json:"signal"`
+	ErrorClass  string  `json:"error_class"`
+	Error       string  `json:"error"`
+	StartedAt   string  `json:"started_at"`
+	CompletedAt string  `json:"completed_at"`
+	TokensIn    int64   `json:"tokens_in"`
+	TokensOut   int64   `json:"tokens_out"`
+	CostUSD     float64 `json:"cost_usd"`
+}
+
+// OutputView is one collected output file.
+type OutputView struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// Conflict is two tasks writing the same path with different content.
+type Conflict struct {
+	Path  string   `json:"path"`
+	Tasks []string `json:"tasks"`
+}
+
+// VerificationResult summarises the verification rounds; Pass is null when
+// verification did not run.
+type VerificationResult struct {
+	Rounds int      `json:"rounds"`
+	Pass   *bool    `json:"pass"`
+	Issues []string `json:"issues"`
+}
+
+// ReportNode is one node's use in the project.
+type ReportNode struct {
+	Name     string  `json:"name"`
+	State    string  `json:"state"`
+	Attempts int     `json:"attempts"`
+	Busy     float64 `json:"busy_seconds"`
+}
+
+// BuildReport assembles a project's report from the database and the
+// collected logs under home.
+func BuildReport(ctx context.Context, st *store.Store, cfg *nodes.Config, home, project string, now time.Time) (*Report, error) {
+	sv, err := Status(ctx, st, cfg, project, now)
+	if err != nil {
+		return nil, err
+	}
+	p, err := st.Project(ctx, project)
+	if err != nil {
+		return nil, err
+	}
+	runs, err := st.Runs(ctx, project, "")
+	if err != nil {
+		return nil, err
+	}
+	files, err := st.Files(ctx, project, "")
+	if err != nil {
+		return nil, err
+	}
+	r := &Report{Project: project, Phase: sv.Phase, Result: p.Result, Tasks: []ReportTask{}, Conflicts: []Conflict{},
+		Verification: VerificationResult{Issues: []string{}}, Nodes: []ReportNode{}, GeneratedAt: jsonTime(now)}
+	if r.Result == "" {
+		r.Result = ResultRunning
+	}
+	attempts := map[string][]AttemptView{}
+	use := map[string]*ReportNode{}
+	for _, run := range runs {
+		attempts[run.Task] = append(attempts[run.Task], AttemptView{Attempt: run.Attempt, Node: run.Node, Status: run.Status,
+			ExitCode: run.ExitCode, Signal: run.Signal, ErrorClass: run.ErrorClass, Error: run.Error,
+			StartedAt: jsonTime(run.StartedAt), CompletedAt: jsonTime(run.CompletedAt),
+			TokensIn: run.TokensIn, TokensOut: run.TokensOut, CostUSD: run.CostUSD})
+		r.Totals.Attempts++
+		r.Totals.TokensIn += run.TokensIn
+		r.Totals.TokensOut += run.TokensOut
+		r.Totals.CostUSD += run.CostUSD
+		u := use[run.Node]
+		if u == nil {
+			u = &ReportNode{Name: run.Node}
+			use[run.Node] = u
+		}
+		u.Attempts++
+		if !run.StartedAt.IsZero() && run.CompletedAt.After(run.StartedAt) {
+			u.Busy += run.CompletedAt.Sub(run.StartedAt).Seconds()
+		}
+	}
+	outputs := map[string][]OutputView{}
+	for _, f := range files {
+		outputs[f.Task] = append(outputs[f.Task], OutputView{Path: f.Path, Size: f.Size, SHA256: f.SHA256})
+	}
+	for _, t := range sv.Tasks {
+		rt := ReportTask{TaskView: t, Attempts: attempts[t.ID], Outputs: outputs[t.ID]}
+		if rt.Attempts == nil {
+			rt.Attempts = []AttemptView{}
+		}
+		if rt.Outputs == nil {
+			rt.Outputs = []OutputView{}
+		}
+		if t.Status == store.Failed {
+			rt.LogTail = logTail(filepath.Join(RunsDir(home, project), t.ID, "task.log"), 20)
+		}
+		r.Tasks = append(r.Tasks, rt)
+	}
+	r.Totals.Tasks = len(sv.Tasks)
+	r.Totals.Completed = sv.Counts.Completed
+	r.Totals.Failed = sv.Counts.Failed
+	end := p.FinishedAt
+	if end.IsZero() {
+		end = now
+	}
+	if !p.StartedAt.IsZero() {
+		r.Totals.WallSeconds = end.Sub(p.StartedAt).Seconds()
+	}
+	for _, n := range sv.Nodes {
+		u := use[n.Name]
+		if u == nil {
+			u = &ReportNode{Name: n.Name}
+		}
+		u.State = n.State
+		r.Nodes = append(r.Nodes, *u)
+		delete(use, n.Name)
+	}
+	for _, u := range use { // nodes no longer in nodes.yaml
+		r.Nodes = append(r.Nodes, *u)
+	}
+	sort.Slice(r.Nodes, func(i, j int) bool { return r.Nodes[i].Name < r.Nodes[j].Name })
+	return r, nil
+}
+
+// logTail returns the last n lines of a collected log.
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	b = bytes.TrimRight(b, "\n")
+	lines := strings.Split(string(b), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Markdown renders the report for people: the outcome and what to do next
+// first, then the details.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# dispatch report: %s\n\n", r.Project)
+	outcome := map[string]string{ResultPassed: "PASSED", ResultFailed: "FAILED", ResultRunning: "RUNNING"}[r.Result]
+	fmt.Fprintf(&b, "**%s** — %d of %d tasks completed, %d failed, %d attempts, %s wall time.\n\n",
+		outcome, r.Totals.Completed, r.Totals.Tasks, r.Totals.Failed, r.Totals.Attempts, fmtSeconds(r.Totals.WallSeconds))
+	var failed, blocked []string
+	for _, t := range r.Tasks {
+		switch t.Status {
+		case store.Failed:
+			failed = append(failed, t.ID)
+		case store.Blocked:
+			blocked = append(blocked, t.ID)
+		}
+	}
+	switch {
+	case r.Result == ResultRunning:
+		fmt.Fprintf(&b, "Next: the batch is still running; follow it with `dispatch status %s`.\n\n", r.Project)
+	case len(failed) > 0:
+		fmt.Fprintf(&b, "Next: read the failures below, fix the specs or the cause, then `dispatch retry %s %s`.\n", r.Project, strings.Join(failed, " "))
+		if len(blocked) > 0 {
+			fmt.Fprintf(&b, "Blocked by them: %s (they run once their dependencies complete).\n", strings.Join(blocked, ", "))
+		}
+		b.WriteString("\n")
+	default:
+		fmt.Fprintf(&b, "Next: the outputs are in `runs/%s/<ID>/output/`.\n\n", r.Project)
+	}
+
+	b.WriteString("## Tasks\n\n| ID | Title | Status | Node | Attempts | Duration | Error |\n|---|---|---|---|---|---|---|\n")
+	for _, t := range r.Tasks {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %s | %s |\n", t.ID, mdCell(t.Title), t.Status, t.Node,
+			len(t.Attempts), fmtSeconds(t.DurationSeconds), mdCell(errText(t.TaskView)))
+	}
+	b.WriteString("\n")
+
+	var failures []ReportTask
+	for _, t := range r.Tasks {
+		if t.Status == store.Failed {
+			failures = append(failures, t)
+		}
+	}
+	if len(failures) > 0 {
+		b.WriteString("## Failures\n\n")
+		for _, t := range failures {
+			fmt.Fprintf(&b, "### %s — %s\n\n%s after %d attempt(s). Log: `runs/%s/%s/task.log`\n\n", t.ID, mdCell(t.Title),
+				errText(t.TaskView), len(t.Attempts), r.Project, t.ID)
+			if t.LogTail != "" {
+				fmt.Fprintf(&b, "```\n%s\n```\n\n", t.LogTail)
+			}
+		}
+	}
+	retried := false
+	for _, t := range r.Tasks {
+		if len(t.Attempts) > 1 {
+			if !retried {
+				b.WriteString("## Retries\n\n")
+				retried = true
+			}
+			var parts []string
+			for _, a := range t.Attempts {
+				s := fmt.Sprintf("#%d %s on %s", a.Attempt, a.Status, a.Node)
+				if a.ErrorClass != "" {
+					s += " (" + a.ErrorClass + ")"
+				}
+				parts = append(parts, s)
+			}
+			fmt.Fprintf(&b, "- %s: %s\n", t.ID, strings.Join(parts, ", "))
+		}
+	}
+	if retried {
+		b.WriteString("\n")
+	}
+	b.WriteString("## Conflicts\n\n")
+	if len(r.Conflicts) == 0 {
+		b.WriteString("None.\n\n")
+	}
+	for _, c := range r.Conflicts {
+		fmt.Fprintf(&b, "- `%s`: %s\n", c.Path, strings.Join(c.Tasks, ", "))
+	}
+	b.WriteString("## Verification\n\n")
+	if r.Verification.Pass == nil {
+		b.WriteString("Not run.\n\n")
+	} else {
+		fmt.Fprintf(&b, "%d round(s), pass: %v\n\n", r.Verification.Rounds, *r.Verification.Pass)
+		for _, is := range r.Verification.Issues {
+			fmt.Fprintf(&b, "- %s\n", is)
+		}
+	}
+	b.WriteString("## Nodes\n\n| Node | State | Attempts | Busy |\n|---|---|---|---|\n")
+	for _, n := range r.Nodes {
+		fmt.Fprintf(&b, "| %s | %s | %d | %s |\n", n.Name, n.State, n.Attempts, fmtSeconds(n.Busy))
+	}
+	fmt.Fprintf(&b, "\n## Tokens and cost\n\n%d tokens in, %d tokens out, $%.4f.\n", r.Totals.TokensIn, r.Totals.TokensOut, r.Totals.CostUSD)
+	return b.String()
+}
+
+func errText(t TaskView) string {
+	if t.ErrorClass == "" && t.Error == "" {
+		return ""
+	}
+	if t.Error == "" {
+		return t.ErrorClass
+	}
+	return t.ErrorClass + ": " + t.Error
+}
+
+func mdCell(s string) string {
+	s = strings.ReplaceAll(s, "|", "\\|")
+	return strings.ReplaceAll(s, "\n", " ")
+}
+
+func fmtSeconds(s float64) string {
+	if s <= 0 {
+		return "-"
+	}
+	return time.Duration(s * float64(time.Second)).Round(100 * time.Millisecond).String()
+}
+
+// WriteReport writes runs/<project>/report.md.
+func WriteReport(r *Report, home string) (string, error) {
+	dir := RunsDir(home, r.Project)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, "report.md")
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, []byte(r.Markdown()), 0o644); err != nil {
+		return "", err
+	}
+	return p, os.Rename(tmp, p)
+}

@@ -1,0 +1,193 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+// claim is a task assigned to a node in this tick, to be launched.
+type claim struct {
+	task    store.Task
+	node    *nodeRuntime
+	attempt int
+}
+
+// ProjectOptions are the per-project settings kept in the database with the
+// project, so that a restarted controller schedules it the same way.
+type ProjectOptions struct {
+	HaltFail int    `json:"halt_fail,omitempty"`
+	Setup    string `json:"setup,omitempty"`
+}
+
+func projectOptions(p store.Project) ProjectOptions {
+	var o ProjectOptions
+	_ = json.Unmarshal([]byte(p.Options), &o)
+	return o
+}
+
+// capacity is a node's room for new attempts in this tick.
+type capacity struct {
+	node    *nodeRuntime
+	running int
+	mem     int64
+}
+
+// eligible reports whether t may run on n, ignoring load; the reason is for
+// `validate` and for errors when no node at all fits.
+func eligible(cfg *nodes.Config, t *store.Task, n nodes.Node) (bool, string) {
+	if t.NodePin != "" && t.NodePin != n.Name {
+		return false, "pinned to " + t.NodePin
+	}
+	for _, tag := range t.Tags {
+		if !slices.Contains(n.Tags, tag) {
+			return false, "lacks tag " + tag
+		}
+	}
+	if tag, ok := cfg.Routes[t.Type]; ok && !slices.Contains(n.Tags, tag) {
+		return false, fmt.Sprintf("type %s is routed to tag %s", t.Type, tag)
+	}
+	return true, ""
+}
+
+// assign claims runnable tasks for nodes with free slots: by priority then
+// ID, least-loaded node first, each claim one atomic UPDATE ... RETURNING.
+func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls map[string]*pull) ([]claim, error) {
+	all, err := c.st.Projects(ctx)
+	if err != nil {
+		return nil, err
+	}
+	active := map[string]store.Project{}
+	for _, p := range projects {
+		active[p.Name] = p
+	}
+	caps := map[string]*capacity{}
+	for name, n := range c.nodes {
+		if p := pulls[name]; p != nil && p.err == nil {
+			caps[name] = &capacity{node: n, mem: p.status.Facts.MemAvailableBytes}
+		}
+	}
+	modeUse := map[string]int{}
+	var candidates []store.Task
+	halted := map[string]bool{}
+	for _, p := range all {
+		tasks, err := c.st.Tasks(ctx, p.Name)
+		if err != nil {
+			return nil, err
+		}
+		byID := make(map[string]*store.Task, len(tasks))
+		for i := range tasks {
+			byID[tasks[i].ID] = &tasks[i]
+		}
+		failed := 0
+		for i := range tasks {
+			t := &tasks[i]
+			switch t.Status {
+			case store.Claimed, store.Running:
+				if cp := caps[t.Node]; cp != nil {
+					cp.running++
+				}
+				if n, ok := c.cfg.Node(t.Node); ok && n.APIMode != "" {
+					modeUse[n.APIMode]++
+				}
+			case store.Failed:
+				failed++
+			}
+		}
+		if _, ok := active[p.Name]; !ok {
+			continue
+		}
+		if h := projectOptions(p).HaltFail; h > 0 && failed >= h {
+			halted[p.Name] = true
+			continue
+		}
+		now := c.now()
+		for i := range tasks {
+			t := &tasks[i]
+			if t.Status == store.Pending && !now.Before(t.NotBefore) && depsCompleted(t, byID) {
+				candidates = append(candidates, *t)
+			}
+		}
+	}
+	sort.SliceStable(candidates, func(i, j int) bool {
+		a, b := candidates[i], candidates[j]
+		if a.Priority != b.Priority {
+			return a.Priority < b.Priority
+		}
+		if a.ID != b.ID {
+			return a.ID < b.ID
+		}
+		return a.Project < b.Project
+	})
+
+	var picks []claim
+	for i := range candidates {
+		t := &candidates[i]
+		var best *capacity
+		for _, cp := range caps {
+			n := cp.node.cfg
+			if ok, _ := eligible(c.cfg, t, n); !ok || cp.running >= n.Slots {
+				continue
+			}
+			if n.MinFreeMem > 0 && cp.mem < n.MinFreeMem {
+				continue
+			}
+			if mode, ok := c.cfg.APIModes[n.APIMode]; ok && mode.MaxConcurrency > 0 && modeUse[n.APIMode] >= mode.MaxConcurrency {
+				continue
+			}
+			if best == nil || less(cp, best) {
+				best = cp
+			}
+		}
+		if best == nil {
+			continue
+		}
+		best.running++
+		if best.node.cfg.APIMode != "" {
+			modeUse[best.node.cfg.APIMode]++
+		}
+		picks = append(picks, claim{task: *t, node: best.node})
+	}
+	if len(picks) == 0 {
+		return nil, nil
+	}
+	var claims []claim
+	err = c.st.Update(ctx, func(tx *store.Tx) error {
+		claims = claims[:0]
+		for _, p := range picks {
+			attempt, err := tx.Claim(ctx, p.task.Project, p.task.ID, p.node.cfg.Name)
+			if errors.Is(err, store.ErrConflict) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			p.attempt = attempt
+			p.task.Attempt, p.task.Node, p.task.Status = attempt, p.node.cfg.Name, store.Claimed
+			claims = append(claims, p)
+		}
+		return nil
+	})
+	return claims, err
+}
+
+// less orders nodes for a new task: lowest load first, then most free slots,
+// then name, so that spreading is deterministic.
+func less(a, b *capacity) bool {
+	la := float64(a.running) / float64(a.node.cfg.Slots)
+	lb := float64(b.running) / float64(b.node.cfg.Slots)
+	if la != lb {
+		return la < lb
+	}
+	fa, fb := a.node.cfg.Slots-a.running, b.node.cfg.Slots-b.running
+	if fa != fb {
+		return fa > fb
+	}
+	return a.node.cfg.Name < b.node.cfg.Name
+}

@@ -1,0 +1,167 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/spec"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+// PlanRow is how one task will be scheduled: its tool and the nodes that may
+// take it.
+type PlanRow struct {
+	Task  *spec.Task
+	Tools map[string]string // node → tool
+	Nodes []string
+}
+
+// PlanError lists tasks that cannot run anywhere, or with a tool nobody
+// knows; it is a configuration error (exit 2).
+type PlanError struct {
+	Problems []string
+}
+
+func (e *PlanError) Error() string { return strings.Join(e.Problems, "\n") }
+
+// Plan checks that every task of p can run on at least one of the nodes
+// (pin, tags, routes) with a known tool, and says where each may go.
+func Plan(cfg *nodes.Config, p *spec.Project, only []string) ([]PlanRow, error) {
+	var rows []PlanRow
+	var problems []string
+	for _, t := range p.Tasks {
+		row := PlanRow{Task: t, Tools: map[string]string{}}
+		st := storeTask(p, t, cfg)
+		var reasons []string
+		if t.Node != "" {
+			if _, ok := cfg.Node(t.Node); !ok {
+				problems = append(problems, fmt.Sprintf("%s: node %q is not in %s\n  fix: use one of %s", t.File, t.Node, cfg.File, strings.Join(nodeNames(cfg), ", ")))
+				continue
+			}
+		}
+		for _, n := range cfg.Nodes {
+			if len(only) > 0 && !slices.Contains(only, n.Name) {
+				continue
+			}
+			if ok, why := eligible(cfg, &st, n); !ok {
+				reasons = append(reasons, n.Name+": "+why)
+				continue
+			}
+			tool := toolFor(t.Tool, n)
+			if _, _, err := toolCommand(cfg, tool, t.Model, false); err != nil {
+				reasons = append(reasons, n.Name+": "+err.Error())
+				continue
+			}
+			row.Nodes = append(row.Nodes, n.Name)
+			row.Tools[n.Name] = tool
+		}
+		if len(row.Nodes) == 0 {
+			problems = append(problems, fmt.Sprintf("%s: no node can run task %s (%s)\n  fix: adjust its tags/node/tool, or routes and node tags in %s",
+				t.File, t.ID, strings.Join(reasons, "; "), cfg.File))
+			continue
+		}
+		rows = append(rows, row)
+	}
+	if len(problems) > 0 {
+		return rows, &PlanError{Problems: problems}
+	}
+	return rows, nil
+}
+
+func nodeNames(cfg *nodes.Config) []string {
+	var out []string
+	for _, n := range cfg.Nodes {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+func storeTask(p *spec.Project, t *spec.Task, cfg *nodes.Config) store.Task {
+	maxRetries := cfg.Controller.MaxRetries
+	if t.MaxRetries != nil {
+		maxRetries = *t.MaxRetries
+	}
+	deps := t.DependsOn
+	if deps == nil {
+		deps = []string{}
+	}
+	return store.Task{Project: p.Name, ID: t.ID, Title: t.Title, Type: t.Type, Tool: t.Tool, Model: t.Model,
+		Priority: t.Priority, DependsOn: deps, Tags: t.Tags, NodePin: t.Node, Timeout: t.Timeout,
+		MaxRetries: maxRetries, SpecFile: t.File, SpecHash: t.Hash, Snapshot: t.Snapshot}
+}
+
+// SyncResult says what AddProject found.
+type SyncResult struct {
+	Added int
+	// Changed lists tasks whose spec file changed after they ran; they keep
+	// their snapshot until `dispatch retry`.
+	Changed []string
+	// Updated lists tasks that had not run yet and took the new spec.
+	Updated []string
+}
+
+// AddProject records a project and its tasks (new tasks are pending; tasks
+// that have not started take a changed spec; started tasks keep their
+// snapshot) and marks the project active.
+func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, p *spec.Project) (SyncResult, error) {
+	var res SyncResult
+	opts := ProjectOptions{HaltFail: p.Config.Halt.Fail, Setup: p.Config.Setup}
+	ob, _ := json.Marshal(opts)
+	existing, err := st.Tasks(ctx, p.Name)
+	if err != nil {
+		return res, err
+	}
+	have := map[string]store.Task{}
+	for _, t := range existing {
+		have[t.ID] = t
+	}
+	err = st.Update(ctx, func(tx *store.Tx) error {
+		res = SyncResult{}
+		if err := tx.EnsureProject(ctx, p.Name, string(ob)); err != nil {
+			return err
+		}
+		for _, t := range p.Tasks {
+			nt := storeTask(p, t, cfg)
+			old, ok := have[t.ID]
+			if !ok {
+				res.Added++
+				if err := tx.InsertTask(ctx, nt); err != nil {
+					return err
+				}
+				continue
+			}
+			if old.SpecHash == nt.SpecHash && bytes.Equal(old.Snapshot, nt.Snapshot) && sameSettings(old, nt) {
+				continue
+			}
+			if old.Status != store.Pending && old.Status != store.Blocked {
+				if old.SpecHash != nt.SpecHash {
+					res.Changed = append(res.Changed, t.ID)
+				}
+				continue
+			}
+			res.Updated = append(res.Updated, t.ID)
+			if err := tx.SetTask(ctx, p.Name, t.ID, store.Set{"title": nt.Title, "type": nt.Type, "tool": nt.Tool,
+				"model": nt.Model, "priority": nt.Priority, "depends_on": nt.DependsOn, "tags": nt.Tags,
+				"node_pin": nt.NodePin, "timeout_seconds": nt.Timeout, "max_retries": nt.MaxRetries,
+				"spec_file": nt.SpecFile, "spec_hash": nt.SpecHash, "snapshot": nt.Snapshot}); err != nil {
+				return err
+			}
+			if err := tx.Event(ctx, store.Event{Project: p.Name, Task: t.ID, Kind: "spec", Message: "spec changed before the task ran; using the new one"}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return res, err
+}
+
+func sameSettings(a, b store.Task) bool {
+	return a.Title == b.Title && a.Type == b.Type && a.Tool == b.Tool && a.Model == b.Model &&
+		a.Priority == b.Priority && slices.Equal(a.DependsOn, b.DependsOn) && slices.Equal(a.Tags, b.Tags) &&
+		a.NodePin == b.NodePin && a.Timeout == b.Timeout && a.MaxRetries == b.MaxRetries
+}

@@ -1,0 +1,153 @@
+package controller
+
+import (
+	"context"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+// Phases of a project.
+const (
+	PhaseImplementation = "implementation"
+	PhaseIntegration    = "integration"
+	PhaseVerification   = "verification"
+	PhaseFix            = "fix"
+	PhaseDone           = "done"
+)
+
+// StatusView is `dispatch status <project> --json` (SPEC §9).
+type StatusView struct {
+	Project string         `json:"project"`
+	Counts  Counts         `json:"counts"`
+	Phase   string         `json:"phase"`
+	Tasks   []TaskView     `json:"tasks"`
+	Nodes   []NodeView     `json:"nodes"`
+	Notes   []string       `json:"-"`
+	state   string         // project state, for the text view
+	result  string         // project result once finished
+	byID    map[string]int // index into Tasks
+}
+
+// Counts counts tasks by status. A lost attempt is requeued at once, so lost
+// tasks count as pending.
+type Counts struct {
+	Pending   int `json:"pending"`
+	Claimed   int `json:"claimed"`
+	Running   int `json:"running"`
+	Completed int `json:"completed"`
+	Failed    int `json:"failed"`
+	Blocked   int `json:"blocked"`
+	Canceled  int `json:"canceled"`
+}
+
+// Total is the number of tasks counted.
+func (c Counts) Total() int {
+	return c.Pending + c.Claimed + c.Running + c.Completed + c.Failed + c.Blocked + c.Canceled
+}
+
+func (c *Counts) add(status string) {
+	switch status {
+	case store.Pending, store.Lost:
+		c.Pending++
+	case store.Claimed:
+		c.Claimed++
+	case store.Running:
+		c.Running++
+	case store.Completed:
+		c.Completed++
+	case store.Failed:
+		c.Failed++
+	case store.Blocked:
+		c.Blocked++
+	case store.Canceled:
+		c.Canceled++
+	}
+}
+
+// TaskView is one task in status and report output.
+type TaskView struct {
+	ID              string  `json:"id"`
+	Title           string  `json:"title"`
+	Type            string  `json:"type"`
+	Status          string  `json:"status"`
+	Node            string  `json:"node"`
+	Attempt         int     `json:"attempt"`
+	ExitCode        int     `json:"exit_code"`
+	ErrorClass      string  `json:"error_class"`
+	Error           string  `json:"error"`
+	StartedAt       string  `json:"started_at"`
+	CompletedAt     string  `json:"completed_at"`
+	DurationSeconds float64 `json:"duration_seconds"`
+}
+
+// NodeView is one node in status output.
+type NodeView struct {
+	Name              string `json:"name"`
+	State             string `json:"state"`
+	Slots             int    `json:"slots"`
+	Running           int    `json:"running"`
+	MemAvailableBytes int64  `json:"mem_available_bytes"`
+	LastSeen          string `json:"last_seen"`
+	LastError         string `json:"-"`
+}
+
+func jsonTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// Status builds the status of one project from the database.
+func Status(ctx context.Context, st *store.Store, cfg *nodes.Config, project string, now time.Time) (*StatusView, error) {
+	p, err := st.Project(ctx, project)
+	if err != nil {
+		return nil, err
+	}
+	tasks, err := st.Tasks(ctx, project)
+	if err != nil {
+		return nil, err
+	}
+	v := &StatusView{Project: project, Phase: p.Phase, Tasks: []TaskView{}, Nodes: []NodeView{},
+		state: p.State, result: p.Result, byID: map[string]int{}}
+	running := map[string]int{}
+	for _, t := range tasks {
+		v.Counts.add(t.Status)
+		if t.Status == store.Running || t.Status == store.Claimed {
+			running[t.Node]++
+		}
+		tv := TaskView{ID: t.ID, Title: t.Title, Type: t.Type, Status: t.Status, Node: t.Node, Attempt: t.Attempt,
+			ExitCode: t.ExitCode, ErrorClass: t.ErrorClass, Error: t.Error,
+			StartedAt: jsonTime(t.StartedAt), CompletedAt: jsonTime(t.CompletedAt)}
+		switch {
+		case !t.StartedAt.IsZero() && !t.CompletedAt.IsZero() && t.CompletedAt.After(t.StartedAt):
+			tv.DurationSeconds = t.CompletedAt.Sub(t.StartedAt).Seconds()
+		case !t.StartedAt.IsZero() && t.Status == store.Running:
+			tv.DurationSeconds = max(now.Sub(t.StartedAt).Seconds(), 0)
+		}
+		v.byID[t.ID] = len(v.Tasks)
+		v.Tasks = append(v.Tasks, tv)
+	}
+	known, err := st.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	facts := map[string]store.Node{}
+	for _, n := range known {
+		facts[n.Name] = n
+	}
+	if cfg != nil {
+		for _, n := range cfg.Nodes {
+			f := facts[n.Name]
+			state := f.State
+			if state == "" {
+				state = "unknown"
+			}
+			v.Nodes = append(v.Nodes, NodeView{Name: n.Name, State: state, Slots: n.Slots, Running: running[n.Name],
+				MemAvailableBytes: f.MemAvailableBytes, LastSeen: jsonTime(f.LastSeen), LastError: f.LastError})
+		}
+	}
+	return v, nil
+}

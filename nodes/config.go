@@ -1,0 +1,1037 @@
+package nodes
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is a parsed and validated nodes.yaml.
+type Config struct {
+	File       string // the path it was read from, for messages
+	Controller Controller
+	Nodes      []Node             // in file order
+	APIModes   map[string]APIMode // never nil
+	Routes     map[string]string  // task type => node tag; never nil
+	Tools      map[string]Tool    // additions to and overrides of the built-in tools; never nil
+}
+
+// Controller holds the controller's timing and limits, with the defaults of
+// SPEC §4 for every key the file leaves out.
+type Controller struct {
+	PollInterval       time.Duration
+	HeartbeatTimeout   time.Duration
+	NodeOfflineTimeout time.Duration
+	RetryBackoff       time.Duration
+	RetryBackoffMax    time.Duration
+	SSHConnectTimeout  time.Duration
+	MaxRetries         int
+	MaxFixRounds       int
+	MaxParallelSSH     int
+}
+
+// Node is one machine that runs tasks.
+type Node struct {
+	Name string
+	// SSH is how to reach the node: an ssh command line, user@host[:port] or a
+	// ~/.ssh/config Host alias. Empty means the local machine.
+	SSH     string
+	Slots   int    // tasks run at once; at least 1
+	APIMode string // a key of Config.APIModes, or "" for none
+	// WorkDir is absolute or starts with "~/" (see ExpandHome); default ~/dispatch.
+	WorkDir string
+	Tool    string // default tool of tasks on this node; "" leaves it to the task
+	// MinFreeMem is the memory, in bytes, the node must have available before a
+	// task starts on it; 0 means no check.
+	MinFreeMem int64
+	Tags       []string
+	Dangerous  bool // tools may run with their dangerous flags here
+	// StrictHostKeyChecking is "yes" (the default: unknown host keys are refused)
+	// or "accept-new" (an unknown key is recorded on first connection).
+	StrictHostKeyChecking string
+	Line                  int // line of the node in the file
+}
+
+// IsLocal reports whether the node is the local machine (ssh null, absent or "").
+func (n Node) IsLocal() bool { return n.SSH == "" }
+
+// Node returns the node called name.
+func (c *Config) Node(name string) (Node, bool) {
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return Node{}, false
+}
+
+// APIMode is a named environment for the tools, typically an API endpoint and
+// its credentials.
+type APIMode struct {
+	// Env is added to the tool's environment. Values may hold ${VAR}, expanded
+	// from the controller's environment at launch time with ExpandEnv, so secrets
+	// stay out of the file.
+	Env map[string]string
+	// MaxConcurrency limits the tasks running with this mode across all nodes
+	// (an account-level limit); 0 means no limit.
+	MaxConcurrency int
+	Dangerous      bool // tools may run with their dangerous flags in this mode
+}
+
+// Tool is an agent command line defined in nodes.yaml.
+type Tool struct {
+	// Command is the argv; "{spec}" in an argument is replaced by the path of the
+	// task's spec.md on the node.
+	Command   []string
+	ModelFlag string // e.g. "--model"; "" when the tool takes no model
+}
+
+// ConfigError is one problem in nodes.yaml, with the line it is on and how to
+// fix it.
+type ConfigError struct {
+	File string
+	Line int // 0 when the problem is not on a line (e.g. the file is missing)
+	Msg  string
+	Fix  string
+	err  error
+}
+
+// Error formats the problem as "FILE:LINE: MSG" plus a "fix:" line.
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		if e.File != "" {
+			b.WriteString(":")
+		} else {
+			b.WriteString("line ")
+		}
+		b.WriteString(strconv.Itoa(e.Line))
+	}
+	if b.Len() > 0 {
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	if e.Fix != "" {
+		b.WriteString("\n  fix: ")
+		b.WriteString(e.Fix)
+	}
+	return b.String()
+}
+
+// Unwrap returns the underlying error, such as fs.ErrNotExist for a missing file.
+func (e *ConfigError) Unwrap() error { return e.err }
+
+// ConfigErrors is every problem found in one nodes.yaml, in line order. Load and
+// Parse return it, never an empty one.
+type ConfigErrors []*ConfigError
+
+// Error lists the problems, one per paragraph.
+func (es ConfigErrors) Error() string {
+	s := make([]string, len(es))
+	for i, e := range es {
+		s[i] = e.Error()
+	}
+	return strings.Join(s, "\n")
+}
+
+// Unwrap lets errors.As find each *ConfigError.
+func (es ConfigErrors) Unwrap() []error {
+	errs := make([]error, len(es))
+	for i, e := range es {
+		errs[i] = e
+	}
+	return errs
+}
+
+var defaultController = Controller{
+	PollInterval:       30 * time.Second,
+	HeartbeatTimeout:   2 * time.Minute,
+	NodeOfflineTimeout: 5 * time.Minute,
+	RetryBackoff:       30 * time.Second,
+	RetryBackoffMax:    5 * time.Minute,
+	SSHConnectTimeout:  10 * time.Second,
+	MaxRetries:         2,
+	MaxFixRounds:       2,
+	MaxParallelSSH:     16,
+}
+
+const (
+	defaultSlots   = 1
+	defaultWorkDir = "~/dispatch"
+)
+
+// routeTypes are the task types of SPEC §5, the keys routes may use.
+var routeTypes = []string{"implementation", "integration", "verification", "fix", "test_debug", "simple_fix"}
+
+// builtinTools are the tools of SPEC §5 that need no tools: entry.
+var builtinTools = []string{"claude", "codex", "gemini", "shell"}
+
+var (
+	nameRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+const (
+	nameFix     = "use letters, digits, '.', '_' and '-', starting with a letter or digit, without '..'"
+	durationFix = "write a Go duration with a unit, such as 30s, 2m or 1h30m"
+)
+
+// Load reads and validates the nodes.yaml at path. It only reads.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, ConfigErrors{{File: path, Msg: "the file does not exist",
+			Fix: "run `dispatch init` to create one, or pass --config with the path of your nodes.yaml", err: err}}
+	}
+	if err != nil {
+		return nil, ConfigErrors{{File: path, Msg: fmt.Sprintf("cannot read the file: %v", err),
+			Fix: "check that it is a readable file", err: err}}
+	}
+	return Parse(path, data)
+}
+
+// Parse validates the content of a nodes.yaml; file names it in errors. Every
+// problem found is reported, as ConfigErrors.
+func Parse(file string, data []byte) (*Config, error) {
+	p := &parser{file: file, at: map[string]*yaml.Node{}, allTags: map[string]bool{}}
+	cfg := p.parse(data)
+	if len(p.errs) > 0 {
+		sort.SliceStable(p.errs, func(i, j int) bool { return p.errs[i].Line < p.errs[j].Line })
+		return nil, p.errs
+	}
+	return cfg, nil
+}
+
+type parser struct {
+	file string
+	errs ConfigErrors
+	// at holds the value nodes that crossCheck reports on, by "section.name.key".
+	at map[string]*yaml.Node
+	// tags is every tag of every node, including nodes with errors, so that one
+	// bad node does not also make routes to its tags fail.
+	allTags map[string]bool
+}
+
+func (p *parser) errorAt(line int, fix, format string, args ...any) {
+	p.errs = append(p.errs, &ConfigError{File: p.file, Line: line, Msg: fmt.Sprintf(format, args...), Fix: fix})
+}
+
+func (p *parser) errorf(n *yaml.Node, fix, format string, args ...any) {
+	line := 0
+	if n != nil {
+		line = n.Line
+	}
+	p.errorAt(line, fix, format, args...)
+}
+
+var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+func (p *parser) parse(data []byte) *Config {
+	if !utf8.Valid(data) {
+		line := 1 + bytes.Count(data[:invalidUTF8(data)], []byte("\n"))
+		p.errorAt(line, "save the file as UTF-8", "the file is not valid UTF-8")
+		return nil
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil && err != io.EOF {
+		p.yamlError(err, data)
+		return nil
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		p.errorf(&extra, "keep one document: remove the second '---' and what follows, or merge it into the first",
+			"the file holds more than one YAML document")
+	} else if err != io.EOF {
+		p.yamlError(err, data)
+		return nil
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 || isNull(doc.Content[0]) {
+		p.errorAt(1, "describe at least one node under nodes: (`dispatch init` writes an example)", "the file is empty")
+		return nil
+	}
+	root := resolve(doc.Content[0])
+	f, ok := p.fields(root, "", "the top level", "controller", "nodes", "api_modes", "routes", "tools")
+	if !ok {
+		return nil
+	}
+	cfg := &Config{
+		File:       p.file,
+		Controller: p.controller(f["controller"].val),
+		APIModes:   p.apiModes(f["api_modes"].val),
+		Tools:      p.tools(f["tools"].val),
+	}
+	cfg.Nodes = p.nodes(root, f["nodes"])
+	cfg.Routes = p.routes(f["routes"].val)
+	p.crossCheck(cfg)
+	return cfg
+}
+
+func (p *parser) yamlError(err error, data []byte) {
+	msg, line := err.Error(), 0
+	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		msg = m[2]
+	} else {
+		msg = strings.TrimPrefix(msg, "yaml: ")
+	}
+	// yaml.v3 reports the line of the enclosing context, often the line above a
+	// tab; point at the tab itself.
+	if strings.Contains(msg, "tab") {
+		for i, l := range strings.Split(string(data), "\n") {
+			indent := l[:len(l)-len(strings.TrimLeft(l, " \t"))]
+			if i+1 >= line && strings.Contains(indent, "\t") {
+				line = i + 1
+				break
+			}
+		}
+	}
+	p.errorAt(line, "check the indentation (spaces, not tabs) and the quoting near this line",
+		"invalid YAML: %s", msg)
+}
+
+func invalidUTF8(data []byte) int {
+	for i := 0; i < len(data); {
+		r, size := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && size <= 1 {
+			return i
+		}
+		i += size
+	}
+	return len(data)
+}
+
+// pair is one key and its value in a mapping.
+type pair struct{ key, val *yaml.Node }
+
+// fields returns the pairs of mapping n by key, reporting keys not in known and
+// keys given twice. A null n is an empty mapping. where prefixes messages; what
+// names n when it is not a mapping.
+func (p *parser) fields(n *yaml.Node, where, what string, known ...string) (map[string]pair, bool) {
+	out := map[string]pair{}
+	if n == nil || isNull(n) {
+		return out, true
+	}
+	pairs, ok := p.mapping(n, what)
+	if !ok {
+		return out, false
+	}
+	for _, kv := range pairs {
+		k := kv.key.Value
+		if !contains(known, k) {
+			fix := "known keys here are: " + strings.Join(known, ", ")
+			if s := closest(k, known); s != "" {
+				fix = fmt.Sprintf("did you mean %q? %s", s, fix)
+			}
+			p.errorf(kv.key, fix, "%sunknown key %q", prefix(where), k)
+			continue
+		}
+		out[k] = kv
+	}
+	return out, true
+}
+
+// mapping returns the pairs of mapping n in order, with "<<" merge keys
+// expanded (keys written in n win), and reports duplicate and non-string keys.
+func (p *parser) mapping(n *yaml.Node, what string) ([]pair, bool) {
+	n = resolve(n)
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, "write "+what+" as key: value lines", "%s must be a mapping, not %s", what, describe(n))
+		return nil, false
+	}
+	var pairs, merged []pair
+	seen := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
+		if k.Tag == "!!merge" {
+			var srcs []*yaml.Node
+			if v.Kind == yaml.SequenceNode {
+				srcs = v.Content
+			} else {
+				srcs = []*yaml.Node{v}
+			}
+			for _, src := range srcs {
+				if sub, ok := p.mapping(src, "a merged value (<<)"); ok {
+					merged = append(merged, sub...)
+				}
+			}
+			continue
+		}
+		if k.Kind != yaml.ScalarNode {
+			p.errorf(k, "use plain words as keys", "a key must be a plain word, not %s", describe(k))
+			continue
+		}
+		if first, dup := seen[k.Value]; dup {
+			p.errorf(k, "remove one of them", "key %q appears twice in %s (first on line %d)", k.Value, what, first.Line)
+			continue
+		}
+		seen[k.Value] = k
+		pairs = append(pairs, pair{k, v})
+	}
+	for _, kv := range merged {
+		if _, dup := seen[kv.key.Value]; !dup {
+			seen[kv.key.Value] = kv.key
+			pairs = append(pairs, kv)
+		}
+	}
+	return pairs, true
+}
+
+func (p *parser) controller(n *yaml.Node) Controller {
+	c := defaultController
+	f, _ := p.fields(n, "controller", "controller",
+		"poll_interval", "heartbeat_timeout", "node_offline_timeout", "max_retries", "retry_backoff",
+		"retry_backoff_max", "max_fix_rounds", "ssh_connect_timeout", "max_parallel_ssh")
+	for _, d := range []struct {
+		key string
+		dst *time.Duration
+	}{
+		{"poll_interval", &c.PollInterval},
+		{"heartbeat_timeout", &c.HeartbeatTimeout},
+		{"node_offline_timeout", &c.NodeOfflineTimeout},
+		{"retry_backoff", &c.RetryBackoff},
+		{"retry_backoff_max", &c.RetryBackoffMax},
+		{"ssh_connect_timeout", &c.SSHConnectTimeout},
+	} {
+		if v := f[d.key].val; v != nil && !isNull(v) {
+			p.at["controller."+d.key] = v
+			if got, ok := p.duration(v, "controller", d.key); ok {
+				*d.dst = got
+			}
+		}
+	}
+	for _, i := range []struct {
+		key string
+		dst *int
+		min int
+	}{
+		{"max_retries", &c.MaxRetries, 0},
+		{"max_fix_rounds", &c.MaxFixRounds, 0},
+		{"max_parallel_ssh", &c.MaxParallelSSH, 1},
+	} {
+		if v := f[i.key].val; v != nil && !isNull(v) {
+			if got, ok := p.integer(v, "controller", i.key, i.min); ok {
+				*i.dst = got
+			}
+		}
+	}
+	return c
+}
+
+func (p *parser) nodes(root *yaml.Node, kv pair) []Node {
+	if kv.val == nil || isNull(kv.val) {
+		line := root.Line
+		if kv.key != nil {
+			line = kv.key.Line
+		}
+		p.errorAt(line, "list the machines that run tasks, e.g.\n    nodes:\n      - name: local\n        ssh: null",
+			"no nodes are defined")
+		return nil
+	}
+	seq := kv.val
+	if seq.Kind != yaml.SequenceNode {
+		p.errorf(seq, "write each node as a list item starting with `- name: ...`",
+			"nodes must be a list, not %s", describe(seq))
+		return nil
+	}
+	if len(seq.Content) == 0 {
+		p.errorf(kv.key, "add at least one node, e.g. `- {name: local, ssh: null}`", "nodes is empty")
+		return nil
+	}
+	var out []Node
+	seen := map[string]int{}
+	for _, item := range seq.Content {
+		item = resolve(item)
+		if item.Kind == yaml.ScalarNode && !isNull(item) {
+			p.errorf(item, fmt.Sprintf("write the node as a mapping: `- name: %s`", item.Value),
+				"a node must be a mapping of name, ssh, slots, ..., not %s", describe(item))
+			continue
+		}
+		n, ok := p.node(item)
+		if !ok {
+			continue
+		}
+		if first, dup := seen[n.Name]; dup {
+			p.errorf(item, "give every node its own name", "node name %q is used twice (first on line %d)", n.Name, first)
+			continue
+		}
+		seen[n.Name] = n.Line
+		out = append(out, n)
+	}
+	return out
+}
+
+func (p *parser) node(item *yaml.Node) (Node, bool) {
+	n := Node{Slots: defaultSlots, WorkDir: defaultWorkDir, StrictHostKeyChecking: "yes", Line: item.Line}
+	where := "node"
+	if name := peekName(item); name != "" {
+		where = fmt.Sprintf("node %q", name)
+	}
+	f, ok := p.fields(item, where, "a node",
+		"name", "ssh", "slots", "api_mode", "work_dir", "tool", "min_free_mem", "tags", "dangerous",
+		"strict_host_key_checking")
+	if !ok {
+		return n, false
+	}
+	switch kv := f["name"]; {
+	case kv.val == nil || isNull(kv.val):
+		p.errorf(item, "add `name: <name>` to the node", "a node has no name")
+		ok = false
+	default:
+		name, sok := p.str(kv.val, where, "name")
+		switch {
+		case !sok:
+			ok = false
+		case !validName(name):
+			p.errorf(kv.val, nameFix, "node name %q is not valid", name)
+			ok = false
+		default:
+			n.Name = name
+		}
+	}
+	if v := f["ssh"].val; v != nil && !isNull(v) {
+		if s, sok := p.str(v, where, "ssh"); sok {
+			n.SSH = strings.TrimSpace(s)
+			if fields := strings.Fields(n.SSH); len(fields) > 0 && fields[0] == "gcloud" {
+				p.errorf(v, "run `gcloud compute config-ssh` once, then use the Host alias it writes to ~/.ssh/config "+
+					"(e.g. ssh: INSTANCE.ZONE.PROJECT)",
+					"%s: ssh is a gcloud command, not an SSH command line", where)
+			}
+		}
+	}
+	if v := f["slots"].val; v != nil && !isNull(v) {
+		if s, iok := p.integer(v, where, "slots", 1); iok {
+			n.Slots = s
+		}
+	}
+	if v := f["api_mode"].val; v != nil && !isNull(v) {
+		n.APIMode, _ = p.str(v, where, "api_mode")
+		p.at["node."+n.Name+".api_mode"] = v
+	}
+	if v := f["work_dir"].val; v != nil && !isNull(v) {
+		if s, sok := p.str(v, where, "work_dir"); sok {
+			// Clean first: "~/.." would otherwise pass and clean to ".".
+			if c := path.Clean(s); c == "~" || strings.HasPrefix(c, "~/") || path.IsAbs(c) {
+				n.WorkDir = c
+			} else {
+				p.errorf(v, "write an absolute path or one starting with ~/, e.g. ~/dispatch",
+					"%s: work_dir %q must be absolute or start with ~/", where, s)
+			}
+		}
+	}
+	if v := f["tool"].val; v != nil && !isNull(v) {
+		n.Tool, _ = p.str(v, where, "tool")
+		p.at["node."+n.Name+".tool"] = v
+	}
+	if v := f["min_free_mem"].val; v != nil && !isNull(v) {
+		n.MinFreeMem, _ = p.size(v, where, "min_free_mem")
+	}
+	if v := f["tags"].val; v != nil && !isNull(v) {
+		n.Tags = p.tags(v, where)
+	}
+	if v := f["dangerous"].val; v != nil && !isNull(v) {
+		n.Dangerous, _ = p.boolean(v, where, "dangerous")
+	}
+	if v := f["strict_host_key_checking"].val; v != nil && !isNull(v) {
+		if s, sok := p.str(v, where, "strict_host_key_checking"); sok {
+			if s == "yes" || s == "accept-new" {
+				n.StrictHostKeyChecking = s
+			} else {
+				p.errorf(v, "use yes (unknown hosts are refused; trust one with `dispatch nodes trust NODE`) "+
+					"or accept-new (record an unknown host's key on first connection)",
+					"%s: strict_host_key_checking must be yes or accept-new, not %q", where, s)
+			}
+		}
+	}
+	return n, ok
+}
+
+func (p *parser) tags(v *yaml.Node, where string) []string {
+	if v.Kind != yaml.SequenceNode {
+		fix := "write tags as a list, e.g. tags: [glm]"
+		if v.Kind == yaml.ScalarNode {
+			fix = fmt.Sprintf("write tags as a list: tags: [%s]", v.Value)
+		}
+		p.errorf(v, fix, "%s: tags must be a list, not %s", where, describe(v))
+		return nil
+	}
+	var tags []string
+	for _, t := range v.Content {
+		t = resolve(t)
+		s, ok := p.str(t, where, "tag")
+		if !ok {
+			continue
+		}
+		if !validName(s) {
+			p.errorf(t, nameFix, "%s: tag %q is not valid", where, s)
+			continue
+		}
+		tags = append(tags, s)
+		p.allTags[s] = true
+	}
+	return tags
+}
+
+func (p *parser) apiModes(n *yaml.Node) map[string]APIMode {
+	out := map[string]APIMode{}
+	if n == nil || isNull(n) {
+		return out
+	}
+	pairs, ok := p.mapping(n, "api_modes")
+	if !ok {
+		return out
+	}
+	for _, kv := range pairs {
+		name := kv.key.Value
+		if !validName(name) {
+			p.errorf(kv.key, nameFix, "api_mode name %q is not valid", name)
+		}
+		where := fmt.Sprintf("api_mode %q", name)
+		m := APIMode{Env: map[string]string{}}
+		f, _ := p.fields(kv.val, where, where, "env", "max_concurrency", "dangerous")
+		if v := f["env"].val; v != nil && !isNull(v) {
+			m.Env = p.env(v, where)
+		}
+		if v := f["max_concurrency"].val; v != nil && !isNull(v) {
+			m.MaxConcurrency, _ = p.integer(v, where, "max_concurrency", 0)
+		}
+		if v := f["dangerous"].val; v != nil && !isNull(v) {
+			m.Dangerous, _ = p.boolean(v, where, "dangerous")
+		}
+		out[name] = m
+	}
+	return out
+}
+
+func (p *parser) env(n *yaml.Node, where string) map[string]string {
+	out := map[string]string{}
+	pairs, ok := p.mapping(n, where+" env")
+	if !ok {
+		return out
+	}
+	for _, kv := range pairs {
+		name := kv.key.Value
+		switch {
+		case !envNameRE.MatchString(name):
+			p.errorf(kv.key, "use letters, digits and '_', not starting with a digit",
+				"%s: %q is not a valid environment variable name", where, name)
+			continue
+		case strings.HasPrefix(name, "DISPATCH_"):
+			p.errorf(kv.key, "rename it: DISPATCH_* variables are set by dispatch for every task",
+				"%s: env %s would be overwritten by dispatch", where, name)
+			continue
+		}
+		v := kv.val
+		if isNull(v) {
+			p.errorf(v, `write "" for an empty value, or ${VAR} to take it from the controller's environment`,
+				"%s: env %s has no value", where, name)
+			continue
+		}
+		if v.Kind != yaml.ScalarNode {
+			p.errorf(v, `write the value as one string, e.g. "3000000"`,
+				"%s: env %s must be a string, not %s", where, name, describe(v))
+			continue
+		}
+		if _, err := ExpandEnv(v.Value, func(string) (string, bool) { return "", true }); err != nil {
+			p.errorf(v, "write ${NAME} to use a variable of the controller's environment and $$ for a literal $",
+				"%s: env %s: %v", where, name, err)
+			continue
+		}
+		out[name] = v.Value
+	}
+	return out
+}
+
+func (p *parser) routes(n *yaml.Node) map[string]string {
+	out := map[string]string{}
+	if n == nil || isNull(n) {
+		return out
+	}
+	pairs, ok := p.mapping(n, "routes")
+	if !ok {
+		return out
+	}
+	for _, kv := range pairs {
+		typ := kv.key.Value
+		if !contains(routeTypes, typ) {
+			fix := "route one of the task types: " + strings.Join(routeTypes, ", ")
+			if s := closest(typ, routeTypes); s != "" {
+				fix = fmt.Sprintf("did you mean %q? %s", s, fix)
+			}
+			p.errorf(kv.key, fix, "routes: %q is not a task type", typ)
+			continue
+		}
+		if tag, ok := p.str(kv.val, "routes", typ); ok {
+			out[typ] = tag
+			p.at["routes."+typ] = kv.val
+		}
+	}
+	return out
+}
+
+func (p *parser) tools(n *yaml.Node) map[string]Tool {
+	out := map[string]Tool{}
+	if n == nil || isNull(n) {
+		return out
+	}
+	pairs, ok := p.mapping(n, "tools")
+	if !ok {
+		return out
+	}
+	for _, kv := range pairs {
+		name := kv.key.Value
+		if !validName(name) {
+			p.errorf(kv.key, nameFix, "tool name %q is not valid", name)
+		}
+		where := fmt.Sprintf("tool %q", name)
+		f, ok := p.fields(kv.val, where, where, "command", "model_flag")
+		if !ok {
+			out[name] = Tool{}
+			continue
+		}
+		var t Tool
+		const cmdFix = `give the command as a list of arguments, e.g. command: [my-agent, --prompt-file, "{spec}"]`
+		switch v := f["command"].val; {
+		case v == nil || isNull(v):
+			line := kv.key
+			if f["command"].key != nil {
+				line = f["command"].key
+			}
+			p.errorf(line, cmdFix, "%s has no command", where)
+		case v.Kind != yaml.SequenceNode:
+			p.errorf(v, cmdFix, "%s: command must be a list, not %s", where, describe(v))
+		case len(v.Content) == 0:
+			p.errorf(v, cmdFix, "%s: command is empty", where)
+		default:
+			for i, a := range v.Content {
+				a = resolve(a)
+				s, sok := p.str(a, where, "command argument")
+				if !sok {
+					continue
+				}
+				if i == 0 && strings.TrimSpace(s) == "" {
+					p.errorf(a, cmdFix, "%s: the program (first item of command) is empty", where)
+				}
+				t.Command = append(t.Command, s)
+			}
+		}
+		if v := f["model_flag"].val; v != nil && !isNull(v) {
+			t.ModelFlag, _ = p.str(v, where, "model_flag")
+		}
+		out[name] = t // even when invalid, so nodes naming it get no second error
+	}
+	return out
+}
+
+// crossCheck validates references between sections, once every section is read.
+func (p *parser) crossCheck(cfg *Config) {
+	c := cfg.Controller
+	if c.RetryBackoffMax < c.RetryBackoff {
+		at := p.at["controller.retry_backoff_max"]
+		if at == nil {
+			at = p.at["controller.retry_backoff"]
+		}
+		p.errorf(at, fmt.Sprintf("make retry_backoff_max at least retry_backoff (%s)", c.RetryBackoff),
+			"controller: retry_backoff_max (%s) is less than retry_backoff (%s)", c.RetryBackoffMax, c.RetryBackoff)
+	}
+
+	modes := sortedKeys(cfg.APIModes)
+	tools := append(append([]string(nil), builtinTools...), sortedKeys(cfg.Tools)...)
+	for _, n := range cfg.Nodes {
+		if n.APIMode != "" {
+			if _, ok := cfg.APIModes[n.APIMode]; !ok {
+				fix := fmt.Sprintf("define it under api_modes: (e.g. `%s: {}`) or remove api_mode from the node", n.APIMode)
+				if len(modes) > 0 {
+					fix = fmt.Sprintf("use one of the defined modes (%s) or define %q under api_modes:", strings.Join(modes, ", "), n.APIMode)
+				}
+				p.errorf(p.at["node."+n.Name+".api_mode"], fix, "node %q: api_mode %q is not defined", n.Name, n.APIMode)
+			}
+		}
+		if n.Tool != "" && !contains(tools, n.Tool) {
+			p.errorf(p.at["node."+n.Name+".tool"],
+				fmt.Sprintf("use one of %s, or define %q under tools:", strings.Join(tools, ", "), n.Tool),
+				"node %q: tool %q is not defined", n.Name, n.Tool)
+		}
+	}
+	for _, typ := range sortedKeys(cfg.Routes) {
+		tag := cfg.Routes[typ]
+		if p.allTags[tag] {
+			continue
+		}
+		fix := fmt.Sprintf("add %q to the tags of the nodes that should run %s tasks", tag, typ)
+		if len(p.allTags) > 0 {
+			fix += fmt.Sprintf(", or route to a tag in use (%s)", strings.Join(sortedKeys(p.allTags), ", "))
+		}
+		p.errorf(p.at["routes."+typ], fix, "routes: %s goes to tag %q, which no node has", typ, tag)
+	}
+}
+
+func (p *parser) str(v *yaml.Node, where, key string) (string, bool) {
+	v = resolve(v)
+	if v.Kind != yaml.ScalarNode || isNull(v) {
+		p.errorf(v, fmt.Sprintf("write %s as a single value", key), "%s%s must be a string, not %s", prefix(where), key, describe(v))
+		return "", false
+	}
+	return v.Value, true
+}
+
+func (p *parser) integer(v *yaml.Node, where, key string, min int) (int, bool) {
+	v = resolve(v)
+	var i int
+	if v.Kind != yaml.ScalarNode || v.Tag != "!!int" || v.Decode(&i) != nil {
+		p.errorf(v, fmt.Sprintf("write a whole number, e.g. %s: %d", key, max(min, 2)),
+			"%s%s must be a whole number, not %s", prefix(where), key, describe(v))
+		return 0, false
+	}
+	if i < min {
+		p.errorf(v, fmt.Sprintf("set %s to %d or more", key, min), "%s%s must be at least %d, not %d", prefix(where), key, min, i)
+		return 0, false
+	}
+	return i, true
+}
+
+func (p *parser) boolean(v *yaml.Node, where, key string) (bool, bool) {
+	v = resolve(v)
+	var b bool
+	// Decode, not the tag: yaml.v3 also takes YAML 1.1's yes/no/on/off for a bool.
+	if v.Kind != yaml.ScalarNode || isNull(v) || v.Decode(&b) != nil {
+		p.errorf(v, fmt.Sprintf("write %s: true or %s: false", key, key), "%s%s must be true or false, not %s", prefix(where), key, describe(v))
+		return false, false
+	}
+	return b, true
+}
+
+func (p *parser) duration(v *yaml.Node, where, key string) (time.Duration, bool) {
+	v = resolve(v)
+	if v.Kind != yaml.ScalarNode || v.Tag != "!!str" {
+		fix := durationFix
+		if v.Tag == "!!int" {
+			fix = fmt.Sprintf("add a unit, e.g. %s: %ss", key, v.Value)
+		}
+		p.errorf(v, fix, "%s%s must be a duration, not %s", prefix(where), key, describe(v))
+		return 0, false
+	}
+	d, err := time.ParseDuration(v.Value)
+	if err != nil {
+		p.errorf(v, durationFix, "%s%s: %q is not a duration", prefix(where), key, v.Value)
+		return 0, false
+	}
+	if d <= 0 {
+		p.errorf(v, durationFix, "%s%s must be positive, not %s", prefix(where), key, v.Value)
+		return 0, false
+	}
+	return d, true
+}
+
+func (p *parser) size(v *yaml.Node, where, key string) (int64, bool) {
+	v = resolve(v)
+	const fix = "write bytes or a size with a unit, e.g. 512MiB, 2GiB or 1.5GB (KB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB of 1024)"
+	if v.Kind != yaml.ScalarNode || (v.Tag != "!!str" && v.Tag != "!!int" && v.Tag != "!!float") {
+		p.errorf(v, fix, "%s%s must be a size, not %s", prefix(where), key, describe(v))
+		return 0, false
+	}
+	n, err := parseSize(v.Value)
+	if err != nil {
+		p.errorf(v, fix, "%s%s: %v", prefix(where), key, err)
+		return 0, false
+	}
+	return n, true
+}
+
+var sizeUnits = map[string]float64{
+	"": 1, "b": 1,
+	"k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
+	"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+}
+
+var sizeRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)$`)
+
+// parseSize reads a byte count: plain bytes, or a number with a unit where
+// K/M/G/T and KB/MB/GB/TB are powers of 1000 and KiB/MiB/GiB/TiB powers of 1024.
+// Units are case-insensitive; fractions of a byte are dropped.
+func parseSize(s string) (int64, error) {
+	m := sizeRE.FindStringSubmatch(strings.TrimSpace(s))
+	if m == nil {
+		return 0, fmt.Errorf("%q is not a size", s)
+	}
+	mult, ok := sizeUnits[strings.ToLower(m[2])]
+	if !ok {
+		return 0, fmt.Errorf("%q has an unknown unit %q", s, m[2])
+	}
+	if !strings.Contains(m[1], ".") {
+		n, err := strconv.ParseInt(m[1], 10, 64)
+		if err == nil && (mult == 1 || n <= math.MaxInt64/int64(mult)) {
+			return n * int64(mult), nil
+		}
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	f, err := strconv.ParseFloat(m[1], 64)
+	if err != nil || f*mult >= math.MaxInt64 {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return int64(f * mult), nil
+}
+
+// ExpandEnv replaces every ${NAME} in s with lookup(NAME); "$$" stands for a
+// literal "$". Any other "$" is a syntax error, so that a value meant as a
+// variable is never passed on verbatim. Every variable lookup reports missing is
+// named in the error. A variable that is set but empty expands to "": wrap
+// lookup to refuse those too.
+func ExpandEnv(s string, lookup func(string) (string, bool)) (string, error) {
+	var b strings.Builder
+	var missing []string
+	for i := 0; i < len(s); {
+		j := strings.IndexByte(s[i:], '$')
+		if j < 0 {
+			b.WriteString(s[i:])
+			break
+		}
+		b.WriteString(s[i : i+j])
+		i += j
+		rest := s[i+1:]
+		switch {
+		case strings.HasPrefix(rest, "$"):
+			b.WriteByte('$')
+			i += 2
+		case strings.HasPrefix(rest, "{"):
+			end := strings.IndexByte(rest, '}')
+			if end < 0 {
+				return "", fmt.Errorf("${ at offset %d is not closed by }", i)
+			}
+			name := rest[1:end]
+			if !envNameRE.MatchString(name) {
+				return "", fmt.Errorf("${%s} at offset %d is not a valid variable reference", name, i)
+			}
+			if v, ok := lookup(name); ok {
+				b.WriteString(v)
+			} else if !contains(missing, name) {
+				missing = append(missing, name)
+			}
+			i += 1 + end + 1
+		default:
+			return "", fmt.Errorf("$ at offset %d must start ${NAME} or be doubled as $$", i)
+		}
+	}
+	switch len(missing) {
+	case 0:
+		return b.String(), nil
+	case 1:
+		return "", fmt.Errorf("environment variable %s is not set", missing[0])
+	default:
+		return "", fmt.Errorf("environment variables %s are not set", strings.Join(missing, ", "))
+	}
+}
+
+// peekName returns the name of node item for messages, before it is validated.
+func peekName(item *yaml.Node) string {
+	if item.Kind != yaml.MappingNode {
+		return ""
+	}
+	for i := 0; i+1 < len(item.Content); i += 2 {
+		if k, v := resolve(item.Content[i]), resolve(item.Content[i+1]); k.Value == "name" && v.Kind == yaml.ScalarNode && !isNull(v) {
+			return v.Value
+		}
+	}
+	return ""
+}
+
+func validName(s string) bool { return nameRE.MatchString(s) && !strings.Contains(s, "..") }
+
+func resolve(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool {
+	n = resolve(n)
+	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
+}
+
+// describe names a value in messages: a list, a mapping, or the scalar quoted.
+func describe(n *yaml.Node) string {
+	n = resolve(n)
+	switch {
+	case n == nil:
+		return "nothing"
+	case n.Kind == yaml.SequenceNode:
+		return "a list"
+	case n.Kind == yaml.MappingNode:
+		return "a mapping"
+	case isNull(n):
+		return "empty"
+	default:
+		return strconv.Quote(n.Value)
+	}
+}
+
+func prefix(where string) string {
+	if where == "" {
+		return ""
+	}
+	return where + ": "
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// closest returns the candidate within edit distance 2 of s, for "did you mean".
+func closest(s string, candidates []string) string {
+	best, bestD := "", 3
+	for _, c := range candidates {
+		if d := editDistance(s, c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,288 @@
+//go:build unix
+
+package nodes
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"time"
+)
+
+// execWaitDelay bounds how long Exec waits for the command's output pipes to close
+// after the command itself has exited (or been killed): a child that inherited
+// the pipes must not keep Exec blocked.
+const execWaitDelay = 2 * time.Second
+
+// Local is the Transport of the machine the controller runs on (a node with
+// `ssh: null`). It needs no connection; Close does nothing.
+type Local struct{}
+
+var _ Transport = (*Local)(nil)
+
+// NewLocal returns the transport of the local machine.
+func NewLocal() *Local { return &Local{} }
+
+// Home returns $HOME (os.UserHomeDir), which must be absolute.
+func (l *Local) Home(ctx context.Context) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("home directory: %w", err)
+	}
+	if !filepath.IsAbs(home) {
+		return "", fmt.Errorf("home directory %q is not absolute", home)
+	}
+	return filepath.Clean(home), nil
+}
+
+// Exec runs argv with os/exec, without a shell. The command runs in its own
+// process group, so a terminal's Ctrl-C reaches the controller (which then
+// cancels ctx) rather than the command, and cancelling ctx kills the whole group.
+func (l *Local) Exec(ctx context.Context, argv []string, stdin []byte) (Result, error) {
+	if len(argv) == 0 || argv[0] == "" {
+		return Result{}, errors.New("exec: empty command")
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, fmt.Errorf("exec %s: %w", argv[0], err)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	cmd.Stdout = &stdout
+	cmd.Stderr = &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		// The group id is the pid (Setpgid); kill the group, then the leader in
+		// case the group is already gone.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		return cmd.Process.Kill()
+	}
+	cmd.WaitDelay = execWaitDelay
+
+	err := cmd.Run()
+	res := Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
+	if err != nil && ctx.Err() != nil {
+		return res, fmt.Errorf("exec %s: %w", argv[0], ctx.Err())
+	}
+	if cmd.ProcessState == nil {
+		// A command that cannot be started is reported the way a remote
+		// shell reports it (127 not found, 126 not executable), so callers
+		// see the same result from every transport.
+		switch {
+		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, exec.ErrNotFound):
+			res.ExitCode, res.Stderr = 127, []byte(err.Error()+"\n")
+			return res, nil
+		case errors.Is(err, fs.ErrPermission):
+			res.ExitCode, res.Stderr = 126, []byte(err.Error()+"\n")
+			return res, nil
+		}
+		return res, fmt.Errorf("exec %s: %w", argv[0], err)
+	}
+	// ErrWaitDelay (a child kept the pipes open after the command exited) and
+	// ExitError both mean the command ran; its status is in ProcessState.
+	var exitErr *exec.ExitError
+	if err != nil && !errors.Is(err, exec.ErrWaitDelay) && !errors.As(err, &exitErr) {
+		return res, fmt.Errorf("exec %s: %w", argv[0], err)
+	}
+	res.ExitCode = exitCode(cmd.ProcessState)
+	return res, nil
+}
+
+// exitCode follows the shell convention, 128+N for death by signal N, so that a
+// local command and one run by a remote shell report the same code.
+func exitCode(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// Put writes r to a temporary file next to p, syncs it, sets mode and renames it
+// over p.
+func (l *Local) Put(ctx context.Context, p string, r io.Reader, mode fs.FileMode) (err error) {
+	if err := checkPath(p); err != nil {
+		return fmt.Errorf("put: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("put %s: %w", p, err)
+		}
+	}()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	p = path.Clean(p)
+	dir, base := path.Split(p)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err := io.Copy(f, ctxReader{ctx, r}); err != nil {
+		return err
+	}
+	// Chmod rather than CreateTemp's mode: the umask must not change what the
+	// controller asked for (e.g. 0444 for spec.md, 0755 for the wrapper).
+	if err := f.Chmod(mode.Perm()); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, p)
+}
+
+// Get copies the file at p to w.
+func (l *Local) Get(ctx context.Context, p string, w io.Writer) error {
+	if err := checkPath(p); err != nil {
+		return fmt.Errorf("get: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("get %s: %w", p, err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return fmt.Errorf("get: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("get: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("get %s: not a regular file", p)
+	}
+	if _, err := io.Copy(w, ctxReader{ctx, f}); err != nil {
+		return fmt.Errorf("get %s: %w", p, err)
+	}
+	return nil
+}
+
+// Walk lists dir with os.ReadDir, which does not follow symbolic links below dir.
+func (l *Local) Walk(ctx context.Context, dir string) ([]FileInfo, error) {
+	if err := checkPath(dir); err != nil {
+		return nil, fmt.Errorf("walk: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("walk: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("walk %s: not a directory", dir)
+	}
+	var files []FileInfo
+	var walk func(rel string) error
+	walk = func(rel string) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		entries, err := os.ReadDir(filepath.Join(dir, filepath.FromSlash(rel)))
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			name := path.Join(rel, e.Name())
+			switch {
+			case e.IsDir():
+				if err := walk(name); err != nil {
+					return err
+				}
+			case e.Type().IsRegular() || e.Type()&fs.ModeSymlink != 0:
+				info, err := e.Info()
+				if errors.Is(err, fs.ErrNotExist) {
+					continue // removed while we listed it
+				}
+				if err != nil {
+					return err
+				}
+				files = append(files, FileInfo{Path: name, Size: info.Size(), Mode: info.Mode()})
+			}
+		}
+		return nil
+	}
+	if err := walk(""); err != nil {
+		return nil, fmt.Errorf("walk %s: %w", dir, err)
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
+	return files, nil
+}
+
+// Remove deletes p with os.RemoveAll. If that fails, it makes every directory in
+// the tree writable and tries once more: tools leave read-only trees behind (Go's
+// module cache is one) that the operator still expects cleanup to remove.
+func (l *Local) Remove(ctx context.Context, p string) error {
+	if err := checkPath(p); err != nil {
+		return fmt.Errorf("remove: %w", err)
+	}
+	if path.Clean(p) == "/" {
+		return errors.New("remove: refusing to remove /")
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("remove %s: %w", p, err)
+	}
+	err := os.RemoveAll(p)
+	if err == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(p, func(q string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			if info, ierr := d.Info(); ierr == nil && info.Mode().Perm()&0o700 != 0o700 {
+				_ = os.Chmod(q, info.Mode().Perm()|0o700)
+			}
+		}
+		return nil
+	})
+	if err := os.RemoveAll(p); err != nil {
+		return fmt.Errorf("remove: %w", err)
+	}
+	return nil
+}
+
+// Close does nothing: the local transport holds no connection.
+func (l *Local) Close() error { return nil }
+
+func checkPath(p string) error {
+	if !path.IsAbs(p) {
+		return fmt.Errorf("%q is not an absolute path", p)
+	}
+	return nil
+}
+
+// ctxReader stops a copy when ctx ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}

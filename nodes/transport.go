@@ -1,0 +1,100 @@
+package nodes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"strings"
+)
+
+// Transport is how the controller reaches one node: the local machine or an SSH
+// host. Paths are absolute, '/'-separated paths on the node; a relative path is an
+// error (expand "~" first with ExpandHome). A Transport is safe for concurrent use
+// by multiple goroutines.
+type Transport interface {
+	// Home returns the absolute home directory of the user the node runs tasks as.
+	// "~/x" in a work_dir means Home()+"/x".
+	Home(ctx context.Context) (string, error)
+
+	// Exec runs argv[0] with the arguments argv[1:] passed verbatim: no shell sees
+	// them on the local node, and over SSH every argument is quoted for the remote
+	// POSIX shell. stdin is fed to the command (nil means empty input). Stdout and
+	// Stderr are captured whole. A non-zero exit is not an error: it is reported in
+	// Result.ExitCode (128+N when the command died of signal N; 127 when the
+	// command does not exist, 126 when it is not executable). err is for failing
+	// to reach the node or start anything there, or for ctx ending first, in which case the command
+	// is killed and err wraps ctx.Err(). Exec returns once the command has exited,
+	// even if it left a child running: at once when the child's stdio is
+	// redirected, after a short delay (output after it is lost) when the child
+	// still holds the command's stdout or stderr.
+	Exec(ctx context.Context, argv []string, stdin []byte) (Result, error)
+
+	// Put writes the content of r to path with permissions mode, creating missing
+	// parent directories. The write is atomic: content goes to a temporary name in
+	// the same directory, which is renamed over path only once complete, so readers
+	// see the old file or the new one and a failed Put leaves neither a partial file
+	// nor the temporary behind. Put replaces a read-only file.
+	Put(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error
+
+	// Get copies the content of the file at path to w. A missing file is an error
+	// wrapping fs.ErrNotExist.
+	Get(ctx context.Context, path string, w io.Writer) error
+
+	// Walk lists the regular files and symbolic links under dir, recursively, sorted
+	// by Path. Paths are '/'-separated and relative to dir. Symbolic links are
+	// reported with Mode&fs.ModeSymlink set and are not followed; directories and
+	// other special files are not reported. A missing dir is an error wrapping
+	// fs.ErrNotExist.
+	Walk(ctx context.Context, dir string) ([]FileInfo, error)
+
+	// Remove removes the file or the whole directory tree at path, including
+	// read-only directories inside it. A missing path is not an error. Removing "/"
+	// is refused.
+	Remove(ctx context.Context, path string) error
+
+	// Close releases the connection, if any. Calling it more than once is allowed
+	// and returns nil after the first call. No other method may be called after it.
+	Close() error
+}
+
+// Result is the outcome of a command run by Transport.Exec.
+type Result struct {
+	Stdout   []byte
+	Stderr   []byte
+	ExitCode int
+}
+
+// FileInfo describes one entry reported by Transport.Walk.
+type FileInfo struct {
+	Path string // relative to the walked directory, '/'-separated
+	Size int64
+	Mode fs.FileMode
+}
+
+// ErrUnreachable is wrapped by transport errors that mean the node could not be
+// reached at all (refused, timed out, connection lost), as opposed to a command
+// or file operation failing on a reachable node.
+var ErrUnreachable = errors.New("node unreachable")
+
+// ExpandHome turns "~" and "~/..." into absolute paths on the node using t.Home.
+// Absolute paths are returned cleaned. "~user" forms and relative paths are
+// errors, since no transport method accepts them.
+func ExpandHome(ctx context.Context, t Transport, p string) (string, error) {
+	switch {
+	case p == "~" || strings.HasPrefix(p, "~/"):
+		home, err := t.Home(ctx)
+		if err != nil {
+			return "", fmt.Errorf("expand %s: %w", p, err)
+		}
+		return path.Join(home, p[1:]), nil
+	case strings.HasPrefix(p, "~"):
+		return "", fmt.Errorf("expand %s: only ~ and ~/ are supported, not ~user", p)
+	case path.IsAbs(p):
+		return path.Clean(p), nil
+	default:
+		return "", fmt.Errorf("expand %q: path must be absolute or start with ~/", p)
+	}
+}

@@ -1,0 +1,627 @@
+package transporttest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/nodes"
+)
+
+// timeout bounds every subtest, so a transport that hangs fails instead of
+// stalling the test binary.
+const timeout = 60 * time.Second
+
+// Run runs the shared suite against the transport that open returns. open is called
+// once per subtest and returns a fresh transport plus an existing scratch directory
+// on the node (absolute) that the suite may fill; each subtest works in its own
+// subdirectory of it. The suite closes the transports it is given.
+//
+// The node must be a POSIX system with /bin/sh, printf, cat, sleep, head, ls, ln,
+// chmod and kill on the PATH that Exec uses.
+func Run(t *testing.T, open func(t *testing.T) (nodes.Transport, string)) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, ctx context.Context, tr nodes.Transport, dir string)
+	}{
+		{"HomeIsAbsolute", testHome},
+		{"ExpandHome", testExpandHome},
+		{"ExecOutputAndExitCode", testExecOutput},
+		{"ExecArgumentsVerbatim", testExecVerbatim},
+		{"ExecStdin", testExecStdin},
+		{"ExecNilStdin", testExecNilStdin},
+		{"ExecLargeOutput", testExecLargeOutput},
+		{"ExecMissingCommand", testExecMissingCommand},
+		{"ExecDeadline", testExecDeadline},
+		{"ExecDetachedChild", testExecDetachedChild},
+		{"Put", testPut},
+		{"PutOverwriteIsAtomic", testPutOverwrite},
+		{"PutFailedReaderLeavesNothing", testPutFailedReader},
+		{"PutIntoFileParentFails", testPutParentIsFile},
+		{"Get", testGet},
+		{"GetMissing", testGetMissing},
+		{"Walk", testWalk},
+		{"WalkEmptyDir", testWalkEmpty},
+		{"WalkMissing", testWalkMissing},
+		{"Remove", testRemove},
+		{"RemoveReadOnlyTree", testRemoveReadOnly},
+		{"RemoveMissing", testRemoveMissing},
+		{"RelativePathsRejected", testRelativePaths},
+		{"Concurrent", testConcurrent},
+		{"CloseTwice", testCloseTwice},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, scratch := open(t)
+			if !path.IsAbs(scratch) {
+				t.Fatalf("open returned scratch dir %q, want an absolute path", scratch)
+			}
+			closed := false
+			t.Cleanup(func() {
+				if !closed {
+					if err := tr.Close(); err != nil {
+						t.Errorf("Close: %v", err)
+					}
+				}
+			})
+			if tc.name == "CloseTwice" {
+				closed = true
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), timeout)
+			defer cancel()
+			dir := path.Join(scratch, "suite-"+tc.name)
+			mkdir(t, ctx, tr, dir)
+			tc.fn(t, ctx, tr, dir)
+		})
+	}
+}
+
+func testHome(t *testing.T, ctx context.Context, tr nodes.Transport, _ string) {
+	home, err := tr.Home(ctx)
+	if err != nil {
+		t.Fatalf("Home: %v", err)
+	}
+	if !path.IsAbs(home) {
+		t.Fatalf("Home = %q, want an absolute path", home)
+	}
+	res := exec(t, ctx, tr, nil, "/bin/sh", "-c", `printf %s "$HOME"`)
+	if got := string(res.Stdout); path.Clean(got) != home {
+		t.Errorf("Home = %q, but $HOME of a command is %q", home, got)
+	}
+}
+
+func testExpandHome(t *testing.T, ctx context.Context, tr nodes.Transport, _ string) {
+	home, err := tr.Home(ctx)
+	if err != nil {
+		t.Fatalf("Home: %v", err)
+	}
+	for in, want := range map[string]string{
+		"~":             home,
+		"~/":            home,
+		"~/dispatch":    path.Join(home, "dispatch"),
+		"~/a/../b/":     path.Join(home, "b"),
+		"/abs/path/":    "/abs/path",
+		"/tmp/~/x":      "/tmp/~/x",
+		"~/with space":  path.Join(home, "with space"),
+		"~/dispatch/.b": path.Join(home, "dispatch/.b"),
+	} {
+		got, err := nodes.ExpandHome(ctx, tr, in)
+		if err != nil || got != want {
+			t.Errorf("ExpandHome(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "relative/dir", "~root/x", "./x"} {
+		if got, err := nodes.ExpandHome(ctx, tr, in); err == nil {
+			t.Errorf("ExpandHome(%q) = %q, want an error", in, got)
+		}
+	}
+}
+
+func testExecOutput(t *testing.T, ctx context.Context, tr nodes.Transport, _ string) {
+	res := exec(t, ctx, tr, nil, "/bin/sh", "-c", "echo out; echo err >&2; exit 3")
+	if string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" || res.ExitCode != 3 {
+		t.Errorf("Exec = {stdout %q, stderr %q, exit %d}, want {\"out\\n\", \"err\\n\", 3}",
+			res.Stdout, res.Stderr, res.ExitCode)
+	}
+	res = exec(t, ctx, tr, nil, "/bin/sh", "-c", "exit 0")
+	if res.ExitCode != 0 || len(res.Stdout) != 0 || len(res.Stderr) != 0 {
+		t.Errorf("Exec(exit 0) = %+v, want exit 0 and no output", res)
+	}
+	// A command that dies of a signal reports 128+N like a shell does.
+	res = exec(t, ctx, tr, nil, "/bin/sh", "-c", "kill -9 $$")
+	if res.ExitCode != 128+9 {
+		t.Errorf("Exec(kill -9 $$) exit code = %d, want %d", res.ExitCode, 128+9)
+	}
+}
+
+// testExecVerbatim proves that no shell interpreted the arguments: printf gets
+// each one back as data and prints it NUL-terminated.
+func testExecVerbatim(t *testing.T, ctx context.Context, tr nodes.Transport, _ string) {
+	args := []string{
+		"plain",
+		"with space",
+		"  leading and trailing  ",
+		"",
+		`"double quoted"`,
+		`'single quoted'`,
+		`it's`,
+		`$HOME`,
+		`${HOME}`,
+		`$(echo injected)`,
+		"`echo injected`",
+		"; echo injected",
+		"a && b || c",
+		"| cat",
+		"> /tmp/dispatch-transporttest-redirect",
+		"line1\nline2\n",
+		"tab\there",
+		"*",
+		"?",
+		"[a-z]*",
+		"{a,b}",
+		"~",
+		"~/x",
+		`back\slash`,
+		`\n`,
+		"#comment",
+		"-n",
+		"--",
+		"%s %d %%",
+		"héllo, 世界",
+		"!event",
+	}
+	argv := append([]string{"printf", `%s\000`}, args...)
+	res := exec(t, ctx, tr, nil, argv...)
+	if res.ExitCode != 0 {
+		t.Fatalf("printf exit %d, stderr %q", res.ExitCode, res.Stderr)
+	}
+	got := strings.Split(string(res.Stdout), "\x00")
+	if len(got) == 0 || got[len(got)-1] != "" {
+		t.Fatalf("printf output %q is not NUL-terminated", res.Stdout)
+	}
+	got = got[:len(got)-1]
+	if !reflect.DeepEqual(got, args) {
+		t.Errorf("arguments were changed on the way:\n got %q\nwant %q", got, args)
+	}
+
+	// The same through /bin/echo, whose output is the arguments joined by spaces.
+	res = exec(t, ctx, tr, nil, "/bin/echo", "$HOME", "*", "a;b", "'q'")
+	if got, want := string(res.Stdout), "$HOME * a;b 'q'\n"; got != want {
+		t.Errorf("/bin/echo printed %q, want %q", got, want)
+	}
+}
+
+func testExecStdin(t *testing.T, ctx context.Context, tr nodes.Transport, _ string) {
+	in := []byte("hello\x00world\n'\"$HOME\n")
+	res := exec(t, ctx, tr, in, "cat")
+	if !bytes.Equal(res.Stdout, in) {
+		t.Errorf("cat echoed %q, want %q", res.Stdout, in)
+	}
+	// More than any pipe buffer, so a transport that writes stdin before reading
+	// stdout would deadlock.
+	big := bytes.Repeat([]byte("0123456789abcdef"), 256<<10)
+	res = exec(t, ctx, tr, big, "cat")
+	if !bytes.Equal(res.Stdout, big) {
+		t.Errorf("cat echoed %d bytes of a %d-byte stdin, or changed them", len(res.Stdout), len(big))
+	}
+}
+
+func testExecNilStdin(t *testing.T, ctx context.Context, tr nodes.Transport, _ string) {
+	res := exec(t, ctx, tr, nil, "cat")
+	if res.ExitCode != 0 || len(res.Stdout) != 0 {
+		t.Errorf("cat with nil stdin = %+v, want exit 0 and no output", res)
+	}
+}
+
+func testExecLargeOutput(t *testing.T, ctx context.Context, tr nodes.Transport, _ string) {
+	const n = 3 << 20
+	res := exec(t, ctx, tr, nil, "/bin/sh", "-c", "head -c "+strconv.Itoa(n)+" /dev/zero; head -c 1000 /dev/zero >&2")
+	if len(res.Stdout) != n || len(res.Stderr) != 1000 {
+		t.Errorf("got %d bytes of stdout and %d of stderr, want %d and 1000", len(res.Stdout), len(res.Stderr), n)
+	}
+}
+
+// testExecMissingCommand checks that a command that does not exist is reported
+// as a remote shell reports it, exit code 127, and not as a transport failure:
+// the controller must tell "the node is unreachable" from "nothing installed
+// there yet".
+func testExecMissingCommand(t *testing.T, ctx context.Context, tr nodes.Transport, _ string) {
+	res, err := tr.Exec(ctx, []string{"/nonexistent/dispatch-transporttest-no-such-command"}, nil)
+	if err != nil || res.ExitCode != 127 {
+		t.Errorf("Exec of a missing command = %+v, %v; want exit code 127 and no error", res, err)
+	}
+	res, err = tr.Exec(ctx, []string{"dispatch-transporttest-no-such-command"}, nil)
+	if err != nil || res.ExitCode != 127 {
+		t.Errorf("Exec of a command not on PATH = %+v, %v; want exit code 127 and no error", res, err)
+	}
+	if _, err := tr.Exec(ctx, nil, nil); err == nil {
+		t.Error("Exec(nil argv) succeeded, want an error")
+	}
+}
+
+func testExecDeadline(t *testing.T, ctx context.Context, tr nodes.Transport, _ string) {
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := tr.Exec(short, []string{"sleep", "30"}, nil)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Exec(sleep 30) past its deadline returned %v, want an error wrapping context.DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Exec(sleep 30) returned %v after its 300ms deadline", d)
+	}
+	done, cancel2 := context.WithCancel(ctx)
+	cancel2()
+	if _, err := tr.Exec(done, []string{"true"}, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("Exec with a cancelled ctx returned %v, want an error wrapping context.Canceled", err)
+	}
+}
+
+// testExecDetachedChild is how the wrapper's `run` behaves: it starts a child that
+// outlives it, with the child's stdio on /dev/null, and exits. Exec must return
+// when the command exits, not when the child does.
+func testExecDetachedChild(t *testing.T, ctx context.Context, tr nodes.Transport, _ string) {
+	start := time.Now()
+	res := exec(t, ctx, tr, nil, "/bin/sh", "-c", "sleep 30 </dev/null >/dev/null 2>&1 & echo $!")
+	pid := strings.TrimSpace(string(res.Stdout))
+	if pid != "" {
+		t.Cleanup(func() {
+			_, _ = tr.Exec(context.WithoutCancel(ctx), []string{"kill", pid}, nil)
+		})
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Exec returned %v after the command exited; a detached child must not hold it", d)
+	}
+	if _, err := strconv.Atoi(pid); err != nil {
+		t.Errorf("command printed %q, want the child's pid", res.Stdout)
+	}
+}
+
+func testPut(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	tests := []struct {
+		name    string
+		content []byte
+		mode    fs.FileMode
+		lsMode  string
+	}{
+		{"plain", []byte("hello\n"), 0o644, "-rw-r--r--"},
+		{"a/b/c/nested", []byte("deep"), 0o600, "-rw-------"},
+		{"exec/wrapper", []byte("#!/bin/sh\necho run\n"), 0o755, "-rwxr-xr-x"},
+		{"readonly/spec.md", []byte("# spec\n"), 0o444, "-r--r--r--"},
+		{"empty", nil, 0o644, "-rw-r--r--"},
+		{"with space/and 'quote'", []byte("x"), 0o640, "-rw-r-----"},
+		{"binary", allBytes(), 0o644, "-rw-r--r--"},
+	}
+	for _, tc := range tests {
+		p := path.Join(dir, tc.name)
+		if err := tr.Put(ctx, p, bytes.NewReader(tc.content), tc.mode); err != nil {
+			t.Errorf("Put(%s): %v", tc.name, err)
+			continue
+		}
+		if got := get(t, ctx, tr, p); !bytes.Equal(got, tc.content) {
+			t.Errorf("Get(%s) = %q, want %q", tc.name, got, tc.content)
+		}
+		res := exec(t, ctx, tr, nil, "ls", "-ln", p)
+		if got := string(res.Stdout); !strings.HasPrefix(got, tc.lsMode) {
+			t.Errorf("ls -ln %s = %q, want mode %s", tc.name, got, tc.lsMode)
+		}
+	}
+	files := walk(t, ctx, tr, dir)
+	if len(files) != len(tests) {
+		t.Errorf("Walk after Put found %v, want exactly the %d files put (no temporary files)", files, len(tests))
+	}
+	for _, f := range files {
+		for _, tc := range tests {
+			if f.Path == tc.name && (f.Mode != tc.mode || f.Size != int64(len(tc.content))) {
+				t.Errorf("Walk reports %s as mode %v size %d, want %v and %d", f.Path, f.Mode, f.Size, tc.mode, len(tc.content))
+			}
+		}
+	}
+	// The executable really runs.
+	if res := exec(t, ctx, tr, nil, path.Join(dir, "exec/wrapper")); string(res.Stdout) != "run\n" {
+		t.Errorf("running the put executable printed %q, exit %d", res.Stdout, res.ExitCode)
+	}
+}
+
+func testPutOverwrite(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	p := path.Join(dir, "status.json")
+	put(t, ctx, tr, p, []byte(strings.Repeat("old ", 1000)), 0o444)
+	put(t, ctx, tr, p, []byte("new"), 0o644)
+	if got := get(t, ctx, tr, p); string(got) != "new" {
+		t.Errorf("after overwrite Get = %q, want %q", got, "new")
+	}
+	if files := walk(t, ctx, tr, dir); len(files) != 1 || files[0].Path != "status.json" || files[0].Mode != 0o644 {
+		t.Errorf("after overwrite the directory holds %v, want only status.json with mode 0644", files)
+	}
+}
+
+func testPutFailedReader(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	p := path.Join(dir, "launch.json")
+	put(t, ctx, tr, p, []byte("complete"), 0o644)
+	r := io.MultiReader(bytes.NewReader([]byte("partial")), errReader{})
+	if err := tr.Put(ctx, p, r, 0o644); err == nil {
+		t.Fatal("Put from a failing reader succeeded, want an error")
+	}
+	if got := get(t, ctx, tr, p); string(got) != "complete" {
+		t.Errorf("after a failed Put the file holds %q, want the old content", got)
+	}
+	if files := walk(t, ctx, tr, dir); len(files) != 1 {
+		t.Errorf("after a failed Put the directory holds %v, want only launch.json", files)
+	}
+	fresh := path.Join(dir, "never")
+	if err := tr.Put(ctx, fresh, errReader{}, 0o644); err == nil {
+		t.Fatal("Put from a failing reader succeeded, want an error")
+	}
+	var buf bytes.Buffer
+	if err := tr.Get(ctx, fresh, &buf); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("after a failed Put of a new file Get returned %v, want fs.ErrNotExist", err)
+	}
+}
+
+func testPutParentIsFile(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	p := path.Join(dir, "file")
+	put(t, ctx, tr, p, []byte("x"), 0o644)
+	if err := tr.Put(ctx, path.Join(p, "child"), strings.NewReader("y"), 0o644); err == nil {
+		t.Error("Put under a regular file succeeded, want an error")
+	}
+}
+
+func testGet(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	p := path.Join(dir, "data.bin")
+	content := bytes.Repeat(allBytes(), 4096) // 1 MiB
+	put(t, ctx, tr, p, content, 0o600)
+	if got := get(t, ctx, tr, p); !bytes.Equal(got, content) {
+		t.Errorf("Get returned %d bytes that differ from the %d put", len(got), len(content))
+	}
+	var buf bytes.Buffer
+	if err := tr.Get(ctx, dir, &buf); err == nil {
+		t.Error("Get of a directory succeeded, want an error")
+	}
+}
+
+func testGetMissing(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	for _, p := range []string{path.Join(dir, "missing"), path.Join(dir, "no/such/dir/file")} {
+		var buf bytes.Buffer
+		err := tr.Get(ctx, p, &buf)
+		if !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("Get(%s) = %v, want an error wrapping fs.ErrNotExist", p, err)
+		}
+	}
+}
+
+func testWalk(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	root := path.Join(dir, "tree")
+	for name, content := range map[string]string{
+		"b.txt":             "bb",
+		"a.txt":             "a",
+		"sub/deeper/z.go":   "package z\n",
+		"sub/c.md":          "ccc",
+		"sub dir/space.txt": "spaces",
+		".hidden/h":         "hh",
+		"a/b":               "ab",
+		"a.b":               "dot",
+		"target/in-target":  "12345",
+	} {
+		put(t, ctx, tr, path.Join(root, name), []byte(content), 0o644)
+	}
+	mkdir(t, ctx, tr, path.Join(root, "empty/dir"))
+	exec(t, ctx, tr, nil, "ln", "-s", "target", path.Join(root, "link-to-dir"))
+	exec(t, ctx, tr, nil, "ln", "-s", "/nonexistent/dangling", path.Join(root, "dangling"))
+	exec(t, ctx, tr, nil, "chmod", "0755", path.Join(root, "sub/deeper/z.go"))
+
+	files, err := tr.Walk(ctx, root)
+	if err != nil {
+		t.Fatalf("Walk: %v", err)
+	}
+	type entry struct {
+		Path    string
+		Size    int64
+		Mode    fs.FileMode
+		Symlink bool
+	}
+	var got []entry
+	for _, f := range files {
+		e := entry{Path: f.Path, Size: f.Size, Mode: f.Mode, Symlink: f.Mode&fs.ModeSymlink != 0}
+		if e.Symlink {
+			e.Size, e.Mode = 0, 0 // a symlink's size and permissions vary by OS
+		}
+		got = append(got, e)
+	}
+	want := []entry{
+		{".hidden/h", 2, 0o644, false},
+		{"a.b", 3, 0o644, false},
+		{"a.txt", 1, 0o644, false},
+		{"a/b", 2, 0o644, false},
+		{"b.txt", 2, 0o644, false},
+		{"dangling", 0, 0, true},
+		{"link-to-dir", 0, 0, true},
+		{"sub dir/space.txt", 6, 0o644, false},
+		{"sub/c.md", 3, 0o644, false},
+		{"sub/deeper/z.go", 10, 0o755, false},
+		{"target/in-target", 5, 0o644, false},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Walk:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func testWalkEmpty(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	mkdir(t, ctx, tr, path.Join(dir, "only/empty/dirs"))
+	files, err := tr.Walk(ctx, dir)
+	if err != nil || len(files) != 0 {
+		t.Errorf("Walk of a tree of empty directories = %v, %v; want no files and no error", files, err)
+	}
+}
+
+func testWalkMissing(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	_, err := tr.Walk(ctx, path.Join(dir, "missing"))
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Walk of a missing dir = %v, want an error wrapping fs.ErrNotExist", err)
+	}
+}
+
+func testRemove(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	put(t, ctx, tr, path.Join(dir, "keep"), []byte("k"), 0o644)
+	put(t, ctx, tr, path.Join(dir, "tree/a/b/c"), []byte("c"), 0o644)
+	put(t, ctx, tr, path.Join(dir, "tree/d"), []byte("d"), 0o644)
+	put(t, ctx, tr, path.Join(dir, "file"), []byte("f"), 0o644)
+	exec(t, ctx, tr, nil, "ln", "-s", path.Join(dir, "keep"), path.Join(dir, "tree/link"))
+
+	if err := tr.Remove(ctx, path.Join(dir, "tree")); err != nil {
+		t.Fatalf("Remove(tree): %v", err)
+	}
+	if err := tr.Remove(ctx, path.Join(dir, "file")); err != nil {
+		t.Fatalf("Remove(file): %v", err)
+	}
+	files := walk(t, ctx, tr, dir)
+	if len(files) != 1 || files[0].Path != "keep" {
+		t.Errorf("after Remove the directory holds %v, want only keep (a symlink's target survives)", files)
+	}
+	if _, err := tr.Walk(ctx, path.Join(dir, "tree")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Walk of the removed tree = %v, want fs.ErrNotExist", err)
+	}
+}
+
+func testRemoveReadOnly(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	tree := path.Join(dir, "modcache")
+	put(t, ctx, tr, path.Join(tree, "pkg@v1/go.mod"), []byte("module pkg\n"), 0o444)
+	exec(t, ctx, tr, nil, "chmod", "0555", path.Join(tree, "pkg@v1"), tree)
+	if err := tr.Remove(ctx, tree); err != nil {
+		t.Fatalf("Remove of a read-only tree: %v", err)
+	}
+	if _, err := tr.Walk(ctx, tree); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Walk of the removed tree = %v, want fs.ErrNotExist", err)
+	}
+}
+
+func testRemoveMissing(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	if err := tr.Remove(ctx, path.Join(dir, "missing")); err != nil {
+		t.Errorf("Remove of a missing path = %v, want nil", err)
+	}
+	if err := tr.Remove(ctx, path.Join(dir, "missing/parent/too")); err != nil {
+		t.Errorf("Remove of a path under a missing dir = %v, want nil", err)
+	}
+	if err := tr.Remove(ctx, "/"); err == nil {
+		t.Error("Remove(/) succeeded, want a refusal")
+	}
+}
+
+func testRelativePaths(t *testing.T, ctx context.Context, tr nodes.Transport, _ string) {
+	var buf bytes.Buffer
+	if err := tr.Put(ctx, "relative/file", strings.NewReader("x"), 0o644); err == nil {
+		t.Error("Put of a relative path succeeded, want an error")
+	}
+	if err := tr.Get(ctx, "relative/file", &buf); err == nil {
+		t.Error("Get of a relative path succeeded, want an error")
+	}
+	if _, err := tr.Walk(ctx, "relative"); err == nil {
+		t.Error("Walk of a relative path succeeded, want an error")
+	}
+	if err := tr.Remove(ctx, "relative"); err == nil {
+		t.Error("Remove of a relative path succeeded, want an error")
+	}
+	if err := tr.Put(ctx, "~/x", strings.NewReader("x"), 0o644); err == nil {
+		t.Error(`Put of "~/x" succeeded, want an error: "~" must be expanded with ExpandHome first`)
+	}
+}
+
+func testConcurrent(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := path.Join(dir, fmt.Sprintf("task%d/status.json", i))
+			want := fmt.Sprintf(`{"task":%d}`, i)
+			if err := tr.Put(ctx, p, strings.NewReader(want), 0o644); err != nil {
+				t.Errorf("Put: %v", err)
+				return
+			}
+			var buf bytes.Buffer
+			if err := tr.Get(ctx, p, &buf); err != nil || buf.String() != want {
+				t.Errorf("Get = %q, %v; want %q", buf.String(), err, want)
+			}
+			res, err := tr.Exec(ctx, []string{"printf", "%s", want}, nil)
+			if err != nil || string(res.Stdout) != want {
+				t.Errorf("Exec = %q, %v; want %q", res.Stdout, err, want)
+			}
+		}()
+	}
+	wg.Wait()
+	if files := walk(t, ctx, tr, dir); len(files) != 8 {
+		t.Errorf("after 8 concurrent Puts Walk found %v", files)
+	}
+}
+
+func testCloseTwice(t *testing.T, _ context.Context, tr nodes.Transport, _ string) {
+	if err := tr.Close(); err != nil {
+		t.Errorf("first Close: %v", err)
+	}
+	if err := tr.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func exec(t *testing.T, ctx context.Context, tr nodes.Transport, stdin []byte, argv ...string) nodes.Result {
+	t.Helper()
+	res, err := tr.Exec(ctx, argv, stdin)
+	if err != nil {
+		t.Fatalf("Exec(%q): %v", argv, err)
+	}
+	return res
+}
+
+func mkdir(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	t.Helper()
+	res := exec(t, ctx, tr, nil, "mkdir", "-p", dir)
+	if res.ExitCode != 0 {
+		t.Fatalf("mkdir -p %s: exit %d: %s", dir, res.ExitCode, res.Stderr)
+	}
+}
+
+func put(t *testing.T, ctx context.Context, tr nodes.Transport, p string, content []byte, mode fs.FileMode) {
+	t.Helper()
+	if err := tr.Put(ctx, p, bytes.NewReader(content), mode); err != nil {
+		t.Fatalf("Put(%s): %v", p, err)
+	}
+}
+
+func get(t *testing.T, ctx context.Context, tr nodes.Transport, p string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := tr.Get(ctx, p, &buf); err != nil {
+		t.Fatalf("Get(%s): %v", p, err)
+	}
+	return buf.Bytes()
+}
+
+func walk(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) []nodes.FileInfo {
+	t.Helper()
+	files, err := tr.Walk(ctx, dir)
+	if err != nil {
+		t.Fatalf("Walk(%s): %v", dir, err)
+	}
+	return files
+}
+
+func allBytes() []byte {
+	b := make([]byte, 256)
+	for i := range b {
+		b[i] = byte(i)
+	}
+	return b
+}
+
+type errReader struct{}
+
+func (errReader) Read([]byte) (int, error) { return 0, errors.New("reader failed on purpose") }

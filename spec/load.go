@@ -1,0 +1,653 @@
+package spec
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Well-known files of a project directory.
+const (
+	SharedContextFile = "SHARED_CONTEXT.md"
+	ConfigFile        = "project.yaml"
+)
+
+// Projects returns the sorted names of the subdirectories of specsDir that
+// hold at least one task file. A missing specsDir has no projects.
+// Directories whose names break the name rule, or that cannot be read,
+// are left out: they could not be loaded anyway.
+func Projects(specsDir string) ([]string, error) {
+	entries, err := os.ReadDir(specsDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list projects in %s: %w", specsDir, err)
+	}
+	var out []string
+	for _, e := range entries {
+		if ValidName(e.Name()) != nil || !isDir(specsDir, e) {
+			continue
+		}
+		if hasTaskFile(filepath.Join(specsDir, e.Name())) {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+func hasTaskFile(dir string) bool {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if _, _, isTask, problem := taskFileName(e.Name()); isTask && problem == "" && !isDir(dir, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// isDir reports whether a directory entry is a directory, following
+// symbolic links.
+func isDir(parent string, e fs.DirEntry) bool {
+	if e.Type()&fs.ModeSymlink != 0 {
+		fi, err := os.Stat(filepath.Join(parent, e.Name()))
+		return err == nil && fi.IsDir()
+	}
+	return e.IsDir()
+}
+
+// Load reads and validates specs/<name> under specsDir.
+//
+// The name is checked with ValidName before any path is built from it. A
+// project that does not exist yields *UnknownProjectError; the name must
+// match the directory's name exactly, also on case-insensitive file
+// systems. Problems in the project's files are returned together as
+// Errors, sorted by file and line, and then the project is nil. Paths in
+// errors are built from specsDir as given; Project.Dir and Task.File are
+// absolute.
+func Load(specsDir, name string) (*Project, error) {
+	if err := ValidName(name); err != nil {
+		return nil, fmt.Errorf("project name: %w", err)
+	}
+	entries, err := os.ReadDir(specsDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("load project %s: %w", name, err)
+	}
+	found := false
+	for _, e := range entries {
+		if e.Name() == name && isDir(specsDir, e) {
+			found = true
+			break
+		}
+	}
+	if !found {
+		known, err := Projects(specsDir)
+		if err != nil {
+			return nil, fmt.Errorf("load project %s: %w", name, err)
+		}
+		return nil, &UnknownProjectError{Name: name, SpecsDir: specsDir, Known: known}
+	}
+	dir := filepath.Join(specsDir, name)
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("load project %s: %w", name, err)
+	}
+	l := &loader{dir: dir, abs: abs, project: &Project{Name: name, Dir: abs}}
+	if err := l.load(); err != nil {
+		return nil, fmt.Errorf("load project %s: %w", name, err)
+	}
+	if len(l.errs) > 0 {
+		l.errs.sort()
+		return nil, l.errs
+	}
+	return l.project, nil
+}
+
+type loader struct {
+	dir     string // as built from specsDir, for messages
+	abs     string
+	project *Project
+	errs    Errors
+
+	shared   *sharedContext // nil when there is no SHARED_CONTEXT.md
+	sections map[string]section
+}
+
+type sharedContext struct {
+	path   string
+	broken bool // unreadable; its sections are unknown, so do not blame the specs
+	names  []string
+}
+
+// parsed is a task with what is needed to check it against the others.
+type parsed struct {
+	task     *Task
+	depLines map[string]int
+}
+
+type taskFile struct {
+	name, id, slug string
+}
+
+func (l *loader) add(file string, line int, msg, fix string) {
+	l.errs = append(l.errs, &Error{File: file, Line: line, Msg: msg, Fix: fix})
+}
+
+func (l *loader) path(name string) string { return filepath.Join(l.dir, name) }
+
+// load fills l.project and l.errs. Its error is for failures to read the
+// directory itself; everything else goes into l.errs.
+func (l *loader) load() error {
+	entries, err := os.ReadDir(l.dir)
+	if err != nil {
+		return err
+	}
+	var files []taskFile
+	var mdOther []string
+	sawTaskName := false
+	for _, e := range entries {
+		name := e.Name()
+		if isDir(l.dir, e) {
+			continue
+		}
+		id, slug, isTask, problem := taskFileName(name)
+		switch {
+		case name == ConfigFile || name == SharedContextFile:
+		case isTask && problem != "":
+			sawTaskName = true
+			l.add(l.path(name), 0, "invalid task file name: "+problem,
+				"rename it to <ID>.md or <ID>-<slug>.md, e.g. S01-add-login.md; names match "+namePattern+" and never contain \"..\"")
+		case isTask:
+			sawTaskName = true
+			files = append(files, taskFile{name: name, id: id, slug: slug})
+		case strings.EqualFold(filepath.Ext(name), ".md") && !strings.EqualFold(name, "README.md"):
+			mdOther = append(mdOther, name)
+		}
+	}
+
+	l.loadConfig()
+	l.loadShared()
+
+	if !sawTaskName {
+		l.add(l.dir, 0, "no task files", fmt.Sprintf("write a task spec as %s", filepath.Join(l.dir, "S01-<title>.md")))
+	}
+
+	for _, name := range mdOther {
+		if filepath.Clean(name) != l.project.Config.IntegrationSpec {
+			l.project.Ignored = append(l.project.Ignored, name)
+		}
+	}
+
+	// Every ID with a well-named file is known, even when its file has
+	// errors, so that one bad file does not also make its dependents fail.
+	known := map[string]string{}
+	var all []*parsed
+	for _, f := range files {
+		if first, dup := known[f.id]; dup {
+			l.add(l.path(f.name), 0, fmt.Sprintf("duplicate task ID %s: %s and %s", f.id, first, f.name),
+				fmt.Sprintf("give each task its own ID, e.g. rename %s", f.name))
+			l.parseTask(f) // for its own problems; the first file wins
+			continue
+		}
+		known[f.id] = f.name
+		if p := l.parseTask(f); p != nil {
+			all = append(all, p)
+		}
+	}
+	l.checkDeps(all, known)
+
+	for _, p := range all {
+		l.project.Tasks = append(l.project.Tasks, p.task)
+	}
+	slices.SortFunc(l.project.Tasks, func(a, b *Task) int { return strings.Compare(a.ID, b.ID) })
+	return nil
+}
+
+// readText reads a file as normalised UTF-8 text, reporting problems.
+// exists is false when the file is not there.
+func (l *loader) readText(path string) (text string, exists, ok bool) {
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", false, false
+	}
+	if err == nil && !fi.Mode().IsRegular() {
+		// Opening a FIFO would block Load.
+		l.add(path, 0, "not a regular file", "replace it with a plain text file")
+		return "", true, false
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		l.add(path, 0, fmt.Sprintf("cannot read: %v", err), "")
+		return "", true, false
+	}
+	defer f.Close()
+	raw, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		l.add(path, 0, fmt.Sprintf("cannot read: %v", err), "")
+		return "", true, false
+	}
+	if len(raw) > maxFileSize {
+		l.add(path, 0, fmt.Sprintf("file is larger than %d MiB", maxFileSize>>20), "keep specs short; put large material in the project's base directory")
+		return "", true, false
+	}
+	text, bad := decodeText(raw)
+	if bad > 0 {
+		l.add(path, bad, "invalid UTF-8", "save the file as UTF-8")
+		return "", true, false
+	}
+	return text, true, true
+}
+
+var configKeys = []string{"integration", "verification", "max_fix_rounds", "integration_spec",
+	"tool", "type", "timeout", "max_retries", "base", "setup", "halt"}
+
+func (l *loader) loadConfig() {
+	path := l.path(ConfigFile)
+	text, _, ok := l.readText(path)
+	if !ok {
+		return
+	}
+	y := yamlFile{errs: &l.errs, file: path}
+	root := y.parse(text, ConfigFile)
+	if root == nil {
+		return
+	}
+	c := &l.project.Config
+	y.fields(root, ConfigFile, configKeys, func(key string, v *yaml.Node) {
+		switch key {
+		case "integration", "verification":
+			if b, ok := y.boolean(key, v); ok {
+				if key == "integration" {
+					c.Integration = &b
+				} else {
+					c.Verification = &b
+				}
+			}
+		case "max_fix_rounds":
+			if n, ok := y.integer(key, v, 0, maxInt); ok {
+				c.MaxFixRounds = &n
+			}
+		case "max_retries":
+			if n, ok := y.integer(key, v, 0, maxInt); ok {
+				c.MaxRetries = &n
+			}
+		case "integration_spec":
+			if s, ok := y.str(key, v); ok {
+				c.IntegrationSpec, _ = l.inside(y, key, v, s, false)
+			}
+		case "base":
+			if s, ok := y.str(key, v); ok {
+				c.Base, _ = l.inside(y, key, v, s, true)
+			}
+		case "tool":
+			c.Tool, _ = y.name(key, v)
+		case "type":
+			c.Type, _ = y.typ(key, v)
+		case "timeout":
+			c.Timeout, _ = y.duration(key, v)
+		case "setup":
+			if s, ok := y.str(key, v); ok {
+				if strings.TrimSpace(s) == "" {
+					y.errorf(v, "remove the key or write a command", "setup is empty")
+				} else {
+					c.Setup = s
+				}
+			}
+		case "halt":
+			if isNull(v) {
+				return
+			}
+			if v.Kind != yaml.MappingNode {
+				y.errorf(v, "write halt: {fail: N}", "halt must be a mapping, not %s", describe(v))
+				return
+			}
+			y.fields(v, "halt", []string{"fail"}, func(key string, v *yaml.Node) {
+				c.Halt.Fail, _ = y.integer("halt.fail", v, 0, maxInt)
+			})
+		}
+	})
+}
+
+// inside checks that p names an existing directory (wantDir) or regular
+// file inside the project directory and returns it cleaned.
+func (l *loader) inside(y yamlFile, key string, v *yaml.Node, p string, wantDir bool) (string, bool) {
+	kind := "file"
+	if wantDir {
+		kind = "directory"
+	}
+	fix := fmt.Sprintf("give a %s inside %s, relative to it", kind, l.dir)
+	clean := filepath.Clean(p)
+	switch {
+	case strings.TrimSpace(p) == "":
+		y.errorf(v, fix, "%s is empty", key)
+		return "", false
+	case filepath.IsAbs(p):
+		y.errorf(v, fix, "%s must be a relative path, not %q", key, p)
+		return "", false
+	case clean == ".." || strings.HasPrefix(clean, ".."+string(filepath.Separator)):
+		y.errorf(v, fix, "%s %q is outside the project directory", key, p)
+		return "", false
+	case clean == ".":
+		y.errorf(v, fix, "%s must name a %s inside the project directory, not the project directory itself", key, kind)
+		return "", false
+	}
+	fi, err := os.Stat(filepath.Join(l.abs, clean))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		y.errorf(v, fix, "%s %q does not exist in %s", key, p, l.dir)
+		return "", false
+	case err != nil:
+		y.errorf(v, "", "%s %q: %v", key, p, err)
+		return "", false
+	case wantDir && !fi.IsDir():
+		y.errorf(v, fix, "%s %q is not a directory", key, p)
+		return "", false
+	case !wantDir && !fi.Mode().IsRegular():
+		y.errorf(v, fix, "%s %q is not a regular file", key, p)
+		return "", false
+	}
+	return filepath.ToSlash(clean), true
+}
+
+func (l *loader) loadShared() {
+	path := l.path(SharedContextFile)
+	text, exists, ok := l.readText(path)
+	if !exists {
+		return
+	}
+	l.shared = &sharedContext{path: path, broken: !ok}
+	if !ok {
+		return
+	}
+	l.sections = map[string]section{}
+	for _, s := range parseSections(splitLines(text)) {
+		key := contextKey(s.name)
+		if first, dup := l.sections[key]; dup {
+			l.add(path, s.line, fmt.Sprintf("duplicate section %q (first on line %d)", s.name, first.line),
+				"rename or merge one of them; section names are compared case-insensitively")
+			continue
+		}
+		l.sections[key] = s
+		l.shared.names = append(l.shared.names, s.name)
+	}
+}
+
+var taskKeys = []string{"type", "tool", "model", "priority", "depends_on", "timeout",
+	"max_retries", "node", "tags", "context"}
+
+// parseTask parses one task file. It returns nil when the file could not
+// be read as text at all; otherwise problems are reported and the task is
+// returned for the checks across tasks.
+func (l *loader) parseTask(f taskFile) *parsed {
+	path := l.path(f.name)
+	text, _, ok := l.readText(path)
+	if !ok {
+		return nil
+	}
+	cfg := l.project.Config
+	t := &Task{
+		ID:         f.id,
+		Slug:       f.slug,
+		File:       filepath.Join(l.abs, f.name),
+		Type:       cmpOr(cfg.Type, DefaultType),
+		Tool:       cfg.Tool,
+		Priority:   DefaultPriority,
+		Timeout:    cfg.Timeout,
+		MaxRetries: cfg.MaxRetries,
+	}
+	p := &parsed{task: t, depLines: map[string]int{}}
+	var refs []item
+
+	lines := splitLines(text)
+	start := 0
+	if len(lines) > 0 && isDelimiter(lines[0]) {
+		end := slices.IndexFunc(lines[1:], isDelimiter)
+		if end < 0 {
+			l.add(path, 1, "front matter is not closed", "end the front matter with a line '---'")
+			return nil
+		}
+		end++
+		start = end + 1
+		y := yamlFile{errs: &l.errs, file: path, offset: 1}
+		if root := y.parse(strings.Join(lines[1:end], "\n"), "front matter"); root != nil {
+			refs = l.frontMatter(y, root, p)
+		}
+	}
+
+	var body []string
+	var fc fence
+	for i := start; i < len(lines); i++ {
+		line := lines[i]
+		if !fc.code(line) {
+			if m := contextLine.FindStringSubmatch(line); m != nil {
+				names := splitNames(m[1])
+				if slices.Contains(names, "") {
+					l.add(path, i+1, "@context: empty name", "write @context: name1, name2")
+				}
+				for _, name := range names {
+					if name != "" {
+						refs = append(refs, item{val: name, line: i + 1})
+					}
+				}
+				continue
+			}
+		}
+		body = append(body, line)
+	}
+	body = trimBlank(body)
+	if len(body) == 0 {
+		l.add(path, 0, "empty spec", "write the task's instructions below the front matter")
+	}
+
+	t.Title = title(body, f)
+	snap := joinLines(body)
+	for _, s := range l.contexts(path, refs) {
+		t.Context = append(t.Context, s.name)
+		snap += "\n" + s.text
+	}
+	t.Snapshot = []byte(snap)
+	sum := sha256.Sum256(t.Snapshot)
+	t.Hash = hex.EncodeToString(sum[:])
+	return p
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// frontMatter applies the front matter to p.task and returns its context
+// names.
+func (l *loader) frontMatter(y yamlFile, root *yaml.Node, p *parsed) []item {
+	t := p.task
+	var refs []item
+	y.fields(root, "front matter", taskKeys, func(key string, v *yaml.Node) {
+		switch key {
+		case "type":
+			if s, ok := y.typ(key, v); ok {
+				t.Type = s
+			}
+		case "tool":
+			if s, ok := y.name(key, v); ok {
+				t.Tool = s
+			}
+		case "model":
+			if s, ok := y.str(key, v); ok {
+				// The model goes into argv after a flag; a leading '-' would
+				// be read as another flag.
+				if s == "" || strings.HasPrefix(s, "-") || strings.IndexFunc(s, isSpaceOrControl) >= 0 {
+					y.errorf(v, "write the model name, e.g. sonnet", "model %q is not a model name: it must not be empty, start with '-' or contain spaces", s)
+				} else {
+					t.Model = s
+				}
+			}
+		case "priority":
+			if n, ok := y.integer(key, v, 1, 9); ok {
+				t.Priority = n
+			}
+		case "depends_on":
+			for _, it := range y.list(key, v) {
+				if !IDPattern.MatchString(it.val) {
+					l.add(y.file, it.line, fmt.Sprintf("depends_on: %q is not a task ID", it.val),
+						"write task IDs: a capital letter and digits, e.g. S01")
+					continue
+				}
+				if _, dup := p.depLines[it.val]; !dup {
+					p.depLines[it.val] = it.line
+					t.DependsOn = append(t.DependsOn, it.val)
+				}
+			}
+		case "timeout":
+			if d, ok := y.duration(key, v); ok {
+				t.Timeout = d
+			}
+		case "max_retries":
+			if n, ok := y.integer(key, v, 0, maxInt); ok {
+				t.MaxRetries = &n
+			}
+		case "node":
+			if s, ok := y.name(key, v); ok {
+				t.Node = s
+			}
+		case "tags":
+			for _, it := range y.list(key, v) {
+				if pr := nameProblem(it.val); pr != "" {
+					l.add(y.file, it.line, fmt.Sprintf("tags: invalid tag %q: %s", it.val, pr), "tags match "+namePattern)
+					continue
+				}
+				if !slices.Contains(t.Tags, it.val) {
+					t.Tags = append(t.Tags, it.val)
+				}
+			}
+		case "context":
+			refs = append(refs, y.list(key, v)...)
+		}
+	})
+	return refs
+}
+
+func isSpaceOrControl(r rune) bool {
+	return r <= ' ' || r == 0x7f
+}
+
+// title is the first "# " heading outside code blocks, else the slug with
+// spaces, else the ID.
+func title(body []string, f taskFile) string {
+	var fc fence
+	for _, line := range body {
+		if fc.code(line) {
+			continue
+		}
+		if h, ok := heading(line, 1); ok && h != "" {
+			return h
+		}
+	}
+	if f.slug != "" {
+		return strings.ReplaceAll(f.slug, "-", " ")
+	}
+	return f.id
+}
+
+// contexts resolves context names to sections, each once, in order.
+func (l *loader) contexts(path string, refs []item) []section {
+	var out []section
+	seen := map[string]bool{}
+	for _, r := range refs {
+		key := contextKey(r.val)
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		if s, ok := l.sections[key]; ok {
+			out = append(out, s)
+			continue
+		}
+		switch {
+		case l.shared == nil:
+			l.add(path, r.line, fmt.Sprintf("unknown context %q: there is no %s", r.val, SharedContextFile),
+				fmt.Sprintf("create %s with a \"## %s\" section", l.path(SharedContextFile), r.val))
+		case l.shared.broken:
+			// Already reported on SHARED_CONTEXT.md itself.
+		case len(l.shared.names) == 0:
+			l.add(path, r.line, fmt.Sprintf("unknown context %q: %s has no \"## \" sections", r.val, SharedContextFile),
+				fmt.Sprintf("add a \"## %s\" section to %s", r.val, l.shared.path))
+		default:
+			fix := fmt.Sprintf("use one of those or add a \"## %s\" section to %s", r.val, l.shared.path)
+			if g := suggest(r.val, l.shared.names); g != "" {
+				fix = fmt.Sprintf("did you mean %q? ", g) + fix
+			}
+			l.add(path, r.line, fmt.Sprintf("unknown context %q; %s has: %s", r.val, SharedContextFile, strings.Join(l.shared.names, ", ")), fix)
+		}
+	}
+	return out
+}
+
+// checkDeps reports unknown dependencies and dependency cycles.
+func (l *loader) checkDeps(all []*parsed, known map[string]string) {
+	byID := map[string]*parsed{}
+	var ids []string
+	for _, p := range all {
+		byID[p.task.ID] = p
+	}
+	for id := range known {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, p := range all {
+		for _, d := range p.task.DependsOn {
+			if _, ok := known[d]; !ok {
+				l.add(l.path(known[p.task.ID]), p.depLines[d], fmt.Sprintf("depends_on: unknown task %s; known tasks: %s", d, strings.Join(ids, ", ")),
+					"depend on one of the known tasks, or add a spec file for "+d)
+			}
+		}
+	}
+
+	const (
+		white = iota
+		grey
+		black
+	)
+	color := map[string]int{}
+	var stack []string
+	var visit func(id string)
+	visit = func(id string) {
+		color[id] = grey
+		stack = append(stack, id)
+		for _, d := range byID[id].task.DependsOn {
+			if byID[d] == nil {
+				continue
+			}
+			switch color[d] {
+			case white:
+				visit(d)
+			case grey:
+				i := slices.Index(stack, d)
+				cycle := append(slices.Clone(stack[i:]), d)
+				from := byID[cycle[0]]
+				l.add(l.path(known[cycle[0]]), from.depLines[cycle[1]], "dependency cycle: "+strings.Join(cycle, " → "),
+					"remove one of these depends_on entries")
+			}
+		}
+		stack = stack[:len(stack)-1]
+		color[id] = black
+	}
+	for _, id := range ids {
+		if byID[id] != nil && color[id] == white {
+			visit(id)
+		}
+	}
+}

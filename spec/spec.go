@@ -1,0 +1,94 @@
+package spec
+
+import (
+	"sort"
+	"time"
+)
+
+// DefaultPriority is the priority of a task that does not set one.
+const DefaultPriority = 5
+
+// DefaultType is the type of a task when neither its front matter nor
+// project.yaml sets one.
+const DefaultType = "implementation"
+
+// Types are the values allowed for a task's type.
+var Types = []string{"implementation", "integration", "verification", "fix", "test_debug", "simple_fix"}
+
+// Task is one task spec, with project.yaml defaults already applied.
+type Task struct {
+	ID    string // e.g. "S01"
+	Slug  string // the file name after "<ID>-", without ".md"; may be empty
+	Title string // first "# " heading of the body, else the slug with '-' as spaces, else the ID
+	File  string // absolute path of the spec file
+
+	Type  string // front matter, else project.yaml, else DefaultType
+	Tool  string // front matter, else project.yaml, else "" (the controller picks the node's tool, else claude)
+	Model string // front matter; "" when not set
+
+	Priority   int           // 1 (first) .. 9; DefaultPriority when not set
+	DependsOn  []string      // IDs of tasks of the same project, without duplicates
+	Timeout    time.Duration // front matter, else project.yaml, else 0 (the controller's default)
+	MaxRetries *int          // front matter, else project.yaml, else nil (the controller's default)
+	Node       string        // pin to this node; "" when not pinned
+	Tags       []string      // the task needs nodes with all of these tags
+	Context    []string      // headings of the SHARED_CONTEXT.md sections in Snapshot, in order
+
+	// Snapshot is the text given to the tool. Its format is part of the
+	// contract because Hash is compared across versions of dispatch:
+	//
+	//  1. The file must be valid UTF-8. A leading byte order mark is removed,
+	//     and CRLF and lone CR line ends become LF.
+	//  2. The front matter (a first line "---" up to and including the next
+	//     "---" line) is removed, and so is every "@context:" line outside
+	//     fenced code blocks.
+	//  3. Leading and trailing lines that are empty or only whitespace are
+	//     removed; the remaining lines are joined with LF and end with
+	//     exactly one LF. Nothing else inside the body changes (trailing
+	//     spaces on a line are kept).
+	//  4. For each selected context, in order (front matter "context" first,
+	//     then "@context:" lines from top to bottom, each section once), an
+	//     empty line is appended and then the section: its "## " heading
+	//     line as written and every line up to the next "## " or "# "
+	//     heading, normalised as in 1 and 3.
+	Snapshot []byte
+	Hash     string // hex sha256 of Snapshot
+}
+
+// ProjectConfig is project.yaml. Pointers are nil when the key is absent so
+// the controller can fall back to nodes.yaml.
+type ProjectConfig struct {
+	Integration     *bool  // run the integration task (S99) after the author tasks
+	Verification    *bool  // run verification (V01...) after integration
+	MaxFixRounds    *int   // overrides controller.max_fix_rounds
+	IntegrationSpec string // file, relative to the project directory, used instead of the generated S99
+
+	Tool       string        // default tool of the project's tasks
+	Type       string        // default type of the project's tasks
+	Timeout    time.Duration // default timeout of the project's tasks; 0 when not set
+	MaxRetries *int          // default max_retries of the project's tasks
+
+	Base  string // directory, relative to the project directory, copied into every task's output/
+	Setup string // command run by /bin/sh in output/ before the tool
+	Halt  struct {
+		Fail int // stop launching after this many tasks failed for good; 0 never stops
+	}
+}
+
+// Project is one loaded and validated project.
+type Project struct {
+	Name    string
+	Dir     string // absolute path of specs/<Name>
+	Config  ProjectConfig
+	Tasks   []*Task  // sorted by ID (byte order, as SQL sorts them)
+	Ignored []string // other entries of Dir that are neither tasks nor known files, e.g. "s01-lowercase.md"
+}
+
+// Task returns the task with the given ID, or nil.
+func (p *Project) Task(id string) *Task {
+	i := sort.Search(len(p.Tasks), func(i int) bool { return p.Tasks[i].ID >= id })
+	if i < len(p.Tasks) && p.Tasks[i].ID == id {
+		return p.Tasks[i]
+	}
+	return nil
+}

@@ -1,0 +1,164 @@
+package store
+
+import "time"
+
+// Task statuses. See Legal for the transitions between them.
+const (
+	Pending   = "pending"
+	Claimed   = "claimed"
+	Running   = "running"
+	Completed = "completed"
+	Failed    = "failed"
+	Blocked   = "blocked"
+	Canceled  = "canceled"
+	Lost      = "lost"
+)
+
+// Statuses lists every task status in display order.
+var Statuses = []string{Pending, Claimed, Running, Completed, Failed, Blocked, Canceled, Lost}
+
+// legal is the task state machine: legal[from] holds the statuses a task may
+// move to. A retry goes failed → pending; a dispatch retry of a finished task
+// goes completed/canceled → pending.
+var legal = map[string][]string{
+	Pending:   {Claimed, Blocked, Canceled},
+	Claimed:   {Running, Completed, Failed, Pending, Lost, Canceled},
+	Running:   {Completed, Failed, Lost, Canceled},
+	Completed: {Pending},
+	Failed:    {Pending, Blocked},
+	Blocked:   {Pending, Canceled},
+	Canceled:  {Pending},
+	Lost:      {Pending, Failed, Canceled},
+}
+
+// Legal reports whether a task may move from one status to another.
+func Legal(from, to string) bool {
+	for _, s := range legal[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
+// Terminal reports whether a status ends a task's life unless an operator
+// retries it.
+func Terminal(status string) bool {
+	return status == Completed || status == Failed || status == Blocked || status == Canceled
+}
+
+// Project states.
+const (
+	ProjectActive  = "active"
+	ProjectStopped = "stopped"
+	ProjectDone    = "done"
+)
+
+// Project is one started project.
+type Project struct {
+	Name       string
+	State      string
+	Phase      string
+	Result     string
+	Options    string
+	StartedAt  time.Time
+	FinishedAt time.Time
+}
+
+// Task is one task of a project with its current state.
+type Task struct {
+	Project     string
+	ID          string
+	Title       string
+	Type        string
+	Tool        string
+	Model       string
+	Priority    int
+	DependsOn   []string
+	Tags        []string
+	NodePin     string
+	Timeout     time.Duration
+	MaxRetries  int
+	SpecFile    string
+	SpecHash    string
+	Snapshot    []byte
+	Status      string
+	Attempt     int
+	RetriesUsed int
+	Node        string
+	NotBefore   time.Time
+	ExitCode    int
+	ErrorClass  string
+	Error       string
+	StartedAt   time.Time
+	CompletedAt time.Time
+	// Heartbeat is the last heartbeat content seen and HeartbeatAt the
+	// controller's time when it last changed: remote clocks are never compared.
+	Heartbeat   string
+	HeartbeatAt time.Time
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// Run is one attempt of a task.
+type Run struct {
+	Project     string
+	Task        string
+	Attempt     int
+	Node        string
+	Status      string
+	PID         int
+	ExitCode    int
+	Signal      string
+	ErrorClass  string
+	Error       string
+	ClaimedAt   time.Time
+	StartedAt   time.Time
+	CompletedAt time.Time
+	LogBytes    int64
+	TokensIn    int64
+	TokensOut   int64
+	CostUSD     float64
+	CollectedAt time.Time
+}
+
+// Node is what the controller last learned about a node.
+type Node struct {
+	Name              string
+	State             string
+	LastSeen          time.Time
+	OfflineSince      time.Time
+	LastError         string
+	OS                string
+	Arch              string
+	WrapperVersion    string
+	MemAvailableBytes int64
+	Load1             float64
+	DiskFreeBytes     int64
+	RTTMillis         float64
+	UpdatedAt         time.Time
+}
+
+// Event is one entry of the append-only event log.
+type Event struct {
+	ID         int64
+	Time       time.Time
+	Project    string
+	Task       string
+	Attempt    int
+	Kind       string
+	FromStatus string
+	ToStatus   string
+	Node       string
+	Message    string
+}
+
+// File is one collected output file.
+type File struct {
+	Project string
+	Task    string
+	Attempt int
+	Path    string
+	Size    int64
+	SHA256  string
+}

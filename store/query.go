@@ -1,0 +1,223 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+const taskSelect = `SELECT project, id, title, type, tool, model, priority, depends_on, tags, node_pin,
+	timeout_seconds, max_retries, spec_file, spec_hash, snapshot, status, attempt, retries_used, node,
+	not_before, exit_code, error_class, error, started_at, completed_at, heartbeat, heartbeat_at,
+	created_at, updated_at FROM tasks`
+
+func scanTask(rows interface{ Scan(...any) error }) (Task, error) {
+	var t Task
+	var deps, tags, notBefore, started, completed, hbAt, created, updated string
+	var timeout float64
+	err := rows.Scan(&t.Project, &t.ID, &t.Title, &t.Type, &t.Tool, &t.Model, &t.Priority, &deps, &tags, &t.NodePin,
+		&timeout, &t.MaxRetries, &t.SpecFile, &t.SpecHash, &t.Snapshot, &t.Status, &t.Attempt, &t.RetriesUsed, &t.Node,
+		&notBefore, &t.ExitCode, &t.ErrorClass, &t.Error, &started, &completed, &t.Heartbeat, &hbAt, &created, &updated)
+	if err != nil {
+		return t, err
+	}
+	_ = json.Unmarshal([]byte(deps), &t.DependsOn)
+	_ = json.Unmarshal([]byte(tags), &t.Tags)
+	t.Timeout = time.Duration(timeout * float64(time.Second))
+	t.NotBefore = parseTime(notBefore)
+	t.StartedAt = parseTime(started)
+	t.CompletedAt = parseTime(completed)
+	t.HeartbeatAt = parseTime(hbAt)
+	t.CreatedAt = parseTime(created)
+	t.UpdatedAt = parseTime(updated)
+	return t, nil
+}
+
+func queryTasks(ctx context.Context, q querier, project string) ([]Task, error) {
+	rows, err := q.QueryContext(ctx, taskSelect+" WHERE project = ? ORDER BY id", project)
+	if err != nil {
+		return nil, fmt.Errorf("read tasks of %s: %w", project, err)
+	}
+	defer rows.Close()
+	var out []Task
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return nil, fmt.Errorf("read tasks of %s: %w", project, err)
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// Tasks returns a project's tasks ordered by ID.
+func (s *Store) Tasks(ctx context.Context, project string) ([]Task, error) {
+	return queryTasks(ctx, s.db, project)
+}
+
+// Task returns one task.
+func (s *Store) Task(ctx context.Context, project, id string) (Task, error) {
+	t, err := scanTask(s.db.QueryRowContext(ctx, taskSelect+" WHERE project = ? AND id = ?", project, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, fmt.Errorf("task %s/%s: %w", project, id, ErrNotFound)
+	}
+	return t, err
+}
+
+// Projects returns every project the database knows, by name.
+func (s *Store) Projects(ctx context.Context) ([]Project, error) {
+	return queryProjects(ctx, s.db, "")
+}
+
+// Project returns one project.
+func (s *Store) Project(ctx context.Context, name string) (Project, error) {
+	ps, err := queryProjects(ctx, s.db, name)
+	if err != nil {
+		return Project{}, err
+	}
+	if len(ps) == 0 {
+		return Project{}, fmt.Errorf("project %s: %w", name, ErrNotFound)
+	}
+	return ps[0], nil
+}
+
+func queryProjects(ctx context.Context, q querier, name string) ([]Project, error) {
+	query := "SELECT name, state, phase, result, options, started_at, finished_at FROM projects"
+	var args []any
+	if name != "" {
+		query += " WHERE name = ?"
+		args = append(args, name)
+	}
+	rows, err := q.QueryContext(ctx, query+" ORDER BY name", args...)
+	if err != nil {
+		return nil, fmt.Errorf("read projects: %w", err)
+	}
+	defer rows.Close()
+	var out []Project
+	for rows.Next() {
+		var p Project
+		var started, finished string
+		if err := rows.Scan(&p.Name, &p.State, &p.Phase, &p.Result, &p.Options, &started, &finished); err != nil {
+			return nil, fmt.Errorf("read projects: %w", err)
+		}
+		p.StartedAt, p.FinishedAt = parseTime(started), parseTime(finished)
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// Runs returns every attempt of a project's tasks (of one task when task is
+// not empty), by task then attempt.
+func (s *Store) Runs(ctx context.Context, project, task string) ([]Run, error) {
+	query := `SELECT project, task, attempt, node, status, pid, exit_code, signal, error_class, error, claimed_at,
+		started_at, completed_at, log_bytes, tokens_in, tokens_out, cost_usd, collected_at FROM runs WHERE project = ?`
+	args := []any{project}
+	if task != "" {
+		query += " AND task = ?"
+		args = append(args, task)
+	}
+	rows, err := s.db.QueryContext(ctx, query+" ORDER BY task, attempt", args...)
+	if err != nil {
+		return nil, fmt.Errorf("read runs of %s: %w", project, err)
+	}
+	defer rows.Close()
+	var out []Run
+	for rows.Next() {
+		var r Run
+		var claimed, started, completed, collected string
+		if err := rows.Scan(&r.Project, &r.Task, &r.Attempt, &r.Node, &r.Status, &r.PID, &r.ExitCode, &r.Signal,
+			&r.ErrorClass, &r.Error, &claimed, &started, &completed, &r.LogBytes, &r.TokensIn, &r.TokensOut,
+			&r.CostUSD, &collected); err != nil {
+			return nil, fmt.Errorf("read runs of %s: %w", project, err)
+		}
+		r.ClaimedAt, r.StartedAt, r.CompletedAt, r.CollectedAt = parseTime(claimed), parseTime(started), parseTime(completed), parseTime(collected)
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// Nodes returns what is known about every node, by name.
+func (s *Store) Nodes(ctx context.Context) ([]Node, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT name, state, last_seen, offline_since, last_error, os, arch, wrapper_version,
+		mem_available_bytes, load1, disk_free_bytes, rtt_ms, updated_at FROM nodes ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("read nodes: %w", err)
+	}
+	defer rows.Close()
+	var out []Node
+	for rows.Next() {
+		var n Node
+		var seen, offline, updated string
+		if err := rows.Scan(&n.Name, &n.State, &seen, &offline, &n.LastError, &n.OS, &n.Arch, &n.WrapperVersion,
+			&n.MemAvailableBytes, &n.Load1, &n.DiskFreeBytes, &n.RTTMillis, &updated); err != nil {
+			return nil, fmt.Errorf("read nodes: %w", err)
+		}
+		n.LastSeen, n.OfflineSince, n.UpdatedAt = parseTime(seen), parseTime(offline), parseTime(updated)
+		out = append(out, n)
+	}
+	return out, rows.Err()
+}
+
+// Events returns a project's events with an id greater than after, oldest
+// first; project "" means every event. limit <= 0 means no limit.
+func (s *Store) Events(ctx context.Context, project string, after int64, limit int) ([]Event, error) {
+	query := "SELECT id, time, project, task, attempt, kind, from_status, to_status, node, message FROM events WHERE id > ?"
+	args := []any{after}
+	if project != "" {
+		query += " AND project = ?"
+		args = append(args, project)
+	}
+	query += " ORDER BY id"
+	if limit > 0 {
+		query += fmt.Sprintf(" LIMIT %d", limit)
+	}
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var e Event
+		var t string
+		if err := rows.Scan(&e.ID, &t, &e.Project, &e.Task, &e.Attempt, &e.Kind, &e.FromStatus, &e.ToStatus, &e.Node, &e.Message); err != nil {
+			return nil, fmt.Errorf("read events: %w", err)
+		}
+		e.Time = parseTime(t)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// Files returns the manifest of a project's collected outputs (of one task when
+// task is not empty), by task then path.
+func (s *Store) Files(ctx context.Context, project, task string) ([]File, error) {
+	query := "SELECT project, task, attempt, path, size, sha256 FROM files WHERE project = ?"
+	args := []any{project}
+	if task != "" {
+		query += " AND task = ?"
+		args = append(args, task)
+	}
+	rows, err := s.db.QueryContext(ctx, query+" ORDER BY task, path", args...)
+	if err != nil {
+		return nil, fmt.Errorf("read manifest of %s: %w", project, err)
+	}
+	defer rows.Close()
+	var out []File
+	for rows.Next() {
+		var f File
+		if err := rows.Scan(&f.Project, &f.Task, &f.Attempt, &f.Path, &f.Size, &f.SHA256); err != nil {
+			return nil, fmt.Errorf("read manifest of %s: %w", project, err)
+		}
+		out = append(out, f)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,299 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func openTest(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "dispatch.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	s.Now = func() time.Time { return now }
+	return s
+}
+
+func addTask(t *testing.T, s *Store, project, id string) {
+	t.Helper()
+	ctx := context.Background()
+	err := s.Update(ctx, func(tx *Tx) error {
+		if err := tx.EnsureProject(ctx, project, "{}"); err != nil {
+			return err
+		}
+		return tx.InsertTask(ctx, Task{Project: project, ID: id, Title: "t " + id, Type: "implementation",
+			Priority: 5, MaxRetries: 2, SpecHash: "h", Snapshot: []byte("echo\n")})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWALMode(t *testing.T) {
+	s := openTest(t)
+	var mode string
+	if err := s.db.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	if mode != "wal" {
+		t.Fatalf("journal_mode = %q, want wal", mode)
+	}
+	var timeout int
+	if err := s.db.QueryRow("PRAGMA busy_timeout").Scan(&timeout); err != nil {
+		t.Fatal(err)
+	}
+	if timeout < 5000 {
+		t.Fatalf("busy_timeout = %d, want >= 5000", timeout)
+	}
+}
+
+func TestStateMachine(t *testing.T) {
+	for from, tos := range legal {
+		for _, to := range Statuses {
+			want := false
+			for _, x := range tos {
+				want = want || x == to
+			}
+			if got := Legal(from, to); got != want {
+				t.Errorf("Legal(%s, %s) = %v, want %v", from, to, got, want)
+			}
+		}
+	}
+	// No status may move to itself: that would be an event that says nothing.
+	for _, st := range Statuses {
+		if Legal(st, st) {
+			t.Errorf("Legal(%s, %s) is true", st, st)
+		}
+	}
+}
+
+func TestTransitionWritesEventAndRefusesIllegal(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	addTask(t, s, "p", "S01")
+
+	var attempt int
+	if err := s.Update(ctx, func(tx *Tx) (err error) {
+		attempt, err = tx.Claim(ctx, "p", "S01", "n1")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if attempt != 1 {
+		t.Fatalf("attempt = %d, want 1", attempt)
+	}
+	steps := []struct {
+		from, to string
+		wantErr  error
+	}{
+		{Claimed, Running, nil},
+		{Running, Pending, &IllegalTransitionError{}},
+		{Claimed, Completed, ErrConflict}, // the task is running now, not claimed
+		{Running, Completed, nil},
+		{Completed, Running, &IllegalTransitionError{}},
+	}
+	for _, st := range steps {
+		err := s.Update(ctx, func(tx *Tx) error {
+			_, _, err := tx.Transition(ctx, Change{Project: "p", Task: "S01", From: st.from, To: st.to})
+			return err
+		})
+		var ill *IllegalTransitionError
+		switch {
+		case st.wantErr == nil && err != nil:
+			t.Fatalf("%s → %s: %v", st.from, st.to, err)
+		case errors.As(st.wantErr, &ill) && !errors.As(err, &ill):
+			t.Fatalf("%s → %s: err = %v, want illegal transition", st.from, st.to, err)
+		case st.wantErr == ErrConflict && !errors.Is(err, ErrConflict):
+			t.Fatalf("%s → %s: err = %v, want conflict", st.from, st.to, err)
+		}
+	}
+	task, err := s.Task(ctx, "p", "S01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task.Status != Completed || task.Node != "n1" || task.Attempt != 1 {
+		t.Fatalf("task = %s on %q attempt %d", task.Status, task.Node, task.Attempt)
+	}
+	evs, err := s.Events(ctx, "p", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range evs {
+		if e.Task == "S01" {
+			got = append(got, e.FromStatus+">"+e.ToStatus)
+		}
+	}
+	want := []string{">pending", "pending>claimed", "claimed>running", "running>completed"}
+	if len(got) != len(want) {
+		t.Fatalf("events = %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("events = %v, want %v", got, want)
+		}
+	}
+}
+
+func TestFailedTransactionLeavesNoEvent(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	addTask(t, s, "p", "S01")
+	before, _ := s.Events(ctx, "", 0, 0)
+	err := s.Update(ctx, func(tx *Tx) error {
+		if _, err := tx.Claim(ctx, "p", "S01", "n1"); err != nil {
+			return err
+		}
+		return errors.New("launch decision failed")
+	})
+	if err == nil {
+		t.Fatal("want error")
+	}
+	after, _ := s.Events(ctx, "", 0, 0)
+	if len(after) != len(before) {
+		t.Fatalf("events grew from %d to %d after a rolled-back transaction", len(before), len(after))
+	}
+	task, _ := s.Task(ctx, "p", "S01")
+	if task.Status != Pending || task.Attempt != 0 {
+		t.Fatalf("task = %s attempt %d after rollback", task.Status, task.Attempt)
+	}
+}
+
+func TestEventsAreAppendOnly(t *testing.T) {
+	s := openTest(t)
+	addTask(t, s, "p", "S01")
+	if _, err := s.db.Exec("UPDATE events SET message = 'x'"); err == nil {
+		t.Fatal("UPDATE events succeeded")
+	}
+	if _, err := s.db.Exec("DELETE FROM events"); err == nil {
+		t.Fatal("DELETE FROM events succeeded")
+	}
+}
+
+func TestSetTaskCannotChangeStatus(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	addTask(t, s, "p", "S01")
+	err := s.Update(ctx, func(tx *Tx) error {
+		return tx.SetTask(ctx, "p", "S01", Set{"status": Completed})
+	})
+	if err == nil {
+		t.Fatal("SetTask changed status")
+	}
+}
+
+func TestMigrateOldDatabase(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "old.db")
+	old, err := open(ctx, path, false, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := old.SchemaVersion(ctx); v != 1 {
+		t.Fatalf("old schema version = %d", v)
+	}
+	if _, err := old.db.Exec(`INSERT INTO projects (name) VALUES ('p');
+		INSERT INTO tasks (project, id, spec_hash, snapshot, created_at, updated_at) VALUES ('p', 'S01', 'h', x'00', 'x', 'x')`); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if v, _ := s.SchemaVersion(ctx); v != 2 {
+		t.Fatalf("schema version = %d, want 2", v)
+	}
+	tasks, err := s.Tasks(ctx, "p")
+	if err != nil || len(tasks) != 1 || tasks[0].ID != "S01" {
+		t.Fatalf("tasks after migration = %v, %v", tasks, err)
+	}
+	if _, err := s.Files(ctx, "p", ""); err != nil {
+		t.Fatalf("files table missing after migration: %v", err)
+	}
+	// Opening again applies nothing and keeps the data.
+	s.Close()
+	s2, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if tasks, _ := s2.Tasks(ctx, "p"); len(tasks) != 1 {
+		t.Fatalf("tasks after reopen = %d", len(tasks))
+	}
+}
+
+func TestOpenReadOnly(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	if _, err := OpenReadOnly(ctx, filepath.Join(dir, "none.db")); !errors.Is(err, ErrNoDatabase) {
+		t.Fatalf("err = %v, want ErrNoDatabase", err)
+	}
+	s, err := Open(ctx, filepath.Join(dir, "d.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addTask(t, s, "p", "S01")
+	ro, err := OpenReadOnly(ctx, filepath.Join(dir, "d.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if tasks, err := ro.Tasks(ctx, "p"); err != nil || len(tasks) != 1 {
+		t.Fatalf("read-only tasks = %v, %v", tasks, err)
+	}
+	if _, err := ro.db.Exec("INSERT INTO projects (name) VALUES ('q')"); err == nil {
+		t.Fatal("write through a read-only store succeeded")
+	}
+	s.Close()
+}
+
+func TestRunsNodesFiles(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	addTask(t, s, "p", "S01")
+	err := s.Update(ctx, func(tx *Tx) error {
+		a, err := tx.Claim(ctx, "p", "S01", "n1")
+		if err != nil {
+			return err
+		}
+		if err := tx.SetRun(ctx, "p", "S01", a, Set{"status": Running, "pid": 42}); err != nil {
+			return err
+		}
+		if err := tx.PutNode(ctx, Node{Name: "n1", State: "online", MemAvailableBytes: 7}); err != nil {
+			return err
+		}
+		return tx.ReplaceFiles(ctx, "p", "S01", a, []File{{Path: "a.txt", Size: 3, SHA256: "x"}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, _ := s.Runs(ctx, "p", "S01")
+	if len(runs) != 1 || runs[0].PID != 42 || runs[0].Status != Running {
+		t.Fatalf("runs = %+v", runs)
+	}
+	nodes, _ := s.Nodes(ctx)
+	if len(nodes) != 1 || nodes[0].MemAvailableBytes != 7 {
+		t.Fatalf("nodes = %+v", nodes)
+	}
+	files, _ := s.Files(ctx, "p", "")
+	if len(files) != 1 || files[0].Path != "a.txt" {
+		t.Fatalf("files = %+v", files)
+	}
+	evs, _ := s.Events(ctx, "", 0, 0)
+	var nodeEvent bool
+	for _, e := range evs {
+		nodeEvent = nodeEvent || (e.Kind == "node" && e.ToStatus == "online")
+	}
+	if !nodeEvent {
+		t.Fatal("no event for the node coming online")
+	}
+}

@@ -1,0 +1,341 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// ErrConflict is returned by Transition when the task is not in the status the
+// caller expected: someone else changed it first, so the caller's decision is
+// stale.
+var ErrConflict = errors.New("task status changed concurrently")
+
+// IllegalTransitionError is returned for a transition the state machine forbids.
+type IllegalTransitionError struct {
+	Project, Task, From, To string
+}
+
+func (e *IllegalTransitionError) Error() string {
+	return fmt.Sprintf("task %s/%s: illegal transition %s → %s", e.Project, e.Task, e.From, e.To)
+}
+
+// Tx is one write transaction; see Store.Update.
+type Tx struct {
+	tx  *sql.Tx
+	now time.Time
+}
+
+// Now is the time of the transaction, used for every timestamp it writes.
+func (tx *Tx) Now() time.Time { return tx.now }
+
+// Set holds columns to set on a row along with a change. Values are Go values
+// (string, int, time.Time, []string, time.Duration) or Expr.
+type Set map[string]any
+
+// Expr is a raw SQL expression used as a Set value, such as "attempt + 1".
+type Expr string
+
+// taskColumns are the task columns a Set may change; status is excluded so
+// that it only ever moves through Transition.
+var taskColumns = map[string]bool{
+	"title": true, "type": true, "tool": true, "model": true, "priority": true,
+	"depends_on": true, "tags": true, "node_pin": true, "timeout_seconds": true,
+	"max_retries": true, "spec_file": true, "spec_hash": true, "snapshot": true,
+	"attempt": true, "retries_used": true, "node": true, "not_before": true,
+	"exit_code": true, "error_class": true, "error": true, "started_at": true,
+	"completed_at": true, "heartbeat": true, "heartbeat_at": true,
+}
+
+var runColumns = map[string]bool{
+	"status": true, "pid": true, "exit_code": true, "signal": true, "error_class": true,
+	"error": true, "started_at": true, "completed_at": true, "log_bytes": true,
+	"tokens_in": true, "tokens_out": true, "cost_usd": true, "collected_at": true,
+}
+
+var projectColumns = map[string]bool{
+	"state": true, "phase": true, "result": true, "options": true, "started_at": true, "finished_at": true,
+}
+
+// assignments renders set as "col = ?" clauses with their arguments, in a
+// stable order.
+func assignments(set Set, allowed map[string]bool) ([]string, []any, error) {
+	cols := make([]string, 0, len(set))
+	for c := range set {
+		if !allowed[c] {
+			return nil, nil, fmt.Errorf("column %q cannot be set here", c)
+		}
+		cols = append(cols, c)
+	}
+	sort.Strings(cols)
+	var clauses []string
+	var args []any
+	for _, c := range cols {
+		v := set[c]
+		if e, ok := v.(Expr); ok {
+			clauses = append(clauses, c+" = "+string(e))
+			continue
+		}
+		clauses = append(clauses, c+" = ?")
+		args = append(args, sqlValue(v))
+	}
+	return clauses, args, nil
+}
+
+func sqlValue(v any) any {
+	switch v := v.(type) {
+	case time.Time:
+		return formatTime(v)
+	case time.Duration:
+		return v.Seconds()
+	case []string:
+		if v == nil {
+			v = []string{}
+		}
+		b, _ := json.Marshal(v)
+		return string(b)
+	default:
+		return v
+	}
+}
+
+// Change is a status transition of one task and what it sets along with it.
+type Change struct {
+	Project, Task string
+	From, To      string
+	// Kind names the event; "status" when empty.
+	Kind    string
+	Message string
+	Set     Set
+}
+
+// Transition moves a task from c.From to c.To, applies c.Set and appends the
+// event, in one UPDATE ... RETURNING guarded by the expected status. It returns
+// the task's attempt and node after the change.
+func (tx *Tx) Transition(ctx context.Context, c Change) (attempt int, node string, err error) {
+	if !Legal(c.From, c.To) {
+		return 0, "", &IllegalTransitionError{Project: c.Project, Task: c.Task, From: c.From, To: c.To}
+	}
+	clauses, args, err := assignments(c.Set, taskColumns)
+	if err != nil {
+		return 0, "", fmt.Errorf("transition %s/%s: %w", c.Project, c.Task, err)
+	}
+	clauses = append([]string{"status = ?", "updated_at = ?"}, clauses...)
+	args = append([]any{c.To, formatTime(tx.now)}, args...)
+	args = append(args, c.Project, c.Task, c.From)
+	q := "UPDATE tasks SET " + strings.Join(clauses, ", ") +
+		" WHERE project = ? AND id = ? AND status = ? RETURNING attempt, node"
+	err = tx.tx.QueryRowContext(ctx, q, args...).Scan(&attempt, &node)
+	if errors.Is(err, sql.ErrNoRows) {
+		var cur string
+		if err := tx.tx.QueryRowContext(ctx, "SELECT status FROM tasks WHERE project = ? AND id = ?", c.Project, c.Task).Scan(&cur); errors.Is(err, sql.ErrNoRows) {
+			return 0, "", fmt.Errorf("task %s/%s: %w", c.Project, c.Task, ErrNotFound)
+		}
+		return 0, "", fmt.Errorf("task %s/%s is %s, not %s: %w", c.Project, c.Task, cur, c.From, ErrConflict)
+	}
+	if err != nil {
+		return 0, "", fmt.Errorf("transition %s/%s %s → %s: %w", c.Project, c.Task, c.From, c.To, err)
+	}
+	kind := c.Kind
+	if kind == "" {
+		kind = "status"
+	}
+	err = tx.Event(ctx, Event{Project: c.Project, Task: c.Task, Attempt: attempt, Kind: kind,
+		FromStatus: c.From, ToStatus: c.To, Node: node, Message: c.Message})
+	return attempt, node, err
+}
+
+// Claim assigns a pending task to node and starts its next attempt: one atomic
+// UPDATE ... RETURNING moves it to claimed and increments the attempt, and the
+// run row and event are written in the same transaction. It returns the new
+// attempt number, or ErrConflict if the task is no longer pending.
+func (tx *Tx) Claim(ctx context.Context, project, task, node string) (int, error) {
+	attempt, _, err := tx.Transition(ctx, Change{
+		Project: project, Task: task, From: Pending, To: Claimed, Kind: "claim",
+		Message: "assigned to " + node,
+		Set: Set{"node": node, "attempt": Expr("attempt + 1"), "exit_code": 0, "error_class": "",
+			"error": "", "started_at": time.Time{}, "completed_at": time.Time{}, "heartbeat": "", "heartbeat_at": tx.now},
+	})
+	if err != nil {
+		return 0, err
+	}
+	_, err = tx.tx.ExecContext(ctx, `INSERT INTO runs (project, task, attempt, node, status, claimed_at)
+		VALUES (?, ?, ?, ?, ?, ?)`, project, task, attempt, node, Claimed, formatTime(tx.now))
+	if err != nil {
+		return 0, fmt.Errorf("record run %s/%s#%d: %w", project, task, attempt, err)
+	}
+	return attempt, nil
+}
+
+// SetTask changes columns of a task other than its status (heartbeat, notes
+// of the attempt); status changes go through Transition.
+func (tx *Tx) SetTask(ctx context.Context, project, task string, set Set) error {
+	clauses, args, err := assignments(set, taskColumns)
+	if err != nil {
+		return fmt.Errorf("update task %s/%s: %w", project, task, err)
+	}
+	if len(clauses) == 0 {
+		return nil
+	}
+	args = append(args, formatTime(tx.now), project, task)
+	res, err := tx.tx.ExecContext(ctx, "UPDATE tasks SET "+strings.Join(clauses, ", ")+", updated_at = ? WHERE project = ? AND id = ?", args...)
+	if err != nil {
+		return fmt.Errorf("update task %s/%s: %w", project, task, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("task %s/%s: %w", project, task, ErrNotFound)
+	}
+	return nil
+}
+
+// SetRun changes columns of one attempt's run row.
+func (tx *Tx) SetRun(ctx context.Context, project, task string, attempt int, set Set) error {
+	clauses, args, err := assignments(set, runColumns)
+	if err != nil {
+		return fmt.Errorf("update run %s/%s#%d: %w", project, task, attempt, err)
+	}
+	if len(clauses) == 0 {
+		return nil
+	}
+	args = append(args, project, task, attempt)
+	res, err := tx.tx.ExecContext(ctx, "UPDATE runs SET "+strings.Join(clauses, ", ")+" WHERE project = ? AND task = ? AND attempt = ?", args...)
+	if err != nil {
+		return fmt.Errorf("update run %s/%s#%d: %w", project, task, attempt, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("run %s/%s#%d: %w", project, task, attempt, ErrNotFound)
+	}
+	return nil
+}
+
+// Event appends one event to the log.
+func (tx *Tx) Event(ctx context.Context, e Event) error {
+	if e.Time.IsZero() {
+		e.Time = tx.now
+	}
+	_, err := tx.tx.ExecContext(ctx, `INSERT INTO events (time, project, task, attempt, kind, from_status, to_status, node, message)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, formatTime(e.Time), e.Project, e.Task, e.Attempt, e.Kind,
+		e.FromStatus, e.ToStatus, e.Node, e.Message)
+	if err != nil {
+		return fmt.Errorf("append event %s: %w", e.Kind, err)
+	}
+	return nil
+}
+
+// EnsureProject records a started project (or reactivates it) and appends an
+// event when it is new or was not active.
+func (tx *Tx) EnsureProject(ctx context.Context, name, options string) error {
+	var state string
+	err := tx.tx.QueryRowContext(ctx, "SELECT state FROM projects WHERE name = ?", name).Scan(&state)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		if _, err := tx.tx.ExecContext(ctx, `INSERT INTO projects (name, state, phase, options, started_at) VALUES (?, ?, ?, ?, ?)`,
+			name, ProjectActive, "implementation", options, formatTime(tx.now)); err != nil {
+			return fmt.Errorf("record project %s: %w", name, err)
+		}
+		return tx.Event(ctx, Event{Project: name, Kind: "project", ToStatus: ProjectActive, Message: "project started"})
+	case err != nil:
+		return fmt.Errorf("read project %s: %w", name, err)
+	}
+	if _, err := tx.tx.ExecContext(ctx, `UPDATE projects SET state = ?, options = ?, result = '', finished_at = '' WHERE name = ?`,
+		ProjectActive, options, name); err != nil {
+		return fmt.Errorf("update project %s: %w", name, err)
+	}
+	if state != ProjectActive {
+		return tx.Event(ctx, Event{Project: name, Kind: "project", FromStatus: state, ToStatus: ProjectActive, Message: "project resumed"})
+	}
+	return nil
+}
+
+// SetProject changes columns of a project; a change of state appends an event.
+func (tx *Tx) SetProject(ctx context.Context, name string, set Set, message string) error {
+	var old string
+	if err := tx.tx.QueryRowContext(ctx, "SELECT state FROM projects WHERE name = ?", name).Scan(&old); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("project %s: %w", name, ErrNotFound)
+		}
+		return err
+	}
+	clauses, args, err := assignments(set, projectColumns)
+	if err != nil {
+		return fmt.Errorf("update project %s: %w", name, err)
+	}
+	args = append(args, name)
+	if _, err := tx.tx.ExecContext(ctx, "UPDATE projects SET "+strings.Join(clauses, ", ")+" WHERE name = ?", args...); err != nil {
+		return fmt.Errorf("update project %s: %w", name, err)
+	}
+	if st, ok := set["state"].(string); ok && st != old || message != "" {
+		to, _ := set["state"].(string)
+		return tx.Event(ctx, Event{Project: name, Kind: "project", FromStatus: old, ToStatus: to, Message: message})
+	}
+	return nil
+}
+
+// InsertTask adds a new pending task and its "created" event.
+func (tx *Tx) InsertTask(ctx context.Context, t Task) error {
+	now := formatTime(tx.now)
+	_, err := tx.tx.ExecContext(ctx, `INSERT INTO tasks (project, id, title, type, tool, model, priority, depends_on, tags,
+		node_pin, timeout_seconds, max_retries, spec_file, spec_hash, snapshot, status, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		t.Project, t.ID, t.Title, t.Type, t.Tool, t.Model, t.Priority, sqlValue(t.DependsOn), sqlValue(t.Tags),
+		t.NodePin, t.Timeout.Seconds(), t.MaxRetries, t.SpecFile, t.SpecHash, t.Snapshot, Pending, now, now)
+	if err != nil {
+		return fmt.Errorf("insert task %s/%s: %w", t.Project, t.ID, err)
+	}
+	return tx.Event(ctx, Event{Project: t.Project, Task: t.ID, Kind: "created", ToStatus: Pending, Message: t.Title})
+}
+
+// PutNode records what the controller learned about a node. A change of
+// state appends an event.
+func (tx *Tx) PutNode(ctx context.Context, n Node) error {
+	var old string
+	err := tx.tx.QueryRowContext(ctx, "SELECT state FROM nodes WHERE name = ?", n.Name).Scan(&old)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("read node %s: %w", n.Name, err)
+	}
+	_, err = tx.tx.ExecContext(ctx, `INSERT INTO nodes (name, state, last_seen, offline_since, last_error, os, arch, wrapper_version,
+		mem_available_bytes, load1, disk_free_bytes, rtt_ms, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT(name) DO UPDATE SET state = excluded.state, last_seen = excluded.last_seen,
+		offline_since = excluded.offline_since, last_error = excluded.last_error, os = excluded.os, arch = excluded.arch,
+		wrapper_version = excluded.wrapper_version, mem_available_bytes = excluded.mem_available_bytes,
+		load1 = excluded.load1, disk_free_bytes = excluded.disk_free_bytes, rtt_ms = excluded.rtt_ms,
+		updated_at = excluded.updated_at`,
+		n.Name, n.State, formatTime(n.LastSeen), formatTime(n.OfflineSince), n.LastError, n.OS, n.Arch, n.WrapperVersion,
+		n.MemAvailableBytes, n.Load1, n.DiskFreeBytes, n.RTTMillis, formatTime(tx.now))
+	if err != nil {
+		return fmt.Errorf("record node %s: %w", n.Name, err)
+	}
+	if old != n.State {
+		msg := ""
+		if n.State != "online" {
+			msg = n.LastError
+		}
+		return tx.Event(ctx, Event{Node: n.Name, Kind: "node", FromStatus: old, ToStatus: n.State, Message: msg})
+	}
+	return nil
+}
+
+// ReplaceFiles stores the manifest of a task's collected outputs, replacing
+// an earlier attempt's.
+func (tx *Tx) ReplaceFiles(ctx context.Context, project, task string, attempt int, files []File) error {
+	if _, err := tx.tx.ExecContext(ctx, "DELETE FROM files WHERE project = ? AND task = ?", project, task); err != nil {
+		return fmt.Errorf("clear manifest of %s/%s: %w", project, task, err)
+	}
+	for _, f := range files {
+		if _, err := tx.tx.ExecContext(ctx, "INSERT INTO files (project, task, attempt, path, size, sha256) VALUES (?, ?, ?, ?, ?, ?)",
+			project, task, attempt, f.Path, f.Size, f.SHA256); err != nil {
+			return fmt.Errorf("record manifest of %s/%s: %w", project, task, err)
+		}
+	}
+	return nil
+}
+
+// Tasks returns a project's tasks inside the transaction.
+func (tx *Tx) Tasks(ctx context.Context, project string) ([]Task, error) {
+	return queryTasks(ctx, tx.tx, project)
+}

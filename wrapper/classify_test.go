@@ -1,0 +1,57 @@
+package wrapper
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		code int
+		log  string
+		want string
+	}{
+		{"success", 0, "HTTP 429 rate limit", ""},
+		{"plain failure", 1, "panic: something broke\n", ClassExit},
+		{"empty log", 2, "", ClassExit},
+		{"http 429", 1, "request failed: HTTP 429\n", ClassRateLimit},
+		{"rate limit words", 1, "Rate Limit reached for requests\n", ClassRateLimit},
+		{"rate_limit_error", 1, `{"type":"rate_limit_error"}`, ClassRateLimit},
+		{"overloaded", 1, `{"type":"overloaded_error","message":"Overloaded"}`, ClassRateLimit},
+		{"too many requests", 1, "Error: Too Many Requests", ClassRateLimit},
+		{"429 inside a number", 1, "processed 14290 rows\nerror: disk full\n", ClassExit},
+		{"401", 1, "API Error: 401 Unauthorized\n", ClassAuth},
+		{"403", 1, "status=403\n", ClassAuth},
+		{"403 inside a word", 1, "see issue #4031 and x403y\n", ClassExit},
+		{"invalid api key", 1, "Invalid API Key · Please run /login\n", ClassAuth},
+		{"authentication_error", 1, `{"error":{"type":"authentication_error"}}`, ClassAuth},
+		{"last message wins: auth", 1, "429 too many requests\nretrying\n401 unauthorized\n", ClassAuth},
+		{"last message wins: rate limit", 1, "401 unauthorized\nrefreshed token\nHTTP 429\n", ClassRateLimit},
+		{"only the tail counts", 1, "HTTP 429\n" + strings.Repeat("x", classifyTail) + "\nexit\n", ClassExit},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Classify(tc.code, []byte(tc.log)); got != tc.want {
+				t.Errorf("Classify(%d, %.40q) = %q, want %q", tc.code, tc.log, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestCutMarker(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int64{0, 1, 12345, 1 << 40} {
+		m := cutMarker(n)
+		got, size := parseCutMarker([]byte(m + "rest"))
+		if got != n || size != len(m) {
+			t.Errorf("parseCutMarker(%q) = %d, %d; want %d, %d", m, got, size, n, len(m))
+		}
+	}
+	for _, s := range []string{"", "plain output\n", "[dispatch: x bytes cut]\n", "[dispatch: 12 bytes cut]"} {
+		if _, size := parseCutMarker([]byte(s)); size != 0 {
+			t.Errorf("parseCutMarker(%q) found a marker", s)
+		}
+	}
+}

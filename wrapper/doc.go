@@ -1,0 +1,21 @@
+// Package wrapper is the node-side binary of dispatch (cmd/dispatch-wrapper)
+// as a library: the subcommands the controller calls on a node (version, run,
+// status, kill, tail) and the detached supervisor that runs one attempt of a
+// task.
+//
+// The contract with the controller is docs/PROTOCOL.md. In short, a task
+// directory D holds launch.json (pushed by the controller) and the files the
+// wrapper writes: lock, pid, status.json, heartbeat, task.log, output/ and
+// attempts/<n>/. `run` re-executes the binary as a hidden `supervise`
+// subcommand in its own session, hands it the secret environment over a pipe
+// (never a file or argv), and returns once the supervisor has taken D/lock and
+// written a running status.json. The supervisor holds the lock for its whole
+// life, so "alive" is decided by flock(2), which pid reuse cannot fool.
+//
+// Two files beyond the protocol's list live in D: wrapper.log, the
+// supervisor's own stderr (diagnostics, never secrets), and kill.json, a
+// short-lived note from `kill --grace` telling the supervisor which grace to
+// use.
+//
+// The package uses the standard library only and builds for linux and darwin.
+package wrapper

@@ -1,0 +1,210 @@
+package wrapper
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Names of the files in a task directory.
+const (
+	fileSpec      = "spec.md"
+	fileLaunch    = "launch.json"
+	fileLock      = "lock"
+	filePID       = "pid"
+	fileStatus    = "status.json"
+	fileHeartbeat = "heartbeat"
+	fileLog       = "task.log"
+	fileWrapper   = "wrapper.log"
+	fileKill      = "kill.json"
+	dirOutput     = "output"
+	dirAttempts   = "attempts"
+)
+
+// WriteFileAtomic replaces path with data so that readers see either the old
+// or the new content, never a mix: temp file in the same directory, fsync,
+// rename, fsync of the directory.
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("create temp file for %s: %w", path, err)
+	}
+	tmp := f.Name()
+	fail := func(err error) error {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		return fail(fmt.Errorf("write %s: %w", tmp, err))
+	}
+	if err := f.Chmod(perm); err != nil {
+		return fail(fmt.Errorf("chmod %s: %w", tmp, err))
+	}
+	if err := f.Sync(); err != nil {
+		return fail(fmt.Errorf("sync %s: %w", tmp, err))
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("close %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("rename %s: %w", tmp, err)
+	}
+	// The rename is durable only once the directory is synced; a failure
+	// here loses nothing readers can see, so it is not reported.
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+func writeJSONAtomic(path string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", filepath.Base(path), err)
+	}
+	return WriteFileAtomic(path, append(data, '\n'), 0o644)
+}
+
+// readStatus reads D/status.json. A missing file gives an error satisfying
+// errors.Is(err, os.ErrNotExist).
+func readStatus(dir string) (*Status, error) {
+	data, err := os.ReadFile(filepath.Join(dir, fileStatus))
+	if err != nil {
+		return nil, err
+	}
+	var st Status
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", fileStatus, err)
+	}
+	if st.Status == "" {
+		return nil, fmt.Errorf("parse %s: no status field", fileStatus)
+	}
+	return &st, nil
+}
+
+// readLaunch reads and normalizes D/launch.json.
+func readLaunch(dir string) (Launch, error) {
+	var l Launch
+	data, err := os.ReadFile(filepath.Join(dir, fileLaunch))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return l, &cmdError{KindNotFound, fmt.Errorf("no %s in %s", fileLaunch, dir)}
+		}
+		return l, &cmdError{KindIO, fmt.Errorf("read %s: %w", fileLaunch, err)}
+	}
+	if err := json.Unmarshal(data, &l); err != nil {
+		return l, &cmdError{KindUsage, fmt.Errorf("parse %s: %w", fileLaunch, err)}
+	}
+	if err := l.normalize(); err != nil {
+		return l, &cmdError{KindUsage, fmt.Errorf("invalid %s: %w", fileLaunch, err)}
+	}
+	if l.Task == "" {
+		l.Task = filepath.Base(dir)
+	}
+	if l.Project == "" {
+		l.Project = filepath.Base(filepath.Dir(filepath.Dir(dir)))
+	}
+	return l, nil
+}
+
+// expandPath resolves a leading "~/" to the home directory and makes the path
+// absolute, because the supervisor runs with "/" as its working directory.
+func expandPath(p string) (string, error) {
+	if p == "~" || strings.HasPrefix(p, "~/") {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("expand %s: %w", p, err)
+		}
+		p = filepath.Join(home, strings.TrimPrefix(p[1:], "/"))
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("resolve %s: %w", p, err)
+	}
+	return abs, nil
+}
+
+func flock(f *os.File, how int) error {
+	for {
+		err := syscall.Flock(int(f.Fd()), how)
+		if err != syscall.EINTR {
+			return err
+		}
+	}
+}
+
+// lockTask takes D/lock exclusively for the life of the returned file. The
+// file is close-on-exec (os.OpenFile sets O_CLOEXEC), so the tool never holds
+// the lock. Short-lived shared locks taken by `status` probes can make a
+// non-blocking attempt fail, so it retries for up to wait before reporting
+// the lock as held.
+func lockTask(dir string, wait time.Duration) (*os.File, bool, error) {
+	path := filepath.Join(dir, fileLock)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, false, fmt.Errorf("open lock: %w", err)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		err := flock(f, syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return f, true, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, false, fmt.Errorf("lock %s: %w", path, err)
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			return nil, false, nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// supervisorAlive reports whether a supervisor holds D/lock. A shared
+// non-blocking lock succeeds only when nobody holds it exclusively.
+func supervisorAlive(dir string) (bool, error) {
+	f, err := os.Open(filepath.Join(dir, fileLock))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return false, nil
+		}
+		return false, fmt.Errorf("open lock: %w", err)
+	}
+	defer f.Close()
+	err = flock(f, syscall.LOCK_SH|syscall.LOCK_NB)
+	if err == nil {
+		return false, nil
+	}
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		return true, nil
+	}
+	return false, fmt.Errorf("probe lock: %w", err)
+}
+
+// diskFree reports the space available to unprivileged users on the file
+// system holding path, or on its nearest existing parent.
+func diskFree(path string) int64 {
+	for {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(path, &st); err == nil {
+			return int64(st.Bavail) * int64(st.Bsize)
+		}
+		parent := filepath.Dir(path)
+		if parent == path {
+			return 0
+		}
+		path = parent
+	}
+}

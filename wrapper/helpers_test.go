@@ -1,0 +1,299 @@
+package wrapper
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// wrapperBin is the dispatch-wrapper binary built once by TestMain; the
+// tests drive it as a subprocess, the way the controller does.
+var wrapperBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	root, err := moduleRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wrapper tests:", err)
+		return 1
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wrapper tests: the go tool is needed to build dispatch-wrapper:", err)
+		return 1
+	}
+	tmp, err := os.MkdirTemp("", "dispatch-wrapper-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wrapper tests:", err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	wrapperBin = filepath.Join(tmp, "dispatch-wrapper")
+	args := []string{"build", "-o", wrapperBin}
+	if raceEnabled {
+		args = append(args, "-race")
+		// By default a race-enabled program sleeps a second on exit, which
+		// would make every `run` look slow to return.
+		os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	}
+	cmd := exec.Command(goTool, append(args, "./cmd/dispatch-wrapper")...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "wrapper tests: build dispatch-wrapper: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// moduleRoot walks up from the test's working directory to go.mod.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// execWrapper runs the wrapper binary; it does not touch t so that
+// goroutines may call it.
+func execWrapper(ctx context.Context, stdin string, env []string, args ...string) (stdout, stderr []byte, code int, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, wrapperBin, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	cmd.Env = env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ctx.Err() == nil {
+		return out.Bytes(), errb.Bytes(), ee.ExitCode(), nil
+	}
+	if err != nil {
+		return out.Bytes(), errb.Bytes(), -1, fmt.Errorf("%s %s: %w (stderr: %s)", wrapperBin, strings.Join(args, " "), err, errb.Bytes())
+	}
+	return out.Bytes(), errb.Bytes(), 0, nil
+}
+
+// runWrapper runs the wrapper and returns its stdout and exit code.
+func runWrapper(t *testing.T, stdin string, args ...string) ([]byte, int) {
+	t.Helper()
+	out, _, code, err := execWrapper(t.Context(), stdin, nil, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, code
+}
+
+// wantError checks that out is an ErrorReply of kind and code is 1.
+func wantError(t *testing.T, out []byte, code int, kind string) ErrorReply {
+	t.Helper()
+	var er ErrorReply
+	if err := json.Unmarshal(out, &er); err != nil {
+		t.Fatalf("stdout %q is not an error reply: %v", out, err)
+	}
+	if code != 1 || er.Kind != kind || er.Error == "" {
+		t.Fatalf("got exit %d, reply %+v; want exit 1, kind %q and a message", code, er, kind)
+	}
+	return er
+}
+
+// testTask is a task directory <root>/<project>/tasks/<task>.
+type testTask struct {
+	root, project, name, dir string
+}
+
+// newTask creates a task directory with a spec and launch.json under root
+// (a fresh temporary directory when root is ""). Unset launch fields get
+// test-friendly values: a 0.1 s heartbeat and a 20 s timeout.
+func newTask(t *testing.T, root string, l Launch) *testTask {
+	t.Helper()
+	if root == "" {
+		root = t.TempDir()
+	}
+	if l.Project == "" {
+		l.Project = "demo"
+	}
+	if l.Task == "" {
+		l.Task = "T1"
+	}
+	if l.Attempt == 0 {
+		l.Attempt = 1
+	}
+	if l.Node == "" {
+		l.Node = "local"
+	}
+	if l.HeartbeatSeconds == 0 {
+		l.HeartbeatSeconds = 0.1
+	}
+	if l.TimeoutSeconds == 0 {
+		l.TimeoutSeconds = 20
+	}
+	tk := &testTask{root: root, project: l.Project, name: l.Task}
+	tk.dir = filepath.Join(root, l.Project, "tasks", l.Task)
+	if err := os.MkdirAll(tk.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tk.dir, fileSpec), []byte("# spec\nDo the thing.\n"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	tk.setLaunch(t, l)
+	t.Cleanup(func() { tk.cleanup(t) })
+	return tk
+}
+
+// shell is a launch command running script with /bin/sh.
+func shell(script string) []string {
+	return []string{"/bin/sh", "-c", script}
+}
+
+func (tk *testTask) setLaunch(t *testing.T, l Launch) {
+	t.Helper()
+	data, err := json.Marshal(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tk.dir, fileLaunch), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (tk *testTask) path(name string) string { return filepath.Join(tk.dir, name) }
+
+// run starts the attempt and checks the reply.
+func (tk *testTask) run(t *testing.T, env string) RunReply {
+	t.Helper()
+	out, code := runWrapper(t, env, "run", "--dir", tk.dir)
+	if code != 0 {
+		t.Fatalf("run: exit %d: %s", code, out)
+	}
+	var r RunReply
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("run: reply %q: %v", out, err)
+	}
+	if r.Status != StatusRunning || r.PID <= 0 || r.Task != tk.name {
+		t.Fatalf("run: reply %+v", r)
+	}
+	return r
+}
+
+// status reads status.json, failing the test if it is missing or corrupt.
+func (tk *testTask) status(t *testing.T) *Status {
+	t.Helper()
+	st, err := readStatus(tk.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// waitStatus polls status.json until cond holds.
+func (tk *testTask) waitStatus(t *testing.T, what string, cond func(*Status) bool) *Status {
+	t.Helper()
+	var st *Status
+	poll(t, 15*time.Second, what, func() bool {
+		var err error
+		st, err = readStatus(tk.dir)
+		return err == nil && cond(st)
+	})
+	return st
+}
+
+// waitFinal waits for the final status and for the supervisor to exit.
+func (tk *testTask) waitFinal(t *testing.T) *Status {
+	t.Helper()
+	st := tk.waitStatus(t, "final status", (*Status).Final)
+	poll(t, 5*time.Second, "supervisor exit", func() bool { return !tk.alive(t) })
+	return st
+}
+
+func (tk *testTask) alive(t *testing.T) bool {
+	t.Helper()
+	alive, err := supervisorAlive(tk.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return alive
+}
+
+func (tk *testTask) readFile(t *testing.T, name string) string {
+	t.Helper()
+	data, err := os.ReadFile(tk.path(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// touch creates a file in output/, the signal many test tools wait for.
+func (tk *testTask) touch(t *testing.T, name string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(tk.dir, dirOutput, name), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cleanup kills whatever a failed test left running and checks that the
+// supervisor (race-enabled when the tests are) reported no data race.
+func (tk *testTask) cleanup(t *testing.T) {
+	if alive, _ := supervisorAlive(tk.dir); alive {
+		if data, err := os.ReadFile(tk.path(filePID)); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && pid > 1 {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+	if st, err := readStatus(tk.dir); err == nil && st.ToolPID > 0 && groupAlive(st.ToolPID) {
+		syscall.Kill(-st.ToolPID, syscall.SIGKILL)
+	}
+	if data, err := os.ReadFile(tk.path(fileWrapper)); err == nil {
+		for _, bad := range []string{"DATA RACE", "panic:", "fatal error:"} {
+			if bytes.Contains(data, []byte(bad)) {
+				t.Errorf("%s reports %q:\n%s", fileWrapper, bad, data)
+			}
+		}
+	}
+}
+
+// poll calls cond until it holds, failing the test after timeout.
+func poll(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func parseTime(t *testing.T, s string) time.Time {
+	t.Helper()
+	tm, err := time.Parse("2006-01-02T15:04:05.000Z", s)
+	if err != nil {
+		t.Fatalf("time %q: %v", s, err)
+	}
+	return tm
+}

@@ -1,0 +1,155 @@
+package wrapper
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+)
+
+// superviseCommand is the hidden subcommand `run` re-executes itself with.
+const superviseCommand = "supervise"
+
+const usageText = `usage: dispatch-wrapper <command> [flags]
+
+commands (see docs/PROTOCOL.md):
+  version
+  run    --dir D                  (stdin: JSON map of environment variables)
+  status --root R [--project P]...
+  kill   --dir D [--grace 30s]
+  tail   --dir D [--follow]
+`
+
+// cmdError carries the ErrorReply kind of a failed subcommand.
+type cmdError struct {
+	kind string
+	err  error
+}
+
+func (e *cmdError) Error() string { return e.err.Error() }
+func (e *cmdError) Unwrap() error { return e.err }
+
+func usageErrorf(format string, args ...any) error {
+	return &cmdError{KindUsage, fmt.Errorf(format, args...)}
+}
+
+func ioError(err error) error {
+	return &cmdError{KindIO, err}
+}
+
+// errorKind picks the ErrorReply kind for err; untyped errors are io errors
+// because nearly everything the wrapper does is file system work.
+func errorKind(err error) string {
+	var ce *cmdError
+	if errors.As(err, &ce) {
+		return ce.kind
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		return KindNotFound
+	}
+	return KindIO
+}
+
+// Main runs the wrapper with the command line args (without the program
+// name) and returns the process exit status: 0 on success, 1 after printing
+// an ErrorReply on stdout. Diagnostics for humans go to stderr.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		return fail(stdout, usageErrorf("no command; want version, run, status, kill or tail"))
+	}
+	name, rest := args[0], args[1:]
+	if name == superviseCommand {
+		// The supervisor handles SIGTERM itself: it is how `kill` asks it
+		// to stop, so it must not cancel a context and vanish.
+		return supervise(rest, stdin, stderr)
+	}
+
+	// Main is the wrapper's main: the one place the root context is made.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var err error
+	switch name {
+	case "version":
+		err = cmdVersion(rest, stdout)
+	case "run":
+		err = cmdRun(ctx, rest, stdin, stdout)
+	case "status":
+		err = cmdStatus(ctx, rest, stdout)
+	case "kill":
+		err = cmdKill(ctx, rest, stdout)
+	case "tail":
+		err = cmdTail(ctx, rest, stdout)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stderr, usageText)
+		return 0
+	default:
+		err = usageErrorf("unknown command %q; want version, run, status, kill or tail", name)
+	}
+	if err != nil {
+		return fail(stdout, err)
+	}
+	return 0
+}
+
+func fail(stdout io.Writer, err error) int {
+	printJSON(stdout, ErrorReply{Error: err.Error(), Kind: errorKind(err)})
+	return 1
+}
+
+func printJSON(w io.Writer, v any) error {
+	if err := json.NewEncoder(w).Encode(v); err != nil {
+		return ioError(fmt.Errorf("write reply: %w", err))
+	}
+	return nil
+}
+
+// newFlagSet returns a flag set that reports errors instead of printing
+// them, because every failure must come out as one JSON value.
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return usageErrorf("%s: %v", fs.Name(), err)
+	}
+	if fs.NArg() > 0 {
+		return usageErrorf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+	}
+	return nil
+}
+
+// taskDirFlag resolves the required --dir flag of run, kill and tail.
+func taskDirFlag(cmd, dir string) (string, error) {
+	if dir == "" {
+		return "", usageErrorf("%s: --dir is required", cmd)
+	}
+	abs, err := expandPath(dir)
+	if err != nil {
+		return "", usageErrorf("%s: %v", cmd, err)
+	}
+	return abs, nil
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+func cmdVersion(args []string, stdout io.Writer) error {
+	if err := parseFlags(newFlagSet("version"), args); err != nil {
+		return err
+	}
+	return printJSON(stdout, VersionReply{Version: Version, OS: runtime.GOOS, Arch: runtime.GOARCH})
+}

@@ -1,0 +1,152 @@
+package wrapper
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// readyTimeout bounds the wait for a new supervisor; it covers killing a
+// leftover tool group and moving an attempt aside, both quick.
+const readyTimeout = time.Minute
+
+func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	fs := newFlagSet("run")
+	dirFlag := fs.String("dir", "", "task directory")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	dir, err := taskDirFlag("run", *dirFlag)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return &cmdError{KindNotFound, fmt.Errorf("no task directory %s", dir)}
+		}
+		return ioError(err)
+	}
+	if !fi.IsDir() {
+		return usageErrorf("run: %s is not a directory", dir)
+	}
+	// Checked here for a clear error before anything starts; the supervisor
+	// checks both again, and its lock is what makes the refusal race-free.
+	if _, err := readLaunch(dir); err != nil {
+		return err
+	}
+	env, err := readEnvMap(stdin)
+	if err != nil {
+		return err
+	}
+	if alive, err := supervisorAlive(dir); err != nil {
+		return ioError(err)
+	} else if alive {
+		return &cmdError{KindAlreadyRunning, fmt.Errorf("a supervisor is already running in %s", dir)}
+	}
+	envJSON, err := json.Marshal(env)
+	if err != nil {
+		return &cmdError{KindInternal, fmt.Errorf("encode environment: %w", err)}
+	}
+	reply, err := startSupervisor(ctx, dir, envJSON)
+	if err != nil {
+		return err
+	}
+	return printJSON(stdout, reply)
+}
+
+// startSupervisor re-executes this binary as `supervise` in a new session,
+// so that it outlives the caller's SSH session and gets no signals meant for
+// it. The environment map goes over a pipe on its stdin, never argv or a
+// file; readiness comes back on a second pipe (fd 3). The supervisor holds
+// neither the caller's stdout nor stderr: its stderr is D/wrapper.log.
+func startSupervisor(ctx context.Context, dir string, envJSON []byte) (*RunReply, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, &cmdError{KindInternal, fmt.Errorf("find own executable: %w", err)}
+	}
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return nil, ioError(fmt.Errorf("create pipe: %w", err))
+	}
+	defer readyR.Close()
+	envR, envW, err := os.Pipe()
+	if err != nil {
+		readyW.Close()
+		return nil, ioError(fmt.Errorf("create pipe: %w", err))
+	}
+	logPath := filepath.Join(dir, fileWrapper)
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		readyW.Close()
+		envR.Close()
+		envW.Close()
+		return nil, ioError(fmt.Errorf("open %s: %w", fileWrapper, err))
+	}
+	cmd := &exec.Cmd{
+		Path:        exe,
+		Args:        []string{exe, superviseCommand, "--dir", dir, "--ready-fd", strconv.Itoa(3)},
+		Dir:         "/",
+		Stdin:       envR,
+		Stderr:      logf,
+		ExtraFiles:  []*os.File{readyW},
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	}
+	err = cmd.Start()
+	readyW.Close()
+	envR.Close()
+	logf.Close()
+	if err != nil {
+		envW.Close()
+		return nil, &cmdError{KindInternal, fmt.Errorf("start supervisor: %w", err)}
+	}
+	// Nobody waits for the supervisor: it is meant to outlive us.
+	cmd.Process.Release()
+
+	go func() {
+		// An error means the supervisor died, which the ready pipe reports.
+		envW.Write(envJSON)
+		envW.Close()
+	}()
+
+	type result struct {
+		data []byte
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		data, err := io.ReadAll(readyR)
+		ch <- result{data, err}
+	}()
+	var res result
+	select {
+	case res = <-ch:
+	case <-ctx.Done():
+		return nil, &cmdError{KindInternal, fmt.Errorf("interrupted waiting for the supervisor: %w", ctx.Err())}
+	case <-time.After(readyTimeout):
+		return nil, &cmdError{KindInternal, fmt.Errorf("supervisor not ready after %s; see %s", readyTimeout, logPath)}
+	}
+	if res.err != nil {
+		return nil, &cmdError{KindInternal, fmt.Errorf("read supervisor report: %w", res.err)}
+	}
+	if len(res.data) == 0 {
+		return nil, &cmdError{KindInternal, fmt.Errorf("supervisor exited before it was ready; see %s", logPath)}
+	}
+	var er ErrorReply
+	if err := json.Unmarshal(res.data, &er); err == nil && er.Error != "" {
+		return nil, &cmdError{er.Kind, errors.New(er.Error)}
+	}
+	var reply RunReply
+	if err := json.Unmarshal(res.data, &reply); err != nil {
+		return nil, &cmdError{KindInternal, fmt.Errorf("parse supervisor report: %w", err)}
+	}
+	return &reply, nil
+}

@@ -1,0 +1,547 @@
+package wrapper
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Why an attempt is being stopped by the supervisor.
+const (
+	reasonKill    = "kill"
+	reasonTimeout = "timeout"
+)
+
+// Log keys of the supervisor's wrapper.log.
+const (
+	logKeyDir        = "dir"
+	logKeyPID        = "pid"
+	logKeyTask       = "task"
+	logKeyAttempt    = "attempt"
+	logKeyToolPID    = "tool_pid"
+	logKeyOldAttempt = "old_attempt"
+	logKeyTo         = "to"
+	logKeyReason     = "reason"
+	logKeyGrace      = "grace"
+	logKeyPGID       = "pgid"
+	logKeyStatus     = "status"
+	logKeyErrorClass = "error_class"
+	logKeyError      = "error"
+	logKeyErr        = "err"
+)
+
+// lockWait is how long a new supervisor retries D/lock before deciding that
+// another supervisor holds it; it only has to outlast a `status` probe.
+const lockWait = 500 * time.Millisecond
+
+// errStopped is returned by startChild once a stop has been asked for, so
+// that nothing new starts after a kill or a timeout.
+var errStopped = errors.New("attempt is stopping")
+
+// supervisor runs one attempt of a task: setup, then the tool, under the
+// timeout, writing heartbeat and status.json until the final status.
+type supervisor struct {
+	dir    string
+	launch Launch
+	env    []string
+	logger *slog.Logger
+	tlog   *taskLog
+	begun  time.Time
+	hbSeq  int
+
+	mu         sync.Mutex // guards cur, stopReason, finishing
+	cur        *proc
+	stopReason string
+	finishing  bool // the tool has exited: a stop asked now is too late
+
+	statusMu sync.Mutex // serialises status.json writes; guards st, final
+	st       Status
+	final    bool
+}
+
+// outcome is how the attempt ended, before the stop reason is applied.
+type outcome struct {
+	code     int
+	sig      syscall.Signal
+	startErr string // set when the tool never ran (class start)
+}
+
+// supervise is the hidden subcommand `run` starts in a new session. It reads
+// the secret environment from stdin, takes the task lock, prepares the task
+// directory, reports on the ready pipe and then runs the attempt to its end.
+func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	fs := newFlagSet(superviseCommand)
+	dirFlag := fs.String("dir", "", "task directory")
+	readyFD := fs.Int("ready-fd", 3, "pipe to report readiness on")
+	if err := parseFlags(fs, args); err != nil {
+		logger.Error("supervise", logKeyErr, err)
+		return 1
+	}
+	// Caught from the start, so that a `kill` arriving before the attempt
+	// is under way stops it instead of killing the supervisor outright.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	// The tool must not inherit the ready pipe: `run` reads it to EOF.
+	syscall.CloseOnExec(*readyFD)
+	ready := os.NewFile(uintptr(*readyFD), "ready")
+	report := func(v any) {
+		// `run` may be gone (its SSH session dropped); the attempt goes on.
+		json.NewEncoder(ready).Encode(v)
+		ready.Close()
+	}
+	fail := func(err error) int {
+		logger.Error("supervisor not started", logKeyErr, err)
+		report(ErrorReply{Error: err.Error(), Kind: errorKind(err)})
+		return 1
+	}
+
+	dir, err := taskDirFlag(superviseCommand, *dirFlag)
+	if err != nil {
+		return fail(err)
+	}
+	logger = logger.With(logKeyDir, dir, logKeyPID, os.Getpid())
+	extra, err := readEnvMap(stdin)
+	if err != nil {
+		return fail(err)
+	}
+	lock, ok, err := lockTask(dir, lockWait)
+	if err != nil {
+		return fail(ioError(err))
+	}
+	if !ok {
+		return fail(&cmdError{KindAlreadyRunning, fmt.Errorf("a supervisor is already running in %s", dir)})
+	}
+	// The lock is released when this process exits, however it exits.
+	defer lock.Close()
+
+	launch, err := readLaunch(dir)
+	if err != nil {
+		return fail(err)
+	}
+	s := &supervisor{
+		dir:    dir,
+		launch: launch,
+		env:    buildEnv(os.Environ(), extra, launch, filepath.Join(dir, dirOutput)),
+		logger: logger.With(logKeyTask, launch.Task, logKeyAttempt, launch.Attempt),
+		begun:  time.Now(),
+	}
+	if err := s.prepare(); err != nil {
+		return fail(ioError(err))
+	}
+	defer s.tlog.Close()
+
+	report(RunReply{Task: launch.Task, Attempt: launch.Attempt, PID: os.Getpid(), Status: StatusRunning})
+	s.logger.Info("attempt started")
+
+	go s.handleSignals(sigs)
+	s.run()
+	return 0
+}
+
+// readEnvMap reads the JSON object of environment variables `run` gets on
+// stdin. Values are secrets: they are kept in memory only and never quoted
+// in errors.
+func readEnvMap(r io.Reader) (map[string]string, error) {
+	const max = 1 << 20
+	data, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return nil, ioError(fmt.Errorf("read environment from stdin: %w", err))
+	}
+	if len(data) > max {
+		return nil, usageErrorf("environment on stdin is larger than %d bytes", max)
+	}
+	env := map[string]string{}
+	if len(strings.TrimSpace(string(data))) == 0 {
+		return env, nil
+	}
+	if err := json.Unmarshal(data, &env); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			return nil, usageErrorf("environment on stdin: want a JSON object of strings")
+		}
+		return nil, usageErrorf("environment on stdin: invalid JSON")
+	}
+	for k, v := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return nil, usageErrorf("environment on stdin: invalid variable name %q or NUL in its value", k)
+		}
+	}
+	return env, nil
+}
+
+// prepare readies the task directory for this attempt. It runs under the
+// lock, so no other supervisor can be moving the same files.
+func (s *supervisor) prepare() error {
+	if err := os.Remove(filepath.Join(s.dir, fileKill)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale %s: %w", fileKill, err)
+	}
+	if err := s.moveAside(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(s.dir, dirOutput), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", dirOutput, err)
+	}
+	pid := []byte(strconv.Itoa(os.Getpid()) + "\n")
+	if err := WriteFileAtomic(filepath.Join(s.dir, filePID), pid, 0o644); err != nil {
+		return err
+	}
+	tlog, err := createTaskLog(filepath.Join(s.dir, fileLog), s.launch.LogLimitBytes)
+	if err != nil {
+		return err
+	}
+	s.tlog = tlog
+	if err := s.beat(); err != nil {
+		return err
+	}
+	s.st = Status{
+		Task:           s.launch.Task,
+		Attempt:        s.launch.Attempt,
+		Status:         StatusRunning,
+		PID:            os.Getpid(),
+		StartedAt:      timestamp(s.begun),
+		WrapperVersion: Version,
+	}
+	return s.updateStatus(func(*Status) bool { return true })
+}
+
+// moveAside moves an earlier attempt's files to attempts/<n>/, first killing
+// its tool group if its supervisor died and left it running. n comes from
+// the old status.json (0 when it is unreadable); a taken attempts/<n> gets a
+// suffix rather than being overwritten.
+func (s *supervisor) moveAside() error {
+	n := 0
+	if old, err := readStatus(s.dir); err == nil {
+		n = old.Attempt
+		if old.Status == StatusRunning && old.ToolPID > 0 && groupAlive(old.ToolPID) {
+			s.logger.Warn("killing tool group of an earlier attempt", logKeyToolPID, old.ToolPID, logKeyOldAttempt, old.Attempt)
+			syscall.Kill(-old.ToolPID, syscall.SIGKILL)
+			deadline := time.Now().Add(time.Second)
+			for groupAlive(old.ToolPID) && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	}
+	var found []string
+	for _, name := range []string{fileStatus, fileLog, fileHeartbeat, filePID} {
+		if _, err := os.Lstat(filepath.Join(s.dir, name)); err == nil {
+			found = append(found, name)
+		}
+	}
+	if len(found) == 0 {
+		// First attempt; an output/ the controller may have seeded stays.
+		return nil
+	}
+	if _, err := os.Lstat(filepath.Join(s.dir, dirOutput)); err == nil {
+		found = append(found, dirOutput)
+	}
+	base := filepath.Join(s.dir, dirAttempts, strconv.Itoa(n))
+	target := base
+	for i := 2; ; i++ {
+		if _, err := os.Lstat(target); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		target = base + "." + strconv.Itoa(i)
+	}
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", target, err)
+	}
+	for _, name := range found {
+		if err := os.Rename(filepath.Join(s.dir, name), filepath.Join(target, name)); err != nil {
+			return fmt.Errorf("move %s aside: %w", name, err)
+		}
+	}
+	s.logger.Info("moved earlier attempt aside", logKeyTo, target)
+	return nil
+}
+
+// run runs the attempt to its end and writes the final status.
+func (s *supervisor) run() {
+	timeout := seconds(s.launch.TimeoutSeconds)
+	timer := time.AfterFunc(timeout-time.Since(s.begun), func() {
+		s.stop(reasonTimeout, seconds(s.launch.GraceSeconds))
+	})
+	hbStop, hbDone := make(chan struct{}), make(chan struct{})
+	go s.heartbeats(hbStop, hbDone)
+
+	res := s.attempt()
+
+	timer.Stop()
+	close(hbStop)
+	<-hbDone
+	s.finish(res)
+}
+
+func (s *supervisor) attempt() outcome {
+	out := filepath.Join(s.dir, dirOutput)
+	if s.launch.Setup != "" {
+		cmd := &exec.Cmd{
+			Path: "/bin/sh",
+			Args: []string{"/bin/sh", "-c", s.launch.Setup},
+			Env:  s.env,
+			Dir:  out,
+		}
+		p, err := s.startChild(cmd)
+		if errors.Is(err, errStopped) {
+			return outcome{code: -1}
+		}
+		if err != nil {
+			return outcome{code: -1, startErr: fmt.Sprintf("setup failed: %v", err)}
+		}
+		s.setToolPID(p.pgid)
+		<-p.done
+		code, sig := p.exitInfo()
+		if s.stopping() {
+			return outcome{code: code, sig: sig}
+		}
+		if code != 0 || sig != 0 {
+			msg := "setup failed: " + exitError(code, sig)
+			if line := s.tlog.LastLine(); line != "" {
+				msg += ": " + line
+			}
+			return outcome{code: -1, startErr: msg}
+		}
+	}
+
+	cmd, closers, err := s.toolCmd(out)
+	if err != nil {
+		return outcome{code: -1, startErr: err.Error()}
+	}
+	p, err := s.startChild(cmd, closers...)
+	if errors.Is(err, errStopped) {
+		return outcome{code: -1}
+	}
+	if err != nil {
+		return outcome{code: -1, startErr: fmt.Sprintf("start %s: %v", cmd.Args[0], err)}
+	}
+	s.setToolPID(p.pgid)
+	s.logger.Info("tool started", logKeyToolPID, p.pgid)
+	<-p.exited
+	s.mu.Lock()
+	s.finishing = true
+	s.mu.Unlock()
+	<-p.done
+	code, sig := p.exitInfo()
+	return outcome{code: code, sig: sig}
+}
+
+// toolCmd builds the tool's command from launch.json. Files in the returned
+// closers are the parent's copies, to close once the tool has started.
+func (s *supervisor) toolCmd(out string) (*exec.Cmd, []io.Closer, error) {
+	spec := filepath.Join(s.dir, fileSpec)
+	args := make([]string, len(s.launch.Command))
+	for i, a := range s.launch.Command {
+		args[i] = strings.ReplaceAll(a, "{spec}", spec)
+	}
+	path, err := lookPath(args[0], lookupEnv(s.env, "PATH"), out)
+	if err != nil {
+		return nil, nil, fmt.Errorf("start tool: %w", err)
+	}
+	cmd := &exec.Cmd{Path: path, Args: args, Env: s.env, Dir: out}
+	var closers []io.Closer
+	if s.launch.Stdin == "spec" {
+		f, err := os.Open(spec)
+		if err != nil {
+			return nil, nil, fmt.Errorf("open tool stdin: %w", err)
+		}
+		cmd.Stdin = f
+		closers = append(closers, f)
+	}
+	return cmd, closers, nil
+}
+
+// startChild starts cmd unless a stop has been asked for. Checking and
+// starting under one lock means a kill either finds the child to signal or
+// prevents it from starting; it cannot slip in between.
+func (s *supervisor) startChild(cmd *exec.Cmd, closers ...io.Closer) (*proc, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopReason != "" {
+		for _, c := range closers {
+			c.Close()
+		}
+		return nil, errStopped
+	}
+	p, err := startProc(cmd, s.tlog, closers...)
+	if err != nil {
+		return nil, err
+	}
+	s.cur = p
+	return p, nil
+}
+
+func (s *supervisor) stopping() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopReason != ""
+}
+
+// stop asks the running child's group to end: SIGTERM now, SIGKILL after
+// grace if the child is still there. Only the first reason counts.
+func (s *supervisor) stop(reason string, grace time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopReason != "" || s.finishing {
+		return
+	}
+	s.stopReason = reason
+	s.logger.Info("stopping attempt", logKeyReason, reason, logKeyGrace, grace)
+	p := s.cur
+	if p == nil {
+		return
+	}
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	syscall.Kill(-p.pgid, syscall.SIGTERM)
+	go func() {
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-p.exited:
+		case <-t.C:
+			s.logger.Info("grace over, killing tool group", logKeyPGID, p.pgid)
+			syscall.Kill(-p.pgid, syscall.SIGKILL)
+		}
+	}()
+}
+
+// handleSignals turns SIGTERM and SIGINT (from `kill`) into a stop. SIGHUP
+// is ignored in case a session somewhere still thinks it owns us.
+func (s *supervisor) handleSignals(sigs <-chan os.Signal) {
+	for sig := range sigs {
+		if sig == syscall.SIGHUP {
+			continue
+		}
+		s.stop(reasonKill, s.killGrace())
+	}
+}
+
+// killGrace is the grace `kill --grace` left in kill.json, or launch.json's.
+func (s *supervisor) killGrace() time.Duration {
+	path := filepath.Join(s.dir, fileKill)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return seconds(s.launch.GraceSeconds)
+	}
+	os.Remove(path)
+	var req killRequest
+	if err := json.Unmarshal(data, &req); err != nil || req.GraceSeconds < 0 {
+		s.logger.Warn("ignoring invalid kill request", logKeyErr, err)
+		return seconds(s.launch.GraceSeconds)
+	}
+	return seconds(req.GraceSeconds)
+}
+
+func (s *supervisor) heartbeats(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(seconds(s.launch.HeartbeatSeconds))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			if err := s.beat(); err != nil {
+				s.logger.Warn("heartbeat", logKeyErr, err)
+			}
+			total := s.tlog.Total()
+			err := s.updateStatus(func(st *Status) bool {
+				changed := st.LogBytes != total
+				st.LogBytes = total
+				return changed
+			})
+			if err != nil {
+				s.logger.Warn("update status", logKeyErr, err)
+			}
+		}
+	}
+}
+
+// beat rewrites the heartbeat file; the sequence number makes every beat's
+// content differ even if the clock does not move.
+func (s *supervisor) beat() error {
+	s.hbSeq++
+	data := fmt.Sprintf("%d %d\n", s.hbSeq, time.Now().UnixNano())
+	return WriteFileAtomic(filepath.Join(s.dir, fileHeartbeat), []byte(data), 0o644)
+}
+
+func (s *supervisor) setToolPID(pid int) {
+	err := s.updateStatus(func(st *Status) bool {
+		st.ToolPID = pid
+		return true
+	})
+	if err != nil {
+		s.logger.Warn("update status", logKeyErr, err)
+	}
+}
+
+// updateStatus applies f to the status and writes it when f reports a
+// change. Once a final status is written, it never changes again.
+func (s *supervisor) updateStatus(f func(*Status) bool) error {
+	s.statusMu.Lock()
+	defer s.statusMu.Unlock()
+	if s.final {
+		return nil
+	}
+	if !f(&s.st) {
+		return nil
+	}
+	s.final = s.st.Final()
+	return writeJSONAtomic(filepath.Join(s.dir, fileStatus), s.st)
+}
+
+// finish writes the final status of the attempt.
+func (s *supervisor) finish(res outcome) {
+	s.mu.Lock()
+	reason := s.stopReason
+	s.mu.Unlock()
+	if err := s.tlog.Err(); err != nil {
+		s.logger.Error("task log incomplete", logKeyErr, err)
+	}
+	var final Status
+	err := s.updateStatus(func(st *Status) bool {
+		defer func() { final = *st }()
+		st.CompletedAt = timestamp(time.Now())
+		st.ExitCode = res.code
+		st.LogBytes = s.tlog.Total()
+		if res.sig != 0 {
+			st.Signal = signalName(res.sig)
+		}
+		switch {
+		case reason == reasonKill:
+			st.Status, st.ErrorClass, st.Error = StatusKilled, ClassKilled, "killed on request"
+		case reason == reasonTimeout:
+			st.Status, st.ErrorClass = StatusFailed, ClassTimeout
+			st.Error = "timed out after " + seconds(s.launch.TimeoutSeconds).String()
+		case res.startErr != "":
+			st.Status, st.ErrorClass, st.Error = StatusFailed, ClassStart, res.startErr
+		case res.sig != 0:
+			st.Status, st.ErrorClass, st.Error = StatusFailed, ClassCrash, exitError(res.code, res.sig)
+		case res.code == 0:
+			st.Status = StatusCompleted
+		default:
+			st.Status, st.ErrorClass = StatusFailed, Classify(res.code, s.tlog.Tail())
+			st.Error = exitError(res.code, 0)
+		}
+		return true
+	})
+	if err != nil {
+		s.logger.Error("write final status", logKeyErr, err)
+		return
+	}
+	s.logger.Info("attempt finished", logKeyStatus, final.Status, logKeyErrorClass, final.ErrorClass, logKeyError, final.Error)
+}

@@ -1,0 +1,150 @@
+package wrapper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// tailPoll is how often `tail --follow` looks for more output.
+const tailPoll = 200 * time.Millisecond
+
+func cmdTail(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("tail")
+	dirFlag := fs.String("dir", "", "task directory")
+	follow := fs.Bool("follow", false, "keep printing until the attempt is over")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	dir, err := taskDirFlag("tail", *dirFlag)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(dir); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return &cmdError{KindNotFound, fmt.Errorf("no task directory %s", dir)}
+		}
+		return ioError(err)
+	}
+	r := &logReader{path: filepath.Join(dir, fileLog), w: stdout}
+	defer r.close()
+	if !*follow {
+		return r.drain()
+	}
+	for {
+		// Checked before draining: output written before the final status
+		// is then certain to be read.
+		over := attemptOver(dir)
+		if err := r.drain(); err != nil {
+			return err
+		}
+		if over {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(tailPoll):
+		}
+	}
+}
+
+// attemptOver reports whether no more output can come: the status is final,
+// or no supervisor is alive to write any.
+func attemptOver(dir string) bool {
+	if st, err := readStatus(dir); err == nil && st.Final() {
+		return true
+	}
+	alive, _ := supervisorAlive(dir)
+	return !alive
+}
+
+// logReader prints task.log and follows it across the rewrites that cut its
+// head. It counts the bytes of the tool's output it has printed (pos) and
+// uses each file's cut marker to find where to resume, printing a marker of
+// its own for output that was cut before it could be read.
+type logReader struct {
+	path string
+	w    io.Writer
+	f    *os.File
+	off  int64 // read offset in f
+	pos  int64 // bytes of output printed
+}
+
+func (r *logReader) drain() error {
+	if r.f == nil {
+		if err := r.open(); err != nil || r.f == nil {
+			return err
+		}
+	}
+	if err := r.copy(); err != nil {
+		return err
+	}
+	now, err := os.Stat(r.path)
+	if err != nil {
+		return nil
+	}
+	if cur, err := r.f.Stat(); err == nil && os.SameFile(now, cur) {
+		return nil
+	}
+	r.close()
+	if err := r.open(); err != nil || r.f == nil {
+		return err
+	}
+	return r.copy()
+}
+
+func (r *logReader) open() error {
+	f, err := os.Open(r.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return ioError(fmt.Errorf("open %s: %w", fileLog, err))
+	}
+	head := make([]byte, 64)
+	n, _ := f.ReadAt(head, 0)
+	base, hdr := parseCutMarker(head[:n])
+	if r.pos >= base {
+		r.off = int64(hdr) + r.pos - base
+	} else {
+		if _, err := io.WriteString(r.w, cutMarker(base-r.pos)); err != nil {
+			f.Close()
+			return ioError(fmt.Errorf("write log: %w", err))
+		}
+		r.pos, r.off = base, int64(hdr)
+	}
+	r.f = f
+	return nil
+}
+
+func (r *logReader) copy() error {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.f.ReadAt(buf, r.off)
+		if n > 0 {
+			if _, werr := r.w.Write(buf[:n]); werr != nil {
+				return ioError(fmt.Errorf("write log: %w", werr))
+			}
+			r.off += int64(n)
+			r.pos += int64(n)
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return ioError(fmt.Errorf("read %s: %w", fileLog, err))
+		}
+	}
+}
+
+func (r *logReader) close() {
+	if r.f != nil {
+		r.f.Close()
+		r.f = nil
+	}
+}

@@ -1,0 +1,164 @@
+package wrapper
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+)
+
+// cutMarker starts task.log once its head has been dropped; n counts the
+// bytes of the tool's output that are no longer in the file.
+func cutMarker(n int64) string {
+	return fmt.Sprintf("[dispatch: %d bytes cut]\n", n)
+}
+
+// parseCutMarker returns the count of a leading cut marker in head and the
+// marker's length, or 0, 0 when head does not start with one.
+func parseCutMarker(head []byte) (cut int64, size int) {
+	const prefix, suffix = "[dispatch: ", " bytes cut]\n"
+	if !bytes.HasPrefix(head, []byte(prefix)) {
+		return 0, 0
+	}
+	rest := head[len(prefix):]
+	end := bytes.Index(rest, []byte(suffix))
+	if end <= 0 {
+		return 0, 0
+	}
+	n, err := strconv.ParseInt(string(rest[:end]), 10, 64)
+	if err != nil || n < 0 {
+		return 0, 0
+	}
+	return n, len(prefix) + end + len(suffix)
+}
+
+// taskLog is task.log: everything the tool writes, appended as it arrives,
+// with the head dropped when the file would outgrow its limit. Several
+// processes' pipes (setup, then the tool) feed it, one at a time.
+type taskLog struct {
+	path  string
+	limit int64
+
+	mu     sync.Mutex
+	f      *os.File
+	size   int64  // bytes in the file, marker included
+	header int64  // length of the cut marker at the start of the file
+	total  int64  // bytes the tool has written, cut or not
+	tail   []byte // end of the output, for Classify and setup errors
+	err    error  // first write error; later output is counted, not stored
+}
+
+func createTaskLog(path string, limit int64) (*taskLog, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", fileLog, err)
+	}
+	return &taskLog{path: path, limit: limit, f: f}, nil
+}
+
+// Write stores p. It never fails, so that a full disk cannot stop the copy
+// from the tool's pipe and block the tool on a full pipe; the first error is
+// kept for Err.
+func (l *taskLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.keepTail(p)
+	if l.err == nil {
+		if l.size+int64(len(p)) > l.limit {
+			l.err = l.cut(p)
+		} else {
+			n, err := l.f.Write(p)
+			l.size += int64(n)
+			l.err = err
+		}
+	}
+	l.total += int64(len(p))
+	return len(p), nil
+}
+
+// cut rewrites the file as a marker plus the last half of the limit of the
+// output including p. The rewrite is atomic so that a reader never sees a
+// truncated file; it costs one copy of half the limit per half limit of
+// output.
+func (l *taskLog) cut(p []byte) error {
+	keep := l.limit / 2
+	var tail []byte
+	if int64(len(p)) >= keep {
+		tail = p[int64(len(p))-keep:]
+	} else {
+		need := min(keep-int64(len(p)), l.size-l.header)
+		tail = make([]byte, need, need+int64(len(p)))
+		if _, err := l.f.ReadAt(tail, l.size-need); err != nil {
+			return fmt.Errorf("read %s for cut: %w", fileLog, err)
+		}
+		tail = append(tail, p...)
+	}
+	marker := cutMarker(l.total + int64(len(p)) - int64(len(tail)))
+	data := append([]byte(marker), tail...)
+	if err := WriteFileAtomic(l.path, data, 0o644); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(l.path, os.O_RDWR|os.O_APPEND, 0)
+	if err != nil {
+		return fmt.Errorf("reopen %s: %w", fileLog, err)
+	}
+	l.f.Close()
+	l.f = f
+	l.size = int64(len(data))
+	l.header = int64(len(marker))
+	return nil
+}
+
+func (l *taskLog) keepTail(p []byte) {
+	l.tail = append(l.tail, p...)
+	if len(l.tail) > 2*classifyTail {
+		l.tail = append([]byte(nil), l.tail[len(l.tail)-classifyTail:]...)
+	}
+}
+
+// Tail returns up to the last 8 KiB of output.
+func (l *taskLog) Tail() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.tail
+	if len(t) > classifyTail {
+		t = t[len(t)-classifyTail:]
+	}
+	return append([]byte(nil), t...)
+}
+
+// LastLine returns the last non-empty line of output, shortened for use in
+// an error message.
+func (l *taskLog) LastLine() string {
+	t := bytes.TrimRight(l.Tail(), " \t\r\n")
+	if i := bytes.LastIndexByte(t, '\n'); i >= 0 {
+		t = t[i+1:]
+	}
+	t = bytes.TrimSpace(t)
+	const max = 200
+	if len(t) > max {
+		t = append(t[:max:max], "..."...)
+	}
+	return string(t)
+}
+
+// Total returns the number of bytes written so far.
+func (l *taskLog) Total() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total
+}
+
+// Err returns the first error met while storing output.
+func (l *taskLog) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+func (l *taskLog) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.Close()
+}

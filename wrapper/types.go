@@ -1,0 +1,196 @@
+package wrapper
+
+import (
+	"fmt"
+	"time"
+)
+
+// Version is the wrapper's version, reported by `version` and written into
+// every status.json. Release builds set it with
+// -ldflags "-X github.com/dispatch-tool/dispatch/wrapper.Version=...".
+var Version = "dev"
+
+// Values of Status.Status.
+const (
+	StatusRunning   = "running"
+	StatusCompleted = "completed"
+	StatusFailed    = "failed"
+	StatusKilled    = "killed"
+)
+
+// Values of Status.ErrorClass.
+const (
+	ClassExit      = "exit"
+	ClassCrash     = "crash"
+	ClassTimeout   = "timeout"
+	ClassRateLimit = "rate_limit"
+	ClassAuth      = "auth"
+	ClassStart     = "start"
+	ClassKilled    = "killed"
+)
+
+// Values of ErrorReply.Kind.
+const (
+	KindUsage          = "usage"
+	KindAlreadyRunning = "already_running"
+	KindNotFound       = "not_found"
+	KindIO             = "io"
+	KindInternal       = "internal"
+)
+
+// Defaults for zero fields of Launch.
+const (
+	DefaultTimeoutSeconds   = 3600
+	DefaultGraceSeconds     = 30
+	DefaultHeartbeatSeconds = 10
+	DefaultLogLimitBytes    = 64 << 20
+)
+
+// minLogLimit keeps room for the cut marker and a useful tail.
+const minLogLimit = 1024
+
+// Launch is launch.json, pushed by the controller into the task directory
+// before `run`. It never holds secrets. Zero numbers mean the defaults.
+type Launch struct {
+	Project string `json:"project"`
+	Task    string `json:"task"`
+	Attempt int    `json:"attempt"`
+	Node    string `json:"node"`
+	// Command is argv; Command[0] is looked up in the tool environment's
+	// PATH and every "{spec}" in an argument becomes the path of spec.md.
+	Command []string `json:"command"`
+	// Stdin is "spec" to feed spec.md to the tool, or "" for /dev/null.
+	Stdin string `json:"stdin"`
+	// TimeoutSeconds counts from the start of the attempt, setup included.
+	TimeoutSeconds   float64 `json:"timeout_seconds"`
+	GraceSeconds     float64 `json:"grace_seconds"`
+	HeartbeatSeconds float64 `json:"heartbeat_seconds"`
+	// LogLimitBytes caps task.log; values below 1 KiB are raised to 1 KiB
+	// so that the cut marker and a useful tail fit.
+	LogLimitBytes int64 `json:"log_limit_bytes"`
+	// Setup, when non-empty, is run by /bin/sh -c in output/ before the tool.
+	Setup string `json:"setup"`
+}
+
+// Status is status.json, written atomically by the supervisor.
+//
+// PID is the supervisor's pid. ToolPID is the tool's pid and process group;
+// while Setup runs it is the setup shell's, so that a later attempt can kill
+// whatever this one left behind. ExitCode is -1 when the tool did not exit on
+// its own (killed by a signal, never started).
+type Status struct {
+	Task           string  `json:"task"`
+	Attempt        int     `json:"attempt"`
+	Status         string  `json:"status"`
+	PID            int     `json:"pid"`
+	ToolPID        int     `json:"tool_pid"`
+	StartedAt      string  `json:"started_at"`
+	CompletedAt    string  `json:"completed_at"`
+	ExitCode       int     `json:"exit_code"`
+	Signal         string  `json:"signal"`
+	Error          string  `json:"error"`
+	ErrorClass     string  `json:"error_class"`
+	WrapperVersion string  `json:"wrapper_version"`
+	LogBytes       int64   `json:"log_bytes"`
+	TokensIn       int64   `json:"tokens_in"`
+	TokensOut      int64   `json:"tokens_out"`
+	CostUSD        float64 `json:"cost_usd"`
+}
+
+// Final reports whether the attempt is over (anything but running).
+func (s *Status) Final() bool {
+	return s != nil && s.Status != "" && s.Status != StatusRunning
+}
+
+// Facts describes the node's spare capacity at the time of a `status` call.
+type Facts struct {
+	OS                string  `json:"os"`
+	Arch              string  `json:"arch"`
+	MemAvailableBytes int64   `json:"mem_available_bytes"`
+	Load1             float64 `json:"load1"`
+	DiskFreeBytes     int64   `json:"disk_free_bytes"`
+}
+
+// TaskStatus is one task directory as seen by `status`. Status is nil and
+// StatusError says why when status.json is missing or does not parse. Alive
+// is true when a supervisor holds the task's lock.
+type TaskStatus struct {
+	Project     string  `json:"project"`
+	Task        string  `json:"task"`
+	Dir         string  `json:"dir"`
+	Status      *Status `json:"status"`
+	StatusError string  `json:"status_error"`
+	Heartbeat   string  `json:"heartbeat"`
+	Alive       bool    `json:"alive"`
+}
+
+// NodeStatus is the reply of `status`: every task of the node in one value.
+type NodeStatus struct {
+	WrapperVersion string       `json:"wrapper_version"`
+	Time           string       `json:"time"`
+	Facts          Facts        `json:"facts"`
+	Tasks          []TaskStatus `json:"tasks"`
+}
+
+// RunReply is the reply of `run` once the supervisor is up.
+type RunReply struct {
+	Task    string `json:"task"`
+	Attempt int    `json:"attempt"`
+	PID     int    `json:"pid"`
+	Status  string `json:"status"`
+}
+
+// VersionReply is the reply of `version`.
+type VersionReply struct {
+	Version string `json:"version"`
+	OS      string `json:"os"`
+	Arch    string `json:"arch"`
+}
+
+// ErrorReply is printed on stdout, with exit status 1, when a subcommand
+// fails. Kind is one of the Kind constants.
+type ErrorReply struct {
+	Error string `json:"error"`
+	Kind  string `json:"kind"`
+}
+
+// normalize fills in defaults and rejects what no attempt could run with.
+func (l *Launch) normalize() error {
+	if len(l.Command) == 0 || l.Command[0] == "" {
+		return fmt.Errorf("command is empty")
+	}
+	if l.Stdin != "" && l.Stdin != "spec" {
+		return fmt.Errorf("stdin %q: want \"spec\" or \"\"", l.Stdin)
+	}
+	if l.Attempt < 0 || l.TimeoutSeconds < 0 || l.GraceSeconds < 0 || l.HeartbeatSeconds < 0 || l.LogLimitBytes < 0 {
+		return fmt.Errorf("negative attempt, timeout, grace, heartbeat or log limit")
+	}
+	if l.Attempt == 0 {
+		l.Attempt = 1
+	}
+	if l.TimeoutSeconds == 0 {
+		l.TimeoutSeconds = DefaultTimeoutSeconds
+	}
+	if l.GraceSeconds == 0 {
+		l.GraceSeconds = DefaultGraceSeconds
+	}
+	if l.HeartbeatSeconds == 0 {
+		l.HeartbeatSeconds = DefaultHeartbeatSeconds
+	}
+	if l.LogLimitBytes == 0 {
+		l.LogLimitBytes = DefaultLogLimitBytes
+	}
+	if l.LogLimitBytes < minLogLimit {
+		l.LogLimitBytes = minLogLimit
+	}
+	return nil
+}
+
+func seconds(s float64) time.Duration {
+	return time.Duration(s * float64(time.Second))
+}
+
+// timestamp formats t as RFC 3339 UTC with milliseconds, as status.json wants.
+func timestamp(t time.Time) string {
+	return t.UTC().Format("2006-01-02T15:04:05.000Z")
+}
