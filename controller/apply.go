@@ -205,7 +205,7 @@ func (a *applier) finished(ctx context.Context, t *store.Task, st *wrapper.Statu
 		}
 		return a.transition(ctx, store.Change{Project: t.Project, Task: t.ID, From: t.Status, To: store.Completed,
 			Message: "on " + t.Node,
-			Set: store.Set{"exit_code": st.ExitCode, "error_class": "", "error": "", "started_at": started, "completed_at": completed}})
+			Set:     store.Set{"exit_code": st.ExitCode, "error_class": "", "error": "", "started_at": started, "completed_at": completed}})
 	}
 	class := st.ErrorClass
 	if class == "" {
@@ -226,7 +226,7 @@ func (a *applier) fail(ctx context.Context, t *store.Task, from, class, msg stri
 	}
 	if err := a.transition(ctx, store.Change{Project: t.Project, Task: t.ID, From: from, To: store.Failed,
 		Message: fmt.Sprintf("attempt %d failed (%s): %s", t.Attempt, class, msg),
-		Set: store.Set{"exit_code": exitCode, "error_class": class, "error": msg, "completed_at": a.now}}); err != nil {
+		Set:     store.Set{"exit_code": exitCode, "error_class": class, "error": msg, "completed_at": a.now}}); err != nil {
 		return err
 	}
 	return a.retry(ctx, t, store.Failed, class)

@@ -19,9 +19,10 @@ import (
 
 // collectAll pulls the files of every finished attempt not yet collected to
 // runs/<project>/<ID>/, so results are on the operator's machine even if the
-// node disappears later. The current attempt brings output/ and task.log;
-// earlier attempts bring their task.log to attempts/<n>/.
-func (c *Controller) collectAll(ctx context.Context, projects []string) error {
+// node disappears later: every attempt's task.log goes to attempts/<n>/, and
+// the latest attempt's output/ and task.log to the top of the task's
+// directory, with the manifest in the database.
+func (c *Controller) collectAll(ctx context.Context, projects []string, pulls map[string]*pull) error {
 	var errs []error
 	for _, project := range projects {
 		tasks, err := c.st.Tasks(ctx, project)
@@ -36,12 +37,12 @@ func (c *Controller) collectAll(ctx context.Context, projects []string) error {
 		if err != nil {
 			return err
 		}
-		for _, r := range runs {
+		for _, r := range runs { // by task, then attempt
 			if !r.CollectedAt.IsZero() || (r.Status != store.Completed && r.Status != store.Failed && r.Status != "killed") {
 				continue
 			}
-			n := c.nodes[r.Node]
-			if n == nil || n.wrapper == "" {
+			n, p := c.nodes[r.Node], pulls[r.Node]
+			if n == nil || p == nil || p.err != nil {
 				continue // not reachable in this tick; try again next tick
 			}
 			if err := c.collect(ctx, n, r, r.Attempt == current[r.Task]); err != nil {
@@ -52,73 +53,76 @@ func (c *Controller) collectAll(ctx context.Context, projects []string) error {
 	return errors.Join(errs...)
 }
 
-func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, current bool) error {
+// collect copies one finished attempt. inPlace says its files are still in
+// the task directory on the node; once a later attempt has started they are
+// in attempts/<n>/ there.
+func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, inPlace bool) error {
 	ctx, cancel := context.WithTimeout(ctx, c.callTimeout())
 	defer cancel()
 	src := taskDir(n, r.Project, r.Task)
-	if !current {
+	if !inPlace {
 		src = path.Join(src, "attempts", strconv.Itoa(r.Attempt))
 	}
 	dest := filepath.Join(RunsDir(c.opts.Home, r.Project), r.Task)
-	if !current {
-		dest = filepath.Join(dest, "attempts", strconv.Itoa(r.Attempt))
-	}
-	tmp := dest + ".collecting"
+	tmp := filepath.Join(RunsDir(c.opts.Home, r.Project), "."+r.Task+".collecting")
 	if err := os.RemoveAll(tmp); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
 
 	var manifest []store.File
-	if current {
-		files, err := n.tr.Walk(ctx, path.Join(src, "output"))
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	files, err := n.tr.Walk(ctx, path.Join(src, "output"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	for _, f := range files {
+		if !f.Mode.IsRegular() {
+			continue // symlinks and the like are not copied off a node
+		}
+		local, err := safeJoin(filepath.Join(tmp, "output"), f.Path)
+		if err != nil {
 			return err
 		}
-		for _, f := range files {
-			if !f.Mode.IsRegular() {
-				continue // symlinks and the like are not copied off a node
-			}
-			local, err := safeJoin(filepath.Join(tmp, "output"), f.Path)
-			if err != nil {
-				return err
-			}
-			sum, size, err := c.fetch(ctx, n, path.Join(src, "output", f.Path), local, f.Mode.Perm())
-			if err != nil {
-				return err
-			}
-			manifest = append(manifest, store.File{Project: r.Project, Task: r.Task, Attempt: r.Attempt, Path: f.Path, Size: size, SHA256: sum})
-		}
-	}
-	if _, _, err := c.fetch(ctx, n, path.Join(src, "task.log"), filepath.Join(tmp, "task.log"), 0o644); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	if current {
-		// Keep earlier attempts' logs collected before this one.
-		if err := os.Rename(filepath.Join(dest, "attempts"), filepath.Join(tmp, "attempts")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		sum, size, err := c.fetch(ctx, n, path.Join(src, "output", f.Path), local, f.Mode.Perm())
+		if err != nil {
 			return err
 		}
+		manifest = append(manifest, store.File{Project: r.Project, Task: r.Task, Attempt: r.Attempt, Path: f.Path, Size: size, SHA256: sum})
 	}
-	if err := os.RemoveAll(dest); err != nil {
+	attemptLog := filepath.Join(dest, "attempts", strconv.Itoa(r.Attempt), "task.log")
+	if err := os.MkdirAll(filepath.Dir(attemptLog), 0o755); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
+	if _, _, err := c.fetch(ctx, n, path.Join(src, "task.log"), attemptLog, 0o644); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	if err := os.Rename(tmp, dest); err != nil {
+	// The latest attempt replaces the task's output/ and task.log.
+	if err := os.MkdirAll(filepath.Join(tmp, "output"), 0o755); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(filepath.Join(dest, "output")); err != nil {
+		return err
+	}
+	if err := os.Rename(filepath.Join(tmp, "output"), filepath.Join(dest, "output")); err != nil {
+		return err
+	}
+	if err := copyFile(attemptLog, filepath.Join(dest, "task.log")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	return c.st.Update(ctx, func(tx *store.Tx) error {
-		if current {
-			if err := tx.ReplaceFiles(ctx, r.Project, r.Task, r.Attempt, manifest); err != nil {
-				return err
-			}
+		if err := tx.ReplaceFiles(ctx, r.Project, r.Task, r.Attempt, manifest); err != nil {
+			return err
 		}
 		return tx.SetRun(ctx, r.Project, r.Task, r.Attempt, store.Set{"collected_at": tx.Now()})
 	})
+}
+
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o644)
 }
 
 // fetch copies one file off the node, returning its sha256 and size.

@@ -122,7 +122,7 @@ func (c *Controller) Tick(ctx context.Context) (TickResult, error) {
 		return res, fmt.Errorf("assign tasks: %w", err)
 	}
 	res.Launched = c.launchAll(ctx, claims)
-	if err := c.collectAll(ctx, names); err != nil {
+	if err := c.collectAll(ctx, names, pulls); err != nil {
 		c.log.Warn("collect outputs", "err", err)
 	}
 	done, err := c.finishProjects(ctx, projects)

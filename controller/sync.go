@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -34,6 +35,10 @@ func (e *PlanError) Error() string { return strings.Join(e.Problems, "\n") }
 func Plan(cfg *nodes.Config, p *spec.Project, only []string) ([]PlanRow, error) {
 	var rows []PlanRow
 	var problems []string
+	if p.Config.Base != "" {
+		problems = append(problems, fmt.Sprintf("%s: base: copying a base directory into each task is not supported by this version of dispatch yet\n  fix: remove base: and copy what the tasks need in setup:",
+			filepath.Join(p.Dir, spec.ConfigFile)))
+	}
 	for _, t := range p.Tasks {
 		row := PlanRow{Task: t, Tools: map[string]string{}}
 		st := storeTask(p, t, cfg)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -25,7 +26,7 @@ func main() {
 // failed, 2 usage or configuration error.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
-	err := app.RunContext(ctx, args)
+	err := app.RunContext(ctx, flagsFirst(app, args))
 	if err == nil {
 		return 0
 	}
@@ -56,7 +57,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
-	return &cli.App{
+	usageErr := func(_ *cli.Context, err error, _ bool) error {
+		return &usageError{err: err, hint: "dispatch --help"}
+	}
+	app := &cli.App{
 		Name:                 "dispatch",
 		Usage:                "run a batch of AI coding-agent tasks in parallel across machines",
 		Writer:               stdout,
@@ -72,11 +76,88 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		},
 		// Errors reach run, which alone decides the exit code.
 		ExitErrHandler: func(*cli.Context, error) {},
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return &usageError{err: err, hint: "dispatch --help"}
+		OnUsageError:   usageErr,
+		// Without an Action, urfave/cli answers an unknown command with help
+		// and exit 0.
+		Action: func(c *cli.Context) error {
+			if c.Args().Present() {
+				return usagef("dispatch --help", "unknown command %q", c.Args().First())
+			}
+			return cli.ShowAppHelp(c)
 		},
 		CommandNotFound: func(c *cli.Context, name string) {
 			fmt.Fprintf(c.App.ErrWriter, "dispatch: unknown command %q\nTry: dispatch --help\n", name)
 		},
 	}
+	// A command without its own OnUsageError prints its whole help and
+	// returns a plain error, which would exit 1.
+	for _, cmd := range app.Commands {
+		if cmd.OnUsageError == nil {
+			cmd.OnUsageError = func(_ *cli.Context, err error, _ bool) error {
+				return &usageError{err: err, hint: "dispatch " + cmd.Name + " --help"}
+			}
+		}
+	}
+	return app
+}
+
+// flagsFirst moves a command's flags that follow its arguments in front of
+// them, so that `dispatch status demo --json` works as SPEC §9 writes it:
+// urfave/cli v2 stops parsing flags at the first argument. Arguments after
+// "--" stay where they are.
+func flagsFirst(app *cli.App, args []string) []string {
+	i := 1
+	for i < len(args) && isFlag(args[i]) {
+		if takesValue(app.Flags, args[i]) {
+			i++
+		}
+		i++
+	}
+	if i >= len(args) {
+		return args
+	}
+	cmd := app.Command(args[i])
+	if cmd == nil {
+		return args
+	}
+	i++
+	out := append([]string(nil), args[:i]...)
+	var pos []string
+	for ; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i:]...)
+			break
+		}
+		if !isFlag(a) {
+			pos = append(pos, a)
+			continue
+		}
+		out = append(out, a)
+		if takesValue(cmd.Flags, a) && i+1 < len(args) {
+			i++
+			out = append(out, args[i])
+		}
+	}
+	return append(out, pos...)
+}
+
+func isFlag(arg string) bool { return len(arg) > 1 && arg[0] == '-' && arg != "--" }
+
+// takesValue reports whether arg is one of flags that takes its value from
+// the next argument.
+func takesValue(flags []cli.Flag, arg string) bool {
+	if strings.Contains(arg, "=") {
+		return false
+	}
+	name := strings.TrimLeft(arg, "-")
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n == name {
+				_, isBool := f.(*cli.BoolFlag)
+				return !isBool
+			}
+		}
+	}
+	return false
 }

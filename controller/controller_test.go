@@ -1,0 +1,459 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/spec"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+var wrappers = nodes.NewWrappers()
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "dispatch-controller-test-")
+	if err != nil {
+		panic(err)
+	}
+	wrappers.CacheDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// clock is the controller's injected clock; tests move it by hand.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// harness is a home with one local node, a store and a controller on a fake
+// clock.
+type harness struct {
+	t     *testing.T
+	home  string
+	work  string
+	clock *clock
+	st    *store.Store
+	cfg   *nodes.Config
+	ctl   *Controller
+}
+
+func newHarness(t *testing.T, nodesYAML string, specs map[string]string) *harness {
+	t.Helper()
+	home := t.TempDir()
+	work := filepath.Join(home, "work")
+	if nodesYAML == "" {
+		nodesYAML = `
+controller:
+  retry_backoff: 10s
+  retry_backoff_max: 1m
+  max_retries: 2
+nodes:
+  - name: local
+    slots: 2
+    work_dir: WORK
+`
+	}
+	nodesYAML = strings.ReplaceAll(nodesYAML, "WORK", work)
+	cfg, err := nodes.Parse("nodes.yaml", []byte(nodesYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(home, "specs", "p")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range specs {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk := &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	st, err := store.Open(context.Background(), filepath.Join(home, "dispatch.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	st.Now = clk.Now
+	h := &harness{t: t, home: home, work: work, clock: clk, st: st, cfg: cfg}
+	h.ctl = h.newController()
+	p, err := spec.Load(filepath.Join(home, "specs"), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := AddProject(context.Background(), st, cfg, p); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func (h *harness) newController() *Controller {
+	tr := map[string]nodes.Transport{}
+	for _, n := range h.cfg.Nodes {
+		tr[n.Name] = nodes.NewLocal()
+	}
+	return New(Options{Home: h.home, Config: h.cfg, Store: h.st, Transports: tr, Wrappers: wrappers,
+		Now: h.clock.Now, Jitter: func() float64 { return 0 }})
+}
+
+func (h *harness) tick() TickResult {
+	h.t.Helper()
+	res, err := h.ctl.Tick(context.Background())
+	if err != nil {
+		h.t.Fatalf("tick: %v", err)
+	}
+	return res
+}
+
+func (h *harness) task(id string) store.Task {
+	h.t.Helper()
+	t, err := h.st.Task(context.Background(), "p", id)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return t
+}
+
+// tickUntil ticks (without moving the fake clock) until cond holds, polling
+// the real processes the wrapper runs.
+func (h *harness) tickUntil(what string, cond func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		h.tick()
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("timed out waiting for %s; tasks: %s", what, h.dump())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (h *harness) dump() string {
+	tasks, _ := h.st.Tasks(context.Background(), "p")
+	var b strings.Builder
+	for _, t := range tasks {
+		fmt.Fprintf(&b, "\n  %s %s attempt=%d retries=%d class=%s err=%q", t.ID, t.Status, t.Attempt, t.RetriesUsed, t.ErrorClass, t.Error)
+	}
+	return b.String()
+}
+
+func shellProject(extra map[string]string) map[string]string {
+	m := map[string]string{"project.yaml": "tool: shell\n"}
+	for k, v := range extra {
+		m[k] = v
+	}
+	return m
+}
+
+func TestRetryWaitsForBackoffOnTheControllersClock(t *testing.T) {
+	h := newHarness(t, "", shellProject(map[string]string{
+		"S01-fail.md": "exit 3\n",
+	}))
+	h.tickUntil("first attempt to fail", func() bool {
+		tk := h.task("S01")
+		return tk.Status == store.Pending && tk.RetriesUsed == 1
+	})
+	tk := h.task("S01")
+	if want := h.clock.Now().Add(10 * time.Second); !tk.NotBefore.Equal(want) {
+		t.Fatalf("retry 1 not_before = %s, want %s (retry_backoff 10s, no jitter)", tk.NotBefore, want)
+	}
+	// The clock has not moved: however often the controller ticks, no retry.
+	for i := 0; i < 5; i++ {
+		h.tick()
+	}
+	if tk := h.task("S01"); tk.Status != store.Pending || tk.Attempt != 1 {
+		t.Fatalf("retried before the backoff: %s attempt %d", tk.Status, tk.Attempt)
+	}
+	h.clock.Advance(10 * time.Second)
+	h.tickUntil("second attempt to fail", func() bool { return h.task("S01").RetriesUsed == 2 })
+	// Retry 2 doubles the backoff.
+	if tk, want := h.task("S01"), h.clock.Now().Add(20*time.Second); !tk.NotBefore.Equal(want) {
+		t.Fatalf("retry 2 not_before = %s, want %s", tk.NotBefore, want)
+	}
+	h.clock.Advance(20 * time.Second)
+	h.tickUntil("task to fail for good", func() bool { return h.task("S01").Status == store.Failed })
+	tk = h.task("S01")
+	if tk.Attempt != 3 || tk.ErrorClass != "exit" || tk.ExitCode != 3 {
+		t.Fatalf("final: attempt %d class %q exit %d, want 3, exit, 3", tk.Attempt, tk.ErrorClass, tk.ExitCode)
+	}
+	runs, _ := h.st.Runs(context.Background(), "p", "S01")
+	if len(runs) != 3 {
+		t.Fatalf("runs = %d, want 3", len(runs))
+	}
+	// Earlier attempts' logs were collected beside the last one.
+	for _, a := range []string{"attempts/1/task.log", "attempts/2/task.log", "task.log"} {
+		if _, err := os.Stat(filepath.Join(RunsDir(h.home, "p"), "S01", a)); err != nil {
+			t.Errorf("collected %s: %v", a, err)
+		}
+	}
+}
+
+func TestBackoffIsCappedAndJittered(t *testing.T) {
+	cfg := &nodes.Config{Controller: nodes.Controller{RetryBackoff: 30 * time.Second, RetryBackoffMax: 5 * time.Minute}}
+	jitter := 0.0
+	c := New(Options{Config: cfg, Jitter: func() float64 { return jitter }})
+	cases := []struct {
+		n      int
+		jitter float64
+		want   time.Duration
+	}{
+		{1, 0, 30 * time.Second},
+		{2, 0, time.Minute},
+		{4, 0, 4 * time.Minute},
+		{5, 0, 5 * time.Minute}, // capped
+		{50, 0, 5 * time.Minute},
+		{1, 0.5, 33 * time.Second},            // +10%
+		{5, 0.999, 359940 * time.Millisecond}, // cap plus under 20%
+	}
+	for _, tc := range cases {
+		jitter = tc.jitter
+		if got := c.backoff(tc.n); got != tc.want {
+			t.Errorf("backoff(%d) with jitter %v = %s, want %s", tc.n, tc.jitter, got, tc.want)
+		}
+	}
+}
+
+func TestDependenciesAndBlockedDependents(t *testing.T) {
+	h := newHarness(t, "", shellProject(map[string]string{
+		"S01-ok.md":      "echo one > one.txt\n",
+		"S02-after.md":   "---\ndepends_on: [S01]\n---\necho two > two.txt\n",
+		"S03-broken.md":  "---\nmax_retries: 0\n---\nexit 1\n",
+		"S04-blocked.md": "---\ndepends_on: [S03]\n---\necho never\n",
+		"S05-chain.md":   "---\ndepends_on: [S04]\n---\necho never\n",
+	}))
+	var sawS02BeforeS01 bool
+	h.tickUntil("project to finish", func() bool {
+		if h.task("S02").Attempt > 0 && h.task("S01").Status != store.Completed {
+			sawS02BeforeS01 = true
+		}
+		p, _ := h.st.Project(context.Background(), "p")
+		return p.State == store.ProjectDone
+	})
+	if sawS02BeforeS01 {
+		t.Fatal("S02 was claimed before its dependency S01 completed")
+	}
+	want := map[string]string{"S01": store.Completed, "S02": store.Completed, "S03": store.Failed,
+		"S04": store.Blocked, "S05": store.Blocked}
+	for id, st := range want {
+		if got := h.task(id); got.Status != st {
+			t.Errorf("%s = %s, want %s", id, got.Status, st)
+		}
+		if id == "S04" || id == "S05" {
+			if a := h.task(id).Attempt; a != 0 {
+				t.Errorf("%s ran (attempt %d) although its dependency failed", id, a)
+			}
+		}
+	}
+	p, _ := h.st.Project(context.Background(), "p")
+	if p.Result != ResultFailed {
+		t.Errorf("result = %q, want failed", p.Result)
+	}
+	b, err := os.ReadFile(filepath.Join(RunsDir(h.home, "p"), "S02", "output", "two.txt"))
+	if err != nil || string(b) != "two\n" {
+		t.Errorf("collected S02 output = %q, %v", b, err)
+	}
+	files, _ := h.st.Files(context.Background(), "p", "S02")
+	if len(files) != 1 || files[0].Path != "two.txt" || files[0].Size != 4 {
+		t.Errorf("manifest of S02 = %+v", files)
+	}
+	if _, err := os.Stat(filepath.Join(RunsDir(h.home, "p"), "report.md")); err != nil {
+		t.Errorf("report.md: %v", err)
+	}
+}
+
+func TestPriorityOrderAndSlots(t *testing.T) {
+	yaml := `
+nodes:
+  - name: local
+    slots: 1
+    work_dir: WORK
+`
+	h := newHarness(t, yaml, shellProject(map[string]string{
+		"S01-low.md":  "---\npriority: 9\n---\necho low\n",
+		"S02-high.md": "---\npriority: 1\n---\necho high\n",
+		"S03-mid.md":  "echo mid\n",
+	}))
+	var order []string
+	seen := map[string]bool{}
+	h.tickUntil("all tasks to complete", func() bool {
+		running := 0
+		for _, id := range []string{"S01", "S02", "S03"} {
+			tk := h.task(id)
+			if tk.Attempt > 0 && !seen[id] {
+				seen[id] = true
+				order = append(order, id)
+			}
+			if tk.Status == store.Running || tk.Status == store.Claimed {
+				running++
+			}
+		}
+		if running > 1 {
+			t.Fatalf("%d tasks running on a node with one slot", running)
+		}
+		return len(seen) == 3 && h.task("S01").Status == store.Completed
+	})
+	if strings.Join(order, ",") != "S02,S03,S01" {
+		t.Fatalf("launch order = %v, want S02 (priority 1), S03 (5), S01 (9)", order)
+	}
+}
+
+func TestWrapperDeathIsACrashAndRetried(t *testing.T) {
+	h := newHarness(t, "", shellProject(map[string]string{
+		"S01-long.md": "sleep 30\n",
+	}))
+	h.tickUntil("task to run", func() bool { return h.task("S01").Status == store.Running })
+	runs, _ := h.st.Runs(context.Background(), "p", "S01")
+	pid := runs[0].PID
+	if pid <= 0 {
+		t.Fatalf("no wrapper pid recorded: %+v", runs[0])
+	}
+	// kill -9 the wrapper (supervisor): status.json keeps saying running.
+	if err := syscallKill(pid); err != nil {
+		t.Fatal(err)
+	}
+	h.tickUntil("crash to be detected", func() bool { return h.task("S01").RetriesUsed == 1 })
+	runs, _ = h.st.Runs(context.Background(), "p", "S01")
+	if runs[0].ErrorClass != "crash" {
+		t.Fatalf("attempt 1 class = %q, want crash", runs[0].ErrorClass)
+	}
+	// Clean up the orphaned tool of attempt 1 by retrying: the wrapper kills
+	// it before moving the attempt aside.
+	h.clock.Advance(time.Minute)
+	h.tickUntil("attempt 2 to run", func() bool { return h.task("S01").Status == store.Running })
+	h.ctl.Close()
+	killAll(t, h)
+}
+
+func TestClaimWithoutLaunchIsRequeued(t *testing.T) {
+	h := newHarness(t, "", shellProject(map[string]string{"S01-x.md": "echo x > x.txt\n"}))
+	ctx := context.Background()
+	// A controller that died between claim and launch leaves a claim behind.
+	if err := h.st.Update(ctx, func(tx *store.Tx) error {
+		_, err := tx.Claim(ctx, "p", "S01", "local")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h.tick()
+	if tk := h.task("S01"); tk.Status != store.Claimed {
+		t.Fatalf("claim requeued within the grace: %s", tk.Status)
+	}
+	h.clock.Advance(claimGrace + time.Second)
+	h.tickUntil("task to complete", func() bool { return h.task("S01").Status == store.Completed })
+	if tk := h.task("S01"); tk.Attempt != 2 || tk.RetriesUsed != 0 {
+		t.Fatalf("attempt %d retries %d, want attempt 2 without using a retry", tk.Attempt, tk.RetriesUsed)
+	}
+}
+
+func TestStatusCountsAndReport(t *testing.T) {
+	h := newHarness(t, "", shellProject(map[string]string{
+		"S01-a.md": "# Alpha\necho a\n",
+		"S02-b.md": "---\nmax_retries: 0\n---\necho bad; exit 4\n",
+	}))
+	h.tickUntil("project to finish", func() bool {
+		p, _ := h.st.Project(context.Background(), "p")
+		return p.State == store.ProjectDone
+	})
+	v, err := Status(context.Background(), h.st, h.cfg, "p", h.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Counts.Completed != 1 || v.Counts.Failed != 1 || v.Counts.Total() != 2 || v.Phase != PhaseDone {
+		t.Fatalf("counts %+v phase %s", v.Counts, v.Phase)
+	}
+	if v.Tasks[0].Title != "Alpha" {
+		t.Errorf("title = %q", v.Tasks[0].Title)
+	}
+	r, err := BuildReport(context.Background(), h.st, h.cfg, h.home, "p", h.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Result != ResultFailed || r.Totals.Attempts != 2 || r.Totals.Failed != 1 {
+		t.Fatalf("report result %s totals %+v", r.Result, r.Totals)
+	}
+	md := r.Markdown()
+	if !strings.HasPrefix(md, "# dispatch report: p\n\n**FAILED**") {
+		t.Errorf("report.md does not start with the outcome:\n%s", md)
+	}
+	if !strings.Contains(md, "echo bad") && !strings.Contains(md, "bad") {
+		t.Errorf("report.md lacks the failed task's log tail:\n%s", md)
+	}
+	if !strings.Contains(md, "dispatch retry p S02") {
+		t.Errorf("report.md does not say what to do next:\n%s", md)
+	}
+}
+
+func TestRestartedControllerAdoptsRunningTasks(t *testing.T) {
+	h := newHarness(t, "", shellProject(map[string]string{
+		"S01-slow.md": "sleep 1; echo done > done.txt\n",
+	}))
+	h.tickUntil("task to run", func() bool { return h.task("S01").Status == store.Running })
+	// A new controller process: nothing in memory, everything from the
+	// database and the node's files.
+	h.ctl = h.newController()
+	h.tickUntil("task to complete", func() bool { return h.task("S01").Status == store.Completed })
+	if tk := h.task("S01"); tk.Attempt != 1 {
+		t.Fatalf("attempt = %d after a controller restart, want 1 (adopted, not relaunched)", tk.Attempt)
+	}
+	b, err := os.ReadFile(filepath.Join(RunsDir(h.home, "p"), "S01", "output", "done.txt"))
+	if err != nil || string(b) != "done\n" {
+		t.Fatalf("collected output = %q, %v", b, err)
+	}
+}
+
+func TestAgentKilledIsRetried(t *testing.T) {
+	h := newHarness(t, "", shellProject(map[string]string{
+		"S01-victim.md": "if [ \"$DISPATCH_ATTEMPT\" = 1 ]; then sleep 30; fi\necho ok > ok.txt\n",
+	}))
+	h.tickUntil("task to run", func() bool { return h.task("S01").Status == store.Running })
+	var st struct {
+		ToolPID int `json:"tool_pid"`
+	}
+	statusFile := filepath.Join(h.work, "p", "tasks", "S01", "status.json")
+	deadline := time.Now().Add(10 * time.Second)
+	for st.ToolPID == 0 && time.Now().Before(deadline) {
+		b, _ := os.ReadFile(statusFile)
+		_ = json.Unmarshal(b, &st)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st.ToolPID == 0 {
+		t.Fatal("no tool_pid in status.json")
+	}
+	if err := syscallKill(st.ToolPID); err != nil {
+		t.Fatal(err)
+	}
+	h.tickUntil("crash to be recorded", func() bool { return h.task("S01").RetriesUsed == 1 })
+	runs, _ := h.st.Runs(context.Background(), "p", "S01")
+	if runs[0].ErrorClass != "crash" || runs[0].Signal == "" {
+		t.Fatalf("attempt 1: class %q signal %q, want crash with the signal", runs[0].ErrorClass, runs[0].Signal)
+	}
+	h.clock.Advance(time.Minute)
+	h.tickUntil("retry to complete", func() bool { return h.task("S01").Status == store.Completed })
+	if tk := h.task("S01"); tk.Attempt != 2 {
+		t.Fatalf("attempt = %d, want 2", tk.Attempt)
+	}
+}
