@@ -457,3 +457,44 @@ func TestAgentKilledIsRetried(t *testing.T) {
 		t.Fatalf("attempt = %d, want 2", tk.Attempt)
 	}
 }
+
+func TestEveryBuiltinToolHasACommand(t *testing.T) {
+	for _, name := range spec.BuiltinTools {
+		argv, _, err := toolCommand(&nodes.Config{}, name, "m1", true)
+		if err != nil || len(argv) == 0 {
+			t.Errorf("tool %s: %v, %v", name, argv, err)
+		}
+	}
+	if len(builtinTools) != len(spec.BuiltinTools) {
+		t.Errorf("controller knows %d built-in tools, spec.BuiltinTools lists %d", len(builtinTools), len(spec.BuiltinTools))
+	}
+}
+
+func TestToolCommandLines(t *testing.T) {
+	cases := []struct {
+		tool, model string
+		dangerous   bool
+		want        string
+		stdin       string
+	}{
+		{"claude", "", false, "claude -p --output-format stream-json --verbose --permission-mode acceptEdits", "spec"},
+		{"claude", "sonnet", true, "claude -p --model sonnet --output-format stream-json --verbose --permission-mode acceptEdits --dangerously-skip-permissions", "spec"},
+		{"codex", "o3", false, "codex exec -m o3 --full-auto -", "spec"},
+		{"gemini", "pro", false, "gemini -m pro -p", "spec"},
+		{"shell", "ignored", true, "/bin/sh {spec}", ""},
+		{"mytool", "x", false, "my-agent --prompt-file {spec} --model x", "spec"},
+	}
+	cfg := &nodes.Config{Tools: map[string]nodes.Tool{"mytool": {Command: []string{"my-agent", "--prompt-file", "{spec}"}, ModelFlag: "--model"}}}
+	for _, tc := range cases {
+		argv, stdin, err := toolCommand(cfg, tc.tool, tc.model, tc.dangerous)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.tool, err)
+		}
+		if got := strings.Join(argv, " "); got != tc.want || stdin != tc.stdin {
+			t.Errorf("%s: %q stdin %q, want %q stdin %q", tc.tool, got, stdin, tc.want, tc.stdin)
+		}
+	}
+	if _, _, err := toolCommand(cfg, "nosuch", "", false); err == nil || !strings.Contains(err.Error(), "unknown tool") {
+		t.Errorf("unknown tool: %v", err)
+	}
+}

@@ -208,7 +208,7 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "# dispatch report: %s\n\n", r.Project)
 	outcome := map[string]string{ResultPassed: "PASSED", ResultFailed: "FAILED", ResultRunning: "RUNNING"}[r.Result]
 	fmt.Fprintf(&b, "**%s** — %d of %d tasks completed, %d failed, %d attempts, %s wall time.\n\n",
-		outcome, r.Totals.Completed, r.Totals.Tasks, r.Totals.Failed, r.Totals.Attempts, fmtSeconds(r.Totals.WallSeconds))
+		outcome, r.Totals.Completed, r.Totals.Tasks, r.Totals.Failed, r.Totals.Attempts, FormatSeconds(r.Totals.WallSeconds))
 	var failed, blocked []string
 	for _, t := range r.Tasks {
 		switch t.Status {
@@ -234,7 +234,7 @@ func (r *Report) Markdown() string {
 	b.WriteString("## Tasks\n\n| ID | Title | Status | Node | Attempts | Duration | Error |\n|---|---|---|---|---|---|---|\n")
 	for _, t := range r.Tasks {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %s | %s |\n", t.ID, mdCell(t.Title), t.Status, t.Node,
-			len(t.Attempts), fmtSeconds(t.DurationSeconds), mdCell(errText(t.TaskView)))
+			len(t.Attempts), FormatSeconds(t.DurationSeconds), mdCell(errText(t.TaskView)))
 	}
 	b.WriteString("\n")
 
@@ -293,7 +293,7 @@ func (r *Report) Markdown() string {
 	}
 	b.WriteString("## Nodes\n\n| Node | State | Attempts | Busy |\n|---|---|---|---|\n")
 	for _, n := range r.Nodes {
-		fmt.Fprintf(&b, "| %s | %s | %d | %s |\n", n.Name, n.State, n.Attempts, fmtSeconds(n.Busy))
+		fmt.Fprintf(&b, "| %s | %s | %d | %s |\n", n.Name, n.State, n.Attempts, FormatSeconds(n.Busy))
 	}
 	fmt.Fprintf(&b, "\n## Tokens and cost\n\n%d tokens in, %d tokens out, $%.4f.\n", r.Totals.TokensIn, r.Totals.TokensOut, r.Totals.CostUSD)
 	return b.String()
@@ -314,9 +314,14 @@ func mdCell(s string) string {
 	return strings.ReplaceAll(s, "\n", " ")
 }
 
-func fmtSeconds(s float64) string {
-	if s <= 0 {
+// FormatSeconds renders a duration for people: "-" for none, "<0.1s" for
+// the instant, else rounded to a tenth of a second.
+func FormatSeconds(s float64) string {
+	switch {
+	case s <= 0:
 		return "-"
+	case s < 0.1:
+		return "<0.1s"
 	}
 	return time.Duration(s * float64(time.Second)).Round(100 * time.Millisecond).String()
 }

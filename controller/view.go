@@ -42,6 +42,9 @@ type Counts struct {
 	Canceled  int `json:"canceled"`
 }
 
+// Result is the project's result once it is finished, else "".
+func (v *StatusView) Result() string { return v.result }
+
 // Total is the number of tasks counted.
 func (c Counts) Total() int {
 	return c.Pending + c.Claimed + c.Running + c.Completed + c.Failed + c.Blocked + c.Canceled

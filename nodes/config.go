@@ -17,6 +17,8 @@ import (
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/dispatch-tool/dispatch/spec"
 )
 
 // Config is a parsed and validated nodes.yaml.
@@ -174,16 +176,7 @@ const (
 	defaultWorkDir = "~/dispatch"
 )
 
-// routeTypes are the task types of SPEC §5, the keys routes may use.
-var routeTypes = []string{"implementation", "integration", "verification", "fix", "test_debug", "simple_fix"}
-
-// builtinTools are the tools of SPEC §5 that need no tools: entry.
-var builtinTools = []string{"claude", "codex", "gemini", "shell"}
-
-var (
-	nameRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
-	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-)
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 const (
 	nameFix     = "use letters, digits, '.', '_' and '-', starting with a letter or digit, without '..'"
@@ -334,7 +327,7 @@ func (p *parser) fields(n *yaml.Node, where, what string, known ...string) (map[
 		k := kv.key.Value
 		if !contains(known, k) {
 			fix := "known keys here are: " + strings.Join(known, ", ")
-			if s := closest(k, known); s != "" {
+			if s := spec.Suggest(k, known); s != "" {
 				fix = fmt.Sprintf("did you mean %q? %s", s, fix)
 			}
 			p.errorf(kv.key, fix, "%sunknown key %q", prefix(where), k)
@@ -667,9 +660,9 @@ func (p *parser) routes(n *yaml.Node) map[string]string {
 	}
 	for _, kv := range pairs {
 		typ := kv.key.Value
-		if !contains(routeTypes, typ) {
-			fix := "route one of the task types: " + strings.Join(routeTypes, ", ")
-			if s := closest(typ, routeTypes); s != "" {
+		if !contains(spec.Types, typ) {
+			fix := "route one of the task types: " + strings.Join(spec.Types, ", ")
+			if s := spec.Suggest(typ, spec.Types); s != "" {
 				fix = fmt.Sprintf("did you mean %q? %s", s, fix)
 			}
 			p.errorf(kv.key, fix, "routes: %q is not a task type", typ)
@@ -750,7 +743,7 @@ func (p *parser) crossCheck(cfg *Config) {
 	}
 
 	modes := sortedKeys(cfg.APIModes)
-	tools := append(append([]string(nil), builtinTools...), sortedKeys(cfg.Tools)...)
+	tools := append(append([]string(nil), spec.BuiltinTools...), sortedKeys(cfg.Tools)...)
 	for _, n := range cfg.Nodes {
 		if n.APIMode != "" {
 			if _, ok := cfg.APIModes[n.APIMode]; !ok {
@@ -949,7 +942,7 @@ func peekName(item *yaml.Node) string {
 	return ""
 }
 
-func validName(s string) bool { return nameRE.MatchString(s) && !strings.Contains(s, "..") }
+func validName(s string) bool { return spec.ValidName(s) == nil }
 
 func resolve(n *yaml.Node) *yaml.Node {
 	for n != nil && n.Kind == yaml.AliasNode && n.Alias != nil {
@@ -1003,35 +996,4 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
-}
-
-// closest returns the candidate within edit distance 2 of s, for "did you mean".
-func closest(s string, candidates []string) string {
-	best, bestD := "", 3
-	for _, c := range candidates {
-		if d := editDistance(s, c); d < bestD {
-			best, bestD = c, d
-		}
-	}
-	return best
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

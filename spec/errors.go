@@ -81,7 +81,7 @@ func (e *UnknownProjectError) Error() string {
 	}
 	msg := fmt.Sprintf("unknown project %q in %s; known projects: %s",
 		e.Name, e.SpecsDir, strings.Join(e.Known, ", "))
-	if s := suggest(e.Name, e.Known); s != "" {
+	if s := Suggest(e.Name, e.Known); s != "" {
 		msg += fmt.Sprintf(" (did you mean %q?)", s)
 	}
 	return msg
@@ -91,9 +91,10 @@ func examplePath(specsDir, name string) string {
 	return filepath.Join(specsDir, name, "S01-<title>.md")
 }
 
-// suggest returns the candidate closest to s when it is close enough to be
-// a likely typo or the only one s abbreviates, else "".
-func suggest(s string, candidates []string) string {
+// Suggest returns the candidate closest to s when it is close enough to be
+// a likely typo or the only one s abbreviates, else "". The "did you mean"
+// of every configuration error uses it.
+func Suggest(s string, candidates []string) string {
 	best, bestD := "", 3
 	ls := strings.ToLower(s)
 	var prefixed []string

@@ -587,7 +587,7 @@ func (l *loader) contexts(path string, refs []item) []section {
 				fmt.Sprintf("add a \"## %s\" section to %s", r.val, l.shared.path))
 		default:
 			fix := fmt.Sprintf("use one of those or add a \"## %s\" section to %s", r.val, l.shared.path)
-			if g := suggest(r.val, l.shared.names); g != "" {
+			if g := Suggest(r.val, l.shared.names); g != "" {
 				fix = fmt.Sprintf("did you mean %q? ", g) + fix
 			}
 			l.add(path, r.line, fmt.Sprintf("unknown context %q; %s has: %s", r.val, SharedContextFile, strings.Join(l.shared.names, ", ")), fix)

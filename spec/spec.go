@@ -12,6 +12,10 @@ const DefaultPriority = 5
 // project.yaml sets one.
 const DefaultType = "implementation"
 
+// BuiltinTools are the tools dispatch knows without a tools: entry in
+// nodes.yaml.
+var BuiltinTools = []string{"claude", "codex", "gemini", "shell"}
+
 // Types are the values allowed for a task's type.
 var Types = []string{"implementation", "integration", "verification", "fix", "test_debug", "simple_fix"}
 

@@ -95,7 +95,7 @@ func (y yamlFile) fields(m *yaml.Node, what string, known []string, set func(key
 		seen[key] = k.Line + y.offset
 		if !slices.Contains(known, key) {
 			fix := "known keys: " + strings.Join(known, ", ")
-			if s := suggest(key, known); s != "" {
+			if s := Suggest(key, known); s != "" {
 				fix = fmt.Sprintf("did you mean %q? %s", s, fix)
 			}
 			y.errorf(k, fix, "%s: unknown key %q", what, key)
@@ -250,7 +250,7 @@ func (y yamlFile) typ(key string, v *yaml.Node) (string, bool) {
 	}
 	if !slices.Contains(Types, s) {
 		fix := "use one of: " + strings.Join(Types, ", ")
-		if g := suggest(s, Types); g != "" {
+		if g := Suggest(s, Types); g != "" {
 			fix = fmt.Sprintf("did you mean %q? %s", g, fix)
 		}
 		y.errorf(v, fix, "%s: unknown type %q", key, s)

@@ -123,7 +123,11 @@ func specChanges(e *env, st *store.Store, project string, c *cli.Context) []stri
 }
 
 func printStatus(w io.Writer, s styles, v *controller.StatusView, cfg *nodes.Config) {
-	fmt.Fprintln(w, s.header.Render(fmt.Sprintf("%s — phase %s", v.Project, v.Phase))+"  "+summaryCounts(s, v.Counts))
+	head := fmt.Sprintf("%s — phase %s", v.Project, v.Phase)
+	if r := v.Result(); r != "" {
+		head += ", " + r
+	}
+	fmt.Fprintln(w, s.header.Render(head)+"  "+summaryCounts(s, v.Counts))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tNODE\tATTEMPT\tTIME\tTITLE / ERROR")
 	for _, t := range v.Tasks {
@@ -131,10 +135,7 @@ func printStatus(w io.Writer, s styles, v *controller.StatusView, cfg *nodes.Con
 		if t.Error != "" && t.Status != store.Completed {
 			what = t.ErrorClass + ": " + t.Error
 		}
-		dur := "-"
-		if t.DurationSeconds > 0 {
-			dur = (time.Duration(t.DurationSeconds * float64(time.Second))).Round(100 * time.Millisecond).String()
-		}
+		dur := controller.FormatSeconds(t.DurationSeconds)
 		node := t.Node
 		if node == "" {
 			node = "-"
