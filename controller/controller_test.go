@@ -498,3 +498,41 @@ func TestToolCommandLines(t *testing.T) {
 		t.Errorf("unknown tool: %v", err)
 	}
 }
+
+func TestFinishedProjectStaysFinished(t *testing.T) {
+	h := newHarness(t, "", shellProject(map[string]string{"S01-a.md": "echo a\n"}))
+	h.tickUntil("project to finish", func() bool {
+		p, _ := h.st.Project(context.Background(), "p")
+		return p.State == store.ProjectDone
+	})
+	before, _ := h.st.Project(context.Background(), "p")
+	evBefore, _ := h.st.Events(context.Background(), "p", 0, 0)
+	h.clock.Advance(time.Hour)
+	load := func() *spec.Project {
+		p, err := spec.Load(filepath.Join(h.home, "specs"), "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	res, err := AddProject(context.Background(), h.st, h.cfg, load())
+	if err != nil || !res.Finished {
+		t.Fatalf("AddProject on a finished project = %+v, %v; want Finished", res, err)
+	}
+	after, _ := h.st.Project(context.Background(), "p")
+	evAfter, _ := h.st.Events(context.Background(), "p", 0, 0)
+	if after.State != store.ProjectDone || !after.FinishedAt.Equal(before.FinishedAt) || after.Result != before.Result || len(evAfter) != len(evBefore) {
+		t.Fatalf("finished project changed: %+v → %+v, events %d → %d", before, after, len(evBefore), len(evAfter))
+	}
+	// A new spec file is new work: the project runs again, for that task only.
+	if err := os.WriteFile(filepath.Join(h.home, "specs", "p", "S02-b.md"), []byte("echo b\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := AddProject(context.Background(), h.st, h.cfg, load()); err != nil || res.Finished || res.Added != 1 {
+		t.Fatalf("AddProject with a new task = %+v, %v", res, err)
+	}
+	h.tickUntil("new task to complete", func() bool { return h.task("S02").Status == store.Completed })
+	if tk := h.task("S01"); tk.Attempt != 1 {
+		t.Fatalf("S01 ran again: attempt %d", tk.Attempt)
+	}
+}

@@ -108,6 +108,9 @@ type SyncResult struct {
 	Changed []string
 	// Updated lists tasks that had not run yet and took the new spec.
 	Updated []string
+	// Finished is set when the project had finished and this start brought
+	// no new work: it stays finished with its result.
+	Finished bool
 }
 
 // AddProject records a project and its tasks (new tasks are pending; tasks
@@ -125,8 +128,29 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, p *spec
 	for _, t := range existing {
 		have[t.ID] = t
 	}
+	// A finished project stays finished, with its result and times, unless
+	// this start brings new work: new tasks, or changed specs of tasks that
+	// never ran.
+	keepFinished := false
+	if old, err := st.Project(ctx, p.Name); err == nil && old.State == store.ProjectDone {
+		keepFinished = true
+		for _, t := range p.Tasks {
+			o, ok := have[t.ID]
+			if !ok || ((o.Status == store.Pending || o.Status == store.Blocked) && o.SpecHash != t.Hash) {
+				keepFinished = false
+			}
+		}
+	}
 	err = st.Update(ctx, func(tx *store.Tx) error {
-		res = SyncResult{}
+		res = SyncResult{Finished: keepFinished}
+		if keepFinished {
+			for _, t := range p.Tasks {
+				if have[t.ID].SpecHash != t.Hash {
+					res.Changed = append(res.Changed, t.ID)
+				}
+			}
+			return nil
+		}
 		if err := tx.EnsureProject(ctx, p.Name, string(ob)); err != nil {
 			return err
 		}

@@ -231,8 +231,6 @@ func (p *parser) errorf(n *yaml.Node, fix, format string, args ...any) {
 	p.errorAt(line, fix, format, args...)
 }
 
-var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
 func (p *parser) parse(data []byte) *Config {
 	if !utf8.Valid(data) {
 		line := 1 + bytes.Count(data[:invalidUTF8(data)], []byte("\n"))
@@ -275,13 +273,7 @@ func (p *parser) parse(data []byte) *Config {
 }
 
 func (p *parser) yamlError(err error, data []byte) {
-	msg, line := err.Error(), 0
-	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
-		line, _ = strconv.Atoi(m[1])
-		msg = m[2]
-	} else {
-		msg = strings.TrimPrefix(msg, "yaml: ")
-	}
+	line, msg := spec.YAMLSyntaxError(err, data)
 	// yaml.v3 reports the line of the enclosing context, often the line above a
 	// tab; point at the tab itself.
 	if strings.Contains(msg, "tab") {

@@ -152,7 +152,7 @@ func TestLoadErrors(t *testing.T) {
 		{"empty_file", []wantErr{{1, "the file is empty", "dispatch init"}}},
 		{"comments_only", []wantErr{{1, "the file is empty", "nodes:"}}},
 		{"null_document", []wantErr{{1, "the file is empty", ""}}},
-		{"syntax_error", []wantErr{{2, "invalid YAML: did not find expected ',' or ']'", "indentation"}}},
+		{"syntax_error", []wantErr{{3, "invalid YAML: did not find expected ',' or ']'", "indentation"}}},
 		{"tab_indent", []wantErr{{3, "invalid YAML", "not tabs"}}},
 		{"invalid_utf8", []wantErr{{3, "not valid UTF-8", "UTF-8"}}},
 		{"top_level_list", []wantErr{{1, "the top level must be a mapping, not a list", "key: value"}}},

@@ -30,24 +30,30 @@ func (y yamlFile) errorf(n *yaml.Node, fix, format string, args ...any) {
 
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
+// YAMLSyntaxError returns the 1-based line and the message of a yaml.v3
+// syntax error in src. yaml.v3 prints 0-based lines for parser errors and
+// 1-based ones for scanner errors, and the line of the enclosing block for
+// some problems, so the line is where to start looking.
+func YAMLSyntaxError(err error, src []byte) (line int, msg string) {
+	line, msg = 1, strings.TrimPrefix(err.Error(), "yaml: ")
+	if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		msg = m[2]
+		if isParserProblem(msg) {
+			line++
+		}
+		// A problem found at the end of input is on the last line, not after it.
+		line = max(1, min(line, len(splitLines(string(src)))))
+	}
+	return line, msg
+}
+
 // parse returns the top-level mapping, an empty mapping for an empty
 // document, or nil after reporting a syntax error.
 func (y yamlFile) parse(src string, what string) *yaml.Node {
 	var doc yaml.Node
 	if err := yaml.Unmarshal([]byte(src), &doc); err != nil {
-		line, msg := 1, strings.TrimPrefix(err.Error(), "yaml: ")
-		if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
-			line, _ = strconv.Atoi(m[1])
-			msg = m[2]
-			// yaml.v3 prints 0-based lines for parser errors (the
-			// scanner's are 1-based); without a line it means line 1.
-			if isParserProblem(msg) {
-				line++
-			}
-			// A problem found at the end of input is on the last line,
-			// not after it.
-			line = max(1, min(line, len(splitLines(src))))
-		}
+		line, msg := YAMLSyntaxError(err, []byte(src))
 		*y.errs = append(*y.errs, &Error{File: y.file, Line: line + y.offset, Msg: "invalid YAML in " + what + ": " + msg,
 			Fix: "write " + what + " as YAML key: value lines"})
 		return nil

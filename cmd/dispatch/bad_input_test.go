@@ -69,6 +69,20 @@ func TestBadInput(t *testing.T) {
 			want:    []string{`unknown project "gamma"`, "{home}/specs", "known projects: alpha, beta"},
 		},
 		{
+			name:    "unknown project without any project",
+			fixture: "bad/no-projects",
+			cmds:    []string{"validate", "start"},
+			args:    []string{"{cmd}", "p"},
+			want:    []string{`unknown project "p"`, "{home}/specs has no projects", "{home}/specs/p/S01-<title>.md"},
+		},
+		{
+			name:    "--config names a missing file",
+			fixture: "bad/valid",
+			cmds:    []string{"validate", "start"},
+			args:    []string{"--config", "{home}/other.yaml", "{cmd}", "p"},
+			want:    []string{"{home}/other.yaml", "does not exist", "fix:"},
+		},
+		{
 			name:    "duplicate task IDs",
 			fixture: "bad/duplicate-id",
 			cmds:    []string{"validate", "start"},

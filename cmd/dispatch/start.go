@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -73,6 +74,19 @@ func startAction(c *cli.Context) error {
 		fmt.Fprintf(e.errOut, "note: %s/%s changed since it ran; it keeps its snapshot (dispatch retry %s %s reruns it)\n", name, id, name, id)
 	}
 
+	if sync.Finished {
+		proj, err := st.Project(ctx, name)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.out, "%s already finished (%s) at %s; nothing to run (add spec files to run more).\nreport: %s\n",
+			name, proj.Result, proj.FinishedAt.Local().Format(time.RFC3339), filepath.Join(controller.RunsDir(e.home, name), "report.md"))
+		if proj.Result != controller.ResultPassed {
+			return &workFailed{}
+		}
+		return nil
+	}
+
 	ctl := controller.New(controller.Options{Home: e.home, Config: cfg, Store: st, Transports: transports,
 		Wrappers: nodes.NewWrappers(), Logger: e.log, Nodes: only})
 	prog := newProgress(e, st, name)
@@ -89,7 +103,7 @@ func startAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.out, "report: %s\n", controller.RunsDir(e.home, name)+"/report.md")
+	fmt.Fprintf(e.out, "report: %s\n", filepath.Join(controller.RunsDir(e.home, name), "report.md"))
 	if proj.Result != controller.ResultPassed {
 		return &workFailed{}
 	}
