@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -23,15 +24,15 @@ import (
 // the latest attempt's output/ and task.log to the top of the task's
 // directory, with the manifest in the database.
 func (c *Controller) collectAll(ctx context.Context, projects []string, pulls map[string]*pull) error {
-	var errs []error
+	current := map[string]int{}
+	byNode := map[string][]store.Run{}
 	for _, project := range projects {
 		tasks, err := c.st.Tasks(ctx, project)
 		if err != nil {
 			return err
 		}
-		current := map[string]int{}
 		for _, t := range tasks {
-			current[t.ID] = t.Attempt
+			current[taskKey(project, t.ID)] = t.Attempt
 		}
 		runs, err := c.st.Runs(ctx, project, "")
 		if err != nil {
@@ -41,15 +42,29 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 			if !r.CollectedAt.IsZero() || (r.Status != store.Completed && r.Status != store.Failed && r.Status != "killed") {
 				continue
 			}
-			n, p := c.nodes[r.Node], pulls[r.Node]
-			if n == nil || p == nil || p.err != nil {
+			if p := pulls[r.Node]; p == nil || p.err != nil {
 				continue // not reachable in this tick; try again next tick
 			}
-			if err := c.collect(ctx, n, r, r.Attempt == current[r.Task]); err != nil {
-				errs = append(errs, fmt.Errorf("collect %s/%s attempt %d from %s: %w", project, r.Task, r.Attempt, r.Node, err))
-			}
+			byNode[r.Node] = append(byNode[r.Node], r)
 		}
 	}
+	var mu sync.Mutex
+	var errs []error
+	names := make([]string, 0, len(byNode))
+	for name := range byNode {
+		names = append(names, name)
+	}
+	c.onNodes(names, c.callTimeout(), func(n *nodeRuntime) {
+		for _, r := range byNode[n.cfg.Name] {
+			if err := c.collect(ctx, n, r, r.Attempt == current[taskKey(r.Project, r.Task)]); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("collect %s/%s attempt %d from %s: %w", r.Project, r.Task, r.Attempt, r.Node, err))
+				mu.Unlock()
+			}
+		}
+	})
+	mu.Lock()
+	defer mu.Unlock()
 	return errors.Join(errs...)
 }
 

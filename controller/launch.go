@@ -40,19 +40,42 @@ func (c *Controller) launchAll(ctx context.Context, claims []claim) int {
 	if len(claims) == 0 {
 		return 0
 	}
-	outcomes := make([]launchOutcome, len(claims))
-	sem := make(chan struct{}, max(c.cfg.Controller.MaxParallelSSH, 1))
-	var wg sync.WaitGroup
+	// Launch each node's claims in parallel; a node that does not finish in
+	// time leaves its launches uncertain, for the next pull to settle.
+	byNode := map[string][]int{}
 	for i, cl := range claims {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			outcomes[i] = c.launch(ctx, cl)
-		}()
+		byNode[cl.node.cfg.Name] = append(byNode[cl.node.cfg.Name], i)
 	}
-	wg.Wait()
+	var mu sync.Mutex
+	results := map[int]launchOutcome{}
+	names := make([]string, 0, len(byNode))
+	for name := range byNode {
+		names = append(names, name)
+	}
+	c.onNodes(names, c.callTimeout(), func(n *nodeRuntime) {
+		var wg sync.WaitGroup
+		for _, i := range byNode[n.cfg.Name] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				o := c.launch(ctx, claims[i])
+				mu.Lock()
+				results[i] = o
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+	})
+	outcomes := make([]launchOutcome, len(claims))
+	mu.Lock()
+	for i, cl := range claims {
+		o, ok := results[i]
+		if !ok {
+			o = launchOutcome{claim: cl, uncertain: errors.New("node busy or no answer in time")}
+		}
+		outcomes[i] = o
+	}
+	mu.Unlock()
 	started := 0
 	err := c.st.Update(ctx, func(tx *store.Tx) error {
 		started = 0

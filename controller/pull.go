@@ -5,9 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dispatch-tool/dispatch/nodes"
@@ -19,6 +19,9 @@ import (
 type nodeRuntime struct {
 	cfg nodes.Node
 	tr  nodes.Transport
+
+	// busy is set while a call to the node is outstanding; see onNodes.
+	busy atomic.Bool
 
 	workDir string // absolute on the node
 	wrapper string // absolute path of the installed wrapper, "" until checked
@@ -38,28 +41,77 @@ type pull struct {
 
 func taskKey(project, id string) string { return project + "/" + id }
 
-// pullAll calls `status` once on every node, in parallel, bounded by
-// max_parallel_ssh. A node that fails is reported in its pull; the others go on.
-func (c *Controller) pullAll(ctx context.Context, projects []string) map[string]*pull {
-	out := make(map[string]*pull, len(c.nodes))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	limit := max(c.cfg.Controller.MaxParallelSSH, 1)
-	sem := make(chan struct{}, limit)
-	for name, n := range c.nodes {
-		wg.Add(1)
+// onNodes runs fn for each named node in parallel (bounded by
+// max_parallel_ssh) and waits for them up to wait. A node still busy with an
+// earlier call (a hung node whose call has not timed out yet) is skipped, and
+// a node that does not finish in time keeps running in the background, still
+// marked busy: a hung node never stalls a tick. It returns the nodes that
+// finished.
+func (c *Controller) onNodes(names []string, wait time.Duration, fn func(n *nodeRuntime)) map[string]bool {
+	done := make(chan string, len(names))
+	sem := make(chan struct{}, max(c.cfg.Controller.MaxParallelSSH, 1))
+	started := 0
+	for _, name := range names {
+		n := c.nodes[name]
+		if n == nil || !n.busy.CompareAndSwap(false, true) {
+			continue
+		}
+		started++
 		go func() {
-			defer wg.Done()
+			defer func() { done <- name }()
+			defer n.busy.Store(false)
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			p := c.pullNode(ctx, n, projects)
-			p.node = name
-			mu.Lock()
-			out[name] = p
-			mu.Unlock()
+			fn(n)
 		}()
 	}
-	wg.Wait()
+	finished := make(map[string]bool, started)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for len(finished) < started {
+		select {
+		case name := <-done:
+			finished[name] = true
+		case <-timer.C:
+			return finished
+		}
+	}
+	return finished
+}
+
+// nodeNames lists the nodes this controller serves.
+func (c *Controller) nodeNames() []string {
+	names := make([]string, 0, len(c.nodes))
+	for name := range c.nodes {
+		names = append(names, name)
+	}
+	return names
+}
+
+// pullAll calls `status` once on every node, in parallel. A node that fails
+// or does not answer within ssh_connect_timeout is reported in its pull; the
+// others go on.
+func (c *Controller) pullAll(ctx context.Context, projects []string) map[string]*pull {
+	var mu sync.Mutex
+	got := make(map[string]*pull, len(c.nodes))
+	wait := c.cfg.Controller.SSHConnectTimeout
+	c.onNodes(c.nodeNames(), wait, func(n *nodeRuntime) {
+		p := c.pullNode(ctx, n, projects)
+		mu.Lock()
+		got[n.cfg.Name] = p
+		mu.Unlock()
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	out := make(map[string]*pull, len(c.nodes))
+	for name := range c.nodes {
+		p := got[name]
+		if p == nil {
+			p = &pull{err: fmt.Errorf("no answer within %s (node hung or unreachable)", wait)}
+		}
+		p.node = name
+		out[name] = p
+	}
 	return out
 }
 
@@ -119,88 +171,19 @@ func replyError(res nodes.Result, parseErr error) string {
 	return fmt.Sprintf("exit %d: %s", res.ExitCode, msg)
 }
 
-// ensureWrapper resolves the node's work_dir and makes sure the wrapper of
-// this controller's version is installed there: probe the platform, upload to
-// a temporary name and rename into .bin/dispatch-wrapper-<version>, check the
-// version, reinstall once on mismatch.
+// ensureWrapper makes sure the node's wrapper is installed; the result is
+// kept until a call shows it missing.
 func (c *Controller) ensureWrapper(ctx context.Context, n *nodeRuntime) error {
 	if n.wrapper != "" {
 		return nil
 	}
-	if n.workDir == "" {
-		wd, err := nodes.ExpandHome(ctx, n.tr, n.cfg.WorkDir)
-		if err != nil {
-			return fmt.Errorf("resolve work_dir %s: %w", n.cfg.WorkDir, err)
-		}
-		n.workDir = wd
-	}
-	version, err := c.opts.Wrappers.Version()
+	inst, err := nodes.EnsureWrapper(ctx, n.tr, n.cfg.WorkDir, c.opts.Wrappers)
 	if err != nil {
 		return err
 	}
-	bin := path.Join(n.workDir, ".bin", "dispatch-wrapper-"+version)
-	for try := 0; try < 2; try++ {
-		res, err := n.tr.Exec(ctx, []string{bin, "version"}, nil)
-		if err != nil {
-			return fmt.Errorf("check wrapper: %w", err)
-		}
-		var v wrapper.VersionReply
-		if res.ExitCode == 0 && json.Unmarshal(res.Stdout, &v) == nil && v.Version == version {
-			n.wrapper, n.os, n.arch = bin, v.OS, v.Arch
-			return nil
-		}
-		if try == 1 {
-			return fmt.Errorf("wrapper at %s reports version %q after install, want %q", bin, v.Version, version)
-		}
-		if err := c.installWrapper(ctx, n, bin); err != nil {
-			return err
-		}
+	if inst.Reinstalled {
+		c.log.Info("installed wrapper", keyNode, n.cfg.Name, "path", inst.Path, "platform", inst.OS+"/"+inst.Arch)
 	}
+	n.workDir, n.wrapper, n.os, n.arch = inst.WorkDir, inst.Path, inst.OS, inst.Arch
 	return nil
-}
-
-func (c *Controller) installWrapper(ctx context.Context, n *nodeRuntime, bin string) error {
-	res, err := n.tr.Exec(ctx, []string{"uname", "-s", "-m"}, nil)
-	if err != nil {
-		return fmt.Errorf("probe platform: %w", err)
-	}
-	goos, goarch, err := parseUname(string(res.Stdout))
-	if err != nil {
-		return err
-	}
-	b, err := c.opts.Wrappers.Binary(ctx, goos, goarch)
-	if err != nil {
-		return err
-	}
-	// Put writes a hidden temporary file and renames it into place, so a
-	// half-uploaded wrapper is never executed.
-	if err := n.tr.Put(ctx, bin, bytes.NewReader(b), 0o755); err != nil {
-		return fmt.Errorf("install wrapper on %s: %w", n.cfg.Name, err)
-	}
-	c.log.Info("installed wrapper", keyNode, n.cfg.Name, "path", bin, "platform", goos+"/"+goarch)
-	return nil
-}
-
-func parseUname(s string) (goos, goarch string, err error) {
-	f := strings.Fields(s)
-	if len(f) != 2 {
-		return "", "", fmt.Errorf("unexpected `uname -s -m` output %q", s)
-	}
-	switch strings.ToLower(f[0]) {
-	case "linux":
-		goos = "linux"
-	case "darwin":
-		goos = "darwin"
-	default:
-		return "", "", fmt.Errorf("unsupported node OS %q: dispatch runs tasks on Linux and macOS", f[0])
-	}
-	switch f[1] {
-	case "x86_64", "amd64":
-		goarch = "amd64"
-	case "aarch64", "arm64":
-		goarch = "arm64"
-	default:
-		return "", "", fmt.Errorf("unsupported node architecture %q: dispatch supports amd64 and arm64", f[1])
-	}
-	return goos, goarch, nil
 }
