@@ -34,6 +34,9 @@ func (c *Controller) apply(ctx context.Context, projects []string, pulls map[str
 		changed = 0
 		now := tx.Now()
 		for name, p := range pulls {
+			if p.skipped {
+				continue
+			}
 			if err := tx.PutNode(ctx, c.nodeRecord(name, p, prev[name], now)); err != nil {
 				return err
 			}
@@ -109,8 +112,8 @@ func (a *applier) task(ctx context.Context, t *store.Task) error {
 		return a.lose(ctx, t, fmt.Sprintf("node %s is no longer in nodes.yaml", t.Node))
 	}
 	p := a.pulls[t.Node]
-	if p == nil {
-		return nil // a node this controller does not serve (--nodes)
+	if p == nil || p.skipped {
+		return nil // a node this controller does not serve (--nodes), or still busy answering
 	}
 	if p.err != nil {
 		since := a.prev[t.Node].OfflineSince

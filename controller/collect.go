@@ -1,9 +1,11 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,7 +17,9 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/wrapper"
 )
 
 // collectAll pulls the files of every finished attempt not yet collected to
@@ -54,7 +58,7 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 	for name := range byNode {
 		names = append(names, name)
 	}
-	c.onNodes(names, c.callTimeout(), func(n *nodeRuntime) {
+	c.onNodes(names, working, c.callTimeout(), func(n *nodeRuntime) {
 		for _, r := range byNode[n.cfg.Name] {
 			if err := c.collect(ctx, n, r, r.Attempt == current[taskKey(r.Project, r.Task)]); err != nil {
 				mu.Lock()
@@ -68,68 +72,117 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 	return errors.Join(errs...)
 }
 
-// collect copies one finished attempt. inPlace says its files are still in
-// the task directory on the node; once a later attempt has started they are
-// in attempts/<n>/ there.
-func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, inPlace bool) error {
-	ctx, cancel := context.WithTimeout(ctx, c.callTimeout())
-	defer cancel()
-	src := taskDir(n, r.Project, r.Task)
-	if !inPlace {
-		src = path.Join(src, "attempts", strconv.Itoa(r.Attempt))
+// collect copies one finished attempt: its task.log to
+// runs/<p>/<ID>/attempts/<n>/ always, and, when it is the task's current
+// attempt, its output/ and task.log to the top of runs/<p>/<ID>/ with the
+// manifest. Every remote call has its own deadline, so a large output/ is
+// not cut off by one for the whole attempt.
+func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, current bool) error {
+	src, err := c.attemptFiles(ctx, n, r)
+	if err != nil {
+		return err
+	}
+	if src == "" {
+		// Nothing of this attempt is left on the node (its directory was
+		// reused by another attempt or removed): record that and move on.
+		return c.st.Update(ctx, func(tx *store.Tx) error {
+			if err := tx.Event(ctx, store.Event{Project: r.Project, Task: r.Task, Attempt: r.Attempt, Kind: "warning",
+				Node: r.Node, Message: "files of this attempt are gone from the node; nothing collected"}); err != nil {
+				return err
+			}
+			return tx.SetRun(ctx, r.Project, r.Task, r.Attempt, store.Set{"collected_at": tx.Now()})
+		})
 	}
 	dest := filepath.Join(RunsDir(c.opts.Home, r.Project), r.Task)
-	tmp := filepath.Join(RunsDir(c.opts.Home, r.Project), "."+r.Task+".collecting")
+	attemptDir := filepath.Join(dest, "attempts", strconv.Itoa(r.Attempt))
+	tmp := filepath.Join(RunsDir(c.opts.Home, r.Project), fmt.Sprintf(".%s.%d.collecting", r.Task, r.Attempt))
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-
-	var manifest []store.File
-	files, err := n.tr.Walk(ctx, path.Join(src, "output"))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	for _, f := range files {
-		if !f.Mode.IsRegular() {
-			continue // symlinks and the like are not copied off a node
-		}
-		local, err := safeJoin(filepath.Join(tmp, "output"), f.Path)
-		if err != nil {
-			return err
-		}
-		sum, size, err := c.fetch(ctx, n, path.Join(src, "output", f.Path), local, f.Mode.Perm())
-		if err != nil {
-			return err
-		}
-		manifest = append(manifest, store.File{Project: r.Project, Task: r.Task, Attempt: r.Attempt, Path: f.Path, Size: size, SHA256: sum})
-	}
-	attemptLog := filepath.Join(dest, "attempts", strconv.Itoa(r.Attempt), "task.log")
-	if err := os.MkdirAll(filepath.Dir(attemptLog), 0o755); err != nil {
-		return err
-	}
-	if _, _, err := c.fetch(ctx, n, path.Join(src, "task.log"), attemptLog, 0o644); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	// The latest attempt replaces the task's output/ and task.log.
 	if err := os.MkdirAll(filepath.Join(tmp, "output"), 0o755); err != nil {
 		return err
 	}
-	if err := os.RemoveAll(filepath.Join(dest, "output")); err != nil {
+	if _, _, err := c.fetch(ctx, n, path.Join(src, "task.log"), filepath.Join(tmp, "task.log"), 0o644); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	if err := os.Rename(filepath.Join(tmp, "output"), filepath.Join(dest, "output")); err != nil {
+	var manifest []store.File
+	if current {
+		files, err := c.walk(ctx, n, path.Join(src, "output"))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		for _, f := range files {
+			if !f.Mode.IsRegular() {
+				continue // symlinks and the like are not copied off a node
+			}
+			local, err := safeJoin(filepath.Join(tmp, "output"), f.Path)
+			if err != nil {
+				return err
+			}
+			sum, size, err := c.fetch(ctx, n, path.Join(src, "output", f.Path), local, f.Mode.Perm())
+			if err != nil {
+				return err
+			}
+			manifest = append(manifest, store.File{Project: r.Project, Task: r.Task, Attempt: r.Attempt, Path: f.Path, Size: size, SHA256: sum})
+		}
+	}
+	// Everything is on local disk now; move it into place.
+	if err := os.MkdirAll(attemptDir, 0o755); err != nil {
 		return err
 	}
-	if err := copyFile(attemptLog, filepath.Join(dest, "task.log")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := copyFile(filepath.Join(tmp, "task.log"), filepath.Join(attemptDir, "task.log")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
+	}
+	if current {
+		if err := os.RemoveAll(filepath.Join(dest, "output")); err != nil {
+			return err
+		}
+		if err := os.Rename(filepath.Join(tmp, "output"), filepath.Join(dest, "output")); err != nil {
+			return err
+		}
+		if err := copyFile(filepath.Join(tmp, "task.log"), filepath.Join(dest, "task.log")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
 	}
 	return c.st.Update(ctx, func(tx *store.Tx) error {
-		if err := tx.ReplaceFiles(ctx, r.Project, r.Task, r.Attempt, manifest); err != nil {
-			return err
+		if current {
+			if err := tx.ReplaceFiles(ctx, r.Project, r.Task, r.Attempt, manifest); err != nil {
+				return err
+			}
 		}
 		return tx.SetRun(ctx, r.Project, r.Task, r.Attempt, store.Set{"collected_at": tx.Now()})
 	})
+}
+
+// attemptFiles finds where attempt r's files are on its node: still in the
+// task directory, or moved to attempts/<n>/ by a later attempt there. It
+// returns "" when neither holds that attempt's status.json.
+func (c *Controller) attemptFiles(ctx context.Context, n *nodeRuntime, r store.Run) (string, error) {
+	dir := taskDir(n, r.Project, r.Task)
+	for _, src := range []string{dir, path.Join(dir, "attempts", strconv.Itoa(r.Attempt))} {
+		var b bytes.Buffer
+		cctx, cancel := context.WithTimeout(ctx, c.callTimeout())
+		err := n.tr.Get(cctx, path.Join(src, "status.json"), &b)
+		cancel()
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		var st wrapper.Status
+		if json.Unmarshal(b.Bytes(), &st) == nil && st.Attempt == r.Attempt {
+			return src, nil
+		}
+	}
+	return "", nil
+}
+
+func (c *Controller) walk(ctx context.Context, n *nodeRuntime, dir string) ([]nodes.FileInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.callTimeout())
+	defer cancel()
+	return n.tr.Walk(ctx, dir)
 }
 
 func copyFile(src, dst string) error {
@@ -151,6 +204,8 @@ func (c *Controller) fetch(ctx context.Context, n *nodeRuntime, remote, local st
 	}
 	h := sha256.New()
 	cw := &countWriter{w: io.MultiWriter(f, h)}
+	ctx, cancel := context.WithTimeout(ctx, c.callTimeout())
+	defer cancel()
 	err = n.tr.Get(ctx, remote, cw)
 	if cerr := f.Close(); err == nil {
 		err = cerr

@@ -143,13 +143,14 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 	defer c.Close()
 	for {
 		res, err := c.Tick(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return err
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
-		if onTick != nil {
+		if err != nil {
+			// Nothing a tick does is lost by stopping halfway: the next
+			// tick starts again from the database and the nodes.
+			c.log.Error("tick failed; trying again at the next poll", "err", err)
+		} else if onTick != nil {
 			onTick(res)
 		}
 		active, err := c.activeProjects(ctx)

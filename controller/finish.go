@@ -44,18 +44,21 @@ func (c *Controller) finishProjects(ctx context.Context, projects []store.Projec
 		if !finished {
 			continue
 		}
+		// The report is written before the project is marked done, so a
+		// controller killed in between writes it again on the next start.
+		r, err := BuildReport(ctx, c.st, c.cfg, c.opts.Home, p.Name, c.now())
+		if err != nil {
+			return done, err
+		}
+		r.Result, r.Phase = result, PhaseDone
+		if _, err := WriteReport(r, c.opts.Home); err != nil {
+			return done, fmt.Errorf("write report of %s: %w", p.Name, err)
+		}
 		if err := c.st.Update(ctx, func(tx *store.Tx) error {
 			return tx.SetProject(ctx, p.Name, store.Set{"state": store.ProjectDone, "phase": PhaseDone,
 				"result": result, "finished_at": tx.Now()}, "project finished: "+result)
 		}); err != nil {
 			return done, err
-		}
-		r, err := BuildReport(ctx, c.st, c.cfg, c.opts.Home, p.Name, c.now())
-		if err != nil {
-			return done, err
-		}
-		if _, err := WriteReport(r, c.opts.Home); err != nil {
-			return done, fmt.Errorf("write report of %s: %w", p.Name, err)
 		}
 		done = append(done, p.Name)
 	}

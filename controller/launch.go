@@ -52,7 +52,7 @@ func (c *Controller) launchAll(ctx context.Context, claims []claim) int {
 	for name := range byNode {
 		names = append(names, name)
 	}
-	c.onNodes(names, c.callTimeout(), func(n *nodeRuntime) {
+	c.onNodes(names, working, c.callTimeout(), func(n *nodeRuntime) {
 		var wg sync.WaitGroup
 		for _, i := range byNode[n.cfg.Name] {
 			wg.Add(1)
@@ -160,18 +160,28 @@ func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
 	ctx, cancel := context.WithTimeout(ctx, c.callTimeout())
 	defer cancel()
 	dir := taskDir(n, t.Project, t.ID)
-	if err := n.tr.Put(ctx, path.Join(dir, "spec.md"), bytes.NewReader(t.Snapshot), 0o444); err != nil {
-		out.uncertain = fmt.Errorf("push spec.md: %w", err)
+	// A transport failure (node unreachable, deadline) leaves the launch
+	// uncertain, for the next pull to settle; any other failure (a full
+	// disk, a work_dir that is not writable) surely did not start the
+	// attempt and fails it with error_class start, which uses a retry.
+	settle := func(what string, err error) launchOutcome {
+		err = fmt.Errorf("%s: %w", what, err)
+		if errors.Is(err, nodes.ErrUnreachable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			out.uncertain = err
+		} else {
+			out.err = err
+		}
 		return out
 	}
+	if err := n.tr.Put(ctx, path.Join(dir, "spec.md"), bytes.NewReader(t.Snapshot), 0o444); err != nil {
+		return settle("push spec.md", err)
+	}
 	if err := n.tr.Put(ctx, path.Join(dir, "launch.json"), bytes.NewReader(lj), 0o644); err != nil {
-		out.uncertain = fmt.Errorf("push launch.json: %w", err)
-		return out
+		return settle("push launch.json", err)
 	}
 	res, err := n.tr.Exec(ctx, []string{n.wrapper, "run", "--dir", dir}, secrets)
 	if err != nil {
-		out.uncertain = fmt.Errorf("run: %w", err)
-		return out
+		return settle("run", err)
 	}
 	var reply wrapper.RunReply
 	if res.ExitCode == 0 && json.Unmarshal(res.Stdout, &reply) == nil && reply.PID > 0 {
@@ -180,12 +190,19 @@ func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
 		return out
 	}
 	var e wrapper.ErrorReply
-	if json.Unmarshal(res.Stdout, &e) == nil && e.Kind == "already_running" {
-		// An earlier launch of this attempt got through; the pull will see it.
+	switch {
+	case json.Unmarshal(res.Stdout, &e) == nil && e.Error != "" && e.Kind != wrapper.KindAlreadyRunning:
+		// The wrapper answered that it did not start the attempt.
+		out.err = fmt.Errorf("wrapper run: %s", e.Error)
+	case e.Kind == wrapper.KindAlreadyRunning:
+		// Another supervisor lives in the task directory: an earlier launch
+		// of this attempt got through, or a stale attempt still runs there.
 		out.uncertain = errors.New(e.Error)
-		return out
+	default:
+		// No answer we understand (the wrapper killed, a broken reply): the
+		// supervisor may have started; the next pull decides.
+		out.uncertain = fmt.Errorf("wrapper run: %s", replyError(res, nil))
 	}
-	out.err = fmt.Errorf("wrapper run: %s", replyError(res, nil))
 	return out
 }
 

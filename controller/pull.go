@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -20,8 +21,11 @@ type nodeRuntime struct {
 	cfg nodes.Node
 	tr  nodes.Transport
 
-	// busy is set while a call to the node is outstanding; see onNodes.
-	busy atomic.Bool
+	// pulling and working are set while a status call, or a launch or
+	// collection, is outstanding on the node; see onNodes. They are separate
+	// so that a long collection never makes a healthy node miss its pull.
+	pulling atomic.Bool
+	working atomic.Bool
 
 	workDir string // absolute on the node
 	wrapper string // absolute path of the installed wrapper, "" until checked
@@ -31,10 +35,13 @@ type nodeRuntime struct {
 
 // pull is the outcome of one node's status call in a tick.
 type pull struct {
-	node   string
-	err    error
-	status *wrapper.NodeStatus
-	rtt    time.Duration
+	node string
+	err  error
+	// skipped is set when the previous status call is still outstanding:
+	// the node keeps the state it had.
+	skipped bool
+	status  *wrapper.NodeStatus
+	rtt     time.Duration
 	// tasks indexes status.Tasks by project and task ID.
 	tasks map[string]*wrapper.TaskStatus
 }
@@ -47,19 +54,19 @@ func taskKey(project, id string) string { return project + "/" + id }
 // a node that does not finish in time keeps running in the background, still
 // marked busy: a hung node never stalls a tick. It returns the nodes that
 // finished.
-func (c *Controller) onNodes(names []string, wait time.Duration, fn func(n *nodeRuntime)) map[string]bool {
+func (c *Controller) onNodes(names []string, lane func(*nodeRuntime) *atomic.Bool, wait time.Duration, fn func(n *nodeRuntime)) map[string]bool {
 	done := make(chan string, len(names))
 	sem := make(chan struct{}, max(c.cfg.Controller.MaxParallelSSH, 1))
 	started := 0
 	for _, name := range names {
 		n := c.nodes[name]
-		if n == nil || !n.busy.CompareAndSwap(false, true) {
+		if n == nil || !lane(n).CompareAndSwap(false, true) {
 			continue
 		}
 		started++
 		go func() {
 			defer func() { done <- name }()
-			defer n.busy.Store(false)
+			defer lane(n).Store(false)
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			fn(n)
@@ -89,13 +96,17 @@ func (c *Controller) nodeNames() []string {
 }
 
 // pullAll calls `status` once on every node, in parallel. A node that fails
-// or does not answer within ssh_connect_timeout is reported in its pull; the
-// others go on.
+// or does not answer within twice ssh_connect_timeout is reported in its
+// pull; the others go on.
 func (c *Controller) pullAll(ctx context.Context, projects []string) map[string]*pull {
 	var mu sync.Mutex
 	got := make(map[string]*pull, len(c.nodes))
-	wait := c.cfg.Controller.SSHConnectTimeout
-	c.onNodes(c.nodeNames(), wait, func(n *nodeRuntime) {
+	wait := 2 * c.cfg.Controller.SSHConnectTimeout
+	started := map[string]bool{}
+	for name, n := range c.nodes {
+		started[name] = !n.pulling.Load()
+	}
+	c.onNodes(c.nodeNames(), pulling, wait, func(n *nodeRuntime) {
 		p := c.pullNode(ctx, n, projects)
 		mu.Lock()
 		got[n.cfg.Name] = p
@@ -106,7 +117,11 @@ func (c *Controller) pullAll(ctx context.Context, projects []string) map[string]
 	out := make(map[string]*pull, len(c.nodes))
 	for name := range c.nodes {
 		p := got[name]
-		if p == nil {
+		switch {
+		case p != nil:
+		case !started[name]:
+			p = &pull{skipped: true, err: errors.New("the previous status call has not answered yet")}
+		default:
 			p = &pull{err: fmt.Errorf("no answer within %s (node hung or unreachable)", wait)}
 		}
 		p.node = name
@@ -114,6 +129,9 @@ func (c *Controller) pullAll(ctx context.Context, projects []string) map[string]
 	}
 	return out
 }
+
+func pulling(n *nodeRuntime) *atomic.Bool { return &n.pulling }
+func working(n *nodeRuntime) *atomic.Bool { return &n.working }
 
 func (c *Controller) callTimeout() time.Duration {
 	return max(c.cfg.Controller.SSHConnectTimeout*3, 30*time.Second)

@@ -69,7 +69,8 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 	}
 	caps := map[string]*capacity{}
 	for name, n := range c.nodes {
-		if p := pulls[name]; p != nil && p.err == nil {
+		// A node busy launching or collecting takes no new work this tick.
+		if p := pulls[name]; p != nil && p.err == nil && !n.working.Load() {
 			caps[name] = &capacity{node: n, mem: p.status.Facts.MemAvailableBytes}
 		}
 	}

@@ -58,7 +58,9 @@ func open(ctx context.Context, path string, readOnly bool, upTo int) (*Store, er
 	if readOnly {
 		q.Add("mode", "ro")
 	}
-	dsn := "file:" + path + "?" + q.Encode()
+	// The path is part of a SQLite URI: escape what would end it early.
+	escaped := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
+	dsn := "file:" + escaped + "?" + q.Encode()
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open database %s: %w", path, err)

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -295,5 +296,31 @@ func TestRunsNodesFiles(t *testing.T) {
 	}
 	if !nodeEvent {
 		t.Fatal("no event for the node coming online")
+	}
+}
+
+func TestPathWithURICharacters(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "proj #2 ?x %41")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "dispatch.db")
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addTask(t, s, "p", "S01")
+	s.Close()
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("database not at %s: %v", path, err)
+	}
+	ro, err := OpenReadOnly(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if tasks, err := ro.Tasks(ctx, "p"); err != nil || len(tasks) != 1 {
+		t.Fatalf("tasks = %v, %v", tasks, err)
 	}
 }

@@ -91,6 +91,11 @@ func nodeStatus(ctx context.Context, root string, projects []string) (*NodeStatu
 
 func taskStatus(project, task, dir string) TaskStatus {
 	ts := TaskStatus{Project: project, Task: task, Dir: dir}
+	// Probe the lock before reading the status: the supervisor writes its
+	// final status and then releases the lock, so in this order a finished
+	// attempt can never read as "running, supervisor gone" (a false crash).
+	// A lock that cannot even be opened has no supervisor behind it.
+	ts.Alive, _ = supervisorAlive(dir)
 	st, err := readStatus(dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -103,7 +108,5 @@ func taskStatus(project, task, dir string) TaskStatus {
 	if data, err := os.ReadFile(filepath.Join(dir, fileHeartbeat)); err == nil {
 		ts.Heartbeat = strings.TrimSpace(string(data))
 	}
-	// A lock that cannot even be opened has no supervisor behind it.
-	ts.Alive, _ = supervisorAlive(dir)
 	return ts
 }
