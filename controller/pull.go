@@ -146,27 +146,51 @@ func (c *Controller) pullNode(ctx context.Context, n *nodeRuntime, projects []st
 	if err := c.ensureWrapper(ctx, n); err != nil {
 		return &pull{err: err}
 	}
-	argv := []string{n.wrapper, "status", "--root", n.workDir}
-	for _, p := range projects {
-		argv = append(argv, "--project", p)
-	}
 	start := time.Now()
-	res, err := n.tr.Exec(ctx, argv, nil)
+	st, err := nodeStatus(ctx, n.tr, n.wrapper, n.workDir, projects)
 	rtt := time.Since(start)
 	if err != nil {
-		return &pull{err: fmt.Errorf("status: %w", err)}
+		var re *replyErr
+		if errors.As(err, &re) {
+			n.wrapper = "" // check the installation again next time
+		}
+		return &pull{err: err}
 	}
-	var st wrapper.NodeStatus
-	if err := json.Unmarshal(res.Stdout, &st); err != nil || res.ExitCode != 0 {
-		n.wrapper = "" // check the installation again next time
-		return &pull{err: fmt.Errorf("status: %s", replyError(res, err))}
-	}
-	p := &pull{status: &st, rtt: rtt, tasks: make(map[string]*wrapper.TaskStatus, len(st.Tasks))}
+	p := &pull{status: st, rtt: rtt, tasks: make(map[string]*wrapper.TaskStatus, len(st.Tasks))}
 	for i := range st.Tasks {
 		t := &st.Tasks[i]
 		p.tasks[taskKey(t.Project, t.Task)] = t
 	}
 	return p
+}
+
+// replyErr is a wrapper call that ran but did not answer as it should.
+type replyErr struct{ msg string }
+
+func (e *replyErr) Error() string { return e.msg }
+
+// nodeStatus runs the wrapper's status command: one call for every task of
+// the listed projects (all projects when none) and the node's facts.
+func nodeStatus(ctx context.Context, tr nodes.Transport, bin, workDir string, projects []string) (*wrapper.NodeStatus, error) {
+	argv := []string{bin, "status", "--root", workDir}
+	for _, p := range projects {
+		argv = append(argv, "--project", p)
+	}
+	res, err := tr.Exec(ctx, argv, nil)
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	var st wrapper.NodeStatus
+	if err := json.Unmarshal(res.Stdout, &st); err != nil || res.ExitCode != 0 {
+		return nil, fmt.Errorf("status: %w", &replyErr{replyError(res, err)})
+	}
+	return &st, nil
+}
+
+// NodeFacts asks an installed wrapper for the node's status and facts
+// (`dispatch nodes check`).
+func NodeFacts(ctx context.Context, tr nodes.Transport, inst nodes.Installed) (*wrapper.NodeStatus, error) {
+	return nodeStatus(ctx, tr, inst.Path, inst.WorkDir, nil)
 }
 
 // replyError describes a failed wrapper call from its JSON error reply, or

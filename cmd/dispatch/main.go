@@ -73,6 +73,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			startCommand(),
 			statusCommand(),
 			reportCommand(),
+			nodesCommand(),
 		},
 		// Errors reach run, which alone decides the exit code.
 		ExitErrHandler: func(*cli.Context, error) {},

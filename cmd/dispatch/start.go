@@ -110,23 +110,22 @@ func startAction(c *cli.Context) error {
 	return nil
 }
 
-// openTransports connects nothing yet: it builds one transport per node.
+// openTransports builds one transport per node; it connects nothing yet.
 func openTransports(cfg *nodes.Config, only []string) (map[string]nodes.Transport, error) {
+	env, err := nodes.DefaultSSHEnv()
+	if err != nil {
+		return nil, err
+	}
 	out := map[string]nodes.Transport{}
-	var remote []string
 	for _, n := range cfg.Nodes {
 		if len(only) > 0 && !contains(only, n.Name) {
 			continue
 		}
-		if !n.IsLocal() {
-			remote = append(remote, n.Name)
-			continue
+		tr, err := nodes.Open(cfg, n, env)
+		if err != nil {
+			return nil, err
 		}
-		out[n.Name] = nodes.NewLocal()
-	}
-	if len(remote) > 0 {
-		return nil, &nodes.ConfigError{File: cfg.File, Msg: fmt.Sprintf("nodes %s use ssh, which this version of dispatch cannot reach yet",
-			strings.Join(remote, ", ")), Fix: "use local nodes only for now (ssh: null), or select them with --nodes"}
+		out[n.Name] = tr
 	}
 	return out, nil
 }

@@ -1,0 +1,364 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/term"
+
+	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+func nodesCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "nodes",
+		Usage: "show the nodes (state, slots, memory, wrapper, RTT, last error); check or trust them",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "print JSON: {\"nodes\": [...]}"},
+		},
+		Action: nodesList,
+		Subcommands: []*cli.Command{
+			{
+				Name:   "check",
+				Usage:  "connect to every node, install the wrapper, run a no-op and show the clock skew; exit 1 if any node fails",
+				Flags:  []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+				Action: nodesCheck,
+			},
+			{
+				Name:      "trust",
+				Usage:     "show a node's SSH host key fingerprint and record it in ~/.ssh/known_hosts",
+				ArgsUsage: "<node>",
+				Flags:     []cli.Flag{&cli.BoolFlag{Name: "yes", Usage: "record the key without asking"}},
+				Action:    nodesTrust,
+			},
+		},
+	}
+}
+
+// nodeView is one node in `dispatch nodes --json`.
+type nodeView struct {
+	Name              string  `json:"name"`
+	Address           string  `json:"address"`
+	State             string  `json:"state"`
+	Slots             int     `json:"slots"`
+	Running           int     `json:"running"`
+	MemAvailableBytes int64   `json:"mem_available_bytes"`
+	Load1             float64 `json:"load1"`
+	DiskFreeBytes     int64   `json:"disk_free_bytes"`
+	OS                string  `json:"os"`
+	Arch              string  `json:"arch"`
+	WrapperVersion    string  `json:"wrapper_version"`
+	RTTMillis         float64 `json:"rtt_ms"`
+	LastSeen          string  `json:"last_seen"`
+	LastError         string  `json:"last_error"`
+}
+
+func nodesList(c *cli.Context) error {
+	ctx := c.Context
+	e, err := newEnv(c)
+	if err != nil {
+		return err
+	}
+	if c.NArg() > 0 {
+		return usagef("dispatch nodes check | dispatch nodes trust <node>", "unknown nodes subcommand %q", c.Args().First())
+	}
+	cfg, err := e.loadConfig()
+	if err != nil {
+		return err
+	}
+	known := map[string]store.Node{}
+	running := map[string]int{}
+	st, err := store.OpenReadOnly(ctx, e.dbPath())
+	switch {
+	case err == nil:
+		defer st.Close()
+		ns, err := st.Nodes(ctx)
+		if err != nil {
+			return err
+		}
+		for _, n := range ns {
+			known[n.Name] = n
+		}
+		ps, err := st.Projects(ctx)
+		if err != nil {
+			return err
+		}
+		for _, p := range ps {
+			tasks, err := st.Tasks(ctx, p.Name)
+			if err != nil {
+				return err
+			}
+			for _, t := range tasks {
+				if t.Status == store.Running || t.Status == store.Claimed {
+					running[t.Node]++
+				}
+			}
+		}
+	case !errors.Is(err, store.ErrNoDatabase):
+		return err
+	}
+	var views []nodeView
+	for _, n := range cfg.Nodes {
+		k := known[n.Name]
+		state := k.State
+		if state == "" {
+			state = "unknown"
+		}
+		addr := n.SSH
+		if n.IsLocal() {
+			addr = "local"
+		}
+		views = append(views, nodeView{Name: n.Name, Address: addr, State: state, Slots: n.Slots, Running: running[n.Name],
+			MemAvailableBytes: k.MemAvailableBytes, Load1: k.Load1, DiskFreeBytes: k.DiskFreeBytes, OS: k.OS, Arch: k.Arch,
+			WrapperVersion: k.WrapperVersion, RTTMillis: k.RTTMillis, LastSeen: jsonTimeOrEmpty(k.LastSeen), LastError: k.LastError})
+	}
+	if c.Bool("json") {
+		return writeJSON(e.out, map[string]any{"nodes": views})
+	}
+	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSTATE\tSLOTS\tMEM AVAILABLE\tLOAD\tPLATFORM\tWRAPPER\tRTT\tLAST ERROR")
+	for _, v := range views {
+		platform := "-"
+		if v.OS != "" {
+			platform = v.OS + "/" + v.Arch
+		}
+		rtt := "-"
+		if v.RTTMillis > 0 {
+			rtt = fmt.Sprintf("%.0fms", v.RTTMillis)
+		}
+		wv := v.WrapperVersion
+		if wv == "" {
+			wv = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%.2f\t%s\t%s\t%s\t%s\n", v.Name, v.State, v.Running, v.Slots,
+			bytesHuman(v.MemAvailableBytes), v.Load1, platform, wv, rtt, firstLine(v.LastError))
+	}
+	return tw.Flush()
+}
+
+func jsonTimeOrEmpty(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// checkResult is one node in `dispatch nodes check`.
+type checkResult struct {
+	Name             string  `json:"name"`
+	OK               bool    `json:"ok"`
+	Seconds          float64 `json:"seconds"`
+	OS               string  `json:"os"`
+	Arch             string  `json:"arch"`
+	WrapperVersion   string  `json:"wrapper_version"`
+	Installed        bool    `json:"installed"`
+	WorkDir          string  `json:"work_dir"`
+	MemAvailable     int64   `json:"mem_available_bytes"`
+	DiskFree         int64   `json:"disk_free_bytes"`
+	ClockSkewSeconds float64 `json:"clock_skew_seconds"`
+	Error            string  `json:"error"`
+}
+
+func nodesCheck(c *cli.Context) error {
+	ctx := c.Context
+	e, err := newEnv(c)
+	if err != nil {
+		return err
+	}
+	cfg, err := e.loadConfig()
+	if err != nil {
+		return err
+	}
+	env, err := nodes.DefaultSSHEnv()
+	if err != nil {
+		return err
+	}
+	wrappers := nodes.NewWrappers()
+	results := make([]checkResult, len(cfg.Nodes))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, max(cfg.Controller.MaxParallelSSH, 1))
+	for i, n := range cfg.Nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			results[i] = checkNode(ctx, cfg, n, env, wrappers)
+		}()
+	}
+	wg.Wait()
+	failed := 0
+	for _, r := range results {
+		if !r.OK {
+			failed++
+		}
+	}
+	if c.Bool("json") {
+		if err := writeJSON(e.out, map[string]any{"nodes": results}); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "NODE\tRESULT\tTIME\tPLATFORM\tWRAPPER\tMEM AVAILABLE\tDISK FREE\tCLOCK SKEW\tERROR")
+		for _, r := range results {
+			res := e.styles.ok.Render("ok")
+			if !r.OK {
+				res = e.styles.bad.Render("FAILED")
+			}
+			wv := r.WrapperVersion
+			if r.Installed {
+				wv += " (installed now)"
+			}
+			platform := "-"
+			if r.OS != "" {
+				platform = r.OS + "/" + r.Arch
+			}
+			skew := "-"
+			if r.OK {
+				skew = fmt.Sprintf("%+.2fs", r.ClockSkewSeconds)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.2fs\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, res, r.Seconds, platform, wv,
+				bytesHuman(r.MemAvailable), bytesHuman(r.DiskFree), skew, firstLine(r.Error))
+		}
+		tw.Flush()
+		for _, r := range results {
+			if !r.OK && strings.Contains(r.Error, "\n") {
+				fmt.Fprintf(e.out, "\n%s: %s\n", r.Name, r.Error)
+			}
+		}
+	}
+	if failed > 0 {
+		return &workFailed{msg: fmt.Sprintf("dispatch: %d of %d nodes failed the check", failed, len(results))}
+	}
+	return nil
+}
+
+// checkNode connects, installs the wrapper, runs a no-op through the shell
+// and one status call, and measures the clock skew.
+func checkNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, env nodes.SSHEnv, w *nodes.Wrappers) checkResult {
+	r := checkResult{Name: n.Name}
+	start := time.Now()
+	defer func() { r.Seconds = time.Since(start).Seconds() }()
+	fail := func(err error) checkResult {
+		r.Error = err.Error()
+		r.Seconds = time.Since(start).Seconds()
+		return r
+	}
+	ctx, cancel := context.WithTimeout(ctx, max(cfg.Controller.SSHConnectTimeout*3, 30*time.Second))
+	defer cancel()
+	tr, err := nodes.Open(cfg, n, env)
+	if err != nil {
+		return fail(err)
+	}
+	defer tr.Close()
+	inst, err := nodes.EnsureWrapper(ctx, tr, n.WorkDir, w)
+	if err != nil {
+		return fail(err)
+	}
+	r.OS, r.Arch, r.WrapperVersion, r.Installed, r.WorkDir = inst.OS, inst.Arch, inst.Version, inst.Reinstalled, inst.WorkDir
+	if res, err := tr.Exec(ctx, []string{"true"}, nil); err != nil || res.ExitCode != 0 {
+		if err == nil {
+			err = fmt.Errorf("`true` exited %d", res.ExitCode)
+		}
+		return fail(fmt.Errorf("no-op: %w", err))
+	}
+	t0 := time.Now()
+	facts, err := controller.NodeFacts(ctx, tr, inst)
+	if err != nil {
+		return fail(err)
+	}
+	mid := t0.Add(time.Since(t0) / 2)
+	if remote, err := time.Parse(time.RFC3339Nano, facts.Time); err == nil {
+		r.ClockSkewSeconds = remote.Sub(mid).Seconds()
+	}
+	r.MemAvailable, r.DiskFree = facts.Facts.MemAvailableBytes, facts.Facts.DiskFreeBytes
+	r.OK = true
+	return r
+}
+
+func nodesTrust(c *cli.Context) error {
+	ctx := c.Context
+	e, err := newEnv(c)
+	if err != nil {
+		return err
+	}
+	if c.NArg() != 1 {
+		return usagef("dispatch nodes trust <node> [--yes]", "nodes trust takes one node name")
+	}
+	cfg, err := e.loadConfig()
+	if err != nil {
+		return err
+	}
+	name := c.Args().First()
+	n, ok := cfg.Node(name)
+	if !ok {
+		return usagef("dispatch nodes trust "+strings.Join(nodeNames(cfg), " | "), "no node %q in %s", name, cfg.File)
+	}
+	if n.IsLocal() {
+		return usagef("dispatch nodes check", "node %s is local (ssh: null): it has no host key to trust", name)
+	}
+	env, err := nodes.DefaultSSHEnv()
+	if err != nil {
+		return err
+	}
+	tr, err := nodes.NewSSH(nodes.SSHTransportConfig(cfg, n, env))
+	if err != nil {
+		return &nodes.ConfigError{File: cfg.File, Line: n.Line, Msg: fmt.Sprintf("node %s: %v", name, err)}
+	}
+	defer tr.Close()
+	ctx, cancel := context.WithTimeout(ctx, max(cfg.Controller.SSHConnectTimeout*2, 20*time.Second))
+	defer cancel()
+	hk, err := tr.HostKey(ctx)
+	if err != nil {
+		return err
+	}
+	fp := ssh.FingerprintSHA256(hk.Key)
+	switch hk.State {
+	case nodes.KeyKnown:
+		fmt.Fprintf(e.out, "node %s (%s) is already trusted: %s %s\n", name, hk.Addr, hk.Key.Type(), fp)
+		return nil
+	case nodes.KeyChanged:
+		return &workFailed{msg: (&nodes.HostKeyChangedError{Node: name, Addr: hk.Addr, Key: hk.Key, Known: hk.Known}).Error()}
+	}
+	fmt.Fprintf(e.out, "node %s (%s) presents this host key:\n  %s %s\n", name, hk.Addr, hk.Key.Type(), fp)
+	if !c.Bool("yes") {
+		in, isFile := c.App.Reader.(*os.File)
+		if !isFile || !term.IsTerminal(int(in.Fd())) {
+			return usagef("dispatch nodes trust "+name+" --yes", "not recorded: check the fingerprint above (e.g. `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on the node), then rerun with --yes")
+		}
+		fmt.Fprintf(e.out, "Record it in %s? [y/N] ", hk.File)
+		line, _ := bufio.NewReader(in).ReadString('\n')
+		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
+			return &workFailed{msg: "dispatch: not recorded"}
+		}
+	}
+	if err := nodes.AddKnownHost(hk.File, hk.Addr, hk.Key); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.out, "recorded in %s\n", hk.File)
+	return nil
+}

@@ -1,0 +1,762 @@
+package nodes
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/pkg/sftp"
+	"golang.org/x/crypto/ssh"
+)
+
+// SSHConfig says how to reach one node over SSH.
+type SSHConfig struct {
+	Node   string // node name, for messages
+	Target string // the node's ssh: value
+	Env    SSHEnv
+	// ConnectTimeout bounds the TCP connect and the SSH handshake of each hop.
+	ConnectTimeout time.Duration
+	// StrictHostKeyChecking is the node's setting: "" or "yes" refuse unknown
+	// keys, "accept-new" records them. A changed key is always refused.
+	StrictHostKeyChecking string
+	// AgentSocket is the ssh-agent socket; "" means $SSH_AUTH_SOCK.
+	AgentSocket string
+}
+
+// SSH is the transport to a node over one multiplexed SSH connection
+// (sessions for commands, SFTP for files), opened on first use and reopened
+// after a failure.
+type SSH struct {
+	cfg SSHConfig
+	ep  *Endpoint
+
+	mu     sync.Mutex
+	client *ssh.Client
+	hops   []*ssh.Client
+	sftp   *sftp.Client
+	home   string
+	closed bool
+}
+
+var _ Transport = (*SSH)(nil)
+
+// NewSSH resolves the node's ssh: value (command line, user@host[:port] or a
+// ~/.ssh/config alias); it connects nothing yet.
+func NewSSH(cfg SSHConfig) (*SSH, error) {
+	ep, err := cfg.Env.ParseSSHTarget(cfg.Target)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+		if ep.ConnectTimeout > 0 {
+			cfg.ConnectTimeout = ep.ConnectTimeout
+		}
+	}
+	return &SSH{cfg: cfg, ep: ep}, nil
+}
+
+// Endpoint returns where the transport connects.
+func (s *SSH) Endpoint() *Endpoint { return s.ep }
+
+// unreachable wraps err as a failure to reach the node.
+func (s *SSH) unreachable(err error) error {
+	var uk *HostKeyUnknownError
+	var ch *HostKeyChangedError
+	if errors.As(err, &uk) || errors.As(err, &ch) {
+		return fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	return fmt.Errorf("%w: %s@%s:%d: %w", ErrUnreachable, s.ep.User, s.ep.Host, s.ep.Port, err)
+}
+
+// connect returns the live client, dialling it (through its jump hosts or
+// proxy command) when there is none.
+func (s *SSH) connect(ctx context.Context) (*ssh.Client, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errors.New("ssh transport closed")
+	}
+	if s.client != nil {
+		return s.client, nil
+	}
+	auth, err := authMethod(s.cfg, s.ep)
+	if err != nil {
+		return nil, s.unreachable(err)
+	}
+	client, hops, err := s.dial(ctx, s.ep, auth, 0)
+	if err != nil {
+		return nil, s.unreachable(err)
+	}
+	s.client, s.hops = client, hops
+	return client, nil
+}
+
+// dial connects to ep and completes the SSH handshake.
+func (s *SSH) dial(ctx context.Context, ep *Endpoint, auth ssh.AuthMethod, depth int) (*ssh.Client, []*ssh.Client, error) {
+	conn, hops, err := s.dialConn(ctx, ep, depth)
+	if err != nil {
+		return nil, nil, err
+	}
+	hk := newHostKeys(s.cfg.Node, s.cfg.Env, ep, s.cfg.StrictHostKeyChecking)
+	cb, algos, err := hk.config(ep)
+	if err != nil {
+		conn.Close()
+		closeAll(hops)
+		return nil, nil, err
+	}
+	client, err := s.handshake(ctx, conn, ep, auth, cb, algos)
+	if err != nil {
+		closeAll(hops)
+		return nil, nil, err
+	}
+	return client, hops, nil
+}
+
+// dialConn opens the byte stream to ep: over TCP, through its proxy
+// command, or through its jump hosts (each checked against known_hosts like
+// the target). The hops returned must be closed after the connection.
+func (s *SSH) dialConn(ctx context.Context, ep *Endpoint, depth int) (net.Conn, []*ssh.Client, error) {
+	if depth > 8 {
+		return nil, nil, errors.New("ProxyJump chain longer than 8 hops (a loop in ~/.ssh/config?)")
+	}
+	addr := net.JoinHostPort(ep.Host, strconv.Itoa(ep.Port))
+	switch {
+	case len(ep.ProxyJump) > 0:
+		var hops []*ssh.Client
+		var prev *ssh.Client
+		for i, hop := range ep.ProxyJump {
+			// Hops are resolved with the config the target used (ssh -F).
+			henv := s.cfg.Env
+			if ep.ConfigFile != "" {
+				henv.ConfigFile = ep.ConfigFile
+			}
+			hep, err := henv.Resolve(hop)
+			if err != nil {
+				closeAll(hops)
+				return nil, nil, fmt.Errorf("ProxyJump %s: %w", hop, err)
+			}
+			hauth, err := authMethod(s.cfg, hep)
+			if err != nil {
+				closeAll(hops)
+				return nil, nil, fmt.Errorf("ProxyJump %s: %w", hop, err)
+			}
+			var hc *ssh.Client
+			if i == 0 {
+				var inner []*ssh.Client
+				hc, inner, err = s.dial(ctx, hep, hauth, depth+1)
+				hops = append(hops, inner...)
+			} else {
+				var c net.Conn
+				c, err = dialVia(ctx, prev, net.JoinHostPort(hep.Host, strconv.Itoa(hep.Port)), s.cfg.ConnectTimeout)
+				if err == nil {
+					hk := newHostKeys(s.cfg.Node, s.cfg.Env, hep, s.cfg.StrictHostKeyChecking)
+					cb, algos, herr := hk.config(hep)
+					if herr != nil {
+						c.Close()
+						err = herr
+					} else {
+						hc, err = s.handshake(ctx, c, hep, hauth, cb, algos)
+					}
+				}
+			}
+			if err != nil {
+				closeAll(hops)
+				return nil, nil, fmt.Errorf("ProxyJump %s: %w", hop, err)
+			}
+			hops = append(hops, hc)
+			prev = hc
+		}
+		c, err := dialVia(ctx, prev, addr, s.cfg.ConnectTimeout)
+		if err != nil {
+			closeAll(hops)
+			return nil, nil, fmt.Errorf("through %s: %w", ep.ProxyJump[len(ep.ProxyJump)-1], err)
+		}
+		return c, hops, nil
+	case ep.ProxyCommand != "":
+		c, err := proxyCommandConn(ep.ProxyCommand)
+		return c, nil, err
+	}
+	d := net.Dialer{Timeout: s.cfg.ConnectTimeout}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	return c, nil, err
+}
+
+// handshake runs the SSH handshake on conn within the connect timeout: a
+// node that accepts TCP but never answers (a stopped sshd) fails here
+// instead of hanging.
+func (s *SSH) handshake(ctx context.Context, conn net.Conn, ep *Endpoint, auth ssh.AuthMethod, cb ssh.HostKeyCallback, algos []string) (*ssh.Client, error) {
+	cc := &ssh.ClientConfig{
+		User:              ep.User,
+		Auth:              []ssh.AuthMethod{auth},
+		HostKeyCallback:   cb,
+		HostKeyAlgorithms: algos,
+		Timeout:           s.cfg.ConnectTimeout,
+	}
+	addr := net.JoinHostPort(ep.Host, strconv.Itoa(ep.Port))
+	type result struct {
+		c     ssh.Conn
+		chans <-chan ssh.NewChannel
+		reqs  <-chan *ssh.Request
+		err   error
+	}
+	ch := make(chan result, 1)
+	_ = conn.SetDeadline(time.Now().Add(s.cfg.ConnectTimeout))
+	go func() {
+		c, chans, reqs, err := ssh.NewClientConn(conn, addr, cc)
+		ch <- result{c, chans, reqs, err}
+	}()
+	timer := time.NewTimer(s.cfg.ConnectTimeout)
+	defer timer.Stop()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			conn.Close()
+			if isTimeout(r.err) {
+				return nil, fmt.Errorf("no SSH handshake from %s within %s (is the host hung?)", addr, s.cfg.ConnectTimeout)
+			}
+			return nil, authHint(r.err, ep)
+		}
+		_ = conn.SetDeadline(time.Time{})
+		return ssh.NewClient(r.c, r.chans, r.reqs), nil
+	case <-timer.C:
+		conn.Close()
+		return nil, fmt.Errorf("no SSH handshake from %s within %s (is the host hung?)", addr, s.cfg.ConnectTimeout)
+	case <-ctx.Done():
+		conn.Close()
+		return nil, ctx.Err()
+	}
+}
+
+func authHint(err error, ep *Endpoint) error {
+	if strings.Contains(err.Error(), "unable to authenticate") {
+		return fmt.Errorf("%w\n  fix: check that %s's key is in ~%s/.ssh/authorized_keys on %s (ssh-copy-id), or set IdentityFile / -i", err, "your", ep.User, ep.Host)
+	}
+	return err
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// dialVia opens a TCP connection to addr through an SSH client (a jump
+// host), bounded by timeout.
+func dialVia(ctx context.Context, via *ssh.Client, addr string, timeout time.Duration) (net.Conn, error) {
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		c, err := via.Dial("tcp", addr)
+		ch <- result{c, err}
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case r := <-ch:
+		return r.c, r.err
+	case <-timer.C:
+		return nil, fmt.Errorf("dial %s through jump host: timed out after %s", addr, timeout)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func closeAll(cs []*ssh.Client) {
+	for i := len(cs) - 1; i >= 0; i-- {
+		cs[i].Close()
+	}
+}
+
+// reset drops the connection c after a failure so the next call reconnects;
+// closing it also unblocks every call still waiting on it.
+func (s *SSH) reset(c *ssh.Client) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.client != c || c == nil {
+		return
+	}
+	s.closeLocked()
+}
+
+func (s *SSH) closeLocked() {
+	if s.sftp != nil {
+		s.sftp.Close()
+		s.sftp = nil
+	}
+	if s.client != nil {
+		s.client.Close()
+		s.client = nil
+	}
+	closeAll(s.hops)
+	s.hops = nil
+}
+
+// call runs fn on the live connection and gives up when ctx ends: the
+// connection is then dropped (a node that does not answer in time is treated
+// as hung), which unblocks fn. fn's result travels back over a channel, so a
+// call given up on never writes into its caller's variables.
+func call[T any](ctx context.Context, s *SSH, fn func(*ssh.Client) (T, error)) (T, error) {
+	var zero T
+	c, err := s.connect(ctx)
+	if err != nil {
+		return zero, err
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := fn(c)
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		if isConnError(r.err) {
+			s.reset(c)
+			return r.v, s.unreachable(r.err)
+		}
+		return r.v, r.err
+	case <-ctx.Done():
+		s.reset(c)
+		return zero, fmt.Errorf("%w: no answer from %s: %w", ErrUnreachable, s.cfg.Node, ctx.Err())
+	}
+}
+
+// isConnError reports errors that mean the connection is gone, as opposed to
+// an error of the operation (a missing file, a failed command).
+func isConnError(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ne net.Error
+	var em *ssh.ExitMissingError
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.As(err, &ne) || errors.As(err, &em) || errors.Is(err, sftp.ErrSSHFxConnectionLost) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "connection lost") || strings.Contains(msg, "broken pipe") ||
+		strings.Contains(msg, "connection reset") || strings.Contains(msg, "use of closed network connection")
+}
+
+// sftpClient returns the SFTP client multiplexed on c.
+func (s *SSH) sftpClient(c *ssh.Client) (*sftp.Client, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.client != c {
+		return nil, io.EOF // c was reset meanwhile
+	}
+	if s.sftp != nil {
+		return s.sftp, nil
+	}
+	f, err := sftp.NewClient(c)
+	if err != nil {
+		return nil, fmt.Errorf("start sftp: %w", err)
+	}
+	s.sftp = f
+	return f, nil
+}
+
+func callSFTP[T any](ctx context.Context, s *SSH, fn func(*sftp.Client) (T, error)) (T, error) {
+	return call(ctx, s, func(c *ssh.Client) (T, error) {
+		f, err := s.sftpClient(c)
+		if err != nil {
+			var zero T
+			return zero, err
+		}
+		return fn(f)
+	})
+}
+
+// Home returns the SSH user's home directory: SFTP's starting directory.
+func (s *SSH) Home(ctx context.Context) (string, error) {
+	s.mu.Lock()
+	home := s.home
+	s.mu.Unlock()
+	if home != "" {
+		return home, nil
+	}
+	home, err := callSFTP(ctx, s, func(f *sftp.Client) (string, error) {
+		wd, err := f.Getwd()
+		if err != nil {
+			return "", fmt.Errorf("home directory: %w", err)
+		}
+		if !path.IsAbs(wd) {
+			return "", fmt.Errorf("home directory %q is not absolute", wd)
+		}
+		return path.Clean(wd), nil
+	})
+	if err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	s.home = home
+	s.mu.Unlock()
+	return home, nil
+}
+
+// Exec runs argv through the remote user's shell with every argument quoted.
+func (s *SSH) Exec(ctx context.Context, argv []string, stdin []byte) (Result, error) {
+	if len(argv) == 0 || argv[0] == "" {
+		return Result{}, errors.New("exec: empty command")
+	}
+	res, err := call(ctx, s, func(c *ssh.Client) (Result, error) {
+		sess, err := c.NewSession()
+		if err != nil {
+			return Result{}, err
+		}
+		defer sess.Close()
+		var stdout, stderr bytes.Buffer
+		sess.Stdin = bytes.NewReader(stdin)
+		sess.Stdout, sess.Stderr = &stdout, &stderr
+		err = sess.Run(ShellQuote(argv))
+		res := Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
+		var ee *ssh.ExitError
+		if errors.As(err, &ee) {
+			res.ExitCode = ee.ExitStatus()
+			if sig := ee.Signal(); sig != "" {
+				res.ExitCode = 128 + signalNumber(sig)
+			}
+			return res, nil
+		}
+		return res, err
+	})
+	if err != nil {
+		return res, fmt.Errorf("exec %s on %s: %w", argv[0], s.cfg.Node, err)
+	}
+	return res, nil
+}
+
+// signalNumber maps an SSH signal name ("KILL") to its number on the
+// controller's platform; the exit code convention (128+N) is for messages.
+func signalNumber(name string) int {
+	for i := 1; i < 32; i++ {
+		if strings.EqualFold(strings.TrimPrefix(syscall.Signal(i).String(), "signal "), name) {
+			return i
+		}
+	}
+	switch name {
+	case "KILL":
+		return 9
+	case "TERM":
+		return 15
+	case "INT":
+		return 2
+	case "HUP":
+		return 1
+	case "PIPE":
+		return 13
+	case "SEGV":
+		return 11
+	case "ABRT":
+		return 6
+	}
+	return 0
+}
+
+// ShellQuote renders argv as one POSIX shell command line, every argument in
+// single quotes, so that nothing in it is interpreted by the remote shell.
+func ShellQuote(argv []string) string {
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		q[i] = shellQuote(a)
+	}
+	return strings.Join(q, " ")
+}
+
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// Put writes r to a hidden temporary file next to path and renames it into
+// place (posix-rename), so no reader ever sees a partial file.
+func (s *SSH) Put(ctx context.Context, p string, r io.Reader, mode fs.FileMode) error {
+	if err := checkPath(p); err != nil {
+		return err
+	}
+	_, err := callSFTP(ctx, s, func(f *sftp.Client) (struct{}, error) {
+		return struct{}{}, putFile(f, p, r, mode)
+	})
+	if err != nil {
+		return fmt.Errorf("put %s on %s: %w", p, s.cfg.Node, err)
+	}
+	return nil
+}
+
+func putFile(f *sftp.Client, p string, r io.Reader, mode fs.FileMode) (err error) {
+	dir := path.Dir(p)
+	if err := f.MkdirAll(dir); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	tmp := path.Join(dir, "."+path.Base(p)+".tmp-"+randomSuffix())
+	w, err := f.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", tmp, err)
+	}
+	defer func() {
+		if err != nil {
+			w.Close()
+			_ = f.Remove(tmp)
+		}
+	}()
+	if _, err := io.Copy(w, r); err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := w.Chmod(mode.Perm()); err != nil {
+		return fmt.Errorf("chmod %s: %w", tmp, err)
+	}
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := f.PosixRename(tmp, p); err != nil {
+		return fmt.Errorf("rename %s to %s: %w", tmp, p, err)
+	}
+	return nil
+}
+
+func randomSuffix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Get copies the file at path to w. w is written only while the call is
+// live: a call given up on stops writing when its connection is closed.
+func (s *SSH) Get(ctx context.Context, p string, w io.Writer) error {
+	if err := checkPath(p); err != nil {
+		return err
+	}
+	gw := &guardWriter{w: w}
+	defer gw.stop()
+	_, err := callSFTP(ctx, s, func(f *sftp.Client) (struct{}, error) {
+		r, err := f.Open(p)
+		if err != nil {
+			return struct{}{}, notExist(err)
+		}
+		defer r.Close()
+		_, err = r.WriteTo(gw)
+		return struct{}{}, err
+	})
+	if err != nil {
+		return fmt.Errorf("get %s from %s: %w", p, s.cfg.Node, err)
+	}
+	return nil
+}
+
+// guardWriter lets a Get that was given up on stop writing into its
+// caller's writer once Get has returned.
+type guardWriter struct {
+	mu      sync.Mutex
+	w       io.Writer
+	stopped bool
+}
+
+func (g *guardWriter) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopped {
+		return 0, io.ErrClosedPipe
+	}
+	return g.w.Write(p)
+}
+
+func (g *guardWriter) stop() {
+	g.mu.Lock()
+	g.stopped = true
+	g.mu.Unlock()
+}
+
+// notExist makes SFTP's "no such file" match fs.ErrNotExist.
+func notExist(err error) error {
+	var se *sftp.StatusError
+	if errors.As(err, &se) && se.FxCode() == sftp.ErrSSHFxNoSuchFile {
+		return fmt.Errorf("%w: %w", fs.ErrNotExist, err)
+	}
+	return err
+}
+
+// Walk lists the regular files and symlinks under dir.
+func (s *SSH) Walk(ctx context.Context, dir string) ([]FileInfo, error) {
+	if err := checkPath(dir); err != nil {
+		return nil, err
+	}
+	out, err := callSFTP(ctx, s, func(f *sftp.Client) ([]FileInfo, error) {
+		var out []FileInfo
+		if _, err := f.Lstat(dir); err != nil {
+			return nil, notExist(err)
+		}
+		w := f.Walk(dir)
+		for w.Step() {
+			if err := w.Err(); err != nil {
+				return nil, notExist(err)
+			}
+			fi := w.Stat()
+			if !fi.Mode().IsRegular() && fi.Mode()&fs.ModeSymlink == 0 {
+				continue
+			}
+			rel := strings.TrimPrefix(strings.TrimPrefix(w.Path(), dir), "/")
+			out = append(out, FileInfo{Path: rel, Size: fi.Size(), Mode: fi.Mode()})
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+		return out, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("walk %s on %s: %w", dir, s.cfg.Node, err)
+	}
+	return out, nil
+}
+
+// Remove removes the file or tree at path.
+func (s *SSH) Remove(ctx context.Context, p string) error {
+	if err := checkPath(p); err != nil {
+		return err
+	}
+	if path.Clean(p) == "/" {
+		return errors.New("refusing to remove /")
+	}
+	_, err := callSFTP(ctx, s, func(f *sftp.Client) (struct{}, error) {
+		if _, err := f.Lstat(p); err != nil {
+			if errors.Is(notExist(err), fs.ErrNotExist) {
+				return struct{}{}, nil
+			}
+			return struct{}{}, err
+		}
+		if err := f.RemoveAll(p); err == nil {
+			return struct{}{}, nil
+		}
+		// Read-only directories inside: make them writable and try again.
+		w := f.Walk(p)
+		for w.Step() {
+			if w.Err() == nil && w.Stat().IsDir() {
+				_ = f.Chmod(w.Path(), 0o700)
+			}
+		}
+		return struct{}{}, f.RemoveAll(p)
+	})
+	if err != nil {
+		return fmt.Errorf("remove %s on %s: %w", p, s.cfg.Node, err)
+	}
+	return nil
+}
+
+// Close closes the connection.
+func (s *SSH) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	s.closeLocked()
+	return nil
+}
+
+// proxyCommandConn runs a ProxyCommand and talks SSH over its stdin and
+// stdout.
+func proxyCommandConn(command string) (net.Conn, error) {
+	cmd := exec.Command("/bin/sh", "-c", command)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = io.Discard
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("ProxyCommand %q: %w", command, err)
+	}
+	return &pipeConn{cmd: cmd, in: in, out: out}, nil
+}
+
+// pipeConn is a net.Conn over a proxy command's stdio. Deadlines are
+// enforced by closing it (the handshake's timer does that).
+type pipeConn struct {
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	out  io.ReadCloser
+	once sync.Once
+}
+
+func (p *pipeConn) Read(b []byte) (int, error)  { return p.out.Read(b) }
+func (p *pipeConn) Write(b []byte) (int, error) { return p.in.Write(b) }
+func (p *pipeConn) Close() error {
+	p.once.Do(func() {
+		p.in.Close()
+		p.out.Close()
+		if p.cmd.Process != nil {
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+		}
+		go p.cmd.Wait()
+	})
+	return nil
+}
+func (p *pipeConn) LocalAddr() net.Addr                { return dummyAddr{} }
+func (p *pipeConn) RemoteAddr() net.Addr               { return dummyAddr{} }
+func (p *pipeConn) SetDeadline(t time.Time) error      { return nil }
+func (p *pipeConn) SetReadDeadline(t time.Time) error  { return nil }
+func (p *pipeConn) SetWriteDeadline(t time.Time) error { return nil }
+
+// HostKeyInfo is what a node presents and how it compares with known_hosts.
+type HostKeyInfo struct {
+	Addr  string // the name it is recorded under
+	Key   ssh.PublicKey
+	State KnownState
+	Known []string // "file:line" of recorded keys when State is KeyChanged
+	File  string   // where `nodes trust` records it
+}
+
+var errKeyCaptured = errors.New("host key captured")
+
+// HostKey connects far enough to see the node's host key (jump hosts must
+// already be trusted) and compares it with known_hosts; it records nothing.
+func (s *SSH) HostKey(ctx context.Context) (*HostKeyInfo, error) {
+	conn, hops, err := s.dialConn(ctx, s.ep, 0)
+	if err != nil {
+		return nil, s.unreachable(err)
+	}
+	defer closeAll(hops)
+	hk := newHostKeys(s.cfg.Node, s.cfg.Env, s.ep, "yes")
+	info := &HostKeyInfo{Addr: lookupAddr(s.ep), File: hk.write}
+	// Ask for a recorded key type first, so a host with several keys is not
+	// mistaken for a changed one.
+	_, algos, err := hk.config(s.ep)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	cb := func(_ string, _ net.Addr, key ssh.PublicKey) error {
+		info.Key = key
+		return errKeyCaptured
+	}
+	_, err = s.handshake(ctx, conn, s.ep, ssh.PublicKeys(), cb, algos)
+	if info.Key == nil {
+		if err == nil {
+			err = errors.New("no host key presented")
+		}
+		return nil, s.unreachable(err)
+	}
+	info.State, info.Known, err = hk.checkKnown(info.Addr, info.Key)
+	return info, err
+}
