@@ -27,6 +27,9 @@ func TestFlagsFirst(t *testing.T) {
 		{"unknown command", []string{"dispatch", "bogus", "p", "--json"}, []string{"dispatch", "bogus", "p", "--json"}},
 		{"no command", []string{"dispatch", "--home", "h"}, []string{"dispatch", "--home", "h"}},
 		{"value flag at the end", []string{"dispatch", "start", "p", "--poll"}, []string{"dispatch", "start", "--poll", "p"}},
+		{"subcommand flag after it", []string{"dispatch", "nodes", "check", "--json"}, []string{"dispatch", "nodes", "check", "--json"}},
+		{"subcommand flag after its argument", []string{"dispatch", "nodes", "trust", "n1", "--yes"}, []string{"dispatch", "nodes", "trust", "--yes", "n1"}},
+		{"command flag before a subcommand", []string{"dispatch", "nodes", "--json"}, []string{"dispatch", "nodes", "--json"}},
 	}
 	app := newApp(io.Discard, io.Discard)
 	for _, tc := range tests {

@@ -122,6 +122,25 @@ func flagsFirst(app *cli.App, args []string) []string {
 		return args
 	}
 	i++
+	// Descend into a subcommand (`nodes check --json`) named right after
+	// its command's own leading flags.
+	for {
+		j := i
+		for j < len(args) && isFlag(args[j]) {
+			if takesValue(cmd.Flags, args[j]) {
+				j++
+			}
+			j++
+		}
+		if j >= len(args) {
+			break
+		}
+		sub := cmd.Command(args[j])
+		if sub == nil {
+			break
+		}
+		cmd, i = sub, j+1
+	}
 	out := append([]string(nil), args[:i]...)
 	var pos []string
 	for ; i < len(args); i++ {

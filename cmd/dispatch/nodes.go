@@ -262,7 +262,6 @@ func nodesCheck(c *cli.Context) error {
 func checkNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, env nodes.SSHEnv, w *nodes.Wrappers) checkResult {
 	r := checkResult{Name: n.Name}
 	start := time.Now()
-	defer func() { r.Seconds = time.Since(start).Seconds() }()
 	fail := func(err error) checkResult {
 		r.Error = err.Error()
 		r.Seconds = time.Since(start).Seconds()
@@ -297,6 +296,7 @@ func checkNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, env nodes.S
 	}
 	r.MemAvailable, r.DiskFree = facts.Facts.MemAvailableBytes, facts.Facts.DiskFreeBytes
 	r.OK = true
+	r.Seconds = time.Since(start).Seconds()
 	return r
 }
 
