@@ -536,3 +536,34 @@ func TestFinishedProjectStaysFinished(t *testing.T) {
 		t.Fatalf("S01 ran again: attempt %d", tk.Attempt)
 	}
 }
+
+func TestMinFreeMemKeepsTasksOffANode(t *testing.T) {
+	yaml := `
+nodes:
+  - name: starved
+    slots: 4
+    min_free_mem: 1000TiB
+    work_dir: WORK/starved
+  - name: roomy
+    slots: 1
+    work_dir: WORK/roomy
+`
+	h := newHarness(t, yaml, shellProject(map[string]string{
+		"S01-a.md": "echo a\n", "S02-b.md": "echo b\n", "S03-c.md": "echo c\n",
+	}))
+	h.tickUntil("project to finish", func() bool {
+		p, _ := h.st.Project(context.Background(), "p")
+		return p.State == store.ProjectDone
+	})
+	for _, id := range []string{"S01", "S02", "S03"} {
+		if n := h.task(id).Node; n != "roomy" {
+			t.Errorf("%s ran on %s, a node with less than min_free_mem available", id, n)
+		}
+	}
+	nodes, _ := h.st.Nodes(context.Background())
+	for _, n := range nodes {
+		if n.MemAvailableBytes <= 0 {
+			t.Errorf("node %s: no memory fact recorded", n.Name)
+		}
+	}
+}

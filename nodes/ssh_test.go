@@ -263,3 +263,26 @@ func TestSSHPassphraseKeyWithoutAgent(t *testing.T) {
 		t.Fatal("a passphrase-protected key must fail at once, not wait for a prompt")
 	}
 }
+
+func TestSSHAgent(t *testing.T) {
+	sshdtest.Require(t)
+	c := sshdtest.NewClient(t)
+	s := c.StartServer(t, "agent")
+	c.Trust(t, s)
+	// The client's key is only in the agent: its file is removed.
+	sock := serveAgent(t, c)
+	if err := os.Remove(c.KeyFile); err != nil {
+		t.Fatal(err)
+	}
+	tr := newSSH(t, c, target(c, s), func(cfg *nodes.SSHConfig) { cfg.AgentSocket = sock })
+	res, err := tr.Exec(t.Context(), []string{"echo", "agent"}, nil)
+	if err != nil || strings.TrimSpace(string(res.Stdout)) != "agent" {
+		t.Fatalf("Exec with the agent's key = %q, %v", res.Stdout, err)
+	}
+	// Without the agent the same node cannot be reached, and the error
+	// says why.
+	tr2 := newSSH(t, c, target(c, s))
+	if _, err := tr2.Exec(t.Context(), []string{"true"}, nil); err == nil || !strings.Contains(err.Error(), "no SSH key") {
+		t.Fatalf("without agent and key: %v", err)
+	}
+}
