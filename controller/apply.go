@@ -17,21 +17,31 @@ var retryable = map[string]bool{
 	wrapper.ClassRateLimit: true, wrapper.ClassStart: true, store.Lost: true,
 }
 
+// staleAttempt is a live attempt on a node that is not the task's current
+// attempt there: left behind by a node that was lost and came back, or by a
+// database that moved on. It is killed, and its status is never applied.
+type staleAttempt struct {
+	node, project, task, dir string
+	attempt                  int
+}
+
 // apply writes what the pulls found, in one transaction: node facts, status
-// changes of current attempts (older attempts are fenced off), dead attempts,
-// retries and blocked dependents. It returns the number of status changes.
-func (c *Controller) apply(ctx context.Context, projects []string, pulls map[string]*pull) (int, error) {
+// changes of current attempts (older attempts are fenced off and ignored),
+// dead attempts, retries and blocked dependents. It returns the number of
+// status changes and the stale attempts found on the nodes.
+func (c *Controller) apply(ctx context.Context, projects []string, pulls map[string]*pull) (int, []staleAttempt, error) {
 	known, err := c.st.Nodes(ctx)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	prev := map[string]store.Node{}
 	for _, n := range known {
 		prev[n.Name] = n
 	}
-	changed := 0
+	var changed int
+	var stale []staleAttempt
 	err = c.st.Update(ctx, func(tx *store.Tx) error {
-		changed = 0
+		changed, stale = 0, nil
 		now := tx.Now()
 		for name, p := range pulls {
 			if p.skipped {
@@ -42,12 +52,14 @@ func (c *Controller) apply(ctx context.Context, projects []string, pulls map[str
 			}
 		}
 		a := &applier{c: c, tx: tx, now: now, pulls: pulls, prev: prev}
+		current := map[string]*store.Task{}
 		for _, project := range projects {
 			tasks, err := tx.Tasks(ctx, project)
 			if err != nil {
 				return err
 			}
 			for i := range tasks {
+				current[taskKey(project, tasks[i].ID)] = &tasks[i]
 				if err := a.task(ctx, &tasks[i]); err != nil {
 					return err
 				}
@@ -59,11 +71,72 @@ func (c *Controller) apply(ctx context.Context, projects []string, pulls map[str
 			if err := a.blocked(ctx, tasks); err != nil {
 				return err
 			}
+			if err := a.halt(ctx, project, tasks); err != nil {
+				return err
+			}
+		}
+		stale = findStale(pulls, current)
+		for _, sa := range stale {
+			if err := tx.Event(ctx, store.Event{Project: sa.project, Task: sa.task, Attempt: sa.attempt, Kind: "stale",
+				Node: sa.node, Message: fmt.Sprintf("attempt %d still runs on %s but is not current; killing it", sa.attempt, sa.node)}); err != nil {
+				return err
+			}
 		}
 		changed = a.changed
 		return nil
 	})
-	return changed, err
+	return changed, stale, err
+}
+
+// findStale lists the live attempts the pulls found that the database does
+// not expect on that node.
+func findStale(pulls map[string]*pull, current map[string]*store.Task) []staleAttempt {
+	var out []staleAttempt
+	for name, p := range pulls {
+		if p.err != nil || p.status == nil {
+			continue
+		}
+		for _, ts := range p.status.Tasks {
+			if !ts.Alive || ts.Status == nil {
+				continue
+			}
+			t := current[taskKey(ts.Project, ts.Task)]
+			if t != nil && t.Node == name && t.Attempt == ts.Status.Attempt &&
+				(t.Status == store.Claimed || t.Status == store.Running) {
+				continue
+			}
+			out = append(out, staleAttempt{node: name, project: ts.Project, task: ts.Task, dir: ts.Dir, attempt: ts.Status.Attempt})
+		}
+	}
+	return out
+}
+
+// staleGrace is the grace a stale attempt gets when it is killed: its
+// result is thrown away anyway.
+const staleGrace = "2s"
+
+// killStale kills stale attempts on their nodes, in the background lane of
+// each node, so a slow kill never stalls the tick.
+func (c *Controller) killStale(ctx context.Context, stale []staleAttempt) {
+	byNode := map[string][]staleAttempt{}
+	for _, sa := range stale {
+		byNode[sa.node] = append(byNode[sa.node], sa)
+	}
+	names := make([]string, 0, len(byNode))
+	for n := range byNode {
+		names = append(names, n)
+	}
+	c.onNodes(names, working, c.callTimeout(), func(n *nodeRuntime) {
+		for _, sa := range byNode[n.cfg.Name] {
+			kctx, cancel := context.WithTimeout(ctx, c.callTimeout())
+			res, err := n.tr.Exec(kctx, []string{n.wrapper, "kill", "--dir", sa.dir, "--grace", staleGrace}, nil)
+			cancel()
+			if err != nil || res.ExitCode != 0 {
+				c.log.Warn("kill stale attempt", keyNode, sa.node, keyProject, sa.project, keyTask, sa.task,
+					keyAttempt, sa.attempt, "err", err, "reply", replyError(res, nil))
+			}
+		}
+	})
 }
 
 func (c *Controller) nodeRecord(name string, p *pull, prev store.Node, now time.Time) store.Node {
@@ -81,6 +154,9 @@ func (c *Controller) nodeRecord(name string, p *pull, prev store.Node, now time.
 	}
 	f := p.status.Facts
 	n.State, n.LastSeen = "online", now
+	if diskFull(f.DiskFreeBytes) {
+		n.LastError = fmt.Sprintf("disk nearly full: %d MiB free under the work_dir; no new tasks until there is %d MiB", f.DiskFreeBytes>>20, minDiskFree>>20)
+	}
 	n.OS, n.Arch, n.WrapperVersion = f.OS, f.Arch, p.status.WrapperVersion
 	n.MemAvailableBytes, n.Load1, n.DiskFreeBytes = f.MemAvailableBytes, f.Load1, f.DiskFreeBytes
 	n.RTTMillis = float64(p.rtt.Microseconds()) / 1000
@@ -105,6 +181,9 @@ func (a *applier) transition(ctx context.Context, ch store.Change) error {
 }
 
 func (a *applier) task(ctx context.Context, t *store.Task) error {
+	if t.Status == store.Completed {
+		return a.uncollectable(ctx, t)
+	}
 	if t.Status != store.Claimed && t.Status != store.Running {
 		return nil
 	}
@@ -119,6 +198,9 @@ func (a *applier) task(ctx context.Context, t *store.Task) error {
 		since := a.prev[t.Node].OfflineSince
 		if since.IsZero() {
 			since = a.now
+		}
+		if since.Before(a.c.started) {
+			since = a.c.started
 		}
 		if a.now.Sub(since) >= a.c.cfg.Controller.NodeOfflineTimeout {
 			return a.lose(ctx, t, fmt.Sprintf("node %s offline since %s: %v", t.Node, since.Format(time.RFC3339), p.err))
@@ -161,7 +243,12 @@ func (a *applier) noStatus(ctx context.Context, t *store.Task, ts *wrapper.TaskS
 			Kind: "requeue", Message: "no trace of attempt on " + t.Node + "; launching again"})
 	}
 	if ts != nil && ts.Alive {
-		return nil // unreadable for now, but its supervisor lives: read it next tick
+		// Unreadable for now, but its supervisor lives: read it next tick,
+		// and say what is wrong meanwhile.
+		if w := "status.json: " + ts.StatusError; ts.StatusError != "" && t.Warning != w {
+			return a.tx.SetTask(ctx, t.Project, t.ID, store.Set{"warning": w})
+		}
+		return nil
 	}
 	msg := "status.json of the attempt is missing on the node"
 	if ts != nil && ts.StatusError != "" {
@@ -184,7 +271,11 @@ func (a *applier) running(ctx context.Context, t *store.Task, ts *wrapper.TaskSt
 	}
 	if ts.Heartbeat != t.Heartbeat {
 		t.HeartbeatAt = a.now
-		if err := a.tx.SetTask(ctx, t.Project, t.ID, store.Set{"heartbeat": ts.Heartbeat, "heartbeat_at": a.now}); err != nil {
+		set := store.Set{"heartbeat": ts.Heartbeat, "heartbeat_at": a.now}
+		if t.Warning != "" {
+			set["warning"] = ""
+		}
+		if err := a.tx.SetTask(ctx, t.Project, t.ID, set); err != nil {
 			return err
 		}
 	}
@@ -192,6 +283,15 @@ func (a *applier) running(ctx context.Context, t *store.Task, ts *wrapper.TaskSt
 		msg := fmt.Sprintf("wrapper (pid %d) is gone while the attempt was running", st.PID)
 		return a.fail(ctx, t, store.Running, wrapper.ClassCrash, msg, 0,
 			store.Set{"status": store.Failed, "error_class": wrapper.ClassCrash, "error": msg, "completed_at": a.now})
+	}
+	// The wrapper lives but its heartbeat stopped (frozen, stopped, a hung
+	// filesystem): say so once, by the controller's own clock.
+	if stale := a.now.Sub(t.HeartbeatAt); stale >= a.c.cfg.Controller.HeartbeatTimeout && t.Warning == "" {
+		w := fmt.Sprintf("heartbeat unchanged for %s while the wrapper (pid %d) is alive", stale.Round(time.Second), st.PID)
+		if err := a.tx.SetTask(ctx, t.Project, t.ID, store.Set{"warning": w}); err != nil {
+			return err
+		}
+		return a.tx.Event(ctx, store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: "warning", Node: t.Node, Message: w})
 	}
 	return nil
 }
@@ -332,4 +432,59 @@ func parseRemoteTime(s string, fallback time.Time) time.Time {
 		return t
 	}
 	return fallback
+}
+
+// uncollectable requeues a completed task whose outputs were never collected
+// when its node has been offline for node_offline_timeout: its results would
+// otherwise never reach the operator, and the project would never finish.
+func (a *applier) uncollectable(ctx context.Context, t *store.Task) error {
+	p := a.pulls[t.Node]
+	if p == nil || p.err == nil || p.skipped {
+		return nil
+	}
+	since := a.prev[t.Node].OfflineSince
+	if since.IsZero() || since.Before(a.c.started) {
+		since = a.c.started
+	}
+	if a.now.Sub(since) < a.c.cfg.Controller.NodeOfflineTimeout {
+		return nil
+	}
+	collected, err := a.tx.RunCollected(ctx, t.Project, t.ID, t.Attempt)
+	if err != nil || collected {
+		return err
+	}
+	return a.transition(ctx, store.Change{Project: t.Project, Task: t.ID, From: store.Completed, To: store.Pending, Kind: "requeue",
+		Message: fmt.Sprintf("outputs of attempt %d could not be collected: %s offline since %s", t.Attempt, t.Node, since.Format(time.RFC3339))})
+}
+
+// halt cancels the tasks that have not started once halt: {fail: N} is
+// reached (running ones finish), so the project ends.
+func (a *applier) halt(ctx context.Context, project string, tasks []store.Task) error {
+	p, err := a.tx.Project(ctx, project)
+	if err != nil {
+		return err
+	}
+	limit := projectOptions(p).HaltFail
+	if limit <= 0 {
+		return nil
+	}
+	failed := 0
+	for _, t := range tasks {
+		if t.Status == store.Failed {
+			failed++
+		}
+	}
+	if failed < limit {
+		return nil
+	}
+	for _, t := range tasks {
+		if t.Status != store.Pending && t.Status != store.Blocked {
+			continue
+		}
+		if err := a.transition(ctx, store.Change{Project: project, Task: t.ID, From: t.Status, To: store.Canceled, Kind: "halt",
+			Message: fmt.Sprintf("halted: %d task(s) failed (halt: {fail: %d})", failed, limit)}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

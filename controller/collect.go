@@ -127,6 +127,7 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 			manifest = append(manifest, store.File{Project: r.Project, Task: r.Task, Attempt: r.Attempt, Path: f.Path, Size: size, SHA256: sum})
 		}
 	}
+	crashPoint(CrashMidCollect)
 	// Everything is on local disk now; move it into place.
 	if err := os.MkdirAll(attemptDir, 0o755); err != nil {
 		return err

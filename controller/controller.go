@@ -56,6 +56,10 @@ type Controller struct {
 	log   *slog.Logger
 	now   func() time.Time
 	nodes map[string]*nodeRuntime
+	// started is when this controller began: offline time is only counted
+	// from what this controller saw itself, never inherited from a
+	// controller that stopped long ago.
+	started time.Time
 
 	mu sync.Mutex // guards nodes' runtime fields touched by parallel pulls
 }
@@ -75,7 +79,7 @@ func New(opts Options) *Controller {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Controller{opts: opts, cfg: opts.Config, st: opts.Store, log: opts.Logger, now: opts.Now,
-		nodes: map[string]*nodeRuntime{}}
+		nodes: map[string]*nodeRuntime{}, started: opts.Now()}
 	allowed := map[string]bool{}
 	for _, n := range opts.Nodes {
 		allowed[n] = true
@@ -112,14 +116,20 @@ func (c *Controller) Tick(ctx context.Context) (TickResult, error) {
 		names[i] = p.Name
 	}
 	pulls := c.pullAll(ctx, names)
-	changed, err := c.apply(ctx, names, pulls)
+	crashPoint(CrashAfterPull)
+	changed, stale, err := c.apply(ctx, names, pulls)
 	if err != nil {
 		return res, fmt.Errorf("apply node status: %w", err)
 	}
+	crashPoint(CrashAfterApply)
 	res.Changed = changed
-	claims, err := c.assign(ctx, projects, pulls)
+	c.killStale(ctx, stale)
+	claims, err := c.assign(ctx, projects, pulls, stale)
 	if err != nil {
 		return res, fmt.Errorf("assign tasks: %w", err)
+	}
+	if len(claims) > 0 {
+		crashPoint(CrashAfterClaim)
 	}
 	res.Launched = c.launchAll(ctx, claims)
 	if err := c.collectAll(ctx, names, pulls); err != nil {

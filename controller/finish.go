@@ -54,6 +54,7 @@ func (c *Controller) finishProjects(ctx context.Context, projects []store.Projec
 		if _, err := WriteReport(r, c.opts.Home); err != nil {
 			return done, fmt.Errorf("write report of %s: %w", p.Name, err)
 		}
+		crashPoint(CrashBeforeFinish)
 		if err := c.st.Update(ctx, func(tx *store.Tx) error {
 			return tx.SetProject(ctx, p.Name, store.Set{"state": store.ProjectDone, "phase": PhaseDone,
 				"result": result, "finished_at": tx.Now()}, "project finished: "+result)

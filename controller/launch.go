@@ -179,10 +179,12 @@ func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
 	if err := n.tr.Put(ctx, path.Join(dir, "launch.json"), bytes.NewReader(lj), 0o644); err != nil {
 		return settle("push launch.json", err)
 	}
+	crashPoint(CrashAfterPush)
 	res, err := n.tr.Exec(ctx, []string{n.wrapper, "run", "--dir", dir}, secrets)
 	if err != nil {
 		return settle("run", err)
 	}
+	crashPoint(CrashAfterRun)
 	var reply wrapper.RunReply
 	if res.ExitCode == 0 && json.Unmarshal(res.Stdout, &reply) == nil && reply.PID > 0 {
 		log.Info("launched", "pid", reply.PID)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/wrapper"
 )
 
 // claim is a task assigned to a node in this tick, to be launched.
@@ -58,7 +59,7 @@ func eligible(cfg *nodes.Config, t *store.Task, n nodes.Node) (bool, string) {
 
 // assign claims runnable tasks for nodes with free slots: by priority then
 // ID, least-loaded node first, each claim one atomic UPDATE ... RETURNING.
-func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls map[string]*pull) ([]claim, error) {
+func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls map[string]*pull, stale []staleAttempt) ([]claim, error) {
 	all, err := c.st.Projects(ctx)
 	if err != nil {
 		return nil, err
@@ -69,9 +70,16 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 	}
 	caps := map[string]*capacity{}
 	for name, n := range c.nodes {
-		// A node busy launching or collecting takes no new work this tick.
-		if p := pulls[name]; p != nil && p.err == nil && !n.working.Load() {
+		// A node busy launching or collecting takes no new work this tick,
+		// nor one whose disk is nearly full.
+		if p := pulls[name]; p != nil && p.err == nil && !n.working.Load() && !diskFull(p.status.Facts.DiskFreeBytes) {
 			caps[name] = &capacity{node: n, mem: p.status.Facts.MemAvailableBytes}
+		}
+	}
+	// A stale attempt holds its slot until it is killed.
+	for _, sa := range stale {
+		if cp := caps[sa.node]; cp != nil {
+			cp.running++
 		}
 	}
 	modeUse := map[string]int{}
@@ -142,7 +150,7 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 			if mode, ok := c.cfg.APIModes[n.APIMode]; ok && mode.MaxConcurrency > 0 && modeUse[n.APIMode] >= mode.MaxConcurrency {
 				continue
 			}
-			if best == nil || less(cp, best) {
+			if best == nil || better(cp, best, t) {
 				best = cp
 			}
 		}
@@ -177,6 +185,29 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 	})
 	return claims, err
 }
+
+// retryElsewhere lists the failures after which a retry should prefer
+// another node than the one that failed.
+var retryElsewhere = map[string]bool{wrapper.ClassStart: true, wrapper.ClassCrash: true, store.Lost: true}
+
+// better reports whether a is a better node than b for task t: away from the
+// node where t's last attempt failed to start, crashed or was lost, then
+// the least loaded.
+func better(a, b *capacity, t *store.Task) bool {
+	if t.Attempt > 0 && retryElsewhere[t.ErrorClass] {
+		aw, bw := a.node.cfg.Name == t.Node, b.node.cfg.Name == t.Node
+		if aw != bw {
+			return bw
+		}
+	}
+	return less(a, b)
+}
+
+// minDiskFree is the free space below which a node takes no new task: it
+// would fail to write the spec, the log or the outputs.
+const minDiskFree = 64 << 20
+
+func diskFull(free int64) bool { return free > 0 && free < minDiskFree }
 
 // less orders nodes for a new task: lowest load first, then most free slots,
 // then name, so that spreading is deterministic.

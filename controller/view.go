@@ -83,6 +83,8 @@ type TaskView struct {
 	StartedAt       string  `json:"started_at"`
 	CompletedAt     string  `json:"completed_at"`
 	DurationSeconds float64 `json:"duration_seconds"`
+	// Warning is shown by the text views; the JSON keeps SPEC §9's keys.
+	Warning string `json:"-"`
 }
 
 // NodeView is one node in status output.
@@ -122,7 +124,7 @@ func Status(ctx context.Context, st *store.Store, cfg *nodes.Config, project str
 			running[t.Node]++
 		}
 		tv := TaskView{ID: t.ID, Title: t.Title, Type: t.Type, Status: t.Status, Node: t.Node, Attempt: t.Attempt,
-			ExitCode: t.ExitCode, ErrorClass: t.ErrorClass, Error: t.Error,
+			ExitCode: t.ExitCode, ErrorClass: t.ErrorClass, Error: t.Error, Warning: t.Warning,
 			StartedAt: jsonTime(t.StartedAt), CompletedAt: jsonTime(t.CompletedAt)}
 		switch {
 		case !t.StartedAt.IsZero() && !t.CompletedAt.IsZero() && t.CompletedAt.After(t.StartedAt):

@@ -96,8 +96,10 @@ type Task struct {
 	// controller's time when it last changed: remote clocks are never compared.
 	Heartbeat   string
 	HeartbeatAt time.Time
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	// Warning is a problem of the running attempt that is not a failure.
+	Warning   string
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // Run is one attempt of a task.

@@ -49,7 +49,7 @@ var taskColumns = map[string]bool{
 	"max_retries": true, "spec_file": true, "spec_hash": true, "snapshot": true,
 	"attempt": true, "retries_used": true, "node": true, "not_before": true,
 	"exit_code": true, "error_class": true, "error": true, "started_at": true,
-	"completed_at": true, "heartbeat": true, "heartbeat_at": true,
+	"completed_at": true, "heartbeat": true, "heartbeat_at": true, "warning": true,
 }
 
 var runColumns = map[string]bool{
@@ -158,7 +158,7 @@ func (tx *Tx) Claim(ctx context.Context, project, task, node string) (int, error
 	attempt, _, err := tx.Transition(ctx, Change{
 		Project: project, Task: task, From: Pending, To: Claimed, Kind: "claim",
 		Message: "assigned to " + node,
-		Set: Set{"node": node, "attempt": Expr("attempt + 1"), "exit_code": 0, "error_class": "",
+		Set: Set{"node": node, "attempt": Expr("attempt + 1"), "exit_code": 0, "error_class": "", "warning": "",
 			"error": "", "started_at": time.Time{}, "completed_at": time.Time{}, "heartbeat": "", "heartbeat_at": tx.now},
 	})
 	if err != nil {
@@ -338,4 +338,27 @@ func (tx *Tx) ReplaceFiles(ctx context.Context, project, task string, attempt in
 // Tasks returns a project's tasks inside the transaction.
 func (tx *Tx) Tasks(ctx context.Context, project string) ([]Task, error) {
 	return queryTasks(ctx, tx.tx, project)
+}
+
+// Project returns one project inside the transaction.
+func (tx *Tx) Project(ctx context.Context, name string) (Project, error) {
+	ps, err := queryProjects(ctx, tx.tx, name)
+	if err != nil {
+		return Project{}, err
+	}
+	if len(ps) == 0 {
+		return Project{}, fmt.Errorf("project %s: %w", name, ErrNotFound)
+	}
+	return ps[0], nil
+}
+
+// RunCollected reports whether an attempt's files have been collected.
+func (tx *Tx) RunCollected(ctx context.Context, project, task string, attempt int) (bool, error) {
+	var at string
+	err := tx.tx.QueryRowContext(ctx, "SELECT collected_at FROM runs WHERE project = ? AND task = ? AND attempt = ?",
+		project, task, attempt).Scan(&at)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return at != "", err
 }

@@ -135,6 +135,9 @@ func printStatus(w io.Writer, s styles, v *controller.StatusView, cfg *nodes.Con
 		if t.Error != "" && t.Status != store.Completed {
 			what = t.ErrorClass + ": " + t.Error
 		}
+		if t.Warning != "" && (t.Status == store.Running || t.Status == store.Claimed) {
+			what = s.warn.Render("warning: " + t.Warning)
+		}
 		dur := controller.FormatSeconds(t.DurationSeconds)
 		node := t.Node
 		if node == "" {
