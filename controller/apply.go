@@ -232,7 +232,16 @@ func (a *applier) noStatus(ctx context.Context, t *store.Task, ts *wrapper.TaskS
 		// The launch may still be in flight (or died with a controller):
 		// wait a little, then requeue. A late `run` of this attempt is harmless:
 		// its status belongs to an attempt that is no longer current.
-		if a.now.Sub(t.HeartbeatAt) < claimGrace || (ts != nil && ts.Alive) {
+		if ts != nil && ts.Alive {
+			return nil
+		}
+		// A claim made by an earlier controller process has no launch in
+		// flight any more: settle it soon after this controller starts.
+		grace := claimGrace
+		if t.HeartbeatAt.Before(a.c.started) {
+			grace = min(grace, a.c.started.Add(restartGrace).Sub(t.HeartbeatAt))
+		}
+		if a.now.Sub(t.HeartbeatAt) < grace {
 			return nil
 		}
 		if err := a.tx.SetRun(ctx, t.Project, t.ID, t.Attempt, store.Set{"status": store.Lost,

@@ -28,6 +28,11 @@ const (
 // it. A controller killed mid-launch leaves such claims behind.
 const claimGrace = 30 * time.Second
 
+// restartGrace is how long a restarted controller waits before it requeues
+// the claims of the controller that died: enough for a `run` that was
+// already executing on a node to write its status.
+const restartGrace = 2 * time.Second
+
 // Options configures a Controller.
 type Options struct {
 	// Home is the dispatch home: runs/ and the report are written under it.

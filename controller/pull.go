@@ -133,19 +133,29 @@ func (c *Controller) pullAll(ctx context.Context, projects []string) map[string]
 func pulling(n *nodeRuntime) *atomic.Bool { return &n.pulling }
 func working(n *nodeRuntime) *atomic.Bool { return &n.working }
 
+// callTimeout bounds one remote call (a status, a push, a run, a fetch).
 func (c *Controller) callTimeout() time.Duration {
-	return max(c.cfg.Controller.SSHConnectTimeout*3, 30*time.Second)
+	return max(c.cfg.Controller.SSHConnectTimeout*3, 5*time.Second)
 }
+
+// installTimeout bounds checking and installing the wrapper, which uploads
+// a few megabytes over what may be a slow link.
+const installTimeout = 2 * time.Minute
 
 func (c *Controller) pullNode(ctx context.Context, n *nodeRuntime, projects []string) *pull {
 	if n.tr == nil {
 		return &pull{err: fmt.Errorf("no transport for node %s", n.cfg.Name)}
 	}
+	if n.wrapper == "" {
+		ictx, cancel := context.WithTimeout(ctx, installTimeout)
+		err := c.ensureWrapper(ictx, n)
+		cancel()
+		if err != nil {
+			return &pull{err: err}
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.callTimeout())
 	defer cancel()
-	if err := c.ensureWrapper(ctx, n); err != nil {
-		return &pull{err: err}
-	}
 	start := time.Now()
 	st, err := nodeStatus(ctx, n.tr, n.wrapper, n.workDir, projects)
 	rtt := time.Since(start)

@@ -83,7 +83,7 @@ func (l *Local) Exec(ctx context.Context, argv []string, stdin []byte) (Result, 
 		// shell reports it (127 not found, 126 not executable), so callers
 		// see the same result from every transport.
 		switch {
-		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, exec.ErrNotFound):
+		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, exec.ErrNotFound) || errors.Is(err, syscall.ENOTDIR):
 			res.ExitCode, res.Stderr = 127, []byte(err.Error()+"\n")
 			return res, nil
 		case errors.Is(err, fs.ErrPermission):

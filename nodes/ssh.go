@@ -297,16 +297,19 @@ func (s *SSH) reset(c *ssh.Client) {
 }
 
 func (s *SSH) closeLocked() {
-	if s.sftp != nil {
-		s.sftp.Close()
-		s.sftp = nil
-	}
+	// The connection goes first: closing the SFTP client waits for its
+	// reader, which only ends once the connection under it is gone (on a
+	// hung node it would wait forever, holding s.mu).
 	if s.client != nil {
 		s.client.Close()
 		s.client = nil
 	}
 	closeAll(s.hops)
 	s.hops = nil
+	if s.sftp != nil {
+		s.sftp.Close()
+		s.sftp = nil
+	}
 }
 
 // call runs fn on the live connection and gives up when ctx ends: the
@@ -358,19 +361,33 @@ func isConnError(err error) bool {
 		strings.Contains(msg, "connection reset") || strings.Contains(msg, "use of closed network connection")
 }
 
-// sftpClient returns the SFTP client multiplexed on c.
+// sftpClient returns the SFTP client multiplexed on c. It is started
+// without holding s.mu: on a hung node the start blocks until the call's
+// deadline resets the connection, and nothing else may wait for it.
 func (s *SSH) sftpClient(c *ssh.Client) (*sftp.Client, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.client != c {
+		s.mu.Unlock()
 		return nil, io.EOF // c was reset meanwhile
 	}
-	if s.sftp != nil {
-		return s.sftp, nil
+	if f := s.sftp; f != nil {
+		s.mu.Unlock()
+		return f, nil
 	}
+	s.mu.Unlock()
 	f, err := sftp.NewClient(c)
 	if err != nil {
 		return nil, fmt.Errorf("start sftp: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.client != c:
+		f.Close()
+		return nil, io.EOF
+	case s.sftp != nil:
+		f.Close() // another call started one first
+		return s.sftp, nil
 	}
 	s.sftp = f
 	return f, nil

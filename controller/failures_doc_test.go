@@ -1,0 +1,42 @@
+package controller
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestFailuresDocNamesRealTests keeps docs/FAILURES.md honest: every test it
+// cites exists in the package it names.
+func TestFailuresDocNamesRealTests(t *testing.T) {
+	doc, err := os.ReadFile("../docs/FAILURES.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs := map[string]string{"cmd": "../cmd/dispatch", "ctl": ".", "nodes": "../nodes", "wrapper": "../wrapper",
+		"store": "../store", "spec": "../spec"}
+	cites := regexp.MustCompile("`([a-z]+):(Test[A-Za-z0-9_]+)`").FindAllStringSubmatch(string(doc), -1)
+	if len(cites) < 20 {
+		t.Fatalf("only %d tests cited in FAILURES.md", len(cites))
+	}
+	for _, m := range cites {
+		dir, ok := dirs[m[1]]
+		if !ok {
+			continue
+		}
+		files, _ := filepath.Glob(filepath.Join(dir, "*_test.go"))
+		found := false
+		for _, f := range files {
+			b, _ := os.ReadFile(f)
+			if strings.Contains(string(b), "func "+m[2]+"(") {
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("FAILURES.md cites %s:%s, which does not exist", m[1], m[2])
+		}
+	}
+}

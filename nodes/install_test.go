@@ -1,0 +1,52 @@
+//go:build unix
+
+package nodes_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dispatch-tool/dispatch/nodes"
+)
+
+var testWrappers = nodes.NewWrappers()
+
+func TestEnsureWrapperInstallsAndReplacesAWrongVersion(t *testing.T) {
+	testWrappers.CacheDir = filepath.Join(os.TempDir(), "dispatch-nodes-test-wrappers")
+	ctx := t.Context()
+	tr := nodes.NewLocal()
+	work := filepath.Join(t.TempDir(), "work")
+
+	inst, err := nodes.EnsureWrapper(ctx, tr, work, testWrappers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !inst.Reinstalled || inst.OS == "" || !strings.HasPrefix(inst.Path, filepath.Join(work, ".bin", "dispatch-wrapper-")) {
+		t.Fatalf("first install: %+v", inst)
+	}
+	if inst, err = nodes.EnsureWrapper(ctx, tr, work, testWrappers); err != nil || inst.Reinstalled {
+		t.Fatalf("second call reinstalled: %+v, %v", inst, err)
+	}
+	// Something else sits at the versioned path and answers with another
+	// version: it is replaced, once.
+	if err := os.WriteFile(inst.Path, []byte("#!/bin/sh\necho '{\"version\":\"0.0.1-other\"}'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if inst, err = nodes.EnsureWrapper(ctx, tr, work, testWrappers); err != nil || !inst.Reinstalled {
+		t.Fatalf("wrong version not replaced: %+v, %v", inst, err)
+	}
+}
+
+func TestEnsureWrapperOnAnUnwritableWorkDir(t *testing.T) {
+	testWrappers.CacheDir = filepath.Join(os.TempDir(), "dispatch-nodes-test-wrappers")
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := nodes.EnsureWrapper(t.Context(), nodes.NewLocal(), filepath.Join(file, "work"), testWrappers)
+	if err == nil || !strings.Contains(err.Error(), "install wrapper") || !strings.Contains(err.Error(), "not a directory") {
+		t.Fatalf("err = %v, want an install error naming the cause", err)
+	}
+}
