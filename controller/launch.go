@@ -15,6 +15,10 @@ import (
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
 
+// testHookAfterPush, set only by tests, runs between pushing a launch and
+// running it: tests break the SSH session there.
+var testHookAfterPush func(node, dir string)
+
 // DefaultTimeout bounds a task that sets no timeout.
 const DefaultTimeout = time.Hour
 
@@ -180,6 +184,9 @@ func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
 		return settle("push launch.json", err)
 	}
 	crashPoint(CrashAfterPush)
+	if testHookAfterPush != nil {
+		testHookAfterPush(n.cfg.Name, dir)
+	}
 	res, err := n.tr.Exec(ctx, []string{n.wrapper, "run", "--dir", dir}, secrets)
 	if err != nil {
 		return settle("run", err)
