@@ -170,6 +170,8 @@ type applier struct {
 	pulls   map[string]*pull
 	prev    map[string]store.Node
 	changed int
+	// retryAfter is the reset time named by the rate limit being applied.
+	retryAfter time.Duration
 }
 
 func (a *applier) transition(ctx context.Context, ch store.Change) error {
@@ -324,8 +326,34 @@ func (a *applier) finished(ctx context.Context, t *store.Task, st *wrapper.Statu
 		class = wrapper.ClassExit
 	}
 	run["status"] = store.Failed
+	a.retryAfter = 0
+	if class == wrapper.ClassRateLimit {
+		// The limit is the account's: pause every launch on this api_mode
+		// until the reset the tool named, measured from now on the
+		// controller's clock (the wrapper gives it in seconds).
+		a.retryAfter = time.Duration(st.RetryAfterSeconds * float64(time.Second))
+		if a.retryAfter > 0 {
+			if err := a.tx.PutPause(ctx, store.Pause{APIMode: a.c.modeKey(t.Node), Until: a.now.Add(a.retryAfter),
+				Reason: fmt.Sprintf("rate limit hit by %s/%s on %s", t.Project, t.ID, t.Node)}); err != nil {
+				return err
+			}
+		}
+	}
 	return a.fail(ctx, t, t.Status, class, st.Error, st.ExitCode, run)
 }
+
+// modeKey names what a rate limit pauses: the node's api_mode, or the node
+// itself when it has none (its own login).
+func (c *Controller) modeKey(node string) string {
+	if n, ok := c.cfg.Node(node); ok && n.APIMode != "" {
+		return n.APIMode
+	}
+	return "node:" + node
+}
+
+// maxRateLimitRetries caps the retries after rate limits, which do not use
+// up max_retries.
+const maxRateLimitRetries = 10
 
 // fail moves the current attempt to failed with its run record, then retries
 // it after the backoff when its class is retryable and retries remain.
@@ -357,6 +385,17 @@ func (a *applier) lose(ctx context.Context, t *store.Task, msg string) error {
 }
 
 func (a *applier) retry(ctx context.Context, t *store.Task, from, class string) error {
+	if class == wrapper.ClassRateLimit {
+		if t.RateLimitRetries >= maxRateLimitRetries {
+			return a.tx.Event(ctx, store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: "gave_up",
+				Message: fmt.Sprintf("rate limited %d times; giving up", t.RateLimitRetries)})
+		}
+		n := t.RateLimitRetries + 1
+		delay := max(a.c.backoff(n), a.retryAfter)
+		return a.transition(ctx, store.Change{Project: t.Project, Task: t.ID, From: from, To: store.Pending, Kind: "retry",
+			Message: fmt.Sprintf("rate limited: retry %d of %d in %s (does not use max_retries)", n, maxRateLimitRetries, delay.Round(time.Second)),
+			Set:     store.Set{"rate_limit_retries": n, "not_before": a.now.Add(delay)}})
+	}
 	if !retryable[class] || t.RetriesUsed >= t.MaxRetries {
 		if from == store.Lost {
 			return a.transition(ctx, store.Change{Project: t.Project, Task: t.ID, From: store.Lost, To: store.Failed,

@@ -186,12 +186,30 @@ func (c *Controller) walk(ctx context.Context, n *nodeRuntime, dir string) ([]no
 	return n.tr.Walk(ctx, dir)
 }
 
+// copyFile copies a regular file with its permissions, creating parent
+// directories.
 func copyFile(src, dst string) error {
-	b, err := os.ReadFile(src)
+	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(dst, b, 0o644)
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, fi.Mode().Perm()|0o200)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // fetch copies one file off the node, returning its sha256 and size.

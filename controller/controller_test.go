@@ -102,7 +102,7 @@ nodes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := AddProject(context.Background(), st, cfg, p); err != nil {
+	if _, err := AddProject(context.Background(), st, cfg, p, StartOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return h
@@ -162,7 +162,7 @@ func (h *harness) dump() string {
 }
 
 func shellProject(extra map[string]string) map[string]string {
-	m := map[string]string{"project.yaml": "tool: shell\n"}
+	m := map[string]string{"project.yaml": "tool: shell\nintegration: false\n"}
 	for k, v := range extra {
 		m[k] = v
 	}
@@ -515,7 +515,7 @@ func TestFinishedProjectStaysFinished(t *testing.T) {
 		}
 		return p
 	}
-	res, err := AddProject(context.Background(), h.st, h.cfg, load())
+	res, err := AddProject(context.Background(), h.st, h.cfg, load(), StartOptions{})
 	if err != nil || !res.Finished {
 		t.Fatalf("AddProject on a finished project = %+v, %v; want Finished", res, err)
 	}
@@ -528,7 +528,7 @@ func TestFinishedProjectStaysFinished(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(h.home, "specs", "p", "S02-b.md"), []byte("echo b\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := AddProject(context.Background(), h.st, h.cfg, load()); err != nil || res.Finished || res.Added != 1 {
+	if res, err := AddProject(context.Background(), h.st, h.cfg, load(), StartOptions{}); err != nil || res.Finished || res.Added != 1 {
 		t.Fatalf("AddProject with a new task = %+v, %v", res, err)
 	}
 	h.tickUntil("new task to complete", func() bool { return h.task("S02").Status == store.Completed })

@@ -159,7 +159,7 @@ func TestHaltCancelsWhatHasNotStarted(t *testing.T) {
 		"S02-next.md": "---\ndepends_on: [S01]\n---\necho never\n",
 		"S03-late.md": "---\npriority: 9\n---\necho late\n",
 	})
-	specs["project.yaml"] = "tool: shell\nhalt: {fail: 1}\n"
+	specs["project.yaml"] = "tool: shell\nintegration: false\nhalt: {fail: 1}\n"
 	yaml := `
 nodes:
   - name: local

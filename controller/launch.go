@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -31,6 +34,8 @@ type launchOutcome struct {
 	err       error
 	noRetry   bool
 	uncertain error
+	// dangerous is set when the tool ran with permission-skipping flags.
+	dangerous bool
 }
 
 // taskDir is the task's directory on its node.
@@ -95,7 +100,7 @@ func (c *Controller) launchAll(ctx context.Context, claims []claim) int {
 					return err
 				}
 				if err := tx.SetRun(ctx, t.Project, t.ID, t.Attempt, store.Set{"status": store.Running,
-					"pid": o.reply.PID, "started_at": tx.Now()}); err != nil {
+					"pid": o.reply.PID, "started_at": tx.Now(), "dangerous": o.dangerous}); err != nil {
 					return err
 				}
 			case o.err != nil:
@@ -136,7 +141,8 @@ func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
 		return out
 	}
 	mode := c.cfg.APIModes[n.cfg.APIMode]
-	argv, stdin, err := toolCommand(c.cfg, toolFor(t.Tool, n.cfg), t.Model, n.cfg.Dangerous || mode.Dangerous)
+	out.dangerous = n.cfg.Dangerous || mode.Dangerous
+	argv, stdin, err := toolCommand(c.cfg, toolFor(t.Tool, n.cfg), t.Model, out.dangerous)
 	if err != nil {
 		out.err, out.noRetry = err, true
 		return out
@@ -151,6 +157,11 @@ func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
 	}
 	launch := wrapper.Launch{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Node: n.cfg.Name,
 		Command: argv, Stdin: stdin, TimeoutSeconds: timeout.Seconds(), Setup: opts.Setup}
+	// An empty tree needs no copy (and would leave no directory to copy).
+	hasBase := t.BaseDir != "" && treeHasFiles(t.BaseDir)
+	if hasBase {
+		launch.Base = baseDirName
+	}
 	lj, err := json.MarshalIndent(launch, "", "  ")
 	if err != nil {
 		out.err = err
@@ -176,6 +187,11 @@ func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
 			out.err = err
 		}
 		return out
+	}
+	if hasBase {
+		if err := c.pushTree(ctx, n, t.BaseDir, path.Join(dir, baseDirName)); err != nil {
+			return settle("push the base tree", err)
+		}
 	}
 	if err := n.tr.Put(ctx, path.Join(dir, "spec.md"), bytes.NewReader(t.Snapshot), 0o444); err != nil {
 		return settle("push spec.md", err)
@@ -213,6 +229,48 @@ func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
 		out.uncertain = fmt.Errorf("wrapper run: %s", replyError(res, nil))
 	}
 	return out
+}
+
+// baseDirName is the directory in a task directory that holds the tree the
+// wrapper copies into output/ before the tool starts.
+const baseDirName = "base"
+
+// treeHasFiles reports whether dir holds at least one regular file.
+func treeHasFiles(dir string) bool {
+	found := errors.New("found")
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			return found
+		}
+		return err
+	})
+	return err == found
+}
+
+// pushTree replaces dir on the node with the local tree src.
+func (c *Controller) pushTree(ctx context.Context, n *nodeRuntime, src, dir string) error {
+	if err := n.tr.Remove(ctx, dir); err != nil {
+		return err
+	}
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		rel, _ := filepath.Rel(src, p)
+		return n.tr.Put(ctx, path.Join(dir, filepath.ToSlash(rel)), f, fi.Mode().Perm())
+	})
 }
 
 // modeEnv expands the api_mode's env from the controller's environment.

@@ -31,7 +31,11 @@ type Report struct {
 	Conflicts    []Conflict         `json:"conflicts"`
 	Verification VerificationResult `json:"verification"`
 	Nodes        []ReportNode       `json:"nodes"`
-	GeneratedAt  string             `json:"generated_at"`
+	// Dangerous lists the tasks that ran with permission-skipping flags.
+	Dangerous []string `json:"dangerous"`
+	// Final is the directory holding the final tree, when there is one.
+	Final       string `json:"final"`
+	GeneratedAt string `json:"generated_at"`
 }
 
 // Totals sums a project's tasks and attempts.
@@ -68,6 +72,7 @@ type AttemptView struct {
 	TokensIn    int64   `json:"tokens_in"`
 	TokensOut   int64   `json:"tokens_out"`
 	CostUSD     float64 `json:"cost_usd"`
+	Dangerous   bool    `json:"dangerous"`
 }
 
 // OutputView is one collected output file.
@@ -119,14 +124,16 @@ func BuildReport(ctx context.Context, st *store.Store, cfg *nodes.Config, home, 
 		return nil, err
 	}
 	r := &Report{Project: project, Phase: sv.Phase, Result: p.Result, Tasks: []ReportTask{}, Conflicts: []Conflict{},
-		Verification: VerificationResult{Issues: []string{}}, Nodes: []ReportNode{}, GeneratedAt: jsonTime(now)}
+		Verification: VerificationResult{Issues: []string{}}, Nodes: []ReportNode{}, Dangerous: []string{}, GeneratedAt: jsonTime(now)}
 	if r.Result == "" {
 		r.Result = ResultRunning
 	}
 	attempts := map[string][]AttemptView{}
 	use := map[string]*ReportNode{}
+	dangerous := map[string]bool{}
 	for _, run := range runs {
-		attempts[run.Task] = append(attempts[run.Task], AttemptView{Attempt: run.Attempt, Node: run.Node, Status: run.Status,
+		dangerous[run.Task] = dangerous[run.Task] || run.Dangerous
+		attempts[run.Task] = append(attempts[run.Task], AttemptView{Dangerous: run.Dangerous, Attempt: run.Attempt, Node: run.Node, Status: run.Status,
 			ExitCode: run.ExitCode, Signal: run.Signal, ErrorClass: run.ErrorClass, Error: run.Error,
 			StartedAt: jsonTime(run.StartedAt), CompletedAt: jsonTime(run.CompletedAt),
 			TokensIn: run.TokensIn, TokensOut: run.TokensOut, CostUSD: run.CostUSD})
@@ -144,11 +151,36 @@ func BuildReport(ctx context.Context, st *store.Store, cfg *nodes.Config, home, 
 			u.Busy += run.CompletedAt.Sub(run.StartedAt).Seconds()
 		}
 	}
+	conflicts, err := st.Conflicts(ctx, project)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range conflicts {
+		r.Conflicts = append(r.Conflicts, Conflict{Path: c.Path, Tasks: c.Tasks})
+	}
+	verdicts, err := st.Verdicts(ctx, project)
+	if err != nil {
+		return nil, err
+	}
+	if len(verdicts) > 0 {
+		last := verdicts[len(verdicts)-1]
+		pass := last.Pass
+		r.Verification = VerificationResult{Rounds: len(verdicts), Pass: &pass, Issues: last.Issues}
+		if r.Verification.Issues == nil {
+			r.Verification.Issues = []string{}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(RunsDir(home, project), "final")); err == nil {
+		r.Final = filepath.Join(RunsDir(home, project), "final")
+	}
 	outputs := map[string][]OutputView{}
 	for _, f := range files {
 		outputs[f.Task] = append(outputs[f.Task], OutputView{Path: f.Path, Size: f.Size, SHA256: f.SHA256})
 	}
 	for _, t := range sv.Tasks {
+		if dangerous[t.ID] {
+			r.Dangerous = append(r.Dangerous, t.ID)
+		}
 		rt := ReportTask{TaskView: t, Attempts: attempts[t.ID], Outputs: outputs[t.ID]}
 		if rt.Attempts == nil {
 			rt.Attempts = []AttemptView{}
@@ -227,8 +259,20 @@ func (r *Report) Markdown() string {
 			fmt.Fprintf(&b, "Blocked by them: %s (they run once their dependencies complete).\n", strings.Join(blocked, ", "))
 		}
 		b.WriteString("\n")
+	case r.Final != "":
+		fmt.Fprintf(&b, "Next: the result is in `runs/%s/final/`; each task's own output is in `runs/%s/<ID>/output/`.\n\n", r.Project, r.Project)
 	default:
 		fmt.Fprintf(&b, "Next: the outputs are in `runs/%s/<ID>/output/`.\n\n", r.Project)
+	}
+	if r.Verification.Pass != nil && !*r.Verification.Pass {
+		fmt.Fprintf(&b, "Verification failed after %d round(s):\n", r.Verification.Rounds)
+		for _, is := range r.Verification.Issues {
+			fmt.Fprintf(&b, "- %s\n", is)
+		}
+		b.WriteString("\n")
+	}
+	if len(r.Conflicts) > 0 {
+		fmt.Fprintf(&b, "%d merge conflict(s): see Conflicts below.\n\n", len(r.Conflicts))
 	}
 
 	b.WriteString("## Tasks\n\n| ID | Title | Status | Node | Attempts | Duration | Error |\n|---|---|---|---|---|---|---|\n")
@@ -280,15 +324,22 @@ func (r *Report) Markdown() string {
 		b.WriteString("None.\n\n")
 	}
 	for _, c := range r.Conflicts {
-		fmt.Fprintf(&b, "- `%s`: %s\n", c.Path, strings.Join(c.Tasks, ", "))
+		fmt.Fprintf(&b, "- `%s`: kept %s; other version(s) from %s saved as `%s.<ID>.conflict` in merged/\n",
+			c.Path, c.Tasks[0], strings.Join(c.Tasks[1:], ", "), c.Path)
+	}
+	if len(r.Conflicts) > 0 {
+		b.WriteString("\n")
 	}
 	b.WriteString("## Verification\n\n")
 	if r.Verification.Pass == nil {
 		b.WriteString("Not run.\n\n")
 	} else {
-		fmt.Fprintf(&b, "%d round(s), pass: %v\n\n", r.Verification.Rounds, *r.Verification.Pass)
+		fmt.Fprintf(&b, "%d round(s); the last one %s.\n\n", r.Verification.Rounds, map[bool]string{true: "passed", false: "failed"}[*r.Verification.Pass])
 		for _, is := range r.Verification.Issues {
 			fmt.Fprintf(&b, "- %s\n", is)
+		}
+		if len(r.Verification.Issues) > 0 {
+			b.WriteString("\n")
 		}
 	}
 	b.WriteString("## Nodes\n\n| Node | State | Attempts | Busy |\n|---|---|---|---|\n")
@@ -296,6 +347,10 @@ func (r *Report) Markdown() string {
 		fmt.Fprintf(&b, "| %s | %s | %d | %s |\n", n.Name, n.State, n.Attempts, FormatSeconds(n.Busy))
 	}
 	fmt.Fprintf(&b, "\n## Tokens and cost\n\n%d tokens in, %d tokens out, $%.4f.\n", r.Totals.TokensIn, r.Totals.TokensOut, r.Totals.CostUSD)
+	if len(r.Dangerous) > 0 {
+		fmt.Fprintf(&b, "\n## Ran with permission checks off\n\nThese tasks ran with the tool's dangerous flags (dangerous: true on their node or api_mode): %s.\n",
+			strings.Join(r.Dangerous, ", "))
+	}
 	return b.String()
 }
 

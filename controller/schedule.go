@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
@@ -25,6 +26,33 @@ type claim struct {
 type ProjectOptions struct {
 	HaltFail int    `json:"halt_fail,omitempty"`
 	Setup    string `json:"setup,omitempty"`
+	// Integration and Verification say whether the phase runs (project.yaml,
+	// --no-integrate); IntegratePartial runs it even when some author task
+	// did not complete.
+	Integration      bool `json:"integration"`
+	Verification     bool `json:"verification"`
+	IntegratePartial bool `json:"integrate_partial,omitempty"`
+	MaxFixRounds     int  `json:"max_fix_rounds"`
+	// PhaseTool is the tool of generated phase tasks; "" means each node's
+	// own tool (the usual: routes send phase types to nodes set up for
+	// them). project.yaml's tool is for the author's tasks only: a generated
+	// prompt would not even run under the shell tool.
+	PhaseTool string `json:"phase_tool,omitempty"`
+	// Overrides are author-supplied phase specs (S99, V01, F01, ...), by ID.
+	Overrides map[string]PhaseSpec `json:"overrides,omitempty"`
+}
+
+// PhaseSpec is an author-supplied spec for a phase task.
+type PhaseSpec struct {
+	Title    string        `json:"title"`
+	File     string        `json:"file"`
+	Tool     string        `json:"tool,omitempty"`
+	Model    string        `json:"model,omitempty"`
+	Timeout  time.Duration `json:"timeout,omitempty"`
+	Tags     []string      `json:"tags,omitempty"`
+	Node     string        `json:"node,omitempty"`
+	Snapshot []byte        `json:"snapshot"`
+	Hash     string        `json:"hash"`
 }
 
 func projectOptions(p store.Project) ProjectOptions {
@@ -80,6 +108,16 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 	for _, sa := range stale {
 		if cp := caps[sa.node]; cp != nil {
 			cp.running++
+		}
+	}
+	pauses, err := c.st.Pauses(ctx)
+	if err != nil {
+		return nil, err
+	}
+	paused := map[string]bool{}
+	for _, p := range pauses {
+		if c.now().Before(p.Until) {
+			paused[p.APIMode] = true
 		}
 	}
 	modeUse := map[string]int{}
@@ -145,6 +183,9 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 				continue
 			}
 			if n.MinFreeMem > 0 && cp.mem < n.MinFreeMem {
+				continue
+			}
+			if paused[c.modeKey(n.Name)] {
 				continue
 			}
 			if mode, ok := c.cfg.APIModes[n.APIMode]; ok && mode.MaxConcurrency > 0 && modeUse[n.APIMode] >= mode.MaxConcurrency {

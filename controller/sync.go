@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -35,9 +36,34 @@ func (e *PlanError) Error() string { return strings.Join(e.Problems, "\n") }
 func Plan(cfg *nodes.Config, p *spec.Project, only []string) ([]PlanRow, error) {
 	var rows []PlanRow
 	var problems []string
-	if p.Config.Base != "" {
-		problems = append(problems, fmt.Sprintf("%s: base: copying a base directory into each task is not supported by this version of dispatch yet\n  fix: remove base: and copy what the tasks need in setup:",
-			filepath.Join(p.Dir, spec.ConfigFile)))
+	opts := projectOptionsFor(cfg, p, StartOptions{})
+	if opts.Integration {
+		// The generated phase tasks must be able to run somewhere too.
+		for _, typ := range []string{"integration", "verification", "fix"} {
+			if typ != "integration" && !opts.Verification {
+				continue
+			}
+			id := map[string]string{"integration": IntegrationID, "verification": "V01", "fix": "F01"}[typ]
+			if _, own := opts.Overrides[id]; own {
+				continue
+			}
+			st := store.Task{Type: typ, Tool: opts.PhaseTool}
+			ok := false
+			for _, n := range cfg.Nodes {
+				if len(only) > 0 && !slices.Contains(only, n.Name) {
+					continue
+				}
+				if e, _ := eligible(cfg, &st, n); e {
+					if _, _, err := toolCommand(cfg, toolFor(st.Tool, n), "", false); err == nil {
+						ok = true
+					}
+				}
+			}
+			if !ok {
+				problems = append(problems, fmt.Sprintf("%s: no node can run the generated %s task (%s)\n  fix: route type %s to a tag some node has, or set integration: false in project.yaml",
+					p.Dir, typ, id, typ))
+			}
+		}
 	}
 	for _, t := range p.Tasks {
 		row := PlanRow{Task: t, Tools: map[string]string{}}
@@ -113,13 +139,63 @@ type SyncResult struct {
 	Finished bool
 }
 
-// AddProject records a project and its tasks (new tasks are pending; tasks
-// that have not started take a changed spec; started tasks keep their
-// snapshot) and marks the project active.
-func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, p *spec.Project) (SyncResult, error) {
+// StartOptions are the switches of `dispatch start` that shape a project.
+type StartOptions struct {
+	IntegratePartial bool // run the integration phase even if some author task failed
+	NoIntegrate      bool // skip the integration phase
+}
+
+// projectOptionsFor resolves a project's settings from project.yaml,
+// nodes.yaml and the start switches.
+func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so StartOptions) ProjectOptions {
+	o := ProjectOptions{HaltFail: p.Config.Halt.Fail, Setup: p.Config.Setup, Integration: true, Verification: true,
+		MaxFixRounds: cfg.Controller.MaxFixRounds, IntegratePartial: so.IntegratePartial, Overrides: map[string]PhaseSpec{}}
+	if p.Config.Integration != nil {
+		o.Integration = *p.Config.Integration
+	}
+	if p.Config.Verification != nil {
+		o.Verification = *p.Config.Verification
+	}
+	if so.NoIntegrate {
+		o.Integration = false
+	}
+	if p.Config.MaxFixRounds != nil {
+		o.MaxFixRounds = *p.Config.MaxFixRounds
+	}
+	for _, t := range p.Tasks {
+		if IsPhaseID(t.ID) {
+			o.Overrides[t.ID] = PhaseSpec{Title: t.Title, File: t.File, Tool: t.Tool, Model: t.Model, Timeout: t.Timeout,
+				Tags: t.Tags, Node: t.Node, Snapshot: t.Snapshot, Hash: t.Hash}
+		}
+	}
+	if p.Config.IntegrationSpec != "" {
+		file := filepath.Join(p.Dir, p.Config.IntegrationSpec)
+		if b, err := os.ReadFile(file); err == nil {
+			o.Overrides[IntegrationID] = PhaseSpec{Title: "Integrate the outputs", File: file, Tool: p.Config.Tool, Snapshot: b}
+		}
+	}
+	return o
+}
+
+// AddProject records a project and its author tasks (new tasks are
+// pending; tasks that have not started take a changed spec; started tasks
+// keep their snapshot) and marks the project active. Phase tasks (S99, V*,
+// F*) are created by the controller when their phase comes; author files
+// for them replace the generated specs.
+func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, p *spec.Project, so StartOptions) (SyncResult, error) {
 	var res SyncResult
-	opts := ProjectOptions{HaltFail: p.Config.Halt.Fail, Setup: p.Config.Setup}
+	opts := projectOptionsFor(cfg, p, so)
 	ob, _ := json.Marshal(opts)
+	var baseDir string
+	if p.Config.Base != "" {
+		baseDir = filepath.Join(p.Dir, p.Config.Base)
+	}
+	var authorTasks []*spec.Task
+	for _, t := range p.Tasks {
+		if !IsPhaseID(t.ID) {
+			authorTasks = append(authorTasks, t)
+		}
+	}
 	existing, err := st.Tasks(ctx, p.Name)
 	if err != nil {
 		return res, err
@@ -134,7 +210,7 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, p *spec
 	keepFinished := false
 	if old, err := st.Project(ctx, p.Name); err == nil && old.State == store.ProjectDone {
 		keepFinished = true
-		for _, t := range p.Tasks {
+		for _, t := range authorTasks {
 			o, ok := have[t.ID]
 			if !ok || ((o.Status == store.Pending || o.Status == store.Blocked) && o.SpecHash != t.Hash) {
 				keepFinished = false
@@ -144,7 +220,7 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, p *spec
 	err = st.Update(ctx, func(tx *store.Tx) error {
 		res = SyncResult{Finished: keepFinished}
 		if keepFinished {
-			for _, t := range p.Tasks {
+			for _, t := range authorTasks {
 				if have[t.ID].SpecHash != t.Hash {
 					res.Changed = append(res.Changed, t.ID)
 				}
@@ -154,8 +230,9 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, p *spec
 		if err := tx.EnsureProject(ctx, p.Name, string(ob)); err != nil {
 			return err
 		}
-		for _, t := range p.Tasks {
+		for _, t := range authorTasks {
 			nt := storeTask(p, t, cfg)
+			nt.BaseDir = baseDir
 			old, ok := have[t.ID]
 			if !ok {
 				res.Added++
@@ -177,7 +254,7 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, p *spec
 			if err := tx.SetTask(ctx, p.Name, t.ID, store.Set{"title": nt.Title, "type": nt.Type, "tool": nt.Tool,
 				"model": nt.Model, "priority": nt.Priority, "depends_on": nt.DependsOn, "tags": nt.Tags,
 				"node_pin": nt.NodePin, "timeout_seconds": nt.Timeout, "max_retries": nt.MaxRetries,
-				"spec_file": nt.SpecFile, "spec_hash": nt.SpecHash, "snapshot": nt.Snapshot}); err != nil {
+				"spec_file": nt.SpecFile, "spec_hash": nt.SpecHash, "snapshot": nt.Snapshot, "base_dir": nt.BaseDir}); err != nil {
 				return err
 			}
 			if err := tx.Event(ctx, store.Event{Project: p.Name, Task: t.ID, Kind: "spec", Message: "spec changed before the task ran; using the new one"}); err != nil {
@@ -192,5 +269,5 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, p *spec
 func sameSettings(a, b store.Task) bool {
 	return a.Title == b.Title && a.Type == b.Type && a.Tool == b.Tool && a.Model == b.Model &&
 		a.Priority == b.Priority && slices.Equal(a.DependsOn, b.DependsOn) && slices.Equal(a.Tags, b.Tags) &&
-		a.NodePin == b.NodePin && a.Timeout == b.Timeout && a.MaxRetries == b.MaxRetries
+		a.NodePin == b.NodePin && a.Timeout == b.Timeout && a.MaxRetries == b.MaxRetries && a.BaseDir == b.BaseDir
 }

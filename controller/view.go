@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"sort"
 	"time"
 
 	"github.com/dispatch-tool/dispatch/nodes"
@@ -19,15 +20,17 @@ const (
 
 // StatusView is `dispatch status <project> --json` (SPEC §9).
 type StatusView struct {
-	Project string         `json:"project"`
-	Counts  Counts         `json:"counts"`
-	Phase   string         `json:"phase"`
-	Tasks   []TaskView     `json:"tasks"`
-	Nodes   []NodeView     `json:"nodes"`
-	Notes   []string       `json:"-"`
-	state   string         // project state, for the text view
-	result  string         // project result once finished
-	byID    map[string]int // index into Tasks
+	Project string     `json:"project"`
+	Counts  Counts     `json:"counts"`
+	Phase   string     `json:"phase"`
+	Tasks   []TaskView `json:"tasks"`
+	Nodes   []NodeView `json:"nodes"`
+	Notes   []string   `json:"-"`
+	// Paused lists the api_modes paused by rate limits, for the text view.
+	Paused []store.Pause  `json:"-"`
+	state  string         // project state, for the text view
+	result string         // project result once finished
+	byID   map[string]int // index into Tasks
 }
 
 // Counts counts tasks by status. A lost attempt is requeued at once, so lost
@@ -117,6 +120,17 @@ func Status(ctx context.Context, st *store.Store, cfg *nodes.Config, project str
 	}
 	v := &StatusView{Project: project, Phase: p.Phase, Tasks: []TaskView{}, Nodes: []NodeView{},
 		state: p.State, result: p.Result, byID: map[string]int{}}
+	// Author tasks by ID, then the phase tasks in the order they came.
+	sort.SliceStable(tasks, func(i, j int) bool {
+		pi, pj := IsPhaseID(tasks[i].ID), IsPhaseID(tasks[j].ID)
+		if pi != pj {
+			return !pi
+		}
+		if pi && !tasks[i].CreatedAt.Equal(tasks[j].CreatedAt) {
+			return tasks[i].CreatedAt.Before(tasks[j].CreatedAt)
+		}
+		return tasks[i].ID < tasks[j].ID
+	})
 	running := map[string]int{}
 	for _, t := range tasks {
 		v.Counts.add(t.Status)
@@ -138,6 +152,15 @@ func Status(ctx context.Context, st *store.Store, cfg *nodes.Config, project str
 	known, err := st.Nodes(ctx)
 	if err != nil {
 		return nil, err
+	}
+	pauses, err := st.Pauses(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pauses {
+		if now.Before(p.Until) {
+			v.Paused = append(v.Paused, p)
+		}
 	}
 	facts := map[string]store.Node{}
 	for _, n := range known {

@@ -85,19 +85,26 @@ type Task struct {
 	Status      string
 	Attempt     int
 	RetriesUsed int
-	Node        string
-	NotBefore   time.Time
-	ExitCode    int
-	ErrorClass  string
-	Error       string
-	StartedAt   time.Time
-	CompletedAt time.Time
+	// RateLimitRetries counts retries after rate limits, which do not use
+	// up RetriesUsed.
+	RateLimitRetries int
+	Node             string
+	NotBefore        time.Time
+	ExitCode         int
+	ErrorClass       string
+	Error            string
+	StartedAt        time.Time
+	CompletedAt      time.Time
 	// Heartbeat is the last heartbeat content seen and HeartbeatAt the
 	// controller's time when it last changed: remote clocks are never compared.
 	Heartbeat   string
 	HeartbeatAt time.Time
 	// Warning is a problem of the running attempt that is not a failure.
-	Warning   string
+	Warning string
+	// BaseDir is a directory on the controller copied into the task's
+	// output/ before it starts (project.yaml base, or the tree an
+	// integration-phase task works on).
+	BaseDir   string
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
@@ -122,6 +129,9 @@ type Run struct {
 	TokensOut   int64
 	CostUSD     float64
 	CollectedAt time.Time
+	// Dangerous is set when the attempt ran with the tool's
+	// permission-skipping flags.
+	Dangerous bool
 }
 
 // Node is what the controller last learned about a node.

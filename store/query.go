@@ -17,7 +17,7 @@ type querier interface {
 const taskSelect = `SELECT project, id, title, type, tool, model, priority, depends_on, tags, node_pin,
 	timeout_seconds, max_retries, spec_file, spec_hash, snapshot, status, attempt, retries_used, node,
 	not_before, exit_code, error_class, error, started_at, completed_at, heartbeat, heartbeat_at,
-	created_at, updated_at, warning FROM tasks`
+	created_at, updated_at, warning, base_dir, rate_limit_retries FROM tasks`
 
 func scanTask(rows interface{ Scan(...any) error }) (Task, error) {
 	var t Task
@@ -25,7 +25,7 @@ func scanTask(rows interface{ Scan(...any) error }) (Task, error) {
 	var timeout float64
 	err := rows.Scan(&t.Project, &t.ID, &t.Title, &t.Type, &t.Tool, &t.Model, &t.Priority, &deps, &tags, &t.NodePin,
 		&timeout, &t.MaxRetries, &t.SpecFile, &t.SpecHash, &t.Snapshot, &t.Status, &t.Attempt, &t.RetriesUsed, &t.Node,
-		&notBefore, &t.ExitCode, &t.ErrorClass, &t.Error, &started, &completed, &t.Heartbeat, &hbAt, &created, &updated, &t.Warning)
+		&notBefore, &t.ExitCode, &t.ErrorClass, &t.Error, &started, &completed, &t.Heartbeat, &hbAt, &created, &updated, &t.Warning, &t.BaseDir, &t.RateLimitRetries)
 	if err != nil {
 		return t, err
 	}
@@ -118,7 +118,7 @@ func queryProjects(ctx context.Context, q querier, name string) ([]Project, erro
 // not empty), by task then attempt.
 func (s *Store) Runs(ctx context.Context, project, task string) ([]Run, error) {
 	query := `SELECT project, task, attempt, node, status, pid, exit_code, signal, error_class, error, claimed_at,
-		started_at, completed_at, log_bytes, tokens_in, tokens_out, cost_usd, collected_at FROM runs WHERE project = ?`
+		started_at, completed_at, log_bytes, tokens_in, tokens_out, cost_usd, collected_at, dangerous FROM runs WHERE project = ?`
 	args := []any{project}
 	if task != "" {
 		query += " AND task = ?"
@@ -135,7 +135,7 @@ func (s *Store) Runs(ctx context.Context, project, task string) ([]Run, error) {
 		var claimed, started, completed, collected string
 		if err := rows.Scan(&r.Project, &r.Task, &r.Attempt, &r.Node, &r.Status, &r.PID, &r.ExitCode, &r.Signal,
 			&r.ErrorClass, &r.Error, &claimed, &started, &completed, &r.LogBytes, &r.TokensIn, &r.TokensOut,
-			&r.CostUSD, &collected); err != nil {
+			&r.CostUSD, &collected, &r.Dangerous); err != nil {
 			return nil, fmt.Errorf("read runs of %s: %w", project, err)
 		}
 		r.ClaimedAt, r.StartedAt, r.CompletedAt, r.CollectedAt = parseTime(claimed), parseTime(started), parseTime(completed), parseTime(collected)
@@ -218,6 +218,88 @@ func (s *Store) Files(ctx context.Context, project, task string) ([]File, error)
 			return nil, fmt.Errorf("read manifest of %s: %w", project, err)
 		}
 		out = append(out, f)
+	}
+	return out, rows.Err()
+}
+
+// Conflict is a path two tasks wrote with different content.
+type Conflict struct {
+	Path  string
+	Tasks []string
+}
+
+// Conflicts returns a project's merge conflicts by path.
+func (s *Store) Conflicts(ctx context.Context, project string) ([]Conflict, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT path, tasks FROM conflicts WHERE project = ? ORDER BY path", project)
+	if err != nil {
+		return nil, fmt.Errorf("read conflicts of %s: %w", project, err)
+	}
+	defer rows.Close()
+	var out []Conflict
+	for rows.Next() {
+		var c Conflict
+		var tasks string
+		if err := rows.Scan(&c.Path, &tasks); err != nil {
+			return nil, err
+		}
+		_ = json.Unmarshal([]byte(tasks), &c.Tasks)
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// Verdict is one verification round's result.
+type Verdict struct {
+	Task   string
+	Round  int
+	Pass   bool
+	Issues []string
+}
+
+// Verdicts returns a project's verification verdicts by round.
+func (s *Store) Verdicts(ctx context.Context, project string) ([]Verdict, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT task, round, pass, issues FROM verdicts WHERE project = ? ORDER BY round", project)
+	if err != nil {
+		return nil, fmt.Errorf("read verdicts of %s: %w", project, err)
+	}
+	defer rows.Close()
+	var out []Verdict
+	for rows.Next() {
+		var v Verdict
+		var issues string
+		if err := rows.Scan(&v.Task, &v.Round, &v.Pass, &issues); err != nil {
+			return nil, err
+		}
+		_ = json.Unmarshal([]byte(issues), &v.Issues)
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// Pause is an api_mode that takes no new launches until a time (a rate
+// limit that named its reset).
+type Pause struct {
+	APIMode string
+	Until   time.Time
+	Reason  string
+}
+
+// Pauses returns the pauses recorded, expired or not.
+func (s *Store) Pauses(ctx context.Context) ([]Pause, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT api_mode, until, reason FROM pauses ORDER BY api_mode")
+	if err != nil {
+		return nil, fmt.Errorf("read pauses: %w", err)
+	}
+	defer rows.Close()
+	var out []Pause
+	for rows.Next() {
+		var p Pause
+		var until string
+		if err := rows.Scan(&p.APIMode, &until, &p.Reason); err != nil {
+			return nil, err
+		}
+		p.Until = parseTime(until)
+		out = append(out, p)
 	}
 	return out, rows.Err()
 }

@@ -49,13 +49,13 @@ var taskColumns = map[string]bool{
 	"max_retries": true, "spec_file": true, "spec_hash": true, "snapshot": true,
 	"attempt": true, "retries_used": true, "node": true, "not_before": true,
 	"exit_code": true, "error_class": true, "error": true, "started_at": true,
-	"completed_at": true, "heartbeat": true, "heartbeat_at": true, "warning": true,
+	"completed_at": true, "heartbeat": true, "heartbeat_at": true, "warning": true, "base_dir": true, "rate_limit_retries": true,
 }
 
 var runColumns = map[string]bool{
 	"status": true, "pid": true, "exit_code": true, "signal": true, "error_class": true,
 	"error": true, "started_at": true, "completed_at": true, "log_bytes": true,
-	"tokens_in": true, "tokens_out": true, "cost_usd": true, "collected_at": true,
+	"tokens_in": true, "tokens_out": true, "cost_usd": true, "collected_at": true, "dangerous": true,
 }
 
 var projectColumns = map[string]bool{
@@ -280,10 +280,10 @@ func (tx *Tx) SetProject(ctx context.Context, name string, set Set, message stri
 func (tx *Tx) InsertTask(ctx context.Context, t Task) error {
 	now := formatTime(tx.now)
 	_, err := tx.tx.ExecContext(ctx, `INSERT INTO tasks (project, id, title, type, tool, model, priority, depends_on, tags,
-		node_pin, timeout_seconds, max_retries, spec_file, spec_hash, snapshot, status, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		node_pin, timeout_seconds, max_retries, spec_file, spec_hash, snapshot, status, created_at, updated_at, base_dir)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		t.Project, t.ID, t.Title, t.Type, t.Tool, t.Model, t.Priority, sqlValue(t.DependsOn), sqlValue(t.Tags),
-		t.NodePin, t.Timeout.Seconds(), t.MaxRetries, t.SpecFile, t.SpecHash, t.Snapshot, Pending, now, now)
+		t.NodePin, t.Timeout.Seconds(), t.MaxRetries, t.SpecFile, t.SpecHash, t.Snapshot, Pending, now, now, t.BaseDir)
 	if err != nil {
 		return fmt.Errorf("insert task %s/%s: %w", t.Project, t.ID, err)
 	}
@@ -361,4 +361,62 @@ func (tx *Tx) RunCollected(ctx context.Context, project, task string, attempt in
 		return false, nil
 	}
 	return at != "", err
+}
+
+// PutConflicts replaces a project's merge conflicts.
+func (tx *Tx) PutConflicts(ctx context.Context, project string, cs []Conflict) error {
+	if _, err := tx.tx.ExecContext(ctx, "DELETE FROM conflicts WHERE project = ?", project); err != nil {
+		return fmt.Errorf("clear conflicts of %s: %w", project, err)
+	}
+	for _, c := range cs {
+		if _, err := tx.tx.ExecContext(ctx, "INSERT INTO conflicts (project, path, tasks) VALUES (?, ?, ?)",
+			project, c.Path, sqlValue(c.Tasks)); err != nil {
+			return fmt.Errorf("record conflict %s: %w", c.Path, err)
+		}
+	}
+	return nil
+}
+
+// PutVerdict records a verification round's verdict.
+func (tx *Tx) PutVerdict(ctx context.Context, project string, v Verdict) error {
+	issues := v.Issues
+	if issues == nil {
+		issues = []string{}
+	}
+	_, err := tx.tx.ExecContext(ctx, `INSERT INTO verdicts (project, task, round, pass, issues) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT(project, task) DO UPDATE SET round = excluded.round, pass = excluded.pass, issues = excluded.issues`,
+		project, v.Task, v.Round, v.Pass, sqlValue(issues))
+	if err != nil {
+		return fmt.Errorf("record verdict of %s/%s: %w", project, v.Task, err)
+	}
+	return nil
+}
+
+// PutPause pauses an api_mode until a time and appends an event.
+func (tx *Tx) PutPause(ctx context.Context, p Pause) error {
+	_, err := tx.tx.ExecContext(ctx, `INSERT INTO pauses (api_mode, until, reason) VALUES (?, ?, ?)
+		ON CONFLICT(api_mode) DO UPDATE SET until = excluded.until, reason = excluded.reason`,
+		p.APIMode, formatTime(p.Until), p.Reason)
+	if err != nil {
+		return fmt.Errorf("record pause of %s: %w", p.APIMode, err)
+	}
+	return tx.Event(ctx, Event{Kind: "pause", Message: fmt.Sprintf("%s paused until %s: %s", p.APIMode, p.Until.Format(time.RFC3339), p.Reason)})
+}
+
+// Pauses returns the recorded pauses inside the transaction.
+func (tx *Tx) Pauses(ctx context.Context) (map[string]time.Time, error) {
+	rows, err := tx.tx.QueryContext(ctx, "SELECT api_mode, until FROM pauses")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]time.Time{}
+	for rows.Next() {
+		var mode, until string
+		if err := rows.Scan(&mode, &until); err != nil {
+			return nil, err
+		}
+		out[mode] = parseTime(until)
+	}
+	return out, rows.Err()
 }

@@ -12,6 +12,11 @@
 // written a running status.json. The supervisor holds the lock for its whole
 // life, so "alive" is decided by flock(2), which pid reuse cannot fool.
 //
+// When launch.json names a base directory in D, the supervisor copies its
+// tree into a fresh output/ before setup and the tool. When the tool ends,
+// the supervisor reads its token and cost figures from task.log (ParseUsage)
+// and, for a rate limit, when the limit resets (ParseRetryAfter).
+//
 // Two files beyond the protocol's list live in D: wrapper.log, the
 // supervisor's own stderr (diagnostics, never secrets), and kill.json, a
 // short-lived note from `kill --grace` telling the supervisor which grace to

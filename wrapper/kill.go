@@ -188,6 +188,11 @@ func killOrphan(dir string) (*Status, error) {
 	st.Error = "killed on request; supervisor was not running"
 	st.CompletedAt = timestamp(time.Now())
 	st.ExitCode = -1
+	// The supervisor that would have read the usage is gone; what it
+	// stored of the tool's output may still hold some.
+	if tail, err := readLogTail(filepath.Join(dir, fileLog), usageTail); err == nil {
+		st.TokensIn, st.TokensOut, st.CostUSD = ParseUsage(tail)
+	}
 	if st.ToolPID > 0 {
 		if err := syscall.Kill(-st.ToolPID, syscall.SIGKILL); err == nil {
 			st.Signal = signalName(syscall.SIGKILL)

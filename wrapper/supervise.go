@@ -39,6 +39,7 @@ const (
 	logKeyErrorClass = "error_class"
 	logKeyError      = "error"
 	logKeyErr        = "err"
+	logKeyPath       = "path"
 )
 
 // lockWait is how long a new supervisor retries D/lock before deciding that
@@ -233,17 +234,18 @@ func (s *supervisor) moveAside() error {
 			}
 		}
 	}
-	var found []string
-	for _, name := range []string{fileStatus, fileLog, fileHeartbeat, filePID} {
-		if _, err := os.Lstat(filepath.Join(s.dir, name)); err == nil {
-			found = append(found, name)
-		}
+	found, err := attemptFiles(s.dir)
+	if err != nil {
+		return err
 	}
-	if len(found) == 0 {
-		// First attempt; an output/ the controller may have seeded stays.
+	_, err = os.Lstat(filepath.Join(s.dir, dirOutput))
+	haveOutput := err == nil
+	if len(found) == 0 && (!haveOutput || s.launch.Base == "") {
+		// First attempt; an output/ the controller may have seeded stays,
+		// unless a base tree is to be copied into a fresh one.
 		return nil
 	}
-	if _, err := os.Lstat(filepath.Join(s.dir, dirOutput)); err == nil {
+	if haveOutput {
 		found = append(found, dirOutput)
 	}
 	base := filepath.Join(s.dir, dirAttempts, strconv.Itoa(n))
@@ -266,6 +268,45 @@ func (s *supervisor) moveAside() error {
 	return nil
 }
 
+// attemptFiles lists the files of an earlier attempt in dir, output/
+// aside: the protocol's files and the temporary files a crash in the middle
+// of WriteFileAtomic may have left behind. spec.md, launch.json, lock,
+// wrapper.log and the base tree are the task's, not an attempt's, and stay.
+func attemptFiles(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", dir, err)
+	}
+	own := []string{fileStatus, fileLog, fileHeartbeat, filePID, fileKill}
+	var found []string
+	for _, e := range entries {
+		for _, name := range own {
+			if e.Name() == name || strings.HasPrefix(e.Name(), "."+name+".tmp") {
+				found = append(found, e.Name())
+				break
+			}
+		}
+	}
+	return found, nil
+}
+
+// copyBase copies launch.json's base tree into output/. A missing or
+// unreadable base fails the attempt with class start; a kill or the
+// timeout interrupts the copy.
+func (s *supervisor) copyBase(out string) error {
+	src := filepath.Join(s.dir, s.launch.Base)
+	skipped := func(path string) {
+		s.logger.Warn("base: skipped an entry that is not a file, directory or link", logKeyPath, path)
+	}
+	if err := copyTree(src, out, s.stopping, skipped); err != nil {
+		if errors.Is(err, errStopped) {
+			return err
+		}
+		return fmt.Errorf("copy base %q into %s: %w", s.launch.Base, dirOutput, err)
+	}
+	return nil
+}
+
 // run runs the attempt to its end and writes the final status.
 func (s *supervisor) run() {
 	timeout := seconds(s.launch.TimeoutSeconds)
@@ -285,6 +326,15 @@ func (s *supervisor) run() {
 
 func (s *supervisor) attempt() outcome {
 	out := filepath.Join(s.dir, dirOutput)
+	if s.launch.Base != "" {
+		err := s.copyBase(out)
+		if errors.Is(err, errStopped) {
+			return outcome{code: -1}
+		}
+		if err != nil {
+			return outcome{code: -1, startErr: err.Error()}
+		}
+	}
 	if s.launch.Setup != "" {
 		cmd := &exec.Cmd{
 			Path: "/bin/sh",
@@ -509,15 +559,24 @@ func (s *supervisor) finish(res outcome) {
 	s.mu.Lock()
 	reason := s.stopReason
 	s.mu.Unlock()
+	ended := time.Now()
 	if err := s.tlog.Err(); err != nil {
 		s.logger.Error("task log incomplete", logKeyErr, err)
 	}
+	// Read back from the file, which holds far more than the in-memory
+	// tail; the tool and setup are gone, so it no longer changes.
+	tail, err := readLogTail(filepath.Join(s.dir, fileLog), usageTail)
+	if err != nil {
+		s.logger.Warn("read task log for usage", logKeyErr, err)
+	}
+	tokensIn, tokensOut, cost := ParseUsage(tail)
 	var final Status
-	err := s.updateStatus(func(st *Status) bool {
+	err = s.updateStatus(func(st *Status) bool {
 		defer func() { final = *st }()
-		st.CompletedAt = timestamp(time.Now())
+		st.CompletedAt = timestamp(ended)
 		st.ExitCode = res.code
 		st.LogBytes = s.tlog.Total()
+		st.TokensIn, st.TokensOut, st.CostUSD = tokensIn, tokensOut, cost
 		if res.sig != 0 {
 			st.Signal = signalName(res.sig)
 		}
@@ -534,8 +593,12 @@ func (s *supervisor) finish(res outcome) {
 		case res.code == 0:
 			st.Status = StatusCompleted
 		default:
-			st.Status, st.ErrorClass = StatusFailed, Classify(res.code, s.tlog.Tail())
+			logTail := s.tlog.Tail()
+			st.Status, st.ErrorClass = StatusFailed, Classify(res.code, logTail)
 			st.Error = exitError(res.code, 0)
+			if st.ErrorClass == ClassRateLimit {
+				st.RetryAfterSeconds = retrySeconds(ParseRetryAfter(logTail, ended))
+			}
 		}
 		return true
 	})

@@ -70,6 +70,10 @@ type Launch struct {
 	LogLimitBytes int64 `json:"log_limit_bytes"`
 	// Setup, when non-empty, is run by /bin/sh -c in output/ before the tool.
 	Setup string `json:"setup"`
+	// Base, when non-empty, is a directory relative to the task directory
+	// (uploaded by the controller) whose tree is copied into a fresh output/
+	// before setup and the tool. It stays in place for later attempts.
+	Base string `json:"base"`
 }
 
 // Status is status.json, written atomically by the supervisor.
@@ -79,22 +83,30 @@ type Launch struct {
 // whatever this one left behind. ExitCode is -1 when the tool did not exit on
 // its own (killed by a signal, never started).
 type Status struct {
-	Task           string  `json:"task"`
-	Attempt        int     `json:"attempt"`
-	Status         string  `json:"status"`
-	PID            int     `json:"pid"`
-	ToolPID        int     `json:"tool_pid"`
-	StartedAt      string  `json:"started_at"`
-	CompletedAt    string  `json:"completed_at"`
-	ExitCode       int     `json:"exit_code"`
-	Signal         string  `json:"signal"`
-	Error          string  `json:"error"`
-	ErrorClass     string  `json:"error_class"`
-	WrapperVersion string  `json:"wrapper_version"`
-	LogBytes       int64   `json:"log_bytes"`
-	TokensIn       int64   `json:"tokens_in"`
-	TokensOut      int64   `json:"tokens_out"`
-	CostUSD        float64 `json:"cost_usd"`
+	Task           string `json:"task"`
+	Attempt        int    `json:"attempt"`
+	Status         string `json:"status"`
+	PID            int    `json:"pid"`
+	ToolPID        int    `json:"tool_pid"`
+	StartedAt      string `json:"started_at"`
+	CompletedAt    string `json:"completed_at"`
+	ExitCode       int    `json:"exit_code"`
+	Signal         string `json:"signal"`
+	Error          string `json:"error"`
+	ErrorClass     string `json:"error_class"`
+	WrapperVersion string `json:"wrapper_version"`
+	LogBytes       int64  `json:"log_bytes"`
+	// TokensIn, TokensOut and CostUSD are what the tool reported about its
+	// usage in task.log (see ParseUsage), filled in when the tool ends.
+	TokensIn  int64   `json:"tokens_in"`
+	TokensOut int64   `json:"tokens_out"`
+	CostUSD   float64 `json:"cost_usd"`
+	// RetryAfterSeconds is set with ErrorClass rate_limit when the log says
+	// when the limit resets (see ParseRetryAfter): the seconds to wait from
+	// the moment the tool ended, measured on the node's clock, so that the
+	// controller can wait that long from when it reads the status without
+	// comparing clocks. 0 means unknown.
+	RetryAfterSeconds float64 `json:"retry_after_seconds"`
 }
 
 // Final reports whether the attempt is over (anything but running).
@@ -161,6 +173,9 @@ func (l *Launch) normalize() error {
 	}
 	if l.Stdin != "" && l.Stdin != "spec" {
 		return fmt.Errorf("stdin %q: want \"spec\" or \"\"", l.Stdin)
+	}
+	if err := checkBase(l.Base); err != nil {
+		return err
 	}
 	if l.Attempt < 0 || l.TimeoutSeconds < 0 || l.GraceSeconds < 0 || l.HeartbeatSeconds < 0 || l.LogLimitBytes < 0 {
 		return fmt.Errorf("negative attempt, timeout, grace, heartbeat or log limit")

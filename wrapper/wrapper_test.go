@@ -241,15 +241,18 @@ func TestSupervisorKilled(t *testing.T) {
 			if st.ErrorClass != ClassKilled {
 				t.Errorf("kill printed %+v", st)
 			}
+			if st.TokensIn != 9 || st.TokensOut != 4 {
+				t.Errorf("kill recorded tokens %d/%d, want the 9/4 the tool printed", st.TokensIn, st.TokensOut)
+			}
 			return tk.status(t)
 		}, StatusKilled},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tk := newTask(t, "", Launch{Command: shell("sleep 30")})
+			tk := newTask(t, "", Launch{Command: shell(`echo '{"type":"token_count","input_tokens":9,"output_tokens":4}'; sleep 30`)})
 			reply := tk.run(t, "")
-			old := tk.waitStatus(t, "tool_pid", func(st *Status) bool { return st.ToolPID > 0 })
+			old := tk.waitStatus(t, "tool_pid and output", func(st *Status) bool { return st.ToolPID > 0 && st.LogBytes > 0 })
 			if err := syscall.Kill(reply.PID, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}

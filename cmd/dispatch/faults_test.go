@@ -24,7 +24,7 @@ import (
 func ledgerProject(t *testing.T, home, name, ledger string, n int, sleep string) {
 	t.Helper()
 	dir := filepath.Join(home, "specs", name)
-	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\n")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
 	for i := 1; i <= n; i++ {
 		writeFile(t, filepath.Join(dir, fmt.Sprintf("S%02d-t.md", i)), fmt.Sprintf(`# Task %d
 echo "$DISPATCH_TASK $DISPATCH_ATTEMPT start" >> '%s'
@@ -189,7 +189,7 @@ nodes:
     work_dir: %[5]s
 `, c.User, a.Port, a.WorkDir, b.Port, b.WorkDir))
 	dir := filepath.Join(h.home, "specs", "hang")
-	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\n")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
 	writeFile(t, filepath.Join(dir, "S01-x.md"), `echo "$DISPATCH_NODE" > node.txt
 if [ "$DISPATCH_NODE" = a ]; then sleep 60; else sleep 8; fi
 `)
@@ -263,7 +263,7 @@ nodes:
     work_dir: %s
 `, c.User, s.Port, s.WorkDir))
 	dir := filepath.Join(h.home, "specs", "rb")
-	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\n")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
 	writeFile(t, filepath.Join(dir, "S01-x.md"), `if [ "$DISPATCH_ATTEMPT" = 1 ]; then sleep 60; fi
 echo done > done.txt
 `)
@@ -309,7 +309,7 @@ nodes:
     work_dir: %s
 `, poll, c.User, s.Port, s.WorkDir))
 	dir := filepath.Join(h.home, "specs", "det")
-	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\n")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
 	writeFile(t, filepath.Join(dir, "S01-x.md"), "sleep 60\n")
 	startBackground(t, h.env, "--home", h.home, "start", "det")
 	var toolPID int

@@ -39,7 +39,7 @@ func (h *sshHome) run(t *testing.T, args ...string) result {
 func spreadProject(t *testing.T, home, name string, n int) {
 	t.Helper()
 	dir := filepath.Join(home, "specs", name)
-	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\n")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
 	for i := 1; i <= n; i++ {
 		writeFile(t, filepath.Join(dir, fmt.Sprintf("S%02d-task.md", i)),
 			fmt.Sprintf("# Task %d\necho \"$DISPATCH_NODE\" > node.txt\nsleep 0.5\necho task %d done\n", i, i))

@@ -24,6 +24,8 @@ func startCommand() *cli.Command {
 			&cli.DurationFlag{Name: "poll", Usage: "pull period `D` (default: poll_interval of nodes.yaml)"},
 			&cli.StringSliceFlag{Name: "nodes", Usage: "only use these nodes (`a,b`)"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "validate and print the plan; start nothing"},
+			&cli.BoolFlag{Name: "integrate-partial", Usage: "run the integration phase even if some tasks failed"},
+			&cli.BoolFlag{Name: "no-integrate", Usage: "skip the integration phase (S99, verification, fixes)"},
 		},
 		Action: startAction,
 	}
@@ -66,7 +68,8 @@ func startAction(c *cli.Context) error {
 		return err
 	}
 	defer st.Close()
-	sync, err := controller.AddProject(ctx, st, cfg, p)
+	sync, err := controller.AddProject(ctx, st, cfg, p, controller.StartOptions{
+		IntegratePartial: c.Bool("integrate-partial"), NoIntegrate: c.Bool("no-integrate")})
 	if err != nil {
 		return err
 	}

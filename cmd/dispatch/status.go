@@ -162,6 +162,9 @@ func printStatus(w io.Writer, s styles, v *controller.StatusView, cfg *nodes.Con
 		}
 		tw.Flush()
 	}
+	for _, p := range v.Paused {
+		fmt.Fprintln(w, s.warn.Render(fmt.Sprintf("paused: %s until %s (%s)", p.APIMode, p.Until.Local().Format("15:04:05"), p.Reason)))
+	}
 	for _, n := range v.Notes {
 		fmt.Fprintln(w, s.warn.Render("note: "+n))
 	}

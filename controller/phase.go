@@ -1,0 +1,419 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/template"
+
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+//go:embed templates/*.md
+var templateFS embed.FS
+
+// templates are the readable sources of the generated S99, V and F specs.
+var templates = template.Must(template.ParseFS(templateFS, "templates/*.md"))
+
+// IntegrationID is the integration task of every project.
+const IntegrationID = "S99"
+
+// IsPhaseID reports whether a task ID belongs to the integration phase: S99,
+// V01... (verification) and F01... (fix). Authors may supply their own
+// specs for them; the others are generated.
+func IsPhaseID(id string) bool {
+	return id == IntegrationID || strings.HasPrefix(id, "V") || strings.HasPrefix(id, "F")
+}
+
+func verifyID(round int) string { return fmt.Sprintf("V%02d", round) }
+func fixID(round int) string    { return fmt.Sprintf("F%02d", round) }
+
+// advance moves a project through its phases (SPEC §8) once the tasks of the
+// current phase are finished and collected, and finishes it at the end.
+func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error) {
+	tasks, err := c.st.Tasks(ctx, p.Name)
+	if err != nil {
+		return false, err
+	}
+	runs, err := c.st.Runs(ctx, p.Name, "")
+	if err != nil {
+		return false, err
+	}
+	collected := map[string]bool{}
+	for _, r := range runs {
+		if !r.CollectedAt.IsZero() {
+			collected[fmt.Sprintf("%s#%d", r.Task, r.Attempt)] = true
+		}
+	}
+	done := func(t store.Task) bool {
+		return store.Terminal(t.Status) && (t.Status != store.Completed || collected[fmt.Sprintf("%s#%d", t.ID, t.Attempt)])
+	}
+	byID := map[string]store.Task{}
+	var author []store.Task
+	for _, t := range tasks {
+		byID[t.ID] = t
+		if !IsPhaseID(t.ID) {
+			author = append(author, t)
+		}
+	}
+	allCompleted := true
+	for _, t := range author {
+		if !done(t) {
+			return false, nil
+		}
+		allCompleted = allCompleted && t.Status == store.Completed
+	}
+	opts := projectOptions(p)
+	runsDir := RunsDir(c.opts.Home, p.Name)
+	result := func(ok bool) string {
+		if ok && allCompleted {
+			return ResultPassed
+		}
+		return ResultFailed
+	}
+
+	switch p.Phase {
+	case PhaseImplementation:
+		if !opts.Integration {
+			return true, c.finish(ctx, p, result(true), "")
+		}
+		if !allCompleted && !opts.IntegratePartial {
+			return true, c.finish(ctx, p, ResultFailed, "integration skipped: not every task completed (dispatch start --integrate-partial runs it anyway)")
+		}
+		merged := filepath.Join(runsDir, "merged")
+		files, conflicts, err := c.merge(ctx, p.Name, author, merged)
+		if err != nil {
+			return false, fmt.Errorf("merge outputs of %s: %w", p.Name, err)
+		}
+		var buf bytes.Buffer
+		if err := templates.ExecuteTemplate(&buf, "integration.md", map[string]any{
+			"Project": p.Name, "Tasks": author, "Files": files, "Conflicts": conflicts}); err != nil {
+			return false, err
+		}
+		return false, c.startPhaseTask(ctx, p, opts, IntegrationID, "integration", "Integrate the outputs", buf.Bytes(), merged, PhaseIntegration,
+			fmt.Sprintf("merged %d files from %d tasks, %d conflicts", len(files), len(author), len(conflicts)),
+			func(tx *store.Tx) error { return tx.PutConflicts(ctx, p.Name, conflicts) })
+
+	case PhaseIntegration:
+		s99, ok := byID[IntegrationID]
+		if !ok || !done(s99) {
+			return false, nil
+		}
+		if s99.Status != store.Completed {
+			return true, c.finish(ctx, p, ResultFailed, "integration task "+IntegrationID+" "+s99.Status)
+		}
+		tree := filepath.Join(runsDir, IntegrationID, "output")
+		if !opts.Verification {
+			if err := copyTree(tree, filepath.Join(runsDir, "final")); err != nil {
+				return false, err
+			}
+			return true, c.finish(ctx, p, result(true), "")
+		}
+		return false, c.startVerification(ctx, p, opts, author, 1, tree, nil)
+
+	case PhaseVerification, PhaseFix:
+		round := 0
+		for round+1 < 100 {
+			if _, ok := byID[verifyID(round+1)]; !ok {
+				break
+			}
+			round++
+		}
+		if round == 0 {
+			return false, fmt.Errorf("project %s is in phase %s without a verification task", p.Name, p.Phase)
+		}
+		v := byID[verifyID(round)]
+		if p.Phase == PhaseFix {
+			f, ok := byID[fixID(round)]
+			if !ok || !done(f) {
+				return false, nil
+			}
+			if f.Status != store.Completed {
+				if err := copyTree(v.BaseDir, filepath.Join(runsDir, "final")); err != nil {
+					return false, err
+				}
+				return true, c.finish(ctx, p, ResultFailed, "fix task "+f.ID+" "+f.Status)
+			}
+			verdicts, _ := c.st.Verdicts(ctx, p.Name)
+			var issues []string
+			if len(verdicts) > 0 {
+				issues = verdicts[len(verdicts)-1].Issues
+			}
+			return false, c.startVerification(ctx, p, opts, author, round+1, filepath.Join(runsDir, f.ID, "output"), issues)
+		}
+		if !done(v) {
+			return false, nil
+		}
+		verdict := readVerdict(v, filepath.Join(runsDir, v.ID, "output", "verdict.json"))
+		verdict.Round = round
+		if err := c.st.Update(ctx, func(tx *store.Tx) error {
+			if err := tx.PutVerdict(ctx, p.Name, verdict); err != nil {
+				return err
+			}
+			msg := "verification passed"
+			if !verdict.Pass {
+				msg = fmt.Sprintf("verification failed: %d issue(s)", len(verdict.Issues))
+			}
+			return tx.Event(ctx, store.Event{Project: p.Name, Task: v.ID, Attempt: v.Attempt, Kind: "verdict", Message: msg})
+		}); err != nil {
+			return false, err
+		}
+		if verdict.Pass || round > opts.MaxFixRounds {
+			// The final tree is the last one verified.
+			if err := copyTree(v.BaseDir, filepath.Join(runsDir, "final")); err != nil {
+				return false, err
+			}
+			note := ""
+			if !verdict.Pass {
+				note = fmt.Sprintf("verification failed after %d fix round(s) (max_fix_rounds)", opts.MaxFixRounds)
+			}
+			return true, c.finish(ctx, p, result(verdict.Pass), note)
+		}
+		var buf bytes.Buffer
+		if err := templates.ExecuteTemplate(&buf, "fix.md", map[string]any{
+			"Project": p.Name, "Round": round, "Issues": verdict.Issues}); err != nil {
+			return false, err
+		}
+		return false, c.startPhaseTask(ctx, p, opts, fixID(round), "fix", fmt.Sprintf("Fix the issues of verification %d", round),
+			buf.Bytes(), v.BaseDir, PhaseFix, fmt.Sprintf("fix round %d of %d", round, opts.MaxFixRounds), nil)
+	}
+	return false, nil
+}
+
+func (c *Controller) startVerification(ctx context.Context, p store.Project, opts ProjectOptions, author []store.Task, round int, tree string, previous []string) error {
+	var buf bytes.Buffer
+	if err := templates.ExecuteTemplate(&buf, "verification.md", map[string]any{
+		"Project": p.Name, "Round": round, "Tasks": author, "PreviousIssues": previous}); err != nil {
+		return err
+	}
+	return c.startPhaseTask(ctx, p, opts, verifyID(round), "verification", fmt.Sprintf("Verify the integrated result (round %d)", round),
+		buf.Bytes(), tree, PhaseVerification, fmt.Sprintf("verification round %d", round), nil)
+}
+
+// startPhaseTask adds a phase task (the author's spec for its ID when there
+// is one, else the generated one) that starts from tree, and moves the
+// project to phase, in one transaction.
+func (c *Controller) startPhaseTask(ctx context.Context, p store.Project, opts ProjectOptions, id, typ, title string,
+	generated []byte, tree, phase, message string, also func(*store.Tx) error) error {
+	t := store.Task{Project: p.Name, ID: id, Title: title, Type: typ, Tool: opts.PhaseTool, Priority: 1,
+		DependsOn: []string{}, MaxRetries: c.cfg.Controller.MaxRetries, SpecFile: "(generated from controller/templates)",
+		Snapshot: generated, BaseDir: tree}
+	if o, ok := opts.Overrides[id]; ok {
+		t.Title, t.Tool, t.Model, t.Timeout, t.Tags, t.NodePin = o.Title, o.Tool, o.Model, o.Timeout, o.Tags, o.Node
+		t.SpecFile, t.Snapshot = o.File, o.Snapshot
+	}
+	sum := sha256.Sum256(t.Snapshot)
+	t.SpecHash = hex.EncodeToString(sum[:])
+	// A copy of the spec next to the outputs, for the operator to read.
+	specPath := filepath.Join(RunsDir(c.opts.Home, p.Name), id+".md")
+	if err := os.MkdirAll(filepath.Dir(specPath), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(specPath, t.Snapshot, 0o644); err != nil {
+		return err
+	}
+	return c.st.Update(ctx, func(tx *store.Tx) error {
+		if also != nil {
+			if err := also(tx); err != nil {
+				return err
+			}
+		}
+		if err := tx.InsertTask(ctx, t); err != nil {
+			return err
+		}
+		return tx.SetProject(ctx, p.Name, store.Set{"phase": phase}, "phase "+phase+": "+message)
+	})
+}
+
+// readVerdict reads a verifier's verdict.json; anything but a valid verdict
+// is a failed verification naming what was wrong.
+func readVerdict(v store.Task, path string) store.Verdict {
+	out := store.Verdict{Task: v.ID}
+	if v.Status != store.Completed {
+		out.Issues = []string{fmt.Sprintf("the verifier %s did not complete (%s): %s", v.ID, v.Status, errText(TaskView{ErrorClass: v.ErrorClass, Error: v.Error}))}
+		return out
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		out.Issues = []string{"verdict.json is missing: the verifier wrote no verdict"}
+		return out
+	}
+	var raw struct {
+		Pass   *bool    `json:"pass"`
+		Issues []string `json:"issues"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil || raw.Pass == nil {
+		why := "it has no boolean \"pass\""
+		if err != nil {
+			why = err.Error()
+		}
+		out.Issues = []string{"verdict.json is malformed: " + why}
+		return out
+	}
+	out.Pass, out.Issues = *raw.Pass, raw.Issues
+	if out.Issues == nil {
+		out.Issues = []string{}
+	}
+	return out
+}
+
+// merge builds runs/<project>/merged/ from the collected outputs of the
+// completed author tasks, in ID order. A path two tasks wrote with
+// different content is a conflict: the first version stays, the other is
+// stored as <path>.<ID>.conflict. Files a task left as the project's base
+// gave them do not count as written.
+func (c *Controller) merge(ctx context.Context, project string, author []store.Task, merged string) ([]string, []store.Conflict, error) {
+	if err := os.RemoveAll(merged); err != nil {
+		return nil, nil, err
+	}
+	if err := os.MkdirAll(merged, 0o755); err != nil {
+		return nil, nil, err
+	}
+	base := map[string]string{}
+	var baseDir string
+	for _, t := range author {
+		if t.BaseDir != "" {
+			baseDir = t.BaseDir
+			break
+		}
+	}
+	if baseDir != "" {
+		if err := copyTree(baseDir, merged); err != nil {
+			return nil, nil, fmt.Errorf("copy base: %w", err)
+		}
+		sums, err := treeSums(baseDir)
+		if err != nil {
+			return nil, nil, err
+		}
+		base = sums
+	}
+	owner := map[string]string{} // path → task whose version is in merged
+	sumOf := map[string]string{}
+	conflicts := map[string]*store.Conflict{}
+	for _, t := range author {
+		if t.Status != store.Completed {
+			continue
+		}
+		out := filepath.Join(RunsDir(c.opts.Home, project), t.ID, "output")
+		sums, err := treeSums(out)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		paths := make([]string, 0, len(sums))
+		for p := range sums {
+			paths = append(paths, p)
+		}
+		sort.Strings(paths)
+		for _, rel := range paths {
+			sum := sums[rel]
+			if base[rel] == sum {
+				continue // left as the base gave it
+			}
+			src := filepath.Join(out, filepath.FromSlash(rel))
+			dst := filepath.Join(merged, filepath.FromSlash(rel))
+			switch first, taken := owner[rel]; {
+			case !taken:
+				if err := copyFile(src, dst); err != nil {
+					return nil, nil, err
+				}
+				owner[rel], sumOf[rel] = t.ID, sum
+			case sumOf[rel] == sum:
+				// Same content from two tasks: no conflict.
+			default:
+				if err := copyFile(src, dst+"."+t.ID+".conflict"); err != nil {
+					return nil, nil, err
+				}
+				cf := conflicts[rel]
+				if cf == nil {
+					cf = &store.Conflict{Path: rel, Tasks: []string{first}}
+					conflicts[rel] = cf
+				}
+				cf.Tasks = append(cf.Tasks, t.ID)
+			}
+		}
+	}
+	files, err := treeSums(merged)
+	if err != nil {
+		return nil, nil, err
+	}
+	var list []string
+	for p := range files {
+		list = append(list, p)
+	}
+	sort.Strings(list)
+	var cs []store.Conflict
+	for _, cf := range conflicts {
+		cs = append(cs, *cf)
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].Path < cs[j].Path })
+	return list, cs, nil
+}
+
+// treeSums maps every regular file under dir ('/'-separated relative path)
+// to its sha256.
+func treeSums(dir string) (map[string]string, error) {
+	if _, err := os.Stat(dir); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		h := sha256.New()
+		if _, err := io.Copy(h, f); err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		out[filepath.ToSlash(rel)] = hex.EncodeToString(h.Sum(nil))
+		return nil
+	})
+	return out, err
+}
+
+// copyTree copies the regular files and directories under src into dst,
+// replacing dst.
+func copyTree(src, dst string) error {
+	if err := os.RemoveAll(dst); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	if src == "" {
+		return nil
+	}
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		target := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(target, 0o755)
+		case d.Type().IsRegular():
+			return copyFile(p, target)
+		}
+		return nil
+	})
+}

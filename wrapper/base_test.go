@@ -1,0 +1,378 @@
+package wrapper
+
+import (
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// writeTree creates files under root: a name ending in "/" is a directory,
+// "->" makes a symbolic link, anything else a file with that content.
+func writeTree(t *testing.T, root string, entries map[string]string) {
+	t.Helper()
+	names := make([]string, 0, len(entries))
+	for name := range entries {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		content := entries[name]
+		path := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		switch {
+		case strings.HasSuffix(name, "/"):
+			err = os.MkdirAll(path, 0o755)
+		case strings.HasPrefix(content, "->"):
+			err = os.Symlink(strings.TrimPrefix(content, "->"), path)
+		default:
+			err = os.WriteFile(path, []byte(content), 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func chmod(t *testing.T, path string, mode fs.FileMode) {
+	t.Helper()
+	if err := os.Chmod(path, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// makeWritable undoes read-only modes under root, so that t.TempDir can
+// remove it when the tests do not run as root.
+func makeWritable(root string) {
+	filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			os.Chmod(path, 0o755)
+		}
+		return nil
+	})
+}
+
+func TestBase(t *testing.T) {
+	t.Parallel()
+	outside := filepath.Join(t.TempDir(), "outside.txt")
+	if err := os.WriteFile(outside, []byte("outside\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tk := newTask(t, "", Launch{
+		Base:    "base",
+		Setup:   "test -x run.sh && cp data.txt setup-saw.txt",
+		Command: shell("./run.sh; cat data.txt; echo changed > data.txt"),
+	})
+	base := tk.path("base")
+	writeTree(t, base, map[string]string{
+		"run.sh":            "#!/bin/sh\necho from-base\n",
+		"data.txt":          "data\n",
+		"secret":            "s3cret\n",
+		"ro.txt":            "read only\n",
+		"sub/dir/deep.txt":  "deep\n",
+		"rodir/inner.txt":   "inner\n",
+		"empty/":            "",
+		"link-rel":          "->data.txt",
+		"link-abs":          "->" + outside,
+		"link-up":           "->../../spec.md",
+		"link-dangling":     "->no-such-file",
+		"link-dir":          "->sub",
+		"sub/dir/link-back": "->../../data.txt",
+	})
+	chmod(t, filepath.Join(base, "run.sh"), 0o755)
+	chmod(t, filepath.Join(base, "secret"), 0o600)
+	chmod(t, filepath.Join(base, "ro.txt"), 0o444)
+	chmod(t, filepath.Join(base, "sub", "dir"), 0o700)
+	chmod(t, filepath.Join(base, "rodir"), 0o555)
+	if err := syscall.Mkfifo(filepath.Join(base, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Date(2020, 5, 6, 7, 8, 9, 0, time.UTC)
+	for _, name := range []string{"secret", "sub/dir"} {
+		if err := os.Chtimes(filepath.Join(base, name), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { makeWritable(tk.dir) })
+
+	tk.run(t, "")
+	st := tk.waitFinal(t)
+	if st.Status != StatusCompleted {
+		t.Fatalf("status %+v; log %q", st, tk.readFile(t, fileLog))
+	}
+	if got := tk.readFile(t, fileLog); got != "from-base\ndata\n" {
+		t.Errorf("task.log = %q", got)
+	}
+	out := tk.path(dirOutput)
+	for name, want := range map[string]string{
+		"setup-saw.txt":    "data\n",
+		"data.txt":         "changed\n",
+		"secret":           "s3cret\n",
+		"ro.txt":           "read only\n",
+		"sub/dir/deep.txt": "deep\n",
+		"rodir/inner.txt":  "inner\n",
+	} {
+		if got, err := os.ReadFile(filepath.Join(out, name)); err != nil || string(got) != want {
+			t.Errorf("output/%s = %q, %v; want %q", name, got, err, want)
+		}
+	}
+	for name, want := range map[string]fs.FileMode{
+		"run.sh":  0o755,
+		"secret":  0o600,
+		"ro.txt":  0o444,
+		"sub/dir": fs.ModeDir | 0o700,
+		"rodir":   fs.ModeDir | 0o555,
+		"empty":   fs.ModeDir | 0o755,
+	} {
+		if fi, err := os.Lstat(filepath.Join(out, name)); err != nil || fi.Mode() != want {
+			t.Errorf("output/%s: mode %v (%v), want %v", name, fi.Mode(), err, want)
+		}
+	}
+	for name, want := range map[string]string{
+		"link-rel":          "data.txt",
+		"link-abs":          outside,
+		"link-up":           "../../spec.md",
+		"link-dangling":     "no-such-file",
+		"link-dir":          "sub",
+		"sub/dir/link-back": "../../data.txt",
+	} {
+		if got, err := os.Readlink(filepath.Join(out, name)); err != nil || got != want {
+			t.Errorf("output/%s: link to %q (%v), want %q", name, got, err, want)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(out, "fifo")); err == nil {
+		t.Error("the fifo was copied")
+	}
+	if !strings.Contains(tk.readFile(t, fileWrapper), "fifo") {
+		t.Errorf("%s does not report the skipped fifo", fileWrapper)
+	}
+	if data, _ := os.ReadFile(outside); string(data) != "outside\n" {
+		t.Errorf("a file outside the tree was changed: %q", data)
+	}
+	// The tool's edits stay in output/; the base is left as it was.
+	if got := tk.readFile(t, filepath.Join("base", "data.txt")); got != "data\n" {
+		t.Errorf("base/data.txt = %q", got)
+	}
+	for _, name := range []string{"secret", "sub/dir"} {
+		if fi, err := os.Lstat(filepath.Join(out, name)); err != nil || !fi.ModTime().Equal(old) {
+			t.Errorf("output/%s: modification time not kept (%v)", name, err)
+		}
+	}
+}
+
+func TestBaseAttempts(t *testing.T) {
+	t.Parallel()
+	tk := newTask(t, "", Launch{Base: "base", Command: shell("cat data.txt; echo edited > data.txt; echo one > out.txt")})
+	writeTree(t, tk.path("base"), map[string]string{"data.txt": "data\n", "sub/keep.txt": "keep\n"})
+	// Something already in output/ before the first attempt is moved
+	// aside too: the base is copied into a fresh directory.
+	writeTree(t, tk.path(dirOutput), map[string]string{"stale.txt": "stale\n"})
+
+	tk.run(t, "")
+	if st := tk.waitFinal(t); st.Status != StatusCompleted {
+		t.Fatalf("attempt 1: %+v", st)
+	}
+	if got := tk.readFile(t, filepath.Join(dirAttempts, "0", dirOutput, "stale.txt")); got != "stale\n" {
+		t.Errorf("attempts/0/output/stale.txt = %q", got)
+	}
+	tk.setLaunch(t, Launch{Project: "demo", Task: "T1", Attempt: 2, HeartbeatSeconds: 0.1, Base: "base",
+		Command: shell("cat data.txt; test -e out.txt || echo fresh")})
+	tk.run(t, "")
+	if st := tk.waitFinal(t); st.Status != StatusCompleted || st.Attempt != 2 {
+		t.Fatalf("attempt 2: %+v", st)
+	}
+	if got := tk.readFile(t, fileLog); got != "data\nfresh\n" {
+		t.Errorf("attempt 2 task.log = %q", got)
+	}
+	for name, want := range map[string]string{
+		filepath.Join("base", "data.txt"):                      "data\n",
+		filepath.Join("base", "sub", "keep.txt"):               "keep\n",
+		filepath.Join(dirAttempts, "1", dirOutput, "data.txt"): "edited\n",
+		filepath.Join(dirAttempts, "1", fileLog):               "data\n",
+		filepath.Join(dirOutput, "sub", "keep.txt"):            "keep\n",
+	} {
+		if got := tk.readFile(t, name); got != want {
+			t.Errorf("%s = %q, want %q", name, got, want)
+		}
+	}
+	for _, name := range []string{fileSpec, fileLaunch} {
+		if _, err := os.Stat(tk.path(name)); err != nil {
+			t.Errorf("%s was moved: %v", name, err)
+		}
+	}
+	entries, err := os.ReadDir(tk.path(filepath.Join(dirAttempts, "1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range entries {
+		got = append(got, e.Name())
+	}
+	if want := []string{fileHeartbeat, dirOutput, filePID, fileStatus, fileLog}; !slices.Equal(got, want) {
+		t.Errorf("attempts/1 holds %q, want %q", got, want)
+	}
+}
+
+func TestBaseFails(t *testing.T) {
+	t.Parallel()
+	root := os.Geteuid() == 0
+	tests := []struct {
+		name      string
+		tree      map[string]string
+		prepare   func(t *testing.T, base string)
+		wantError []string // substrings
+		asRoot    bool     // whether the case works when root ignores modes
+	}{
+		{
+			name:      "missing",
+			wantError: []string{`copy base "base" into output:`, "no such file or directory"},
+			asRoot:    true,
+		},
+		{
+			name:      "not a directory",
+			prepare:   func(t *testing.T, base string) { writeTree(t, filepath.Dir(base), map[string]string{"base": "a file"}) },
+			wantError: []string{`copy base "base" into output:`, "is not a directory"},
+			asRoot:    true,
+		},
+		{
+			name: "unreadable file",
+			prepare: func(t *testing.T, base string) {
+				writeTree(t, base, map[string]string{"a.txt": "a", "z/secret": "s"})
+				chmod(t, filepath.Join(base, "z", "secret"), 0)
+			},
+			wantError: []string{`copy base "base" into output:`, "secret: permission denied"},
+		},
+		{
+			name: "unreadable directory",
+			prepare: func(t *testing.T, base string) {
+				writeTree(t, base, map[string]string{"locked/x": "x"})
+				chmod(t, filepath.Join(base, "locked"), 0)
+			},
+			wantError: []string{`copy base "base" into output:`, "locked: permission denied"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if root && !tc.asRoot {
+				t.Skip("root reads files whatever their mode")
+			}
+			tk := newTask(t, "", Launch{Base: "base", Setup: "echo setup > setup.txt", Command: shell("echo ran > ran.txt")})
+			if tc.prepare != nil {
+				tc.prepare(t, tk.path("base"))
+				t.Cleanup(func() { makeWritable(tk.dir) })
+			}
+			tk.run(t, "")
+			st := tk.waitFinal(t)
+			if st.Status != StatusFailed || st.ErrorClass != ClassStart || st.ToolPID != 0 {
+				t.Errorf("status %+v; want failed, class start, no tool", st)
+			}
+			for _, want := range tc.wantError {
+				if !strings.Contains(st.Error, want) {
+					t.Errorf("error %q does not say %q", st.Error, want)
+				}
+			}
+			for _, name := range []string{"setup.txt", "ran.txt"} {
+				if _, err := os.Stat(filepath.Join(tk.dir, dirOutput, name)); err == nil {
+					t.Errorf("%s ran after the base failed", strings.TrimSuffix(name, ".txt"))
+				}
+			}
+		})
+	}
+}
+
+func TestBaseInvalid(t *testing.T) {
+	t.Parallel()
+	for _, base := range []string{"../elsewhere", "/etc", ".", "a/../..", dirOutput, "attempts/1", fileSpec, "output/base"} {
+		t.Run(base, func(t *testing.T) {
+			t.Parallel()
+			tk := newTask(t, "", Launch{Base: base, Command: shell("true")})
+			out, code := runWrapper(t, "", "run", "--dir", tk.dir)
+			if er := wantError(t, out, code, KindUsage); !strings.Contains(er.Error, "base") {
+				t.Errorf("error %q does not name base", er.Error)
+			}
+			if _, err := os.Stat(tk.path(fileStatus)); err == nil {
+				t.Errorf("a refused run wrote %s", fileStatus)
+			}
+		})
+	}
+}
+
+func TestUsageRecorded(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		log       string
+		code      int
+		wantIn    int64
+		wantOut   int64
+		wantCost  float64
+		wantClass string
+	}{
+		{"claude completed", lines(claudeInit, claudeAssistant, claudeResult), 0, 150, 50, 0.0123, ""},
+		{"codex failed", codexPlainNew, 2, 0, 12345, 0, ClassExit},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tk := newTask(t, "", Launch{Command: []string{"sh", "-c", `cat "$1"; exit "$2"`, "sh", "../printed.txt", strconv.Itoa(tc.code)}})
+			if err := os.WriteFile(tk.path("printed.txt"), []byte(tc.log), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			tk.run(t, "")
+			st := tk.waitFinal(t)
+			if st.ExitCode != tc.code || st.ErrorClass != tc.wantClass {
+				t.Fatalf("status %+v", st)
+			}
+			if st.TokensIn != tc.wantIn || st.TokensOut != tc.wantOut || st.CostUSD != tc.wantCost {
+				t.Errorf("tokens %d/%d, cost %g; want %d/%d, %g", st.TokensIn, st.TokensOut, st.CostUSD, tc.wantIn, tc.wantOut, tc.wantCost)
+			}
+		})
+	}
+}
+
+func TestRateLimitRetryAfter(t *testing.T) {
+	t.Parallel()
+	tk := newTask(t, "", Launch{Command: shell(`echo 'request failed: HTTP 429 Too Many Requests: retry after 90s' >&2; exit 1`)})
+	tk.run(t, "")
+	st := tk.waitFinal(t)
+	if st.Status != StatusFailed || st.ErrorClass != ClassRateLimit {
+		t.Fatalf("status %+v; want failed, rate_limit", st)
+	}
+	if math.Abs(st.RetryAfterSeconds-90) > 1 {
+		t.Errorf("retry_after_seconds = %g, want 90", st.RetryAfterSeconds)
+	}
+	raw := tk.readFile(t, fileStatus)
+	if !strings.Contains(raw, `"retry_after_seconds":90`) {
+		t.Errorf("status.json %s lacks retry_after_seconds", raw)
+	}
+}
+
+func TestCopyTreeStops(t *testing.T) {
+	t.Parallel()
+	src, dst := t.TempDir(), t.TempDir()
+	writeTree(t, src, map[string]string{"a": "a", "b": "b", "c/d": "d", "e": "e"})
+	calls := 0
+	stop := func() bool {
+		calls++
+		return calls > 2
+	}
+	if err := copyTree(src, dst, stop, func(string) {}); err != errStopped {
+		t.Fatalf("copyTree = %v, want errStopped", err)
+	}
+	if _, err := os.Stat(filepath.Join(dst, "e")); err == nil {
+		t.Error("the copy went on after the stop")
+	}
+	if _, err := os.Stat(filepath.Join(dst, "a")); err != nil {
+		t.Errorf("nothing was copied before the stop: %v", err)
+	}
+}
