@@ -5,8 +5,8 @@ package main
 
 import (
 	// Rate-limit reset times name IANA zones; a node may have no zone database.
-	_ "time/tzdata"
 	"os"
+	_ "time/tzdata"
 
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
