@@ -4,9 +4,8 @@
 package main
 
 import (
-	// Rate-limit reset times name IANA zones; a node may have no zone database.
 	"os"
-	_ "time/tzdata"
+	_ "time/tzdata" // rate-limit reset times name IANA zones; a node may have no zone database
 
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
