@@ -154,6 +154,9 @@ func (c *Controller) nodeRecord(name string, p *pull, prev store.Node, now time.
 	}
 	f := p.status.Facts
 	n.State, n.LastSeen = "online", now
+	if why := c.unusable[name]; why != "" {
+		n.LastError = "takes no tasks: " + why
+	}
 	if diskFull(f.DiskFreeBytes) {
 		n.LastError = fmt.Sprintf("disk nearly full: %d MiB free under the work_dir; no new tasks until there is %d MiB", f.DiskFreeBytes>>20, minDiskFree>>20)
 	}

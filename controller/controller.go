@@ -61,6 +61,9 @@ type Controller struct {
 	log   *slog.Logger
 	now   func() time.Time
 	nodes map[string]*nodeRuntime
+	// unusable names the nodes whose api_mode needs a variable this
+	// controller's environment lacks, with the reason; they take no task.
+	unusable map[string]string
 	// started is when this controller began: offline time is only counted
 	// from what this controller saw itself, never inherited from a
 	// controller that stopped long ago.
@@ -89,11 +92,16 @@ func New(opts Options) *Controller {
 	for _, n := range opts.Nodes {
 		allowed[n] = true
 	}
+	c.unusable = map[string]string{}
 	for _, n := range opts.Config.Nodes {
 		if len(allowed) > 0 && !allowed[n.Name] {
 			continue
 		}
 		c.nodes[n.Name] = &nodeRuntime{cfg: n, tr: opts.Transports[n.Name]}
+		if why := modeProblem(opts.Config, n, opts.LookupEnv); why != "" {
+			c.unusable[n.Name] = why
+			c.log.Warn("node takes no tasks", keyNode, n.Name, "reason", why)
+		}
 	}
 	return c
 }

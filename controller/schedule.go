@@ -185,7 +185,7 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 			if n.MinFreeMem > 0 && cp.mem < n.MinFreeMem {
 				continue
 			}
-			if paused[c.modeKey(n.Name)] {
+			if paused[c.modeKey(n.Name)] || c.unusable[n.Name] != "" {
 				continue
 			}
 			if mode, ok := c.cfg.APIModes[n.APIMode]; ok && mode.MaxConcurrency > 0 && modeUse[n.APIMode] >= mode.MaxConcurrency {

@@ -83,6 +83,10 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string) ([]PlanRow, error) 
 				reasons = append(reasons, n.Name+": "+why)
 				continue
 			}
+			if why := modeProblem(cfg, n, os.LookupEnv); why != "" {
+				reasons = append(reasons, n.Name+": "+why)
+				continue
+			}
 			tool := toolFor(t.Tool, n)
 			if _, _, err := toolCommand(cfg, tool, t.Model, false); err != nil {
 				reasons = append(reasons, n.Name+": "+err.Error())
@@ -102,6 +106,30 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string) ([]PlanRow, error) 
 		return rows, &PlanError{Problems: problems}
 	}
 	return rows, nil
+}
+
+// modeProblem says why a node's api_mode cannot be used with this
+// controller's environment (a ${VAR} that is not set), or "".
+func modeProblem(cfg *nodes.Config, n nodes.Node, lookup func(string) (string, bool)) string {
+	mode, ok := cfg.APIModes[n.APIMode]
+	if !ok {
+		return ""
+	}
+	for _, k := range sortedKeys(mode.Env) {
+		if _, err := nodes.ExpandEnv(mode.Env[k], lookup); err != nil {
+			return fmt.Sprintf("api_mode %s: %s: %v (export it in the controller's environment)", n.APIMode, k, err)
+		}
+	}
+	return ""
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 func nodeNames(cfg *nodes.Config) []string {
