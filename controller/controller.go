@@ -70,6 +70,9 @@ type Controller struct {
 	started time.Time
 
 	mu sync.Mutex // guards nodes' runtime fields touched by parallel pulls
+
+	// requests carries operator commands from the control socket to Run.
+	requests chan request
 }
 
 // New returns a controller; it does no I/O.
@@ -188,10 +191,22 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 			// Catch quick failures of fresh launches without waiting a whole poll.
 			wait = min(poll, time.Second)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
+		// Wait for the next tick, serving operator commands meanwhile; a
+		// tick follows every command at once.
+		timer := time.NewTimer(wait)
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return ctx.Err()
+			case <-timer.C:
+				break wait
+			case r := <-c.requests:
+				r.reply <- c.Do(ctx, r.req)
+				timer.Stop()
+				break wait
+			}
 		}
 	}
 }

@@ -21,6 +21,17 @@ import (
 	"github.com/dispatch-tool/dispatch/spec"
 )
 
+// Keys are the keys nodes.yaml accepts, by section: "top", "controller",
+// "node", "api_mode" and "tool". The README's reference is checked against
+// them.
+var Keys = map[string][]string{
+	"top":        {"controller", "nodes", "api_modes", "routes", "tools"},
+	"controller": {"poll_interval", "heartbeat_timeout", "node_offline_timeout", "max_retries", "retry_backoff", "retry_backoff_max", "max_fix_rounds", "ssh_connect_timeout", "max_parallel_ssh"},
+	"node":       {"name", "ssh", "slots", "api_mode", "work_dir", "tool", "min_free_mem", "tags", "dangerous", "strict_host_key_checking"},
+	"api_mode":   {"env", "max_concurrency", "dangerous"},
+	"tool":       {"command", "model_flag"},
+}
+
 // Config is a parsed and validated nodes.yaml.
 type Config struct {
 	File       string // the path it was read from, for messages
@@ -256,7 +267,7 @@ func (p *parser) parse(data []byte) *Config {
 		return nil
 	}
 	root := resolve(doc.Content[0])
-	f, ok := p.fields(root, "", "the top level", "controller", "nodes", "api_modes", "routes", "tools")
+	f, ok := p.fields(root, "", "the top level", Keys["top"]...)
 	if !ok {
 		return nil
 	}
@@ -378,9 +389,7 @@ func (p *parser) mapping(n *yaml.Node, what string) ([]pair, bool) {
 
 func (p *parser) controller(n *yaml.Node) Controller {
 	c := defaultController
-	f, _ := p.fields(n, "controller", "controller",
-		"poll_interval", "heartbeat_timeout", "node_offline_timeout", "max_retries", "retry_backoff",
-		"retry_backoff_max", "max_fix_rounds", "ssh_connect_timeout", "max_parallel_ssh")
+	f, _ := p.fields(n, "controller", "controller", Keys["controller"]...)
 	for _, d := range []struct {
 		key string
 		dst *time.Duration
@@ -466,9 +475,7 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 	if name := peekName(item); name != "" {
 		where = fmt.Sprintf("node %q", name)
 	}
-	f, ok := p.fields(item, where, "a node",
-		"name", "ssh", "slots", "api_mode", "work_dir", "tool", "min_free_mem", "tags", "dangerous",
-		"strict_host_key_checking")
+	f, ok := p.fields(item, where, "a node", Keys["node"]...)
 	if !ok {
 		return n, false
 	}
@@ -587,7 +594,7 @@ func (p *parser) apiModes(n *yaml.Node) map[string]APIMode {
 		}
 		where := fmt.Sprintf("api_mode %q", name)
 		m := APIMode{Env: map[string]string{}}
-		f, _ := p.fields(kv.val, where, where, "env", "max_concurrency", "dangerous")
+		f, _ := p.fields(kv.val, where, where, Keys["api_mode"]...)
 		if v := f["env"].val; v != nil && !isNull(v) {
 			m.Env = p.env(v, where)
 		}
@@ -683,7 +690,7 @@ func (p *parser) tools(n *yaml.Node) map[string]Tool {
 			p.errorf(kv.key, nameFix, "tool name %q is not valid", name)
 		}
 		where := fmt.Sprintf("tool %q", name)
-		f, ok := p.fields(kv.val, where, where, "command", "model_flag")
+		f, ok := p.fields(kv.val, where, where, Keys["tool"]...)
 		if !ok {
 			out[name] = Tool{}
 			continue

@@ -250,7 +250,8 @@ func (l *loader) readText(path string) (text string, exists, ok bool) {
 	return text, true, true
 }
 
-var configKeys = []string{"integration", "verification", "max_fix_rounds", "integration_spec",
+// ProjectKeys are the keys project.yaml accepts.
+var ProjectKeys = []string{"integration", "verification", "max_fix_rounds", "integration_spec",
 	"tool", "type", "timeout", "max_retries", "base", "setup", "halt"}
 
 func (l *loader) loadConfig() {
@@ -265,7 +266,7 @@ func (l *loader) loadConfig() {
 		return
 	}
 	c := &l.project.Config
-	y.fields(root, ConfigFile, configKeys, func(key string, v *yaml.Node) {
+	y.fields(root, ConfigFile, ProjectKeys, func(key string, v *yaml.Node) {
 		switch key {
 		case "integration", "verification":
 			if b, ok := y.boolean(key, v); ok {
@@ -384,7 +385,8 @@ func (l *loader) loadShared() {
 	}
 }
 
-var taskKeys = []string{"type", "tool", "model", "priority", "depends_on", "timeout",
+// TaskKeys are the keys a spec's front matter accepts.
+var TaskKeys = []string{"type", "tool", "model", "priority", "depends_on", "timeout",
 	"max_retries", "node", "tags", "context"}
 
 // parseTask parses one task file. It returns nil when the file could not
@@ -475,7 +477,7 @@ func cmpOr(a, b string) string {
 func (l *loader) frontMatter(y yamlFile, root *yaml.Node, p *parsed) []item {
 	t := p.task
 	var refs []item
-	y.fields(root, "front matter", taskKeys, func(key string, v *yaml.Node) {
+	y.fields(root, "front matter", TaskKeys, func(key string, v *yaml.Node) {
 		switch key {
 		case "type":
 			if s, ok := y.typ(key, v); ok {

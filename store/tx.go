@@ -420,3 +420,27 @@ func (tx *Tx) Pauses(ctx context.Context) (map[string]time.Time, error) {
 	}
 	return out, rows.Err()
 }
+
+// DeleteTasks removes tasks and everything recorded for their attempts
+// (runs, manifests, verdicts), and the project's merge conflicts: used when
+// a retry makes the integration phase start over. The event log keeps their
+// history.
+func (tx *Tx) DeleteTasks(ctx context.Context, project string, ids []string) error {
+	for _, id := range ids {
+		for _, q := range []string{
+			"DELETE FROM files WHERE project = ? AND task = ?",
+			"DELETE FROM runs WHERE project = ? AND task = ?",
+			"DELETE FROM verdicts WHERE project = ? AND task = ?",
+			"DELETE FROM tasks WHERE project = ? AND id = ?",
+		} {
+			if _, err := tx.tx.ExecContext(ctx, q, project, id); err != nil {
+				return fmt.Errorf("delete task %s/%s: %w", project, id, err)
+			}
+		}
+		if err := tx.Event(ctx, Event{Project: project, Task: id, Kind: "deleted", Message: "phase task removed: the phase starts over"}); err != nil {
+			return err
+		}
+	}
+	_, err := tx.tx.ExecContext(ctx, "DELETE FROM conflicts WHERE project = ?", project)
+	return err
+}

@@ -17,9 +17,14 @@ func cmdTail(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("tail")
 	dirFlag := fs.String("dir", "", "task directory")
 	follow := fs.Bool("follow", false, "keep printing until the attempt is over")
+	from := fs.Int64("from", 0, "skip the first N bytes of what tail would print (a caller polling for more)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if *from < 0 {
+		return usageErrorf("tail: --from must not be negative")
+	}
+	stdout = &skipWriter{w: stdout, skip: *from}
 	dir, err := taskDirFlag("tail", *dirFlag)
 	if err != nil {
 		return err
@@ -147,4 +152,25 @@ func (r *logReader) close() {
 		r.f.Close()
 		r.f = nil
 	}
+}
+
+// skipWriter drops the first skip bytes written to it: `tail --from N`
+// lets a controller that polls print only what is new.
+type skipWriter struct {
+	w    io.Writer
+	skip int64
+}
+
+func (s *skipWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	if s.skip >= int64(n) {
+		s.skip -= int64(n)
+		return n, nil
+	}
+	p = p[s.skip:]
+	s.skip = 0
+	if _, err := s.w.Write(p); err != nil {
+		return 0, err
+	}
+	return n, nil
 }

@@ -682,6 +682,14 @@ func TestTail(t *testing.T) {
 		if code != 0 || string(out) != "a\nb\nc\n" {
 			t.Errorf("tail: exit %d, %q", code, out)
 		}
+		out, code = runWrapper(t, "", "tail", "--dir", tk.dir, "--from", "2")
+		if code != 0 || string(out) != "b\nc\n" {
+			t.Errorf("tail --from 2: exit %d, %q", code, out)
+		}
+		out, _ = runWrapper(t, "", "tail", "--dir", tk.dir, "--from", "6")
+		if len(out) != 0 {
+			t.Errorf("tail --from the end: %q", out)
+		}
 	})
 	t.Run("follow", func(t *testing.T) {
 		t.Parallel()

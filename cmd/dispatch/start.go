@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -26,6 +27,7 @@ func startCommand() *cli.Command {
 			&cli.BoolFlag{Name: "dry-run", Usage: "validate and print the plan; start nothing"},
 			&cli.BoolFlag{Name: "integrate-partial", Usage: "run the integration phase even if some tasks failed"},
 			&cli.BoolFlag{Name: "no-integrate", Usage: "skip the integration phase (S99, verification, fixes)"},
+			&cli.BoolFlag{Name: "detach", Usage: "run the controller in the background (log: <home>/dispatch.log, pid: <home>/dispatch.pid)"},
 		},
 		Action: startAction,
 	}
@@ -53,14 +55,23 @@ func startAction(c *cli.Context) error {
 		printPlan(e, cfg, p, rows)
 		return nil
 	}
+	so := controller.StartOptions{IntegratePartial: c.Bool("integrate-partial"), NoIntegrate: c.Bool("no-integrate")}
 	transports, err := openTransports(cfg, only)
 	if err != nil {
 		return err
 	}
 
 	lock, err := controller.AcquireLock(e.home)
+	if errors.Is(err, controller.ErrLocked) {
+		// One controller serves every project of a home: hand this one to it.
+		return handOff(ctx, e, name, so, c.Bool("detach"), err)
+	}
 	if err != nil {
 		return err
+	}
+	if c.Bool("detach") && os.Getenv(detachedEnv) == "" {
+		lock.Release()
+		return detach(ctx, e, name)
 	}
 	defer lock.Release()
 	st, err := store.Open(ctx, e.dbPath())
@@ -68,8 +79,7 @@ func startAction(c *cli.Context) error {
 		return err
 	}
 	defer st.Close()
-	sync, err := controller.AddProject(ctx, st, cfg, p, controller.StartOptions{
-		IntegratePartial: c.Bool("integrate-partial"), NoIntegrate: c.Bool("no-integrate")})
+	sync, err := controller.AddProject(ctx, st, cfg, p, so)
 	if err != nil {
 		return err
 	}
@@ -92,6 +102,17 @@ func startAction(c *cli.Context) error {
 
 	ctl := controller.New(controller.Options{Home: e.home, Config: cfg, Store: st, Transports: transports,
 		Wrappers: nodes.NewWrappers(), Logger: e.log, Nodes: only})
+	stopServing, err := ctl.Serve(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopServing()
+	if os.Getenv(detachedEnv) != "" {
+		if err := os.WriteFile(filepath.Join(e.home, pidFile), []byte(fmt.Sprintf("%d\n", os.Getpid())), 0o644); err != nil {
+			return err
+		}
+		defer os.Remove(filepath.Join(e.home, pidFile))
+	}
 	prog := newProgress(e, st, name)
 	prog.header(ctx, cfg, c.Duration("poll"))
 	runErr := ctl.Run(ctx, c.Duration("poll"), func(controller.TickResult) { prog.update(ctx) })

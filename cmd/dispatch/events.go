@@ -1,0 +1,116 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+func eventsCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "events",
+		Usage:     "print a project's event log: every state change of every task, node and phase",
+		ArgsUsage: "<project>",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new events until the project finishes"},
+			&cli.BoolFlag{Name: "json", Usage: "one JSON object per line"},
+		},
+		Action: func(c *cli.Context) error {
+			ctx := c.Context
+			e, err := newEnv(c)
+			if err != nil {
+				return err
+			}
+			project, err := projectArg(c, "dispatch events <project> [-f] [--json]")
+			if err != nil {
+				return err
+			}
+			st, err := e.openReadOnly(ctx)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			if err := knownProject(ctx, st, project); err != nil {
+				return err
+			}
+			enc := json.NewEncoder(e.out)
+			var last int64
+			for {
+				evs, err := st.Events(ctx, project, last, 0)
+				if err != nil {
+					return err
+				}
+				for _, ev := range evs {
+					last = ev.ID
+					if c.Bool("json") {
+						if err := enc.Encode(eventJSON(ev)); err != nil {
+							return err
+						}
+						continue
+					}
+					fmt.Fprintln(e.out, eventText(ev))
+				}
+				if !c.Bool("follow") {
+					return nil
+				}
+				p, err := st.Project(ctx, project)
+				if err != nil {
+					return err
+				}
+				if p.State != store.ProjectActive && len(evs) == 0 {
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(500 * time.Millisecond):
+				}
+			}
+		},
+	}
+}
+
+// eventView is one event in `dispatch events --json`.
+type eventView struct {
+	ID      int64  `json:"id"`
+	Time    string `json:"time"`
+	Project string `json:"project"`
+	Task    string `json:"task"`
+	Attempt int    `json:"attempt"`
+	Kind    string `json:"kind"`
+	From    string `json:"from"`
+	To      string `json:"to"`
+	Node    string `json:"node"`
+	Message string `json:"message"`
+}
+
+func eventJSON(ev store.Event) eventView {
+	return eventView{ID: ev.ID, Time: ev.Time.UTC().Format(time.RFC3339Nano), Project: ev.Project, Task: ev.Task,
+		Attempt: ev.Attempt, Kind: ev.Kind, From: ev.FromStatus, To: ev.ToStatus, Node: ev.Node, Message: ev.Message}
+}
+
+func eventText(ev store.Event) string {
+	what := ev.Kind
+	if ev.FromStatus != "" || ev.ToStatus != "" {
+		what += " " + ev.FromStatus + "→" + ev.ToStatus
+	}
+	who := ev.Task
+	if ev.Attempt > 0 {
+		who = fmt.Sprintf("%s#%d", ev.Task, ev.Attempt)
+	}
+	if who == "" {
+		who = "-"
+	}
+	line := fmt.Sprintf("%s  %-7s %s", ev.Time.Local().Format("2006-01-02 15:04:05"), who, what)
+	if ev.Node != "" {
+		line += " [" + ev.Node + "]"
+	}
+	if ev.Message != "" {
+		line += "  " + ev.Message
+	}
+	return line
+}

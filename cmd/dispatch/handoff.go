@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+const (
+	// detachedEnv marks the controller process that `start --detach` runs.
+	detachedEnv = "DISPATCH_DETACHED"
+	logFile     = "dispatch.log"
+	pidFile     = "dispatch.pid"
+)
+
+// handOff gives a project to the controller already running on the home,
+// then follows it to the end (unless detach) and exits with its result.
+func handOff(ctx context.Context, e *env, name string, so controller.StartOptions, detach bool, lockErr error) error {
+	rep, err := controller.Send(ctx, e.home, controller.Request{Op: "start", Project: name, Start: so})
+	if errors.Is(err, controller.ErrNoController) {
+		return fmt.Errorf("%w; it does not answer on %s", lockErr, controller.SocketPath(e.home))
+	}
+	if err != nil {
+		return err
+	}
+	if rep.Error != "" {
+		if rep.Usage {
+			return &usageError{err: errors.New(rep.Error), hint: "dispatch validate " + name}
+		}
+		return errors.New(rep.Error)
+	}
+	fmt.Fprintln(e.out, rep.Message)
+	if detach {
+		fmt.Fprintf(e.out, "follow it with: dispatch status %s --watch\n", name)
+		return nil
+	}
+	return follow(ctx, e, name)
+}
+
+// follow shows a project's progress from the database until it is finished
+// or stopped, and returns its result as the exit status.
+func follow(ctx context.Context, e *env, name string) error {
+	st, err := e.openReadOnly(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	prog := newProgress(e, st, name)
+	for {
+		prog.update(ctx)
+		p, err := st.Project(ctx, name)
+		if err != nil {
+			return err
+		}
+		if p.State != store.ProjectActive {
+			prog.finish(ctx)
+			if p.State == store.ProjectStopped {
+				return &workFailed{msg: fmt.Sprintf("dispatch: %s was stopped", name)}
+			}
+			fmt.Fprintf(e.out, "report: %s\n", filepath.Join(controller.RunsDir(e.home, name), "report.md"))
+			if p.Result != controller.ResultPassed {
+				return &workFailed{}
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			prog.clearLive()
+			return &workFailed{msg: fmt.Sprintf("dispatch: stopped following %s; the controller goes on (dispatch status %s)", name, name)}
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// detach starts this same `dispatch start` as a background controller in its
+// own session, with its output in <home>/dispatch.log, and returns once its
+// control socket answers.
+func detach(ctx context.Context, e *env, name string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var args []string
+	for _, a := range os.Args[1:] {
+		if a == "--detach" || a == "-detach" || strings.HasPrefix(a, "--detach=") {
+			continue
+		}
+		args = append(args, a)
+	}
+	logPath := filepath.Join(e.home, logFile)
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", logPath, err)
+	}
+	defer logf.Close()
+	fmt.Fprintf(logf, "--- %s dispatch %s\n", time.Now().Format(time.RFC3339), strings.Join(args, " "))
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), detachedEnv+"=1")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start the background controller: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.After(30 * time.Second)
+	for {
+		if conn, err := net.Dial("unix", controller.SocketPath(e.home)); err == nil {
+			conn.Close()
+			fmt.Fprintf(e.out, "controller started in the background (pid %d) for %s\nlog: %s\nfollow it with: dispatch status %s --watch\n",
+				cmd.Process.Pid, name, logPath, name)
+			return nil
+		}
+		select {
+		case err := <-exited:
+			b, _ := os.ReadFile(logPath)
+			return fmt.Errorf("the background controller exited at once (%v); the end of %s:\n%s", err, logPath, lastLines(string(b), 15))
+		case <-deadline:
+			return fmt.Errorf("the background controller (pid %d) did not open its control socket within 30s; see %s", cmd.Process.Pid, logPath)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/spec"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+func logsCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "logs",
+		Usage:     "print a task's log (the tool's stdout and stderr), from its node while it runs",
+		ArgsUsage: "<project> <ID>",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing until the attempt ends"},
+			&cli.IntFlag{Name: "attempt", Usage: "attempt `N` (default: the latest)"},
+		},
+		Action: logsAction,
+	}
+}
+
+func logsAction(c *cli.Context) error {
+	ctx := c.Context
+	e, err := newEnv(c)
+	if err != nil {
+		return err
+	}
+	const usage = "dispatch logs <project> <ID> [-f] [--attempt N]"
+	if c.NArg() != 2 {
+		return usagef(usage, "logs takes a project and a task ID")
+	}
+	project, id := c.Args().Get(0), c.Args().Get(1)
+	if err := spec.ValidName(project); err != nil {
+		return &usageError{err: err, hint: usage}
+	}
+	st, err := e.openReadOnly(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := knownProject(ctx, st, project); err != nil {
+		return err
+	}
+	t, err := st.Task(ctx, project, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return usagef(usage, "project %s has no task %q", project, id)
+	}
+	if err != nil {
+		return err
+	}
+	attempt := c.Int("attempt")
+	if attempt == 0 {
+		attempt = t.Attempt
+	}
+	if attempt < 1 || attempt > t.Attempt {
+		return usagef(usage, "%s/%s has attempts 1 to %d", project, id, t.Attempt)
+	}
+	runs, err := st.Runs(ctx, project, id)
+	if err != nil {
+		return err
+	}
+	var run store.Run
+	for _, r := range runs {
+		if r.Attempt == attempt {
+			run = r
+		}
+	}
+	// A collected log is on this machine already.
+	local := filepath.Join(controller.RunsDir(e.home, project), id, "attempts", strconv.Itoa(attempt), "task.log")
+	if !run.CollectedAt.IsZero() {
+		b, err := os.ReadFile(local)
+		if err == nil {
+			_, err = e.out.Write(b)
+			return err
+		}
+	}
+	if run.Node == "" {
+		return fmt.Errorf("%s/%s attempt %d has not started yet: no log", project, id, attempt)
+	}
+	return remoteLog(ctx, e, st, t, run, c.Bool("follow"))
+}
+
+// remoteLog prints an attempt's task.log from its node, polling for more
+// with `tail --from` while it runs when follow is set.
+func remoteLog(ctx context.Context, e *env, st *store.Store, t store.Task, run store.Run, follow bool) error {
+	cfg, err := e.loadConfig()
+	if err != nil {
+		return err
+	}
+	n, ok := cfg.Node(run.Node)
+	if !ok {
+		return fmt.Errorf("node %s of %s/%s is no longer in %s", run.Node, t.Project, t.ID, cfg.File)
+	}
+	env, err := nodes.DefaultSSHEnv()
+	if err != nil {
+		return err
+	}
+	tr, err := nodes.Open(cfg, n, env)
+	if err != nil {
+		return err
+	}
+	defer tr.Close()
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	inst, err := nodes.EnsureWrapper(cctx, tr, n.WorkDir, nodes.NewWrappers())
+	cancel()
+	if err != nil {
+		return fmt.Errorf("reach %s: %w", n.Name, err)
+	}
+	dir := path.Join(inst.WorkDir, t.Project, "tasks", t.ID)
+	if run.Attempt != t.Attempt || t.Node != run.Node {
+		// An earlier attempt: moved aside when a later one started there.
+		dir = path.Join(dir, "attempts", strconv.Itoa(run.Attempt))
+	}
+	var pos int64
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		res, err := tr.Exec(cctx, []string{inst.Path, "tail", "--dir", dir, "--from", strconv.FormatInt(pos, 10)}, nil)
+		cancel()
+		if err != nil {
+			return err
+		}
+		if res.ExitCode != 0 {
+			return fmt.Errorf("read the log on %s: %s", n.Name, string(res.Stdout)+string(res.Stderr))
+		}
+		if _, err := e.out.Write(res.Stdout); err != nil {
+			return err
+		}
+		pos += int64(len(res.Stdout))
+		if !follow {
+			return nil
+		}
+		cur, err := st.Task(ctx, t.Project, t.ID)
+		if err != nil {
+			return err
+		}
+		if cur.Attempt != run.Attempt || (cur.Status != store.Running && cur.Status != store.Claimed) {
+			// One last read: what the tool wrote before it ended.
+			res, err := tr.Exec(ctx, []string{inst.Path, "tail", "--dir", dir, "--from", strconv.FormatInt(pos, 10)}, nil)
+			if err == nil && res.ExitCode == 0 {
+				_, _ = e.out.Write(res.Stdout)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
+}

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+// opsHome is a local-node home with the given projects of shell tasks.
+func opsHome(t *testing.T, projects map[string]map[string]string) (home, work string) {
+	t.Helper()
+	home = t.TempDir()
+	work = filepath.Join(t.TempDir(), "work")
+	writeFile(t, filepath.Join(home, "nodes.yaml"), fmt.Sprintf(`controller:
+  poll_interval: 200ms
+  retry_backoff: 100ms
+  retry_backoff_max: 1s
+nodes:
+  - name: local
+    slots: 4
+    work_dir: %s
+`, work))
+	for p, files := range projects {
+		writeFile(t, filepath.Join(home, "specs", p, "project.yaml"), "tool: shell\nintegration: false\n")
+		for name, body := range files {
+			writeFile(t, filepath.Join(home, "specs", p, name), body)
+		}
+	}
+	return home, work
+}
+
+func TestInit(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "new-home")
+	r := runDispatch(t, nil, "init", dir)
+	if r.code != 0 || !strings.Contains(r.stdout, "dispatch validate example") {
+		t.Fatalf("init: %s", r)
+	}
+	if r := runDispatch(t, nil, "init", dir); r.code != 2 || !strings.Contains(r.stderr, "already has") {
+		t.Fatalf("init over an existing home: %s", r)
+	}
+	// The scaffold runs as it is (with the work_dir moved into the test).
+	cfg := readFile(t, filepath.Join(dir, "nodes.yaml"))
+	writeFile(t, filepath.Join(dir, "nodes.yaml"), strings.Replace(cfg, "~/dispatch", filepath.Join(t.TempDir(), "w"), 1))
+	if r := runDispatch(t, nil, "--home", dir, "start", "example"); r.code != 0 {
+		t.Fatalf("start example: %s", r)
+	}
+}
+
+func TestOperatorCommandsWithARunningController(t *testing.T) {
+	home, work := opsHome(t, map[string]map[string]string{
+		"a": {"S01-long.md": "echo started; sleep 60\n", "S02-quick.md": "echo quick\n"},
+		"b": {"S01-x.md": "echo b > b.txt\n"},
+	})
+	wait := startBackground(t, nil, "--home", home, "start", "a")
+	pollUntil(t, 30*time.Second, "a/S01 to run", func() bool {
+		return controller.Running(home) && taskState(t, home, "a", "S01").Status == store.Running
+	})
+
+	// start b is handed to the running controller, followed to its end.
+	r := runDispatch(t, nil, "--home", home, "start", "b")
+	if r.code != 0 || !strings.Contains(r.stdout, "handed to the running controller") {
+		t.Fatalf("start b while a controller runs: %s", r)
+	}
+	if got := strings.TrimSpace(readFile(t, filepath.Join(home, "runs", "b", "S01", "output", "b.txt"))); got != "b" {
+		t.Fatalf("b's output: %q", got)
+	}
+	// Refusals.
+	if r := runDispatch(t, nil, "--home", home, "retry", "a", "S09"); r.code != 2 || !strings.Contains(r.stderr, `no task "S09"`) {
+		t.Fatalf("retry of an unknown task: %s", r)
+	}
+	if r := runDispatch(t, nil, "--home", home, "retry", "a", "S01"); r.code != 2 || !strings.Contains(r.stderr, "cancel it first") {
+		t.Fatalf("retry of a running task: %s", r)
+	}
+	if r := runDispatch(t, nil, "--home", home, "cleanup", "a", "--yes"); r.code != 2 || !strings.Contains(r.stderr, "running tasks") {
+		t.Fatalf("cleanup while running: %s", r)
+	}
+	// logs of the running task come from its node.
+	if r := runDispatch(t, nil, "--home", home, "logs", "a", "S01"); r.code != 0 || r.stdout != "started\n" {
+		t.Fatalf("logs: %s", r)
+	}
+	// cancel kills it on the node.
+	r = runDispatch(t, nil, "--home", home, "cancel", "a", "S01")
+	if r.code != 0 || !strings.Contains(r.stdout, "killed 1 running attempt") {
+		t.Fatalf("cancel: %s", r)
+	}
+	if _, _, _, status := nodeStatusJSON(t, work, "a", "S01"); status != "killed" {
+		t.Fatalf("status.json on the node after cancel: %q", status)
+	}
+	r = wait()
+	if r.code != 1 {
+		t.Fatalf("a with a canceled task should end failed: %s", r)
+	}
+	// events: the whole history, as text and JSON lines.
+	r = runDispatch(t, nil, "--home", home, "events", "a", "--json")
+	if r.code != 0 {
+		t.Fatalf("events: %s", r)
+	}
+	var kinds []string
+	sc := bufio.NewScanner(strings.NewReader(r.stdout))
+	for sc.Scan() {
+		var ev struct{ Kind, Task, To string }
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("events --json line %q: %v", sc.Text(), err)
+		}
+		kinds = append(kinds, ev.Kind+":"+ev.Task+":"+ev.To)
+	}
+	joined := strings.Join(kinds, " ")
+	for _, want := range []string{"cancel:S01:canceled", "status:S02:completed", "project::done"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("events lack %s: %s", want, joined)
+		}
+	}
+	if r := runDispatch(t, nil, "--home", home, "events", "a"); r.code != 0 || !strings.Contains(r.stdout, "canceled by the operator") {
+		t.Fatalf("events text: %s", r)
+	}
+	// retry without a controller: this command takes the lock itself.
+	writeFile(t, filepath.Join(home, "specs", "a", "S01-long.md"), "echo now quick > q.txt\n")
+	r = runDispatch(t, nil, "--home", home, "retry", "a", "S01")
+	if r.code != 0 || !strings.Contains(r.stdout, "takes its changed spec") || !strings.Contains(r.stdout, "no controller is running") {
+		t.Fatalf("retry: %s", r)
+	}
+	if r := runDispatch(t, nil, "--home", home, "start", "a"); r.code != 0 {
+		t.Fatalf("start after retry: %s", r)
+	}
+	if tk := taskState(t, home, "a", "S01"); tk.Status != store.Completed || tk.Attempt != 2 {
+		t.Fatalf("a/S01 after retry: %s attempt %d", tk.Status, tk.Attempt)
+	}
+	// cleanup: says what it removes, then removes it.
+	r = runDispatch(t, nil, "--home", home, "cleanup", "a")
+	if r.code != 2 || !strings.Contains(r.stdout, "would remove local:") {
+		t.Fatalf("cleanup without --yes: %s", r)
+	}
+	if _, err := os.Stat(filepath.Join(work, "a")); err != nil {
+		t.Fatalf("cleanup without --yes removed the workspace: %v", err)
+	}
+	if r := runDispatch(t, nil, "--home", home, "cleanup", "a", "--yes"); r.code != 0 {
+		t.Fatalf("cleanup --yes: %s", r)
+	}
+	if _, err := os.Stat(filepath.Join(work, "a")); !os.IsNotExist(err) {
+		t.Fatalf("workspace still there: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(home, "runs", "a", "S02", "output")); err != nil {
+		t.Fatalf("cleanup touched the collected outputs: %v", err)
+	}
+}
+
+func TestDetachStopAndResume(t *testing.T) {
+	home, _ := opsHome(t, map[string]map[string]string{
+		"p": {"S01-long.md": "sleep 60\n", "S02-later.md": "---\ndepends_on: [S01]\n---\necho later\n"},
+	})
+	r := runDispatch(t, nil, "--home", home, "start", "p", "--detach")
+	if r.code != 0 || !strings.Contains(r.stdout, "in the background") {
+		t.Fatalf("start --detach: %s", r)
+	}
+	pollUntil(t, 30*time.Second, "the detached controller to run S01", func() bool {
+		return taskState(t, home, "p", "S01").Status == store.Running
+	})
+	if _, err := os.Stat(filepath.Join(home, "dispatch.pid")); err != nil {
+		t.Fatalf("no pid file: %v", err)
+	}
+	r = runDispatch(t, nil, "--home", home, "stop", "p", "--kill")
+	if r.code != 0 || !strings.Contains(r.stdout, "stopped") || !strings.Contains(r.stdout, "killed 1") {
+		t.Fatalf("stop --kill: %s", r)
+	}
+	// With nothing left to serve, the background controller ends.
+	pollUntil(t, 30*time.Second, "the background controller to exit", func() bool {
+		_, err := os.Stat(filepath.Join(home, "dispatch.pid"))
+		return os.IsNotExist(err) && !controller.Running(home)
+	})
+	if tk := taskState(t, home, "p", "S02"); tk.Attempt != 0 {
+		t.Fatalf("S02 started after stop: attempt %d", tk.Attempt)
+	}
+	if !strings.Contains(readFile(t, filepath.Join(home, "dispatch.log")), "dispatch") {
+		t.Fatal("dispatch.log is empty")
+	}
+	// Resume: retry the canceled task and start again.
+	writeFile(t, filepath.Join(home, "specs", "p", "S01-long.md"), "echo quick\n")
+	if r := runDispatch(t, nil, "--home", home, "retry", "p", "S01"); r.code != 0 {
+		t.Fatalf("retry: %s", r)
+	}
+	if r := runDispatch(t, nil, "--home", home, "start", "p"); r.code != 0 {
+		t.Fatalf("resume: %s", r)
+	}
+}
+
+func TestCompletionScripts(t *testing.T) {
+	for _, sh := range []string{"bash", "zsh", "fish"} {
+		r := runDispatch(t, nil, "completion", sh)
+		if r.code != 0 || !strings.Contains(r.stdout, "dispatch") || len(r.stdout) < 200 {
+			t.Errorf("completion %s: %s", sh, r)
+		}
+	}
+	r := runDispatch(t, nil, "--generate-bash-completion")
+	for _, cmd := range []string{"start", "status", "retry", "logs", "events", "cleanup", "nodes"} {
+		if !strings.Contains(r.stdout, cmd) {
+			t.Errorf("completion candidates lack %s: %q", cmd, r.stdout)
+		}
+	}
+	if r := runDispatch(t, nil, "completion", "tcsh"); r.code != 2 {
+		t.Errorf("completion tcsh: %s", r)
+	}
+}

@@ -1,0 +1,425 @@
+package controller
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/spec"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+// Request is an operator command for the controller of a home: the running
+// one receives it over the control socket; when none runs, the command
+// takes the lock and runs it in-process.
+type Request struct {
+	Op      string       `json:"op"` // start, retry, cancel, stop
+	Project string       `json:"project"`
+	Tasks   []string     `json:"tasks,omitempty"`
+	Kill    bool         `json:"kill,omitempty"`
+	Start   StartOptions `json:"start,omitempty"`
+}
+
+// Reply is the controller's answer to a Request.
+type Reply struct {
+	Message string `json:"message,omitempty"`
+	Error   string `json:"error,omitempty"`
+	// Usage is set when the request itself was wrong (an unknown task): the
+	// command exits 2.
+	Usage bool `json:"usage,omitempty"`
+}
+
+// OpError is a request that cannot be carried out as asked.
+type OpError struct{ Msg string }
+
+func (e *OpError) Error() string { return e.Msg }
+
+// ErrNoController means no controller answers on the home's socket.
+var ErrNoController = errors.New("no controller is running on this home")
+
+// SocketPath is the control socket of a home: dispatch.sock in it, or, when
+// that path is too long for a unix socket, a name in the temp directory
+// derived from the home.
+func SocketPath(home string) string {
+	p := filepath.Join(home, "dispatch.sock")
+	if len(p) < 100 {
+		return p
+	}
+	sum := sha256.Sum256([]byte(home))
+	return filepath.Join(os.TempDir(), "dispatch-"+hex.EncodeToString(sum[:8])+".sock")
+}
+
+// Running reports whether a controller answers on the home's socket.
+func Running(home string) bool {
+	conn, err := net.DialTimeout("unix", SocketPath(home), time.Second)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}
+
+// Send delivers a request to the running controller of home.
+func Send(ctx context.Context, home string, req Request) (Reply, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", SocketPath(home))
+	if err != nil {
+		return Reply{}, fmt.Errorf("%w (%v)", ErrNoController, err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Minute))
+	if err := json.NewEncoder(conn).Encode(req); err != nil {
+		return Reply{}, fmt.Errorf("send to the controller: %w", err)
+	}
+	var rep Reply
+	if err := json.NewDecoder(bufio.NewReader(conn)).Decode(&rep); err != nil {
+		return Reply{}, fmt.Errorf("read the controller's answer: %w", err)
+	}
+	return rep, nil
+}
+
+// request is a Request waiting for the control loop.
+type request struct {
+	req   Request
+	reply chan Reply
+}
+
+// Serve listens on the home's control socket and hands each request to the
+// control loop (Run), which alone writes the database. The returned
+// function stops listening and removes the socket.
+func (c *Controller) Serve(ctx context.Context) (func(), error) {
+	path := SocketPath(c.opts.Home)
+	_ = os.Remove(path) // left by a killed controller; we hold the lock
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("control socket %s: %w", path, err)
+	}
+	_ = os.Chmod(path, 0o600)
+	c.requests = make(chan request)
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go c.serveConn(ctx, conn)
+		}
+	}()
+	return func() { l.Close(); os.Remove(path) }, nil
+}
+
+func (c *Controller) serveConn(ctx context.Context, conn net.Conn) {
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Minute))
+	var req Request
+	if err := json.NewDecoder(bufio.NewReader(conn)).Decode(&req); err != nil {
+		_ = json.NewEncoder(conn).Encode(Reply{Error: "bad request: " + err.Error(), Usage: true})
+		return
+	}
+	r := request{req: req, reply: make(chan Reply, 1)}
+	select {
+	case c.requests <- r:
+	case <-ctx.Done():
+		return
+	}
+	select {
+	case rep := <-r.reply:
+		_ = json.NewEncoder(conn).Encode(rep)
+	case <-ctx.Done():
+	}
+}
+
+// Do carries out an operator request; the control loop calls it between
+// ticks, and a command that took the lock itself calls it directly.
+func (c *Controller) Do(ctx context.Context, req Request) Reply {
+	var msg string
+	var err error
+	switch req.Op {
+	case "start":
+		msg, err = c.startProject(ctx, req.Project, req.Start)
+	case "retry":
+		msg, err = c.Retry(ctx, req.Project, req.Tasks)
+	case "cancel":
+		msg, err = c.Cancel(ctx, req.Project, req.Tasks)
+	case "stop":
+		msg, err = c.Stop(ctx, req.Project, req.Kill)
+	default:
+		err = &OpError{Msg: fmt.Sprintf("unknown request %q", req.Op)}
+	}
+	if err != nil {
+		var oe *OpError
+		return Reply{Error: err.Error(), Usage: errors.As(err, &oe)}
+	}
+	return Reply{Message: msg}
+}
+
+// startProject loads a project's specs and serves it (a `dispatch start`
+// handed to this controller).
+func (c *Controller) startProject(ctx context.Context, name string, so StartOptions) (string, error) {
+	p, err := spec.Load(filepath.Join(c.opts.Home, "specs"), name)
+	if err != nil {
+		return "", &OpError{Msg: err.Error()}
+	}
+	if _, err := Plan(c.cfg, p, c.opts.Nodes); err != nil {
+		return "", &OpError{Msg: err.Error()}
+	}
+	res, err := AddProject(ctx, c.st, c.cfg, p, so)
+	if err != nil {
+		return "", err
+	}
+	if res.Finished {
+		return fmt.Sprintf("%s already finished; nothing to run", name), nil
+	}
+	return fmt.Sprintf("%s handed to the running controller (pid %d): %d new task(s)", name, os.Getpid(), res.Added), nil
+}
+
+func (c *Controller) projectTasks(ctx context.Context, project string) (store.Project, map[string]store.Task, error) {
+	p, err := c.st.Project(ctx, project)
+	if errors.Is(err, store.ErrNotFound) {
+		return p, nil, &OpError{Msg: fmt.Sprintf("project %q has not been started on this home", project)}
+	}
+	if err != nil {
+		return p, nil, err
+	}
+	tasks, err := c.st.Tasks(ctx, project)
+	if err != nil {
+		return p, nil, err
+	}
+	byID := map[string]store.Task{}
+	for _, t := range tasks {
+		byID[t.ID] = t
+	}
+	return p, byID, nil
+}
+
+func unknownTask(project, id string, byID map[string]store.Task) error {
+	var ids []string
+	for k := range byID {
+		ids = append(ids, k)
+	}
+	sort.Strings(ids)
+	return &OpError{Msg: fmt.Sprintf("project %s has no task %q (its tasks: %s)", project, id, strings.Join(ids, ", "))}
+}
+
+// phaseOf is the phase a phase task belongs to.
+func phaseOf(id string) string {
+	switch {
+	case id == IntegrationID:
+		return PhaseIntegration
+	case strings.HasPrefix(id, "V"):
+		return PhaseVerification
+	}
+	return PhaseFix
+}
+
+// Retry reruns finished, failed, blocked or canceled tasks: each gets a new
+// attempt with its retries reset and, for an author task, the current
+// content of its spec file. Retrying an author task after the integration
+// phase started makes the phase start over; a phase task can be retried
+// when it is the latest one.
+func (c *Controller) Retry(ctx context.Context, project string, ids []string) (string, error) {
+	if len(ids) == 0 {
+		return "", &OpError{Msg: "name the tasks to retry"}
+	}
+	_, byID, err := c.projectTasks(ctx, project)
+	if err != nil {
+		return "", err
+	}
+	var latest store.Task
+	var phaseIDs []string
+	for _, t := range byID {
+		if IsPhaseID(t.ID) {
+			phaseIDs = append(phaseIDs, t.ID)
+			if latest.ID == "" || t.CreatedAt.After(latest.CreatedAt) {
+				latest = t
+			}
+		}
+	}
+	sort.Strings(phaseIDs)
+	authorRetried := false
+	for _, id := range ids {
+		t, ok := byID[id]
+		if !ok {
+			return "", unknownTask(project, id, byID)
+		}
+		switch t.Status {
+		case store.Claimed, store.Running:
+			return "", &OpError{Msg: fmt.Sprintf("%s/%s is running (attempt %d on %s): cancel it first", project, id, t.Attempt, t.Node)}
+		case store.Pending:
+			return "", &OpError{Msg: fmt.Sprintf("%s/%s is already waiting to run", project, id)}
+		}
+		if IsPhaseID(id) {
+			if id != latest.ID {
+				return "", &OpError{Msg: fmt.Sprintf("%s is not the latest phase task (%s): retry %s, or an author task to run the whole phase again", id, latest.ID, latest.ID)}
+			}
+		} else {
+			authorRetried = true
+		}
+	}
+	// New snapshots for author tasks whose spec changed.
+	fresh := map[string]*spec.Task{}
+	if sp, err := spec.Load(filepath.Join(c.opts.Home, "specs"), project); err == nil {
+		for _, t := range sp.Tasks {
+			fresh[t.ID] = t
+		}
+	}
+	var notes []string
+	err = c.st.Update(ctx, func(tx *store.Tx) error {
+		phase := phaseOf(ids[0])
+		if authorRetried {
+			phase = PhaseImplementation
+			if len(phaseIDs) > 0 {
+				if err := tx.DeleteTasks(ctx, project, phaseIDs); err != nil {
+					return err
+				}
+				notes = append(notes, "the integration phase starts over")
+			}
+		}
+		for _, id := range ids {
+			if authorRetried && slices.Contains(phaseIDs, id) {
+				continue // deleted above; the phase recreates it
+			}
+			t := byID[id]
+			set := store.Set{"retries_used": 0, "rate_limit_retries": 0, "not_before": time.Time{}}
+			if f := fresh[id]; f != nil && f.Hash != t.SpecHash && !IsPhaseID(id) {
+				set["snapshot"], set["spec_hash"] = f.Snapshot, f.Hash
+				notes = append(notes, id+" takes its changed spec")
+			}
+			if _, _, err := tx.Transition(ctx, store.Change{Project: project, Task: id, From: t.Status, To: store.Pending,
+				Kind: "retry", Message: "retried by the operator", Set: set}); err != nil {
+				return err
+			}
+		}
+		return tx.SetProject(ctx, project, store.Set{"state": store.ProjectActive, "phase": phase, "result": "",
+			"finished_at": time.Time{}}, "")
+	})
+	if err != nil {
+		return "", err
+	}
+	msg := fmt.Sprintf("%s: %s will run again", project, strings.Join(ids, ", "))
+	if len(notes) > 0 {
+		msg += " (" + strings.Join(notes, "; ") + ")"
+	}
+	return msg, nil
+}
+
+// Cancel cancels tasks: waiting ones at once, running ones after killing
+// their attempt on its node. A node that cannot be reached has the attempt
+// killed when it answers again (it is then stale).
+func (c *Controller) Cancel(ctx context.Context, project string, ids []string) (string, error) {
+	if len(ids) == 0 {
+		return "", &OpError{Msg: "name the tasks to cancel"}
+	}
+	_, byID, err := c.projectTasks(ctx, project)
+	if err != nil {
+		return "", err
+	}
+	for _, id := range ids {
+		t, ok := byID[id]
+		if !ok {
+			return "", unknownTask(project, id, byID)
+		}
+		if t.Status == store.Completed || t.Status == store.Failed || t.Status == store.Canceled {
+			return "", &OpError{Msg: fmt.Sprintf("%s/%s is already %s", project, id, t.Status)}
+		}
+	}
+	var running []store.Task
+	err = c.st.Update(ctx, func(tx *store.Tx) error {
+		for _, id := range ids {
+			t := byID[id]
+			if t.Status == store.Claimed || t.Status == store.Running {
+				running = append(running, t)
+				if err := tx.SetRun(ctx, project, id, t.Attempt, store.Set{"status": "killed", "error_class": "killed",
+					"error": "canceled by the operator", "completed_at": tx.Now()}); err != nil {
+					return err
+				}
+			}
+			if _, _, err := tx.Transition(ctx, store.Change{Project: project, Task: id, From: t.Status, To: store.Canceled,
+				Kind: "cancel", Message: "canceled by the operator", Set: store.Set{"completed_at": tx.Now()}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	killed := c.killAttempts(ctx, running)
+	msg := fmt.Sprintf("%s: canceled %s", project, strings.Join(ids, ", "))
+	if killed > 0 {
+		msg += fmt.Sprintf("; killed %d running attempt(s)", killed)
+	}
+	if killed < len(running) {
+		msg += fmt.Sprintf("; %d will be killed when their node answers", len(running)-killed)
+	}
+	return msg, nil
+}
+
+// killAttempts kills running attempts on their nodes and returns how many
+// it reached.
+func (c *Controller) killAttempts(ctx context.Context, tasks []store.Task) int {
+	var stale []staleAttempt
+	for _, t := range tasks {
+		n := c.nodes[t.Node]
+		if n == nil {
+			continue
+		}
+		ictx, cancel := context.WithTimeout(ctx, c.callTimeout())
+		err := c.ensureWrapper(ictx, n)
+		cancel()
+		if err != nil {
+			continue
+		}
+		stale = append(stale, staleAttempt{node: t.Node, project: t.Project, task: t.ID, attempt: t.Attempt,
+			dir: taskDir(n, t.Project, t.ID)})
+	}
+	c.killStale(ctx, stale)
+	return len(stale)
+}
+
+// Stop stops scheduling a project: nothing new starts; running tasks go on
+// unless kill, which cancels them. `dispatch start` resumes it.
+func (c *Controller) Stop(ctx context.Context, project string, kill bool) (string, error) {
+	p, byID, err := c.projectTasks(ctx, project)
+	if err != nil {
+		return "", err
+	}
+	if p.State == store.ProjectDone {
+		return "", &OpError{Msg: fmt.Sprintf("%s has already finished (%s)", project, p.Result)}
+	}
+	var running []string
+	for _, t := range byID {
+		if t.Status == store.Claimed || t.Status == store.Running {
+			running = append(running, t.ID)
+		}
+	}
+	sort.Strings(running)
+	if err := c.st.Update(ctx, func(tx *store.Tx) error {
+		return tx.SetProject(ctx, project, store.Set{"state": store.ProjectStopped}, "stopped by the operator")
+	}); err != nil {
+		return "", err
+	}
+	msg := fmt.Sprintf("%s stopped: nothing new starts", project)
+	switch {
+	case kill && len(running) > 0:
+		m, err := c.Cancel(ctx, project, running)
+		if err != nil {
+			return "", err
+		}
+		msg += "; " + m
+	case len(running) > 0:
+		msg += fmt.Sprintf("; %d running task(s) go on (%s); dispatch start %s resumes", len(running), strings.Join(running, ", "), project)
+	}
+	return msg, nil
+}
