@@ -264,10 +264,32 @@ func (r *Report) Markdown() string {
 	default:
 		fmt.Fprintf(&b, "Next: the outputs are in `runs/%s/<ID>/output/`.\n\n", r.Project)
 	}
+	// The rest of the first screen: what failed, in a line each, capped so
+	// that a large batch still fits (the details follow below).
+	if len(failed) > 0 {
+		b.WriteString("Failed:\n")
+		shown := 0
+		for _, t := range r.Tasks {
+			if t.Status != store.Failed {
+				continue
+			}
+			if shown == firstScreenItems {
+				fmt.Fprintf(&b, "- … and %d more (see Failures below)\n", len(failed)-shown)
+				break
+			}
+			fmt.Fprintf(&b, "- %s %s: %s\n", t.ID, clip(t.Title, 40), clip(errText(t.TaskView), 70))
+			shown++
+		}
+		b.WriteString("\n")
+	}
 	if r.Verification.Pass != nil && !*r.Verification.Pass {
 		fmt.Fprintf(&b, "Verification failed after %d round(s):\n", r.Verification.Rounds)
-		for _, is := range r.Verification.Issues {
-			fmt.Fprintf(&b, "- %s\n", is)
+		for i, is := range r.Verification.Issues {
+			if i == firstScreenItems {
+				fmt.Fprintf(&b, "- … and %d more (see Verification below)\n", len(r.Verification.Issues)-i)
+				break
+			}
+			fmt.Fprintf(&b, "- %s\n", clip(is, 100))
 		}
 		b.WriteString("\n")
 	}
@@ -352,6 +374,18 @@ func (r *Report) Markdown() string {
 			strings.Join(r.Dangerous, ", "))
 	}
 	return b.String()
+}
+
+// firstScreenItems caps each list on the report's first screen.
+const firstScreenItems = 5
+
+// clip shortens s to n runes for a one-line summary.
+func clip(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
 }
 
 func errText(t TaskView) string {
