@@ -310,3 +310,33 @@ func TestIntegrationSwitches(t *testing.T) {
 		}
 	})
 }
+
+func TestRetryOfAnAuthorTaskRunsThePhaseAgain(t *testing.T) {
+	specs := map[string]string{
+		"project.yaml": "tool: shell\nverification: false\n",
+		"S01-x.md":     "echo one > x.txt\n",
+		"S99-i.md":     "cat x.txt > integrated.txt\n",
+	}
+	h := newHarness(t, "", specs)
+	done := func() bool {
+		p, _ := h.st.Project(context.Background(), "p")
+		return p.State == store.ProjectDone
+	}
+	h.tickUntil("project to finish", done)
+	os.WriteFile(filepath.Join(h.home, "specs", "p", "S01-x.md"), []byte("echo two > x.txt\n"), 0o644)
+	msg, err := h.ctl.Retry(context.Background(), "p", []string{"S01"})
+	if err != nil || !strings.Contains(msg, "starts over") || !strings.Contains(msg, "changed spec") {
+		t.Fatalf("Retry = %q, %v", msg, err)
+	}
+	if _, err := h.ctl.Retry(context.Background(), "p", []string{"S77"}); err == nil {
+		t.Fatal("retry of an unknown task succeeded")
+	}
+	h.tickUntil("project to finish again", done)
+	b, _ := os.ReadFile(filepath.Join(RunsDir(h.home, "p"), "final", "integrated.txt"))
+	if string(b) != "two\n" {
+		t.Fatalf("final tree after the retry: %q", b)
+	}
+	if tk := h.task("S01"); tk.Attempt != 2 {
+		t.Fatalf("S01 attempt %d", tk.Attempt)
+	}
+}
