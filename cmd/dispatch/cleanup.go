@@ -21,24 +21,13 @@ func cleanupCommand() *cli.Command {
 		Flags:     []cli.Flag{&cli.BoolFlag{Name: "yes", Usage: "remove them (without it, only say what would go)"}},
 		Action: func(c *cli.Context) error {
 			ctx := c.Context
-			e, err := newEnv(c)
-			if err != nil {
-				return err
-			}
-			project, err := projectArg(c, "dispatch cleanup <project> [--yes]")
-			if err != nil {
-				return err
-			}
-			cfg, err := e.loadConfig()
-			if err != nil {
-				return err
-			}
-			st, err := e.openReadOnly(ctx)
+			e, st, project, err := readProject(c, "dispatch cleanup <project> [--yes]")
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			if err := knownProject(ctx, st, project); err != nil {
+			cfg, err := e.loadConfig()
+			if err != nil {
 				return err
 			}
 			tasks, err := st.Tasks(ctx, project)

@@ -21,22 +21,11 @@ func eventsCommand() *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			ctx := c.Context
-			e, err := newEnv(c)
-			if err != nil {
-				return err
-			}
-			project, err := projectArg(c, "dispatch events <project> [-f] [--json]")
-			if err != nil {
-				return err
-			}
-			st, err := e.openReadOnly(ctx)
+			e, st, project, err := readProject(c, "dispatch events <project> [-f] [--json]")
 			if err != nil {
 				return err
 			}
 			defer st.Close()
-			if err := knownProject(ctx, st, project); err != nil {
-				return err
-			}
 			enc := json.NewEncoder(e.out)
 			var last int64
 			for {

@@ -132,3 +132,26 @@ func knownProject(ctx context.Context, st *store.Store, name string) error {
 	}
 	return fmt.Errorf("project %q has not been started (started projects: %s): %w\nTry: dispatch start %s", name, known, store.ErrNotFound, name)
 }
+
+// readProject is the start of every read-only command on one project: the
+// environment, the project argument, and the database opened read-only with
+// the project known to it. The caller closes the store.
+func readProject(c *cli.Context, usage string) (*env, *store.Store, string, error) {
+	e, err := newEnv(c)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	project, err := projectArg(c, usage)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	st, err := e.openReadOnly(c.Context)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if err := knownProject(c.Context, st, project); err != nil {
+		st.Close()
+		return nil, nil, "", err
+	}
+	return e, st, project, nil
+}
