@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/dispatch-tool/dispatch/controller"
 	"maps"
 	"os"
 	"path/filepath"
@@ -574,19 +575,17 @@ func TestSecondStartRefused(t *testing.T) {
 		return strings.Contains(lock, wantPid)
 	})
 
-	for _, project := range []string{"slow", "clean"} {
-		r := runDispatch(t, nil, "--home", home, "start", project)
-		if r.code != 2 {
-			t.Errorf("second start %s: want exit 2\n%s", project, r)
-		}
-		for _, want := range []string{"another controller", wantPid, lockFile} {
-			if !strings.Contains(r.stderr, want) {
-				t.Errorf("second start %s: stderr does not contain %q\n%s", project, want, r)
-			}
-		}
-		if got := readFile(t, lockFile); got != lock {
-			t.Errorf("the refused start changed the lock: %q -> %q", lock, got)
-		}
+	// A second start on the same home never makes a second controller: the
+	// project is handed to the running one, which serves it too.
+	r := runDispatch(t, nil, "--home", home, "start", "clean")
+	if r.code != 0 || !strings.Contains(r.stdout, "handed to the running controller") || !strings.Contains(r.stdout, wantPid) {
+		t.Errorf("second start clean: want it handed to %s\n%s", wantPid, r)
+	}
+	if got := readFile(t, lockFile); got != lock {
+		t.Errorf("the second start changed the lock: %q -> %q", lock, got)
+	}
+	if _, err := os.Stat(filepath.Join(home, "runs", "clean", "report.md")); err != nil {
+		t.Errorf("clean was not run by the first controller: %v", err)
 	}
 
 	// Read-only commands work while the controller runs and see the task run.
@@ -605,7 +604,7 @@ func TestSecondStartRefused(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatalf("the first start did not finish\n--- stdout:\n%s--- stderr:\n%s", stdout, stderr)
 	}
-	r := finish(t, ctx, first, err, stdout, stderr)
+	r = finish(t, ctx, first, err, stdout, stderr)
 	if r.code != 0 {
 		t.Fatalf("first start: want exit 0\n%s", r)
 	}
@@ -616,9 +615,28 @@ func TestSecondStartRefused(t *testing.T) {
 	if got := readFile(t, filepath.Join(home, "runs", "slow", "S01", "output", "done.txt")); got != "done\n" {
 		t.Errorf("done.txt = %q", got)
 	}
-	if _, err := os.Stat(filepath.Join(home, "runs", "clean")); err == nil {
-		t.Error("the refused start of clean left runs/clean behind")
+}
+
+// TestLockedHomeWithoutController: a process holds the home's lock but no
+// controller answers on its socket: start is refused, naming the holder.
+func TestLockedHomeWithoutController(t *testing.T) {
+	home, _ := newLocalHome(t)
+	lock, err := controller.AcquireLock(home)
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer lock.Release()
+	before := tree(t, home)
+	r := runDispatch(t, nil, "--home", home, "start", "clean")
+	if r.code != 2 {
+		t.Fatalf("start on a locked home: %s", r)
+	}
+	for _, want := range []string{"another controller", fmt.Sprintf("pid %d", os.Getpid()), "dispatch.lock", "does not answer"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q: %s", want, r)
+		}
+	}
+	assertTreeUnchanged(t, home, before)
 }
 
 // TestPlanWritesNothing checks that validate and start --dry-run print the

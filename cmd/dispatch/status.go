@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
@@ -22,7 +22,11 @@ func statusCommand() *cli.Command {
 		Usage:     "show the progress of one project, or of every started project",
 		ArgsUsage: "[<project>]",
 		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "json", Usage: "print JSON (one object for a project; {\"projects\": [...]} without one)"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON (one object for a project; {\"projects\": [...]} without one); " +
+				"with --watch, that object on one line each time the status changes (JSON Lines)"},
+			&cli.BoolFlag{Name: "watch", Usage: "keep showing the status until the project(s) are finished: " +
+				"a live view on a terminal, else the status text each time it changes (Ctrl-C stops)"},
+			&cli.DurationFlag{Name: "interval", Usage: "with --watch, read the status every `D`", Value: time.Second},
 		},
 		Action: func(c *cli.Context) error {
 			ctx := c.Context
@@ -61,6 +65,16 @@ func statusCommand() *cli.Command {
 				for _, p := range ps {
 					names = append(names, p.Name)
 				}
+			}
+			if c.Bool("watch") {
+				var project string
+				if c.NArg() > 0 {
+					project = names[0]
+				}
+				return watchStatus(c, e, st, cfg, cfgErr, project)
+			}
+			if c.IsSet("interval") {
+				return usagef("dispatch status --watch --interval 1s", "--interval only applies with --watch")
 			}
 			now := time.Now()
 			var views []*controller.StatusView
@@ -128,29 +142,27 @@ func printStatus(w io.Writer, s styles, v *controller.StatusView, cfg *nodes.Con
 		head += ", " + r
 	}
 	fmt.Fprintln(w, s.header.Render(head)+"  "+summaryCounts(s, v.Counts))
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATUS\tNODE\tATTEMPT\tTIME\tTITLE / ERROR")
+	tasks := &table{header: []string{"ID", "STATUS", "NODE", "ATTEMPT", "TIME", "TITLE / ERROR"}}
 	for _, t := range v.Tasks {
-		what := t.Title
+		what, whatStyle := t.Title, plainCell
 		if t.Error != "" && t.Status != store.Completed {
 			what = t.ErrorClass + ": " + t.Error
 		}
 		if t.Warning != "" && (t.Status == store.Running || t.Status == store.Claimed) {
-			what = s.warn.Render("warning: " + t.Warning)
+			what, whatStyle = "warning: "+t.Warning, s.warn.Render
 		}
-		dur := controller.FormatSeconds(t.DurationSeconds)
 		node := t.Node
 		if node == "" {
 			node = "-"
 		}
-		// Pad before colouring: tabwriter counts escape codes as width.
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", t.ID, s.status(fmt.Sprintf("%-9s", t.Status)), node, t.Attempt, dur, what)
+		st := t.Status
+		tasks.add([]string{t.ID, st, node, fmt.Sprint(t.Attempt), controller.FormatSeconds(t.DurationSeconds), what},
+			map[int]func(...string) string{1: func(x ...string) string { return s.status(strings.Join(x, " ")) }, 5: whatStyle})
 	}
-	tw.Flush()
+	tasks.write(w)
 	if len(v.Nodes) > 0 {
 		fmt.Fprintln(w)
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "NODE\tSTATE\tSLOTS\tMEM AVAILABLE\tLAST SEEN\tERROR")
+		nt := &table{header: []string{"NODE", "STATE", "SLOTS", "MEM AVAILABLE", "LAST SEEN", "ERROR"}}
 		for _, n := range v.Nodes {
 			seen := "-"
 			if n.LastSeen != "" {
@@ -158,9 +170,9 @@ func printStatus(w io.Writer, s styles, v *controller.StatusView, cfg *nodes.Con
 					seen = t.Local().Format("15:04:05")
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\t%s\n", n.Name, n.State, n.Running, n.Slots, bytesHuman(n.MemAvailableBytes), seen, n.LastError)
+			nt.add([]string{n.Name, n.State, fmt.Sprintf("%d/%d", n.Running, n.Slots), bytesHuman(n.MemAvailableBytes), seen, firstLine(n.LastError)}, nil)
 		}
-		tw.Flush()
+		nt.write(w)
 	}
 	for _, p := range v.Paused {
 		fmt.Fprintln(w, s.warn.Render(fmt.Sprintf("paused: %s until %s (%s)", p.APIMode, p.Until.Local().Format("15:04:05"), p.Reason)))
@@ -199,4 +211,50 @@ func bytesHuman(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func plainCell(x ...string) string { return strings.Join(x, " ") }
+
+// table aligns columns by the visible width of their text and colours a
+// cell only after padding it, so escape codes never shift a column
+// (text/tabwriter would count them as width).
+type table struct {
+	header []string
+	rows   [][]string
+	styles []map[int]func(...string) string
+}
+
+func (t *table) add(cells []string, styles map[int]func(...string) string) {
+	t.rows = append(t.rows, cells)
+	t.styles = append(t.styles, styles)
+}
+
+func (t *table) write(w io.Writer) {
+	widths := make([]int, len(t.header))
+	for _, row := range append([][]string{t.header}, t.rows...) {
+		for i, c := range row {
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	line := func(cells []string, styles map[int]func(...string) string) {
+		var b strings.Builder
+		for i, c := range cells {
+			last := i == len(cells)-1
+			cell := c
+			if !last {
+				cell += strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c)+2)
+			}
+			if st := styles[i]; st != nil {
+				// Colour the word, not the padding.
+				pad := cell[len(c):]
+				cell = st(c) + pad
+			}
+			b.WriteString(cell)
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	}
+	line(t.header, nil)
+	for i, row := range t.rows {
+		line(row, t.styles[i])
+	}
 }

@@ -1,22 +1,34 @@
 package main
 
 import (
+	"strings"
+
 	"github.com/charmbracelet/lipgloss"
 	"github.com/muesli/termenv"
 
+	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
 // styles holds every style the CLI uses, built once; with colour off they
 // render plain text.
 type styles struct {
-	color  bool
-	header lipgloss.Style
-	dim    lipgloss.Style
-	ok     lipgloss.Style
-	bad    lipgloss.Style
-	warn   lipgloss.Style
-	active lipgloss.Style
+	color   bool
+	plain   lipgloss.Style
+	header  lipgloss.Style
+	dim     lipgloss.Style
+	ok      lipgloss.Style
+	bad     lipgloss.Style
+	warn    lipgloss.Style
+	active  lipgloss.Style
+	project lipgloss.Style // a project's name heading its block in the live view
+	column  lipgloss.Style // table column headings in the live view
+	// Progress bar cells: finished tasks take the colour of their outcome.
+	barDone    lipgloss.Style
+	barFailed  lipgloss.Style
+	barBlocked lipgloss.Style
+	barRunning lipgloss.Style
+	barEmpty   lipgloss.Style
 }
 
 func newStyles(color bool) styles {
@@ -26,28 +38,65 @@ func newStyles(color bool) styles {
 	} else {
 		r.SetColorProfile(termenv.Ascii)
 	}
+	green, red, yellow, cyan := lipgloss.Color("2"), lipgloss.Color("1"), lipgloss.Color("3"), lipgloss.Color("6")
 	return styles{
-		color:  color,
-		header: r.NewStyle().Bold(true),
-		dim:    r.NewStyle().Faint(true),
-		ok:     r.NewStyle().Foreground(lipgloss.Color("2")),
-		bad:    r.NewStyle().Foreground(lipgloss.Color("1")).Bold(true),
-		warn:   r.NewStyle().Foreground(lipgloss.Color("3")),
-		active: r.NewStyle().Foreground(lipgloss.Color("6")),
+		color:      color,
+		plain:      r.NewStyle(),
+		header:     r.NewStyle().Bold(true),
+		dim:        r.NewStyle().Faint(true),
+		ok:         r.NewStyle().Foreground(green),
+		bad:        r.NewStyle().Foreground(red).Bold(true),
+		warn:       r.NewStyle().Foreground(yellow),
+		active:     r.NewStyle().Foreground(cyan),
+		project:    r.NewStyle().Bold(true).Underline(true),
+		column:     r.NewStyle().Bold(true).Faint(true),
+		barDone:    r.NewStyle().Foreground(green),
+		barFailed:  r.NewStyle().Foreground(red),
+		barBlocked: r.NewStyle().Foreground(yellow),
+		barRunning: r.NewStyle().Foreground(cyan),
+		barEmpty:   r.NewStyle().Faint(true),
 	}
 }
 
-// status colours a task status.
+// status colours a task status. The status may be padded with spaces for
+// alignment; the padding is kept.
 func (s styles) status(st string) string {
+	return s.statusStyle(strings.TrimSpace(st)).Render(st)
+}
+
+// statusStyle is the style of a task status.
+func (s styles) statusStyle(st string) lipgloss.Style {
 	switch st {
 	case store.Completed:
-		return s.ok.Render(st)
+		return s.ok
 	case store.Failed:
-		return s.bad.Render(st)
+		return s.bad
 	case store.Blocked, store.Canceled, store.Lost:
-		return s.warn.Render(st)
+		return s.warn
 	case store.Running, store.Claimed:
-		return s.active.Render(st)
+		return s.active
 	}
-	return st
+	return s.plain
+}
+
+// nodeStateStyle is the style of a node state.
+func (s styles) nodeStateStyle(state string) lipgloss.Style {
+	switch state {
+	case "online":
+		return s.ok
+	case "offline":
+		return s.bad
+	}
+	return s.dim
+}
+
+// resultStyle is the style of a project's result.
+func (s styles) resultStyle(result string) lipgloss.Style {
+	switch result {
+	case controller.ResultPassed:
+		return s.ok
+	case controller.ResultFailed:
+		return s.bad
+	}
+	return s.active
 }
