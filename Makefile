@@ -57,6 +57,14 @@ test:
 	  done
 	@echo "== go test -race"; $(GO) test -race -count=1 -timeout 20m ./...
 
+## bench: SPEC §11 benchmarks on real sshd nodes on loopback, side by side with GNU parallel (installed
+## from the system packages when missing); writes bench/RESULTS.md and the profiles in bench/out/.
+## About 12 minutes; BENCH_QUICK=1 cuts the repetitions. Not run by `make test`.
+bench: build
+	@./.ci/test-deps
+	$(GO) build -tags embedwrappers -o bin/dispatch-bench ./bench
+	./bin/dispatch-bench -dispatch $(BIN) -out bench/RESULTS.md -profiles bench/out -command "make bench"
+
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...

@@ -48,6 +48,12 @@ type Counts struct {
 // Result is the project's result once it is finished, else "".
 func (v *StatusView) Result() string { return v.result }
 
+// Settled reports whether nothing more will happen to the project without
+// the operator: it is done, or stopped with nothing running.
+func (v *StatusView) Settled() bool {
+	return v.Phase == PhaseDone || (v.state == store.ProjectStopped && v.Counts.Running+v.Counts.Claimed == 0)
+}
+
 // Total is the number of tasks counted.
 func (c Counts) Total() int {
 	return c.Pending + c.Claimed + c.Running + c.Completed + c.Failed + c.Blocked + c.Canceled

@@ -36,10 +36,11 @@ type watchFrame struct {
 	projects map[string]store.Project
 }
 
-// finished reports whether every project shown is done.
+// finished reports whether every project shown is done, or stopped with
+// nothing running.
 func (f *watchFrame) finished() bool {
 	for _, v := range f.views {
-		if v.Phase != controller.PhaseDone {
+		if !v.Settled() {
 			return false
 		}
 	}
