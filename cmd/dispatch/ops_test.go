@@ -208,3 +208,27 @@ func TestCompletionScripts(t *testing.T) {
 		t.Errorf("completion tcsh: %s", r)
 	}
 }
+
+func TestLogsFollow(t *testing.T) {
+	home, _ := opsHome(t, map[string]map[string]string{
+		"p": {"S01-talk.md": "for i in 1 2 3 4; do echo line $i; sleep 0.5; done\n"},
+	})
+	wait := startBackground(t, nil, "--home", home, "start", "p")
+	pollUntil(t, 30*time.Second, "S01 to run", func() bool {
+		return taskState(t, home, "p", "S01").Status == store.Running
+	})
+	r := runDispatch(t, nil, "--home", home, "logs", "p", "S01", "-f")
+	if r.code != 0 || r.stdout != "line 1\nline 2\nline 3\nline 4\n" {
+		t.Fatalf("logs -f: %s", r)
+	}
+	if r := wait(); r.code != 0 {
+		t.Fatalf("start: %s", r)
+	}
+	// Once collected, the log comes from runs/.
+	if r := runDispatch(t, nil, "--home", home, "logs", "p", "S01", "--attempt", "1"); r.stdout != "line 1\nline 2\nline 3\nline 4\n" {
+		t.Fatalf("logs of a collected attempt: %s", r)
+	}
+	if r := runDispatch(t, nil, "--home", home, "logs", "p", "S01", "--attempt", "2"); r.code != 2 {
+		t.Fatalf("logs of an attempt that never ran: %s", r)
+	}
+}
