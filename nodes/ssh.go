@@ -51,7 +51,15 @@ type SSH struct {
 	sftp   *sftp.Client
 	home   string
 	closed bool
+
+	// sessions bounds the command sessions open at once on the connection:
+	// OpenSSH allows MaxSessions (10 by default) per connection, SFTP
+	// takes one, and a burst of launches must wait rather than be refused.
+	sessions chan struct{}
 }
+
+// maxSessions is how many commands run at once on one node's connection.
+const maxSessions = 8
 
 var _ Transport = (*SSH)(nil)
 
@@ -68,7 +76,7 @@ func NewSSH(cfg SSHConfig) (*SSH, error) {
 			cfg.ConnectTimeout = ep.ConnectTimeout
 		}
 	}
-	return &SSH{cfg: cfg, ep: ep}, nil
+	return &SSH{cfg: cfg, ep: ep, sessions: make(chan struct{}, maxSessions)}, nil
 }
 
 // Endpoint returns where the transport connects.
@@ -436,9 +444,21 @@ func (s *SSH) Exec(ctx context.Context, argv []string, stdin []byte) (Result, er
 	if len(argv) == 0 || argv[0] == "" {
 		return Result{}, errors.New("exec: empty command")
 	}
+	select {
+	case s.sessions <- struct{}{}:
+		defer func() { <-s.sessions }()
+	case <-ctx.Done():
+		return Result{}, fmt.Errorf("exec %s on %s: waiting for a free session: %w", argv[0], s.cfg.Node, ctx.Err())
+	}
 	res, err := call(ctx, s, func(c *ssh.Client) (Result, error) {
 		sess, err := c.NewSession()
 		if err != nil {
+			var oe *ssh.OpenChannelError
+			if errors.As(err, &oe) {
+				// The server refused another session (MaxSessions): the
+				// command surely did not run; say so plainly.
+				return Result{}, fmt.Errorf("%w: the node refused a new SSH session (%v)", ErrUnreachable, err)
+			}
 			return Result{}, err
 		}
 		defer sess.Close()

@@ -286,3 +286,31 @@ func TestSSHAgent(t *testing.T) {
 		t.Fatalf("without agent and key: %v", err)
 	}
 }
+
+// TestSSHManyCommandsAtOnce: more commands at once than OpenSSH's default
+// MaxSessions (10) all run; none is refused.
+func TestSSHManyCommandsAtOnce(t *testing.T) {
+	sshdtest.Require(t)
+	c := sshdtest.NewClient(t)
+	s := c.StartServerWith(t, "burst", "MaxSessions 10") // OpenSSH's default
+	c.Trust(t, s)
+	tr := newSSH(t, c, target(c, s))
+	if _, err := tr.Home(t.Context()); err != nil { // the SFTP session takes one too
+		t.Fatal(err)
+	}
+	errs := make(chan error, 24)
+	for i := 0; i < 24; i++ {
+		go func() {
+			res, err := tr.Exec(t.Context(), []string{"sleep", "0.3"}, nil)
+			if err == nil && res.ExitCode != 0 {
+				err = fmt.Errorf("exit %d: %s", res.ExitCode, res.Stderr)
+			}
+			errs <- err
+		}()
+	}
+	for i := 0; i < 24; i++ {
+		if err := <-errs; err != nil {
+			t.Errorf("command %d: %v", i, err)
+		}
+	}
+}
