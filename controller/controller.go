@@ -33,6 +33,9 @@ const claimGrace = 30 * time.Second
 // already executing on a node to write its status.
 const restartGrace = 2 * time.Second
 
+// activeWait is the pause between ticks while tasks are starting or ending.
+const activeWait = 250 * time.Millisecond
+
 // Options configures a Controller.
 type Options struct {
 	// Home is the dispatch home: runs/ and the report are written under it.
@@ -187,9 +190,11 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 			return nil
 		}
 		wait := poll
-		if res.Launched > 0 {
-			// Catch quick failures of fresh launches without waiting a whole poll.
-			wait = min(poll, time.Second)
+		if res.Launched > 0 || res.Changed > 0 {
+			// While tasks start and end, look again soon: short tasks then
+			// finish in well under a poll interval, and freed slots refill
+			// at once. A quiet batch is pulled every poll interval.
+			wait = min(poll, activeWait)
 		}
 		// Wait for the next tick, serving operator commands meanwhile; a
 		// tick follows every command at once.

@@ -193,7 +193,12 @@ func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
 			return settle("push the base tree", err)
 		}
 	}
-	if err := n.tr.Put(ctx, path.Join(dir, "spec.md"), bytes.NewReader(t.Snapshot), 0o444); err != nil {
+	snapshot, err := c.st.Snapshot(ctx, t.Project, t.ID)
+	if err != nil {
+		out.err = err
+		return out
+	}
+	if err := n.tr.Put(ctx, path.Join(dir, "spec.md"), bytes.NewReader(snapshot), 0o444); err != nil {
 		return settle("push spec.md", err)
 	}
 	if err := n.tr.Put(ctx, path.Join(dir, "launch.json"), bytes.NewReader(lj), 0o644); err != nil {

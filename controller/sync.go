@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -269,7 +268,7 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, p *spec
 				}
 				continue
 			}
-			if old.SpecHash == nt.SpecHash && bytes.Equal(old.Snapshot, nt.Snapshot) && sameSettings(old, nt) {
+			if old.SpecHash == nt.SpecHash && sameSettings(old, nt) {
 				continue
 			}
 			if old.Status != store.Pending && old.Status != store.Blocked {

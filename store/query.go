@@ -14,8 +14,16 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
+// taskSelect reads a task with its snapshot; taskListSelect leaves the
+// snapshot out (an empty value in its place): the controller reads every
+// task several times a tick and needs the spec text only to launch one.
 const taskSelect = `SELECT project, id, title, type, tool, model, priority, depends_on, tags, node_pin,
 	timeout_seconds, max_retries, spec_file, spec_hash, snapshot, status, attempt, retries_used, node,
+	not_before, exit_code, error_class, error, started_at, completed_at, heartbeat, heartbeat_at,
+	created_at, updated_at, warning, base_dir, rate_limit_retries FROM tasks`
+
+const taskListSelect = `SELECT project, id, title, type, tool, model, priority, depends_on, tags, node_pin,
+	timeout_seconds, max_retries, spec_file, spec_hash, x'' AS snapshot, status, attempt, retries_used, node,
 	not_before, exit_code, error_class, error, started_at, completed_at, heartbeat, heartbeat_at,
 	created_at, updated_at, warning, base_dir, rate_limit_retries FROM tasks`
 
@@ -42,7 +50,7 @@ func scanTask(rows interface{ Scan(...any) error }) (Task, error) {
 }
 
 func queryTasks(ctx context.Context, q querier, project string) ([]Task, error) {
-	rows, err := q.QueryContext(ctx, taskSelect+" WHERE project = ? ORDER BY id", project)
+	rows, err := q.QueryContext(ctx, taskListSelect+" WHERE project = ? ORDER BY id", project)
 	if err != nil {
 		return nil, fmt.Errorf("read tasks of %s: %w", project, err)
 	}
@@ -58,7 +66,8 @@ func queryTasks(ctx context.Context, q querier, project string) ([]Task, error) 
 	return out, rows.Err()
 }
 
-// Tasks returns a project's tasks ordered by ID.
+// Tasks returns a project's tasks ordered by ID, without their snapshots
+// (see Snapshot and Task).
 func (s *Store) Tasks(ctx context.Context, project string) ([]Task, error) {
 	return queryTasks(ctx, s.db, project)
 }
@@ -302,4 +311,14 @@ func (s *Store) Pauses(ctx context.Context) ([]Pause, error) {
 		out = append(out, p)
 	}
 	return out, rows.Err()
+}
+
+// Snapshot returns the spec text a task runs with.
+func (s *Store) Snapshot(ctx context.Context, project, id string) ([]byte, error) {
+	var b []byte
+	err := s.db.QueryRowContext(ctx, "SELECT snapshot FROM tasks WHERE project = ? AND id = ?", project, id).Scan(&b)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("task %s/%s: %w", project, id, ErrNotFound)
+	}
+	return b, err
 }
