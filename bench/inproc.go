@@ -1,0 +1,279 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/internal/sshdtest"
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/spec"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+// call is one request the controller made to a node and waited for.
+type call struct {
+	node, op   string
+	start, end time.Time
+	err        bool
+}
+
+// recorder collects the calls of every countingTransport sharing it.
+type recorder struct {
+	mu    sync.Mutex
+	calls []call
+}
+
+func (r *recorder) add(c call) {
+	r.mu.Lock()
+	r.calls = append(r.calls, c)
+	r.mu.Unlock()
+}
+
+// take returns the calls recorded since the last take and forgets them.
+func (r *recorder) take() []call {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.calls
+	r.calls = nil
+	return out
+}
+
+// countingTransport decorates a node transport: every method that reaches
+// the node is timed and recorded. One Exec is one SSH session (channel open,
+// exec, output, exit status); Put, Get and Walk are SFTP operations made of
+// several SFTP requests on the one connection.
+type countingTransport struct {
+	nodes.Transport
+	node string
+	rec  *recorder
+}
+
+func (c *countingTransport) record(op string, start time.Time, err error) {
+	c.rec.add(call{node: c.node, op: op, start: start, end: time.Now(), err: err != nil})
+}
+
+func (c *countingTransport) Exec(ctx context.Context, argv []string, stdin []byte) (nodes.Result, error) {
+	start := time.Now()
+	res, err := c.Transport.Exec(ctx, argv, stdin)
+	c.record("exec "+execName(argv), start, err)
+	return res, err
+}
+
+func (c *countingTransport) Put(ctx context.Context, p string, r io.Reader, mode fs.FileMode) error {
+	start := time.Now()
+	err := c.Transport.Put(ctx, p, r, mode)
+	c.record("sftp put "+path.Base(p), start, err)
+	return err
+}
+
+func (c *countingTransport) Get(ctx context.Context, p string, w io.Writer) error {
+	start := time.Now()
+	err := c.Transport.Get(ctx, p, w)
+	c.record("sftp get "+path.Base(p), start, err)
+	return err
+}
+
+func (c *countingTransport) Walk(ctx context.Context, dir string) ([]nodes.FileInfo, error) {
+	start := time.Now()
+	fi, err := c.Transport.Walk(ctx, dir)
+	c.record("sftp walk", start, err)
+	return fi, err
+}
+
+func (c *countingTransport) Remove(ctx context.Context, p string) error {
+	start := time.Now()
+	err := c.Transport.Remove(ctx, p)
+	c.record("sftp remove", start, err)
+	return err
+}
+
+// execName names a remote command: the wrapper's subcommand, or the program.
+func execName(argv []string) string {
+	if len(argv) == 0 {
+		return "?"
+	}
+	base := path.Base(argv[0])
+	if strings.HasPrefix(base, "dispatch-wrapper") && len(argv) > 1 {
+		return "wrapper " + argv[1]
+	}
+	return base
+}
+
+// inproc is a controller run inside the bench process, on the same code
+// `dispatch start` runs, with counting transports.
+type inproc struct {
+	home, project string
+	cfg           *nodes.Config
+	st            *store.Store
+	trs           map[string]nodes.Transport
+	rec           *recorder
+	env           nodes.SSHEnv
+}
+
+// newInproc loads home/nodes.yaml, opens home/dispatch.db and adds the
+// project from home/specs (as `dispatch start` does before its loop).
+func newInproc(ctx context.Context, c *sshdtest.Client, home, project string) (*inproc, error) {
+	cfg, err := nodes.Load(filepath.Join(home, "nodes.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.Open(ctx, filepath.Join(home, "dispatch.db"))
+	if err != nil {
+		return nil, err
+	}
+	ip := &inproc{home: home, project: project, cfg: cfg, st: st, trs: map[string]nodes.Transport{}, rec: &recorder{},
+		env: nodes.SSHEnv{Home: c.Home, User: c.User}}
+	p, err := spec.Load(filepath.Join(home, "specs"), project)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	if _, err := controller.AddProject(ctx, st, cfg, p, controller.StartOptions{}); err != nil {
+		st.Close()
+		return nil, err
+	}
+	for _, n := range cfg.Nodes {
+		tr, err := nodes.Open(cfg, n, ip.env)
+		if err != nil {
+			st.Close()
+			return nil, err
+		}
+		ip.trs[n.Name] = &countingTransport{Transport: tr, node: n.Name, rec: ip.rec}
+	}
+	return ip, nil
+}
+
+// controller returns a new controller over the shared transports; cfg
+// replaces the loaded configuration when not nil.
+func (ip *inproc) controller(cfg *nodes.Config) *controller.Controller {
+	if cfg == nil {
+		cfg = ip.cfg
+	}
+	return controller.New(controller.Options{Home: ip.home, Config: cfg, Store: ip.st, Transports: ip.trs,
+		Wrappers: nodes.NewWrappers()})
+}
+
+func (ip *inproc) close() {
+	for _, tr := range ip.trs {
+		_ = tr.Close()
+	}
+	_ = ip.st.Close()
+}
+
+// statusCounts counts the project's tasks by status.
+func (ip *inproc) statusCounts(ctx context.Context) map[string]int {
+	tasks, err := ip.st.Tasks(ctx, ip.project)
+	out := map[string]int{}
+	if err != nil {
+		out["error"] = 1
+		return out
+	}
+	for _, t := range tasks {
+		out[t.Status]++
+	}
+	return out
+}
+
+// tickStats describes one tick from the calls it made.
+type tickStats struct {
+	wall       time.Duration
+	calls      int
+	byOp       map[string]int
+	pullSpan   time.Duration // first status call started → last one ended
+	statusMax  time.Duration // slowest status call
+	statusMean time.Duration
+	outside    time.Duration // wall − every phase's SSH span: database, JSON, scheduling
+	phases     map[string]time.Duration
+}
+
+// phaseOf groups the calls of a tick by the step of the tick they belong to.
+func phaseOf(op string) string {
+	switch {
+	case op == "exec wrapper status":
+		return "pull"
+	case op == "exec wrapper run" || strings.HasPrefix(op, "sftp put spec.md") || strings.HasPrefix(op, "sftp put launch.json"):
+		return "launch"
+	case strings.HasPrefix(op, "sftp get") || op == "sftp walk":
+		return "collect"
+	case op == "exec wrapper kill":
+		return "kill"
+	default:
+		return "install"
+	}
+}
+
+func analyseTick(start, end time.Time, calls []call) tickStats {
+	ts := tickStats{wall: end.Sub(start), calls: len(calls), byOp: map[string]int{}, phases: map[string]time.Duration{}}
+	type span struct{ a, b time.Time }
+	spans := map[string]*span{}
+	var n int
+	var sum time.Duration
+	for _, c := range calls {
+		ts.byOp[c.op]++
+		ph := phaseOf(c.op)
+		s := spans[ph]
+		if s == nil {
+			s = &span{c.start, c.end}
+			spans[ph] = s
+		}
+		if c.start.Before(s.a) {
+			s.a = c.start
+		}
+		if c.end.After(s.b) {
+			s.b = c.end
+		}
+		if ph == "pull" {
+			d := c.end.Sub(c.start)
+			n++
+			sum += d
+			ts.statusMax = max(ts.statusMax, d)
+		}
+	}
+	var inSSH time.Duration
+	for ph, s := range spans {
+		ts.phases[ph] = s.b.Sub(s.a)
+		inSSH += s.b.Sub(s.a)
+	}
+	if s := spans["pull"]; s != nil {
+		ts.pullSpan = s.b.Sub(s.a)
+	}
+	if n > 0 {
+		ts.statusMean = sum / time.Duration(n)
+	}
+	ts.outside = max(ts.wall-inSSH, 0)
+	return ts
+}
+
+func opsSummary(byOp map[string]int) string {
+	keys := make([]string, 0, len(byOp))
+	for k := range byOp {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%d %s", byOp[k], k))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// writeSpecsAndYAML prepares a home for newInproc.
+func writeHome(home, yaml, project string, n int, body func(int) string) error {
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(home, "nodes.yaml"), []byte(yaml), 0o644); err != nil {
+		return err
+	}
+	return writeProject(home, project, n, body)
+}
