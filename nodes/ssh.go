@@ -452,6 +452,16 @@ func (s *SSH) Exec(ctx context.Context, argv []string, stdin []byte) (Result, er
 	}
 	res, err := call(ctx, s, func(c *ssh.Client) (Result, error) {
 		sess, err := c.NewSession()
+		// sshd frees a closed session's slot a moment after the client sees
+		// it close: a refusal right after one is worth a few quick retries.
+		for try := 1; err != nil && try <= 5; try++ {
+			var oe *ssh.OpenChannelError
+			if !errors.As(err, &oe) {
+				break
+			}
+			time.Sleep(time.Duration(try) * 20 * time.Millisecond)
+			sess, err = c.NewSession()
+		}
 		if err != nil {
 			var oe *ssh.OpenChannelError
 			if errors.As(err, &oe) {
