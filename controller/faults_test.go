@@ -22,9 +22,18 @@ func (h *harness) statusFile(id string) (pid, toolPID, attempt int, status strin
 		Attempt int    `json:"attempt"`
 		Status  string `json:"status"`
 	}
-	b, err := os.ReadFile(filepath.Join(h.work, "p", "tasks", id, "status.json"))
-	if err == nil {
-		_ = json.Unmarshal(b, &st)
+	// Wait until the wrapper has recorded both pids: a zero pid would
+	// signal the test's own process group.
+	deadline := time.Now().Add(10 * time.Second)
+	for st.PID <= 1 || st.ToolPID <= 1 {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("status.json of %s has no pids: %+v", id, st)
+		}
+		b, err := os.ReadFile(filepath.Join(h.work, "p", "tasks", id, "status.json"))
+		if err == nil {
+			_ = json.Unmarshal(b, &st)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	return st.PID, st.ToolPID, st.Attempt, st.Status
 }
@@ -45,10 +54,10 @@ func TestStaleHeartbeatWithLiveWrapperWarns(t *testing.T) {
 	h.tickUntil("task to run", func() bool { return h.task("S01").Status == store.Running })
 	pid, _, _, _ := h.statusFile("S01")
 	// Freeze the wrapper: it holds its lock (alive) but beats no more.
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+	if err := signal(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	defer syscall.Kill(pid, syscall.SIGCONT)
+	defer signal(pid, syscall.SIGCONT)
 	h.tick()
 	h.clock.Advance(h.cfg.Controller.HeartbeatTimeout + time.Second)
 	h.tick()
@@ -68,7 +77,7 @@ func TestStaleHeartbeatWithLiveWrapperWarns(t *testing.T) {
 		t.Fatal("status view has no warning")
 	}
 	// It wakes up: the next beat clears the warning.
-	syscall.Kill(pid, syscall.SIGCONT)
+	signal(pid, syscall.SIGCONT)
 	h.tickUntil("heartbeat to move again", func() bool { return h.task("S01").Warning == "" })
 	h.ctl.Close()
 	killAll(t, h)
@@ -88,8 +97,8 @@ func TestCorruptStatusWithDeadWrapperIsACrash(t *testing.T) {
 		t.Fatalf("with a corrupt status and a live wrapper: %s, warning %q", tk.Status, tk.Warning)
 	}
 	// The wrapper dies with its status corrupt: a crash, retried.
-	syscall.Kill(pid, syscall.SIGKILL)
-	syscall.Kill(-toolPID, syscall.SIGKILL)
+	signal(pid, syscall.SIGKILL)
+	signal(-toolPID, syscall.SIGKILL)
 	os.WriteFile(file, []byte(`{"task":"S01","attem`), 0o644)
 	h.tickUntil("crash to be recorded", func() bool { return h.task("S01").RetriesUsed == 1 })
 	runs, _ := h.st.Runs(context.Background(), "p", "S01")

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"context"
 	"syscall"
 	"testing"
@@ -8,7 +9,17 @@ import (
 	"github.com/dispatch-tool/dispatch/store"
 )
 
-func syscallKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
+func syscallKill(pid int) error { return signal(pid, syscall.SIGKILL) }
+
+// signal sends sig to pid (a process group when pid < 0) and refuses pids
+// that would reach the test's own process group (0, -1, 1): a status file
+// read too early must fail the test, not kill the test run.
+func signal(pid int, sig syscall.Signal) error {
+	if pid == 0 || pid == 1 || pid == -1 {
+		return fmt.Errorf("refusing to signal pid %d", pid)
+	}
+	return syscall.Kill(pid, sig)
+}
 
 // killAll stops every attempt still running so no process outlives the test.
 func killAll(t *testing.T, h *harness) {

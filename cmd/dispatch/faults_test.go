@@ -275,6 +275,9 @@ echo done > done.txt
 	})
 	// The machine reboots: every process of the task is gone, and so is
 	// the SSH server for a moment.
+	if pid <= 1 || toolPID <= 1 {
+		t.Fatalf("no pids in status.json: %d %d", pid, toolPID)
+	}
 	syscall.Kill(pid, syscall.SIGKILL)
 	syscall.Kill(-toolPID, syscall.SIGKILL)
 	s.Restart(t)
@@ -321,6 +324,9 @@ nodes:
 	// this sleep places the fault in time, it waits for no state.
 	time.Sleep(2500 * time.Millisecond)
 	killed := time.Now()
+	if toolPID <= 1 {
+		t.Fatalf("no tool pid: %d", toolPID)
+	}
 	if err := syscall.Kill(toolPID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
