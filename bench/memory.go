@@ -447,14 +447,15 @@ func memFinding(rs []*memResult) string {
 	big := rs[len(rs)-1]
 	if big.addMax >= big.launchMax && big.addMax >= int64(maxOf(big.steadyRSS)) {
 		fmt.Fprintf(&b, " The peak comes before the first tick, from parsing the specs: `spec.Load` of the %d specs "+
-			"(%s of spec text) leaves %s live and, with `Plan` and `AddProject`, grows the heap by %s and allocates %s "+
+			"(%s of spec text) leaves %s live (%.1f× the text) and, with `Plan` and `AddProject`, grows the heap by %s and allocates %s "+
 			"(`spec.(*loader).parseTask`, `readText`, `joinLines`, `decodeText` lead the allocation profile). Each parsed "+
 			"`spec.Task` keeps two copies of its text: its `Snapshot`, and the whole decoded file, pinned by `Title` — "+
 			"`title` returns a substring of a body line, which shares the file's string. **Change** in "+
 			"`spec.(*loader).parseTask`: `strings.Clone` the title; build the snapshot once into a `[]byte` sized up front "+
 			"(now `strings.Join`, `+ \"\\n\"` and `[]byte(snap)` copy it three times); read the file with `os.ReadFile` "+
 			"(sized) rather than `io.ReadAll` (grows by doubling). VmHWM keeps whatever peak this leaves.",
-			memTasks, mib(int64(big.specBytes)*memTasks), mib(big.loadLive), mib(big.addPeakHeap), mib(big.addAlloc))
+			memTasks, mib(int64(big.specBytes)*memTasks), mib(big.loadLive), float64(big.loadLive)/float64(int64(big.specBytes)*memTasks),
+			mib(big.addPeakHeap), mib(big.addAlloc))
 	}
 	fmt.Fprintf(&b, " Between ticks the controller holds about %s of live heap; steady RSS is each tick's garbage: "+
 		"%s allocated per tick (%.0f%% under `store.queryTasks`), a tick of %s against %s. The tick changes above "+

@@ -1,8 +1,8 @@
 package controller
 
 import (
-	"fmt"
 	"context"
+	"fmt"
 	"syscall"
 	"testing"
 
