@@ -400,7 +400,7 @@ func memSection(o *options, rs []*memResult) *section {
 		sec.targets = append(sec.targets, target{name: "memory", want: "same with 4 KiB specs (context)",
 			got: fmt.Sprintf("peak %s, steady %s", mib(r.hwm), mib(int64(median(r.steadyRSS)))), met: r.hwm <= 100e6})
 	}
-	fmt.Fprintf(&b, "\n**Target: RSS ≤ 100 MB — %s** (no-op specs: peak %s).\n\n", verdict(primary.hwm <= 100e6), mib(primary.hwm))
+	fmt.Fprintf(&b, "\nTarget: RSS ≤ 100 MB — %s (no-op specs: peak %s).\n\n", verdict(primary.hwm <= 100e6), mib(primary.hwm))
 
 	b.WriteString("Where the memory goes, in the bench process on the same code. Before the first tick — `spec.Load`, " +
 		"`controller.Plan` and `controller.AddProject` of the same 10,000 specs into a fresh database, the heap sampled every 2 ms:\n\n")

@@ -91,7 +91,7 @@ func benchThroughput(ctx context.Context, o *options, t *tb) (*section, error) {
 	tbl.add("context: `parallel --ssh 'ssh -o KexAlgorithms=curve25519-sha256'` (the key exchange dispatch's Go client negotiates)", spread(parKex, fmtS), fmtRatio(median(parKex)/median(par)))
 	tbl.add("cold first run of dispatch (installs the wrapper)", fmtS(coldD), fmtRatio(coldD/median(par)))
 	b.WriteString(tbl.markdown())
-	fmt.Fprintf(&b, "\n**Target: dispatch ≤ 0.5× GNU parallel — %s** (%s).\n\n", verdict(ratio <= 0.5), fmtRatio(ratio))
+	fmt.Fprintf(&b, "\nTarget: dispatch ≤ 0.5× GNU parallel — %s (%s).\n\n", verdict(ratio <= 0.5), fmtRatio(ratio))
 	b.WriteString("The ssh_config given to GNU parallel names the four nodes (HostName, Port, User) and sets only what a " +
 		"non-interactive login to them needs: the same key (IdentityFile, IdentitiesOnly), the same known_hosts " +
 		"(UserKnownHostsFile, StrictHostKeyChecking yes), BatchMode yes and LogLevel ERROR. dispatch's nodes.yaml " +

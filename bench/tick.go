@@ -354,7 +354,7 @@ func tickSection(o *options, rs []*tickResult) *section {
 			target{name: "tick cost", want: "20-node tick ≤ 1.5× 1-node tick (1,000 tasks; quiet tick)",
 				got: fmt.Sprintf("%s vs %s = %s", fmtMS(median(walls(r20.quiet))), fmtMS(median(walls(r1.quiet))), fmtRatio(qr)), met: qr <= 1.5})
 		tickWallHint = fmtMS(median(walls(r20.beat))) + " with 1,000 tasks on 20 nodes (tick scenario)"
-		fmt.Fprintf(&b, "\n**Target: 20-node tick ≤ 1.5× 1-node tick — heartbeat tick %s (%s), quiet tick %s (%s).**\n\n",
+		fmt.Fprintf(&b, "\nTarget: 20-node tick ≤ 1.5× 1-node tick — heartbeat tick %s (%s), quiet tick %s (%s).\n\n",
 			verdict(hr <= 1.5), fmtRatio(hr), verdict(qr <= 1.5), fmtRatio(qr))
 
 		fmt.Fprintf(&b, "One full poll of 20 nodes holding 1,000 tasks: **%s** (heartbeat tick; quiet: %s), **%d SSH round trips** "+
