@@ -59,7 +59,8 @@ func (c Counts) Total() int {
 	return c.Pending + c.Claimed + c.Running + c.Completed + c.Failed + c.Blocked + c.Canceled
 }
 
-func (c *Counts) add(status string) {
+// Add counts one task in the given status.
+func (c *Counts) Add(status string) {
 	switch status {
 	case store.Pending, store.Lost:
 		c.Pending++
@@ -139,7 +140,7 @@ func Status(ctx context.Context, st *store.Store, cfg *nodes.Config, project str
 	})
 	running := map[string]int{}
 	for _, t := range tasks {
-		v.Counts.add(t.Status)
+		v.Counts.Add(t.Status)
 		if t.Status == store.Running || t.Status == store.Claimed {
 			running[t.Node]++
 		}

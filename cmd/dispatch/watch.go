@@ -562,31 +562,11 @@ func taskRows(s styles, tasks []controller.TaskView, limit, width int) []string 
 	if len(hidden) > 0 {
 		var c controller.Counts
 		for _, t := range hidden {
-			c = countStatus(c, t.Status)
+			c.Add(t.Status)
 		}
 		lines = append(lines, s.dim.Render(fmt.Sprintf("… %d more: %s", len(hidden), hiddenCounts(c))))
 	}
 	return lines
-}
-
-func countStatus(c controller.Counts, status string) controller.Counts {
-	switch status {
-	case store.Pending, store.Lost:
-		c.Pending++
-	case store.Claimed:
-		c.Claimed++
-	case store.Running:
-		c.Running++
-	case store.Completed:
-		c.Completed++
-	case store.Failed:
-		c.Failed++
-	case store.Blocked:
-		c.Blocked++
-	case store.Canceled:
-		c.Canceled++
-	}
-	return c
 }
 
 func hiddenCounts(c controller.Counts) string {

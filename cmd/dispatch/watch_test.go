@@ -431,7 +431,7 @@ func TestWatchRenderFits(t *testing.T) {
 			tv.Status = store.Pending
 		}
 		v.Tasks = append(v.Tasks, tv)
-		v.Counts = countStatus(v.Counts, tv.Status)
+		v.Counts.Add(tv.Status)
 	}
 	f := &watchFrame{at: time.Now(), views: []*controller.StatusView{v},
 		projects: map[string]store.Project{"big": {Name: "big", StartedAt: time.Now().Add(-time.Minute)}}}
