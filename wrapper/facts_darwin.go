@@ -70,10 +70,3 @@ func memAvailable(ctx context.Context) int64 {
 	}
 	return pages * pageSize
 }
-
-// groupAlive reports whether process group pgid still has a member; launchd
-// reaps orphans, so zombies do not linger as they can on Linux.
-func groupAlive(pgid int) bool {
-	err := syscall.Kill(-pgid, 0)
-	return err == nil || err == syscall.EPERM
-}

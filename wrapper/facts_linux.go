@@ -1,7 +1,6 @@
 package wrapper
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"runtime"
@@ -30,37 +29,4 @@ func readFacts(_ context.Context, root string) Facts {
 		}
 	}
 	return f
-}
-
-// groupAlive reports whether process group pgid has a member that is not a
-// zombie. kill(-pgid, 0) alone would count zombies, which linger where init
-// does not reap (containers), and call a killed group alive.
-func groupAlive(pgid int) bool {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return false
-	}
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// The command name, in parentheses, may hold spaces; fields follow
-		// the last ')': state ppid pgrp ...
-		i := bytes.LastIndexByte(data, ')')
-		if i < 0 {
-			continue
-		}
-		fields := strings.Fields(string(data[i+1:]))
-		if len(fields) < 3 || fields[0] == "Z" || fields[0] == "X" {
-			continue
-		}
-		if pg, err := strconv.Atoi(fields[2]); err == nil && pg == pgid {
-			return true
-		}
-	}
-	return false
 }

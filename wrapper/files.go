@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,7 +79,7 @@ func writeJSONAtomic(path string, v any) error {
 // readStatus reads D/status.json. A missing file gives an error satisfying
 // errors.Is(err, os.ErrNotExist).
 func readStatus(dir string) (*Status, error) {
-	data, err := os.ReadFile(filepath.Join(dir, fileStatus))
+	data, err := readControlFile(filepath.Join(dir, fileStatus))
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +96,7 @@ func readStatus(dir string) (*Status, error) {
 // readLaunch reads and normalizes D/launch.json.
 func readLaunch(dir string) (Launch, error) {
 	var l Launch
-	data, err := os.ReadFile(filepath.Join(dir, fileLaunch))
+	data, err := readControlFile(filepath.Join(dir, fileLaunch))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return l, &cmdError{KindNotFound, fmt.Errorf("no %s in %s", fileLaunch, dir)}
@@ -115,6 +116,50 @@ func readLaunch(dir string) (Launch, error) {
 		l.Project = filepath.Base(filepath.Dir(filepath.Dir(dir)))
 	}
 	return l, nil
+}
+
+// maxControlFile caps what the wrapper reads of one control file.
+const maxControlFile = 64 << 10
+
+// openControlFile opens a file of a task directory, which the task itself
+// may have replaced with anything: it never follows a symbolic link in the
+// last component, never blocks (a FIFO), and accepts regular files only.
+func openControlFile(path string, flag int) (*os.File, error) {
+	f, err := os.OpenFile(path, flag|syscall.O_NONBLOCK|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o644)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, fmt.Errorf("%s is a symbolic link, not a regular file", filepath.Base(path))
+		}
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s is not a regular file (%s)", filepath.Base(path), fi.Mode().Type())
+	}
+	return f, nil
+}
+
+// readControlFile reads a control file (see openControlFile) of at most
+// maxControlFile bytes; a larger one is an error, not read.
+func readControlFile(path string) ([]byte, error) {
+	f, err := openControlFile(path, os.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxControlFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxControlFile {
+		return nil, fmt.Errorf("%s is larger than %d KiB", filepath.Base(path), maxControlFile>>10)
+	}
+	return data, nil
 }
 
 // expandPath resolves a leading "~/" to the home directory and makes the path
@@ -150,7 +195,7 @@ func flock(f *os.File, how int) error {
 // the lock as held.
 func lockTask(dir string, wait time.Duration) (*os.File, bool, error) {
 	path := filepath.Join(dir, fileLock)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := openControlFile(path, os.O_RDWR|os.O_CREATE)
 	if err != nil {
 		return nil, false, fmt.Errorf("open lock: %w", err)
 	}
@@ -175,7 +220,7 @@ func lockTask(dir string, wait time.Duration) (*os.File, bool, error) {
 // supervisorAlive reports whether a supervisor holds D/lock. A shared
 // non-blocking lock succeeds only when nobody holds it exclusively.
 func supervisorAlive(dir string) (bool, error) {
-	f, err := os.Open(filepath.Join(dir, fileLock))
+	f, err := openControlFile(filepath.Join(dir, fileLock), os.O_RDONLY)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return false, nil

@@ -3,13 +3,14 @@ package wrapper
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -258,15 +259,13 @@ func (tk *testTask) touch(t *testing.T, name string) {
 // cleanup kills whatever a failed test left running and checks that the
 // supervisor (race-enabled when the tests are) reported no data race.
 func (tk *testTask) cleanup(t *testing.T) {
-	if alive, _ := supervisorAlive(tk.dir); alive {
-		if data, err := os.ReadFile(tk.path(filePID)); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && pid > 1 {
-				syscall.Kill(pid, syscall.SIGKILL)
-			}
+	// The pids come from the process record: status.json and the pid file
+	// may be forged by the test itself.
+	if rec, err := tk.record(); err == nil {
+		if alive, _ := supervisorAlive(tk.dir); alive && rec.checkSupervisor() == nil {
+			syscall.Kill(rec.SupervisorPID, syscall.SIGKILL)
 		}
-	}
-	if st, err := readStatus(tk.dir); err == nil && st.ToolPID > 0 && groupAlive(st.ToolPID) {
-		syscall.Kill(-st.ToolPID, syscall.SIGKILL)
+		rec.killToolGroup(syscall.SIGKILL)
 	}
 	if data, err := os.ReadFile(tk.path(fileWrapper)); err == nil {
 		for _, bad := range []string{"DATA RACE", "panic:", "fatal error:"} {
@@ -275,6 +274,26 @@ func (tk *testTask) cleanup(t *testing.T) {
 			}
 		}
 	}
+}
+
+// recordFile is where the wrapper binary keeps the process record of the
+// task (the test binary's own os.Executable is elsewhere).
+func (tk *testTask) recordFile() string {
+	sum := sha256.Sum256([]byte(filepath.Clean(tk.dir)))
+	return filepath.Join(filepath.Dir(wrapperBin), ctlDirName, hex.EncodeToString(sum[:])+".json")
+}
+
+// record reads the wrapper's process record of the task.
+func (tk *testTask) record() (*procRecord, error) {
+	data, err := os.ReadFile(tk.recordFile())
+	if err != nil {
+		return nil, err
+	}
+	var r procRecord
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
 }
 
 // poll calls cond until it holds, failing the test after timeout.

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 )
@@ -46,8 +46,11 @@ func cmdKill(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 
 	// A `status` probe or a starting supervisor can hold the lock for a
-	// moment, so deciding between the two paths may take a few rounds.
-	for range 50 {
+	// moment, and a starting supervisor has not recorded itself yet, so
+	// deciding between the two paths may take a few rounds.
+	deadline := time.Now().Add(startWait)
+	var refused error
+	for {
 		alive, err := supervisorAlive(dir)
 		if err != nil {
 			return ioError(err)
@@ -58,7 +61,19 @@ func cmdKill(ctx context.Context, args []string, stdout io.Writer) error {
 		} else {
 			st, err = killOrphan(dir)
 		}
+		var r *refusal
+		if errors.As(err, &r) {
+			refused = err
+			err = errRetry
+		}
 		if errors.Is(err, errRetry) {
+			if time.Now().After(deadline) {
+				if refused != nil {
+					logWrapper(dir, "kill: signalling nothing: %v", refused)
+					return &cmdError{KindIO, fmt.Errorf("kill %s: refusing to signal: %w", dir, refused)}
+				}
+				return &cmdError{KindInternal, fmt.Errorf("kill %s: the lock keeps changing hands", dir)}
+			}
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
@@ -67,8 +82,18 @@ func cmdKill(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		return printJSON(stdout, st)
 	}
-	return &cmdError{KindInternal, fmt.Errorf("kill %s: the lock keeps changing hands", dir)}
 }
+
+// startWait is how long kill waits for a supervisor holding the lock to
+// record itself: a new one moves the earlier attempt aside first.
+const startWait = 5 * time.Second
+
+// refusal is a check that failed before a signal to a live supervisor;
+// cmdKill tries again until startWait, then reports it.
+type refusal struct{ err error }
+
+func (r *refusal) Error() string { return r.err.Error() }
+func (r *refusal) Unwrap() error { return r.err }
 
 // errRetry means the supervisor appeared or vanished while kill looked.
 var errRetry = errors.New("retry")
@@ -95,34 +120,81 @@ func parseGrace(v string) (time.Duration, bool, error) {
 // killLive asks the live supervisor to stop and waits for the final status.
 // If the supervisor does not finish within grace plus a margin, kill sends
 // SIGKILL to the tool group itself; the supervisor then records the kill.
+// A supervisor that still does not finish (frozen: SIGSTOP, a hung file
+// system) is killed too, and kill writes the final status itself. Every pid
+// comes from the process record and is checked before it is signalled.
 func killLive(ctx context.Context, dir string, grace time.Duration, graceSet bool) (*Status, error) {
-	data, err := os.ReadFile(filepath.Join(dir, filePID))
+	rec, err := readRecord(dir)
 	if err != nil {
-		return nil, ioError(fmt.Errorf("read supervisor pid: %w", err))
+		return nil, &refusal{fmt.Errorf("a supervisor holds the lock but %w", err)}
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || pid <= 1 {
-		return nil, ioError(fmt.Errorf("read supervisor pid: bad pid file %q", data))
+	if err := rec.checkSupervisor(); err != nil {
+		return nil, &refusal{err}
 	}
 	if graceSet {
 		if err := writeJSONAtomic(filepath.Join(dir, fileKill), killRequest{GraceSeconds: grace.Seconds()}); err != nil {
 			return nil, ioError(err)
 		}
 	}
-	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && err != syscall.ESRCH {
-		return nil, ioError(fmt.Errorf("signal supervisor %d: %w", pid, err))
+	if err := rec.signalSupervisor(syscall.SIGTERM); err != nil {
+		return nil, refuse(dir, err)
 	}
 
 	if st, err := waitFinal(ctx, dir, grace+killMargin); st != nil || err != nil {
 		return st, err
 	}
-	if st, err := readStatus(dir); err == nil && st.ToolPID > 0 {
-		syscall.Kill(-st.ToolPID, syscall.SIGKILL)
+	if rec, err := readRecord(dir); err == nil {
+		if err := rec.killToolGroup(syscall.SIGKILL); err != nil && !errors.Is(err, errNoGroup) {
+			logWrapper(dir, "kill: not killing the recorded tool group: %v", err)
+		}
 	}
 	if st, err := waitFinal(ctx, dir, killMargin); st != nil || err != nil {
 		return st, err
 	}
-	return nil, &cmdError{KindInternal, fmt.Errorf("supervisor %d did not finish after SIGTERM and a SIGKILL of its tool; see %s", pid, fileWrapper)}
+	// The supervisor is alive but does not act: kill it, then record the
+	// end of the attempt in its place.
+	if err := rec.signalSupervisor(syscall.SIGKILL); err != nil {
+		if alive, aerr := supervisorAlive(dir); aerr == nil && !alive {
+			return nil, errRetry
+		}
+		return nil, refuse(dir, err)
+	}
+	logWrapper(dir, "kill: supervisor %d did not finish after SIGTERM and a SIGKILL of its tool group; killed it", rec.SupervisorPID)
+	deadline := time.Now().Add(killMargin)
+	for {
+		alive, err := supervisorAlive(dir)
+		if err != nil {
+			return nil, ioError(err)
+		}
+		if !alive {
+			return killOrphanAs(dir, "killed on request; the supervisor did not respond and was killed")
+		}
+		if time.Now().After(deadline) {
+			return nil, &cmdError{KindInternal, fmt.Errorf("supervisor %d still holds the lock after SIGKILL; see %s", rec.SupervisorPID, fileWrapper)}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// refuse reports a signal that kill would not send, in wrapper.log and in
+// the reply: an error of this task only.
+func refuse(dir string, err error) error {
+	logWrapper(dir, "kill: signalling nothing: %v", err)
+	return &cmdError{KindIO, fmt.Errorf("kill %s: refusing to signal: %w", dir, err)}
+}
+
+// logWrapper appends a line to D/wrapper.log, as the supervisors do; it
+// is best effort.
+func logWrapper(dir, format string, args ...any) {
+	f, err := os.OpenFile(filepath.Join(dir, fileWrapper), os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return
+	}
+	slog.New(slog.NewTextHandler(f, nil)).Warn(fmt.Sprintf(format, args...), logKeyDir, dir, logKeyPID, os.Getpid())
 }
 
 // waitFinal polls until status.json is final and the supervisor has let go
@@ -163,6 +235,10 @@ func waitFinal(ctx context.Context, dir string, timeout time.Duration) (*Status,
 // kills the recorded tool group and writes the killed status itself, under
 // the lock so that no `run` starts meanwhile.
 func killOrphan(dir string) (*Status, error) {
+	return killOrphanAs(dir, "killed on request; supervisor was not running")
+}
+
+func killOrphanAs(dir, msg string) (*Status, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return nil, &cmdError{KindNotFound, fmt.Errorf("no task directory %s", dir)}
 	}
@@ -185,7 +261,7 @@ func killOrphan(dir string) (*Status, error) {
 		return st, nil
 	}
 	st.Status, st.ErrorClass = StatusKilled, ClassKilled
-	st.Error = "killed on request; supervisor was not running"
+	st.Error = msg
 	st.CompletedAt = timestamp(time.Now())
 	st.ExitCode = -1
 	// The supervisor that would have read the usage is gone; what it
@@ -193,9 +269,23 @@ func killOrphan(dir string) (*Status, error) {
 	if tail, err := readLogTail(filepath.Join(dir, fileLog), usageTail); err == nil {
 		st.TokensIn, st.TokensOut, st.CostUSD = ParseUsage(tail)
 	}
-	if st.ToolPID > 0 {
-		if err := syscall.Kill(-st.ToolPID, syscall.SIGKILL); err == nil {
+	// The group to kill is the process record's; status.json's tool_pid is
+	// the task's to forge. Whatever the record does not vouch for is left
+	// alone, and said so in wrapper.log.
+	rec, err := readRecord(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		logWrapper(dir, "kill: no process record; signalling nothing")
+	case err != nil:
+		logWrapper(dir, "kill: signalling nothing: %v", err)
+	default:
+		err := rec.killToolGroup(syscall.SIGKILL)
+		switch {
+		case err == nil:
 			st.Signal = signalName(syscall.SIGKILL)
+			logWrapper(dir, "kill: killed the tool group %d of attempt %d, whose supervisor was gone", rec.ToolPGID, rec.Attempt)
+		case !errors.Is(err, errNoGroup):
+			logWrapper(dir, "kill: not killing the recorded tool group: %v", err)
 		}
 	}
 	if err := writeJSONAtomic(filepath.Join(dir, fileStatus), st); err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,6 +26,7 @@ const drainTimeout = 2 * time.Second
 type proc struct {
 	cmd    *exec.Cmd
 	pgid   int
+	start  string        // procStart of the child
 	exited chan struct{} // closed after Wait, before the drain
 	done   chan struct{}
 	state  *os.ProcessState
@@ -46,8 +48,27 @@ func startProc(cmd *exec.Cmd, out io.Writer, closers ...io.Closer) (*proc, error
 	}
 	cmd.Stdout = w
 	cmd.Stderr = w
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	err = cmd.Start()
+	cmd.SysProcAttr = childAttr()
+	// On Linux the child gets SIGKILL when the thread that started it ends
+	// (PR_SET_PDEATHSIG follows the thread, golang/go#27505): start and wait
+	// for it on one locked thread, so that only the supervisor's death
+	// kills it.
+	started := make(chan error, 1)
+	waited := make(chan error, 1)
+	var startTime string
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		// Read before Wait: until it is reaped the pid is the child's.
+		startTime, _ = procStart(cmd.Process.Pid)
+		started <- nil
+		waited <- cmd.Wait()
+	}()
+	err = <-started
 	w.Close()
 	if err != nil {
 		r.Close()
@@ -56,6 +77,7 @@ func startProc(cmd *exec.Cmd, out io.Writer, closers ...io.Closer) (*proc, error
 	p := &proc{
 		cmd:    cmd,
 		pgid:   cmd.Process.Pid,
+		start:  startTime,
 		exited: make(chan struct{}),
 		done:   make(chan struct{}),
 	}
@@ -74,12 +96,18 @@ func startProc(cmd *exec.Cmd, out io.Writer, closers ...io.Closer) (*proc, error
 		}
 	}()
 	go func() {
-		p.err = cmd.Wait()
+		p.err = <-waited
 		p.state = cmd.ProcessState
 		close(p.exited)
 		// Whatever the tool left behind in its group goes with it; it would
-		// otherwise hold the pipe open and outlive the attempt.
-		syscall.Kill(-p.pgid, syscall.SIGKILL)
+		// otherwise hold the pipe open and outlive the attempt. The leader is
+		// reaped, so the group is signalled only while a member of it is
+		// still in this session (its id cannot have been reused then).
+		if sid, err := getsid(0); err == nil {
+			if in, _ := groupInSession(p.pgid, sid); in {
+				syscall.Kill(-p.pgid, syscall.SIGKILL)
+			}
+		}
 		r.SetReadDeadline(time.Now().Add(drainTimeout))
 		<-copied
 		r.Close()

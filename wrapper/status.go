@@ -95,7 +95,10 @@ func taskStatus(project, task, dir string) TaskStatus {
 	// final status and then releases the lock, so in this order a finished
 	// attempt can never read as "running, supervisor gone" (a false crash).
 	// A lock that cannot even be opened has no supervisor behind it.
-	ts.Alive, _ = supervisorAlive(dir)
+	// Every file here may be anything the task made of it: a bad one is an
+	// error of this task alone (see readControlFile).
+	alive, lockErr := supervisorAlive(dir)
+	ts.Alive = alive
 	st, err := readStatus(dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -105,8 +108,17 @@ func taskStatus(project, task, dir string) TaskStatus {
 	default:
 		ts.Status = st
 	}
-	if data, err := os.ReadFile(filepath.Join(dir, fileHeartbeat)); err == nil {
+	if lockErr != nil {
+		ts.Status = nil
+		ts.StatusError = lockErr.Error()
+	}
+	data, err := readControlFile(filepath.Join(dir, fileHeartbeat))
+	switch {
+	case err == nil:
 		ts.Heartbeat = strings.TrimSpace(string(data))
+	case !errors.Is(err, os.ErrNotExist) && ts.StatusError == "":
+		ts.Status = nil
+		ts.StatusError = err.Error()
 	}
 	return ts
 }

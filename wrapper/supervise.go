@@ -66,6 +66,8 @@ type supervisor struct {
 	stopReason string
 	finishing  bool // the tool has exited: a stop asked now is too late
 
+	rec procRecord // this attempt's process record; written by prepare and setTool only
+
 	statusMu sync.Mutex // serialises status.json writes; guards st, final
 	st       Status
 	final    bool
@@ -191,6 +193,9 @@ func (s *supervisor) prepare() error {
 	if err := s.moveAside(); err != nil {
 		return err
 	}
+	if err := s.writeOwnRecord(); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(filepath.Join(s.dir, dirOutput), 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", dirOutput, err)
 	}
@@ -225,11 +230,23 @@ func (s *supervisor) moveAside() error {
 	n := 0
 	if old, err := readStatus(s.dir); err == nil {
 		n = old.Attempt
-		if old.Status == StatusRunning && old.ToolPID > 0 && groupAlive(old.ToolPID) {
-			s.logger.Warn("killing tool group of an earlier attempt", logKeyToolPID, old.ToolPID, logKeyOldAttempt, old.Attempt)
-			syscall.Kill(-old.ToolPID, syscall.SIGKILL)
+	}
+	// The pids come from the process record, which the task cannot write,
+	// never from status.json, which it can.
+	switch rec, err := readRecord(s.dir); {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		s.logger.Warn("no usable process record of the earlier attempt; signalling nothing", logKeyErr, err)
+	default:
+		err := rec.killToolGroup(syscall.SIGKILL)
+		switch {
+		case errors.Is(err, errNoGroup):
+		case err != nil:
+			s.logger.Warn("not killing the recorded tool group of an earlier attempt", logKeyPGID, rec.ToolPGID, logKeyOldAttempt, rec.Attempt, logKeyErr, err)
+		default:
+			s.logger.Warn("killed the tool group of an earlier attempt", logKeyPGID, rec.ToolPGID, logKeyOldAttempt, rec.Attempt)
 			deadline := time.Now().Add(time.Second)
-			for groupAlive(old.ToolPID) && time.Now().Before(deadline) {
+			for groupAlive(rec.ToolPGID) && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
 			}
 		}
@@ -349,7 +366,7 @@ func (s *supervisor) attempt() outcome {
 		if err != nil {
 			return outcome{code: -1, startErr: fmt.Sprintf("setup failed: %v", err)}
 		}
-		s.setToolPID(p.pgid)
+		s.setTool(p)
 		<-p.done
 		code, sig := p.exitInfo()
 		if s.stopping() {
@@ -375,7 +392,7 @@ func (s *supervisor) attempt() outcome {
 	if err != nil {
 		return outcome{code: -1, startErr: fmt.Sprintf("start %s: %v", cmd.Args[0], err)}
 	}
-	s.setToolPID(p.pgid)
+	s.setTool(p)
 	s.logger.Info("tool started", logKeyToolPID, p.pgid)
 	<-p.exited
 	s.mu.Lock()
@@ -483,7 +500,7 @@ func (s *supervisor) handleSignals(sigs <-chan os.Signal) {
 // killGrace is the grace `kill --grace` left in kill.json, or launch.json's.
 func (s *supervisor) killGrace() time.Duration {
 	path := filepath.Join(s.dir, fileKill)
-	data, err := os.ReadFile(path)
+	data, err := readControlFile(path)
 	if err != nil {
 		return seconds(s.launch.GraceSeconds)
 	}
@@ -529,7 +546,30 @@ func (s *supervisor) beat() error {
 	return WriteFileAtomic(filepath.Join(s.dir, fileHeartbeat), []byte(data), 0o644)
 }
 
-func (s *supervisor) setToolPID(pid int) {
+// writeOwnRecord records this supervisor in the process record, with no
+// tool yet; without a record, nothing could ever signal this attempt.
+func (s *supervisor) writeOwnRecord() error {
+	pid := os.Getpid()
+	start, err := procStart(pid)
+	if err != nil {
+		return fmt.Errorf("read own start time: %w", err)
+	}
+	sid, err := getsid(0)
+	if err != nil {
+		return fmt.Errorf("read own session: %w", err)
+	}
+	s.rec = procRecord{Dir: filepath.Clean(s.dir), Attempt: s.launch.Attempt, SupervisorPID: pid, SupervisorStart: start, SID: sid}
+	return writeRecord(&s.rec)
+}
+
+// setTool records the running child (setup or tool) in the process record
+// and, for display, in status.json.
+func (s *supervisor) setTool(p *proc) {
+	s.rec.ToolPGID, s.rec.ToolStart = p.pgid, p.start
+	if err := writeRecord(&s.rec); err != nil {
+		s.logger.Error("process record", logKeyErr, err)
+	}
+	pid := p.pgid
 	err := s.updateStatus(func(st *Status) bool {
 		st.ToolPID = pid
 		return true

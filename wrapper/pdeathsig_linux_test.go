@@ -1,0 +1,23 @@
+package wrapper
+
+import (
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestToolDiesWithItsSupervisor: on Linux a supervisor killed with SIGKILL
+// takes its tool with it (PR_SET_PDEATHSIG), so no retry runs beside it.
+func TestToolDiesWithItsSupervisor(t *testing.T) {
+	t.Parallel()
+	tk := newTask(t, "", Launch{Command: []string{"sleep", "60"}})
+	tk.run(t, "")
+	st := tk.waitStatus(t, "tool_pid", func(st *Status) bool { return st.ToolPID > 1 && st.PID > 1 })
+	if !groupAlive(st.ToolPID) {
+		t.Fatal("the tool died before its supervisor")
+	}
+	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 10*time.Second, "the tool to die with its supervisor", func() bool { return !groupAlive(st.ToolPID) })
+}

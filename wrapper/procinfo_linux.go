@@ -1,0 +1,109 @@
+package wrapper
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// statFields returns the fields of /proc/<pid>/stat after the command name:
+// fields[0] is the state (field 3 of proc(5)), fields[2] the process group,
+// fields[3] the session and fields[19] the start time.
+func statFields(pid string) ([]string, error) {
+	data, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return nil, err
+	}
+	// The command name, in parentheses, may hold spaces and parentheses.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return nil, fmt.Errorf("/proc/%s/stat: no command name", pid)
+	}
+	fields := strings.Fields(string(data[i+1:]))
+	if len(fields) < 20 {
+		return nil, fmt.Errorf("/proc/%s/stat: %d fields", pid, len(fields))
+	}
+	return fields, nil
+}
+
+// procStart is when process pid started, in clock ticks after boot (field 22
+// of /proc/<pid>/stat): with the pid, it names one process for the life of
+// the system.
+func procStart(pid int) (string, error) {
+	fields, err := statFields(strconv.Itoa(pid))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("no process %d: %w", pid, syscall.ESRCH)
+		}
+		return "", err
+	}
+	return fields[19], nil
+}
+
+// groupInSession reports whether a live (not zombie) process of group pgid
+// is in session sid.
+func groupInSession(pgid, sid int) (bool, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return false, err
+	}
+	want, wantSID := strconv.Itoa(pgid), strconv.Itoa(sid)
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		fields, err := statFields(e.Name())
+		if err != nil || fields[0] == "Z" || fields[0] == "X" {
+			continue
+		}
+		if fields[2] == want && fields[3] == wantSID {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// groupAlive reports whether process group pgid has a member that is not a
+// zombie. kill(-pgid, 0) alone would count zombies, which linger where init
+// does not reap (containers), and call a killed group alive.
+func groupAlive(pgid int) bool {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	want := strconv.Itoa(pgid)
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		fields, err := statFields(e.Name())
+		if err != nil || fields[0] == "Z" || fields[0] == "X" {
+			continue
+		}
+		if fields[2] == want {
+			return true
+		}
+	}
+	return false
+}
+
+// childAttr is how setup and the tool are started: in their own process
+// group, and killed by the kernel when the supervisor dies (the thread that
+// started them stays locked, see startProc), so that a supervisor killed
+// with SIGKILL leaves no tool running beside the retry.
+func childAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+// getsid returns the session of process pid (0: the caller).
+func getsid(pid int) (int, error) {
+	sid, _, errno := syscall.RawSyscall(syscall.SYS_GETSID, uintptr(pid), 0, 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(sid), nil
+}
