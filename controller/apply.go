@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/dispatch-tool/dispatch/store"
@@ -15,6 +16,7 @@ import (
 var retryable = map[string]bool{
 	wrapper.ClassExit: true, wrapper.ClassCrash: true, wrapper.ClassTimeout: true,
 	wrapper.ClassRateLimit: true, wrapper.ClassStart: true, store.Lost: true,
+	wrapper.ClassHung: true,
 }
 
 // staleAttempt is a live attempt on a node that is not the task's current
@@ -23,6 +25,9 @@ var retryable = map[string]bool{
 type staleAttempt struct {
 	node, project, task, dir string
 	attempt                  int
+	// orphan is set when the attempt's wrapper is gone but its status says
+	// running: what its tool left behind may still run.
+	orphan bool
 }
 
 // apply writes what the pulls found, in one transaction: node facts, status
@@ -40,6 +45,9 @@ func (c *Controller) apply(ctx context.Context, projects []string, pulls map[str
 	}
 	var changed int
 	var stale []staleAttempt
+	c.killMu.Lock()
+	announced := c.announced
+	c.killMu.Unlock()
 	err = c.st.Update(ctx, func(tx *store.Tx) error {
 		changed, stale = 0, nil
 		now := tx.Now()
@@ -64,9 +72,13 @@ func (c *Controller) apply(ctx context.Context, projects []string, pulls map[str
 					return err
 				}
 			}
-			// Re-read: the statuses above may have changed what is blocked.
+			// Re-read: the statuses above may have changed what is blocked,
+			// and which attempts are current.
 			if tasks, err = tx.Tasks(ctx, project); err != nil {
 				return err
+			}
+			for i := range tasks {
+				current[taskKey(project, tasks[i].ID)] = &tasks[i]
 			}
 			if err := a.blocked(ctx, tasks); err != nil {
 				return err
@@ -77,14 +89,31 @@ func (c *Controller) apply(ctx context.Context, projects []string, pulls map[str
 		}
 		stale = findStale(pulls, current)
 		for _, sa := range stale {
-			if err := tx.Event(ctx, store.Event{Project: sa.project, Task: sa.task, Attempt: sa.attempt, Kind: "stale",
-				Node: sa.node, Message: fmt.Sprintf("attempt %d still runs on %s but is not current; killing it", sa.attempt, sa.node)}); err != nil {
+			if announced[killKey(sa)] {
+				continue // said in an earlier tick; the kill goes on
+			}
+			ev := store.Event{Project: sa.project, Task: sa.task, Attempt: sa.attempt, Kind: "stale",
+				Node: sa.node, Message: fmt.Sprintf("attempt %d still runs on %s but is not current; killing it", sa.attempt, sa.node)}
+			if sa.orphan {
+				ev.Kind = "orphan"
+				ev.Message = fmt.Sprintf("the wrapper of attempt %d on %s is gone; killing what its tool left running before the task runs again", sa.attempt, sa.node)
+			}
+			if err := tx.Event(ctx, ev); err != nil {
 				return err
 			}
 		}
 		changed = a.changed
 		return nil
 	})
+	if err == nil {
+		now := map[string]bool{}
+		for _, sa := range stale {
+			now[killKey(sa)] = true
+		}
+		c.killMu.Lock()
+		c.announced = now
+		c.killMu.Unlock()
+	}
 	return changed, stale, err
 }
 
@@ -97,7 +126,13 @@ func findStale(pulls map[string]*pull, current map[string]*store.Task) []staleAt
 			continue
 		}
 		for _, ts := range p.status.Tasks {
-			if !ts.Alive || ts.Status == nil {
+			if ts.Status == nil {
+				continue
+			}
+			// A dead wrapper whose status says running may have left its
+			// tool's group behind (an orphan): killed like a live attempt.
+			orphan := !ts.Alive && ts.Status.Status == wrapper.StatusRunning
+			if !ts.Alive && !orphan {
 				continue
 			}
 			t := current[taskKey(ts.Project, ts.Task)]
@@ -105,7 +140,7 @@ func findStale(pulls map[string]*pull, current map[string]*store.Task) []staleAt
 				(t.Status == store.Claimed || t.Status == store.Running) {
 				continue
 			}
-			out = append(out, staleAttempt{node: name, project: ts.Project, task: ts.Task, dir: ts.Dir, attempt: ts.Status.Attempt})
+			out = append(out, staleAttempt{node: name, project: ts.Project, task: ts.Task, dir: ts.Dir, attempt: ts.Status.Attempt, orphan: orphan})
 		}
 	}
 	return out
@@ -116,7 +151,10 @@ func findStale(pulls map[string]*pull, current map[string]*store.Task) []staleAt
 const staleGrace = "2s"
 
 // killStale kills stale attempts on their nodes, in the background lane of
-// each node, so a slow kill never stalls the tick.
+// each node, so a slow kill never stalls the tick. Until a kill is
+// confirmed, its node takes no launch or collection and its task is not
+// launched anywhere (see unkilled): a retry never runs beside the attempt
+// it replaces.
 func (c *Controller) killStale(ctx context.Context, stale []staleAttempt) {
 	byNode := map[string][]staleAttempt{}
 	for _, sa := range stale {
@@ -126,17 +164,54 @@ func (c *Controller) killStale(ctx context.Context, stale []staleAttempt) {
 	for n := range byNode {
 		names = append(names, n)
 	}
+	var mu sync.Mutex
+	killed := map[staleAttempt]bool{}
 	c.onNodes(names, working, c.callTimeout(), func(n *nodeRuntime) {
 		for _, sa := range byNode[n.cfg.Name] {
-			kctx, cancel := context.WithTimeout(ctx, c.callTimeout())
+			// A frozen wrapper takes the grace, then twice the wrapper's
+			// 5 s margin, before kill has it dead.
+			kctx, cancel := context.WithTimeout(ctx, c.callTimeout()+killSlack)
 			res, err := n.tr.Exec(kctx, []string{n.wrapper, "kill", "--dir", sa.dir, "--grace", staleGrace}, nil)
 			cancel()
 			if err != nil || res.ExitCode != 0 {
 				c.log.Warn("kill stale attempt", keyNode, sa.node, keyProject, sa.project, keyTask, sa.task,
 					keyAttempt, sa.attempt, "err", err, "reply", replyError(res, nil))
+				continue
 			}
+			mu.Lock()
+			killed[sa] = true
+			mu.Unlock()
 		}
 	})
+	mu.Lock()
+	defer mu.Unlock()
+	nodes, tasks := map[string]bool{}, map[string]bool{}
+	for _, sa := range stale {
+		if !killed[sa] {
+			nodes[sa.node] = true
+			tasks[taskKey(sa.project, sa.task)] = true
+		}
+	}
+	c.killMu.Lock()
+	c.unkilledNodes, c.unkilledTasks = nodes, tasks
+	c.killMu.Unlock()
+}
+
+// killSlack is what a kill may take beyond a call: staleGrace and the
+// wrapper's margins for a supervisor that does not respond.
+const killSlack = 15 * time.Second
+
+// unkilled returns the nodes and tasks of the stale attempts whose kill
+// was not confirmed in this tick.
+func (c *Controller) unkilled() (nodes, tasks map[string]bool) {
+	c.killMu.Lock()
+	defer c.killMu.Unlock()
+	return c.unkilledNodes, c.unkilledTasks
+}
+
+// killKey names a stale attempt across ticks.
+func killKey(sa staleAttempt) string {
+	return fmt.Sprintf("%s\x00%s\x00%d", sa.node, sa.dir, sa.attempt)
 }
 
 func (c *Controller) nodeRecord(name string, p *pull, prev store.Node, now time.Time) store.Node {
@@ -299,13 +374,18 @@ func (a *applier) running(ctx context.Context, t *store.Task, ts *wrapper.TaskSt
 			store.Set{"status": store.Failed, "error_class": wrapper.ClassCrash, "error": msg, "completed_at": a.now})
 	}
 	// The wrapper lives but its heartbeat stopped (frozen, stopped, a hung
-	// filesystem): say so once, by the controller's own clock.
-	if stale := a.now.Sub(t.HeartbeatAt); stale >= a.c.cfg.Controller.HeartbeatTimeout && t.Warning == "" {
-		w := fmt.Sprintf("heartbeat unchanged for %s while the wrapper (pid %d) is alive", stale.Round(time.Second), st.PID)
-		if err := a.tx.SetTask(ctx, t.Project, t.ID, store.Set{"warning": w}); err != nil {
-			return err
-		}
-		return a.tx.Event(ctx, store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: "warning", Node: t.Node, Message: w})
+	// filesystem) for heartbeat_timeout, by the controller's own clock and
+	// counted from no earlier than this controller's start: the attempt is
+	// hung. It fails and is retried like a crash; being no longer current,
+	// it is killed as stale before the retry may launch.
+	since := t.HeartbeatAt
+	if since.Before(a.c.started) {
+		since = a.c.started
+	}
+	if stale := a.now.Sub(since); stale >= a.c.cfg.Controller.HeartbeatTimeout {
+		msg := fmt.Sprintf("hung: heartbeat unchanged for %s while the wrapper (pid %d) is alive", stale.Round(time.Second), st.PID)
+		return a.fail(ctx, t, store.Running, wrapper.ClassHung, msg, 0,
+			store.Set{"status": store.Failed, "error_class": wrapper.ClassHung, "error": msg, "completed_at": a.now})
 	}
 	return nil
 }

@@ -30,6 +30,7 @@ import (
 func (c *Controller) collectAll(ctx context.Context, projects []string, pulls map[string]*pull) error {
 	current := map[string]int{}
 	byNode := map[string][]store.Run{}
+	unkilledNodes, _ := c.unkilled()
 	for _, project := range projects {
 		tasks, err := c.st.Tasks(ctx, project)
 		if err != nil {
@@ -46,8 +47,8 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 			if !r.CollectedAt.IsZero() || (r.Status != store.Completed && r.Status != store.Failed && r.Status != "killed") {
 				continue
 			}
-			if p := pulls[r.Node]; p == nil || p.err != nil {
-				continue // not reachable in this tick; try again next tick
+			if p := pulls[r.Node]; p == nil || p.err != nil || unkilledNodes[r.Node] {
+				continue // not reachable, or a stale attempt not killed yet there; try again next tick
 			}
 			byNode[r.Node] = append(byNode[r.Node], r)
 		}

@@ -74,6 +74,14 @@ type Controller struct {
 
 	mu sync.Mutex // guards nodes' runtime fields touched by parallel pulls
 
+	// killMu guards what is known of stale attempts: those announced by an
+	// event (see killKey), and what the last killStale could not confirm
+	// (see unkilled).
+	killMu        sync.Mutex
+	announced     map[string]bool
+	unkilledNodes map[string]bool
+	unkilledTasks map[string]bool
+
 	// requests carries operator commands from the control socket to Run.
 	requests chan request
 }

@@ -3,8 +3,10 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -49,38 +51,141 @@ func (h *harness) events(kind string) []store.Event {
 	return out
 }
 
-func TestStaleHeartbeatWithLiveWrapperWarns(t *testing.T) {
-	h := newHarness(t, "", shellProject(map[string]string{"S01-long.md": "sleep 20\n"}))
+// procGone reports whether pid has exited (gone, or a zombie nobody reaped).
+func procGone(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	return len(f) == 0 || f[0] == "Z" || f[0] == "X"
+}
+
+func requireProc(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("needs /proc")
+	}
+}
+
+// TestFrozenWrapperIsKilledAsHungAndRetried: a wrapper that is alive but
+// frozen (SIGSTOP) stops beating; after heartbeat_timeout on the
+// controller's clock the attempt fails as hung, the frozen wrapper and its
+// tool are killed, and only then does the retry launch.
+func TestFrozenWrapperIsKilledAsHungAndRetried(t *testing.T) {
+	requireProc(t)
+	h := newHarness(t, "", shellProject(map[string]string{
+		"S01-long.md": "if [ \"$DISPATCH_ATTEMPT\" = 1 ]; then sleep 60; fi\necho done > done.txt\n",
+	}))
 	h.tickUntil("task to run", func() bool { return h.task("S01").Status == store.Running })
-	pid, _, _, _ := h.statusFile("S01")
+	pid, toolPID, _, _ := h.statusFile("S01")
 	// Freeze the wrapper: it holds its lock (alive) but beats no more.
 	if err := signal(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	defer signal(pid, syscall.SIGCONT)
+	t.Cleanup(func() {
+		signal(pid, syscall.SIGKILL)
+		signal(-toolPID, syscall.SIGKILL)
+	})
 	h.tick()
-	h.clock.Advance(h.cfg.Controller.HeartbeatTimeout + time.Second)
+	h.clock.Advance(h.cfg.Controller.HeartbeatTimeout - time.Second)
+	h.tick()
+	if tk := h.task("S01"); tk.Status != store.Running {
+		t.Fatalf("before heartbeat_timeout: %s", h.dump())
+	}
+	h.clock.Advance(2 * time.Second)
 	h.tick()
 	tk := h.task("S01")
-	if tk.Status != store.Running || !strings.Contains(tk.Warning, "heartbeat unchanged") {
-		t.Fatalf("task %s warning %q, want running with a heartbeat warning", tk.Status, tk.Warning)
+	runs, _ := h.st.Runs(context.Background(), "p", "S01")
+	if tk.RetriesUsed != 1 || runs[0].ErrorClass != "hung" || !strings.Contains(runs[0].Error, "heartbeat unchanged") {
+		t.Fatalf("after heartbeat_timeout: runs[0] %q %q; %s", runs[0].ErrorClass, runs[0].Error, h.dump())
 	}
-	if len(h.events("warning")) != 1 {
-		t.Fatalf("warning events = %d, want 1", len(h.events("warning")))
+	// The backoff is over at once; the retry must still wait for the kill.
+	h.clock.Advance(time.Minute)
+	deadline := time.Now().Add(60 * time.Second)
+	for !procGone(pid) || !procGone(toolPID) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the frozen wrapper (gone %v) or its tool (gone %v) still lives; %s", procGone(pid), procGone(toolPID), h.dump())
+		}
+		h.tick()
+		if tk := h.task("S01"); tk.Attempt != 1 && (!procGone(pid) || !procGone(toolPID)) {
+			t.Fatalf("attempt %d launched while the hung attempt still lives", tk.Attempt)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	h.tick()
-	if n := len(h.events("warning")); n != 1 {
-		t.Fatalf("warning repeated: %d events", n)
+	h.tickUntil("the retry to complete", func() bool { return h.task("S01").Status == store.Completed })
+	if tk := h.task("S01"); tk.Attempt != 2 {
+		t.Fatalf("completed at attempt %d, want 2", tk.Attempt)
 	}
-	v, _ := Status(context.Background(), h.st, h.cfg, "p", h.clock.Now())
-	if v.Tasks[0].Warning == "" {
-		t.Fatal("status view has no warning")
+}
+
+// TestOrphanIsKilledBeforeTheRetry: a wrapper killed with SIGKILL leaves
+// what its tool started running; the crash is retried on another node only
+// after the orphan's group is dead.
+func TestOrphanIsKilledBeforeTheRetry(t *testing.T) {
+	yaml := `
+controller:
+  retry_backoff: 1s
+  max_retries: 2
+nodes:
+  - name: a
+    slots: 1
+    work_dir: WORK/a
+  - name: b
+    slots: 1
+    work_dir: WORK/b
+`
+	dir := t.TempDir()
+	orphanFile, result := filepath.Join(dir, "orphan.pid"), filepath.Join(dir, "result")
+	h := newHarness(t, yaml, shellProject(map[string]string{
+		"S01-x.md": fmt.Sprintf(`if [ "$DISPATCH_ATTEMPT" = 1 ]; then sleep 300 & echo $! > '%[1]s'; wait; fi
+p=$(cat '%[1]s')
+s=$(ps -o stat= -p "$p")
+case "$s" in ""|Z*) echo dead;; *) echo alive;; esac > '%[2]s'
+`, orphanFile, result),
+	}))
+	h.tickUntil("task to run", func() bool { return h.task("S01").Status == store.Running })
+	node := h.task("S01").Node
+	var orphan int
+	deadline := time.Now().Add(10 * time.Second)
+	for orphan <= 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the tool never wrote its orphan's pid")
+		}
+		b, _ := os.ReadFile(orphanFile)
+		orphan, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		time.Sleep(10 * time.Millisecond)
 	}
-	// It wakes up: the next beat clears the warning.
-	signal(pid, syscall.SIGCONT)
-	h.tickUntil("heartbeat to move again", func() bool { return h.task("S01").Warning == "" })
-	h.ctl.Close()
-	killAll(t, h)
+	t.Cleanup(func() { signal(orphan, syscall.SIGKILL) })
+	pid := 0
+	b, _ := os.ReadFile(filepath.Join(h.work, node, "p", "tasks", "S01", "status.json"))
+	var st struct{ PID int }
+	if json.Unmarshal(b, &st); st.PID <= 1 {
+		t.Fatalf("no wrapper pid in %s", b)
+	}
+	pid = st.PID
+	if err := syscallKill(pid); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for h.task("S01").Status != store.Completed {
+		if time.Now().After(deadline) {
+			t.Fatalf("the retry did not complete; %s", h.dump())
+		}
+		h.tick()
+		h.clock.Advance(time.Second)
+		time.Sleep(20 * time.Millisecond)
+	}
+	runs, _ := h.st.Runs(context.Background(), "p", "S01")
+	if runs[0].ErrorClass != "crash" {
+		t.Fatalf("attempt 1 class %q, want crash", runs[0].ErrorClass)
+	}
+	if got, _ := os.ReadFile(result); strings.TrimSpace(string(got)) != "dead" {
+		t.Fatalf("attempt 2 (on %s) found attempt 1's orphan %q", h.task("S01").Node, got)
+	}
+	if len(h.events("orphan")) == 0 {
+		t.Fatal("no orphan event")
+	}
 }
 
 func TestCorruptStatusWithDeadWrapperIsACrash(t *testing.T) {

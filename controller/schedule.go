@@ -97,10 +97,12 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 		active[p.Name] = p
 	}
 	caps := map[string]*capacity{}
+	unkilledNodes, unkilledTasks := c.unkilled()
 	for name, n := range c.nodes {
 		// A node busy launching or collecting takes no new work this tick,
-		// nor one whose disk is nearly full.
-		if p := pulls[name]; p != nil && p.err == nil && !n.working.Load() && !diskFull(p.status.Facts.DiskFreeBytes) {
+		// nor one whose disk is nearly full, nor one where an attempt that
+		// must die is not dead yet.
+		if p := pulls[name]; p != nil && p.err == nil && !n.working.Load() && !diskFull(p.status.Facts.DiskFreeBytes) && !unkilledNodes[name] {
 			caps[name] = &capacity{node: n, mem: p.status.Facts.MemAvailableBytes}
 		}
 	}
@@ -157,7 +159,9 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 		now := c.now()
 		for i := range tasks {
 			t := &tasks[i]
-			if t.Status == store.Pending && !now.Before(t.NotBefore) && depsCompleted(t, byID) {
+			// A task whose earlier attempt still runs somewhere (an
+			// orphaned tool, a hung wrapper) waits until it is killed.
+			if t.Status == store.Pending && !now.Before(t.NotBefore) && depsCompleted(t, byID) && !unkilledTasks[taskKey(t.Project, t.ID)] {
 				candidates = append(candidates, *t)
 			}
 		}
@@ -229,7 +233,7 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 
 // retryElsewhere lists the failures after which a retry should prefer
 // another node than the one that failed.
-var retryElsewhere = map[string]bool{wrapper.ClassStart: true, wrapper.ClassCrash: true, store.Lost: true}
+var retryElsewhere = map[string]bool{wrapper.ClassStart: true, wrapper.ClassCrash: true, wrapper.ClassHung: true, store.Lost: true}
 
 // better reports whether a is a better node than b for task t: away from the
 // node where t's last attempt failed to start, crashed or was lost, then

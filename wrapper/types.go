@@ -27,6 +27,9 @@ const (
 	ClassAuth      = "auth"
 	ClassStart     = "start"
 	ClassKilled    = "killed"
+	// ClassHung is the controller's, never in status.json: the wrapper was
+	// alive but its heartbeat did not change for heartbeat_timeout.
+	ClassHung = "hung"
 )
 
 // Values of ErrorReply.Kind.
