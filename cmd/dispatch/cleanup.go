@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -85,9 +86,37 @@ func removeWorkspace(ctx context.Context, cfg *nodes.Config, n nodes.Node, env n
 	defer tr.Close()
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	wd, err := nodes.ExpandHome(ctx, tr, n.WorkDir)
+	// The database may have given an attempt up (its node was offline)
+	// while its wrapper still runs there: ask the wrapper, and never pull a
+	// live attempt's directory from under it.
+	inst, err := nodes.EnsureWrapper(ctx, tr, n.WorkDir, nodes.NewWrappers())
 	if err != nil {
-		return err
+		return fmt.Errorf("ask the wrapper which attempts still run: %w", err)
 	}
-	return tr.Remove(ctx, path.Join(wd, project))
+	ns, err := controller.NodeFacts(ctx, tr, inst)
+	if err != nil {
+		return fmt.Errorf("ask the wrapper which attempts still run: %w", err)
+	}
+	var live, dead []string
+	for _, ts := range ns.Tasks {
+		if ts.Project != project {
+			continue
+		}
+		if ts.Alive {
+			live = append(live, ts.Dir)
+		} else {
+			dead = append(dead, ts.Dir)
+		}
+	}
+	if len(live) == 0 {
+		return tr.Remove(ctx, path.Join(inst.WorkDir, project))
+	}
+	for _, d := range dead {
+		if err := tr.Remove(ctx, d); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("kept %s: a wrapper still runs an attempt there (removed the other task directories); "+
+		"`dispatch start %s` kills such attempts, or on the node: %s kill --dir <dir>; then run cleanup again",
+		strings.Join(live, ", "), project, inst.Path)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -230,5 +231,51 @@ func TestLogsFollow(t *testing.T) {
 	}
 	if r := runDispatch(t, nil, "--home", home, "logs", "p", "S01", "--attempt", "2"); r.code != 2 {
 		t.Fatalf("logs of an attempt that never ran: %s", r)
+	}
+}
+
+// TestCleanupKeepsALiveAttempt: the database may have given an attempt up
+// while its wrapper still runs on the node; cleanup removes everything else
+// of the project there, but never that attempt's directory.
+func TestCleanupKeepsALiveAttempt(t *testing.T) {
+	home, work := opsHome(t, map[string]map[string]string{
+		"a": {"S01-x.md": "echo one\n", "S02-y.md": "echo two\n"},
+	})
+	if r := runDispatch(t, nil, "--home", home, "start", "a"); r.code != 0 {
+		t.Fatalf("start: %s", r)
+	}
+	bins, _ := filepath.Glob(filepath.Join(work, ".bin", "dispatch-wrapper-*"))
+	if len(bins) != 1 {
+		t.Fatalf("installed wrappers: %v", bins)
+	}
+	// A leftover attempt of S01 still runs on the node.
+	dir := filepath.Join(work, "a", "tasks", "S01")
+	writeFile(t, filepath.Join(dir, "launch.json"), `{"project":"a","task":"S01","attempt":9,"command":["/bin/sh","-c","sleep 60"]}`)
+	run := exec.Command(bins[0], "run", "--dir", dir)
+	run.Stdin = strings.NewReader("{}")
+	if out, err := run.CombinedOutput(); err != nil {
+		t.Fatalf("run: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command(bins[0], "kill", "--dir", dir, "--grace", "0").Run() })
+
+	r := runDispatch(t, nil, "--home", home, "cleanup", "a", "--yes")
+	if r.code == 0 || !strings.Contains(r.stdout, "kept "+dir) {
+		t.Fatalf("cleanup with a live attempt: %s", r)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "lock")); err != nil {
+		t.Fatalf("cleanup removed the live attempt's directory: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(work, "a", "tasks", "S02")); !os.IsNotExist(err) {
+		t.Fatalf("cleanup kept S02, whose attempt is over: %v", err)
+	}
+	out, err := exec.Command(bins[0], "kill", "--dir", dir, "--grace", "0").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"killed"`) {
+		t.Fatalf("kill: %v: %s", err, out)
+	}
+	if r := runDispatch(t, nil, "--home", home, "cleanup", "a", "--yes"); r.code != 0 {
+		t.Fatalf("cleanup once the attempt is dead: %s", r)
+	}
+	if _, err := os.Stat(filepath.Join(work, "a")); !os.IsNotExist(err) {
+		t.Fatalf("workspace still there: %v", err)
 	}
 }
