@@ -165,7 +165,8 @@ func (c *Controller) killStale(ctx context.Context, stale []staleAttempt) {
 		names = append(names, n)
 	}
 	var mu sync.Mutex
-	killed := map[staleAttempt]bool{}
+	failed := map[staleAttempt]string{}
+	tried := map[staleAttempt]bool{}
 	c.onNodes(names, working, c.callTimeout(), func(n *nodeRuntime) {
 		for _, sa := range byNode[n.cfg.Name] {
 			// A frozen wrapper takes the grace, then twice the wrapper's
@@ -173,28 +174,91 @@ func (c *Controller) killStale(ctx context.Context, stale []staleAttempt) {
 			kctx, cancel := context.WithTimeout(ctx, c.callTimeout()+killSlack)
 			res, err := n.tr.Exec(kctx, []string{n.wrapper, "kill", "--dir", sa.dir, "--grace", staleGrace}, nil)
 			cancel()
-			if err != nil || res.ExitCode != 0 {
-				c.log.Warn("kill stale attempt", keyNode, sa.node, keyProject, sa.project, keyTask, sa.task,
-					keyAttempt, sa.attempt, "err", err, "reply", replyError(res, nil))
-				continue
-			}
 			mu.Lock()
-			killed[sa] = true
+			tried[sa] = true
+			switch {
+			case err != nil:
+				failed[sa] = err.Error()
+			case res.ExitCode != 0:
+				failed[sa] = replyError(res, nil)
+			}
 			mu.Unlock()
+			if failed[sa] != "" {
+				c.log.Warn("kill stale attempt", keyNode, sa.node, keyProject, sa.project, keyTask, sa.task,
+					keyAttempt, sa.attempt, "err", failed[sa])
+			}
 		}
 	})
 	mu.Lock()
-	defer mu.Unlock()
-	nodes, tasks := map[string]bool{}, map[string]bool{}
+	c.killMu.Lock()
+	d := decideKills(c.killFailures, stale, tried, failed)
+	c.killFailures, c.unkilledNodes, c.unkilledTasks = d.failures, d.holdNodes, d.holdTasks
+	c.killMu.Unlock()
+	mu.Unlock()
+	if len(d.givenUp) == 0 {
+		return
+	}
+	err := c.st.Update(ctx, func(tx *store.Tx) error {
+		for _, sa := range d.givenUp {
+			msg := fmt.Sprintf("attempt %d on %s could not be killed after %d tries (%s); its node and task no longer wait for it, and the kill is tried again every tick",
+				sa.attempt, sa.node, maxKillFailures, d.lastError[sa])
+			if err := tx.Event(ctx, store.Event{Project: sa.project, Task: sa.task, Attempt: sa.attempt, Kind: "stale", Node: sa.node, Message: msg}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		c.log.Warn("record stale attempts that could not be killed", "err", err)
+	}
+}
+
+// maxKillFailures is how many failed kills of one stale attempt hold back
+// its node (no launch, no collection) and its task (no retry anywhere).
+// After that both go on, with an event: a wrapper that cannot be made to
+// kill (one too old to have a process record, a node that refuses) must not
+// take its node out of service for good. The kill is still tried every tick.
+const maxKillFailures = 3
+
+// killDecision is what one tick's kills leave behind.
+type killDecision struct {
+	// failures counts the consecutive failed kills of each stale attempt
+	// still found (by killKey).
+	failures             map[string]int
+	holdNodes, holdTasks map[string]bool
+	// givenUp lists the attempts that reached maxKillFailures in this tick,
+	// with their last error in lastError.
+	givenUp   []staleAttempt
+	lastError map[staleAttempt]string
+}
+
+// decideKills folds one tick's kills into the failure counts: a stale
+// attempt not killed in this tick (failed, or not tried because its node
+// was busy or slow) holds its node and task back until it has failed
+// maxKillFailures times. Attempts no longer stale are forgotten.
+func decideKills(prev map[string]int, stale []staleAttempt, tried map[staleAttempt]bool, failed map[staleAttempt]string) killDecision {
+	d := killDecision{failures: map[string]int{}, holdNodes: map[string]bool{}, holdTasks: map[string]bool{},
+		lastError: map[staleAttempt]string{}}
 	for _, sa := range stale {
-		if !killed[sa] {
-			nodes[sa.node] = true
-			tasks[taskKey(sa.project, sa.task)] = true
+		k := killKey(sa)
+		n := prev[k]
+		if tried[sa] && failed[sa] == "" {
+			continue // killed
+		}
+		if failed[sa] != "" {
+			n++
+			if n == maxKillFailures {
+				d.givenUp = append(d.givenUp, sa)
+				d.lastError[sa] = failed[sa]
+			}
+		}
+		d.failures[k] = n
+		if n < maxKillFailures {
+			d.holdNodes[sa.node] = true
+			d.holdTasks[taskKey(sa.project, sa.task)] = true
 		}
 	}
-	c.killMu.Lock()
-	c.unkilledNodes, c.unkilledTasks = nodes, tasks
-	c.killMu.Unlock()
+	return d
 }
 
 // killSlack is what a kill may take beyond a call: staleGrace and the

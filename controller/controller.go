@@ -79,6 +79,7 @@ type Controller struct {
 	// (see unkilled).
 	killMu        sync.Mutex
 	announced     map[string]bool
+	killFailures  map[string]int
 	unkilledNodes map[string]bool
 	unkilledTasks map[string]bool
 

@@ -69,6 +69,12 @@ func cmdKill(ctx context.Context, args []string, stdout io.Writer) error {
 		if errors.Is(err, errRetry) {
 			if time.Now().After(deadline) {
 				if refused != nil {
+					if st, ok, err := killUnderForeignLock(dir); ok {
+						if err != nil {
+							return err
+						}
+						return printJSON(stdout, st)
+					}
 					logWrapper(dir, "kill: signalling nothing: %v", refused)
 					return &cmdError{KindIO, fmt.Errorf("kill %s: refusing to signal: %w", dir, refused)}
 				}
@@ -250,6 +256,28 @@ func killOrphanAs(dir, msg string) (*Status, error) {
 		return nil, errRetry
 	}
 	defer lock.Close()
+	return endOrphan(dir, msg)
+}
+
+// killUnderForeignLock handles a lock held by a process that is not the
+// recorded supervisor, once that supervisor is provably gone (no process
+// with its pid, or one that started at another time): the task itself, or
+// something it left behind, holds D/lock. Nothing of the attempt's is
+// alive to answer, so kill ends it as for an orphan, without the lock. ok
+// is false when the record does not show the supervisor gone.
+func killUnderForeignLock(dir string) (st *Status, ok bool, err error) {
+	rec, err := readRecord(dir)
+	if err != nil || !rec.supervisorGone() {
+		return nil, false, nil
+	}
+	logWrapper(dir, "kill: the lock is held by a process that is not the recorded supervisor %d, which is gone", rec.SupervisorPID)
+	st, err = endOrphan(dir, "killed on request; supervisor was not running and a stranger held the task's lock")
+	return st, true, err
+}
+
+// endOrphan reports a final status as it is, or kills the recorded tool
+// group of a running one and writes its killed status.
+func endOrphan(dir, msg string) (*Status, error) {
 	st, err := readStatus(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, &cmdError{KindNotFound, fmt.Errorf("no %s in %s: nothing to kill", fileStatus, dir)}

@@ -32,7 +32,8 @@ func statFields(pid string) ([]string, error) {
 
 // procStart is when process pid started, in clock ticks after boot (field 22
 // of /proc/<pid>/stat): with the pid, it names one process for the life of
-// the system.
+// the system. A zombie counts as gone: it runs nothing and takes no signal,
+// and where nobody reaps (a container's init) it lingers.
 func procStart(pid int) (string, error) {
 	fields, err := statFields(strconv.Itoa(pid))
 	if err != nil {
@@ -40,6 +41,9 @@ func procStart(pid int) (string, error) {
 			return "", fmt.Errorf("no process %d: %w", pid, syscall.ESRCH)
 		}
 		return "", err
+	}
+	if fields[0] == "Z" || fields[0] == "X" {
+		return "", fmt.Errorf("process %d is a zombie: %w", pid, syscall.ESRCH)
 	}
 	return fields[19], nil
 }

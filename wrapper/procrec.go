@@ -115,6 +115,20 @@ func (r *procRecord) checkSupervisor() error {
 	return nil
 }
 
+// supervisorGone reports whether the recorded supervisor is provably not
+// running: no process has its pid, or the one that has it started at
+// another time.
+func (r *procRecord) supervisorGone() bool {
+	if r.SupervisorPID <= 1 {
+		return false
+	}
+	start, err := procStart(r.SupervisorPID)
+	if err != nil {
+		return errors.Is(err, syscall.ESRCH)
+	}
+	return start != r.SupervisorStart
+}
+
 // errNoGroup means the recorded tool group has no member left: there is
 // nothing to signal, and nothing wrong.
 var errNoGroup = errors.New("the recorded tool group has no live member")

@@ -188,8 +188,12 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 			t.Fatalf("lock: %v %v", ok, err)
 		}
 		defer lock.Close()
+		// The recorded supervisor is provably gone, so the lock's holder is
+		// a stranger: kill ends the attempt without signalling anyone.
 		out, code = runWrapper(t, "", "kill", "--dir", tk.dir, "--grace", "0")
-		wantError(t, out, code, KindIO)
+		if code != 0 || !strings.Contains(string(out), StatusKilled) {
+			t.Fatalf("kill under a stranger's lock: exit %d, %s", code, out)
+		}
 		if !victimAlive(victim) {
 			t.Fatal("kill signalled a supervisor pid that started after the recorded one")
 		}
@@ -298,5 +302,50 @@ func TestKillFrozenSupervisor(t *testing.T) {
 	}
 	if *tk.status(t) != got {
 		t.Errorf("status.json %+v differs from what kill printed", tk.status(t))
+	}
+}
+
+// TestKillWithTheLockHeldByTheTask: a task can take D/lock itself (from a
+// process that outlives its attempt) and so look alive for ever. kill must
+// neither fail for ever (the controller would wait on it) nor signal the
+// stranger: the recorded supervisor is gone, so the attempt's final status
+// stands, and a running one is ended as an orphan's.
+func TestKillWithTheLockHeldByTheTask(t *testing.T) {
+	t.Parallel()
+	for _, running := range []bool{false, true} {
+		t.Run(map[bool]string{false: "finished attempt", true: "running status"}[running], func(t *testing.T) {
+			t.Parallel()
+			tk := newTask(t, "", Launch{Command: shell("exit 0")})
+			tk.run(t, "")
+			final := tk.waitFinal(t)
+			poll(t, 5*time.Second, "the supervisor to let go of the lock", func() bool { return !tk.alive(t) })
+			if running {
+				final.Status, final.CompletedAt = StatusRunning, ""
+				data, _ := json.Marshal(final)
+				if err := os.WriteFile(tk.path(fileStatus), data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			lock, ok, err := lockTask(tk.dir, 0)
+			if err != nil || !ok {
+				t.Fatalf("lock: %v %v", ok, err)
+			}
+			defer lock.Close()
+			if !tk.alive(t) {
+				t.Fatal("the held lock does not make the attempt look alive; the test proves nothing")
+			}
+			out, code := runWrapper(t, "", "kill", "--dir", tk.dir, "--grace", "0")
+			var st Status
+			if err := json.Unmarshal(out, &st); err != nil || code != 0 {
+				t.Fatalf("kill: exit %d, %s", code, out)
+			}
+			want := StatusCompleted
+			if running {
+				want = StatusKilled
+			}
+			if st.Status != want {
+				t.Fatalf("kill reported %q, want %q: %s", st.Status, want, out)
+			}
+		})
 	}
 }
