@@ -1,8 +1,14 @@
 package controller
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
+	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/dispatch-tool/dispatch/store"
 )
 
 func TestDecideKills(t *testing.T) {
@@ -51,4 +57,48 @@ func TestDecideKills(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestUnkilledStaleAttemptHoldsItsNodeBack: a node where an attempt that
+// must die is still alive takes no launch until the kill is confirmed — or
+// until it has failed maxKillFailures times, when an event says so and the
+// node goes back to work. The stale attempt here is one no wrapper can
+// kill: its lock is held but it has no process record (as a supervisor of
+// a wrapper too old to keep one).
+func TestUnkilledStaleAttemptHoldsItsNodeBack(t *testing.T) {
+	h := newHarness(t, "", shellProject(map[string]string{"S01-a.md": "echo hi\n"}))
+	dir := filepath.Join(h.work, "p", "tasks", "Z09")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	st := `{"task":"Z09","attempt":1,"status":"running","pid":0,"wrapper_version":"old"}`
+	if err := os.WriteFile(filepath.Join(dir, "status.json"), []byte(st), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < maxKillFailures; i++ {
+		h.tick()
+		if s := h.task("S01").Status; s != store.Pending {
+			t.Fatalf("tick %d: S01 is %s while its node holds an unkilled stale attempt; want pending", i, s)
+		}
+	}
+	if evs := h.events("stale"); len(evs) != 1 {
+		t.Fatalf("want one stale event so far, got %v", evs)
+	}
+	h.tickUntil("S01 to start once the kill is given up", func() bool { return h.task("S01").Status != store.Pending })
+	var said bool
+	for _, ev := range h.events("stale") {
+		said = said || strings.Contains(ev.Message, "could not be killed")
+	}
+	if !said {
+		t.Fatalf("no event says the stale attempt could not be killed: %v", h.events("stale"))
+	}
+	h.tickUntil("S01 to complete", func() bool { return h.task("S01").Status == store.Completed })
 }
