@@ -493,31 +493,26 @@ func (s *SSH) Exec(ctx context.Context, argv []string, stdin []byte) (Result, er
 	return res, nil
 }
 
-// signalNumber maps an SSH signal name ("KILL") to its number on the
-// controller's platform; the exit code convention (128+N) is for messages.
+// signalNumber maps an SSH signal name (RFC 4254 §6.10: the POSIX name
+// without "SIG", e.g. "KILL", "USR1") to its number on the controller's
+// platform, for the 128+N exit code a shell would report (the local
+// transport reports the same). An unknown name gives 0 (exit code 128).
 func signalNumber(name string) int {
-	for i := 1; i < 32; i++ {
-		if strings.EqualFold(strings.TrimPrefix(syscall.Signal(i).String(), "signal "), name) {
-			return i
-		}
-	}
-	switch name {
-	case "KILL":
-		return 9
-	case "TERM":
-		return 15
-	case "INT":
-		return 2
-	case "HUP":
-		return 1
-	case "PIPE":
-		return 13
-	case "SEGV":
-		return 11
-	case "ABRT":
-		return 6
-	}
-	return 0
+	return int(posixSignals[strings.TrimPrefix(strings.ToUpper(name), "SIG")])
+}
+
+// posixSignals numbers the signal names a node may report. Go's
+// syscall.Signal(n).String() gives descriptions ("killed", "user defined
+// signal 1"), not names, so the table is spelled out.
+var posixSignals = map[string]syscall.Signal{
+	"HUP": syscall.SIGHUP, "INT": syscall.SIGINT, "QUIT": syscall.SIGQUIT, "ILL": syscall.SIGILL,
+	"TRAP": syscall.SIGTRAP, "ABRT": syscall.SIGABRT, "IOT": syscall.SIGABRT, "BUS": syscall.SIGBUS,
+	"FPE": syscall.SIGFPE, "KILL": syscall.SIGKILL, "USR1": syscall.SIGUSR1, "SEGV": syscall.SIGSEGV,
+	"USR2": syscall.SIGUSR2, "PIPE": syscall.SIGPIPE, "ALRM": syscall.SIGALRM, "TERM": syscall.SIGTERM,
+	"CHLD": syscall.SIGCHLD, "CONT": syscall.SIGCONT, "STOP": syscall.SIGSTOP, "TSTP": syscall.SIGTSTP,
+	"TTIN": syscall.SIGTTIN, "TTOU": syscall.SIGTTOU, "URG": syscall.SIGURG, "XCPU": syscall.SIGXCPU,
+	"XFSZ": syscall.SIGXFSZ, "VTALRM": syscall.SIGVTALRM, "PROF": syscall.SIGPROF, "WINCH": syscall.SIGWINCH,
+	"IO": syscall.SIGIO, "SYS": syscall.SIGSYS,
 }
 
 // ShellQuote renders argv as one POSIX shell command line, every argument in

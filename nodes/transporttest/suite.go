@@ -12,10 +12,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/dispatch-tool/dispatch/nodes"
+	"golang.org/x/sys/unix"
 )
 
 // timeout bounds every subtest, so a transport that hangs fails instead of
@@ -141,6 +143,15 @@ func testExecOutput(t *testing.T, ctx context.Context, tr nodes.Transport, _ str
 	res = exec(t, ctx, tr, nil, "/bin/sh", "-c", "kill -9 $$")
 	if res.ExitCode != 128+9 {
 		t.Errorf("Exec(kill -9 $$) exit code = %d, want %d", res.ExitCode, 128+9)
+	}
+	// Every signal keeps its number, not only the common ones (an SSH
+	// node reports the signal by name).
+	for _, sig := range []syscall.Signal{syscall.SIGUSR1, syscall.SIGQUIT, syscall.SIGALRM, syscall.SIGUSR2, syscall.SIGTERM} {
+		name := strings.TrimPrefix(unix.SignalName(sig), "SIG")
+		res = exec(t, ctx, tr, nil, "/bin/sh", "-c", "kill -"+name+" $$")
+		if want := 128 + int(sig); res.ExitCode != want {
+			t.Errorf("Exec(kill -%s $$) exit code = %d, want %d", name, res.ExitCode, want)
+		}
 	}
 }
 
