@@ -57,13 +57,16 @@ func (l *Local) Exec(ctx context.Context, argv []string, stdin []byte) (Result, 
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("exec %s: %w", argv[0], err)
 	}
-	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}
-	cmd.Stdout = &stdout
-	cmd.Stderr = &stderr
+	// Output past MaxExecOutput kills the command's group (writes only
+	// happen once it has started, so Process is set).
+	kill := func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	stdout, stderr := newCappedBuffer(MaxExecOutput, kill), newCappedBuffer(MaxExecOutput, kill)
+	cmd.Stdout = stdout
+	cmd.Stderr = stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error {
 		// The group id is the pid (Setpgid); kill the group, then the leader in
@@ -77,6 +80,9 @@ func (l *Local) Exec(ctx context.Context, argv []string, stdin []byte) (Result, 
 	res := Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
 	if err != nil && ctx.Err() != nil {
 		return res, fmt.Errorf("exec %s: %w", argv[0], ctx.Err())
+	}
+	if stdout.overflowed() || stderr.overflowed() {
+		return Result{}, fmt.Errorf("exec %s: %w: it printed more than %d MiB and was killed", argv[0], ErrOutputTooLarge, MaxExecOutput>>20)
 	}
 	if cmd.ProcessState == nil {
 		// A command that cannot be started is reported the way a remote

@@ -472,10 +472,21 @@ func (s *SSH) Exec(ctx context.Context, argv []string, stdin []byte) (Result, er
 			return Result{}, err
 		}
 		defer sess.Close()
-		var stdout, stderr bytes.Buffer
+		// Output past MaxExecOutput ends the session: sshd closes the
+		// command's pipes and the command dies of SIGPIPE.
+		over := func() {
+			go func() {
+				_ = sess.Signal(ssh.SIGKILL)
+				_ = sess.Close()
+			}()
+		}
+		stdout, stderr := newCappedBuffer(MaxExecOutput, over), newCappedBuffer(MaxExecOutput, over)
 		sess.Stdin = bytes.NewReader(stdin)
-		sess.Stdout, sess.Stderr = &stdout, &stderr
+		sess.Stdout, sess.Stderr = stdout, stderr
 		err = sess.Run(ShellQuote(argv))
+		if stdout.overflowed() || stderr.overflowed() {
+			return Result{}, fmt.Errorf("%w: it printed more than %d MiB and was killed", ErrOutputTooLarge, MaxExecOutput>>20)
+		}
 		res := Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
 		var ee *ssh.ExitError
 		if errors.As(err, &ee) {

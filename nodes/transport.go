@@ -22,7 +22,9 @@ type Transport interface {
 	// Exec runs argv[0] with the arguments argv[1:] passed verbatim: no shell sees
 	// them on the local node, and over SSH every argument is quoted for the remote
 	// POSIX shell. stdin is fed to the command (nil means empty input). Stdout and
-	// Stderr are captured whole. A non-zero exit is not an error: it is reported in
+	// Stderr are captured whole up to MaxExecOutput each; a command that prints
+	// more is killed and Exec returns an error wrapping ErrOutputTooLarge, so
+	// no node can fill the controller's memory. A non-zero exit is not an error: it is reported in
 	// Result.ExitCode (128+N when the command died of signal N; 127 when the
 	// command does not exist, 126 when it is not executable). err is for failing
 	// to reach the node or start anything there, or for ctx ending first, in which case the command

@@ -10,8 +10,10 @@ import (
 	"path"
 	"reflect"
 	"strconv"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -43,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T) (nodes.Transport, string)) {
 		{"ExecStdin", testExecStdin},
 		{"ExecNilStdin", testExecNilStdin},
 		{"ExecLargeOutput", testExecLargeOutput},
+		{"ExecOutputCapped", testExecOutputCapped},
 		{"ExecMissingCommand", testExecMissingCommand},
 		{"ExecDeadline", testExecDeadline},
 		{"ExecDetachedChild", testExecDetachedChild},
@@ -239,6 +242,49 @@ func testExecLargeOutput(t *testing.T, ctx context.Context, tr nodes.Transport, 
 	res := exec(t, ctx, tr, nil, "/bin/sh", "-c", "head -c "+strconv.Itoa(n)+" /dev/zero; head -c 1000 /dev/zero >&2")
 	if len(res.Stdout) != n || len(res.Stderr) != 1000 {
 		t.Errorf("got %d bytes of stdout and %d of stderr, want %d and 1000", len(res.Stdout), len(res.Stderr), n)
+	}
+}
+
+// testExecOutputCapped checks that a command printing far more than
+// nodes.MaxExecOutput (a forged 500 MB `wrapper status` reply) is an error of
+// that call, and that the caller's memory stays bounded meanwhile.
+func testExecOutputCapped(t *testing.T, ctx context.Context, tr nodes.Transport, _ string) {
+	const n = 500_000_000
+	for _, redirect := range []string{"", " >&2"} {
+		runtime.GC()
+		var peak atomic.Uint64
+		stop := make(chan struct{})
+		sampled := make(chan struct{})
+		go func() {
+			defer close(sampled)
+			var ms runtime.MemStats
+			for {
+				runtime.ReadMemStats(&ms)
+				if ms.HeapAlloc > peak.Load() {
+					peak.Store(ms.HeapAlloc)
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+		}()
+		res, err := tr.Exec(ctx, []string{"/bin/sh", "-c", "head -c " + strconv.Itoa(n) + " /dev/zero" + redirect}, nil)
+		close(stop)
+		<-sampled
+		if !errors.Is(err, nodes.ErrOutputTooLarge) {
+			t.Errorf("Exec printing %d bytes%s = %d bytes of stdout, %d of stderr, %v; want an error wrapping ErrOutputTooLarge",
+				n, redirect, len(res.Stdout), len(res.Stderr), err)
+		}
+		t.Logf("heap peak %d MiB while reading %d bytes%s", peak.Load()>>20, n, redirect)
+		if limit := uint64(4 * nodes.MaxExecOutput); peak.Load() > limit {
+			t.Errorf("heap reached %d MiB while Exec read %d bytes%s, want at most %d MiB", peak.Load()>>20, n, redirect, limit>>20)
+		}
+	}
+	// The transport still works after that.
+	if res := exec(t, ctx, tr, nil, "echo", "ok"); string(res.Stdout) != "ok\n" {
+		t.Errorf("Exec after an oversized output printed %q", res.Stdout)
 	}
 }
 
