@@ -348,7 +348,7 @@ func call[T any](ctx context.Context, s *SSH, fn func(*ssh.Client) (T, error)) (
 		return r.v, r.err
 	case <-ctx.Done():
 		s.reset(c)
-		return zero, fmt.Errorf("%w: no answer from %s: %w", ErrUnreachable, s.cfg.Node, ctx.Err())
+		return zero, fmt.Errorf("%w: no answer from %s: %w", ErrUnreachable, s.cfg.Node, context.Cause(ctx))
 	}
 }
 
@@ -601,6 +601,16 @@ func (s *SSH) Get(ctx context.Context, p string, w io.Writer) error {
 	gw := &guardWriter{w: w}
 	defer gw.stop()
 	_, err := callSFTP(ctx, s, func(f *sftp.Client) (struct{}, error) {
+		// Only a regular file, never through a symbolic link: a task may
+		// have left one pointing anywhere, and opening a FIFO would block
+		// the node's SFTP server.
+		fi, err := f.Lstat(p)
+		if err != nil {
+			return struct{}{}, notExist(err)
+		}
+		if err := regularFile(fi); err != nil {
+			return struct{}{}, err
+		}
 		r, err := f.Open(p)
 		if err != nil {
 			return struct{}{}, notExist(err)
@@ -654,8 +664,12 @@ func (s *SSH) Walk(ctx context.Context, dir string) ([]FileInfo, error) {
 	}
 	out, err := callSFTP(ctx, s, func(f *sftp.Client) ([]FileInfo, error) {
 		var out []FileInfo
-		if _, err := f.Lstat(dir); err != nil {
+		fi, err := f.Lstat(dir)
+		if err != nil {
 			return nil, notExist(err)
+		}
+		if err := walkRoot(fi); err != nil {
+			return nil, err
 		}
 		w := f.Walk(dir)
 		for w.Step() {

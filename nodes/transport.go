@@ -38,18 +38,22 @@ type Transport interface {
 	// parent directories. The write is atomic: content goes to a temporary name in
 	// the same directory, which is renamed over path only once complete, so readers
 	// see the old file or the new one and a failed Put leaves neither a partial file
-	// nor the temporary behind. Put replaces a read-only file.
+	// nor the temporary behind. Put replaces a read-only file. Put has no
+	// deadline of its own; PutIdle bounds it by progress.
 	Put(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error
 
 	// Get copies the content of the file at path to w. A missing file is an error
-	// wrapping fs.ErrNotExist.
+	// wrapping fs.ErrNotExist. Only a regular file is read: a symbolic link (the
+	// last component of path is never followed), a FIFO or a device is an
+	// error. Get has no deadline of its own; GetIdle bounds it by progress.
 	Get(ctx context.Context, path string, w io.Writer) error
 
 	// Walk lists the regular files and symbolic links under dir, recursively, sorted
 	// by Path. Paths are '/'-separated and relative to dir. Symbolic links are
 	// reported with Mode&fs.ModeSymlink set and are not followed; directories and
 	// other special files are not reported. A missing dir is an error wrapping
-	// fs.ErrNotExist.
+	// fs.ErrNotExist; a dir that is a symbolic link (even to a directory) is an
+	// error, never followed.
 	Walk(ctx context.Context, dir string) ([]FileInfo, error)
 
 	// Remove removes the file or the whole directory tree at path, including
@@ -99,4 +103,28 @@ func ExpandHome(ctx context.Context, t Transport, p string) (string, error) {
 	default:
 		return "", fmt.Errorf("expand %q: path must be absolute or start with ~/", p)
 	}
+}
+
+// regularFile refuses what Get must not read: a symbolic link, a FIFO, a
+// device, a directory.
+func regularFile(fi fs.FileInfo) error {
+	switch m := fi.Mode(); {
+	case m&fs.ModeSymlink != 0:
+		return errors.New("is a symbolic link (not followed)")
+	case !m.IsRegular():
+		return fmt.Errorf("not a regular file (%s)", m.Type())
+	}
+	return nil
+}
+
+// walkRoot refuses a Walk root that is not a directory itself: a symbolic
+// link to one (an output/ a task replaced by a link to ~) is never followed.
+func walkRoot(fi fs.FileInfo) error {
+	switch m := fi.Mode(); {
+	case m&fs.ModeSymlink != 0:
+		return errors.New("is a symbolic link, not a directory (not followed)")
+	case !m.IsDir():
+		return errors.New("not a directory")
+	}
+	return nil
 }

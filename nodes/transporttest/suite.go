@@ -3,6 +3,7 @@ package transporttest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -32,7 +33,7 @@ const timeout = 60 * time.Second
 // subdirectory of it. The suite closes the transports it is given.
 //
 // The node must be a POSIX system with /bin/sh, printf, cat, sleep, head, ls, ln,
-// chmod and kill on the PATH that Exec uses.
+// chmod, kill and mkfifo on the PATH that Exec uses.
 func Run(t *testing.T, open func(t *testing.T) (nodes.Transport, string)) {
 	tests := []struct {
 		name string
@@ -55,9 +56,14 @@ func Run(t *testing.T, open func(t *testing.T) (nodes.Transport, string)) {
 		{"PutIntoFileParentFails", testPutParentIsFile},
 		{"Get", testGet},
 		{"GetMissing", testGetMissing},
+		{"GetRefusesLinksAndFIFOs", testGetRefusesLinks},
+		{"TransferSlowButMoving", testTransferSlow},
+		{"TransferStalled", testTransferStalled},
+		{"TransferLarge", testTransferLarge},
 		{"Walk", testWalk},
 		{"WalkEmptyDir", testWalkEmpty},
 		{"WalkMissing", testWalkMissing},
+		{"WalkSymlinkRootNotFollowed", testWalkSymlinkRoot},
 		{"Remove", testRemove},
 		{"RemoveReadOnlyTree", testRemoveReadOnly},
 		{"RemoveMissing", testRemoveMissing},
@@ -456,6 +462,163 @@ func testGetMissing(t *testing.T, ctx context.Context, tr nodes.Transport, dir s
 	}
 }
 
+// testGetRefusesLinks checks that Get reads regular files only: a symbolic
+// link a task left (to the node user's keys, say) is refused, not followed,
+// and a FIFO is refused at once rather than waited on.
+func testGetRefusesLinks(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	put(t, ctx, tr, path.Join(dir, "secret/id_ed25519"), []byte("PRIVATE KEY"), 0o600)
+	exec(t, ctx, tr, nil, "ln", "-s", path.Join(dir, "secret/id_ed25519"), path.Join(dir, "task.log"))
+	exec(t, ctx, tr, nil, "mkfifo", path.Join(dir, "fifo"))
+	for _, name := range []string{"task.log", "fifo"} {
+		var buf bytes.Buffer
+		if err := tr.Get(ctx, path.Join(dir, name), &buf); err == nil || buf.Len() > 0 {
+			t.Errorf("Get(%s) = %q, %v; want an error and nothing read", name, buf.String(), err)
+		}
+	}
+}
+
+// slowReader hands out n chunks of size bytes, pausing before each; after
+// chunk stallAt (when > 0) it pauses for stall instead.
+type slowReader struct {
+	chunk, left int
+	pause       time.Duration
+	stallAt     int
+	stall       time.Duration
+	served      int
+}
+
+func (r *slowReader) Read(p []byte) (int, error) {
+	if r.left == 0 {
+		return 0, io.EOF
+	}
+	if r.stallAt > 0 && r.served == r.stallAt {
+		time.Sleep(r.stall)
+	} else {
+		time.Sleep(r.pause)
+	}
+	n := min(len(p), r.chunk)
+	for i := range p[:n] {
+		p[i] = byte(r.served + i)
+	}
+	r.served++
+	r.left--
+	return n, nil
+}
+
+// slowWriter pauses before each write, and for stall before write stallAt.
+type slowWriter struct {
+	w       io.Writer
+	pause   time.Duration
+	stallAt int
+	stall   time.Duration
+	writes  int
+}
+
+func (w *slowWriter) Write(p []byte) (int, error) {
+	if w.stallAt > 0 && w.writes == w.stallAt {
+		time.Sleep(w.stall)
+	} else {
+		time.Sleep(w.pause)
+	}
+	w.writes++
+	return w.w.Write(p)
+}
+
+// testTransferSlowButMoving checks that a transfer bounded by progress
+// (nodes.PutIdle, nodes.GetIdle) finishes however long it takes, as long as
+// bytes keep moving: here each lasts several idle periods.
+func testTransferSlow(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	const idle = 400 * time.Millisecond
+	p := path.Join(dir, "slow.bin")
+	start := time.Now()
+	r := &slowReader{chunk: 32 << 10, left: 16, pause: idle / 4}
+	if err := nodes.PutIdle(ctx, tr, p, r, 0o644, idle); err != nil {
+		t.Fatalf("PutIdle of a slow but steady reader: %v", err)
+	}
+	if d := time.Since(start); d < 3*idle {
+		t.Fatalf("the slow Put took %s, not the several idle periods (%s) the test needs", d, idle)
+	}
+	var got bytes.Buffer
+	start = time.Now()
+	if err := nodes.GetIdle(ctx, tr, p, &slowWriter{w: &got, pause: idle / 4}, idle); err != nil {
+		t.Fatalf("GetIdle into a slow but steady writer: %v", err)
+	}
+	if got.Len() != 16*32<<10 {
+		t.Errorf("GetIdle read %d bytes, want %d", got.Len(), 16*32<<10)
+	}
+	if d := time.Since(start); d < 3*idle {
+		t.Logf("the slow Get took only %s (the node sent large writes)", d)
+	}
+}
+
+// testTransferStalled checks that a transfer that stops moving fails with
+// ErrStalled after its idle period, without a fixed deadline, and leaves no
+// file behind.
+func testTransferStalled(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	const idle = 300 * time.Millisecond
+	p := path.Join(dir, "stalled.bin")
+	r := &slowReader{chunk: 32 << 10, left: 8, stallAt: 2, stall: 5 * idle}
+	err := nodes.PutIdle(ctx, tr, p, r, 0o644, idle)
+	if !errors.Is(err, nodes.ErrStalled) {
+		t.Fatalf("PutIdle of a reader that stalls = %v, want an error wrapping ErrStalled", err)
+	}
+	var buf bytes.Buffer
+	if err := tr.Get(ctx, p, &buf); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("after a stalled Put, Get = %v, want fs.ErrNotExist", err)
+	}
+	put(t, ctx, tr, p, bytes.Repeat([]byte("x"), 1<<20), 0o644)
+	w := &slowWriter{w: io.Discard, stallAt: 1, stall: 5 * idle}
+	if err := nodes.GetIdle(ctx, tr, p, w, idle); !errors.Is(err, nodes.ErrStalled) {
+		t.Fatalf("GetIdle into a writer that stalls = %v, want an error wrapping ErrStalled", err)
+	}
+	// The transport still works after that.
+	if got := get(t, ctx, tr, p); len(got) != 1<<20 {
+		t.Errorf("Get after a stalled transfer read %d bytes, want %d", len(got), 1<<20)
+	}
+}
+
+// testTransferLarge moves a file of a few hundred megabytes each way, with
+// an idle bound only, and checks its content.
+func testTransferLarge(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	const size = 256 << 20
+	p := path.Join(dir, "large.bin")
+	src := sha256.New()
+	r := io.TeeReader(io.LimitReader(&counter{}, size), src)
+	if err := nodes.PutIdle(ctx, tr, p, r, 0o644, 10*time.Second); err != nil {
+		t.Fatalf("PutIdle of %d MiB: %v", size>>20, err)
+	}
+	dst := sha256.New()
+	cw := &countingWriter{w: dst}
+	if err := nodes.GetIdle(ctx, tr, p, cw, 10*time.Second); err != nil {
+		t.Fatalf("GetIdle of %d MiB: %v", size>>20, err)
+	}
+	if cw.n != size || !bytes.Equal(src.Sum(nil), dst.Sum(nil)) {
+		t.Errorf("GetIdle returned %d bytes with another checksum than the %d put", cw.n, size)
+	}
+}
+
+// counter is an endless reader of varying bytes.
+type counter struct{ n byte }
+
+func (c *counter) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = c.n
+		c.n += 7
+	}
+	return len(p), nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
 func testWalk(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
 	root := path.Join(dir, "tree")
 	for name, content := range map[string]string{
@@ -524,6 +687,18 @@ func testWalkMissing(t *testing.T, ctx context.Context, tr nodes.Transport, dir 
 	_, err := tr.Walk(ctx, path.Join(dir, "missing"))
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Walk of a missing dir = %v, want an error wrapping fs.ErrNotExist", err)
+	}
+}
+
+// testWalkSymlinkRoot checks that a Walk root that is a symbolic link (a
+// task that replaced its output/ by a link to ~) is an error and lists
+// nothing of the link's target.
+func testWalkSymlinkRoot(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	put(t, ctx, tr, path.Join(dir, "home/.ssh/id_ed25519"), []byte("PRIVATE KEY"), 0o600)
+	exec(t, ctx, tr, nil, "ln", "-s", path.Join(dir, "home"), path.Join(dir, "output"))
+	files, err := tr.Walk(ctx, path.Join(dir, "output"))
+	if err == nil || errors.Is(err, fs.ErrNotExist) || len(files) > 0 {
+		t.Errorf("Walk of a symbolic link to a directory = %v, %v; want an error (not ErrNotExist) and no files", files, err)
 	}
 }
 
