@@ -434,3 +434,26 @@ func TestParseSize(t *testing.T) {
 		}
 	}
 }
+
+func TestCollectQuotas(t *testing.T) {
+	base := "nodes:\n  - name: local\n"
+	cfg, err := Parse("nodes.yaml", []byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Controller.CollectMaxBytes != 2<<30 || cfg.Controller.CollectMaxFiles != 100_000 {
+		t.Errorf("default quotas = %d bytes, %d files; want 2 GiB and 100000", cfg.Controller.CollectMaxBytes, cfg.Controller.CollectMaxFiles)
+	}
+	cfg, err = Parse("nodes.yaml", []byte("controller:\n  collect_max_bytes: 512MiB\n  collect_max_files: 10\n"+base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Controller.CollectMaxBytes != 512<<20 || cfg.Controller.CollectMaxFiles != 10 {
+		t.Errorf("quotas = %d bytes, %d files; want 512 MiB and 10", cfg.Controller.CollectMaxBytes, cfg.Controller.CollectMaxFiles)
+	}
+	for _, bad := range []string{"collect_max_bytes: 0", "collect_max_bytes: lots", "collect_max_files: 0"} {
+		if _, err := Parse("nodes.yaml", []byte("controller:\n  "+bad+"\n"+base)); err == nil {
+			t.Errorf("%s accepted, want an error", bad)
+		}
+	}
+}
