@@ -105,14 +105,19 @@ func ExpandHome(ctx context.Context, t Transport, p string) (string, error) {
 	}
 }
 
+// ErrNotFollowed is wrapped by the error of a Get or a Walk refused because
+// its path is a symbolic link or a special file (FIFO, device), which are
+// never followed or read.
+var ErrNotFollowed = errors.New("not a regular file or directory")
+
 // regularFile refuses what Get must not read: a symbolic link, a FIFO, a
 // device, a directory.
 func regularFile(fi fs.FileInfo) error {
 	switch m := fi.Mode(); {
 	case m&fs.ModeSymlink != 0:
-		return errors.New("is a symbolic link (not followed)")
+		return fmt.Errorf("%w: a symbolic link", ErrNotFollowed)
 	case !m.IsRegular():
-		return fmt.Errorf("not a regular file (%s)", m.Type())
+		return fmt.Errorf("%w: %s", ErrNotFollowed, m.Type())
 	}
 	return nil
 }
@@ -122,9 +127,9 @@ func regularFile(fi fs.FileInfo) error {
 func walkRoot(fi fs.FileInfo) error {
 	switch m := fi.Mode(); {
 	case m&fs.ModeSymlink != 0:
-		return errors.New("is a symbolic link, not a directory (not followed)")
+		return fmt.Errorf("%w: a symbolic link, not a directory", ErrNotFollowed)
 	case !m.IsDir():
-		return errors.New("not a directory")
+		return fmt.Errorf("%w: not a directory", ErrNotFollowed)
 	}
 	return nil
 }
