@@ -373,3 +373,24 @@ func TestLaunchPushFailuresAreBounded(t *testing.T) {
 	h.clock.Advance(time.Minute)
 	h.tickUntil("S01 to fail for good", func() bool { return h.task("S01").Status == store.Failed && h.task("S01").Attempt == 2 })
 }
+
+// TestHugeStatusReplyIsAnErrorOfThatNode: a node whose `wrapper status`
+// prints more than nodes.MaxExecOutput fails its pull with a clear error
+// (the transport suite measures that memory stays bounded).
+func TestHugeStatusReplyIsAnErrorOfThatNode(t *testing.T) {
+	h := newHarness(t, fastYAML, shellProject(map[string]string{"S01-x.md": "true\n"}))
+	h.tick() // installs the wrapper
+	fake := filepath.Join(t.TempDir(), "wrapper")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\nexec head -c 100000000 /dev/zero\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h.ctl.nodes["local"].wrapper = fake
+	h.tick()
+	ns, err := h.st.Nodes(context.Background())
+	if err != nil || len(ns) != 1 {
+		t.Fatalf("nodes = %+v, %v", ns, err)
+	}
+	if ns[0].State != "offline" || !strings.Contains(ns[0].LastError, "more than 64 MiB") {
+		t.Errorf("node %s, error %q; want offline with the output cap named", ns[0].State, ns[0].LastError)
+	}
+}
