@@ -64,12 +64,12 @@ func TestLoad(t *testing.T) {
 			Controller: Controller{
 				PollInterval: 5 * time.Second, HeartbeatTimeout: 90 * time.Second, NodeOfflineTimeout: time.Hour,
 				RetryBackoff: time.Second, RetryBackoffMax: time.Second, SSHConnectTimeout: 2500 * time.Millisecond,
-				MaxRetries: 0, MaxFixRounds: 0, MaxParallelSSH: 1,
+				MaxRetries: 0, MaxFixRounds: 0, MaxParallelSSH: 1, CollectMaxBytes: 512 << 20, CollectMaxFiles: 10,
 			},
 			Nodes: []Node{{
 				Name: "gpu_box.2", SSH: "deploy@gpu.example.com:2222", Slots: 3, APIMode: "fast",
 				WorkDir: "/srv/dispatch", Tool: "mine", MinFreeMem: 512 << 20, Tags: []string{"gpu", "big-mem"},
-				Dangerous: true, StrictHostKeyChecking: "accept-new", Line: 13,
+				Dangerous: true, StrictHostKeyChecking: "accept-new", Line: 15,
 			}},
 			APIModes: map[string]APIMode{"fast": {
 				Env: map[string]string{"KEY": "${FAST_KEY}", "PRICE": "$$5", "N": "3"}, Dangerous: true,
