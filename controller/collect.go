@@ -61,11 +61,21 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 	}
 	c.onNodes(names, working, c.callTimeout(), func(n *nodeRuntime) {
 		for _, r := range byNode[n.cfg.Name] {
-			if err := c.collect(ctx, n, r, r.Attempt == current[taskKey(r.Project, r.Task)]); err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("collect %s/%s attempt %d from %s: %w", r.Project, r.Task, r.Attempt, r.Node, err))
-				mu.Unlock()
+			key := fmt.Sprintf("%s#%d", taskKey(r.Project, r.Task), r.Attempt)
+			if c.collectWait(key) {
+				continue // a failed try waits a little before the next
 			}
+			isCurrent := r.Attempt == current[taskKey(r.Project, r.Task)]
+			err := c.collect(ctx, n, r, isCurrent)
+			if err == nil || ctx.Err() != nil {
+				continue
+			}
+			if rerr := c.collectFailed(ctx, key, r, isCurrent, err); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
+			mu.Lock()
+			errs = append(errs, fmt.Errorf("collect %s/%s attempt %d from %s: %w", r.Project, r.Task, r.Attempt, r.Node, err))
+			mu.Unlock()
 		}
 	})
 	mu.Lock()
@@ -104,16 +114,35 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 	if err := os.MkdirAll(filepath.Join(tmp, "output"), 0o755); err != nil {
 		return err
 	}
-	if _, _, err := c.fetch(ctx, n, path.Join(src, "task.log"), filepath.Join(tmp, "task.log"), 0o644); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	maxBytes := c.cfg.Controller.CollectMaxBytes
+	if _, _, err := c.fetch(ctx, n, path.Join(src, "task.log"), filepath.Join(tmp, "task.log"), 0o644, maxBytes); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	var manifest []store.File
+	// refused is an output/ that is not collected at all (over quota, or
+	// a symbolic link): the task.log still is, then the task fails.
+	var refused error
 	if current {
 		files, err := c.walk(ctx, n, path.Join(src, "output"))
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		switch {
+		case errors.Is(err, nodes.ErrNotFollowed):
+			refused = permanent(fmt.Errorf("output/ is not a directory, and a symbolic link is never followed: nothing of it collected (%w)", err))
+		case err != nil && !errors.Is(err, fs.ErrNotExist):
 			return err
 		}
+		if refused == nil {
+			refused = c.checkQuota(files)
+		}
+		if refused == nil {
+			if err := c.checkFreeSpace(RunsDir(c.opts.Home, r.Project), files); err != nil {
+				return err
+			}
+		}
+		var total int64
 		for _, f := range files {
+			if refused != nil {
+				break
+			}
 			if !f.Mode.IsRegular() {
 				continue // symlinks and the like are not copied off a node
 			}
@@ -121,11 +150,23 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 			if err != nil {
 				return err
 			}
-			sum, size, err := c.fetch(ctx, n, path.Join(src, "output", f.Path), local, f.Mode.Perm())
+			// The file may have grown since the listing: the quota holds
+			// for what is actually copied.
+			sum, size, err := c.fetch(ctx, n, path.Join(src, "output", f.Path), local, f.Mode.Perm(), maxBytes-total)
 			if err != nil {
 				return err
 			}
+			total += size
 			manifest = append(manifest, store.File{Project: r.Project, Task: r.Task, Attempt: r.Attempt, Path: f.Path, Size: size, SHA256: sum})
+		}
+		if refused != nil {
+			manifest = nil
+			if err := os.RemoveAll(filepath.Join(tmp, "output")); err != nil {
+				return err
+			}
+			if err := os.Mkdir(filepath.Join(tmp, "output"), 0o755); err != nil {
+				return err
+			}
 		}
 	}
 	crashPoint(CrashMidCollect)
@@ -147,9 +188,20 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 			return err
 		}
 	}
+	if refused != nil {
+		if err := c.st.Update(ctx, func(tx *store.Tx) error {
+			return tx.ReplaceFiles(ctx, r.Project, r.Task, r.Attempt, nil)
+		}); err != nil {
+			return err
+		}
+		return refused
+	}
 	return c.st.Update(ctx, func(tx *store.Tx) error {
 		if current {
 			if err := tx.ReplaceFiles(ctx, r.Project, r.Task, r.Attempt, manifest); err != nil {
+				return err
+			}
+			if err := clearCollectWarning(ctx, tx, r); err != nil {
 				return err
 			}
 		}
@@ -165,10 +217,13 @@ func (c *Controller) attemptFiles(ctx context.Context, n *nodeRuntime, r store.R
 	for _, src := range []string{dir, path.Join(dir, "attempts", strconv.Itoa(r.Attempt))} {
 		var b bytes.Buffer
 		cctx, cancel := context.WithTimeout(ctx, c.callTimeout())
-		err := n.tr.Get(cctx, path.Join(src, "status.json"), &b)
+		err := n.tr.Get(cctx, path.Join(src, "status.json"), &limitWriter{w: &b, left: maxStatusSize})
 		cancel()
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
+		}
+		if errors.Is(err, errOverQuota) || errors.Is(err, nodes.ErrNotFollowed) {
+			return "", permanent(fmt.Errorf("status.json of the attempt: %w", err))
 		}
 		if err != nil {
 			return "", err
@@ -213,8 +268,10 @@ func copyFile(src, dst string) error {
 	return out.Close()
 }
 
-// fetch copies one file off the node, returning its sha256 and size.
-func (c *Controller) fetch(ctx context.Context, n *nodeRuntime, remote, local string, perm fs.FileMode) (string, int64, error) {
+// fetch copies one file off the node, streaming it to disk, returning its
+// sha256 and size. More than limit bytes is an error wrapping errOverQuota;
+// the transfer is bounded by progress (transferIdle), not by its duration.
+func (c *Controller) fetch(ctx context.Context, n *nodeRuntime, remote, local string, perm fs.FileMode, limit int64) (string, int64, error) {
 	if err := os.MkdirAll(filepath.Dir(local), 0o755); err != nil {
 		return "", 0, err
 	}
@@ -224,9 +281,7 @@ func (c *Controller) fetch(ctx context.Context, n *nodeRuntime, remote, local st
 	}
 	h := sha256.New()
 	cw := &countWriter{w: io.MultiWriter(f, h)}
-	ctx, cancel := context.WithTimeout(ctx, c.callTimeout())
-	defer cancel()
-	err = n.tr.Get(ctx, remote, cw)
+	err = nodes.GetIdle(ctx, n.tr, remote, &limitWriter{w: cw, left: limit}, c.transferIdle())
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

@@ -85,6 +85,10 @@ type Controller struct {
 
 	// requests carries operator commands from the control socket to Run.
 	requests chan request
+
+	// collectNext holds, by attempt, when a collection that failed may be
+	// tried again (see collectFailed).
+	collectNext sync.Map
 }
 
 // New returns a controller; it does no I/O.

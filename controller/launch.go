@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -36,6 +37,8 @@ type launchOutcome struct {
 	uncertain error
 	// dangerous is set when the tool ran with permission-skipping flags.
 	dangerous bool
+	// pushFailures lists the failed tries of pushing the task's files.
+	pushFailures []string
 }
 
 // taskDir is the task's directory on its node.
@@ -61,7 +64,10 @@ func (c *Controller) launchAll(ctx context.Context, claims []claim) int {
 	for name := range byNode {
 		names = append(names, name)
 	}
-	c.onNodes(names, working, c.callTimeout(), func(n *nodeRuntime) {
+	// Every remote call of a launch has its own deadline and every push is
+	// bounded by progress (transferIdle), so the tick waits for the
+	// launches: a large base tree is not cut off for taking long.
+	c.onNodes(names, working, time.Duration(math.MaxInt64), func(n *nodeRuntime) {
 		var wg sync.WaitGroup
 		for _, i := range byNode[n.cfg.Name] {
 			wg.Add(1)
@@ -91,6 +97,12 @@ func (c *Controller) launchAll(ctx context.Context, claims []claim) int {
 		a := &applier{c: c, tx: tx, now: tx.Now()}
 		for _, o := range outcomes {
 			t := o.claim.task
+			for _, f := range o.pushFailures {
+				if err := tx.Event(ctx, store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: "push_failed",
+					Node: t.Node, Message: "pushing the task's files failed, " + f}); err != nil {
+					return err
+				}
+			}
 			switch {
 			case o.reply != nil:
 				started++
@@ -172,45 +184,65 @@ func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
 		out.err = err
 		return out
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.callTimeout())
-	defer cancel()
 	dir := taskDir(n, t.Project, t.ID)
-	// A transport failure (node unreachable, deadline) leaves the launch
-	// uncertain, for the next pull to settle; any other failure (a full
-	// disk, a work_dir that is not writable) surely did not start the
-	// attempt and fails it with error_class start, which uses a retry.
-	settle := func(what string, err error) launchOutcome {
-		err = fmt.Errorf("%s: %w", what, err)
+	snapshot, err := c.st.Snapshot(ctx, t.Project, t.ID)
+	if err != nil {
+		out.err = err
+		return out
+	}
+	// Pushing is bounded by progress, not by a fixed deadline, and tried
+	// maxPushTries times. Nothing has run on the node yet, so a push that
+	// keeps failing surely did not start the attempt: it fails with
+	// error_class start, which uses a retry.
+	push := func() error {
+		if hasBase {
+			if err := c.pushTree(ctx, n, t.BaseDir, path.Join(dir, baseDirName)); err != nil {
+				return fmt.Errorf("push the base tree: %w", err)
+			}
+		}
+		if err := nodes.PutIdle(ctx, n.tr, path.Join(dir, "spec.md"), bytes.NewReader(snapshot), 0o444, c.transferIdle()); err != nil {
+			return fmt.Errorf("push spec.md: %w", err)
+		}
+		if err := nodes.PutIdle(ctx, n.tr, path.Join(dir, "launch.json"), bytes.NewReader(lj), 0o644, c.transferIdle()); err != nil {
+			return fmt.Errorf("push launch.json: %w", err)
+		}
+		return nil
+	}
+	for try := 1; ; try++ {
+		err := push()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			out.uncertain = err // the controller is stopping
+			return out
+		}
+		out.pushFailures = append(out.pushFailures, fmt.Sprintf("try %d of %d: %v", try, maxPushTries, err))
+		log.Warn("push failed", "try", try, "err", err)
+		if try == maxPushTries {
+			out.err = fmt.Errorf("pushing the task's files to %s failed %d times; last: %w", n.cfg.Name, maxPushTries, err)
+			return out
+		}
+	}
+	crashPoint(CrashAfterPush)
+	if testHookAfterPush != nil {
+		testHookAfterPush(n.cfg.Name, dir)
+	}
+	// A transport failure of `run` (node unreachable, deadline) leaves the
+	// launch uncertain, for the next pull to settle: the wrapper may have
+	// started. Any other failure surely did not start the attempt and
+	// fails it with error_class start, which uses a retry.
+	rctx, cancel := context.WithTimeout(ctx, c.callTimeout())
+	defer cancel()
+	res, err := n.tr.Exec(rctx, []string{n.wrapper, "run", "--dir", dir}, secrets)
+	if err != nil {
+		err = fmt.Errorf("run: %w", err)
 		if errors.Is(err, nodes.ErrUnreachable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			out.uncertain = err
 		} else {
 			out.err = err
 		}
 		return out
-	}
-	if hasBase {
-		if err := c.pushTree(ctx, n, t.BaseDir, path.Join(dir, baseDirName)); err != nil {
-			return settle("push the base tree", err)
-		}
-	}
-	snapshot, err := c.st.Snapshot(ctx, t.Project, t.ID)
-	if err != nil {
-		out.err = err
-		return out
-	}
-	if err := n.tr.Put(ctx, path.Join(dir, "spec.md"), bytes.NewReader(snapshot), 0o444); err != nil {
-		return settle("push spec.md", err)
-	}
-	if err := n.tr.Put(ctx, path.Join(dir, "launch.json"), bytes.NewReader(lj), 0o644); err != nil {
-		return settle("push launch.json", err)
-	}
-	crashPoint(CrashAfterPush)
-	if testHookAfterPush != nil {
-		testHookAfterPush(n.cfg.Name, dir)
-	}
-	res, err := n.tr.Exec(ctx, []string{n.wrapper, "run", "--dir", dir}, secrets)
-	if err != nil {
-		return settle("run", err)
 	}
 	crashPoint(CrashAfterRun)
 	var reply wrapper.RunReply
@@ -252,9 +284,13 @@ func treeHasFiles(dir string) bool {
 	return err == found
 }
 
-// pushTree replaces dir on the node with the local tree src.
+// pushTree replaces dir on the node with the local tree src; each file is
+// bounded by progress (transferIdle), not by the time the tree takes.
 func (c *Controller) pushTree(ctx context.Context, n *nodeRuntime, src, dir string) error {
-	if err := n.tr.Remove(ctx, dir); err != nil {
+	rctx, cancel := context.WithTimeout(ctx, c.callTimeout())
+	err := n.tr.Remove(rctx, dir)
+	cancel()
+	if err != nil {
 		return err
 	}
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
@@ -274,7 +310,7 @@ func (c *Controller) pushTree(ctx context.Context, n *nodeRuntime, src, dir stri
 		}
 		defer f.Close()
 		rel, _ := filepath.Rel(src, p)
-		return n.tr.Put(ctx, path.Join(dir, filepath.ToSlash(rel)), f, fi.Mode().Perm())
+		return nodes.PutIdle(ctx, n.tr, path.Join(dir, filepath.ToSlash(rel)), f, fi.Mode().Perm(), c.transferIdle())
 	})
 }
 

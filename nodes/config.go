@@ -26,7 +26,7 @@ import (
 // them.
 var Keys = map[string][]string{
 	"top":        {"controller", "nodes", "api_modes", "routes", "tools"},
-	"controller": {"poll_interval", "heartbeat_timeout", "node_offline_timeout", "max_retries", "retry_backoff", "retry_backoff_max", "max_fix_rounds", "ssh_connect_timeout", "max_parallel_ssh"},
+	"controller": {"poll_interval", "heartbeat_timeout", "node_offline_timeout", "max_retries", "retry_backoff", "retry_backoff_max", "max_fix_rounds", "ssh_connect_timeout", "max_parallel_ssh", "collect_max_bytes", "collect_max_files"},
 	"node":       {"name", "ssh", "slots", "api_mode", "work_dir", "tool", "min_free_mem", "tags", "dangerous", "strict_host_key_checking"},
 	"api_mode":   {"env", "max_concurrency", "dangerous"},
 	"tool":       {"command", "model_flag"},
@@ -54,6 +54,11 @@ type Controller struct {
 	MaxRetries         int
 	MaxFixRounds       int
 	MaxParallelSSH     int
+	// CollectMaxBytes and CollectMaxFiles cap what one task's output/ may
+	// bring back to runs/ (collect_max_bytes, collect_max_files): an output
+	// over either is not collected and fails the task.
+	CollectMaxBytes int64
+	CollectMaxFiles int
 }
 
 // Node is one machine that runs tasks.
@@ -180,6 +185,8 @@ var defaultController = Controller{
 	MaxRetries:         2,
 	MaxFixRounds:       2,
 	MaxParallelSSH:     16,
+	CollectMaxBytes:    2 << 30,
+	CollectMaxFiles:    100_000,
 }
 
 const (
@@ -416,10 +423,20 @@ func (p *parser) controller(n *yaml.Node) Controller {
 		{"max_retries", &c.MaxRetries, 0},
 		{"max_fix_rounds", &c.MaxFixRounds, 0},
 		{"max_parallel_ssh", &c.MaxParallelSSH, 1},
+		{"collect_max_files", &c.CollectMaxFiles, 1},
 	} {
 		if v := f[i.key].val; v != nil && !isNull(v) {
 			if got, ok := p.integer(v, "controller", i.key, i.min); ok {
 				*i.dst = got
+			}
+		}
+	}
+	if v := f["collect_max_bytes"].val; v != nil && !isNull(v) {
+		if got, ok := p.size(v, "controller", "collect_max_bytes"); ok {
+			if got <= 0 {
+				p.errorf(v, "write a size such as 2GiB", "controller: collect_max_bytes must be more than 0")
+			} else {
+				c.CollectMaxBytes = got
 			}
 		}
 	}

@@ -64,12 +64,12 @@ func TestLoad(t *testing.T) {
 			Controller: Controller{
 				PollInterval: 5 * time.Second, HeartbeatTimeout: 90 * time.Second, NodeOfflineTimeout: time.Hour,
 				RetryBackoff: time.Second, RetryBackoffMax: time.Second, SSHConnectTimeout: 2500 * time.Millisecond,
-				MaxRetries: 0, MaxFixRounds: 0, MaxParallelSSH: 1,
+				MaxRetries: 0, MaxFixRounds: 0, MaxParallelSSH: 1, CollectMaxBytes: 512 << 20, CollectMaxFiles: 10,
 			},
 			Nodes: []Node{{
 				Name: "gpu_box.2", SSH: "deploy@gpu.example.com:2222", Slots: 3, APIMode: "fast",
 				WorkDir: "/srv/dispatch", Tool: "mine", MinFreeMem: 512 << 20, Tags: []string{"gpu", "big-mem"},
-				Dangerous: true, StrictHostKeyChecking: "accept-new", Line: 13,
+				Dangerous: true, StrictHostKeyChecking: "accept-new", Line: 15,
 			}},
 			APIModes: map[string]APIMode{"fast": {
 				Env: map[string]string{"KEY": "${FAST_KEY}", "PRICE": "$$5", "N": "3"}, Dangerous: true,
@@ -431,6 +431,29 @@ func TestParseSize(t *testing.T) {
 		got, err := parseSize(tc.in)
 		if (err == nil) != tc.ok || got != tc.want {
 			t.Errorf("parseSize(%q) = %d, %v; want %d (ok %v)", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestCollectQuotas(t *testing.T) {
+	base := "nodes:\n  - name: local\n"
+	cfg, err := Parse("nodes.yaml", []byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Controller.CollectMaxBytes != 2<<30 || cfg.Controller.CollectMaxFiles != 100_000 {
+		t.Errorf("default quotas = %d bytes, %d files; want 2 GiB and 100000", cfg.Controller.CollectMaxBytes, cfg.Controller.CollectMaxFiles)
+	}
+	cfg, err = Parse("nodes.yaml", []byte("controller:\n  collect_max_bytes: 512MiB\n  collect_max_files: 10\n"+base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Controller.CollectMaxBytes != 512<<20 || cfg.Controller.CollectMaxFiles != 10 {
+		t.Errorf("quotas = %d bytes, %d files; want 512 MiB and 10", cfg.Controller.CollectMaxBytes, cfg.Controller.CollectMaxFiles)
+	}
+	for _, bad := range []string{"collect_max_bytes: 0", "collect_max_bytes: lots", "collect_max_files: 0"} {
+		if _, err := Parse("nodes.yaml", []byte("controller:\n  "+bad+"\n"+base)); err == nil {
+			t.Errorf("%s accepted, want an error", bad)
 		}
 	}
 }

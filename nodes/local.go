@@ -57,13 +57,16 @@ func (l *Local) Exec(ctx context.Context, argv []string, stdin []byte) (Result, 
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("exec %s: %w", argv[0], err)
 	}
-	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}
-	cmd.Stdout = &stdout
-	cmd.Stderr = &stderr
+	// Output past MaxExecOutput kills the command's group (writes only
+	// happen once it has started, so Process is set).
+	kill := func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	stdout, stderr := newCappedBuffer(MaxExecOutput, kill), newCappedBuffer(MaxExecOutput, kill)
+	cmd.Stdout = stdout
+	cmd.Stderr = stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error {
 		// The group id is the pid (Setpgid); kill the group, then the leader in
@@ -77,6 +80,9 @@ func (l *Local) Exec(ctx context.Context, argv []string, stdin []byte) (Result, 
 	res := Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
 	if err != nil && ctx.Err() != nil {
 		return res, fmt.Errorf("exec %s: %w", argv[0], ctx.Err())
+	}
+	if stdout.overflowed() || stderr.overflowed() {
+		return Result{}, fmt.Errorf("exec %s: %w: it printed more than %d MiB and was killed", argv[0], ErrOutputTooLarge, MaxExecOutput>>20)
 	}
 	if cmd.ProcessState == nil {
 		// A command that cannot be started is reported the way a remote
@@ -166,17 +172,27 @@ func (l *Local) Get(ctx context.Context, p string, w io.Writer) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("get %s: %w", p, err)
 	}
-	f, err := os.Open(p)
+	// O_NOFOLLOW: a symbolic link a task left (to ~/.ssh/id_ed25519, say)
+	// is refused, not read; O_NONBLOCK: opening a FIFO does not wait for a
+	// writer. Both are checked again on the open file.
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return fmt.Errorf("get: %w", err)
+	}
+	if err := regularFile(fi); err != nil {
+		return fmt.Errorf("get %s: %w", p, err)
+	}
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return fmt.Errorf("get: %w", err)
 	}
 	defer f.Close()
-	fi, err := f.Stat()
+	fi, err = f.Stat()
 	if err != nil {
 		return fmt.Errorf("get: %w", err)
 	}
-	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("get %s: not a regular file", p)
+	if err := regularFile(fi); err != nil {
+		return fmt.Errorf("get %s: %w", p, err)
 	}
 	if _, err := io.Copy(w, ctxReader{ctx, f}); err != nil {
 		return fmt.Errorf("get %s: %w", p, err)
@@ -189,12 +205,14 @@ func (l *Local) Walk(ctx context.Context, dir string) ([]FileInfo, error) {
 	if err := checkPath(dir); err != nil {
 		return nil, fmt.Errorf("walk: %w", err)
 	}
-	fi, err := os.Stat(dir)
+	// Lstat: a root that is a symbolic link (a task's output/ replaced by a
+	// link to ~) is refused, never followed.
+	fi, err := os.Lstat(dir)
 	if err != nil {
 		return nil, fmt.Errorf("walk: %w", err)
 	}
-	if !fi.IsDir() {
-		return nil, fmt.Errorf("walk %s: not a directory", dir)
+	if err := walkRoot(fi); err != nil {
+		return nil, fmt.Errorf("walk %s: %w", dir, err)
 	}
 	var files []FileInfo
 	var walk func(rel string) error
@@ -281,8 +299,8 @@ type ctxReader struct {
 }
 
 func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
+	if c.ctx.Err() != nil {
+		return 0, context.Cause(c.ctx)
 	}
 	return c.r.Read(p)
 }

@@ -348,7 +348,7 @@ func call[T any](ctx context.Context, s *SSH, fn func(*ssh.Client) (T, error)) (
 		return r.v, r.err
 	case <-ctx.Done():
 		s.reset(c)
-		return zero, fmt.Errorf("%w: no answer from %s: %w", ErrUnreachable, s.cfg.Node, ctx.Err())
+		return zero, fmt.Errorf("%w: no answer from %s: %w", ErrUnreachable, s.cfg.Node, context.Cause(ctx))
 	}
 }
 
@@ -472,10 +472,21 @@ func (s *SSH) Exec(ctx context.Context, argv []string, stdin []byte) (Result, er
 			return Result{}, err
 		}
 		defer sess.Close()
-		var stdout, stderr bytes.Buffer
+		// Output past MaxExecOutput ends the session: sshd closes the
+		// command's pipes and the command dies of SIGPIPE.
+		over := func() {
+			go func() {
+				_ = sess.Signal(ssh.SIGKILL)
+				_ = sess.Close()
+			}()
+		}
+		stdout, stderr := newCappedBuffer(MaxExecOutput, over), newCappedBuffer(MaxExecOutput, over)
 		sess.Stdin = bytes.NewReader(stdin)
-		sess.Stdout, sess.Stderr = &stdout, &stderr
+		sess.Stdout, sess.Stderr = stdout, stderr
 		err = sess.Run(ShellQuote(argv))
+		if stdout.overflowed() || stderr.overflowed() {
+			return Result{}, fmt.Errorf("%w: it printed more than %d MiB and was killed", ErrOutputTooLarge, MaxExecOutput>>20)
+		}
 		res := Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
 		var ee *ssh.ExitError
 		if errors.As(err, &ee) {
@@ -493,31 +504,26 @@ func (s *SSH) Exec(ctx context.Context, argv []string, stdin []byte) (Result, er
 	return res, nil
 }
 
-// signalNumber maps an SSH signal name ("KILL") to its number on the
-// controller's platform; the exit code convention (128+N) is for messages.
+// signalNumber maps an SSH signal name (RFC 4254 §6.10: the POSIX name
+// without "SIG", e.g. "KILL", "USR1") to its number on the controller's
+// platform, for the 128+N exit code a shell would report (the local
+// transport reports the same). An unknown name gives 0 (exit code 128).
 func signalNumber(name string) int {
-	for i := 1; i < 32; i++ {
-		if strings.EqualFold(strings.TrimPrefix(syscall.Signal(i).String(), "signal "), name) {
-			return i
-		}
-	}
-	switch name {
-	case "KILL":
-		return 9
-	case "TERM":
-		return 15
-	case "INT":
-		return 2
-	case "HUP":
-		return 1
-	case "PIPE":
-		return 13
-	case "SEGV":
-		return 11
-	case "ABRT":
-		return 6
-	}
-	return 0
+	return int(posixSignals[strings.TrimPrefix(strings.ToUpper(name), "SIG")])
+}
+
+// posixSignals numbers the signal names a node may report. Go's
+// syscall.Signal(n).String() gives descriptions ("killed", "user defined
+// signal 1"), not names, so the table is spelled out.
+var posixSignals = map[string]syscall.Signal{
+	"HUP": syscall.SIGHUP, "INT": syscall.SIGINT, "QUIT": syscall.SIGQUIT, "ILL": syscall.SIGILL,
+	"TRAP": syscall.SIGTRAP, "ABRT": syscall.SIGABRT, "IOT": syscall.SIGABRT, "BUS": syscall.SIGBUS,
+	"FPE": syscall.SIGFPE, "KILL": syscall.SIGKILL, "USR1": syscall.SIGUSR1, "SEGV": syscall.SIGSEGV,
+	"USR2": syscall.SIGUSR2, "PIPE": syscall.SIGPIPE, "ALRM": syscall.SIGALRM, "TERM": syscall.SIGTERM,
+	"CHLD": syscall.SIGCHLD, "CONT": syscall.SIGCONT, "STOP": syscall.SIGSTOP, "TSTP": syscall.SIGTSTP,
+	"TTIN": syscall.SIGTTIN, "TTOU": syscall.SIGTTOU, "URG": syscall.SIGURG, "XCPU": syscall.SIGXCPU,
+	"XFSZ": syscall.SIGXFSZ, "VTALRM": syscall.SIGVTALRM, "PROF": syscall.SIGPROF, "WINCH": syscall.SIGWINCH,
+	"IO": syscall.SIGIO, "SYS": syscall.SIGSYS,
 }
 
 // ShellQuote renders argv as one POSIX shell command line, every argument in
@@ -595,6 +601,16 @@ func (s *SSH) Get(ctx context.Context, p string, w io.Writer) error {
 	gw := &guardWriter{w: w}
 	defer gw.stop()
 	_, err := callSFTP(ctx, s, func(f *sftp.Client) (struct{}, error) {
+		// Only a regular file, never through a symbolic link: a task may
+		// have left one pointing anywhere, and opening a FIFO would block
+		// the node's SFTP server.
+		fi, err := f.Lstat(p)
+		if err != nil {
+			return struct{}{}, notExist(err)
+		}
+		if err := regularFile(fi); err != nil {
+			return struct{}{}, err
+		}
 		r, err := f.Open(p)
 		if err != nil {
 			return struct{}{}, notExist(err)
@@ -648,8 +664,12 @@ func (s *SSH) Walk(ctx context.Context, dir string) ([]FileInfo, error) {
 	}
 	out, err := callSFTP(ctx, s, func(f *sftp.Client) ([]FileInfo, error) {
 		var out []FileInfo
-		if _, err := f.Lstat(dir); err != nil {
+		fi, err := f.Lstat(dir)
+		if err != nil {
 			return nil, notExist(err)
+		}
+		if err := walkRoot(fi); err != nil {
+			return nil, err
 		}
 		w := f.Walk(dir)
 		for w.Step() {

@@ -22,7 +22,9 @@ type Transport interface {
 	// Exec runs argv[0] with the arguments argv[1:] passed verbatim: no shell sees
 	// them on the local node, and over SSH every argument is quoted for the remote
 	// POSIX shell. stdin is fed to the command (nil means empty input). Stdout and
-	// Stderr are captured whole. A non-zero exit is not an error: it is reported in
+	// Stderr are captured whole up to MaxExecOutput each; a command that prints
+	// more is killed and Exec returns an error wrapping ErrOutputTooLarge, so
+	// no node can fill the controller's memory. A non-zero exit is not an error: it is reported in
 	// Result.ExitCode (128+N when the command died of signal N; 127 when the
 	// command does not exist, 126 when it is not executable). err is for failing
 	// to reach the node or start anything there, or for ctx ending first, in which case the command
@@ -36,18 +38,22 @@ type Transport interface {
 	// parent directories. The write is atomic: content goes to a temporary name in
 	// the same directory, which is renamed over path only once complete, so readers
 	// see the old file or the new one and a failed Put leaves neither a partial file
-	// nor the temporary behind. Put replaces a read-only file.
+	// nor the temporary behind. Put replaces a read-only file. Put has no
+	// deadline of its own; PutIdle bounds it by progress.
 	Put(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error
 
 	// Get copies the content of the file at path to w. A missing file is an error
-	// wrapping fs.ErrNotExist.
+	// wrapping fs.ErrNotExist. Only a regular file is read: a symbolic link (the
+	// last component of path is never followed), a FIFO or a device is an
+	// error. Get has no deadline of its own; GetIdle bounds it by progress.
 	Get(ctx context.Context, path string, w io.Writer) error
 
 	// Walk lists the regular files and symbolic links under dir, recursively, sorted
 	// by Path. Paths are '/'-separated and relative to dir. Symbolic links are
 	// reported with Mode&fs.ModeSymlink set and are not followed; directories and
 	// other special files are not reported. A missing dir is an error wrapping
-	// fs.ErrNotExist.
+	// fs.ErrNotExist; a dir that is a symbolic link (even to a directory) is an
+	// error, never followed.
 	Walk(ctx context.Context, dir string) ([]FileInfo, error)
 
 	// Remove removes the file or the whole directory tree at path, including
@@ -97,4 +103,33 @@ func ExpandHome(ctx context.Context, t Transport, p string) (string, error) {
 	default:
 		return "", fmt.Errorf("expand %q: path must be absolute or start with ~/", p)
 	}
+}
+
+// ErrNotFollowed is wrapped by the error of a Get or a Walk refused because
+// its path is a symbolic link or a special file (FIFO, device), which are
+// never followed or read.
+var ErrNotFollowed = errors.New("not a regular file or directory")
+
+// regularFile refuses what Get must not read: a symbolic link, a FIFO, a
+// device, a directory.
+func regularFile(fi fs.FileInfo) error {
+	switch m := fi.Mode(); {
+	case m&fs.ModeSymlink != 0:
+		return fmt.Errorf("%w: a symbolic link", ErrNotFollowed)
+	case !m.IsRegular():
+		return fmt.Errorf("%w: %s", ErrNotFollowed, m.Type())
+	}
+	return nil
+}
+
+// walkRoot refuses a Walk root that is not a directory itself: a symbolic
+// link to one (an output/ a task replaced by a link to ~) is never followed.
+func walkRoot(fi fs.FileInfo) error {
+	switch m := fi.Mode(); {
+	case m&fs.ModeSymlink != 0:
+		return fmt.Errorf("%w: a symbolic link, not a directory", ErrNotFollowed)
+	case !m.IsDir():
+		return fmt.Errorf("%w: not a directory", ErrNotFollowed)
+	}
+	return nil
 }

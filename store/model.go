@@ -19,12 +19,13 @@ var Statuses = []string{Pending, Claimed, Running, Completed, Failed, Blocked, C
 
 // legal is the task state machine: legal[from] holds the statuses a task may
 // move to. A retry goes failed → pending; a dispatch retry of a finished task
-// goes completed/canceled → pending.
+// goes completed/canceled → pending; a completed task whose outputs cannot be
+// collected (over quota, transfer failing) goes completed → failed.
 var legal = map[string][]string{
 	Pending:   {Claimed, Blocked, Canceled},
 	Claimed:   {Running, Completed, Failed, Pending, Lost, Canceled},
 	Running:   {Completed, Failed, Lost, Canceled},
-	Completed: {Pending},
+	Completed: {Pending, Failed},
 	Failed:    {Pending, Blocked},
 	Blocked:   {Pending, Canceled},
 	Canceled:  {Pending},

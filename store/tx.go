@@ -340,6 +340,15 @@ func (tx *Tx) Tasks(ctx context.Context, project string) ([]Task, error) {
 	return queryTasks(ctx, tx.tx, project)
 }
 
+// Task returns one task inside the transaction.
+func (tx *Tx) Task(ctx context.Context, project, id string) (Task, error) {
+	t, err := scanTask(tx.tx.QueryRowContext(ctx, taskSelect+" WHERE project = ? AND id = ?", project, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, fmt.Errorf("task %s/%s: %w", project, id, ErrNotFound)
+	}
+	return t, err
+}
+
 // Project returns one project inside the transaction.
 func (tx *Tx) Project(ctx context.Context, name string) (Project, error) {
 	ps, err := queryProjects(ctx, tx.tx, name)
@@ -350,6 +359,18 @@ func (tx *Tx) Project(ctx context.Context, name string) (Project, error) {
 		return Project{}, fmt.Errorf("project %s: %w", name, ErrNotFound)
 	}
 	return ps[0], nil
+}
+
+// CountEvents counts the events of one kind recorded for an attempt (the
+// failed tries of its collection, say).
+func (tx *Tx) CountEvents(ctx context.Context, project, task string, attempt int, kind string) (int, error) {
+	var n int
+	err := tx.tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM events WHERE project = ? AND task = ? AND attempt = ? AND kind = ?",
+		project, task, attempt, kind).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count %s events of %s/%s#%d: %w", kind, project, task, attempt, err)
+	}
+	return n, nil
 }
 
 // RunCollected reports whether an attempt's files have been collected.

@@ -148,7 +148,7 @@ func printStatus(w io.Writer, s styles, v *controller.StatusView, cfg *nodes.Con
 		if t.Error != "" && t.Status != store.Completed {
 			what = t.ErrorClass + ": " + t.Error
 		}
-		if t.Warning != "" && (t.Status == store.Running || t.Status == store.Claimed) {
+		if t.Warning != "" && (t.Status == store.Running || t.Status == store.Claimed || t.Status == store.Completed) {
 			what, whatStyle = "warning: "+t.Warning, s.warn.Render
 		}
 		node := t.Node

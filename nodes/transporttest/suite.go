@@ -3,19 +3,24 @@ package transporttest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"path"
 	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/dispatch-tool/dispatch/nodes"
+	"golang.org/x/sys/unix"
 )
 
 // timeout bounds every subtest, so a transport that hangs fails instead of
@@ -28,7 +33,7 @@ const timeout = 60 * time.Second
 // subdirectory of it. The suite closes the transports it is given.
 //
 // The node must be a POSIX system with /bin/sh, printf, cat, sleep, head, ls, ln,
-// chmod and kill on the PATH that Exec uses.
+// chmod, kill and mkfifo on the PATH that Exec uses.
 func Run(t *testing.T, open func(t *testing.T) (nodes.Transport, string)) {
 	tests := []struct {
 		name string
@@ -41,6 +46,7 @@ func Run(t *testing.T, open func(t *testing.T) (nodes.Transport, string)) {
 		{"ExecStdin", testExecStdin},
 		{"ExecNilStdin", testExecNilStdin},
 		{"ExecLargeOutput", testExecLargeOutput},
+		{"ExecOutputCapped", testExecOutputCapped},
 		{"ExecMissingCommand", testExecMissingCommand},
 		{"ExecDeadline", testExecDeadline},
 		{"ExecDetachedChild", testExecDetachedChild},
@@ -50,9 +56,14 @@ func Run(t *testing.T, open func(t *testing.T) (nodes.Transport, string)) {
 		{"PutIntoFileParentFails", testPutParentIsFile},
 		{"Get", testGet},
 		{"GetMissing", testGetMissing},
+		{"GetRefusesLinksAndFIFOs", testGetRefusesLinks},
+		{"TransferSlowButMoving", testTransferSlow},
+		{"TransferStalled", testTransferStalled},
+		{"TransferLarge", testTransferLarge},
 		{"Walk", testWalk},
 		{"WalkEmptyDir", testWalkEmpty},
 		{"WalkMissing", testWalkMissing},
+		{"WalkSymlinkRootNotFollowed", testWalkSymlinkRoot},
 		{"Remove", testRemove},
 		{"RemoveReadOnlyTree", testRemoveReadOnly},
 		{"RemoveMissing", testRemoveMissing},
@@ -142,6 +153,15 @@ func testExecOutput(t *testing.T, ctx context.Context, tr nodes.Transport, _ str
 	if res.ExitCode != 128+9 {
 		t.Errorf("Exec(kill -9 $$) exit code = %d, want %d", res.ExitCode, 128+9)
 	}
+	// Every signal keeps its number, not only the common ones (an SSH
+	// node reports the signal by name).
+	for _, sig := range []syscall.Signal{syscall.SIGUSR1, syscall.SIGQUIT, syscall.SIGALRM, syscall.SIGUSR2, syscall.SIGTERM} {
+		name := strings.TrimPrefix(unix.SignalName(sig), "SIG")
+		res = exec(t, ctx, tr, nil, "/bin/sh", "-c", "kill -"+name+" $$")
+		if want := 128 + int(sig); res.ExitCode != want {
+			t.Errorf("Exec(kill -%s $$) exit code = %d, want %d", name, res.ExitCode, want)
+		}
+	}
 }
 
 // testExecVerbatim proves that no shell interpreted the arguments: printf gets
@@ -228,6 +248,49 @@ func testExecLargeOutput(t *testing.T, ctx context.Context, tr nodes.Transport, 
 	res := exec(t, ctx, tr, nil, "/bin/sh", "-c", "head -c "+strconv.Itoa(n)+" /dev/zero; head -c 1000 /dev/zero >&2")
 	if len(res.Stdout) != n || len(res.Stderr) != 1000 {
 		t.Errorf("got %d bytes of stdout and %d of stderr, want %d and 1000", len(res.Stdout), len(res.Stderr), n)
+	}
+}
+
+// testExecOutputCapped checks that a command printing far more than
+// nodes.MaxExecOutput (a forged 500 MB `wrapper status` reply) is an error of
+// that call, and that the caller's memory stays bounded meanwhile.
+func testExecOutputCapped(t *testing.T, ctx context.Context, tr nodes.Transport, _ string) {
+	const n = 500_000_000
+	for _, redirect := range []string{"", " >&2"} {
+		runtime.GC()
+		var peak atomic.Uint64
+		stop := make(chan struct{})
+		sampled := make(chan struct{})
+		go func() {
+			defer close(sampled)
+			var ms runtime.MemStats
+			for {
+				runtime.ReadMemStats(&ms)
+				if ms.HeapAlloc > peak.Load() {
+					peak.Store(ms.HeapAlloc)
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+		}()
+		res, err := tr.Exec(ctx, []string{"/bin/sh", "-c", "head -c " + strconv.Itoa(n) + " /dev/zero" + redirect}, nil)
+		close(stop)
+		<-sampled
+		if !errors.Is(err, nodes.ErrOutputTooLarge) {
+			t.Errorf("Exec printing %d bytes%s = %d bytes of stdout, %d of stderr, %v; want an error wrapping ErrOutputTooLarge",
+				n, redirect, len(res.Stdout), len(res.Stderr), err)
+		}
+		t.Logf("heap peak %d MiB while reading %d bytes%s", peak.Load()>>20, n, redirect)
+		if limit := uint64(4 * nodes.MaxExecOutput); peak.Load() > limit {
+			t.Errorf("heap reached %d MiB while Exec read %d bytes%s, want at most %d MiB", peak.Load()>>20, n, redirect, limit>>20)
+		}
+	}
+	// The transport still works after that.
+	if res := exec(t, ctx, tr, nil, "echo", "ok"); string(res.Stdout) != "ok\n" {
+		t.Errorf("Exec after an oversized output printed %q", res.Stdout)
 	}
 }
 
@@ -399,6 +462,163 @@ func testGetMissing(t *testing.T, ctx context.Context, tr nodes.Transport, dir s
 	}
 }
 
+// testGetRefusesLinks checks that Get reads regular files only: a symbolic
+// link a task left (to the node user's keys, say) is refused, not followed,
+// and a FIFO is refused at once rather than waited on.
+func testGetRefusesLinks(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	put(t, ctx, tr, path.Join(dir, "secret/id_ed25519"), []byte("PRIVATE KEY"), 0o600)
+	exec(t, ctx, tr, nil, "ln", "-s", path.Join(dir, "secret/id_ed25519"), path.Join(dir, "task.log"))
+	exec(t, ctx, tr, nil, "mkfifo", path.Join(dir, "fifo"))
+	for _, name := range []string{"task.log", "fifo"} {
+		var buf bytes.Buffer
+		if err := tr.Get(ctx, path.Join(dir, name), &buf); err == nil || buf.Len() > 0 {
+			t.Errorf("Get(%s) = %q, %v; want an error and nothing read", name, buf.String(), err)
+		}
+	}
+}
+
+// slowReader hands out n chunks of size bytes, pausing before each; after
+// chunk stallAt (when > 0) it pauses for stall instead.
+type slowReader struct {
+	chunk, left int
+	pause       time.Duration
+	stallAt     int
+	stall       time.Duration
+	served      int
+}
+
+func (r *slowReader) Read(p []byte) (int, error) {
+	if r.left == 0 {
+		return 0, io.EOF
+	}
+	if r.stallAt > 0 && r.served == r.stallAt {
+		time.Sleep(r.stall)
+	} else {
+		time.Sleep(r.pause)
+	}
+	n := min(len(p), r.chunk)
+	for i := range p[:n] {
+		p[i] = byte(r.served + i)
+	}
+	r.served++
+	r.left--
+	return n, nil
+}
+
+// slowWriter pauses before each write, and for stall before write stallAt.
+type slowWriter struct {
+	w       io.Writer
+	pause   time.Duration
+	stallAt int
+	stall   time.Duration
+	writes  int
+}
+
+func (w *slowWriter) Write(p []byte) (int, error) {
+	if w.stallAt > 0 && w.writes == w.stallAt {
+		time.Sleep(w.stall)
+	} else {
+		time.Sleep(w.pause)
+	}
+	w.writes++
+	return w.w.Write(p)
+}
+
+// testTransferSlowButMoving checks that a transfer bounded by progress
+// (nodes.PutIdle, nodes.GetIdle) finishes however long it takes, as long as
+// bytes keep moving: here each lasts several idle periods.
+func testTransferSlow(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	const idle = 400 * time.Millisecond
+	p := path.Join(dir, "slow.bin")
+	start := time.Now()
+	r := &slowReader{chunk: 32 << 10, left: 16, pause: idle / 4}
+	if err := nodes.PutIdle(ctx, tr, p, r, 0o644, idle); err != nil {
+		t.Fatalf("PutIdle of a slow but steady reader: %v", err)
+	}
+	if d := time.Since(start); d < 3*idle {
+		t.Fatalf("the slow Put took %s, not the several idle periods (%s) the test needs", d, idle)
+	}
+	var got bytes.Buffer
+	start = time.Now()
+	if err := nodes.GetIdle(ctx, tr, p, &slowWriter{w: &got, pause: idle / 4}, idle); err != nil {
+		t.Fatalf("GetIdle into a slow but steady writer: %v", err)
+	}
+	if got.Len() != 16*32<<10 {
+		t.Errorf("GetIdle read %d bytes, want %d", got.Len(), 16*32<<10)
+	}
+	if d := time.Since(start); d < 3*idle {
+		t.Logf("the slow Get took only %s (the node sent large writes)", d)
+	}
+}
+
+// testTransferStalled checks that a transfer that stops moving fails with
+// ErrStalled after its idle period, without a fixed deadline, and leaves no
+// file behind.
+func testTransferStalled(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	const idle = 300 * time.Millisecond
+	p := path.Join(dir, "stalled.bin")
+	r := &slowReader{chunk: 32 << 10, left: 8, stallAt: 2, stall: 5 * idle}
+	err := nodes.PutIdle(ctx, tr, p, r, 0o644, idle)
+	if !errors.Is(err, nodes.ErrStalled) {
+		t.Fatalf("PutIdle of a reader that stalls = %v, want an error wrapping ErrStalled", err)
+	}
+	var buf bytes.Buffer
+	if err := tr.Get(ctx, p, &buf); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("after a stalled Put, Get = %v, want fs.ErrNotExist", err)
+	}
+	put(t, ctx, tr, p, bytes.Repeat([]byte("x"), 1<<20), 0o644)
+	w := &slowWriter{w: io.Discard, stallAt: 1, stall: 5 * idle}
+	if err := nodes.GetIdle(ctx, tr, p, w, idle); !errors.Is(err, nodes.ErrStalled) {
+		t.Fatalf("GetIdle into a writer that stalls = %v, want an error wrapping ErrStalled", err)
+	}
+	// The transport still works after that.
+	if got := get(t, ctx, tr, p); len(got) != 1<<20 {
+		t.Errorf("Get after a stalled transfer read %d bytes, want %d", len(got), 1<<20)
+	}
+}
+
+// testTransferLarge moves a file of a few hundred megabytes each way, with
+// an idle bound only, and checks its content.
+func testTransferLarge(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	const size = 256 << 20
+	p := path.Join(dir, "large.bin")
+	src := sha256.New()
+	r := io.TeeReader(io.LimitReader(&counter{}, size), src)
+	if err := nodes.PutIdle(ctx, tr, p, r, 0o644, 10*time.Second); err != nil {
+		t.Fatalf("PutIdle of %d MiB: %v", size>>20, err)
+	}
+	dst := sha256.New()
+	cw := &countingWriter{w: dst}
+	if err := nodes.GetIdle(ctx, tr, p, cw, 10*time.Second); err != nil {
+		t.Fatalf("GetIdle of %d MiB: %v", size>>20, err)
+	}
+	if cw.n != size || !bytes.Equal(src.Sum(nil), dst.Sum(nil)) {
+		t.Errorf("GetIdle returned %d bytes with another checksum than the %d put", cw.n, size)
+	}
+}
+
+// counter is an endless reader of varying bytes.
+type counter struct{ n byte }
+
+func (c *counter) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = c.n
+		c.n += 7
+	}
+	return len(p), nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
 func testWalk(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
 	root := path.Join(dir, "tree")
 	for name, content := range map[string]string{
@@ -467,6 +687,18 @@ func testWalkMissing(t *testing.T, ctx context.Context, tr nodes.Transport, dir 
 	_, err := tr.Walk(ctx, path.Join(dir, "missing"))
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Walk of a missing dir = %v, want an error wrapping fs.ErrNotExist", err)
+	}
+}
+
+// testWalkSymlinkRoot checks that a Walk root that is a symbolic link (a
+// task that replaced its output/ by a link to ~) is an error and lists
+// nothing of the link's target.
+func testWalkSymlinkRoot(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	put(t, ctx, tr, path.Join(dir, "home/.ssh/id_ed25519"), []byte("PRIVATE KEY"), 0o600)
+	exec(t, ctx, tr, nil, "ln", "-s", path.Join(dir, "home"), path.Join(dir, "output"))
+	files, err := tr.Walk(ctx, path.Join(dir, "output"))
+	if err == nil || errors.Is(err, fs.ErrNotExist) || len(files) > 0 {
+		t.Errorf("Walk of a symbolic link to a directory = %v, %v; want an error (not ErrNotExist) and no files", files, err)
 	}
 }
 

@@ -1,0 +1,205 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+// Transfers (SPEC §7 steps 6 and 7) are bounded by progress, not by a fixed
+// deadline: a file of any size moves as long as bytes keep moving, and fails
+// when none moved for transferIdle. A failed transfer is tried again a
+// bounded number of times, with an event and a status line for each failure.
+
+// maxPushTries is how many times a launch pushes its files (base tree,
+// spec.md, launch.json) before the attempt fails with error_class start,
+// which uses a retry.
+const maxPushTries = 3
+
+// maxCollectTries is how many times the collection of an attempt is tried
+// before the controller gives up on it: the task is then failed with
+// error_class collect (not retried: the operator decides, with `dispatch
+// retry`).
+const maxCollectTries = 3
+
+// collectRetryWait is the pause, on the controller's clock, before the next
+// try of a collection that failed.
+const collectRetryWait = 10 * time.Second
+
+// classCollect is the error_class of a task whose outputs could not be
+// collected.
+const classCollect = "collect"
+
+// collectFreeMargin is the free space a collection must leave on the
+// controller's disk under runs/.
+const collectFreeMargin = 1 << 30
+
+// maxStatusSize caps a status.json read by the controller.
+const maxStatusSize = 64 << 10
+
+// diskFree returns the bytes available to the controller under dir; tests
+// replace it.
+var diskFree = func(dir string) (int64, error) {
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(dir, &fs); err != nil {
+		return 0, err
+	}
+	return int64(fs.Bavail) * int64(fs.Bsize), nil
+}
+
+// transferIdle is how long a transfer may go without moving a byte before
+// it fails: as long as one remote call may take (3 × ssh_connect_timeout, at
+// least 5 s).
+func (c *Controller) transferIdle() time.Duration { return c.callTimeout() }
+
+var errOverQuota = errors.New("over the collect_max_bytes quota")
+
+// limitWriter passes at most left bytes, then fails with errOverQuota.
+type limitWriter struct {
+	w    io.Writer
+	left int64
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > l.left {
+		return 0, errOverQuota
+	}
+	n, err := l.w.Write(p)
+	l.left -= int64(n)
+	return n, err
+}
+
+// permanentError is a collection failure that trying again cannot fix.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+func permanent(err error) error { return &permanentError{err} }
+
+func isPermanent(err error) bool {
+	var pe *permanentError
+	return errors.As(err, &pe) || errors.Is(err, errOverQuota) || errors.Is(err, nodes.ErrNotFollowed)
+}
+
+// checkQuota refuses an output/ over collect_max_files or collect_max_bytes,
+// from the node's listing, before anything is copied.
+func (c *Controller) checkQuota(files []nodes.FileInfo) error {
+	q := c.cfg.Controller
+	var total int64
+	for _, f := range files {
+		if f.Mode.IsRegular() {
+			total += f.Size
+		}
+	}
+	fix := "\n  fix: have the task write less into output/, or raise the quota under controller: in nodes.yaml, then `dispatch retry`"
+	if len(files) > q.CollectMaxFiles {
+		return permanent(fmt.Errorf("output/ holds %d files, over collect_max_files (%d): nothing of it collected%s", len(files), q.CollectMaxFiles, fix))
+	}
+	if total > q.CollectMaxBytes {
+		return permanent(fmt.Errorf("output/ holds %s, over collect_max_bytes (%s): nothing of it collected%s", mib(total), mib(q.CollectMaxBytes), fix))
+	}
+	return nil
+}
+
+// checkFreeSpace refuses a collection that would leave less than
+// collectFreeMargin free on the controller's disk.
+func (c *Controller) checkFreeSpace(dir string, files []nodes.FileInfo) error {
+	var need int64
+	for _, f := range files {
+		if f.Mode.IsRegular() {
+			need += f.Size
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	free, err := diskFree(dir)
+	if err != nil {
+		return fmt.Errorf("free space under %s: %w", dir, err)
+	}
+	if free-need < collectFreeMargin {
+		return fmt.Errorf("not enough free space under %s: output/ needs %s, %s is free, and %s must stay free\n  fix: free space on the controller's disk; the collection is tried again",
+			dir, mib(need), mib(free), mib(collectFreeMargin))
+	}
+	return nil
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// collectWait reports whether the collection of attempt key must wait
+// after a failed try.
+func (c *Controller) collectWait(key string) bool {
+	v, ok := c.collectNext.Load(key)
+	return ok && c.now().Before(v.(time.Time))
+}
+
+// collectFailed records a failed collection of run r: an event, and a
+// warning on the task's status line; after maxCollectTries (or at once when
+// trying again cannot help) it gives up: the run is settled, and the task,
+// when this was its completed current attempt, fails with error_class
+// collect.
+func (c *Controller) collectFailed(ctx context.Context, key string, r store.Run, current bool, cerr error) error {
+	msg := cerr.Error()
+	return c.st.Update(ctx, func(tx *store.Tx) error {
+		tries, err := tx.CountEvents(ctx, r.Project, r.Task, r.Attempt, "collect_failed")
+		if err != nil {
+			return err
+		}
+		tries++
+		t, err := tx.Task(ctx, r.Project, r.Task)
+		if err != nil {
+			return err
+		}
+		mine := current && t.Attempt == r.Attempt
+		if !isPermanent(cerr) && tries < maxCollectTries {
+			c.collectNext.Store(key, tx.Now().Add(collectRetryWait))
+			note := fmt.Sprintf("collecting the outputs failed (try %d of %d), trying again in %s: %s", tries, maxCollectTries, collectRetryWait, msg)
+			if err := tx.Event(ctx, store.Event{Project: r.Project, Task: r.Task, Attempt: r.Attempt, Kind: "collect_failed", Node: r.Node, Message: note}); err != nil {
+				return err
+			}
+			if mine {
+				return tx.SetTask(ctx, r.Project, r.Task, store.Set{"warning": note})
+			}
+			return nil
+		}
+		c.collectNext.Delete(key)
+		note := fmt.Sprintf("collecting the outputs failed (try %d of %d), giving up: %s", tries, maxCollectTries, msg)
+		if isPermanent(cerr) {
+			note = "collecting the outputs failed: " + msg
+		}
+		if err := tx.Event(ctx, store.Event{Project: r.Project, Task: r.Task, Attempt: r.Attempt, Kind: "collect_failed", Node: r.Node, Message: note}); err != nil {
+			return err
+		}
+		set := store.Set{"collected_at": tx.Now()}
+		if r.Status == store.Completed {
+			set["status"], set["error_class"], set["error"] = store.Failed, classCollect, note
+		}
+		if err := tx.SetRun(ctx, r.Project, r.Task, r.Attempt, set); err != nil {
+			return err
+		}
+		if !mine || t.Status != store.Completed {
+			return nil
+		}
+		_, _, err = tx.Transition(ctx, store.Change{Project: r.Project, Task: r.Task, From: store.Completed, To: store.Failed,
+			Message: note, Set: store.Set{"error_class": classCollect, "error": note, "warning": ""}})
+		return err
+	})
+}
+
+// clearCollectWarning removes the note of an earlier failed try once the
+// collection succeeded.
+func clearCollectWarning(ctx context.Context, tx *store.Tx, r store.Run) error {
+	n, err := tx.CountEvents(ctx, r.Project, r.Task, r.Attempt, "collect_failed")
+	if err != nil || n == 0 {
+		return err
+	}
+	return tx.SetTask(ctx, r.Project, r.Task, store.Set{"warning": ""})
+}

@@ -1,0 +1,396 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+// shapedTransport is the local transport with its transfers slowed down or
+// broken by the test.
+type shapedTransport struct {
+	*nodes.Local
+	// get and put, when set, replace the writer or reader of a transfer of
+	// a path for which they return non-nil (and may fail it).
+	get func(p string, w io.Writer) (io.Writer, error)
+	put func(p string, r io.Reader) (io.Reader, error)
+}
+
+func (s *shapedTransport) Get(ctx context.Context, p string, w io.Writer) error {
+	if s.get != nil {
+		sw, err := s.get(p, w)
+		if err != nil {
+			return err
+		}
+		if sw != nil {
+			w = sw
+		}
+	}
+	return s.Local.Get(ctx, p, w)
+}
+
+func (s *shapedTransport) Put(ctx context.Context, p string, r io.Reader, mode fs.FileMode) error {
+	if s.put != nil {
+		sr, err := s.put(p, r)
+		if err != nil {
+			return err
+		}
+		if sr != nil {
+			r = sr
+		}
+	}
+	return s.Local.Put(ctx, p, r, mode)
+}
+
+// trickle passes data on in small pieces with a pause before each.
+type trickle struct {
+	w     io.Writer
+	r     io.Reader
+	piece int
+	pause time.Duration
+}
+
+func (t *trickle) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		time.Sleep(t.pause)
+		k := min(len(p), t.piece)
+		m, err := t.w.Write(p[:k])
+		n += m
+		if err != nil {
+			return n, err
+		}
+		p = p[k:]
+	}
+	return n, nil
+}
+
+func (t *trickle) Read(p []byte) (int, error) {
+	time.Sleep(t.pause)
+	return t.r.Read(p[:min(len(p), t.piece)])
+}
+
+func (h *harness) shape(s *shapedTransport) {
+	s.Local = nodes.NewLocal()
+	h.ctl = New(Options{Home: h.home, Config: h.cfg, Store: h.st, Transports: map[string]nodes.Transport{"local": s},
+		Wrappers: wrappers, Now: h.clock.Now, Jitter: func() float64 { return 0 }})
+}
+
+const fastYAML = `
+controller:
+  ssh_connect_timeout: 1s
+  retry_backoff: 10s
+  max_retries: 1
+nodes:
+  - name: local
+    slots: 2
+    work_dir: WORK
+`
+
+// TestCollectSlowFileOutlivesTheOldDeadline collects a file that takes
+// longer than one remote call may (callTimeout, the old fixed deadline of a
+// fetch) while its bytes keep moving: it is collected once, not restarted for
+// ever.
+func TestCollectSlowFileOutlivesTheOldDeadline(t *testing.T) {
+	h := newHarness(t, fastYAML, shellProject(map[string]string{
+		"S01-big.md": "head -c 262144 /dev/zero > slow.bin\n",
+	}))
+	pause := 250 * time.Millisecond // 32 pieces of 8 KiB: about 8 s, over callTimeout
+	if total := 32 * pause; total <= h.ctl.callTimeout() {
+		t.Fatalf("the slow file takes %s, not longer than callTimeout %s", total, h.ctl.callTimeout())
+	}
+	h.shape(&shapedTransport{get: func(p string, w io.Writer) (io.Writer, error) {
+		if strings.HasSuffix(p, "/slow.bin") {
+			return &trickle{w: w, piece: 8 << 10, pause: pause}, nil
+		}
+		return nil, nil
+	}})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		h.tick()
+		runs, _ := h.st.Runs(context.Background(), "p", "S01")
+		if len(runs) == 1 && !runs[0].CollectedAt.IsZero() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slow file never collected; events %+v", h.events("collect_failed"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if tk := h.task("S01"); tk.Status != store.Completed {
+		t.Fatalf("S01 %s (%s), want completed", tk.Status, tk.Error)
+	}
+	fi, err := os.Stat(filepath.Join(RunsDir(h.home, "p"), "S01", "output", "slow.bin"))
+	if err != nil || fi.Size() != 262144 {
+		t.Fatalf("collected slow.bin: %v, %v", fi, err)
+	}
+	if evs := h.events("collect_failed"); len(evs) > 0 {
+		t.Errorf("collection failed on the way: %+v", evs)
+	}
+}
+
+// TestCollectLargeFileWithinQuota collects a 1 GiB (sparse on the node,
+// real on the controller) output within the default 2 GiB quota.
+func TestCollectLargeFileWithinQuota(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 1 GiB")
+	}
+	h := newHarness(t, fastYAML, shellProject(map[string]string{
+		"S01-big.md": "truncate -s 1G big.bin 2>/dev/null || dd if=/dev/zero of=big.bin bs=1 count=0 seek=1073741824 2>/dev/null\n",
+	}))
+	h.tickUntilLong("S01 collected", 120*time.Second, func() bool {
+		runs, _ := h.st.Runs(context.Background(), "p", "S01")
+		return len(runs) == 1 && !runs[0].CollectedAt.IsZero()
+	})
+	if tk := h.task("S01"); tk.Status != store.Completed {
+		t.Fatalf("S01 %s (%s), want completed", tk.Status, tk.Error)
+	}
+	files, _ := h.st.Files(context.Background(), "p", "S01")
+	sum := sha256.New()
+	if _, err := io.CopyN(sum, zeros{}, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 1 || files[0].Size != 1<<30 || files[0].SHA256 != hex.EncodeToString(sum.Sum(nil)) {
+		t.Fatalf("manifest = %+v, want big.bin of 1 GiB of zeros", files)
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+func (h *harness) tickUntilLong(what string, limit time.Duration, cond func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		h.tick()
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("timed out waiting for %s; tasks: %s", what, h.dump())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestCollectOverQuotaFailsTheTask checks collect_max_files and
+// collect_max_bytes: an output over either is not collected at all, the task
+// fails with error_class collect and a message naming the quota, and its
+// task.log is still collected.
+func TestCollectOverQuotaFailsTheTask(t *testing.T) {
+	yaml := strings.Replace(fastYAML, "  max_retries: 1\n", "  max_retries: 1\n  collect_max_files: 50\n  collect_max_bytes: 1MiB\n", 1)
+	h := newHarness(t, yaml, shellProject(map[string]string{
+		"S01-many.md": "echo many; for i in $(seq 1 51); do echo $i > f$i; done\n",
+		"S02-big.md":  "echo big; head -c 2097152 /dev/zero > big.bin\n",
+		"S03-ok.md":   "for i in $(seq 1 50); do echo $i > f$i; done\n",
+	}))
+	h.tickUntil("project to finish", func() bool {
+		p, _ := h.st.Project(context.Background(), "p")
+		return p.State == store.ProjectDone
+	})
+	for id, want := range map[string]string{"S01": "collect_max_files (50)", "S02": "collect_max_bytes (1.0 MiB)"} {
+		tk := h.task(id)
+		if tk.Status != store.Failed || tk.ErrorClass != classCollect || !strings.Contains(tk.Error, want) || tk.RetriesUsed != 0 {
+			t.Errorf("%s: %s class %q retries %d error %q; want failed, collect, not retried, naming %s", id, tk.Status, tk.ErrorClass, tk.RetriesUsed, tk.Error, want)
+		}
+		entries, err := os.ReadDir(filepath.Join(RunsDir(h.home, "p"), id, "output"))
+		if err != nil || len(entries) != 0 {
+			t.Errorf("%s: runs output holds %d entries (%v), want none", id, len(entries), err)
+		}
+		if b, err := os.ReadFile(filepath.Join(RunsDir(h.home, "p"), id, "task.log")); err != nil || len(b) == 0 {
+			t.Errorf("%s: task.log not collected: %q %v", id, b, err)
+		}
+		if files, _ := h.st.Files(context.Background(), "p", id); len(files) != 0 {
+			t.Errorf("%s: manifest %+v, want empty", id, files)
+		}
+	}
+	if tk := h.task("S03"); tk.Status != store.Completed {
+		t.Errorf("S03 (at the file quota) %s: %s", tk.Status, tk.Error)
+	}
+	if evs := h.events("collect_failed"); len(evs) != 2 {
+		t.Errorf("collect_failed events = %+v, want one per refused task", evs)
+	}
+}
+
+// TestCollectNeverFollowsSymlinks: a task that replaces its output/ by a
+// symbolic link to a directory holding a secret gets nothing collected (and
+// fails); symbolic links inside output/ are skipped, never followed.
+func TestCollectNeverFollowsSymlinks(t *testing.T) {
+	secret := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(secret, ".ssh"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	const key = "-----BEGIN OPENSSH PRIVATE KEY----- not really"
+	if err := os.WriteFile(filepath.Join(secret, ".ssh", "id_ed25519"), []byte(key), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, fastYAML, shellProject(map[string]string{
+		"S01-swap.md":   fmt.Sprintf("echo hi > kept.txt; cd .. && rm -rf output && ln -s '%s' output\n", secret),
+		"S02-inside.md": fmt.Sprintf("echo hi > kept.txt; ln -s '%s' home; ln -s '%s/.ssh/id_ed25519' key\n", secret, secret),
+		"S03-log.md":    fmt.Sprintf("echo hi > kept.txt; rm -f ../task.log; ln -s '%s/.ssh/id_ed25519' ../task.log\n", secret),
+	}))
+	h.tickUntil("project to finish", func() bool {
+		p, _ := h.st.Project(context.Background(), "p")
+		return p.State == store.ProjectDone
+	})
+	if tk := h.task("S01"); tk.Status != store.Failed || tk.ErrorClass != classCollect || !strings.Contains(tk.Error, "symbolic link") {
+		t.Errorf("S01: %s class %q error %q; want failed, collect, naming the symbolic link", tk.Status, tk.ErrorClass, tk.Error)
+	}
+	if tk := h.task("S03"); tk.Status != store.Failed || tk.ErrorClass != classCollect || !strings.Contains(tk.Error, "symbolic link") {
+		t.Errorf("S03: %s class %q error %q; want failed, collect, naming the symbolic link task.log", tk.Status, tk.ErrorClass, tk.Error)
+	}
+	if tk := h.task("S02"); tk.Status != store.Completed {
+		t.Errorf("S02: %s %q, want completed", tk.Status, tk.Error)
+	}
+	files, _ := h.st.Files(context.Background(), "p", "S02")
+	if len(files) != 1 || files[0].Path != "kept.txt" {
+		t.Errorf("S02 manifest = %+v, want kept.txt only", files)
+	}
+	// Nothing of the secret reached runs/, by any path.
+	_ = filepath.WalkDir(filepath.Join(h.home, "runs"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			t.Errorf("symbolic link %s in runs/", p)
+		}
+		if d.Type().IsRegular() {
+			if b, _ := os.ReadFile(p); strings.Contains(string(b), key) {
+				t.Errorf("%s holds the secret", p)
+			}
+		}
+		return nil
+	})
+}
+
+// TestCollectFailuresAreBoundedAndShown: a collection that keeps failing
+// (here: not enough free space on the controller) is tried
+// maxCollectTries times, each failure an event and a warning on the task's
+// status line, then the task fails with the error.
+func TestCollectFailuresAreBoundedAndShown(t *testing.T) {
+	h := newHarness(t, fastYAML, shellProject(map[string]string{
+		"S01-out.md": "echo out > out.txt\n",
+	}))
+	old := diskFree
+	diskFree = func(string) (int64, error) { return collectFreeMargin / 2, nil }
+	defer func() { diskFree = old }()
+	var warnings []string
+	h.tickUntil("S01 to fail", func() bool {
+		tk := h.task("S01")
+		if tk.Warning != "" && (len(warnings) == 0 || warnings[len(warnings)-1] != tk.Warning) {
+			warnings = append(warnings, tk.Warning)
+			h.clock.Advance(collectRetryWait)
+		}
+		return tk.Status == store.Failed
+	})
+	tk := h.task("S01")
+	if tk.ErrorClass != classCollect || !strings.Contains(tk.Error, "not enough free space") || !strings.Contains(tk.Error, "giving up") {
+		t.Errorf("S01: class %q error %q; want collect, naming the free space", tk.ErrorClass, tk.Error)
+	}
+	if len(warnings) != maxCollectTries-1 || !strings.Contains(warnings[0], "try 1 of 3") {
+		t.Errorf("warnings on the status line = %q, want one per failed try before the last", warnings)
+	}
+	if evs := h.events("collect_failed"); len(evs) != maxCollectTries {
+		t.Errorf("collect_failed events = %d, want %d", len(evs), maxCollectTries)
+	}
+	// Given up: no more tries.
+	for range 3 {
+		h.clock.Advance(collectRetryWait)
+		h.tick()
+	}
+	if evs := h.events("collect_failed"); len(evs) != maxCollectTries {
+		t.Errorf("collect_failed events after giving up = %d, want %d", len(evs), maxCollectTries)
+	}
+}
+
+// TestLaunchPushesASlowBaseTree pushes a base tree that takes longer than
+// one remote call may while its bytes keep moving: the task starts once,
+// with no retry used, and is not requeued for ever.
+func TestLaunchPushesASlowBaseTree(t *testing.T) {
+	files := shellProject(map[string]string{
+		"S01-use.md":    "cat data.bin | wc -c > size.txt\n",
+		"base/data.bin": strings.Repeat("x", 256<<10),
+	})
+	files["project.yaml"] += "base: base\n"
+	h := newHarness(t, fastYAML, files)
+	pause := 250 * time.Millisecond // 32 pieces of 8 KiB: about 8 s
+	h.shape(&shapedTransport{put: func(p string, r io.Reader) (io.Reader, error) {
+		if strings.HasSuffix(p, "/base/data.bin") {
+			return &trickle{r: r, piece: 8 << 10, pause: pause}, nil
+		}
+		return nil, nil
+	}})
+	h.tickUntilLong("S01 to complete", 60*time.Second, func() bool { return h.task("S01").Status == store.Completed })
+	tk := h.task("S01")
+	if tk.Attempt != 1 || tk.RetriesUsed != 0 {
+		t.Errorf("S01 attempt %d retries %d, want one attempt", tk.Attempt, tk.RetriesUsed)
+	}
+	if evs := append(h.events("push_failed"), h.events("warning")...); len(evs) > 0 {
+		t.Errorf("launch troubles: %+v", evs)
+	}
+}
+
+// TestLaunchPushFailuresAreBounded: a push that keeps failing is tried
+// maxPushTries times, each an event, then the attempt fails as a start
+// failure that uses a retry.
+func TestLaunchPushFailuresAreBounded(t *testing.T) {
+	files := shellProject(map[string]string{
+		"S01-use.md":    "cat data.bin\n",
+		"base/data.bin": "data\n",
+	})
+	files["project.yaml"] += "base: base\n"
+	h := newHarness(t, fastYAML, files)
+	h.shape(&shapedTransport{put: func(p string, r io.Reader) (io.Reader, error) {
+		if strings.HasSuffix(p, "/base/data.bin") {
+			return nil, errors.New("injected: disk quota exceeded")
+		}
+		return nil, nil
+	}})
+	h.tickUntil("first attempt to fail", func() bool { return h.task("S01").RetriesUsed == 1 })
+	tk := h.task("S01")
+	if tk.ErrorClass != "start" || !strings.Contains(tk.Error, "failed 3 times") || !strings.Contains(tk.Error, "injected") {
+		t.Errorf("S01: class %q error %q; want start, naming the tries and the error", tk.ErrorClass, tk.Error)
+	}
+	if evs := h.events("push_failed"); len(evs) != maxPushTries {
+		t.Errorf("push_failed events = %d, want %d", len(evs), maxPushTries)
+	}
+	h.clock.Advance(time.Minute)
+	h.tickUntil("S01 to fail for good", func() bool { return h.task("S01").Status == store.Failed && h.task("S01").Attempt == 2 })
+}
+
+// TestHugeStatusReplyIsAnErrorOfThatNode: a node whose `wrapper status`
+// prints more than nodes.MaxExecOutput fails its pull with a clear error
+// (the transport suite measures that memory stays bounded).
+func TestHugeStatusReplyIsAnErrorOfThatNode(t *testing.T) {
+	h := newHarness(t, fastYAML, shellProject(map[string]string{"S01-x.md": "true\n"}))
+	h.tick() // installs the wrapper
+	fake := filepath.Join(t.TempDir(), "wrapper")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\nexec head -c 100000000 /dev/zero\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h.ctl.nodes["local"].wrapper = fake
+	h.tick()
+	ns, err := h.st.Nodes(context.Background())
+	if err != nil || len(ns) != 1 {
+		t.Fatalf("nodes = %+v, %v", ns, err)
+	}
+	if ns[0].State != "offline" || !strings.Contains(ns[0].LastError, "more than 64 MiB") {
+		t.Errorf("node %s, error %q; want offline with the output cap named", ns[0].State, ns[0].LastError)
+	}
+}

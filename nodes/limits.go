@@ -1,0 +1,71 @@
+package nodes
+
+import (
+	"errors"
+	"sync"
+)
+
+// MaxExecOutput caps what Exec keeps of a command's stdout, and of its
+// stderr: a node or a task that prints hundreds of megabytes (a forged
+// status.json, a runaway command) must not fill the controller's memory.
+// The largest legitimate output, `wrapper status` of a node with thousands
+// of tasks, is a few megabytes.
+const MaxExecOutput = 64 << 20
+
+// ErrOutputTooLarge is wrapped by the error of an Exec whose command printed
+// more than MaxExecOutput on stdout or stderr; the command is killed.
+var ErrOutputTooLarge = errors.New("command output too large")
+
+// cappedBuffer keeps up to limit bytes. The first write past the limit
+// calls over once (the transport kills the command there) and the rest is
+// discarded without an error, so the copy feeding it never blocks the
+// command on a full pipe.
+type cappedBuffer struct {
+	mu    sync.Mutex
+	buf   []byte
+	limit int
+	over  func()
+	full  bool
+}
+
+func newCappedBuffer(limit int, over func()) *cappedBuffer {
+	return &cappedBuffer{limit: limit, over: over}
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.full {
+		return len(p), nil
+	}
+	if len(b.buf)+len(p) > b.limit {
+		b.full = true
+		if b.over != nil {
+			b.over()
+		}
+		return len(p), nil
+	}
+	if len(b.buf)+len(p) > cap(b.buf) {
+		// Grow by doubling, but never past the limit (append would
+		// allocate up to twice the limit).
+		n := min(max(2*cap(b.buf), len(b.buf)+len(p), 4096), b.limit)
+		grown := make([]byte, len(b.buf), n)
+		copy(grown, b.buf)
+		b.buf = grown
+	}
+	b.buf = append(b.buf, p...)
+	return len(p), nil
+}
+
+// overflowed reports whether more than limit bytes were written.
+func (b *cappedBuffer) overflowed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.full
+}
+
+func (b *cappedBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf
+}

@@ -1,0 +1,100 @@
+package nodes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"sync/atomic"
+	"time"
+)
+
+// ErrStalled is wrapped by the error of a transfer that moved no byte for
+// its idle timeout (see PutIdle and GetIdle).
+var ErrStalled = errors.New("transfer stalled")
+
+// PutIdle is tr.Put bounded by progress rather than by a fixed deadline: it
+// fails, with an error wrapping ErrStalled, once no byte has been read from r
+// for idle, however long the whole file takes. ctx may still carry an overall
+// deadline of its own.
+func PutIdle(ctx context.Context, tr Transport, p string, r io.Reader, mode fs.FileMode, idle time.Duration) error {
+	ctx, w := watch(ctx, idle)
+	defer w.stop()
+	return stalled(ctx, tr.Put(ctx, p, progressReader{r, w}, mode))
+}
+
+// GetIdle is tr.Get bounded by progress: it fails, with an error wrapping
+// ErrStalled, once no byte has reached w for idle.
+func GetIdle(ctx context.Context, tr Transport, p string, w io.Writer, idle time.Duration) error {
+	ctx, wd := watch(ctx, idle)
+	defer wd.stop()
+	return stalled(ctx, tr.Get(ctx, p, progressWriter{w, wd}))
+}
+
+// watchdog cancels its context when no progress was reported for idle.
+type watchdog struct {
+	idle   time.Duration
+	last   atomic.Int64 // UnixNano of the last progress
+	timer  *time.Timer
+	cancel context.CancelCauseFunc
+}
+
+func watch(parent context.Context, idle time.Duration) (context.Context, *watchdog) {
+	ctx, cancel := context.WithCancelCause(parent)
+	w := &watchdog{idle: idle, cancel: cancel}
+	w.touch()
+	w.timer = time.AfterFunc(idle, w.check)
+	return ctx, w
+}
+
+func (w *watchdog) touch() { w.last.Store(time.Now().UnixNano()) }
+
+func (w *watchdog) check() {
+	quiet := time.Since(time.Unix(0, w.last.Load()))
+	if quiet >= w.idle {
+		w.cancel(fmt.Errorf("%w: no data moved for %s", ErrStalled, quiet.Round(time.Millisecond)))
+		return
+	}
+	w.timer.Reset(w.idle - quiet)
+}
+
+func (w *watchdog) stop() {
+	w.timer.Stop()
+	w.cancel(nil)
+}
+
+// stalled names the stall in err when the watchdog of ctx ended the
+// transfer.
+func stalled(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); err != nil && errors.Is(cause, ErrStalled) && !errors.Is(err, ErrStalled) {
+		return fmt.Errorf("%w (%v)", cause, err)
+	}
+	return err
+}
+
+type progressReader struct {
+	r io.Reader
+	w *watchdog
+}
+
+func (p progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.w.touch()
+	}
+	return n, err
+}
+
+type progressWriter struct {
+	w  io.Writer
+	wd *watchdog
+}
+
+func (p progressWriter) Write(b []byte) (int, error) {
+	n, err := p.w.Write(b)
+	if n > 0 {
+		p.wd.touch()
+	}
+	return n, err
+}
