@@ -38,8 +38,10 @@ const collectRetryWait = 10 * time.Second
 const classCollect = "collect"
 
 // collectFreeMargin is the free space a collection must leave on the
-// controller's disk under runs/.
-const collectFreeMargin = 1 << 30
+// controller's disk under runs/: enough for the database and the report to
+// go on being written, small enough that a nearly full laptop still
+// collects small outputs (as nodes keep minDiskFree).
+const collectFreeMargin = 64 << 20
 
 // maxStatusSize caps a status.json read by the controller.
 const maxStatusSize = 64 << 10
