@@ -171,8 +171,12 @@ func (c *Controller) killStale(ctx context.Context, stale []staleAttempt) {
 		for _, sa := range byNode[n.cfg.Name] {
 			// A frozen wrapper takes the grace, then twice the wrapper's
 			// 5 s margin, before kill has it dead.
+			inst := n.installed()
+			if inst == nil {
+				continue // not tried: the next pull checks the wrapper again
+			}
 			kctx, cancel := context.WithTimeout(ctx, c.callTimeout()+killSlack)
-			res, err := n.tr.Exec(kctx, []string{n.wrapper, "kill", "--dir", sa.dir, "--grace", staleGrace}, nil)
+			res, err := n.tr.Exec(kctx, []string{inst.Path, "kill", "--dir", sa.dir, "--grace", staleGrace}, nil)
 			cancel()
 			mu.Lock()
 			tried[sa] = true

@@ -213,7 +213,11 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 // task directory, or moved to attempts/<n>/ by a later attempt there. It
 // returns "" when neither holds that attempt's status.json.
 func (c *Controller) attemptFiles(ctx context.Context, n *nodeRuntime, r store.Run) (string, error) {
-	dir := taskDir(n, r.Project, r.Task)
+	inst := n.installed()
+	if inst == nil {
+		return "", fmt.Errorf("the wrapper on %s is being checked again", n.cfg.Name)
+	}
+	dir := taskDir(inst, r.Project, r.Task)
 	for _, src := range []string{dir, path.Join(dir, "attempts", strconv.Itoa(r.Attempt))} {
 		var b bytes.Buffer
 		cctx, cancel := context.WithTimeout(ctx, c.callTimeout())

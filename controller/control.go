@@ -376,13 +376,13 @@ func (c *Controller) killAttempts(ctx context.Context, tasks []store.Task) int {
 			continue
 		}
 		ictx, cancel := context.WithTimeout(ctx, c.callTimeout())
-		err := c.ensureWrapper(ictx, n)
+		inst, err := c.ensureWrapper(ictx, n)
 		cancel()
 		if err != nil {
 			continue
 		}
 		stale = append(stale, staleAttempt{node: t.Node, project: t.Project, task: t.ID, attempt: t.Attempt,
-			dir: taskDir(n, t.Project, t.ID)})
+			dir: taskDir(inst, t.Project, t.ID)})
 	}
 	c.killStale(ctx, stale)
 	return len(stale)

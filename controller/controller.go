@@ -72,8 +72,6 @@ type Controller struct {
 	// controller that stopped long ago.
 	started time.Time
 
-	mu sync.Mutex // guards nodes' runtime fields touched by parallel pulls
-
 	// killMu guards what is known of stale attempts: those announced by an
 	// event (see killKey), and what the last killStale could not confirm
 	// (see unkilled).

@@ -29,11 +29,12 @@ func killAll(t *testing.T, h *harness) {
 		if tk.Status != store.Running {
 			continue
 		}
-		dir := taskDir(&nodeRuntime{workDir: h.work}, "p", tk.ID)
 		n := h.ctl.nodes["local"]
-		if n == nil || n.wrapper == "" {
+		if n == nil || n.installed() == nil {
 			continue
 		}
-		_, _ = n.tr.Exec(context.Background(), []string{n.wrapper, "kill", "--dir", dir, "--grace", "1s"}, nil)
+		inst := n.installed()
+		dir := taskDir(inst, "p", tk.ID)
+		_, _ = n.tr.Exec(context.Background(), []string{inst.Path, "kill", "--dir", dir, "--grace", "1s"}, nil)
 	}
 }

@@ -42,8 +42,8 @@ type launchOutcome struct {
 }
 
 // taskDir is the task's directory on its node.
-func taskDir(n *nodeRuntime, project, id string) string {
-	return path.Join(n.workDir, project, "tasks", id)
+func taskDir(inst *nodes.Installed, project, id string) string {
+	return path.Join(inst.WorkDir, project, "tasks", id)
 }
 
 // launchAll launches this tick's claims in parallel (bounded by
@@ -184,7 +184,14 @@ func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
 		out.err = err
 		return out
 	}
-	dir := taskDir(n, t.Project, t.ID)
+	inst := n.installed()
+	if inst == nil {
+		// A pull found the installation broken since this node was
+		// picked: nothing was started, the next pull settles the claim.
+		out.uncertain = fmt.Errorf("the wrapper on %s is being checked again", n.cfg.Name)
+		return out
+	}
+	dir := taskDir(inst, t.Project, t.ID)
 	snapshot, err := c.st.Snapshot(ctx, t.Project, t.ID)
 	if err != nil {
 		out.err = err
@@ -234,7 +241,7 @@ func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
 	// fails it with error_class start, which uses a retry.
 	rctx, cancel := context.WithTimeout(ctx, c.callTimeout())
 	defer cancel()
-	res, err := n.tr.Exec(rctx, []string{n.wrapper, "run", "--dir", dir}, secrets)
+	res, err := n.tr.Exec(rctx, []string{inst.Path, "run", "--dir", dir}, secrets)
 	if err != nil {
 		err = fmt.Errorf("run: %w", err)
 		if errors.Is(err, nodes.ErrUnreachable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {

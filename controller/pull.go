@@ -27,11 +27,16 @@ type nodeRuntime struct {
 	pulling atomic.Bool
 	working atomic.Bool
 
-	workDir string // absolute on the node
-	wrapper string // absolute path of the installed wrapper, "" until checked
-	os      string
-	arch    string
+	// inst is the node's checked wrapper installation (absolute work_dir
+	// and wrapper path), nil until checked and again once a call shows it
+	// broken. It is replaced whole, never changed in place: the pull that
+	// checks it runs beside launches, kills and collections on the same
+	// node, and each of those loads it once and works with that value.
+	inst atomic.Pointer[nodes.Installed]
 }
+
+// installed returns the node's checked installation, or nil.
+func (n *nodeRuntime) installed() *nodes.Installed { return n.inst.Load() }
 
 // pull is the outcome of one node's status call in a tick.
 type pull struct {
@@ -146,23 +151,23 @@ func (c *Controller) pullNode(ctx context.Context, n *nodeRuntime, projects []st
 	if n.tr == nil {
 		return &pull{err: fmt.Errorf("no transport for node %s", n.cfg.Name)}
 	}
-	if n.wrapper == "" {
-		ictx, cancel := context.WithTimeout(ctx, installTimeout)
-		err := c.ensureWrapper(ictx, n)
-		cancel()
-		if err != nil {
-			return &pull{err: err}
-		}
+	ictx, icancel := context.WithTimeout(ctx, installTimeout)
+	inst, err := c.ensureWrapper(ictx, n)
+	icancel()
+	if err != nil {
+		return &pull{err: err}
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.callTimeout())
 	defer cancel()
 	start := time.Now()
-	st, err := nodeStatus(ctx, n.tr, n.wrapper, n.workDir, projects)
+	st, err := nodeStatus(ctx, n.tr, inst.Path, inst.WorkDir, projects)
 	rtt := time.Since(start)
 	if err != nil {
 		var re *replyErr
 		if errors.As(err, &re) {
-			n.wrapper = "" // check the installation again next time
+			// Check the installation again next time, unless another
+			// call has replaced it meanwhile.
+			n.inst.CompareAndSwap(inst, nil)
 		}
 		return &pull{err: err}
 	}
@@ -223,19 +228,19 @@ func replyError(res nodes.Result, parseErr error) string {
 	return fmt.Sprintf("exit %d: %s", res.ExitCode, msg)
 }
 
-// ensureWrapper makes sure the node's wrapper is installed; the result is
-// kept until a call shows it missing.
-func (c *Controller) ensureWrapper(ctx context.Context, n *nodeRuntime) error {
-	if n.wrapper != "" {
-		return nil
+// ensureWrapper makes sure the node's wrapper is installed and returns the
+// installation; the result is kept until a call shows it broken.
+func (c *Controller) ensureWrapper(ctx context.Context, n *nodeRuntime) (*nodes.Installed, error) {
+	if inst := n.installed(); inst != nil {
+		return inst, nil
 	}
 	inst, err := nodes.EnsureWrapper(ctx, n.tr, n.cfg.WorkDir, c.opts.Wrappers)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if inst.Reinstalled {
 		c.log.Info("installed wrapper", keyNode, n.cfg.Name, "path", inst.Path, "platform", inst.OS+"/"+inst.Arch)
 	}
-	n.workDir, n.wrapper, n.os, n.arch = inst.WorkDir, inst.Path, inst.OS, inst.Arch
-	return nil
+	n.inst.Store(&inst)
+	return &inst, nil
 }

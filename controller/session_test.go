@@ -55,7 +55,7 @@ nodes:
 					if startedElsewhere {
 						other := open()
 						defer other.Close()
-						bin := h.ctl.nodes["n"].wrapper
+						bin := h.ctl.nodes["n"].installed().Path
 						res, err := other.Exec(context.Background(), []string{bin, "run", "--dir", dir}, []byte("{}"))
 						if err != nil || res.ExitCode != 0 {
 							t.Errorf("run by hand: %v %s", err, res.Stdout)

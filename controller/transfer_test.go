@@ -384,7 +384,9 @@ func TestHugeStatusReplyIsAnErrorOfThatNode(t *testing.T) {
 	if err := os.WriteFile(fake, []byte("#!/bin/sh\nexec head -c 100000000 /dev/zero\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	h.ctl.nodes["local"].wrapper = fake
+	inst := *h.ctl.nodes["local"].installed()
+	inst.Path = fake
+	h.ctl.nodes["local"].inst.Store(&inst)
 	h.tick()
 	ns, err := h.st.Nodes(context.Background())
 	if err != nil || len(ns) != 1 {
