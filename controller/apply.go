@@ -663,7 +663,11 @@ func (a *applier) halt(ctx context.Context, project string, tasks []store.Task) 
 	if err != nil {
 		return err
 	}
-	limit := projectOptions(p).HaltFail
+	opts, err := projectOptions(p)
+	if err != nil {
+		return err
+	}
+	limit := opts.HaltFail
 	if limit <= 0 {
 		return nil
 	}

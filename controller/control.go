@@ -269,10 +269,14 @@ func (c *Controller) Retry(ctx context.Context, project string, ids []string) (s
 	}
 	// New snapshots for author tasks whose spec changed.
 	fresh := map[string]*spec.Task{}
-	if sp, err := spec.Load(filepath.Join(c.opts.Home, "specs"), project); err == nil {
-		for _, t := range sp.Tasks {
-			fresh[t.ID] = t
-		}
+	sp, err := spec.Load(filepath.Join(c.opts.Home, "specs"), project)
+	if err != nil {
+		// Retrying with the old snapshots would silently ignore the edit
+		// the operator is retrying for.
+		return "", &OpError{Msg: fmt.Sprintf("retry %s: the specs do not load, so the edited ones cannot be taken: %v\n  fix: correct them (dispatch validate %s), then retry", project, err, project)}
+	}
+	for _, t := range sp.Tasks {
+		fresh[t.ID] = t
 	}
 	var notes []string
 	err = c.st.Update(ctx, func(tx *store.Tx) error {

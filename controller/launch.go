@@ -163,9 +163,17 @@ func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	var opts ProjectOptions
-	if p, err := c.st.Project(ctx, t.Project); err == nil {
-		opts = projectOptions(p)
+	p, err := c.st.Project(ctx, t.Project)
+	if err != nil {
+		out.err = fmt.Errorf("project %s: %w", t.Project, err)
+		return out
+	}
+	opts, err := projectOptions(p)
+	if err != nil {
+		// Launching without its setup would run the tool in an
+		// unprepared tree; nothing started, so it fails to start.
+		out.err = err
+		return out
 	}
 	launch := wrapper.Launch{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Node: n.cfg.Name,
 		Command: argv, Stdin: stdin, TimeoutSeconds: timeout.Seconds(), Setup: opts.Setup}

@@ -74,7 +74,10 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 		}
 		allCompleted = allCompleted && t.Status == store.Completed
 	}
-	opts := projectOptions(p)
+	opts, err := projectOptions(p)
+	if err != nil {
+		return false, err
+	}
 	runsDir := RunsDir(c.opts.Home, p.Name)
 	result := func(ok bool) string {
 		if ok && allCompleted {
@@ -145,7 +148,11 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 				}
 				return true, c.finish(ctx, p, ResultFailed, "fix task "+f.ID+" "+f.Status)
 			}
-			verdicts, _ := c.st.Verdicts(ctx, p.Name)
+			verdicts, err := c.st.Verdicts(ctx, p.Name)
+			if err != nil {
+				// A fix round with no issues would verify the same tree again.
+				return false, fmt.Errorf("project %s: read the verdict of round %d: %w", p.Name, round, err)
+			}
 			var issues []string
 			if len(verdicts) > 0 {
 				issues = verdicts[len(verdicts)-1].Issues
@@ -245,8 +252,12 @@ func readVerdict(v store.Task, path string) store.Verdict {
 		return out
 	}
 	b, err := os.ReadFile(path)
-	if err != nil {
+	if errors.Is(err, fs.ErrNotExist) {
 		out.Issues = []string{"verdict.json is missing: the verifier wrote no verdict"}
+		return out
+	}
+	if err != nil {
+		out.Issues = []string{"verdict.json cannot be read: " + err.Error()}
 		return out
 	}
 	var raw struct {

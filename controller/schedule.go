@@ -55,10 +55,14 @@ type PhaseSpec struct {
 	Hash     string        `json:"hash"`
 }
 
-func projectOptions(p store.Project) ProjectOptions {
+func projectOptions(p store.Project) (ProjectOptions, error) {
 	var o ProjectOptions
-	_ = json.Unmarshal([]byte(p.Options), &o)
-	return o
+	if err := json.Unmarshal([]byte(p.Options), &o); err != nil {
+		// Guessing would run the project without its setup, halt rule or
+		// integration phase: nothing goes on for it until this is fixed.
+		return o, fmt.Errorf("project %s: read its stored options: %w (fix: run `dispatch start %s` again to store them afresh)", p.Name, err, p.Name)
+	}
+	return o, nil
 }
 
 // capacity is a node's room for new attempts in this tick.
@@ -152,7 +156,11 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 		if _, ok := active[p.Name]; !ok {
 			continue
 		}
-		if h := projectOptions(p).HaltFail; h > 0 && failed >= h {
+		opts, err := projectOptions(p)
+		if err != nil {
+			return nil, err
+		}
+		if h := opts.HaltFail; h > 0 && failed >= h {
 			halted[p.Name] = true
 			continue
 		}

@@ -37,8 +37,13 @@ func scanTask(rows interface{ Scan(...any) error }) (Task, error) {
 	if err != nil {
 		return t, err
 	}
-	_ = json.Unmarshal([]byte(deps), &t.DependsOn)
-	_ = json.Unmarshal([]byte(tags), &t.Tags)
+	// A task read without its dependencies would run before them.
+	if err := json.Unmarshal([]byte(deps), &t.DependsOn); err != nil {
+		return t, fmt.Errorf("task %s/%s: read depends_on: %w", t.Project, t.ID, err)
+	}
+	if err := json.Unmarshal([]byte(tags), &t.Tags); err != nil {
+		return t, fmt.Errorf("task %s/%s: read tags: %w", t.Project, t.ID, err)
+	}
 	t.Timeout = time.Duration(timeout * float64(time.Second))
 	t.NotBefore = parseTime(notBefore)
 	t.StartedAt = parseTime(started)
@@ -251,7 +256,9 @@ func (s *Store) Conflicts(ctx context.Context, project string) ([]Conflict, erro
 		if err := rows.Scan(&c.Path, &tasks); err != nil {
 			return nil, err
 		}
-		_ = json.Unmarshal([]byte(tasks), &c.Tasks)
+		if err := json.Unmarshal([]byte(tasks), &c.Tasks); err != nil {
+			return nil, fmt.Errorf("read conflict %s: its tasks: %w", c.Path, err)
+		}
 		out = append(out, c)
 	}
 	return out, rows.Err()
@@ -279,7 +286,9 @@ func (s *Store) Verdicts(ctx context.Context, project string) ([]Verdict, error)
 		if err := rows.Scan(&v.Task, &v.Round, &v.Pass, &issues); err != nil {
 			return nil, err
 		}
-		_ = json.Unmarshal([]byte(issues), &v.Issues)
+		if err := json.Unmarshal([]byte(issues), &v.Issues); err != nil {
+			return nil, fmt.Errorf("read verdicts of %s: the issues of round %d: %w", project, v.Round, err)
+		}
 		out = append(out, v)
 	}
 	return out, rows.Err()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -322,5 +323,28 @@ func TestPathWithURICharacters(t *testing.T) {
 	defer ro.Close()
 	if tasks, err := ro.Tasks(ctx, "p"); err != nil || len(tasks) != 1 {
 		t.Fatalf("tasks = %v, %v", tasks, err)
+	}
+}
+
+// TestDamagedJSONColumnsAreErrors: a JSON column that does not parse is an
+// error naming the row, never an empty value (a task without its
+// dependencies would run before them).
+func TestDamagedJSONColumnsAreErrors(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct{ name, stmt, want string }{
+		{"depends_on", `UPDATE tasks SET depends_on = '["S0' WHERE id = 'S02'`, "task p/S02: read depends_on"},
+		{"tags", `UPDATE tasks SET tags = '{' WHERE id = 'S02'`, "task p/S02: read tags"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openTest(t)
+			addTask(t, s, "p", "S01")
+			addTask(t, s, "p", "S02")
+			if _, err := s.db.ExecContext(ctx, tc.stmt); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Tasks(ctx, "p"); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Tasks: %v, want an error containing %q", err, tc.want)
+			}
+		})
 	}
 }
