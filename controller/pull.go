@@ -199,6 +199,14 @@ func nodeStatus(ctx context.Context, tr nodes.Transport, bin, workDir string, pr
 	if err := json.Unmarshal(res.Stdout, &st); err != nil || res.ExitCode != 0 {
 		return nil, fmt.Errorf("status: %w", &replyErr{replyError(res, err)})
 	}
+	// What a node says is a stranger's word: its numbers are brought into
+	// range here, once, before anything uses or sums them.
+	st.Facts.Clamp()
+	for _, ts := range st.Tasks {
+		if ts.Status != nil {
+			ts.Status.Clamp()
+		}
+	}
 	return &st, nil
 }
 

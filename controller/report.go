@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/wrapper"
 )
 
 // Results of a project.
@@ -138,9 +140,11 @@ func BuildReport(ctx context.Context, st *store.Store, cfg *nodes.Config, home, 
 			StartedAt: jsonTime(run.StartedAt), CompletedAt: jsonTime(run.CompletedAt),
 			TokensIn: run.TokensIn, TokensOut: run.TokensOut, CostUSD: run.CostUSD})
 		r.Totals.Attempts++
-		r.Totals.TokensIn += run.TokensIn
-		r.Totals.TokensOut += run.TokensOut
-		r.Totals.CostUSD += run.CostUSD
+		// Stored figures were clamped when they arrived; the sums still
+		// saturate rather than wrap or overflow to infinity.
+		r.Totals.TokensIn = wrapper.AddSat(r.Totals.TokensIn, max(run.TokensIn, 0))
+		r.Totals.TokensOut = wrapper.AddSat(r.Totals.TokensOut, max(run.TokensOut, 0))
+		r.Totals.CostUSD = min(r.Totals.CostUSD+clampCost(run.CostUSD), math.MaxFloat64)
 		u := use[run.Node]
 		if u == nil {
 			u = &ReportNode{Name: run.Node}
@@ -427,4 +431,13 @@ func WriteReport(r *Report, home string) (string, error) {
 		return "", err
 	}
 	return p, os.Rename(tmp, p)
+}
+
+// clampCost is a stored cost fit to sum: finite, not negative, at most
+// wrapper.MaxCostUSD (figures from an older database were not clamped).
+func clampCost(v float64) float64 {
+	if math.IsNaN(v) || v < 0 {
+		return 0
+	}
+	return min(v, wrapper.MaxCostUSD)
 }

@@ -617,6 +617,7 @@ func (s *supervisor) finish(res outcome) {
 		st.ExitCode = res.code
 		st.LogBytes = s.tlog.Total()
 		st.TokensIn, st.TokensOut, st.CostUSD = tokensIn, tokensOut, cost
+		defer st.Clamp()
 		if res.sig != 0 {
 			st.Signal = signalName(res.sig)
 		}

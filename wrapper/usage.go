@@ -242,7 +242,9 @@ func tokensUsed(line, next []byte) (int64, bool) {
 
 // readLogTail reads up to the last limit bytes of the file at path.
 func readLogTail(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
+	// task.log sits where the task can replace it: a FIFO or a link must
+	// not block or mislead the reader.
+	f, err := openControlFile(path, os.O_RDONLY)
 	if err != nil {
 		return nil, err
 	}
