@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/urfave/cli/v2"
+
 	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -85,17 +87,10 @@ func follow(ctx context.Context, e *env, name string) error {
 // detach starts this same `dispatch start` as a background controller in its
 // own session, with its output in <home>/dispatch.log, and returns once its
 // control socket answers.
-func detach(ctx context.Context, e *env, name string) error {
+func detach(ctx context.Context, e *env, name string, args []string) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
-	}
-	var args []string
-	for _, a := range os.Args[1:] {
-		if a == "--detach" || a == "-detach" || strings.HasPrefix(a, "--detach=") {
-			continue
-		}
-		args = append(args, a)
 	}
 	logPath := filepath.Join(e.home, logFile)
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -133,6 +128,34 @@ func detach(ctx context.Context, e *env, name string) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// detachArgs is the command line of the background controller: this
+// `dispatch start` without --detach, rebuilt from the parsed flags with the
+// home and nodes.yaml as absolute paths, since it runs in "/".
+func detachArgs(c *cli.Context, e *env, name string) []string {
+	cfg, err := filepath.Abs(e.config)
+	if err != nil {
+		cfg = e.config
+	}
+	args := []string{"--home", e.home, "--config", cfg,
+		"--log-format", c.String("log-format"), "--log-level", c.String("log-level")}
+	if c.Bool("no-color") {
+		args = append(args, "--no-color")
+	}
+	args = append(args, "start")
+	if c.IsSet("poll") {
+		args = append(args, "--poll", c.Duration("poll").String())
+	}
+	for _, n := range c.StringSlice("nodes") {
+		args = append(args, "--nodes", n)
+	}
+	for _, f := range []string{"integrate-partial", "no-integrate"} {
+		if c.Bool(f) {
+			args = append(args, "--"+f)
+		}
+	}
+	return append(args, name)
 }
 
 func lastLines(s string, n int) string {

@@ -107,7 +107,26 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			}
 		}
 	}
+	noHelpCommand(app.Commands)
 	return app
+}
+
+// noHelpCommand keeps urfave/cli from adding its `help` command (alias `h`)
+// to the commands that take arguments: `dispatch validate h` would print
+// help instead of validating the project h. --help and -h stay.
+func noHelpCommand(cmds []*cli.Command) {
+	for _, cmd := range cmds {
+		if len(cmd.Subcommands) > 0 {
+			noHelpCommand(cmd.Subcommands)
+			continue
+		}
+		cmd.HideHelpCommand = true
+		if cmd.CustomHelpTemplate == "" {
+			// Without its help command, urfave/cli would print a command's
+			// --help with the template of a command that has subcommands.
+			cmd.CustomHelpTemplate = cli.CommandHelpTemplate
+		}
+	}
 }
 
 // flagsFirst moves a command's flags that follow its arguments in front of

@@ -71,7 +71,7 @@ func startAction(c *cli.Context) error {
 	}
 	if c.Bool("detach") && os.Getenv(detachedEnv) == "" {
 		lock.Release()
-		return detach(ctx, e, name)
+		return detach(ctx, e, name, detachArgs(c, e, name))
 	}
 	defer lock.Release()
 	st, err := store.Open(ctx, e.dbPath())
