@@ -25,28 +25,55 @@ const (
 	pidFile     = "dispatch.pid"
 )
 
+// handOffWait is how long a start waits for the controller holding the
+// lock to open its control socket: it takes the lock a moment before it
+// listens, so a second start launched with the first one finds no socket.
+const handOffWait = 5 * time.Second
+
 // handOff gives a project to the controller already running on the home,
 // then follows it to the end (unless detach) and exits with its result.
-func handOff(ctx context.Context, e *env, name string, so controller.StartOptions, detach bool, lockErr error) error {
-	rep, err := controller.Send(ctx, e.home, controller.Request{Op: "start", Project: name, Start: so})
-	if errors.Is(err, controller.ErrNoController) {
-		return fmt.Errorf("%w; it does not answer on %s", lockErr, controller.SocketPath(e.home))
-	}
-	if err != nil {
-		return err
+// While the lock holder does not answer on the socket it tries again for
+// handOffWait; when the holder goes away meanwhile, handOff takes the lock
+// and returns it, and the caller becomes the controller.
+func handOff(ctx context.Context, e *env, name string, so controller.StartOptions, detach bool) (*controller.Lock, error) {
+	deadline := time.Now().Add(handOffWait)
+	var rep controller.Reply
+	for {
+		var err error
+		rep, err = controller.Send(ctx, e.home, controller.Request{Op: "start", Project: name, Start: so})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, controller.ErrNoController) {
+			return nil, err
+		}
+		lock, lerr := controller.AcquireLock(e.home)
+		switch {
+		case lerr == nil:
+			return lock, nil
+		case !errors.Is(lerr, controller.ErrLocked):
+			return nil, lerr
+		case time.Now().After(deadline):
+			return nil, fmt.Errorf("%w; it does not answer on %s (waited %s)", lerr, controller.SocketPath(e.home), handOffWait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	if rep.Error != "" {
 		if rep.Usage {
-			return &usageError{err: errors.New(rep.Error), hint: "dispatch validate " + name}
+			return nil, &usageError{err: errors.New(rep.Error), hint: "dispatch validate " + name}
 		}
-		return errors.New(rep.Error)
+		return nil, errors.New(rep.Error)
 	}
 	fmt.Fprintln(e.out, rep.Message)
 	if detach {
 		fmt.Fprintf(e.out, "follow it with: dispatch status %s --watch\n", name)
-		return nil
+		return nil, nil
 	}
-	return follow(ctx, e, name)
+	return nil, follow(ctx, e, name)
 }
 
 // follow shows a project's progress from the database until it is finished

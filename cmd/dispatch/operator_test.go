@@ -111,3 +111,35 @@ func TestProjectsNamedLikeHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrentStarts: two starts launched together on one home both
+// succeed: one becomes the controller, the other hands its project to it,
+// even when it asks before the controller listens on its socket.
+func TestConcurrentStarts(t *testing.T) {
+	for round := range 3 {
+		home, _ := opsHome(t, map[string]map[string]string{
+			"a": {"S01-a.md": "sleep 1; echo a > a.txt\n"},
+			"b": {"S01-b.md": "sleep 1; echo b > b.txt\n"},
+		})
+		waitA := startBackground(t, nil, "--home", home, "start", "a")
+		waitB := startBackground(t, nil, "--home", home, "start", "b")
+		ra, rb := waitA(), waitB()
+		if ra.code != 0 || rb.code != 0 {
+			t.Fatalf("round %d: start a: %s\nstart b: %s", round, ra, rb)
+		}
+		handed := 0
+		for _, r := range []result{ra, rb} {
+			if strings.Contains(r.stdout, "handed to the running controller") {
+				handed++
+			}
+		}
+		if handed != 1 {
+			t.Fatalf("round %d: want exactly one start handed off\nstart a: %s\nstart b: %s", round, ra, rb)
+		}
+		for _, p := range []string{"a", "b"} {
+			if got := readFile(t, filepath.Join(home, "runs", p, "S01", "output", p+".txt")); got != p+"\n" {
+				t.Errorf("round %d: %s.txt = %q", round, p, got)
+			}
+		}
+	}
+}

@@ -64,7 +64,11 @@ func startAction(c *cli.Context) error {
 	lock, err := controller.AcquireLock(e.home)
 	if errors.Is(err, controller.ErrLocked) {
 		// One controller serves every project of a home: hand this one to it.
-		return handOff(ctx, e, name, so, c.Bool("detach"), err)
+		// It returns the lock only when the holder went away meanwhile.
+		lock, err = handOff(ctx, e, name, so, c.Bool("detach"))
+		if lock == nil {
+			return err
+		}
 	}
 	if err != nil {
 		return err
