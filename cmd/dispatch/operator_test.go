@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -141,5 +142,69 @@ func TestConcurrentStarts(t *testing.T) {
 				t.Errorf("round %d: %s.txt = %q", round, p, got)
 			}
 		}
+	}
+}
+
+// TestBadLocalFiles: a nodes.yaml that is a FIFO or too large, and a spec
+// that is a symbolic link out of the specs directory, stop validate and
+// start with exit 2, a message naming the file, and nothing written.
+func TestBadLocalFiles(t *testing.T) {
+	tests := []struct {
+		name string
+		make func(t *testing.T, home string)
+		want []string
+	}{
+		{"nodes.yaml is a FIFO", func(t *testing.T, home string) {
+			path := filepath.Join(home, "nodes.yaml")
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Mkfifo(path, 0o644); err != nil {
+				t.Skipf("mkfifo: %v", err)
+			}
+		}, []string{"nodes.yaml: not a regular file", "fix:"}},
+		{"nodes.yaml is 25 MB", func(t *testing.T, home string) {
+			path := filepath.Join(home, "nodes.yaml")
+			f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := f.WriteString(strings.Repeat("# filler line of a huge file\n", 25<<20/29)); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"nodes.yaml: the file is larger than 1 MiB", "fix:"}},
+		{"spec links to a private key", func(t *testing.T, home string) {
+			key := filepath.Join(t.TempDir(), "id_ed25519")
+			writeFile(t, key, "PRIVATE KEY\n")
+			if err := os.Symlink(key, filepath.Join(home, "specs", "p", "S02-key.md")); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"S02-key.md: is a symbolic link to " + "", "outside the specs directory", "fix:"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			home, work := opsHome(t, map[string]map[string]string{"p": {"S01-a.md": "echo a\n"}})
+			tc.make(t, home)
+			before := tree(t, home)
+			for _, cmd := range []string{"validate", "start"} {
+				r := runDispatch(t, nil, "--home", home, cmd, "p")
+				if r.code != 2 {
+					t.Errorf("%s: want exit 2: %s", cmd, r)
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(r.stderr, w) {
+						t.Errorf("%s: stderr lacks %q: %s", cmd, w, r)
+					}
+				}
+				if strings.Contains(r.stdout+r.stderr, "PRIVATE") {
+					t.Errorf("%s printed the link's target: %s", cmd, r)
+				}
+			}
+			assertTreeUnchanged(t, home, before)
+			if _, err := os.Stat(work); !os.IsNotExist(err) {
+				t.Errorf("the node's work_dir was created: %v", err)
+			}
+		})
 	}
 }
