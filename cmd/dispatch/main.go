@@ -13,6 +13,8 @@ import (
 	"syscall"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/dispatch-tool/dispatch/internal/termtext"
 )
 
 func main() {
@@ -30,6 +32,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
+	// Errors may carry what a node or the controller said.
+	stderr = cleanWriter{stderr}
 	var fail *workFailed
 	if errors.As(err, &fail) {
 		if fail.msg != "" {
@@ -54,6 +58,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "dispatch: %v\n", err)
 	return 1
+}
+
+// cleanWriter escapes terminal controls in what is written to it
+// (termtext.Clean); run prints a command's error through it.
+type cleanWriter struct{ w io.Writer }
+
+func (c cleanWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(c.w, termtext.Clean(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {

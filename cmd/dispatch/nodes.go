@@ -18,6 +18,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -144,7 +145,7 @@ func nodesList(c *cli.Context) error {
 			wv = "-"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%.2f\t%s\t%s\t%s\t%s\n", v.Name, v.State, v.Running, v.Slots,
-			bytesHuman(v.MemAvailableBytes), v.Load1, platform, wv, rtt, firstLine(v.LastError))
+			bytesHuman(v.MemAvailableBytes), v.Load1, platform, wv, rtt, termtext.Clean(firstLine(v.LastError)))
 	}
 	return tw.Flush()
 }
@@ -242,12 +243,12 @@ func nodesCheck(c *cli.Context) error {
 				skew = fmt.Sprintf("%+.2fs", r.ClockSkewSeconds)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%.2fs\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, res, r.Seconds, platform, wv,
-				bytesHuman(r.MemAvailable), bytesHuman(r.DiskFree), skew, firstLine(r.Error))
+				bytesHuman(r.MemAvailable), bytesHuman(r.DiskFree), skew, termtext.Clean(firstLine(r.Error)))
 		}
 		tw.Flush()
 		for _, r := range results {
 			if !r.OK && strings.Contains(r.Error, "\n") {
-				fmt.Fprintf(e.out, "\n%s: %s\n", r.Name, r.Error)
+				fmt.Fprintf(e.out, "\n%s: %s\n", r.Name, termtext.Clean(r.Error))
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -235,6 +236,7 @@ func (p *progress) finish(ctx context.Context) {
 // worth a line of their own.
 func eventLine(s styles, ev store.Event) string {
 	ts := ev.Time.Local().Format("15:04:05")
+	ev.Message = termtext.Clean(ev.Message)
 	switch ev.Kind {
 	case "status", "claim", "retry", "requeue":
 	case "gave_up", "warning":
