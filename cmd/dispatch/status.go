@@ -175,6 +175,9 @@ func printStatus(w io.Writer, s styles, v *controller.StatusView, cfg *nodes.Con
 			nt.add([]string{n.Name, n.State, fmt.Sprintf("%d/%d", n.Running, n.Slots), bytesHuman(n.MemAvailableBytes), seen, termtext.Clean(firstLine(n.LastError))}, nil)
 		}
 		nt.write(w)
+		for _, l := range nodeFixLines(v.Nodes) {
+			fmt.Fprintln(w, s.warn.Render(l))
+		}
 	}
 	for _, p := range v.Paused {
 		fmt.Fprintln(w, s.warn.Render(fmt.Sprintf("paused: %s until %s (%s)", p.APIMode, p.Until.Local().Format("15:04:05"), termtext.Clean(p.Reason))))

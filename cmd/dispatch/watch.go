@@ -308,6 +308,9 @@ func renderWatch(s styles, f *watchFrame, notes []string, width, height int, foo
 	if nodes := sumNodes(f.views); len(nodes) > 0 {
 		tail = append(tail, "")
 		tail = append(tail, nodeRows(s, nodes, f.at)...)
+		for _, l := range nodeFixLines(nodes) {
+			tail = append(tail, s.warn.Render(l))
+		}
 	}
 	var paused []store.Pause
 	if len(f.views) > 0 {
@@ -645,6 +648,21 @@ func nodeRows(s styles, ns []controller.NodeView, now time.Time) []string {
 		lines = append(lines, b.String())
 	}
 	return lines
+}
+
+// nodeFixLines say how to fix each node in trouble: the node table shows
+// only the first line of its error.
+func nodeFixLines(ns []controller.NodeView) []string {
+	var out []string
+	for _, n := range ns {
+		if n.State == "online" && n.LastError == "" {
+			continue
+		}
+		if _, fix := nodeFix(n.State, n.LastError); fix != "" {
+			out = append(out, termtext.Clean(n.Name+": fix: "+fix))
+		}
+	}
+	return out
 }
 
 // pad fills s with spaces to width columns.
