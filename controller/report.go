@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
@@ -377,7 +378,9 @@ func (r *Report) Markdown() string {
 		fmt.Fprintf(&b, "\n## Ran with permission checks off\n\nThese tasks ran with the tool's dangerous flags (dangerous: true on their node or api_mode): %s.\n",
 			strings.Join(r.Dangerous, ", "))
 	}
-	return b.String()
+	// Errors, log tails and titles came from nodes and tasks: report.md
+	// is printed on terminals.
+	return termtext.Clean(b.String())
 }
 
 // firstScreenItems caps each list on the report's first screen.

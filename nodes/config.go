@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"math"
-	"os"
 	"path"
 	"regexp"
 	"sort"
@@ -201,12 +200,27 @@ const (
 	durationFix = "write a Go duration with a unit, such as 30s, 2m or 1h30m"
 )
 
-// Load reads and validates the nodes.yaml at path. It only reads.
+// MaxConfigSize is the largest nodes.yaml Load reads: a thousand nodes fit
+// in a tenth of it, and a larger file is a mistake that would cost the
+// YAML parser many times its size in memory.
+const MaxConfigSize = 1 << 20
+
+// Load reads and validates the nodes.yaml at path. It only reads: a regular
+// file of at most MaxConfigSize, opened without blocking (a FIFO is
+// reported, not waited on).
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
+	data, err := spec.ReadFile(path, MaxConfigSize)
+	var tooLarge *spec.TooLargeError
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return nil, ConfigErrors{{File: path, Msg: "the file does not exist",
 			Fix: "run `dispatch init` to create one, or pass --config with the path of your nodes.yaml", err: err}}
+	case errors.Is(err, spec.ErrNotRegular):
+		return nil, ConfigErrors{{File: path, Msg: "not a regular file",
+			Fix: "replace it with a plain text nodes.yaml, or pass --config with the path of one", err: err}}
+	case errors.As(err, &tooLarge):
+		return nil, ConfigErrors{{File: path, Msg: "the file is larger than " + spec.SizeString(MaxConfigSize),
+			Fix: "a nodes.yaml lists nodes and settings: check that --config names the right file", err: err}}
 	}
 	if err != nil {
 		return nil, ConfigErrors{{File: path, Msg: fmt.Sprintf("cannot read the file: %v", err),

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -218,28 +217,28 @@ func (l *loader) load() error {
 // readText reads a file as normalised UTF-8 text, reporting problems.
 // exists is false when the file is not there.
 func (l *loader) readText(path string) (text string, exists, ok bool) {
-	fi, err := os.Stat(path)
-	if errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
 		return "", false, false
 	}
-	if err == nil && !fi.Mode().IsRegular() {
+	if !l.within(path, func(msg, fix string) { l.add(path, 0, msg, fix) }) {
+		return "", true, false
+	}
+	raw, err := ReadFile(path, maxFileSize)
+	var tooLarge *TooLargeError
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		// A dangling symbolic link.
+		l.add(path, 0, "cannot read: it is a symbolic link to a file that does not exist", "point the link at an existing file, or remove it")
+		return "", true, false
+	case errors.Is(err, ErrNotRegular):
 		// Opening a FIFO would block Load.
 		l.add(path, 0, "not a regular file", "replace it with a plain text file")
 		return "", true, false
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		l.add(path, 0, fmt.Sprintf("cannot read: %v", err), "")
-		return "", true, false
-	}
-	defer f.Close()
-	raw, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		l.add(path, 0, fmt.Sprintf("cannot read: %v", err), "")
-		return "", true, false
-	}
-	if len(raw) > maxFileSize {
+	case errors.As(err, &tooLarge):
 		l.add(path, 0, fmt.Sprintf("file is larger than %d MiB", maxFileSize>>20), "keep specs short; put large material in the project's base directory")
+		return "", true, false
+	case err != nil:
+		l.add(path, 0, fmt.Sprintf("cannot read: %v", err), "")
 		return "", true, false
 	}
 	text, bad := decodeText(raw)
@@ -344,7 +343,11 @@ func (l *loader) inside(y yamlFile, key string, v *yaml.Node, p string, wantDir 
 		y.errorf(v, fix, "%s must name a %s inside the project directory, not the project directory itself", key, kind)
 		return "", false
 	}
-	fi, err := os.Stat(filepath.Join(l.abs, clean))
+	full := filepath.Join(l.abs, clean)
+	if !l.within(full, func(msg, fix string) { y.errorf(v, fix, "%s %q %s", key, p, msg) }) {
+		return "", false
+	}
+	fi, err := os.Stat(full)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		y.errorf(v, fix, "%s %q does not exist in %s", key, p, l.dir)
@@ -360,6 +363,37 @@ func (l *loader) inside(y yamlFile, key string, v *yaml.Node, p string, wantDir 
 		return "", false
 	}
 	return filepath.ToSlash(clean), true
+}
+
+// within reports whether path, with its symbolic links followed, stays
+// inside the project directory or the specs directory, which is what
+// dispatch may send to a node; otherwise it reports the problem through
+// bad. A specs directory may link to a shared file of another project, but
+// a link to ~/.ssh/id_ed25519 would push the key to a node as a prompt.
+// Paths that do not resolve are left to the read that follows.
+func (l *loader) within(path string, bad func(msg, fix string)) bool {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return true
+	}
+	resolved, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return true
+	}
+	var roots []string
+	for _, d := range []string{l.abs, filepath.Dir(l.abs)} {
+		if r, err := filepath.EvalSymlinks(d); err == nil {
+			roots = append(roots, r)
+		}
+	}
+	for _, r := range roots {
+		if rel, err := filepath.Rel(r, resolved); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			return true
+		}
+	}
+	bad(fmt.Sprintf("is a symbolic link to %s, outside the specs directory %s", resolved, filepath.Dir(l.dir)),
+		fmt.Sprintf("copy what it needs into %s instead of linking to it: dispatch sends the project's files to the nodes", l.dir))
+	return false
 }
 
 func (l *loader) loadShared() {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -101,5 +102,5 @@ func eventText(ev store.Event) string {
 	if ev.Message != "" {
 		line += "  " + ev.Message
 	}
-	return line
+	return termtext.Clean(line)
 }

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/urfave/cli/v2"
+
 	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -23,28 +25,55 @@ const (
 	pidFile     = "dispatch.pid"
 )
 
+// handOffWait is how long a start waits for the controller holding the
+// lock to open its control socket: it takes the lock a moment before it
+// listens, so a second start launched with the first one finds no socket.
+const handOffWait = 5 * time.Second
+
 // handOff gives a project to the controller already running on the home,
 // then follows it to the end (unless detach) and exits with its result.
-func handOff(ctx context.Context, e *env, name string, so controller.StartOptions, detach bool, lockErr error) error {
-	rep, err := controller.Send(ctx, e.home, controller.Request{Op: "start", Project: name, Start: so})
-	if errors.Is(err, controller.ErrNoController) {
-		return fmt.Errorf("%w; it does not answer on %s", lockErr, controller.SocketPath(e.home))
-	}
-	if err != nil {
-		return err
+// While the lock holder does not answer on the socket it tries again for
+// handOffWait; when the holder goes away meanwhile, handOff takes the lock
+// and returns it, and the caller becomes the controller.
+func handOff(ctx context.Context, e *env, name string, so controller.StartOptions, detach bool) (*controller.Lock, error) {
+	deadline := time.Now().Add(handOffWait)
+	var rep controller.Reply
+	for {
+		var err error
+		rep, err = controller.Send(ctx, e.home, controller.Request{Op: "start", Project: name, Start: so})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, controller.ErrNoController) {
+			return nil, err
+		}
+		lock, lerr := controller.AcquireLock(e.home)
+		switch {
+		case lerr == nil:
+			return lock, nil
+		case !errors.Is(lerr, controller.ErrLocked):
+			return nil, lerr
+		case time.Now().After(deadline):
+			return nil, fmt.Errorf("%w; it does not answer on %s (waited %s)", lerr, controller.SocketPath(e.home), handOffWait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	if rep.Error != "" {
 		if rep.Usage {
-			return &usageError{err: errors.New(rep.Error), hint: "dispatch validate " + name}
+			return nil, &usageError{err: errors.New(rep.Error), hint: "dispatch validate " + name}
 		}
-		return errors.New(rep.Error)
+		return nil, errors.New(rep.Error)
 	}
 	fmt.Fprintln(e.out, rep.Message)
 	if detach {
 		fmt.Fprintf(e.out, "follow it with: dispatch status %s --watch\n", name)
-		return nil
+		return nil, nil
 	}
-	return follow(ctx, e, name)
+	return nil, follow(ctx, e, name)
 }
 
 // follow shows a project's progress from the database until it is finished
@@ -85,17 +114,10 @@ func follow(ctx context.Context, e *env, name string) error {
 // detach starts this same `dispatch start` as a background controller in its
 // own session, with its output in <home>/dispatch.log, and returns once its
 // control socket answers.
-func detach(ctx context.Context, e *env, name string) error {
+func detach(ctx context.Context, e *env, name string, args []string) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
-	}
-	var args []string
-	for _, a := range os.Args[1:] {
-		if a == "--detach" || a == "-detach" || strings.HasPrefix(a, "--detach=") {
-			continue
-		}
-		args = append(args, a)
 	}
 	logPath := filepath.Join(e.home, logFile)
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -133,6 +155,34 @@ func detach(ctx context.Context, e *env, name string) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// detachArgs is the command line of the background controller: this
+// `dispatch start` without --detach, rebuilt from the parsed flags with the
+// home and nodes.yaml as absolute paths, since it runs in "/".
+func detachArgs(c *cli.Context, e *env, name string) []string {
+	cfg, err := filepath.Abs(e.config)
+	if err != nil {
+		cfg = e.config
+	}
+	args := []string{"--home", e.home, "--config", cfg,
+		"--log-format", c.String("log-format"), "--log-level", c.String("log-level")}
+	if c.Bool("no-color") {
+		args = append(args, "--no-color")
+	}
+	args = append(args, "start")
+	if c.IsSet("poll") {
+		args = append(args, "--poll", c.Duration("poll").String())
+	}
+	for _, n := range c.StringSlice("nodes") {
+		args = append(args, "--nodes", n)
+	}
+	for _, f := range []string{"integrate-partial", "no-integrate"} {
+		if c.Bool(f) {
+			args = append(args, "--"+f)
+		}
+	}
+	return append(args, name)
 }
 
 func lastLines(s string, n int) string {

@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
@@ -132,7 +133,7 @@ func remoteLog(ctx context.Context, e *env, st *store.Store, t store.Task, run s
 			return err
 		}
 		if res.ExitCode != 0 {
-			return fmt.Errorf("read the log on %s: %s", n.Name, string(res.Stdout)+string(res.Stderr))
+			return fmt.Errorf("read the log on %s: %s", n.Name, termtext.Clean(string(res.Stdout)+string(res.Stderr)))
 		}
 		if _, err := e.out.Write(res.Stdout); err != nil {
 			return err

@@ -13,6 +13,8 @@ import (
 	"syscall"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/dispatch-tool/dispatch/internal/termtext"
 )
 
 func main() {
@@ -30,6 +32,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
+	// Errors may carry what a node or the controller said.
+	stderr = cleanWriter{stderr}
 	var fail *workFailed
 	if errors.As(err, &fail) {
 		if fail.msg != "" {
@@ -54,6 +58,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "dispatch: %v\n", err)
 	return 1
+}
+
+// cleanWriter escapes terminal controls in what is written to it
+// (termtext.Clean); run prints a command's error through it.
+type cleanWriter struct{ w io.Writer }
+
+func (c cleanWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(c.w, termtext.Clean(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
@@ -107,7 +122,26 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			}
 		}
 	}
+	noHelpCommand(app.Commands)
 	return app
+}
+
+// noHelpCommand keeps urfave/cli from adding its `help` command (alias `h`)
+// to the commands that take arguments: `dispatch validate h` would print
+// help instead of validating the project h. --help and -h stay.
+func noHelpCommand(cmds []*cli.Command) {
+	for _, cmd := range cmds {
+		if len(cmd.Subcommands) > 0 {
+			noHelpCommand(cmd.Subcommands)
+			continue
+		}
+		cmd.HideHelpCommand = true
+		if cmd.CustomHelpTemplate == "" {
+			// Without its help command, urfave/cli would print a command's
+			// --help with the template of a command that has subcommands.
+			cmd.CustomHelpTemplate = cli.CommandHelpTemplate
+		}
+	}
 }
 
 // flagsFirst moves a command's flags that follow its arguments in front of

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -33,7 +34,7 @@ func nodesCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			{
 				Name:   "check",
-				Usage:  "connect to every node, install the wrapper, run a no-op and show the clock skew; exit 1 if any node fails",
+				Usage:  "connect to every node, install the wrapper, run a no-op and show the clock skew; record what it saw for `dispatch nodes`; exit 1 if any node fails",
 				Flags:  []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
 				Action: nodesCheck,
 			},
@@ -144,7 +145,7 @@ func nodesList(c *cli.Context) error {
 			wv = "-"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%.2f\t%s\t%s\t%s\t%s\n", v.Name, v.State, v.Running, v.Slots,
-			bytesHuman(v.MemAvailableBytes), v.Load1, platform, wv, rtt, firstLine(v.LastError))
+			bytesHuman(v.MemAvailableBytes), v.Load1, platform, wv, rtt, termtext.Clean(firstLine(v.LastError)))
 	}
 	return tw.Flush()
 }
@@ -181,6 +182,9 @@ type checkResult struct {
 	DiskFree         int64   `json:"disk_free_bytes"`
 	ClockSkewSeconds float64 `json:"clock_skew_seconds"`
 	Error            string  `json:"error"`
+	// What the controller records too (see recordCheck).
+	load1 float64
+	rtt   time.Duration
 }
 
 func nodesCheck(c *cli.Context) error {
@@ -211,6 +215,7 @@ func nodesCheck(c *cli.Context) error {
 		}()
 	}
 	wg.Wait()
+	recordCheck(ctx, e, results)
 	failed := 0
 	for _, r := range results {
 		if !r.OK {
@@ -242,12 +247,12 @@ func nodesCheck(c *cli.Context) error {
 				skew = fmt.Sprintf("%+.2fs", r.ClockSkewSeconds)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%.2fs\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, res, r.Seconds, platform, wv,
-				bytesHuman(r.MemAvailable), bytesHuman(r.DiskFree), skew, firstLine(r.Error))
+				bytesHuman(r.MemAvailable), bytesHuman(r.DiskFree), skew, termtext.Clean(firstLine(r.Error)))
 		}
 		tw.Flush()
 		for _, r := range results {
 			if !r.OK && strings.Contains(r.Error, "\n") {
-				fmt.Fprintf(e.out, "\n%s: %s\n", r.Name, r.Error)
+				fmt.Fprintf(e.out, "\n%s: %s\n", r.Name, termtext.Clean(r.Error))
 			}
 		}
 	}
@@ -290,14 +295,74 @@ func checkNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, env nodes.S
 	if err != nil {
 		return fail(err)
 	}
-	mid := t0.Add(time.Since(t0) / 2)
+	r.rtt = time.Since(t0)
+	mid := t0.Add(r.rtt / 2)
 	if remote, err := time.Parse(time.RFC3339Nano, facts.Time); err == nil {
 		r.ClockSkewSeconds = remote.Sub(mid).Seconds()
 	}
-	r.MemAvailable, r.DiskFree = facts.Facts.MemAvailableBytes, facts.Facts.DiskFreeBytes
+	r.MemAvailable, r.DiskFree, r.load1 = facts.Facts.MemAvailableBytes, facts.Facts.DiskFreeBytes, facts.Facts.Load1
 	r.OK = true
 	r.Seconds = time.Since(start).Seconds()
 	return r
+}
+
+// recordCheck records what the check saw of each node in the database, as
+// the controller records a pull: state, error, facts and last_seen, so
+// that `dispatch nodes` shows it. The database has one writer: when a
+// controller (or another command) holds the home's lock, the check is not
+// recorded — a running controller records the nodes itself at every pull.
+func recordCheck(ctx context.Context, e *env, results []checkResult) {
+	lock, err := controller.AcquireLock(e.home)
+	if errors.Is(err, controller.ErrLocked) {
+		fmt.Fprintln(e.errOut, "note: a controller is running on this home and records the nodes itself; this check was not recorded")
+		return
+	}
+	if err == nil {
+		defer lock.Release()
+		err = writeCheck(ctx, e, results)
+	}
+	if err != nil {
+		fmt.Fprintf(e.errOut, "note: the check was not recorded: %v\n", err)
+	}
+}
+
+func writeCheck(ctx context.Context, e *env, results []checkResult) error {
+	st, err := store.Open(ctx, e.dbPath())
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	known, err := st.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	prev := map[string]store.Node{}
+	for _, n := range known {
+		prev[n.Name] = n
+	}
+	now := time.Now()
+	return st.Update(ctx, func(tx *store.Tx) error {
+		for _, r := range results {
+			old := prev[r.Name]
+			n := store.Node{Name: r.Name, LastSeen: old.LastSeen, OS: old.OS, Arch: old.Arch, WrapperVersion: old.WrapperVersion,
+				MemAvailableBytes: old.MemAvailableBytes, Load1: old.Load1, DiskFreeBytes: old.DiskFreeBytes, RTTMillis: old.RTTMillis}
+			if r.OK {
+				n.State, n.LastSeen = "online", now
+				n.OS, n.Arch, n.WrapperVersion = r.OS, r.Arch, r.WrapperVersion
+				n.MemAvailableBytes, n.Load1, n.DiskFreeBytes = r.MemAvailable, r.load1, r.DiskFree
+				n.RTTMillis = float64(r.rtt.Microseconds()) / 1000
+			} else {
+				n.State, n.LastError, n.OfflineSince = "offline", r.Error, old.OfflineSince
+				if old.State != "offline" || n.OfflineSince.IsZero() {
+					n.OfflineSince = now
+				}
+			}
+			if err := tx.PutNode(ctx, n); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 func nodesTrust(c *cli.Context) error {

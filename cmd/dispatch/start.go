@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -64,14 +65,18 @@ func startAction(c *cli.Context) error {
 	lock, err := controller.AcquireLock(e.home)
 	if errors.Is(err, controller.ErrLocked) {
 		// One controller serves every project of a home: hand this one to it.
-		return handOff(ctx, e, name, so, c.Bool("detach"), err)
+		// It returns the lock only when the holder went away meanwhile.
+		lock, err = handOff(ctx, e, name, so, c.Bool("detach"))
+		if lock == nil {
+			return err
+		}
 	}
 	if err != nil {
 		return err
 	}
 	if c.Bool("detach") && os.Getenv(detachedEnv) == "" {
 		lock.Release()
-		return detach(ctx, e, name)
+		return detach(ctx, e, name, detachArgs(c, e, name))
 	}
 	defer lock.Release()
 	st, err := store.Open(ctx, e.dbPath())
@@ -114,7 +119,7 @@ func startAction(c *cli.Context) error {
 		defer os.Remove(filepath.Join(e.home, pidFile))
 	}
 	prog := newProgress(e, st, name)
-	prog.header(ctx, cfg, c.Duration("poll"))
+	prog.header(ctx, cfg, only, c.Duration("poll"))
 	runErr := ctl.Run(ctx, c.Duration("poll"), func(controller.TickResult) { prog.update(ctx) })
 	prog.finish(ctx)
 	if runErr != nil {
@@ -172,10 +177,14 @@ type progress struct {
 	lastID  int64
 	start   time.Time
 	live    bool
+	// nodes are the nodes this controller uses (nil: every node), and
+	// problems what was last shown of each one's trouble.
+	nodes    map[string]bool
+	problems map[string]string
 }
 
 func newProgress(e *env, st *store.Store, project string) *progress {
-	p := &progress{e: e, st: st, project: project, start: time.Now()}
+	p := &progress{e: e, st: st, project: project, start: time.Now(), problems: map[string]string{}}
 	// Events before this start were shown by an earlier run.
 	if evs, err := st.Events(context.Background(), project, 0, 0); err == nil && len(evs) > 0 {
 		p.lastID = evs[len(evs)-1].ID
@@ -183,9 +192,15 @@ func newProgress(e *env, st *store.Store, project string) *progress {
 	return p
 }
 
-func (p *progress) header(ctx context.Context, cfg *nodes.Config, poll time.Duration) {
+func (p *progress) header(ctx context.Context, cfg *nodes.Config, only []string, poll time.Duration) {
 	if poll <= 0 {
 		poll = cfg.Controller.PollInterval
+	}
+	p.nodes = map[string]bool{}
+	for _, n := range cfg.Nodes {
+		if len(only) == 0 || contains(only, n.Name) {
+			p.nodes[n.Name] = true
+		}
 	}
 	fmt.Fprintf(p.e.out, "dispatch: running %s on %d node(s), polling every %s (Ctrl-C stops the controller; tasks keep running)\n",
 		p.project, len(cfg.Nodes), poll)
@@ -204,12 +219,59 @@ func (p *progress) update(ctx context.Context) {
 			fmt.Fprintln(p.e.out, line)
 		}
 	}
+	p.nodeProblems(ctx)
 	if p.e.tty {
 		if v, err := controller.Status(ctx, p.st, nil, p.project, time.Now()); err == nil {
 			fmt.Fprint(p.e.out, summaryLine(p.e.styles, v, time.Since(p.start)))
 			p.live = true
 		}
 	}
+}
+
+// nodeProblems prints a node's error and how to fix it when the node first
+// fails, again when its error changes, and a line when it recovers: a start
+// whose nodes cannot be reached says why instead of waiting in silence.
+func (p *progress) nodeProblems(ctx context.Context) {
+	ns, err := p.st.Nodes(ctx)
+	if err != nil {
+		return
+	}
+	for _, n := range ns {
+		if p.nodes != nil && !p.nodes[n.Name] {
+			continue
+		}
+		ts := p.e.styles.dim.Render(time.Now().Format("15:04:05"))
+		problem := ""
+		if n.State != "online" || n.LastError != "" {
+			problem = n.State + "\x00" + n.LastError
+		}
+		shown := p.problems[n.Name]
+		switch {
+		case problem == shown:
+		case problem == "":
+			fmt.Fprintf(p.e.out, "%s node %s %s\n", ts, n.Name, p.e.styles.status(n.State))
+		default:
+			msg, fix := nodeFix(n.State, n.LastError)
+			fmt.Fprintf(p.e.out, "%s node %s %s: %s\n", ts, n.Name, p.e.styles.status(n.State), termtext.Clean(msg))
+			if fix != "" {
+				fmt.Fprintf(p.e.out, "  fix: %s\n", termtext.Clean(fix))
+			}
+		}
+		p.problems[n.Name] = problem
+	}
+}
+
+// nodeFix splits a node's error into what went wrong and the fix it names
+// ("\n  fix: ..."), giving a fix for an offline node whose error names
+// none.
+func nodeFix(state, lastError string) (msg, fix string) {
+	msg, fix, found := strings.Cut(lastError, "\n  fix: ")
+	msg = strings.Join(strings.Fields(msg), " ")
+	fix = strings.Join(strings.Fields(fix), " ")
+	if !found && state == "offline" {
+		fix = "check that the node is up and that `ssh` reaches it as nodes.yaml says; `dispatch nodes check` tries it"
+	}
+	return msg, fix
 }
 
 func (p *progress) clearLive() {
@@ -231,6 +293,7 @@ func (p *progress) finish(ctx context.Context) {
 // worth a line of their own.
 func eventLine(s styles, ev store.Event) string {
 	ts := ev.Time.Local().Format("15:04:05")
+	ev.Message = termtext.Clean(ev.Message)
 	switch ev.Kind {
 	case "status", "claim", "retry", "requeue":
 	case "gave_up", "warning":

@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
@@ -151,6 +152,7 @@ func printStatus(w io.Writer, s styles, v *controller.StatusView, cfg *nodes.Con
 		if t.Warning != "" && (t.Status == store.Running || t.Status == store.Claimed || t.Status == store.Completed) {
 			what, whatStyle = "warning: "+t.Warning, s.warn.Render
 		}
+		what = termtext.Clean(what)
 		node := t.Node
 		if node == "" {
 			node = "-"
@@ -170,15 +172,18 @@ func printStatus(w io.Writer, s styles, v *controller.StatusView, cfg *nodes.Con
 					seen = t.Local().Format("15:04:05")
 				}
 			}
-			nt.add([]string{n.Name, n.State, fmt.Sprintf("%d/%d", n.Running, n.Slots), bytesHuman(n.MemAvailableBytes), seen, firstLine(n.LastError)}, nil)
+			nt.add([]string{n.Name, n.State, fmt.Sprintf("%d/%d", n.Running, n.Slots), bytesHuman(n.MemAvailableBytes), seen, termtext.Clean(firstLine(n.LastError))}, nil)
 		}
 		nt.write(w)
+		for _, l := range nodeFixLines(v.Nodes) {
+			fmt.Fprintln(w, s.warn.Render(l))
+		}
 	}
 	for _, p := range v.Paused {
-		fmt.Fprintln(w, s.warn.Render(fmt.Sprintf("paused: %s until %s (%s)", p.APIMode, p.Until.Local().Format("15:04:05"), p.Reason)))
+		fmt.Fprintln(w, s.warn.Render(fmt.Sprintf("paused: %s until %s (%s)", p.APIMode, p.Until.Local().Format("15:04:05"), termtext.Clean(p.Reason))))
 	}
 	for _, n := range v.Notes {
-		fmt.Fprintln(w, s.warn.Render("note: "+n))
+		fmt.Fprintln(w, s.warn.Render("note: "+termtext.Clean(n)))
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -243,7 +244,7 @@ func (w *watcher) screen(ctx context.Context) error {
 		if last == nil {
 			var lines []string
 			for _, n := range w.footNotes(readErr) {
-				lines = append(lines, ansi.Truncate(w.e.styles.bad.Render(n), max(width-1, 20), "…"))
+				lines = append(lines, ansi.Truncate(w.e.styles.bad.Render(termtext.Clean(n)), max(width-1, 20), "…"))
 			}
 			frame = strings.Join(lines, "\n")
 		} else {
@@ -307,6 +308,9 @@ func renderWatch(s styles, f *watchFrame, notes []string, width, height int, foo
 	if nodes := sumNodes(f.views); len(nodes) > 0 {
 		tail = append(tail, "")
 		tail = append(tail, nodeRows(s, nodes, f.at)...)
+		for _, l := range nodeFixLines(nodes) {
+			tail = append(tail, s.warn.Render(l))
+		}
 	}
 	var paused []store.Pause
 	if len(f.views) > 0 {
@@ -316,10 +320,10 @@ func renderWatch(s styles, f *watchFrame, notes []string, width, height int, foo
 		tail = append(tail, "")
 	}
 	for _, p := range paused {
-		tail = append(tail, s.warn.Render(fmt.Sprintf("paused: %s until %s (%s)", p.APIMode, p.Until.Local().Format("15:04:05"), p.Reason)))
+		tail = append(tail, s.warn.Render(fmt.Sprintf("paused: %s until %s (%s)", p.APIMode, p.Until.Local().Format("15:04:05"), termtext.Clean(p.Reason))))
 	}
 	for _, n := range notes {
-		tail = append(tail, s.warn.Render(n))
+		tail = append(tail, s.warn.Render(termtext.Clean(n)))
 	}
 	if foot != "" {
 		tail = append(tail, "", s.dim.Render(foot))
@@ -349,7 +353,7 @@ func renderWatch(s styles, f *watchFrame, notes []string, width, height int, foo
 		lines = append(lines, progressLine(s, v.Counts, width))
 		lines = append(lines, taskRows(s, v.Tasks, rows[i], width)...)
 		for _, n := range v.Notes {
-			lines = append(lines, s.warn.Render("note: "+n))
+			lines = append(lines, s.warn.Render("note: "+termtext.Clean(n)))
 		}
 	}
 	if len(f.views) == 0 {
@@ -555,7 +559,7 @@ func taskRows(s styles, tasks []controller.TaskView, limit, width int) []string 
 				st = s.bad
 			}
 		}
-		what = strings.Join(strings.Fields(what), " ") // an error may span lines
+		what = termtext.Clean(strings.Join(strings.Fields(what), " ")) // an error may span lines
 		b.WriteString(st.Render(ansi.Truncate(what, rest, "…")))
 		lines = append(lines, b.String())
 	}
@@ -640,10 +644,25 @@ func nodeRows(s styles, ns []controller.NodeView, now time.Time) []string {
 			}
 			b.WriteString(st.Render(pad(c, widths[i])) + gap)
 		}
-		b.WriteString(s.bad.Render(strings.Join(strings.Fields(n.LastError), " ")))
+		b.WriteString(s.bad.Render(termtext.Clean(strings.Join(strings.Fields(n.LastError), " "))))
 		lines = append(lines, b.String())
 	}
 	return lines
+}
+
+// nodeFixLines say how to fix each node in trouble: the node table shows
+// only the first line of its error.
+func nodeFixLines(ns []controller.NodeView) []string {
+	var out []string
+	for _, n := range ns {
+		if n.State == "online" && n.LastError == "" {
+			continue
+		}
+		if _, fix := nodeFix(n.State, n.LastError); fix != "" {
+			out = append(out, termtext.Clean(n.Name+": fix: "+fix))
+		}
+	}
+	return out
 }
 
 // pad fills s with spaces to width columns.

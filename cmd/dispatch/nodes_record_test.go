@@ -1,0 +1,103 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/internal/sshdtest"
+)
+
+// nodesJSON is `dispatch nodes --json`.
+type nodesJSON struct {
+	Nodes []nodeView `json:"nodes"`
+}
+
+func listNodes(t *testing.T, h *sshHome) map[string]nodeView {
+	t.Helper()
+	r := h.run(t, "nodes", "--json")
+	if r.code != 0 {
+		t.Fatalf("nodes --json: %s", r)
+	}
+	var out nodesJSON
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+		t.Fatalf("nodes --json: %v\n%s", err, r)
+	}
+	m := map[string]nodeView{}
+	for _, n := range out.Nodes {
+		m[n.Name] = n
+	}
+	return m
+}
+
+// TestNodesCheckIsRecorded: `dispatch nodes` shows what `nodes check` saw —
+// online with facts for a good node, offline with the error for a node with
+// an unknown host key or a closed port — and a check while another process
+// holds the home's lock (a running controller) records nothing, saying so.
+func TestNodesCheckIsRecorded(t *testing.T) {
+	h := newSSHHome(t)
+	c := h.client
+	good := c.StartServer(t, "good")
+	c.Trust(t, good)
+	unknown := c.StartServer(t, "unknown")
+	closed := sshdtest.FreePort(t)
+	writeFile(t, filepath.Join(h.home, "nodes.yaml"), fmt.Sprintf(`controller:
+  ssh_connect_timeout: 2s
+nodes:
+  - name: good
+    ssh: %s@127.0.0.1:%d
+    work_dir: %s
+  - name: unknown
+    ssh: %s@127.0.0.1:%d
+    work_dir: %s
+  - name: closed
+    ssh: %s@127.0.0.1:%d
+    work_dir: /nonexistent
+`, c.User, good.Port, good.WorkDir, c.User, unknown.Port, unknown.WorkDir, c.User, closed))
+
+	for _, n := range listNodes(t, h) {
+		if n.State != "unknown" {
+			t.Fatalf("before any check, %s is %s", n.Name, n.State)
+		}
+	}
+	if r := h.run(t, "nodes", "check"); r.code != 1 {
+		t.Fatalf("nodes check: want exit 1: %s", r)
+	}
+	got := listNodes(t, h)
+	if g := got["good"]; g.State != "online" || g.LastSeen == "" || g.OS == "" || g.WrapperVersion == "" || g.MemAvailableBytes <= 0 || g.LastError != "" {
+		t.Errorf("good after the check: %+v", g)
+	}
+	if u := got["unknown"]; u.State != "offline" || !strings.Contains(u.LastError, "dispatch nodes trust unknown") {
+		t.Errorf("unknown after the check: %+v", u)
+	}
+	if cl := got["closed"]; cl.State != "offline" || cl.LastError == "" {
+		t.Errorf("closed after the check: %+v", cl)
+	}
+	// The table shows it too.
+	if r := h.run(t, "nodes"); !strings.Contains(r.stdout, "online") || !strings.Contains(r.stdout, "offline") {
+		t.Errorf("nodes: %s", r)
+	}
+
+	// A controller holds the lock: the check does not write the database.
+	c.Trust(t, unknown)
+	lock, err := controller.AcquireLock(h.home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := h.run(t, "nodes", "check")
+	lock.Release()
+	if r.code != 1 || !strings.Contains(r.stderr, "not recorded") {
+		t.Errorf("check while locked: %s", r)
+	}
+	if u := listNodes(t, h)["unknown"]; u.State != "offline" {
+		t.Errorf("a check under another's lock recorded unknown as %s", u.State)
+	}
+	// Without the lock, the now trusted node is recorded online.
+	h.run(t, "nodes", "check")
+	if u := listNodes(t, h)["unknown"]; u.State != "online" || u.LastError != "" {
+		t.Errorf("unknown after trust and check: %+v", u)
+	}
+}
