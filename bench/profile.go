@@ -127,7 +127,7 @@ var tickPhases = []struct{ name, fn string }{
 	{"launch", "controller.(*Controller).launchAll"},
 	{"collect", "controller.(*Controller).collectAll"},
 	{"finish/advance", "controller.(*Controller).finishProjects"},
-	{"active projects", "controller.(*Controller).activeProjects"},
+	{"served projects", "controller.(*Controller).servedProjects"},
 }
 
 type share struct {

@@ -399,8 +399,10 @@ func (c *Controller) Stop(ctx context.Context, project string, kill bool) (strin
 	if err != nil {
 		return "", err
 	}
+	// Stopping is idempotent, like `systemctl stop`: a project that has
+	// finished or is stopped already is where the operator wants it.
 	if p.State == store.ProjectDone {
-		return "", &OpError{Msg: fmt.Sprintf("%s has already finished (%s)", project, p.Result)}
+		return fmt.Sprintf("%s has already finished (%s); nothing to stop", project, p.Result), nil
 	}
 	var running []string
 	for _, t := range byID {
@@ -409,12 +411,14 @@ func (c *Controller) Stop(ctx context.Context, project string, kill bool) (strin
 		}
 	}
 	sort.Strings(running)
-	if err := c.st.Update(ctx, func(tx *store.Tx) error {
+	msg := fmt.Sprintf("%s stopped: nothing new starts", project)
+	if p.State == store.ProjectStopped {
+		msg = fmt.Sprintf("%s was already stopped: nothing new starts", project)
+	} else if err := c.st.Update(ctx, func(tx *store.Tx) error {
 		return tx.SetProject(ctx, project, store.Set{"state": store.ProjectStopped}, "stopped by the operator")
 	}); err != nil {
 		return "", err
 	}
-	msg := fmt.Sprintf("%s stopped: nothing new starts", project)
 	switch {
 	case kill && len(running) > 0:
 		m, err := c.Cancel(ctx, project, running)

@@ -137,13 +137,9 @@ type TickResult struct {
 // Tick runs one pass of the control loop (SPEC §7 steps 1-7).
 func (c *Controller) Tick(ctx context.Context) (TickResult, error) {
 	var res TickResult
-	projects, err := c.activeProjects(ctx)
+	projects, names, err := c.servedProjects(ctx)
 	if err != nil {
 		return res, err
-	}
-	names := make([]string, len(projects))
-	for i, p := range projects {
-		names[i] = p.Name
 	}
 	pulls := c.pullAll(ctx, names)
 	crashPoint(CrashAfterPull)
@@ -193,11 +189,11 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 		} else if onTick != nil {
 			onTick(res)
 		}
-		active, err := c.activeProjects(ctx)
+		_, served, err := c.servedProjects(ctx)
 		if err != nil {
 			return err
 		}
-		if len(active) == 0 {
+		if len(served) == 0 {
 			return nil
 		}
 		wait := poll
@@ -236,18 +232,56 @@ func (c *Controller) Close() {
 	}
 }
 
-func (c *Controller) activeProjects(ctx context.Context) ([]store.Project, error) {
+// servedProjects returns the active projects, which the tick schedules and
+// advances, and the names of every project it serves: the active ones and
+// the stopped ones whose attempts still run or whose results are not
+// collected yet. Stop means "start nothing new": what runs goes on, is
+// pulled, applied and collected, and is never taken for a stale attempt.
+func (c *Controller) servedProjects(ctx context.Context) (active []store.Project, served []string, err error) {
 	all, err := c.st.Projects(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []store.Project
 	for _, p := range all {
-		if p.State == store.ProjectActive {
-			out = append(out, p)
+		switch p.State {
+		case store.ProjectActive:
+			active = append(active, p)
+			served = append(served, p.Name)
+		case store.ProjectStopped:
+			live, err := c.hasLiveWork(ctx, p.Name)
+			if err != nil {
+				return nil, nil, err
+			}
+			if live {
+				served = append(served, p.Name)
+			}
 		}
 	}
-	return out, nil
+	return active, served, nil
+}
+
+// hasLiveWork reports whether a project has an attempt claimed or running,
+// or a finished one whose results are not collected yet.
+func (c *Controller) hasLiveWork(ctx context.Context, project string) (bool, error) {
+	tasks, err := c.st.Tasks(ctx, project)
+	if err != nil {
+		return false, err
+	}
+	for _, t := range tasks {
+		if t.Status == store.Claimed || t.Status == store.Running {
+			return true, nil
+		}
+	}
+	runs, err := c.st.Runs(ctx, project, "")
+	if err != nil {
+		return false, err
+	}
+	for _, r := range runs {
+		if r.CollectedAt.IsZero() && (r.Status == store.Completed || r.Status == store.Failed || r.Status == "killed") {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // errNoRetry marks a launch failure that retrying cannot fix.

@@ -22,6 +22,9 @@ const (
 	ResultPassed  = "passed"
 	ResultFailed  = "failed"
 	ResultRunning = "running"
+	// ResultStopped is a project stopped by the operator before it
+	// finished: nothing new starts until `dispatch start` resumes it.
+	ResultStopped = "stopped"
 )
 
 // Report is `dispatch report <project> --format json` (SPEC §9).
@@ -130,6 +133,9 @@ func BuildReport(ctx context.Context, st *store.Store, cfg *nodes.Config, home, 
 		Verification: VerificationResult{Issues: []string{}}, Nodes: []ReportNode{}, Dangerous: []string{}, GeneratedAt: jsonTime(now)}
 	if r.Result == "" {
 		r.Result = ResultRunning
+		if p.State == store.ProjectStopped {
+			r.Result = ResultStopped
+		}
 	}
 	attempts := map[string][]AttemptView{}
 	use := map[string]*ReportNode{}
@@ -243,7 +249,7 @@ func logTail(path string, n int) string {
 func (r *Report) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# dispatch report: %s\n\n", r.Project)
-	outcome := map[string]string{ResultPassed: "PASSED", ResultFailed: "FAILED", ResultRunning: "RUNNING"}[r.Result]
+	outcome := map[string]string{ResultPassed: "PASSED", ResultFailed: "FAILED", ResultRunning: "RUNNING", ResultStopped: "STOPPED"}[r.Result]
 	fmt.Fprintf(&b, "**%s** — %d of %d tasks completed, %d failed, %d attempts, %s wall time.\n\n",
 		outcome, r.Totals.Completed, r.Totals.Tasks, r.Totals.Failed, r.Totals.Attempts, FormatSeconds(r.Totals.WallSeconds))
 	var failed, blocked []string
@@ -258,6 +264,8 @@ func (r *Report) Markdown() string {
 	switch {
 	case r.Result == ResultRunning:
 		fmt.Fprintf(&b, "Next: the batch is still running; follow it with `dispatch status %s`.\n\n", r.Project)
+	case r.Result == ResultStopped:
+		fmt.Fprintf(&b, "Next: stopped by the operator; tasks that were running go on and are collected, nothing new starts. `dispatch start %s` resumes.\n\n", r.Project)
 	case len(failed) > 0:
 		fmt.Fprintf(&b, "Next: read the failures below, fix the specs or the cause, then `dispatch retry %s %s`.\n", r.Project, strings.Join(failed, " "))
 		if len(blocked) > 0 {

@@ -20,12 +20,15 @@ const (
 
 // StatusView is `dispatch status <project> --json` (SPEC §9).
 type StatusView struct {
-	Project string     `json:"project"`
-	Counts  Counts     `json:"counts"`
-	Phase   string     `json:"phase"`
-	Tasks   []TaskView `json:"tasks"`
-	Nodes   []NodeView `json:"nodes"`
-	Notes   []string   `json:"-"`
+	Project string `json:"project"`
+	Counts  Counts `json:"counts"`
+	Phase   string `json:"phase"`
+	// State is the project's state: active, stopped (by `dispatch stop`:
+	// nothing new starts) or done.
+	State string     `json:"state"`
+	Tasks []TaskView `json:"tasks"`
+	Nodes []NodeView `json:"nodes"`
+	Notes []string   `json:"-"`
 	// Paused lists the api_modes paused by rate limits, for the text view.
 	Paused []store.Pause  `json:"-"`
 	state  string         // project state, for the text view
@@ -125,7 +128,7 @@ func Status(ctx context.Context, st *store.Store, cfg *nodes.Config, project str
 	if err != nil {
 		return nil, err
 	}
-	v := &StatusView{Project: project, Phase: p.Phase, Tasks: []TaskView{}, Nodes: []NodeView{},
+	v := &StatusView{Project: project, Phase: p.Phase, State: p.State, Tasks: []TaskView{}, Nodes: []NodeView{},
 		state: p.State, result: p.Result, byID: map[string]int{}}
 	// Author tasks by ID, then the phase tasks in the order they came.
 	sort.SliceStable(tasks, func(i, j int) bool {

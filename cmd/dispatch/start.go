@@ -132,6 +132,9 @@ func startAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if proj.State == store.ProjectStopped {
+		return &workFailed{msg: fmt.Sprintf("dispatch: %s was stopped; what ran is collected (dispatch status %s); dispatch start %s resumes", name, name, name)}
+	}
 	fmt.Fprintf(e.out, "report: %s\n", filepath.Join(controller.RunsDir(e.home, name), "report.md"))
 	if proj.Result != controller.ResultPassed {
 		return &workFailed{}

@@ -141,6 +141,8 @@ func printStatus(w io.Writer, s styles, v *controller.StatusView, cfg *nodes.Con
 	head := fmt.Sprintf("%s — phase %s", v.Project, v.Phase)
 	if r := v.Result(); r != "" {
 		head += ", " + r
+	} else if v.State == store.ProjectStopped {
+		head += ", stopped (nothing new starts; dispatch start " + v.Project + " resumes)"
 	}
 	fmt.Fprintln(w, s.header.Render(head)+"  "+summaryCounts(s, v.Counts))
 	tasks := &table{header: []string{"ID", "STATUS", "NODE", "ATTEMPT", "TIME", "TITLE / ERROR"}}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+// TestStopLetsRunningTasksFinish: `stop` without --kill starts nothing new,
+// but the task that runs goes on, completes and is collected; status and
+// report say the project is stopped; stopping again, or stopping a
+// finished project, exits 0 and says so.
+func TestStopLetsRunningTasksFinish(t *testing.T) {
+	gate := filepath.Join(t.TempDir(), "go")
+	home, _ := opsHome(t, map[string]map[string]string{
+		"p": {
+			"S01-long.md":  fmt.Sprintf("while [ ! -e '%s' ]; do sleep 0.05; done\necho done > out.txt\n", gate),
+			"S02-later.md": "---\ndepends_on: [S01]\n---\necho later\n",
+		},
+		"q": {"S01-x.md": "echo q\n"},
+	})
+	if r := runDispatch(t, nil, "--home", home, "start", "q"); r.code != 0 {
+		t.Fatalf("start q: %s", r)
+	}
+	wait := startBackground(t, nil, "--home", home, "start", "p")
+	pollUntil(t, 30*time.Second, "p/S01 to run", func() bool {
+		return controller.Running(home) && taskState(t, home, "p", "S01").Status == store.Running
+	})
+	r := runDispatch(t, nil, "--home", home, "stop", "p")
+	if r.code != 0 || !strings.Contains(r.stdout, "p stopped") || !strings.Contains(r.stdout, "go on") {
+		t.Fatalf("stop: %s", r)
+	}
+	r = runDispatch(t, nil, "--home", home, "stop", "p")
+	if r.code != 0 || !strings.Contains(r.stdout, "already stopped") {
+		t.Fatalf("stop of a stopped project: %s", r)
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = wait()
+	if r.code != 1 || !strings.Contains(r.stdout+r.stderr, "stopped") {
+		t.Fatalf("start p after stop: %s", r)
+	}
+	if tk := taskState(t, home, "p", "S01"); tk.Status != store.Completed {
+		t.Fatalf("S01 after stop: %s (%s); want completed", tk.Status, tk.Error)
+	}
+	if got := strings.TrimSpace(readFile(t, filepath.Join(home, "runs", "p", "S01", "output", "out.txt"))); got != "done" {
+		t.Fatalf("S01's output was not collected: %q", got)
+	}
+	if tk := taskState(t, home, "p", "S02"); tk.Attempt != 0 {
+		t.Fatalf("S02 started after stop: attempt %d", tk.Attempt)
+	}
+	r = runDispatch(t, nil, "--home", home, "status", "p", "--json")
+	var sv struct{ State string }
+	if err := json.Unmarshal([]byte(r.stdout), &sv); err != nil || sv.State != store.ProjectStopped {
+		t.Fatalf("status --json: state %q (%v): %s", sv.State, err, r)
+	}
+	if r := runDispatch(t, nil, "--home", home, "status", "p"); !strings.Contains(r.stdout, "stopped") {
+		t.Fatalf("status: %s", r)
+	}
+	r = runDispatch(t, nil, "--home", home, "report", "p", "--format", "json")
+	var rep struct{ Result string }
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || rep.Result != controller.ResultStopped {
+		t.Fatalf("report --format json: result %q (%v): %s", rep.Result, err, r)
+	}
+	if r := runDispatch(t, nil, "--home", home, "report", "p"); !strings.Contains(r.stdout, "**STOPPED**") {
+		t.Fatalf("report: %s", r)
+	}
+	// Stopping a finished project is not an error either.
+	r = runDispatch(t, nil, "--home", home, "stop", "q")
+	if r.code != 0 || !strings.Contains(r.stdout, "already finished") {
+		t.Fatalf("stop of a finished project: %s", r)
+	}
+	// start resumes: S02 runs.
+	if r := runDispatch(t, nil, "--home", home, "start", "p"); r.code != 0 {
+		t.Fatalf("resume: %s", r)
+	}
+	if tk := taskState(t, home, "p", "S02"); tk.Status != store.Completed {
+		t.Fatalf("S02 after resume: %s", tk.Status)
+	}
+}
