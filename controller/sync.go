@@ -234,9 +234,9 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, p *spec
 	// A finished project stays finished, with its result and times, unless
 	// this start brings new work: new tasks, or changed specs of tasks that
 	// never ran.
-	keepFinished := false
+	keepFinished, wasDone := false, false
 	if old, err := st.Project(ctx, p.Name); err == nil && old.State == store.ProjectDone {
-		keepFinished = true
+		keepFinished, wasDone = true, true
 		for _, t := range authorTasks {
 			o, ok := have[t.ID]
 			if !ok || ((o.Status == store.Pending || o.Status == store.Blocked) && o.SpecHash != t.Hash) {
@@ -256,6 +256,15 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, p *spec
 		}
 		if err := tx.EnsureProject(ctx, p.Name, string(ob)); err != nil {
 			return err
+		}
+		if wasDone {
+			// New work for a finished project: once it has run, the
+			// integration phase runs again over every output, as after
+			// `dispatch retry` of an author task. The old phase tasks go;
+			// the phase makes them afresh.
+			if err := reopenPhase(ctx, tx, p.Name, existing); err != nil {
+				return err
+			}
 		}
 		for _, t := range authorTasks {
 			nt := storeTask(p, t, cfg)
@@ -297,4 +306,21 @@ func sameSettings(a, b store.Task) bool {
 	return a.Title == b.Title && a.Type == b.Type && a.Tool == b.Tool && a.Model == b.Model &&
 		a.Priority == b.Priority && slices.Equal(a.DependsOn, b.DependsOn) && slices.Equal(a.Tags, b.Tags) &&
 		a.NodePin == b.NodePin && a.Timeout == b.Timeout && a.MaxRetries == b.MaxRetries && a.BaseDir == b.BaseDir
+}
+
+// reopenPhase puts a finished project back into its implementation phase:
+// its phase tasks (S99, V*, F*) are removed so that the phase runs again.
+func reopenPhase(ctx context.Context, tx *store.Tx, project string, tasks []store.Task) error {
+	var phaseIDs []string
+	for _, t := range tasks {
+		if IsPhaseID(t.ID) {
+			phaseIDs = append(phaseIDs, t.ID)
+		}
+	}
+	if len(phaseIDs) > 0 {
+		if err := tx.DeleteTasks(ctx, project, phaseIDs); err != nil {
+			return err
+		}
+	}
+	return tx.SetProject(ctx, project, store.Set{"phase": PhaseImplementation}, "new tasks: the integration phase runs again once they are done")
 }

@@ -24,8 +24,9 @@ type StatusView struct {
 	Counts  Counts `json:"counts"`
 	Phase   string `json:"phase"`
 	// State is the project's state: active, stopped (by `dispatch stop`:
-	// nothing new starts) or done.
-	State string     `json:"state"`
+	// nothing new starts) or done. It is not in the JSON, whose keys SPEC
+	// §9 fixes; `report --format json` says "result": "stopped".
+	State string     `json:"-"`
 	Tasks []TaskView `json:"tasks"`
 	Nodes []NodeView `json:"nodes"`
 	Notes []string   `json:"-"`

