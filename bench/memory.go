@@ -334,7 +334,7 @@ func memAdd(ctx context.Context, o *options, t *tb, home, project string, r *mem
 	runtime.ReadMemStats(&m0)
 	p, err := spec.Load(filepath.Join(home, "specs"), project)
 	if err == nil {
-		_, err = controller.Plan(cfg, p, nil)
+		_, err = controller.Plan(cfg, p, nil, controller.StartOptions{})
 	}
 	if err == nil {
 		_, err = controller.AddProject(ctx, st, cfg, p, controller.StartOptions{})

@@ -52,7 +52,7 @@ api_modes:
 		t.Fatal(err)
 	}
 	p.Tasks[0].Node = "a"
-	_, err = Plan(h.cfg, p, nil)
+	_, err = Plan(h.cfg, p, nil, StartOptions{})
 	var pe *PlanError
 	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "DISPATCH_TEST_VARIABLE_NOBODY_SETS") || !strings.Contains(err.Error(), "S01") {
 		t.Fatalf("Plan = %v, want an error naming the task and the variable", err)
@@ -121,7 +121,7 @@ routes:
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := Plan(h.cfg, p, nil); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "S02") {
+			if _, err := Plan(h.cfg, p, nil, StartOptions{}); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "S02") {
 				t.Fatalf("Plan = %v, want an error with %q", err, tc.want)
 			}
 		})

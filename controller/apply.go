@@ -490,6 +490,12 @@ func (a *applier) finished(ctx context.Context, t *store.Task, st *wrapper.Statu
 			}
 		}
 	}
+	if st.ToolMissing {
+		// The tool's executable is not on the node: a retry would fail the
+		// same way (validate and start check for it before anything runs;
+		// this is a node that changed since).
+		t.RetriesUsed = t.MaxRetries
+	}
 	return a.fail(ctx, t, t.Status, class, st.Error, st.ExitCode, run)
 }
 

@@ -239,6 +239,17 @@ func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
 			return out
 		}
 	}
+	if len(env) > 0 {
+		// The secrets go to the wrapper on its stdin: check again that no
+		// one else could have replaced it since the node was checked.
+		cctx, cancel := context.WithTimeout(ctx, c.callTimeout())
+		err := nodes.CheckWorkDir(cctx, n.tr, *inst)
+		cancel()
+		if err != nil {
+			out.err = err
+			return out
+		}
+	}
 	crashPoint(CrashAfterPush)
 	if testHookAfterPush != nil {
 		testHookAfterPush(n.cfg.Name, dir)

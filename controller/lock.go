@@ -3,6 +3,7 @@ package controller
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,7 +28,7 @@ type Lock struct {
 // process holds it, the error names that process.
 func AcquireLock(home string) (*Lock, error) {
 	path := filepath.Join(home, LockFile)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open controller lock: %w", err)
 	}
@@ -39,10 +40,32 @@ func AcquireLock(home string) (*Lock, error) {
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
+	if err := privateHome(home, f); err != nil {
+		f.Close()
+		return nil, err
+	}
 	host, _ := os.Hostname()
 	_ = f.Truncate(0)
 	_, _ = f.WriteAt([]byte(fmt.Sprintf("pid %d on %s since %s\n", os.Getpid(), host, time.Now().Format(time.RFC3339))), 0)
 	return &Lock{f: f}, nil
+}
+
+// privateHome makes what the lock holder writes private to its owner,
+// whatever the umask: the lock file 0600 and runs/ 0700 (created here, so
+// that the outputs, logs and reports collected into it are never readable
+// by others). The database is made 0600 by store.Open.
+func privateHome(home string, lock *os.File) error {
+	if err := lock.Chmod(0o600); err != nil {
+		return fmt.Errorf("make %s private: %w", lock.Name(), err)
+	}
+	runs := filepath.Join(home, "runs")
+	if err := os.Mkdir(runs, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("create %s: %w", runs, err)
+	}
+	if err := os.Chmod(runs, 0o700); err != nil {
+		return fmt.Errorf("make %s private: %w", runs, err)
+	}
+	return nil
 }
 
 // Release drops the lock.

@@ -5,21 +5,29 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/wrapper"
 )
 
 // PlanRow is how one task will be scheduled: its tool and the nodes that may
 // take it.
 type PlanRow struct {
-	Task  *spec.Task
-	Tools map[string]string // node → tool
-	Nodes []string
+	Task *spec.Task
+	// Type is the task's type; a phase task's is its phase's.
+	Type string
+	// Generated is set for a phase task the controller writes the spec of.
+	Generated bool
+	Tools     map[string]string // node → tool
+	Nodes     []string
 }
 
 // PlanError lists tasks that cannot run anywhere, or with a tool nobody
@@ -30,50 +38,17 @@ type PlanError struct {
 
 func (e *PlanError) Error() string { return strings.Join(e.Problems, "\n") }
 
-// Plan checks that every task of p can run on at least one of the nodes
-// (pin, tags, routes) with a known tool, and says where each may go.
-func Plan(cfg *nodes.Config, p *spec.Project, only []string) ([]PlanRow, error) {
+// Plan checks that every task of p — the author's and the phase tasks the
+// controller will generate (S99, V01, F01, per project.yaml and so) — can
+// run on at least one of the nodes (pin, tags, routes) with a known tool,
+// and says where each may go. A phase task's type is its phase's, whether
+// the author wrote its spec or not.
+func Plan(cfg *nodes.Config, p *spec.Project, only []string, so StartOptions) ([]PlanRow, error) {
 	var rows []PlanRow
 	var problems []string
-	opts := projectOptionsFor(cfg, p, StartOptions{})
-	if opts.Integration {
-		// The generated phase tasks must be able to run somewhere too.
-		for _, typ := range []string{"integration", "verification", "fix"} {
-			if typ != "integration" && !opts.Verification {
-				continue
-			}
-			id := map[string]string{"integration": IntegrationID, "verification": "V01", "fix": "F01"}[typ]
-			if _, own := opts.Overrides[id]; own {
-				continue
-			}
-			st := store.Task{Type: typ, Tool: opts.PhaseTool}
-			ok := false
-			for _, n := range cfg.Nodes {
-				if len(only) > 0 && !slices.Contains(only, n.Name) {
-					continue
-				}
-				if e, _ := eligible(cfg, &st, n); e {
-					if _, _, err := toolCommand(cfg, toolFor(st.Tool, n), "", false); err == nil {
-						ok = true
-					}
-				}
-			}
-			if !ok {
-				problems = append(problems, fmt.Sprintf("%s: no node can run the generated %s task (%s)\n  fix: route type %s to a tag some node has, or set integration: false in project.yaml",
-					p.Dir, typ, id, typ))
-			}
-		}
-	}
-	for _, t := range p.Tasks {
-		row := PlanRow{Task: t, Tools: map[string]string{}}
-		st := storeTask(p, t, cfg)
-		var reasons []string
-		if t.Node != "" {
-			if _, ok := cfg.Node(t.Node); !ok {
-				problems = append(problems, fmt.Sprintf("%s: node %q is not in %s\n  fix: use one of %s", t.File, t.Node, cfg.File, strings.Join(nodeNames(cfg), ", ")))
-				continue
-			}
-		}
+	opts := projectOptionsFor(cfg, p, so)
+	place := func(row *PlanRow, st store.Task) (reasons []string) {
+		row.Tools = map[string]string{}
 		for _, n := range cfg.Nodes {
 			if len(only) > 0 && !slices.Contains(only, n.Name) {
 				continue
@@ -86,17 +61,48 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string) ([]PlanRow, error) 
 				reasons = append(reasons, n.Name+": "+why)
 				continue
 			}
-			tool := toolFor(t.Tool, n)
-			if _, _, err := toolCommand(cfg, tool, t.Model, false); err != nil {
+			tool := toolFor(st.Tool, n)
+			if _, _, err := toolCommand(cfg, tool, st.Model, false); err != nil {
 				reasons = append(reasons, n.Name+": "+err.Error())
 				continue
 			}
 			row.Nodes = append(row.Nodes, n.Name)
 			row.Tools[n.Name] = tool
 		}
-		if len(row.Nodes) == 0 {
+		return reasons
+	}
+	for _, t := range p.Tasks {
+		if t.Node != "" {
+			if _, ok := cfg.Node(t.Node); !ok {
+				problems = append(problems, fmt.Sprintf("%s: node %q is not in %s\n  fix: use one of %s", t.File, t.Node, cfg.File, strings.Join(nodeNames(cfg), ", ")))
+				continue
+			}
+		}
+		st := storeTask(p, t, cfg)
+		row := PlanRow{Task: t, Type: t.Type}
+		if IsPhaseID(t.ID) {
+			typ := phaseType(t.ID)
+			if !phaseRuns(opts, typ) {
+				continue // the phase is off: this spec never runs
+			}
+			st.Type, row.Type = typ, typ
+		}
+		if reasons := place(&row, st); len(row.Nodes) == 0 {
 			problems = append(problems, fmt.Sprintf("%s: no node can run task %s (%s)\n  fix: adjust its tags/node/tool, or routes and node tags in %s",
 				t.File, t.ID, strings.Join(reasons, "; "), cfg.File))
+			continue
+		}
+		rows = append(rows, row)
+	}
+	for _, typ := range []string{"integration", "verification", "fix"} {
+		id := map[string]string{"integration": IntegrationID, "verification": verifyID(1), "fix": fixID(1)}[typ]
+		if _, own := opts.Overrides[id]; own || !phaseRuns(opts, typ) {
+			continue
+		}
+		row := PlanRow{Task: &spec.Task{ID: id, Title: "(generated " + typ + " task)", Type: typ, Priority: 1}, Type: typ, Generated: true}
+		if reasons := place(&row, store.Task{ID: id, Type: typ, Tool: opts.PhaseTool}); len(row.Nodes) == 0 {
+			problems = append(problems, fmt.Sprintf("%s: no node can run the generated %s task (%s: %s)\n  fix: route type %s to a tag some node has, or set integration: false in project.yaml",
+				p.Dir, typ, id, strings.Join(reasons, "; "), typ))
 			continue
 		}
 		rows = append(rows, row)
@@ -105,6 +111,203 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string) ([]PlanRow, error) 
 		return rows, &PlanError{Problems: problems}
 	}
 	return rows, nil
+}
+
+// phaseType is the task type of a phase task ID.
+func phaseType(id string) string {
+	switch phaseOf(id) {
+	case PhaseIntegration:
+		return "integration"
+	case PhaseVerification:
+		return "verification"
+	}
+	return "fix"
+}
+
+// phaseRuns reports whether the phase tasks of type typ can run at all.
+func phaseRuns(o ProjectOptions, typ string) bool {
+	switch typ {
+	case "integration":
+		return o.Integration
+	case "verification":
+		return o.Integration && o.Verification
+	}
+	return o.Integration && o.Verification && o.MaxFixRounds > 0
+}
+
+// Executable is the program a tool runs (its command's first word).
+func Executable(cfg *nodes.Config, tool string) (string, error) {
+	argv, _, err := toolCommand(cfg, tool, "", false)
+	if err != nil {
+		return "", err
+	}
+	return argv[0], nil
+}
+
+// NeededExecutables lists, per node, the executables the plan's tasks run
+// there.
+func NeededExecutables(cfg *nodes.Config, rows []PlanRow) map[string][]string {
+	need := map[string][]string{}
+	for _, r := range rows {
+		for _, n := range r.Nodes {
+			if exe, err := Executable(cfg, r.Tools[n]); err == nil && !slices.Contains(need[n], exe) {
+				need[n] = append(need[n], exe)
+			}
+		}
+	}
+	return need
+}
+
+// NodeProbe is what a node said of the executables asked for: Found by
+// name, or Err when it could not be asked (unreachable, unknown host key).
+type NodeProbe struct {
+	Found map[string]bool
+	Err   string
+}
+
+// CheckExecutables decides, over what the nodes said, whether every task
+// of the plan has a node where its tool's executable is in the PATH. A task
+// none of whose nodes has it is a problem (exit 2); a task whose nodes
+// could not all be asked, and none of those asked has it, gets a note.
+func CheckExecutables(cfg *nodes.Config, rows []PlanRow, probes map[string]NodeProbe) (problems, notes []string) {
+	for _, r := range rows {
+		var missing, unchecked []string
+		found := false
+		for _, n := range r.Nodes {
+			exe, err := Executable(cfg, r.Tools[n])
+			if err != nil {
+				continue
+			}
+			pr, ok := probes[n]
+			switch {
+			case !ok || pr.Err != "":
+				unchecked = append(unchecked, n)
+			case pr.Found[exe]:
+				found = true
+			default:
+				missing = append(missing, fmt.Sprintf("%s (tool %s: no %s in its PATH)", n, r.Tools[n], exe))
+			}
+		}
+		what := "task " + r.Task.ID
+		if r.Generated {
+			what = "the generated " + r.Type + " task " + r.Task.ID
+		}
+		switch {
+		case found:
+		case len(unchecked) > 0:
+			notes = append(notes, fmt.Sprintf("%s: could not check %s for its tool; it runs there only if the tool is installed", what, strings.Join(unchecked, ", ")))
+		case len(missing) > 0:
+			fix := "install the tool on one of these nodes, or set `tool:` in the spec or on a node (nodes.yaml) to a tool that is installed"
+			if IsPhaseID(r.Task.ID) {
+				fix = "install the tool on one of these nodes, set `tool:` on a node routed for " + r.Type + " (nodes.yaml), write your own " + r.Task.ID + " spec with a tool that is installed, or set `integration: false` in project.yaml"
+			}
+			problems = append(problems, fmt.Sprintf("%s cannot run anywhere: %s\n  fix: %s", what, strings.Join(missing, "; "), fix))
+		}
+	}
+	return problems, notes
+}
+
+// ProbeExecutables asks each node in need which of the executables are in
+// the PATH a tool gets there: the node user's, or the one the node's
+// api_mode sets. It writes nothing on the nodes: the installed wrapper's
+// `which` answers where this controller's wrapper is installed (and its
+// work_dir is safe), else the node's POSIX shell (`command -v`) does. Nodes
+// are asked in parallel, each within timeout.
+func ProbeExecutables(ctx context.Context, cfg *nodes.Config, transports map[string]nodes.Transport, w *nodes.Wrappers,
+	need map[string][]string, timeout time.Duration) map[string]NodeProbe {
+	var mu sync.Mutex
+	out := map[string]NodeProbe{}
+	var wg sync.WaitGroup
+	for name, names := range need {
+		n, ok := cfg.Node(name)
+		tr := transports[name]
+		if !ok || tr == nil || len(names) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pr := probeNode(ctx, cfg, n, tr, w, names, timeout)
+			mu.Lock()
+			out[name] = pr
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func probeNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, tr nodes.Transport, w *nodes.Wrappers, names []string, timeout time.Duration) NodeProbe {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	// Only PATH matters here: no secret leaves the controller for a probe.
+	path, setPath := "", false
+	if v, ok := cfg.APIModes[n.APIMode].Env["PATH"]; ok {
+		if p, err := nodes.ExpandEnv(v, os.LookupEnv); err == nil {
+			path, setPath = p, true
+		}
+	}
+	if inst, ok := installedWrapper(ctx, tr, n, w); ok {
+		var stdin []byte
+		if setPath {
+			stdin, _ = json.Marshal(map[string]string{"PATH": path})
+		}
+		res, err := tr.Exec(ctx, append([]string{inst.Path, "which"}, names...), stdin)
+		if err != nil {
+			return NodeProbe{Err: err.Error()}
+		}
+		var reply wrapper.WhichReply
+		if res.ExitCode != 0 || json.Unmarshal(res.Stdout, &reply) != nil {
+			return NodeProbe{Err: "which: " + replyError(res, nil)}
+		}
+		pr := NodeProbe{Found: map[string]bool{}}
+		for name := range reply.Found {
+			pr.Found[name] = true
+		}
+		return pr
+	}
+	// `command -v` prints a path for an executable found in PATH (and a
+	// bare word for a builtin or function, which a tool cannot be).
+	argv := []string{"/bin/sh", "-c", `for n do p=$(command -v "$n") && case $p in /*) [ -x "$p" ] && [ ! -d "$p" ] && printf '%s\n' "$n";; esac; done; exit 0`, "sh"}
+	if setPath {
+		argv = append([]string{"/usr/bin/env", "PATH=" + path}, argv...)
+	}
+	res, err := tr.Exec(ctx, append(argv, names...), nil)
+	if err != nil {
+		return NodeProbe{Err: err.Error()}
+	}
+	if res.ExitCode != 0 {
+		return NodeProbe{Err: "look for the tools: " + replyError(res, nil)}
+	}
+	pr := NodeProbe{Found: map[string]bool{}}
+	for _, line := range strings.Split(string(res.Stdout), "\n") {
+		if slices.Contains(names, line) {
+			pr.Found[line] = true
+		}
+	}
+	return pr
+}
+
+// installedWrapper returns this controller's wrapper on node n when it is
+// installed there in a safe work_dir, without installing or writing
+// anything.
+func installedWrapper(ctx context.Context, tr nodes.Transport, n nodes.Node, w *nodes.Wrappers) (nodes.Installed, bool) {
+	wd, err := nodes.ExpandHome(ctx, tr, n.WorkDir)
+	if err != nil {
+		return nodes.Installed{}, false
+	}
+	version, err := w.Version()
+	if err != nil {
+		return nodes.Installed{}, false
+	}
+	inst := nodes.Installed{WorkDir: wd, Path: path.Join(wd, ".bin", "dispatch-wrapper-"+version), Version: version}
+	if st, err := tr.Lstat(ctx, inst.Path); err != nil || !st.Mode.IsRegular() {
+		return inst, false
+	}
+	if nodes.CheckWorkDir(ctx, tr, inst) != nil {
+		return inst, false
+	}
+	return inst, true
 }
 
 // modeProblem says why a node's api_mode cannot be used with this

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"path"
 	"strings"
+	"syscall"
 )
 
 // Installed is a node's wrapper, ready to run.
@@ -46,6 +49,11 @@ func EnsureWrapper(ctx context.Context, tr Transport, workDir string, w *Wrapper
 	}
 	inst := Installed{WorkDir: wd, Path: path.Join(wd, ".bin", "dispatch-wrapper-"+version), Version: version}
 	for try := 0; ; try++ {
+		// Nothing in the work_dir runs, and no secret goes to it, before
+		// it is known to be the node user's alone.
+		if err := CheckWorkDir(ctx, tr, inst); err != nil {
+			return inst, err
+		}
 		res, err := tr.Exec(ctx, []string{inst.Path, "version"}, nil)
 		if err != nil {
 			return inst, fmt.Errorf("check wrapper: %w", err)
@@ -82,7 +90,7 @@ func install(ctx context.Context, tr Transport, bin string, w *Wrappers) error {
 	if err != nil {
 		return err
 	}
-	if err := tr.Put(ctx, bin, bytes.NewReader(b), 0o755); err != nil {
+	if err := tr.Put(ctx, bin, bytes.NewReader(b), 0o700); err != nil {
 		return fmt.Errorf("install wrapper: %w", err)
 	}
 	return nil
@@ -111,4 +119,67 @@ func ParseUname(s string) (goos, goarch string, err error) {
 		return "", "", fmt.Errorf("unsupported node architecture %q: dispatch supports amd64 and arm64", f[1])
 	}
 	return goos, goarch, nil
+}
+
+// CheckWorkDir refuses a work_dir that another user could have written to,
+// the way OpenSSH's StrictModes refuses an authorized_keys file: the
+// work_dir, its .bin and the installed wrapper (those that exist) must
+// belong to the node user (or root), must not be writable by group or
+// others, and must not be symbolic links. A wrapper there is executed and
+// gets the api_mode's secrets on its stdin; a wrapper planted by someone
+// else would have them. The work_dir's parents are not checked: a work_dir
+// under a shared sticky directory such as /tmp is fine once it is private.
+// What does not exist yet is created 0700 by the install.
+func CheckWorkDir(ctx context.Context, tr Transport, inst Installed) error {
+	uid, err := tr.UID(ctx)
+	if err != nil {
+		return fmt.Errorf("check work_dir %s: %w", inst.WorkDir, err)
+	}
+	for _, c := range []struct {
+		path string
+		dir  bool
+	}{{inst.WorkDir, true}, {path.Dir(inst.Path), true}, {inst.Path, false}} {
+		st, err := tr.Lstat(ctx, c.path)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			// Neither it nor what is below it exists yet (a path through
+			// a file fails at install, naming the cause).
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("check work_dir %s: %w", inst.WorkDir, err)
+		}
+		if why := unsafeMode(st, uid, c.dir); why != "" {
+			return &UnsafeWorkDirError{Path: c.path, Why: why, WorkDir: inst.WorkDir}
+		}
+	}
+	return nil
+}
+
+// UnsafeWorkDirError is a work_dir, .bin or wrapper that another user could
+// have written to: the node takes no work until it is fixed.
+type UnsafeWorkDirError struct {
+	Path, Why, WorkDir string
+}
+
+func (e *UnsafeWorkDirError) Error() string {
+	return fmt.Sprintf("unsafe work_dir: %s %s, so another user could have planted the wrapper that gets the secrets; "+
+		"fix: make it yours and private (chown it to the node user; chmod go-w %s), or set work_dir to a directory of your own (e.g. ~/dispatch)",
+		e.Path, e.Why, e.Path)
+}
+
+// unsafeMode says what is wrong with st for the node user uid, or "".
+func unsafeMode(st Stat, uid int, dir bool) string {
+	switch {
+	case st.Mode&fs.ModeSymlink != 0:
+		return "is a symbolic link"
+	case dir && !st.Mode.IsDir():
+		return "is not a directory"
+	case !dir && !st.Mode.IsRegular():
+		return "is not a regular file"
+	case st.UID != uid && st.UID != 0:
+		return fmt.Sprintf("belongs to uid %d, not to the node user (uid %d)", st.UID, uid)
+	case st.Mode.Perm()&0o022 != 0:
+		return fmt.Sprintf("is writable by its group or by others (mode %04o)", st.Mode.Perm())
+	}
+	return ""
 }

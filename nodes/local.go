@@ -133,7 +133,7 @@ func (l *Local) Put(ctx context.Context, p string, r io.Reader, mode fs.FileMode
 	}
 	p = path.Clean(p)
 	dir, base := path.Split(p)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := mkdirPrivate(dir); err != nil {
 		return err
 	}
 	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
@@ -303,4 +303,44 @@ func (c ctxReader) Read(p []byte) (int, error) {
 		return 0, context.Cause(c.ctx)
 	}
 	return c.r.Read(p)
+}
+
+// Lstat describes p without following a final symbolic link.
+func (l *Local) Lstat(ctx context.Context, p string) (Stat, error) {
+	if err := checkPath(p); err != nil {
+		return Stat{}, fmt.Errorf("lstat: %w", err)
+	}
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return Stat{}, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return Stat{}, fmt.Errorf("lstat %s: no owner in %T", p, fi.Sys())
+	}
+	return Stat{UID: int(st.Uid), Mode: fi.Mode()}, nil
+}
+
+// UID is the controller's own uid: local tasks run as the operator.
+func (l *Local) UID(context.Context) (int, error) { return os.Getuid(), nil }
+
+// mkdirPrivate creates dir and its missing parents 0700, whatever the
+// umask; existing directories are left as they are.
+func mkdirPrivate(dir string) error {
+	dir = filepath.Clean(dir)
+	if fi, err := os.Stat(dir); err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("%s is not a directory", dir)
+		}
+		return nil
+	}
+	if parent := filepath.Dir(dir); parent != dir {
+		if err := mkdirPrivate(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return os.Chmod(dir, 0o700)
 }

@@ -50,6 +50,7 @@ type SSH struct {
 	hops   []*ssh.Client
 	sftp   *sftp.Client
 	home   string
+	uid    int // the node user's uid once known, else -1 (see UID)
 	closed bool
 
 	// sessions bounds the command sessions open at once on the connection:
@@ -76,7 +77,7 @@ func NewSSH(cfg SSHConfig) (*SSH, error) {
 			cfg.ConnectTimeout = ep.ConnectTimeout
 		}
 	}
-	return &SSH{cfg: cfg, ep: ep, sessions: make(chan struct{}, maxSessions)}, nil
+	return &SSH{cfg: cfg, ep: ep, uid: -1, sessions: make(chan struct{}, maxSessions)}, nil
 }
 
 // Endpoint returns where the transport connects.
@@ -557,7 +558,7 @@ func (s *SSH) Put(ctx context.Context, p string, r io.Reader, mode fs.FileMode) 
 
 func putFile(f *sftp.Client, p string, r io.Reader, mode fs.FileMode) (err error) {
 	dir := path.Dir(p)
-	if err := f.MkdirAll(dir); err != nil {
+	if err := mkdirPrivateSFTP(f, dir); err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
 	tmp := path.Join(dir, "."+path.Base(p)+".tmp-"+randomSuffix())
@@ -826,4 +827,72 @@ func (s *SSH) HostKey(ctx context.Context) (*HostKeyInfo, error) {
 	}
 	info.State, info.Known, err = hk.checkKnown(info.Addr, info.Key)
 	return info, err
+}
+
+// mkdirPrivateSFTP creates dir and its missing parents 0700 (chmod after
+// mkdir: the server's umask does not decide); existing directories are
+// left as they are.
+func mkdirPrivateSFTP(f *sftp.Client, dir string) error {
+	if fi, err := f.Stat(dir); err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("%s is not a directory", dir)
+		}
+		return nil
+	}
+	if parent := path.Dir(dir); parent != dir {
+		if err := mkdirPrivateSFTP(f, parent); err != nil {
+			return err
+		}
+	}
+	if err := f.Mkdir(dir); err != nil {
+		if fi, serr := f.Stat(dir); serr == nil && fi.IsDir() {
+			return nil // made meanwhile by another call
+		}
+		return err
+	}
+	return f.Chmod(dir, 0o700)
+}
+
+// Lstat describes p over SFTP, without following a final symbolic link.
+func (s *SSH) Lstat(ctx context.Context, p string) (Stat, error) {
+	if err := checkPath(p); err != nil {
+		return Stat{}, err
+	}
+	st, err := callSFTP(ctx, s, func(f *sftp.Client) (Stat, error) {
+		fi, err := f.Lstat(p)
+		if err != nil {
+			return Stat{}, err
+		}
+		fs, ok := fi.Sys().(*sftp.FileStat)
+		if !ok {
+			return Stat{}, fmt.Errorf("no owner in %T", fi.Sys())
+		}
+		return Stat{UID: int(fs.UID), Mode: fi.Mode()}, nil
+	})
+	if err != nil {
+		return Stat{}, fmt.Errorf("lstat %s on %s: %w", p, s.cfg.Node, err)
+	}
+	return st, nil
+}
+
+// UID returns the SSH user's uid on the node (`id -u`, asked once).
+func (s *SSH) UID(ctx context.Context) (int, error) {
+	s.mu.Lock()
+	uid := s.uid
+	s.mu.Unlock()
+	if uid >= 0 {
+		return uid, nil
+	}
+	res, err := s.Exec(ctx, []string{"id", "-u"}, nil)
+	if err != nil {
+		return -1, fmt.Errorf("uid on %s: %w", s.cfg.Node, err)
+	}
+	uid, err = strconv.Atoi(strings.TrimSpace(string(res.Stdout)))
+	if res.ExitCode != 0 || err != nil || uid < 0 {
+		return -1, fmt.Errorf("uid on %s: `id -u` answered %q (exit %d)", s.cfg.Node, res.Stdout, res.ExitCode)
+	}
+	s.mu.Lock()
+	s.uid = uid
+	s.mu.Unlock()
+	return uid, nil
 }

@@ -35,7 +35,7 @@ type Transport interface {
 	Exec(ctx context.Context, argv []string, stdin []byte) (Result, error)
 
 	// Put writes the content of r to path with permissions mode, creating missing
-	// parent directories. The write is atomic: content goes to a temporary name in
+	// parent directories private to the node user (0700, whatever the umask). The write is atomic: content goes to a temporary name in
 	// the same directory, which is renamed over path only once complete, so readers
 	// see the old file or the new one and a failed Put leaves neither a partial file
 	// nor the temporary behind. Put replaces a read-only file. Put has no
@@ -56,6 +56,14 @@ type Transport interface {
 	// error, never followed.
 	Walk(ctx context.Context, dir string) ([]FileInfo, error)
 
+	// Lstat describes path without following a final symbolic link: the uid
+	// that owns it and its mode (type and permission bits). A missing path
+	// is an error wrapping fs.ErrNotExist.
+	Lstat(ctx context.Context, path string) (Stat, error)
+
+	// UID returns the uid the node runs commands and tasks as.
+	UID(ctx context.Context) (int, error)
+
 	// Remove removes the file or the whole directory tree at path, including
 	// read-only directories inside it. A missing path is not an error. Removing "/"
 	// is refused.
@@ -64,6 +72,12 @@ type Transport interface {
 	// Close releases the connection, if any. Calling it more than once is allowed
 	// and returns nil after the first call. No other method may be called after it.
 	Close() error
+}
+
+// Stat is what Transport.Lstat reports of a path.
+type Stat struct {
+	UID  int
+	Mode fs.FileMode
 }
 
 // Result is the outcome of a command run by Transport.Exec.

@@ -38,7 +38,36 @@ type Store struct {
 // that WAL mode is on and applies pending migrations. Only the process holding
 // the controller lock should call it.
 func Open(ctx context.Context, path string) (*Store, error) {
+	if err := private(path); err != nil {
+		return nil, err
+	}
 	return open(ctx, path, false, -1)
+}
+
+// private creates the database file 0600 when it does not exist and makes
+// an existing one, and its -wal and -shm files, 0600: whatever the umask,
+// only its owner reads it. SQLite gives the -wal and -shm files it creates
+// the mode of the database file.
+func private(path string) error {
+	// Closing a descriptor of a database this process has open would drop
+	// SQLite's locks on it: open only a file that does not exist yet.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	switch {
+	case err == nil:
+		err = f.Chmod(0o600)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("make database %s private: %w", path, err)
+		}
+	case !errors.Is(err, fs.ErrExist):
+		return fmt.Errorf("open database %s: %w", path, err)
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Chmod(p, 0o600); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("make %s private: %w", p, err)
+		}
+	}
+	return nil
 }
 
 // OpenReadOnly opens an existing database for reading only; read-only commands

@@ -25,6 +25,7 @@ commands (see docs/PROTOCOL.md):
   status --root R [--project P]...
   kill   --dir D [--grace 30s]
   tail   --dir D [--follow]
+  which  NAME...                  (stdin: JSON map of environment variables)
 `
 
 // cmdError carries the ErrorReply kind of a failed subcommand.
@@ -87,6 +88,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdKill(ctx, rest, stdout)
 	case "tail":
 		err = cmdTail(ctx, rest, stdout)
+	case "which":
+		err = cmdWhich(rest, stdin, stdout)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stderr, usageText)
 		return 0

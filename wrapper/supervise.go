@@ -78,6 +78,9 @@ type outcome struct {
 	code     int
 	sig      syscall.Signal
 	startErr string // set when the tool never ran (class start)
+	// toolMissing is set when the tool's executable is not in its PATH:
+	// no retry can help, wherever it runs on this node.
+	toolMissing bool
 }
 
 // supervise is the hidden subcommand `run` starts in a new session. It reads
@@ -383,7 +386,12 @@ func (s *supervisor) attempt() outcome {
 
 	cmd, closers, err := s.toolCmd(out)
 	if err != nil {
-		return outcome{code: -1, startErr: err.Error()}
+		o := outcome{code: -1, startErr: err.Error()}
+		if errors.Is(err, exec.ErrNotFound) {
+			o.toolMissing = true
+			o.startErr = fmt.Sprintf("%s; fix: install it on node %s (in the PATH of the node user's non-interactive shell, or in the api_mode's PATH), or give the task or the node another tool", err, s.launch.Node)
+		}
+		return o
 	}
 	p, err := s.startChild(cmd, closers...)
 	if errors.Is(err, errStopped) {
@@ -596,6 +604,10 @@ func (s *supervisor) updateStatus(f func(*Status) bool) error {
 
 // finish writes the final status of the attempt.
 func (s *supervisor) finish(res outcome) {
+	if res.startErr != "" {
+		// The log the report points to says why nothing ran.
+		fmt.Fprintf(s.tlog, "dispatch-wrapper: %s\n", res.startErr)
+	}
 	s.mu.Lock()
 	reason := s.stopReason
 	s.mu.Unlock()
@@ -629,6 +641,7 @@ func (s *supervisor) finish(res outcome) {
 			st.Error = "timed out after " + seconds(s.launch.TimeoutSeconds).String()
 		case res.startErr != "":
 			st.Status, st.ErrorClass, st.Error = StatusFailed, ClassStart, res.startErr
+			st.ToolMissing = res.toolMissing
 		case res.sig != 0:
 			st.Status, st.ErrorClass, st.Error = StatusFailed, ClassCrash, exitError(res.code, res.sig)
 		case res.code == 0:

@@ -110,6 +110,9 @@ type Status struct {
 	// controller can wait that long from when it reads the status without
 	// comparing clocks. 0 means unknown.
 	RetryAfterSeconds float64 `json:"retry_after_seconds"`
+	// ToolMissing is set with ErrorClass start when the tool's executable
+	// is not in its PATH on the node: the controller does not retry it.
+	ToolMissing bool `json:"tool_missing,omitempty"`
 }
 
 // Final reports whether the attempt is over (anything but running).

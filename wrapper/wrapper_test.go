@@ -536,20 +536,21 @@ func TestHeartbeat(t *testing.T) {
 func TestStart(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name       string
-		launch     Launch
-		wantStatus string
-		wantClass  string
-		wantError  string // a prefix
-		wantLog    string
-		wantNoFile string // in output/
+		name        string
+		launch      Launch
+		wantStatus  string
+		wantClass   string
+		wantError   string // a prefix
+		wantLog     string
+		wantNoFile  string // in output/
+		wantMissing bool
 	}{
 		{
 			name:       "setup fails",
 			launch:     Launch{Setup: "echo preparing; echo 'boom: no such package' >&2; exit 1", Command: shell("echo ran > ran.txt")},
 			wantStatus: StatusFailed, wantClass: ClassStart,
 			wantError:  "setup failed: exit status 1: boom: no such package",
-			wantLog:    "preparing\nboom: no such package\n",
+			wantLog:    "preparing\nboom: no such package\ndispatch-wrapper: setup failed: exit status 1: boom: no such package\n",
 			wantNoFile: "ran.txt",
 		},
 		{
@@ -562,7 +563,10 @@ func TestStart(t *testing.T) {
 			name:       "command not found",
 			launch:     Launch{Command: []string{"no-such-tool-for-dispatch-tests"}},
 			wantStatus: StatusFailed, wantClass: ClassStart,
-			wantError: "start tool: no-such-tool-for-dispatch-tests: executable file not found",
+			wantError:   "start tool: no-such-tool-for-dispatch-tests: executable file not found",
+			wantMissing: true,
+			// The log the report points to says why nothing ran.
+			wantLog: "dispatch-wrapper: start tool: no-such-tool-for-dispatch-tests: executable file not found in $PATH; fix: install it on node local (in the PATH of the node user's non-interactive shell, or in the api_mode's PATH), or give the task or the node another tool\n",
 		},
 		{
 			name:       "spec on stdin and in args",
@@ -579,6 +583,9 @@ func TestStart(t *testing.T) {
 			st := tk.waitFinal(t)
 			if st.Status != tc.wantStatus || st.ErrorClass != tc.wantClass || !strings.HasPrefix(st.Error, tc.wantError) {
 				t.Errorf("status %+v; want %s, class %q, error %q...", st, tc.wantStatus, tc.wantClass, tc.wantError)
+			}
+			if st.ToolMissing != tc.wantMissing {
+				t.Errorf("tool_missing = %v, want %v", st.ToolMissing, tc.wantMissing)
 			}
 			if log := tk.readFile(t, fileLog); log != tc.wantLog {
 				t.Errorf("task.log = %q, want %q", log, tc.wantLog)

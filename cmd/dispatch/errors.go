@@ -40,8 +40,9 @@ func isConfigError(err error) bool {
 		up   *spec.UnknownProjectError
 		ne   *spec.NameError
 		plan *controller.PlanError
+		sock *controller.SocketError
 	)
 	return errors.As(err, &ce) || errors.As(err, &ces) || errors.As(err, &se) || errors.As(err, &ses) ||
-		errors.As(err, &up) || errors.As(err, &ne) || errors.As(err, &plan) ||
+		errors.As(err, &up) || errors.As(err, &ne) || errors.As(err, &plan) || errors.As(err, &sock) ||
 		errors.Is(err, controller.ErrLocked) || errors.Is(err, store.ErrNoDatabase) || errors.Is(err, store.ErrNotFound)
 }

@@ -401,7 +401,8 @@ func mountTmpfs(t *testing.T, dir, size string) bool {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	cmd := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir)
+	// mode=0700: a work_dir open to others is refused before it is used.
+	cmd := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", dir)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if os.Geteuid() != 0 || cmd.Run() != nil {
 		t.Logf("cannot mount a tmpfs here (%s); the full-disk node is left out", strings.TrimSpace(out.String()))

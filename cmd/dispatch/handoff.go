@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -120,11 +119,14 @@ func detach(ctx context.Context, e *env, name string, args []string) error {
 		return err
 	}
 	logPath := filepath.Join(e.home, logFile)
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", logPath, err)
 	}
 	defer logf.Close()
+	if err := logf.Chmod(0o600); err != nil {
+		return fmt.Errorf("make %s private: %w", logPath, err)
+	}
 	fmt.Fprintf(logf, "--- %s dispatch %s\n", time.Now().Format(time.RFC3339), strings.Join(args, " "))
 	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), detachedEnv+"=1")
@@ -138,8 +140,7 @@ func detach(ctx context.Context, e *env, name string, args []string) error {
 	go func() { exited <- cmd.Wait() }()
 	deadline := time.After(30 * time.Second)
 	for {
-		if conn, err := net.Dial("unix", controller.SocketPath(e.home)); err == nil {
-			conn.Close()
+		if controller.Running(e.home) {
 			fmt.Fprintf(e.out, "controller started in the background (pid %d) for %s\nlog: %s\nfollow it with: dispatch status %s --watch\n",
 				cmd.Process.Pid, name, logPath, name)
 			return nil

@@ -74,6 +74,24 @@ func newEnv(c *cli.Context) (*env, error) {
 	return e, nil
 }
 
+// writePrivate writes a file only its owner can read (0600), whatever the
+// umask and whatever mode the file had.
+func writePrivate(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 func (e *env) specsDir() string { return filepath.Join(e.home, "specs") }
 func (e *env) dbPath() string   { return filepath.Join(e.home, "dispatch.db") }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -61,7 +60,7 @@ func reportCommand() *cli.Command {
 				out = []byte(r.Markdown())
 			}
 			if path := c.String("output"); path != "" {
-				if err := os.WriteFile(path, out, 0o644); err != nil {
+				if err := writePrivate(path, out); err != nil {
 					return fmt.Errorf("write report: %w", err)
 				}
 				return nil

@@ -48,7 +48,8 @@ func startAction(c *cli.Context) error {
 		return usagef("dispatch start --poll 5s "+name, "--poll must be positive")
 	}
 	only := c.StringSlice("nodes")
-	cfg, p, rows, err := plan(e, name, only)
+	so := controller.StartOptions{IntegratePartial: c.Bool("integrate-partial"), NoIntegrate: c.Bool("no-integrate")}
+	cfg, p, rows, err := plan(ctx, e, name, only, so)
 	if err != nil {
 		return err
 	}
@@ -56,7 +57,6 @@ func startAction(c *cli.Context) error {
 		printPlan(e, cfg, p, rows)
 		return nil
 	}
-	so := controller.StartOptions{IntegratePartial: c.Bool("integrate-partial"), NoIntegrate: c.Bool("no-integrate")}
 	transports, err := openTransports(cfg, only)
 	if err != nil {
 		return err
@@ -113,7 +113,7 @@ func startAction(c *cli.Context) error {
 	}
 	defer stopServing()
 	if os.Getenv(detachedEnv) != "" {
-		if err := os.WriteFile(filepath.Join(e.home, pidFile), []byte(fmt.Sprintf("%d\n", os.Getpid())), 0o644); err != nil {
+		if err := writePrivate(filepath.Join(e.home, pidFile), []byte(fmt.Sprintf("%d\n", os.Getpid()))); err != nil {
 			return err
 		}
 		defer os.Remove(filepath.Join(e.home, pidFile))

@@ -89,7 +89,8 @@ func TestStopLetsRunningTasksFinish(t *testing.T) {
 func TestNewSpecInAFinishedProject(t *testing.T) {
 	home, _ := opsHome(t, nil)
 	dir := filepath.Join(home, "specs", "p")
-	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\n")
+	// No fix round: F01 would be generated for the node's agent CLI.
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nmax_fix_rounds: 0\n")
 	writeFile(t, filepath.Join(dir, "S01-a.md"), "echo a > a.txt\n")
 	writeFile(t, filepath.Join(dir, "S99-integrate.md"), "ls > INTEGRATION.md\n")
 	writeFile(t, filepath.Join(dir, "V01-verify.md"), "echo '{\"pass\": true, \"issues\": []}' > verdict.json\n")

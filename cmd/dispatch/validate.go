@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/spec"
 )
@@ -26,7 +29,7 @@ func validateCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			cfg, p, rows, err := plan(e, name, nil)
+			cfg, p, rows, err := plan(c.Context, e, name, nil, controller.StartOptions{})
 			if err != nil {
 				return err
 			}
@@ -36,8 +39,11 @@ func validateCommand() *cli.Command {
 	}
 }
 
-// plan loads the config and the project and checks that every task can run.
-func plan(e *env, name string, only []string) (*nodes.Config, *spec.Project, []controller.PlanRow, error) {
+// plan loads the config and the project and checks that every task can run:
+// on some node its routes allow, with a tool whose executable that node has
+// (each node's wrapper is asked; a node that cannot be reached is named in a
+// note and does not fail the check).
+func plan(ctx context.Context, e *env, name string, only []string, so controller.StartOptions) (*nodes.Config, *spec.Project, []controller.PlanRow, error) {
 	cfg, err := e.loadConfig()
 	if err != nil {
 		return nil, nil, nil, err
@@ -51,9 +57,28 @@ func plan(e *env, name string, only []string) (*nodes.Config, *spec.Project, []c
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	rows, err := controller.Plan(cfg, p, only)
+	rows, err := controller.Plan(cfg, p, only, so)
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	need := controller.NeededExecutables(cfg, rows)
+	transports, err := openTransports(cfg, only)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer func() {
+		for _, tr := range transports {
+			tr.Close()
+		}
+	}()
+	timeout := max(30*time.Second, 3*cfg.Controller.SSHConnectTimeout)
+	probes := controller.ProbeExecutables(ctx, cfg, transports, nodes.NewWrappers(), need, timeout)
+	problems, notes := controller.CheckExecutables(cfg, rows, probes)
+	for _, n := range notes {
+		fmt.Fprintln(e.errOut, "note: "+termtext.Clean(n))
+	}
+	if len(problems) > 0 {
+		return nil, nil, nil, &controller.PlanError{Problems: problems}
 	}
 	return cfg, p, rows, nil
 }
@@ -84,7 +109,7 @@ func printPlan(e *env, cfg *nodes.Config, p *spec.Project, rows []controller.Pla
 		for _, n := range r.Nodes {
 			where = append(where, fmt.Sprintf("%s (%s)", n, r.Tools[n]))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", t.ID, t.Type, t.Priority, deps, timeout, strings.Join(where, ", "), t.Title)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", t.ID, r.Type, t.Priority, deps, timeout, strings.Join(where, ", "), t.Title)
 	}
 	tw.Flush()
 	for _, f := range p.Ignored {

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// quickstart returns the commands of the README's local Quickstart, as
+// written, one per line.
+func quickstart(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "## Quickstart (local node)\n\n")
+	if !ok {
+		t.Fatal("README has no local Quickstart")
+	}
+	var cmds []string
+	for _, line := range strings.Split(rest, "\n") {
+		if !strings.HasPrefix(line, "    ") {
+			if len(cmds) > 0 {
+				break
+			}
+			continue
+		}
+		cmds = append(cmds, strings.TrimPrefix(line, "    "))
+	}
+	return cmds
+}
+
+// TestReadmeQuickstartLocal runs the README's local Quickstart word for
+// word on a machine without any agent CLI (PATH holds the system's tools
+// and the dispatch binary only), in a fresh HOME. `make build` is the
+// binary the tests built; /path/to/dispatch is this checkout.
+func TestReadmeQuickstartLocal(t *testing.T) {
+	cmds := quickstart(t)
+	if len(cmds) < 5 || cmds[0] != "make build" {
+		t.Fatalf("unexpected Quickstart: %q", cmds)
+	}
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	bin := t.TempDir()
+	if err := os.Symlink(dispatchBin, filepath.Join(bin, "dispatch")); err != nil {
+		t.Fatal(err)
+	}
+	script := "set -e\n" + strings.ReplaceAll(strings.Join(cmds[1:], "\n"), "/path/to/dispatch", repo) + "\n"
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", script)
+	cmd.Dir = home
+	// The test binary builds the node's wrapper on demand (a `make build`
+	// binary embeds it): it gets the Go toolchain, and nothing else.
+	cmd.Env = append([]string{"HOME=" + home, "PATH=" + bin + ":/usr/bin:/bin", "TERM=dumb"}, goEnv(t, bin)...)
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the Quickstart failed: %v\n%s", err, out)
+	}
+	for _, want := range []string{"hello — phase done, passed", "**PASSED**"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the Quickstart's output lacks %q:\n%s", want, out)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(home, "work", "runs", "hello", "S01", "output", "hello.txt")); err != nil || string(b) != "hello\n" {
+		t.Errorf("runs/hello/S01/output/hello.txt = %q, %v", b, err)
+	}
+}
+
+// TestStartRefusesAToolNoNodeHas: the Quickstart's project with the
+// integration phase on, on a machine without claude: validate and start
+// exit 2 before anything runs, naming the task, the tool, the node and the
+// fix, and the home is left as it was.
+func TestStartRefusesAToolNoNodeHas(t *testing.T) {
+	home, _ := opsHome(t, nil)
+	dir := filepath.Join(home, "specs", "hello")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\n")
+	writeFile(t, filepath.Join(dir, "S01-hello.md"), "echo hello > hello.txt\n")
+	bin := t.TempDir()
+	env := append([]string{"PATH=" + bin + ":/usr/bin:/bin"}, goEnv(t, bin)...)
+	before := tree(t, home)
+	for _, args := range [][]string{{"validate", "hello"}, {"start", "hello"}} {
+		r := runDispatch(t, env, append([]string{"--home", home}, args...)...)
+		if r.code != 2 {
+			t.Fatalf("%s: %s; want exit 2", args[0], r)
+		}
+		for _, want := range []string{"the generated integration task S99", "tool claude", "no claude in its PATH", "local", "integration: false"} {
+			if !strings.Contains(r.stderr, want) {
+				t.Errorf("%s: stderr lacks %q:\n%s", args[0], want, r.stderr)
+			}
+		}
+	}
+	assertTreeUnchanged(t, home, before)
+	// With the phase off the same project runs.
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
+	if r := runDispatch(t, env, "--home", home, "start", "hello"); r.code != 0 {
+		t.Fatalf("start with integration: false: %s", r)
+	}
+}
+
+// TestValidateListsThePhaseTasks: validate shows the phase tasks that will
+// be generated, and an author's S99/V01 with their phase's type.
+func TestValidateListsThePhaseTasks(t *testing.T) {
+	home, _ := opsHome(t, nil)
+	dir := filepath.Join(home, "specs", "p")
+	writeFile(t, filepath.Join(home, "nodes.yaml"), strings.Replace(readFile(t, filepath.Join(home, "nodes.yaml")), "    slots: 4\n", "    slots: 4\n    tool: sh\n", 1)+
+		"tools:\n  sh: { command: [/bin/sh, \"{spec}\"] }\n")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\n")
+	writeFile(t, filepath.Join(dir, "S01-a.md"), "echo a\n")
+	writeFile(t, filepath.Join(dir, "S99-mine.md"), "echo integrate\n")
+	bin := t.TempDir()
+	r := runDispatch(t, append([]string{"PATH=" + bin + ":/usr/bin:/bin"}, goEnv(t, bin)...), "--home", home, "validate", "p")
+	if r.code != 0 {
+		t.Fatalf("validate: %s", r)
+	}
+	for _, want := range []string{"S99  integration", "V01  verification", "(generated verification task)", "F01  fix", "local (sh)"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("validate output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+// goEnv lets a command whose PATH is bin and the system's directories
+// build with this test's toolchain and caches, offline: it links go into
+// bin and returns the Go variables to set.
+func goEnv(t *testing.T, bin string) []string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(goBin, filepath.Join(bin, "go")); err != nil {
+		t.Fatal(err)
+	}
+	var env []string
+	for _, k := range []string{"GOCACHE", "GOMODCACHE", "GOPATH", "GOROOT"} {
+		out, err := exec.Command(goBin, "env", k).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		env = append(env, k+"="+strings.TrimSpace(string(out)))
+	}
+	return append(env, "GOFLAGS=-mod=mod", "GOPROXY=off")
+}

@@ -1,0 +1,63 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/spec"
+)
+
+func TestCheckExecutables(t *testing.T) {
+	cfg, err := nodes.Parse("nodes.yaml", []byte(`
+nodes:
+  - name: a
+    slots: 1
+  - name: b
+    slots: 1
+    tool: codex
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s01 := PlanRow{Task: &spec.Task{ID: "S01"}, Type: "implementation", Nodes: []string{"a", "b"}, Tools: map[string]string{"a": "claude", "b": "codex"}}
+	s99 := PlanRow{Task: &spec.Task{ID: "S99"}, Type: "integration", Generated: true, Nodes: []string{"a"}, Tools: map[string]string{"a": "claude"}}
+	sh := PlanRow{Task: &spec.Task{ID: "S02"}, Type: "implementation", Nodes: []string{"a"}, Tools: map[string]string{"a": "shell"}}
+	found := func(names ...string) NodeProbe {
+		p := NodeProbe{Found: map[string]bool{}}
+		for _, n := range names {
+			p.Found[n] = true
+		}
+		return p
+	}
+	tests := []struct {
+		name     string
+		rows     []PlanRow
+		probes   map[string]NodeProbe
+		problems []string // substrings, one per problem
+		notes    int
+	}{
+		{"one node has it", []PlanRow{s01}, map[string]NodeProbe{"a": found(), "b": found("codex")}, nil, 0},
+		{"no node has it", []PlanRow{s01}, map[string]NodeProbe{"a": found(), "b": found()},
+			[]string{"task S01 cannot run anywhere: a (tool claude: no claude in its PATH); b (tool codex: no codex in its PATH)"}, 0},
+		{"generated phase task names the phase fix", []PlanRow{s99}, map[string]NodeProbe{"a": found("codex")},
+			[]string{"the generated integration task S99|integration: false"}, 0},
+		{"unreachable node is a note, not a problem", []PlanRow{s01}, map[string]NodeProbe{"a": found(), "b": {Err: "connection refused"}}, nil, 1},
+		{"shell needs /bin/sh", []PlanRow{sh}, map[string]NodeProbe{"a": found("/bin/sh")}, nil, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			problems, notes := CheckExecutables(cfg, tc.rows, tc.probes)
+			if len(problems) != len(tc.problems) || len(notes) != tc.notes {
+				t.Fatalf("problems %q, notes %q; want %d problems, %d notes", problems, notes, len(tc.problems), tc.notes)
+			}
+			for i, wants := range tc.problems {
+				for _, want := range append(strings.Split(wants, "|"), "fix:") {
+					if !strings.Contains(problems[i], want) {
+						t.Errorf("problem %q lacks %q", problems[i], want)
+					}
+				}
+			}
+		})
+	}
+}
