@@ -8,12 +8,21 @@ WRAPPER_VERSION := $(VERSION)-$(shell cat wrapper/*.go cmd/dispatch-wrapper/*.go
 WRAPPER_LDFLAGS := -s -w -X github.com/dispatch-tool/dispatch/wrapper.Version=$(WRAPPER_VERSION)
 DEMO     := $(CURDIR)/.demo
 
-.PHONY: build wrappers demo test lint bench clean
+PREFIX   ?= $(HOME)/.local
+BINDIR   ?= $(PREFIX)/bin
+
+.PHONY: build install wrappers demo test lint bench clean
 
 ## build: bin/dispatch with the wrappers for all four node platforms embedded (no Go needed to run it)
 build: wrappers
 	$(GO) build -tags embedwrappers -o $(BIN) ./cmd/dispatch
 	@echo "built $(BIN) (wrapper $(WRAPPER_VERSION))"
+
+## install: build, then copy bin/dispatch to $(DESTDIR)$(BINDIR) (default ~/.local/bin; PREFIX=/usr/local for all users)
+install: build
+	@mkdir -p "$(DESTDIR)$(BINDIR)"
+	install -m 0755 $(BIN) "$(DESTDIR)$(BINDIR)/dispatch"
+	@case ":$$PATH:" in *":$(BINDIR):"*) ;; *) echo "note: $(BINDIR) is not on your PATH; add it: export PATH=\"$(BINDIR):\$$PATH\"";; esac
 
 wrappers:
 	@rm -rf nodes/wrappers && mkdir -p nodes/wrappers
