@@ -151,3 +151,19 @@ func goEnv(t *testing.T, bin string) []string {
 	}
 	return append(env, "GOFLAGS=-mod=mod", "GOPROXY=off")
 }
+
+// TestDemo runs specs/demo the way `make demo` does (its nodes.yaml, a
+// fresh home) on a machine without any agent CLI: it passes.
+func TestDemo(t *testing.T) {
+	home := t.TempDir()
+	copyDir(t, "../../specs/demo", filepath.Join(home, "specs", "demo"))
+	writeFile(t, filepath.Join(home, "nodes.yaml"), "controller:\n  poll_interval: 1s\n  retry_backoff: 2s\nnodes:\n  - name: local\n    ssh: null\n    slots: 3\n    work_dir: "+filepath.Join(home, "work")+"\n")
+	bin := t.TempDir()
+	env := append([]string{"PATH=" + bin + ":/usr/bin:/bin"}, goEnv(t, bin)...)
+	if r := runDispatch(t, env, "--home", home, "start", "demo"); r.code != 0 {
+		t.Fatalf("make demo's start: %s", r)
+	}
+	if _, err := os.Stat(filepath.Join(home, "runs", "demo", "final", "INTEGRATION.md")); err != nil {
+		t.Fatalf("no final tree: %v", err)
+	}
+}
