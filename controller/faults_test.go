@@ -327,7 +327,8 @@ nodes:
 	}
 	h.tickUntil("retry to complete", func() bool { return h.task("S01").Status == store.Completed })
 	if tk := h.task("S01"); tk.Node != "b" {
-		t.Fatalf("retry ran on %s, want b (a failed to start it; a is otherwise less loaded)", tk.Node)
+		evs, _ := h.st.Events(context.Background(), "", 0, 0)
+		t.Fatalf("retry ran on %s, want b (a failed to start it; a is otherwise less loaded); events: %+v", tk.Node, evs)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"path"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Installed is a node's wrapper, ready to run.
@@ -54,7 +55,7 @@ func EnsureWrapper(ctx context.Context, tr Transport, workDir string, w *Wrapper
 		if err := CheckWorkDir(ctx, tr, inst); err != nil {
 			return inst, err
 		}
-		res, err := tr.Exec(ctx, []string{inst.Path, "version"}, nil)
+		res, err := execBusy(ctx, tr, []string{inst.Path, "version"})
 		if err != nil {
 			return inst, fmt.Errorf("check wrapper: %w", err)
 		}
@@ -182,4 +183,22 @@ func unsafeMode(st Stat, uid int, dir bool) string {
 		return fmt.Sprintf("is writable by its group or by others (mode %04o)", st.Mode.Perm())
 	}
 	return ""
+}
+
+// execBusy runs argv, trying again for a while when the binary is "busy":
+// a binary just written can fail to exec with ETXTBSY while a process
+// forked elsewhere in this program (another node's install, say) still
+// holds the write descriptor between its fork and its exec (golang/go#22315).
+func execBusy(ctx context.Context, tr Transport, argv []string) (Result, error) {
+	for try := 0; ; try++ {
+		res, err := tr.Exec(ctx, argv, nil)
+		if !errors.Is(err, syscall.ETXTBSY) || try == 50 {
+			return res, err
+		}
+		select {
+		case <-ctx.Done():
+			return res, err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
