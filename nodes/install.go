@@ -126,7 +126,8 @@ func ParseUname(s string) (goos, goarch string, err error) {
 // the way OpenSSH's StrictModes refuses an authorized_keys file: the
 // work_dir, its .bin and the installed wrapper (those that exist) must
 // belong to the node user (or root), must not be writable by group or
-// others, and must not be symbolic links. A wrapper there is executed and
+// others, and must not be symbolic links (the work_dir may be a link of the
+// node user's to a directory that passes). A wrapper there is executed and
 // gets the api_mode's secrets on its stdin; a wrapper planted by someone
 // else would have them. The work_dir's parents are not checked: a work_dir
 // under a shared sticky directory such as /tmp is fine once it is private.
@@ -141,6 +142,15 @@ func CheckWorkDir(ctx context.Context, tr Transport, inst Installed) error {
 		dir  bool
 	}{{inst.WorkDir, true}, {path.Dir(inst.Path), true}, {inst.Path, false}} {
 		st, err := tr.Lstat(ctx, c.path)
+		if err == nil && c.path == inst.WorkDir && st.Mode&fs.ModeSymlink != 0 {
+			// A work_dir that is a link (~/dispatch → /data/dispatch) is
+			// fine when the link is the node user's (or root's): its
+			// target is what must be safe.
+			if st.UID != uid && st.UID != 0 {
+				return &UnsafeWorkDirError{Path: c.path, Why: fmt.Sprintf("is a symbolic link of uid %d, not of the node user (uid %d)", st.UID, uid), WorkDir: inst.WorkDir}
+			}
+			st, err = tr.Lstat(ctx, c.path+"/.")
+		}
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 			// Neither it nor what is below it exists yet (a path through
 			// a file fails at install, naming the cause).

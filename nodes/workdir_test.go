@@ -45,6 +45,20 @@ func TestUnsafeWorkDirIsRefused(t *testing.T) {
 			}
 		}, "is a symbolic link"},
 	}
+	cases = append(cases, struct {
+		name  string
+		setup setup
+		want  string
+	}{"work_dir links to a directory open to everyone", func(t *testing.T, work, bin string) {
+		target := filepath.Join(filepath.Dir(work), "target")
+		if err := os.Rename(work, target); err != nil {
+			t.Fatal(err)
+		}
+		chmod(t, target, 0o777)
+		if err := os.Symlink(target, work); err != nil {
+			t.Fatal(err)
+		}
+	}, "writable by its group or by others (mode 0777)"})
 	run := func(t *testing.T, open func(t *testing.T) (nodes.Transport, string)) {
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
@@ -72,6 +86,20 @@ func TestUnsafeWorkDirIsRefused(t *testing.T) {
 				}
 			})
 		}
+		t.Run("work_dir is the user's link to a private directory", func(t *testing.T) {
+			tr, root := open(t)
+			target := filepath.Join(root, "data")
+			if err := os.Mkdir(target, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			work := filepath.Join(root, "work")
+			if err := os.Symlink(target, work); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := nodes.EnsureWrapper(t.Context(), tr, work, testWrappers); err != nil {
+				t.Fatalf("a work_dir linked to a private directory: %v", err)
+			}
+		})
 		t.Run("fresh work_dir is private", func(t *testing.T) {
 			tr, root := open(t)
 			work := filepath.Join(root, "a", "work")
