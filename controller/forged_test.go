@@ -1,8 +1,10 @@
 package controller
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -55,5 +57,39 @@ func TestForgedStaleAttemptHoldsNoTaskOfAnotherNode(t *testing.T) {
 	}
 	if evs := h.events("stale"); len(evs) > 1 {
 		t.Errorf("%d stale events for one forged task; want at most one: %v", len(evs), evs)
+	}
+}
+
+// TestMergeFileAndDirectoryClashIsAConflict: one task's output has a file
+// where another's has a directory of the same name. The merge records a
+// conflict and keeps the other version beside it, instead of failing every
+// tick and leaving the project unfinished for ever.
+func TestMergeFileAndDirectoryClashIsAConflict(t *testing.T) {
+	specs := map[string]string{
+		"project.yaml": "tool: shell\nverification: false\n",
+		"S01-dir.md":   "mkdir -p docs && echo a > docs/a.md\necho x > x\n",
+		"S02-file.md":  "echo b > docs\nmkdir -p x && echo y > x/y\n",
+		"S99-own.md":   "# Own integration\nls -R . > tree.txt\n",
+	}
+	h := newHarness(t, "", specs)
+	h.tickUntil("project to finish", func() bool {
+		p, _ := h.st.Project(context.Background(), "p")
+		return p.State == store.ProjectDone
+	})
+	runs := RunsDir(h.home, "p")
+	for name, want := range map[string]string{
+		"merged/docs/a.md":         "a\n",
+		"merged/docs.S02.conflict": "b\n",
+		"merged/x":                 "x\n",
+		"merged/x.S02.conflict/y":  "y\n",
+	} {
+		if b, err := os.ReadFile(filepath.Join(runs, filepath.FromSlash(name))); string(b) != want {
+			t.Errorf("%s = %q (%v), want %q", name, b, err, want)
+		}
+	}
+	cs, _ := h.st.Conflicts(context.Background(), "p")
+	want := []store.Conflict{{Path: "docs", Tasks: []string{"S01", "S02"}}, {Path: "x", Tasks: []string{"S01", "S02"}}}
+	if !reflect.DeepEqual(cs, want) {
+		t.Errorf("conflicts = %+v, want %+v", cs, want)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/template"
@@ -325,6 +326,23 @@ func (c *Controller) merge(ctx context.Context, project string, author []store.T
 			}
 			src := filepath.Join(out, filepath.FromSlash(rel))
 			dst := filepath.Join(merged, filepath.FromSlash(rel))
+			if at := clashAt(merged, rel); at != "" {
+				// A file of one task where another has a directory: the
+				// later one goes beside it, as for any conflict.
+				other := filepath.Join(merged, filepath.FromSlash(at)) + "." + t.ID + ".conflict" + strings.TrimPrefix(rel, at)
+				if err := copyFile(src, filepath.FromSlash(other)); err != nil {
+					return nil, nil, err
+				}
+				cf := conflicts[at]
+				if cf == nil {
+					cf = &store.Conflict{Path: at, Tasks: []string{ownerOf(owner, at)}}
+					conflicts[at] = cf
+				}
+				if !slices.Contains(cf.Tasks, t.ID) {
+					cf.Tasks = append(cf.Tasks, t.ID)
+				}
+				continue
+			}
 			switch first, taken := owner[rel]; {
 			case !taken:
 				if err := copyFile(src, dst); err != nil {
@@ -361,6 +379,42 @@ func (c *Controller) merge(ctx context.Context, project string, author []store.T
 	}
 	sort.Slice(cs, func(i, j int) bool { return cs[i].Path < cs[j].Path })
 	return list, cs, nil
+}
+
+// clashAt returns the path in merged that keeps the file rel from being
+// placed there: an ancestor of rel that is not a directory, or rel itself
+// when it is a directory. It returns "" when nothing is in the way.
+func clashAt(merged, rel string) string {
+	parts := strings.Split(rel, "/")
+	for i := range parts {
+		at := strings.Join(parts[:i+1], "/")
+		fi, err := os.Lstat(filepath.Join(merged, filepath.FromSlash(at)))
+		if err != nil {
+			return ""
+		}
+		if last := i == len(parts)-1; last == fi.IsDir() {
+			return at
+		}
+	}
+	return ""
+}
+
+// ownerOf names the task whose file is at, or under the directory at, in
+// the merged tree; "base" when the project's base tree put it there.
+func ownerOf(owner map[string]string, at string) string {
+	if id, ok := owner[at]; ok {
+		return id
+	}
+	first := ""
+	for p, id := range owner {
+		if strings.HasPrefix(p, at+"/") && (first == "" || id < first) {
+			first = id
+		}
+	}
+	if first == "" {
+		return "base"
+	}
+	return first
 }
 
 // treeSums maps every regular file under dir ('/'-separated relative path)
