@@ -1,10 +1,12 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -91,5 +93,47 @@ func TestMergeFileAndDirectoryClashIsAConflict(t *testing.T) {
 	want := []store.Conflict{{Path: "docs", Tasks: []string{"S01", "S02"}}, {Path: "x", Tasks: []string{"S01", "S02"}}}
 	if !reflect.DeepEqual(cs, want) {
 		t.Errorf("conflicts = %+v, want %+v", cs, want)
+	}
+}
+
+// allocated is how many bytes f allocates.
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// TestCollectedFilesAreReadBounded: a collected task.log or verdict.json
+// may be as large as collect_max_bytes (a node sends what it likes). The
+// report reads the end of the log only, and a verdict over its cap is
+// malformed, unread: neither costs the controller memory in proportion.
+func TestCollectedFilesAreReadBounded(t *testing.T) {
+	dir := t.TempDir()
+	big := bytes.Repeat([]byte("a\n"), 16<<20) // 32 MiB, 16 Mi lines
+	logPath := filepath.Join(dir, "task.log")
+	if err := os.WriteFile(logPath, append(big, "last line\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var tail string
+	if n := allocated(func() { tail = logTail(logPath, 3) }); n > 8<<20 {
+		t.Errorf("logTail allocated %d MiB for a 32 MiB log", n>>20)
+	}
+	if tail != "a\na\nlast line" {
+		t.Errorf("tail = %q", tail)
+	}
+	verdict := filepath.Join(dir, "verdict.json")
+	body := append([]byte(`{"pass":false,"issues":["`), bytes.Repeat([]byte("x"), 32<<20)...)
+	if err := os.WriteFile(verdict, append(body, `"]}`...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var v store.Verdict
+	if n := allocated(func() { v = readVerdict(store.Task{ID: "V01", Status: store.Completed}, verdict) }); n > 8<<20 {
+		t.Errorf("readVerdict allocated %d MiB for a 32 MiB verdict", n>>20)
+	}
+	if v.Pass || len(v.Issues) != 1 || !strings.Contains(v.Issues[0], "larger than") {
+		t.Errorf("verdict: pass %v, %d issues, want not passed, with one issue naming the size", v.Pass, len(v.Issues))
 	}
 }

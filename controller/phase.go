@@ -245,7 +245,11 @@ func readVerdict(v store.Task, path string) store.Verdict {
 		out.Issues = []string{fmt.Sprintf("the verifier %s did not complete (%s): %s", v.ID, v.Status, errText(TaskView{ErrorClass: v.ErrorClass, Error: v.Error}))}
 		return out
 	}
-	b, err := os.ReadFile(path)
+	b, err := readCapped(path, maxVerdictSize)
+	if errors.Is(err, errTooLarge) {
+		out.Issues = []string{fmt.Sprintf("verdict.json is malformed: larger than %d KiB", maxVerdictSize>>10)}
+		return out
+	}
 	if err != nil {
 		out.Issues = []string{"verdict.json is missing: the verifier wrote no verdict"}
 		return out
@@ -379,6 +383,30 @@ func (c *Controller) merge(ctx context.Context, project string, author []store.T
 	}
 	sort.Slice(cs, func(i, j int) bool { return cs[i].Path < cs[j].Path })
 	return list, cs, nil
+}
+
+// maxVerdictSize caps the verdict.json the controller reads: it came from a
+// node and may be as large as collect_max_bytes.
+const maxVerdictSize = 1 << 20
+
+var errTooLarge = errors.New("file too large")
+
+// readCapped reads a file of at most max bytes; a larger one is errTooLarge,
+// and is not read.
+func readCapped(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, errTooLarge
+	}
+	return b, nil
 }
 
 // clashAt returns the path in merged that keeps the file rel from being
