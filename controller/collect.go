@@ -133,8 +133,9 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 		if refused == nil {
 			refused = c.checkQuota(files)
 		}
+		var room int64
 		if refused == nil {
-			if err := c.checkFreeSpace(RunsDir(c.opts.Home, r.Project), files); err != nil {
+			if room, err = c.checkFreeSpace(RunsDir(c.opts.Home, r.Project), files); err != nil {
 				return err
 			}
 		}
@@ -152,7 +153,16 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 			}
 			// The file may have grown since the listing: the quota holds
 			// for what is actually copied.
-			sum, size, err := c.fetch(ctx, n, path.Join(src, "output", f.Path), local, f.Mode.Perm(), maxBytes-total)
+			// And so does the free space the controller keeps.
+			limit, byRoom := maxBytes-total, room-total < maxBytes-total
+			if byRoom {
+				limit = room - total
+			}
+			sum, size, err := c.fetch(ctx, n, path.Join(src, "output", f.Path), local, f.Mode.Perm(), limit)
+			if byRoom && errors.Is(err, errOverQuota) {
+				return fmt.Errorf("not enough free space under %s: output/ is larger than the node's listing said, and %s must stay free\n  fix: free space on the controller's disk; the collection is tried again",
+					RunsDir(c.opts.Home, r.Project), mib(collectFreeMargin))
+			}
 			if err != nil {
 				return err
 			}

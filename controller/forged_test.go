@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -136,4 +137,43 @@ func TestCollectedFilesAreReadBounded(t *testing.T) {
 	if v.Pass || len(v.Issues) != 1 || !strings.Contains(v.Issues[0], "larger than") {
 		t.Errorf("verdict: pass %v, %d issues, want not passed, with one issue naming the size", v.Pass, len(v.Issues))
 	}
+}
+
+// lyingWalk is the local transport with a listing that says every file is
+// empty, as a hostile node (or files growing after the listing) may.
+type lyingWalk struct{ *nodes.Local }
+
+func (l lyingWalk) Walk(ctx context.Context, dir string) ([]nodes.FileInfo, error) {
+	files, err := l.Local.Walk(ctx, dir)
+	for i := range files {
+		files[i].Size = 0
+	}
+	return files, err
+}
+
+// TestCollectFreeSpaceHoldsForWhatIsCopied: the free space a collection
+// must leave on the controller holds for the bytes actually copied, not
+// for the sizes the node's listing claims.
+func TestCollectFreeSpaceHoldsForWhatIsCopied(t *testing.T) {
+	h := newHarness(t, fastYAML, shellProject(map[string]string{
+		"S01-big.md": "head -c 4194304 /dev/zero > big.bin\n",
+	}))
+	h.ctl = New(Options{Home: h.home, Config: h.cfg, Store: h.st, Transports: map[string]nodes.Transport{"local": lyingWalk{nodes.NewLocal()}},
+		Wrappers: wrappers, Now: h.clock.Now, Jitter: func() float64 { return 0 }})
+	old := diskFree
+	diskFree = func(string) (int64, error) { return collectFreeMargin + 1<<20, nil } // 1 MiB to spare
+	defer func() { diskFree = old }()
+	h.tickUntil("a collection to fail", func() bool { return len(h.events("collect_failed")) > 0 })
+	if ev := h.events("collect_failed")[0]; !strings.Contains(ev.Message, "not enough free space") {
+		t.Errorf("collect_failed: %q, want the free space named", ev.Message)
+	}
+	if _, err := os.Stat(filepath.Join(RunsDir(h.home, "p"), "S01", "output", "big.bin")); err == nil {
+		t.Error("4 MiB collected with 1 MiB to spare")
+	}
+	diskFree = old
+	h.clock.Advance(collectRetryWait)
+	h.tickUntil("S01 to be collected once there is room", func() bool {
+		_, err := os.Stat(filepath.Join(RunsDir(h.home, "p"), "S01", "output", "big.bin"))
+		return err == nil
+	})
 }
