@@ -115,7 +115,15 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 		return err
 	}
 	maxBytes := c.cfg.Controller.CollectMaxBytes
-	if _, _, err := c.fetch(ctx, n, path.Join(src, "task.log"), filepath.Join(tmp, "task.log"), 0o644, maxBytes); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	// task.log, like output/, leaves the controller its free space.
+	room, err := c.checkFreeSpace(RunsDir(c.opts.Home, r.Project), nil)
+	if err != nil {
+		return err
+	}
+	if _, _, err := c.fetch(ctx, n, path.Join(src, "task.log"), filepath.Join(tmp, "task.log"), 0o644, min(maxBytes, room)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if room < maxBytes && errors.Is(err, errOverQuota) {
+			return c.noRoom(r.Project, "task.log")
+		}
 		return err
 	}
 	var manifest []store.File
@@ -133,7 +141,6 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 		if refused == nil {
 			refused = c.checkQuota(files)
 		}
-		var room int64
 		if refused == nil {
 			if room, err = c.checkFreeSpace(RunsDir(c.opts.Home, r.Project), files); err != nil {
 				return err
@@ -160,8 +167,7 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 			}
 			sum, size, err := c.fetch(ctx, n, path.Join(src, "output", f.Path), local, f.Mode.Perm(), limit)
 			if byRoom && errors.Is(err, errOverQuota) {
-				return fmt.Errorf("not enough free space under %s: output/ is larger than the node's listing said, and %s must stay free\n  fix: free space on the controller's disk; the collection is tried again",
-					RunsDir(c.opts.Home, r.Project), mib(collectFreeMargin))
+				return c.noRoom(r.Project, "output/")
 			}
 			if err != nil {
 				return err
@@ -217,6 +223,13 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 		}
 		return tx.SetRun(ctx, r.Project, r.Task, r.Attempt, store.Set{"collected_at": tx.Now()})
 	})
+}
+
+// noRoom is the error of a collection that stopped copying what (output/
+// or task.log) to keep collectFreeMargin free: it is tried again.
+func (c *Controller) noRoom(project, what string) error {
+	return fmt.Errorf("not enough free space under %s: %s is larger than the room left, and %s must stay free\n  fix: free space on the controller's disk; the collection is tried again",
+		RunsDir(c.opts.Home, project), what, mib(collectFreeMargin))
 }
 
 // attemptFiles finds where attempt r's files are on its node: still in the

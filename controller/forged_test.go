@@ -153,27 +153,33 @@ func (l lyingWalk) Walk(ctx context.Context, dir string) ([]nodes.FileInfo, erro
 
 // TestCollectFreeSpaceHoldsForWhatIsCopied: the free space a collection
 // must leave on the controller holds for the bytes actually copied, not
-// for the sizes the node's listing claims.
+// for the sizes the node's listing claims, and for task.log too.
 func TestCollectFreeSpaceHoldsForWhatIsCopied(t *testing.T) {
-	h := newHarness(t, fastYAML, shellProject(map[string]string{
-		"S01-big.md": "head -c 4194304 /dev/zero > big.bin\n",
-	}))
-	h.ctl = New(Options{Home: h.home, Config: h.cfg, Store: h.st, Transports: map[string]nodes.Transport{"local": lyingWalk{nodes.NewLocal()}},
-		Wrappers: wrappers, Now: h.clock.Now, Jitter: func() float64 { return 0 }})
-	old := diskFree
-	diskFree = func(string) (int64, error) { return collectFreeMargin + 1<<20, nil } // 1 MiB to spare
-	defer func() { diskFree = old }()
-	h.tickUntil("a collection to fail", func() bool { return len(h.events("collect_failed")) > 0 })
-	if ev := h.events("collect_failed")[0]; !strings.Contains(ev.Message, "not enough free space") {
-		t.Errorf("collect_failed: %q, want the free space named", ev.Message)
+	for name, tc := range map[string]struct{ script, file string }{
+		"output": {"head -c 4194304 /dev/zero > big.bin\n", "output/big.bin"},
+		"log":    {"head -c 4194304 /dev/zero | tr '\\0' x\n", "task.log"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, fastYAML, shellProject(map[string]string{"S01-big.md": tc.script}))
+			h.ctl = New(Options{Home: h.home, Config: h.cfg, Store: h.st, Transports: map[string]nodes.Transport{"local": lyingWalk{nodes.NewLocal()}},
+				Wrappers: wrappers, Now: h.clock.Now, Jitter: func() float64 { return 0 }})
+			old := diskFree
+			diskFree = func(string) (int64, error) { return collectFreeMargin + 1<<20, nil } // 1 MiB to spare
+			defer func() { diskFree = old }()
+			h.tickUntil("a collection to fail", func() bool { return len(h.events("collect_failed")) > 0 })
+			if ev := h.events("collect_failed")[0]; !strings.Contains(ev.Message, "not enough free space") {
+				t.Errorf("collect_failed: %q, want the free space named", ev.Message)
+			}
+			collected := filepath.Join(RunsDir(h.home, "p"), "S01", filepath.FromSlash(tc.file))
+			if _, err := os.Stat(collected); err == nil {
+				t.Errorf("4 MiB %s collected with 1 MiB to spare", tc.file)
+			}
+			diskFree = old
+			h.clock.Advance(collectRetryWait)
+			h.tickUntil("S01 to be collected once there is room", func() bool {
+				fi, err := os.Stat(collected)
+				return err == nil && fi.Size() == 4<<20
+			})
+		})
 	}
-	if _, err := os.Stat(filepath.Join(RunsDir(h.home, "p"), "S01", "output", "big.bin")); err == nil {
-		t.Error("4 MiB collected with 1 MiB to spare")
-	}
-	diskFree = old
-	h.clock.Advance(collectRetryWait)
-	h.tickUntil("S01 to be collected once there is room", func() bool {
-		_, err := os.Stat(filepath.Join(RunsDir(h.home, "p"), "S01", "output", "big.bin"))
-		return err == nil
-	})
 }
