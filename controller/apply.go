@@ -28,6 +28,10 @@ type staleAttempt struct {
 	// orphan is set when the attempt's wrapper is gone but its status says
 	// running: what its tool left behind may still run.
 	orphan bool
+	// foreign is set when the node never ran the task (no run of it there
+	// in the database): its node's word alone, which holds the node back
+	// but never the task.
+	foreign bool
 }
 
 // apply writes what the pulls found, in one transaction: node facts, status
@@ -88,7 +92,14 @@ func (c *Controller) apply(ctx context.Context, projects []string, pulls map[str
 			}
 		}
 		stale = findStale(pulls, current)
-		for _, sa := range stale {
+		for i, sa := range stale {
+			if !stale[i].foreign {
+				ran, err := tx.RanOn(ctx, sa.project, sa.task, sa.node)
+				if err != nil {
+					return err
+				}
+				stale[i].foreign = !ran
+			}
 			if announced[killKey(sa)] {
 				continue // said in an earlier tick; the kill goes on
 			}
@@ -119,8 +130,10 @@ func (c *Controller) apply(ctx context.Context, projects []string, pulls map[str
 
 // findStale lists the live attempts the pulls found that the database does
 // not expect on that node.
+// A reply naming one task many times gives one stale attempt (see killKey).
 func findStale(pulls map[string]*pull, current map[string]*store.Task) []staleAttempt {
 	var out []staleAttempt
+	seen := map[string]bool{}
 	for name, p := range pulls {
 		if p.err != nil || p.status == nil {
 			continue
@@ -140,7 +153,11 @@ func findStale(pulls map[string]*pull, current map[string]*store.Task) []staleAt
 				(t.Status == store.Claimed || t.Status == store.Running) {
 				continue
 			}
-			out = append(out, staleAttempt{node: name, project: ts.Project, task: ts.Task, dir: ts.Dir, attempt: ts.Status.Attempt, orphan: orphan})
+			sa := staleAttempt{node: name, project: ts.Project, task: ts.Task, dir: ts.Dir, attempt: ts.Status.Attempt, orphan: orphan, foreign: t == nil}
+			if !seen[killKey(sa)] {
+				seen[killKey(sa)] = true
+				out = append(out, sa)
+			}
 		}
 	}
 	return out
@@ -259,7 +276,9 @@ func decideKills(prev map[string]int, stale []staleAttempt, tried map[staleAttem
 		d.failures[k] = n
 		if n < maxKillFailures {
 			d.holdNodes[sa.node] = true
-			d.holdTasks[taskKey(sa.project, sa.task)] = true
+			if !sa.foreign {
+				d.holdTasks[taskKey(sa.project, sa.task)] = true
+			}
 		}
 	}
 	return d
@@ -277,9 +296,12 @@ func (c *Controller) unkilled() (nodes, tasks map[string]bool) {
 	return c.unkilledNodes, c.unkilledTasks
 }
 
-// killKey names a stale attempt across ticks.
+// killKey names a stale attempt across ticks: by node and task, since a
+// node has one directory per task, so that a reply changing the attempt
+// number or directory on every call does not restart the count of failed
+// kills, nor announce the attempt again.
 func killKey(sa staleAttempt) string {
-	return fmt.Sprintf("%s\x00%s\x00%d", sa.node, sa.dir, sa.attempt)
+	return sa.node + "\x00" + taskKey(sa.project, sa.task)
 }
 
 func (c *Controller) nodeRecord(name string, p *pull, prev store.Node, now time.Time) store.Node {

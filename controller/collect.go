@@ -115,7 +115,15 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 		return err
 	}
 	maxBytes := c.cfg.Controller.CollectMaxBytes
-	if _, _, err := c.fetch(ctx, n, path.Join(src, "task.log"), filepath.Join(tmp, "task.log"), 0o644, maxBytes); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	// task.log, like output/, leaves the controller its free space.
+	room, err := c.checkFreeSpace(RunsDir(c.opts.Home, r.Project), nil)
+	if err != nil {
+		return err
+	}
+	if _, _, err := c.fetch(ctx, n, path.Join(src, "task.log"), filepath.Join(tmp, "task.log"), 0o644, min(maxBytes, room)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if room < maxBytes && errors.Is(err, errOverQuota) {
+			return c.noRoom(r.Project, "task.log")
+		}
 		return err
 	}
 	var manifest []store.File
@@ -134,7 +142,7 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 			refused = c.checkQuota(files)
 		}
 		if refused == nil {
-			if err := c.checkFreeSpace(RunsDir(c.opts.Home, r.Project), files); err != nil {
+			if room, err = c.checkFreeSpace(RunsDir(c.opts.Home, r.Project), files); err != nil {
 				return err
 			}
 		}
@@ -152,7 +160,15 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 			}
 			// The file may have grown since the listing: the quota holds
 			// for what is actually copied.
-			sum, size, err := c.fetch(ctx, n, path.Join(src, "output", f.Path), local, f.Mode.Perm(), maxBytes-total)
+			// And so does the free space the controller keeps.
+			limit, byRoom := maxBytes-total, room-total < maxBytes-total
+			if byRoom {
+				limit = room - total
+			}
+			sum, size, err := c.fetch(ctx, n, path.Join(src, "output", f.Path), local, f.Mode.Perm(), limit)
+			if byRoom && errors.Is(err, errOverQuota) {
+				return c.noRoom(r.Project, "output/")
+			}
 			if err != nil {
 				return err
 			}
@@ -207,6 +223,13 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 		}
 		return tx.SetRun(ctx, r.Project, r.Task, r.Attempt, store.Set{"collected_at": tx.Now()})
 	})
+}
+
+// noRoom is the error of a collection that stopped copying what (output/
+// or task.log) to keep collectFreeMargin free: it is tried again.
+func (c *Controller) noRoom(project, what string) error {
+	return fmt.Errorf("not enough free space under %s: %s is larger than the room left, and %s must stay free\n  fix: free space on the controller's disk; the collection is tried again",
+		RunsDir(c.opts.Home, project), what, mib(collectFreeMargin))
 }
 
 // attemptFiles finds where attempt r's files are on its node: still in the

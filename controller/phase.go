@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/template"
@@ -251,7 +252,11 @@ func readVerdict(v store.Task, path string) store.Verdict {
 		out.Issues = []string{fmt.Sprintf("the verifier %s did not complete (%s): %s", v.ID, v.Status, errText(TaskView{ErrorClass: v.ErrorClass, Error: v.Error}))}
 		return out
 	}
-	b, err := os.ReadFile(path)
+	b, err := readCapped(path, maxVerdictSize)
+	if errors.Is(err, errTooLarge) {
+		out.Issues = []string{fmt.Sprintf("verdict.json is malformed: larger than %d KiB", maxVerdictSize>>10)}
+		return out
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		out.Issues = []string{"verdict.json is missing: the verifier wrote no verdict"}
 		return out
@@ -336,6 +341,23 @@ func (c *Controller) merge(ctx context.Context, project string, author []store.T
 			}
 			src := filepath.Join(out, filepath.FromSlash(rel))
 			dst := filepath.Join(merged, filepath.FromSlash(rel))
+			if at := clashAt(merged, rel); at != "" {
+				// A file of one task where another has a directory: the
+				// later one goes beside it, as for any conflict.
+				other := filepath.Join(merged, filepath.FromSlash(at)) + "." + t.ID + ".conflict" + strings.TrimPrefix(rel, at)
+				if err := copyFile(src, filepath.FromSlash(other)); err != nil {
+					return nil, nil, err
+				}
+				cf := conflicts[at]
+				if cf == nil {
+					cf = &store.Conflict{Path: at, Tasks: []string{ownerOf(owner, at)}}
+					conflicts[at] = cf
+				}
+				if !slices.Contains(cf.Tasks, t.ID) {
+					cf.Tasks = append(cf.Tasks, t.ID)
+				}
+				continue
+			}
 			switch first, taken := owner[rel]; {
 			case !taken:
 				if err := copyFile(src, dst); err != nil {
@@ -372,6 +394,66 @@ func (c *Controller) merge(ctx context.Context, project string, author []store.T
 	}
 	sort.Slice(cs, func(i, j int) bool { return cs[i].Path < cs[j].Path })
 	return list, cs, nil
+}
+
+// maxVerdictSize caps the verdict.json the controller reads: it came from a
+// node and may be as large as collect_max_bytes.
+const maxVerdictSize = 1 << 20
+
+var errTooLarge = errors.New("file too large")
+
+// readCapped reads a file of at most max bytes; a larger one is errTooLarge,
+// and is not read.
+func readCapped(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, errTooLarge
+	}
+	return b, nil
+}
+
+// clashAt returns the path in merged that keeps the file rel from being
+// placed there: an ancestor of rel that is not a directory, or rel itself
+// when it is a directory. It returns "" when nothing is in the way.
+func clashAt(merged, rel string) string {
+	parts := strings.Split(rel, "/")
+	for i := range parts {
+		at := strings.Join(parts[:i+1], "/")
+		fi, err := os.Lstat(filepath.Join(merged, filepath.FromSlash(at)))
+		if err != nil {
+			return ""
+		}
+		if last := i == len(parts)-1; last == fi.IsDir() {
+			return at
+		}
+	}
+	return ""
+}
+
+// ownerOf names the task whose file is at, or under the directory at, in
+// the merged tree; "base" when the project's base tree put it there.
+func ownerOf(owner map[string]string, at string) string {
+	if id, ok := owner[at]; ok {
+		return id
+	}
+	first := ""
+	for p, id := range owner {
+		if strings.HasPrefix(p, at+"/") && (first == "" || id < first) {
+			first = id
+		}
+	}
+	if first == "" {
+		return "base"
+	}
+	return first
 }
 
 // treeSums maps every regular file under dir ('/'-separated relative path)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -230,11 +231,31 @@ func BuildReport(ctx context.Context, st *store.Store, cfg *nodes.Config, home, 
 	return r, nil
 }
 
-// logTail returns the last n lines of a collected log.
+// logTailBytes is how much of the end of a collected log logTail reads:
+// the log came from a node and may be as large as collect_max_bytes.
+const logTailBytes = 64 << 10
+
+// logTail returns the last n lines of a collected log, from its last
+// logTailBytes.
 func logTail(path string, n int) string {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return ""
+	}
+	defer f.Close()
+	var skip int64
+	if fi, err := f.Stat(); err == nil && fi.Size() > logTailBytes {
+		skip = fi.Size() - logTailBytes
+	}
+	b, err := io.ReadAll(io.NewSectionReader(f, skip, logTailBytes))
+	if err != nil {
+		return ""
+	}
+	if skip > 0 {
+		// The first line read is cut: start after it.
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			b = b[i+1:]
+		}
 	}
 	b = bytes.TrimRight(b, "\n")
 	lines := strings.Split(string(b), "\n")

@@ -112,8 +112,10 @@ func (c *Controller) checkQuota(files []nodes.FileInfo) error {
 }
 
 // checkFreeSpace refuses a collection that would leave less than
-// collectFreeMargin free on the controller's disk.
-func (c *Controller) checkFreeSpace(dir string, files []nodes.FileInfo) error {
+// collectFreeMargin free on the controller's disk. It returns the bytes the
+// collection may write: the listing's sizes are the node's word, so the
+// room is enforced again on what is actually copied.
+func (c *Controller) checkFreeSpace(dir string, files []nodes.FileInfo) (int64, error) {
 	var need int64
 	for _, f := range files {
 		if f.Mode.IsRegular() {
@@ -121,17 +123,17 @@ func (c *Controller) checkFreeSpace(dir string, files []nodes.FileInfo) error {
 		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return 0, err
 	}
 	free, err := diskFree(dir)
 	if err != nil {
-		return fmt.Errorf("free space under %s: %w", dir, err)
+		return 0, fmt.Errorf("free space under %s: %w", dir, err)
 	}
 	if free-need < collectFreeMargin {
-		return fmt.Errorf("not enough free space under %s: output/ needs %s, %s is free, and %s must stay free\n  fix: free space on the controller's disk; the collection is tried again",
+		return 0, fmt.Errorf("not enough free space under %s: output/ needs %s, %s is free, and %s must stay free\n  fix: free space on the controller's disk; the collection is tried again",
 			dir, mib(need), mib(free), mib(collectFreeMargin))
 	}
-	return nil
+	return free - collectFreeMargin, nil
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

@@ -384,6 +384,17 @@ func (tx *Tx) RunCollected(ctx context.Context, project, task string, attempt in
 	return at != "", err
 }
 
+// RanOn reports whether any attempt of a task ran (was claimed) on node.
+func (tx *Tx) RanOn(ctx context.Context, project, task, node string) (bool, error) {
+	var n int
+	err := tx.tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM runs WHERE project = ? AND task = ? AND node = ?",
+		project, task, node).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("runs of %s/%s on %s: %w", project, task, node, err)
+	}
+	return n > 0, nil
+}
+
 // PutConflicts replaces a project's merge conflicts.
 func (tx *Tx) PutConflicts(ctx context.Context, project string, cs []Conflict) error {
 	if _, err := tx.tx.ExecContext(ctx, "DELETE FROM conflicts WHERE project = ?", project); err != nil {

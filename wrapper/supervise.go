@@ -268,7 +268,17 @@ func (s *supervisor) moveAside() error {
 	if haveOutput {
 		found = append(found, dirOutput)
 	}
-	base := filepath.Join(s.dir, dirAttempts, strconv.Itoa(n))
+	// attempts/ is the wrapper's, but the task can replace it: a link (or
+	// anything but a directory) is removed, never followed out of the task
+	// directory.
+	attempts := filepath.Join(s.dir, dirAttempts)
+	if fi, err := os.Lstat(attempts); err == nil && !fi.IsDir() {
+		s.logger.Warn("removing an attempts/ that is not a directory", logKeyPath, attempts)
+		if err := os.Remove(attempts); err != nil {
+			return fmt.Errorf("remove %s: %w", attempts, err)
+		}
+	}
+	base := filepath.Join(attempts, strconv.Itoa(n))
 	target := base
 	for i := 2; ; i++ {
 		if _, err := os.Lstat(target); errors.Is(err, os.ErrNotExist) {

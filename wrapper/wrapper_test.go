@@ -884,3 +884,25 @@ func TestStatus(t *testing.T) {
 	live.touch(t, "go")
 	live.waitFinal(t)
 }
+
+// TestAttemptsLinkIsNotFollowed: a task that replaced attempts/ with a
+// symbolic link to a directory outside its task directory does not make the
+// next attempt's supervisor move the earlier attempt's files out there.
+func TestAttemptsLinkIsNotFollowed(t *testing.T) {
+	t.Parallel()
+	outside := t.TempDir()
+	tk := newTask(t, "", Launch{Command: shell("echo one > out.txt; ln -s " + outside + " ../" + dirAttempts)})
+	tk.run(t, "")
+	tk.waitFinal(t)
+	tk.setLaunch(t, Launch{Project: "demo", Task: "T1", Attempt: 2, HeartbeatSeconds: 0.1, Command: shell("echo two")})
+	tk.run(t, "")
+	if st := tk.waitFinal(t); st.Status != StatusCompleted || st.Attempt != 2 {
+		t.Fatalf("attempt 2: %+v", st)
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) > 0 {
+		t.Errorf("the supervisor wrote through the task's link: %s holds %v", outside, entries)
+	}
+	if got := tk.readFile(t, filepath.Join(dirAttempts, "1", dirOutput, "out.txt")); got != "one\n" {
+		t.Errorf("attempts/1/output/out.txt = %q, want the first attempt's", got)
+	}
+}
