@@ -248,7 +248,7 @@ func (c *Controller) servedProjects(ctx context.Context) (active []store.Project
 			active = append(active, p)
 			served = append(served, p.Name)
 		case store.ProjectStopped:
-			live, err := c.hasLiveWork(ctx, p.Name)
+			live, err := c.st.HasLiveWork(ctx, p.Name)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -258,30 +258,6 @@ func (c *Controller) servedProjects(ctx context.Context) (active []store.Project
 		}
 	}
 	return active, served, nil
-}
-
-// hasLiveWork reports whether a project has an attempt claimed or running,
-// or a finished one whose results are not collected yet.
-func (c *Controller) hasLiveWork(ctx context.Context, project string) (bool, error) {
-	tasks, err := c.st.Tasks(ctx, project)
-	if err != nil {
-		return false, err
-	}
-	for _, t := range tasks {
-		if t.Status == store.Claimed || t.Status == store.Running {
-			return true, nil
-		}
-	}
-	runs, err := c.st.Runs(ctx, project, "")
-	if err != nil {
-		return false, err
-	}
-	for _, r := range runs {
-		if r.CollectedAt.IsZero() && (r.Status == store.Completed || r.Status == store.Failed || r.Status == "killed") {
-			return true, nil
-		}
-	}
-	return false, nil
 }
 
 // errNoRetry marks a launch failure that retrying cannot fix.

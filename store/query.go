@@ -71,6 +71,19 @@ func queryTasks(ctx context.Context, q querier, project string) ([]Task, error) 
 	return out, rows.Err()
 }
 
+// HasLiveWork reports, in one query, whether a project has a task claimed
+// or running, or a finished run whose results are not collected yet.
+func (s *Store) HasLiveWork(ctx context.Context, project string) (bool, error) {
+	var live bool
+	err := s.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM tasks WHERE project = ? AND status IN (?, ?))
+		OR EXISTS (SELECT 1 FROM runs WHERE project = ? AND collected_at = '' AND status IN (?, ?, ?))`,
+		project, Claimed, Running, project, Completed, Failed, "killed").Scan(&live)
+	if err != nil {
+		return false, fmt.Errorf("read the live work of %s: %w", project, err)
+	}
+	return live, nil
+}
+
 // Tasks returns a project's tasks ordered by ID, without their snapshots
 // (see Snapshot and Task).
 func (s *Store) Tasks(ctx context.Context, project string) ([]Task, error) {

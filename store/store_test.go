@@ -348,3 +348,42 @@ func TestDamagedJSONColumnsAreErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestHasLiveWork: a claimed or running task, or a finished run not yet
+// collected, is live work; a collected run is not.
+func TestHasLiveWork(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	addTask(t, s, "p", "S01")
+	live := func(want bool) {
+		t.Helper()
+		if got, err := s.HasLiveWork(ctx, "p"); err != nil || got != want {
+			t.Fatalf("HasLiveWork = %v, %v; want %v", got, err, want)
+		}
+	}
+	live(false)
+	var a int
+	if err := s.Update(ctx, func(tx *Tx) error {
+		var err error
+		a, err = tx.Claim(ctx, "p", "S01", "n1")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	live(true)
+	if err := s.Update(ctx, func(tx *Tx) error {
+		if _, _, err := tx.Transition(ctx, Change{Project: "p", Task: "S01", From: Claimed, To: Failed}); err != nil {
+			return err
+		}
+		return tx.SetRun(ctx, "p", "S01", a, Set{"status": Failed})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	live(true) // failed, not collected yet
+	if err := s.Update(ctx, func(tx *Tx) error {
+		return tx.SetRun(ctx, "p", "S01", a, Set{"collected_at": time.Now()})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	live(false)
+}

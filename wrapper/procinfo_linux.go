@@ -51,6 +51,20 @@ func procStart(pid int) (string, error) {
 // groupInSession reports whether a live (not zombie) process of group pgid
 // is in session sid.
 func groupInSession(pgid, sid int) (bool, error) {
+	return findGroupMember(pgid, sid)
+}
+
+// groupAlive reports whether process group pgid has a member that is not a
+// zombie. kill(-pgid, 0) alone would count zombies, which linger where init
+// does not reap (containers), and call a killed group alive.
+func groupAlive(pgid int) bool {
+	found, _ := findGroupMember(pgid, -1)
+	return found
+}
+
+// findGroupMember scans /proc for a live (not zombie) process of group
+// pgid, in session sid unless sid is -1.
+func findGroupMember(pgid, sid int) (bool, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return false, err
@@ -64,35 +78,11 @@ func groupInSession(pgid, sid int) (bool, error) {
 		if err != nil || fields[0] == "Z" || fields[0] == "X" {
 			continue
 		}
-		if fields[2] == want && fields[3] == wantSID {
+		if fields[2] == want && (sid == -1 || fields[3] == wantSID) {
 			return true, nil
 		}
 	}
 	return false, nil
-}
-
-// groupAlive reports whether process group pgid has a member that is not a
-// zombie. kill(-pgid, 0) alone would count zombies, which linger where init
-// does not reap (containers), and call a killed group alive.
-func groupAlive(pgid int) bool {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return false
-	}
-	want := strconv.Itoa(pgid)
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		fields, err := statFields(e.Name())
-		if err != nil || fields[0] == "Z" || fields[0] == "X" {
-			continue
-		}
-		if fields[2] == want {
-			return true
-		}
-	}
-	return false
 }
 
 // childAttr is how setup and the tool are started: in their own process
