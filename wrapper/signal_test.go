@@ -17,7 +17,9 @@ import (
 func startVictim(t *testing.T) *victim {
 	t.Helper()
 	cmd := exec.Command("sleep", "300")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own session: in a container whose session leader lies outside the
+	// pid namespace getsid answers 0, and a victim must look like a tool.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
