@@ -463,7 +463,7 @@ func TestAgentKilledIsRetried(t *testing.T) {
 
 func TestEveryBuiltinToolHasACommand(t *testing.T) {
 	for _, name := range spec.BuiltinTools {
-		argv, _, err := toolCommand(&nodes.Config{}, name, "m1", true)
+		argv, _, _, err := toolCommand(&nodes.Config{}, name, "m1", true)
 		if err != nil || len(argv) == 0 {
 			t.Errorf("tool %s: %v, %v", name, argv, err)
 		}
@@ -480,16 +480,18 @@ func TestToolCommandLines(t *testing.T) {
 		want        string
 		stdin       string
 	}{
-		{"claude", "", false, "claude -p --output-format stream-json --verbose --permission-mode acceptEdits", "spec"},
-		{"claude", "sonnet", true, "claude -p --model sonnet --output-format stream-json --verbose --permission-mode acceptEdits --dangerously-skip-permissions", "spec"},
-		{"codex", "o3", false, "codex exec -m o3 --full-auto -", "spec"},
-		{"gemini", "pro", false, "gemini -m pro -p", "spec"},
+		{"claude", "", false, "claude -p --permission-mode acceptEdits --output-format stream-json --verbose", "spec"},
+		{"claude", "sonnet", true, "claude -p --model sonnet --dangerously-skip-permissions --output-format stream-json --verbose", "spec"},
+		{"codex", "o3", false, "codex exec -m o3 --sandbox workspace-write --json --skip-git-repo-check --disable shell_snapshot --disable plugins -c check_for_update_on_startup=false -", "spec"},
+		{"codex", "", true, "codex exec --dangerously-bypass-approvals-and-sandbox --json --skip-git-repo-check --disable shell_snapshot --disable plugins -c check_for_update_on_startup=false -", "spec"},
+		{"gemini", "pro", false, "gemini -m pro --approval-mode auto_edit -p  --output-format stream-json --skip-trust", "spec"},
+		{"gemini", "", true, "gemini --approval-mode yolo -p  --output-format stream-json --skip-trust", "spec"},
 		{"shell", "ignored", true, "/bin/sh {spec}", ""},
 		{"mytool", "x", false, "my-agent --prompt-file {spec} --model x", "spec"},
 	}
 	cfg := &nodes.Config{Tools: map[string]nodes.Tool{"mytool": {Command: []string{"my-agent", "--prompt-file", "{spec}"}, ModelFlag: "--model"}}}
 	for _, tc := range cases {
-		argv, stdin, err := toolCommand(cfg, tc.tool, tc.model, tc.dangerous)
+		argv, stdin, _, err := toolCommand(cfg, tc.tool, tc.model, tc.dangerous)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.tool, err)
 		}
@@ -497,7 +499,7 @@ func TestToolCommandLines(t *testing.T) {
 			t.Errorf("%s: %q stdin %q, want %q stdin %q", tc.tool, got, stdin, tc.want, tc.stdin)
 		}
 	}
-	if _, _, err := toolCommand(cfg, "nosuch", "", false); err == nil || !strings.Contains(err.Error(), "unknown tool") {
+	if _, _, _, err := toolCommand(cfg, "nosuch", "", false); err == nil || !strings.Contains(err.Error(), "unknown tool") {
 		t.Errorf("unknown tool: %v", err)
 	}
 }

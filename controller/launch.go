@@ -154,7 +154,7 @@ func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
 	}
 	mode := c.cfg.APIModes[n.cfg.APIMode]
 	out.dangerous = n.cfg.Dangerous || mode.Dangerous
-	argv, stdin, err := toolCommand(c.cfg, toolFor(t.Tool, n.cfg), t.Model, out.dangerous)
+	argv, stdin, toolEnv, err := toolCommand(c.cfg, toolFor(t.Tool, n.cfg), t.Model, out.dangerous)
 	if err != nil {
 		out.err, out.noRetry = err, true
 		return out
@@ -176,7 +176,7 @@ func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
 		return out
 	}
 	launch := wrapper.Launch{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Node: n.cfg.Name,
-		Command: argv, Stdin: stdin, TimeoutSeconds: timeout.Seconds(), Setup: opts.Setup}
+		Command: argv, Stdin: stdin, Env: toolEnv, TimeoutSeconds: timeout.Seconds(), Setup: opts.Setup}
 	// An empty tree needs no copy (and would leave no directory to copy).
 	hasBase := t.BaseDir != "" && treeHasFiles(t.BaseDir)
 	if hasBase {

@@ -62,7 +62,7 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string, so StartOptions) ([
 				continue
 			}
 			tool := toolFor(st.Tool, n)
-			if _, _, err := toolCommand(cfg, tool, st.Model, false); err != nil {
+			if _, _, _, err := toolCommand(cfg, tool, st.Model, false); err != nil {
 				reasons = append(reasons, n.Name+": "+err.Error())
 				continue
 			}
@@ -137,7 +137,7 @@ func phaseRuns(o ProjectOptions, typ string) bool {
 
 // Executable is the program a tool runs (its command's first word).
 func Executable(cfg *nodes.Config, tool string) (string, error) {
-	argv, _, err := toolCommand(cfg, tool, "", false)
+	argv, _, _, err := toolCommand(cfg, tool, "", false)
 	if err != nil {
 		return "", err
 	}

@@ -11,25 +11,66 @@ import (
 const DefaultTool = "claude"
 
 // builtinTool describes how dispatch runs one agent CLI. The prompt always
-// goes on stdin, never in argv.
+// goes on stdin, never in argv. The flags and variables are the ones the
+// CLIs' current releases accepted in the tests (README, "Agent CLIs").
 type builtinTool struct {
 	base      []string
 	modelFlag string
 	// modelAt is where the model flag goes in base (after the subcommand).
-	modelAt   int
-	tail      []string
+	modelAt int
+	// safe are the flags of a normal run; dangerous replaces them on a node
+	// or api_mode with dangerous: true.
+	safe      []string
 	dangerous []string
-	stdin     string
+	// tail comes last in either case.
+	tail  []string
+	stdin string
+	// env are the tool's settings: offline, non-interactive, its own
+	// retries bounded. The api_mode's env overrides any of them.
+	env map[string]string
 }
 
 var builtinTools = map[string]builtinTool{
+	// claude -p reads the prompt on stdin; stream-json prints one event per
+	// step (the stall check sees progress) and a result event with usage
+	// and cost. It refuses --dangerously-skip-permissions as root unless
+	// IS_SANDBOX=1 (validate and start check this).
 	"claude": {base: []string{"claude", "-p"}, modelFlag: "--model", modelAt: 2,
-		tail:      []string{"--output-format", "stream-json", "--verbose", "--permission-mode", "acceptEdits"},
-		dangerous: []string{"--dangerously-skip-permissions"}, stdin: "spec"},
+		safe:      []string{"--permission-mode", "acceptEdits"},
+		dangerous: []string{"--dangerously-skip-permissions"},
+		tail:      []string{"--output-format", "stream-json", "--verbose"}, stdin: "spec",
+		env: map[string]string{
+			// It retries a failed call 10 times over minutes by itself;
+			// dispatch retries attempts, and stops one that waits out a
+			// rate limit (wrapper: retry notices).
+			"CLAUDE_CODE_MAX_RETRIES":                  "3",
+			"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+			"DISABLE_AUTOUPDATER":                      "1",
+			"DISABLE_TELEMETRY":                        "1",
+			"DISABLE_ERROR_REPORTING":                  "1",
+		}},
+	// codex exec reads the prompt on stdin ("-"). 0.169 no longer knows
+	// --full-auto (exit 2) and refuses to run outside a git repository
+	// without --skip-git-repo-check; --json prints the usage split into
+	// input, cached input and output. Its shell snapshot would write the
+	// whole environment, secrets included, under CODEX_HOME.
 	"codex": {base: []string{"codex", "exec"}, modelFlag: "-m", modelAt: 2,
-		tail: []string{"--full-auto", "-"}, dangerous: []string{"--dangerously-bypass-approvals-and-sandbox"}, stdin: "spec"},
+		safe:      []string{"--sandbox", "workspace-write"},
+		dangerous: []string{"--dangerously-bypass-approvals-and-sandbox"},
+		tail: []string{"--json", "--skip-git-repo-check", "--disable", "shell_snapshot", "--disable", "plugins",
+			"-c", "check_for_update_on_startup=false", "-"}, stdin: "spec"},
+	// gemini -p "" reads the prompt on stdin (0.61 requires -p to have a
+	// value); headless runs outside a trusted folder exit 55 without
+	// --skip-trust; only auto_edit or yolo give it its file-writing tool;
+	// stream-json prints the usage.
 	"gemini": {base: []string{"gemini"}, modelFlag: "-m", modelAt: 1,
-		tail: []string{"-p"}, dangerous: []string{"--yolo"}, stdin: "spec"},
+		safe:      []string{"--approval-mode", "auto_edit"},
+		dangerous: []string{"--approval-mode", "yolo"},
+		tail:      []string{"-p", "", "--output-format", "stream-json", "--skip-trust"}, stdin: "spec",
+		env: map[string]string{
+			"GEMINI_TELEMETRY_ENABLED": "false",
+			"GEMINI_CLI_NO_RELAUNCH":   "true",
+		}},
 	"shell": {base: []string{"/bin/sh", "{spec}"}, modelAt: 2},
 }
 
@@ -60,29 +101,31 @@ func toolFor(taskTool string, n nodes.Node) string {
 	return DefaultTool
 }
 
-// toolCommand returns the argv and stdin mode of a tool. dangerous adds the
-// tool's permission-skipping flags; it is only ever set by the node or the
-// api_mode, never by a spec.
-func toolCommand(cfg *nodes.Config, tool, model string, dangerous bool) (argv []string, stdin string, err error) {
+// toolCommand returns the argv, stdin mode and settings of a tool.
+// dangerous uses the tool's permission-skipping flags; it is only ever set
+// by the node or the api_mode, never by a spec.
+func toolCommand(cfg *nodes.Config, tool, model string, dangerous bool) (argv []string, stdin string, env map[string]string, err error) {
 	if t, ok := cfg.Tools[tool]; ok {
 		argv = append(argv, t.Command...)
 		if model != "" && t.ModelFlag != "" {
 			argv = append(argv, t.ModelFlag, model)
 		}
-		return argv, "spec", nil
+		return argv, "spec", nil, nil
 	}
 	b, ok := builtinTools[tool]
 	if !ok {
-		return nil, "", fmt.Errorf("unknown tool %q: use one of %v or define it under tools: in nodes.yaml", tool, ToolNames(cfg))
+		return nil, "", nil, fmt.Errorf("unknown tool %q: use one of %v or define it under tools: in nodes.yaml", tool, ToolNames(cfg))
 	}
 	argv = append(argv, b.base[:b.modelAt]...)
 	if model != "" && b.modelFlag != "" {
 		argv = append(argv, b.modelFlag, model)
 	}
 	argv = append(argv, b.base[b.modelAt:]...)
-	argv = append(argv, b.tail...)
 	if dangerous {
 		argv = append(argv, b.dangerous...)
+	} else {
+		argv = append(argv, b.safe...)
 	}
-	return argv, b.stdin, nil
+	argv = append(argv, b.tail...)
+	return argv, b.stdin, b.env, nil
 }

@@ -19,6 +19,9 @@ var patterns = []pattern{
 	{"ratelimit", false, ClassRateLimit},
 	{"overloaded", false, ClassRateLimit},
 	{"too many requests", false, ClassRateLimit},
+	{"quota exceeded", false, ClassRateLimit},
+	{"resource_exhausted", false, ClassRateLimit},
+	{"usage limit", false, ClassRateLimit},
 	{"401", true, ClassAuth},
 	{"403", true, ClassAuth},
 	{"invalid api key", false, ClassAuth},
@@ -26,6 +29,8 @@ var patterns = []pattern{
 	{"invalid x-api-key", false, ClassAuth},
 	{"authentication_error", false, ClassAuth},
 	{"unauthorized", false, ClassAuth},
+	{"unauthenticated", false, ClassAuth},
+	{"api key not valid", false, ClassAuth},
 }
 
 // Classify returns the error class of a tool that exited with exitCode,

@@ -25,6 +25,8 @@ const (
 	fileKill      = "kill.json"
 	dirOutput     = "output"
 	dirAttempts   = "attempts"
+	// dirTmp is the tool's TMPDIR, emptied at the start of each attempt.
+	dirTmp = "tmp"
 )
 
 // WriteFileAtomic replaces path with data so that readers see either the old

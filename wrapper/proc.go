@@ -181,11 +181,13 @@ func signalName(sig syscall.Signal) string {
 	return "SIG" + strconv.Itoa(int(sig))
 }
 
-// buildEnv is base, then extra (sorted, for a stable environment), then the
+// buildEnv is base, then TMPDIR (the attempt's tmp/), then the tool's
+// settings from launch.json, then extra (the api_mode's), then the
 // DISPATCH_* variables, a later value replacing an earlier one of the same
-// name. PWD is set to dir, the tool's working directory, because the
-// inherited one names wherever the wrapper was started.
-func buildEnv(base []string, extra map[string]string, l Launch, dir string) []string {
+// name; maps are applied in key order, for a stable environment. PWD is set
+// to dir, the tool's working directory, because the inherited one names
+// wherever the wrapper was started.
+func buildEnv(base []string, extra map[string]string, l Launch, taskDir, dir string) []string {
 	env := make([]string, 0, len(base)+len(extra)+4)
 	index := make(map[string]int)
 	set := func(kv string) {
@@ -200,13 +202,16 @@ func buildEnv(base []string, extra map[string]string, l Launch, dir string) []st
 	for _, kv := range base {
 		set(kv)
 	}
-	keys := make([]string, 0, len(extra))
-	for k := range extra {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		set(k + "=" + extra[k])
+	set("TMPDIR=" + filepath.Join(taskDir, dirTmp))
+	for _, m := range []map[string]string{l.Env, extra} {
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			set(k + "=" + m[k])
+		}
 	}
 	set("DISPATCH_PROJECT=" + l.Project)
 	set("DISPATCH_TASK=" + l.Task)

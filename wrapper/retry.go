@@ -23,7 +23,7 @@ const (
 // retryKeyRE finds the phrases that announce a reset; what follows each is
 // parsed by the kind of its group.
 var retryKeyRE = regexp.MustCompile(`(?i)\b(?:` +
-	`(retry[-_ ]?after[-_]ms)|` + // 1: milliseconds
+	`(retry[-_ ]?after[-_]ms|retry_?delay_?ms)|` + // 1: milliseconds (claude's api_retry "retry_delay_ms")
 	`(retry[-_ ]?after)|` + // 2: seconds, a duration or an HTTP date
 	`(retry_?delay)|` + // 3: google.rpc.RetryInfo, "retryDelay": "56s"
 	`((?:try again|retry|resets?) in)|` + // 4: a duration

@@ -28,6 +28,12 @@ func TestParseRetryAfter(t *testing.T) {
 		want time.Duration
 	}{
 		{"retry after seconds", "HTTP 429 Too Many Requests: retry after 90s\n", nil, "", 90 * time.Second},
+		// Lines the real CLIs printed against a provider answering 429
+		// with Retry-After: 20 (claude 2.1.330, gemini 0.61.0) and
+		// codex 0.169.0's usage limit.
+		{"claude api_retry", `{"type":"system","subtype":"api_retry","attempt":2,"max_retries":2,"retry_delay_ms":23583,"error_status":429,"error":"rate_limit","session_id":"c2404489"}` + "\n", nil, "", 23583 * time.Millisecond},
+		{"gemini suggested retry", "Attempt 1 failed: Quota exceeded for requests per minute. Please retry in 20s.\nSuggested retry after 20s.. Retrying after 20023ms...\n", nil, "", 20 * time.Second},
+		{"codex usage limit", `{"type":"turn.failed","error":{"message":"You’ve hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/pro), visit https://chatgpt.com/settings/usage to purchase more credits or try again at 1:20 PM."}}` + "\n", nil, "", 20 * time.Minute},
 		{"retry after seconds word", "Rate limited, retry after 120 seconds.\n", nil, "", 120 * time.Second},
 		{"retry-after header", "< HTTP/1.1 429 Too Many Requests\r\n< Retry-After: 120\r\n< content-type: application/json\r\n", nil, "", 120 * time.Second},
 		{"retry_after json", `{"error":{"type":"rate_limit_error","retry_after": 30}}` + "\n", nil, "", 30 * time.Second},

@@ -21,6 +21,9 @@ import (
 const (
 	reasonKill    = "kill"
 	reasonTimeout = "timeout"
+	// reasonNotice: the tool announced a retry of a rate limit or of a
+	// refused key (see retryNotice).
+	reasonNotice = "notice"
 )
 
 // Log keys of the supervisor's wrapper.log.
@@ -61,10 +64,12 @@ type supervisor struct {
 	begun  time.Time
 	hbSeq  int
 
-	mu         sync.Mutex // guards cur, stopReason, finishing
+	mu         sync.Mutex // guards cur, stopReason, finishing, notice, noticeAt
 	cur        *proc
 	stopReason string
 	finishing  bool // the tool has exited: a stop asked now is too late
+	notice     notice
+	noticeAt   time.Time
 
 	rec procRecord // this attempt's process record; written by prepare and setTool only
 
@@ -139,7 +144,7 @@ func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
 	s := &supervisor{
 		dir:    dir,
 		launch: launch,
-		env:    buildEnv(os.Environ(), extra, launch, filepath.Join(dir, dirOutput)),
+		env:    buildEnv(os.Environ(), extra, launch, dir, filepath.Join(dir, dirOutput)),
 		logger: logger.With(logKeyTask, launch.Task, logKeyAttempt, launch.Attempt),
 		begun:  time.Now(),
 	}
@@ -211,6 +216,16 @@ func (s *supervisor) prepare() error {
 		return err
 	}
 	s.tlog = tlog
+	tlog.watch = &lineWatcher{on: s.onLine}
+	// The tool's temporary files stay in the attempt, private: the CLIs
+	// write error reports (with the prompt) and caches under TMPDIR.
+	tmp := filepath.Join(s.dir, dirTmp)
+	if err := os.RemoveAll(tmp); err != nil {
+		return fmt.Errorf("clear %s: %w", dirTmp, err)
+	}
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", dirTmp, err)
+	}
 	if err := s.beat(); err != nil {
 		return err
 	}
@@ -504,6 +519,22 @@ func (s *supervisor) stop(reason string, grace time.Duration) {
 	}()
 }
 
+// onLine stops the tool when a line of its output announces a retry that
+// dispatch handles better than the tool (see retryNotice).
+func (s *supervisor) onLine(prev, line []byte) {
+	now := time.Now()
+	n, ok := retryNotice(prev, line, now)
+	if !ok || !n.stops() {
+		return
+	}
+	s.mu.Lock()
+	if s.stopReason == "" && !s.finishing {
+		s.notice, s.noticeAt = n, now
+	}
+	s.mu.Unlock()
+	s.stop(reasonNotice, seconds(s.launch.GraceSeconds))
+}
+
 // handleSignals turns SIGTERM and SIGINT (from `kill`) into a stop. SIGHUP
 // is ignored in case a session somewhere still thinks it owns us.
 func (s *supervisor) handleSignals(sigs <-chan os.Signal) {
@@ -646,6 +677,17 @@ func (s *supervisor) finish(res outcome) {
 		switch {
 		case reason == reasonKill:
 			st.Status, st.ErrorClass, st.Error = StatusKilled, ClassKilled, "killed on request"
+		case reason == reasonNotice:
+			st.Status, st.ErrorClass = StatusFailed, s.notice.class
+			if s.notice.class == ClassAuth {
+				st.Error = "stopped: the tool was retrying an API call the provider refused for its credentials"
+			} else {
+				st.Error = "stopped: the tool was waiting out a rate limit"
+				if s.notice.wait > 0 {
+					st.RetryAfterSeconds = retrySeconds(until(s.noticeAt.Add(s.notice.wait), ended))
+					st.Error += " (reset in " + s.notice.wait.Round(time.Second).String() + ")"
+				}
+			}
 		case reason == reasonTimeout:
 			st.Status, st.ErrorClass = StatusFailed, ClassTimeout
 			st.Error = "timed out after " + seconds(s.launch.TimeoutSeconds).String()

@@ -47,6 +47,7 @@ type taskLog struct {
 	total  int64  // bytes the tool has written, cut or not
 	tail   []byte // end of the output, for Classify and setup errors
 	err    error  // first write error; later output is counted, not stored
+	watch  *lineWatcher // when set, sees every line of output as it comes
 }
 
 func createTaskLog(path string, limit int64) (*taskLog, error) {
@@ -64,6 +65,9 @@ func (l *taskLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.keepTail(p)
+	if l.watch != nil {
+		l.watch.write(p)
+	}
 	if l.err == nil {
 		if l.size+int64(len(p)) > l.limit {
 			l.err = l.cut(p)

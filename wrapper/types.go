@@ -71,6 +71,11 @@ type Launch struct {
 	// LogLimitBytes caps task.log; values below 1 KiB are raised to 1 KiB
 	// so that the cut marker and a useful tail fit.
 	LogLimitBytes int64 `json:"log_limit_bytes"`
+	// Env is the tool's own settings (the variables that keep an agent CLI
+	// offline, non-interactive and its retries bounded): applied over the
+	// node user's environment, under the api_mode's variables on stdin.
+	// Never secrets.
+	Env map[string]string `json:"env,omitempty"`
 	// Setup, when non-empty, is run by /bin/sh -c in output/ before the tool.
 	Setup string `json:"setup"`
 	// Base, when non-empty, is a directory relative to the task directory

@@ -24,7 +24,7 @@ func cmdWhich(args []string, stdin io.Reader, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	env := buildEnv(os.Environ(), extra, Launch{}, "/")
+	env := buildEnv(os.Environ(), extra, Launch{}, "/", "/")
 	path := lookupEnv(env, "PATH")
 	reply := WhichReply{Found: map[string]string{}, Path: path}
 	for _, name := range args {

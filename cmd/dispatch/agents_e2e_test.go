@@ -126,7 +126,7 @@ routes:
 		t.Errorf("S01 prompt with @context: conventions:\n%s", p)
 	}
 	// The model flag and the dangerous flags, only where configured.
-	if a := seen(glm.WorkDir, "S04", "seen-args.txt"); !strings.Contains(a, "-m\ngemini-2.5-pro\n-p") {
+	if a := seen(glm.WorkDir, "S04", "seen-args.txt"); !strings.Contains(a, "-m\ngemini-2.5-pro\n--approval-mode\nauto_edit\n") {
 		t.Errorf("gemini argv: %q", a)
 	}
 	if a := seen(glm.WorkDir, "S01", "seen-args.txt"); strings.Contains(a, "dangerously") {

@@ -1,0 +1,144 @@
+package wrapper
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"time"
+)
+
+// The agent CLIs retry failed API calls by themselves, and say so as they
+// go. A rate limit they wait out stalls the task without pausing the
+// account for the other tasks, and a refused key they retry cannot get
+// better; so the supervisor reads each line of the tool's output as it
+// comes and stops the tool when it announces such a retry (see
+// retryNotice). The attempt then ends as rate_limit, with the announced
+// wait as its reset, or as auth.
+
+// stopOnLimitWait is the shortest announced rate-limit wait the supervisor
+// stops the tool for: a shorter one (a per-minute burst) the CLI rides out
+// cheaper than a new attempt would.
+const stopOnLimitWait = 15 * time.Second
+
+// maxWatchedLine bounds a line the watcher looks at; longer ones (a tool's
+// whole file in one JSON event) cannot be a retry notice and are skipped.
+const maxWatchedLine = 16 << 10
+
+// notice is a retry a CLI announced: its class (rate_limit or auth) and,
+// for a rate limit, how long the CLI said it would wait (0: unknown).
+type notice struct {
+	class string
+	wait  time.Duration
+}
+
+// stops reports whether the supervisor stops the tool for n.
+func (n notice) stops() bool {
+	return n.class == ClassAuth || n.class == ClassRateLimit && n.wait >= stopOnLimitWait
+}
+
+// retryNotice reads line (prev is the line before it) for a retry the CLI
+// announces. It knows
+//
+//   - claude's stream-json {"type":"system","subtype":"api_retry",
+//     "error_status":429,"retry_delay_ms":22285,…} (401 and 403 are auth);
+//   - gemini's "Attempt 1 failed: Quota exceeded … Please retry in 20s."
+//     followed by "Suggested retry after 20s.. Retrying after 20023ms...";
+//   - codex's {"type":"error","message":"Reconnecting... 1/5 (… 429 …)"}.
+//
+// A retry of any other error (a server error, an overloaded API, a broken
+// connection) is no notice: the CLI's own retries are right for those.
+func retryNotice(prev, line []byte, now time.Time) (notice, bool) {
+	line = bytes.TrimSpace(line)
+	if len(line) > 0 && line[0] == '{' && bytes.Contains(line, []byte(`"api_retry"`)) {
+		var ev struct {
+			Type         string  `json:"type"`
+			Subtype      string  `json:"subtype"`
+			ErrorStatus  int     `json:"error_status"`
+			RetryDelayMS float64 `json:"retry_delay_ms"`
+		}
+		if json.Unmarshal(line, &ev) != nil || ev.Type != "system" || ev.Subtype != "api_retry" {
+			return notice{}, false
+		}
+		switch ev.ErrorStatus {
+		case 429:
+			return notice{class: ClassRateLimit, wait: scale(max(ev.RetryDelayMS, 0), time.Millisecond)}, true
+		case 401, 403:
+			return notice{class: ClassAuth}, true
+		}
+		return notice{}, false
+	}
+	lower := strings.ToLower(string(line))
+	if !strings.Contains(lower, "retrying after") && !strings.Contains(lower, "reconnecting") {
+		return notice{}, false
+	}
+	text := strings.ToLower(string(prev)) + "\n" + lower
+	switch noticeClass(text) {
+	case ClassAuth:
+		return notice{class: ClassAuth}, true
+	case ClassRateLimit:
+		return notice{class: ClassRateLimit, wait: ParseRetryAfter([]byte(text), now)}, true
+	}
+	return notice{}, false
+}
+
+// noticeClass is the class a retried error's text names: narrower than
+// Classify's patterns, since an overloaded or failing server is retried
+// rightly.
+func noticeClass(lower string) string {
+	for _, w := range []string{"429", "401", "403"} {
+		if lastWordIndex(lower, w) >= 0 {
+			if w == "429" {
+				return ClassRateLimit
+			}
+			return ClassAuth
+		}
+	}
+	for _, s := range []string{"rate limit", "rate_limit", "quota exceeded", "resource_exhausted", "too many requests", "usage limit"} {
+		if strings.Contains(lower, s) {
+			return ClassRateLimit
+		}
+	}
+	for _, s := range []string{"invalid api key", "invalid_api_key", "api key not valid", "unauthorized", "unauthenticated"} {
+		if strings.Contains(lower, s) {
+			return ClassAuth
+		}
+	}
+	return ""
+}
+
+// lineWatcher splits what the tool writes into lines and hands each, with
+// the one before it, to on. It is fed under taskLog's lock, in order.
+type lineWatcher struct {
+	on   func(prev, line []byte)
+	buf  []byte
+	prev []byte
+	long bool // the current line outgrew maxWatchedLine: skip to its end
+}
+
+func (w *lineWatcher) write(p []byte) {
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		chunk := p
+		if i >= 0 {
+			chunk = p[:i]
+		}
+		if !w.long {
+			if len(w.buf)+len(chunk) > maxWatchedLine {
+				w.long, w.buf = true, w.buf[:0]
+			} else {
+				w.buf = append(w.buf, chunk...)
+			}
+		}
+		if i < 0 {
+			return
+		}
+		p = p[i+1:]
+		if w.long {
+			w.long = false
+			w.prev = w.prev[:0]
+			continue
+		}
+		w.on(w.prev, w.buf)
+		w.prev, w.buf = append(w.prev[:0], w.buf...), w.buf[:0]
+	}
+}
