@@ -42,11 +42,11 @@ type taskLog struct {
 
 	mu     sync.Mutex
 	f      *os.File
-	size   int64  // bytes in the file, marker included
-	header int64  // length of the cut marker at the start of the file
-	total  int64  // bytes the tool has written, cut or not
-	tail   []byte // end of the output, for Classify and setup errors
-	err    error  // first write error; later output is counted, not stored
+	size   int64        // bytes in the file, marker included
+	header int64        // length of the cut marker at the start of the file
+	total  int64        // bytes the tool has written, cut or not
+	tail   []byte       // end of the output, for Classify and setup errors
+	err    error        // first write error; later output is counted, not stored
 	watch  *lineWatcher // when set, sees every line of output as it comes
 }
 

@@ -297,4 +297,3 @@ func tailOf(path string) string {
 	}
 	return strings.Join(lines, "\n")
 }
-
