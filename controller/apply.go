@@ -16,7 +16,7 @@ import (
 var retryable = map[string]bool{
 	wrapper.ClassExit: true, wrapper.ClassCrash: true, wrapper.ClassTimeout: true,
 	wrapper.ClassRateLimit: true, wrapper.ClassStart: true, store.Lost: true,
-	wrapper.ClassHung: true,
+	wrapper.ClassHung: true, wrapper.ClassStalled: true,
 }
 
 // staleAttempt is a live attempt on a node that is not the task's current
@@ -88,6 +88,9 @@ func (c *Controller) apply(ctx context.Context, projects []string, pulls map[str
 				return err
 			}
 			if err := a.halt(ctx, project, tasks); err != nil {
+				return err
+			}
+			if err := a.budget(ctx, project, tasks); err != nil {
 				return err
 			}
 		}
@@ -501,15 +504,31 @@ func (a *applier) finished(ctx context.Context, t *store.Task, st *wrapper.Statu
 	run["status"] = store.Failed
 	a.retryAfter = 0
 	if class == wrapper.ClassRateLimit {
-		// The limit is the account's: pause every launch on this api_mode
-		// until the reset the tool named, measured from now on the
-		// controller's clock (the wrapper gives it in seconds).
+		// The limit is the account's: pause every launch on the api_mode
+		// the attempt ran under until the reset the tool named, measured
+		// from now on the controller's clock (the wrapper gives it in
+		// seconds), or for the backoff when it named none. The pause, not
+		// the task, does the waiting: the retry may run at once under a
+		// fallback mode or on another node's account.
 		a.retryAfter = time.Duration(st.RetryAfterSeconds * float64(time.Second))
-		if a.retryAfter > 0 {
-			if err := a.tx.PutPause(ctx, store.Pause{APIMode: a.c.modeKey(t.Node), Until: a.now.Add(a.retryAfter),
-				Reason: fmt.Sprintf("rate limit hit by %s/%s on %s", t.Project, t.ID, t.Node)}); err != nil {
-				return err
-			}
+		pause := a.retryAfter
+		if pause <= 0 {
+			pause = a.c.backoff(t.RateLimitRetries + 1)
+		}
+		mode, err := a.tx.RunMode(ctx, t.Project, t.ID, t.Attempt)
+		if err != nil {
+			return err
+		}
+		if mode == "" {
+			mode = a.c.modeKey(t.Node)
+		}
+		why := "reset named by the tool"
+		if a.retryAfter <= 0 {
+			why = "the tool named no reset; backing off"
+		}
+		if err := a.tx.PutPause(ctx, store.Pause{APIMode: mode, Until: a.now.Add(pause),
+			Reason: fmt.Sprintf("rate limit hit by %s/%s on %s (%s)", t.Project, t.ID, t.Node, why)}); err != nil {
+			return err
 		}
 	}
 	if st.ToolMissing {
@@ -570,9 +589,9 @@ func (a *applier) retry(ctx context.Context, t *store.Task, from, class string) 
 				Message: fmt.Sprintf("rate limited %d times; giving up", t.RateLimitRetries)})
 		}
 		n := t.RateLimitRetries + 1
-		delay := max(a.c.backoff(n), a.retryAfter)
+		delay := a.c.backoff(n)
 		return a.transition(ctx, store.Change{Project: t.Project, Task: t.ID, From: from, To: store.Pending, Kind: "retry",
-			Message: fmt.Sprintf("rate limited: retry %d of %d in %s (does not use max_retries)", n, maxRateLimitRetries, delay.Round(time.Second)),
+			Message: fmt.Sprintf("rate limited: retry %d of %d once its api_mode's pause ends or under a fallback (does not use max_retries)", n, maxRateLimitRetries),
 			Set:     store.Set{"rate_limit_retries": n, "not_before": a.now.Add(delay)}})
 	}
 	if !retryable[class] || t.RetriesUsed >= t.MaxRetries {

@@ -26,6 +26,22 @@ var testHookAfterPush func(node, dir string)
 // DefaultTimeout bounds a task that sets no timeout.
 const DefaultTimeout = time.Hour
 
+// DefaultStallTimeout stops a tool that writes nothing for this long, unless
+// the task, project or node says otherwise.
+const DefaultStallTimeout = 15 * time.Minute
+
+// stallTimeout is the task's stall_timeout: its own (front matter, else
+// project.yaml's), else the project's for a generated phase task, else the
+// node's, else the default.
+func stallTimeout(t store.Task, opts ProjectOptions, n nodes.Node) time.Duration {
+	for _, d := range []time.Duration{t.Stall, opts.Stall, n.Stall} {
+		if d > 0 {
+			return d
+		}
+	}
+	return DefaultStallTimeout
+}
+
 // launchOutcome is what one launch attempt found out.
 type launchOutcome struct {
 	claim claim
@@ -147,12 +163,12 @@ func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
 	out := launchOutcome{claim: cl}
 	t, n := cl.task, cl.node
 	log := c.log.With(keyNode, n.cfg.Name, keyProject, t.Project, keyTask, t.ID, keyAttempt, t.Attempt)
-	env, err := c.modeEnv(n.cfg)
+	env, err := c.modeEnv(cl.mode)
 	if err != nil {
 		out.err, out.noRetry = err, true
 		return out
 	}
-	mode := c.cfg.APIModes[n.cfg.APIMode]
+	mode := c.cfg.APIModes[cl.mode]
 	out.dangerous = n.cfg.Dangerous || mode.Dangerous
 	argv, stdin, toolEnv, err := toolCommand(c.cfg, toolFor(t.Tool, n.cfg), t.Model, out.dangerous)
 	if err != nil {
@@ -175,8 +191,13 @@ func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
 		out.err = err
 		return out
 	}
+	tool := toolFor(t.Tool, n.cfg)
 	launch := wrapper.Launch{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Node: n.cfg.Name,
-		Command: argv, Stdin: stdin, Env: toolEnv, TimeoutSeconds: timeout.Seconds(), Setup: opts.Setup}
+		Command: argv, Stdin: stdin, Env: toolEnv, TimeoutSeconds: timeout.Seconds(), Setup: opts.Setup,
+		StallSeconds: stallTimeout(t, opts, n.cfg).Seconds()}
+	if _, builtin := builtinTools[tool]; builtin {
+		launch.Transcript = tool
+	}
 	// An empty tree needs no copy (and would leave no directory to copy).
 	hasBase := t.BaseDir != "" && treeHasFiles(t.BaseDir)
 	if hasBase {
@@ -340,17 +361,17 @@ func (c *Controller) pushTree(ctx context.Context, n *nodeRuntime, src, dir stri
 	})
 }
 
-// modeEnv expands the api_mode's env from the controller's environment.
-func (c *Controller) modeEnv(n nodes.Node) (map[string]string, error) {
+// modeEnv expands an api_mode's env from the controller's environment.
+func (c *Controller) modeEnv(name string) (map[string]string, error) {
 	env := map[string]string{}
-	mode, ok := c.cfg.APIModes[n.APIMode]
+	mode, ok := c.cfg.APIModes[name]
 	if !ok {
 		return env, nil
 	}
 	for k, v := range mode.Env {
 		val, err := nodes.ExpandEnv(v, c.opts.LookupEnv)
 		if err != nil {
-			return nil, fmt.Errorf("api_mode %s, %s: %w (export it in the controller's environment)", n.APIMode, k, err)
+			return nil, fmt.Errorf("api_mode %s, %s: %w (export it in the controller's environment)", name, k, err)
 		}
 		env[k] = val
 	}

@@ -87,13 +87,33 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 		return ResultFailed
 	}
 
+	// A phase task that would start past the budget does not: the project
+	// ends with what it has.
+	overBudget := func() (bool, error) {
+		why, stop, err := c.budgetStop(ctx, p, opts)
+		if err != nil || !stop {
+			return err != nil, err
+		}
+		return true, c.finish(ctx, p, ResultFailed, why)
+	}
+
 	switch p.Phase {
 	case PhaseImplementation:
 		if !opts.Integration {
 			return true, c.finish(ctx, p, result(true), "")
 		}
+		if !allCompleted {
+			// Tasks the budget canceled: say so rather than that the
+			// integration was skipped.
+			if stop, err := overBudget(); stop {
+				return err == nil, err
+			}
+		}
 		if !allCompleted && !opts.IntegratePartial {
 			return true, c.finish(ctx, p, ResultFailed, "integration skipped: not every task completed (dispatch start --integrate-partial runs it anyway)")
+		}
+		if stop, err := overBudget(); stop {
+			return err == nil, err
 		}
 		merged := filepath.Join(runsDir, "merged")
 		files, conflicts, err := c.merge(ctx, p.Name, author, merged)
@@ -123,6 +143,9 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 				return false, err
 			}
 			return true, c.finish(ctx, p, result(true), "")
+		}
+		if stop, err := overBudget(); stop {
+			return err == nil, err
 		}
 		return false, c.startVerification(ctx, p, opts, author, 1, tree, nil)
 
@@ -158,6 +181,9 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 			if len(verdicts) > 0 {
 				issues = verdicts[len(verdicts)-1].Issues
 			}
+			if stop, err := overBudget(); stop {
+				return err == nil, err
+			}
 			return false, c.startVerification(ctx, p, opts, author, round+1, filepath.Join(runsDir, f.ID, "output"), issues)
 		}
 		if !done(v) {
@@ -187,6 +213,9 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 				note = fmt.Sprintf("verification failed after %d fix round(s) (max_fix_rounds)", opts.MaxFixRounds)
 			}
 			return true, c.finish(ctx, p, result(verdict.Pass), note)
+		}
+		if stop, err := overBudget(); stop {
+			return err == nil, err
 		}
 		var buf bytes.Buffer
 		if err := templates.ExecuteTemplate(&buf, "fix.md", map[string]any{

@@ -43,6 +43,9 @@ type Report struct {
 	// Final is the directory holding the final tree, when there is one.
 	Final       string `json:"final"`
 	GeneratedAt string `json:"generated_at"`
+	// budget says the project's budget and whether it was reached, for
+	// report.md.
+	budget string
 }
 
 // Totals sums a project's tasks and attempts.
@@ -80,6 +83,9 @@ type AttemptView struct {
 	TokensOut   int64   `json:"tokens_out"`
 	CostUSD     float64 `json:"cost_usd"`
 	Dangerous   bool    `json:"dangerous"`
+	// APIMode is the api_mode the attempt ran under: its node's, or a
+	// fallback while that one was paused; "" for none.
+	APIMode string `json:"api_mode"`
 }
 
 // OutputView is one collected output file.
@@ -113,7 +119,7 @@ type ReportNode struct {
 
 // BuildReport assembles a project's report from the database and the
 // collected logs under home.
-func BuildReport(ctx context.Context, st *store.Store, cfg *nodes.Config, home, project string, now time.Time) (*Report, error) {
+func BuildReport(ctx context.Context, st *store.Store, cfg *nodes.Config, home, project string, now time.Time) (rep *Report, err error) {
 	sv, err := Status(ctx, st, cfg, project, now)
 	if err != nil {
 		return nil, err
@@ -126,6 +132,11 @@ func BuildReport(ctx context.Context, st *store.Store, cfg *nodes.Config, home, 
 	if err != nil {
 		return nil, err
 	}
+	defer func(r **Report) {
+		if *r != nil {
+			(*r).budget = budgetLine(p, (*r).Totals)
+		}
+	}(&rep)
 	files, err := st.Files(ctx, project, "")
 	if err != nil {
 		return nil, err
@@ -146,7 +157,7 @@ func BuildReport(ctx context.Context, st *store.Store, cfg *nodes.Config, home, 
 		attempts[run.Task] = append(attempts[run.Task], AttemptView{Dangerous: run.Dangerous, Attempt: run.Attempt, Node: run.Node, Status: run.Status,
 			ExitCode: run.ExitCode, Signal: run.Signal, ErrorClass: run.ErrorClass, Error: run.Error,
 			StartedAt: jsonTime(run.StartedAt), CompletedAt: jsonTime(run.CompletedAt),
-			TokensIn: run.TokensIn, TokensOut: run.TokensOut, CostUSD: run.CostUSD})
+			TokensIn: run.TokensIn, TokensOut: run.TokensOut, CostUSD: run.CostUSD, APIMode: run.APIMode})
 		r.Totals.Attempts++
 		// Stored figures were clamped when they arrived; the sums still
 		// saturate rather than wrap or overflow to infinity.
@@ -364,6 +375,9 @@ func (r *Report) Markdown() string {
 			var parts []string
 			for _, a := range t.Attempts {
 				s := fmt.Sprintf("#%d %s on %s", a.Attempt, a.Status, a.Node)
+				if a.APIMode != "" {
+					s += " under " + a.APIMode
+				}
 				if a.ErrorClass != "" {
 					s += " (" + a.ErrorClass + ")"
 				}
@@ -373,6 +387,30 @@ func (r *Report) Markdown() string {
 		}
 	}
 	if retried {
+		b.WriteString("\n")
+	}
+	// Which account each attempt used, once more than one took part.
+	modes := map[string]bool{}
+	for _, t := range r.Tasks {
+		for _, a := range t.Attempts {
+			if a.APIMode != "" {
+				modes[a.APIMode] = true
+			}
+		}
+	}
+	if len(modes) > 1 {
+		b.WriteString("## API modes\n\n")
+		for _, t := range r.Tasks {
+			var parts []string
+			for _, a := range t.Attempts {
+				if a.APIMode != "" {
+					parts = append(parts, fmt.Sprintf("#%d %s", a.Attempt, a.APIMode))
+				}
+			}
+			if len(parts) > 0 {
+				fmt.Fprintf(&b, "- %s: %s\n", t.ID, strings.Join(parts, ", "))
+			}
+		}
 		b.WriteString("\n")
 	}
 	b.WriteString("## Conflicts\n\n")
@@ -403,6 +441,9 @@ func (r *Report) Markdown() string {
 		fmt.Fprintf(&b, "| %s | %s | %d | %s |\n", n.Name, n.State, n.Attempts, FormatSeconds(n.Busy))
 	}
 	fmt.Fprintf(&b, "\n## Tokens and cost\n\n%d tokens in, %d tokens out, $%.4f.\n", r.Totals.TokensIn, r.Totals.TokensOut, r.Totals.CostUSD)
+	if r.budget != "" {
+		fmt.Fprintf(&b, "\n%s\n", r.budget)
+	}
 	if len(r.Dangerous) > 0 {
 		fmt.Fprintf(&b, "\n## Ran with permission checks off\n\nThese tasks ran with the tool's dangerous flags (dangerous: true on their node or api_mode): %s.\n",
 			strings.Join(r.Dangerous, ", "))

@@ -19,6 +19,34 @@ type claim struct {
 	task    store.Task
 	node    *nodeRuntime
 	attempt int
+	// mode is the api_mode the attempt runs under: the node's own, or a
+	// fallback of it while it is paused.
+	mode string
+}
+
+// pickMode returns the api_mode a task runs under on n now: n's own, unless
+// a rate limit paused it; then the first of its fallbacks that n may use
+// (api_mode or api_modes), that is not paused and has room under its
+// max_concurrency. ok is false when none may run there now. A node without
+// an api_mode runs under its own login, paused as "node:<name>".
+func pickMode(cfg *nodes.Config, n nodes.Node, paused map[string]bool, use map[string]int) (mode string, ok bool) {
+	room := func(m string) bool {
+		am := cfg.APIModes[m]
+		return !paused[m] && (am.MaxConcurrency <= 0 || use[m] < am.MaxConcurrency)
+	}
+	if n.APIMode == "" {
+		return "", !paused["node:"+n.Name]
+	}
+	if !paused[n.APIMode] {
+		return n.APIMode, room(n.APIMode)
+	}
+	allowed := n.Modes()
+	for _, fb := range cfg.APIModes[n.APIMode].Fallback {
+		if slices.Contains(allowed, fb) && room(fb) {
+			return fb, true
+		}
+	}
+	return "", false
 }
 
 // ProjectOptions are the per-project settings kept in the database with the
@@ -40,6 +68,14 @@ type ProjectOptions struct {
 	PhaseTool string `json:"phase_tool,omitempty"`
 	// Overrides are author-supplied phase specs (S99, V01, F01, ...), by ID.
 	Overrides map[string]PhaseSpec `json:"overrides,omitempty"`
+	// Stall is project.yaml's stall_timeout, for the generated phase tasks
+	// (an author task carries its own).
+	Stall time.Duration `json:"stall,omitempty"`
+	// BudgetUSD and BudgetTokens stop launching once the project's
+	// recorded cost or tokens reach them (project.yaml budget:, start
+	// --budget-usd); 0 is no limit.
+	BudgetUSD    float64 `json:"budget_usd,omitempty"`
+	BudgetTokens int64   `json:"budget_tokens,omitempty"`
 }
 
 // PhaseSpec is an author-supplied spec for a phase task.
@@ -126,7 +162,12 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 			paused[p.APIMode] = true
 		}
 	}
-	modeUse := map[string]int{}
+	// What runs under each api_mode, across projects, counts against its
+	// max_concurrency.
+	modeUse, err := c.st.LiveModes(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var candidates []store.Task
 	halted := map[string]bool{}
 	for _, p := range all {
@@ -145,9 +186,6 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 			case store.Claimed, store.Running:
 				if cp := caps[t.Node]; cp != nil {
 					cp.running++
-				}
-				if n, ok := c.cfg.Node(t.Node); ok && n.APIMode != "" {
-					modeUse[n.APIMode]++
 				}
 			case store.Failed:
 				failed++
@@ -189,6 +227,7 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 	for i := range candidates {
 		t := &candidates[i]
 		var best *capacity
+		bestMode := ""
 		for _, cp := range caps {
 			n := cp.node.cfg
 			if ok, _ := eligible(c.cfg, t, n); !ok || cp.running >= n.Slots {
@@ -197,24 +236,25 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 			if n.MinFreeMem > 0 && cp.mem < n.MinFreeMem {
 				continue
 			}
-			if paused[c.modeKey(n.Name)] || c.unusable[n.Name] != "" {
+			if c.unusable[n.Name] != "" {
 				continue
 			}
-			if mode, ok := c.cfg.APIModes[n.APIMode]; ok && mode.MaxConcurrency > 0 && modeUse[n.APIMode] >= mode.MaxConcurrency {
+			mode, ok := pickMode(c.cfg, n, paused, modeUse)
+			if !ok {
 				continue
 			}
 			if best == nil || better(cp, best, t) {
-				best = cp
+				best, bestMode = cp, mode
 			}
 		}
 		if best == nil {
 			continue
 		}
 		best.running++
-		if best.node.cfg.APIMode != "" {
-			modeUse[best.node.cfg.APIMode]++
+		if bestMode != "" {
+			modeUse[bestMode]++
 		}
-		picks = append(picks, claim{task: *t, node: best.node})
+		picks = append(picks, claim{task: *t, node: best.node, mode: bestMode})
 	}
 	if len(picks) == 0 {
 		return nil, nil
@@ -229,6 +269,15 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 			}
 			if err != nil {
 				return err
+			}
+			if err := tx.SetRun(ctx, p.task.Project, p.task.ID, attempt, store.Set{"api_mode": p.mode}); err != nil {
+				return err
+			}
+			if p.mode != "" && p.mode != p.node.cfg.APIMode {
+				if err := tx.Event(ctx, store.Event{Project: p.task.Project, Task: p.task.ID, Attempt: attempt, Kind: "fallback", Node: p.node.cfg.Name,
+					Message: fmt.Sprintf("api_mode %s is paused; attempt %d runs under its fallback %s", p.node.cfg.APIMode, attempt, p.mode)}); err != nil {
+					return err
+				}
 			}
 			p.attempt = attempt
 			p.task.Attempt, p.task.Node, p.task.Status = attempt, p.node.cfg.Name, store.Claimed

@@ -352,7 +352,7 @@ func storeTask(p *spec.Project, t *spec.Task, cfg *nodes.Config) store.Task {
 		deps = []string{}
 	}
 	return store.Task{Project: p.Name, ID: t.ID, Title: t.Title, Type: t.Type, Tool: t.Tool, Model: t.Model,
-		Priority: t.Priority, DependsOn: deps, Tags: t.Tags, NodePin: t.Node, Timeout: t.Timeout,
+		Priority: t.Priority, DependsOn: deps, Tags: t.Tags, NodePin: t.Node, Timeout: t.Timeout, Stall: t.Stall,
 		MaxRetries: maxRetries, SpecFile: t.File, SpecHash: t.Hash, Snapshot: t.Snapshot}
 }
 
@@ -371,15 +371,21 @@ type SyncResult struct {
 
 // StartOptions are the switches of `dispatch start` that shape a project.
 type StartOptions struct {
-	IntegratePartial bool // run the integration phase even if some author task failed
-	NoIntegrate      bool // skip the integration phase
+	IntegratePartial bool `json:"integrate_partial,omitempty"` // run the integration phase even if some author task failed
+	NoIntegrate      bool `json:"no_integrate,omitempty"`      // skip the integration phase
+	// BudgetUSD, when positive, replaces project.yaml's budget.usd.
+	BudgetUSD float64 `json:"budget_usd,omitempty"`
 }
 
 // projectOptionsFor resolves a project's settings from project.yaml,
 // nodes.yaml and the start switches.
 func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so StartOptions) ProjectOptions {
 	o := ProjectOptions{HaltFail: p.Config.Halt.Fail, Setup: p.Config.Setup, Integration: true, Verification: true,
+		Stall: p.Config.Stall, BudgetUSD: p.Config.Budget.USD, BudgetTokens: p.Config.Budget.Tokens,
 		MaxFixRounds: cfg.Controller.MaxFixRounds, IntegratePartial: so.IntegratePartial, Overrides: map[string]PhaseSpec{}}
+	if so.BudgetUSD > 0 {
+		o.BudgetUSD = so.BudgetUSD
+	}
 	if p.Config.Integration != nil {
 		o.Integration = *p.Config.Integration
 	}
@@ -492,7 +498,7 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, p *spec
 			res.Updated = append(res.Updated, t.ID)
 			if err := tx.SetTask(ctx, p.Name, t.ID, store.Set{"title": nt.Title, "type": nt.Type, "tool": nt.Tool,
 				"model": nt.Model, "priority": nt.Priority, "depends_on": nt.DependsOn, "tags": nt.Tags,
-				"node_pin": nt.NodePin, "timeout_seconds": nt.Timeout, "max_retries": nt.MaxRetries,
+				"node_pin": nt.NodePin, "timeout_seconds": nt.Timeout, "stall_seconds": nt.Stall, "max_retries": nt.MaxRetries,
 				"spec_file": nt.SpecFile, "spec_hash": nt.SpecHash, "snapshot": nt.Snapshot, "base_dir": nt.BaseDir}); err != nil {
 				return err
 			}
@@ -508,7 +514,7 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, p *spec
 func sameSettings(a, b store.Task) bool {
 	return a.Title == b.Title && a.Type == b.Type && a.Tool == b.Tool && a.Model == b.Model &&
 		a.Priority == b.Priority && slices.Equal(a.DependsOn, b.DependsOn) && slices.Equal(a.Tags, b.Tags) &&
-		a.NodePin == b.NodePin && a.Timeout == b.Timeout && a.MaxRetries == b.MaxRetries && a.BaseDir == b.BaseDir
+		a.NodePin == b.NodePin && a.Timeout == b.Timeout && a.Stall == b.Stall && a.MaxRetries == b.MaxRetries && a.BaseDir == b.BaseDir
 }
 
 // reopenPhase puts a finished project back into its implementation phase:

@@ -31,10 +31,13 @@ type StatusView struct {
 	Nodes []NodeView `json:"nodes"`
 	Notes []string   `json:"-"`
 	// Paused lists the api_modes paused by rate limits, for the text view.
-	Paused []store.Pause  `json:"-"`
-	state  string         // project state, for the text view
-	result string         // project result once finished
-	byID   map[string]int // index into Tasks
+	Paused []store.Pause `json:"-"`
+	// Fallbacks names, by paused api_mode, the fallback its tasks run
+	// under now ("" when none is free).
+	Fallbacks map[string]string `json:"-"`
+	state     string            // project state, for the text view
+	result    string            // project result once finished
+	byID      map[string]int    // index into Tasks
 }
 
 // Counts counts tasks by status. A lost attempt is requeued at once, so lost
@@ -168,9 +171,27 @@ func Status(ctx context.Context, st *store.Store, cfg *nodes.Config, project str
 	if err != nil {
 		return nil, err
 	}
+	if note, err := budgetNote(ctx, st, p); err != nil {
+		return nil, err
+	} else if note != "" {
+		v.Notes = append(v.Notes, note)
+	}
+	paused := map[string]bool{}
 	for _, p := range pauses {
 		if now.Before(p.Until) {
 			v.Paused = append(v.Paused, p)
+			paused[p.APIMode] = true
+		}
+	}
+	if cfg != nil {
+		v.Fallbacks = map[string]string{}
+		for _, p := range v.Paused {
+			for _, fb := range cfg.APIModes[p.APIMode].Fallback {
+				if !paused[fb] {
+					v.Fallbacks[p.APIMode] = fb
+					break
+				}
+			}
 		}
 	}
 	facts := map[string]store.Node{}

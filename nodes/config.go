@@ -26,8 +26,8 @@ import (
 var Keys = map[string][]string{
 	"top":        {"controller", "nodes", "api_modes", "routes", "tools"},
 	"controller": {"poll_interval", "heartbeat_timeout", "node_offline_timeout", "max_retries", "retry_backoff", "retry_backoff_max", "max_fix_rounds", "ssh_connect_timeout", "max_parallel_ssh", "collect_max_bytes", "collect_max_files"},
-	"node":       {"name", "ssh", "slots", "api_mode", "work_dir", "tool", "min_free_mem", "tags", "dangerous", "strict_host_key_checking"},
-	"api_mode":   {"env", "max_concurrency", "dangerous"},
+	"node":       {"name", "ssh", "slots", "api_mode", "api_modes", "work_dir", "tool", "min_free_mem", "tags", "dangerous", "strict_host_key_checking", "stall_timeout"},
+	"api_mode":   {"env", "max_concurrency", "dangerous", "fallback"},
 	"tool":       {"command", "model_flag"},
 }
 
@@ -68,6 +68,12 @@ type Node struct {
 	SSH     string
 	Slots   int    // tasks run at once; at least 1
 	APIMode string // a key of Config.APIModes, or "" for none
+	// APIModes are the other api_modes tasks may run under here, when
+	// APIMode is paused and names them as fallbacks.
+	APIModes []string
+	// Stall is the node's stall_timeout: a task whose tool writes nothing
+	// for this long is stopped; 0 leaves it to the default.
+	Stall time.Duration
 	// WorkDir is absolute or starts with "~/" (see ExpandHome); default ~/dispatch.
 	WorkDir string
 	Tool    string // default tool of tasks on this node; "" leaves it to the task
@@ -106,6 +112,21 @@ type APIMode struct {
 	// (an account-level limit); 0 means no limit.
 	MaxConcurrency int
 	Dangerous      bool // tools may run with their dangerous flags in this mode
+	// Fallback are the modes, in order, that tasks of this mode run under
+	// while it is paused by a rate limit (on nodes allowed them).
+	Fallback []string
+}
+
+// Modes returns the api_modes tasks may run under on n: its api_mode, then
+// its api_modes, without duplicates.
+func (n Node) Modes() []string {
+	var out []string
+	for _, m := range append([]string{n.APIMode}, n.APIModes...) {
+		if m != "" && !contains(out, m) {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // Tool is an agent command line defined in nodes.yaml.
@@ -545,6 +566,13 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 		n.APIMode, _ = p.str(v, where, "api_mode")
 		p.at["node."+n.Name+".api_mode"] = v
 	}
+	if v := f["api_modes"].val; v != nil && !isNull(v) {
+		n.APIModes = p.names(v, where, "api_modes")
+		p.at["node."+n.Name+".api_modes"] = v
+	}
+	if v := f["stall_timeout"].val; v != nil && !isNull(v) {
+		n.Stall, _ = p.duration(v, where, "stall_timeout")
+	}
 	if v := f["work_dir"].val; v != nil && !isNull(v) {
 		if s, sok := p.str(v, where, "work_dir"); sok {
 			// Clean first: "~/.." would otherwise pass and clean to ".".
@@ -581,6 +609,23 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 		}
 	}
 	return n, ok
+}
+
+// names reads a list of api_mode names.
+func (p *parser) names(v *yaml.Node, where, key string) []string {
+	v = resolve(v)
+	if v.Kind != yaml.SequenceNode {
+		p.errorf(v, fmt.Sprintf("write %s as a list, e.g. %s: [zai2]", key, key), "%s%s must be a list, not %s", prefix(where), key, describe(v))
+		return nil
+	}
+	var out []string
+	for _, item := range v.Content {
+		item = resolve(item)
+		if s, ok := p.str(item, where, key); ok && !contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func (p *parser) tags(v *yaml.Node, where string) []string {
@@ -634,6 +679,10 @@ func (p *parser) apiModes(n *yaml.Node) map[string]APIMode {
 		}
 		if v := f["dangerous"].val; v != nil && !isNull(v) {
 			m.Dangerous, _ = p.boolean(v, where, "dangerous")
+		}
+		if v := f["fallback"].val; v != nil && !isNull(v) {
+			m.Fallback = p.names(v, where, "fallback")
+			p.at["api_mode."+name+".fallback"] = v
 		}
 		out[name] = m
 	}
@@ -784,10 +833,28 @@ func (p *parser) crossCheck(cfg *Config) {
 				p.errorf(p.at["node."+n.Name+".api_mode"], fix, "node %q: api_mode %q is not defined", n.Name, n.APIMode)
 			}
 		}
+		for _, m := range n.APIModes {
+			if _, ok := cfg.APIModes[m]; !ok {
+				p.errorf(p.at["node."+n.Name+".api_modes"], fmt.Sprintf("use defined modes (%s) or define %q under api_modes:", strings.Join(modes, ", "), m),
+					"node %q: api_modes names %q, which is not defined", n.Name, m)
+			}
+		}
 		if n.Tool != "" && !contains(tools, n.Tool) {
 			p.errorf(p.at["node."+n.Name+".tool"],
 				fmt.Sprintf("use one of %s, or define %q under tools:", strings.Join(tools, ", "), n.Tool),
 				"node %q: tool %q is not defined", n.Name, n.Tool)
+		}
+	}
+	for _, name := range modes {
+		for _, fb := range cfg.APIModes[name].Fallback {
+			switch _, ok := cfg.APIModes[fb]; {
+			case fb == name:
+				p.errorf(p.at["api_mode."+name+".fallback"], "remove it: a mode cannot stand in for itself",
+					"api_mode %q: fallback names the mode itself", name)
+			case !ok:
+				p.errorf(p.at["api_mode."+name+".fallback"], fmt.Sprintf("use defined modes (%s) or define %q under api_modes:", strings.Join(modes, ", "), fb),
+					"api_mode %q: fallback %q is not defined", name, fb)
+			}
 		}
 	}
 	for _, typ := range sortedKeys(cfg.Routes) {

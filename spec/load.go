@@ -251,7 +251,7 @@ func (l *loader) readText(path string) (text string, exists, ok bool) {
 
 // ProjectKeys are the keys project.yaml accepts.
 var ProjectKeys = []string{"integration", "verification", "max_fix_rounds", "integration_spec",
-	"tool", "type", "timeout", "max_retries", "base", "setup", "halt"}
+	"tool", "type", "timeout", "max_retries", "base", "setup", "halt", "stall_timeout", "budget"}
 
 func (l *loader) loadConfig() {
 	path := l.path(ConfigFile)
@@ -297,6 +297,23 @@ func (l *loader) loadConfig() {
 			c.Type, _ = y.typ(key, v)
 		case "timeout":
 			c.Timeout, _ = y.duration(key, v)
+		case "stall_timeout":
+			c.Stall, _ = y.duration(key, v)
+		case "budget":
+			if isNull(v) {
+				return
+			}
+			if v.Kind != yaml.MappingNode {
+				y.errorf(v, "write budget: {usd: 20, tokens: 5000000} (either or both)", "budget must be a mapping, not %s", describe(v))
+				return
+			}
+			y.fields(v, "budget", []string{"usd", "tokens"}, func(key string, v *yaml.Node) {
+				if key == "usd" {
+					c.Budget.USD, _ = y.number("budget.usd", v)
+				} else if n, ok := y.integer("budget.tokens", v, 1, maxInt); ok {
+					c.Budget.Tokens = int64(n)
+				}
+			})
 		case "setup":
 			if s, ok := y.str(key, v); ok {
 				if strings.TrimSpace(s) == "" {
@@ -421,7 +438,7 @@ func (l *loader) loadShared() {
 
 // TaskKeys are the keys a spec's front matter accepts.
 var TaskKeys = []string{"type", "tool", "model", "priority", "depends_on", "timeout",
-	"max_retries", "node", "tags", "context"}
+	"max_retries", "node", "tags", "context", "stall_timeout"}
 
 // parseTask parses one task file. It returns nil when the file could not
 // be read as text at all; otherwise problems are reported and the task is
@@ -441,6 +458,7 @@ func (l *loader) parseTask(f taskFile) *parsed {
 		Tool:       cfg.Tool,
 		Priority:   DefaultPriority,
 		Timeout:    cfg.Timeout,
+		Stall:      cfg.Stall,
 		MaxRetries: cfg.MaxRetries,
 	}
 	p := &parsed{task: t, depLines: map[string]int{}}
@@ -550,6 +568,10 @@ func (l *loader) frontMatter(y yamlFile, root *yaml.Node, p *parsed) []item {
 		case "timeout":
 			if d, ok := y.duration(key, v); ok {
 				t.Timeout = d
+			}
+		case "stall_timeout":
+			if d, ok := y.duration(key, v); ok {
+				t.Stall = d
 			}
 		case "max_retries":
 			if n, ok := y.integer(key, v, 0, maxInt); ok {

@@ -33,6 +33,7 @@ type Task struct {
 	Priority   int           // 1 (first) .. 9; DefaultPriority when not set
 	DependsOn  []string      // IDs of tasks of the same project, without duplicates
 	Timeout    time.Duration // front matter, else project.yaml, else 0 (the controller's default)
+	Stall      time.Duration // stall_timeout: front matter, else project.yaml, else 0 (the node's, else the default)
 	MaxRetries *int          // front matter, else project.yaml, else nil (the controller's default)
 	Node       string        // pin to this node; "" when not pinned
 	Tags       []string      // the task needs nodes with all of these tags
@@ -70,6 +71,7 @@ type ProjectConfig struct {
 	Tool       string        // default tool of the project's tasks
 	Type       string        // default type of the project's tasks
 	Timeout    time.Duration // default timeout of the project's tasks; 0 when not set
+	Stall      time.Duration // default stall_timeout of the project's tasks; 0 when not set
 	MaxRetries *int          // default max_retries of the project's tasks
 
 	Base  string // directory, relative to the project directory, copied into every task's output/
@@ -77,6 +79,15 @@ type ProjectConfig struct {
 	Halt  struct {
 		Fail int // stop launching after this many tasks failed for good; 0 never stops
 	}
+	// Budget stops launching once the project's recorded cost or tokens
+	// reach it; zero fields are no limit.
+	Budget Budget
+}
+
+// Budget is project.yaml's budget: {usd: 20, tokens: 5000000}.
+type Budget struct {
+	USD    float64
+	Tokens int64
 }
 
 // Project is one loaded and validated project.

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -175,6 +176,24 @@ func (y yamlFile) integer(key string, v *yaml.Node, lo, hi int) (int, bool) {
 }
 
 const maxInt = int(^uint(0) >> 1)
+
+// number decodes a positive number (a whole one or with decimals).
+func (y yamlFile) number(key string, v *yaml.Node) (float64, bool) {
+	if isNull(v) {
+		return 0, false
+	}
+	const fix = "write a positive number without quotes, e.g. 20 or 12.5"
+	var f float64
+	if v.Kind != yaml.ScalarNode || (v.ShortTag() != "!!int" && v.ShortTag() != "!!float") || v.Decode(&f) != nil {
+		y.errorf(v, fix, "%s must be a number, not %s", key, describe(v))
+		return 0, false
+	}
+	if !(f > 0) || math.IsInf(f, 0) {
+		y.errorf(v, fix, "%s must be positive, not %s", key, v.Value)
+		return 0, false
+	}
+	return f, true
+}
 
 func (y yamlFile) boolean(key string, v *yaml.Node) (bool, bool) {
 	if isNull(v) {

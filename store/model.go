@@ -79,6 +79,9 @@ type Task struct {
 	Tags        []string
 	NodePin     string
 	Timeout     time.Duration
+	// Stall is the task's own stall_timeout (front matter); 0 means the
+	// project's, the node's or the default.
+	Stall time.Duration
 	MaxRetries  int
 	SpecFile    string
 	SpecHash    string
@@ -133,6 +136,11 @@ type Run struct {
 	// Dangerous is set when the attempt ran with the tool's
 	// permission-skipping flags.
 	Dangerous bool
+	// APIMode is the api_mode the attempt ran under ("" for none).
+	APIMode string
+	// SessionID is the tool's session as its output named it, for a
+	// retry to resume.
+	SessionID string
 }
 
 // Node is what the controller last learned about a node.

@@ -20,20 +20,20 @@ type querier interface {
 const taskSelect = `SELECT project, id, title, type, tool, model, priority, depends_on, tags, node_pin,
 	timeout_seconds, max_retries, spec_file, spec_hash, snapshot, status, attempt, retries_used, node,
 	not_before, exit_code, error_class, error, started_at, completed_at, heartbeat, heartbeat_at,
-	created_at, updated_at, warning, base_dir, rate_limit_retries FROM tasks`
+	created_at, updated_at, warning, base_dir, rate_limit_retries, stall_seconds FROM tasks`
 
 const taskListSelect = `SELECT project, id, title, type, tool, model, priority, depends_on, tags, node_pin,
 	timeout_seconds, max_retries, spec_file, spec_hash, x'' AS snapshot, status, attempt, retries_used, node,
 	not_before, exit_code, error_class, error, started_at, completed_at, heartbeat, heartbeat_at,
-	created_at, updated_at, warning, base_dir, rate_limit_retries FROM tasks`
+	created_at, updated_at, warning, base_dir, rate_limit_retries, stall_seconds FROM tasks`
 
 func scanTask(rows interface{ Scan(...any) error }) (Task, error) {
 	var t Task
 	var deps, tags, notBefore, started, completed, hbAt, created, updated string
-	var timeout float64
+	var timeout, stall float64
 	err := rows.Scan(&t.Project, &t.ID, &t.Title, &t.Type, &t.Tool, &t.Model, &t.Priority, &deps, &tags, &t.NodePin,
 		&timeout, &t.MaxRetries, &t.SpecFile, &t.SpecHash, &t.Snapshot, &t.Status, &t.Attempt, &t.RetriesUsed, &t.Node,
-		&notBefore, &t.ExitCode, &t.ErrorClass, &t.Error, &started, &completed, &t.Heartbeat, &hbAt, &created, &updated, &t.Warning, &t.BaseDir, &t.RateLimitRetries)
+		&notBefore, &t.ExitCode, &t.ErrorClass, &t.Error, &started, &completed, &t.Heartbeat, &hbAt, &created, &updated, &t.Warning, &t.BaseDir, &t.RateLimitRetries, &stall)
 	if err != nil {
 		return t, err
 	}
@@ -45,6 +45,7 @@ func scanTask(rows interface{ Scan(...any) error }) (Task, error) {
 		return t, fmt.Errorf("task %s/%s: read tags: %w", t.Project, t.ID, err)
 	}
 	t.Timeout = time.Duration(timeout * float64(time.Second))
+	t.Stall = time.Duration(stall * float64(time.Second))
 	t.NotBefore = parseTime(notBefore)
 	t.StartedAt = parseTime(started)
 	t.CompletedAt = parseTime(completed)
@@ -145,7 +146,7 @@ func queryProjects(ctx context.Context, q querier, name string) ([]Project, erro
 // not empty), by task then attempt.
 func (s *Store) Runs(ctx context.Context, project, task string) ([]Run, error) {
 	query := `SELECT project, task, attempt, node, status, pid, exit_code, signal, error_class, error, claimed_at,
-		started_at, completed_at, log_bytes, tokens_in, tokens_out, cost_usd, collected_at, dangerous FROM runs WHERE project = ?`
+		started_at, completed_at, log_bytes, tokens_in, tokens_out, cost_usd, collected_at, dangerous, api_mode, session_id FROM runs WHERE project = ?`
 	args := []any{project}
 	if task != "" {
 		query += " AND task = ?"
@@ -162,7 +163,7 @@ func (s *Store) Runs(ctx context.Context, project, task string) ([]Run, error) {
 		var claimed, started, completed, collected string
 		if err := rows.Scan(&r.Project, &r.Task, &r.Attempt, &r.Node, &r.Status, &r.PID, &r.ExitCode, &r.Signal,
 			&r.ErrorClass, &r.Error, &claimed, &started, &completed, &r.LogBytes, &r.TokensIn, &r.TokensOut,
-			&r.CostUSD, &collected, &r.Dangerous); err != nil {
+			&r.CostUSD, &collected, &r.Dangerous, &r.APIMode, &r.SessionID); err != nil {
 			return nil, fmt.Errorf("read runs of %s: %w", project, err)
 		}
 		r.ClaimedAt, r.StartedAt, r.CompletedAt, r.CollectedAt = parseTime(claimed), parseTime(started), parseTime(completed), parseTime(collected)
@@ -313,6 +314,26 @@ type Pause struct {
 	APIMode string
 	Until   time.Time
 	Reason  string
+}
+
+// LiveModes counts the claimed and running attempts under each api_mode.
+func (s *Store) LiveModes(ctx context.Context) (map[string]int, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT api_mode, COUNT(*) FROM runs
+		WHERE status IN (?, ?) AND api_mode != '' GROUP BY api_mode`, Claimed, Running)
+	if err != nil {
+		return nil, fmt.Errorf("count attempts by api_mode: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var m string
+		var n int
+		if err := rows.Scan(&m, &n); err != nil {
+			return nil, fmt.Errorf("count attempts by api_mode: %w", err)
+		}
+		out[m] = n
+	}
+	return out, rows.Err()
 }
 
 // Pauses returns the pauses recorded, expired or not.

@@ -211,8 +211,8 @@ func TestMigrateOldDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if v, _ := s.SchemaVersion(ctx); v != 4 {
-		t.Fatalf("schema version = %d, want 4", v)
+	if v, _ := s.SchemaVersion(ctx); v != 5 {
+		t.Fatalf("schema version = %d, want 5", v)
 	}
 	tasks, err := s.Tasks(ctx, "p")
 	if err != nil || len(tasks) != 1 || tasks[0].ID != "S01" {

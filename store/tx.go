@@ -50,12 +50,14 @@ var taskColumns = map[string]bool{
 	"attempt": true, "retries_used": true, "node": true, "not_before": true,
 	"exit_code": true, "error_class": true, "error": true, "started_at": true,
 	"completed_at": true, "heartbeat": true, "heartbeat_at": true, "warning": true, "base_dir": true, "rate_limit_retries": true,
+	"stall_seconds": true,
 }
 
 var runColumns = map[string]bool{
 	"status": true, "pid": true, "exit_code": true, "signal": true, "error_class": true,
 	"error": true, "started_at": true, "completed_at": true, "log_bytes": true,
 	"tokens_in": true, "tokens_out": true, "cost_usd": true, "collected_at": true, "dangerous": true,
+	"api_mode": true, "session_id": true,
 }
 
 var projectColumns = map[string]bool{
@@ -280,10 +282,10 @@ func (tx *Tx) SetProject(ctx context.Context, name string, set Set, message stri
 func (tx *Tx) InsertTask(ctx context.Context, t Task) error {
 	now := formatTime(tx.now)
 	_, err := tx.tx.ExecContext(ctx, `INSERT INTO tasks (project, id, title, type, tool, model, priority, depends_on, tags,
-		node_pin, timeout_seconds, max_retries, spec_file, spec_hash, snapshot, status, created_at, updated_at, base_dir)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		node_pin, timeout_seconds, max_retries, spec_file, spec_hash, snapshot, status, created_at, updated_at, base_dir, stall_seconds)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		t.Project, t.ID, t.Title, t.Type, t.Tool, t.Model, t.Priority, sqlValue(t.DependsOn), sqlValue(t.Tags),
-		t.NodePin, t.Timeout.Seconds(), t.MaxRetries, t.SpecFile, t.SpecHash, t.Snapshot, Pending, now, now, t.BaseDir)
+		t.NodePin, t.Timeout.Seconds(), t.MaxRetries, t.SpecFile, t.SpecHash, t.Snapshot, Pending, now, now, t.BaseDir, t.Stall.Seconds())
 	if err != nil {
 		return fmt.Errorf("insert task %s/%s: %w", t.Project, t.ID, err)
 	}
@@ -422,6 +424,27 @@ func (tx *Tx) PutVerdict(ctx context.Context, project string, v Verdict) error {
 		return fmt.Errorf("record verdict of %s/%s: %w", project, v.Task, err)
 	}
 	return nil
+}
+
+// RunMode returns the api_mode an attempt ran under ("" for none).
+func (tx *Tx) RunMode(ctx context.Context, project, task string, attempt int) (string, error) {
+	var m string
+	err := tx.tx.QueryRowContext(ctx, "SELECT api_mode FROM runs WHERE project = ? AND task = ? AND attempt = ?",
+		project, task, attempt).Scan(&m)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return "", fmt.Errorf("read the api_mode of %s/%s#%d: %w", project, task, attempt, err)
+	}
+	return m, nil
+}
+
+// Spent returns the cost and tokens recorded for a project's attempts.
+func (tx *Tx) Spent(ctx context.Context, project string) (usd float64, tokens int64, err error) {
+	err = tx.tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(cost_usd), 0), COALESCE(SUM(tokens_in + tokens_out), 0)
+		FROM runs WHERE project = ?`, project).Scan(&usd, &tokens)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read the spending of %s: %w", project, err)
+	}
+	return usd, tokens, nil
 }
 
 // PutPause pauses an api_mode until a time and appends an event.

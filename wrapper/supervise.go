@@ -24,6 +24,8 @@ const (
 	// reasonNotice: the tool announced a retry of a rate limit or of a
 	// refused key (see retryNotice).
 	reasonNotice = "notice"
+	// reasonStall: the tool wrote nothing for stall_seconds.
+	reasonStall = "stall"
 )
 
 // Log keys of the supervisor's wrapper.log.
@@ -360,6 +362,7 @@ func (s *supervisor) run() {
 	})
 	hbStop, hbDone := make(chan struct{}), make(chan struct{})
 	go s.heartbeats(hbStop, hbDone)
+	go s.watchStall(hbStop)
 
 	res := s.attempt()
 
@@ -688,6 +691,9 @@ func (s *supervisor) finish(res outcome) {
 					st.Error += " (reset in " + s.notice.wait.Round(time.Second).String() + ")"
 				}
 			}
+		case reason == reasonStall:
+			st.Status, st.ErrorClass = StatusFailed, ClassStalled
+			st.Error = "stalled: the tool wrote nothing for " + seconds(s.launch.StallSeconds).String()
 		case reason == reasonTimeout:
 			st.Status, st.ErrorClass = StatusFailed, ClassTimeout
 			st.Error = "timed out after " + seconds(s.launch.TimeoutSeconds).String()

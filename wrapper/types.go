@@ -27,6 +27,9 @@ const (
 	ClassAuth      = "auth"
 	ClassStart     = "start"
 	ClassKilled    = "killed"
+	// ClassStalled: the tool wrote nothing (task.log, its transcript) for
+	// the launch's stall_seconds; the supervisor stopped it.
+	ClassStalled = "stalled"
 	// ClassHung is the controller's, never in status.json: the wrapper was
 	// alive but its heartbeat did not change for heartbeat_timeout.
 	ClassHung = "hung"
@@ -71,6 +74,12 @@ type Launch struct {
 	// LogLimitBytes caps task.log; values below 1 KiB are raised to 1 KiB
 	// so that the cut marker and a useful tail fit.
 	LogLimitBytes int64 `json:"log_limit_bytes"`
+	// StallSeconds stops the tool as stalled when it writes nothing for
+	// this long; 0 never does.
+	StallSeconds float64 `json:"stall_seconds,omitempty"`
+	// Transcript names the tool whose transcript counts as writing too
+	// (only "claude" is known).
+	Transcript string `json:"transcript,omitempty"`
 	// Env is the tool's own settings (the variables that keep an agent CLI
 	// offline, non-interactive and its retries bounded): applied over the
 	// node user's environment, under the api_mode's variables on stdin.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -182,6 +183,9 @@ func detachArgs(c *cli.Context, e *env, name string) []string {
 		if c.Bool(f) {
 			args = append(args, "--"+f)
 		}
+	}
+	if c.IsSet("budget-usd") {
+		args = append(args, "--budget-usd", strconv.FormatFloat(c.Float64("budget-usd"), 'f', -1, 64))
 	}
 	return append(args, name)
 }

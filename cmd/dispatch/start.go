@@ -28,6 +28,7 @@ func startCommand() *cli.Command {
 			&cli.BoolFlag{Name: "dry-run", Usage: "validate and print the plan; start nothing"},
 			&cli.BoolFlag{Name: "integrate-partial", Usage: "run the integration phase even if some tasks failed"},
 			&cli.BoolFlag{Name: "no-integrate", Usage: "skip the integration phase (S99, verification, fixes)"},
+			&cli.Float64Flag{Name: "budget-usd", Usage: "start nothing new once the project's recorded cost reaches `USD` (replaces project.yaml's budget.usd)"},
 			&cli.BoolFlag{Name: "detach", Usage: "run the controller in the background (log: <home>/dispatch.log, pid: <home>/dispatch.pid)"},
 		},
 		Action: startAction,
@@ -47,8 +48,12 @@ func startAction(c *cli.Context) error {
 	if c.Duration("poll") < 0 {
 		return usagef("dispatch start --poll 5s "+name, "--poll must be positive")
 	}
+	if b := c.Float64("budget-usd"); c.IsSet("budget-usd") && !(b > 0) {
+		return usagef("dispatch start --budget-usd 20 "+name, "--budget-usd must be a positive amount of US dollars, not %v", b)
+	}
 	only := c.StringSlice("nodes")
-	so := controller.StartOptions{IntegratePartial: c.Bool("integrate-partial"), NoIntegrate: c.Bool("no-integrate")}
+	so := controller.StartOptions{IntegratePartial: c.Bool("integrate-partial"), NoIntegrate: c.Bool("no-integrate"),
+		BudgetUSD: c.Float64("budget-usd")}
 	cfg, p, rows, err := plan(ctx, e, name, only, so)
 	if err != nil {
 		return err

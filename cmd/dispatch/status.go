@@ -84,7 +84,7 @@ func statusCommand() *cli.Command {
 				if err != nil {
 					return err
 				}
-				v.Notes = specChanges(e, st, n, c)
+				v.Notes = append(v.Notes, specChanges(e, st, n, c)...)
 				views = append(views, v)
 			}
 			if c.Bool("json") {
@@ -182,7 +182,11 @@ func printStatus(w io.Writer, s styles, v *controller.StatusView, cfg *nodes.Con
 		}
 	}
 	for _, p := range v.Paused {
-		fmt.Fprintln(w, s.warn.Render(fmt.Sprintf("paused: %s until %s (%s)", p.APIMode, p.Until.Local().Format("15:04:05"), termtext.Clean(p.Reason))))
+		line := fmt.Sprintf("paused: %s until %s (%s)", p.APIMode, p.Until.Local().Format("15:04:05"), termtext.Clean(p.Reason))
+		if fb := v.Fallbacks[p.APIMode]; fb != "" {
+			line += "; its tasks run under " + fb + " (fallback) where a node may use it"
+		}
+		fmt.Fprintln(w, s.warn.Render(line))
 	}
 	for _, n := range v.Notes {
 		fmt.Fprintln(w, s.warn.Render("note: "+termtext.Clean(n)))

@@ -111,7 +111,7 @@ func (w *watcher) load(ctx context.Context) (*watchFrame, error) {
 		if err != nil {
 			return nil, err
 		}
-		v.Notes = specChanges(w.e, w.st, n, w.c)
+		v.Notes = append(v.Notes, specChanges(w.e, w.st, n, w.c)...)
 		f.views = append(f.views, v)
 	}
 	return f, nil

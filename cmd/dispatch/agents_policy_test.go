@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dispatch-tool/dispatch/internal/sshdtest"
+	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/wrapper"
+)
+
+// policyHome is an operator home with one sshd node, n1, whose nodes.yaml
+// ends with extra (api_modes and the like); node adds lines to the node.
+func policyHome(t *testing.T, node, extra string) (*sshHome, *sshdtest.Server) {
+	t.Helper()
+	h := newSSHHome(t)
+	srv := h.client.StartServer(t, "n1")
+	h.client.Trust(t, srv)
+	writeFile(t, filepath.Join(h.home, "nodes.yaml"), fmt.Sprintf(`controller:
+  poll_interval: 200ms
+  ssh_connect_timeout: 5s
+  retry_backoff: 100ms
+  retry_backoff_max: 1s
+nodes:
+  - name: n1
+    ssh: %s@127.0.0.1:%d
+    slots: 2
+    work_dir: %s
+    tool: shell
+%s%s`, h.client.User, srv.Port, srv.WorkDir, node, extra))
+	return h, srv
+}
+
+// TestStalledAgentIsRetried: a tool that writes nothing for its
+// stall_timeout is stopped and retried as stalled; one that keeps writing
+// for longer is left alone.
+func TestStalledAgentIsRetried(t *testing.T) {
+	h, srv := policyHome(t, "", "")
+	dir := filepath.Join(h.home, "specs", "p")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "integration: false\nstall_timeout: 1s\n")
+	writeFile(t, filepath.Join(dir, "S01-quiet.md"), "# Quiet on its first attempt\necho \"attempt $DISPATCH_ATTEMPT\"\n"+
+		"if [ \"$DISPATCH_ATTEMPT\" = 1 ]; then echo $$ > ../stalled.pid; sleep 300; fi\necho done > out.txt\n")
+	writeFile(t, filepath.Join(dir, "S02-chatty.md"), "---\nstall_timeout: 1s\n---\n# Slow but talking\n"+
+		"for i in 1 2 3 4 5 6 7 8; do echo tick $i; sleep 0.3; done\necho done > out.txt\n")
+	r := h.run(t, "start", "p")
+	if r.code != 0 {
+		t.Fatalf("start: %s", r)
+	}
+	st := openStore(t, h.home)
+	ctx := context.Background()
+	runs, _ := st.Runs(ctx, "p", "S01")
+	if len(runs) != 2 || runs[0].ErrorClass != wrapper.ClassStalled || runs[1].Status != store.Completed {
+		t.Fatalf("S01 runs: %+v; want stalled, then completed", runs)
+	}
+	if !strings.Contains(runs[0].Error, "wrote nothing for 1s") {
+		t.Errorf("S01 attempt 1 error: %q", runs[0].Error)
+	}
+	if runs, _ := st.Runs(ctx, "p", "S02"); len(runs) != 1 {
+		t.Errorf("S02, which kept writing, ran %d times", len(runs))
+	}
+	// The stalled tool is gone.
+	pid := strings.TrimSpace(readFile(t, filepath.Join(srv.WorkDir, "p", "tasks", "S01", "stalled.pid")))
+	if processAlive(t, pid) {
+		t.Errorf("the stalled tool (pid %s) still runs", pid)
+	}
+	md := readFile(t, filepath.Join(h.home, "runs", "p", "report.md"))
+	if !strings.Contains(md, "#1 failed on n1 (stalled)") {
+		t.Errorf("report.md does not show the stall:\n%s", md)
+	}
+}
+
+// TestBudgetStopsNewTasks: once the recorded cost reaches the budget
+// (start --budget-usd here, replacing project.yaml's), nothing new starts,
+// and status and the report say why.
+func TestBudgetStopsNewTasks(t *testing.T) {
+	h, _ := policyHome(t, "", "")
+	dir := filepath.Join(h.home, "specs", "p")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "integration: false\nbudget: {usd: 100, tokens: 1000000}\n")
+	for i, id := range []string{"S01", "S02", "S03"} {
+		dep := ""
+		if i > 0 {
+			dep = fmt.Sprintf("---\ndepends_on: [S%02d]\n---\n", i)
+		}
+		writeFile(t, filepath.Join(dir, id+"-step.md"), dep+"# Step\n"+
+			`echo '{"type":"result","total_cost_usd":0.03,"usage":{"input_tokens":100,"output_tokens":10}}'`+"\n")
+	}
+	r := h.run(t, "start", "--budget-usd", "0.05", "p")
+	if r.code == 0 {
+		t.Fatalf("start passed past the budget: %s", r)
+	}
+	st := openStore(t, h.home)
+	ctx := context.Background()
+	for id, want := range map[string]string{"S01": store.Completed, "S02": store.Completed, "S03": store.Canceled} {
+		if tk, _ := st.Task(ctx, "p", id); tk.Status != want {
+			t.Errorf("%s = %s, want %s", id, tk.Status, want)
+		}
+	}
+	const why = "budget reached: $0.06 spent of $0.05"
+	if tk, _ := st.Task(ctx, "p", "S03"); !strings.Contains(tk.Error, why) {
+		t.Errorf("S03's error %q does not say %q", tk.Error, why)
+	}
+	if s := h.run(t, "status", "p"); !strings.Contains(s.stdout, why) {
+		t.Errorf("status does not say why:\n%s", s.stdout)
+	}
+	md := readFile(t, filepath.Join(h.home, "runs", "p", "report.md"))
+	if !strings.Contains(md, "Budget: $0.05 or 1000000 tokens — "+why) {
+		t.Errorf("report.md does not say the budget:\n%s", md)
+	}
+	if bad := h.run(t, "start", "--budget-usd", "-1", "p"); bad.code != 2 || !strings.Contains(bad.stderr, "--budget-usd must be a positive amount") {
+		t.Errorf("start --budget-usd -1: %s", bad)
+	}
+}
+
+// TestFallbackModeTakesOver: while a rate limit pauses a node's api_mode,
+// its tasks run under the mode's first fallback that the node may use, and
+// the report says which mode each attempt used.
+func TestFallbackModeTakesOver(t *testing.T) {
+	h, _ := policyHome(t, "    api_mode: a\n    api_modes: [b]\n", `api_modes:
+  a:
+    env: {ACCOUNT: a}
+    fallback: [b]
+  b:
+    env: {ACCOUNT: b}
+`)
+	dir := filepath.Join(h.home, "specs", "p")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "integration: false\n")
+	body := "if [ \"$ACCOUNT\" = a ]; then echo 'HTTP 429 Too Many Requests: rate limit reached, retry after 120s'; exit 1; fi\n" +
+		"echo \"$ACCOUNT\" > account.txt\n"
+	writeFile(t, filepath.Join(dir, "S01-first.md"), "# First\n"+body)
+	writeFile(t, filepath.Join(dir, "S02-second.md"), "---\ndepends_on: [S01]\n---\n# Second\n"+body)
+	r := h.run(t, "start", "p")
+	if r.code != 0 {
+		t.Fatalf("start: %s", r)
+	}
+	st := openStore(t, h.home)
+	ctx := context.Background()
+	runs, _ := st.Runs(ctx, "p", "S01")
+	if len(runs) != 2 || runs[0].APIMode != "a" || runs[0].ErrorClass != wrapper.ClassRateLimit || runs[1].APIMode != "b" {
+		t.Fatalf("S01 runs: %+v; want rate_limit under a, then b", runs)
+	}
+	if s2, _ := st.Runs(ctx, "p", "S02"); len(s2) != 1 || s2[0].APIMode != "b" {
+		t.Errorf("S02 runs: %+v; want one under b while a is paused", s2)
+	}
+	if got := readFile(t, filepath.Join(h.home, "runs", "p", "S01", "output", "account.txt")); got != "b\n" {
+		t.Errorf("S01 ran under %q", got)
+	}
+	s := h.run(t, "status", "p")
+	if !strings.Contains(s.stdout, "paused: a until") || !strings.Contains(s.stdout, "run under b (fallback)") {
+		t.Errorf("status does not show the pause and the fallback:\n%s", s.stdout)
+	}
+	var rep struct {
+		Tasks []struct {
+			ID       string `json:"id"`
+			Attempts []struct {
+				APIMode string `json:"api_mode"`
+			} `json:"attempts"`
+		} `json:"tasks"`
+	}
+	if err := json.Unmarshal([]byte(h.run(t, "report", "p", "--format", "json").stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Tasks) == 0 || len(rep.Tasks[0].Attempts) != 2 || rep.Tasks[0].Attempts[1].APIMode != "b" {
+		t.Errorf("report json attempts: %+v", rep.Tasks)
+	}
+	md := readFile(t, filepath.Join(h.home, "runs", "p", "report.md"))
+	if !strings.Contains(md, "- S01: #1 a, #2 b") {
+		t.Errorf("report.md does not say the modes:\n%s", md)
+	}
+}
+
+// processAlive reports whether the process pid lives (and is no zombie).
+func processAlive(t *testing.T, pid string) bool {
+	t.Helper()
+	stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name in parentheses.
+	s := string(stat)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z'
+	}
+	return true
+}

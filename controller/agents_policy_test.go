@@ -1,0 +1,99 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+func TestPickMode(t *testing.T) {
+	cfg := &nodes.Config{APIModes: map[string]nodes.APIMode{
+		"zai":  {Fallback: []string{"zai2", "zai3"}},
+		"zai2": {MaxConcurrency: 1},
+		"zai3": {},
+		"solo": {},
+	}}
+	both := nodes.Node{Name: "n", APIMode: "zai", APIModes: []string{"zai2", "zai3"}}
+	tests := []struct {
+		name   string
+		node   nodes.Node
+		paused []string
+		use    map[string]int
+		want   string
+		ok     bool
+	}{
+		{"own mode", both, nil, nil, "zai", true},
+		{"first fallback", both, []string{"zai"}, nil, "zai2", true},
+		{"fallback full", both, []string{"zai"}, map[string]int{"zai2": 1}, "zai3", true},
+		{"fallback paused", both, []string{"zai", "zai2"}, nil, "zai3", true},
+		{"all paused", both, []string{"zai", "zai2", "zai3"}, nil, "", false},
+		{"node may not use the fallback", nodes.Node{Name: "n", APIMode: "zai", APIModes: []string{"zai3"}}, []string{"zai", "zai3"}, nil, "", false},
+		{"node without api_modes", nodes.Node{Name: "n", APIMode: "zai"}, []string{"zai"}, nil, "", false},
+		{"no fallback", nodes.Node{Name: "n", APIMode: "solo", APIModes: []string{"zai"}}, []string{"solo"}, nil, "", false},
+		{"own mode full", nodes.Node{Name: "n", APIMode: "zai2"}, nil, map[string]int{"zai2": 1}, "zai2", false},
+		{"no mode", nodes.Node{Name: "n"}, nil, nil, "", true},
+		{"no mode paused", nodes.Node{Name: "n"}, []string{"node:n"}, nil, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			paused := map[string]bool{}
+			for _, p := range tt.paused {
+				paused[p] = true
+			}
+			got, ok := pickMode(cfg, tt.node, paused, tt.use)
+			if ok != tt.ok || (ok && got != tt.want) {
+				t.Errorf("pickMode = %q, %v; want %q, %v", got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+func TestBudgetReached(t *testing.T) {
+	tests := []struct {
+		name    string
+		opts    ProjectOptions
+		usd     float64
+		tokens  int64
+		reached bool
+		want    string
+	}{
+		{"no budget", ProjectOptions{}, 100, 1e9, false, ""},
+		{"under", ProjectOptions{BudgetUSD: 20}, 19.99, 0, false, ""},
+		{"at the usd limit", ProjectOptions{BudgetUSD: 20}, 20, 0, true, "budget reached: $20.00 spent of $20.00"},
+		{"over tokens", ProjectOptions{BudgetTokens: 1000}, 0, 1200, true, "budget reached: 1200 tokens used of 1000"},
+		{"usd checked first", ProjectOptions{BudgetUSD: 1, BudgetTokens: 1000}, 2, 5000, true, "budget reached: $2.00 spent of $1.00"},
+		{"tokens only, cost ignored", ProjectOptions{BudgetTokens: 1000}, 50, 10, false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			why, reached := budgetReached(tt.opts, tt.usd, tt.tokens)
+			if reached != tt.reached || why != tt.want {
+				t.Errorf("budgetReached = %q, %v; want %q, %v", why, reached, tt.want, tt.reached)
+			}
+		})
+	}
+}
+
+func TestStallTimeoutResolution(t *testing.T) {
+	tests := []struct {
+		name          string
+		task, project time.Duration
+		node          time.Duration
+		want          time.Duration
+	}{
+		{"default", 0, 0, 0, DefaultStallTimeout},
+		{"node", 0, 0, 3 * time.Minute, 3 * time.Minute},
+		{"project over node", 0, 5 * time.Minute, 3 * time.Minute, 5 * time.Minute},
+		{"task over all", time.Minute, 5 * time.Minute, 3 * time.Minute, time.Minute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := stallTimeout(store.Task{Stall: tt.task}, ProjectOptions{Stall: tt.project}, nodes.Node{Stall: tt.node})
+			if got != tt.want {
+				t.Errorf("stallTimeout = %s, want %s", got, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,112 @@
+package wrapper
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// A tool that writes nothing for stall_seconds is stalled: an agent CLI
+// waiting on a hung connection, a prompt no one answers, a loop that never
+// prints. Writing means task.log growing, or the tool's transcript changing
+// (for claude, whose stream-json prints a message only once it is whole:
+// its transcript file is touched as it goes).
+
+// stallCheckPeriod bounds how often the activity is looked at.
+func stallCheckPeriod(stall time.Duration) time.Duration {
+	return min(max(stall/5, 50*time.Millisecond), 5*time.Second)
+}
+
+// transcriptDir is where the tool keeps this attempt's transcript, or "".
+// Only claude's is known by path: <config dir>/projects/<cwd with every
+// character but letters and digits turned into '-'>. codex and gemini print
+// every step of their work in their stream formats, which task.log sees.
+func transcriptDir(tool string, env []string, cwd string) string {
+	if tool != "claude" {
+		return ""
+	}
+	base := lookupEnv(env, "CLAUDE_CONFIG_DIR")
+	if base == "" {
+		home := lookupEnv(env, "HOME")
+		if home == "" {
+			return ""
+		}
+		base = filepath.Join(home, ".claude")
+	}
+	slug := strings.Map(func(r rune) rune {
+		if 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' {
+			return r
+		}
+		return '-'
+	}, cwd)
+	return filepath.Join(base, "projects", slug)
+}
+
+// maxTranscriptEntries bounds the files looked at in a transcript directory.
+const maxTranscriptEntries = 256
+
+// newestChange returns the latest modification time in dir and its direct
+// entries; the zero time when there is none.
+func newestChange(dir string) time.Time {
+	if dir == "" {
+		return time.Time{}
+	}
+	var newest time.Time
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return newest
+	}
+	newest = fi.ModTime()
+	f, err := os.Open(dir)
+	if err != nil {
+		return newest
+	}
+	defer f.Close()
+	entries, _ := f.ReadDir(maxTranscriptEntries)
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && info.ModTime().After(newest) {
+			newest = info.ModTime()
+		}
+	}
+	return newest
+}
+
+// watchStall stops the attempt as stalled when neither task.log nor the
+// transcript changed for the launch's stall_seconds.
+func (s *supervisor) watchStall(stop <-chan struct{}) {
+	stall := seconds(s.launch.StallSeconds)
+	if stall <= 0 {
+		return
+	}
+	dir := transcriptDir(s.launch.Transcript, s.env, filepath.Join(s.dir, dirOutput))
+	t := time.NewTicker(stallCheckPeriod(stall))
+	defer t.Stop()
+	total, changed := s.tlog.Total(), newestChange(dir)
+	last := time.Now()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			s.mu.Lock()
+			started := s.cur != nil
+			s.mu.Unlock()
+			if !started {
+				// Copying the base tree prints nothing and is no stall.
+				last = now
+				continue
+			}
+			tl, tc := s.tlog.Total(), newestChange(dir)
+			if tl != total || !tc.Equal(changed) {
+				total, changed, last = tl, tc, now
+				continue
+			}
+			if now.Sub(last) >= stall {
+				s.logger.Info("tool wrote nothing", logKeyReason, reasonStall, "for", now.Sub(last).Round(time.Millisecond))
+				s.stop(reasonStall, seconds(s.launch.GraceSeconds))
+				return
+			}
+		}
+	}
+}
