@@ -68,20 +68,20 @@ type Project struct {
 
 // Task is one task of a project with its current state.
 type Task struct {
-	Project     string
-	ID          string
-	Title       string
-	Type        string
-	Tool        string
-	Model       string
-	Priority    int
-	DependsOn   []string
-	Tags        []string
-	NodePin     string
-	Timeout     time.Duration
+	Project   string
+	ID        string
+	Title     string
+	Type      string
+	Tool      string
+	Model     string
+	Priority  int
+	DependsOn []string
+	Tags      []string
+	NodePin   string
+	Timeout   time.Duration
 	// Stall is the task's own stall_timeout (front matter); 0 means the
 	// project's, the node's or the default.
-	Stall time.Duration
+	Stall       time.Duration
 	MaxRetries  int
 	SpecFile    string
 	SpecHash    string
