@@ -488,7 +488,8 @@ func (a *applier) finished(ctx context.Context, t *store.Task, st *wrapper.Statu
 	started := parseRemoteTime(st.StartedAt, completed)
 	run := store.Set{"status": st.Status, "pid": st.PID, "exit_code": st.ExitCode, "signal": st.Signal,
 		"error_class": st.ErrorClass, "error": st.Error, "started_at": started, "completed_at": completed,
-		"log_bytes": st.LogBytes, "tokens_in": st.TokensIn, "tokens_out": st.TokensOut, "cost_usd": st.CostUSD}
+		"log_bytes": st.LogBytes, "tokens_in": st.TokensIn, "tokens_out": st.TokensOut, "cost_usd": st.CostUSD,
+		"session_id": st.SessionID}
 	if st.Status == wrapper.StatusCompleted {
 		if err := a.tx.SetRun(ctx, t.Project, t.ID, t.Attempt, run); err != nil {
 			return err

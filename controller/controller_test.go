@@ -463,7 +463,7 @@ func TestAgentKilledIsRetried(t *testing.T) {
 
 func TestEveryBuiltinToolHasACommand(t *testing.T) {
 	for _, name := range spec.BuiltinTools {
-		argv, _, _, err := toolCommand(&nodes.Config{}, name, "m1", true)
+		argv, _, _, err := toolCommand(&nodes.Config{}, name, "m1", true, "")
 		if err != nil || len(argv) == 0 {
 			t.Errorf("tool %s: %v, %v", name, argv, err)
 		}
@@ -490,8 +490,30 @@ func TestToolCommandLines(t *testing.T) {
 		{"mytool", "x", false, "my-agent --prompt-file {spec} --model x", "spec"},
 	}
 	cfg := &nodes.Config{Tools: map[string]nodes.Tool{"mytool": {Command: []string{"my-agent", "--prompt-file", "{spec}"}, ModelFlag: "--model"}}}
+	// A session resumes claude and codex; gemini and the others restart.
+	resumed := []struct {
+		tool, model string
+		dangerous   bool
+		want        string
+		stdin       string
+	}{
+		{"claude", "sonnet", false, "claude -p --resume s-1 --model sonnet --permission-mode acceptEdits --output-format stream-json --verbose", "resume"},
+		{"codex", "", false, `codex exec resume -c sandbox_mode="workspace-write" --json --skip-git-repo-check --disable shell_snapshot --disable plugins -c check_for_update_on_startup=false s-1 -`, "resume"},
+		{"codex", "o3", true, "codex exec resume -m o3 --dangerously-bypass-approvals-and-sandbox --json --skip-git-repo-check --disable shell_snapshot --disable plugins -c check_for_update_on_startup=false s-1 -", "resume"},
+		{"gemini", "", false, "gemini --approval-mode auto_edit -p  --output-format stream-json --skip-trust", "spec"},
+		{"shell", "", false, "/bin/sh {spec}", ""},
+	}
+	for _, tc := range resumed {
+		argv, stdin, _, err := toolCommand(cfg, tc.tool, tc.model, tc.dangerous, "s-1")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.tool, err)
+		}
+		if got := strings.Join(argv, " "); got != tc.want || stdin != tc.stdin {
+			t.Errorf("%s resumed: %q stdin %q, want %q stdin %q", tc.tool, got, stdin, tc.want, tc.stdin)
+		}
+	}
 	for _, tc := range cases {
-		argv, stdin, _, err := toolCommand(cfg, tc.tool, tc.model, tc.dangerous)
+		argv, stdin, _, err := toolCommand(cfg, tc.tool, tc.model, tc.dangerous, "")
 		if err != nil {
 			t.Fatalf("%s: %v", tc.tool, err)
 		}
@@ -499,7 +521,7 @@ func TestToolCommandLines(t *testing.T) {
 			t.Errorf("%s: %q stdin %q, want %q stdin %q", tc.tool, got, stdin, tc.want, tc.stdin)
 		}
 	}
-	if _, _, _, err := toolCommand(cfg, "nosuch", "", false); err == nil || !strings.Contains(err.Error(), "unknown tool") {
+	if _, _, _, err := toolCommand(cfg, "nosuch", "", false, ""); err == nil || !strings.Contains(err.Error(), "unknown tool") {
 		t.Errorf("unknown tool: %v", err)
 	}
 }

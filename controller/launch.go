@@ -53,6 +53,8 @@ type launchOutcome struct {
 	uncertain error
 	// dangerous is set when the tool ran with permission-skipping flags.
 	dangerous bool
+	// resumed is the session of the attempt before that this one continues.
+	resumed string
 	// pushFailures lists the failed tries of pushing the task's files.
 	pushFailures []string
 }
@@ -131,6 +133,12 @@ func (c *Controller) launchAll(ctx context.Context, claims []claim) int {
 					"pid": o.reply.PID, "started_at": tx.Now(), "dangerous": o.dangerous}); err != nil {
 					return err
 				}
+				if o.resumed != "" {
+					if err := tx.Event(ctx, store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: "resume", Node: t.Node,
+						Message: fmt.Sprintf("attempt %d continues the tool's session %s of attempt %d", t.Attempt, o.resumed, t.Attempt-1)}); err != nil {
+						return err
+					}
+				}
 			case o.err != nil:
 				if o.noRetry {
 					t.RetriesUsed = t.MaxRetries
@@ -170,7 +178,12 @@ func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
 	}
 	mode := c.cfg.APIModes[cl.mode]
 	out.dangerous = n.cfg.Dangerous || mode.Dangerous
-	argv, stdin, toolEnv, err := toolCommand(c.cfg, toolFor(t.Tool, n.cfg), t.Model, out.dangerous)
+	session, err := c.resumable(ctx, cl)
+	if err != nil {
+		out.err = err
+		return out
+	}
+	argv, stdin, toolEnv, err := toolCommand(c.cfg, toolFor(t.Tool, n.cfg), t.Model, out.dangerous, session)
 	if err != nil {
 		out.err, out.noRetry = err, true
 		return out
@@ -197,6 +210,10 @@ func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
 		StallSeconds: stallTimeout(t, opts, n.cfg).Seconds()}
 	if _, builtin := builtinTools[tool]; builtin {
 		launch.Transcript = tool
+	}
+	if stdin == "resume" {
+		launch.Resume, launch.ResumePrompt = true, resumePrompt
+		out.resumed = session
 	}
 	// An empty tree needs no copy (and would leave no directory to copy).
 	hasBase := t.BaseDir != "" && treeHasFiles(t.BaseDir)
@@ -313,6 +330,33 @@ func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
 		out.uncertain = fmt.Errorf("wrapper run: %s", replyError(res, nil))
 	}
 	return out
+}
+
+// resumeClasses are the failures after which the next attempt continues
+// the tool's session: the tool was stopped from outside, its work so far
+// is sound.
+var resumeClasses = map[string]bool{wrapper.ClassRateLimit: true, wrapper.ClassStalled: true}
+
+// resumable returns the session the claimed attempt continues, or "": the
+// attempt before it was stopped by a rate limit or a stall, named its
+// session, and ran on the same node under the same api_mode (the session
+// lives in the tool's home there, and its workspace in the task directory).
+func (c *Controller) resumable(ctx context.Context, cl claim) (string, error) {
+	t := cl.task
+	if t.Attempt < 2 {
+		return "", nil
+	}
+	runs, err := c.st.Runs(ctx, t.Project, t.ID)
+	if err != nil {
+		return "", err
+	}
+	for _, r := range runs {
+		if r.Attempt == t.Attempt-1 && resumeClasses[r.ErrorClass] && r.SessionID != "" &&
+			r.Node == cl.node.cfg.Name && r.APIMode == cl.mode {
+			return r.SessionID, nil
+		}
+	}
+	return "", nil
 }
 
 // baseDirName is the directory in a task directory that holds the tree the

@@ -62,7 +62,7 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string, so StartOptions) ([
 				continue
 			}
 			tool := toolFor(st.Tool, n)
-			if _, _, _, err := toolCommand(cfg, tool, st.Model, false); err != nil {
+			if _, _, _, err := toolCommand(cfg, tool, st.Model, false, ""); err != nil {
 				reasons = append(reasons, n.Name+": "+err.Error())
 				continue
 			}
@@ -137,7 +137,7 @@ func phaseRuns(o ProjectOptions, typ string) bool {
 
 // Executable is the program a tool runs (its command's first word).
 func Executable(cfg *nodes.Config, tool string) (string, error) {
-	argv, _, _, err := toolCommand(cfg, tool, "", false)
+	argv, _, _, err := toolCommand(cfg, tool, "", false, "")
 	if err != nil {
 		return "", err
 	}
@@ -163,6 +163,21 @@ func NeededExecutables(cfg *nodes.Config, rows []PlanRow) map[string][]string {
 type NodeProbe struct {
 	Found map[string]bool
 	Err   string
+	// Root is set when the node's user is root (asked only of nodes
+	// where claude would run with its dangerous flag, which it refuses
+	// as root).
+	Root bool
+}
+
+// claudeRefusesRoot reports whether claude on node n would run with
+// --dangerously-skip-permissions as root, which it refuses, unless the
+// api_mode says the node is a sandbox (IS_SANDBOX=1).
+func claudeRefusesRoot(cfg *nodes.Config, n nodes.Node, tool string, pr NodeProbe) bool {
+	mode := cfg.APIModes[n.APIMode]
+	if tool != "claude" || !pr.Root || !(n.Dangerous || mode.Dangerous) {
+		return false
+	}
+	return mode.Env["IS_SANDBOX"] != "1"
 }
 
 // CheckExecutables decides, over what the nodes said, whether every task
@@ -171,7 +186,7 @@ type NodeProbe struct {
 // could not all be asked, and none of those asked has it, gets a note.
 func CheckExecutables(cfg *nodes.Config, rows []PlanRow, probes map[string]NodeProbe) (problems, notes []string) {
 	for _, r := range rows {
-		var missing, unchecked []string
+		var missing, unchecked, asRoot []string
 		found := false
 		for _, n := range r.Nodes {
 			exe, err := Executable(cfg, r.Tools[n])
@@ -179,13 +194,16 @@ func CheckExecutables(cfg *nodes.Config, rows []PlanRow, probes map[string]NodeP
 				continue
 			}
 			pr, ok := probes[n]
+			node, _ := cfg.Node(n)
 			switch {
 			case !ok || pr.Err != "":
 				unchecked = append(unchecked, n)
-			case pr.Found[exe]:
-				found = true
-			default:
+			case !pr.Found[exe]:
 				missing = append(missing, fmt.Sprintf("%s (tool %s: no %s in its PATH)", n, r.Tools[n], exe))
+			case claudeRefusesRoot(cfg, node, r.Tools[n], pr):
+				asRoot = append(asRoot, n)
+			default:
+				found = true
 			}
 		}
 		what := "task " + r.Task.ID
@@ -196,6 +214,9 @@ func CheckExecutables(cfg *nodes.Config, rows []PlanRow, probes map[string]NodeP
 		case found:
 		case len(unchecked) > 0:
 			notes = append(notes, fmt.Sprintf("%s: could not check %s for its tool; it runs there only if the tool is installed", what, strings.Join(unchecked, ", ")))
+		case len(asRoot) > 0 && len(missing) == 0:
+			problems = append(problems, fmt.Sprintf("%s cannot run anywhere: on %s claude would run as root with --dangerously-skip-permissions (dangerous: true), which it refuses\n"+
+				"  fix: log in to the node as another user, set dangerous: false on the node and its api_mode, or set IS_SANDBOX=1 in the api_mode's env if the node is a container or VM you can throw away", what, strings.Join(asRoot, ", ")))
 		case len(missing) > 0:
 			fix := "install the tool on one of these nodes, or set `tool:` in the spec or on a node (nodes.yaml) to a tool that is installed"
 			if IsPhaseID(r.Task.ID) {
@@ -228,6 +249,15 @@ func ProbeExecutables(ctx context.Context, cfg *nodes.Config, transports map[str
 		go func() {
 			defer wg.Done()
 			pr := probeNode(ctx, cfg, n, tr, w, names, timeout)
+			if pr.Err == "" && slices.Contains(names, "claude") && (n.Dangerous || cfg.APIModes[n.APIMode].Dangerous) {
+				uctx, cancel := context.WithTimeout(ctx, timeout)
+				uid, err := tr.UID(uctx)
+				cancel()
+				if err != nil {
+					pr.Err = "ask for the node user's id: " + err.Error()
+				}
+				pr.Root = err == nil && uid == 0
+			}
 			mu.Lock()
 			out[name] = pr
 			mu.Unlock()

@@ -28,6 +28,9 @@ type builtinTool struct {
 	// env are the tool's settings: offline, non-interactive, its own
 	// retries bounded. The api_mode's env overrides any of them.
 	env map[string]string
+	// resume builds the command that continues session instead of
+	// starting afresh; nil when the tool cannot (the attempt restarts).
+	resume func(b builtinTool, model string, dangerous bool, session string) []string
 }
 
 var builtinTools = map[string]builtinTool{
@@ -39,6 +42,10 @@ var builtinTools = map[string]builtinTool{
 		safe:      []string{"--permission-mode", "acceptEdits"},
 		dangerous: []string{"--dangerously-skip-permissions"},
 		tail:      []string{"--output-format", "stream-json", "--verbose"}, stdin: "spec",
+		resume: func(b builtinTool, model string, dangerous bool, session string) []string {
+			argv := append([]string{"claude", "-p", "--resume", session}, b.flags(model, dangerous)[2:]...)
+			return argv
+		},
 		env: map[string]string{
 			// It retries a failed call 10 times over minutes by itself;
 			// dispatch retries attempts, and stops one that waits out a
@@ -58,7 +65,22 @@ var builtinTools = map[string]builtinTool{
 		safe:      []string{"--sandbox", "workspace-write"},
 		dangerous: []string{"--dangerously-bypass-approvals-and-sandbox"},
 		tail: []string{"--json", "--skip-git-repo-check", "--disable", "shell_snapshot", "--disable", "plugins",
-			"-c", "check_for_update_on_startup=false", "-"}, stdin: "spec"},
+			"-c", "check_for_update_on_startup=false", "-"}, stdin: "spec",
+		// codex exec resume [flags] <id> -: it has no --sandbox, the
+		// config key says the same.
+		resume: func(b builtinTool, model string, dangerous bool, session string) []string {
+			argv := []string{"codex", "exec", "resume"}
+			if model != "" {
+				argv = append(argv, "-m", model)
+			}
+			if dangerous {
+				argv = append(argv, b.dangerous...)
+			} else {
+				argv = append(argv, "-c", `sandbox_mode="workspace-write"`)
+			}
+			tail := b.tail[:len(b.tail)-1]
+			return append(append(argv, tail...), session, "-")
+		}},
 	// gemini -p "" reads the prompt on stdin (0.61 requires -p to have a
 	// value); headless runs outside a trusted folder exit 55 without
 	// --skip-trust; only auto_edit or yolo give it its file-writing tool;
@@ -103,8 +125,9 @@ func toolFor(taskTool string, n nodes.Node) string {
 
 // toolCommand returns the argv, stdin mode and settings of a tool.
 // dangerous uses the tool's permission-skipping flags; it is only ever set
-// by the node or the api_mode, never by a spec.
-func toolCommand(cfg *nodes.Config, tool, model string, dangerous bool) (argv []string, stdin string, env map[string]string, err error) {
+// by the node or the api_mode, never by a spec. A session continues that
+// session of the tool (stdin "resume") where the tool can; "" starts afresh.
+func toolCommand(cfg *nodes.Config, tool, model string, dangerous bool, session string) (argv []string, stdin string, env map[string]string, err error) {
 	if t, ok := cfg.Tools[tool]; ok {
 		argv = append(argv, t.Command...)
 		if model != "" && t.ModelFlag != "" {
@@ -116,6 +139,15 @@ func toolCommand(cfg *nodes.Config, tool, model string, dangerous bool) (argv []
 	if !ok {
 		return nil, "", nil, fmt.Errorf("unknown tool %q: use one of %v or define it under tools: in nodes.yaml", tool, ToolNames(cfg))
 	}
+	if session != "" && b.resume != nil {
+		return b.resume(b, model, dangerous, session), "resume", b.env, nil
+	}
+	return b.flags(model, dangerous), b.stdin, b.env, nil
+}
+
+// flags is the tool's command line for a fresh start.
+func (b builtinTool) flags(model string, dangerous bool) []string {
+	var argv []string
 	argv = append(argv, b.base[:b.modelAt]...)
 	if model != "" && b.modelFlag != "" {
 		argv = append(argv, b.modelFlag, model)
@@ -126,6 +158,8 @@ func toolCommand(cfg *nodes.Config, tool, model string, dangerous bool) (argv []
 	} else {
 		argv = append(argv, b.safe...)
 	}
-	argv = append(argv, b.tail...)
-	return argv, b.stdin, b.env, nil
+	return append(argv, b.tail...)
 }
+
+// resumePrompt is what a resumed session is told.
+const resumePrompt = "You were interrupted (a rate limit or a stall stopped you). Continue the task from where you left off and finish it.\n"

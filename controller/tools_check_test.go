@@ -16,6 +16,16 @@ nodes:
   - name: b
     slots: 1
     tool: codex
+  - name: r
+    slots: 1
+    dangerous: true
+  - name: box
+    slots: 1
+    api_mode: sandbox
+api_modes:
+  sandbox:
+    dangerous: true
+    env: {IS_SANDBOX: "1"}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -23,6 +33,9 @@ nodes:
 	s01 := PlanRow{Task: &spec.Task{ID: "S01"}, Type: "implementation", Nodes: []string{"a", "b"}, Tools: map[string]string{"a": "claude", "b": "codex"}}
 	s99 := PlanRow{Task: &spec.Task{ID: "S99"}, Type: "integration", Generated: true, Nodes: []string{"a"}, Tools: map[string]string{"a": "claude"}}
 	sh := PlanRow{Task: &spec.Task{ID: "S02"}, Type: "implementation", Nodes: []string{"a"}, Tools: map[string]string{"a": "shell"}}
+	onR := PlanRow{Task: &spec.Task{ID: "S03"}, Type: "implementation", Nodes: []string{"r"}, Tools: map[string]string{"r": "claude"}}
+	onBox := PlanRow{Task: &spec.Task{ID: "S04"}, Type: "implementation", Nodes: []string{"box"}, Tools: map[string]string{"box": "claude"}}
+	root := func(p NodeProbe) NodeProbe { p.Root = true; return p }
 	found := func(names ...string) NodeProbe {
 		p := NodeProbe{Found: map[string]bool{}}
 		for _, n := range names {
@@ -44,6 +57,11 @@ nodes:
 			[]string{"the generated integration task S99|integration: false"}, 0},
 		{"unreachable node is a note, not a problem", []PlanRow{s01}, map[string]NodeProbe{"a": found(), "b": {Err: "connection refused"}}, nil, 1},
 		{"shell needs /bin/sh", []PlanRow{sh}, map[string]NodeProbe{"a": found("/bin/sh")}, nil, 0},
+		{"dangerous claude as root", []PlanRow{onR}, map[string]NodeProbe{"r": root(found("claude"))},
+			[]string{"task S03 cannot run anywhere: on r claude would run as root with --dangerously-skip-permissions|IS_SANDBOX=1"}, 0},
+		{"dangerous claude as another user", []PlanRow{onR}, map[string]NodeProbe{"r": found("claude")}, nil, 0},
+		{"dangerous claude as root in a sandbox", []PlanRow{onBox}, map[string]NodeProbe{"box": root(found("claude"))}, nil, 0},
+		{"root without dangerous", []PlanRow{s01}, map[string]NodeProbe{"a": root(found("claude")), "b": found()}, nil, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -24,6 +24,10 @@ func (s *Status) Clamp() {
 	s.TokensIn = max(s.TokensIn, 0)
 	s.TokensOut = max(s.TokensOut, 0)
 	s.LogBytes = max(s.LogBytes, 0)
+	// A session id goes back into a tool's command line: only a sane one.
+	if !sessionRE.MatchString(s.SessionID) {
+		s.SessionID = ""
+	}
 }
 
 // Clamp brings the node's facts into range.

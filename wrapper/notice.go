@@ -3,6 +3,7 @@ package wrapper
 import (
 	"bytes"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -142,3 +143,39 @@ func (w *lineWatcher) write(p []byte) {
 		w.prev, w.buf = append(w.prev[:0], w.buf...), w.buf[:0]
 	}
 }
+
+// sessionID reads the tool's session id from a line of its output: claude's
+// and gemini's {"type":"system","subtype":"init","session_id":…} or
+// {"type":"init","session_id":…}, codex's {"type":"thread.started",
+// "thread_id":…}. Only ids of a sane shape are taken: one goes back into a
+// command line.
+func sessionID(line []byte) string {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 || line[0] != '{' || !bytes.Contains(line, []byte(`"type"`)) ||
+		!bytes.Contains(line, []byte(`"init"`)) && !bytes.Contains(line, []byte(`"thread.started"`)) {
+		return ""
+	}
+	var ev struct {
+		Type      string `json:"type"`
+		Subtype   string `json:"subtype"`
+		SessionID string `json:"session_id"`
+		ThreadID  string `json:"thread_id"`
+	}
+	if json.Unmarshal(line, &ev) != nil {
+		return ""
+	}
+	id := ""
+	switch {
+	case ev.Type == "system" && ev.Subtype == "init", ev.Type == "init":
+		id = ev.SessionID
+	case ev.Type == "thread.started":
+		id = ev.ThreadID
+	}
+	if !sessionRE.MatchString(id) {
+		return ""
+	}
+	return id
+}
+
+// sessionRE is the shape of a session id dispatch passes back to a tool.
+var sessionRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)

@@ -64,3 +64,22 @@ func TestLineWatcher(t *testing.T) {
 		t.Fatalf("lines %q, want %q", got, want)
 	}
 }
+
+func TestSessionID(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ line, want string }{
+		// What the real CLIs printed first (shortened).
+		{`{"type":"system","subtype":"init","cwd":"/tmp/ex/ws","session_id":"c17ba855-4e3b-4e89-9ca7-aa7bcc3964be","tools":["Task"]}`, "c17ba855-4e3b-4e89-9ca7-aa7bcc3964be"},
+		{`{"type":"thread.started","thread_id":"01a20476-4b89-7e82-9883-6b7b9cbab1b2"}`, "01a20476-4b89-7e82-9883-6b7b9cbab1b2"},
+		{`{"type":"init","timestamp":"2026-11-22T18:20:51.063Z","session_id":"d6957361-bf23-426c-8fd1-e60450d1069e","model":"auto"}`, "d6957361-bf23-426c-8fd1-e60450d1069e"},
+		{`{"type":"result","session_id":"c17ba855"}`, ""},
+		{`{"type":"system","subtype":"init","session_id":"--dangerously-skip-permissions"}`, ""},
+		{`{"type":"system","subtype":"init","session_id":"a b"}`, ""},
+		{`init thread.started "type"`, ""},
+	}
+	for _, tt := range tests {
+		if got := sessionID([]byte(tt.line)); got != tt.want {
+			t.Errorf("sessionID(%s) = %q, want %q", tt.line, got, tt.want)
+		}
+	}
+}

@@ -72,6 +72,10 @@ type supervisor struct {
 	finishing  bool // the tool has exited: a stop asked now is too late
 	notice     notice
 	noticeAt   time.Time
+	session    string // the tool's session id, as its output named it
+
+	// keptOutput is set when a resumed attempt kept the earlier output/.
+	keptOutput bool
 
 	rec procRecord // this attempt's process record; written by prepare and setTool only
 
@@ -282,7 +286,10 @@ func (s *supervisor) moveAside() error {
 		// unless a base tree is to be copied into a fresh one.
 		return nil
 	}
-	if haveOutput {
+	if haveOutput && s.launch.Resume {
+		// The resumed session works on where the earlier attempt left.
+		s.keptOutput = true
+	} else if haveOutput {
 		found = append(found, dirOutput)
 	}
 	// attempts/ is the wrapper's, but the task can replace it: a link (or
@@ -374,7 +381,7 @@ func (s *supervisor) run() {
 
 func (s *supervisor) attempt() outcome {
 	out := filepath.Join(s.dir, dirOutput)
-	if s.launch.Base != "" {
+	if s.launch.Base != "" && !(s.launch.Resume && s.keptOutput) {
 		err := s.copyBase(out)
 		if errors.Is(err, errStopped) {
 			return outcome{code: -1}
@@ -453,7 +460,19 @@ func (s *supervisor) toolCmd(out string) (*exec.Cmd, []io.Closer, error) {
 	}
 	cmd := &exec.Cmd{Path: path, Args: args, Env: s.env, Dir: out}
 	var closers []io.Closer
-	if s.launch.Stdin == "spec" {
+	if s.launch.Stdin == "resume" {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, nil, fmt.Errorf("tool stdin: %w", err)
+		}
+		// A short text: it fits the pipe, the write does not block.
+		go func() {
+			io.WriteString(w, s.launch.ResumePrompt)
+			w.Close()
+		}()
+		cmd.Stdin = r
+		closers = append(closers, r)
+	} else if s.launch.Stdin == "spec" {
 		f, err := os.Open(spec)
 		if err != nil {
 			return nil, nil, fmt.Errorf("open tool stdin: %w", err)
@@ -525,6 +544,13 @@ func (s *supervisor) stop(reason string, grace time.Duration) {
 // onLine stops the tool when a line of its output announces a retry that
 // dispatch handles better than the tool (see retryNotice).
 func (s *supervisor) onLine(prev, line []byte) {
+	if id := sessionID(line); id != "" {
+		s.mu.Lock()
+		if s.session == "" {
+			s.session = id
+		}
+		s.mu.Unlock()
+	}
 	now := time.Now()
 	n, ok := retryNotice(prev, line, now)
 	if !ok || !n.stops() {
@@ -653,7 +679,7 @@ func (s *supervisor) finish(res outcome) {
 		fmt.Fprintf(s.tlog, "dispatch-wrapper: %s\n", res.startErr)
 	}
 	s.mu.Lock()
-	reason := s.stopReason
+	reason, session := s.stopReason, s.session
 	s.mu.Unlock()
 	ended := time.Now()
 	if err := s.tlog.Err(); err != nil {
@@ -673,6 +699,7 @@ func (s *supervisor) finish(res outcome) {
 		st.ExitCode = res.code
 		st.LogBytes = s.tlog.Total()
 		st.TokensIn, st.TokensOut, st.CostUSD = tokensIn, tokensOut, cost
+		st.SessionID = session
 		defer st.Clamp()
 		if res.sig != 0 {
 			st.Signal = signalName(res.sig)

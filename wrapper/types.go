@@ -52,6 +52,10 @@ const (
 	DefaultLogLimitBytes    = 64 << 20
 )
 
+// maxResumePrompt bounds launch.json's resume_prompt: it goes through a
+// pipe the wrapper writes without waiting.
+const maxResumePrompt = 4096
+
 // minLogLimit keeps room for the cut marker and a useful tail.
 const minLogLimit = 1024
 
@@ -65,8 +69,15 @@ type Launch struct {
 	// Command is argv; Command[0] is looked up in the tool environment's
 	// PATH and every "{spec}" in an argument becomes the path of spec.md.
 	Command []string `json:"command"`
-	// Stdin is "spec" to feed spec.md to the tool, or "" for /dev/null.
+	// Stdin is "spec" to feed spec.md to the tool, "resume" to feed it
+	// ResumePrompt, or "" for /dev/null.
 	Stdin string `json:"stdin"`
+	// Resume is set when the attempt continues the tool's session of the
+	// attempt before it (stopped by a rate limit or a stall): the earlier
+	// output/ stays in place as the workspace instead of moving aside, and
+	// the tool gets ResumePrompt.
+	Resume       bool   `json:"resume,omitempty"`
+	ResumePrompt string `json:"resume_prompt,omitempty"`
 	// TimeoutSeconds counts from the start of the attempt, setup included.
 	TimeoutSeconds   float64 `json:"timeout_seconds"`
 	GraceSeconds     float64 `json:"grace_seconds"`
@@ -124,6 +135,10 @@ type Status struct {
 	// controller can wait that long from when it reads the status without
 	// comparing clocks. 0 means unknown.
 	RetryAfterSeconds float64 `json:"retry_after_seconds"`
+	// SessionID is the tool's session as its output named it (claude's and
+	// gemini's init event, codex's thread.started), for a later attempt to
+	// resume.
+	SessionID string `json:"session_id,omitempty"`
 	// ToolMissing is set with ErrorClass start when the tool's executable
 	// is not in its PATH on the node: the controller does not retry it.
 	ToolMissing bool `json:"tool_missing,omitempty"`
@@ -191,8 +206,17 @@ func (l *Launch) normalize() error {
 	if len(l.Command) == 0 || l.Command[0] == "" {
 		return fmt.Errorf("command is empty")
 	}
-	if l.Stdin != "" && l.Stdin != "spec" {
-		return fmt.Errorf("stdin %q: want \"spec\" or \"\"", l.Stdin)
+	switch l.Stdin {
+	case "", "spec":
+	case "resume":
+		if !l.Resume || l.ResumePrompt == "" || len(l.ResumePrompt) > maxResumePrompt {
+			return fmt.Errorf("stdin \"resume\" needs resume: true and a resume_prompt of 1 to %d bytes", maxResumePrompt)
+		}
+	default:
+		return fmt.Errorf("stdin %q: want \"spec\", \"resume\" or \"\"", l.Stdin)
+	}
+	if l.StallSeconds < 0 {
+		return fmt.Errorf("negative stall_seconds")
 	}
 	if err := checkBase(l.Base); err != nil {
 		return err

@@ -297,3 +297,145 @@ func tailOf(path string) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// TestRealAgentCLIsStallAndResume: a real CLI whose API call hangs writes
+// nothing; dispatch stops it as stalled and retries it. claude and codex
+// continue their session (the retry's request carries the first attempt's
+// prompt although the retry's own input is only "continue"); gemini, which
+// cannot resume a session by id, starts afresh.
+func TestRealAgentCLIsStallAndResume(t *testing.T) {
+	bin := agentcli.Dir(t)
+	for _, cli := range realCLIs {
+		t.Run(cli.tool, func(t *testing.T) {
+			t.Parallel()
+			api := fakeapi.New(t, cli.provider)
+			api.File = "resumed.txt"
+			key := "sk-fake-" + cli.tool + "-stall-3e9a1b"
+			// The first model request hangs; the ones after work.
+			api.Script(key, fakeapi.Stall, fakeapi.Work)
+			h := newSSHHome(t)
+			srv := h.client.StartServer(t, "n1")
+			h.client.Trust(t, srv)
+			cliHome := t.TempDir()
+			if cli.setup != nil {
+				cli.setup(t, api, cliHome)
+			}
+			var env strings.Builder
+			fmt.Fprintf(&env, "      %s: ${KEY}\n      PATH: %s\n", cli.keyVar, agentcli.PATH(t, bin))
+			for k, v := range cli.env(api, cliHome) {
+				fmt.Fprintf(&env, "      %s: %s\n", k, v)
+			}
+			h.env = append(h.env, "KEY="+key)
+			writeFile(t, filepath.Join(h.home, "nodes.yaml"), fmt.Sprintf(`controller:
+  poll_interval: 200ms
+  ssh_connect_timeout: 5s
+  retry_backoff: 100ms
+  retry_backoff_max: 1s
+nodes:
+  - name: n1
+    ssh: %s@127.0.0.1:%d
+    slots: 1
+    work_dir: %s
+    tool: %s
+    api_mode: m
+api_modes:
+  m:
+    env:
+%s`, h.client.User, srv.Port, srv.WorkDir, cli.tool, env.String()))
+			dir := filepath.Join(h.home, "specs", "p")
+			writeFile(t, filepath.Join(dir, "project.yaml"), "integration: false\nstall_timeout: 4s\n")
+			const marker = "PROMPT-MARKER-RESUME-7d2c"
+			writeFile(t, filepath.Join(dir, "S01-resume.md"), "Write the file resumed.txt ("+marker+").\n")
+			r := h.run(t, "start", "p")
+			if r.code != 0 {
+				t.Fatalf("start: %s\n%s", r, tailOf(filepath.Join(h.home, "runs", "p", "S01", "task.log")))
+			}
+			st := openStore(t, h.home)
+			ctx := context.Background()
+			runs, _ := st.Runs(ctx, "p", "S01")
+			if len(runs) != 2 || runs[0].ErrorClass != wrapper.ClassStalled || runs[1].Status != store.Completed {
+				t.Fatalf("runs: %+v; want stalled, then completed", runs)
+			}
+			if got := readFile(t, filepath.Join(h.home, "runs", "p", "S01", "output", api.File)); got != api.Content {
+				t.Errorf("collected %s = %q", api.File, got)
+			}
+			evs, _ := st.Events(ctx, "p", 0, 0)
+			resumed := false
+			for _, e := range evs {
+				resumed = resumed || e.Kind == "resume" && strings.Contains(e.Message, runs[0].SessionID)
+			}
+			reqs := api.Requests()
+			last := reqs[len(reqs)-1]
+			switch cli.tool {
+			case "claude", "codex":
+				if runs[0].SessionID == "" || !resumed {
+					t.Errorf("attempt 2 did not resume attempt 1's session %q", runs[0].SessionID)
+				}
+				// The retry got only the resume prompt on stdin: the
+				// first prompt in its request comes from the session.
+				if !strings.Contains(last.Body, marker) || !strings.Contains(last.Body, "You were interrupted") {
+					t.Errorf("the resumed request lacks the session's prompt or the resume prompt")
+				}
+			default:
+				if resumed {
+					t.Errorf("%s resumed, but it has no resume by id", cli.tool)
+				}
+			}
+		})
+	}
+}
+
+// TestRealClaudeDangerousAsRoot: claude refuses --dangerously-skip-permissions
+// as root, so validate refuses a dangerous node whose user is root, with the
+// fix; with IS_SANDBOX=1 in the api_mode the real claude runs there.
+func TestRealClaudeDangerousAsRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the sshd nodes of the tests log in as the current user, which is not root")
+	}
+	bin := agentcli.Dir(t)
+	api := fakeapi.New(t, fakeapi.Anthropic)
+	h := newSSHHome(t)
+	srv := h.client.StartServer(t, "n1")
+	h.client.Trust(t, srv)
+	h.env = append(h.env, "KEY=sk-fake-root-2b7c11")
+	cliHome := t.TempDir()
+	nodesYAML := func(sandbox string) string {
+		return fmt.Sprintf(`controller:
+  poll_interval: 200ms
+  retry_backoff: 100ms
+nodes:
+  - name: n1
+    ssh: %s@127.0.0.1:%d
+    work_dir: %s
+    tool: claude
+    dangerous: true
+    api_mode: m
+api_modes:
+  m:
+    env:
+      ANTHROPIC_API_KEY: ${KEY}
+      ANTHROPIC_BASE_URL: %s
+      HOME: %s
+      PATH: %s
+%s`, h.client.User, srv.Port, srv.WorkDir, api.URL, cliHome, agentcli.PATH(t, bin), sandbox)
+	}
+	writeFile(t, filepath.Join(h.home, "nodes.yaml"), nodesYAML(""))
+	dir := filepath.Join(h.home, "specs", "p")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "integration: false\n")
+	writeFile(t, filepath.Join(dir, "S01-root.md"), "Write hello.txt.\n")
+	r := h.run(t, "validate", "p")
+	if r.code != 2 || !strings.Contains(r.stderr, "claude would run as root") || !strings.Contains(r.stderr, "IS_SANDBOX=1") {
+		t.Fatalf("validate of a dangerous claude node whose user is root: %s", r)
+	}
+	if r := h.run(t, "start", "p"); r.code != 2 {
+		t.Fatalf("start: %s", r)
+	}
+	writeFile(t, filepath.Join(h.home, "nodes.yaml"), nodesYAML(`      IS_SANDBOX: "1"
+`))
+	if r := h.run(t, "start", "p"); r.code != 0 {
+		t.Fatalf("start with IS_SANDBOX=1: %s\n%s", r, tailOf(filepath.Join(h.home, "runs", "p", "S01", "task.log")))
+	}
+	if got := readFile(t, filepath.Join(h.home, "runs", "p", "S01", "output", api.File)); got != api.Content {
+		t.Errorf("collected %s = %q", api.File, got)
+	}
+}

@@ -81,6 +81,8 @@ type Request struct {
 	ToolResult bool
 	// Status is the HTTP status answered.
 	Status int
+	// Body is the request's body.
+	Body string
 }
 
 // Server is a fake provider API on loopback.
@@ -97,7 +99,7 @@ type Server struct {
 	srv      *http.Server
 	ln       net.Listener
 	mu       sync.Mutex
-	byKey    map[string]Behaviour
+	byKey    map[string][]Behaviour
 	requests []Request
 	answered Usage
 	byKeyUse map[string]Usage
@@ -119,7 +121,7 @@ func New(t testing.TB, provider Provider) *Server {
 		Content:  "written by the agent\n",
 		Reset:    30 * time.Second,
 		ln:       ln,
-		byKey:    map[string]Behaviour{},
+		byKey:    map[string][]Behaviour{},
 		byKeyUse: map[string]Usage{},
 		stop:     make(chan struct{}),
 	}
@@ -134,9 +136,15 @@ func New(t testing.TB, provider Provider) *Server {
 
 // Set makes the server answer key with b. Keys not set get Work.
 func (s *Server) Set(key string, b Behaviour) {
+	s.Script(key, b)
+}
+
+// Script makes the server answer key's model requests with bs in turn; the
+// last one answers every request after.
+func (s *Server) Script(key string, bs ...Behaviour) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.byKey[key] = b
+	s.byKey[key] = bs
 }
 
 // Requests returns the model requests seen so far.
@@ -153,10 +161,18 @@ func (s *Server) Answered() Usage {
 	return s.answered
 }
 
+// behaviour takes the next behaviour for key.
 func (s *Server) behaviour(key string) Behaviour {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.byKey[key]
+	bs := s.byKey[key]
+	if len(bs) == 0 {
+		return Work
+	}
+	if len(bs) > 1 {
+		s.byKey[key] = bs[1:]
+	}
+	return bs[0]
 }
 
 func (s *Server) record(r Request, u Usage) {
@@ -201,7 +217,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNotFound)
 		return
 	}
-	req := Request{Path: r.URL.Path, Key: c.key, Model: c.model, Prompt: c.prompt, Tools: c.tools, ToolResult: c.toolResult}
+	req := Request{Path: r.URL.Path, Key: c.key, Model: c.model, Prompt: c.prompt, Tools: c.tools, ToolResult: c.toolResult, Body: string(body)}
 	switch s.behaviour(c.key) {
 	case Unauthorized:
 		req.Status = http.StatusUnauthorized
