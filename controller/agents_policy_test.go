@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,4 +98,50 @@ func TestStallTimeoutResolution(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRateLimitPausesTheMode: a rate limit whose reset the tool did not
+// print (codex with an API key) still pauses the api_mode the attempt ran
+// under, for the backoff but at least a minute, and the retry does not use
+// max_retries.
+func TestRateLimitPausesTheMode(t *testing.T) {
+	yaml := `
+controller:
+  retry_backoff: 10s
+  max_retries: 0
+nodes:
+  - name: local
+    slots: 1
+    api_mode: shared
+    work_dir: WORK
+api_modes:
+  shared: {}
+`
+	h := newHarness(t, yaml, shellProject(map[string]string{"S01-a.md": `if [ "$DISPATCH_ATTEMPT" = 1 ]; then echo "exceeded retry limit, last status: 429 Too Many Requests"; exit 1; fi
+echo done > out.txt
+`}))
+	h.tickUntil("the rate limit", func() bool { return h.task("S01").RateLimitRetries == 1 })
+	ctx := context.Background()
+	pauses, err := h.st.Pauses(ctx)
+	if err != nil || len(pauses) != 1 || pauses[0].APIMode != "shared" {
+		t.Fatalf("pauses = %+v, %v; want shared paused", pauses, err)
+	}
+	left := pauses[0].Until.Sub(h.clock.Now())
+	if left < 59*time.Second || left > 61*time.Second || !strings.Contains(pauses[0].Reason, "named no reset") {
+		t.Fatalf("paused for %s (%q); want a minute (more than the 10s backoff)", left, pauses[0].Reason)
+	}
+	if tk := h.task("S01"); tk.Status != store.Pending || tk.RetriesUsed != 0 {
+		t.Fatalf("S01: %s, retries used %d; want pending, 0", tk.Status, tk.RetriesUsed)
+	}
+	h.tick()
+	if tk := h.task("S01"); tk.Status != store.Pending {
+		t.Fatalf("S01 launched under a paused mode: %s", tk.Status)
+	}
+	h.clock.Advance(30 * time.Second)
+	h.tick()
+	if tk := h.task("S01"); tk.Status != store.Pending {
+		t.Fatalf("S01 launched under a paused mode: %s", tk.Status)
+	}
+	h.clock.Advance(31 * time.Second)
+	h.tickUntil("the retry to complete", func() bool { return h.task("S01").Status == store.Completed })
 }

@@ -514,7 +514,10 @@ func (a *applier) finished(ctx context.Context, t *store.Task, st *wrapper.Statu
 		a.retryAfter = time.Duration(st.RetryAfterSeconds * float64(time.Second))
 		pause := a.retryAfter
 		if pause <= 0 {
-			pause = a.c.backoff(t.RateLimitRetries + 1)
+			// A limit is seldom over in less than a minute: a shorter
+			// pause would spend the rate-limit retries on the same
+			// account instead of letting a fallback take over.
+			pause = max(a.c.backoff(t.RateLimitRetries+1), unknownResetPause)
 		}
 		mode, err := a.tx.RunMode(ctx, t.Project, t.ID, t.Attempt)
 		if err != nil {
@@ -549,6 +552,11 @@ func (c *Controller) modeKey(node string) string {
 	}
 	return "node:" + node
 }
+
+// unknownResetPause is the shortest pause of an api_mode after a rate limit
+// whose reset the tool did not name (claude facing a long Retry-After,
+// codex with an API key).
+const unknownResetPause = time.Minute
 
 // maxRateLimitRetries caps the retries after rate limits, which do not use
 // up max_retries.

@@ -439,3 +439,77 @@ api_modes:
 		t.Errorf("collected %s = %q", api.File, got)
 	}
 }
+
+// TestRealAgentCLIsFallbackAndBudget: with each real CLI, a rate limit on
+// the node's api_mode sends the retry to its fallback account at once, and
+// the budget, reached by what the CLI reported, cancels the task that was
+// to come next.
+func TestRealAgentCLIsFallbackAndBudget(t *testing.T) {
+	bin := agentcli.Dir(t)
+	for _, cli := range realCLIs {
+		t.Run(cli.tool, func(t *testing.T) {
+			t.Parallel()
+			api := fakeapi.New(t, cli.provider)
+			api.Reset = 5 * time.Minute
+			limited, spare := "sk-fake-"+cli.tool+"-first-77aa01", "sk-fake-"+cli.tool+"-second-0c3d9e"
+			api.Set(limited, fakeapi.RateLimited)
+			h := newSSHHome(t)
+			srv := h.client.StartServer(t, "n1")
+			h.client.Trust(t, srv)
+			h.env = append(h.env, "KEY_A="+limited, "KEY_B="+spare)
+			var modes strings.Builder
+			for _, m := range []struct{ name, key, fallback string }{{"a", "KEY_A", "    fallback: [b]\n"}, {"b", "KEY_B", ""}} {
+				cliHome := t.TempDir()
+				if cli.setup != nil {
+					cli.setup(t, api, cliHome)
+				}
+				fmt.Fprintf(&modes, "  %s:\n%s    env:\n      %s: ${%s}\n      PATH: %s\n", m.name, m.fallback, cli.keyVar, m.key, agentcli.PATH(t, bin))
+				for k, v := range cli.env(api, cliHome) {
+					fmt.Fprintf(&modes, "      %s: %s\n", k, v)
+				}
+			}
+			writeFile(t, filepath.Join(h.home, "nodes.yaml"), fmt.Sprintf(`controller:
+  poll_interval: 200ms
+  ssh_connect_timeout: 5s
+  retry_backoff: 100ms
+  retry_backoff_max: 1s
+nodes:
+  - name: n1
+    ssh: %s@127.0.0.1:%d
+    slots: 1
+    work_dir: %s
+    tool: %s
+    api_mode: a
+    api_modes: [b]
+api_modes:
+%s`, h.client.User, srv.Port, srv.WorkDir, cli.tool, modes.String()))
+			dir := filepath.Join(h.home, "specs", "p")
+			writeFile(t, filepath.Join(dir, "project.yaml"), "integration: false\nbudget: {tokens: 100}\n")
+			writeFile(t, filepath.Join(dir, "S01-first.md"), "Write hello.txt.\n")
+			writeFile(t, filepath.Join(dir, "S02-next.md"), "---\ndepends_on: [S01]\n---\nWrite hello.txt again.\n")
+			r := h.run(t, "start", "p")
+			if r.code != 1 {
+				t.Fatalf("start: %s, want exit 1 (the budget stopped the project)", r)
+			}
+			st := openStore(t, h.home)
+			ctx := context.Background()
+			runs, _ := st.Runs(ctx, "p", "S01")
+			if len(runs) != 2 || runs[0].APIMode != "a" || runs[0].ErrorClass != wrapper.ClassRateLimit ||
+				runs[1].APIMode != "b" || runs[1].Status != store.Completed {
+				t.Fatalf("S01 runs: %+v; want rate_limit under a, then completed under b", runs)
+			}
+			if used := api.AnsweredFor(spare); runs[1].TokensIn+runs[1].TokensOut != used.In+used.Out {
+				t.Errorf("S01 under b recorded %d tokens, the fake answered %d", runs[1].TokensIn+runs[1].TokensOut, used.In+used.Out)
+			}
+			s02, _ := st.Task(ctx, "p", "S02")
+			if s02.Status != store.Canceled || !strings.Contains(s02.Error, "budget reached") {
+				t.Errorf("S02: %s (%s); want canceled by the budget", s02.Status, s02.Error)
+			}
+			md := readFile(t, filepath.Join(h.home, "runs", "p", "report.md"))
+			if !strings.Contains(md, "- S01: #1 a, #2 b") || !strings.Contains(md, "Budget: 100 tokens — budget reached") {
+				t.Errorf("report.md lacks the modes or the budget:\n%s", md)
+			}
+			t.Logf("%s report.md:\n%s", cli.tool, md)
+		})
+	}
+}
