@@ -60,8 +60,10 @@ wire_api = "responses"
 		},
 		setup: func(t *testing.T, s *fakeapi.Server, home string) {
 			// With GOOGLE_GEMINI_BASE_URL alone it picks the "gateway"
-			// auth type, which headless runs refuse.
-			writeFile(t, filepath.Join(home, ".gemini", "settings.json"), `{"security":{"auth":{"selectedType":"gemini-api-key"}}}`+"\n")
+			// auth type, which headless runs refuse. Usage statistics
+			// (play.googleapis.com) are off only through settings.
+			writeFile(t, filepath.Join(home, ".gemini", "settings.json"),
+				`{"security":{"auth":{"selectedType":"gemini-api-key"}},"privacy":{"usageStatisticsEnabled":false}}`+"\n")
 		}},
 }
 
