@@ -87,10 +87,7 @@ func (c *Controller) apply(ctx context.Context, projects []string, pulls map[str
 			if err := a.blocked(ctx, tasks); err != nil {
 				return err
 			}
-			if err := a.halt(ctx, project, tasks); err != nil {
-				return err
-			}
-			if err := a.budget(ctx, project, tasks); err != nil {
+			if err := a.stopStarting(ctx, project, tasks); err != nil {
 				return err
 			}
 		}
@@ -712,9 +709,10 @@ func (a *applier) uncollectable(ctx context.Context, t *store.Task) error {
 		Message: fmt.Sprintf("outputs of attempt %d could not be collected: %s offline since %s", t.Attempt, t.Node, since.Format(time.RFC3339))})
 }
 
-// halt cancels the tasks that have not started once halt: {fail: N} is
-// reached (running ones finish), so the project ends.
-func (a *applier) halt(ctx context.Context, project string, tasks []store.Task) error {
+// stopStarting cancels the tasks that have not started once halt: {fail: N}
+// or the project's budget is reached (running ones finish and are
+// collected), so the project ends.
+func (a *applier) stopStarting(ctx context.Context, project string, tasks []store.Task) error {
 	p, err := a.tx.Project(ctx, project)
 	if err != nil {
 		return err
@@ -723,9 +721,26 @@ func (a *applier) halt(ctx context.Context, project string, tasks []store.Task) 
 	if err != nil {
 		return err
 	}
-	limit := opts.HaltFail
-	if limit <= 0 {
+	if why, ok := haltReached(opts, tasks); ok {
+		return a.cancelPending(ctx, project, tasks, "halt", why, nil)
+	}
+	if opts.BudgetUSD <= 0 && opts.BudgetTokens <= 0 {
 		return nil
+	}
+	usd, tokens, err := a.tx.Spent(ctx, project)
+	if err != nil {
+		return err
+	}
+	if why, ok := budgetReached(opts, usd, tokens); ok {
+		return a.cancelPending(ctx, project, tasks, "budget", why+"; nothing new starts", store.Set{"error": why})
+	}
+	return nil
+}
+
+// haltReached says whether halt: {fail: N} stops the project, and how.
+func haltReached(opts ProjectOptions, tasks []store.Task) (string, bool) {
+	if opts.HaltFail <= 0 {
+		return "", false
 	}
 	failed := 0
 	for _, t := range tasks {
@@ -733,15 +748,17 @@ func (a *applier) halt(ctx context.Context, project string, tasks []store.Task) 
 			failed++
 		}
 	}
-	if failed < limit {
-		return nil
-	}
+	return fmt.Sprintf("halted: %d task(s) failed (halt: {fail: %d})", failed, opts.HaltFail), failed >= opts.HaltFail
+}
+
+// cancelPending cancels the project's pending and blocked tasks.
+func (a *applier) cancelPending(ctx context.Context, project string, tasks []store.Task, kind, why string, set store.Set) error {
 	for _, t := range tasks {
 		if t.Status != store.Pending && t.Status != store.Blocked {
 			continue
 		}
-		if err := a.transition(ctx, store.Change{Project: project, Task: t.ID, From: t.Status, To: store.Canceled, Kind: "halt",
-			Message: fmt.Sprintf("halted: %d task(s) failed (halt: {fail: %d})", failed, limit)}); err != nil {
+		if err := a.transition(ctx, store.Change{Project: project, Task: t.ID, From: t.Status, To: store.Canceled, Kind: kind,
+			Message: why, Set: set}); err != nil {
 			return err
 		}
 	}

@@ -21,40 +21,6 @@ func budgetReached(opts ProjectOptions, usd float64, tokens int64) (string, bool
 	return "", false
 }
 
-// budget cancels the tasks that have not started once the project's budget
-// is reached (running ones finish and are collected), so the project ends.
-func (a *applier) budget(ctx context.Context, project string, tasks []store.Task) error {
-	p, err := a.tx.Project(ctx, project)
-	if err != nil {
-		return err
-	}
-	opts, err := projectOptions(p)
-	if err != nil {
-		return err
-	}
-	if opts.BudgetUSD <= 0 && opts.BudgetTokens <= 0 {
-		return nil
-	}
-	usd, tokens, err := a.tx.Spent(ctx, project)
-	if err != nil {
-		return err
-	}
-	why, reached := budgetReached(opts, usd, tokens)
-	if !reached {
-		return nil
-	}
-	for _, t := range tasks {
-		if t.Status != store.Pending && t.Status != store.Blocked {
-			continue
-		}
-		if err := a.transition(ctx, store.Change{Project: project, Task: t.ID, From: t.Status, To: store.Canceled, Kind: "budget",
-			Message: why + "; nothing new starts", Set: store.Set{"error": why}}); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // budgetStop reports whether the project's budget forbids starting its next
 // phase task, and why.
 func (c *Controller) budgetStop(ctx context.Context, p store.Project, opts ProjectOptions) (string, bool, error) {

@@ -14,6 +14,15 @@ import (
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
 
+// testController is the controller: block of the agent tests' nodes.yaml:
+// quick polls and retries.
+const testController = `controller:
+  poll_interval: 200ms
+  ssh_connect_timeout: 5s
+  retry_backoff: 100ms
+  retry_backoff_max: 1s
+`
+
 // policyHome is an operator home with one sshd node, n1, whose nodes.yaml
 // ends with extra (api_modes and the like); node adds lines to the node.
 func policyHome(t *testing.T, node, extra string) (*sshHome, *sshdtest.Server) {
@@ -21,12 +30,7 @@ func policyHome(t *testing.T, node, extra string) (*sshHome, *sshdtest.Server) {
 	h := newSSHHome(t)
 	srv := h.client.StartServer(t, "n1")
 	h.client.Trust(t, srv)
-	writeFile(t, filepath.Join(h.home, "nodes.yaml"), fmt.Sprintf(`controller:
-  poll_interval: 200ms
-  ssh_connect_timeout: 5s
-  retry_backoff: 100ms
-  retry_backoff_max: 1s
-nodes:
+	writeFile(t, filepath.Join(h.home, "nodes.yaml"), testController+fmt.Sprintf(`nodes:
   - name: n1
     ssh: %s@127.0.0.1:%d
     slots: 2

@@ -33,6 +33,23 @@ type realCLI struct {
 	printedCost bool
 }
 
+// modeEnv makes a private home for the CLI and returns it with the env:
+// entries of an api_mode that runs the CLI against api, its key taken from
+// ${keyVar} of the controller's environment.
+func (cli realCLI) modeEnv(t *testing.T, api *fakeapi.Server, bin, keyVar string) (yaml, home string) {
+	t.Helper()
+	home = t.TempDir()
+	if cli.setup != nil {
+		cli.setup(t, api, home)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "      %s: ${%s}\n      PATH: %s\n", cli.keyVar, keyVar, agentcli.PATH(t, bin))
+	for k, v := range cli.env(api, home) {
+		fmt.Fprintf(&b, "      %s: %s\n", k, v)
+	}
+	return b.String(), home
+}
+
 var realCLIs = []realCLI{
 	{tool: "claude", provider: fakeapi.Anthropic, keyVar: "ANTHROPIC_API_KEY", printedCost: true,
 		env: func(s *fakeapi.Server, home string) map[string]string {
@@ -113,15 +130,13 @@ func testRealCLI(t *testing.T, cli realCLI, bin string) {
 	api.Set(cases[3].key, fakeapi.RateLimited)
 
 	var cfg strings.Builder
-	cfg.WriteString("controller:\n  poll_interval: 200ms\n  ssh_connect_timeout: 5s\n  retry_backoff: 100ms\n  retry_backoff_max: 1s\nnodes:\n")
+	cfg.WriteString(testController + "nodes:\n")
 	var modes strings.Builder
 	var roots []string
 	for _, nc := range cases {
-		cliHome := t.TempDir()
+		envVar := "KEY_" + strings.ToUpper(nc.name)
+		envYAML, cliHome := cli.modeEnv(t, api, bin, envVar)
 		roots = append(roots, cliHome)
-		if cli.setup != nil {
-			cli.setup(t, api, cliHome)
-		}
 		work := filepath.Join(t.TempDir(), "work")
 		if nc.ssh {
 			work = srv.WorkDir + "-" + nc.name
@@ -134,12 +149,8 @@ func testRealCLI(t *testing.T, cli realCLI, bin string) {
 			cfg.WriteString("    ssh: null\n")
 		}
 		fmt.Fprintf(&cfg, "    slots: 1\n    work_dir: %s\n    tool: %s\n    api_mode: m-%s\n", work, cli.tool, nc.name)
-		envVar := "KEY_" + strings.ToUpper(nc.name)
 		h.env = append(h.env, envVar+"="+nc.key)
-		fmt.Fprintf(&modes, "  m-%s:\n    env:\n      %s: ${%s}\n      PATH: %s\n", nc.name, cli.keyVar, envVar, agentcli.PATH(t, bin))
-		for k, v := range cli.env(api, cliHome) {
-			fmt.Fprintf(&modes, "      %s: %s\n", k, v)
-		}
+		fmt.Fprintf(&modes, "  m-%s:\n    env:\n%s", nc.name, envYAML)
 	}
 	cfg.WriteString("api_modes:\n" + modes.String())
 	writeFile(t, filepath.Join(h.home, "nodes.yaml"), cfg.String())
@@ -318,22 +329,9 @@ func TestRealAgentCLIsStallAndResume(t *testing.T) {
 			h := newSSHHome(t)
 			srv := h.client.StartServer(t, "n1")
 			h.client.Trust(t, srv)
-			cliHome := t.TempDir()
-			if cli.setup != nil {
-				cli.setup(t, api, cliHome)
-			}
-			var env strings.Builder
-			fmt.Fprintf(&env, "      %s: ${KEY}\n      PATH: %s\n", cli.keyVar, agentcli.PATH(t, bin))
-			for k, v := range cli.env(api, cliHome) {
-				fmt.Fprintf(&env, "      %s: %s\n", k, v)
-			}
+			envYAML, _ := cli.modeEnv(t, api, bin, "KEY")
 			h.env = append(h.env, "KEY="+key)
-			writeFile(t, filepath.Join(h.home, "nodes.yaml"), fmt.Sprintf(`controller:
-  poll_interval: 200ms
-  ssh_connect_timeout: 5s
-  retry_backoff: 100ms
-  retry_backoff_max: 1s
-nodes:
+			writeFile(t, filepath.Join(h.home, "nodes.yaml"), testController+fmt.Sprintf(`nodes:
   - name: n1
     ssh: %s@127.0.0.1:%d
     slots: 1
@@ -343,7 +341,7 @@ nodes:
 api_modes:
   m:
     env:
-%s`, h.client.User, srv.Port, srv.WorkDir, cli.tool, env.String()))
+%s`, h.client.User, srv.Port, srv.WorkDir, cli.tool, envYAML))
 			dir := filepath.Join(h.home, "specs", "p")
 			writeFile(t, filepath.Join(dir, "project.yaml"), "integration: false\nstall_timeout: 4s\n")
 			const marker = "PROMPT-MARKER-RESUME-7d2c"
@@ -461,21 +459,10 @@ func TestRealAgentCLIsFallbackAndBudget(t *testing.T) {
 			h.env = append(h.env, "KEY_A="+limited, "KEY_B="+spare)
 			var modes strings.Builder
 			for _, m := range []struct{ name, key, fallback string }{{"a", "KEY_A", "    fallback: [b]\n"}, {"b", "KEY_B", ""}} {
-				cliHome := t.TempDir()
-				if cli.setup != nil {
-					cli.setup(t, api, cliHome)
-				}
-				fmt.Fprintf(&modes, "  %s:\n%s    env:\n      %s: ${%s}\n      PATH: %s\n", m.name, m.fallback, cli.keyVar, m.key, agentcli.PATH(t, bin))
-				for k, v := range cli.env(api, cliHome) {
-					fmt.Fprintf(&modes, "      %s: %s\n", k, v)
-				}
+				envYAML, _ := cli.modeEnv(t, api, bin, m.key)
+				fmt.Fprintf(&modes, "  %s:\n%s    env:\n%s", m.name, m.fallback, envYAML)
 			}
-			writeFile(t, filepath.Join(h.home, "nodes.yaml"), fmt.Sprintf(`controller:
-  poll_interval: 200ms
-  ssh_connect_timeout: 5s
-  retry_backoff: 100ms
-  retry_backoff_max: 1s
-nodes:
+			writeFile(t, filepath.Join(h.home, "nodes.yaml"), testController+fmt.Sprintf(`nodes:
   - name: n1
     ssh: %s@127.0.0.1:%d
     slots: 1
