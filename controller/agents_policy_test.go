@@ -2,9 +2,11 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
@@ -144,4 +146,23 @@ echo done > out.txt
 	}
 	h.clock.Advance(31 * time.Second)
 	h.tickUntil("the retry to complete", func() bool { return h.task("S01").Status == store.Completed })
+}
+
+func TestShortenLine(t *testing.T) {
+	long := strings.Repeat("é", maxTailLine) // two bytes each
+	tests := []struct{ in, want string }{
+		{"short", "short"},
+		{strings.Repeat("x", maxTailLine), strings.Repeat("x", maxTailLine)},
+		{strings.Repeat("x", maxTailLine+1), strings.Repeat("x", maxTailLine) + fmt.Sprintf("… (%d bytes)", maxTailLine+1)},
+		{long, strings.Repeat("é", maxTailLine/2) + fmt.Sprintf("… (%d bytes)", 2*maxTailLine)},
+		{"x" + long, "x" + strings.Repeat("é", (maxTailLine-1)/2) + fmt.Sprintf("… (%d bytes)", 2*maxTailLine+1)},
+	}
+	for _, tt := range tests {
+		if got := shortenLine(tt.in); got != tt.want {
+			t.Errorf("shortenLine(%d bytes) = %q…, want %q…", len(tt.in), got[:min(len(got), 20)], tt.want[:min(len(tt.want), 20)])
+		}
+		if got := shortenLine(tt.in); !utf8.ValidString(got) {
+			t.Errorf("shortenLine cut a character: %q", got)
+		}
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
@@ -273,7 +274,27 @@ func logTail(path string, n int) string {
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
+	for i, l := range lines {
+		lines[i] = shortenLine(l)
+	}
 	return strings.Join(lines, "\n")
+}
+
+// maxTailLine bounds a line of a log excerpt: one stream-json event of an
+// agent CLI (its init event lists every tool and skill) is kilobytes long.
+const maxTailLine = 400
+
+// shortenLine cuts a line over maxTailLine at a character boundary and
+// says how long it was.
+func shortenLine(l string) string {
+	if len(l) <= maxTailLine {
+		return l
+	}
+	cut := maxTailLine
+	for cut > 0 && !utf8.RuneStart(l[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", l[:cut], len(l))
 }
 
 // Markdown renders the report for people: the outcome and what to do next
