@@ -46,11 +46,11 @@ func policyHome(t *testing.T, node, extra string) (*sshHome, *sshdtest.Server) {
 func TestStalledAgentIsRetried(t *testing.T) {
 	h, srv := policyHome(t, "", "")
 	dir := filepath.Join(h.home, "specs", "p")
-	writeFile(t, filepath.Join(dir, "project.yaml"), "integration: false\nstall_timeout: 1s\n")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "integration: false\nstall_timeout: 2s\n")
 	writeFile(t, filepath.Join(dir, "S01-quiet.md"), "# Quiet on its first attempt\necho \"attempt $DISPATCH_ATTEMPT\"\n"+
 		"if [ \"$DISPATCH_ATTEMPT\" = 1 ]; then echo $$ > ../stalled.pid; sleep 300; fi\necho done > out.txt\n")
-	writeFile(t, filepath.Join(dir, "S02-chatty.md"), "---\nstall_timeout: 1s\n---\n# Slow but talking\n"+
-		"for i in 1 2 3 4 5 6 7 8; do echo tick $i; sleep 0.3; done\necho done > out.txt\n")
+	writeFile(t, filepath.Join(dir, "S02-chatty.md"), "---\nstall_timeout: 2s\n---\n# Slow but talking\n"+
+		"for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo tick $i; sleep 0.3; done\necho done > out.txt\n")
 	r := h.run(t, "start", "p")
 	if r.code != 0 {
 		t.Fatalf("start: %s", r)
@@ -61,7 +61,7 @@ func TestStalledAgentIsRetried(t *testing.T) {
 	if len(runs) != 2 || runs[0].ErrorClass != wrapper.ClassStalled || runs[1].Status != store.Completed {
 		t.Fatalf("S01 runs: %+v; want stalled, then completed", runs)
 	}
-	if !strings.Contains(runs[0].Error, "wrote nothing for 1s") {
+	if !strings.Contains(runs[0].Error, "wrote nothing for 2s") {
 		t.Errorf("S01 attempt 1 error: %q", runs[0].Error)
 	}
 	if runs, _ := st.Runs(ctx, "p", "S02"); len(runs) != 1 {

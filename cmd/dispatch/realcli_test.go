@@ -192,10 +192,13 @@ func testRealCLI(t *testing.T, cli realCLI, bin string) {
 	if len(runs) == 0 || runs[0].ErrorClass != wrapper.ClassRateLimit {
 		t.Fatalf("%s attempt 1: %+v, want rate_limit", limited.id, runs)
 	}
-	paused := time.Until(pause.Until)
-	// claude adds up to a quarter to Retry-After; codex shows the reset
-	// as a time of day to the minute, which may have just passed.
-	low, high := api.Reset-2*time.Second, api.Reset*5/4+2*time.Second
+	// Measured from the end of the attempt, so that a slow poll of the
+	// test does not count: claude adds up to a quarter to Retry-After;
+	// the controller may apply the status a few seconds late on a busy
+	// machine; codex shows the reset as a time of day to the minute,
+	// which may have just passed.
+	paused := pause.Until.Sub(runs[0].CompletedAt)
+	low, high := api.Reset-2*time.Second, api.Reset*5/4+5*time.Second
 	if cli.tool == "codex" {
 		low, high = -time.Minute, api.Reset+31*time.Second
 	}
@@ -343,7 +346,7 @@ api_modes:
     env:
 %s`, h.client.User, srv.Port, srv.WorkDir, cli.tool, envYAML))
 			dir := filepath.Join(h.home, "specs", "p")
-			writeFile(t, filepath.Join(dir, "project.yaml"), "integration: false\nstall_timeout: 4s\n")
+			writeFile(t, filepath.Join(dir, "project.yaml"), "integration: false\nstall_timeout: 10s\n")
 			const marker = "PROMPT-MARKER-RESUME-7d2c"
 			writeFile(t, filepath.Join(dir, "S01-resume.md"), "Write the file resumed.txt ("+marker+").\n")
 			r := h.run(t, "start", "p")
