@@ -68,10 +68,11 @@ func retryNotice(prev, line []byte, now time.Time) (notice, bool) {
 		}
 		return notice{}, false
 	}
-	lower := strings.ToLower(string(line))
-	if !strings.Contains(lower, "retrying after") && !strings.Contains(lower, "reconnecting") {
+	// Most lines are neither: look before lowering a copy.
+	if !bytes.Contains(line, []byte("etrying after")) && !bytes.Contains(line, []byte("econnecting")) {
 		return notice{}, false
 	}
+	lower := strings.ToLower(string(line))
 	text := strings.ToLower(string(prev)) + "\n" + lower
 	switch noticeClass(text) {
 	case ClassAuth:

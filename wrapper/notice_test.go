@@ -83,3 +83,19 @@ func TestSessionID(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkLineWatcher measures what reading every line of a tool's output
+// costs the supervisor: stream-json lines of 300 bytes, 64 KiB writes.
+func BenchmarkLineWatcher(b *testing.B) {
+	line := `{"type":"assistant","message":{"content":[{"type":"text","text":"` + strings.Repeat("x", 220) + `"}]},"session_id":"c17ba855"}` + "\n"
+	chunk := []byte(strings.Repeat(line, (64<<10)/len(line)))
+	now := time.Now()
+	w := &lineWatcher{on: func(prev, l []byte) {
+		sessionID(l)
+		retryNotice(prev, l, now)
+	}}
+	b.SetBytes(int64(len(chunk)))
+	for b.Loop() {
+		w.write(chunk)
+	}
+}
