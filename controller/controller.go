@@ -83,6 +83,11 @@ type Controller struct {
 
 	// requests carries operator commands from the control socket to Run.
 	requests chan request
+	// wake asks Run for a tick now: a node's status stream saw a change.
+	wake chan struct{}
+	// streamBeat is the beat asked of the nodes' status streams;
+	// streamRetry the first pause before a dropped one is opened again.
+	streamBeat, streamRetry time.Duration
 
 	// collectNext holds, by attempt, when a collection that failed may be
 	// tried again (see collectFailed).
@@ -104,7 +109,8 @@ func New(opts Options) *Controller {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Controller{opts: opts, cfg: opts.Config, st: opts.Store, log: opts.Logger, now: opts.Now,
-		nodes: map[string]*nodeRuntime{}, started: opts.Now()}
+		nodes: map[string]*nodeRuntime{}, started: opts.Now(), wake: make(chan struct{}, 1),
+		streamBeat: defaultStreamBeat, streamRetry: defaultStreamRetry}
 	allowed := map[string]bool{}
 	for _, n := range opts.Nodes {
 		allowed[n] = true
@@ -169,14 +175,18 @@ func (c *Controller) Tick(ctx context.Context) (TickResult, error) {
 	return res, nil
 }
 
-// Run ticks every poll interval, and again right after a tick that launched
-// tasks, until every project it serves is finished or ctx is cancelled.
+// Run ticks every poll interval, again right after a tick that launched
+// tasks, and at once when a node's status stream reports a change, until
+// every project it serves is finished or ctx is cancelled.
 // onTick, when not nil, is called after every tick.
 func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(TickResult)) error {
 	if poll <= 0 {
 		poll = c.cfg.Controller.PollInterval
 	}
 	defer c.Close()
+	streams, stopStreams := context.WithCancel(ctx)
+	defer stopStreams()
+	c.watchNodes(streams)
 	for {
 		res, err := c.Tick(ctx)
 		if ctx.Err() != nil {
@@ -217,6 +227,16 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 			case r := <-c.requests:
 				r.reply <- c.Do(ctx, r.req)
 				timer.Stop()
+				break wait
+			case <-c.wake:
+				// A node said something changed: tick now, once the rest
+				// of the burst is in.
+				timer.Stop()
+				time.Sleep(coalesceWait)
+				select {
+				case <-c.wake:
+				default:
+				}
 				break wait
 			}
 		}

@@ -33,6 +33,10 @@ type nodeRuntime struct {
 	// checks it runs beside launches, kills and collections on the same
 	// node, and each of those loads it once and works with that value.
 	inst atomic.Pointer[nodes.Installed]
+
+	// streamUp is set while the node's status stream is open (see
+	// stream.go).
+	streamUp atomic.Bool
 }
 
 // installed returns the node's checked installation, or nil.

@@ -1,7 +1,11 @@
 package nodes
 
 import (
+	"bufio"
+	"bytes"
 	"errors"
+	"fmt"
+	"io"
 	"sync"
 )
 
@@ -11,6 +15,44 @@ import (
 // The largest legitimate output, `wrapper status` of a node with thousands
 // of tasks, is a few megabytes.
 const MaxExecOutput = 64 << 20
+
+// MaxStreamLine caps a line of a Stream: a status stream's frames are
+// small, and a node must not make the controller buffer without end.
+const MaxStreamLine = 1 << 20
+
+// ErrStreamEnded is wrapped by Stream's error when the command ended (or
+// its connection did) before onLine ended the stream.
+var ErrStreamEnded = errors.New("stream ended")
+
+// readLines hands each line of r to onLine until EOF, an error, a line over
+// MaxStreamLine, or onLine returning false (then it returns nil). A last
+// line without its newline is dropped: the command was cut off in it.
+func readLines(r io.Reader, onLine func([]byte) bool) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var long []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if err == bufio.ErrBufferFull || err == nil && len(long) > 0 {
+			if len(long)+len(chunk) > MaxStreamLine {
+				return fmt.Errorf("a line of more than %d bytes", MaxStreamLine)
+			}
+			long = append(long, chunk...)
+			if err != nil {
+				continue
+			}
+			chunk, long = long, long[:0:0]
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return ErrStreamEnded
+			}
+			return err
+		}
+		if !onLine(bytes.TrimSuffix(chunk, []byte("\n"))) {
+			return nil
+		}
+	}
+}
 
 // ErrOutputTooLarge is wrapped by the error of an Exec whose command printed
 // more than MaxExecOutput on stdout or stderr; the command is killed.

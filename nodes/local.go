@@ -344,3 +344,38 @@ func mkdirPrivate(dir string) error {
 	}
 	return os.Chmod(dir, 0o700)
 }
+
+// Stream runs argv on this machine; see Transport.
+func (l *Local) Stream(ctx context.Context, argv []string, onLine func([]byte) bool) error {
+	if len(argv) == 0 || argv[0] == "" {
+		return errors.New("stream: empty command")
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", argv[0], err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", argv[0], err)
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("stream %s: %w", argv[0], err)
+	}
+	stop := context.AfterFunc(ctx, func() { stdout.Close() })
+	err = readLines(stdout, onLine)
+	stop()
+	// Closing stdin asks the command to end; its group is killed for good
+	// measure, then reaped.
+	stdin.Close()
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	_ = cmd.Wait()
+	if ctx.Err() != nil {
+		return fmt.Errorf("stream %s: %w", argv[0], ctx.Err())
+	}
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", argv[0], err)
+	}
+	return nil
+}

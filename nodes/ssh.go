@@ -896,3 +896,61 @@ func (s *SSH) UID(ctx context.Context) (int, error) {
 	s.mu.Unlock()
 	return uid, nil
 }
+
+// Stream runs argv on the node in a session of its own; see Transport. The
+// session holds one of the node's session slots while it lasts. A stream
+// ended by ctx closes its session only: whether the node is hung is for the
+// calls with deadlines to find out.
+func (s *SSH) Stream(ctx context.Context, argv []string, onLine func([]byte) bool) error {
+	if len(argv) == 0 || argv[0] == "" {
+		return errors.New("stream: empty command")
+	}
+	select {
+	case s.sessions <- struct{}{}:
+		defer func() { <-s.sessions }()
+	case <-ctx.Done():
+		return fmt.Errorf("stream %s on %s: waiting for a free session: %w", argv[0], s.cfg.Node, ctx.Err())
+	}
+	c, err := s.connect(ctx)
+	if err != nil {
+		return fmt.Errorf("stream %s on %s: %w", argv[0], s.cfg.Node, err)
+	}
+	sess, err := c.NewSession()
+	if err != nil {
+		if isConnError(err) {
+			s.reset(c)
+			err = s.unreachable(err)
+		}
+		return fmt.Errorf("stream %s on %s: %w", argv[0], s.cfg.Node, err)
+	}
+	// The session is closed in a goroutine of its own: on a hung
+	// connection closing may wait, and the caller must not.
+	closeSession := sync.OnceFunc(func() { go sess.Close() })
+	defer closeSession()
+	stdin, err := sess.StdinPipe()
+	if err != nil {
+		return fmt.Errorf("stream %s on %s: %w", argv[0], s.cfg.Node, err)
+	}
+	stdout, err := sess.StdoutPipe()
+	if err != nil {
+		return fmt.Errorf("stream %s on %s: %w", argv[0], s.cfg.Node, err)
+	}
+	if err := sess.Start(ShellQuote(argv)); err != nil {
+		return fmt.Errorf("stream %s on %s: %w", argv[0], s.cfg.Node, err)
+	}
+	stop := context.AfterFunc(ctx, closeSession)
+	err = readLines(stdout, onLine)
+	stop()
+	go stdin.Close()
+	if ctx.Err() != nil {
+		return fmt.Errorf("stream %s on %s: %w", argv[0], s.cfg.Node, ctx.Err())
+	}
+	if err != nil {
+		if isConnError(err) {
+			s.reset(c)
+			err = s.unreachable(err)
+		}
+		return fmt.Errorf("stream %s on %s: %w", argv[0], s.cfg.Node, err)
+	}
+	return nil
+}

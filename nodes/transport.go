@@ -34,6 +34,15 @@ type Transport interface {
 	// still holds the command's stdout or stderr.
 	Exec(ctx context.Context, argv []string, stdin []byte) (Result, error)
 
+	// Stream runs argv, quoted as Exec quotes it, with its stdin held open,
+	// and hands each line it prints on stdout (without the newline) to
+	// onLine, in order, until the command exits, ctx ends or onLine returns
+	// false. Then it closes the command's stdin, ends the command and
+	// returns. A line longer than MaxStreamLine ends the stream with an
+	// error. err is nil only when onLine ended the stream; a stream ended
+	// by ctx returns an error wrapping ctx's.
+	Stream(ctx context.Context, argv []string, onLine func(line []byte) bool) error
+
 	// Put writes the content of r to path with permissions mode, creating missing
 	// parent directories private to the node user (0700, whatever the umask). The write is atomic: content goes to a temporary name in
 	// the same directory, which is renamed over path only once complete, so readers

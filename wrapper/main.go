@@ -90,6 +90,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdTail(ctx, rest, stdout)
 	case "which":
 		err = cmdWhich(rest, stdin, stdout)
+	case "watch":
+		err = cmdWatch(ctx, rest, stdin, stdout)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stderr, usageText)
 		return 0

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/store"
@@ -190,4 +192,37 @@ func processAlive(t *testing.T, pid string) bool {
 		return s[i+2] != 'Z'
 	}
 	return true
+}
+
+// TestStreamKilledOnTheNode: with an hourly poll only the node's status
+// stream moves a chain along; killing the stream's process on the node
+// makes the controller open it again, and the chain finishes.
+func TestStreamKilledOnTheNode(t *testing.T) {
+	h, srv := policyHome(t, "", "")
+	writeFile(t, filepath.Join(h.home, "nodes.yaml"), strings.Replace(readFile(t, filepath.Join(h.home, "nodes.yaml")),
+		"poll_interval: 200ms", "poll_interval: 1h", 1))
+	dir := filepath.Join(h.home, "specs", "p")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "integration: false\n")
+	writeFile(t, filepath.Join(dir, "S01-a.md"), "sleep 1\n")
+	writeFile(t, filepath.Join(dir, "S02-b.md"), "---\ndepends_on: [S01]\n---\nsleep 1\n")
+	writeFile(t, filepath.Join(dir, "S03-c.md"), "---\ndepends_on: [S02]\n---\nsleep 1\n")
+	finished := startBackground(t, h.env, "--home", h.home, "start", "p")
+	watchers := func() []string {
+		out, _ := exec.Command("pgrep", "-f", "watch --root "+srv.WorkDir).Output()
+		return strings.Fields(string(out))
+	}
+	pollUntil(t, 30*time.Second, "the status stream to run on the node", func() bool { return len(watchers()) == 1 })
+	first := watchers()[0]
+	if err := exec.Command("pkill", "-KILL", "-f", "watch --root "+srv.WorkDir).Run(); err != nil {
+		t.Fatal(err)
+	}
+	pollUntil(t, 30*time.Second, "a new status stream", func() bool {
+		w := watchers()
+		return len(w) == 1 && w[0] != first
+	})
+	if r := finished(); r.code != 0 {
+		t.Fatalf("start: %s (with an hourly poll, only a reopened stream could finish the chain)", r)
+	}
+	// The stream ends with its session: nothing is left on the node.
+	pollUntil(t, 10*time.Second, "the status stream to end with the controller", func() bool { return len(watchers()) == 0 })
 }

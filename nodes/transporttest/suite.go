@@ -50,6 +50,7 @@ func Run(t *testing.T, open func(t *testing.T) (nodes.Transport, string)) {
 		{"ExecMissingCommand", testExecMissingCommand},
 		{"ExecDeadline", testExecDeadline},
 		{"ExecDetachedChild", testExecDetachedChild},
+		{"Stream", testStream},
 		{"Put", testPut},
 		{"PutOverwriteIsAtomic", testPutOverwrite},
 		{"PutFailedReaderLeavesNothing", testPutFailedReader},
@@ -327,6 +328,45 @@ func testExecDeadline(t *testing.T, ctx context.Context, tr nodes.Transport, _ s
 	cancel2()
 	if _, err := tr.Exec(done, []string{"true"}, nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("Exec with a cancelled ctx returned %v, want an error wrapping context.Canceled", err)
+	}
+}
+
+// testStream: lines in order as they come, stdin held open (the command
+// waits on it), ended by onLine, by the command's end, by ctx, or by a line
+// too long.
+func testStream(t *testing.T, ctx context.Context, tr nodes.Transport, _ string) {
+	// The command prints two lines, then waits for its stdin to close.
+	script := `echo one; echo "two words"; cat >/dev/null; echo never`
+	var got []string
+	err := tr.Stream(ctx, []string{"/bin/sh", "-c", script}, func(line []byte) bool {
+		got = append(got, string(line))
+		return len(got) < 2
+	})
+	if err != nil || strings.Join(got, "|") != "one|two words" {
+		t.Errorf("Stream ended by onLine: %v, lines %q", err, got)
+	}
+	got = nil
+	err = tr.Stream(ctx, []string{"/bin/sh", "-c", "echo a; echo b; printf partial"}, func(line []byte) bool {
+		got = append(got, string(line))
+		return true
+	})
+	if !errors.Is(err, nodes.ErrStreamEnded) || strings.Join(got, "|") != "a|b" {
+		t.Errorf("Stream of a command that exits: %v, lines %q; want ErrStreamEnded after a|b", err, got)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = tr.Stream(short, []string{"/bin/sh", "-c", "echo x; cat >/dev/null"}, func([]byte) bool { return true })
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 10*time.Second {
+		t.Errorf("Stream past its deadline: %v after %s, want DeadlineExceeded at once", err, time.Since(start))
+	}
+	err = tr.Stream(ctx, []string{"/bin/sh", "-c", "head -c 2000000 /dev/zero | tr '\\0' x; echo"}, func([]byte) bool { return true })
+	if err == nil || errors.Is(err, nodes.ErrStreamEnded) || !strings.Contains(err.Error(), "more than") {
+		t.Errorf("Stream of a 2 MB line: %v, want an error about its length", err)
+	}
+	// The node is still usable.
+	if res := exec(t, ctx, tr, nil, "echo", "ok"); string(res.Stdout) != "ok\n" {
+		t.Errorf("Exec after the streams: %q", res.Stdout)
 	}
 }
 

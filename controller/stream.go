@@ -1,0 +1,179 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/wrapper"
+)
+
+// Each node keeps one long-lived status stream, `wrapper watch`, over one
+// SSH session: a frame comes as soon as a task's status.json changes (or
+// its supervisor dies), and the controller ticks at once instead of waiting
+// for the next poll. The poll goes on as the fallback and the full pull. A
+// stream that ends, sends garbage or stays silent (four beats) is
+// dropped, a tick checks the node at once, and the stream is opened again
+// after a pause that grows while it keeps failing. Silence means four beats
+// without a frame.
+
+const (
+	// defaultStreamBeat is how often `watch` says it is alive.
+	defaultStreamBeat = 5 * time.Second
+	// defaultStreamRetry is the first pause before a dropped stream is
+	// opened again, doubling up to streamRetryMax while it keeps failing.
+	defaultStreamRetry = time.Second
+	streamRetryMax     = 30 * time.Second
+	// streamStable is how long a stream must have lasted for its next
+	// failure to count as a first one again.
+	streamStable = time.Minute
+	// coalesceWait gathers a burst of frames (several tasks ending
+	// together, on several nodes) into one tick.
+	coalesceWait = 5 * time.Millisecond
+)
+
+// errStreamFrame ends a stream that sent something that is not a frame.
+var errStreamFrame = errors.New("not a frame")
+
+// signalWake asks Run for a tick now; a wake already pending is enough.
+func (c *Controller) signalWake() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// watchNodes keeps a status stream open to each node until ctx ends.
+func (c *Controller) watchNodes(ctx context.Context) {
+	for _, n := range c.nodes {
+		if n.tr == nil {
+			continue
+		}
+		go c.streamLoop(ctx, n)
+	}
+}
+
+// streamLoop opens n's stream whenever its wrapper is installed, and again
+// after it drops.
+func (c *Controller) streamLoop(ctx context.Context, n *nodeRuntime) {
+	pause := c.streamRetry
+	for ctx.Err() == nil {
+		inst := n.installed()
+		if inst == nil {
+			// The pull installs or checks the wrapper first.
+			if !sleepCtx(ctx, c.streamRetry) {
+				return
+			}
+			continue
+		}
+		began := time.Now()
+		err := c.runStream(ctx, n, inst)
+		n.streamUp.Store(false)
+		if ctx.Err() != nil {
+			return
+		}
+		c.log.Info("status stream dropped; polling the node meanwhile", keyNode, n.cfg.Name, "err", err, "retry_in", pause)
+		// Whatever the stream would have told since it broke, the pull
+		// finds out now.
+		c.signalWake()
+		if time.Since(began) > streamStable {
+			pause = c.streamRetry
+		}
+		if !sleepCtx(ctx, pause) {
+			return
+		}
+		pause = min(2*pause, streamRetryMax)
+	}
+}
+
+// runStream reads one stream of n until it ends or fails.
+func (c *Controller) runStream(ctx context.Context, n *nodeRuntime, inst *nodes.Installed) error {
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var last atomic.Int64
+	last.Store(time.Now().UnixNano())
+	// Silent for four beats: dropped.
+	silence := 4 * c.streamBeat
+	go func() {
+		t := time.NewTicker(c.streamBeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case now := <-t.C:
+				if now.Sub(time.Unix(0, last.Load())) > silence {
+					cancel(fmt.Errorf("no frame for %s", silence))
+					return
+				}
+			}
+		}
+	}()
+	var bad error
+	argv := []string{inst.Path, "watch", "--root", inst.WorkDir, "--beat", c.streamBeat.String()}
+	err := n.tr.Stream(sctx, argv, func(line []byte) bool {
+		f, err := parseFrame(line, inst.Version)
+		if err != nil {
+			bad = err
+			return false
+		}
+		last.Store(time.Now().UnixNano())
+		switch f.Type {
+		case wrapper.FrameHello:
+			n.streamUp.Store(true)
+			// Changes since the last pull were not streamed: look now.
+			c.signalWake()
+		case wrapper.FrameChange:
+			c.signalWake()
+		}
+		return true
+	})
+	switch {
+	case bad != nil:
+		return bad
+	case context.Cause(sctx) != nil && ctx.Err() == nil:
+		return context.Cause(sctx)
+	}
+	return err
+}
+
+// parseFrame reads one line of `watch`; anything else ends the stream.
+func parseFrame(line []byte, version string) (wrapper.Frame, error) {
+	var f wrapper.Frame
+	if err := json.Unmarshal(line, &f); err != nil {
+		return f, fmt.Errorf("%w: %q", errStreamFrame, truncate(string(line), 80))
+	}
+	switch f.Type {
+	case wrapper.FrameHello:
+		if f.Version != version {
+			return f, fmt.Errorf("%w: hello from wrapper %q, want %q", errStreamFrame, truncate(f.Version, 80), version)
+		}
+	case wrapper.FrameChange, wrapper.FrameBeat:
+	default:
+		return f, fmt.Errorf("%w: type %q", errStreamFrame, truncate(f.Type, 80))
+	}
+	return f, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// sleepCtx waits d; false when ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

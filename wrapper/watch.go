@@ -1,0 +1,273 @@
+package wrapper
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// `watch --root W [--beat D]` is the controller's status stream: it runs as
+// long as its stdin stays open (the SSH session that started it) and prints
+// one JSON frame a line:
+//
+//	{"type":"hello","version":"…"}                  once, first, when it
+//	                                                 watches
+//	{"type":"change","tasks":["demo/S01", …]}        as soon as a task's
+//	                                                 status.json is replaced,
+//	                                                 or its supervisor dies
+//	{"type":"beat"}                                  every --beat (5s)
+//
+// A change frame only says where to look: the controller pulls `status` to
+// learn what changed. On Linux inotify tells of new status files at once;
+// elsewhere, or when inotify is out of watches, the task directories are
+// looked at every 100 ms. Whether each supervisor still holds its lock is
+// looked at every second (the kernel tells nobody when a lock is released).
+
+// Frame is one line of `watch`.
+type Frame struct {
+	Type    string   `json:"type"`
+	Version string   `json:"version,omitempty"`
+	Tasks   []string `json:"tasks,omitempty"`
+}
+
+// Frame types.
+const (
+	FrameHello  = "hello"
+	FrameChange = "change"
+	FrameBeat   = "beat"
+)
+
+const (
+	// DefaultBeat is how often `watch` says it is alive.
+	DefaultBeat = 5 * time.Second
+	// pollScan is how often the task directories are looked at without
+	// inotify.
+	pollScan = 100 * time.Millisecond
+	// liveScan is how often the supervisors' locks are probed.
+	liveScan = time.Second
+	// coalesce gathers a burst of file events into one look.
+	coalesce = 5 * time.Millisecond
+)
+
+func cmdWatch(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	fs := newFlagSet("watch")
+	rootFlag := fs.String("root", "", "work directory holding <project>/tasks/<ID>")
+	beat := fs.Duration("beat", DefaultBeat, "how often to print a beat frame")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *rootFlag == "" {
+		return usageErrorf("watch: --root is required")
+	}
+	if *beat < 10*time.Millisecond {
+		return usageErrorf("watch: --beat must be at least 10ms")
+	}
+	root, err := expandPath(*rootFlag)
+	if err != nil {
+		return usageErrorf("watch: %v", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The controller closes the session, and so stdin, when it is done.
+	go func() {
+		io.Copy(io.Discard, stdin)
+		cancel()
+	}()
+	return watch(ctx, root, *beat, stdout, true)
+}
+
+// watch prints frames to out until ctx ends or a write fails. notify uses
+// the platform's file notifications where there are some; without, it
+// polls.
+func watch(ctx context.Context, root string, beat time.Duration, out io.Writer, notify bool) error {
+	var mu sync.Mutex
+	enc := json.NewEncoder(out)
+	send := func(f Frame) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return enc.Encode(f)
+	}
+	sc := newScanner(root)
+	var events <-chan struct{}
+	if notify {
+		var closeNotifier func()
+		events, closeNotifier = newNotifier(root)
+		defer closeNotifier()
+	}
+	sc.scan(true) // the starting point: no frame for what already is
+	// hello says that every change from now on will be told.
+	if err := send(Frame{Type: FrameHello, Version: Version}); err != nil {
+		return err
+	}
+
+	beats := time.NewTicker(beat)
+	defer beats.Stop()
+	live := time.NewTicker(liveScan)
+	defer live.Stop()
+	var poll <-chan time.Time
+	if events == nil {
+		t := time.NewTicker(pollScan)
+		defer t.Stop()
+		poll = t.C
+	}
+	report := func(changed []string) error {
+		if len(changed) == 0 {
+			return nil
+		}
+		return send(Frame{Type: FrameChange, Tasks: changed})
+	}
+	for {
+		var err error
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-beats.C:
+			err = send(Frame{Type: FrameBeat})
+		case <-live.C:
+			err = report(sc.scan(true))
+		case <-poll:
+			err = report(sc.scan(false))
+		case _, ok := <-events:
+			if !ok {
+				// inotify failed: look every 100 ms from now on.
+				events = nil
+				t := time.NewTicker(pollScan)
+				defer t.Stop()
+				poll = t.C
+				continue
+			}
+			// A burst of events (a rename is several) makes one look.
+			time.Sleep(coalesce)
+			drain(events)
+			err = report(sc.scan(false))
+		}
+		if err != nil {
+			return fmt.Errorf("watch: write a frame: %w", err)
+		}
+	}
+}
+
+func drain(c <-chan struct{}) {
+	for {
+		select {
+		case <-c:
+		default:
+			return
+		}
+	}
+}
+
+// scanner remembers, per task directory, what its status.json was and
+// whether its supervisor lived, and says which changed.
+type scanner struct {
+	root  string
+	mu    sync.Mutex
+	known map[string]taskSeen // by "project/task"
+	// primed is set after the first scan, the starting point: from then
+	// on a task directory seen for the first time with a status or a live
+	// supervisor is a change too.
+	primed bool
+}
+
+type taskSeen struct {
+	status fileSeen
+	alive  bool
+}
+
+// fileSeen identifies one version of a file: a rename replaces its inode.
+type fileSeen struct {
+	ino, size, mtime int64
+}
+
+func newScanner(root string) *scanner {
+	return &scanner{root: root, known: map[string]taskSeen{}}
+}
+
+// scan looks at every task directory under root and returns the tasks
+// whose status.json changed since the last scan (and, with probeLive,
+// whose supervisor died or appeared), sorted.
+func (s *scanner) scan(probeLive bool) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := map[string]bool{}
+	var changed []string
+	walkTaskDirs(s.root, nil, func(key, dir string) {
+		seen[key] = true
+		old, had := s.known[key]
+		now := taskSeen{status: statSeen(filepath.Join(dir, fileStatus)), alive: old.alive}
+		if probeLive || !had {
+			now.alive, _ = supervisorAlive(dir)
+		}
+		if had && now != old || !had && s.primed && now != (taskSeen{}) {
+			changed = append(changed, key)
+		}
+		s.known[key] = now
+	})
+	s.primed = true
+	for key := range s.known {
+		if !seen[key] {
+			delete(s.known, key)
+		}
+	}
+	sort.Strings(changed)
+	return changed
+}
+
+// watchedDirs lists the directories whose changes matter: root, each
+// project, its tasks/ and each task directory.
+func watchedDirs(root string) []string {
+	dirs := []string{root}
+	walkTaskDirs(root, func(dir string) { dirs = append(dirs, dir) }, func(_, dir string) { dirs = append(dirs, dir) })
+	return dirs
+}
+
+// walkTaskDirs calls task for every <project>/tasks/<ID> directory under
+// root, and container (when not nil) for every project and tasks/
+// directory. Hidden names (.bin) are skipped.
+func walkTaskDirs(root string, container func(dir string), task func(key, dir string)) {
+	projects, _ := os.ReadDir(root)
+	for _, p := range projects {
+		if !p.IsDir() || strings.HasPrefix(p.Name(), ".") {
+			continue
+		}
+		projectDir := filepath.Join(root, p.Name())
+		tasksDir := filepath.Join(projectDir, "tasks")
+		if container != nil {
+			container(projectDir)
+		}
+		tasks, err := os.ReadDir(tasksDir)
+		if err != nil {
+			continue
+		}
+		if container != nil {
+			container(tasksDir)
+		}
+		for _, t := range tasks {
+			if t.IsDir() && !strings.HasPrefix(t.Name(), ".") {
+				task(p.Name()+"/"+t.Name(), filepath.Join(tasksDir, t.Name()))
+			}
+		}
+	}
+}
+
+// statSeen describes path without following a link; a missing or odd file
+// is the zero value, which differs from any real one.
+func statSeen(path string) fileSeen {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return fileSeen{}
+	}
+	fs := fileSeen{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		fs.ino = int64(st.Ino)
+	}
+	return fs
+}

@@ -1,0 +1,139 @@
+package wrapper
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+// frames runs watch over root and returns its frames as they come.
+func frames(t *testing.T, root string, notify bool) <-chan Frame {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r, w := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- watch(ctx, root, 50*time.Millisecond, w, notify) }()
+	out := make(chan Frame, 100)
+	go func() {
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			var f Frame
+			if err := json.Unmarshal(sc.Bytes(), &f); err != nil {
+				t.Errorf("frame %q: %v", sc.Text(), err)
+				continue
+			}
+			out <- f
+		}
+		close(out)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		r.Close()
+		if err := <-done; err != nil && ctx.Err() == nil {
+			t.Errorf("watch: %v", err)
+		}
+	})
+	return out
+}
+
+// nextChange waits for a change frame naming task, skipping beats.
+func nextChange(t *testing.T, fs <-chan Frame, task string) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case f, ok := <-fs:
+			if !ok {
+				t.Fatalf("watch ended before a change of %s", task)
+			}
+			if f.Type == FrameChange && slices.Contains(f.Tasks, task) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no change frame for %s", task)
+		}
+	}
+}
+
+func TestWatch(t *testing.T) {
+	for _, notify := range []bool{true, false} {
+		name := "inotify"
+		if !notify {
+			name = "polling"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			root := t.TempDir()
+			fs := frames(t, root, notify)
+			if f := <-fs; f.Type != FrameHello || f.Version != Version {
+				t.Fatalf("first frame %+v, want hello", f)
+			}
+			// A new project, task directory and status: one change.
+			dir := filepath.Join(root, "demo", "tasks", "T1")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			// Give the new directories a moment to be watched: a status
+			// written before that is seen by the next look at them.
+			if err := WriteFileAtomic(filepath.Join(dir, fileStatus), []byte(`{"status":"running"}`), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			nextChange(t, fs, "demo/T1")
+			// A replaced status.json.
+			if err := WriteFileAtomic(filepath.Join(dir, fileStatus), []byte(`{"status":"completed"}`), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			nextChange(t, fs, "demo/T1")
+			// A supervisor that dies (its lock released) without a final
+			// status: seen by the lock probe.
+			lock, ok, err := lockTask(dir, 0)
+			if err != nil || !ok {
+				t.Fatalf("lock: %v %v", ok, err)
+			}
+			nextChange(t, fs, "demo/T1")
+			lock.Close()
+			nextChange(t, fs, "demo/T1")
+			// Beats keep coming.
+			deadline := time.After(5 * time.Second)
+			for beat := false; !beat; {
+				select {
+				case f := <-fs:
+					beat = f.Type == FrameBeat
+				case <-deadline:
+					t.Fatal("no beat frame")
+				}
+			}
+		})
+	}
+}
+
+// TestWatchEndsWithItsSession: the controller closing the session (stdin)
+// ends watch, so no watcher outlives its controller on a node.
+func TestWatchEndsWithItsSession(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	stdin, w := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- cmdWatch(context.Background(), []string{"--root", root, "--beat", "20ms"}, stdin, io.Discard)
+	}()
+	time.Sleep(50 * time.Millisecond)
+	w.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("watch: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch did not end when its stdin closed")
+	}
+	if err := cmdWatch(context.Background(), []string{"--beat", "1s"}, stdin, io.Discard); err == nil {
+		t.Error("watch without --root: no error")
+	}
+}
