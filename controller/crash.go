@@ -17,8 +17,8 @@ const (
 	CrashAfterPull    = "tick:after-pull"    // statuses pulled, nothing written
 	CrashAfterApply   = "tick:after-apply"   // statuses applied, nothing claimed
 	CrashAfterClaim   = "launch:after-claim" // claimed in the database, nothing pushed
-	CrashAfterPush    = "launch:after-push"  // spec.md and launch.json pushed, run not called
-	CrashAfterRun     = "launch:after-run"   // the wrapper started, the start not recorded
+	CrashAfterPush    = "launch:after-push"  // base trees pushed and the launch document built, launch not called
+	CrashAfterRun     = "launch:after-run"   // the wrapper started the batch, the starts not recorded
 	CrashMidCollect   = "collect:mid"        // output fetched, the manifest not recorded
 	CrashBeforeFinish = "finish:before-done" // report written, project not marked done
 )

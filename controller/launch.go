@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,9 +18,9 @@ import (
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
 
-// testHookAfterPush, set only by tests, runs between pushing a launch and
-// running it: tests break the SSH session there.
-var testHookAfterPush func(node, dir string)
+// testHookBeforeLaunch, set only by tests, runs just before a node's
+// launch call with its document: tests break the SSH session there.
+var testHookBeforeLaunch func(node, wrapperPath string, doc []byte)
 
 // DefaultTimeout bounds a task that sets no timeout.
 const DefaultTimeout = time.Hour
@@ -86,18 +85,17 @@ func (c *Controller) launchAll(ctx context.Context, claims []claim) int {
 	// bounded by progress (transferIdle), so the tick waits for the
 	// launches: a large base tree is not cut off for taking long.
 	c.onNodes(names, working, time.Duration(math.MaxInt64), func(n *nodeRuntime) {
-		var wg sync.WaitGroup
-		for _, i := range byNode[n.cfg.Name] {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				o := c.launch(ctx, claims[i])
-				mu.Lock()
-				results[i] = o
-				mu.Unlock()
-			}()
+		idx := byNode[n.cfg.Name]
+		mine := make([]claim, len(idx))
+		for k, i := range idx {
+			mine[k] = claims[i]
 		}
-		wg.Wait()
+		outs := c.launchNode(ctx, n, mine)
+		mu.Lock()
+		for k, i := range idx {
+			results[i] = outs[k]
+		}
+		mu.Unlock()
 	})
 	outcomes := make([]launchOutcome, len(claims))
 	mu.Lock()
@@ -163,30 +161,144 @@ func (c *Controller) launchAll(ctx context.Context, claims []claim) int {
 	return started
 }
 
-// launch pushes spec.md and launch.json and runs the wrapper with the
-// api_mode's environment on stdin. It is idempotent: the wrapper refuses a
-// second live run of the attempt, and a broken session is settled by the
-// next pull.
-func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
-	out := launchOutcome{claim: cl}
+// launchNode starts one node's claims of this tick in one round trip: the
+// wrapper's `launch` gets every attempt's spec, launch.json and api_mode
+// environment as one document on stdin (secrets only in memory). Only a
+// base tree, when a task has one, is pushed before. It is idempotent: the
+// wrapper refuses a second live supervisor in a task directory, and a
+// broken session leaves the launches for the next pull to settle.
+func (c *Controller) launchNode(ctx context.Context, n *nodeRuntime, claims []claim) []launchOutcome {
+	outs := make([]launchOutcome, len(claims))
+	inst := n.installed()
+	var batch wrapper.LaunchBatch
+	var pending []int // index in outs of each batch item
+	for i, cl := range claims {
+		outs[i] = launchOutcome{claim: cl}
+		if inst == nil {
+			// A pull found the installation broken since this node was
+			// picked: nothing was started, the next pull settles the claim.
+			outs[i].uncertain = fmt.Errorf("the wrapper on %s is being checked again", n.cfg.Name)
+			continue
+		}
+		item, ok := c.prepareLaunch(ctx, &outs[i], inst)
+		if !ok {
+			continue
+		}
+		batch.Launches = append(batch.Launches, item)
+		pending = append(pending, i)
+	}
+	if len(pending) == 0 {
+		return outs
+	}
+	withSecrets := false
+	for _, item := range batch.Launches {
+		withSecrets = withSecrets || len(item.Env) > 0
+	}
+	if withSecrets {
+		// The secrets go to the wrapper on its stdin: check again that no
+		// one else could have replaced it since the node was checked.
+		cctx, cancel := context.WithTimeout(ctx, c.callTimeout())
+		err := nodes.CheckWorkDir(cctx, n.tr, *inst)
+		cancel()
+		if err != nil {
+			for _, i := range pending {
+				outs[i].err = err
+			}
+			return outs
+		}
+	}
+	doc, err := json.Marshal(batch)
+	if err != nil {
+		for _, i := range pending {
+			outs[i].err = err
+		}
+		return outs
+	}
+	crashPoint(CrashAfterPush)
+	if testHookBeforeLaunch != nil {
+		testHookBeforeLaunch(n.cfg.Name, inst.Path, doc)
+	}
+	// A transport failure (node unreachable, deadline) leaves the launches
+	// uncertain, for the next pull to settle: the wrapper may have started
+	// them. The deadline grows with the batch: each supervisor gets ready
+	// quickly, up to launchParallel at a time.
+	rctx, cancel := context.WithTimeout(ctx, c.callTimeout()*time.Duration(1+len(pending)/16))
+	defer cancel()
+	res, err := n.tr.Exec(rctx, []string{inst.Path, "launch"}, doc)
+	if err != nil {
+		err = fmt.Errorf("launch: %w", err)
+		for _, i := range pending {
+			if errors.Is(err, nodes.ErrUnreachable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				outs[i].uncertain = err
+			} else {
+				outs[i].err = err
+			}
+		}
+		return outs
+	}
+	crashPoint(CrashAfterRun)
+	var reply wrapper.LaunchReply
+	if res.ExitCode != 0 || json.Unmarshal(res.Stdout, &reply) != nil {
+		// No answer we understand (the wrapper killed, a broken reply): the
+		// supervisors may have started; the next pull decides.
+		for _, i := range pending {
+			outs[i].uncertain = fmt.Errorf("wrapper launch: %s", replyError(res, nil))
+		}
+		return outs
+	}
+	byDir := map[string]wrapper.LaunchResult{}
+	for _, r := range reply.Results {
+		byDir[r.Dir] = r
+	}
+	for k, i := range pending {
+		o := &outs[i]
+		r, ok := byDir[batch.Launches[k].Dir]
+		switch {
+		case !ok:
+			o.uncertain = errors.New("wrapper launch: no result for this task")
+		case r.Run != nil && r.Run.PID > 0:
+			c.log.Info("launched", keyNode, n.cfg.Name, keyProject, o.claim.task.Project, keyTask, o.claim.task.ID,
+				keyAttempt, o.claim.task.Attempt, "pid", r.Run.PID)
+			o.reply = r.Run
+		case r.Kind == wrapper.KindAlreadyRunning:
+			// Another supervisor lives in the task directory: an earlier
+			// launch of this attempt got through, or a stale attempt
+			// still runs there.
+			o.uncertain = errors.New(r.Error)
+		case r.Error != "":
+			// The wrapper answered that it did not start the attempt.
+			o.err = fmt.Errorf("wrapper launch: %s", r.Error)
+		default:
+			o.uncertain = errors.New("wrapper launch: an empty result")
+		}
+	}
+	return outs
+}
+
+// prepareLaunch builds the batch item of one claim and pushes its base
+// tree, if it has one. false means the outcome is decided (an error).
+func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst *nodes.Installed) (wrapper.LaunchItem, bool) {
+	cl := out.claim
 	t, n := cl.task, cl.node
 	log := c.log.With(keyNode, n.cfg.Name, keyProject, t.Project, keyTask, t.ID, keyAttempt, t.Attempt)
+	var item wrapper.LaunchItem
 	env, err := c.modeEnv(cl.mode)
 	if err != nil {
 		out.err, out.noRetry = err, true
-		return out
+		return item, false
 	}
 	mode := c.cfg.APIModes[cl.mode]
 	out.dangerous = n.cfg.Dangerous || mode.Dangerous
 	session, err := c.resumable(ctx, cl)
 	if err != nil {
 		out.err = err
-		return out
+		return item, false
 	}
-	argv, stdin, toolEnv, err := toolCommand(c.cfg, toolFor(t.Tool, n.cfg), t.Model, out.dangerous, session)
+	tool := toolFor(t.Tool, n.cfg)
+	argv, stdin, toolEnv, err := toolCommand(c.cfg, tool, t.Model, out.dangerous, session)
 	if err != nil {
 		out.err, out.noRetry = err, true
-		return out
+		return item, false
 	}
 	timeout := t.Timeout
 	if timeout <= 0 {
@@ -195,16 +307,15 @@ func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
 	p, err := c.st.Project(ctx, t.Project)
 	if err != nil {
 		out.err = fmt.Errorf("project %s: %w", t.Project, err)
-		return out
+		return item, false
 	}
 	opts, err := projectOptions(p)
 	if err != nil {
 		// Launching without its setup would run the tool in an
 		// unprepared tree; nothing started, so it fails to start.
 		out.err = err
-		return out
+		return item, false
 	}
-	tool := toolFor(t.Tool, n.cfg)
 	launch := wrapper.Launch{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Node: n.cfg.Name,
 		Command: argv, Stdin: stdin, Env: toolEnv, TimeoutSeconds: timeout.Seconds(), Setup: opts.Setup,
 		StallSeconds: stallTimeout(t, opts, n.cfg).Seconds()}
@@ -215,121 +326,38 @@ func (c *Controller) launch(ctx context.Context, cl claim) launchOutcome {
 		launch.Resume, launch.ResumePrompt = true, resumePrompt
 		out.resumed = session
 	}
-	// An empty tree needs no copy (and would leave no directory to copy).
-	hasBase := t.BaseDir != "" && treeHasFiles(t.BaseDir)
-	if hasBase {
-		launch.Base = baseDirName
-	}
-	lj, err := json.MarshalIndent(launch, "", "  ")
-	if err != nil {
-		out.err = err
-		return out
-	}
-	secrets, err := json.Marshal(env)
-	if err != nil {
-		out.err = err
-		return out
-	}
-	inst := n.installed()
-	if inst == nil {
-		// A pull found the installation broken since this node was
-		// picked: nothing was started, the next pull settles the claim.
-		out.uncertain = fmt.Errorf("the wrapper on %s is being checked again", n.cfg.Name)
-		return out
-	}
-	dir := taskDir(inst, t.Project, t.ID)
 	snapshot, err := c.st.Snapshot(ctx, t.Project, t.ID)
 	if err != nil {
 		out.err = err
-		return out
+		return item, false
 	}
-	// Pushing is bounded by progress, not by a fixed deadline, and tried
-	// maxPushTries times. Nothing has run on the node yet, so a push that
-	// keeps failing surely did not start the attempt: it fails with
-	// error_class start, which uses a retry.
-	push := func() error {
-		if hasBase {
-			if err := c.pushTree(ctx, n, t.BaseDir, path.Join(dir, baseDirName)); err != nil {
-				return fmt.Errorf("push the base tree: %w", err)
+	dir := taskDir(inst, t.Project, t.ID)
+	// An empty tree needs no copy (and would leave no directory to copy).
+	if t.BaseDir != "" && treeHasFiles(t.BaseDir) {
+		launch.Base = baseDirName
+		// Pushing is bounded by progress, not by a fixed deadline, and
+		// tried maxPushTries times. Nothing has run on the node yet, so a
+		// push that keeps failing surely did not start the attempt: it
+		// fails with error_class start, which uses a retry.
+		for try := 1; ; try++ {
+			err := c.pushTree(ctx, n, t.BaseDir, path.Join(dir, baseDirName))
+			if err == nil {
+				break
+			}
+			err = fmt.Errorf("push the base tree: %w", err)
+			if ctx.Err() != nil {
+				out.uncertain = err // the controller is stopping
+				return item, false
+			}
+			out.pushFailures = append(out.pushFailures, fmt.Sprintf("try %d of %d: %v", try, maxPushTries, err))
+			log.Warn("push failed", "try", try, "err", err)
+			if try == maxPushTries {
+				out.err = fmt.Errorf("pushing the task's files to %s failed %d times; last: %w", n.cfg.Name, maxPushTries, err)
+				return item, false
 			}
 		}
-		if err := nodes.PutIdle(ctx, n.tr, path.Join(dir, "spec.md"), bytes.NewReader(snapshot), 0o444, c.transferIdle()); err != nil {
-			return fmt.Errorf("push spec.md: %w", err)
-		}
-		if err := nodes.PutIdle(ctx, n.tr, path.Join(dir, "launch.json"), bytes.NewReader(lj), 0o644, c.transferIdle()); err != nil {
-			return fmt.Errorf("push launch.json: %w", err)
-		}
-		return nil
 	}
-	for try := 1; ; try++ {
-		err := push()
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			out.uncertain = err // the controller is stopping
-			return out
-		}
-		out.pushFailures = append(out.pushFailures, fmt.Sprintf("try %d of %d: %v", try, maxPushTries, err))
-		log.Warn("push failed", "try", try, "err", err)
-		if try == maxPushTries {
-			out.err = fmt.Errorf("pushing the task's files to %s failed %d times; last: %w", n.cfg.Name, maxPushTries, err)
-			return out
-		}
-	}
-	if len(env) > 0 {
-		// The secrets go to the wrapper on its stdin: check again that no
-		// one else could have replaced it since the node was checked.
-		cctx, cancel := context.WithTimeout(ctx, c.callTimeout())
-		err := nodes.CheckWorkDir(cctx, n.tr, *inst)
-		cancel()
-		if err != nil {
-			out.err = err
-			return out
-		}
-	}
-	crashPoint(CrashAfterPush)
-	if testHookAfterPush != nil {
-		testHookAfterPush(n.cfg.Name, dir)
-	}
-	// A transport failure of `run` (node unreachable, deadline) leaves the
-	// launch uncertain, for the next pull to settle: the wrapper may have
-	// started. Any other failure surely did not start the attempt and
-	// fails it with error_class start, which uses a retry.
-	rctx, cancel := context.WithTimeout(ctx, c.callTimeout())
-	defer cancel()
-	res, err := n.tr.Exec(rctx, []string{inst.Path, "run", "--dir", dir}, secrets)
-	if err != nil {
-		err = fmt.Errorf("run: %w", err)
-		if errors.Is(err, nodes.ErrUnreachable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			out.uncertain = err
-		} else {
-			out.err = err
-		}
-		return out
-	}
-	crashPoint(CrashAfterRun)
-	var reply wrapper.RunReply
-	if res.ExitCode == 0 && json.Unmarshal(res.Stdout, &reply) == nil && reply.PID > 0 {
-		log.Info("launched", "pid", reply.PID)
-		out.reply = &reply
-		return out
-	}
-	var e wrapper.ErrorReply
-	switch {
-	case json.Unmarshal(res.Stdout, &e) == nil && e.Error != "" && e.Kind != wrapper.KindAlreadyRunning:
-		// The wrapper answered that it did not start the attempt.
-		out.err = fmt.Errorf("wrapper run: %s", e.Error)
-	case e.Kind == wrapper.KindAlreadyRunning:
-		// Another supervisor lives in the task directory: an earlier launch
-		// of this attempt got through, or a stale attempt still runs there.
-		out.uncertain = errors.New(e.Error)
-	default:
-		// No answer we understand (the wrapper killed, a broken reply): the
-		// supervisor may have started; the next pull decides.
-		out.uncertain = fmt.Errorf("wrapper run: %s", replyError(res, nil))
-	}
-	return out
+	return wrapper.LaunchItem{Dir: dir, Spec: string(snapshot), Launch: launch, Env: env}, true
 }
 
 // resumeClasses are the failures after which the next attempt continues

@@ -15,10 +15,10 @@ import (
 	"github.com/dispatch-tool/dispatch/store"
 )
 
-// TestSessionDroppedMidLaunch breaks the SSH session between pushing a
-// launch and running it, once with the attempt started by another session
-// (as if only the reply was lost) and once not started at all. Either way
-// the next pulls settle it and the task runs exactly once.
+// TestSessionDroppedMidLaunch breaks the SSH session as the launch call
+// goes out, once with the attempt started by another session (as if only
+// the reply was lost) and once not started at all. Either way the next
+// pulls settle it and the task runs exactly once.
 func TestSessionDroppedMidLaunch(t *testing.T) {
 	for _, startedElsewhere := range []bool{true, false} {
 		t.Run(fmt.Sprintf("started=%v", startedElsewhere), func(t *testing.T) {
@@ -50,21 +50,20 @@ nodes:
 			h.ctl = New(Options{Home: h.home, Config: h.cfg, Store: h.st, Transports: map[string]nodes.Transport{"n": open()},
 				Wrappers: wrappers, Now: h.clock.Now, Jitter: func() float64 { return 0 }})
 			var once sync.Once
-			testHookAfterPush = func(node, dir string) {
+			testHookBeforeLaunch = func(node, bin string, doc []byte) {
 				once.Do(func() {
 					if startedElsewhere {
 						other := open()
 						defer other.Close()
-						bin := h.ctl.nodes["n"].installed().Path
-						res, err := other.Exec(context.Background(), []string{bin, "run", "--dir", dir}, []byte("{}"))
-						if err != nil || res.ExitCode != 0 {
-							t.Errorf("run by hand: %v %s", err, res.Stdout)
+						res, err := other.Exec(context.Background(), []string{bin, "launch"}, doc)
+						if err != nil || res.ExitCode != 0 || !strings.Contains(string(res.Stdout), `"pid"`) {
+							t.Errorf("launch by hand: %v %s", err, res.Stdout)
 						}
 					}
 					s.Restart(t) // every connection to the node drops
 				})
 			}
-			defer func() { testHookAfterPush = nil }()
+			defer func() { testHookBeforeLaunch = nil }()
 			h.tickUntil("the launch to be left undecided", func() bool {
 				evs := h.events("warning")
 				return len(evs) > 0 && strings.Contains(evs[0].Message, "launch interrupted")

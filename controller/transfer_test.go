@@ -378,7 +378,10 @@ func TestLaunchPushFailuresAreBounded(t *testing.T) {
 // prints more than nodes.MaxExecOutput fails its pull with a clear error
 // (the transport suite measures that memory stays bounded).
 func TestHugeStatusReplyIsAnErrorOfThatNode(t *testing.T) {
-	h := newHarness(t, fastYAML, shellProject(map[string]string{"S01-x.md": "true\n"}))
+	// A pull's deadline of 20 s: 64 MiB must come through in time on a
+	// busy machine, for the cap to be what ends the call.
+	h := newHarness(t, strings.Replace(fastYAML, "ssh_connect_timeout: 1s", "ssh_connect_timeout: 10s", 1),
+		shellProject(map[string]string{"S01-x.md": "true\n"}))
 	h.tick() // installs the wrapper
 	fake := filepath.Join(t.TempDir(), "wrapper")
 	if err := os.WriteFile(fake, []byte("#!/bin/sh\nexec head -c 100000000 /dev/zero\n"), 0o755); err != nil {

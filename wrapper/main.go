@@ -92,6 +92,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdWhich(rest, stdin, stdout)
 	case "watch":
 		err = cmdWatch(ctx, rest, stdin, stdout)
+	case "launch":
+		err = cmdLaunch(ctx, rest, stdin, stdout)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stderr, usageText)
 		return 0

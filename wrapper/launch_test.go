@@ -1,0 +1,81 @@
+package wrapper
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestLaunchBatch: one call starts several attempts from one document on
+// stdin — spec, launch.json and the secret environment — and answers for
+// each: started, refused as invalid, or already running. The secret
+// reaches the tool and no file.
+func TestLaunchBatch(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	dir := func(id string) string { return filepath.Join(root, "demo", "tasks", id) }
+	const secret = "sk-launch-SECRET-42b7"
+	busy := newTask(t, root, Launch{Task: "T3", Command: shell("sleep 30")})
+	busy.run(t, "")
+	launch := func(id, script string) Launch {
+		return Launch{Project: "demo", Task: id, Attempt: 1, Node: "local", Stdin: "spec",
+			Command: shell(script), HeartbeatSeconds: 0.1, TimeoutSeconds: 20}
+	}
+	batch := LaunchBatch{Launches: []LaunchItem{
+		{Dir: dir("T1"), Spec: "# One\n", Launch: launch("T1", `cat > seen-spec.txt; printf %s "$KEY" | wc -c > key-length.txt`),
+			Env: map[string]string{"KEY": secret}},
+		{Dir: dir("T2"), Spec: "# Two\n", Launch: Launch{Task: "T2"}}, // no command
+		{Dir: dir("T3"), Spec: "# Three\n", Launch: launch("T3", "true")},
+		{Dir: "relative/T4", Spec: "# Four\n", Launch: launch("T4", "true")},
+	}}
+	doc, err := json.Marshal(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, code := runWrapper(t, string(doc), "launch")
+	var reply LaunchReply
+	if code != 0 || json.Unmarshal(out, &reply) != nil || len(reply.Results) != 4 {
+		t.Fatalf("launch: exit %d: %s", code, out)
+	}
+	r := reply.Results
+	if r[0].Run == nil || r[0].Run.PID <= 0 || r[0].Dir != dir("T1") {
+		t.Errorf("T1: %+v, want started", r[0])
+	}
+	if r[1].Run != nil || r[1].Kind != KindUsage || !strings.Contains(r[1].Error, "command is empty") {
+		t.Errorf("T2: %+v, want a usage error", r[1])
+	}
+	if r[2].Kind != KindAlreadyRunning {
+		t.Errorf("T3: %+v, want already_running", r[2])
+	}
+	if r[3].Kind != KindUsage {
+		t.Errorf("T4 (relative dir): %+v, want a usage error", r[3])
+	}
+	t1 := &testTask{root: root, project: "demo", name: "T1", dir: dir("T1")}
+	t.Cleanup(func() { t1.cleanup(t) })
+	if st := t1.waitFinal(t); st.Status != StatusCompleted {
+		t.Fatalf("T1: %+v", st)
+	}
+	if got := t1.readFile(t, "output/seen-spec.txt"); got != "# One\n" {
+		t.Errorf("the tool read %q as its spec", got)
+	}
+	if got := strings.TrimSpace(t1.readFile(t, "output/key-length.txt")); got != "21" {
+		t.Errorf("the tool's KEY has %s bytes, want the secret's 21", got)
+	}
+	if fi, err := os.Stat(t1.path(fileSpec)); err != nil || fi.Mode().Perm() != 0o444 {
+		t.Errorf("spec.md: %v %v, want read-only", fi, err)
+	}
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if b, _ := os.ReadFile(p); strings.Contains(string(b), secret) {
+				t.Errorf("the secret is in %s", p)
+			}
+		}
+		return nil
+	})
+	// Nothing but JSON on stdin is refused.
+	if out, code := runWrapper(t, "not json", "launch"); code == 0 || !strings.Contains(string(out), KindUsage) {
+		t.Errorf("launch with garbage on stdin: exit %d: %s", code, out)
+	}
+}
