@@ -128,14 +128,6 @@ func eligible(cfg *nodes.Config, t *store.Task, n nodes.Node) (bool, string) {
 // assign claims runnable tasks for nodes with free slots: by priority then
 // ID, least-loaded node first, each claim one atomic UPDATE ... RETURNING.
 func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls map[string]*pull, stale []staleAttempt) ([]claim, error) {
-	all, err := c.st.Projects(ctx)
-	if err != nil {
-		return nil, err
-	}
-	active := map[string]store.Project{}
-	for _, p := range projects {
-		active[p.Name] = p
-	}
 	caps := map[string]*capacity{}
 	unkilledNodes, unkilledTasks := c.unkilled()
 	for name, n := range c.nodes {
@@ -168,47 +160,46 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 	if err != nil {
 		return nil, err
 	}
+	// Busy slots are counted in SQL, across projects (a stopped project's
+	// running tasks hold their slots too).
+	busy, err := c.st.Busy(ctx)
+	if err != nil {
+		return nil, err
+	}
+	free := 0
+	for name, cp := range caps {
+		cp.running += busy[name]
+		free += max(cp.node.cfg.Slots-cp.running, 0)
+	}
+	if free == 0 {
+		return nil, nil
+	}
+	// Candidates are selected in SQL: pending, due, by priority and ID, a
+	// few times the free slots per project (some may wait for their
+	// dependencies or fit no free node).
 	var candidates []store.Task
-	halted := map[string]bool{}
-	for _, p := range all {
-		tasks, err := c.st.Tasks(ctx, p.Name)
-		if err != nil {
-			return nil, err
-		}
-		byID := make(map[string]*store.Task, len(tasks))
-		for i := range tasks {
-			byID[tasks[i].ID] = &tasks[i]
-		}
-		failed := 0
-		for i := range tasks {
-			t := &tasks[i]
-			switch t.Status {
-			case store.Claimed, store.Running:
-				if cp := caps[t.Node]; cp != nil {
-					cp.running++
-				}
-			case store.Failed:
-				failed++
-			}
-		}
-		if _, ok := active[p.Name]; !ok {
-			continue
-		}
+	now := c.now()
+	for _, p := range projects {
 		opts, err := projectOptions(p)
 		if err != nil {
 			return nil, err
 		}
+		states, failed, err := c.st.States(ctx, p.Name)
+		if err != nil {
+			return nil, err
+		}
 		if h := opts.HaltFail; h > 0 && failed >= h {
-			halted[p.Name] = true
 			continue
 		}
-		now := c.now()
-		for i := range tasks {
-			t := &tasks[i]
+		runnable, err := c.st.Runnable(ctx, p.Name, now, candidateFactor*free)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range runnable {
 			// A task whose earlier attempt still runs somewhere (an
 			// orphaned tool, a hung wrapper) waits until it is killed.
-			if t.Status == store.Pending && !now.Before(t.NotBefore) && depsCompleted(t, byID) && !unkilledTasks[taskKey(t.Project, t.ID)] {
-				candidates = append(candidates, *t)
+			if depsDone(t.DependsOn, states) && !unkilledTasks[taskKey(t.Project, t.ID)] {
+				candidates = append(candidates, t)
 			}
 		}
 	}
@@ -286,6 +277,20 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 		return nil
 	})
 	return claims, err
+}
+
+// candidateFactor is how many candidates per free slot a tick considers
+// of each project.
+const candidateFactor = 4
+
+// depsDone reports whether every dependency has completed.
+func depsDone(deps []string, states map[string]string) bool {
+	for _, d := range deps {
+		if states[d] != store.Completed {
+			return false
+		}
+	}
+	return true
 }
 
 // retryElsewhere lists the failures after which a retry should prefer

@@ -505,13 +505,28 @@ func (l *loader) parseTask(f taskFile) *parsed {
 		l.add(path, 0, "empty spec", "write the task's instructions below the front matter")
 	}
 
-	t.Title = title(body, f)
-	snap := joinLines(body)
-	for _, s := range l.contexts(path, refs) {
-		t.Context = append(t.Context, s.name)
-		snap += "\n" + s.text
+	// A clone: a substring would keep the whole file's text alive for as
+	// long as the task.
+	t.Title = strings.Clone(title(body, f))
+	sections := l.contexts(path, refs)
+	// The snapshot is built once, in a buffer of its final size: the body
+	// lines, each ending in LF, then "\n" and each context section.
+	size := 0
+	for _, line := range body {
+		size += len(line) + 1
 	}
-	t.Snapshot = []byte(snap)
+	for _, sec := range sections {
+		size += 1 + len(sec.text)
+	}
+	snap := make([]byte, 0, size)
+	for _, line := range body {
+		snap = append(append(snap, line...), '\n')
+	}
+	for _, sec := range sections {
+		t.Context = append(t.Context, sec.name)
+		snap = append(append(snap, '\n'), sec.text...)
+	}
+	t.Snapshot = snap
 	sum := sha256.Sum256(t.Snapshot)
 	t.Hash = hex.EncodeToString(sum[:])
 	return p

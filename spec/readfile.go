@@ -52,9 +52,24 @@ func ReadFile(path string, limit int64) ([]byte, error) {
 	if fi.Size() > limit {
 		return nil, &TooLargeError{Limit: limit}
 	}
-	raw, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
+	// Sized from the file, with one byte more to see it grew meanwhile:
+	// io.ReadAll would grow its buffer by doubling.
+	raw := make([]byte, 0, min(fi.Size(), limit)+1)
+	for {
+		n, err := f.Read(raw[len(raw):cap(raw)])
+		raw = raw[:len(raw)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(raw) == cap(raw) {
+			if int64(len(raw)) > limit {
+				break
+			}
+			raw = append(raw, 0)[:len(raw)]
+		}
 	}
 	if int64(len(raw)) > limit {
 		return nil, &TooLargeError{Limit: limit}

@@ -85,6 +85,69 @@ func (s *Store) HasLiveWork(ctx context.Context, project string) (bool, error) {
 	return live, nil
 }
 
+// Busy counts the claimed and running tasks on each node, across projects.
+func (s *Store) Busy(ctx context.Context) (map[string]int, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT node, COUNT(*) FROM tasks WHERE status IN (?, ?) GROUP BY node`, Claimed, Running)
+	if err != nil {
+		return nil, fmt.Errorf("count busy slots: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var node string
+		var n int
+		if err := rows.Scan(&node, &n); err != nil {
+			return nil, fmt.Errorf("count busy slots: %w", err)
+		}
+		out[node] = n
+	}
+	return out, rows.Err()
+}
+
+// States returns the status of every task of a project by ID, and how many
+// have failed: what scheduling needs of the tasks it does not launch.
+func (s *Store) States(ctx context.Context, project string) (map[string]string, int, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, status FROM tasks WHERE project = ?`, project)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read task states of %s: %w", project, err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	failed := 0
+	for rows.Next() {
+		var id, st string
+		if err := rows.Scan(&id, &st); err != nil {
+			return nil, 0, fmt.Errorf("read task states of %s: %w", project, err)
+		}
+		out[id] = st
+		if st == Failed {
+			failed++
+		}
+	}
+	return out, failed, rows.Err()
+}
+
+// Runnable returns up to limit pending tasks of a project whose not_before
+// has passed, by priority then ID, without their snapshots: the candidates
+// for free slots. Their dependencies are the caller's to check.
+func (s *Store) Runnable(ctx context.Context, project string, now time.Time, limit int) ([]Task, error) {
+	rows, err := s.db.QueryContext(ctx, taskListSelect+` WHERE project = ? AND status = ? AND not_before <= ?
+		ORDER BY priority, id LIMIT ?`, project, Pending, formatTime(now), limit)
+	if err != nil {
+		return nil, fmt.Errorf("read runnable tasks of %s: %w", project, err)
+	}
+	defer rows.Close()
+	var out []Task
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
 // Tasks returns a project's tasks ordered by ID, without their snapshots
 // (see Snapshot and Task).
 func (s *Store) Tasks(ctx context.Context, project string) ([]Task, error) {

@@ -4,3 +4,4 @@
 ALTER TABLE tasks ADD COLUMN stall_seconds REAL NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN api_mode TEXT NOT NULL DEFAULT '';
 ALTER TABLE runs ADD COLUMN session_id TEXT NOT NULL DEFAULT '';
+CREATE INDEX tasks_status_node ON tasks(status, node);
