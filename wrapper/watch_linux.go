@@ -39,15 +39,24 @@ func newNotifier(root string) (<-chan struct{}, func()) {
 			if err != nil || k < syscall.SizeofInotifyEvent {
 				return
 			}
+			relevant := false
 			for off := 0; off+syscall.SizeofInotifyEvent <= k; {
 				ev := (*syscall.InotifyEvent)(unsafe.Pointer(&buf[off]))
+				name := eventName(buf[off+syscall.SizeofInotifyEvent : off+syscall.SizeofInotifyEvent+int(ev.Len)])
 				if ev.Mask&syscall.IN_IGNORED != 0 {
 					// The directory is gone; one made again at its path
 					// needs a new watch.
 					delete(n.added, n.byWD[ev.Wd])
 					delete(n.byWD, ev.Wd)
 				}
+				// Heartbeats, logs and temporary files change all the
+				// time and say nothing: only a status file or a
+				// directory coming or going is worth a look.
+				relevant = relevant || name == fileStatus || ev.Mask&(syscall.IN_ISDIR|syscall.IN_IGNORED|syscall.IN_Q_OVERFLOW) != 0
 				off += syscall.SizeofInotifyEvent + int(ev.Len)
+			}
+			if !relevant {
+				continue
 			}
 			// New directories need their own watches, or what happens
 			// in them is missed.
@@ -61,6 +70,16 @@ func newNotifier(root string) (<-chan struct{}, func()) {
 		}
 	}()
 	return events, stop
+}
+
+// eventName is the NUL-padded name of an inotify event.
+func eventName(b []byte) string {
+	for i, c := range b {
+		if c == 0 {
+			return string(b[:i])
+		}
+	}
+	return string(b)
 }
 
 type inotify struct {
