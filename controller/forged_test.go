@@ -58,8 +58,19 @@ func TestForgedStaleAttemptHoldsNoTaskOfAnotherNode(t *testing.T) {
 	if n := h.task("S01").Node; n != "local" {
 		t.Errorf("S01 ran on %s, want local", n)
 	}
-	if evs := h.events("stale"); len(evs) > 1 {
-		t.Errorf("%d stale events for one forged task; want at most one: %v", len(evs), evs)
+	// One event says the attempt is stale; on a slow machine the ticks
+	// until S01 completes may reach the three kill tries, and one more
+	// says the kill is given up. No more than that, however many ticks.
+	var said, gaveUp int
+	for _, e := range h.events("stale") {
+		if strings.Contains(e.Message, "could not be killed after") {
+			gaveUp++
+		} else {
+			said++
+		}
+	}
+	if said > 1 || gaveUp > 1 {
+		t.Errorf("%d stale and %d give-up events for one forged task; want at most one each: %v", said, gaveUp, h.events("stale"))
 	}
 }
 

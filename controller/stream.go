@@ -64,10 +64,15 @@ func (c *Controller) streamLoop(ctx context.Context, n *nodeRuntime) {
 	for ctx.Err() == nil {
 		inst := n.installed()
 		if inst == nil {
-			// The pull installs or checks the wrapper first.
-			if !sleepCtx(ctx, c.streamRetry) {
+			// The pull installs or checks the wrapper first: ask for one
+			// (a failed pull drops the installation, and with a long
+			// poll_interval no tick would come otherwise), then look
+			// again, less often while the node stays down.
+			c.signalWake()
+			if !sleepCtx(ctx, pause) {
 				return
 			}
+			pause = min(2*pause, streamRetryMax)
 			continue
 		}
 		began := time.Now()
