@@ -78,6 +78,9 @@ type SocketError struct {
 	Fix  string
 }
 
+// BadInput marks an unsafe control socket as the operator's to fix (exit 2).
+func (e *SocketError) BadInput() bool { return true }
+
 func (e *SocketError) Error() string {
 	return fmt.Sprintf("control socket %s: %s\n  fix: %s", e.Path, e.Msg, e.Fix)
 }

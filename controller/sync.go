@@ -36,6 +36,9 @@ type PlanError struct {
 	Problems []string
 }
 
+// BadInput marks a plan that cannot run as the operator's to fix (exit 2).
+func (e *PlanError) BadInput() bool { return true }
+
 func (e *PlanError) Error() string { return strings.Join(e.Problems, "\n") }
 
 // Plan checks that every task of p — the author's and the phase tasks the

@@ -148,6 +148,9 @@ type ConfigError struct {
 }
 
 // Error formats the problem as "FILE:LINE: MSG" plus a "fix:" line.
+// BadInput marks a nodes.yaml problem as the operator's to fix (exit 2).
+func (e *ConfigError) BadInput() bool { return true }
+
 func (e *ConfigError) Error() string {
 	var b strings.Builder
 	b.WriteString(e.File)
@@ -178,6 +181,9 @@ func (e *ConfigError) Unwrap() error { return e.err }
 type ConfigErrors []*ConfigError
 
 // Error lists the problems, one per paragraph.
+// BadInput marks nodes.yaml problems as the operator's to fix (exit 2).
+func (es ConfigErrors) BadInput() bool { return true }
+
 func (es ConfigErrors) Error() string {
 	s := make([]string, len(es))
 	for i, e := range es {
@@ -915,7 +921,8 @@ func (p *parser) duration(v *yaml.Node, where, key string) (time.Duration, bool)
 		p.errorf(v, fix, "%s%s must be a duration, not %s", prefix(where), key, describe(v))
 		return 0, false
 	}
-	d, err := time.ParseDuration(v.Value)
+	// Trimmed as spec/ trims it: " 30s" is the same duration everywhere.
+	d, err := time.ParseDuration(strings.TrimSpace(v.Value))
 	if err != nil {
 		p.errorf(v, durationFix, "%s%s: %q is not a duration", prefix(where), key, v.Value)
 		return 0, false

@@ -19,6 +19,9 @@ type Error struct {
 
 // Error formats the problem as "FILE:LINE: MSG", followed by an indented
 // "fix:" line when there is a fix.
+// BadInput marks a spec problem as the operator's to fix (exit 2).
+func (e *Error) BadInput() bool { return true }
+
 func (e *Error) Error() string {
 	var b strings.Builder
 	if e.File != "" {
@@ -41,6 +44,9 @@ func (e *Error) Error() string {
 type Errors []*Error
 
 // Error lists the problems, one per line (each followed by its fix line).
+// BadInput marks spec problems as the operator's to fix (exit 2).
+func (es Errors) BadInput() bool { return true }
+
 func (es Errors) Error() string {
 	parts := make([]string, len(es))
 	for i, e := range es {
@@ -74,6 +80,9 @@ type UnknownProjectError struct {
 
 // Error names the project and lists the known ones, or says how to create
 // a project when there are none.
+// BadInput marks an unknown project as the operator's to fix (exit 2).
+func (e *UnknownProjectError) BadInput() bool { return true }
+
 func (e *UnknownProjectError) Error() string {
 	if len(e.Known) == 0 {
 		return fmt.Sprintf("unknown project %q: %s has no projects; create one by writing %s",

@@ -34,6 +34,9 @@ type NameError struct {
 }
 
 // Error says what is wrong with the name and repeats the rule.
+// BadInput marks an invalid name as the operator's to fix (exit 2).
+func (e *NameError) BadInput() bool { return true }
+
 func (e *NameError) Error() string {
 	return fmt.Sprintf("invalid name %q: %s (names match %s and never contain \"..\")", e.Name, e.Problem, namePattern)
 }

@@ -5,8 +5,7 @@ import (
 	"fmt"
 
 	"github.com/dispatch-tool/dispatch/controller"
-	"github.com/dispatch-tool/dispatch/nodes"
-	"github.com/dispatch-tool/dispatch/spec"
+	"github.com/dispatch-tool/dispatch/internal/badinput"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -30,19 +29,10 @@ type workFailed struct{ msg string }
 func (e *workFailed) Error() string { return e.msg }
 
 // isConfigError reports errors in nodes.yaml, the specs or the home's state
-// that the operator must fix before anything can run: exit 2.
+// that the operator must fix before anything can run: exit 2. Each kind of
+// bad input says so itself (badinput.Error); the home's state adds a lock
+// held by another controller and a missing database or project.
 func isConfigError(err error) bool {
-	var (
-		ce   *nodes.ConfigError
-		ces  nodes.ConfigErrors
-		se   *spec.Error
-		ses  spec.Errors
-		up   *spec.UnknownProjectError
-		ne   *spec.NameError
-		plan *controller.PlanError
-		sock *controller.SocketError
-	)
-	return errors.As(err, &ce) || errors.As(err, &ces) || errors.As(err, &se) || errors.As(err, &ses) ||
-		errors.As(err, &up) || errors.As(err, &ne) || errors.As(err, &plan) || errors.As(err, &sock) ||
+	return badinput.Is(err) ||
 		errors.Is(err, controller.ErrLocked) || errors.Is(err, store.ErrNoDatabase) || errors.Is(err, store.ErrNotFound)
 }
