@@ -148,6 +148,19 @@ func detach(ctx context.Context, e *env, name string, args []string) error {
 		}
 		select {
 		case err := <-exited:
+			// A short project can be over before its controller is seen
+			// running: exit 0 or 1 is the project's result, as in the
+			// foreground; anything else is a controller that failed.
+			var ee *exec.ExitError
+			switch {
+			case err == nil:
+				fmt.Fprintf(e.out, "controller ran %s in the background (pid %d), already to its end: passed\nlog: %s\nsee: dispatch report %s\n",
+					name, cmd.Process.Pid, logPath, name)
+				return nil
+			case errors.As(err, &ee) && ee.ExitCode() == 1:
+				return &workFailed{msg: fmt.Sprintf("controller ran %s in the background (pid %d), already to its end: not passed; log: %s; see: dispatch report %s",
+					name, cmd.Process.Pid, logPath, name)}
+			}
 			b, _ := os.ReadFile(logPath)
 			return fmt.Errorf("the background controller exited at once (%v); the end of %s:\n%s", err, logPath, lastLines(string(b), 15))
 		case <-deadline:
