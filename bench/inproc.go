@@ -201,7 +201,7 @@ func phaseOf(op string) string {
 	switch {
 	case op == "exec wrapper status":
 		return "pull"
-	case op == "exec wrapper run" || strings.HasPrefix(op, "sftp put spec.md") || strings.HasPrefix(op, "sftp put launch.json"):
+	case op == "exec wrapper launch" || op == "exec wrapper run" || strings.HasPrefix(op, "sftp put "):
 		return "launch"
 	case strings.HasPrefix(op, "sftp get") || op == "sftp walk":
 		return "collect"
