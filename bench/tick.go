@@ -372,10 +372,10 @@ func tickSection(o *options, rs []*tickResult) *section {
 		db.add("`Store.Runs(project, \"\")`: 1,000 runs", fmtMS(median(r20.dbRuns)))
 		db.add("one `Store.Update` writing 1,000 heartbeats (`Tx.SetTask`)", fmtMS(median(r20.dbBeatTx)))
 		b.WriteString(db.markdown())
-		fmt.Fprintf(&b, "\nA steady tick reads the project's tasks five times (`Tx.Tasks` twice in `apply`, `Store.Tasks` in `assign`, "+
+		fmt.Fprintf(&b, "\nA steady tick reads the project's tasks four times (`Tx.Tasks` twice in `apply`, `Store.Tasks` in "+
 			"`collectAll` and `advance`) and its runs twice (`collectAll`, `advance`): %s of reads alone at these prices, before "+
 			"the heartbeat writes.\n\n",
-			fmtMS(5*median(r20.dbTasks)+2*median(r20.dbRuns)))
+			fmtMS(4*median(r20.dbTasks)+2*median(r20.dbRuns)))
 		if ps, err := analyseProfile(r20.profile); err == nil && r20.profile != "" {
 			sec.findings = append(sec.findings, finding{"tick", tickFinding(r1, r20, ps, hr)})
 		}
@@ -435,8 +435,8 @@ func tickFinding(r1, r20 *tickResult, ps *profStats, hr float64) string {
 		if r20.listSnapshots {
 			snap = "with every column, the `snapshot` BLOB included"
 		}
-		fmt.Fprintf(&b, " The tick reads every task of the project five times — `Tx.Tasks` twice in `apply`, `Store.Tasks` "+
-			"in `assign`, `collectAll` and `advance` — each read %s %s, reads the runs twice (`Store.Runs` in `collectAll` "+
+		fmt.Fprintf(&b, " The tick reads every task of the project four times — `Tx.Tasks` twice in `apply`, `Store.Tasks` "+
+			"in `collectAll` and `advance` (`assign` selects its candidates and counts busy slots in SQL) — each read %s %s, reads the runs twice (`Store.Runs` in `collectAll` "+
 			"and `advance`, %s each), and writes every changed heartbeat with its own `UPDATE` (`Tx.SetTask` builds the SQL "+
 			"and has it prepared on every call: %s for 1,000). **Change**: (a) read the project's tasks once per tick, in "+
 			"`apply`'s transaction after its updates, and hand the slice to `assign`, `collectAll` and `advance`; (b) in "+
