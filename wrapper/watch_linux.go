@@ -2,6 +2,8 @@ package wrapper
 
 import (
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -52,7 +54,11 @@ func newNotifier(root string) (<-chan struct{}, func()) {
 				// Heartbeats, logs and temporary files change all the
 				// time and say nothing: only a status file or a
 				// directory coming or going is worth a look.
-				relevant = relevant || name == fileStatus || ev.Mask&(syscall.IN_ISDIR|syscall.IN_IGNORED|syscall.IN_Q_OVERFLOW) != 0
+				// Directories count where tasks and projects live, not inside
+				// a task directory, where the task itself can make any
+				// number of them.
+				dirEvent := ev.Mask&syscall.IN_ISDIR != 0 && !n.isTaskDir(n.byWD[ev.Wd])
+				relevant = relevant || name == fileStatus || dirEvent || ev.Mask&(syscall.IN_IGNORED|syscall.IN_Q_OVERFLOW) != 0
 				off += syscall.SizeofInotifyEvent + int(ev.Len)
 			}
 			if !relevant {
@@ -87,6 +93,12 @@ type inotify struct {
 	root  string
 	added map[string]bool
 	byWD  map[int32]string
+}
+
+// isTaskDir reports whether dir is a <project>/tasks/<ID> directory of root.
+func (n *inotify) isTaskDir(dir string) bool {
+	rel, err := filepath.Rel(n.root, dir)
+	return err == nil && strings.Count(rel, "/") == 2
 }
 
 // addWatches watches every directory that matters now; false when the
