@@ -69,7 +69,7 @@ func benchChain(ctx context.Context, o *options, t *tb) (*section, error) {
 	b.WriteString(tbl.markdown())
 	b.WriteString("\nWhere the time goes: each node keeps one status stream open (`wrapper watch`), which reports a " +
 		"task's new status.json as soon as the supervisor writes it; the controller ticks at once, applies it and " +
-		"launches the next step in the same tick (one `wrapper launch` call). Each step costs its second of sleep plus " +
+		"launches the next step in the same tick (one `wrapper run` call with the launch document). Each step costs its second of sleep plus " +
 		"a pull, a launch (the supervisor's start) and the collection of the step before.\n")
 	sec.body = b.String()
 	return sec, nil

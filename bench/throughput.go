@@ -113,7 +113,7 @@ func benchThroughput(ctx context.Context, o *options, t *tb) (*section, error) {
 login, a session running ` + "`true`" + `), at most 8 at a time per node, and relays the output; it records nothing.
 ` + "`dispatch start`" + ` parses the 200 specs and stores them in SQLite (WAL), connects once per node (one
 multiplexed connection, SFTP on it), checks the wrapper, keeps one status stream per node (` + "`wrapper watch`" + `, which
-reports each finished task at once), and per node per tick makes one ` + "`wrapper launch`" + ` call with every new attempt's spec
+reports each finished task at once), and per node per tick makes one ` + "`wrapper run`" + ` call with every new attempt's spec
 and launch.json on stdin (the wrapper detaches a supervisor per attempt that runs ` + "`/bin/sh spec.md`" + ` and writes
 status.json), pulls the status of every node once per tick, records every transition and event in the database,
 collects task.log and output/ back by SFTP with a manifest, and writes runs/<project>/report.md at the end.
@@ -409,7 +409,7 @@ func (tp *throughput) timeline(ctx context.Context) (string, *tlSummary, error) 
 		fmtMS(sum.gap.Seconds()), fmtS(sum.busy.Seconds()), fmtS(sum.pull.Seconds()), fmtS(sum.launch.Seconds()),
 		fmtS(sum.collect.Seconds()), fmtS(sum.outside.Seconds()))
 	b.WriteString(tbl.markdown())
-	b.WriteString("\nEvery call to a node during the batch (a node's launches of a tick are one `exec wrapper launch`; " +
+	b.WriteString("\nEvery call to a node during the batch (a node's launches of a tick are one `exec wrapper run`; " +
 		"one collection is `sftp get status.json`, `sftp get task.log` and `sftp walk`; the status streams are not timed):\n\n")
 	b.WriteString(ops.markdown())
 	fmt.Fprintf(&b, "\nCPU profile of the bench process during the loop (`%s`):\n\n", rel(prof))
@@ -580,9 +580,9 @@ func throughputFinding(dispatchWall, parallelWall, shortWall float64, sum *tlSum
 		fmtS(sum.pull.Seconds()), share(sum.pull), fmtS(sum.outside.Seconds()), share(sum.outside), fmtS(sum.cpu.Seconds()), fmtS(shortWall))
 	op := func(name string) string { return fmtMS(sum.opMedian[name].Seconds()) }
 	if sum.launch >= sum.total/10 {
-		fmt.Fprintf(&b, " **Launching** is one `wrapper launch` per node per tick (%s median for up to 8 attempts), "+
+		fmt.Fprintf(&b, " **Launching** is one `wrapper run` (the launch document) per node per tick (%s median for up to 8 attempts), "+
 			"which waits for each detached supervisor to have written its pid and first status: on this machine the "+
-			"supervisors, the tools and the four sshd share two cores.", op("exec wrapper launch"))
+			"supervisors, the tools and the four sshd share two cores.", op("exec wrapper run"))
 	}
 	if sum.collect >= sum.total/10 {
 		fmt.Fprintf(&b, " **Collecting** a finished task is three more round trips in `controller.(*Controller).collect` "+

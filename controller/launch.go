@@ -162,7 +162,7 @@ func (c *Controller) launchAll(ctx context.Context, claims []claim) int {
 }
 
 // launchNode starts one node's claims of this tick in one round trip: the
-// wrapper's `launch` gets every attempt's spec, launch.json and api_mode
+// wrapper's `run` gets every attempt's spec, launch.json and api_mode
 // environment as one document on stdin (secrets only in memory). Only a
 // base tree, when a task has one, is pushed before. It is idempotent: the
 // wrapper refuses a second live supervisor in a task directory, and a
@@ -224,9 +224,9 @@ func (c *Controller) launchNode(ctx context.Context, n *nodeRuntime, claims []cl
 	// quickly, up to launchParallel at a time.
 	rctx, cancel := context.WithTimeout(ctx, c.callTimeout()*time.Duration(1+len(pending)/16))
 	defer cancel()
-	res, err := n.tr.Exec(rctx, []string{inst.Path, "launch"}, doc)
+	res, err := n.tr.Exec(rctx, []string{inst.Path, "run"}, doc)
 	if err != nil {
-		err = fmt.Errorf("launch: %w", err)
+		err = fmt.Errorf("run: %w", err)
 		for _, i := range pending {
 			if errors.Is(err, nodes.ErrUnreachable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 				outs[i].uncertain = err
@@ -242,7 +242,7 @@ func (c *Controller) launchNode(ctx context.Context, n *nodeRuntime, claims []cl
 		// No answer we understand (the wrapper killed, a broken reply): the
 		// supervisors may have started; the next pull decides.
 		for _, i := range pending {
-			outs[i].uncertain = fmt.Errorf("wrapper launch: %s", replyError(res, nil))
+			outs[i].uncertain = fmt.Errorf("wrapper run: %s", replyError(res, nil))
 		}
 		return outs
 	}
@@ -255,7 +255,7 @@ func (c *Controller) launchNode(ctx context.Context, n *nodeRuntime, claims []cl
 		r, ok := byDir[batch.Launches[k].Dir]
 		switch {
 		case !ok:
-			o.uncertain = errors.New("wrapper launch: no result for this task")
+			o.uncertain = errors.New("wrapper run: no result for this task")
 		case r.Run != nil && r.Run.PID > 0:
 			c.log.Info("launched", keyNode, n.cfg.Name, keyProject, o.claim.task.Project, keyTask, o.claim.task.ID,
 				keyAttempt, o.claim.task.Attempt, "pid", r.Run.PID)
@@ -267,9 +267,9 @@ func (c *Controller) launchNode(ctx context.Context, n *nodeRuntime, claims []cl
 			o.uncertain = errors.New(r.Error)
 		case r.Error != "":
 			// The wrapper answered that it did not start the attempt.
-			o.err = fmt.Errorf("wrapper launch: %s", r.Error)
+			o.err = fmt.Errorf("wrapper run: %s", r.Error)
 		default:
-			o.uncertain = errors.New("wrapper launch: an empty result")
+			o.uncertain = errors.New("wrapper run: an empty result")
 		}
 	}
 	return outs

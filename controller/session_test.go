@@ -55,9 +55,9 @@ nodes:
 					if startedElsewhere {
 						other := open()
 						defer other.Close()
-						res, err := other.Exec(context.Background(), []string{bin, "launch"}, doc)
+						res, err := other.Exec(context.Background(), []string{bin, "run"}, doc)
 						if err != nil || res.ExitCode != 0 || !strings.Contains(string(res.Stdout), `"pid"`) {
-							t.Errorf("launch by hand: %v %s", err, res.Stdout)
+							t.Errorf("run by hand: %v %s", err, res.Stdout)
 						}
 					}
 					s.Restart(t) // every connection to the node drops

@@ -78,4 +78,19 @@ func TestLaunchBatch(t *testing.T) {
 	if out, code := runWrapper(t, "not json", "launch"); code == 0 || !strings.Contains(string(out), KindUsage) {
 		t.Errorf("launch with garbage on stdin: exit %d: %s", code, out)
 	}
+	// `run` without --dir takes the same document (the controller's call).
+	doc, err = json.Marshal(LaunchBatch{Launches: []LaunchItem{{Dir: dir("T5"), Spec: "# Five\n", Launch: launch("T5", "true")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, code = runWrapper(t, string(doc), "run")
+	reply = LaunchReply{}
+	if code != 0 || json.Unmarshal(out, &reply) != nil || len(reply.Results) != 1 || reply.Results[0].Run == nil {
+		t.Fatalf("run with a launch document: exit %d: %s", code, out)
+	}
+	t5 := &testTask{root: root, project: "demo", name: "T5", dir: dir("T5")}
+	t.Cleanup(func() { t5.cleanup(t) })
+	if st := t5.waitFinal(t); st.Status != StatusCompleted {
+		t.Fatalf("T5: %+v", st)
+	}
 }

@@ -18,11 +18,19 @@ import (
 // leftover tool group and moving an attempt aside, both quick.
 const readyTimeout = time.Minute
 
+// cmdRun starts attempts. Without --dir, stdin is one document with every
+// attempt's directory, spec, launch.json and environment, as `launch`
+// takes it (the controller's way: one round trip per node and tick). With
+// --dir D, D holds spec.md and launch.json already and stdin is the
+// environment map.
 func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	fs := newFlagSet("run")
-	dirFlag := fs.String("dir", "", "task directory")
+	dirFlag := fs.String("dir", "", "task directory (without it, stdin holds the launch document)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *dirFlag == "" {
+		return cmdLaunch(ctx, nil, stdin, stdout)
 	}
 	dir, err := taskDirFlag("run", *dirFlag)
 	if err != nil {
