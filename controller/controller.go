@@ -188,6 +188,7 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 	defer stopStreams()
 	c.watchNodes(streams)
 	for {
+		tickStart := time.Now()
 		res, err := c.Tick(ctx)
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -230,9 +231,11 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 				break wait
 			case <-c.wake:
 				// A node said something changed: tick now, once the rest
-				// of the burst is in.
+				// of the burst is in, and not more often than wakeGap
+				// however fast a node (or a task rewriting its own
+				// status.json) reports changes.
 				timer.Stop()
-				time.Sleep(coalesceWait)
+				time.Sleep(max(coalesceWait, wakeGap-time.Since(tickStart)))
 				select {
 				case <-c.wake:
 				default:

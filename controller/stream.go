@@ -34,6 +34,9 @@ const (
 	// coalesceWait gathers a burst of frames (several tasks ending
 	// together, on several nodes) into one tick.
 	coalesceWait = 5 * time.Millisecond
+	// wakeGap is the shortest time from one tick's start to the next one
+	// a stream wakes.
+	wakeGap = 100 * time.Millisecond
 )
 
 // errStreamFrame ends a stream that sent something that is not a frame.

@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestLaunchBatch: one call starts several attempts from one document on
@@ -92,5 +94,77 @@ func TestLaunchBatch(t *testing.T) {
 	t.Cleanup(func() { t5.cleanup(t) })
 	if st := t5.waitFinal(t); st.Status != StatusCompleted {
 		t.Fatalf("T5: %+v", st)
+	}
+}
+
+// TestWrapperLogIsNeverFollowed: the task replaces wrapper.log with a link
+// to a file outside its directory, or with a FIFO; the next start neither
+// writes through the link nor hangs, and starts a fresh log.
+func TestWrapperLogIsNeverFollowed(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"symlink", "fifo"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			outside := filepath.Join(t.TempDir(), "victim.txt")
+			if err := os.WriteFile(outside, []byte("precious\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			tk := newTask(t, "", Launch{Command: shell("true")})
+			logPath := tk.path(fileWrapper)
+			var err error
+			if kind == "symlink" {
+				err = os.Symlink(outside, logPath)
+			} else {
+				err = syscall.Mkfifo(logPath, 0o600)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tk.run(t, "")
+			if st := tk.waitFinal(t); st.Status != StatusCompleted {
+				t.Fatalf("attempt: %+v", st)
+			}
+			if b, _ := os.ReadFile(outside); string(b) != "precious\n" {
+				t.Errorf("the supervisor wrote through the link: %q", b)
+			}
+			if fi, err := os.Lstat(logPath); err != nil || !fi.Mode().IsRegular() {
+				t.Errorf("wrapper.log is %v, %v; want a regular file again", fi, err)
+			}
+		})
+	}
+}
+
+// TestTmpIsFreshEachAttempt: each attempt's TMPDIR is an empty private
+// directory; what the attempt before left there is moved aside at once and
+// removed after the start, links included, without following them.
+func TestTmpIsFreshEachAttempt(t *testing.T) {
+	t.Parallel()
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "keep.txt"), []byte("keep\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tk := newTask(t, "", Launch{Command: shell(`touch "$TMPDIR/a"; mkdir "$TMPDIR/d"; ln -s '` + outside + `' "$TMPDIR/out"`)})
+	tk.run(t, "")
+	if st := tk.waitFinal(t); st.Status != StatusCompleted {
+		t.Fatalf("attempt 1: %+v", st)
+	}
+	tk.setLaunch(t, Launch{Project: "demo", Task: "T1", Attempt: 2, HeartbeatSeconds: 0.1,
+		Command: shell(`ls -A "$TMPDIR" | wc -l > n.txt; stat -c %a "$TMPDIR" > mode.txt`)})
+	tk.run(t, "")
+	if st := tk.waitFinal(t); st.Status != StatusCompleted {
+		t.Fatalf("attempt 2: %+v", st)
+	}
+	if n := strings.TrimSpace(tk.readFile(t, "output/n.txt")); n != "0" {
+		t.Errorf("attempt 2's TMPDIR held %s entries", n)
+	}
+	if m := strings.TrimSpace(tk.readFile(t, "output/mode.txt")); m != "700" {
+		t.Errorf("TMPDIR mode %s, want 700", m)
+	}
+	poll(t, 5*time.Second, "the old tmp to be removed", func() bool {
+		old, _ := filepath.Glob(filepath.Join(tk.dir, dirTmp+oldTmpSuffix+"*"))
+		return len(old) == 0
+	})
+	if _, err := os.Stat(filepath.Join(outside, "keep.txt")); err != nil {
+		t.Errorf("removing the old tmp followed its link: %v", err)
 	}
 }

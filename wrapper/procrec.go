@@ -31,6 +31,11 @@ type procRecord struct {
 	SID       int    `json:"sid"`
 	ToolPGID  int    `json:"tool_pgid"`
 	ToolStart string `json:"tool_start"`
+	// SessionID is the tool's session as the tool itself named it (the
+	// first init line of its output, not setup's), kept here, out of the
+	// task's reach: status.json's copy is what the task may have forged,
+	// and a later attempt passes the id back to the tool.
+	SessionID string `json:"session_id,omitempty"`
 }
 
 // recordPath is <dir of the wrapper executable>/.ctl/<sha256 of dir>.json.

@@ -71,6 +71,25 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 	return printJSON(stdout, reply)
 }
 
+// openWrapperLog opens D/wrapper.log for appending. The task can replace
+// it: a link is never followed (the supervisor's lines would land in its
+// target) and a FIFO never blocks; anything but a regular file is removed
+// and the log started afresh.
+func openWrapperLog(path string) (*os.File, error) {
+	const flags = os.O_WRONLY | os.O_APPEND | os.O_CREATE | syscall.O_NOFOLLOW | syscall.O_NONBLOCK
+	f, err := os.OpenFile(path, flags, 0o600)
+	if err == nil {
+		if fi, serr := f.Stat(); serr == nil && fi.Mode().IsRegular() {
+			return f, nil
+		}
+		f.Close()
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("replace %s: %w", path, err)
+	}
+	return os.OpenFile(path, flags|os.O_EXCL, 0o600)
+}
+
 // startSupervisor re-executes this binary as `supervise` in a new session,
 // so that it outlives the caller's SSH session and gets no signals meant for
 // it. The environment map goes over a pipe on its stdin, never argv or a
@@ -92,7 +111,7 @@ func startSupervisor(ctx context.Context, dir string, envJSON []byte) (*RunReply
 		return nil, ioError(fmt.Errorf("create pipe: %w", err))
 	}
 	logPath := filepath.Join(dir, fileWrapper)
-	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	logf, err := openWrapperLog(logPath)
 	if err != nil {
 		readyW.Close()
 		envR.Close()

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -58,7 +59,8 @@ func newestChange(dir string) time.Time {
 		return newest
 	}
 	newest = fi.ModTime()
-	f, err := os.Open(dir)
+	// The tool's home is the task's to change: never block on a FIFO.
+	f, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_DIRECTORY, 0)
 	if err != nil {
 		return newest
 	}

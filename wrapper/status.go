@@ -107,6 +107,14 @@ func taskStatus(project, task, dir string) TaskStatus {
 		ts.StatusError = err.Error()
 	default:
 		ts.Status = st
+		// The session comes from the supervisor's private record, never
+		// from status.json, which the task can rewrite.
+		st.SessionID = ""
+		if st.Final() {
+			if rec, err := readRecord(dir); err == nil && rec.Attempt == st.Attempt {
+				st.SessionID = rec.SessionID
+			}
+		}
 	}
 	if lockErr != nil {
 		ts.Status = nil

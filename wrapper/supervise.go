@@ -73,6 +73,9 @@ type supervisor struct {
 	notice     notice
 	noticeAt   time.Time
 	session    string // the tool's session id, as its output named it
+	// toolStarted is set once the tool (not setup) runs: only its output
+	// may name the session.
+	toolStarted bool
 
 	// keptOutput is set when a resumed attempt kept the earlier output/.
 	keptOutput bool
@@ -161,6 +164,7 @@ func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
 
 	report(RunReply{Task: launch.Task, Attempt: launch.Attempt, PID: os.Getpid(), Status: StatusRunning})
 	s.logger.Info("attempt started")
+	go s.removeOldTmps()
 
 	go s.handleSignals(sigs)
 	s.run()
@@ -225,9 +229,14 @@ func (s *supervisor) prepare() error {
 	tlog.watch = &lineWatcher{on: s.onLine}
 	// The tool's temporary files stay in the attempt, private: the CLIs
 	// write error reports (with the prompt) and caches under TMPDIR.
+	// The old one is renamed aside (instant, whatever it holds) and
+	// removed once the attempt is under way: a million files left there
+	// must not hold up the start.
 	tmp := filepath.Join(s.dir, dirTmp)
-	if err := os.RemoveAll(tmp); err != nil {
-		return fmt.Errorf("clear %s: %w", dirTmp, err)
+	if _, err := os.Lstat(tmp); err == nil {
+		if err := os.Rename(tmp, tmp+oldTmpSuffix+strconv.Itoa(os.Getpid())); err != nil {
+			return fmt.Errorf("move the old %s aside: %w", dirTmp, err)
+		}
 	}
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", dirTmp, err)
@@ -428,6 +437,9 @@ func (s *supervisor) attempt() outcome {
 		}
 		return o
 	}
+	s.mu.Lock()
+	s.toolStarted = true
+	s.mu.Unlock()
 	p, err := s.startChild(cmd, closers...)
 	if errors.Is(err, errStopped) {
 		return outcome{code: -1}
@@ -541,12 +553,31 @@ func (s *supervisor) stop(reason string, grace time.Duration) {
 	}()
 }
 
+// oldTmpSuffix names an earlier attempt's tmp/ moved aside for removal.
+const oldTmpSuffix = ".old."
+
+// removeOldTmps removes the earlier attempts' tmp/ directories moved aside
+// by prepare (and any a killed supervisor left). RemoveAll never follows a
+// link: a task that put one there loses only the link.
+func (s *supervisor) removeOldTmps() {
+	old, err := filepath.Glob(filepath.Join(s.dir, dirTmp+oldTmpSuffix+"*"))
+	if err != nil {
+		return
+	}
+	for _, p := range old {
+		if err := os.RemoveAll(p); err != nil {
+			s.logger.Warn("remove an old tmp", logKeyPath, p, logKeyErr, err)
+		}
+	}
+}
+
 // onLine stops the tool when a line of its output announces a retry that
 // dispatch handles better than the tool (see retryNotice).
 func (s *supervisor) onLine(prev, line []byte) {
 	if id := sessionID(line); id != "" {
 		s.mu.Lock()
-		if s.session == "" {
+		// The tool's own first init line, not one printed by setup.
+		if s.session == "" && s.toolStarted {
 			s.session = id
 		}
 		s.mu.Unlock()
@@ -681,6 +712,13 @@ func (s *supervisor) finish(res outcome) {
 	s.mu.Lock()
 	reason, session := s.stopReason, s.session
 	s.mu.Unlock()
+	if session != "" {
+		// The private record is where `status` takes the session from.
+		s.rec.SessionID = session
+		if err := writeRecord(&s.rec); err != nil {
+			s.logger.Error("process record", logKeyErr, err)
+		}
+	}
 	ended := time.Now()
 	if err := s.tlog.Err(); err != nil {
 		s.logger.Error("task log incomplete", logKeyErr, err)

@@ -55,6 +55,9 @@ const (
 	liveScan = time.Second
 	// coalesce gathers a burst of file events into one look.
 	coalesce = 5 * time.Millisecond
+	// minChangeGap is the shortest time between two looks that file
+	// events cause.
+	minChangeGap = 50 * time.Millisecond
 )
 
 func cmdWatch(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
@@ -118,6 +121,7 @@ func watch(ctx context.Context, root string, beat time.Duration, out io.Writer, 
 		defer t.Stop()
 		poll = t.C
 	}
+	var lastLook time.Time
 	report := func(changed []string) error {
 		if len(changed) == 0 {
 			return nil
@@ -144,9 +148,12 @@ func watch(ctx context.Context, root string, beat time.Duration, out io.Writer, 
 				poll = t.C
 				continue
 			}
-			// A burst of events (a rename is several) makes one look.
-			time.Sleep(coalesce)
+			// A burst of events (a rename is several) makes one look,
+			// and looks come at most every minChangeGap: a task that
+			// rewrites its status.json in a loop gets no more.
+			time.Sleep(max(coalesce, minChangeGap-time.Since(lastLook)))
 			drain(events)
+			lastLook = time.Now()
 			err = report(sc.scan(false))
 		}
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -135,5 +136,39 @@ func TestWatchEndsWithItsSession(t *testing.T) {
 	}
 	if err := cmdWatch(context.Background(), []string{"--beat", "1s"}, stdin, io.Discard); err == nil {
 		t.Error("watch without --root: no error")
+	}
+}
+
+// TestWatchIsNotFlooded: a task rewriting its own status.json in a loop
+// gets at most one change frame per minChangeGap (plus the lock probes'),
+// not one per write.
+func TestWatchIsNotFlooded(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	dir := filepath.Join(root, "demo", "tasks", "T1")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fs := frames(t, root, true)
+	<-fs // hello
+	stop := time.After(time.Second)
+	writes := 0
+	changes := 0
+loop:
+	for {
+		select {
+		case <-stop:
+			break loop
+		case f := <-fs:
+			if f.Type == FrameChange {
+				changes++
+			}
+		default:
+			WriteFileAtomic(filepath.Join(dir, fileStatus), []byte(strconv.Itoa(writes)), 0o644)
+			writes++
+		}
+	}
+	if limit := int(time.Second/minChangeGap) + 3; changes > limit || writes < 50 {
+		t.Errorf("%d change frames for %d writes in a second; want at most %d", changes, writes, limit)
 	}
 }
