@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -207,14 +209,24 @@ func TestStreamKilledOnTheNode(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "S02-b.md"), "---\ndepends_on: [S01]\n---\nsleep 1\n")
 	writeFile(t, filepath.Join(dir, "S03-c.md"), "---\ndepends_on: [S02]\n---\nsleep 1\n")
 	finished := startBackground(t, h.env, "--home", h.home, "start", "p")
+	// The wrapper processes only: the shell sshd starts for the command
+	// matches the same command line until it execs the wrapper, and
+	// killing a shell in the middle of its rc files can leave their locks
+	// behind (root's pyenv rehash here).
 	watchers := func() []string {
 		out, _ := exec.Command("pgrep", "-f", "watch --root "+srv.WorkDir).Output()
-		return strings.Fields(string(out))
+		var pids []string
+		for _, pid := range strings.Fields(string(out)) {
+			if exe, err := os.Readlink("/proc/" + pid + "/exe"); err == nil && strings.HasPrefix(filepath.Base(exe), "dispatch-wrapper") {
+				pids = append(pids, pid)
+			}
+		}
+		return pids
 	}
 	pollUntil(t, 30*time.Second, "the status stream to run on the node", func() bool { return len(watchers()) == 1 })
 	first := watchers()[0]
-	if err := exec.Command("pkill", "-KILL", "-f", "watch --root "+srv.WorkDir).Run(); err != nil {
-		t.Fatal(err)
+	if pid, err := strconv.Atoi(first); err != nil || syscall.Kill(pid, syscall.SIGKILL) != nil {
+		t.Fatalf("kill the stream's wrapper %s: %v", first, err)
 	}
 	pollUntil(t, 30*time.Second, "a new status stream", func() bool {
 		w := watchers()
