@@ -27,14 +27,12 @@ func (c *Controller) budgetStop(ctx context.Context, p store.Project, opts Proje
 	if opts.BudgetUSD <= 0 && opts.BudgetTokens <= 0 {
 		return "", false, nil
 	}
-	var why string
-	var reached bool
-	err := c.st.Update(ctx, func(tx *store.Tx) error {
-		usd, tokens, err := tx.Spent(ctx, p.Name)
-		why, reached = budgetReached(opts, usd, tokens)
-		return err
-	})
-	return why, reached, err
+	usd, tokens, err := c.st.Spent(ctx, p.Name)
+	if err != nil {
+		return "", false, err
+	}
+	why, reached := budgetReached(opts, usd, tokens)
+	return why, reached, nil
 }
 
 // budgetLine describes a project's budget and its state for report.md; ""
@@ -66,15 +64,9 @@ func budgetNote(ctx context.Context, st *store.Store, p store.Project) (string, 
 	if err != nil || opts.BudgetUSD <= 0 && opts.BudgetTokens <= 0 {
 		return "", nil
 	}
-	runs, err := st.Runs(ctx, p.Name, "")
+	usd, tokens, err := st.Spent(ctx, p.Name)
 	if err != nil {
 		return "", err
-	}
-	var usd float64
-	var tokens int64
-	for _, r := range runs {
-		usd += r.CostUSD
-		tokens += r.TokensIn + r.TokensOut
 	}
 	why, reached := budgetReached(opts, usd, tokens)
 	if !reached {

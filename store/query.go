@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -83,6 +84,26 @@ func (s *Store) HasLiveWork(ctx context.Context, project string) (bool, error) {
 		return false, fmt.Errorf("read the live work of %s: %w", project, err)
 	}
 	return live, nil
+}
+
+// Spent returns the cost and tokens recorded for a project's attempts.
+func (s *Store) Spent(ctx context.Context, project string) (usd float64, tokens int64, err error) {
+	return querySpent(ctx, s.db, project)
+}
+
+// querySpent sums in floating point (TOTAL): counts a node reported near
+// the clamp would overflow SUM's integers and fail every tick.
+func querySpent(ctx context.Context, q querier, project string) (usd float64, tokens int64, err error) {
+	var t float64
+	err = q.QueryRowContext(ctx, `SELECT TOTAL(cost_usd), TOTAL(tokens_in) + TOTAL(tokens_out)
+		FROM runs WHERE project = ?`, project).Scan(&usd, &t)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read the spending of %s: %w", project, err)
+	}
+	if t >= math.MaxInt64/2 {
+		return usd, math.MaxInt64 / 2, nil
+	}
+	return usd, int64(t), nil
 }
 
 // Busy counts the claimed and running tasks on each node, across projects.

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -386,4 +387,33 @@ func TestHasLiveWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	live(false)
+}
+
+// TestSpentDoesNotOverflow: token counts a node reported near the clamp
+// sum without an integer overflow (which would fail every tick).
+func TestSpentDoesNotOverflow(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "d.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.db.Exec(`INSERT INTO projects (name) VALUES ('p');
+		INSERT INTO tasks (project, id, spec_hash, snapshot, created_at, updated_at) VALUES ('p', 'S01', 'h', x'00', 'x', 'x')`); err != nil {
+		t.Fatal(err)
+	}
+	huge := int64(math.MaxInt64 / 4)
+	for i := 1; i <= 4; i++ {
+		if _, err := s.db.Exec(`INSERT INTO runs (project, task, attempt, node, status, claimed_at, tokens_in, tokens_out, cost_usd)
+			VALUES ('p', 'S01', ?, 'n', 'failed', 'x', ?, ?, 0.5)`, i, huge, huge); err != nil {
+			t.Fatal(err)
+		}
+	}
+	usd, tokens, err := s.Spent(ctx, "p")
+	if err != nil || usd != 2 || tokens != math.MaxInt64/2 {
+		t.Fatalf("Spent = %v, %d, %v; want 2, the saturated count, no error", usd, tokens, err)
+	}
+	if err := s.Update(ctx, func(tx *Tx) error { _, _, err := tx.Spent(ctx, "p"); return err }); err != nil {
+		t.Fatalf("Tx.Spent: %v", err)
+	}
 }

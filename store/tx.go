@@ -439,12 +439,7 @@ func (tx *Tx) RunMode(ctx context.Context, project, task string, attempt int) (s
 
 // Spent returns the cost and tokens recorded for a project's attempts.
 func (tx *Tx) Spent(ctx context.Context, project string) (usd float64, tokens int64, err error) {
-	err = tx.tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(cost_usd), 0), COALESCE(SUM(tokens_in + tokens_out), 0)
-		FROM runs WHERE project = ?`, project).Scan(&usd, &tokens)
-	if err != nil {
-		return 0, 0, fmt.Errorf("read the spending of %s: %w", project, err)
-	}
-	return usd, tokens, nil
+	return querySpent(ctx, tx.tx, project)
 }
 
 // PutPause pauses an api_mode until a time and appends an event.
