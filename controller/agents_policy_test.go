@@ -166,3 +166,39 @@ func TestShortenLine(t *testing.T) {
 		}
 	}
 }
+
+// TestLaunchBatchesAreCutBySize: a node's launches of one tick go in as few
+// calls as the document size allows, never in one over maxLaunchDoc.
+func TestLaunchBatchesAreCutBySize(t *testing.T) {
+	yaml := `
+nodes:
+  - name: local
+    slots: 6
+    work_dir: WORK
+`
+	big := strings.Repeat("# a spec of 7 MiB\n", (7<<20)/18)
+	specs := map[string]string{}
+	for _, id := range []string{"S01", "S02", "S03", "S04", "S05", "S06"} {
+		specs[id+"-x.md"] = "true\n" + big
+	}
+	h := newHarness(t, yaml, shellProject(specs))
+	var docs []int
+	testHookBeforeLaunch = func(_, _ string, doc []byte) { docs = append(docs, len(doc)) }
+	defer func() { testHookBeforeLaunch = nil }()
+	h.tickUntil("all six to run", func() bool {
+		for _, id := range []string{"S01", "S02", "S03", "S04", "S05", "S06"} {
+			if st := h.task(id).Status; st != store.Running && st != store.Completed {
+				return false
+			}
+		}
+		return true
+	})
+	if len(docs) < 2 {
+		t.Fatalf("launch documents of %v bytes; want the 42 MiB of specs cut into several", docs)
+	}
+	for _, n := range docs {
+		if n > maxLaunchDoc {
+			t.Errorf("a launch document of %d bytes", n)
+		}
+	}
+}

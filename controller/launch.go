@@ -170,8 +170,10 @@ func (c *Controller) launchAll(ctx context.Context, claims []claim) int {
 func (c *Controller) launchNode(ctx context.Context, n *nodeRuntime, claims []claim) []launchOutcome {
 	outs := make([]launchOutcome, len(claims))
 	inst := n.installed()
-	var batch wrapper.LaunchBatch
-	var pending []int // index in outs of each batch item
+	// Items are prepared side by side: each may push a base tree, and a
+	// large one must not hold up the others (bounded by the node's lane).
+	items := make([]*wrapper.LaunchItem, len(claims))
+	var wg sync.WaitGroup
 	for i, cl := range claims {
 		outs[i] = launchOutcome{claim: cl}
 		if inst == nil {
@@ -180,19 +182,25 @@ func (c *Controller) launchNode(ctx context.Context, n *nodeRuntime, claims []cl
 			outs[i].uncertain = fmt.Errorf("the wrapper on %s is being checked again", n.cfg.Name)
 			continue
 		}
-		item, ok := c.prepareLaunch(ctx, &outs[i], inst)
-		if !ok {
-			continue
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if item, ok := c.prepareLaunch(ctx, &outs[i], inst); ok {
+				items[i] = &item
+			}
+		}()
+	}
+	wg.Wait()
+	var pending []int // index in outs of each item to launch
+	withSecrets := false
+	for i, item := range items {
+		if item != nil {
+			pending = append(pending, i)
+			withSecrets = withSecrets || len(item.Env) > 0
 		}
-		batch.Launches = append(batch.Launches, item)
-		pending = append(pending, i)
 	}
 	if len(pending) == 0 {
 		return outs
-	}
-	withSecrets := false
-	for _, item := range batch.Launches {
-		withSecrets = withSecrets || len(item.Env) > 0
 	}
 	if withSecrets {
 		// The secrets go to the wrapper on its stdin: check again that no
@@ -207,12 +215,52 @@ func (c *Controller) launchNode(ctx context.Context, n *nodeRuntime, claims []cl
 			return outs
 		}
 	}
+	// One call per batch; a batch is cut where its specs would pass
+	// maxLaunchDoc, under the wrapper's limit on its stdin.
+	for len(pending) > 0 {
+		k, size := 0, 0
+		for k < len(pending) && (k == 0 || size+launchItemSize(items[pending[k]]) <= maxLaunchDoc) {
+			size += launchItemSize(items[pending[k]])
+			k++
+		}
+		c.runBatch(ctx, n, inst, items, pending[:k], outs)
+		pending = pending[k:]
+	}
+	return outs
+}
+
+const (
+	// maxLaunchDoc bounds one launch document (the wrapper takes up to
+	// 64 MiB on stdin); a spec is at most 8 MiB.
+	maxLaunchDoc = 32 << 20
+	// minLaunchRate is the slowest link a launch call's deadline allows
+	// for: a document's bytes are not cut off for taking long to send.
+	minLaunchRate = 128 << 10
+)
+
+// launchItemSize is an item's share of the document: its JSON, whose
+// escapes may make it several times the spec's size.
+func launchItemSize(item *wrapper.LaunchItem) int {
+	b, err := json.Marshal(item)
+	if err != nil {
+		return maxLaunchDoc
+	}
+	return len(b)
+}
+
+// runBatch starts the items of one batch (indexes into items and outs) in
+// one call and records each outcome in outs.
+func (c *Controller) runBatch(ctx context.Context, n *nodeRuntime, inst *nodes.Installed, items []*wrapper.LaunchItem, batchIdx []int, outs []launchOutcome) {
+	var batch wrapper.LaunchBatch
+	for _, i := range batchIdx {
+		batch.Launches = append(batch.Launches, *items[i])
+	}
 	doc, err := json.Marshal(batch)
 	if err != nil {
-		for _, i := range pending {
+		for _, i := range batchIdx {
 			outs[i].err = err
 		}
-		return outs
+		return
 	}
 	crashPoint(CrashAfterPush)
 	if testHookBeforeLaunch != nil {
@@ -220,37 +268,38 @@ func (c *Controller) launchNode(ctx context.Context, n *nodeRuntime, claims []cl
 	}
 	// A transport failure (node unreachable, deadline) leaves the launches
 	// uncertain, for the next pull to settle: the wrapper may have started
-	// them. The deadline grows with the batch: each supervisor gets ready
-	// quickly, up to launchParallel at a time.
-	rctx, cancel := context.WithTimeout(ctx, c.callTimeout()*time.Duration(1+len(pending)/16))
+	// them. The deadline grows with the batch: its bytes at the slowest
+	// rate allowed, and the supervisors, up to launchParallel at a time.
+	deadline := c.callTimeout()*time.Duration(1+len(batchIdx)/16) + time.Duration(len(doc)/minLaunchRate)*time.Second
+	rctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	res, err := n.tr.Exec(rctx, []string{inst.Path, "run"}, doc)
 	if err != nil {
 		err = fmt.Errorf("run: %w", err)
-		for _, i := range pending {
+		for _, i := range batchIdx {
 			if errors.Is(err, nodes.ErrUnreachable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 				outs[i].uncertain = err
 			} else {
 				outs[i].err = err
 			}
 		}
-		return outs
+		return
 	}
 	crashPoint(CrashAfterRun)
 	var reply wrapper.LaunchReply
 	if res.ExitCode != 0 || json.Unmarshal(res.Stdout, &reply) != nil {
 		// No answer we understand (the wrapper killed, a broken reply): the
 		// supervisors may have started; the next pull decides.
-		for _, i := range pending {
+		for _, i := range batchIdx {
 			outs[i].uncertain = fmt.Errorf("wrapper run: %s", replyError(res, nil))
 		}
-		return outs
+		return
 	}
 	byDir := map[string]wrapper.LaunchResult{}
 	for _, r := range reply.Results {
 		byDir[r.Dir] = r
 	}
-	for k, i := range pending {
+	for k, i := range batchIdx {
 		o := &outs[i]
 		r, ok := byDir[batch.Launches[k].Dir]
 		switch {
@@ -272,7 +321,6 @@ func (c *Controller) launchNode(ctx context.Context, n *nodeRuntime, claims []cl
 			o.uncertain = errors.New("wrapper run: an empty result")
 		}
 	}
-	return outs
 }
 
 // prepareLaunch builds the batch item of one claim and pushes its base
