@@ -59,6 +59,7 @@ type Server struct {
 	HostKeyFile    string // ssh_host_ed25519_key
 	AuthorizedKeys string // authorized_keys, holding the client's key
 	LogFile        string // sshd's stderr, across restarts
+	Home           string // $HOME of every session: an empty directory
 
 	sshd  string
 	extra []string
@@ -115,11 +116,14 @@ func (c *Client) StartServerWith(t testing.TB, name string, extra ...string) *Se
 		HostKeyFile:    filepath.Join(dir, "ssh_host_ed25519_key"),
 		AuthorizedKeys: filepath.Join(dir, "authorized_keys"),
 		LogFile:        filepath.Join(dir, "sshd.log"),
+		Home:           filepath.Join(dir, "home"),
 		sshd:           sshd,
 		extra:          extra,
 	}
-	if err := os.Mkdir(s.WorkDir, 0o755); err != nil {
-		t.Fatalf("sshdtest: %v", err)
+	for _, d := range []string{s.WorkDir, s.Home} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatalf("sshdtest: %v", err)
+		}
 	}
 	writeFile(t, s.AuthorizedKeys, c.AuthorizedKey(), 0o600)
 	s.HostKey = newHostKey(t, s.HostKeyFile, name)
@@ -461,6 +465,14 @@ func (s *Server) writeConfig() error {
 		"LogLevel ERROR",
 		"MaxSessions 64",
 		"MaxStartups 100:30:200",
+		// Every session gets an empty $HOME, so the shell sshd starts for
+		// a command reads no rc file of the machine's user. A test that
+		// kills a session mid-start (node reboot, dropped stream) would
+		// otherwise be able to leave that rc file's locks behind (root's
+		// `pyenv init` rehash lock made every later remote shell of the
+		// machine wait 60 s) and the tests would depend on what the
+		// machine's rc files put in PATH.
+		"SetEnv HOME=" + configPath(s.Home, false),
 	}
 	if v := sshdVersion(s.sshd); v >= 908 {
 		// OpenSSH 9.8 and later refuse a source address for a while after

@@ -428,3 +428,25 @@ func TestFreePort(t *testing.T) {
 	}
 	l.Close()
 }
+
+// TestSessionsHaveAnEmptyHome: the shell of a session reads no rc file of
+// the machine's user, whose side effects (locks, PATH) would leak between
+// tests.
+func TestSessionsHaveAnEmptyHome(t *testing.T) {
+	t.Parallel()
+	c := sshdtest.NewClient(t)
+	s := c.StartServer(t, "home")
+	c.Trust(t, s)
+	sess, err := mustDial(t, s, c.ClientConfig(t)).NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	out, err := sess.CombinedOutput(`echo "$HOME"; ls -A "$HOME"`)
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if got, want := string(out), s.Home+"\n"; got != want {
+		t.Errorf("a session's $HOME and its entries: %q, want %q (empty)", got, want)
+	}
+}
