@@ -461,7 +461,9 @@ func (s *Server) writeConfig() error {
 		"PubkeyAuthentication yes",
 		"PermitRootLogin prohibit-password",
 		"AllowTcpForwarding yes",
-		"Subsystem sftp internal-sftp",
+		// SFTP starts in the same empty home (see SetEnv below), as it
+		// starts in $HOME on a stock server.
+		"Subsystem sftp internal-sftp -d " + configPath(s.Home, true),
 		"LogLevel ERROR",
 		"MaxSessions 64",
 		"MaxStartups 100:30:200",

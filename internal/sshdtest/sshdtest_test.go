@@ -437,7 +437,8 @@ func TestSessionsHaveAnEmptyHome(t *testing.T) {
 	c := sshdtest.NewClient(t)
 	s := c.StartServer(t, "home")
 	c.Trust(t, s)
-	sess, err := mustDial(t, s, c.ClientConfig(t)).NewSession()
+	conn := mustDial(t, s, c.ClientConfig(t))
+	sess, err := conn.NewSession()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,5 +449,13 @@ func TestSessionsHaveAnEmptyHome(t *testing.T) {
 	}
 	if got, want := string(out), s.Home+"\n"; got != want {
 		t.Errorf("a session's $HOME and its entries: %q, want %q (empty)", got, want)
+	}
+	sc, err := sftp.NewClient(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	if wd, err := sc.Getwd(); err != nil || wd != s.Home {
+		t.Errorf("SFTP starts in %q (%v), want the same home %q", wd, err, s.Home)
 	}
 }
