@@ -2,11 +2,9 @@ package controller
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
@@ -54,32 +52,6 @@ func TestPickMode(t *testing.T) {
 	}
 }
 
-func TestBudgetReached(t *testing.T) {
-	tests := []struct {
-		name    string
-		opts    ProjectOptions
-		usd     float64
-		tokens  int64
-		reached bool
-		want    string
-	}{
-		{"no budget", ProjectOptions{}, 100, 1e9, false, ""},
-		{"under", ProjectOptions{BudgetUSD: 20}, 19.99, 0, false, ""},
-		{"at the usd limit", ProjectOptions{BudgetUSD: 20}, 20, 0, true, "budget reached: $20.00 spent of $20.00"},
-		{"over tokens", ProjectOptions{BudgetTokens: 1000}, 0, 1200, true, "budget reached: 1200 tokens used of 1000"},
-		{"usd checked first", ProjectOptions{BudgetUSD: 1, BudgetTokens: 1000}, 2, 5000, true, "budget reached: $2.00 spent of $1.00"},
-		{"tokens only, cost ignored", ProjectOptions{BudgetTokens: 1000}, 50, 10, false, ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			why, reached := budgetReached(tt.opts, tt.usd, tt.tokens)
-			if reached != tt.reached || why != tt.want {
-				t.Errorf("budgetReached = %q, %v; want %q, %v", why, reached, tt.want, tt.reached)
-			}
-		})
-	}
-}
-
 func TestStallTimeoutResolution(t *testing.T) {
 	tests := []struct {
 		name          string
@@ -94,7 +66,7 @@ func TestStallTimeoutResolution(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := stallTimeout(store.Task{Stall: tt.task}, ProjectOptions{Stall: tt.project}, nodes.Node{Stall: tt.node})
+			got := stallTimeout(store.Task{Stall: tt.task}, store.ProjectOptions{Stall: tt.project}, nodes.Node{Stall: tt.node})
 			if got != tt.want {
 				t.Errorf("stallTimeout = %s, want %s", got, tt.want)
 			}
@@ -148,27 +120,6 @@ echo done > out.txt
 	h.tickUntil("the retry to complete", func() bool { return h.task("S01").Status == store.Completed })
 }
 
-func TestShortenLine(t *testing.T) {
-	long := strings.Repeat("é", maxTailLine) // two bytes each
-	tests := []struct{ in, want string }{
-		{"short", "short"},
-		{strings.Repeat("x", maxTailLine), strings.Repeat("x", maxTailLine)},
-		{strings.Repeat("x", maxTailLine+1), strings.Repeat("x", maxTailLine) + fmt.Sprintf("… (%d bytes)", maxTailLine+1)},
-		{long, strings.Repeat("é", maxTailLine/2) + fmt.Sprintf("… (%d bytes)", 2*maxTailLine)},
-		{"x" + long, "x" + strings.Repeat("é", (maxTailLine-1)/2) + fmt.Sprintf("… (%d bytes)", 2*maxTailLine+1)},
-	}
-	for _, tt := range tests {
-		if got := shortenLine(tt.in); got != tt.want {
-			t.Errorf("shortenLine(%d bytes) = %q…, want %q…", len(tt.in), got[:min(len(got), 20)], tt.want[:min(len(tt.want), 20)])
-		}
-		if got := shortenLine(tt.in); !utf8.ValidString(got) {
-			t.Errorf("shortenLine cut a character: %q", got)
-		}
-	}
-}
-
-// TestLaunchBatchesAreCutBySize: a node's launches of one tick go in as few
-// calls as the document size allows, never in one over maxLaunchDoc.
 func TestLaunchBatchesAreCutBySize(t *testing.T) {
 	yaml := `
 nodes:

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -150,10 +151,10 @@ nodes:
 		return p.State == store.ProjectDone
 	})
 	p, _ := h.st.Project(context.Background(), "p")
-	if p.Result != ResultPassed {
+	if p.Result != store.ResultPassed {
 		t.Fatalf("result %s: %s", p.Result, h.dump())
 	}
-	runs := RunsDir(h.home, "p")
+	runs := readmodel.RunsDir(h.home, "p")
 	// Each task started from the base tree.
 	if b, _ := os.ReadFile(filepath.Join(runs, "S02", "output", "seen-readme.txt")); string(b) != "# The repo\n" {
 		t.Errorf("S02 saw README.md = %q", b)
@@ -226,7 +227,7 @@ func TestFixRoundsRunOutAndTheProjectFails(t *testing.T) {
 		return p.State == store.ProjectDone
 	})
 	p, _ := h.st.Project(context.Background(), "p")
-	if p.Result != ResultFailed || p.Phase != PhaseDone {
+	if p.Result != store.ResultFailed || p.Phase != store.PhaseDone {
 		t.Fatalf("result %s phase %s", p.Result, p.Phase)
 	}
 	vs, _ := h.st.Verdicts(context.Background(), "p")
@@ -237,10 +238,10 @@ func TestFixRoundsRunOutAndTheProjectFails(t *testing.T) {
 		t.Fatal("a second fix round ran with max_fix_rounds 1")
 	}
 	// The final tree is the last one verified: F01's output.
-	if _, err := os.Stat(filepath.Join(RunsDir(h.home, "p"), "final", "FIX.md")); err != nil {
+	if _, err := os.Stat(filepath.Join(readmodel.RunsDir(h.home, "p"), "final", "FIX.md")); err != nil {
 		t.Fatalf("final/FIX.md: %v", err)
 	}
-	r, _ := BuildReport(context.Background(), h.st, h.cfg, h.home, "p", h.clock.Now())
+	r, _ := readmodel.BuildReport(context.Background(), h.st, h.cfg, h.home, "p", h.clock.Now())
 	if md := r.Markdown(); !strings.Contains(md, "still broken") || !strings.HasPrefix(md, "# dispatch report: p\n\n**FAILED**") {
 		t.Fatalf("report:\n%s", md)
 	}
@@ -277,7 +278,7 @@ func TestIntegrationSwitches(t *testing.T) {
 				t.Fatalf("S99 exists = %v, want %v", err == nil, tc.wantS99)
 			}
 			p2, _ := h.st.Project(context.Background(), "p")
-			if p2.Result != ResultFailed {
+			if p2.Result != store.ResultFailed {
 				t.Fatalf("result %s with a failed task", p2.Result)
 			}
 			if tc.wantNote != "" {
@@ -305,7 +306,7 @@ func TestIntegrationSwitches(t *testing.T) {
 		if _, err := h.st.Task(context.Background(), "p", "S99"); err == nil {
 			t.Fatal("S99 ran with --no-integrate")
 		}
-		if p, _ := h.st.Project(context.Background(), "p"); p.Result != ResultPassed {
+		if p, _ := h.st.Project(context.Background(), "p"); p.Result != store.ResultPassed {
 			t.Fatalf("result %s", p.Result)
 		}
 	})
@@ -332,7 +333,7 @@ func TestRetryOfAnAuthorTaskRunsThePhaseAgain(t *testing.T) {
 		t.Fatal("retry of an unknown task succeeded")
 	}
 	h.tickUntil("project to finish again", done)
-	b, _ := os.ReadFile(filepath.Join(RunsDir(h.home, "p"), "final", "integrated.txt"))
+	b, _ := os.ReadFile(filepath.Join(readmodel.RunsDir(h.home, "p"), "final", "integrated.txt"))
 	if string(b) != "two\n" {
 		t.Fatalf("final tree after the retry: %q", b)
 	}

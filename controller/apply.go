@@ -309,16 +309,16 @@ func (c *Controller) nodeRecord(name string, p *pull, prev store.Node, now time.
 		WrapperVersion: prev.WrapperVersion, MemAvailableBytes: prev.MemAvailableBytes,
 		Load1: prev.Load1, DiskFreeBytes: prev.DiskFreeBytes, RTTMillis: prev.RTTMillis}
 	if p.err != nil {
-		n.State = "offline"
+		n.State = store.NodeOffline
 		n.LastError = p.err.Error()
 		n.OfflineSince = prev.OfflineSince
-		if prev.State != "offline" || n.OfflineSince.IsZero() {
+		if prev.State != store.NodeOffline || n.OfflineSince.IsZero() {
 			n.OfflineSince = now
 		}
 		return n
 	}
 	f := p.status.Facts
-	n.State, n.LastSeen = "online", now
+	n.State, n.LastSeen = store.NodeOnline, now
 	if why := c.unusable[name]; why != "" {
 		n.LastError = "takes no tasks: " + why
 	}
@@ -717,7 +717,7 @@ func (a *applier) stopStarting(ctx context.Context, project string, tasks []stor
 	if err != nil {
 		return err
 	}
-	opts, err := projectOptions(p)
+	opts, err := p.ParseOptions()
 	if err != nil {
 		return err
 	}
@@ -731,14 +731,14 @@ func (a *applier) stopStarting(ctx context.Context, project string, tasks []stor
 	if err != nil {
 		return err
 	}
-	if why, ok := budgetReached(opts, usd, tokens); ok {
+	if why, ok := opts.BudgetReached(usd, tokens); ok {
 		return a.cancelPending(ctx, project, tasks, "budget", why+"; nothing new starts", store.Set{"error": why})
 	}
 	return nil
 }
 
 // haltReached says whether halt: {fail: N} stops the project, and how.
-func haltReached(opts ProjectOptions, tasks []store.Task) (string, bool) {
+func haltReached(opts store.ProjectOptions, tasks []store.Task) (string, bool) {
 	if opts.HaltFail <= 0 {
 		return "", false
 	}

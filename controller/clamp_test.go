@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
@@ -80,7 +81,7 @@ api_modes:
 			t.Fatalf("%s runs = %+v; want clamped figures", id, runs)
 		}
 	}
-	r, err := BuildReport(ctx, h.st, h.cfg, h.home, "p", h.clock.Now())
+	r, err := readmodel.BuildReport(ctx, h.st, h.cfg, h.home, "p", h.clock.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"sync"
 
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
@@ -104,9 +105,9 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 			return tx.SetRun(ctx, r.Project, r.Task, r.Attempt, store.Set{"collected_at": tx.Now()})
 		})
 	}
-	dest := filepath.Join(RunsDir(c.opts.Home, r.Project), r.Task)
+	dest := filepath.Join(readmodel.RunsDir(c.opts.Home, r.Project), r.Task)
 	attemptDir := filepath.Join(dest, "attempts", strconv.Itoa(r.Attempt))
-	tmp := filepath.Join(RunsDir(c.opts.Home, r.Project), fmt.Sprintf(".%s.%d.collecting", r.Task, r.Attempt))
+	tmp := filepath.Join(readmodel.RunsDir(c.opts.Home, r.Project), fmt.Sprintf(".%s.%d.collecting", r.Task, r.Attempt))
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
 	}
@@ -116,7 +117,7 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 	}
 	maxBytes := c.cfg.Controller.CollectMaxBytes
 	// task.log, like output/, leaves the controller its free space.
-	room, err := c.checkFreeSpace(RunsDir(c.opts.Home, r.Project), nil)
+	room, err := c.checkFreeSpace(readmodel.RunsDir(c.opts.Home, r.Project), nil)
 	if err != nil {
 		return err
 	}
@@ -142,7 +143,7 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 			refused = c.checkQuota(files)
 		}
 		if refused == nil {
-			if room, err = c.checkFreeSpace(RunsDir(c.opts.Home, r.Project), files); err != nil {
+			if room, err = c.checkFreeSpace(readmodel.RunsDir(c.opts.Home, r.Project), files); err != nil {
 				return err
 			}
 		}
@@ -229,7 +230,7 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 // or task.log) to keep collectFreeMargin free: it is tried again.
 func (c *Controller) noRoom(project, what string) error {
 	return fmt.Errorf("not enough free space under %s: %s is larger than the room left, and %s must stay free\n  fix: free space on the controller's disk; the collection is tried again",
-		RunsDir(c.opts.Home, project), what, mib(collectFreeMargin))
+		readmodel.RunsDir(c.opts.Home, project), what, mib(collectFreeMargin))
 }
 
 // attemptFiles finds where attempt r's files are on its node: still in the

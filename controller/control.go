@@ -358,12 +358,12 @@ func unknownTask(project, id string, byID map[string]store.Task) error {
 // phaseOf is the phase a phase task belongs to.
 func phaseOf(id string) string {
 	switch {
-	case id == IntegrationID:
-		return PhaseIntegration
+	case id == store.IntegrationID:
+		return store.PhaseIntegration
 	case strings.HasPrefix(id, "V"):
-		return PhaseVerification
+		return store.PhaseVerification
 	}
-	return PhaseFix
+	return store.PhaseFix
 }
 
 // Retry reruns finished, failed, blocked or canceled tasks: each gets a new
@@ -382,7 +382,7 @@ func (c *Controller) Retry(ctx context.Context, project string, ids []string) (s
 	var latest store.Task
 	var phaseIDs []string
 	for _, t := range byID {
-		if IsPhaseID(t.ID) {
+		if store.IsPhaseID(t.ID) {
 			phaseIDs = append(phaseIDs, t.ID)
 			if latest.ID == "" || t.CreatedAt.After(latest.CreatedAt) {
 				latest = t
@@ -402,7 +402,7 @@ func (c *Controller) Retry(ctx context.Context, project string, ids []string) (s
 		case store.Pending:
 			return "", &OpError{Msg: fmt.Sprintf("%s/%s is already waiting to run", project, id)}
 		}
-		if IsPhaseID(id) {
+		if store.IsPhaseID(id) {
 			if id != latest.ID {
 				return "", &OpError{Msg: fmt.Sprintf("%s is not the latest phase task (%s): retry %s, or an author task to run the whole phase again", id, latest.ID, latest.ID)}
 			}
@@ -425,7 +425,7 @@ func (c *Controller) Retry(ctx context.Context, project string, ids []string) (s
 	err = c.st.Update(ctx, func(tx *store.Tx) error {
 		phase := phaseOf(ids[0])
 		if authorRetried {
-			phase = PhaseImplementation
+			phase = store.PhaseImplementation
 			if len(phaseIDs) > 0 {
 				if err := tx.DeleteTasks(ctx, project, phaseIDs); err != nil {
 					return err
@@ -439,7 +439,7 @@ func (c *Controller) Retry(ctx context.Context, project string, ids []string) (s
 			}
 			t := byID[id]
 			set := store.Set{"retries_used": 0, "rate_limit_retries": 0, "not_before": time.Time{}}
-			if f := fresh[id]; f != nil && f.Hash != t.SpecHash && !IsPhaseID(id) {
+			if f := fresh[id]; f != nil && f.Hash != t.SpecHash && !store.IsPhaseID(id) {
 				set["snapshot"], set["spec_hash"] = f.Snapshot, f.Hash
 				notes = append(notes, id+" takes its changed spec")
 			}

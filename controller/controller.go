@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -128,9 +127,6 @@ func New(opts Options) *Controller {
 	}
 	return c
 }
-
-// RunsDir is where a project's collected outputs and report live.
-func RunsDir(home, project string) string { return filepath.Join(home, "runs", project) }
 
 // TickResult says what one tick did.
 type TickResult struct {

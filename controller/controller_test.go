@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -209,7 +210,7 @@ func TestRetryWaitsForBackoffOnTheControllersClock(t *testing.T) {
 	}
 	// Earlier attempts' logs were collected beside the last one.
 	for _, a := range []string{"attempts/1/task.log", "attempts/2/task.log", "task.log"} {
-		if _, err := os.Stat(filepath.Join(RunsDir(h.home, "p"), "S01", a)); err != nil {
+		if _, err := os.Stat(filepath.Join(readmodel.RunsDir(h.home, "p"), "S01", a)); err != nil {
 			t.Errorf("collected %s: %v", a, err)
 		}
 	}
@@ -272,10 +273,10 @@ func TestDependenciesAndBlockedDependents(t *testing.T) {
 		}
 	}
 	p, _ := h.st.Project(context.Background(), "p")
-	if p.Result != ResultFailed {
+	if p.Result != store.ResultFailed {
 		t.Errorf("result = %q, want failed", p.Result)
 	}
-	b, err := os.ReadFile(filepath.Join(RunsDir(h.home, "p"), "S02", "output", "two.txt"))
+	b, err := os.ReadFile(filepath.Join(readmodel.RunsDir(h.home, "p"), "S02", "output", "two.txt"))
 	if err != nil || string(b) != "two\n" {
 		t.Errorf("collected S02 output = %q, %v", b, err)
 	}
@@ -283,7 +284,7 @@ func TestDependenciesAndBlockedDependents(t *testing.T) {
 	if len(files) != 1 || files[0].Path != "two.txt" || files[0].Size != 4 {
 		t.Errorf("manifest of S02 = %+v", files)
 	}
-	if _, err := os.Stat(filepath.Join(RunsDir(h.home, "p"), "report.md")); err != nil {
+	if _, err := os.Stat(filepath.Join(readmodel.RunsDir(h.home, "p"), "report.md")); err != nil {
 		t.Errorf("report.md: %v", err)
 	}
 }
@@ -381,21 +382,21 @@ func TestStatusCountsAndReport(t *testing.T) {
 		p, _ := h.st.Project(context.Background(), "p")
 		return p.State == store.ProjectDone
 	})
-	v, err := Status(context.Background(), h.st, h.cfg, "p", h.clock.Now())
+	v, err := readmodel.Status(context.Background(), h.st, h.cfg, "p", h.clock.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Counts.Completed != 1 || v.Counts.Failed != 1 || v.Counts.Total() != 2 || v.Phase != PhaseDone {
+	if v.Counts.Completed != 1 || v.Counts.Failed != 1 || v.Counts.Total() != 2 || v.Phase != store.PhaseDone {
 		t.Fatalf("counts %+v phase %s", v.Counts, v.Phase)
 	}
 	if v.Tasks[0].Title != "Alpha" {
 		t.Errorf("title = %q", v.Tasks[0].Title)
 	}
-	r, err := BuildReport(context.Background(), h.st, h.cfg, h.home, "p", h.clock.Now())
+	r, err := readmodel.BuildReport(context.Background(), h.st, h.cfg, h.home, "p", h.clock.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Result != ResultFailed || r.Totals.Attempts != 2 || r.Totals.Failed != 1 {
+	if r.Result != store.ResultFailed || r.Totals.Attempts != 2 || r.Totals.Failed != 1 {
 		t.Fatalf("report result %s totals %+v", r.Result, r.Totals)
 	}
 	md := r.Markdown()
@@ -422,7 +423,7 @@ func TestRestartedControllerAdoptsRunningTasks(t *testing.T) {
 	if tk := h.task("S01"); tk.Attempt != 1 {
 		t.Fatalf("attempt = %d after a controller restart, want 1 (adopted, not relaunched)", tk.Attempt)
 	}
-	b, err := os.ReadFile(filepath.Join(RunsDir(h.home, "p"), "S01", "output", "done.txt"))
+	b, err := os.ReadFile(filepath.Join(readmodel.RunsDir(h.home, "p"), "S01", "output", "done.txt"))
 	if err != nil || string(b) != "done\n" {
 		t.Fatalf("collected output = %q, %v", b, err)
 	}
@@ -581,30 +582,3 @@ nodes:
 	}
 }
 
-func TestReportFirstScreenIsShort(t *testing.T) {
-	r := &Report{Project: "big", Result: ResultFailed}
-	long := strings.Repeat("a very long error message that goes on and on ", 10)
-	for i := 1; i <= 20; i++ {
-		tv := TaskView{ID: fmt.Sprintf("S%02d", i), Title: "A task with a rather long descriptive title number " + fmt.Sprint(i), Status: store.Completed, Node: "node-with-a-long-name"}
-		if i%2 == 0 {
-			tv.Status, tv.ErrorClass, tv.Error = store.Failed, "exit", long
-		}
-		r.Tasks = append(r.Tasks, ReportTask{TaskView: tv, LogTail: long})
-	}
-	pass := false
-	r.Verification = VerificationResult{Rounds: 2, Pass: &pass}
-	for i := 0; i < 20; i++ {
-		r.Verification.Issues = append(r.Verification.Issues, long)
-	}
-	r.Totals = Totals{Tasks: 20, Completed: 10, Failed: 10}
-	md := r.Markdown()
-	first := md[:strings.Index(md, "## Tasks")]
-	if len(first) >= 2048 {
-		t.Fatalf("first screen is %d bytes:\n%s", len(first), first)
-	}
-	for _, want := range []string{"**FAILED**", "dispatch retry big S02", "S02", "and 5 more", "Verification failed"} {
-		if !strings.Contains(first, want) {
-			t.Errorf("first screen lacks %q:\n%s", want, first)
-		}
-	}
-}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -265,7 +266,7 @@ nodes:
 	if st.Status != "killed" {
 		t.Fatalf("the stale attempt on %s is %q, want killed", first, st.Status)
 	}
-	out, _ := os.ReadFile(filepath.Join(RunsDir(h.home, "p"), "S01", "output", "node.txt"))
+	out, _ := os.ReadFile(filepath.Join(readmodel.RunsDir(h.home, "p"), "S01", "output", "node.txt"))
 	if strings.TrimSpace(string(out)) != other {
 		t.Fatalf("collected output from %q, want the winning attempt's (%s)", out, other)
 	}
@@ -296,7 +297,7 @@ nodes:
 		t.Fatal("no halt event")
 	}
 	p, _ := h.st.Project(context.Background(), "p")
-	if p.Result != ResultFailed {
+	if p.Result != store.ResultFailed {
 		t.Fatalf("result %s", p.Result)
 	}
 }

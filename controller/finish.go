@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -34,17 +35,17 @@ func (c *Controller) finish(ctx context.Context, p store.Project, result, note s
 			return err
 		}
 	}
-	r, err := BuildReport(ctx, c.st, c.cfg, c.opts.Home, p.Name, c.now())
+	r, err := readmodel.BuildReport(ctx, c.st, c.cfg, c.opts.Home, p.Name, c.now())
 	if err != nil {
 		return err
 	}
-	r.Result, r.Phase = result, PhaseDone
-	if _, err := WriteReport(r, c.opts.Home); err != nil {
+	r.Result, r.Phase = result, store.PhaseDone
+	if _, err := readmodel.WriteReport(r, c.opts.Home); err != nil {
 		return fmt.Errorf("write report of %s: %w", p.Name, err)
 	}
 	crashPoint(CrashBeforeFinish)
 	return c.st.Update(ctx, func(tx *store.Tx) error {
-		return tx.SetProject(ctx, p.Name, store.Set{"state": store.ProjectDone, "phase": PhaseDone,
+		return tx.SetProject(ctx, p.Name, store.Set{"state": store.ProjectDone, "phase": store.PhaseDone,
 			"result": result, "finished_at": tx.Now()}, "project finished: "+result)
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -90,7 +91,7 @@ func TestMergeFileAndDirectoryClashIsAConflict(t *testing.T) {
 		p, _ := h.st.Project(context.Background(), "p")
 		return p.State == store.ProjectDone
 	})
-	runs := RunsDir(h.home, "p")
+	runs := readmodel.RunsDir(h.home, "p")
 	for name, want := range map[string]string{
 		"merged/docs/a.md":         "a\n",
 		"merged/docs.S02.conflict": "b\n",
@@ -130,7 +131,7 @@ func TestCollectedFilesAreReadBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	var tail string
-	if n := allocated(func() { tail = logTail(logPath, 3) }); n > 8<<20 {
+	if n := allocated(func() { tail = readmodel.LogTail(logPath, 3) }); n > 8<<20 {
 		t.Errorf("logTail allocated %d MiB for a 32 MiB log", n>>20)
 	}
 	if tail != "a\na\nlast line" {
@@ -181,7 +182,7 @@ func TestCollectFreeSpaceHoldsForWhatIsCopied(t *testing.T) {
 			if ev := h.events("collect_failed")[0]; !strings.Contains(ev.Message, "not enough free space") {
 				t.Errorf("collect_failed: %q, want the free space named", ev.Message)
 			}
-			collected := filepath.Join(RunsDir(h.home, "p"), "S01", filepath.FromSlash(tc.file))
+			collected := filepath.Join(readmodel.RunsDir(h.home, "p"), "S01", filepath.FromSlash(tc.file))
 			if _, err := os.Stat(collected); err == nil {
 				t.Errorf("4 MiB %s collected with 1 MiB to spare", tc.file)
 			}

@@ -32,7 +32,7 @@ const DefaultStallTimeout = 15 * time.Minute
 // stallTimeout is the task's stall_timeout: its own (front matter, else
 // project.yaml's), else the project's for a generated phase task, else the
 // node's, else the default.
-func stallTimeout(t store.Task, opts ProjectOptions, n nodes.Node) time.Duration {
+func stallTimeout(t store.Task, opts store.ProjectOptions, n nodes.Node) time.Duration {
 	for _, d := range []time.Duration{t.Stall, opts.Stall, n.Stall} {
 		if d > 0 {
 			return d
@@ -357,7 +357,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		out.err = fmt.Errorf("project %s: %w", t.Project, err)
 		return item, false
 	}
-	opts, err := projectOptions(p)
+	opts, err := p.ParseOptions()
 	if err != nil {
 		// Launching without its setup would run the tool in an
 		// unprepared tree; nothing started, so it fails to start.

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"text/template"
 
+	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -26,16 +27,6 @@ var templateFS embed.FS
 
 // templates are the readable sources of the generated S99, V and F specs.
 var templates = template.Must(template.ParseFS(templateFS, "templates/*.md"))
-
-// IntegrationID is the integration task of every project.
-const IntegrationID = "S99"
-
-// IsPhaseID reports whether a task ID belongs to the integration phase: S99,
-// V01... (verification) and F01... (fix). Authors may supply their own
-// specs for them; the others are generated.
-func IsPhaseID(id string) bool {
-	return id == IntegrationID || strings.HasPrefix(id, "V") || strings.HasPrefix(id, "F")
-}
 
 func verifyID(round int) string { return fmt.Sprintf("V%02d", round) }
 func fixID(round int) string    { return fmt.Sprintf("F%02d", round) }
@@ -64,7 +55,7 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 	var author []store.Task
 	for _, t := range tasks {
 		byID[t.ID] = t
-		if !IsPhaseID(t.ID) {
+		if !store.IsPhaseID(t.ID) {
 			author = append(author, t)
 		}
 	}
@@ -75,16 +66,16 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 		}
 		allCompleted = allCompleted && t.Status == store.Completed
 	}
-	opts, err := projectOptions(p)
+	opts, err := p.ParseOptions()
 	if err != nil {
 		return false, err
 	}
-	runsDir := RunsDir(c.opts.Home, p.Name)
+	runsDir := readmodel.RunsDir(c.opts.Home, p.Name)
 	result := func(ok bool) string {
 		if ok && allCompleted {
-			return ResultPassed
+			return store.ResultPassed
 		}
-		return ResultFailed
+		return store.ResultFailed
 	}
 
 	// A phase task that would start past the budget does not: the project
@@ -94,11 +85,11 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 		if err != nil || !stop {
 			return err != nil, err
 		}
-		return true, c.finish(ctx, p, ResultFailed, why)
+		return true, c.finish(ctx, p, store.ResultFailed, why)
 	}
 
 	switch p.Phase {
-	case PhaseImplementation:
+	case store.PhaseImplementation:
 		if !opts.Integration {
 			return true, c.finish(ctx, p, result(true), "")
 		}
@@ -110,7 +101,7 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 			}
 		}
 		if !allCompleted && !opts.IntegratePartial {
-			return true, c.finish(ctx, p, ResultFailed, "integration skipped: not every task completed (dispatch start --integrate-partial runs it anyway)")
+			return true, c.finish(ctx, p, store.ResultFailed, "integration skipped: not every task completed (dispatch start --integrate-partial runs it anyway)")
 		}
 		if stop, err := overBudget(); stop {
 			return err == nil, err
@@ -125,19 +116,19 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 			"Project": p.Name, "Tasks": author, "Files": files, "Conflicts": conflicts}); err != nil {
 			return false, err
 		}
-		return false, c.startPhaseTask(ctx, p, opts, IntegrationID, "integration", "Integrate the outputs", buf.Bytes(), merged, PhaseIntegration,
+		return false, c.startPhaseTask(ctx, p, opts, store.IntegrationID, "integration", "Integrate the outputs", buf.Bytes(), merged, store.PhaseIntegration,
 			fmt.Sprintf("merged %d files from %d tasks, %d conflicts", len(files), len(author), len(conflicts)),
 			func(tx *store.Tx) error { return tx.PutConflicts(ctx, p.Name, conflicts) })
 
-	case PhaseIntegration:
-		s99, ok := byID[IntegrationID]
+	case store.PhaseIntegration:
+		s99, ok := byID[store.IntegrationID]
 		if !ok || !done(s99) {
 			return false, nil
 		}
 		if s99.Status != store.Completed {
-			return true, c.finish(ctx, p, ResultFailed, "integration task "+IntegrationID+" "+s99.Status)
+			return true, c.finish(ctx, p, store.ResultFailed, "integration task "+store.IntegrationID+" "+s99.Status)
 		}
-		tree := filepath.Join(runsDir, IntegrationID, "output")
+		tree := filepath.Join(runsDir, store.IntegrationID, "output")
 		if !opts.Verification {
 			if err := copyTree(tree, filepath.Join(runsDir, "final")); err != nil {
 				return false, err
@@ -149,7 +140,7 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 		}
 		return false, c.startVerification(ctx, p, opts, author, 1, tree, nil)
 
-	case PhaseVerification, PhaseFix:
+	case store.PhaseVerification, store.PhaseFix:
 		round := 0
 		for round+1 < 100 {
 			if _, ok := byID[verifyID(round+1)]; !ok {
@@ -161,7 +152,7 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 			return false, fmt.Errorf("project %s is in phase %s without a verification task", p.Name, p.Phase)
 		}
 		v := byID[verifyID(round)]
-		if p.Phase == PhaseFix {
+		if p.Phase == store.PhaseFix {
 			f, ok := byID[fixID(round)]
 			if !ok || !done(f) {
 				return false, nil
@@ -170,7 +161,7 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 				if err := copyTree(v.BaseDir, filepath.Join(runsDir, "final")); err != nil {
 					return false, err
 				}
-				return true, c.finish(ctx, p, ResultFailed, "fix task "+f.ID+" "+f.Status)
+				return true, c.finish(ctx, p, store.ResultFailed, "fix task "+f.ID+" "+f.Status)
 			}
 			verdicts, err := c.st.Verdicts(ctx, p.Name)
 			if err != nil {
@@ -223,25 +214,25 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 			return false, err
 		}
 		return false, c.startPhaseTask(ctx, p, opts, fixID(round), "fix", fmt.Sprintf("Fix the issues of verification %d", round),
-			buf.Bytes(), v.BaseDir, PhaseFix, fmt.Sprintf("fix round %d of %d", round, opts.MaxFixRounds), nil)
+			buf.Bytes(), v.BaseDir, store.PhaseFix, fmt.Sprintf("fix round %d of %d", round, opts.MaxFixRounds), nil)
 	}
 	return false, nil
 }
 
-func (c *Controller) startVerification(ctx context.Context, p store.Project, opts ProjectOptions, author []store.Task, round int, tree string, previous []string) error {
+func (c *Controller) startVerification(ctx context.Context, p store.Project, opts store.ProjectOptions, author []store.Task, round int, tree string, previous []string) error {
 	var buf bytes.Buffer
 	if err := templates.ExecuteTemplate(&buf, "verification.md", map[string]any{
 		"Project": p.Name, "Round": round, "Tasks": author, "PreviousIssues": previous}); err != nil {
 		return err
 	}
 	return c.startPhaseTask(ctx, p, opts, verifyID(round), "verification", fmt.Sprintf("Verify the integrated result (round %d)", round),
-		buf.Bytes(), tree, PhaseVerification, fmt.Sprintf("verification round %d", round), nil)
+		buf.Bytes(), tree, store.PhaseVerification, fmt.Sprintf("verification round %d", round), nil)
 }
 
 // startPhaseTask adds a phase task (the author's spec for its ID when there
 // is one, else the generated one) that starts from tree, and moves the
 // project to phase, in one transaction.
-func (c *Controller) startPhaseTask(ctx context.Context, p store.Project, opts ProjectOptions, id, typ, title string,
+func (c *Controller) startPhaseTask(ctx context.Context, p store.Project, opts store.ProjectOptions, id, typ, title string,
 	generated []byte, tree, phase, message string, also func(*store.Tx) error) error {
 	t := store.Task{Project: p.Name, ID: id, Title: title, Type: typ, Tool: opts.PhaseTool, Priority: 1,
 		DependsOn: []string{}, MaxRetries: c.cfg.Controller.MaxRetries, SpecFile: "(generated from controller/templates)",
@@ -253,7 +244,7 @@ func (c *Controller) startPhaseTask(ctx context.Context, p store.Project, opts P
 	sum := sha256.Sum256(t.Snapshot)
 	t.SpecHash = hex.EncodeToString(sum[:])
 	// A copy of the spec next to the outputs, for the operator to read.
-	specPath := filepath.Join(RunsDir(c.opts.Home, p.Name), id+".md")
+	specPath := filepath.Join(readmodel.RunsDir(c.opts.Home, p.Name), id+".md")
 	if err := os.MkdirAll(filepath.Dir(specPath), 0o755); err != nil {
 		return err
 	}
@@ -278,7 +269,7 @@ func (c *Controller) startPhaseTask(ctx context.Context, p store.Project, opts P
 func readVerdict(v store.Task, path string) store.Verdict {
 	out := store.Verdict{Task: v.ID}
 	if v.Status != store.Completed {
-		out.Issues = []string{fmt.Sprintf("the verifier %s did not complete (%s): %s", v.ID, v.Status, errText(TaskView{ErrorClass: v.ErrorClass, Error: v.Error}))}
+		out.Issues = []string{fmt.Sprintf("the verifier %s did not complete (%s): %s", v.ID, v.Status, readmodel.ErrorText(v.ErrorClass, v.Error))}
 		return out
 	}
 	b, err := readCapped(path, maxVerdictSize)
@@ -350,7 +341,7 @@ func (c *Controller) merge(ctx context.Context, project string, author []store.T
 		if t.Status != store.Completed {
 			continue
 		}
-		out := filepath.Join(RunsDir(c.opts.Home, project), t.ID, "output")
+		out := filepath.Join(readmodel.RunsDir(c.opts.Home, project), t.ID, "output")
 		sums, err := treeSums(out)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue

@@ -2,12 +2,10 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"sort"
-	"time"
 
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
@@ -47,58 +45,6 @@ func pickMode(cfg *nodes.Config, n nodes.Node, paused map[string]bool, use map[s
 		}
 	}
 	return "", false
-}
-
-// ProjectOptions are the per-project settings kept in the database with the
-// project, so that a restarted controller schedules it the same way.
-type ProjectOptions struct {
-	HaltFail int    `json:"halt_fail,omitempty"`
-	Setup    string `json:"setup,omitempty"`
-	// Integration and Verification say whether the phase runs (project.yaml,
-	// --no-integrate); IntegratePartial runs it even when some author task
-	// did not complete.
-	Integration      bool `json:"integration"`
-	Verification     bool `json:"verification"`
-	IntegratePartial bool `json:"integrate_partial,omitempty"`
-	MaxFixRounds     int  `json:"max_fix_rounds"`
-	// PhaseTool is the tool of generated phase tasks; "" means each node's
-	// own tool (the usual: routes send phase types to nodes set up for
-	// them). project.yaml's tool is for the author's tasks only: a generated
-	// prompt would not even run under the shell tool.
-	PhaseTool string `json:"phase_tool,omitempty"`
-	// Overrides are author-supplied phase specs (S99, V01, F01, ...), by ID.
-	Overrides map[string]PhaseSpec `json:"overrides,omitempty"`
-	// Stall is project.yaml's stall_timeout, for the generated phase tasks
-	// (an author task carries its own).
-	Stall time.Duration `json:"stall,omitempty"`
-	// BudgetUSD and BudgetTokens stop launching once the project's
-	// recorded cost or tokens reach them (project.yaml budget:, start
-	// --budget-usd); 0 is no limit.
-	BudgetUSD    float64 `json:"budget_usd,omitempty"`
-	BudgetTokens int64   `json:"budget_tokens,omitempty"`
-}
-
-// PhaseSpec is an author-supplied spec for a phase task.
-type PhaseSpec struct {
-	Title    string        `json:"title"`
-	File     string        `json:"file"`
-	Tool     string        `json:"tool,omitempty"`
-	Model    string        `json:"model,omitempty"`
-	Timeout  time.Duration `json:"timeout,omitempty"`
-	Tags     []string      `json:"tags,omitempty"`
-	Node     string        `json:"node,omitempty"`
-	Snapshot []byte        `json:"snapshot"`
-	Hash     string        `json:"hash"`
-}
-
-func projectOptions(p store.Project) (ProjectOptions, error) {
-	var o ProjectOptions
-	if err := json.Unmarshal([]byte(p.Options), &o); err != nil {
-		// Guessing would run the project without its setup, halt rule or
-		// integration phase: nothing goes on for it until this is fixed.
-		return o, fmt.Errorf("project %s: read its stored options: %w (fix: run `dispatch start %s` again to store them afresh)", p.Name, err, p.Name)
-	}
-	return o, nil
 }
 
 // capacity is a node's room for new attempts in this tick.
@@ -180,7 +126,7 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 	var candidates []store.Task
 	now := c.now()
 	for _, p := range projects {
-		opts, err := projectOptions(p)
+		opts, err := p.ParseOptions()
 		if err != nil {
 			return nil, err
 		}

@@ -83,7 +83,7 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string, so StartOptions) ([
 		}
 		st := storeTask(p, t, cfg)
 		row := PlanRow{Task: t, Type: t.Type}
-		if IsPhaseID(t.ID) {
+		if store.IsPhaseID(t.ID) {
 			typ := phaseType(t.ID)
 			if !phaseRuns(opts, typ) {
 				continue // the phase is off: this spec never runs
@@ -98,7 +98,7 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string, so StartOptions) ([
 		rows = append(rows, row)
 	}
 	for _, typ := range []string{"integration", "verification", "fix"} {
-		id := map[string]string{"integration": IntegrationID, "verification": verifyID(1), "fix": fixID(1)}[typ]
+		id := map[string]string{"integration": store.IntegrationID, "verification": verifyID(1), "fix": fixID(1)}[typ]
 		if _, own := opts.Overrides[id]; own || !phaseRuns(opts, typ) {
 			continue
 		}
@@ -119,16 +119,16 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string, so StartOptions) ([
 // phaseType is the task type of a phase task ID.
 func phaseType(id string) string {
 	switch phaseOf(id) {
-	case PhaseIntegration:
+	case store.PhaseIntegration:
 		return "integration"
-	case PhaseVerification:
+	case store.PhaseVerification:
 		return "verification"
 	}
 	return "fix"
 }
 
 // phaseRuns reports whether the phase tasks of type typ can run at all.
-func phaseRuns(o ProjectOptions, typ string) bool {
+func phaseRuns(o store.ProjectOptions, typ string) bool {
 	switch typ {
 	case "integration":
 		return o.Integration
@@ -222,7 +222,7 @@ func CheckExecutables(cfg *nodes.Config, rows []PlanRow, probes map[string]NodeP
 				"  fix: log in to the node as another user, set dangerous: false on the node and its api_mode, or set IS_SANDBOX=1 in the api_mode's env if the node is a container or VM you can throw away", what, strings.Join(asRoot, ", ")))
 		case len(missing) > 0:
 			fix := "install the tool on one of these nodes, or set `tool:` in the spec or on a node (nodes.yaml) to a tool that is installed"
-			if IsPhaseID(r.Task.ID) {
+			if store.IsPhaseID(r.Task.ID) {
 				fix = "install the tool on one of these nodes, set `tool:` on a node routed for " + r.Type + " (nodes.yaml), write your own " + r.Task.ID + " spec with a tool that is installed, or set `integration: false` in project.yaml"
 			}
 			problems = append(problems, fmt.Sprintf("%s cannot run anywhere: %s\n  fix: %s", what, strings.Join(missing, "; "), fix))
@@ -412,10 +412,10 @@ type StartOptions struct {
 
 // projectOptionsFor resolves a project's settings from project.yaml,
 // nodes.yaml and the start switches.
-func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so StartOptions) ProjectOptions {
-	o := ProjectOptions{HaltFail: p.Config.Halt.Fail, Setup: p.Config.Setup, Integration: true, Verification: true,
+func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so StartOptions) store.ProjectOptions {
+	o := store.ProjectOptions{HaltFail: p.Config.Halt.Fail, Setup: p.Config.Setup, Integration: true, Verification: true,
 		Stall: p.Config.Stall, BudgetUSD: p.Config.Budget.USD, BudgetTokens: p.Config.Budget.Tokens,
-		MaxFixRounds: cfg.Controller.MaxFixRounds, IntegratePartial: so.IntegratePartial, Overrides: map[string]PhaseSpec{}}
+		MaxFixRounds: cfg.Controller.MaxFixRounds, IntegratePartial: so.IntegratePartial, Overrides: map[string]store.PhaseSpec{}}
 	if so.BudgetUSD > 0 {
 		o.BudgetUSD = so.BudgetUSD
 	}
@@ -432,15 +432,15 @@ func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so StartOptions) Proj
 		o.MaxFixRounds = *p.Config.MaxFixRounds
 	}
 	for _, t := range p.Tasks {
-		if IsPhaseID(t.ID) {
-			o.Overrides[t.ID] = PhaseSpec{Title: t.Title, File: t.File, Tool: t.Tool, Model: t.Model, Timeout: t.Timeout,
+		if store.IsPhaseID(t.ID) {
+			o.Overrides[t.ID] = store.PhaseSpec{Title: t.Title, File: t.File, Tool: t.Tool, Model: t.Model, Timeout: t.Timeout,
 				Tags: t.Tags, Node: t.Node, Snapshot: t.Snapshot, Hash: t.Hash}
 		}
 	}
 	if p.Config.IntegrationSpec != "" {
 		file := filepath.Join(p.Dir, p.Config.IntegrationSpec)
 		if b, err := os.ReadFile(file); err == nil {
-			o.Overrides[IntegrationID] = PhaseSpec{Title: "Integrate the outputs", File: file, Tool: p.Config.Tool, Snapshot: b}
+			o.Overrides[store.IntegrationID] = store.PhaseSpec{Title: "Integrate the outputs", File: file, Tool: p.Config.Tool, Snapshot: b}
 		}
 	}
 	return o
@@ -461,7 +461,7 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, p *spec
 	}
 	var authorTasks []*spec.Task
 	for _, t := range p.Tasks {
-		if !IsPhaseID(t.ID) {
+		if !store.IsPhaseID(t.ID) {
 			authorTasks = append(authorTasks, t)
 		}
 	}
@@ -555,7 +555,7 @@ func sameSettings(a, b store.Task) bool {
 func reopenPhase(ctx context.Context, tx *store.Tx, project string, tasks []store.Task) error {
 	var phaseIDs []string
 	for _, t := range tasks {
-		if IsPhaseID(t.ID) {
+		if store.IsPhaseID(t.ID) {
 			phaseIDs = append(phaseIDs, t.ID)
 		}
 	}
@@ -564,5 +564,5 @@ func reopenPhase(ctx context.Context, tx *store.Tx, project string, tasks []stor
 			return err
 		}
 	}
-	return tx.SetProject(ctx, project, store.Set{"phase": PhaseImplementation}, "new tasks: the integration phase runs again once they are done")
+	return tx.SetProject(ctx, project, store.Set{"phase": store.PhaseImplementation}, "new tasks: the integration phase runs again once they are done")
 }

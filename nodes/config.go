@@ -117,6 +117,34 @@ type APIMode struct {
 	Fallback []string
 }
 
+// NodeSlots lists the nodes in nodes.yaml's order with their slots, for
+// the read models (readmodel.Nodes). A nil Config has none.
+func (c *Config) NodeSlots() []struct {
+	Name  string
+	Slots int
+} {
+	if c == nil {
+		return nil
+	}
+	out := make([]struct {
+		Name  string
+		Slots int
+	}, len(c.Nodes))
+	for i, n := range c.Nodes {
+		out[i].Name, out[i].Slots = n.Name, n.Slots
+	}
+	return out
+}
+
+// Fallbacks lists the fallbacks of an api_mode, in order; none for a nil
+// Config or an unknown mode.
+func (c *Config) Fallbacks(apiMode string) []string {
+	if c == nil {
+		return nil
+	}
+	return c.APIModes[apiMode].Fallback
+}
+
 // Modes returns the api_modes tasks may run under on n: its api_mode, then
 // its api_modes, without duplicates.
 func (n Node) Modes() []string {

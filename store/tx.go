@@ -314,7 +314,7 @@ func (tx *Tx) PutNode(ctx context.Context, n Node) error {
 	}
 	if old != n.State {
 		msg := ""
-		if n.State != "online" {
+		if n.State != NodeOnline {
 			msg = n.LastError
 		}
 		return tx.Event(ctx, Event{Node: n.Name, Kind: "node", FromStatus: old, ToStatus: n.State, Message: msg})

@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -96,8 +97,8 @@ func follow(ctx context.Context, e *env, name string) error {
 			if p.State == store.ProjectStopped {
 				return &workFailed{msg: fmt.Sprintf("dispatch: %s was stopped", name)}
 			}
-			fmt.Fprintf(e.out, "report: %s\n", filepath.Join(controller.RunsDir(e.home, name), "report.md"))
-			if p.Result != controller.ResultPassed {
+			fmt.Fprintf(e.out, "report: %s\n", filepath.Join(readmodel.RunsDir(e.home, name), "report.md"))
+			if p.Result != store.ResultPassed {
 				return &workFailed{}
 			}
 			return nil

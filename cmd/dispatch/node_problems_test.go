@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
+	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -127,15 +127,15 @@ nodes:
 // TestWatchShowsNodeFixes: the watch view, full screen or text, gives the
 // fix of a node in trouble beside its one-line error.
 func TestWatchShowsNodeFixes(t *testing.T) {
-	v := &controller.StatusView{Project: "p", Phase: controller.PhaseImplementation,
-		Nodes: []controller.NodeView{
+	v := &readmodel.StatusView{Project: "p", Phase: store.PhaseImplementation,
+		Nodes: []readmodel.NodeView{
 			{Name: "n1", State: "offline", Slots: 1, LastError: "host key of node n1 is unknown\n  fix: run `dispatch nodes trust n1`"},
 			{Name: "n2", State: "offline", Slots: 1, LastError: "dial tcp 127.0.0.1:1: connection refused"},
 			{Name: "n3", State: "online", Slots: 1},
 		},
-		Tasks: []controller.TaskView{{ID: "S01", Title: "t", Status: store.Pending}}}
+		Tasks: []readmodel.TaskView{{ID: "S01", Title: "t", Status: store.Pending}}}
 	v.Counts.Add(store.Pending)
-	f := &watchFrame{at: time.Now(), views: []*controller.StatusView{v}, projects: map[string]store.Project{"p": {Name: "p"}}}
+	f := &watchFrame{at: time.Now(), views: []*readmodel.StatusView{v}, projects: map[string]store.Project{"p": {Name: "p"}}}
 	screen := renderWatch(newStyles(false), f, nil, 200, 40, "footer")
 	var text strings.Builder
 	printStatus(&text, newStyles(false), v, nil)

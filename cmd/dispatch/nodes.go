@@ -116,7 +116,7 @@ func nodesList(c *cli.Context) error {
 		k := known[n.Name]
 		state := k.State
 		if state == "" {
-			state = "unknown"
+			state = store.NodeUnknown
 		}
 		addr := n.SSH
 		if n.IsLocal() {
@@ -347,13 +347,13 @@ func writeCheck(ctx context.Context, e *env, results []checkResult) error {
 			n := store.Node{Name: r.Name, LastSeen: old.LastSeen, OS: old.OS, Arch: old.Arch, WrapperVersion: old.WrapperVersion,
 				MemAvailableBytes: old.MemAvailableBytes, Load1: old.Load1, DiskFreeBytes: old.DiskFreeBytes, RTTMillis: old.RTTMillis}
 			if r.OK {
-				n.State, n.LastSeen = "online", now
+				n.State, n.LastSeen = store.NodeOnline, now
 				n.OS, n.Arch, n.WrapperVersion = r.OS, r.Arch, r.WrapperVersion
 				n.MemAvailableBytes, n.Load1, n.DiskFreeBytes = r.MemAvailable, r.load1, r.DiskFree
 				n.RTTMillis = float64(r.rtt.Microseconds()) / 1000
 			} else {
-				n.State, n.LastError, n.OfflineSince = "offline", r.Error, old.OfflineSince
-				if old.State != "offline" || n.OfflineSince.IsZero() {
+				n.State, n.LastError, n.OfflineSince = store.NodeOffline, r.Error, old.OfflineSince
+				if old.State != store.NodeOffline || n.OfflineSince.IsZero() {
 					n.OfflineSince = now
 				}
 			}

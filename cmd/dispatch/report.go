@@ -7,7 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/readmodel"
 )
 
 func reportCommand() *cli.Command {
@@ -45,7 +45,7 @@ func reportCommand() *cli.Command {
 			if err != nil {
 				cfg = nil
 			}
-			r, err := controller.BuildReport(ctx, st, cfg, e.home, name, time.Now())
+			r, err := readmodel.BuildReport(ctx, st, cfg, e.home, name, time.Now())
 			if err != nil {
 				return err
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -116,8 +117,8 @@ func startAction(c *cli.Context) error {
 			return err
 		}
 		fmt.Fprintf(e.out, "%s already finished (%s) at %s; nothing to run (add spec files to run more).\nreport: %s\n",
-			name, proj.Result, proj.FinishedAt.Local().Format(time.RFC3339), filepath.Join(controller.RunsDir(e.home, name), "report.md"))
-		if proj.Result != controller.ResultPassed {
+			name, proj.Result, proj.FinishedAt.Local().Format(time.RFC3339), filepath.Join(readmodel.RunsDir(e.home, name), "report.md"))
+		if proj.Result != store.ResultPassed {
 			return &workFailed{}
 		}
 		return nil
@@ -153,8 +154,8 @@ func startAction(c *cli.Context) error {
 	if proj.State == store.ProjectStopped {
 		return &workFailed{msg: fmt.Sprintf("dispatch: %s was stopped; what ran is collected (dispatch status %s); dispatch start %s resumes", name, name, name)}
 	}
-	fmt.Fprintf(e.out, "report: %s\n", filepath.Join(controller.RunsDir(e.home, name), "report.md"))
-	if proj.Result != controller.ResultPassed {
+	fmt.Fprintf(e.out, "report: %s\n", filepath.Join(readmodel.RunsDir(e.home, name), "report.md"))
+	if proj.Result != store.ResultPassed {
 		return &workFailed{}
 	}
 	return nil
@@ -242,7 +243,7 @@ func (p *progress) update(ctx context.Context) {
 	}
 	p.nodeProblems(ctx)
 	if p.e.tty {
-		if v, err := controller.Status(ctx, p.st, nil, p.project, time.Now()); err == nil {
+		if v, err := readmodel.Status(ctx, p.st, nil, p.project, time.Now()); err == nil {
 			fmt.Fprint(p.e.out, summaryLine(p.e.styles, v, time.Since(p.start)))
 			p.live = true
 		}
@@ -263,7 +264,7 @@ func (p *progress) nodeProblems(ctx context.Context) {
 		}
 		ts := p.e.styles.dim.Render(time.Now().Format("15:04:05"))
 		problem := ""
-		if n.State != "online" || n.LastError != "" {
+		if n.State != store.NodeOnline || n.LastError != "" {
 			problem = n.State + "\x00" + n.LastError
 		}
 		shown := p.problems[n.Name]
@@ -289,7 +290,7 @@ func nodeFix(state, lastError string) (msg, fix string) {
 	msg, fix, found := strings.Cut(lastError, "\n  fix: ")
 	msg = strings.Join(strings.Fields(msg), " ")
 	fix = strings.Join(strings.Fields(fix), " ")
-	if !found && state == "offline" {
+	if !found && state == store.NodeOffline {
 		fix = "check that the node is up and that `ssh` reaches it as nodes.yaml says; `dispatch nodes check` tries it"
 	}
 	return msg, fix
@@ -305,7 +306,7 @@ func (p *progress) clearLive() {
 func (p *progress) finish(ctx context.Context) {
 	p.update(context.WithoutCancel(ctx))
 	p.clearLive()
-	if v, err := controller.Status(context.WithoutCancel(ctx), p.st, nil, p.project, time.Now()); err == nil {
+	if v, err := readmodel.Status(context.WithoutCancel(ctx), p.st, nil, p.project, time.Now()); err == nil {
 		fmt.Fprintln(p.e.out, summaryLine(p.e.styles, v, time.Since(p.start)))
 	}
 }
@@ -339,7 +340,7 @@ func taskRef(ev store.Event) string {
 	return ev.Task
 }
 
-func summaryLine(s styles, v *controller.StatusView, elapsed time.Duration) string {
+func summaryLine(s styles, v *readmodel.StatusView, elapsed time.Duration) string {
 	c := v.Counts
 	done := c.Completed + c.Failed + c.Blocked + c.Canceled
 	total := max(c.Total(), 1)

@@ -10,9 +10,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -78,9 +78,9 @@ func statusCommand() *cli.Command {
 				return usagef("dispatch status --watch --interval 1s", "--interval only applies with --watch")
 			}
 			now := time.Now()
-			var views []*controller.StatusView
+			var views []*readmodel.StatusView
 			for _, n := range names {
-				v, err := controller.Status(ctx, st, cfg, n, now)
+				v, err := readmodel.Status(ctx, st, cfg, n, now)
 				if err != nil {
 					return err
 				}
@@ -94,7 +94,7 @@ func statusCommand() *cli.Command {
 					return enc.Encode(views[0])
 				}
 				if views == nil {
-					views = []*controller.StatusView{}
+					views = []*readmodel.StatusView{}
 				}
 				return enc.Encode(map[string]any{"projects": views})
 			}
@@ -137,7 +137,7 @@ func specChanges(e *env, st *store.Store, project string, c *cli.Context) []stri
 	return notes
 }
 
-func printStatus(w io.Writer, s styles, v *controller.StatusView, cfg *nodes.Config) {
+func printStatus(w io.Writer, s styles, v *readmodel.StatusView, cfg *nodes.Config) {
 	head := fmt.Sprintf("%s — phase %s", v.Project, v.Phase)
 	if r := v.Result(); r != "" {
 		head += ", " + r
@@ -160,7 +160,7 @@ func printStatus(w io.Writer, s styles, v *controller.StatusView, cfg *nodes.Con
 			node = "-"
 		}
 		st := t.Status
-		tasks.add([]string{t.ID, st, node, fmt.Sprint(t.Attempt), controller.FormatSeconds(t.DurationSeconds), what},
+		tasks.add([]string{t.ID, st, node, fmt.Sprint(t.Attempt), readmodel.FormatSeconds(t.DurationSeconds), what},
 			map[int]func(...string) string{1: func(x ...string) string { return s.status(strings.Join(x, " ")) }, 5: whatStyle})
 	}
 	tasks.write(w)
@@ -193,7 +193,7 @@ func printStatus(w io.Writer, s styles, v *controller.StatusView, cfg *nodes.Con
 	}
 }
 
-func summaryCounts(s styles, c controller.Counts) string {
+func summaryCounts(s styles, c readmodel.Counts) string {
 	parts := []string{fmt.Sprintf("%d/%d completed", c.Completed, c.Total())}
 	add := func(n int, label string, st func(...string) string) {
 		if n > 0 {

@@ -63,7 +63,7 @@ func TestStopLetsRunningTasksFinish(t *testing.T) {
 	}
 	r = runDispatch(t, nil, "--home", home, "report", "p", "--format", "json")
 	var rep struct{ Result string }
-	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || rep.Result != controller.ResultStopped {
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || rep.Result != store.ResultStopped {
 		t.Fatalf("report --format json: result %q (%v): %s", rep.Result, err, r)
 	}
 	if r := runDispatch(t, nil, "--home", home, "report", "p"); !strings.Contains(r.stdout, "**STOPPED**") {

@@ -6,7 +6,6 @@ import (
 	"github.com/charmbracelet/lipgloss"
 	"github.com/muesli/termenv"
 
-	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -82,9 +81,9 @@ func (s styles) statusStyle(st string) lipgloss.Style {
 // nodeStateStyle is the style of a node state.
 func (s styles) nodeStateStyle(state string) lipgloss.Style {
 	switch state {
-	case "online":
+	case store.NodeOnline:
 		return s.ok
-	case "offline":
+	case store.NodeOffline:
 		return s.bad
 	}
 	return s.dim
@@ -93,9 +92,9 @@ func (s styles) nodeStateStyle(state string) lipgloss.Style {
 // resultStyle is the style of a project's result.
 func (s styles) resultStyle(result string) lipgloss.Style {
 	switch result {
-	case controller.ResultPassed:
+	case store.ResultPassed:
 		return s.ok
-	case controller.ResultFailed:
+	case store.ResultFailed:
 		return s.bad
 	}
 	return s.active

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -64,7 +64,7 @@ func TestNodeTextIsEscaped(t *testing.T) {
 			t.Errorf("%s does not show the escaped text: %s", strings.Join(args, " "), r)
 		}
 	}
-	md := readFile(t, filepath.Join(controller.RunsDir(home, "p"), "report.md"))
+	md := readFile(t, filepath.Join(readmodel.RunsDir(home, "p"), "report.md"))
 	if strings.ContainsAny(md, "\x1b\x07") || !strings.Contains(md, `\x1b[2Jlog tail`) {
 		t.Errorf("report.md: %q", md)
 	}
@@ -72,10 +72,10 @@ func TestNodeTextIsEscaped(t *testing.T) {
 
 // TestWatchRenderEscapes: the full-screen view escapes what came from nodes.
 func TestWatchRenderEscapes(t *testing.T) {
-	v := &controller.StatusView{Project: "p", Phase: controller.PhaseImplementation,
-		Nodes:  []controller.NodeView{{Name: "n1", State: "offline", Slots: 1, LastError: "ssh: " + hostile}},
+	v := &readmodel.StatusView{Project: "p", Phase: store.PhaseImplementation,
+		Nodes:  []readmodel.NodeView{{Name: "n1", State: "offline", Slots: 1, LastError: "ssh: " + hostile}},
 		Paused: []store.Pause{{APIMode: "m", Until: time.Now().Add(time.Minute), Reason: "limit " + hostile}},
-		Tasks: []controller.TaskView{
+		Tasks: []readmodel.TaskView{
 			{ID: "S01", Title: "title " + hostile, Status: store.Completed},
 			{ID: "S02", Status: store.Failed, ErrorClass: "exit", Error: "boom " + hostile},
 			{ID: "S03", Status: store.Running, Warning: "stale " + hostile},
@@ -83,7 +83,7 @@ func TestWatchRenderEscapes(t *testing.T) {
 	for _, tv := range v.Tasks {
 		v.Counts.Add(tv.Status)
 	}
-	f := &watchFrame{at: time.Now(), views: []*controller.StatusView{v}, projects: map[string]store.Project{"p": {Name: "p"}}}
+	f := &watchFrame{at: time.Now(), views: []*readmodel.StatusView{v}, projects: map[string]store.Project{"p": {Name: "p"}}}
 	out := renderWatch(newStyles(false), f, []string{"error: " + hostile}, 200, 40, "footer")
 	if strings.ContainsAny(out, "\x1b\x07") {
 		t.Fatalf("the view holds terminal controls: %q", out)

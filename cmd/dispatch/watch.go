@@ -15,9 +15,9 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
-	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -33,7 +33,7 @@ const (
 // watchFrame is what one look at the database found.
 type watchFrame struct {
 	at       time.Time
-	views    []*controller.StatusView
+	views    []*readmodel.StatusView
 	projects map[string]store.Project
 }
 
@@ -107,7 +107,7 @@ func (w *watcher) load(ctx context.Context) (*watchFrame, error) {
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		v, err := controller.Status(ctx, w.st, w.cfg, n, f.at)
+		v, err := readmodel.Status(ctx, w.st, w.cfg, n, f.at)
 		if err != nil {
 			return nil, err
 		}
@@ -178,9 +178,9 @@ func (w *watcher) printJSON(f *watchFrame) error {
 	return err
 }
 
-func nonNil(views []*controller.StatusView) []*controller.StatusView {
+func nonNil(views []*readmodel.StatusView) []*readmodel.StatusView {
 	if views == nil {
-		return []*controller.StatusView{}
+		return []*readmodel.StatusView{}
 	}
 	return views
 }
@@ -369,7 +369,7 @@ func renderWatch(s styles, f *watchFrame, notes []string, width, height int, foo
 	return strings.Join(lines, "\n")
 }
 
-func projectHeader(s styles, v *controller.StatusView, p store.Project, now time.Time) string {
+func projectHeader(s styles, v *readmodel.StatusView, p store.Project, now time.Time) string {
 	parts := []string{s.project.Render(v.Project), "phase " + s.header.Render(v.Phase)}
 	if r := v.Result(); r != "" {
 		parts = append(parts, s.resultStyle(r).Render(r))
@@ -388,7 +388,7 @@ func projectHeader(s styles, v *controller.StatusView, p store.Project, now time
 
 // progressLine is a bar of the tasks, finished ones in the colour of their
 // outcome and running ones apart from those waiting, then the counts.
-func progressLine(s styles, c controller.Counts, width int) string {
+func progressLine(s styles, c readmodel.Counts, width int) string {
 	barWidth := min(40, max(10, width/3))
 	total := c.Total()
 	segs := []struct {
@@ -475,9 +475,9 @@ func watchRank(status string) int {
 // taskRows is the task table with at most limit rows for tasks (the column
 // headings not counted): when they do not all fit, the running and failed
 // ones are kept and the last row says how many are left out.
-func taskRows(s styles, tasks []controller.TaskView, limit, width int) []string {
+func taskRows(s styles, tasks []readmodel.TaskView, limit, width int) []string {
 	shown := tasks
-	var hidden []controller.TaskView
+	var hidden []readmodel.TaskView
 	if len(tasks) > limit {
 		idx := make([]int, len(tasks))
 		for i := range idx {
@@ -513,7 +513,7 @@ func taskRows(s styles, tasks []controller.TaskView, limit, width int) []string 
 		if t.Attempt > 0 {
 			attempt = fmt.Sprint(t.Attempt)
 		}
-		cells[r] = []string{t.ID, t.Status, node, attempt, controller.FormatSeconds(t.DurationSeconds)}
+		cells[r] = []string{t.ID, t.Status, node, attempt, readmodel.FormatSeconds(t.DurationSeconds)}
 		for i, c := range cells[r] {
 			widths[i] = max(widths[i], ansi.StringWidth(c))
 		}
@@ -564,7 +564,7 @@ func taskRows(s styles, tasks []controller.TaskView, limit, width int) []string 
 		lines = append(lines, b.String())
 	}
 	if len(hidden) > 0 {
-		var c controller.Counts
+		var c readmodel.Counts
 		for _, t := range hidden {
 			c.Add(t.Status)
 		}
@@ -573,7 +573,7 @@ func taskRows(s styles, tasks []controller.TaskView, limit, width int) []string 
 	return lines
 }
 
-func hiddenCounts(c controller.Counts) string {
+func hiddenCounts(c readmodel.Counts) string {
 	var parts []string
 	for _, p := range []struct {
 		n     int
@@ -591,7 +591,7 @@ func hiddenCounts(c controller.Counts) string {
 
 // sumNodes is the node list of the views with the slots in use summed over
 // the projects, which share the nodes.
-func sumNodes(views []*controller.StatusView) []controller.NodeView {
+func sumNodes(views []*readmodel.StatusView) []readmodel.NodeView {
 	if len(views) == 0 {
 		return nil
 	}
@@ -608,7 +608,7 @@ func sumNodes(views []*controller.StatusView) []controller.NodeView {
 	return out
 }
 
-func nodeRows(s styles, ns []controller.NodeView, now time.Time) []string {
+func nodeRows(s styles, ns []readmodel.NodeView, now time.Time) []string {
 	head := []string{"NODE", "STATE", "SLOTS", "MEM AVAILABLE", "LAST SEEN"}
 	cells := make([][]string, len(ns))
 	widths := make([]int, len(head))
@@ -652,10 +652,10 @@ func nodeRows(s styles, ns []controller.NodeView, now time.Time) []string {
 
 // nodeFixLines say how to fix each node in trouble: the node table shows
 // only the first line of its error.
-func nodeFixLines(ns []controller.NodeView) []string {
+func nodeFixLines(ns []readmodel.NodeView) []string {
 	var out []string
 	for _, n := range ns {
-		if n.State == "online" && n.LastError == "" {
+		if n.State == store.NodeOnline && n.LastError == "" {
 			continue
 		}
 		if _, fix := nodeFix(n.State, n.LastError); fix != "" {

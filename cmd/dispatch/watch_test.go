@@ -19,7 +19,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -356,7 +356,7 @@ func TestWatchTerminal(t *testing.T) {
 		if s.Project != project {
 			t.Errorf("line %d is the status of %q", i+1, s.Project)
 		}
-		if last := i == len(jl)-1; last != (s.Phase == controller.PhaseDone) {
+		if last := i == len(jl)-1; last != (s.Phase == store.PhaseDone) {
 			t.Errorf("line %d of %d has phase %s; only the last one should be done", i+1, len(jl), s.Phase)
 		}
 	}
@@ -418,10 +418,10 @@ func TestWatchFlags(t *testing.T) {
 // lines: running and failed tasks stay, the rest are counted, and nothing
 // goes past the edges.
 func TestWatchRenderFits(t *testing.T) {
-	v := &controller.StatusView{Project: "big", Phase: controller.PhaseImplementation,
-		Nodes: []controller.NodeView{{Name: "n1", State: "online", Slots: 4, Running: 2, LastError: "a long error\nover two lines"}}}
+	v := &readmodel.StatusView{Project: "big", Phase: store.PhaseImplementation,
+		Nodes: []readmodel.NodeView{{Name: "n1", State: "online", Slots: 4, Running: 2, LastError: "a long error\nover two lines"}}}
 	for i := 1; i <= 30; i++ {
-		tv := controller.TaskView{ID: fmt.Sprintf("S%02d", i), Title: strings.Repeat("a very long title ", 10), Status: store.Completed}
+		tv := readmodel.TaskView{ID: fmt.Sprintf("S%02d", i), Title: strings.Repeat("a very long title ", 10), Status: store.Completed}
 		switch i {
 		case 17, 23:
 			tv.Status, tv.Node, tv.Attempt, tv.DurationSeconds = store.Running, "n1", 1, 12
@@ -433,7 +433,7 @@ func TestWatchRenderFits(t *testing.T) {
 		v.Tasks = append(v.Tasks, tv)
 		v.Counts.Add(tv.Status)
 	}
-	f := &watchFrame{at: time.Now(), views: []*controller.StatusView{v},
+	f := &watchFrame{at: time.Now(), views: []*readmodel.StatusView{v},
 		projects: map[string]store.Project{"big": {Name: "big", StartedAt: time.Now().Add(-time.Minute)}}}
 	for _, tc := range []struct {
 		name          string

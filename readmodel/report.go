@@ -1,4 +1,4 @@
-package controller
+package readmodel
 
 import (
 	"bytes"
@@ -14,19 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dispatch-tool/dispatch/internal/termtext"
-	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
-	"github.com/dispatch-tool/dispatch/wrapper"
-)
-
-// Results of a project.
-const (
-	ResultPassed  = "passed"
-	ResultFailed  = "failed"
-	ResultRunning = "running"
-	// ResultStopped is a project stopped by the operator before it
-	// finished: nothing new starts until `dispatch start` resumes it.
-	ResultStopped = "stopped"
 )
 
 // Report is `dispatch report <project> --format json` (SPEC §9).
@@ -120,7 +108,7 @@ type ReportNode struct {
 
 // BuildReport assembles a project's report from the database and the
 // collected logs under home.
-func BuildReport(ctx context.Context, st *store.Store, cfg *nodes.Config, home, project string, now time.Time) (rep *Report, err error) {
+func BuildReport(ctx context.Context, st *store.Store, cfg Nodes, home, project string, now time.Time) (rep *Report, err error) {
 	sv, err := Status(ctx, st, cfg, project, now)
 	if err != nil {
 		return nil, err
@@ -145,9 +133,9 @@ func BuildReport(ctx context.Context, st *store.Store, cfg *nodes.Config, home, 
 	r := &Report{Project: project, Phase: sv.Phase, Result: p.Result, Tasks: []ReportTask{}, Conflicts: []Conflict{},
 		Verification: VerificationResult{Issues: []string{}}, Nodes: []ReportNode{}, Dangerous: []string{}, GeneratedAt: jsonTime(now)}
 	if r.Result == "" {
-		r.Result = ResultRunning
+		r.Result = store.ResultRunning
 		if p.State == store.ProjectStopped {
-			r.Result = ResultStopped
+			r.Result = store.ResultStopped
 		}
 	}
 	attempts := map[string][]AttemptView{}
@@ -162,8 +150,8 @@ func BuildReport(ctx context.Context, st *store.Store, cfg *nodes.Config, home, 
 		r.Totals.Attempts++
 		// Stored figures were clamped when they arrived; the sums still
 		// saturate rather than wrap or overflow to infinity.
-		r.Totals.TokensIn = wrapper.AddSat(r.Totals.TokensIn, max(run.TokensIn, 0))
-		r.Totals.TokensOut = wrapper.AddSat(r.Totals.TokensOut, max(run.TokensOut, 0))
+		r.Totals.TokensIn = addSat(r.Totals.TokensIn, max(run.TokensIn, 0))
+		r.Totals.TokensOut = addSat(r.Totals.TokensOut, max(run.TokensOut, 0))
 		r.Totals.CostUSD = min(r.Totals.CostUSD+clampCost(run.CostUSD), math.MaxFloat64)
 		u := use[run.Node]
 		if u == nil {
@@ -213,7 +201,7 @@ func BuildReport(ctx context.Context, st *store.Store, cfg *nodes.Config, home, 
 			rt.Outputs = []OutputView{}
 		}
 		if t.Status == store.Failed {
-			rt.LogTail = logTail(filepath.Join(RunsDir(home, project), t.ID, "task.log"), 20)
+			rt.LogTail = LogTail(filepath.Join(RunsDir(home, project), t.ID, "task.log"), 20)
 		}
 		r.Tasks = append(r.Tasks, rt)
 	}
@@ -247,9 +235,9 @@ func BuildReport(ctx context.Context, st *store.Store, cfg *nodes.Config, home, 
 // the log came from a node and may be as large as collect_max_bytes.
 const logTailBytes = 64 << 10
 
-// logTail returns the last n lines of a collected log, from its last
+// LogTail returns the last n lines of a collected log, from its last
 // logTailBytes.
-func logTail(path string, n int) string {
+func LogTail(path string, n int) string {
 	f, err := os.Open(path)
 	if err != nil {
 		return ""
@@ -302,7 +290,7 @@ func shortenLine(l string) string {
 func (r *Report) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# dispatch report: %s\n\n", r.Project)
-	outcome := map[string]string{ResultPassed: "PASSED", ResultFailed: "FAILED", ResultRunning: "RUNNING", ResultStopped: "STOPPED"}[r.Result]
+	outcome := map[string]string{store.ResultPassed: "PASSED", store.ResultFailed: "FAILED", store.ResultRunning: "RUNNING", store.ResultStopped: "STOPPED"}[r.Result]
 	fmt.Fprintf(&b, "**%s** — %d of %d tasks completed, %d failed, %d attempts, %s wall time.\n\n",
 		outcome, r.Totals.Completed, r.Totals.Tasks, r.Totals.Failed, r.Totals.Attempts, FormatSeconds(r.Totals.WallSeconds))
 	var failed, blocked []string
@@ -315,9 +303,9 @@ func (r *Report) Markdown() string {
 		}
 	}
 	switch {
-	case r.Result == ResultRunning:
+	case r.Result == store.ResultRunning:
 		fmt.Fprintf(&b, "Next: the batch is still running; follow it with `dispatch status %s`.\n\n", r.Project)
-	case r.Result == ResultStopped:
+	case r.Result == store.ResultStopped:
 		fmt.Fprintf(&b, "Next: stopped by the operator; tasks that were running go on and are collected, nothing new starts. `dispatch start %s` resumes.\n\n", r.Project)
 	case len(failed) > 0:
 		fmt.Fprintf(&b, "Next: read the failures below, fix the specs or the cause, then `dispatch retry %s %s`.\n", r.Project, strings.Join(failed, " "))
@@ -486,14 +474,17 @@ func clip(s string, n int) string {
 	return s
 }
 
-func errText(t TaskView) string {
-	if t.ErrorClass == "" && t.Error == "" {
+func errText(t TaskView) string { return ErrorText(t.ErrorClass, t.Error) }
+
+// ErrorText is an error class and its message as one line: "class: msg".
+func ErrorText(class, msg string) string {
+	if class == "" && msg == "" {
 		return ""
 	}
-	if t.Error == "" {
-		return t.ErrorClass
+	if msg == "" {
+		return class
 	}
-	return t.ErrorClass + ": " + t.Error
+	return class + ": " + msg
 }
 
 func mdCell(s string) string {
@@ -528,10 +519,42 @@ func WriteReport(r *Report, home string) (string, error) {
 }
 
 // clampCost is a stored cost fit to sum: finite, not negative, at most
-// wrapper.MaxCostUSD (figures from an older database were not clamped).
+// store.MaxCostUSD (figures from an older database were not clamped).
 func clampCost(v float64) float64 {
 	if math.IsNaN(v) || v < 0 {
 		return 0
 	}
-	return min(v, wrapper.MaxCostUSD)
+	return min(v, store.MaxCostUSD)
+}
+
+// addSat returns a+b for counts that are never negative, saturating at
+// the largest int64 instead of wrapping to a negative total.
+func addSat(a, b int64) int64 {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// budgetLine describes a project's budget and its state for report.md; ""
+// when it has none.
+func budgetLine(p store.Project, t Totals) string {
+	opts, err := p.ParseOptions()
+	if err != nil || !opts.HasBudget() {
+		return ""
+	}
+	var parts []string
+	if opts.BudgetUSD > 0 {
+		parts = append(parts, fmt.Sprintf("$%.2f", opts.BudgetUSD))
+	}
+	if opts.BudgetTokens > 0 {
+		parts = append(parts, fmt.Sprintf("%d tokens", opts.BudgetTokens))
+	}
+	line := "Budget: " + strings.Join(parts, " or ")
+	if why, reached := opts.BudgetReached(t.CostUSD, t.TokensIn+t.TokensOut); reached {
+		line += " — " + why + "; nothing new started after that."
+	} else {
+		line += " — not reached."
+	}
+	return line
 }

@@ -1,22 +1,31 @@
-package controller
+package readmodel
 
 import (
 	"context"
+	"path/filepath"
 	"sort"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
-// Phases of a project.
-const (
-	PhaseImplementation = "implementation"
-	PhaseIntegration    = "integration"
-	PhaseVerification   = "verification"
-	PhaseFix            = "fix"
-	PhaseDone           = "done"
-)
+// Nodes is what the views need of nodes.yaml; *nodes.Config is one. A nil
+// Nodes shows no node section and no fallbacks.
+type Nodes interface {
+	// NodeSlots lists the configured nodes in nodes.yaml's order.
+	NodeSlots() []NodeSlots
+	// Fallbacks lists the fallbacks of an api_mode, in order.
+	Fallbacks(apiMode string) []string
+}
+
+// NodeSlots is a configured node and its slots.
+type NodeSlots = struct {
+	Name  string
+	Slots int
+}
+
+// RunsDir is where a project's collected outputs and report live.
+func RunsDir(home, project string) string { return filepath.Join(home, "runs", project) }
 
 // StatusView is `dispatch status <project> --json` (SPEC §9).
 type StatusView struct {
@@ -58,7 +67,7 @@ func (v *StatusView) Result() string { return v.result }
 // Settled reports whether nothing more will happen to the project without
 // the operator: it is done, or stopped with nothing running.
 func (v *StatusView) Settled() bool {
-	return v.Phase == PhaseDone || (v.state == store.ProjectStopped && v.Counts.Running+v.Counts.Claimed == 0)
+	return v.Phase == store.PhaseDone || (v.state == store.ProjectStopped && v.Counts.Running+v.Counts.Claimed == 0)
 }
 
 // Total is the number of tasks counted.
@@ -123,7 +132,7 @@ func jsonTime(t time.Time) string {
 }
 
 // Status builds the status of one project from the database.
-func Status(ctx context.Context, st *store.Store, cfg *nodes.Config, project string, now time.Time) (*StatusView, error) {
+func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now time.Time) (*StatusView, error) {
 	p, err := st.Project(ctx, project)
 	if err != nil {
 		return nil, err
@@ -136,7 +145,7 @@ func Status(ctx context.Context, st *store.Store, cfg *nodes.Config, project str
 		state: p.State, result: p.Result, byID: map[string]int{}}
 	// Author tasks by ID, then the phase tasks in the order they came.
 	sort.SliceStable(tasks, func(i, j int) bool {
-		pi, pj := IsPhaseID(tasks[i].ID), IsPhaseID(tasks[j].ID)
+		pi, pj := store.IsPhaseID(tasks[i].ID), store.IsPhaseID(tasks[j].ID)
 		if pi != pj {
 			return !pi
 		}
@@ -186,7 +195,7 @@ func Status(ctx context.Context, st *store.Store, cfg *nodes.Config, project str
 	if cfg != nil {
 		v.Fallbacks = map[string]string{}
 		for _, p := range v.Paused {
-			for _, fb := range cfg.APIModes[p.APIMode].Fallback {
+			for _, fb := range cfg.Fallbacks(p.APIMode) {
 				if !paused[fb] {
 					v.Fallbacks[p.APIMode] = fb
 					break
@@ -199,15 +208,32 @@ func Status(ctx context.Context, st *store.Store, cfg *nodes.Config, project str
 		facts[n.Name] = n
 	}
 	if cfg != nil {
-		for _, n := range cfg.Nodes {
+		for _, n := range cfg.NodeSlots() {
 			f := facts[n.Name]
 			state := f.State
 			if state == "" {
-				state = "unknown"
+				state = store.NodeUnknown
 			}
 			v.Nodes = append(v.Nodes, NodeView{Name: n.Name, State: state, Slots: n.Slots, Running: running[n.Name],
 				MemAvailableBytes: f.MemAvailableBytes, LastSeen: jsonTime(f.LastSeen), LastError: f.LastError})
 		}
 	}
 	return v, nil
+}
+
+// budgetNote is the status note of a project whose budget is reached.
+func budgetNote(ctx context.Context, st *store.Store, p store.Project) (string, error) {
+	opts, err := p.ParseOptions()
+	if err != nil || !opts.HasBudget() {
+		return "", nil
+	}
+	usd, tokens, err := st.Spent(ctx, p.Name)
+	if err != nil {
+		return "", err
+	}
+	why, reached := opts.BudgetReached(usd, tokens)
+	if !reached {
+		return "", nil
+	}
+	return why + "; nothing new starts", nil
 }

@@ -1,0 +1,122 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Phases of a project (projects.phase).
+const (
+	PhaseImplementation = "implementation"
+	PhaseIntegration    = "integration"
+	PhaseVerification   = "verification"
+	PhaseFix            = "fix"
+	PhaseDone           = "done"
+)
+
+// Results of a finished project (projects.result); an unfinished project
+// has none.
+const (
+	ResultPassed = "passed"
+	ResultFailed = "failed"
+	// ResultStopped is what a report says of a project stopped by the
+	// operator before it finished; it is never stored.
+	ResultStopped = "stopped"
+	// ResultRunning is what a report says of an unfinished project; it is
+	// never stored.
+	ResultRunning = "running"
+)
+
+// Node states (nodes.state). A node never seen has no row; the views call
+// it NodeUnknown.
+const (
+	NodeOnline  = "online"
+	NodeOffline = "offline"
+	NodeUnknown = "unknown"
+)
+
+// IntegrationID is the integration task of every project.
+const IntegrationID = "S99"
+
+// IsPhaseID reports whether a task ID belongs to the integration phase: S99,
+// V01... (verification) and F01... (fix). Authors may supply their own
+// specs for them; the others are generated.
+func IsPhaseID(id string) bool {
+	return id == IntegrationID || strings.HasPrefix(id, "V") || strings.HasPrefix(id, "F")
+}
+
+// MaxCostUSD bounds one attempt's recorded cost, as the wrapper bounds what
+// it reports (wrapper.MaxCostUSD): sums over many attempts stay finite.
+const MaxCostUSD = 1e9
+
+// ProjectOptions are the per-project settings kept in the database with the
+// project (projects.options, JSON), so that a restarted controller
+// schedules it the same way.
+type ProjectOptions struct {
+	HaltFail int    `json:"halt_fail,omitempty"`
+	Setup    string `json:"setup,omitempty"`
+	// Integration and Verification say whether the phase runs (project.yaml,
+	// --no-integrate); IntegratePartial runs it even when some author task
+	// did not complete.
+	Integration      bool `json:"integration"`
+	Verification     bool `json:"verification"`
+	IntegratePartial bool `json:"integrate_partial,omitempty"`
+	MaxFixRounds     int  `json:"max_fix_rounds"`
+	// PhaseTool is the tool of generated phase tasks; "" means each node's
+	// own tool (the usual: routes send phase types to nodes set up for
+	// them). project.yaml's tool is for the author's tasks only: a generated
+	// prompt would not even run under the shell tool.
+	PhaseTool string `json:"phase_tool,omitempty"`
+	// Overrides are author-supplied phase specs (S99, V01, F01, ...), by ID.
+	Overrides map[string]PhaseSpec `json:"overrides,omitempty"`
+	// Stall is project.yaml's stall_timeout, for the generated phase tasks
+	// (an author task carries its own).
+	Stall time.Duration `json:"stall,omitempty"`
+	// BudgetUSD and BudgetTokens stop launching once the project's
+	// recorded cost or tokens reach them (project.yaml budget:, start
+	// --budget-usd); 0 is no limit.
+	BudgetUSD    float64 `json:"budget_usd,omitempty"`
+	BudgetTokens int64   `json:"budget_tokens,omitempty"`
+}
+
+// PhaseSpec is an author-supplied spec for a phase task.
+type PhaseSpec struct {
+	Title    string        `json:"title"`
+	File     string        `json:"file"`
+	Tool     string        `json:"tool,omitempty"`
+	Model    string        `json:"model,omitempty"`
+	Timeout  time.Duration `json:"timeout,omitempty"`
+	Tags     []string      `json:"tags,omitempty"`
+	Node     string        `json:"node,omitempty"`
+	Snapshot []byte        `json:"snapshot"`
+	Hash     string        `json:"hash"`
+}
+
+// ParseOptions reads the options stored with p.
+func (p Project) ParseOptions() (ProjectOptions, error) {
+	var o ProjectOptions
+	if err := json.Unmarshal([]byte(p.Options), &o); err != nil {
+		// Guessing would run the project without its setup, halt rule or
+		// integration phase: nothing goes on for it until this is fixed.
+		return o, fmt.Errorf("project %s: read its stored options: %w (fix: run `dispatch start %s` again to store them afresh)", p.Name, err, p.Name)
+	}
+	return o, nil
+}
+
+// HasBudget reports whether the project has a spending limit.
+func (o ProjectOptions) HasBudget() bool { return o.BudgetUSD > 0 || o.BudgetTokens > 0 }
+
+// BudgetReached says whether spending has reached the project's budget
+// (project.yaml budget:, start --budget-usd), and how, for status and the
+// report. A zero limit is no limit.
+func (o ProjectOptions) BudgetReached(usd float64, tokens int64) (string, bool) {
+	switch {
+	case o.BudgetUSD > 0 && usd >= o.BudgetUSD:
+		return fmt.Sprintf("budget reached: $%.2f spent of $%.2f", usd, o.BudgetUSD), true
+	case o.BudgetTokens > 0 && tokens >= o.BudgetTokens:
+		return fmt.Sprintf("budget reached: %d tokens used of %d", tokens, o.BudgetTokens), true
+	}
+	return "", false
+}
