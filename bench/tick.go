@@ -184,7 +184,7 @@ func tickRun(ctx context.Context, o *options, t *tb, c *sshdtest.Client, servers
 		}
 		return ip.st.Update(ctx, func(tx *store.Tx) error {
 			for _, tk := range tasks {
-				if err := tx.SetTask(ctx, project, tk.ID, store.Set{"heartbeat": "-"}); err != nil {
+				if err := tx.SetTask(ctx, project, tk.ID, store.TaskPatch{Heartbeat: new("-")}); err != nil {
 					return err
 				}
 			}
@@ -270,7 +270,7 @@ func tickRun(ctx context.Context, o *options, t *tb, c *sshdtest.Client, servers
 			start = time.Now()
 			err = ip.st.Update(ctx, func(tx *store.Tx) error {
 				for _, tk := range tasks {
-					if err := tx.SetTask(ctx, project, tk.ID, store.Set{"heartbeat": tk.Heartbeat, "heartbeat_at": tk.HeartbeatAt}); err != nil {
+					if err := tx.SetTask(ctx, project, tk.ID, store.TaskPatch{Heartbeat: new(tk.Heartbeat), HeartbeatAt: new(tk.HeartbeatAt)}); err != nil {
 						return err
 					}
 				}

@@ -102,7 +102,7 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 				Node: r.Node, Message: "files of this attempt are gone from the node; nothing collected"}); err != nil {
 				return err
 			}
-			return tx.SetRun(ctx, r.Project, r.Task, r.Attempt, store.Set{"collected_at": tx.Now()})
+			return tx.SetRun(ctx, r.Project, r.Task, r.Attempt, store.RunPatch{CollectedAt: new(tx.Now())})
 		})
 	}
 	dest := filepath.Join(readmodel.RunsDir(c.opts.Home, r.Project), r.Task)
@@ -222,7 +222,7 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 				return err
 			}
 		}
-		return tx.SetRun(ctx, r.Project, r.Task, r.Attempt, store.Set{"collected_at": tx.Now()})
+		return tx.SetRun(ctx, r.Project, r.Task, r.Attempt, store.RunPatch{CollectedAt: new(tx.Now())})
 	})
 }
 

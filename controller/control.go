@@ -438,9 +438,9 @@ func (c *Controller) Retry(ctx context.Context, project string, ids []string) (s
 				continue // deleted above; the phase recreates it
 			}
 			t := byID[id]
-			set := store.Set{"retries_used": 0, "rate_limit_retries": 0, "not_before": time.Time{}}
+			set := store.TaskPatch{RetriesUsed: new(0), RateLimitRetries: new(0), NotBefore: new(time.Time{})}
 			if f := fresh[id]; f != nil && f.Hash != t.SpecHash && !store.IsPhaseID(id) {
-				set["snapshot"], set["spec_hash"] = f.Snapshot, f.Hash
+				set.Snapshot, set.SpecHash = new(f.Snapshot), new(f.Hash)
 				notes = append(notes, id+" takes its changed spec")
 			}
 			if _, _, err := tx.Transition(ctx, store.Change{Project: project, Task: id, From: t.Status, To: store.Pending,
@@ -448,8 +448,7 @@ func (c *Controller) Retry(ctx context.Context, project string, ids []string) (s
 				return err
 			}
 		}
-		return tx.SetProject(ctx, project, store.Set{"state": store.ProjectActive, "phase": phase, "result": "",
-			"finished_at": time.Time{}}, "")
+		return tx.SetProject(ctx, project, store.ProjectPatch{State: new(store.ProjectActive), Phase: new(phase), Result: new(""), FinishedAt: new(time.Time{})}, "")
 	})
 	if err != nil {
 		return "", err
@@ -487,13 +486,13 @@ func (c *Controller) Cancel(ctx context.Context, project string, ids []string) (
 			t := byID[id]
 			if t.Status == store.Claimed || t.Status == store.Running {
 				running = append(running, t)
-				if err := tx.SetRun(ctx, project, id, t.Attempt, store.Set{"status": "killed", "error_class": "killed",
-					"error": "canceled by the operator", "completed_at": tx.Now()}); err != nil {
+				if err := tx.SetRun(ctx, project, id, t.Attempt, store.RunPatch{Status: new(store.Killed), ErrorClass: new(store.Killed),
+					Error: new("canceled by the operator"), CompletedAt: new(tx.Now())}); err != nil {
 					return err
 				}
 			}
 			if _, _, err := tx.Transition(ctx, store.Change{Project: project, Task: id, From: t.Status, To: store.Canceled,
-				Kind: "cancel", Message: "canceled by the operator", Set: store.Set{"completed_at": tx.Now()}}); err != nil {
+				Kind: "cancel", Message: "canceled by the operator", Set: store.TaskPatch{CompletedAt: new(tx.Now())}}); err != nil {
 				return err
 			}
 		}
@@ -558,7 +557,7 @@ func (c *Controller) Stop(ctx context.Context, project string, kill bool) (strin
 	if p.State == store.ProjectStopped {
 		msg = fmt.Sprintf("%s was already stopped: nothing new starts", project)
 	} else if err := c.st.Update(ctx, func(tx *store.Tx) error {
-		return tx.SetProject(ctx, project, store.Set{"state": store.ProjectStopped}, "stopped by the operator")
+		return tx.SetProject(ctx, project, store.ProjectPatch{State: new(store.ProjectStopped)}, "stopped by the operator")
 	}); err != nil {
 		return "", err
 	}

@@ -16,7 +16,7 @@ func TestFailuresDocNamesRealTests(t *testing.T) {
 		t.Fatal(err)
 	}
 	dirs := map[string]string{"cmd": "../cmd/dispatch", "ctl": ".", "nodes": "../nodes", "wrapper": "../wrapper",
-		"store": "../store", "spec": "../spec"}
+		"store": "../store", "spec": "../spec", "readmodel": "../readmodel"}
 	cites := regexp.MustCompile("`([a-z]+):(Test[A-Za-z0-9_]+)`").FindAllStringSubmatch(string(doc), -1)
 	if len(cites) < 20 {
 		t.Fatalf("only %d tests cited in FAILURES.md", len(cites))

@@ -240,7 +240,7 @@ nodes:
 	ctx := context.Background()
 	if err := h.st.Update(ctx, func(tx *store.Tx) error {
 		if _, _, err := tx.Transition(ctx, store.Change{Project: "p", Task: "S01", From: store.Running, To: store.Lost,
-			Set: store.Set{"error_class": store.Lost}}); err != nil {
+			Set: store.TaskPatch{ErrorClass: new(store.Lost)}}); err != nil {
 			return err
 		}
 		_, _, err := tx.Transition(ctx, store.Change{Project: "p", Task: "S01", From: store.Lost, To: store.Pending})
@@ -322,10 +322,10 @@ nodes:
 			return err
 		}
 		if _, _, err := tx.Transition(ctx, store.Change{Project: "p", Task: "S01", From: store.Claimed, To: store.Failed,
-			Set: store.Set{"error_class": "start"}}); err != nil {
+			Set: store.TaskPatch{ErrorClass: new("start")}}); err != nil {
 			return err
 		}
-		_, _, err := tx.Transition(ctx, store.Change{Project: "p", Task: "S01", From: store.Failed, To: store.Pending, Set: store.Set{"retries_used": 1}})
+		_, _, err := tx.Transition(ctx, store.Change{Project: "p", Task: "S01", From: store.Failed, To: store.Pending, Set: store.TaskPatch{RetriesUsed: new(1)}})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -367,7 +367,7 @@ nodes:
 		if _, _, err := tx.Transition(ctx, store.Change{Project: "p", Task: "S01", From: store.Claimed, To: store.Completed}); err != nil {
 			return err
 		}
-		return tx.SetRun(ctx, "p", "S01", a, store.Set{"status": store.Completed})
+		return tx.SetRun(ctx, "p", "S01", a, store.RunPatch{Status: new(store.Completed)})
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,6 @@ func (c *Controller) finish(ctx context.Context, p store.Project, result, note s
 	}
 	crashPoint(CrashBeforeFinish)
 	return c.st.Update(ctx, func(tx *store.Tx) error {
-		return tx.SetProject(ctx, p.Name, store.Set{"state": store.ProjectDone, "phase": store.PhaseDone,
-			"result": result, "finished_at": tx.Now()}, "project finished: "+result)
+		return tx.SetProject(ctx, p.Name, store.ProjectPatch{State: new(store.ProjectDone), Phase: new(store.PhaseDone), Result: new(result), FinishedAt: new(tx.Now())}, "project finished: "+result)
 	})
 }

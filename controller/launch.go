@@ -110,7 +110,7 @@ func (c *Controller) launchAll(ctx context.Context, claims []claim) int {
 	started := 0
 	err := c.st.Update(ctx, func(tx *store.Tx) error {
 		started = 0
-		a := &applier{c: c, tx: tx, now: tx.Now()}
+		a := &applier{c: c, now: tx.Now()}
 		for _, o := range outcomes {
 			t := o.claim.task
 			for _, f := range o.pushFailures {
@@ -124,11 +124,10 @@ func (c *Controller) launchAll(ctx context.Context, claims []claim) int {
 				started++
 				if _, _, err := tx.Transition(ctx, store.Change{Project: t.Project, Task: t.ID, From: store.Claimed,
 					To: store.Running, Message: fmt.Sprintf("on %s (pid %d)", t.Node, o.reply.PID),
-					Set: store.Set{"started_at": tx.Now()}}); err != nil {
+					Set: store.TaskPatch{StartedAt: new(tx.Now())}}); err != nil {
 					return err
 				}
-				if err := tx.SetRun(ctx, t.Project, t.ID, t.Attempt, store.Set{"status": store.Running,
-					"pid": o.reply.PID, "started_at": tx.Now(), "dangerous": o.dangerous}); err != nil {
+				if err := tx.SetRun(ctx, t.Project, t.ID, t.Attempt, store.RunPatch{Status: new(store.Running), PID: new(o.reply.PID), StartedAt: new(tx.Now()), Dangerous: new(o.dangerous)}); err != nil {
 					return err
 				}
 				if o.resumed != "" {
@@ -142,15 +141,18 @@ func (c *Controller) launchAll(ctx context.Context, claims []claim) int {
 					t.RetriesUsed = t.MaxRetries
 				}
 				msg := o.err.Error()
-				if err := a.fail(ctx, &t, store.Claimed, wrapper.ClassStart, msg, 0, store.Set{"status": store.Failed,
-					"error_class": wrapper.ClassStart, "error": msg, "completed_at": tx.Now()}); err != nil {
-					return err
-				}
+				a.fail(&t, store.Claimed, wrapper.ClassStart, msg, 0, store.RunPatch{Status: new(store.Failed),
+					ErrorClass: new(wrapper.ClassStart), Error: new(msg), CompletedAt: new(tx.Now())})
 			default:
 				if err := tx.Event(ctx, store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: "warning",
 					Node: t.Node, Message: "launch interrupted, the next pull decides: " + o.uncertain.Error()}); err != nil {
 					return err
 				}
+			}
+		}
+		for _, o := range a.ops {
+			if err := o.exec(ctx, tx); err != nil {
+				return err
 			}
 		}
 		return nil

@@ -260,7 +260,7 @@ func (c *Controller) startPhaseTask(ctx context.Context, p store.Project, opts s
 		if err := tx.InsertTask(ctx, t); err != nil {
 			return err
 		}
-		return tx.SetProject(ctx, p.Name, store.Set{"phase": phase}, "phase "+phase+": "+message)
+		return tx.SetProject(ctx, p.Name, store.ProjectPatch{Phase: new(phase)}, "phase "+phase+": "+message)
 	})
 }
 

@@ -207,7 +207,7 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 			if err != nil {
 				return err
 			}
-			if err := tx.SetRun(ctx, p.task.Project, p.task.ID, attempt, store.Set{"api_mode": p.mode}); err != nil {
+			if err := tx.SetRun(ctx, p.task.Project, p.task.ID, attempt, store.RunPatch{APIMode: new(p.mode)}); err != nil {
 				return err
 			}
 			if p.mode != "" && p.mode != p.node.cfg.APIMode {

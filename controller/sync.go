@@ -529,10 +529,10 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, p *spec
 				continue
 			}
 			res.Updated = append(res.Updated, t.ID)
-			if err := tx.SetTask(ctx, p.Name, t.ID, store.Set{"title": nt.Title, "type": nt.Type, "tool": nt.Tool,
-				"model": nt.Model, "priority": nt.Priority, "depends_on": nt.DependsOn, "tags": nt.Tags,
-				"node_pin": nt.NodePin, "timeout_seconds": nt.Timeout, "stall_seconds": nt.Stall, "max_retries": nt.MaxRetries,
-				"spec_file": nt.SpecFile, "spec_hash": nt.SpecHash, "snapshot": nt.Snapshot, "base_dir": nt.BaseDir}); err != nil {
+			if err := tx.SetTask(ctx, p.Name, t.ID, store.TaskPatch{Title: new(nt.Title), Type: new(nt.Type), Tool: new(nt.Tool),
+				Model: new(nt.Model), Priority: new(nt.Priority), DependsOn: new(nt.DependsOn), Tags: new(nt.Tags),
+				NodePin: new(nt.NodePin), Timeout: new(nt.Timeout), Stall: new(nt.Stall), MaxRetries: new(nt.MaxRetries),
+				SpecFile: new(nt.SpecFile), SpecHash: new(nt.SpecHash), Snapshot: new(nt.Snapshot), BaseDir: new(nt.BaseDir)}); err != nil {
 				return err
 			}
 			if err := tx.Event(ctx, store.Event{Project: p.Name, Task: t.ID, Kind: "spec", Message: "spec changed before the task ran; using the new one"}); err != nil {
@@ -564,5 +564,5 @@ func reopenPhase(ctx context.Context, tx *store.Tx, project string, tasks []stor
 			return err
 		}
 	}
-	return tx.SetProject(ctx, project, store.Set{"phase": store.PhaseImplementation}, "new tasks: the integration phase runs again once they are done")
+	return tx.SetProject(ctx, project, store.ProjectPatch{Phase: new(store.PhaseImplementation)}, "new tasks: the integration phase runs again once they are done")
 }

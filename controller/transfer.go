@@ -170,7 +170,7 @@ func (c *Controller) collectFailed(ctx context.Context, key string, r store.Run,
 				return err
 			}
 			if mine {
-				return tx.SetTask(ctx, r.Project, r.Task, store.Set{"warning": note})
+				return tx.SetTask(ctx, r.Project, r.Task, store.TaskPatch{Warning: new(note)})
 			}
 			return nil
 		}
@@ -182,9 +182,9 @@ func (c *Controller) collectFailed(ctx context.Context, key string, r store.Run,
 		if err := tx.Event(ctx, store.Event{Project: r.Project, Task: r.Task, Attempt: r.Attempt, Kind: "collect_failed", Node: r.Node, Message: note}); err != nil {
 			return err
 		}
-		set := store.Set{"collected_at": tx.Now()}
+		set := store.RunPatch{CollectedAt: new(tx.Now())}
 		if r.Status == store.Completed {
-			set["status"], set["error_class"], set["error"] = store.Failed, classCollect, note
+			set.Status, set.ErrorClass, set.Error = new(store.Failed), new(classCollect), new(note)
 		}
 		if err := tx.SetRun(ctx, r.Project, r.Task, r.Attempt, set); err != nil {
 			return err
@@ -193,7 +193,7 @@ func (c *Controller) collectFailed(ctx context.Context, key string, r store.Run,
 			return nil
 		}
 		_, _, err = tx.Transition(ctx, store.Change{Project: r.Project, Task: r.Task, From: store.Completed, To: store.Failed,
-			Message: note, Set: store.Set{"error_class": classCollect, "error": note, "warning": ""}})
+			Message: note, Set: store.TaskPatch{ErrorClass: new(classCollect), Error: new(note), Warning: new("")}})
 		return err
 	})
 }
@@ -205,5 +205,5 @@ func clearCollectWarning(ctx context.Context, tx *store.Tx, r store.Run) error {
 	if err != nil || n == 0 {
 		return err
 	}
-	return tx.SetTask(ctx, r.Project, r.Task, store.Set{"warning": ""})
+	return tx.SetTask(ctx, r.Project, r.Task, store.TaskPatch{Warning: new("")})
 }

@@ -14,6 +14,10 @@ const (
 	Lost      = "lost"
 )
 
+// Killed is the status of a run killed by the operator (runs.status; the
+// wrapper writes it too).
+const Killed = "killed"
+
 // Statuses lists every task status in display order.
 var Statuses = []string{Pending, Claimed, Running, Completed, Failed, Blocked, Canceled, Lost}
 

@@ -3,9 +3,12 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -179,15 +182,68 @@ func TestEventsAreAppendOnly(t *testing.T) {
 	}
 }
 
+// TestSetTaskCannotChangeStatus: a task's status moves through Transition
+// only; a TaskPatch has no field for it.
 func TestSetTaskCannotChangeStatus(t *testing.T) {
+	if _, ok := reflect.TypeOf(TaskPatch{}).FieldByName("Status"); ok {
+		t.Fatal("TaskPatch has a Status field")
+	}
+}
+
+// setEvery returns a patch of type T with every field set to its zero
+// value, and the number of fields.
+func setEvery[T any]() (T, int) {
+	var p T
+	v := reflect.ValueOf(&p).Elem()
+	for i := range v.NumField() {
+		f := v.Field(i)
+		f.Set(reflect.New(f.Type().Elem()))
+	}
+	return p, v.NumField()
+}
+
+// TestPatchesNameRealColumns: every field of every patch writes a column
+// that exists, and reads back as written.
+func TestPatchesNameRealColumns(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t)
 	addTask(t, s, "p", "S01")
 	err := s.Update(ctx, func(tx *Tx) error {
-		return tx.SetTask(ctx, "p", "S01", Set{"status": Completed})
+		a, err := tx.Claim(ctx, "p", "S01", "n1")
+		if err != nil {
+			return err
+		}
+		tp, n := setEvery[TaskPatch]()
+		tp.Title, tp.Tags = new("new title"), new([]string{"gpu"})
+		if err := tx.SetTask(ctx, "p", "S01", tp); err != nil {
+			return fmt.Errorf("TaskPatch with its %d fields: %w", n, err)
+		}
+		rp, n := setEvery[RunPatch]()
+		rp.CostUSD, rp.APIMode = new(0.25), new("team")
+		if err := tx.SetRun(ctx, "p", "S01", a, rp); err != nil {
+			return fmt.Errorf("RunPatch with its %d fields: %w", n, err)
+		}
+		pp, n := setEvery[ProjectPatch]()
+		pp.State, pp.Phase = new(ProjectActive), new(PhaseIntegration)
+		if err := tx.SetProject(ctx, "p", pp, ""); err != nil {
+			return fmt.Errorf("ProjectPatch with its %d fields: %w", n, err)
+		}
+		return nil
 	})
-	if err == nil {
-		t.Fatal("SetTask changed status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := s.Task(ctx, "p", "S01")
+	if err != nil || task.Title != "new title" || !slices.Equal(task.Tags, []string{"gpu"}) || task.Status != Claimed {
+		t.Errorf("task after the patch: %+v (%v)", task, err)
+	}
+	runs, err := s.Runs(ctx, "p", "S01")
+	if err != nil || len(runs) != 1 || runs[0].CostUSD != 0.25 || runs[0].APIMode != "team" {
+		t.Errorf("runs after the patch: %+v (%v)", runs, err)
+	}
+	p, err := s.Project(ctx, "p")
+	if err != nil || p.Phase != PhaseIntegration {
+		t.Errorf("project after the patch: %+v (%v)", p, err)
 	}
 }
 
@@ -268,7 +324,7 @@ func TestRunsNodesFiles(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := tx.SetRun(ctx, "p", "S01", a, Set{"status": Running, "pid": 42}); err != nil {
+		if err := tx.SetRun(ctx, "p", "S01", a, RunPatch{Status: new(Running), PID: new(42)}); err != nil {
 			return err
 		}
 		if err := tx.PutNode(ctx, Node{Name: "n1", State: "online", MemAvailableBytes: 7}); err != nil {
@@ -376,13 +432,13 @@ func TestHasLiveWork(t *testing.T) {
 		if _, _, err := tx.Transition(ctx, Change{Project: "p", Task: "S01", From: Claimed, To: Failed}); err != nil {
 			return err
 		}
-		return tx.SetRun(ctx, "p", "S01", a, Set{"status": Failed})
+		return tx.SetRun(ctx, "p", "S01", a, RunPatch{Status: new(Failed)})
 	}); err != nil {
 		t.Fatal(err)
 	}
 	live(true) // failed, not collected yet
 	if err := s.Update(ctx, func(tx *Tx) error {
-		return tx.SetRun(ctx, "p", "S01", a, Set{"collected_at": time.Now()})
+		return tx.SetRun(ctx, "p", "S01", a, RunPatch{CollectedAt: new(time.Now())})
 	}); err != nil {
 		t.Fatal(err)
 	}

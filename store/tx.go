@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
-	"strings"
 	"time"
 )
 
@@ -34,67 +32,17 @@ type Tx struct {
 // Now is the time of the transaction, used for every timestamp it writes.
 func (tx *Tx) Now() time.Time { return tx.now }
 
-// Set holds columns to set on a row along with a change. Values are Go values
-// (string, int, time.Time, []string, time.Duration) or Expr.
-type Set map[string]any
-
-// Expr is a raw SQL expression used as a Set value, such as "attempt + 1".
-type Expr string
-
-// taskColumns are the task columns a Set may change; status is excluded so
-// that it only ever moves through Transition.
-var taskColumns = map[string]bool{
-	"title": true, "type": true, "tool": true, "model": true, "priority": true,
-	"depends_on": true, "tags": true, "node_pin": true, "timeout_seconds": true,
-	"max_retries": true, "spec_file": true, "spec_hash": true, "snapshot": true,
-	"attempt": true, "retries_used": true, "node": true, "not_before": true,
-	"exit_code": true, "error_class": true, "error": true, "started_at": true,
-	"completed_at": true, "heartbeat": true, "heartbeat_at": true, "warning": true, "base_dir": true, "rate_limit_retries": true,
-	"stall_seconds": true,
-}
-
-var runColumns = map[string]bool{
-	"status": true, "pid": true, "exit_code": true, "signal": true, "error_class": true,
-	"error": true, "started_at": true, "completed_at": true, "log_bytes": true,
-	"tokens_in": true, "tokens_out": true, "cost_usd": true, "collected_at": true, "dangerous": true,
-	"api_mode": true, "session_id": true,
-}
-
-var projectColumns = map[string]bool{
-	"state": true, "phase": true, "result": true, "options": true, "started_at": true, "finished_at": true,
-}
-
-// assignments renders set as "col = ?" clauses with their arguments, in a
-// stable order.
-func assignments(set Set, allowed map[string]bool) ([]string, []any, error) {
-	cols := make([]string, 0, len(set))
-	for c := range set {
-		if !allowed[c] {
-			return nil, nil, fmt.Errorf("column %q cannot be set here", c)
-		}
-		cols = append(cols, c)
-	}
-	sort.Strings(cols)
-	var clauses []string
-	var args []any
-	for _, c := range cols {
-		v := set[c]
-		if e, ok := v.(Expr); ok {
-			clauses = append(clauses, c+" = "+string(e))
-			continue
-		}
-		clauses = append(clauses, c+" = ?")
-		args = append(args, sqlValue(v))
-	}
-	return clauses, args, nil
-}
-
 func sqlValue(v any) any {
 	switch v := v.(type) {
 	case time.Time:
 		return formatTime(v)
 	case time.Duration:
 		return v.Seconds()
+	case []byte:
+		if v == nil {
+			v = []byte{} // the columns are NOT NULL
+		}
+		return v
 	case []string:
 		if v == nil {
 			v = []string{}
@@ -113,24 +61,31 @@ type Change struct {
 	// Kind names the event; "status" when empty.
 	Kind    string
 	Message string
-	Set     Set
+	Set     TaskPatch
 }
 
 // Transition moves a task from c.From to c.To, applies c.Set and appends the
 // event, in one UPDATE ... RETURNING guarded by the expected status. It returns
 // the task's attempt and node after the change.
 func (tx *Tx) Transition(ctx context.Context, c Change) (attempt int, node string, err error) {
+	return tx.transition(ctx, c, nil)
+}
+
+// transition is Transition with more columns set by the store itself.
+func (tx *Tx) transition(ctx context.Context, c Change, more func(*columns)) (attempt int, node string, err error) {
 	if !Legal(c.From, c.To) {
 		return 0, "", &IllegalTransitionError{Project: c.Project, Task: c.Task, From: c.From, To: c.To}
 	}
-	clauses, args, err := assignments(c.Set, taskColumns)
-	if err != nil {
-		return 0, "", fmt.Errorf("transition %s/%s: %w", c.Project, c.Task, err)
+	cols := &columns{}
+	cols.add("status", c.To)
+	cols.add("updated_at", tx.now)
+	if more != nil {
+		more(cols)
 	}
-	clauses = append([]string{"status = ?", "updated_at = ?"}, clauses...)
-	args = append([]any{c.To, formatTime(tx.now)}, args...)
-	args = append(args, c.Project, c.Task, c.From)
-	q := "UPDATE tasks SET " + strings.Join(clauses, ", ") +
+	set := c.Set.columns()
+	cols.clauses, cols.args = append(cols.clauses, set.clauses...), append(cols.args, set.args...)
+	args := append(cols.args, c.Project, c.Task, c.From)
+	q := "UPDATE tasks SET " + cols.sql() +
 		" WHERE project = ? AND id = ? AND status = ? RETURNING attempt, node"
 	err = tx.tx.QueryRowContext(ctx, q, args...).Scan(&attempt, &node)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -157,11 +112,14 @@ func (tx *Tx) Transition(ctx context.Context, c Change) (attempt int, node strin
 // run row and event are written in the same transaction. It returns the new
 // attempt number, or ErrConflict if the task is no longer pending.
 func (tx *Tx) Claim(ctx context.Context, project, task, node string) (int, error) {
-	attempt, _, err := tx.Transition(ctx, Change{
+	attempt, _, err := tx.transition(ctx, Change{
 		Project: project, Task: task, From: Pending, To: Claimed, Kind: "claim",
 		Message: "assigned to " + node,
-		Set: Set{"node": node, "attempt": Expr("attempt + 1"), "exit_code": 0, "error_class": "", "warning": "",
-			"error": "", "started_at": time.Time{}, "completed_at": time.Time{}, "heartbeat": "", "heartbeat_at": tx.now},
+		Set: TaskPatch{ExitCode: new(0), ErrorClass: new(""), Warning: new(""), Error: new(""),
+			StartedAt: new(time.Time{}), CompletedAt: new(time.Time{}), Heartbeat: new(""), HeartbeatAt: new(tx.now)},
+	}, func(c *columns) {
+		c.add("node", node)
+		c.expr("attempt", "attempt + 1")
 	})
 	if err != nil {
 		return 0, err
@@ -176,16 +134,13 @@ func (tx *Tx) Claim(ctx context.Context, project, task, node string) (int, error
 
 // SetTask changes columns of a task other than its status (heartbeat, notes
 // of the attempt); status changes go through Transition.
-func (tx *Tx) SetTask(ctx context.Context, project, task string, set Set) error {
-	clauses, args, err := assignments(set, taskColumns)
-	if err != nil {
-		return fmt.Errorf("update task %s/%s: %w", project, task, err)
-	}
-	if len(clauses) == 0 {
+func (tx *Tx) SetTask(ctx context.Context, project, task string, p TaskPatch) error {
+	cols := p.columns()
+	if len(cols.clauses) == 0 {
 		return nil
 	}
-	args = append(args, formatTime(tx.now), project, task)
-	res, err := tx.tx.ExecContext(ctx, "UPDATE tasks SET "+strings.Join(clauses, ", ")+", updated_at = ? WHERE project = ? AND id = ?", args...)
+	args := append(cols.args, formatTime(tx.now), project, task)
+	res, err := tx.tx.ExecContext(ctx, "UPDATE tasks SET "+cols.sql()+", updated_at = ? WHERE project = ? AND id = ?", args...)
 	if err != nil {
 		return fmt.Errorf("update task %s/%s: %w", project, task, err)
 	}
@@ -196,16 +151,13 @@ func (tx *Tx) SetTask(ctx context.Context, project, task string, set Set) error 
 }
 
 // SetRun changes columns of one attempt's run row.
-func (tx *Tx) SetRun(ctx context.Context, project, task string, attempt int, set Set) error {
-	clauses, args, err := assignments(set, runColumns)
-	if err != nil {
-		return fmt.Errorf("update run %s/%s#%d: %w", project, task, attempt, err)
-	}
-	if len(clauses) == 0 {
+func (tx *Tx) SetRun(ctx context.Context, project, task string, attempt int, p RunPatch) error {
+	cols := p.columns()
+	if len(cols.clauses) == 0 {
 		return nil
 	}
-	args = append(args, project, task, attempt)
-	res, err := tx.tx.ExecContext(ctx, "UPDATE runs SET "+strings.Join(clauses, ", ")+" WHERE project = ? AND task = ? AND attempt = ?", args...)
+	args := append(cols.args, project, task, attempt)
+	res, err := tx.tx.ExecContext(ctx, "UPDATE runs SET "+cols.sql()+" WHERE project = ? AND task = ? AND attempt = ?", args...)
 	if err != nil {
 		return fmt.Errorf("update run %s/%s#%d: %w", project, task, attempt, err)
 	}
@@ -255,7 +207,7 @@ func (tx *Tx) EnsureProject(ctx context.Context, name, options string) error {
 }
 
 // SetProject changes columns of a project; a change of state appends an event.
-func (tx *Tx) SetProject(ctx context.Context, name string, set Set, message string) error {
+func (tx *Tx) SetProject(ctx context.Context, name string, p ProjectPatch, message string) error {
 	var old string
 	if err := tx.tx.QueryRowContext(ctx, "SELECT state FROM projects WHERE name = ?", name).Scan(&old); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
@@ -263,16 +215,18 @@ func (tx *Tx) SetProject(ctx context.Context, name string, set Set, message stri
 		}
 		return err
 	}
-	clauses, args, err := assignments(set, projectColumns)
-	if err != nil {
-		return fmt.Errorf("update project %s: %w", name, err)
+	cols := p.columns()
+	if len(cols.clauses) > 0 {
+		args := append(cols.args, name)
+		if _, err := tx.tx.ExecContext(ctx, "UPDATE projects SET "+cols.sql()+" WHERE name = ?", args...); err != nil {
+			return fmt.Errorf("update project %s: %w", name, err)
+		}
 	}
-	args = append(args, name)
-	if _, err := tx.tx.ExecContext(ctx, "UPDATE projects SET "+strings.Join(clauses, ", ")+" WHERE name = ?", args...); err != nil {
-		return fmt.Errorf("update project %s: %w", name, err)
-	}
-	if st, ok := set["state"].(string); ok && st != old || message != "" {
-		to, _ := set["state"].(string)
+	if p.State != nil && *p.State != old || message != "" {
+		var to string
+		if p.State != nil {
+			to = *p.State
+		}
 		return tx.Event(ctx, Event{Project: name, Kind: "project", FromStatus: old, ToStatus: to, Message: message})
 	}
 	return nil

@@ -33,7 +33,7 @@ func TestNodeTextIsEscaped(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = st.Update(ctx, func(tx *store.Tx) error {
-		if err := tx.SetTask(ctx, "p", "S01", store.Set{"error": "boom " + hostile}); err != nil {
+		if err := tx.SetTask(ctx, "p", "S01", store.TaskPatch{Error: new("boom " + hostile)}); err != nil {
 			return err
 		}
 		if err := tx.PutNode(ctx, store.Node{Name: "local", State: "offline", LastError: "ssh: " + hostile, LastSeen: time.Now()}); err != nil {

@@ -1,0 +1,599 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/wrapper"
+)
+
+// op is one typed change to the database, decided before anything is
+// written: exactly one of its fields is set.
+type op struct {
+	change *store.Change
+	task   *taskPatch
+	run    *runPatch
+	pause  *store.Pause
+	event  *store.Event
+}
+
+type taskPatch struct {
+	project, id string
+	patch       store.TaskPatch
+}
+
+type runPatch struct {
+	key   runKey
+	patch store.RunPatch
+}
+
+// exec writes o in tx.
+func (o op) exec(ctx context.Context, tx *store.Tx) error {
+	switch {
+	case o.change != nil:
+		_, _, err := tx.Transition(ctx, *o.change)
+		return err
+	case o.task != nil:
+		return tx.SetTask(ctx, o.task.project, o.task.id, o.task.patch)
+	case o.run != nil:
+		return tx.SetRun(ctx, o.run.key.project, o.run.key.task, o.run.key.attempt, o.run.patch)
+	case o.pause != nil:
+		return tx.PutPause(ctx, *o.pause)
+	case o.event != nil:
+		return tx.Event(ctx, *o.event)
+	}
+	return fmt.Errorf("empty op")
+}
+
+// String describes o in one line, for tests and logs: "S01 running→failed
+// (…)", "run S01#1 status=failed", "pause team", "event S01 gave_up: …".
+func (o op) String() string {
+	switch {
+	case o.change != nil:
+		c := o.change
+		return fmt.Sprintf("%s %s→%s: %s", c.Task, c.From, c.To, c.Message)
+	case o.task != nil:
+		return fmt.Sprintf("task %s %s", o.task.id, patchString(o.task.patch))
+	case o.run != nil:
+		return fmt.Sprintf("run %s#%d %s", o.run.key.task, o.run.key.attempt, patchString(o.run.patch))
+	case o.pause != nil:
+		return "pause " + o.pause.APIMode
+	case o.event != nil:
+		return fmt.Sprintf("event %s %s: %s", o.event.Task, o.event.Kind, o.event.Message)
+	}
+	return "empty op"
+}
+
+// patchString lists the set fields of a patch as name=value.
+func patchString(p any) string {
+	var parts []string
+	for f, v := range patchFields(p) {
+		parts = append(parts, f+"="+v)
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, " ")
+}
+
+// patchFields returns the set fields of a patch struct by name, with their
+// values.
+func patchFields(p any) map[string]string {
+	out := map[string]string{}
+	v := reflect.ValueOf(p)
+	for i := range v.NumField() {
+		if f := v.Field(i); !f.IsNil() {
+			val := f.Elem().Interface()
+			if t, ok := val.(time.Time); ok {
+				val = t.UTC().Format(time.RFC3339)
+			}
+			out[v.Type().Field(i).Name] = fmt.Sprint(val)
+		}
+	}
+	return out
+}
+
+// runKey names one attempt.
+type runKey struct {
+	project, task string
+	attempt       int
+}
+
+// runFacts is what the decisions read of an attempt's run row.
+type runFacts struct {
+	mode      string
+	collected bool
+}
+
+// projectFacts is what the decisions read of a project.
+type projectFacts struct {
+	opts    store.ProjectOptions
+	optsErr error
+	usd     float64
+	tokens  int64
+}
+
+// applier decides what a tick's node statuses mean for the tasks. It is
+// pure: it reads the snapshot it is given (the tasks, what the pulls found,
+// the facts of the attempts and projects it needs) and the controller's
+// configuration, and records every change as a typed op; the executor
+// writes them in one transaction (see apply). A transition also moves the
+// task in memory, so that later decisions of the same tick (blocked
+// dependents, halt, stale attempts) see it.
+type applier struct {
+	c     *Controller
+	now   time.Time
+	pulls map[string]*pull
+	prev  map[string]store.Node
+	// runs holds what the decisions need of attempts' run rows (see
+	// neededRuns); projects each project's options and spending.
+	runs     map[runKey]runFacts
+	projects map[string]projectFacts
+	ops      []op
+	changed  int
+	// retryAfter is the reset time named by the rate limit being applied.
+	retryAfter time.Duration
+}
+
+func (a *applier) emit(o op) { a.ops = append(a.ops, o) }
+
+// transition records a status change of t and makes it in memory.
+func (a *applier) transition(t *store.Task, ch store.Change) {
+	a.emit(op{change: &ch})
+	t.Status = ch.To
+	a.changed++
+}
+
+func (a *applier) setRun(t *store.Task, p store.RunPatch) {
+	a.emit(op{run: &runPatch{runKey{t.Project, t.ID, t.Attempt}, p}})
+}
+
+func (a *applier) setTask(t *store.Task, p store.TaskPatch) {
+	a.emit(op{task: &taskPatch{t.Project, t.ID, p}})
+}
+
+func (a *applier) event(e store.Event) { a.emit(op{event: &e}) }
+
+// project decides over one project's tasks: their attempts' statuses, then
+// the dependents blocked or unblocked by them, then whether the project
+// stops starting tasks.
+func (a *applier) project(name string, tasks []store.Task) {
+	for i := range tasks {
+		a.task(&tasks[i])
+	}
+	a.blocked(tasks)
+	a.stopStarting(name, tasks)
+}
+
+func (a *applier) task(t *store.Task) {
+	if t.Status == store.Completed {
+		a.uncollectable(t)
+		return
+	}
+	if t.Status != store.Claimed && t.Status != store.Running {
+		return
+	}
+	if _, configured := a.c.cfg.Node(t.Node); !configured {
+		a.lose(t, fmt.Sprintf("node %s is no longer in nodes.yaml", t.Node))
+		return
+	}
+	p := a.pulls[t.Node]
+	if p == nil || p.skipped {
+		return // a node this controller does not serve (--nodes), or still busy answering
+	}
+	if p.err != nil {
+		since := a.offlineSince(t.Node)
+		if a.now.Sub(since) >= a.c.cfg.Controller.NodeOfflineTimeout {
+			a.lose(t, fmt.Sprintf("node %s offline since %s: %v", t.Node, since.Format(time.RFC3339), p.err))
+		}
+		return
+	}
+	ts := p.tasks[taskKey(t.Project, t.ID)]
+	var st *wrapper.Status
+	if ts != nil && ts.Status != nil && ts.Status.Attempt == t.Attempt {
+		st = ts.Status
+	}
+	if st == nil {
+		a.noStatus(t, ts)
+		return
+	}
+	switch st.Status {
+	case wrapper.StatusRunning:
+		a.running(t, ts, st)
+	case wrapper.StatusCompleted, wrapper.StatusFailed, wrapper.StatusKilled:
+		a.finished(t, st)
+	default:
+		a.event(store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: "warning",
+			Node: t.Node, Message: fmt.Sprintf("unknown status %q in status.json", st.Status)})
+	}
+}
+
+// offlineSince is when node went offline by this controller's own clock:
+// never before this controller started, which never inherits offline
+// time from a controller that stopped long ago.
+func (a *applier) offlineSince(node string) time.Time {
+	since := a.prev[node].OfflineSince
+	if since.IsZero() {
+		since = a.now
+	}
+	return later(since, a.c.started)
+}
+
+func later(t, u time.Time) time.Time {
+	if t.Before(u) {
+		return u
+	}
+	return t
+}
+
+// noStatus handles a claimed or running attempt whose status.json on the
+// node is missing, unreadable or belongs to another attempt.
+func (a *applier) noStatus(t *store.Task, ts *wrapper.TaskStatus) {
+	if t.Status == store.Claimed {
+		// The launch may still be in flight (or died with a controller):
+		// wait a little, then requeue. A late `run` of this attempt is harmless:
+		// its status belongs to an attempt that is no longer current.
+		if ts != nil && ts.Alive {
+			return
+		}
+		// A claim made by an earlier controller process has no launch in
+		// flight any more: settle it soon after this controller starts.
+		grace := claimGrace
+		if t.HeartbeatAt.Before(a.c.started) {
+			grace = min(grace, a.c.started.Add(restartGrace).Sub(t.HeartbeatAt))
+		}
+		if a.now.Sub(t.HeartbeatAt) < grace {
+			return
+		}
+		a.setRun(t, store.RunPatch{Status: new(store.Lost), Error: new("the launch never started on the node")})
+		a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: store.Claimed, To: store.Pending,
+			Kind: "requeue", Message: "no trace of attempt on " + t.Node + "; launching again"})
+		return
+	}
+	if ts != nil && ts.Alive {
+		// Unreadable for now, but its supervisor lives: read it next tick,
+		// and say what is wrong meanwhile.
+		if w := "status.json: " + ts.StatusError; ts.StatusError != "" && t.Warning != w {
+			a.setTask(t, store.TaskPatch{Warning: new(w)})
+		}
+		return
+	}
+	msg := "status.json of the attempt is missing on the node"
+	if ts != nil && ts.StatusError != "" {
+		msg = "status.json unreadable (" + ts.StatusError + ") and the wrapper is gone"
+	}
+	a.fail(t, store.Running, wrapper.ClassCrash, msg, 0,
+		store.RunPatch{Status: new(store.Failed), ErrorClass: new(wrapper.ClassCrash), Error: new(msg)})
+}
+
+func (a *applier) running(t *store.Task, ts *wrapper.TaskStatus, st *wrapper.Status) {
+	started := parseRemoteTime(st.StartedAt, a.now)
+	if t.Status == store.Claimed {
+		a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: store.Claimed, To: store.Running,
+			Message: fmt.Sprintf("on %s (pid %d)", t.Node, st.PID), Set: store.TaskPatch{StartedAt: new(started)}})
+		a.setRun(t, store.RunPatch{Status: new(store.Running), PID: new(st.PID), StartedAt: new(started)})
+	}
+	if ts.Heartbeat != t.Heartbeat {
+		t.HeartbeatAt = a.now
+		set := store.TaskPatch{Heartbeat: new(ts.Heartbeat), HeartbeatAt: new(a.now)}
+		if t.Warning != "" {
+			set.Warning = new("")
+		}
+		a.setTask(t, set)
+	}
+	if !ts.Alive {
+		msg := fmt.Sprintf("wrapper (pid %d) is gone while the attempt was running", st.PID)
+		a.fail(t, store.Running, wrapper.ClassCrash, msg, 0,
+			store.RunPatch{Status: new(store.Failed), ErrorClass: new(wrapper.ClassCrash), Error: new(msg), CompletedAt: new(a.now)})
+		return
+	}
+	// The wrapper lives but its heartbeat stopped (frozen, stopped, a hung
+	// filesystem) for heartbeat_timeout, by the controller's own clock and
+	// counted from no earlier than this controller's start: the attempt is
+	// hung. It fails and is retried like a crash; being no longer current,
+	// it is killed as stale before the retry may launch.
+	since := later(t.HeartbeatAt, a.c.started)
+	if stale := a.now.Sub(since); stale >= a.c.cfg.Controller.HeartbeatTimeout {
+		msg := fmt.Sprintf("hung: heartbeat unchanged for %s while the wrapper (pid %d) is alive", stale.Round(time.Second), st.PID)
+		a.fail(t, store.Running, wrapper.ClassHung, msg, 0,
+			store.RunPatch{Status: new(store.Failed), ErrorClass: new(wrapper.ClassHung), Error: new(msg), CompletedAt: new(a.now)})
+	}
+}
+
+func (a *applier) finished(t *store.Task, st *wrapper.Status) {
+	completed := parseRemoteTime(st.CompletedAt, a.now)
+	started := parseRemoteTime(st.StartedAt, completed)
+	run := store.RunPatch{Status: new(st.Status), PID: new(st.PID), ExitCode: new(st.ExitCode), Signal: new(st.Signal),
+		ErrorClass: new(st.ErrorClass), Error: new(st.Error), StartedAt: new(started), CompletedAt: new(completed),
+		LogBytes: new(st.LogBytes), TokensIn: new(st.TokensIn), TokensOut: new(st.TokensOut), CostUSD: new(st.CostUSD),
+		SessionID: new(st.SessionID)}
+	if st.Status == wrapper.StatusCompleted {
+		a.setRun(t, run)
+		a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: t.Status, To: store.Completed,
+			Message: "on " + t.Node,
+			Set: store.TaskPatch{ExitCode: new(st.ExitCode), ErrorClass: new(""), Error: new(""), StartedAt: new(started),
+				CompletedAt: new(completed)}})
+		return
+	}
+	class := st.ErrorClass
+	if class == "" {
+		class = wrapper.ClassExit
+	}
+	run.Status = new(store.Failed)
+	a.retryAfter = 0
+	if class == wrapper.ClassRateLimit {
+		a.pauseMode(t, st)
+	}
+	if st.ToolMissing {
+		// The tool's executable is not on the node: a retry would fail the
+		// same way (validate and start check for it before anything runs;
+		// this is a node that changed since).
+		t.RetriesUsed = t.MaxRetries
+	}
+	a.fail(t, t.Status, class, st.Error, st.ExitCode, run)
+}
+
+// pauseMode pauses every launch on the api_mode a rate-limited attempt ran
+// under: the limit is the account's. The pause lasts until the reset the
+// tool named, measured from now on the controller's clock (the wrapper
+// gives it in seconds), or for the backoff when it named none. The pause,
+// not the task, does the waiting: the retry may run at once under a
+// fallback mode or on another node's account.
+func (a *applier) pauseMode(t *store.Task, st *wrapper.Status) {
+	a.retryAfter = time.Duration(st.RetryAfterSeconds * float64(time.Second))
+	pause := a.retryAfter
+	if pause <= 0 {
+		// A limit is seldom over in less than a minute: a shorter pause
+		// would spend the rate-limit retries on the same account instead
+		// of letting a fallback take over.
+		pause = max(a.c.backoff(t.RateLimitRetries+1), unknownResetPause)
+	}
+	mode := a.runs[runKey{t.Project, t.ID, t.Attempt}].mode
+	if mode == "" {
+		mode = a.c.modeKey(t.Node)
+	}
+	why := "reset named by the tool"
+	if a.retryAfter <= 0 {
+		why = "the tool named no reset; backing off"
+	}
+	a.emit(op{pause: &store.Pause{APIMode: mode, Until: a.now.Add(pause),
+		Reason: fmt.Sprintf("rate limit hit by %s/%s on %s (%s)", t.Project, t.ID, t.Node, why)}})
+}
+
+// modeKey names what a rate limit pauses: the node's api_mode, or the node
+// itself when it has none (its own login).
+func (c *Controller) modeKey(node string) string {
+	if n, ok := c.cfg.Node(node); ok && n.APIMode != "" {
+		return n.APIMode
+	}
+	return "node:" + node
+}
+
+// unknownResetPause is the shortest pause of an api_mode after a rate limit
+// whose reset the tool did not name (claude facing a long Retry-After,
+// codex with an API key).
+const unknownResetPause = time.Minute
+
+// maxRateLimitRetries caps the retries after rate limits, which do not use
+// up max_retries.
+const maxRateLimitRetries = 10
+
+// fail moves the current attempt to failed with its run record, then retries
+// it after the backoff when its class is retryable and retries remain.
+func (a *applier) fail(t *store.Task, from, class, msg string, exitCode int, run store.RunPatch) {
+	a.setRun(t, run)
+	if msg == "" {
+		msg = class
+	}
+	a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: from, To: store.Failed,
+		Message: fmt.Sprintf("attempt %d failed (%s): %s", t.Attempt, class, msg),
+		Set:     store.TaskPatch{ExitCode: new(exitCode), ErrorClass: new(class), Error: new(msg), CompletedAt: new(a.now)}})
+	a.retry(t, store.Failed, class)
+}
+
+// lose marks the current attempt lost (its node is gone) and requeues it.
+func (a *applier) lose(t *store.Task, msg string) {
+	a.setRun(t, store.RunPatch{Status: new(store.Lost), ErrorClass: new(store.Lost), Error: new(msg)})
+	a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: t.Status, To: store.Lost,
+		Message: msg, Set: store.TaskPatch{ErrorClass: new(store.Lost), Error: new(msg)}})
+	a.retry(t, store.Lost, store.Lost)
+}
+
+func (a *applier) retry(t *store.Task, from, class string) {
+	change, gaveUp := decideRetry(*t, from, class, a.now, a.c.backoff)
+	switch {
+	case change != nil:
+		a.transition(t, *change)
+	case gaveUp != "":
+		a.event(store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: "gave_up", Message: gaveUp})
+	}
+}
+
+// decideRetry is the retry policy for an attempt of t that just moved to
+// from (failed or lost) with an error class: a transition back to pending
+// with its not_before (or, for a lost attempt out of retries, to failed),
+// or no transition and why the task gives up. backoff(n) is the delay
+// before retry n. Rate limits have their own count and never use up
+// max_retries.
+func decideRetry(t store.Task, from, class string, now time.Time, backoff func(int) time.Duration) (change *store.Change, gaveUp string) {
+	if class == wrapper.ClassRateLimit {
+		if t.RateLimitRetries >= maxRateLimitRetries {
+			return nil, fmt.Sprintf("rate limited %d times; giving up", t.RateLimitRetries)
+		}
+		n := t.RateLimitRetries + 1
+		return &store.Change{Project: t.Project, Task: t.ID, From: from, To: store.Pending, Kind: "retry",
+			Message: fmt.Sprintf("rate limited: retry %d of %d once its api_mode's pause ends or under a fallback (does not use max_retries)", n, maxRateLimitRetries),
+			Set:     store.TaskPatch{RateLimitRetries: new(n), NotBefore: new(now.Add(backoff(n)))}}, ""
+	}
+	if !retryable[class] || t.RetriesUsed >= t.MaxRetries {
+		switch {
+		case from == store.Lost:
+			return &store.Change{Project: t.Project, Task: t.ID, From: store.Lost, To: store.Failed,
+				Message: fmt.Sprintf("out of retries (%d used)", t.RetriesUsed)}, ""
+		case retryable[class]:
+			return nil, fmt.Sprintf("out of retries (%d of %d used)", t.RetriesUsed, t.MaxRetries)
+		}
+		return nil, fmt.Sprintf("%s errors are not retried", class)
+	}
+	n := t.RetriesUsed + 1
+	delay := backoff(n)
+	return &store.Change{Project: t.Project, Task: t.ID, From: from, To: store.Pending, Kind: "retry",
+		Message: fmt.Sprintf("retry %d of %d in %s", n, t.MaxRetries, delay.Round(time.Millisecond)),
+		Set:     store.TaskPatch{RetriesUsed: new(n), NotBefore: new(now.Add(delay))}}, ""
+}
+
+// backoff is the delay before retry n: min(retry_backoff_max,
+// retry_backoff × 2^(n-1)) plus up to 20% jitter.
+func (c *Controller) backoff(n int) time.Duration {
+	base := c.cfg.Controller.RetryBackoff
+	d := time.Duration(float64(base) * math.Pow(2, float64(n-1)))
+	if limit := c.cfg.Controller.RetryBackoffMax; d > limit || d <= 0 {
+		d = limit
+	}
+	return d + time.Duration(float64(d)*0.2*c.opts.Jitter())
+}
+
+// blocked moves pending tasks with a dependency that failed for good (or is
+// blocked or canceled) to blocked, and back to pending when the operator
+// retried that dependency.
+func (a *applier) blocked(tasks []store.Task) {
+	byID := make(map[string]*store.Task, len(tasks))
+	for i := range tasks {
+		byID[tasks[i].ID] = &tasks[i]
+	}
+	dead := func(s string) bool { return s == store.Failed || s == store.Blocked || s == store.Canceled }
+	// Blocking propagates along chains; repeat until nothing changes.
+	for changed := true; changed; {
+		changed = false
+		for i := range tasks {
+			t := &tasks[i]
+			var culprit string
+			for _, d := range t.DependsOn {
+				if dep := byID[d]; dep != nil && dead(dep.Status) {
+					culprit = d + " " + dep.Status
+					break
+				}
+			}
+			switch {
+			case t.Status == store.Pending && culprit != "":
+				a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: store.Pending, To: store.Blocked,
+					Message: "dependency " + culprit})
+				changed = true
+			case t.Status == store.Blocked && culprit == "":
+				a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: store.Blocked, To: store.Pending,
+					Message: "dependencies no longer failed"})
+				changed = true
+			}
+		}
+	}
+}
+
+// depsCompleted reports whether every dependency of t is completed.
+func depsCompleted(t *store.Task, byID map[string]*store.Task) bool {
+	return !slices.ContainsFunc(t.DependsOn, func(d string) bool {
+		dep := byID[d]
+		return dep == nil || dep.Status != store.Completed
+	})
+}
+
+// parseRemoteTime reads a time the wrapper wrote, for display only.
+func parseRemoteTime(s string, fallback time.Time) time.Time {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t
+	}
+	return fallback
+}
+
+// uncollectable requeues a completed task whose outputs were never collected
+// when its node has been offline for node_offline_timeout: its results would
+// otherwise never reach the operator, and the project would never finish.
+func (a *applier) uncollectable(t *store.Task) {
+	p := a.pulls[t.Node]
+	if p == nil || p.err == nil || p.skipped {
+		return
+	}
+	since := a.prev[t.Node].OfflineSince
+	if since.IsZero() || since.Before(a.c.started) {
+		since = a.c.started
+	}
+	if a.now.Sub(since) < a.c.cfg.Controller.NodeOfflineTimeout {
+		return
+	}
+	if a.runs[runKey{t.Project, t.ID, t.Attempt}].collected {
+		return
+	}
+	a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: store.Completed, To: store.Pending, Kind: "requeue",
+		Message: fmt.Sprintf("outputs of attempt %d could not be collected: %s offline since %s", t.Attempt, t.Node, since.Format(time.RFC3339))})
+}
+
+// stopStarting cancels the tasks that have not started once halt: {fail: N}
+// or the project's budget is reached (running ones finish and are
+// collected), so the project ends.
+func (a *applier) stopStarting(project string, tasks []store.Task) {
+	f := a.projects[project]
+	if f.optsErr != nil {
+		return // reported where the project's options are used to launch
+	}
+	if why, ok := haltReached(f.opts, tasks); ok {
+		a.cancelPending(project, tasks, "halt", why, store.TaskPatch{})
+		return
+	}
+	if why, ok := f.opts.BudgetReached(f.usd, f.tokens); ok {
+		a.cancelPending(project, tasks, "budget", why+"; nothing new starts", store.TaskPatch{Error: new(why)})
+	}
+}
+
+// haltReached says whether halt: {fail: N} stops the project, and how.
+func haltReached(opts store.ProjectOptions, tasks []store.Task) (string, bool) {
+	if opts.HaltFail <= 0 {
+		return "", false
+	}
+	failed := 0
+	for _, t := range tasks {
+		if t.Status == store.Failed {
+			failed++
+		}
+	}
+	return fmt.Sprintf("halted: %d task(s) failed (halt: {fail: %d})", failed, opts.HaltFail), failed >= opts.HaltFail
+}
+
+// cancelPending cancels the project's pending and blocked tasks.
+func (a *applier) cancelPending(project string, tasks []store.Task, kind, why string, set store.TaskPatch) {
+	for i := range tasks {
+		t := &tasks[i]
+		if t.Status != store.Pending && t.Status != store.Blocked {
+			continue
+		}
+		a.transition(t, store.Change{Project: project, Task: t.ID, From: t.Status, To: store.Canceled, Kind: kind,
+			Message: why, Set: set})
+	}
+}
+
+// neededRuns lists the attempts whose run rows the decisions over tasks
+// will read: the api_mode of an attempt that hit a rate limit, whether a
+// completed attempt on an offline node was collected.
+func neededRuns(tasks []store.Task, pulls map[string]*pull) []runKey {
+	var out []runKey
+	for _, t := range tasks {
+		p := pulls[t.Node]
+		if p == nil || p.skipped {
+			continue
+		}
+		switch {
+		case t.Status == store.Completed && p.err != nil:
+		case (t.Status == store.Claimed || t.Status == store.Running) && p.err == nil:
+			ts := p.tasks[taskKey(t.Project, t.ID)]
+			if ts == nil || ts.Status == nil || ts.Status.Attempt != t.Attempt || ts.Status.ErrorClass != wrapper.ClassRateLimit {
+				continue
+			}
+		default:
+			continue
+		}
+		out = append(out, runKey{t.Project, t.ID, t.Attempt})
+	}
+	return out
+}

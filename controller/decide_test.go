@@ -1,0 +1,293 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/wrapper"
+)
+
+// The decisions of a tick are table-tested here over data alone: no
+// database, no node, no process, no sleep.
+
+var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+// decider returns a controller that decides only: built by New (which does
+// no I/O) from a nodes.yaml, with a fixed clock and no jitter.
+func decider(t *testing.T, yaml string) *Controller {
+	t.Helper()
+	cfg, err := nodes.Parse("nodes.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(Options{Config: cfg, Now: func() time.Time { return t0 }, Jitter: func() float64 { return 0 },
+		LookupEnv: func(string) (string, bool) { return "k", true }})
+	c.started = t0.Add(-time.Hour)
+	return c
+}
+
+const decideNodes = `
+controller:
+  retry_backoff: 10s
+  retry_backoff_max: 5m
+  heartbeat_timeout: 2m
+  node_offline_timeout: 10m
+api_modes:
+  team: {env: {KEY: "${KEY}"}}
+nodes:
+  - {name: n1, slots: 2, api_mode: team}
+  - {name: n2, slots: 2}
+`
+
+func TestDecideRetry(t *testing.T) {
+	backoff := func(n int) time.Duration { return time.Duration(n) * 10 * time.Second }
+	tests := []struct {
+		name        string
+		task        store.Task
+		from, class string
+		want        string // the change, or "gave up: <why>"
+	}{
+		{"exit with retries left", store.Task{ID: "S01", MaxRetries: 3, RetriesUsed: 1}, store.Failed, wrapper.ClassExit,
+			"failed→pending retry 2 of 3 in 20s; NotBefore=2026-11-22T12:00:20Z RetriesUsed=2"},
+		{"out of retries", store.Task{ID: "S01", MaxRetries: 3, RetriesUsed: 3}, store.Failed, wrapper.ClassExit,
+			"gave up: out of retries (3 of 3 used)"},
+		{"auth is never retried", store.Task{ID: "S01", MaxRetries: 3}, store.Failed, wrapper.ClassAuth,
+			"gave up: auth errors are not retried"},
+		{"lost out of retries fails", store.Task{ID: "S01", MaxRetries: 1, RetriesUsed: 1}, store.Lost, store.Lost,
+			"lost→failed out of retries (1 used);"},
+		{"lost with retries left is requeued", store.Task{ID: "S01", MaxRetries: 1}, store.Lost, store.Lost,
+			"lost→pending retry 1 of 1 in 10s; NotBefore=2026-11-22T12:00:10Z RetriesUsed=1"},
+		{"rate limit does not use max_retries", store.Task{ID: "S01", MaxRetries: 0, RetriesUsed: 0, RateLimitRetries: 2},
+			store.Failed, wrapper.ClassRateLimit,
+			"failed→pending rate limited: retry 3 of 10 once its api_mode's pause ends or under a fallback (does not use max_retries); NotBefore=2026-11-22T12:00:30Z RateLimitRetries=3"},
+		{"rate limits run out", store.Task{ID: "S01", RateLimitRetries: maxRateLimitRetries}, store.Failed, wrapper.ClassRateLimit,
+			"gave up: rate limited 10 times; giving up"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ch, gaveUp := decideRetry(tt.task, tt.from, tt.class, t0, backoff)
+			got := "gave up: " + gaveUp
+			if ch != nil {
+				got = fmt.Sprintf("%s→%s %s; %s", ch.From, ch.To, ch.Message, patchString(ch.Set))
+			}
+			if strings.TrimSpace(got) != strings.TrimSpace(tt.want) {
+				t.Errorf("got  %s\nwant %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// nodeSays builds the pulls of a tick: each node's tasks as its wrapper
+// reported them; a node mapped to an error did not answer.
+func nodeSays(byNode map[string]any) map[string]*pull {
+	pulls := map[string]*pull{}
+	for name, v := range byNode {
+		p := &pull{node: name, tasks: map[string]*wrapper.TaskStatus{}, status: &wrapper.NodeStatus{}}
+		switch v := v.(type) {
+		case error:
+			p.err, p.status = v, nil
+		case []wrapper.TaskStatus:
+			p.status.Tasks = v
+			for i := range v {
+				p.tasks[taskKey(v[i].Project, v[i].Task)] = &p.status.Tasks[i]
+			}
+		}
+		pulls[name] = p
+	}
+	return pulls
+}
+
+func TestApplyDecisions(t *testing.T) {
+	running := func(id string, attempt int, hb string, alive bool) wrapper.TaskStatus {
+		return wrapper.TaskStatus{Project: "p", Task: id, Heartbeat: hb, Alive: alive,
+			Status: &wrapper.Status{Status: wrapper.StatusRunning, Attempt: attempt, PID: 42}}
+	}
+	ended := func(id string, attempt int, status, class string) wrapper.TaskStatus {
+		return wrapper.TaskStatus{Project: "p", Task: id, Status: &wrapper.Status{Status: status, Attempt: attempt,
+			ErrorClass: class, RetryAfterSeconds: 90, ExitCode: 1, CompletedAt: t0.Format(time.RFC3339)}}
+	}
+	task := func(id, status, node string, attempt int, deps ...string) store.Task {
+		return store.Task{Project: "p", ID: id, Status: status, Node: node, Attempt: attempt, DependsOn: deps,
+			MaxRetries: 2, Heartbeat: "1", HeartbeatAt: t0.Add(-time.Minute)}
+	}
+	tests := []struct {
+		name    string
+		tasks   []store.Task
+		pulls   map[string]any
+		runs    map[runKey]runFacts
+		prev    map[string]store.Node
+		opts    store.ProjectOptions
+		want    []string
+		changed int
+	}{
+		{
+			name:  "a claimed attempt seen running starts",
+			tasks: []store.Task{task("S01", store.Claimed, "n1", 1)},
+			pulls: map[string]any{"n1": []wrapper.TaskStatus{running("S01", 1, "1", true)}},
+			want: []string{"S01 claimed→running: on n1 (pid 42)",
+				"run S01#1 PID=42 StartedAt=2026-11-22T12:00:00Z Status=running"},
+			changed: 1,
+		},
+		{
+			name:  "a beating heartbeat is recorded and nothing else",
+			tasks: []store.Task{task("S01", store.Running, "n1", 1)},
+			pulls: map[string]any{"n1": []wrapper.TaskStatus{running("S01", 1, "2", true)}},
+			want:  []string{"task S01 Heartbeat=2 HeartbeatAt=2026-11-22T12:00:00Z"},
+		},
+		{
+			name: "a heartbeat unchanged past heartbeat_timeout is hung, and retried",
+			tasks: []store.Task{func() store.Task {
+				t := task("S01", store.Running, "n1", 1)
+				t.HeartbeatAt = t0.Add(-3 * time.Minute)
+				return t
+			}()},
+			pulls: map[string]any{"n1": []wrapper.TaskStatus{running("S01", 1, "1", true)}},
+			want: []string{"run S01#1 CompletedAt=2026-11-22T12:00:00Z Error=hung: heartbeat unchanged for 3m0s while the wrapper (pid 42) is alive ErrorClass=hung Status=failed",
+				"S01 running→failed: attempt 1 failed (hung): hung: heartbeat unchanged for 3m0s while the wrapper (pid 42) is alive",
+				"S01 failed→pending: retry 1 of 2 in 10s",
+				// No longer current, the hung attempt is killed before the retry.
+				"event S01 stale: attempt 1 still runs on n1 but is not current; killing it"},
+			changed: 2,
+		},
+		{
+			name:  "a dead wrapper whose status says running is a crash",
+			tasks: []store.Task{task("S01", store.Running, "n1", 1)},
+			pulls: map[string]any{"n1": []wrapper.TaskStatus{running("S01", 1, "1", false)}},
+			want: []string{"run S01#1 CompletedAt=2026-11-22T12:00:00Z Error=wrapper (pid 42) is gone while the attempt was running ErrorClass=crash Status=failed",
+				"S01 running→failed: attempt 1 failed (crash): wrapper (pid 42) is gone while the attempt was running",
+				"S01 failed→pending: retry 1 of 2 in 10s",
+				"event S01 orphan: the wrapper of attempt 1 on n1 is gone; killing what its tool left running before the task runs again"},
+			changed: 2,
+		},
+		{
+			name:  "a completion is recorded; the status of an older attempt is ignored",
+			tasks: []store.Task{func() store.Task { t := task("S01", store.Claimed, "n1", 2); t.HeartbeatAt = t0; return t }(), task("S02", store.Running, "n1", 1)},
+			pulls: map[string]any{"n1": []wrapper.TaskStatus{ended("S01", 1, wrapper.StatusCompleted, ""), ended("S02", 1, wrapper.StatusCompleted, "")}},
+			want: []string{"run S02#1 CompletedAt=2026-11-22T12:00:00Z Error= ErrorClass= ExitCode=1 LogBytes=0 PID=0 SessionID= Signal= StartedAt=2026-11-22T12:00:00Z Status=completed TokensIn=0 TokensOut=0 CostUSD=0",
+				"S02 running→completed: on n1"},
+			changed: 1,
+		},
+		{
+			name:  "a failure blocks the dependents once out of retries, along the chain",
+			tasks: []store.Task{func() store.Task { t := task("S01", store.Running, "n1", 3); t.RetriesUsed = 2; return t }(), task("S02", store.Pending, "", 0, "S01"), task("S03", store.Pending, "", 0, "S02")},
+			pulls: map[string]any{"n1": []wrapper.TaskStatus{ended("S01", 3, wrapper.StatusFailed, wrapper.ClassExit)}},
+			want: []string{"run S01#3",
+				"S01 running→failed: attempt 3 failed (exit): exit",
+				"event S01 gave_up: out of retries (2 of 2 used)",
+				"S02 pending→blocked: dependency S01 failed",
+				"S03 pending→blocked: dependency S02 blocked"},
+			changed: 3,
+		},
+		{
+			name:  "a rate limit pauses the api_mode the attempt ran under, and retries outside max_retries",
+			tasks: []store.Task{task("S01", store.Running, "n1", 1)},
+			pulls: map[string]any{"n1": []wrapper.TaskStatus{ended("S01", 1, wrapper.StatusFailed, wrapper.ClassRateLimit)}},
+			runs:  map[runKey]runFacts{{"p", "S01", 1}: {mode: "fallback-team"}},
+			want: []string{"pause fallback-team", "run S01#1",
+				"S01 running→failed: attempt 1 failed (rate_limit): rate_limit",
+				"S01 failed→pending: rate limited: retry 1 of 10"},
+			changed: 2,
+		},
+		{
+			name:  "a node offline past node_offline_timeout loses its attempts",
+			tasks: []store.Task{task("S01", store.Running, "n2", 1)},
+			pulls: map[string]any{"n2": errors.New("connection refused")},
+			prev:  map[string]store.Node{"n2": {Name: "n2", State: store.NodeOffline, OfflineSince: t0.Add(-20 * time.Minute)}},
+			want: []string{"run S01#1 Error=node n2 offline since 2026-11-22T11:40:00Z: connection refused ErrorClass=lost Status=lost",
+				"S01 running→lost: node n2 offline since 2026-11-22T11:40:00Z: connection refused",
+				"S01 lost→pending: retry 1 of 2 in 10s"},
+			changed: 2,
+		},
+		{
+			name:  "a node offline for less than node_offline_timeout keeps its attempts",
+			tasks: []store.Task{task("S01", store.Running, "n2", 1)},
+			pulls: map[string]any{"n2": errors.New("connection refused")},
+			prev:  map[string]store.Node{"n2": {Name: "n2", State: store.NodeOffline, OfflineSince: t0.Add(-9 * time.Minute)}},
+		},
+		{
+			name: "a claim with no trace on its node is requeued after the grace",
+			tasks: []store.Task{func() store.Task {
+				t := task("S01", store.Claimed, "n1", 1)
+				t.HeartbeatAt = t0.Add(-claimGrace)
+				return t
+			}()},
+			pulls: map[string]any{"n1": []wrapper.TaskStatus{}},
+			want: []string{"run S01#1 Error=the launch never started on the node Status=lost",
+				"S01 claimed→pending: no trace of attempt on n1; launching again"},
+			changed: 1,
+		},
+		{
+			name: "a claim within the grace waits",
+			tasks: []store.Task{func() store.Task {
+				t := task("S01", store.Claimed, "n1", 1)
+				t.HeartbeatAt = t0.Add(-time.Second)
+				return t
+			}()},
+			pulls: map[string]any{"n1": []wrapper.TaskStatus{}},
+		},
+		{
+			name:    "halt: {fail: 1} cancels what has not started",
+			tasks:   []store.Task{task("S01", store.Failed, "n1", 3), task("S02", store.Pending, "", 0), task("S03", store.Running, "n1", 1)},
+			pulls:   map[string]any{"n1": []wrapper.TaskStatus{running("S03", 1, "1", true)}},
+			opts:    store.ProjectOptions{HaltFail: 1},
+			want:    []string{"S02 pending→canceled: halted: 1 task(s) failed (halt: {fail: 1})"},
+			changed: 1,
+		},
+		{
+			name:  "a live attempt the database does not expect is stale",
+			tasks: []store.Task{task("S01", store.Running, "n1", 2)},
+			pulls: map[string]any{"n1": []wrapper.TaskStatus{running("S01", 2, "1", true)}, "n2": []wrapper.TaskStatus{running("S01", 1, "1", true)}},
+			want:  []string{"event S01 stale: attempt 1 still runs on n2 but is not current; killing it"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := decider(t, decideNodes)
+			snap := &snapshot{projects: []string{"p"}, tasks: map[string][]store.Task{"p": tt.tasks},
+				facts: map[string]projectFacts{"p": {opts: tt.opts}}, runs: tt.runs}
+			plan := c.decideApply(snap, nodeSays(tt.pulls), tt.prev, nil, t0)
+			var got []string
+			for _, o := range plan.ops {
+				got = append(got, o.String())
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("ops:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tt.want, "\n  "))
+			}
+			for i := range got {
+				if !strings.HasPrefix(got[i], tt.want[i]) && !sameFields(got[i], tt.want[i]) {
+					t.Errorf("op %d:\n  %s\nwant\n  %s", i, got[i], tt.want[i])
+				}
+			}
+			if plan.changed != tt.changed {
+				t.Errorf("changed = %d, want %d", plan.changed, tt.changed)
+			}
+			if len(plan.nodes) != len(tt.pulls) {
+				t.Errorf("%d node records for %d pulls", len(plan.nodes), len(tt.pulls))
+			}
+		})
+	}
+}
+
+// sameFields compares two op descriptions as sets of space-separated
+// words, so that a want may list a patch's fields in any order.
+func sameFields(got, want string) bool {
+	g, w := strings.Fields(got), strings.Fields(want)
+	if len(g) != len(w) {
+		return false
+	}
+	seen := map[string]int{}
+	for _, f := range g {
+		seen[f]++
+	}
+	for _, f := range w {
+		if seen[f]--; seen[f] < 0 {
+			return false
+		}
+	}
+	return true
+}
