@@ -305,6 +305,7 @@ func (a *applier) running(t *store.Task, ts *wrapper.TaskStatus, st *wrapper.Sta
 }
 
 func (a *applier) finished(t *store.Task, st *wrapper.Status) {
+	a.spend(t.Project, st)
 	completed := parseRemoteTime(st.CompletedAt, a.now)
 	started := parseRemoteTime(st.StartedAt, completed)
 	run := store.RunPatch{Status: new(st.Status), PID: new(st.PID), ExitCode: new(st.ExitCode), Signal: new(st.Signal),
@@ -335,6 +336,24 @@ func (a *applier) finished(t *store.Task, st *wrapper.Status) {
 		t.RetriesUsed = t.MaxRetries
 	}
 	a.fail(t, t.Status, class, st.Error, st.ExitCode, run)
+}
+
+// spend adds what a finished attempt cost to its project's spending, so
+// that the budget check of this same tick counts it (the snapshot's
+// figures were read before the attempt's run row is written). The
+// wrapper's figures are clamped: never negative, the cost bounded.
+func (a *applier) spend(project string, st *wrapper.Status) {
+	f, ok := a.projects[project]
+	if !ok {
+		return
+	}
+	f.usd += st.CostUSD
+	if tok := st.TokensIn + st.TokensOut; tok >= 0 && f.tokens < math.MaxInt64/2-tok {
+		f.tokens += tok
+	} else {
+		f.tokens = math.MaxInt64 / 2
+	}
+	a.projects[project] = f
 }
 
 // pauseMode pauses every launch on the api_mode a rate-limited attempt ran

@@ -121,6 +121,7 @@ func TestApplyDecisions(t *testing.T) {
 		pulls   map[string]any
 		runs    map[runKey]runFacts
 		prev    map[string]store.Node
+		spent   float64
 		opts    store.ProjectOptions
 		want    []string
 		changed int
@@ -239,6 +240,19 @@ func TestApplyDecisions(t *testing.T) {
 			changed: 1,
 		},
 		{
+			name:  "what a finished attempt cost counts against the budget in the same tick",
+			tasks: []store.Task{task("S01", store.Running, "n1", 1), task("S02", store.Pending, "", 0)},
+			pulls: map[string]any{"n1": []wrapper.TaskStatus{func() wrapper.TaskStatus {
+				ts := ended("S01", 1, wrapper.StatusCompleted, "")
+				ts.Status.CostUSD = 0.75
+				return ts
+			}()}},
+			opts:    store.ProjectOptions{BudgetUSD: 1},
+			spent:   0.5,
+			want:    []string{"run S01#1", "S01 running→completed: on n1", "S02 pending→canceled: budget reached: $1.25 spent of $1.00; nothing new starts"},
+			changed: 2,
+		},
+		{
 			name:  "a live attempt the database does not expect is stale",
 			tasks: []store.Task{task("S01", store.Running, "n1", 2)},
 			pulls: map[string]any{"n1": []wrapper.TaskStatus{running("S01", 2, "1", true)}, "n2": []wrapper.TaskStatus{running("S01", 1, "1", true)}},
@@ -249,7 +263,7 @@ func TestApplyDecisions(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := decider(t, decideNodes)
 			snap := &snapshot{projects: []string{"p"}, tasks: map[string][]store.Task{"p": tt.tasks},
-				facts: map[string]projectFacts{"p": {opts: tt.opts}}, runs: tt.runs}
+				facts: map[string]projectFacts{"p": {opts: tt.opts, usd: tt.spent}}, runs: tt.runs}
 			plan := c.decideApply(snap, nodeSays(tt.pulls), tt.prev, nil, t0)
 			var got []string
 			for _, o := range plan.ops {
