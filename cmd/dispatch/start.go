@@ -42,6 +42,12 @@ func startCommand() *cli.Command {
 // loaded and stored (see startAction).
 const loadGCPercent = 20
 
+// loadMemoryLimit is the Go heap's soft limit while a project is loaded
+// and stored: the collector runs (and returns memory to the system) as the
+// heap nears it, whatever loadGCPercent allows. A project whose parsed
+// specs alone exceed it costs collector time, never a failure.
+const loadMemoryLimit = 48 << 20
+
 func startAction(c *cli.Context) error {
 	ctx := c.Context
 	e, err := newEnv(c)
@@ -65,7 +71,11 @@ func startAction(c *cli.Context) error {
 	// hundred MB allocated for 40 MB of text): collect it more often until
 	// the project is stored, so the peak stays near what is live.
 	gc := debug.SetGCPercent(loadGCPercent)
-	restoreGC := sync.OnceFunc(func() { debug.SetGCPercent(gc) })
+	limit := debug.SetMemoryLimit(loadMemoryLimit)
+	restoreGC := sync.OnceFunc(func() {
+		debug.SetGCPercent(gc)
+		debug.SetMemoryLimit(limit)
+	})
 	defer restoreGC()
 	cfg, p, rows, err := plan(ctx, e, name, only, so)
 	if err != nil {
@@ -106,7 +116,14 @@ func startAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	// The parsed project is stored: from here on the controller reads the
+	// database. Drop it and collect now, so that the collector's next goal
+	// is set from what stays live (a few MiB), not from the 10,000 parsed
+	// specs (tens of MiB); otherwise the first ticks' garbage could grow
+	// the heap to twice that before the next collection.
+	p, rows = nil, nil
 	restoreGC()
+	debug.FreeOSMemory()
 	for _, id := range added.Changed {
 		fmt.Fprintf(e.errOut, "note: %s/%s changed since it ran; it keeps its snapshot (dispatch retry %s %s reruns it)\n", name, id, name, id)
 	}
