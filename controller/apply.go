@@ -209,7 +209,10 @@ func findStale(pulls map[string]*pull, current map[string]*store.Task) []staleAt
 			}
 			t := current[taskKey(ts.Project, ts.Task)]
 			if t != nil && t.Node == name && t.Attempt == ts.Status.Attempt &&
-				(t.Status == store.Claimed || t.Status == store.Running) {
+				(t.Status == store.Claimed || t.Status == store.Running || ended(ts.Status.Status)) {
+				// The current attempt, or the one whose end was just
+				// recorded while its supervisor is still exiting: its tool
+				// is done, and killing it would only hold the node back.
 				continue
 			}
 			sa := staleAttempt{node: name, project: ts.Project, task: ts.Task, dir: ts.Dir, attempt: ts.Status.Attempt, orphan: orphan, foreign: t == nil}
@@ -220,6 +223,12 @@ func findStale(pulls map[string]*pull, current map[string]*store.Task) []staleAt
 		}
 	}
 	return out
+}
+
+// ended reports whether a status is one a supervisor writes once its
+// tool's group is gone.
+func ended(status string) bool {
+	return status == wrapper.StatusCompleted || status == wrapper.StatusFailed || status == wrapper.StatusKilled
 }
 
 // staleGrace is the grace a stale attempt gets when it is killed: its

@@ -28,30 +28,24 @@ import (
 // node disappears later: every attempt's task.log goes to attempts/<n>/, and
 // the latest attempt's output/ and task.log to the top of the task's
 // directory, with the manifest in the database.
-func (c *Controller) collectAll(ctx context.Context, projects []string, pulls map[string]*pull) error {
-	current := map[string]int{}
+func (c *Controller) collectAll(ctx context.Context, projects []string, pulls map[string]*pull, launching map[string]bool) error {
+	current := map[string]bool{}
 	byNode := map[string][]store.Run{}
 	unkilledNodes, _ := c.unkilled()
 	for _, project := range projects {
-		tasks, err := c.st.Tasks(ctx, project)
+		runs, isCurrent, err := c.st.Uncollected(ctx, project)
 		if err != nil {
 			return err
 		}
-		for _, t := range tasks {
-			current[taskKey(project, t.ID)] = t.Attempt
-		}
-		runs, err := c.st.Runs(ctx, project, "")
-		if err != nil {
-			return err
-		}
-		for _, r := range runs { // by task, then attempt
-			if !r.CollectedAt.IsZero() || (r.Status != store.Completed && r.Status != store.Failed && r.Status != "killed") {
-				continue
-			}
+		for i, r := range runs { // by task, then attempt
 			if p := pulls[r.Node]; p == nil || p.err != nil || unkilledNodes[r.Node] {
 				continue // not reachable, or a stale attempt not killed yet there; try again next tick
 			}
+			if launching[taskKey(r.Project, r.Task)] {
+				continue // its directory is being taken over by the next attempt; collected next tick
+			}
 			byNode[r.Node] = append(byNode[r.Node], r)
+			current[fmt.Sprintf("%s#%d", taskKey(r.Project, r.Task), r.Attempt)] = isCurrent[i]
 		}
 	}
 	var mu sync.Mutex
@@ -60,13 +54,13 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 	for name := range byNode {
 		names = append(names, name)
 	}
-	c.onNodes(names, working, c.callTimeout(), func(n *nodeRuntime) {
+	c.onNodes(names, collecting, c.callTimeout(), func(n *nodeRuntime) {
 		for _, r := range byNode[n.cfg.Name] {
 			key := fmt.Sprintf("%s#%d", taskKey(r.Project, r.Task), r.Attempt)
 			if c.collectWait(key) {
 				continue // a failed try waits a little before the next
 			}
-			isCurrent := r.Attempt == current[taskKey(r.Project, r.Task)]
+			isCurrent := current[key]
 			err := c.collect(ctx, n, r, isCurrent)
 			if err == nil || ctx.Err() != nil {
 				continue

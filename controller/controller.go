@@ -119,7 +119,7 @@ func New(opts Options) *Controller {
 		if len(allowed) > 0 && !allowed[n.Name] {
 			continue
 		}
-		c.nodes[n.Name] = &nodeRuntime{cfg: n, tr: opts.Transports[n.Name]}
+		c.nodes[n.Name] = &nodeRuntime{cfg: n, tr: opts.Transports[n.Name], checked: make(chan struct{}, 1)}
 		if why := modeProblem(opts.Config, n, opts.LookupEnv); why != "" {
 			c.unusable[n.Name] = why
 			c.log.Warn("node takes no tasks", keyNode, n.Name, "reason", why)
@@ -159,8 +159,18 @@ func (c *Controller) Tick(ctx context.Context) (TickResult, error) {
 	if len(claims) > 0 {
 		crashPoint(CrashAfterClaim)
 	}
+	// What finished is collected while the new attempts launch: on a
+	// node, a launch and a collection are two SSH sessions side by side. A
+	// task being launched again is left for the next tick, since its
+	// directory is being taken over.
+	launching := map[string]bool{}
+	for _, cl := range claims {
+		launching[taskKey(cl.task.Project, cl.task.ID)] = true
+	}
+	collected := make(chan error, 1)
+	go func() { collected <- c.collectAll(ctx, names, pulls, launching) }()
 	res.Launched = c.launchAll(ctx, claims)
-	if err := c.collectAll(ctx, names, pulls); err != nil {
+	if err := <-collected; err != nil {
 		c.log.Warn("collect outputs", "err", err)
 	}
 	done, err := c.finishProjects(ctx, projects)

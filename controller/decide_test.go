@@ -253,6 +253,17 @@ func TestApplyDecisions(t *testing.T) {
 			changed: 2,
 		},
 		{
+			name:  "a supervisor still exiting after its end is recorded is not stale",
+			tasks: []store.Task{task("S01", store.Running, "n1", 1)},
+			pulls: map[string]any{"n1": []wrapper.TaskStatus{func() wrapper.TaskStatus {
+				ts := ended("S01", 1, wrapper.StatusCompleted, "")
+				ts.Alive = true
+				return ts
+			}()}},
+			want:    []string{"run S01#1", "S01 running→completed: on n1"},
+			changed: 1,
+		},
+		{
 			name:  "a live attempt the database does not expect is stale",
 			tasks: []store.Task{task("S01", store.Running, "n1", 2)},
 			pulls: map[string]any{"n1": []wrapper.TaskStatus{running("S01", 2, "1", true)}, "n2": []wrapper.TaskStatus{running("S01", 1, "1", true)}},

@@ -26,6 +26,10 @@ type nodeRuntime struct {
 	// so that a long collection never makes a healthy node miss its pull.
 	pulling atomic.Bool
 	working atomic.Bool
+	// collecting is set while the node's finished attempts are being
+	// collected: beside the tick's launches, never beside another
+	// collection.
+	collecting atomic.Bool
 
 	// inst is the node's checked wrapper installation (absolute work_dir
 	// and wrapper path), nil until checked and again once a call shows it
@@ -37,6 +41,18 @@ type nodeRuntime struct {
 	// streamUp is set while the node's status stream is open (see
 	// stream.go).
 	streamUp atomic.Bool
+	// checked receives a value (without blocking) each time the wrapper
+	// is found installed, so that the stream opens at once.
+	checked chan struct{}
+}
+
+// setInstalled records n's checked installation and tells the stream.
+func (n *nodeRuntime) setInstalled(inst *nodes.Installed) {
+	n.inst.Store(inst)
+	select {
+	case n.checked <- struct{}{}:
+	default:
+	}
 }
 
 // installed returns the node's checked installation, or nil.
@@ -139,8 +155,9 @@ func (c *Controller) pullAll(ctx context.Context, projects []string) map[string]
 	return out
 }
 
-func pulling(n *nodeRuntime) *atomic.Bool { return &n.pulling }
-func working(n *nodeRuntime) *atomic.Bool { return &n.working }
+func pulling(n *nodeRuntime) *atomic.Bool    { return &n.pulling }
+func working(n *nodeRuntime) *atomic.Bool    { return &n.working }
+func collecting(n *nodeRuntime) *atomic.Bool { return &n.collecting }
 
 // callTimeout bounds one remote call (a status, a push, a run, a fetch).
 func (c *Controller) callTimeout() time.Duration {
@@ -253,6 +270,6 @@ func (c *Controller) ensureWrapper(ctx context.Context, n *nodeRuntime) (*nodes.
 	if inst.Reinstalled {
 		c.log.Info("installed wrapper", keyNode, n.cfg.Name, "path", inst.Path, "platform", inst.OS+"/"+inst.Arch)
 	}
-	n.inst.Store(&inst)
+	n.setInstalled(&inst)
 	return &inst, nil
 }

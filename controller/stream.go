@@ -70,9 +70,10 @@ func (c *Controller) streamLoop(ctx context.Context, n *nodeRuntime) {
 			// The pull installs or checks the wrapper first: ask for one
 			// (a failed pull drops the installation, and with a long
 			// poll_interval no tick would come otherwise), then look
-			// again, less often while the node stays down.
+			// again as soon as a pull has checked it, or after the
+			// pause, longer while the node stays down.
 			c.signalWake()
-			if !sleepCtx(ctx, pause) {
+			if !waitCtx(ctx, pause, n.checked) {
 				return
 			}
 			pause = min(2*pause, streamRetryMax)
@@ -172,6 +173,20 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// waitCtx waits d or until ready receives; false when ctx ended first.
+func waitCtx(ctx context.Context, d time.Duration, ready <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-ready:
+		return true
+	case <-t.C:
+		return true
+	}
 }
 
 // sleepCtx waits d; false when ctx ended first.

@@ -229,14 +229,55 @@ func queryProjects(ctx context.Context, q querier, name string) ([]Project, erro
 // Runs returns every attempt of a project's tasks (of one task when task is
 // not empty), by task then attempt.
 func (s *Store) Runs(ctx context.Context, project, task string) ([]Run, error) {
-	query := `SELECT project, task, attempt, node, status, pid, exit_code, signal, error_class, error, claimed_at,
-		started_at, completed_at, log_bytes, tokens_in, tokens_out, cost_usd, collected_at, dangerous, api_mode, session_id FROM runs WHERE project = ?`
+	query := runSelect + " WHERE project = ?"
 	args := []any{project}
 	if task != "" {
 		query += " AND task = ?"
 		args = append(args, task)
 	}
-	rows, err := s.db.QueryContext(ctx, query+" ORDER BY task, attempt", args...)
+	return s.queryRuns(ctx, project, query+" ORDER BY task, attempt", args...)
+}
+
+const runSelect = `SELECT project, task, attempt, node, status, pid, exit_code, signal, error_class, error, claimed_at,
+		started_at, completed_at, log_bytes, tokens_in, tokens_out, cost_usd, collected_at, dangerous, api_mode, session_id FROM runs`
+
+// Uncollected returns the finished attempts of a project whose files are
+// not collected yet, by task then attempt; current[i] says whether the
+// i-th is its task's current attempt.
+func (s *Store) Uncollected(ctx context.Context, project string) (runs []Run, current []bool, err error) {
+	runs, err = s.queryRuns(ctx, project, runSelect+` WHERE project = ? AND collected_at = '' AND status IN (?, ?, ?)
+		ORDER BY task, attempt`, project, Completed, Failed, Killed)
+	if err != nil || len(runs) == 0 {
+		return nil, nil, err
+	}
+	attempts := map[string]int{}
+	rows, err := s.db.QueryContext(ctx, `SELECT t.id, t.attempt FROM tasks t WHERE t.project = ? AND EXISTS
+		(SELECT 1 FROM runs r WHERE r.project = t.project AND r.task = t.id AND r.collected_at = '' AND r.status IN (?, ?, ?))`,
+		project, Completed, Failed, Killed)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the attempts of %s: %w", project, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var a int
+		if err := rows.Scan(&id, &a); err != nil {
+			return nil, nil, fmt.Errorf("read the attempts of %s: %w", project, err)
+		}
+		attempts[id] = a
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	current = make([]bool, len(runs))
+	for i, r := range runs {
+		current[i] = attempts[r.Task] == r.Attempt
+	}
+	return runs, current, nil
+}
+
+func (s *Store) queryRuns(ctx context.Context, project, query string, args ...any) ([]Run, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read runs of %s: %w", project, err)
 	}

@@ -30,11 +30,15 @@ const (
 )
 
 // WriteFileAtomic replaces path with data so that readers see either the old
-// or the new content, never a mix: temp file in the same directory, fsync,
-// rename, fsync of the directory.
+// or the new content, never a mix: temp file in the same directory, then
+// rename. Nothing is synced to disk. A node that loses power loses its
+// attempts anyway: the controller finds them dead (missing or stale
+// status, no supervisor) and runs them again, and the tool's own outputs,
+// which a synced status.json would vouch for, are never synced either.
+// Syncing cost several journal commits per attempt, the largest share of
+// a launch on a busy node.
 func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
 		return fmt.Errorf("create temp file for %s: %w", path, err)
 	}
@@ -50,9 +54,6 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	if err := f.Chmod(perm); err != nil {
 		return fail(fmt.Errorf("chmod %s: %w", tmp, err))
 	}
-	if err := f.Sync(); err != nil {
-		return fail(fmt.Errorf("sync %s: %w", tmp, err))
-	}
 	if err := f.Close(); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("close %s: %w", tmp, err)
@@ -60,12 +61,6 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("rename %s: %w", tmp, err)
-	}
-	// The rename is durable only once the directory is synced; a failure
-	// here loses nothing readers can see, so it is not reported.
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
 	}
 	return nil
 }
