@@ -34,6 +34,11 @@ func fixID(round int) string    { return fmt.Sprintf("F%02d", round) }
 // advance moves a project through its phases (SPEC §8) once the tasks of the
 // current phase are finished and collected, and finishes it at the end.
 func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error) {
+	// Every phase waits for its tasks to end and be collected: while one
+	// has not, nothing moves, and the tick reads no more than a count.
+	if n, err := c.st.Unsettled(ctx, p.Name); err != nil || n > 0 {
+		return false, err
+	}
 	tasks, err := c.st.Tasks(ctx, p.Name)
 	if err != nil {
 		return false, err

@@ -1,16 +1,16 @@
 package nodes
 
 import (
+	"github.com/dispatch-tool/dispatch/internal/yamlval"
+
 	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"math"
 	"path"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -166,68 +166,13 @@ type Tool struct {
 }
 
 // ConfigError is one problem in nodes.yaml, with the line it is on and how to
-// fix it.
-type ConfigError struct {
-	File string
-	Line int // 0 when the problem is not on a line (e.g. the file is missing)
-	Msg  string
-	Fix  string
-	err  error
-}
-
-// Error formats the problem as "FILE:LINE: MSG" plus a "fix:" line.
-// BadInput marks a nodes.yaml problem as the operator's to fix (exit 2).
-func (e *ConfigError) BadInput() bool { return true }
-
-func (e *ConfigError) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		if e.File != "" {
-			b.WriteString(":")
-		} else {
-			b.WriteString("line ")
-		}
-		b.WriteString(strconv.Itoa(e.Line))
-	}
-	if b.Len() > 0 {
-		b.WriteString(": ")
-	}
-	b.WriteString(e.Msg)
-	if e.Fix != "" {
-		b.WriteString("\n  fix: ")
-		b.WriteString(e.Fix)
-	}
-	return b.String()
-}
-
-// Unwrap returns the underlying error, such as fs.ErrNotExist for a missing file.
-func (e *ConfigError) Unwrap() error { return e.err }
+// fix it; its Err is the underlying error, such as fs.ErrNotExist for a
+// missing file.
+type ConfigError = yamlval.Problem
 
 // ConfigErrors is every problem found in one nodes.yaml, in line order. Load and
 // Parse return it, never an empty one.
-type ConfigErrors []*ConfigError
-
-// Error lists the problems, one per paragraph.
-// BadInput marks nodes.yaml problems as the operator's to fix (exit 2).
-func (es ConfigErrors) BadInput() bool { return true }
-
-func (es ConfigErrors) Error() string {
-	s := make([]string, len(es))
-	for i, e := range es {
-		s[i] = e.Error()
-	}
-	return strings.Join(s, "\n")
-}
-
-// Unwrap lets errors.As find each *ConfigError.
-func (es ConfigErrors) Unwrap() []error {
-	errs := make([]error, len(es))
-	for i, e := range es {
-		errs[i] = e
-	}
-	return errs
-}
+type ConfigErrors = yamlval.Problems
 
 var defaultController = Controller{
 	PollInterval:       30 * time.Second,
@@ -251,8 +196,7 @@ const (
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 const (
-	nameFix     = "use letters, digits, '.', '_' and '-', starting with a letter or digit, without '..'"
-	durationFix = "write a Go duration with a unit, such as 30s, 2m or 1h30m"
+	nameFix = "use letters, digits, '.', '_' and '-', starting with a letter or digit, without '..'"
 )
 
 // MaxConfigSize is the largest nodes.yaml Load reads: a thousand nodes fit
@@ -269,17 +213,17 @@ func Load(path string) (*Config, error) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, ConfigErrors{{File: path, Msg: "the file does not exist",
-			Fix: "run `dispatch init` to create one, or pass --config with the path of your nodes.yaml", err: err}}
+			Fix: "run `dispatch init` to create one, or pass --config with the path of your nodes.yaml", Err: err}}
 	case errors.Is(err, spec.ErrNotRegular):
 		return nil, ConfigErrors{{File: path, Msg: "not a regular file",
-			Fix: "replace it with a plain text nodes.yaml, or pass --config with the path of one", err: err}}
+			Fix: "replace it with a plain text nodes.yaml, or pass --config with the path of one", Err: err}}
 	case errors.As(err, &tooLarge):
 		return nil, ConfigErrors{{File: path, Msg: "the file is larger than " + spec.SizeString(MaxConfigSize),
-			Fix: "a nodes.yaml lists nodes and settings: check that --config names the right file", err: err}}
+			Fix: "a nodes.yaml lists nodes and settings: check that --config names the right file", Err: err}}
 	}
 	if err != nil {
 		return nil, ConfigErrors{{File: path, Msg: fmt.Sprintf("cannot read the file: %v", err),
-			Fix: "check that it is a readable file", err: err}}
+			Fix: "check that it is a readable file", Err: err}}
 	}
 	return Parse(path, data)
 }
@@ -288,6 +232,7 @@ func Load(path string) (*Config, error) {
 // problem found is reported, as ConfigErrors.
 func Parse(file string, data []byte) (*Config, error) {
 	p := &parser{file: file, at: map[string]*yaml.Node{}, allTags: map[string]bool{}}
+	p.Doc = yamlval.Doc{Problems: &p.errs, File: file}
 	cfg := p.parse(data)
 	if len(p.errs) > 0 {
 		sort.SliceStable(p.errs, func(i, j int) bool { return p.errs[i].Line < p.errs[j].Line })
@@ -297,6 +242,7 @@ func Parse(file string, data []byte) (*Config, error) {
 }
 
 type parser struct {
+	yamlval.Doc
 	file string
 	errs ConfigErrors
 	// at holds the value nodes that crossCheck reports on, by "section.name.key".
@@ -306,22 +252,10 @@ type parser struct {
 	allTags map[string]bool
 }
 
-func (p *parser) errorAt(line int, fix, format string, args ...any) {
-	p.errs = append(p.errs, &ConfigError{File: p.file, Line: line, Msg: fmt.Sprintf(format, args...), Fix: fix})
-}
-
-func (p *parser) errorf(n *yaml.Node, fix, format string, args ...any) {
-	line := 0
-	if n != nil {
-		line = n.Line
-	}
-	p.errorAt(line, fix, format, args...)
-}
-
 func (p *parser) parse(data []byte) *Config {
 	if !utf8.Valid(data) {
 		line := 1 + bytes.Count(data[:invalidUTF8(data)], []byte("\n"))
-		p.errorAt(line, "save the file as UTF-8", "the file is not valid UTF-8")
+		p.ErrorAt(line, "save the file as UTF-8", "the file is not valid UTF-8")
 		return nil
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -332,17 +266,17 @@ func (p *parser) parse(data []byte) *Config {
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
-		p.errorf(&extra, "keep one document: remove the second '---' and what follows, or merge it into the first",
+		p.Errorf(&extra, "keep one document: remove the second '---' and what follows, or merge it into the first",
 			"the file holds more than one YAML document")
 	} else if err != io.EOF {
 		p.yamlError(err, data)
 		return nil
 	}
-	if doc.Kind == 0 || len(doc.Content) == 0 || isNull(doc.Content[0]) {
-		p.errorAt(1, "describe at least one node under nodes: (`dispatch init` writes an example)", "the file is empty")
+	if doc.Kind == 0 || len(doc.Content) == 0 || yamlval.IsNull(doc.Content[0]) {
+		p.ErrorAt(1, "describe at least one node under nodes: (`dispatch init` writes an example)", "the file is empty")
 		return nil
 	}
-	root := resolve(doc.Content[0])
+	root := yamlval.Resolve(doc.Content[0])
 	f, ok := p.fields(root, "", "the top level", Keys["top"]...)
 	if !ok {
 		return nil
@@ -360,19 +294,8 @@ func (p *parser) parse(data []byte) *Config {
 }
 
 func (p *parser) yamlError(err error, data []byte) {
-	line, msg := spec.YAMLSyntaxError(err, data)
-	// yaml.v3 reports the line of the enclosing context, often the line above a
-	// tab; point at the tab itself.
-	if strings.Contains(msg, "tab") {
-		for i, l := range strings.Split(string(data), "\n") {
-			indent := l[:len(l)-len(strings.TrimLeft(l, " \t"))]
-			if i+1 >= line && strings.Contains(indent, "\t") {
-				line = i + 1
-				break
-			}
-		}
-	}
-	p.errorAt(line, "check the indentation (spaces, not tabs) and the quoting near this line",
+	line, msg := yamlval.SyntaxError(err, data)
+	p.ErrorAt(line, "check the indentation (spaces, not tabs) and the quoting near this line",
 		"invalid YAML: %s", msg)
 }
 
@@ -395,7 +318,7 @@ type pair struct{ key, val *yaml.Node }
 // names n when it is not a mapping.
 func (p *parser) fields(n *yaml.Node, where, what string, known ...string) (map[string]pair, bool) {
 	out := map[string]pair{}
-	if n == nil || isNull(n) {
+	if n == nil || yamlval.IsNull(n) {
 		return out, true
 	}
 	pairs, ok := p.mapping(n, what)
@@ -405,11 +328,7 @@ func (p *parser) fields(n *yaml.Node, where, what string, known ...string) (map[
 	for _, kv := range pairs {
 		k := kv.key.Value
 		if !contains(known, k) {
-			fix := "known keys here are: " + strings.Join(known, ", ")
-			if s := spec.Suggest(k, known); s != "" {
-				fix = fmt.Sprintf("did you mean %q? %s", s, fix)
-			}
-			p.errorf(kv.key, fix, "%sunknown key %q", prefix(where), k)
+			p.Unknown(kv.key, prefix(where), known)
 			continue
 		}
 		out[k] = kv
@@ -420,15 +339,15 @@ func (p *parser) fields(n *yaml.Node, where, what string, known ...string) (map[
 // mapping returns the pairs of mapping n in order, with "<<" merge keys
 // expanded (keys written in n win), and reports duplicate and non-string keys.
 func (p *parser) mapping(n *yaml.Node, what string) ([]pair, bool) {
-	n = resolve(n)
+	n = yamlval.Resolve(n)
 	if n.Kind != yaml.MappingNode {
-		p.errorf(n, "write "+what+" as key: value lines", "%s must be a mapping, not %s", what, describe(n))
+		p.Errorf(n, "write "+what+" as key: value lines", "%s must be a mapping, not %s", what, yamlval.Describe(n))
 		return nil, false
 	}
 	var pairs, merged []pair
 	seen := map[string]*yaml.Node{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
+		k, v := yamlval.Resolve(n.Content[i]), yamlval.Resolve(n.Content[i+1])
 		if k.Tag == "!!merge" {
 			var srcs []*yaml.Node
 			if v.Kind == yaml.SequenceNode {
@@ -444,11 +363,11 @@ func (p *parser) mapping(n *yaml.Node, what string) ([]pair, bool) {
 			continue
 		}
 		if k.Kind != yaml.ScalarNode {
-			p.errorf(k, "use plain words as keys", "a key must be a plain word, not %s", describe(k))
+			p.Errorf(k, "use plain words as keys", "a key must be a plain word, not %s", yamlval.Describe(k))
 			continue
 		}
 		if first, dup := seen[k.Value]; dup {
-			p.errorf(k, "remove one of them", "key %q appears twice in %s (first on line %d)", k.Value, what, first.Line)
+			p.Errorf(k, "remove one of them", "key %q appears twice in %s (first on line %d)", k.Value, what, first.Line)
 			continue
 		}
 		seen[k.Value] = k
@@ -477,7 +396,7 @@ func (p *parser) controller(n *yaml.Node) Controller {
 		{"retry_backoff_max", &c.RetryBackoffMax},
 		{"ssh_connect_timeout", &c.SSHConnectTimeout},
 	} {
-		if v := f[d.key].val; v != nil && !isNull(v) {
+		if v := f[d.key].val; v != nil && !yamlval.IsNull(v) {
 			p.at["controller."+d.key] = v
 			if got, ok := p.duration(v, "controller", d.key); ok {
 				*d.dst = got
@@ -494,16 +413,16 @@ func (p *parser) controller(n *yaml.Node) Controller {
 		{"max_parallel_ssh", &c.MaxParallelSSH, 1},
 		{"collect_max_files", &c.CollectMaxFiles, 1},
 	} {
-		if v := f[i.key].val; v != nil && !isNull(v) {
+		if v := f[i.key].val; v != nil && !yamlval.IsNull(v) {
 			if got, ok := p.integer(v, "controller", i.key, i.min); ok {
 				*i.dst = got
 			}
 		}
 	}
-	if v := f["collect_max_bytes"].val; v != nil && !isNull(v) {
+	if v := f["collect_max_bytes"].val; v != nil && !yamlval.IsNull(v) {
 		if got, ok := p.size(v, "controller", "collect_max_bytes"); ok {
 			if got <= 0 {
-				p.errorf(v, "write a size such as 2GiB", "controller: collect_max_bytes must be more than 0")
+				p.Errorf(v, "write a size such as 2GiB", "controller: collect_max_bytes must be more than 0")
 			} else {
 				c.CollectMaxBytes = got
 			}
@@ -513,32 +432,32 @@ func (p *parser) controller(n *yaml.Node) Controller {
 }
 
 func (p *parser) nodes(root *yaml.Node, kv pair) []Node {
-	if kv.val == nil || isNull(kv.val) {
+	if kv.val == nil || yamlval.IsNull(kv.val) {
 		line := root.Line
 		if kv.key != nil {
 			line = kv.key.Line
 		}
-		p.errorAt(line, "list the machines that run tasks, e.g.\n    nodes:\n      - name: local\n        ssh: null",
+		p.ErrorAt(line, "list the machines that run tasks, e.g.\n    nodes:\n      - name: local\n        ssh: null",
 			"no nodes are defined")
 		return nil
 	}
 	seq := kv.val
 	if seq.Kind != yaml.SequenceNode {
-		p.errorf(seq, "write each node as a list item starting with `- name: ...`",
-			"nodes must be a list, not %s", describe(seq))
+		p.Errorf(seq, "write each node as a list item starting with `- name: ...`",
+			"nodes must be a list, not %s", yamlval.Describe(seq))
 		return nil
 	}
 	if len(seq.Content) == 0 {
-		p.errorf(kv.key, "add at least one node, e.g. `- {name: local, ssh: null}`", "nodes is empty")
+		p.Errorf(kv.key, "add at least one node, e.g. `- {name: local, ssh: null}`", "nodes is empty")
 		return nil
 	}
 	var out []Node
 	seen := map[string]int{}
 	for _, item := range seq.Content {
-		item = resolve(item)
-		if item.Kind == yaml.ScalarNode && !isNull(item) {
-			p.errorf(item, fmt.Sprintf("write the node as a mapping: `- name: %s`", item.Value),
-				"a node must be a mapping of name, ssh, slots, ..., not %s", describe(item))
+		item = yamlval.Resolve(item)
+		if item.Kind == yaml.ScalarNode && !yamlval.IsNull(item) {
+			p.Errorf(item, fmt.Sprintf("write the node as a mapping: `- name: %s`", item.Value),
+				"a node must be a mapping of name, ssh, slots, ..., not %s", yamlval.Describe(item))
 			continue
 		}
 		n, ok := p.node(item)
@@ -546,7 +465,7 @@ func (p *parser) nodes(root *yaml.Node, kv pair) []Node {
 			continue
 		}
 		if first, dup := seen[n.Name]; dup {
-			p.errorf(item, "give every node its own name", "node name %q is used twice (first on line %d)", n.Name, first)
+			p.Errorf(item, "give every node its own name", "node name %q is used twice (first on line %d)", n.Name, first)
 			continue
 		}
 		seen[n.Name] = n.Line
@@ -566,8 +485,8 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 		return n, false
 	}
 	switch kv := f["name"]; {
-	case kv.val == nil || isNull(kv.val):
-		p.errorf(item, "add `name: <name>` to the node", "a node has no name")
+	case kv.val == nil || yamlval.IsNull(kv.val):
+		p.Errorf(item, "add `name: <name>` to the node", "a node has no name")
 		ok = false
 	default:
 		name, sok := p.str(kv.val, where, "name")
@@ -575,68 +494,68 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 		case !sok:
 			ok = false
 		case !validName(name):
-			p.errorf(kv.val, nameFix, "node name %q is not valid", name)
+			p.Errorf(kv.val, nameFix, "node name %q is not valid", name)
 			ok = false
 		default:
 			n.Name = name
 		}
 	}
-	if v := f["ssh"].val; v != nil && !isNull(v) {
+	if v := f["ssh"].val; v != nil && !yamlval.IsNull(v) {
 		if s, sok := p.str(v, where, "ssh"); sok {
 			n.SSH = strings.TrimSpace(s)
 			if fields := strings.Fields(n.SSH); len(fields) > 0 && fields[0] == "gcloud" {
-				p.errorf(v, "run `gcloud compute config-ssh` once, then use the Host alias it writes to ~/.ssh/config "+
+				p.Errorf(v, "run `gcloud compute config-ssh` once, then use the Host alias it writes to ~/.ssh/config "+
 					"(e.g. ssh: INSTANCE.ZONE.PROJECT)",
 					"%s: ssh is a gcloud command, not an SSH command line", where)
 			}
 		}
 	}
-	if v := f["slots"].val; v != nil && !isNull(v) {
+	if v := f["slots"].val; v != nil && !yamlval.IsNull(v) {
 		if s, iok := p.integer(v, where, "slots", 1); iok {
 			n.Slots = s
 		}
 	}
-	if v := f["api_mode"].val; v != nil && !isNull(v) {
+	if v := f["api_mode"].val; v != nil && !yamlval.IsNull(v) {
 		n.APIMode, _ = p.str(v, where, "api_mode")
 		p.at["node."+n.Name+".api_mode"] = v
 	}
-	if v := f["api_modes"].val; v != nil && !isNull(v) {
+	if v := f["api_modes"].val; v != nil && !yamlval.IsNull(v) {
 		n.APIModes = p.names(v, where, "api_modes")
 		p.at["node."+n.Name+".api_modes"] = v
 	}
-	if v := f["stall_timeout"].val; v != nil && !isNull(v) {
+	if v := f["stall_timeout"].val; v != nil && !yamlval.IsNull(v) {
 		n.Stall, _ = p.duration(v, where, "stall_timeout")
 	}
-	if v := f["work_dir"].val; v != nil && !isNull(v) {
+	if v := f["work_dir"].val; v != nil && !yamlval.IsNull(v) {
 		if s, sok := p.str(v, where, "work_dir"); sok {
 			// Clean first: "~/.." would otherwise pass and clean to ".".
 			if c := path.Clean(s); c == "~" || strings.HasPrefix(c, "~/") || path.IsAbs(c) {
 				n.WorkDir = c
 			} else {
-				p.errorf(v, "write an absolute path or one starting with ~/, e.g. ~/dispatch",
+				p.Errorf(v, "write an absolute path or one starting with ~/, e.g. ~/dispatch",
 					"%s: work_dir %q must be absolute or start with ~/", where, s)
 			}
 		}
 	}
-	if v := f["tool"].val; v != nil && !isNull(v) {
+	if v := f["tool"].val; v != nil && !yamlval.IsNull(v) {
 		n.Tool, _ = p.str(v, where, "tool")
 		p.at["node."+n.Name+".tool"] = v
 	}
-	if v := f["min_free_mem"].val; v != nil && !isNull(v) {
+	if v := f["min_free_mem"].val; v != nil && !yamlval.IsNull(v) {
 		n.MinFreeMem, _ = p.size(v, where, "min_free_mem")
 	}
-	if v := f["tags"].val; v != nil && !isNull(v) {
+	if v := f["tags"].val; v != nil && !yamlval.IsNull(v) {
 		n.Tags = p.tags(v, where)
 	}
-	if v := f["dangerous"].val; v != nil && !isNull(v) {
+	if v := f["dangerous"].val; v != nil && !yamlval.IsNull(v) {
 		n.Dangerous, _ = p.boolean(v, where, "dangerous")
 	}
-	if v := f["strict_host_key_checking"].val; v != nil && !isNull(v) {
+	if v := f["strict_host_key_checking"].val; v != nil && !yamlval.IsNull(v) {
 		if s, sok := p.str(v, where, "strict_host_key_checking"); sok {
 			if s == "yes" || s == "accept-new" {
 				n.StrictHostKeyChecking = s
 			} else {
-				p.errorf(v, "use yes (unknown hosts are refused; trust one with `dispatch nodes trust NODE`) "+
+				p.Errorf(v, "use yes (unknown hosts are refused; trust one with `dispatch nodes trust NODE`) "+
 					"or accept-new (record an unknown host's key on first connection)",
 					"%s: strict_host_key_checking must be yes or accept-new, not %q", where, s)
 			}
@@ -647,14 +566,14 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 
 // names reads a list of api_mode names.
 func (p *parser) names(v *yaml.Node, where, key string) []string {
-	v = resolve(v)
+	v = yamlval.Resolve(v)
 	if v.Kind != yaml.SequenceNode {
-		p.errorf(v, fmt.Sprintf("write %s as a list, e.g. %s: [zai2]", key, key), "%s%s must be a list, not %s", prefix(where), key, describe(v))
+		p.Errorf(v, fmt.Sprintf("write %s as a list, e.g. %s: [zai2]", key, key), "%s%s must be a list, not %s", prefix(where), key, yamlval.Describe(v))
 		return nil
 	}
 	var out []string
 	for _, item := range v.Content {
-		item = resolve(item)
+		item = yamlval.Resolve(item)
 		if s, ok := p.str(item, where, key); ok && !contains(out, s) {
 			out = append(out, s)
 		}
@@ -668,18 +587,18 @@ func (p *parser) tags(v *yaml.Node, where string) []string {
 		if v.Kind == yaml.ScalarNode {
 			fix = fmt.Sprintf("write tags as a list: tags: [%s]", v.Value)
 		}
-		p.errorf(v, fix, "%s: tags must be a list, not %s", where, describe(v))
+		p.Errorf(v, fix, "%s: tags must be a list, not %s", where, yamlval.Describe(v))
 		return nil
 	}
 	var tags []string
 	for _, t := range v.Content {
-		t = resolve(t)
+		t = yamlval.Resolve(t)
 		s, ok := p.str(t, where, "tag")
 		if !ok {
 			continue
 		}
 		if !validName(s) {
-			p.errorf(t, nameFix, "%s: tag %q is not valid", where, s)
+			p.Errorf(t, nameFix, "%s: tag %q is not valid", where, s)
 			continue
 		}
 		tags = append(tags, s)
@@ -690,7 +609,7 @@ func (p *parser) tags(v *yaml.Node, where string) []string {
 
 func (p *parser) apiModes(n *yaml.Node) map[string]APIMode {
 	out := map[string]APIMode{}
-	if n == nil || isNull(n) {
+	if n == nil || yamlval.IsNull(n) {
 		return out
 	}
 	pairs, ok := p.mapping(n, "api_modes")
@@ -700,21 +619,21 @@ func (p *parser) apiModes(n *yaml.Node) map[string]APIMode {
 	for _, kv := range pairs {
 		name := kv.key.Value
 		if !validName(name) {
-			p.errorf(kv.key, nameFix, "api_mode name %q is not valid", name)
+			p.Errorf(kv.key, nameFix, "api_mode name %q is not valid", name)
 		}
 		where := fmt.Sprintf("api_mode %q", name)
 		m := APIMode{Env: map[string]string{}}
 		f, _ := p.fields(kv.val, where, where, Keys["api_mode"]...)
-		if v := f["env"].val; v != nil && !isNull(v) {
+		if v := f["env"].val; v != nil && !yamlval.IsNull(v) {
 			m.Env = p.env(v, where)
 		}
-		if v := f["max_concurrency"].val; v != nil && !isNull(v) {
+		if v := f["max_concurrency"].val; v != nil && !yamlval.IsNull(v) {
 			m.MaxConcurrency, _ = p.integer(v, where, "max_concurrency", 0)
 		}
-		if v := f["dangerous"].val; v != nil && !isNull(v) {
+		if v := f["dangerous"].val; v != nil && !yamlval.IsNull(v) {
 			m.Dangerous, _ = p.boolean(v, where, "dangerous")
 		}
-		if v := f["fallback"].val; v != nil && !isNull(v) {
+		if v := f["fallback"].val; v != nil && !yamlval.IsNull(v) {
 			m.Fallback = p.names(v, where, "fallback")
 			p.at["api_mode."+name+".fallback"] = v
 		}
@@ -733,27 +652,27 @@ func (p *parser) env(n *yaml.Node, where string) map[string]string {
 		name := kv.key.Value
 		switch {
 		case !envNameRE.MatchString(name):
-			p.errorf(kv.key, "use letters, digits and '_', not starting with a digit",
+			p.Errorf(kv.key, "use letters, digits and '_', not starting with a digit",
 				"%s: %q is not a valid environment variable name", where, name)
 			continue
 		case strings.HasPrefix(name, "DISPATCH_"):
-			p.errorf(kv.key, "rename it: DISPATCH_* variables are set by dispatch for every task",
+			p.Errorf(kv.key, "rename it: DISPATCH_* variables are set by dispatch for every task",
 				"%s: env %s would be overwritten by dispatch", where, name)
 			continue
 		}
 		v := kv.val
-		if isNull(v) {
-			p.errorf(v, `write "" for an empty value, or ${VAR} to take it from the controller's environment`,
+		if yamlval.IsNull(v) {
+			p.Errorf(v, `write "" for an empty value, or ${VAR} to take it from the controller's environment`,
 				"%s: env %s has no value", where, name)
 			continue
 		}
 		if v.Kind != yaml.ScalarNode {
-			p.errorf(v, `write the value as one string, e.g. "3000000"`,
-				"%s: env %s must be a string, not %s", where, name, describe(v))
+			p.Errorf(v, `write the value as one string, e.g. "3000000"`,
+				"%s: env %s must be a string, not %s", where, name, yamlval.Describe(v))
 			continue
 		}
 		if _, err := ExpandEnv(v.Value, func(string) (string, bool) { return "", true }); err != nil {
-			p.errorf(v, "write ${NAME} to use a variable of the controller's environment and $$ for a literal $",
+			p.Errorf(v, "write ${NAME} to use a variable of the controller's environment and $$ for a literal $",
 				"%s: env %s: %v", where, name, err)
 			continue
 		}
@@ -764,7 +683,7 @@ func (p *parser) env(n *yaml.Node, where string) map[string]string {
 
 func (p *parser) routes(n *yaml.Node) map[string]string {
 	out := map[string]string{}
-	if n == nil || isNull(n) {
+	if n == nil || yamlval.IsNull(n) {
 		return out
 	}
 	pairs, ok := p.mapping(n, "routes")
@@ -775,10 +694,10 @@ func (p *parser) routes(n *yaml.Node) map[string]string {
 		typ := kv.key.Value
 		if !contains(spec.Types, typ) {
 			fix := "route one of the task types: " + strings.Join(spec.Types, ", ")
-			if s := spec.Suggest(typ, spec.Types); s != "" {
+			if s := yamlval.Suggest(typ, spec.Types); s != "" {
 				fix = fmt.Sprintf("did you mean %q? %s", s, fix)
 			}
-			p.errorf(kv.key, fix, "routes: %q is not a task type", typ)
+			p.Errorf(kv.key, fix, "routes: %q is not a task type", typ)
 			continue
 		}
 		if tag, ok := p.str(kv.val, "routes", typ); ok {
@@ -791,7 +710,7 @@ func (p *parser) routes(n *yaml.Node) map[string]string {
 
 func (p *parser) tools(n *yaml.Node) map[string]Tool {
 	out := map[string]Tool{}
-	if n == nil || isNull(n) {
+	if n == nil || yamlval.IsNull(n) {
 		return out
 	}
 	pairs, ok := p.mapping(n, "tools")
@@ -801,7 +720,7 @@ func (p *parser) tools(n *yaml.Node) map[string]Tool {
 	for _, kv := range pairs {
 		name := kv.key.Value
 		if !validName(name) {
-			p.errorf(kv.key, nameFix, "tool name %q is not valid", name)
+			p.Errorf(kv.key, nameFix, "tool name %q is not valid", name)
 		}
 		where := fmt.Sprintf("tool %q", name)
 		f, ok := p.fields(kv.val, where, where, Keys["tool"]...)
@@ -812,30 +731,30 @@ func (p *parser) tools(n *yaml.Node) map[string]Tool {
 		var t Tool
 		const cmdFix = `give the command as a list of arguments, e.g. command: [my-agent, --prompt-file, "{spec}"]`
 		switch v := f["command"].val; {
-		case v == nil || isNull(v):
+		case v == nil || yamlval.IsNull(v):
 			line := kv.key
 			if f["command"].key != nil {
 				line = f["command"].key
 			}
-			p.errorf(line, cmdFix, "%s has no command", where)
+			p.Errorf(line, cmdFix, "%s has no command", where)
 		case v.Kind != yaml.SequenceNode:
-			p.errorf(v, cmdFix, "%s: command must be a list, not %s", where, describe(v))
+			p.Errorf(v, cmdFix, "%s: command must be a list, not %s", where, yamlval.Describe(v))
 		case len(v.Content) == 0:
-			p.errorf(v, cmdFix, "%s: command is empty", where)
+			p.Errorf(v, cmdFix, "%s: command is empty", where)
 		default:
 			for i, a := range v.Content {
-				a = resolve(a)
+				a = yamlval.Resolve(a)
 				s, sok := p.str(a, where, "command argument")
 				if !sok {
 					continue
 				}
 				if i == 0 && strings.TrimSpace(s) == "" {
-					p.errorf(a, cmdFix, "%s: the program (first item of command) is empty", where)
+					p.Errorf(a, cmdFix, "%s: the program (first item of command) is empty", where)
 				}
 				t.Command = append(t.Command, s)
 			}
 		}
-		if v := f["model_flag"].val; v != nil && !isNull(v) {
+		if v := f["model_flag"].val; v != nil && !yamlval.IsNull(v) {
 			t.ModelFlag, _ = p.str(v, where, "model_flag")
 		}
 		out[name] = t // even when invalid, so nodes naming it get no second error
@@ -851,7 +770,7 @@ func (p *parser) crossCheck(cfg *Config) {
 		if at == nil {
 			at = p.at["controller.retry_backoff"]
 		}
-		p.errorf(at, fmt.Sprintf("make retry_backoff_max at least retry_backoff (%s)", c.RetryBackoff),
+		p.Errorf(at, fmt.Sprintf("make retry_backoff_max at least retry_backoff (%s)", c.RetryBackoff),
 			"controller: retry_backoff_max (%s) is less than retry_backoff (%s)", c.RetryBackoffMax, c.RetryBackoff)
 	}
 
@@ -864,17 +783,17 @@ func (p *parser) crossCheck(cfg *Config) {
 				if len(modes) > 0 {
 					fix = fmt.Sprintf("use one of the defined modes (%s) or define %q under api_modes:", strings.Join(modes, ", "), n.APIMode)
 				}
-				p.errorf(p.at["node."+n.Name+".api_mode"], fix, "node %q: api_mode %q is not defined", n.Name, n.APIMode)
+				p.Errorf(p.at["node."+n.Name+".api_mode"], fix, "node %q: api_mode %q is not defined", n.Name, n.APIMode)
 			}
 		}
 		for _, m := range n.APIModes {
 			if _, ok := cfg.APIModes[m]; !ok {
-				p.errorf(p.at["node."+n.Name+".api_modes"], fmt.Sprintf("use defined modes (%s) or define %q under api_modes:", strings.Join(modes, ", "), m),
+				p.Errorf(p.at["node."+n.Name+".api_modes"], fmt.Sprintf("use defined modes (%s) or define %q under api_modes:", strings.Join(modes, ", "), m),
 					"node %q: api_modes names %q, which is not defined", n.Name, m)
 			}
 		}
 		if n.Tool != "" && !contains(tools, n.Tool) {
-			p.errorf(p.at["node."+n.Name+".tool"],
+			p.Errorf(p.at["node."+n.Name+".tool"],
 				fmt.Sprintf("use one of %s, or define %q under tools:", strings.Join(tools, ", "), n.Tool),
 				"node %q: tool %q is not defined", n.Name, n.Tool)
 		}
@@ -883,10 +802,10 @@ func (p *parser) crossCheck(cfg *Config) {
 		for _, fb := range cfg.APIModes[name].Fallback {
 			switch _, ok := cfg.APIModes[fb]; {
 			case fb == name:
-				p.errorf(p.at["api_mode."+name+".fallback"], "remove it: a mode cannot stand in for itself",
+				p.Errorf(p.at["api_mode."+name+".fallback"], "remove it: a mode cannot stand in for itself",
 					"api_mode %q: fallback names the mode itself", name)
 			case !ok:
-				p.errorf(p.at["api_mode."+name+".fallback"], fmt.Sprintf("use defined modes (%s) or define %q under api_modes:", strings.Join(modes, ", "), fb),
+				p.Errorf(p.at["api_mode."+name+".fallback"], fmt.Sprintf("use defined modes (%s) or define %q under api_modes:", strings.Join(modes, ", "), fb),
 					"api_mode %q: fallback %q is not defined", name, fb)
 			}
 		}
@@ -900,115 +819,76 @@ func (p *parser) crossCheck(cfg *Config) {
 		if len(p.allTags) > 0 {
 			fix += fmt.Sprintf(", or route to a tag in use (%s)", strings.Join(sortedKeys(p.allTags), ", "))
 		}
-		p.errorf(p.at["routes."+typ], fix, "routes: %s goes to tag %q, which no node has", typ, tag)
+		p.Errorf(p.at["routes."+typ], fix, "routes: %s goes to tag %q, which no node has", typ, tag)
 	}
 }
 
 func (p *parser) str(v *yaml.Node, where, key string) (string, bool) {
-	v = resolve(v)
-	if v.Kind != yaml.ScalarNode || isNull(v) {
-		p.errorf(v, fmt.Sprintf("write %s as a single value", key), "%s%s must be a string, not %s", prefix(where), key, describe(v))
+	v = yamlval.Resolve(v)
+	if v.Kind != yaml.ScalarNode || yamlval.IsNull(v) {
+		p.Errorf(v, fmt.Sprintf("write %s as a single value", key), "%s%s must be a string, not %s", prefix(where), key, yamlval.Describe(v))
 		return "", false
 	}
 	return v.Value, true
 }
 
 func (p *parser) integer(v *yaml.Node, where, key string, min int) (int, bool) {
-	v = resolve(v)
+	v = yamlval.Resolve(v)
 	var i int
 	if v.Kind != yaml.ScalarNode || v.Tag != "!!int" || v.Decode(&i) != nil {
-		p.errorf(v, fmt.Sprintf("write a whole number, e.g. %s: %d", key, max(min, 2)),
-			"%s%s must be a whole number, not %s", prefix(where), key, describe(v))
+		p.Errorf(v, fmt.Sprintf("write a whole number, e.g. %s: %d", key, max(min, 2)),
+			"%s%s must be a whole number, not %s", prefix(where), key, yamlval.Describe(v))
 		return 0, false
 	}
 	if i < min {
-		p.errorf(v, fmt.Sprintf("set %s to %d or more", key, min), "%s%s must be at least %d, not %d", prefix(where), key, min, i)
+		p.Errorf(v, fmt.Sprintf("set %s to %d or more", key, min), "%s%s must be at least %d, not %d", prefix(where), key, min, i)
 		return 0, false
 	}
 	return i, true
 }
 
 func (p *parser) boolean(v *yaml.Node, where, key string) (bool, bool) {
-	v = resolve(v)
+	v = yamlval.Resolve(v)
 	var b bool
 	// Decode, not the tag: yaml.v3 also takes YAML 1.1's yes/no/on/off for a bool.
-	if v.Kind != yaml.ScalarNode || isNull(v) || v.Decode(&b) != nil {
-		p.errorf(v, fmt.Sprintf("write %s: true or %s: false", key, key), "%s%s must be true or false, not %s", prefix(where), key, describe(v))
+	if v.Kind != yaml.ScalarNode || yamlval.IsNull(v) || v.Decode(&b) != nil {
+		p.Errorf(v, fmt.Sprintf("write %s: true or %s: false", key, key), "%s%s must be true or false, not %s", prefix(where), key, yamlval.Describe(v))
 		return false, false
 	}
 	return b, true
 }
 
 func (p *parser) duration(v *yaml.Node, where, key string) (time.Duration, bool) {
-	v = resolve(v)
+	v = yamlval.Resolve(v)
 	if v.Kind != yaml.ScalarNode || v.Tag != "!!str" {
-		fix := durationFix
+		fix := yamlval.DurationFix
 		if v.Tag == "!!int" {
 			fix = fmt.Sprintf("add a unit, e.g. %s: %ss", key, v.Value)
 		}
-		p.errorf(v, fix, "%s%s must be a duration, not %s", prefix(where), key, describe(v))
+		p.Errorf(v, fix, "%s%s must be a duration, not %s", prefix(where), key, yamlval.Describe(v))
 		return 0, false
 	}
-	// Trimmed as spec/ trims it: " 30s" is the same duration everywhere.
-	d, err := time.ParseDuration(strings.TrimSpace(v.Value))
-	if err != nil {
-		p.errorf(v, durationFix, "%s%s: %q is not a duration", prefix(where), key, v.Value)
-		return 0, false
-	}
-	if d <= 0 {
-		p.errorf(v, durationFix, "%s%s must be positive, not %s", prefix(where), key, v.Value)
+	d, bad := yamlval.Duration(prefix(where)+key, v.Value)
+	if bad != "" {
+		p.Errorf(v, yamlval.DurationFix, "%s", bad)
 		return 0, false
 	}
 	return d, true
 }
 
 func (p *parser) size(v *yaml.Node, where, key string) (int64, bool) {
-	v = resolve(v)
-	const fix = "write bytes or a size with a unit, e.g. 512MiB, 2GiB or 1.5GB (KB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB of 1024)"
+	v = yamlval.Resolve(v)
+	const fix = yamlval.SizeFix
 	if v.Kind != yaml.ScalarNode || (v.Tag != "!!str" && v.Tag != "!!int" && v.Tag != "!!float") {
-		p.errorf(v, fix, "%s%s must be a size, not %s", prefix(where), key, describe(v))
+		p.Errorf(v, fix, "%s%s must be a size, not %s", prefix(where), key, yamlval.Describe(v))
 		return 0, false
 	}
-	n, err := parseSize(v.Value)
+	n, err := yamlval.Size(v.Value)
 	if err != nil {
-		p.errorf(v, fix, "%s%s: %v", prefix(where), key, err)
+		p.Errorf(v, fix, "%s%s: %v", prefix(where), key, err)
 		return 0, false
 	}
 	return n, true
-}
-
-var sizeUnits = map[string]float64{
-	"": 1, "b": 1,
-	"k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
-	"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
-}
-
-var sizeRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)$`)
-
-// parseSize reads a byte count: plain bytes, or a number with a unit where
-// K/M/G/T and KB/MB/GB/TB are powers of 1000 and KiB/MiB/GiB/TiB powers of 1024.
-// Units are case-insensitive; fractions of a byte are dropped.
-func parseSize(s string) (int64, error) {
-	m := sizeRE.FindStringSubmatch(strings.TrimSpace(s))
-	if m == nil {
-		return 0, fmt.Errorf("%q is not a size", s)
-	}
-	mult, ok := sizeUnits[strings.ToLower(m[2])]
-	if !ok {
-		return 0, fmt.Errorf("%q has an unknown unit %q", s, m[2])
-	}
-	if !strings.Contains(m[1], ".") {
-		n, err := strconv.ParseInt(m[1], 10, 64)
-		if err == nil && (mult == 1 || n <= math.MaxInt64/int64(mult)) {
-			return n * int64(mult), nil
-		}
-		return 0, fmt.Errorf("%q is too large", s)
-	}
-	f, err := strconv.ParseFloat(m[1], 64)
-	if err != nil || f*mult >= math.MaxInt64 {
-		return 0, fmt.Errorf("%q is too large", s)
-	}
-	return int64(f * mult), nil
 }
 
 // ExpandEnv replaces every ${NAME} in s with lookup(NAME); "$$" stands for a
@@ -1067,7 +947,7 @@ func peekName(item *yaml.Node) string {
 		return ""
 	}
 	for i := 0; i+1 < len(item.Content); i += 2 {
-		if k, v := resolve(item.Content[i]), resolve(item.Content[i+1]); k.Value == "name" && v.Kind == yaml.ScalarNode && !isNull(v) {
+		if k, v := yamlval.Resolve(item.Content[i]), yamlval.Resolve(item.Content[i+1]); k.Value == "name" && v.Kind == yaml.ScalarNode && !yamlval.IsNull(v) {
 			return v.Value
 		}
 	}
@@ -1075,35 +955,6 @@ func peekName(item *yaml.Node) string {
 }
 
 func validName(s string) bool { return spec.ValidName(s) == nil }
-
-func resolve(n *yaml.Node) *yaml.Node {
-	for n != nil && n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	return n
-}
-
-func isNull(n *yaml.Node) bool {
-	n = resolve(n)
-	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
-}
-
-// describe names a value in messages: a list, a mapping, or the scalar quoted.
-func describe(n *yaml.Node) string {
-	n = resolve(n)
-	switch {
-	case n == nil:
-		return "nothing"
-	case n.Kind == yaml.SequenceNode:
-		return "a list"
-	case n.Kind == yaml.MappingNode:
-		return "a mapping"
-	case isNull(n):
-		return "empty"
-	default:
-		return strconv.Quote(n.Value)
-	}
-}
 
 func prefix(where string) string {
 	if where == "" {

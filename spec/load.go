@@ -1,6 +1,8 @@
 package spec
 
 import (
+	"github.com/dispatch-tool/dispatch/internal/yamlval"
+
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -108,7 +110,7 @@ func Load(specsDir, name string) (*Project, error) {
 		return nil, fmt.Errorf("load project %s: %w", name, err)
 	}
 	if len(l.errs) > 0 {
-		l.errs.sort()
+		l.errs.Sort()
 		return nil, l.errs
 	}
 	return l.project, nil
@@ -259,7 +261,7 @@ func (l *loader) loadConfig() {
 	if !ok {
 		return
 	}
-	y := yamlFile{errs: &l.errs, file: path}
+	y := yamlFile{yamlval.Doc{Problems: &l.errs, File: path}}
 	root := y.parse(text, ConfigFile)
 	if root == nil {
 		return
@@ -300,11 +302,11 @@ func (l *loader) loadConfig() {
 		case "stall_timeout":
 			c.Stall, _ = y.duration(key, v)
 		case "budget":
-			if isNull(v) {
+			if yamlval.IsNull(v) {
 				return
 			}
 			if v.Kind != yaml.MappingNode {
-				y.errorf(v, "write budget: {usd: 20, tokens: 5000000} (either or both)", "budget must be a mapping, not %s", describe(v))
+				y.Errorf(v, "write budget: {usd: 20, tokens: 5000000} (either or both)", "budget must be a mapping, not %s", yamlval.Describe(v))
 				return
 			}
 			y.fields(v, "budget", []string{"usd", "tokens"}, func(key string, v *yaml.Node) {
@@ -317,17 +319,17 @@ func (l *loader) loadConfig() {
 		case "setup":
 			if s, ok := y.str(key, v); ok {
 				if strings.TrimSpace(s) == "" {
-					y.errorf(v, "remove the key or write a command", "setup is empty")
+					y.Errorf(v, "remove the key or write a command", "setup is empty")
 				} else {
 					c.Setup = s
 				}
 			}
 		case "halt":
-			if isNull(v) {
+			if yamlval.IsNull(v) {
 				return
 			}
 			if v.Kind != yaml.MappingNode {
-				y.errorf(v, "write halt: {fail: N}", "halt must be a mapping, not %s", describe(v))
+				y.Errorf(v, "write halt: {fail: N}", "halt must be a mapping, not %s", yamlval.Describe(v))
 				return
 			}
 			y.fields(v, "halt", []string{"fail"}, func(key string, v *yaml.Node) {
@@ -348,35 +350,35 @@ func (l *loader) inside(y yamlFile, key string, v *yaml.Node, p string, wantDir 
 	clean := filepath.Clean(p)
 	switch {
 	case strings.TrimSpace(p) == "":
-		y.errorf(v, fix, "%s is empty", key)
+		y.Errorf(v, fix, "%s is empty", key)
 		return "", false
 	case filepath.IsAbs(p):
-		y.errorf(v, fix, "%s must be a relative path, not %q", key, p)
+		y.Errorf(v, fix, "%s must be a relative path, not %q", key, p)
 		return "", false
 	case clean == ".." || strings.HasPrefix(clean, ".."+string(filepath.Separator)):
-		y.errorf(v, fix, "%s %q is outside the project directory", key, p)
+		y.Errorf(v, fix, "%s %q is outside the project directory", key, p)
 		return "", false
 	case clean == ".":
-		y.errorf(v, fix, "%s must name a %s inside the project directory, not the project directory itself", key, kind)
+		y.Errorf(v, fix, "%s must name a %s inside the project directory, not the project directory itself", key, kind)
 		return "", false
 	}
 	full := filepath.Join(l.abs, clean)
-	if !l.within(full, func(msg, fix string) { y.errorf(v, fix, "%s %q %s", key, p, msg) }) {
+	if !l.within(full, func(msg, fix string) { y.Errorf(v, fix, "%s %q %s", key, p, msg) }) {
 		return "", false
 	}
 	fi, err := os.Stat(full)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		y.errorf(v, fix, "%s %q does not exist in %s", key, p, l.dir)
+		y.Errorf(v, fix, "%s %q does not exist in %s", key, p, l.dir)
 		return "", false
 	case err != nil:
-		y.errorf(v, "", "%s %q: %v", key, p, err)
+		y.Errorf(v, "", "%s %q: %v", key, p, err)
 		return "", false
 	case wantDir && !fi.IsDir():
-		y.errorf(v, fix, "%s %q is not a directory", key, p)
+		y.Errorf(v, fix, "%s %q is not a directory", key, p)
 		return "", false
 	case !wantDir && !fi.Mode().IsRegular():
-		y.errorf(v, fix, "%s %q is not a regular file", key, p)
+		y.Errorf(v, fix, "%s %q is not a regular file", key, p)
 		return "", false
 	}
 	return filepath.ToSlash(clean), true
@@ -474,7 +476,7 @@ func (l *loader) parseTask(f taskFile) *parsed {
 		}
 		end++
 		start = end + 1
-		y := yamlFile{errs: &l.errs, file: path, offset: 1}
+		y := yamlFile{yamlval.Doc{Problems: &l.errs, File: path, Offset: 1}}
 		if root := y.parse(strings.Join(lines[1:end], "\n"), "front matter"); root != nil {
 			refs = l.frontMatter(y, root, p)
 		}
@@ -559,7 +561,7 @@ func (l *loader) frontMatter(y yamlFile, root *yaml.Node, p *parsed) []item {
 				// The model goes into argv after a flag; a leading '-' would
 				// be read as another flag.
 				if s == "" || strings.HasPrefix(s, "-") || strings.IndexFunc(s, isSpaceOrControl) >= 0 {
-					y.errorf(v, "write the model name, e.g. sonnet", "model %q is not a model name: it must not be empty, start with '-' or contain spaces", s)
+					y.Errorf(v, "write the model name, e.g. sonnet", "model %q is not a model name: it must not be empty, start with '-' or contain spaces", s)
 				} else {
 					t.Model = s
 				}
@@ -571,7 +573,7 @@ func (l *loader) frontMatter(y yamlFile, root *yaml.Node, p *parsed) []item {
 		case "depends_on":
 			for _, it := range y.list(key, v) {
 				if !IDPattern.MatchString(it.val) {
-					l.add(y.file, it.line, fmt.Sprintf("depends_on: %q is not a task ID", it.val),
+					l.add(y.File, it.line, fmt.Sprintf("depends_on: %q is not a task ID", it.val),
 						"write task IDs: a capital letter and digits, e.g. S01")
 					continue
 				}
@@ -599,7 +601,7 @@ func (l *loader) frontMatter(y yamlFile, root *yaml.Node, p *parsed) []item {
 		case "tags":
 			for _, it := range y.list(key, v) {
 				if pr := nameProblem(it.val); pr != "" {
-					l.add(y.file, it.line, fmt.Sprintf("tags: invalid tag %q: %s", it.val, pr), "tags match "+namePattern)
+					l.add(y.File, it.line, fmt.Sprintf("tags: invalid tag %q: %s", it.val, pr), "tags match "+namePattern)
 					continue
 				}
 				if !slices.Contains(t.Tags, it.val) {
@@ -660,7 +662,7 @@ func (l *loader) contexts(path string, refs []item) []section {
 				fmt.Sprintf("add a \"## %s\" section to %s", r.val, l.shared.path))
 		default:
 			fix := fmt.Sprintf("use one of those or add a \"## %s\" section to %s", r.val, l.shared.path)
-			if g := Suggest(r.val, l.shared.names); g != "" {
+			if g := yamlval.Suggest(r.val, l.shared.names); g != "" {
 				fix = fmt.Sprintf("did you mean %q? ", g) + fix
 			}
 			l.add(path, r.line, fmt.Sprintf("unknown context %q; %s has: %s", r.val, SharedContextFile, strings.Join(l.shared.names, ", ")), fix)

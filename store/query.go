@@ -241,6 +241,21 @@ func (s *Store) Runs(ctx context.Context, project, task string) ([]Run, error) {
 const runSelect = `SELECT project, task, attempt, node, status, pid, exit_code, signal, error_class, error, claimed_at,
 		started_at, completed_at, log_bytes, tokens_in, tokens_out, cost_usd, collected_at, dangerous, api_mode, session_id FROM runs`
 
+// Unsettled counts a project's tasks that are not settled: not in a
+// terminal status, or completed with their current attempt's files not
+// collected yet. A project's phase can move only when it is 0.
+func (s *Store) Unsettled(ctx context.Context, project string) (int, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM tasks t WHERE t.project = ? AND
+		(t.status NOT IN (?, ?, ?, ?) OR (t.status = ? AND NOT EXISTS (SELECT 1 FROM runs r
+			WHERE r.project = t.project AND r.task = t.id AND r.attempt = t.attempt AND r.collected_at != '')))`,
+		project, Completed, Failed, Blocked, Canceled, Completed).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count the unsettled tasks of %s: %w", project, err)
+	}
+	return n, nil
+}
+
 // Uncollected returns the finished attempts of a project whose files are
 // not collected yet, by task then attempt; current[i] says whether the
 // i-th is its task's current attempt.

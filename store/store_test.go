@@ -473,3 +473,49 @@ func TestSpentDoesNotOverflow(t *testing.T) {
 		t.Fatalf("Tx.Spent: %v", err)
 	}
 }
+
+// TestUnsettled: a task is settled once terminal, and a completed one only
+// once its current attempt is collected.
+func TestUnsettled(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	addTask(t, s, "p", "S01")
+	addTask(t, s, "p", "S02")
+	count := func() int {
+		t.Helper()
+		n, err := s.Unsettled(ctx, "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("two pending tasks: %d unsettled", n)
+	}
+	var a int
+	err := s.Update(ctx, func(tx *Tx) error {
+		var err error
+		if a, err = tx.Claim(ctx, "p", "S01", "n1"); err != nil {
+			return err
+		}
+		if _, _, err := tx.Transition(ctx, Change{Project: "p", Task: "S01", From: Claimed, To: Completed}); err != nil {
+			return err
+		}
+		_, _, err = tx.Transition(ctx, Change{Project: "p", Task: "S02", From: Pending, To: Canceled})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("completed but not collected, and canceled: %d unsettled, want 1", n)
+	}
+	if err := s.Update(ctx, func(tx *Tx) error {
+		return tx.SetRun(ctx, "p", "S01", a, RunPatch{CollectedAt: new(time.Now())})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("all settled: %d unsettled", n)
+	}
+}
