@@ -1,10 +1,12 @@
 package controller
 
 import (
+	"archive/tar"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -390,7 +392,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		// push that keeps failing surely did not start the attempt: it
 		// fails with error_class start, which uses a retry.
 		for try := 1; ; try++ {
-			err := c.pushTree(ctx, n, t.BaseDir, path.Join(dir, baseDirName))
+			err := c.pushTree(ctx, n, inst, t.BaseDir, path.Join(dir, baseDirName))
 			if err == nil {
 				break
 			}
@@ -453,24 +455,45 @@ func treeHasFiles(dir string) bool {
 	return err == found
 }
 
-// pushTree replaces dir on the node with the local tree src; each file is
-// bounded by progress (transferIdle), not by the time the tree takes.
-func (c *Controller) pushTree(ctx context.Context, n *nodeRuntime, src, dir string) error {
-	rctx, cancel := context.WithTimeout(ctx, c.callTimeout())
-	err := n.tr.Remove(rctx, dir)
-	cancel()
+// pushTree replaces dir on n with the regular files under src, as one tar
+// stream over one transfer (bounded by progress, not by a fixed deadline)
+// that the wrapper unpacks: a tree of thousands of files costs one
+// transfer, not one per file.
+func (c *Controller) pushTree(ctx context.Context, n *nodeRuntime, inst *nodes.Installed, src, dir string) error {
+	archive := dir + ".tar"
+	pr, pw := io.Pipe()
+	var size int64
+	go func() {
+		var err error
+		size, err = writeTree(pw, src)
+		pw.CloseWithError(err)
+	}()
+	err := nodes.PutIdle(ctx, n.tr, archive, pr, 0o600, c.transferIdle())
+	pr.CloseWithError(err) // ends writeTree if the transfer failed first
 	if err != nil {
 		return err
 	}
-	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		fi, err := d.Info()
-		if err != nil {
+	// Unpacking is local to the node: its deadline grows with the tree.
+	uctx, cancel := context.WithTimeout(ctx, c.callTimeout()+time.Duration(size/(4<<20))*time.Second)
+	defer cancel()
+	res, err := n.tr.Exec(uctx, []string{inst.Path, "untar", "--archive", archive, "--dir", dir}, nil)
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 {
+		return errors.New(replyError(res, nil))
+	}
+	return nil
+}
+
+// writeTree writes the regular files under src to w as a tar archive, with
+// their permissions, and returns the bytes of content written. Links and
+// other special files are left out, as the tasks' trees always left them.
+func writeTree(w io.Writer, src string) (int64, error) {
+	tw := tar.NewWriter(w)
+	var total int64
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
 			return err
 		}
 		f, err := os.Open(p)
@@ -478,9 +501,29 @@ func (c *Controller) pushTree(ctx context.Context, n *nodeRuntime, src, dir stri
 			return err
 		}
 		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		if !fi.Mode().IsRegular() {
+			return nil // replaced since the walk saw it
+		}
 		rel, _ := filepath.Rel(src, p)
-		return nodes.PutIdle(ctx, n.tr, path.Join(dir, filepath.ToSlash(rel)), f, fi.Mode().Perm(), c.transferIdle())
+		h := &tar.Header{Typeflag: tar.TypeReg, Name: filepath.ToSlash(rel), Mode: int64(fi.Mode().Perm()),
+			Size: fi.Size(), ModTime: fi.ModTime(), Format: tar.FormatPAX}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		// A file that grows while it is read is cut at the size in its
+		// header; one that shrinks fails the push, which is tried again.
+		n, err := io.Copy(tw, io.LimitReader(f, fi.Size()))
+		total += n
+		return err
 	})
+	if err != nil {
+		return total, err
+	}
+	return total, tw.Close()
 }
 
 // modeEnv expands an api_mode's env from the controller's environment.

@@ -26,6 +26,7 @@ commands (see docs/PROTOCOL.md):
   kill   --dir D [--grace 30s]
   tail   --dir D [--follow]
   which  NAME...                  (stdin: JSON map of environment variables)
+  untar  --archive A --dir D       (replaces D with A's tree, removes A)
 `
 
 // cmdError carries the ErrorReply kind of a failed subcommand.
@@ -94,6 +95,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdWatch(ctx, rest, stdin, stdout)
 	case "launch":
 		err = cmdLaunch(ctx, rest, stdin, stdout)
+	case "untar":
+		err = cmdUntar(ctx, rest, stdout)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stderr, usageText)
 		return 0

@@ -1,0 +1,132 @@
+package wrapper
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+)
+
+// UntarReply is the reply of `untar`.
+type UntarReply struct {
+	Files int   `json:"files"`
+	Bytes int64 `json:"bytes"`
+}
+
+// cmdUntar replaces the directory --dir with the regular files of the tar
+// archive --archive, then removes the archive. The controller sends a
+// whole tree (a task's base/) as one archive over one transfer instead of
+// one transfer per file. The tree is built beside --dir and renamed over
+// it only once complete, so an interrupted untar leaves the old one (or
+// none), never a mix. Entries other than regular files and directories
+// are skipped, as a per-file copy of the tree skipped them; an entry
+// naming a path outside --dir is refused. The task can write in the
+// directory that holds --dir: no link there is ever followed.
+func cmdUntar(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("untar")
+	archive := fs.String("archive", "", "the tar archive to unpack (removed afterwards)")
+	dirFlag := fs.String("dir", "", "the directory to replace with the archive's tree")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *archive == "" {
+		return usageErrorf("untar: --archive is required")
+	}
+	dir, err := taskDirFlag("untar", *dirFlag)
+	if err != nil {
+		return err
+	}
+	src, err := taskDirFlag("untar", *archive)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(src)
+	f, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return ioError(fmt.Errorf("open %s: %w", src, err))
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return ioError(fmt.Errorf("%s is not a regular file", src))
+	}
+	tmp := dir + ".new." + strconv.Itoa(os.Getpid())
+	if err := os.RemoveAll(tmp); err != nil {
+		return ioError(err)
+	}
+	if err := os.Mkdir(tmp, 0o755); err != nil {
+		return ioError(fmt.Errorf("create %s: %w", tmp, err))
+	}
+	reply, err := unpack(ctx, f, tmp)
+	if err == nil {
+		// RemoveAll removes a link in dir's place, never what it names.
+		if err = os.RemoveAll(dir); err == nil {
+			err = os.Rename(tmp, dir)
+		}
+		if err != nil {
+			err = ioError(fmt.Errorf("replace %s: %w", dir, err))
+		}
+	}
+	if err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	return printJSON(stdout, reply)
+}
+
+// unpack writes the regular files and directories of the archive r under
+// dir, through an os.Root: no entry and no link can reach outside it.
+func unpack(ctx context.Context, r io.Reader, dir string) (UntarReply, error) {
+	var reply UntarReply
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return reply, ioError(err)
+	}
+	defer root.Close()
+	tr := tar.NewReader(r)
+	for {
+		if err := ctx.Err(); err != nil {
+			return reply, &cmdError{KindInternal, fmt.Errorf("untar interrupted: %w", err)}
+		}
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return reply, nil
+		}
+		if err != nil {
+			return reply, usageErrorf("untar: read the archive: %v", err)
+		}
+		name := filepath.FromSlash(h.Name)
+		if !filepath.IsLocal(name) {
+			return reply, usageErrorf("untar: entry %q is outside the directory", h.Name)
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := root.MkdirAll(name, 0o755); err != nil {
+				return reply, ioError(err)
+			}
+		case tar.TypeReg:
+			if parent := filepath.Dir(name); parent != "." {
+				if err := root.MkdirAll(parent, 0o755); err != nil {
+					return reply, ioError(err)
+				}
+			}
+			out, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, os.FileMode(h.Mode).Perm())
+			if err != nil {
+				return reply, ioError(err)
+			}
+			n, err := io.Copy(out, tr)
+			if cerr := out.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return reply, ioError(fmt.Errorf("write %s: %w", h.Name, err))
+			}
+			reply.Files++
+			reply.Bytes += n
+		}
+	}
+}

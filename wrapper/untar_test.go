@@ -1,0 +1,147 @@
+package wrapper
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+type tarEntry struct {
+	name, body, link string
+	typ              byte
+	mode             int64
+}
+
+func writeArchive(t *testing.T, path string, entries []tarEntry) {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		h := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: e.mode, Size: int64(len(e.body)), Linkname: e.link}
+		if e.typ != tar.TypeReg {
+			h.Size = 0
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if e.typ == tar.TypeReg {
+			tw.Write([]byte(e.body))
+		}
+	}
+	tw.Close()
+	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func runUntar(archive, dir string) (string, error) {
+	var out bytes.Buffer
+	err := cmdUntar(context.Background(), []string{"--archive", archive, "--dir", dir}, &out)
+	return out.String(), err
+}
+
+func TestUntar(t *testing.T) {
+	task := t.TempDir()
+	outside := t.TempDir()
+	victim := filepath.Join(outside, "victim.txt")
+	if err := os.WriteFile(victim, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(task, "base")
+	// The task planted a link where the tree goes: it is replaced, and
+	// what it names is left alone.
+	if err := os.Symlink(outside, dir); err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(task, "base.tar")
+	writeArchive(t, archive, []tarEntry{
+		{name: "README.md", body: "# r\n", typ: tar.TypeReg, mode: 0o644},
+		{name: "src/", typ: tar.TypeDir, mode: 0o755},
+		{name: "src/run.sh", body: "#!/bin/sh\n", typ: tar.TypeReg, mode: 0o755},
+		{name: "deep/a/b/c.txt", body: "c", typ: tar.TypeReg, mode: 0o444},
+		{name: "link", link: "/etc/passwd", typ: tar.TypeSymlink},
+	})
+	out, err := runUntar(archive, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, `"files":3`) {
+		t.Errorf("reply %s", out)
+	}
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		t.Fatalf("base is not a directory: %v %v", fi, err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "keep" {
+		t.Error("the planted link's target changed")
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "src", "run.sh")); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("src/run.sh: %v %v", fi, err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "deep", "a", "b", "c.txt")); err != nil || fi.Mode().Perm() != 0o444 {
+		t.Errorf("deep/a/b/c.txt: %v %v", fi, err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "link")); !os.IsNotExist(err) {
+		t.Errorf("a link entry was unpacked: %v", err)
+	}
+	if _, err := os.Stat(archive); !os.IsNotExist(err) {
+		t.Errorf("the archive is left: %v", err)
+	}
+
+	// A second tree replaces the first whole.
+	writeArchive(t, archive, []tarEntry{{name: "only.txt", body: "x", typ: tar.TypeReg, mode: 0o644}})
+	if _, err := runUntar(archive, dir); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 || entries[0].Name() != "only.txt" {
+		t.Errorf("after the second untar: %v", entries)
+	}
+}
+
+func TestUntarRefusesEscapes(t *testing.T) {
+	for _, name := range []string{"../escape.txt", "/abs.txt", "a/../../escape.txt"} {
+		t.Run(name, func(t *testing.T) {
+			task := t.TempDir()
+			dir := filepath.Join(task, "base")
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "old.txt"), []byte("old"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			archive := filepath.Join(task, "base.tar")
+			writeArchive(t, archive, []tarEntry{{name: name, body: "x", typ: tar.TypeReg, mode: 0o644}})
+			_, err := runUntar(archive, dir)
+			if err == nil || !strings.Contains(err.Error(), "outside the directory") {
+				t.Fatalf("untar of %q: %v", name, err)
+			}
+			if _, err := os.Stat(filepath.Join(filepath.Dir(task), "escape.txt")); err == nil {
+				t.Error("a file was written outside")
+			}
+			// The old tree stays when the new one cannot be built.
+			if b, _ := os.ReadFile(filepath.Join(dir, "old.txt")); string(b) != "old" {
+				t.Error("the old tree is gone")
+			}
+			left, _ := filepath.Glob(dir + ".new.*")
+			if len(left) > 0 {
+				t.Errorf("left behind: %v", left)
+			}
+		})
+	}
+}
+
+func TestUntarRefusesALinkedArchive(t *testing.T) {
+	task := t.TempDir()
+	real := filepath.Join(task, "real.tar")
+	writeArchive(t, real, []tarEntry{{name: "a.txt", body: "x", typ: tar.TypeReg, mode: 0o644}})
+	link := filepath.Join(task, "base.tar")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runUntar(link, filepath.Join(task, "base")); err == nil {
+		t.Fatal("untar followed a link to its archive")
+	}
+}
