@@ -139,9 +139,9 @@ func TestBool(t *testing.T) {
 	})
 }
 
-// TestDuration: surrounding space is trimmed in every file (nodes.yaml used
-// to refuse " 30s"), and a bare number is asked for a unit in every file
-// (the specs used to give the general fix).
+// TestDuration: surrounding space is trimmed in every file, and a bare
+// number is asked for a unit in every file (the specs used to give the
+// general fix).
 func TestDuration(t *testing.T) {
 	const fix = "\n  fix: write a positive duration with a unit, e.g. 45s, 30m or 1h30m"
 	runReads(t, []readCase{
