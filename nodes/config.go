@@ -1,8 +1,6 @@
 package nodes
 
 import (
-	"github.com/dispatch-tool/dispatch/internal/yamlval"
-
 	"bytes"
 	"errors"
 	"fmt"
@@ -17,6 +15,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/dispatch-tool/dispatch/internal/yamlval"
 	"github.com/dispatch-tool/dispatch/spec"
 )
 
@@ -235,7 +234,7 @@ func Parse(file string, data []byte) (*Config, error) {
 	p.Doc = yamlval.Doc{Problems: &p.errs, File: file}
 	cfg := p.parse(data)
 	if len(p.errs) > 0 {
-		sort.SliceStable(p.errs, func(i, j int) bool { return p.errs[i].Line < p.errs[j].Line })
+		p.errs.Sort()
 		return nil, p.errs
 	}
 	return cfg, nil
@@ -398,7 +397,7 @@ func (p *parser) controller(n *yaml.Node) Controller {
 	} {
 		if v := f[d.key].val; v != nil && !yamlval.IsNull(v) {
 			p.at["controller."+d.key] = v
-			if got, ok := p.duration(v, "controller", d.key); ok {
+			if got, ok := p.Duration(v, "controller", d.key); ok {
 				*d.dst = got
 			}
 		}
@@ -414,13 +413,13 @@ func (p *parser) controller(n *yaml.Node) Controller {
 		{"collect_max_files", &c.CollectMaxFiles, 1},
 	} {
 		if v := f[i.key].val; v != nil && !yamlval.IsNull(v) {
-			if got, ok := p.integer(v, "controller", i.key, i.min); ok {
+			if got, ok := p.Int(v, "controller", i.key, i.min, yamlval.MaxInt); ok {
 				*i.dst = got
 			}
 		}
 	}
 	if v := f["collect_max_bytes"].val; v != nil && !yamlval.IsNull(v) {
-		if got, ok := p.size(v, "controller", "collect_max_bytes"); ok {
+		if got, ok := p.Size(v, "controller", "collect_max_bytes"); ok {
 			if got <= 0 {
 				p.Errorf(v, "write a size such as 2GiB", "controller: collect_max_bytes must be more than 0")
 			} else {
@@ -489,7 +488,7 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 		p.Errorf(item, "add `name: <name>` to the node", "a node has no name")
 		ok = false
 	default:
-		name, sok := p.str(kv.val, where, "name")
+		name, sok := p.Scalar(kv.val, where, "name")
 		switch {
 		case !sok:
 			ok = false
@@ -501,7 +500,7 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 		}
 	}
 	if v := f["ssh"].val; v != nil && !yamlval.IsNull(v) {
-		if s, sok := p.str(v, where, "ssh"); sok {
+		if s, sok := p.Scalar(v, where, "ssh"); sok {
 			n.SSH = strings.TrimSpace(s)
 			if fields := strings.Fields(n.SSH); len(fields) > 0 && fields[0] == "gcloud" {
 				p.Errorf(v, "run `gcloud compute config-ssh` once, then use the Host alias it writes to ~/.ssh/config "+
@@ -511,12 +510,12 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 		}
 	}
 	if v := f["slots"].val; v != nil && !yamlval.IsNull(v) {
-		if s, iok := p.integer(v, where, "slots", 1); iok {
+		if s, iok := p.Int(v, where, "slots", 1, yamlval.MaxInt); iok {
 			n.Slots = s
 		}
 	}
 	if v := f["api_mode"].val; v != nil && !yamlval.IsNull(v) {
-		n.APIMode, _ = p.str(v, where, "api_mode")
+		n.APIMode, _ = p.Scalar(v, where, "api_mode")
 		p.at["node."+n.Name+".api_mode"] = v
 	}
 	if v := f["api_modes"].val; v != nil && !yamlval.IsNull(v) {
@@ -524,10 +523,10 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 		p.at["node."+n.Name+".api_modes"] = v
 	}
 	if v := f["stall_timeout"].val; v != nil && !yamlval.IsNull(v) {
-		n.Stall, _ = p.duration(v, where, "stall_timeout")
+		n.Stall, _ = p.Duration(v, where, "stall_timeout")
 	}
 	if v := f["work_dir"].val; v != nil && !yamlval.IsNull(v) {
-		if s, sok := p.str(v, where, "work_dir"); sok {
+		if s, sok := p.Scalar(v, where, "work_dir"); sok {
 			// Clean first: "~/.." would otherwise pass and clean to ".".
 			if c := path.Clean(s); c == "~" || strings.HasPrefix(c, "~/") || path.IsAbs(c) {
 				n.WorkDir = c
@@ -538,20 +537,20 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 		}
 	}
 	if v := f["tool"].val; v != nil && !yamlval.IsNull(v) {
-		n.Tool, _ = p.str(v, where, "tool")
+		n.Tool, _ = p.Scalar(v, where, "tool")
 		p.at["node."+n.Name+".tool"] = v
 	}
 	if v := f["min_free_mem"].val; v != nil && !yamlval.IsNull(v) {
-		n.MinFreeMem, _ = p.size(v, where, "min_free_mem")
+		n.MinFreeMem, _ = p.Size(v, where, "min_free_mem")
 	}
 	if v := f["tags"].val; v != nil && !yamlval.IsNull(v) {
 		n.Tags = p.tags(v, where)
 	}
 	if v := f["dangerous"].val; v != nil && !yamlval.IsNull(v) {
-		n.Dangerous, _ = p.boolean(v, where, "dangerous")
+		n.Dangerous, _ = p.Bool(v, where, "dangerous")
 	}
 	if v := f["strict_host_key_checking"].val; v != nil && !yamlval.IsNull(v) {
-		if s, sok := p.str(v, where, "strict_host_key_checking"); sok {
+		if s, sok := p.Scalar(v, where, "strict_host_key_checking"); sok {
 			if s == "yes" || s == "accept-new" {
 				n.StrictHostKeyChecking = s
 			} else {
@@ -574,7 +573,7 @@ func (p *parser) names(v *yaml.Node, where, key string) []string {
 	var out []string
 	for _, item := range v.Content {
 		item = yamlval.Resolve(item)
-		if s, ok := p.str(item, where, key); ok && !contains(out, s) {
+		if s, ok := p.Scalar(item, where, key); ok && !contains(out, s) {
 			out = append(out, s)
 		}
 	}
@@ -593,7 +592,7 @@ func (p *parser) tags(v *yaml.Node, where string) []string {
 	var tags []string
 	for _, t := range v.Content {
 		t = yamlval.Resolve(t)
-		s, ok := p.str(t, where, "tag")
+		s, ok := p.Scalar(t, where, "tag")
 		if !ok {
 			continue
 		}
@@ -628,10 +627,10 @@ func (p *parser) apiModes(n *yaml.Node) map[string]APIMode {
 			m.Env = p.env(v, where)
 		}
 		if v := f["max_concurrency"].val; v != nil && !yamlval.IsNull(v) {
-			m.MaxConcurrency, _ = p.integer(v, where, "max_concurrency", 0)
+			m.MaxConcurrency, _ = p.Int(v, where, "max_concurrency", 0, yamlval.MaxInt)
 		}
 		if v := f["dangerous"].val; v != nil && !yamlval.IsNull(v) {
-			m.Dangerous, _ = p.boolean(v, where, "dangerous")
+			m.Dangerous, _ = p.Bool(v, where, "dangerous")
 		}
 		if v := f["fallback"].val; v != nil && !yamlval.IsNull(v) {
 			m.Fallback = p.names(v, where, "fallback")
@@ -700,7 +699,7 @@ func (p *parser) routes(n *yaml.Node) map[string]string {
 			p.Errorf(kv.key, fix, "routes: %q is not a task type", typ)
 			continue
 		}
-		if tag, ok := p.str(kv.val, "routes", typ); ok {
+		if tag, ok := p.Scalar(kv.val, "routes", typ); ok {
 			out[typ] = tag
 			p.at["routes."+typ] = kv.val
 		}
@@ -744,7 +743,7 @@ func (p *parser) tools(n *yaml.Node) map[string]Tool {
 		default:
 			for i, a := range v.Content {
 				a = yamlval.Resolve(a)
-				s, sok := p.str(a, where, "command argument")
+				s, sok := p.Scalar(a, where, "command argument")
 				if !sok {
 					continue
 				}
@@ -755,7 +754,7 @@ func (p *parser) tools(n *yaml.Node) map[string]Tool {
 			}
 		}
 		if v := f["model_flag"].val; v != nil && !yamlval.IsNull(v) {
-			t.ModelFlag, _ = p.str(v, where, "model_flag")
+			t.ModelFlag, _ = p.Scalar(v, where, "model_flag")
 		}
 		out[name] = t // even when invalid, so nodes naming it get no second error
 	}
@@ -821,74 +820,6 @@ func (p *parser) crossCheck(cfg *Config) {
 		}
 		p.Errorf(p.at["routes."+typ], fix, "routes: %s goes to tag %q, which no node has", typ, tag)
 	}
-}
-
-func (p *parser) str(v *yaml.Node, where, key string) (string, bool) {
-	v = yamlval.Resolve(v)
-	if v.Kind != yaml.ScalarNode || yamlval.IsNull(v) {
-		p.Errorf(v, fmt.Sprintf("write %s as a single value", key), "%s%s must be a string, not %s", prefix(where), key, yamlval.Describe(v))
-		return "", false
-	}
-	return v.Value, true
-}
-
-func (p *parser) integer(v *yaml.Node, where, key string, min int) (int, bool) {
-	v = yamlval.Resolve(v)
-	var i int
-	if v.Kind != yaml.ScalarNode || v.Tag != "!!int" || v.Decode(&i) != nil {
-		p.Errorf(v, fmt.Sprintf("write a whole number, e.g. %s: %d", key, max(min, 2)),
-			"%s%s must be a whole number, not %s", prefix(where), key, yamlval.Describe(v))
-		return 0, false
-	}
-	if i < min {
-		p.Errorf(v, fmt.Sprintf("set %s to %d or more", key, min), "%s%s must be at least %d, not %d", prefix(where), key, min, i)
-		return 0, false
-	}
-	return i, true
-}
-
-func (p *parser) boolean(v *yaml.Node, where, key string) (bool, bool) {
-	v = yamlval.Resolve(v)
-	var b bool
-	// Decode, not the tag: yaml.v3 also takes YAML 1.1's yes/no/on/off for a bool.
-	if v.Kind != yaml.ScalarNode || yamlval.IsNull(v) || v.Decode(&b) != nil {
-		p.Errorf(v, fmt.Sprintf("write %s: true or %s: false", key, key), "%s%s must be true or false, not %s", prefix(where), key, yamlval.Describe(v))
-		return false, false
-	}
-	return b, true
-}
-
-func (p *parser) duration(v *yaml.Node, where, key string) (time.Duration, bool) {
-	v = yamlval.Resolve(v)
-	if v.Kind != yaml.ScalarNode || v.Tag != "!!str" {
-		fix := yamlval.DurationFix
-		if v.Tag == "!!int" {
-			fix = fmt.Sprintf("add a unit, e.g. %s: %ss", key, v.Value)
-		}
-		p.Errorf(v, fix, "%s%s must be a duration, not %s", prefix(where), key, yamlval.Describe(v))
-		return 0, false
-	}
-	d, bad := yamlval.Duration(prefix(where)+key, v.Value)
-	if bad != "" {
-		p.Errorf(v, yamlval.DurationFix, "%s", bad)
-		return 0, false
-	}
-	return d, true
-}
-
-func (p *parser) size(v *yaml.Node, where, key string) (int64, bool) {
-	v = yamlval.Resolve(v)
-	const fix = yamlval.SizeFix
-	if v.Kind != yaml.ScalarNode || (v.Tag != "!!str" && v.Tag != "!!int" && v.Tag != "!!float") {
-		p.Errorf(v, fix, "%s%s must be a size, not %s", prefix(where), key, yamlval.Describe(v))
-		return 0, false
-	}
-	n, err := yamlval.Size(v.Value)
-	if err != nil {
-		p.Errorf(v, fix, "%s%s: %v", prefix(where), key, err)
-		return 0, false
-	}
-	return n, true
 }
 
 // ExpandEnv replaces every ${NAME} in s with lookup(NAME); "$$" stands for a

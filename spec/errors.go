@@ -1,11 +1,11 @@
 package spec
 
 import (
-	"github.com/dispatch-tool/dispatch/internal/yamlval"
-
 	"fmt"
 	"path/filepath"
 	"strings"
+
+	"github.com/dispatch-tool/dispatch/internal/yamlval"
 )
 
 // Error is one problem in a project's files: its file (as built from the

@@ -1,8 +1,6 @@
 package spec
 
 import (
-	"github.com/dispatch-tool/dispatch/internal/yamlval"
-
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -14,6 +12,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/dispatch-tool/dispatch/internal/yamlval"
 )
 
 // Well-known files of a project directory.
@@ -270,7 +270,7 @@ func (l *loader) loadConfig() {
 	y.fields(root, ConfigFile, ProjectKeys, func(key string, v *yaml.Node) {
 		switch key {
 		case "integration", "verification":
-			if b, ok := y.boolean(key, v); ok {
+			if b, ok := y.Bool(v, "", key); ok {
 				if key == "integration" {
 					c.Integration = &b
 				} else {
@@ -278,19 +278,19 @@ func (l *loader) loadConfig() {
 				}
 			}
 		case "max_fix_rounds":
-			if n, ok := y.integer(key, v, 0, maxInt); ok {
+			if n, ok := y.Int(v, "", key, 0, yamlval.MaxInt); ok {
 				c.MaxFixRounds = &n
 			}
 		case "max_retries":
-			if n, ok := y.integer(key, v, 0, maxInt); ok {
+			if n, ok := y.Int(v, "", key, 0, yamlval.MaxInt); ok {
 				c.MaxRetries = &n
 			}
 		case "integration_spec":
-			if s, ok := y.str(key, v); ok {
+			if s, ok := y.String(v, "", key); ok {
 				c.IntegrationSpec, _ = l.inside(y, key, v, s, false)
 			}
 		case "base":
-			if s, ok := y.str(key, v); ok {
+			if s, ok := y.String(v, "", key); ok {
 				c.Base, _ = l.inside(y, key, v, s, true)
 			}
 		case "tool":
@@ -298,26 +298,23 @@ func (l *loader) loadConfig() {
 		case "type":
 			c.Type, _ = y.typ(key, v)
 		case "timeout":
-			c.Timeout, _ = y.duration(key, v)
+			c.Timeout, _ = y.Duration(v, "", key)
 		case "stall_timeout":
-			c.Stall, _ = y.duration(key, v)
+			c.Stall, _ = y.Duration(v, "", key)
 		case "budget":
-			if yamlval.IsNull(v) {
-				return
-			}
 			if v.Kind != yaml.MappingNode {
 				y.Errorf(v, "write budget: {usd: 20, tokens: 5000000} (either or both)", "budget must be a mapping, not %s", yamlval.Describe(v))
 				return
 			}
 			y.fields(v, "budget", []string{"usd", "tokens"}, func(key string, v *yaml.Node) {
 				if key == "usd" {
-					c.Budget.USD, _ = y.number("budget.usd", v)
-				} else if n, ok := y.integer("budget.tokens", v, 1, maxInt); ok {
+					c.Budget.USD, _ = y.Number(v, "", "budget.usd")
+				} else if n, ok := y.Int(v, "", "budget.tokens", 1, yamlval.MaxInt); ok {
 					c.Budget.Tokens = int64(n)
 				}
 			})
 		case "setup":
-			if s, ok := y.str(key, v); ok {
+			if s, ok := y.String(v, "", key); ok {
 				if strings.TrimSpace(s) == "" {
 					y.Errorf(v, "remove the key or write a command", "setup is empty")
 				} else {
@@ -325,15 +322,12 @@ func (l *loader) loadConfig() {
 				}
 			}
 		case "halt":
-			if yamlval.IsNull(v) {
-				return
-			}
 			if v.Kind != yaml.MappingNode {
 				y.Errorf(v, "write halt: {fail: N}", "halt must be a mapping, not %s", yamlval.Describe(v))
 				return
 			}
 			y.fields(v, "halt", []string{"fail"}, func(key string, v *yaml.Node) {
-				c.Halt.Fail, _ = y.integer("halt.fail", v, 0, maxInt)
+				c.Halt.Fail, _ = y.Int(v, "", "halt.fail", 0, yamlval.MaxInt)
 			})
 		}
 	})
@@ -557,7 +551,7 @@ func (l *loader) frontMatter(y yamlFile, root *yaml.Node, p *parsed) []item {
 				t.Tool = s
 			}
 		case "model":
-			if s, ok := y.str(key, v); ok {
+			if s, ok := y.String(v, "", key); ok {
 				// The model goes into argv after a flag; a leading '-' would
 				// be read as another flag.
 				if s == "" || strings.HasPrefix(s, "-") || strings.IndexFunc(s, isSpaceOrControl) >= 0 {
@@ -567,7 +561,7 @@ func (l *loader) frontMatter(y yamlFile, root *yaml.Node, p *parsed) []item {
 				}
 			}
 		case "priority":
-			if n, ok := y.integer(key, v, 1, 9); ok {
+			if n, ok := y.Int(v, "", key, 1, 9); ok {
 				t.Priority = n
 			}
 		case "depends_on":
@@ -583,15 +577,15 @@ func (l *loader) frontMatter(y yamlFile, root *yaml.Node, p *parsed) []item {
 				}
 			}
 		case "timeout":
-			if d, ok := y.duration(key, v); ok {
+			if d, ok := y.Duration(v, "", key); ok {
 				t.Timeout = d
 			}
 		case "stall_timeout":
-			if d, ok := y.duration(key, v); ok {
+			if d, ok := y.Duration(v, "", key); ok {
 				t.Stall = d
 			}
 		case "max_retries":
-			if n, ok := y.integer(key, v, 0, maxInt); ok {
+			if n, ok := y.Int(v, "", key, 0, yamlval.MaxInt); ok {
 				t.MaxRetries = &n
 			}
 		case "node":

@@ -115,7 +115,7 @@ func TestLoadErrors(t *testing.T) {
 				{"p/S09-unclosed.md", 1, "front matter is not closed"},
 				{"p/S10-yaml-syntax.md", 3, "invalid YAML in front matter: did not find expected ',' or ']'"},
 				{"p/S11-wrong-types.md", 2, "tags must be a list of names, not a mapping"},
-				{"p/S11-wrong-types.md", 3, "max_retries must be a whole number, at least 0, not -1"},
+				{"p/S11-wrong-types.md", 3, "max_retries must be at least 0, not -1"},
 				{"p/S11-wrong-types.md", 4, `model "--yolo" is not a model name`},
 				{"p/S11-wrong-types.md", 5, "tool must be a string, not 5"},
 				{"p/S11-wrong-types.md", 6, "context: each entry must be a name, not a list"},
@@ -139,7 +139,7 @@ func TestLoadErrors(t *testing.T) {
 			want: []wantErr{
 				{"p/project.yaml", 1, `integration must be true or false, not "yes"`},
 				{"p/project.yaml", 2, `verification must be true or false, not "maybe"`},
-				{"p/project.yaml", 3, "max_fix_rounds must be a whole number, at least 0, not -1"},
+				{"p/project.yaml", 3, "max_fix_rounds must be at least 0, not -1"},
 				{"p/project.yaml", 4, `integration_spec "missing.md" does not exist`},
 				{"p/project.yaml", 5, `tool: invalid name "a b": contains whitespace`},
 				{"p/project.yaml", 6, `type: unknown type "impl"`},

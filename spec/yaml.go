@@ -1,15 +1,13 @@
 package spec
 
 import (
-	"github.com/dispatch-tool/dispatch/internal/yamlval"
-
 	"fmt"
-	"math"
 	"slices"
 	"strings"
-	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/dispatch-tool/dispatch/internal/yamlval"
 )
 
 // yamlFile decodes YAML from one file, reporting problems with lines of
@@ -39,8 +37,8 @@ func (y yamlFile) parse(src string, what string) *yaml.Node {
 	return root
 }
 
-// fields calls set for each known key of m and reports unknown and
-// duplicate keys.
+// fields calls set for each known key of m that has a value and reports
+// unknown and duplicate keys. A key left empty is not set.
 func (y yamlFile) fields(m *yaml.Node, what string, known []string, set func(key string, v *yaml.Node)) {
 	seen := map[string]int{}
 	for i := 0; i+1 < len(m.Content); i += 2 {
@@ -59,89 +57,10 @@ func (y yamlFile) fields(m *yaml.Node, what string, known []string, set func(key
 			y.Unknown(k, what+": ", known)
 			continue
 		}
-		set(key, v)
+		if !yamlval.IsNull(v) {
+			set(key, v)
+		}
 	}
-}
-
-// str decodes a string. ok is false for null (not set) and for errors,
-// which are reported.
-func (y yamlFile) str(key string, v *yaml.Node) (string, bool) {
-	if yamlval.IsNull(v) {
-		return "", false
-	}
-	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
-		y.Errorf(v, "put the value in quotes if it is meant as text", "%s must be a string, not %s", key, yamlval.Describe(v))
-		return "", false
-	}
-	return v.Value, true
-}
-
-func (y yamlFile) integer(key string, v *yaml.Node, lo, hi int) (int, bool) {
-	if yamlval.IsNull(v) {
-		return 0, false
-	}
-	rng := fmt.Sprintf("a whole number from %d to %d", lo, hi)
-	if hi == maxInt {
-		rng = fmt.Sprintf("a whole number, at least %d", lo)
-	}
-	var n int
-	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" || v.Decode(&n) != nil {
-		y.Errorf(v, "write "+rng+", without quotes", "%s must be %s, not %s", key, rng, yamlval.Describe(v))
-		return 0, false
-	}
-	if n < lo || n > hi {
-		y.Errorf(v, "write "+rng, "%s must be %s, not %d", key, rng, n)
-		return 0, false
-	}
-	return n, true
-}
-
-const maxInt = int(^uint(0) >> 1)
-
-// number decodes a positive number (a whole one or with decimals).
-func (y yamlFile) number(key string, v *yaml.Node) (float64, bool) {
-	if yamlval.IsNull(v) {
-		return 0, false
-	}
-	const fix = "write a positive number without quotes, e.g. 20 or 12.5"
-	var f float64
-	if v.Kind != yaml.ScalarNode || (v.ShortTag() != "!!int" && v.ShortTag() != "!!float") || v.Decode(&f) != nil {
-		y.Errorf(v, fix, "%s must be a number, not %s", key, yamlval.Describe(v))
-		return 0, false
-	}
-	if !(f > 0) || math.IsInf(f, 0) {
-		y.Errorf(v, fix, "%s must be positive, not %s", key, v.Value)
-		return 0, false
-	}
-	return f, true
-}
-
-func (y yamlFile) boolean(key string, v *yaml.Node) (bool, bool) {
-	if yamlval.IsNull(v) {
-		return false, false
-	}
-	var b bool
-	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" || v.Decode(&b) != nil {
-		y.Errorf(v, "write true or false", "%s must be true or false, not %s", key, yamlval.Describe(v))
-		return false, false
-	}
-	return b, true
-}
-
-func (y yamlFile) duration(key string, v *yaml.Node) (time.Duration, bool) {
-	if yamlval.IsNull(v) {
-		return 0, false
-	}
-	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
-		y.Errorf(v, yamlval.DurationFix, "%s must be a duration, not %s", key, yamlval.Describe(v))
-		return 0, false
-	}
-	d, bad := yamlval.Duration(key, v.Value)
-	if bad != "" {
-		y.Errorf(v, yamlval.DurationFix, "%s", bad)
-		return 0, false
-	}
-	return d, true
 }
 
 // item is one entry of a list value with its line in the file.
@@ -153,9 +72,6 @@ type item struct {
 // list decodes a list of strings. A single string is accepted too and split
 // at commas, so "tags: glm" and "context: database, conventions" work.
 func (y yamlFile) list(key string, v *yaml.Node) []item {
-	if yamlval.IsNull(v) {
-		return nil
-	}
 	var nodes []*yaml.Node
 	switch v.Kind {
 	case yaml.ScalarNode:
@@ -185,7 +101,7 @@ func (y yamlFile) list(key string, v *yaml.Node) []item {
 }
 
 func (y yamlFile) typ(key string, v *yaml.Node) (string, bool) {
-	s, ok := y.str(key, v)
+	s, ok := y.String(v, "", key)
 	if !ok {
 		return "", false
 	}
@@ -202,7 +118,7 @@ func (y yamlFile) typ(key string, v *yaml.Node) (string, bool) {
 
 // name decodes a string that must pass ValidName (tool, node).
 func (y yamlFile) name(key string, v *yaml.Node) (string, bool) {
-	s, ok := y.str(key, v)
+	s, ok := y.String(v, "", key)
 	if !ok {
 		return "", false
 	}

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -206,25 +205,6 @@ func Describe(n *yaml.Node) string {
 	return "that"
 }
 
-// DurationFix is the fix line of every bad duration.
-const DurationFix = "write a positive duration with a unit, e.g. 45s, 30m or 1h30m"
-
-// Duration reads the positive duration s (such as "45s" or " 1h30m ")
-// given for key; otherwise the message says what is wrong.
-func Duration(key, s string) (time.Duration, string) {
-	d, err := time.ParseDuration(strings.TrimSpace(s))
-	switch {
-	case err != nil:
-		return 0, fmt.Sprintf("%s: %q is not a duration", key, s)
-	case d <= 0:
-		return 0, fmt.Sprintf("%s must be positive, not %s", key, s)
-	}
-	return d, ""
-}
-
-// SizeFix is the fix line of every bad size.
-const SizeFix = "write bytes or a size with a unit, e.g. 512MiB, 2GiB or 1.5GB (KB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB of 1024)"
-
 var sizeUnits = map[string]float64{
 	"": 1, "b": 1,
 	"k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
@@ -233,10 +213,10 @@ var sizeUnits = map[string]float64{
 
 var sizeRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)$`)
 
-// Size reads a byte count: plain bytes, or a number with a unit where
+// parseSize reads a byte count: plain bytes, or a number with a unit where
 // K/M/G/T and KB/MB/GB/TB are powers of 1000 and KiB/MiB/GiB/TiB powers of
 // 1024. Units are case-insensitive; fractions of a byte are dropped.
-func Size(s string) (int64, error) {
+func parseSize(s string) (int64, error) {
 	m := sizeRE.FindStringSubmatch(strings.TrimSpace(s))
 	if m == nil {
 		return 0, fmt.Errorf("%q is not a size", s)

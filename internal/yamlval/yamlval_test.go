@@ -5,7 +5,6 @@ import (
 	"io/fs"
 	"strings"
 	"testing"
-	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -86,28 +85,6 @@ func TestDescribeAndNull(t *testing.T) {
 	}
 }
 
-// TestDuration: one reading for every file; surrounding space is trimmed
-// (nodes.yaml used to refuse " 30s", specs took it).
-func TestDuration(t *testing.T) {
-	tests := []struct {
-		in   string
-		want time.Duration
-		bad  string
-	}{
-		{"30s", 30 * time.Second, ""},
-		{" 1h30m ", 90 * time.Minute, ""},
-		{"30 minutes", 0, `timeout: "30 minutes" is not a duration`},
-		{"0s", 0, "timeout must be positive, not 0s"},
-		{"-5m", 0, "timeout must be positive, not -5m"},
-	}
-	for _, tt := range tests {
-		d, bad := Duration("timeout", tt.in)
-		if d != tt.want || bad != tt.bad {
-			t.Errorf("Duration(%q) = %v, %q; want %v, %q", tt.in, d, bad, tt.want, tt.bad)
-		}
-	}
-}
-
 func TestSuggest(t *testing.T) {
 	known := []string{"poll_interval", "heartbeat_timeout", "slots", "stall_timeout"}
 	for in, want := range map[string]string{"poll_intervall": "poll_interval", "slot": "slots", "sta": "stall_timeout", "zzz": "", "heart": "heartbeat_timeout"} {
@@ -157,9 +134,9 @@ func TestSize(t *testing.T) {
 		{"9000000TiB", 0, false},
 	}
 	for _, tc := range tests {
-		got, err := Size(tc.in)
+		got, err := parseSize(tc.in)
 		if (err == nil) != tc.ok || got != tc.want {
-			t.Errorf("Size(%q) = %d, %v; want %d (ok %v)", tc.in, got, err, tc.want, tc.ok)
+			t.Errorf("parseSize(%q) = %d, %v; want %d (ok %v)", tc.in, got, err, tc.want, tc.ok)
 		}
 	}
 }
