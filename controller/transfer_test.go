@@ -332,7 +332,7 @@ func TestLaunchPushesASlowBaseTree(t *testing.T) {
 	h := newHarness(t, fastYAML, files)
 	pause := 250 * time.Millisecond // 32 pieces of 8 KiB: about 8 s
 	h.shape(&shapedTransport{put: func(p string, r io.Reader) (io.Reader, error) {
-		if strings.HasSuffix(p, "/base/data.bin") {
+		if strings.HasSuffix(p, "/base.tar") { // the base tree, one archive
 			return &trickle{r: r, piece: 8 << 10, pause: pause}, nil
 		}
 		return nil, nil
@@ -358,7 +358,7 @@ func TestLaunchPushFailuresAreBounded(t *testing.T) {
 	files["project.yaml"] += "base: base\n"
 	h := newHarness(t, fastYAML, files)
 	h.shape(&shapedTransport{put: func(p string, r io.Reader) (io.Reader, error) {
-		if strings.HasSuffix(p, "/base/data.bin") {
+		if strings.HasSuffix(p, "/base.tar") { // the base tree, one archive
 			return nil, errors.New("injected: disk quota exceeded")
 		}
 		return nil, nil

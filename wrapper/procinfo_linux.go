@@ -65,6 +65,15 @@ func groupAlive(pgid int) bool {
 // findGroupMember scans /proc for a live (not zombie) process of group
 // pgid, in session sid unless sid is -1.
 func findGroupMember(pgid, sid int) (bool, error) {
+	// A group with no process at all (the usual end of an attempt) is
+	// told by one kill(2) with signal 0, without reading every process of
+	// the machine; only a group that still has a member, perhaps a zombie,
+	// is looked for in /proc.
+	if pgid > 1 {
+		if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
+			return false, nil
+		}
+	}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return false, err
