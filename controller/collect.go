@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -16,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/readmodel"
@@ -142,6 +144,22 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 			}
 		}
 		var total int64
+		if refused == nil && regularFiles(files) > tarThreshold {
+			// Many files travel as one archive: one transfer instead of
+			// one per file.
+			limit, byRoom := maxBytes, room < maxBytes
+			if byRoom {
+				limit = room
+			}
+			manifest, err = c.fetchTree(ctx, n, r, path.Join(src, "output"), filepath.Join(tmp, "output"), files, limit)
+			if byRoom && errors.Is(err, errOverQuota) {
+				return c.noRoom(r.Project, "output/")
+			}
+			if err != nil {
+				return err
+			}
+			files = nil // fetched
+		}
 		for _, f := range files {
 			if refused != nil {
 				break
@@ -218,6 +236,109 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 		}
 		return tx.SetRun(ctx, r.Project, r.Task, r.Attempt, store.RunPatch{CollectedAt: new(tx.Now())})
 	})
+}
+
+// tarThreshold is the number of output files above which a collection
+// fetches output/ as one tar archive: below it, a few transfers of their
+// own cost less than starting `wrapper tar`.
+const tarThreshold = 16
+
+func regularFiles(files []nodes.FileInfo) int {
+	n := 0
+	for _, f := range files {
+		if f.Mode.IsRegular() {
+			n++
+		}
+	}
+	return n
+}
+
+// fetchTree copies the regular files under remote (an attempt's output/) to
+// local as one tar archive that `wrapper tar` makes beside it and that is
+// removed afterwards, holding the content to limit bytes on both sides, and
+// returns the manifest. files is the listing the quota was checked on; the
+// archive's own deadline grows with its size.
+func (c *Controller) fetchTree(ctx context.Context, n *nodeRuntime, r store.Run, remote, local string, files []nodes.FileInfo, limit int64) ([]store.File, error) {
+	inst := n.installed()
+	if inst == nil {
+		return nil, fmt.Errorf("the wrapper on %s is being checked again", n.cfg.Name)
+	}
+	var listed int64
+	for _, f := range files {
+		listed += max(f.Size, 0)
+	}
+	archive := path.Join(path.Dir(remote), ".output.tar")
+	tctx, cancel := context.WithTimeout(ctx, c.callTimeout()+time.Duration(min(listed, limit)/(4<<20))*time.Second)
+	res, err := n.tr.Exec(tctx, []string{inst.Path, "tar", "--dir", remote, "--out", archive, "--max-bytes", strconv.FormatInt(limit, 10)}, nil)
+	cancel()
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.callTimeout())
+		defer cancel()
+		_ = n.tr.Remove(rctx, archive)
+	}()
+	if err != nil {
+		return nil, err
+	}
+	if res.ExitCode != 0 {
+		var e wrapper.ErrorReply
+		if json.Unmarshal(res.Stdout, &e) == nil && e.Kind == wrapper.KindTooLarge {
+			return nil, errOverQuota
+		}
+		return nil, errors.New(replyError(res, nil))
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		pw.CloseWithError(nodes.GetIdle(ctx, n.tr, archive, pw, c.transferIdle()))
+	}()
+	defer pr.Close()
+	var manifest []store.File
+	seen := map[string]bool{}
+	left := limit
+	tr := tar.NewReader(pr)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return manifest, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read the archive of output/: %w", err)
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue // `wrapper tar` writes none; a node may
+		}
+		name := path.Clean(h.Name)
+		if seen[name] {
+			return nil, fmt.Errorf("the archive of output/ names %q twice", h.Name)
+		}
+		seen[name] = true
+		if len(seen) > c.cfg.Controller.CollectMaxFiles {
+			// The node's archive holds more than its listing did.
+			return nil, permanent(fmt.Errorf("output/ holds more than collect_max_files (%d) files: nothing of it collected", c.cfg.Controller.CollectMaxFiles))
+		}
+		dst, err := safeJoin(local, h.Name)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return nil, err
+		}
+		f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, fs.FileMode(h.Mode).Perm()|0o200)
+		if err != nil {
+			return nil, err
+		}
+		sum := sha256.New()
+		cw := &countWriter{w: io.MultiWriter(f, sum)}
+		_, err = io.Copy(&limitWriter{w: cw, left: left}, tr)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, err
+		}
+		left -= cw.n
+		manifest = append(manifest, store.File{Project: r.Project, Task: r.Task, Attempt: r.Attempt,
+			Path: name, Size: cw.n, SHA256: hex.EncodeToString(sum.Sum(nil))})
+	}
 }
 
 // noRoom is the error of a collection that stopped copying what (output/

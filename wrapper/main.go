@@ -27,6 +27,7 @@ commands (see docs/PROTOCOL.md):
   tail   --dir D [--follow]
   which  NAME...                  (stdin: JSON map of environment variables)
   untar  --archive A --dir D       (replaces D with A's tree, removes A)
+  tar    --dir D --out A [--max-bytes N]
 `
 
 // cmdError carries the ErrorReply kind of a failed subcommand.
@@ -97,6 +98,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdLaunch(ctx, rest, stdin, stdout)
 	case "untar":
 		err = cmdUntar(ctx, rest, stdout)
+	case "tar":
+		err = cmdTar(ctx, rest, stdout)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stderr, usageText)
 		return 0

@@ -42,6 +42,8 @@ const (
 	KindNotFound       = "not_found"
 	KindIO             = "io"
 	KindInternal       = "internal"
+	// KindTooLarge is a `tar` whose files pass its --max-bytes.
+	KindTooLarge = "too_large"
 )
 
 // Defaults for zero fields of Launch.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -129,4 +130,123 @@ func unpack(ctx context.Context, r io.Reader, dir string) (UntarReply, error) {
 			reply.Bytes += n
 		}
 	}
+}
+
+// TarReply is the reply of `tar`.
+type TarReply struct {
+	Files int   `json:"files"`
+	Bytes int64 `json:"bytes"`
+}
+
+// cmdTar writes the regular files under --dir (a task's output/) to the new
+// tar archive --out, with their permissions: the controller fetches a
+// large output as one transfer instead of one per file. Nothing is
+// followed: --dir must be a directory itself, and the walk goes through an
+// os.Root, so a link the task made inside reaches nothing outside. Links
+// and other special files are left out, as they always were. Past
+// --max-bytes of content it stops with kind too_large. A file that changes
+// size while it is read fails the tar (the controller tries again later).
+func cmdTar(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("tar")
+	dirFlag := fs.String("dir", "", "the directory to archive")
+	outFlag := fs.String("out", "", "the archive to create (replaced)")
+	maxBytes := fs.Int64("max-bytes", 0, "fail past this many bytes of content (0: no limit)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	dir, err := taskDirFlag("tar", *dirFlag)
+	if err != nil {
+		return err
+	}
+	if *outFlag == "" {
+		return usageErrorf("tar: --out is required")
+	}
+	out, err := taskDirFlag("tar", *outFlag)
+	if err != nil {
+		return err
+	}
+	if fi, err := os.Lstat(dir); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return &cmdError{KindNotFound, fmt.Errorf("no directory %s", dir)}
+		}
+		return ioError(err)
+	} else if !fi.IsDir() {
+		return usageErrorf("tar: %s is not a directory (a link is never followed)", dir)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return ioError(err)
+	}
+	defer root.Close()
+	// Whatever the task left at the archive's name goes; the archive is
+	// created anew, never through a link.
+	if err := os.RemoveAll(out); err != nil {
+		return ioError(err)
+	}
+	f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return ioError(err)
+	}
+	reply, err := pack(ctx, root, f, *maxBytes)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(out)
+		return err
+	}
+	return printJSON(stdout, reply)
+}
+
+func pack(ctx context.Context, root *os.Root, w io.Writer, maxBytes int64) (TarReply, error) {
+	var reply TarReply
+	tw := tar.NewWriter(w)
+	err := fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return ioError(err)
+		}
+		if err := ctx.Err(); err != nil {
+			return &cmdError{KindInternal, fmt.Errorf("tar interrupted: %w", err)}
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		f, err := root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			return ioError(err)
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return ioError(err)
+		}
+		if !fi.Mode().IsRegular() {
+			return nil // replaced since the walk saw it
+		}
+		if maxBytes > 0 && reply.Bytes+fi.Size() > maxBytes {
+			return &cmdError{KindTooLarge, fmt.Errorf("the files under the directory pass %d bytes", maxBytes)}
+		}
+		h := &tar.Header{Typeflag: tar.TypeReg, Name: p, Mode: int64(fi.Mode().Perm()), Size: fi.Size(),
+			ModTime: fi.ModTime(), Format: tar.FormatPAX}
+		if err := tw.WriteHeader(h); err != nil {
+			return ioError(err)
+		}
+		n, err := io.Copy(tw, io.LimitReader(f, fi.Size()))
+		if err == nil && n < fi.Size() {
+			err = fmt.Errorf("%s shrank while it was read", p)
+		}
+		if err != nil {
+			return ioError(err)
+		}
+		reply.Files++
+		reply.Bytes += n
+		return nil
+	})
+	if err != nil {
+		return reply, err
+	}
+	if err := tw.Close(); err != nil {
+		return reply, ioError(err)
+	}
+	return reply, nil
 }

@@ -145,3 +145,78 @@ func TestUntarRefusesALinkedArchive(t *testing.T) {
 		t.Fatal("untar followed a link to its archive")
 	}
 }
+
+func TestTar(t *testing.T) {
+	task := t.TempDir()
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(task, "output")
+	for name, body := range map[string]string{"a.txt": "a", "src/b.go": "package b\n", "deep/x/y/z.txt": "z"} {
+		p := filepath.Join(out, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Links the task made: to a file and to a directory outside.
+	os.Symlink(filepath.Join(outside, "secret"), filepath.Join(out, "link"))
+	os.Symlink(outside, filepath.Join(out, "dirlink"))
+	archive := filepath.Join(task, ".collect.tar")
+	// A link planted at the archive's name is replaced, not written through.
+	os.Symlink(filepath.Join(outside, "secret"), archive)
+	var reply bytes.Buffer
+	if err := cmdTar(context.Background(), []string{"--dir", out, "--out", archive}, &reply); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(outside, "secret")); string(b) != "secret" {
+		t.Fatal("the planted link's target was written")
+	}
+	if !strings.Contains(reply.String(), `"files":3`) {
+		t.Errorf("reply %s", reply.String())
+	}
+	f, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := map[string]string{}
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		var b bytes.Buffer
+		b.ReadFrom(tr)
+		got[h.Name] = b.String()
+		if h.Mode != 0o640 {
+			t.Errorf("%s mode %o", h.Name, h.Mode)
+		}
+	}
+	want := map[string]string{"a.txt": "a", "src/b.go": "package b\n", "deep/x/y/z.txt": "z"}
+	if len(got) != len(want) {
+		t.Errorf("archive holds %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+
+	// Past --max-bytes: too_large, and no archive left.
+	err = cmdTar(context.Background(), []string{"--dir", out, "--out", archive, "--max-bytes", "5"}, &reply)
+	if errorKind(err) != KindTooLarge {
+		t.Errorf("over the limit: %v (kind %s)", err, errorKind(err))
+	}
+	if _, err := os.Lstat(archive); !os.IsNotExist(err) {
+		t.Errorf("archive left after a failure: %v", err)
+	}
+	// The directory itself a link: refused.
+	if err := cmdTar(context.Background(), []string{"--dir", filepath.Join(out, "dirlink"), "--out", archive}, &reply); err == nil {
+		t.Error("tar followed a link given as the directory")
+	}
+}
