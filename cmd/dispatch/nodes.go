@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -181,7 +182,10 @@ type checkResult struct {
 	MemAvailable     int64   `json:"mem_available_bytes"`
 	DiskFree         int64   `json:"disk_free_bytes"`
 	ClockSkewSeconds float64 `json:"clock_skew_seconds"`
-	Error            string  `json:"error"`
+	// GitVersion is what `git --version` says there ("2.39.5"), "" when
+	// the node has no git: repo projects need it, the others do not.
+	GitVersion string `json:"git_version"`
+	Error      string `json:"error"`
 	// What the controller records too (see recordCheck).
 	load1 float64
 	rtt   time.Duration
@@ -228,7 +232,7 @@ func nodesCheck(c *cli.Context) error {
 		}
 	} else {
 		tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "NODE\tRESULT\tTIME\tPLATFORM\tWRAPPER\tMEM AVAILABLE\tDISK FREE\tCLOCK SKEW\tERROR")
+		fmt.Fprintln(tw, "NODE\tRESULT\tTIME\tPLATFORM\tWRAPPER\tGIT\tMEM AVAILABLE\tDISK FREE\tCLOCK SKEW\tERROR")
 		for _, r := range results {
 			res := e.styles.ok.Render("ok")
 			if !r.OK {
@@ -246,8 +250,14 @@ func nodesCheck(c *cli.Context) error {
 			if r.OK {
 				skew = fmt.Sprintf("%+.2fs", r.ClockSkewSeconds)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%.2fs\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, res, r.Seconds, platform, wv,
-				bytesHuman(r.MemAvailable), bytesHuman(r.DiskFree), skew, termtext.Clean(firstLine(r.Error)))
+			git := "-"
+			if r.GitVersion != "" {
+				git = r.GitVersion
+			} else if r.OK {
+				git = "none"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.2fs\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, res, r.Seconds, platform, wv,
+				termtext.Clean(git), bytesHuman(r.MemAvailable), bytesHuman(r.DiskFree), skew, termtext.Clean(firstLine(r.Error)))
 		}
 		tw.Flush()
 		for _, r := range results {
@@ -301,9 +311,31 @@ func checkNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, env nodes.S
 		r.ClockSkewSeconds = remote.Sub(mid).Seconds()
 	}
 	r.MemAvailable, r.DiskFree, r.load1 = facts.Facts.MemAvailableBytes, facts.Facts.DiskFreeBytes, facts.Facts.Load1
+	r.GitVersion = gitVersion(ctx, tr)
 	r.OK = true
 	r.Seconds = time.Since(start).Seconds()
 	return r
+}
+
+// gitVersion asks the node's git for its version: "2.39.5", or "" when
+// it has none (or answers with anything but a version).
+func gitVersion(ctx context.Context, tr nodes.Transport) string {
+	res, err := tr.Exec(ctx, []string{"git", "--version"}, nil)
+	if err != nil || res.ExitCode != 0 {
+		return ""
+	}
+	return parseGitVersion(string(res.Stdout))
+}
+
+// gitVersionRE is git's own answer: "git version 2.39.5" (Apple's adds
+// " (Apple Git-146)").
+var gitVersionRE = regexp.MustCompile(`^git version ([0-9]+(?:\.[0-9A-Za-z]+){1,4})`)
+
+func parseGitVersion(out string) string {
+	if m := gitVersionRE.FindStringSubmatch(strings.TrimSpace(out)); m != nil {
+		return m[1]
+	}
+	return ""
 }
 
 // recordCheck records what the check saw of each node in the database, as

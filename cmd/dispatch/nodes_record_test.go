@@ -101,3 +101,19 @@ nodes:
 		t.Errorf("unknown after trust and check: %+v", u)
 	}
 }
+
+func TestParseGitVersion(t *testing.T) {
+	for in, want := range map[string]string{
+		"git version 2.39.5\n":                 "2.39.5",
+		"git version 2.39.5 (Apple Git-146)\n": "2.39.5",
+		"git version 2.47.0.windows.1\n":       "2.47.0.windows.1",
+		"bash: git: command not found\n":       "",
+		"git version \x1b[31mred\x1b[0m\n":     "",
+		"git version 2.39.5; rm -rf /\n":       "2.39.5",
+		"":                                     "",
+	} {
+		if got := parseGitVersion(in); got != want {
+			t.Errorf("parseGitVersion(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

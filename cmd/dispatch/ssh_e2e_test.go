@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -181,6 +182,7 @@ nodes:
 			Name  string  `json:"name"`
 			OK    bool    `json:"ok"`
 			Skew  float64 `json:"clock_skew_seconds"`
+			Git   string  `json:"git_version"`
 			Error string  `json:"error"`
 		} `json:"nodes"`
 	}
@@ -194,6 +196,10 @@ nodes:
 		}
 		if wantOK && (n.Skew > 2 || n.Skew < -2) {
 			t.Errorf("check %s: clock skew %.2fs on the same machine", n.Name, n.Skew)
+		}
+		// make test installs git: every reachable node has it.
+		if wantOK && !regexp.MustCompile(`^[0-9]+\.[0-9]+`).MatchString(n.Git) {
+			t.Errorf("check %s: git_version %q", n.Name, n.Git)
 		}
 	}
 }
