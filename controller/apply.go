@@ -209,10 +209,13 @@ func findStale(pulls map[string]*pull, current map[string]*store.Task) []staleAt
 			}
 			t := current[taskKey(ts.Project, ts.Task)]
 			if t != nil && t.Node == name && t.Attempt == ts.Status.Attempt &&
-				(t.Status == store.Claimed || t.Status == store.Running || ended(ts.Status.Status)) {
+				(t.Status == store.Claimed || t.Status == store.Running || ended(ts.Status.Status) && !ts.ToolRunning) {
 				// The current attempt, or the one whose end was just
 				// recorded while its supervisor is still exiting: its tool
-				// is done, and killing it would only hold the node back.
+				// is done (the wrapper checked its group, which a task
+				// cannot forge), and killing it would only hold the node
+				// back. A final status.json with the tool still running is
+				// the task's forgery: that attempt is stale and killed.
 				continue
 			}
 			sa := staleAttempt{node: name, project: ts.Project, task: ts.Task, dir: ts.Dir, attempt: ts.Status.Attempt, orphan: orphan, foreign: t == nil}

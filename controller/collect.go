@@ -63,7 +63,10 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 				continue // a failed try waits a little before the next
 			}
 			isCurrent := current[key]
+			tk := taskKey(r.Project, r.Task)
+			c.inCollection.Store(tk, true)
 			err := c.collect(ctx, n, r, isCurrent)
+			c.inCollection.Delete(tk)
 			if err == nil || ctx.Err() != nil {
 				continue
 			}

@@ -91,6 +91,10 @@ type Controller struct {
 	// collectNext holds, by attempt, when a collection that failed may be
 	// tried again (see collectFailed).
 	collectNext sync.Map
+	// inCollection holds the tasks (taskKey) whose attempt is being
+	// collected: a collection may outlast its tick, and a task is never
+	// launched again into the directory its files are read from.
+	inCollection sync.Map
 }
 
 // New returns a controller; it does no I/O.

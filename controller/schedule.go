@@ -77,7 +77,8 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 	caps := map[string]*capacity{}
 	unkilledNodes, unkilledTasks := c.unkilled()
 	for name, n := range c.nodes {
-		// A node busy launching or collecting takes no new work this tick,
+		// A node busy launching takes no new work this tick (one
+		// collecting does: see inCollection),
 		// nor one whose disk is nearly full, nor one where an attempt that
 		// must die is not dead yet.
 		if p := pulls[name]; p != nil && p.err == nil && !n.working.Load() && !diskFull(p.status.Facts.DiskFreeBytes) && !unkilledNodes[name] {
@@ -144,7 +145,10 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 		for _, t := range runnable {
 			// A task whose earlier attempt still runs somewhere (an
 			// orphaned tool, a hung wrapper) waits until it is killed.
-			if depsDone(t.DependsOn, states) && !unkilledTasks[taskKey(t.Project, t.ID)] {
+			// Nor does one whose previous attempt is still being
+			// collected (a slow collection outlasts its tick).
+			_, collecting := c.inCollection.Load(taskKey(t.Project, t.ID))
+			if depsDone(t.DependsOn, states) && !unkilledTasks[taskKey(t.Project, t.ID)] && !collecting {
 				candidates = append(candidates, t)
 			}
 		}

@@ -31,14 +31,21 @@ const (
 
 // WriteFileAtomic replaces path with data so that readers see either the old
 // or the new content, never a mix: temp file in the same directory, then
-// rename. Nothing is synced to disk. A node that loses power loses its
-// attempts anyway: the controller finds them dead (missing or stale
-// status, no supervisor) and runs them again, and the tool's own outputs,
-// which a synced status.json would vouch for, are never synced either.
-// Syncing cost several journal commits per attempt, the largest share of
-// a launch on a busy node.
+// rename. Nothing is synced to disk: a node that loses power loses its
+// running attempts anyway (the controller finds them dead and runs them
+// again), and syncing every bookkeeping file (spec, launch, pid, record,
+// heartbeat, each status) cost several journal commits per attempt, the
+// largest share of a launch on a busy node. The one write that must
+// survive a crash is an attempt's final status: see writeStatusDurable.
 func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	return writeFile(path, data, perm, false)
+}
+
+// writeFile is WriteFileAtomic; with durable, the content and the rename
+// are synced to disk before it returns.
+func writeFile(path string, data []byte, perm os.FileMode, durable bool) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {
 		return fmt.Errorf("create temp file for %s: %w", path, err)
 	}
@@ -54,6 +61,11 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	if err := f.Chmod(perm); err != nil {
 		return fail(fmt.Errorf("chmod %s: %w", tmp, err))
 	}
+	if durable {
+		if err := f.Sync(); err != nil {
+			return fail(fmt.Errorf("sync %s: %w", tmp, err))
+		}
+	}
 	if err := f.Close(); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("close %s: %w", tmp, err)
@@ -61,6 +73,15 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("rename %s: %w", tmp, err)
+	}
+	if durable {
+		// The rename is durable only once the directory is synced; a
+		// failure here loses nothing readers can see, so it is not
+		// reported.
+		if d, err := os.Open(dir); err == nil {
+			d.Sync()
+			d.Close()
+		}
 	}
 	return nil
 }
@@ -71,6 +92,18 @@ func writeJSONAtomic(path string, v any) error {
 		return fmt.Errorf("encode %s: %w", filepath.Base(path), err)
 	}
 	return WriteFileAtomic(path, append(data, '\n'), 0o644)
+}
+
+// writeStatusDurable writes an attempt's final status and syncs it: once
+// the database records the attempt as ended, nothing runs it again, so its
+// status must not come back empty or older after a crash of the node
+// (collection would find "no files of this attempt" and keep nothing).
+func writeStatusDurable(dir string, st *Status) error {
+	data, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", fileStatus, err)
+	}
+	return writeFile(filepath.Join(dir, fileStatus), append(data, '\n'), 0o644, true)
 }
 
 // readStatus reads D/status.json. A missing file gives an error satisfying

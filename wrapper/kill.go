@@ -316,7 +316,7 @@ func endOrphan(dir, msg string) (*Status, error) {
 			logWrapper(dir, "kill: not killing the recorded tool group: %v", err)
 		}
 	}
-	if err := writeJSONAtomic(filepath.Join(dir, fileStatus), st); err != nil {
+	if err := writeStatusDurable(dir, st); err != nil {
 		return nil, ioError(err)
 	}
 	return st, nil

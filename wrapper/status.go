@@ -113,6 +113,11 @@ func taskStatus(project, task, dir string) TaskStatus {
 		if st.Final() {
 			if rec, err := readRecord(dir); err == nil && rec.Attempt == st.Attempt {
 				st.SessionID = rec.SessionID
+				// A supervisor ends the tool's group before it writes a
+				// final status: a member left means the status is not its.
+				if alive && rec.ToolPGID > 1 && rec.SID > 1 {
+					ts.ToolRunning, _ = groupInSession(rec.ToolPGID, rec.SID)
+				}
 			}
 		}
 	}

@@ -700,6 +700,9 @@ func (s *supervisor) updateStatus(f func(*Status) bool) error {
 		return nil
 	}
 	s.final = s.st.Final()
+	if s.final {
+		return writeStatusDurable(s.dir, &s.st)
+	}
 	return writeJSONAtomic(filepath.Join(s.dir, fileStatus), s.st)
 }
 

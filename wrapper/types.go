@@ -171,6 +171,12 @@ type TaskStatus struct {
 	StatusError string  `json:"status_error"`
 	Heartbeat   string  `json:"heartbeat"`
 	Alive       bool    `json:"alive"`
+	// ToolRunning is set when the status is final but the tool's process
+	// group, as the supervisor's private record names it, still has a
+	// member in the supervisor's session: the task forged its end (or its
+	// supervisor has not ended the group yet). Only a final status of a
+	// live supervisor is checked.
+	ToolRunning bool `json:"tool_running,omitempty"`
 }
 
 // NodeStatus is the reply of `status`: every task of the node in one value.
