@@ -61,23 +61,27 @@ func writeFile(path string, data []byte, perm os.FileMode, durable bool) error {
 	if err := f.Chmod(perm); err != nil {
 		return fail(fmt.Errorf("chmod %s: %w", tmp, err))
 	}
-	if durable {
-		if err := f.Sync(); err != nil {
-			return fail(fmt.Errorf("sync %s: %w", tmp, err))
+	if !durable {
+		if err := f.Close(); err != nil {
+			os.Remove(tmp)
+			return fmt.Errorf("close %s: %w", tmp, err)
 		}
 	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("close %s: %w", tmp, err)
-	}
 	if err := os.Rename(tmp, path); err != nil {
+		if durable {
+			f.Close()
+		}
 		os.Remove(tmp)
 		return fmt.Errorf("rename %s: %w", tmp, err)
 	}
 	if durable {
-		// The rename is durable only once the directory is synced; a
-		// failure here loses nothing readers can see, so it is not
-		// reported.
+		// Synced after the rename: readers (the node's status stream, the
+		// controller) see the new content at once, and the disk has it a
+		// moment later, however busy the disk is. The rename itself is
+		// durable once the directory is synced. A failure here loses
+		// nothing readers can see, so it is not reported.
+		f.Sync()
+		f.Close()
 		if d, err := os.Open(dir); err == nil {
 			d.Sync()
 			d.Close()
