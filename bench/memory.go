@@ -448,21 +448,14 @@ func memFinding(rs []*memResult) string {
 	if big.addMax >= big.launchMax && big.addMax >= int64(maxOf(big.steadyRSS)) {
 		fmt.Fprintf(&b, " The peak comes before the first tick, from parsing the specs: `spec.Load` of the %d specs "+
 			"(%s of spec text) leaves %s live (%.1f× the text) and, with `Plan` and `AddProject`, grows the heap by %s and allocates %s "+
-			"(`spec.(*loader).parseTask`, `readText`, `joinLines`, `decodeText` lead the allocation profile). Each parsed "+
-			"`spec.Task` keeps two copies of its text: its `Snapshot`, and the whole decoded file, pinned by `Title` — "+
-			"`title` returns a substring of a body line, which shares the file's string. **Change** in "+
-			"`spec.(*loader).parseTask`: `strings.Clone` the title; build the snapshot once into a `[]byte` sized up front "+
-			"(now `strings.Join`, `+ \"\\n\"` and `[]byte(snap)` copy it three times); read the file with `os.ReadFile` "+
-			"(sized) rather than `io.ReadAll` (grows by doubling). VmHWM keeps whatever peak this leaves.",
+			"(`spec.(*loader).parseTask`, `readText`, `decodeText` lead the allocation profile). `start` keeps a soft memory limit "+
+			"(48 MiB) while it loads and stores the project, then drops the parsed project and collects it before the first tick, "+
+			"so that the collector's goal is set from what stays live; VmHWM keeps whatever peak the parsing leaves.",
 			memTasks, mib(int64(big.specBytes)*memTasks), mib(big.loadLive), float64(big.loadLive)/float64(int64(big.specBytes)*memTasks),
 			mib(big.addPeakHeap), mib(big.addAlloc))
 	}
 	fmt.Fprintf(&b, " Between ticks the controller holds about %s of live heap; steady RSS is each tick's garbage: "+
-		"%s allocated per tick (%.0f%% under `store.queryTasks`), a tick of %s against %s. The tick changes above "+
-		"remove most of it; in addition `assign` reads every task of every project, finished ones included, to count busy "+
-		"slots (one `SELECT node, COUNT(*) FROM tasks WHERE status IN ('claimed','running') GROUP BY node` would do) and "+
-		"all 9,000 pending tasks to fill free slots: select the candidates in SQL (`status = 'pending' AND not_before <= ?` "+
-		"ORDER BY priority, id, limited to a few times the free slots, dependencies checked on those).",
+		"%s allocated per tick (%.0f%% under `store.queryTasks`, the tick's one read of the tasks), a tick of %s against %s.",
 		mib(a.liveAfterGC), mib(int64(median(a.tickAlloc))), 100*a.queryTasksShare, fmtS(median(a.tickWall)), tickWallHint)
 	if big.listSnapshots {
 		b.WriteString(" Task lists still carry the snapshot: with 4 KiB specs that is most of the bytes of every read.")
