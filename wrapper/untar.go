@@ -13,8 +13,9 @@ import (
 	"syscall"
 )
 
-// UntarReply is the reply of `untar`.
-type UntarReply struct {
+// TreeReply is the reply of `tar` and `untar`: the regular files of the
+// tree and their bytes of content.
+type TreeReply struct {
 	Files int   `json:"files"`
 	Bytes int64 `json:"bytes"`
 }
@@ -81,8 +82,8 @@ func cmdUntar(ctx context.Context, args []string, stdout io.Writer) error {
 
 // unpack writes the regular files and directories of the archive r under
 // dir, through an os.Root: no entry and no link can reach outside it.
-func unpack(ctx context.Context, r io.Reader, dir string) (UntarReply, error) {
-	var reply UntarReply
+func unpack(ctx context.Context, r io.Reader, dir string) (TreeReply, error) {
+	var reply TreeReply
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return reply, ioError(err)
@@ -130,12 +131,6 @@ func unpack(ctx context.Context, r io.Reader, dir string) (UntarReply, error) {
 			reply.Bytes += n
 		}
 	}
-}
-
-// TarReply is the reply of `tar`.
-type TarReply struct {
-	Files int   `json:"files"`
-	Bytes int64 `json:"bytes"`
 }
 
 // cmdTar writes the regular files under --dir (a task's output/) to the new
@@ -198,8 +193,8 @@ func cmdTar(ctx context.Context, args []string, stdout io.Writer) error {
 	return printJSON(stdout, reply)
 }
 
-func pack(ctx context.Context, root *os.Root, w io.Writer, maxBytes int64) (TarReply, error) {
-	var reply TarReply
+func pack(ctx context.Context, root *os.Root, w io.Writer, maxBytes int64) (TreeReply, error) {
+	var reply TreeReply
 	tw := tar.NewWriter(w)
 	err := fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
