@@ -124,3 +124,23 @@ func wrapperVersion(argv []string) string {
 	}
 	return ""
 }
+
+// TestStreamOpensOnceTheWrapperIsChecked: the status stream opens as soon
+// as a pull has checked the node's wrapper, not after the stream loop's
+// pause (here an hour): the first steps of a batch need it.
+func TestStreamOpensOnceTheWrapperIsChecked(t *testing.T) {
+	h := newHarness(t, chainYAML, chainSpecs())
+	h.ctl.streamRetry = time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.ctl.watchNodes(ctx)
+	n := h.ctl.nodes["local"]
+	// Before any pull the stream loop finds no wrapper and waits.
+	h.tick() // installs and checks the wrapper
+	for deadline := time.Now().Add(20 * time.Second); !n.streamUp.Load(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream did not open after the wrapper was checked (it waits out the loop's pause)")
+		}
+	}
+	killAll(t, h)
+}

@@ -116,12 +116,11 @@ func startAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	// The parsed project is stored: from here on the controller reads the
-	// database. Drop it and collect now, so that the collector's next goal
-	// is set from what stays live (a few MiB), not from the 10,000 parsed
-	// specs (tens of MiB); otherwise the first ticks' garbage could grow
-	// the heap to twice that before the next collection.
-	p, rows = nil, nil
+	// The parsed project is stored and not used from here on: the
+	// controller reads the database. Collect now, so that the collector's
+	// next goal is set from what stays live (a few MiB), not from the
+	// 10,000 parsed specs (tens of MiB); otherwise the first ticks' garbage
+	// could grow the heap to twice that before the next collection.
 	restoreGC()
 	debug.FreeOSMemory()
 	for _, id := range added.Changed {
