@@ -2,6 +2,7 @@ package wrapper
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,9 +14,12 @@ import (
 	"time"
 )
 
-// killRequest is kill.json: `kill --grace` tells the supervisor its grace
-// through the task directory, since a signal carries no value.
+// killRequest is what `kill` leaves for a supervisor before it sends
+// SIGUSR1 (see killRequestPath): which attempt to stop, with what grace
+// (negative: launch.json's), since a signal carries no value and one
+// supervisor runs several attempts.
 type killRequest struct {
+	Attempt      int     `json:"attempt"`
 	GraceSeconds float64 `json:"grace_seconds"`
 }
 
@@ -137,12 +141,14 @@ func killLive(ctx context.Context, dir string, grace time.Duration, graceSet boo
 	if err := rec.checkSupervisor(); err != nil {
 		return nil, &refusal{err}
 	}
+	req := killRequest{Attempt: rec.Attempt, GraceSeconds: -1}
 	if graceSet {
-		if err := writeJSONAtomic(filepath.Join(dir, fileKill), killRequest{GraceSeconds: grace.Seconds()}); err != nil {
-			return nil, ioError(err)
-		}
+		req.GraceSeconds = grace.Seconds()
 	}
-	if err := rec.signalSupervisor(syscall.SIGTERM); err != nil {
+	if err := writeKillRequest(dir, req); err != nil {
+		return nil, ioError(err)
+	}
+	if err := rec.signalSupervisor(syscall.SIGUSR1); err != nil {
 		return nil, refuse(dir, err)
 	}
 
@@ -180,6 +186,19 @@ func killLive(ctx context.Context, dir string, grace time.Duration, graceSet boo
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// writeKillRequest leaves req where the supervisor of dir looks for it.
+func writeKillRequest(dir string, req killRequest) error {
+	path, err := killRequestPath(dir)
+	if err != nil {
+		return err
+	}
+	data, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	return WriteFileAtomic(path, data, 0o600)
 }
 
 // refuse reports a signal that kill would not send, in wrapper.log and in

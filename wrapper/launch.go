@@ -7,16 +7,15 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 )
 
 // `launch` starts a batch of attempts on one node in one call: the
 // controller sends each attempt's task directory, spec, launch.json and
 // environment (the api_mode's secrets) as one document on stdin, and the
-// wrapper writes spec.md and launch.json, then starts each supervisor as
-// `run` does, handing it the environment over a pipe. Secrets are never
-// written anywhere. It prints one result per attempt, in order.
+// wrapper writes spec.md and launch.json, then starts one supervisor for
+// every attempt of the batch, handing it the environments over a pipe.
+// Secrets are never written anywhere. It prints one result per attempt, in
+// order.
 
 // LaunchBatch is the document `launch` reads on stdin.
 type LaunchBatch struct {
@@ -50,12 +49,8 @@ type LaunchResult struct {
 	Kind  string    `json:"kind,omitempty"`
 }
 
-const (
-	// maxLaunchBatch caps the document on stdin.
-	maxLaunchBatch = 64 << 20
-	// launchParallel bounds the supervisors started at once.
-	launchParallel = 16
-)
+// maxLaunchBatch caps the document on stdin.
+const maxLaunchBatch = 64 << 20
 
 func cmdLaunch(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	fs := newFlagSet("launch")
@@ -74,73 +69,80 @@ func cmdLaunch(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 		return usageErrorf("launch: stdin: %v", err)
 	}
 	reply := LaunchReply{Results: make([]LaunchResult, len(batch.Launches))}
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, launchParallel)
+	var items []superviseItem
+	var idx []int
+	seen := map[string]bool{}
 	for i, item := range batch.Launches {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			r := LaunchResult{Dir: item.Dir}
-			run, err := launchOne(ctx, item)
-			if err != nil {
-				r.Error, r.Kind = err.Error(), errorKind(err)
-			} else {
-				r.Run = run
-			}
-			reply.Results[i] = r
-		}()
+		r := LaunchResult{Dir: item.Dir}
+		var dir string
+		var err error
+		if seen[item.Dir] {
+			err = usageErrorf("launch: task directory %s is given twice", item.Dir)
+		} else {
+			dir, err = writeLaunchFiles(item)
+		}
+		if err != nil {
+			r.Error, r.Kind = err.Error(), errorKind(err)
+		} else {
+			seen[dir] = true
+			items = append(items, superviseItem{Dir: dir, Env: item.Env})
+			idx = append(idx, i)
+		}
+		reply.Results[i] = r
 	}
-	wg.Wait()
+	if len(items) > 0 {
+		// One supervisor runs every attempt of the batch: a process start
+		// is the largest cost of a launch on a small node.
+		results, err := startSupervisor(ctx, items)
+		for j, i := range idx {
+			switch {
+			case err != nil:
+				reply.Results[i].Error, reply.Results[i].Kind = err.Error(), errorKind(err)
+			default:
+				reply.Results[i] = results[j]
+				reply.Results[i].Dir = batch.Launches[i].Dir
+			}
+		}
+	}
 	return printJSON(stdout, reply)
 }
 
-// launchOne writes one attempt's files and starts its supervisor.
-func launchOne(ctx context.Context, item LaunchItem) (*RunReply, error) {
+// writeLaunchFiles checks one attempt and writes its spec.md and
+// launch.json; it returns the task directory.
+func writeLaunchFiles(item LaunchItem) (string, error) {
 	dir, err := taskDirFlag("launch", item.Dir)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	if dir != item.Dir {
-		return nil, usageErrorf("launch: task directory %q is not absolute and clean", item.Dir)
+		return "", usageErrorf("launch: task directory %q is not absolute and clean", item.Dir)
 	}
 	l := item.Launch
 	if err := l.normalize(); err != nil {
-		return nil, usageErrorf("launch: %s: invalid launch: %v", dir, err)
+		return "", usageErrorf("launch: %s: invalid launch: %v", dir, err)
 	}
-	for k, v := range item.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return nil, usageErrorf("launch: %s: invalid variable name %q or NUL in its value", dir, k)
-		}
+	if err := checkEnvMap(item.Env); err != nil {
+		return "", usageErrorf("launch: %s: %v", dir, err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, ioError(fmt.Errorf("create %s: %w", dir, err))
+		return "", ioError(fmt.Errorf("create %s: %w", dir, err))
 	}
 	if alive, err := supervisorAlive(dir); err != nil {
-		return nil, ioError(err)
+		return "", ioError(err)
 	} else if alive {
-		return nil, &cmdError{KindAlreadyRunning, fmt.Errorf("a supervisor is already running in %s", dir)}
+		return "", &cmdError{KindAlreadyRunning, fmt.Errorf("a supervisor is already running in %s", dir)}
 	}
 	launchJSON, err := json.MarshalIndent(item.Launch, "", "  ")
 	if err != nil {
-		return nil, &cmdError{KindInternal, err}
+		return "", &cmdError{KindInternal, err}
 	}
 	// Written whole or not at all, replacing whatever the task left at
 	// these names (a link is replaced, never followed).
 	if err := WriteFileAtomic(filepath.Join(dir, fileSpec), []byte(item.Spec), 0o444); err != nil {
-		return nil, ioError(err)
+		return "", ioError(err)
 	}
 	if err := WriteFileAtomic(filepath.Join(dir, fileLaunch), launchJSON, 0o644); err != nil {
-		return nil, ioError(err)
+		return "", ioError(err)
 	}
-	env := item.Env
-	if env == nil {
-		env = map[string]string{}
-	}
-	envJSON, err := json.Marshal(env)
-	if err != nil {
-		return nil, &cmdError{KindInternal, fmt.Errorf("encode environment: %w", err)}
-	}
-	return startSupervisor(ctx, dir, envJSON)
+	return dir, nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -60,6 +61,16 @@ func recordPath(dir string) (string, error) {
 	}
 	sum := sha256.Sum256([]byte(filepath.Clean(dir)))
 	return filepath.Join(ctl, hex.EncodeToString(sum[:])+".json"), nil
+}
+
+// killRequestPath is where `kill` asks the supervisor of dir to stop an
+// attempt: <dir of the wrapper executable>/.ctl/<sha256 of dir>.kill.
+func killRequestPath(dir string) (string, error) {
+	path, err := recordPath(dir)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(path, ".json") + ".kill", nil
 }
 
 // writeRecord replaces the record of r.Dir atomically.

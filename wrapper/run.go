@@ -60,15 +60,15 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 	} else if alive {
 		return &cmdError{KindAlreadyRunning, fmt.Errorf("a supervisor is already running in %s", dir)}
 	}
-	envJSON, err := json.Marshal(env)
-	if err != nil {
-		return &cmdError{KindInternal, fmt.Errorf("encode environment: %w", err)}
-	}
-	reply, err := startSupervisor(ctx, dir, envJSON)
+	results, err := startSupervisor(ctx, []superviseItem{{Dir: dir, Env: env}})
 	if err != nil {
 		return err
 	}
-	return printJSON(stdout, reply)
+	r := results[0]
+	if r.Run == nil {
+		return &cmdError{r.Kind, errors.New(r.Error)}
+	}
+	return printJSON(stdout, r.Run)
 }
 
 // openWrapperLog opens D/wrapper.log for appending. The task can replace
@@ -92,10 +92,17 @@ func openWrapperLog(path string) (*os.File, error) {
 
 // startSupervisor re-executes this binary as `supervise` in a new session,
 // so that it outlives the caller's SSH session and gets no signals meant for
-// it. The environment map goes over a pipe on its stdin, never argv or a
-// file; readiness comes back on a second pipe (fd 3). The supervisor holds
-// neither the caller's stdout nor stderr: its stderr is D/wrapper.log.
-func startSupervisor(ctx context.Context, dir string, envJSON []byte) (*RunReply, error) {
+// it, to run the attempts in items. The attempts (with their secret
+// environments) go over a pipe on its stdin, never argv or a file; each
+// attempt's start comes back on a second pipe (fd 3), in the order of
+// items. The supervisor holds neither the caller's stdout nor stderr: its
+// stderr is the first attempt's wrapper.log, where each attempt also logs
+// to its own.
+func startSupervisor(ctx context.Context, items []superviseItem) ([]LaunchResult, error) {
+	doc, err := json.Marshal(items)
+	if err != nil {
+		return nil, &cmdError{KindInternal, fmt.Errorf("encode the attempts: %w", err)}
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, &cmdError{KindInternal, fmt.Errorf("find own executable: %w", err)}
@@ -105,34 +112,34 @@ func startSupervisor(ctx context.Context, dir string, envJSON []byte) (*RunReply
 		return nil, ioError(fmt.Errorf("create pipe: %w", err))
 	}
 	defer readyR.Close()
-	envR, envW, err := os.Pipe()
+	docR, docW, err := os.Pipe()
 	if err != nil {
 		readyW.Close()
 		return nil, ioError(fmt.Errorf("create pipe: %w", err))
 	}
-	logPath := filepath.Join(dir, fileWrapper)
+	logPath := filepath.Join(items[0].Dir, fileWrapper)
 	logf, err := openWrapperLog(logPath)
 	if err != nil {
 		readyW.Close()
-		envR.Close()
-		envW.Close()
+		docR.Close()
+		docW.Close()
 		return nil, ioError(fmt.Errorf("open %s: %w", fileWrapper, err))
 	}
 	cmd := &exec.Cmd{
 		Path:        exe,
-		Args:        []string{exe, superviseCommand, "--dir", dir, "--ready-fd", strconv.Itoa(3)},
+		Args:        []string{exe, superviseCommand, "--ready-fd", strconv.Itoa(3)},
 		Dir:         "/",
-		Stdin:       envR,
+		Stdin:       docR,
 		Stderr:      logf,
 		ExtraFiles:  []*os.File{readyW},
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
 	}
 	err = cmd.Start()
 	readyW.Close()
-	envR.Close()
+	docR.Close()
 	logf.Close()
 	if err != nil {
-		envW.Close()
+		docW.Close()
 		return nil, &cmdError{KindInternal, fmt.Errorf("start supervisor: %w", err)}
 	}
 	// Nobody waits for the supervisor: it is meant to outlive us.
@@ -140,8 +147,8 @@ func startSupervisor(ctx context.Context, dir string, envJSON []byte) (*RunReply
 
 	go func() {
 		// An error means the supervisor died, which the ready pipe reports.
-		envW.Write(envJSON)
-		envW.Close()
+		docW.Write(doc)
+		docW.Close()
 	}()
 
 	type result struct {
@@ -171,9 +178,12 @@ func startSupervisor(ctx context.Context, dir string, envJSON []byte) (*RunReply
 	if err := json.Unmarshal(res.data, &er); err == nil && er.Error != "" {
 		return nil, &cmdError{er.Kind, errors.New(er.Error)}
 	}
-	var reply RunReply
-	if err := json.Unmarshal(res.data, &reply); err != nil {
+	var results []LaunchResult
+	if err := json.Unmarshal(res.data, &results); err != nil {
 		return nil, &cmdError{KindInternal, fmt.Errorf("parse supervisor report: %w", err)}
 	}
-	return &reply, nil
+	if len(results) != len(items) {
+		return nil, &cmdError{KindInternal, fmt.Errorf("supervisor reported %d attempts of %d", len(results), len(items))}
+	}
+	return results, nil
 }

@@ -63,13 +63,20 @@ func forge(t *testing.T, tk *testTask, pid, toolPID int) {
 	}
 }
 
-// orphaned runs an attempt whose tool leaves a process in its group, kills
-// its supervisor with SIGKILL and returns the record of the orphaned group.
+// orphaned runs an attempt whose tool (orphanTool) leaves a process in its
+// group, kills its supervisor with SIGKILL once that process runs, and
+// returns the record of the orphaned group.
 func orphaned(t *testing.T, tk *testTask) *procRecord {
 	t.Helper()
 	tk.run(t, "")
 	// Nothing is forged yet: status.json's pids are the real ones.
 	st := tk.waitStatus(t, "tool_pid", func(st *Status) bool { return st.ToolPID > 1 && st.PID > 1 })
+	// The kernel kills the tool's shell with its supervisor; the sleep it
+	// started is what stays, so it must have been started.
+	poll(t, 10*time.Second, "the tool to start its sleep", func() bool {
+		_, err := os.Stat(filepath.Join(tk.dir, dirOutput, "sleeping"))
+		return err == nil
+	})
 	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +92,7 @@ func orphaned(t *testing.T, tk *testTask) *procRecord {
 // attempt's own processes, from the wrapper's process record.
 func TestForgedPidsAreNotSignalled(t *testing.T) {
 	t.Parallel()
-	const orphanTool = "sleep 30 & wait"
+	const orphanTool = "sleep 30 & touch sleeping; wait"
 	t.Run("kill of a dead supervisor", func(t *testing.T) {
 		t.Parallel()
 		victim := startVictim(t)

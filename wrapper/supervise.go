@@ -82,6 +82,9 @@ type supervisor struct {
 
 	rec procRecord // this attempt's process record; written by prepare and setTool only
 
+	lock    *os.File // the task's lock, held until the attempt has ended
+	logFile *os.File // the attempt's wrapper.log
+
 	statusMu sync.Mutex // serialises status.json writes; guards st, final
 	st       Status
 	final    bool
@@ -97,78 +100,183 @@ type outcome struct {
 	toolMissing bool
 }
 
-// supervise is the hidden subcommand `run` starts in a new session. It reads
-// the secret environment from stdin, takes the task lock, prepares the task
-// directory, reports on the ready pipe and then runs the attempt to its end.
+// superviseItem is one attempt of the document a supervisor reads on
+// stdin: its task directory and its environment (secrets: kept in memory
+// only).
+type superviseItem struct {
+	Dir string            `json:"dir"`
+	Env map[string]string `json:"env"`
+}
+
+// maxSuperviseDoc caps the document a supervisor reads on stdin.
+const maxSuperviseDoc = maxLaunchBatch
+
+// supervise is the hidden subcommand `run` and `launch` start in a new
+// session: one process supervises every attempt of one launch, so that a
+// batch of attempts costs one process start on the node, not one each. It
+// reads the attempts (directory and secret environment) from stdin, takes
+// each task's lock, prepares each directory, reports every attempt's start
+// on the ready pipe at once, and then runs the attempts side by side, each
+// to its end, releasing each task's lock as its attempt ends.
+//
+// Signals: SIGUSR1 asks it to look for kill requests (`kill` writes one
+// per attempt in the private .ctl directory, then signals), so that one
+// attempt is stopped without its neighbours; SIGTERM and SIGINT stop every
+// attempt; SIGHUP is ignored.
 func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	logger := slog.New(slog.NewTextHandler(stderr, nil)).With(logKeyPID, os.Getpid())
 	fs := newFlagSet(superviseCommand)
-	dirFlag := fs.String("dir", "", "task directory")
 	readyFD := fs.Int("ready-fd", 3, "pipe to report readiness on")
 	if err := parseFlags(fs, args); err != nil {
 		logger.Error("supervise", logKeyErr, err)
 		return 1
 	}
-	// Caught from the start, so that a `kill` arriving before the attempt
-	// is under way stops it instead of killing the supervisor outright.
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	// The tool must not inherit the ready pipe: `run` reads it to EOF.
+	// Caught from the start, so that a `kill` arriving before the attempts
+	// are under way stops them instead of killing the supervisor outright.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
+	// The tools must not inherit the ready pipe: `run` reads it to EOF.
 	syscall.CloseOnExec(*readyFD)
 	ready := os.NewFile(uintptr(*readyFD), "ready")
 	report := func(v any) {
-		// `run` may be gone (its SSH session dropped); the attempt goes on.
+		// `run` may be gone (its SSH session dropped); the attempts go on.
 		json.NewEncoder(ready).Encode(v)
 		ready.Close()
 	}
-	fail := func(err error) int {
+
+	items, err := readSuperviseItems(stdin)
+	if err != nil {
 		logger.Error("supervisor not started", logKeyErr, err)
 		report(ErrorReply{Error: err.Error(), Kind: errorKind(err)})
 		return 1
 	}
+	results := make([]LaunchResult, len(items))
+	started := make([]*supervisor, len(items))
+	var wg sync.WaitGroup
+	for i, item := range items {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := startAttempt(item, logger)
+			results[i] = LaunchResult{Dir: item.Dir}
+			if err != nil {
+				logger.Error("attempt not started", logKeyDir, item.Dir, logKeyErr, err)
+				results[i].Error, results[i].Kind = err.Error(), errorKind(err)
+				return
+			}
+			started[i] = s
+			results[i].Run = &RunReply{Task: s.launch.Task, Attempt: s.launch.Attempt, PID: os.Getpid(), Status: StatusRunning}
+		}()
+	}
+	wg.Wait()
+	var attempts []*supervisor
+	for _, s := range started {
+		if s != nil {
+			attempts = append(attempts, s)
+		}
+	}
+	report(results)
+	if len(attempts) == 0 {
+		return 1
+	}
+	go handleSignals(sigs, attempts)
+	for _, s := range attempts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.run()
+			s.release()
+		}()
+	}
+	wg.Wait()
+	return 0
+}
 
-	dir, err := taskDirFlag(superviseCommand, *dirFlag)
+// readSuperviseItems reads and checks the supervisor's stdin document.
+func readSuperviseItems(r io.Reader) ([]superviseItem, error) {
+	data, err := io.ReadAll(io.LimitReader(r, maxSuperviseDoc+1))
 	if err != nil {
-		return fail(err)
+		return nil, ioError(fmt.Errorf("read the attempts from stdin: %w", err))
 	}
-	logger = logger.With(logKeyDir, dir, logKeyPID, os.Getpid())
-	extra, err := readEnvMap(stdin)
-	if err != nil {
-		return fail(err)
+	if len(data) > maxSuperviseDoc {
+		return nil, usageErrorf("%s: the document on stdin is larger than %d bytes", superviseCommand, maxSuperviseDoc)
 	}
+	var items []superviseItem
+	if err := json.Unmarshal(data, &items); err != nil {
+		// Never quoted: the document holds secrets.
+		return nil, usageErrorf("%s: stdin: want a JSON array of attempts", superviseCommand)
+	}
+	if len(items) == 0 {
+		return nil, usageErrorf("%s: no attempts on stdin", superviseCommand)
+	}
+	seen := map[string]bool{}
+	for i, item := range items {
+		dir, err := taskDirFlag(superviseCommand, item.Dir)
+		if err != nil {
+			return nil, err
+		}
+		if seen[dir] {
+			return nil, usageErrorf("%s: task directory %s given twice", superviseCommand, dir)
+		}
+		seen[dir] = true
+		if err := checkEnvMap(item.Env); err != nil {
+			return nil, err
+		}
+		items[i].Dir = dir
+	}
+	return items, nil
+}
+
+// startAttempt takes the task's lock, reads launch.json and prepares the
+// directory of one attempt. The attempt logs to its own wrapper.log.
+func startAttempt(item superviseItem, procLog *slog.Logger) (*supervisor, error) {
+	dir := item.Dir
 	lock, ok, err := lockTask(dir, lockWait)
 	if err != nil {
-		return fail(ioError(err))
+		return nil, ioError(err)
 	}
 	if !ok {
-		return fail(&cmdError{KindAlreadyRunning, fmt.Errorf("a supervisor is already running in %s", dir)})
+		return nil, &cmdError{KindAlreadyRunning, fmt.Errorf("a supervisor is already running in %s", dir)}
 	}
-	// The lock is released when this process exits, however it exits.
-	defer lock.Close()
-
+	fail := func(err error) (*supervisor, error) {
+		lock.Close()
+		return nil, err
+	}
 	launch, err := readLaunch(dir)
 	if err != nil {
 		return fail(err)
 	}
+	logf, err := openWrapperLog(filepath.Join(dir, fileWrapper))
+	if err != nil {
+		return fail(ioError(fmt.Errorf("open %s: %w", fileWrapper, err)))
+	}
 	s := &supervisor{
-		dir:    dir,
-		launch: launch,
-		env:    buildEnv(os.Environ(), extra, launch, dir, filepath.Join(dir, dirOutput)),
-		logger: logger.With(logKeyTask, launch.Task, logKeyAttempt, launch.Attempt),
-		begun:  time.Now(),
+		dir:     dir,
+		launch:  launch,
+		env:     buildEnv(os.Environ(), item.Env, launch, dir, filepath.Join(dir, dirOutput)),
+		logger:  slog.New(slog.NewTextHandler(logf, nil)).With(logKeyDir, dir, logKeyPID, os.Getpid(), logKeyTask, launch.Task, logKeyAttempt, launch.Attempt),
+		begun:   time.Now(),
+		lock:    lock,
+		logFile: logf,
 	}
 	if err := s.prepare(); err != nil {
-		return fail(ioError(err))
+		s.release()
+		return nil, ioError(err)
 	}
-	defer s.tlog.Close()
-
-	report(RunReply{Task: launch.Task, Attempt: launch.Attempt, PID: os.Getpid(), Status: StatusRunning})
 	s.logger.Info("attempt started")
 	go s.removeOldTmps()
+	return s, nil
+}
 
-	go s.handleSignals(sigs)
-	s.run()
-	return 0
+// release lets go of what the attempt holds: its task log, its log file
+// and, last, the task's lock, which tells `kill` and the next `run` that
+// the attempt is over.
+func (s *supervisor) release() {
+	if s.tlog != nil {
+		s.tlog.Close()
+	}
+	s.logFile.Close()
+	s.lock.Close()
 }
 
 // readEnvMap reads the JSON object of environment variables `run` gets on
@@ -194,19 +302,30 @@ func readEnvMap(r io.Reader) (map[string]string, error) {
 		}
 		return nil, usageErrorf("environment on stdin: invalid JSON")
 	}
-	for k, v := range env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return nil, usageErrorf("environment on stdin: invalid variable name %q or NUL in its value", k)
-		}
+	if err := checkEnvMap(env); err != nil {
+		return nil, err
 	}
 	return env, nil
+}
+
+// checkEnvMap refuses a variable name that is empty or holds '=' or NUL, and
+// a value with NUL. Values are secrets and never quoted.
+func checkEnvMap(env map[string]string) error {
+	for k, v := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return usageErrorf("environment: invalid variable name %q or NUL in its value", k)
+		}
+	}
+	return nil
 }
 
 // prepare readies the task directory for this attempt. It runs under the
 // lock, so no other supervisor can be moving the same files.
 func (s *supervisor) prepare() error {
-	if err := os.Remove(filepath.Join(s.dir, fileKill)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove stale %s: %w", fileKill, err)
+	if path, err := killRequestPath(s.dir); err != nil {
+		return err
+	} else if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove a stale kill request: %w", err)
 	}
 	if err := s.moveAside(); err != nil {
 		return err
@@ -340,7 +459,7 @@ func attemptFiles(dir string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", dir, err)
 	}
-	own := []string{fileStatus, fileLog, fileHeartbeat, filePID, fileKill}
+	own := []string{fileStatus, fileLog, fileHeartbeat, filePID}
 	var found []string
 	for _, e := range entries {
 		for _, name := range own {
@@ -595,31 +714,53 @@ func (s *supervisor) onLine(prev, line []byte) {
 	s.stop(reasonNotice, seconds(s.launch.GraceSeconds))
 }
 
-// handleSignals turns SIGTERM and SIGINT (from `kill`) into a stop. SIGHUP
-// is ignored in case a session somewhere still thinks it owns us.
-func (s *supervisor) handleSignals(sigs <-chan os.Signal) {
+// handleSignals turns SIGTERM and SIGINT into a stop of every attempt, and
+// SIGUSR1 into a stop of each attempt `kill` asked for. SIGHUP is ignored
+// in case a session somewhere still thinks it owns us.
+func handleSignals(sigs <-chan os.Signal, attempts []*supervisor) {
 	for sig := range sigs {
-		if sig == syscall.SIGHUP {
-			continue
+		switch sig {
+		case syscall.SIGHUP:
+		case syscall.SIGUSR1:
+			for _, s := range attempts {
+				if grace, ok := s.killRequested(); ok {
+					s.stop(reasonKill, grace)
+				}
+			}
+		default:
+			for _, s := range attempts {
+				grace, ok := s.killRequested()
+				if !ok {
+					grace = seconds(s.launch.GraceSeconds)
+				}
+				s.stop(reasonKill, grace)
+			}
 		}
-		s.stop(reasonKill, s.killGrace())
 	}
 }
 
-// killGrace is the grace `kill --grace` left in kill.json, or launch.json's.
-func (s *supervisor) killGrace() time.Duration {
-	path := filepath.Join(s.dir, fileKill)
+// killRequested reports whether `kill` asked to stop this attempt, with the
+// grace it gave, and takes the request. The request lives in the private
+// .ctl directory, out of the tasks' reach, and names the attempt, so that
+// a request left over from an earlier attempt stops nothing.
+func (s *supervisor) killRequested() (time.Duration, bool) {
+	path, err := killRequestPath(s.dir)
+	if err != nil {
+		return 0, false
+	}
 	data, err := readControlFile(path)
 	if err != nil {
-		return seconds(s.launch.GraceSeconds)
+		return 0, false
+	}
+	var req killRequest
+	if err := json.Unmarshal(data, &req); err != nil || req.Attempt != s.launch.Attempt {
+		return 0, false
 	}
 	os.Remove(path)
-	var req killRequest
-	if err := json.Unmarshal(data, &req); err != nil || req.GraceSeconds < 0 {
-		s.logger.Warn("ignoring invalid kill request", logKeyErr, err)
-		return seconds(s.launch.GraceSeconds)
+	if req.GraceSeconds < 0 {
+		return seconds(s.launch.GraceSeconds), true
 	}
-	return seconds(req.GraceSeconds)
+	return seconds(req.GraceSeconds), true
 }
 
 func (s *supervisor) heartbeats(stop <-chan struct{}, done chan<- struct{}) {
