@@ -84,6 +84,11 @@ type Controller struct {
 	requests chan request
 	// wake asks Run for a tick now: a node's status stream saw a change.
 	wake chan struct{}
+	// fullPullEvery is how often a node with an open status stream is
+	// still pulled in full (Run's poll interval); between full pulls a
+	// tick acts on what the stream told. Zero (a Tick outside Run): every
+	// tick pulls every node in full.
+	fullPullEvery time.Duration
 	// streamBeat is the beat asked of the nodes' status streams;
 	// streamRetry the first pause before a dropped one is opened again.
 	streamBeat, streamRetry time.Duration
@@ -194,6 +199,7 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 		poll = c.cfg.Controller.PollInterval
 	}
 	defer c.Close()
+	c.fullPullEvery = poll
 	streams, stopStreams := context.WithCancel(ctx)
 	defer stopStreams()
 	c.watchNodes(streams)

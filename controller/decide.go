@@ -198,6 +198,11 @@ func (a *applier) task(t *store.Task) {
 		st = ts.Status
 	}
 	if st == nil {
+		if p.partial {
+			// The stream said nothing of this attempt since the last
+			// tick: nothing is known that the last tick did not know.
+			return
+		}
 		a.noStatus(t, ts)
 		return
 	}

@@ -84,6 +84,10 @@ func TestDecideRetry(t *testing.T) {
 
 // nodeSays builds the pulls of a tick: each node's tasks as its wrapper
 // reported them; a node mapped to an error did not answer.
+// streamSaid is a partial pull: what a node's status stream told since the
+// last tick, not every task of the node.
+type streamSaid []wrapper.TaskStatus
+
 func nodeSays(byNode map[string]any) map[string]*pull {
 	pulls := map[string]*pull{}
 	for name, v := range byNode {
@@ -91,6 +95,13 @@ func nodeSays(byNode map[string]any) map[string]*pull {
 		switch v := v.(type) {
 		case error:
 			p.err, p.status = v, nil
+		case streamSaid:
+			p.partial = true
+			v2 := []wrapper.TaskStatus(v)
+			p.status.Tasks = v2
+			for i := range v2 {
+				p.tasks[taskKey(v2[i].Project, v2[i].Task)] = &p.status.Tasks[i]
+			}
 		case []wrapper.TaskStatus:
 			p.status.Tasks = v
 			for i := range v {
@@ -260,6 +271,27 @@ func TestApplyDecisions(t *testing.T) {
 				ts.Alive = true
 				return ts
 			}()}},
+			want:    []string{"run S01#1", "S01 running→completed: on n1"},
+			changed: 1,
+		},
+		{
+			name: "a partial pull leaves alone the attempts the stream said nothing of",
+			tasks: []store.Task{task("S01", store.Running, "n1", 1), func() store.Task {
+				t := task("S02", store.Claimed, "n1", 1)
+				t.HeartbeatAt = t0.Add(-claimGrace)
+				return t
+			}(), func() store.Task {
+				t := task("S03", store.Running, "n1", 2)
+				t.HeartbeatAt = t0.Add(-3 * time.Minute)
+				return t
+			}()},
+			// S03's frame is of its earlier attempt: not a word on attempt 2.
+			pulls: map[string]any{"n1": streamSaid{ended("S03", 1, wrapper.StatusFailed, wrapper.ClassExit)}},
+		},
+		{
+			name:    "a partial pull's statuses are acted on as a full pull's",
+			tasks:   []store.Task{task("S01", store.Running, "n1", 1), task("S02", store.Running, "n1", 1)},
+			pulls:   map[string]any{"n1": streamSaid{ended("S01", 1, wrapper.StatusCompleted, "")}},
 			want:    []string{"run S01#1", "S01 running→completed: on n1"},
 			changed: 1,
 		},

@@ -44,6 +44,95 @@ type nodeRuntime struct {
 	// checked receives a value (without blocking) each time the wrapper
 	// is found installed, so that the stream opens at once.
 	checked chan struct{}
+
+	// streamed holds what the node's stream told since the tick took it
+	// last; see streamState.
+	streamed streamState
+}
+
+// streamState is what a node's status stream told between two ticks, and
+// what its last full status call said, so that a tick can act on the
+// stream's statuses without a status call of its own (a partial pull).
+type streamState struct {
+	mu sync.Mutex
+	// tasks are the latest statuses the stream carried, by task key, with
+	// when each came.
+	tasks map[string]streamedTask
+	// needFull is set when the stream may have missed something: it has
+	// just (re)opened, or a frame named tasks without their statuses.
+	needFull bool
+	// last is the last full pull's reply (facts, version) and its time.
+	last     *wrapper.NodeStatus
+	lastRTT  time.Duration
+	lastFull time.Time
+}
+
+type streamedTask struct {
+	ts wrapper.TaskStatus
+	at time.Time
+}
+
+// add records a change frame's statuses.
+func (s *streamState) add(f wrapper.Frame, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(f.Statuses) != len(f.Tasks) {
+		s.needFull = true
+		return
+	}
+	if s.tasks == nil {
+		s.tasks = map[string]streamedTask{}
+	}
+	for _, ts := range f.Statuses {
+		if ts.Status != nil {
+			ts.Status.Clamp()
+		}
+		s.tasks[taskKey(ts.Project, ts.Task)] = streamedTask{ts: ts, at: now}
+	}
+}
+
+// reset asks for a full pull and forgets what the stream told.
+func (s *streamState) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.needFull, s.tasks = true, nil
+}
+
+// fullDone records a full pull that started at began: what the stream told
+// before then is older than it and dropped.
+func (s *streamState) fullDone(st *wrapper.NodeStatus, rtt time.Duration, began time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.needFull, s.last, s.lastRTT, s.lastFull = false, st, rtt, began
+	for k, t := range s.tasks {
+		if t.at.Before(began) {
+			delete(s.tasks, k)
+		}
+	}
+}
+
+// partial takes the streamed statuses of the served projects as a pull,
+// or returns nil when the node needs a full one: no full pull yet, one
+// asked for, or the last older than every.
+func (s *streamState) partial(served map[string]bool, every time.Duration, now time.Time) *pull {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.needFull || s.last == nil || every <= 0 || now.Sub(s.lastFull) >= every {
+		return nil
+	}
+	st := &wrapper.NodeStatus{WrapperVersion: s.last.WrapperVersion, Time: s.last.Time, Facts: s.last.Facts}
+	p := &pull{partial: true, status: st, rtt: s.lastRTT, tasks: map[string]*wrapper.TaskStatus{}}
+	for k, t := range s.tasks {
+		if served[t.ts.Project] {
+			st.Tasks = append(st.Tasks, t.ts)
+		}
+		delete(s.tasks, k)
+	}
+	for i := range st.Tasks {
+		t := &st.Tasks[i]
+		p.tasks[taskKey(t.Project, t.Task)] = t
+	}
+	return p
 }
 
 // setInstalled records n's checked installation and tells the stream.
@@ -69,6 +158,11 @@ type pull struct {
 	rtt     time.Duration
 	// tasks indexes status.Tasks by project and task ID.
 	tasks map[string]*wrapper.TaskStatus
+	// partial is set when tasks are only those the node's stream reported
+	// since the last tick, not every task of the node: a task missing
+	// from it was not looked at (facts and version are the last full
+	// pull's).
+	partial bool
 }
 
 func taskKey(project, id string) string { return project + "/" + id }
@@ -128,10 +222,26 @@ func (c *Controller) pullAll(ctx context.Context, projects []string) map[string]
 	got := make(map[string]*pull, len(c.nodes))
 	wait := 2 * c.cfg.Controller.SSHConnectTimeout
 	started := map[string]bool{}
-	for name, n := range c.nodes {
-		started[name] = !n.pulling.Load()
+	served := map[string]bool{}
+	for _, p := range projects {
+		served[p] = true
 	}
-	c.onNodes(c.nodeNames(), pulling, wait, func(n *nodeRuntime) {
+	now := time.Now() // the stream's own clock, not the database's
+	var full []string
+	for _, name := range c.nodeNames() {
+		n := c.nodes[name]
+		// A node whose stream is open and whose last full pull is recent
+		// is pulled from what its stream told: no status call.
+		if n.streamUp.Load() && n.installed() != nil {
+			if p := n.streamed.partial(served, c.fullPullEvery, now); p != nil {
+				got[name] = p
+				continue
+			}
+		}
+		started[name] = !n.pulling.Load()
+		full = append(full, name)
+	}
+	c.onNodes(full, pulling, wait, func(n *nodeRuntime) {
 		p := c.pullNode(ctx, n, projects)
 		mu.Lock()
 		got[n.cfg.Name] = p
@@ -192,6 +302,7 @@ func (c *Controller) pullNode(ctx context.Context, n *nodeRuntime, projects []st
 		}
 		return &pull{err: err}
 	}
+	n.streamed.fullDone(st, rtt, start)
 	p := &pull{status: st, rtt: rtt, tasks: make(map[string]*wrapper.TaskStatus, len(st.Tasks))}
 	for i := range st.Tasks {
 		t := &st.Tasks[i]

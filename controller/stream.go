@@ -82,6 +82,7 @@ func (c *Controller) streamLoop(ctx context.Context, n *nodeRuntime) {
 		began := time.Now()
 		err := c.runStream(ctx, n, inst)
 		n.streamUp.Store(false)
+		n.streamed.reset()
 		if ctx.Err() != nil {
 			return
 		}
@@ -133,10 +134,13 @@ func (c *Controller) runStream(ctx context.Context, n *nodeRuntime, inst *nodes.
 		last.Store(time.Now().UnixNano())
 		switch f.Type {
 		case wrapper.FrameHello:
+			// Changes since the last pull were not streamed: the next
+			// tick pulls the node in full, now.
+			n.streamed.reset()
 			n.streamUp.Store(true)
-			// Changes since the last pull were not streamed: look now.
 			c.signalWake()
 		case wrapper.FrameChange:
+			n.streamed.add(f, time.Now())
 			c.signalWake()
 		}
 		return true

@@ -2,12 +2,15 @@ package controller
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/wrapper"
 )
 
 // chainYAML polls once an hour: only the status streams can move a chain
@@ -143,4 +146,114 @@ func TestStreamOpensOnceTheWrapperIsChecked(t *testing.T) {
 		}
 	}
 	killAll(t, h)
+}
+
+// TestStreamStatePartialPulls: a node's stream stands in for its status
+// call only after a full pull, while nothing may have been missed, and
+// until the full pull is due again; a partial pull carries what the stream
+// told of the served projects, once; a full pull drops what the stream
+// told before it began.
+func TestStreamStatePartialPulls(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	served := map[string]bool{"p": true}
+	frame := func(statuses ...wrapper.TaskStatus) wrapper.Frame {
+		f := wrapper.Frame{Type: wrapper.FrameChange}
+		for _, ts := range statuses {
+			f.Tasks = append(f.Tasks, taskKey(ts.Project, ts.Task))
+			f.Statuses = append(f.Statuses, ts)
+		}
+		return f
+	}
+	status := func(project, task string, attempt int) wrapper.TaskStatus {
+		return wrapper.TaskStatus{Project: project, Task: task, Alive: true,
+			Status: &wrapper.Status{Status: wrapper.StatusRunning, Attempt: attempt}}
+	}
+	keys := func(p *pull) []string {
+		if p == nil {
+			return nil
+		}
+		return slices.Sorted(maps.Keys(p.tasks))
+	}
+
+	var s streamState
+	s.add(frame(status("p", "S01", 1)), t0)
+	if p := s.partial(served, time.Minute, t0); p != nil {
+		t.Fatalf("partial pull before any full pull: %v", keys(p))
+	}
+	facts := &wrapper.NodeStatus{WrapperVersion: "v1", Facts: wrapper.Facts{MemAvailableBytes: 7}}
+	// The full pull began after S01's frame: S01 is dropped, S02 (told
+	// while the status call ran) is kept.
+	s.add(frame(status("p", "S02", 1)), t0.Add(2*time.Second))
+	s.fullDone(facts, 3*time.Millisecond, t0.Add(time.Second))
+	s.add(frame(status("p", "S03", 1), status("other", "S09", 1)), t0.Add(3*time.Second))
+	p := s.partial(served, time.Minute, t0.Add(4*time.Second))
+	if got := keys(p); !slices.Equal(got, []string{"p/S02", "p/S03"}) {
+		t.Fatalf("partial pull holds %v, want p/S02 and p/S03 (not the other project's, not what the full pull saw)", got)
+	}
+	if !p.partial || p.status.WrapperVersion != "v1" || p.status.Facts.MemAvailableBytes != 7 || p.rtt != 3*time.Millisecond {
+		t.Errorf("partial pull %+v %+v: want partial, with the last full pull's facts", p, p.status)
+	}
+	if got := keys(s.partial(served, time.Minute, t0.Add(5*time.Second))); len(got) != 0 {
+		t.Errorf("the next partial pull holds %v again, want nothing new", got)
+	}
+	if p := s.partial(served, time.Minute, t0.Add(61*time.Second)); p != nil {
+		t.Error("partial pull a poll interval after the last full one; want a full pull")
+	}
+	if p := s.partial(served, 0, t0.Add(5*time.Second)); p != nil {
+		t.Error("partial pull with no poll interval (a Tick outside Run); want a full pull")
+	}
+	// A frame naming tasks without their statuses, or a stream that
+	// (re)opens, may hide changes: the next pull is full.
+	s.add(wrapper.Frame{Type: wrapper.FrameChange, Tasks: []string{"p/S04"}}, t0.Add(6*time.Second))
+	if p := s.partial(served, time.Minute, t0.Add(6*time.Second)); p != nil {
+		t.Error("partial pull after a frame without statuses; want a full pull")
+	}
+	s.fullDone(facts, time.Millisecond, t0.Add(7*time.Second))
+	if p := s.partial(served, time.Minute, t0.Add(8*time.Second)); p == nil {
+		t.Fatal("no partial pull right after a full one")
+	}
+	s.reset()
+	if p := s.partial(served, time.Minute, t0.Add(8*time.Second)); p != nil {
+		t.Error("partial pull after the stream reopened; want a full pull")
+	}
+}
+
+// statusCounter counts a transport's `wrapper status` calls.
+type statusCounter struct {
+	nodes.Transport
+	calls atomic.Int32
+}
+
+func (s *statusCounter) Exec(ctx context.Context, argv []string, stdin []byte) (nodes.Result, error) {
+	if len(argv) > 1 && argv[1] == "status" {
+		s.calls.Add(1)
+	}
+	return s.Transport.Exec(ctx, argv, stdin)
+}
+
+// TestStreamSparesTheStatusCalls: while a node's stream is open, the ticks
+// act on the statuses its frames carry: a chain whose every step is told by
+// the stream needs a full status call only to start and when the stream
+// opens, not one per tick.
+func TestStreamSparesTheStatusCalls(t *testing.T) {
+	h := newHarness(t, chainYAML, chainSpecs())
+	sc := &statusCounter{Transport: nodes.NewLocal()}
+	h.ctl = New(Options{Home: h.home, Config: h.cfg, Store: h.st, Transports: map[string]nodes.Transport{"local": sc},
+		Wrappers: wrappers, Now: h.clock.Now, Jitter: func() float64 { return 0 }})
+	ticks := 0
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := h.ctl.Run(ctx, 0, func(TickResult) { ticks++ }); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	for _, id := range []string{"S01", "S02", "S03"} {
+		if tk := h.task(id); tk.Status != store.Completed {
+			t.Errorf("%s = %s", id, tk.Status)
+		}
+	}
+	// One call checks the wrapper before the stream can open, one follows
+	// the stream's hello; a third may come if the stream reopened.
+	if n := int(sc.calls.Load()); n > 3 || n >= ticks {
+		t.Errorf("%d status calls in %d ticks; want at most 3: the stream's frames carry the statuses", n, ticks)
+	}
 }

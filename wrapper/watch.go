@@ -31,12 +31,21 @@ import (
 // looked at every 100 ms. Whether each supervisor still holds its lock is
 // looked at every second (the kernel tells nobody when a lock is released).
 
-// Frame is one line of `watch`.
+// Frame is one line of `watch`. A change frame names the tasks that
+// changed and carries their status as `status` reports it (Statuses, in
+// the order of Tasks), so that the controller needs no status call to act
+// on it.
 type Frame struct {
-	Type    string   `json:"type"`
-	Version string   `json:"version,omitempty"`
-	Tasks   []string `json:"tasks,omitempty"`
+	Type     string       `json:"type"`
+	Version  string       `json:"version,omitempty"`
+	Tasks    []string     `json:"tasks,omitempty"`
+	Statuses []TaskStatus `json:"statuses,omitempty"`
 }
+
+// frameTasks caps the tasks of one change frame: a status.json is read up
+// to 64 KiB, and a frame must stay well under the controller's line limit
+// (1 MiB). More changes make more frames.
+const frameTasks = 8
 
 // Frame types.
 const (
@@ -123,10 +132,19 @@ func watch(ctx context.Context, root string, beat time.Duration, out io.Writer, 
 	}
 	var lastLook time.Time
 	report := func(changed []string) error {
-		if len(changed) == 0 {
-			return nil
+		for len(changed) > 0 {
+			n := min(len(changed), frameTasks)
+			f := Frame{Type: FrameChange, Tasks: changed[:n]}
+			for _, key := range f.Tasks {
+				project, task, _ := strings.Cut(key, "/")
+				f.Statuses = append(f.Statuses, taskStatus(project, task, filepath.Join(root, project, "tasks", task)))
+			}
+			if err := send(f); err != nil {
+				return err
+			}
+			changed = changed[n:]
 		}
-		return send(Frame{Type: FrameChange, Tasks: changed})
+		return nil
 	}
 	for {
 		var err error

@@ -43,8 +43,9 @@ func frames(t *testing.T, root string, notify bool) <-chan Frame {
 	return out
 }
 
-// nextChange waits for a change frame naming task, skipping beats.
-func nextChange(t *testing.T, fs <-chan Frame, task string) {
+// nextChange waits for a change frame naming task, skipping beats, and
+// returns the task's status the frame carries.
+func nextChange(t *testing.T, fs <-chan Frame, task string) TaskStatus {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
@@ -53,8 +54,14 @@ func nextChange(t *testing.T, fs <-chan Frame, task string) {
 			if !ok {
 				t.Fatalf("watch ended before a change of %s", task)
 			}
-			if f.Type == FrameChange && slices.Contains(f.Tasks, task) {
-				return
+			if i := slices.Index(f.Tasks, task); f.Type == FrameChange && i >= 0 {
+				if len(f.Statuses) != len(f.Tasks) || len(f.Tasks) > frameTasks {
+					t.Fatalf("change frame with %d tasks and %d statuses (at most %d): %+v", len(f.Tasks), len(f.Statuses), frameTasks, f)
+				}
+				if ts := f.Statuses[i]; ts.Project+"/"+ts.Task != task {
+					t.Fatalf("the status for %s names %s/%s", task, ts.Project, ts.Task)
+				}
+				return f.Statuses[i]
 			}
 		case <-deadline:
 			t.Fatalf("no change frame for %s", task)
@@ -86,20 +93,26 @@ func TestWatch(t *testing.T) {
 				t.Fatal(err)
 			}
 			nextChange(t, fs, "demo/T1")
-			// A replaced status.json.
-			if err := WriteFileAtomic(filepath.Join(dir, fileStatus), []byte(`{"status":"completed"}`), 0o644); err != nil {
+			// A replaced status.json, whose content the frame carries.
+			if err := WriteFileAtomic(filepath.Join(dir, fileStatus), []byte(`{"status":"completed","attempt":3}`), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			nextChange(t, fs, "demo/T1")
+			if ts := nextChange(t, fs, "demo/T1"); ts.Status == nil || ts.Status.Status != StatusCompleted || ts.Status.Attempt != 3 || ts.Dir != dir {
+				t.Fatalf("the frame's status: %+v, want attempt 3 completed in %s", ts, dir)
+			}
 			// A supervisor that dies (its lock released) without a final
 			// status: seen by the lock probe.
 			lock, ok, err := lockTask(dir, 0)
 			if err != nil || !ok {
 				t.Fatalf("lock: %v %v", ok, err)
 			}
-			nextChange(t, fs, "demo/T1")
+			if ts := nextChange(t, fs, "demo/T1"); !ts.Alive {
+				t.Fatalf("the frame's status after the lock was taken: %+v, want alive", ts)
+			}
 			lock.Close()
-			nextChange(t, fs, "demo/T1")
+			if ts := nextChange(t, fs, "demo/T1"); ts.Alive {
+				t.Fatalf("the frame's status after the lock was released: %+v, want not alive", ts)
+			}
 			// Beats keep coming.
 			deadline := time.After(5 * time.Second)
 			for beat := false; !beat; {
@@ -170,5 +183,49 @@ loop:
 	}
 	if limit := int(time.Second/minChangeGap) + 3; changes > limit || writes < 50 {
 		t.Errorf("%d change frames for %d writes in a second; want at most %d", changes, writes, limit)
+	}
+}
+
+// TestWatchSplitsLargeChanges: many tasks changing at once come in several
+// change frames of at most frameTasks tasks, each with every status.
+func TestWatchSplitsLargeChanges(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	const n = 3*frameTasks + 1
+	for i := range n {
+		if err := os.MkdirAll(filepath.Join(root, "demo", "tasks", "T"+strconv.Itoa(i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fs := frames(t, root, false)
+	if f := <-fs; f.Type != FrameHello {
+		t.Fatalf("first frame %+v, want hello", f)
+	}
+	for i := range n {
+		data := []byte(`{"status":"running","attempt":` + strconv.Itoa(i+1) + `}`)
+		if err := WriteFileAtomic(filepath.Join(root, "demo", "tasks", "T"+strconv.Itoa(i), fileStatus), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	deadline := time.After(10 * time.Second)
+	for len(seen) < n {
+		select {
+		case f := <-fs:
+			if f.Type != FrameChange {
+				continue
+			}
+			if len(f.Tasks) > frameTasks || len(f.Statuses) != len(f.Tasks) {
+				t.Fatalf("change frame with %d tasks and %d statuses, want at most %d, one status each", len(f.Tasks), len(f.Statuses), frameTasks)
+			}
+			for i, ts := range f.Statuses {
+				if ts.Status == nil || "demo/"+ts.Task != f.Tasks[i] || "T"+strconv.Itoa(ts.Status.Attempt-1) != ts.Task {
+					t.Fatalf("status %+v for %s", ts, f.Tasks[i])
+				}
+				seen[f.Tasks[i]] = true
+			}
+		case <-deadline:
+			t.Fatalf("saw %d of %d tasks change", len(seen), n)
+		}
 	}
 }
