@@ -581,7 +581,7 @@ func throughputFinding(dispatchWall, parallelWall, shortWall float64, sum *tlSum
 	op := func(name string) string { return fmtMS(sum.opMedian[name].Seconds()) }
 	if sum.launch >= sum.total/10 {
 		fmt.Fprintf(&b, " **Launching** is one `wrapper run` (the launch document) per node per tick (%s median for up to 8 attempts), "+
-			"which waits for each detached supervisor to have written its pid and first status: on this machine the "+
+			"which starts one detached supervisor for the node's attempts and waits until it has written each one's pid and first status: on this machine the "+
 			"supervisors, the tools and the four sshd share two cores.", op("exec wrapper run"))
 	}
 	if sum.collect >= sum.total/10 {

@@ -305,7 +305,7 @@ func tickSection(o *options, rs []*tickResult) *section {
 	var b strings.Builder
 	fmt.Fprintf(&b, "The controller runs in the bench process (`controller.New` + `(*Controller).Tick`, the code `dispatch start` "+
 		"runs) on a fresh SQLite database, with the transports of `nodes.Open` decorated to count and time every call. For each "+
-		"node count, %d tasks (`sleep 600`, real wrappers: a detached supervisor per task, heartbeat every 10 s) are launched by "+
+		"node count, %d tasks (`sleep 600`, real wrappers: one detached supervisor per node and launch, heartbeat every 10 s) are launched by "+
 		"the controller itself, spread evenly (%d/N slots per node), until all run; then steady ticks are timed (they launch "+
 		"nothing and change no status), alternating:\n\n"+
 		"- **quiet tick**: right after the previous tick; few heartbeats changed in between;\n"+
@@ -422,7 +422,8 @@ func tickFinding(r1, r20 *tickResult, ps *profStats, hr float64) string {
 	var b strings.Builder
 	sqlite := ps.share(ps.cat[catSQLite])
 	fmt.Fprintf(&b, "**Tick cost.** A steady tick of 20 nodes holding 1,000 tasks takes %s (every heartbeat changed; %s the "+
-		"1-node tick, target %s) with %d SSH round trips (one `wrapper status` per node). The pull is %s of it and the "+
+		"1-node tick, target %s) with %d SSH round trips (one `wrapper status` per node: a full pull, which `Run` makes once per "+
+		"poll interval, and a `Tick` outside `Run` every time; between full pulls a node's open status stream spares the call). The pull is %s of it and the "+
 		"rest, %s, is the controller alone, where the CPU profile puts %.0f%% of the CPU in SQLite and row scanning "+
 		"(`store.queryTasks` %.0f%% inclusive, `store.scanTask` %.0f%%) and %.0f%% in decoding the status replies.",
 		fmtMS(median(walls(r20.beat))), fmtRatio(hr), map[bool]string{true: "met", false: "not met"}[hr <= 1.5], r20.beat[0].calls,
