@@ -28,6 +28,10 @@ func (s *Status) Clamp() {
 	if !sessionRE.MatchString(s.SessionID) {
 		s.SessionID = ""
 	}
+	// A result commit is a commit id or nothing.
+	if s.Commit != "" && !isCommitID(s.Commit) {
+		s.Commit = ""
+	}
 }
 
 // Clamp brings the node's facts into range.

@@ -28,6 +28,9 @@ commands (see docs/PROTOCOL.md):
   which  NAME...                  (stdin: JSON map of environment variables)
   untar  --archive A --dir D       (replaces D with A's tree, removes A)
   tar    --dir D --out A [--max-bytes N]
+  git-receive --repo R --commit C   (stdin: a pack completing base commit C)
+  git-have    --repo R
+  git-pack    --dir D --base B --branch dispatch/P/ID --out A
 `
 
 // cmdError carries the ErrorReply kind of a failed subcommand.
@@ -100,6 +103,12 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdUntar(ctx, rest, stdout)
 	case "tar":
 		err = cmdTar(ctx, rest, stdout)
+	case "git-receive":
+		err = cmdGitReceive(ctx, rest, stdin, stdout)
+	case "git-have":
+		err = cmdGitHave(ctx, rest, stdout)
+	case "git-pack":
+		err = cmdGitPack(ctx, rest, stdout)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stderr, usageText)
 		return 0

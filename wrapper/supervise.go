@@ -1,6 +1,7 @@
 package wrapper
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -98,6 +99,9 @@ type outcome struct {
 	// toolMissing is set when the tool's executable is not in its PATH:
 	// no retry can help, wherever it runs on this node.
 	toolMissing bool
+	// commit is a git-native task's result; resultErr says why recording
+	// it failed after the tool ended well.
+	commit, resultErr string
 }
 
 // superviseItem is one attempt of the document a supervisor reads on
@@ -518,6 +522,14 @@ func (s *supervisor) attempt() outcome {
 			return outcome{code: -1, startErr: err.Error()}
 		}
 	}
+	if r := s.launch.Repo; r != nil && !(s.launch.Resume && s.keptOutput) {
+		if s.stopping() {
+			return outcome{code: -1}
+		}
+		if err := prepareRepoWorkspace(context.Background(), r.Dir, r.Base, r.Branch, out); err != nil {
+			return outcome{code: -1, startErr: fmt.Sprintf("prepare the git workspace: %v", err)}
+		}
+	}
 	if s.launch.Setup != "" {
 		cmd := &exec.Cmd{
 			Path: "/bin/sh",
@@ -574,7 +586,30 @@ func (s *supervisor) attempt() outcome {
 	s.mu.Unlock()
 	<-p.done
 	code, sig := p.exitInfo()
-	return outcome{code: code, sig: sig}
+	res := outcome{code: code, sig: sig}
+	if r := s.launch.Repo; r != nil && code == 0 && sig == 0 && !s.stopping() {
+		res.commit, res.resultErr = s.snapshot(r, out)
+	}
+	return res
+}
+
+// snapshot records a git-native task's workspace as one commit (see
+// snapshotWorkspace) in the wrapper's private git directory of the task.
+func (s *supervisor) snapshot(r *LaunchRepo, out string) (string, string) {
+	gitDir, err := snapshotDir(s.dir)
+	if err == nil {
+		msg := r.Message
+		if msg == "" {
+			msg = fmt.Sprintf("%s (attempt %d)", s.launch.Task, s.launch.Attempt)
+		}
+		var commit string
+		commit, err = snapshotWorkspace(context.Background(), r.Dir, gitDir, out, r.Base, r.Branch, "dispatch "+s.launch.Task, msg)
+		if err == nil {
+			s.logger.Info("result recorded", "commit", commit)
+			return commit, ""
+		}
+	}
+	return "", "recording the workspace as a commit failed: " + err.Error()
 }
 
 // toolCmd builds the tool's command from launch.json. Files in the returned
@@ -911,8 +946,11 @@ func (s *supervisor) finish(res outcome) {
 			st.ToolMissing = res.toolMissing
 		case res.sig != 0:
 			st.Status, st.ErrorClass, st.Error = StatusFailed, ClassCrash, exitError(res.code, res.sig)
+		case res.resultErr != "":
+			st.Status, st.ErrorClass, st.Error = StatusFailed, ClassCrash, res.resultErr
 		case res.code == 0:
 			st.Status = StatusCompleted
+			st.Commit = res.commit
 		default:
 			logTail := s.tlog.Tail()
 			st.Status, st.ErrorClass = StatusFailed, Classify(res.code, logTail)

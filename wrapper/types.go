@@ -2,6 +2,8 @@ package wrapper
 
 import (
 	"fmt"
+	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -104,6 +106,34 @@ type Launch struct {
 	// (uploaded by the controller) whose tree is copied into a fresh output/
 	// before setup and the tool. It stays in place for later attempts.
 	Base string `json:"base"`
+	// Repo, when set, makes output/ a git workspace of a git-native
+	// project instead (Base must then be empty).
+	Repo *LaunchRepo `json:"repo,omitempty"`
+}
+
+// LaunchRepo is a git-native task's workspace: output/ becomes a clone of
+// the node's repository Dir (<work_dir>/<project>/repo.git) on the new
+// branch Branch at commit Base; when the tool ends well, what output/
+// holds is recorded as one commit on Base (status.json's commit), with
+// Message, for `git-pack` to send.
+type LaunchRepo struct {
+	Dir     string `json:"dir"`
+	Base    string `json:"base"`
+	Branch  string `json:"branch"`
+	Message string `json:"message,omitempty"`
+}
+
+func (r *LaunchRepo) check() error {
+	if !filepath.IsAbs(r.Dir) || filepath.Clean(r.Dir) != r.Dir || filepath.Base(r.Dir) != "repo.git" {
+		return fmt.Errorf("repo.dir %q: want an absolute, clean path ending in repo.git", r.Dir)
+	}
+	if !isCommitID(r.Base) {
+		return fmt.Errorf("repo.base %q is not a full commit id", r.Base)
+	}
+	if !strings.HasPrefix(r.Branch, "dispatch/") || strings.Contains(r.Branch, "..") || strings.ContainsAny(r.Branch, " ~^:?*[\\\x00") || strings.HasSuffix(r.Branch, "/") {
+		return fmt.Errorf("repo.branch %q: want a branch name under dispatch/", r.Branch)
+	}
+	return nil
 }
 
 // Status is status.json, written atomically by the supervisor.
@@ -144,6 +174,9 @@ type Status struct {
 	// ToolMissing is set with ErrorClass start when the tool's executable
 	// is not in its PATH on the node: the controller does not retry it.
 	ToolMissing bool `json:"tool_missing,omitempty"`
+	// Commit is a git-native task's result: what its workspace held when
+	// the tool ended well, as one commit on its base (launch.json's repo).
+	Commit string `json:"commit,omitempty"`
 }
 
 // Final reports whether the attempt is over (anything but running).
@@ -228,6 +261,14 @@ func (l *Launch) normalize() error {
 	}
 	if err := checkBase(l.Base); err != nil {
 		return err
+	}
+	if l.Repo != nil {
+		if l.Base != "" {
+			return fmt.Errorf("base and repo are exclusive")
+		}
+		if err := l.Repo.check(); err != nil {
+			return err
+		}
 	}
 	if l.Attempt < 0 || l.TimeoutSeconds < 0 || l.GraceSeconds < 0 || l.HeartbeatSeconds < 0 || l.LogLimitBytes < 0 {
 		return fmt.Errorf("negative attempt, timeout, grace, heartbeat or log limit")

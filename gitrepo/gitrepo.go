@@ -1,0 +1,344 @@
+// Package gitrepo is what the controller does in the operator's git
+// repository for git-native projects (issue 12): resolve the project's
+// starting commit with a clear error for each bad input, merge the tasks'
+// commits with git's own 3-way merge, listing the files more than one task
+// changed and the real conflicts, and set the result under
+// refs/heads/dispatch/ only. It never touches the operator's HEAD, index,
+// working tree or any other ref: merges are computed with
+// `git merge-tree --write-tree` and recorded with `git commit-tree`, which
+// write objects and nothing else.
+//
+// It runs the git CLI (2.38 or later for merge-tree --write-tree) with a
+// fixed environment: no system config, no prompts, C locale, a fixed
+// identity for the commits it makes.
+package gitrepo
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// RefPrefix is the only namespace of refs this package writes.
+const RefPrefix = "refs/heads/dispatch/"
+
+// identity is the author and committer of the commits dispatch makes.
+const identity = "dispatch"
+
+// Error kinds of Resolve, for errors.Is.
+var (
+	ErrNotRepo   = errors.New("not a git repository")
+	ErrNoCommits = errors.New("repository has no commits")
+	ErrNoRef     = errors.New("ref does not exist")
+)
+
+// Problem is a bad repository input: what is wrong and how to fix it.
+type Problem struct {
+	Kind error // ErrNotRepo, ErrNoCommits or ErrNoRef
+	Msg  string
+	Fix  string
+}
+
+func (p *Problem) Error() string { return p.Msg + "\n  fix: " + p.Fix }
+func (p *Problem) Unwrap() error { return p.Kind }
+
+// Source is a project's starting point: a commit of a repository.
+type Source struct {
+	// Dir is the repository's git directory, absolute.
+	Dir    string
+	Ref    string
+	Commit string
+	// Notes say, one line each, what of the repository is not shipped as
+	// the operator may expect (uncommitted changes, submodules, LFS
+	// contents, a shallow history); start says them once.
+	Notes []string
+}
+
+// git runs git in dir with the package's environment and returns stdout.
+func git(ctx context.Context, dir string, stdin []byte, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(),
+		"GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0", "LC_ALL=C", "GIT_OPTIONAL_LOCKS=0",
+		"GIT_AUTHOR_NAME="+identity, "GIT_AUTHOR_EMAIL="+identity+"@localhost",
+		"GIT_COMMITTER_NAME="+identity, "GIT_COMMITTER_EMAIL="+identity+"@localhost")
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if err != nil {
+		msg := strings.TrimSpace(errb.String())
+		if msg == "" {
+			msg = err.Error()
+		}
+		return out.Bytes(), &gitError{args: args, msg: msg, err: err}
+	}
+	return out.Bytes(), nil
+}
+
+type gitError struct {
+	args []string
+	msg  string
+	err  error
+}
+
+func (e *gitError) Error() string { return "git " + strings.Join(e.args, " ") + ": " + e.msg }
+func (e *gitError) Unwrap() error { return e.err }
+
+// exitCode is the exit status of a failed git, or -1.
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+func line(b []byte) string { return strings.TrimSpace(string(b)) }
+
+// Resolve checks that dir is a git repository with commits and that ref
+// (HEAD when empty) names a commit, and returns it.
+func Resolve(ctx context.Context, dir, ref string) (*Source, error) {
+	if ref == "" {
+		ref = "HEAD"
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+		return nil, &Problem{Kind: ErrNotRepo, Msg: fmt.Sprintf("repo: %s is not a directory", dir),
+			Fix: "give the path of a git repository on this machine, relative to the project's spec directory or absolute"}
+	}
+	out, err := git(ctx, abs, nil, "rev-parse", "--absolute-git-dir")
+	if err != nil {
+		return nil, &Problem{Kind: ErrNotRepo, Msg: fmt.Sprintf("repo: %s is not a git repository", dir),
+			Fix: "give the path of a git repository (run `git init` there and commit, or point repo: at the right directory)"}
+	}
+	src := &Source{Dir: line(out), Ref: ref}
+	out, err = git(ctx, abs, nil, "rev-parse", "--verify", "--quiet", "--end-of-options", ref+"^{commit}")
+	if err != nil {
+		_, headErr := git(ctx, abs, nil, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+		if refs, _ := git(ctx, abs, nil, "for-each-ref", "--count=1", "--format=x"); headErr != nil && len(bytes.TrimSpace(refs)) == 0 {
+			return nil, &Problem{Kind: ErrNoCommits, Msg: fmt.Sprintf("repo: %s has no commits", dir),
+				Fix: "commit the starting point of the tasks first (git add -A && git commit)"}
+		}
+		return nil, &Problem{Kind: ErrNoRef, Msg: fmt.Sprintf("ref: %q names no commit in %s", ref, dir),
+			Fix: "give a branch, tag or commit of that repository (see `git branch -a`, `git tag`), or leave ref: out for HEAD"}
+	}
+	src.Commit = line(out)
+	src.Notes = notes(ctx, abs, src.Commit, ref)
+	return src, nil
+}
+
+// notes says what of the repository is not shipped as one may expect.
+func notes(ctx context.Context, dir, commit, ref string) []string {
+	var out []string
+	if st, err := git(ctx, dir, nil, "status", "--porcelain", "--untracked-files=no"); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		out = append(out, fmt.Sprintf("the working tree has uncommitted changes: they are not shipped; the tasks start from %s (%s)", ref, commit[:12]))
+	}
+	if _, err := git(ctx, dir, nil, "cat-file", "-e", commit+":.gitmodules"); err == nil {
+		out = append(out, "the repository has submodules: their contents are not shipped, only the commits they point to")
+	}
+	if attrs, err := git(ctx, dir, nil, "cat-file", "blob", commit+":.gitattributes"); err == nil && bytes.Contains(attrs, []byte("filter=lfs")) {
+		out = append(out, "the repository uses Git LFS: the tasks get the pointer files, not the large files' contents")
+	}
+	if sh, err := git(ctx, dir, nil, "rev-parse", "--is-shallow-repository"); err == nil && line(sh) == "true" {
+		out = append(out, "the repository is a shallow clone: the tasks see its history only as far as it goes")
+	}
+	return out
+}
+
+// TaskBranch is one task's result to merge: its commit, descending from
+// the base.
+type TaskBranch struct {
+	ID     string
+	Commit string
+}
+
+// Overlap is a file that more than one task changed.
+type Overlap struct {
+	Path  string   `json:"path"`
+	Tasks []string `json:"tasks"`
+}
+
+// Conflict is a file git could not merge: the task being merged and the
+// earlier tasks that changed it.
+type Conflict = Overlap
+
+// Merge is the result of Integrate.
+type Merge struct {
+	// Commit is the last merge commit (the base when no task changed
+	// anything).
+	Commit    string
+	Overlaps  []Overlap
+	Conflicts []Conflict
+}
+
+// Integrate merges the tasks' commits one by one, in the order given, onto
+// base with git's 3-way merge. A merge with conflicts is committed with
+// git's conflict markers in the files (for the integration task to
+// resolve) and listed. Only objects are written: no ref, index or working
+// tree changes.
+func Integrate(ctx context.Context, dir, base string, tasks []TaskBranch) (*Merge, error) {
+	changed := map[string][]string{} // path → tasks, in merge order
+	for _, t := range tasks {
+		out, err := git(ctx, dir, nil, "diff", "--name-only", "-z", "--no-renames", base, t.Commit, "--")
+		if err != nil {
+			return nil, fmt.Errorf("changes of %s: %w", t.ID, err)
+		}
+		for _, p := range strings.Split(string(out), "\x00") {
+			if p != "" {
+				changed[p] = append(changed[p], t.ID)
+			}
+		}
+	}
+	m := &Merge{Commit: base}
+	for _, p := range slices.Sorted(maps.Keys(changed)) {
+		if len(changed[p]) > 1 {
+			m.Overlaps = append(m.Overlaps, Overlap{Path: p, Tasks: changed[p]})
+		}
+	}
+	merged := map[string]bool{}
+	for _, t := range tasks {
+		out, err := git(ctx, dir, nil, "merge-tree", "--write-tree", "--name-only", "-z", m.Commit, t.Commit)
+		conflicted := err != nil && exitCode(err) == 1
+		if err != nil && !conflicted {
+			return nil, fmt.Errorf("merge %s: %w", t.ID, err)
+		}
+		fields := strings.Split(string(out), "\x00")
+		tree := fields[0]
+		if len(tree) < 40 {
+			return nil, fmt.Errorf("merge %s: git merge-tree printed no tree", t.ID)
+		}
+		var paths []string
+		if conflicted {
+			for _, p := range fields[1:] {
+				if p == "" {
+					break // the messages follow an empty field
+				}
+				if !slices.Contains(paths, p) {
+					paths = append(paths, p)
+				}
+			}
+		}
+		msg := "Merge " + t.ID
+		if len(paths) > 0 {
+			msg += " (conflicts: " + strings.Join(paths, ", ") + ")"
+		}
+		commit, err := git(ctx, dir, nil, "commit-tree", "--no-gpg-sign", tree, "-p", m.Commit, "-p", t.Commit, "-m", msg)
+		if err != nil {
+			return nil, fmt.Errorf("record the merge of %s: %w", t.ID, err)
+		}
+		m.Commit = line(commit)
+		for _, p := range paths {
+			c := Conflict{Path: p}
+			for _, id := range changed[p] {
+				if merged[id] || id == t.ID {
+					c.Tasks = append(c.Tasks, id)
+				}
+			}
+			m.Conflicts = append(m.Conflicts, c)
+		}
+		merged[t.ID] = true
+	}
+	return m, nil
+}
+
+// SetRef points ref, which must be under refs/heads/dispatch/, at commit.
+func SetRef(ctx context.Context, dir, ref, commit string) error {
+	if !strings.HasPrefix(ref, RefPrefix) || strings.Contains(ref, "..") {
+		return fmt.Errorf("refusing to set %q: dispatch writes refs under %s only", ref, RefPrefix)
+	}
+	if _, err := git(ctx, dir, nil, "check-ref-format", ref); err != nil {
+		return fmt.Errorf("invalid ref %q: %w", ref, err)
+	}
+	_, err := git(ctx, dir, nil, "update-ref", "-m", "dispatch", ref, commit)
+	return err
+}
+
+// Pack writes to w, as one stream, a pack of the objects reachable from
+// want and not from any of have (commits the receiver already has): what
+// a node lacks of a new base commit, or what a task added to its base.
+// The pack is thin (objects may be deltas against objects of have): the
+// receiver completes it with `index-pack --fix-thin`.
+func Pack(ctx context.Context, dir, want string, have []string, w io.Writer) error {
+	var revs bytes.Buffer
+	revs.WriteString(want + "\n")
+	for _, h := range have {
+		revs.WriteString("^" + h + "\n")
+	}
+	cmd := exec.CommandContext(ctx, "git", "pack-objects", "--stdout", "--revs", "--thin", "--quiet")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0", "LC_ALL=C")
+	cmd.Stdin = &revs
+	cmd.Stdout = w
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Run(); err != nil {
+		return &gitError{args: []string{"pack-objects", want}, msg: strings.TrimSpace(errb.String()), err: err}
+	}
+	return nil
+}
+
+// Import reads a pack (as Pack writes it) into the repository at dir,
+// checks that commit is a commit descending from base, and points ref
+// (under refs/heads/dispatch/) at it. A pack cut off or corrupt is
+// refused whole and sets no ref; importing the same commit again is
+// harmless. Only objects and that ref are written.
+func Import(ctx context.Context, dir string, r io.Reader, commit, base, ref string) error {
+	if !strings.HasPrefix(ref, RefPrefix) {
+		return fmt.Errorf("refusing to set %q: dispatch writes refs under %s only", ref, RefPrefix)
+	}
+	if !isObjectID(commit) {
+		// A name ("main", "HEAD~1") would resolve in the operator's
+		// repository, not in the pack.
+		return fmt.Errorf("the task's result %q is not a commit id", truncate(commit, 80))
+	}
+	cmd := exec.CommandContext(ctx, "git", "index-pack", "--stdin", "--fix-thin", "--strict")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0", "LC_ALL=C")
+	cmd.Stdin = r
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Run(); err != nil {
+		return &gitError{args: []string{"index-pack"}, msg: strings.TrimSpace(errb.String()), err: err}
+	}
+	if t, err := git(ctx, dir, nil, "cat-file", "-t", "--end-of-options", commit); err != nil || line(t) != "commit" {
+		return fmt.Errorf("the task's result %q is not a commit of the pack", commit)
+	}
+	if _, err := git(ctx, dir, nil, "merge-base", "--is-ancestor", base, commit); err != nil {
+		return fmt.Errorf("the task's result %s does not descend from its base %s", commit, base)
+	}
+	return SetRef(ctx, dir, ref, commit)
+}
+
+// isObjectID reports whether s is a full SHA-1 or SHA-256 object id.
+func isObjectID(s string) bool {
+	if len(s) != 40 && len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,328 @@
+package gitrepo
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// repo is a real git repository in a temporary directory.
+type repo struct {
+	t   *testing.T
+	dir string
+}
+
+func newRepo(t *testing.T) *repo {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("git not found; `make test` installs it")
+		}
+		t.Skip("git not found")
+	}
+	r := &repo{t: t, dir: t.TempDir()}
+	r.git("init", "-q", "-b", "main")
+	return r
+}
+
+func (r *repo) git(args ...string) string {
+	r.t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = r.dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "LC_ALL=C",
+		"GIT_AUTHOR_NAME=op", "GIT_AUTHOR_EMAIL=op@example.com", "GIT_COMMITTER_NAME=op", "GIT_COMMITTER_EMAIL=op@example.com")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		r.t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func (r *repo) write(name, content string) {
+	r.t.Helper()
+	p := filepath.Join(r.dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *repo) commit(msg string) string {
+	r.t.Helper()
+	r.git("add", "-A")
+	r.git("commit", "-q", "-m", msg)
+	return r.git("rev-parse", "HEAD")
+}
+
+// task makes a commit on top of base changing files, as a task's branch
+// would be, without moving the operator's branch, and returns it.
+func (r *repo) task(base string, files map[string]string) string {
+	r.t.Helper()
+	wt := r.t.TempDir()
+	r.git("worktree", "add", "-q", "--detach", wt, base)
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(wt, name), []byte(content), 0o644); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	sub := &repo{t: r.t, dir: wt}
+	c := sub.commit("task")
+	r.git("worktree", "remove", "--force", wt)
+	return c
+}
+
+// state is everything of the operator's repository dispatch must not
+// touch: HEAD, the index, the working tree's status and every ref but
+// refs/heads/dispatch/.
+func (r *repo) state() string {
+	r.t.Helper()
+	index, _ := os.ReadFile(filepath.Join(r.dir, ".git", "index"))
+	var refs []string
+	for _, l := range strings.Split(r.git("for-each-ref", "--format=%(refname) %(objectname)"), "\n") {
+		if !strings.HasPrefix(l, RefPrefix) {
+			refs = append(refs, l)
+		}
+	}
+	return strings.Join([]string{r.git("rev-parse", "HEAD"), r.git("symbolic-ref", "HEAD"), string(index),
+		r.git("status", "--porcelain", "--untracked-files=all"), strings.Join(refs, "\n")}, "\x00")
+}
+
+func TestResolve(t *testing.T) {
+	ctx := context.Background()
+	r := newRepo(t)
+	empty := newRepo(t)
+	r.write("a.txt", "a\n")
+	first := r.commit("first")
+	r.git("tag", "v1")
+	r.write("a.txt", "b\n")
+	second := r.commit("second")
+	notRepo := t.TempDir()
+
+	for _, tc := range []struct {
+		name, dir, ref string
+		want           string
+		kind           error
+	}{
+		{"HEAD by default", r.dir, "", second, nil},
+		{"a tag", r.dir, "v1", first, nil},
+		{"a commit", r.dir, first[:10], first, nil},
+		{"a directory that is not a repository", notRepo, "", "", ErrNotRepo},
+		{"a path that does not exist", filepath.Join(notRepo, "nope"), "", "", ErrNotRepo},
+		{"a ref that does not exist", r.dir, "no-such-branch", "", ErrNoRef},
+		{"an option as a ref", r.dir, "--all", "", ErrNoRef},
+		{"a repository with no commits", empty.dir, "", "", ErrNoCommits},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src, err := Resolve(ctx, tc.dir, tc.ref)
+			if tc.kind != nil {
+				var p *Problem
+				if !errors.Is(err, tc.kind) || !errors.As(err, &p) || p.Fix == "" {
+					t.Fatalf("Resolve: %v, want %v with a fix", err, tc.kind)
+				}
+				return
+			}
+			if err != nil || src.Commit != tc.want {
+				t.Fatalf("Resolve: %+v, %v; want commit %s", src, err, tc.want)
+			}
+		})
+	}
+
+	// What is not shipped as one may expect is said.
+	src, err := Resolve(ctx, r.dir, "")
+	if err != nil || len(src.Notes) != 0 {
+		t.Fatalf("clean repository: %+v %v, want no notes", src, err)
+	}
+	r.write(".gitattributes", "*.bin filter=lfs diff=lfs merge=lfs -text\n")
+	r.commit("lfs")
+	r.write("a.txt", "dirty\n")
+	src, err = Resolve(ctx, r.dir, "")
+	if err != nil || len(src.Notes) != 2 || !strings.Contains(src.Notes[0], "uncommitted") || !strings.Contains(src.Notes[1], "LFS") {
+		t.Fatalf("dirty repository with LFS: notes %q, %v", src.Notes, err)
+	}
+}
+
+func TestIntegrate(t *testing.T) {
+	ctx := context.Background()
+	r := newRepo(t)
+	r.write("shared.txt", "one\ntwo\nthree\n")
+	r.write("a.txt", "a\n")
+	r.write("b.txt", "b\n")
+	base := r.commit("base")
+
+	t.Run("disjoint changes merge cleanly", func(t *testing.T) {
+		s01 := r.task(base, map[string]string{"a.txt": "a by S01\n"})
+		s02 := r.task(base, map[string]string{"b.txt": "b by S02\n", "new.txt": "new\n"})
+		before := r.state()
+		m, err := Integrate(ctx, r.dir, base, []TaskBranch{{"S01", s01}, {"S02", s02}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Conflicts) != 0 || len(m.Overlaps) != 0 {
+			t.Fatalf("conflicts %+v, overlaps %+v; want none", m.Conflicts, m.Overlaps)
+		}
+		for file, want := range map[string]string{"a.txt": "a by S01\n", "b.txt": "b by S02\n", "new.txt": "new\n", "shared.txt": "one\ntwo\nthree\n"} {
+			if got := r.git("show", m.Commit+":"+file); got != strings.TrimSpace(want) {
+				t.Errorf("%s in the merge: %q, want %q", file, got, want)
+			}
+		}
+		if parents := strings.Fields(r.git("log", "-1", "--format=%P", m.Commit)); len(parents) != 2 || parents[1] != s02 {
+			t.Errorf("merge parents %v, want the S01 merge and S02", parents)
+		}
+		if after := r.state(); after != before {
+			t.Error("Integrate changed the operator's HEAD, index, working tree or refs")
+		}
+	})
+
+	t.Run("the same lines changed twice are a listed conflict", func(t *testing.T) {
+		s03 := r.task(base, map[string]string{"shared.txt": "one\nTWO by S03\nthree\n"})
+		s04 := r.task(base, map[string]string{"shared.txt": "one\nTWO by S04\nthree\n", "a.txt": "a by S04\n"})
+		s05 := r.task(base, map[string]string{"b.txt": "b by S05\n"})
+		before := r.state()
+		m, err := Integrate(ctx, r.dir, base, []TaskBranch{{"S03", s03}, {"S04", s04}, {"S05", s05}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []Conflict{{Path: "shared.txt", Tasks: []string{"S03", "S04"}}}
+		if len(m.Conflicts) != 1 || m.Conflicts[0].Path != want[0].Path || !slices.Equal(m.Conflicts[0].Tasks, want[0].Tasks) {
+			t.Fatalf("conflicts %+v, want %+v", m.Conflicts, want)
+		}
+		if len(m.Overlaps) != 1 || m.Overlaps[0].Path != "shared.txt" {
+			t.Errorf("overlaps %+v, want shared.txt", m.Overlaps)
+		}
+		merged := r.git("show", m.Commit+":shared.txt")
+		for _, marker := range []string{"<<<<<<<", "=======", ">>>>>>>", "TWO by S03", "TWO by S04"} {
+			if !strings.Contains(merged, marker) {
+				t.Errorf("the merged shared.txt lacks %q:\n%s", marker, merged)
+			}
+		}
+		// The merge goes on past the conflict: S04's other file and S05.
+		if got := r.git("show", m.Commit+":a.txt"); got != "a by S04" {
+			t.Errorf("a.txt in the merge: %q", got)
+		}
+		if got := r.git("show", m.Commit+":b.txt"); got != "b by S05" {
+			t.Errorf("b.txt in the merge: %q", got)
+		}
+		if after := r.state(); after != before {
+			t.Error("Integrate changed the operator's HEAD, index, working tree or refs")
+		}
+	})
+}
+
+func TestSetRef(t *testing.T) {
+	ctx := context.Background()
+	r := newRepo(t)
+	r.write("a.txt", "a\n")
+	c := r.commit("base")
+	before := r.state()
+	if err := SetRef(ctx, r.dir, RefPrefix+"demo/S01", c); err != nil {
+		t.Fatal(err)
+	}
+	if err := SetRef(ctx, r.dir, RefPrefix+"demo/S01", c); err != nil {
+		t.Fatalf("setting the same ref again: %v", err)
+	}
+	if got := r.git("rev-parse", RefPrefix+"demo/S01"); got != c {
+		t.Errorf("ref at %s, want %s", got, c)
+	}
+	if after := r.state(); after != before {
+		t.Error("SetRef changed something outside refs/heads/dispatch/")
+	}
+	for _, bad := range []string{"refs/heads/main", "HEAD", RefPrefix + "../main", RefPrefix + "a b", "refs/heads/dispatcher/x"} {
+		if err := SetRef(ctx, r.dir, bad, c); err == nil {
+			t.Errorf("SetRef(%q) succeeded; want it refused", bad)
+		}
+	}
+	if r.git("rev-parse", "main") != c || r.state() != before {
+		t.Error("a refused SetRef changed the repository")
+	}
+}
+
+// TestPackAndImport: a node's repository gets the operator's base commit
+// as one pack stream, a task's commits come back as another into
+// refs/heads/dispatch/, and nothing else of the operator's repository
+// changes. A pack cut off midway sets no ref; importing twice is one
+// branch; a result that is a name, not a commit of the pack, or not a
+// descendant of the base is refused.
+func TestPackAndImport(t *testing.T) {
+	ctx := context.Background()
+	op := newRepo(t)
+	for i := range 200 {
+		op.write(filepath.Join("src", "f"+strings.Repeat("x", i%7)+string(rune('a'+i%26)), "f.txt"), strings.Repeat("line\n", i+1))
+	}
+	base := op.commit("base")
+
+	// The node: a bare repository fed by a pack of the base.
+	node := &repo{t: t, dir: t.TempDir()}
+	node.git("init", "-q", "--bare")
+	var pack bytes.Buffer
+	if err := Pack(ctx, op.dir, base, nil, &pack); err != nil {
+		t.Fatal(err)
+	}
+	idx := exec.Command("git", "index-pack", "--stdin", "--fix-thin")
+	idx.Dir, idx.Stdin = node.dir, &pack
+	if out, err := idx.CombinedOutput(); err != nil {
+		t.Fatalf("index-pack on the node: %v\n%s", err, out)
+	}
+	node.git("update-ref", "refs/dispatch/base", base)
+
+	// A task works in a clone sharing the node's objects and commits.
+	work := &repo{t: t, dir: t.TempDir()}
+	work.git("clone", "-q", "--shared", "--no-checkout", node.dir, ".")
+	work.git("checkout", "-q", "-b", "dispatch/demo/S01", base)
+	work.write("src/new.txt", "new\n")
+	work.write("README", "changed\n")
+	result := work.commit("S01: a change")
+
+	var back bytes.Buffer
+	if err := Pack(ctx, work.dir, result, []string{base}, &back); err != nil {
+		t.Fatal(err)
+	}
+	full := back.Bytes()
+	before := op.state()
+	ref := RefPrefix + "demo/S01"
+
+	if err := Import(ctx, op.dir, bytes.NewReader(full[:len(full)/2]), result, base, ref); err == nil {
+		t.Fatal("a pack cut off midway was imported")
+	}
+	if _, err := Resolve(ctx, op.dir, ref); err == nil {
+		t.Fatal("a cut-off pack set the ref")
+	}
+	for _, bad := range []string{"main", "HEAD", base[:12]} {
+		if err := Import(ctx, op.dir, bytes.NewReader(full), bad, base, ref); err == nil {
+			t.Errorf("Import of result %q succeeded; want it refused", bad)
+		}
+	}
+	for range 2 {
+		if err := Import(ctx, op.dir, bytes.NewReader(full), result, base, ref); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := op.git("rev-parse", ref); got != result {
+		t.Fatalf("%s at %s, want %s", ref, got, result)
+	}
+	if got := op.git("show", ref+":src/new.txt"); got != "new" {
+		t.Errorf("the imported branch's src/new.txt: %q", got)
+	}
+	if n := op.git("for-each-ref", "--format=x", RefPrefix); n != "x" {
+		t.Errorf("dispatch refs after two imports: %q, want one", n)
+	}
+	if op.state() != before {
+		t.Error("Import changed the operator's HEAD, index, working tree or other refs")
+	}
+	// A result that does not descend from the base.
+	other := op.task(base, map[string]string{"README": "x\n"})
+	var stray bytes.Buffer
+	if err := Pack(ctx, op.dir, other, nil, &stray); err != nil {
+		t.Fatal(err)
+	}
+	if err := Import(ctx, op.dir, &stray, other, result, RefPrefix+"demo/S02"); err == nil {
+		t.Error("a result not descending from its base was imported")
+	}
+}

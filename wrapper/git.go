@@ -1,0 +1,343 @@
+package wrapper
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// The node's side of git-native projects (issue 12).
+//
+// The controller ships a project's base commit once per node, as one pack
+// stream, into the bare repository <work_dir>/<project>/repo.git
+// (`git-receive`); `git-have` says which base commits it holds, so that
+// only missing objects travel when the base moves. A task's workspace is a
+// clone sharing repo.git's objects, on its own branch at the base
+// (prepareRepoWorkspace): a launch costs the same whatever the
+// repository's size once its objects are on the node.
+//
+// When the tool exits, the wrapper records what the workspace holds as one
+// commit on the base (snapshotWorkspace). The task may have written
+// anything in its workspace, its .git included: a config there can name
+// programs (filters, fsmonitor, hooks) that git would run for the wrapper.
+// So the snapshot never uses the workspace's .git: it uses a git directory
+// of its own under the wrapper's private .ctl directory, whose config is
+// the wrapper's, with no system or global config, and borrows repo.git's
+// objects through alternates. The task's .gitignore is respected; its
+// .gitattributes can name a filter driver, but drivers come only from a
+// config, and none is configured.
+
+// GitReply is the reply of `git-receive` and `git-have`.
+type GitReply struct {
+	// Commits are the base commits the node's repository holds.
+	Commits []string `json:"commits"`
+}
+
+// baseRefPrefix holds, in repo.git, one ref per base commit received.
+const baseRefPrefix = "refs/dispatch/base/"
+
+// gitEnv is the environment of every git the wrapper runs: no system or
+// global config, no prompt, C locale, dispatch's identity.
+func gitEnv() []string {
+	env := []string{"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=" + os.DevNull, "GIT_TERMINAL_PROMPT=0",
+		"LC_ALL=C", "GIT_OPTIONAL_LOCKS=0"}
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); k == "PATH" || k == "HOME" || k == "TMPDIR" {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// runGit runs git with gitEnv (plus extra) in dir, stdin from in, and
+// returns its stdout.
+func runGit(ctx context.Context, dir string, extra []string, in io.Reader, args ...string) ([]byte, error) {
+	// Hooks and fsmonitor off whatever a config says.
+	args = append([]string{"-c", "core.hooksPath=" + os.DevNull, "-c", "core.fsmonitor=false"}, args...)
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(gitEnv(), extra...)
+	cmd.Stdin = in
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(errb.String())
+		if len(msg) > 400 {
+			msg = msg[:400] + "…"
+		}
+		return out.Bytes(), fmt.Errorf("git %s: %v: %s", gitCommandName(args), err, msg)
+	}
+	return out.Bytes(), nil
+}
+
+// gitCommandName is the git command in args, past the -c options.
+func gitCommandName(args []string) string {
+	for i := 0; i < len(args); i++ {
+		if args[i] == "-c" {
+			i++
+			continue
+		}
+		return args[i]
+	}
+	return ""
+}
+
+// isCommitID reports whether s is a full SHA-1 or SHA-256 hex object id.
+func isCommitID(s string) bool {
+	if len(s) != 40 && len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// repoFlag checks --repo: absolute, clean, named repo.git.
+func repoFlag(cmd, v string) (string, error) {
+	dir, err := taskDirFlag(cmd, v)
+	if err != nil {
+		return "", err
+	}
+	if dir != v || filepath.Base(dir) != "repo.git" {
+		return "", usageErrorf("%s: --repo %q must be an absolute, clean path ending in repo.git", cmd, v)
+	}
+	return dir, nil
+}
+
+// cmdGitReceive reads a pack of the base commit --commit on stdin into
+// --repo (created, bare and private, when missing) and records the commit.
+func cmdGitReceive(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	fs := newFlagSet("git-receive")
+	repoArg := fs.String("repo", "", "the project's repository on the node (<work_dir>/<project>/repo.git)")
+	commit := fs.String("commit", "", "the base commit the pack completes")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	repo, err := repoFlag("git-receive", *repoArg)
+	if err != nil {
+		return err
+	}
+	if !isCommitID(*commit) {
+		return usageErrorf("git-receive: --commit %q is not a full commit id", *commit)
+	}
+	if err := initRepo(ctx, repo); err != nil {
+		return ioError(err)
+	}
+	// A pack cut off or corrupt is refused whole by index-pack; its
+	// temporary file is removed.
+	if _, err := runGit(ctx, repo, nil, stdin, "index-pack", "--stdin", "--fix-thin", "--strict"); err != nil {
+		return ioError(err)
+	}
+	if t, err := runGit(ctx, repo, nil, nil, "cat-file", "-t", *commit); err != nil || strings.TrimSpace(string(t)) != "commit" {
+		return ioError(fmt.Errorf("git-receive: the pack does not complete commit %s", *commit))
+	}
+	if _, err := runGit(ctx, repo, nil, nil, "update-ref", baseRefPrefix+*commit, *commit); err != nil {
+		return ioError(err)
+	}
+	return replyCommits(ctx, repo, stdout)
+}
+
+// cmdGitHave replies the base commits --repo holds (none when it does not
+// exist yet).
+func cmdGitHave(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("git-have")
+	repoArg := fs.String("repo", "", "the project's repository on the node")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	repo, err := repoFlag("git-have", *repoArg)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(repo, "objects")); errors.Is(err, os.ErrNotExist) {
+		return printJSON(stdout, GitReply{Commits: []string{}})
+	}
+	return replyCommits(ctx, repo, stdout)
+}
+
+func replyCommits(ctx context.Context, repo string, stdout io.Writer) error {
+	out, err := runGit(ctx, repo, nil, nil, "for-each-ref", "--format=%(objectname)", baseRefPrefix)
+	if err != nil {
+		return ioError(err)
+	}
+	reply := GitReply{Commits: []string{}}
+	for _, l := range strings.Fields(string(out)) {
+		reply.Commits = append(reply.Commits, l)
+	}
+	return printJSON(stdout, reply)
+}
+
+// initRepo creates repo as a private bare repository when it is missing.
+func initRepo(ctx context.Context, repo string) error {
+	if _, err := os.Stat(filepath.Join(repo, "objects")); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(repo, 0o700); err != nil {
+		return err
+	}
+	if _, err := runGit(ctx, repo, nil, nil, "init", "-q", "--bare", "."); err != nil {
+		return err
+	}
+	return os.Chmod(repo, 0o700)
+}
+
+// prepareRepoWorkspace makes out (which must not exist) a working tree of
+// repo on a new branch at base: a clone sharing repo's objects, so that
+// the tools find the git repository they expect.
+func prepareRepoWorkspace(ctx context.Context, repo, base, branch, out string) error {
+	if !isCommitID(base) {
+		return fmt.Errorf("base %q is not a full commit id", base)
+	}
+	if _, err := runGit(ctx, "/", nil, nil, "clone", "-q", "--shared", "--no-checkout", "--", repo, out); err != nil {
+		return err
+	}
+	_, err := runGit(ctx, out, nil, nil, "checkout", "-q", "-b", branch, base)
+	return err
+}
+
+// snapshotDir is the private git directory the wrapper records task dir's
+// results in: <dir of the wrapper>/.ctl/<sha256 of dir>.git.
+func snapshotDir(dir string) (string, error) {
+	path, err := recordPath(dir)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(path, ".json") + ".git", nil
+}
+
+// snapshotWorkspace records what out holds (its .gitignore respected) as
+// one commit on base, with the given author and message, in the private
+// git directory gitDir (created, borrowing repo's objects), under ref
+// branch. It returns the commit; base itself when nothing changed.
+func snapshotWorkspace(ctx context.Context, repo, gitDir, out, base, branch, author, message string) (string, error) {
+	if !isCommitID(base) {
+		return "", fmt.Errorf("base %q is not a full commit id", base)
+	}
+	if err := os.RemoveAll(gitDir); err != nil {
+		return "", err
+	}
+	if err := initRepo(ctx, gitDir); err != nil {
+		return "", err
+	}
+	alt := filepath.Join(repo, "objects") + "\n"
+	if err := os.WriteFile(filepath.Join(gitDir, "objects", "info", "alternates"), []byte(alt), 0o600); err != nil {
+		return "", err
+	}
+	env := []string{"GIT_DIR=" + gitDir, "GIT_WORK_TREE=" + out, "GIT_INDEX_FILE=" + filepath.Join(gitDir, "snapshot.index"),
+		"GIT_AUTHOR_NAME=" + author, "GIT_AUTHOR_EMAIL=dispatch@localhost",
+		"GIT_COMMITTER_NAME=dispatch", "GIT_COMMITTER_EMAIL=dispatch@localhost"}
+	core := []string{"-c", "core.bare=false", "-c", "core.excludesFile=" + os.DevNull, "-c", "core.attributesFile=" + os.DevNull}
+	git := func(args ...string) ([]byte, error) {
+		return runGit(ctx, out, env, nil, append(core, args...)...)
+	}
+	if _, err := git("read-tree", base); err != nil {
+		return "", err
+	}
+	if _, err := git("add", "-A", "--", "."); err != nil {
+		return "", err
+	}
+	tree, err := git("write-tree")
+	if err != nil {
+		return "", err
+	}
+	baseTree, err := git("rev-parse", base+"^{tree}")
+	if err != nil {
+		return "", err
+	}
+	commit := base
+	if !bytes.Equal(bytes.TrimSpace(tree), bytes.TrimSpace(baseTree)) {
+		c, err := git("commit-tree", "--no-gpg-sign", strings.TrimSpace(string(tree)), "-p", base, "-m", message)
+		if err != nil {
+			return "", err
+		}
+		commit = strings.TrimSpace(string(c))
+	}
+	if _, err := git("update-ref", "refs/heads/"+branch, commit); err != nil {
+		return "", err
+	}
+	return commit, nil
+}
+
+// PackReply is the reply of `git-pack`.
+type PackReply struct {
+	Commit string `json:"commit"`
+	Bytes  int64  `json:"bytes"`
+}
+
+// cmdGitPack writes to --out a pack of the task's result recorded by
+// snapshotWorkspace for --dir on --branch, less what --base holds, for the
+// controller to fetch (one transfer, bounded by progress) and import into
+// the operator's repository.
+func cmdGitPack(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("git-pack")
+	dirFlag := fs.String("dir", "", "task directory")
+	base := fs.String("base", "", "the task's base commit")
+	branch := fs.String("branch", "", "the task's branch (dispatch/<project>/<ID>)")
+	outFlag := fs.String("out", "", "where to write the pack")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	dir, err := taskDirFlag("git-pack", *dirFlag)
+	if err != nil {
+		return err
+	}
+	outPath, err := taskDirFlag("git-pack", *outFlag)
+	if err != nil {
+		return err
+	}
+	if !isCommitID(*base) {
+		return usageErrorf("git-pack: --base %q is not a full commit id", *base)
+	}
+	if !strings.HasPrefix(*branch, "dispatch/") || strings.Contains(*branch, "..") {
+		return usageErrorf("git-pack: --branch %q is not a dispatch/ branch", *branch)
+	}
+	gitDir, err := snapshotDir(dir)
+	if err != nil {
+		return ioError(err)
+	}
+	env := []string{"GIT_DIR=" + gitDir}
+	c, err := runGit(ctx, "/", env, nil, "rev-parse", "--verify", "--quiet", "refs/heads/"+*branch+"^{commit}")
+	if err != nil {
+		return &cmdError{KindNotFound, fmt.Errorf("git-pack: no result recorded for %s in %s", *branch, dir)}
+	}
+	commit := strings.TrimSpace(string(c))
+	if _, err := runGit(ctx, "/", env, nil, "merge-base", "--is-ancestor", *base, commit); err != nil {
+		return ioError(fmt.Errorf("git-pack: the result %s does not descend from %s", commit, *base))
+	}
+	// The pack file is the wrapper's: a link or anything else at its name
+	// is replaced, never followed.
+	os.Remove(outPath)
+	f, err := os.OpenFile(outPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return ioError(err)
+	}
+	cmd := exec.CommandContext(ctx, "git", "pack-objects", "--stdout", "--revs", "--thin", "--quiet")
+	cmd.Dir = "/"
+	cmd.Env = append(gitEnv(), env...)
+	cmd.Stdin = strings.NewReader(commit + "\n^" + *base + "\n")
+	cmd.Stdout = f
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	err = cmd.Run()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(outPath)
+		return ioError(fmt.Errorf("git-pack: %v: %s", err, strings.TrimSpace(errb.String())))
+	}
+	fi, err := os.Stat(outPath)
+	if err != nil {
+		return ioError(err)
+	}
+	return printJSON(stdout, PackReply{Commit: commit, Bytes: fi.Size()})
+}

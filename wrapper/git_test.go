@@ -1,0 +1,318 @@
+package wrapper
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// gitRepo is a real git repository in a temporary directory, the
+// operator's side of the tests.
+type gitRepo struct {
+	t   *testing.T
+	dir string
+}
+
+func newGitRepo(t *testing.T) *gitRepo {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("git not found; `make test` installs it")
+		}
+		t.Skip("git not found")
+	}
+	r := &gitRepo{t: t, dir: t.TempDir()}
+	r.git("init", "-q", "-b", "main")
+	return r
+}
+
+func (r *gitRepo) git(args ...string) string {
+	r.t.Helper()
+	out, err := r.run(nil, args...)
+	if err != nil {
+		r.t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func (r *gitRepo) run(stdin []byte, args ...string) ([]byte, error) {
+	cmd := exec.Command("git", args...)
+	cmd.Dir = r.dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "LC_ALL=C",
+		"GIT_AUTHOR_NAME=op", "GIT_AUTHOR_EMAIL=op@example.com", "GIT_COMMITTER_NAME=op", "GIT_COMMITTER_EMAIL=op@example.com")
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	return cmd.Output()
+}
+
+func (r *gitRepo) write(name, content string) {
+	r.t.Helper()
+	p := filepath.Join(r.dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *gitRepo) commit(msg string) string {
+	r.t.Helper()
+	r.git("add", "-A")
+	r.git("commit", "-q", "-m", msg)
+	return r.git("rev-parse", "HEAD")
+}
+
+// pack is a pack of want minus have, as the controller sends it.
+func (r *gitRepo) pack(want string, have ...string) []byte {
+	r.t.Helper()
+	revs := want + "\n"
+	for _, h := range have {
+		revs += "^" + h + "\n"
+	}
+	out, err := r.run([]byte(revs), "pack-objects", "--stdout", "--revs", "--thin", "--quiet")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return out
+}
+
+// gitCall runs a git subcommand of the wrapper and returns the commits it
+// replies, sorted.
+func gitCall(t *testing.T, stdin string, args ...string) []string {
+	t.Helper()
+	out, code := runWrapper(t, stdin, args...)
+	var r GitReply
+	if code != 0 || json.Unmarshal(out, &r) != nil || r.Commits == nil {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	slices.Sort(r.Commits)
+	return r.Commits
+}
+
+// TestGitReceive: a base commit reaches the node's repository as one pack;
+// when the base moves, a thin pack of what is missing is enough; a pack cut
+// off midway is refused and records nothing.
+func TestGitReceive(t *testing.T) {
+	t.Parallel()
+	op := newGitRepo(t)
+	for i := range 300 {
+		op.write(filepath.Join("src", strings.Repeat("d", i%5), "f"+strings.Repeat("x", i%9)+".txt"), strings.Repeat("line\n", i))
+	}
+	base1 := op.commit("one")
+	op.write("src/f.txt", "changed\n")
+	base2 := op.commit("two")
+	repo := filepath.Join(t.TempDir(), "demo", "repo.git")
+
+	if got := gitCall(t, "", "git-have", "--repo", repo); len(got) != 0 {
+		t.Fatalf("git-have before anything was received: %v", got)
+	}
+	got := gitCall(t, string(op.pack(base1)), "git-receive", "--repo", repo, "--commit", base1)
+	if !slices.Equal(got, []string{base1}) {
+		t.Fatalf("after the first base: %v", got)
+	}
+	if fi, err := os.Stat(repo); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("repo.git: %v %v, want mode 0700", fi, err)
+	}
+	thin := op.pack(base2, base1)
+	// Cut off midway: refused, nothing recorded.
+	out, code := runWrapper(t, string(thin[:len(thin)/2]), "git-receive", "--repo", repo, "--commit", base2)
+	wantError(t, out, code, KindIO)
+	if got := gitCall(t, "", "git-have", "--repo", repo); !slices.Equal(got, []string{base1}) {
+		t.Fatalf("after a cut-off pack: %v, want only the first base", got)
+	}
+	got = gitCall(t, string(thin), "git-receive", "--repo", repo, "--commit", base2)
+	want := []string{base1, base2}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("after the moved base: %v, want %v", got, want)
+	}
+	if len(thin) > len(op.pack(base1))/4 {
+		t.Errorf("the pack of the moved base is %d bytes, the whole first base %d: want only what is missing", len(thin), len(op.pack(base1)))
+	}
+	for _, args := range [][]string{
+		{"git-receive", "--repo", "relative/repo.git", "--commit", base1},
+		{"git-receive", "--repo", filepath.Join(t.TempDir(), "other.git"), "--commit", base1},
+		{"git-receive", "--repo", repo, "--commit", "main"},
+		{"git-have", "--repo", repo + "/../repo.git"},
+	} {
+		out, code := runWrapper(t, "", args...)
+		wantError(t, out, code, KindUsage)
+	}
+}
+
+// TestRepoWorkspaceSnapshot: a task's workspace is a clone at the base on
+// its branch; what it leaves is recorded as one commit on the base, its
+// .gitignore respected, without running anything the task put in its
+// .git or .gitattributes.
+func TestRepoWorkspaceSnapshot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	op := newGitRepo(t)
+	op.write("keep.txt", "keep\n")
+	op.write("edit.txt", "old\n")
+	op.write("gone.txt", "gone\n")
+	op.write(".gitignore", "*.log\n")
+	base := op.commit("base")
+	root := t.TempDir()
+	repo := filepath.Join(root, "demo", "repo.git")
+	gitCall(t, string(op.pack(base)), "git-receive", "--repo", repo, "--commit", base)
+
+	out := filepath.Join(root, "demo", "tasks", "S01", "output")
+	if err := prepareRepoWorkspace(ctx, repo, base, "dispatch/demo/S01", out); err != nil {
+		t.Fatal(err)
+	}
+	ws := &gitRepo{t: t, dir: out}
+	if b := ws.git("symbolic-ref", "HEAD"); b != "refs/heads/dispatch/demo/S01" {
+		t.Errorf("workspace on %s", b)
+	}
+	if b, err := os.ReadFile(filepath.Join(out, "edit.txt")); err != nil || string(b) != "old\n" {
+		t.Fatalf("workspace edit.txt: %q %v", b, err)
+	}
+
+	// The task's work, and its traps: a hook, an fsmonitor and a clean
+	// filter in its .git/config, named by its .gitattributes.
+	marker := filepath.Join(root, "ran")
+	trap := "#!/bin/sh\ntouch " + marker + "\ncat\n"
+	if err := os.WriteFile(filepath.Join(root, "trap.sh"), []byte(trap), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ws.write("edit.txt", "new\n")
+	ws.write("sub/added.txt", "added\n")
+	ws.write("debug.log", "ignored\n")
+	os.Remove(filepath.Join(out, "gone.txt"))
+	ws.write(".gitattributes", "* filter=evil\n")
+	ws.git("config", "filter.evil.clean", filepath.Join(root, "trap.sh"))
+	ws.git("config", "filter.evil.required", "true")
+	ws.git("config", "core.fsmonitor", filepath.Join(root, "trap.sh"))
+	ws.write(".git/hooks/pre-commit", trap)
+	os.Chmod(filepath.Join(out, ".git", "hooks", "pre-commit"), 0o755)
+
+	// The private git directory the wrapper binary keeps for this task.
+	taskDir := filepath.Dir(out)
+	gitDir := strings.TrimSuffix((&testTask{dir: taskDir}).recordFile(), ".json") + ".git"
+	t.Cleanup(func() { os.RemoveAll(gitDir) })
+	commit, err := snapshotWorkspace(ctx, repo, gitDir, out, base, "dispatch/demo/S01", "dispatch S01", "S01: the title (attempt 1)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the snapshot ran a program the task configured")
+	}
+	// The traps are live: the workspace's own git runs them.
+	ws.git("add", "-A")
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatal("the task's traps do not even fire for the workspace's own git; the test proves nothing")
+	}
+	snap := &gitRepo{t: t, dir: gitDir}
+	if commit == base || snap.git("rev-parse", commit+"^") != base || snap.git("rev-parse", "refs/heads/dispatch/demo/S01") != commit {
+		t.Fatalf("snapshot %s: want one commit on %s under the task's branch", commit, base)
+	}
+	files := strings.Fields(snap.git("ls-tree", "-r", "--name-only", commit))
+	if want := []string{".gitattributes", ".gitignore", "edit.txt", "keep.txt", "sub/added.txt"}; !slices.Equal(files, want) {
+		t.Errorf("snapshot files %v, want %v (no ignored log, no removed file, no .git)", files, want)
+	}
+	if got := snap.git("show", commit+":edit.txt"); got != "new" {
+		t.Errorf("edit.txt in the snapshot: %q", got)
+	}
+	if got := snap.git("log", "-1", "--format=%an|%s", commit); got != "dispatch S01|S01: the title (attempt 1)" {
+		t.Errorf("author and message %q", got)
+	}
+
+	// The result travels back as a pack of what the base lacks, which
+	// completes the operator's repository.
+	packPath := filepath.Join(taskDir, "result.pack")
+	out3, code := runWrapper(t, "", "git-pack", "--dir", taskDir, "--base", base, "--branch", "dispatch/demo/S01", "--out", packPath)
+	var pr PackReply
+	if err := json.Unmarshal(out3, &pr); err != nil || code != 0 || pr.Commit != commit || pr.Bytes <= 0 {
+		t.Fatalf("git-pack: exit %d: %s", code, out3)
+	}
+	data, err := os.ReadFile(packPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := op.run(data, "index-pack", "--stdin", "--fix-thin"); err != nil {
+		t.Fatalf("index-pack of the result in the operator's repository: %v %s", err, out)
+	}
+	if got := op.git("show", commit+":sub/added.txt"); got != "added" {
+		t.Errorf("the operator's repository has %q for the result's sub/added.txt", got)
+	}
+	for _, args := range [][]string{
+		{"git-pack", "--dir", taskDir, "--base", base, "--branch", "main", "--out", packPath},
+		{"git-pack", "--dir", taskDir, "--base", "HEAD", "--branch", "dispatch/demo/S01", "--out", packPath},
+	} {
+		out, code := runWrapper(t, "", args...)
+		wantError(t, out, code, KindUsage)
+	}
+	out4, code := runWrapper(t, "", "git-pack", "--dir", taskDir, "--base", base, "--branch", "dispatch/demo/S09", "--out", packPath)
+	wantError(t, out4, code, KindNotFound)
+
+	// A workspace left as it was is the base itself.
+	out2 := filepath.Join(root, "demo", "tasks", "S02", "output")
+	if err := prepareRepoWorkspace(ctx, repo, base, "dispatch/demo/S02", out2); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := snapshotWorkspace(ctx, repo, filepath.Join(root, "private", "S02.git"), out2, base, "dispatch/demo/S02", "dispatch S02", "S02"); err != nil || c != base {
+		t.Errorf("unchanged workspace: %s %v, want the base", c, err)
+	}
+}
+
+// TestGitNativeAttempt: with launch.json's repo, output/ is a clone of the
+// node's repository on the task's branch at the base, and an attempt whose
+// tool ends well is recorded as one commit (status.json's commit) that
+// git-pack sends; a tool that fails leaves no result.
+func TestGitNativeAttempt(t *testing.T) {
+	t.Parallel()
+	op := newGitRepo(t)
+	op.write("README", "base\n")
+	base := op.commit("base")
+	root := t.TempDir()
+	repo := filepath.Join(root, "demo", "repo.git")
+	gitCall(t, string(op.pack(base)), "git-receive", "--repo", repo, "--commit", base)
+	lr := func(id string) *LaunchRepo {
+		return &LaunchRepo{Dir: repo, Base: base, Branch: "dispatch/demo/" + id, Message: id + ": edit the README (attempt 1)"}
+	}
+
+	tk := newTask(t, root, Launch{Task: "S01", Repo: lr("S01"),
+		Command: shell(`test "$(git symbolic-ref --short HEAD)" = dispatch/demo/S01 && echo edited >> README && echo x > new.txt`)})
+	t.Cleanup(func() { os.RemoveAll(strings.TrimSuffix(tk.recordFile(), ".json") + ".git") })
+	tk.run(t, "")
+	st := tk.waitFinal(t)
+	if st.Status != StatusCompleted || !isCommitID(st.Commit) {
+		t.Fatalf("attempt: %+v, want completed with a commit; task.log: %s", st, tk.readFile(t, fileLog))
+	}
+	packPath := filepath.Join(tk.dir, "result.pack")
+	out, code := runWrapper(t, "", "git-pack", "--dir", tk.dir, "--base", base, "--branch", "dispatch/demo/S01", "--out", packPath)
+	var pr PackReply
+	if err := json.Unmarshal(out, &pr); err != nil || code != 0 || pr.Commit != st.Commit {
+		t.Fatalf("git-pack: exit %d: %s (status commit %s)", code, out, st.Commit)
+	}
+	data, _ := os.ReadFile(packPath)
+	if out, err := op.run(data, "index-pack", "--stdin", "--fix-thin"); err != nil {
+		t.Fatalf("index-pack: %v %s", err, out)
+	}
+	if got := op.git("show", st.Commit+":README"); got != "base\nedited" {
+		t.Errorf("README of the result: %q", got)
+	}
+	if got := op.git("log", "-1", "--format=%an|%s", st.Commit); got != "dispatch S01|S01: edit the README (attempt 1)" {
+		t.Errorf("result author and message: %q", got)
+	}
+
+	failing := newTask(t, root, Launch{Task: "S02", Repo: lr("S02"), Command: shell(`echo x > new.txt; exit 3`)})
+	failing.run(t, "")
+	if st := failing.waitFinal(t); st.Status != StatusFailed || st.Commit != "" {
+		t.Fatalf("failing attempt: %+v, want failed without a commit", st)
+	}
+
+	// base and repo at once are refused.
+	bad := newTask(t, root, Launch{Task: "S03", Repo: lr("S03"), Base: "base", Command: shell("true")})
+	out, code = runWrapper(t, "", "run", "--dir", bad.dir)
+	wantError(t, out, code, KindUsage)
+}
