@@ -25,6 +25,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/dispatch-tool/dispatch/wrapper"
 )
 
 // RefPrefix is the only namespace of refs this package writes.
@@ -300,7 +302,7 @@ func Import(ctx context.Context, dir string, r io.Reader, commit, base, ref stri
 	if !strings.HasPrefix(ref, RefPrefix) {
 		return fmt.Errorf("refusing to set %q: dispatch writes refs under %s only", ref, RefPrefix)
 	}
-	if !isObjectID(commit) {
+	if !wrapper.IsCommitID(commit) {
 		// A name ("main", "HEAD~1") would resolve in the operator's
 		// repository, not in the pack.
 		return fmt.Errorf("the task's result %q is not a commit id", truncate(commit, 80))
@@ -321,19 +323,6 @@ func Import(ctx context.Context, dir string, r io.Reader, commit, base, ref stri
 		return fmt.Errorf("the task's result %s does not descend from its base %s", commit, base)
 	}
 	return SetRef(ctx, dir, ref, commit)
-}
-
-// isObjectID reports whether s is a full SHA-1 or SHA-256 object id.
-func isObjectID(s string) bool {
-	if len(s) != 40 && len(s) != 64 {
-		return false
-	}
-	for _, c := range s {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 func truncate(s string, n int) string {

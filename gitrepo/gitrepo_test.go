@@ -10,70 +10,31 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/dispatch-tool/dispatch/internal/gittest"
 )
 
-// repo is a real git repository in a temporary directory.
-type repo struct {
-	t   *testing.T
-	dir string
-}
+// repo is the operator's repository of a test.
+type repo struct{ *gittest.Repo }
 
-func newRepo(t *testing.T) *repo {
-	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("git not found; `make test` installs it")
-		}
-		t.Skip("git not found")
-	}
-	r := &repo{t: t, dir: t.TempDir()}
-	r.git("init", "-q", "-b", "main")
-	return r
-}
+func newRepo(t *testing.T) *repo { return &repo{gittest.New(t)} }
 
-func (r *repo) git(args ...string) string {
-	r.t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = r.dir
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "LC_ALL=C",
-		"GIT_AUTHOR_NAME=op", "GIT_AUTHOR_EMAIL=op@example.com", "GIT_COMMITTER_NAME=op", "GIT_COMMITTER_EMAIL=op@example.com")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		r.t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-func (r *repo) write(name, content string) {
-	r.t.Helper()
-	p := filepath.Join(r.dir, name)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		r.t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-		r.t.Fatal(err)
-	}
-}
-
-func (r *repo) commit(msg string) string {
-	r.t.Helper()
-	r.git("add", "-A")
-	r.git("commit", "-q", "-m", msg)
-	return r.git("rev-parse", "HEAD")
-}
+func (r *repo) git(args ...string) string  { r.T.Helper(); return r.Git(args...) }
+func (r *repo) write(name, content string) { r.T.Helper(); r.Write(name, content) }
+func (r *repo) commit(msg string) string   { r.T.Helper(); return r.Commit(msg) }
 
 // task makes a commit on top of base changing files, as a task's branch
 // would be, without moving the operator's branch, and returns it.
 func (r *repo) task(base string, files map[string]string) string {
-	r.t.Helper()
-	wt := r.t.TempDir()
+	r.T.Helper()
+	wt := r.T.TempDir()
 	r.git("worktree", "add", "-q", "--detach", wt, base)
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(wt, name), []byte(content), 0o644); err != nil {
-			r.t.Fatal(err)
+			r.T.Fatal(err)
 		}
 	}
-	sub := &repo{t: r.t, dir: wt}
+	sub := &repo{&gittest.Repo{T: r.T, Dir: wt}}
 	c := sub.commit("task")
 	r.git("worktree", "remove", "--force", wt)
 	return c
@@ -83,8 +44,8 @@ func (r *repo) task(base string, files map[string]string) string {
 // touch: HEAD, the index, the working tree's status and every ref but
 // refs/heads/dispatch/.
 func (r *repo) state() string {
-	r.t.Helper()
-	index, _ := os.ReadFile(filepath.Join(r.dir, ".git", "index"))
+	r.T.Helper()
+	index, _ := os.ReadFile(filepath.Join(r.Dir, ".git", "index"))
 	var refs []string
 	for _, l := range strings.Split(r.git("for-each-ref", "--format=%(refname) %(objectname)"), "\n") {
 		if !strings.HasPrefix(l, RefPrefix) {
@@ -111,14 +72,14 @@ func TestResolve(t *testing.T) {
 		want           string
 		kind           error
 	}{
-		{"HEAD by default", r.dir, "", second, nil},
-		{"a tag", r.dir, "v1", first, nil},
-		{"a commit", r.dir, first[:10], first, nil},
+		{"HEAD by default", r.Dir, "", second, nil},
+		{"a tag", r.Dir, "v1", first, nil},
+		{"a commit", r.Dir, first[:10], first, nil},
 		{"a directory that is not a repository", notRepo, "", "", ErrNotRepo},
 		{"a path that does not exist", filepath.Join(notRepo, "nope"), "", "", ErrNotRepo},
-		{"a ref that does not exist", r.dir, "no-such-branch", "", ErrNoRef},
-		{"an option as a ref", r.dir, "--all", "", ErrNoRef},
-		{"a repository with no commits", empty.dir, "", "", ErrNoCommits},
+		{"a ref that does not exist", r.Dir, "no-such-branch", "", ErrNoRef},
+		{"an option as a ref", r.Dir, "--all", "", ErrNoRef},
+		{"a repository with no commits", empty.Dir, "", "", ErrNoCommits},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src, err := Resolve(ctx, tc.dir, tc.ref)
@@ -136,14 +97,14 @@ func TestResolve(t *testing.T) {
 	}
 
 	// What is not shipped as one may expect is said.
-	src, err := Resolve(ctx, r.dir, "")
+	src, err := Resolve(ctx, r.Dir, "")
 	if err != nil || len(src.Notes) != 0 {
 		t.Fatalf("clean repository: %+v %v, want no notes", src, err)
 	}
 	r.write(".gitattributes", "*.bin filter=lfs diff=lfs merge=lfs -text\n")
 	r.commit("lfs")
 	r.write("a.txt", "dirty\n")
-	src, err = Resolve(ctx, r.dir, "")
+	src, err = Resolve(ctx, r.Dir, "")
 	if err != nil || len(src.Notes) != 2 || !strings.Contains(src.Notes[0], "uncommitted") || !strings.Contains(src.Notes[1], "LFS") {
 		t.Fatalf("dirty repository with LFS: notes %q, %v", src.Notes, err)
 	}
@@ -161,7 +122,7 @@ func TestIntegrate(t *testing.T) {
 		s01 := r.task(base, map[string]string{"a.txt": "a by S01\n"})
 		s02 := r.task(base, map[string]string{"b.txt": "b by S02\n", "new.txt": "new\n"})
 		before := r.state()
-		m, err := Integrate(ctx, r.dir, base, []TaskBranch{{"S01", s01}, {"S02", s02}})
+		m, err := Integrate(ctx, r.Dir, base, []TaskBranch{{"S01", s01}, {"S02", s02}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,7 +147,7 @@ func TestIntegrate(t *testing.T) {
 		s04 := r.task(base, map[string]string{"shared.txt": "one\nTWO by S04\nthree\n", "a.txt": "a by S04\n"})
 		s05 := r.task(base, map[string]string{"b.txt": "b by S05\n"})
 		before := r.state()
-		m, err := Integrate(ctx, r.dir, base, []TaskBranch{{"S03", s03}, {"S04", s04}, {"S05", s05}})
+		m, err := Integrate(ctx, r.Dir, base, []TaskBranch{{"S03", s03}, {"S04", s04}, {"S05", s05}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -222,10 +183,10 @@ func TestSetRef(t *testing.T) {
 	r.write("a.txt", "a\n")
 	c := r.commit("base")
 	before := r.state()
-	if err := SetRef(ctx, r.dir, RefPrefix+"demo/S01", c); err != nil {
+	if err := SetRef(ctx, r.Dir, RefPrefix+"demo/S01", c); err != nil {
 		t.Fatal(err)
 	}
-	if err := SetRef(ctx, r.dir, RefPrefix+"demo/S01", c); err != nil {
+	if err := SetRef(ctx, r.Dir, RefPrefix+"demo/S01", c); err != nil {
 		t.Fatalf("setting the same ref again: %v", err)
 	}
 	if got := r.git("rev-parse", RefPrefix+"demo/S01"); got != c {
@@ -235,7 +196,7 @@ func TestSetRef(t *testing.T) {
 		t.Error("SetRef changed something outside refs/heads/dispatch/")
 	}
 	for _, bad := range []string{"refs/heads/main", "HEAD", RefPrefix + "../main", RefPrefix + "a b", "refs/heads/dispatcher/x"} {
-		if err := SetRef(ctx, r.dir, bad, c); err == nil {
+		if err := SetRef(ctx, r.Dir, bad, c); err == nil {
 			t.Errorf("SetRef(%q) succeeded; want it refused", bad)
 		}
 	}
@@ -259,48 +220,48 @@ func TestPackAndImport(t *testing.T) {
 	base := op.commit("base")
 
 	// The node: a bare repository fed by a pack of the base.
-	node := &repo{t: t, dir: t.TempDir()}
+	node := &repo{&gittest.Repo{T: t, Dir: t.TempDir()}}
 	node.git("init", "-q", "--bare")
 	var pack bytes.Buffer
-	if err := Pack(ctx, op.dir, base, nil, &pack); err != nil {
+	if err := Pack(ctx, op.Dir, base, nil, &pack); err != nil {
 		t.Fatal(err)
 	}
 	idx := exec.Command("git", "index-pack", "--stdin", "--fix-thin")
-	idx.Dir, idx.Stdin = node.dir, &pack
+	idx.Dir, idx.Stdin = node.Dir, &pack
 	if out, err := idx.CombinedOutput(); err != nil {
 		t.Fatalf("index-pack on the node: %v\n%s", err, out)
 	}
 	node.git("update-ref", "refs/dispatch/base", base)
 
 	// A task works in a clone sharing the node's objects and commits.
-	work := &repo{t: t, dir: t.TempDir()}
-	work.git("clone", "-q", "--shared", "--no-checkout", node.dir, ".")
+	work := &repo{&gittest.Repo{T: t, Dir: t.TempDir()}}
+	work.git("clone", "-q", "--shared", "--no-checkout", node.Dir, ".")
 	work.git("checkout", "-q", "-b", "dispatch/demo/S01", base)
 	work.write("src/new.txt", "new\n")
 	work.write("README", "changed\n")
 	result := work.commit("S01: a change")
 
 	var back bytes.Buffer
-	if err := Pack(ctx, work.dir, result, []string{base}, &back); err != nil {
+	if err := Pack(ctx, work.Dir, result, []string{base}, &back); err != nil {
 		t.Fatal(err)
 	}
 	full := back.Bytes()
 	before := op.state()
 	ref := RefPrefix + "demo/S01"
 
-	if err := Import(ctx, op.dir, bytes.NewReader(full[:len(full)/2]), result, base, ref); err == nil {
+	if err := Import(ctx, op.Dir, bytes.NewReader(full[:len(full)/2]), result, base, ref); err == nil {
 		t.Fatal("a pack cut off midway was imported")
 	}
-	if _, err := Resolve(ctx, op.dir, ref); err == nil {
+	if _, err := Resolve(ctx, op.Dir, ref); err == nil {
 		t.Fatal("a cut-off pack set the ref")
 	}
 	for _, bad := range []string{"main", "HEAD", base[:12]} {
-		if err := Import(ctx, op.dir, bytes.NewReader(full), bad, base, ref); err == nil {
+		if err := Import(ctx, op.Dir, bytes.NewReader(full), bad, base, ref); err == nil {
 			t.Errorf("Import of result %q succeeded; want it refused", bad)
 		}
 	}
 	for range 2 {
-		if err := Import(ctx, op.dir, bytes.NewReader(full), result, base, ref); err != nil {
+		if err := Import(ctx, op.Dir, bytes.NewReader(full), result, base, ref); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -319,10 +280,10 @@ func TestPackAndImport(t *testing.T) {
 	// A result that does not descend from the base.
 	other := op.task(base, map[string]string{"README": "x\n"})
 	var stray bytes.Buffer
-	if err := Pack(ctx, op.dir, other, nil, &stray); err != nil {
+	if err := Pack(ctx, op.Dir, other, nil, &stray); err != nil {
 		t.Fatal(err)
 	}
-	if err := Import(ctx, op.dir, &stray, other, result, RefPrefix+"demo/S02"); err == nil {
+	if err := Import(ctx, op.Dir, &stray, other, result, RefPrefix+"demo/S02"); err == nil {
 		t.Error("a result not descending from its base was imported")
 	}
 }

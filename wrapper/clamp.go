@@ -29,7 +29,7 @@ func (s *Status) Clamp() {
 		s.SessionID = ""
 	}
 	// A result commit is a commit id or nothing.
-	if s.Commit != "" && !isCommitID(s.Commit) {
+	if s.Commit != "" && !IsCommitID(s.Commit) {
 		s.Commit = ""
 	}
 }

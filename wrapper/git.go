@@ -88,8 +88,9 @@ func gitCommandName(args []string) string {
 	return ""
 }
 
-// isCommitID reports whether s is a full SHA-1 or SHA-256 hex object id.
-func isCommitID(s string) bool {
+// IsCommitID reports whether s is a full SHA-1 or SHA-256 hex object id:
+// what a node may name as a commit (a name would resolve elsewhere).
+func IsCommitID(s string) bool {
 	if len(s) != 40 && len(s) != 64 {
 		return false
 	}
@@ -126,7 +127,7 @@ func cmdGitReceive(ctx context.Context, args []string, stdin io.Reader, stdout i
 	if err != nil {
 		return err
 	}
-	if !isCommitID(*commit) {
+	if !IsCommitID(*commit) {
 		return usageErrorf("git-receive: --commit %q is not a full commit id", *commit)
 	}
 	if err := initRepo(ctx, repo); err != nil {
@@ -194,7 +195,7 @@ func initRepo(ctx context.Context, repo string) error {
 // repo on a new branch at base: a clone sharing repo's objects, so that
 // the tools find the git repository they expect.
 func prepareRepoWorkspace(ctx context.Context, repo, base, branch, out string) error {
-	if !isCommitID(base) {
+	if !IsCommitID(base) {
 		return fmt.Errorf("base %q is not a full commit id", base)
 	}
 	if _, err := runGit(ctx, "/", nil, nil, "clone", "-q", "--shared", "--no-checkout", "--", repo, out); err != nil {
@@ -219,7 +220,7 @@ func snapshotDir(dir string) (string, error) {
 // git directory gitDir (created, borrowing repo's objects), under ref
 // branch. It returns the commit; base itself when nothing changed.
 func snapshotWorkspace(ctx context.Context, repo, gitDir, out, base, branch, author, message string) (string, error) {
-	if !isCommitID(base) {
+	if !IsCommitID(base) {
 		return "", fmt.Errorf("base %q is not a full commit id", base)
 	}
 	if err := os.RemoveAll(gitDir); err != nil {
@@ -294,7 +295,7 @@ func cmdGitPack(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if !isCommitID(*base) {
+	if !IsCommitID(*base) {
 		return usageErrorf("git-pack: --base %q is not a full commit id", *base)
 	}
 	if !strings.HasPrefix(*branch, "dispatch/") || strings.Contains(*branch, "..") {

@@ -1,88 +1,16 @@
 package wrapper
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/dispatch-tool/dispatch/internal/gittest"
 )
-
-// gitRepo is a real git repository in a temporary directory, the
-// operator's side of the tests.
-type gitRepo struct {
-	t   *testing.T
-	dir string
-}
-
-func newGitRepo(t *testing.T) *gitRepo {
-	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("git not found; `make test` installs it")
-		}
-		t.Skip("git not found")
-	}
-	r := &gitRepo{t: t, dir: t.TempDir()}
-	r.git("init", "-q", "-b", "main")
-	return r
-}
-
-func (r *gitRepo) git(args ...string) string {
-	r.t.Helper()
-	out, err := r.run(nil, args...)
-	if err != nil {
-		r.t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-func (r *gitRepo) run(stdin []byte, args ...string) ([]byte, error) {
-	cmd := exec.Command("git", args...)
-	cmd.Dir = r.dir
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "LC_ALL=C",
-		"GIT_AUTHOR_NAME=op", "GIT_AUTHOR_EMAIL=op@example.com", "GIT_COMMITTER_NAME=op", "GIT_COMMITTER_EMAIL=op@example.com")
-	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
-	}
-	return cmd.Output()
-}
-
-func (r *gitRepo) write(name, content string) {
-	r.t.Helper()
-	p := filepath.Join(r.dir, name)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		r.t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-		r.t.Fatal(err)
-	}
-}
-
-func (r *gitRepo) commit(msg string) string {
-	r.t.Helper()
-	r.git("add", "-A")
-	r.git("commit", "-q", "-m", msg)
-	return r.git("rev-parse", "HEAD")
-}
-
-// pack is a pack of want minus have, as the controller sends it.
-func (r *gitRepo) pack(want string, have ...string) []byte {
-	r.t.Helper()
-	revs := want + "\n"
-	for _, h := range have {
-		revs += "^" + h + "\n"
-	}
-	out, err := r.run([]byte(revs), "pack-objects", "--stdout", "--revs", "--thin", "--quiet")
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return out
-}
 
 // gitCall runs a git subcommand of the wrapper and returns the commits it
 // replies, sorted.
@@ -102,26 +30,26 @@ func gitCall(t *testing.T, stdin string, args ...string) []string {
 // off midway is refused and records nothing.
 func TestGitReceive(t *testing.T) {
 	t.Parallel()
-	op := newGitRepo(t)
+	op := gittest.New(t)
 	for i := range 300 {
-		op.write(filepath.Join("src", strings.Repeat("d", i%5), "f"+strings.Repeat("x", i%9)+".txt"), strings.Repeat("line\n", i))
+		op.Write(filepath.Join("src", strings.Repeat("d", i%5), "f"+strings.Repeat("x", i%9)+".txt"), strings.Repeat("line\n", i))
 	}
-	base1 := op.commit("one")
-	op.write("src/f.txt", "changed\n")
-	base2 := op.commit("two")
+	base1 := op.Commit("one")
+	op.Write("src/f.txt", "changed\n")
+	base2 := op.Commit("two")
 	repo := filepath.Join(t.TempDir(), "demo", "repo.git")
 
 	if got := gitCall(t, "", "git-have", "--repo", repo); len(got) != 0 {
 		t.Fatalf("git-have before anything was received: %v", got)
 	}
-	got := gitCall(t, string(op.pack(base1)), "git-receive", "--repo", repo, "--commit", base1)
+	got := gitCall(t, string(op.Pack(base1)), "git-receive", "--repo", repo, "--commit", base1)
 	if !slices.Equal(got, []string{base1}) {
 		t.Fatalf("after the first base: %v", got)
 	}
 	if fi, err := os.Stat(repo); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Errorf("repo.git: %v %v, want mode 0700", fi, err)
 	}
-	thin := op.pack(base2, base1)
+	thin := op.Pack(base2, base1)
 	// Cut off midway: refused, nothing recorded.
 	out, code := runWrapper(t, string(thin[:len(thin)/2]), "git-receive", "--repo", repo, "--commit", base2)
 	wantError(t, out, code, KindIO)
@@ -134,8 +62,8 @@ func TestGitReceive(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("after the moved base: %v, want %v", got, want)
 	}
-	if len(thin) > len(op.pack(base1))/4 {
-		t.Errorf("the pack of the moved base is %d bytes, the whole first base %d: want only what is missing", len(thin), len(op.pack(base1)))
+	if len(thin) > len(op.Pack(base1))/4 {
+		t.Errorf("the pack of the moved base is %d bytes, the whole first base %d: want only what is missing", len(thin), len(op.Pack(base1)))
 	}
 	for _, args := range [][]string{
 		{"git-receive", "--repo", "relative/repo.git", "--commit", base1},
@@ -155,22 +83,22 @@ func TestGitReceive(t *testing.T) {
 func TestRepoWorkspaceSnapshot(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	op := newGitRepo(t)
-	op.write("keep.txt", "keep\n")
-	op.write("edit.txt", "old\n")
-	op.write("gone.txt", "gone\n")
-	op.write(".gitignore", "*.log\n")
-	base := op.commit("base")
+	op := gittest.New(t)
+	op.Write("keep.txt", "keep\n")
+	op.Write("edit.txt", "old\n")
+	op.Write("gone.txt", "gone\n")
+	op.Write(".gitignore", "*.log\n")
+	base := op.Commit("base")
 	root := t.TempDir()
 	repo := filepath.Join(root, "demo", "repo.git")
-	gitCall(t, string(op.pack(base)), "git-receive", "--repo", repo, "--commit", base)
+	gitCall(t, string(op.Pack(base)), "git-receive", "--repo", repo, "--commit", base)
 
 	out := filepath.Join(root, "demo", "tasks", "S01", "output")
 	if err := prepareRepoWorkspace(ctx, repo, base, "dispatch/demo/S01", out); err != nil {
 		t.Fatal(err)
 	}
-	ws := &gitRepo{t: t, dir: out}
-	if b := ws.git("symbolic-ref", "HEAD"); b != "refs/heads/dispatch/demo/S01" {
+	ws := &gittest.Repo{T: t, Dir: out}
+	if b := ws.Git("symbolic-ref", "HEAD"); b != "refs/heads/dispatch/demo/S01" {
 		t.Errorf("workspace on %s", b)
 	}
 	if b, err := os.ReadFile(filepath.Join(out, "edit.txt")); err != nil || string(b) != "old\n" {
@@ -184,15 +112,15 @@ func TestRepoWorkspaceSnapshot(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "trap.sh"), []byte(trap), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	ws.write("edit.txt", "new\n")
-	ws.write("sub/added.txt", "added\n")
-	ws.write("debug.log", "ignored\n")
+	ws.Write("edit.txt", "new\n")
+	ws.Write("sub/added.txt", "added\n")
+	ws.Write("debug.log", "ignored\n")
 	os.Remove(filepath.Join(out, "gone.txt"))
-	ws.write(".gitattributes", "* filter=evil\n")
-	ws.git("config", "filter.evil.clean", filepath.Join(root, "trap.sh"))
-	ws.git("config", "filter.evil.required", "true")
-	ws.git("config", "core.fsmonitor", filepath.Join(root, "trap.sh"))
-	ws.write(".git/hooks/pre-commit", trap)
+	ws.Write(".gitattributes", "* filter=evil\n")
+	ws.Git("config", "filter.evil.clean", filepath.Join(root, "trap.sh"))
+	ws.Git("config", "filter.evil.required", "true")
+	ws.Git("config", "core.fsmonitor", filepath.Join(root, "trap.sh"))
+	ws.Write(".git/hooks/pre-commit", trap)
 	os.Chmod(filepath.Join(out, ".git", "hooks", "pre-commit"), 0o755)
 
 	// The private git directory the wrapper binary keeps for this task.
@@ -207,22 +135,22 @@ func TestRepoWorkspaceSnapshot(t *testing.T) {
 		t.Fatal("the snapshot ran a program the task configured")
 	}
 	// The traps are live: the workspace's own git runs them.
-	ws.git("add", "-A")
+	ws.Git("add", "-A")
 	if _, err := os.Stat(marker); err != nil {
 		t.Fatal("the task's traps do not even fire for the workspace's own git; the test proves nothing")
 	}
-	snap := &gitRepo{t: t, dir: gitDir}
-	if commit == base || snap.git("rev-parse", commit+"^") != base || snap.git("rev-parse", "refs/heads/dispatch/demo/S01") != commit {
+	snap := &gittest.Repo{T: t, Dir: gitDir}
+	if commit == base || snap.Git("rev-parse", commit+"^") != base || snap.Git("rev-parse", "refs/heads/dispatch/demo/S01") != commit {
 		t.Fatalf("snapshot %s: want one commit on %s under the task's branch", commit, base)
 	}
-	files := strings.Fields(snap.git("ls-tree", "-r", "--name-only", commit))
+	files := strings.Fields(snap.Git("ls-tree", "-r", "--name-only", commit))
 	if want := []string{".gitattributes", ".gitignore", "edit.txt", "keep.txt", "sub/added.txt"}; !slices.Equal(files, want) {
 		t.Errorf("snapshot files %v, want %v (no ignored log, no removed file, no .git)", files, want)
 	}
-	if got := snap.git("show", commit+":edit.txt"); got != "new" {
+	if got := snap.Git("show", commit+":edit.txt"); got != "new" {
 		t.Errorf("edit.txt in the snapshot: %q", got)
 	}
-	if got := snap.git("log", "-1", "--format=%an|%s", commit); got != "dispatch S01|S01: the title (attempt 1)" {
+	if got := snap.Git("log", "-1", "--format=%an|%s", commit); got != "dispatch S01|S01: the title (attempt 1)" {
 		t.Errorf("author and message %q", got)
 	}
 
@@ -238,10 +166,10 @@ func TestRepoWorkspaceSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := op.run(data, "index-pack", "--stdin", "--fix-thin"); err != nil {
+	if out, err := op.Run(data, "index-pack", "--stdin", "--fix-thin"); err != nil {
 		t.Fatalf("index-pack of the result in the operator's repository: %v %s", err, out)
 	}
-	if got := op.git("show", commit+":sub/added.txt"); got != "added" {
+	if got := op.Git("show", commit+":sub/added.txt"); got != "added" {
 		t.Errorf("the operator's repository has %q for the result's sub/added.txt", got)
 	}
 	for _, args := range [][]string{
@@ -270,12 +198,12 @@ func TestRepoWorkspaceSnapshot(t *testing.T) {
 // git-pack sends; a tool that fails leaves no result.
 func TestGitNativeAttempt(t *testing.T) {
 	t.Parallel()
-	op := newGitRepo(t)
-	op.write("README", "base\n")
-	base := op.commit("base")
+	op := gittest.New(t)
+	op.Write("README", "base\n")
+	base := op.Commit("base")
 	root := t.TempDir()
 	repo := filepath.Join(root, "demo", "repo.git")
-	gitCall(t, string(op.pack(base)), "git-receive", "--repo", repo, "--commit", base)
+	gitCall(t, string(op.Pack(base)), "git-receive", "--repo", repo, "--commit", base)
 	lr := func(id string) *LaunchRepo {
 		return &LaunchRepo{Dir: repo, Base: base, Branch: "dispatch/demo/" + id, Message: id + ": edit the README (attempt 1)"}
 	}
@@ -285,7 +213,7 @@ func TestGitNativeAttempt(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(strings.TrimSuffix(tk.recordFile(), ".json") + ".git") })
 	tk.run(t, "")
 	st := tk.waitFinal(t)
-	if st.Status != StatusCompleted || !isCommitID(st.Commit) {
+	if st.Status != StatusCompleted || !IsCommitID(st.Commit) {
 		t.Fatalf("attempt: %+v, want completed with a commit; task.log: %s", st, tk.readFile(t, fileLog))
 	}
 	packPath := filepath.Join(tk.dir, "result.pack")
@@ -295,13 +223,13 @@ func TestGitNativeAttempt(t *testing.T) {
 		t.Fatalf("git-pack: exit %d: %s (status commit %s)", code, out, st.Commit)
 	}
 	data, _ := os.ReadFile(packPath)
-	if out, err := op.run(data, "index-pack", "--stdin", "--fix-thin"); err != nil {
+	if out, err := op.Run(data, "index-pack", "--stdin", "--fix-thin"); err != nil {
 		t.Fatalf("index-pack: %v %s", err, out)
 	}
-	if got := op.git("show", st.Commit+":README"); got != "base\nedited" {
+	if got := op.Git("show", st.Commit+":README"); got != "base\nedited" {
 		t.Errorf("README of the result: %q", got)
 	}
-	if got := op.git("log", "-1", "--format=%an|%s", st.Commit); got != "dispatch S01|S01: edit the README (attempt 1)" {
+	if got := op.Git("log", "-1", "--format=%an|%s", st.Commit); got != "dispatch S01|S01: edit the README (attempt 1)" {
 		t.Errorf("result author and message: %q", got)
 	}
 

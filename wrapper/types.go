@@ -127,7 +127,7 @@ func (r *LaunchRepo) check() error {
 	if !filepath.IsAbs(r.Dir) || filepath.Clean(r.Dir) != r.Dir || filepath.Base(r.Dir) != "repo.git" {
 		return fmt.Errorf("repo.dir %q: want an absolute, clean path ending in repo.git", r.Dir)
 	}
-	if !isCommitID(r.Base) {
+	if !IsCommitID(r.Base) {
 		return fmt.Errorf("repo.base %q is not a full commit id", r.Base)
 	}
 	if !strings.HasPrefix(r.Branch, "dispatch/") || strings.Contains(r.Branch, "..") || strings.ContainsAny(r.Branch, " ~^:?*[\\\x00") || strings.HasSuffix(r.Branch, "/") {
