@@ -161,7 +161,7 @@ func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s, err := startAttempt(item, logger)
+			s, err := startAttempt(item)
 			results[i] = LaunchResult{Dir: item.Dir}
 			if err != nil {
 				logger.Error("attempt not started", logKeyDir, item.Dir, logKeyErr, err)
@@ -233,7 +233,7 @@ func readSuperviseItems(r io.Reader) ([]superviseItem, error) {
 
 // startAttempt takes the task's lock, reads launch.json and prepares the
 // directory of one attempt. The attempt logs to its own wrapper.log.
-func startAttempt(item superviseItem, procLog *slog.Logger) (*supervisor, error) {
+func startAttempt(item superviseItem) (*supervisor, error) {
 	dir := item.Dir
 	lock, ok, err := lockTask(dir, lockWait)
 	if err != nil {
