@@ -61,8 +61,11 @@ func Classify(exitCode int, logTail []byte) string {
 	return class
 }
 
-// lastWordIndex finds the last occurrence of w in s that is not part of a
-// longer word or number, so that "429" matches "HTTP 429:" but not "14290".
+// lastWordIndex finds the last occurrence of the status code w in s that
+// reads as one: not part of a longer word or number ("429" matches "HTTP
+// 429:" but not "14290" or "1.429"), and not the value of a field that
+// names something else ("duration_ms":401 is a time, "status":401 and
+// "Error: 401" are codes).
 func lastWordIndex(s, w string) int {
 	for end := len(s); end > 0; {
 		i := strings.LastIndex(s[:end], w)
@@ -70,12 +73,41 @@ func lastWordIndex(s, w string) int {
 			return -1
 		}
 		j := i + len(w)
-		if (i == 0 || !isWordByte(s[i-1])) && (j == len(s) || !isWordByte(s[j])) {
+		if (i == 0 || !isNumberByte(s[i-1])) && (j == len(s) || !isNumberByte(s[j])) && codeField(s[:i]) {
 			return i
 		}
 		end = i + len(w) - 1
 	}
 	return -1
+}
+
+// codeField reports whether the text before a number leaves it free to be
+// a status code: the number is not a field's value (key: N, "key":N,
+// key=N), or the field's name says status, code, error or http.
+func codeField(before string) bool {
+	k := strings.TrimRight(before, " \t")
+	if k == "" || (k[len(k)-1] != ':' && k[len(k)-1] != '=') {
+		return true
+	}
+	k = strings.TrimRight(k[:len(k)-1], " \t\"'")
+	start := len(k)
+	for start > 0 && (isWordByte(k[start-1]) || k[start-1] == '-') {
+		start--
+	}
+	key := k[start:]
+	if key == "" {
+		return true
+	}
+	for _, name := range []string{"status", "code", "error", "http"} {
+		if strings.Contains(key, name) {
+			return true
+		}
+	}
+	return false
+}
+
+func isNumberByte(b byte) bool {
+	return b == '.' || isWordByte(b)
 }
 
 func isWordByte(b byte) bool {

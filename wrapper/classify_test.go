@@ -29,6 +29,10 @@ func TestClassify(t *testing.T) {
 		{"authentication_error", 1, `{"error":{"type":"authentication_error"}}`, ClassAuth},
 		{"last message wins: auth", 1, "429 too many requests\nretrying\n401 unauthorized\n", ClassAuth},
 		{"last message wins: rate limit", 1, "401 unauthorized\nrefreshed token\nHTTP 429\n", ClassRateLimit},
+		{"a time that reads 401", 1, "HTTP 429\n{\"type\":\"result\",\"duration_ms\":401,\"duration_api_ms\": 403}\n", ClassRateLimit},
+		{"a cost that reads 401", 1, "429 too many requests\ntotal_cost_usd=1.401 took: 403\n", ClassRateLimit},
+		{"json status code", 1, `{"status":401,"duration_ms":429.5}`, ClassAuth},
+		{"api error field", 1, "rate limited earlier\napi_error_code: 403\n", ClassAuth},
 		{"only the tail counts", 1, "HTTP 429\n" + strings.Repeat("x", classifyTail) + "\nexit\n", ClassExit},
 	}
 	for _, tc := range tests {
