@@ -202,7 +202,7 @@ func TestReadVerdict(t *testing.T) {
 			if tc.content != "" {
 				os.WriteFile(path, []byte(tc.content), 0o644)
 			}
-			v := readVerdict(tc.task, path)
+			v := readVerdict(tc.task, fileVerdict(path))
 			if v.Pass != tc.pass || (tc.issue != "" && (len(v.Issues) == 0 || !strings.Contains(v.Issues[0], tc.issue))) {
 				t.Fatalf("verdict %+v, want pass=%v with issue %q", v, tc.pass, tc.issue)
 			}

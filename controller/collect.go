@@ -130,7 +130,23 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 	// refused is an output/ that is not collected at all (over quota, or
 	// a symbolic link): the task.log still is, then the task fails.
 	var refused error
-	if current {
+	// A git-native task's result is its commit, not its workspace (the
+	// whole repository): only a completed attempt's commit is collected.
+	gitTask, err := c.gitTask(ctx, r, current)
+	if err != nil {
+		return err
+	}
+	if gitTask != nil && r.Status == store.Completed {
+		manifest, err = c.collectCommit(ctx, n, r, gitTask.task, gitTask.repo, tmp)
+		var perm *permanentError
+		switch {
+		case errors.As(err, &perm):
+			refused = err
+		case err != nil:
+			return err
+		}
+	}
+	if current && gitTask == nil {
 		files, err := c.walk(ctx, n, path.Join(src, "output"))
 		switch {
 		case errors.Is(err, nodes.ErrNotFollowed):
@@ -213,7 +229,12 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 		if err := os.RemoveAll(filepath.Join(dest, "output")); err != nil {
 			return err
 		}
-		if err := os.Rename(filepath.Join(tmp, "output"), filepath.Join(dest, "output")); err != nil {
+		if gitTask != nil {
+			// Its result is the branch; the diffstat says what it holds.
+			if err := os.Rename(filepath.Join(tmp, "diffstat.txt"), filepath.Join(dest, "diffstat.txt")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		} else if err := os.Rename(filepath.Join(tmp, "output"), filepath.Join(dest, "output")); err != nil {
 			return err
 		}
 		if err := copyFile(filepath.Join(tmp, "task.log"), filepath.Join(dest, "task.log")); err != nil && !errors.Is(err, fs.ErrNotExist) {

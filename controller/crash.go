@@ -14,13 +14,15 @@ const CrashEnv = "DISPATCH_CRASH_AT"
 
 // Crash points.
 const (
-	CrashAfterPull    = "tick:after-pull"    // statuses pulled, nothing written
-	CrashAfterApply   = "tick:after-apply"   // statuses applied, nothing claimed
-	CrashAfterClaim   = "launch:after-claim" // claimed in the database, nothing pushed
-	CrashAfterPush    = "launch:after-push"  // base trees pushed and the launch document built, launch not called
-	CrashAfterRun     = "launch:after-run"   // the wrapper started the batch, the starts not recorded
-	CrashMidCollect   = "collect:mid"        // output fetched, the manifest not recorded
-	CrashBeforeFinish = "finish:before-done" // report written, project not marked done
+	CrashAfterPull    = "tick:after-pull"      // statuses pulled, nothing written
+	CrashAfterApply   = "tick:after-apply"     // statuses applied, nothing claimed
+	CrashAfterClaim   = "launch:after-claim"   // claimed in the database, nothing pushed
+	CrashAfterPush    = "launch:after-push"    // base trees pushed and the launch document built, launch not called
+	CrashAfterRun     = "launch:after-run"     // the wrapper started the batch, the starts not recorded
+	CrashMidCollect   = "collect:mid"          // output fetched, the manifest not recorded
+	CrashMidFetch     = "collect:mid-fetch"    // part of a task's commits read into the operator's repository
+	CrashAfterImport  = "collect:after-import" // a task's branch set, its attempt not marked collected
+	CrashBeforeFinish = "finish:before-done"   // report written, project not marked done
 )
 
 var crashOnce sync.Once

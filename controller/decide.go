@@ -317,6 +317,9 @@ func (a *applier) finished(t *store.Task, st *wrapper.Status) {
 		ErrorClass: new(st.ErrorClass), Error: new(st.Error), StartedAt: new(started), CompletedAt: new(completed),
 		LogBytes: new(st.LogBytes), TokensIn: new(st.TokensIn), TokensOut: new(st.TokensOut), CostUSD: new(st.CostUSD),
 		SessionID: new(st.SessionID)}
+	if st.Commit != "" {
+		run.Commit = new(st.Commit)
+	}
 	if st.Status == wrapper.StatusCompleted {
 		a.setRun(t, run)
 		a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: t.Status, To: store.Completed,

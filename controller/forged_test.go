@@ -143,7 +143,7 @@ func TestCollectedFilesAreReadBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v store.Verdict
-	if n := allocated(func() { v = readVerdict(store.Task{ID: "V01", Status: store.Completed}, verdict) }); n > 8<<20 {
+	if n := allocated(func() { v = readVerdict(store.Task{ID: "V01", Status: store.Completed}, fileVerdict(verdict)) }); n > 8<<20 {
 		t.Errorf("readVerdict allocated %d MiB for a 32 MiB verdict", n>>20)
 	}
 	if v.Pass || len(v.Issues) != 1 || !strings.Contains(v.Issues[0], "larger than") {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"math"
 	"os"
 	"path"
@@ -177,14 +178,22 @@ func (c *Controller) launchNode(ctx context.Context, n *nodeRuntime, claims []cl
 	// Items are prepared side by side: each may push a base tree, and a
 	// large one must not hold up the others (bounded by the node's lane).
 	items := make([]*wrapper.LaunchItem, len(claims))
-	var wg sync.WaitGroup
 	for i, cl := range claims {
 		outs[i] = launchOutcome{claim: cl}
+	}
+	if inst != nil {
+		c.shipBases(ctx, n, inst, outs)
+	}
+	var wg sync.WaitGroup
+	for i := range claims {
 		if inst == nil {
 			// A pull found the installation broken since this node was
 			// picked: nothing was started, the next pull settles the claim.
 			outs[i].uncertain = fmt.Errorf("the wrapper on %s is being checked again", n.cfg.Name)
 			continue
+		}
+		if outs[i].err != nil || outs[i].uncertain != nil {
+			continue // its repository could not be sent
 		}
 		wg.Add(1)
 		go func() {
@@ -384,32 +393,91 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		return item, false
 	}
 	dir := taskDir(inst, t.Project, t.ID)
-	// An empty tree needs no copy (and would leave no directory to copy).
-	if t.BaseDir != "" && treeHasFiles(t.BaseDir) {
+	switch {
+	case t.BaseCommit != "":
+		// Its repository is on the node (shipBases).
+		launch.Repo = &wrapper.LaunchRepo{Dir: nodeRepo(inst, t.Project), Base: t.BaseCommit,
+			Branch: TaskBranch(t.Project, t.ID), Message: fmt.Sprintf("%s: %s (attempt %d)", t.ID, t.Title, t.Attempt)}
+	case t.BaseDir != "" && treeHasFiles(t.BaseDir):
+		// An empty tree needs no copy (and would leave no directory to copy).
 		launch.Base = baseDirName
-		// Pushing is bounded by progress, not by a fixed deadline, and
-		// tried maxPushTries times. Nothing has run on the node yet, so a
-		// push that keeps failing surely did not start the attempt: it
-		// fails with error_class start, which uses a retry.
-		for try := 1; ; try++ {
-			err := c.pushTree(ctx, n, inst, t.BaseDir, path.Join(dir, baseDirName))
-			if err == nil {
-				break
-			}
-			err = fmt.Errorf("push the base tree: %w", err)
-			if ctx.Err() != nil {
-				out.uncertain = err // the controller is stopping
-				return item, false
-			}
-			out.pushFailures = append(out.pushFailures, fmt.Sprintf("try %d of %d: %v", try, maxPushTries, err))
-			log.Warn("push failed", "try", try, "err", err)
-			if try == maxPushTries {
-				out.err = fmt.Errorf("pushing the task's files to %s failed %d times; last: %w", n.cfg.Name, maxPushTries, err)
-				return item, false
-			}
+		if !c.tryPush(ctx, n, log, []*launchOutcome{out}, "push the base tree", func() error {
+			return c.pushTree(ctx, n, inst, t.BaseDir, path.Join(dir, baseDirName))
+		}) {
+			return item, false
 		}
 	}
 	return wrapper.LaunchItem{Dir: dir, Spec: string(snapshot), Launch: launch, Env: env}, true
+}
+
+// tryPush runs push, a transfer to n that outs need before they launch,
+// up to maxPushTries times. Pushing is bounded by progress, not by a fixed
+// deadline. Nothing has run on the node yet, so a push that keeps failing
+// surely did not start the attempts: they fail with error_class start,
+// which uses a retry. false means it failed, recorded in outs.
+func (c *Controller) tryPush(ctx context.Context, n *nodeRuntime, log *slog.Logger, outs []*launchOutcome, what string, push func() error) bool {
+	for try := 1; ; try++ {
+		err := push()
+		if err == nil {
+			return true
+		}
+		err = fmt.Errorf("%s: %w", what, err)
+		for _, out := range outs {
+			switch {
+			case ctx.Err() != nil:
+				out.uncertain = err // the controller is stopping
+			default:
+				out.pushFailures = append(out.pushFailures, fmt.Sprintf("try %d of %d: %v", try, maxPushTries, err))
+				if try == maxPushTries {
+					out.err = fmt.Errorf("pushing the task's files to %s failed %d times; last: %w", n.cfg.Name, maxPushTries, err)
+				}
+			}
+		}
+		if ctx.Err() != nil || try == maxPushTries {
+			return false
+		}
+		log.Warn("push failed", "try", try, "err", err)
+	}
+}
+
+// shipBases sends each git-native project's base commits that outs need
+// to n, once per project and commit, before the launches are prepared.
+func (c *Controller) shipBases(ctx context.Context, n *nodeRuntime, inst *nodes.Installed, outs []launchOutcome) {
+	type need struct{ project, commit string }
+	byNeed := map[need][]*launchOutcome{}
+	var order []need
+	for i := range outs {
+		t := outs[i].claim.task
+		if t.BaseCommit == "" {
+			continue
+		}
+		k := need{t.Project, t.BaseCommit}
+		if byNeed[k] == nil {
+			order = append(order, k)
+		}
+		byNeed[k] = append(byNeed[k], &outs[i])
+	}
+	for _, k := range order {
+		waiting := byNeed[k]
+		p, err := c.st.Project(ctx, k.project)
+		var opts store.ProjectOptions
+		if err == nil {
+			opts, err = p.ParseOptions()
+		}
+		if err == nil && opts.Repo == nil {
+			err = fmt.Errorf("project %s has no repository recorded; start it again", k.project)
+		}
+		if err != nil {
+			for _, o := range waiting {
+				o.err = err
+			}
+			continue
+		}
+		log := c.log.With(keyNode, n.cfg.Name, keyProject, k.project)
+		c.tryPush(ctx, n, log, waiting, "send the repository", func() error {
+			return c.shipBase(ctx, n, inst, k.project, opts.Repo.Dir, k.commit)
+		})
+	}
 }
 
 // resumeClasses are the failures after which the next attempt continues

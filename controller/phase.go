@@ -18,6 +18,7 @@ import (
 	"strings"
 	"text/template"
 
+	"github.com/dispatch-tool/dispatch/gitrepo"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -111,17 +112,29 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 		if stop, err := overBudget(); stop {
 			return err == nil, err
 		}
-		merged := filepath.Join(runsDir, "merged")
-		files, conflicts, err := c.merge(ctx, p.Name, author, merged)
-		if err != nil {
-			return false, fmt.Errorf("merge outputs of %s: %w", p.Name, err)
+		var from taskBase
+		var files []string
+		var conflicts []store.Conflict
+		if opts.Repo != nil {
+			m, err := c.mergeBranches(ctx, p.Name, opts.Repo, author, runs)
+			if err != nil {
+				return false, fmt.Errorf("merge the task branches of %s: %w", p.Name, err)
+			}
+			from, files, conflicts = taskBase{Commit: m.Commit}, m.Changed, m.Conflicts
+		} else {
+			merged := filepath.Join(runsDir, "merged")
+			files, conflicts, err = c.merge(ctx, p.Name, author, merged)
+			if err != nil {
+				return false, fmt.Errorf("merge outputs of %s: %w", p.Name, err)
+			}
+			from = taskBase{Dir: merged}
 		}
 		var buf bytes.Buffer
 		if err := templates.ExecuteTemplate(&buf, "integration.md", map[string]any{
-			"Project": p.Name, "Tasks": author, "Files": files, "Conflicts": conflicts}); err != nil {
+			"Project": p.Name, "Tasks": author, "Files": files, "Conflicts": conflicts, "Git": opts.Repo != nil}); err != nil {
 			return false, err
 		}
-		return false, c.startPhaseTask(ctx, p, opts, store.IntegrationID, "integration", "Integrate the outputs", buf.Bytes(), merged, store.PhaseIntegration,
+		return false, c.startPhaseTask(ctx, p, opts, store.IntegrationID, "integration", "Integrate the outputs", buf.Bytes(), from, store.PhaseIntegration,
 			fmt.Sprintf("merged %d files from %d tasks, %d conflicts", len(files), len(author), len(conflicts)),
 			func(tx *store.Tx) error { return tx.PutConflicts(ctx, p.Name, conflicts) })
 
@@ -133,9 +146,9 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 		if s99.Status != store.Completed {
 			return true, c.finish(ctx, p, store.ResultFailed, "integration task "+store.IntegrationID+" "+s99.Status)
 		}
-		tree := filepath.Join(runsDir, store.IntegrationID, "output")
+		tree := resultOf(runsDir, s99, runs)
 		if !opts.Verification {
-			if err := copyTree(tree, filepath.Join(runsDir, "final")); err != nil {
+			if err := c.final(ctx, p, opts, tree); err != nil {
 				return false, err
 			}
 			return true, c.finish(ctx, p, result(true), "")
@@ -163,7 +176,7 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 				return false, nil
 			}
 			if f.Status != store.Completed {
-				if err := copyTree(v.BaseDir, filepath.Join(runsDir, "final")); err != nil {
+				if err := c.final(ctx, p, opts, baseOf(v)); err != nil {
 					return false, err
 				}
 				return true, c.finish(ctx, p, store.ResultFailed, "fix task "+f.ID+" "+f.Status)
@@ -180,12 +193,12 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 			if stop, err := overBudget(); stop {
 				return err == nil, err
 			}
-			return false, c.startVerification(ctx, p, opts, author, round+1, filepath.Join(runsDir, f.ID, "output"), issues)
+			return false, c.startVerification(ctx, p, opts, author, round+1, resultOf(runsDir, f, runs), issues)
 		}
 		if !done(v) {
 			return false, nil
 		}
-		verdict := readVerdict(v, filepath.Join(runsDir, v.ID, "output", "verdict.json"))
+		verdict := readVerdict(v, c.verdictReader(ctx, runsDir, opts, v, runs))
 		verdict.Round = round
 		if err := c.st.Update(ctx, func(tx *store.Tx) error {
 			if err := tx.PutVerdict(ctx, p.Name, verdict); err != nil {
@@ -201,7 +214,7 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 		}
 		if verdict.Pass || round > opts.MaxFixRounds {
 			// The final tree is the last one verified.
-			if err := copyTree(v.BaseDir, filepath.Join(runsDir, "final")); err != nil {
+			if err := c.final(ctx, p, opts, baseOf(v)); err != nil {
 				return false, err
 			}
 			note := ""
@@ -219,12 +232,12 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 			return false, err
 		}
 		return false, c.startPhaseTask(ctx, p, opts, fixID(round), "fix", fmt.Sprintf("Fix the issues of verification %d", round),
-			buf.Bytes(), v.BaseDir, store.PhaseFix, fmt.Sprintf("fix round %d of %d", round, opts.MaxFixRounds), nil)
+			buf.Bytes(), baseOf(v), store.PhaseFix, fmt.Sprintf("fix round %d of %d", round, opts.MaxFixRounds), nil)
 	}
 	return false, nil
 }
 
-func (c *Controller) startVerification(ctx context.Context, p store.Project, opts store.ProjectOptions, author []store.Task, round int, tree string, previous []string) error {
+func (c *Controller) startVerification(ctx context.Context, p store.Project, opts store.ProjectOptions, author []store.Task, round int, tree taskBase, previous []string) error {
 	var buf bytes.Buffer
 	if err := templates.ExecuteTemplate(&buf, "verification.md", map[string]any{
 		"Project": p.Name, "Round": round, "Tasks": author, "PreviousIssues": previous}); err != nil {
@@ -238,10 +251,10 @@ func (c *Controller) startVerification(ctx context.Context, p store.Project, opt
 // is one, else the generated one) that starts from tree, and moves the
 // project to phase, in one transaction.
 func (c *Controller) startPhaseTask(ctx context.Context, p store.Project, opts store.ProjectOptions, id, typ, title string,
-	generated []byte, tree, phase, message string, also func(*store.Tx) error) error {
+	generated []byte, tree taskBase, phase, message string, also func(*store.Tx) error) error {
 	t := store.Task{Project: p.Name, ID: id, Title: title, Type: typ, Tool: opts.PhaseTool, Priority: 1,
 		DependsOn: []string{}, MaxRetries: c.cfg.Controller.MaxRetries, SpecFile: "(generated from controller/templates)",
-		Snapshot: generated, BaseDir: tree}
+		Snapshot: generated, BaseDir: tree.Dir, BaseCommit: tree.Commit}
 	if o, ok := opts.Overrides[id]; ok {
 		t.Title, t.Tool, t.Model, t.Timeout, t.Tags, t.NodePin = o.Title, o.Tool, o.Model, o.Timeout, o.Tags, o.Node
 		t.SpecFile, t.Snapshot = o.File, o.Snapshot
@@ -269,15 +282,15 @@ func (c *Controller) startPhaseTask(ctx context.Context, p store.Project, opts s
 	})
 }
 
-// readVerdict reads a verifier's verdict.json; anything but a valid verdict
-// is a failed verification naming what was wrong.
-func readVerdict(v store.Task, path string) store.Verdict {
+// readVerdict reads a verifier's verdict.json with read; anything but a
+// valid verdict is a failed verification naming what was wrong.
+func readVerdict(v store.Task, read func() ([]byte, error)) store.Verdict {
 	out := store.Verdict{Task: v.ID}
 	if v.Status != store.Completed {
 		out.Issues = []string{fmt.Sprintf("the verifier %s did not complete (%s): %s", v.ID, v.Status, readmodel.ErrorText(v.ErrorClass, v.Error))}
 		return out
 	}
-	b, err := readCapped(path, maxVerdictSize)
+	b, err := read()
 	if errors.Is(err, errTooLarge) {
 		out.Issues = []string{fmt.Sprintf("verdict.json is malformed: larger than %d KiB", maxVerdictSize>>10)}
 		return out
@@ -425,7 +438,7 @@ func (c *Controller) merge(ctx context.Context, project string, author []store.T
 // node and may be as large as collect_max_bytes.
 const maxVerdictSize = 1 << 20
 
-var errTooLarge = errors.New("file too large")
+var errTooLarge = gitrepo.ErrTooLarge
 
 // readCapped reads a file of at most max bytes; a larger one is errTooLarge,
 // and is not read.

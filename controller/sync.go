@@ -28,6 +28,8 @@ type PlanRow struct {
 	Generated bool
 	Tools     map[string]string // node → tool
 	Nodes     []string
+	// Git is set in a git-native project (repo:): its nodes need git.
+	Git bool
 }
 
 // PlanError lists tasks that cannot run anywhere, or with a tool nobody
@@ -82,7 +84,7 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string, so StartOptions) ([
 			}
 		}
 		st := storeTask(p, t, cfg)
-		row := PlanRow{Task: t, Type: t.Type}
+		row := PlanRow{Task: t, Type: t.Type, Git: p.Config.Source != nil}
 		if store.IsPhaseID(t.ID) {
 			typ := phaseType(t.ID)
 			if !phaseRuns(opts, typ) {
@@ -102,7 +104,8 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string, so StartOptions) ([
 		if _, own := opts.Overrides[id]; own || !phaseRuns(opts, typ) {
 			continue
 		}
-		row := PlanRow{Task: &spec.Task{ID: id, Title: "(generated " + typ + " task)", Type: typ, Priority: 1}, Type: typ, Generated: true}
+		row := PlanRow{Task: &spec.Task{ID: id, Title: "(generated " + typ + " task)", Type: typ, Priority: 1}, Type: typ, Generated: true,
+			Git: p.Config.Source != nil}
 		if reasons := place(&row, store.Task{ID: id, Type: typ, Tool: opts.PhaseTool}); len(row.Nodes) == 0 {
 			problems = append(problems, fmt.Sprintf("%s: no node can run the generated %s task (%s: %s)\n  fix: route type %s to a tag some node has, or set integration: false in project.yaml",
 				p.Dir, typ, id, strings.Join(reasons, "; "), typ))
@@ -156,6 +159,9 @@ func NeededExecutables(cfg *nodes.Config, rows []PlanRow) map[string][]string {
 			if exe, err := Executable(cfg, r.Tools[n]); err == nil && !slices.Contains(need[n], exe) {
 				need[n] = append(need[n], exe)
 			}
+			if r.Git && !slices.Contains(need[n], "git") {
+				need[n] = append(need[n], "git")
+			}
 		}
 	}
 	return need
@@ -203,6 +209,8 @@ func CheckExecutables(cfg *nodes.Config, rows []PlanRow, probes map[string]NodeP
 				unchecked = append(unchecked, n)
 			case !pr.Found[exe]:
 				missing = append(missing, fmt.Sprintf("%s (tool %s: no %s in its PATH)", n, r.Tools[n], exe))
+			case r.Git && !pr.Found["git"]:
+				missing = append(missing, fmt.Sprintf("%s (no git in its PATH: the project's tasks work in git checkouts)", n))
 			case claudeRefusesRoot(cfg, node, r.Tools[n], pr):
 				asRoot = append(asRoot, n)
 			default:
@@ -222,6 +230,9 @@ func CheckExecutables(cfg *nodes.Config, rows []PlanRow, probes map[string]NodeP
 				"  fix: log in to the node as another user, set dangerous: false on the node and its api_mode, or set IS_SANDBOX=1 in the api_mode's env if the node is a container or VM you can throw away", what, strings.Join(asRoot, ", ")))
 		case len(missing) > 0:
 			fix := "install the tool on one of these nodes, or set `tool:` in the spec or on a node (nodes.yaml) to a tool that is installed"
+			if r.Git {
+				fix = "install git (2.25 or later) on one of these nodes, or route the project's tasks to nodes that have it; " + fix
+			}
 			if store.IsPhaseID(r.Task.ID) {
 				fix = "install the tool on one of these nodes, set `tool:` on a node routed for " + r.Type + " (nodes.yaml), write your own " + r.Task.ID + " spec with a tool that is installed, or set `integration: false` in project.yaml"
 			}
@@ -419,6 +430,9 @@ func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so StartOptions) stor
 	if so.BudgetUSD > 0 {
 		o.BudgetUSD = so.BudgetUSD
 	}
+	if src := p.Config.Source; src != nil {
+		o.Repo = &store.RepoOptions{Dir: src.Dir, Ref: src.Ref, Commit: src.Commit}
+	}
 	if p.Config.Integration != nil {
 		o.Integration = *p.Config.Integration
 	}
@@ -511,6 +525,9 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, p *spec
 		for _, t := range authorTasks {
 			nt := storeTask(p, t, cfg)
 			nt.BaseDir = baseDir
+			if opts.Repo != nil {
+				nt.BaseCommit = opts.Repo.Commit
+			}
 			old, ok := have[t.ID]
 			if !ok {
 				res.Added++
@@ -532,7 +549,8 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, p *spec
 			if err := tx.SetTask(ctx, p.Name, t.ID, store.TaskPatch{Title: new(nt.Title), Type: new(nt.Type), Tool: new(nt.Tool),
 				Model: new(nt.Model), Priority: new(nt.Priority), DependsOn: new(nt.DependsOn), Tags: new(nt.Tags),
 				NodePin: new(nt.NodePin), Timeout: new(nt.Timeout), Stall: new(nt.Stall), MaxRetries: new(nt.MaxRetries),
-				SpecFile: new(nt.SpecFile), SpecHash: new(nt.SpecHash), Snapshot: new(nt.Snapshot), BaseDir: new(nt.BaseDir)}); err != nil {
+				SpecFile: new(nt.SpecFile), SpecHash: new(nt.SpecHash), Snapshot: new(nt.Snapshot), BaseDir: new(nt.BaseDir),
+				BaseCommit: new(nt.BaseCommit)}); err != nil {
 				return err
 			}
 			if err := tx.Event(ctx, store.Event{Project: p.Name, Task: t.ID, Kind: "spec", Message: "spec changed before the task ran; using the new one"}); err != nil {
@@ -547,7 +565,8 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, p *spec
 func sameSettings(a, b store.Task) bool {
 	return a.Title == b.Title && a.Type == b.Type && a.Tool == b.Tool && a.Model == b.Model &&
 		a.Priority == b.Priority && slices.Equal(a.DependsOn, b.DependsOn) && slices.Equal(a.Tags, b.Tags) &&
-		a.NodePin == b.NodePin && a.Timeout == b.Timeout && a.Stall == b.Stall && a.MaxRetries == b.MaxRetries && a.BaseDir == b.BaseDir
+		a.NodePin == b.NodePin && a.Timeout == b.Timeout && a.Stall == b.Stall && a.MaxRetries == b.MaxRetries && a.BaseDir == b.BaseDir &&
+		a.BaseCommit == b.BaseCommit
 }
 
 // reopenPhase puts a finished project back into its implementation phase:

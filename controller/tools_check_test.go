@@ -35,6 +35,7 @@ api_modes:
 	sh := PlanRow{Task: &spec.Task{ID: "S02"}, Type: "implementation", Nodes: []string{"a"}, Tools: map[string]string{"a": "shell"}}
 	onR := PlanRow{Task: &spec.Task{ID: "S03"}, Type: "implementation", Nodes: []string{"r"}, Tools: map[string]string{"r": "claude"}}
 	onBox := PlanRow{Task: &spec.Task{ID: "S04"}, Type: "implementation", Nodes: []string{"box"}, Tools: map[string]string{"box": "claude"}}
+	gitRow := PlanRow{Task: &spec.Task{ID: "S05"}, Type: "implementation", Nodes: []string{"a", "b"}, Tools: map[string]string{"a": "claude", "b": "codex"}, Git: true}
 	root := func(p NodeProbe) NodeProbe { p.Root = true; return p }
 	found := func(names ...string) NodeProbe {
 		p := NodeProbe{Found: map[string]bool{}}
@@ -61,6 +62,9 @@ api_modes:
 			[]string{"task S03 cannot run anywhere: on r claude would run as root with --dangerously-skip-permissions|IS_SANDBOX=1"}, 0},
 		{"dangerous claude as another user", []PlanRow{onR}, map[string]NodeProbe{"r": found("claude")}, nil, 0},
 		{"dangerous claude as root in a sandbox", []PlanRow{onBox}, map[string]NodeProbe{"box": root(found("claude"))}, nil, 0},
+		{"a repo project's node with git", []PlanRow{gitRow}, map[string]NodeProbe{"a": found("claude"), "b": found("codex", "git")}, nil, 0},
+		{"a repo project's nodes without git", []PlanRow{gitRow}, map[string]NodeProbe{"a": found("claude"), "b": found("codex")},
+			[]string{"task S05 cannot run anywhere: a (no git in its PATH|b (no git in its PATH|install git"}, 0},
 		{"root without dangerous", []PlanRow{s01}, map[string]NodeProbe{"a": root(found("claude")), "b": found()}, nil, 0},
 	}
 	for _, tc := range tests {

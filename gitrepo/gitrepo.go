@@ -14,14 +14,17 @@
 package gitrepo
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -182,7 +185,9 @@ type Conflict = Overlap
 type Merge struct {
 	// Commit is the last merge commit (the base when no task changed
 	// anything).
-	Commit    string
+	Commit string
+	// Changed lists, sorted, every file some task changed.
+	Changed   []string
 	Overlaps  []Overlap
 	Conflicts []Conflict
 }
@@ -205,13 +210,13 @@ func Integrate(ctx context.Context, dir, base string, tasks []TaskBranch) (*Merg
 			}
 		}
 	}
-	m := &Merge{Commit: base}
-	for _, p := range slices.Sorted(maps.Keys(changed)) {
+	m := &Merge{Commit: base, Changed: slices.Sorted(maps.Keys(changed))}
+	for _, p := range m.Changed {
 		if len(changed[p]) > 1 {
 			m.Overlaps = append(m.Overlaps, Overlap{Path: p, Tasks: changed[p]})
 		}
 	}
-	merged := map[string]bool{}
+	merged := map[string]string{} // task → commit, once merged
 	for _, t := range tasks {
 		out, err := git(ctx, dir, nil, "merge-tree", "--write-tree", "--name-only", "-z", m.Commit, t.Commit)
 		conflicted := err != nil && exitCode(err) == 1
@@ -244,17 +249,44 @@ func Integrate(ctx context.Context, dir, base string, tasks []TaskBranch) (*Merg
 		}
 		m.Commit = line(commit)
 		for _, p := range paths {
-			c := Conflict{Path: p}
-			for _, id := range changed[p] {
-				if merged[id] || id == t.ID {
-					c.Tasks = append(c.Tasks, id)
-				}
-			}
-			m.Conflicts = append(m.Conflicts, c)
+			m.Conflicts = append(m.Conflicts, Conflict{Path: p, Tasks: conflictTasks(ctx, dir, p, t, changed[p], merged)})
 		}
-		merged[t.ID] = true
+		merged[t.ID] = t.Commit
 	}
 	return m, nil
+}
+
+// conflictTasks names the tasks of a conflict on path p met when merging
+// t: the tasks merged before it whose own change of p conflicts with t's
+// (a merge of the two alone), then t. When no single one does (only their
+// sum conflicts), every earlier task that changed p is named.
+func conflictTasks(ctx context.Context, dir, p string, t TaskBranch, changedBy []string, merged map[string]string) []string {
+	var earlier, clashing []string
+	for _, id := range changedBy {
+		commit, ok := merged[id]
+		if !ok {
+			continue
+		}
+		earlier = append(earlier, id)
+		out, err := git(ctx, dir, nil, "merge-tree", "--write-tree", "--name-only", "-z", commit, t.Commit)
+		if err == nil || exitCode(err) != 1 {
+			continue
+		}
+		fields := strings.Split(string(out), "\x00")
+		for _, f := range fields[1:] {
+			if f == "" {
+				break
+			}
+			if f == p {
+				clashing = append(clashing, id)
+				break
+			}
+		}
+	}
+	if len(clashing) == 0 {
+		clashing = earlier
+	}
+	return append(clashing, t.ID)
 }
 
 // SetRef points ref, which must be under refs/heads/dispatch/, at commit.
@@ -330,4 +362,181 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// Known returns the commits of ids that dir holds (others, or names that
+// are not full commit ids, are left out): what a receiver says it has,
+// checked before a pack leaves it out.
+func Known(ctx context.Context, dir string, ids []string) []string {
+	var in bytes.Buffer
+	var cand []string
+	for _, id := range ids {
+		if wrapper.IsCommitID(id) {
+			cand = append(cand, id)
+			in.WriteString(id + "\n")
+		}
+	}
+	if len(cand) == 0 {
+		return nil
+	}
+	out, err := git(ctx, dir, in.Bytes(), "cat-file", "--batch-check=%(objectname) %(objecttype)")
+	if err != nil {
+		return nil
+	}
+	var known []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if id, typ, ok := strings.Cut(l, " "); ok && typ == "commit" && slices.Contains(cand, id) {
+			known = append(known, id)
+		}
+	}
+	return known
+}
+
+// Change is a file a commit changed from its base: its size in the commit
+// (-1 when the commit deletes it).
+type Change struct {
+	Path string
+	Size int64
+}
+
+// Changes lists the files commit changed from base, and git's diffstat of
+// them (`git diff --stat`), for the operator to read.
+func Changes(ctx context.Context, dir, base, commit string) ([]Change, string, error) {
+	out, err := git(ctx, dir, nil, "diff", "--name-only", "-z", "--no-renames", base, commit, "--")
+	if err != nil {
+		return nil, "", err
+	}
+	var changes []Change
+	var paths []string
+	for _, p := range strings.Split(string(out), "\x00") {
+		if p != "" {
+			paths = append(paths, p)
+		}
+	}
+	sizes := map[string]int64{}
+	if len(paths) > 0 {
+		ls, err := git(ctx, dir, nil, "ls-tree", "-r", "-l", "-z", "--full-tree", commit)
+		if err != nil {
+			return nil, "", err
+		}
+		for _, e := range strings.Split(string(ls), "\x00") {
+			// <mode> SP <type> SP <object> SP+ <size> TAB <path>
+			meta, p, ok := strings.Cut(e, "\t")
+			f := strings.Fields(meta)
+			if !ok || len(f) != 4 {
+				continue
+			}
+			var n int64
+			fmt.Sscan(f[3], &n)
+			sizes[p] = n
+		}
+	}
+	for _, p := range paths {
+		size, ok := sizes[p]
+		if !ok {
+			size = -1
+		}
+		changes = append(changes, Change{Path: p, Size: size})
+	}
+	stat, err := git(ctx, dir, nil, "diff", "--stat=200", "--no-renames", base, commit, "--")
+	if err != nil {
+		return nil, "", err
+	}
+	return changes, string(stat), nil
+}
+
+// ReadFile returns the content of file p in commit, up to max bytes
+// (ErrTooLarge past it), or an error wrapping fs.ErrNotExist when the
+// commit has no such file.
+func ReadFile(ctx context.Context, dir, commit, p string, max int64) ([]byte, error) {
+	obj := commit + ":" + p
+	sz, err := git(ctx, dir, nil, "cat-file", "-s", "--end-of-options", obj)
+	if err != nil {
+		return nil, fmt.Errorf("%s in %s: %w", p, commit[:min(12, len(commit))], fs.ErrNotExist)
+	}
+	var n int64
+	fmt.Sscan(line(sz), &n)
+	if n > max {
+		return nil, ErrTooLarge
+	}
+	return git(ctx, dir, nil, "cat-file", "blob", "--end-of-options", obj)
+}
+
+// ErrTooLarge is ReadFile's error for a file past its limit.
+var ErrTooLarge = errors.New("file too large")
+
+// Export writes the tree of commit into dest (created; it must not exist)
+// as plain files, with git archive: regular files keep their executable
+// bit; symbolic links and submodules are left out, so that nothing written
+// goes through a link.
+func Export(ctx context.Context, dir, commit, dest string) error {
+	if err := os.Mkdir(dest, 0o755); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "git", "archive", "--format=tar", commit)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0", "LC_ALL=C")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	rerr := extract(tar.NewReader(out), dest)
+	if rerr != nil {
+		cancel()
+	}
+	werr := cmd.Wait()
+	if rerr != nil {
+		return rerr
+	}
+	if werr != nil {
+		return &gitError{args: []string{"archive", commit}, msg: strings.TrimSpace(errb.String()), err: werr}
+	}
+	return nil
+}
+
+// extract writes the regular files of tr under dest, refusing any name
+// that would leave it.
+func extract(tr *tar.Reader, dest string) error {
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		name := filepath.FromSlash(path.Clean(h.Name))
+		if !filepath.IsLocal(name) {
+			return fmt.Errorf("archive names %q, outside the tree", h.Name)
+		}
+		p := filepath.Join(dest, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		mode := os.FileMode(0o644)
+		if h.Mode&0o111 != 0 {
+			mode = 0o755
+		}
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(f, tr)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
 }

@@ -175,6 +175,32 @@ func TestIntegrate(t *testing.T) {
 			t.Error("Integrate changed the operator's HEAD, index, working tree or refs")
 		}
 	})
+
+	t.Run("a conflict names the tasks whose changes clash, not every task that changed the file", func(t *testing.T) {
+		r.write("long.txt", strings.Repeat("line\n", 30))
+		base := r.commit("long")
+		lines := func(at int, text string) string {
+			l := strings.Split(strings.Repeat("line\n", 30), "\n")
+			l[at] = text
+			return strings.Join(l, "\n")
+		}
+		s06 := r.task(base, map[string]string{"long.txt": lines(2, "S06")})
+		s07 := r.task(base, map[string]string{"long.txt": lines(25, "S07")}) // far away: merges cleanly
+		s08 := r.task(base, map[string]string{"long.txt": lines(2, "S08")})
+		m, err := Integrate(ctx, r.Dir, base, []TaskBranch{{"S06", s06}, {"S07", s07}, {"S08", s08}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Conflicts) != 1 || !slices.Equal(m.Conflicts[0].Tasks, []string{"S06", "S08"}) {
+			t.Fatalf("conflicts %+v, want long.txt between S06 and S08", m.Conflicts)
+		}
+		if len(m.Overlaps) != 1 || !slices.Equal(m.Overlaps[0].Tasks, []string{"S06", "S07", "S08"}) {
+			t.Errorf("overlaps %+v, want long.txt changed by S06, S07, S08", m.Overlaps)
+		}
+		if !slices.Equal(m.Changed, []string{"long.txt"}) {
+			t.Errorf("changed %v", m.Changed)
+		}
+	})
 }
 
 func TestSetRef(t *testing.T) {

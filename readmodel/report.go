@@ -30,11 +30,24 @@ type Report struct {
 	// Dangerous lists the tasks that ran with permission-skipping flags.
 	Dangerous []string `json:"dangerous"`
 	// Final is the directory holding the final tree, when there is one.
-	Final       string `json:"final"`
-	GeneratedAt string `json:"generated_at"`
+	Final string `json:"final"`
+	// Git is set for a git-native project (project.yaml repo:).
+	Git         *GitResult `json:"git,omitempty"`
+	GeneratedAt string     `json:"generated_at"`
 	// budget says the project's budget and whether it was reached, for
 	// report.md.
 	budget string
+}
+
+// GitResult is where a git-native project's results are in the operator's
+// repository: a branch per task (dispatch/<project>/<ID>), and the result,
+// once there is one, as Branch at Commit.
+type GitResult struct {
+	Repo string `json:"repo"`
+	// Base is the commit the author tasks started from.
+	Base   string `json:"base"`
+	Branch string `json:"branch"`
+	Commit string `json:"commit"`
 }
 
 // Totals sums a project's tasks and attempts.
@@ -185,6 +198,12 @@ func BuildReport(ctx context.Context, st *store.Store, cfg Nodes, home, project 
 	if _, err := os.Stat(filepath.Join(RunsDir(home, project), "final")); err == nil {
 		r.Final = filepath.Join(RunsDir(home, project), "final")
 	}
+	if opts, err := p.ParseOptions(); err == nil && opts.Repo != nil {
+		r.Git = &GitResult{Repo: opts.Repo.Dir, Base: opts.Repo.Commit, Commit: p.FinalCommit}
+		if p.FinalCommit != "" {
+			r.Git.Branch = "dispatch/" + project + "/final"
+		}
+	}
 	outputs := map[string][]OutputView{}
 	for _, f := range files {
 		outputs[f.Task] = append(outputs[f.Task], OutputView{Path: f.Path, Size: f.Size, SHA256: f.SHA256})
@@ -313,6 +332,13 @@ func (r *Report) Markdown() string {
 			fmt.Fprintf(&b, "Blocked by them: %s (they run once their dependencies complete).\n", strings.Join(blocked, ", "))
 		}
 		b.WriteString("\n")
+	case r.Git != nil && r.Git.Commit != "":
+		fmt.Fprintf(&b, "Next: the result is the branch `%s` (commit %s) of %s, also checked out in `runs/%s/final/`; "+
+			"each task's work is on its branch `dispatch/%s/<ID>`, with its diffstat in `runs/%s/<ID>/diffstat.txt`.\n\n",
+			r.Git.Branch, r.Git.Commit, r.Git.Repo, r.Project, r.Project, r.Project)
+	case r.Git != nil:
+		fmt.Fprintf(&b, "Next: each task's work is on its branch `dispatch/%s/<ID>` of %s, with its diffstat in `runs/%s/<ID>/diffstat.txt`.\n\n",
+			r.Project, r.Git.Repo, r.Project)
 	case r.Final != "":
 		fmt.Fprintf(&b, "Next: the result is in `runs/%s/final/`; each task's own output is in `runs/%s/<ID>/output/`.\n\n", r.Project, r.Project)
 	default:
@@ -427,6 +453,11 @@ func (r *Report) Markdown() string {
 		b.WriteString("None.\n\n")
 	}
 	for _, c := range r.Conflicts {
+		if r.Git != nil {
+			fmt.Fprintf(&b, "- `%s`: %s; git could not merge it: committed with conflict markers for %s to resolve\n",
+				c.Path, strings.Join(c.Tasks, ", "), store.IntegrationID)
+			continue
+		}
 		fmt.Fprintf(&b, "- `%s`: kept %s; other version(s) from %s saved as `%s.<ID>.conflict` in merged/\n",
 			c.Path, c.Tasks[0], strings.Join(c.Tasks[1:], ", "), c.Path)
 	}

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -13,6 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/dispatch-tool/dispatch/gitrepo"
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
 )
 
@@ -253,7 +255,7 @@ func (l *loader) readText(path string) (text string, exists, ok bool) {
 
 // ProjectKeys are the keys project.yaml accepts.
 var ProjectKeys = []string{"integration", "verification", "max_fix_rounds", "integration_spec",
-	"tool", "type", "timeout", "max_retries", "base", "setup", "halt", "stall_timeout", "budget"}
+	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget"}
 
 func (l *loader) loadConfig() {
 	path := l.path(ConfigFile)
@@ -267,8 +269,25 @@ func (l *loader) loadConfig() {
 		return
 	}
 	c := &l.project.Config
+	var repoNode, refNode, baseNode *yaml.Node
 	y.fields(root, ConfigFile, ProjectKeys, func(key string, v *yaml.Node) {
 		switch key {
+		case "repo":
+			if s, ok := y.String(v, "", key); ok {
+				if strings.TrimSpace(s) == "" {
+					y.Errorf(v, "give the path of a git repository, relative to the project's spec directory or absolute", "repo is empty")
+				} else {
+					c.Repo, repoNode = s, v
+				}
+			}
+		case "ref":
+			if s, ok := y.String(v, "", key); ok {
+				if strings.TrimSpace(s) == "" || strings.HasPrefix(s, "-") {
+					y.Errorf(v, "give a branch, tag or commit, or leave ref: out for HEAD", "ref %q is not a branch, tag or commit", s)
+				} else {
+					c.Ref, refNode = s, v
+				}
+			}
 		case "integration", "verification":
 			if b, ok := y.Bool(v, "", key); ok {
 				if key == "integration" {
@@ -292,6 +311,7 @@ func (l *loader) loadConfig() {
 		case "base":
 			if s, ok := y.String(v, "", key); ok {
 				c.Base, _ = l.inside(y, key, v, s, true)
+				baseNode = v
 			}
 		case "tool":
 			c.Tool, _ = y.name(key, v)
@@ -331,6 +351,43 @@ func (l *loader) loadConfig() {
 			})
 		}
 	})
+	l.resolveRepo(y, repoNode, refNode, baseNode)
+}
+
+// resolveRepo checks project.yaml's repo: and ref: against the repository
+// itself (a git repository, with commits, where ref names a commit) and
+// records the commit the author tasks start from.
+func (l *loader) resolveRepo(y yamlFile, repoNode, refNode, baseNode *yaml.Node) {
+	c := &l.project.Config
+	switch {
+	case repoNode == nil && refNode != nil:
+		y.Errorf(refNode, "add repo: with the git repository, or remove ref:", "ref: is set without repo:")
+		return
+	case repoNode == nil:
+		return
+	case baseNode != nil:
+		y.Errorf(baseNode, "keep repo: (the tasks start from its commit) or base: (a plain directory), not both",
+			"base: and repo: both set the tasks' starting point")
+		return
+	}
+	dir := c.Repo
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(l.abs, dir)
+	}
+	src, err := gitrepo.Resolve(context.Background(), dir, c.Ref)
+	var p *gitrepo.Problem
+	switch {
+	case errors.As(err, &p):
+		at := repoNode
+		if errors.Is(err, gitrepo.ErrNoRef) && refNode != nil {
+			at = refNode
+		}
+		y.Errorf(at, p.Fix, "%s", p.Msg)
+	case err != nil:
+		y.Errorf(repoNode, "check that git is installed on this machine and the repository is readable", "repo: %v", err)
+	default:
+		c.Source = src
+	}
 }
 
 // inside checks that p names an existing directory (wantDir) or regular

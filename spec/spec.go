@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"github.com/dispatch-tool/dispatch/gitrepo"
 	"sort"
 	"time"
 )
@@ -74,9 +75,15 @@ type ProjectConfig struct {
 	Stall      time.Duration // default stall_timeout of the project's tasks; 0 when not set
 	MaxRetries *int          // default max_retries of the project's tasks
 
-	Base  string // directory, relative to the project directory, copied into every task's output/
-	Setup string // command run by /bin/sh in output/ before the tool
-	Halt  struct {
+	Base string // directory, relative to the project directory, copied into every task's output/
+	// Repo is project.yaml's repo: as written (relative to the project
+	// directory, or absolute), Ref its ref: ("" for HEAD), and Source what
+	// they resolved to: the commit every author task starts from.
+	Repo   string
+	Ref    string
+	Source *gitrepo.Source
+	Setup  string // command run by /bin/sh in output/ before the tool
+	Halt   struct {
 		Fail int // stop launching after this many tasks failed for good; 0 never stops
 	}
 	// Budget stops launching once the project's recorded cost or tokens

@@ -68,6 +68,9 @@ type Project struct {
 	Options    string
 	StartedAt  time.Time
 	FinishedAt time.Time
+	// FinalCommit is, in a git-native project, the commit of the result
+	// (refs/heads/dispatch/<project>/final).
+	FinalCommit string
 }
 
 // Task is one task of a project with its current state.
@@ -112,9 +115,13 @@ type Task struct {
 	// BaseDir is a directory on the controller copied into the task's
 	// output/ before it starts (project.yaml base, or the tree an
 	// integration-phase task works on).
-	BaseDir   string
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	BaseDir string
+	// BaseCommit is, in a git-native project, the commit of the
+	// operator's repository the task's workspace starts from (repo:'s
+	// commit, or the merge and the integration phase's commits).
+	BaseCommit string
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
 }
 
 // Run is one attempt of a task.
@@ -145,6 +152,9 @@ type Run struct {
 	// SessionID is the tool's session as its output named it, for a
 	// retry to resume.
 	SessionID string
+	// Commit is, in a git-native project, the commit the attempt's
+	// workspace was recorded as when the tool exited.
+	Commit string
 }
 
 // Node is what the controller last learned about a node.

@@ -17,6 +17,7 @@ type TaskPatch struct {
 	DependsOn, Tags                   *[]string
 	Timeout, Stall                    *time.Duration
 	SpecFile, SpecHash, BaseDir       *string
+	BaseCommit                        *string
 	Snapshot                          *[]byte
 	RetriesUsed, RateLimitRetries     *int
 	NotBefore                         *time.Time
@@ -36,12 +37,13 @@ type RunPatch struct {
 	LogBytes, TokensIn, TokensOut       *int64
 	CostUSD                             *float64
 	Dangerous                           *bool
-	APIMode, SessionID                  *string
+	APIMode, SessionID, Commit          *string
 }
 
 // ProjectPatch changes columns of a project.
 type ProjectPatch struct {
 	State, Phase, Result  *string
+	FinalCommit           *string
 	StartedAt, FinishedAt *time.Time
 }
 
@@ -87,6 +89,7 @@ func (p TaskPatch) columns() *columns {
 	col(c, "spec_file", p.SpecFile)
 	col(c, "spec_hash", p.SpecHash)
 	col(c, "base_dir", p.BaseDir)
+	col(c, "base_commit", p.BaseCommit)
 	col(c, "snapshot", p.Snapshot)
 	col(c, "retries_used", p.RetriesUsed)
 	col(c, "rate_limit_retries", p.RateLimitRetries)
@@ -120,6 +123,7 @@ func (p RunPatch) columns() *columns {
 	col(c, "dangerous", p.Dangerous)
 	col(c, "api_mode", p.APIMode)
 	col(c, "session_id", p.SessionID)
+	col(c, "result_commit", p.Commit)
 	return c
 }
 
@@ -130,5 +134,6 @@ func (p ProjectPatch) columns() *columns {
 	col(c, "result", p.Result)
 	col(c, "started_at", p.StartedAt)
 	col(c, "finished_at", p.FinishedAt)
+	col(c, "final_commit", p.FinalCommit)
 	return c
 }

@@ -79,6 +79,16 @@ type ProjectOptions struct {
 	// --budget-usd); 0 is no limit.
 	BudgetUSD    float64 `json:"budget_usd,omitempty"`
 	BudgetTokens int64   `json:"budget_tokens,omitempty"`
+	// Repo is set for a git-native project (project.yaml repo:).
+	Repo *RepoOptions `json:"repo,omitempty"`
+}
+
+// RepoOptions are a git-native project's repository on the operator's
+// machine and the commit its author tasks start from.
+type RepoOptions struct {
+	Dir    string `json:"dir"` // the repository's git directory, absolute
+	Ref    string `json:"ref"`
+	Commit string `json:"commit"`
 }
 
 // PhaseSpec is an author-supplied spec for a phase task.

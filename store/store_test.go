@@ -268,8 +268,8 @@ func TestMigrateOldDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if v, _ := s.SchemaVersion(ctx); v != 6 {
-		t.Fatalf("schema version = %d, want 6", v)
+	if v, _ := s.SchemaVersion(ctx); v != 7 {
+		t.Fatalf("schema version = %d, want 7", v)
 	}
 	tasks, err := s.Tasks(ctx, "p")
 	if err != nil || len(tasks) != 1 || tasks[0].ID != "S01" {

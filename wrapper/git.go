@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // The node's side of git-native projects (issue 12).
@@ -114,14 +115,30 @@ func repoFlag(cmd, v string) (string, error) {
 	return dir, nil
 }
 
-// cmdGitReceive reads a pack of the base commit --commit on stdin into
-// --repo (created, bare and private, when missing) and records the commit.
+// cmdGitReceive reads a pack of the base commit --commit, from the file
+// --pack (removed afterwards) or else stdin, into --repo (created, bare and
+// private, when missing) and records the commit.
 func cmdGitReceive(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	fs := newFlagSet("git-receive")
 	repoArg := fs.String("repo", "", "the project's repository on the node (<work_dir>/<project>/repo.git)")
 	commit := fs.String("commit", "", "the base commit the pack completes")
+	packArg := fs.String("pack", "", "a file holding the pack (read, then removed); stdin when not given")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *packArg != "" {
+		p, err := taskDirFlag("git-receive", *packArg)
+		if err != nil {
+			return err
+		}
+		// The controller's upload: a link put in its place is not followed.
+		f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		if err != nil {
+			return ioError(fmt.Errorf("git-receive: %w", err))
+		}
+		defer os.Remove(p)
+		defer f.Close()
+		stdin = f
 	}
 	repo, err := repoFlag("git-receive", *repoArg)
 	if err != nil {

@@ -3,6 +3,8 @@ package wrapper
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -73,6 +75,28 @@ func TestGitReceive(t *testing.T) {
 	} {
 		out, code := runWrapper(t, "", args...)
 		wantError(t, out, code, KindUsage)
+	}
+
+	// --pack: the controller's upload is read, then removed; a link in its
+	// place is not followed.
+	op.Write("src/g.txt", "three\n")
+	base3 := op.Commit("three")
+	pack := filepath.Join(filepath.Dir(repo), "upload.pack")
+	if err := os.Symlink(filepath.Join(t.TempDir(), "elsewhere"), pack); err != nil {
+		t.Fatal(err)
+	}
+	out, code = runWrapper(t, "", "git-receive", "--repo", repo, "--commit", base3, "--pack", pack)
+	wantError(t, out, code, KindIO)
+	os.Remove(pack)
+	if err := os.WriteFile(pack, op.Pack(base3, base2), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got = gitCall(t, "", "git-receive", "--repo", repo, "--commit", base3, "--pack", pack)
+	if !slices.Contains(got, base3) {
+		t.Fatalf("after --pack: %v, want %s", got, base3)
+	}
+	if _, err := os.Lstat(pack); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the pack file is left behind: %v", err)
 	}
 }
 

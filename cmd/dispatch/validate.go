@@ -61,6 +61,13 @@ func plan(ctx context.Context, e *env, name string, only []string, so controller
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	if src := p.Config.Source; src != nil {
+		fmt.Fprintf(e.errOut, "note: the tasks start from %s of %s (commit %s); results come back as branches dispatch/%s/<ID>\n",
+			src.Ref, src.Dir, src.Commit[:12], p.Name)
+		for _, n := range src.Notes {
+			fmt.Fprintln(e.errOut, "note: "+termtext.Clean(n))
+		}
+	}
 	need := controller.NeededExecutables(cfg, rows)
 	transports, err := openTransports(cfg, only)
 	if err != nil {

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/internal/gittest"
+	"github.com/dispatch-tool/dispatch/internal/sshdtest"
+)
+
+// operatorState is what of the operator's repository dispatch must leave
+// as it was: HEAD, the index, the working tree's status, and every ref
+// outside refs/heads/dispatch/.
+type operatorState struct {
+	head, index, status string
+	refs                []string
+}
+
+func readOperatorState(t *testing.T, op *gittest.Repo) operatorState {
+	t.Helper()
+	idx, err := os.ReadFile(filepath.Join(op.Dir, ".git", "index"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(idx)
+	var refs []string
+	for _, l := range strings.Split(op.Git("for-each-ref", "--format=%(refname) %(objectname)"), "\n") {
+		if !strings.HasPrefix(l, "refs/heads/dispatch/") {
+			refs = append(refs, l)
+		}
+	}
+	return operatorState{
+		head:   op.Git("symbolic-ref", "HEAD") + " " + op.Git("rev-parse", "HEAD"),
+		index:  hex.EncodeToString(sum[:]),
+		status: op.Git("status", "--porcelain", "--untracked-files=all"),
+		refs:   refs,
+	}
+}
+
+// gitProject is an operator repository with three files and a project of
+// three shell tasks on it: S01 and S02 change the same line of shared.txt
+// (a real conflict), S03 another line, and S02 depends on S03, so that
+// the merge order is S01, S03, S02. S99 resolves the
+// conflict and V01 passes. The working tree is left dirty.
+func gitProject(t *testing.T, home string) (*gittest.Repo, string) {
+	t.Helper()
+	op := gittest.New(t)
+	var shared strings.Builder
+	for i := 1; i <= 20; i++ {
+		fmt.Fprintf(&shared, "line %d\n", i)
+	}
+	op.Write("shared.txt", shared.String())
+	op.Write("a.txt", "committed\n")
+	op.Write(".gitignore", "*.log\n")
+	op.Write("tools/run.sh", "#!/bin/sh\necho run\n")
+	os.Chmod(filepath.Join(op.Dir, "tools/run.sh"), 0o755)
+	base := op.Commit("base")
+	op.Git("branch", "other")
+	op.Git("tag", "v1")
+	// Uncommitted work of the operator's: not shipped, not touched.
+	op.Write("a.txt", "dirty, not committed\n")
+	op.Write("untracked.txt", "mine\n")
+	op.Git("add", "untracked.txt")
+
+	dir := filepath.Join(home, "specs", "g")
+	writeFile(t, filepath.Join(dir, "project.yaml"), fmt.Sprintf("repo: %s\ntool: shell\nmax_fix_rounds: 0\n", op.Dir))
+	writeFile(t, filepath.Join(dir, "S01-one.md"), "sed -i 's/^line 3$/line 3 by S01/' shared.txt && echo one > s01.txt && echo noise > s01.log\n")
+	writeFile(t, filepath.Join(dir, "S02-two.md"), "---\ndepends_on: [S03]\n---\nsed -i 's/^line 3$/line 3 by S02/' shared.txt && cat a.txt > seen-a.txt\n")
+	writeFile(t, filepath.Join(dir, "S03-three.md"), "sed -i 's/^line 18$/line 18 by S03/' shared.txt && echo three > s03.txt\n")
+	writeFile(t, filepath.Join(dir, "S99-integrate.md"), "grep -c '^<<<<<<<' shared.txt > conflicts-seen.txt; "+
+		"sed -i -e '/^<<<<<<< /d' -e '/^=======$/d' -e '/^>>>>>>> /d' shared.txt && git status --porcelain > INTEGRATION.md\n")
+	writeFile(t, filepath.Join(dir, "V01-verify.md"), "if grep -q '^<<<<<<<' shared.txt; then echo '{\"pass\": false, \"issues\": [\"markers\"]}'; else echo '{\"pass\": true, \"issues\": []}'; fi > verdict.json\n")
+	return op, base
+}
+
+// TestGitNativeProject: a project on a git repository, on two sshd nodes:
+// each task works on its own branch, the results come back as branches of
+// the operator's repository, the integration merges them with git (the
+// real conflict listed and committed with markers for S99), and the
+// operator's HEAD, index, working tree and other refs are untouched.
+func TestGitNativeProject(t *testing.T) {
+	h := newSSHHome(t)
+	s1 := h.client.StartServer(t, "n1")
+	s2 := h.client.StartServer(t, "n2")
+	for _, s := range []*sshdtest.Server{s1, s2} {
+		h.client.Trust(t, s)
+	}
+	writeFile(t, filepath.Join(h.home, "nodes.yaml"), testController+fmt.Sprintf(`nodes:
+  - name: n1
+    ssh: %s@127.0.0.1:%d
+    slots: 2
+    work_dir: %s
+  - name: n2
+    ssh: %s@127.0.0.1:%d
+    slots: 2
+    work_dir: %s
+`, h.client.User, s1.Port, s1.WorkDir, h.client.User, s2.Port, s2.WorkDir))
+	op, base := gitProject(t, h.home)
+	before := readOperatorState(t, op)
+
+	r := h.run(t, "validate", "g")
+	if r.code != 0 || !strings.Contains(r.stderr, "uncommitted changes") || !strings.Contains(r.stderr, base[:12]) {
+		t.Fatalf("validate: %s", r)
+	}
+	r = h.run(t, "start", "g")
+	if r.code != 0 {
+		t.Fatalf("start: %s", r)
+	}
+	if strings.Count(r.stderr, "uncommitted changes") != 1 {
+		t.Errorf("start says the dirty tree %d times, want once:\n%s", strings.Count(r.stderr, "uncommitted changes"), r.stderr)
+	}
+	if after := readOperatorState(t, op); !equalState(before, after) {
+		t.Errorf("the operator's repository changed:\nbefore %+v\nafter  %+v", before, after)
+	}
+
+	branches := map[string]string{}
+	for _, l := range strings.Split(op.Git("for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads/dispatch/"), "\n") {
+		name, commit, _ := strings.Cut(l, " ")
+		branches[name] = commit
+	}
+	for _, b := range []string{"S01", "S02", "S03", "S99", "V01", "merge", "final"} {
+		if branches["dispatch/g/"+b] == "" {
+			t.Errorf("no branch dispatch/g/%s; have %v", b, branches)
+		}
+	}
+	// Each task's commit is one commit on the base, by dispatch <ID>, with
+	// its title; .gitignore is respected.
+	s01 := branches["dispatch/g/S01"]
+	if got := op.Git("rev-parse", s01+"^"); got != base {
+		t.Errorf("S01's commit's parent is %s, want the base %s", got, base)
+	}
+	if got := op.Git("log", "-1", "--format=%an|%s", s01); got != "dispatch S01|S01: one (attempt 1)" {
+		t.Errorf("S01's commit: %q", got)
+	}
+	if files := op.Git("diff", "--name-only", base, s01); files != "s01.txt\nshared.txt" {
+		t.Errorf("S01 changed %q, want s01.txt and shared.txt (s01.log is ignored)", files)
+	}
+	// The committed a.txt was shipped, not the dirty one.
+	if got := op.Git("show", branches["dispatch/g/S02"]+":seen-a.txt"); got != "committed" {
+		t.Errorf("S02 saw a.txt = %q, want the committed content", got)
+	}
+	if stat := readFile(t, filepath.Join(h.home, "runs", "g", "S01", "diffstat.txt")); !strings.Contains(stat, "s01.txt") || !strings.Contains(stat, "2 files changed") {
+		t.Errorf("diffstat.txt of S01:\n%s", stat)
+	}
+
+	// The merge: S01, S03, then S02 (after S03, its dependency); S02
+	// conflicts with S01.
+	merge := branches["dispatch/g/merge"]
+	if got := op.Git("log", "--format=%s", "--first-parent", base+".."+merge); got != "Merge S02 (conflicts: shared.txt)\nMerge S03\nMerge S01" {
+		t.Errorf("merges:\n%s", got)
+	}
+	if got := op.Git("show", merge+":shared.txt"); !strings.Contains(got, "<<<<<<<") || !strings.Contains(got, "line 18 by S03") {
+		t.Errorf("the merge's shared.txt holds no conflict markers or lacks S03's change:\n%s", got)
+	}
+	var rep struct {
+		Result    string `json:"result"`
+		Conflicts []struct {
+			Path  string   `json:"path"`
+			Tasks []string `json:"tasks"`
+		} `json:"conflicts"`
+	}
+	r = h.run(t, "report", "g", "--format", "json")
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("report: %v\n%s", err, r)
+	}
+	if rep.Result != "passed" || len(rep.Conflicts) != 1 || rep.Conflicts[0].Path != "shared.txt" || !slices.Equal(rep.Conflicts[0].Tasks, []string{"S01", "S02"}) {
+		t.Errorf("report: %+v", rep)
+	}
+	md := readFile(t, filepath.Join(h.home, "runs", "g", "report.md"))
+	if !strings.Contains(md, "shared.txt") || !strings.Contains(md, "dispatch/g/final") || !strings.Contains(md, branches["dispatch/g/final"][:12]) {
+		t.Errorf("report.md lacks the conflict or the result's branch and commit:\n%s", md)
+	}
+
+	// S99 saw the conflict and resolved it on the merge; V01 verified it;
+	// the result is S99's commit, checked out in runs/g/final/.
+	final := branches["dispatch/g/final"]
+	if final != branches["dispatch/g/S99"] {
+		t.Errorf("final %s is not S99's commit %s", final, branches["dispatch/g/S99"])
+	}
+	if got := op.Git("show", final+":conflicts-seen.txt"); got != "1" {
+		t.Errorf("S99 saw %q conflicts", got)
+	}
+	want := map[string]string{"shared.txt": "", "s01.txt": "one\n", "s03.txt": "three\n", "a.txt": "committed\n", "seen-a.txt": "committed\n"}
+	for f, content := range want {
+		got := readFile(t, filepath.Join(h.home, "runs", "g", "final", f))
+		if content != "" && got != content {
+			t.Errorf("final/%s = %q, want %q", f, got, content)
+		}
+		if f == "shared.txt" && (strings.Contains(got, "<<<<<<<") || !strings.Contains(got, "line 3 by S01") || !strings.Contains(got, "line 18 by S03")) {
+			t.Errorf("final/shared.txt:\n%s", got)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(h.home, "runs", "g", "final", "tools", "run.sh")); err != nil || fi.Mode().Perm()&0o100 == 0 {
+		t.Errorf("final/tools/run.sh: %v %v, want executable", fi, err)
+	}
+	if _, err := os.Stat(filepath.Join(h.home, "runs", "g", "final", "verdict.json")); err == nil {
+		t.Error("final/ holds the verifier's verdict.json")
+	}
+}
+
+func equalState(a, b operatorState) bool {
+	return a.head == b.head && a.index == b.index && a.status == b.status && slices.Equal(a.refs, b.refs)
+}
+
+var _ = controller.CrashEnv
