@@ -413,9 +413,9 @@ func (s *supervisor) moveAside() error {
 	}
 	_, err = os.Lstat(filepath.Join(s.dir, dirOutput))
 	haveOutput := err == nil
-	if len(found) == 0 && (!haveOutput || s.launch.Base == "") {
+	if len(found) == 0 && (!haveOutput || (s.launch.Base == "" && s.launch.Repo == nil)) {
 		// First attempt; an output/ the controller may have seeded stays,
-		// unless a base tree is to be copied into a fresh one.
+		// unless a base tree or a git workspace is to be made afresh.
 		return nil
 	}
 	if haveOutput && s.launch.Resume {

@@ -75,6 +75,9 @@ func gitProject(t *testing.T, home string) (*gittest.Repo, string) {
 	writeFile(t, filepath.Join(dir, "S01-one.md"), "sed -i 's/^line 3$/line 3 by S01/' shared.txt && echo one > s01.txt && echo noise > s01.log\n")
 	writeFile(t, filepath.Join(dir, "S02-two.md"), "---\ndepends_on: [S03]\n---\nsed -i 's/^line 3$/line 3 by S02/' shared.txt && cat a.txt > seen-a.txt\n")
 	writeFile(t, filepath.Join(dir, "S03-three.md"), "sed -i 's/^line 18$/line 18 by S03/' shared.txt && echo three > s03.txt\n")
+	// S04 fails once: its retry starts from a fresh workspace.
+	writeFile(t, filepath.Join(dir, "S04-retried.md"), "if [ -e ../failed-once ]; then echo four > s04.txt; "+
+		"else touch ../failed-once; echo partial > partial.txt; exit 1; fi\n")
 	writeFile(t, filepath.Join(dir, "S99-integrate.md"), "grep -c '^<<<<<<<' shared.txt > conflicts-seen.txt; "+
 		"sed -i -e '/^<<<<<<< /d' -e '/^=======$/d' -e '/^>>>>>>> /d' shared.txt && git status --porcelain > INTEGRATION.md\n")
 	writeFile(t, filepath.Join(dir, "V01-verify.md"), "if grep -q '^<<<<<<<' shared.txt; then echo '{\"pass\": false, \"issues\": [\"markers\"]}'; else echo '{\"pass\": true, \"issues\": []}'; fi > verdict.json\n")
@@ -126,7 +129,7 @@ func TestGitNativeProject(t *testing.T) {
 		name, commit, _ := strings.Cut(l, " ")
 		branches[name] = commit
 	}
-	for _, b := range []string{"S01", "S02", "S03", "S99", "V01", "merge", "final"} {
+	for _, b := range []string{"S01", "S02", "S03", "S04", "S99", "V01", "merge", "final"} {
 		if branches["dispatch/g/"+b] == "" {
 			t.Errorf("no branch dispatch/g/%s; have %v", b, branches)
 		}
@@ -143,6 +146,12 @@ func TestGitNativeProject(t *testing.T) {
 	if files := op.Git("diff", "--name-only", base, s01); files != "s01.txt\nshared.txt" {
 		t.Errorf("S01 changed %q, want s01.txt and shared.txt (s01.log is ignored)", files)
 	}
+	if files := op.Git("diff", "--name-only", base, branches["dispatch/g/S04"]); files != "s04.txt" {
+		t.Errorf("S04's second attempt changed %q, want s04.txt only (a fresh workspace)", files)
+	}
+	if got := op.Git("log", "-1", "--format=%s", branches["dispatch/g/S04"]); got != "S04: retried (attempt 2)" {
+		t.Errorf("S04's commit: %q", got)
+	}
 	// The committed a.txt was shipped, not the dirty one.
 	if got := op.Git("show", branches["dispatch/g/S02"]+":seen-a.txt"); got != "committed" {
 		t.Errorf("S02 saw a.txt = %q, want the committed content", got)
@@ -154,7 +163,7 @@ func TestGitNativeProject(t *testing.T) {
 	// The merge: S01, S03, then S02 (after S03, its dependency); S02
 	// conflicts with S01.
 	merge := branches["dispatch/g/merge"]
-	if got := op.Git("log", "--format=%s", "--first-parent", base+".."+merge); got != "Merge S02 (conflicts: shared.txt)\nMerge S03\nMerge S01" {
+	if got := op.Git("log", "--format=%s", "--first-parent", base+".."+merge); got != "Merge S04\nMerge S02 (conflicts: shared.txt)\nMerge S03\nMerge S01" {
 		t.Errorf("merges:\n%s", got)
 	}
 	if got := op.Git("show", merge+":shared.txt"); !strings.Contains(got, "<<<<<<<") || !strings.Contains(got, "line 18 by S03") {
@@ -210,4 +219,120 @@ func equalState(a, b operatorState) bool {
 	return a.head == b.head && a.index == b.index && a.status == b.status && slices.Equal(a.refs, b.refs)
 }
 
-var _ = controller.CrashEnv
+// TestGitNativeBadInput: a repo: that is not a repository, a ref that
+// does not exist, a repository without commits, and nodes without git are
+// each refused by validate and start with the line and the fix, exit 2,
+// nothing written.
+func TestGitNativeBadInput(t *testing.T) {
+	t.Parallel()
+	home, work := newLocalHome(t)
+	op := gittest.New(t)
+	op.Write("a.txt", "a\n")
+	op.Commit("base")
+	empty := gittest.New(t)
+	dir := filepath.Join(home, "specs", "g")
+	writeFile(t, filepath.Join(dir, "S01-one.md"), "echo one > one.txt\n")
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"not a repository", "tool: shell\nrepo: " + t.TempDir() + "\n", "project.yaml:2: repo: "},
+		{"unknown ref", "tool: shell\nrepo: " + op.Dir + "\nref: nope\n", `project.yaml:3: ref: "nope" names no commit`},
+		{"no commits", "tool: shell\nrepo: " + empty.Dir + "\n", "has no commits"},
+	} {
+		writeFile(t, filepath.Join(dir, "project.yaml"), tc.yaml)
+		for _, cmd := range []string{"validate", "start"} {
+			r := runDispatch(t, nil, "--home", home, cmd, "g")
+			if r.code != 2 || !strings.Contains(r.stderr, tc.want) || !strings.Contains(r.stderr, "fix:") {
+				t.Errorf("%s, %s: %s; want exit 2 with %q and a fix", tc.name, cmd, r, tc.want)
+			}
+		}
+	}
+	// A node whose PATH has no git cannot run a repo project's tasks.
+	writeFile(t, filepath.Join(home, "nodes.yaml"), fmt.Sprintf(`nodes:
+  - name: local
+    ssh: null
+    work_dir: %s
+    api_mode: bare
+api_modes:
+  bare:
+    env:
+      PATH: %s
+`, work, t.TempDir()))
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nrepo: "+op.Dir+"\n")
+	for _, cmd := range []string{"validate", "start"} {
+		r := runDispatch(t, nil, "--home", home, cmd, "g")
+		if r.code != 2 || !strings.Contains(r.stderr, "no git in its PATH") || !strings.Contains(r.stderr, "install git") {
+			t.Errorf("%s with a node without git: %s", cmd, r)
+		}
+	}
+	for _, p := range []string{filepath.Join(home, "dispatch.db"), filepath.Join(home, "runs"), work} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s was written", p)
+		}
+	}
+	if refs := op.Git("for-each-ref", "refs/heads/dispatch/"); refs != "" {
+		t.Errorf("refs written: %s", refs)
+	}
+}
+
+// TestGitControllerKilledMidFetch: a controller killed while a task's
+// commits stream into the operator's repository, or right after its
+// branch is set, is restarted and ends with every task's branch, each
+// task run once.
+func TestGitControllerKilledMidFetch(t *testing.T) {
+	for _, point := range []string{controller.CrashMidFetch, controller.CrashAfterImport} {
+		t.Run(strings.ReplaceAll(point, ":", "_"), func(t *testing.T) {
+			t.Parallel()
+			h := newSSHHome(t)
+			srv := h.client.StartServer(t, "n1")
+			h.client.Trust(t, srv)
+			writeFile(t, filepath.Join(h.home, "nodes.yaml"), testController+fmt.Sprintf(`nodes:
+  - name: n1
+    ssh: %s@127.0.0.1:%d
+    slots: 3
+    work_dir: %s
+`, h.client.User, srv.Port, srv.WorkDir))
+			op := gittest.New(t)
+			// Enough content that the pack of a task's result takes more
+			// than one read.
+			op.Write("big.txt", strings.Repeat("base line\n", 1<<16))
+			base := op.Commit("base")
+			ledger := filepath.Join(t.TempDir(), "ledger")
+			dir := filepath.Join(h.home, "specs", "k")
+			writeFile(t, filepath.Join(dir, "project.yaml"), "repo: "+op.Dir+"\ntool: shell\nintegration: false\n")
+			for _, id := range []string{"S01", "S02", "S03"} {
+				writeFile(t, filepath.Join(dir, id+"-t.md"), fmt.Sprintf("echo %s >> %s\nhead -c 300000 /dev/urandom | base64 > %s.txt\n", id, ledger, id))
+			}
+			before := readOperatorState(t, op)
+			r := runDispatch(t, append(h.env, controller.CrashEnv+"="+point), "--home", h.home, "start", "k")
+			if r.code != -1 {
+				t.Fatalf("with %s=%s the controller should have been killed: %s", controller.CrashEnv, point, r)
+			}
+			r = h.run(t, "start", "k")
+			if r.code != 0 {
+				t.Fatalf("restart: %s", r)
+			}
+			runs := map[string]int{}
+			for _, l := range strings.Fields(readFile(t, ledger)) {
+				runs[l]++
+			}
+			refs := op.Git("for-each-ref", "--format=%(refname)", "refs/heads/dispatch/")
+			if refs != "refs/heads/dispatch/k/S01\nrefs/heads/dispatch/k/S02\nrefs/heads/dispatch/k/S03" {
+				t.Errorf("refs after the restart:\n%s", refs)
+			}
+			for _, id := range []string{"S01", "S02", "S03"} {
+				if runs[id] != 1 {
+					t.Errorf("%s ran %d times", id, runs[id])
+				}
+				b := "dispatch/k/" + id
+				if got := op.Git("rev-parse", b+"^"); got != base {
+					t.Errorf("%s's parent is %s, want the base", b, got)
+				}
+				if files := op.Git("diff", "--name-only", base, b); files != id+".txt" {
+					t.Errorf("%s changed %q", b, files)
+				}
+			}
+			if after := readOperatorState(t, op); !equalState(before, after) {
+				t.Errorf("the operator's repository changed:\nbefore %+v\nafter  %+v", before, after)
+			}
+		})
+	}
+}
