@@ -17,6 +17,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +29,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
@@ -327,9 +329,16 @@ func Pack(ctx context.Context, dir, want string, have []string, w io.Writer) err
 
 // Import reads a pack (as Pack writes it) into the repository at dir,
 // checks that commit is a commit descending from base, and points ref
-// (under refs/heads/dispatch/) at it. A pack cut off or corrupt is
-// refused whole and sets no ref; importing the same commit again is
+// (under refs/heads/dispatch/) at it. Importing the same commit again is
 // harmless. Only objects and that ref are written.
+//
+// The pack comes from a node, which may send anything. It is spooled and
+// indexed in a quarantine of its own inside the repository's object
+// directory, as git's receive-pack does: a pack cut off, corrupt, or not
+// completing commit is refused whole and leaves nothing behind; only a
+// pack that passed every check moves into the repository. A header that
+// claims more objects than its bytes can hold is refused before git
+// allocates for them.
 func Import(ctx context.Context, dir string, r io.Reader, commit, base, ref string) error {
 	if !strings.HasPrefix(ref, RefPrefix) {
 		return fmt.Errorf("refusing to set %q: dispatch writes refs under %s only", ref, RefPrefix)
@@ -339,22 +348,150 @@ func Import(ctx context.Context, dir string, r io.Reader, commit, base, ref stri
 		// repository, not in the pack.
 		return fmt.Errorf("the task's result %q is not a commit id", truncate(commit, 80))
 	}
+	objects, err := git(ctx, dir, nil, "rev-parse", "--path-format=absolute", "--git-path", "objects")
+	if err != nil {
+		return err
+	}
+	objDir := line(objects)
+	removeStaleQuarantines(objDir)
+	q, err := os.MkdirTemp(objDir, quarantinePrefix)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(q)
+	if err := os.Mkdir(filepath.Join(q, "pack"), 0o755); err != nil {
+		return err
+	}
+	spool := filepath.Join(q, "incoming")
+	if err := spoolPack(r, spool); err != nil {
+		return err
+	}
+	in, err := os.Open(spool)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	env := []string{"GIT_OBJECT_DIRECTORY=" + q, "GIT_ALTERNATE_OBJECT_DIRECTORIES=" + objDir}
 	cmd := exec.CommandContext(ctx, "git", "index-pack", "--stdin", "--fix-thin", "--strict")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0", "LC_ALL=C")
-	cmd.Stdin = r
+	cmd.Env = append(os.Environ(), append([]string{"GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0", "LC_ALL=C"}, env...)...)
+	cmd.Stdin = in
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
 	if err := cmd.Run(); err != nil {
 		return &gitError{args: []string{"index-pack"}, msg: strings.TrimSpace(errb.String()), err: err}
 	}
-	if t, err := git(ctx, dir, nil, "cat-file", "-t", "--end-of-options", commit); err != nil || line(t) != "commit" {
+	inQ := func(args ...string) ([]byte, error) { return gitEnv(ctx, dir, env, args...) }
+	if t, err := inQ("cat-file", "-t", "--end-of-options", commit); err != nil || line(t) != "commit" {
 		return fmt.Errorf("the task's result %q is not a commit of the pack", commit)
 	}
-	if _, err := git(ctx, dir, nil, "merge-base", "--is-ancestor", base, commit); err != nil {
+	if _, err := inQ("merge-base", "--is-ancestor", base, commit); err != nil {
 		return fmt.Errorf("the task's result %s does not descend from its base %s", commit, base)
 	}
+	if err := migratePacks(filepath.Join(q, "pack"), filepath.Join(objDir, "pack")); err != nil {
+		return err
+	}
 	return SetRef(ctx, dir, ref, commit)
+}
+
+// quarantinePrefix names Import's quarantine directories in a
+// repository's object directory.
+const quarantinePrefix = "dispatch-incoming-"
+
+// removeStaleQuarantines removes the quarantines an Import killed midway
+// left (an hour old: no Import takes that long between its writes).
+func removeStaleQuarantines(objDir string) {
+	old, _ := filepath.Glob(filepath.Join(objDir, quarantinePrefix+"*"))
+	for _, d := range old {
+		if fi, err := os.Lstat(d); err == nil && fi.IsDir() && time.Since(fi.ModTime()) > time.Hour {
+			os.RemoveAll(d)
+		}
+	}
+}
+
+// spoolPack writes r to path and checks its header: a pack, version 2 or
+// 3, with no more objects than its size can hold (each takes at least a
+// few bytes).
+func spoolPack(r io.Reader, path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	size, err := io.Copy(f, r)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("read the pack: %w", err)
+	}
+	hdr := make([]byte, 12)
+	f, err = os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := io.ReadFull(f, hdr); err != nil || string(hdr[:4]) != "PACK" {
+		return fmt.Errorf("not a git pack (%d bytes)", size)
+	}
+	version := binary.BigEndian.Uint32(hdr[4:8])
+	count := int64(binary.BigEndian.Uint32(hdr[8:12]))
+	if version != 2 && version != 3 {
+		return fmt.Errorf("a git pack of unknown version %d", version)
+	}
+	if count > (size-12)/minPackedObject {
+		return fmt.Errorf("the pack claims %d objects in %d bytes", count, size)
+	}
+	return nil
+}
+
+// minPackedObject is the fewest bytes an object takes in a pack: its
+// header and a zlib stream's header, one block and checksum.
+const minPackedObject = 9
+
+// migratePacks moves the packs index-pack wrote into the repository's
+// pack directory, each pack before its index (git reads a pack only
+// through its index).
+func migratePacks(from, to string) error {
+	entries, err := os.ReadDir(from)
+	if err != nil {
+		return err
+	}
+	rank := func(name string) int {
+		switch filepath.Ext(name) {
+		case ".pack":
+			return 0
+		case ".idx":
+			return 2
+		}
+		return 1
+	}
+	slices.SortFunc(entries, func(a, b os.DirEntry) int { return rank(a.Name()) - rank(b.Name()) })
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), "pack-") {
+			continue
+		}
+		dst := filepath.Join(to, e.Name())
+		if _, err := os.Lstat(dst); err == nil {
+			continue // the same pack is there already
+		}
+		if err := os.Rename(filepath.Join(from, e.Name()), dst); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gitEnv is git with extra environment.
+func gitEnv(ctx context.Context, dir string, env []string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), append([]string{"GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0", "LC_ALL=C"}, env...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.Bytes(), &gitError{args: args, msg: strings.TrimSpace(errb.String()), err: err}
+	}
+	return out.Bytes(), nil
 }
 
 func truncate(s string, n int) string {

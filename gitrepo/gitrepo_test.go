@@ -312,4 +312,36 @@ func TestPackAndImport(t *testing.T) {
 	if err := Import(ctx, op.Dir, &stray, other, result, RefPrefix+"demo/S02"); err == nil {
 		t.Error("a result not descending from its base was imported")
 	}
+	packsBefore := op.git("count-objects", "-v")
+	// What a hostile node may send: not a pack, a header that claims
+	// half a billion objects (git would allocate gigabytes for them), a
+	// corrupt body, a pack without the commit named.
+	claims := append([]byte("PACK\x00\x00\x00\x02\x20\x00\x00\x00"), full[12:]...)
+	corrupt := bytes.Clone(full)
+	corrupt[len(corrupt)/2] ^= 0xff
+	for name, b := range map[string][]byte{"not a pack": []byte("hello"), "a huge count": claims, "corrupt": corrupt} {
+		err := Import(ctx, op.Dir, bytes.NewReader(b), result, base, RefPrefix+"demo/S03")
+		if err == nil {
+			t.Errorf("%s: imported", name)
+		}
+		if name == "a huge count" && !strings.Contains(err.Error(), "claims 536870912 objects") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if err := Import(ctx, op.Dir, bytes.NewReader(full), strings.Repeat("ab", 20), base, RefPrefix+"demo/S03"); err == nil {
+		t.Error("a pack without the named commit was imported")
+	}
+	// Nothing of the refused packs is left in the repository.
+	if after := op.git("count-objects", "-v"); after != packsBefore {
+		t.Errorf("refused packs left objects behind:\nbefore %s\nafter %s", packsBefore, after)
+	}
+	objects := filepath.Join(op.Dir, ".git", "objects")
+	left, _ := filepath.Glob(filepath.Join(objects, "pack", "tmp_*"))
+	quarantines, _ := filepath.Glob(filepath.Join(objects, quarantinePrefix+"*"))
+	if len(left)+len(quarantines) > 0 {
+		t.Errorf("left behind: %v %v", left, quarantines)
+	}
+	if refs := op.git("for-each-ref", "--format=%(refname)", RefPrefix); refs != ref {
+		t.Errorf("refs: %q", refs)
+	}
 }
