@@ -321,7 +321,7 @@ func (c *Controller) mergeBranches(ctx context.Context, project string, repo *st
 		if commit == "" {
 			return nil, fmt.Errorf("%s completed without a recorded commit", t.ID)
 		}
-		branches = append(branches, gitrepo.TaskBranch{ID: t.ID, Commit: commit})
+		branches = append(branches, gitrepo.TaskBranch{ID: t.ID, Commit: commit, Base: t.BaseCommit})
 	}
 	m, err := gitrepo.Integrate(ctx, repo.Dir, repo.Commit, branches)
 	if err != nil {

@@ -4,12 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
 	"os"
+	"path"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/dispatch-tool/dispatch/internal/gittest"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
@@ -144,5 +151,101 @@ nodes:
 				t.Errorf("refs set: %s", refs)
 			}
 		})
+	}
+}
+
+// shipCounter counts what a node is sent of a project's repository.
+type shipCounter struct {
+	nodes.Transport
+	mu       sync.Mutex
+	receives int
+	sent     []int64 // bytes of each pack uploaded
+}
+
+func (s *shipCounter) Exec(ctx context.Context, argv []string, stdin []byte) (nodes.Result, error) {
+	if len(argv) > 1 && argv[1] == "git-receive" {
+		s.mu.Lock()
+		s.receives++
+		s.mu.Unlock()
+	}
+	return s.Transport.Exec(ctx, argv, stdin)
+}
+
+func (s *shipCounter) Put(ctx context.Context, p string, r io.Reader, mode fs.FileMode) error {
+	if path.Base(p) != "incoming.pack" {
+		return s.Transport.Put(ctx, p, r, mode)
+	}
+	cr := &countingWriter{}
+	err := s.Transport.Put(ctx, p, io.TeeReader(r, cr), mode)
+	s.mu.Lock()
+	s.sent = append(s.sent, cr.n)
+	s.mu.Unlock()
+	return err
+}
+
+// TestBaseShippedOncePerNode: a node gets a project's base once, however
+// many tasks launch there; when its repository is gone it gets it again;
+// when the base moves, only what it lacks travels.
+func TestBaseShippedOncePerNode(t *testing.T) {
+	op := gittest.New(t)
+	for i := range 300 {
+		op.Write(fmt.Sprintf("src/%03d.txt", i), strings.Repeat(fmt.Sprintf("file %d\n", i), 200))
+	}
+	op.Commit("base")
+	specs := map[string]string{"project.yaml": "tool: shell\nintegration: false\nrepo: " + op.Dir + "\n"}
+	for i := 1; i <= 6; i++ {
+		specs[fmt.Sprintf("S%02d-t.md", i)] = fmt.Sprintf("echo %d > t%d.txt\n", i, i)
+	}
+	h := newHarness(t, "", specs)
+	sc := &shipCounter{Transport: nodes.NewLocal()}
+	h.ctl = New(Options{Home: h.home, Config: h.cfg, Store: h.st, Transports: map[string]nodes.Transport{"local": sc},
+		Wrappers: wrappers, Now: h.clock.Now, Jitter: func() float64 { return 0 }})
+	h.tickUntil("S01 to S06 to complete", func() bool {
+		for i := 1; i <= 6; i++ {
+			if h.task(fmt.Sprintf("S%02d", i)).Status != store.Completed {
+				return false
+			}
+		}
+		return true
+	})
+	if sc.receives != 1 || len(sc.sent) != 1 {
+		t.Fatalf("6 tasks in batches of 2 on one node: %d receives, packs %v; want the base sent once", sc.receives, sc.sent)
+	}
+	first := sc.sent[0]
+
+	// The node's repository is gone: the next launch sends it again.
+	if err := os.RemoveAll(filepath.Join(h.work, "p", "repo.git")); err != nil {
+		t.Fatal(err)
+	}
+	// The base moves by one file: a new start sends only that.
+	op.Write("src/000.txt", "changed\n")
+	op.Write("new.txt", "new\n")
+	op.Commit("moved")
+	addTask := func(id string) {
+		specs[id+"-t.md"] = "echo more > more.txt\n"
+		if err := os.WriteFile(filepath.Join(h.home, "specs", "p", id+"-t.md"), []byte(specs[id+"-t.md"]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p, err := spec.Load(filepath.Join(h.home, "specs"), "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := AddProject(context.Background(), h.st, h.cfg, p, StartOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		h.tickUntil(id+" to complete", func() bool { return h.task(id).Status == store.Completed })
+	}
+	addTask("S07")
+	if sc.receives != 2 || len(sc.sent) != 2 || sc.sent[1] < first/2 {
+		t.Fatalf("after the node's repository was removed: %d receives, packs %v; want the whole base again", sc.receives, sc.sent)
+	}
+	op.Write("src/001.txt", "changed too\n")
+	op.Commit("moved again")
+	addTask("S08")
+	if sc.receives != 3 || len(sc.sent) != 3 || sc.sent[2] > first/20 {
+		t.Fatalf("after the base moved: %d receives, packs %v; want only the change (the whole base was %d bytes)", sc.receives, sc.sent, first)
+	}
+	if tk := h.task("S08"); tk.BaseCommit != op.Git("rev-parse", "HEAD") {
+		t.Errorf("S08 started from %s, want the moved base", tk.BaseCommit)
 	}
 }

@@ -171,6 +171,9 @@ func notes(ctx context.Context, dir, commit, ref string) []string {
 type TaskBranch struct {
 	ID     string
 	Commit string
+	// Base is the commit the task started from, when not Integrate's base
+	// (its changes are counted from there).
+	Base string
 }
 
 // Overlap is a file that more than one task changed.
@@ -202,7 +205,11 @@ type Merge struct {
 func Integrate(ctx context.Context, dir, base string, tasks []TaskBranch) (*Merge, error) {
 	changed := map[string][]string{} // path → tasks, in merge order
 	for _, t := range tasks {
-		out, err := git(ctx, dir, nil, "diff", "--name-only", "-z", "--no-renames", base, t.Commit, "--")
+		from := base
+		if t.Base != "" {
+			from = t.Base
+		}
+		out, err := git(ctx, dir, nil, "diff", "--name-only", "-z", "--no-renames", from, t.Commit, "--")
 		if err != nil {
 			return nil, fmt.Errorf("changes of %s: %w", t.ID, err)
 		}

@@ -122,7 +122,7 @@ func TestIntegrate(t *testing.T) {
 		s01 := r.task(base, map[string]string{"a.txt": "a by S01\n"})
 		s02 := r.task(base, map[string]string{"b.txt": "b by S02\n", "new.txt": "new\n"})
 		before := r.state()
-		m, err := Integrate(ctx, r.Dir, base, []TaskBranch{{"S01", s01}, {"S02", s02}})
+		m, err := Integrate(ctx, r.Dir, base, []TaskBranch{{ID: "S01", Commit: s01}, {ID: "S02", Commit: s02}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,7 +147,7 @@ func TestIntegrate(t *testing.T) {
 		s04 := r.task(base, map[string]string{"shared.txt": "one\nTWO by S04\nthree\n", "a.txt": "a by S04\n"})
 		s05 := r.task(base, map[string]string{"b.txt": "b by S05\n"})
 		before := r.state()
-		m, err := Integrate(ctx, r.Dir, base, []TaskBranch{{"S03", s03}, {"S04", s04}, {"S05", s05}})
+		m, err := Integrate(ctx, r.Dir, base, []TaskBranch{{ID: "S03", Commit: s03}, {ID: "S04", Commit: s04}, {ID: "S05", Commit: s05}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,7 +187,7 @@ func TestIntegrate(t *testing.T) {
 		s06 := r.task(base, map[string]string{"long.txt": lines(2, "S06")})
 		s07 := r.task(base, map[string]string{"long.txt": lines(25, "S07")}) // far away: merges cleanly
 		s08 := r.task(base, map[string]string{"long.txt": lines(2, "S08")})
-		m, err := Integrate(ctx, r.Dir, base, []TaskBranch{{"S06", s06}, {"S07", s07}, {"S08", s08}})
+		m, err := Integrate(ctx, r.Dir, base, []TaskBranch{{ID: "S06", Commit: s06}, {ID: "S07", Commit: s07}, {ID: "S08", Commit: s08}})
 		if err != nil {
 			t.Fatal(err)
 		}
