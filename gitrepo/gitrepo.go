@@ -28,6 +28,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -123,6 +124,9 @@ func Resolve(ctx context.Context, dir, ref string) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkVersion(ctx); err != nil {
+		return nil, err
+	}
 	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
 		return nil, &Problem{Kind: ErrNotRepo, Msg: fmt.Sprintf("repo: %s is not a directory", dir),
 			Fix: "give the path of a git repository on this machine, relative to the project's spec directory or absolute"}
@@ -146,6 +150,50 @@ func Resolve(ctx context.Context, dir, ref string) (*Source, error) {
 	src.Commit = line(out)
 	src.Notes = notes(ctx, abs, src.Commit, ref)
 	return src, nil
+}
+
+// MinVersion is the oldest git the controller works with: merges are
+// computed with `git merge-tree --write-tree` (2.38).
+var MinVersion = [2]int{2, 38}
+
+// ErrOldGit is Resolve's error kind for a git older than MinVersion, or none.
+var ErrOldGit = errors.New("git too old")
+
+// checkVersion checks that this machine's git is at least MinVersion.
+func checkVersion(ctx context.Context) error {
+	out, err := git(ctx, "/", nil, "version")
+	if err != nil {
+		return &Problem{Kind: ErrOldGit, Msg: "git does not run on this machine: " + err.Error(),
+			Fix: fmt.Sprintf("install git %d.%d or later", MinVersion[0], MinVersion[1])}
+	}
+	v, ok := ParseVersion(line(out))
+	if !ok || v[0] < MinVersion[0] || (v[0] == MinVersion[0] && v[1] < MinVersion[1]) {
+		return &Problem{Kind: ErrOldGit, Msg: fmt.Sprintf("%s is too old for repo: projects", line(out)),
+			Fix: fmt.Sprintf("install git %d.%d or later (merges use git merge-tree --write-tree)", MinVersion[0], MinVersion[1])}
+	}
+	return nil
+}
+
+// ParseVersion reads major and minor from `git version` output
+// ("git version 2.39.5", "git version 2.50.1 (Apple Git-155)").
+func ParseVersion(s string) ([2]int, bool) {
+	f := strings.Fields(s)
+	if len(f) < 3 || f[0] != "git" || f[1] != "version" {
+		return [2]int{}, false
+	}
+	parts := strings.SplitN(f[2], ".", 3)
+	if len(parts) < 2 {
+		return [2]int{}, false
+	}
+	var v [2]int
+	for i := range 2 {
+		n, err := strconv.Atoi(parts[i])
+		if err != nil {
+			return [2]int{}, false
+		}
+		v[i] = n
+	}
+	return v, true
 }
 
 // notes says what of the repository is not shipped as one may expect.

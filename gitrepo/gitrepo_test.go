@@ -345,3 +345,16 @@ func TestPackAndImport(t *testing.T) {
 		t.Errorf("refs: %q", refs)
 	}
 }
+
+func TestParseVersion(t *testing.T) {
+	for in, want := range map[string][2]int{"git version 2.39.5": {2, 39}, "git version 2.50.1 (Apple Git-155)": {2, 50}, "git version 3.0": {3, 0}} {
+		if got, ok := ParseVersion(in); !ok || got != want {
+			t.Errorf("ParseVersion(%q) = %v, %v; want %v", in, got, ok, want)
+		}
+	}
+	for _, bad := range []string{"", "git version", "hg version 2.38", "git version x.y"} {
+		if _, ok := ParseVersion(bad); ok {
+			t.Errorf("ParseVersion(%q) succeeded", bad)
+		}
+	}
+}
