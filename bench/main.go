@@ -51,7 +51,7 @@ type section struct {
 // finding is one paragraph; key orders them (findingOrder).
 type finding struct{ key, text string }
 
-var findingOrder = []string{"throughput", "tick", "memory", "detection", "chain", "sessions"}
+var findingOrder = []string{"throughput", "tick", "memory", "detection", "chain", "repo", "sessions"}
 
 var scenarios = []struct {
 	name string
@@ -62,6 +62,7 @@ var scenarios = []struct {
 	{"memory", benchMemory},
 	{"detection", benchDetection},
 	{"chain", benchChain},
+	{"repo", benchRepo},
 }
 
 func main() {
@@ -69,7 +70,7 @@ func main() {
 	flag.StringVar(&o.dispatch, "dispatch", "bin/dispatch", "the dispatch binary (make build)")
 	flag.StringVar(&o.out, "out", "bench/RESULTS.md", "where to write the results")
 	flag.StringVar(&o.outDir, "profiles", "bench/out", "where to write CPU and heap profiles")
-	only := flag.String("only", "", "comma-separated scenarios to run (throughput,tick,detection,memory,chain); default all")
+	only := flag.String("only", "", "comma-separated scenarios to run (throughput,tick,detection,memory,chain,repo); default all")
 	flag.StringVar(&o.command, "command", "", "the command line to record in RESULTS.md (default: this one)")
 	flag.Parse()
 	o.quick = os.Getenv("BENCH_QUICK") == "1"

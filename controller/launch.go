@@ -398,6 +398,11 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		// Its repository is on the node (shipBases).
 		launch.Repo = &wrapper.LaunchRepo{Dir: nodeRepo(inst, t.Project), Base: t.BaseCommit,
 			Branch: TaskBranch(t.Project, t.ID), Message: fmt.Sprintf("%s: %s (attempt %d)", t.ID, t.Title, t.Attempt)}
+		if opts.Repo != nil && t.BaseCommit == opts.Repo.Commit && !store.IsPhaseID(t.ID) {
+			// The author tasks share their base: a spare checkout made
+			// after one launch saves the next the checkout of the tree.
+			launch.Repo.Spares = min(max(n.cfg.Slots, 1), 64)
+		}
 	case t.BaseDir != "" && treeHasFiles(t.BaseDir):
 		// An empty tree needs no copy (and would leave no directory to copy).
 		launch.Base = baseDirName

@@ -3,6 +3,8 @@ package wrapper
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // The node's side of git-native projects (issue 12).
@@ -210,16 +213,195 @@ func initRepo(ctx context.Context, repo string) error {
 
 // prepareRepoWorkspace makes out (which must not exist) a working tree of
 // repo on a new branch at base: a clone sharing repo's objects, so that
-// the tools find the git repository they expect.
-func prepareRepoWorkspace(ctx context.Context, repo, base, branch, out string) error {
+// the tools find the git repository they expect. With spares, a ready
+// checkout of base (see makeSpare) is taken when there is one: a rename,
+// instead of writing every file of the tree. It also makes the private
+// git directory gitDir the result is recorded in (see snapshotWorkspace),
+// with a copy of the fresh checkout's index: its file stats spare the
+// recording from hashing every file of the tree again. It reports
+// whether a spare was taken.
+func prepareRepoWorkspace(ctx context.Context, repo, base, branch, out, gitDir string, spares bool) (bool, error) {
 	if !IsCommitID(base) {
-		return fmt.Errorf("base %q is not a full commit id", base)
+		return false, fmt.Errorf("base %q is not a full commit id", base)
 	}
-	if _, err := runGit(ctx, "/", nil, nil, "clone", "-q", "--shared", "--no-checkout", "--", repo, out); err != nil {
+	spare := spares && claimSpare(repo, base, out)
+	if !spare {
+		if _, err := runGit(ctx, "/", nil, nil, "clone", "-q", "--shared", "--no-checkout", "--", repo, out); err != nil {
+			return false, err
+		}
+	}
+	if _, err := runGit(ctx, out, nil, nil, "checkout", "-q", "-b", branch, base); err != nil {
+		return spare, err
+	}
+	// Read before the tool starts: the task cannot have touched it yet.
+	index, err := os.ReadFile(filepath.Join(out, ".git", "index"))
+	if err != nil {
+		index = nil // recorded the slow way
+	}
+	return spare, initSnapshotDir(ctx, repo, gitDir, index)
+}
+
+// Spares: ready checkouts of a base, made in the background after a
+// launch (`git-spare`), so that the next launch of the project's tasks on
+// the node renames one into place. They live in
+// <work_dir>/<project>/spares/<base>/ready-*, built under tmp-* and renamed
+// when whole; a rename is atomic, so two launches never take the same one.
+const (
+	sparesDirName = "spares"
+	sparePrefix   = "ready-"
+	spareTmp      = "tmp-"
+	// spareStale is how long an unfinished spare, or the spares of a base
+	// no launch has used, are left before the next git-spare removes them.
+	spareStale = 10 * time.Minute
+)
+
+func spareDir(repo, base string) string {
+	return filepath.Join(filepath.Dir(repo), sparesDirName, base)
+}
+
+// claimSpare moves a ready checkout of base into out.
+func claimSpare(repo, base, out string) bool {
+	dir := spareDir(repo, base)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	// The supervisor made out empty; os.Rename does not replace a
+	// directory, and a non-empty one is not given up.
+	if err := os.Remove(out); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), sparePrefix) {
+			continue
+		}
+		if os.Rename(filepath.Join(dir, e.Name()), out) == nil {
+			now := time.Now()
+			os.Chtimes(dir, now, now) // this base is in use
+			return true
+		}
+	}
+	return false
+}
+
+// makeSpare adds a ready checkout of base unless max are there already,
+// and removes what is stale: unfinished spares, and the spares of other
+// bases no launch used for spareStale.
+func makeSpare(ctx context.Context, repo, base string, max int) error {
+	root := filepath.Join(filepath.Dir(repo), sparesDirName)
+	dir := spareDir(repo, base)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	_, err := runGit(ctx, out, nil, nil, "checkout", "-q", "-b", branch, base)
-	return err
+	stale := time.Now().Add(-spareStale)
+	if others, err := os.ReadDir(root); err == nil {
+		for _, o := range others {
+			if fi, err := o.Info(); err == nil && o.Name() != base && fi.ModTime().Before(stale) {
+				os.RemoveAll(filepath.Join(root, o.Name()))
+			}
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	ready := 0
+	for _, e := range entries {
+		switch {
+		case strings.HasPrefix(e.Name(), sparePrefix):
+			ready++
+		case strings.HasPrefix(e.Name(), spareTmp):
+			if fi, err := e.Info(); err == nil && fi.ModTime().Before(stale) {
+				os.RemoveAll(filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+	if ready >= max {
+		return nil
+	}
+	tmp, err := os.MkdirTemp(dir, spareTmp)
+	if err != nil {
+		return err
+	}
+	if _, err := runGit(ctx, "/", nil, nil, "clone", "-q", "--shared", "--no-checkout", "--", repo, tmp); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	if _, err := runGit(ctx, tmp, nil, nil, "checkout", "-q", "--detach", base); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	// Files written in the second the index was are "racily clean": git
+	// would read them all again when the spare is taken. Rewritten a
+	// second later, the index vouches for them.
+	time.Sleep(time.Second)
+	if _, err := runGit(ctx, tmp, nil, nil, "update-index", "-q", "--really-refresh"); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	final := filepath.Join(dir, sparePrefix+strings.TrimPrefix(filepath.Base(tmp), spareTmp))
+	if err := os.Rename(tmp, final); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	return nil
+}
+
+// cmdGitSpare makes one spare checkout of --base from --repo, unless --max
+// are ready; the supervisor starts it in the background after a launch.
+func cmdGitSpare(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("git-spare")
+	repoArg := fs.String("repo", "", "the project's repository on the node")
+	base := fs.String("base", "", "the base commit to check out")
+	max := fs.Int("max", 1, "how many spares of the base may be ready")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	repo, err := repoFlag("git-spare", *repoArg)
+	if err != nil {
+		return err
+	}
+	if !IsCommitID(*base) {
+		return usageErrorf("git-spare: --base %q is not a full commit id", *base)
+	}
+	if *max < 1 || *max > 64 {
+		return usageErrorf("git-spare: --max %d: want 1 to 64", *max)
+	}
+	background() // a launch may be preparing beside it
+	if err := makeSpare(ctx, repo, *base, *max); err != nil {
+		return ioError(err)
+	}
+	return printJSON(stdout, struct{}{})
+}
+
+// snapshotIndex is the index file in a snapshot git directory.
+const snapshotIndex = "snapshot.index"
+
+// initSnapshotDir makes gitDir afresh: a private bare repository borrowing
+// repo's objects, holding index (when not nil) as its snapshot index.
+func initSnapshotDir(ctx context.Context, repo, gitDir string, index []byte) error {
+	if err := os.RemoveAll(gitDir); err != nil {
+		return err
+	}
+	if err := initRepo(ctx, gitDir); err != nil {
+		return err
+	}
+	alt := filepath.Join(repo, "objects") + "\n"
+	if err := os.WriteFile(filepath.Join(gitDir, "objects", "info", "alternates"), []byte(alt), 0o600); err != nil {
+		return err
+	}
+	if index != nil {
+		return os.WriteFile(filepath.Join(gitDir, snapshotIndex), index, 0o600)
+	}
+	return nil
+}
+
+// SnapshotDirOf is where the wrapper at wrapperPath keeps task directory
+// dir's private git directory (snapshotDir), for `dispatch cleanup` to
+// remove with the task directory.
+func SnapshotDirOf(wrapperPath, dir string) string {
+	sum := sha256.Sum256([]byte(filepath.Clean(dir)))
+	return filepath.Join(filepath.Dir(wrapperPath), ctlDirName, hex.EncodeToString(sum[:])+".git")
 }
 
 // snapshotDir is the private git directory the wrapper records task dir's
@@ -240,24 +422,23 @@ func snapshotWorkspace(ctx context.Context, repo, gitDir, out, base, branch, aut
 	if !IsCommitID(base) {
 		return "", fmt.Errorf("base %q is not a full commit id", base)
 	}
-	if err := os.RemoveAll(gitDir); err != nil {
-		return "", err
+	if _, err := os.Stat(filepath.Join(gitDir, "objects", "info", "alternates")); err != nil {
+		// Not prepared by prepareRepoWorkspace (an attempt that resumed
+		// an earlier one's workspace): every file is hashed.
+		if err := initSnapshotDir(ctx, repo, gitDir, nil); err != nil {
+			return "", err
+		}
 	}
-	if err := initRepo(ctx, gitDir); err != nil {
-		return "", err
-	}
-	alt := filepath.Join(repo, "objects") + "\n"
-	if err := os.WriteFile(filepath.Join(gitDir, "objects", "info", "alternates"), []byte(alt), 0o600); err != nil {
-		return "", err
-	}
-	env := []string{"GIT_DIR=" + gitDir, "GIT_WORK_TREE=" + out, "GIT_INDEX_FILE=" + filepath.Join(gitDir, "snapshot.index"),
+	env := []string{"GIT_DIR=" + gitDir, "GIT_WORK_TREE=" + out, "GIT_INDEX_FILE=" + filepath.Join(gitDir, snapshotIndex),
 		"GIT_AUTHOR_NAME=" + author, "GIT_AUTHOR_EMAIL=dispatch@localhost",
 		"GIT_COMMITTER_NAME=dispatch", "GIT_COMMITTER_EMAIL=dispatch@localhost"}
 	core := []string{"-c", "core.bare=false", "-c", "core.excludesFile=" + os.DevNull, "-c", "core.attributesFile=" + os.DevNull}
 	git := func(args ...string) ([]byte, error) {
 		return runGit(ctx, out, env, nil, append(core, args...)...)
 	}
-	if _, err := git("read-tree", base); err != nil {
+	// -m keeps the stats of the entries the base holds as they are, so
+	// that only files changed since the checkout are read.
+	if _, err := git("read-tree", "-m", base); err != nil {
 		return "", err
 	}
 	if _, err := git("add", "-A", "--", "."); err != nil {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dispatch-tool/dispatch/internal/gittest"
 )
@@ -118,8 +120,15 @@ func TestRepoWorkspaceSnapshot(t *testing.T) {
 	gitCall(t, string(op.Pack(base)), "git-receive", "--repo", repo, "--commit", base)
 
 	out := filepath.Join(root, "demo", "tasks", "S01", "output")
-	if err := prepareRepoWorkspace(ctx, repo, base, "dispatch/demo/S01", out); err != nil {
+	// The private git directory the wrapper binary keeps for this task.
+	taskDir := filepath.Dir(out)
+	gitDir := SnapshotDirOf(wrapperBin, taskDir)
+	t.Cleanup(func() { os.RemoveAll(gitDir) })
+	if _, err := prepareRepoWorkspace(ctx, repo, base, "dispatch/demo/S01", out, gitDir, false); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(gitDir, snapshotIndex)); err != nil {
+		t.Errorf("no copy of the checkout's index: %v", err)
 	}
 	ws := &gittest.Repo{T: t, Dir: out}
 	if b := ws.Git("symbolic-ref", "HEAD"); b != "refs/heads/dispatch/demo/S01" {
@@ -147,10 +156,6 @@ func TestRepoWorkspaceSnapshot(t *testing.T) {
 	ws.Write(".git/hooks/pre-commit", trap)
 	os.Chmod(filepath.Join(out, ".git", "hooks", "pre-commit"), 0o755)
 
-	// The private git directory the wrapper binary keeps for this task.
-	taskDir := filepath.Dir(out)
-	gitDir := strings.TrimSuffix((&testTask{dir: taskDir}).recordFile(), ".json") + ".git"
-	t.Cleanup(func() { os.RemoveAll(gitDir) })
 	commit, err := snapshotWorkspace(ctx, repo, gitDir, out, base, "dispatch/demo/S01", "dispatch S01", "S01: the title (attempt 1)")
 	if err != nil {
 		t.Fatal(err)
@@ -208,11 +213,25 @@ func TestRepoWorkspaceSnapshot(t *testing.T) {
 
 	// A workspace left as it was is the base itself.
 	out2 := filepath.Join(root, "demo", "tasks", "S02", "output")
-	if err := prepareRepoWorkspace(ctx, repo, base, "dispatch/demo/S02", out2); err != nil {
+	s02 := filepath.Join(root, "private", "S02.git")
+	if _, err := prepareRepoWorkspace(ctx, repo, base, "dispatch/demo/S02", out2, s02, false); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := snapshotWorkspace(ctx, repo, filepath.Join(root, "private", "S02.git"), out2, base, "dispatch/demo/S02", "dispatch S02", "S02"); err != nil || c != base {
+	if c, err := snapshotWorkspace(ctx, repo, s02, out2, base, "dispatch/demo/S02", "dispatch S02", "S02"); err != nil || c != base {
 		t.Errorf("unchanged workspace: %s %v, want the base", c, err)
+	}
+	// Without the prepared directory (a resumed attempt's), every file is
+	// read: the same result.
+	ws2 := &gittest.Repo{T: t, Dir: out2}
+	ws2.Write("keep.txt", "kept no more\n")
+	for _, dir := range []string{s02, filepath.Join(root, "private", "S02-cold.git")} {
+		c, err := snapshotWorkspace(ctx, repo, dir, out2, base, "dispatch/demo/S02", "dispatch S02", "S02")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ws2.Git("--git-dir", dir, "show", c+":keep.txt"); got != "kept no more" {
+			t.Errorf("snapshot in %s: keep.txt = %q", dir, got)
+		}
 	}
 }
 
@@ -234,7 +253,7 @@ func TestGitNativeAttempt(t *testing.T) {
 
 	tk := newTask(t, root, Launch{Task: "S01", Repo: lr("S01"),
 		Command: shell(`test "$(git symbolic-ref --short HEAD)" = dispatch/demo/S01 && echo edited >> README && echo x > new.txt`)})
-	t.Cleanup(func() { os.RemoveAll(strings.TrimSuffix(tk.recordFile(), ".json") + ".git") })
+	t.Cleanup(func() { os.RemoveAll(SnapshotDirOf(wrapperBin, tk.dir)) })
 	tk.run(t, "")
 	st := tk.waitFinal(t)
 	if st.Status != StatusCompleted || !IsCommitID(st.Commit) {
@@ -267,4 +286,95 @@ func TestGitNativeAttempt(t *testing.T) {
 	bad := newTask(t, root, Launch{Task: "S03", Repo: lr("S03"), Base: "base", Command: shell("true")})
 	out, code = runWrapper(t, "", "run", "--dir", bad.dir)
 	wantError(t, out, code, KindUsage)
+}
+
+// TestGitSpares: a spare checkout made after a launch is taken whole by the
+// next one (a rename), once; at most --max are kept; unfinished spares and
+// those of a base no launch uses are removed in time.
+func TestGitSpares(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	op := gittest.New(t)
+	for i := range 50 {
+		op.Write(filepath.Join("src", strings.Repeat("d", i%4), "f"+strings.Repeat("x", i%7)+".txt"), strings.Repeat("x\n", i))
+	}
+	op.Write("run.sh", "#!/bin/sh\n")
+	os.Chmod(filepath.Join(op.Dir, "run.sh"), 0o755)
+	base := op.Commit("base")
+	root := t.TempDir()
+	repo := filepath.Join(root, "demo", "repo.git")
+	gitCall(t, string(op.Pack(base)), "git-receive", "--repo", repo, "--commit", base)
+	spares := filepath.Join(root, "demo", "spares", base)
+	ready := func() int {
+		m, _ := filepath.Glob(filepath.Join(spares, sparePrefix+"*"))
+		return len(m)
+	}
+
+	for range 3 {
+		out, code := runWrapper(t, "", "git-spare", "--repo", repo, "--base", base, "--max", "2")
+		if code != 0 {
+			t.Fatalf("git-spare: %s", out)
+		}
+	}
+	if n := ready(); n != 2 {
+		t.Fatalf("%d spares ready after three git-spare --max 2, want 2", n)
+	}
+	for i, wantSpare := range []bool{true, true, false} {
+		out := filepath.Join(root, "demo", "tasks", fmt.Sprintf("S0%d", i+1), "output")
+		os.MkdirAll(out, 0o755) // as the supervisor leaves it
+		gitDir := filepath.Join(root, "private", fmt.Sprintf("S0%d.git", i+1))
+		spare, err := prepareRepoWorkspace(ctx, repo, base, fmt.Sprintf("dispatch/demo/S0%d", i+1), out, gitDir, true)
+		if err != nil || spare != wantSpare {
+			t.Fatalf("launch %d: spare %v, %v; want %v", i+1, spare, err, wantSpare)
+		}
+		ws := &gittest.Repo{T: t, Dir: out}
+		if b := ws.Git("symbolic-ref", "HEAD"); b != fmt.Sprintf("refs/heads/dispatch/demo/S0%d", i+1) {
+			t.Errorf("launch %d: on %s", i+1, b)
+		}
+		if st := ws.Git("status", "--porcelain"); st != "" {
+			t.Errorf("launch %d: the workspace is not the base: %s", i+1, st)
+		}
+		if fi, err := os.Stat(filepath.Join(out, "run.sh")); err != nil || fi.Mode().Perm()&0o100 == 0 {
+			t.Errorf("launch %d: run.sh %v %v", i+1, fi, err)
+		}
+		ws.Write("new.txt", "new\n")
+		c, err := snapshotWorkspace(ctx, repo, gitDir, out, base, fmt.Sprintf("dispatch/demo/S0%d", i+1), "dispatch", "m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ws.Git("--git-dir", gitDir, "diff", "--name-only", base, c); got != "new.txt" {
+			t.Errorf("launch %d: recorded %q", i+1, got)
+		}
+	}
+	if n := ready(); n != 0 {
+		t.Errorf("%d spares left after three launches took two", n)
+	}
+
+	// Stale: an unfinished spare, and the spares of a base unused for long.
+	old := time.Now().Add(-2 * spareStale)
+	tmp := filepath.Join(spares, spareTmp+"dead")
+	os.MkdirAll(tmp, 0o700)
+	os.Chtimes(tmp, old, old)
+	other := filepath.Join(root, "demo", "spares", strings.Repeat("ab", 20))
+	os.MkdirAll(filepath.Join(other, sparePrefix+"x"), 0o700)
+	os.Chtimes(other, old, old)
+	if out, code := runWrapper(t, "", "git-spare", "--repo", repo, "--base", base, "--max", "1"); code != 0 {
+		t.Fatalf("git-spare: %s", out)
+	}
+	for _, p := range []string{tmp, other} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s is left", p)
+		}
+	}
+	if n := ready(); n != 1 {
+		t.Errorf("%d spares ready, want 1", n)
+	}
+	for _, args := range [][]string{
+		{"git-spare", "--repo", repo, "--base", "main"},
+		{"git-spare", "--repo", repo, "--base", base, "--max", "0"},
+		{"git-spare", "--repo", "relative/repo.git", "--base", base},
+	} {
+		out, code := runWrapper(t, "", args...)
+		wantError(t, out, code, KindUsage)
+	}
 }

@@ -109,6 +109,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdGitHave(ctx, rest, stdout)
 	case "git-pack":
 		err = cmdGitPack(ctx, rest, stdout)
+	case "git-spare":
+		err = cmdGitSpare(ctx, rest, stdout)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stderr, usageText)
 		return 0

@@ -526,8 +526,17 @@ func (s *supervisor) attempt() outcome {
 		if s.stopping() {
 			return outcome{code: -1}
 		}
-		if err := prepareRepoWorkspace(context.Background(), r.Dir, r.Base, r.Branch, out); err != nil {
+		gitDir, err := snapshotDir(s.dir)
+		spare := false
+		if err == nil {
+			spare, err = prepareRepoWorkspace(context.Background(), r.Dir, r.Base, r.Branch, out, gitDir, r.Spares > 0)
+		}
+		if err != nil {
 			return outcome{code: -1, startErr: fmt.Sprintf("prepare the git workspace: %v", err)}
+		}
+		if r.Spares > 0 {
+			s.logger.Info("git workspace ready", "from_spare", spare)
+			s.startSpare(r)
 		}
 	}
 	if s.launch.Setup != "" {
@@ -591,6 +600,32 @@ func (s *supervisor) attempt() outcome {
 		res.commit, res.resultErr = s.snapshot(r, out)
 	}
 	return res
+}
+
+// startSpare starts `git-spare` in the background, in a session of its
+// own, for the next launch of the project on this node to find a ready
+// checkout of r's base. It outlives the attempt; its failure costs only
+// a slower next launch (wrapper.log says why it could not start).
+func (s *supervisor) startSpare(r *LaunchRepo) {
+	exe, err := os.Executable()
+	if err != nil {
+		s.logger.Warn("no spare checkout", logKeyErr, err)
+		return
+	}
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		s.logger.Warn("no spare checkout", logKeyErr, err)
+		return
+	}
+	defer null.Close()
+	cmd := &exec.Cmd{Path: exe, Args: []string{exe, "git-spare", "--repo", r.Dir, "--base", r.Base, "--max", strconv.Itoa(r.Spares)},
+		Dir: "/", Stdin: null, Stdout: null, Stderr: null, Env: gitEnv(),
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
+	if err := cmd.Start(); err != nil {
+		s.logger.Warn("no spare checkout", logKeyErr, err)
+		return
+	}
+	go cmd.Wait() // reaped while this supervisor lives; adopted by init after
 }
 
 // snapshot records a git-native task's workspace as one commit (see

@@ -121,6 +121,10 @@ type LaunchRepo struct {
 	Base    string `json:"base"`
 	Branch  string `json:"branch"`
 	Message string `json:"message,omitempty"`
+	// Spares, when positive, lets the workspace be a spare checkout of
+	// Base made after an earlier launch, and keeps up to that many ready
+	// for the next launches (see git-spare).
+	Spares int `json:"spares,omitempty"`
 }
 
 func (r *LaunchRepo) check() error {
@@ -129,6 +133,9 @@ func (r *LaunchRepo) check() error {
 	}
 	if !IsCommitID(r.Base) {
 		return fmt.Errorf("repo.base %q is not a full commit id", r.Base)
+	}
+	if r.Spares < 0 || r.Spares > 64 {
+		return fmt.Errorf("repo.spares %d: want 0 to 64", r.Spares)
 	}
 	if !strings.HasPrefix(r.Branch, "dispatch/") || strings.Contains(r.Branch, "..") || strings.ContainsAny(r.Branch, " ~^:?*[\\\x00") || strings.HasSuffix(r.Branch, "/") {
 		return fmt.Errorf("repo.branch %q: want a branch name under dispatch/", r.Branch)

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"path"
 	"strings"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/wrapper"
 )
 
 func cleanupCommand() *cli.Command {
@@ -108,13 +111,29 @@ func removeWorkspace(ctx context.Context, cfg *nodes.Config, n nodes.Node, env n
 			dead = append(dead, ts.Dir)
 		}
 	}
+	// A git-native task's result is recorded in a private git directory
+	// of the wrapper's, outside the task directory: it goes with it.
+	removeSnapshots := func(dirs []string) error {
+		for _, d := range dirs {
+			if err := tr.Remove(ctx, wrapper.SnapshotDirOf(inst.Path, d)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+		return nil
+	}
 	if len(live) == 0 {
-		return tr.Remove(ctx, path.Join(inst.WorkDir, project))
+		if err := tr.Remove(ctx, path.Join(inst.WorkDir, project)); err != nil {
+			return err
+		}
+		return removeSnapshots(dead)
 	}
 	for _, d := range dead {
 		if err := tr.Remove(ctx, d); err != nil {
 			return err
 		}
+	}
+	if err := removeSnapshots(dead); err != nil {
+		return err
 	}
 	return fmt.Errorf("kept %s: a wrapper still runs an attempt there (removed the other task directories); "+
 		"`dispatch start %s` kills such attempts, or on the node: %s kill --dir <dir>; then run cleanup again",

@@ -213,6 +213,31 @@ func TestGitNativeProject(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(h.home, "runs", "g", "final", "verdict.json")); err == nil {
 		t.Error("final/ holds the verifier's verdict.json")
 	}
+
+	// cleanup removes the workspaces, the nodes' repositories and the
+	// wrapper's private records of the results.
+	snapshots := func() []string {
+		var all []string
+		for _, s := range []*sshdtest.Server{s1, s2} {
+			m, _ := filepath.Glob(filepath.Join(s.WorkDir, "*", ".ctl", "*.git"))
+			all = append(all, m...)
+		}
+		return all
+	}
+	if len(snapshots()) == 0 {
+		t.Fatal("no private git directory of a result on the nodes")
+	}
+	if r := h.run(t, "cleanup", "g", "--yes"); r.code != 0 {
+		t.Fatalf("cleanup: %s", r)
+	}
+	if left := snapshots(); len(left) > 0 {
+		t.Errorf("cleanup left %v", left)
+	}
+	for _, s := range []*sshdtest.Server{s1, s2} {
+		if _, err := os.Stat(filepath.Join(s.WorkDir, "g")); err == nil {
+			t.Errorf("cleanup left %s", filepath.Join(s.WorkDir, "g"))
+		}
+	}
 }
 
 func equalState(a, b operatorState) bool {

@@ -1,0 +1,11 @@
+//go:build !linux
+
+package wrapper
+
+import "syscall"
+
+// background lowers this process's CPU priority (nice 10), for work no
+// attempt waits for; its children inherit it.
+func background() {
+	_ = syscall.Setpriority(syscall.PRIO_PROCESS, 0, 10)
+}
