@@ -302,8 +302,11 @@ func (c *Controller) final(ctx context.Context, p store.Project, opts store.Proj
 
 // mergedBranches is the merge of a project's task branches.
 type mergedBranches struct {
-	Commit    string
-	Changed   []string
+	Commit  string
+	Changed []string
+	// Overlaps are the files more than one task changed, listed before
+	// the merge; Conflicts those git could not merge.
+	Overlaps  []store.Conflict
 	Conflicts []store.Conflict
 }
 
@@ -331,6 +334,9 @@ func (c *Controller) mergeBranches(ctx context.Context, project string, repo *st
 		return nil, err
 	}
 	out := &mergedBranches{Commit: m.Commit, Changed: m.Changed}
+	for _, o := range m.Overlaps {
+		out.Overlaps = append(out.Overlaps, store.Conflict{Path: o.Path, Tasks: o.Tasks})
+	}
 	for _, cf := range m.Conflicts {
 		out.Conflicts = append(out.Conflicts, store.Conflict{Path: cf.Path, Tasks: cf.Tasks})
 	}

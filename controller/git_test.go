@@ -58,12 +58,14 @@ func TestIntegrationPromptOfAGitProject(t *testing.T) {
 	err := templates.ExecuteTemplate(&buf, "integration.md", map[string]any{
 		"Project": "g", "Tasks": []store.Task{{ID: "S01", Title: "one", Status: store.Completed}, {ID: "S02", Title: "two", Status: store.Completed}},
 		"Files": []string{"a.txt", "shared.txt"}, "Git": true,
-		"Conflicts": []store.Conflict{{Path: "shared.txt", Tasks: []string{"S01", "S02"}}}})
+		"Conflicts": []store.Conflict{{Path: "shared.txt", Tasks: []string{"S01", "S02"}}},
+		"Overlaps":  []store.Conflict{{Path: "shared.txt", Tasks: []string{"S01", "S02", "S03"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := buf.String()
-	for _, want := range []string{"git working tree", "The files the tasks changed", "- `a.txt`", "- `shared.txt`: S01, S02", "<<<<<<<"} {
+	for _, want := range []string{"git working tree", "The files the tasks changed", "- `a.txt`", "- `shared.txt`: S01, S02\n", "<<<<<<<",
+		"Files more than one task changed", "- `shared.txt`: S01, S02, S03"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("the prompt lacks %q:\n%s", want, s)
 		}

@@ -114,13 +114,13 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 		}
 		var from taskBase
 		var files []string
-		var conflicts []store.Conflict
+		var overlaps, conflicts []store.Conflict
 		if opts.Repo != nil {
 			m, err := c.mergeBranches(ctx, p.Name, opts.Repo, author, runs)
 			if err != nil {
 				return false, fmt.Errorf("merge the task branches of %s: %w", p.Name, err)
 			}
-			from, files, conflicts = taskBase{Commit: m.Commit}, m.Changed, m.Conflicts
+			from, files, overlaps, conflicts = taskBase{Commit: m.Commit}, m.Changed, m.Overlaps, m.Conflicts
 		} else {
 			merged := filepath.Join(runsDir, "merged")
 			files, conflicts, err = c.merge(ctx, p.Name, author, merged)
@@ -131,11 +131,19 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 		}
 		var buf bytes.Buffer
 		if err := templates.ExecuteTemplate(&buf, "integration.md", map[string]any{
-			"Project": p.Name, "Tasks": author, "Files": files, "Conflicts": conflicts, "Git": opts.Repo != nil}); err != nil {
+			"Project": p.Name, "Tasks": author, "Files": files, "Conflicts": conflicts, "Overlaps": overlaps, "Git": opts.Repo != nil}); err != nil {
 			return false, err
 		}
+		msg := fmt.Sprintf("merged %d files from %d tasks, %d conflicts", len(files), len(author), len(conflicts))
+		if opts.Repo != nil {
+			msg = fmt.Sprintf("merged the branches of %d tasks (%d files changed, %d by more than one task), %d conflicts",
+				len(author), len(files), len(overlaps), len(conflicts))
+			for _, o := range overlaps {
+				msg += fmt.Sprintf("; %s changed by %s", o.Path, strings.Join(o.Tasks, ", "))
+			}
+		}
 		return false, c.startPhaseTask(ctx, p, opts, store.IntegrationID, "integration", "Integrate the outputs", buf.Bytes(), from, store.PhaseIntegration,
-			fmt.Sprintf("merged %d files from %d tasks, %d conflicts", len(files), len(author), len(conflicts)),
+			msg,
 			func(tx *store.Tx) error { return tx.PutConflicts(ctx, p.Name, conflicts) })
 
 	case store.PhaseIntegration:

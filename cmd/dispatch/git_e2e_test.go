@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -182,6 +183,15 @@ func TestGitNativeProject(t *testing.T) {
 	}
 	if rep.Result != "passed" || len(rep.Conflicts) != 1 || rep.Conflicts[0].Path != "shared.txt" || !slices.Equal(rep.Conflicts[0].Tasks, []string{"S01", "S02"}) {
 		t.Errorf("report: %+v", rep)
+	}
+	// Before merging, the files more than one task changed are listed.
+	evs, _ := openStore(t, h.home).Events(context.Background(), "g", 0, 0)
+	listed := false
+	for _, e := range evs {
+		listed = listed || strings.Contains(e.Message, "shared.txt changed by S01, S03, S02")
+	}
+	if !listed {
+		t.Error("no event lists shared.txt as changed by S01, S03 and S02")
 	}
 	md := readFile(t, filepath.Join(h.home, "runs", "g", "report.md"))
 	if !strings.Contains(md, "shared.txt") || !strings.Contains(md, "dispatch/g/final") || !strings.Contains(md, branches["dispatch/g/final"][:12]) {
