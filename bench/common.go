@@ -55,9 +55,9 @@ func fmtS(s float64) string {
 	switch {
 	case math.IsNaN(s):
 		return "–"
-	case s >= 10:
+	case s >= 9.95:
 		return fmt.Sprintf("%.1f s", s)
-	case s >= 1:
+	case s >= 0.9995: // 0.9996 s reads 1.00 s, not 1000 ms
 		return fmt.Sprintf("%.2f s", s)
 	default:
 		return fmt.Sprintf("%.0f ms", s*1000)
