@@ -262,6 +262,20 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 	})
 }
 
+// remoteArchive runs argv, a wrapper command that writes the file archive
+// on n, within the call's deadline plus extra (for the archive's size);
+// remove removes the archive, whatever happened (call it when done).
+func (c *Controller) remoteArchive(ctx context.Context, n *nodeRuntime, archive string, extra time.Duration, argv []string) (res nodes.Result, remove func(), err error) {
+	cctx, cancel := context.WithTimeout(ctx, c.callTimeout()+extra)
+	res, err = n.tr.Exec(cctx, argv, nil)
+	cancel()
+	return res, func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.callTimeout())
+		defer cancel()
+		_ = n.tr.Remove(rctx, archive)
+	}, err
+}
+
 // tarThreshold is the number of output files above which a collection
 // fetches output/ as one tar archive: below it, a few transfers of their
 // own cost less than starting `wrapper tar`.
@@ -292,14 +306,9 @@ func (c *Controller) fetchTree(ctx context.Context, n *nodeRuntime, r store.Run,
 		listed += max(f.Size, 0)
 	}
 	archive := path.Join(path.Dir(remote), ".output.tar")
-	tctx, cancel := context.WithTimeout(ctx, c.callTimeout()+time.Duration(min(listed, limit)/(4<<20))*time.Second)
-	res, err := n.tr.Exec(tctx, []string{inst.Path, "tar", "--dir", remote, "--out", archive, "--max-bytes", strconv.FormatInt(limit, 10)}, nil)
-	cancel()
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.callTimeout())
-		defer cancel()
-		_ = n.tr.Remove(rctx, archive)
-	}()
+	res, removeArchive, err := c.remoteArchive(ctx, n, archive, time.Duration(min(listed, limit)/(4<<20))*time.Second,
+		[]string{inst.Path, "tar", "--dir", remote, "--out", archive, "--max-bytes", strconv.FormatInt(limit, 10)})
+	defer removeArchive()
 	if err != nil {
 		return nil, err
 	}

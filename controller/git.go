@@ -150,15 +150,9 @@ func (c *Controller) collectCommit(ctx context.Context, n *nodeRuntime, r store.
 func (c *Controller) fetchCommit(ctx context.Context, n *nodeRuntime, inst *nodes.Installed, r store.Run, t store.Task, opRepo, ref string) error {
 	dir := taskDir(inst, r.Project, r.Task)
 	archive := path.Join(dir, "result.pack")
-	cctx, cancel := context.WithTimeout(ctx, c.callTimeout()+time.Duration(c.cfg.Controller.CollectMaxBytes/(8<<20))*time.Second)
-	res, err := n.tr.Exec(cctx, []string{inst.Path, "git-pack", "--dir", dir, "--base", t.BaseCommit,
-		"--branch", TaskBranch(r.Project, r.Task), "--out", archive}, nil)
-	cancel()
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.callTimeout())
-		defer cancel()
-		_ = n.tr.Remove(rctx, archive)
-	}()
+	res, removeArchive, err := c.remoteArchive(ctx, n, archive, time.Duration(c.cfg.Controller.CollectMaxBytes/(8<<20))*time.Second,
+		[]string{inst.Path, "git-pack", "--dir", dir, "--base", t.BaseCommit, "--branch", TaskBranch(r.Project, r.Task), "--out", archive})
+	defer removeArchive()
 	if err != nil {
 		return err
 	}

@@ -106,6 +106,7 @@ controller:
 nodes:
   - name: local
     slots: 2
+    spares: 0
     work_dir: WORK
 `
 	tests := []struct {
@@ -199,6 +200,7 @@ func TestBaseShippedOncePerNode(t *testing.T) {
 		specs[fmt.Sprintf("S%02d-t.md", i)] = fmt.Sprintf("echo %d > t%d.txt\n", i, i)
 	}
 	h := newHarness(t, "", specs)
+	t.Cleanup(func() { gittest.WaitForSpares(t, h.work) })
 	sc := &shipCounter{Transport: nodes.NewLocal()}
 	h.ctl = New(Options{Home: h.home, Config: h.cfg, Store: h.st, Transports: map[string]nodes.Transport{"local": sc},
 		Wrappers: wrappers, Now: h.clock.Now, Jitter: func() float64 { return 0 }})

@@ -401,7 +401,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		if opts.Repo != nil && t.BaseCommit == opts.Repo.Commit && !store.IsPhaseID(t.ID) {
 			// The author tasks share their base: a spare checkout made
 			// after one launch saves the next the checkout of the tree.
-			launch.Repo.Spares = min(max(n.cfg.Slots, 1), 64)
+			launch.Repo.Spares = n.cfg.Spares
 		}
 	case t.BaseDir != "" && treeHasFiles(t.BaseDir):
 		// An empty tree needs no copy (and would leave no directory to copy).

@@ -25,7 +25,7 @@ import (
 var Keys = map[string][]string{
 	"top":        {"controller", "nodes", "api_modes", "routes", "tools"},
 	"controller": {"poll_interval", "heartbeat_timeout", "node_offline_timeout", "max_retries", "retry_backoff", "retry_backoff_max", "max_fix_rounds", "ssh_connect_timeout", "max_parallel_ssh", "collect_max_bytes", "collect_max_files"},
-	"node":       {"name", "ssh", "slots", "api_mode", "api_modes", "work_dir", "tool", "min_free_mem", "tags", "dangerous", "strict_host_key_checking", "stall_timeout"},
+	"node":       {"name", "ssh", "slots", "spares", "api_mode", "api_modes", "work_dir", "tool", "min_free_mem", "tags", "dangerous", "strict_host_key_checking", "stall_timeout"},
 	"api_mode":   {"env", "max_concurrency", "dangerous", "fallback"},
 	"tool":       {"command", "model_flag"},
 }
@@ -64,8 +64,12 @@ type Node struct {
 	Name string
 	// SSH is how to reach the node: an ssh command line, user@host[:port] or a
 	// ~/.ssh/config Host alias. Empty means the local machine.
-	SSH     string
-	Slots   int    // tasks run at once; at least 1
+	SSH   string
+	Slots int // tasks run at once; at least 1
+	// Spares is how many spare checkouts of a git-native project's base
+	// the node keeps ready for its next launches (see wrapper git-spare):
+	// Slots unless nodes.yaml says (0 turns them off).
+	Spares  int
 	APIMode string // a key of Config.APIModes, or "" for none
 	// APIModes are the other api_modes tasks may run under here, when
 	// APIMode is paused and names them as fallbacks.
@@ -86,6 +90,9 @@ type Node struct {
 	StrictHostKeyChecking string
 	Line                  int // line of the node in the file
 }
+
+// MaxSpares is the most spare checkouts a node keeps per base.
+const MaxSpares = 64
 
 // IsLocal reports whether the node is the local machine (ssh null, absent or "").
 func (n Node) IsLocal() bool { return n.SSH == "" }
@@ -512,6 +519,12 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 	if v := f["slots"].val; v != nil && !yamlval.IsNull(v) {
 		if s, iok := p.Int(v, where, "slots", 1, yamlval.MaxInt); iok {
 			n.Slots = s
+		}
+	}
+	n.Spares = min(n.Slots, MaxSpares)
+	if v := f["spares"].val; v != nil && !yamlval.IsNull(v) {
+		if s, iok := p.Int(v, where, "spares", 0, MaxSpares); iok {
+			n.Spares = s
 		}
 	}
 	if v := f["api_mode"].val; v != nil && !yamlval.IsNull(v) {

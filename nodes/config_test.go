@@ -14,9 +14,12 @@ import (
 func fixture(name string) string { return filepath.Join("testdata", name, "nodes.yaml") }
 
 func node(name string, line int, edit func(*Node)) Node {
-	n := Node{Name: name, Slots: 1, WorkDir: "~/dispatch", StrictHostKeyChecking: "yes", Line: line}
+	n := Node{Name: name, Slots: 1, Spares: -1, WorkDir: "~/dispatch", StrictHostKeyChecking: "yes", Line: line}
 	if edit != nil {
 		edit(&n)
+	}
+	if n.Spares == -1 { // not set by edit: the default
+		n.Spares = min(n.Slots, MaxSpares)
 	}
 	return n
 }
@@ -175,6 +178,7 @@ func TestLoadErrors(t *testing.T) {
 		{"slots_zero", []wantErr{{3, `node "a": slots must be at least 1, not 0`, "1 or more"}}},
 		{"slots_string", []wantErr{{3, `node "a": slots must be a whole number, at least 1, not "two"`, "slots: 2"}}},
 		{"slots_float", []wantErr{{3, `slots must be a whole number, at least 1, not 2.5`, ""}}},
+		{"spares_too_many", []wantErr{{4, `node "a": spares must be a whole number from 0 to 64, not 65`, "0 to 64"}}},
 		{"tags_scalar", []wantErr{{3, `node "a": tags must be a list, not "glm"`, "tags: [glm]"}}},
 		{"tag_invalid", []wantErr{{3, `node "a": tag "not ok" is not valid`, ""}}},
 		{"dangerous_not_bool", []wantErr{{3, `node "a": dangerous must be true or false, not "sometimes"`, "dangerous: true"}}},

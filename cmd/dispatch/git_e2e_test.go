@@ -101,10 +101,12 @@ func TestGitNativeProject(t *testing.T) {
   - name: n1
     ssh: %s@127.0.0.1:%d
     slots: 2
+    spares: 0
     work_dir: %s
   - name: n2
     ssh: %s@127.0.0.1:%d
     slots: 2
+    spares: 0
     work_dir: %s
 `, h.client.User, s1.Port, s1.WorkDir, h.client.User, s2.Port, s2.WorkDir))
 	op, base := gitProject(t, h.home)
@@ -316,15 +318,7 @@ func TestGitControllerKilledMidFetch(t *testing.T) {
 	for _, point := range []string{controller.CrashMidFetch, controller.CrashAfterImport} {
 		t.Run(strings.ReplaceAll(point, ":", "_"), func(t *testing.T) {
 			t.Parallel()
-			h := newSSHHome(t)
-			srv := h.client.StartServer(t, "n1")
-			h.client.Trust(t, srv)
-			writeFile(t, filepath.Join(h.home, "nodes.yaml"), testController+fmt.Sprintf(`nodes:
-  - name: n1
-    ssh: %s@127.0.0.1:%d
-    slots: 3
-    work_dir: %s
-`, h.client.User, srv.Port, srv.WorkDir))
+			h, _ := policyHome(t, "    spares: 0\n", "")
 			op := gittest.New(t)
 			// Enough content that the pack of a task's result takes more
 			// than one read.
@@ -369,5 +363,37 @@ func TestGitControllerKilledMidFetch(t *testing.T) {
 				t.Errorf("the operator's repository changed:\nbefore %+v\nafter  %+v", before, after)
 			}
 		})
+	}
+}
+
+// TestGitSpareCheckouts: after a launch the node prepares a spare checkout
+// of the base in the background, and the next launch takes it instead of
+// writing the tree again; its result is its own change only.
+func TestGitSpareCheckouts(t *testing.T) {
+	t.Parallel()
+	h, srv := policyHome(t, "    spares: 1\n", "")
+	t.Cleanup(func() { gittest.WaitForSpares(t, srv.WorkDir) })
+	op := gittest.New(t)
+	for i := range 40 {
+		op.Write(fmt.Sprintf("src/%02d.txt", i), strings.Repeat("x\n", i))
+	}
+	base := op.Commit("base")
+	dir := filepath.Join(h.home, "specs", "s")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "repo: "+op.Dir+"\nintegration: false\n")
+	// S01 lasts long enough for the spare to be ready when S02 launches.
+	writeFile(t, filepath.Join(dir, "S01-first.md"), "echo one > one.txt; sleep 3\n")
+	writeFile(t, filepath.Join(dir, "S02-second.md"), "---\ndepends_on: [S01]\n---\necho two > two.txt\n")
+	if r := h.run(t, "start", "s"); r.code != 0 {
+		t.Fatalf("start: %s", r)
+	}
+	logs := map[string]string{}
+	for _, id := range []string{"S01", "S02"} {
+		logs[id] = readFile(t, filepath.Join(srv.WorkDir, "s", "tasks", id, "wrapper.log"))
+		if files := op.Git("diff", "--name-only", base, "dispatch/s/"+id); files != map[string]string{"S01": "one.txt", "S02": "two.txt"}[id] {
+			t.Errorf("%s changed %q", id, files)
+		}
+	}
+	if !strings.Contains(logs["S01"], "from_spare=false") || !strings.Contains(logs["S02"], "from_spare=true") {
+		t.Errorf("S01 should have checked out the tree and S02 taken a spare:\nS01: %s\nS02: %s", logs["S01"], logs["S02"])
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Repo is a git repository (or work tree) in Dir.
@@ -94,4 +95,28 @@ func (r *Repo) Pack(want string, have ...string) []byte {
 		r.T.Fatalf("pack-objects: %v %s", err, out)
 	}
 	return out
+}
+
+// WaitForSpares waits until no `wrapper git-spare` works under dir: they
+// outlive the attempts that start them, and the test's directories can go
+// only after them. Linux only (it reads /proc); elsewhere it returns.
+func WaitForSpares(t testing.TB, dir string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		busy := false
+		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, p := range procs {
+			b, err := os.ReadFile(p)
+			if err == nil && bytes.Contains(b, []byte("git-spare")) && bytes.Contains(b, []byte(dir)) {
+				busy = true
+				break
+			}
+		}
+		if !busy {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Errorf("a git-spare under %s still runs after 30 s", dir)
 }
