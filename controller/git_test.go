@@ -225,7 +225,7 @@ func TestBaseShippedOncePerNode(t *testing.T) {
 	op.Write("src/000.txt", "changed\n")
 	op.Write("new.txt", "new\n")
 	op.Commit("moved")
-	addTask := func(id string) {
+	addTask := func(id string) SyncResult {
 		specs[id+"-t.md"] = "echo more > more.txt\n"
 		if err := os.WriteFile(filepath.Join(h.home, "specs", "p", id+"-t.md"), []byte(specs[id+"-t.md"]), 0o644); err != nil {
 			t.Fatal(err)
@@ -234,12 +234,17 @@ func TestBaseShippedOncePerNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := AddProject(context.Background(), h.st, h.cfg, p, StartOptions{}); err != nil {
+		res, err := AddProject(context.Background(), h.st, h.cfg, p, StartOptions{})
+		if err != nil {
 			t.Fatal(err)
 		}
 		h.tickUntil(id+" to complete", func() bool { return h.task(id).Status == store.Completed })
+		return res
 	}
-	addTask("S07")
+	// The tasks that ran keep their results from the old base, and say so.
+	if res := addTask("S07"); strings.Join(res.BaseMoved, " ") != "S01 S02 S03 S04 S05 S06" {
+		t.Errorf("base moved for %v, want S01 to S06", res.BaseMoved)
+	}
 	if sc.receives != 2 || len(sc.sent) != 2 || sc.sent[1] < first/2 {
 		t.Fatalf("after the node's repository was removed: %d receives, packs %v; want the whole base again", sc.receives, sc.sent)
 	}

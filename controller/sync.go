@@ -408,6 +408,10 @@ type SyncResult struct {
 	Changed []string
 	// Updated lists tasks that had not run yet and took the new spec.
 	Updated []string
+	// BaseMoved lists tasks that ran from an older commit of the
+	// project's repository than repo:/ref: now name; they keep their
+	// results until `dispatch retry`.
+	BaseMoved []string
 	// Finished is set when the project had finished and this start brought
 	// no new work: it stays finished with its result.
 	Finished bool
@@ -507,6 +511,9 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, p *spec
 				if have[t.ID].SpecHash != t.Hash {
 					res.Changed = append(res.Changed, t.ID)
 				}
+				if b := have[t.ID].BaseCommit; opts.Repo != nil && b != "" && b != opts.Repo.Commit {
+					res.BaseMoved = append(res.BaseMoved, t.ID)
+				}
 			}
 			return nil
 		}
@@ -543,6 +550,9 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, p *spec
 				if old.SpecHash != nt.SpecHash {
 					res.Changed = append(res.Changed, t.ID)
 				}
+				if old.BaseCommit != nt.BaseCommit && old.BaseCommit != "" {
+					res.BaseMoved = append(res.BaseMoved, t.ID)
+				}
 				continue
 			}
 			res.Updated = append(res.Updated, t.ID)
@@ -553,7 +563,11 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, p *spec
 				BaseCommit: new(nt.BaseCommit)}); err != nil {
 				return err
 			}
-			if err := tx.Event(ctx, store.Event{Project: p.Name, Task: t.ID, Kind: "spec", Message: "spec changed before the task ran; using the new one"}); err != nil {
+			msg := "spec changed before the task ran; using the new one"
+			if old.SpecHash == nt.SpecHash && old.BaseCommit != nt.BaseCommit {
+				msg = "the repository's ref moved before the task ran; it starts from " + nt.BaseCommit
+			}
+			if err := tx.Event(ctx, store.Event{Project: p.Name, Task: t.ID, Kind: "spec", Message: msg}); err != nil {
 				return err
 			}
 		}

@@ -126,6 +126,9 @@ func startAction(c *cli.Context) error {
 	for _, id := range added.Changed {
 		fmt.Fprintf(e.errOut, "note: %s/%s changed since it ran; it keeps its snapshot (dispatch retry %s %s reruns it)\n", name, id, name, id)
 	}
+	for _, id := range added.BaseMoved {
+		fmt.Fprintf(e.errOut, "note: %s/%s ran from an older commit of the repository than ref: names now; it keeps its result (dispatch retry %s %s reruns it from the new one)\n", name, id, name, id)
+	}
 
 	if added.Finished {
 		proj, err := st.Project(ctx, name)
