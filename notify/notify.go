@@ -1,0 +1,315 @@
+// Package notify tells the operator's systems that something happened to
+// a project (issue 14): a run finished, an api_mode was paused by a rate
+// limit, a budget stopped a run. A message goes as a JSON POST to a
+// webhook, signed with HMAC-SHA256 when a secret is set, and/or on the
+// stdin of a command run on the controller. Delivery is retried with
+// backoff and never blocks its caller: Queue takes messages at once and
+// delivers them from a goroutine of its own, reporting each outcome.
+package notify
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Events.
+const (
+	RunFinished   = "run_finished"
+	ModePaused    = "mode_paused"
+	BudgetStopped = "budget_stopped"
+)
+
+// Message is what is sent, as JSON.
+type Message struct {
+	Event   string         `json:"event"`
+	Project string         `json:"project"`
+	Run     int            `json:"run"`
+	Result  string         `json:"result,omitempty"`
+	Counts  map[string]int `json:"counts,omitempty"`
+	CostUSD float64        `json:"cost_usd"`
+	Report  string         `json:"report,omitempty"`
+	// Message says what happened, for people ("api_mode zai paused until
+	// 14:05 by a rate limit").
+	Message string `json:"message,omitempty"`
+	At      string `json:"at"`
+}
+
+// SignatureHeader carries "sha256=" and the hex HMAC-SHA256 of the body
+// under the secret, when one is set.
+const SignatureHeader = "X-Dispatch-Signature"
+
+// Sign is the value of SignatureHeader for body under secret.
+func Sign(secret string, body []byte) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write(body)
+	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// Target is where a project's messages go: a webhook (with its secret,
+// already expanded: it lives in memory only), a command, or both.
+type Target struct {
+	Webhook string
+	Secret  string
+	Command []string
+}
+
+// Sender delivers one message to one target, trying again with backoff.
+type Sender struct {
+	Client *http.Client
+	// Tries is how many times a delivery is tried; Backoff the wait
+	// before the second try, doubled for each one after.
+	Tries   int
+	Backoff time.Duration
+	// TryTimeout bounds one try (a POST, or a command's run).
+	TryTimeout time.Duration
+}
+
+// DefaultSender tries 5 times over about a minute, 10 s per try.
+func DefaultSender() *Sender {
+	return &Sender{Client: &http.Client{}, Tries: 5, Backoff: 4 * time.Second, TryTimeout: 10 * time.Second}
+}
+
+// permanent is a failure another try cannot fix (the receiver refused the
+// request itself).
+type permanent struct{ error }
+
+// Webhook POSTs body to url, signed with secret when it is not empty. A
+// 2xx answer is a delivery; network errors, 408, 429 and 5xx are tried
+// again; other answers are final. It returns the tries made.
+func (s *Sender) Webhook(ctx context.Context, url, secret string, body []byte) (int, error) {
+	return s.retry(ctx, func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return permanent{err}
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("User-Agent", "dispatch")
+		if secret != "" {
+			req.Header.Set(SignatureHeader, Sign(secret, body))
+		}
+		resp, err := s.Client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		text, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		if resp.StatusCode/100 == 2 {
+			return nil
+		}
+		err = fmt.Errorf("%s answered %s: %s", redact(url), resp.Status, strings.TrimSpace(string(text)))
+		if resp.StatusCode == 408 || resp.StatusCode == 429 || resp.StatusCode >= 500 {
+			return err
+		}
+		return permanent{err}
+	})
+}
+
+// Command runs argv with body on its stdin; a zero exit is a delivery.
+func (s *Sender) Command(ctx context.Context, argv []string, body []byte) (int, error) {
+	if len(argv) == 0 {
+		return 0, errors.New("notify: empty command")
+	}
+	return s.retry(ctx, func(ctx context.Context) error {
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.Stdin = bytes.NewReader(body)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			msg := strings.TrimSpace(out.String())
+			if len(msg) > 400 {
+				msg = msg[:400] + "…"
+			}
+			if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+				// It cannot start: another try would not either.
+				return permanent{fmt.Errorf("%s: %w", argv[0], err)}
+			}
+			return fmt.Errorf("%s: %v: %s", argv[0], err, msg)
+		}
+		return nil
+	})
+}
+
+func (s *Sender) retry(ctx context.Context, try func(context.Context) error) (int, error) {
+	wait := s.Backoff
+	var err error
+	for n := 1; ; n++ {
+		tctx, cancel := context.WithTimeout(ctx, s.TryTimeout)
+		err = try(tctx)
+		cancel()
+		var p permanent
+		if err == nil || errors.As(err, &p) || n >= s.Tries {
+			if errors.As(err, &p) {
+				err = p.error
+			}
+			return n, err
+		}
+		select {
+		case <-ctx.Done():
+			return n, fmt.Errorf("%w (then: %v)", err, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
+}
+
+// redact drops a URL's query and user info, which may hold a token.
+func redact(url string) string {
+	if i := strings.IndexAny(url, "?#"); i >= 0 {
+		url = url[:i]
+	}
+	if i := strings.Index(url, "://"); i >= 0 {
+		if j := strings.Index(url[i+3:], "@"); j >= 0 && !strings.Contains(url[i+3:i+3+j], "/") {
+			url = url[:i+3] + url[i+3+j+1:]
+		}
+	}
+	return url
+}
+
+// Outcome is how one delivery went.
+type Outcome struct {
+	Message Message
+	// Via is "webhook" or "command".
+	Via   string
+	Tries int
+	Err   error
+}
+
+// Queue delivers messages in the background, in order, one at a time.
+type Queue struct {
+	sender *Sender
+	report func(Outcome)
+
+	mu      sync.Mutex
+	pending []job
+	wake    chan struct{}
+	done    chan struct{}
+	closed  bool
+	ctx     context.Context
+	cancel  context.CancelFunc
+	dropped int
+}
+
+type job struct {
+	msg    Message
+	target Target
+}
+
+// maxPending is how many messages wait at most; past it the oldest goes
+// (and Dropped counts it): a receiver that is down for hours does not
+// grow the controller's memory.
+const maxPending = 256
+
+// NewQueue starts a queue; report, if not nil, is called from the queue's
+// goroutine after each delivery.
+func NewQueue(s *Sender, report func(Outcome)) *Queue {
+	ctx, cancel := context.WithCancel(context.Background())
+	q := &Queue{sender: s, report: report, wake: make(chan struct{}, 1), done: make(chan struct{}), ctx: ctx, cancel: cancel}
+	go q.loop()
+	return q
+}
+
+// Send queues m for t and returns at once.
+func (q *Queue) Send(t Target, m Message) {
+	if t.Webhook == "" && len(t.Command) == 0 {
+		return
+	}
+	q.mu.Lock()
+	if !q.closed {
+		if len(q.pending) >= maxPending {
+			q.pending = q.pending[1:]
+			q.dropped++
+		}
+		q.pending = append(q.pending, job{m, t})
+	}
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Dropped is how many messages were dropped because too many waited.
+func (q *Queue) Dropped() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.dropped
+}
+
+// Close takes no more messages and waits for the queued ones until ctx
+// ends; what is left then is abandoned (its deliveries canceled).
+func (q *Queue) Close(ctx context.Context) {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case <-q.done:
+	case <-ctx.Done():
+		q.cancel()
+		<-q.done
+	}
+}
+
+func (q *Queue) loop() {
+	defer close(q.done)
+	for {
+		q.mu.Lock()
+		if len(q.pending) == 0 {
+			closed := q.closed
+			q.mu.Unlock()
+			if closed {
+				return
+			}
+			select {
+			case <-q.wake:
+			case <-q.ctx.Done():
+				return
+			}
+			continue
+		}
+		j := q.pending[0]
+		q.pending = q.pending[1:]
+		q.mu.Unlock()
+		if q.ctx.Err() != nil {
+			return
+		}
+		body, merr := json.Marshal(j.msg)
+		if j.target.Webhook != "" {
+			tries, err := 0, merr
+			if err == nil {
+				tries, err = q.sender.Webhook(q.ctx, j.target.Webhook, j.target.Secret, body)
+			}
+			q.emit(Outcome{Message: j.msg, Via: "webhook", Tries: tries, Err: err})
+		}
+		if len(j.target.Command) > 0 {
+			tries, err := 0, merr
+			if err == nil {
+				tries, err = q.sender.Command(q.ctx, j.target.Command, body)
+			}
+			q.emit(Outcome{Message: j.msg, Via: "command", Tries: tries, Err: err})
+		}
+	}
+}
+
+func (q *Queue) emit(o Outcome) {
+	if q.report != nil {
+		q.report(o)
+	}
+}
