@@ -50,6 +50,7 @@ func (c *Controller) apply(ctx context.Context, projects []string, pulls map[str
 	}
 	var changed int
 	var stale []staleAttempt
+	var notices []notice
 	c.killMu.Lock()
 	announced := c.announced
 	c.killMu.Unlock()
@@ -81,10 +82,13 @@ func (c *Controller) apply(ctx context.Context, projects []string, pulls map[str
 				plan.stale[i].foreign = !ran
 			}
 		}
-		changed, stale = plan.changed, plan.stale
+		changed, stale, notices = plan.changed, plan.stale, plan.notices
 		return nil
 	})
 	if err == nil {
+		for _, n := range notices {
+			c.sendNotice(ctx, n.project, n.event, "", n.message)
+		}
 		now := map[string]bool{}
 		for _, sa := range stale {
 			now[killKey(sa)] = true
@@ -149,6 +153,8 @@ type applyPlan struct {
 	ops     []op
 	changed int
 	stale   []staleAttempt
+	// notices are sent once the ops are recorded.
+	notices []notice
 }
 
 // decideApply decides, without I/O, what the pulls mean: each node's
@@ -183,7 +189,7 @@ func (c *Controller) decideApply(snap *snapshot, pulls map[string]*pull, prev ma
 		}
 		a.event(ev)
 	}
-	plan.ops, plan.changed = a.ops, a.changed
+	plan.ops, plan.changed, plan.notices = a.ops, a.changed, a.notices
 	return plan
 }
 

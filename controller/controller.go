@@ -93,6 +93,9 @@ type Controller struct {
 	// streamRetry the first pause before a dropped one is opened again.
 	streamBeat, streamRetry time.Duration
 
+	// notices delivers the projects' notifications (see notices.go).
+	notices notices
+
 	// collectNext holds, by attempt, when a collection that failed may be
 	// tried again (see collectFailed).
 	collectNext sync.Map
@@ -264,6 +267,7 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 
 // Close closes the node transports.
 func (c *Controller) Close() {
+	c.drainNotices()
 	for _, n := range c.nodes {
 		if n.tr != nil {
 			_ = n.tr.Close()

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/notify"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
@@ -135,6 +136,8 @@ type applier struct {
 	projects map[string]projectFacts
 	ops      []op
 	changed  int
+	// notices are the messages the changes call for (see notices.go).
+	notices []notice
 	// retryAfter is the reset time named by the rate limit being applied.
 	retryAfter time.Duration
 }
@@ -387,8 +390,16 @@ func (a *applier) pauseMode(t *store.Task, st *wrapper.Status) {
 	if a.retryAfter <= 0 {
 		why = "the tool named no reset; backing off"
 	}
-	a.emit(op{pause: &store.Pause{APIMode: mode, Until: a.now.Add(pause),
-		Reason: fmt.Sprintf("rate limit hit by %s/%s on %s (%s)", t.Project, t.ID, t.Node, why)}})
+	reason := fmt.Sprintf("rate limit hit by %s/%s on %s (%s)", t.Project, t.ID, t.Node, why)
+	a.emit(op{pause: &store.Pause{APIMode: mode, Until: a.now.Add(pause), Reason: reason}})
+	said := "api_mode " + mode + " paused"
+	for _, n := range a.notices {
+		if n.project == t.Project && n.event == notify.ModePaused && strings.HasPrefix(n.message, said+" ") {
+			return // one message per mode and project in a tick
+		}
+	}
+	a.notices = append(a.notices, notice{t.Project, notify.ModePaused,
+		fmt.Sprintf("%s until %s: %s", said, a.now.Add(pause).UTC().Format(time.RFC3339), reason)})
 }
 
 // modeKey names what a rate limit pauses: the node's api_mode, or the node
@@ -570,7 +581,9 @@ func (a *applier) stopStarting(project string, tasks []store.Task) {
 		return
 	}
 	if why, ok := f.opts.BudgetReached(f.usd, f.tokens); ok {
-		a.cancelPending(project, tasks, "budget", why+"; nothing new starts", store.TaskPatch{Error: new(why)})
+		if a.cancelPending(project, tasks, "budget", why+"; nothing new starts", store.TaskPatch{Error: new(why)}) > 0 {
+			a.notices = append(a.notices, notice{project, notify.BudgetStopped, why + "; nothing new starts"})
+		}
 	}
 }
 
@@ -589,7 +602,8 @@ func haltReached(opts store.ProjectOptions, tasks []store.Task) (string, bool) {
 }
 
 // cancelPending cancels the project's pending and blocked tasks.
-func (a *applier) cancelPending(project string, tasks []store.Task, kind, why string, set store.TaskPatch) {
+func (a *applier) cancelPending(project string, tasks []store.Task, kind, why string, set store.TaskPatch) int {
+	n := 0
 	for i := range tasks {
 		t := &tasks[i]
 		if t.Status != store.Pending && t.Status != store.Blocked {
@@ -597,7 +611,9 @@ func (a *applier) cancelPending(project string, tasks []store.Task, kind, why st
 		}
 		a.transition(t, store.Change{Project: project, Task: t.ID, From: t.Status, To: store.Canceled, Kind: kind,
 			Message: why, Set: set})
+		n++
 	}
+	return n
 }
 
 // neededRuns lists the attempts whose run rows the decisions over tasks

@@ -113,19 +113,25 @@ func nodeSays(byNode map[string]any) map[string]*pull {
 	return pulls
 }
 
+// runningStatus, endedStatus and decideTask make the statuses and tasks of
+// the decision tables (project p).
+func runningStatus(id string, attempt int, hb string, alive bool) wrapper.TaskStatus {
+	return wrapper.TaskStatus{Project: "p", Task: id, Heartbeat: hb, Alive: alive,
+		Status: &wrapper.Status{Status: wrapper.StatusRunning, Attempt: attempt, PID: 42}}
+}
+
+func endedStatus(id string, attempt int, status, class string) wrapper.TaskStatus {
+	return wrapper.TaskStatus{Project: "p", Task: id, Status: &wrapper.Status{Status: status, Attempt: attempt,
+		ErrorClass: class, RetryAfterSeconds: 90, ExitCode: 1, CompletedAt: t0.Format(time.RFC3339)}}
+}
+
+func decideTask(id, status, node string, attempt int, deps ...string) store.Task {
+	return store.Task{Project: "p", ID: id, Status: status, Node: node, Attempt: attempt, DependsOn: deps,
+		MaxRetries: 2, Heartbeat: "1", HeartbeatAt: t0.Add(-time.Minute)}
+}
+
 func TestApplyDecisions(t *testing.T) {
-	running := func(id string, attempt int, hb string, alive bool) wrapper.TaskStatus {
-		return wrapper.TaskStatus{Project: "p", Task: id, Heartbeat: hb, Alive: alive,
-			Status: &wrapper.Status{Status: wrapper.StatusRunning, Attempt: attempt, PID: 42}}
-	}
-	ended := func(id string, attempt int, status, class string) wrapper.TaskStatus {
-		return wrapper.TaskStatus{Project: "p", Task: id, Status: &wrapper.Status{Status: status, Attempt: attempt,
-			ErrorClass: class, RetryAfterSeconds: 90, ExitCode: 1, CompletedAt: t0.Format(time.RFC3339)}}
-	}
-	task := func(id, status, node string, attempt int, deps ...string) store.Task {
-		return store.Task{Project: "p", ID: id, Status: status, Node: node, Attempt: attempt, DependsOn: deps,
-			MaxRetries: 2, Heartbeat: "1", HeartbeatAt: t0.Add(-time.Minute)}
-	}
+	running, ended, task := runningStatus, endedStatus, decideTask
 	tests := []struct {
 		name    string
 		tasks   []store.Task

@@ -16,7 +16,8 @@ func TestFailuresDocNamesRealTests(t *testing.T) {
 		t.Fatal(err)
 	}
 	dirs := map[string]string{"cmd": "../cmd/dispatch", "ctl": ".", "nodes": "../nodes", "wrapper": "../wrapper",
-		"store": "../store", "spec": "../spec", "readmodel": "../readmodel"}
+		"store": "../store", "spec": "../spec", "readmodel": "../readmodel", "gitrepo": "../gitrepo", "notify": "../notify",
+		"schedule": "../schedule"}
 	cites := regexp.MustCompile("`([a-z]+):(Test[A-Za-z0-9_]+)`").FindAllStringSubmatch(string(doc), -1)
 	if len(cites) < 20 {
 		t.Fatalf("only %d tests cited in FAILURES.md", len(cites))
@@ -24,6 +25,7 @@ func TestFailuresDocNamesRealTests(t *testing.T) {
 	for _, m := range cites {
 		dir, ok := dirs[m[1]]
 		if !ok {
+			t.Errorf("FAILURES.md cites %s:%s, of a package this test does not know", m[1], m[2])
 			continue
 		}
 		files, _ := filepath.Glob(filepath.Join(dir, "*_test.go"))

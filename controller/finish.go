@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/dispatch-tool/dispatch/notify"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -44,7 +45,11 @@ func (c *Controller) finish(ctx context.Context, p store.Project, result, note s
 		return fmt.Errorf("write report of %s: %w", p.Name, err)
 	}
 	crashPoint(CrashBeforeFinish)
-	return c.st.Update(ctx, func(tx *store.Tx) error {
+	if err := c.st.Update(ctx, func(tx *store.Tx) error {
 		return tx.SetProject(ctx, p.Name, store.ProjectPatch{State: new(store.ProjectDone), Phase: new(store.PhaseDone), Result: new(result), FinishedAt: new(tx.Now())}, "project finished: "+result)
-	})
+	}); err != nil {
+		return err
+	}
+	c.sendNotice(ctx, p.Name, notify.RunFinished, result, note)
+	return nil
 }

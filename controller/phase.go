@@ -19,6 +19,7 @@ import (
 	"text/template"
 
 	"github.com/dispatch-tool/dispatch/gitrepo"
+	"github.com/dispatch-tool/dispatch/notify"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -91,6 +92,7 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 		if err != nil || !stop {
 			return err != nil, err
 		}
+		c.sendNotice(ctx, p.Name, notify.BudgetStopped, "", why+"; no further phase task starts")
 		return true, c.finish(ctx, p, store.ResultFailed, why)
 	}
 

@@ -437,6 +437,7 @@ func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so StartOptions) stor
 	if src := p.Config.Source; src != nil {
 		o.Repo = &store.RepoOptions{Dir: src.Dir, Ref: src.Ref, Commit: src.Commit}
 	}
+	o.Notify = p.Config.Notify
 	if p.Config.Integration != nil {
 		o.Integration = *p.Config.Integration
 	}

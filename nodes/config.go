@@ -16,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
+	"github.com/dispatch-tool/dispatch/notify"
 	"github.com/dispatch-tool/dispatch/spec"
 )
 
@@ -23,7 +24,7 @@ import (
 // "node", "api_mode" and "tool". The README's reference is checked against
 // them.
 var Keys = map[string][]string{
-	"top":        {"controller", "nodes", "api_modes", "routes", "tools"},
+	"top":        {"controller", "nodes", "api_modes", "routes", "tools", "notify"},
 	"controller": {"poll_interval", "heartbeat_timeout", "node_offline_timeout", "max_retries", "retry_backoff", "retry_backoff_max", "max_fix_rounds", "ssh_connect_timeout", "max_parallel_ssh", "collect_max_bytes", "collect_max_files"},
 	"node":       {"name", "ssh", "slots", "spares", "api_mode", "api_modes", "work_dir", "tool", "min_free_mem", "tags", "dangerous", "strict_host_key_checking", "stall_timeout"},
 	"api_mode":   {"env", "max_concurrency", "dangerous", "fallback"},
@@ -38,6 +39,9 @@ type Config struct {
 	APIModes   map[string]APIMode // never nil
 	Routes     map[string]string  // task type => node tag; never nil
 	Tools      map[string]Tool    // additions to and overrides of the built-in tools; never nil
+	// Notify is where every project's messages go unless its project.yaml
+	// has a notify block of its own; nil for none.
+	Notify *notify.Config
 }
 
 // Controller holds the controller's timing and limits, with the defaults of
@@ -295,6 +299,9 @@ func (p *parser) parse(data []byte) *Config {
 	}
 	cfg.Nodes = p.nodes(root, f["nodes"])
 	cfg.Routes = p.routes(f["routes"].val)
+	if v := f["notify"].val; v != nil && !yamlval.IsNull(v) {
+		cfg.Notify = notify.FromYAML(p.Doc, v)
+	}
 	p.crossCheck(cfg)
 	return cfg
 }

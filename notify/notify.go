@@ -19,7 +19,9 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -312,4 +314,50 @@ func (q *Queue) emit(o Outcome) {
 	if q.report != nil {
 		q.report(o)
 	}
+}
+
+// Config is a `notify:` block as written in project.yaml or nodes.yaml.
+// Webhook and Secret may name environment variables of the controller
+// (`${VAR}`), expanded only when a message is sent; Secret must: a secret
+// is never written in a file.
+type Config struct {
+	Webhook string   `json:"webhook,omitempty"`
+	Secret  string   `json:"secret,omitempty"`
+	Command []string `json:"command,omitempty"`
+}
+
+// Problem is a bad notify block: the key it is about, what is wrong, the fix.
+type Problem struct{ Field, Msg, Fix string }
+
+var varRef = regexp.MustCompile(`^\$\{[A-Za-z_][A-Za-z0-9_]*\}$`)
+
+// Check lists what is wrong with c.
+func (c Config) Check() []Problem {
+	var out []Problem
+	if c.Webhook == "" && len(c.Command) == 0 {
+		out = append(out, Problem{"notify", "notify has neither webhook nor command",
+			"write webhook: https://… and/or command: [notify-send, dispatch]"})
+	}
+	if w := c.Webhook; w != "" && !strings.Contains(w, "${") {
+		u, err := url.Parse(w)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			out = append(out, Problem{"webhook", fmt.Sprintf("webhook %q is not an http or https URL", redact(w)),
+				"write the URL the JSON is POSTed to, e.g. https://hooks.example.com/dispatch (or ${VAR} when it holds a token)"})
+		}
+	}
+	if c.Secret != "" {
+		if !varRef.MatchString(c.Secret) {
+			out = append(out, Problem{"secret", "secret must name an environment variable, not hold the secret",
+				"export it in the controller's environment and write secret: ${DISPATCH_WEBHOOK_SECRET}"})
+		}
+		if c.Webhook == "" {
+			out = append(out, Problem{"secret", "secret is set without a webhook", "add webhook:, or remove secret:"})
+		}
+	}
+	for i, a := range c.Command {
+		if i == 0 && strings.TrimSpace(a) == "" {
+			out = append(out, Problem{"command", "command's program is empty", "command: [/usr/local/bin/my-notifier, --flag]"})
+		}
+	}
+	return out
 }

@@ -231,3 +231,31 @@ func TestRedact(t *testing.T) {
 		}
 	}
 }
+
+func TestConfigCheck(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		c     Config
+		field string // "" for none
+	}{
+		{Config{Webhook: "https://h.example.com/x"}, ""},
+		{Config{Webhook: "${HOOK}", Secret: "${SECRET}"}, ""},
+		{Config{Command: []string{"notify-send", "dispatch"}}, ""},
+		{Config{}, "notify"},
+		{Config{Webhook: "hooks.example.com/x"}, "webhook"},
+		{Config{Webhook: "file:///etc/passwd"}, "webhook"},
+		{Config{Webhook: "https://h.example.com", Secret: "hunter2"}, "secret"},
+		{Config{Webhook: "https://h.example.com", Secret: "${A}${B}"}, "secret"},
+		{Config{Command: []string{"x"}, Secret: "${S}"}, "secret"},
+		{Config{Command: []string{" "}}, "command"},
+	}
+	for _, tc := range tests {
+		ps := tc.c.Check()
+		switch {
+		case tc.field == "" && len(ps) > 0:
+			t.Errorf("%+v: %+v, want no problem", tc.c, ps)
+		case tc.field != "" && (len(ps) == 0 || ps[0].Field != tc.field || ps[0].Fix == ""):
+			t.Errorf("%+v: %+v, want a problem with %s and a fix", tc.c, ps, tc.field)
+		}
+	}
+}

@@ -172,6 +172,12 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 		v.byID[t.ID] = len(v.Tasks)
 		v.Tasks = append(v.Tasks, tv)
 	}
+	// A notification that failed is shown until one goes through.
+	if e, ok, err := st.LastEvent(ctx, project, "notify", "notify_failed"); err != nil {
+		return nil, err
+	} else if ok && e.Kind == "notify_failed" {
+		v.Notes = append(v.Notes, "notification failed: "+e.Message+" (it never stops the project; dispatch events "+project+" has the history)")
+	}
 	known, err := st.Nodes(ctx)
 	if err != nil {
 		return nil, err

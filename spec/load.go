@@ -16,6 +16,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/gitrepo"
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
+	"github.com/dispatch-tool/dispatch/notify"
 )
 
 // Well-known files of a project directory.
@@ -255,7 +256,7 @@ func (l *loader) readText(path string) (text string, exists, ok bool) {
 
 // ProjectKeys are the keys project.yaml accepts.
 var ProjectKeys = []string{"integration", "verification", "max_fix_rounds", "integration_spec",
-	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget"}
+	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget", "notify"}
 
 func (l *loader) loadConfig() {
 	path := l.path(ConfigFile)
@@ -313,6 +314,8 @@ func (l *loader) loadConfig() {
 				c.Base, _ = l.inside(y, key, v, s, true)
 				baseNode = v
 			}
+		case "notify":
+			c.Notify = notify.FromYAML(y.Doc, v)
 		case "tool":
 			c.Tool, _ = y.name(key, v)
 		case "type":

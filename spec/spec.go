@@ -2,6 +2,7 @@ package spec
 
 import (
 	"github.com/dispatch-tool/dispatch/gitrepo"
+	"github.com/dispatch-tool/dispatch/notify"
 	"sort"
 	"time"
 )
@@ -89,6 +90,9 @@ type ProjectConfig struct {
 	// Budget stops launching once the project's recorded cost or tokens
 	// reach it; zero fields are no limit.
 	Budget Budget
+	// Notify is where the project's messages go (run finished, api_mode
+	// paused, budget reached); nil leaves it to nodes.yaml's notify.
+	Notify *notify.Config
 }
 
 // Budget is project.yaml's budget: {usd: 20, tokens: 5000000}.

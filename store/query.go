@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 )
 
@@ -363,6 +364,31 @@ func (s *Store) Events(ctx context.Context, project string, after int64, limit i
 		out = append(out, e)
 	}
 	return out, rows.Err()
+}
+
+// LastEvent returns the newest event of project whose kind is one of
+// kinds; false when there is none.
+func (s *Store) LastEvent(ctx context.Context, project string, kinds ...string) (Event, bool, error) {
+	if len(kinds) == 0 {
+		return Event{}, false, nil
+	}
+	query := "SELECT id, time, project, task, attempt, kind, from_status, to_status, node, message FROM events WHERE project = ? AND kind IN (?" +
+		strings.Repeat(", ?", len(kinds)-1) + ") ORDER BY id DESC LIMIT 1"
+	args := []any{project}
+	for _, k := range kinds {
+		args = append(args, k)
+	}
+	var e Event
+	var t string
+	err := s.db.QueryRowContext(ctx, query, args...).Scan(&e.ID, &t, &e.Project, &e.Task, &e.Attempt, &e.Kind, &e.FromStatus, &e.ToStatus, &e.Node, &e.Message)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Event{}, false, nil
+	}
+	if err != nil {
+		return Event{}, false, fmt.Errorf("read events: %w", err)
+	}
+	e.Time = parseTime(t)
+	return e, true, nil
 }
 
 // Files returns the manifest of a project's collected outputs (of one task when

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/notify"
 )
 
 // Phases of a project (projects.phase).
@@ -81,6 +83,9 @@ type ProjectOptions struct {
 	BudgetTokens int64   `json:"budget_tokens,omitempty"`
 	// Repo is set for a git-native project (project.yaml repo:).
 	Repo *RepoOptions `json:"repo,omitempty"`
+	// Notify is project.yaml's notify block; nil leaves it to nodes.yaml's.
+	// Its secret is a ${VAR} reference, never the secret.
+	Notify *notify.Config `json:"notify,omitempty"`
 }
 
 // RepoOptions are a git-native project's repository on the operator's

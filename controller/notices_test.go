@@ -1,0 +1,75 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/dispatch-tool/dispatch/notify"
+	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/wrapper"
+)
+
+// TestNoticesDecided: the decisions that call for a message say so once:
+// one per paused api_mode and project in a tick however many of its tasks
+// hit the limit, one when a budget cancels what had not started, none when
+// nothing is left to cancel.
+func TestNoticesDecided(t *testing.T) {
+	t.Parallel()
+	ended, task := endedStatus, decideTask
+	tests := []struct {
+		name  string
+		tasks []store.Task
+		pulls map[string]any
+		runs  map[runKey]runFacts
+		opts  store.ProjectOptions
+		spent float64
+		want  []string
+	}{
+		{
+			name:  "two tasks limited under one mode: one message",
+			tasks: []store.Task{task("S01", store.Running, "n1", 1), task("S02", store.Running, "n1", 1)},
+			pulls: map[string]any{"n1": []wrapper.TaskStatus{ended("S01", 1, wrapper.StatusFailed, wrapper.ClassRateLimit),
+				ended("S02", 1, wrapper.StatusFailed, wrapper.ClassRateLimit)}},
+			runs: map[runKey]runFacts{{"p", "S01", 1}: {mode: "team"}, {"p", "S02", 1}: {mode: "team"}},
+			want: []string{notify.ModePaused + " p: api_mode team paused until "},
+		},
+		{
+			name:  "a budget that cancels",
+			tasks: []store.Task{task("S01", store.Running, "n1", 1), task("S02", store.Pending, "", 0)},
+			pulls: map[string]any{"n1": []wrapper.TaskStatus{func() wrapper.TaskStatus {
+				ts := ended("S01", 1, wrapper.StatusCompleted, "")
+				ts.Status.CostUSD = 0.75
+				return ts
+			}()}},
+			opts:  store.ProjectOptions{BudgetUSD: 1},
+			spent: 0.5,
+			want:  []string{notify.BudgetStopped + " p: budget reached: $1.25 spent of $1.00; nothing new starts"},
+		},
+		{
+			name:  "a budget with nothing left to cancel",
+			tasks: []store.Task{task("S01", store.Completed, "n1", 1), task("S02", store.Canceled, "", 0)},
+			pulls: map[string]any{"n1": []wrapper.TaskStatus{}},
+			opts:  store.ProjectOptions{BudgetUSD: 1},
+			spent: 2,
+		},
+	}
+	for _, tt := range tests {
+		c := decider(t, decideNodes)
+		snap := &snapshot{projects: []string{"p"}, tasks: map[string][]store.Task{"p": tt.tasks},
+			facts: map[string]projectFacts{"p": {opts: tt.opts, usd: tt.spent}}, runs: tt.runs}
+		plan := c.decideApply(snap, nodeSays(tt.pulls), nil, nil, t0)
+		var got []string
+		for _, n := range plan.notices {
+			got = append(got, n.event+" "+n.project+": "+n.message)
+		}
+		if len(got) != len(tt.want) {
+			t.Errorf("%s: notices %q, want %q", tt.name, got, tt.want)
+			continue
+		}
+		for i := range got {
+			if !strings.HasPrefix(got[i], tt.want[i]) {
+				t.Errorf("%s: notice %q, want %q…", tt.name, got[i], tt.want[i])
+			}
+		}
+	}
+}

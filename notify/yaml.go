@@ -1,0 +1,67 @@
+package notify
+
+import (
+	"gopkg.in/yaml.v3"
+
+	"github.com/dispatch-tool/dispatch/internal/yamlval"
+)
+
+// Keys are the keys of a notify block.
+var Keys = []string{"webhook", "secret", "command"}
+
+// FromYAML reads the notify block v (of project.yaml or nodes.yaml) into a
+// checked Config, reporting each problem at its line in d; nil when there
+// was one.
+func FromYAML(d yamlval.Doc, v *yaml.Node) *Config {
+	v = yamlval.Resolve(v)
+	if v.Kind != yaml.MappingNode {
+		d.Errorf(v, "write notify: {webhook: https://…, secret: ${VAR}, command: [prog, arg]} (webhook, command or both)",
+			"notify must be a mapping, not %s", yamlval.Describe(v))
+		return nil
+	}
+	before := len(*d.Problems)
+	var c Config
+	at := map[string]*yaml.Node{"notify": v}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		k, val := yamlval.Resolve(v.Content[i]), yamlval.Resolve(v.Content[i+1])
+		switch {
+		case k.Kind != yaml.ScalarNode:
+			d.Errorf(k, "", "notify: keys must be plain words, not %s", yamlval.Describe(k))
+			continue
+		case seen[k.Value]:
+			d.Errorf(k, "remove one of them", "notify: duplicate key %q", k.Value)
+			continue
+		}
+		seen[k.Value] = true
+		at[k.Value] = val
+		switch k.Value {
+		case "webhook":
+			c.Webhook, _ = d.String(val, "notify", "webhook")
+		case "secret":
+			c.Secret, _ = d.String(val, "notify", "secret")
+		case "command":
+			if val.Kind != yaml.SequenceNode {
+				d.Errorf(val, "write command: [my-notifier, --flag] (a list: no shell reads it)", "notify: command must be a list, not %s", yamlval.Describe(val))
+				continue
+			}
+			for _, a := range val.Content {
+				if s, ok := d.Scalar(a, "notify", "command"); ok {
+					c.Command = append(c.Command, s)
+				}
+			}
+		default:
+			d.Unknown(k, "notify: ", Keys)
+		}
+	}
+	if len(*d.Problems) > before {
+		return nil
+	}
+	for _, p := range c.Check() {
+		d.Errorf(at[p.Field], p.Fix, "notify: %s", p.Msg)
+	}
+	if len(*d.Problems) > before {
+		return nil
+	}
+	return &c
+}
