@@ -138,6 +138,7 @@ func TestApplyDecisions(t *testing.T) {
 		pulls   map[string]any
 		runs    map[runKey]runFacts
 		prev    map[string]store.Node
+		notices []string // "event project: message"
 		spent   float64
 		opts    store.ProjectOptions
 		want    []string
@@ -210,6 +211,7 @@ func TestApplyDecisions(t *testing.T) {
 				"S01 running→failed: attempt 1 failed (rate_limit): rate_limit",
 				"S01 failed→pending: rate limited: retry 1 of 10"},
 			changed: 2,
+			notices: []string{"mode_paused p: api_mode fallback-team paused until 2026-11-22T12:01:30Z: rate limit hit by p/S01 on n1 (reset named by the tool)"},
 		},
 		{
 			name:  "a node offline past node_offline_timeout loses its attempts",
@@ -268,6 +270,7 @@ func TestApplyDecisions(t *testing.T) {
 			spent:   0.5,
 			want:    []string{"run S01#1", "S01 running→completed: on n1", "S02 pending→canceled: budget reached: $1.25 spent of $1.00; nothing new starts"},
 			changed: 2,
+			notices: []string{"budget_stopped p: budget reached: $1.25 spent of $1.00; nothing new starts"},
 		},
 		{
 			name:  "a supervisor still exiting after its end is recorded is not stale",
@@ -328,6 +331,13 @@ func TestApplyDecisions(t *testing.T) {
 			}
 			if plan.changed != tt.changed {
 				t.Errorf("changed = %d, want %d", plan.changed, tt.changed)
+			}
+			var notices []string
+			for _, n := range plan.notices {
+				notices = append(notices, n.event+" "+n.project+": "+n.message)
+			}
+			if strings.Join(notices, "\n") != strings.Join(tt.notices, "\n") {
+				t.Errorf("notices %q, want %q", notices, tt.notices)
 			}
 			if len(plan.nodes) != len(tt.pulls) {
 				t.Errorf("%d node records for %d pulls", len(plan.nodes), len(tt.pulls))

@@ -11,8 +11,8 @@ import (
 
 // TestNoticesDecided: the decisions that call for a message say so once:
 // one per paused api_mode and project in a tick however many of its tasks
-// hit the limit, one when a budget cancels what had not started, none when
-// nothing is left to cancel.
+// hit the limit, none for a budget with nothing left to cancel
+// (TestApplyDecisions has the budget that cancels).
 func TestNoticesDecided(t *testing.T) {
 	t.Parallel()
 	ended, task := endedStatus, decideTask
@@ -32,18 +32,6 @@ func TestNoticesDecided(t *testing.T) {
 				ended("S02", 1, wrapper.StatusFailed, wrapper.ClassRateLimit)}},
 			runs: map[runKey]runFacts{{"p", "S01", 1}: {mode: "team"}, {"p", "S02", 1}: {mode: "team"}},
 			want: []string{notify.ModePaused + " p: api_mode team paused until "},
-		},
-		{
-			name:  "a budget that cancels",
-			tasks: []store.Task{task("S01", store.Running, "n1", 1), task("S02", store.Pending, "", 0)},
-			pulls: map[string]any{"n1": []wrapper.TaskStatus{func() wrapper.TaskStatus {
-				ts := ended("S01", 1, wrapper.StatusCompleted, "")
-				ts.Status.CostUSD = 0.75
-				return ts
-			}()}},
-			opts:  store.ProjectOptions{BudgetUSD: 1},
-			spent: 0.5,
-			want:  []string{notify.BudgetStopped + " p: budget reached: $1.25 spent of $1.00; nothing new starts"},
 		},
 		{
 			name:  "a budget with nothing left to cancel",
