@@ -112,6 +112,7 @@ func TestNotifyBadInput(t *testing.T) {
 		{"notify: {}\n", "notify has neither webhook nor command"},
 		{"notify:\n  command: notify-send\n", "notify: command must be a list"},
 		{"notify:\n  webhok: https://example.com\n", `unknown key "webhok"`},
+		{"notify:\n  webhook: https://example.com/h\n  secret: ${DISPATCH_TEST_UNSET_SECRET}\n", "notify secret: "},
 	} {
 		writeFile(t, filepath.Join(home, "specs", "p", "project.yaml"), "tool: shell\n"+tc.yaml)
 		r := runDispatch(t, nil, "--home", home, "validate", "p")

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
+	"github.com/dispatch-tool/dispatch/internal/yamlval"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/spec"
 )
@@ -59,6 +62,9 @@ func plan(ctx context.Context, e *env, name string, only []string, so controller
 	}
 	rows, err := controller.Plan(cfg, p, only, so)
 	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := checkNotifyEnv(cfg, p); err != nil {
 		return nil, nil, nil, err
 	}
 	if src := p.Config.Source; src != nil {
@@ -122,4 +128,26 @@ func printPlan(e *env, cfg *nodes.Config, p *spec.Project, rows []controller.Pla
 	for _, f := range p.Ignored {
 		fmt.Fprintf(e.out, "\nnote: %s is not a task file (task files are named like S01-title.md)\n", f)
 	}
+}
+
+// checkNotifyEnv checks that the variables the project's notify block (or
+// nodes.yaml's) names are set here: the controller reads them when a
+// message goes, and a missing one would only show as a failed
+// notification at the end of the run.
+func checkNotifyEnv(cfg *nodes.Config, p *spec.Project) error {
+	n, where := p.Config.Notify, filepath.Join(p.Dir, spec.ConfigFile)
+	if n == nil {
+		n, where = cfg.Notify, cfg.File
+	}
+	if n == nil {
+		return nil
+	}
+	for _, kv := range [][2]string{{"webhook", n.Webhook}, {"secret", n.Secret}} {
+		key, v := kv[0], kv[1]
+		if _, err := nodes.ExpandEnv(v, os.LookupEnv); err != nil {
+			return &yamlval.Problem{File: where, Msg: fmt.Sprintf("notify %s: %v", key, err),
+				Fix: "export it in this shell before `dispatch start` (a detached controller keeps the environment it started with), or remove it"}
+		}
+	}
+	return nil
 }
