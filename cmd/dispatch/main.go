@@ -89,6 +89,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			startCommand(),
 			statusCommand(),
 			reportCommand(),
+			runsCommand(),
 			nodesCommand(),
 			retryCommand(),
 			cancelCommand(),

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dispatch-tool/dispatch/readmodel"
+)
+
+func runsCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "runs",
+		Usage:     "list a project's runs: result, times, tasks run and reused, cost",
+		ArgsUsage: "<project>",
+		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+		Action: func(c *cli.Context) error {
+			e, st, project, err := readProject(c, "dispatch runs <project>")
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			v, err := readmodel.Runs(c.Context, st, project)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				b, err := json.MarshalIndent(v, "", "  ")
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(e.out, string(b))
+				return nil
+			}
+			tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "RUN\tRESULT\tSTARTED\tFINISHED\tRAN\tREUSED\tCOST")
+			for _, r := range v.Runs {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t$%.4f\n", r.Run, r.Result, localTime(r.StartedAt), localTime(r.FinishedAt),
+					r.TasksRan, r.TasksReused, r.CostUSD)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+// localTime shows an RFC 3339 time of the JSON views in local time, to the
+// second; "-" for none.
+func localTime(s string) string {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return "-"
+	}
+	return t.Local().Format("2006-01-02 15:04:05")
+}
