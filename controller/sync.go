@@ -231,7 +231,7 @@ func CheckExecutables(cfg *nodes.Config, rows []PlanRow, probes map[string]NodeP
 		case len(missing) > 0:
 			fix := "install the tool on one of these nodes, or set `tool:` in the spec or on a node (nodes.yaml) to a tool that is installed"
 			if r.Git {
-				fix = "install git (2.25 or later) on one of these nodes, or route the project's tasks to nodes that have it; " + fix
+				fix = "install git on one of these nodes, or route the project's tasks to nodes that have it; " + fix
 			}
 			if store.IsPhaseID(r.Task.ID) {
 				fix = "install the tool on one of these nodes, set `tool:` on a node routed for " + r.Type + " (nodes.yaml), write your own " + r.Task.ID + " spec with a tool that is installed, or set `integration: false` in project.yaml"

@@ -275,26 +275,9 @@ func Integrate(ctx context.Context, dir, base string, tasks []TaskBranch) (*Merg
 	}
 	merged := map[string]string{} // task → commit, once merged
 	for _, t := range tasks {
-		out, err := git(ctx, dir, nil, "merge-tree", "--write-tree", "--name-only", "-z", m.Commit, t.Commit)
-		conflicted := err != nil && exitCode(err) == 1
-		if err != nil && !conflicted {
+		tree, paths, err := mergeTree(ctx, dir, m.Commit, t.Commit)
+		if err != nil {
 			return nil, fmt.Errorf("merge %s: %w", t.ID, err)
-		}
-		fields := strings.Split(string(out), "\x00")
-		tree := fields[0]
-		if len(tree) < 40 {
-			return nil, fmt.Errorf("merge %s: git merge-tree printed no tree", t.ID)
-		}
-		var paths []string
-		if conflicted {
-			for _, p := range fields[1:] {
-				if p == "" {
-					break // the messages follow an empty field
-				}
-				if !slices.Contains(paths, p) {
-					paths = append(paths, p)
-				}
-			}
 		}
 		msg := "Merge " + t.ID
 		if len(paths) > 0 {
@@ -305,19 +288,47 @@ func Integrate(ctx context.Context, dir, base string, tasks []TaskBranch) (*Merg
 			return nil, fmt.Errorf("record the merge of %s: %w", t.ID, err)
 		}
 		m.Commit = line(commit)
+		pairs := map[string][]string{} // an earlier task's commit → the paths it conflicts on with t
 		for _, p := range paths {
-			m.Conflicts = append(m.Conflicts, Conflict{Path: p, Tasks: conflictTasks(ctx, dir, p, t, changed[p], merged)})
+			m.Conflicts = append(m.Conflicts, Conflict{Path: p, Tasks: conflictTasks(ctx, dir, p, t, changed[p], merged, pairs)})
 		}
 		merged[t.ID] = t.Commit
 	}
 	return m, nil
 }
 
+// mergeTree merges b into a with git's 3-way merge (objects only) and
+// returns the tree and the paths git could not merge.
+func mergeTree(ctx context.Context, dir, a, b string) (string, []string, error) {
+	out, err := git(ctx, dir, nil, "merge-tree", "--write-tree", "--name-only", "-z", a, b)
+	conflicted := err != nil && exitCode(err) == 1
+	if err != nil && !conflicted {
+		return "", nil, err
+	}
+	fields := strings.Split(string(out), "\x00")
+	if len(fields[0]) < 40 {
+		return "", nil, errors.New("git merge-tree printed no tree")
+	}
+	var paths []string
+	if conflicted {
+		for _, p := range fields[1:] {
+			if p == "" {
+				break // the messages follow an empty field
+			}
+			if !slices.Contains(paths, p) {
+				paths = append(paths, p)
+			}
+		}
+	}
+	return fields[0], paths, nil
+}
+
 // conflictTasks names the tasks of a conflict on path p met when merging
 // t: the tasks merged before it whose own change of p conflicts with t's
 // (a merge of the two alone), then t. When no single one does (only their
-// sum conflicts), every earlier task that changed p is named.
-func conflictTasks(ctx context.Context, dir, p string, t TaskBranch, changedBy []string, merged map[string]string) []string {
+// sum conflicts), every earlier task that changed p is named. pairs keeps
+// the merges of t with each earlier task, made once for all of t's paths.
+func conflictTasks(ctx context.Context, dir, p string, t TaskBranch, changedBy []string, merged map[string]string, pairs map[string][]string) []string {
 	var earlier, clashing []string
 	for _, id := range changedBy {
 		commit, ok := merged[id]
@@ -325,19 +336,13 @@ func conflictTasks(ctx context.Context, dir, p string, t TaskBranch, changedBy [
 			continue
 		}
 		earlier = append(earlier, id)
-		out, err := git(ctx, dir, nil, "merge-tree", "--write-tree", "--name-only", "-z", commit, t.Commit)
-		if err == nil || exitCode(err) != 1 {
-			continue
+		paths, seen := pairs[commit]
+		if !seen {
+			_, paths, _ = mergeTree(ctx, dir, commit, t.Commit) // a failed merge names no one
+			pairs[commit] = paths
 		}
-		fields := strings.Split(string(out), "\x00")
-		for _, f := range fields[1:] {
-			if f == "" {
-				break
-			}
-			if f == p {
-				clashing = append(clashing, id)
-				break
-			}
+		if slices.Contains(paths, p) {
+			clashing = append(clashing, id)
 		}
 	}
 	if len(clashing) == 0 {
