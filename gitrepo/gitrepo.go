@@ -599,41 +599,43 @@ type Change struct {
 // Changes lists the files commit changed from base, and git's diffstat of
 // them (`git diff --stat`), for the operator to read.
 func Changes(ctx context.Context, dir, base, commit string) ([]Change, string, error) {
-	out, err := git(ctx, dir, nil, "diff", "--name-only", "-z", "--no-renames", base, commit, "--")
+	// The raw diff names each changed file's new blob; only those are
+	// sized, so the cost follows the change, not the repository.
+	out, err := git(ctx, dir, nil, "diff-tree", "-r", "-z", "--no-renames", base, commit, "--")
 	if err != nil {
 		return nil, "", err
 	}
 	var changes []Change
-	var paths []string
-	for _, p := range strings.Split(string(out), "\x00") {
-		if p != "" {
-			paths = append(paths, p)
+	var blobs bytes.Buffer
+	var sized []int // index in changes of each blob asked for
+	fields := strings.Split(string(out), "\x00")
+	for i := 0; i+1 < len(fields); i += 2 {
+		// :<old mode> <new mode> <old id> <new id> <status>, then the path
+		meta := strings.Fields(strings.TrimPrefix(fields[i], ":"))
+		if len(meta) != 5 {
+			break
 		}
+		c := Change{Path: fields[i+1], Size: -1}
+		switch {
+		case meta[4] == "D":
+		case meta[1] == "160000":
+			c.Size = 0 // a submodule's commit, not a file
+		default:
+			sized = append(sized, len(changes))
+			blobs.WriteString(meta[3] + "\n")
+		}
+		changes = append(changes, c)
 	}
-	sizes := map[string]int64{}
-	if len(paths) > 0 {
-		ls, err := git(ctx, dir, nil, "ls-tree", "-r", "-l", "-z", "--full-tree", commit)
+	if len(sized) > 0 {
+		out, err := git(ctx, dir, blobs.Bytes(), "cat-file", "--batch-check=%(objectsize)")
 		if err != nil {
 			return nil, "", err
 		}
-		for _, e := range strings.Split(string(ls), "\x00") {
-			// <mode> SP <type> SP <object> SP+ <size> TAB <path>
-			meta, p, ok := strings.Cut(e, "\t")
-			f := strings.Fields(meta)
-			if !ok || len(f) != 4 {
-				continue
+		for k, l := range strings.Fields(string(out)) {
+			if k < len(sized) {
+				fmt.Sscan(l, &changes[sized[k]].Size)
 			}
-			var n int64
-			fmt.Sscan(f[3], &n)
-			sizes[p] = n
 		}
-	}
-	for _, p := range paths {
-		size, ok := sizes[p]
-		if !ok {
-			size = -1
-		}
-		changes = append(changes, Change{Path: p, Size: size})
 	}
 	stat, err := git(ctx, dir, nil, "diff", "--stat=200", "--no-renames", base, commit, "--")
 	if err != nil {

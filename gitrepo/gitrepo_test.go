@@ -358,3 +358,36 @@ func TestParseVersion(t *testing.T) {
 		}
 	}
 }
+
+func TestChanges(t *testing.T) {
+	ctx := context.Background()
+	r := newRepo(t)
+	r.write("keep.txt", "keep\n")
+	r.write("edit.txt", "old\n")
+	r.write("gone.txt", "gone\n")
+	base := r.commit("base")
+	r.write("edit.txt", "a longer text\n")
+	r.write("dir/new.txt", "12345\n")
+	r.git("rm", "-q", "gone.txt")
+	c := r.commit("change")
+	changes, stat, err := Changes(ctx, r.Dir, base, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, ch := range changes {
+		got[ch.Path] = ch.Size
+	}
+	want := map[string]int64{"edit.txt": 14, "dir/new.txt": 6, "gone.txt": -1}
+	if len(got) != len(want) {
+		t.Fatalf("changes %v, want %v", got, want)
+	}
+	for p, n := range want {
+		if got[p] != n {
+			t.Errorf("%s: size %d, want %d", p, got[p], n)
+		}
+	}
+	if !strings.Contains(stat, "3 files changed") {
+		t.Errorf("diffstat:\n%s", stat)
+	}
+}
