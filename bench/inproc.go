@@ -138,7 +138,7 @@ func newInproc(ctx context.Context, c *sshdtest.Client, home, project string) (*
 		st.Close()
 		return nil, err
 	}
-	if _, err := controller.AddProject(ctx, st, cfg, p, controller.StartOptions{}); err != nil {
+	if _, err := controller.AddProject(ctx, st, cfg, home, p, controller.StartOptions{}); err != nil {
 		st.Close()
 		return nil, err
 	}

@@ -337,7 +337,7 @@ func memAdd(ctx context.Context, o *options, t *tb, home, project string, r *mem
 		_, err = controller.Plan(cfg, p, nil, controller.StartOptions{})
 	}
 	if err == nil {
-		_, err = controller.AddProject(ctx, st, cfg, p, controller.StartOptions{})
+		_, err = controller.AddProject(ctx, st, cfg, home, p, controller.StartOptions{})
 	}
 	runtime.ReadMemStats(&m1)
 	close(done)

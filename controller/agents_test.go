@@ -266,7 +266,7 @@ func TestIntegrationSwitches(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, "", specs)
 			p, _ := spec.Load(filepath.Join(h.home, "specs"), "p")
-			if _, err := AddProject(context.Background(), h.st, h.cfg, p, tc.opts); err != nil {
+			if _, err := AddProject(context.Background(), h.st, h.cfg, h.home, p, tc.opts); err != nil {
 				t.Fatal(err)
 			}
 			h.tickUntil("project to finish", func() bool {
@@ -296,7 +296,7 @@ func TestIntegrationSwitches(t *testing.T) {
 		ok := map[string]string{"project.yaml": "tool: shell\n", "S01-ok.md": "echo ok\n", "S99-i.md": "echo i\n"}
 		h := newHarness(t, "", ok)
 		p, _ := spec.Load(filepath.Join(h.home, "specs"), "p")
-		if _, err := AddProject(context.Background(), h.st, h.cfg, p, StartOptions{NoIntegrate: true}); err != nil {
+		if _, err := AddProject(context.Background(), h.st, h.cfg, h.home, p, StartOptions{NoIntegrate: true}); err != nil {
 			t.Fatal(err)
 		}
 		h.tickUntil("project to finish", func() bool {

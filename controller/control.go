@@ -317,14 +317,19 @@ func (c *Controller) startProject(ctx context.Context, name string, so StartOpti
 	if _, err := Plan(c.cfg, p, c.opts.Nodes, so); err != nil {
 		return "", &OpError{Msg: err.Error()}
 	}
-	res, err := AddProject(ctx, c.st, c.cfg, p, so)
+	res, err := AddProject(ctx, c.st, c.cfg, c.opts.Home, p, so)
 	if err != nil {
 		return "", err
 	}
-	if res.Finished {
-		return fmt.Sprintf("%s already finished; nothing to run", name), nil
+	if res.AllReused {
+		c.NoticeRunFinished(ctx, name)
+		return strings.TrimSuffix(res.RunSummary(name), "\n"), nil
 	}
-	return fmt.Sprintf("%s handed to the running controller (pid %d): %d new task(s)", name, os.Getpid(), res.Added), nil
+	msg := fmt.Sprintf("%s handed to the running controller (pid %d): %d new task(s)", name, os.Getpid(), res.Added)
+	if sum := res.RunSummary(name); sum != "" {
+		msg += "\n" + strings.TrimSuffix(sum, "\n")
+	}
+	return msg, nil
 }
 
 func (c *Controller) projectTasks(ctx context.Context, project string) (store.Project, map[string]store.Task, error) {
@@ -427,7 +432,7 @@ func (c *Controller) Retry(ctx context.Context, project string, ids []string) (s
 		if authorRetried {
 			phase = store.PhaseImplementation
 			if len(phaseIDs) > 0 {
-				if err := tx.DeleteTasks(ctx, project, phaseIDs); err != nil {
+				if err := tx.DeleteTasks(ctx, project, phaseIDs, "the phase starts over"); err != nil {
 					return err
 				}
 				notes = append(notes, "the integration phase starts over")

@@ -106,7 +106,7 @@ nodes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := AddProject(context.Background(), st, cfg, p, StartOptions{}); err != nil {
+	if _, err := AddProject(context.Background(), st, cfg, home, p, StartOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return h
@@ -143,7 +143,9 @@ func (h *harness) task(id string) store.Task {
 // the real processes the wrapper runs.
 func (h *harness) tickUntil(what string, cond func() bool) {
 	h.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	// Generous: a loaded machine (the whole suite on 2 cores) is slow,
+	// and a test that waits for an event asserts no wall-clock time.
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		h.tick()
 		if cond() {
@@ -513,41 +515,152 @@ func TestToolCommandLines(t *testing.T) {
 	}
 }
 
-func TestFinishedProjectStaysFinished(t *testing.T) {
-	h := newHarness(t, "", shellProject(map[string]string{"S01-a.md": "echo a\n"}))
-	h.tickUntil("project to finish", func() bool {
-		p, _ := h.st.Project(context.Background(), "p")
-		return p.State == store.ProjectDone
+// TestNewRuns: a finished project that is started again begins run N+1,
+// reusing the results of the tasks whose inputs did not change and saying
+// why each other task runs again; the ended run is archived.
+func TestNewRuns(t *testing.T) {
+	h := newHarness(t, "", map[string]string{
+		"project.yaml": "tool: shell\nbase: base\n",
+		"base/in.txt":  "base\n",
+		"S01-a.md":     "cat in.txt > a.txt\n",
+		"S02-b.md":     "---\ndepends_on: [S01]\n---\necho b > b.txt\n",
+		"S03-c.md":     "echo c > c.txt\n",
+		"S99-i.md":     "echo i > i.txt\n",
+		"V01-v.md":     "echo '{\"pass\": true, \"issues\": []}' > verdict.json\n",
 	})
-	before, _ := h.st.Project(context.Background(), "p")
-	evBefore, _ := h.st.Events(context.Background(), "p", 0, 0)
-	h.clock.Advance(time.Hour)
-	load := func() *spec.Project {
+	ctx := context.Background()
+	specDir := filepath.Join(h.home, "specs", "p")
+	finish := func(what string) store.Project {
+		h.tickUntil(what, func() bool {
+			p, _ := h.st.Project(ctx, "p")
+			return p.State == store.ProjectDone
+		})
+		p, _ := h.st.Project(ctx, "p")
+		return p
+	}
+	start := func(so StartOptions) SyncResult {
+		t.Helper()
 		p, err := spec.Load(filepath.Join(h.home, "specs"), "p")
 		if err != nil {
 			t.Fatal(err)
 		}
-		return p
+		res, err := AddProject(ctx, h.st, h.cfg, h.home, p, so)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
 	}
-	res, err := AddProject(context.Background(), h.st, h.cfg, load(), StartOptions{})
-	if err != nil || !res.Finished {
-		t.Fatalf("AddProject on a finished project = %+v, %v; want Finished", res, err)
+	reasons := func(res SyncResult) string {
+		var out []string
+		for _, r := range res.Reasons {
+			out = append(out, r.ID+": "+r.Reason)
+		}
+		return strings.Join(out, "|")
 	}
-	after, _ := h.st.Project(context.Background(), "p")
-	evAfter, _ := h.st.Events(context.Background(), "p", 0, 0)
-	if after.State != store.ProjectDone || !after.FinishedAt.Equal(before.FinishedAt) || after.Result != before.Result || len(evAfter) != len(evBefore) {
-		t.Fatalf("finished project changed: %+v → %+v, events %d → %d", before, after, len(evBefore), len(evAfter))
+	attempts := func() string {
+		var out []string
+		for _, id := range []string{"S01", "S02", "S03"} {
+			tk := h.task(id)
+			out = append(out, fmt.Sprintf("%s#%d/%d", id, tk.Attempt, tk.ReusedFrom))
+		}
+		return strings.Join(out, " ")
 	}
-	// A new spec file is new work: the project runs again, for that task only.
-	if err := os.WriteFile(filepath.Join(h.home, "specs", "p", "S02-b.md"), []byte("echo b\n"), 0o644); err != nil {
+	if p := finish("run 1 to finish"); p.Result != store.ResultPassed || p.Run != 1 {
+		t.Fatalf("run 1 = %+v", p)
+	}
+
+	// Nothing changed: run 2 reuses everything, phase included, and ends.
+	h.clock.Advance(time.Hour)
+	res := start(StartOptions{})
+	if res.Run != 2 || !res.AllReused || !res.Finished || len(res.Reused) != 3 || reasons(res) != "" {
+		t.Fatalf("run 2 = %+v", res)
+	}
+	if p, _ := h.st.Project(ctx, "p"); p.Run != 2 || p.State != store.ProjectDone || p.Result != store.ResultPassed {
+		t.Fatalf("run 2's project = %+v", p)
+	}
+	if got := attempts(); got != "S01#1/1 S02#1/1 S03#1/1" {
+		t.Errorf("after run 2: %s", got)
+	}
+	for _, f := range []string{"run-1/report.md", "run-1/S01/output/a.txt", "run-1/final/i.txt", "report.md", "S01/output/a.txt", "final/i.txt", "S01/attempts/1/task.log"} {
+		if _, err := os.Stat(filepath.Join(h.home, "runs", "p", f)); err != nil {
+			t.Errorf("after run 2: %v", err)
+		}
+	}
+
+	// S01's spec changes: it runs again, and S02 with it; S03 is reused.
+	if err := os.WriteFile(filepath.Join(specDir, "S01-a.md"), []byte("cat in.txt > a.txt; echo 2 >> a.txt\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := AddProject(context.Background(), h.st, h.cfg, load(), StartOptions{}); err != nil || res.Finished || res.Added != 1 {
-		t.Fatalf("AddProject with a new task = %+v, %v", res, err)
+	res = start(StartOptions{})
+	if res.Run != 3 || res.Finished || reasons(res) != "S01: spec changed|S02: depends on S01" || strings.Join(res.Reused, " ") != "S03" {
+		t.Fatalf("run 3 = %+v (%s)", res, reasons(res))
 	}
-	h.tickUntil("new task to complete", func() bool { return h.task("S02").Status == store.Completed })
-	if tk := h.task("S01"); tk.Attempt != 1 {
-		t.Fatalf("S01 ran again: attempt %d", tk.Attempt)
+	if p := finish("run 3 to finish"); p.Result != store.ResultPassed {
+		t.Fatalf("run 3 = %+v", p)
+	}
+	if got := attempts(); got != "S01#2/0 S02#2/0 S03#1/1" {
+		t.Errorf("after run 3: %s", got)
+	}
+	if b, _ := os.ReadFile(filepath.Join(h.home, "runs", "p", "run-2", "S01", "output", "a.txt")); string(b) != "base\n" {
+		t.Errorf("run 2's archived a.txt = %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(h.home, "runs", "p", "S01", "output", "a.txt")); string(b) != "base\n2\n" {
+		t.Errorf("run 3's a.txt = %q", b)
+	}
+
+	// The base tree changes: every task that reads it runs again.
+	if err := os.WriteFile(filepath.Join(specDir, "base", "in.txt"), []byte("new base\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res = start(StartOptions{})
+	if want := "S01: base tree changed|S02: base tree changed|S03: base tree changed"; reasons(res) != want {
+		t.Errorf("run 4: %s, want %s", reasons(res), want)
+	}
+	finish("run 4 to finish")
+
+	// --fresh runs everything again; a failed task runs again in the next run.
+	if err := os.WriteFile(filepath.Join(specDir, "S03-c.md"), []byte("---\nmax_retries: 0\n---\nexit 3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res = start(StartOptions{Fresh: true})
+	if want := "S01: --fresh|S02: --fresh|S03: --fresh"; reasons(res) != want {
+		t.Errorf("run 5: %s, want %s", reasons(res), want)
+	}
+	h.tickUntil("S03 to fail for good", func() bool { return h.task("S03").Status == store.Failed })
+	if p := finish("run 5 to finish"); p.Result != store.ResultFailed {
+		t.Fatalf("run 5 = %+v", p)
+	}
+	if err := os.WriteFile(filepath.Join(specDir, "S03-c.md"), []byte("echo c > c.txt\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res = start(StartOptions{})
+	if !strings.HasPrefix(reasons(res), "S03: failed in run 5") || len(res.Reused) != 2 || res.AllReused {
+		t.Errorf("run 6: %+v (%s)", res, reasons(res))
+	}
+	finish("run 6 to finish")
+
+	// Every run is kept: its project row, tasks, spending and events.
+	hist, err := h.st.RunHistory(ctx, "p")
+	if err != nil || len(hist) != 6 {
+		t.Fatalf("RunHistory = %d runs, %v", len(hist), err)
+	}
+	var got []string
+	for _, r := range hist {
+		got = append(got, fmt.Sprintf("%d:%s:%d/%d", r.Project.Run, r.Project.Result, r.Ran, r.Reused))
+	}
+	// Run 2 reused the phase too (S99 and V01): 5 reused, none ran.
+	if want := "1:passed:5/0 2:passed:0/5 3:passed:4/1 4:passed:5/0 5:failed:3/0 6:passed:3/2"; strings.Join(got, " ") != want {
+		t.Errorf("runs = %s, want %s", strings.Join(got, " "), want)
+	}
+	run5, _, err := h.st.AtRun(ctx, "p", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk, err := run5.Task(ctx, "p", "S03"); err != nil || tk.Status != store.Failed {
+		t.Errorf("run 5's S03 = %+v, %v", tk, err)
+	}
+	if _, err := os.Stat(filepath.Join(h.home, "runs", "p", "run-5", "report.md")); err != nil {
+		t.Errorf("run 5's report: %v", err)
 	}
 }
 

@@ -23,6 +23,7 @@ const (
 	CrashMidFetch     = "collect:mid-fetch"    // part of a task's commits read into the operator's repository
 	CrashAfterImport  = "collect:after-import" // a task's branch set, its attempt not marked collected
 	CrashBeforeFinish = "finish:before-done"   // report written, project not marked done
+	CrashAfterArchive = "run:after-archive"    // a new run's files archived on disk, the run not begun in the database
 )
 
 var crashOnce sync.Once

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -234,16 +235,29 @@ func TestBaseShippedOncePerNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := AddProject(context.Background(), h.st, h.cfg, p, StartOptions{})
+		res, err := AddProject(context.Background(), h.st, h.cfg, h.home, p, StartOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		h.tickUntil(id+" to complete", func() bool { return h.task(id).Status == store.Completed })
+		h.tickUntil("run "+strconv.Itoa(res.Run)+" to finish", func() bool {
+			p, _ := h.st.Project(context.Background(), "p")
+			return p.State == store.ProjectDone
+		})
 		return res
 	}
-	// The tasks that ran keep their results from the old base, and say so.
-	if res := addTask("S07"); strings.Join(res.BaseMoved, " ") != "S01 S02 S03 S04 S05 S06" {
-		t.Errorf("base moved for %v, want S01 to S06", res.BaseMoved)
+	h.tickUntil("run 1 to finish", func() bool {
+		p, _ := h.st.Project(context.Background(), "p")
+		return p.State == store.ProjectDone
+	})
+	// A new run: the tasks that ran from the old base run again, and say so.
+	res := addTask("S07")
+	var why []string
+	for _, r := range res.Reasons {
+		why = append(why, r.ID+": "+r.Reason)
+	}
+	if want := "S01: the repository's commit changed|S02: the repository's commit changed|S03: the repository's commit changed|" +
+		"S04: the repository's commit changed|S05: the repository's commit changed|S06: the repository's commit changed|S07: new task"; res.Run != 2 || strings.Join(why, "|") != want {
+		t.Errorf("run %d, reasons %q; want run 2, %q", res.Run, why, want)
 	}
 	if sc.receives != 2 || len(sc.sent) != 2 || sc.sent[1] < first/2 {
 		t.Fatalf("after the node's repository was removed: %d receives, packs %v; want the whole base again", sc.receives, sc.sent)

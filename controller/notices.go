@@ -53,7 +53,7 @@ func (c *Controller) sendNotice(ctx context.Context, project, event, result, mes
 	if cfg == nil {
 		return
 	}
-	msg := notify.Message{Event: event, Project: project, Run: 1, Result: result, Message: message,
+	msg := notify.Message{Event: event, Project: project, Run: p.Run, Result: result, Message: message,
 		At: c.now().UTC().Format(time.RFC3339)}
 	if tasks, err := c.st.Tasks(ctx, project); err == nil {
 		msg.Counts = map[string]int{}
@@ -115,4 +115,14 @@ func (c *Controller) drainNotices() {
 		defer cancel()
 		q.Close(ctx)
 	}
+}
+
+// NoticeRunFinished sends project's run_finished for a run that ended
+// without a tick (every result reused).
+func (c *Controller) NoticeRunFinished(ctx context.Context, project string) {
+	p, err := c.st.Project(ctx, project)
+	if err != nil || p.State != store.ProjectDone {
+		return
+	}
+	c.sendNotice(ctx, project, notify.RunFinished, p.Result, fmt.Sprintf("run %d: every task's result reused", p.Run))
 }

@@ -203,6 +203,7 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 	var claims []claim
 	err = c.st.Update(ctx, func(tx *store.Tx) error {
 		claims = claims[:0]
+		opts := map[string]store.ProjectOptions{}
 		for _, p := range picks {
 			attempt, err := tx.Claim(ctx, p.task.Project, p.task.ID, p.node.cfg.Name)
 			if errors.Is(err, store.ErrConflict) {
@@ -211,7 +212,20 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 			if err != nil {
 				return err
 			}
-			if err := tx.SetRun(ctx, p.task.Project, p.task.ID, attempt, store.RunPatch{APIMode: new(p.mode)}); err != nil {
+			o, ok := opts[p.task.Project]
+			if !ok {
+				proj, err := tx.Project(ctx, p.task.Project)
+				if err != nil {
+					return err
+				}
+				o, _ = proj.ParseOptions() // unreadable options fail the launch, with the fix
+				opts[p.task.Project] = o
+			}
+			in, err := claimInputs(ctx, tx, c.cfg, p.task, p.mode, o)
+			if err != nil {
+				return err
+			}
+			if err := tx.SetRun(ctx, p.task.Project, p.task.ID, attempt, store.RunPatch{APIMode: new(p.mode), Inputs: &in}); err != nil {
 				return err
 			}
 			if p.mode != "" && p.mode != p.node.cfg.APIMode {

@@ -415,6 +415,17 @@ type SyncResult struct {
 	// Finished is set when the project had finished and this start brought
 	// no new work: it stays finished with its result.
 	Finished bool
+	// Run is the number of the run this start began (0: it resumed the
+	// current one); PrevRun and PrevResult are the run that ended before.
+	Run, PrevRun int
+	PrevResult   string
+	// Reused are the tasks whose result the new run reuses; Reasons say
+	// why each other task runs again, in the specs' order.
+	Reused  []string
+	Reasons []TaskReason
+	// AllReused: nothing changed since a passed run, and the new run ended
+	// at once with the same result.
+	AllReused bool
 }
 
 // StartOptions are the switches of `dispatch start` that shape a project.
@@ -423,6 +434,11 @@ type StartOptions struct {
 	NoIntegrate      bool `json:"no_integrate,omitempty"`      // skip the integration phase
 	// BudgetUSD, when positive, replaces project.yaml's budget.usd.
 	BudgetUSD float64 `json:"budget_usd,omitempty"`
+	// Fresh runs every task of a new run again, reusing no result.
+	Fresh bool `json:"fresh,omitempty"`
+	// Trigger is what begins the run: "" or "start" by hand, "schedule",
+	// "catch-up" (store.ProjectOptions.Trigger).
+	Trigger string `json:"trigger,omitempty"`
 }
 
 // projectOptionsFor resolves a project's settings from project.yaml,
@@ -438,6 +454,10 @@ func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so StartOptions) stor
 		o.Repo = &store.RepoOptions{Dir: src.Dir, Ref: src.Ref, Commit: src.Commit}
 	}
 	o.Notify = p.Config.Notify
+	o.Trigger = so.Trigger
+	if o.Trigger == "" {
+		o.Trigger = TriggerStart
+	}
 	if p.Config.Integration != nil {
 		o.Integration = *p.Config.Integration
 	}
@@ -470,7 +490,7 @@ func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so StartOptions) stor
 // keep their snapshot) and marks the project active. Phase tasks (S99, V*,
 // F*) are created by the controller when their phase comes; author files
 // for them replace the generated specs.
-func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, p *spec.Project, so StartOptions) (SyncResult, error) {
+func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, home string, p *spec.Project, so StartOptions) (SyncResult, error) {
 	var res SyncResult
 	opts := projectOptionsFor(cfg, p, so)
 	ob, _ := json.Marshal(opts)
@@ -492,43 +512,23 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, p *spec
 	for _, t := range existing {
 		have[t.ID] = t
 	}
-	// A finished project stays finished, with its result and times, unless
-	// this start brings new work: new tasks, or changed specs of tasks that
-	// never ran.
-	keepFinished, wasDone := false, false
-	if old, err := st.Project(ctx, p.Name); err == nil && old.State == store.ProjectDone {
-		keepFinished, wasDone = true, true
-		for _, t := range authorTasks {
-			o, ok := have[t.ID]
-			if !ok || ((o.Status == store.Pending || o.Status == store.Blocked) && o.SpecHash != t.Hash) {
-				keepFinished = false
-			}
+	if p.Config.Base != "" {
+		// A task's result is reused only from the same base tree.
+		if opts.BaseTree, err = treeHash(baseDir); err != nil {
+			return res, fmt.Errorf("read the base tree of %s: %w", p.Name, err)
 		}
+		ob, _ = json.Marshal(opts)
+	}
+	// A finished project begins its next run.
+	if old, err := st.Project(ctx, p.Name); err == nil && old.State == store.ProjectDone {
+		res, err := newRun(ctx, st, cfg, home, p, so, opts, string(ob), old, have)
+		res.Finished = res.AllReused
+		return res, err
 	}
 	err = st.Update(ctx, func(tx *store.Tx) error {
-		res = SyncResult{Finished: keepFinished}
-		if keepFinished {
-			for _, t := range authorTasks {
-				if have[t.ID].SpecHash != t.Hash {
-					res.Changed = append(res.Changed, t.ID)
-				}
-				if b := have[t.ID].BaseCommit; opts.Repo != nil && b != "" && b != opts.Repo.Commit {
-					res.BaseMoved = append(res.BaseMoved, t.ID)
-				}
-			}
-			return nil
-		}
+		res = SyncResult{}
 		if err := tx.EnsureProject(ctx, p.Name, string(ob)); err != nil {
 			return err
-		}
-		if wasDone {
-			// New work for a finished project: once it has run, the
-			// integration phase runs again over every output, as after
-			// `dispatch retry` of an author task. The old phase tasks go;
-			// the phase makes them afresh.
-			if err := reopenPhase(ctx, tx, p.Name, existing); err != nil {
-				return err
-			}
 		}
 		for _, t := range authorTasks {
 			nt := storeTask(p, t, cfg)
@@ -594,7 +594,7 @@ func reopenPhase(ctx context.Context, tx *store.Tx, project string, tasks []stor
 		}
 	}
 	if len(phaseIDs) > 0 {
-		if err := tx.DeleteTasks(ctx, project, phaseIDs); err != nil {
+		if err := tx.DeleteTasks(ctx, project, phaseIDs, "the phase starts over"); err != nil {
 			return err
 		}
 	}

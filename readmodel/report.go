@@ -19,7 +19,9 @@ import (
 
 // Report is `dispatch report <project> --format json` (SPEC §9).
 type Report struct {
-	Project      string             `json:"project"`
+	Project string `json:"project"`
+	// Run is the number of the run reported (dispatch runs).
+	Run          int                `json:"run"`
 	Phase        string             `json:"phase"`
 	Result       string             `json:"result"`
 	Totals       Totals             `json:"totals"`
@@ -65,9 +67,12 @@ type Totals struct {
 // ReportTask is a task with its attempts and collected outputs.
 type ReportTask struct {
 	TaskView
-	Attempts []AttemptView `json:"attempts"`
-	Outputs  []OutputView  `json:"outputs"`
-	LogTail  string        `json:"log_tail,omitempty"`
+	// ReusedFromRun is the earlier run whose result this run reuses; 0
+	// when the task ran in this run.
+	ReusedFromRun int           `json:"reused_from_run"`
+	Attempts      []AttemptView `json:"attempts"`
+	Outputs       []OutputView  `json:"outputs"`
+	LogTail       string        `json:"log_tail,omitempty"`
 }
 
 // AttemptView is one attempt of a task.
@@ -143,7 +148,9 @@ func BuildReport(ctx context.Context, st *store.Store, cfg Nodes, home, project 
 	if err != nil {
 		return nil, err
 	}
-	r := &Report{Project: project, Phase: sv.Phase, Result: p.Result, Tasks: []ReportTask{}, Conflicts: []Conflict{},
+	// An archived run's files are in runs/<project>/run-<N>/.
+	dir := RunDir(home, project, st.Archived())
+	r := &Report{Project: project, Run: p.Run, Phase: sv.Phase, Result: p.Result, Tasks: []ReportTask{}, Conflicts: []Conflict{},
 		Verification: VerificationResult{Issues: []string{}}, Nodes: []ReportNode{}, Dangerous: []string{}, GeneratedAt: jsonTime(now)}
 	if r.Result == "" {
 		r.Result = store.ResultRunning
@@ -155,6 +162,9 @@ func BuildReport(ctx context.Context, st *store.Store, cfg Nodes, home, project 
 	use := map[string]*ReportNode{}
 	dangerous := map[string]bool{}
 	for _, run := range runs {
+		if run.Run != p.Run {
+			continue // an attempt of another run
+		}
 		dangerous[run.Task] = dangerous[run.Task] || run.Dangerous
 		attempts[run.Task] = append(attempts[run.Task], AttemptView{Dangerous: run.Dangerous, Attempt: run.Attempt, Node: run.Node, Status: run.Status,
 			ExitCode: run.ExitCode, Signal: run.Signal, ErrorClass: run.ErrorClass, Error: run.Error,
@@ -195,8 +205,8 @@ func BuildReport(ctx context.Context, st *store.Store, cfg Nodes, home, project 
 			r.Verification.Issues = []string{}
 		}
 	}
-	if _, err := os.Stat(filepath.Join(RunsDir(home, project), "final")); err == nil {
-		r.Final = filepath.Join(RunsDir(home, project), "final")
+	if _, err := os.Stat(filepath.Join(dir, "final")); err == nil {
+		r.Final = filepath.Join(dir, "final")
 	}
 	if opts, err := p.ParseOptions(); err == nil && opts.Repo != nil {
 		r.Git = &GitResult{Repo: opts.Repo.Dir, Base: opts.Repo.Commit, Commit: p.FinalCommit}
@@ -212,7 +222,7 @@ func BuildReport(ctx context.Context, st *store.Store, cfg Nodes, home, project 
 		if dangerous[t.ID] {
 			r.Dangerous = append(r.Dangerous, t.ID)
 		}
-		rt := ReportTask{TaskView: t, Attempts: attempts[t.ID], Outputs: outputs[t.ID]}
+		rt := ReportTask{TaskView: t, ReusedFromRun: t.ReusedFrom, Attempts: attempts[t.ID], Outputs: outputs[t.ID]}
 		if rt.Attempts == nil {
 			rt.Attempts = []AttemptView{}
 		}
@@ -220,7 +230,7 @@ func BuildReport(ctx context.Context, st *store.Store, cfg Nodes, home, project 
 			rt.Outputs = []OutputView{}
 		}
 		if t.Status == store.Failed {
-			rt.LogTail = LogTail(filepath.Join(RunsDir(home, project), t.ID, "task.log"), 20)
+			rt.LogTail = LogTail(filepath.Join(dir, t.ID, "task.log"), 20)
 		}
 		r.Tasks = append(r.Tasks, rt)
 	}
@@ -312,6 +322,19 @@ func (r *Report) Markdown() string {
 	outcome := map[string]string{store.ResultPassed: "PASSED", store.ResultFailed: "FAILED", store.ResultRunning: "RUNNING", store.ResultStopped: "STOPPED"}[r.Result]
 	fmt.Fprintf(&b, "**%s** — %d of %d tasks completed, %d failed, %d attempts, %s wall time.\n\n",
 		outcome, r.Totals.Completed, r.Totals.Tasks, r.Totals.Failed, r.Totals.Attempts, FormatSeconds(r.Totals.WallSeconds))
+	var reused []string
+	for _, t := range r.Tasks {
+		if t.ReusedFromRun > 0 {
+			reused = append(reused, fmt.Sprintf("%s (run %d)", t.ID, t.ReusedFromRun))
+		}
+	}
+	if r.Run > 1 || len(reused) > 0 {
+		fmt.Fprintf(&b, "Run %d of %s (`dispatch runs %s` lists them).", r.Run, r.Project, r.Project)
+		if len(reused) > 0 {
+			fmt.Fprintf(&b, " Reused from earlier runs, their inputs unchanged: %s.", strings.Join(reused, ", "))
+		}
+		b.WriteString("\n\n")
+	}
 	var failed, blocked []string
 	for _, t := range r.Tasks {
 		switch t.Status {

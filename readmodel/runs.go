@@ -23,35 +23,34 @@ type RunView struct {
 	TasksRan    int     `json:"tasks_ran"`
 	TasksReused int     `json:"tasks_reused"`
 	CostUSD     float64 `json:"cost_usd"`
+	// Trigger is what began the run: start (by hand), schedule, catch-up.
+	Trigger string `json:"trigger"`
 }
 
-// Runs lists a project's runs. A project runs once today (a finished one
-// runs again only for new tasks, within the same run), so the list has
-// one entry; numbered runs extend it.
+// Runs lists a project's runs, the first first.
 func Runs(ctx context.Context, st *store.Store, project string) (*RunsView, error) {
-	p, err := st.Project(ctx, project)
+	hist, err := st.RunHistory(ctx, project)
 	if err != nil {
 		return nil, err
 	}
-	tasks, err := st.Tasks(ctx, project)
-	if err != nil {
-		return nil, err
-	}
-	usd, _, err := st.Spent(ctx, project)
-	if err != nil {
-		return nil, err
-	}
-	r := RunView{Run: 1, Result: p.Result, StartedAt: jsonTime(p.StartedAt), FinishedAt: jsonTime(p.FinishedAt), CostUSD: usd}
-	if r.Result == "" {
-		r.Result = store.ResultRunning
-		if p.State == store.ProjectStopped {
-			r.Result = store.ResultStopped
+	v := &RunsView{Project: project, Runs: []RunView{}}
+	for _, h := range hist {
+		p := h.Project
+		r := RunView{Run: p.Run, Result: p.Result, StartedAt: jsonTime(p.StartedAt), FinishedAt: jsonTime(p.FinishedAt),
+			TasksRan: h.Ran, TasksReused: h.Reused, CostUSD: clampCost(h.CostUSD)}
+		if opts, err := p.ParseOptions(); err == nil {
+			r.Trigger = opts.Trigger
 		}
-	}
-	for _, t := range tasks {
-		if t.Attempt > 0 {
-			r.TasksRan++
+		if r.Trigger == "" {
+			r.Trigger = "start"
 		}
+		if r.Result == "" {
+			r.Result = store.ResultRunning
+			if p.State == store.ProjectStopped {
+				r.Result = store.ResultStopped
+			}
+		}
+		v.Runs = append(v.Runs, r)
 	}
-	return &RunsView{Project: project, Runs: []RunView{r}}, nil
+	return v, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/dispatch-tool/dispatch/store"
@@ -27,11 +28,27 @@ type NodeSlots = struct {
 // RunsDir is where a project's collected outputs and report live.
 func RunsDir(home, project string) string { return filepath.Join(home, "runs", project) }
 
+// RunDirName is the directory of runs/<project>/ that keeps an ended run's
+// outputs and report.
+func RunDirName(run int) string { return "run-" + strconv.Itoa(run) }
+
+// RunDir is where run's outputs and report are: runs/<project>/ for the
+// current run, runs/<project>/run-<N>/ for an archived one (archived > 0).
+func RunDir(home, project string, archived int) string {
+	if archived > 0 {
+		return filepath.Join(RunsDir(home, project), RunDirName(archived))
+	}
+	return RunsDir(home, project)
+}
+
 // StatusView is `dispatch status <project> --json` (SPEC §9).
 type StatusView struct {
 	Project string `json:"project"`
-	Counts  Counts `json:"counts"`
-	Phase   string `json:"phase"`
+	// Run is the number of the run shown; not in the JSON, whose keys
+	// SPEC §9 fixes (`dispatch runs --json` lists the runs).
+	Run    int    `json:"-"`
+	Counts Counts `json:"counts"`
+	Phase  string `json:"phase"`
 	// State is the project's state: active, stopped (by `dispatch stop`:
 	// nothing new starts) or done. It is not in the JSON, whose keys SPEC
 	// §9 fixes; `report --format json` says "result": "stopped".
@@ -111,6 +128,9 @@ type TaskView struct {
 	DurationSeconds float64 `json:"duration_seconds"`
 	// Warning is shown by the text views; the JSON keeps SPEC §9's keys.
 	Warning string `json:"-"`
+	// ReusedFrom is the earlier run whose result this run reuses (0:
+	// the task ran in this run); the report's JSON says it.
+	ReusedFrom int `json:"-"`
 }
 
 // NodeView is one node in status output.
@@ -141,7 +161,7 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 	if err != nil {
 		return nil, err
 	}
-	v := &StatusView{Project: project, Phase: p.Phase, State: p.State, Tasks: []TaskView{}, Nodes: []NodeView{},
+	v := &StatusView{Project: project, Run: p.Run, Phase: p.Phase, State: p.State, Tasks: []TaskView{}, Nodes: []NodeView{},
 		state: p.State, result: p.Result, byID: map[string]int{}}
 	// Author tasks by ID, then the phase tasks in the order they came.
 	sort.SliceStable(tasks, func(i, j int) bool {
@@ -161,7 +181,7 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 			running[t.Node]++
 		}
 		tv := TaskView{ID: t.ID, Title: t.Title, Type: t.Type, Status: t.Status, Node: t.Node, Attempt: t.Attempt,
-			ExitCode: t.ExitCode, ErrorClass: t.ErrorClass, Error: t.Error, Warning: t.Warning,
+			ExitCode: t.ExitCode, ErrorClass: t.ErrorClass, Error: t.Error, Warning: t.Warning, ReusedFrom: t.ReusedFrom,
 			StartedAt: jsonTime(t.StartedAt), CompletedAt: jsonTime(t.CompletedAt)}
 		switch {
 		case !t.StartedAt.IsZero() && !t.CompletedAt.IsZero() && t.CompletedAt.After(t.StartedAt):

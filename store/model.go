@@ -71,6 +71,9 @@ type Project struct {
 	// FinalCommit is, in a git-native project, the commit of the result
 	// (refs/heads/dispatch/<project>/final).
 	FinalCommit string
+	// Run is the number of the project's current run (1 for the first),
+	// or of the archived run read through Store.AtRun.
+	Run int
 }
 
 // Task is one task of a project with its current state.
@@ -120,6 +123,9 @@ type Task struct {
 	// operator's repository the task's workspace starts from (repo:'s
 	// commit, or the merge and the integration phase's commits).
 	BaseCommit string
+	// ReusedFrom is, for a task whose result an earlier run made and this
+	// run reuses, that run's number; 0 when the task runs in this run.
+	ReusedFrom int
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
 }
@@ -155,6 +161,12 @@ type Run struct {
 	// Commit is, in a git-native project, the commit the attempt's
 	// workspace was recorded as when the tool exited.
 	Commit string
+	// Run is the project's run the attempt belongs to.
+	Run int
+	// Inputs is what the attempt ran from (spec, base, tool, model,
+	// api_mode variables, its dependencies' results) as JSON: a later run
+	// reuses the result while they are unchanged.
+	Inputs string
 }
 
 // Node is what the controller last learned about a node.

@@ -26,6 +26,7 @@ type TaskPatch struct {
 	StartedAt, CompletedAt            *time.Time
 	Heartbeat                         *string
 	HeartbeatAt                       *time.Time
+	ReusedFrom                        *int
 }
 
 // RunPatch changes columns of one attempt's run row.
@@ -38,6 +39,7 @@ type RunPatch struct {
 	CostUSD                             *float64
 	Dangerous                           *bool
 	APIMode, SessionID, Commit          *string
+	Inputs                              *string
 }
 
 // ProjectPatch changes columns of a project.
@@ -102,6 +104,7 @@ func (p TaskPatch) columns() *columns {
 	col(c, "completed_at", p.CompletedAt)
 	col(c, "heartbeat", p.Heartbeat)
 	col(c, "heartbeat_at", p.HeartbeatAt)
+	col(c, "reused_from", p.ReusedFrom)
 	return c
 }
 
@@ -124,6 +127,7 @@ func (p RunPatch) columns() *columns {
 	col(c, "api_mode", p.APIMode)
 	col(c, "session_id", p.SessionID)
 	col(c, "result_commit", p.Commit)
+	col(c, "inputs", p.Inputs)
 	return c
 }
 

@@ -19,15 +19,12 @@ type querier interface {
 // taskSelect reads a task with its snapshot; taskListSelect leaves the
 // snapshot out (an empty value in its place): the controller reads every
 // task several times a tick and needs the spec text only to launch one.
-const taskSelect = `SELECT project, id, title, type, tool, model, priority, depends_on, tags, node_pin,
-	timeout_seconds, max_retries, spec_file, spec_hash, snapshot, status, attempt, retries_used, node,
-	not_before, exit_code, error_class, error, started_at, completed_at, heartbeat, heartbeat_at,
-	created_at, updated_at, warning, base_dir, rate_limit_retries, stall_seconds, base_commit FROM tasks`
+const taskSelect = "SELECT " + taskColumns + " FROM "
 
 const taskListSelect = `SELECT project, id, title, type, tool, model, priority, depends_on, tags, node_pin,
 	timeout_seconds, max_retries, spec_file, spec_hash, x'' AS snapshot, status, attempt, retries_used, node,
 	not_before, exit_code, error_class, error, started_at, completed_at, heartbeat, heartbeat_at,
-	created_at, updated_at, warning, base_dir, rate_limit_retries, stall_seconds, base_commit FROM tasks`
+	created_at, updated_at, warning, base_dir, rate_limit_retries, stall_seconds, base_commit, reused_from FROM `
 
 func scanTask(rows interface{ Scan(...any) error }) (Task, error) {
 	var t Task
@@ -35,7 +32,7 @@ func scanTask(rows interface{ Scan(...any) error }) (Task, error) {
 	var timeout, stall float64
 	err := rows.Scan(&t.Project, &t.ID, &t.Title, &t.Type, &t.Tool, &t.Model, &t.Priority, &deps, &tags, &t.NodePin,
 		&timeout, &t.MaxRetries, &t.SpecFile, &t.SpecHash, &t.Snapshot, &t.Status, &t.Attempt, &t.RetriesUsed, &t.Node,
-		&notBefore, &t.ExitCode, &t.ErrorClass, &t.Error, &started, &completed, &t.Heartbeat, &hbAt, &created, &updated, &t.Warning, &t.BaseDir, &t.RateLimitRetries, &stall, &t.BaseCommit)
+		&notBefore, &t.ExitCode, &t.ErrorClass, &t.Error, &started, &completed, &t.Heartbeat, &hbAt, &created, &updated, &t.Warning, &t.BaseDir, &t.RateLimitRetries, &stall, &t.BaseCommit, &t.ReusedFrom)
 	if err != nil {
 		return t, err
 	}
@@ -57,8 +54,8 @@ func scanTask(rows interface{ Scan(...any) error }) (Task, error) {
 	return t, nil
 }
 
-func queryTasks(ctx context.Context, q querier, project string) ([]Task, error) {
-	rows, err := q.QueryContext(ctx, taskListSelect+" WHERE project = ? ORDER BY id", project)
+func queryTasks(ctx context.Context, q querier, from, project string) ([]Task, error) {
+	rows, err := q.QueryContext(ctx, taskListSelect+from+" WHERE project = ? ORDER BY id", project)
 	if err != nil {
 		return nil, fmt.Errorf("read tasks of %s: %w", project, err)
 	}
@@ -89,15 +86,15 @@ func (s *Store) HasLiveWork(ctx context.Context, project string) (bool, error) {
 
 // Spent returns the cost and tokens recorded for a project's attempts.
 func (s *Store) Spent(ctx context.Context, project string) (usd float64, tokens int64, err error) {
-	return querySpent(ctx, s.db, project)
+	return querySpent(ctx, s.db, project, s.run)
 }
 
 // querySpent sums in floating point (TOTAL): counts a node reported near
 // the clamp would overflow SUM's integers and fail every tick.
-func querySpent(ctx context.Context, q querier, project string) (usd float64, tokens int64, err error) {
+func querySpent(ctx context.Context, q querier, project string, run int) (usd float64, tokens int64, err error) {
 	var t float64
 	err = q.QueryRowContext(ctx, `SELECT TOTAL(cost_usd), TOTAL(tokens_in) + TOTAL(tokens_out)
-		FROM runs WHERE project = ?`, project).Scan(&usd, &t)
+		FROM runs WHERE project = ? AND run = `+runOf(run, "runs"), project).Scan(&usd, &t)
 	if err != nil {
 		return 0, 0, fmt.Errorf("read the spending of %s: %w", project, err)
 	}
@@ -153,7 +150,7 @@ func (s *Store) States(ctx context.Context, project string) (map[string]string, 
 // has passed, by priority then ID, without their snapshots: the candidates
 // for free slots. Their dependencies are the caller's to check.
 func (s *Store) Runnable(ctx context.Context, project string, now time.Time, limit int) ([]Task, error) {
-	rows, err := s.db.QueryContext(ctx, taskListSelect+` WHERE project = ? AND status = ? AND not_before <= ?
+	rows, err := s.db.QueryContext(ctx, taskListSelect+`tasks WHERE project = ? AND status = ? AND not_before <= ?
 		ORDER BY priority, id LIMIT ?`, project, Pending, formatTime(now), limit)
 	if err != nil {
 		return nil, fmt.Errorf("read runnable tasks of %s: %w", project, err)
@@ -173,12 +170,12 @@ func (s *Store) Runnable(ctx context.Context, project string, now time.Time, lim
 // Tasks returns a project's tasks ordered by ID, without their snapshots
 // (see Snapshot and Task).
 func (s *Store) Tasks(ctx context.Context, project string) ([]Task, error) {
-	return queryTasks(ctx, s.db, project)
+	return queryTasks(ctx, s.db, s.table("tasks"), project)
 }
 
 // Task returns one task.
 func (s *Store) Task(ctx context.Context, project, id string) (Task, error) {
-	t, err := scanTask(s.db.QueryRowContext(ctx, taskSelect+" WHERE project = ? AND id = ?", project, id))
+	t, err := scanTask(s.db.QueryRowContext(ctx, taskSelect+s.table("tasks")+" WHERE project = ? AND id = ?", project, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return t, fmt.Errorf("task %s/%s: %w", project, id, ErrNotFound)
 	}
@@ -192,6 +189,9 @@ func (s *Store) Projects(ctx context.Context) ([]Project, error) {
 
 // Project returns one project.
 func (s *Store) Project(ctx context.Context, name string) (Project, error) {
+	if s.run > 0 {
+		return s.archivedProject(ctx, name)
+	}
 	ps, err := queryProjects(ctx, s.db, name)
 	if err != nil {
 		return Project{}, err
@@ -203,7 +203,7 @@ func (s *Store) Project(ctx context.Context, name string) (Project, error) {
 }
 
 func queryProjects(ctx context.Context, q querier, name string) ([]Project, error) {
-	query := "SELECT name, state, phase, result, options, started_at, finished_at, final_commit FROM projects"
+	query := "SELECT name, state, phase, result, options, started_at, finished_at, final_commit, run FROM projects"
 	var args []any
 	if name != "" {
 		query += " WHERE name = ?"
@@ -218,7 +218,7 @@ func queryProjects(ctx context.Context, q querier, name string) ([]Project, erro
 	for rows.Next() {
 		var p Project
 		var started, finished string
-		if err := rows.Scan(&p.Name, &p.State, &p.Phase, &p.Result, &p.Options, &started, &finished, &p.FinalCommit); err != nil {
+		if err := rows.Scan(&p.Name, &p.State, &p.Phase, &p.Result, &p.Options, &started, &finished, &p.FinalCommit, &p.Run); err != nil {
 			return nil, fmt.Errorf("read projects: %w", err)
 		}
 		p.StartedAt, p.FinishedAt = parseTime(started), parseTime(finished)
@@ -240,7 +240,7 @@ func (s *Store) Runs(ctx context.Context, project, task string) ([]Run, error) {
 }
 
 const runSelect = `SELECT project, task, attempt, node, status, pid, exit_code, signal, error_class, error, claimed_at,
-		started_at, completed_at, log_bytes, tokens_in, tokens_out, cost_usd, collected_at, dangerous, api_mode, session_id, result_commit FROM runs`
+		started_at, completed_at, log_bytes, tokens_in, tokens_out, cost_usd, collected_at, dangerous, api_mode, session_id, result_commit, run, inputs FROM runs`
 
 // Unsettled counts a project's tasks that are not settled: not in a
 // terminal status, or completed with their current attempt's files not
@@ -304,7 +304,7 @@ func (s *Store) queryRuns(ctx context.Context, project, query string, args ...an
 		var claimed, started, completed, collected string
 		if err := rows.Scan(&r.Project, &r.Task, &r.Attempt, &r.Node, &r.Status, &r.PID, &r.ExitCode, &r.Signal,
 			&r.ErrorClass, &r.Error, &claimed, &started, &completed, &r.LogBytes, &r.TokensIn, &r.TokensOut,
-			&r.CostUSD, &collected, &r.Dangerous, &r.APIMode, &r.SessionID, &r.Commit); err != nil {
+			&r.CostUSD, &collected, &r.Dangerous, &r.APIMode, &r.SessionID, &r.Commit, &r.Run, &r.Inputs); err != nil {
 			return nil, fmt.Errorf("read runs of %s: %w", project, err)
 		}
 		r.ClaimedAt, r.StartedAt, r.CompletedAt, r.CollectedAt = parseTime(claimed), parseTime(started), parseTime(completed), parseTime(collected)
@@ -341,7 +341,7 @@ func (s *Store) Events(ctx context.Context, project string, after int64, limit i
 	query := "SELECT id, time, project, task, attempt, kind, from_status, to_status, node, message FROM events WHERE id > ?"
 	args := []any{after}
 	if project != "" {
-		query += " AND project = ?"
+		query += " AND project = ? AND run = " + runOf(s.run, "events")
 		args = append(args, project)
 	}
 	query += " ORDER BY id"
@@ -372,7 +372,7 @@ func (s *Store) LastEvent(ctx context.Context, project string, kinds ...string) 
 	if len(kinds) == 0 {
 		return Event{}, false, nil
 	}
-	query := "SELECT id, time, project, task, attempt, kind, from_status, to_status, node, message FROM events WHERE project = ? AND kind IN (?" +
+	query := "SELECT id, time, project, task, attempt, kind, from_status, to_status, node, message FROM events WHERE project = ? AND run = " + runOf(s.run, "events") + " AND kind IN (?" +
 		strings.Repeat(", ?", len(kinds)-1) + ") ORDER BY id DESC LIMIT 1"
 	args := []any{project}
 	for _, k := range kinds {
@@ -394,13 +394,17 @@ func (s *Store) LastEvent(ctx context.Context, project string, kinds ...string) 
 // Files returns the manifest of a project's collected outputs (of one task when
 // task is not empty), by task then path.
 func (s *Store) Files(ctx context.Context, project, task string) ([]File, error) {
-	query := "SELECT project, task, attempt, path, size, sha256 FROM files WHERE project = ?"
+	return queryFiles(ctx, s.db, s.table("files"), project, task)
+}
+
+func queryFiles(ctx context.Context, q querier, from, project, task string) ([]File, error) {
+	query := "SELECT project, task, attempt, path, size, sha256 FROM " + from + " WHERE project = ?"
 	args := []any{project}
 	if task != "" {
 		query += " AND task = ?"
 		args = append(args, task)
 	}
-	rows, err := s.db.QueryContext(ctx, query+" ORDER BY task, path", args...)
+	rows, err := q.QueryContext(ctx, query+" ORDER BY task, path", args...)
 	if err != nil {
 		return nil, fmt.Errorf("read manifest of %s: %w", project, err)
 	}
@@ -424,7 +428,7 @@ type Conflict struct {
 
 // Conflicts returns a project's merge conflicts by path.
 func (s *Store) Conflicts(ctx context.Context, project string) ([]Conflict, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT path, tasks FROM conflicts WHERE project = ? ORDER BY path", project)
+	rows, err := s.db.QueryContext(ctx, "SELECT path, tasks FROM "+s.table("conflicts")+" WHERE project = ? ORDER BY path", project)
 	if err != nil {
 		return nil, fmt.Errorf("read conflicts of %s: %w", project, err)
 	}
@@ -454,7 +458,7 @@ type Verdict struct {
 
 // Verdicts returns a project's verification verdicts by round.
 func (s *Store) Verdicts(ctx context.Context, project string) ([]Verdict, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT task, round, pass, issues FROM verdicts WHERE project = ? ORDER BY round", project)
+	rows, err := s.db.QueryContext(ctx, "SELECT task, round, pass, issues FROM "+s.table("verdicts")+" WHERE project = ? ORDER BY round", project)
 	if err != nil {
 		return nil, fmt.Errorf("read verdicts of %s: %w", project, err)
 	}
@@ -525,7 +529,7 @@ func (s *Store) Pauses(ctx context.Context) ([]Pause, error) {
 // Snapshot returns the spec text a task runs with.
 func (s *Store) Snapshot(ctx context.Context, project, id string) ([]byte, error) {
 	var b []byte
-	err := s.db.QueryRowContext(ctx, "SELECT snapshot FROM tasks WHERE project = ? AND id = ?", project, id).Scan(&b)
+	err := s.db.QueryRowContext(ctx, "SELECT snapshot FROM "+s.table("tasks")+" WHERE project = ? AND id = ?", project, id).Scan(&b)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("task %s/%s: %w", project, id, ErrNotFound)
 	}

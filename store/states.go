@@ -86,6 +86,13 @@ type ProjectOptions struct {
 	// Notify is project.yaml's notify block; nil leaves it to nodes.yaml's.
 	// Its secret is a ${VAR} reference, never the secret.
 	Notify *notify.Config `json:"notify,omitempty"`
+	// BaseTree is the sha256 of project.yaml's base: tree (paths, modes
+	// and contents) when the run began: a task's result is reused only
+	// from the same base.
+	BaseTree string `json:"base_tree,omitempty"`
+	// Trigger says what began the run: "start" (by hand), "schedule", or
+	// "catch-up" (one run for the occurrences missed while no daemon ran).
+	Trigger string `json:"trigger,omitempty"`
 }
 
 // RepoOptions are a git-native project's repository on the operator's

@@ -30,6 +30,9 @@ var ErrNoDatabase = errors.New("no database yet")
 type Store struct {
 	db   *sql.DB
 	path string
+	// run is the archived run this Store reads (AtRun); 0 reads the
+	// current run of each project.
+	run int
 	// Now is the clock used for every timestamp the store writes; tests replace it.
 	Now func() time.Time
 }

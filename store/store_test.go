@@ -258,7 +258,8 @@ func TestMigrateOldDatabase(t *testing.T) {
 		t.Fatalf("old schema version = %d", v)
 	}
 	if _, err := old.db.Exec(`INSERT INTO projects (name) VALUES ('p');
-		INSERT INTO tasks (project, id, spec_hash, snapshot, created_at, updated_at) VALUES ('p', 'S01', 'h', x'00', 'x', 'x')`); err != nil {
+		INSERT INTO tasks (project, id, spec_hash, snapshot, created_at, updated_at, attempt) VALUES ('p', 'S01', 'h', x'00', 'x', 'x', 1);
+		INSERT INTO runs (project, task, attempt, node, status, cost_usd) VALUES ('p', 'S01', 1, 'n1', 'completed', 0.5)`); err != nil {
 		t.Fatal(err)
 	}
 	old.Close()
@@ -268,8 +269,15 @@ func TestMigrateOldDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if v, _ := s.SchemaVersion(ctx); v != 7 {
-		t.Fatalf("schema version = %d, want 7", v)
+	if v, _ := s.SchemaVersion(ctx); v != 8 {
+		t.Fatalf("schema version = %d, want 8", v)
+	}
+	// 0008 rebuilds runs: the attempts of before are kept, in run 1.
+	if runs, err := s.Runs(ctx, "p", "S01"); err != nil || len(runs) != 1 || runs[0].Run != 1 || runs[0].CostUSD != 0.5 {
+		t.Fatalf("runs after migration = %+v, %v", runs, err)
+	}
+	if p, err := s.Project(ctx, "p"); err != nil || p.Run != 1 {
+		t.Fatalf("project after migration = %+v, %v", p, err)
 	}
 	tasks, err := s.Tasks(ctx, "p")
 	if err != nil || len(tasks) != 1 || tasks[0].ID != "S01" {

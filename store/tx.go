@@ -124,8 +124,8 @@ func (tx *Tx) Claim(ctx context.Context, project, task, node string) (int, error
 	if err != nil {
 		return 0, err
 	}
-	_, err = tx.tx.ExecContext(ctx, `INSERT INTO runs (project, task, attempt, node, status, claimed_at)
-		VALUES (?, ?, ?, ?, ?, ?)`, project, task, attempt, node, Claimed, formatTime(tx.now))
+	_, err = tx.tx.ExecContext(ctx, `INSERT INTO runs (project, task, attempt, node, status, claimed_at, run)
+		VALUES (?, ?, ?, ?, ?, ?, `+currentRun+`)`, project, task, attempt, node, Claimed, formatTime(tx.now), project)
 	if err != nil {
 		return 0, fmt.Errorf("record run %s/%s#%d: %w", project, task, attempt, err)
 	}
@@ -172,9 +172,9 @@ func (tx *Tx) Event(ctx context.Context, e Event) error {
 	if e.Time.IsZero() {
 		e.Time = tx.now
 	}
-	_, err := tx.tx.ExecContext(ctx, `INSERT INTO events (time, project, task, attempt, kind, from_status, to_status, node, message)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, formatTime(e.Time), e.Project, e.Task, e.Attempt, e.Kind,
-		e.FromStatus, e.ToStatus, e.Node, e.Message)
+	_, err := tx.tx.ExecContext(ctx, `INSERT INTO events (time, project, task, attempt, kind, from_status, to_status, node, message, run)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, COALESCE(`+currentRun+`, 1))`, formatTime(e.Time), e.Project, e.Task, e.Attempt, e.Kind,
+		e.FromStatus, e.ToStatus, e.Node, e.Message, e.Project)
 	if err != nil {
 		return fmt.Errorf("append event %s: %w", e.Kind, err)
 	}
@@ -236,10 +236,12 @@ func (tx *Tx) SetProject(ctx context.Context, name string, p ProjectPatch, messa
 func (tx *Tx) InsertTask(ctx context.Context, t Task) error {
 	now := formatTime(tx.now)
 	_, err := tx.tx.ExecContext(ctx, `INSERT INTO tasks (project, id, title, type, tool, model, priority, depends_on, tags,
-		node_pin, timeout_seconds, max_retries, spec_file, spec_hash, snapshot, status, created_at, updated_at, base_dir, stall_seconds, base_commit)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		node_pin, timeout_seconds, max_retries, spec_file, spec_hash, snapshot, status, created_at, updated_at, base_dir, stall_seconds, base_commit, attempt)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
+			(SELECT COALESCE(MAX(attempt), 0) FROM runs WHERE project = ? AND task = ?))`,
 		t.Project, t.ID, t.Title, t.Type, t.Tool, t.Model, t.Priority, sqlValue(t.DependsOn), sqlValue(t.Tags),
-		t.NodePin, t.Timeout.Seconds(), t.MaxRetries, t.SpecFile, t.SpecHash, t.Snapshot, Pending, now, now, t.BaseDir, t.Stall.Seconds(), t.BaseCommit)
+		t.NodePin, t.Timeout.Seconds(), t.MaxRetries, t.SpecFile, t.SpecHash, t.Snapshot, Pending, now, now, t.BaseDir, t.Stall.Seconds(), t.BaseCommit,
+		t.Project, t.ID)
 	if err != nil {
 		return fmt.Errorf("insert task %s/%s: %w", t.Project, t.ID, err)
 	}
@@ -293,12 +295,12 @@ func (tx *Tx) ReplaceFiles(ctx context.Context, project, task string, attempt in
 
 // Tasks returns a project's tasks inside the transaction.
 func (tx *Tx) Tasks(ctx context.Context, project string) ([]Task, error) {
-	return queryTasks(ctx, tx.tx, project)
+	return queryTasks(ctx, tx.tx, "tasks", project)
 }
 
 // Task returns one task inside the transaction.
 func (tx *Tx) Task(ctx context.Context, project, id string) (Task, error) {
-	t, err := scanTask(tx.tx.QueryRowContext(ctx, taskSelect+" WHERE project = ? AND id = ?", project, id))
+	t, err := scanTask(tx.tx.QueryRowContext(ctx, taskSelect+"tasks WHERE project = ? AND id = ?", project, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return t, fmt.Errorf("task %s/%s: %w", project, id, ErrNotFound)
 	}
@@ -321,7 +323,7 @@ func (tx *Tx) Project(ctx context.Context, name string) (Project, error) {
 // failed tries of its collection, say).
 func (tx *Tx) CountEvents(ctx context.Context, project, task string, attempt int, kind string) (int, error) {
 	var n int
-	err := tx.tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM events WHERE project = ? AND task = ? AND attempt = ? AND kind = ?",
+	err := tx.tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM events WHERE project = ? AND task = ? AND attempt = ? AND kind = ? AND run = "+runOf(0, "events"),
 		project, task, attempt, kind).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count %s events of %s/%s#%d: %w", kind, project, task, attempt, err)
@@ -393,7 +395,7 @@ func (tx *Tx) RunMode(ctx context.Context, project, task string, attempt int) (s
 
 // Spent returns the cost and tokens recorded for a project's attempts.
 func (tx *Tx) Spent(ctx context.Context, project string) (usd float64, tokens int64, err error) {
-	return querySpent(ctx, tx.tx, project)
+	return querySpent(ctx, tx.tx, project, 0)
 }
 
 // PutPause pauses an api_mode until a time and appends an event.
@@ -429,11 +431,11 @@ func (tx *Tx) Pauses(ctx context.Context) (map[string]time.Time, error) {
 // (runs, manifests, verdicts), and the project's merge conflicts: used when
 // a retry makes the integration phase start over. The event log keeps their
 // history.
-func (tx *Tx) DeleteTasks(ctx context.Context, project string, ids []string) error {
+func (tx *Tx) DeleteTasks(ctx context.Context, project string, ids []string, why string) error {
 	for _, id := range ids {
 		for _, q := range []string{
 			"DELETE FROM files WHERE project = ? AND task = ?",
-			"DELETE FROM runs WHERE project = ? AND task = ?",
+			"DELETE FROM runs WHERE project = ? AND task = ? AND run = " + runOf(0, "runs"),
 			"DELETE FROM verdicts WHERE project = ? AND task = ?",
 			"DELETE FROM tasks WHERE project = ? AND id = ?",
 		} {
@@ -441,7 +443,7 @@ func (tx *Tx) DeleteTasks(ctx context.Context, project string, ids []string) err
 				return fmt.Errorf("delete task %s/%s: %w", project, id, err)
 			}
 		}
-		if err := tx.Event(ctx, Event{Project: project, Task: id, Kind: "deleted", Message: "phase task removed: the phase starts over"}); err != nil {
+		if err := tx.Event(ctx, Event{Project: project, Task: id, Kind: "deleted", Message: "task removed: " + why}); err != nil {
 			return err
 		}
 	}

@@ -19,6 +19,7 @@ func eventsCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new events until the project finishes"},
 			&cli.BoolFlag{Name: "json", Usage: "one JSON object per line"},
+			runFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			ctx := c.Context
@@ -27,6 +28,13 @@ func eventsCommand() *cli.Command {
 				return err
 			}
 			defer st.Close()
+			at, err := atRun(c, st, project, "dispatch events "+project+" --run 1")
+			if err != nil {
+				return err
+			}
+			// An ended run has no more events to follow.
+			follow := c.Bool("follow") && at == st
+			st = at
 			enc := json.NewEncoder(e.out)
 			var last int64
 			for {
@@ -44,7 +52,7 @@ func eventsCommand() *cli.Command {
 					}
 					fmt.Fprintln(e.out, eventText(ev))
 				}
-				if !c.Bool("follow") {
+				if !follow {
 					return nil
 				}
 				p, err := st.Project(ctx, project)

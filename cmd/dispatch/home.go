@@ -173,3 +173,22 @@ func readProject(c *cli.Context, usage string) (*env, *store.Store, string, erro
 	}
 	return e, st, project, nil
 }
+
+// runFlag is --run of the commands that show one run of a project.
+func runFlag() cli.Flag {
+	return &cli.IntFlag{Name: "run", Usage: "show run `N` of the project (default: the latest; dispatch runs lists them)"}
+}
+
+// atRun returns st reading the run that --run names (the latest without it).
+func atRun(c *cli.Context, st *store.Store, project, usage string) (*store.Store, error) {
+	n := c.Int("run")
+	if c.IsSet("run") && n < 1 {
+		return nil, usagef(usage, "--run takes a run number, 1 or more, not %d", n)
+	}
+	at, _, err := st.AtRun(c.Context, project, n)
+	var re *store.RunRangeError
+	if errors.As(err, &re) {
+		return nil, usagef("dispatch runs "+project, "%v", err)
+	}
+	return at, err
+}

@@ -27,6 +27,7 @@ func logsCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing until the attempt ends"},
 			&cli.IntFlag{Name: "attempt", Usage: "attempt `N` (default: the latest)"},
+			runFlag(),
 		},
 		Action: logsAction,
 	}
@@ -38,7 +39,7 @@ func logsAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	const usage = "dispatch logs <project> <ID> [-f] [--attempt N]"
+	const usage = "dispatch logs <project> <ID> [-f] [--attempt N] [--run N]"
 	if c.NArg() != 2 {
 		return usagef(usage, "logs takes a project and a task ID")
 	}
@@ -54,8 +55,16 @@ func logsAction(c *cli.Context) error {
 	if err := knownProject(ctx, st, project); err != nil {
 		return err
 	}
-	t, err := st.Task(ctx, project, id)
+	at, err := atRun(c, st, project, usage)
+	if err != nil {
+		return err
+	}
+	// A task of an ended run: its last attempt of that run by default.
+	t, err := at.Task(ctx, project, id)
 	if errors.Is(err, store.ErrNotFound) {
+		if at != st {
+			return usagef(usage, "run %d of %s has no task %q", c.Int("run"), project, id)
+		}
 		return usagef(usage, "project %s has no task %q", project, id)
 	}
 	if err != nil {

@@ -18,6 +18,7 @@ func reportCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "format", Value: "md", Usage: "md or json"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write to `FILE` instead of stdout"},
+			runFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			ctx := c.Context
@@ -41,11 +42,15 @@ func reportCommand() *cli.Command {
 			if err := knownProject(ctx, st, name); err != nil {
 				return err
 			}
+			at, err := atRun(c, st, name, "dispatch report "+name+" --run 1")
+			if err != nil {
+				return err
+			}
 			cfg, err := e.loadConfig()
 			if err != nil {
 				cfg = nil
 			}
-			r, err := readmodel.BuildReport(ctx, st, cfg, e.home, name, time.Now())
+			r, err := readmodel.BuildReport(ctx, at, cfg, e.home, name, time.Now())
 			if err != nil {
 				return err
 			}

@@ -36,9 +36,9 @@ func runsCommand() *cli.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "RUN\tRESULT\tSTARTED\tFINISHED\tRAN\tREUSED\tCOST")
+			fmt.Fprintln(tw, "RUN\tRESULT\tBY\tSTARTED\tFINISHED\tRAN\tREUSED\tCOST")
 			for _, r := range v.Runs {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t$%.4f\n", r.Run, r.Result, localTime(r.StartedAt), localTime(r.FinishedAt),
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t$%.4f\n", r.Run, r.Result, r.Trigger, localTime(r.StartedAt), localTime(r.FinishedAt),
 					r.TasksRan, r.TasksReused, r.CostUSD)
 			}
 			return tw.Flush()

@@ -2,8 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dispatch-tool/dispatch/controller"
 )
 
 // TestRuns: `dispatch runs` lists the project's run with its result,
@@ -39,5 +42,38 @@ func TestRuns(t *testing.T) {
 	}
 	if r := runDispatch(t, nil, "--home", home, "runs", "nope"); r.code != 2 || !strings.Contains(r.stderr, "p") {
 		t.Errorf("runs of an unknown project: %s", r)
+	}
+}
+
+// TestNewRunKilledMidArchive: a start killed after it archived the ended
+// run's files, before it began the new run in the database, loses nothing:
+// the next start archives again (nothing left to move) and begins the run.
+func TestNewRunKilledMidArchive(t *testing.T) {
+	t.Parallel()
+	home, _ := opsHome(t, map[string]map[string]string{"p": {"S01-a.md": "echo a > a.txt\n", "S02-b.md": "echo b > b.txt\n"}})
+	if r := runDispatch(t, nil, "--home", home, "start", "p"); r.code != 0 {
+		t.Fatalf("run 1: %s", r)
+	}
+	writeFile(t, filepath.Join(home, "specs", "p", "S02-b.md"), "echo b2 > b.txt\n")
+	r := runDispatch(t, []string{controller.CrashEnv + "=" + controller.CrashAfterArchive}, "--home", home, "start", "p")
+	if r.code == 0 {
+		t.Fatalf("with %s the start should have been killed: %s", controller.CrashAfterArchive, r)
+	}
+	r = runDispatch(t, nil, "--home", home, "start", "p")
+	if r.code != 0 || !strings.Contains(r.stdout, "p run 2 begins (run 1 passed): 1 task(s) to run, 1 reused.") {
+		t.Fatalf("start after the crash: %s", r)
+	}
+	for f, want := range map[string]string{"run-1/S02/output/b.txt": "b\n", "run-1/S01/output/a.txt": "a\n",
+		"S02/output/b.txt": "b2\n", "S01/output/a.txt": "a\n"} {
+		if got := readFile(t, filepath.Join(home, "runs", "p", f)); got != want {
+			t.Errorf("%s = %q, want %q", f, got, want)
+		}
+	}
+	if got := readFile(t, filepath.Join(home, "runs", "p", "run-1", "report.md")); !strings.Contains(got, "PASSED") {
+		t.Errorf("run 1's report: %q", got)
+	}
+	r = runDispatch(t, nil, "--home", home, "runs", "p")
+	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); len(lines) != 3 {
+		t.Errorf("runs after the crash: %s", r)
 	}
 }

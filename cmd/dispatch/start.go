@@ -33,6 +33,7 @@ func startCommand() *cli.Command {
 			&cli.BoolFlag{Name: "no-integrate", Usage: "skip the integration phase (S99, verification, fixes)"},
 			&cli.Float64Flag{Name: "budget-usd", Usage: "start nothing new once the project's recorded cost reaches `USD` (replaces project.yaml's budget.usd)"},
 			&cli.BoolFlag{Name: "detach", Usage: "run the controller in the background (log: <home>/dispatch.log, pid: <home>/dispatch.pid)"},
+			&cli.BoolFlag{Name: "fresh", Usage: "a finished project's new run runs every task again, reusing no result"},
 		},
 		Action: startAction,
 	}
@@ -66,7 +67,7 @@ func startAction(c *cli.Context) error {
 	}
 	only := c.StringSlice("nodes")
 	so := controller.StartOptions{IntegratePartial: c.Bool("integrate-partial"), NoIntegrate: c.Bool("no-integrate"),
-		BudgetUSD: c.Float64("budget-usd")}
+		BudgetUSD: c.Float64("budget-usd"), Fresh: c.Bool("fresh")}
 	// Loading a project makes its garbage all at once (10,000 specs: a few
 	// hundred MB allocated for 40 MB of text): collect it more often until
 	// the project is stored, so the peak stays near what is live.
@@ -112,7 +113,7 @@ func startAction(c *cli.Context) error {
 		return err
 	}
 	defer st.Close()
-	added, err := controller.AddProject(ctx, st, cfg, p, so)
+	added, err := controller.AddProject(ctx, st, cfg, e.home, p, so)
 	if err != nil {
 		return err
 	}
@@ -130,16 +131,13 @@ func startAction(c *cli.Context) error {
 		fmt.Fprintf(e.errOut, "note: %s/%s ran from an older commit of the repository than ref: names now; it keeps its result (dispatch retry %s %s reruns it from the new one)\n", name, id, name, id)
 	}
 
+	fmt.Fprint(e.out, added.RunSummary(name))
 	if added.Finished {
-		proj, err := st.Project(ctx, name)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(e.out, "%s already finished (%s) at %s; nothing to run (add spec files to run more).\nreport: %s\n",
-			name, proj.Result, proj.FinishedAt.Local().Format(time.RFC3339), filepath.Join(readmodel.RunsDir(e.home, name), "report.md"))
-		if proj.Result != store.ResultPassed {
-			return &workFailed{}
-		}
+		// Every result reused: the run ended as it began.
+		ctl := controller.New(controller.Options{Home: e.home, Config: cfg, Store: st, Logger: e.log})
+		ctl.NoticeRunFinished(ctx, name)
+		ctl.Close()
+		fmt.Fprintf(e.out, "report: %s\n", filepath.Join(readmodel.RunsDir(e.home, name), "report.md"))
 		return nil
 	}
 

@@ -28,6 +28,7 @@ func statusCommand() *cli.Command {
 			&cli.BoolFlag{Name: "watch", Usage: "keep showing the status until the project(s) are finished: " +
 				"a live view on a terminal, else the status text each time it changes (Ctrl-C stops)"},
 			&cli.DurationFlag{Name: "interval", Usage: "with --watch, read the status every `D`", Value: time.Second},
+			runFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			ctx := c.Context
@@ -67,6 +68,9 @@ func statusCommand() *cli.Command {
 					names = append(names, p.Name)
 				}
 			}
+			if c.IsSet("run") && (len(names) != 1 || c.NArg() == 0 || c.Bool("watch")) {
+				return usagef("dispatch status <project> --run 1", "--run shows one run of one project; it takes a project and no --watch")
+			}
 			if c.Bool("watch") {
 				var project string
 				if c.NArg() > 0 {
@@ -80,11 +84,17 @@ func statusCommand() *cli.Command {
 			now := time.Now()
 			var views []*readmodel.StatusView
 			for _, n := range names {
-				v, err := readmodel.Status(ctx, st, cfg, n, now)
+				at, err := atRun(c, st, n, "dispatch status "+n+" --run 1")
 				if err != nil {
 					return err
 				}
-				v.Notes = append(v.Notes, specChanges(e, st, n, c)...)
+				v, err := readmodel.Status(ctx, at, cfg, n, now)
+				if err != nil {
+					return err
+				}
+				if at == st {
+					v.Notes = append(v.Notes, specChanges(e, st, n, c)...)
+				}
 				views = append(views, v)
 			}
 			if c.Bool("json") {
@@ -139,6 +149,9 @@ func specChanges(e *env, st *store.Store, project string, c *cli.Context) []stri
 
 func printStatus(w io.Writer, s styles, v *readmodel.StatusView, cfg *nodes.Config) {
 	head := fmt.Sprintf("%s — phase %s", v.Project, v.Phase)
+	if v.Run > 1 {
+		head = fmt.Sprintf("%s — run %d, phase %s", v.Project, v.Run, v.Phase)
+	}
 	if r := v.Result(); r != "" {
 		head += ", " + r
 	} else if v.State == store.ProjectStopped {
@@ -153,6 +166,9 @@ func printStatus(w io.Writer, s styles, v *readmodel.StatusView, cfg *nodes.Conf
 		}
 		if t.Warning != "" && (t.Status == store.Running || t.Status == store.Claimed || t.Status == store.Completed) {
 			what, whatStyle = "warning: "+t.Warning, s.warn.Render
+		}
+		if t.ReusedFrom > 0 {
+			what = fmt.Sprintf("reused from run %d: %s", t.ReusedFrom, what)
 		}
 		what = termtext.Clean(what)
 		node := t.Node

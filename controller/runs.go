@@ -1,0 +1,365 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/readmodel"
+	"github.com/dispatch-tool/dispatch/spec"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+// Numbered runs (issue 14). `dispatch start` of a finished project, or a
+// schedule, begins run N+1: run N is archived (database: store.BeginRun;
+// disk: runs/<project>/run-N/), and each author task either reuses its
+// result, when nothing it ran from changed, or runs again, with the reason.
+
+// What begins a run (store.ProjectOptions.Trigger).
+const (
+	TriggerStart    = "start"
+	TriggerSchedule = "schedule"
+	TriggerCatchUp  = "catch-up"
+)
+
+// TaskReason is why a task of a new run runs again.
+type TaskReason struct {
+	ID, Reason string
+}
+
+// newRun archives the finished run of p and begins the next, deciding task
+// by task what is reused. old is the project's row, have its tasks.
+func newRun(ctx context.Context, st *store.Store, cfg *nodes.Config, home string, p *spec.Project, so StartOptions,
+	opts store.ProjectOptions, options string, old store.Project, have map[string]store.Task) (SyncResult, error) {
+	res := SyncResult{PrevRun: old.Run, PrevResult: old.Result, Run: old.Run + 1}
+	attempts, err := st.Runs(ctx, p.Name, "")
+	if err != nil {
+		return res, err
+	}
+	type key struct {
+		task    string
+		attempt int
+	}
+	attemptOf := map[key]store.Run{}
+	for _, r := range attempts {
+		attemptOf[key{r.Task, r.Attempt}] = r
+	}
+	var author []store.Task
+	var cands []reuseCandidate
+	inSpecs := map[string]bool{}
+	for _, t := range p.Tasks {
+		if store.IsPhaseID(t.ID) {
+			continue
+		}
+		nt := storeTask(p, t, cfg)
+		if p.Config.Base != "" {
+			nt.BaseDir = filepath.Join(p.Dir, p.Config.Base)
+		}
+		if opts.Repo != nil {
+			nt.BaseCommit = opts.Repo.Commit
+		}
+		author = append(author, nt)
+		inSpecs[t.ID] = true
+		c := reuseCandidate{ID: t.ID, DependsOn: nt.DependsOn}
+		o, ok := have[t.ID]
+		if !ok {
+			c.New = true
+			cands = append(cands, c)
+			continue
+		}
+		r := attemptOf[key{o.ID, o.Attempt}]
+		c.Status, c.FromRun = o.Status, old.Run
+		if r.Run > 0 {
+			c.FromRun = r.Run
+		}
+		c.Ran, _ = decodeInputs(r.Inputs)
+		c.Now = inputs{Spec: nt.SpecHash, Base: baseOfTask(nt, opts), Tool: nt.Tool, Model: nt.Model}
+		if c.Ran != nil {
+			c.Now.Mode = c.Ran.Mode
+			env, known := modeEnvNames(cfg, c.Ran.Mode)
+			c.Now.Env, c.ModeGone = env, !known
+		}
+		c.Result = resultOfTask(o.Attempt, r.Commit)
+		cands = append(cands, c)
+	}
+	fresh := ""
+	switch {
+	case so.Fresh && (so.Trigger == TriggerSchedule || so.Trigger == TriggerCatchUp):
+		fresh = "a scheduled run runs every task afresh (schedule: reuse: true reuses unchanged ones)"
+	case so.Fresh:
+		fresh = "--fresh"
+	}
+	decisions := decideReuse(cands, fresh)
+
+	var removed, phase []string
+	for id := range have {
+		switch {
+		case store.IsPhaseID(id):
+			phase = append(phase, id)
+		case !inSpecs[id]:
+			removed = append(removed, id)
+		}
+	}
+	sort.Strings(removed)
+	sort.Strings(phase)
+	reused := map[string]int{}
+	for _, c := range cands {
+		if d := decisions[c.ID]; d.Reuse {
+			reused[c.ID] = c.FromRun
+			res.Reused = append(res.Reused, c.ID)
+		} else {
+			res.Reasons = append(res.Reasons, TaskReason{ID: c.ID, Reason: d.Reason})
+		}
+	}
+	// Nothing to run and the last run passed: the new run is the same
+	// result, phase included, and ends at once.
+	res.AllReused = len(res.Reasons) == 0 && len(removed) == 0 && len(cands) > 0 && old.Result == store.ResultPassed
+	if res.AllReused {
+		for _, id := range phase {
+			reused[id] = attemptOf[key{id, have[id].Attempt}].Run
+		}
+	}
+
+	// The disk first: archiving is done again, harmlessly, by a start
+	// after a crash in between.
+	if err := archiveRunDir(readmodel.RunsDir(home, p.Name), old.Run, reused, have, res.AllReused); err != nil {
+		return res, fmt.Errorf("archive run %d of %s: %w", old.Run, p.Name, err)
+	}
+	crashPoint(CrashAfterArchive)
+	byID := map[string]store.Task{}
+	for _, t := range author {
+		byID[t.ID] = t
+	}
+	err = st.Update(ctx, func(tx *store.Tx) error {
+		msg := fmt.Sprintf("run %d started (%s): %d task(s) to run, %d reused", res.Run, opts.Trigger, len(res.Reasons), len(res.Reused))
+		if _, err := tx.BeginRun(ctx, p.Name, options, msg); err != nil {
+			return err
+		}
+		for _, c := range cands {
+			nt := byID[c.ID]
+			switch {
+			case c.New:
+				res.Added++
+				if err := tx.InsertTask(ctx, nt); err != nil {
+					return err
+				}
+			case decisions[c.ID].Reuse:
+				if err := tx.Reuse(ctx, p.Name, c.ID, c.FromRun); err != nil {
+					return err
+				}
+			default:
+				if err := tx.RunAgain(ctx, nt, decisions[c.ID].Reason); err != nil {
+					return err
+				}
+			}
+		}
+		if len(removed) > 0 {
+			if err := tx.DeleteTasks(ctx, p.Name, removed, "no longer in the project's specs"); err != nil {
+				return err
+			}
+		}
+		if !res.AllReused {
+			if len(phase) > 0 {
+				return tx.DeleteTasks(ctx, p.Name, phase, "a new run makes its integration phase afresh")
+			}
+			return nil
+		}
+		for _, id := range phase {
+			if err := tx.Reuse(ctx, p.Name, id, reused[id]); err != nil {
+				return err
+			}
+		}
+		return tx.SetProject(ctx, p.Name, store.ProjectPatch{State: new(store.ProjectDone), Phase: new(store.PhaseDone),
+			Result: new(store.ResultPassed), FinalCommit: new(old.FinalCommit), FinishedAt: new(tx.Now())},
+			fmt.Sprintf("nothing changed since run %d: every result reused; run %d passed", res.PrevRun, res.Run))
+	})
+	if err != nil || !res.AllReused {
+		return res, err
+	}
+	r, err := readmodel.BuildReport(ctx, st, cfg, home, p.Name, st.Now())
+	if err != nil {
+		return res, err
+	}
+	_, err = readmodel.WriteReport(r, home)
+	return res, err
+}
+
+// archiveRunDir keeps what run n left in dir (runs/<project>/) in
+// dir/run-<n>/: its report, merged and final trees, phase specs, and each
+// task's output/, task.log and diffstat.txt. A task's attempts/ stay where
+// they are: attempt numbers are unique across runs, and `dispatch logs
+// --attempt` finds every run's there. What the next run keeps using (the
+// reused tasks' files; everything when every task is reused) stays in
+// place and the archive gets a copy: hard links for trees, which are only
+// ever replaced whole, never written in place; copies for single files.
+// Done again after a crash, it moves or copies only what is not archived
+// yet.
+func archiveRunDir(dir string, n int, reused map[string]int, tasks map[string]store.Task, keepAll bool) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	archive := filepath.Join(dir, readmodel.RunDirName(n))
+	if err := os.MkdirAll(archive, 0o755); err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, "run-") || strings.HasPrefix(name, ".") {
+			continue
+		}
+		src, dst := filepath.Join(dir, name), filepath.Join(archive, name)
+		if _, isTask := tasks[name]; isTask && e.IsDir() {
+			_, keep := reused[name]
+			if err := archiveTaskDir(src, dst, keep); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := archiveEntry(src, dst, keepAll); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func archiveTaskDir(src, dst string, keep bool) error {
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Name() == "attempts" {
+			continue
+		}
+		if err := archiveEntry(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name()), keep); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// archiveEntry moves src to dst, or, with keep, leaves it and copies it
+// there (trees as hard links); nothing when dst exists already.
+func archiveEntry(src, dst string, keep bool) error {
+	if _, err := os.Lstat(dst); err == nil {
+		return nil
+	}
+	if !keep {
+		return os.Rename(src, dst)
+	}
+	fi, err := os.Lstat(src)
+	if err != nil {
+		return err
+	}
+	switch {
+	case fi.IsDir():
+		return linkTree(src, dst)
+	case fi.Mode().IsRegular():
+		return copyFile(src, dst)
+	}
+	return nil // links and the like are not archived
+}
+
+// linkTree makes dst a tree of hard links to src's regular files, built
+// beside dst and renamed into place.
+func linkTree(src, dst string) error {
+	tmp := dst + ".linking"
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		to := filepath.Join(tmp, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(to, 0o755)
+		case d.Type().IsRegular():
+			return os.Link(p, to)
+		}
+		return nil
+	})
+	if err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
+
+// treeHash is the sha256 of a tree's regular files: paths, exec bits and
+// contents (a project's base: tree, for reuse).
+func treeHash(dir string) (string, error) {
+	var lines []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		h := sha256.New()
+		if _, err := io.Copy(h, f); err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		lines = append(lines, fmt.Sprintf("%s\x00%o\x00%s", filepath.ToSlash(rel), fi.Mode().Perm()&0o111, hex.EncodeToString(h.Sum(nil))))
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	sort.Strings(lines)
+	return sha256Hex([]byte(strings.Join(lines, "\n"))), nil
+}
+
+// maxReasonLines bounds the reasons a summary lists (a --fresh run of
+// 10,000 tasks would otherwise print 10,000 lines): the events keep all.
+const maxReasonLines = 20
+
+// RunSummary says what a start that began a new run decided: the run,
+// what runs again and why, what is reused; "" when it began none.
+func (r SyncResult) RunSummary(project string) string {
+	if r.Run == 0 {
+		return ""
+	}
+	var b strings.Builder
+	if r.AllReused {
+		fmt.Fprintf(&b, "%s run %d: nothing changed since run %d (%s); every task's result is reused, and run %d passed.\n",
+			project, r.Run, r.PrevRun, r.PrevResult, r.Run)
+		return b.String()
+	}
+	fmt.Fprintf(&b, "%s run %d begins (run %d %s): %d task(s) to run, %d reused.\n", project, r.Run, r.PrevRun, r.PrevResult,
+		len(r.Reasons), len(r.Reused))
+	for i, why := range r.Reasons {
+		if i == maxReasonLines {
+			fmt.Fprintf(&b, "  … and %d more (dispatch events %s lists every reason)\n", len(r.Reasons)-i, project)
+			break
+		}
+		fmt.Fprintf(&b, "  %s: %s\n", why.ID, why.Reason)
+	}
+	return b.String()
+}
