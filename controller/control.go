@@ -26,7 +26,7 @@ import (
 // one receives it over the control socket; when none runs, the command
 // takes the lock and runs it in-process.
 type Request struct {
-	Op      string       `json:"op"` // start, retry, cancel, stop
+	Op      string       `json:"op"` // start, retry, cancel, stop, enable, disable (a schedule), shutdown (dispatch serve)
 	Project string       `json:"project"`
 	Tasks   []string     `json:"tasks,omitempty"`
 	Kill    bool         `json:"kill,omitempty"`
@@ -297,6 +297,16 @@ func (c *Controller) Do(ctx context.Context, req Request) Reply {
 		msg, err = c.Cancel(ctx, req.Project, req.Tasks)
 	case "stop":
 		msg, err = c.Stop(ctx, req.Project, req.Kill)
+	case "enable", "disable":
+		msg, err = SetScheduleEnabled(ctx, c.st, filepath.Join(c.opts.Home, "specs"), req.Project, req.Op == "enable", c.now())
+		c.nextSchedule = time.Time{} // look at it now
+	case "shutdown":
+		if !c.opts.Daemon {
+			err = &OpError{Msg: "this controller is not a dispatch serve daemon: it ends by itself when its projects are finished (dispatch stop <project> stops one)"}
+			break
+		}
+		c.shutdown = true
+		msg = fmt.Sprintf("dispatch serve (pid %d) stops; running tasks go on and are collected by the next controller", os.Getpid())
 	default:
 		err = &OpError{Msg: fmt.Sprintf("unknown request %q", req.Op)}
 	}

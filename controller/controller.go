@@ -53,6 +53,9 @@ type Options struct {
 	Logger    *slog.Logger
 	// Nodes restricts scheduling to these node names when not empty.
 	Nodes []string
+	// Daemon is `dispatch serve`: Run does not end when every project is
+	// finished, and starts the scheduled projects' runs when they are due.
+	Daemon bool
 }
 
 // Controller schedules the tasks of every active project of a home.
@@ -82,6 +85,13 @@ type Controller struct {
 
 	// requests carries operator commands from the control socket to Run.
 	requests chan request
+	// shutdown is set by a "shutdown" request (dispatch serve --stop):
+	// Run ends after it.
+	shutdown bool
+	// nextSchedule is when the daemon checks the schedules next, and
+	// badSchedules what it last logged of each unreadable one.
+	nextSchedule time.Time
+	badSchedules map[string]string
 	// wake asks Run for a tick now: a node's status stream saw a change.
 	wake chan struct{}
 	// fullPullEvery is how often a node with an open status stream is
@@ -223,7 +233,7 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 		if err != nil {
 			return err
 		}
-		if len(served) == 0 {
+		if c.shutdown || (len(served) == 0 && !c.opts.Daemon) {
 			return nil
 		}
 		wait := poll
@@ -232,6 +242,16 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 			// finish in well under a poll interval, and freed slots refill
 			// at once. A quiet batch is pulled every poll interval.
 			wait = min(poll, activeWait)
+		}
+		if c.opts.Daemon {
+			// Scheduled runs start at the tick after they are due.
+			due, err := c.scheduleTick(ctx)
+			if err != nil {
+				c.log.Error("schedules not checked; trying again at the next tick", "err", err)
+			}
+			if !due.IsZero() {
+				wait = max(min(wait, due.Sub(c.now())), 0)
+			}
 		}
 		// Wait for the next tick, serving operator commands meanwhile; a
 		// tick follows every command at once.

@@ -11,12 +11,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/dispatch-tool/dispatch/gitrepo"
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
 	"github.com/dispatch-tool/dispatch/notify"
+	"github.com/dispatch-tool/dispatch/schedule"
 )
 
 // Well-known files of a project directory.
@@ -256,7 +258,7 @@ func (l *loader) readText(path string) (text string, exists, ok bool) {
 
 // ProjectKeys are the keys project.yaml accepts.
 var ProjectKeys = []string{"integration", "verification", "max_fix_rounds", "integration_spec",
-	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget", "notify"}
+	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget", "notify", "schedule"}
 
 func (l *loader) loadConfig() {
 	path := l.path(ConfigFile)
@@ -316,6 +318,8 @@ func (l *loader) loadConfig() {
 			}
 		case "notify":
 			c.Notify = notify.FromYAML(y.Doc, v)
+		case "schedule":
+			c.Schedule = y.schedule(v)
 		case "tool":
 			c.Tool, _ = y.name(key, v)
 		case "type":
@@ -779,4 +783,56 @@ func (l *loader) checkDeps(all []*parsed, known map[string]string) {
 			visit(id)
 		}
 	}
+}
+
+// schedule reads project.yaml's schedule: one of cron (with timezone),
+// every and at, and reuse; checked by package schedule, each problem at
+// the line of its key.
+func (y yamlFile) schedule(v *yaml.Node) *schedule.Spec {
+	const example = `write schedule: {cron: "0 3 * * *"}, {every: 6h} or {at: 2026-12-01T09:00}`
+	if v.Kind != yaml.MappingNode {
+		y.Errorf(v, example, "schedule must be a mapping, not %s", yamlval.Describe(v))
+		return nil
+	}
+	var sp schedule.Spec
+	at := map[string]*yaml.Node{"schedule": v}
+	ok := true
+	y.fields(v, "schedule", []string{"cron", "timezone", "every", "at", "reuse"}, func(key string, n *yaml.Node) {
+		at[key] = n
+		var good bool
+		switch key {
+		case "cron":
+			sp.Cron, good = y.String(n, "", "schedule.cron")
+		case "timezone":
+			sp.Timezone, good = y.String(n, "", "schedule.timezone")
+		case "every":
+			sp.Every, good = y.Duration(n, "", "schedule.every")
+		case "at":
+			sp.At, good = y.String(n, "", "schedule.at")
+		case "reuse":
+			sp.Reuse, good = y.Bool(n, "", "schedule.reuse")
+		}
+		ok = ok && good
+	})
+	if !ok {
+		return nil
+	}
+	if _, err := schedule.Parse(sp, time.Local); err != nil {
+		var p *schedule.Problem
+		if errors.As(err, &p) {
+			n := at[p.Field]
+			if n == nil {
+				n = v
+			}
+			if p.Field == "schedule" {
+				y.Errorf(n, p.Fix, "%s", p.Msg)
+			} else {
+				y.Errorf(n, p.Fix, "schedule: %s", p.Msg)
+			}
+		} else {
+			y.Errorf(v, example, "schedule: %v", err)
+		}
+		return nil
+	}
+	return &sp
 }

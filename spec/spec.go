@@ -3,6 +3,7 @@ package spec
 import (
 	"github.com/dispatch-tool/dispatch/gitrepo"
 	"github.com/dispatch-tool/dispatch/notify"
+	"github.com/dispatch-tool/dispatch/schedule"
 	"sort"
 	"time"
 )
@@ -93,6 +94,9 @@ type ProjectConfig struct {
 	// Notify is where the project's messages go (run finished, api_mode
 	// paused, budget reached); nil leaves it to nodes.yaml's notify.
 	Notify *notify.Config
+	// Schedule is when `dispatch serve` starts the project's runs; nil
+	// for none.
+	Schedule *schedule.Spec
 }
 
 // Budget is project.yaml's budget: {usd: 20, tokens: 5000000}.

@@ -143,6 +143,11 @@ func detach(ctx context.Context, e *env, name string, args []string) error {
 	deadline := time.After(30 * time.Second)
 	for {
 		if controller.Running(e.home) {
+			if name == "" {
+				fmt.Fprintf(e.out, "dispatch serve started in the background (pid %d)\nlog: %s\nsee: dispatch schedule; stop it with: dispatch serve --stop\n",
+					cmd.Process.Pid, logPath)
+				return nil
+			}
 			fmt.Fprintf(e.out, "controller started in the background (pid %d) for %s\nlog: %s\nfollow it with: dispatch status %s --watch\n",
 				cmd.Process.Pid, name, logPath, name)
 			return nil
@@ -154,6 +159,7 @@ func detach(ctx context.Context, e *env, name string, args []string) error {
 			// foreground; anything else is a controller that failed.
 			var ee *exec.ExitError
 			switch {
+			case name == "":
 			case err == nil:
 				fmt.Fprintf(e.out, "controller ran %s in the background (pid %d), already to its end: passed\nlog: %s\nsee: dispatch report %s\n",
 					name, cmd.Process.Pid, logPath, name)
@@ -177,16 +183,7 @@ func detach(ctx context.Context, e *env, name string, args []string) error {
 // `dispatch start` without --detach, rebuilt from the parsed flags with the
 // home and nodes.yaml as absolute paths, since it runs in "/".
 func detachArgs(c *cli.Context, e *env, name string) []string {
-	cfg, err := filepath.Abs(e.config)
-	if err != nil {
-		cfg = e.config
-	}
-	args := []string{"--home", e.home, "--config", cfg,
-		"--log-format", c.String("log-format"), "--log-level", c.String("log-level")}
-	if c.Bool("no-color") {
-		args = append(args, "--no-color")
-	}
-	args = append(args, "start")
+	args := append(globalArgs(c, e), "start")
 	if c.IsSet("poll") {
 		args = append(args, "--poll", c.Duration("poll").String())
 	}
@@ -201,7 +198,25 @@ func detachArgs(c *cli.Context, e *env, name string) []string {
 	if c.IsSet("budget-usd") {
 		args = append(args, "--budget-usd", strconv.FormatFloat(c.Float64("budget-usd"), 'f', -1, 64))
 	}
+	if c.Bool("fresh") {
+		args = append(args, "--fresh")
+	}
 	return append(args, name)
+}
+
+// globalArgs are the global flags of a background controller: the home
+// and nodes.yaml as absolute paths (it runs in "/"), the log settings.
+func globalArgs(c *cli.Context, e *env) []string {
+	cfg, err := filepath.Abs(e.config)
+	if err != nil {
+		cfg = e.config
+	}
+	args := []string{"--home", e.home, "--config", cfg,
+		"--log-format", c.String("log-format"), "--log-level", c.String("log-level")}
+	if c.Bool("no-color") {
+		args = append(args, "--no-color")
+	}
+	return args
 }
 
 func lastLines(s string, n int) string {

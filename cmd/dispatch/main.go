@@ -90,6 +90,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			statusCommand(),
 			reportCommand(),
 			runsCommand(),
+			serveCommand(),
+			scheduleCommand(),
 			nodesCommand(),
 			retryCommand(),
 			cancelCommand(),

@@ -144,7 +144,6 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // watchCmdline is the shell command line of `dispatch status --watch`.
 func watchCmdline(home string, args ...string) string {

@@ -1,0 +1,373 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/schedule"
+	"github.com/dispatch-tool/dispatch/spec"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+// serveFile marks a home whose controller is `dispatch serve`: it holds
+// the daemon's pid while it runs.
+const serveFile = "dispatch.serve"
+
+func serveCommand() *cli.Command {
+	return &cli.Command{
+		Name: "serve",
+		Usage: "run the home's controller as a daemon: it starts scheduled runs when due and takes every start " +
+			"(Ctrl-C, SIGTERM or serve --stop ends it; running tasks go on)",
+		Flags: []cli.Flag{
+			&cli.DurationFlag{Name: "poll", Usage: "pull period `D` (default: poll_interval of nodes.yaml)"},
+			&cli.BoolFlag{Name: "detach", Usage: "run it in the background (log: <home>/dispatch.log, pid: <home>/dispatch.pid)"},
+			&cli.BoolFlag{Name: "install", Usage: "write a systemd user unit (Linux) or a launchd agent (macOS) that runs it, and say how to enable it"},
+			&cli.BoolFlag{Name: "stop", Usage: "stop the running daemon of this home"},
+		},
+		Action: serveAction,
+	}
+}
+
+func serveAction(c *cli.Context) error {
+	ctx := c.Context
+	e, err := newEnv(c)
+	if err != nil {
+		return err
+	}
+	if c.NArg() > 0 {
+		return usagef("dispatch serve [--detach]", "serve takes no arguments, not %q", c.Args().First())
+	}
+	switch {
+	case c.Bool("stop"):
+		return serveStop(ctx, e)
+	case c.Bool("install"):
+		return serveInstall(c, e)
+	}
+	if c.Duration("poll") < 0 {
+		return usagef("dispatch serve --poll 5s", "--poll must be positive")
+	}
+	cfg, err := e.loadConfig()
+	if err != nil {
+		return err
+	}
+	// Schedules that do not read are refused now, not found wrong at 3 am.
+	if _, bad, err := spec.LoadSchedules(e.specsDir()); err != nil {
+		return err
+	} else if len(bad) > 0 {
+		for _, name := range sortedNames(bad) {
+			return &usageError{err: bad[name], hint: "dispatch validate " + name}
+		}
+	}
+	lock, err := controller.AcquireLock(e.home)
+	if errors.Is(err, controller.ErrLocked) {
+		return fmt.Errorf("%w: a controller already runs on this home; dispatch serve takes its place once it ends "+
+			"(its projects finish, or dispatch serve --stop if it is a daemon)", err)
+	}
+	if err != nil {
+		return err
+	}
+	if c.Bool("detach") && os.Getenv(detachedEnv) == "" {
+		lock.Release()
+		return detach(ctx, e, "", serveArgs(c, e))
+	}
+	defer lock.Release()
+	transports, err := openTransports(cfg, nil)
+	if err != nil {
+		return err
+	}
+	st, err := store.Open(ctx, e.dbPath())
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	ctl := controller.New(controller.Options{Home: e.home, Config: cfg, Store: st, Transports: transports,
+		Wrappers: nodes.NewWrappers(), Logger: e.log, Daemon: true})
+	stopServing, err := ctl.Serve(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopServing()
+	pid := []byte(fmt.Sprintf("%d\n", os.Getpid()))
+	if os.Getenv(detachedEnv) != "" {
+		if err := writePrivate(filepath.Join(e.home, pidFile), pid); err != nil {
+			return err
+		}
+		defer os.Remove(filepath.Join(e.home, pidFile))
+	}
+	if err := writePrivate(filepath.Join(e.home, serveFile), pid); err != nil {
+		return err
+	}
+	defer os.Remove(filepath.Join(e.home, serveFile))
+	fmt.Fprintf(e.out, "dispatch serve: serving %s (pid %d): scheduled runs start when due, dispatch start hands projects to it; "+
+		"dispatch schedule lists the schedules\n", e.home, os.Getpid())
+	err = ctl.Run(ctx, c.Duration("poll"), nil)
+	if errors.Is(err, context.Canceled) {
+		fmt.Fprintln(e.out, "dispatch serve: stopped; running tasks go on and are collected by the next controller")
+		return nil
+	}
+	if err == nil {
+		fmt.Fprintln(e.out, "dispatch serve: stopped (serve --stop); running tasks go on and are collected by the next controller")
+	}
+	return err
+}
+
+func sortedNames[V any](m map[string]V) []string {
+	return slices.Sorted(maps.Keys(m))
+}
+
+// serveArgs is the command line of the background daemon.
+func serveArgs(c *cli.Context, e *env) []string {
+	args := globalArgs(c, e)
+	args = append(args, "serve")
+	if c.IsSet("poll") {
+		args = append(args, "--poll", c.Duration("poll").String())
+	}
+	return args
+}
+
+// serveStop asks the home's daemon to end.
+func serveStop(ctx context.Context, e *env) error {
+	rep, err := controller.Send(ctx, e.home, controller.Request{Op: "shutdown"})
+	if errors.Is(err, controller.ErrNoController) {
+		fmt.Fprintf(e.out, "no dispatch serve runs on %s; nothing to stop\n", e.home)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if rep.Error != "" {
+		return errors.New(rep.Error)
+	}
+	fmt.Fprintln(e.out, rep.Message)
+	// Wait for it to let the home go, so that a start right after finds
+	// no daemon.
+	deadline := time.Now().Add(30 * time.Second)
+	for controller.Running(e.home) && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func scheduleCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "schedule",
+		Usage:     "list the scheduled projects with their next and last run; schedule disable|enable <project>",
+		ArgsUsage: "[disable|enable <project>]",
+		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+		Action:    scheduleAction,
+	}
+}
+
+func scheduleAction(c *cli.Context) error {
+	ctx := c.Context
+	e, err := newEnv(c)
+	if err != nil {
+		return err
+	}
+	const usage = "dispatch schedule [--json] | dispatch schedule disable|enable <project>"
+	switch c.NArg() {
+	case 0:
+	case 2:
+		op, project := c.Args().Get(0), c.Args().Get(1)
+		if op != "enable" && op != "disable" {
+			return usagef(usage, "unknown schedule command %q: use enable or disable", op)
+		}
+		if err := spec.ValidName(project); err != nil {
+			return &usageError{err: err, hint: usage}
+		}
+		return scheduleToggle(ctx, e, op, project, usage)
+	default:
+		return usagef(usage, "schedule takes no argument, or enable|disable and a project")
+	}
+	v, err := scheduleView(ctx, e, time.Now())
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(e.out, string(b))
+		return nil
+	}
+	if len(v.Schedules) == 0 {
+		fmt.Fprintln(e.out, "no project has a schedule: in its project.yaml (e.g. schedule: {cron: \"0 3 * * *\"})")
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROJECT\tSCHEDULE\tENABLED\tNEXT RUN\tLAST RUN\tRESULT\tFAILURES\tSKIPPED\tCATCH-UPS")
+	for _, s := range v.Schedules {
+		last := "-"
+		if s.LastRun > 0 {
+			last = fmt.Sprintf("%d at %s", s.LastRun, localTime(s.LastStartedAt))
+		}
+		result := s.LastResult
+		if result == "" {
+			result = "-"
+		}
+		next := localTime(s.NextAt)
+		if s.Problem != "" {
+			next = "not read: " + s.Problem
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\t%d\t%d\t%d\n", s.Project, s.Schedule, s.Enabled, next, last, result, s.Failures, s.Skipped, s.CatchUps)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if !v.Serving {
+		fmt.Fprintln(e.out, "no dispatch serve runs on this home: scheduled runs start only while it runs (dispatch serve --detach, or --install)")
+	}
+	return nil
+}
+
+// scheduleToggle enables or disables a schedule: through the running
+// controller, or, when none runs, under the home's lock.
+func scheduleToggle(ctx context.Context, e *env, op, project, usage string) error {
+	rep, err := controller.Send(ctx, e.home, controller.Request{Op: op, Project: project})
+	if errors.Is(err, controller.ErrNoController) {
+		var lock *controller.Lock
+		lock, err = controller.AcquireLock(e.home)
+		if err != nil {
+			return err
+		}
+		defer lock.Release()
+		var st *store.Store
+		st, err = store.Open(ctx, e.dbPath())
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		var msg string
+		msg, err = controller.SetScheduleEnabled(ctx, st, e.specsDir(), project, op == "enable", time.Now())
+		rep = controller.Reply{Message: msg}
+		var oe *controller.OpError
+		if errors.As(err, &oe) {
+			rep, err = controller.Reply{Error: oe.Msg, Usage: true}, nil
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if rep.Error != "" {
+		if rep.Usage {
+			return &usageError{err: errors.New(rep.Error), hint: usage}
+		}
+		return errors.New(rep.Error)
+	}
+	fmt.Fprintln(e.out, rep.Message)
+	return nil
+}
+
+// ScheduleView is `dispatch schedule --json`.
+type ScheduleView struct {
+	Schedules []ScheduleEntry `json:"schedules"`
+	// Serving says whether a dispatch serve daemon runs on the home.
+	Serving bool `json:"serving"`
+}
+
+// ScheduleEntry is one scheduled project.
+type ScheduleEntry struct {
+	Project string `json:"project"`
+	// Kind is cron, every or at; Schedule the expression as written.
+	Kind     string `json:"kind"`
+	Schedule string `json:"schedule"`
+	Timezone string `json:"timezone,omitempty"`
+	Reuse    bool   `json:"reuse"`
+	Enabled  bool   `json:"enabled"`
+	// NextAt is when the next run is due ("" for none): as the daemon
+	// recorded it, or, before it first ran, as it would be from now.
+	NextAt        string `json:"next_at"`
+	LastRun       int    `json:"last_run"`
+	LastResult    string `json:"last_result"`
+	LastStartedAt string `json:"last_started_at"`
+	Failures      int    `json:"failures"`
+	Skipped       int    `json:"skipped"`
+	CatchUps      int    `json:"catch_ups"`
+	// Problem is what is wrong with a schedule: that does not read.
+	Problem string `json:"problem,omitempty"`
+}
+
+func scheduleView(ctx context.Context, e *env, now time.Time) (*ScheduleView, error) {
+	found, bad, err := spec.LoadSchedules(e.specsDir())
+	if err != nil {
+		return nil, err
+	}
+	recorded := map[string]store.ScheduleState{}
+	st, err := e.openReadOnly(ctx)
+	switch {
+	case err == nil:
+		defer st.Close()
+		scs, err := st.Schedules(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range scs {
+			recorded[s.Project] = s
+		}
+	case !errors.Is(err, store.ErrNoDatabase):
+		return nil, err
+	}
+	v := &ScheduleView{Schedules: []ScheduleEntry{}, Serving: daemonRuns(e.home)}
+	for _, f := range found {
+		sp := f.Schedule
+		en := ScheduleEntry{Project: f.Name, Timezone: sp.Timezone, Reuse: sp.Reuse, Enabled: true}
+		switch {
+		case sp.Cron != "":
+			en.Kind, en.Schedule = "cron", sp.Cron
+		case sp.Every != 0:
+			en.Kind, en.Schedule = "every", sp.Every.String()
+		default:
+			en.Kind, en.Schedule = "at", sp.At
+		}
+		rec, ok := recorded[f.Name]
+		if ok {
+			en.Enabled, en.NextAt = rec.Enabled, jsonTime(rec.NextAt)
+			en.LastRun, en.LastResult, en.LastStartedAt = rec.LastRun, rec.LastResult, jsonTime(rec.LastAt)
+			en.Failures, en.Skipped, en.CatchUps = rec.Failures, rec.Skipped, rec.CatchUps
+			if rec.LastRun > 0 && rec.LastResult == "" {
+				en.LastResult = store.ResultRunning
+			}
+		} else if sch, err := schedule.Parse(sp, time.Local); err == nil {
+			if first, ok := sch.First(now); ok {
+				en.NextAt = jsonTime(first)
+			}
+		}
+		v.Schedules = append(v.Schedules, en)
+	}
+	for _, name := range sortedNames(bad) {
+		v.Schedules = append(v.Schedules, ScheduleEntry{Project: name, Problem: bad[name].Error()})
+	}
+	return v, nil
+}
+
+// daemonRuns reports whether a dispatch serve daemon runs on home.
+func daemonRuns(home string) bool {
+	if _, err := os.Stat(filepath.Join(home, serveFile)); err != nil {
+		return false
+	}
+	return controller.Running(home)
+}
+
+func jsonTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
+}

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/controller"
+)
+
+type scheduleJSON struct {
+	Serving   bool `json:"serving"`
+	Schedules []struct {
+		Project    string `json:"project"`
+		Kind       string `json:"kind"`
+		Schedule   string `json:"schedule"`
+		Enabled    bool   `json:"enabled"`
+		NextAt     string `json:"next_at"`
+		LastRun    int    `json:"last_run"`
+		LastResult string `json:"last_result"`
+		Problem    string `json:"problem"`
+	} `json:"schedules"`
+}
+
+func readSchedules(t *testing.T, home string) scheduleJSON {
+	t.Helper()
+	r := runDispatch(t, nil, "--home", home, "schedule", "--json")
+	var v scheduleJSON
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &v) != nil {
+		t.Fatalf("schedule --json: %s", r)
+	}
+	return v
+}
+
+// TestServeDaemon: `dispatch serve --detach` is a real background daemon:
+// it starts a scheduled project's run when it is due, takes a `start` of
+// another project, answers enable and disable, and ends on serve --stop.
+func TestServeDaemon(t *testing.T) {
+	t.Parallel()
+	home, _ := opsHome(t, map[string]map[string]string{
+		"nightly": {"S01-a.md": "echo a > a.txt\n"},
+		"manual":  {"S01-a.md": "echo m > m.txt\n"},
+	})
+	// Due at once: its time has passed and it has never run.
+	writeFile(t, filepath.Join(home, "specs", "nightly", "project.yaml"),
+		"tool: shell\nintegration: false\nschedule:\n  at: 2026-01-01T00:00\n")
+	v := readSchedules(t, home)
+	if v.Serving || len(v.Schedules) != 1 || v.Schedules[0].Project != "nightly" || v.Schedules[0].Kind != "at" || !v.Schedules[0].Enabled {
+		t.Fatalf("schedule before serve: %+v", v)
+	}
+	if r := runDispatch(t, nil, "--home", home, "schedule"); !strings.Contains(r.stdout, "no dispatch serve runs") {
+		t.Errorf("schedule does not say that no daemon runs: %s", r)
+	}
+
+	r := runDispatch(t, nil, "--home", home, "serve", "--detach")
+	if r.code != 0 || !strings.Contains(r.stdout, "dispatch serve started in the background") {
+		t.Fatalf("serve --detach: %s", r)
+	}
+	t.Cleanup(func() { runDispatch(t, nil, "--home", home, "serve", "--stop") })
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		v = readSchedules(t, home)
+		if len(v.Schedules) == 1 && v.Schedules[0].LastResult == "passed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the scheduled run did not pass: %+v\nlog:\n%s", v, readFile(t, filepath.Join(home, "dispatch.log")))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if s := v.Schedules[0]; !v.Serving || s.LastRun != 1 || s.NextAt != "" {
+		t.Errorf("after the run: %+v; want serving, run 1, nothing due after an at: run", v)
+	}
+	r = runDispatch(t, nil, "--home", home, "runs", "nightly", "--json")
+	if !strings.Contains(r.stdout, `"trigger": "schedule"`) {
+		t.Errorf("runs of the scheduled project: %s", r)
+	}
+	if got := readFile(t, filepath.Join(home, "runs", "nightly", "S01", "output", "a.txt")); got != "a\n" {
+		t.Errorf("the scheduled run's output: %q", got)
+	}
+
+	// A start while the daemon runs is handed to it.
+	r = runDispatch(t, nil, "--home", home, "start", "manual")
+	if r.code != 0 || !strings.Contains(r.stdout, "handed to the running controller") {
+		t.Fatalf("start while serve runs: %s", r)
+	}
+	if r := runDispatch(t, nil, "--home", home, "schedule", "disable", "nightly"); r.code != 0 || !strings.Contains(r.stdout, "disabled") {
+		t.Errorf("schedule disable: %s", r)
+	}
+	if v := readSchedules(t, home); v.Schedules[0].Enabled {
+		t.Errorf("after disable: %+v", v)
+	}
+	if r := runDispatch(t, nil, "--home", home, "schedule", "enable", "manual"); r.code != 2 || !strings.Contains(r.stderr, "has no schedule") {
+		t.Errorf("enable of a project without a schedule: %s", r)
+	}
+	// A second daemon is refused: one controller per home.
+	if r := runDispatch(t, nil, "--home", home, "serve"); r.code == 0 || !strings.Contains(r.stderr, "already runs") {
+		t.Errorf("a second serve: %s", r)
+	}
+
+	r = runDispatch(t, nil, "--home", home, "serve", "--stop")
+	if r.code != 0 || !strings.Contains(r.stdout, "stops") {
+		t.Fatalf("serve --stop: %s", r)
+	}
+	if controller.Running(home) {
+		t.Error("the daemon still answers after serve --stop")
+	}
+	if _, err := os.Stat(filepath.Join(home, serveFile)); err == nil {
+		t.Error("the daemon left its marker")
+	}
+	if r := runDispatch(t, nil, "--home", home, "serve", "--stop"); r.code != 0 || !strings.Contains(r.stdout, "nothing to stop") {
+		t.Errorf("serve --stop with no daemon: %s", r)
+	}
+	// Without a daemon, enable takes the lock itself.
+	if r := runDispatch(t, nil, "--home", home, "schedule", "enable", "nightly"); r.code != 0 || !strings.Contains(r.stdout, "enabled") {
+		t.Errorf("schedule enable without a daemon: %s", r)
+	}
+}
+
+// TestScheduleBadInput: a schedule that cannot run is refused by validate,
+// start and serve at its line of project.yaml with the fix, exit 2, and
+// nothing is written.
+func TestScheduleBadInput(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ yaml, want string }{
+		{"schedule:\n  cron: \"61 * * * *\"\n", `project.yaml:4: schedule: cron "61 * * * *" is not a cron expression`},
+		{"schedule:\n  cron: \"0 3 * * *\"\n  timezone: Mars/Olympus\n", `project.yaml:5: schedule: timezone "Mars/Olympus" is not a known time zone`},
+		{"schedule:\n  every: 5s\n", "project.yaml:4: schedule: every 5s is shorter than 10s"},
+		{"schedule:\n  every: 6h\n  cron: \"0 3 * * *\"\n", "project.yaml:4: schedule has more than one of cron, every and at"},
+		{"schedule:\n  at: tomorrow\n", `project.yaml:4: schedule: at "tomorrow" is not a date and time`},
+		{"schedule: daily\n", "project.yaml:3: schedule must be a mapping"},
+		{"schedule:\n  evry: 6h\n", `unknown key "evry"`},
+		{"schedule: {}\n", "schedule has none of cron, every and at"},
+	} {
+		home, _ := opsHome(t, map[string]map[string]string{"p": {"S01-a.md": "true\n"}})
+		writeFile(t, filepath.Join(home, "specs", "p", "project.yaml"), "tool: shell\nintegration: false\n"+tc.yaml)
+		for _, args := range [][]string{{"validate", "p"}, {"start", "p"}, {"serve"}} {
+			r := runDispatch(t, nil, append([]string{"--home", home}, args...)...)
+			if r.code != 2 || !strings.Contains(r.stderr, tc.want) || !strings.Contains(r.stderr, "fix:") {
+				t.Errorf("%v with %q: %s; want exit 2 with %q and a fix", args, tc.yaml, r, tc.want)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(home, "dispatch.db")); err == nil {
+			t.Errorf("%q: a database was written", tc.yaml)
+		}
+	}
+}
+
+// TestServeInstall: serve --install writes a systemd user unit that runs
+// this dispatch for this home, private to its owner, and says how to
+// enable it and which variables the service needs.
+func TestServeInstall(t *testing.T) {
+	t.Parallel()
+	home, _ := opsHome(t, nil)
+	nodesYAML := readFile(t, filepath.Join(home, "nodes.yaml"))
+	writeFile(t, filepath.Join(home, "nodes.yaml"), nodesYAML+"api_modes:\n  team:\n    env: {ANTHROPIC_API_KEY: \"${TEAM_KEY}\"}\n")
+	user := t.TempDir()
+	r := runDispatch(t, []string{"HOME=" + user, "XDG_CONFIG_HOME=" + filepath.Join(user, "cfg")}, "--home", home, "serve", "--install")
+	if r.code != 0 {
+		t.Fatalf("serve --install: %s", r)
+	}
+	matches, _ := filepath.Glob(filepath.Join(user, "cfg", "systemd", "user", "dispatch-serve-*.service"))
+	if len(matches) != 1 {
+		t.Fatalf("unit files: %v\n%s", matches, r)
+	}
+	unit := readFile(t, matches[0])
+	if !strings.Contains(unit, `"--home" "`+home+`"`) || !strings.Contains(unit, `"serve"`) || !strings.Contains(unit, "WantedBy=default.target") {
+		t.Errorf("unit:\n%s", unit)
+	}
+	if fi, _ := os.Stat(matches[0]); fi.Mode().Perm() != 0o600 {
+		t.Errorf("unit mode %v, want 0600", fi.Mode().Perm())
+	}
+	for _, want := range []string{"systemctl --user enable --now " + filepath.Base(matches[0]), "loginctl enable-linger", "import-environment TEAM_KEY"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("serve --install does not say %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+// TestServiceFiles: the unit and the launchd agent quote what systemd and
+// XML would read otherwise (spaces, quotes, %, $, <).
+func TestServiceFiles(t *testing.T) {
+	home := `/home/a b/"q"/50%/$x/<y>`
+	argv := []string{"/opt/dispatch", "--home", home, "serve"}
+	sf, err := serviceFor("linux", home, argv, "/home/u", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(sf.Path, "/home/u/.config/systemd/user/dispatch-serve-") ||
+		!strings.Contains(sf.Text, `ExecStart="/opt/dispatch" "--home" "/home/a b/\"q\"/50%%/$$x/<y>" "serve"`) {
+		t.Errorf("unit %s:\n%s", sf.Path, sf.Text)
+	}
+	sf, err = serviceFor("darwin", home, argv, "/Users/u", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(sf.Path, "/Users/u/Library/LaunchAgents/dev.dispatch.serve.") ||
+		!strings.Contains(sf.Text, "<string>/home/a b/&#34;q&#34;/50%/$x/&lt;y&gt;</string>") ||
+		!strings.HasPrefix(sf.Enable[0], "launchctl load -w '/Users/u/Library/LaunchAgents/") {
+		t.Errorf("agent %s:\n%s\n%v", sf.Path, sf.Text, sf.Enable)
+	}
+	if _, err := serviceFor("plan9", home, argv, "/u", ""); err == nil || !strings.Contains(err.Error(), "serve --detach") {
+		t.Errorf("an unknown system: %v", err)
+	}
+}

@@ -1,0 +1,303 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/schedule"
+	"github.com/dispatch-tool/dispatch/spec"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+// The daemon (`dispatch serve`, issue 14): a controller that does not end
+// when its projects are finished, and starts the runs of the projects
+// whose project.yaml has a schedule: when they are due. Each check reads
+// the schedules from project.yaml, decides with package schedule (pure,
+// on the controller's clock), records the decision, then acts.
+
+// scheduleCheckGap is how often the daemon reads the projects' schedules
+// at most (a tick can come every few hundred milliseconds).
+const scheduleCheckGap = time.Second
+
+// ScheduleEvent is the kind of the events a schedule writes: a run begun,
+// a catch-up, a skip, an enable or disable, a schedule dropped.
+const ScheduleEvent = "schedule"
+
+// checkSchedules starts the runs that are due, records skips and catch-ups,
+// and returns when the next run is due (zero: none is).
+func (c *Controller) checkSchedules(ctx context.Context) (time.Time, error) {
+	now := c.now()
+	found, bad, err := spec.LoadSchedules(filepath.Join(c.opts.Home, "specs"))
+	if err != nil {
+		return time.Time{}, err
+	}
+	for name, err := range bad {
+		if c.badSchedules[name] != err.Error() {
+			c.log.Error("schedule not read; its runs wait until it is fixed", keyProject, name, "err", err)
+		}
+	}
+	c.badSchedules = map[string]string{}
+	for name, err := range bad {
+		c.badSchedules[name] = err.Error()
+	}
+	states, err := c.st.Schedules(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	known := map[string]bool{}
+	var wake time.Time
+	for _, f := range found {
+		known[f.Name] = true
+		next, err := c.checkSchedule(ctx, f, now)
+		if err != nil {
+			c.log.Error("schedule check failed", keyProject, f.Name, "err", err)
+			continue
+		}
+		if !next.IsZero() && (wake.IsZero() || next.Before(wake)) {
+			wake = next
+		}
+	}
+	// A project whose schedule: is gone (and not merely unreadable now)
+	// is forgotten.
+	for _, s := range states {
+		if known[s.Project] || bad[s.Project] != nil {
+			continue
+		}
+		if err := c.st.Update(ctx, func(tx *store.Tx) error {
+			if err := tx.DeleteSchedule(ctx, s.Project); err != nil {
+				return err
+			}
+			return tx.Event(ctx, store.Event{Project: s.Project, Kind: ScheduleEvent, Message: "schedule: removed from project.yaml; no more scheduled runs"})
+		}); err != nil {
+			return wake, err
+		}
+	}
+	return wake, nil
+}
+
+// scheduleKey is a schedule as recorded: a change of project.yaml's
+// schedule: starts it afresh.
+func scheduleKey(sp schedule.Spec) string {
+	b, _ := json.Marshal(sp)
+	return string(b)
+}
+
+// checkSchedule decides and acts for one scheduled project.
+func (c *Controller) checkSchedule(ctx context.Context, f spec.Scheduled, now time.Time) (time.Time, error) {
+	sch, err := schedule.Parse(f.Schedule, time.Local)
+	if err != nil {
+		return time.Time{}, err
+	}
+	var rec store.ScheduleState
+	var found bool
+	if err := c.st.Update(ctx, func(tx *store.Tx) error {
+		rec, found, err = tx.Schedule(ctx, f.Name)
+		return err
+	}); err != nil {
+		return time.Time{}, err
+	}
+	key := scheduleKey(f.Schedule)
+	var notes []string
+	if !found || rec.Spec != key {
+		// New, or changed in project.yaml: from now on, as written.
+		enabled := !found || rec.Enabled
+		msg := "schedule: added"
+		if found {
+			msg = "schedule: changed in project.yaml; it starts afresh"
+		}
+		rec = store.ScheduleState{Project: f.Name, Enabled: enabled, Spec: key, LastAt: rec.LastAt, LastRun: rec.LastRun,
+			LastResult: rec.LastResult, Skipped: rec.Skipped, CatchUps: rec.CatchUps}
+		if first, ok := sch.First(now); ok && enabled {
+			rec.NextAt = first
+		}
+		notes = append(notes, msg+nextNote(rec.NextAt))
+	}
+	p, err := c.st.Project(ctx, f.Name)
+	started := err == nil
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return time.Time{}, err
+	}
+	state := schedule.State{Enabled: rec.Enabled, NextAt: rec.NextAt, Failures: rec.Failures,
+		Running: started && p.State == store.ProjectActive}
+	// The last scheduled run ended since the last check: back off after a
+	// failure.
+	if rec.LastRun > 0 && rec.LastResult == "" && started {
+		if ended, ok, err := c.runEnded(ctx, f.Name, rec.LastRun); err != nil {
+			return time.Time{}, err
+		} else if ok {
+			state = schedule.Finished(sch, state, ended.Result == store.ResultPassed, ended.FinishedAt)
+			rec.LastResult, rec.Failures, rec.NextAt = ended.Result, state.Failures, state.NextAt
+			if ended.Result != store.ResultPassed {
+				notes = append(notes, fmt.Sprintf("schedule: run %d failed (%d in a row); the next scheduled run waits until %s",
+					rec.LastRun, state.Failures, state.NextAt.Local().Format(time.RFC3339)))
+			}
+		}
+	}
+	d := schedule.Decide(sch, state, now)
+	rec.NextAt = d.State.NextAt
+	var so *StartOptions
+	switch d.Kind {
+	case schedule.Skip:
+		rec.Skipped++
+		notes = append(notes, fmt.Sprintf("schedule: run due at %s skipped: run %d still runs (no overlap)%s",
+			state.NextAt.Local().Format(time.RFC3339), p.Run, nextNote(rec.NextAt)))
+	case schedule.Start, schedule.CatchUp:
+		so = &StartOptions{Trigger: TriggerSchedule, Fresh: !f.Schedule.Reuse}
+		if d.Kind == schedule.CatchUp {
+			so.Trigger = TriggerCatchUp
+			rec.CatchUps++
+		}
+	}
+	if so == nil {
+		return rec.NextAt, c.recordSchedule(ctx, rec, notes)
+	}
+	// Record the decision first: a daemon killed while the run begins
+	// does not begin it twice.
+	rec.LastAt, rec.LastResult = now, ""
+	msg := fmt.Sprintf("schedule: starting a run (due %s)", state.NextAt.Local().Format(time.RFC3339))
+	if d.Kind == schedule.CatchUp {
+		msg = fmt.Sprintf("schedule: one catch-up run for %d occurrences missed while no daemon ran (the first due %s)",
+			d.Missed, state.NextAt.Local().Format(time.RFC3339))
+	}
+	notes = append(notes, msg+nextNote(rec.NextAt))
+	if err := c.recordSchedule(ctx, rec, notes); err != nil {
+		return rec.NextAt, err
+	}
+	out, err := c.startProject(ctx, f.Name, *so)
+	if err != nil {
+		// A project that does not load (a broken spec) fails this run.
+		st := schedule.Finished(sch, schedule.State{Enabled: rec.Enabled, NextAt: rec.NextAt, Failures: rec.Failures}, false, now)
+		rec.LastResult, rec.Failures, rec.NextAt = store.ResultFailed, st.Failures, st.NextAt
+		return rec.NextAt, c.recordSchedule(ctx, rec, []string{fmt.Sprintf("schedule: the run could not start: %v; next try %s", err,
+			rec.NextAt.Local().Format(time.RFC3339))})
+	}
+	c.log.Info("scheduled run started", keyProject, f.Name, "trigger", so.Trigger, "message", out)
+	if p, err := c.st.Project(ctx, f.Name); err == nil {
+		rec.LastRun = p.Run
+		if p.State == store.ProjectDone {
+			rec.LastResult = p.Result // every result reused: it ended at once
+			if p.Result != store.ResultPassed {
+				rec.Failures++
+			} else {
+				rec.Failures = 0
+			}
+		}
+	}
+	return rec.NextAt, c.recordSchedule(ctx, rec, nil)
+}
+
+func nextNote(next time.Time) string {
+	if next.IsZero() {
+		return "; no run is due after it"
+	}
+	return "; next run " + next.Local().Format(time.RFC3339)
+}
+
+// runEnded returns run n of project once it has ended.
+func (c *Controller) runEnded(ctx context.Context, project string, n int) (store.Project, bool, error) {
+	at, _, err := c.st.AtRun(ctx, project, n)
+	var re *store.RunRangeError
+	if errors.As(err, &re) {
+		return store.Project{}, false, nil
+	}
+	if err != nil {
+		return store.Project{}, false, err
+	}
+	p, err := at.Project(ctx, project)
+	if err != nil {
+		return p, false, err
+	}
+	return p, p.State == store.ProjectDone, nil
+}
+
+func (c *Controller) recordSchedule(ctx context.Context, rec store.ScheduleState, notes []string) error {
+	return c.st.Update(ctx, func(tx *store.Tx) error {
+		if err := tx.PutSchedule(ctx, rec); err != nil {
+			return err
+		}
+		for _, n := range notes {
+			if err := tx.Event(ctx, store.Event{Project: rec.Project, Kind: ScheduleEvent, Message: n}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// SetScheduleEnabled enables or disables a project's schedule (`dispatch
+// schedule enable|disable`). Enabling starts it afresh from now: the
+// occurrences it missed while disabled are not caught up.
+func SetScheduleEnabled(ctx context.Context, st *store.Store, specsDir, project string, enabled bool, now time.Time) (string, error) {
+	sp, err := spec.LoadSchedule(specsDir, project)
+	var unknown *spec.UnknownProjectError
+	switch {
+	case errors.As(err, &unknown):
+		return "", &OpError{Msg: err.Error()}
+	case err != nil:
+		return "", &OpError{Msg: err.Error()}
+	case sp == nil:
+		return "", &OpError{Msg: fmt.Sprintf("project %s has no schedule: in its project.yaml (add one, e.g. schedule: {every: 6h})", project)}
+	}
+	sch, err := schedule.Parse(*sp, time.Local)
+	if err != nil {
+		return "", &OpError{Msg: err.Error()}
+	}
+	var msg string
+	err = st.Update(ctx, func(tx *store.Tx) error {
+		rec, _, err := tx.Schedule(ctx, project)
+		if err != nil {
+			return err
+		}
+		if rec.Enabled == enabled && rec.Spec != "" {
+			msg = fmt.Sprintf("the schedule of %s is already %s", project, enabledWord(enabled))
+			return nil
+		}
+		rec.Enabled, rec.Spec, rec.NextAt = enabled, scheduleKey(*sp), time.Time{}
+		if enabled {
+			rec.Failures = 0
+			if first, ok := sch.First(now); ok {
+				rec.NextAt = first
+			}
+		}
+		msg = fmt.Sprintf("the schedule of %s is %s", project, enabledWord(enabled))
+		if enabled {
+			msg += nextNote(rec.NextAt)
+		}
+		if err := tx.PutSchedule(ctx, rec); err != nil {
+			return err
+		}
+		return tx.Event(ctx, store.Event{Project: project, Kind: ScheduleEvent, Message: "schedule: " + enabledWord(enabled) + " by the operator"})
+	})
+	return msg, err
+}
+
+func enabledWord(enabled bool) string {
+	if enabled {
+		return "enabled"
+	}
+	return "disabled"
+}
+
+// scheduleTick checks the schedules, not more often than scheduleCheckGap,
+// and returns when the daemon should look again: when the next run is due,
+// or at the next check.
+func (c *Controller) scheduleTick(ctx context.Context) (time.Time, error) {
+	now := c.now()
+	if now.Before(c.nextSchedule) {
+		return c.nextSchedule, nil
+	}
+	c.nextSchedule = now.Add(scheduleCheckGap)
+	due, err := c.checkSchedules(ctx)
+	if err != nil || due.IsZero() {
+		// A schedule added to a project.yaml is seen at the next poll.
+		return time.Time{}, err
+	}
+	if due.Before(c.nextSchedule) {
+		return c.nextSchedule, nil
+	}
+	return due, nil
+}
