@@ -94,7 +94,7 @@ func (s *Store) Spent(ctx context.Context, project string) (usd float64, tokens 
 func querySpent(ctx context.Context, q querier, project string, run int) (usd float64, tokens int64, err error) {
 	var t float64
 	err = q.QueryRowContext(ctx, `SELECT TOTAL(cost_usd), TOTAL(tokens_in) + TOTAL(tokens_out)
-		FROM runs WHERE project = ? AND run = `+runOf(run, "runs"), project).Scan(&usd, &t)
+		FROM runs WHERE project = ?1 AND run = `+runOf(run, 1), project).Scan(&usd, &t)
 	if err != nil {
 		return 0, 0, fmt.Errorf("read the spending of %s: %w", project, err)
 	}
@@ -338,10 +338,10 @@ func (s *Store) Nodes(ctx context.Context) ([]Node, error) {
 // Events returns a project's events with an id greater than after, oldest
 // first; project "" means every event. limit <= 0 means no limit.
 func (s *Store) Events(ctx context.Context, project string, after int64, limit int) ([]Event, error) {
-	query := "SELECT id, time, project, task, attempt, kind, from_status, to_status, node, message FROM events WHERE id > ?"
+	query := "SELECT id, time, project, task, attempt, kind, from_status, to_status, node, message FROM events WHERE id > ?1"
 	args := []any{after}
 	if project != "" {
-		query += " AND project = ? AND run = " + runOf(s.run, "events")
+		query += " AND project = ?2 AND run = " + runOf(s.run, 2)
 		args = append(args, project)
 	}
 	query += " ORDER BY id"
@@ -372,7 +372,7 @@ func (s *Store) LastEvent(ctx context.Context, project string, kinds ...string) 
 	if len(kinds) == 0 {
 		return Event{}, false, nil
 	}
-	query := "SELECT id, time, project, task, attempt, kind, from_status, to_status, node, message FROM events WHERE project = ? AND run = " + runOf(s.run, "events") + " AND kind IN (?" +
+	query := "SELECT id, time, project, task, attempt, kind, from_status, to_status, node, message FROM events WHERE project = ?1 AND run = " + runOf(s.run, 1) + " AND kind IN (?" +
 		strings.Repeat(", ?", len(kinds)-1) + ") ORDER BY id DESC LIMIT 1"
 	args := []any{project}
 	for _, k := range kinds {

@@ -18,13 +18,14 @@ import (
 // next argument.
 const currentRun = "(SELECT p.run FROM projects p WHERE p.name = ?)"
 
-// runOf is the run a query of table reads: run itself when set, else the
-// current run of the row's project.
-func runOf(run int, table string) string {
+// runOf is the run a query reads: run itself when set, else the current
+// run of the project that is the statement's argument number arg (a
+// subquery SQLite evaluates once, not per row).
+func runOf(run, arg int) string {
 	if run > 0 {
 		return strconv.Itoa(run)
 	}
-	return "(SELECT p.run FROM projects p WHERE p.name = " + table + ".project)"
+	return "(SELECT p.run FROM projects p WHERE p.name = ?" + strconv.Itoa(arg) + ")"
 }
 
 // table is what a read of the live table name goes to: the table itself,

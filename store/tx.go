@@ -323,7 +323,7 @@ func (tx *Tx) Project(ctx context.Context, name string) (Project, error) {
 // failed tries of its collection, say).
 func (tx *Tx) CountEvents(ctx context.Context, project, task string, attempt int, kind string) (int, error) {
 	var n int
-	err := tx.tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM events WHERE project = ? AND task = ? AND attempt = ? AND kind = ? AND run = "+runOf(0, "events"),
+	err := tx.tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM events WHERE project = ?1 AND task = ?2 AND attempt = ?3 AND kind = ?4 AND run = "+runOf(0, 1),
 		project, task, attempt, kind).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count %s events of %s/%s#%d: %w", kind, project, task, attempt, err)
@@ -435,7 +435,7 @@ func (tx *Tx) DeleteTasks(ctx context.Context, project string, ids []string, why
 	for _, id := range ids {
 		for _, q := range []string{
 			"DELETE FROM files WHERE project = ? AND task = ?",
-			"DELETE FROM runs WHERE project = ? AND task = ? AND run = " + runOf(0, "runs"),
+			"DELETE FROM runs WHERE project = ?1 AND task = ?2 AND run = " + runOf(0, 1),
 			"DELETE FROM verdicts WHERE project = ? AND task = ?",
 			"DELETE FROM tasks WHERE project = ? AND id = ?",
 		} {

@@ -144,7 +144,6 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-
 // watchCmdline is the shell command line of `dispatch status --watch`.
 func watchCmdline(home string, args ...string) string {
 	parts := []string{shellQuote(dispatchBin), "--home", shellQuote(home), "status"}
