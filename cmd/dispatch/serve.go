@@ -226,7 +226,17 @@ func scheduleAction(c *cli.Context) error {
 		if s.Problem != "" {
 			next = "not read: " + s.Problem
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\t%d\t%d\t%d\n", s.Project, s.Schedule, s.Enabled, next, last, result, s.Failures, s.Skipped, s.CatchUps)
+		when := s.Kind + " " + s.Schedule
+		if s.Timezone != "" {
+			when += " (" + s.Timezone + ")"
+		}
+		if s.Reuse {
+			when += ", reuse"
+		}
+		if s.Problem != "" {
+			when = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\t%d\t%d\t%d\n", s.Project, when, s.Enabled, next, last, result, s.Failures, s.Skipped, s.CatchUps)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
