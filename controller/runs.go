@@ -293,7 +293,11 @@ func linkTree(src, dst string) error {
 		case d.IsDir():
 			return os.MkdirAll(to, 0o755)
 		case d.Type().IsRegular():
-			return os.Link(p, to)
+			if os.Link(p, to) == nil {
+				return nil
+			}
+			// A file system without hard links: a copy.
+			return copyFile(p, to)
 		}
 		return nil
 	})
