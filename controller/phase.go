@@ -511,8 +511,19 @@ func treeSums(dir string) (map[string]string, error) {
 		return nil, err
 	}
 	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err := walkSums(dir, func(rel string, _ fs.FileMode, sum string) { out[rel] = sum })
+	return out, err
+}
+
+// walkSums calls fn with the '/'-separated relative path, mode and sha256
+// of every regular file under dir.
+func walkSums(dir string, fn func(rel string, mode fs.FileMode, sum string)) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
 			return err
 		}
 		f, err := os.Open(p)
@@ -525,10 +536,9 @@ func treeSums(dir string) (map[string]string, error) {
 			return err
 		}
 		rel, _ := filepath.Rel(dir, p)
-		out[filepath.ToSlash(rel)] = hex.EncodeToString(h.Sum(nil))
+		fn(filepath.ToSlash(rel), fi.Mode(), hex.EncodeToString(h.Sum(nil)))
 		return nil
 	})
-	return out, err
 }
 
 // copyTree copies the regular files and directories under src into dst,

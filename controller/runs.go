@@ -2,11 +2,8 @@ package controller
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -312,26 +309,8 @@ func linkTree(src, dst string) error {
 // contents (a project's base: tree, for reuse).
 func treeHash(dir string) (string, error) {
 	var lines []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		h := sha256.New()
-		if _, err := io.Copy(h, f); err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		lines = append(lines, fmt.Sprintf("%s\x00%o\x00%s", filepath.ToSlash(rel), fi.Mode().Perm()&0o111, hex.EncodeToString(h.Sum(nil))))
-		return nil
+	err := walkSums(dir, func(rel string, mode fs.FileMode, sum string) {
+		lines = append(lines, fmt.Sprintf("%s\x00%o\x00%s", rel, mode.Perm()&0o111, sum))
 	})
 	if err != nil {
 		return "", err

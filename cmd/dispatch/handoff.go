@@ -226,3 +226,29 @@ func lastLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// writePidFiles records this process's pid in the home: in dispatch.pid
+// when it is a background controller, and in each of also (dispatch.serve
+// of the daemon). The returned func removes them.
+func writePidFiles(e *env, also ...string) (func(), error) {
+	pid := []byte(fmt.Sprintf("%d\n", os.Getpid()))
+	var names []string
+	if os.Getenv(detachedEnv) != "" {
+		names = append(names, pidFile)
+	}
+	names = append(names, also...)
+	var written []string
+	remove := func() {
+		for _, n := range written {
+			os.Remove(filepath.Join(e.home, n))
+		}
+	}
+	for _, n := range names {
+		if err := writePrivate(filepath.Join(e.home, n), pid); err != nil {
+			remove()
+			return nil, err
+		}
+		written = append(written, n)
+	}
+	return remove, nil
+}

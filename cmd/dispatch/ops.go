@@ -82,6 +82,12 @@ func operatorRequest(c *cli.Context, op, usage string, projectOnly bool) error {
 	if err != nil {
 		return err
 	}
+	return printReply(e, rep, usage)
+}
+
+// printReply prints a controller's reply, or returns its error: a usage
+// error (exit 2) when the request itself was wrong.
+func printReply(e *env, rep controller.Reply, usage string) error {
 	if rep.Error != "" {
 		if rep.Usage {
 			return &usageError{err: errors.New(rep.Error), hint: usage}

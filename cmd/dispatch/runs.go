@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"text/tabwriter"
 	"time"
 
@@ -28,12 +29,7 @@ func runsCommand() *cli.Command {
 				return err
 			}
 			if c.Bool("json") {
-				b, err := json.MarshalIndent(v, "", "  ")
-				if err != nil {
-					return err
-				}
-				fmt.Fprintln(e.out, string(b))
-				return nil
+				return printJSON(e.out, v)
 			}
 			tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "RUN\tRESULT\tBY\tSTARTED\tFINISHED\tRAN\tREUSED\tCOST")
@@ -54,4 +50,14 @@ func localTime(s string) string {
 		return "-"
 	}
 	return t.Local().Format("2006-01-02 15:04:05")
+}
+
+// printJSON prints v as indented JSON (the --json of runs and schedule).
+func printJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, string(b))
+	return err
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -99,17 +98,11 @@ func serveAction(c *cli.Context) error {
 		return err
 	}
 	defer stopServing()
-	pid := []byte(fmt.Sprintf("%d\n", os.Getpid()))
-	if os.Getenv(detachedEnv) != "" {
-		if err := writePrivate(filepath.Join(e.home, pidFile), pid); err != nil {
-			return err
-		}
-		defer os.Remove(filepath.Join(e.home, pidFile))
-	}
-	if err := writePrivate(filepath.Join(e.home, serveFile), pid); err != nil {
+	removePids, err := writePidFiles(e, serveFile)
+	if err != nil {
 		return err
 	}
-	defer os.Remove(filepath.Join(e.home, serveFile))
+	defer removePids()
 	fmt.Fprintf(e.out, "dispatch serve: serving %s (pid %d): scheduled runs start when due, dispatch start hands projects to it; "+
 		"dispatch schedule lists the schedules\n", e.home, os.Getpid())
 	err = ctl.Run(ctx, c.Duration("poll"), nil)
@@ -200,12 +193,7 @@ func scheduleAction(c *cli.Context) error {
 		return err
 	}
 	if c.Bool("json") {
-		b, err := json.MarshalIndent(v, "", "  ")
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(e.out, string(b))
-		return nil
+		return printJSON(e.out, v)
 	}
 	if len(v.Schedules) == 0 {
 		fmt.Fprintln(e.out, "no project has a schedule: in its project.yaml (e.g. schedule: {cron: \"0 3 * * *\"})")
@@ -275,14 +263,7 @@ func scheduleToggle(ctx context.Context, e *env, op, project, usage string) erro
 	if err != nil {
 		return err
 	}
-	if rep.Error != "" {
-		if rep.Usage {
-			return &usageError{err: errors.New(rep.Error), hint: usage}
-		}
-		return errors.New(rep.Error)
-	}
-	fmt.Fprintln(e.out, rep.Message)
-	return nil
+	return printReply(e, rep, usage)
 }
 
 // ScheduleView is `dispatch schedule --json`.

@@ -148,12 +148,11 @@ func startAction(c *cli.Context) error {
 		return err
 	}
 	defer stopServing()
-	if os.Getenv(detachedEnv) != "" {
-		if err := writePrivate(filepath.Join(e.home, pidFile), []byte(fmt.Sprintf("%d\n", os.Getpid()))); err != nil {
-			return err
-		}
-		defer os.Remove(filepath.Join(e.home, pidFile))
+	removePids, err := writePidFiles(e)
+	if err != nil {
+		return err
 	}
+	defer removePids()
 	prog := newProgress(e, st, name)
 	prog.header(ctx, cfg, only, c.Duration("poll"))
 	runErr := ctl.Run(ctx, c.Duration("poll"), func(controller.TickResult) { prog.update(ctx) })
