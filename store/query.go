@@ -529,7 +529,13 @@ func (s *Store) Pauses(ctx context.Context) ([]Pause, error) {
 // Snapshot returns the spec text a task runs with.
 func (s *Store) Snapshot(ctx context.Context, project, id string) ([]byte, error) {
 	var b []byte
-	err := s.db.QueryRowContext(ctx, "SELECT snapshot FROM "+s.table("tasks")+" WHERE project = ? AND id = ?", project, id).Scan(&b)
+	query := "SELECT snapshot FROM tasks WHERE project = ? AND id = ?"
+	if s.run > 0 {
+		// An archived task's text is kept once per hash.
+		query = fmt.Sprintf(`SELECT s.snapshot FROM run_tasks t JOIN run_snapshots s ON s.project = t.project AND s.spec_hash = t.spec_hash
+			WHERE t.run = %d AND t.project = ? AND t.id = ?`, s.run)
+	}
+	err := s.db.QueryRowContext(ctx, query, project, id).Scan(&b)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("task %s/%s: %w", project, id, ErrNotFound)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // A project's runs (issue 14): the live tables hold each project's current
@@ -202,7 +203,8 @@ func (tx *Tx) BeginRun(ctx context.Context, project, options, message string) (i
 	for _, q := range []string{
 		`INSERT INTO project_runs (project, run, state, phase, result, options, started_at, finished_at, final_commit)
 			SELECT name, ?1, state, phase, result, options, started_at, finished_at, final_commit FROM projects WHERE name = ?2`,
-		"INSERT INTO run_tasks (run, " + taskColumns + ") SELECT ?1, " + taskColumns + " FROM tasks WHERE project = ?2",
+		"INSERT OR IGNORE INTO run_snapshots (project, spec_hash, snapshot) SELECT project, spec_hash, snapshot FROM tasks WHERE project = ?2 AND ?1 > 0",
+		"INSERT INTO run_tasks (run, " + taskColumns + ") SELECT ?1, " + strings.Replace(taskColumns, "snapshot", "x''", 1) + " FROM tasks WHERE project = ?2",
 		"INSERT INTO run_files (run, project, task, attempt, path, size, sha256) SELECT ?1, project, task, attempt, path, size, sha256 FROM files WHERE project = ?2",
 		"INSERT INTO run_conflicts (run, project, path, tasks) SELECT ?1, project, path, tasks FROM conflicts WHERE project = ?2",
 		"INSERT INTO run_verdicts (run, project, task, round, pass, issues) SELECT ?1, project, task, round, pass, issues FROM verdicts WHERE project = ?2",

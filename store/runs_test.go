@@ -92,6 +92,17 @@ func TestRunsArchiveAndReadBack(t *testing.T) {
 	if err != nil || len(tasks) != 2 || tasks[1].Title != "t S02" || tasks[1].Status != Completed {
 		t.Errorf("run 1's tasks = %+v, %v", tasks, err)
 	}
+	// The spec text is archived once per hash, not copied with each run.
+	if b, err := old.Snapshot(ctx, "p", "S02"); err != nil || string(b) != "echo\n" {
+		t.Errorf("run 1's snapshot of S02 = %q, %v", b, err)
+	}
+	var copied, kept int
+	if err := s.db.QueryRow("SELECT TOTAL(length(snapshot)) FROM run_tasks").Scan(&copied); err != nil || copied != 0 {
+		t.Errorf("run_tasks holds %d bytes of spec text (%v), want none", copied, err)
+	}
+	if err := s.db.QueryRow("SELECT COUNT(*) FROM run_snapshots").Scan(&kept); err != nil || kept != 1 {
+		t.Errorf("run_snapshots has %d rows (%v), want 1 (two tasks, one text)", kept, err)
+	}
 	if usd, _, _ := old.Spent(ctx, "p"); usd != 0.75 {
 		t.Errorf("run 1 spent %v, want 0.75", usd)
 	}

@@ -65,7 +65,9 @@ CREATE TABLE project_runs (
 );
 
 -- The archive of an ended run's tasks, manifests, conflicts and verdicts:
--- the live tables' columns and the run.
+-- the live tables' columns and the run. An archived task's spec text is
+-- kept once per project and hash in run_snapshots, not once per run (a
+-- scheduled project of 10,000 specs would copy them every run).
 CREATE TABLE run_tasks AS SELECT 0 AS run, * FROM tasks WHERE 0;
 CREATE UNIQUE INDEX run_tasks_key ON run_tasks(project, run, id);
 CREATE TABLE run_files AS SELECT 0 AS run, * FROM files WHERE 0;
@@ -74,3 +76,9 @@ CREATE TABLE run_conflicts AS SELECT 0 AS run, * FROM conflicts WHERE 0;
 CREATE UNIQUE INDEX run_conflicts_key ON run_conflicts(project, run, path);
 CREATE TABLE run_verdicts AS SELECT 0 AS run, * FROM verdicts WHERE 0;
 CREATE UNIQUE INDEX run_verdicts_key ON run_verdicts(project, run, task);
+CREATE TABLE run_snapshots (
+    project   TEXT NOT NULL,
+    spec_hash TEXT NOT NULL,
+    snapshot  BLOB NOT NULL,
+    PRIMARY KEY (project, spec_hash)
+);
