@@ -47,6 +47,9 @@ func TestServeDaemon(t *testing.T) {
 	// Due at once: its time has passed and it has never run.
 	writeFile(t, filepath.Join(home, "specs", "nightly", "project.yaml"),
 		"tool: shell\nintegration: false\nschedule:\n  at: 2026-01-01T00:00\n")
+	if r := runDispatch(t, nil, "--home", home, "validate", "nightly"); r.code != 0 || !strings.Contains(r.stderr, "nightly has a schedule (next ") {
+		t.Errorf("validate does not say the project runs on a schedule: %s", r)
+	}
 	v := readSchedules(t, home)
 	if v.Serving || len(v.Schedules) != 1 || v.Schedules[0].Project != "nightly" || v.Schedules[0].Kind != "at" || !v.Schedules[0].Enabled {
 		t.Fatalf("schedule before serve: %+v", v)

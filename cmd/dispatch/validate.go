@@ -15,6 +15,7 @@ import (
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/schedule"
 	"github.com/dispatch-tool/dispatch/spec"
 )
 
@@ -72,6 +73,15 @@ func plan(ctx context.Context, e *env, name string, only []string, so controller
 			src.Ref, src.Dir, src.Commit[:12], p.Name)
 		for _, n := range src.Notes {
 			fmt.Fprintln(e.errOut, "note: "+termtext.Clean(n))
+		}
+	}
+	if sp := p.Config.Schedule; sp != nil {
+		if sch, err := schedule.Parse(*sp, time.Local); err == nil {
+			when := "no run is due any more"
+			if first, ok := sch.First(time.Now()); ok {
+				when = "next " + first.Local().Format(time.RFC3339)
+			}
+			fmt.Fprintf(e.errOut, "note: %s has a schedule (%s): its runs start on it while `dispatch serve` runs on this home\n", p.Name, when)
 		}
 	}
 	need := controller.NeededExecutables(cfg, rows)
