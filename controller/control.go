@@ -26,7 +26,7 @@ import (
 // one receives it over the control socket; when none runs, the command
 // takes the lock and runs it in-process.
 type Request struct {
-	Op      string       `json:"op"` // start, retry, cancel, stop, enable, disable (a schedule), shutdown (dispatch serve)
+	Op      string       `json:"op"` // start, retry, cancel, stop, enable, disable (a schedule), shutdown (dispatch serve), ping
 	Project string       `json:"project"`
 	Tasks   []string     `json:"tasks,omitempty"`
 	Kill    bool         `json:"kill,omitempty"`
@@ -300,6 +300,12 @@ func (c *Controller) Do(ctx context.Context, req Request) Reply {
 	case "enable", "disable":
 		msg, err = SetScheduleEnabled(ctx, c.st, filepath.Join(c.opts.Home, "specs"), req.Project, req.Op == "enable", c.now())
 		c.nextSchedule = time.Time{} // look at it now
+	case "ping":
+		// Who answers: `dispatch schedule` says whether a daemon serves.
+		msg = "controller"
+		if c.opts.Daemon {
+			msg = "daemon"
+		}
 	case "shutdown":
 		if !c.opts.Daemon {
 			err = &OpError{Msg: "this controller is not a dispatch serve daemon: it ends by itself when its projects are finished (dispatch stop <project> stops one)"}

@@ -111,8 +111,8 @@ func (c *Controller) checkSchedule(ctx context.Context, f spec.Scheduled, now ti
 		}
 		rec = store.ScheduleState{Project: f.Name, Enabled: enabled, Spec: key, LastAt: rec.LastAt, LastRun: rec.LastRun,
 			LastResult: rec.LastResult, Skipped: rec.Skipped, CatchUps: rec.CatchUps}
-		if first, ok := sch.First(now); ok && enabled {
-			rec.NextAt = first
+		if enabled {
+			rec.NextAt = firstDue(sch, rec, now)
 		}
 		notes = append(notes, msg+nextNote(rec.NextAt))
 	}
@@ -121,8 +121,11 @@ func (c *Controller) checkSchedule(ctx context.Context, f spec.Scheduled, now ti
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return time.Time{}, err
 	}
+	// A run that is going, or that the operator stopped (dispatch stop
+	// stands until dispatch start resumes it), is not started over.
+	stopped := started && p.State == store.ProjectStopped
 	state := schedule.State{Enabled: rec.Enabled, NextAt: rec.NextAt, Failures: rec.Failures,
-		Running: started && p.State == store.ProjectActive}
+		Running: started && (p.State == store.ProjectActive || stopped)}
 	// The last scheduled run ended since the last check: back off after a
 	// failure.
 	if rec.LastRun > 0 && rec.LastResult == "" && started {
@@ -130,6 +133,9 @@ func (c *Controller) checkSchedule(ctx context.Context, f spec.Scheduled, now ti
 			return time.Time{}, err
 		} else if ok {
 			state = schedule.Finished(sch, state, ended.Result == store.ResultPassed, ended.FinishedAt)
+			if !rec.Enabled {
+				state.NextAt = time.Time{} // enable sets it afresh
+			}
 			rec.LastResult, rec.Failures, rec.NextAt = ended.Result, state.Failures, state.NextAt
 			if ended.Result != store.ResultPassed {
 				notes = append(notes, fmt.Sprintf("schedule: run %d failed (%d in a row); the next scheduled run waits until %s",
@@ -143,8 +149,12 @@ func (c *Controller) checkSchedule(ctx context.Context, f spec.Scheduled, now ti
 	switch d.Kind {
 	case schedule.Skip:
 		rec.Skipped++
-		notes = append(notes, fmt.Sprintf("schedule: run due at %s skipped: run %d still runs (no overlap)%s",
-			state.NextAt.Local().Format(time.RFC3339), p.Run, nextNote(rec.NextAt)))
+		why := fmt.Sprintf("run %d still runs (no overlap)", p.Run)
+		if stopped {
+			why = fmt.Sprintf("run %d was stopped by the operator (dispatch start %s resumes it)", p.Run, f.Name)
+		}
+		notes = append(notes, fmt.Sprintf("schedule: run due at %s skipped: %s%s",
+			state.NextAt.Local().Format(time.RFC3339), why, nextNote(rec.NextAt)))
 	case schedule.Start, schedule.CatchUp:
 		so = &StartOptions{Trigger: TriggerSchedule, Fresh: !f.Schedule.Reuse}
 		if d.Kind == schedule.CatchUp {
@@ -164,7 +174,7 @@ func (c *Controller) checkSchedule(ctx context.Context, f spec.Scheduled, now ti
 			d.Missed, state.NextAt.Local().Format(time.RFC3339))
 	}
 	notes = append(notes, msg+nextNote(rec.NextAt))
-	if err := c.recordSchedule(ctx, rec, notes); err != nil {
+	if err := c.recordSchedule(ctx, rec, nil); err != nil {
 		return rec.NextAt, err
 	}
 	out, err := c.startProject(ctx, f.Name, *so)
@@ -187,7 +197,18 @@ func (c *Controller) checkSchedule(ctx context.Context, f spec.Scheduled, now ti
 			}
 		}
 	}
-	return rec.NextAt, c.recordSchedule(ctx, rec, nil)
+	// The notes go with the run they began.
+	return rec.NextAt, c.recordSchedule(ctx, rec, notes)
+}
+
+// firstDue is when a schedule enabled (or changed) at now is first due:
+// an at: that already ran and passed is not due again.
+func firstDue(sch *schedule.Schedule, rec store.ScheduleState, now time.Time) time.Time {
+	if at, once := sch.At(); once && rec.LastResult == store.ResultPassed && !rec.LastAt.Before(at) {
+		return time.Time{}
+	}
+	first, _ := sch.First(now)
+	return first
 }
 
 func nextNote(next time.Time) string {
@@ -259,9 +280,7 @@ func SetScheduleEnabled(ctx context.Context, st *store.Store, specsDir, project 
 		rec.Enabled, rec.Spec, rec.NextAt = enabled, scheduleKey(*sp), time.Time{}
 		if enabled {
 			rec.Failures = 0
-			if first, ok := sch.First(now); ok {
-				rec.NextAt = first
-			}
+			rec.NextAt = firstDue(sch, rec, now)
 		}
 		msg = fmt.Sprintf("the schedule of %s is %s", project, enabledWord(enabled))
 		if enabled {

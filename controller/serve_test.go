@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -78,6 +79,18 @@ func TestSchedulesOnTheControllersClock(t *testing.T) {
 	if s := check(); runs() != 1 || s.Skipped != 1 {
 		t.Fatalf("due while run 1 runs: %+v, %d runs; want a skip", s, runs())
 	}
+	// Started by hand meanwhile, it is resumed: still the schedule's run.
+	startQ := func() {
+		t.Helper()
+		p, err := spec.Load(filepath.Join(h.home, "specs"), "q")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := AddProject(ctx, h.st, h.cfg, h.home, p, StartOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startQ()
 	if p := finishQ(); p.Result != store.ResultPassed {
 		t.Fatalf("run 1 = %+v", p)
 	}
@@ -137,6 +150,28 @@ func TestSchedulesOnTheControllersClock(t *testing.T) {
 	if got := strings.Join(triggers, " "); got != "schedule schedule schedule schedule catch-up" {
 		t.Errorf("triggers = %s", got)
 	}
+
+	// A run the operator stopped stays stopped: the next due run is
+	// skipped, saying how to resume it.
+	h.clock.Advance(30 * time.Second)
+	check()
+	stoppedRun := runs()
+	if _, err := h.ctl.Stop(ctx, "q", false); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(30 * time.Second)
+	if s := check(); runs() != stoppedRun || s.Skipped != 2 {
+		t.Fatalf("due while run %d is stopped: %+v, %d runs; want a skip", stoppedRun, s, runs())
+	}
+	if p, _ := h.st.Project(ctx, "q"); p.State != store.ProjectStopped {
+		t.Fatalf("the schedule resumed a stopped run: %+v", p)
+	}
+	if ev, ok, _ := h.st.LastEvent(ctx, "q", ScheduleEvent); !ok || !strings.Contains(ev.Message, "was stopped by the operator (dispatch start q resumes it)") {
+		t.Errorf("the skip of a stopped run says %q", ev.Message)
+	}
+	startQ()
+	finishQ()
+	check()
 
 	// Disabled: nothing starts; enabled again: from now, no catch-up.
 	if _, err := SetScheduleEnabled(ctx, h.st, filepath.Join(h.home, "specs"), "q", false, h.clock.Now()); err != nil {

@@ -519,11 +519,17 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, home st
 		}
 		ob, _ = json.Marshal(opts)
 	}
-	// A finished project begins its next run.
+	// A finished project begins its next run; one that is going on (or
+	// stopped) is resumed, its run still what began it (a schedule, say).
 	if old, err := st.Project(ctx, p.Name); err == nil && old.State == store.ProjectDone {
 		res, err := newRun(ctx, st, cfg, home, p, so, opts, string(ob), old, have)
 		res.Finished = res.AllReused
 		return res, err
+	} else if err == nil {
+		if oo, err := old.ParseOptions(); err == nil && oo.Trigger != "" {
+			opts.Trigger = oo.Trigger
+			ob, _ = json.Marshal(opts)
+		}
 	}
 	err = st.Update(ctx, func(tx *store.Tx) error {
 		res = SyncResult{}

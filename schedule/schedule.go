@@ -58,6 +58,12 @@ type Schedule struct {
 	Spec
 	loc  *time.Location
 	cron cron.Schedule
+	// wall is set for a cron schedule whose hour is fixed (daily at 03:00,
+	// not hourly): it is reckoned on the wall clock of its zone, so that a
+	// daylight-saving change neither skips it (the hour that does not
+	// exist: it runs right after the jump) nor runs it twice (the hour
+	// that repeats: once), as cron does. An hourly one follows real time.
+	wall bool
 	at   time.Time
 }
 
@@ -99,12 +105,20 @@ func Parse(spec Spec, local *time.Location) (*Schedule, error) {
 			return nil, &Problem{Field: "cron", Msg: "cron names its zone inside the expression",
 				Fix: "put the zone in timezone: and keep cron to its five fields"}
 		}
+		if strings.HasPrefix(strings.TrimSpace(spec.Cron), "@every") {
+			return nil, &Problem{Field: "cron", Msg: "cron @every is an interval, not a cron expression",
+				Fix: fmt.Sprintf("write every: instead (at least %s), e.g. every: 6h", MinEvery)}
+		}
 		c, err := parser.Parse(spec.Cron)
 		if err != nil {
 			return nil, &Problem{Field: "cron", Msg: fmt.Sprintf("cron %q is not a cron expression: %v", spec.Cron, err),
 				Fix: `five fields: minute hour day-of-month month day-of-week, e.g. "0 3 * * *" (03:00 every day) or "*/15 * * * 1-5"; or @daily, @hourly`}
 		}
-		s.cron = c
+		s.cron, s.wall = c, fixedHour(spec.Cron)
+		if next, _ := s.Next(time.Now()); next.IsZero() {
+			return nil, &Problem{Field: "cron", Msg: fmt.Sprintf("cron %q never comes (no such date in the next years)", spec.Cron),
+				Fix: `check the day of the month and the month: "0 0 30 2 *" asks for February 30th`}
+		}
 	case spec.Every != 0:
 		if spec.Every < MinEvery {
 			return nil, &Problem{Field: "every", Msg: fmt.Sprintf("every %s is shorter than %s", spec.Every, MinEvery),
@@ -121,14 +135,70 @@ func Parse(spec Spec, local *time.Location) (*Schedule, error) {
 	return s, nil
 }
 
-// parseAt reads 2026-12-01T09:00, with seconds or an offset if given.
+// parseAt reads 2026-12-01T09:00, with seconds or a zone offset if given.
+// A local time that does not exist (the hour a daylight-saving change
+// skips) is the moment right after the jump.
 func parseAt(v string, loc *time.Location) (time.Time, error) {
-	for _, layout := range []string{time.RFC3339, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02 15:04"} {
-		if t, err := time.ParseInLocation(layout, strings.TrimSpace(v), loc); err == nil {
+	v = strings.TrimSpace(v)
+	for _, layout := range []string{time.RFC3339, "2006-01-02T15:04Z07:00"} {
+		if t, err := time.Parse(layout, v); err == nil {
 			return t, nil
 		}
 	}
+	for _, layout := range []string{"2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02 15:04"} {
+		if w, err := time.Parse(layout, v); err == nil {
+			return onWallClock(w, loc), nil
+		}
+	}
 	return time.Time{}, errors.New("want YYYY-MM-DDTHH:MM")
+}
+
+// fixedHour reports whether a cron expression names its hours (or is a
+// descriptor of fixed time: @daily, @weekly, …), as against every hour.
+func fixedHour(expr string) bool {
+	f := strings.Fields(expr)
+	switch {
+	case len(f) == 0:
+		return false
+	case strings.HasPrefix(f[0], "@"):
+		return f[0] != "@hourly"
+	case len(f) < 2:
+		return false
+	}
+	return !strings.Contains(f[1], "*")
+}
+
+// wallClock is t's local date and time in loc, written as if it were UTC:
+// a clock without daylight-saving changes, to reckon a cron on.
+func wallClock(t time.Time, loc *time.Location) time.Time {
+	l := t.In(loc)
+	return time.Date(l.Year(), l.Month(), l.Day(), l.Hour(), l.Minute(), l.Second(), l.Nanosecond(), time.UTC)
+}
+
+// onWallClock is the moment loc's clocks show w (a wallClock). In the hour
+// a daylight-saving change repeats it is the first of the two; in the hour the
+// change skips, the moment the clock would show w had it not jumped: just
+// after the jump.
+func onWallClock(w time.Time, loc *time.Location) time.Time {
+	t := time.Date(w.Year(), w.Month(), w.Day(), w.Hour(), w.Minute(), w.Second(), w.Nanosecond(), loc)
+	if wallClock(t, loc).Equal(w) {
+		// In a repeated hour, the first time the clock shows it (Go may
+		// give either; shifts are at most 2 hours).
+		for _, d := range []time.Duration{-2 * time.Hour, -time.Hour, -30 * time.Minute} {
+			if e := t.Add(d); wallClock(e, loc).Equal(w) {
+				return e
+			}
+		}
+		return t
+	}
+	// Skipped: read w with the offset in force before the jump.
+	_, before := t.Add(-3 * time.Hour).Zone()
+	return w.Add(-time.Duration(before) * time.Second)
+}
+
+// At is an at: schedule's time; false for the other kinds.
+func (s *Schedule) At() (time.Time, bool) {
+	return s.at, s.cron == nil && s.Every == 0
 }
 
 // Location is where the schedule's times are read.
@@ -138,6 +208,12 @@ func (s *Schedule) Location() *time.Location { return s.loc }
 // (an `at:` schedule whose time has passed).
 func (s *Schedule) Next(t time.Time) (time.Time, bool) {
 	switch {
+	case s.cron != nil && s.wall:
+		next := s.cron.Next(wallClock(t, s.loc))
+		if next.IsZero() {
+			return next, true
+		}
+		return onWallClock(next, s.loc), true
 	case s.cron != nil:
 		return s.cron.Next(t.In(s.loc)), true
 	case s.Every != 0:

@@ -39,6 +39,8 @@ func TestParseRefusesBadSchedules(t *testing.T) {
 		{"every negative", Spec{Every: -time.Hour}, "every", "shorter than 10s"},
 		{"at not a time", Spec{At: "tomorrow"}, "at", "is not a date and time"},
 		{"at without time", Spec{At: "2026-12-01"}, "at", "is not a date and time"},
+		{"@every is no cron", Spec{Cron: "@every 2s"}, "cron", "an interval"},
+		{"a date that never comes", Spec{Cron: "0 0 30 2 *"}, "cron", "never comes"},
 	}
 	for _, tc := range tests {
 		_, err := Parse(tc.spec, time.UTC)
@@ -69,7 +71,18 @@ func TestNext(t *testing.T) {
 		{"cron strictly after", Spec{Cron: "0 3 * * *", Timezone: "UTC"}, time.UTC, "2026-11-25T03:00:00Z", "2026-11-26T03:00:00Z"},
 		{"cron in a zone", Spec{Cron: "0 3 * * *", Timezone: "Europe/Paris"}, time.UTC, "2026-11-25T00:00:00Z", "2026-11-25T02:00:00Z"},
 		{"cron in the controller's zone", Spec{Cron: "0 3 * * *"}, paris, "2026-11-25T00:00:00Z", "2026-11-25T02:00:00Z"},
-		{"cron across the spring change", Spec{Cron: "30 2 * * *", Timezone: "Europe/Paris"}, time.UTC, "2026-03-28T02:00:00Z", "2026-03-30T00:30:00Z"},
+		// 2026-03-29 02:00 CET jumps to 03:00 CEST: 02:30 does not exist
+		// that day; cron runs it right after the jump, not a day later.
+		{"cron in the hour the spring change skips", Spec{Cron: "30 2 * * *", Timezone: "Europe/Paris"}, time.UTC, "2026-03-28T02:00:00Z", "2026-03-29T01:30:00Z"},
+		{"cron the day after the spring change", Spec{Cron: "30 2 * * *", Timezone: "Europe/Paris"}, time.UTC, "2026-03-29T01:30:00Z", "2026-03-30T00:30:00Z"},
+		// 2026-10-25 03:00 CEST goes back to 02:00 CET: 02:30 comes twice;
+		// a daily job runs once.
+		{"cron in the hour the autumn change repeats", Spec{Cron: "30 2 * * *", Timezone: "Europe/Paris"}, time.UTC, "2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z"},
+		{"cron after the first of a repeated hour", Spec{Cron: "30 2 * * *", Timezone: "Europe/Paris"}, time.UTC, "2026-10-24T12:00:00Z", "2026-10-25T00:30:00Z"},
+		// An hourly job follows real time: both 02:00s.
+		{"hourly in the repeated hour", Spec{Cron: "0 * * * *", Timezone: "Europe/Paris"}, time.UTC, "2026-10-25T00:00:00Z", "2026-10-25T01:00:00Z"},
+		{"at in the skipped hour", Spec{At: "2026-03-08T02:30", Timezone: "America/New_York"}, time.UTC, "2026-03-01T00:00:00Z", "2026-03-08T07:30:00Z"},
+		{"at with an offset, no seconds", Spec{At: "2026-12-01T09:00+02:00"}, time.UTC, "2026-11-25T00:00:00Z", "2026-12-01T07:00:00Z"},
 		{"descriptor", Spec{Cron: "@hourly", Timezone: "UTC"}, time.UTC, "2026-11-25T02:10:00Z", "2026-11-25T03:00:00Z"},
 		{"weekdays", Spec{Cron: "0 9 * * 1-5", Timezone: "UTC"}, time.UTC, "2026-11-27T10:00:00Z", "2026-11-30T09:00:00Z"},
 		{"every", Spec{Every: 6 * time.Hour}, time.UTC, "2026-11-25T02:00:00Z", "2026-11-25T08:00:00Z"},

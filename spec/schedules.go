@@ -45,6 +45,13 @@ func LoadSchedule(specsDir, name string) (*schedule.Spec, error) {
 	if err := ValidName(name); err != nil {
 		return nil, fmt.Errorf("project name: %w", err)
 	}
+	if fi, err := os.Stat(filepath.Join(specsDir, name)); err != nil || !fi.IsDir() {
+		known, err := Projects(specsDir)
+		if err != nil {
+			return nil, err
+		}
+		return nil, &UnknownProjectError{Name: name, SpecsDir: specsDir, Known: known}
+	}
 	return loadSchedule(specsDir, name)
 }
 

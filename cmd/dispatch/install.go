@@ -50,6 +50,9 @@ Type=simple
 ExecStart=%s
 Restart=on-failure
 RestartSec=10
+# Stopping the daemon leaves the tasks it started running (as Ctrl-C does);
+# the next controller collects them.
+KillMode=process
 
 [Install]
 WantedBy=default.target
@@ -106,7 +109,7 @@ func systemdQuote(s string) string {
 
 // systemdText is s for a unit's free text (Description, comments).
 func systemdText(s string) string {
-	return strings.NewReplacer("%", "%%", "\n", " ").Replace(s)
+	return strings.NewReplacer("%", "%%", "\n", " ", `\`, "/").Replace(s)
 }
 
 func shellQuote(s string) string {

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -19,10 +19,6 @@ import (
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
-
-// serveFile marks a home whose controller is `dispatch serve`: it holds
-// the daemon's pid while it runs.
-const serveFile = "dispatch.serve"
 
 func serveCommand() *cli.Command {
 	return &cli.Command{
@@ -61,18 +57,20 @@ func serveAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	// Schedules that do not read are refused now, not found wrong at 3 am.
+	// A schedule that does not read is said now, not found wrong at 3 am;
+	// it does not keep the daemon (every other schedule, every start)
+	// from running: a service manager would restart it in a loop.
 	if _, bad, err := spec.LoadSchedules(e.specsDir()); err != nil {
 		return err
-	} else if len(bad) > 0 {
+	} else {
 		for _, name := range sortedNames(bad) {
-			return &usageError{err: bad[name], hint: "dispatch validate " + name}
+			fmt.Fprintf(e.errOut, "warning: %v\n  its scheduled runs wait until it is fixed (dispatch validate %s)\n", bad[name], name)
 		}
 	}
 	lock, err := controller.AcquireLock(e.home)
 	if errors.Is(err, controller.ErrLocked) {
-		return fmt.Errorf("%w: a controller already runs on this home; dispatch serve takes its place once it ends "+
-			"(its projects finish, or dispatch serve --stop if it is a daemon)", err)
+		return fmt.Errorf("%w: a controller already runs on this home (a dispatch start, or another dispatch serve); "+
+			"start dispatch serve again once it has ended (dispatch serve --stop ends a daemon)", err)
 	}
 	if err != nil {
 		return err
@@ -98,7 +96,7 @@ func serveAction(c *cli.Context) error {
 		return err
 	}
 	defer stopServing()
-	removePids, err := writePidFiles(e, serveFile)
+	removePids, err := writePidFiles(e)
 	if err != nil {
 		return err
 	}
@@ -212,7 +210,8 @@ func scheduleAction(c *cli.Context) error {
 		}
 		next := localTime(s.NextAt)
 		if s.Problem != "" {
-			next = "not read: " + s.Problem
+			first, _, _ := strings.Cut(s.Problem, "\n")
+			next = "not read: " + first + " (dispatch validate " + s.Project + ")"
 		}
 		when := s.Kind + " " + s.Schedule
 		if s.Timezone != "" {
@@ -240,6 +239,13 @@ func scheduleAction(c *cli.Context) error {
 func scheduleToggle(ctx context.Context, e *env, op, project, usage string) error {
 	rep, err := controller.Send(ctx, e.home, controller.Request{Op: op, Project: project})
 	if errors.Is(err, controller.ErrNoController) {
+		// A schedule that is wrong or missing writes nothing.
+		if sp, lerr := spec.LoadSchedule(e.specsDir(), project); lerr != nil || sp == nil {
+			if lerr == nil {
+				lerr = fmt.Errorf("project %s has no schedule: in its project.yaml (add one, e.g. schedule: {every: 6h})", project)
+			}
+			return &usageError{err: lerr, hint: usage}
+		}
 		var lock *controller.Lock
 		lock, err = controller.AcquireLock(e.home)
 		if err != nil {
@@ -315,7 +321,7 @@ func scheduleView(ctx context.Context, e *env, now time.Time) (*ScheduleView, er
 	case !errors.Is(err, store.ErrNoDatabase):
 		return nil, err
 	}
-	v := &ScheduleView{Schedules: []ScheduleEntry{}, Serving: daemonRuns(e.home)}
+	v := &ScheduleView{Schedules: []ScheduleEntry{}, Serving: daemonRuns(ctx, e.home)}
 	for _, f := range found {
 		sp := f.Schedule
 		en := ScheduleEntry{Project: f.Name, Timezone: sp.Timezone, Reuse: sp.Reuse, Enabled: true}
@@ -333,7 +339,13 @@ func scheduleView(ctx context.Context, e *env, now time.Time) (*ScheduleView, er
 			en.LastRun, en.LastResult, en.LastStartedAt = rec.LastRun, rec.LastResult, jsonTime(rec.LastAt)
 			en.Failures, en.Skipped, en.CatchUps = rec.Failures, rec.Skipped, rec.CatchUps
 			if rec.LastRun > 0 && rec.LastResult == "" {
+				// Ended since the daemon last looked (or with no daemon).
 				en.LastResult = store.ResultRunning
+				if at, _, err := st.AtRun(ctx, f.Name, rec.LastRun); err == nil {
+					if p, err := at.Project(ctx, f.Name); err == nil && p.State == store.ProjectDone {
+						en.LastResult = p.Result
+					}
+				}
 			}
 		} else if sch, err := schedule.Parse(sp, time.Local); err == nil {
 			if first, ok := sch.First(now); ok {
@@ -343,17 +355,22 @@ func scheduleView(ctx context.Context, e *env, now time.Time) (*ScheduleView, er
 		v.Schedules = append(v.Schedules, en)
 	}
 	for _, name := range sortedNames(bad) {
-		v.Schedules = append(v.Schedules, ScheduleEntry{Project: name, Problem: bad[name].Error()})
+		en := ScheduleEntry{Project: name, Problem: bad[name].Error()}
+		if rec, ok := recorded[name]; ok {
+			en.Enabled, en.LastRun, en.LastResult = rec.Enabled, rec.LastRun, rec.LastResult
+		}
+		v.Schedules = append(v.Schedules, en)
 	}
 	return v, nil
 }
 
-// daemonRuns reports whether a dispatch serve daemon runs on home.
-func daemonRuns(home string) bool {
-	if _, err := os.Stat(filepath.Join(home, serveFile)); err != nil {
-		return false
-	}
-	return controller.Running(home)
+// daemonRuns reports whether a dispatch serve daemon runs on home: the
+// controller that answers on its socket says what it is.
+func daemonRuns(ctx context.Context, home string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	rep, err := controller.Send(ctx, home, controller.Request{Op: "ping"})
+	return err == nil && rep.Message == "daemon"
 }
 
 func jsonTime(t time.Time) string {

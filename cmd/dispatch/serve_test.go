@@ -44,6 +44,10 @@ func TestServeDaemon(t *testing.T) {
 		"nightly": {"S01-a.md": "echo a > a.txt\n"},
 		"manual":  {"S01-a.md": "echo m > m.txt\n"},
 	})
+	// A schedule that does not read does not keep the daemon from serving
+	// the others.
+	writeFile(t, filepath.Join(home, "specs", "broken", "project.yaml"), "tool: shell\nschedule: {every: 1s}\n")
+	writeFile(t, filepath.Join(home, "specs", "broken", "S01-a.md"), "true\n")
 	// Due at once: its time has passed and it has never run.
 	writeFile(t, filepath.Join(home, "specs", "nightly", "project.yaml"),
 		"tool: shell\nintegration: false\nschedule:\n  at: 2026-01-01T00:00\n")
@@ -51,7 +55,8 @@ func TestServeDaemon(t *testing.T) {
 		t.Errorf("validate does not say the project runs on a schedule: %s", r)
 	}
 	v := readSchedules(t, home)
-	if v.Serving || len(v.Schedules) != 1 || v.Schedules[0].Project != "nightly" || v.Schedules[0].Kind != "at" || !v.Schedules[0].Enabled {
+	if v.Serving || len(v.Schedules) != 2 || v.Schedules[0].Project != "nightly" || v.Schedules[0].Kind != "at" || !v.Schedules[0].Enabled ||
+		v.Schedules[1].Project != "broken" || !strings.Contains(v.Schedules[1].Problem, "shorter than 10s") {
 		t.Fatalf("schedule before serve: %+v", v)
 	}
 	if r := runDispatch(t, nil, "--home", home, "schedule"); !strings.Contains(r.stdout, "no dispatch serve runs") {
@@ -59,14 +64,14 @@ func TestServeDaemon(t *testing.T) {
 	}
 
 	r := runDispatch(t, nil, "--home", home, "serve", "--detach")
-	if r.code != 0 || !strings.Contains(r.stdout, "dispatch serve started in the background") {
+	if r.code != 0 || !strings.Contains(r.stdout, "dispatch serve started in the background") || !strings.Contains(r.stderr, "broken") {
 		t.Fatalf("serve --detach: %s", r)
 	}
 	t.Cleanup(func() { runDispatch(t, nil, "--home", home, "serve", "--stop") })
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		v = readSchedules(t, home)
-		if len(v.Schedules) == 1 && v.Schedules[0].LastResult == "passed" {
+		if len(v.Schedules) == 2 && v.Schedules[0].LastResult == "passed" {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -111,21 +116,29 @@ func TestServeDaemon(t *testing.T) {
 	if controller.Running(home) {
 		t.Error("the daemon still answers after serve --stop")
 	}
-	if _, err := os.Stat(filepath.Join(home, serveFile)); err == nil {
-		t.Error("the daemon left its marker")
+	if v := readSchedules(t, home); v.Serving {
+		t.Error("schedule says a daemon serves after serve --stop")
 	}
 	if r := runDispatch(t, nil, "--home", home, "serve", "--stop"); r.code != 0 || !strings.Contains(r.stdout, "nothing to stop") {
 		t.Errorf("serve --stop with no daemon: %s", r)
 	}
-	// Without a daemon, enable takes the lock itself.
+	// Without a daemon, enable takes the lock itself; an at: that ran and
+	// passed is not due again.
 	if r := runDispatch(t, nil, "--home", home, "schedule", "enable", "nightly"); r.code != 0 || !strings.Contains(r.stdout, "enabled") {
 		t.Errorf("schedule enable without a daemon: %s", r)
 	}
+	if v := readSchedules(t, home); v.Schedules[0].Project != "nightly" || !v.Schedules[0].Enabled || v.Schedules[0].NextAt != "" {
+		t.Errorf("an at: that ran, enabled again: %+v; want nothing due", v.Schedules[0])
+	}
+	if r := runDispatch(t, nil, "--home", home, "schedule", "enable", "nosuch"); r.code != 2 || !strings.Contains(r.stderr, "nosuch") ||
+		strings.Contains(r.stderr, "has no schedule") {
+		t.Errorf("enable of an unknown project: %s", r)
+	}
 }
 
-// TestScheduleBadInput: a schedule that cannot run is refused by validate,
-// start and serve at its line of project.yaml with the fix, exit 2, and
-// nothing is written.
+// TestScheduleBadInput: a schedule that cannot run is refused by validate
+// and start at its line of project.yaml with the fix, exit 2, and nothing
+// is written (serve warns and serves the others: TestServeDaemon).
 func TestScheduleBadInput(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ yaml, want string }{
@@ -136,11 +149,13 @@ func TestScheduleBadInput(t *testing.T) {
 		{"schedule:\n  at: tomorrow\n", `project.yaml:4: schedule: at "tomorrow" is not a date and time`},
 		{"schedule: daily\n", "project.yaml:3: schedule must be a mapping"},
 		{"schedule:\n  evry: 6h\n", `unknown key "evry"`},
+		{"schedule:\n  cron: \"@every 2s\"\n", "project.yaml:4: schedule: cron @every is an interval"},
+		{"schedule:\n  cron: \"0 0 30 2 *\"\n", "never comes"},
 		{"schedule: {}\n", "schedule has none of cron, every and at"},
 	} {
 		home, _ := opsHome(t, map[string]map[string]string{"p": {"S01-a.md": "true\n"}})
 		writeFile(t, filepath.Join(home, "specs", "p", "project.yaml"), "tool: shell\nintegration: false\n"+tc.yaml)
-		for _, args := range [][]string{{"validate", "p"}, {"start", "p"}, {"serve"}} {
+		for _, args := range [][]string{{"validate", "p"}, {"start", "p"}, {"schedule", "enable", "p"}} {
 			r := runDispatch(t, nil, append([]string{"--home", home}, args...)...)
 			if r.code != 2 || !strings.Contains(r.stderr, tc.want) || !strings.Contains(r.stderr, "fix:") {
 				t.Errorf("%v with %q: %s; want exit 2 with %q and a fix", args, tc.yaml, r, tc.want)
