@@ -237,7 +237,9 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 		} else if err := os.Rename(filepath.Join(tmp, "output"), filepath.Join(dest, "output")); err != nil {
 			return err
 		}
-		if err := copyFile(filepath.Join(tmp, "task.log"), filepath.Join(dest, "task.log")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		// Replaced whole, never written in place: an ended run's archive
+		// may hold a hard link to the file it replaces.
+		if err := os.Rename(filepath.Join(tmp, "task.log"), filepath.Join(dest, "task.log")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 	}

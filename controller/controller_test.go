@@ -662,6 +662,20 @@ func TestNewRuns(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(h.home, "runs", "p", "run-5", "report.md")); err != nil {
 		t.Errorf("run 5's report: %v", err)
 	}
+
+	// Every author task reused, but the verifier's spec changed: the
+	// phase runs again rather than passing on the old verdict.
+	v01 := h.task("V01").Attempt
+	if err := os.WriteFile(filepath.Join(specDir, "V01-v.md"), []byte("echo '{\"pass\": false, \"issues\": [\"stricter\"]}' > verdict.json\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res = start(StartOptions{})
+	if res.AllReused || reasons(res) != "" || len(res.Reused) != 3 {
+		t.Fatalf("run 7 after V01 changed: %+v", res)
+	}
+	if p := finish("run 7 to finish"); p.Result != store.ResultFailed || h.task("V01").Attempt <= v01 {
+		t.Errorf("run 7 = %+v, V01 attempt %d (was %d); want the phase run again and failing", p, h.task("V01").Attempt, v01)
+	}
 }
 
 func TestMinFreeMemKeepsTasksOffANode(t *testing.T) {

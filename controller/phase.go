@@ -276,7 +276,11 @@ func (c *Controller) startPhaseTask(ctx context.Context, p store.Project, opts s
 	if err := os.MkdirAll(filepath.Dir(specPath), 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(specPath, t.Snapshot, 0o644); err != nil {
+	// Replaced whole: an ended run's archive may link the old one.
+	if err := os.WriteFile(specPath+".tmp", t.Snapshot, 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(specPath+".tmp", specPath); err != nil {
 		return err
 	}
 	return c.st.Update(ctx, func(tx *store.Tx) error {

@@ -160,6 +160,8 @@ func (c *reuseCandidate) reason(fresh string) string {
 		return "its last run recorded no inputs"
 	case c.Ran.Spec != c.Now.Spec:
 		return "spec changed"
+	case !sameDeps(c.Ran.Deps, c.DependsOn):
+		return "its dependencies changed"
 	case c.Ran.Base != c.Now.Base:
 		if strings.HasPrefix(c.Now.Base, "tree:") || c.Now.Base == "" {
 			return "base tree changed"
@@ -224,4 +226,18 @@ func claimInputs(ctx context.Context, tx *store.Tx, cfg *nodes.Config, t store.T
 		in.Deps[d] = resultOfTask(attempt, commit)
 	}
 	return in.encode(), nil
+}
+
+// sameDeps reports whether an attempt's recorded dependencies are the
+// task's dependencies now.
+func sameDeps(ran map[string]string, now []string) bool {
+	if len(ran) != len(now) {
+		return false
+	}
+	for _, d := range now {
+		if _, ok := ran[d]; !ok {
+			return false
+		}
+	}
+	return true
 }

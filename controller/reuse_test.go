@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/dispatch-tool/dispatch/store"
@@ -70,6 +72,10 @@ func TestDecideReuse(t *testing.T) {
 			c[1].Result = "attempt 2: S02" // retried after S03 had run
 			return c
 		}, "", map[string]string{"S03": "S02's result changed after it ran"}},
+		{"a dependency added or dropped", func(c []reuseCandidate) []reuseCandidate {
+			c[2].DependsOn = []string{"S01"}
+			return c
+		}, "", map[string]string{"S03": "its dependencies changed"}},
 		{"--fresh", func(c []reuseCandidate) []reuseCandidate { return c }, "--fresh",
 			map[string]string{"S01": "--fresh", "S02": "--fresh", "S03": "--fresh", "S04": "--fresh"}},
 	} {
@@ -90,5 +96,59 @@ func TestDecideReuse(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestArchiveRunDir: an ended run's files go to run-<N>/, a reused task's
+// stay and are linked there, every task's attempts/ (a task removed since
+// included) stay in place, and an archive done again after a crash links
+// back what the new decision keeps.
+func TestArchiveRunDir(t *testing.T) {
+	dir := t.TempDir()
+	write := func(rel, text string) {
+		t.Helper()
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exists := func(rel string) bool { _, err := os.Stat(filepath.Join(dir, rel)); return err == nil }
+	for _, f := range []string{"S01/output/a.txt", "S01/task.log", "S01/attempts/1/task.log", "S02/output/b.txt", "S02/attempts/1/task.log",
+		"S07/output/old.txt", "S07/attempts/3/task.log", "final/a.txt", "report.md", "S99.md"} {
+		write(f, f+"\n")
+	}
+	tasks := map[string]store.Task{"S01": {ID: "S01"}, "S02": {ID: "S02"}}
+	if err := archiveRunDir(dir, 1, map[string]int{"S01": 1}, tasks, false); err != nil {
+		t.Fatal(err)
+	}
+	for rel, want := range map[string]bool{
+		"S01/output/a.txt": true, "run-1/S01/output/a.txt": true, "S01/task.log": true, "run-1/S01/task.log": true,
+		"S01/attempts/1/task.log": true, "run-1/S01/attempts": false,
+		"S02/output/b.txt": false, "run-1/S02/output/b.txt": true, "S02/attempts/1/task.log": true,
+		"S07/attempts/3/task.log": true, "run-1/S07/output/old.txt": true, "S07/output": false,
+		"final/a.txt": false, "run-1/final/a.txt": true, "report.md": false, "run-1/report.md": true, "run-1/S99.md": true,
+	} {
+		if exists(rel) != want {
+			t.Errorf("after the archive, %s exists: %v, want %v", rel, !want, want)
+		}
+	}
+	// Linked, not copied: the same file.
+	a, _ := os.Stat(filepath.Join(dir, "S01/output/a.txt"))
+	b, _ := os.Stat(filepath.Join(dir, "run-1/S01/output/a.txt"))
+	if !os.SameFile(a, b) {
+		t.Error("a reused task's output is copied into the archive, not linked")
+	}
+	// Done again, now keeping everything (a start killed after the first
+	// archive, and the next one reusing every task): linked back.
+	if err := archiveRunDir(dir, 1, map[string]int{"S01": 1, "S02": 1}, tasks, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range []string{"S02/output/b.txt", "final/a.txt", "report.md", "S01/output/a.txt", "run-1/S02/output/b.txt"} {
+		if !exists(rel) {
+			t.Errorf("after the second archive, %s is missing", rel)
+		}
 	}
 }

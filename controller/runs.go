@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -119,7 +120,8 @@ func newRun(ctx context.Context, st *store.Store, cfg *nodes.Config, home string
 	}
 	// Nothing to run and the last run passed: the new run is the same
 	// result, phase included, and ends at once.
-	res.AllReused = len(res.Reasons) == 0 && len(removed) == 0 && len(cands) > 0 && old.Result == store.ResultPassed
+	res.AllReused = len(res.Reasons) == 0 && len(removed) == 0 && len(cands) > 0 && old.Result == store.ResultPassed &&
+		samePhase(old, opts)
 	if res.AllReused {
 		for _, id := range phase {
 			reused[id] = attemptOf[key{id, have[id].Attempt}].Run
@@ -150,7 +152,7 @@ func newRun(ctx context.Context, st *store.Store, cfg *nodes.Config, home string
 					return err
 				}
 			case decisions[c.ID].Reuse:
-				if err := tx.Reuse(ctx, p.Name, c.ID, c.FromRun); err != nil {
+				if err := tx.Reuse(ctx, nt, c.FromRun); err != nil {
 					return err
 				}
 			default:
@@ -171,7 +173,7 @@ func newRun(ctx context.Context, st *store.Store, cfg *nodes.Config, home string
 			return nil
 		}
 		for _, id := range phase {
-			if err := tx.Reuse(ctx, p.Name, id, reused[id]); err != nil {
+			if err := tx.Reuse(ctx, have[id], reused[id]); err != nil {
 				return err
 			}
 		}
@@ -196,29 +198,34 @@ func newRun(ctx context.Context, st *store.Store, cfg *nodes.Config, home string
 // they are: attempt numbers are unique across runs, and `dispatch logs
 // --attempt` finds every run's there. What the next run keeps using (the
 // reused tasks' files; everything when every task is reused) stays in
-// place and the archive gets a copy: hard links for trees, which are only
-// ever replaced whole, never written in place; copies for single files.
-// Done again after a crash, it moves or copies only what is not archived
-// yet.
+// place and the archive gets hard links to it (a copy where there are
+// none): those files are only ever replaced whole, never written in place.
+// Done again after a crash, it moves or links only what is not archived
+// yet, and links back what the first try moved but this one keeps.
 func archiveRunDir(dir string, n int, reused map[string]int, tasks map[string]store.Task, keepAll bool) error {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil
-	}
-	if err != nil {
-		return err
 	}
 	archive := filepath.Join(dir, readmodel.RunDirName(n))
 	if err := os.MkdirAll(archive, 0o755); err != nil {
 		return err
 	}
-	for _, e := range entries {
-		name := e.Name()
+	// What is here, and what an earlier try of this archive moved away.
+	names, err := entryNames(dir, archive)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
 		if strings.HasPrefix(name, "run-") || strings.HasPrefix(name, ".") {
 			continue
 		}
 		src, dst := filepath.Join(dir, name), filepath.Join(archive, name)
-		if _, isTask := tasks[name]; isTask && e.IsDir() {
+		// A task's directory, of this run or an earlier one (a task
+		// removed since keeps its attempts' logs in place too).
+		if _, isTask := tasks[name]; isTask || spec.IDPattern.MatchString(name) {
+			if fi, err := os.Lstat(src); err == nil && !fi.IsDir() {
+				continue
+			}
 			_, keep := reused[name]
 			if err := archiveTaskDir(src, dst, keep); err != nil {
 				return err
@@ -232,34 +239,70 @@ func archiveRunDir(dir string, n int, reused map[string]int, tasks map[string]st
 	return nil
 }
 
+// entryNames are the names in either directory, sorted.
+func entryNames(dirs ...string) ([]string, error) {
+	seen := map[string]bool{}
+	for _, d := range dirs {
+		entries, err := os.ReadDir(d)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		for _, e := range entries {
+			seen[e.Name()] = true
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for name := range seen {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
 func archiveTaskDir(src, dst string, keep bool) error {
-	entries, err := os.ReadDir(src)
+	names, err := entryNames(src, dst)
 	if err != nil {
 		return err
 	}
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return err
 	}
-	for _, e := range entries {
-		if e.Name() == "attempts" {
+	if keep {
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			return err
+		}
+	}
+	for _, name := range names {
+		if name == "attempts" || strings.HasSuffix(name, ".linking") {
 			continue
 		}
-		if err := archiveEntry(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name()), keep); err != nil {
+		if err := archiveEntry(filepath.Join(src, name), filepath.Join(dst, name), keep); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// archiveEntry moves src to dst, or, with keep, leaves it and copies it
-// there (trees as hard links); nothing when dst exists already.
+// archiveEntry moves src to dst, or, with keep, leaves it and links it
+// there (files are only ever replaced whole, never written in place);
+// nothing when dst exists already. An archive done again after a crash
+// may decide to keep what the first one moved: it is linked back.
 func archiveEntry(src, dst string, keep bool) error {
-	if _, err := os.Lstat(dst); err == nil {
+	_, dstErr := os.Lstat(dst)
+	_, srcErr := os.Lstat(src)
+	switch {
+	case dstErr == nil && keep && errors.Is(srcErr, fs.ErrNotExist):
+		return linkEntry(dst, src)
+	case dstErr == nil || srcErr != nil:
 		return nil
-	}
-	if !keep {
+	case !keep:
 		return os.Rename(src, dst)
 	}
+	return linkEntry(src, dst)
+}
+
+// linkEntry makes dst a copy of src by hard links: a tree, or one file.
+func linkEntry(src, dst string) error {
 	fi, err := os.Lstat(src)
 	if err != nil {
 		return err
@@ -268,7 +311,14 @@ func archiveEntry(src, dst string, keep bool) error {
 	case fi.IsDir():
 		return linkTree(src, dst)
 	case fi.Mode().IsRegular():
-		return copyFile(src, dst)
+		tmp := dst + ".linking"
+		os.Remove(tmp)
+		if os.Link(src, tmp) != nil {
+			if err := copyFile(src, tmp); err != nil {
+				return err
+			}
+		}
+		return os.Rename(tmp, dst)
 	}
 	return nil // links and the like are not archived
 }
@@ -345,4 +395,25 @@ func (r SyncResult) RunSummary(project string) string {
 		fmt.Fprintf(&b, "  %s: %s\n", why.ID, why.Reason)
 	}
 	return b.String()
+}
+
+// samePhase reports whether the integration phase of the run that ended
+// would be the same now: its switches, and the spec of every phase task
+// the author supplies (S99, V01, F01…). Otherwise a new run whose author
+// tasks are all reused still runs its phase again.
+func samePhase(old store.Project, now store.ProjectOptions) bool {
+	was, err := old.ParseOptions()
+	if err != nil {
+		return false
+	}
+	key := func(o store.ProjectOptions) string {
+		hashes := map[string]string{}
+		for id, ov := range o.Overrides {
+			hashes[id] = ov.Hash + "\x00" + sha256Hex(ov.Snapshot) + "\x00" + ov.Tool + "\x00" + ov.Model
+		}
+		b, _ := json.Marshal(map[string]any{"integration": o.Integration, "verification": o.Verification,
+			"partial": o.IntegratePartial, "rounds": o.MaxFixRounds, "tool": o.PhaseTool, "overrides": hashes})
+		return string(b)
+	}
+	return key(was) == key(now)
 }

@@ -251,12 +251,16 @@ func (tx *Tx) RunAgain(ctx context.Context, t Task, reason string) error {
 }
 
 // Reuse keeps a completed task's result in the new run: from is the run
-// whose attempt made it.
-func (tx *Tx) Reuse(ctx context.Context, project, id string, from int) error {
-	if err := tx.SetTask(ctx, project, id, TaskPatch{ReusedFrom: &from, Warning: new("")}); err != nil {
+// whose attempt made it. The task takes t's settings (title, priority,
+// tags, dependencies, …: what its spec file says now); its status, attempt
+// and results stay.
+func (tx *Tx) Reuse(ctx context.Context, t Task, from int) error {
+	if err := tx.SetTask(ctx, t.Project, t.ID, TaskPatch{ReusedFrom: &from, Warning: new(""), Title: &t.Title, Type: &t.Type,
+		Priority: &t.Priority, DependsOn: &t.DependsOn, Tags: &t.Tags, NodePin: &t.NodePin, Timeout: &t.Timeout,
+		Stall: &t.Stall, MaxRetries: &t.MaxRetries, SpecFile: &t.SpecFile}); err != nil {
 		return err
 	}
-	return tx.Event(ctx, Event{Project: project, Task: id, Kind: "reused", ToStatus: Completed,
+	return tx.Event(ctx, Event{Project: t.Project, Task: t.ID, Kind: "reused", ToStatus: Completed,
 		Message: fmt.Sprintf("reused from run %d: its inputs are unchanged", from)})
 }
 

@@ -52,7 +52,12 @@ func TestRunsArchiveAndReadBack(t *testing.T) {
 		if run, err = tx.BeginRun(ctx, "p", `{"x":1}`, "run 2 started"); err != nil {
 			return err
 		}
-		if err := tx.Reuse(ctx, "p", "S01", 1); err != nil {
+		t1, err := tx.Task(ctx, "p", "S01")
+		if err != nil {
+			return err
+		}
+		t1.Title = "renamed in the spec"
+		if err := tx.Reuse(ctx, t1, 1); err != nil {
 			return err
 		}
 		t2, err := tx.Task(ctx, "p", "S02")
@@ -72,6 +77,11 @@ func TestRunsArchiveAndReadBack(t *testing.T) {
 		t.Errorf("S02's first attempt of run 2 is #%d, want #2", a)
 	}
 
+	// A reused task takes its spec's settings now; a claim (a retry) makes
+	// it a task of this run.
+	if tk, _ := s.Task(ctx, "p", "S01"); tk.Title != "renamed in the spec" || tk.ReusedFrom != 1 || tk.Attempt != 1 {
+		t.Errorf("reused S01 = %+v", tk)
+	}
 	cur, err := s.Project(ctx, "p")
 	if err != nil || cur.Run != 2 || cur.State != ProjectActive || cur.Result != "" {
 		t.Fatalf("current project = %+v, %v", cur, err)
@@ -168,6 +178,18 @@ func TestRecreatedTaskAttemptsGoOn(t *testing.T) {
 	addTask(t, s, "p", "S99")
 	if a := complete(t, s, "p", "S99", 0); a != 2 {
 		t.Errorf("S99 made again starts at attempt #%d, want #2", a)
+	}
+	// Removed within its run (a retry makes the phase start over), its
+	// attempts deleted with it: the numbers still go on.
+	if err := s.Update(ctx, func(tx *Tx) error { return tx.DeleteTasks(ctx, "p", []string{"S99"}, "the phase starts over") }); err != nil {
+		t.Fatal(err)
+	}
+	addTask(t, s, "p", "S99")
+	if a := complete(t, s, "p", "S99", 0); a != 3 {
+		t.Errorf("S99 made again in the same run starts at attempt #%d, want #3", a)
+	}
+	if tk, _ := s.Task(ctx, "p", "S99"); tk.ReusedFrom != 0 {
+		t.Errorf("a claimed task is still marked reused: %+v", tk)
 	}
 	if runs, _ := s.Runs(ctx, "p", "S99"); len(runs) != 2 || runs[0].Run != 1 || runs[1].Run != 2 {
 		t.Errorf("attempts of S99 = %+v", runs)

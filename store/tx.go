@@ -116,7 +116,8 @@ func (tx *Tx) Claim(ctx context.Context, project, task, node string) (int, error
 		Project: project, Task: task, From: Pending, To: Claimed, Kind: "claim",
 		Message: "assigned to " + node,
 		Set: TaskPatch{ExitCode: new(0), ErrorClass: new(""), Warning: new(""), Error: new(""),
-			StartedAt: new(time.Time{}), CompletedAt: new(time.Time{}), Heartbeat: new(""), HeartbeatAt: new(tx.now)},
+			StartedAt: new(time.Time{}), CompletedAt: new(time.Time{}), Heartbeat: new(""), HeartbeatAt: new(tx.now),
+			ReusedFrom: new(0)},
 	}, func(c *columns) {
 		c.add("node", node)
 		c.expr("attempt", "attempt + 1")
@@ -238,7 +239,8 @@ func (tx *Tx) InsertTask(ctx context.Context, t Task) error {
 	_, err := tx.tx.ExecContext(ctx, `INSERT INTO tasks (project, id, title, type, tool, model, priority, depends_on, tags,
 		node_pin, timeout_seconds, max_retries, spec_file, spec_hash, snapshot, status, created_at, updated_at, base_dir, stall_seconds, base_commit, attempt)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
-			(SELECT COALESCE(MAX(attempt), 0) FROM runs WHERE project = ? AND task = ?))`,
+			MAX((SELECT COALESCE(MAX(attempt), 0) FROM runs WHERE project = ?22 AND task = ?23),
+				(SELECT COALESCE(MAX(last), 0) FROM task_attempts WHERE project = ?22 AND task = ?23)))`,
 		t.Project, t.ID, t.Title, t.Type, t.Tool, t.Model, t.Priority, sqlValue(t.DependsOn), sqlValue(t.Tags),
 		t.NodePin, t.Timeout.Seconds(), t.MaxRetries, t.SpecFile, t.SpecHash, t.Snapshot, Pending, now, now, t.BaseDir, t.Stall.Seconds(), t.BaseCommit,
 		t.Project, t.ID)
@@ -434,6 +436,9 @@ func (tx *Tx) Pauses(ctx context.Context) (map[string]time.Time, error) {
 func (tx *Tx) DeleteTasks(ctx context.Context, project string, ids []string, why string) error {
 	for _, id := range ids {
 		for _, q := range []string{
+			// The attempt numbers go on from the last, whatever is deleted.
+			`INSERT INTO task_attempts (project, task, last) SELECT ?1, ?2, attempt FROM tasks WHERE project = ?1 AND id = ?2
+				ON CONFLICT(project, task) DO UPDATE SET last = MAX(last, excluded.last)`,
 			"DELETE FROM files WHERE project = ? AND task = ?",
 			"DELETE FROM runs WHERE project = ?1 AND task = ?2 AND run = " + runOf(0, 1),
 			"DELETE FROM verdicts WHERE project = ? AND task = ?",

@@ -76,4 +76,20 @@ func TestNewRunKilledMidArchive(t *testing.T) {
 	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); len(lines) != 3 {
 		t.Errorf("runs after the crash: %s", r)
 	}
+
+	// Killed after archiving a --fresh run (everything moved away), then
+	// started without --fresh: every result is reused, and its files are
+	// back in place.
+	r = runDispatch(t, []string{controller.CrashEnv + "=" + controller.CrashAfterArchive}, "--home", home, "start", "p", "--fresh")
+	if r.code == 0 {
+		t.Fatalf("with %s the start should have been killed: %s", controller.CrashAfterArchive, r)
+	}
+	if r := runDispatch(t, nil, "--home", home, "start", "p"); r.code != 0 || !strings.Contains(r.stdout, "every task's result is reused") {
+		t.Fatalf("start after the second crash: %s", r)
+	}
+	for f, want := range map[string]string{"S02/output/b.txt": "b2\n", "S01/output/a.txt": "a\n", "run-2/S02/output/b.txt": "b2\n"} {
+		if got := readFile(t, filepath.Join(home, "runs", "p", f)); got != want {
+			t.Errorf("after the second crash, %s = %q, want %q", f, got, want)
+		}
+	}
 }

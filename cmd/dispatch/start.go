@@ -132,6 +132,9 @@ func startAction(c *cli.Context) error {
 	}
 
 	fmt.Fprint(e.out, added.RunSummary(name))
+	if so.Fresh && added.Run == 0 {
+		fmt.Fprintf(e.errOut, "note: --fresh is for a new run; %s has not finished, so this start resumes its current run\n", name)
+	}
 	if added.Finished {
 		// Every result reused: the run ended as it began.
 		ctl := controller.New(controller.Options{Home: e.home, Config: cfg, Store: st, Logger: e.log})

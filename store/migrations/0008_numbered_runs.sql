@@ -82,3 +82,13 @@ CREATE TABLE run_snapshots (
     snapshot  BLOB NOT NULL,
     PRIMARY KEY (project, spec_hash)
 );
+
+-- The last attempt number each task ID has used, kept when a phase task
+-- is removed with its attempts (the phase starts over): a task made again
+-- numbers on from it, never reusing a number a node may still hold.
+CREATE TABLE task_attempts (
+    project TEXT NOT NULL,
+    task    TEXT NOT NULL,
+    last    INTEGER NOT NULL,
+    PRIMARY KEY (project, task)
+);
