@@ -194,7 +194,7 @@ nodes:
 if [ "$DISPATCH_NODE" = a ]; then sleep 60; else sleep 8; fi
 `)
 	wait := startBackground(t, h.env, "--home", h.home, "start", "hang")
-	pollUntil(t, 30*time.Second, "S01 to run on a", func() bool {
+	pollUntil(t, 90*time.Second, "S01 to run on a", func() bool {
 		tk := taskState(t, h.home, "hang", "S01")
 		return tk.Status == store.Running && tk.Node == "a"
 	})

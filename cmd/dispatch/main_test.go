@@ -31,7 +31,7 @@ var (
 
 // cmdTimeout bounds every dispatch subprocess: a hang fails the test instead
 // of blocking the run.
-const cmdTimeout = 45 * time.Second
+const cmdTimeout = 120 * time.Second
 
 func TestMain(m *testing.M) {
 	os.Exit(testMain(m))
