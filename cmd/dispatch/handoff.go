@@ -252,3 +252,19 @@ func writePidFiles(e *env, also ...string) (func(), error) {
 	}
 	return remove, nil
 }
+
+// runController makes the home's controller: it answers on the control
+// socket and its pid is recorded (writePidFiles). done undoes both.
+func runController(ctx context.Context, e *env, opts controller.Options) (*controller.Controller, func(), error) {
+	ctl := controller.New(opts)
+	stopServing, err := ctl.Serve(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	removePids, err := writePidFiles(e)
+	if err != nil {
+		stopServing()
+		return nil, nil, err
+	}
+	return ctl, func() { removePids(); stopServing() }, nil
+}

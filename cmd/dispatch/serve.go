@@ -89,18 +89,12 @@ func serveAction(c *cli.Context) error {
 		return err
 	}
 	defer st.Close()
-	ctl := controller.New(controller.Options{Home: e.home, Config: cfg, Store: st, Transports: transports,
+	ctl, done, err := runController(ctx, e, controller.Options{Home: e.home, Config: cfg, Store: st, Transports: transports,
 		Wrappers: nodes.NewWrappers(), Logger: e.log, Daemon: true})
-	stopServing, err := ctl.Serve(ctx)
 	if err != nil {
 		return err
 	}
-	defer stopServing()
-	removePids, err := writePidFiles(e)
-	if err != nil {
-		return err
-	}
-	defer removePids()
+	defer done()
 	fmt.Fprintf(e.out, "dispatch serve: serving %s (pid %d): scheduled runs start when due, dispatch start hands projects to it; "+
 		"dispatch schedule lists the schedules\n", e.home, os.Getpid())
 	err = ctl.Run(ctx, c.Duration("poll"), nil)

@@ -144,18 +144,12 @@ func startAction(c *cli.Context) error {
 		return nil
 	}
 
-	ctl := controller.New(controller.Options{Home: e.home, Config: cfg, Store: st, Transports: transports,
+	ctl, done, err := runController(ctx, e, controller.Options{Home: e.home, Config: cfg, Store: st, Transports: transports,
 		Wrappers: nodes.NewWrappers(), Logger: e.log, Nodes: only})
-	stopServing, err := ctl.Serve(ctx)
 	if err != nil {
 		return err
 	}
-	defer stopServing()
-	removePids, err := writePidFiles(e)
-	if err != nil {
-		return err
-	}
-	defer removePids()
+	defer done()
 	prog := newProgress(e, st, name)
 	prog.header(ctx, cfg, only, c.Duration("poll"))
 	runErr := ctl.Run(ctx, c.Duration("poll"), func(controller.TickResult) { prog.update(ctx) })
