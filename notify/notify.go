@@ -128,8 +128,10 @@ func (s *Sender) Command(ctx context.Context, argv []string, body []byte) (int, 
 	return s.retry(ctx, func(ctx context.Context) error {
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 		cmd.Stdin = bytes.NewReader(body)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
+		// Only the start of what it says goes into the error: a command
+		// that prints without end does not fill the controller's memory.
+		out := &headWriter{max: 4 << 10}
+		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Run(); err != nil {
 			msg := strings.TrimSpace(out.String())
 			if len(msg) > 400 {
@@ -144,6 +146,23 @@ func (s *Sender) Command(ctx context.Context, argv []string, body []byte) (int, 
 		return nil
 	})
 }
+
+// headWriter keeps the first max bytes written to it and drops the rest.
+// Its buffer is a field, not embedded: an embedded bytes.Buffer's ReadFrom
+// would let io.Copy read everything into it.
+type headWriter struct {
+	buf bytes.Buffer
+	max int
+}
+
+func (h *headWriter) Write(p []byte) (int, error) {
+	if room := h.max - h.buf.Len(); room > 0 {
+		h.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+func (h *headWriter) String() string { return h.buf.String() }
 
 func (s *Sender) retry(ctx context.Context, try func(context.Context) error) (int, error) {
 	wait := s.Backoff

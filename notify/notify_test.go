@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -127,6 +128,19 @@ func TestCommandGetsTheMessage(t *testing.T) {
 	tries, err = quickSender().Command(context.Background(), []string{"/bin/sh", "-c", "echo nope >&2; exit 3"}, nil)
 	if tries != 3 || err == nil || !strings.Contains(err.Error(), "nope") {
 		t.Errorf("failing command: %d tries, %v", tries, err)
+	}
+	// A command that prints 64 MiB before it fails: its error keeps the
+	// start of it, and the sender keeps no more than that.
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err = quickSender().Command(context.Background(), []string{"/bin/sh", "-c", "echo start; head -c 67108864 /dev/zero; exit 1"}, nil)
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "start") || len(err.Error()) > 600 {
+		t.Errorf("a loud failing command: %d bytes of error", len(err.Error()))
+	}
+	if grown := after.TotalAlloc - before.TotalAlloc; grown > 16<<20 {
+		t.Errorf("a command's 64 MiB of output cost %d MiB of allocation", grown>>20)
 	}
 	tries, err = quickSender().Command(context.Background(), []string{"/no/such/notifier"}, nil)
 	if tries != 1 || err == nil {
