@@ -100,6 +100,7 @@ func (c *Controller) checkSchedule(ctx context.Context, f spec.Scheduled, now ti
 	}); err != nil {
 		return time.Time{}, err
 	}
+	was := rec
 	key := scheduleKey(f.Schedule)
 	var notes []string
 	if !found || rec.Spec != key {
@@ -163,6 +164,9 @@ func (c *Controller) checkSchedule(ctx context.Context, f spec.Scheduled, now ti
 		}
 	}
 	if so == nil {
+		if found && len(notes) == 0 && sameSchedule(was, rec) {
+			return rec.NextAt, nil // nothing to record: no write every second
+		}
 		return rec.NextAt, c.recordSchedule(ctx, rec, notes)
 	}
 	// Record the decision first: a daemon killed while the run begins
@@ -209,6 +213,15 @@ func firstDue(sch *schedule.Schedule, rec store.ScheduleState, now time.Time) ti
 	}
 	first, _ := sch.First(now)
 	return first
+}
+
+// sameSchedule reports whether two records of a schedule say the same.
+func sameSchedule(a, b store.ScheduleState) bool {
+	same := a.NextAt.Equal(b.NextAt) && a.LastAt.Equal(b.LastAt)
+	var zero time.Time
+	a.NextAt, a.LastAt, a.UpdatedAt = zero, zero, zero
+	b.NextAt, b.LastAt, b.UpdatedAt = zero, zero, zero
+	return same && a == b
 }
 
 func nextNote(next time.Time) string {

@@ -67,8 +67,8 @@ func TestSchedulesOnTheControllersClock(t *testing.T) {
 		t.Fatalf("a new schedule: %+v, %d runs; want the first run due in 30s", s, runs())
 	}
 	h.clock.Advance(29 * time.Second)
-	if check(); runs() != 0 {
-		t.Fatal("a run started before it was due")
+	if s := check(); runs() != 0 || !s.UpdatedAt.Equal(t0) {
+		t.Fatalf("a check before the run is due: %+v, %d runs; want nothing started and nothing written", s, runs())
 	}
 	h.clock.Advance(time.Second)
 	if s := check(); runs() != 1 || s.LastRun != 1 || s.LastResult != "" || !s.NextAt.Equal(t0.Add(60*time.Second)) {
