@@ -44,15 +44,21 @@ func (c *Controller) checkSchedules(ctx context.Context) (time.Time, error) {
 	for name, err := range bad {
 		c.badSchedules[name] = err.Error()
 	}
+	// Read once for every project: a check that changes nothing writes
+	// nothing.
 	states, err := c.st.Schedules(ctx)
 	if err != nil {
 		return time.Time{}, err
+	}
+	byProject := map[string]store.ScheduleState{}
+	for _, s := range states {
+		byProject[s.Project] = s
 	}
 	known := map[string]bool{}
 	var wake time.Time
 	for _, f := range found {
 		known[f.Name] = true
-		next, err := c.checkSchedule(ctx, f, now)
+		next, err := c.checkSchedule(ctx, f, now, byProject)
 		if err != nil {
 			c.log.Error("schedule check failed", keyProject, f.Name, "err", err)
 			continue
@@ -87,18 +93,14 @@ func scheduleKey(sp schedule.Spec) string {
 }
 
 // checkSchedule decides and acts for one scheduled project.
-func (c *Controller) checkSchedule(ctx context.Context, f spec.Scheduled, now time.Time) (time.Time, error) {
+func (c *Controller) checkSchedule(ctx context.Context, f spec.Scheduled, now time.Time, recorded map[string]store.ScheduleState) (time.Time, error) {
 	sch, err := schedule.Parse(f.Schedule, time.Local)
 	if err != nil {
 		return time.Time{}, err
 	}
-	var rec store.ScheduleState
-	var found bool
-	if err := c.st.Update(ctx, func(tx *store.Tx) error {
-		rec, found, err = tx.Schedule(ctx, f.Name)
-		return err
-	}); err != nil {
-		return time.Time{}, err
+	rec, found := recorded[f.Name]
+	if !found {
+		rec = store.ScheduleState{Project: f.Name}
 	}
 	was := rec
 	key := scheduleKey(f.Schedule)
