@@ -708,3 +708,36 @@ nodes:
 		}
 	}
 }
+
+// TestHeadOfLineFreeTaskStartsInTheFirstTick: 2 slots; S0000 runs for long,
+// 1,000 tasks wait for it, and S1001 (last by priority and ID) depends on
+// nothing. S1001 takes the second slot in the very first tick: the
+// candidates are the ready tasks, not the first pending ones.
+func TestHeadOfLineFreeTaskStartsInTheFirstTick(t *testing.T) {
+	specs := shellProject(map[string]string{
+		"S0000-long.md": "sleep 60\n",
+		"S1001-free.md": "---\npriority: 9\n---\necho free\n",
+	})
+	for i := 1; i <= 1000; i++ {
+		specs[fmt.Sprintf("S%04d-wait.md", i)] = "---\ndepends_on: [S0000]\n---\necho after\n"
+	}
+	h := newHarness(t, "", specs)
+	t.Cleanup(func() { killAll(t, h) })
+	h.tick()
+	if a := h.task("S1001").Attempt; a != 1 {
+		t.Fatalf("S1001 (no dependencies) has attempt %d after the first tick, want 1: it waited behind S0000's dependents", a)
+	}
+	if a := h.task("S0000").Attempt; a != 1 {
+		t.Fatalf("S0000 has attempt %d after the first tick, want 1", a)
+	}
+	states, _, err := h.st.States(context.Background(), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 1000; i++ {
+		if id := fmt.Sprintf("S%04d", i); states[id] != store.Pending {
+			t.Fatalf("%s is %s while S0000 runs, want pending", id, states[id])
+		}
+	}
+	h.tickUntil("S0000 to run", func() bool { return h.task("S0000").Status == store.Running })
+}

@@ -121,9 +121,10 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 	if free == 0 {
 		return nil, nil
 	}
-	// Candidates are selected in SQL: pending, due, by priority and ID, a
-	// few times the free slots per project (some may wait for their
-	// dependencies or fit no free node).
+	// Candidates are selected in SQL: pending, due, every dependency
+	// completed, by priority and ID, a few times the free slots per project
+	// (some may fit no free node). Readiness is decided before the limit, so
+	// tasks waiting for a dependency never fill the window (head of line).
 	var candidates []store.Task
 	now := c.now()
 	for _, p := range projects {

@@ -147,11 +147,15 @@ func (s *Store) States(ctx context.Context, project string) (map[string]string, 
 }
 
 // Runnable returns up to limit pending tasks of a project whose not_before
-// has passed, by priority then ID, without their snapshots: the candidates
-// for free slots. Their dependencies are the caller's to check.
+// has passed and whose dependencies have all completed, by priority then
+// ID, without their snapshots: the candidates for free slots. Readiness is
+// decided here, before the limit: a window filled with tasks that still wait
+// for a dependency would keep a ready task behind them (head of line).
 func (s *Store) Runnable(ctx context.Context, project string, now time.Time, limit int) ([]Task, error) {
-	rows, err := s.db.QueryContext(ctx, taskListSelect+`tasks WHERE project = ? AND status = ? AND not_before <= ?
-		ORDER BY priority, id LIMIT ?`, project, Pending, formatTime(now), limit)
+	rows, err := s.db.QueryContext(ctx, taskListSelect+`tasks AS t WHERE project = ? AND status = ? AND not_before <= ?
+		AND NOT EXISTS (SELECT 1 FROM json_each(t.depends_on) AS d WHERE NOT EXISTS (
+			SELECT 1 FROM tasks AS dep WHERE dep.project = t.project AND dep.id = d.value AND dep.status = ?))
+		ORDER BY priority, id LIMIT ?`, project, Pending, formatTime(now), Completed, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read runnable tasks of %s: %w", project, err)
 	}

@@ -527,3 +527,74 @@ func TestUnsettled(t *testing.T) {
 		t.Fatalf("all settled: %d unsettled", n)
 	}
 }
+
+// TestRunnableHeadOfLine: a task whose dependencies have all completed is a
+// candidate however many pending tasks before it still wait for theirs. With
+// the readiness check after the LIMIT, 1,000 dependents of a running task
+// filled every window and the one free task waited for S0000 to end.
+func TestRunnableHeadOfLine(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	err := s.Update(ctx, func(tx *Tx) error {
+		if err := tx.EnsureProject(ctx, "p", "{}"); err != nil {
+			return err
+		}
+		add := func(id string, prio int, deps ...string) error {
+			return tx.InsertTask(ctx, Task{Project: "p", ID: id, Title: id, Type: "implementation", Priority: prio,
+				DependsOn: deps, SpecHash: "h", Snapshot: []byte("echo\n")})
+		}
+		if err := add("S0000", 1); err != nil {
+			return err
+		}
+		for i := 1; i <= 1000; i++ {
+			if err := add(fmt.Sprintf("S%04d", i), 1, "S0000"); err != nil {
+				return err
+			}
+		}
+		// Lowest priority and last by ID: behind every dependent.
+		if err := add("S9999", 9); err != nil {
+			return err
+		}
+		// Depends on a task that completed; on one that completed and one
+		// that did not; on one that does not exist.
+		if err := add("C0001", 1); err != nil {
+			return err
+		}
+		if err := add("T0001", 9, "C0001"); err != nil {
+			return err
+		}
+		if err := add("T0002", 9, "C0001", "S0000"); err != nil {
+			return err
+		}
+		return add("T0003", 9, "GONE")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.Exec(`UPDATE tasks SET status = ? WHERE id = 'C0001'`, Completed); err != nil {
+		t.Fatal(err)
+	}
+	now := s.Now()
+	ids := func(limit int) []string {
+		t.Helper()
+		ts, err := s.Runnable(ctx, "p", now, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, x := range ts {
+			out = append(out, x.ID)
+		}
+		return out
+	}
+	if got := ids(8); !slices.Equal(got, []string{"S0000", "S9999", "T0001"}) {
+		t.Fatalf("runnable = %v, want [S0000 S9999 T0001]", got)
+	}
+	// S0000 runs: the free task is still the candidate, in a window of one.
+	if err := s.Update(ctx, func(tx *Tx) error { _, err := tx.Claim(ctx, "p", "S0000", "n"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(1); !slices.Equal(got, []string{"S9999"}) {
+		t.Fatalf("runnable with S0000 claimed = %v, want [S9999]", got)
+	}
+}
