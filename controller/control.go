@@ -469,7 +469,7 @@ func (c *Controller) Retry(ctx context.Context, project string, ids []string) (s
 				return err
 			}
 		}
-		return tx.SetProject(ctx, project, store.ProjectPatch{State: new(store.ProjectActive), Phase: new(phase), Result: new(""), FinishedAt: new(time.Time{})}, "")
+		return tx.SetProject(ctx, project, store.ProjectPatch{State: new(store.ProjectActive), Phase: new(phase), Result: new(""), FinishedAt: new(time.Time{}), Problem: new("")}, "")
 	})
 	if err != nil {
 		return "", err

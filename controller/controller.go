@@ -113,6 +113,11 @@ type Controller struct {
 	// collected: a collection may outlast its tick, and a task is never
 	// launched again into the directory its files are read from.
 	inCollection sync.Map
+
+	// troubles counts, by project and step (troubleKey), the ticks in a
+	// row in which that step failed (see projectTrouble). Only the tick
+	// touches it.
+	troubles map[string]int
 }
 
 // New returns a controller; it does no I/O.
@@ -130,7 +135,7 @@ func New(opts Options) *Controller {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Controller{opts: opts, cfg: opts.Config, st: opts.Store, log: opts.Logger, now: opts.Now,
-		nodes: map[string]*nodeRuntime{}, started: opts.Now(), wake: make(chan struct{}, 1),
+		nodes: map[string]*nodeRuntime{}, started: opts.Now(), wake: make(chan struct{}, 1), troubles: map[string]int{},
 		streamBeat: defaultStreamBeat, streamRetry: defaultStreamRetry}
 	allowed := map[string]bool{}
 	for _, n := range opts.Nodes {

@@ -9,15 +9,23 @@ import (
 	"github.com/dispatch-tool/dispatch/store"
 )
 
+// stepAdvance names the phase step of a project in its problem.
+const stepAdvance = "its integration phase"
+
 // finishProjects advances every active project through its phases and
-// returns those that finished in this tick.
+// returns those that finished in this tick. An error of one project's
+// phase is that project's trouble: the others are advanced all the same.
 func (c *Controller) finishProjects(ctx context.Context, projects []store.Project) ([]string, error) {
 	var done []string
 	for _, p := range projects {
 		finished, err := c.advance(ctx, p)
 		if err != nil {
-			return done, err
+			if err := c.projectTrouble(ctx, p.Name, stepAdvance, err); err != nil {
+				return done, err
+			}
+			continue
 		}
+		c.projectWentOn(p.Name, stepAdvance)
 		if finished {
 			done = append(done, p.Name)
 		}

@@ -3,9 +3,12 @@ package controller
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -36,5 +39,27 @@ func killAll(t *testing.T, h *harness) {
 		inst := n.installed()
 		dir := taskDir(inst, "p", tk.ID)
 		_, _ = n.tr.Exec(context.Background(), []string{inst.Path, "kill", "--dir", dir, "--grace", "1s"}, nil)
+	}
+}
+
+// addProject adds a second project of the harness's home, from specs
+// written under specs/<name>.
+func (h *harness) addProject(name string, specs map[string]string) {
+	h.t.Helper()
+	dir := filepath.Join(h.home, "specs", name)
+	for file, body := range specs {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, file)), 0o755); err != nil {
+			h.t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(body), 0o644); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	p, err := spec.Load(filepath.Join(h.home, "specs"), name)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := AddProject(context.Background(), h.st, h.cfg, h.home, p, StartOptions{}); err != nil {
+		h.t.Fatal(err)
 	}
 }

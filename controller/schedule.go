@@ -71,6 +71,9 @@ func eligible(cfg *nodes.Config, t *store.Task, n nodes.Node) (bool, string) {
 	return true, ""
 }
 
+// stepAssign names the claiming of a project's tasks in its problem.
+const stepAssign = "starting its tasks"
+
 // assign claims runnable tasks for nodes with free slots: by priority then
 // ID, least-loaded node first, each claim one atomic UPDATE ... RETURNING.
 func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls map[string]*pull, stale []staleAttempt) ([]claim, error) {
@@ -130,8 +133,14 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 	for _, p := range projects {
 		opts, err := p.ParseOptions()
 		if err != nil {
-			return nil, err
+			// Nothing of it launches on a wrong assumption (no setup, no
+			// halt); the other projects' tasks do.
+			if err := c.projectTrouble(ctx, p.Name, stepAssign, err); err != nil {
+				return nil, err
+			}
+			continue
 		}
+		c.projectWentOn(p.Name, stepAssign)
 		states, failed, err := c.st.States(ctx, p.Name)
 		if err != nil {
 			return nil, err

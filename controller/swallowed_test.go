@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -28,22 +29,30 @@ func corrupt(t *testing.T, h *harness, stmt string) {
 	}
 }
 
-// TestUnreadableProjectOptionsStopTheTick: options that do not parse used
-// to read as "no integration, no setup, no halt". Now the tick fails,
-// naming the project, and nothing launches on the wrong assumption.
-func TestUnreadableProjectOptionsStopTheTick(t *testing.T) {
+// TestUnreadableProjectOptionsStopTheProject: options that do not parse used
+// to read as "no integration, no setup, no halt". Now nothing of the
+// project launches on the wrong assumption, and after a few ticks the
+// project is stopped with the error as its problem; another project of the
+// home runs to its end all the while (the tick used to fail for all).
+func TestUnreadableProjectOptionsStopTheProject(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "setup-ran")
 	h := newHarness(t, "", map[string]string{
 		"project.yaml": fmt.Sprintf("tool: shell\nsetup: touch '%s'\n", marker),
 		"S01-a.md":     "echo hi\n",
 	})
+	h.addProject("q", shellProject(map[string]string{"S01-q.md": "echo q\n"}))
 	corrupt(t, h, `UPDATE projects SET options = '{"setup": ' WHERE name = 'p'`)
-	_, err := h.ctl.Tick(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "project p: read its stored options") {
-		t.Fatalf("tick error = %v, want one naming the project's options", err)
-	}
+	h.tickUntil("q to finish and p to be stopped", func() bool {
+		p, _ := h.st.Project(context.Background(), "p")
+		q, _ := h.st.Project(context.Background(), "q")
+		return p.State == store.ProjectStopped && q.State == store.ProjectDone
+	})
 	if s := h.task("S01").Status; s != store.Pending {
 		t.Fatalf("S01 is %s; nothing may start without its options", s)
+	}
+	p, _ := h.st.Project(context.Background(), "p")
+	if !strings.Contains(p.Problem, "project p: read its stored options") {
+		t.Fatalf("problem of p = %q, want one naming the project's options", p.Problem)
 	}
 }
 
@@ -68,15 +77,15 @@ func TestUnreadableVerdictStopsTheFixRound(t *testing.T) {
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var tickErr error
-	for i := 0; i < 400 && tickErr == nil; i++ {
-		_, tickErr = h.ctl.Tick(context.Background())
+	h.tickUntil("p to be stopped", func() bool {
 		if _, err := h.st.Task(context.Background(), "p", "V02"); err == nil {
 			t.Fatal("V02 was started although the issues of round 1 could not be read")
 		}
-	}
-	if tickErr == nil || !strings.Contains(tickErr.Error(), "read the verdict of round 1") {
-		t.Fatalf("tick error = %v, want one naming the unreadable verdict", tickErr)
+		p, _ := h.st.Project(context.Background(), "p")
+		return p.State == store.ProjectStopped
+	})
+	if p, _ := h.st.Project(context.Background(), "p"); !strings.Contains(p.Problem, "read the verdict of round 1") {
+		t.Fatalf("problem = %q, want one naming the unreadable verdict", p.Problem)
 	}
 }
 
@@ -99,5 +108,64 @@ func TestRetryWithABrokenSpecFails(t *testing.T) {
 	}
 	if s := h.task("S01").Status; s != store.Failed {
 		t.Fatalf("S01 is %s after a refused retry; want failed", s)
+	}
+}
+
+// TestOneProjectsErrorStopsOnlyThatProject: a project whose phase cannot
+// finish (its report.md cannot be written: a directory stands there) used
+// to fail every tick, and every project sorted after it never finished, in
+// every later controller of the home. Now it is stopped with its reason in
+// status and the report; the others finish; fixed and resumed, it finishes.
+func TestOneProjectsErrorStopsOnlyThatProject(t *testing.T) {
+	h := newHarness(t, "", shellProject(map[string]string{"S01-a.md": "echo a > a.txt\n"}))
+	h.addProject("q", shellProject(map[string]string{"S01-q.md": "echo q > q.txt\n"}))
+	blocker := filepath.Join(h.home, "runs", "p", "report.md")
+	if err := os.MkdirAll(filepath.Join(blocker, "in-the-way"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		res, err := h.ctl.Tick(context.Background())
+		if err != nil {
+			t.Fatalf("tick %d failed for every project: %v", i, err)
+		}
+		p, _ := h.st.Project(context.Background(), "p")
+		q, _ := h.st.Project(context.Background(), "q")
+		if p.State == store.ProjectStopped && q.State == store.ProjectDone {
+			break
+		}
+		if p.State == store.ProjectDone {
+			t.Fatalf("p finished although its report could not be written")
+		}
+		if i > 2000 {
+			t.Fatalf("p %s, q %s after %d ticks (last %+v)", p.State, q.State, i, res)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p, _ := h.st.Project(context.Background(), "p")
+	if !strings.Contains(p.Problem, "report.md") || !strings.Contains(p.Problem, "3 times in a row") {
+		t.Fatalf("problem = %q, want the report that could not be written, after 3 tries", p.Problem)
+	}
+	ev, ok, err := h.st.LastEvent(context.Background(), "p", "project")
+	if err != nil || !ok || !strings.Contains(ev.Message, "dispatch start p resumes") {
+		t.Fatalf("last project event = %+v, %v, %v; want the stop with its fix", ev, ok, err)
+	}
+	r, err := readmodel.BuildReport(context.Background(), h.st, h.cfg, h.home, "p", h.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Result != store.ResultStopped || r.Problem != p.Problem || !strings.Contains(r.Markdown(), "Stopped by dispatch:") {
+		t.Fatalf("report: result %s, problem %q, markdown:\n%s", r.Result, r.Problem, r.Markdown())
+	}
+	// Fixed and resumed, it finishes, and the problem is gone.
+	if err := os.RemoveAll(blocker); err != nil {
+		t.Fatal(err)
+	}
+	h.addProject("p", nil)
+	h.tickUntil("p to finish", func() bool {
+		p, _ := h.st.Project(context.Background(), "p")
+		return p.State == store.ProjectDone
+	})
+	if p, _ := h.st.Project(context.Background(), "p"); p.Problem != "" || p.Result != store.ResultPassed {
+		t.Fatalf("after the fix: result %s, problem %q", p.Result, p.Problem)
 	}
 }

@@ -36,6 +36,9 @@ type Report struct {
 	// Git is set for a git-native project (project.yaml repo:).
 	Git         *GitResult `json:"git,omitempty"`
 	GeneratedAt string     `json:"generated_at"`
+	// Problem is why the controller stopped the project (an error of its
+	// own, such as a result it could not export), when it did.
+	Problem string `json:"problem,omitempty"`
 	// budget says the project's budget and whether it was reached, for
 	// report.md.
 	budget string
@@ -151,7 +154,8 @@ func BuildReport(ctx context.Context, st *store.Store, cfg Nodes, home, project 
 	// An archived run's files are in runs/<project>/run-<N>/.
 	dir := RunDir(home, project, st.Archived())
 	r := &Report{Project: project, Run: p.Run, Phase: sv.Phase, Result: p.Result, Tasks: []ReportTask{}, Conflicts: []Conflict{},
-		Verification: VerificationResult{Issues: []string{}}, Nodes: []ReportNode{}, Dangerous: []string{}, GeneratedAt: jsonTime(now)}
+		Verification: VerificationResult{Issues: []string{}}, Nodes: []ReportNode{}, Dangerous: []string{}, GeneratedAt: jsonTime(now),
+		Problem: p.Problem}
 	if r.Result == "" {
 		r.Result = store.ResultRunning
 		if p.State == store.ProjectStopped {
@@ -347,6 +351,9 @@ func (r *Report) Markdown() string {
 	switch {
 	case r.Result == store.ResultRunning:
 		fmt.Fprintf(&b, "Next: the batch is still running; follow it with `dispatch status %s`.\n\n", r.Project)
+	case r.Result == store.ResultStopped && r.Problem != "":
+		fmt.Fprintf(&b, "Stopped by dispatch: %s.\n\nNext: fix that, then `dispatch start %s` resumes; tasks that were running go on and are collected, nothing new starts.\n\n",
+			mdCode(r.Problem), r.Project)
 	case r.Result == store.ResultStopped:
 		fmt.Fprintf(&b, "Next: stopped by the operator; tasks that were running go on and are collected, nothing new starts. `dispatch start %s` resumes.\n\n", r.Project)
 	case len(failed) > 0:

@@ -52,10 +52,13 @@ type StatusView struct {
 	// State is the project's state: active, stopped (by `dispatch stop`:
 	// nothing new starts) or done. It is not in the JSON, whose keys SPEC
 	// §9 fixes; `report --format json` says "result": "stopped".
-	State string     `json:"-"`
-	Tasks []TaskView `json:"tasks"`
-	Nodes []NodeView `json:"nodes"`
-	Notes []string   `json:"-"`
+	State string `json:"-"`
+	// Problem is why the controller stopped the project, when an error of
+	// its own did (not in the JSON; the report's JSON has it).
+	Problem string     `json:"-"`
+	Tasks   []TaskView `json:"tasks"`
+	Nodes   []NodeView `json:"nodes"`
+	Notes   []string   `json:"-"`
 	// Paused lists the api_modes paused by rate limits, for the text view.
 	Paused []store.Pause `json:"-"`
 	// Fallbacks names, by paused api_mode, the fallback its tasks run
@@ -161,7 +164,7 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 	if err != nil {
 		return nil, err
 	}
-	v := &StatusView{Project: project, Run: p.Run, Phase: p.Phase, State: p.State, Tasks: []TaskView{}, Nodes: []NodeView{},
+	v := &StatusView{Project: project, Run: p.Run, Phase: p.Phase, State: p.State, Problem: p.Problem, Tasks: []TaskView{}, Nodes: []NodeView{},
 		state: p.State, result: p.Result, byID: map[string]int{}}
 	// Author tasks by ID, then the phase tasks in the order they came.
 	sort.SliceStable(tasks, func(i, j int) bool {

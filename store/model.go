@@ -74,6 +74,9 @@ type Project struct {
 	// Run is the number of the project's current run (1 for the first),
 	// or of the archived run read through Store.AtRun.
 	Run int
+	// Problem is why the controller stopped the project, when an error of
+	// its own kept it from going on (empty otherwise); resuming clears it.
+	Problem string
 }
 
 // Task is one task of a project with its current state.

@@ -46,6 +46,7 @@ type RunPatch struct {
 type ProjectPatch struct {
 	State, Phase, Result  *string
 	FinalCommit           *string
+	Problem               *string
 	StartedAt, FinishedAt *time.Time
 }
 
@@ -139,5 +140,6 @@ func (p ProjectPatch) columns() *columns {
 	col(c, "started_at", p.StartedAt)
 	col(c, "finished_at", p.FinishedAt)
 	col(c, "final_commit", p.FinalCommit)
+	col(c, "problem", p.Problem)
 	return c
 }

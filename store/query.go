@@ -207,7 +207,7 @@ func (s *Store) Project(ctx context.Context, name string) (Project, error) {
 }
 
 func queryProjects(ctx context.Context, q querier, name string) ([]Project, error) {
-	query := "SELECT name, state, phase, result, options, started_at, finished_at, final_commit, run FROM projects"
+	query := "SELECT name, state, phase, result, options, started_at, finished_at, final_commit, run, problem FROM projects"
 	var args []any
 	if name != "" {
 		query += " WHERE name = ?"
@@ -222,7 +222,7 @@ func queryProjects(ctx context.Context, q querier, name string) ([]Project, erro
 	for rows.Next() {
 		var p Project
 		var started, finished string
-		if err := rows.Scan(&p.Name, &p.State, &p.Phase, &p.Result, &p.Options, &started, &finished, &p.FinalCommit, &p.Run); err != nil {
+		if err := rows.Scan(&p.Name, &p.State, &p.Phase, &p.Result, &p.Options, &started, &finished, &p.FinalCommit, &p.Run, &p.Problem); err != nil {
 			return nil, fmt.Errorf("read projects: %w", err)
 		}
 		p.StartedAt, p.FinishedAt = parseTime(started), parseTime(finished)

@@ -214,7 +214,7 @@ func (tx *Tx) BeginRun(ctx context.Context, project, options, message string) (i
 		}
 	}
 	if _, err := tx.tx.ExecContext(ctx, `UPDATE projects SET run = run + 1, state = ?, phase = ?, result = '', options = ?,
-		started_at = ?, finished_at = '', final_commit = '' WHERE name = ?`,
+		started_at = ?, finished_at = '', final_commit = '', problem = '' WHERE name = ?`,
 		ProjectActive, PhaseImplementation, options, formatTime(tx.now), project); err != nil {
 		return 0, fmt.Errorf("begin run %d of %s: %w", run+1, project, err)
 	}

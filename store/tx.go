@@ -197,7 +197,7 @@ func (tx *Tx) EnsureProject(ctx context.Context, name, options string) error {
 	case err != nil:
 		return fmt.Errorf("read project %s: %w", name, err)
 	}
-	if _, err := tx.tx.ExecContext(ctx, `UPDATE projects SET state = ?, options = ?, result = '', finished_at = '' WHERE name = ?`,
+	if _, err := tx.tx.ExecContext(ctx, `UPDATE projects SET state = ?, options = ?, result = '', finished_at = '', problem = '' WHERE name = ?`,
 		ProjectActive, options, name); err != nil {
 		return fmt.Errorf("update project %s: %w", name, err)
 	}

@@ -95,7 +95,7 @@ func follow(ctx context.Context, e *env, name string) error {
 		if p.State != store.ProjectActive {
 			prog.finish(ctx)
 			if p.State == store.ProjectStopped {
-				return &workFailed{msg: fmt.Sprintf("dispatch: %s was stopped", name)}
+				return stoppedFailure(p)
 			}
 			fmt.Fprintf(e.out, "report: %s\n", filepath.Join(readmodel.RunsDir(e.home, name), "report.md"))
 			if p.Result != store.ResultPassed {

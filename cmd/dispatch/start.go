@@ -165,7 +165,7 @@ func startAction(c *cli.Context) error {
 		return err
 	}
 	if proj.State == store.ProjectStopped {
-		return &workFailed{msg: fmt.Sprintf("dispatch: %s was stopped; what ran is collected (dispatch status %s); dispatch start %s resumes", name, name, name)}
+		return stoppedFailure(proj)
 	}
 	fmt.Fprintf(e.out, "report: %s\n", filepath.Join(readmodel.RunsDir(e.home, name), "report.md"))
 	if proj.Result != store.ResultPassed {
@@ -374,4 +374,14 @@ func summaryLine(s styles, v *readmodel.StatusView, elapsed time.Duration) strin
 		parts = append(parts, s.warn.Render(fmt.Sprintf("%d blocked", c.Blocked)))
 	}
 	return fmt.Sprintf("%s %s %s · %s", v.Project, bar, strings.Join(parts, " · "), elapsed.Round(time.Second))
+}
+
+// stoppedFailure says why a project that start followed was stopped: by the
+// operator, or by dispatch for an error of its own, which it names.
+func stoppedFailure(p store.Project) *workFailed {
+	if p.Problem != "" {
+		return &workFailed{msg: fmt.Sprintf("dispatch: %s was stopped by dispatch: %s\nTry: fix that, then dispatch start %s (resumes; what ran is collected)",
+			p.Name, termtext.Clean(p.Problem), p.Name)}
+	}
+	return &workFailed{msg: fmt.Sprintf("dispatch: %s was stopped; what ran is collected (dispatch status %s); dispatch start %s resumes", p.Name, p.Name, p.Name)}
 }

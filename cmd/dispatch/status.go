@@ -154,6 +154,8 @@ func printStatus(w io.Writer, s styles, v *readmodel.StatusView, cfg *nodes.Conf
 	}
 	if r := v.Result(); r != "" {
 		head += ", " + r
+	} else if v.State == store.ProjectStopped && v.Problem != "" {
+		head += ", stopped by dispatch: " + termtext.Clean(v.Problem) + " (fix it; dispatch start " + v.Project + " resumes)"
 	} else if v.State == store.ProjectStopped {
 		head += ", stopped (nothing new starts; dispatch start " + v.Project + " resumes)"
 	}
