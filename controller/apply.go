@@ -38,11 +38,12 @@ type staleAttempt struct {
 // tasks of the served projects and what the decisions need of their
 // attempts and projects once, decides over that snapshot (see applier),
 // then writes the node facts and every decided change. It returns the
-// number of status changes and the stale attempts found on the nodes.
-func (c *Controller) apply(ctx context.Context, projects []string, pulls map[string]*pull) (int, []staleAttempt, error) {
+// number of status changes, the stale attempts found on the nodes, and
+// when a decision next falls due by the clock alone (zero: none does).
+func (c *Controller) apply(ctx context.Context, projects []string, pulls map[string]*pull) (int, []staleAttempt, time.Time, error) {
 	known, err := c.st.Nodes(ctx)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, time.Time{}, err
 	}
 	prev := map[string]store.Node{}
 	for _, n := range known {
@@ -51,6 +52,7 @@ func (c *Controller) apply(ctx context.Context, projects []string, pulls map[str
 	var changed int
 	var stale []staleAttempt
 	var notices []notice
+	var wake time.Time
 	c.killMu.Lock()
 	announced := c.announced
 	c.killMu.Unlock()
@@ -82,7 +84,7 @@ func (c *Controller) apply(ctx context.Context, projects []string, pulls map[str
 				plan.stale[i].foreign = !ran
 			}
 		}
-		changed, stale, notices = plan.changed, plan.stale, plan.notices
+		changed, stale, notices, wake = plan.changed, plan.stale, plan.notices, plan.wake
 		return nil
 	})
 	if err == nil {
@@ -97,7 +99,7 @@ func (c *Controller) apply(ctx context.Context, projects []string, pulls map[str
 		c.announced = now
 		c.killMu.Unlock()
 	}
-	return changed, stale, err
+	return changed, stale, wake, err
 }
 
 // snapshot is what one tick's decisions read from the database.
@@ -155,6 +157,9 @@ type applyPlan struct {
 	stale   []staleAttempt
 	// notices are sent once the ops are recorded.
 	notices []notice
+	// wake is when the next decision falls due by the clock alone (see
+	// applier.wake); zero when none does.
+	wake time.Time
 }
 
 // decideApply decides, without I/O, what the pulls mean: each node's
@@ -189,7 +194,7 @@ func (c *Controller) decideApply(snap *snapshot, pulls map[string]*pull, prev ma
 		}
 		a.event(ev)
 	}
-	plan.ops, plan.changed, plan.notices = a.ops, a.changed, a.notices
+	plan.ops, plan.changed, plan.notices, plan.wake = a.ops, a.changed, a.notices, a.wake
 	return plan
 }
 

@@ -92,6 +92,8 @@ type Controller struct {
 	// badSchedules what it last logged of each unreadable one.
 	nextSchedule time.Time
 	badSchedules map[string]string
+	// runBegun is set by a schedule check that began a run.
+	runBegun bool
 	// wake asks Run for a tick now: a node's status stream saw a change.
 	wake chan struct{}
 	// fullPullEvery is how often a node with an open status stream is
@@ -161,6 +163,10 @@ type TickResult struct {
 	Changed  int
 	// Done lists the projects that finished in this tick.
 	Done []string
+	// Wake is when the next tick has something to decide by the clock
+	// alone (a retry's backoff or a pause ends, an offline node's tasks
+	// are lost); zero when nothing is due. Run ticks then at the latest.
+	Wake time.Time
 }
 
 // Tick runs one pass of the control loop (SPEC §7 steps 1-7).
@@ -172,17 +178,18 @@ func (c *Controller) Tick(ctx context.Context) (TickResult, error) {
 	}
 	pulls := c.pullAll(ctx, names)
 	crashPoint(CrashAfterPull)
-	changed, stale, err := c.apply(ctx, names, pulls)
+	changed, stale, wake, err := c.apply(ctx, names, pulls)
 	if err != nil {
 		return res, fmt.Errorf("apply node status: %w", err)
 	}
 	crashPoint(CrashAfterApply)
-	res.Changed = changed
+	res.Changed, res.Wake = changed, wake
 	c.killStale(ctx, stale)
-	claims, err := c.assign(ctx, projects, pulls, stale)
+	claims, pauseEnd, err := c.assign(ctx, projects, pulls, stale)
 	if err != nil {
 		return res, fmt.Errorf("assign tasks: %w", err)
 	}
+	res.Wake = earliest(res.Wake, pauseEnd, c.now())
 	if len(claims) > 0 {
 		crashPoint(CrashAfterClaim)
 	}
@@ -248,14 +255,24 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 			// at once. A quiet batch is pulled every poll interval.
 			wait = min(poll, activeWait)
 		}
+		// A retry's backoff, a pause, an offline node's timeout: what falls
+		// due by the clock alone is decided when it is due, not at the
+		// next poll.
+		if !res.Wake.IsZero() {
+			wait = max(min(wait, res.Wake.Sub(c.now())), 0)
+		}
 		if c.opts.Daemon {
-			// Scheduled runs start at the tick after they are due.
-			due, err := c.scheduleTick(ctx)
+			// Scheduled runs start when they are due, and their tasks are
+			// claimed by the tick right after.
+			due, begun, err := c.scheduleTick(ctx)
 			if err != nil {
 				c.log.Error("schedules not checked; trying again at the next tick", "err", err)
 			}
 			if !due.IsZero() {
 				wait = max(min(wait, due.Sub(c.now())), 0)
+			}
+			if begun {
+				wait = 0
 			}
 		}
 		// Wait for the next tick, serving operator commands meanwhile; a

@@ -140,9 +140,26 @@ type applier struct {
 	notices []notice
 	// retryAfter is the reset time named by the rate limit being applied.
 	retryAfter time.Duration
+	// wake is the earliest moment after now at which a decision of this
+	// kind falls due without any node saying a word: a retry's backoff
+	// ends, an offline node's tasks are lost, a claim's grace or a
+	// heartbeat runs out. Run ticks then, not at the next poll.
+	wake time.Time
 }
 
 func (a *applier) emit(o op) { a.ops = append(a.ops, o) }
+
+// dueAt notes a moment at which a tick has something to decide.
+func (a *applier) dueAt(t time.Time) { a.wake = earliest(a.wake, t, a.now) }
+
+// earliest returns the earlier of wake and t, ignoring t unless it comes
+// after now (the zero wake is "none").
+func earliest(wake, t, now time.Time) time.Time {
+	if !t.After(now) || (!wake.IsZero() && !t.Before(wake)) {
+		return wake
+	}
+	return t
+}
 
 // transition records a status change of t and makes it in memory.
 func (a *applier) transition(t *store.Task, ch store.Change) {
@@ -166,6 +183,9 @@ func (a *applier) event(e store.Event) { a.emit(op{event: &e}) }
 // stops starting tasks.
 func (a *applier) project(name string, tasks []store.Task) {
 	for i := range tasks {
+		if tasks[i].Status == store.Pending {
+			a.dueAt(tasks[i].NotBefore)
+		}
 		a.task(&tasks[i])
 	}
 	a.blocked(tasks)
@@ -192,6 +212,8 @@ func (a *applier) task(t *store.Task) {
 		since := a.offlineSince(t.Node)
 		if a.now.Sub(since) >= a.c.cfg.Controller.NodeOfflineTimeout {
 			a.lose(t, fmt.Sprintf("node %s offline since %s: %v", t.Node, since.Format(time.RFC3339), p.err))
+		} else {
+			a.dueAt(since.Add(a.c.cfg.Controller.NodeOfflineTimeout))
 		}
 		return
 	}
@@ -255,6 +277,7 @@ func (a *applier) noStatus(t *store.Task, ts *wrapper.TaskStatus) {
 			grace = min(grace, a.c.started.Add(restartGrace).Sub(t.HeartbeatAt))
 		}
 		if a.now.Sub(t.HeartbeatAt) < grace {
+			a.dueAt(t.HeartbeatAt.Add(grace))
 			return
 		}
 		a.setRun(t, store.RunPatch{Status: new(store.Lost), Error: new("the launch never started on the node")})
@@ -309,7 +332,9 @@ func (a *applier) running(t *store.Task, ts *wrapper.TaskStatus, st *wrapper.Sta
 		msg := fmt.Sprintf("hung: heartbeat unchanged for %s while the wrapper (pid %d) is alive", stale.Round(time.Second), st.PID)
 		a.fail(t, store.Running, wrapper.ClassHung, msg, 0,
 			store.RunPatch{Status: new(store.Failed), ErrorClass: new(wrapper.ClassHung), Error: new(msg), CompletedAt: new(a.now)})
+		return
 	}
+	a.dueAt(since.Add(a.c.cfg.Controller.HeartbeatTimeout))
 }
 
 func (a *applier) finished(t *store.Task, st *wrapper.Status) {
@@ -420,6 +445,10 @@ const unknownResetPause = time.Minute
 // up max_retries.
 const maxRateLimitRetries = 10
 
+// maxLostRetries caps the requeues after attempts lost with their node,
+// which do not use up max_retries either.
+const maxLostRetries = 10
+
 // fail moves the current attempt to failed with its run record, then retries
 // it after the backoff when its class is retryable and retries remain.
 func (a *applier) fail(t *store.Task, from, class, msg string, exitCode int, run store.RunPatch) {
@@ -446,6 +475,9 @@ func (a *applier) retry(t *store.Task, from, class string) {
 	switch {
 	case change != nil:
 		a.transition(t, *change)
+		if nb := change.Set.NotBefore; nb != nil {
+			a.dueAt(*nb)
+		}
 	case gaveUp != "":
 		a.event(store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: "gave_up", Message: gaveUp})
 	}
@@ -467,11 +499,21 @@ func decideRetry(t store.Task, from, class string, now time.Time, backoff func(i
 			Message: fmt.Sprintf("rate limited: retry %d of %d once its api_mode's pause ends or under a fallback (does not use max_retries)", n, maxRateLimitRetries),
 			Set:     store.TaskPatch{RateLimitRetries: new(n), NotBefore: new(now.Add(backoff(n)))}}, ""
 	}
+	if class == store.Lost {
+		// The node was lost, not the task's doing: requeued at once, for
+		// another node, without using max_retries; a task that takes its
+		// node down every time still ends.
+		if t.LostRetries >= maxLostRetries {
+			return &store.Change{Project: t.Project, Task: t.ID, From: from, To: store.Failed,
+				Message: fmt.Sprintf("lost with its node %d times; giving up", t.LostRetries)}, ""
+		}
+		n := t.LostRetries + 1
+		return &store.Change{Project: t.Project, Task: t.ID, From: from, To: store.Pending, Kind: "retry",
+			Message: fmt.Sprintf("lost with its node: requeued at once (%d of %d; does not use max_retries)", n, maxLostRetries),
+			Set:     store.TaskPatch{LostRetries: new(n), NotBefore: new(now)}}, ""
+	}
 	if !retryable[class] || t.RetriesUsed >= t.MaxRetries {
 		switch {
-		case from == store.Lost:
-			return &store.Change{Project: t.Project, Task: t.ID, From: store.Lost, To: store.Failed,
-				Message: fmt.Sprintf("out of retries (%d used)", t.RetriesUsed)}, ""
 		case retryable[class]:
 			return nil, fmt.Sprintf("out of retries (%d of %d used)", t.RetriesUsed, t.MaxRetries)
 		}
@@ -559,6 +601,9 @@ func (a *applier) uncollectable(t *store.Task) {
 		since = a.c.started
 	}
 	if a.now.Sub(since) < a.c.cfg.Controller.NodeOfflineTimeout {
+		if !a.runs[runKey{t.Project, t.ID, t.Attempt}].collected {
+			a.dueAt(since.Add(a.c.cfg.Controller.NodeOfflineTimeout))
+		}
 		return
 	}
 	if a.runs[runKey{t.Project, t.ID, t.Attempt}].collected {

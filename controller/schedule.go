@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
@@ -76,7 +77,7 @@ const stepAssign = "starting its tasks"
 
 // assign claims runnable tasks for nodes with free slots: by priority then
 // ID, least-loaded node first, each claim one atomic UPDATE ... RETURNING.
-func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls map[string]*pull, stale []staleAttempt) ([]claim, error) {
+func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls map[string]*pull, stale []staleAttempt) (claims []claim, pauseEnd time.Time, err error) {
 	caps := map[string]*capacity{}
 	unkilledNodes, unkilledTasks := c.unkilled()
 	for name, n := range c.nodes {
@@ -96,25 +97,27 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 	}
 	pauses, err := c.st.Pauses(ctx)
 	if err != nil {
-		return nil, err
+		return nil, pauseEnd, err
 	}
 	paused := map[string]bool{}
 	for _, p := range pauses {
 		if c.now().Before(p.Until) {
 			paused[p.APIMode] = true
+			// Its tasks may go on when it ends: a tick then.
+			pauseEnd = earliest(pauseEnd, p.Until, c.now())
 		}
 	}
 	// What runs under each api_mode, across projects, counts against its
 	// max_concurrency.
 	modeUse, err := c.st.LiveModes(ctx)
 	if err != nil {
-		return nil, err
+		return nil, pauseEnd, err
 	}
 	// Busy slots are counted in SQL, across projects (a stopped project's
 	// running tasks hold their slots too).
 	busy, err := c.st.Busy(ctx)
 	if err != nil {
-		return nil, err
+		return nil, pauseEnd, err
 	}
 	free := 0
 	for name, cp := range caps {
@@ -122,7 +125,7 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 		free += max(cp.node.cfg.Slots-cp.running, 0)
 	}
 	if free == 0 {
-		return nil, nil
+		return nil, pauseEnd, nil
 	}
 	// Candidates are selected in SQL: pending, due, every dependency
 	// completed, by priority and ID, a few times the free slots per project
@@ -136,21 +139,21 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 			// Nothing of it launches on a wrong assumption (no setup, no
 			// halt); the other projects' tasks do.
 			if err := c.projectTrouble(ctx, p.Name, stepAssign, err); err != nil {
-				return nil, err
+				return nil, pauseEnd, err
 			}
 			continue
 		}
 		c.projectWentOn(p.Name, stepAssign)
 		states, failed, err := c.st.States(ctx, p.Name)
 		if err != nil {
-			return nil, err
+			return nil, pauseEnd, err
 		}
 		if h := opts.HaltFail; h > 0 && failed >= h {
 			continue
 		}
 		runnable, err := c.st.Runnable(ctx, p.Name, now, candidateFactor*free)
 		if err != nil {
-			return nil, err
+			return nil, pauseEnd, err
 		}
 		for _, t := range runnable {
 			// A task whose earlier attempt still runs somewhere (an
@@ -208,9 +211,8 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 		picks = append(picks, claim{task: *t, node: best.node, mode: bestMode})
 	}
 	if len(picks) == 0 {
-		return nil, nil
+		return nil, pauseEnd, nil
 	}
-	var claims []claim
 	err = c.st.Update(ctx, func(tx *store.Tx) error {
 		claims = claims[:0]
 		opts := map[string]store.ProjectOptions{}
@@ -250,7 +252,7 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 		}
 		return nil
 	})
-	return claims, err
+	return claims, pauseEnd, err
 }
 
 // candidateFactor is how many candidates per free slot a tick considers

@@ -192,6 +192,7 @@ func (c *Controller) checkSchedule(ctx context.Context, f spec.Scheduled, now ti
 			rec.NextAt.Local().Format(time.RFC3339))})
 	}
 	c.log.Info("scheduled run started", keyProject, f.Name, "trigger", so.Trigger, "message", out)
+	c.runBegun = true
 	if p, err := c.st.Project(ctx, f.Name); err == nil {
 		rec.LastRun = p.Run
 		if p.State == store.ProjectDone {
@@ -318,20 +319,23 @@ func enabledWord(enabled bool) string {
 
 // scheduleTick checks the schedules, not more often than scheduleCheckGap,
 // and returns when the daemon should look again: when the next run is due,
-// or at the next check.
-func (c *Controller) scheduleTick(ctx context.Context) (time.Time, error) {
+// or at the next check; and whether it began a run, whose tasks a tick
+// should claim at once.
+func (c *Controller) scheduleTick(ctx context.Context) (next time.Time, begun bool, err error) {
 	now := c.now()
 	if now.Before(c.nextSchedule) {
-		return c.nextSchedule, nil
+		return c.nextSchedule, false, nil
 	}
 	c.nextSchedule = now.Add(scheduleCheckGap)
+	c.runBegun = false
 	due, err := c.checkSchedules(ctx)
+	begun = c.runBegun
 	if err != nil || due.IsZero() {
 		// A schedule added to a project.yaml is seen at the next poll.
-		return time.Time{}, err
+		return time.Time{}, begun, err
 	}
 	if due.Before(c.nextSchedule) {
-		return c.nextSchedule, nil
+		return c.nextSchedule, begun, nil
 	}
-	return due, nil
+	return due, begun, nil
 }

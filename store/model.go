@@ -105,13 +105,16 @@ type Task struct {
 	// RateLimitRetries counts retries after rate limits, which do not use
 	// up RetriesUsed.
 	RateLimitRetries int
-	Node             string
-	NotBefore        time.Time
-	ExitCode         int
-	ErrorClass       string
-	Error            string
-	StartedAt        time.Time
-	CompletedAt      time.Time
+	// LostRetries counts requeues after attempts lost with their node,
+	// which do not use up RetriesUsed either.
+	LostRetries int
+	Node        string
+	NotBefore   time.Time
+	ExitCode    int
+	ErrorClass  string
+	Error       string
+	StartedAt   time.Time
+	CompletedAt time.Time
 	// Heartbeat is the last heartbeat content seen and HeartbeatAt the
 	// controller's time when it last changed: remote clocks are never compared.
 	Heartbeat   string

@@ -20,6 +20,7 @@ type TaskPatch struct {
 	BaseCommit                        *string
 	Snapshot                          *[]byte
 	RetriesUsed, RateLimitRetries     *int
+	LostRetries                       *int
 	NotBefore                         *time.Time
 	ExitCode                          *int
 	ErrorClass, Error, Warning        *string
@@ -96,6 +97,7 @@ func (p TaskPatch) columns() *columns {
 	col(c, "snapshot", p.Snapshot)
 	col(c, "retries_used", p.RetriesUsed)
 	col(c, "rate_limit_retries", p.RateLimitRetries)
+	col(c, "lost_retries", p.LostRetries)
 	col(c, "not_before", p.NotBefore)
 	col(c, "exit_code", p.ExitCode)
 	col(c, "error_class", p.ErrorClass)

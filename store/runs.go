@@ -42,7 +42,7 @@ func (s *Store) table(name string) string {
 const taskColumns = `project, id, title, type, tool, model, priority, depends_on, tags, node_pin,
 	timeout_seconds, max_retries, spec_file, spec_hash, snapshot, status, attempt, retries_used, node,
 	not_before, exit_code, error_class, error, started_at, completed_at, heartbeat, heartbeat_at,
-	created_at, updated_at, warning, base_dir, rate_limit_retries, stall_seconds, base_commit, reused_from`
+	created_at, updated_at, warning, base_dir, rate_limit_retries, stall_seconds, base_commit, reused_from, lost_retries`
 
 // RunRangeError is a run number a project does not have.
 type RunRangeError struct {
@@ -233,7 +233,7 @@ func (tx *Tx) RunAgain(ctx context.Context, t Task, reason string) error {
 	if err := tx.tx.QueryRowContext(ctx, "SELECT status FROM tasks WHERE project = ? AND id = ?", t.Project, t.ID).Scan(&from); err != nil {
 		return fmt.Errorf("task %s/%s: %w", t.Project, t.ID, err)
 	}
-	_, err := tx.tx.ExecContext(ctx, `UPDATE tasks SET status = ?, retries_used = 0, rate_limit_retries = 0, node = '',
+	_, err := tx.tx.ExecContext(ctx, `UPDATE tasks SET status = ?, retries_used = 0, rate_limit_retries = 0, lost_retries = 0, node = '',
 		not_before = '', exit_code = 0, error_class = '', error = '', started_at = '', completed_at = '', heartbeat = '',
 		heartbeat_at = '', warning = '', reused_from = 0, title = ?, type = ?, tool = ?, model = ?, priority = ?,
 		depends_on = ?, tags = ?, node_pin = ?, timeout_seconds = ?, stall_seconds = ?, max_retries = ?, spec_file = ?,

@@ -269,8 +269,8 @@ func TestMigrateOldDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if v, _ := s.SchemaVersion(ctx); v != 10 {
-		t.Fatalf("schema version = %d, want 10", v)
+	if v, _ := s.SchemaVersion(ctx); v != 11 {
+		t.Fatalf("schema version = %d, want 11", v)
 	}
 	// 0008 rebuilds runs: the attempts of before are kept, in run 1.
 	if runs, err := s.Runs(ctx, "p", "S01"); err != nil || len(runs) != 1 || runs[0].Run != 1 || runs[0].CostUSD != 0.5 {
