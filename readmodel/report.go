@@ -39,6 +39,9 @@ type Report struct {
 	// budget says the project's budget and whether it was reached, for
 	// report.md.
 	budget string
+	// stop is set when the budget stopped the project: report.md says so
+	// first.
+	stop *BudgetStop
 }
 
 // GitResult is where a git-native project's results are in the operator's
@@ -142,6 +145,7 @@ func BuildReport(ctx context.Context, st *store.Store, cfg Nodes, home, project 
 	defer func(r **Report) {
 		if *r != nil {
 			(*r).budget = budgetLine(p, (*r).Totals)
+			(*r).stop = sv.Budget
 		}
 	}(&rep)
 	files, err := st.Files(ctx, project, "")
@@ -320,8 +324,19 @@ func (r *Report) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# dispatch report: %s\n\n", r.Project)
 	outcome := map[string]string{store.ResultPassed: "PASSED", store.ResultFailed: "FAILED", store.ResultRunning: "RUNNING", store.ResultStopped: "STOPPED"}[r.Result]
-	fmt.Fprintf(&b, "**%s** — %d of %d tasks completed, %d failed, %d attempts, %s wall time.\n\n",
-		outcome, r.Totals.Completed, r.Totals.Tasks, r.Totals.Failed, r.Totals.Attempts, FormatSeconds(r.Totals.WallSeconds))
+	// A budget that stopped the project is the first thing to know.
+	stop := r.stop
+	if r.Result != store.ResultFailed && r.Result != store.ResultRunning {
+		stop = nil // passed, or stopped by the operator
+	}
+	head := fmt.Sprintf("**%s** — ", outcome)
+	if stop != nil {
+		stop.Ended = r.Result == store.ResultFailed
+		fmt.Fprintf(&b, "%s%s.\n\n", head, stop.Summary())
+		head = ""
+	}
+	fmt.Fprintf(&b, "%s%d of %d tasks completed, %d failed, %d attempts, %s wall time.\n\n",
+		head, r.Totals.Completed, r.Totals.Tasks, r.Totals.Failed, r.Totals.Attempts, FormatSeconds(r.Totals.WallSeconds))
 	var reused []string
 	for _, t := range r.Tasks {
 		if t.ReusedFromRun > 0 {
@@ -345,6 +360,8 @@ func (r *Report) Markdown() string {
 		}
 	}
 	switch {
+	case stop != nil:
+		fmt.Fprintf(&b, "Next: %s\n\n", stop.Next(r.Project))
 	case r.Result == store.ResultRunning:
 		fmt.Fprintf(&b, "Next: the batch is still running; follow it with `dispatch status %s`.\n\n", r.Project)
 	case r.Result == store.ResultStopped:
@@ -532,10 +549,10 @@ func errText(t TaskView) string { return ErrorText(t.ErrorClass, t.Error) }
 
 // ErrorText is an error class and its message as one line: "class: msg".
 func ErrorText(class, msg string) string {
-	if class == "" && msg == "" {
-		return ""
-	}
-	if msg == "" {
+	switch {
+	case class == "":
+		return msg // a canceled task has a reason and no class
+	case msg == "":
 		return class
 	}
 	return class + ": " + msg
