@@ -409,7 +409,7 @@ func (r *Report) Markdown() string {
 				fmt.Fprintf(&b, "- … and %d more (see Verification below)\n", len(r.Verification.Issues)-i)
 				break
 			}
-			fmt.Fprintf(&b, "- %s\n", clip(is, 100))
+			fmt.Fprintf(&b, "- %s\n", mdLine(clip(is, 100)))
 		}
 		b.WriteString("\n")
 	}
@@ -434,9 +434,9 @@ func (r *Report) Markdown() string {
 		b.WriteString("## Failures\n\n")
 		for _, t := range failures {
 			fmt.Fprintf(&b, "### %s — %s\n\n%s after %d attempt(s). Log: `runs/%s/%s/task.log`\n\n", t.ID, mdCell(t.Title),
-				errText(t.TaskView), len(t.Attempts), r.Project, t.ID)
+				mdLine(errText(t.TaskView)), len(t.Attempts), r.Project, t.ID)
 			if t.LogTail != "" {
-				fmt.Fprintf(&b, "```\n%s\n```\n\n", t.LogTail)
+				fmt.Fprintf(&b, "%s\n", mdFence(t.LogTail))
 			}
 		}
 	}
@@ -458,7 +458,7 @@ func (r *Report) Markdown() string {
 				}
 				parts = append(parts, s)
 			}
-			fmt.Fprintf(&b, "- %s: %s\n", t.ID, strings.Join(parts, ", "))
+			fmt.Fprintf(&b, "- %s: %s\n", t.ID, oneLine(strings.Join(parts, ", ")))
 		}
 	}
 	if retried {
@@ -494,12 +494,12 @@ func (r *Report) Markdown() string {
 	}
 	for _, c := range r.Conflicts {
 		if r.Git != nil {
-			fmt.Fprintf(&b, "- `%s`: %s; git could not merge it: committed with conflict markers for %s to resolve\n",
-				c.Path, strings.Join(c.Tasks, ", "), store.IntegrationID)
+			fmt.Fprintf(&b, "- %s: %s; git could not merge it: committed with conflict markers for %s to resolve\n",
+				mdCode(c.Path), strings.Join(c.Tasks, ", "), store.IntegrationID)
 			continue
 		}
-		fmt.Fprintf(&b, "- `%s`: kept %s; other version(s) from %s saved as `%s.<ID>.conflict` in merged/\n",
-			c.Path, c.Tasks[0], strings.Join(c.Tasks[1:], ", "), c.Path)
+		fmt.Fprintf(&b, "- %s: kept %s; other version(s) from %s saved as %s in merged/\n",
+			mdCode(c.Path), c.Tasks[0], strings.Join(c.Tasks[1:], ", "), mdCode(c.Path+".<ID>.conflict"))
 	}
 	if len(r.Conflicts) > 0 {
 		b.WriteString("\n")
@@ -510,7 +510,7 @@ func (r *Report) Markdown() string {
 	} else {
 		fmt.Fprintf(&b, "%d round(s); the last one %s.\n\n", r.Verification.Rounds, map[bool]string{true: "passed", false: "failed"}[*r.Verification.Pass])
 		for _, is := range r.Verification.Issues {
-			fmt.Fprintf(&b, "- %s\n", is)
+			fmt.Fprintf(&b, "- %s\n", mdLine(is))
 		}
 		if len(r.Verification.Issues) > 0 {
 			b.WriteString("\n")
