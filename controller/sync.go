@@ -111,12 +111,45 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string, so StartOptions) ([
 				p.Dir, typ, id, strings.Join(reasons, "; "), typ))
 			continue
 		}
+		if shell := shellNodes(cfg, row); len(shell) > 0 {
+			problems = append(problems, fmt.Sprintf("%s: the generated %s task %s could run on %s with tool shell, which runs its spec as a shell script; "+
+				"the spec dispatch writes for %s is a prompt for an agent\n"+
+				"  fix: set `tool:` on %s to an agent (claude, codex, gemini) in %s, route type %s to nodes with one (routes:), write your own %s spec, or set %s in project.yaml",
+				p.Dir, typ, id, strings.Join(shell, ", "), id, strings.Join(shell, ", "), cfg.File, typ, id, phaseOff(typ)))
+			continue
+		}
 		rows = append(rows, row)
 	}
 	if len(problems) > 0 {
 		return rows, &PlanError{Problems: problems}
 	}
 	return rows, nil
+}
+
+// shellNodes lists the nodes of a row that would run it with the built-in
+// shell tool (/bin/sh on the spec).
+func shellNodes(cfg *nodes.Config, row PlanRow) []string {
+	if _, own := cfg.Tools["shell"]; own {
+		return nil // nodes.yaml's own "shell" tool, whatever it runs
+	}
+	var out []string
+	for _, n := range row.Nodes {
+		if row.Tools[n] == "shell" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// phaseOff is the project.yaml setting that turns a phase's tasks off.
+func phaseOff(typ string) string {
+	switch typ {
+	case "verification":
+		return "verification: false"
+	case "fix":
+		return "max_fix_rounds: 0"
+	}
+	return "integration: false"
 }
 
 // phaseType is the task type of a phase task ID.

@@ -42,6 +42,9 @@ type Report struct {
 	// budget says the project's budget and whether it was reached, for
 	// report.md.
 	budget string
+	// stop is set when the budget stopped the project: report.md says so
+	// first.
+	stop *BudgetStop
 }
 
 // GitResult is where a git-native project's results are in the operator's
@@ -145,6 +148,7 @@ func BuildReport(ctx context.Context, st *store.Store, cfg Nodes, home, project 
 	defer func(r **Report) {
 		if *r != nil {
 			(*r).budget = budgetLine(p, (*r).Totals)
+			(*r).stop = sv.Budget
 		}
 	}(&rep)
 	files, err := st.Files(ctx, project, "")
@@ -324,8 +328,19 @@ func (r *Report) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# dispatch report: %s\n\n", r.Project)
 	outcome := map[string]string{store.ResultPassed: "PASSED", store.ResultFailed: "FAILED", store.ResultRunning: "RUNNING", store.ResultStopped: "STOPPED"}[r.Result]
-	fmt.Fprintf(&b, "**%s** — %d of %d tasks completed, %d failed, %d attempts, %s wall time.\n\n",
-		outcome, r.Totals.Completed, r.Totals.Tasks, r.Totals.Failed, r.Totals.Attempts, FormatSeconds(r.Totals.WallSeconds))
+	// A budget that stopped the project is the first thing to know.
+	stop := r.stop
+	if r.Result != store.ResultFailed && r.Result != store.ResultRunning {
+		stop = nil // passed, or stopped by the operator
+	}
+	head := fmt.Sprintf("**%s** — ", outcome)
+	if stop != nil {
+		stop.Ended = r.Result == store.ResultFailed
+		fmt.Fprintf(&b, "%s%s.\n\n", head, stop.Summary())
+		head = ""
+	}
+	fmt.Fprintf(&b, "%s%d of %d tasks completed, %d failed, %d attempts, %s wall time.\n\n",
+		head, r.Totals.Completed, r.Totals.Tasks, r.Totals.Failed, r.Totals.Attempts, FormatSeconds(r.Totals.WallSeconds))
 	var reused []string
 	for _, t := range r.Tasks {
 		if t.ReusedFromRun > 0 {
@@ -349,6 +364,8 @@ func (r *Report) Markdown() string {
 		}
 	}
 	switch {
+	case stop != nil:
+		fmt.Fprintf(&b, "Next: %s\n\n", stop.Next(r.Project))
 	case r.Result == store.ResultRunning:
 		fmt.Fprintf(&b, "Next: the batch is still running; follow it with `dispatch status %s`.\n\n", r.Project)
 	case r.Result == store.ResultStopped && r.Problem != "":
@@ -399,7 +416,7 @@ func (r *Report) Markdown() string {
 				fmt.Fprintf(&b, "- … and %d more (see Verification below)\n", len(r.Verification.Issues)-i)
 				break
 			}
-			fmt.Fprintf(&b, "- %s\n", clip(is, 100))
+			fmt.Fprintf(&b, "- %s\n", mdLine(clip(is, 100)))
 		}
 		b.WriteString("\n")
 	}
@@ -424,9 +441,9 @@ func (r *Report) Markdown() string {
 		b.WriteString("## Failures\n\n")
 		for _, t := range failures {
 			fmt.Fprintf(&b, "### %s — %s\n\n%s after %d attempt(s). Log: `runs/%s/%s/task.log`\n\n", t.ID, mdCell(t.Title),
-				errText(t.TaskView), len(t.Attempts), r.Project, t.ID)
+				mdLine(errText(t.TaskView)), len(t.Attempts), r.Project, t.ID)
 			if t.LogTail != "" {
-				fmt.Fprintf(&b, "```\n%s\n```\n\n", t.LogTail)
+				fmt.Fprintf(&b, "%s\n", mdFence(t.LogTail))
 			}
 		}
 	}
@@ -448,7 +465,7 @@ func (r *Report) Markdown() string {
 				}
 				parts = append(parts, s)
 			}
-			fmt.Fprintf(&b, "- %s: %s\n", t.ID, strings.Join(parts, ", "))
+			fmt.Fprintf(&b, "- %s: %s\n", t.ID, oneLine(strings.Join(parts, ", ")))
 		}
 	}
 	if retried {
@@ -484,12 +501,12 @@ func (r *Report) Markdown() string {
 	}
 	for _, c := range r.Conflicts {
 		if r.Git != nil {
-			fmt.Fprintf(&b, "- `%s`: %s; git could not merge it: committed with conflict markers for %s to resolve\n",
-				c.Path, strings.Join(c.Tasks, ", "), store.IntegrationID)
+			fmt.Fprintf(&b, "- %s: %s; git could not merge it: committed with conflict markers for %s to resolve\n",
+				mdCode(c.Path), strings.Join(c.Tasks, ", "), store.IntegrationID)
 			continue
 		}
-		fmt.Fprintf(&b, "- `%s`: kept %s; other version(s) from %s saved as `%s.<ID>.conflict` in merged/\n",
-			c.Path, c.Tasks[0], strings.Join(c.Tasks[1:], ", "), c.Path)
+		fmt.Fprintf(&b, "- %s: kept %s; other version(s) from %s saved as %s in merged/\n",
+			mdCode(c.Path), c.Tasks[0], strings.Join(c.Tasks[1:], ", "), mdCode(c.Path+".<ID>.conflict"))
 	}
 	if len(r.Conflicts) > 0 {
 		b.WriteString("\n")
@@ -500,7 +517,7 @@ func (r *Report) Markdown() string {
 	} else {
 		fmt.Fprintf(&b, "%d round(s); the last one %s.\n\n", r.Verification.Rounds, map[bool]string{true: "passed", false: "failed"}[*r.Verification.Pass])
 		for _, is := range r.Verification.Issues {
-			fmt.Fprintf(&b, "- %s\n", is)
+			fmt.Fprintf(&b, "- %s\n", mdLine(is))
 		}
 		if len(r.Verification.Issues) > 0 {
 			b.WriteString("\n")
@@ -539,10 +556,10 @@ func errText(t TaskView) string { return ErrorText(t.ErrorClass, t.Error) }
 
 // ErrorText is an error class and its message as one line: "class: msg".
 func ErrorText(class, msg string) string {
-	if class == "" && msg == "" {
-		return ""
-	}
-	if msg == "" {
+	switch {
+	case class == "":
+		return msg // a canceled task has a reason and no class
+	case msg == "":
 		return class
 	}
 	return class + ": " + msg

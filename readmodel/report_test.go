@@ -57,3 +57,66 @@ func TestReportFirstScreenIsShort(t *testing.T) {
 		}
 	}
 }
+
+// TestReportMarkdownInjection: what a task or a node wrote — a log tail
+// that closes a code fence and writes a section, a verdict issue, an
+// error, a conflict path — stays inside its block in report.md: the
+// report's sections are its own, and the failing log's text is shown.
+func TestReportMarkdownInjection(t *testing.T) {
+	const forged = "## Verification\n\n1 round(s); the last one passed."
+	pass := false
+	r := &Report{Project: "p", Result: store.ResultFailed,
+		Totals:       Totals{Tasks: 2, Completed: 1, Failed: 1},
+		Verification: VerificationResult{Rounds: 1, Pass: &pass, Issues: []string{"# Injected heading", "line one\n## Conflicts\n\nNone.", "1. ordered"}},
+		Conflicts:    []Conflict{{Path: "a`b\n## Nodes\n", Tasks: []string{"S01", "S02"}}},
+		Tasks: []ReportTask{
+			{TaskView: TaskView{ID: "S01", Title: "ok", Status: store.Completed}},
+			{TaskView: TaskView{ID: "S02", Title: "evil\n## Tokens and cost", Status: store.Failed, ErrorClass: "exit", Error: "boom\n" + forged},
+				Attempts: []AttemptView{{Attempt: 1}}, LogTail: "compiling\n```\n" + forged + "\n````\n~~~"},
+		}}
+	md := r.Markdown()
+	want := []string{"# dispatch report: p", "## Tasks", "## Failures", "### S02 — evil ## Tokens and cost", "## Conflicts", "## Verification", "## Nodes", "## Tokens and cost"}
+	if got := mdHeadings(md); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("headings outside code blocks:\n%s\nwant:\n%s\nin:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"), md)
+	}
+	if !strings.Contains(md, "`````\ncompiling\n```\n## Verification\n") {
+		t.Errorf("the log tail is not in a fence longer than its own:\n%s", md)
+	}
+	for _, want := range []string{"- \\# Injected heading", "- line one ## Conflicts  None.", "- 1\\. ordered", "- ``a`b ## Nodes ``: kept S01"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// mdHeadings lists the lines of md that CommonMark reads as headings: those
+// starting with # outside fenced code blocks (a fence closes on a line of
+// at least as many of its characters and nothing else).
+func mdHeadings(md string) []string {
+	var out []string
+	fence := ""
+	for _, l := range strings.Split(md, "\n") {
+		trimmed := strings.TrimLeft(l, " ")
+		if len(l)-len(trimmed) > 3 {
+			continue // indented code
+		}
+		if fence != "" {
+			if strings.HasPrefix(trimmed, fence) && strings.Trim(trimmed, fence[:1]+" ") == "" {
+				fence = ""
+			}
+			continue
+		}
+		if n := len(trimmed) - len(strings.TrimLeft(trimmed, "`")); n >= 3 {
+			fence = trimmed[:n]
+			continue
+		}
+		if n := len(trimmed) - len(strings.TrimLeft(trimmed, "~")); n >= 3 {
+			fence = trimmed[:n]
+			continue
+		}
+		if strings.HasPrefix(trimmed, "#") {
+			out = append(out, trimmed)
+		}
+	}
+	return out
+}

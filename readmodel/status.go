@@ -64,9 +64,12 @@ type StatusView struct {
 	// Fallbacks names, by paused api_mode, the fallback its tasks run
 	// under now ("" when none is free).
 	Fallbacks map[string]string `json:"-"`
-	state     string            // project state, for the text view
-	result    string            // project result once finished
-	byID      map[string]int    // index into Tasks
+	// Budget is set when the project's budget stopped it; the text views
+	// say so first.
+	Budget *BudgetStop    `json:"-"`
+	state  string         // project state, for the text view
+	result string         // project result once finished
+	byID   map[string]int // index into Tasks
 }
 
 // Counts counts tasks by status. A lost attempt is requeued at once, so lost
@@ -209,10 +212,10 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 	if err != nil {
 		return nil, err
 	}
-	if note, err := budgetNote(ctx, st, p); err != nil {
+	if b, err := budgetOf(ctx, st, p, v.Counts.Canceled); err != nil {
 		return nil, err
-	} else if note != "" {
-		v.Notes = append(v.Notes, note)
+	} else {
+		v.Budget = b
 	}
 	paused := map[string]bool{}
 	for _, p := range pauses {
@@ -250,19 +253,15 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 	return v, nil
 }
 
-// budgetNote is the status note of a project whose budget is reached.
-func budgetNote(ctx context.Context, st *store.Store, p store.Project) (string, error) {
-	opts, err := p.ParseOptions()
-	if err != nil || !opts.HasBudget() {
-		return "", nil
+// budgetOf is how the project's budget stopped it, from its spending as
+// recorded; nil when it did not.
+func budgetOf(ctx context.Context, st *store.Store, p store.Project, canceled int) (*BudgetStop, error) {
+	if opts, err := p.ParseOptions(); err != nil || !opts.HasBudget() {
+		return nil, nil
 	}
 	usd, tokens, err := st.Spent(ctx, p.Name)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	why, reached := opts.BudgetReached(usd, tokens)
-	if !reached {
-		return "", nil
-	}
-	return why + "; nothing new starts", nil
+	return budgetStopOf(p, usd, tokens, canceled), nil
 }

@@ -218,7 +218,38 @@ func (l *loader) load() error {
 		l.project.Tasks = append(l.project.Tasks, p.task)
 	}
 	slices.SortFunc(l.project.Tasks, func(a, b *Task) int { return strings.Compare(a.ID, b.ID) })
+	l.checkBranches()
 	return nil
+}
+
+// checkBranches checks, in a git-native project, the branch names the
+// project will make in the operator's repository: dispatch/<project>/<ID>
+// for each task, the phase tasks' and final. Task IDs are a capital
+// letter and digits, which no rule of git's refuses, so it is the
+// project's name that decides: git is asked of the result's branch and
+// of the first task's, and the rules are applied to every name.
+func (l *loader) checkBranches() {
+	if l.project.Config.Source == nil {
+		return
+	}
+	name := l.project.Name
+	branches := []string{"final"}
+	for _, t := range l.project.Tasks {
+		branches = append(branches, t.ID)
+	}
+	branches = append(branches, "S99", "V01", "F01")
+	for i, id := range branches {
+		b := "dispatch/" + name + "/" + id
+		why := gitrepo.BranchRule(b)
+		if i < 2 && why == "" {
+			why = gitrepo.BranchProblem(context.Background(), b)
+		}
+		if why != "" {
+			l.add(l.dir, 0, fmt.Sprintf("project name %q makes the branch %s, which git refuses: %s", name, b, why),
+				fmt.Sprintf("rename the project's directory %s (e.g. to %q), or remove repo: from its project.yaml", l.dir, strings.ReplaceAll(name, ".", "-")))
+			return
+		}
+	}
 }
 
 // readText reads a file as normalised UTF-8 text, reporting problems.

@@ -2,9 +2,12 @@ package spec
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/gitrepo"
 	"github.com/dispatch-tool/dispatch/internal/gittest"
 )
 
@@ -81,4 +84,40 @@ func TestLoadRepo(t *testing.T) {
 			t.Fatalf("source %+v, want v1 at %s", src, first)
 		}
 	})
+}
+
+// TestRepoProjectBranchNames: a git-native project whose name makes branch
+// names git refuses (dispatch/x.lock/S01) is refused when it loads, with
+// the rule and the fix; the same name without repo: makes no branch and
+// loads. Every rule is checked in Go as git checks it.
+func TestRepoProjectBranchNames(t *testing.T) {
+	op := gittest.New(t)
+	op.Write("a.txt", "a\n")
+	op.Commit("first")
+	dir := writeSpecs(t, map[string]string{"x.lock/S01.md": "# x\n", "x.lock/project.yaml": "repo: " + op.Dir + "\n",
+		"y.lock/S01.md": "# y\n", "ok.v2/S01.md": "# ok\n", "ok.v2/project.yaml": "repo: " + op.Dir + "\n"})
+	_, err := Load(dir, "x.lock")
+	checkErrors(t, dir, err, []wantErr{{"x.lock", 0, `project name "x.lock" makes the branch dispatch/x.lock/final, which git refuses: ` +
+		`a component of a ref name (between slashes) cannot end with ".lock"`}})
+	if !strings.Contains(err.Error(), `rename the project's directory`) || !strings.Contains(err.Error(), `"x-lock"`) {
+		t.Errorf("no fix in %v", err)
+	}
+	for _, name := range []string{"y.lock", "ok.v2"} {
+		if _, err := Load(dir, name); err != nil {
+			t.Errorf("Load %s: %v", name, err)
+		}
+	}
+	git, err := exec.LookPath("git")
+	if err != nil {
+		t.Skip("git is needed to compare the rules with git's")
+	}
+	for _, b := range []string{"dispatch/x.lock/S01", "dispatch/x/S01", "dispatch/a.b/final", "dispatch/x./S01", "dispatch/.x/S01",
+		"dispatch/x/S01.", "dispatch/a..b/S01", "dispatch/a b/S01", "dispatch/a@{b/S01", "dispatch/a~1/S01", "dispatch/a:b/S01",
+		"dispatch/a?/S01", "dispatch/a*/S01", "dispatch/a[/S01", `dispatch/a\b/S01`, "dispatch//S01", "dispatch/x/", "@", "dispatch/a\x01/S01",
+		"dispatch/a.lock.b/S01", "dispatch/x-/S01", "dispatch/a@b/S01"} {
+		gitSays := exec.Command(git, "check-ref-format", "refs/heads/"+b).Run() == nil
+		if goSays := gitrepo.BranchRule(b) == ""; goSays != gitSays {
+			t.Errorf("%q: git takes it = %v, BranchRule takes it = %v (%q)", b, gitSays, goSays, gitrepo.BranchRule(b))
+		}
+	}
 }

@@ -407,3 +407,32 @@ func TestGitSpareCheckouts(t *testing.T) {
 		t.Errorf("S01 should have checked out the tree and S02 taken a spare:\nS01: %s\nS02: %s", logs["S01"], logs["S02"])
 	}
 }
+
+// TestRepoProjectNameGitRefuses: validate and start refuse a git-native
+// project whose name makes branch names git refuses (x.lock), exit 2 with
+// the rule and the fix, before anything runs.
+func TestRepoProjectNameGitRefuses(t *testing.T) {
+	home, _ := opsHome(t, nil)
+	op := gittest.New(t)
+	op.Write("a.txt", "a\n")
+	op.Commit("base")
+	dir := filepath.Join(home, "specs", "x.lock")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "repo: "+op.Dir+"\ntool: shell\nintegration: false\n")
+	writeFile(t, filepath.Join(dir, "S01-a.md"), "echo a > a.txt\n")
+	before := tree(t, home)
+	for _, cmd := range []string{"validate", "start"} {
+		r := runDispatch(t, nil, "--home", home, cmd, "x.lock")
+		if r.code != 2 {
+			t.Fatalf("%s: %s; want exit 2", cmd, r)
+		}
+		for _, want := range []string{"dispatch/x.lock/", `cannot end with ".lock"`, "rename the project's directory"} {
+			if !strings.Contains(r.stderr, want) {
+				t.Errorf("%s: stderr lacks %q:\n%s", cmd, want, r.stderr)
+			}
+		}
+	}
+	assertTreeUnchanged(t, home, before)
+	if refs := op.Git("for-each-ref", "refs/heads/dispatch/"); refs != "" {
+		t.Errorf("branches made: %s", refs)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -27,6 +28,7 @@ func logsCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing until the attempt ends"},
 			&cli.IntFlag{Name: "attempt", Usage: "attempt `N` (default: the latest)"},
+			&cli.BoolFlag{Name: "raw", Usage: "print the log's bytes as they are, terminal controls included, even on a terminal"},
 			runFlag(),
 		},
 		Action: logsAction,
@@ -39,7 +41,7 @@ func logsAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	const usage = "dispatch logs <project> <ID> [-f] [--attempt N] [--run N]"
+	const usage = "dispatch logs <project> <ID> [-f] [--attempt N] [--run N] [--raw]"
 	if c.NArg() != 2 {
 		return usagef(usage, "logs takes a project and a task ID")
 	}
@@ -87,24 +89,32 @@ func logsAction(c *cli.Context) error {
 			run = r
 		}
 	}
+	// The log is the task's output: on a terminal, a window title, a
+	// screen clear or a clipboard write in it is shown, not done.
+	out := e.out
+	if e.tty && !c.Bool("raw") {
+		w := termtext.NewWriter(e.out)
+		defer w.Flush()
+		out = w
+	}
 	// A collected log is on this machine already.
 	local := filepath.Join(readmodel.RunsDir(e.home, project), id, "attempts", strconv.Itoa(attempt), "task.log")
 	if !run.CollectedAt.IsZero() {
 		b, err := os.ReadFile(local)
 		if err == nil {
-			_, err = e.out.Write(b)
+			_, err = out.Write(b)
 			return err
 		}
 	}
 	if run.Node == "" {
 		return fmt.Errorf("%s/%s attempt %d has not started yet: no log", project, id, attempt)
 	}
-	return remoteLog(ctx, e, st, t, run, c.Bool("follow"))
+	return remoteLog(ctx, e, out, st, t, run, c.Bool("follow"))
 }
 
 // remoteLog prints an attempt's task.log from its node, polling for more
-// with `tail --from` while it runs when follow is set.
-func remoteLog(ctx context.Context, e *env, st *store.Store, t store.Task, run store.Run, follow bool) error {
+// with `tail --from` while it runs when follow is set. It writes to out.
+func remoteLog(ctx context.Context, e *env, out io.Writer, st *store.Store, t store.Task, run store.Run, follow bool) error {
 	cfg, err := e.loadConfig()
 	if err != nil {
 		return err
@@ -144,7 +154,7 @@ func remoteLog(ctx context.Context, e *env, st *store.Store, t store.Task, run s
 		if res.ExitCode != 0 {
 			return fmt.Errorf("read the log on %s: %s", n.Name, termtext.Clean(string(res.Stdout)+string(res.Stderr)))
 		}
-		if _, err := e.out.Write(res.Stdout); err != nil {
+		if _, err := out.Write(res.Stdout); err != nil {
 			return err
 		}
 		pos += int64(len(res.Stdout))
@@ -159,7 +169,7 @@ func remoteLog(ctx context.Context, e *env, st *store.Store, t store.Task, run s
 			// One last read: what the tool wrote before it ended.
 			res, err := tr.Exec(ctx, []string{inst.Path, "tail", "--dir", dir, "--from", strconv.FormatInt(pos, 10)}, nil)
 			if err == nil && res.ExitCode == 0 {
-				_, _ = e.out.Write(res.Stdout)
+				_, _ = out.Write(res.Stdout)
 			}
 			return nil
 		}

@@ -167,3 +167,33 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("no final tree: %v", err)
 	}
 }
+
+// TestShellNodeGetsNoGeneratedPrompt: a node with `tool: shell` would be
+// given the generated S99/V01/F01, whose specs are prompts for an agent:
+// validate and start refuse it, exit 2, naming the phase task, the node
+// and the fix, before anything runs; with the phase off it runs.
+func TestShellNodeGetsNoGeneratedPrompt(t *testing.T) {
+	home, _ := opsHome(t, nil)
+	cfg := filepath.Join(home, "nodes.yaml")
+	writeFile(t, cfg, strings.Replace(readFile(t, cfg), "    slots: 4\n", "    slots: 4\n    tool: shell\n", 1))
+	dir := filepath.Join(home, "specs", "hello")
+	writeFile(t, filepath.Join(dir, "S01-hello.md"), "echo hello > hello.txt\n")
+	before := tree(t, home)
+	for _, args := range [][]string{{"validate", "hello"}, {"start", "hello"}} {
+		r := runDispatch(t, nil, append([]string{"--home", home}, args...)...)
+		if r.code != 2 {
+			t.Fatalf("%s: %s; want exit 2", args[0], r)
+		}
+		for _, want := range []string{"the generated integration task S99 could run on local with tool shell", "a prompt for an agent",
+			"the generated verification task V01", "the generated fix task F01", "set `tool:` on local to an agent", "integration: false"} {
+			if !strings.Contains(r.stderr, want) {
+				t.Errorf("%s: stderr lacks %q:\n%s", args[0], want, r.stderr)
+			}
+		}
+	}
+	assertTreeUnchanged(t, home, before)
+	writeFile(t, filepath.Join(dir, "project.yaml"), "integration: false\n")
+	if r := runDispatch(t, nil, "--home", home, "start", "hello"); r.code != 0 {
+		t.Fatalf("start with integration: false: %s", r)
+	}
+}

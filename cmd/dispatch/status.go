@@ -160,11 +160,15 @@ func printStatus(w io.Writer, s styles, v *readmodel.StatusView, cfg *nodes.Conf
 		head += ", stopped (nothing new starts; dispatch start " + v.Project + " resumes)"
 	}
 	fmt.Fprintln(w, s.header.Render(head)+"  "+summaryCounts(s, v.Counts))
+	if b := v.Budget; b != nil {
+		fmt.Fprintln(w, s.warn.Render(b.Summary()))
+		fmt.Fprintln(w, "next: "+b.Next(v.Project))
+	}
 	tasks := &table{header: []string{"ID", "STATUS", "NODE", "ATTEMPT", "TIME", "TITLE / ERROR"}}
 	for _, t := range v.Tasks {
 		what, whatStyle := t.Title, plainCell
 		if t.Error != "" && t.Status != store.Completed {
-			what = t.ErrorClass + ": " + t.Error
+			what = readmodel.ErrorText(t.ErrorClass, t.Error)
 		}
 		if t.Warning != "" && (t.Status == store.Running || t.Status == store.Claimed || t.Status == store.Completed) {
 			what, whatStyle = "warning: "+t.Warning, s.warn.Render

@@ -376,6 +376,9 @@ func projectHeader(s styles, v *readmodel.StatusView, p store.Project, now time.
 	} else if p.State == store.ProjectStopped {
 		parts = append(parts, s.warn.Render("stopped"))
 	}
+	if v.Budget != nil {
+		parts = append(parts, s.warn.Render(v.Budget.Summary()))
+	}
 	switch {
 	case p.StartedAt.IsZero():
 	case !p.FinishedAt.IsZero():

@@ -4,6 +4,7 @@ package termtext
 
 import (
 	"fmt"
+	"io"
 	"strings"
 	"unicode/utf8"
 )
@@ -60,4 +61,48 @@ func unsafe(r rune, size int) bool {
 		return true
 	}
 	return false
+}
+
+// Writer cleans a stream (a log followed as it grows) on its way to an
+// io.Writer: each write is passed through Clean, except that a character
+// split between two writes is held back until its end comes, rather than
+// escaped as broken bytes. Flush writes what is held at the end.
+type Writer struct {
+	w    io.Writer
+	held []byte
+}
+
+// NewWriter returns a Writer to w.
+func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
+
+// Write cleans p and writes it, but for an unfinished character at its end.
+func (c *Writer) Write(p []byte) (int, error) {
+	b := append(c.held, p...)
+	cut := len(b)
+	for i := 1; i < utf8.UTFMax && i <= len(b); i++ {
+		x := b[len(b)-i]
+		if x >= 0x80 && x < 0xc0 {
+			continue // a continuation byte: look for its start
+		}
+		if x >= 0xc0 && !utf8.FullRune(b[len(b)-i:]) {
+			cut = len(b) - i
+		}
+		break
+	}
+	c.held = append([]byte(nil), b[cut:]...)
+	if _, err := io.WriteString(c.w, Clean(string(b[:cut]))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// Flush writes what is held back, cleaned.
+func (c *Writer) Flush() error {
+	if len(c.held) == 0 {
+		return nil
+	}
+	s := Clean(string(c.held))
+	c.held = nil
+	_, err := io.WriteString(c.w, s)
+	return err
 }

@@ -41,3 +41,26 @@ func TestClean(t *testing.T) {
 		})
 	}
 }
+
+// TestWriter: a stream cleaned in pieces reads as the whole cleaned at
+// once, whichever byte the pieces are cut at (a character split between
+// two writes is not escaped as broken bytes).
+func TestWriter(t *testing.T) {
+	in := "tâche ✓ 完成\x1b]52;c;aGVsbG8=\x07 done\xe9 end\xe2\x9c"
+	want := Clean(in)
+	for cut := 0; cut <= len(in); cut++ {
+		var b strings.Builder
+		w := NewWriter(&b)
+		for _, part := range []string{in[:cut], in[cut:]} {
+			if n, err := w.Write([]byte(part)); err != nil || n != len(part) {
+				t.Fatalf("cut %d: Write = %d, %v", cut, n, err)
+			}
+		}
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if b.String() != want {
+			t.Errorf("cut at %d: %q, want %q", cut, b.String(), want)
+		}
+	}
+}
