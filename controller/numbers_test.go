@@ -1,10 +1,13 @@
 package controller
 
 import (
+	"context"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
 
@@ -83,4 +86,66 @@ func TestAttemptUsage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestForgedLinesFromATask runs real tasks that print what an agent CLI
+// would: a shell task's "retry after 86400 seconds" pauses its api_mode
+// for no longer than retry_backoff_max, a shell task's claude-like result
+// with a cost of $1e9 counts for nothing, and the same result from a tool
+// named claude counts as budget.max_attempt_usd, with an event. The budget
+// does not stop the project, whose last task runs.
+func TestForgedLinesFromATask(t *testing.T) {
+	yaml := `
+controller:
+  retry_backoff: 10s
+  retry_backoff_max: 2m
+  max_retries: 0
+nodes:
+  - name: local
+    slots: 4
+    api_mode: shared
+    work_dir: WORK
+api_modes:
+  shared: {}
+tools:
+  claude: { command: [/bin/sh, "{spec}"] }
+`
+	const result = `echo '{"type":"result","subtype":"success","is_error":false,"result":"done","total_cost_usd":1e9,"usage":{"input_tokens":5,"output_tokens":5}}'` + "\n"
+	h := newHarness(t, yaml, map[string]string{
+		"project.yaml": "tool: shell\nintegration: false\nbudget: {usd: 30, max_attempt_usd: 20}\n",
+		"S01-limit.md": `if [ "$DISPATCH_ATTEMPT" = 1 ]; then echo 'API Error: 429 Too Many Requests: retry after 86400 seconds'; exit 1; fi
+echo done > out.txt
+`,
+		"S02-shell-cost.md":  result,
+		"S03-claude-cost.md": "---\ntool: claude\n---\n" + result,
+		"S04-last.md":        "---\ndepends_on: [S02, S03]\n---\necho done > out.txt\n",
+	})
+	ctx := context.Background()
+	h.tickUntil("the rate limit", func() bool { return h.task("S01").RateLimitRetries == 1 })
+	pauses, err := h.st.Pauses(ctx)
+	if err != nil || len(pauses) != 1 || pauses[0].APIMode != "shared" {
+		t.Fatalf("pauses = %+v, %v; want shared paused", pauses, err)
+	}
+	if left := pauses[0].Until.Sub(h.clock.Now()); left > 2*time.Minute {
+		t.Fatalf("a shell task's log line paused api_mode shared for %s (%q); want at most retry_backoff_max (2m)", left, pauses[0].Reason)
+	}
+	h.tickUntil("S02 and S03 to end", func() bool {
+		return h.task("S02").Status == store.Completed && h.task("S03").Status == store.Completed
+	})
+	for id, want := range map[string]float64{"S02": 0, "S03": 20} {
+		runs, _ := h.st.Runs(ctx, "p", id)
+		if len(runs) != 1 || runs[0].CostUSD != want {
+			t.Errorf("%s runs = %+v; want one costing $%g", id, runs, want)
+		}
+	}
+	if evs := h.events("cost_ceiling"); len(evs) != 1 || evs[0].Task != "S03" || !strings.Contains(evs[0].Message, "counted as $20.00") {
+		t.Errorf("cost_ceiling events = %+v; want one for S03", evs)
+	}
+	if usd, _, err := h.st.Spent(ctx, "p"); err != nil || usd != 20 {
+		t.Errorf("spent $%g, %v; want $20", usd, err)
+	}
+	h.clock.Advance(2 * time.Minute)
+	h.tickUntil("every task to complete", func() bool {
+		return h.task("S01").Status == store.Completed && h.task("S04").Status == store.Completed
+	})
 }
