@@ -141,7 +141,7 @@ tools:
 `)
 	dir := filepath.Join(h.home, "specs", "p")
 	writeFile(t, filepath.Join(dir, "project.yaml"), "integration: false\ntool: claude\n")
-	body := "if [ \"$ACCOUNT\" = a ]; then echo '{\"type\":\"result\",\"is_error\":true,\"result\":\"API Error: 429 Too Many Requests: rate limit reached, retry after 120s\"}'; exit 1; fi\n" +
+	body := "if [ \"$ACCOUNT\" = a ]; then echo '{\"type\":\"result\",\"is_error\":true,\"result\":\"API Error: 429 Too Many Requests: rate limit reached, retry after 86400 seconds\"}'; exit 1; fi\n" +
 		"echo \"$ACCOUNT\" > account.txt\n"
 	writeFile(t, filepath.Join(dir, "S01-first.md"), "# First\n"+body)
 	writeFile(t, filepath.Join(dir, "S02-second.md"), "---\ndepends_on: [S01]\n---\n# Second\n"+body)
@@ -161,9 +161,12 @@ tools:
 	if got := readFile(t, filepath.Join(h.home, "runs", "p", "S01", "output", "account.txt")); got != "b\n" {
 		t.Errorf("S01 ran under %q", got)
 	}
+	// claude's reset of a day is trusted, and status says on which day
+	// the pause ends.
+	tomorrow := time.Now().Add(24 * time.Hour).Local().Format("2006-01-02")
 	s := h.run(t, "status", "p")
-	if !strings.Contains(s.stdout, "paused: a until") || !strings.Contains(s.stdout, "run under b (fallback)") {
-		t.Errorf("status does not show the pause and the fallback:\n%s", s.stdout)
+	if !strings.Contains(s.stdout, "paused: a until "+tomorrow+" ") || !strings.Contains(s.stdout, "run under b (fallback)") {
+		t.Errorf("status does not show the pause (until %s) and the fallback:\n%s", tomorrow, s.stdout)
 	}
 	var rep struct {
 		Tasks []struct {
