@@ -32,8 +32,13 @@ nodes:
     work_dir: WORK
 api_modes:
   shared: {}
+tools:
+  claude: { command: [/bin/sh, "{spec}"] }
 `
-	h := newHarness(t, yaml, shellProject(map[string]string{"S01-a.md": "sleep 30\n", "S02-b.md": "sleep 30\n"}))
+	// A stand-in named claude: the figures of an agent CLI are read, and
+	// must be clamped (a shell's count for nothing at all).
+	h := newHarness(t, yaml, map[string]string{"project.yaml": "tool: claude\nintegration: false\n",
+		"S01-a.md": "sleep 30\n", "S02-b.md": "sleep 30\n"})
 	h.tickUntil("both tasks to run", func() bool {
 		return h.task("S01").Status == store.Running && h.task("S02").Status == store.Running
 	})

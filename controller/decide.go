@@ -337,8 +337,20 @@ func (a *applier) running(t *store.Task, ts *wrapper.TaskStatus, st *wrapper.Sta
 	a.dueAt(since.Add(a.c.cfg.Controller.HeartbeatTimeout))
 }
 
-func (a *applier) finished(t *store.Task, st *wrapper.Status) {
-	a.spend(t.Project, st)
+func (a *applier) finished(t *store.Task, status *wrapper.Status) {
+	// The figures are the tool's only when it is an agent CLI, and no
+	// attempt costs more than its project's ceiling.
+	tool := a.toolOf(t)
+	st := *status
+	ceiling := a.projects[t.Project].opts.AttemptCeiling()
+	reported := st.CostUSD
+	var over bool
+	st.TokensIn, st.TokensOut, st.CostUSD, over = attemptUsage(tool, st, ceiling)
+	if over {
+		a.event(store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: "cost_ceiling", Node: t.Node,
+			Message: fmt.Sprintf("attempt %d reported a cost of $%.2f, over budget.max_attempt_usd: counted as $%.2f", t.Attempt, reported, ceiling)})
+	}
+	a.spend(t.Project, &st)
 	completed := parseRemoteTime(st.CompletedAt, a.now)
 	started := parseRemoteTime(st.StartedAt, completed)
 	run := store.RunPatch{Status: new(st.Status), PID: new(st.PID), ExitCode: new(st.ExitCode), Signal: new(st.Signal),
@@ -363,7 +375,7 @@ func (a *applier) finished(t *store.Task, st *wrapper.Status) {
 	run.Status = new(store.Failed)
 	a.retryAfter = 0
 	if class == wrapper.ClassRateLimit {
-		a.pauseMode(t, st)
+		a.pauseMode(t, tool, &st)
 	}
 	if st.ToolMissing {
 		// The tool's executable is not on the node: a retry would fail the
@@ -395,24 +407,23 @@ func (a *applier) spend(project string, st *wrapper.Status) {
 // pauseMode pauses every launch on the api_mode a rate-limited attempt ran
 // under: the limit is the account's. The pause lasts until the reset the
 // tool named, measured from now on the controller's clock (the wrapper
-// gives it in seconds), or for the backoff when it named none. The pause,
-// not the task, does the waiting: the retry may run at once under a
-// fallback mode or on another node's account.
-func (a *applier) pauseMode(t *store.Task, st *wrapper.Status) {
-	a.retryAfter = time.Duration(st.RetryAfterSeconds * float64(time.Second))
-	pause := a.retryAfter
-	if pause <= 0 {
-		// A limit is seldom over in less than a minute: a shorter pause
-		// would spend the rate-limit retries on the same account instead
-		// of letting a fallback take over.
-		pause = max(a.c.backoff(t.RateLimitRetries+1), unknownResetPause)
-	}
+// gives it in seconds), when the tool is an agent CLI; else for the
+// backoff, at most retry_backoff_max (see ratePause). The pause, not the
+// task, does the waiting: the retry may run at once under a fallback mode
+// or on another node's account.
+func (a *applier) pauseMode(t *store.Task, tool string, st *wrapper.Status) {
+	a.retryAfter = trustedReset(tool, st.RetryAfterSeconds)
+	pause := ratePause(a.retryAfter, a.c.backoff(t.RateLimitRetries+1), a.c.cfg.Controller.RetryBackoffMax)
 	mode := a.runs[runKey{t.Project, t.ID, t.Attempt}].mode
 	if mode == "" {
 		mode = a.c.modeKey(t.Node)
 	}
 	why := "reset named by the tool"
-	if a.retryAfter <= 0 {
+	switch {
+	case a.retryAfter > 0:
+	case st.RetryAfterSeconds > 0:
+		why = "a reset named by " + tool + ", which is no agent CLI, is not trusted; backing off"
+	default:
 		why = "the tool named no reset; backing off"
 	}
 	reason := fmt.Sprintf("rate limit hit by %s/%s on %s (%s)", t.Project, t.ID, t.Node, why)
@@ -425,6 +436,12 @@ func (a *applier) pauseMode(t *store.Task, st *wrapper.Status) {
 	}
 	a.notices = append(a.notices, notice{t.Project, notify.ModePaused,
 		fmt.Sprintf("%s until %s: %s", said, a.now.Add(pause).UTC().Format(time.RFC3339), reason)})
+}
+
+// toolOf is the tool an attempt of t runs, as its launch resolved it.
+func (a *applier) toolOf(t *store.Task) string {
+	n, _ := a.c.cfg.Node(t.Node)
+	return toolFor(t.Tool, n)
 }
 
 // modeKey names what a rate limit pauses: the node's api_mode, or the node

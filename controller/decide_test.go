@@ -216,6 +216,71 @@ func TestApplyDecisions(t *testing.T) {
 			notices: []string{"mode_paused p: api_mode fallback-team paused until 2026-11-22T12:01:30Z: rate limit hit by p/S01 on n1 (reset named by the tool)"},
 		},
 		{
+			name: "a shell task's reset of a day pauses its mode for the backoff, no longer than retry_backoff_max",
+			tasks: []store.Task{func() store.Task {
+				t := task("S01", store.Running, "n1", 1)
+				t.Tool = "shell"
+				return t
+			}()},
+			pulls: map[string]any{"n1": []wrapper.TaskStatus{func() wrapper.TaskStatus {
+				ts := ended("S01", 1, wrapper.StatusFailed, wrapper.ClassRateLimit)
+				ts.Status.RetryAfterSeconds = 86400
+				return ts
+			}()}},
+			runs: map[runKey]runFacts{{"p", "S01", 1}: {mode: "team"}},
+			want: []string{"pause team", "run S01#1",
+				"S01 running→failed: attempt 1 failed (rate_limit): rate_limit",
+				"S01 failed→pending: rate limited: retry 1 of 10"},
+			changed: 2,
+			notices: []string{"mode_paused p: api_mode team paused until 2026-11-22T12:01:00Z: rate limit hit by p/S01 on n1 (a reset named by shell, which is no agent CLI, is not trusted; backing off)"},
+		},
+		{
+			name:  "claude's reset of a day is trusted",
+			tasks: []store.Task{task("S01", store.Running, "n1", 1)},
+			pulls: map[string]any{"n1": []wrapper.TaskStatus{func() wrapper.TaskStatus {
+				ts := ended("S01", 1, wrapper.StatusFailed, wrapper.ClassRateLimit)
+				ts.Status.RetryAfterSeconds = 86400
+				return ts
+			}()}},
+			runs: map[runKey]runFacts{{"p", "S01", 1}: {mode: "team"}},
+			want: []string{"pause team", "run S01#1",
+				"S01 running→failed: attempt 1 failed (rate_limit): rate_limit",
+				"S01 failed→pending: rate limited: retry 1 of 10"},
+			changed: 2,
+			notices: []string{"mode_paused p: api_mode team paused until 2026-11-23T12:00:00Z: rate limit hit by p/S01 on n1 (reset named by the tool)"},
+		},
+		{
+			name:  "a cost over budget.max_attempt_usd counts as the ceiling, with an event",
+			tasks: []store.Task{task("S01", store.Running, "n1", 1), task("S02", store.Pending, "", 0)},
+			pulls: map[string]any{"n1": []wrapper.TaskStatus{func() wrapper.TaskStatus {
+				ts := ended("S01", 1, wrapper.StatusCompleted, "")
+				ts.Status.CostUSD = 1e9
+				return ts
+			}()}},
+			opts: store.ProjectOptions{BudgetUSD: 100, MaxAttemptUSD: 20},
+			want: []string{"event S01 cost_ceiling: attempt 1 reported a cost of $1000000000.00, over budget.max_attempt_usd: counted as $20.00",
+				"run S01#1 CompletedAt=2026-11-22T12:00:00Z Error= ErrorClass= ExitCode=1 LogBytes=0 PID=0 SessionID= Signal= StartedAt=2026-11-22T12:00:00Z Status=completed TokensIn=0 TokensOut=0 CostUSD=20",
+				"S01 running→completed: on n1"},
+			changed: 1,
+		},
+		{
+			name: "a shell task's reported cost counts for nothing",
+			tasks: []store.Task{func() store.Task {
+				t := task("S01", store.Running, "n1", 1)
+				t.Tool = "shell"
+				return t
+			}(), task("S02", store.Pending, "", 0)},
+			pulls: map[string]any{"n1": []wrapper.TaskStatus{func() wrapper.TaskStatus {
+				ts := ended("S01", 1, wrapper.StatusCompleted, "")
+				ts.Status.CostUSD, ts.Status.TokensIn = 1e9, 1e6
+				return ts
+			}()}},
+			opts: store.ProjectOptions{BudgetUSD: 1, BudgetTokens: 10},
+			want: []string{"run S01#1 CompletedAt=2026-11-22T12:00:00Z Error= ErrorClass= ExitCode=1 LogBytes=0 PID=0 SessionID= Signal= StartedAt=2026-11-22T12:00:00Z Status=completed TokensIn=0 TokensOut=0 CostUSD=0",
+				"S01 running→completed: on n1"},
+			changed: 1,
+		},
+		{
 			name:  "a node offline past node_offline_timeout loses its attempts",
 			tasks: []store.Task{task("S01", store.Running, "n2", 1)},
 			pulls: map[string]any{"n2": errors.New("connection refused")},

@@ -383,6 +383,11 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 	if _, builtin := builtinTools[tool]; builtin {
 		launch.Transcript = tool
 	}
+	if wrapper.IsAgent(tool) {
+		// Its usage and resets are read; a shell's or a custom tool's
+		// output is the task's to forge.
+		launch.Agent = tool
+	}
 	if stdin == "resume" {
 		launch.Resume, launch.ResumePrompt = true, resumePrompt
 		out.resumed = session

@@ -479,7 +479,8 @@ type StartOptions struct {
 func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so StartOptions) store.ProjectOptions {
 	o := store.ProjectOptions{HaltFail: p.Config.Halt.Fail, Setup: p.Config.Setup, Integration: true, Verification: true,
 		Stall: p.Config.Stall, BudgetUSD: p.Config.Budget.USD, BudgetTokens: p.Config.Budget.Tokens,
-		MaxFixRounds: cfg.Controller.MaxFixRounds, IntegratePartial: so.IntegratePartial, Overrides: map[string]store.PhaseSpec{}}
+		MaxAttemptUSD: p.Config.Budget.MaxAttemptUSD,
+		MaxFixRounds:  cfg.Controller.MaxFixRounds, IntegratePartial: so.IntegratePartial, Overrides: map[string]store.PhaseSpec{}}
 	if so.BudgetUSD > 0 {
 		o.BudgetUSD = so.BudgetUSD
 	}

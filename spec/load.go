@@ -361,14 +361,19 @@ func (l *loader) loadConfig() {
 			c.Stall, _ = y.Duration(v, "", key)
 		case "budget":
 			if v.Kind != yaml.MappingNode {
-				y.Errorf(v, "write budget: {usd: 20, tokens: 5000000} (either or both)", "budget must be a mapping, not %s", yamlval.Describe(v))
+				y.Errorf(v, "write budget: {usd: 20, tokens: 5000000, max_attempt_usd: 50} (any of them)", "budget must be a mapping, not %s", yamlval.Describe(v))
 				return
 			}
-			y.fields(v, "budget", []string{"usd", "tokens"}, func(key string, v *yaml.Node) {
-				if key == "usd" {
+			y.fields(v, "budget", []string{"usd", "tokens", "max_attempt_usd"}, func(key string, v *yaml.Node) {
+				switch key {
+				case "usd":
 					c.Budget.USD, _ = y.Number(v, "", "budget.usd")
-				} else if n, ok := y.Int(v, "", "budget.tokens", 1, yamlval.MaxInt); ok {
-					c.Budget.Tokens = int64(n)
+				case "max_attempt_usd":
+					c.Budget.MaxAttemptUSD, _ = y.Number(v, "", "budget.max_attempt_usd")
+				default:
+					if n, ok := y.Int(v, "", "budget.tokens", 1, yamlval.MaxInt); ok {
+						c.Budget.Tokens = int64(n)
+					}
 				}
 			})
 		case "setup":

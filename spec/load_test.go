@@ -246,6 +246,16 @@ func TestLoadErrors(t *testing.T) {
 			want: []wantErr{{"p/S01.md", 3, "@context: empty name"}},
 		},
 		{
+			name:  "budget.max_attempt_usd is not positive",
+			files: map[string]string{"p/S01.md": "# x\n", "p/project.yaml": "budget:\n  usd: 10\n  max_attempt_usd: 0\n"},
+			want:  []wantErr{{"p/project.yaml", 3, "budget.max_attempt_usd must be positive, not 0"}},
+		},
+		{
+			name:  "budget.max_attempt_usd is not a number",
+			files: map[string]string{"p/S01.md": "# x\n", "p/project.yaml": "budget: {max_attempt_usd: lots}\n"},
+			want:  []wantErr{{"p/project.yaml", 1, `budget.max_attempt_usd must be a number, not "lots"`}},
+		},
+		{
 			name:  "base is absolute",
 			files: map[string]string{"p/S01.md": "# x\n", "p/project.yaml": "base: /etc\n"},
 			want:  []wantErr{{"p/project.yaml", 1, `base must be a relative path, not "/etc"`}},

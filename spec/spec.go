@@ -99,10 +99,14 @@ type ProjectConfig struct {
 	Schedule *schedule.Spec
 }
 
-// Budget is project.yaml's budget: {usd: 20, tokens: 5000000}.
+// Budget is project.yaml's budget: {usd: 20, tokens: 5000000,
+// max_attempt_usd: 50}.
 type Budget struct {
 	USD    float64
 	Tokens int64
+	// MaxAttemptUSD is the most one attempt may be recorded as costing;
+	// 0 is the default (store.DefaultMaxAttemptUSD).
+	MaxAttemptUSD float64
 }
 
 // Project is one loaded and validated project.

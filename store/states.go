@@ -81,6 +81,9 @@ type ProjectOptions struct {
 	// --budget-usd); 0 is no limit.
 	BudgetUSD    float64 `json:"budget_usd,omitempty"`
 	BudgetTokens int64   `json:"budget_tokens,omitempty"`
+	// MaxAttemptUSD is project.yaml's budget.max_attempt_usd: the most one
+	// attempt is counted as costing (see AttemptCeiling); 0 is the default.
+	MaxAttemptUSD float64 `json:"max_attempt_usd,omitempty"`
 	// Repo is set for a git-native project (project.yaml repo:).
 	Repo *RepoOptions `json:"repo,omitempty"`
 	// Notify is project.yaml's notify block; nil leaves it to nodes.yaml's.
@@ -125,6 +128,20 @@ func (p Project) ParseOptions() (ProjectOptions, error) {
 		return o, fmt.Errorf("project %s: read its stored options: %w (fix: run `dispatch start %s` again to store them afresh)", p.Name, err, p.Name)
 	}
 	return o, nil
+}
+
+// DefaultMaxAttemptUSD is the ceiling of one attempt's recorded cost when
+// project.yaml's budget names none.
+const DefaultMaxAttemptUSD = 50
+
+// AttemptCeiling is the most one attempt of the project is counted as
+// costing: a cost reported above it is a forgery or a runaway, and counts
+// as the ceiling.
+func (o ProjectOptions) AttemptCeiling() float64 {
+	if o.MaxAttemptUSD > 0 {
+		return min(o.MaxAttemptUSD, MaxCostUSD)
+	}
+	return DefaultMaxAttemptUSD
 }
 
 // HasBudget reports whether the project has a spending limit.

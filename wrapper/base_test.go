@@ -1,6 +1,7 @@
 package wrapper
 
 import (
+	"fmt"
 	"io/fs"
 	"math"
 	"os"
@@ -311,6 +312,7 @@ func TestUsageRecorded(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name      string
+		agent     string
 		log       string
 		code      int
 		wantIn    int64
@@ -318,13 +320,16 @@ func TestUsageRecorded(t *testing.T) {
 		wantCost  float64
 		wantClass string
 	}{
-		{"claude completed", lines(claudeInit, claudeAssistant, claudeResult), 0, 150, 50, 0.0123, ""},
-		{"codex failed", codexPlainNew, 2, 0, 12345, 0, ClassExit},
+		{"claude completed", AgentClaude, lines(claudeInit, claudeAssistant, claudeResult), 0, 150, 50, 0.0123, ""},
+		{"codex failed", AgentCodex, codexPlainNew, 2, 0, 12345, 0, ClassExit},
+		// A shell task printing claude's result (a forged cost) is not
+		// read: only an agent CLI's report counts.
+		{"shell forging a cost", "", `{"type":"result","total_cost_usd":1e9,"usage":{"input_tokens":5,"output_tokens":5}}` + "\n", 0, 0, 0, 0, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tk := newTask(t, "", Launch{Command: []string{"sh", "-c", `cat "$1"; exit "$2"`, "sh", "../printed.txt", strconv.Itoa(tc.code)}})
+			tk := newTask(t, "", Launch{Agent: tc.agent, Command: []string{"sh", "-c", `cat "$1"; exit "$2"`, "sh", "../printed.txt", strconv.Itoa(tc.code)}})
 			if err := os.WriteFile(tk.path("printed.txt"), []byte(tc.log), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -340,20 +345,34 @@ func TestUsageRecorded(t *testing.T) {
 	}
 }
 
+// TestRateLimitRetryAfter: claude's result event names the reset, and the
+// same words from a shell task name none (it is rate_limit all the same).
 func TestRateLimitRetryAfter(t *testing.T) {
 	t.Parallel()
-	tk := newTask(t, "", Launch{Command: shell(`echo 'request failed: HTTP 429 Too Many Requests: retry after 90s' >&2; exit 1`)})
-	tk.run(t, "")
-	st := tk.waitFinal(t)
-	if st.Status != StatusFailed || st.ErrorClass != ClassRateLimit {
-		t.Fatalf("status %+v; want failed, rate_limit", st)
-	}
-	if math.Abs(st.RetryAfterSeconds-90) > 1 {
-		t.Errorf("retry_after_seconds = %g, want 90", st.RetryAfterSeconds)
-	}
-	raw := tk.readFile(t, fileStatus)
-	if !strings.Contains(raw, `"retry_after_seconds":90`) {
-		t.Errorf("status.json %s lacks retry_after_seconds", raw)
+	const result = `{"type":"result","subtype":"success","is_error":true,"result":"API Error: 429 Too Many Requests: retry after 90s"}`
+	for _, tc := range []struct {
+		name, agent, print string
+		want               float64
+	}{
+		{"claude's result event", AgentClaude, result, 90},
+		{"a shell task", "", "API Error: 429 Too Many Requests: retry after 86400 seconds\n" + result, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tk := newTask(t, "", Launch{Agent: tc.agent, Command: shell(`echo '` + tc.print + `' >&2; exit 1`)})
+			tk.run(t, "")
+			st := tk.waitFinal(t)
+			if st.Status != StatusFailed || st.ErrorClass != ClassRateLimit {
+				t.Fatalf("status %+v; want failed, rate_limit", st)
+			}
+			if math.Abs(st.RetryAfterSeconds-tc.want) > 1 {
+				t.Errorf("retry_after_seconds = %g, want %g", st.RetryAfterSeconds, tc.want)
+			}
+			raw := tk.readFile(t, fileStatus)
+			if want := fmt.Sprintf(`"retry_after_seconds":%g`, tc.want); !strings.Contains(raw, want) {
+				t.Errorf("status.json %s lacks %s", raw, want)
+			}
+		})
 	}
 }
 

@@ -311,15 +311,17 @@ func endOrphan(dir, msg string) (*Status, error) {
 	st.Error = msg
 	st.CompletedAt = timestamp(time.Now())
 	st.ExitCode = -1
-	// The supervisor that would have read the usage is gone; what it
-	// stored of the tool's output may still hold some.
-	if tail, err := readLogTail(filepath.Join(dir, fileLog), usageTail); err == nil {
-		st.TokensIn, st.TokensOut, st.CostUSD = ParseUsage(tail)
-	}
 	// The group to kill is the process record's; status.json's tool_pid is
 	// the task's to forge. Whatever the record does not vouch for is left
 	// alone, and said so in wrapper.log.
 	rec, err := readRecord(dir)
+	// The supervisor that would have read the usage is gone; what it
+	// stored of the tool's output may still hold some. Which agent ran is
+	// the record's word, not launch.json's, which the task could rewrite.
+	st.TokensIn, st.TokensOut, st.CostUSD = 0, 0, 0
+	if tail, terr := readLogTail(filepath.Join(dir, fileLog), usageTail); terr == nil && err == nil {
+		st.TokensIn, st.TokensOut, st.CostUSD = ParseUsage(rec.Agent, tail)
+	}
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		logWrapper(dir, "kill: no process record; signalling nothing")

@@ -37,8 +37,8 @@ func (n notice) stops() bool {
 	return n.class == ClassAuth || n.class == ClassRateLimit && n.wait >= stopOnLimitWait
 }
 
-// retryNotice reads line (prev is the line before it) for a retry the CLI
-// announces. It knows
+// retryNotice reads line (prev is the line before it) for a retry the
+// agent CLI agent announces in its own form. It knows
 //
 //   - claude's stream-json {"type":"system","subtype":"api_retry",
 //     "error_status":429,"retry_delay_ms":22285,…} (401 and 403 are auth);
@@ -47,10 +47,16 @@ func (n notice) stops() bool {
 //   - codex's {"type":"error","message":"Reconnecting... 1/5 (… 429 …)"}.
 //
 // A retry of any other error (a server error, an overloaded API, a broken
-// connection) is no notice: the CLI's own retries are right for those.
-func retryNotice(prev, line []byte, now time.Time) (notice, bool) {
+// connection) is no notice: the CLI's own retries are right for those. Nor
+// is anything another tool prints (agent ""): a task that prints a
+// notice's words is not waiting on any provider.
+func retryNotice(agent string, prev, line []byte, now time.Time) (notice, bool) {
 	line = bytes.TrimSpace(line)
-	if len(line) > 0 && line[0] == '{' && bytes.Contains(line, []byte(`"api_retry"`)) {
+	switch agent {
+	case AgentClaude:
+		if len(line) == 0 || line[0] != '{' || !bytes.Contains(line, []byte(`"api_retry"`)) {
+			return notice{}, false
+		}
 		var ev struct {
 			Type         string  `json:"type"`
 			Subtype      string  `json:"subtype"`
@@ -67,9 +73,15 @@ func retryNotice(prev, line []byte, now time.Time) (notice, bool) {
 			return notice{class: ClassAuth}, true
 		}
 		return notice{}, false
-	}
-	// Most lines are neither: look before lowering a copy.
-	if !bytes.Contains(line, []byte("etrying after")) && !bytes.Contains(line, []byte("econnecting")) {
+	case AgentGemini:
+		if !bytes.Contains(line, []byte("etrying after")) {
+			return notice{}, false
+		}
+	case AgentCodex:
+		if !bytes.Contains(line, []byte("econnecting")) {
+			return notice{}, false
+		}
+	default:
 		return notice{}, false
 	}
 	lower := strings.ToLower(string(line))

@@ -14,35 +14,41 @@ func TestRetryNotice(t *testing.T) {
 	// The lines are what the real CLIs printed against the fake provider
 	// APIs (internal/fakeapi): claude 2.1.330, codex 0.169.0, gemini 0.61.0.
 	tests := []struct {
+		agent      string
 		name       string
 		prev, line string
 		want       notice
 		ok, stops  bool
 	}{
-		{"claude 429", "", `{"type":"system","subtype":"api_retry","attempt":1,"max_retries":2,"retry_delay_ms":22285,"error_status":429,"error":"rate_limit","session_id":"c2404489"}`,
+		{AgentClaude, "claude 429", "", `{"type":"system","subtype":"api_retry","attempt":1,"max_retries":2,"retry_delay_ms":22285,"error_status":429,"error":"rate_limit","session_id":"c2404489"}`,
 			notice{ClassRateLimit, 22285 * time.Millisecond}, true, true},
-		{"claude short 429", "", `{"type":"system","subtype":"api_retry","attempt":1,"retry_delay_ms":1200,"error_status":429,"error":"rate_limit"}`,
+		{AgentClaude, "claude short 429", "", `{"type":"system","subtype":"api_retry","attempt":1,"retry_delay_ms":1200,"error_status":429,"error":"rate_limit"}`,
 			notice{ClassRateLimit, 1200 * time.Millisecond}, true, false},
-		{"claude 401", "", `{"type":"system","subtype":"api_retry","attempt":1,"max_retries":2,"retry_delay_ms":576,"error_status":401,"error":"authentication_failed"}`,
+		{AgentClaude, "claude 401", "", `{"type":"system","subtype":"api_retry","attempt":1,"max_retries":2,"retry_delay_ms":576,"error_status":401,"error":"authentication_failed"}`,
 			notice{ClassAuth, 0}, true, true},
-		{"claude overloaded", "", `{"type":"system","subtype":"api_retry","attempt":1,"retry_delay_ms":90000,"error_status":529,"error":"overloaded"}`,
+		{AgentClaude, "claude overloaded", "", `{"type":"system","subtype":"api_retry","attempt":1,"retry_delay_ms":90000,"error_status":529,"error":"overloaded"}`,
 			notice{}, false, false},
-		{"claude other event", "", `{"type":"system","subtype":"init","note":"api_retry"}`, notice{}, false, false},
-		{"claude broken json", "", `{"type":"system","subtype":"api_retry",`, notice{}, false, false},
-		{"gemini quota", "Attempt 1 failed: Quota exceeded for requests per minute. Please retry in 20s.", "Suggested retry after 20s.. Retrying after 20023ms...",
+		{AgentClaude, "claude other event", "", `{"type":"system","subtype":"init","note":"api_retry"}`, notice{}, false, false},
+		{AgentClaude, "claude broken json", "", `{"type":"system","subtype":"api_retry",`, notice{}, false, false},
+		{AgentGemini, "gemini quota", "Attempt 1 failed: Quota exceeded for requests per minute. Please retry in 20s.", "Suggested retry after 20s.. Retrying after 20023ms...",
 			notice{ClassRateLimit, 20 * time.Second}, true, true},
-		{"gemini server error", "Attempt 1 failed with status 503. Retrying with backoff...", "Retrying after 2000ms...", notice{}, false, false},
-		{"codex 429", "", `{"type":"error","message":"Reconnecting... 1/5 (exceeded retry limit, last status: 429 Too Many Requests)"}`,
+		{AgentGemini, "gemini server error", "Attempt 1 failed with status 503. Retrying with backoff...", "Retrying after 2000ms...", notice{}, false, false},
+		{AgentCodex, "codex 429", "", `{"type":"error","message":"Reconnecting... 1/5 (exceeded retry limit, last status: 429 Too Many Requests)"}`,
 			notice{ClassRateLimit, 0}, true, false},
-		{"codex 401", "", `{"type":"error","message":"Reconnecting... 1/5 (unexpected status 401 Unauthorized: Incorrect API key provided., url: http://127.0.0.1:45645/v1/responses)"}`,
+		{AgentCodex, "codex 401", "", `{"type":"error","message":"Reconnecting... 1/5 (unexpected status 401 Unauthorized: Incorrect API key provided., url: http://127.0.0.1:45645/v1/responses)"}`,
 			notice{ClassAuth, 0}, true, true},
-		{"codex network", "", `{"type":"error","message":"Reconnecting... 2/5 (stream disconnected before completion: failed to lookup address information: Name does not resolve)"}`,
+		{AgentCodex, "codex network", "", `{"type":"error","message":"Reconnecting... 2/5 (stream disconnected before completion: failed to lookup address information: Name does not resolve)"}`,
 			notice{}, false, false},
-		{"a task printing 429 is no notice", "", "test 429 passed", notice{}, false, false},
+		{AgentClaude, "a task printing 429 is no notice", "", "test 429 passed", notice{}, false, false},
+		{"", "a shell printing claude's api_retry", "", `{"type":"system","subtype":"api_retry","attempt":1,"retry_delay_ms":86400000,"error_status":429,"error":"rate_limit"}`,
+			notice{}, false, false},
+		{"", "a shell printing gemini's retry", "Attempt 1 failed: Quota exceeded. Please retry in 20h.", "Retrying after 72000000ms...", notice{}, false, false},
+		{AgentCodex, "codex printing claude's api_retry", "", `{"type":"system","subtype":"api_retry","attempt":1,"retry_delay_ms":86400000,"error_status":429,"error":"rate_limit"}`,
+			notice{}, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := retryNotice([]byte(tt.prev), []byte(tt.line), now)
+			got, ok := retryNotice(tt.agent, []byte(tt.prev), []byte(tt.line), now)
 			if ok != tt.ok || got != tt.want {
 				t.Fatalf("retryNotice = %+v, %v; want %+v, %v", got, ok, tt.want, tt.ok)
 			}
@@ -94,7 +100,7 @@ func BenchmarkLineWatcher(b *testing.B) {
 	now := time.Now()
 	w := &lineWatcher{on: func(prev, l []byte) {
 		sessionID(l)
-		retryNotice(prev, l, now)
+		retryNotice(AgentGemini, prev, l, now)
 	}}
 	b.SetBytes(int64(len(chunk)))
 	for b.Loop() {

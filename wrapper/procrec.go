@@ -37,6 +37,9 @@ type procRecord struct {
 	// task's reach: status.json's copy is what the task may have forged,
 	// and a later attempt passes the id back to the tool.
 	SessionID string `json:"session_id,omitempty"`
+	// Agent is launch.json's agent, for a kill that reads the usage of an
+	// attempt whose supervisor is gone.
+	Agent string `json:"agent,omitempty"`
 }
 
 // recordPath is <dir of the wrapper executable>/.ctl/<sha256 of dir>.json.

@@ -1,6 +1,8 @@
 package wrapper
 
 import (
+	"bytes"
+	"encoding/json"
 	"regexp"
 	"strconv"
 	"strings"
@@ -301,4 +303,74 @@ func parseUnixTime(s string, now time.Time) (time.Duration, bool) {
 // retrySeconds is d for status.json, rounded to the millisecond.
 func retrySeconds(d time.Duration) float64 {
 	return d.Round(time.Millisecond).Seconds()
+}
+
+// AgentReset finds when a rate limit resets in what the agent CLI agent
+// printed before it ended rate-limited, as a wait from now; 0 means it does
+// not say. Only the CLI's own structured reports count, the last one
+// first: claude's result event (its text: "Claude AI usage limit
+// reached|<unix time>", "resets 3pm") or its last api_retry of a 429,
+// codex's error and turn.failed events, gemini's retry lines (see
+// retryNotice). A reset phrase anywhere else, and anything a tool that is
+// no agent CLI prints (agent ""), names no reset: a task could pause a
+// shared account for a day with one echo. Only the last 64 KiB are read.
+func AgentReset(agent string, logTail []byte, now time.Time) time.Duration {
+	if !IsAgent(agent) {
+		return 0
+	}
+	if len(logTail) > retryTail {
+		logTail = logTail[len(logTail)-retryTail:]
+	}
+	for end := len(logTail); end > 0; {
+		start := bytes.LastIndexByte(logTail[:end], '\n') + 1
+		line := logTail[start:end]
+		var prev []byte
+		if start > 0 {
+			ps := bytes.LastIndexByte(logTail[:start-1], '\n') + 1
+			prev = logTail[ps : start-1]
+		}
+		if n, ok := retryNotice(agent, prev, line, now); ok && n.class == ClassRateLimit && n.wait > 0 {
+			return min(n.wait, maxRetryAfter)
+		}
+		if text, ok := finalReport(agent, line); ok {
+			if d := ParseRetryAfter([]byte(text), now); d > 0 {
+				return d
+			}
+		}
+		end = start - 1
+	}
+	return 0
+}
+
+// finalReport is the text of the event with which claude (result) or codex
+// (error, turn.failed) reports how it ended, when line is one.
+func finalReport(agent string, line []byte) (string, bool) {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 || line[0] != '{' || !bytes.Contains(line, []byte(`"type"`)) {
+		return "", false
+	}
+	var ev struct {
+		Type    string          `json:"type"`
+		Result  string          `json:"result"`
+		Message string          `json:"message"`
+		Error   json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(line, &ev) != nil {
+		return "", false
+	}
+	switch {
+	case agent == AgentClaude && ev.Type == "result":
+		return ev.Result, true
+	case agent == AgentCodex && ev.Type == "error":
+		return ev.Message, true
+	case agent == AgentCodex && ev.Type == "turn.failed":
+		var e struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(ev.Error, &e) != nil {
+			return string(ev.Error), true
+		}
+		return e.Message, true
+	}
+	return "", false
 }

@@ -101,3 +101,45 @@ func TestParseRetryAfter(t *testing.T) {
 		t.Errorf("across summer time: %s, want 30m", got)
 	}
 }
+
+// TestAgentReset: a reset counts only from the agent CLI's own reports; the
+// same words from a shell task, or in another CLI's form, name none.
+func TestAgentReset(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 13, 0, 0, 0, time.UTC)
+	const (
+		plain       = "API Error: 429 Too Many Requests: retry after 86400 seconds\n"
+		claudeLimit = `{"type":"result","subtype":"success","is_error":true,"result":"Claude AI usage limit reached|1767362400"}` + "\n"
+		claudeRetry = `{"type":"system","subtype":"api_retry","attempt":3,"retry_delay_ms":40000,"error_status":429,"error":"rate_limit"}` + "\n"
+		codexFailed = `{"type":"turn.failed","error":{"message":"You've hit your usage limit. Try again in 2 hours."}}` + "\n"
+		codexError  = `{"type":"error","message":"exceeded retry limit, last status: 429 Too Many Requests, retry after 120s"}` + "\n"
+		geminiRetry = "Attempt 1 failed: Quota exceeded for quota metric. Please retry in 20s.\nSuggested retry after 20s.. Retrying after 20023ms...\n"
+	)
+	tests := []struct {
+		name, agent, log string
+		want             time.Duration
+	}{
+		{"claude's result event", AgentClaude, claudeLimit, time.Hour},
+		{"claude's last api_retry", AgentClaude, claudeRetry + "API Error: 429 rate limited\n", 40 * time.Second},
+		{"claude's result after its api_retry", AgentClaude, claudeRetry + claudeLimit, time.Hour},
+		{"claude: plain text names no reset", AgentClaude, plain, 0},
+		{"claude: codex's event names no reset", AgentClaude, codexError, 0},
+		{"codex's turn.failed", AgentCodex, codexFailed, 2 * time.Hour},
+		{"codex's error event", AgentCodex, codexError, 2 * time.Minute},
+		{"codex: claude's result names no reset", AgentCodex, claudeLimit, 0},
+		{"gemini's retry lines", AgentGemini, geminiRetry + "Error: quota exceeded\n", 20 * time.Second},
+		{"gemini: plain text names no reset", AgentGemini, plain, 0},
+		{"a shell task's plain line", "", plain, 0},
+		{"a shell task printing claude's result", "", claudeLimit, 0},
+		{"a shell task printing claude's api_retry", "", claudeRetry, 0},
+		{"a shell task printing gemini's lines", "", geminiRetry, 0},
+		{"capped at a day", AgentClaude, `{"type":"result","is_error":true,"result":"resets in 30 days"}` + "\n", 24 * time.Hour},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := AgentReset(tt.agent, []byte(tt.log), now); got != tt.want {
+				t.Errorf("AgentReset(%q) = %s, want %s", tt.agent, got, tt.want)
+			}
+		})
+	}
+}

@@ -772,7 +772,7 @@ func (s *supervisor) onLine(prev, line []byte) {
 		s.mu.Unlock()
 	}
 	now := time.Now()
-	n, ok := retryNotice(prev, line, now)
+	n, ok := retryNotice(s.launch.Agent, prev, line, now)
 	if !ok || !n.stops() {
 		return
 	}
@@ -878,7 +878,8 @@ func (s *supervisor) writeOwnRecord() error {
 	if err != nil {
 		return fmt.Errorf("read own session: %w", err)
 	}
-	s.rec = procRecord{Dir: filepath.Clean(s.dir), Attempt: s.launch.Attempt, SupervisorPID: pid, SupervisorStart: start, SID: sid}
+	s.rec = procRecord{Dir: filepath.Clean(s.dir), Attempt: s.launch.Attempt, SupervisorPID: pid, SupervisorStart: start, SID: sid,
+		Agent: s.launch.Agent}
 	return writeRecord(&s.rec)
 }
 
@@ -943,7 +944,7 @@ func (s *supervisor) finish(res outcome) {
 	if err != nil {
 		s.logger.Warn("read task log for usage", logKeyErr, err)
 	}
-	tokensIn, tokensOut, cost := ParseUsage(tail)
+	tokensIn, tokensOut, cost := ParseUsage(s.launch.Agent, tail)
 	var final Status
 	err = s.updateStatus(func(st *Status) bool {
 		defer func() { final = *st }()
@@ -991,7 +992,7 @@ func (s *supervisor) finish(res outcome) {
 			st.Status, st.ErrorClass = StatusFailed, Classify(res.code, logTail)
 			st.Error = exitError(res.code, 0)
 			if st.ErrorClass == ClassRateLimit {
-				st.RetryAfterSeconds = retrySeconds(ParseRetryAfter(logTail, ended))
+				st.RetryAfterSeconds = retrySeconds(AgentReset(s.launch.Agent, logTail, ended))
 			}
 		}
 		return true

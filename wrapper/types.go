@@ -37,6 +37,24 @@ const (
 	ClassHung = "hung"
 )
 
+// Agents are the agent CLIs whose structured output the wrapper reads
+// (Launch.Agent).
+var Agents = []string{AgentClaude, AgentCodex, AgentGemini}
+
+// Values of Launch.Agent.
+const (
+	AgentClaude = "claude"
+	AgentCodex  = "codex"
+	AgentGemini = "gemini"
+)
+
+// IsAgent reports whether tool is one of the agent CLIs: a tool by that
+// name, built in or defined in nodes.yaml, is trusted to print its own
+// usage and rate-limit resets; any other tool's output is the task's.
+func IsAgent(tool string) bool {
+	return tool == AgentClaude || tool == AgentCodex || tool == AgentGemini
+}
+
 // Values of ErrorReply.Kind.
 const (
 	KindUsage          = "usage"
@@ -95,6 +113,11 @@ type Launch struct {
 	// Transcript names the tool whose transcript counts as writing too
 	// (only "claude" is known).
 	Transcript string `json:"transcript,omitempty"`
+	// Agent names the agent CLI the tool is (one of Agents): only its own
+	// structured events are read for usage, cost and a rate limit's reset.
+	// "" for any other tool (shell, one of nodes.yaml's), whose output is
+	// the task's to write and never read for numbers.
+	Agent string `json:"agent,omitempty"`
 	// Env is the tool's own settings (the variables that keep an agent CLI
 	// offline, non-interactive and its retries bounded): applied over the
 	// node user's environment, under the api_mode's variables on stdin.
@@ -265,6 +288,9 @@ func (l *Launch) normalize() error {
 	}
 	if l.StallSeconds < 0 {
 		return fmt.Errorf("negative stall_seconds")
+	}
+	if l.Agent != "" && !IsAgent(l.Agent) {
+		return fmt.Errorf("agent %q: want one of %v or none", l.Agent, Agents)
 	}
 	if err := checkBase(l.Base); err != nil {
 		return err

@@ -29,8 +29,10 @@ var tokensUsedRE = regexp.MustCompile(`(?i)^(?:\[[^\]]*\]\s*)?tokens used:?\s*([
 // ansiRE matches terminal colour and style sequences.
 var ansiRE = regexp.MustCompile("\x1b\\[[0-9;?]*[A-Za-z]")
 
-// ParseUsage reads the token and cost figures a tool printed from the end of
-// its log. Unknown shapes give zeros, never an error; only the last 4 MiB of
+// ParseUsage reads the token and cost figures the agent CLI agent printed
+// from the end of its log. Only that CLI's own final report counts: the
+// output of any other tool (agent "") is the task's to write, and yields
+// zeros, as do unknown shapes, never an error. Only the last 4 MiB of
 // logTail are read, and a cut marker or a first line cut in the middle is
 // skipped. Of several reports the last one counts. It understands:
 //
@@ -54,7 +56,10 @@ var ansiRE = regexp.MustCompile("\x1b\\[[0-9;?]*[A-Za-z]")
 //     event's "stats" with input_tokens and output_tokens is read too.
 //
 // No tool but claude reports a cost, so costUSD is 0 for the others.
-func ParseUsage(logTail []byte) (tokensIn, tokensOut int64, costUSD float64) {
+func ParseUsage(agent string, logTail []byte) (tokensIn, tokensOut int64, costUSD float64) {
+	if !IsAgent(agent) {
+		return 0, 0, 0
+	}
 	text := logTail
 	if len(text) > usageTail {
 		text = text[len(text)-usageTail:]
@@ -75,16 +80,16 @@ func ParseUsage(logTail []byte) (tokensIn, tokensOut int64, costUSD float64) {
 		raw := text[start:end]
 		line := bytes.TrimSpace(raw)
 		if len(line) > 0 && line[0] == '{' {
-			if u, ok := jsonUsage(line); ok {
+			if u, ok := jsonUsage(line); ok && u.from == agent {
 				return u.in, u.out, u.cost
 			}
 			if bytes.Equal(bytes.TrimRight(raw, "\r"), []byte("{")) && tries < maxObjectTries {
 				tries++
-				if u, ok := objectUsage(text[start:]); ok {
+				if u, ok := objectUsage(text[start:]); ok && u.from == agent {
 					return u.in, u.out, u.cost
 				}
 			}
-		} else if textTotal < 0 && (bytes.Contains(line, []byte("okens used")) || bytes.Contains(line, []byte("OKENS USED"))) {
+		} else if agent == AgentCodex && textTotal < 0 && (bytes.Contains(line, []byte("okens used")) || bytes.Contains(line, []byte("OKENS USED"))) {
 			if n, ok := tokensUsed(line, next); ok {
 				textTotal = n
 			}
@@ -104,6 +109,8 @@ func ParseUsage(logTail []byte) (tokensIn, tokensOut int64, costUSD float64) {
 type usage struct {
 	in, out int64
 	cost    float64
+	// from is the agent CLI whose report it is.
+	from string
 }
 
 // jsonUsage reads usage from one line of JSON; lines that cannot hold any
@@ -143,22 +150,23 @@ func usageOf(obj map[string]any) (usage, bool) {
 				in:   count(u, "input_tokens") + count(u, "cache_creation_input_tokens") + count(u, "cache_read_input_tokens"),
 				out:  count(u, "output_tokens"),
 				cost: max(cost, 0),
+				from: AgentClaude,
 			}, true
 		}
 		if s, ok := object(obj, "stats"); ok && hasTokens(s) {
-			return usage{in: count(s, "input_tokens"), out: count(s, "output_tokens")}, true
+			return usage{in: count(s, "input_tokens"), out: count(s, "output_tokens"), from: AgentGemini}, true
 		}
 		if cost, ok := number(obj, "total_cost_usd"); ok {
-			return usage{cost: max(cost, 0)}, true
+			return usage{cost: max(cost, 0), from: AgentClaude}, true
 		}
 		if cost, ok := number(obj, "cost_usd"); ok {
-			return usage{cost: max(cost, 0)}, true
+			return usage{cost: max(cost, 0), from: AgentClaude}, true
 		}
 		return usage{}, false
 	}
 	if s, ok := object(obj, "stats"); ok {
 		if models, ok := object(s, "models"); ok {
-			var u usage
+			u := usage{from: AgentGemini}
 			for _, m := range models {
 				mm, _ := m.(map[string]any)
 				if t, ok := object(mm, "tokens"); ok {
@@ -186,7 +194,7 @@ func usageOf(obj map[string]any) (usage, bool) {
 	}
 	for _, c := range candidates {
 		if hasTokens(c) {
-			return usage{in: count(c, "input_tokens"), out: count(c, "output_tokens")}, true
+			return usage{in: count(c, "input_tokens"), out: count(c, "output_tokens"), from: AgentCodex}, true
 		}
 	}
 	return usage{}, false

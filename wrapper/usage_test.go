@@ -138,51 +138,61 @@ func TestParseUsage(t *testing.T) {
 	const fillLine = "some output of a long run, padded to a line\n"
 	filler := strings.Repeat(fillLine, usageTail/len(fillLine)+1000)
 	tests := []struct {
+		agent   string
 		name    string
 		log     string
 		in, out int64
 		cost    float64
 	}{
-		{"claude stream-json", lines(claudeInit, claudeAssistant, claudeToolUser, claudeAssistant, claudeResult), 150, 50, 0.0123},
-		{"claude old cost_usd", lines(claudeInit, claudeAssistant, claudeOldResult), 5000, 700, 0.5},
-		{"claude last result wins", lines(claudeOldResult, claudeInit, claudeResult), 150, 50, 0.0123},
-		{"claude error result", lines(claudeInit, claudeAssistant, claudeMaxTurns), 3210, 4000, 1.25},
-		{"claude result then stderr", lines(claudeResult, "Error: something after the result"), 150, 50, 0.0123},
-		{"claude result with CRLF", strings.ReplaceAll(lines(claudeInit, claudeResult), "\n", "\r\n"), 150, 50, 0.0123},
-		{"claude killed before its result", lines(claudeInit, claudeAssistant, claudeToolUser), 0, 0, 0},
-		{"claude after a cut", cutMarker(123456) + `:5,"output_tokens":7}}` + "\n" + lines(claudeAssistant, claudeResult), 150, 50, 0.0123},
-		{"codex plain", codexPlainNew, 0, 12345, 0},
-		{"codex plain coloured", "codex\nDone.\n\x1b[2mtokens used\x1b[0m\n\x1b[2m9,876\x1b[0m\n", 0, 9876, 0},
-		{"codex plain old", codexPlainOld, 0, 1234, 0},
-		{"codex plain one line", "Done.\ntokens used: 12,345\n", 0, 12345, 0},
-		{"codex last summary wins", "tokens used: 5\nmore\n[2025-08-05T10:00:09] tokens used: 77\n", 0, 77, 0},
-		{"codex token_count info", codexTokenCountInfo, 2000, 300, 0},
-		{"codex token_count flat", codexTokenCountFlat, 900, 80, 0},
-		{"codex turn.completed", codexTurnCompleted, 24763, 122, 0},
-		{"codex json preferred to text", codexTokenCountFlat + "tokens used\n980\n", 900, 80, 0},
-		{"codex last token_count wins", codexTokenCountFlat + codexTokenCountInfo, 2000, 300, 0},
-		{"gemini json", geminiJSON, 25939, 25, 0},
-		{"gemini json then stderr", geminiJSON + "Warning: something\n", 25939, 25, 0},
-		{"gemini json compact", `{"response":"ok","stats":{"models":{"gemini-2.5-flash":{"tokens":{"prompt":10,"candidates":3}}}}}` + "\n", 10, 3, 0},
-		{"gemini stream-json", geminiStream, 2800, 200, 0},
-		{"gemini plain", geminiPlain, 0, 0, 0},
-		{"empty", "", 0, 0, 0},
-		{"no usage", "hello\nworld\n", 0, 0, 0},
-		{"tokens used in prose", "The lexer reported tokens used: 5 in total.\n", 0, 0, 0},
-		{"tokens used without a number", "tokens used\nnone\n", 0, 0, 0},
-		{"result without usage", `{"type":"result","subtype":"success","result":"x"}` + "\n", 0, 0, 0},
-		{"usage of the wrong type", `{"type":"result","usage":"lots","total_cost_usd":"free"}` + "\n", 0, 0, 0},
-		{"negative and fractional", `{"type":"result","total_cost_usd":-1,"usage":{"input_tokens":-5,"output_tokens":2.7}}` + "\n", 0, 2, 0},
-		{"truncated json", claudeResult[:len(claudeResult)/2] + "\n", 0, 0, 0},
-		{"json array", `[{"type":"result","usage":{"input_tokens":1,"output_tokens":1}}]` + "\n", 0, 0, 0},
-		{"lone brace", "{\n\"stats\": 3\n", 0, 0, 0},
-		{"binary", "\x00\xff{\xfe\n\x01{\"type\":\x00\n", 0, 0, 0},
-		{"only the last 4 MiB", claudeResult + "\n" + filler, 0, 0, 0},
-		{"result after much output", filler + claudeResult + "\n", 150, 50, 0.0123},
+		{AgentClaude, "claude stream-json", lines(claudeInit, claudeAssistant, claudeToolUser, claudeAssistant, claudeResult), 150, 50, 0.0123},
+		{AgentClaude, "claude old cost_usd", lines(claudeInit, claudeAssistant, claudeOldResult), 5000, 700, 0.5},
+		{AgentClaude, "claude last result wins", lines(claudeOldResult, claudeInit, claudeResult), 150, 50, 0.0123},
+		{AgentClaude, "claude error result", lines(claudeInit, claudeAssistant, claudeMaxTurns), 3210, 4000, 1.25},
+		{AgentClaude, "claude result then stderr", lines(claudeResult, "Error: something after the result"), 150, 50, 0.0123},
+		{AgentClaude, "claude result with CRLF", strings.ReplaceAll(lines(claudeInit, claudeResult), "\n", "\r\n"), 150, 50, 0.0123},
+		{AgentClaude, "claude killed before its result", lines(claudeInit, claudeAssistant, claudeToolUser), 0, 0, 0},
+		{AgentClaude, "claude after a cut", cutMarker(123456) + `:5,"output_tokens":7}}` + "\n" + lines(claudeAssistant, claudeResult), 150, 50, 0.0123},
+		{AgentCodex, "codex plain", codexPlainNew, 0, 12345, 0},
+		{AgentCodex, "codex plain coloured", "codex\nDone.\n\x1b[2mtokens used\x1b[0m\n\x1b[2m9,876\x1b[0m\n", 0, 9876, 0},
+		{AgentCodex, "codex plain old", codexPlainOld, 0, 1234, 0},
+		{AgentCodex, "codex plain one line", "Done.\ntokens used: 12,345\n", 0, 12345, 0},
+		{AgentCodex, "codex last summary wins", "tokens used: 5\nmore\n[2025-08-05T10:00:09] tokens used: 77\n", 0, 77, 0},
+		{AgentCodex, "codex token_count info", codexTokenCountInfo, 2000, 300, 0},
+		{AgentCodex, "codex token_count flat", codexTokenCountFlat, 900, 80, 0},
+		{AgentCodex, "codex turn.completed", codexTurnCompleted, 24763, 122, 0},
+		{AgentCodex, "codex json preferred to text", codexTokenCountFlat + "tokens used\n980\n", 900, 80, 0},
+		{AgentCodex, "codex last token_count wins", codexTokenCountFlat + codexTokenCountInfo, 2000, 300, 0},
+		{AgentGemini, "gemini json", geminiJSON, 25939, 25, 0},
+		{AgentGemini, "gemini json then stderr", geminiJSON + "Warning: something\n", 25939, 25, 0},
+		{AgentGemini, "gemini json compact", `{"response":"ok","stats":{"models":{"gemini-2.5-flash":{"tokens":{"prompt":10,"candidates":3}}}}}` + "\n", 10, 3, 0},
+		{AgentGemini, "gemini stream-json", geminiStream, 2800, 200, 0},
+		{AgentGemini, "gemini plain", geminiPlain, 0, 0, 0},
+		{AgentClaude, "empty", "", 0, 0, 0},
+		{AgentClaude, "no usage", "hello\nworld\n", 0, 0, 0},
+		{AgentCodex, "tokens used in prose", "The lexer reported tokens used: 5 in total.\n", 0, 0, 0},
+		{AgentCodex, "tokens used without a number", "tokens used\nnone\n", 0, 0, 0},
+		{AgentClaude, "result without usage", `{"type":"result","subtype":"success","result":"x"}` + "\n", 0, 0, 0},
+		{AgentClaude, "usage of the wrong type", `{"type":"result","usage":"lots","total_cost_usd":"free"}` + "\n", 0, 0, 0},
+		{AgentClaude, "negative and fractional", `{"type":"result","total_cost_usd":-1,"usage":{"input_tokens":-5,"output_tokens":2.7}}` + "\n", 0, 2, 0},
+		{AgentClaude, "truncated json", claudeResult[:len(claudeResult)/2] + "\n", 0, 0, 0},
+		{AgentClaude, "json array", `[{"type":"result","usage":{"input_tokens":1,"output_tokens":1}}]` + "\n", 0, 0, 0},
+		{AgentGemini, "lone brace", "{\n\"stats\": 3\n", 0, 0, 0},
+		{AgentClaude, "binary", "\x00\xff{\xfe\n\x01{\"type\":\x00\n", 0, 0, 0},
+		{AgentClaude, "only the last 4 MiB", claudeResult + "\n" + filler, 0, 0, 0},
+		{AgentClaude, "result after much output", filler + claudeResult + "\n", 150, 50, 0.0123},
+		// Only the agent's own report counts: a shell task, a custom tool or
+		// another CLI printing claude's result is not read.
+		{"", "a shell printing a claude result", lines(claudeResult), 0, 0, 0},
+		{"", "a shell printing a forged cost", `{"type":"result","total_cost_usd":1e9,"usage":{"input_tokens":1,"output_tokens":1}}` + "\n", 0, 0, 0},
+		{"", "a shell printing codex's summary", "tokens used: 12,345\n", 0, 0, 0},
+		{AgentCodex, "codex printing a claude result", lines(claudeResult), 0, 0, 0},
+		{AgentGemini, "gemini printing a claude result", lines(claudeResult), 0, 0, 0},
+		{AgentClaude, "claude printing codex's summary", "tokens used: 12,345\n", 0, 0, 0},
+		{AgentClaude, "claude's result before a codex line", lines(claudeResult, `{"type":"token_count","input_tokens":9,"output_tokens":4}`), 150, 50, 0.0123},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			in, out, cost := ParseUsage([]byte(tc.log))
+			in, out, cost := ParseUsage(tc.agent, []byte(tc.log))
 			if in != tc.in || out != tc.out || cost != tc.cost {
 				t.Errorf("ParseUsage = %d, %d, %g; want %d, %d, %g", in, out, cost, tc.in, tc.out, tc.cost)
 			}

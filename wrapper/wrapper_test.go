@@ -253,7 +253,7 @@ func TestSupervisorKilled(t *testing.T) {
 			// The shell waits for a background sleep: on Linux the shell, the
 			// supervisor's child, dies with the supervisor; the sleep in its
 			// group lives on.
-			tk := newTask(t, "", Launch{Command: shell(`echo '{"type":"token_count","input_tokens":9,"output_tokens":4}'; sleep 30 & wait`)})
+			tk := newTask(t, "", Launch{Agent: AgentCodex, Command: shell(`echo '{"type":"token_count","input_tokens":9,"output_tokens":4}'; sleep 30 & wait`)})
 			reply := tk.run(t, "")
 			old := tk.waitStatus(t, "tool_pid and output", func(st *Status) bool { return st.ToolPID > 0 && st.LogBytes > 0 })
 			if err := syscall.Kill(reply.PID, syscall.SIGKILL); err != nil {

@@ -86,9 +86,10 @@ func TestStalledAgentIsRetried(t *testing.T) {
 // (start --budget-usd here, replacing project.yaml's), nothing new starts,
 // and status and the report say why.
 func TestBudgetStopsNewTasks(t *testing.T) {
-	h, _ := policyHome(t, "", "")
+	// The cost is read only from an agent CLI: a stand-in named claude.
+	h, _ := policyHome(t, "", "tools:\n  claude: { command: [/bin/sh, \"{spec}\"] }\n")
 	dir := filepath.Join(h.home, "specs", "p")
-	writeFile(t, filepath.Join(dir, "project.yaml"), "integration: false\nbudget: {usd: 100, tokens: 1000000}\n")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "integration: false\ntool: claude\nbudget: {usd: 100, tokens: 1000000}\n")
 	for i, id := range []string{"S01", "S02", "S03"} {
 		dep := ""
 		if i > 0 {
@@ -128,16 +129,19 @@ func TestBudgetStopsNewTasks(t *testing.T) {
 // its tasks run under the mode's first fallback that the node may use, and
 // the report says which mode each attempt used.
 func TestFallbackModeTakesOver(t *testing.T) {
+	// A stand-in for claude: only an agent CLI's result names a reset.
 	h, _ := policyHome(t, "    api_mode: a\n    api_modes: [b]\n", `api_modes:
   a:
     env: {ACCOUNT: a}
     fallback: [b]
   b:
     env: {ACCOUNT: b}
+tools:
+  claude: { command: [/bin/sh, "{spec}"] }
 `)
 	dir := filepath.Join(h.home, "specs", "p")
-	writeFile(t, filepath.Join(dir, "project.yaml"), "integration: false\n")
-	body := "if [ \"$ACCOUNT\" = a ]; then echo 'HTTP 429 Too Many Requests: rate limit reached, retry after 120s'; exit 1; fi\n" +
+	writeFile(t, filepath.Join(dir, "project.yaml"), "integration: false\ntool: claude\n")
+	body := "if [ \"$ACCOUNT\" = a ]; then echo '{\"type\":\"result\",\"is_error\":true,\"result\":\"API Error: 429 Too Many Requests: rate limit reached, retry after 86400 seconds\"}'; exit 1; fi\n" +
 		"echo \"$ACCOUNT\" > account.txt\n"
 	writeFile(t, filepath.Join(dir, "S01-first.md"), "# First\n"+body)
 	writeFile(t, filepath.Join(dir, "S02-second.md"), "---\ndepends_on: [S01]\n---\n# Second\n"+body)
@@ -157,9 +161,12 @@ func TestFallbackModeTakesOver(t *testing.T) {
 	if got := readFile(t, filepath.Join(h.home, "runs", "p", "S01", "output", "account.txt")); got != "b\n" {
 		t.Errorf("S01 ran under %q", got)
 	}
+	// claude's reset of a day is trusted, and status says on which day
+	// the pause ends.
+	tomorrow := time.Now().Add(24 * time.Hour).Local().Format("2006-01-02")
 	s := h.run(t, "status", "p")
-	if !strings.Contains(s.stdout, "paused: a until") || !strings.Contains(s.stdout, "run under b (fallback)") {
-		t.Errorf("status does not show the pause and the fallback:\n%s", s.stdout)
+	if !strings.Contains(s.stdout, "paused: a until "+tomorrow+" ") || !strings.Contains(s.stdout, "run under b (fallback)") {
+		t.Errorf("status does not show the pause (until %s) and the fallback:\n%s", tomorrow, s.stdout)
 	}
 	var rep struct {
 		Tasks []struct {

@@ -203,8 +203,9 @@ func printStatus(w io.Writer, s styles, v *readmodel.StatusView, cfg *nodes.Conf
 			fmt.Fprintln(w, s.warn.Render(l))
 		}
 	}
+	now := time.Now()
 	for _, p := range v.Paused {
-		line := fmt.Sprintf("paused: %s until %s (%s)", p.APIMode, p.Until.Local().Format("15:04:05"), termtext.Clean(p.Reason))
+		line := fmt.Sprintf("paused: %s until %s (%s)", p.APIMode, pauseEnd(p.Until, now), termtext.Clean(p.Reason))
 		if fb := v.Fallbacks[p.APIMode]; fb != "" {
 			line += "; its tasks run under " + fb + " (fallback) where a node may use it"
 		}
@@ -213,6 +214,17 @@ func printStatus(w io.Writer, s styles, v *readmodel.StatusView, cfg *nodes.Conf
 	for _, n := range v.Notes {
 		fmt.Fprintln(w, s.warn.Render("note: "+termtext.Clean(n)))
 	}
+}
+
+// pauseEnd is when a pause ends, in the local zone: the time of day when
+// that is today, with the date when not (a reset a day away read as
+// "until 14:00" looks like one due within hours).
+func pauseEnd(until, now time.Time) string {
+	u, n := until.Local(), now.Local()
+	if uy, um, ud := u.Date(); uy == n.Year() && um == n.Month() && ud == n.Day() {
+		return u.Format("15:04:05")
+	}
+	return u.Format("2006-01-02 15:04:05")
 }
 
 func summaryCounts(s styles, c readmodel.Counts) string {

@@ -31,7 +31,13 @@ if printf '%s' "$prompt" | grep -q 'RATE_LIMIT_ONCE'; then
   marker="$(dirname "$PWD")/.rate-limited"
   if [ ! -e "$marker" ]; then
     : > "$marker"
-    echo "API Error: 429 Too Many Requests: rate limit reached, retry after 3s"
+    # Each CLI says it in its own structured form: a reset is read from
+    # nothing else.
+    case "$tool" in
+      claude) echo '{"type":"result","subtype":"success","is_error":true,"result":"API Error: 429 Too Many Requests: rate limit reached, retry after 3s"}' ;;
+      codex) echo '{"type":"turn.failed","error":{"message":"exceeded retry limit, last status: 429 Too Many Requests, retry after 3s"}}' ;;
+      gemini) printf '%s\n' "Attempt 1 failed: Quota exceeded. Please retry in 3s." "Suggested retry after 3s.. Retrying after 3000ms..." ;;
+    esac
     exit 1
   fi
 fi
