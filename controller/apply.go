@@ -248,8 +248,9 @@ const staleGrace = "2s"
 // each node, so a slow kill never stalls the tick. Until a kill is
 // confirmed, its node takes no launch or collection and its task is not
 // launched anywhere (see unkilled): a retry never runs beside the attempt
-// it replaces.
-func (c *Controller) killStale(ctx context.Context, stale []staleAttempt) {
+// it replaces. It returns what it could not kill, with why: a node that
+// failed the kill, or one not tried (busy, slow, its wrapper unchecked).
+func (c *Controller) killStale(ctx context.Context, stale []staleAttempt) map[staleAttempt]string {
 	byNode := map[string][]staleAttempt{}
 	for _, sa := range stale {
 		byNode[sa.node] = append(byNode[sa.node], sa)
@@ -272,18 +273,22 @@ func (c *Controller) killStale(ctx context.Context, stale []staleAttempt) {
 			kctx, cancel := context.WithTimeout(ctx, c.callTimeout()+killSlack)
 			res, err := n.tr.Exec(kctx, []string{inst.Path, "kill", "--dir", sa.dir, "--grace", staleGrace}, nil)
 			cancel()
-			mu.Lock()
-			tried[sa] = true
+			why := ""
 			switch {
 			case err != nil:
-				failed[sa] = err.Error()
+				why = err.Error()
 			case res.ExitCode != 0:
-				failed[sa] = replyError(res, nil)
+				why = replyError(res, nil)
+			}
+			mu.Lock()
+			tried[sa] = true
+			if why != "" {
+				failed[sa] = why
 			}
 			mu.Unlock()
-			if failed[sa] != "" {
+			if why != "" {
 				c.log.Warn("kill stale attempt", keyNode, sa.node, keyProject, sa.project, keyTask, sa.task,
-					keyAttempt, sa.attempt, "err", failed[sa])
+					keyAttempt, sa.attempt, "err", why)
 			}
 		}
 	})
@@ -292,9 +297,18 @@ func (c *Controller) killStale(ctx context.Context, stale []staleAttempt) {
 	d := decideKills(c.killFailures, stale, tried, failed)
 	c.killFailures, c.unkilledNodes, c.unkilledTasks = d.failures, d.holdNodes, d.holdTasks
 	c.killMu.Unlock()
+	notKilled := map[staleAttempt]string{}
+	for _, sa := range stale {
+		switch {
+		case failed[sa] != "":
+			notKilled[sa] = failed[sa]
+		case !tried[sa]:
+			notKilled[sa] = "not tried: its node is busy or did not answer in time"
+		}
+	}
 	mu.Unlock()
 	if len(d.givenUp) == 0 {
-		return
+		return notKilled
 	}
 	err := c.st.Update(ctx, func(tx *store.Tx) error {
 		for _, sa := range d.givenUp {
@@ -309,6 +323,7 @@ func (c *Controller) killStale(ctx context.Context, stale []staleAttempt) {
 	if err != nil {
 		c.log.Warn("record stale attempts that could not be killed", "err", err)
 	}
+	return notKilled
 }
 
 // maxKillFailures is how many failed kills of one stale attempt hold back

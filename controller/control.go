@@ -522,37 +522,50 @@ func (c *Controller) Cancel(ctx context.Context, project string, ids []string) (
 	if err != nil {
 		return "", err
 	}
-	killed := c.killAttempts(ctx, running)
+	killed, notKilled := c.killAttempts(ctx, running)
 	msg := fmt.Sprintf("%s: canceled %s", project, strings.Join(ids, ", "))
 	if killed > 0 {
 		msg += fmt.Sprintf("; killed %d running attempt(s)", killed)
 	}
-	if killed < len(running) {
-		msg += fmt.Sprintf("; %d will be killed when their node answers", len(running)-killed)
+	for _, why := range notKilled {
+		msg += "; " + why
+	}
+	if len(notKilled) > 0 {
+		msg += "; what was not killed is killed when its node answers"
 	}
 	return msg, nil
 }
 
-// killAttempts kills running attempts on their nodes and returns how many
-// it reached.
-func (c *Controller) killAttempts(ctx context.Context, tasks []store.Task) int {
+// killAttempts kills running attempts on their nodes. It returns how many
+// it killed, and a line for each one it did not, saying why.
+func (c *Controller) killAttempts(ctx context.Context, tasks []store.Task) (killed int, notKilled []string) {
 	var stale []staleAttempt
 	for _, t := range tasks {
+		what := fmt.Sprintf("attempt %d of %s/%s on %s not killed", t.Attempt, t.Project, t.ID, t.Node)
 		n := c.nodes[t.Node]
 		if n == nil {
+			notKilled = append(notKilled, what+": this controller does not serve its node")
 			continue
 		}
 		ictx, cancel := context.WithTimeout(ctx, c.callTimeout())
 		inst, err := c.ensureWrapper(ictx, n)
 		cancel()
 		if err != nil {
+			notKilled = append(notKilled, fmt.Sprintf("%s: %v", what, err))
 			continue
 		}
 		stale = append(stale, staleAttempt{node: t.Node, project: t.Project, task: t.ID, attempt: t.Attempt,
 			dir: taskDir(inst, t.Project, t.ID)})
 	}
-	c.killStale(ctx, stale)
-	return len(stale)
+	failed := c.killStale(ctx, stale)
+	for _, sa := range stale {
+		if why, ok := failed[sa]; ok {
+			notKilled = append(notKilled, fmt.Sprintf("attempt %d of %s/%s on %s not killed: %s", sa.attempt, sa.project, sa.task, sa.node, why))
+			continue
+		}
+		killed++
+	}
+	return killed, notKilled
 }
 
 // Stop stops scheduling a project: nothing new starts; running tasks go on
