@@ -322,10 +322,14 @@ func (c *Controller) fetchTree(ctx context.Context, n *nodeRuntime, r store.Run,
 		return nil, errors.New(replyError(res, nil))
 	}
 	pr, pw := io.Pipe()
+	fetched := make(chan struct{})
 	go func() {
+		defer close(fetched)
 		pw.CloseWithError(nodes.GetIdle(ctx, n.tr, archive, pw, c.transferIdle()))
 	}()
-	defer pr.Close()
+	// Closing the reader ends a transfer still writing; the transfer is
+	// over before this returns (the node's transport may be closed next).
+	defer func() { pr.Close(); <-fetched }()
 	var manifest []store.File
 	seen := map[string]bool{}
 	left := limit

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -217,7 +218,8 @@ type request struct {
 
 // Serve listens on the home's control socket and hands each request to the
 // control loop (Run), which alone writes the database. The returned
-// function stops listening and removes the socket.
+// function stops listening, ends the connections still open and waits for
+// their handlers, then removes the socket.
 func (c *Controller) Serve(ctx context.Context) (func(), error) {
 	path := SocketPath(c.opts.Home)
 	if dir := filepath.Dir(path); dir != filepath.Clean(c.opts.Home) {
@@ -240,20 +242,50 @@ func (c *Controller) Serve(ctx context.Context) (func(), error) {
 		return nil, fmt.Errorf("control socket %s: %w", path, err)
 	}
 	c.requests = make(chan request)
+	if c.ended == nil {
+		c.ended = make(chan struct{})
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var handlers sync.WaitGroup
+	handlers.Add(1)
 	go func() {
+		defer handlers.Done()
 		for {
 			conn, err := l.Accept()
 			if err != nil {
 				return
 			}
-			go c.serveConn(ctx, conn)
+			handlers.Add(1)
+			go func() {
+				defer handlers.Done()
+				c.serveConn(ctx, conn)
+			}()
 		}
 	}()
-	return func() { l.Close(); os.Remove(path) }, nil
+	return func() {
+		cancel()
+		l.Close()
+		handlers.Wait()
+		os.Remove(path)
+	}, nil
 }
 
+// serveConn answers one connection; it ends, closing conn, when ctx does.
 func (c *Controller) serveConn(ctx context.Context, conn net.Conn) {
 	defer conn.Close()
+	// A peer that sends nothing holds no handler once serving stops.
+	answered := make(chan struct{})
+	var closer sync.WaitGroup
+	closer.Add(1)
+	go func() {
+		defer closer.Done()
+		select {
+		case <-ctx.Done():
+			conn.Close()
+		case <-answered:
+		}
+	}()
+	defer func() { close(answered); closer.Wait() }()
 	_ = conn.SetDeadline(time.Now().Add(2 * time.Minute))
 	// Only this user (or root) commands this controller.
 	if uid, err := peerUID(conn); err != nil || !trustedUID(uid) {
@@ -271,14 +303,26 @@ func (c *Controller) serveConn(ctx context.Context, conn net.Conn) {
 		return
 	}
 	r := request{req: req, reply: make(chan Reply, 1)}
+	ending := Reply{Error: "the controller is ending; try again once it has (dispatch start runs one)"}
 	select {
 	case c.requests <- r:
+	case <-c.ended:
+		_ = json.NewEncoder(conn).Encode(ending)
+		return
 	case <-ctx.Done():
 		return
 	}
 	select {
 	case rep := <-r.reply:
 		_ = json.NewEncoder(conn).Encode(rep)
+	case <-c.ended:
+		// Run answers before it ends: an answer given is in r.reply.
+		select {
+		case rep := <-r.reply:
+			_ = json.NewEncoder(conn).Encode(rep)
+		default:
+			_ = json.NewEncoder(conn).Encode(ending)
+		}
 	case <-ctx.Done():
 	}
 }

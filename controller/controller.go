@@ -83,8 +83,11 @@ type Controller struct {
 	unkilledNodes map[string]bool
 	unkilledTasks map[string]bool
 
-	// requests carries operator commands from the control socket to Run.
+	// requests carries operator commands from the control socket to Run;
+	// ended is closed when Run has ended, so that no handler waits for it.
 	requests chan request
+	ended    chan struct{}
+	endOnce  sync.Once
 	// shutdown is set by a "shutdown" request (dispatch serve --stop):
 	// Run ends after it.
 	shutdown bool
@@ -130,7 +133,7 @@ func New(opts Options) *Controller {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Controller{opts: opts, cfg: opts.Config, st: opts.Store, log: opts.Logger, now: opts.Now,
-		nodes: map[string]*nodeRuntime{}, started: opts.Now(), wake: make(chan struct{}, 1),
+		nodes: map[string]*nodeRuntime{}, started: opts.Now(), wake: make(chan struct{}, 1), ended: make(chan struct{}),
 		streamBeat: defaultStreamBeat, streamRetry: defaultStreamRetry}
 	allowed := map[string]bool{}
 	for _, n := range opts.Nodes {
@@ -211,11 +214,18 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 	if poll <= 0 {
 		poll = c.cfg.Controller.PollInterval
 	}
-	defer c.Close()
+	// What Run starts ends with it: the stream loops and the node workers
+	// still at work are told to stop (ctx), then Close waits for them
+	// before it closes the transports, and the control socket's handlers
+	// waiting for this loop are told it ended.
+	ctx, stop := context.WithCancel(ctx)
+	defer func() {
+		stop()
+		c.endOnce.Do(func() { close(c.ended) })
+		c.Close()
+	}()
 	c.fullPullEvery = poll
-	streams, stopStreams := context.WithCancel(ctx)
-	defer stopStreams()
-	c.watchNodes(streams)
+	c.watchNodes(ctx)
 	for {
 		tickStart := time.Now()
 		res, err := c.Tick(ctx)
@@ -285,10 +295,13 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 	}
 }
 
-// Close closes the node transports.
+// Close closes the node transports, each once the goroutines still using
+// it (its stream loop, its workers) have ended: Run has told them to stop;
+// a Tick's workers end at their calls' deadlines.
 func (c *Controller) Close() {
 	c.drainNotices()
 	for _, n := range c.nodes {
+		n.busy.Wait()
 		if n.tr != nil {
 			_ = n.tr.Close()
 		}

@@ -536,13 +536,16 @@ func (c *Controller) pushTree(ctx context.Context, n *nodeRuntime, inst *nodes.I
 	archive := dir + ".tar"
 	pr, pw := io.Pipe()
 	var size int64
+	written := make(chan struct{})
 	go func() {
+		defer close(written)
 		var err error
 		size, err = writeTree(pw, src)
 		pw.CloseWithError(err)
 	}()
 	err := nodes.PutIdle(ctx, n.tr, archive, pr, 0o600, c.transferIdle())
 	pr.CloseWithError(err) // ends writeTree if the transfer failed first
+	<-written
 	if err != nil {
 		return err
 	}

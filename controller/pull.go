@@ -48,6 +48,11 @@ type nodeRuntime struct {
 	// streamed holds what the node's stream told since the tick took it
 	// last; see streamState.
 	streamed streamState
+
+	// busy counts the goroutines that use tr: the node's stream loop and
+	// its workers (onNodes), which may outlive the tick that started them.
+	// tr is closed only once it is zero.
+	busy sync.WaitGroup
 }
 
 // streamState is what a node's status stream told between two ticks, and
@@ -183,7 +188,9 @@ func (c *Controller) onNodes(names []string, lane func(*nodeRuntime) *atomic.Boo
 			continue
 		}
 		started++
+		n.busy.Add(1)
 		go func() {
+			defer n.busy.Done()
 			defer func() { done <- name }()
 			defer lane(n).Store(false)
 			sem <- struct{}{}
