@@ -176,7 +176,7 @@ func (c *Controller) decideApply(snap *snapshot, pulls map[string]*pull, prev ma
 			current[taskKey(project, tasks[i].ID)] = &tasks[i]
 		}
 	}
-	plan.stale = findStale(pulls, current)
+	plan.stale = findStale(pulls, current, c.draining)
 	for _, sa := range plan.stale {
 		if announced[killKey(sa)] {
 			continue // said in an earlier tick; the kill goes on
@@ -196,7 +196,11 @@ func (c *Controller) decideApply(snap *snapshot, pulls map[string]*pull, prev ma
 // findStale lists the live attempts the pulls found that the database does
 // not expect on that node.
 // A reply naming one task many times gives one stale attempt (see killKey).
-func findStale(pulls map[string]*pull, current map[string]*store.Task) []staleAttempt {
+// While a node drains (draining, see reload.go), an attempt current on it
+// that another node sees too, or one current on another node that it
+// sees, is the same attempt seen under two names (a node renamed, or
+// reached anew, over the same work_dir): not stale.
+func findStale(pulls map[string]*pull, current map[string]*store.Task, draining map[string]string) []staleAttempt {
 	var out []staleAttempt
 	seen := map[string]bool{}
 	for name, p := range pulls {
@@ -223,6 +227,10 @@ func findStale(pulls map[string]*pull, current map[string]*store.Task) []staleAt
 				// back. A final status.json with the tool still running is
 				// the task's forgery: that attempt is stale and killed.
 				continue
+			}
+			if t != nil && t.Node != name && (draining[name] != "" || draining[t.Node] != "") && t.Attempt == ts.Status.Attempt &&
+				(t.Status == store.Claimed || t.Status == store.Running) {
+				continue // one attempt, two names of its node
 			}
 			sa := staleAttempt{node: name, project: ts.Project, task: ts.Task, dir: ts.Dir, attempt: ts.Status.Attempt, orphan: orphan, foreign: t == nil}
 			if !seen[killKey(sa)] {

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -334,7 +335,20 @@ func (c *Controller) Do(ctx context.Context, req Request) Reply {
 	var err error
 	switch req.Op {
 	case "start":
+		// A start handed over follows nodes.yaml as it is now.
+		var diff nodes.ConfigDiff
+		if diff, err = c.ReloadNodes(ctx); err != nil {
+			err = &OpError{Msg: fmt.Sprintf("nodes.yaml not reloaded (the running controller keeps the nodes it had), so %s was not started: %v", req.Project, err)}
+			c.log.Error("nodes.yaml not reloaded; the controller keeps the nodes it had", "err", err)
+			break
+		}
+		if !diff.Empty() {
+			c.log.Warn("nodes.yaml reloaded: new launches follow it", "changes", diff.String())
+		}
 		msg, err = c.startProject(ctx, req.Project, req.Start)
+		if err == nil && !diff.Empty() {
+			msg = "nodes.yaml reloaded: " + diff.String() + "\n" + msg
+		}
 	case "retry":
 		msg, err = c.Retry(ctx, req.Project, req.Tasks)
 	case "cancel":
@@ -374,10 +388,10 @@ func (c *Controller) startProject(ctx context.Context, name string, so StartOpti
 	if err != nil {
 		return "", &OpError{Msg: err.Error()}
 	}
-	if _, err := Plan(c.cfg, p, c.opts.Nodes, so); err != nil {
+	if _, err := Plan(c.config(), p, c.opts.Nodes, so); err != nil {
 		return "", &OpError{Msg: err.Error()}
 	}
-	res, err := AddProject(ctx, c.st, c.cfg, c.opts.Home, p, so)
+	res, err := AddProject(ctx, c.st, c.config(), c.opts.Home, p, so)
 	if err != nil {
 		return "", err
 	}

@@ -180,7 +180,9 @@ func (a *applier) task(t *store.Task) {
 	if t.Status != store.Claimed && t.Status != store.Running {
 		return
 	}
-	if _, configured := a.c.cfg.Node(t.Node); !configured {
+	// A node removed from nodes.yaml is kept while its attempts run (it
+	// drains): only one this controller no longer has is gone.
+	if _, configured := a.c.config().Node(t.Node); !configured && a.c.nodes[t.Node] == nil {
 		a.lose(t, fmt.Sprintf("node %s is no longer in nodes.yaml", t.Node))
 		return
 	}
@@ -190,7 +192,7 @@ func (a *applier) task(t *store.Task) {
 	}
 	if p.err != nil {
 		since := a.offlineSince(t.Node)
-		if a.now.Sub(since) >= a.c.cfg.Controller.NodeOfflineTimeout {
+		if a.now.Sub(since) >= a.c.config().Controller.NodeOfflineTimeout {
 			a.lose(t, fmt.Sprintf("node %s offline since %s: %v", t.Node, since.Format(time.RFC3339), p.err))
 		}
 		return
@@ -305,7 +307,7 @@ func (a *applier) running(t *store.Task, ts *wrapper.TaskStatus, st *wrapper.Sta
 	// hung. It fails and is retried like a crash; being no longer current,
 	// it is killed as stale before the retry may launch.
 	since := later(t.HeartbeatAt, a.c.started)
-	if stale := a.now.Sub(since); stale >= a.c.cfg.Controller.HeartbeatTimeout {
+	if stale := a.now.Sub(since); stale >= a.c.config().Controller.HeartbeatTimeout {
 		msg := fmt.Sprintf("hung: heartbeat unchanged for %s while the wrapper (pid %d) is alive", stale.Round(time.Second), st.PID)
 		a.fail(t, store.Running, wrapper.ClassHung, msg, 0,
 			store.RunPatch{Status: new(store.Failed), ErrorClass: new(wrapper.ClassHung), Error: new(msg), CompletedAt: new(a.now)})
@@ -405,7 +407,7 @@ func (a *applier) pauseMode(t *store.Task, st *wrapper.Status) {
 // modeKey names what a rate limit pauses: the node's api_mode, or the node
 // itself when it has none (its own login).
 func (c *Controller) modeKey(node string) string {
-	if n, ok := c.cfg.Node(node); ok && n.APIMode != "" {
+	if n, ok := c.config().Node(node); ok && n.APIMode != "" {
 		return n.APIMode
 	}
 	return "node:" + node
@@ -487,9 +489,9 @@ func decideRetry(t store.Task, from, class string, now time.Time, backoff func(i
 // backoff is the delay before retry n: min(retry_backoff_max,
 // retry_backoff × 2^(n-1)) plus up to 20% jitter.
 func (c *Controller) backoff(n int) time.Duration {
-	base := c.cfg.Controller.RetryBackoff
+	base := c.config().Controller.RetryBackoff
 	d := time.Duration(float64(base) * math.Pow(2, float64(n-1)))
-	if limit := c.cfg.Controller.RetryBackoffMax; d > limit || d <= 0 {
+	if limit := c.config().Controller.RetryBackoffMax; d > limit || d <= 0 {
 		d = limit
 	}
 	return d + time.Duration(float64(d)*0.2*c.opts.Jitter())
@@ -558,7 +560,7 @@ func (a *applier) uncollectable(t *store.Task) {
 	if since.IsZero() || since.Before(a.c.started) {
 		since = a.c.started
 	}
-	if a.now.Sub(since) < a.c.cfg.Controller.NodeOfflineTimeout {
+	if a.now.Sub(since) < a.c.config().Controller.NodeOfflineTimeout {
 		return
 	}
 	if a.runs[runKey{t.Project, t.ID, t.Attempt}].collected {

@@ -50,7 +50,7 @@ func (c *Controller) sendNotice(ctx context.Context, project, event, result, mes
 	}
 	cfg := opts.Notify
 	if cfg == nil {
-		cfg = c.cfg.Notify
+		cfg = c.config().Notify
 	}
 	if cfg == nil {
 		return

@@ -64,6 +64,7 @@ func (c *Controller) watchNode(ctx context.Context, n *nodeRuntime) {
 	if n.tr == nil {
 		return
 	}
+	ctx, n.stopStream = context.WithCancel(ctx)
 	n.busy.Add(1)
 	go func() {
 		defer n.busy.Done()
