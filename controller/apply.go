@@ -181,7 +181,7 @@ func (c *Controller) decideApply(snap *snapshot, pulls map[string]*pull, prev ma
 			current[taskKey(project, tasks[i].ID)] = &tasks[i]
 		}
 	}
-	plan.stale = findStale(pulls, current)
+	plan.stale = findStale(pulls, current, c.draining)
 	for _, sa := range plan.stale {
 		if announced[killKey(sa)] {
 			continue // said in an earlier tick; the kill goes on
@@ -201,7 +201,11 @@ func (c *Controller) decideApply(snap *snapshot, pulls map[string]*pull, prev ma
 // findStale lists the live attempts the pulls found that the database does
 // not expect on that node.
 // A reply naming one task many times gives one stale attempt (see killKey).
-func findStale(pulls map[string]*pull, current map[string]*store.Task) []staleAttempt {
+// While a node drains (draining, see reload.go), an attempt current on it
+// that another node sees too, or one current on another node that it
+// sees, is the same attempt seen under two names (a node renamed, or
+// reached anew, over the same work_dir): not stale.
+func findStale(pulls map[string]*pull, current map[string]*store.Task, draining map[string]string) []staleAttempt {
 	var out []staleAttempt
 	seen := map[string]bool{}
 	for name, p := range pulls {
@@ -229,6 +233,10 @@ func findStale(pulls map[string]*pull, current map[string]*store.Task) []staleAt
 				// the task's forgery: that attempt is stale and killed.
 				continue
 			}
+			if t != nil && t.Node != name && (draining[name] != "" || draining[t.Node] != "") && t.Attempt == ts.Status.Attempt &&
+				(t.Status == store.Claimed || t.Status == store.Running) {
+				continue // one attempt, two names of its node
+			}
 			sa := staleAttempt{node: name, project: ts.Project, task: ts.Task, dir: ts.Dir, attempt: ts.Status.Attempt, orphan: orphan, foreign: t == nil}
 			if !seen[killKey(sa)] {
 				seen[killKey(sa)] = true
@@ -253,8 +261,9 @@ const staleGrace = "2s"
 // each node, so a slow kill never stalls the tick. Until a kill is
 // confirmed, its node takes no launch or collection and its task is not
 // launched anywhere (see unkilled): a retry never runs beside the attempt
-// it replaces.
-func (c *Controller) killStale(ctx context.Context, stale []staleAttempt) {
+// it replaces. It returns what it could not kill, with why: a node that
+// failed the kill, or one not tried (busy, slow, its wrapper unchecked).
+func (c *Controller) killStale(ctx context.Context, stale []staleAttempt) map[staleAttempt]string {
 	byNode := map[string][]staleAttempt{}
 	for _, sa := range stale {
 		byNode[sa.node] = append(byNode[sa.node], sa)
@@ -277,18 +286,22 @@ func (c *Controller) killStale(ctx context.Context, stale []staleAttempt) {
 			kctx, cancel := context.WithTimeout(ctx, c.callTimeout()+killSlack)
 			res, err := n.tr.Exec(kctx, []string{inst.Path, "kill", "--dir", sa.dir, "--grace", staleGrace}, nil)
 			cancel()
-			mu.Lock()
-			tried[sa] = true
+			why := ""
 			switch {
 			case err != nil:
-				failed[sa] = err.Error()
+				why = err.Error()
 			case res.ExitCode != 0:
-				failed[sa] = replyError(res, nil)
+				why = replyError(res, nil)
+			}
+			mu.Lock()
+			tried[sa] = true
+			if why != "" {
+				failed[sa] = why
 			}
 			mu.Unlock()
-			if failed[sa] != "" {
+			if why != "" {
 				c.log.Warn("kill stale attempt", keyNode, sa.node, keyProject, sa.project, keyTask, sa.task,
-					keyAttempt, sa.attempt, "err", failed[sa])
+					keyAttempt, sa.attempt, "err", why)
 			}
 		}
 	})
@@ -297,9 +310,18 @@ func (c *Controller) killStale(ctx context.Context, stale []staleAttempt) {
 	d := decideKills(c.killFailures, stale, tried, failed)
 	c.killFailures, c.unkilledNodes, c.unkilledTasks = d.failures, d.holdNodes, d.holdTasks
 	c.killMu.Unlock()
+	notKilled := map[staleAttempt]string{}
+	for _, sa := range stale {
+		switch {
+		case failed[sa] != "":
+			notKilled[sa] = failed[sa]
+		case !tried[sa]:
+			notKilled[sa] = "not tried: its node is busy or did not answer in time"
+		}
+	}
 	mu.Unlock()
 	if len(d.givenUp) == 0 {
-		return
+		return notKilled
 	}
 	err := c.st.Update(ctx, func(tx *store.Tx) error {
 		for _, sa := range d.givenUp {
@@ -314,6 +336,7 @@ func (c *Controller) killStale(ctx context.Context, stale []staleAttempt) {
 	if err != nil {
 		c.log.Warn("record stale attempts that could not be killed", "err", err)
 	}
+	return notKilled
 }
 
 // maxKillFailures is how many failed kills of one stale attempt hold back

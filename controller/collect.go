@@ -114,7 +114,7 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 	if err := os.MkdirAll(filepath.Join(tmp, "output"), 0o755); err != nil {
 		return err
 	}
-	maxBytes := c.cfg.Controller.CollectMaxBytes
+	maxBytes := c.config().Controller.CollectMaxBytes
 	// task.log, like output/, leaves the controller its free space.
 	room, err := c.checkFreeSpace(readmodel.RunsDir(c.opts.Home, r.Project), nil)
 	if err != nil {
@@ -322,10 +322,14 @@ func (c *Controller) fetchTree(ctx context.Context, n *nodeRuntime, r store.Run,
 		return nil, errors.New(replyError(res, nil))
 	}
 	pr, pw := io.Pipe()
+	fetched := make(chan struct{})
 	go func() {
+		defer close(fetched)
 		pw.CloseWithError(nodes.GetIdle(ctx, n.tr, archive, pw, c.transferIdle()))
 	}()
-	defer pr.Close()
+	// Closing the reader ends a transfer still writing; the transfer is
+	// over before this returns (the node's transport may be closed next).
+	defer func() { pr.Close(); <-fetched }()
 	var manifest []store.File
 	seen := map[string]bool{}
 	left := limit
@@ -346,9 +350,9 @@ func (c *Controller) fetchTree(ctx context.Context, n *nodeRuntime, r store.Run,
 			return nil, fmt.Errorf("the archive of output/ names %q twice", h.Name)
 		}
 		seen[name] = true
-		if len(seen) > c.cfg.Controller.CollectMaxFiles {
+		if len(seen) > c.config().Controller.CollectMaxFiles {
 			// The node's archive holds more than its listing did.
-			return nil, permanent(fmt.Errorf("output/ holds more than collect_max_files (%d) files: nothing of it collected", c.cfg.Controller.CollectMaxFiles))
+			return nil, permanent(fmt.Errorf("output/ holds more than collect_max_files (%d) files: nothing of it collected", c.config().Controller.CollectMaxFiles))
 		}
 		dst, err := safeJoin(local, h.Name)
 		if err != nil {

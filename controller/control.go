@@ -15,9 +15,11 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -217,7 +219,8 @@ type request struct {
 
 // Serve listens on the home's control socket and hands each request to the
 // control loop (Run), which alone writes the database. The returned
-// function stops listening and removes the socket.
+// function stops listening, ends the connections still open and waits for
+// their handlers, then removes the socket.
 func (c *Controller) Serve(ctx context.Context) (func(), error) {
 	path := SocketPath(c.opts.Home)
 	if dir := filepath.Dir(path); dir != filepath.Clean(c.opts.Home) {
@@ -240,20 +243,50 @@ func (c *Controller) Serve(ctx context.Context) (func(), error) {
 		return nil, fmt.Errorf("control socket %s: %w", path, err)
 	}
 	c.requests = make(chan request)
+	if c.ended == nil {
+		c.ended = make(chan struct{})
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var handlers sync.WaitGroup
+	handlers.Add(1)
 	go func() {
+		defer handlers.Done()
 		for {
 			conn, err := l.Accept()
 			if err != nil {
 				return
 			}
-			go c.serveConn(ctx, conn)
+			handlers.Add(1)
+			go func() {
+				defer handlers.Done()
+				c.serveConn(ctx, conn)
+			}()
 		}
 	}()
-	return func() { l.Close(); os.Remove(path) }, nil
+	return func() {
+		cancel()
+		l.Close()
+		handlers.Wait()
+		os.Remove(path)
+	}, nil
 }
 
+// serveConn answers one connection; it ends, closing conn, when ctx does.
 func (c *Controller) serveConn(ctx context.Context, conn net.Conn) {
 	defer conn.Close()
+	// A peer that sends nothing holds no handler once serving stops.
+	answered := make(chan struct{})
+	var closer sync.WaitGroup
+	closer.Add(1)
+	go func() {
+		defer closer.Done()
+		select {
+		case <-ctx.Done():
+			conn.Close()
+		case <-answered:
+		}
+	}()
+	defer func() { close(answered); closer.Wait() }()
 	_ = conn.SetDeadline(time.Now().Add(2 * time.Minute))
 	// Only this user (or root) commands this controller.
 	if uid, err := peerUID(conn); err != nil || !trustedUID(uid) {
@@ -271,14 +304,26 @@ func (c *Controller) serveConn(ctx context.Context, conn net.Conn) {
 		return
 	}
 	r := request{req: req, reply: make(chan Reply, 1)}
+	ending := Reply{Error: "the controller is ending; try again once it has (dispatch start runs one)"}
 	select {
 	case c.requests <- r:
+	case <-c.ended:
+		_ = json.NewEncoder(conn).Encode(ending)
+		return
 	case <-ctx.Done():
 		return
 	}
 	select {
 	case rep := <-r.reply:
 		_ = json.NewEncoder(conn).Encode(rep)
+	case <-c.ended:
+		// Run answers before it ends: an answer given is in r.reply.
+		select {
+		case rep := <-r.reply:
+			_ = json.NewEncoder(conn).Encode(rep)
+		default:
+			_ = json.NewEncoder(conn).Encode(ending)
+		}
 	case <-ctx.Done():
 	}
 }
@@ -290,7 +335,20 @@ func (c *Controller) Do(ctx context.Context, req Request) Reply {
 	var err error
 	switch req.Op {
 	case "start":
+		// A start handed over follows nodes.yaml as it is now.
+		var diff nodes.ConfigDiff
+		if diff, err = c.ReloadNodes(ctx); err != nil {
+			err = &OpError{Msg: fmt.Sprintf("nodes.yaml not reloaded (the running controller keeps the nodes it had), so %s was not started: %v", req.Project, err)}
+			c.log.Error("nodes.yaml not reloaded; the controller keeps the nodes it had", "err", err)
+			break
+		}
+		if !diff.Empty() {
+			c.log.Warn("nodes.yaml reloaded: new launches follow it", "changes", diff.String())
+		}
 		msg, err = c.startProject(ctx, req.Project, req.Start)
+		if err == nil && !diff.Empty() {
+			msg = "nodes.yaml reloaded: " + diff.String() + "\n" + msg
+		}
 	case "retry":
 		msg, err = c.Retry(ctx, req.Project, req.Tasks)
 	case "cancel":
@@ -330,10 +388,10 @@ func (c *Controller) startProject(ctx context.Context, name string, so StartOpti
 	if err != nil {
 		return "", &OpError{Msg: err.Error()}
 	}
-	if _, err := Plan(c.cfg, p, c.opts.Nodes, so); err != nil {
+	if _, err := Plan(c.config(), p, c.opts.Nodes, so); err != nil {
 		return "", &OpError{Msg: err.Error()}
 	}
-	res, err := AddProject(ctx, c.st, c.cfg, c.opts.Home, p, so)
+	res, err := AddProject(ctx, c.st, c.config(), c.opts.Home, p, so)
 	if err != nil {
 		return "", err
 	}
@@ -522,37 +580,50 @@ func (c *Controller) Cancel(ctx context.Context, project string, ids []string) (
 	if err != nil {
 		return "", err
 	}
-	killed := c.killAttempts(ctx, running)
+	killed, notKilled := c.killAttempts(ctx, running)
 	msg := fmt.Sprintf("%s: canceled %s", project, strings.Join(ids, ", "))
 	if killed > 0 {
 		msg += fmt.Sprintf("; killed %d running attempt(s)", killed)
 	}
-	if killed < len(running) {
-		msg += fmt.Sprintf("; %d will be killed when their node answers", len(running)-killed)
+	for _, why := range notKilled {
+		msg += "; " + why
+	}
+	if len(notKilled) > 0 {
+		msg += "; what was not killed is killed when its node answers"
 	}
 	return msg, nil
 }
 
-// killAttempts kills running attempts on their nodes and returns how many
-// it reached.
-func (c *Controller) killAttempts(ctx context.Context, tasks []store.Task) int {
+// killAttempts kills running attempts on their nodes. It returns how many
+// it killed, and a line for each one it did not, saying why.
+func (c *Controller) killAttempts(ctx context.Context, tasks []store.Task) (killed int, notKilled []string) {
 	var stale []staleAttempt
 	for _, t := range tasks {
+		what := fmt.Sprintf("attempt %d of %s/%s on %s not killed", t.Attempt, t.Project, t.ID, t.Node)
 		n := c.nodes[t.Node]
 		if n == nil {
+			notKilled = append(notKilled, what+": this controller does not serve its node")
 			continue
 		}
 		ictx, cancel := context.WithTimeout(ctx, c.callTimeout())
 		inst, err := c.ensureWrapper(ictx, n)
 		cancel()
 		if err != nil {
+			notKilled = append(notKilled, fmt.Sprintf("%s: %v", what, err))
 			continue
 		}
 		stale = append(stale, staleAttempt{node: t.Node, project: t.Project, task: t.ID, attempt: t.Attempt,
 			dir: taskDir(inst, t.Project, t.ID)})
 	}
-	c.killStale(ctx, stale)
-	return len(stale)
+	failed := c.killStale(ctx, stale)
+	for _, sa := range stale {
+		if why, ok := failed[sa]; ok {
+			notKilled = append(notKilled, fmt.Sprintf("attempt %d of %s/%s on %s not killed: %s", sa.attempt, sa.project, sa.task, sa.node, why))
+			continue
+		}
+		killed++
+	}
+	return killed, notKilled
 }
 
 // Stop stops scheduling a project: nothing new starts; running tasks go on

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dispatch-tool/dispatch/nodes"
@@ -56,19 +57,38 @@ type Options struct {
 	// Daemon is `dispatch serve`: Run does not end when every project is
 	// finished, and starts the scheduled projects' runs when they are due.
 	Daemon bool
+	// Reload re-reads and validates nodes.yaml, for each start handed to
+	// the controller and each value of Hangup (SIGHUP); nil: never.
+	Reload func() (*nodes.Config, error)
+	// Open opens the connection of a node a reload adds or reaches anew.
+	Open   func(*nodes.Config, nodes.Node) (nodes.Transport, error)
+	Hangup <-chan os.Signal
 }
 
 // Controller schedules the tasks of every active project of a home.
 type Controller struct {
-	opts  Options
+	opts Options
+	// cfg is nodes.yaml as last read; a reload replaces it (never changes
+	// it in place), in the control loop's goroutine, which alone reads
+	// this field. Every other goroutine (node workers, streams) reads
+	// config(), which live holds.
 	cfg   *nodes.Config
+	live  atomic.Pointer[nodes.Config]
 	st    *store.Store
 	log   *slog.Logger
 	now   func() time.Time
 	nodes map[string]*nodeRuntime
 	// unusable names the nodes whose api_mode needs a variable this
-	// controller's environment lacks, with the reason; they take no task.
+	// controller's environment lacks, and those draining, with the
+	// reason; they take no task.
 	unusable map[string]string
+	// draining names the nodes kept only for the attempts they run, with
+	// why (see reload.go); closing counts the connections of retired
+	// nodes still being closed. The control loop's goroutine owns both,
+	// and streams, the context of the stream loops while Run runs.
+	draining map[string]string
+	closing  sync.WaitGroup
+	streams  context.Context
 	// started is when this controller began: offline time is only counted
 	// from what this controller saw itself, never inherited from a
 	// controller that stopped long ago.
@@ -83,8 +103,11 @@ type Controller struct {
 	unkilledNodes map[string]bool
 	unkilledTasks map[string]bool
 
-	// requests carries operator commands from the control socket to Run.
+	// requests carries operator commands from the control socket to Run;
+	// ended is closed when Run has ended, so that no handler waits for it.
 	requests chan request
+	ended    chan struct{}
+	endOnce  sync.Once
 	// shutdown is set by a "shutdown" request (dispatch serve --stop):
 	// Run ends after it.
 	shutdown bool
@@ -137,8 +160,9 @@ func New(opts Options) *Controller {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Controller{opts: opts, cfg: opts.Config, st: opts.Store, log: opts.Logger, now: opts.Now,
-		nodes: map[string]*nodeRuntime{}, started: opts.Now(), wake: make(chan struct{}, 1), troubles: map[string]int{},
+		nodes: map[string]*nodeRuntime{}, started: opts.Now(), wake: make(chan struct{}, 1), troubles: map[string]int{}, ended: make(chan struct{}),
 		streamBeat: defaultStreamBeat, streamRetry: defaultStreamRetry}
+	c.live.Store(opts.Config)
 	allowed := map[string]bool{}
 	for _, n := range opts.Nodes {
 		allowed[n] = true
@@ -148,7 +172,7 @@ func New(opts Options) *Controller {
 		if len(allowed) > 0 && !allowed[n.Name] {
 			continue
 		}
-		c.nodes[n.Name] = &nodeRuntime{cfg: n, tr: opts.Transports[n.Name], checked: make(chan struct{}, 1)}
+		c.nodes[n.Name] = newNodeRuntime(n, opts.Transports[n.Name])
 		if why := modeProblem(opts.Config, n, opts.LookupEnv); why != "" {
 			c.unusable[n.Name] = why
 			c.log.Warn("node takes no tasks", keyNode, n.Name, "reason", why)
@@ -156,6 +180,9 @@ func New(opts Options) *Controller {
 	}
 	return c
 }
+
+// config is nodes.yaml as last read, for any goroutine.
+func (c *Controller) config() *nodes.Config { return c.live.Load() }
 
 // TickResult says what one tick did.
 type TickResult struct {
@@ -221,13 +248,21 @@ func (c *Controller) Tick(ctx context.Context) (TickResult, error) {
 // onTick, when not nil, is called after every tick.
 func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(TickResult)) error {
 	if poll <= 0 {
-		poll = c.cfg.Controller.PollInterval
+		poll = c.config().Controller.PollInterval
 	}
-	defer c.Close()
+	// What Run starts ends with it: the stream loops and the node workers
+	// still at work are told to stop (ctx), then Close waits for them
+	// before it closes the transports, and the control socket's handlers
+	// waiting for this loop are told it ended.
+	ctx, stop := context.WithCancel(ctx)
+	defer func() {
+		stop()
+		c.endOnce.Do(func() { close(c.ended) })
+		c.Close()
+	}()
 	c.fullPullEvery = poll
-	streams, stopStreams := context.WithCancel(ctx)
-	defer stopStreams()
-	c.watchNodes(streams)
+	c.streams = ctx
+	c.watchNodes(ctx)
 	for {
 		tickStart := time.Now()
 		res, err := c.Tick(ctx)
@@ -241,6 +276,7 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 		} else if onTick != nil {
 			onTick(res)
 		}
+		c.settleDrains(ctx)
 		_, served, err := c.servedProjects(ctx)
 		if err != nil {
 			return err
@@ -290,6 +326,10 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 				r.reply <- c.Do(ctx, r.req)
 				timer.Stop()
 				break wait
+			case <-c.opts.Hangup:
+				c.reloadAndLog(ctx)
+				timer.Stop()
+				break wait
 			case <-c.wake:
 				// A node said something changed: tick now, once the rest
 				// of the burst is in, and not more often than wakeGap
@@ -307,14 +347,18 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 	}
 }
 
-// Close closes the node transports.
+// Close closes the node transports, each once the goroutines still using
+// it (its stream loop, its workers) have ended: Run has told them to stop;
+// a Tick's workers end at their calls' deadlines.
 func (c *Controller) Close() {
 	c.drainNotices()
 	for _, n := range c.nodes {
+		n.busy.Wait()
 		if n.tr != nil {
 			_ = n.tr.Close()
 		}
 	}
+	c.closing.Wait()
 }
 
 // servedProjects returns the active projects, which the tick schedules and

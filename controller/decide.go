@@ -200,7 +200,9 @@ func (a *applier) task(t *store.Task) {
 	if t.Status != store.Claimed && t.Status != store.Running {
 		return
 	}
-	if _, configured := a.c.cfg.Node(t.Node); !configured {
+	// A node removed from nodes.yaml is kept while its attempts run (it
+	// drains): only one this controller no longer has is gone.
+	if _, configured := a.c.config().Node(t.Node); !configured && a.c.nodes[t.Node] == nil {
 		a.lose(t, fmt.Sprintf("node %s is no longer in nodes.yaml", t.Node))
 		return
 	}
@@ -210,10 +212,10 @@ func (a *applier) task(t *store.Task) {
 	}
 	if p.err != nil {
 		since := a.offlineSince(t.Node)
-		if a.now.Sub(since) >= a.c.cfg.Controller.NodeOfflineTimeout {
+		if a.now.Sub(since) >= a.c.config().Controller.NodeOfflineTimeout {
 			a.lose(t, fmt.Sprintf("node %s offline since %s: %v", t.Node, since.Format(time.RFC3339), p.err))
 		} else {
-			a.dueAt(since.Add(a.c.cfg.Controller.NodeOfflineTimeout))
+			a.dueAt(since.Add(a.c.config().Controller.NodeOfflineTimeout))
 		}
 		return
 	}
@@ -328,13 +330,13 @@ func (a *applier) running(t *store.Task, ts *wrapper.TaskStatus, st *wrapper.Sta
 	// hung. It fails and is retried like a crash; being no longer current,
 	// it is killed as stale before the retry may launch.
 	since := later(t.HeartbeatAt, a.c.started)
-	if stale := a.now.Sub(since); stale >= a.c.cfg.Controller.HeartbeatTimeout {
+	if stale := a.now.Sub(since); stale >= a.c.config().Controller.HeartbeatTimeout {
 		msg := fmt.Sprintf("hung: heartbeat unchanged for %s while the wrapper (pid %d) is alive", stale.Round(time.Second), st.PID)
 		a.fail(t, store.Running, wrapper.ClassHung, msg, 0,
 			store.RunPatch{Status: new(store.Failed), ErrorClass: new(wrapper.ClassHung), Error: new(msg), CompletedAt: new(a.now)})
 		return
 	}
-	a.dueAt(since.Add(a.c.cfg.Controller.HeartbeatTimeout))
+	a.dueAt(since.Add(a.c.config().Controller.HeartbeatTimeout))
 }
 
 func (a *applier) finished(t *store.Task, status *wrapper.Status) {
@@ -413,7 +415,7 @@ func (a *applier) spend(project string, st *wrapper.Status) {
 // or on another node's account.
 func (a *applier) pauseMode(t *store.Task, tool string, st *wrapper.Status) {
 	a.retryAfter = trustedReset(tool, st.RetryAfterSeconds)
-	pause := ratePause(a.retryAfter, a.c.backoff(t.RateLimitRetries+1), a.c.cfg.Controller.RetryBackoffMax)
+	pause := ratePause(a.retryAfter, a.c.backoff(t.RateLimitRetries+1), a.c.config().Controller.RetryBackoffMax)
 	mode := a.runs[runKey{t.Project, t.ID, t.Attempt}].mode
 	if mode == "" {
 		mode = a.c.modeKey(t.Node)
@@ -440,14 +442,14 @@ func (a *applier) pauseMode(t *store.Task, tool string, st *wrapper.Status) {
 
 // toolOf is the tool an attempt of t runs, as its launch resolved it.
 func (a *applier) toolOf(t *store.Task) string {
-	n, _ := a.c.cfg.Node(t.Node)
+	n, _ := a.c.config().Node(t.Node)
 	return toolFor(t.Tool, n)
 }
 
 // modeKey names what a rate limit pauses: the node's api_mode, or the node
 // itself when it has none (its own login).
 func (c *Controller) modeKey(node string) string {
-	if n, ok := c.cfg.Node(node); ok && n.APIMode != "" {
+	if n, ok := c.config().Node(node); ok && n.APIMode != "" {
 		return n.APIMode
 	}
 	return "node:" + node
@@ -546,9 +548,9 @@ func decideRetry(t store.Task, from, class string, now time.Time, backoff func(i
 // backoff is the delay before retry n: min(retry_backoff_max,
 // retry_backoff × 2^(n-1)) plus up to 20% jitter.
 func (c *Controller) backoff(n int) time.Duration {
-	base := c.cfg.Controller.RetryBackoff
+	base := c.config().Controller.RetryBackoff
 	d := time.Duration(float64(base) * math.Pow(2, float64(n-1)))
-	if limit := c.cfg.Controller.RetryBackoffMax; d > limit || d <= 0 {
+	if limit := c.config().Controller.RetryBackoffMax; d > limit || d <= 0 {
 		d = limit
 	}
 	return d + time.Duration(float64(d)*0.2*c.opts.Jitter())
@@ -617,9 +619,9 @@ func (a *applier) uncollectable(t *store.Task) {
 	if since.IsZero() || since.Before(a.c.started) {
 		since = a.c.started
 	}
-	if a.now.Sub(since) < a.c.cfg.Controller.NodeOfflineTimeout {
+	if a.now.Sub(since) < a.c.config().Controller.NodeOfflineTimeout {
 		if !a.runs[runKey{t.Project, t.ID, t.Attempt}].collected {
-			a.dueAt(since.Add(a.c.cfg.Controller.NodeOfflineTimeout))
+			a.dueAt(since.Add(a.c.config().Controller.NodeOfflineTimeout))
 		}
 		return
 	}

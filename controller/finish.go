@@ -44,7 +44,7 @@ func (c *Controller) finish(ctx context.Context, p store.Project, result, note s
 			return err
 		}
 	}
-	r, err := readmodel.BuildReport(ctx, c.st, c.cfg, c.opts.Home, p.Name, c.now())
+	r, err := readmodel.BuildReport(ctx, c.st, c.config(), c.opts.Home, p.Name, c.now())
 	if err != nil {
 		return err
 	}

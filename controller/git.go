@@ -150,7 +150,7 @@ func (c *Controller) collectCommit(ctx context.Context, n *nodeRuntime, r store.
 func (c *Controller) fetchCommit(ctx context.Context, n *nodeRuntime, inst *nodes.Installed, r store.Run, t store.Task, opRepo, ref string) error {
 	dir := taskDir(inst, r.Project, r.Task)
 	archive := path.Join(dir, "result.pack")
-	res, removeArchive, err := c.remoteArchive(ctx, n, archive, time.Duration(c.cfg.Controller.CollectMaxBytes/(8<<20))*time.Second,
+	res, removeArchive, err := c.remoteArchive(ctx, n, archive, time.Duration(c.config().Controller.CollectMaxBytes/(8<<20))*time.Second,
 		[]string{inst.Path, "git-pack", "--dir", dir, "--base", t.BaseCommit, "--branch", TaskBranch(r.Project, r.Task), "--out", archive})
 	defer removeArchive()
 	if err != nil {
@@ -168,13 +168,13 @@ func (c *Controller) fetchCommit(ctx context.Context, n *nodeRuntime, inst *node
 	if reply.Commit != r.Commit {
 		return permanent(fmt.Errorf("the node's result %q is not the commit its status named (%s)", reply.Commit, r.Commit))
 	}
-	if reply.Bytes > c.cfg.Controller.CollectMaxBytes {
-		return permanent(fmt.Errorf("the task's commits pack to %d bytes, over collect_max_bytes (%d): nothing collected", reply.Bytes, c.cfg.Controller.CollectMaxBytes))
+	if reply.Bytes > c.config().Controller.CollectMaxBytes {
+		return permanent(fmt.Errorf("the task's commits pack to %d bytes, over collect_max_bytes (%d): nothing collected", reply.Bytes, c.config().Controller.CollectMaxBytes))
 	}
 	pr, pw := io.Pipe()
 	got := make(chan error, 1)
 	go func() {
-		lw := &limitWriter{w: crashWriter{pw}, left: c.cfg.Controller.CollectMaxBytes}
+		lw := &limitWriter{w: crashWriter{pw}, left: c.config().Controller.CollectMaxBytes}
 		err := nodes.GetIdle(ctx, n.tr, archive, lw, c.transferIdle())
 		pw.CloseWithError(err)
 		got <- err
@@ -188,7 +188,7 @@ func (c *Controller) fetchCommit(ctx context.Context, n *nodeRuntime, inst *node
 		err = fmt.Errorf("fetch the task's commits: %w", gerr) // the cause of a cut-off pack
 	}
 	if errors.Is(err, errOverQuota) {
-		return permanent(fmt.Errorf("the task's commits are over collect_max_bytes (%d): nothing collected", c.cfg.Controller.CollectMaxBytes))
+		return permanent(fmt.Errorf("the task's commits are over collect_max_bytes (%d): nothing collected", c.config().Controller.CollectMaxBytes))
 	}
 	return err
 }

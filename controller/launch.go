@@ -348,7 +348,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		out.err, out.noRetry = err, true
 		return item, false
 	}
-	mode := c.cfg.APIModes[cl.mode]
+	mode := c.config().APIModes[cl.mode]
 	out.dangerous = n.cfg.Dangerous || mode.Dangerous
 	session, err := c.resumable(ctx, cl)
 	if err != nil {
@@ -356,7 +356,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		return item, false
 	}
 	tool := toolFor(t.Tool, n.cfg)
-	argv, stdin, toolEnv, err := toolCommand(c.cfg, tool, t.Model, out.dangerous, session)
+	argv, stdin, toolEnv, err := toolCommand(c.config(), tool, t.Model, out.dangerous, session)
 	if err != nil {
 		out.err, out.noRetry = err, true
 		return item, false
@@ -541,13 +541,16 @@ func (c *Controller) pushTree(ctx context.Context, n *nodeRuntime, inst *nodes.I
 	archive := dir + ".tar"
 	pr, pw := io.Pipe()
 	var size int64
+	written := make(chan struct{})
 	go func() {
+		defer close(written)
 		var err error
 		size, err = writeTree(pw, src)
 		pw.CloseWithError(err)
 	}()
 	err := nodes.PutIdle(ctx, n.tr, archive, pr, 0o600, c.transferIdle())
 	pr.CloseWithError(err) // ends writeTree if the transfer failed first
+	<-written
 	if err != nil {
 		return err
 	}
@@ -607,7 +610,7 @@ func writeTree(w io.Writer, src string) (int64, error) {
 // modeEnv expands an api_mode's env from the controller's environment.
 func (c *Controller) modeEnv(name string) (map[string]string, error) {
 	env := map[string]string{}
-	mode, ok := c.cfg.APIModes[name]
+	mode, ok := c.config().APIModes[name]
 	if !ok {
 		return env, nil
 	}

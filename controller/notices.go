@@ -40,15 +40,17 @@ type notices struct {
 func (c *Controller) sendNotice(ctx context.Context, project, event, result, message string) {
 	p, err := c.st.Project(ctx, project)
 	if err != nil {
+		c.log.Error("notification not sent: read its project", keyProject, project, "event", event, "err", err)
 		return
 	}
 	opts, err := p.ParseOptions()
 	if err != nil {
+		c.log.Error("notification not sent: read its project's options", keyProject, project, "event", event, "err", err)
 		return
 	}
 	cfg := opts.Notify
 	if cfg == nil {
-		cfg = c.cfg.Notify
+		cfg = c.config().Notify
 	}
 	if cfg == nil {
 		return
@@ -105,7 +107,11 @@ func (c *Controller) noticeOutcome(o notify.Outcome) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = c.st.Update(ctx, func(tx *store.Tx) error { return tx.Event(ctx, ev) })
+	if err := c.st.Update(ctx, func(tx *store.Tx) error { return tx.Event(ctx, ev) }); err != nil {
+		// status cannot show it: the log is where it is said.
+		c.log.Error("record the outcome of a notification", keyProject, o.Message.Project, "event", ev.Kind,
+			"outcome", ev.Message, "err", err)
+	}
 }
 
 // drainNotices waits, at most noticeDrain, for the queued messages.

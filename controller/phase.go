@@ -263,7 +263,7 @@ func (c *Controller) startVerification(ctx context.Context, p store.Project, opt
 func (c *Controller) startPhaseTask(ctx context.Context, p store.Project, opts store.ProjectOptions, id, typ, title string,
 	generated []byte, tree taskBase, phase, message string, also func(*store.Tx) error) error {
 	t := store.Task{Project: p.Name, ID: id, Title: title, Type: typ, Tool: opts.PhaseTool, Priority: 1,
-		DependsOn: []string{}, MaxRetries: c.cfg.Controller.MaxRetries, SpecFile: "(generated from controller/templates)",
+		DependsOn: []string{}, MaxRetries: c.config().Controller.MaxRetries, SpecFile: "(generated from controller/templates)",
 		Snapshot: generated, BaseDir: tree.Dir, BaseCommit: tree.Commit}
 	if o, ok := opts.Overrides[id]; ok {
 		t.Title, t.Tool, t.Model, t.Timeout, t.Tags, t.NodePin = o.Title, o.Tool, o.Model, o.Timeout, o.Tags, o.Node

@@ -18,8 +18,20 @@ import (
 // nodeRuntime is what the controller keeps in memory about a node between
 // ticks: the resolved work_dir and the installed wrapper.
 type nodeRuntime struct {
+	// cfg is the node as nodes.yaml says; a reload that changes neither
+	// its name nor how it is reached makes a new nodeRuntime with the new
+	// cfg and the same nodeConn, so that the goroutines still holding the
+	// old one share its lanes and connection.
 	cfg nodes.Node
-	tr  nodes.Transport
+	*nodeConn
+}
+
+// nodeConn is a node's connection and what goes on over it.
+type nodeConn struct {
+	tr nodes.Transport
+	// stopStream ends the node's status stream loop (nil: none runs).
+	// Only the control loop's goroutine uses it.
+	stopStream context.CancelFunc
 
 	// pulling and working are set while a status call, or a launch or
 	// collection, is outstanding on the node; see onNodes. They are separate
@@ -48,6 +60,11 @@ type nodeRuntime struct {
 	// streamed holds what the node's stream told since the tick took it
 	// last; see streamState.
 	streamed streamState
+
+	// busy counts the goroutines that use tr: the node's stream loop and
+	// its workers (onNodes), which may outlive the tick that started them.
+	// tr is closed only once it is zero.
+	busy sync.WaitGroup
 }
 
 // streamState is what a node's status stream told between two ticks, and
@@ -135,6 +152,10 @@ func (s *streamState) partial(served map[string]bool, every time.Duration, now t
 	return p
 }
 
+func newNodeRuntime(n nodes.Node, tr nodes.Transport) *nodeRuntime {
+	return &nodeRuntime{cfg: n, nodeConn: &nodeConn{tr: tr, checked: make(chan struct{}, 1)}}
+}
+
 // setInstalled records n's checked installation and tells the stream.
 func (n *nodeRuntime) setInstalled(inst *nodes.Installed) {
 	n.inst.Store(inst)
@@ -175,7 +196,7 @@ func taskKey(project, id string) string { return project + "/" + id }
 // finished.
 func (c *Controller) onNodes(names []string, lane func(*nodeRuntime) *atomic.Bool, wait time.Duration, fn func(n *nodeRuntime)) map[string]bool {
 	done := make(chan string, len(names))
-	sem := make(chan struct{}, max(c.cfg.Controller.MaxParallelSSH, 1))
+	sem := make(chan struct{}, max(c.config().Controller.MaxParallelSSH, 1))
 	started := 0
 	for _, name := range names {
 		n := c.nodes[name]
@@ -183,7 +204,9 @@ func (c *Controller) onNodes(names []string, lane func(*nodeRuntime) *atomic.Boo
 			continue
 		}
 		started++
+		n.busy.Add(1)
 		go func() {
+			defer n.busy.Done()
 			defer func() { done <- name }()
 			defer lane(n).Store(false)
 			sem <- struct{}{}
@@ -220,7 +243,7 @@ func (c *Controller) nodeNames() []string {
 func (c *Controller) pullAll(ctx context.Context, projects []string) map[string]*pull {
 	var mu sync.Mutex
 	got := make(map[string]*pull, len(c.nodes))
-	wait := 2 * c.cfg.Controller.SSHConnectTimeout
+	wait := 2 * c.config().Controller.SSHConnectTimeout
 	started := map[string]bool{}
 	served := map[string]bool{}
 	for _, p := range projects {
@@ -271,7 +294,7 @@ func collecting(n *nodeRuntime) *atomic.Bool { return &n.collecting }
 
 // callTimeout bounds one remote call (a status, a push, a run, a fetch).
 func (c *Controller) callTimeout() time.Duration {
-	return max(c.cfg.Controller.SSHConnectTimeout*3, 5*time.Second)
+	return max(c.config().Controller.SSHConnectTimeout*3, 5*time.Second)
 }
 
 // installTimeout bounds checking and installing the wrapper, which uploads

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -51,13 +52,24 @@ func (c *Controller) signalWake() {
 }
 
 // watchNodes keeps a status stream open to each node until ctx ends.
+// Each stream loop counts among its node's goroutines (nodeRuntime.busy).
 func (c *Controller) watchNodes(ctx context.Context) {
 	for _, n := range c.nodes {
-		if n.tr == nil {
-			continue
-		}
-		go c.streamLoop(ctx, n)
+		c.watchNode(ctx, n)
 	}
+}
+
+// watchNode keeps n's status stream open until ctx ends.
+func (c *Controller) watchNode(ctx context.Context, n *nodeRuntime) {
+	if n.tr == nil {
+		return
+	}
+	ctx, n.stopStream = context.WithCancel(ctx)
+	n.busy.Add(1)
+	go func() {
+		defer n.busy.Done()
+		c.streamLoop(ctx, n)
+	}()
 }
 
 // streamLoop opens n's stream whenever its wrapper is installed, and again
@@ -103,12 +115,15 @@ func (c *Controller) streamLoop(ctx context.Context, n *nodeRuntime) {
 // runStream reads one stream of n until it ends or fails.
 func (c *Controller) runStream(ctx context.Context, n *nodeRuntime, inst *nodes.Installed) error {
 	sctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	var watchdog sync.WaitGroup
+	defer func() { cancel(nil); watchdog.Wait() }()
 	var last atomic.Int64
 	last.Store(time.Now().UnixNano())
 	// Silent for four beats: dropped.
 	silence := 4 * c.streamBeat
+	watchdog.Add(1)
 	go func() {
+		defer watchdog.Done()
 		t := time.NewTicker(c.streamBeat)
 		defer t.Stop()
 		for {

@@ -94,7 +94,7 @@ func isPermanent(err error) bool {
 // checkQuota refuses an output/ over collect_max_files or collect_max_bytes,
 // from the node's listing, before anything is copied.
 func (c *Controller) checkQuota(files []nodes.FileInfo) error {
-	q := c.cfg.Controller
+	q := c.config().Controller
 	var total int64
 	for _, f := range files {
 		if f.Mode.IsRegular() {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -254,17 +256,29 @@ func writePidFiles(e *env, also ...string) (func(), error) {
 }
 
 // runController makes the home's controller: it answers on the control
-// socket and its pid is recorded (writePidFiles). done undoes both.
+// socket, its pid is recorded (writePidFiles), and it re-reads nodes.yaml
+// for each start handed to it and on SIGHUP. done undoes all three.
 func runController(ctx context.Context, e *env, opts controller.Options) (*controller.Controller, func(), error) {
+	sshEnv, err := nodes.DefaultSSHEnv()
+	if err != nil {
+		return nil, nil, err
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	opts.Reload = e.loadConfig
+	opts.Open = func(cfg *nodes.Config, n nodes.Node) (nodes.Transport, error) { return nodes.Open(cfg, n, sshEnv) }
+	opts.Hangup = hup
 	ctl := controller.New(opts)
 	stopServing, err := ctl.Serve(ctx)
 	if err != nil {
+		signal.Stop(hup)
 		return nil, nil, err
 	}
 	removePids, err := writePidFiles(e)
 	if err != nil {
 		stopServing()
+		signal.Stop(hup)
 		return nil, nil, err
 	}
-	return ctl, func() { removePids(); stopServing() }, nil
+	return ctl, func() { removePids(); stopServing(); signal.Stop(hup) }, nil
 }
