@@ -287,7 +287,7 @@ func TestApplyDecisions(t *testing.T) {
 			prev:  map[string]store.Node{"n2": {Name: "n2", State: store.NodeOffline, OfflineSince: t0.Add(-20 * time.Minute)}},
 			want: []string{"run S01#1 Error=node n2 offline since 2026-11-22T11:40:00Z: connection refused ErrorClass=lost Status=lost",
 				"S01 running→lost: node n2 offline since 2026-11-22T11:40:00Z: connection refused",
-				"S01 lost→pending: retry 1 of 2 in 10s"},
+				"S01 lost→pending: lost with its node: requeued at once (1 of 10; does not use max_retries)"},
 			changed: 2,
 		},
 		{

@@ -18,7 +18,10 @@ func TestBudgetStopIsOnTheFirstScreen(t *testing.T) {
 		"S03-c.md": "---\ndepends_on: [S01, S02]\n---\n" + cost,
 		"S04-d.md": "---\ndepends_on: [S01, S02]\n---\n" + cost,
 	}})
-	writeFile(t, filepath.Join(home, "specs", "p", "project.yaml"), "tool: shell\nintegration: false\nbudget: {usd: 0.05}\n")
+	// The cost is read only from an agent CLI: a stand-in named claude.
+	nodesYAML := filepath.Join(home, "nodes.yaml")
+	writeFile(t, nodesYAML, readFile(t, nodesYAML)+"tools:\n  claude: { command: [/bin/sh, \"{spec}\"] }\n")
+	writeFile(t, filepath.Join(home, "specs", "p", "project.yaml"), "tool: claude\nintegration: false\nbudget: {usd: 0.05}\n")
 	if r := runDispatch(t, nil, "--home", home, "start", "p"); r.code != 1 {
 		t.Fatalf("start: want exit 1 (the budget stops it): %s", r)
 	}
