@@ -95,10 +95,20 @@ func (f *forgingNode) Exec(ctx context.Context, argv []string, stdin []byte) (no
 // a corrupt pack, or more than collect_max_bytes gets nothing into the
 // operator's repository: the task fails its collection and no branch is
 // set.
+//
+// A result is also held to the quotas and to its base (issue 19): a tree
+// over collect_max_bytes though its pack is tiny, a pack naming an object
+// of the operator's it never sent (a file of a private branch), a pack
+// whose deltas inflate to far more than the quota are refused at once.
 func TestForgedGitResults(t *testing.T) {
 	op := gittest.New(t)
 	op.Write("a.txt", "a\n")
 	op.Commit("base")
+	// The operator's private work, never shipped.
+	op.Git("checkout", "-q", "-b", "private")
+	op.Write("secret.txt", strings.Repeat("operator secret line\n", 50))
+	op.Commit("private")
+	op.Git("checkout", "-q", "main")
 	yaml := `
 controller:
   retry_backoff: 10s
@@ -115,25 +125,39 @@ nodes:
 		spec  string
 		forge func(t *testing.T, res nodes.Result, pack string) nodes.Result
 		want  string
+		once  bool // refused without trying again
 	}{
 		{"another commit", "echo b > b.txt\n", func(t *testing.T, res nodes.Result, pack string) nodes.Result {
 			res.Stdout = []byte(`{"commit":"` + strings.Repeat("ab", 20) + `","bytes":10}`)
 			return res
-		}, "is not the commit its status named"},
+		}, "is not the commit its status named", true},
 		{"a corrupt pack", "echo b > b.txt\n", func(t *testing.T, res nodes.Result, pack string) nodes.Result {
 			if err := os.WriteFile(pack, []byte("PACK\x00\x00\x00\x02 not a pack at all"), 0o600); err != nil {
 				t.Error(err)
 			}
 			return res
-		}, "giving up"},
+		}, "giving up", false},
 		{"a pack larger than it says", "head -c 3000000 /dev/urandom > big.bin\n", func(t *testing.T, res nodes.Result, pack string) nodes.Result {
 			var reply wrapper.PackReply
 			json.Unmarshal(res.Stdout, &reply)
 			reply.Bytes = 10
 			res.Stdout, _ = json.Marshal(reply)
 			return res
-		}, "over collect_max_bytes"},
-		{"a pack over the quota", "head -c 3000000 /dev/urandom > big.bin\n", nil, "over collect_max_bytes"},
+		}, "over collect_max_bytes", true},
+		{"a pack over the quota", "head -c 3000000 /dev/urandom > big.bin\n", nil, "over collect_max_bytes", true},
+		{"a tree over the quota", "head -c 150000 /dev/urandom > f0\nfor i in 1 2 3 4 5 6 7 8 9; do cp f0 f$i; done\n", nil,
+			"holds 1.4 MiB in its files, over collect_max_bytes (1.0 MiB)", true},
+		{"an object it did not send", "for i in $(seq 50); do echo operator secret line; done > stolen.txt\n", func(t *testing.T, res nodes.Result, pack string) nodes.Result {
+			return rebuild(t, op, res, pack, func(r *gittest.Repo, commit, base string) []gittest.PackObject {
+				return r.Objects(commit, r.Git("rev-parse", commit+"^{tree}")) // not the blob of stolen.txt
+			})
+		}, "names 1 object(s) its pack does not hold", true},
+		{"a pack bomb", "echo b > b.txt\n", func(t *testing.T, res nodes.Result, pack string) nodes.Result {
+			return rebuild(t, op, res, pack, func(r *gittest.Repo, commit, base string) []gittest.PackObject {
+				objs := r.Objects(strings.Fields(r.Git("rev-list", "--objects", "--no-object-names", commit, "^"+base))...)
+				return append(objs, gittest.Bomb(2048)...) // 128 MiB from 2 KiB
+			})
+		}, "the task's pack inflates to more than", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -151,11 +175,44 @@ nodes:
 			if tk := h.task("S01"); tk.ErrorClass != classCollect || !strings.Contains(tk.Error, tc.want) {
 				t.Errorf("S01: %s %q, want %s with %q", tk.ErrorClass, tk.Error, classCollect, tc.want)
 			}
+			if n := len(h.events("collect_failed")); tc.once && n != 1 {
+				t.Errorf("%d tries to collect, want the result refused at once", n)
+			}
 			if refs := op.Git("for-each-ref", "refs/heads/dispatch/"); refs != "" {
 				t.Errorf("refs set: %s", refs)
 			}
 		})
 	}
+}
+
+// rebuild replaces the pack of the task's result that the wrapper wrote
+// at pack by the objects build picks from it (read in a repository
+// holding the operator's base and the pack), as a hostile node may send.
+func rebuild(t *testing.T, op *gittest.Repo, res nodes.Result, pack string, build func(r *gittest.Repo, commit, base string) []gittest.PackObject) nodes.Result {
+	var reply wrapper.PackReply
+	if err := json.Unmarshal(res.Stdout, &reply); err != nil {
+		t.Errorf("git-pack replied %q", res.Stdout)
+		return res
+	}
+	r := gittest.New(t)
+	r.Git("fetch", "-q", op.Dir, "main")
+	base := r.Git("rev-parse", "FETCH_HEAD")
+	b, err := os.ReadFile(pack)
+	if err != nil {
+		t.Error(err)
+		return res
+	}
+	if out, err := r.Run(b, "index-pack", "--stdin", "--fix-thin"); err != nil {
+		t.Errorf("index-pack: %v %s", err, out)
+		return res
+	}
+	forged := gittest.BuildPack(t, build(r, reply.Commit, base))
+	if err := os.WriteFile(pack, forged, 0o600); err != nil {
+		t.Error(err)
+	}
+	reply.Bytes = int64(len(forged))
+	res.Stdout, _ = json.Marshal(reply)
+	return res
 }
 
 // shipCounter counts what a node is sent of a project's repository.

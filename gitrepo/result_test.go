@@ -2,11 +2,7 @@ package gitrepo
 
 import (
 	"bytes"
-	"compress/zlib"
 	"context"
-	"crypto/sha1"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -135,15 +131,15 @@ func TestImportRefusesForeignHistory(t *testing.T) {
 	// What the node sends of a commit: its commit and tree whole, and a
 	// new blob as a delta on the secret one (copy it, add a line).
 	sendOnly := func(commit string) []byte {
-		return buildPack(t, wholeObjects(t, n, commit, n.git("rev-parse", commit+"^{tree}")))
+		return gittest.BuildPack(t, n.Objects(commit, n.git("rev-parse", commit+"^{tree}")))
 	}
 	withDelta := func(commit string) []byte {
-		objs := wholeObjects(t, n, commit, n.git("rev-parse", commit+"^{tree}"))
-		delta := append(varint(len(secret)), varint(len(secret)+len("one more line\n"))...)
+		objs := n.Objects(commit, n.git("rev-parse", commit+"^{tree}"))
+		delta := append(gittest.Varint(len(secret)), gittest.Varint(len(secret)+len("one more line\n"))...)
 		delta = append(delta, 0x80|0x10|0x20, byte(len(secret)), byte(len(secret)>>8)) // copy offset 0, two size bytes
 		delta = append(delta, byte(len("one more line\n")))
 		delta = append(delta, "one more line\n"...)
-		return buildPack(t, append(objs, packObject{typ: objRefDelta, data: delta, ref: secretBlob}))
+		return gittest.BuildPack(t, append(objs, gittest.PackObject{Type: gittest.ObjRefDelta, Data: delta, Ref: secretBlob}))
 	}
 	for _, tc := range []struct {
 		name   string
@@ -173,79 +169,6 @@ func TestImportRefusesForeignHistory(t *testing.T) {
 	}
 }
 
-// wholeObjects are the objects ids of r, whole, for buildPack.
-func wholeObjects(t *testing.T, r *repo, ids ...string) []packObject {
-	t.Helper()
-	var objs []packObject
-	for _, id := range ids {
-		typ := r.git("cat-file", "-t", id)
-		raw, err := r.Run(nil, "cat-file", typ, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs = append(objs, packObject{typ: map[string]int{"commit": objCommit, "tree": objTree, "blob": objBlob}[typ], data: raw})
-	}
-	return objs
-}
-
-// packObject is an object of a pack built by hand: whole (typ 1 to 4) or
-// a delta on the object named by ref (typ 7).
-type packObject struct {
-	typ      int
-	data     []byte
-	ref      string
-	declared int // the size its header gives, when not len(data)
-}
-
-// buildPack writes a version 2 pack of objs.
-func buildPack(t *testing.T, objs []packObject) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	b.WriteString("PACK")
-	binary.Write(&b, binary.BigEndian, uint32(2))
-	binary.Write(&b, binary.BigEndian, uint32(len(objs)))
-	for _, o := range objs {
-		size := len(o.data)
-		if o.declared > 0 {
-			size = o.declared
-		}
-		c := byte(o.typ<<4) | byte(size&15)
-		size >>= 4
-		for size > 0 {
-			b.WriteByte(c | 0x80)
-			c = byte(size & 0x7f)
-			size >>= 7
-		}
-		b.WriteByte(c)
-		if o.typ == objRefDelta {
-			id, err := hex.DecodeString(o.ref)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b.Write(id)
-		}
-		zw := zlib.NewWriter(&b)
-		zw.Write(o.data)
-		zw.Close()
-	}
-	sum := sha1.Sum(b.Bytes())
-	b.Write(sum[:])
-	return b.Bytes()
-}
-
-// varint is a delta header's size.
-func varint(n int) []byte {
-	var out []byte
-	for {
-		c := byte(n & 0x7f)
-		n >>= 7
-		if n == 0 {
-			return append(out, c)
-		}
-		out = append(out, c|0x80)
-	}
-}
-
 // TestImportRefusesAPackBomb: a pack well within collect_max_bytes whose
 // deltas would inflate to hundreds of megabytes (a copy of a 64 KiB blob
 // takes one byte) is refused before git inflates anything, and leaves
@@ -260,14 +183,9 @@ func TestImportRefusesAPackBomb(t *testing.T) {
 	// The result's own objects, whole, then the bomb: a 64 KiB blob and a
 	// delta copying it 1024 times (64 MiB), which the result does not
 	// even name.
-	objs := wholeObjects(t, n, strings.Fields(n.git("rev-list", "--objects", "--no-object-names", result, "^"+base))...)
-	zeros := make([]byte, 64<<10)
-	zerosID := sha1.Sum(append([]byte(fmt.Sprintf("blob %d\x00", len(zeros))), zeros...))
-	copies := 1024
-	delta := append(varint(len(zeros)), varint(copies*len(zeros))...)
-	delta = append(delta, bytes.Repeat([]byte{0x80}, copies)...) // copy offset 0, size 0x10000
-	objs = append(objs, packObject{typ: objBlob, data: zeros}, packObject{typ: objRefDelta, data: delta, ref: hex.EncodeToString(zerosID[:])})
-	pack := buildPack(t, objs)
+	objs := n.Objects(strings.Fields(n.git("rev-list", "--objects", "--no-object-names", result, "^"+base))...)
+	objs = append(objs, gittest.Bomb(1024)...)
+	pack := gittest.BuildPack(t, objs)
 	if len(pack) > 4096 {
 		t.Fatalf("the bomb packs to %d bytes; the test wants a small one", len(pack))
 	}
@@ -290,7 +208,7 @@ func TestImportRefusesAPackBomb(t *testing.T) {
 	}
 	// Cut in the middle of an object's stream, or an object longer than
 	// its header says: corrupt, before index-pack.
-	longer := buildPack(t, []packObject{{typ: objBlob, data: []byte("hello, world"), declared: 5}})
+	longer := gittest.BuildPack(t, []gittest.PackObject{{Type: gittest.ObjBlob, Data: []byte("hello, world"), Declared: 5}})
 	for name, b := range map[string][]byte{"cut off": pack[:len(pack)-200], "longer": longer} {
 		if err := checkInflation(writeTemp(t, b), int64(len(objs)), 20, 1<<30); err == nil || !strings.Contains(err.Error(), "corrupt") {
 			t.Errorf("%s: %v; want it corrupt", name, err)
