@@ -329,3 +329,94 @@ func TestBaseShippedOncePerNode(t *testing.T) {
 		t.Errorf("S08 started from %s, want the moved base", tk.BaseCommit)
 	}
 }
+
+// TestGitFinalTreeIsRawBlobs: final/ holds the result's files as
+// committed: a task's .gitattributes naming a filter driver that the
+// operator's own git configures (as `git lfs install` does) runs nothing
+// on the operator's machine, and export-subst and export-ignore do
+// nothing.
+func TestGitFinalTreeIsRawBlobs(t *testing.T) {
+	tmp := t.TempDir()
+	marker := filepath.Join(tmp, "filter-ran")
+	global := filepath.Join(tmp, "gitconfig")
+	if err := os.WriteFile(global, []byte("[filter \"lfs\"]\n\tsmudge = touch "+marker+"; cat\n\trequired = true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GIT_CONFIG_GLOBAL", global)
+	op := gittest.New(t)
+	op.Write("a.txt", "a\n")
+	op.Commit("base")
+	h := newHarness(t, "", map[string]string{
+		"project.yaml": "tool: shell\nverification: false\nrepo: " + op.Dir + "\n",
+		"S01-attrs.md": "printf '*.dat filter=lfs\\n*.txt export-subst\\nhidden.md export-ignore\\n' > .gitattributes\n" +
+			"printf 'oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\\n' > x.dat\n" +
+			"printf '%s\\n' '$Format:%H$' > s.txt\necho hidden > hidden.md\n",
+		"S99-integrate.md": "echo integrated > integrated.md\n",
+	})
+	h.tickUntil("the project to finish", func() bool {
+		p, _ := h.st.Project(context.Background(), "p")
+		return p.State == store.ProjectDone
+	})
+	if p, _ := h.st.Project(context.Background(), "p"); p.Result != store.ResultPassed {
+		t.Fatalf("project %s; tasks: %s", p.Result, h.dump())
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("writing final/ ran the filter driver the task's .gitattributes named")
+	}
+	final := filepath.Join(h.home, "runs", "p", "final")
+	for name, want := range map[string]string{"x.dat": "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n",
+		"s.txt": "$Format:%H$\n", "hidden.md": "hidden\n", "integrated.md": "integrated\n", "a.txt": "a\n"} {
+		if got, err := os.ReadFile(filepath.Join(final, name)); err != nil || string(got) != want {
+			t.Errorf("final/%s: %q %v, want %q", name, got, err, want)
+		}
+	}
+}
+
+// TestGitMergeOverTheQuota: two results each within collect_max_bytes
+// whose merge is not: the integration does not start (its node would
+// check out, and its result would hold, more than the quota); the project
+// fails saying so and how to fix it.
+func TestGitMergeOverTheQuota(t *testing.T) {
+	op := gittest.New(t)
+	op.Write("a.txt", "a\n")
+	op.Commit("base")
+	yaml := `
+controller:
+  retry_backoff: 10s
+  max_retries: 0
+  collect_max_bytes: 1000000
+nodes:
+  - name: local
+    slots: 2
+    spares: 0
+    work_dir: WORK
+`
+	h := newHarness(t, yaml, map[string]string{
+		"project.yaml": "tool: shell\nverification: false\nrepo: " + op.Dir + "\n",
+		"S01-one.md":   "head -c 600000 /dev/urandom > one.bin\n",
+		"S02-two.md":   "head -c 600000 /dev/urandom > two.bin\n",
+	})
+	h.tickUntil("the project to finish", func() bool {
+		p, _ := h.st.Project(context.Background(), "p")
+		return p.State == store.ProjectDone
+	})
+	if p, _ := h.st.Project(context.Background(), "p"); p.Result != store.ResultFailed {
+		t.Errorf("project %s, want failed", p.Result)
+	}
+	for _, id := range []string{"S01", "S02"} {
+		if tk := h.task(id); tk.Status != store.Completed {
+			t.Errorf("%s %s %q, want completed (each result is within the quota)", id, tk.Status, tk.Error)
+		}
+	}
+	if tk, err := h.st.Task(context.Background(), "p", store.IntegrationID); err == nil {
+		t.Errorf("%s started (%s): the merge over the quota was checked out", store.IntegrationID, tk.Status)
+	}
+	var said bool
+	for _, e := range h.events("phase") {
+		said = said || strings.Contains(e.Message, "integration not started: the merge of the task branches (dispatch/p/merge)") &&
+			strings.Contains(e.Message, "over collect_max_bytes (1.0 MiB)") && strings.Contains(e.Message, "fix: raise collect_max_bytes")
+	}
+	if !said {
+		t.Errorf("no phase event says why the integration did not start: %v", h.events("phase"))
+	}
+}

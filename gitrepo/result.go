@@ -114,6 +114,17 @@ func checkTree(entries []treeEntry, lim Limits, what string) error {
 	return nil
 }
 
+// CheckTree holds the tree of commit to lim (a *Problem of kind
+// ErrOverLimit when over): what a merge of results, each within lim, may
+// not be.
+func CheckTree(ctx context.Context, dir, commit string, lim Limits) error {
+	entries, err := listTree(ctx, dir, nil, commit)
+	if err != nil {
+		return err
+	}
+	return checkTree(entries, lim, "the tree of "+short(commit))
+}
+
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 // Object types of a pack entry.
