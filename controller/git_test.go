@@ -420,3 +420,34 @@ nodes:
 		t.Errorf("no phase event says why the integration did not start: %v", h.events("phase"))
 	}
 }
+
+// TestGitFetchNeedsFreeSpace: a task's pack is fetched into the
+// operator's repository only when the disk there has room for it (as
+// received and as indexed) and collectFreeMargin besides; until then the
+// collection is tried again, saying so, and nothing is written.
+func TestGitFetchNeedsFreeSpace(t *testing.T) {
+	op := gittest.New(t)
+	op.Write("a.txt", "a\n")
+	op.Commit("base")
+	h := newHarness(t, "", map[string]string{
+		"project.yaml": "tool: shell\nintegration: false\nrepo: " + op.Dir + "\n",
+		"S01-big.md":   "head -c 600000 /dev/urandom > big.bin\n",
+	})
+	old := diskFree
+	diskFree = func(string) (int64, error) { return collectFreeMargin + 1_000_000, nil } // room for one copy of the pack, not two
+	defer func() { diskFree = old }()
+	before := op.Git("count-objects", "-v")
+	h.tickUntil("a collection to fail", func() bool { return len(h.events("collect_failed")) > 0 })
+	if ev := h.events("collect_failed")[0]; !strings.Contains(ev.Message, "not enough free space under "+filepath.Join(op.Dir, ".git")+": the task's pack") ||
+		!strings.Contains(ev.Message, "trying again") {
+		t.Errorf("collect_failed: %q, want the free space named and another try", ev.Message)
+	}
+	if after := op.Git("count-objects", "-v"); after != before {
+		t.Errorf("objects written with no room:\n%s\n%s", before, after)
+	}
+	diskFree = old
+	h.clock.Advance(collectRetryWait)
+	h.tickUntil("S01 to be collected once there is room", func() bool {
+		return op.Git("for-each-ref", "refs/heads/dispatch/p/S01") != ""
+	})
+}
