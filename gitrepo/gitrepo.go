@@ -458,7 +458,12 @@ func Import(ctx context.Context, dir string, r io.Reader, commit, base, ref stri
 	if _, err := inQ("merge-base", "--is-ancestor", base, commit); err != nil {
 		return fmt.Errorf("the task's result %s does not descend from its base %s", commit, base)
 	}
-	if err := checkResult(ctx, dir, env, q, count, commit, base, lim); err != nil {
+	fi, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	end := fi.Size() - int64(len(commit)/2) // the objects, before the pack's checksum
+	if err := checkResult(ctx, dir, env, q, count, end, commit, base, lim); err != nil {
 		return err
 	}
 	if err := migratePacks(filepath.Join(q, "pack"), filepath.Join(objDir, "pack")); err != nil {

@@ -269,9 +269,9 @@ func fileSize(f *os.File) int64 {
 // commit ^base`) the pack itself holds (not only the operator's repository,
 // through which a forged commit could name what the node never had), whose
 // pack's deltas used only objects of base's tree as their bases, and whose
-// tree is within lim. count is the number of objects the node sent; env
-// points git at the quarantine q.
-func checkResult(ctx context.Context, dir string, env []string, q string, count int64, commit, base string, lim Limits) error {
+// tree is within lim. count is the number of objects the node sent, end
+// where they end in its pack; env points git at the quarantine q.
+func checkResult(ctx context.Context, dir string, env []string, q string, count, end int64, commit, base string, lim Limits) error {
 	inQ := func(args ...string) ([]byte, error) { return gitEnv(ctx, dir, env, args...) }
 	raw, err := inQ("cat-file", "commit", commit)
 	if err != nil {
@@ -290,7 +290,7 @@ func checkResult(ctx context.Context, dir string, env []string, q string, count 
 		return &Problem{Kind: ErrForeign, Msg: fmt.Sprintf("the task's result %s has the parents %s, not its base %s alone: a result is one commit on its base",
 			short(commit), shorts(parents), short(base)), Fix: forgedFix}
 	}
-	sent, appended, err := packObjects(ctx, dir, env, q, count)
+	sent, appended, err := packObjects(ctx, dir, env, q, count, end)
 	if err != nil {
 		return err
 	}
@@ -338,9 +338,11 @@ func checkResult(ctx context.Context, dir string, env []string, q string, count 
 }
 
 // packObjects reads the index of the one pack index-pack wrote in the
-// quarantine q: the first count objects, by offset, are those the node
-// sent; any after them index-pack appended to complete a thin pack.
-func packObjects(ctx context.Context, dir string, env []string, q string, count int64) (map[string]bool, []string, error) {
+// quarantine q: the objects before offset end (where the pack the node
+// sent ends, before its checksum) are those it sent; any after it
+// index-pack appended to complete a thin pack. count is how many objects
+// the node's pack holds.
+func packObjects(ctx context.Context, dir string, env []string, q string, count, end int64) (map[string]bool, []string, error) {
 	idx, _ := filepath.Glob(filepath.Join(q, "pack", "pack-*.idx"))
 	if len(idx) != 1 {
 		return nil, nil, fmt.Errorf("index-pack wrote %d indexes", len(idx))
@@ -369,17 +371,18 @@ func packObjects(ctx context.Context, dir string, env []string, q string, count 
 		}
 		objs = append(objs, obj{off, f[1]})
 	}
-	if int64(len(objs)) < count {
-		return nil, nil, fmt.Errorf("the pack's index holds %d objects, its header %d", len(objs), count)
-	}
 	slices.SortFunc(objs, func(a, b obj) int { return cmpUint(a.off, b.off) })
 	sent := map[string]bool{}
-	for _, o := range objs[:count] {
-		sent[o.id] = true
-	}
 	var appended []string
-	for _, o := range objs[count:] {
-		appended = append(appended, o.id)
+	for _, o := range objs {
+		if o.off < uint64(end) {
+			sent[o.id] = true
+		} else {
+			appended = append(appended, o.id)
+		}
+	}
+	if int64(len(sent)) != count {
+		return nil, nil, fmt.Errorf("the pack's index holds %d objects of the %d the pack holds", len(sent), count)
 	}
 	return sent, appended, nil
 }
