@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/dispatch-tool/dispatch/gitrepo"
@@ -171,15 +172,26 @@ func (c *Controller) fetchCommit(ctx context.Context, n *nodeRuntime, inst *node
 	if reply.Bytes > c.config().Controller.CollectMaxBytes {
 		return permanent(fmt.Errorf("the task's commits pack to %d bytes, over collect_max_bytes (%d): nothing collected", reply.Bytes, c.config().Controller.CollectMaxBytes))
 	}
+	// The pack is spooled, then copied by index-pack, in the operator's
+	// repository: room for twice what the node says, then held to the
+	// room left as it arrives.
+	room, err := c.freeRoom(opRepo, "the task's pack (twice, as received and as indexed)", 2*reply.Bytes)
+	if err != nil {
+		return err
+	}
+	limit, byRoom := c.config().Controller.CollectMaxBytes, room/2 < c.config().Controller.CollectMaxBytes
+	if byRoom {
+		limit = room / 2
+	}
 	pr, pw := io.Pipe()
 	got := make(chan error, 1)
 	go func() {
-		lw := &limitWriter{w: crashWriter{pw}, left: c.config().Controller.CollectMaxBytes}
+		lw := &limitWriter{w: crashWriter{pw}, left: limit}
 		err := nodes.GetIdle(ctx, n.tr, archive, lw, c.transferIdle())
 		pw.CloseWithError(err)
 		got <- err
 	}()
-	err = gitrepo.Import(ctx, opRepo, pr, r.Commit, t.BaseCommit, ref)
+	err = gitrepo.Import(ctx, opRepo, pr, r.Commit, t.BaseCommit, ref, c.limits())
 	pr.CloseWithError(err)
 	if err == nil {
 		crashPoint(CrashAfterImport)
@@ -187,10 +199,22 @@ func (c *Controller) fetchCommit(ctx context.Context, n *nodeRuntime, inst *node
 	if gerr := <-got; gerr != nil && !errors.Is(gerr, io.ErrClosedPipe) {
 		err = fmt.Errorf("fetch the task's commits: %w", gerr) // the cause of a cut-off pack
 	}
-	if errors.Is(err, errOverQuota) {
+	switch {
+	case errors.Is(err, errOverQuota) && byRoom:
+		return fmt.Errorf("not enough free space under %s: the task's pack is larger than the room left, and %s must stay free\n  fix: free space on the controller's disk; the collection is tried again",
+			opRepo, mib(collectFreeMargin))
+	case errors.Is(err, errOverQuota):
 		return permanent(fmt.Errorf("the task's commits are over collect_max_bytes (%d): nothing collected", c.config().Controller.CollectMaxBytes))
+	case errors.Is(err, gitrepo.ErrOverLimit), errors.Is(err, gitrepo.ErrForeign):
+		// Refused on what it holds: trying again fetches the same.
+		return permanent(err)
 	}
 	return err
+}
+
+// limits are the quotas of a task's result.
+func (c *Controller) limits() gitrepo.Limits {
+	return gitrepo.Limits{MaxBytes: c.config().Controller.CollectMaxBytes, MaxFiles: c.config().Controller.CollectMaxFiles}
 }
 
 // gitAttempt is a git-native task's current attempt to collect: the task
@@ -285,10 +309,30 @@ func (c *Controller) final(ctx context.Context, p store.Project, opts store.Proj
 	if err := os.RemoveAll(dest); err != nil {
 		return err
 	}
-	if err := gitrepo.Export(ctx, opts.Repo.Dir, from.Commit, dest); err != nil {
+	room, err := c.freeRoom(filepath.Dir(dest), "final/", 0)
+	if err != nil {
+		return err
+	}
+	// The tree is held to the quotas, as a collected output/ is: one over
+	// them stays the branch only (the merge of tasks each within them may
+	// not be).
+	var warning string
+	err = gitrepo.Export(ctx, opts.Repo.Dir, from.Commit, dest, c.limits(), room)
+	switch {
+	case errors.Is(err, gitrepo.ErrOverLimit):
+		os.RemoveAll(dest)
+		warning = fmt.Sprintf("final/ not written: %v\n  the result is the branch %s (git worktree add <dir> %s)", err,
+			strings.TrimPrefix(FinalRef(p.Name), "refs/heads/"), strings.TrimPrefix(FinalRef(p.Name), "refs/heads/"))
+	case err != nil:
+		os.RemoveAll(dest)
 		return fmt.Errorf("check out %s into %s: %w", from.Commit[:12], dest, err)
 	}
 	return c.st.Update(ctx, func(tx *store.Tx) error {
+		if warning != "" {
+			if err := tx.Event(ctx, store.Event{Project: p.Name, Kind: "warning", Message: warning}); err != nil {
+				return err
+			}
+		}
 		return tx.SetProject(ctx, p.Name, store.ProjectPatch{FinalCommit: new(from.Commit)},
 			fmt.Sprintf("result %s is %s", FinalRef(p.Name), from.Commit))
 	})

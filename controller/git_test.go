@@ -95,10 +95,20 @@ func (f *forgingNode) Exec(ctx context.Context, argv []string, stdin []byte) (no
 // a corrupt pack, or more than collect_max_bytes gets nothing into the
 // operator's repository: the task fails its collection and no branch is
 // set.
+//
+// A result is also held to the quotas and to its base (issue 19): a tree
+// over collect_max_bytes though its pack is tiny, a pack naming an object
+// of the operator's it never sent (a file of a private branch), a pack
+// whose deltas inflate to far more than the quota are refused at once.
 func TestForgedGitResults(t *testing.T) {
 	op := gittest.New(t)
 	op.Write("a.txt", "a\n")
 	op.Commit("base")
+	// The operator's private work, never shipped.
+	op.Git("checkout", "-q", "-b", "private")
+	op.Write("secret.txt", strings.Repeat("operator secret line\n", 50))
+	op.Commit("private")
+	op.Git("checkout", "-q", "main")
 	yaml := `
 controller:
   retry_backoff: 10s
@@ -115,25 +125,39 @@ nodes:
 		spec  string
 		forge func(t *testing.T, res nodes.Result, pack string) nodes.Result
 		want  string
+		once  bool // refused without trying again
 	}{
 		{"another commit", "echo b > b.txt\n", func(t *testing.T, res nodes.Result, pack string) nodes.Result {
 			res.Stdout = []byte(`{"commit":"` + strings.Repeat("ab", 20) + `","bytes":10}`)
 			return res
-		}, "is not the commit its status named"},
+		}, "is not the commit its status named", true},
 		{"a corrupt pack", "echo b > b.txt\n", func(t *testing.T, res nodes.Result, pack string) nodes.Result {
 			if err := os.WriteFile(pack, []byte("PACK\x00\x00\x00\x02 not a pack at all"), 0o600); err != nil {
 				t.Error(err)
 			}
 			return res
-		}, "giving up"},
+		}, "giving up", false},
 		{"a pack larger than it says", "head -c 3000000 /dev/urandom > big.bin\n", func(t *testing.T, res nodes.Result, pack string) nodes.Result {
 			var reply wrapper.PackReply
 			json.Unmarshal(res.Stdout, &reply)
 			reply.Bytes = 10
 			res.Stdout, _ = json.Marshal(reply)
 			return res
-		}, "over collect_max_bytes"},
-		{"a pack over the quota", "head -c 3000000 /dev/urandom > big.bin\n", nil, "over collect_max_bytes"},
+		}, "over collect_max_bytes", true},
+		{"a pack over the quota", "head -c 3000000 /dev/urandom > big.bin\n", nil, "over collect_max_bytes", true},
+		{"a tree over the quota", "head -c 150000 /dev/urandom > f0\nfor i in 1 2 3 4 5 6 7 8 9; do cp f0 f$i; done\n", nil,
+			"holds 1.4 MiB in its files, over collect_max_bytes (1.0 MiB)", true},
+		{"an object it did not send", "for i in $(seq 50); do echo operator secret line; done > stolen.txt\n", func(t *testing.T, res nodes.Result, pack string) nodes.Result {
+			return rebuild(t, op, res, pack, func(r *gittest.Repo, commit, base string) []gittest.PackObject {
+				return r.Objects(commit, r.Git("rev-parse", commit+"^{tree}")) // not the blob of stolen.txt
+			})
+		}, "names 1 object(s) its pack does not hold", true},
+		{"a pack bomb", "echo b > b.txt\n", func(t *testing.T, res nodes.Result, pack string) nodes.Result {
+			return rebuild(t, op, res, pack, func(r *gittest.Repo, commit, base string) []gittest.PackObject {
+				objs := r.Objects(strings.Fields(r.Git("rev-list", "--objects", "--no-object-names", commit, "^"+base))...)
+				return append(objs, gittest.Bomb(2048)...) // 128 MiB from 2 KiB
+			})
+		}, "the task's pack inflates to more than", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -151,11 +175,44 @@ nodes:
 			if tk := h.task("S01"); tk.ErrorClass != classCollect || !strings.Contains(tk.Error, tc.want) {
 				t.Errorf("S01: %s %q, want %s with %q", tk.ErrorClass, tk.Error, classCollect, tc.want)
 			}
+			if n := len(h.events("collect_failed")); tc.once && n != 1 {
+				t.Errorf("%d tries to collect, want the result refused at once", n)
+			}
 			if refs := op.Git("for-each-ref", "refs/heads/dispatch/"); refs != "" {
 				t.Errorf("refs set: %s", refs)
 			}
 		})
 	}
+}
+
+// rebuild replaces the pack of the task's result that the wrapper wrote
+// at pack by the objects build picks from it (read in a repository
+// holding the operator's base and the pack), as a hostile node may send.
+func rebuild(t *testing.T, op *gittest.Repo, res nodes.Result, pack string, build func(r *gittest.Repo, commit, base string) []gittest.PackObject) nodes.Result {
+	var reply wrapper.PackReply
+	if err := json.Unmarshal(res.Stdout, &reply); err != nil {
+		t.Errorf("git-pack replied %q", res.Stdout)
+		return res
+	}
+	r := gittest.New(t)
+	r.Git("fetch", "-q", op.Dir, "main")
+	base := r.Git("rev-parse", "FETCH_HEAD")
+	b, err := os.ReadFile(pack)
+	if err != nil {
+		t.Error(err)
+		return res
+	}
+	if out, err := r.Run(b, "index-pack", "--stdin", "--fix-thin"); err != nil {
+		t.Errorf("index-pack: %v %s", err, out)
+		return res
+	}
+	forged := gittest.BuildPack(t, build(r, reply.Commit, base))
+	if err := os.WriteFile(pack, forged, 0o600); err != nil {
+		t.Error(err)
+	}
+	reply.Bytes = int64(len(forged))
+	res.Stdout, _ = json.Marshal(reply)
+	return res
 }
 
 // shipCounter counts what a node is sent of a project's repository.
@@ -271,4 +328,126 @@ func TestBaseShippedOncePerNode(t *testing.T) {
 	if tk := h.task("S08"); tk.BaseCommit != op.Git("rev-parse", "HEAD") {
 		t.Errorf("S08 started from %s, want the moved base", tk.BaseCommit)
 	}
+}
+
+// TestGitFinalTreeIsRawBlobs: final/ holds the result's files as
+// committed: a task's .gitattributes naming a filter driver that the
+// operator's own git configures (as `git lfs install` does) runs nothing
+// on the operator's machine, and export-subst and export-ignore do
+// nothing.
+func TestGitFinalTreeIsRawBlobs(t *testing.T) {
+	tmp := t.TempDir()
+	marker := filepath.Join(tmp, "filter-ran")
+	global := filepath.Join(tmp, "gitconfig")
+	if err := os.WriteFile(global, []byte("[filter \"lfs\"]\n\tsmudge = touch "+marker+"; cat\n\trequired = true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GIT_CONFIG_GLOBAL", global)
+	op := gittest.New(t)
+	op.Write("a.txt", "a\n")
+	op.Commit("base")
+	h := newHarness(t, "", map[string]string{
+		"project.yaml": "tool: shell\nverification: false\nrepo: " + op.Dir + "\n",
+		"S01-attrs.md": "printf '*.dat filter=lfs\\n*.txt export-subst\\nhidden.md export-ignore\\n' > .gitattributes\n" +
+			"printf 'oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\\n' > x.dat\n" +
+			"printf '%s\\n' '$Format:%H$' > s.txt\necho hidden > hidden.md\n",
+		"S99-integrate.md": "echo integrated > integrated.md\n",
+	})
+	h.tickUntil("the project to finish", func() bool {
+		p, _ := h.st.Project(context.Background(), "p")
+		return p.State == store.ProjectDone
+	})
+	if p, _ := h.st.Project(context.Background(), "p"); p.Result != store.ResultPassed {
+		t.Fatalf("project %s; tasks: %s", p.Result, h.dump())
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("writing final/ ran the filter driver the task's .gitattributes named")
+	}
+	final := filepath.Join(h.home, "runs", "p", "final")
+	for name, want := range map[string]string{"x.dat": "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n",
+		"s.txt": "$Format:%H$\n", "hidden.md": "hidden\n", "integrated.md": "integrated\n", "a.txt": "a\n"} {
+		if got, err := os.ReadFile(filepath.Join(final, name)); err != nil || string(got) != want {
+			t.Errorf("final/%s: %q %v, want %q", name, got, err, want)
+		}
+	}
+}
+
+// TestGitMergeOverTheQuota: two results each within collect_max_bytes
+// whose merge is not: the integration does not start (its node would
+// check out, and its result would hold, more than the quota); the project
+// fails saying so and how to fix it.
+func TestGitMergeOverTheQuota(t *testing.T) {
+	op := gittest.New(t)
+	op.Write("a.txt", "a\n")
+	op.Commit("base")
+	yaml := `
+controller:
+  retry_backoff: 10s
+  max_retries: 0
+  collect_max_bytes: 1000000
+nodes:
+  - name: local
+    slots: 2
+    spares: 0
+    work_dir: WORK
+`
+	h := newHarness(t, yaml, map[string]string{
+		"project.yaml": "tool: shell\nverification: false\nrepo: " + op.Dir + "\n",
+		"S01-one.md":   "head -c 600000 /dev/urandom > one.bin\n",
+		"S02-two.md":   "head -c 600000 /dev/urandom > two.bin\n",
+	})
+	h.tickUntil("the project to finish", func() bool {
+		p, _ := h.st.Project(context.Background(), "p")
+		return p.State == store.ProjectDone
+	})
+	if p, _ := h.st.Project(context.Background(), "p"); p.Result != store.ResultFailed {
+		t.Errorf("project %s, want failed", p.Result)
+	}
+	for _, id := range []string{"S01", "S02"} {
+		if tk := h.task(id); tk.Status != store.Completed {
+			t.Errorf("%s %s %q, want completed (each result is within the quota)", id, tk.Status, tk.Error)
+		}
+	}
+	if tk, err := h.st.Task(context.Background(), "p", store.IntegrationID); err == nil {
+		t.Errorf("%s started (%s): the merge over the quota was checked out", store.IntegrationID, tk.Status)
+	}
+	var said bool
+	for _, e := range h.events("phase") {
+		said = said || strings.Contains(e.Message, "integration not started: the merge of the task branches (dispatch/p/merge)") &&
+			strings.Contains(e.Message, "over collect_max_bytes (1.0 MiB)") && strings.Contains(e.Message, "fix: raise collect_max_bytes")
+	}
+	if !said {
+		t.Errorf("no phase event says why the integration did not start: %v", h.events("phase"))
+	}
+}
+
+// TestGitFetchNeedsFreeSpace: a task's pack is fetched into the
+// operator's repository only when the disk there has room for it (as
+// received and as indexed) and collectFreeMargin besides; until then the
+// collection is tried again, saying so, and nothing is written.
+func TestGitFetchNeedsFreeSpace(t *testing.T) {
+	op := gittest.New(t)
+	op.Write("a.txt", "a\n")
+	op.Commit("base")
+	h := newHarness(t, "", map[string]string{
+		"project.yaml": "tool: shell\nintegration: false\nrepo: " + op.Dir + "\n",
+		"S01-big.md":   "head -c 600000 /dev/urandom > big.bin\n",
+	})
+	old := diskFree
+	diskFree = func(string) (int64, error) { return collectFreeMargin + 1_000_000, nil } // room for one copy of the pack, not two
+	defer func() { diskFree = old }()
+	before := op.Git("count-objects", "-v")
+	h.tickUntil("a collection to fail", func() bool { return len(h.events("collect_failed")) > 0 })
+	if ev := h.events("collect_failed")[0]; !strings.Contains(ev.Message, "not enough free space under "+filepath.Join(op.Dir, ".git")+": the task's pack") ||
+		!strings.Contains(ev.Message, "trying again") {
+		t.Errorf("collect_failed: %q, want the free space named and another try", ev.Message)
+	}
+	if after := op.Git("count-objects", "-v"); after != before {
+		t.Errorf("objects written with no room:\n%s\n%s", before, after)
+	}
+	diskFree = old
+	h.clock.Advance(collectRetryWait)
+	h.tickUntil("S01 to be collected once there is room", func() bool {
+		return op.Git("for-each-ref", "refs/heads/dispatch/p/S01") != ""
+	})
 }

@@ -122,6 +122,16 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 			if err != nil {
 				return false, fmt.Errorf("merge the task branches of %s: %w", p.Name, err)
 			}
+			// The merge is checked out on the integration's node and is
+			// its result's start: held to the quotas each result is.
+			var over *gitrepo.Problem
+			if err := gitrepo.CheckTree(ctx, opts.Repo.Dir, m.Commit, c.limits()); errors.As(err, &over) && errors.Is(err, gitrepo.ErrOverLimit) {
+				return true, c.finish(ctx, p, store.ResultFailed, fmt.Sprintf("integration not started: the merge of the task branches (%s): %s"+
+					"\n  fix: raise collect_max_bytes/collect_max_files under controller: in nodes.yaml, or have the tasks commit less; then run the project again",
+					strings.TrimPrefix(MergeRef(p.Name), "refs/heads/"), over.Msg))
+			} else if err != nil {
+				return false, fmt.Errorf("merge the task branches of %s: %w", p.Name, err)
+			}
 			from, files, overlaps, conflicts = taskBase{Commit: m.Commit}, m.Changed, m.Overlaps, m.Conflicts
 		} else {
 			merged := filepath.Join(runsDir, "merged")

@@ -122,6 +122,13 @@ func (c *Controller) checkFreeSpace(dir string, files []nodes.FileInfo) (int64, 
 			need += f.Size
 		}
 	}
+	return c.freeRoom(dir, "output/", need)
+}
+
+// freeRoom refuses to write need bytes of what under dir when that would
+// leave less than collectFreeMargin free, and returns the bytes that may
+// be written there.
+func (c *Controller) freeRoom(dir, what string, need int64) (int64, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, err
 	}
@@ -130,8 +137,8 @@ func (c *Controller) checkFreeSpace(dir string, files []nodes.FileInfo) (int64, 
 		return 0, fmt.Errorf("free space under %s: %w", dir, err)
 	}
 	if free-need < collectFreeMargin {
-		return 0, fmt.Errorf("not enough free space under %s: output/ needs %s, %s is free, and %s must stay free\n  fix: free space on the controller's disk; the collection is tried again",
-			dir, mib(need), mib(free), mib(collectFreeMargin))
+		return 0, fmt.Errorf("not enough free space under %s: %s needs %s, %s is free, and %s must stay free\n  fix: free space on the controller's disk; it is tried again",
+			dir, what, mib(need), mib(free), mib(collectFreeMargin))
 	}
 	return free - collectFreeMargin, nil
 }

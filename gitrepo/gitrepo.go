@@ -14,7 +14,7 @@
 package gitrepo
 
 import (
-	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -398,8 +398,14 @@ func Pack(ctx context.Context, dir, want string, have []string, w io.Writer) err
 // completing commit is refused whole and leaves nothing behind; only a
 // pack that passed every check moves into the repository. A header that
 // claims more objects than its bytes can hold is refused before git
-// allocates for them.
-func Import(ctx context.Context, dir string, r io.Reader, commit, base, ref string) error {
+// allocates for them, and one whose objects inflate to more than lim
+// allows before git inflates any (checkInflation).
+//
+// The result must be what a wrapper makes (checkResult): one commit whose
+// only parent is base, whose new objects are all in the pack, and whose
+// tree is within lim; else the error is a *Problem of kind ErrForeign or
+// ErrOverLimit.
+func Import(ctx context.Context, dir string, r io.Reader, commit, base, ref string, lim Limits) error {
 	if !strings.HasPrefix(ref, RefPrefix) {
 		return fmt.Errorf("refusing to set %q: dispatch writes refs under %s only", ref, RefPrefix)
 	}
@@ -423,7 +429,11 @@ func Import(ctx context.Context, dir string, r io.Reader, commit, base, ref stri
 		return err
 	}
 	spool := filepath.Join(q, "incoming")
-	if err := spoolPack(r, spool); err != nil {
+	count, err := spoolPack(r, spool)
+	if err != nil {
+		return err
+	}
+	if err := checkInflation(spool, count, len(commit)/2, lim.inflateLimit()); err != nil {
 		return err
 	}
 	in, err := os.Open(spool)
@@ -448,6 +458,14 @@ func Import(ctx context.Context, dir string, r io.Reader, commit, base, ref stri
 	if _, err := inQ("merge-base", "--is-ancestor", base, commit); err != nil {
 		return fmt.Errorf("the task's result %s does not descend from its base %s", commit, base)
 	}
+	fi, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	end := fi.Size() - int64(len(commit)/2) // the objects, before the pack's checksum
+	if err := checkResult(ctx, dir, env, q, count, end, commit, base, lim); err != nil {
+		return err
+	}
 	if err := migratePacks(filepath.Join(q, "pack"), filepath.Join(objDir, "pack")); err != nil {
 		return err
 	}
@@ -471,37 +489,37 @@ func removeStaleQuarantines(objDir string) {
 
 // spoolPack writes r to path and checks its header: a pack, version 2 or
 // 3, with no more objects than its size can hold (each takes at least a
-// few bytes).
-func spoolPack(r io.Reader, path string) error {
+// few bytes). It returns the number of objects.
+func spoolPack(r io.Reader, path string) (int64, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	size, err := io.Copy(f, r)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("read the pack: %w", err)
+		return 0, fmt.Errorf("read the pack: %w", err)
 	}
 	hdr := make([]byte, 12)
 	f, err = os.Open(path)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer f.Close()
 	if _, err := io.ReadFull(f, hdr); err != nil || string(hdr[:4]) != "PACK" {
-		return fmt.Errorf("not a git pack (%d bytes)", size)
+		return 0, fmt.Errorf("not a git pack (%d bytes)", size)
 	}
 	version := binary.BigEndian.Uint32(hdr[4:8])
 	count := int64(binary.BigEndian.Uint32(hdr[8:12]))
 	if version != 2 && version != 3 {
-		return fmt.Errorf("a git pack of unknown version %d", version)
+		return 0, fmt.Errorf("a git pack of unknown version %d", version)
 	}
 	if count > (size-12)/minPackedObject {
-		return fmt.Errorf("the pack claims %d objects in %d bytes", count, size)
+		return 0, fmt.Errorf("the pack claims %d objects in %d bytes", count, size)
 	}
-	return nil
+	return count, nil
 }
 
 // minPackedObject is the fewest bytes an object takes in a pack: its
@@ -543,9 +561,15 @@ func migratePacks(from, to string) error {
 
 // gitEnv is git with extra environment.
 func gitEnv(ctx context.Context, dir string, env []string, args ...string) ([]byte, error) {
+	return gitWith(ctx, dir, env, nil, args...)
+}
+
+// gitWith is git with extra environment and stdin (none when nil).
+func gitWith(ctx context.Context, dir string, env []string, stdin io.Reader, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), append([]string{"GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0", "LC_ALL=C"}, env...)...)
+	cmd.Stdin = stdin
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
@@ -665,20 +689,47 @@ func ReadFile(ctx context.Context, dir, commit, p string, max int64) ([]byte, er
 var ErrTooLarge = errors.New("file too large")
 
 // Export writes the tree of commit into dest (created; it must not exist)
-// as plain files, with git archive: regular files keep their executable
-// bit; symbolic links and submodules are left out, so that nothing written
-// goes through a link.
-func Export(ctx context.Context, dir, commit, dest string) error {
+// as plain files: the blobs as stored, read with `git cat-file --batch`,
+// never through git's filters, attributes (a task's .gitattributes naming
+// a filter= driver, export-subst, export-ignore) or hooks. Regular files
+// keep their executable bit; symbolic links, submodules and anything under
+// a .git directory are left out, so that nothing written goes through a
+// link or makes dest a repository whose config git would run.
+//
+// The tree is held to lim (a *Problem of kind ErrOverLimit) and must fit
+// in room bytes (ErrNoRoom) before anything is written.
+func Export(ctx context.Context, dir, commit, dest string, lim Limits, room int64) error {
+	entries, err := listTree(ctx, dir, nil, commit)
+	if err != nil {
+		return err
+	}
+	if err := checkTree(entries, lim, "the tree of "+short(commit)); err != nil {
+		return err
+	}
+	if n := treeSize(entries); n > room {
+		return &Problem{Kind: ErrNoRoom, Msg: fmt.Sprintf("the tree of %s holds %s in its files, more than the %s free under %s", short(commit), mib(n), mib(max(room, 0)), filepath.Dir(dest)),
+			Fix: "free space on this machine's disk; it is tried again"}
+	}
+	var files []treeEntry
+	for _, e := range entries {
+		if e.typ == "blob" && strings.HasPrefix(e.mode, "100") && !underGit(e.path) {
+			files = append(files, e)
+		}
+	}
 	if err := os.Mkdir(dest, 0o755); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "git", "archive", "--format=tar", commit)
+	cmd := exec.CommandContext(ctx, "git", "cat-file", "--batch")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0", "LC_ALL=C")
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -686,7 +737,17 @@ func Export(ctx context.Context, dir, commit, dest string) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	rerr := extract(tar.NewReader(out), dest)
+	go func() {
+		w := bufio.NewWriter(in)
+		for _, e := range files {
+			if _, err := w.WriteString(e.id + "\n"); err != nil {
+				break
+			}
+		}
+		w.Flush()
+		in.Close()
+	}()
+	rerr := writeBlobs(bufio.NewReader(out), files, dest)
 	if rerr != nil {
 		cancel()
 	}
@@ -695,47 +756,60 @@ func Export(ctx context.Context, dir, commit, dest string) error {
 		return rerr
 	}
 	if werr != nil {
-		return &gitError{args: []string{"archive", commit}, msg: strings.TrimSpace(errb.String()), err: werr}
+		return &gitError{args: []string{"cat-file", "--batch"}, msg: strings.TrimSpace(errb.String()), err: werr}
 	}
 	return nil
 }
 
-// extract writes the regular files of tr under dest, refusing any name
-// that would leave it.
-func extract(tr *tar.Reader, dest string) error {
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
+// underGit reports whether p has a .git directory among its parts (git's
+// own check ignores case).
+func underGit(p string) bool {
+	for _, part := range strings.Split(p, "/") {
+		if strings.EqualFold(part, ".git") {
+			return true
 		}
+	}
+	return false
+}
+
+// writeBlobs writes the blobs `git cat-file --batch` prints, one for each
+// of files in order, under dest, refusing any name that would leave it
+// and any blob that is not the size the tree's listing gave.
+func writeBlobs(br *bufio.Reader, files []treeEntry, dest string) error {
+	for _, e := range files {
+		hdr, err := br.ReadString('\n')
 		if err != nil {
-			return err
+			return fmt.Errorf("git cat-file: %w", err)
 		}
-		if h.Typeflag != tar.TypeReg {
-			continue
+		if want := fmt.Sprintf("%s blob %d\n", e.id, e.size); hdr != want {
+			return fmt.Errorf("git cat-file printed %q for %s, want %q", truncate(hdr, 80), e.path, want)
 		}
-		name := filepath.FromSlash(path.Clean(h.Name))
-		if !filepath.IsLocal(name) {
-			return fmt.Errorf("archive names %q, outside the tree", h.Name)
+		name := filepath.FromSlash(e.path)
+		if path.Clean(e.path) != e.path || !filepath.IsLocal(name) {
+			return fmt.Errorf("the tree names %q, outside it", e.path)
 		}
 		p := filepath.Join(dest, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
 		mode := os.FileMode(0o644)
-		if h.Mode&0o111 != 0 {
+		if e.mode == "100755" {
 			mode = 0o755
 		}
 		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 		if err != nil {
 			return err
 		}
-		_, err = io.Copy(f, tr)
+		_, err = io.CopyN(f, br, e.size)
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
 			return err
 		}
+		if b, err := br.ReadByte(); err != nil || b != '\n' {
+			return fmt.Errorf("git cat-file: no newline after %s", e.path)
+		}
 	}
+	return nil
 }

@@ -275,19 +275,19 @@ func TestPackAndImport(t *testing.T) {
 	before := op.state()
 	ref := RefPrefix + "demo/S01"
 
-	if err := Import(ctx, op.Dir, bytes.NewReader(full[:len(full)/2]), result, base, ref); err == nil {
+	if err := Import(ctx, op.Dir, bytes.NewReader(full[:len(full)/2]), result, base, ref, roomy); err == nil {
 		t.Fatal("a pack cut off midway was imported")
 	}
 	if _, err := Resolve(ctx, op.Dir, ref); err == nil {
 		t.Fatal("a cut-off pack set the ref")
 	}
 	for _, bad := range []string{"main", "HEAD", base[:12]} {
-		if err := Import(ctx, op.Dir, bytes.NewReader(full), bad, base, ref); err == nil {
+		if err := Import(ctx, op.Dir, bytes.NewReader(full), bad, base, ref, roomy); err == nil {
 			t.Errorf("Import of result %q succeeded; want it refused", bad)
 		}
 	}
 	for range 2 {
-		if err := Import(ctx, op.Dir, bytes.NewReader(full), result, base, ref); err != nil {
+		if err := Import(ctx, op.Dir, bytes.NewReader(full), result, base, ref, roomy); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -309,7 +309,7 @@ func TestPackAndImport(t *testing.T) {
 	if err := Pack(ctx, op.Dir, other, nil, &stray); err != nil {
 		t.Fatal(err)
 	}
-	if err := Import(ctx, op.Dir, &stray, other, result, RefPrefix+"demo/S02"); err == nil {
+	if err := Import(ctx, op.Dir, &stray, other, result, RefPrefix+"demo/S02", roomy); err == nil {
 		t.Error("a result not descending from its base was imported")
 	}
 	packsBefore := op.git("count-objects", "-v")
@@ -320,7 +320,7 @@ func TestPackAndImport(t *testing.T) {
 	corrupt := bytes.Clone(full)
 	corrupt[len(corrupt)/2] ^= 0xff
 	for name, b := range map[string][]byte{"not a pack": []byte("hello"), "a huge count": claims, "corrupt": corrupt} {
-		err := Import(ctx, op.Dir, bytes.NewReader(b), result, base, RefPrefix+"demo/S03")
+		err := Import(ctx, op.Dir, bytes.NewReader(b), result, base, RefPrefix+"demo/S03", roomy)
 		if err == nil {
 			t.Errorf("%s: imported", name)
 		}
@@ -328,7 +328,7 @@ func TestPackAndImport(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if err := Import(ctx, op.Dir, bytes.NewReader(full), strings.Repeat("ab", 20), base, RefPrefix+"demo/S03"); err == nil {
+	if err := Import(ctx, op.Dir, bytes.NewReader(full), strings.Repeat("ab", 20), base, RefPrefix+"demo/S03", roomy); err == nil {
 		t.Error("a pack without the named commit was imported")
 	}
 	// Nothing of the refused packs is left in the repository.
@@ -391,3 +391,6 @@ func TestChanges(t *testing.T) {
 		t.Errorf("diffstat:\n%s", stat)
 	}
 }
+
+// roomy are quotas no test result comes near.
+var roomy = Limits{MaxBytes: 1 << 30, MaxFiles: 1 << 20}
