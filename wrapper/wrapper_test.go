@@ -644,7 +644,7 @@ func TestKill(t *testing.T) {
 		minTime    time.Duration
 	}{
 		{"obeys TERM", "sleep 30", "5s", "SIGTERM", 0},
-		{"ignores TERM", `trap "" TERM; while :; do sleep 0.05; done`, "0.3s", "SIGKILL", 300 * time.Millisecond},
+		{"ignores TERM", `trap "" TERM; touch trapped; while :; do sleep 0.05; done`, "0.3s", "SIGKILL", 300 * time.Millisecond},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -653,6 +653,13 @@ func TestKill(t *testing.T) {
 			tk := newTask(t, "", Launch{Command: shell(tc.script), GraceSeconds: 60})
 			tk.run(t, "")
 			tk.waitStatus(t, "tool_pid", func(st *Status) bool { return st.ToolPID > 0 })
+			if strings.Contains(tc.script, "touch trapped") {
+				// A TERM sent before the shell has run its trap kills it.
+				poll(t, 10*time.Second, "the trap to be set", func() bool {
+					_, err := os.Stat(filepath.Join(tk.dir, dirOutput, "trapped"))
+					return err == nil
+				})
+			}
 			start := time.Now()
 			out, code := runWrapper(t, "", "kill", "--dir", tk.dir, "--grace", tc.grace)
 			took := time.Since(start)
