@@ -57,3 +57,24 @@ func TestDefaultWorkDirIsNoCheckoutPlace(t *testing.T) {
 		t.Errorf("~/dispatch was made: %v", err)
 	}
 }
+
+// TestStatusMarksANodeNoLongerConfigured: after nodes.yaml drops the node
+// a project's tasks ran on (the SSH quickstart replaces `local` with two
+// SSH nodes), status shows those tasks on "local (not in nodes.yaml)", and
+// a node still configured plainly.
+func TestStatusMarksANodeNoLongerConfigured(t *testing.T) {
+	home, work := opsHome(t, map[string]map[string]string{"hello": {"S01-a.md": "echo a\n"}})
+	if r := runDispatch(t, nil, "--home", home, "start", "hello"); r.code != 0 {
+		t.Fatalf("start: %s", r)
+	}
+	cfg := filepath.Join(home, "nodes.yaml")
+	r := runDispatch(t, nil, "--home", home, "status", "hello")
+	if r.code != 0 || !strings.Contains(r.stdout, "local") || strings.Contains(r.stdout, "not in nodes.yaml") {
+		t.Fatalf("status with local configured: %s", r)
+	}
+	writeFile(t, cfg, "nodes:\n  - name: box1\n    ssh: null\n    work_dir: "+work+"\n")
+	r = runDispatch(t, nil, "--home", home, "status", "hello")
+	if r.code != 0 || !strings.Contains(r.stdout, "local (not in nodes.yaml)") {
+		t.Fatalf("status after local left nodes.yaml: %s", r)
+	}
+}
