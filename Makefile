@@ -54,6 +54,8 @@ demo: build
 	  echo; echo "== dispatch report demo"; ./$(BIN) --home $(DEMO) report demo; exit $$rc
 
 ## test: install what the tests need, then vet and run every test with the race detector
+## (go test -json through internal/testfmt: go test's own ok/FAIL lines, a line as each
+## package starts, and every minute what still runs; the exit status is go test's)
 test:
 	@./.ci/test-deps
 	@echo "== gofmt"; out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -64,7 +66,11 @@ test:
 	    CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -o /dev/null ./cmd/dispatch-wrapper || exit 1; \
 	    echo "  ok $$p"; \
 	  done
-	@echo "== go test -race"; $(GO) test -race -count=1 -timeout 20m ./...
+	@echo "== go test -race: a line as each package starts and ends (ok/FAIL with its time), and every minute what still runs"; \
+	  exec 4>&1; \
+	  rc=$$( { { $(GO) test -race -count=1 -timeout 20m -json ./... 3>&- 4>&-; echo $$? >&3; } | \
+	    $(GO) run ./internal/testfmt >&4 3>&-; } 3>&1 ); \
+	  exit $$rc
 
 ## bench: SPEC §11 benchmarks on real sshd nodes on loopback, side by side with GNU parallel (installed
 ## from the system packages when missing); writes bench/RESULTS.md and the profiles in bench/out/.

@@ -81,7 +81,7 @@ type Node struct {
 	// Stall is the node's stall_timeout: a task whose tool writes nothing
 	// for this long is stopped; 0 leaves it to the default.
 	Stall time.Duration
-	// WorkDir is absolute or starts with "~/" (see ExpandHome); default ~/dispatch.
+	// WorkDir is absolute or starts with "~/" (see ExpandHome); default DefaultWorkDir.
 	WorkDir string
 	Tool    string // default tool of tasks on this node; "" leaves it to the task
 	// MinFreeMem is the memory, in bytes, the node must have available before a
@@ -198,9 +198,13 @@ var defaultController = Controller{
 	CollectMaxFiles:    100_000,
 }
 
+const defaultSlots = 1
+
 const (
-	defaultSlots   = 1
-	defaultWorkDir = "~/dispatch"
+	// DefaultWorkDir is a node's work_dir when nodes.yaml gives none: a
+	// hidden directory no one clones into, so that task workspaces never
+	// land in a checkout (of dispatch or of a project).
+	DefaultWorkDir = "~/.dispatch/work"
 )
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -488,7 +492,7 @@ func (p *parser) nodes(root *yaml.Node, kv pair) []Node {
 }
 
 func (p *parser) node(item *yaml.Node) (Node, bool) {
-	n := Node{Slots: defaultSlots, WorkDir: defaultWorkDir, StrictHostKeyChecking: "yes", Line: item.Line}
+	n := Node{Slots: defaultSlots, WorkDir: DefaultWorkDir, StrictHostKeyChecking: "yes", Line: item.Line}
 	where := "node"
 	if name := peekName(item); name != "" {
 		where = fmt.Sprintf("node %q", name)
@@ -551,7 +555,7 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 			if c := path.Clean(s); c == "~" || strings.HasPrefix(c, "~/") || path.IsAbs(c) {
 				n.WorkDir = c
 			} else {
-				p.Errorf(v, "write an absolute path or one starting with ~/, e.g. ~/dispatch",
+				p.Errorf(v, "write an absolute path or one starting with ~/, e.g. ~/.dispatch/work",
 					"%s: work_dir %q must be absolute or start with ~/", where, s)
 			}
 		}

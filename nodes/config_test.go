@@ -14,7 +14,7 @@ import (
 func fixture(name string) string { return filepath.Join("testdata", name, "nodes.yaml") }
 
 func node(name string, line int, edit func(*Node)) Node {
-	n := Node{Name: name, Slots: 1, Spares: -1, WorkDir: "~/dispatch", StrictHostKeyChecking: "yes", Line: line}
+	n := Node{Name: name, Slots: 1, Spares: -1, WorkDir: "~/.dispatch/work", StrictHostKeyChecking: "yes", Line: line}
 	if edit != nil {
 		edit(&n)
 	}
@@ -32,10 +32,10 @@ func TestLoad(t *testing.T) {
 		{"spec_example", &Config{
 			Controller: defaultController,
 			Nodes: []Node{
-				node("mac1", 13, func(n *Node) { n.Slots, n.APIMode, n.Tags = 2, "direct", []string{"glm"} }),
+				node("mac1", 13, func(n *Node) { n.Slots, n.APIMode, n.Tags, n.WorkDir = 2, "direct", []string{"glm"}, "~/dispatch" }),
 				node("mac2", 19, func(n *Node) {
 					n.SSH, n.Slots, n.APIMode = "ssh -i ~/.ssh/mac2 -p 22 user@192.168.4.63", 5, "zai"
-					n.MinFreeMem, n.Tags = 2<<30, []string{"glm"}
+					n.MinFreeMem, n.Tags, n.WorkDir = 2<<30, []string{"glm"}, "~/dispatch"
 				}),
 				node("codex-node-1", 26, func(n *Node) {
 					n.SSH, n.Slots, n.Tool, n.Tags = "codex-node-1.us-west1-b.myproject", 8, "codex", []string{"codex"}
@@ -217,7 +217,7 @@ func TestLoadErrors(t *testing.T) {
 		{"size_negative", []wantErr{{3, `min_free_mem: "-1GiB" is not a size`, ""}}},
 		{"size_list", []wantErr{{3, "min_free_mem must be a size, not a list", ""}}},
 		{"size_overflow", []wantErr{{3, `"100000000TiB" is too large`, ""}}},
-		{"work_dir_relative", []wantErr{{3, `work_dir "dispatch" must be absolute or start with ~/`, "~/dispatch"}}},
+		{"work_dir_relative", []wantErr{{3, `work_dir "dispatch" must be absolute or start with ~/`, "~/.dispatch/work"}}},
 		{"work_dir_user", []wantErr{{3, `work_dir "~bob/dispatch" must be absolute`, ""}}},
 		{"work_dir_dotdot", []wantErr{{3, `work_dir "~/.." must be absolute`, ""}}},
 		{"many_errors", []wantErr{

@@ -143,7 +143,7 @@ func CheckWorkDir(ctx context.Context, tr Transport, inst Installed) error {
 	}{{inst.WorkDir, true}, {path.Dir(inst.Path), true}, {inst.Path, false}} {
 		st, err := tr.Lstat(ctx, c.path)
 		if err == nil && c.path == inst.WorkDir && st.Mode&fs.ModeSymlink != 0 {
-			// A work_dir that is a link (~/dispatch → /data/dispatch) is
+			// A work_dir that is a link (~/.dispatch/work → /data/dispatch) is
 			// fine when the link is the node user's (or root's): its
 			// target is what must be safe.
 			if st.UID != uid && st.UID != 0 {
@@ -174,7 +174,7 @@ type UnsafeWorkDirError struct {
 
 func (e *UnsafeWorkDirError) Error() string {
 	return fmt.Sprintf("unsafe work_dir: %s %s, so another user could have planted the wrapper that gets the secrets; "+
-		"fix: make it yours and private (chown it to the node user; chmod go-w %s), or set work_dir to a directory of your own (e.g. ~/dispatch)",
+		"fix: make it yours and private (chown it to the node user; chmod go-w %s), or set work_dir to a directory of your own (e.g. ~/.dispatch/work)",
 		e.Path, e.Why, e.Path)
 }
 

@@ -3,6 +3,7 @@
 package nodes_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,8 +14,25 @@ import (
 
 var testWrappers = nodes.NewWrappers()
 
+// TestMain builds the tests' wrappers into a directory of this run's own:
+// a fixed name in /tmp would belong to the first user who ran the tests
+// and stop everyone else's.
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "dispatch-nodes-test-wrappers-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	testWrappers.CacheDir = dir
+	return m.Run()
+}
+
 func TestEnsureWrapperInstallsAndReplacesAWrongVersion(t *testing.T) {
-	testWrappers.CacheDir = filepath.Join(os.TempDir(), "dispatch-nodes-test-wrappers")
 	ctx := t.Context()
 	tr := nodes.NewLocal()
 	work := filepath.Join(t.TempDir(), "work")
@@ -40,7 +58,6 @@ func TestEnsureWrapperInstallsAndReplacesAWrongVersion(t *testing.T) {
 }
 
 func TestEnsureWrapperOnAnUnwritableWorkDir(t *testing.T) {
-	testWrappers.CacheDir = filepath.Join(os.TempDir(), "dispatch-nodes-test-wrappers")
 	file := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
 		t.Fatal(err)

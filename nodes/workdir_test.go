@@ -21,7 +21,6 @@ const otherUID = 12345
 // could have written is refused before anything in it runs, on the local
 // node and over SSH; a fresh work_dir is created private.
 func TestUnsafeWorkDirIsRefused(t *testing.T) {
-	testWrappers.CacheDir = filepath.Join(os.TempDir(), "dispatch-nodes-test-wrappers")
 	version, err := testWrappers.Version()
 	if err != nil {
 		t.Fatal(err)

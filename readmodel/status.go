@@ -137,6 +137,9 @@ type TaskView struct {
 	// ReusedFrom is the earlier run whose result this run reuses (0:
 	// the task ran in this run); the report's JSON says it.
 	ReusedFrom int `json:"-"`
+	// NodeGone: Node is not in nodes.yaml any more (removed or renamed
+	// since the task ran there); the text views say so.
+	NodeGone bool `json:"-"`
 }
 
 // NodeView is one node in status output.
@@ -233,6 +236,15 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 					break
 				}
 			}
+		}
+	}
+	if cfg != nil {
+		configured := map[string]bool{}
+		for _, n := range cfg.NodeSlots() {
+			configured[n.Name] = true
+		}
+		for i := range v.Tasks {
+			v.Tasks[i].NodeGone = v.Tasks[i].Node != "" && !configured[v.Tasks[i].Node]
 		}
 	}
 	facts := map[string]store.Node{}

@@ -23,7 +23,7 @@ nodes:
   - name: local
     ssh: null              # this machine; add SSH nodes as: ssh: my-alias | user@host[:port] | "ssh -p 2222 me@host"
     slots: 2
-    work_dir: ~/dispatch
+    work_dir: ~/.dispatch/work   # task workspaces; never inside a git checkout
 
 # api_modes:               # environments for the agent tools; ${VAR} comes from your shell
 #   zai:

@@ -49,7 +49,7 @@ func TestInit(t *testing.T) {
 	}
 	// The scaffold runs as it is (with the work_dir moved into the test).
 	cfg := readFile(t, filepath.Join(dir, "nodes.yaml"))
-	writeFile(t, filepath.Join(dir, "nodes.yaml"), strings.Replace(cfg, "~/dispatch", filepath.Join(t.TempDir(), "w"), 1))
+	writeFile(t, filepath.Join(dir, "nodes.yaml"), strings.Replace(cfg, "~/.dispatch/work", filepath.Join(t.TempDir(), "w"), 1))
 	if r := runDispatch(t, nil, "--home", dir, "start", "example"); r.code != 0 {
 		t.Fatalf("start example: %s", r)
 	}

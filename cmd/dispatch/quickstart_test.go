@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 )
 
 // quickstart returns the commands of the README's local Quickstart, as
@@ -195,5 +197,125 @@ func TestShellNodeGetsNoGeneratedPrompt(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "project.yaml"), "integration: false\n")
 	if r := runDispatch(t, nil, "--home", home, "start", "hello"); r.code != 0 {
 		t.Fatalf("start with integration: false: %s", r)
+	}
+}
+
+// sshQuickstart returns the README's "Quickstart with two SSH nodes": the
+// ~/.ssh/config block of step 1, the nodes.yaml of step 2, and the command
+// lines of the later steps, as written.
+func sshQuickstart(t *testing.T) (sshConfig, nodesYAML string, cmds []string) {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "## Quickstart with two SSH nodes")
+	if !ok {
+		t.Fatal("README has no SSH Quickstart")
+	}
+	if i := strings.Index(rest, "\n## "); i >= 0 {
+		rest = rest[:i]
+	}
+	var blocks [][]string
+	var cur []string
+	for _, line := range strings.Split(rest, "\n") {
+		if code, ok := strings.CutPrefix(line, "       "); ok {
+			cur = append(cur, code)
+			continue
+		}
+		if len(cur) > 0 {
+			blocks = append(blocks, cur)
+			cur = nil
+		}
+	}
+	for _, bl := range blocks {
+		text := strings.Join(bl, "\n") + "\n"
+		switch {
+		case strings.HasPrefix(bl[0], "Host "):
+			sshConfig = text
+		case bl[0] == "nodes:":
+			nodesYAML = text
+		default:
+			cmds = append(cmds, bl...)
+		}
+	}
+	if sshConfig == "" || nodesYAML == "" || len(cmds) == 0 {
+		t.Fatalf("unexpected SSH Quickstart: config %q, nodes.yaml %q, commands %q", sshConfig, nodesYAML, cmds)
+	}
+	return sshConfig, nodesYAML, cmds
+}
+
+// TestReadmeQuickstartSSH runs the README's SSH Quickstart word for word
+// after its local one, in the same home, with box1 and box2 two real sshd
+// on loopback: the aliases of step 1 point at them (box1's key is in
+// known_hosts already, as after an `ssh box1`; box2's is recorded by
+// `nodes trust box2 --yes`), the nodes.yaml of step 2 is used as it is
+// (so each node's work_dir is the default), and the commands of steps 3-5
+// run as written. The project of step 5 runs on both nodes, each task on
+// the node it names, and status marks `local`, no longer configured.
+func TestReadmeQuickstartSSH(t *testing.T) {
+	sshdtest.Require(t)
+	sshConfig, nodesYAML, cmds := sshQuickstart(t)
+	c := sshdtest.NewClient(t)
+	var boxes []*sshdtest.Server
+	for _, name := range []string{"box1", "box2"} {
+		if !strings.Contains(sshConfig, "Host "+name+"\n") {
+			t.Fatalf("step 1 has no alias %s:\n%s", name, sshConfig)
+		}
+		s := c.StartServer(t, name)
+		c.AddAlias(t, name, s)
+		boxes = append(boxes, s)
+	}
+	c.Trust(t, boxes[0])
+
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	if err := os.Symlink(dispatchBin, filepath.Join(bin, "dispatch")); err != nil {
+		t.Fatal(err)
+	}
+	env := append([]string{"HOME=" + c.Home, "PATH=" + bin + ":/usr/bin:/bin", "TERM=dumb", "SSH_AUTH_SOCK="}, goEnv(t, bin)...)
+	sh := func(dir, script string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "/bin/sh", "-c", "set -e\n"+script+"\n")
+		cmd.Dir, cmd.Env, cmd.WaitDelay = dir, env, 5*time.Second
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v\n--- script:\n%s\n--- output:\n%s", err, script, out)
+		}
+		return string(out)
+	}
+	local := quickstart(t)
+	sh(c.Home, strings.ReplaceAll(strings.Join(local[1:], "\n"), "/path/to/dispatch", repo))
+
+	home := filepath.Join(c.Home, "work")
+	writeFile(t, filepath.Join(home, "nodes.yaml"), nodesYAML)
+	out := sh(home, strings.Join(cmds, "\n"))
+
+	st, _ := getStatus(t, home, "spread")
+	byNode := map[string]int{}
+	for _, tk := range st.Tasks {
+		if tk.Status != "completed" {
+			t.Errorf("%s = %s (%s)", tk.ID, tk.Status, tk.Error)
+		}
+		byNode[tk.Node]++
+		if got := strings.TrimSpace(readFile(t, filepath.Join(home, "runs", "spread", tk.ID, "output", "node.txt"))); got != tk.Node {
+			t.Errorf("%s ran on %q by its own account, status says %q", tk.ID, got, tk.Node)
+		}
+	}
+	if len(st.Tasks) == 0 || byNode["box1"] == 0 || byNode["box2"] == 0 || len(byNode) != 2 {
+		t.Errorf("tasks per node = %v, want both box1 and box2 and no other", byNode)
+	}
+	for _, s := range boxes {
+		if _, err := os.Stat(filepath.Join(s.Home, ".dispatch", "work", "spread")); err != nil {
+			t.Errorf("%s: no workspaces in the default work_dir: %v", s.Name, err)
+		}
+	}
+	if !strings.Contains(out, "local (not in nodes.yaml)") {
+		t.Errorf("status hello does not mark local as no longer configured:\n%s", out)
 	}
 }

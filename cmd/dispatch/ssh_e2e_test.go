@@ -89,8 +89,8 @@ nodes:
   - name: closed
     ssh: %s@127.0.0.1:%d
     slots: 3
-    work_dir: /tmp/never
-`, local, s1.WorkDir, c.KeyFile, s2.Port, c.User, s2.WorkDir, c.User, s3.Port, s3.WorkDir, hung.WorkDir, c.User, closedPort))
+    work_dir: %s
+`, local, s1.WorkDir, c.KeyFile, s2.Port, c.User, s2.WorkDir, c.User, s3.Port, s3.WorkDir, hung.WorkDir, c.User, closedPort, filepath.Join(t.TempDir(), "never")))
 	spreadProject(t, h.home, "spread", 14)
 	// A hung machine: sshd and its connections stopped; TCP still connects.
 	hung.PauseAll(t)

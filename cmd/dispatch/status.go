@@ -147,6 +147,10 @@ func specChanges(e *env, st *store.Store, project string, c *cli.Context) []stri
 	return notes
 }
 
+// notConfigured follows the name of a node a task ran on that nodes.yaml no
+// longer has (removed, or renamed): it is not where the next run goes.
+const notConfigured = "(not in nodes.yaml)"
+
 func printStatus(w io.Writer, s styles, v *readmodel.StatusView, cfg *nodes.Config) {
 	head := fmt.Sprintf("%s — phase %s", v.Project, v.Phase)
 	if v.Run > 1 {
@@ -180,6 +184,9 @@ func printStatus(w io.Writer, s styles, v *readmodel.StatusView, cfg *nodes.Conf
 		node := t.Node
 		if node == "" {
 			node = "-"
+		}
+		if t.NodeGone {
+			node += " " + notConfigured
 		}
 		st := t.Status
 		tasks.add([]string{t.ID, st, node, fmt.Sprint(t.Attempt), readmodel.FormatSeconds(t.DurationSeconds), what},

@@ -37,10 +37,37 @@ func validateCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			for _, w := range workDirWarnings(c.Context, cfg) {
+				fmt.Fprintln(e.errOut, "warning: "+w)
+			}
 			printPlan(e, cfg, p, rows)
 			return nil
 		},
 	}
+}
+
+// workDirWarnings names each local node whose work_dir lies inside a git
+// working tree (a clone of dispatch, or of a project): its task workspaces
+// would show up in that tree's `git status`, and a project named like one
+// of its directories would write into its files. It is a warning, not an
+// error: the tree may be one made for the purpose.
+func workDirWarnings(ctx context.Context, cfg *nodes.Config) []string {
+	var out []string
+	for _, n := range cfg.Nodes {
+		if !n.IsLocal() {
+			continue
+		}
+		dir, err := nodes.ExpandHome(ctx, nodes.NewLocal(), n.WorkDir)
+		if err != nil {
+			continue
+		}
+		if tree := nodes.GitWorkTree(dir); tree != "" {
+			out = append(out, fmt.Sprintf("node %s's work_dir %s lies inside the git working tree %s: task workspaces <work_dir>/<project>/ land in it "+
+				"and show in its `git status`; set work_dir (%s, line %d) to a directory outside any checkout, e.g. the default %s",
+				n.Name, n.WorkDir, tree, cfg.File, n.Line, nodes.DefaultWorkDir))
+		}
+	}
+	return out
 }
 
 // plan loads the config and the project and checks that every task can run:

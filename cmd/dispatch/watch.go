@@ -512,6 +512,9 @@ func taskRows(s styles, tasks []readmodel.TaskView, limit, width int) []string {
 		if node == "" {
 			node = "-"
 		}
+		if t.NodeGone {
+			node += " " + notConfigured
+		}
 		attempt := "-"
 		if t.Attempt > 0 {
 			attempt = fmt.Sprint(t.Attempt)
