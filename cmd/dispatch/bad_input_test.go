@@ -41,6 +41,18 @@ func TestBadInput(t *testing.T) {
 			want:    []string{"{home}/nodes.yaml:4:", "invalid YAML", "fix:", "quoting"},
 		},
 		{
+			// yaml.v3 names the line of the enclosing "- name:" (4);
+			// the line to fix is the one indented one space short.
+			name:    "nodes.yaml mis-indented key",
+			fixture: "bad/valid",
+			files: map[string]string{"nodes.yaml": "controller:\n  poll_interval: 1s\nnodes:\n" +
+				"  - name: local\n    ssh: null\n    slots: 1\n    work_dir: ~/dispatch-work\n" +
+				"  - name: b\n   slots: 2\n    ssh: null\n"},
+			cmds: []string{"validate", "start"},
+			args: []string{"{cmd}", "p"},
+			want: []string{"{home}/nodes.yaml:9:", "invalid YAML", "fix:", "indentation"},
+		},
+		{
 			name:    "nodes.yaml unknown key",
 			fixture: "bad/nodes-unknown-key",
 			cmds:    []string{"validate", "start"},
