@@ -400,9 +400,14 @@ func (c *Controller) startProject(ctx context.Context, name string, so StartOpti
 		c.NoticeRunFinished(ctx, name)
 		return strings.TrimSuffix(res.RunSummary(name), "\n"), nil
 	}
-	msg := fmt.Sprintf("%s handed to the running controller (pid %d): %d new task(s)", name, os.Getpid(), res.Added)
-	if sum := res.RunSummary(name); sum != "" {
-		msg += "\n" + strings.TrimSuffix(sum, "\n")
+	msg := fmt.Sprintf("%s handed to the running controller (pid %d)", name, os.Getpid())
+	switch sum := res.RunSummary(name); {
+	case sum != "":
+		// A new run: what it runs is the one thing to say (its tasks
+		// are not "new", they run again).
+		msg += ": " + strings.TrimSuffix(strings.TrimPrefix(sum, name+" "), "\n")
+	case res.Added > 0:
+		msg += fmt.Sprintf(": %d new task(s)", res.Added)
 	}
 	return msg, nil
 }
