@@ -122,6 +122,17 @@ nodes:
 	if i < 0 || i+1 >= len(lines) || !strings.HasPrefix(lines[i+1], "  fix: ") {
 		t.Errorf("the fix does not follow the error:\n%s", out)
 	}
+	// The cause comes first, what dispatch was doing after it: start,
+	// nodes and status alike.
+	if !strings.Contains(out, "node closed offline: unreachable: connect: connection refused (ssh ") {
+		t.Errorf("start: the node's error does not lead with its cause:\n%s", out)
+	}
+	for _, args := range [][]string{{"nodes"}, {"status", "p"}} {
+		r := runDispatch(t, h.env, append([]string{"--home", h.home}, args...)...)
+		if !strings.Contains(r.stdout, "node closed unreachable: connect: connection refused (ssh ") {
+			t.Errorf("%s: the node's error does not lead with its cause: %s", args[0], r)
+		}
+	}
 }
 
 // TestWatchShowsNodeFixes: the watch view, full screen or text, gives the

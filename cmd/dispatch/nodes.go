@@ -278,7 +278,7 @@ func checkNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, env nodes.S
 	r := checkResult{Name: n.Name}
 	start := time.Now()
 	fail := func(err error) checkResult {
-		r.Error = err.Error()
+		r.Error = nodes.CauseFirst(err).Error()
 		r.Seconds = time.Since(start).Seconds()
 		return r
 	}

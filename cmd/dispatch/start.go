@@ -291,6 +291,7 @@ func (p *progress) nodeProblems(ctx context.Context) {
 			fmt.Fprintf(p.e.out, "%s node %s %s\n", ts, n.Name, p.e.styles.status(n.State))
 		default:
 			msg, fix := nodeFix(n.State, n.LastError)
+			msg = strings.TrimPrefix(msg, "node "+n.Name+" ") // the line names it
 			fmt.Fprintf(p.e.out, "%s node %s %s: %s\n", ts, n.Name, p.e.styles.status(n.State), termtext.Clean(msg))
 			if fix != "" {
 				fmt.Fprintf(p.e.out, "  fix: %s\n", termtext.Clean(fix))
