@@ -161,3 +161,35 @@ func TestWatchShowsNodeFixes(t *testing.T) {
 		}
 	}
 }
+
+// TestStartShowsNoStaleNodeError: a node's error recorded by an earlier
+// start (a typo in its ssh:) is not shown by the next start, made after
+// nodes.yaml was fixed: only what this start's controller found is.
+func TestStartShowsNoStaleNodeError(t *testing.T) {
+	home, work := opsHome(t, map[string]map[string]string{
+		"p": {"S01-x.md": "echo p\n"},
+		"q": {"S01-y.md": "echo q\n"},
+	})
+	nodesYAML := func(n1 string) string {
+		return fmt.Sprintf(`controller:
+  poll_interval: 200ms
+  ssh_connect_timeout: 2s
+nodes:
+  - name: local
+    work_dir: %s
+  - name: n1
+    %s
+    work_dir: %s
+`, work, n1, filepath.Join(work, "n1"))
+	}
+	writeFile(t, filepath.Join(home, "nodes.yaml"), nodesYAML(fmt.Sprintf("ssh: nobody@127.0.0.1:%d", sshdtest.FreePort(t))))
+	r := runDispatch(t, nil, "--home", home, "start", "p")
+	if r.code != 0 || !strings.Contains(r.stdout, "node n1 offline") {
+		t.Fatalf("start p with n1 unreachable: %s", r)
+	}
+	writeFile(t, filepath.Join(home, "nodes.yaml"), nodesYAML("ssh: null"))
+	r = runDispatch(t, nil, "--home", home, "start", "q")
+	if r.code != 0 || strings.Contains(r.stdout, "node n1 offline") {
+		t.Fatalf("start q after n1 was fixed shows n1's old error: %s", r)
+	}
+}

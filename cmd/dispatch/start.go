@@ -270,6 +270,7 @@ func (p *progress) update(ctx context.Context) {
 // nodeProblems prints a node's error and how to fix it when the node first
 // fails, again when its error changes, and a line when it recovers: a start
 // whose nodes cannot be reached says why instead of waiting in silence.
+// Only records made since this start began count.
 func (p *progress) nodeProblems(ctx context.Context) {
 	ns, err := p.st.Nodes(ctx)
 	if err != nil {
@@ -277,6 +278,11 @@ func (p *progress) nodeProblems(ctx context.Context) {
 	}
 	for _, n := range ns {
 		if p.nodes != nil && !p.nodes[n.Name] {
+			continue
+		}
+		if n.UpdatedAt.Before(p.start) {
+			// Recorded before this start, perhaps with an older
+			// nodes.yaml: what this start's controller finds is shown.
 			continue
 		}
 		ts := p.e.styles.dim.Render(time.Now().Format("15:04:05"))
