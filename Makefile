@@ -3,6 +3,7 @@ GO       ?= go
 BIN      := bin/dispatch
 PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 VERSION  := $(shell git describe --always --dirty 2>/dev/null || echo dev)
+COMMIT   := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 # The wrapper version changes whenever its source does, so nodes get the new one.
 WRAPPER_VERSION := $(VERSION)-$(shell cat wrapper/*.go cmd/dispatch-wrapper/*.go go.mod | sha256sum | cut -c1-10)
 WRAPPER_LDFLAGS := -s -w -X github.com/dispatch-tool/dispatch/wrapper.Version=$(WRAPPER_VERSION)
@@ -15,7 +16,7 @@ BINDIR   ?= $(PREFIX)/bin
 
 ## build: bin/dispatch with the wrappers for all four node platforms embedded (no Go needed to run it)
 build: wrappers
-	$(GO) build -tags embedwrappers -o $(BIN) ./cmd/dispatch
+	$(GO) build -tags embedwrappers -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./cmd/dispatch
 	@echo "built $(BIN) (wrapper $(WRAPPER_VERSION))"
 
 ## install: build, then copy bin/dispatch to $(DESTDIR)$(BINDIR) (default ~/.local/bin; PREFIX=/usr/local for all users)

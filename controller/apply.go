@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
@@ -415,7 +416,7 @@ func (c *Controller) nodeRecord(name string, p *pull, prev store.Node, now time.
 		Load1: prev.Load1, DiskFreeBytes: prev.DiskFreeBytes, RTTMillis: prev.RTTMillis}
 	if p.err != nil {
 		n.State = store.NodeOffline
-		n.LastError = p.err.Error()
+		n.LastError = nodes.CauseFirst(p.err).Error()
 		n.OfflineSince = prev.OfflineSince
 		if prev.State != store.NodeOffline || n.OfflineSince.IsZero() {
 			n.OfflineSince = now

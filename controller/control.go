@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -399,9 +400,14 @@ func (c *Controller) startProject(ctx context.Context, name string, so StartOpti
 		c.NoticeRunFinished(ctx, name)
 		return strings.TrimSuffix(res.RunSummary(name), "\n"), nil
 	}
-	msg := fmt.Sprintf("%s handed to the running controller (pid %d): %d new task(s)", name, os.Getpid(), res.Added)
-	if sum := res.RunSummary(name); sum != "" {
-		msg += "\n" + strings.TrimSuffix(sum, "\n")
+	msg := fmt.Sprintf("%s handed to the running controller (pid %d)", name, os.Getpid())
+	switch sum := res.RunSummary(name); {
+	case sum != "":
+		// A new run: what it runs is the one thing to say (its tasks
+		// are not "new", they run again).
+		msg += ": " + strings.TrimSuffix(strings.TrimPrefix(sum, name+" "), "\n")
+	case res.Added > 0:
+		msg += fmt.Sprintf(": %d new task(s)", res.Added)
 	}
 	return msg, nil
 }
@@ -627,7 +633,8 @@ func (c *Controller) killAttempts(ctx context.Context, tasks []store.Task) (kill
 }
 
 // Stop stops scheduling a project: nothing new starts; running tasks go on
-// unless kill, which cancels them. `dispatch start` resumes it.
+// unless kill, which cancels them. `dispatch start` resumes it; canceled
+// tasks run again only when retried.
 func (c *Controller) Stop(ctx context.Context, project string, kill bool) (string, error) {
 	p, byID, err := c.projectTasks(ctx, project)
 	if err != nil {
@@ -661,7 +668,15 @@ func (c *Controller) Stop(ctx context.Context, project string, kill bool) (strin
 		}
 		msg += "; " + m
 	case len(running) > 0:
-		msg += fmt.Sprintf("; %d running task(s) go on (%s); dispatch start %s resumes", len(running), strings.Join(running, ", "), project)
+		msg += fmt.Sprintf("; %d running task(s) go on (%s)", len(running), strings.Join(running, ", "))
+	}
+	if len(running) > 0 {
+		// The canceled tasks are not resumed by start: say what runs them.
+		states, _, err := c.st.States(ctx, project)
+		if err != nil {
+			return "", err
+		}
+		msg += "; " + readmodel.StoppedNext(project, states)
 	}
 	return msg, nil
 }

@@ -42,7 +42,7 @@ type versionReply struct {
 func EnsureWrapper(ctx context.Context, tr Transport, workDir string, w *Wrappers) (Installed, error) {
 	wd, err := ExpandHome(ctx, tr, workDir)
 	if err != nil {
-		return Installed{}, fmt.Errorf("resolve work_dir %s: %w", workDir, err)
+		return Installed{}, CauseFirst(fmt.Errorf("resolving work_dir %s: %w", workDir, err))
 	}
 	version, err := w.Version()
 	if err != nil {

@@ -88,9 +88,9 @@ func (s *SSH) unreachable(err error) error {
 	var uk *HostKeyUnknownError
 	var ch *HostKeyChangedError
 	if errors.As(err, &uk) || errors.As(err, &ch) {
-		return fmt.Errorf("%w: %w", ErrUnreachable, err)
+		return &UnreachableError{Node: s.cfg.Node, Err: err}
 	}
-	return fmt.Errorf("%w: %s@%s:%d: %w", ErrUnreachable, s.ep.User, s.ep.Host, s.ep.Port, err)
+	return &UnreachableError{Node: s.cfg.Node, Addr: fmt.Sprintf("%s@%s:%d", s.ep.User, s.ep.Host, s.ep.Port), Err: err}
 }
 
 // connect returns the live client, dialling it (through its jump hosts or
@@ -349,7 +349,7 @@ func call[T any](ctx context.Context, s *SSH, fn func(*ssh.Client) (T, error)) (
 		return r.v, r.err
 	case <-ctx.Done():
 		s.reset(c)
-		return zero, fmt.Errorf("%w: no answer from %s: %w", ErrUnreachable, s.cfg.Node, context.Cause(ctx))
+		return zero, &UnreachableError{Node: s.cfg.Node, Err: fmt.Errorf("no answer: %w", context.Cause(ctx))}
 	}
 }
 
@@ -468,7 +468,7 @@ func (s *SSH) Exec(ctx context.Context, argv []string, stdin []byte) (Result, er
 			if errors.As(err, &oe) {
 				// The server refused another session (MaxSessions): the
 				// command surely did not run; say so plainly.
-				return Result{}, fmt.Errorf("%w: the node refused a new SSH session (%v)", ErrUnreachable, err)
+				return Result{}, &UnreachableError{Node: s.cfg.Node, Err: fmt.Errorf("the node refused a new SSH session (%v)", err)}
 			}
 			return Result{}, err
 		}

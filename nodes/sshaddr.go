@@ -9,6 +9,7 @@ import (
 	"os/user"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -271,6 +272,12 @@ type sshResolution struct {
 	knownHosts                           []sshSetting
 	connectTimeout                       time.Duration
 	warnings                             []string
+	// bare is set when the destination was a name alone (no user@, no
+	// :port); named when a Host block of the config names the alias
+	// (a pattern other than "*"), and aliases lists the config's Hosts
+	// without wildcards, for the message of a mistyped alias.
+	bare, named bool
+	aliases     []string
 }
 
 // sshSetting is a value still to expand, with where it came from for messages.
@@ -329,6 +336,7 @@ func (r *sshResolution) destination(s string) error {
 		return err
 	}
 	r.alias = host
+	r.bare = u == "" && port == ""
 	if u != "" {
 		if err := r.apply("user", u, "the destination "+s); err != nil {
 			return err
@@ -462,6 +470,17 @@ func (r *sshResolution) applyConfig() error {
 	if err != nil || cfg == nil {
 		return err
 	}
+	for _, h := range cfg.Hosts {
+		for _, pat := range h.Patterns {
+			s := pat.String()
+			if s != "*" && h.Matches(r.alias) {
+				r.named = true
+			}
+			if !strings.ContainsAny(s, "*?!") && !slices.Contains(r.aliases, s) {
+				r.aliases = append(r.aliases, s)
+			}
+		}
+	}
 	keys := []string{"hostname", "user", "port", "identitiesonly", "userknownhostsfile",
 		"hostkeyalias", "stricthostkeychecking", "connecttimeout", "identityfile"}
 	// ssh takes whichever of ProxyJump and ProxyCommand comes first.
@@ -489,6 +508,43 @@ func (r *sshResolution) applyConfig() error {
 		}
 	}
 	return nil
+}
+
+// hostsFile is read to tell a one-word host name from a mistyped alias.
+var hostsFile = "/etc/hosts"
+
+// typoWarning flags a destination that is most likely a mistyped Host
+// alias: one word alone (no user@, no :port, no dot, not an address, not
+// localhost) that no Host block of the ssh config names and /etc/hosts
+// does not list. ssh would look it up as a host name on the network and
+// fail (or reach another machine). user@name or a full host name says it
+// is meant as a host.
+func (r *sshResolution) typoWarning() string {
+	a := r.alias
+	if !r.bare || r.named || r.hostName != "" || strings.Contains(a, ".") || a == "localhost" {
+		return ""
+	}
+	if _, err := netip.ParseAddr(a); err == nil {
+		return ""
+	}
+	if data, err := os.ReadFile(hostsFile); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			line, _, _ = strings.Cut(line, "#")
+			if f := strings.Fields(line); len(f) > 1 && slices.Contains(f[1:], a) {
+				return ""
+			}
+		}
+	}
+	cfg := r.configFile
+	if cfg == "none" {
+		cfg = "the ssh config (-F none)"
+	}
+	known := "it has no Host aliases"
+	if len(r.aliases) > 0 {
+		known = "its Host aliases: " + strings.Join(r.aliases, ", ")
+	}
+	return fmt.Sprintf("%q is no Host in %s (%s) and not a full host name: ssh would look it up on the network; "+
+		"fix: correct the alias, or write %s@%s or its full name (%s.example.com) if it is a host", a, cfg, known, r.env.User, a, a)
 }
 
 // configPath returns the ssh config to read and whether the operator named it
@@ -574,6 +630,9 @@ func sshProxyOrder(cfg *ssh_config.Config, alias string) []string {
 func (r *sshResolution) finish() (*Endpoint, error) {
 	if err := r.applyConfig(); err != nil {
 		return nil, err
+	}
+	if w := r.typoWarning(); w != "" {
+		r.warnings = append(r.warnings, w)
 	}
 	ep := &Endpoint{
 		Alias:                 r.alias,

@@ -114,7 +114,8 @@ func TestParseSSHTarget(t *testing.T) {
 		{name: "-F with tilde", in: "ssh -F ~/other_config mac2", env: func(e *SSHEnv) { e.Home = "{td}" },
 			want: &Endpoint{Alias: "mac2", Host: "other.example", Port: 22, User: "other", ConfigFile: "{td}/other_config"}},
 		{name: "-F none", in: "ssh -F none mac2",
-			want: &Endpoint{Alias: "mac2", Host: "mac2", Port: 22, User: "op", ConfigFile: "none"}},
+			want: &Endpoint{Alias: "mac2", Host: "mac2", Port: 22, User: "op", ConfigFile: "none"},
+			warn: []string{`"mac2" is no Host in the ssh config (-F none)`}},
 		{name: "ignored -o keys", in: "ssh -o ForwardAgent=yes -o 'ServerAliveInterval 30' example.org",
 			want: &Endpoint{Alias: "example.org", Host: "example.org", Port: 22, User: "op", IdentityFiles: []string{idDefault}},
 			warn: []string{"-o ForwardAgent=yes is ignored", "-o ServerAliveInterval 30 is ignored"}},
@@ -235,13 +236,24 @@ func TestParseSSHTarget(t *testing.T) {
 
 		// The ssh config.
 		{name: "missing default config", in: "mac2", env: func(e *SSHEnv) { e.ConfigFile = "" },
-			want: &Endpoint{Alias: "mac2", Host: "mac2", Port: 22, User: "op", ConfigFile: "/home/op/.ssh/config"}},
+			want: &Endpoint{Alias: "mac2", Host: "mac2", Port: 22, User: "op", ConfigFile: "/home/op/.ssh/config"},
+			warn: []string{`"mac2" is no Host in /home/op/.ssh/config (it has no Host aliases)`}},
 		{name: "missing env config", in: "mac2", env: func(e *SSHEnv) { e.ConfigFile = "{td}/nope" },
-			want: &Endpoint{Alias: "mac2", Host: "mac2", Port: 22, User: "op", ConfigFile: "{td}/nope"}},
+			want: &Endpoint{Alias: "mac2", Host: "mac2", Port: 22, User: "op", ConfigFile: "{td}/nope"},
+			warn: []string{`"mac2" is no Host in {td}/nope`}},
 		{name: "default config under home", in: "homealias", env: func(e *SSHEnv) { e.Home, e.ConfigFile = "{td}/home", "" },
 			want: &Endpoint{Alias: "homealias", Host: "home.example", Port: 22, User: "homeuser", ConfigFile: "{td}/home/.ssh/config"}},
 		{name: "env config none", in: "mac2", env: func(e *SSHEnv) { e.ConfigFile = "none" },
-			want: &Endpoint{Alias: "mac2", Host: "mac2", Port: 22, User: "op", ConfigFile: "none"}},
+			want: &Endpoint{Alias: "mac2", Host: "mac2", Port: 22, User: "op", ConfigFile: "none"},
+			warn: []string{`"mac2" is no Host in the ssh config (-F none)`}},
+		// A mistyped alias: one word no Host names (the config has mac2).
+		{name: "mistyped alias", in: "mac3",
+			want: &Endpoint{Alias: "mac3", Host: "mac3", Port: 22, User: "op", IdentityFiles: []string{idDefault}},
+			warn: []string{`"mac3" is no Host in {td}/config (its Host aliases: mac2, `}},
+		{name: "one-word host with a user", in: "op@mac3",
+			want: &Endpoint{Alias: "mac3", Host: "mac3", Port: 22, User: "op", IdentityFiles: []string{idDefault}}},
+		{name: "one-word host in /etc/hosts", in: "localhost",
+			want: &Endpoint{Alias: "localhost", Host: "localhost", Port: 22, User: "op", IdentityFiles: []string{idDefault}}},
 
 		// Errors.
 		{name: "empty", in: "", err: []string{"ssh is empty", "fix: set ssh: to null"}},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"path"
 	"strings"
 )
@@ -108,6 +109,70 @@ type FileInfo struct {
 // or file operation failing on a reachable node.
 var ErrUnreachable = errors.New("node unreachable")
 
+// UnreachableError is a failure to reach a node. Its message leads with the
+// node and the cause ("node bx1 unreachable: lookup bx1: no such host"),
+// then where and while doing what: an operator reads the cause first, not
+// after a chain of what dispatch was doing. It wraps ErrUnreachable and Err.
+type UnreachableError struct {
+	Node  string // the node's name in nodes.yaml
+	Addr  string // user@host:port dialled; may be empty
+	Err   error  // the cause
+	While string // what dispatch was doing ("resolving work_dir ~/dispatch"); may be empty
+}
+
+func (e *UnreachableError) Error() string {
+	cause := e.Err.Error()
+	// "dial tcp 127.0.0.1:22: connect: connection refused": the address
+	// is in Addr; the cause is what follows it.
+	var oe *net.OpError
+	if errors.As(e.Err, &oe) && oe.Op == "dial" && oe.Err != nil {
+		cause = strings.Replace(cause, oe.Error(), oe.Err.Error(), 1)
+	}
+	// A cause that names its fix keeps it last.
+	cause, fix, hasFix := strings.Cut(cause, "\n  fix: ")
+	var where []string
+	if e.Addr != "" {
+		where = append(where, "ssh "+e.Addr)
+	}
+	if e.While != "" {
+		where = append(where, "while "+e.While)
+	}
+	msg := fmt.Sprintf("node %s unreachable: %s", e.Node, cause)
+	if len(where) > 0 {
+		msg += " (" + strings.Join(where, ", ") + ")"
+	}
+	if hasFix {
+		msg += "\n  fix: " + fix
+	}
+	return msg
+}
+
+func (e *UnreachableError) Unwrap() []error { return []error{ErrUnreachable, e.Err} }
+
+// CauseFirst returns err with a node's unreachability, wrapped in what
+// dispatch was doing ("resolve work_dir ~/dispatch: expand ~/dispatch:
+// node bx1 unreachable: ..."), turned around: the node and the cause first,
+// what dispatch was doing after it. Other errors are returned as they are.
+func CauseFirst(err error) error {
+	var ue *UnreachableError
+	if err == nil || !errors.As(err, &ue) {
+		return err
+	}
+	outer, ok := strings.CutSuffix(err.Error(), ": "+ue.Error())
+	if i := strings.LastIndex(outer, "\n"); i >= 0 {
+		return err // the outer text is not one line of context
+	}
+	if !ok || outer == "" {
+		return err
+	}
+	turned := *ue
+	if turned.While != "" {
+		outer += ", " + turned.While
+	}
+	turned.While = outer
+	return &turned
+}
+
 // ExpandHome turns "~" and "~/..." into absolute paths on the node using t.Home.
 // Absolute paths are returned cleaned. "~user" forms and relative paths are
 // errors, since no transport method accepts them.
@@ -115,6 +180,9 @@ func ExpandHome(ctx context.Context, t Transport, p string) (string, error) {
 	switch {
 	case p == "~" || strings.HasPrefix(p, "~/"):
 		home, err := t.Home(ctx)
+		if errors.Is(err, ErrUnreachable) {
+			return "", err // the node, not the path, is the problem
+		}
 		if err != nil {
 			return "", fmt.Errorf("expand %s: %w", p, err)
 		}

@@ -44,8 +44,8 @@ type Message struct {
 	CostUSD float64        `json:"cost_usd"`
 	Report  string         `json:"report,omitempty"`
 	// Message says what happened, for people ("api_mode zai paused until
-	// 14:05 by a rate limit").
-	Message string `json:"message,omitempty"`
+	// 14:05 by a rate limit"); always sent, "" when there is nothing to add.
+	Message string `json:"message"`
 	At      string `json:"at"`
 }
 

@@ -372,7 +372,12 @@ func (r *Report) Markdown() string {
 		fmt.Fprintf(&b, "Stopped by dispatch: %s.\n\nNext: fix that, then `dispatch start %s` resumes; tasks that were running go on and are collected, nothing new starts.\n\n",
 			mdCode(r.Problem), r.Project)
 	case r.Result == store.ResultStopped:
-		fmt.Fprintf(&b, "Next: stopped by the operator; tasks that were running go on and are collected, nothing new starts. `dispatch start %s` resumes.\n\n", r.Project)
+		states := map[string]string{}
+		for _, t := range r.Tasks {
+			states[t.ID] = t.Status
+		}
+		fmt.Fprintf(&b, "Next: stopped by the operator; tasks that were running go on (unless killed) and are collected, nothing new starts. `%s`.\n\n",
+			StoppedNext(r.Project, states))
 	case len(failed) > 0:
 		fmt.Fprintf(&b, "Next: read the failures below, fix the specs or the cause, then `dispatch retry %s %s`.\n", r.Project, strings.Join(failed, " "))
 		if len(blocked) > 0 {

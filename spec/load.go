@@ -414,6 +414,20 @@ func (l *loader) resolveRepo(y yamlFile, repoNode, refNode, baseNode *yaml.Node)
 		return
 	}
 	dir := c.Repo
+	// ~ is the operator's home, as in a shell (work_dir: expands it on
+	// the node the same way).
+	switch {
+	case dir == "~" || strings.HasPrefix(dir, "~/"):
+		home, err := os.UserHomeDir()
+		if err != nil {
+			y.Errorf(repoNode, "set $HOME, or give an absolute path", "repo: %s: %v", c.Repo, err)
+			return
+		}
+		dir = filepath.Join(home, dir[1:])
+	case strings.HasPrefix(dir, "~"):
+		y.Errorf(repoNode, "write ~/path (your home) or an absolute path", "repo: %s: only ~ and ~/ are expanded, not ~user", c.Repo)
+		return
+	}
 	if !filepath.IsAbs(dir) {
 		dir = filepath.Join(l.abs, dir)
 	}

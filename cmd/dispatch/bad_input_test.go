@@ -41,6 +41,18 @@ func TestBadInput(t *testing.T) {
 			want:    []string{"{home}/nodes.yaml:4:", "invalid YAML", "fix:", "quoting"},
 		},
 		{
+			// yaml.v3 names the line of the enclosing "- name:" (4);
+			// the line to fix is the one indented one space short.
+			name:    "nodes.yaml mis-indented key",
+			fixture: "bad/valid",
+			files: map[string]string{"nodes.yaml": "controller:\n  poll_interval: 1s\nnodes:\n" +
+				"  - name: local\n    ssh: null\n    slots: 1\n    work_dir: ~/dispatch-work\n" +
+				"  - name: b\n   slots: 2\n    ssh: null\n"},
+			cmds: []string{"validate", "start"},
+			args: []string{"{cmd}", "p"},
+			want: []string{"{home}/nodes.yaml:9:", "invalid YAML", "fix:", "indentation"},
+		},
+		{
 			name:    "nodes.yaml unknown key",
 			fixture: "bad/nodes-unknown-key",
 			cmds:    []string{"validate", "start"},
@@ -353,5 +365,25 @@ func TestBadInput(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestValidateFlagsMistypedAlias: an ssh: alias that no Host of
+// ~/.ssh/config names (and no user@, no domain, not in /etc/hosts) is
+// flagged by validate, naming the alias, the config's aliases and the fix.
+func TestValidateFlagsMistypedAlias(t *testing.T) {
+	home := copyFixture(t, "bad/valid")
+	opHome := t.TempDir()
+	writeFile(t, filepath.Join(opHome, ".ssh", "config"), "Host box1\n  HostName 127.0.0.1\n  Port 1\n")
+	writeFile(t, filepath.Join(home, "nodes.yaml"), "nodes:\n  - name: b\n    ssh: bx1\n    work_dir: /tmp/dispatch-nowhere\n")
+	env := []string{"HOME=" + opHome, "SSH_AUTH_SOCK="}
+	r := runDispatch(t, env, "--home", home, "validate", "p")
+	want := `warning: node "b" (` + filepath.Join(home, "nodes.yaml") + `): ssh: "bx1" is no Host in ` + filepath.Join(opHome, ".ssh", "config") + ` (its Host aliases: box1)`
+	if !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "fix: correct the alias") {
+		t.Fatalf("validate with a mistyped alias: want %q and the fix: %s", want, r)
+	}
+	writeFile(t, filepath.Join(home, "nodes.yaml"), "nodes:\n  - name: b\n    ssh: box1\n    work_dir: /tmp/dispatch-nowhere\n")
+	if r := runDispatch(t, env, "--home", home, "validate", "p"); strings.Contains(r.stderr, "is no Host") {
+		t.Fatalf("validate with the alias fixed still flags it: %s", r)
 	}
 }

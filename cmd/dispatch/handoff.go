@@ -97,7 +97,11 @@ func follow(ctx context.Context, e *env, name string) error {
 		if p.State != store.ProjectActive {
 			prog.finish(ctx)
 			if p.State == store.ProjectStopped {
-				return stoppedFailure(p)
+				states, _, err := st.States(ctx, name)
+				if err != nil {
+					return err
+				}
+				return stoppedFailure(p, states)
 			}
 			fmt.Fprintf(e.out, "report: %s\n", filepath.Join(readmodel.RunsDir(e.home, name), "report.md"))
 			if p.Result != store.ResultPassed {

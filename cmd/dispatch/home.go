@@ -25,6 +25,7 @@ func globalFlags() []cli.Flag {
 		&cli.StringFlag{Name: "log-format", Usage: "controller log format on stderr: text or json", Value: "text"},
 		&cli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error", Value: "warn"},
 		&cli.BoolFlag{Name: "no-color", Usage: "plain output even on a terminal"},
+		&cli.BoolFlag{Name: "version", Usage: "print the version, the commit and the wrapper version (like dispatch version)"},
 	}
 }
 

@@ -18,10 +18,37 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		if s, ok := <-sigs; ok {
+			cancel(interrupted{s})
+		}
+	}()
 	code := run(ctx, os.Args, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	signal.Stop(sigs)
+	close(sigs)
+	os.Exit(interruptedCode(context.Cause(ctx), code))
+}
+
+// interrupted is the cause of the root context's end when a signal
+// arrived.
+type interrupted struct{ sig os.Signal }
+
+func (i interrupted) Error() string { return "interrupted by " + i.sig.String() }
+
+// interruptedCode is the exit code of a command that ended with code
+// after cause: 130 (128 + SIGINT) when Ctrl-C ended it, as shells expect
+// of a program the operator interrupted, so `dispatch start p && next`
+// does not go on. SIGTERM (a service manager stopping `serve`) keeps the
+// command's own code.
+func interruptedCode(cause error, code int) int {
+	var i interrupted
+	if errors.As(cause, &i) && i.sig == os.Interrupt {
+		return 128 + int(syscall.SIGINT)
+	}
+	return code
 }
 
 // run executes the CLI and maps errors to exit codes: 0 success, 1 the work
@@ -100,6 +127,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			eventsCommand(),
 			cleanupCommand(),
 			completionCommand(),
+			versionCommand(),
 		},
 		// Errors reach run, which alone decides the exit code.
 		ExitErrHandler: func(*cli.Context, error) {},
@@ -107,6 +135,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		// Without an Action, urfave/cli answers an unknown command with help
 		// and exit 0.
 		Action: func(c *cli.Context) error {
+			if c.Bool("version") {
+				return printVersion(c.App.Writer)
+			}
 			if c.Args().Present() {
 				return usagef("dispatch --help", "unknown command %q", c.Args().First())
 			}

@@ -122,6 +122,17 @@ nodes:
 	if i < 0 || i+1 >= len(lines) || !strings.HasPrefix(lines[i+1], "  fix: ") {
 		t.Errorf("the fix does not follow the error:\n%s", out)
 	}
+	// The cause comes first, what dispatch was doing after it: start,
+	// nodes and status alike.
+	if !strings.Contains(out, "node closed offline: unreachable: connect: connection refused (ssh ") {
+		t.Errorf("start: the node's error does not lead with its cause:\n%s", out)
+	}
+	for _, args := range [][]string{{"nodes"}, {"status", "p"}} {
+		r := runDispatch(t, h.env, append([]string{"--home", h.home}, args...)...)
+		if !strings.Contains(r.stdout, "node closed unreachable: connect: connection refused (ssh ") {
+			t.Errorf("%s: the node's error does not lead with its cause: %s", args[0], r)
+		}
+	}
 }
 
 // TestWatchShowsNodeFixes: the watch view, full screen or text, gives the
@@ -148,5 +159,37 @@ func TestWatchShowsNodeFixes(t *testing.T) {
 		if strings.Contains(out, "n3: fix") {
 			t.Errorf("%s gives a fix for a healthy node:\n%s", name, out)
 		}
+	}
+}
+
+// TestStartShowsNoStaleNodeError: a node's error recorded by an earlier
+// start (a typo in its ssh:) is not shown by the next start, made after
+// nodes.yaml was fixed: only what this start's controller found is.
+func TestStartShowsNoStaleNodeError(t *testing.T) {
+	home, work := opsHome(t, map[string]map[string]string{
+		"p": {"S01-x.md": "echo p\n"},
+		"q": {"S01-y.md": "echo q\n"},
+	})
+	nodesYAML := func(n1 string) string {
+		return fmt.Sprintf(`controller:
+  poll_interval: 200ms
+  ssh_connect_timeout: 2s
+nodes:
+  - name: local
+    work_dir: %s
+  - name: n1
+    %s
+    work_dir: %s
+`, work, n1, filepath.Join(work, "n1"))
+	}
+	writeFile(t, filepath.Join(home, "nodes.yaml"), nodesYAML(fmt.Sprintf("ssh: nobody@127.0.0.1:%d", sshdtest.FreePort(t))))
+	r := runDispatch(t, nil, "--home", home, "start", "p")
+	if r.code != 0 || !strings.Contains(r.stdout, "node n1 offline") {
+		t.Fatalf("start p with n1 unreachable: %s", r)
+	}
+	writeFile(t, filepath.Join(home, "nodes.yaml"), nodesYAML("ssh: null"))
+	r = runDispatch(t, nil, "--home", home, "start", "q")
+	if r.code != 0 || strings.Contains(r.stdout, "node n1 offline") {
+		t.Fatalf("start q after n1 was fixed shows n1's old error: %s", r)
 	}
 }

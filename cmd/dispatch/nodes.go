@@ -278,7 +278,7 @@ func checkNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, env nodes.S
 	r := checkResult{Name: n.Name}
 	start := time.Now()
 	fail := func(err error) checkResult {
-		r.Error = err.Error()
+		r.Error = nodes.CauseFirst(err).Error()
 		r.Seconds = time.Since(start).Seconds()
 		return r
 	}
@@ -443,12 +443,16 @@ func nodesTrust(c *cli.Context) error {
 	}
 	fmt.Fprintf(e.out, "node %s (%s) presents this host key:\n  %s %s\n", name, hk.Addr, hk.Key.Type(), fp)
 	if !c.Bool("yes") {
-		in, isFile := c.App.Reader.(*os.File)
-		if !isFile || !term.IsTerminal(int(in.Fd())) {
-			return usagef("dispatch nodes trust "+name+" --yes", "not recorded: check the fingerprint above (e.g. `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on the node), then rerun with --yes")
-		}
+		// The answer comes from the terminal or from a pipe (`echo y |`);
+		// no answer at all (stdin at its end) records nothing.
 		fmt.Fprintf(e.out, "Record it in %s? [y/N] ", hk.File)
-		line, _ := bufio.NewReader(in).ReadString('\n')
+		line, err := bufio.NewReader(c.App.Reader).ReadString('\n')
+		if in, isFile := c.App.Reader.(*os.File); !isFile || !term.IsTerminal(int(in.Fd())) {
+			fmt.Fprintln(e.out, strings.TrimSpace(line)) // the answer, as a terminal would echo it
+		}
+		if err != nil && strings.TrimSpace(line) == "" {
+			return usagef("dispatch nodes trust "+name+" --yes", "not recorded: no answer on stdin; check the fingerprint above (e.g. `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on the node), then answer y, or rerun with --yes")
+		}
 		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
 			return &workFailed{msg: "dispatch: not recorded"}
 		}

@@ -38,7 +38,7 @@ func cancelCommand() *cli.Command {
 func stopCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "stop",
-		Usage:     "stop starting a project's tasks; running ones go on unless --kill (dispatch start resumes)",
+		Usage:     "stop starting a project's tasks; running ones go on unless --kill cancels them (dispatch start resumes; dispatch retry reruns canceled tasks)",
 		ArgsUsage: "<project>",
 		Flags:     []cli.Flag{&cli.BoolFlag{Name: "kill", Usage: "also cancel the running tasks, killing them on their nodes"}},
 		Action: func(c *cli.Context) error {

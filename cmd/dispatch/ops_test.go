@@ -279,3 +279,37 @@ func TestCleanupKeepsALiveAttempt(t *testing.T) {
 		t.Fatalf("workspace still there: %v", err)
 	}
 }
+
+// TestHandedNewRunSaysOneThing: a start of a finished project handed to a
+// running controller begins a new run; its answer says what that run does
+// (run 2, the tasks to run) and not also "0 new task(s)".
+func TestHandedNewRunSaysOneThing(t *testing.T) {
+	gate := filepath.Join(t.TempDir(), "go")
+	home, _ := opsHome(t, map[string]map[string]string{
+		"a": {"S01-wait.md": fmt.Sprintf("while [ ! -e '%s' ]; do sleep 0.05; done\n", gate)},
+		"b": {"S01-x.md": "echo b1\n", "S02-y.md": "echo b2\n"},
+	})
+	if r := runDispatch(t, nil, "--home", home, "start", "b"); r.code != 0 {
+		t.Fatalf("start b: %s", r)
+	}
+	writeFile(t, filepath.Join(home, "specs", "b", "S01-x.md"), "echo b1 changed\n")
+	writeFile(t, filepath.Join(home, "specs", "b", "S02-y.md"), "echo b2 changed\n")
+	wait := startBackground(t, nil, "--home", home, "start", "a")
+	pollUntil(t, 30*time.Second, "a/S01 to run", func() bool {
+		return controller.Running(home) && taskState(t, home, "a", "S01").Status == store.Running
+	})
+	r := runDispatch(t, nil, "--home", home, "start", "b")
+	if r.code != 0 || !strings.Contains(r.stdout, "handed to the running controller") ||
+		!strings.Contains(r.stdout, "run 2 begins") || !strings.Contains(r.stdout, "2 task(s) to run") {
+		t.Fatalf("start b handed over: %s", r)
+	}
+	if strings.Contains(r.stdout, "new task(s)") {
+		t.Fatalf("start b handed over says both how many tasks are new and how many run: %s", r)
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := wait(); r.code != 0 {
+		t.Fatalf("start a: %s", r)
+	}
+}

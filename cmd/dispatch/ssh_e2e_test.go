@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -247,5 +248,42 @@ nodes:
 	r = h.run(t, "nodes", "trust", "fresh", "--yes")
 	if r.code != 1 || !strings.Contains(r.stderr, "HOST KEY CHANGED") {
 		t.Fatalf("trust of a changed key: %s", r)
+	}
+}
+
+// TestNodesTrustFromAPipe: `echo y | dispatch nodes trust NODE` records
+// the key, as the README's quickstart shows, after printing its
+// fingerprint; any other answer, or none, records nothing.
+func TestNodesTrustFromAPipe(t *testing.T) {
+	h := newSSHHome(t)
+	c := h.client
+	s := c.StartServer(t, "fresh")
+	writeFile(t, filepath.Join(h.home, "nodes.yaml"), fmt.Sprintf(`controller:
+  ssh_connect_timeout: 2s
+nodes:
+  - name: fresh
+    ssh: %s@127.0.0.1:%d
+    work_dir: %s
+`, c.User, s.Port, s.WorkDir))
+	trust := func(answer string) result {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+		defer cancel()
+		cmd, stdout, stderr := dispatchCmd(ctx, h.env, "--home", h.home, "nodes", "trust", "fresh")
+		cmd.Stdin = strings.NewReader(answer)
+		return wait(t, ctx, cmd, stdout, stderr)
+	}
+	if r := trust("n\n"); r.code != 1 || !strings.Contains(r.stdout, "SHA256:") || !strings.Contains(r.stderr, "not recorded") {
+		t.Fatalf("trust answered n from a pipe: %s", r)
+	}
+	if b, _ := os.ReadFile(c.KnownHosts); len(b) != 0 {
+		t.Fatalf("known_hosts written after n: %q", b)
+	}
+	r := trust("y\n")
+	if r.code != 0 || !strings.Contains(r.stdout, "SHA256:") || !strings.Contains(r.stdout, "recorded") {
+		t.Fatalf("trust answered y from a pipe: %s", r)
+	}
+	if r := h.run(t, "nodes", "check"); r.code != 0 {
+		t.Fatalf("check after trust: %s", r)
 	}
 }

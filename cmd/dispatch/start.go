@@ -165,7 +165,11 @@ func startAction(c *cli.Context) error {
 		return err
 	}
 	if proj.State == store.ProjectStopped {
-		return stoppedFailure(proj)
+		states, _, err := st.States(context.WithoutCancel(ctx), name)
+		if err != nil {
+			return err
+		}
+		return stoppedFailure(proj, states)
 	}
 	fmt.Fprintf(e.out, "report: %s\n", filepath.Join(readmodel.RunsDir(e.home, name), "report.md"))
 	if proj.Result != store.ResultPassed {
@@ -266,6 +270,7 @@ func (p *progress) update(ctx context.Context) {
 // nodeProblems prints a node's error and how to fix it when the node first
 // fails, again when its error changes, and a line when it recovers: a start
 // whose nodes cannot be reached says why instead of waiting in silence.
+// Only records made since this start began count.
 func (p *progress) nodeProblems(ctx context.Context) {
 	ns, err := p.st.Nodes(ctx)
 	if err != nil {
@@ -273,6 +278,11 @@ func (p *progress) nodeProblems(ctx context.Context) {
 	}
 	for _, n := range ns {
 		if p.nodes != nil && !p.nodes[n.Name] {
+			continue
+		}
+		if n.UpdatedAt.Before(p.start) {
+			// Recorded before this start, perhaps with an older
+			// nodes.yaml: what this start's controller finds is shown.
 			continue
 		}
 		ts := p.e.styles.dim.Render(time.Now().Format("15:04:05"))
@@ -287,6 +297,7 @@ func (p *progress) nodeProblems(ctx context.Context) {
 			fmt.Fprintf(p.e.out, "%s node %s %s\n", ts, n.Name, p.e.styles.status(n.State))
 		default:
 			msg, fix := nodeFix(n.State, n.LastError)
+			msg = strings.TrimPrefix(msg, "node "+n.Name+" ") // the line names it
 			fmt.Fprintf(p.e.out, "%s node %s %s: %s\n", ts, n.Name, p.e.styles.status(n.State), termtext.Clean(msg))
 			if fix != "" {
 				fmt.Fprintf(p.e.out, "  fix: %s\n", termtext.Clean(fix))
@@ -355,12 +366,14 @@ func taskRef(ev store.Event) string {
 
 func summaryLine(s styles, v *readmodel.StatusView, elapsed time.Duration) string {
 	c := v.Counts
-	done := c.Completed + c.Failed + c.Blocked + c.Canceled
+	// The bar fills with every task that is over; "done" counts only the
+	// completed ones, the others are named (6 canceled are not 6/6 done).
+	over := c.Completed + c.Failed + c.Blocked + c.Canceled
 	total := max(c.Total(), 1)
 	const width = 20
-	filled := done * width / total
+	filled := over * width / total
 	bar := strings.Repeat("█", filled) + strings.Repeat("░", width-filled)
-	parts := []string{fmt.Sprintf("%d/%d done", done, c.Total())}
+	parts := []string{fmt.Sprintf("%d/%d done", c.Completed, c.Total())}
 	if c.Running+c.Claimed > 0 {
 		parts = append(parts, s.active.Render(fmt.Sprintf("%d running", c.Running+c.Claimed)))
 	}
@@ -373,15 +386,19 @@ func summaryLine(s styles, v *readmodel.StatusView, elapsed time.Duration) strin
 	if c.Blocked > 0 {
 		parts = append(parts, s.warn.Render(fmt.Sprintf("%d blocked", c.Blocked)))
 	}
+	if c.Canceled > 0 {
+		parts = append(parts, s.warn.Render(fmt.Sprintf("%d canceled", c.Canceled)))
+	}
 	return fmt.Sprintf("%s %s %s · %s", v.Project, bar, strings.Join(parts, " · "), elapsed.Round(time.Second))
 }
 
 // stoppedFailure says why a project that start followed was stopped: by the
-// operator, or by dispatch for an error of its own, which it names.
-func stoppedFailure(p store.Project) *workFailed {
+// operator, or by dispatch for an error of its own, which it names; states
+// (each task's status by ID) say whether start or retry takes it further.
+func stoppedFailure(p store.Project, states map[string]string) *workFailed {
 	if p.Problem != "" {
 		return &workFailed{msg: fmt.Sprintf("dispatch: %s was stopped by dispatch: %s\nTry: fix that, then dispatch start %s (resumes; what ran is collected)",
 			p.Name, termtext.Clean(p.Problem), p.Name)}
 	}
-	return &workFailed{msg: fmt.Sprintf("dispatch: %s was stopped; what ran is collected (dispatch status %s); dispatch start %s resumes", p.Name, p.Name, p.Name)}
+	return &workFailed{msg: fmt.Sprintf("dispatch: %s was stopped; what ran is collected (dispatch status %s); %s", p.Name, p.Name, readmodel.StoppedNext(p.Name, states))}
 }

@@ -161,7 +161,11 @@ func printStatus(w io.Writer, s styles, v *readmodel.StatusView, cfg *nodes.Conf
 	} else if v.State == store.ProjectStopped && v.Problem != "" {
 		head += ", stopped by dispatch: " + termtext.Clean(v.Problem) + " (fix it; dispatch start " + v.Project + " resumes)"
 	} else if v.State == store.ProjectStopped {
-		head += ", stopped (nothing new starts; dispatch start " + v.Project + " resumes)"
+		states := map[string]string{}
+		for _, t := range v.Tasks {
+			states[t.ID] = t.Status
+		}
+		head += ", stopped (nothing new starts; " + readmodel.StoppedNext(v.Project, states) + ")"
 	}
 	fmt.Fprintln(w, s.header.Render(head)+"  "+summaryCounts(s, v.Counts))
 	if b := v.Budget; b != nil {

@@ -116,3 +116,39 @@ func TestNewSpecInAFinishedProject(t *testing.T) {
 		t.Fatalf("report: %s", r)
 	}
 }
+
+// TestStopKillSaysRetry: `stop --kill` cancels the running tasks, which
+// `dispatch start` does not run again: the stop's answer, the start that
+// followed the project and status name `dispatch retry` with the canceled
+// IDs, and never say that start resumes them; the progress counts them as
+// canceled, not done.
+func TestStopKillSaysRetry(t *testing.T) {
+	gate := filepath.Join(t.TempDir(), "never")
+	wait := fmt.Sprintf("while [ ! -e '%s' ]; do sleep 0.05; done\n", gate)
+	home, _ := opsHome(t, map[string]map[string]string{
+		"p": {"S01-a.md": wait, "S02-b.md": wait},
+	})
+	follow := startBackground(t, nil, "--home", home, "start", "p")
+	pollUntil(t, 30*time.Second, "p/S01 and p/S02 to run", func() bool {
+		return controller.Running(home) && taskState(t, home, "p", "S01").Status == store.Running &&
+			taskState(t, home, "p", "S02").Status == store.Running
+	})
+	r := runDispatch(t, nil, "--home", home, "stop", "p", "--kill")
+	if r.code != 0 || !strings.Contains(r.stdout, "dispatch retry p S01 S02") || strings.Contains(r.stdout, "start p resumes") {
+		t.Fatalf("stop --kill: want the retry command, not start: %s", r)
+	}
+	r = follow()
+	if r.code != 1 || !strings.Contains(r.stderr, "dispatch retry p S01 S02") || strings.Contains(r.stdout+r.stderr, "start p resumes") {
+		t.Fatalf("start following p: want the retry command, not start: %s", r)
+	}
+	if !strings.Contains(r.stdout, "0/2 done") || !strings.Contains(r.stdout, "2 canceled") {
+		t.Fatalf("start following p: the progress counts canceled tasks as done: %s", r)
+	}
+	r = runDispatch(t, nil, "--home", home, "status", "p")
+	if !strings.Contains(r.stdout, "dispatch retry p S01 S02") || strings.Contains(r.stdout, "start p resumes") {
+		t.Fatalf("status: want the retry command, not start: %s", r)
+	}
+	if r := runDispatch(t, nil, "--home", home, "report", "p"); !strings.Contains(r.stdout, "dispatch retry p S01 S02") {
+		t.Fatalf("report: want the retry command: %s", r)
+	}
+}

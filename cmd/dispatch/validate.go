@@ -121,6 +121,15 @@ func plan(ctx context.Context, e *env, name string, only []string, so controller
 			tr.Close()
 		}
 	}()
+	// What the ssh: values and ~/.ssh/config say that dispatch does not
+	// honour, or that looks mistyped (an alias no Host names).
+	for _, n := range cfg.Nodes {
+		if s, ok := transports[n.Name].(*nodes.SSH); ok {
+			for _, w := range s.Endpoint().Warnings {
+				fmt.Fprintf(e.errOut, "warning: node %q (%s): ssh: %s\n", n.Name, cfg.File, termtext.Clean(w))
+			}
+		}
+	}
 	timeout := max(30*time.Second, 3*cfg.Controller.SSHConnectTimeout)
 	probes := controller.ProbeExecutables(ctx, cfg, transports, nodes.NewWrappers(), need, timeout)
 	problems, notes := controller.CheckExecutables(cfg, rows, probes)

@@ -268,15 +268,16 @@ func TestWatchTerminal(t *testing.T) {
 		t.Errorf("%d lines in a 10-line terminal:\n%s", n, sm)
 	}
 
-	// Ctrl-C and SIGTERM end the view with exit 0 and give the terminal back.
+	// Ctrl-C ends the view with exit 130 (an interrupted program), SIGTERM
+	// with exit 0, and both give the terminal back.
 	interrupted.waitScreen(10*time.Second, "the live view", func(s string) bool { return strings.Contains(s, "Ctrl-C quits") })
 	interrupted.run("send-keys", "-t", "w", "C-c")
 	scr = interrupted.waitScreen(10*time.Second, "the view ended by Ctrl-C", func(s string) bool {
 		done, _ := exited(s)
 		return done
 	})
-	if _, code := exited(scr); code != 0 || !strings.HasPrefix(scr, project) {
-		t.Errorf("after Ctrl-C: want exit 0 and the last frame left on the screen:\n%s", scr)
+	if _, code := exited(scr); code != 130 || !strings.HasPrefix(scr, project) {
+		t.Errorf("after Ctrl-C: want exit 130 and the last frame left on the screen:\n%s", scr)
 	}
 	if got := strings.TrimSpace(interrupted.run("display-message", "-p", "-t", "w", "#{alternate_on} #{cursor_flag}")); got != "0 1" {
 		t.Errorf("after Ctrl-C the terminal is not restored: alternate screen, cursor visible = %q, want \"0 1\"", got)

@@ -127,8 +127,9 @@ var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 // SyntaxError returns the 1-based line and the message of a yaml.v3
 // syntax error in src. yaml.v3 prints 0-based lines for parser errors and
 // 1-based ones for scanner errors, and the line of the enclosing block for
-// some problems (a tab in the indentation: the tab's own line is given),
-// so the line is where to start looking.
+// some problems (a tab in the indentation: the tab's own line is given; a
+// block broken by a mis-indented line: that line is given), so the line is
+// where to start looking.
 func SyntaxError(err error, src []byte) (line int, msg string) {
 	line, msg = 1, strings.TrimPrefix(err.Error(), "yaml: ")
 	m := yamlLineRE.FindStringSubmatch(err.Error())
@@ -137,10 +138,25 @@ func SyntaxError(err error, src []byte) (line int, msg string) {
 	}
 	line, _ = strconv.Atoi(m[1])
 	msg = m[2]
+	lines := strings.Split(strings.TrimSuffix(string(src), "\n"), "\n")
 	if isParserProblem(msg) {
 		line++
+		// The parser names the line of the block it was in (a node's
+		// "- name:" line for a key indented one space too far five lines
+		// below). The offending line is the first one whose addition
+		// makes the document fail with the same problem.
+		for k := line; k <= len(lines); k++ {
+			var n yaml.Node
+			err := yaml.Unmarshal([]byte(strings.Join(lines[:k], "\n")+"\n"), &n)
+			if err == nil {
+				continue
+			}
+			if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil && m[2] == msg {
+				line = k
+			}
+			break
+		}
 	}
-	lines := strings.Split(strings.TrimSuffix(string(src), "\n"), "\n")
 	if strings.Contains(msg, "tab") {
 		for i, l := range lines {
 			indent := l[:len(l)-len(strings.TrimLeft(l, " \t"))]
