@@ -106,6 +106,7 @@ func TestRetryStartsWhenDueNotAtThePoll(t *testing.T) {
 			claim = e.Time
 		}
 	}
+	t.Logf("retry decided at %s, claimed %s later (backoff 1s, poll 30s)", retry.Format("15:04:05.000"), claim.Sub(retry))
 	if wait := claim.Sub(retry); wait < time.Second || wait > time.Second+dueLimit {
 		t.Fatalf("retry due 1s after %s was claimed %s later (poll_interval 30s)", retry.Format("15:04:05.000"), wait)
 	}
@@ -183,6 +184,8 @@ func TestLostNodeRequeuesAtOnceWithoutARetry(t *testing.T) {
 			claimed = e.Time
 		}
 	}
+	t.Logf("node down after %s; lost and requeued %s later (node_offline_timeout 2s); claimed on n2 %s after that",
+		down.Format("15:04:05.000"), lost.Sub(down), claimed.Sub(lost))
 	// Offline by 2 s after it went down; the requeue and the claim at once.
 	if wait := lost.Sub(down); wait > 2*time.Second+dueLimit {
 		t.Fatalf("%s was lost %s after its node went down (node_offline_timeout 2s, poll 30s)", onN1, wait)
@@ -221,6 +224,7 @@ func TestScheduledRunIsClaimedAtOnce(t *testing.T) {
 	})
 	began := eventAt(t, h, "q", "", ScheduleEvent, "starting a run")
 	claimed := eventAt(t, h, "q", "S01", "claim", "")
+	t.Logf("scheduled run began at %s; its task claimed %s later (poll 30s)", began.Format("15:04:05.000"), claimed.Sub(began))
 	if wait := claimed.Sub(began); wait > dueLimit {
 		t.Fatalf("the scheduled run began at %s; its task was claimed %s later (poll 30s)", began.Format("15:04:05.000"), wait)
 	}
