@@ -154,11 +154,25 @@ func TestLostNodeRequeuesAtOnceWithoutARetry(t *testing.T) {
     work_dir: WORK/n2
 `, 1)
 	// On n1 a task waits (until the test ends); on n2 it is done at once.
-	body := fmt.Sprintf("---\nmax_retries: 0\n---\nif [ \"$DISPATCH_NODE\" = n1 ]; then while [ ! -e '%s' ]; do sleep 0.1; done; fi\necho done\n", stop)
+	body := fmt.Sprintf("---\nmax_retries: 0\n---\nif [ \"$DISPATCH_NODE\" = n1 ]; then while [ ! -e '%s' ]; do sleep 0.1; done; touch '%s.seen'; fi\necho done\n", stop, stop)
 	h := newHarness(t, yaml, shellProject(map[string]string{"S01-a.md": body, "S02-b.md": body}))
 	n1 := &switchable{Transport: nodes.NewLocal()}
 	onTheRealClock(h, map[string]nodes.Transport{"n1": n1}, false)
-	t.Cleanup(func() { os.WriteFile(stop, nil, 0o644) })
+	t.Cleanup(func() {
+		// The attempt left on n1 ends before the test's files go.
+		if err := os.WriteFile(stop, nil, 0o644); err != nil {
+			t.Error(err)
+			return
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			if _, err := os.Stat(stop + ".seen"); err == nil {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Error("the attempt left on n1 did not end")
+	})
 	var onN1 string
 	runWhile(t, h, time.Minute, func() bool {
 		for _, id := range []string{"S01", "S02"} {

@@ -22,7 +22,7 @@ import (
 func TestCtrlCExits130(t *testing.T) {
 	gate := filepath.Join(t.TempDir(), "never")
 	home, _ := opsHome(t, map[string]map[string]string{
-		"p": {"S01-wait.md": fmt.Sprintf("echo waiting\nwhile [ ! -e '%s' ]; do sleep 0.05; done\n", gate)},
+		"p": {"S01-wait.md": fmt.Sprintf("echo waiting\nwhile [ ! -e '%s' ]; do sleep 0.05; done\ntouch '%s.seen'\n", gate, gate)},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*cmdTimeout)
 	defer cancel()
@@ -62,9 +62,15 @@ func TestCtrlCExits130(t *testing.T) {
 	if r := stopStart(); r.code != 130 || !strings.Contains(r.stderr, "interrupted") {
 		t.Errorf("start after Ctrl-C: want exit 130 and the message: %s", r)
 	}
+	// The task ends (no controller follows it any more): nothing of the
+	// test outlives it.
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	pollUntil(t, 30*time.Second, "S01 to see the gate and end", func() bool {
+		_, err := os.Stat(gate + ".seen")
+		return err == nil
+	})
 }
 
 // TestVersion: `dispatch --version` and `dispatch version` print the same
