@@ -358,7 +358,7 @@ func (a *applier) finished(t *store.Task, status *wrapper.Status) {
 	run := store.RunPatch{Status: new(st.Status), PID: new(st.PID), ExitCode: new(st.ExitCode), Signal: new(st.Signal),
 		ErrorClass: new(st.ErrorClass), Error: new(st.Error), StartedAt: new(started), CompletedAt: new(completed),
 		LogBytes: new(st.LogBytes), TokensIn: new(st.TokensIn), TokensOut: new(st.TokensOut), CostUSD: new(st.CostUSD),
-		SessionID: new(st.SessionID)}
+		SessionID: new(st.SessionID), Sandbox: new(st.Sandbox)}
 	if st.Commit != "" {
 		run.Commit = new(st.Commit)
 	}

@@ -380,6 +380,12 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 	launch := wrapper.Launch{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Node: n.cfg.Name,
 		Command: argv, Stdin: stdin, Env: toolEnv, TimeoutSeconds: timeout.Seconds(), Setup: opts.Setup,
 		StallSeconds: stallTimeout(t, opts, n.cfg).Seconds()}
+	if sb, ok, why := sandboxLaunch(t.Sandbox, n.cfg.Sandbox); !ok {
+		out.err, out.noRetry = fmt.Errorf("task %s cannot run on node %s: %s", t.ID, n.cfg.Name, why), true
+		return item, false
+	} else if sb != "" {
+		launch.Sandbox, launch.WorkDir = sb, inst.WorkDir
+	}
 	if _, builtin := builtinTools[tool]; builtin {
 		launch.Transcript = tool
 	}

@@ -69,7 +69,32 @@ func eligible(cfg *nodes.Config, t *store.Task, n nodes.Node) (bool, string) {
 	if tag, ok := cfg.Routes[t.Type]; ok && !slices.Contains(n.Tags, tag) {
 		return false, fmt.Sprintf("type %s is routed to tag %s", t.Type, tag)
 	}
+	if _, ok, why := sandboxLaunch(t.Sandbox, n.Sandbox); !ok {
+		return false, why
+	}
 	return true, ""
+}
+
+// sandboxLaunch decides launch.json's sandbox for a task's sandbox
+// setting (on, off, auto, "") on a node's (on, off, auto): "bwrap" (must
+// be sandboxed), "auto" (where bwrap works) or "" (never). ok is false
+// when the task may not run on the node at all, and why says so.
+func sandboxLaunch(task, node string) (launch string, ok bool, why string) {
+	switch {
+	case node == nodes.SandboxOn && task == nodes.SandboxOff:
+		return "", false, "sandbox: on on the node, the task says sandbox: off"
+	case node == nodes.SandboxOn:
+		return wrapper.SandboxBwrap, true, ""
+	case node == nodes.SandboxAuto && task == nodes.SandboxOn:
+		return wrapper.SandboxBwrap, true, ""
+	case node == nodes.SandboxAuto && task == nodes.SandboxOff:
+		return "", true, ""
+	case node == nodes.SandboxAuto:
+		return wrapper.SandboxAuto, true, ""
+	case task == nodes.SandboxOn:
+		return "", false, "the task needs sandbox: on, the node has sandbox: off (set sandbox: on or auto on the node in nodes.yaml)"
+	}
+	return "", true, ""
 }
 
 // stepAssign names the claiming of a project's tasks in its problem.

@@ -209,6 +209,9 @@ type NodeProbe struct {
 	// where claude would run with its dangerous flag, which it refuses
 	// as root).
 	Root bool
+	// Sandbox is what the node's wrapper said of its sandbox; nil when
+	// it was not asked (no wrapper of this controller installed there).
+	Sandbox *wrapper.SandboxReply
 }
 
 // claudeRefusesRoot reports whether claude on node n would run with
@@ -246,6 +249,10 @@ func CheckExecutables(cfg *nodes.Config, rows []PlanRow, probes map[string]NodeP
 				missing = append(missing, fmt.Sprintf("%s (no git in its PATH: the project's tasks work in git checkouts)", n))
 			case claudeRefusesRoot(cfg, node, r.Tools[n], pr):
 				asRoot = append(asRoot, n)
+			case needsSandbox(r, node) && pr.Sandbox == nil:
+				unchecked = append(unchecked, n)
+			case needsSandbox(r, node) && pr.Sandbox.Sandbox != wrapper.SandboxBwrap:
+				missing = append(missing, fmt.Sprintf("%s (sandbox: unavailable: %s; fix: %s)", n, pr.Sandbox.Error, pr.Sandbox.Fix))
 			default:
 				found = true
 			}
@@ -266,6 +273,9 @@ func CheckExecutables(cfg *nodes.Config, rows []PlanRow, probes map[string]NodeP
 			if r.Git {
 				fix = "install git on one of these nodes, or route the project's tasks to nodes that have it; " + fix
 			}
+			if strings.Contains(strings.Join(missing, ";"), "sandbox: unavailable") {
+				fix = "make the sandbox work on one of these nodes (see its fix; `dispatch nodes check` shows it), set sandbox: off on those nodes' tasks that may run unconfined, or route the task to nodes with sandbox: on or auto; " + fix
+			}
 			if store.IsPhaseID(r.Task.ID) {
 				fix = "install the tool on one of these nodes, set `tool:` on a node routed for " + r.Type + " (nodes.yaml), write your own " + r.Task.ID + " spec with a tool that is installed, or set `integration: false` in project.yaml"
 			}
@@ -273,6 +283,12 @@ func CheckExecutables(cfg *nodes.Config, rows []PlanRow, probes map[string]NodeP
 		}
 	}
 	return problems, notes
+}
+
+// needsSandbox reports whether the task of r must run sandboxed on node n.
+func needsSandbox(r PlanRow, n nodes.Node) bool {
+	sb, _, _ := sandboxLaunch(r.Task.Sandbox, n.Sandbox)
+	return sb == wrapper.SandboxBwrap
 }
 
 // ProbeExecutables asks each node in need which of the executables are in
@@ -337,7 +353,7 @@ func probeNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, tr nodes.Tr
 		if res.ExitCode != 0 || json.Unmarshal(res.Stdout, &reply) != nil {
 			return NodeProbe{Err: "which: " + replyError(res, nil)}
 		}
-		pr := NodeProbe{Found: map[string]bool{}}
+		pr := NodeProbe{Found: map[string]bool{}, Sandbox: reply.Sandbox}
 		for name := range reply.Found {
 			pr.Found[name] = true
 		}
@@ -430,7 +446,7 @@ func storeTask(p *spec.Project, t *spec.Task, cfg *nodes.Config) store.Task {
 	}
 	return store.Task{Project: p.Name, ID: t.ID, Title: t.Title, Type: t.Type, Tool: t.Tool, Model: t.Model,
 		Priority: t.Priority, DependsOn: deps, Tags: t.Tags, NodePin: t.Node, Timeout: t.Timeout, Stall: t.Stall,
-		MaxRetries: maxRetries, SpecFile: t.File, SpecHash: t.Hash, Snapshot: t.Snapshot}
+		MaxRetries: maxRetries, SpecFile: t.File, SpecHash: t.Hash, Snapshot: t.Snapshot, Sandbox: t.Sandbox}
 }
 
 // SyncResult says what AddProject found.

@@ -26,7 +26,7 @@ import (
 var Keys = map[string][]string{
 	"top":        {"controller", "nodes", "api_modes", "routes", "tools", "notify"},
 	"controller": {"poll_interval", "heartbeat_timeout", "node_offline_timeout", "max_retries", "retry_backoff", "retry_backoff_max", "max_fix_rounds", "ssh_connect_timeout", "max_parallel_ssh", "collect_max_bytes", "collect_max_files"},
-	"node":       {"name", "ssh", "slots", "spares", "api_mode", "api_modes", "work_dir", "tool", "min_free_mem", "tags", "dangerous", "strict_host_key_checking", "stall_timeout"},
+	"node":       {"name", "ssh", "slots", "spares", "api_mode", "api_modes", "work_dir", "tool", "min_free_mem", "tags", "dangerous", "strict_host_key_checking", "stall_timeout", "sandbox"},
 	"api_mode":   {"env", "max_concurrency", "dangerous", "fallback"},
 	"tool":       {"command", "model_flag"},
 }
@@ -89,11 +89,23 @@ type Node struct {
 	MinFreeMem int64
 	Tags       []string
 	Dangerous  bool // tools may run with their dangerous flags here
+	// Sandbox is whether tasks run sandboxed here (issue 20): SandboxOn
+	// (always: a task that says sandbox: off cannot run here), SandboxAuto
+	// (where bwrap works; a task may say off) or SandboxOff (never: a
+	// task that says on cannot run here); "" (not set) is SandboxOff.
+	Sandbox string
 	// StrictHostKeyChecking is "yes" (the default: unknown host keys are refused)
 	// or "accept-new" (an unknown key is recorded on first connection).
 	StrictHostKeyChecking string
 	Line                  int // line of the node in the file
 }
+
+// Values of Node.Sandbox, and of a task's sandbox (spec, project.yaml).
+const (
+	SandboxOn   = "on"
+	SandboxOff  = "off"
+	SandboxAuto = "auto"
+)
 
 // MaxSpares is the most spare checkouts a node keeps per base.
 const MaxSpares = 64
@@ -572,6 +584,11 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 	}
 	if v := f["dangerous"].val; v != nil && !yamlval.IsNull(v) {
 		n.Dangerous, _ = p.Bool(v, where, "dangerous")
+	}
+	if v := f["sandbox"].val; v != nil && !yamlval.IsNull(v) {
+		if s, sok := p.Sandbox(v, where, "sandbox"); sok {
+			n.Sandbox = s
+		}
 	}
 	if v := f["strict_host_key_checking"].val; v != nil && !yamlval.IsNull(v) {
 		if s, sok := p.Scalar(v, where, "strict_host_key_checking"); sok {

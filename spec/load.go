@@ -289,7 +289,7 @@ func (l *loader) readText(path string) (text string, exists, ok bool) {
 
 // ProjectKeys are the keys project.yaml accepts.
 var ProjectKeys = []string{"integration", "verification", "max_fix_rounds", "integration_spec",
-	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget", "notify", "schedule"}
+	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget", "notify", "schedule", "sandbox"}
 
 func (l *loader) loadConfig() {
 	path := l.path(ConfigFile)
@@ -359,6 +359,8 @@ func (l *loader) loadConfig() {
 			c.Timeout, _ = y.Duration(v, "", key)
 		case "stall_timeout":
 			c.Stall, _ = y.Duration(v, "", key)
+		case "sandbox":
+			c.Sandbox, _ = y.Sandbox(v, "", key)
 		case "budget":
 			if v.Kind != yaml.MappingNode {
 				y.Errorf(v, "write budget: {usd: 20, tokens: 5000000, max_attempt_usd: 50} (any of them)", "budget must be a mapping, not %s", yamlval.Describe(v))
@@ -548,7 +550,7 @@ func (l *loader) loadShared() {
 
 // TaskKeys are the keys a spec's front matter accepts.
 var TaskKeys = []string{"type", "tool", "model", "priority", "depends_on", "timeout",
-	"max_retries", "node", "tags", "context", "stall_timeout"}
+	"max_retries", "node", "tags", "context", "stall_timeout", "sandbox"}
 
 // parseTask parses one task file. It returns nil when the file could not
 // be read as text at all; otherwise problems are reported and the task is
@@ -569,6 +571,7 @@ func (l *loader) parseTask(f taskFile) *parsed {
 		Priority:   DefaultPriority,
 		Timeout:    cfg.Timeout,
 		Stall:      cfg.Stall,
+		Sandbox:    cfg.Sandbox,
 		MaxRetries: cfg.MaxRetries,
 	}
 	p := &parsed{task: t, depLines: map[string]int{}}
@@ -697,6 +700,10 @@ func (l *loader) frontMatter(y yamlFile, root *yaml.Node, p *parsed) []item {
 		case "stall_timeout":
 			if d, ok := y.Duration(v, "", key); ok {
 				t.Stall = d
+			}
+		case "sandbox":
+			if s, ok := y.Sandbox(v, "", key); ok {
+				t.Sandbox = s
 			}
 		case "max_retries":
 			if n, ok := y.Int(v, "", key, 0, yamlval.MaxInt); ok {

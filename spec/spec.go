@@ -37,6 +37,7 @@ type Task struct {
 	DependsOn  []string      // IDs of tasks of the same project, without duplicates
 	Timeout    time.Duration // front matter, else project.yaml, else 0 (the controller's default)
 	Stall      time.Duration // stall_timeout: front matter, else project.yaml, else 0 (the node's, else the default)
+	Sandbox    string        // on, off or auto: front matter, else project.yaml, else "" (the node's)
 	MaxRetries *int          // front matter, else project.yaml, else nil (the controller's default)
 	Node       string        // pin to this node; "" when not pinned
 	Tags       []string      // the task needs nodes with all of these tags
@@ -75,6 +76,7 @@ type ProjectConfig struct {
 	Type       string        // default type of the project's tasks
 	Timeout    time.Duration // default timeout of the project's tasks; 0 when not set
 	Stall      time.Duration // default stall_timeout of the project's tasks; 0 when not set
+	Sandbox    string        // default sandbox of the project's tasks (on, off, auto); "" when not set
 	MaxRetries *int          // default max_retries of the project's tasks
 
 	Base string // directory, relative to the project directory, copied into every task's output/

@@ -132,8 +132,11 @@ type Task struct {
 	// ReusedFrom is, for a task whose result an earlier run made and this
 	// run reuses, that run's number; 0 when the task runs in this run.
 	ReusedFrom int
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
+	// Sandbox is the task's sandbox: on, off, auto, or "" to leave it to
+	// the node (front matter, else project.yaml).
+	Sandbox   string
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // Run is one attempt of a task.
@@ -169,6 +172,9 @@ type Run struct {
 	Commit string
 	// Run is the project's run the attempt belongs to.
 	Run int
+	// Sandbox is how the attempt was confined: "bwrap", or "" for not
+	// at all.
+	Sandbox string
 	// Inputs is what the attempt ran from (spec, base, tool, model,
 	// api_mode variables, its dependencies' results) as JSON: a later run
 	// reuses the result while they are unchanged.

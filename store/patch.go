@@ -28,6 +28,7 @@ type TaskPatch struct {
 	Heartbeat                         *string
 	HeartbeatAt                       *time.Time
 	ReusedFrom                        *int
+	Sandbox                           *string
 }
 
 // RunPatch changes columns of one attempt's run row.
@@ -41,6 +42,7 @@ type RunPatch struct {
 	Dangerous                           *bool
 	APIMode, SessionID, Commit          *string
 	Inputs                              *string
+	Sandbox                             *string
 }
 
 // ProjectPatch changes columns of a project.
@@ -90,6 +92,7 @@ func (p TaskPatch) columns() *columns {
 	col(c, "tags", p.Tags)
 	col(c, "timeout_seconds", p.Timeout)
 	col(c, "stall_seconds", p.Stall)
+	col(c, "sandbox", p.Sandbox)
 	col(c, "spec_file", p.SpecFile)
 	col(c, "spec_hash", p.SpecHash)
 	col(c, "base_dir", p.BaseDir)
@@ -131,6 +134,7 @@ func (p RunPatch) columns() *columns {
 	col(c, "session_id", p.SessionID)
 	col(c, "result_commit", p.Commit)
 	col(c, "inputs", p.Inputs)
+	col(c, "sandbox", p.Sandbox)
 	return c
 }
 

@@ -32,6 +32,10 @@ func (s *Status) Clamp() {
 	if s.Commit != "" && !IsCommitID(s.Commit) {
 		s.Commit = ""
 	}
+	// A sandbox is a known word or nothing.
+	if s.Sandbox != SandboxBwrap {
+		s.Sandbox = ""
+	}
 }
 
 // Clamp brings the node's facts into range.

@@ -26,6 +26,7 @@ commands (see docs/PROTOCOL.md):
   kill   --dir D [--grace 30s]
   tail   --dir D [--follow]
   which  NAME...                  (stdin: JSON map of environment variables)
+  sandbox                         (whether bwrap works here for this user)
   untar  --archive A --dir D       (replaces D with A's tree, removes A)
   tar    --dir D --out A [--max-bytes N]
   git-receive --repo R --commit C   (stdin: a pack completing base commit C)
@@ -95,6 +96,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdTail(ctx, rest, stdout)
 	case "which":
 		err = cmdWhich(rest, stdin, stdout)
+	case "sandbox":
+		err = cmdSandbox(rest, stdout)
 	case "watch":
 		err = cmdWatch(ctx, rest, stdin, stdout)
 	case "launch":

@@ -81,6 +81,11 @@ type supervisor struct {
 	// keptOutput is set when a resumed attempt kept the earlier output/.
 	keptOutput bool
 
+	// sandbox, when set, is the bwrap sandbox setup and the tool run in;
+	// sandboxErr says why an attempt that must be sandboxed cannot be.
+	sandbox    *sandboxSpec
+	sandboxErr string
+
 	rec procRecord // this attempt's process record; written by prepare and setTool only
 
 	lock    *os.File // the task's lock, held until the attempt has ended
@@ -263,11 +268,12 @@ func startAttempt(item superviseItem) (*supervisor, error) {
 		lock:    lock,
 		logFile: logf,
 	}
+	s.decideSandbox()
 	if err := s.prepare(); err != nil {
 		s.release()
 		return nil, ioError(err)
 	}
-	s.logger.Info("attempt started")
+	s.logger.Info("attempt started", "sandbox", s.st.Sandbox)
 	go s.removeOldTmps()
 	return s, nil
 }
@@ -364,6 +370,11 @@ func (s *supervisor) prepare() error {
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", dirTmp, err)
 	}
+	if s.sandbox != nil {
+		if err := s.prepareHome(); err != nil {
+			return err
+		}
+	}
 	if err := s.beat(); err != nil {
 		return err
 	}
@@ -374,6 +385,7 @@ func (s *supervisor) prepare() error {
 		PID:            os.Getpid(),
 		StartedAt:      timestamp(s.begun),
 		WrapperVersion: Version,
+		Sandbox:        s.sandboxName(),
 	}
 	return s.updateStatus(func(*Status) bool { return true })
 }
@@ -513,6 +525,9 @@ func (s *supervisor) run() {
 
 func (s *supervisor) attempt() outcome {
 	out := filepath.Join(s.dir, dirOutput)
+	if s.sandboxErr != "" {
+		return outcome{code: -1, startErr: s.sandboxErr}
+	}
 	if s.launch.Base != "" && !(s.launch.Resume && s.keptOutput) {
 		err := s.copyBase(out)
 		if errors.Is(err, errStopped) {
@@ -545,6 +560,9 @@ func (s *supervisor) attempt() outcome {
 			Args: []string{"/bin/sh", "-c", s.launch.Setup},
 			Env:  s.env,
 			Dir:  out,
+		}
+		if s.sandbox != nil {
+			cmd = s.sandboxed(cmd)
 		}
 		p, err := s.startChild(cmd)
 		if errors.Is(err, errStopped) {
@@ -660,6 +678,12 @@ func (s *supervisor) toolCmd(out string) (*exec.Cmd, []io.Closer, error) {
 		return nil, nil, fmt.Errorf("start tool: %w", err)
 	}
 	cmd := &exec.Cmd{Path: path, Args: args, Env: s.env, Dir: out}
+	if s.sandbox != nil {
+		if err := s.sandbox.exposeTool(path, s.launch.WorkDir); err != nil {
+			return nil, nil, fmt.Errorf("start tool in the sandbox: %w", err)
+		}
+		cmd = s.sandboxed(cmd)
+	}
 	var closers []io.Closer
 	if s.launch.Stdin == "resume" {
 		r, w, err := os.Pipe()
@@ -753,6 +777,8 @@ func (s *supervisor) removeOldTmps() {
 	if err != nil {
 		return
 	}
+	oldHomes, _ := filepath.Glob(filepath.Join(s.dir, dirHome+oldTmpSuffix+"*"))
+	old = append(old, oldHomes...)
 	for _, p := range old {
 		if err := os.RemoveAll(p); err != nil {
 			s.logger.Warn("remove an old tmp", logKeyPath, p, logKeyErr, err)

@@ -132,6 +132,13 @@ type Launch struct {
 	// Repo, when set, makes output/ a git workspace of a git-native
 	// project instead (Base must then be empty).
 	Repo *LaunchRepo `json:"repo,omitempty"`
+	// Sandbox is "bwrap" to run setup and the tool under bubblewrap (the
+	// attempt fails with class start where it does not work), "auto" to
+	// do so where it works, "" never (see sandbox.go).
+	Sandbox string `json:"sandbox,omitempty"`
+	// WorkDir is the node's work_dir, which the sandbox hides but for the
+	// attempt's own files; required with Sandbox.
+	WorkDir string `json:"work_dir,omitempty"`
 }
 
 // LaunchRepo is a git-native task's workspace: output/ becomes a clone of
@@ -207,6 +214,9 @@ type Status struct {
 	// Commit is a git-native task's result: what its workspace held when
 	// the tool ended well, as one commit on its base (launch.json's repo).
 	Commit string `json:"commit,omitempty"`
+	// Sandbox is how the attempt was confined: "bwrap", or "" for not at
+	// all.
+	Sandbox string `json:"sandbox"`
 }
 
 // Final reports whether the attempt is over (anything but running).
@@ -291,6 +301,15 @@ func (l *Launch) normalize() error {
 	}
 	if l.Agent != "" && !IsAgent(l.Agent) {
 		return fmt.Errorf("agent %q: want one of %v or none", l.Agent, Agents)
+	}
+	switch l.Sandbox {
+	case "":
+	case SandboxBwrap, SandboxAuto:
+		if !filepath.IsAbs(l.WorkDir) || filepath.Clean(l.WorkDir) != l.WorkDir || l.WorkDir == "/" {
+			return fmt.Errorf("sandbox %q needs work_dir, an absolute, clean path other than /", l.Sandbox)
+		}
+	default:
+		return fmt.Errorf("sandbox %q: want %q, %q or none", l.Sandbox, SandboxBwrap, SandboxAuto)
 	}
 	if err := checkBase(l.Base); err != nil {
 		return err

@@ -10,6 +10,8 @@ import (
 type WhichReply struct {
 	Found map[string]string `json:"found"`
 	Path  string            `json:"path"`
+	// Sandbox says whether the sandbox works on the node (see `sandbox`).
+	Sandbox *SandboxReply `json:"sandbox,omitempty"`
 }
 
 // cmdWhich looks executables up the way the supervisor looks up a tool:
@@ -32,5 +34,7 @@ func cmdWhich(args []string, stdin io.Reader, stdout io.Writer) error {
 			reply.Found[name] = p
 		}
 	}
+	sb := sandboxProbe()
+	reply.Sandbox = &sb
 	return printJSON(stdout, reply)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,6 +23,7 @@ import (
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/wrapper"
 )
 
 func nodesCommand() *cli.Command {
@@ -185,7 +187,14 @@ type checkResult struct {
 	// GitVersion is what `git --version` says there ("2.39.5"), "" when
 	// the node has no git: repo projects need it, the others do not.
 	GitVersion string `json:"git_version"`
-	Error      string `json:"error"`
+	// Sandbox is "bwrap" when the sandbox works there for the node user,
+	// "unavailable" when it does not (SandboxError says why, SandboxFix
+	// what to do); SandboxSetting is the node's sandbox: in nodes.yaml.
+	Sandbox        string `json:"sandbox"`
+	SandboxError   string `json:"sandbox_error,omitempty"`
+	SandboxFix     string `json:"sandbox_fix,omitempty"`
+	SandboxSetting string `json:"sandbox_setting"`
+	Error          string `json:"error"`
 	// What the controller records too (see recordCheck).
 	load1 float64
 	rtt   time.Duration
@@ -232,7 +241,7 @@ func nodesCheck(c *cli.Context) error {
 		}
 	} else {
 		tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "NODE\tRESULT\tTIME\tPLATFORM\tWRAPPER\tGIT\tMEM AVAILABLE\tDISK FREE\tCLOCK SKEW\tERROR")
+		fmt.Fprintln(tw, "NODE\tRESULT\tTIME\tPLATFORM\tWRAPPER\tGIT\tSANDBOX\tMEM AVAILABLE\tDISK FREE\tCLOCK SKEW\tERROR")
 		for _, r := range results {
 			res := e.styles.ok.Render("ok")
 			if !r.OK {
@@ -256,10 +265,19 @@ func nodesCheck(c *cli.Context) error {
 			} else if r.OK {
 				git = "none"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%.2fs\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, res, r.Seconds, platform, wv,
-				termtext.Clean(git), bytesHuman(r.MemAvailable), bytesHuman(r.DiskFree), skew, termtext.Clean(firstLine(r.Error)))
+			sandbox := "-"
+			if r.Sandbox != "" {
+				sandbox = r.Sandbox + " (" + r.SandboxSetting + ")"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.2fs\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, res, r.Seconds, platform, wv,
+				termtext.Clean(git), sandbox, bytesHuman(r.MemAvailable), bytesHuman(r.DiskFree), skew, termtext.Clean(firstLine(r.Error)))
 		}
 		tw.Flush()
+		for _, r := range results {
+			if r.SandboxError != "" {
+				fmt.Fprintf(e.out, "\n%s: sandbox: unavailable (%s; fix: %s)\n", r.Name, termtext.Clean(r.SandboxError), termtext.Clean(r.SandboxFix))
+			}
+		}
 		for _, r := range results {
 			if !r.OK && strings.Contains(r.Error, "\n") {
 				fmt.Fprintf(e.out, "\n%s: %s\n", r.Name, termtext.Clean(r.Error))
@@ -312,9 +330,28 @@ func checkNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, env nodes.S
 	}
 	r.MemAvailable, r.DiskFree, r.load1 = facts.Facts.MemAvailableBytes, facts.Facts.DiskFreeBytes, facts.Facts.Load1
 	r.GitVersion = gitVersion(ctx, tr)
+	r.SandboxSetting = cmp.Or(n.Sandbox, nodes.SandboxOff)
+	r.Sandbox, r.SandboxError, r.SandboxFix = sandboxCheck(ctx, tr, inst)
 	r.OK = true
 	r.Seconds = time.Since(start).Seconds()
 	return r
+}
+
+// sandboxCheck asks the node's wrapper whether bwrap works there.
+func sandboxCheck(ctx context.Context, tr nodes.Transport, inst nodes.Installed) (string, string, string) {
+	const unavailable = "unavailable"
+	res, err := tr.Exec(ctx, []string{inst.Path, "sandbox"}, nil)
+	if err != nil {
+		return unavailable, "ask the wrapper: " + err.Error(), ""
+	}
+	var reply wrapper.SandboxReply
+	if res.ExitCode != 0 || json.Unmarshal(res.Stdout, &reply) != nil {
+		return unavailable, "the wrapper's reply: " + firstLine(string(res.Stdout)+string(res.Stderr)), ""
+	}
+	if reply.Sandbox == wrapper.SandboxBwrap {
+		return reply.Sandbox, "", ""
+	}
+	return unavailable, reply.Error, reply.Fix
 }
 
 // gitVersion asks the node's git for its version: "2.39.5", or "" when

@@ -160,3 +160,22 @@ func prefix(where string) string {
 	}
 	return where + ": "
 }
+
+// Sandbox reads a sandbox setting: on, off or auto; true and false (and
+// YAML 1.1's yes/no) mean on and off. It returns "on", "off" or "auto".
+func (d Doc) Sandbox(v *yaml.Node, where, key string) (string, bool) {
+	v = Resolve(v)
+	if v.Kind == yaml.ScalarNode {
+		switch strings.ToLower(strings.TrimSpace(v.Value)) {
+		case "on", "true", "yes":
+			return "on", true
+		case "off", "false", "no":
+			return "off", true
+		case "auto":
+			return "auto", true
+		}
+	}
+	d.Errorf(v, fmt.Sprintf("write %s: on (refuse to run without it), off or auto (where the node has it)", lastPart(key)),
+		"%s%s must be on, off or auto, not %s", prefix(where), key, Describe(v))
+	return "", false
+}

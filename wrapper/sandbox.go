@@ -1,0 +1,393 @@
+package wrapper
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The sandbox (issue 20): on Linux, a task's setup and tool run under
+// bubblewrap (bwrap), which sees
+//
+//   - the whole file system read-only (--ro-bind / /), with a fresh /dev
+//     and a /proc of its own pid namespace: no other process is visible
+//     or can be signalled, the supervisor included;
+//   - the node user's home and the node's work_dir hidden under empty
+//     tmpfs, and the wrapper's directory (.bin, with the private .ctl
+//     records) too, except the directories holding the tool's executable
+//     and its installation, bound read-only;
+//   - of the work_dir only its own task's output/ (read-write), spec.md
+//     (read-only), a private HOME (<task>/home) and, in a git-native
+//     project, the node's repo.git (read-only: the checkout borrows its
+//     objects);
+//   - a private /tmp: the attempt's <task>/tmp bound at /tmp.
+//
+// It runs with no capabilities (--cap-drop ALL: as root, bwrap would
+// otherwise keep them and the task could remount / read-write), in a new
+// session (--new-session) and dies with the supervisor (--die-with-parent).
+// The environment reaches the tool through bwrap's own environment, never
+// its argv. Not confined yet: the network, memory, cpu and process
+// limits (issue 20).
+
+// Values of Launch.Sandbox and Status.Sandbox.
+const (
+	// SandboxBwrap: the attempt must run under bwrap (status: it did).
+	SandboxBwrap = "bwrap"
+	// SandboxAuto: under bwrap when it works on the node, else without.
+	SandboxAuto = "auto"
+)
+
+// Names in a sandboxed task directory.
+const (
+	// dirHome is the tool's private HOME in the sandbox.
+	dirHome = "home"
+)
+
+// SandboxReply is the reply of `sandbox`: whether bwrap works on the node
+// for the node user. Sandbox is "bwrap" when it does; else Error says why
+// and Fix what to do.
+type SandboxReply struct {
+	Sandbox string `json:"sandbox"`
+	Path    string `json:"path,omitempty"`
+	Error   string `json:"error,omitempty"`
+	Fix     string `json:"fix,omitempty"`
+}
+
+// bwrapBaseArgs are the flags of every bwrap the wrapper runs, the probe's
+// included, so that the probe tries what the tasks will need.
+var bwrapBaseArgs = []string{"--unshare-pid", "--die-with-parent", "--new-session", "--cap-drop", "ALL"}
+
+// probeTimeout bounds the trial run of bwrap.
+const probeTimeout = 10 * time.Second
+
+var (
+	probeOnce  sync.Once
+	probeReply SandboxReply
+)
+
+// sandboxProbe reports, once per process, whether bwrap works here: found
+// in the PATH (or /usr/bin) and able to run `true` in a sandbox like the
+// tasks' (which needs user namespaces when the node user is not root).
+func sandboxProbe() SandboxReply {
+	probeOnce.Do(func() { probeReply = probeBwrap(context.Background()) })
+	return probeReply
+}
+
+func probeBwrap(ctx context.Context) SandboxReply {
+	if runtime.GOOS != "linux" {
+		return SandboxReply{Error: "no sandbox for " + runtime.GOOS + " yet (bubblewrap is Linux only; macOS's Seatbelt is not supported yet)",
+			Fix: "run tasks that need sandbox: on on Linux nodes"}
+	}
+	path, err := exec.LookPath("bwrap")
+	if err != nil {
+		if _, serr := os.Stat("/usr/bin/bwrap"); serr != nil {
+			return SandboxReply{Error: "bwrap is not installed", Fix: "apt install bubblewrap (or dnf install bubblewrap)"}
+		}
+		path = "/usr/bin/bwrap"
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	args := append([]string{"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"}, bwrapBaseArgs...)
+	cmd := exec.CommandContext(ctx, path, append(args, "--", "true")...)
+	cmd.Dir = "/"
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(errb.String())
+		if len(msg) > 300 {
+			msg = msg[:300] + "…"
+		}
+		if msg == "" {
+			msg = err.Error()
+		}
+		return SandboxReply{Path: path, Error: "bwrap cannot make a sandbox: " + msg,
+			Fix: "allow unprivileged user namespaces: sysctl kernel.unprivileged_userns_clone=1 (Debian), or kernel.apparmor_restrict_unprivileged_userns=0 (Ubuntu 24.04)"}
+	}
+	return SandboxReply{Sandbox: SandboxBwrap, Path: path}
+}
+
+// cmdSandbox prints whether the sandbox works on this node.
+func cmdSandbox(args []string, stdout io.Writer) error {
+	fs := newFlagSet("sandbox")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	return printJSON(stdout, sandboxProbe())
+}
+
+// sandboxSpec is what one attempt's sandbox shows of the node.
+type sandboxSpec struct {
+	bwrap string
+	// tmp is bound at /tmp; hide are covered by empty tmpfs (parents
+	// first); ro are bound read-only over them; rw are bound read-write
+	// (the workspace, HOME); roFiles read-only (spec.md).
+	tmp  string
+	hide []string
+	ro   []string
+	rw   []string
+}
+
+// args is bwrap's argv (without the program) running argv in dir.
+func (sp *sandboxSpec) args(dir string, argv []string) []string {
+	a := []string{sp.bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--bind", sp.tmp, "/tmp"}
+	for _, h := range sp.hide {
+		a = append(a, "--tmpfs", h)
+	}
+	for _, p := range sp.ro {
+		a = append(a, "--ro-bind", p, p)
+	}
+	for _, p := range sp.rw {
+		a = append(a, "--bind", p, p)
+	}
+	a = append(a, bwrapBaseArgs...)
+	a = append(a, "--chdir", dir, "--")
+	return append(a, argv...)
+}
+
+// under reports whether p is root or lies below it.
+func under(p, root string) bool {
+	return p == root || strings.HasPrefix(p, strings.TrimSuffix(root, "/")+"/")
+}
+
+// newSandboxSpec lays out the sandbox of the attempt in taskDir. workDir
+// is the node's work_dir, homes the node user's home directories, exeDir
+// the wrapper's directory (hidden when it is the installed .bin), repo a
+// git-native project's repo.git ("" for none).
+func newSandboxSpec(bwrap, taskDir, workDir string, homes []string, exeDir, repo string) *sandboxSpec {
+	sp := &sandboxSpec{bwrap: bwrap, tmp: filepath.Join(taskDir, dirTmp)}
+	roots := append([]string{workDir}, homes...)
+	if filepath.Base(exeDir) == ".bin" {
+		roots = append(roots, exeDir)
+	}
+	sort.Slice(roots, func(i, j int) bool { return len(roots[i]) < len(roots[j]) })
+	for _, r := range roots {
+		if r == "" || r == "/" || !filepath.IsAbs(r) || under(r, "/tmp") {
+			continue // under /tmp: hidden by the attempt's own /tmp already
+		}
+		covered := false
+		for _, h := range sp.hide {
+			covered = covered || under(r, h)
+		}
+		if !covered {
+			sp.hide = append(sp.hide, r)
+		}
+	}
+	if repo != "" {
+		sp.ro = append(sp.ro, repo)
+	}
+	sp.ro = append(sp.ro, filepath.Join(taskDir, fileSpec))
+	sp.rw = []string{filepath.Join(taskDir, dirOutput), filepath.Join(taskDir, dirHome)}
+	return sp
+}
+
+// hidden reports whether p is out of the sandbox's sight.
+func (sp *sandboxSpec) hidden(p string) bool {
+	if under(p, "/tmp") {
+		return true
+	}
+	for _, h := range sp.hide {
+		if under(p, h) {
+			return true
+		}
+	}
+	return false
+}
+
+// exposeTool binds read-only the directories holding the tool's
+// executable path: the directory of the name found in the PATH and that
+// of the file it links to or, for an npm package
+// (<prefix>/lib/node_modules/...), the whole prefix (its bin/ holds node,
+// its lib/ the package). A directory that is itself a hidden root (the
+// home) or holds the work_dir is never exposed: the tool must be
+// installed elsewhere.
+func (sp *sandboxSpec) exposeTool(path, workDir string) error {
+	if !sp.hidden(path) {
+		if real, err := filepath.EvalSymlinks(path); err == nil && sp.hidden(real) {
+			return sp.expose(filepath.Dir(real), workDir)
+		}
+		return nil
+	}
+	dirs := []string{filepath.Dir(path)}
+	if real, err := filepath.EvalSymlinks(path); err == nil && real != path {
+		if i := strings.Index(real, "/lib/node_modules/"); i > 0 {
+			dirs = append(dirs, real[:i])
+		} else {
+			dirs = append(dirs, filepath.Dir(real))
+		}
+	}
+	for _, d := range dirs {
+		if err := sp.expose(d, workDir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (sp *sandboxSpec) expose(dir, workDir string) error {
+	if !sp.hidden(dir) || under(dir, "/tmp") {
+		return nil
+	}
+	for _, h := range sp.hide {
+		if dir == h {
+			return fmt.Errorf("the tool lies directly in %s, which the sandbox hides; install it in a directory of its own (e.g. ~/.local/bin)", dir)
+		}
+	}
+	if under(workDir, dir) {
+		return fmt.Errorf("the tool's directory %s holds the work_dir %s, which the sandbox hides", dir, workDir)
+	}
+	for _, r := range sp.ro {
+		if under(dir, r) {
+			return nil
+		}
+	}
+	sp.ro = append([]string{dir}, sp.ro...)
+	return nil
+}
+
+// nodeHomes are the node user's home directories: $HOME and the password
+// file's, when they differ.
+func nodeHomes() []string {
+	var out []string
+	if h := os.Getenv("HOME"); h != "" && filepath.IsAbs(h) {
+		out = append(out, filepath.Clean(h))
+	}
+	if u, err := user.Current(); err == nil && u.HomeDir != "" && filepath.IsAbs(u.HomeDir) {
+		if h := filepath.Clean(u.HomeDir); len(out) == 0 || out[0] != h {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// sandboxEnv is the tool's environment in the sandbox: its HOME is the
+// attempt's own, its TMPDIR the private /tmp.
+func sandboxEnv(env []string, taskDir string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k == "HOME" || k == "TMPDIR" {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, "HOME="+filepath.Join(taskDir, dirHome), "TMPDIR=/tmp")
+}
+
+// gitIdentity writes the node user's git identity (user.name and
+// user.email of their global config), and nothing else of it, into the
+// private HOME, so that a tool committing in its checkout does as it
+// would outside the sandbox.
+func gitIdentity(ctx context.Context, home string) error {
+	var cfg strings.Builder
+	for _, key := range []string{"user.name", "user.email"} {
+		cmd := exec.CommandContext(ctx, "git", "config", "--global", "--get", key)
+		cmd.Env = gitEnvWithHome()
+		out, err := cmd.Output()
+		v := strings.TrimSpace(string(out))
+		if err != nil || v == "" || strings.ContainsAny(v, "\n\"\\") {
+			continue
+		}
+		if cfg.Len() == 0 {
+			cfg.WriteString("[user]\n")
+		}
+		fmt.Fprintf(&cfg, "\t%s = \"%s\"\n", strings.TrimPrefix(key, "user."), v)
+	}
+	if cfg.Len() == 0 {
+		return nil
+	}
+	return os.WriteFile(filepath.Join(home, ".gitconfig"), []byte(cfg.String()), 0o600)
+}
+
+// gitEnvWithHome is the environment of a git that reads the node user's
+// global config: no system config, no prompt.
+func gitEnvWithHome() []string {
+	env := []string{"GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0", "LC_ALL=C"}
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); k == "PATH" || k == "HOME" || k == "XDG_CONFIG_HOME" {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// decideSandbox settles whether this attempt runs in the sandbox: under
+// bwrap when launch.json asks for it (or for auto) and bwrap works here;
+// an attempt that must be sandboxed where it cannot be fails to start.
+func (s *supervisor) decideSandbox() {
+	want := s.launch.Sandbox
+	if want == "" {
+		return
+	}
+	if !under(s.dir, s.launch.WorkDir) || s.dir == s.launch.WorkDir {
+		s.sandboxErr = fmt.Sprintf("sandbox: the task directory %s is not in the work_dir %s", s.dir, s.launch.WorkDir)
+		return
+	}
+	pr := sandboxProbe()
+	if pr.Sandbox != SandboxBwrap {
+		if want == SandboxBwrap {
+			s.sandboxErr = fmt.Sprintf("sandbox: on, but it is unavailable on node %s: %s; fix: %s, or set sandbox: off (or auto) for the task", s.launch.Node, pr.Error, pr.Fix)
+		}
+		return
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		s.sandboxErr = "sandbox: find own executable: " + err.Error()
+		return
+	}
+	repo := ""
+	if s.launch.Repo != nil {
+		repo = s.launch.Repo.Dir
+	}
+	s.sandbox = newSandboxSpec(pr.Path, s.dir, s.launch.WorkDir, nodeHomes(), filepath.Dir(exe), repo)
+	s.env = sandboxEnv(s.env, s.dir)
+}
+
+// sandboxName is status.json's sandbox.
+func (s *supervisor) sandboxName() string {
+	if s.sandbox != nil {
+		return SandboxBwrap
+	}
+	return ""
+}
+
+// prepareHome makes the attempt's private HOME: empty but for the node
+// user's git identity. A resumed attempt keeps the earlier one, where the
+// tool keeps the session it continues.
+func (s *supervisor) prepareHome() error {
+	home := filepath.Join(s.dir, dirHome)
+	if fi, err := os.Lstat(home); err == nil {
+		if s.launch.Resume && fi.IsDir() {
+			return nil
+		}
+		if err := os.Rename(home, home+oldTmpSuffix+strconv.Itoa(os.Getpid())); err != nil {
+			return fmt.Errorf("move the old %s aside: %w", dirHome, err)
+		}
+	}
+	if err := os.Mkdir(home, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", dirHome, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	if err := gitIdentity(ctx, home); err != nil {
+		s.logger.Warn("no git identity in the sandbox's HOME", logKeyErr, err)
+	}
+	return nil
+}
+
+// sandboxed returns cmd run under bwrap: the same program, arguments,
+// working directory and environment (which bwrap passes on to it).
+func (s *supervisor) sandboxed(cmd *exec.Cmd) *exec.Cmd {
+	argv := append([]string{cmd.Path}, cmd.Args[1:]...)
+	args := s.sandbox.args(cmd.Dir, argv)
+	return &exec.Cmd{Path: s.sandbox.bwrap, Args: args, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin}
+}

@@ -1,0 +1,376 @@
+//go:build linux
+
+package wrapper
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The red-team tests of the sandbox: each runs one attack as a task next
+// to a neighbour task, both under bwrap, on a node laid out as in
+// production, and checks that the attack failed, the neighbour completed
+// and nothing outside the attacker's workspace changed.
+// DISPATCH_TEST_SANDBOX=off runs them without the sandbox, to see each
+// fail.
+
+// fakeKey is planted in the node user's ~/.ssh.
+const fakeKey = "-----BEGIN OPENSSH PRIVATE KEY-----\nFAKE-KEY-FOR-THE-SANDBOX-TEST\n"
+
+// neighbourSecret is the neighbour's api_mode secret (its environment).
+const neighbourSecret = "NEIGHBOUR-SECRET-4711"
+
+// sandboxNode is a node outside /tmp (which the sandbox replaces with the
+// attempt's own): <root>/home is the node user's HOME, <root>/work the
+// work_dir, the wrapper installed in <root>/work/.bin as the controller
+// installs it.
+type sandboxNode struct {
+	root, home, work, bin string
+	cred                  *syscall.Credential // the node user when not the test's
+	mode                  string              // launch.json's sandbox
+}
+
+// requireBwrap fails the test when bwrap does not work here: `make test`
+// installs it (.ci/test-deps).
+func requireBwrap(t *testing.T) {
+	t.Helper()
+	if r := probeBwrap(t.Context()); r.Sandbox != SandboxBwrap {
+		t.Fatalf("the sandbox tests need bubblewrap: %s; fix: %s (make test installs it)", r.Error, r.Fix)
+	}
+}
+
+// newSandboxNode lays out a node; asUser runs its wrapper as that user
+// (when the test runs as root).
+func newSandboxNode(t *testing.T, asUser string) *sandboxNode {
+	t.Helper()
+	requireBwrap(t)
+	root, err := os.MkdirTemp("/var/tmp", "dispatch-sandbox-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	n := &sandboxNode{root: root, home: filepath.Join(root, "home"), work: filepath.Join(root, "work"), mode: SandboxBwrap}
+	if os.Getenv("DISPATCH_TEST_SANDBOX") == "off" {
+		n.mode = ""
+	}
+	n.bin = filepath.Join(n.work, ".bin", "dispatch-wrapper-test")
+	for _, d := range []string{filepath.Join(n.home, ".ssh"), filepath.Dir(n.bin)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(n.home, ".ssh", "id_ed25519"), []byte(fakeKey), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.ReadFile(wrapperBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(n.bin, exe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if asUser != "" && os.Geteuid() == 0 {
+		u, err := user.Lookup(asUser)
+		if err != nil {
+			t.Fatalf("user %s: %v", asUser, err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		n.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		err = filepath.Walk(root, func(p string, _ os.FileInfo, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Lchown(p, uid, gid)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
+}
+
+// taskDir is the directory of task id of project demo.
+func (n *sandboxNode) taskDir(id string) string {
+	return filepath.Join(n.work, "demo", "tasks", id)
+}
+
+// neighbourScript writes its data, waits for the attack to be over and
+// completes only if nobody touched its workspace.
+const neighbourScript = `echo neighbour-data > data; sleep 3; [ "$(cat data)" = neighbour-data ] && [ ! -e pwned ]`
+
+// run starts the attacker's script and the neighbour in one launch and
+// waits for both to end.
+func (n *sandboxNode) run(t *testing.T, attack string) (att, nb *Status) {
+	t.Helper()
+	items := []LaunchItem{
+		{Dir: n.taskDir("ATTACK"), Spec: "# attack\n", Launch: Launch{Project: "demo", Task: "ATTACK", Attempt: 1, Node: "local",
+			Command: shell(attack), HeartbeatSeconds: 0.2, TimeoutSeconds: 30, Sandbox: n.mode, WorkDir: n.work}},
+		{Dir: n.taskDir("NEIGHBOUR"), Spec: "# neighbour\n", Launch: Launch{Project: "demo", Task: "NEIGHBOUR", Attempt: 1, Node: "local",
+			Command: shell(neighbourScript), HeartbeatSeconds: 0.2, TimeoutSeconds: 30, Sandbox: n.mode, WorkDir: n.work},
+			Env: map[string]string{"NEIGHBOUR_SECRET": neighbourSecret}},
+	}
+	doc, err := json.Marshal(LaunchBatch{Launches: items})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, n.bin, "launch")
+	cmd.Stdin = bytes.NewReader(doc)
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + n.home}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: n.cred}
+	out, err := cmd.Output()
+	var reply LaunchReply
+	if err != nil || json.Unmarshal(out, &reply) != nil || len(reply.Results) != 2 {
+		t.Fatalf("launch: %v: %s", err, out)
+	}
+	for _, r := range reply.Results {
+		if r.Run == nil {
+			t.Fatalf("launch: %+v", r)
+		}
+	}
+	final := func(id string) *Status {
+		var st *Status
+		poll(t, 25*time.Second, id+" to end", func() bool {
+			st, err = readStatus(n.taskDir(id))
+			return err == nil && st.Final()
+		})
+		return st
+	}
+	return final("ATTACK"), final("NEIGHBOUR")
+}
+
+// snapshot is what the node holds outside the attacker's own task
+// directory: every file's content, by path.
+func (n *sandboxNode) snapshot(t *testing.T) map[string]string {
+	t.Helper()
+	files := map[string]string{}
+	attacker := n.taskDir("ATTACK")
+	err := filepath.Walk(n.root, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if under(p, attacker) {
+			return filepath.SkipDir
+		}
+		// What the wrapper itself rewrites as the attempts go.
+		if fi.IsDir() || strings.Contains(p, "/.ctl/") || under(p, n.taskDir("NEIGHBOUR")) {
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		files[p] = fmt.Sprintf("%x", sha256.Sum256(data))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// checkContained checks what every attack must leave: the neighbour
+// completed with its workspace as it wrote it, nothing outside the
+// attacker's task directory changed, and the attack ran sandboxed.
+func (n *sandboxNode) checkContained(t *testing.T, before map[string]string, att, nb *Status) {
+	t.Helper()
+	if nb.Status != StatusCompleted {
+		t.Errorf("the neighbour: %+v, want completed", nb)
+	}
+	if data, err := os.ReadFile(filepath.Join(n.taskDir("NEIGHBOUR"), dirOutput, "data")); err != nil || string(data) != "neighbour-data\n" {
+		t.Errorf("the neighbour's data: %q, %v; want it as it wrote it", data, err)
+	}
+	if _, err := os.Lstat(filepath.Join(n.taskDir("NEIGHBOUR"), dirOutput, "pwned")); err == nil {
+		t.Error("the attacker wrote into the neighbour's workspace")
+	}
+	after := n.snapshot(t)
+	for p, sum := range after {
+		if before[p] != sum {
+			t.Errorf("%s changed or appeared outside the attacker's task directory", p)
+		}
+	}
+	for p := range before {
+		if _, ok := after[p]; !ok {
+			t.Errorf("%s disappeared", p)
+		}
+	}
+	if att.Sandbox != SandboxBwrap || nb.Sandbox != SandboxBwrap {
+		t.Errorf("status sandbox: attacker %q, neighbour %q; want bwrap", att.Sandbox, nb.Sandbox)
+	}
+}
+
+// loot is what the attacker got: its output/loot.
+func (n *sandboxNode) loot(t *testing.T) string {
+	data, _ := os.ReadFile(filepath.Join(n.taskDir("ATTACK"), dirOutput, "loot"))
+	return string(data)
+}
+
+// retry is a shell loop running cmd every 0.1 s for 2.5 s until it
+// succeeds: the neighbour may not have written yet.
+func retry(cmd string) string {
+	return fmt.Sprintf(`i=0; while [ $i -lt 25 ]; do if %s; then break; fi; sleep 0.1; i=$((i+1)); done; true`, cmd)
+}
+
+func TestSandboxAttackReadSSHKey(t *testing.T) {
+	t.Parallel()
+	n := newSandboxNode(t, "")
+	before := n.snapshot(t)
+	key := filepath.Join(n.home, ".ssh", "id_ed25519")
+	att, nb := n.run(t, fmt.Sprintf(`cat %s ~/.ssh/id_ed25519 > loot 2>&1; ls -la %s >> loot 2>&1; true`, key, filepath.Dir(key)))
+	if strings.Contains(n.loot(t), "FAKE-KEY") {
+		t.Errorf("the attacker read the node user's ~/.ssh: %q", n.loot(t))
+	}
+	n.checkContained(t, before, att, nb)
+}
+
+func TestSandboxAttackReadNeighbourOutput(t *testing.T) {
+	t.Parallel()
+	n := newSandboxNode(t, "")
+	before := n.snapshot(t)
+	data := filepath.Join(n.taskDir("NEIGHBOUR"), dirOutput, "data")
+	att, nb := n.run(t, retry(fmt.Sprintf(`cat %s > loot 2>/dev/null`, data)))
+	if strings.Contains(n.loot(t), "neighbour-data") {
+		t.Errorf("the attacker read the neighbour's workspace: %q", n.loot(t))
+	}
+	n.checkContained(t, before, att, nb)
+}
+
+func TestSandboxAttackWriteNeighbourOutput(t *testing.T) {
+	t.Parallel()
+	n := newSandboxNode(t, "")
+	before := n.snapshot(t)
+	out := filepath.Join(n.taskDir("NEIGHBOUR"), dirOutput)
+	att, nb := n.run(t, retry(fmt.Sprintf(`[ -d %[1]s ] && echo pwned > %[1]s/pwned 2>/dev/null && echo pwned > %[1]s/data`, out)))
+	n.checkContained(t, before, att, nb)
+}
+
+func TestSandboxAttackReadNeighbourEnvThroughProc(t *testing.T) {
+	t.Parallel()
+	n := newSandboxNode(t, "")
+	before := n.snapshot(t)
+	att, nb := n.run(t, retry(`for p in /proc/[0-9]*; do tr '\0' '\n' < $p/environ 2>/dev/null; done | grep NEIGHBOUR_SECRET > loot`))
+	if strings.Contains(n.loot(t), neighbourSecret) {
+		t.Errorf("the attacker read the neighbour's environment: %q", n.loot(t))
+	}
+	n.checkContained(t, before, att, nb)
+}
+
+func TestSandboxAttackTouchHome(t *testing.T) {
+	t.Parallel()
+	n := newSandboxNode(t, "")
+	before := n.snapshot(t)
+	att, nb := n.run(t, fmt.Sprintf(`touch %s/x; touch ~/x; true`, n.home))
+	if _, err := os.Lstat(filepath.Join(n.home, "x")); err == nil {
+		t.Error("the attacker created ~/x in the node user's home")
+	}
+	n.checkContained(t, before, att, nb)
+}
+
+func TestSandboxAttackAppendToWrapper(t *testing.T) {
+	t.Parallel()
+	n := newSandboxNode(t, "")
+	before := n.snapshot(t)
+	// Appending to the running binary fails anyway (text file busy);
+	// replacing it would not.
+	att, nb := n.run(t, fmt.Sprintf(`echo '#!/bin/sh' >> %[1]s; cp %[1]s %[1]s.new && echo x >> %[1]s.new && mv -f %[1]s.new %[1]s; true`, n.bin))
+	n.checkContained(t, before, att, nb)
+}
+
+// TestSandboxAttackKillAll runs its node as the unprivileged user bwtest
+// when the test runs as root: without the sandbox, kill -9 -1 as root
+// would kill every process of the machine.
+func TestSandboxAttackKillAll(t *testing.T) {
+	t.Parallel()
+	asUser := ""
+	if os.Geteuid() == 0 {
+		if _, err := user.Lookup("bwtest"); err != nil {
+			t.Fatalf("as root this test runs its node as the user bwtest (kill -9 -1 outside a sandbox kills every process of its user): %v; fix: useradd -m bwtest", err)
+		}
+		asUser = "bwtest"
+	}
+	n := newSandboxNode(t, asUser)
+	before := n.snapshot(t)
+	att, nb := n.run(t, `sleep 0.5; kill -9 -1; echo survived > loot`)
+	if att.Status != StatusCompleted && att.Signal != "SIGKILL" {
+		t.Errorf("the attacker: %+v", att)
+	}
+	n.checkContained(t, before, att, nb)
+}
+
+func TestSandboxOrdinaryWork(t *testing.T) {
+	t.Parallel()
+	n := newSandboxNode(t, "")
+	before := n.snapshot(t)
+	const work = `set -e
+python3 -c 'import sys, tempfile; open("py.txt", "w").write(sys.version[:1]); tempfile.TemporaryFile().write(b"x")'
+git init -q repo && cd repo && echo hi > f && git add f
+git -c user.name=t -c user.email=t@x commit -qm one && git log --oneline | wc -l > ../commits
+[ "$HOME" != "" ] && touch "$HOME/.cache-ok" && echo ok > "$TMPDIR/t" && echo done > ../done`
+	att, nb := n.run(t, work)
+	if att.Status != StatusCompleted {
+		log, _ := os.ReadFile(filepath.Join(n.taskDir("ATTACK"), fileLog))
+		t.Fatalf("ordinary work in the sandbox: %+v\n%s", att, log)
+	}
+	for f, want := range map[string]string{"py.txt": "3", "commits": "1\n", "done": "done\n"} {
+		if got, _ := os.ReadFile(filepath.Join(n.taskDir("ATTACK"), dirOutput, f)); string(got) != want {
+			t.Errorf("output/%s: %q, want %q", f, got, want)
+		}
+	}
+	n.checkContained(t, before, att, nb)
+}
+
+// TestSandboxAttackSymlinkToRoot: links in output/ to / and to the node
+// user's ~/.ssh bring nothing from outside into what the collector packs
+// (`tar` archives a link as a link, never its target). The sandbox does
+// not stop the link being made; the collector is what holds here.
+func TestSandboxAttackSymlinkToRoot(t *testing.T) {
+	t.Parallel()
+	n := newSandboxNode(t, "")
+	before := n.snapshot(t)
+	att, nb := n.run(t, fmt.Sprintf(`ln -s / rootlink; ln -s %s/.ssh sshkeys; ln -s %s/.ssh/id_ed25519 key; echo mine > mine`, n.home, n.home))
+	n.checkContained(t, before, att, nb)
+	archive := filepath.Join(n.root, "out.tar")
+	cmd := exec.CommandContext(t.Context(), n.bin, "tar", "--dir", filepath.Join(n.taskDir("ATTACK"), dirOutput), "--out", archive)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("tar: %v: %s", err, out)
+	}
+	f, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	var regular []string
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		if h.Typeflag == tar.TypeReg {
+			regular = append(regular, h.Name)
+			data, _ := io.ReadAll(tr)
+			if strings.Contains(string(data), "FAKE-KEY") {
+				t.Errorf("the archive holds the node user's key as %s", h.Name)
+			}
+		}
+	}
+	if len(regular) != 1 || regular[0] != "mine" {
+		t.Errorf("files in the archive: %v, want only mine", regular)
+	}
+}
