@@ -99,6 +99,9 @@ type AttemptView struct {
 	// APIMode is the api_mode the attempt ran under: its node's, or a
 	// fallback while that one was paused; "" for none.
 	APIMode string `json:"api_mode"`
+	// Sandbox is how the attempt was confined: "bwrap", or "" for not
+	// at all.
+	Sandbox string `json:"sandbox"`
 }
 
 // OutputView is one collected output file.
@@ -174,7 +177,7 @@ func BuildReport(ctx context.Context, st *store.Store, cfg Nodes, home, project 
 			continue // an attempt of another run
 		}
 		dangerous[run.Task] = dangerous[run.Task] || run.Dangerous
-		attempts[run.Task] = append(attempts[run.Task], AttemptView{Dangerous: run.Dangerous, Attempt: run.Attempt, Node: run.Node, Status: run.Status,
+		attempts[run.Task] = append(attempts[run.Task], AttemptView{Dangerous: run.Dangerous, Sandbox: run.Sandbox, Attempt: run.Attempt, Node: run.Node, Status: run.Status,
 			ExitCode: run.ExitCode, Signal: run.Signal, ErrorClass: run.ErrorClass, Error: run.Error,
 			StartedAt: jsonTime(run.StartedAt), CompletedAt: jsonTime(run.CompletedAt),
 			TokensIn: run.TokensIn, TokensOut: run.TokensOut, CostUSD: run.CostUSD, APIMode: run.APIMode})
@@ -535,6 +538,23 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "\n## Tokens and cost\n\n%d tokens in, %d tokens out, $%.4f.\n", r.Totals.TokensIn, r.Totals.TokensOut, r.Totals.CostUSD)
 	if r.budget != "" {
 		fmt.Fprintf(&b, "\n%s\n", r.budget)
+	}
+	var confined, open []string
+	for _, t := range r.Tasks {
+		for _, a := range t.Attempts {
+			name := fmt.Sprintf("%s#%d", t.ID, a.Attempt)
+			if a.Sandbox != "" {
+				confined = append(confined, name+" ("+a.Sandbox+")")
+			} else {
+				open = append(open, name)
+			}
+		}
+	}
+	if len(confined) > 0 {
+		fmt.Fprintf(&b, "\n## Sandbox\n\nConfined to their task (sandbox): %s.\n", strings.Join(confined, ", "))
+		if len(open) > 0 {
+			fmt.Fprintf(&b, "Not confined (ran as the node user): %s.\n", strings.Join(open, ", "))
+		}
 	}
 	if len(r.Dangerous) > 0 {
 		fmt.Fprintf(&b, "\n## Ran with permission checks off\n\nThese tasks ran with the tool's dangerous flags (dangerous: true on their node or api_mode): %s.\n",

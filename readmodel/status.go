@@ -140,6 +140,9 @@ type TaskView struct {
 	// NodeGone: Node is not in nodes.yaml any more (removed or renamed
 	// since the task ran there); the text views say so.
 	NodeGone bool `json:"-"`
+	// Sandbox is how the current attempt was confined: "bwrap", or ""
+	// for not at all (SPEC §13).
+	Sandbox string `json:"sandbox"`
 }
 
 // NodeView is one node in status output.
@@ -183,6 +186,10 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 		}
 		return tasks[i].ID < tasks[j].ID
 	})
+	sandboxes, err := st.Sandboxes(ctx, project)
+	if err != nil {
+		return nil, err
+	}
 	running := map[string]int{}
 	for _, t := range tasks {
 		v.Counts.Add(t.Status)
@@ -191,7 +198,7 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 		}
 		tv := TaskView{ID: t.ID, Title: t.Title, Type: t.Type, Status: t.Status, Node: t.Node, Attempt: t.Attempt,
 			ExitCode: t.ExitCode, ErrorClass: t.ErrorClass, Error: t.Error, Warning: t.Warning, ReusedFrom: t.ReusedFrom,
-			StartedAt: jsonTime(t.StartedAt), CompletedAt: jsonTime(t.CompletedAt)}
+			StartedAt: jsonTime(t.StartedAt), CompletedAt: jsonTime(t.CompletedAt), Sandbox: sandboxes[t.ID]}
 		switch {
 		case !t.StartedAt.IsZero() && !t.CompletedAt.IsZero() && t.CompletedAt.After(t.StartedAt):
 			tv.DurationSeconds = t.CompletedAt.Sub(t.StartedAt).Seconds()

@@ -231,6 +231,27 @@ func queryProjects(ctx context.Context, q querier, name string) ([]Project, erro
 	return out, rows.Err()
 }
 
+// Sandboxes returns, by task, how its current attempt was confined
+// ("bwrap"), for the tasks whose current attempt was.
+func (s *Store) Sandboxes(ctx context.Context, project string) (map[string]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT r.task, r.sandbox FROM runs AS r JOIN `+s.table("tasks")+
+		` ON tasks.project = r.project AND tasks.id = r.task AND tasks.attempt = r.attempt
+		WHERE r.project = ? AND r.sandbox != ''`, project)
+	if err != nil {
+		return nil, fmt.Errorf("read the sandboxes of %s: %w", project, err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var task, sb string
+		if err := rows.Scan(&task, &sb); err != nil {
+			return nil, fmt.Errorf("read the sandboxes of %s: %w", project, err)
+		}
+		out[task] = sb
+	}
+	return out, rows.Err()
+}
+
 // Runs returns every attempt of a project's tasks (of one task when task is
 // not empty), by task then attempt.
 func (s *Store) Runs(ctx context.Context, project, task string) ([]Run, error) {
