@@ -38,15 +38,22 @@ func ourGoroutines() map[string]string {
 }
 
 // leakedSince lists the goroutines of this module that were not running at
-// before.
+// before. A goroutine whose owner has seen it finish (its WaitGroup's Done
+// runs in a defer) may still be returning: it is given a moment to go, as
+// goleak does; one that is still blocked after it is a leak.
 func leakedSince(before map[string]string) []string {
 	var out []string
-	for id, s := range ourGoroutines() {
-		if _, ok := before[id]; !ok {
-			out = append(out, s)
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		out = out[:0]
+		for id, s := range ourGoroutines() {
+			if _, ok := before[id]; !ok {
+				out = append(out, s)
+			}
+		}
+		if len(out) == 0 || time.Now().After(deadline) {
+			return out
 		}
 	}
-	return out
 }
 
 // slowToEnd is a node whose status stream, once told to stop, takes a real
