@@ -699,11 +699,8 @@ var ErrTooLarge = errors.New("file too large")
 // The tree is held to lim (a *Problem of kind ErrOverLimit) and must fit
 // in room bytes (ErrNoRoom) before anything is written.
 func Export(ctx context.Context, dir, commit, dest string, lim Limits, room int64) error {
-	entries, err := listTree(ctx, dir, nil, commit)
+	entries, err := listTree(ctx, dir, nil, commit, lim, "the tree of "+short(commit))
 	if err != nil {
-		return err
-	}
-	if err := checkTree(entries, lim, "the tree of "+short(commit)); err != nil {
 		return err
 	}
 	if n := treeSize(entries); n > room {

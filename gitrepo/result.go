@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -65,22 +66,71 @@ type treeEntry struct {
 	path          string
 }
 
-// listTree lists commit's tree, recursively, with blob sizes.
-func listTree(ctx context.Context, dir string, env []string, commit string) ([]treeEntry, error) {
-	out, err := gitEnv(ctx, dir, env, "ls-tree", "-r", "-l", "-z", "--full-tree", "--end-of-options", commit)
+// listTree lists commit's tree, recursively, with blob sizes, held to lim
+// as it is read: past lim.MaxFiles files, or as many directories, git is
+// stopped and the error is a *Problem of kind ErrOverLimit naming the tree
+// by what (as it is when its files are past lim.MaxBytes). Trees that name one another
+// over and over (a tree bomb: a few kilobytes, billions of paths, files or
+// empty directories) are so never listed whole. The entries are the
+// files and submodules, not the directories.
+func listTree(ctx context.Context, dir string, env []string, commit string, lim Limits, what string) ([]treeEntry, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	args := []string{"ls-tree", "-r", "-t", "-l", "-z", "--full-tree", "--end-of-options", commit}
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), append([]string{"GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0", "LC_ALL=C"}, env...)...)
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
 	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	entries, lerr := readTree(bufio.NewReader(out), lim, what)
+	if lerr != nil {
+		cancel() // the rest is not read
+	}
+	werr := cmd.Wait()
+	if lerr != nil {
+		return nil, lerr
+	}
+	if werr != nil {
+		return nil, &gitError{args: args, msg: strings.TrimSpace(errb.String()), err: werr}
+	}
+	return entries, nil
+}
+
+// readTree reads the records of `git ls-tree -r -t -l -z` and holds them
+// to lim as they come (listTree).
+func readTree(br *bufio.Reader, lim Limits, what string) ([]treeEntry, error) {
 	var entries []treeEntry
-	for _, rec := range strings.Split(string(out), "\x00") {
-		if rec == "" {
-			continue
+	var dirs int
+	for {
+		rec, err := br.ReadString(0)
+		if err == io.EOF && rec == "" {
+			if n := treeSize(entries); n > lim.MaxBytes {
+				return nil, &Problem{Kind: ErrOverLimit, Msg: fmt.Sprintf("%s holds %s in its files, over collect_max_bytes (%s)", what, mib(n), mib(lim.MaxBytes)), Fix: quotaFix}
+			}
+			return entries, nil
 		}
+		if err != nil && err != io.EOF {
+			return nil, err
+		}
+		rec = strings.TrimSuffix(rec, "\x00")
 		// <mode> SP <type> SP <id> SP+ <size> TAB <path>
 		meta, p, ok := strings.Cut(rec, "\t")
 		f := strings.Fields(meta)
 		if !ok || len(f) != 4 {
 			return nil, fmt.Errorf("git ls-tree printed %q", truncate(rec, 80))
+		}
+		if f[1] == "tree" {
+			if dirs++; dirs > lim.MaxFiles {
+				return nil, &Problem{Kind: ErrOverLimit, Msg: fmt.Sprintf("%s holds more than %d directories, over collect_max_files (%d)", what, lim.MaxFiles, lim.MaxFiles), Fix: quotaFix}
+			}
+			continue
 		}
 		e := treeEntry{mode: f[0], typ: f[1], id: f[2], size: -1, path: p}
 		if f[3] != "-" {
@@ -89,8 +139,10 @@ func listTree(ctx context.Context, dir string, env []string, commit string) ([]t
 			}
 		}
 		entries = append(entries, e)
+		if len(entries) > lim.MaxFiles {
+			return nil, &Problem{Kind: ErrOverLimit, Msg: fmt.Sprintf("%s holds more than %d files, over collect_max_files (%d)", what, lim.MaxFiles, lim.MaxFiles), Fix: quotaFix}
+		}
 	}
-	return entries, nil
 }
 
 // treeSize is the entries' files together.
@@ -102,27 +154,12 @@ func treeSize(entries []treeEntry) int64 {
 	return n
 }
 
-// checkTree holds a tree's listing to lim; what names the tree in the
-// error.
-func checkTree(entries []treeEntry, lim Limits, what string) error {
-	if len(entries) > lim.MaxFiles {
-		return &Problem{Kind: ErrOverLimit, Msg: fmt.Sprintf("%s holds %d files, over collect_max_files (%d)", what, len(entries), lim.MaxFiles), Fix: quotaFix}
-	}
-	if n := treeSize(entries); n > lim.MaxBytes {
-		return &Problem{Kind: ErrOverLimit, Msg: fmt.Sprintf("%s holds %s in its files, over collect_max_bytes (%s)", what, mib(n), mib(lim.MaxBytes)), Fix: quotaFix}
-	}
-	return nil
-}
-
 // CheckTree holds the tree of commit to lim (a *Problem of kind
 // ErrOverLimit when over): what a merge of results, each within lim, may
 // not be.
 func CheckTree(ctx context.Context, dir, commit string, lim Limits) error {
-	entries, err := listTree(ctx, dir, nil, commit)
-	if err != nil {
-		return err
-	}
-	return checkTree(entries, lim, "the tree of "+short(commit))
+	_, err := listTree(ctx, dir, nil, commit, lim, "the tree of "+short(commit))
+	return err
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
@@ -330,11 +367,8 @@ func checkResult(ctx context.Context, dir string, env []string, q string, count,
 		return &Problem{Kind: ErrForeign, Msg: fmt.Sprintf("the task's result %s names %d object(s) its pack does not hold and its base %s does not either (%s): a result names only what it sent or its base holds",
 			short(commit), len(missing), short(base), shorts(missing[:min(3, len(missing))])), Fix: forgedFix}
 	}
-	entries, err := listTree(ctx, dir, env, commit)
-	if err != nil {
-		return err
-	}
-	return checkTree(entries, lim, "the task's result "+short(commit))
+	_, err = listTree(ctx, dir, env, commit, lim, "the task's result "+short(commit))
+	return err
 }
 
 // packObjects reads the index of the one pack index-pack wrote in the

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dispatch-tool/dispatch/internal/gittest"
 )
@@ -81,7 +82,7 @@ func TestImportHoldsTheResultToTheQuotas(t *testing.T) {
 		want string
 	}{
 		{Limits{MaxBytes: 1 << 20, MaxFiles: 1000}, "holds 2.1 MiB in its files, over collect_max_bytes (1.0 MiB)"},
-		{Limits{MaxBytes: 1 << 30, MaxFiles: 5}, "holds 10 files, over collect_max_files (5)"},
+		{Limits{MaxBytes: 1 << 30, MaxFiles: 5}, "holds more than 5 files, over collect_max_files (5)"},
 	} {
 		err := Import(ctx, op.Dir, bytes.NewReader(pack), result, base, RefPrefix+"q/S01", tc.lim)
 		var p *Problem
@@ -327,4 +328,50 @@ func mustRun(t *testing.T, r *repo, stdin []byte, args ...string) []byte {
 		t.Fatalf("git %v: %v %s", args, err, out)
 	}
 	return out
+}
+
+// TestImportRefusesATreeBomb: a tiny pack whose trees name one another
+// over and over (sixteen entries each, eight levels: four billion paths)
+// is refused as over collect_max_files as soon as its listing passes the
+// quota, whether its leaves are files or empty directories, and the
+// operator's controller neither lists four billion paths nor holds them
+// in memory. The context's deadline only bounds a failing run.
+func TestImportRefusesATreeBomb(t *testing.T) {
+	op := newRepo(t)
+	op.write("README", "base\n")
+	base := op.commit("base")
+	n := node(t, op, "refs/heads/main")
+	empty := strings.TrimSpace(string(mustRun(t, n, nil, "mktree")))
+	leafBlob := strings.TrimSpace(string(mustRun(t, n, []byte("x\n"), "hash-object", "-w", "--stdin")))
+	for _, tc := range []struct {
+		name, leaf, typ, mode string
+	}{
+		{"files", leafBlob, "blob", "100644"},
+		{"empty directories", empty, "tree", "040000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id, typ, mode := tc.leaf, tc.typ, tc.mode
+			for range 8 {
+				var b strings.Builder
+				for i := range 16 {
+					fmt.Fprintf(&b, "%s %s %s\tn%02d\n", mode, typ, id, i)
+				}
+				id = strings.TrimSpace(string(mustRun(t, n, []byte(b.String()), "mktree")))
+				typ, mode = "tree", "040000"
+			}
+			readme := strings.TrimSpace(string(mustRun(t, n, []byte("base\n"), "hash-object", "-w", "--stdin")))
+			root := strings.TrimSpace(string(mustRun(t, n, []byte("100644 blob "+readme+"\tREADME\n040000 tree "+id+"\tbomb\n"), "mktree")))
+			result := strings.TrimSpace(string(mustRun(t, n, nil, "commit-tree", root, "-p", base, "-m", "bomb")))
+			pack := n.Pack(result, base)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err := Import(ctx, op.Dir, bytes.NewReader(pack), result, base, RefPrefix+"t/S01", Limits{MaxBytes: 1 << 30, MaxFiles: 1000})
+			if !errors.Is(err, ErrOverLimit) || !strings.Contains(err.Error(), "over collect_max_files (1000)") {
+				t.Errorf("a tree bomb of %d bytes: %v; want ErrOverLimit over collect_max_files", len(pack), err)
+			}
+			if refs := op.git("for-each-ref", RefPrefix); refs != "" {
+				t.Errorf("a refused result set %s", refs)
+			}
+		})
+	}
 }
