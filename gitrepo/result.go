@@ -177,7 +177,8 @@ const (
 // checkInflation reads the count objects of the pack at path (its header
 // checked by spoolPack) and refuses it when they inflate to more than
 // limit: each whole object's size and each delta's result size, as their
-// headers say, before index-pack inflates any of them. An object is
+// headers say, before index-pack inflates any of them; a commit sent whole
+// is held to commitMax (checkResult holds one made by a delta). An object is
 // inflated here only up to the size its header gives (more is a corrupt
 // pack), so no more than limit bytes are ever inflated, here or by git.
 // hashLen is the length of an object id in bytes (20 for SHA-1).
@@ -217,6 +218,9 @@ func checkInflation(path string, count int64, hashLen int, limit int64) error {
 		}
 		if size < 0 {
 			return corrupt(i, "a size past 2^63")
+		}
+		if typ == objCommit && size > commitMax {
+			return hugeCommit(fmt.Sprintf("object %d of the task's pack", i+1), strconv.FormatInt(size, 10))
 		}
 		switch typ {
 		case objCommit, objTree, objBlob, objTag:
@@ -274,6 +278,13 @@ func checkInflation(path string, count int64, hashLen int, limit int64) error {
 	return nil
 }
 
+// hugeCommit is the error for a commit larger than commitMax: a
+// wrapper's is a few headers and a line.
+func hugeCommit(what, size string) error {
+	return &Problem{Kind: ErrOverLimit, Msg: fmt.Sprintf("%s is a commit of %s bytes, more than the %d bytes a commit may be: nothing of it was kept",
+		what, size, commitMax), Fix: forgedFix}
+}
+
 // readVarint reads a delta header's size: 7 bits a byte, least
 // significant first.
 func readVarint(r io.Reader) (int64, error) {
@@ -310,6 +321,15 @@ func fileSize(f *os.File) int64 {
 // where they end in its pack; env points git at the quarantine q.
 func checkResult(ctx context.Context, dir string, env []string, q string, count, end int64, commit, base string, lim Limits) error {
 	inQ := func(args ...string) ([]byte, error) { return gitEnv(ctx, dir, env, args...) }
+	// The commit is read whole below: it is first held to what a commit
+	// may be, whether it was sent whole (checkInflation) or as a delta.
+	sz, err := inQ("cat-file", "-s", "--end-of-options", commit)
+	if err != nil {
+		return err
+	}
+	if n, err := strconv.ParseInt(line(sz), 10, 64); err != nil || n > commitMax {
+		return hugeCommit("the task's result "+short(commit), line(sz))
+	}
 	raw, err := inQ("cat-file", "commit", commit)
 	if err != nil {
 		return err

@@ -375,3 +375,52 @@ func TestImportRefusesATreeBomb(t *testing.T) {
 		})
 	}
 }
+
+// TestImportRefusesAHugeCommit: a wrapper's commit is a few headers and a
+// one-line message. A result whose commit object is larger than a commit
+// may be (here a message of 4 MiB of one letter, which packs to a few
+// kilobytes; as well 2 GiB in 2 MiB) is refused before the controller
+// reads it into memory, sent whole or as a delta on a small commit.
+func TestImportRefusesAHugeCommit(t *testing.T) {
+	ctx := context.Background()
+	op := newRepo(t)
+	op.write("README", "base\n")
+	base := op.commit("base")
+	n := node(t, op, "refs/heads/main")
+	honest := n.commitTree(map[string]string{"README": "base\n", "x.txt": "x\n"}, base)
+	tree := n.git("rev-parse", honest+"^{tree}")
+	msg := strings.Repeat("a", 4<<20)
+	huge := strings.TrimSpace(string(mustRun(t, n, []byte(msg), "commit-tree", tree, "-p", base, "-F", "-")))
+	objs := n.Objects(strings.Fields(n.git("rev-list", "--objects", "--no-object-names", huge, "^"+base))...)
+	whole := gittest.BuildPack(t, objs)
+	// As a delta on the small honest commit (its data inserted, 127 bytes
+	// an instruction).
+	small := n.Objects(honest)[0].Data
+	hugeData := n.Objects(huge)[0].Data
+	var delta []byte
+	delta = append(delta, gittest.Varint(len(small))...)
+	delta = append(delta, gittest.Varint(len(hugeData))...)
+	for rest := hugeData; len(rest) > 0; {
+		k := min(len(rest), 127)
+		delta = append(delta, byte(k))
+		delta = append(delta, rest[:k]...)
+		rest = rest[k:]
+	}
+	var deltaObjs []gittest.PackObject
+	for _, o := range objs {
+		if o.Type != gittest.ObjCommit {
+			deltaObjs = append(deltaObjs, o)
+		}
+	}
+	deltaObjs = append(deltaObjs, n.Objects(honest)[0], gittest.PackObject{Type: gittest.ObjRefDelta, Data: delta, Ref: honest})
+	viaDelta := gittest.BuildPack(t, deltaObjs)
+	for name, pack := range map[string][]byte{"whole": whole, "a delta": viaDelta} {
+		err := Import(ctx, op.Dir, bytes.NewReader(pack), huge, base, RefPrefix+"c/S01", Limits{MaxBytes: 64 << 20, MaxFiles: 100})
+		if !errors.Is(err, ErrOverLimit) || !strings.Contains(err.Error(), "a commit may be") {
+			t.Errorf("a commit of 4 MiB, %s, in a pack of %d bytes: %v; want ErrOverLimit", name, len(pack), err)
+		}
+	}
+	if err := Import(ctx, op.Dir, bytes.NewReader(n.Pack(honest, base)), honest, base, RefPrefix+"c/S01", Limits{MaxBytes: 64 << 20, MaxFiles: 100}); err != nil {
+		t.Errorf("an honest result: %v", err)
+	}
+}
