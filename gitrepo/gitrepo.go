@@ -414,6 +414,17 @@ func Import(ctx context.Context, dir string, r io.Reader, commit, base, ref stri
 		// repository, not in the pack.
 		return fmt.Errorf("the task's result %q is not a commit id", truncate(commit, 80))
 	}
+	// The length of the repository's object ids is how the pack is read
+	// (a ref-delta names its base by one): an id of the other length
+	// would have the pack read one way here and another by git.
+	format, err := git(ctx, dir, nil, "rev-parse", "--show-object-format")
+	if err != nil {
+		return err
+	}
+	hashLen := map[string]int{"sha1": 20, "sha256": 32}[line(format)]
+	if hashLen == 0 || len(commit) != 2*hashLen {
+		return fmt.Errorf("the task's result %q is not a commit id of this repository (object format %s)", truncate(commit, 80), line(format))
+	}
 	objects, err := git(ctx, dir, nil, "rev-parse", "--path-format=absolute", "--git-path", "objects")
 	if err != nil {
 		return err
@@ -433,7 +444,7 @@ func Import(ctx context.Context, dir string, r io.Reader, commit, base, ref stri
 	if err != nil {
 		return err
 	}
-	if err := checkInflation(spool, count, len(commit)/2, lim.inflateLimit()); err != nil {
+	if err := checkInflation(spool, count, hashLen, lim.inflateLimit()); err != nil {
 		return err
 	}
 	in, err := os.Open(spool)
@@ -462,7 +473,7 @@ func Import(ctx context.Context, dir string, r io.Reader, commit, base, ref stri
 	if err != nil {
 		return err
 	}
-	end := fi.Size() - int64(len(commit)/2) // the objects, before the pack's checksum
+	end := fi.Size() - int64(hashLen) // the objects, before the pack's checksum
 	if err := checkResult(ctx, dir, env, q, count, end, commit, base, lim); err != nil {
 		return err
 	}

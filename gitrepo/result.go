@@ -275,6 +275,11 @@ func checkInflation(path string, count int64, hashLen int, limit int64) error {
 		}
 		zr.Close()
 	}
+	// What git reads is what was checked: the objects, then the
+	// checksum, and nothing else.
+	if n, _ := io.Copy(io.Discard, br); n != int64(hashLen) {
+		return fmt.Errorf("the task's pack is corrupt: %d bytes after its %d objects, not a checksum of %d", n, count, hashLen)
+	}
 	return nil
 }
 

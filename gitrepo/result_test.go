@@ -424,3 +424,40 @@ func TestImportRefusesAHugeCommit(t *testing.T) {
 		t.Errorf("an honest result: %v", err)
 	}
 }
+
+// TestImportReadsThePackAsGitDoes: the pack's inflation is checked with
+// the length of the repository's object ids, not the length of the id the
+// node named: a SHA-256-long id for a SHA-1 repository had a ref-delta's
+// base read as 32 bytes here and 20 by git, so that what was checked was
+// not what git inflates. Such an id is refused before anything is
+// unpacked; and bytes after a pack's objects other than its checksum are
+// refused, not skipped.
+func TestImportReadsThePackAsGitDoes(t *testing.T) {
+	ctx := context.Background()
+	op := newRepo(t)
+	op.write("README", "base\n")
+	base := op.commit("base")
+	n := node(t, op, "refs/heads/main")
+	result := n.commitTree(map[string]string{"README": "base\n", "x.txt": "x\n"}, base)
+	objs := n.Objects(strings.Fields(n.git("rev-list", "--objects", "--no-object-names", result, "^"+base))...)
+	objs = append(objs, gittest.Bomb(256)...)
+	pack := gittest.BuildPack(t, objs)
+	before := op.objectCount()
+	long := strings.Repeat("ab", 32)
+	err := Import(ctx, op.Dir, bytes.NewReader(pack), long, base, RefPrefix+"h/S01", roomy)
+	if err == nil || !strings.Contains(err.Error(), "not a commit id of this repository (object format sha1)") {
+		t.Errorf("a 64-digit id for a SHA-1 repository: %v; want it refused as such", err)
+	}
+	if after := op.objectCount(); after != before {
+		t.Errorf("a refused result left objects:\n%s\n%s", before, after)
+	}
+	// Junk between the objects and the checksum.
+	sum := pack[len(pack)-20:]
+	junk := append(append(append([]byte(nil), pack[:len(pack)-20]...), "junk"...), sum...)
+	if err := checkInflation(writeTemp(t, junk), int64(len(objs)), 20, 1<<30); err == nil || !strings.Contains(err.Error(), "24 bytes after its") {
+		t.Errorf("junk after the objects: %v; want the pack corrupt", err)
+	}
+	if err := checkInflation(writeTemp(t, pack), int64(len(objs)), 20, 1<<30); err != nil {
+		t.Errorf("the pack itself: %v", err)
+	}
+}
