@@ -444,6 +444,10 @@ func Import(ctx context.Context, dir string, r io.Reader, commit, base, ref stri
 	if err != nil {
 		return err
 	}
+	if most := lim.maxObjects(); count > most {
+		return &Problem{Kind: ErrOverLimit, Msg: fmt.Sprintf("the task's pack holds %d objects, more than a result of collect_max_files (%d) may (%d: its files, as many directories, its root and its commit): nothing of it was unpacked",
+			count, lim.MaxFiles, most), Fix: quotaFix}
+	}
 	if err := checkInflation(spool, count, hashLen, lim.inflateLimit()); err != nil {
 		return err
 	}

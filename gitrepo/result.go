@@ -54,6 +54,14 @@ func (l Limits) inflateLimit() int64 {
 	return l.MaxBytes + int64(l.MaxFiles)*treeEntryMax + commitMax
 }
 
+// maxObjects is how many objects a result's pack may hold: a blob for
+// each of its files, a tree for each of its directories (listTree holds
+// both to MaxFiles) and for its root, and its commit. More would only have
+// git index them, in memory, before the result is refused.
+func (l Limits) maxObjects() int64 {
+	return 2*int64(l.MaxFiles) + 2
+}
+
 const (
 	treeEntryMax = 512      // a tree entry: mode, a name of up to 255 bytes, an id, with room to spare
 	commitMax    = 64 << 10 // a commit: its headers and message

@@ -461,3 +461,35 @@ func TestImportReadsThePackAsGitDoes(t *testing.T) {
 		t.Errorf("the pack itself: %v", err)
 	}
 }
+
+// TestImportRefusesMoreObjectsThanAResultHolds: a result names at most
+// collect_max_files files and as many directories, its root tree and its
+// commit. A pack of more objects than that (here a thousand small blobs
+// no tree names; as well millions, which git indexes in gigabytes of
+// memory, from a pack within collect_max_bytes) is refused before git
+// indexes any, and leaves nothing behind.
+func TestImportRefusesMoreObjectsThanAResultHolds(t *testing.T) {
+	ctx := context.Background()
+	op := newRepo(t)
+	op.write("README", "base\n")
+	base := op.commit("base")
+	n := node(t, op, "refs/heads/main")
+	result := n.commitTree(map[string]string{"README": "base\n", "x.txt": "x\n"}, base)
+	objs := n.Objects(strings.Fields(n.git("rev-list", "--objects", "--no-object-names", result, "^"+base))...)
+	for i := range 1000 {
+		objs = append(objs, gittest.PackObject{Type: gittest.ObjBlob, Data: []byte(fmt.Sprintf("junk %d\n", i))})
+	}
+	pack := gittest.BuildPack(t, objs)
+	before := op.objectCount()
+	lim := Limits{MaxBytes: 1 << 30, MaxFiles: 100}
+	err := Import(ctx, op.Dir, bytes.NewReader(pack), result, base, RefPrefix+"o/S01", lim)
+	if !errors.Is(err, ErrOverLimit) || !strings.Contains(err.Error(), "the task's pack holds 1003 objects, more than a result of collect_max_files (100) may") {
+		t.Errorf("a pack of 1003 objects: %v; want ErrOverLimit", err)
+	}
+	if after := op.objectCount(); after != before {
+		t.Errorf("a refused pack left objects:\n%s\n%s", before, after)
+	}
+	if err := Import(ctx, op.Dir, bytes.NewReader(n.Pack(result, base)), result, base, RefPrefix+"o/S01", lim); err != nil {
+		t.Errorf("the result alone: %v", err)
+	}
+}
