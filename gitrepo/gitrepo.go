@@ -456,7 +456,7 @@ func Import(ctx context.Context, dir string, r io.Reader, commit, base, ref stri
 		return err
 	}
 	defer in.Close()
-	env := []string{"GIT_OBJECT_DIRECTORY=" + q, "GIT_ALTERNATE_OBJECT_DIRECTORIES=" + objDir}
+	env := []string{"GIT_OBJECT_DIRECTORY=" + q, "GIT_ALTERNATE_OBJECT_DIRECTORIES=" + alternate(objDir)}
 	cmd := exec.CommandContext(ctx, "git", "index-pack", "--stdin", "--fix-thin", "--strict")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), append([]string{"GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0", "LC_ALL=C"}, env...)...)
@@ -487,6 +487,31 @@ func Import(ctx context.Context, dir string, r io.Reader, commit, base, ref stri
 	return SetRef(ctx, dir, ref, commit)
 }
 
+// alternate is dir as one entry of GIT_ALTERNATE_OBJECT_DIRECTORIES, a
+// list split at colons: a path holding a colon, a quote or a control
+// character is given C-quoted, as git reads an entry that starts with a
+// double quote.
+func alternate(dir string) string {
+	if !strings.ContainsFunc(dir, func(r rune) bool { return r == ':' || r == ';' || r == '"' || r == '\\' || r < 0x20 }) {
+		return dir
+	}
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(dir); i++ {
+		switch c := dir[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20:
+			fmt.Fprintf(&b, "\\%03o", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
 // quarantinePrefix names Import's quarantine directories in a
 // repository's object directory.
 const quarantinePrefix = "dispatch-incoming-"
@@ -494,8 +519,12 @@ const quarantinePrefix = "dispatch-incoming-"
 // removeStaleQuarantines removes the quarantines an Import killed midway
 // left (an hour old: no Import takes that long between its writes).
 func removeStaleQuarantines(objDir string) {
-	old, _ := filepath.Glob(filepath.Join(objDir, quarantinePrefix+"*"))
-	for _, d := range old {
+	entries, _ := os.ReadDir(objDir) // not globbed: the path may hold [, * or \
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), quarantinePrefix) {
+			continue
+		}
+		d := filepath.Join(objDir, e.Name())
 		if fi, err := os.Lstat(d); err == nil && fi.IsDir() && time.Since(fi.ModTime()) > time.Hour {
 			os.RemoveAll(d)
 		}

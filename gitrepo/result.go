@@ -410,7 +410,14 @@ func checkResult(ctx context.Context, dir string, env []string, q string, count,
 // index-pack appended to complete a thin pack. count is how many objects
 // the node's pack holds.
 func packObjects(ctx context.Context, dir string, env []string, q string, count, end int64) (map[string]bool, []string, error) {
-	idx, _ := filepath.Glob(filepath.Join(q, "pack", "pack-*.idx"))
+	// Read, not globbed: the repository's path may hold [, * or \.
+	var idx []string
+	entries, _ := os.ReadDir(filepath.Join(q, "pack"))
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "pack-") && strings.HasSuffix(e.Name(), ".idx") {
+			idx = append(idx, filepath.Join(q, "pack", e.Name()))
+		}
+	}
 	if len(idx) != 1 {
 		return nil, nil, fmt.Errorf("index-pack wrote %d indexes", len(idx))
 	}

@@ -493,3 +493,29 @@ func TestImportRefusesMoreObjectsThanAResultHolds(t *testing.T) {
 		t.Errorf("the result alone: %v", err)
 	}
 }
+
+// TestImportIntoARepositoryWithAColonInItsPath: the quarantine borrows
+// the repository's objects through GIT_ALTERNATE_OBJECT_DIRECTORIES, a
+// list split at colons, and its index was found by a glob: a repository
+// whose path holds a colon (~/work/a:b), a backslash or a bracket could
+// import no result at all.
+func TestImportIntoARepositoryWithAColonInItsPath(t *testing.T) {
+	for _, name := range []string{"a:b", `q"u\o:te`, "br[ack]et*"} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			dir := filepath.Join(t.TempDir(), name)
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			op := &repo{&gittest.Repo{T: t, Dir: dir}}
+			op.git("init", "-q", "-b", "main")
+			op.write("README", "base\n")
+			base := op.commit("base")
+			n := node(t, op, "refs/heads/main")
+			result := n.commitTree(map[string]string{"README": "base\n", "x.txt": "x\n"}, base)
+			if err := Import(ctx, op.Dir, bytes.NewReader(n.Pack(result, base)), result, base, RefPrefix+"a/S01", roomy); err != nil {
+				t.Errorf("an honest result: %v", err)
+			}
+		})
+	}
+}
