@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -39,12 +40,15 @@ type staleAttempt struct {
 // tasks of the served projects and what the decisions need of their
 // attempts and projects once, decides over that snapshot (see applier),
 // then writes the node facts and every decided change. It returns the
-// number of status changes, the stale attempts found on the nodes, and
-// when a decision next falls due by the clock alone (zero: none does).
-func (c *Controller) apply(ctx context.Context, projects []string, pulls map[string]*pull) (int, []staleAttempt, time.Time, error) {
+// number of status changes, the stale attempts found on the nodes, when a
+// decision next falls due by the clock alone (zero: none does), and the
+// projects left out because a row of theirs does not read back
+// (store.ErrDamaged, by project): their tasks are neither decided on nor
+// taken for stale attempts, and the rest of the tick leaves them out.
+func (c *Controller) apply(ctx context.Context, projects []string, pulls map[string]*pull) (int, []staleAttempt, time.Time, map[string]error, error) {
 	known, err := c.st.Nodes(ctx)
 	if err != nil {
-		return 0, nil, time.Time{}, err
+		return 0, nil, time.Time{}, nil, err
 	}
 	prev := map[string]store.Node{}
 	for _, n := range known {
@@ -54,6 +58,7 @@ func (c *Controller) apply(ctx context.Context, projects []string, pulls map[str
 	var stale []staleAttempt
 	var notices []notice
 	var wake time.Time
+	var damaged map[string]error
 	c.killMu.Lock()
 	announced := c.announced
 	c.killMu.Unlock()
@@ -85,7 +90,7 @@ func (c *Controller) apply(ctx context.Context, projects []string, pulls map[str
 				plan.stale[i].foreign = !ran
 			}
 		}
-		changed, stale, notices, wake = plan.changed, plan.stale, plan.notices, plan.wake
+		changed, stale, notices, wake, damaged = plan.changed, plan.stale, plan.notices, plan.wake, snap.damaged
 		return nil
 	})
 	if err == nil {
@@ -100,7 +105,7 @@ func (c *Controller) apply(ctx context.Context, projects []string, pulls map[str
 		c.announced = now
 		c.killMu.Unlock()
 	}
-	return changed, stale, wake, err
+	return changed, stale, wake, damaged, err
 }
 
 // snapshot is what one tick's decisions read from the database.
@@ -110,18 +115,27 @@ type snapshot struct {
 	tasks    map[string][]store.Task
 	facts    map[string]projectFacts
 	runs     map[runKey]runFacts
+	// damaged holds the served projects left out of projects, each with
+	// the error that a row of theirs gave (store.ErrDamaged).
+	damaged map[string]error
 }
 
 // readSnapshot reads, in tx, the tasks of the served projects, their
 // options and spending, and the run facts the decisions will need.
 func readSnapshot(ctx context.Context, tx *store.Tx, projects []string, pulls map[string]*pull) (*snapshot, error) {
-	s := &snapshot{projects: projects, tasks: map[string][]store.Task{}, facts: map[string]projectFacts{},
-		runs: map[runKey]runFacts{}}
+	s := &snapshot{tasks: map[string][]store.Task{}, facts: map[string]projectFacts{},
+		runs: map[runKey]runFacts{}, damaged: map[string]error{}}
 	for _, name := range projects {
 		tasks, err := tx.Tasks(ctx, name)
+		if errors.Is(err, store.ErrDamaged) {
+			// That project's trouble, not the tick's.
+			s.damaged[name] = err
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
+		s.projects = append(s.projects, name)
 		s.tasks[name] = tasks
 		p, err := tx.Project(ctx, name)
 		if err != nil {
@@ -183,6 +197,9 @@ func (c *Controller) decideApply(snap *snapshot, pulls map[string]*pull, prev ma
 		}
 	}
 	plan.stale = findStale(pulls, current, c.draining)
+	// A project whose tasks could not be read has none in current: its
+	// attempts are not stale, only unknown until it is read again.
+	plan.stale = slices.DeleteFunc(plan.stale, func(sa staleAttempt) bool { return snap.damaged[sa.project] != nil })
 	for _, sa := range plan.stale {
 		if announced[killKey(sa)] {
 			continue // said in an earlier tick; the kill goes on

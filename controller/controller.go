@@ -205,9 +205,14 @@ func (c *Controller) Tick(ctx context.Context) (TickResult, error) {
 	}
 	pulls := c.pullAll(ctx, names)
 	crashPoint(CrashAfterPull)
-	changed, stale, wake, err := c.apply(ctx, names, pulls)
+	changed, stale, wake, damaged, err := c.apply(ctx, names, pulls)
 	if err != nil {
 		return res, fmt.Errorf("apply node status: %w", err)
+	}
+	// A project whose rows do not read back is left out of the rest of
+	// the tick, and stopped after a few; the others go on.
+	if projects, names, err = c.leaveOut(ctx, projects, names, damaged); err != nil {
+		return res, err
 	}
 	crashPoint(CrashAfterApply)
 	res.Changed, res.Wake = changed, wake

@@ -169,3 +169,31 @@ func TestOneProjectsErrorStopsOnlyThatProject(t *testing.T) {
 		t.Fatalf("after the fix: result %s, problem %q", p.Result, p.Problem)
 	}
 }
+
+// TestOneProjectsDamagedTaskStopsOnlyThatProject: a task row of one
+// project that does not read back (its depends_on damaged) made every tick
+// fail at "apply node status", before any launch or collection, for every
+// project of the home. Now it is that project's trouble: the other project
+// runs to its end while the damaged one's tasks are left alone, and the
+// damaged one is stopped with the error as its problem.
+func TestOneProjectsDamagedTaskStopsOnlyThatProject(t *testing.T) {
+	h := newHarness(t, "", shellProject(map[string]string{"S01-a.md": "echo a\n", "S02-b.md": "echo b\n"}))
+	h.addProject("q", shellProject(map[string]string{"S01-q.md": "echo q\n"}))
+	corrupt(t, h, `UPDATE tasks SET depends_on = '["S0' WHERE project = 'p' AND id = 'S02'`)
+	h.tickUntil("q to finish and p to be stopped", func() bool {
+		p, _ := h.st.Project(context.Background(), "p")
+		q, _ := h.st.Project(context.Background(), "q")
+		return p.State == store.ProjectStopped && q.State == store.ProjectDone
+	})
+	p, _ := h.st.Project(context.Background(), "p")
+	if !strings.Contains(p.Problem, "reading its tasks failed 3 times in a row") || !strings.Contains(p.Problem, "task p/S02: read depends_on") {
+		t.Fatalf("problem of p = %q, want the damaged task, after 3 tries", p.Problem)
+	}
+	if s := h.task("S01").Status; s != store.Pending {
+		t.Fatalf("p/S01 is %s; nothing of a project that does not read back may start", s)
+	}
+	// Stopped, it is left alone, and the ticks go on.
+	for range 5 {
+		h.tick()
+	}
+}

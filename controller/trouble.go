@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -46,6 +48,39 @@ func (c *Controller) projectTrouble(ctx context.Context, project, step string, e
 		return tx.SetProject(ctx, project, store.ProjectPatch{State: new(store.ProjectStopped), Problem: new(problem)},
 			"stopped: "+problem+"; fix it, then dispatch start "+project+" resumes")
 	})
+}
+
+// stepRead names the reading of a project's tasks in its problem.
+const stepRead = "reading its tasks"
+
+// leaveOut takes the projects whose rows did not read back (damaged, by
+// name) out of the tick's active projects and served names, and records
+// each one's trouble: an active one is stopped after troubleLimit ticks in
+// a row; one already stopped (served for its attempts) is only logged.
+func (c *Controller) leaveOut(ctx context.Context, projects []store.Project, names []string, damaged map[string]error) ([]store.Project, []string, error) {
+	names = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return damaged[n] != nil })
+	var kept []store.Project
+	active := map[string]bool{}
+	for _, p := range projects {
+		if damaged[p.Name] != nil {
+			active[p.Name] = true
+		} else {
+			kept = append(kept, p)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(damaged)) {
+		if !active[name] {
+			c.log.Warn("a stopped project's tasks do not read back; its attempts are left alone", keyProject, name, "err", damaged[name])
+			continue
+		}
+		if err := c.projectTrouble(ctx, name, stepRead, damaged[name]); err != nil {
+			return kept, names, err
+		}
+	}
+	for _, p := range kept {
+		c.projectWentOn(p.Name, stepRead)
+	}
+	return kept, names, nil
 }
 
 // projectWentOn clears the failures of a project's step that succeeded.

@@ -414,6 +414,17 @@ func Import(ctx context.Context, dir string, r io.Reader, commit, base, ref stri
 		// repository, not in the pack.
 		return fmt.Errorf("the task's result %q is not a commit id", truncate(commit, 80))
 	}
+	// The length of the repository's object ids is how the pack is read
+	// (a ref-delta names its base by one): an id of the other length
+	// would have the pack read one way here and another by git.
+	format, err := git(ctx, dir, nil, "rev-parse", "--show-object-format")
+	if err != nil {
+		return err
+	}
+	hashLen := map[string]int{"sha1": 20, "sha256": 32}[line(format)]
+	if hashLen == 0 || len(commit) != 2*hashLen {
+		return fmt.Errorf("the task's result %q is not a commit id of this repository (object format %s)", truncate(commit, 80), line(format))
+	}
 	objects, err := git(ctx, dir, nil, "rev-parse", "--path-format=absolute", "--git-path", "objects")
 	if err != nil {
 		return err
@@ -433,7 +444,11 @@ func Import(ctx context.Context, dir string, r io.Reader, commit, base, ref stri
 	if err != nil {
 		return err
 	}
-	if err := checkInflation(spool, count, len(commit)/2, lim.inflateLimit()); err != nil {
+	if most := lim.maxObjects(); count > most {
+		return &Problem{Kind: ErrOverLimit, Msg: fmt.Sprintf("the task's pack holds %d objects, more than a result of collect_max_files (%d) may (%d: its files, as many directories, its root and its commit): nothing of it was unpacked",
+			count, lim.MaxFiles, most), Fix: quotaFix}
+	}
+	if err := checkInflation(spool, count, hashLen, lim.inflateLimit()); err != nil {
 		return err
 	}
 	in, err := os.Open(spool)
@@ -441,7 +456,7 @@ func Import(ctx context.Context, dir string, r io.Reader, commit, base, ref stri
 		return err
 	}
 	defer in.Close()
-	env := []string{"GIT_OBJECT_DIRECTORY=" + q, "GIT_ALTERNATE_OBJECT_DIRECTORIES=" + objDir}
+	env := []string{"GIT_OBJECT_DIRECTORY=" + q, "GIT_ALTERNATE_OBJECT_DIRECTORIES=" + alternate(objDir)}
 	cmd := exec.CommandContext(ctx, "git", "index-pack", "--stdin", "--fix-thin", "--strict")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), append([]string{"GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0", "LC_ALL=C"}, env...)...)
@@ -462,7 +477,7 @@ func Import(ctx context.Context, dir string, r io.Reader, commit, base, ref stri
 	if err != nil {
 		return err
 	}
-	end := fi.Size() - int64(len(commit)/2) // the objects, before the pack's checksum
+	end := fi.Size() - int64(hashLen) // the objects, before the pack's checksum
 	if err := checkResult(ctx, dir, env, q, count, end, commit, base, lim); err != nil {
 		return err
 	}
@@ -472,6 +487,31 @@ func Import(ctx context.Context, dir string, r io.Reader, commit, base, ref stri
 	return SetRef(ctx, dir, ref, commit)
 }
 
+// alternate is dir as one entry of GIT_ALTERNATE_OBJECT_DIRECTORIES, a
+// list split at colons: a path holding a colon, a quote or a control
+// character is given C-quoted, as git reads an entry that starts with a
+// double quote.
+func alternate(dir string) string {
+	if !strings.ContainsFunc(dir, func(r rune) bool { return r == ':' || r == ';' || r == '"' || r == '\\' || r < 0x20 }) {
+		return dir
+	}
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(dir); i++ {
+		switch c := dir[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20:
+			fmt.Fprintf(&b, "\\%03o", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
 // quarantinePrefix names Import's quarantine directories in a
 // repository's object directory.
 const quarantinePrefix = "dispatch-incoming-"
@@ -479,8 +519,12 @@ const quarantinePrefix = "dispatch-incoming-"
 // removeStaleQuarantines removes the quarantines an Import killed midway
 // left (an hour old: no Import takes that long between its writes).
 func removeStaleQuarantines(objDir string) {
-	old, _ := filepath.Glob(filepath.Join(objDir, quarantinePrefix+"*"))
-	for _, d := range old {
+	entries, _ := os.ReadDir(objDir) // not globbed: the path may hold [, * or \
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), quarantinePrefix) {
+			continue
+		}
+		d := filepath.Join(objDir, e.Name())
 		if fi, err := os.Lstat(d); err == nil && fi.IsDir() && time.Since(fi.ModTime()) > time.Hour {
 			os.RemoveAll(d)
 		}
@@ -699,11 +743,8 @@ var ErrTooLarge = errors.New("file too large")
 // The tree is held to lim (a *Problem of kind ErrOverLimit) and must fit
 // in room bytes (ErrNoRoom) before anything is written.
 func Export(ctx context.Context, dir, commit, dest string, lim Limits, room int64) error {
-	entries, err := listTree(ctx, dir, nil, commit)
+	entries, err := listTree(ctx, dir, nil, commit, lim, "the tree of "+short(commit))
 	if err != nil {
-		return err
-	}
-	if err := checkTree(entries, lim, "the tree of "+short(commit)); err != nil {
 		return err
 	}
 	if n := treeSize(entries); n > room {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -53,6 +54,14 @@ func (l Limits) inflateLimit() int64 {
 	return l.MaxBytes + int64(l.MaxFiles)*treeEntryMax + commitMax
 }
 
+// maxObjects is how many objects a result's pack may hold: a blob for
+// each of its files, a tree for each of its directories (listTree holds
+// both to MaxFiles) and for its root, and its commit. More would only have
+// git index them, in memory, before the result is refused.
+func (l Limits) maxObjects() int64 {
+	return 2*int64(l.MaxFiles) + 2
+}
+
 const (
 	treeEntryMax = 512      // a tree entry: mode, a name of up to 255 bytes, an id, with room to spare
 	commitMax    = 64 << 10 // a commit: its headers and message
@@ -65,22 +74,71 @@ type treeEntry struct {
 	path          string
 }
 
-// listTree lists commit's tree, recursively, with blob sizes.
-func listTree(ctx context.Context, dir string, env []string, commit string) ([]treeEntry, error) {
-	out, err := gitEnv(ctx, dir, env, "ls-tree", "-r", "-l", "-z", "--full-tree", "--end-of-options", commit)
+// listTree lists commit's tree, recursively, with blob sizes, held to lim
+// as it is read: past lim.MaxFiles files, or as many directories, git is
+// stopped and the error is a *Problem of kind ErrOverLimit naming the tree
+// by what (as it is when its files are past lim.MaxBytes). Trees that name one another
+// over and over (a tree bomb: a few kilobytes, billions of paths, files or
+// empty directories) are so never listed whole. The entries are the
+// files and submodules, not the directories.
+func listTree(ctx context.Context, dir string, env []string, commit string, lim Limits, what string) ([]treeEntry, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	args := []string{"ls-tree", "-r", "-t", "-l", "-z", "--full-tree", "--end-of-options", commit}
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), append([]string{"GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0", "LC_ALL=C"}, env...)...)
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
 	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	entries, lerr := readTree(bufio.NewReader(out), lim, what)
+	if lerr != nil {
+		cancel() // the rest is not read
+	}
+	werr := cmd.Wait()
+	if lerr != nil {
+		return nil, lerr
+	}
+	if werr != nil {
+		return nil, &gitError{args: args, msg: strings.TrimSpace(errb.String()), err: werr}
+	}
+	return entries, nil
+}
+
+// readTree reads the records of `git ls-tree -r -t -l -z` and holds them
+// to lim as they come (listTree).
+func readTree(br *bufio.Reader, lim Limits, what string) ([]treeEntry, error) {
 	var entries []treeEntry
-	for _, rec := range strings.Split(string(out), "\x00") {
-		if rec == "" {
-			continue
+	var dirs int
+	for {
+		rec, err := br.ReadString(0)
+		if err == io.EOF && rec == "" {
+			if n := treeSize(entries); n > lim.MaxBytes {
+				return nil, &Problem{Kind: ErrOverLimit, Msg: fmt.Sprintf("%s holds %s in its files, over collect_max_bytes (%s)", what, mib(n), mib(lim.MaxBytes)), Fix: quotaFix}
+			}
+			return entries, nil
 		}
+		if err != nil && err != io.EOF {
+			return nil, err
+		}
+		rec = strings.TrimSuffix(rec, "\x00")
 		// <mode> SP <type> SP <id> SP+ <size> TAB <path>
 		meta, p, ok := strings.Cut(rec, "\t")
 		f := strings.Fields(meta)
 		if !ok || len(f) != 4 {
 			return nil, fmt.Errorf("git ls-tree printed %q", truncate(rec, 80))
+		}
+		if f[1] == "tree" {
+			if dirs++; dirs > lim.MaxFiles {
+				return nil, &Problem{Kind: ErrOverLimit, Msg: fmt.Sprintf("%s holds more than %d directories, over collect_max_files (%d)", what, lim.MaxFiles, lim.MaxFiles), Fix: quotaFix}
+			}
+			continue
 		}
 		e := treeEntry{mode: f[0], typ: f[1], id: f[2], size: -1, path: p}
 		if f[3] != "-" {
@@ -89,8 +147,10 @@ func listTree(ctx context.Context, dir string, env []string, commit string) ([]t
 			}
 		}
 		entries = append(entries, e)
+		if len(entries) > lim.MaxFiles {
+			return nil, &Problem{Kind: ErrOverLimit, Msg: fmt.Sprintf("%s holds more than %d files, over collect_max_files (%d)", what, lim.MaxFiles, lim.MaxFiles), Fix: quotaFix}
+		}
 	}
-	return entries, nil
 }
 
 // treeSize is the entries' files together.
@@ -102,27 +162,12 @@ func treeSize(entries []treeEntry) int64 {
 	return n
 }
 
-// checkTree holds a tree's listing to lim; what names the tree in the
-// error.
-func checkTree(entries []treeEntry, lim Limits, what string) error {
-	if len(entries) > lim.MaxFiles {
-		return &Problem{Kind: ErrOverLimit, Msg: fmt.Sprintf("%s holds %d files, over collect_max_files (%d)", what, len(entries), lim.MaxFiles), Fix: quotaFix}
-	}
-	if n := treeSize(entries); n > lim.MaxBytes {
-		return &Problem{Kind: ErrOverLimit, Msg: fmt.Sprintf("%s holds %s in its files, over collect_max_bytes (%s)", what, mib(n), mib(lim.MaxBytes)), Fix: quotaFix}
-	}
-	return nil
-}
-
 // CheckTree holds the tree of commit to lim (a *Problem of kind
 // ErrOverLimit when over): what a merge of results, each within lim, may
 // not be.
 func CheckTree(ctx context.Context, dir, commit string, lim Limits) error {
-	entries, err := listTree(ctx, dir, nil, commit)
-	if err != nil {
-		return err
-	}
-	return checkTree(entries, lim, "the tree of "+short(commit))
+	_, err := listTree(ctx, dir, nil, commit, lim, "the tree of "+short(commit))
+	return err
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
@@ -140,7 +185,8 @@ const (
 // checkInflation reads the count objects of the pack at path (its header
 // checked by spoolPack) and refuses it when they inflate to more than
 // limit: each whole object's size and each delta's result size, as their
-// headers say, before index-pack inflates any of them. An object is
+// headers say, before index-pack inflates any of them; a commit sent whole
+// is held to commitMax (checkResult holds one made by a delta). An object is
 // inflated here only up to the size its header gives (more is a corrupt
 // pack), so no more than limit bytes are ever inflated, here or by git.
 // hashLen is the length of an object id in bytes (20 for SHA-1).
@@ -180,6 +226,9 @@ func checkInflation(path string, count int64, hashLen int, limit int64) error {
 		}
 		if size < 0 {
 			return corrupt(i, "a size past 2^63")
+		}
+		if typ == objCommit && size > commitMax {
+			return hugeCommit(fmt.Sprintf("object %d of the task's pack", i+1), strconv.FormatInt(size, 10))
 		}
 		switch typ {
 		case objCommit, objTree, objBlob, objTag:
@@ -234,7 +283,19 @@ func checkInflation(path string, count int64, hashLen int, limit int64) error {
 		}
 		zr.Close()
 	}
+	// What git reads is what was checked: the objects, then the
+	// checksum, and nothing else.
+	if n, _ := io.Copy(io.Discard, br); n != int64(hashLen) {
+		return fmt.Errorf("the task's pack is corrupt: %d bytes after its %d objects, not a checksum of %d", n, count, hashLen)
+	}
 	return nil
+}
+
+// hugeCommit is the error for a commit larger than commitMax: a
+// wrapper's is a few headers and a line.
+func hugeCommit(what, size string) error {
+	return &Problem{Kind: ErrOverLimit, Msg: fmt.Sprintf("%s is a commit of %s bytes, more than the %d bytes a commit may be: nothing of it was kept",
+		what, size, commitMax), Fix: forgedFix}
 }
 
 // readVarint reads a delta header's size: 7 bits a byte, least
@@ -273,6 +334,15 @@ func fileSize(f *os.File) int64 {
 // where they end in its pack; env points git at the quarantine q.
 func checkResult(ctx context.Context, dir string, env []string, q string, count, end int64, commit, base string, lim Limits) error {
 	inQ := func(args ...string) ([]byte, error) { return gitEnv(ctx, dir, env, args...) }
+	// The commit is read whole below: it is first held to what a commit
+	// may be, whether it was sent whole (checkInflation) or as a delta.
+	sz, err := inQ("cat-file", "-s", "--end-of-options", commit)
+	if err != nil {
+		return err
+	}
+	if n, err := strconv.ParseInt(line(sz), 10, 64); err != nil || n > commitMax {
+		return hugeCommit("the task's result "+short(commit), line(sz))
+	}
 	raw, err := inQ("cat-file", "commit", commit)
 	if err != nil {
 		return err
@@ -330,11 +400,8 @@ func checkResult(ctx context.Context, dir string, env []string, q string, count,
 		return &Problem{Kind: ErrForeign, Msg: fmt.Sprintf("the task's result %s names %d object(s) its pack does not hold and its base %s does not either (%s): a result names only what it sent or its base holds",
 			short(commit), len(missing), short(base), shorts(missing[:min(3, len(missing))])), Fix: forgedFix}
 	}
-	entries, err := listTree(ctx, dir, env, commit)
-	if err != nil {
-		return err
-	}
-	return checkTree(entries, lim, "the task's result "+short(commit))
+	_, err = listTree(ctx, dir, env, commit, lim, "the task's result "+short(commit))
+	return err
 }
 
 // packObjects reads the index of the one pack index-pack wrote in the
@@ -343,7 +410,14 @@ func checkResult(ctx context.Context, dir string, env []string, q string, count,
 // index-pack appended to complete a thin pack. count is how many objects
 // the node's pack holds.
 func packObjects(ctx context.Context, dir string, env []string, q string, count, end int64) (map[string]bool, []string, error) {
-	idx, _ := filepath.Glob(filepath.Join(q, "pack", "pack-*.idx"))
+	// Read, not globbed: the repository's path may hold [, * or \.
+	var idx []string
+	entries, _ := os.ReadDir(filepath.Join(q, "pack"))
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "pack-") && strings.HasSuffix(e.Name(), ".idx") {
+			idx = append(idx, filepath.Join(q, "pack", e.Name()))
+		}
+	}
 	if len(idx) != 1 {
 		return nil, nil, fmt.Errorf("index-pack wrote %d indexes", len(idx))
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dispatch-tool/dispatch/internal/gittest"
 )
@@ -81,7 +82,7 @@ func TestImportHoldsTheResultToTheQuotas(t *testing.T) {
 		want string
 	}{
 		{Limits{MaxBytes: 1 << 20, MaxFiles: 1000}, "holds 2.1 MiB in its files, over collect_max_bytes (1.0 MiB)"},
-		{Limits{MaxBytes: 1 << 30, MaxFiles: 5}, "holds 10 files, over collect_max_files (5)"},
+		{Limits{MaxBytes: 1 << 30, MaxFiles: 5}, "holds more than 5 files, over collect_max_files (5)"},
 	} {
 		err := Import(ctx, op.Dir, bytes.NewReader(pack), result, base, RefPrefix+"q/S01", tc.lim)
 		var p *Problem
@@ -327,4 +328,194 @@ func mustRun(t *testing.T, r *repo, stdin []byte, args ...string) []byte {
 		t.Fatalf("git %v: %v %s", args, err, out)
 	}
 	return out
+}
+
+// TestImportRefusesATreeBomb: a tiny pack whose trees name one another
+// over and over (sixteen entries each, eight levels: four billion paths)
+// is refused as over collect_max_files as soon as its listing passes the
+// quota, whether its leaves are files or empty directories, and the
+// operator's controller neither lists four billion paths nor holds them
+// in memory. The context's deadline only bounds a failing run.
+func TestImportRefusesATreeBomb(t *testing.T) {
+	op := newRepo(t)
+	op.write("README", "base\n")
+	base := op.commit("base")
+	n := node(t, op, "refs/heads/main")
+	empty := strings.TrimSpace(string(mustRun(t, n, nil, "mktree")))
+	leafBlob := strings.TrimSpace(string(mustRun(t, n, []byte("x\n"), "hash-object", "-w", "--stdin")))
+	for _, tc := range []struct {
+		name, leaf, typ, mode string
+	}{
+		{"files", leafBlob, "blob", "100644"},
+		{"empty directories", empty, "tree", "040000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id, typ, mode := tc.leaf, tc.typ, tc.mode
+			for range 8 {
+				var b strings.Builder
+				for i := range 16 {
+					fmt.Fprintf(&b, "%s %s %s\tn%02d\n", mode, typ, id, i)
+				}
+				id = strings.TrimSpace(string(mustRun(t, n, []byte(b.String()), "mktree")))
+				typ, mode = "tree", "040000"
+			}
+			readme := strings.TrimSpace(string(mustRun(t, n, []byte("base\n"), "hash-object", "-w", "--stdin")))
+			root := strings.TrimSpace(string(mustRun(t, n, []byte("100644 blob "+readme+"\tREADME\n040000 tree "+id+"\tbomb\n"), "mktree")))
+			result := strings.TrimSpace(string(mustRun(t, n, nil, "commit-tree", root, "-p", base, "-m", "bomb")))
+			pack := n.Pack(result, base)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err := Import(ctx, op.Dir, bytes.NewReader(pack), result, base, RefPrefix+"t/S01", Limits{MaxBytes: 1 << 30, MaxFiles: 1000})
+			if !errors.Is(err, ErrOverLimit) || !strings.Contains(err.Error(), "over collect_max_files (1000)") {
+				t.Errorf("a tree bomb of %d bytes: %v; want ErrOverLimit over collect_max_files", len(pack), err)
+			}
+			if refs := op.git("for-each-ref", RefPrefix); refs != "" {
+				t.Errorf("a refused result set %s", refs)
+			}
+		})
+	}
+}
+
+// TestImportRefusesAHugeCommit: a wrapper's commit is a few headers and a
+// one-line message. A result whose commit object is larger than a commit
+// may be (here a message of 4 MiB of one letter, which packs to a few
+// kilobytes; as well 2 GiB in 2 MiB) is refused before the controller
+// reads it into memory, sent whole or as a delta on a small commit.
+func TestImportRefusesAHugeCommit(t *testing.T) {
+	ctx := context.Background()
+	op := newRepo(t)
+	op.write("README", "base\n")
+	base := op.commit("base")
+	n := node(t, op, "refs/heads/main")
+	honest := n.commitTree(map[string]string{"README": "base\n", "x.txt": "x\n"}, base)
+	tree := n.git("rev-parse", honest+"^{tree}")
+	msg := strings.Repeat("a", 4<<20)
+	huge := strings.TrimSpace(string(mustRun(t, n, []byte(msg), "commit-tree", tree, "-p", base, "-F", "-")))
+	objs := n.Objects(strings.Fields(n.git("rev-list", "--objects", "--no-object-names", huge, "^"+base))...)
+	whole := gittest.BuildPack(t, objs)
+	// As a delta on the small honest commit (its data inserted, 127 bytes
+	// an instruction).
+	small := n.Objects(honest)[0].Data
+	hugeData := n.Objects(huge)[0].Data
+	var delta []byte
+	delta = append(delta, gittest.Varint(len(small))...)
+	delta = append(delta, gittest.Varint(len(hugeData))...)
+	for rest := hugeData; len(rest) > 0; {
+		k := min(len(rest), 127)
+		delta = append(delta, byte(k))
+		delta = append(delta, rest[:k]...)
+		rest = rest[k:]
+	}
+	var deltaObjs []gittest.PackObject
+	for _, o := range objs {
+		if o.Type != gittest.ObjCommit {
+			deltaObjs = append(deltaObjs, o)
+		}
+	}
+	deltaObjs = append(deltaObjs, n.Objects(honest)[0], gittest.PackObject{Type: gittest.ObjRefDelta, Data: delta, Ref: honest})
+	viaDelta := gittest.BuildPack(t, deltaObjs)
+	for name, pack := range map[string][]byte{"whole": whole, "a delta": viaDelta} {
+		err := Import(ctx, op.Dir, bytes.NewReader(pack), huge, base, RefPrefix+"c/S01", Limits{MaxBytes: 64 << 20, MaxFiles: 100})
+		if !errors.Is(err, ErrOverLimit) || !strings.Contains(err.Error(), "a commit may be") {
+			t.Errorf("a commit of 4 MiB, %s, in a pack of %d bytes: %v; want ErrOverLimit", name, len(pack), err)
+		}
+	}
+	if err := Import(ctx, op.Dir, bytes.NewReader(n.Pack(honest, base)), honest, base, RefPrefix+"c/S01", Limits{MaxBytes: 64 << 20, MaxFiles: 100}); err != nil {
+		t.Errorf("an honest result: %v", err)
+	}
+}
+
+// TestImportReadsThePackAsGitDoes: the pack's inflation is checked with
+// the length of the repository's object ids, not the length of the id the
+// node named: a SHA-256-long id for a SHA-1 repository had a ref-delta's
+// base read as 32 bytes here and 20 by git, so that what was checked was
+// not what git inflates. Such an id is refused before anything is
+// unpacked; and bytes after a pack's objects other than its checksum are
+// refused, not skipped.
+func TestImportReadsThePackAsGitDoes(t *testing.T) {
+	ctx := context.Background()
+	op := newRepo(t)
+	op.write("README", "base\n")
+	base := op.commit("base")
+	n := node(t, op, "refs/heads/main")
+	result := n.commitTree(map[string]string{"README": "base\n", "x.txt": "x\n"}, base)
+	objs := n.Objects(strings.Fields(n.git("rev-list", "--objects", "--no-object-names", result, "^"+base))...)
+	objs = append(objs, gittest.Bomb(256)...)
+	pack := gittest.BuildPack(t, objs)
+	before := op.objectCount()
+	long := strings.Repeat("ab", 32)
+	err := Import(ctx, op.Dir, bytes.NewReader(pack), long, base, RefPrefix+"h/S01", roomy)
+	if err == nil || !strings.Contains(err.Error(), "not a commit id of this repository (object format sha1)") {
+		t.Errorf("a 64-digit id for a SHA-1 repository: %v; want it refused as such", err)
+	}
+	if after := op.objectCount(); after != before {
+		t.Errorf("a refused result left objects:\n%s\n%s", before, after)
+	}
+	// Junk between the objects and the checksum.
+	sum := pack[len(pack)-20:]
+	junk := append(append(append([]byte(nil), pack[:len(pack)-20]...), "junk"...), sum...)
+	if err := checkInflation(writeTemp(t, junk), int64(len(objs)), 20, 1<<30); err == nil || !strings.Contains(err.Error(), "24 bytes after its") {
+		t.Errorf("junk after the objects: %v; want the pack corrupt", err)
+	}
+	if err := checkInflation(writeTemp(t, pack), int64(len(objs)), 20, 1<<30); err != nil {
+		t.Errorf("the pack itself: %v", err)
+	}
+}
+
+// TestImportRefusesMoreObjectsThanAResultHolds: a result names at most
+// collect_max_files files and as many directories, its root tree and its
+// commit. A pack of more objects than that (here a thousand small blobs
+// no tree names; as well millions, which git indexes in gigabytes of
+// memory, from a pack within collect_max_bytes) is refused before git
+// indexes any, and leaves nothing behind.
+func TestImportRefusesMoreObjectsThanAResultHolds(t *testing.T) {
+	ctx := context.Background()
+	op := newRepo(t)
+	op.write("README", "base\n")
+	base := op.commit("base")
+	n := node(t, op, "refs/heads/main")
+	result := n.commitTree(map[string]string{"README": "base\n", "x.txt": "x\n"}, base)
+	objs := n.Objects(strings.Fields(n.git("rev-list", "--objects", "--no-object-names", result, "^"+base))...)
+	for i := range 1000 {
+		objs = append(objs, gittest.PackObject{Type: gittest.ObjBlob, Data: []byte(fmt.Sprintf("junk %d\n", i))})
+	}
+	pack := gittest.BuildPack(t, objs)
+	before := op.objectCount()
+	lim := Limits{MaxBytes: 1 << 30, MaxFiles: 100}
+	err := Import(ctx, op.Dir, bytes.NewReader(pack), result, base, RefPrefix+"o/S01", lim)
+	if !errors.Is(err, ErrOverLimit) || !strings.Contains(err.Error(), "the task's pack holds 1003 objects, more than a result of collect_max_files (100) may") {
+		t.Errorf("a pack of 1003 objects: %v; want ErrOverLimit", err)
+	}
+	if after := op.objectCount(); after != before {
+		t.Errorf("a refused pack left objects:\n%s\n%s", before, after)
+	}
+	if err := Import(ctx, op.Dir, bytes.NewReader(n.Pack(result, base)), result, base, RefPrefix+"o/S01", lim); err != nil {
+		t.Errorf("the result alone: %v", err)
+	}
+}
+
+// TestImportIntoARepositoryWithAColonInItsPath: the quarantine borrows
+// the repository's objects through GIT_ALTERNATE_OBJECT_DIRECTORIES, a
+// list split at colons, and its index was found by a glob: a repository
+// whose path holds a colon (~/work/a:b), a backslash or a bracket could
+// import no result at all.
+func TestImportIntoARepositoryWithAColonInItsPath(t *testing.T) {
+	for _, name := range []string{"a:b", `q"u\o:te`, "br[ack]et*"} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			dir := filepath.Join(t.TempDir(), name)
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			op := &repo{&gittest.Repo{T: t, Dir: dir}}
+			op.git("init", "-q", "-b", "main")
+			op.write("README", "base\n")
+			base := op.commit("base")
+			n := node(t, op, "refs/heads/main")
+			result := n.commitTree(map[string]string{"README": "base\n", "x.txt": "x\n"}, base)
+			if err := Import(ctx, op.Dir, bytes.NewReader(n.Pack(result, base)), result, base, RefPrefix+"a/S01", roomy); err != nil {
+				t.Errorf("an honest result: %v", err)
+			}
+		})
+	}
 }

@@ -38,10 +38,10 @@ func scanTask(rows interface{ Scan(...any) error }) (Task, error) {
 	}
 	// A task read without its dependencies would run before them.
 	if err := json.Unmarshal([]byte(deps), &t.DependsOn); err != nil {
-		return t, fmt.Errorf("task %s/%s: read depends_on: %w", t.Project, t.ID, err)
+		return t, fmt.Errorf("task %s/%s: read depends_on: %w", t.Project, t.ID, damaged{err})
 	}
 	if err := json.Unmarshal([]byte(tags), &t.Tags); err != nil {
-		return t, fmt.Errorf("task %s/%s: read tags: %w", t.Project, t.ID, err)
+		return t, fmt.Errorf("task %s/%s: read tags: %w", t.Project, t.ID, damaged{err})
 	}
 	t.Timeout = time.Duration(timeout * float64(time.Second))
 	t.Stall = time.Duration(stall * float64(time.Second))

@@ -23,6 +23,18 @@ var migrationFS embed.FS
 // ErrNotFound is returned when a project, task or run does not exist.
 var ErrNotFound = errors.New("not found")
 
+// ErrDamaged is the kind of the error for a stored value that does not
+// read back (a task's depends_on that is not a JSON list, say): the row is
+// damaged, not the database, and only its project is in trouble.
+var ErrDamaged = errors.New("damaged row")
+
+// damaged marks err as ErrDamaged; its message is err's.
+type damaged struct{ err error }
+
+func (d damaged) Error() string        { return d.err.Error() }
+func (d damaged) Unwrap() error        { return d.err }
+func (d damaged) Is(target error) bool { return target == ErrDamaged }
+
 // ErrNoDatabase is returned by OpenReadOnly when the database file does not exist yet.
 var ErrNoDatabase = errors.New("no database yet")
 

@@ -409,8 +409,8 @@ func TestDamagedJSONColumnsAreErrors(t *testing.T) {
 			if _, err := s.db.ExecContext(ctx, tc.stmt); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.Tasks(ctx, "p"); err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("Tasks: %v, want an error containing %q", err, tc.want)
+			if _, err := s.Tasks(ctx, "p"); err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrDamaged) {
+				t.Fatalf("Tasks: %v, want an ErrDamaged containing %q", err, tc.want)
 			}
 		})
 	}

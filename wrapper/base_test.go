@@ -395,3 +395,25 @@ func TestCopyTreeStops(t *testing.T) {
 		t.Errorf("nothing was copied before the stop: %v", err)
 	}
 }
+
+// TestUsageReadFromTheLogWritten: the figures are read back from the
+// task.log the wrapper wrote, not from whatever file is at its path when
+// the tool ends: a task that renamed a log of its own over task.log (a
+// claude result event costing nothing) had its real cost counted as $0,
+// past any budget.
+func TestUsageReadFromTheLogWritten(t *testing.T) {
+	t.Parallel()
+	forged := `{"type":"result","total_cost_usd":0,"usage":{"input_tokens":1,"output_tokens":1}}` + "\n"
+	tk := newTask(t, "", Launch{Agent: AgentClaude, Command: []string{"sh", "-c", `mv ../forged.txt ../task.log && cat ../printed.txt`}})
+	if err := os.WriteFile(tk.path("printed.txt"), []byte(lines(claudeInit, claudeAssistant, claudeResult)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tk.path("forged.txt"), []byte(forged), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tk.run(t, "")
+	st := tk.waitFinal(t)
+	if st.ExitCode != 0 || st.TokensIn != 150 || st.TokensOut != 50 || st.CostUSD != 0.0123 {
+		t.Errorf("exit %d, tokens %d/%d, cost %g; want 0, 150/50, 0.0123 as claude printed them", st.ExitCode, st.TokensIn, st.TokensOut, st.CostUSD)
+	}
+}

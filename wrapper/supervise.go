@@ -965,8 +965,9 @@ func (s *supervisor) finish(res outcome) {
 		s.logger.Error("task log incomplete", logKeyErr, err)
 	}
 	// Read back from the file, which holds far more than the in-memory
-	// tail; the tool and setup are gone, so it no longer changes.
-	tail, err := readLogTail(filepath.Join(s.dir, fileLog), usageTail)
+	// tail; the tool and setup are gone, so it no longer changes. It is
+	// the file the log wrote, whatever the task put at its path.
+	tail, err := s.tlog.readTail(usageTail)
 	if err != nil {
 		s.logger.Warn("read task log for usage", logKeyErr, err)
 	}

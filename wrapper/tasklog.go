@@ -3,6 +3,7 @@ package wrapper
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"sync"
@@ -112,6 +113,30 @@ func (l *taskLog) cut(p []byte) error {
 	l.size = int64(len(data))
 	l.header = int64(len(marker))
 	return nil
+}
+
+// readTail returns up to the last limit bytes of the file the log writes
+// to, read through its own descriptor: not whatever file is at its path
+// now (a task can rename one of its own over task.log). A first line cut
+// in the middle is dropped.
+func (l *taskLog) readTail(limit int64) ([]byte, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fi, err := l.f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	off := max(fi.Size()-limit, 0)
+	data, err := io.ReadAll(io.NewSectionReader(l.f, off, fi.Size()-off))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", fileLog, err)
+	}
+	if off > 0 {
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			data = data[i+1:]
+		}
+	}
+	return data, nil
 }
 
 func (l *taskLog) keepTail(p []byte) {
