@@ -197,3 +197,44 @@ func TestOneProjectsDamagedTaskStopsOnlyThatProject(t *testing.T) {
 		h.tick()
 	}
 }
+
+// TestBusyDatabaseStopsNoProject: a "database is busy" error met in one
+// project's step is the database's trouble: it fails the tick (tried again
+// at the next) and counts against no project, however often it comes.
+func TestBusyDatabaseStopsNoProject(t *testing.T) {
+	h := newHarness(t, "", shellProject(map[string]string{"S01-a.md": "echo a\n"}))
+	path := filepath.Join(h.home, "dispatch.db")
+	holder, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	conn, err := holder.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	other, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(0)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	_, busy := other.Exec("UPDATE projects SET phase = phase")
+	if !store.IsBusy(busy) {
+		t.Fatalf("no busy error to test with: %v", busy)
+	}
+	if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2*troubleLimit; i++ {
+		if err := h.ctl.projectTrouble(context.Background(), "p", stepAdvance, fmt.Errorf("advance: %w", busy)); err == nil {
+			t.Fatalf("try %d: a busy database was taken for the project's own trouble", i)
+		}
+	}
+	if p, _ := h.st.Project(context.Background(), "p"); p.State != store.ProjectActive || p.Problem != "" {
+		t.Fatalf("p is %s (%q) after busy errors; want active", p.State, p.Problem)
+	}
+}

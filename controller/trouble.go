@@ -29,9 +29,11 @@ func decideTrouble(fails int) (stop bool) { return fails >= troubleLimit }
 // row the project is stopped (running tasks go on and are collected, as
 // after `dispatch stop`) with the error as its problem, which status and
 // the report show until `dispatch start` resumes it. It returns an error
-// only when the stop cannot be recorded, or ctx is done.
+// only when the stop cannot be recorded, when ctx is done, or when the
+// error is the database's (busy or locked: every project's trouble, which
+// fails the tick, tried again at the next, and stops no project).
 func (c *Controller) projectTrouble(ctx context.Context, project, step string, err error) error {
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || store.IsBusy(err) {
 		return err
 	}
 	k := troubleKey(project, step)

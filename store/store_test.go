@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -598,5 +599,43 @@ func TestRunnableHeadOfLine(t *testing.T) {
 	}
 	if got := ids(1); !slices.Equal(got, []string{"S9999"}) {
 		t.Fatalf("runnable with S0000 claimed = %v, want [S9999]", got)
+	}
+}
+
+// TestIsBusy: a write refused because another connection holds the
+// database's write lock is "busy", the database's trouble, which the
+// controller never counts against one project; other errors are not.
+func TestIsBusy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dispatch.db")
+	s, err := Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	holder, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	conn, err := holder.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	other, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(0)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	_, busy := other.Exec("INSERT INTO projects (name) VALUES ('x')")
+	if busy == nil || !IsBusy(fmt.Errorf("record: %w", busy)) {
+		t.Fatalf("a write under another's lock: %v; IsBusy = false", busy)
+	}
+	_, syntax := other.Exec("SELEC 1")
+	if syntax == nil || IsBusy(syntax) || IsBusy(errors.New("database is locked")) {
+		t.Fatalf("IsBusy is true for %v", syntax)
 	}
 }
