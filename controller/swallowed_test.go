@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/internal/sqlitetest"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -203,31 +204,9 @@ func TestOneProjectsDamagedTaskStopsOnlyThatProject(t *testing.T) {
 // at the next) and counts against no project, however often it comes.
 func TestBusyDatabaseStopsNoProject(t *testing.T) {
 	h := newHarness(t, "", shellProject(map[string]string{"S01-a.md": "echo a\n"}))
-	path := filepath.Join(h.home, "dispatch.db")
-	holder, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
-	conn, err := holder.Conn(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
-		t.Fatal(err)
-	}
-	other, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(0)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	_, busy := other.Exec("UPDATE projects SET phase = phase")
+	busy := sqlitetest.BusyError(t, filepath.Join(h.home, "dispatch.db"))
 	if !store.IsBusy(busy) {
 		t.Fatalf("no busy error to test with: %v", busy)
-	}
-	if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
-		t.Fatal(err)
 	}
 	for i := 0; i < 2*troubleLimit; i++ {
 		if err := h.ctl.projectTrouble(context.Background(), "p", stepAdvance, fmt.Errorf("advance: %w", busy)); err == nil {

@@ -1,31 +1,14 @@
 package store
 
-import (
-	"context"
-	"fmt"
-)
+import "context"
 
 // NodeWork counts, by node, the attempts a controller must still reach
 // there: those claimed or running, and those ended whose results are not
 // collected yet. A node removed from nodes.yaml, or reached anew, keeps
 // its old connection while it has any.
 func (s *Store) NodeWork(ctx context.Context) (map[string]int, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT node, COUNT(*) FROM (
+	return s.countByNode(ctx, "count the work left on each node", `SELECT node, COUNT(*) FROM (
 		SELECT node FROM tasks WHERE status IN (?, ?)
 		UNION ALL SELECT node FROM runs WHERE collected_at = '' AND status IN (?, ?, ?)) GROUP BY node`,
 		Claimed, Running, Completed, Failed, Killed)
-	if err != nil {
-		return nil, fmt.Errorf("count the work left on each node: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var node string
-		var n int
-		if err := rows.Scan(&node, &n); err != nil {
-			return nil, fmt.Errorf("count the work left on each node: %w", err)
-		}
-		out[node] = n
-	}
-	return out, rows.Err()
 }

@@ -106,9 +106,16 @@ func querySpent(ctx context.Context, q querier, project string, run int) (usd fl
 
 // Busy counts the claimed and running tasks on each node, across projects.
 func (s *Store) Busy(ctx context.Context) (map[string]int, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT node, COUNT(*) FROM tasks WHERE status IN (?, ?) GROUP BY node`, Claimed, Running)
+	return s.countByNode(ctx, "count busy slots",
+		`SELECT node, COUNT(*) FROM tasks WHERE status IN (?, ?) GROUP BY node`, Claimed, Running)
+}
+
+// countByNode runs a query of (node, count) rows into a map; what names
+// the count in its errors.
+func (s *Store) countByNode(ctx context.Context, what, query string, args ...any) (map[string]int, error) {
+	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("count busy slots: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	defer rows.Close()
 	out := map[string]int{}
@@ -116,7 +123,7 @@ func (s *Store) Busy(ctx context.Context) (map[string]int, error) {
 		var node string
 		var n int
 		if err := rows.Scan(&node, &n); err != nil {
-			return nil, fmt.Errorf("count busy slots: %w", err)
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		out[node] = n
 	}

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/internal/sqlitetest"
 )
 
 func openTest(t *testing.T) *Store {
@@ -612,28 +614,15 @@ func TestIsBusy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	holder, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
+	busy := sqlitetest.BusyError(t, path)
+	if !IsBusy(fmt.Errorf("record: %w", busy)) {
+		t.Fatalf("a write under another's lock: %v; IsBusy = false", busy)
 	}
-	defer holder.Close()
-	conn, err := holder.Conn(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(context.Background(), "BEGIN IMMEDIATE"); err != nil {
-		t.Fatal(err)
-	}
-	other, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(0)")
+	other, err := sql.Open("sqlite", path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	_, busy := other.Exec("INSERT INTO projects (name) VALUES ('x')")
-	if busy == nil || !IsBusy(fmt.Errorf("record: %w", busy)) {
-		t.Fatalf("a write under another's lock: %v; IsBusy = false", busy)
-	}
 	_, syntax := other.Exec("SELEC 1")
 	if syntax == nil || IsBusy(syntax) || IsBusy(errors.New("database is locked")) {
 		t.Fatalf("IsBusy is true for %v", syntax)
