@@ -28,6 +28,16 @@ func node(t *testing.T, op *repo, refs ...string) *repo {
 
 // commitTree makes a commit of the tree of files (path → content) with
 // parents, in r, without touching its work tree.
+// honestResult gives op (an empty repository) a base commit, and a node
+// cloned from it an honest result on that base: README kept, x.txt added.
+func honestResult(t *testing.T, op *repo) (_ *repo, n *repo, base, result string) {
+	t.Helper()
+	op.write("README", "base\n")
+	base = op.commit("base")
+	n = node(t, op, "refs/heads/main")
+	return op, n, base, n.commitTree(map[string]string{"README": "base\n", "x.txt": "x\n"}, base)
+}
+
 func (r *repo) commitTree(files map[string]string, parents ...string) string {
 	r.T.Helper()
 	idx := filepath.Join(r.T.TempDir(), "index")
@@ -176,11 +186,7 @@ func TestImportRefusesForeignHistory(t *testing.T) {
 // nothing behind; the same pack is taken when the quota allows it.
 func TestImportRefusesAPackBomb(t *testing.T) {
 	ctx := context.Background()
-	op := newRepo(t)
-	op.write("README", "base\n")
-	base := op.commit("base")
-	n := node(t, op, "refs/heads/main")
-	result := n.commitTree(map[string]string{"README": "base\n", "x.txt": "x\n"}, base)
+	op, n, base, result := honestResult(t, newRepo(t))
 	// The result's own objects, whole, then the bomb: a 64 KiB blob and a
 	// delta copying it 1024 times (64 MiB), which the result does not
 	// even name.
@@ -383,11 +389,7 @@ func TestImportRefusesATreeBomb(t *testing.T) {
 // reads it into memory, sent whole or as a delta on a small commit.
 func TestImportRefusesAHugeCommit(t *testing.T) {
 	ctx := context.Background()
-	op := newRepo(t)
-	op.write("README", "base\n")
-	base := op.commit("base")
-	n := node(t, op, "refs/heads/main")
-	honest := n.commitTree(map[string]string{"README": "base\n", "x.txt": "x\n"}, base)
+	op, n, base, honest := honestResult(t, newRepo(t))
 	tree := n.git("rev-parse", honest+"^{tree}")
 	msg := strings.Repeat("a", 4<<20)
 	huge := strings.TrimSpace(string(mustRun(t, n, []byte(msg), "commit-tree", tree, "-p", base, "-F", "-")))
@@ -434,11 +436,7 @@ func TestImportRefusesAHugeCommit(t *testing.T) {
 // refused, not skipped.
 func TestImportReadsThePackAsGitDoes(t *testing.T) {
 	ctx := context.Background()
-	op := newRepo(t)
-	op.write("README", "base\n")
-	base := op.commit("base")
-	n := node(t, op, "refs/heads/main")
-	result := n.commitTree(map[string]string{"README": "base\n", "x.txt": "x\n"}, base)
+	op, n, base, result := honestResult(t, newRepo(t))
 	objs := n.Objects(strings.Fields(n.git("rev-list", "--objects", "--no-object-names", result, "^"+base))...)
 	objs = append(objs, gittest.Bomb(256)...)
 	pack := gittest.BuildPack(t, objs)
@@ -470,11 +468,7 @@ func TestImportReadsThePackAsGitDoes(t *testing.T) {
 // indexes any, and leaves nothing behind.
 func TestImportRefusesMoreObjectsThanAResultHolds(t *testing.T) {
 	ctx := context.Background()
-	op := newRepo(t)
-	op.write("README", "base\n")
-	base := op.commit("base")
-	n := node(t, op, "refs/heads/main")
-	result := n.commitTree(map[string]string{"README": "base\n", "x.txt": "x\n"}, base)
+	op, n, base, result := honestResult(t, newRepo(t))
 	objs := n.Objects(strings.Fields(n.git("rev-list", "--objects", "--no-object-names", result, "^"+base))...)
 	for i := range 1000 {
 		objs = append(objs, gittest.PackObject{Type: gittest.ObjBlob, Data: []byte(fmt.Sprintf("junk %d\n", i))})
@@ -509,10 +503,7 @@ func TestImportIntoARepositoryWithAColonInItsPath(t *testing.T) {
 			}
 			op := &repo{&gittest.Repo{T: t, Dir: dir}}
 			op.git("init", "-q", "-b", "main")
-			op.write("README", "base\n")
-			base := op.commit("base")
-			n := node(t, op, "refs/heads/main")
-			result := n.commitTree(map[string]string{"README": "base\n", "x.txt": "x\n"}, base)
+			op, n, base, result := honestResult(t, op)
 			if err := Import(ctx, op.Dir, bytes.NewReader(n.Pack(result, base)), result, base, RefPrefix+"a/S01", roomy); err != nil {
 				t.Errorf("an honest result: %v", err)
 			}
