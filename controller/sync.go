@@ -67,7 +67,7 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string, so StartOptions) ([
 				continue
 			}
 			tool := toolFor(st.Tool, n)
-			if _, _, _, err := toolCommand(cfg, tool, st.Model, false, ""); err != nil {
+			if _, _, _, err := toolCommand(cfg, tool, st.Model, false, false, ""); err != nil {
 				reasons = append(reasons, n.Name+": "+err.Error())
 				continue
 			}
@@ -176,7 +176,7 @@ func phaseRuns(o store.ProjectOptions, typ string) bool {
 
 // Executable is the program a tool runs (its command's first word).
 func Executable(cfg *nodes.Config, tool string) (string, error) {
-	argv, _, _, err := toolCommand(cfg, tool, "", false, "")
+	argv, _, _, err := toolCommand(cfg, tool, "", false, false, "")
 	if err != nil {
 		return "", err
 	}
