@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -113,6 +114,24 @@ func TestRealAgentShellInSandbox(t *testing.T) {
 	home, outputs, r := autonomyRun(t, claude, bin, "auto", nodeHome, command)
 	if got, err := os.ReadFile(filepath.Join(home, "runs", "p", "S01", "output", "made.txt")); r.code != 0 || err != nil || string(got) != "ok\n" {
 		t.Errorf("sandbox: auto: %s; made.txt %q (%v); tool results %q", r, got, err, outputs)
+	}
+	// The attempt ran autonomously because it was confined: the report
+	// says bwrap, not that permission checks were off (dangerous: true).
+	rep := runDispatch(t, []string{"HOME=" + nodeHome}, "--home", home, "report", "p", "--format", "json")
+	var rv struct {
+		Dangerous []string `json:"dangerous"`
+		Tasks     []struct {
+			Attempts []struct {
+				Dangerous bool   `json:"dangerous"`
+				Sandbox   string `json:"sandbox"`
+			} `json:"attempts"`
+		} `json:"tasks"`
+	}
+	if err := json.Unmarshal([]byte(rep.stdout), &rv); err != nil || len(rv.Tasks) != 1 || len(rv.Tasks[0].Attempts) != 1 {
+		t.Fatalf("report --format json: %v: %s", err, rep)
+	}
+	if a := rv.Tasks[0].Attempts[0]; len(rv.Dangerous) != 0 || a.Dangerous || a.Sandbox != "bwrap" {
+		t.Errorf("report: dangerous %v, attempt %+v; want none dangerous, the attempt under bwrap", rv.Dangerous, a)
 	}
 
 	// Unconfined, claude's safe mode refuses the same command: the test
