@@ -216,10 +216,11 @@ type NodeProbe struct {
 
 // claudeRefusesRoot reports whether claude on node n would run with
 // --dangerously-skip-permissions as root, which it refuses, unless the
-// api_mode says the node is a sandbox (IS_SANDBOX=1).
+// api_mode says the node is a sandbox (IS_SANDBOX=1). On a sandbox: on
+// node every attempt runs under bwrap, where dispatch sets IS_SANDBOX=1.
 func claudeRefusesRoot(cfg *nodes.Config, n nodes.Node, tool string, pr NodeProbe) bool {
 	mode := cfg.APIModes[n.APIMode]
-	if tool != "claude" || !pr.Root || !(n.Dangerous || mode.Dangerous) {
+	if tool != "claude" || !pr.Root || !(n.Dangerous || mode.Dangerous) || n.Sandbox == nodes.SandboxOn {
 		return false
 	}
 	return mode.Env["IS_SANDBOX"] != "1"
