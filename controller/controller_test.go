@@ -466,7 +466,7 @@ func TestAgentKilledIsRetried(t *testing.T) {
 
 func TestEveryBuiltinToolHasACommand(t *testing.T) {
 	for _, name := range spec.BuiltinTools {
-		argv, _, _, err := toolCommand(&nodes.Config{}, name, "m1", true, "")
+		argv, _, _, err := toolCommand(&nodes.Config{}, name, "m1", true, false, "")
 		if err != nil || len(argv) == 0 {
 			t.Errorf("tool %s: %v, %v", name, argv, err)
 		}
@@ -502,7 +502,7 @@ func TestToolCommandLines(t *testing.T) {
 	}
 	cfg := &nodes.Config{Tools: map[string]nodes.Tool{"mytool": {Command: []string{"my-agent", "--prompt-file", "{spec}"}, ModelFlag: "--model"}}}
 	for _, tc := range cases {
-		argv, stdin, _, err := toolCommand(cfg, tc.tool, tc.model, tc.dangerous, tc.session)
+		argv, stdin, _, err := toolCommand(cfg, tc.tool, tc.model, tc.dangerous, false, tc.session)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.tool, err)
 		}
@@ -510,7 +510,7 @@ func TestToolCommandLines(t *testing.T) {
 			t.Errorf("%s (session %q): %q stdin %q, want %q stdin %q", tc.tool, tc.session, got, stdin, tc.want, tc.stdin)
 		}
 	}
-	if _, _, _, err := toolCommand(cfg, "nosuch", "", false, ""); err == nil || !strings.Contains(err.Error(), "unknown tool") {
+	if _, _, _, err := toolCommand(cfg, "nosuch", "", false, false, ""); err == nil || !strings.Contains(err.Error(), "unknown tool") {
 		t.Errorf("unknown tool: %v", err)
 	}
 }

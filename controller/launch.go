@@ -13,6 +13,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -53,7 +54,9 @@ type launchOutcome struct {
 	err       error
 	noRetry   bool
 	uncertain error
-	// dangerous is set when the tool ran with permission-skipping flags.
+	// dangerous is set when the tool ran with permission-skipping flags
+	// because the node or api_mode says dangerous: true; an attempt that
+	// runs them only because it is sandboxed is not (it records sandbox).
 	dangerous bool
 	// resumed is the session of the attempt before that this one continues.
 	resumed string
@@ -356,8 +359,13 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		return item, false
 	}
 	tool := toolFor(t.Tool, n.cfg)
-	argv, stdin, toolEnv, err := toolCommand(c.config(), tool, t.Model, out.dangerous, session)
-	if err != nil {
+	sb, ok, why := sandboxLaunch(t.Sandbox, n.cfg.Sandbox)
+	if !ok {
+		out.err, out.noRetry = fmt.Errorf("task %s cannot run on node %s: %s", t.ID, n.cfg.Name, why), true
+		return item, false
+	}
+	var tl wrapper.Launch
+	if err := toolLaunch(c.config(), tool, t.Model, out.dangerous, sb, session, &tl); err != nil {
 		out.err, out.noRetry = err, true
 		return item, false
 	}
@@ -378,12 +386,9 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		return item, false
 	}
 	launch := wrapper.Launch{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Node: n.cfg.Name,
-		Command: argv, Stdin: stdin, Env: toolEnv, TimeoutSeconds: timeout.Seconds(), Setup: opts.Setup,
-		StallSeconds: stallTimeout(t, opts, n.cfg).Seconds()}
-	if sb, ok, why := sandboxLaunch(t.Sandbox, n.cfg.Sandbox); !ok {
-		out.err, out.noRetry = fmt.Errorf("task %s cannot run on node %s: %s", t.ID, n.cfg.Name, why), true
-		return item, false
-	} else if sb != "" {
+		Command: tl.Command, Stdin: tl.Stdin, Env: tl.Env, SandboxCommand: tl.SandboxCommand, SandboxEnv: tl.SandboxEnv,
+		TimeoutSeconds: timeout.Seconds(), Setup: opts.Setup, StallSeconds: stallTimeout(t, opts, n.cfg).Seconds()}
+	if sb != "" {
 		launch.Sandbox, launch.WorkDir = sb, inst.WorkDir
 	}
 	if _, builtin := builtinTools[tool]; builtin {
@@ -394,7 +399,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		// output is the task's to forge.
 		launch.Agent = tool
 	}
-	if stdin == "resume" {
+	if tl.Stdin == "resume" {
 		launch.Resume, launch.ResumePrompt = true, resumePrompt
 		out.resumed = session
 	}
@@ -424,6 +429,39 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		}
 	}
 	return wrapper.LaunchItem{Dir: dir, Spec: string(snapshot), Launch: launch, Env: env}, true
+}
+
+// toolLaunch sets l's command, stdin and tool settings for tool under the
+// sandbox value sb of launch.json (sandboxLaunch). With "bwrap" the
+// attempt runs under bwrap or not at all: an agent CLI runs autonomously
+// (toolCommand's sandboxed). With "auto" only the wrapper knows whether it
+// will: l.Command is the unconfined command, and SandboxCommand and
+// SandboxEnv, where they differ, what the wrapper runs instead under bwrap.
+func toolLaunch(cfg *nodes.Config, tool, model string, dangerous bool, sb, session string, l *wrapper.Launch) error {
+	argv, stdin, env, err := toolCommand(cfg, tool, model, dangerous, sb == wrapper.SandboxBwrap, session)
+	if err != nil {
+		return err
+	}
+	l.Command, l.Stdin, l.Env = argv, stdin, env
+	if sb != wrapper.SandboxAuto {
+		return nil
+	}
+	sbArgv, _, sbEnv, err := toolCommand(cfg, tool, model, dangerous, true, session)
+	if err != nil {
+		return err
+	}
+	if !slices.Equal(sbArgv, argv) {
+		l.SandboxCommand = sbArgv
+	}
+	for k, v := range sbEnv {
+		if w, ok := env[k]; !ok || w != v {
+			if l.SandboxEnv == nil {
+				l.SandboxEnv = map[string]string{}
+			}
+			l.SandboxEnv[k] = v
+		}
+	}
+	return nil
 }
 
 // tryPush runs push, a transfer to n that outs need before they launch,

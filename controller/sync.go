@@ -67,7 +67,7 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string, so StartOptions) ([
 				continue
 			}
 			tool := toolFor(st.Tool, n)
-			if _, _, _, err := toolCommand(cfg, tool, st.Model, false, ""); err != nil {
+			if _, _, _, err := toolCommand(cfg, tool, st.Model, false, false, ""); err != nil {
 				reasons = append(reasons, n.Name+": "+err.Error())
 				continue
 			}
@@ -176,7 +176,7 @@ func phaseRuns(o store.ProjectOptions, typ string) bool {
 
 // Executable is the program a tool runs (its command's first word).
 func Executable(cfg *nodes.Config, tool string) (string, error) {
-	argv, _, _, err := toolCommand(cfg, tool, "", false, "")
+	argv, _, _, err := toolCommand(cfg, tool, "", false, false, "")
 	if err != nil {
 		return "", err
 	}
@@ -216,10 +216,11 @@ type NodeProbe struct {
 
 // claudeRefusesRoot reports whether claude on node n would run with
 // --dangerously-skip-permissions as root, which it refuses, unless the
-// api_mode says the node is a sandbox (IS_SANDBOX=1).
+// api_mode says the node is a sandbox (IS_SANDBOX=1). On a sandbox: on
+// node every attempt runs under bwrap, where dispatch sets IS_SANDBOX=1.
 func claudeRefusesRoot(cfg *nodes.Config, n nodes.Node, tool string, pr NodeProbe) bool {
 	mode := cfg.APIModes[n.APIMode]
-	if tool != "claude" || !pr.Root || !(n.Dangerous || mode.Dangerous) {
+	if tool != "claude" || !pr.Root || !(n.Dangerous || mode.Dangerous) || n.Sandbox == nodes.SandboxOn {
 		return false
 	}
 	return mode.Env["IS_SANDBOX"] != "1"

@@ -19,9 +19,13 @@ type builtinTool struct {
 	// modelAt is where the model flag goes in base (after the subcommand).
 	modelAt int
 	// safe are the flags of a normal run; dangerous replaces them on a node
-	// or api_mode with dangerous: true.
+	// or api_mode with dangerous: true, and in an attempt dispatch's
+	// sandbox confines (autonomous: the tool's own approval prompts off,
+	// its shell tool runs, confined by bwrap).
 	safe      []string
 	dangerous []string
+	// sandboxEnv is added to env where the attempt runs sandboxed.
+	sandboxEnv map[string]string
 	// tail comes last in either case.
 	tail  []string
 	stdin string
@@ -37,11 +41,15 @@ var builtinTools = map[string]builtinTool{
 	// claude -p reads the prompt on stdin; stream-json prints one event per
 	// step (the stall check sees progress) and a result event with usage
 	// and cost. It refuses --dangerously-skip-permissions as root unless
-	// IS_SANDBOX=1 (validate and start check this).
+	// IS_SANDBOX=1 (validate and start check this for dangerous: true; a
+	// sandboxed attempt gets it, bwrap being the sandbox it asks for).
+	// acceptEdits refuses every shell command in -p ("This command
+	// requires approval").
 	"claude": {base: []string{"claude", "-p"}, modelFlag: "--model", modelAt: 2,
-		safe:      []string{"--permission-mode", "acceptEdits"},
-		dangerous: []string{"--dangerously-skip-permissions"},
-		tail:      []string{"--output-format", "stream-json", "--verbose"}, stdin: "spec",
+		safe:       []string{"--permission-mode", "acceptEdits"},
+		dangerous:  []string{"--dangerously-skip-permissions"},
+		sandboxEnv: map[string]string{"IS_SANDBOX": "1"},
+		tail:       []string{"--output-format", "stream-json", "--verbose"}, stdin: "spec",
 		resume: func(b builtinTool, model string, dangerous bool, session string) []string {
 			argv := append([]string{"claude", "-p", "--resume", session}, b.flags(model, dangerous)[2:]...)
 			return argv
@@ -125,9 +133,13 @@ func toolFor(taskTool string, n nodes.Node) string {
 
 // toolCommand returns the argv, stdin mode and settings of a tool.
 // dangerous uses the tool's permission-skipping flags; it is only ever set
-// by the node or the api_mode, never by a spec. A session continues that
-// session of the tool (stdin "resume") where the tool can; "" starts afresh.
-func toolCommand(cfg *nodes.Config, tool, model string, dangerous bool, session string) (argv []string, stdin string, env map[string]string, err error) {
+// by the node or the api_mode, never by a spec. sandboxed, for an attempt
+// that runs under bwrap, uses them too, with the tool's sandboxEnv: the
+// agent works autonomously, confined by dispatch's sandbox instead of its
+// own prompts. A tool of nodes.yaml runs the same either way. A session
+// continues that session of the tool (stdin "resume") where the tool can;
+// "" starts afresh.
+func toolCommand(cfg *nodes.Config, tool, model string, dangerous, sandboxed bool, session string) (argv []string, stdin string, env map[string]string, err error) {
 	if t, ok := cfg.Tools[tool]; ok {
 		argv = append(argv, t.Command...)
 		if model != "" && t.ModelFlag != "" {
@@ -139,10 +151,20 @@ func toolCommand(cfg *nodes.Config, tool, model string, dangerous bool, session 
 	if !ok {
 		return nil, "", nil, fmt.Errorf("unknown tool %q: use one of %v or define it under tools: in nodes.yaml", tool, ToolNames(cfg))
 	}
-	if session != "" && b.resume != nil {
-		return b.resume(b, model, dangerous, session), "resume", b.env, nil
+	env = b.env
+	if sandboxed && len(b.sandboxEnv) > 0 {
+		env = make(map[string]string, len(b.env)+len(b.sandboxEnv))
+		for _, m := range []map[string]string{b.env, b.sandboxEnv} {
+			for k, v := range m {
+				env[k] = v
+			}
+		}
 	}
-	return b.flags(model, dangerous), b.stdin, b.env, nil
+	autonomous := dangerous || sandboxed
+	if session != "" && b.resume != nil {
+		return b.resume(b, model, autonomous, session), "resume", env, nil
+	}
+	return b.flags(model, autonomous), b.stdin, env, nil
 }
 
 // flags is the tool's command line for a fresh start.

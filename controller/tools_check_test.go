@@ -6,6 +6,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/spec"
+	"github.com/dispatch-tool/dispatch/wrapper"
 )
 
 func TestCheckExecutables(t *testing.T) {
@@ -22,6 +23,10 @@ nodes:
   - name: box
     slots: 1
     api_mode: sandbox
+  - name: rb
+    slots: 1
+    dangerous: true
+    sandbox: on
 api_modes:
   sandbox:
     dangerous: true
@@ -35,6 +40,11 @@ api_modes:
 	sh := PlanRow{Task: &spec.Task{ID: "S02"}, Type: "implementation", Nodes: []string{"a"}, Tools: map[string]string{"a": "shell"}}
 	onR := PlanRow{Task: &spec.Task{ID: "S03"}, Type: "implementation", Nodes: []string{"r"}, Tools: map[string]string{"r": "claude"}}
 	onBox := PlanRow{Task: &spec.Task{ID: "S04"}, Type: "implementation", Nodes: []string{"box"}, Tools: map[string]string{"box": "claude"}}
+	onRB := PlanRow{Task: &spec.Task{ID: "S06"}, Type: "implementation", Nodes: []string{"rb"}, Tools: map[string]string{"rb": "claude"}}
+	bwrap := func(p NodeProbe) NodeProbe {
+		p.Sandbox = &wrapper.SandboxReply{Sandbox: wrapper.SandboxBwrap}
+		return p
+	}
 	gitRow := PlanRow{Task: &spec.Task{ID: "S05"}, Type: "implementation", Nodes: []string{"a", "b"}, Tools: map[string]string{"a": "claude", "b": "codex"}, Git: true}
 	root := func(p NodeProbe) NodeProbe { p.Root = true; return p }
 	found := func(names ...string) NodeProbe {
@@ -62,6 +72,7 @@ api_modes:
 			[]string{"task S03 cannot run anywhere: on r claude would run as root with --dangerously-skip-permissions|IS_SANDBOX=1"}, 0},
 		{"dangerous claude as another user", []PlanRow{onR}, map[string]NodeProbe{"r": found("claude")}, nil, 0},
 		{"dangerous claude as root in a sandbox", []PlanRow{onBox}, map[string]NodeProbe{"box": root(found("claude"))}, nil, 0},
+		{"dangerous claude as root on a sandbox: on node", []PlanRow{onRB}, map[string]NodeProbe{"rb": bwrap(root(found("claude")))}, nil, 0},
 		{"a repo project's node with git", []PlanRow{gitRow}, map[string]NodeProbe{"a": found("claude"), "b": found("codex", "git")}, nil, 0},
 		{"a repo project's nodes without git", []PlanRow{gitRow}, map[string]NodeProbe{"a": found("claude"), "b": found("codex")},
 			[]string{"task S05 cannot run anywhere: a (no git in its PATH|b (no git in its PATH|install git"}, 0},

@@ -208,7 +208,8 @@ func (sp *sandboxSpec) hidden(p string) bool {
 // executable path: the directory of the name found in the PATH and that
 // of the file it links to or, for an npm package
 // (<prefix>/lib/node_modules/...), the whole prefix (its bin/ holds node,
-// its lib/ the package). A directory that is itself a hidden root (the
+// its lib/ the package), or of a local one (<dir>/node_modules/...) the
+// whole node_modules. A directory that is itself a hidden root (the
 // home) or holds the work_dir is never exposed: the tool must be
 // installed elsewhere.
 func (sp *sandboxSpec) exposeTool(path, workDir string) error {
@@ -222,6 +223,11 @@ func (sp *sandboxSpec) exposeTool(path, workDir string) error {
 	if real, err := filepath.EvalSymlinks(path); err == nil && real != path {
 		if i := strings.Index(real, "/lib/node_modules/"); i > 0 {
 			dirs = append(dirs, real[:i])
+		} else if i := strings.Index(real, "/node_modules/"); i > 0 {
+			// A local install (<dir>/node_modules/.bin): the whole
+			// node_modules, which holds the package's dependencies
+			// (codex's native binary is one).
+			dirs = append(dirs, real[:i+len("/node_modules")])
 		} else {
 			dirs = append(dirs, filepath.Dir(real))
 		}

@@ -669,15 +669,16 @@ func (s *supervisor) snapshot(r *LaunchRepo, out string) (string, string) {
 // closers are the parent's copies, to close once the tool has started.
 func (s *supervisor) toolCmd(out string) (*exec.Cmd, []io.Closer, error) {
 	spec := filepath.Join(s.dir, fileSpec)
-	args := make([]string, len(s.launch.Command))
-	for i, a := range s.launch.Command {
+	command, env := s.toolArgvEnv()
+	args := make([]string, len(command))
+	for i, a := range command {
 		args[i] = strings.ReplaceAll(a, "{spec}", spec)
 	}
-	path, err := lookPath(args[0], lookupEnv(s.env, "PATH"), out)
+	path, err := lookPath(args[0], lookupEnv(env, "PATH"), out)
 	if err != nil {
 		return nil, nil, fmt.Errorf("start tool: %w", err)
 	}
-	cmd := &exec.Cmd{Path: path, Args: args, Env: s.env, Dir: out}
+	cmd := &exec.Cmd{Path: path, Args: args, Env: env, Dir: out}
 	if s.sandbox != nil {
 		if err := s.sandbox.exposeTool(path, s.launch.WorkDir); err != nil {
 			return nil, nil, fmt.Errorf("start tool in the sandbox: %w", err)

@@ -139,6 +139,12 @@ type Launch struct {
 	// WorkDir is the node's work_dir, which the sandbox hides but for the
 	// attempt's own files; required with Sandbox.
 	WorkDir string `json:"work_dir,omitempty"`
+	// SandboxCommand, when set, replaces Command where the attempt really
+	// runs under bwrap (Sandbox "auto" on a node where it works): an agent
+	// CLI with its own approval prompts off, confined by the sandbox
+	// instead. SandboxEnv is then set over the tool's environment.
+	SandboxCommand []string          `json:"sandbox_command,omitempty"`
+	SandboxEnv     map[string]string `json:"sandbox_env,omitempty"`
 }
 
 // LaunchRepo is a git-native task's workspace: output/ becomes a clone of
@@ -295,6 +301,9 @@ func (l *Launch) normalize() error {
 		}
 	default:
 		return fmt.Errorf("stdin %q: want \"spec\", \"resume\" or \"\"", l.Stdin)
+	}
+	if len(l.SandboxCommand) > 0 && (l.SandboxCommand[0] == "" || l.Sandbox == "") {
+		return fmt.Errorf("sandbox_command needs sandbox and a program")
 	}
 	if l.StallSeconds < 0 {
 		return fmt.Errorf("negative stall_seconds")

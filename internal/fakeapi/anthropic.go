@@ -29,8 +29,9 @@ func anthropicCall(r *http.Request, body []byte) *call {
 	}
 	for _, m := range req.Messages {
 		var blocks []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
+			Type    string          `json:"type"`
+			Text    string          `json:"text"`
+			Content json.RawMessage `json:"content"`
 		}
 		var text string
 		if json.Unmarshal(m.Content, &text) == nil {
@@ -41,6 +42,7 @@ func anthropicCall(r *http.Request, body []byte) *call {
 		for _, b := range blocks {
 			if b.Type == "tool_result" {
 				c.toolResult = true
+				c.toolOutput += blockText(b.Content)
 			}
 		}
 		if c.prompt == "" && m.Role == "user" {
@@ -55,6 +57,24 @@ func anthropicCall(r *http.Request, body []byte) *call {
 		}
 	}
 	return c
+}
+
+// blockText is the text of a tool_result's content: a string or text
+// blocks.
+func blockText(raw json.RawMessage) string {
+	var text string
+	if json.Unmarshal(raw, &text) == nil {
+		return text
+	}
+	var blocks []struct {
+		Text string `json:"text"`
+	}
+	json.Unmarshal(raw, &blocks)
+	var b strings.Builder
+	for _, bl := range blocks {
+		b.WriteString(bl.Text)
+	}
+	return b.String()
 }
 
 // firstText keeps the prompt found so far, else takes text from a user
@@ -73,11 +93,16 @@ func anthropicAnswer(w http.ResponseWriter, a answer, stream bool) {
 		"cache_creation_input_tokens": 0, "cache_read_input_tokens": u.CachedIn}
 	stop := "end_turn"
 	var block map[string]any
-	if a.write != nil {
+	switch {
+	case a.write != nil:
 		stop = "tool_use"
 		block = map[string]any{"type": "tool_use", "id": "toolu_fake_1", "name": "Write",
 			"input": map[string]any{"file_path": a.write.path, "content": a.write.content}}
-	} else {
+	case a.run != "":
+		stop = "tool_use"
+		block = map[string]any{"type": "tool_use", "id": "toolu_fake_1", "name": "Bash",
+			"input": map[string]any{"command": a.run, "description": "Run the command"}}
+	default:
 		block = map[string]any{"type": "text", "text": a.text}
 	}
 	if !stream {
@@ -93,10 +118,10 @@ func anthropicAnswer(w http.ResponseWriter, a answer, stream bool) {
 		"stop_reason": nil, "stop_sequence": nil,
 		"usage": map[string]any{"input_tokens": uncached, "output_tokens": 1,
 			"cache_creation_input_tokens": 0, "cache_read_input_tokens": u.CachedIn}}})
-	if a.write != nil {
+	if stop == "tool_use" {
 		input, _ := json.Marshal(block["input"])
 		sse(w, "content_block_start", map[string]any{"type": "content_block_start", "index": 0,
-			"content_block": map[string]any{"type": "tool_use", "id": "toolu_fake_1", "name": "Write", "input": map[string]any{}}})
+			"content_block": map[string]any{"type": "tool_use", "id": "toolu_fake_1", "name": block["name"], "input": map[string]any{}}})
 		sse(w, "content_block_delta", map[string]any{"type": "content_block_delta", "index": 0,
 			"delta": map[string]any{"type": "input_json_delta", "partial_json": string(input)}})
 	} else {

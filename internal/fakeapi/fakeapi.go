@@ -79,6 +79,8 @@ type Request struct {
 	Tools int
 	// ToolResult reports whether the request carried a tool's result.
 	ToolResult bool
+	// ToolOutput is the text of the tool's result the request carried.
+	ToolOutput string
 	// Status is the HTTP status answered.
 	Status int
 	// Body is the request's body.
@@ -93,6 +95,10 @@ type Server struct {
 	// is relative to the CLI's working directory.
 	File    string
 	Content string
+	// Command, when set, is what the Work behaviour's tool call runs
+	// instead, with the CLI's shell tool (claude's Bash, codex's
+	// exec_command, gemini's run_shell_command), in its working directory.
+	Command string
 	// Reset is how long after a 429 the limit resets.
 	Reset time.Duration
 
@@ -217,7 +223,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNotFound)
 		return
 	}
-	req := Request{Path: r.URL.Path, Key: c.key, Model: c.model, Prompt: c.prompt, Tools: c.tools, ToolResult: c.toolResult, Body: string(body)}
+	req := Request{Path: r.URL.Path, Key: c.key, Model: c.model, Prompt: c.prompt, Tools: c.tools, ToolResult: c.toolResult, ToolOutput: c.toolOutput, Body: string(body)}
 	switch s.behaviour(c.key) {
 	case Unauthorized:
 		req.Status = http.StatusUnauthorized
@@ -247,6 +253,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			a.text = sideAnswer
 		case c.tools > 0 && !c.toolResult:
 			a = answer{usage: toolTurn, model: c.model, write: &write{path: c.path(s.File), content: s.Content}}
+			if s.Command != "" {
+				a = answer{usage: toolTurn, model: c.model, run: s.Command}
+			}
 		}
 		s.record(req, a.usage)
 		switch s.Provider {
@@ -267,6 +276,7 @@ type call struct {
 	prompt     string
 	tools      int
 	toolResult bool
+	toolOutput string
 	stream     bool
 	// json asks for a JSON text answer.
 	json bool
@@ -285,9 +295,11 @@ func (c *call) path(name string) string {
 
 type write struct{ path, content string }
 
-// answer is one model turn: a tool call that writes a file, or a text.
+// answer is one model turn: a tool call that writes a file or runs a
+// shell command, or a text.
 type answer struct {
 	write *write
+	run   string
 	text  string
 	usage Usage
 	model string

@@ -51,6 +51,7 @@ func geminiCall(r *http.Request, body []byte) *call {
 		for _, p := range m.Parts {
 			if len(p.FunctionResponse) > 0 {
 				c.toolResult = true
+				c.toolOutput += string(p.FunctionResponse)
 			} else if m.Role == "user" && p.Text != "" && !c.toolResult {
 				c.prompt = p.Text
 			}
@@ -63,10 +64,14 @@ func geminiCall(r *http.Request, body []byte) *call {
 func geminiAnswer(w http.ResponseWriter, a answer, stream bool) {
 	u := a.usage
 	var part map[string]any
-	if a.write != nil {
+	switch {
+	case a.write != nil:
 		part = map[string]any{"functionCall": map[string]any{"name": "write_file",
 			"args": map[string]any{"file_path": a.write.path, "content": a.write.content}}}
-	} else {
+	case a.run != "":
+		part = map[string]any{"functionCall": map[string]any{"name": "run_shell_command",
+			"args": map[string]any{"command": a.run, "description": "Run the command"}}}
+	default:
 		part = map[string]any{"text": a.text}
 	}
 	resp := map[string]any{

@@ -16,8 +16,9 @@ func openaiCall(r *http.Request, body []byte) *call {
 		Stream bool              `json:"stream"`
 		Tools  []json.RawMessage `json:"tools"`
 		Input  []struct {
-			Type    string `json:"type"`
-			Role    string `json:"role"`
+			Type    string          `json:"type"`
+			Role    string          `json:"role"`
+			Output  json.RawMessage `json:"output"`
 			Content []struct {
 				Type string `json:"type"`
 				Text string `json:"text"`
@@ -32,6 +33,7 @@ func openaiCall(r *http.Request, body []byte) *call {
 		switch it.Type {
 		case "function_call_output", "custom_tool_call_output":
 			c.toolResult = true
+			c.toolOutput += blockText(it.Output)
 		case "message", "":
 			if it.Role != "user" {
 				continue
@@ -53,8 +55,12 @@ func openaiCall(r *http.Request, body []byte) *call {
 func openaiAnswer(w http.ResponseWriter, a answer) {
 	u := a.usage
 	var item map[string]any
-	if a.write != nil {
-		args, _ := json.Marshal(map[string]any{"cmd": "printf '%s' " + shellQuote(a.write.content) + " > " + shellQuote(a.write.path)})
+	if a.write != nil || a.run != "" {
+		cmd := a.run
+		if a.write != nil {
+			cmd = "printf '%s' " + shellQuote(a.write.content) + " > " + shellQuote(a.write.path)
+		}
+		args, _ := json.Marshal(map[string]any{"cmd": cmd})
 		item = map[string]any{"type": "function_call", "id": "fc_fake_1", "call_id": "call_fake_1",
 			"name": "exec_command", "arguments": string(args), "status": "completed"}
 	} else {
