@@ -21,14 +21,15 @@ import (
 )
 
 // Keys are the keys nodes.yaml accepts, by section: "top", "controller",
-// "node", "api_mode" and "tool". The README's reference is checked against
+// "node", "sandbox_paths", "api_mode" and "tool". The README's reference is checked against
 // them.
 var Keys = map[string][]string{
-	"top":        {"controller", "nodes", "api_modes", "routes", "tools", "notify"},
-	"controller": {"poll_interval", "heartbeat_timeout", "node_offline_timeout", "max_retries", "retry_backoff", "retry_backoff_max", "max_fix_rounds", "ssh_connect_timeout", "max_parallel_ssh", "collect_max_bytes", "collect_max_files"},
-	"node":       {"name", "ssh", "slots", "spares", "api_mode", "api_modes", "work_dir", "tool", "min_free_mem", "tags", "dangerous", "strict_host_key_checking", "stall_timeout", "sandbox"},
-	"api_mode":   {"env", "max_concurrency", "dangerous", "fallback"},
-	"tool":       {"command", "model_flag"},
+	"top":           {"controller", "nodes", "api_modes", "routes", "tools", "notify"},
+	"controller":    {"poll_interval", "heartbeat_timeout", "node_offline_timeout", "max_retries", "retry_backoff", "retry_backoff_max", "max_fix_rounds", "ssh_connect_timeout", "max_parallel_ssh", "collect_max_bytes", "collect_max_files"},
+	"node":          {"name", "ssh", "slots", "spares", "api_mode", "api_modes", "work_dir", "tool", "min_free_mem", "tags", "dangerous", "strict_host_key_checking", "stall_timeout", "sandbox", "sandbox_paths"},
+	"sandbox_paths": {"ro", "rw"},
+	"api_mode":      {"env", "max_concurrency", "dangerous", "fallback"},
+	"tool":          {"command", "model_flag"},
 }
 
 // Config is a parsed and validated nodes.yaml.
@@ -94,10 +95,21 @@ type Node struct {
 	// (where bwrap works; a task may say off) or SandboxOff (never: a
 	// task that says on cannot run here); "" (not set) is SandboxOff.
 	Sandbox string
+	// SandboxPaths are the node's paths opened into its sandbox
+	// (sandbox_paths): toolchains and caches, each absolute or starting
+	// with ~/ (expanded on the node, as work_dir is).
+	SandboxPaths SandboxPaths
 	// StrictHostKeyChecking is "yes" (the default: unknown host keys are refused)
 	// or "accept-new" (an unknown key is recorded on first connection).
 	StrictHostKeyChecking string
 	Line                  int // line of the node in the file
+}
+
+// SandboxPaths are paths opened into a node's sandbox: RO read-only, RW
+// read-write (shared by every task of the node).
+type SandboxPaths struct {
+	RO []string
+	RW []string
 }
 
 // Values of Node.Sandbox, and of a task's sandbox (spec, project.yaml).
@@ -590,6 +602,9 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 			n.Sandbox = s
 		}
 	}
+	if v := f["sandbox_paths"].val; v != nil && !yamlval.IsNull(v) {
+		n.SandboxPaths = p.sandboxPaths(v, where, n.WorkDir)
+	}
 	if v := f["strict_host_key_checking"].val; v != nil && !yamlval.IsNull(v) {
 		if s, sok := p.Scalar(v, where, "strict_host_key_checking"); sok {
 			if s == "yes" || s == "accept-new" {
@@ -602,6 +617,89 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 		}
 	}
 	return n, ok
+}
+
+// sandboxPaths reads a node's sandbox_paths: {ro: [paths], rw: [paths]}.
+func (p *parser) sandboxPaths(v *yaml.Node, where, workDir string) SandboxPaths {
+	var out SandboxPaths
+	f, ok := p.fields(v, where+" sandbox_paths", "sandbox_paths", Keys["sandbox_paths"]...)
+	if !ok {
+		return out
+	}
+	seen := map[string]string{}
+	for _, key := range Keys["sandbox_paths"] {
+		list := yamlval.Resolve(f[key].val)
+		if list == nil || yamlval.IsNull(list) {
+			continue
+		}
+		if list.Kind != yaml.SequenceNode {
+			p.Errorf(list, fmt.Sprintf("write it as a list, e.g. sandbox_paths: {%s: [~/go/pkg/mod]}", key),
+				"%s: sandbox_paths %s must be a list, not %s", where, key, yamlval.Describe(list))
+			continue
+		}
+		for _, item := range list.Content {
+			item = yamlval.Resolve(item)
+			s, sok := p.Scalar(item, where, "sandbox_paths "+key)
+			if !sok {
+				continue
+			}
+			c, why, fix := SandboxPathProblem(s, workDir)
+			if why != "" {
+				p.Errorf(item, fix, "%s: sandbox_paths %s: %q %s", where, key, s, why)
+				continue
+			}
+			if other, dup := seen[c]; dup {
+				p.Errorf(item, "list each path once, under ro or rw",
+					"%s: sandbox_paths %s: %q is already listed under %s", where, key, s, other)
+				continue
+			}
+			seen[c] = key
+			if key == "ro" {
+				out.RO = append(out.RO, c)
+			} else {
+				out.RW = append(out.RW, c)
+			}
+		}
+	}
+	return out
+}
+
+// SandboxPathProblem checks one path of sandbox_paths against the node's
+// work_dir (as nodes.yaml writes both: absolute or ~/...). It returns the
+// path cleaned, or why it cannot be opened into the sandbox and the fix.
+func SandboxPathProblem(s, workDir string) (clean, why, fix string) {
+	const example = "e.g. ~/go/pkg/mod or /opt/cache"
+	if s != "~" && !strings.HasPrefix(s, "~/") && !path.IsAbs(s) {
+		return "", "must be absolute or start with ~/", "write an absolute path or one starting with ~/, " + example
+	}
+	for _, part := range strings.Split(s, "/") {
+		if part == ".." {
+			return "", "must not contain ..", "write the path without .., " + example
+		}
+	}
+	c := path.Clean(s)
+	switch {
+	case c == "/":
+		return "", "would open the whole file system", "list the directories the tasks need, " + example
+	case c == "~":
+		return "", "would open the node user's whole home (its ~/.ssh, its credentials)",
+			"list the directories under the home the tasks need, " + example
+	}
+	wd := path.Clean(workDir)
+	comparable := strings.HasPrefix(c, "~") == strings.HasPrefix(wd, "~")
+	inside := func(p, root string) bool { return p == root || strings.HasPrefix(p, root+"/") }
+	switch {
+	case comparable && inside(c, path.Join(wd, ".bin")):
+		return "", "is inside the work_dir's .bin (the wrapper and its private records)",
+			"open a toolchain or cache of its own, never the wrapper's directory"
+	case comparable && inside(wd, c):
+		return "", fmt.Sprintf("is the work_dir %s or holds it: every task's files would be open", workDir),
+			"list a directory that does not hold the work_dir, " + example
+	case comparable && inside(c, wd):
+		return "", fmt.Sprintf("is inside the work_dir %s, which the sandbox keeps from the tasks", workDir),
+			"keep shared caches outside the work_dir, " + example
+	}
+	return c, "", ""
 }
 
 // names reads a list of api_mode names.
