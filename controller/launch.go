@@ -390,6 +390,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		TimeoutSeconds: timeout.Seconds(), Setup: opts.Setup, StallSeconds: stallTimeout(t, opts, n.cfg).Seconds()}
 	if sb != "" {
 		launch.Sandbox, launch.WorkDir = sb, inst.WorkDir
+		launch.SandboxPaths = sandboxPaths(n.cfg.SandboxPaths)
 	}
 	if _, builtin := builtinTools[tool]; builtin {
 		launch.Transcript = tool
@@ -429,6 +430,16 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		}
 	}
 	return wrapper.LaunchItem{Dir: dir, Spec: string(snapshot), Launch: launch, Env: env}, true
+}
+
+// sandboxPaths is launch.json's sandbox_paths for a node's: nil for none.
+// The paths go as nodes.yaml writes them; the wrapper expands ~/ on the
+// node.
+func sandboxPaths(p nodes.SandboxPaths) *wrapper.SandboxPaths {
+	if len(p.RO) == 0 && len(p.RW) == 0 {
+		return nil
+	}
+	return &wrapper.SandboxPaths{RO: p.RO, RW: p.RW}
 }
 
 // toolLaunch sets l's command, stdin and tool settings for tool under the

@@ -1,6 +1,12 @@
 package controller
 
-import "testing"
+import (
+	"reflect"
+	"testing"
+
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/wrapper"
+)
 
 // TestSandboxLaunch: what launch.json asks of the wrapper for each task
 // setting on each node setting, and where a task may not run.
@@ -18,5 +24,18 @@ func TestSandboxLaunch(t *testing.T) {
 		if got != c.want || ok != c.ok || (ok == (why != "")) {
 			t.Errorf("task %q on node %q: %q, %v, %q; want %q, %v", c.task, c.node, got, ok, why, c.want, c.ok)
 		}
+	}
+}
+
+// TestSandboxPathsLaunch: a node's sandbox_paths reach launch.json as
+// nodes.yaml writes them (the wrapper expands ~/ on the node).
+func TestSandboxPathsLaunch(t *testing.T) {
+	if got := sandboxPaths(nodes.SandboxPaths{}); got != nil {
+		t.Errorf("no sandbox_paths: %+v, want none", got)
+	}
+	got := sandboxPaths(nodes.SandboxPaths{RO: []string{"~/go/pkg/mod"}, RW: []string{"/opt/cache"}})
+	want := &wrapper.SandboxPaths{RO: []string{"~/go/pkg/mod"}, RW: []string{"/opt/cache"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("sandbox_paths: %+v, want %+v", got, want)
 	}
 }

@@ -136,6 +136,15 @@ type sandboxSpec struct {
 	hide []string
 	ro   []string
 	rw   []string
+	// paths are the node's sandbox_paths, bound last with --ro-bind-try
+	// or --bind-try (bwrap skips a missing source).
+	paths []pathBind
+}
+
+// pathBind binds src at dst, read-write when rw.
+type pathBind struct {
+	src, dst string
+	rw       bool
 }
 
 // args is bwrap's argv (without the program) running argv in dir.
@@ -149,6 +158,13 @@ func (sp *sandboxSpec) args(dir string, argv []string) []string {
 	}
 	for _, p := range sp.rw {
 		a = append(a, "--bind", p, p)
+	}
+	for _, b := range sp.paths {
+		flag := "--ro-bind-try"
+		if b.rw {
+			flag = "--bind-try"
+		}
+		a = append(a, flag, b.src, b.dst)
 	}
 	a = append(a, bwrapBaseArgs...)
 	a = append(a, "--chdir", dir, "--")
@@ -189,6 +205,48 @@ func newSandboxSpec(bwrap, taskDir, workDir string, homes []string, exeDir, repo
 	sp.ro = append(sp.ro, filepath.Join(taskDir, fileSpec))
 	sp.rw = []string{filepath.Join(taskDir, dirOutput), filepath.Join(taskDir, dirHome)}
 	return sp
+}
+
+// openPaths adds the node's sandbox_paths, ~/ expanded with home: each
+// at its own place and, when under the home, at the same place in the
+// private HOME (where the tools look, $HOME being that one). A path that
+// is, holds or lies in the work_dir, or holds a hidden root, is refused;
+// missing are the paths that do not exist (bwrap skips them).
+func (sp *sandboxSpec) openPaths(paths *SandboxPaths, home, taskDir, workDir string) (missing []string, err error) {
+	if paths == nil {
+		return nil, nil
+	}
+	add := func(list []string, rw bool) error {
+		for _, p := range list {
+			src, dst := p, ""
+			if rest, ok := strings.CutPrefix(p, "~/"); ok {
+				if home == "" {
+					return fmt.Errorf("sandbox_paths: %s: the node user has no home", p)
+				}
+				src, dst = filepath.Join(home, rest), filepath.Join(taskDir, dirHome, rest)
+			}
+			if under(src, workDir) || under(workDir, src) {
+				return fmt.Errorf("sandbox_paths: %s (%s) overlaps the work_dir %s", p, src, workDir)
+			}
+			for _, h := range sp.hide {
+				if under(h, src) {
+					return fmt.Errorf("sandbox_paths: %s (%s) would open all of %s, which the sandbox hides", p, src, h)
+				}
+			}
+			if _, err := os.Stat(src); err != nil {
+				missing = append(missing, src)
+			}
+			sp.paths = append(sp.paths, pathBind{src: src, dst: src, rw: rw})
+			if dst != "" {
+				sp.paths = append(sp.paths, pathBind{src: src, dst: dst, rw: rw})
+			}
+		}
+		return nil
+	}
+	if err := add(paths.RO, false); err != nil {
+		return nil, err
+	}
+	return missing, add(paths.RW, true)
 }
 
 // hidden reports whether p is out of the sandbox's sight.
@@ -354,7 +412,21 @@ func (s *supervisor) decideSandbox() {
 	if s.launch.Repo != nil {
 		repo = s.launch.Repo.Dir
 	}
-	s.sandbox = newSandboxSpec(pr.Path, s.dir, s.launch.WorkDir, nodeHomes(), filepath.Dir(exe), repo)
+	homes := nodeHomes()
+	sp := newSandboxSpec(pr.Path, s.dir, s.launch.WorkDir, homes, filepath.Dir(exe), repo)
+	home := ""
+	if len(homes) > 0 {
+		home = homes[0]
+	}
+	missing, err := sp.openPaths(s.launch.SandboxPaths, home, s.dir, s.launch.WorkDir)
+	if err != nil {
+		s.sandboxErr = err.Error() + "; fix: correct the node's sandbox_paths in nodes.yaml"
+		return
+	}
+	for _, p := range missing {
+		s.logger.Info("sandbox_paths: not on this node, skipped", "path", p)
+	}
+	s.sandbox = sp
 	s.env = sandboxEnv(s.env, s.dir)
 }
 

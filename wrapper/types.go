@@ -143,6 +143,9 @@ type Launch struct {
 	// runs under bwrap (Sandbox "auto" on a node where it works): an agent
 	// CLI with its own approval prompts off, confined by the sandbox
 	// instead. SandboxEnv is then set over the tool's environment.
+	// SandboxPaths are the node's paths opened into the sandbox (its
+	// sandbox_paths): each absolute or ~/... (the node user's home).
+	SandboxPaths   *SandboxPaths     `json:"sandbox_paths,omitempty"`
 	SandboxCommand []string          `json:"sandbox_command,omitempty"`
 	SandboxEnv     map[string]string `json:"sandbox_env,omitempty"`
 }
@@ -288,6 +291,30 @@ type ErrorReply struct {
 	Kind  string `json:"kind"`
 }
 
+// SandboxPaths are paths bound into the sandbox: RO read-only, RW
+// read-write. Each is absolute or starts with ~/ (the node user's home),
+// clean, and neither / nor the home.
+type SandboxPaths struct {
+	RO []string `json:"ro,omitempty"`
+	RW []string `json:"rw,omitempty"`
+}
+
+func (sp *SandboxPaths) check() error {
+	if sp == nil {
+		return nil
+	}
+	for _, p := range append(append([]string{}, sp.RO...), sp.RW...) {
+		rest, home := strings.CutPrefix(p, "~/")
+		if !home {
+			rest = strings.TrimPrefix(p, "/")
+		}
+		if (!home && !filepath.IsAbs(p)) || rest == "" || filepath.Clean("/"+rest) != "/"+rest {
+			return fmt.Errorf("sandbox_paths: %q: want an absolute or ~/ path, clean, other than / and ~", p)
+		}
+	}
+	return nil
+}
+
 // normalize fills in defaults and rejects what no attempt could run with.
 func (l *Launch) normalize() error {
 	if len(l.Command) == 0 || l.Command[0] == "" {
@@ -319,6 +346,9 @@ func (l *Launch) normalize() error {
 		}
 	default:
 		return fmt.Errorf("sandbox %q: want %q, %q or none", l.Sandbox, SandboxBwrap, SandboxAuto)
+	}
+	if err := l.SandboxPaths.check(); err != nil {
+		return err
 	}
 	if err := checkBase(l.Base); err != nil {
 		return err
