@@ -85,9 +85,8 @@ func sandboxProbe() SandboxReply {
 }
 
 func probeBwrap(ctx context.Context) SandboxReply {
-	if runtime.GOOS != "linux" {
-		return SandboxReply{Error: "no sandbox for " + runtime.GOOS + " yet (bubblewrap is Linux only; macOS's Seatbelt is not supported yet)",
-			Fix: "run tasks that need sandbox: on on Linux nodes"}
+	if r := noSandboxOn(runtime.GOOS); r != nil {
+		return *r
 	}
 	path, err := exec.LookPath("bwrap")
 	if err != nil {
