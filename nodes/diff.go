@@ -109,5 +109,6 @@ func NodeDiff(o, n Node) NodeChange {
 	diff("tags", false, !slices.Equal(o.Tags, n.Tags))
 	diff("dangerous", false, o.Dangerous != n.Dangerous)
 	diff("stall_timeout", false, o.Stall != n.Stall)
+	diff("sandbox_paths", false, !slices.Equal(o.SandboxPaths.RO, n.SandboxPaths.RO) || !slices.Equal(o.SandboxPaths.RW, n.SandboxPaths.RW))
 	return c
 }

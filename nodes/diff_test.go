@@ -46,6 +46,15 @@ nodes:
     slots: 1
     work_dir: /srv/dispatch
 `, want: ConfigDiff{Changed: []NodeChange{{Name: "a", Fields: []string{"ssh"}, Reach: true}, {Name: "b", Fields: []string{"work_dir"}, Reach: true}}}},
+		{name: "sandbox_paths", next: `
+nodes:
+  - name: a
+    ssh: alice@a.example
+    slots: 2
+    sandbox_paths: {ro: [~/go/pkg/mod]}
+  - name: b
+    slots: 1
+`, want: ConfigDiff{Changed: []NodeChange{{Name: "a", Fields: []string{"sandbox_paths"}}}}, says: "changed a (sandbox_paths)"},
 		{name: "controller section and an api_mode", next: `
 controller:
   poll_interval: 5s
