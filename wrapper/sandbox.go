@@ -62,6 +62,9 @@ type SandboxReply struct {
 	Path    string `json:"path,omitempty"`
 	Error   string `json:"error,omitempty"`
 	Fix     string `json:"fix,omitempty"`
+	// Limits is how the node enforces a task's limits: EnforceRlimits
+	// or EnforceNone (see limits.go). Empty from a wrapper before limits.
+	Limits string `json:"limits,omitempty"`
 }
 
 // bwrapBaseArgs are the flags of every bwrap the wrapper runs, the probe's
@@ -123,7 +126,9 @@ func cmdSandbox(args []string, stdout io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	return printJSON(stdout, sandboxProbe())
+	reply := sandboxProbe()
+	reply.Limits = limitEnforcement()
+	return printJSON(stdout, reply)
 }
 
 // sandboxSpec is what one attempt's sandbox shows of the node.

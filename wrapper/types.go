@@ -32,6 +32,13 @@ const (
 	// ClassStalled: the tool wrote nothing (task.log, its transcript) for
 	// the launch's stall_seconds; the supervisor stopped it.
 	ClassStalled = "stalled"
+	// ClassOOM: the attempt's processes passed its memory limit; the
+	// watchdog killed them (see limits.go). Not retried: it would need
+	// the same memory again.
+	ClassOOM = "oom"
+	// ClassPids: the attempt's processes and threads passed its pids
+	// limit; the watchdog killed them. Not retried either.
+	ClassPids = "pids"
 	// ClassHung is the controller's, never in status.json: the wrapper was
 	// alive but its heartbeat did not change for heartbeat_timeout.
 	ClassHung = "hung"
@@ -139,6 +146,9 @@ type Launch struct {
 	// WorkDir is the node's work_dir, which the sandbox hides but for the
 	// attempt's own files; required with Sandbox.
 	WorkDir string `json:"work_dir,omitempty"`
+	// Limits, when set, bounds the resources of setup and the tool,
+	// sandboxed or not (see limits.go).
+	Limits *Limits `json:"limits,omitempty"`
 }
 
 // LaunchRepo is a git-native task's workspace: output/ becomes a clone of
@@ -310,6 +320,11 @@ func (l *Launch) normalize() error {
 		}
 	default:
 		return fmt.Errorf("sandbox %q: want %q, %q or none", l.Sandbox, SandboxBwrap, SandboxAuto)
+	}
+	if l.Limits != nil {
+		if err := l.Limits.check(); err != nil {
+			return err
+		}
 	}
 	if err := checkBase(l.Base); err != nil {
 		return err
