@@ -75,8 +75,8 @@ func (s *supervisor) limited(cmd *exec.Cmd) (*exec.Cmd, error) {
 // procInfo is one process as the watchdog sees it in /proc.
 type procInfo struct {
 	pid, ppid, pgid, uid int
-	threads            int
-	rss                int64 // bytes
+	threads              int
+	rss                  int64 // bytes
 }
 
 var pageSize = int64(os.Getpagesize())

@@ -175,7 +175,8 @@ func TestLimitsFileSize(t *testing.T) {
 			}
 			out := filepath.Join(n.taskDir("LIMITED"), dirOutput)
 			if fi, err := os.Stat(filepath.Join(out, "big")); err != nil || fi.Size() > 1<<20 {
-				log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), fileLog)); t.Errorf("the file written past file_size: %v, %v; want at most 1 MiB; log %s, %+v", fi, err, log, st)
+				log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), fileLog))
+				t.Errorf("the file written past file_size: %v, %v; want at most 1 MiB; log %s, %+v", fi, err, log, st)
 			}
 			if _, err := os.Stat(filepath.Join(out, "after")); err == nil {
 				t.Error("the write past file_size succeeded")

@@ -75,7 +75,7 @@ type supervisor struct {
 	cur        *proc
 	stopReason string
 	limitMsg   string // why the watchdog stopped the attempt
-	finishing  bool // the tool has exited: a stop asked now is too late
+	finishing  bool   // the tool has exited: a stop asked now is too late
 	notice     notice
 	noticeAt   time.Time
 	session    string // the tool's session id, as its output named it
