@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/dispatch-tool/dispatch/internal/yamlval"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -386,6 +387,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 	} else if sb != "" {
 		launch.Sandbox, launch.WorkDir = sb, inst.WorkDir
 	}
+	launch.Limits = launchLimits(t.Limits, n.cfg.Limits)
 	if _, builtin := builtinTools[tool]; builtin {
 		launch.Transcript = tool
 	}
@@ -628,4 +630,14 @@ func (c *Controller) modeEnv(name string) (map[string]string, error) {
 		env[k] = val
 	}
 	return env, nil
+}
+
+// launchLimits is launch.json's limits: each of the task's (front matter,
+// else project.yaml), else the node's; nil when none is set.
+func launchLimits(task, node yamlval.Limits) *wrapper.Limits {
+	l := task.Over(node)
+	if l.Zero() {
+		return nil
+	}
+	return &wrapper.Limits{MemoryBytes: l.Memory, CPU: l.CPU, Pids: l.Pids, FileSizeBytes: l.FileSize}
 }
