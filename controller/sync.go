@@ -637,7 +637,7 @@ func sameSettings(a, b store.Task) bool {
 	return a.Title == b.Title && a.Type == b.Type && a.Tool == b.Tool && a.Model == b.Model &&
 		a.Priority == b.Priority && slices.Equal(a.DependsOn, b.DependsOn) && slices.Equal(a.Tags, b.Tags) &&
 		a.NodePin == b.NodePin && a.Timeout == b.Timeout && a.Stall == b.Stall && a.MaxRetries == b.MaxRetries && a.BaseDir == b.BaseDir &&
-		a.BaseCommit == b.BaseCommit
+		a.BaseCommit == b.BaseCommit && a.Limits == b.Limits
 }
 
 // reopenPhase puts a finished project back into its implementation phase:
