@@ -76,7 +76,8 @@ func (s *supervisor) limited(cmd *exec.Cmd) (*exec.Cmd, error) {
 type procInfo struct {
 	pid, ppid, pgid, uid int
 	threads              int
-	rss                  int64 // bytes
+	rss                  int64  // bytes
+	start                string // procStart: with the pid, names the process
 }
 
 var pageSize = int64(os.Getpagesize())
@@ -101,6 +102,7 @@ func scanProcs() ([]procInfo, error) {
 		p.ppid, _ = strconv.Atoi(f[1])
 		p.pgid, _ = strconv.Atoi(f[2])
 		p.threads, _ = strconv.Atoi(f[17])
+		p.start = f[19]
 		rss, _ := strconv.ParseInt(f[21], 10, 64)
 		p.rss = rss * pageSize
 		if fi, err := e.Info(); err == nil {
@@ -191,6 +193,11 @@ func (s *supervisor) watchLimits(p *proc) {
 		if killing {
 			syscall.Kill(-p.pgid, syscall.SIGKILL)
 			for _, q := range mine {
+				// Only the process the scan saw: its pid may have been
+				// reused since.
+				if start, err := procStart(q.pid); err != nil || start != q.start {
+					continue
+				}
 				if err := syscall.Kill(q.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 					s.logger.Warn("limits: kill", logKeyPID, q.pid, logKeyErr, err)
 				}

@@ -37,8 +37,8 @@ import (
 // otherwise keep them and the task could remount / read-write), in a new
 // session (--new-session) and dies with the supervisor (--die-with-parent).
 // The environment reaches the tool through bwrap's own environment, never
-// its argv. Not confined yet: the network, memory, cpu and process
-// limits (issue 20).
+// its argv. Limits (memory, pids, file size) apply with or without the
+// sandbox (see limits.go). Not confined yet: the network and cpu (issue 20).
 
 // Values of Launch.Sandbox and Status.Sandbox.
 const (
