@@ -14,6 +14,10 @@ import (
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
 
+// limitName is the limit behind each class of a task killed for a limit
+// (not retried: it would need the same again).
+var limitName = map[string]string{wrapper.ClassOOM: "memory", wrapper.ClassPids: "pids"}
+
 // retryable lists the error classes that are retried (SPEC §7 step 4).
 var retryable = map[string]bool{
 	wrapper.ClassExit: true, wrapper.ClassCrash: true, wrapper.ClassTimeout: true,

@@ -535,6 +535,9 @@ func decideRetry(t store.Task, from, class string, now time.Time, backoff func(i
 		switch {
 		case retryable[class]:
 			return nil, fmt.Sprintf("out of retries (%d of %d used)", t.RetriesUsed, t.MaxRetries)
+		case class == wrapper.ClassOOM || class == wrapper.ClassPids:
+			// The same task would need the same again.
+			return nil, fmt.Sprintf("killed for its %s limit: not retried; raise limits.%s and `dispatch retry`", limitName[class], limitName[class])
 		}
 		return nil, fmt.Sprintf("%s errors are not retried", class)
 	}

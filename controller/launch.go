@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/dispatch-tool/dispatch/internal/yamlval"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -392,6 +393,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		launch.Sandbox, launch.WorkDir = sb, inst.WorkDir
 		launch.SandboxPaths = sandboxPaths(n.cfg.SandboxPaths)
 	}
+	launch.Limits = launchLimits(t.Limits, n.cfg.Limits)
 	if _, builtin := builtinTools[tool]; builtin {
 		launch.Transcript = tool
 	}
@@ -677,4 +679,14 @@ func (c *Controller) modeEnv(name string) (map[string]string, error) {
 		env[k] = val
 	}
 	return env, nil
+}
+
+// launchLimits is launch.json's limits: each of the task's (front matter,
+// else project.yaml), else the node's; nil when none is set.
+func launchLimits(task, node yamlval.Limits) *wrapper.Limits {
+	l := task.Over(node)
+	if l.Zero() {
+		return nil
+	}
+	return &wrapper.Limits{MemoryBytes: l.Memory, CPU: l.CPU, Pids: l.Pids, FileSizeBytes: l.FileSize}
 }

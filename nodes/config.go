@@ -26,7 +26,7 @@ import (
 var Keys = map[string][]string{
 	"top":           {"controller", "nodes", "api_modes", "routes", "tools", "notify"},
 	"controller":    {"poll_interval", "heartbeat_timeout", "node_offline_timeout", "max_retries", "retry_backoff", "retry_backoff_max", "max_fix_rounds", "ssh_connect_timeout", "max_parallel_ssh", "collect_max_bytes", "collect_max_files"},
-	"node":          {"name", "ssh", "slots", "spares", "api_mode", "api_modes", "work_dir", "tool", "min_free_mem", "tags", "dangerous", "strict_host_key_checking", "stall_timeout", "sandbox", "sandbox_paths"},
+	"node":          {"name", "ssh", "slots", "spares", "api_mode", "api_modes", "work_dir", "tool", "min_free_mem", "tags", "dangerous", "strict_host_key_checking", "stall_timeout", "sandbox", "sandbox_paths", "limits"},
 	"sandbox_paths": {"ro", "rw"},
 	"api_mode":      {"env", "max_concurrency", "dangerous", "fallback"},
 	"tool":          {"command", "model_flag"},
@@ -99,6 +99,9 @@ type Node struct {
 	// (sandbox_paths): toolchains and caches, each absolute or starting
 	// with ~/ (expanded on the node, as work_dir is).
 	SandboxPaths SandboxPaths
+	// Limits are the node's default limits of its tasks (issue 20): each
+	// one a task's front matter or project.yaml does not set.
+	Limits yamlval.Limits
 	// StrictHostKeyChecking is "yes" (the default: unknown host keys are refused)
 	// or "accept-new" (an unknown key is recorded on first connection).
 	StrictHostKeyChecking string
@@ -604,6 +607,9 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 	}
 	if v := f["sandbox_paths"].val; v != nil && !yamlval.IsNull(v) {
 		n.SandboxPaths = p.sandboxPaths(v, where, n.WorkDir)
+	}
+	if v := f["limits"].val; v != nil && !yamlval.IsNull(v) {
+		n.Limits, _ = p.Limits(v, where, "limits")
 	}
 	if v := f["strict_host_key_checking"].val; v != nil && !yamlval.IsNull(v) {
 		if s, sok := p.Scalar(v, where, "strict_host_key_checking"); sok {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/internal/yamlval"
 )
 
 func fixture(name string) string { return filepath.Join("testdata", name, "nodes.yaml") }
@@ -422,5 +424,41 @@ func TestCollectQuotas(t *testing.T) {
 		if _, err := Parse("nodes.yaml", []byte("controller:\n  "+bad+"\n"+base)); err == nil {
 			t.Errorf("%s accepted, want an error", bad)
 		}
+	}
+}
+
+// TestParseLimits: a node's limits are read and checked like a project's;
+// a bad one stops the file.
+func TestParseLimits(t *testing.T) {
+	tests := []struct {
+		name, limits string
+		want         yamlval.Limits
+		problem      string
+	}{
+		{"all", "{memory: 4GiB, cpu: 2, pids: 512, file_size: 8GiB}", yamlval.Limits{Memory: 4 << 30, CPU: 2, Pids: 512, FileSize: 8 << 30}, ""},
+		{"memory only", "{memory: 200MiB}", yamlval.Limits{Memory: 200 << 20}, ""},
+		{"no unit", "{memory: 4096}", yamlval.Limits{}, `node "a": limits.memory: 4096 has no unit`},
+		{"zero size", "{file_size: 0GiB}", yamlval.Limits{}, `node "a": limits.file_size must be positive, not 0GiB`},
+		{"negative pids", "{pids: -5}", yamlval.Limits{}, `node "a": limits.pids must be a whole number from 1 to 4194304, not -5`},
+		{"unknown key", "{memory_max: 1GiB}", yamlval.Limits{}, `node "a": limits: unknown key "memory_max"`},
+		{"scalar", "4GiB", yamlval.Limits{}, `node "a": limits must be a mapping`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Parse("nodes.yaml", []byte("nodes:\n  - name: a\n    limits: "+tc.limits+"\n"))
+			if tc.problem == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := cfg.Nodes[0].Limits; got != tc.want {
+					t.Errorf("limits %+v, want %+v", got, tc.want)
+				}
+				return
+			}
+			var errs ConfigErrors
+			if !errors.As(err, &errs) || len(errs) != 1 || errs[0].Line != 3 || !strings.Contains(errs[0].Msg, tc.problem) || errs[0].Fix == "" {
+				t.Errorf("Parse error %v; want one at line 3 containing %q, with a fix", err, tc.problem)
+			}
+		})
 	}
 }

@@ -289,7 +289,7 @@ func (l *loader) readText(path string) (text string, exists, ok bool) {
 
 // ProjectKeys are the keys project.yaml accepts.
 var ProjectKeys = []string{"integration", "verification", "max_fix_rounds", "integration_spec",
-	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget", "notify", "schedule", "sandbox"}
+	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget", "notify", "schedule", "sandbox", "limits"}
 
 func (l *loader) loadConfig() {
 	path := l.path(ConfigFile)
@@ -361,6 +361,8 @@ func (l *loader) loadConfig() {
 			c.Stall, _ = y.Duration(v, "", key)
 		case "sandbox":
 			c.Sandbox, _ = y.Sandbox(v, "", key)
+		case "limits":
+			c.Limits, _ = y.Limits(v, "", key)
 		case "budget":
 			if v.Kind != yaml.MappingNode {
 				y.Errorf(v, "write budget: {usd: 20, tokens: 5000000, max_attempt_usd: 50} (any of them)", "budget must be a mapping, not %s", yamlval.Describe(v))
@@ -550,7 +552,7 @@ func (l *loader) loadShared() {
 
 // TaskKeys are the keys a spec's front matter accepts.
 var TaskKeys = []string{"type", "tool", "model", "priority", "depends_on", "timeout",
-	"max_retries", "node", "tags", "context", "stall_timeout", "sandbox"}
+	"max_retries", "node", "tags", "context", "stall_timeout", "sandbox", "limits"}
 
 // parseTask parses one task file. It returns nil when the file could not
 // be read as text at all; otherwise problems are reported and the task is
@@ -572,6 +574,7 @@ func (l *loader) parseTask(f taskFile) *parsed {
 		Timeout:    cfg.Timeout,
 		Stall:      cfg.Stall,
 		Sandbox:    cfg.Sandbox,
+		Limits:     cfg.Limits,
 		MaxRetries: cfg.MaxRetries,
 	}
 	p := &parsed{task: t, depLines: map[string]int{}}
@@ -704,6 +707,10 @@ func (l *loader) frontMatter(y yamlFile, root *yaml.Node, p *parsed) []item {
 		case "sandbox":
 			if s, ok := y.Sandbox(v, "", key); ok {
 				t.Sandbox = s
+			}
+		case "limits":
+			if lim, ok := y.Limits(v, "", key); ok {
+				t.Limits = lim.Over(l.project.Config.Limits)
 			}
 		case "max_retries":
 			if n, ok := y.Int(v, "", key, 0, yamlval.MaxInt); ok {

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"github.com/dispatch-tool/dispatch/internal/yamlval"
 	"os"
 	"path/filepath"
 	"slices"
@@ -311,6 +312,23 @@ func TestLoadErrors(t *testing.T) {
 			want:  []wantErr{{"p/S01.md", 3, "invalid YAML in front matter: mapping values are not allowed"}},
 		},
 		{
+			name: "limits",
+			files: map[string]string{
+				"p/project.yaml": "limits: {memory: 4096, pids: 0}\n",
+				"p/S01-a.md":     "---\nlimits: {file_size: -1MiB, cpu: two}\n---\n# a\n",
+				"p/S02-b.md":     "---\nlimits: {memroy: 1GiB}\n---\n# b\n",
+				"p/S03-c.md":     "---\nlimits: 4GiB\n---\n# c\n",
+			},
+			want: []wantErr{
+				{"p/S01-a.md", 2, `limits.file_size: "-1MiB" is not a size`},
+				{"p/S01-a.md", 2, `limits.cpu must be a number, not "two"`},
+				{"p/S02-b.md", 2, `limits: unknown key "memroy"`},
+				{"p/S03-c.md", 2, `limits must be a mapping, not "4GiB"`},
+				{"p/project.yaml", 1, "limits.memory: 4096 has no unit"},
+				{"p/project.yaml", 1, "limits.pids must be a whole number from 1 to 4194304, not 0"},
+			},
+		},
+		{
 			name:  "halt is not a mapping",
 			files: map[string]string{"p/S01.md": "# x\n", "p/project.yaml": "halt: 3\n"},
 			want:  []wantErr{{"p/project.yaml", 1, "halt must be a mapping, not 3"}},
@@ -328,6 +346,32 @@ func TestLoadErrors(t *testing.T) {
 			}
 			checkErrors(t, dir, err, tc.want)
 		})
+	}
+}
+
+// TestLoadLimits: each limit of a task's front matter overrides the one
+// of project.yaml; the others are the project's.
+func TestLoadLimits(t *testing.T) {
+	dir := writeSpecs(t, map[string]string{
+		"p/project.yaml": "limits: {memory: 4GiB, pids: 512}\n",
+		"p/S01-a.md":     "---\nlimits: {memory: 200MiB, file_size: 8GiB}\n---\n# a\n",
+		"p/S02-b.md":     "# b\n",
+	})
+	p, err := Load(dir, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]yamlval.Limits{
+		"S01": {Memory: 200 << 20, Pids: 512, FileSize: 8 << 30},
+		"S02": {Memory: 4 << 30, Pids: 512},
+	}
+	if len(p.Tasks) != len(want) {
+		t.Fatalf("%d tasks, want %d", len(p.Tasks), len(want))
+	}
+	for _, task := range p.Tasks {
+		if task.Limits != want[task.ID] {
+			t.Errorf("%s: limits %+v, want %+v", task.ID, task.Limits, want[task.ID])
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"github.com/dispatch-tool/dispatch/gitrepo"
+	"github.com/dispatch-tool/dispatch/internal/yamlval"
 	"github.com/dispatch-tool/dispatch/notify"
 	"github.com/dispatch-tool/dispatch/schedule"
 	"sort"
@@ -33,15 +34,18 @@ type Task struct {
 	Tool  string // front matter, else project.yaml, else "" (the controller picks the node's tool, else claude)
 	Model string // front matter; "" when not set
 
-	Priority   int           // 1 (first) .. 9; DefaultPriority when not set
-	DependsOn  []string      // IDs of tasks of the same project, without duplicates
-	Timeout    time.Duration // front matter, else project.yaml, else 0 (the controller's default)
-	Stall      time.Duration // stall_timeout: front matter, else project.yaml, else 0 (the node's, else the default)
-	Sandbox    string        // on, off or auto: front matter, else project.yaml, else "" (the node's)
-	MaxRetries *int          // front matter, else project.yaml, else nil (the controller's default)
-	Node       string        // pin to this node; "" when not pinned
-	Tags       []string      // the task needs nodes with all of these tags
-	Context    []string      // headings of the SHARED_CONTEXT.md sections in Snapshot, in order
+	Priority  int           // 1 (first) .. 9; DefaultPriority when not set
+	DependsOn []string      // IDs of tasks of the same project, without duplicates
+	Timeout   time.Duration // front matter, else project.yaml, else 0 (the controller's default)
+	Stall     time.Duration // stall_timeout: front matter, else project.yaml, else 0 (the node's, else the default)
+	Sandbox   string        // on, off or auto: front matter, else project.yaml, else "" (the node's)
+	// Limits bounds the task's resources: each limit of the front matter,
+	// else of project.yaml; the controller fills in the node's for the rest.
+	Limits     yamlval.Limits
+	MaxRetries *int     // front matter, else project.yaml, else nil (the controller's default)
+	Node       string   // pin to this node; "" when not pinned
+	Tags       []string // the task needs nodes with all of these tags
+	Context    []string // headings of the SHARED_CONTEXT.md sections in Snapshot, in order
 
 	// Snapshot is the text given to the tool. Its format is part of the
 	// contract because Hash is compared across versions of dispatch:
@@ -72,12 +76,13 @@ type ProjectConfig struct {
 	MaxFixRounds    *int   // overrides controller.max_fix_rounds
 	IntegrationSpec string // file, relative to the project directory, used instead of the generated S99
 
-	Tool       string        // default tool of the project's tasks
-	Type       string        // default type of the project's tasks
-	Timeout    time.Duration // default timeout of the project's tasks; 0 when not set
-	Stall      time.Duration // default stall_timeout of the project's tasks; 0 when not set
-	Sandbox    string        // default sandbox of the project's tasks (on, off, auto); "" when not set
-	MaxRetries *int          // default max_retries of the project's tasks
+	Tool       string         // default tool of the project's tasks
+	Type       string         // default type of the project's tasks
+	Timeout    time.Duration  // default timeout of the project's tasks; 0 when not set
+	Stall      time.Duration  // default stall_timeout of the project's tasks; 0 when not set
+	Sandbox    string         // default sandbox of the project's tasks (on, off, auto); "" when not set
+	Limits     yamlval.Limits // default limits of the project's tasks (each over the node's)
+	MaxRetries *int           // default max_retries of the project's tasks
 
 	Base string // directory, relative to the project directory, copied into every task's output/
 	// Repo is project.yaml's repo: as written (relative to the project

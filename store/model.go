@@ -1,6 +1,10 @@
 package store
 
-import "time"
+import (
+	"time"
+
+	"github.com/dispatch-tool/dispatch/internal/yamlval"
+)
 
 // Task statuses. See Legal for the transitions between them.
 const (
@@ -134,7 +138,10 @@ type Task struct {
 	ReusedFrom int
 	// Sandbox is the task's sandbox: on, off, auto, or "" to leave it to
 	// the node (front matter, else project.yaml).
-	Sandbox   string
+	Sandbox string
+	// Limits are the task's limits (front matter, else project.yaml);
+	// the node's fill in the rest at launch.
+	Limits    yamlval.Limits
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }

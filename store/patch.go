@@ -1,6 +1,7 @@
 package store
 
 import (
+	"github.com/dispatch-tool/dispatch/internal/yamlval"
 	"strings"
 	"time"
 )
@@ -29,6 +30,7 @@ type TaskPatch struct {
 	HeartbeatAt                       *time.Time
 	ReusedFrom                        *int
 	Sandbox                           *string
+	Limits                            *yamlval.Limits
 }
 
 // RunPatch changes columns of one attempt's run row.
@@ -93,6 +95,7 @@ func (p TaskPatch) columns() *columns {
 	col(c, "timeout_seconds", p.Timeout)
 	col(c, "stall_seconds", p.Stall)
 	col(c, "sandbox", p.Sandbox)
+	col(c, "limits", p.Limits)
 	col(c, "spec_file", p.SpecFile)
 	col(c, "spec_hash", p.SpecHash)
 	col(c, "base_dir", p.BaseDir)

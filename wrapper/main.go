@@ -72,6 +72,14 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return fail(stdout, usageErrorf("no command; want version, run, status, kill or tail"))
 	}
 	name, rest := args[0], args[1:]
+	if name == limitExecCommand {
+		// Replaced by the program it runs; it prints only on failure.
+		if err := cmdLimitExec(rest); err != nil {
+			fmt.Fprintln(stderr, "dispatch-wrapper:", err)
+			return 127
+		}
+		return 0
+	}
 	if name == superviseCommand {
 		// The supervisor handles SIGTERM itself: it is how `kill` asks it
 		// to stop, so it must not cancel a context and vanish.

@@ -37,8 +37,8 @@ import (
 // otherwise keep them and the task could remount / read-write), in a new
 // session (--new-session) and dies with the supervisor (--die-with-parent).
 // The environment reaches the tool through bwrap's own environment, never
-// its argv. Not confined yet: the network, memory, cpu and process
-// limits (issue 20).
+// its argv. Limits (memory, pids, file size) apply with or without the
+// sandbox (see limits.go). Not confined yet: the network and cpu (issue 20).
 
 // Values of Launch.Sandbox and Status.Sandbox.
 const (
@@ -62,6 +62,9 @@ type SandboxReply struct {
 	Path    string `json:"path,omitempty"`
 	Error   string `json:"error,omitempty"`
 	Fix     string `json:"fix,omitempty"`
+	// Limits is how the node enforces a task's limits: EnforceRlimits
+	// or EnforceNone (see limits.go). Empty from a wrapper before limits.
+	Limits string `json:"limits,omitempty"`
 }
 
 // bwrapBaseArgs are the flags of every bwrap the wrapper runs, the probe's
@@ -122,7 +125,9 @@ func cmdSandbox(args []string, stdout io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	return printJSON(stdout, sandboxProbe())
+	reply := sandboxProbe()
+	reply.Limits = limitEnforcement()
+	return printJSON(stdout, reply)
 }
 
 // sandboxSpec is what one attempt's sandbox shows of the node.

@@ -27,6 +27,10 @@ const (
 	reasonNotice = "notice"
 	// reasonStall: the tool wrote nothing for stall_seconds.
 	reasonStall = "stall"
+	// reasonOOM and reasonPids: the watchdog found the attempt's processes
+	// over their memory or pids limit (see limits.go).
+	reasonOOM  = "oom"
+	reasonPids = "pids"
 )
 
 // Log keys of the supervisor's wrapper.log.
@@ -67,10 +71,11 @@ type supervisor struct {
 	begun  time.Time
 	hbSeq  int
 
-	mu         sync.Mutex // guards cur, stopReason, finishing, notice, noticeAt
+	mu         sync.Mutex // guards cur, stopReason, limitMsg, finishing, notice, noticeAt
 	cur        *proc
 	stopReason string
-	finishing  bool // the tool has exited: a stop asked now is too late
+	limitMsg   string // why the watchdog stopped the attempt
+	finishing  bool   // the tool has exited: a stop asked now is too late
 	notice     notice
 	noticeAt   time.Time
 	session    string // the tool's session id, as its output named it
@@ -564,6 +569,10 @@ func (s *supervisor) attempt() outcome {
 		if s.sandbox != nil {
 			cmd = s.sandboxed(cmd)
 		}
+		cmd, err := s.limited(cmd)
+		if err != nil {
+			return outcome{code: -1, startErr: "setup failed: " + err.Error()}
+		}
 		p, err := s.startChild(cmd)
 		if errors.Is(err, errStopped) {
 			return outcome{code: -1}
@@ -571,6 +580,7 @@ func (s *supervisor) attempt() outcome {
 		if err != nil {
 			return outcome{code: -1, startErr: fmt.Sprintf("setup failed: %v", err)}
 		}
+		go s.watchLimits(p)
 		s.setTool(p)
 		<-p.done
 		code, sig := p.exitInfo()
@@ -605,6 +615,7 @@ func (s *supervisor) attempt() outcome {
 	if err != nil {
 		return outcome{code: -1, startErr: fmt.Sprintf("start %s: %v", cmd.Args[0], err)}
 	}
+	go s.watchLimits(p)
 	s.setTool(p)
 	s.logger.Info("tool started", logKeyToolPID, p.pgid)
 	<-p.exited
@@ -684,6 +695,10 @@ func (s *supervisor) toolCmd(out string) (*exec.Cmd, []io.Closer, error) {
 			return nil, nil, fmt.Errorf("start tool in the sandbox: %w", err)
 		}
 		cmd = s.sandboxed(cmd)
+	}
+	cmd, err = s.limited(cmd)
+	if err != nil {
+		return nil, nil, err
 	}
 	var closers []io.Closer
 	if s.launch.Stdin == "resume" {
@@ -765,6 +780,20 @@ func (s *supervisor) stop(reason string, grace time.Duration) {
 			syscall.Kill(-p.pgid, syscall.SIGKILL)
 		}
 	}()
+}
+
+// limitStop marks the attempt as stopped by the watchdog for reason, with
+// msg for its status, unless a stop was asked already or the tool has
+// ended. It reports whether the watchdog is to kill the processes.
+func (s *supervisor) limitStop(reason, msg string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopReason != "" || s.finishing {
+		return false
+	}
+	s.stopReason, s.limitMsg = reason, msg
+	s.logger.Info("stopping attempt", logKeyReason, reason, logKeyError, msg)
+	return true
 }
 
 // oldTmpSuffix names an earlier attempt's tmp/ moved aside for removal.
@@ -952,7 +981,7 @@ func (s *supervisor) finish(res outcome) {
 		fmt.Fprintf(s.tlog, "dispatch-wrapper: %s\n", res.startErr)
 	}
 	s.mu.Lock()
-	reason, session := s.stopReason, s.session
+	reason, session, limitMsg := s.stopReason, s.session, s.limitMsg
 	s.mu.Unlock()
 	if session != "" {
 		// The private record is where `status` takes the session from.
@@ -999,6 +1028,10 @@ func (s *supervisor) finish(res outcome) {
 					st.Error += " (reset in " + s.notice.wait.Round(time.Second).String() + ")"
 				}
 			}
+		case reason == reasonOOM:
+			st.Status, st.ErrorClass, st.Error = StatusFailed, ClassOOM, limitMsg
+		case reason == reasonPids:
+			st.Status, st.ErrorClass, st.Error = StatusFailed, ClassPids, limitMsg
 		case reason == reasonStall:
 			st.Status, st.ErrorClass = StatusFailed, ClassStalled
 			st.Error = "stalled: the tool wrote nothing for " + seconds(s.launch.StallSeconds).String()

@@ -32,6 +32,13 @@ const (
 	// ClassStalled: the tool wrote nothing (task.log, its transcript) for
 	// the launch's stall_seconds; the supervisor stopped it.
 	ClassStalled = "stalled"
+	// ClassOOM: the attempt's processes passed its memory limit; the
+	// watchdog killed them (see limits.go). Not retried: it would need
+	// the same memory again.
+	ClassOOM = "oom"
+	// ClassPids: the attempt's processes and threads passed its pids
+	// limit; the watchdog killed them. Not retried either.
+	ClassPids = "pids"
 	// ClassHung is the controller's, never in status.json: the wrapper was
 	// alive but its heartbeat did not change for heartbeat_timeout.
 	ClassHung = "hung"
@@ -148,6 +155,9 @@ type Launch struct {
 	SandboxPaths   *SandboxPaths     `json:"sandbox_paths,omitempty"`
 	SandboxCommand []string          `json:"sandbox_command,omitempty"`
 	SandboxEnv     map[string]string `json:"sandbox_env,omitempty"`
+	// Limits, when set, bounds the resources of setup and the tool,
+	// sandboxed or not (see limits.go).
+	Limits *Limits `json:"limits,omitempty"`
 }
 
 // LaunchRepo is a git-native task's workspace: output/ becomes a clone of
@@ -349,6 +359,11 @@ func (l *Launch) normalize() error {
 	}
 	if err := l.SandboxPaths.check(); err != nil {
 		return err
+	}
+	if l.Limits != nil {
+		if err := l.Limits.check(); err != nil {
+			return err
+		}
 	}
 	if err := checkBase(l.Base); err != nil {
 		return err

@@ -194,7 +194,14 @@ type checkResult struct {
 	SandboxError   string `json:"sandbox_error,omitempty"`
 	SandboxFix     string `json:"sandbox_fix,omitempty"`
 	SandboxSetting string `json:"sandbox_setting"`
-	Error          string `json:"error"`
+	// Limits is how the node enforces a task's limits: "rlimits+watchdog"
+	// (memory and pids by the wrapper's watchdog, file_size by
+	// RLIMIT_FSIZE; cpu not enforced), "none" (not Linux), "" (a wrapper
+	// that does not say). LimitsSetting is the node's limits: in
+	// nodes.yaml, as written ("" for none).
+	Limits        string `json:"limits"`
+	LimitsSetting string `json:"limits_setting,omitempty"`
+	Error         string `json:"error"`
 	// What the controller records too (see recordCheck).
 	load1 float64
 	rtt   time.Duration
@@ -274,6 +281,11 @@ func nodesCheck(c *cli.Context) error {
 		}
 		tw.Flush()
 		for _, r := range results {
+			if r.OK {
+				fmt.Fprintf(e.out, "\n%s: limits: %s\n", r.Name, limitsText(r.Limits, r.LimitsSetting))
+			}
+		}
+		for _, r := range results {
 			if r.SandboxError != "" {
 				fmt.Fprintf(e.out, "\n%s: sandbox: unavailable (%s; fix: %s)\n", r.Name, termtext.Clean(r.SandboxError), termtext.Clean(r.SandboxFix))
 			}
@@ -331,27 +343,46 @@ func checkNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, env nodes.S
 	r.MemAvailable, r.DiskFree, r.load1 = facts.Facts.MemAvailableBytes, facts.Facts.DiskFreeBytes, facts.Facts.Load1
 	r.GitVersion = gitVersion(ctx, tr)
 	r.SandboxSetting = cmp.Or(n.Sandbox, nodes.SandboxOff)
-	r.Sandbox, r.SandboxError, r.SandboxFix = sandboxCheck(ctx, tr, inst)
+	r.Sandbox, r.SandboxError, r.SandboxFix, r.Limits = sandboxCheck(ctx, tr, inst)
+	r.LimitsSetting = n.Limits.String()
 	r.OK = true
 	r.Seconds = time.Since(start).Seconds()
 	return r
 }
 
-// sandboxCheck asks the node's wrapper whether bwrap works there.
-func sandboxCheck(ctx context.Context, tr nodes.Transport, inst nodes.Installed) (string, string, string) {
+// sandboxCheck asks the node's wrapper whether bwrap works there, and how
+// it enforces limits.
+func sandboxCheck(ctx context.Context, tr nodes.Transport, inst nodes.Installed) (sandbox, why, fix, limits string) {
 	const unavailable = "unavailable"
 	res, err := tr.Exec(ctx, []string{inst.Path, "sandbox"}, nil)
 	if err != nil {
-		return unavailable, "ask the wrapper: " + err.Error(), ""
+		return unavailable, "ask the wrapper: " + err.Error(), "", ""
 	}
 	var reply wrapper.SandboxReply
 	if res.ExitCode != 0 || json.Unmarshal(res.Stdout, &reply) != nil {
-		return unavailable, "the wrapper's reply: " + firstLine(string(res.Stdout)+string(res.Stderr)), ""
+		return unavailable, "the wrapper's reply: " + firstLine(string(res.Stdout)+string(res.Stderr)), "", ""
 	}
 	if reply.Sandbox == wrapper.SandboxBwrap {
-		return reply.Sandbox, "", ""
+		return reply.Sandbox, "", "", reply.Limits
 	}
-	return unavailable, reply.Error, reply.Fix
+	return unavailable, reply.Error, reply.Fix, reply.Limits
+}
+
+// limitsText says how a node enforces limits, for `nodes check`.
+func limitsText(enforcement, setting string) string {
+	var msg string
+	switch enforcement {
+	case wrapper.EnforceRlimits:
+		msg = "rlimits+watchdog (memory and pids: the wrapper's watchdog; file_size: RLIMIT_FSIZE; cpu is not enforced: it needs cgroups)"
+	case wrapper.EnforceNone:
+		msg = "none (not Linux: a task with memory, pids or file_size limits fails to start there)"
+	default:
+		msg = "unknown (the wrapper does not say)"
+	}
+	if setting != "" {
+		msg += "; node default: " + setting
+	}
+	return termtext.Clean(msg)
 }
 
 // gitVersion asks the node's git for its version: "2.39.5", or "" when

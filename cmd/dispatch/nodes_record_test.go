@@ -50,6 +50,7 @@ nodes:
   - name: good
     ssh: %s@127.0.0.1:%d
     work_dir: %s
+    limits: {memory: 4GiB, pids: 512}
   - name: unknown
     ssh: %s@127.0.0.1:%d
     work_dir: %s
@@ -63,8 +64,13 @@ nodes:
 			t.Fatalf("before any check, %s is %s", n.Name, n.State)
 		}
 	}
-	if r := h.run(t, "nodes", "check"); r.code != 1 {
-		t.Fatalf("nodes check: want exit 1: %s", r)
+	r0 := h.run(t, "nodes", "check")
+	if r0.code != 1 {
+		t.Fatalf("nodes check: want exit 1: %s", r0)
+	}
+	// Which enforcement of limits applies there (issue 20).
+	if want := "good: limits: rlimits+watchdog (memory and pids: the wrapper's watchdog; file_size: RLIMIT_FSIZE; cpu is not enforced: it needs cgroups); node default: memory 4GiB, pids 512"; !strings.Contains(r0.stdout, want) {
+		t.Errorf("nodes check does not say how limits are enforced: want %q in\n%s", want, r0.stdout)
 	}
 	got := listNodes(t, h)
 	if g := got["good"]; g.State != "online" || g.LastSeen == "" || g.OS == "" || g.WrapperVersion == "" || g.MemAvailableBytes <= 0 || g.LastError != "" {

@@ -1,0 +1,99 @@
+package wrapper
+
+import (
+	"fmt"
+	"os/exec"
+	"strconv"
+)
+
+// Resource limits (issue 20): launch.json's limits bound an attempt's setup
+// and tool, sandboxed or not. Without a delegated cgroup (no systemd user
+// session, cgroup v1), the wrapper enforces them itself:
+//
+//   - file_size: RLIMIT_FSIZE, set on the child before it runs (see
+//     limitExecCommand): a write past it fails with EFBIG, or kills the
+//     writer with SIGXFSZ (the shell's default).
+//   - pids: the watchdog counts the threads of the attempt's processes
+//     (its process tree and process group, from /proc) and kills the
+//     attempt, class pids, when they pass the limit. For a user other than
+//     root, RLIMIT_NPROC is set too, as a backstop against a fork bomb
+//     faster than the watchdog's sampling; it counts every thread of the
+//     node user (other tasks, the supervisor, a login shell), so it is set
+//     to pids plus the threads the user runs when the attempt starts. Root
+//     is never bound by RLIMIT_NPROC: there, the watchdog alone counts.
+//   - memory: the watchdog sums the resident memory (RSS) of the same
+//     processes every watchdogInterval and kills the attempt, class oom,
+//     when it passes the limit. RSS counts a page shared by two processes
+//     twice: the sum errs on the high side.
+//   - cpu: accepted, never enforced here: RLIMIT_CPU is seconds of CPU
+//     time, not cores, and cores need a cgroup. `sandbox` (nodes check)
+//     says so.
+//
+// A process that leaves the attempt's tree and group (a double fork, then
+// setsid) escapes the count outside the sandbox; inside it, the sandbox's
+// own pid namespace keeps every process in the tree.
+
+// Values of SandboxReply.Limits: how the node enforces limits.
+const (
+	// EnforceRlimits: RLIMIT_FSIZE (and RLIMIT_NPROC), and the watchdog
+	// for memory and pids; cpu is not enforced.
+	EnforceRlimits = "rlimits+watchdog"
+	// EnforceNone: the node cannot enforce limits (not Linux).
+	EnforceNone = "none"
+)
+
+// Limits is launch.json's limits; zero fields are not limited.
+type Limits struct {
+	MemoryBytes   int64   `json:"memory_bytes,omitempty"`
+	CPU           float64 `json:"cpu,omitempty"`
+	Pids          int     `json:"pids,omitempty"`
+	FileSizeBytes int64   `json:"file_size_bytes,omitempty"`
+}
+
+func (l *Limits) check() error {
+	if l.MemoryBytes < 0 || l.CPU < 0 || l.Pids < 0 || l.FileSizeBytes < 0 {
+		return fmt.Errorf("limits: negative memory, cpu, pids or file_size")
+	}
+	return nil
+}
+
+// watched reports whether the watchdog has a limit to enforce.
+func (l *Limits) watched() bool {
+	return l != nil && (l.MemoryBytes > 0 || l.Pids > 0)
+}
+
+// limitExecCommand is the hidden subcommand that sets the rlimits of the
+// child and then executes it: `limit-exec [--fsize BYTES] [--nproc N] --
+// PATH ARGV0 ARGS...`. Go cannot set a child's rlimits between fork and
+// exec, and setting them on the supervisor would bind every attempt.
+const limitExecCommand = "limit-exec"
+
+// limitArgs is the argv of limit-exec running cmd's program, or nil when
+// no rlimit is to be set. nproc is RLIMIT_NPROC (0: none).
+func limitArgs(exe string, l *Limits, nproc int, cmd *exec.Cmd) []string {
+	if l == nil || (l.FileSizeBytes <= 0 && nproc <= 0) {
+		return nil
+	}
+	a := []string{exe, limitExecCommand}
+	if l.FileSizeBytes > 0 {
+		a = append(a, "--fsize", strconv.FormatInt(l.FileSizeBytes, 10))
+	}
+	if nproc > 0 {
+		a = append(a, "--nproc", strconv.Itoa(nproc))
+	}
+	a = append(a, "--", cmd.Path)
+	return append(a, cmd.Args...)
+}
+
+// sizeString writes a byte count for a message: 64 MiB, 1.5 GiB.
+func sizeString(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return strconv.FormatFloat(float64(n)/(1<<30), 'f', 1, 64) + " GiB"
+	case n >= 1<<20:
+		return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
+	case n >= 1<<10:
+		return strconv.FormatFloat(float64(n)/(1<<10), 'f', 1, 64) + " KiB"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
+}

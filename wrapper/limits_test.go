@@ -1,0 +1,186 @@
+//go:build linux
+
+package wrapper
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// limitsNode runs a limited task and an unlimited neighbour in one launch
+// on a node in a fresh directory, as the node user cred (nil: the
+// test's), sandboxed when mode is "bwrap"; it returns both final statuses
+// and how long the limited one took.
+func limitsRun(t *testing.T, n *sandboxNode, limits *Limits, script string) (st, nb *Status, took time.Duration) {
+	t.Helper()
+	items := []LaunchItem{
+		{Dir: n.taskDir("LIMITED"), Spec: "# limited\n", Launch: Launch{Project: "demo", Task: "LIMITED", Attempt: 1, Node: "local",
+			Command: shell(script), HeartbeatSeconds: 0.2, TimeoutSeconds: 30, Sandbox: n.mode, WorkDir: n.work, Limits: limits}},
+		{Dir: n.taskDir("NEIGHBOUR"), Spec: "# neighbour\n", Launch: Launch{Project: "demo", Task: "NEIGHBOUR", Attempt: 1, Node: "local",
+			Command: shell(`echo neighbour-data > data; sleep 2; cat data`), HeartbeatSeconds: 0.2, TimeoutSeconds: 30, Sandbox: n.mode, WorkDir: n.work}},
+	}
+	doc, err := json.Marshal(LaunchBatch{Launches: items})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, n.bin, "launch")
+	cmd.Stdin = bytes.NewReader(doc)
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + n.home}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: n.cred}
+	begun := time.Now()
+	out, err := cmd.Output()
+	var reply LaunchReply
+	if err != nil || json.Unmarshal(out, &reply) != nil || len(reply.Results) != 2 {
+		t.Fatalf("launch: %v: %s", err, out)
+	}
+	for _, r := range reply.Results {
+		if r.Run == nil {
+			t.Fatalf("launch: %+v", r)
+		}
+	}
+	final := func(id string) *Status {
+		var st *Status
+		poll(t, 25*time.Second, id+" to end", func() bool {
+			st, err = readStatus(n.taskDir(id))
+			return err == nil && st.Final()
+		})
+		return st
+	}
+	st = final("LIMITED")
+	took = time.Since(begun)
+	nb = final("NEIGHBOUR")
+	if nb.Status != StatusCompleted {
+		t.Errorf("the neighbour: %+v, want completed", nb)
+	}
+	return st, nb, took
+}
+
+// newLimitsNode is a node for the limits tests: unsandboxed, or with the
+// sandbox when sandboxed (and bwrap works).
+func newLimitsNode(t *testing.T, asUser string, sandboxed bool) *sandboxNode {
+	t.Helper()
+	n := newSandboxNode(t, asUser)
+	if !sandboxed {
+		n.mode = ""
+	}
+	return n
+}
+
+// hog is a shell holding about 400 MB in a variable, then waiting: its
+// growth is bounded, and it outlives the watchdog's next sample.
+const hog = `x=$(head -c 400000000 /dev/zero | tr '\0' a); echo grown; sleep 20`
+
+func TestLimitsMemoryKillsTaskAsOOM(t *testing.T) {
+	t.Parallel()
+	for _, sandboxed := range []bool{false, true} {
+		t.Run("sandboxed="+strconv.FormatBool(sandboxed), func(t *testing.T) {
+			n := newLimitsNode(t, "", sandboxed)
+			st, _, took := limitsRun(t, n, &Limits{MemoryBytes: 64 << 20}, hog)
+			if st.Status != StatusFailed || st.ErrorClass != ClassOOM || !strings.Contains(st.Error, "over its limit of 64.0 MiB") {
+				t.Errorf("the hog: %+v, want failed with class oom", st)
+			}
+			if took > 15*time.Second {
+				t.Errorf("the hog took %v to be stopped", took)
+			}
+		})
+	}
+}
+
+// TestLimitsMemoryUnderLimitCompletes: the watchdog leaves a task under
+// its limit alone.
+func TestLimitsMemoryUnderLimitCompletes(t *testing.T) {
+	t.Parallel()
+	n := newLimitsNode(t, "", false)
+	st, _, _ := limitsRun(t, n, &Limits{MemoryBytes: 1 << 30, Pids: 64}, `x=$(head -c 1000000 /dev/zero | tr '\0' a); sleep 0.5; echo ok`)
+	if st.Status != StatusCompleted {
+		t.Errorf("a task under its limits: %+v, want completed", st)
+	}
+}
+
+// forkBomb starts up to 2000 sleepers, bounded: marked by their odd
+// duration, so that a stray one can be found.
+const forkBomb = `i=0; while [ $i -lt 2000 ]; do sleep 29.731 & i=$((i+1)); done; echo all-started > started; wait`
+
+// sleepersLeft counts the processes running the fork bomb's sleep.
+func sleepersLeft() int {
+	n := 0
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(data, []byte("29.731")) {
+			if f, err := statFields(e.Name()); err == nil && f[0] != "Z" {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// TestLimitsPidsStopsForkBomb runs the bomb as root (the watchdog alone
+// counts: RLIMIT_NPROC does not bind root) and, as the user bwtest, with
+// RLIMIT_NPROC as the backstop, sandboxed and not.
+func TestLimitsPidsStopsForkBomb(t *testing.T) {
+	users := []string{""}
+	if os.Geteuid() == 0 {
+		if _, err := user.Lookup("bwtest"); err != nil {
+			t.Fatalf("as root this test also runs its node as the user bwtest: %v; fix: useradd -m bwtest", err)
+		}
+		users = append(users, "bwtest")
+	}
+	for _, u := range users {
+		for _, sandboxed := range []bool{false, true} {
+			t.Run("user="+u+",sandboxed="+strconv.FormatBool(sandboxed), func(t *testing.T) {
+				n := newLimitsNode(t, u, sandboxed)
+				st, _, _ := limitsRun(t, n, &Limits{Pids: 64}, forkBomb)
+				if st.Status == StatusCompleted {
+					t.Errorf("the fork bomb completed: %+v", st)
+				}
+				// As root the watchdog kills it; as bwtest RLIMIT_NPROC may
+				// refuse its forks first.
+				log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), fileLog))
+				refused := u != "" && bytes.Contains(bytes.ToLower(log), []byte("fork"))
+				if !refused && (st.ErrorClass != ClassPids || !strings.Contains(st.Error, "over its pids limit of 64")) {
+					t.Errorf("the fork bomb: %+v, log %q; want failed with class pids, or its forks refused", st, log)
+				}
+				if _, err := os.Stat(filepath.Join(n.taskDir("LIMITED"), dirOutput, "started")); err == nil {
+					t.Error("the fork bomb started all its 2000 processes")
+				}
+				t.Logf("the fork bomb: %s: %s", st.ErrorClass, st.Error)
+				poll(t, 5*time.Second, "no sleeper of the fork bomb left", func() bool { return sleepersLeft() == 0 })
+			})
+		}
+	}
+}
+
+func TestLimitsFileSize(t *testing.T) {
+	t.Parallel()
+	for _, sandboxed := range []bool{false, true} {
+		t.Run("sandboxed="+strconv.FormatBool(sandboxed), func(t *testing.T) {
+			n := newLimitsNode(t, "", sandboxed)
+			st, _, _ := limitsRun(t, n, &Limits{FileSizeBytes: 1 << 20}, `set -e; head -c 3000000 /dev/zero > big; echo wrote-all > after`)
+			if st.Status != StatusFailed {
+				t.Errorf("writing past file_size: %+v, want failed", st)
+			}
+			out := filepath.Join(n.taskDir("LIMITED"), dirOutput)
+			if fi, err := os.Stat(filepath.Join(out, "big")); err != nil || fi.Size() > 1<<20 {
+				log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), fileLog))
+				t.Errorf("the file written past file_size: %v, %v; want at most 1 MiB; log %s, %+v", fi, err, log, st)
+			}
+			if _, err := os.Stat(filepath.Join(out, "after")); err == nil {
+				t.Error("the write past file_size succeeded")
+			}
+		})
+	}
+}
