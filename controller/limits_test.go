@@ -43,4 +43,10 @@ func TestSameSettingsLimits(t *testing.T) {
 	if sameSettings(a, b) {
 		t.Error("a change of limits is not a change of settings")
 	}
+	// A pending task takes project.yaml's changed sandbox: too.
+	c := a
+	c.Sandbox = "on"
+	if sameSettings(a, c) {
+		t.Error("a change of sandbox is not a change of settings")
+	}
 }

@@ -618,7 +618,7 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, home st
 				Model: new(nt.Model), Priority: new(nt.Priority), DependsOn: new(nt.DependsOn), Tags: new(nt.Tags),
 				NodePin: new(nt.NodePin), Timeout: new(nt.Timeout), Stall: new(nt.Stall), MaxRetries: new(nt.MaxRetries),
 				SpecFile: new(nt.SpecFile), SpecHash: new(nt.SpecHash), Snapshot: new(nt.Snapshot), BaseDir: new(nt.BaseDir),
-				BaseCommit: new(nt.BaseCommit), Limits: new(nt.Limits)}); err != nil {
+				BaseCommit: new(nt.BaseCommit), Limits: new(nt.Limits), Sandbox: new(nt.Sandbox)}); err != nil {
 				return err
 			}
 			msg := "spec changed before the task ran; using the new one"
@@ -638,7 +638,7 @@ func sameSettings(a, b store.Task) bool {
 	return a.Title == b.Title && a.Type == b.Type && a.Tool == b.Tool && a.Model == b.Model &&
 		a.Priority == b.Priority && slices.Equal(a.DependsOn, b.DependsOn) && slices.Equal(a.Tags, b.Tags) &&
 		a.NodePin == b.NodePin && a.Timeout == b.Timeout && a.Stall == b.Stall && a.MaxRetries == b.MaxRetries && a.BaseDir == b.BaseDir &&
-		a.BaseCommit == b.BaseCommit && a.Limits == b.Limits
+		a.BaseCommit == b.BaseCommit && a.Limits == b.Limits && a.Sandbox == b.Sandbox
 }
 
 // reopenPhase puts a finished project back into its implementation phase:
