@@ -38,7 +38,9 @@ import (
 // session (--new-session) and dies with the supervisor (--die-with-parent).
 // The environment reaches the tool through bwrap's own environment, never
 // its argv. Limits (memory, pids, file size) apply with or without the
-// sandbox (see limits.go). Not confined yet: the network and cpu (issue 20).
+// sandbox (see limits.go). With launch.json's network "none" it runs in a
+// network namespace of its own (--unshare-net): a loopback of its own and
+// nothing else. Not confined yet: cpu, and a network allow list (issue 20).
 
 // Values of Launch.Sandbox and Status.Sandbox.
 const (
@@ -46,6 +48,14 @@ const (
 	SandboxBwrap = "bwrap"
 	// SandboxAuto: under bwrap when it works on the node, else without.
 	SandboxAuto = "auto"
+)
+
+// Values of Launch.Network.
+const (
+	// NetworkOpen: the attempt has the node's network (the default).
+	NetworkOpen = "open"
+	// NetworkNone: only a loopback of its own; needs the sandbox.
+	NetworkNone = "none"
 )
 
 // Names in a sandboxed task directory.
@@ -143,6 +153,8 @@ type sandboxSpec struct {
 	// paths are the node's sandbox_paths, bound last with --ro-bind-try
 	// or --bind-try (bwrap skips a missing source).
 	paths []pathBind
+	// noNetwork runs it in a network namespace of its own (--unshare-net).
+	noNetwork bool
 }
 
 // pathBind binds src at dst, read-write when rw.
@@ -171,6 +183,9 @@ func (sp *sandboxSpec) args(dir string, argv []string) []string {
 		a = append(a, flag, b.src, b.dst)
 	}
 	a = append(a, bwrapBaseArgs...)
+	if sp.noNetwork {
+		a = append(a, "--unshare-net")
+	}
 	a = append(a, "--chdir", dir, "--")
 	return append(a, argv...)
 }
@@ -393,7 +408,11 @@ func gitEnvWithHome() []string {
 // an attempt that must be sandboxed where it cannot be fails to start.
 func (s *supervisor) decideSandbox() {
 	want := s.launch.Sandbox
+	noNetwork := s.launch.Network == NetworkNone
 	if want == "" {
+		if noNetwork {
+			s.sandboxErr = "network: none needs the sandbox, and launch.json does not ask for it; the attempt is not run with the network open"
+		}
 		return
 	}
 	if !under(s.dir, s.launch.WorkDir) || s.dir == s.launch.WorkDir {
@@ -402,7 +421,10 @@ func (s *supervisor) decideSandbox() {
 	}
 	pr := sandboxProbe()
 	if pr.Sandbox != SandboxBwrap {
-		if want == SandboxBwrap {
+		switch {
+		case noNetwork:
+			s.sandboxErr = fmt.Sprintf("network: none needs the sandbox, which is unavailable on node %s: %s; fix: %s, or set network: open for the task", s.launch.Node, pr.Error, pr.Fix)
+		case want == SandboxBwrap:
 			s.sandboxErr = fmt.Sprintf("sandbox: on, but it is unavailable on node %s: %s; fix: %s, or set sandbox: off (or auto) for the task", s.launch.Node, pr.Error, pr.Fix)
 		}
 		return
@@ -430,6 +452,7 @@ func (s *supervisor) decideSandbox() {
 	for _, p := range missing {
 		s.logger.Info("sandbox_paths: not on this node, skipped", "path", p)
 	}
+	sp.noNetwork = noNetwork
 	s.sandbox = sp
 	s.env = sandboxEnv(s.env, s.dir)
 }

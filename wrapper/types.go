@@ -158,6 +158,11 @@ type Launch struct {
 	// Limits, when set, bounds the resources of setup and the tool,
 	// sandboxed or not (see limits.go).
 	Limits *Limits `json:"limits,omitempty"`
+	// Network is the task's network: NetworkOpen ("" too) or NetworkNone
+	// (only a loopback of its own, under bwrap's --unshare-net). An
+	// attempt with NetworkNone that does not really run sandboxed fails
+	// to start: it never runs with the network open by mistake.
+	Network string `json:"network,omitempty"`
 }
 
 // LaunchRepo is a git-native task's workspace: output/ becomes a clone of
@@ -356,6 +361,11 @@ func (l *Launch) normalize() error {
 		}
 	default:
 		return fmt.Errorf("sandbox %q: want %q, %q or none", l.Sandbox, SandboxBwrap, SandboxAuto)
+	}
+	switch l.Network {
+	case "", NetworkOpen, NetworkNone:
+	default:
+		return fmt.Errorf("network %q: want %q, %q or none", l.Network, NetworkOpen, NetworkNone)
 	}
 	if err := l.SandboxPaths.check(); err != nil {
 		return err

@@ -1,0 +1,180 @@
+//go:build linux
+
+package wrapper
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// runOne launches one task of project demo on the node and waits for its
+// final status.
+func (n *sandboxNode) runOne(t *testing.T, id string, l Launch) *Status {
+	t.Helper()
+	l.Project, l.Task, l.Attempt, l.Node = "demo", id, 1, "local"
+	l.HeartbeatSeconds, l.TimeoutSeconds, l.WorkDir = 0.2, 30, n.work
+	doc, err := json.Marshal(LaunchBatch{Launches: []LaunchItem{{Dir: n.taskDir(id), Spec: "# " + id + "\n", Launch: l}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, n.bin, "launch")
+	cmd.Stdin = bytes.NewReader(doc)
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + n.home}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: n.cred}
+	out, err := cmd.Output()
+	var reply LaunchReply
+	if err != nil || json.Unmarshal(out, &reply) != nil || len(reply.Results) != 1 || reply.Results[0].Run == nil {
+		t.Fatalf("launch: %v: %s", err, out)
+	}
+	var st *Status
+	poll(t, 25*time.Second, id+" to end", func() bool {
+		st, err = readStatus(n.taskDir(id))
+		return err == nil && st.Final()
+	})
+	return st
+}
+
+// listener is a TCP listener of the test on the host's 127.0.0.1 that
+// records the remote address of every connection it accepts.
+type listener struct {
+	ln   net.Listener
+	mu   sync.Mutex // guards seen
+	seen []string
+}
+
+func listen(t *testing.T) *listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &listener{ln: ln}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			l.mu.Lock()
+			l.seen = append(l.seen, c.RemoteAddr().String())
+			l.mu.Unlock()
+			c.Close()
+		}
+	}()
+	return l
+}
+
+// others connects from the test itself and returns how many connections
+// the listener accepted before that one (accepts are in arrival order):
+// what reached it from elsewhere, once everything before has been seen.
+func (l *listener) others(t *testing.T) int {
+	t.Helper()
+	c, err := net.Dial("tcp", l.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	mine := c.LocalAddr().String()
+	n := -1
+	poll(t, 10*time.Second, "the listener to accept the test's own connection", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		n = slices.Index(l.seen, mine)
+		return n >= 0
+	})
+	return n
+}
+
+// interfaces lists the network interfaces of /proc/net/dev's text.
+func interfaces(dev string) []string {
+	var out []string
+	for _, line := range strings.Split(dev, "\n") {
+		if name, _, ok := strings.Cut(line, ":"); ok && !strings.Contains(name, "|") {
+			out = append(out, strings.TrimSpace(name))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// netScript tries to connect to the host's 127.0.0.1:port and lists the
+// network interfaces it sees.
+func netScript(port int) string {
+	return fmt.Sprintf(`cat /proc/net/dev > ifaces; if bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d' 2>err; then echo connected > loot; fi; true`, port)
+}
+
+// A task with network: none runs with a loopback of its own: the test's
+// listener on the host's 127.0.0.1 is out of its reach and it has no
+// interface but lo, so it can reach nothing. The same task with network:
+// open reaches the listener and sees the node's interfaces, which proves
+// the check.
+func TestSandboxNetworkNone(t *testing.T) {
+	host, err := os.ReadFile("/proc/net/dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		network string
+		reach   bool
+		ifaces  []string
+	}{
+		{NetworkOpen, true, interfaces(string(host))},
+		{NetworkNone, false, []string{"lo"}},
+	} {
+		t.Run(tc.network, func(t *testing.T) {
+			n := newSandboxNode(t, "")
+			l := listen(t)
+			port := l.ln.Addr().(*net.TCPAddr).Port
+			st := n.runOne(t, "NET", Launch{Command: shell(netScript(port)), Sandbox: n.mode, Network: tc.network})
+			if st.Status != StatusCompleted || st.Sandbox != SandboxBwrap {
+				log, _ := os.ReadFile(filepath.Join(n.taskDir("NET"), fileLog))
+				t.Fatalf("status %+v, want completed under bwrap; log: %s", st, log)
+			}
+			out := filepath.Join(n.taskDir("NET"), dirOutput)
+			loot, _ := os.ReadFile(filepath.Join(out, "loot"))
+			if got := string(loot) == "connected\n"; got != tc.reach {
+				errText, _ := os.ReadFile(filepath.Join(out, "err"))
+				t.Errorf("connected to the host's 127.0.0.1:%d: %v, want %v (%s)", port, got, tc.reach, errText)
+			}
+			if others := l.others(t); (others > 0) != tc.reach {
+				t.Errorf("the listener accepted %d connections from the task, want reached %v", others, tc.reach)
+			}
+			dev, err := os.ReadFile(filepath.Join(out, "ifaces"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := interfaces(string(dev)); !slices.Equal(got, tc.ifaces) {
+				t.Errorf("interfaces in the sandbox: %v, want %v", got, tc.ifaces)
+			}
+		})
+	}
+}
+
+// A launch with network: none that does not ask for the sandbox fails to
+// start, and its tool never runs: it would have had the network.
+func TestNetworkNoneUnsandboxedRefused(t *testing.T) {
+	tk := newTask(t, "", Launch{Command: shell("touch ran"), Network: NetworkNone})
+	tk.run(t, "")
+	st := tk.waitFinal(t)
+	if st.Status != StatusFailed || st.ErrorClass != ClassStart || !strings.Contains(st.Error, "network: none needs the sandbox") {
+		t.Errorf("status %+v, want failed, class start, saying network: none needs the sandbox", st)
+	}
+	if _, err := os.Stat(filepath.Join(tk.dir, dirOutput, "ran")); err == nil {
+		t.Error("the tool ran")
+	}
+}
