@@ -26,7 +26,7 @@ import (
 var Keys = map[string][]string{
 	"top":           {"controller", "nodes", "api_modes", "routes", "tools", "notify"},
 	"controller":    {"poll_interval", "heartbeat_timeout", "node_offline_timeout", "max_retries", "retry_backoff", "retry_backoff_max", "max_fix_rounds", "ssh_connect_timeout", "max_parallel_ssh", "collect_max_bytes", "collect_max_files"},
-	"node":          {"name", "ssh", "slots", "spares", "api_mode", "api_modes", "work_dir", "tool", "min_free_mem", "tags", "dangerous", "strict_host_key_checking", "stall_timeout", "sandbox", "sandbox_paths", "limits"},
+	"node":          {"name", "ssh", "slots", "spares", "api_mode", "api_modes", "work_dir", "tool", "min_free_mem", "tags", "dangerous", "strict_host_key_checking", "stall_timeout", "sandbox", "sandbox_paths", "limits", "network"},
 	"sandbox_paths": {"ro", "rw"},
 	"api_mode":      {"env", "max_concurrency", "dangerous", "fallback"},
 	"tool":          {"command", "model_flag"},
@@ -102,6 +102,10 @@ type Node struct {
 	// Limits are the node's default limits of its tasks (issue 20): each
 	// one a task's front matter or project.yaml does not set.
 	Limits yamlval.Limits
+	// Network is the node's default network of its tasks (issue 20):
+	// yamlval.NetworkOpen, yamlval.NetworkNone (its tasks then need the
+	// sandbox) or "" (not set: open).
+	Network string
 	// StrictHostKeyChecking is "yes" (the default: unknown host keys are refused)
 	// or "accept-new" (an unknown key is recorded on first connection).
 	StrictHostKeyChecking string
@@ -607,6 +611,15 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 	}
 	if v := f["sandbox_paths"].val; v != nil && !yamlval.IsNull(v) {
 		n.SandboxPaths = p.sandboxPaths(v, where, n.WorkDir)
+	}
+	if v := f["network"].val; v != nil && !yamlval.IsNull(v) {
+		if s, ok := p.Network(v, where, "network"); ok {
+			n.Network = s
+			if s == yamlval.NetworkNone && (n.Sandbox == "" || n.Sandbox == SandboxOff) {
+				p.Errorf(v, "set sandbox: on (or auto) on the node, or write network: open",
+					"%s: network: none needs the sandbox, and the node has sandbox: off", where)
+			}
+		}
 	}
 	if v := f["limits"].val; v != nil && !yamlval.IsNull(v) {
 		n.Limits, _ = p.Limits(v, where, "limits")

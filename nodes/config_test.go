@@ -462,3 +462,41 @@ func TestParseLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestParseNetwork: a node's network is read like a project's; none needs
+// the node's sandbox (on or auto); the allow list is refused, not yet
+// supported.
+func TestParseNetwork(t *testing.T) {
+	tests := []struct {
+		name, node string
+		want       string
+		problem    string
+	}{
+		{"unset", "", "", ""},
+		{"open", "network: open", "open", ""},
+		{"none with sandbox on", "sandbox: on\n    network: none", "none", ""},
+		{"none with sandbox auto", "sandbox: auto\n    network: none", "none", ""},
+		{"none without sandbox", "network: none", "", `node "a": network: none needs the sandbox, and the node has sandbox: off`},
+		{"none with sandbox off", "sandbox: off\n    network: none", "", `node "a": network: none needs the sandbox, and the node has sandbox: off`},
+		{"allow list", "network: {allow: ['127.0.0.1:443']}", "", `node "a": network: {allow: [...]} is not supported yet`},
+		{"other", "network: closed", "", `node "a": network must be open or none, not "closed"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Parse("nodes.yaml", []byte("nodes:\n  - name: a\n    "+tc.node+"\n"))
+			if tc.problem == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := cfg.Nodes[0].Network; got != tc.want {
+					t.Errorf("network %q, want %q", got, tc.want)
+				}
+				return
+			}
+			var errs ConfigErrors
+			if !errors.As(err, &errs) || len(errs) != 1 || !strings.Contains(errs[0].Msg, tc.problem) || errs[0].Fix == "" {
+				t.Errorf("Parse error %v; want one containing %q, with a fix", err, tc.problem)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -289,7 +290,7 @@ func (l *loader) readText(path string) (text string, exists, ok bool) {
 
 // ProjectKeys are the keys project.yaml accepts.
 var ProjectKeys = []string{"integration", "verification", "max_fix_rounds", "integration_spec",
-	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget", "notify", "schedule", "sandbox", "limits"}
+	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget", "notify", "schedule", "sandbox", "limits", "network"}
 
 func (l *loader) loadConfig() {
 	path := l.path(ConfigFile)
@@ -303,7 +304,7 @@ func (l *loader) loadConfig() {
 		return
 	}
 	c := &l.project.Config
-	var repoNode, refNode, baseNode *yaml.Node
+	var repoNode, refNode, baseNode, netNode, sbNode *yaml.Node
 	y.fields(root, ConfigFile, ProjectKeys, func(key string, v *yaml.Node) {
 		switch key {
 		case "repo":
@@ -361,6 +362,10 @@ func (l *loader) loadConfig() {
 			c.Stall, _ = y.Duration(v, "", key)
 		case "sandbox":
 			c.Sandbox, _ = y.Sandbox(v, "", key)
+			sbNode = v
+		case "network":
+			c.Network, _ = y.Network(v, "", key)
+			netNode = v
 		case "limits":
 			c.Limits, _ = y.Limits(v, "", key)
 		case "budget":
@@ -398,7 +403,20 @@ func (l *loader) loadConfig() {
 			})
 		}
 	})
+	networkNeedsSandbox(y, c.Network, c.Sandbox, netNode, sbNode)
 	l.resolveRepo(y, repoNode, refNode, baseNode)
+}
+
+// networkNeedsSandbox refuses network: none with sandbox: off, written
+// at netNode or sbNode (nil: not written in this file): the task could
+// run nowhere.
+func networkNeedsSandbox(y yamlFile, network, sandbox string, netNode, sbNode *yaml.Node) {
+	if network != yamlval.NetworkNone || sandbox != "off" || (netNode == nil && sbNode == nil) {
+		return
+	}
+	at := cmp.Or(netNode, sbNode)
+	y.Errorf(at, "remove sandbox: off, or write network: open",
+		"network: none needs the sandbox (it is what takes the network away), and sandbox is off")
 }
 
 // resolveRepo checks project.yaml's repo: and ref: against the repository
@@ -552,7 +570,7 @@ func (l *loader) loadShared() {
 
 // TaskKeys are the keys a spec's front matter accepts.
 var TaskKeys = []string{"type", "tool", "model", "priority", "depends_on", "timeout",
-	"max_retries", "node", "tags", "context", "stall_timeout", "sandbox", "limits"}
+	"max_retries", "node", "tags", "context", "stall_timeout", "sandbox", "limits", "network"}
 
 // parseTask parses one task file. It returns nil when the file could not
 // be read as text at all; otherwise problems are reported and the task is
@@ -574,6 +592,7 @@ func (l *loader) parseTask(f taskFile) *parsed {
 		Timeout:    cfg.Timeout,
 		Stall:      cfg.Stall,
 		Sandbox:    cfg.Sandbox,
+		Network:    cfg.Network,
 		Limits:     cfg.Limits,
 		MaxRetries: cfg.MaxRetries,
 	}
@@ -660,6 +679,7 @@ func cmpOr(a, b string) string {
 func (l *loader) frontMatter(y yamlFile, root *yaml.Node, p *parsed) []item {
 	t := p.task
 	var refs []item
+	var netNode, sbNode *yaml.Node
 	y.fields(root, "front matter", TaskKeys, func(key string, v *yaml.Node) {
 		switch key {
 		case "type":
@@ -708,6 +728,12 @@ func (l *loader) frontMatter(y yamlFile, root *yaml.Node, p *parsed) []item {
 			if s, ok := y.Sandbox(v, "", key); ok {
 				t.Sandbox = s
 			}
+			sbNode = v
+		case "network":
+			if s, ok := y.Network(v, "", key); ok {
+				t.Network = s
+			}
+			netNode = v
 		case "limits":
 			if lim, ok := y.Limits(v, "", key); ok {
 				t.Limits = lim.Over(l.project.Config.Limits)
@@ -734,6 +760,7 @@ func (l *loader) frontMatter(y yamlFile, root *yaml.Node, p *parsed) []item {
 			refs = append(refs, y.list(key, v)...)
 		}
 	})
+	networkNeedsSandbox(y, t.Network, t.Sandbox, netNode, sbNode)
 	return refs
 }
 

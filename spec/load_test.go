@@ -329,6 +329,29 @@ func TestLoadErrors(t *testing.T) {
 			},
 		},
 		{
+			name: "network",
+			files: map[string]string{
+				"p/project.yaml": "network: {allow: ['127.0.0.1:443']}\n",
+				"p/S01-a.md":     "---\nnetwork: closed\n---\n# a\n",
+				"p/S02-b.md":     "---\nsandbox: off\nnetwork: none\n---\n# b\n",
+				"p/S03-c.md":     "---\nnetwork: {allow: []}\n---\n# c\n",
+			},
+			want: []wantErr{
+				{"p/S01-a.md", 2, `network must be open or none, not "closed"`},
+				{"p/S02-b.md", 3, "network: none needs the sandbox (it is what takes the network away), and sandbox is off"},
+				{"p/S03-c.md", 2, "network: {allow: [...]} is not supported yet"},
+				{"p/project.yaml", 1, "network: {allow: [...]} is not supported yet"},
+			},
+		},
+		{
+			name: "network none in project.yaml, sandbox off",
+			files: map[string]string{
+				"p/project.yaml": "network: none\nsandbox: off\n",
+				"p/S01-a.md":     "# a\n",
+			},
+			want: []wantErr{{"p/project.yaml", 1, "network: none needs the sandbox"}},
+		},
+		{
 			name:  "halt is not a mapping",
 			files: map[string]string{"p/S01.md": "# x\n", "p/project.yaml": "halt: 3\n"},
 			want:  []wantErr{{"p/project.yaml", 1, "halt must be a mapping, not 3"}},
@@ -373,6 +396,37 @@ func TestLoadLimits(t *testing.T) {
 			t.Errorf("%s: limits %+v, want %+v", task.ID, task.Limits, want[task.ID])
 		}
 	}
+}
+
+// TestLoadNetwork: a task's network is its front matter's, else
+// project.yaml's, else "" (the node's); network: none over a project's
+// sandbox: off is refused, sandbox: off over a project's network: none too.
+func TestLoadNetwork(t *testing.T) {
+	dir := writeSpecs(t, map[string]string{
+		"p/project.yaml": "network: none\n",
+		"p/S01-a.md":     "---\nnetwork: open\n---\n# a\n",
+		"p/S02-b.md":     "# b\n",
+	})
+	p, err := Load(dir, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"S01": "open", "S02": "none"}
+	for _, task := range p.Tasks {
+		if task.Network != want[task.ID] {
+			t.Errorf("%s: network %q, want %q", task.ID, task.Network, want[task.ID])
+		}
+	}
+	dir = writeSpecs(t, map[string]string{"p/S01-a.md": "# a\n"})
+	if p, err := Load(dir, "p"); err != nil || p.Tasks[0].Network != "" {
+		t.Errorf("no network anywhere: %v, %+v; want \"\" (the node's)", err, p)
+	}
+	dir = writeSpecs(t, map[string]string{
+		"p/project.yaml": "network: none\n",
+		"p/S01-a.md":     "---\nsandbox: off\n---\n# a\n",
+	})
+	_, err = Load(dir, "p")
+	checkErrors(t, dir, err, []wantErr{{"p/S01-a.md", 2, "network: none needs the sandbox"}})
 }
 
 func TestLoadFixes(t *testing.T) {

@@ -39,6 +39,7 @@ type Task struct {
 	Timeout   time.Duration // front matter, else project.yaml, else 0 (the controller's default)
 	Stall     time.Duration // stall_timeout: front matter, else project.yaml, else 0 (the node's, else the default)
 	Sandbox   string        // on, off or auto: front matter, else project.yaml, else "" (the node's)
+	Network   string        // open or none: front matter, else project.yaml, else "" (the node's, else open)
 	// Limits bounds the task's resources: each limit of the front matter,
 	// else of project.yaml; the controller fills in the node's for the rest.
 	Limits     yamlval.Limits
@@ -81,6 +82,7 @@ type ProjectConfig struct {
 	Timeout    time.Duration  // default timeout of the project's tasks; 0 when not set
 	Stall      time.Duration  // default stall_timeout of the project's tasks; 0 when not set
 	Sandbox    string         // default sandbox of the project's tasks (on, off, auto); "" when not set
+	Network    string         // default network of the project's tasks (open, none); "" when not set
 	Limits     yamlval.Limits // default limits of the project's tasks (each over the node's)
 	MaxRetries *int           // default max_retries of the project's tasks
 

@@ -40,3 +40,18 @@ func TestLimitsOver(t *testing.T) {
 		t.Errorf("String = %q", s)
 	}
 }
+
+func network(d Doc, v *yaml.Node) (any, bool) { return d.Network(v, `node "a"`, "k") }
+
+func TestNetworkReader(t *testing.T) {
+	const fix = "\n  fix: write network: open (the node's network) or network: none (no network but the task's own loopback; needs the sandbox)"
+	runReads(t, []readCase{
+		{"open", "k: open\n", network, "open", ""},
+		{"none", "k: none\n", network, "none", ""},
+		{"case", "k: None\n", network, "none", ""},
+		{"allow list", "k: {allow: ['127.0.0.1:443']}\n", network, "", `f.yaml:2: node "a": k: {allow: [...]} is not supported yet: dispatch has no filtering proxy for an allow list` + fix},
+		{"other", "k: closed\n", network, "", `f.yaml:2: node "a": k must be open or none, not "closed"` + fix},
+		{"bool", "k: false\n", network, "", `f.yaml:2: node "a": k must be open or none, not false` + fix},
+		{"empty mapping", "k: {}\n", network, "", `f.yaml:2: node "a": k must be open or none, not a mapping` + fix},
+	})
+}

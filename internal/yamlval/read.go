@@ -179,3 +179,38 @@ func (d Doc) Sandbox(v *yaml.Node, where, key string) (string, bool) {
 		"%s%s must be on, off or auto, not %s", prefix(where), key, Describe(v))
 	return "", false
 }
+
+// Values of a network setting (issue 20), in nodes.yaml, project.yaml
+// and a spec's front matter.
+const (
+	// NetworkOpen: the node's network (the default).
+	NetworkOpen = "open"
+	// NetworkNone: no network but a loopback of the task's own; it needs
+	// the sandbox.
+	NetworkNone = "none"
+)
+
+// Network reads a network setting: open or none. The allow-list form
+// ({allow: ["host:port", …]}) is refused: it is not supported yet.
+func (d Doc) Network(v *yaml.Node, where, key string) (string, bool) {
+	v = Resolve(v)
+	const fix = "write network: open (the node's network) or network: none (no network but the task's own loopback; needs the sandbox)"
+	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" {
+		switch strings.ToLower(strings.TrimSpace(v.Value)) {
+		case NetworkOpen:
+			return NetworkOpen, true
+		case NetworkNone:
+			return NetworkNone, true
+		}
+	}
+	if v.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(v.Content); i += 2 {
+			if k := Resolve(v.Content[i]); k.Kind == yaml.ScalarNode && k.Value == "allow" {
+				d.Errorf(v, fix, "%s%s: {allow: [...]} is not supported yet: dispatch has no filtering proxy for an allow list", prefix(where), key)
+				return "", false
+			}
+		}
+	}
+	d.Errorf(v, fix, "%s%s must be open or none, not %s", prefix(where), key, Describe(v))
+	return "", false
+}
