@@ -360,7 +360,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		return item, false
 	}
 	tool := toolFor(t.Tool, n.cfg)
-	sb, ok, why := sandboxLaunch(t.Sandbox, n.cfg.Sandbox)
+	sb, network, ok, why := taskLaunch(t.Sandbox, t.Network, n.cfg)
 	if !ok {
 		out.err, out.noRetry = fmt.Errorf("task %s cannot run on node %s: %s", t.ID, n.cfg.Name, why), true
 		return item, false
@@ -392,6 +392,10 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 	if sb != "" {
 		launch.Sandbox, launch.WorkDir = sb, inst.WorkDir
 		launch.SandboxPaths = sandboxPaths(n.cfg.SandboxPaths)
+	}
+	if network == yamlval.NetworkNone {
+		// The wrapper refuses it unsandboxed (sb is bwrap here).
+		launch.Network = wrapper.NetworkNone
 	}
 	launch.Limits = launchLimits(t.Limits, n.cfg.Limits)
 	if _, builtin := builtinTools[tool]; builtin {

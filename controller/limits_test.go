@@ -49,4 +49,10 @@ func TestSameSettingsLimits(t *testing.T) {
 	if sameSettings(a, c) {
 		t.Error("a change of sandbox is not a change of settings")
 	}
+	// And its changed network:.
+	d := a
+	d.Network = "none"
+	if sameSettings(a, d) {
+		t.Error("a change of network is not a change of settings")
+	}
 }

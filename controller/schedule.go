@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/internal/yamlval"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
@@ -69,10 +71,29 @@ func eligible(cfg *nodes.Config, t *store.Task, n nodes.Node) (bool, string) {
 	if tag, ok := cfg.Routes[t.Type]; ok && !slices.Contains(n.Tags, tag) {
 		return false, fmt.Sprintf("type %s is routed to tag %s", t.Type, tag)
 	}
-	if _, ok, why := sandboxLaunch(t.Sandbox, n.Sandbox); !ok {
+	if _, _, ok, why := taskLaunch(t.Sandbox, t.Network, n); !ok {
 		return false, why
 	}
 	return true, ""
+}
+
+// taskLaunch decides launch.json's sandbox and network for a task's
+// sandbox and network settings on node n. The network is the task's,
+// else the node's, else open; network: none needs the sandbox, so the
+// task's sandbox is then on whatever it says but off, which cannot run.
+func taskLaunch(sandbox, network string, n nodes.Node) (sb, net string, ok bool, why string) {
+	net = cmp.Or(network, n.Network, yamlval.NetworkOpen)
+	if net != yamlval.NetworkNone {
+		sb, ok, why = sandboxLaunch(sandbox, n.Sandbox)
+		return sb, net, ok, why
+	}
+	if sandbox == nodes.SandboxOff {
+		return "", net, false, "network: none needs the sandbox, the task says sandbox: off"
+	}
+	if sb, ok, _ = sandboxLaunch(nodes.SandboxOn, n.Sandbox); !ok {
+		why = "the task has network: none, which needs the sandbox, the node has sandbox: off (set sandbox: on or auto on the node in nodes.yaml, or network: open for the task)"
+	}
+	return sb, net, ok, why
 }
 
 // sandboxLaunch decides launch.json's sandbox for a task's sandbox

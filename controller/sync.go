@@ -288,7 +288,7 @@ func CheckExecutables(cfg *nodes.Config, rows []PlanRow, probes map[string]NodeP
 
 // needsSandbox reports whether the task of r must run sandboxed on node n.
 func needsSandbox(r PlanRow, n nodes.Node) bool {
-	sb, _, _ := sandboxLaunch(r.Task.Sandbox, n.Sandbox)
+	sb, _, _, _ := taskLaunch(r.Task.Sandbox, r.Task.Network, n)
 	return sb == wrapper.SandboxBwrap
 }
 
@@ -447,7 +447,7 @@ func storeTask(p *spec.Project, t *spec.Task, cfg *nodes.Config) store.Task {
 	}
 	return store.Task{Project: p.Name, ID: t.ID, Title: t.Title, Type: t.Type, Tool: t.Tool, Model: t.Model,
 		Priority: t.Priority, DependsOn: deps, Tags: t.Tags, NodePin: t.Node, Timeout: t.Timeout, Stall: t.Stall,
-		MaxRetries: maxRetries, SpecFile: t.File, SpecHash: t.Hash, Snapshot: t.Snapshot, Sandbox: t.Sandbox, Limits: t.Limits}
+		MaxRetries: maxRetries, SpecFile: t.File, SpecHash: t.Hash, Snapshot: t.Snapshot, Sandbox: t.Sandbox, Network: t.Network, Limits: t.Limits}
 }
 
 // SyncResult says what AddProject found.
@@ -618,7 +618,7 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, home st
 				Model: new(nt.Model), Priority: new(nt.Priority), DependsOn: new(nt.DependsOn), Tags: new(nt.Tags),
 				NodePin: new(nt.NodePin), Timeout: new(nt.Timeout), Stall: new(nt.Stall), MaxRetries: new(nt.MaxRetries),
 				SpecFile: new(nt.SpecFile), SpecHash: new(nt.SpecHash), Snapshot: new(nt.Snapshot), BaseDir: new(nt.BaseDir),
-				BaseCommit: new(nt.BaseCommit), Limits: new(nt.Limits), Sandbox: new(nt.Sandbox)}); err != nil {
+				BaseCommit: new(nt.BaseCommit), Limits: new(nt.Limits), Sandbox: new(nt.Sandbox), Network: new(nt.Network)}); err != nil {
 				return err
 			}
 			msg := "spec changed before the task ran; using the new one"
@@ -638,7 +638,7 @@ func sameSettings(a, b store.Task) bool {
 	return a.Title == b.Title && a.Type == b.Type && a.Tool == b.Tool && a.Model == b.Model &&
 		a.Priority == b.Priority && slices.Equal(a.DependsOn, b.DependsOn) && slices.Equal(a.Tags, b.Tags) &&
 		a.NodePin == b.NodePin && a.Timeout == b.Timeout && a.Stall == b.Stall && a.MaxRetries == b.MaxRetries && a.BaseDir == b.BaseDir &&
-		a.BaseCommit == b.BaseCommit && a.Limits == b.Limits && a.Sandbox == b.Sandbox
+		a.BaseCommit == b.BaseCommit && a.Limits == b.Limits && a.Sandbox == b.Sandbox && a.Network == b.Network
 }
 
 // reopenPhase puts a finished project back into its implementation phase:

@@ -27,6 +27,9 @@ nodes:
     slots: 1
     dangerous: true
     sandbox: on
+  - name: au
+    slots: 1
+    sandbox: auto
 api_modes:
   sandbox:
     dangerous: true
@@ -43,6 +46,12 @@ api_modes:
 	onRB := PlanRow{Task: &spec.Task{ID: "S06"}, Type: "implementation", Nodes: []string{"rb"}, Tools: map[string]string{"rb": "claude"}}
 	bwrap := func(p NodeProbe) NodeProbe {
 		p.Sandbox = &wrapper.SandboxReply{Sandbox: wrapper.SandboxBwrap}
+		return p
+	}
+	noneAU := PlanRow{Task: &spec.Task{ID: "S07", Network: "none"}, Type: "implementation", Nodes: []string{"au"}, Tools: map[string]string{"au": "claude"}}
+	openAU := PlanRow{Task: &spec.Task{ID: "S08"}, Type: "implementation", Nodes: []string{"au"}, Tools: map[string]string{"au": "claude"}}
+	noBwrap := func(p NodeProbe) NodeProbe {
+		p.Sandbox = &wrapper.SandboxReply{Error: "bwrap not found", Fix: "apt install bubblewrap"}
 		return p
 	}
 	gitRow := PlanRow{Task: &spec.Task{ID: "S05"}, Type: "implementation", Nodes: []string{"a", "b"}, Tools: map[string]string{"a": "claude", "b": "codex"}, Git: true}
@@ -76,6 +85,10 @@ api_modes:
 		{"a repo project's node with git", []PlanRow{gitRow}, map[string]NodeProbe{"a": found("claude"), "b": found("codex", "git")}, nil, 0},
 		{"a repo project's nodes without git", []PlanRow{gitRow}, map[string]NodeProbe{"a": found("claude"), "b": found("codex")},
 			[]string{"task S05 cannot run anywhere: a (no git in its PATH|b (no git in its PATH|install git"}, 0},
+		{"network: none where the sandbox works", []PlanRow{noneAU}, map[string]NodeProbe{"au": bwrap(found("claude"))}, nil, 0},
+		{"network: none where the sandbox does not work", []PlanRow{noneAU}, map[string]NodeProbe{"au": noBwrap(found("claude"))},
+			[]string{"task S07 cannot run anywhere: au (sandbox: unavailable: bwrap not found|make the sandbox work"}, 0},
+		{"network open on sandbox: auto without the sandbox", []PlanRow{openAU}, map[string]NodeProbe{"au": noBwrap(found("claude"))}, nil, 0},
 		{"root without dangerous", []PlanRow{s01}, map[string]NodeProbe{"a": root(found("claude")), "b": found()}, nil, 0},
 	}
 	for _, tc := range tests {

@@ -139,6 +139,9 @@ type Task struct {
 	// Sandbox is the task's sandbox: on, off, auto, or "" to leave it to
 	// the node (front matter, else project.yaml).
 	Sandbox string
+	// Network is the task's network: open, none (it must run sandboxed),
+	// or "" to leave it to the node (front matter, else project.yaml).
+	Network string
 	// Limits are the task's limits (front matter, else project.yaml);
 	// the node's fill in the rest at launch.
 	Limits    yamlval.Limits

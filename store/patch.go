@@ -31,6 +31,7 @@ type TaskPatch struct {
 	ReusedFrom                        *int
 	Sandbox                           *string
 	Limits                            *yamlval.Limits
+	Network                           *string
 }
 
 // RunPatch changes columns of one attempt's run row.
@@ -96,6 +97,7 @@ func (p TaskPatch) columns() *columns {
 	col(c, "stall_seconds", p.Stall)
 	col(c, "sandbox", p.Sandbox)
 	col(c, "limits", p.Limits)
+	col(c, "network", p.Network)
 	col(c, "spec_file", p.SpecFile)
 	col(c, "spec_hash", p.SpecHash)
 	col(c, "base_dir", p.BaseDir)
