@@ -274,10 +274,11 @@ func (c *Controller) startPhaseTask(ctx context.Context, p store.Project, opts s
 	generated []byte, tree taskBase, phase, message string, also func(*store.Tx) error) error {
 	t := store.Task{Project: p.Name, ID: id, Title: title, Type: typ, Tool: opts.PhaseTool, Priority: 1,
 		DependsOn: []string{}, MaxRetries: c.config().Controller.MaxRetries, SpecFile: "(generated from controller/templates)",
-		Snapshot: generated, BaseDir: tree.Dir, BaseCommit: tree.Commit}
+		Snapshot: generated, BaseDir: tree.Dir, BaseCommit: tree.Commit, Sandbox: opts.Sandbox, Network: opts.Network, Limits: opts.Limits}
 	if o, ok := opts.Overrides[id]; ok {
 		t.Title, t.Tool, t.Model, t.Timeout, t.Tags, t.NodePin = o.Title, o.Tool, o.Model, o.Timeout, o.Tags, o.Node
 		t.SpecFile, t.Snapshot = o.File, o.Snapshot
+		t.Sandbox, t.Network, t.Limits = o.Sandbox, o.Network, o.Limits
 	}
 	sum := sha256.Sum256(t.Snapshot)
 	t.SpecHash = hex.EncodeToString(sum[:])

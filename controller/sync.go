@@ -104,9 +104,9 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string, so StartOptions) ([
 		if _, own := opts.Overrides[id]; own || !phaseRuns(opts, typ) {
 			continue
 		}
-		row := PlanRow{Task: &spec.Task{ID: id, Title: "(generated " + typ + " task)", Type: typ, Priority: 1}, Type: typ, Generated: true,
-			Git: p.Config.Source != nil}
-		if reasons := place(&row, store.Task{ID: id, Type: typ, Tool: opts.PhaseTool}); len(row.Nodes) == 0 {
+		row := PlanRow{Task: &spec.Task{ID: id, Title: "(generated " + typ + " task)", Type: typ, Priority: 1,
+			Sandbox: opts.Sandbox, Network: opts.Network, Limits: opts.Limits}, Type: typ, Generated: true, Git: p.Config.Source != nil}
+		if reasons := place(&row, store.Task{ID: id, Type: typ, Tool: opts.PhaseTool, Sandbox: opts.Sandbox, Network: opts.Network}); len(row.Nodes) == 0 {
 			problems = append(problems, fmt.Sprintf("%s: no node can run the generated %s task (%s: %s)\n  fix: route type %s to a tag some node has, or set integration: false in project.yaml",
 				p.Dir, typ, id, strings.Join(reasons, "; "), typ))
 			continue
@@ -505,6 +505,7 @@ func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so StartOptions) stor
 		o.Repo = &store.RepoOptions{Dir: src.Dir, Ref: src.Ref, Commit: src.Commit}
 	}
 	o.Notify = p.Config.Notify
+	o.Sandbox, o.Network, o.Limits = p.Config.Sandbox, p.Config.Network, p.Config.Limits
 	o.Trigger = so.Trigger
 	if o.Trigger == "" {
 		o.Trigger = TriggerStart
@@ -524,7 +525,7 @@ func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so StartOptions) stor
 	for _, t := range p.Tasks {
 		if store.IsPhaseID(t.ID) {
 			o.Overrides[t.ID] = store.PhaseSpec{Title: t.Title, File: t.File, Tool: t.Tool, Model: t.Model, Timeout: t.Timeout,
-				Tags: t.Tags, Node: t.Node, Snapshot: t.Snapshot, Hash: t.Hash}
+				Tags: t.Tags, Node: t.Node, Snapshot: t.Snapshot, Hash: t.Hash, Sandbox: t.Sandbox, Network: t.Network, Limits: t.Limits}
 		}
 	}
 	if p.Config.IntegrationSpec != "" {

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"github.com/dispatch-tool/dispatch/internal/yamlval"
+
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -73,6 +75,12 @@ type ProjectOptions struct {
 	PhaseTool string `json:"phase_tool,omitempty"`
 	// Overrides are author-supplied phase specs (S99, V01, F01, ...), by ID.
 	Overrides map[string]PhaseSpec `json:"overrides,omitempty"`
+	// Sandbox, Network and Limits are project.yaml's, for the generated
+	// phase tasks (an author task carries its own): a project that must
+	// run sandboxed runs its S99, V and F sandboxed too.
+	Sandbox string         `json:"sandbox,omitempty"`
+	Network string         `json:"network,omitempty"`
+	Limits  yamlval.Limits `json:"limits,omitempty"`
 	// Stall is project.yaml's stall_timeout, for the generated phase tasks
 	// (an author task carries its own).
 	Stall time.Duration `json:"stall,omitempty"`
@@ -117,6 +125,10 @@ type PhaseSpec struct {
 	Node     string        `json:"node,omitempty"`
 	Snapshot []byte        `json:"snapshot"`
 	Hash     string        `json:"hash"`
+	// Sandbox, Network and Limits: its front matter's, else project.yaml's.
+	Sandbox string         `json:"sandbox,omitempty"`
+	Network string         `json:"network,omitempty"`
+	Limits  yamlval.Limits `json:"limits,omitempty"`
 }
 
 // ParseOptions reads the options stored with p.
