@@ -4,63 +4,27 @@ package wrapper
 
 import (
 	"bytes"
-	"context"
-	"encoding/json"
 	"os"
-	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
 
-// limitsNode runs a limited task and an unlimited neighbour in one launch
+// limitsRun runs a limited task and an unlimited neighbour in one launch
 // on a node in a fresh directory, as the node user cred (nil: the
 // test's), sandboxed when mode is "bwrap"; it returns both final statuses
 // and how long the limited one took.
 func limitsRun(t *testing.T, n *sandboxNode, limits *Limits, script string) (st, nb *Status, took time.Duration) {
 	t.Helper()
-	items := []LaunchItem{
-		{Dir: n.taskDir("LIMITED"), Spec: "# limited\n", Launch: Launch{Project: "demo", Task: "LIMITED", Attempt: 1, Node: "local",
-			Command: shell(script), HeartbeatSeconds: 0.2, TimeoutSeconds: 30, Sandbox: n.mode, WorkDir: n.work, Limits: limits}},
-		{Dir: n.taskDir("NEIGHBOUR"), Spec: "# neighbour\n", Launch: Launch{Project: "demo", Task: "NEIGHBOUR", Attempt: 1, Node: "local",
-			Command: shell(`echo neighbour-data > data; sleep 2; cat data`), HeartbeatSeconds: 0.2, TimeoutSeconds: 30, Sandbox: n.mode, WorkDir: n.work}},
-	}
-	doc, err := json.Marshal(LaunchBatch{Launches: items})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, n.bin, "launch")
-	cmd.Stdin = bytes.NewReader(doc)
-	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + n.home}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: n.cred}
 	begun := time.Now()
-	out, err := cmd.Output()
-	var reply LaunchReply
-	if err != nil || json.Unmarshal(out, &reply) != nil || len(reply.Results) != 2 {
-		t.Fatalf("launch: %v: %s", err, out)
-	}
-	for _, r := range reply.Results {
-		if r.Run == nil {
-			t.Fatalf("launch: %+v", r)
-		}
-	}
-	final := func(id string) *Status {
-		var st *Status
-		poll(t, 25*time.Second, id+" to end", func() bool {
-			st, err = readStatus(n.taskDir(id))
-			return err == nil && st.Final()
-		})
-		return st
-	}
-	st = final("LIMITED")
+	n.launch(t, n.item("LIMITED", Launch{Command: shell(script), Sandbox: n.mode, Limits: limits}),
+		n.item("NEIGHBOUR", Launch{Command: shell(`echo neighbour-data > data; sleep 2; cat data`), Sandbox: n.mode}))
+	st = n.final(t, "LIMITED")
 	took = time.Since(begun)
-	nb = final("NEIGHBOUR")
+	nb = n.final(t, "NEIGHBOUR")
 	if nb.Status != StatusCompleted {
 		t.Errorf("the neighbour: %+v, want completed", nb)
 	}

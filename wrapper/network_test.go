@@ -3,18 +3,13 @@
 package wrapper
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -23,29 +18,8 @@ import (
 // final status.
 func (n *sandboxNode) runOne(t *testing.T, id string, l Launch) *Status {
 	t.Helper()
-	l.Project, l.Task, l.Attempt, l.Node = "demo", id, 1, "local"
-	l.HeartbeatSeconds, l.TimeoutSeconds, l.WorkDir = 0.2, 30, n.work
-	doc, err := json.Marshal(LaunchBatch{Launches: []LaunchItem{{Dir: n.taskDir(id), Spec: "# " + id + "\n", Launch: l}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, n.bin, "launch")
-	cmd.Stdin = bytes.NewReader(doc)
-	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + n.home}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: n.cred}
-	out, err := cmd.Output()
-	var reply LaunchReply
-	if err != nil || json.Unmarshal(out, &reply) != nil || len(reply.Results) != 1 || reply.Results[0].Run == nil {
-		t.Fatalf("launch: %v: %s", err, out)
-	}
-	var st *Status
-	poll(t, 25*time.Second, id+" to end", func() bool {
-		st, err = readStatus(n.taskDir(id))
-		return err == nil && st.Final()
-	})
-	return st
+	n.launch(t, n.item(id, l))
+	return n.final(t, id)
 }
 
 // listener is a TCP listener of the test on the host's 127.0.0.1 that

@@ -113,17 +113,18 @@ func (n *sandboxNode) taskDir(id string) string {
 // completes only if nobody touched its workspace.
 const neighbourScript = `echo neighbour-data > data; sleep 3; [ "$(cat data)" = neighbour-data ] && [ ! -e pwned ]`
 
-// run starts the attacker's script and the neighbour in one launch and
-// waits for both to end.
-func (n *sandboxNode) run(t *testing.T, attack string) (att, nb *Status) {
+// item is task id of project demo on the node, attempt 1, with l's
+// command and settings.
+func (n *sandboxNode) item(id string, l Launch) LaunchItem {
+	l.Project, l.Task, l.Attempt, l.Node = "demo", id, 1, "local"
+	l.HeartbeatSeconds, l.TimeoutSeconds, l.WorkDir = 0.2, 30, n.work
+	return LaunchItem{Dir: n.taskDir(id), Spec: "# " + id + "\n", Launch: l}
+}
+
+// launch starts items in one `wrapper launch` as the node user and checks
+// that each one started.
+func (n *sandboxNode) launch(t *testing.T, items ...LaunchItem) {
 	t.Helper()
-	items := []LaunchItem{
-		{Dir: n.taskDir("ATTACK"), Spec: "# attack\n", Launch: Launch{Project: "demo", Task: "ATTACK", Attempt: 1, Node: "local",
-			Command: shell(attack), HeartbeatSeconds: 0.2, TimeoutSeconds: 30, Sandbox: n.mode, WorkDir: n.work}},
-		{Dir: n.taskDir("NEIGHBOUR"), Spec: "# neighbour\n", Launch: Launch{Project: "demo", Task: "NEIGHBOUR", Attempt: 1, Node: "local",
-			Command: shell(neighbourScript), HeartbeatSeconds: 0.2, TimeoutSeconds: 30, Sandbox: n.mode, WorkDir: n.work},
-			Env: map[string]string{"NEIGHBOUR_SECRET": neighbourSecret}},
-	}
 	doc, err := json.Marshal(LaunchBatch{Launches: items})
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +137,7 @@ func (n *sandboxNode) run(t *testing.T, attack string) (att, nb *Status) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: n.cred}
 	out, err := cmd.Output()
 	var reply LaunchReply
-	if err != nil || json.Unmarshal(out, &reply) != nil || len(reply.Results) != 2 {
+	if err != nil || json.Unmarshal(out, &reply) != nil || len(reply.Results) != len(items) {
 		t.Fatalf("launch: %v: %s", err, out)
 	}
 	for _, r := range reply.Results {
@@ -144,15 +145,28 @@ func (n *sandboxNode) run(t *testing.T, attack string) (att, nb *Status) {
 			t.Fatalf("launch: %+v", r)
 		}
 	}
-	final := func(id string) *Status {
-		var st *Status
-		poll(t, 25*time.Second, id+" to end", func() bool {
-			st, err = readStatus(n.taskDir(id))
-			return err == nil && st.Final()
-		})
-		return st
-	}
-	return final("ATTACK"), final("NEIGHBOUR")
+}
+
+// final waits for task id's final status.
+func (n *sandboxNode) final(t *testing.T, id string) *Status {
+	t.Helper()
+	var st *Status
+	poll(t, 25*time.Second, id+" to end", func() bool {
+		var err error
+		st, err = readStatus(n.taskDir(id))
+		return err == nil && st.Final()
+	})
+	return st
+}
+
+// run starts the attacker's script and the neighbour in one launch and
+// waits for both to end.
+func (n *sandboxNode) run(t *testing.T, attack string) (att, nb *Status) {
+	t.Helper()
+	neighbour := n.item("NEIGHBOUR", Launch{Command: shell(neighbourScript), Sandbox: n.mode})
+	neighbour.Env = map[string]string{"NEIGHBOUR_SECRET": neighbourSecret}
+	n.launch(t, n.item("ATTACK", Launch{Command: shell(attack), Sandbox: n.mode}), neighbour)
+	return n.final(t, "ATTACK"), n.final(t, "NEIGHBOUR")
 }
 
 // snapshot is what the node holds outside the attacker's own task
