@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -94,25 +96,128 @@ func scanProcs() ([]procInfo, error) {
 		if err != nil {
 			continue
 		}
-		f, err := statFields(e.Name())
-		if err != nil || len(f) < 22 || f[0] == "Z" || f[0] == "X" {
+		if p, ok := readProc(pid); ok {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// readProc reads one live process from /proc; false when it is gone or a
+// zombie.
+func readProc(pid int) (procInfo, bool) {
+	name := strconv.Itoa(pid)
+	f, err := statFields(name)
+	if err != nil || len(f) < 22 || f[0] == "Z" || f[0] == "X" {
+		return procInfo{}, false
+	}
+	p := procInfo{pid: pid, uid: -1}
+	p.ppid, _ = strconv.Atoi(f[1])
+	p.pgid, _ = strconv.Atoi(f[2])
+	p.threads, _ = strconv.Atoi(f[17])
+	p.start = f[19]
+	rss, _ := strconv.ParseInt(f[21], 10, 64)
+	p.rss = rss * pageSize
+	if fi, err := os.Stat("/proc/" + name); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			p.uid = int(st.Uid)
+		}
+	}
+	return p, true
+}
+
+// treeProcs reads the live processes of the tree under root, walking
+// /proc/<pid>/task/<tid>/children: it reads the attempt's processes only,
+// not every process of the machine (a scan of 666 processes costs about
+// 10 ms; the watchdog samples every 200 ms, for every limited attempt).
+// ok is false when root is gone or the kernel has no children files
+// (CONFIG_PROC_CHILDREN): then only a scan tells.
+func treeProcs(root int) (out []procInfo, ok bool) {
+	if !hasChildrenFiles() {
+		return nil, false
+	}
+	queue := []int{root}
+	seen := map[int]bool{}
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		if seen[pid] {
 			continue
 		}
-		p := procInfo{pid: pid, uid: -1}
-		p.ppid, _ = strconv.Atoi(f[1])
-		p.pgid, _ = strconv.Atoi(f[2])
-		p.threads, _ = strconv.Atoi(f[17])
-		p.start = f[19]
-		rss, _ := strconv.ParseInt(f[21], 10, 64)
-		p.rss = rss * pageSize
-		if fi, err := e.Info(); err == nil {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				p.uid = int(st.Uid)
+		seen[pid] = true
+		p, live := readProc(pid)
+		if !live {
+			if pid == root {
+				return nil, false
+			}
+			continue
+		}
+		tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		for _, tk := range tasks {
+			b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + tk.Name() + "/children") // a thread gone meanwhile has none
+			for _, c := range strings.Fields(string(b)) {
+				if n, err := strconv.Atoi(c); err == nil {
+					queue = append(queue, n)
+				}
 			}
 		}
 		out = append(out, p)
 	}
-	return out, nil
+	return out, true
+}
+
+// hasChildrenFiles reports whether the kernel offers
+// /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN).
+var hasChildrenFiles = sync.OnceValue(func() bool {
+	_, err := os.Stat(fmt.Sprintf("/proc/self/task/%d/children", syscall.Gettid()))
+	return err == nil
+})
+
+// fullScanEvery is how many samples of the watchdog walk only the
+// attempt's tree between two scans of every process; a scan also finds
+// the members of the attempt's group that left its tree (a double fork),
+// which the samples between scans then read by pid.
+const fullScanEvery = 10
+
+// sampleAttempt returns the attempt's processes (see attemptProcs): by a
+// scan of every process when full, else by walking its tree and reading
+// the outsiders the last scan found (those still alive as they were).
+// outsiders is updated by a scan.
+func sampleAttempt(root int, full bool, outsiders *[]procInfo) ([]procInfo, error) {
+	if !full {
+		if tree, ok := treeProcs(root); ok {
+			in := make(map[int]bool, len(tree))
+			for _, p := range tree {
+				in[p.pid] = true
+			}
+			for _, o := range *outsiders {
+				if in[o.pid] {
+					continue
+				}
+				if p, live := readProc(o.pid); live && p.start == o.start {
+					tree = append(tree, p)
+				}
+			}
+			return tree, nil
+		}
+	}
+	procs, err := scanProcs()
+	mine := attemptProcs(procs, root)
+	tree, _ := treeProcs(root)
+	in := make(map[int]bool, len(tree))
+	for _, p := range tree {
+		in[p.pid] = true
+	}
+	*outsiders = (*outsiders)[:0]
+	for _, p := range mine {
+		if !in[p.pid] {
+			*outsiders = append(*outsiders, p)
+		}
+	}
+	return mine, err
 }
 
 // userThreads counts the threads of uid's processes.
@@ -170,12 +275,12 @@ func (s *supervisor) watchLimits(p *proc) {
 	t := time.NewTicker(watchdogInterval)
 	defer t.Stop()
 	killing := false
-	for {
-		procs, err := scanProcs()
+	var outsiders []procInfo
+	for i := 0; ; i++ {
+		mine, err := sampleAttempt(p.pgid, i%fullScanEvery == 0 || killing, &outsiders)
 		if err != nil {
 			s.logger.Warn("limits: read /proc", logKeyErr, err)
 		}
-		mine := attemptProcs(procs, p.pgid)
 		if !killing {
 			var rss int64
 			threads := 0

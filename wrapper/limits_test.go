@@ -5,10 +5,13 @@ package wrapper
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -146,5 +149,52 @@ func TestLimitsFileSize(t *testing.T) {
 				t.Error("the write past file_size succeeded")
 			}
 		})
+	}
+}
+
+// TestWatchdogSampleWalksTheTree: between two scans of every process the
+// watchdog walks only the attempt's tree, and still counts a member of
+// its group that left the tree (a double fork) by the pid the last scan
+// found: the light sample sees what a scan sees.
+func TestWatchdogSampleWalksTheTree(t *testing.T) {
+	if !hasChildrenFiles() {
+		t.Fatal("this kernel has no /proc/<pid>/task/<tid>/children; the watchdog scans every process there")
+	}
+	cmd := exec.Command("/bin/sh", "-c", "sleep 60 & (sleep 60 &); sleep 60")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	root := cmd.Process.Pid
+	t.Cleanup(func() { syscall.Kill(-root, syscall.SIGKILL); cmd.Wait() })
+	pids := func(ps []procInfo) []int {
+		var out []int
+		for _, p := range ps {
+			out = append(out, p.pid)
+		}
+		slices.Sort(out)
+		return out
+	}
+	var scanned []procInfo
+	poll(t, 10*time.Second, "the shell and its three sleeps", func() bool {
+		procs, err := scanProcs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		scanned = attemptProcs(procs, root)
+		return len(scanned) == 4
+	})
+	tree, ok := treeProcs(root)
+	if !ok || len(tree) != 3 {
+		t.Fatalf("the tree walk found %v (ok %v); want the shell and its two sleeps, not the one that left", pids(tree), ok)
+	}
+	var outsiders []procInfo
+	full, err := sampleAttempt(root, true, &outsiders)
+	if err != nil || !slices.Equal(pids(full), pids(scanned)) || len(outsiders) != 1 {
+		t.Fatalf("a full sample: %v (%v), outsiders %v; want %v and one outsider", pids(full), err, pids(outsiders), pids(scanned))
+	}
+	light, err := sampleAttempt(root, false, &outsiders)
+	if err != nil || !slices.Equal(pids(light), pids(scanned)) {
+		t.Fatalf("a light sample: %v (%v); want what the scan saw, %v", pids(light), err, pids(scanned))
 	}
 }
