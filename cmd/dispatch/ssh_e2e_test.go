@@ -205,7 +205,10 @@ nodes:
 	}
 }
 
-func TestNodesTrust(t *testing.T) {
+// freshNodeHome is a home with one node, fresh, on an sshd whose host key
+// the operator has not trusted yet.
+func freshNodeHome(t *testing.T) (*sshHome, *sshdtest.Client, *sshdtest.Server) {
+	t.Helper()
 	h := newSSHHome(t)
 	c := h.client
 	s := c.StartServer(t, "fresh")
@@ -216,6 +219,11 @@ nodes:
     ssh: %s@127.0.0.1:%d
     work_dir: %s
 `, c.User, s.Port, s.WorkDir))
+	return h, c, s
+}
+
+func TestNodesTrust(t *testing.T) {
+	h, c, s := freshNodeHome(t)
 
 	r := h.run(t, "nodes", "check")
 	if r.code != 1 || !strings.Contains(r.stdout+r.stderr, "dispatch nodes trust fresh") {
@@ -255,16 +263,7 @@ nodes:
 // the key, as the README's quickstart shows, after printing its
 // fingerprint; any other answer, or none, records nothing.
 func TestNodesTrustFromAPipe(t *testing.T) {
-	h := newSSHHome(t)
-	c := h.client
-	s := c.StartServer(t, "fresh")
-	writeFile(t, filepath.Join(h.home, "nodes.yaml"), fmt.Sprintf(`controller:
-  ssh_connect_timeout: 2s
-nodes:
-  - name: fresh
-    ssh: %s@127.0.0.1:%d
-    work_dir: %s
-`, c.User, s.Port, s.WorkDir))
+	h, c, _ := freshNodeHome(t)
 	trust := func(answer string) result {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
