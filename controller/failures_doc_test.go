@@ -17,7 +17,7 @@ func TestFailuresDocNamesRealTests(t *testing.T) {
 	}
 	dirs := map[string]string{"cmd": "../cmd/dispatch", "ctl": ".", "nodes": "../nodes", "wrapper": "../wrapper",
 		"store": "../store", "spec": "../spec", "readmodel": "../readmodel", "gitrepo": "../gitrepo", "notify": "../notify",
-		"schedule": "../schedule"}
+		"schedule": "../schedule", "yamlval": "../internal/yamlval", "netallow": "../internal/netallow"}
 	cites := regexp.MustCompile("`([a-z]+):(Test[A-Za-z0-9_]+)`").FindAllStringSubmatch(string(doc), -1)
 	if len(cites) < 20 {
 		t.Fatalf("only %d tests cited in FAILURES.md", len(cites))

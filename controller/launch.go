@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/dispatch-tool/dispatch/internal/yamlval"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -18,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/internal/netallow"
+	"github.com/dispatch-tool/dispatch/internal/yamlval"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
@@ -393,9 +394,17 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		launch.Sandbox, launch.WorkDir = sb, inst.WorkDir
 		launch.SandboxPaths = sandboxPaths(n.cfg.SandboxPaths)
 	}
-	if network == yamlval.NetworkNone {
+	switch {
+	case network == yamlval.NetworkNone:
 		// The wrapper refuses it unsandboxed (sb is bwrap here).
 		launch.Network = wrapper.NetworkNone
+	case netallow.IsAllow(network):
+		allow, err := networkAllow(network, tool, env)
+		if err != nil {
+			out.err, out.noRetry = fmt.Errorf("task %s: network: %w", t.ID, err), true
+			return item, false
+		}
+		launch.Network, launch.NetworkAllow = wrapper.NetworkAllow, allow
 	}
 	launch.Limits = launchLimits(t.Limits, n.cfg.Limits)
 	if _, builtin := builtinTools[tool]; builtin {

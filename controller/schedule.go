@@ -79,19 +79,21 @@ func eligible(cfg *nodes.Config, t *store.Task, n nodes.Node) (bool, string) {
 
 // taskLaunch decides launch.json's sandbox and network for a task's
 // sandbox and network settings on node n. The network is the task's,
-// else the node's, else open; network: none needs the sandbox, so the
-// task's sandbox is then on whatever it says but off, which cannot run.
+// else the node's, else open; network: none and an allow list need the
+// sandbox, so the task's sandbox is then on whatever it says but off,
+// which cannot run.
 func taskLaunch(sandbox, network string, n nodes.Node) (sb, net string, ok bool, why string) {
 	net = cmp.Or(network, n.Network, yamlval.NetworkOpen)
-	if net != yamlval.NetworkNone {
+	if !yamlval.NetworkConfined(net) {
 		sb, ok, why = sandboxLaunch(sandbox, n.Sandbox)
 		return sb, net, ok, why
 	}
+	word := yamlval.NetworkWord(net)
 	if sandbox == nodes.SandboxOff {
-		return "", net, false, "network: none needs the sandbox, the task says sandbox: off"
+		return "", net, false, "network: " + word + " needs the sandbox, the task says sandbox: off"
 	}
 	if sb, ok, _ = sandboxLaunch(nodes.SandboxOn, n.Sandbox); !ok {
-		why = "the task has network: none, which needs the sandbox, the node has sandbox: off (set sandbox: on or auto on the node in nodes.yaml, or network: open for the task)"
+		why = "the task has network: " + word + ", which needs the sandbox, the node has sandbox: off (set sandbox: on or auto on the node in nodes.yaml, or network: open for the task)"
 	}
 	return sb, net, ok, why
 }

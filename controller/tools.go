@@ -1,9 +1,16 @@
 package controller
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
+	"net"
+	"net/url"
+	"slices"
 	"sort"
+	"strings"
 
+	"github.com/dispatch-tool/dispatch/internal/netallow"
 	"github.com/dispatch-tool/dispatch/nodes"
 )
 
@@ -35,6 +42,10 @@ type builtinTool struct {
 	// resume builds the command that continues session instead of
 	// starting afresh; nil when the tool cannot (the attempt restarts).
 	resume func(b builtinTool, model string, dangerous bool, session string) []string
+	// apiHosts are the provider's hosts the tool talks to (its API, and
+	// where a login is refreshed): a task with a network allow list may
+	// always reach them.
+	apiHosts []string
 }
 
 var builtinTools = map[string]builtinTool{
@@ -46,6 +57,7 @@ var builtinTools = map[string]builtinTool{
 	// acceptEdits refuses every shell command in -p ("This command
 	// requires approval").
 	"claude": {base: []string{"claude", "-p"}, modelFlag: "--model", modelAt: 2,
+		apiHosts:   []string{"api.anthropic.com:443", "console.anthropic.com:443"},
 		safe:       []string{"--permission-mode", "acceptEdits"},
 		dangerous:  []string{"--dangerously-skip-permissions"},
 		sandboxEnv: map[string]string{"IS_SANDBOX": "1"},
@@ -70,6 +82,7 @@ var builtinTools = map[string]builtinTool{
 	// input, cached input and output. Its shell snapshot would write the
 	// whole environment, secrets included, under CODEX_HOME.
 	"codex": {base: []string{"codex", "exec"}, modelFlag: "-m", modelAt: 2,
+		apiHosts:  []string{"api.openai.com:443", "chatgpt.com:443", "auth.openai.com:443"},
 		safe:      []string{"--sandbox", "workspace-write"},
 		dangerous: []string{"--dangerously-bypass-approvals-and-sandbox"},
 		tail: []string{"--json", "--skip-git-repo-check", "--disable", "shell_snapshot", "--disable", "plugins",
@@ -94,6 +107,7 @@ var builtinTools = map[string]builtinTool{
 	// --skip-trust; only auto_edit or yolo give it its file-writing tool;
 	// stream-json prints the usage.
 	"gemini": {base: []string{"gemini"}, modelFlag: "-m", modelAt: 1,
+		apiHosts:  []string{"generativelanguage.googleapis.com:443", "cloudcode-pa.googleapis.com:443", "oauth2.googleapis.com:443"},
 		safe:      []string{"--approval-mode", "auto_edit"},
 		dangerous: []string{"--approval-mode", "yolo"},
 		tail:      []string{"-p", "", "--output-format", "stream-json", "--skip-trust"}, stdin: "spec",
@@ -185,3 +199,53 @@ func (b builtinTool) flags(model string, dangerous bool) []string {
 
 // resumePrompt is what a resumed session is told.
 const resumePrompt = "You were interrupted (a rate limit or a stall stopped you). Continue the task from where you left off and finish it.\n"
+
+// networkAllow is launch.json's allow list for a task whose network
+// setting is an allow list: its entries, the hosts of tool's provider
+// (apiHosts) and the host of every URL among the api_mode's values (its
+// base URL: ANTHROPIC_BASE_URL and the like), so that the tool reaches
+// its API whatever the list says. The values are secrets: an error names
+// the variable, never its value.
+func networkAllow(network, tool string, modeEnv map[string]string) ([]string, error) {
+	l, _, err := netallow.Decode(network)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range builtinTools[tool].apiHosts {
+		e, err := netallow.Parse(h)
+		if err != nil {
+			return nil, err
+		}
+		l = append(l, e)
+	}
+	for _, k := range slices.Sorted(maps.Keys(modeEnv)) {
+		if e, ok := urlEntry(modeEnv[k]); ok {
+			l = append(l, e)
+		}
+	}
+	_, list, _ := strings.Cut(netallow.Encode(l), netallow.Prefix)
+	if list == "" {
+		return []string{}, nil
+	}
+	return strings.Split(list, ","), nil
+}
+
+// urlEntry is the host:port of an http(s) or ws(s) URL (its scheme's port
+// when it has none); false for any other value.
+func urlEntry(v string) (netallow.Entry, bool) {
+	u, err := url.Parse(strings.TrimSpace(v))
+	if err != nil || u.Hostname() == "" {
+		return netallow.Entry{}, false
+	}
+	port := u.Port()
+	switch u.Scheme {
+	case "http", "ws":
+		port = cmp.Or(port, "80")
+	case "https", "wss":
+		port = cmp.Or(port, "443")
+	default:
+		return netallow.Entry{}, false
+	}
+	e, err := netallow.Parse(net.JoinHostPort(u.Hostname(), port))
+	return e, err == nil
+}

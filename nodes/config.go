@@ -615,9 +615,9 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 	if v := f["network"].val; v != nil && !yamlval.IsNull(v) {
 		if s, ok := p.Network(v, where, "network"); ok {
 			n.Network = s
-			if s == yamlval.NetworkNone && (n.Sandbox == "" || n.Sandbox == SandboxOff) {
+			if yamlval.NetworkConfined(s) && (n.Sandbox == "" || n.Sandbox == SandboxOff) {
 				p.Errorf(v, "set sandbox: on (or auto) on the node, or write network: open",
-					"%s: network: none needs the sandbox, and the node has sandbox: off", where)
+					"%s: network: %s needs the sandbox, and the node has sandbox: off", where, yamlval.NetworkWord(s))
 			}
 		}
 	}

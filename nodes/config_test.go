@@ -464,8 +464,7 @@ func TestParseLimits(t *testing.T) {
 }
 
 // TestParseNetwork: a node's network is read like a project's; none needs
-// the node's sandbox (on or auto); the allow list is refused, not yet
-// supported.
+// the node's sandbox (on or auto), and so does an allow list.
 func TestParseNetwork(t *testing.T) {
 	tests := []struct {
 		name, node string
@@ -478,8 +477,9 @@ func TestParseNetwork(t *testing.T) {
 		{"none with sandbox auto", "sandbox: auto\n    network: none", "none", ""},
 		{"none without sandbox", "network: none", "", `node "a": network: none needs the sandbox, and the node has sandbox: off`},
 		{"none with sandbox off", "sandbox: off\n    network: none", "", `node "a": network: none needs the sandbox, and the node has sandbox: off`},
-		{"allow list", "network: {allow: ['127.0.0.1:443']}", "", `node "a": network: {allow: [...]} is not supported yet`},
-		{"other", "network: closed", "", `node "a": network must be open or none, not "closed"`},
+		{"allow list", "sandbox: on\n    network: {allow: ['127.0.0.1:443', 'API.example.com:443']}", "allow:127.0.0.1:443,api.example.com:443", ""},
+		{"allow list with sandbox off", "sandbox: off\n    network: {allow: []}", "", `node "a": network: {allow: [...]} needs the sandbox, and the node has sandbox: off`},
+		{"other", "network: closed", "", `node "a": network must be open, none or {allow: [...]}, not "closed"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

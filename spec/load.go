@@ -407,16 +407,16 @@ func (l *loader) loadConfig() {
 	l.resolveRepo(y, repoNode, refNode, baseNode)
 }
 
-// networkNeedsSandbox refuses network: none with sandbox: off, written
-// at netNode or sbNode (nil: not written in this file): the task could
-// run nowhere.
+// networkNeedsSandbox refuses network: none or an allow list with
+// sandbox: off, written at netNode or sbNode (nil: not written in this
+// file): the task could run nowhere.
 func networkNeedsSandbox(y yamlFile, network, sandbox string, netNode, sbNode *yaml.Node) {
-	if network != yamlval.NetworkNone || sandbox != "off" || (netNode == nil && sbNode == nil) {
+	if !yamlval.NetworkConfined(network) || sandbox != "off" || (netNode == nil && sbNode == nil) {
 		return
 	}
 	at := cmp.Or(netNode, sbNode)
 	y.Errorf(at, "remove sandbox: off, or write network: open",
-		"network: none needs the sandbox (it is what takes the network away), and sandbox is off")
+		"network: %s needs the sandbox (it is what takes the network away), and sandbox is off", yamlval.NetworkWord(network))
 }
 
 // resolveRepo checks project.yaml's repo: and ref: against the repository

@@ -335,12 +335,14 @@ func TestLoadErrors(t *testing.T) {
 				"p/S01-a.md":     "---\nnetwork: closed\n---\n# a\n",
 				"p/S02-b.md":     "---\nsandbox: off\nnetwork: none\n---\n# b\n",
 				"p/S03-c.md":     "---\nnetwork: {allow: []}\n---\n# c\n",
+				"p/S04-d.md":     "---\nnetwork: {allow: [api.example.com]}\n---\n# d\n",
+				"p/S05-e.md":     "---\nnetwork: {allow: ['a.com:443']}\nsandbox: off\n---\n# e\n",
 			},
 			want: []wantErr{
-				{"p/S01-a.md", 2, `network must be open or none, not "closed"`},
+				{"p/S01-a.md", 2, `network must be open, none or {allow: [...]}, not "closed"`},
 				{"p/S02-b.md", 3, "network: none needs the sandbox (it is what takes the network away), and sandbox is off"},
-				{"p/S03-c.md", 2, "network: {allow: [...]} is not supported yet"},
-				{"p/project.yaml", 1, "network: {allow: [...]} is not supported yet"},
+				{"p/S04-d.md", 2, `network.allow: "api.example.com" is not host:port`},
+				{"p/S05-e.md", 2, "network: {allow: [...]} needs the sandbox (it is what takes the network away), and sandbox is off"},
 			},
 		},
 		{

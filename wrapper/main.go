@@ -80,6 +80,10 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	if name == netInitCmd {
+		// The first process in a sandbox with a network allow list.
+		return cmdNetInit(rest, stderr)
+	}
 	if name == superviseCommand {
 		// The supervisor handles SIGTERM itself: it is how `kill` asks it
 		// to stop, so it must not cancel a context and vanish.

@@ -152,3 +152,87 @@ func TestNetworkNoneUnsandboxedRefused(t *testing.T) {
 		t.Error("the tool ran")
 	}
 }
+
+// A task with a network allow list reaches the allowed loopback server
+// both directly and through HTTP_PROXY, and nothing else: a loopback port
+// not in the list (directly: nothing listens in its namespace; through
+// the proxy: 403) and a host not in the list (CONNECT refused), each
+// refusal named in task.log. The proxy's socket and net-init are there
+// for the task only while it runs.
+func TestSandboxNetworkAllow(t *testing.T) {
+	n := newSandboxNode(t, "")
+	if n.mode == "" {
+		t.Skip("DISPATCH_TEST_SANDBOX=off")
+	}
+	_, allowed := echoServer(t)
+	l := listen(t)
+	other := l.ln.Addr().(*net.TCPAddr).Port
+	script := fmt.Sprintf(`
+exec 2>err
+bash -c 'exec 3<>/dev/tcp/127.0.0.1/%[1]d; printf "GET /direct HTTP/1.0\r\n\r\n" >&3; cat <&3' > direct
+curl -s http://127.0.0.1:%[1]d/proxied > proxied
+curl -s --proxy "$HTTP_PROXY" http://127.0.0.1:%[1]d/forced > forced
+if bash -c 'exec 3<>/dev/tcp/127.0.0.1/%[2]d'; then echo connected > loot; fi
+curl -s -o /dev/null -w '%%{http_code}' --proxy "$HTTP_PROXY" http://127.0.0.1:%[2]d/ > other_code
+curl -s -o /dev/null https://evil.example/ ; echo $? > evil_exit
+env | grep -i _proxy | sort > proxyenv
+true`, allowed, other)
+	st := n.runOne(t, "NET", Launch{Command: shell(script), Sandbox: n.mode, Network: NetworkAllow,
+		NetworkAllow: []string{fmt.Sprintf("127.0.0.1:%d", allowed)}})
+	dir := n.taskDir("NET")
+	log, _ := os.ReadFile(filepath.Join(dir, fileLog))
+	if st.Status != StatusCompleted || st.Sandbox != SandboxBwrap {
+		t.Fatalf("status %+v, want completed under bwrap; log: %s", st, log)
+	}
+	out := filepath.Join(dir, dirOutput)
+	read := func(name string) string {
+		b, _ := os.ReadFile(filepath.Join(out, name))
+		return strings.TrimSpace(string(b))
+	}
+	errText := read("err")
+	for name, want := range map[string]string{"proxied": "path=/proxied", "forced": "path=/forced", "other_code": "403", "evil_exit": "56"} {
+		if got := read(name); got != want {
+			t.Errorf("%s: %q, want %q (stderr: %s)", name, got, want, errText)
+		}
+	}
+	if got := read("direct"); !strings.HasSuffix(got, "path=/direct") {
+		t.Errorf("direct connection to the allowed port: %q (stderr: %s)", got, errText)
+	}
+	if read("loot") != "" || l.others(t) != 0 {
+		t.Errorf("the task reached the loopback port %d, which is not allowed", other)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("dispatch-wrapper: network: refused a connection to 127.0.0.1:%d", other),
+		"dispatch-wrapper: network: refused a connection to evil.example:443",
+	} {
+		if !strings.Contains(string(log), want) {
+			t.Errorf("task.log lacks %q:\n%s", want, log)
+		}
+	}
+	if env := read("proxyenv"); !strings.Contains(env, "HTTPS_PROXY=http://127.0.0.1:3128") {
+		t.Errorf("proxy variables in the sandbox: %s", env)
+	}
+}
+
+// Under an allow list the task's exit status passes through net-init, and
+// a failed attempt's error names what the list refused (the supervisor's
+// own record, whatever the tool printed).
+func TestSandboxNetworkAllowFailure(t *testing.T) {
+	n := newSandboxNode(t, "")
+	if n.mode == "" {
+		t.Skip("DISPATCH_TEST_SANDBOX=off")
+	}
+	st := n.runOne(t, "FAIL", Launch{Command: shell(`curl -s https://evil.example/; exit 3`), Sandbox: n.mode,
+		Network: NetworkAllow, NetworkAllow: []string{}})
+	want := "exit status 3; the network allow list refused evil.example:443 (see task.log; add what the task needs to network: {allow: [...]})"
+	if st.Status != StatusFailed || st.ExitCode != 3 || st.Error != want {
+		t.Errorf("status %+v; want failed with exit code 3 and error %q", st, want)
+	}
+	// bwrap reports a command killed by a signal as exit status 128+n:
+	// with net-init in between, the same.
+	none := n.runOne(t, "KILLED-NONE", Launch{Command: shell(`kill -9 $$`), Sandbox: n.mode, Network: NetworkNone})
+	st = n.runOne(t, "KILLED", Launch{Command: shell(`kill -9 $$`), Sandbox: n.mode, Network: NetworkAllow})
+	if st.Status != StatusFailed || st.ExitCode != none.ExitCode || st.Signal != none.Signal || st.ExitCode != 137 {
+		t.Errorf("status %+v; want failed as without an allow list (exit code %d, signal %q)", st, none.ExitCode, none.Signal)
+	}
+}

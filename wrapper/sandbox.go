@@ -155,6 +155,17 @@ type sandboxSpec struct {
 	paths []pathBind
 	// noNetwork runs it in a network namespace of its own (--unshare-net).
 	noNetwork bool
+	// net, with a network allow list, is how net-init runs first.
+	net *sandboxNet
+}
+
+// sandboxNet is the sandbox's side of a network allow list: dir
+// (<task>/net, holding the proxy's socket) bound read-only, exe (this
+// binary) bound at dir/init, which runs net-init with port and forwards.
+type sandboxNet struct {
+	dir, exe string
+	port     int
+	forwards []string
 }
 
 // pathBind binds src at dst, read-write when rw.
@@ -181,6 +192,11 @@ func (sp *sandboxSpec) args(dir string, argv []string) []string {
 			flag = "--bind-try"
 		}
 		a = append(a, flag, b.src, b.dst)
+	}
+	if n := sp.net; n != nil {
+		init := filepath.Join(n.dir, fileNetInit)
+		a = append(a, "--ro-bind", n.dir, n.dir, "--ro-bind", n.exe, init)
+		argv = netInitArgs(init, filepath.Join(n.dir, fileNetSock), n.port, n.forwards, argv)
 	}
 	a = append(a, bwrapBaseArgs...)
 	if sp.noNetwork {
@@ -408,10 +424,14 @@ func gitEnvWithHome() []string {
 // an attempt that must be sandboxed where it cannot be fails to start.
 func (s *supervisor) decideSandbox() {
 	want := s.launch.Sandbox
-	noNetwork := s.launch.Network == NetworkNone
+	noNetwork := s.launch.Network == NetworkNone || s.launch.Network == NetworkAllow
+	word := s.launch.Network
+	if word == NetworkAllow {
+		word = "{allow: [...]}"
+	}
 	if want == "" {
 		if noNetwork {
-			s.sandboxErr = "network: none needs the sandbox, and launch.json does not ask for it; the attempt is not run with the network open"
+			s.sandboxErr = "network: " + word + " needs the sandbox, and launch.json does not ask for it; the attempt is not run with the network open"
 		}
 		return
 	}
@@ -423,7 +443,7 @@ func (s *supervisor) decideSandbox() {
 	if pr.Sandbox != SandboxBwrap {
 		switch {
 		case noNetwork:
-			s.sandboxErr = fmt.Sprintf("network: none needs the sandbox, which is unavailable on node %s: %s; fix: %s, or set network: open for the task", s.launch.Node, pr.Error, pr.Fix)
+			s.sandboxErr = fmt.Sprintf("network: %s needs the sandbox, which is unavailable on node %s: %s; fix: %s, or set network: open for the task", word, s.launch.Node, pr.Error, pr.Fix)
 		case want == SandboxBwrap:
 			s.sandboxErr = fmt.Sprintf("sandbox: on, but it is unavailable on node %s: %s; fix: %s, or set sandbox: off (or auto) for the task", s.launch.Node, pr.Error, pr.Fix)
 		}
@@ -455,6 +475,70 @@ func (s *supervisor) decideSandbox() {
 	sp.noNetwork = noNetwork
 	s.sandbox = sp
 	s.env = sandboxEnv(s.env, s.dir)
+	if s.launch.Network == NetworkAllow {
+		allow, _ := s.launch.allowList() // checked with launch.json
+		sp.net = &sandboxNet{dir: filepath.Join(s.dir, dirNet), exe: exe, port: proxyPort(allow),
+			forwards: loopbackForwards(allow)}
+		s.allow = allow
+		s.env = proxyEnv(s.env, sp.net.port)
+	}
+}
+
+// startNet serves the attempt's network allow list, when it has one:
+// a fresh <task>/net with the proxy's socket and the mount point of
+// net-init. The caller closes the proxy when the attempt ends.
+func (s *supervisor) startNet() error {
+	if s.sandbox == nil || s.sandbox.net == nil {
+		return nil
+	}
+	dir := s.sandbox.net.dir
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("network: clear %s: %w", dir, err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, fileNetInit), nil, 0o500); err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	p, err := startNetProxy(filepath.Join(dir, fileNetSock), s.allow, func(format string, args ...any) {
+		fmt.Fprintf(s.tlog, "dispatch-wrapper: "+format+"\n", args...)
+	})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.proxy = p
+	s.mu.Unlock()
+	return nil
+}
+
+// stopNet stops the attempt's proxy, if it runs.
+func (s *supervisor) stopNet() {
+	s.mu.Lock()
+	p := s.proxy
+	s.proxy = nil
+	s.mu.Unlock()
+	if p != nil {
+		p.Close()
+		s.netRefused = p.Refused()
+	}
+}
+
+// refusedNote is what a failed attempt's error adds when the allow list
+// refused destinations: a tool that could not reach what it needed fails
+// in its own words (an auth error for a 403, a timeout), and this says
+// why. The list is the supervisor's own, not read from the task's output.
+func refusedNote(refused []string) string {
+	if len(refused) == 0 {
+		return ""
+	}
+	const show = 3
+	list := strings.Join(refused[:min(show, len(refused))], ", ")
+	if len(refused) > show {
+		list += fmt.Sprintf(" and %d more", len(refused)-show)
+	}
+	return "; the network allow list refused " + list + " (see task.log; add what the task needs to network: {allow: [...]})"
 }
 
 // sandboxName is status.json's sandbox.

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/internal/netallow"
 )
 
 // Why an attempt is being stopped by the supervisor.
@@ -90,6 +92,12 @@ type supervisor struct {
 	// sandboxErr says why an attempt that must be sandboxed cannot be.
 	sandbox    *sandboxSpec
 	sandboxErr string
+	// allow is the network allow list (launch.json's network "allow"),
+	// served by proxy while the attempt runs.
+	allow netallow.List
+	proxy *netProxy
+	// netRefused are the destinations the proxy refused (stopNet).
+	netRefused []string
 
 	rec procRecord // this attempt's process record; written by prepare and setTool only
 
@@ -521,6 +529,7 @@ func (s *supervisor) run() {
 	go s.watchStall(hbStop)
 
 	res := s.attempt()
+	s.stopNet()
 
 	timer.Stop()
 	close(hbStop)
@@ -558,6 +567,9 @@ func (s *supervisor) attempt() outcome {
 			s.logger.Info("git workspace ready", "from_spare", spare)
 			s.startSpare(r)
 		}
+	}
+	if err := s.startNet(); err != nil {
+		return outcome{code: -1, startErr: err.Error()}
 	}
 	if s.launch.Setup != "" {
 		cmd := &exec.Cmd{
@@ -1055,6 +1067,9 @@ func (s *supervisor) finish(res outcome) {
 			if st.ErrorClass == ClassRateLimit {
 				st.RetryAfterSeconds = retrySeconds(AgentReset(s.launch.Agent, logTail, ended))
 			}
+		}
+		if st.Status == StatusFailed {
+			st.Error += refusedNote(s.netRefused)
 		}
 		return true
 	})

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/internal/netallow"
 )
 
 // Version is the wrapper's version, reported by `version` and written into
@@ -163,6 +165,10 @@ type Launch struct {
 	// attempt with NetworkNone that does not really run sandboxed fails
 	// to start: it never runs with the network open by mistake.
 	Network string `json:"network,omitempty"`
+	// NetworkAllow, with Network NetworkAllow, are the host:port the
+	// attempt may reach (see netproxy.go); the controller has added what
+	// the tool needs.
+	NetworkAllow []string `json:"network_allow,omitempty"`
 }
 
 // LaunchRepo is a git-native task's workspace: output/ becomes a clone of
@@ -364,8 +370,15 @@ func (l *Launch) normalize() error {
 	}
 	switch l.Network {
 	case "", NetworkOpen, NetworkNone:
+		if len(l.NetworkAllow) > 0 {
+			return fmt.Errorf("network_allow needs network %q", NetworkAllow)
+		}
+	case NetworkAllow:
+		if _, err := l.allowList(); err != nil {
+			return err
+		}
 	default:
-		return fmt.Errorf("network %q: want %q, %q or none", l.Network, NetworkOpen, NetworkNone)
+		return fmt.Errorf("network %q: want %q, %q or %q", l.Network, NetworkOpen, NetworkNone, NetworkAllow)
 	}
 	if err := l.SandboxPaths.check(); err != nil {
 		return err
@@ -417,4 +430,17 @@ func seconds(s float64) time.Duration {
 // timestamp formats t as RFC 3339 UTC with milliseconds, as status.json wants.
 func timestamp(t time.Time) string {
 	return t.UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+// allowList is NetworkAllow parsed.
+func (l *Launch) allowList() (netallow.List, error) {
+	var out netallow.List
+	for _, s := range l.NetworkAllow {
+		e, err := netallow.Parse(s)
+		if err != nil {
+			return nil, fmt.Errorf("network_allow: %w", err)
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }

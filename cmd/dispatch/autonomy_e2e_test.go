@@ -16,8 +16,10 @@ import (
 // autonomyRun runs one task of cli on a local node with sandbox: sandbox,
 // the node user's HOME nodeHome, the fake API answering the prompt with a
 // call of the CLI's shell tool running command; it returns the dispatch
-// home, the tool results the fake API saw and start's result.
-func autonomyRun(t *testing.T, cli realCLI, bin, sandbox, nodeHome, command string) (home string, outputs []string, r result) {
+// home, the tool results the fake API saw and start's result. network,
+// when set, is project.yaml's network (API in it: the fake API's
+// host:port).
+func autonomyRun(t *testing.T, cli realCLI, bin, sandbox, nodeHome, command string, network ...string) (home string, outputs []string, r result) {
 	t.Helper()
 	api := fakeapi.New(t, cli.provider)
 	api.Command = command
@@ -55,7 +57,11 @@ api_modes:
     env:
 %s`, work, cli.tool, sandbox, modeEnv.String()))
 	dir := filepath.Join(home, "specs", "p")
-	writeFile(t, filepath.Join(dir, "project.yaml"), fmt.Sprintf("integration: false\nmax_retries: 0\nsetup: cp -R %s/. \"$HOME\"/\n", cliHome))
+	project := fmt.Sprintf("integration: false\nmax_retries: 0\nsetup: cp -R %s/. \"$HOME\"/\n", cliHome)
+	for _, n := range network {
+		project += "network: " + strings.ReplaceAll(n, "API", strings.TrimPrefix(api.URL, "http://")) + "\n"
+	}
+	writeFile(t, filepath.Join(dir, "project.yaml"), project)
 	writeFile(t, filepath.Join(dir, "S01-run.md"), "Run the command.\n")
 	r = runDispatch(t, []string{"HOME=" + nodeHome, "KEY=" + key}, "--home", home, "start", "p")
 	for _, req := range api.Requests() {
@@ -145,5 +151,43 @@ func TestRealAgentShellInSandbox(t *testing.T) {
 	}
 	if joined := strings.Join(outputs, "\n"); !strings.Contains(joined, "requires approval") || strings.Contains(joined, "ran-the-command") {
 		t.Errorf("unconfined claude's tool result: %q, want the refusal", outputs)
+	}
+}
+
+// TestRealAgentWithAllowList: each real agent CLI, sandboxed with a
+// network allow list, reaches its (fake) API through dispatch's proxy and
+// runs its shell command, whose connection to a host not in the list is
+// refused and named in task.log. claude's and gemini's API is allowed
+// because the api_mode's base URL names it (`allow: []`); codex's comes
+// from its config.toml, so its list names it.
+func TestRealAgentWithAllowList(t *testing.T) {
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Fatalf("this test needs bubblewrap (make test installs it): %v", err)
+	}
+	bin := agentcli.Dir(t)
+	nodeHome := t.TempDir()
+	command := "echo ok > made.txt; curl -s -o /dev/null https://example.com/; echo curl-exit=$?; echo ran-the-command"
+	for _, cli := range realCLIs {
+		t.Run(cli.tool, func(t *testing.T) {
+			network := "{allow: []}"
+			if cli.tool == "codex" {
+				network = "{allow: ['API']}"
+			}
+			home, outputs, r := autonomyRun(t, cli, bin, "on", nodeHome, command, network)
+			log := tailOf(filepath.Join(home, "runs", "p", "S01", "task.log"))
+			if r.code != 0 {
+				t.Fatalf("start: %s\n%s\ntool results: %q", r, log, outputs)
+			}
+			if got, err := os.ReadFile(filepath.Join(home, "runs", "p", "S01", "output", "made.txt")); err != nil || string(got) != "ok\n" {
+				t.Errorf("made.txt = %q (%v), want ok; tool results: %q", got, err, outputs)
+			}
+			joined := strings.Join(outputs, "\n")
+			if !strings.Contains(joined, "ran-the-command") || strings.Contains(joined, "curl-exit=0") {
+				t.Errorf("tool results: %q; want the command run, its curl refused", outputs)
+			}
+			if !strings.Contains(log, "network: refused a connection to example.com:443") {
+				t.Errorf("task.log does not name the refused destination:\n%s", log)
+			}
+		})
 	}
 }

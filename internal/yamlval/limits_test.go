@@ -44,14 +44,21 @@ func TestLimitsOver(t *testing.T) {
 func network(d Doc, v *yaml.Node) (any, bool) { return d.Network(v, `node "a"`, "k") }
 
 func TestNetworkReader(t *testing.T) {
-	const fix = "\n  fix: write network: open (the node's network) or network: none (no network but the task's own loopback; needs the sandbox)"
+	const fix = "\n  fix: write network: open (the node's network), network: none (no network but the task's own loopback) or network: {allow: [\"host:port\", ...]} (only those; both need the sandbox)"
 	runReads(t, []readCase{
 		{"open", "k: open\n", network, "open", ""},
 		{"none", "k: none\n", network, "none", ""},
 		{"case", "k: None\n", network, "none", ""},
-		{"allow list", "k: {allow: ['127.0.0.1:443']}\n", network, "", `f.yaml:2: node "a": k: {allow: [...]} is not supported yet: dispatch has no filtering proxy for an allow list` + fix},
-		{"other", "k: closed\n", network, "", `f.yaml:2: node "a": k must be open or none, not "closed"` + fix},
-		{"bool", "k: false\n", network, "", `f.yaml:2: node "a": k must be open or none, not false` + fix},
-		{"empty mapping", "k: {}\n", network, "", `f.yaml:2: node "a": k must be open or none, not a mapping` + fix},
+		{"allow list", "k: {allow: ['api.Example.com:443', '127.0.0.1:8080', '[::1]:80', 'api.example.com:443']}\n", network, "allow:127.0.0.1:8080,[::1]:80,api.example.com:443", ""},
+		{"allow wildcard", "k: {allow: ['*.github.com:443']}\n", network, "allow:*.github.com:443", ""},
+		{"allow empty", "k: {allow: []}\n", network, "allow:", ""},
+		{"allow no port", "k: {allow: ['example.com']}\n", network, "", `f.yaml:2: node "a": k.allow: "example.com" is not host:port (write e.g. api.example.com:443, 127.0.0.1:8080 or [::1]:8080)` + "\n  fix: write each entry as host:port"},
+		{"allow bad port", "k: {allow: ['example.com:0']}\n", network, "", `f.yaml:2: node "a": k.allow: "example.com:0": the port must be a number from 1 to 65535` + "\n  fix: write each entry as host:port"},
+		{"allow bad host", "k: {allow: ['ex ample.com:1']}\n", network, "", `f.yaml:2: node "a": k.allow: "ex ample.com:1": "ex ample.com" is not a host name or an IP address (a wildcard is written *.example.com)` + "\n  fix: write each entry as host:port"},
+		{"allow not a list", "k: {allow: 'example.com:443'}\n", network, "", `f.yaml:2: node "a": k.allow must be a list of host:port, not "example.com:443"` + "\n  fix: write allow: [\"api.example.com:443\", \"127.0.0.1:8080\"] (an empty list allows only the tool's API)"},
+		{"other key", "k: {deny: []}\n", network, "", `f.yaml:2: node "a": k must be open, none or {allow: [...]}, not a mapping` + fix},
+		{"other", "k: closed\n", network, "", `f.yaml:2: node "a": k must be open, none or {allow: [...]}, not "closed"` + fix},
+		{"bool", "k: false\n", network, "", `f.yaml:2: node "a": k must be open, none or {allow: [...]}, not false` + fix},
+		{"empty mapping", "k: {}\n", network, "", `f.yaml:2: node "a": k must be open, none or {allow: [...]}, not a mapping` + fix},
 	})
 }

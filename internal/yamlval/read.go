@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/dispatch-tool/dispatch/internal/netallow"
 )
 
 // The readers below decode one value. Each follows aliases, reports a
@@ -190,11 +192,12 @@ const (
 	NetworkNone = "none"
 )
 
-// Network reads a network setting: open or none. The allow-list form
-// ({allow: ["host:port", …]}) is refused: it is not supported yet.
+// Network reads a network setting: open, none, or {allow: ["host:port",
+// ...]}, which it returns encoded by netallow.Encode ("allow:" and the
+// entries). An empty list allows only what the task's tool needs.
 func (d Doc) Network(v *yaml.Node, where, key string) (string, bool) {
 	v = Resolve(v)
-	const fix = "write network: open (the node's network) or network: none (no network but the task's own loopback; needs the sandbox)"
+	const fix = "write network: open (the node's network), network: none (no network but the task's own loopback) or network: {allow: [\"host:port\", ...]} (only those; both need the sandbox)"
 	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" {
 		switch strings.ToLower(strings.TrimSpace(v.Value)) {
 		case NetworkOpen:
@@ -203,14 +206,49 @@ func (d Doc) Network(v *yaml.Node, where, key string) (string, bool) {
 			return NetworkNone, true
 		}
 	}
-	if v.Kind == yaml.MappingNode {
-		for i := 0; i+1 < len(v.Content); i += 2 {
-			if k := Resolve(v.Content[i]); k.Kind == yaml.ScalarNode && k.Value == "allow" {
-				d.Errorf(v, fix, "%s%s: {allow: [...]} is not supported yet: dispatch has no filtering proxy for an allow list", prefix(where), key)
-				return "", false
-			}
-		}
+	if v.Kind != yaml.MappingNode || len(v.Content) != 2 || Resolve(v.Content[0]).Value != "allow" {
+		d.Errorf(v, fix, "%s%s must be open, none or {allow: [...]}, not %s", prefix(where), key, Describe(v))
+		return "", false
 	}
-	d.Errorf(v, fix, "%s%s must be open or none, not %s", prefix(where), key, Describe(v))
-	return "", false
+	list := Resolve(v.Content[1])
+	if list.Kind != yaml.SequenceNode {
+		d.Errorf(list, `write allow: ["api.example.com:443", "127.0.0.1:8080"] (an empty list allows only the tool's API)`,
+			"%s%s.allow must be a list of host:port, not %s", prefix(where), key, Describe(list))
+		return "", false
+	}
+	var l netallow.List
+	ok := true
+	for _, item := range list.Content {
+		s, sok := d.String(item, where, key+".allow")
+		if !sok {
+			ok = false
+			continue
+		}
+		e, err := netallow.Parse(s)
+		if err != nil {
+			d.Errorf(item, "write each entry as host:port", "%s%s.allow: %v", prefix(where), key, err)
+			ok = false
+			continue
+		}
+		l = append(l, e)
+	}
+	if !ok {
+		return "", false
+	}
+	return netallow.Encode(l), true
+}
+
+// NetworkConfined reports whether a network setting takes the node's
+// network away (none, an allow list): the task then needs the sandbox.
+func NetworkConfined(s string) bool {
+	return s == NetworkNone || netallow.IsAllow(s)
+}
+
+// NetworkWord names a network setting in a message: open, none, or
+// {allow: [...]} for an allow list.
+func NetworkWord(s string) string {
+	if netallow.IsAllow(s) {
+		return "{allow: [...]}"
+	}
+	return s
 }

@@ -1,0 +1,172 @@
+package wrapper
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/dispatch-tool/dispatch/internal/netallow"
+)
+
+// echoServer is an HTTP server on the host's loopback answering each
+// request with its path.
+func echoServer(t *testing.T) (*httptest.Server, int) {
+	t.Helper()
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "path="+r.URL.Path)
+	}))
+	t.Cleanup(s.Close)
+	return s, s.Listener.Addr().(*net.TCPAddr).Port
+}
+
+// proxyLog collects the lines the proxy writes to task.log.
+type proxyLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *proxyLog) logf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+}
+
+func (l *proxyLog) text() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+// The proxy lets through a CONNECT and an absolute http:// URL to an
+// allowed destination, refuses others with 403 and names each refused
+// destination once in task.log, and answers anything else with 400. Its
+// socket is private, and a path longer than a socket address takes works.
+func TestNetProxy(t *testing.T) {
+	_, allowed := echoServer(t)
+	_, other := echoServer(t)
+	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 120))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, fileNetSock)
+	var log proxyLog
+	p, err := startNetProxy(sock, netallow.List{{Host: "127.0.0.1", Port: allowed}}, log.logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("socket: %v, %v; want mode 600", fi, err)
+	}
+	request := func(raw string) string {
+		t.Helper()
+		c, err := dialUnix(sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, raw)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%q: %v", raw, err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return strconv.Itoa(resp.StatusCode) + " " + strings.TrimSpace(string(body))
+	}
+	a, o := "127.0.0.1:"+strconv.Itoa(allowed), "127.0.0.1:"+strconv.Itoa(other)
+	for _, tc := range []struct{ raw, want string }{
+		{"GET http://" + a + "/x HTTP/1.1\r\nHost: " + a + "\r\nConnection: close\r\n\r\n", "200 path=/x"},
+		{"GET http://" + o + "/x HTTP/1.1\r\nHost: " + o + "\r\nConnection: close\r\n\r\n", "403 dispatch proxy: " + o + " is not in the task's network allow list"},
+		{"CONNECT " + o + " HTTP/1.1\r\nHost: " + o + "\r\n\r\n", "403 dispatch proxy: " + o + " is not in the task's network allow list"},
+		{"CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n", "403 dispatch proxy: evil.example:443 is not in the task's network allow list"},
+		{"GET /x HTTP/1.1\r\nHost: " + a + "\r\nConnection: close\r\n\r\n", "400 dispatch proxy: want CONNECT host:port or an absolute http:// URL"},
+	} {
+		if got := request(tc.raw); got != tc.want {
+			t.Errorf("%q: got %q, want %q", tc.raw, got, tc.want)
+		}
+	}
+	// A tunnel through CONNECT carries a request to the allowed server.
+	up, br, err := tunnel(sock, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(up, "GET /tunnel HTTP/1.1\r\nHost: "+a+"\r\nConnection: close\r\n\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	up.Close()
+	if string(body) != "path=/tunnel" {
+		t.Errorf("through the tunnel: %q", body)
+	}
+	request("CONNECT " + o + " HTTP/1.1\r\nHost: " + o + "\r\n\r\n")
+	want := []string{
+		"network: refused a connection to " + o + ": not in the task's allow list (network: {allow: [...]})",
+		"network: refused a connection to evil.example:443: not in the task's allow list (network: {allow: [...]})",
+	}
+	if got := log.text(); got != strings.Join(want, "\n") {
+		t.Errorf("task.log lines:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	}
+}
+
+// A tunnel still open when the attempt ends is closed by Close.
+func TestNetProxyCloseEndsTunnels(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open until the test ends
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	sock := filepath.Join(t.TempDir(), fileNetSock)
+	p, err := startNetProxy(sock, netallow.List{{Host: "127.0.0.1", Port: port}}, func(string, ...any) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, _, err := tunnel(sock, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	p.Close()
+	if _, err := up.Read(make([]byte, 1)); err == nil {
+		t.Error("the tunnel is still open after Close")
+	}
+}
+
+// The proxy's port avoids the allowed loopback ports; net-init serves
+// every loopback destination, localhost on both addresses.
+func TestNetInitPlan(t *testing.T) {
+	allow := netallow.List{{Host: "127.0.0.1", Port: 3128}, {Host: "localhost", Port: 3129}, {Host: "api.example.com", Port: 3130}, {Host: "::1", Port: 8080}}
+	if got := proxyPort(allow); got != 3130 {
+		t.Errorf("proxyPort = %d, want 3130", got)
+	}
+	got := strings.Join(loopbackForwards(allow), " ")
+	if want := "127.0.0.1:3128 127.0.0.1:3129 [::1]:3129 [::1]:8080"; got != want {
+		t.Errorf("loopbackForwards = %s, want %s", got, want)
+	}
+	env := strings.Join(proxyEnv([]string{"PATH=/bin", "https_proxy=http://corp:1", "NO_PROXY=x"}, 3130), " ")
+	want := "PATH=/bin HTTPS_PROXY=http://127.0.0.1:3130 HTTP_PROXY=http://127.0.0.1:3130 https_proxy=http://127.0.0.1:3130 http_proxy=http://127.0.0.1:3130 ALL_PROXY=http://127.0.0.1:3130 all_proxy=http://127.0.0.1:3130 NODE_USE_ENV_PROXY=1"
+	if env != want {
+		t.Errorf("proxyEnv = %s\nwant %s", env, want)
+	}
+}
