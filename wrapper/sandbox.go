@@ -40,7 +40,8 @@ import (
 // its argv. Limits (memory, pids, file size) apply with or without the
 // sandbox (see limits.go). With launch.json's network "none" it runs in a
 // network namespace of its own (--unshare-net): a loopback of its own and
-// nothing else. Not confined yet: cpu, and a network allow list (issue 20).
+// nothing else; with "allow", the same namespace and a filtering proxy
+// (see netproxy.go).
 
 // Values of Launch.Sandbox and Status.Sandbox.
 const (
