@@ -315,3 +315,29 @@ func (s *supervisor) watchLimits(p *proc) {
 		}
 	}
 }
+
+// termSandboxed asks a sandboxed child to end: SIGTERM to every process
+// under root (the bwrap the supervisor started) but bwrap's own. bwrap
+// passes no signal on (a SIGTERM to it ends the sandbox at once, its
+// pid namespace's init taking every process with it), so the tool would
+// get no grace; this way it gets the same as unconfined, and the
+// SIGKILL after the grace still goes to bwrap's group. A process of the
+// task that calls itself bwrap gets no SIGTERM, only the SIGKILL.
+func termSandboxed(root int) {
+	procs, ok := treeProcs(root)
+	if !ok {
+		all, err := scanProcs()
+		if err != nil {
+			syscall.Kill(-root, syscall.SIGTERM)
+			return
+		}
+		procs = attemptProcs(all, root)
+	}
+	for _, p := range procs {
+		comm, _ := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/comm")
+		if p.pid == root || strings.TrimSpace(string(comm)) == "bwrap" {
+			continue
+		}
+		syscall.Kill(p.pid, syscall.SIGTERM)
+	}
+}

@@ -388,3 +388,35 @@ func TestSandboxAttackSymlinkToRoot(t *testing.T) {
 		t.Errorf("files in the archive: %v, want only mine", regular)
 	}
 }
+
+// A kill of a sandboxed task gives its tool the grace an unconfined one
+// gets: SIGTERM reaches the tool inside the sandbox (bwrap passes no
+// signal on), which cleans up before it ends; one that ignores it is
+// killed when the grace is over.
+func TestSandboxStopGivesGrace(t *testing.T) {
+	n := newSandboxNode(t, "")
+	if n.mode == "" {
+		t.Skip("DISPATCH_TEST_SANDBOX=off")
+	}
+	const polite = `trap 'echo cleaned > cleaned; exit 0' TERM; touch started; while :; do sleep 0.1; done`
+	const stubborn = `trap '' TERM; touch started; while :; do sleep 0.1; done`
+	n.launch(t, n.item("POLITE", Launch{Command: shell(polite), Sandbox: n.mode}),
+		n.item("STUBBORN", Launch{Command: shell(stubborn), Sandbox: n.mode}))
+	for _, id := range []string{"POLITE", "STUBBORN"} {
+		poll(t, 20*time.Second, id+" to start", func() bool {
+			_, err := os.Stat(filepath.Join(n.taskDir(id), dirOutput, "started"))
+			return err == nil
+		})
+		cmd := exec.CommandContext(t.Context(), n.bin, "kill", "--dir", n.taskDir(id), "--grace", "3s")
+		cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + n.home}
+		if out, err := cmd.Output(); err != nil {
+			t.Fatalf("kill %s: %v: %s", id, err, out)
+		}
+		if st := n.final(t, id); st.Status != StatusKilled {
+			t.Errorf("%s: status %+v, want killed", id, st)
+		}
+	}
+	if got, _ := os.ReadFile(filepath.Join(n.taskDir("POLITE"), dirOutput, "cleaned")); string(got) != "cleaned\n" {
+		t.Errorf("the sandboxed tool got no SIGTERM before the end: cleaned = %q", got)
+	}
+}

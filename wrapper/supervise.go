@@ -781,7 +781,11 @@ func (s *supervisor) stop(reason string, grace time.Duration) {
 		return
 	default:
 	}
-	syscall.Kill(-p.pgid, syscall.SIGTERM)
+	if s.sandbox != nil {
+		termSandboxed(p.pgid)
+	} else {
+		syscall.Kill(-p.pgid, syscall.SIGTERM)
+	}
 	go func() {
 		t := time.NewTimer(grace)
 		defer t.Stop()
