@@ -90,6 +90,12 @@ type supervisor struct {
 	// sandboxErr says why an attempt that must be sandboxed cannot be.
 	sandbox    *sandboxSpec
 	sandboxErr string
+	// agentSrc is where the sandboxed agent CLI's files are copied from
+	// (agentSrcDir: its directory variable's; see agentSource), or
+	// agentSrcErr why not.
+	agentSrc    string
+	agentSrcDir bool
+	agentSrcErr error
 
 	rec procRecord // this attempt's process record; written by prepare and setTool only
 
@@ -521,6 +527,7 @@ func (s *supervisor) run() {
 	go s.watchStall(hbStop)
 
 	res := s.attempt()
+	s.removeAgentLogins()
 
 	timer.Stop()
 	close(hbStop)
