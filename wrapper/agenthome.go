@@ -43,10 +43,10 @@ type agentFiles struct {
 	leftovers []string
 }
 
-// agentHomeFiles lists, per agent CLI, what its private HOME gets: what
-// each release README names as tested reads for its settings and login,
-// found in their sources. Caches, histories, sessions, MCP tokens and
-// anything else of the node user's are not copied.
+// agentHomeFiles lists, per agent CLI, what its private HOME gets: the
+// files its settings and login are read from, as found in the sources of
+// the releases the README names as tested. Sessions, histories, caches,
+// MCP tokens and anything else of the node user's are not copied.
 var agentHomeFiles = map[string]agentFiles{
 	AgentClaude: {
 		dirVar: "CLAUDE_CONFIG_DIR",

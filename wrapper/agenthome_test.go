@@ -3,6 +3,7 @@
 package wrapper
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -228,4 +229,48 @@ func TestSandboxEnvUnsetsTheAgentDir(t *testing.T) {
 	if got := strings.Join(env, " "); got != "KEEP=1 HOME=/w/t/home TMPDIR=/tmp" {
 		t.Errorf("sandboxEnv = %q", got)
 	}
+}
+
+// TestSandboxAgentHome runs a sandboxed attempt of a codex task (a shell
+// standing in for codex) on a node whose user is logged in: the task
+// reads the copy of the login in its private HOME and overwrites it; the
+// node user's file is unchanged and the copy is gone after the attempt.
+// A resumed attempt keeps the HOME (a file the task left stays) and gets
+// the login again.
+func TestSandboxAgentHome(t *testing.T) {
+	t.Parallel()
+	n := newSandboxNode(t, "")
+	writeTree(t, n.home, map[string]string{".codex/auth.json": "REAL-LOGIN", ".codex/config.toml": "config"})
+	script := `cat ~/.codex/auth.json > seen-` + "$DISPATCH_ATTEMPT" + `; echo planted > ~/.codex/auth.json; echo mine >> ~/.codex/session`
+	l := Launch{Command: shell(script), Sandbox: n.mode, Agent: AgentCodex}
+	dir := n.taskDir("LOGIN")
+	home := filepath.Join(dir, dirHome)
+	check := func(attempt int) {
+		t.Helper()
+		st := n.final(t, "LOGIN")
+		wlog, _ := os.ReadFile(filepath.Join(dir, fileWrapper))
+		if st.Status != StatusCompleted || st.Sandbox != SandboxBwrap || st.Attempt != attempt {
+			t.Fatalf("attempt %d: %+v, want completed under bwrap\n%s", attempt, st, wlog)
+		}
+		seen, _ := os.ReadFile(filepath.Join(dir, dirOutput, fmt.Sprintf("seen-%d", attempt)))
+		if string(seen) != "REAL-LOGIN" {
+			t.Errorf("attempt %d: the task saw %q in its auth.json, want the copy of the node user's", attempt, seen)
+		}
+		if data, _ := os.ReadFile(filepath.Join(n.home, ".codex", "auth.json")); string(data) != "REAL-LOGIN" {
+			t.Errorf("attempt %d: the node user's auth.json: %q, want it unchanged", attempt, data)
+		}
+		if _, err := os.Lstat(filepath.Join(home, ".codex", "auth.json")); !os.IsNotExist(err) {
+			t.Errorf("attempt %d: the task's auth.json is still there (%v)", attempt, err)
+		}
+		if data, _ := os.ReadFile(filepath.Join(home, ".codex", "session")); strings.Count(string(data), "mine") != attempt {
+			t.Errorf("attempt %d: the task's own file in its HOME: %q, want it kept across the resume", attempt, data)
+		}
+	}
+	n.launch(t, n.item("LOGIN", l))
+	check(1)
+	l.Resume = true
+	item := n.item("LOGIN", l)
+	item.Launch.Attempt = 2
+	n.launch(t, item)
+	check(2)
 }
