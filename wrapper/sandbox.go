@@ -10,6 +10,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -371,11 +372,13 @@ func nodeHomes() []string {
 }
 
 // sandboxEnv is the tool's environment in the sandbox: its HOME is the
-// attempt's own, its TMPDIR the private /tmp.
-func sandboxEnv(env []string, taskDir string) []string {
+// attempt's own, its TMPDIR the private /tmp; the variables of unset are
+// unset (an agent CLI's directory variable: it reads the copies of its
+// files in its private HOME).
+func sandboxEnv(env []string, taskDir string, unset ...string) []string {
 	out := make([]string, 0, len(env))
 	for _, kv := range env {
-		if k, _, _ := strings.Cut(kv, "="); k == "HOME" || k == "TMPDIR" {
+		if k, _, _ := strings.Cut(kv, "="); k == "HOME" || k == "TMPDIR" || slices.Contains(unset, k) {
 			continue
 		}
 		out = append(out, kv)
@@ -475,7 +478,15 @@ func (s *supervisor) decideSandbox() {
 	}
 	sp.noNetwork = noNetwork
 	s.sandbox = sp
-	s.env = sandboxEnv(s.env, s.dir)
+	// Where the agent CLI would read its settings and login unconfined:
+	// its private HOME gets copies of them (see agenthome.go).
+	var unset []string
+	if af, ok := agentHomeFiles[s.launch.Agent]; ok {
+		_, env := s.toolArgvEnv()
+		s.agentSrc, s.agentSrcDir, s.agentSrcErr = agentSource(s.launch.Agent, env)
+		unset = append(unset, af.dirVar)
+	}
+	s.env = sandboxEnv(s.env, s.dir, unset...)
 	if s.launch.Network == NetworkAllow {
 		allow, _ := s.launch.allowList() // checked with launch.json
 		sp.net = &sandboxNet{dir: filepath.Join(s.dir, dirNet), exe: exe, port: proxyPort(allow),
@@ -551,13 +562,14 @@ func (s *supervisor) sandboxName() string {
 }
 
 // prepareHome makes the attempt's private HOME: empty but for the node
-// user's git identity. A resumed attempt keeps the earlier one, where the
-// tool keeps the session it continues.
+// user's git identity and copies of the agent CLI's settings and login
+// (see agenthome.go). A resumed attempt keeps the earlier one, where the
+// tool keeps the session it continues, and gets the CLI's files afresh.
 func (s *supervisor) prepareHome() error {
 	home := filepath.Join(s.dir, dirHome)
 	if fi, err := os.Lstat(home); err == nil {
 		if s.launch.Resume && fi.IsDir() {
-			return nil
+			return s.copyAgentFiles(home)
 		}
 		if err := os.Rename(home, home+oldTmpSuffix+strconv.Itoa(os.Getpid())); err != nil {
 			return fmt.Errorf("move the old %s aside: %w", dirHome, err)
@@ -571,7 +583,33 @@ func (s *supervisor) prepareHome() error {
 	if err := gitIdentity(ctx, home); err != nil {
 		s.logger.Warn("no git identity in the sandbox's HOME", logKeyErr, err)
 	}
-	return nil
+	return s.copyAgentFiles(home)
+}
+
+// copyAgentFiles copies the agent CLI's settings and login into the
+// private HOME; what is refused is said in wrapper.log.
+func (s *supervisor) copyAgentFiles(home string) error {
+	if _, ok := agentHomeFiles[s.launch.Agent]; !ok {
+		return nil
+	}
+	if s.agentSrcErr != nil {
+		s.logger.Warn("the agent's settings and login are not copied into the sandbox's HOME", logKeyErr, s.agentSrcErr)
+	}
+	return copyAgentFiles(s.launch.Agent, s.agentSrc, s.agentSrcDir, home, func(path string, err error) {
+		s.logger.Warn("not copied into the sandbox's HOME", logKeyPath, path, logKeyErr, err)
+	})
+}
+
+// removeAgentLogins removes the agent CLI's login files from the private
+// HOME once the attempt's processes are gone: no copy of a credential
+// stays in the attempt's directory.
+func (s *supervisor) removeAgentLogins() {
+	if s.sandbox == nil {
+		return
+	}
+	if err := removeAgentLogins(s.launch.Agent, filepath.Join(s.dir, dirHome)); err != nil {
+		s.logger.Warn("remove the agent's login from the sandbox's HOME", logKeyErr, err)
+	}
 }
 
 // sandboxed returns cmd run under bwrap: the same program, arguments,

@@ -98,6 +98,12 @@ type supervisor struct {
 	proxy *netProxy
 	// netRefused are the destinations the proxy refused (stopNet).
 	netRefused []string
+	// agentSrc is where the sandboxed agent CLI's files are copied from
+	// (agentSrcDir: its directory variable's; see agentSource), or
+	// agentSrcErr why not.
+	agentSrc    string
+	agentSrcDir bool
+	agentSrcErr error
 
 	rec procRecord // this attempt's process record; written by prepare and setTool only
 
@@ -530,6 +536,7 @@ func (s *supervisor) run() {
 
 	res := s.attempt()
 	s.stopNet()
+	s.removeAgentLogins()
 
 	timer.Stop()
 	close(hbStop)
