@@ -169,11 +169,38 @@ func BuildReport(ctx context.Context, st *store.Store, cfg Nodes, home, project 
 			r.Result = store.ResultStopped
 		}
 	}
-	attempts := map[string][]AttemptView{}
-	use := map[string]*ReportNode{}
-	dangerous := map[string]bool{}
+	attempts, use, dangerous := r.addAttempts(runs, p.Run)
+	if err := r.addIntegration(ctx, st, project); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(dir, "final")); err == nil {
+		r.Final = filepath.Join(dir, "final")
+	}
+	if opts, err := p.ParseOptions(); err == nil && opts.Repo != nil {
+		r.Git = &GitResult{Repo: opts.Repo.Dir, Base: opts.Repo.Commit, Commit: p.FinalCommit}
+		if p.FinalCommit != "" {
+			r.Git.Branch = "dispatch/" + project + "/final"
+		}
+	}
+	r.addTasks(sv, files, attempts, dangerous, dir)
+	end := p.FinishedAt
+	if end.IsZero() {
+		end = now
+	}
+	if !p.StartedAt.IsZero() {
+		r.Totals.WallSeconds = end.Sub(p.StartedAt).Seconds()
+	}
+	r.addNodes(sv.Nodes, use)
+	return r, nil
+}
+
+// addAttempts counts the attempts of run number run in the totals and
+// returns them by task, the use of each node and the tasks that ran with
+// permission checks off.
+func (r *Report) addAttempts(runs []store.Run, number int) (attempts map[string][]AttemptView, use map[string]*ReportNode, dangerous map[string]bool) {
+	attempts, use, dangerous = map[string][]AttemptView{}, map[string]*ReportNode{}, map[string]bool{}
 	for _, run := range runs {
-		if run.Run != p.Run {
+		if run.Run != number {
 			continue // an attempt of another run
 		}
 		dangerous[run.Task] = dangerous[run.Task] || run.Dangerous
@@ -197,16 +224,21 @@ func BuildReport(ctx context.Context, st *store.Store, cfg Nodes, home, project 
 			u.Busy += run.CompletedAt.Sub(run.StartedAt).Seconds()
 		}
 	}
+	return attempts, use, dangerous
+}
+
+// addIntegration adds the merge's conflicts and the last verdict.
+func (r *Report) addIntegration(ctx context.Context, st *store.Store, project string) error {
 	conflicts, err := st.Conflicts(ctx, project)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, c := range conflicts {
 		r.Conflicts = append(r.Conflicts, Conflict{Path: c.Path, Tasks: c.Tasks})
 	}
 	verdicts, err := st.Verdicts(ctx, project)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if len(verdicts) > 0 {
 		last := verdicts[len(verdicts)-1]
@@ -216,15 +248,12 @@ func BuildReport(ctx context.Context, st *store.Store, cfg Nodes, home, project 
 			r.Verification.Issues = []string{}
 		}
 	}
-	if _, err := os.Stat(filepath.Join(dir, "final")); err == nil {
-		r.Final = filepath.Join(dir, "final")
-	}
-	if opts, err := p.ParseOptions(); err == nil && opts.Repo != nil {
-		r.Git = &GitResult{Repo: opts.Repo.Dir, Base: opts.Repo.Commit, Commit: p.FinalCommit}
-		if p.FinalCommit != "" {
-			r.Git.Branch = "dispatch/" + project + "/final"
-		}
-	}
+	return nil
+}
+
+// addTasks adds the tasks of sv with their attempts, outputs (files) and,
+// for a failed one, its log's tail from the run's directory dir.
+func (r *Report) addTasks(sv *StatusView, files []store.File, attempts map[string][]AttemptView, dangerous map[string]bool, dir string) {
 	outputs := map[string][]OutputView{}
 	for _, f := range files {
 		outputs[f.Task] = append(outputs[f.Task], OutputView{Path: f.Path, Size: f.Size, SHA256: f.SHA256})
@@ -248,14 +277,12 @@ func BuildReport(ctx context.Context, st *store.Store, cfg Nodes, home, project 
 	r.Totals.Tasks = len(sv.Tasks)
 	r.Totals.Completed = sv.Counts.Completed
 	r.Totals.Failed = sv.Counts.Failed
-	end := p.FinishedAt
-	if end.IsZero() {
-		end = now
-	}
-	if !p.StartedAt.IsZero() {
-		r.Totals.WallSeconds = end.Sub(p.StartedAt).Seconds()
-	}
-	for _, n := range sv.Nodes {
+}
+
+// addNodes adds each node's state and use: those of nodes.yaml, then those
+// no longer in it, by name.
+func (r *Report) addNodes(nodes []NodeView, use map[string]*ReportNode) {
+	for _, n := range nodes {
 		u := use[n.Name]
 		if u == nil {
 			u = &ReportNode{Name: n.Name}
@@ -268,7 +295,6 @@ func BuildReport(ctx context.Context, st *store.Store, cfg Nodes, home, project 
 		r.Nodes = append(r.Nodes, *u)
 	}
 	sort.Slice(r.Nodes, func(i, j int) bool { return r.Nodes[i].Name < r.Nodes[j].Name })
-	return r, nil
 }
 
 // logTailBytes is how much of the end of a collected log logTail reads:
@@ -330,19 +356,46 @@ func shortenLine(l string) string {
 func (r *Report) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# dispatch report: %s\n\n", r.Project)
-	outcome := map[string]string{store.ResultPassed: "PASSED", store.ResultFailed: "FAILED", store.ResultRunning: "RUNNING", store.ResultStopped: "STOPPED"}[r.Result]
 	// A budget that stopped the project is the first thing to know.
 	stop := r.stop
 	if r.Result != store.ResultFailed && r.Result != store.ResultRunning {
 		stop = nil // passed, or stopped by the operator
 	}
+	failed, blocked := r.idsWith(store.Failed), r.idsWith(store.Blocked)
+	r.mdOutcome(&b, stop)
+	r.mdNext(&b, stop, failed, blocked)
+	r.mdFirstScreen(&b, failed)
+	for _, section := range []func(*strings.Builder){r.mdTasks, r.mdFailures, r.mdRetries, r.mdModes,
+		r.mdConflicts, r.mdVerification, r.mdNodes, r.mdCost, r.mdSandbox} {
+		section(&b)
+	}
+	// Errors, log tails and titles came from nodes and tasks: report.md
+	// is printed on terminals.
+	return termtext.Clean(b.String())
+}
+
+// idsWith are the IDs of the tasks in status, in the report's order.
+func (r *Report) idsWith(status string) []string {
+	var out []string
+	for _, t := range r.Tasks {
+		if t.Status == status {
+			out = append(out, t.ID)
+		}
+	}
+	return out
+}
+
+// mdOutcome is the report's first line (the budget's stop first, when it
+// stopped the project), and the run it was, when there were several.
+func (r *Report) mdOutcome(b *strings.Builder, stop *BudgetStop) {
+	outcome := map[string]string{store.ResultPassed: "PASSED", store.ResultFailed: "FAILED", store.ResultRunning: "RUNNING", store.ResultStopped: "STOPPED"}[r.Result]
 	head := fmt.Sprintf("**%s** — ", outcome)
 	if stop != nil {
 		stop.Ended = r.Result == store.ResultFailed
-		fmt.Fprintf(&b, "%s%s.\n\n", head, stop.Summary())
+		fmt.Fprintf(b, "%s%s.\n\n", head, stop.Summary())
 		head = ""
 	}
-	fmt.Fprintf(&b, "%s%d of %d tasks completed, %d failed, %d attempts, %s wall time.\n\n",
+	fmt.Fprintf(b, "%s%d of %d tasks completed, %d failed, %d attempts, %s wall time.\n\n",
 		head, r.Totals.Completed, r.Totals.Tasks, r.Totals.Failed, r.Totals.Attempts, FormatSeconds(r.Totals.WallSeconds))
 	var reused []string
 	for _, t := range r.Tasks {
@@ -351,56 +404,54 @@ func (r *Report) Markdown() string {
 		}
 	}
 	if r.Run > 1 || len(reused) > 0 {
-		fmt.Fprintf(&b, "Run %d of %s (`dispatch runs %s` lists them).", r.Run, r.Project, r.Project)
+		fmt.Fprintf(b, "Run %d of %s (`dispatch runs %s` lists them).", r.Run, r.Project, r.Project)
 		if len(reused) > 0 {
-			fmt.Fprintf(&b, " Reused from earlier runs, their inputs unchanged: %s.", strings.Join(reused, ", "))
+			fmt.Fprintf(b, " Reused from earlier runs, their inputs unchanged: %s.", strings.Join(reused, ", "))
 		}
 		b.WriteString("\n\n")
 	}
-	var failed, blocked []string
-	for _, t := range r.Tasks {
-		switch t.Status {
-		case store.Failed:
-			failed = append(failed, t.ID)
-		case store.Blocked:
-			blocked = append(blocked, t.ID)
-		}
-	}
+}
+
+// mdNext says what to do next.
+func (r *Report) mdNext(b *strings.Builder, stop *BudgetStop, failed, blocked []string) {
 	switch {
 	case stop != nil:
-		fmt.Fprintf(&b, "Next: %s\n\n", stop.Next(r.Project))
+		fmt.Fprintf(b, "Next: %s\n\n", stop.Next(r.Project))
 	case r.Result == store.ResultRunning:
-		fmt.Fprintf(&b, "Next: the batch is still running; follow it with `dispatch status %s`.\n\n", r.Project)
+		fmt.Fprintf(b, "Next: the batch is still running; follow it with `dispatch status %s`.\n\n", r.Project)
 	case r.Result == store.ResultStopped && r.Problem != "":
-		fmt.Fprintf(&b, "Stopped by dispatch: %s.\n\nNext: fix that, then `dispatch start %s` resumes; tasks that were running go on and are collected, nothing new starts.\n\n",
+		fmt.Fprintf(b, "Stopped by dispatch: %s.\n\nNext: fix that, then `dispatch start %s` resumes; tasks that were running go on and are collected, nothing new starts.\n\n",
 			mdCode(r.Problem), r.Project)
 	case r.Result == store.ResultStopped:
 		states := map[string]string{}
 		for _, t := range r.Tasks {
 			states[t.ID] = t.Status
 		}
-		fmt.Fprintf(&b, "Next: stopped by the operator; tasks that were running go on (unless killed) and are collected, nothing new starts. `%s`.\n\n",
+		fmt.Fprintf(b, "Next: stopped by the operator; tasks that were running go on (unless killed) and are collected, nothing new starts. `%s`.\n\n",
 			StoppedNext(r.Project, states))
 	case len(failed) > 0:
-		fmt.Fprintf(&b, "Next: read the failures below, fix the specs or the cause, then `dispatch retry %s %s`.\n", r.Project, strings.Join(failed, " "))
+		fmt.Fprintf(b, "Next: read the failures below, fix the specs or the cause, then `dispatch retry %s %s`.\n", r.Project, strings.Join(failed, " "))
 		if len(blocked) > 0 {
-			fmt.Fprintf(&b, "Blocked by them: %s (they run once their dependencies complete).\n", strings.Join(blocked, ", "))
+			fmt.Fprintf(b, "Blocked by them: %s (they run once their dependencies complete).\n", strings.Join(blocked, ", "))
 		}
 		b.WriteString("\n")
 	case r.Git != nil && r.Git.Commit != "":
-		fmt.Fprintf(&b, "Next: the result is the branch `%s` (commit %s) of %s, also checked out in `runs/%s/final/`; "+
+		fmt.Fprintf(b, "Next: the result is the branch `%s` (commit %s) of %s, also checked out in `runs/%s/final/`; "+
 			"each task's work is on its branch `dispatch/%s/<ID>`, with its diffstat in `runs/%s/<ID>/diffstat.txt`.\n\n",
 			r.Git.Branch, r.Git.Commit, r.Git.Repo, r.Project, r.Project, r.Project)
 	case r.Git != nil:
-		fmt.Fprintf(&b, "Next: each task's work is on its branch `dispatch/%s/<ID>` of %s, with its diffstat in `runs/%s/<ID>/diffstat.txt`.\n\n",
+		fmt.Fprintf(b, "Next: each task's work is on its branch `dispatch/%s/<ID>` of %s, with its diffstat in `runs/%s/<ID>/diffstat.txt`.\n\n",
 			r.Project, r.Git.Repo, r.Project)
 	case r.Final != "":
-		fmt.Fprintf(&b, "Next: the result is in `runs/%s/final/`; each task's own output is in `runs/%s/<ID>/output/`.\n\n", r.Project, r.Project)
+		fmt.Fprintf(b, "Next: the result is in `runs/%s/final/`; each task's own output is in `runs/%s/<ID>/output/`.\n\n", r.Project, r.Project)
 	default:
-		fmt.Fprintf(&b, "Next: the outputs are in `runs/%s/<ID>/output/`.\n\n", r.Project)
+		fmt.Fprintf(b, "Next: the outputs are in `runs/%s/<ID>/output/`.\n\n", r.Project)
 	}
-	// The rest of the first screen: what failed, in a line each, capped so
-	// that a large batch still fits (the details follow below).
+}
+
+// mdFirstScreen is the rest of the first screen: what failed, in a line
+// each, capped so that a large batch still fits (the details follow).
+func (r *Report) mdFirstScreen(b *strings.Builder, failed []string) {
 	if len(failed) > 0 {
 		b.WriteString("Failed:\n")
 		shown := 0
@@ -409,77 +460,88 @@ func (r *Report) Markdown() string {
 				continue
 			}
 			if shown == firstScreenItems {
-				fmt.Fprintf(&b, "- … and %d more (see Failures below)\n", len(failed)-shown)
+				fmt.Fprintf(b, "- … and %d more (see Failures below)\n", len(failed)-shown)
 				break
 			}
-			fmt.Fprintf(&b, "- %s %s: %s\n", t.ID, clip(t.Title, 40), clip(errText(t.TaskView), 70))
+			fmt.Fprintf(b, "- %s %s: %s\n", t.ID, clip(t.Title, 40), clip(errText(t.TaskView), 70))
 			shown++
 		}
 		b.WriteString("\n")
 	}
 	if r.Verification.Pass != nil && !*r.Verification.Pass {
-		fmt.Fprintf(&b, "Verification failed after %d round(s):\n", r.Verification.Rounds)
+		fmt.Fprintf(b, "Verification failed after %d round(s):\n", r.Verification.Rounds)
 		for i, is := range r.Verification.Issues {
 			if i == firstScreenItems {
-				fmt.Fprintf(&b, "- … and %d more (see Verification below)\n", len(r.Verification.Issues)-i)
+				fmt.Fprintf(b, "- … and %d more (see Verification below)\n", len(r.Verification.Issues)-i)
 				break
 			}
-			fmt.Fprintf(&b, "- %s\n", mdLine(clip(is, 100)))
+			fmt.Fprintf(b, "- %s\n", mdLine(clip(is, 100)))
 		}
 		b.WriteString("\n")
 	}
 	if len(r.Conflicts) > 0 {
-		fmt.Fprintf(&b, "%d merge conflict(s): see Conflicts below.\n\n", len(r.Conflicts))
+		fmt.Fprintf(b, "%d merge conflict(s): see Conflicts below.\n\n", len(r.Conflicts))
 	}
+}
 
+func (r *Report) mdTasks(b *strings.Builder) {
 	b.WriteString("## Tasks\n\n| ID | Title | Status | Node | Attempts | Duration | Error |\n|---|---|---|---|---|---|---|\n")
 	for _, t := range r.Tasks {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %s | %s |\n", t.ID, mdCell(t.Title), t.Status, t.Node,
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %d | %s | %s |\n", t.ID, mdCell(t.Title), t.Status, t.Node,
 			len(t.Attempts), FormatSeconds(t.DurationSeconds), mdCell(errText(t.TaskView)))
 	}
 	b.WriteString("\n")
+}
 
-	var failures []ReportTask
+func (r *Report) mdFailures(b *strings.Builder) {
+	header := false
 	for _, t := range r.Tasks {
-		if t.Status == store.Failed {
-			failures = append(failures, t)
+		if t.Status != store.Failed {
+			continue
+		}
+		if !header {
+			b.WriteString("## Failures\n\n")
+			header = true
+		}
+		fmt.Fprintf(b, "### %s — %s\n\n%s after %d attempt(s). Log: `runs/%s/%s/task.log`\n\n", t.ID, mdCell(t.Title),
+			mdLine(errText(t.TaskView)), len(t.Attempts), r.Project, t.ID)
+		if t.LogTail != "" {
+			fmt.Fprintf(b, "%s\n", mdFence(t.LogTail))
 		}
 	}
-	if len(failures) > 0 {
-		b.WriteString("## Failures\n\n")
-		for _, t := range failures {
-			fmt.Fprintf(&b, "### %s — %s\n\n%s after %d attempt(s). Log: `runs/%s/%s/task.log`\n\n", t.ID, mdCell(t.Title),
-				mdLine(errText(t.TaskView)), len(t.Attempts), r.Project, t.ID)
-			if t.LogTail != "" {
-				fmt.Fprintf(&b, "%s\n", mdFence(t.LogTail))
-			}
-		}
-	}
+}
+
+func (r *Report) mdRetries(b *strings.Builder) {
 	retried := false
 	for _, t := range r.Tasks {
-		if len(t.Attempts) > 1 {
-			if !retried {
-				b.WriteString("## Retries\n\n")
-				retried = true
-			}
-			var parts []string
-			for _, a := range t.Attempts {
-				s := fmt.Sprintf("#%d %s on %s", a.Attempt, a.Status, a.Node)
-				if a.APIMode != "" {
-					s += " under " + a.APIMode
-				}
-				if a.ErrorClass != "" {
-					s += " (" + a.ErrorClass + ")"
-				}
-				parts = append(parts, s)
-			}
-			fmt.Fprintf(&b, "- %s: %s\n", t.ID, oneLine(strings.Join(parts, ", ")))
+		if len(t.Attempts) <= 1 {
+			continue
 		}
+		if !retried {
+			b.WriteString("## Retries\n\n")
+			retried = true
+		}
+		var parts []string
+		for _, a := range t.Attempts {
+			s := fmt.Sprintf("#%d %s on %s", a.Attempt, a.Status, a.Node)
+			if a.APIMode != "" {
+				s += " under " + a.APIMode
+			}
+			if a.ErrorClass != "" {
+				s += " (" + a.ErrorClass + ")"
+			}
+			parts = append(parts, s)
+		}
+		fmt.Fprintf(b, "- %s: %s\n", t.ID, oneLine(strings.Join(parts, ", ")))
 	}
 	if retried {
 		b.WriteString("\n")
 	}
-	// Which account each attempt used, once more than one took part.
+}
+
+// mdModes says which account each attempt used, once more than one took
+// part.
+func (r *Report) mdModes(b *strings.Builder) {
 	modes := map[string]bool{}
 	for _, t := range r.Tasks {
 		for _, a := range t.Attempts {
@@ -488,57 +550,74 @@ func (r *Report) Markdown() string {
 			}
 		}
 	}
-	if len(modes) > 1 {
-		b.WriteString("## API modes\n\n")
-		for _, t := range r.Tasks {
-			var parts []string
-			for _, a := range t.Attempts {
-				if a.APIMode != "" {
-					parts = append(parts, fmt.Sprintf("#%d %s", a.Attempt, a.APIMode))
-				}
-			}
-			if len(parts) > 0 {
-				fmt.Fprintf(&b, "- %s: %s\n", t.ID, strings.Join(parts, ", "))
+	if len(modes) <= 1 {
+		return
+	}
+	b.WriteString("## API modes\n\n")
+	for _, t := range r.Tasks {
+		var parts []string
+		for _, a := range t.Attempts {
+			if a.APIMode != "" {
+				parts = append(parts, fmt.Sprintf("#%d %s", a.Attempt, a.APIMode))
 			}
 		}
-		b.WriteString("\n")
+		if len(parts) > 0 {
+			fmt.Fprintf(b, "- %s: %s\n", t.ID, strings.Join(parts, ", "))
+		}
 	}
+	b.WriteString("\n")
+}
+
+func (r *Report) mdConflicts(b *strings.Builder) {
 	b.WriteString("## Conflicts\n\n")
 	if len(r.Conflicts) == 0 {
 		b.WriteString("None.\n\n")
+		return
 	}
 	for _, c := range r.Conflicts {
 		if r.Git != nil {
-			fmt.Fprintf(&b, "- %s: %s; git could not merge it: committed with conflict markers for %s to resolve\n",
+			fmt.Fprintf(b, "- %s: %s; git could not merge it: committed with conflict markers for %s to resolve\n",
 				mdCode(c.Path), strings.Join(c.Tasks, ", "), store.IntegrationID)
 			continue
 		}
-		fmt.Fprintf(&b, "- %s: kept %s; other version(s) from %s saved as %s in merged/\n",
+		fmt.Fprintf(b, "- %s: kept %s; other version(s) from %s saved as %s in merged/\n",
 			mdCode(c.Path), c.Tasks[0], strings.Join(c.Tasks[1:], ", "), mdCode(c.Path+".<ID>.conflict"))
 	}
-	if len(r.Conflicts) > 0 {
-		b.WriteString("\n")
-	}
+	b.WriteString("\n")
+}
+
+func (r *Report) mdVerification(b *strings.Builder) {
 	b.WriteString("## Verification\n\n")
 	if r.Verification.Pass == nil {
 		b.WriteString("Not run.\n\n")
-	} else {
-		fmt.Fprintf(&b, "%d round(s); the last one %s.\n\n", r.Verification.Rounds, map[bool]string{true: "passed", false: "failed"}[*r.Verification.Pass])
-		for _, is := range r.Verification.Issues {
-			fmt.Fprintf(&b, "- %s\n", mdLine(is))
-		}
-		if len(r.Verification.Issues) > 0 {
-			b.WriteString("\n")
-		}
+		return
 	}
+	fmt.Fprintf(b, "%d round(s); the last one %s.\n\n", r.Verification.Rounds, map[bool]string{true: "passed", false: "failed"}[*r.Verification.Pass])
+	for _, is := range r.Verification.Issues {
+		fmt.Fprintf(b, "- %s\n", mdLine(is))
+	}
+	if len(r.Verification.Issues) > 0 {
+		b.WriteString("\n")
+	}
+}
+
+func (r *Report) mdNodes(b *strings.Builder) {
 	b.WriteString("## Nodes\n\n| Node | State | Attempts | Busy |\n|---|---|---|---|\n")
 	for _, n := range r.Nodes {
-		fmt.Fprintf(&b, "| %s | %s | %d | %s |\n", n.Name, n.State, n.Attempts, FormatSeconds(n.Busy))
+		fmt.Fprintf(b, "| %s | %s | %d | %s |\n", n.Name, n.State, n.Attempts, FormatSeconds(n.Busy))
 	}
-	fmt.Fprintf(&b, "\n## Tokens and cost\n\n%d tokens in, %d tokens out, $%.4f.\n", r.Totals.TokensIn, r.Totals.TokensOut, r.Totals.CostUSD)
+}
+
+func (r *Report) mdCost(b *strings.Builder) {
+	fmt.Fprintf(b, "\n## Tokens and cost\n\n%d tokens in, %d tokens out, $%.4f.\n", r.Totals.TokensIn, r.Totals.TokensOut, r.Totals.CostUSD)
 	if r.budget != "" {
-		fmt.Fprintf(&b, "\n%s\n", r.budget)
+		fmt.Fprintf(b, "\n%s\n", r.budget)
 	}
+}
+
+// mdSandbox lists the attempts confined to their task, and those that ran
+// with the tool's permission checks off.
+func (r *Report) mdSandbox(b *strings.Builder) {
 	var confined, open []string
 	for _, t := range r.Tasks {
 		for _, a := range t.Attempts {
@@ -551,18 +630,15 @@ func (r *Report) Markdown() string {
 		}
 	}
 	if len(confined) > 0 {
-		fmt.Fprintf(&b, "\n## Sandbox\n\nConfined to their task (sandbox): %s.\n", strings.Join(confined, ", "))
+		fmt.Fprintf(b, "\n## Sandbox\n\nConfined to their task (sandbox): %s.\n", strings.Join(confined, ", "))
 		if len(open) > 0 {
-			fmt.Fprintf(&b, "Not confined (ran as the node user): %s.\n", strings.Join(open, ", "))
+			fmt.Fprintf(b, "Not confined (ran as the node user): %s.\n", strings.Join(open, ", "))
 		}
 	}
 	if len(r.Dangerous) > 0 {
-		fmt.Fprintf(&b, "\n## Ran with permission checks off\n\nThese tasks ran with the tool's dangerous flags (dangerous: true on their node or api_mode): %s.\n",
+		fmt.Fprintf(b, "\n## Ran with permission checks off\n\nThese tasks ran with the tool's dangerous flags (dangerous: true on their node or api_mode): %s.\n",
 			strings.Join(r.Dangerous, ", "))
 	}
-	// Errors, log tails and titles came from nodes and tasks: report.md
-	// is printed on terminals.
-	return termtext.Clean(b.String())
 }
 
 // firstScreenItems caps each list on the report's first screen.

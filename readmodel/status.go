@@ -175,17 +175,7 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 	}
 	v := &StatusView{Project: project, Run: p.Run, Phase: p.Phase, State: p.State, Problem: p.Problem, Tasks: []TaskView{}, Nodes: []NodeView{},
 		state: p.State, result: p.Result, byID: map[string]int{}}
-	// Author tasks by ID, then the phase tasks in the order they came.
-	sort.SliceStable(tasks, func(i, j int) bool {
-		pi, pj := store.IsPhaseID(tasks[i].ID), store.IsPhaseID(tasks[j].ID)
-		if pi != pj {
-			return !pi
-		}
-		if pi && !tasks[i].CreatedAt.Equal(tasks[j].CreatedAt) {
-			return tasks[i].CreatedAt.Before(tasks[j].CreatedAt)
-		}
-		return tasks[i].ID < tasks[j].ID
-	})
+	sortTasks(tasks)
 	sandboxes, err := st.Sandboxes(ctx, project)
 	if err != nil {
 		return nil, err
@@ -227,6 +217,31 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 	} else {
 		v.Budget = b
 	}
+	v.addPauses(pauses, cfg, now)
+	if cfg != nil {
+		v.addNodes(cfg, known, running)
+	}
+	return v, nil
+}
+
+// sortTasks orders tasks as status shows them: the author tasks by ID,
+// then the phase tasks in the order they came.
+func sortTasks(tasks []store.Task) {
+	sort.SliceStable(tasks, func(i, j int) bool {
+		pi, pj := store.IsPhaseID(tasks[i].ID), store.IsPhaseID(tasks[j].ID)
+		if pi != pj {
+			return !pi
+		}
+		if pi && !tasks[i].CreatedAt.Equal(tasks[j].CreatedAt) {
+			return tasks[i].CreatedAt.Before(tasks[j].CreatedAt)
+		}
+		return tasks[i].ID < tasks[j].ID
+	})
+}
+
+// addPauses adds the api_modes paused at now and, with cfg, the fallback
+// each one's tasks run under meanwhile.
+func (v *StatusView) addPauses(pauses []store.Pause, cfg Nodes, now time.Time) {
 	paused := map[string]bool{}
 	for _, p := range pauses {
 		if now.Before(p.Until) {
@@ -234,42 +249,43 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 			paused[p.APIMode] = true
 		}
 	}
-	if cfg != nil {
-		v.Fallbacks = map[string]string{}
-		for _, p := range v.Paused {
-			for _, fb := range cfg.Fallbacks(p.APIMode) {
-				if !paused[fb] {
-					v.Fallbacks[p.APIMode] = fb
-					break
-				}
+	if cfg == nil {
+		return
+	}
+	v.Fallbacks = map[string]string{}
+	for _, p := range v.Paused {
+		for _, fb := range cfg.Fallbacks(p.APIMode) {
+			if !paused[fb] {
+				v.Fallbacks[p.APIMode] = fb
+				break
 			}
 		}
 	}
-	if cfg != nil {
-		configured := map[string]bool{}
-		for _, n := range cfg.NodeSlots() {
-			configured[n.Name] = true
-		}
-		for i := range v.Tasks {
-			v.Tasks[i].NodeGone = v.Tasks[i].Node != "" && !configured[v.Tasks[i].Node]
-		}
+}
+
+// addNodes adds the nodes of cfg with what the store knows of them and
+// the tasks running there, and marks the tasks of nodes no longer in it.
+func (v *StatusView) addNodes(cfg Nodes, known []store.Node, running map[string]int) {
+	configured := map[string]bool{}
+	for _, n := range cfg.NodeSlots() {
+		configured[n.Name] = true
+	}
+	for i := range v.Tasks {
+		v.Tasks[i].NodeGone = v.Tasks[i].Node != "" && !configured[v.Tasks[i].Node]
 	}
 	facts := map[string]store.Node{}
 	for _, n := range known {
 		facts[n.Name] = n
 	}
-	if cfg != nil {
-		for _, n := range cfg.NodeSlots() {
-			f := facts[n.Name]
-			state := f.State
-			if state == "" {
-				state = store.NodeUnknown
-			}
-			v.Nodes = append(v.Nodes, NodeView{Name: n.Name, State: state, Slots: n.Slots, Running: running[n.Name],
-				MemAvailableBytes: f.MemAvailableBytes, LastSeen: jsonTime(f.LastSeen), LastError: f.LastError})
+	for _, n := range cfg.NodeSlots() {
+		f := facts[n.Name]
+		state := f.State
+		if state == "" {
+			state = store.NodeUnknown
 		}
+		v.Nodes = append(v.Nodes, NodeView{Name: n.Name, State: state, Slots: n.Slots, Running: running[n.Name],
+			MemAvailableBytes: f.MemAvailableBytes, LastSeen: jsonTime(f.LastSeen), LastError: f.LastError})
 	}
-	return v, nil
 }
 
 // budgetOf is how the project's budget stopped it, from its spending as
