@@ -181,3 +181,38 @@ nodes:
 		t.Fatalf("unconfined, the task did not read the key and its neighbour's workspace (%q): the test proves nothing", got)
 	}
 }
+
+// TestSetuidFileCollectedWithoutTheBit: a sandboxed task on a local node
+// makes a setuid and setgid copy of a binary in output/ (alone, fetched
+// file by file, and among 20 other files, fetched as one tar archive);
+// the copies the controller collects into runs/ carry neither bit, so a
+// node's task cannot leave a setuid program of the controller's user.
+func TestSetuidFileCollectedWithoutTheBit(t *testing.T) {
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Fatalf("this test needs bubblewrap (make test installs it): %v", err)
+	}
+	const suid = "cp /bin/cat suidcat && chmod u+s,g+s suidcat && ls -ln suidcat > made.txt\n"
+	home, work := opsHome(t, map[string]map[string]string{"p": {
+		"S01-one.md":  suid,
+		"S02-many.md": suid + "for i in $(seq 20); do echo $i > f$i; done\n",
+	}})
+	nodesYAML := filepath.Join(home, "nodes.yaml")
+	writeFile(t, nodesYAML, strings.Replace(readFile(t, nodesYAML), "    work_dir: "+work+"\n",
+		"    work_dir: "+work+"\n    sandbox: on\n", 1))
+	if r := runDispatch(t, nil, "--home", home, "start", "p"); r.code != 0 {
+		t.Fatalf("start: %s", r)
+	}
+	for _, id := range []string{"S01", "S02"} {
+		out := filepath.Join(home, "runs", "p", id, "output")
+		if made := readFile(t, filepath.Join(out, "made.txt")); !strings.HasPrefix(made, "-rwsr-sr-x") {
+			t.Fatalf("%s could not make its setuid file (the test proves nothing): %q", id, made)
+		}
+		fi, err := os.Stat(filepath.Join(out, "suidcat"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 || fi.Mode().Perm() != 0o755 {
+			t.Errorf("%s's suidcat was collected as %v, want -rwxr-xr-x", id, fi.Mode())
+		}
+	}
+}
