@@ -150,8 +150,14 @@ func (n *sandboxNode) launch(t *testing.T, items ...LaunchItem) {
 // final waits for task id's final status.
 func (n *sandboxNode) final(t *testing.T, id string) *Status {
 	t.Helper()
+	return n.finalWithin(t, id, 25*time.Second)
+}
+
+// finalWithin waits up to d for task id's final status.
+func (n *sandboxNode) finalWithin(t *testing.T, id string, d time.Duration) *Status {
+	t.Helper()
 	var st *Status
-	poll(t, 25*time.Second, id+" to end", func() bool {
+	poll(t, d, id+" to end", func() bool {
 		var err error
 		st, err = readStatus(n.taskDir(id))
 		return err == nil && st.Final()
@@ -345,6 +351,47 @@ git -c user.name=t -c user.email=t@x commit -qm one && git log --oneline | wc -l
 		if got, _ := os.ReadFile(filepath.Join(n.taskDir("ATTACK"), dirOutput, f)); string(got) != want {
 			t.Errorf("output/%s: %q, want %q", f, got, want)
 		}
+	}
+	n.checkContained(t, before, att, nb)
+}
+
+// TestSandboxGoBuild: `go build` of a module with no dependencies works
+// in the sandbox, its build cache in the attempt's private HOME (an empty
+// one: the standard library is compiled there), nothing of the node
+// user's home used or changed.
+func TestSandboxGoBuild(t *testing.T) {
+	t.Parallel()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go in the PATH")
+	}
+	n := newSandboxNode(t, "")
+	before := n.snapshot(t)
+	work := fmt.Sprintf(`set -e
+mkdir tiny && cd tiny
+printf 'module tiny\n\ngo 1.21\n' > go.mod
+printf 'package main\n\nfunc main() { println("built") }\n' > main.go
+GOTOOLCHAIN=local %s build -o ../tiny-bin .
+cd .. && ./tiny-bin 2> ran.txt && GOTOOLCHAIN=local %[1]s env GOCACHE > gocache.txt`, goBin)
+	attack := n.item("ATTACK", Launch{Command: shell(work), Sandbox: n.mode})
+	attack.Launch.TimeoutSeconds = 180
+	neighbour := n.item("NEIGHBOUR", Launch{Command: shell(neighbourScript), Sandbox: n.mode})
+	n.launch(t, attack, neighbour)
+	att, nb := n.finalWithin(t, "ATTACK", 200*time.Second), n.final(t, "NEIGHBOUR")
+	if att.Status != StatusCompleted {
+		log, _ := os.ReadFile(filepath.Join(n.taskDir("ATTACK"), fileLog))
+		t.Fatalf("go build in the sandbox: %+v\n%s", att, log)
+	}
+	out := filepath.Join(n.taskDir("ATTACK"), dirOutput)
+	if got, _ := os.ReadFile(filepath.Join(out, "ran.txt")); string(got) != "built\n" {
+		t.Errorf("the program built in the sandbox printed %q, want built", got)
+	}
+	gocache, _ := os.ReadFile(filepath.Join(out, "gocache.txt"))
+	if want := filepath.Join(n.taskDir("ATTACK"), dirHome, ".cache", "go-build"); strings.TrimSpace(string(gocache)) != want {
+		t.Errorf("GOCACHE in the sandbox: %q, want the private HOME's %s", gocache, want)
+	}
+	if _, err := os.Stat(filepath.Join(n.taskDir("ATTACK"), dirHome, ".cache", "go-build")); err != nil {
+		t.Errorf("the build cache is not in the private HOME: %v", err)
 	}
 	n.checkContained(t, before, att, nb)
 }
