@@ -269,6 +269,7 @@ type nodeDef struct {
 	server  *sshdtest.Server
 	slots   int
 	workDir string // server.WorkDir when ""
+	sandbox string // the node's sandbox: setting; "" leaves it out
 }
 
 // nodesYAML renders nodes.yaml; controller holds the indented lines of the
@@ -286,6 +287,9 @@ func nodesYAML(c *sshdtest.Client, controller string, defs []nodeDef) string {
 		}
 		fmt.Fprintf(&b, "  - name: %s\n    ssh: %s@127.0.0.1:%d\n    slots: %d\n    work_dir: %s\n",
 			d.name, c.User, d.server.Port, d.slots, wd)
+		if d.sandbox != "" {
+			fmt.Fprintf(&b, "    sandbox: %s\n", d.sandbox)
+		}
 	}
 	return b.String()
 }

@@ -150,8 +150,14 @@ func (n *sandboxNode) launch(t *testing.T, items ...LaunchItem) {
 // final waits for task id's final status.
 func (n *sandboxNode) final(t *testing.T, id string) *Status {
 	t.Helper()
+	return n.finalWithin(t, id, 25*time.Second)
+}
+
+// finalWithin waits up to d for task id's final status.
+func (n *sandboxNode) finalWithin(t *testing.T, id string, d time.Duration) *Status {
+	t.Helper()
 	var st *Status
-	poll(t, 25*time.Second, id+" to end", func() bool {
+	poll(t, d, id+" to end", func() bool {
 		var err error
 		st, err = readStatus(n.taskDir(id))
 		return err == nil && st.Final()
@@ -349,6 +355,47 @@ git -c user.name=t -c user.email=t@x commit -qm one && git log --oneline | wc -l
 	n.checkContained(t, before, att, nb)
 }
 
+// TestSandboxGoBuild: `go build` of a module with no dependencies works
+// in the sandbox, its build cache in the attempt's private HOME (an empty
+// one: the standard library is compiled there), nothing of the node
+// user's home used or changed.
+func TestSandboxGoBuild(t *testing.T) {
+	t.Parallel()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go in the PATH")
+	}
+	n := newSandboxNode(t, "")
+	before := n.snapshot(t)
+	work := fmt.Sprintf(`set -e
+mkdir tiny && cd tiny
+printf 'module tiny\n\ngo 1.21\n' > go.mod
+printf 'package main\n\nfunc main() { println("built") }\n' > main.go
+GOTOOLCHAIN=local %s build -o ../tiny-bin .
+cd .. && ./tiny-bin 2> ran.txt && GOTOOLCHAIN=local %[1]s env GOCACHE > gocache.txt`, goBin)
+	attack := n.item("ATTACK", Launch{Command: shell(work), Sandbox: n.mode})
+	attack.Launch.TimeoutSeconds = 180
+	neighbour := n.item("NEIGHBOUR", Launch{Command: shell(neighbourScript), Sandbox: n.mode})
+	n.launch(t, attack, neighbour)
+	att, nb := n.finalWithin(t, "ATTACK", 200*time.Second), n.final(t, "NEIGHBOUR")
+	if att.Status != StatusCompleted {
+		log, _ := os.ReadFile(filepath.Join(n.taskDir("ATTACK"), fileLog))
+		t.Fatalf("go build in the sandbox: %+v\n%s", att, log)
+	}
+	out := filepath.Join(n.taskDir("ATTACK"), dirOutput)
+	if got, _ := os.ReadFile(filepath.Join(out, "ran.txt")); string(got) != "built\n" {
+		t.Errorf("the program built in the sandbox printed %q, want built", got)
+	}
+	gocache, _ := os.ReadFile(filepath.Join(out, "gocache.txt"))
+	if want := filepath.Join(n.taskDir("ATTACK"), dirHome, ".cache", "go-build"); strings.TrimSpace(string(gocache)) != want {
+		t.Errorf("GOCACHE in the sandbox: %q, want the private HOME's %s", gocache, want)
+	}
+	if _, err := os.Stat(filepath.Join(n.taskDir("ATTACK"), dirHome, ".cache", "go-build")); err != nil {
+		t.Errorf("the build cache is not in the private HOME: %v", err)
+	}
+	n.checkContained(t, before, att, nb)
+}
+
 // TestSandboxAttackSymlinkToRoot: links in output/ to / and to the node
 // user's ~/.ssh bring nothing from outside into what the collector packs
 // (`tar` archives a link as a link, never its target). The sandbox does
@@ -419,4 +466,127 @@ func TestSandboxStopGivesGrace(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(n.taskDir("POLITE"), dirOutput, "cleaned")); string(got) != "cleaned\n" {
 		t.Errorf("the sandboxed tool got no SIGTERM before the end: cleaned = %q", got)
 	}
+}
+
+// hostTree is pid and every process below it, as the host numbers them.
+func hostTree(t *testing.T, pid int) []int {
+	t.Helper()
+	procs, err := scanProcs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := []int{pid}
+	for i := 0; i < len(tree); i++ {
+		for _, p := range procs {
+			if p.ppid == tree[i] {
+				tree = append(tree, p.pid)
+			}
+		}
+	}
+	return tree
+}
+
+// ptraceScript waits for output/pids (the test writes it once both
+// attempts run) and tries PTRACE_ATTACH and PTRACE_SEIZE on each pid,
+// writing "<pid> <request> <result> <errno>" lines to loot; an attach
+// that works is detached at once.
+const ptraceScript = `i=0; while [ ! -s pids ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+python3 - > loot 2>&1 <<'PY'
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.restype = ctypes.c_long
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+for pid in open("pids").read().split():
+    for name, req in (("attach", 16), ("seize", 0x4206)):
+        r = libc.ptrace(req, int(pid), None, None)
+        e = ctypes.get_errno()
+        print(pid, name, r, os.strerror(e) if r else "ok", flush=True)
+        if r == 0:
+            libc.ptrace(17, int(pid), None, None)
+PY
+true`
+
+// TestSandboxAttackPtraceNeighbour: the attacker gets the host pids of
+// its neighbour's supervisor, bwrap and task, and of its own supervisor,
+// and tries to ptrace each: in its own pid namespace there is no such
+// process to attach to. As root without the sandbox every attach works.
+func TestSandboxAttackPtraceNeighbour(t *testing.T) {
+	t.Parallel()
+	n := newSandboxNode(t, "")
+	before := n.snapshot(t)
+	neighbour := n.item("NEIGHBOUR", Launch{Command: shell(neighbourScript), Sandbox: n.mode})
+	n.launch(t, n.item("ATTACK", Launch{Command: shell(ptraceScript), Sandbox: n.mode}), neighbour)
+	running := func(id string) *Status {
+		var st *Status
+		poll(t, 10*time.Second, id+" to run", func() bool {
+			var err error
+			st, err = readStatus(n.taskDir(id))
+			return err == nil && st.Status == StatusRunning && st.PID > 1 && st.ToolPID > 1
+		})
+		return st
+	}
+	nbRun, attRun := running("NEIGHBOUR"), running("ATTACK")
+	var pids []string
+	for _, p := range append(hostTree(t, nbRun.PID), attRun.PID) {
+		pids = append(pids, strconv.Itoa(p))
+	}
+	if len(pids) < 3 {
+		t.Fatalf("the neighbour's processes: %v, want its supervisor, bwrap and shell", pids)
+	}
+	out := filepath.Join(n.taskDir("ATTACK"), dirOutput)
+	if err := os.WriteFile(filepath.Join(out, "pids.new"), []byte(strings.Join(pids, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(out, "pids.new"), filepath.Join(out, "pids")); err != nil {
+		t.Fatal(err)
+	}
+	att, nb := n.final(t, "ATTACK"), n.final(t, "NEIGHBOUR")
+	loot := n.loot(t)
+	lines := strings.Split(strings.TrimSpace(loot), "\n")
+	if len(lines) != 2*len(pids) {
+		t.Fatalf("the attacker tried %d ptrace calls, want %d:\n%s", len(lines), 2*len(pids), loot)
+	}
+	for _, l := range lines {
+		if f := strings.Fields(l); len(f) < 4 || f[2] != "-1" {
+			t.Errorf("ptrace from the sandbox: %q, want -1", l)
+		}
+	}
+	n.checkContained(t, before, att, nb)
+}
+
+// TestSandboxAttackSetuidFile: the task copies a binary into output/ and
+// sets its setuid and setgid bits; run inside it changes nothing (bwrap
+// binds every mount nosuid and sets no_new_privs, and as root the task
+// has no capability to regain). What the controller collects carries
+// neither bit: cmd:TestSetuidFileCollectedWithoutTheBit.
+func TestSandboxAttackSetuidFile(t *testing.T) {
+	t.Parallel()
+	n := newSandboxNode(t, "")
+	before := n.snapshot(t)
+	att, nb := n.run(t, `cp /bin/cat suidcat && chmod u+s,g+s suidcat && ls -ln suidcat > loot
+./suidcat /proc/self/status | grep -E '^(Uid|Gid|CapEff|CapPrm|NoNewPrivs):' >> loot
+awk -v d="$(pwd)" '$5 == d { print "mount", $6 }' /proc/self/mountinfo >> loot`)
+	loot := n.loot(t)
+	if !strings.HasPrefix(loot, "-rwsr-sr-x") {
+		t.Fatalf("the attacker could not make its setuid file (the test proves nothing):\n%s", loot)
+	}
+	fields := map[string][]string{}
+	for _, l := range strings.Split(loot, "\n") {
+		if f := strings.Fields(l); len(f) > 1 {
+			fields[strings.TrimSuffix(f[0], ":")] = f[1:]
+		}
+	}
+	uid, gid := strconv.Itoa(os.Getuid()), strconv.Itoa(os.Getgid())
+	for key, want := range map[string][]string{
+		"Uid": {uid, uid, uid, uid}, "Gid": {gid, gid, gid, gid},
+		"CapEff": {"0000000000000000"}, "CapPrm": {"0000000000000000"}, "NoNewPrivs": {"1"},
+	} {
+		if got := fields[key]; strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("the setuid copy of cat ran with %s %v, want %v:\n%s", key, got, want, loot)
+		}
+	}
+	if m := fields["mount"]; len(m) != 1 || !strings.Contains(","+m[0]+",", ",nosuid,") {
+		t.Errorf("the task's output/ is mounted %v, want nosuid:\n%s", m, loot)
+	}
+	n.checkContained(t, before, att, nb)
 }
