@@ -93,22 +93,31 @@ var (
 
 // sandboxProbe reports, once per process, whether bwrap works here: found
 // in the PATH (or /usr/bin) and able to run `true` in a sandbox like the
-// tasks' (which needs user namespaces when the node user is not root).
+// tasks' (which needs user namespaces when the node user is not root). A
+// recent answer kept beside the wrapper serves (see probecache.go).
 func sandboxProbe() SandboxReply {
-	probeOnce.Do(func() { probeReply = probeBwrap(context.Background()) })
+	probeOnce.Do(func() { probeReply = probeWithCache(context.Background(), false) })
 	return probeReply
+}
+
+// bwrapPath is where bwrap is: in the PATH, else /usr/bin; "" for nowhere.
+func bwrapPath() string {
+	if path, err := exec.LookPath("bwrap"); err == nil {
+		return path
+	}
+	if _, err := os.Stat("/usr/bin/bwrap"); err == nil {
+		return "/usr/bin/bwrap"
+	}
+	return ""
 }
 
 func probeBwrap(ctx context.Context) SandboxReply {
 	if r := noSandboxOn(runtime.GOOS); r != nil {
 		return *r
 	}
-	path, err := exec.LookPath("bwrap")
-	if err != nil {
-		if _, serr := os.Stat("/usr/bin/bwrap"); serr != nil {
-			return SandboxReply{Error: "bwrap is not installed", Fix: "apt install bubblewrap (or dnf install bubblewrap)"}
-		}
-		path = "/usr/bin/bwrap"
+	path := bwrapPath()
+	if path == "" {
+		return SandboxReply{Error: "bwrap is not installed", Fix: "apt install bubblewrap (or dnf install bubblewrap)"}
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
@@ -137,7 +146,9 @@ func cmdSandbox(args []string, stdout io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	reply := sandboxProbe()
+	// The controller asks when it connects: a fresh answer, kept for the
+	// attempts that follow.
+	reply := probeWithCache(context.Background(), true)
 	reply.Limits = limitEnforcement()
 	return printJSON(stdout, reply)
 }
@@ -391,13 +402,22 @@ func sandboxEnv(env []string, taskDir string, unset ...string) []string {
 // private HOME, so that a tool committing in its checkout does as it
 // would outside the sandbox.
 func gitIdentity(ctx context.Context, home string) error {
+	// One git for both keys: it runs for every sandboxed attempt.
+	cmd := exec.CommandContext(ctx, "git", "config", "--global", "--get-regexp", `^user\.(name|email)$`)
+	cmd.Env = gitEnvWithHome()
+	out, _ := cmd.Output() // exit 1: neither is set
+	values := map[string]string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		k, v, _ := strings.Cut(line, " ")
+		v = strings.TrimSpace(v)
+		if (k == "user.name" || k == "user.email") && v != "" && !strings.ContainsAny(v, "\n\"\\") {
+			values[k] = v // the last one written wins, as for git
+		}
+	}
 	var cfg strings.Builder
 	for _, key := range []string{"user.name", "user.email"} {
-		cmd := exec.CommandContext(ctx, "git", "config", "--global", "--get", key)
-		cmd.Env = gitEnvWithHome()
-		out, err := cmd.Output()
-		v := strings.TrimSpace(string(out))
-		if err != nil || v == "" || strings.ContainsAny(v, "\n\"\\") {
+		v, ok := values[key]
+		if !ok {
 			continue
 		}
 		if cfg.Len() == 0 {
