@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strconv"
+	"syscall"
 )
 
 // Resource limits (issue 20): launch.json's limits bound an attempt's setup
@@ -69,12 +70,16 @@ func (l *Limits) watched() bool {
 const limitExecCommand = "limit-exec"
 
 // limitArgs is the argv of limit-exec running cmd's program, or nil when
-// no rlimit is to be set. nproc is RLIMIT_NPROC (0: none).
-func limitArgs(exe string, l *Limits, nproc int, cmd *exec.Cmd) []string {
-	if l == nil || (l.FileSizeBytes <= 0 && nproc <= 0) {
+// no rlimit is to be set and no cgroup joined. nproc is RLIMIT_NPROC (0:
+// none); cgroups are the directories to join.
+func limitArgs(exe string, l *Limits, nproc int, cgroups []string, cmd *exec.Cmd) []string {
+	if l == nil || (l.FileSizeBytes <= 0 && nproc <= 0 && len(cgroups) == 0) {
 		return nil
 	}
 	a := []string{exe, limitExecCommand}
+	for _, d := range cgroups {
+		a = append(a, "--cgroup", d)
+	}
 	if l.FileSizeBytes > 0 {
 		a = append(a, "--fsize", strconv.FormatInt(l.FileSizeBytes, 10))
 	}
@@ -83,6 +88,45 @@ func limitArgs(exe string, l *Limits, nproc int, cmd *exec.Cmd) []string {
 	}
 	a = append(a, "--", cmd.Path)
 	return append(a, cmd.Args...)
+}
+
+// oomMessage is the error of an attempt the cgroup's OOM killer struck.
+func oomMessage(l *Limits) string {
+	return "killed: the task's processes asked for memory over its limit of " + sizeString(l.MemoryBytes) + " (the cgroup's OOM killer struck)"
+}
+
+// pidsMessage is the error of an attempt whose fork the pids cgroup
+// refused.
+func pidsMessage(l *Limits) string {
+	return "killed: the task tried to start a process or thread over its pids limit of " + strconv.Itoa(l.Pids) + " (the cgroup refused the fork)"
+}
+
+// endCgroup gives the attempt the class of a limit its cgroups enforced
+// that the watchdog did not see in time (the child ended first), then
+// kills what is left in them (a process that left the tool's group
+// included) and removes them.
+func (s *supervisor) endCgroup(res outcome) {
+	cg := s.cg
+	if cg == nil {
+		return
+	}
+	l := s.launch.Limits
+	kills := cg.oomKills()
+	oom := l.MemoryBytes > 0 && (kills > 0 || kills < 0 && cg.memoryFailures() > 0 && res.sig == syscall.SIGKILL)
+	pids := l.Pids > 0 && cg.pidsRefused() > 0
+	s.mu.Lock()
+	if s.stopReason == "" {
+		switch {
+		case oom:
+			s.stopReason, s.limitMsg = reasonOOM, oomMessage(l)
+		case pids:
+			s.stopReason, s.limitMsg = reasonPids, pidsMessage(l)
+		}
+	}
+	s.mu.Unlock()
+	if err := cg.remove(); err != nil {
+		s.logger.Warn("limits: remove the attempt's cgroup", logKeyErr, err)
+	}
 }
 
 // sizeString writes a byte count for a message: 64 MiB, 1.5 GiB.

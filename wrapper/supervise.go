@@ -93,6 +93,12 @@ type supervisor struct {
 
 	rec procRecord // this attempt's process record; written by prepare and setTool only
 
+	// cg is the attempt's cgroups (nil: none), made with its first limited
+	// child (cgTried: once tried), before the watchdog of that child starts;
+	// removed by endCgroup once attempt has returned.
+	cg      *attemptCgroup
+	cgTried bool
+
 	lock    *os.File // the task's lock, held until the attempt has ended
 	logFile *os.File // the attempt's wrapper.log
 
@@ -521,6 +527,7 @@ func (s *supervisor) run() {
 	go s.watchStall(hbStop)
 
 	res := s.attempt()
+	s.endCgroup(res)
 
 	timer.Stop()
 	close(hbStop)
