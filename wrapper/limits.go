@@ -8,12 +8,22 @@ import (
 )
 
 // Resource limits (issue 20): launch.json's limits bound an attempt's setup
-// and tool, sandboxed or not. Without a delegated cgroup (no systemd user
-// session, cgroup v1), the wrapper enforces them itself:
+// and tool, sandboxed or not. Where the node user can write a cgroup (see
+// cgroup.go), the attempt runs in cgroups of its own: cpu as a CFS quota
+// (cores times the 100 ms period), memory as the cgroup's limit (swap
+// included where the kernel accounts it; an OOM kill fails the attempt,
+// class oom), pids as pids.max (a refused fork fails it, class pids). The
+// supervisor's watchdog reads those counters every watchdogInterval and
+// kills the attempt's whole cgroup, and reads them once more when the
+// child has ended: the class does not depend on which process the kernel
+// picked. The cgroups also catch what leaves the tool's tree and group.
+//
+// What no cgroup enforces (no writable cgroup, or a hierarchy missing),
+// the wrapper enforces itself:
 //
 //   - file_size: RLIMIT_FSIZE, set on the child before it runs (see
 //     limitExecCommand): a write past it fails with EFBIG, or kills the
-//     writer with SIGXFSZ (the shell's default).
+//     writer with SIGXFSZ (the shell's default). Always so.
 //   - pids: the watchdog counts the threads of the attempt's processes
 //     (its process tree and process group, from /proc) and kills the
 //     attempt, class pids, when they pass the limit. For a user other than
@@ -26,15 +36,18 @@ import (
 //     processes every watchdogInterval and kills the attempt, class oom,
 //     when it passes the limit. RSS counts a page shared by two processes
 //     twice: the sum errs on the high side.
-//   - cpu: accepted, never enforced here: RLIMIT_CPU is seconds of CPU
-//     time, not cores, and cores need a cgroup. `sandbox` (nodes check)
-//     says so.
+//   - cpu: accepted, not enforced: RLIMIT_CPU is seconds of CPU time, not
+//     cores, and cores need a cgroup. `sandbox` (nodes check) says so.
 //
 // A process that leaves the attempt's tree and group (a double fork, then
-// setsid) escapes the count outside the sandbox; inside it, the sandbox's
-// own pid namespace keeps every process in the tree.
+// setsid) escapes the watchdog's count outside the sandbox; inside it, the
+// sandbox's own pid namespace keeps every process in the tree.
 
-// Values of SandboxReply.Limits: how the node enforces limits.
+// Values of SandboxReply.Limits: how the node enforces limits. Where it
+// has cgroups, the value is "cgroup v1 (cpu,memory,pids)" or "cgroup v2
+// (cpu,memory,pids) at DIR", naming the controllers the cgroups enforce
+// (see EnforcementControllers); the watchdog enforces memory and pids
+// where they are not named, and cpu is not enforced where it is not.
 const (
 	// EnforceRlimits: RLIMIT_FSIZE (and RLIMIT_NPROC), and the watchdog
 	// for memory and pids; cpu is not enforced.
