@@ -263,11 +263,11 @@ func planCgroups(own []procCgroup, mounts []cgroupMount, info func(dir string, v
 				why = "cgroup v2: the process's cgroup is outside the mount"
 				continue
 			}
-			if p, reason := planV2(dir, info); p != nil {
+			p, reason := planV2(dir, info)
+			if p != nil {
 				return *p
-			} else {
-				why = reason
 			}
+			why = reason
 			break
 		}
 	}

@@ -161,8 +161,11 @@ func removeStaleCgroups(base, stem string, logger *slog.Logger) {
 			continue
 		}
 		dir := filepath.Join(base, e.Name())
-		err := removeCgroupDir(dir, 0)
-		logger.Warn("removed the cgroup of an earlier attempt", logKeyPath, dir, logKeyErr, err)
+		if err := removeCgroupDir(dir, 0); err != nil {
+			logger.Warn("remove the cgroup of an earlier attempt", logKeyPath, dir, logKeyErr, err)
+			continue
+		}
+		logger.Warn("removed the cgroup of an earlier attempt", logKeyPath, dir)
 	}
 }
 

@@ -103,7 +103,14 @@ func (s *supervisor) makeCgroup() {
 		return
 	}
 	s.cgTried = true
+	l := s.launch.Limits
+	if l.CPU <= 0 && l.MemoryBytes <= 0 && l.Pids <= 0 {
+		return // file_size only: an rlimit
+	}
 	p, err := cgroupsReady()
+	if p == nil && err == nil && l.CPU > 0 {
+		s.logger.Warn("limits: cpu is not enforced: no cgroup", logKeyReason, ownCgroupPlan().why)
+	}
 	if err == nil && p != nil {
 		stem := cgroupStem(s.launch.Project, s.launch.Task, s.dir)
 		s.cg, err = newAttemptCgroup(p, stem, cgroupName(stem, s.launch.Attempt, os.Getpid()), s.launch.Limits, s.logger)
