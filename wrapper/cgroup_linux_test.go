@@ -5,6 +5,7 @@ package wrapper
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -154,7 +155,8 @@ func TestCgroupPidsForkBomb(t *testing.T) {
 }
 
 // TestCgroupWatchdogFallback: with cgroups off the watchdog enforces
-// memory as before (its own message), on a node that has cgroups.
+// memory and pids as before (its own messages), on a node that has
+// cgroups, and wrapper.log says that cpu is not enforced.
 func TestCgroupWatchdogFallback(t *testing.T) {
 	p := requireCgroups(t)
 	n := newLimitsNode(t, "", false)
@@ -166,6 +168,17 @@ func TestCgroupWatchdogFallback(t *testing.T) {
 	if made := taskCgroups(t, p, n, "LIMITED"); len(made) != 0 {
 		t.Errorf("cgroups made with cgroups off: %v", made)
 	}
+	if log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), fileWrapper)); !strings.Contains(string(log), "cpu is not enforced") {
+		t.Errorf("wrapper.log does not say that cpu is not enforced:\n%s", log)
+	}
+	// As root, no RLIMIT_NPROC: the watchdog alone stops the fork bomb.
+	n = newLimitsNode(t, "", false)
+	n.env = append(n.env, envCgroups+"=off")
+	st, _, _ = limitsRun(t, n, &Limits{Pids: 64}, forkBomb)
+	if st.Status != StatusFailed || st.ErrorClass != ClassPids || !strings.Contains(st.Error, "processes and threads, over its pids limit of 64") {
+		t.Errorf("the fork bomb with cgroups off: %+v, want failed with class pids by the watchdog", st)
+	}
+	poll(t, 5*time.Second, "no sleeper of the fork bomb left", func() bool { return sleepersLeft() == 0 })
 }
 
 // TestCgroupStaleRemoved: a cgroup a crashed supervisor of the task left
@@ -174,12 +187,13 @@ func TestCgroupStaleRemoved(t *testing.T) {
 	p := requireCgroups(t)
 	requireController(t, p, ctrlMemory)
 	n := newLimitsNode(t, "", false)
-	stale := filepath.Join(p.hiers[0].base, cgroupName(cgroupStem("demo", "LIMITED", n.taskDir("LIMITED")), 1, 999999))
+	var base string
 	for _, h := range p.hiers {
-		if h.controllers[0] == ctrlMemory {
-			stale = filepath.Join(h.base, filepath.Base(stale))
+		if slices.Contains(h.controllers, ctrlMemory) {
+			base = h.base
 		}
 	}
+	stale := filepath.Join(base, cgroupName(cgroupStem("demo", "LIMITED", n.taskDir("LIMITED")), 1, 999999))
 	if err := os.Mkdir(stale, 0o755); err != nil {
 		t.Fatal(err)
 	}
