@@ -4,15 +4,26 @@ import (
 	"fmt"
 	"os/exec"
 	"strconv"
+	"syscall"
 )
 
 // Resource limits (issue 20): launch.json's limits bound an attempt's setup
-// and tool, sandboxed or not. Without a delegated cgroup (no systemd user
-// session, cgroup v1), the wrapper enforces them itself:
+// and tool, sandboxed or not. Where the node user can write a cgroup (see
+// cgroup.go), the attempt runs in cgroups of its own: cpu as a CFS quota
+// (cores times the 100 ms period), memory as the cgroup's limit (swap
+// included where the kernel accounts it; an OOM kill fails the attempt,
+// class oom), pids as pids.max (a refused fork fails it, class pids). The
+// supervisor's watchdog reads those counters every watchdogInterval and
+// kills the attempt's whole cgroup, and reads them once more when the
+// child has ended: the class does not depend on which process the kernel
+// picked. The cgroups also catch what leaves the tool's tree and group.
+//
+// What no cgroup enforces (no writable cgroup, or a hierarchy missing),
+// the wrapper enforces itself:
 //
 //   - file_size: RLIMIT_FSIZE, set on the child before it runs (see
 //     limitExecCommand): a write past it fails with EFBIG, or kills the
-//     writer with SIGXFSZ (the shell's default).
+//     writer with SIGXFSZ (the shell's default). Always so.
 //   - pids: the watchdog counts the threads of the attempt's processes
 //     (its process tree and process group, from /proc) and kills the
 //     attempt, class pids, when they pass the limit. For a user other than
@@ -25,15 +36,18 @@ import (
 //     processes every watchdogInterval and kills the attempt, class oom,
 //     when it passes the limit. RSS counts a page shared by two processes
 //     twice: the sum errs on the high side.
-//   - cpu: accepted, never enforced here: RLIMIT_CPU is seconds of CPU
-//     time, not cores, and cores need a cgroup. `sandbox` (nodes check)
-//     says so.
+//   - cpu: accepted, not enforced: RLIMIT_CPU is seconds of CPU time, not
+//     cores, and cores need a cgroup. `sandbox` (nodes check) says so.
 //
 // A process that leaves the attempt's tree and group (a double fork, then
-// setsid) escapes the count outside the sandbox; inside it, the sandbox's
-// own pid namespace keeps every process in the tree.
+// setsid) escapes the watchdog's count outside the sandbox; inside it, the
+// sandbox's own pid namespace keeps every process in the tree.
 
-// Values of SandboxReply.Limits: how the node enforces limits.
+// Values of SandboxReply.Limits: how the node enforces limits. Where it
+// has cgroups, the value is "cgroup v1 (cpu,memory,pids)" or "cgroup v2
+// (cpu,memory,pids) at DIR", naming the controllers the cgroups enforce
+// (see EnforcementControllers); the watchdog enforces memory and pids
+// where they are not named, and cpu is not enforced where it is not.
 const (
 	// EnforceRlimits: RLIMIT_FSIZE (and RLIMIT_NPROC), and the watchdog
 	// for memory and pids; cpu is not enforced.
@@ -69,12 +83,16 @@ func (l *Limits) watched() bool {
 const limitExecCommand = "limit-exec"
 
 // limitArgs is the argv of limit-exec running cmd's program, or nil when
-// no rlimit is to be set. nproc is RLIMIT_NPROC (0: none).
-func limitArgs(exe string, l *Limits, nproc int, cmd *exec.Cmd) []string {
-	if l == nil || (l.FileSizeBytes <= 0 && nproc <= 0) {
+// no rlimit is to be set and no cgroup joined. nproc is RLIMIT_NPROC (0:
+// none); cgroups are the directories to join.
+func limitArgs(exe string, l *Limits, nproc int, cgroups []string, cmd *exec.Cmd) []string {
+	if l == nil || (l.FileSizeBytes <= 0 && nproc <= 0 && len(cgroups) == 0) {
 		return nil
 	}
 	a := []string{exe, limitExecCommand}
+	for _, d := range cgroups {
+		a = append(a, "--cgroup", d)
+	}
 	if l.FileSizeBytes > 0 {
 		a = append(a, "--fsize", strconv.FormatInt(l.FileSizeBytes, 10))
 	}
@@ -83,6 +101,45 @@ func limitArgs(exe string, l *Limits, nproc int, cmd *exec.Cmd) []string {
 	}
 	a = append(a, "--", cmd.Path)
 	return append(a, cmd.Args...)
+}
+
+// oomMessage is the error of an attempt the cgroup's OOM killer struck.
+func oomMessage(l *Limits) string {
+	return "killed: the task's processes asked for memory over its limit of " + sizeString(l.MemoryBytes) + " (the cgroup's OOM killer struck)"
+}
+
+// pidsMessage is the error of an attempt whose fork the pids cgroup
+// refused.
+func pidsMessage(l *Limits) string {
+	return "killed: the task tried to start a process or thread over its pids limit of " + strconv.Itoa(l.Pids) + " (the cgroup refused the fork)"
+}
+
+// endCgroup gives the attempt the class of a limit its cgroups enforced
+// that the watchdog did not see in time (the child ended first), then
+// kills what is left in them (a process that left the tool's group
+// included) and removes them.
+func (s *supervisor) endCgroup(res outcome) {
+	cg := s.cg
+	if cg == nil {
+		return
+	}
+	l := s.launch.Limits
+	kills := cg.oomKills()
+	oom := l.MemoryBytes > 0 && (kills > 0 || kills < 0 && cg.memoryFailures() > 0 && res.sig == syscall.SIGKILL)
+	pids := l.Pids > 0 && cg.pidsRefused() > 0
+	s.mu.Lock()
+	if s.stopReason == "" {
+		switch {
+		case oom:
+			s.stopReason, s.limitMsg = reasonOOM, oomMessage(l)
+		case pids:
+			s.stopReason, s.limitMsg = reasonPids, pidsMessage(l)
+		}
+	}
+	s.mu.Unlock()
+	if err := cg.remove(); err != nil {
+		s.logger.Warn("limits: remove the attempt's cgroup", logKeyErr, err)
+	}
 }
 
 // sizeString writes a byte count for a message: 64 MiB, 1.5 GiB.

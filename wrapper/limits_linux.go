@@ -17,22 +17,38 @@ import (
 // processes.
 const watchdogInterval = 200 * time.Millisecond
 
-// limitEnforcement is how this node enforces limits.
-func limitEnforcement() string { return EnforceRlimits }
+// limitEnforcement is how this node enforces limits: with cgroups where
+// the node user can write one, else rlimits and the watchdog.
+func limitEnforcement() string { return ownCgroupPlan().enforcement() }
 
-// cmdLimitExec sets the rlimits its flags give and executes the program:
-// it runs between the supervisor and the child, so that only the child
-// and what it starts are bound.
+// cgroupFlags collects limit-exec's --cgroup flags.
+type cgroupFlags []string
+
+func (c *cgroupFlags) String() string { return strings.Join(*c, ",") }
+
+func (c *cgroupFlags) Set(v string) error {
+	*c = append(*c, v)
+	return nil
+}
+
+// cmdLimitExec joins the cgroups and sets the rlimits its flags give and
+// executes the program: it runs between the supervisor and the child, so
+// that only the child and what it starts are bound.
 func cmdLimitExec(args []string) error {
 	fs := newFlagSet(limitExecCommand)
 	fsize := fs.Int64("fsize", 0, "RLIMIT_FSIZE in bytes")
 	nproc := fs.Int64("nproc", 0, "RLIMIT_NPROC")
+	var cgroups cgroupFlags
+	fs.Var(&cgroups, "cgroup", "a cgroup directory to join (repeated)")
 	if err := fs.Parse(args); err != nil {
 		return usageErrorf("%s: %v", limitExecCommand, err)
 	}
 	argv := fs.Args()
 	if len(argv) < 2 {
 		return usageErrorf("%s: want -- PATH ARGV0 [ARGS...]", limitExecCommand)
+	}
+	if err := joinCgroups(cgroups); err != nil {
+		return err
 	}
 	runtime.LockOSThread()
 	if *fsize > 0 {
@@ -51,14 +67,15 @@ func cmdLimitExec(args []string) error {
 }
 
 // limited returns cmd run through limit-exec when launch.json asks for an
-// rlimit; as it is, otherwise.
+// rlimit or the attempt has cgroups; as it is, otherwise.
 func (s *supervisor) limited(cmd *exec.Cmd) (*exec.Cmd, error) {
 	l := s.launch.Limits
 	if l == nil {
 		return cmd, nil
 	}
+	s.makeCgroup()
 	nproc := 0
-	if l.Pids > 0 && os.Geteuid() != 0 {
+	if l.Pids > 0 && os.Geteuid() != 0 && !s.cg.has(ctrlPids) {
 		// A backstop only (see limits.go): the watchdog counts exactly.
 		procs, _ := scanProcs()
 		nproc = l.Pids + userThreads(procs, os.Getuid())
@@ -67,11 +84,44 @@ func (s *supervisor) limited(cmd *exec.Cmd) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, fmt.Errorf("limits: find own executable: %w", err)
 	}
-	argv := limitArgs(exe, l, nproc, cmd)
+	var dirs []string
+	if s.cg != nil {
+		dirs = s.cg.dirs
+	}
+	argv := limitArgs(exe, l, nproc, dirs, cmd)
 	if argv == nil {
 		return cmd, nil
 	}
 	return &exec.Cmd{Path: exe, Args: argv, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin}, nil
+}
+
+// makeCgroup makes the attempt's cgroups, with its first limited child,
+// where the node has usable ones; when that fails the watchdog enforces
+// memory and pids, and wrapper.log says why.
+func (s *supervisor) makeCgroup() {
+	if s.cgTried {
+		return
+	}
+	s.cgTried = true
+	l := s.launch.Limits
+	if l.CPU <= 0 && l.MemoryBytes <= 0 && l.Pids <= 0 {
+		return // file_size only: an rlimit
+	}
+	p, err := cgroupsReady()
+	if p == nil && err == nil && l.CPU > 0 {
+		s.logger.Warn("limits: cpu is not enforced: no cgroup", logKeyReason, ownCgroupPlan().why)
+	}
+	if err == nil && p != nil {
+		stem := cgroupStem(s.launch.Project, s.launch.Task, s.dir)
+		s.cg, err = newAttemptCgroup(p, stem, cgroupName(stem, s.launch.Attempt, os.Getpid()), s.launch.Limits, s.logger)
+	}
+	if err != nil {
+		s.logger.Warn("limits: no cgroup; the watchdog enforces memory and pids, cpu is not enforced", logKeyErr, err)
+		return
+	}
+	if s.cg != nil {
+		s.logger.Info("limits: cgroup", logKeyPath, strings.Join(s.cg.dirs, " "))
+	}
 }
 
 // procInfo is one process as the watchdog sees it in /proc.
@@ -264,22 +314,31 @@ func attemptProcs(procs []procInfo, root int) []procInfo {
 	return out
 }
 
-// watchLimits samples the processes of the running child p until it
-// exits; when they pass the memory or pids limit, it stops the attempt
-// and kills them all, and goes on killing what it finds until p exits.
+// watchLimits watches the running child p until it exits: it reads the
+// attempt's cgroups' counters (an OOM kill, a refused fork) and samples
+// the processes for the limits no cgroup enforces. Past a limit, it stops
+// the attempt and kills its processes, and goes on killing what it finds
+// until p exits.
 func (s *supervisor) watchLimits(p *proc) {
 	l := s.launch.Limits
 	if !l.watched() {
 		return
 	}
+	cg := s.cg
+	sampleMem := l.MemoryBytes > 0 && !cg.has(ctrlMemory)
+	samplePids := l.Pids > 0 && !cg.has(ctrlPids)
 	t := time.NewTicker(watchdogInterval)
 	defer t.Stop()
 	killing := false
 	var outsiders []procInfo
 	for i := 0; ; i++ {
-		mine, err := sampleAttempt(p.pgid, i%fullScanEvery == 0 || killing, &outsiders)
-		if err != nil {
-			s.logger.Warn("limits: read /proc", logKeyErr, err)
+		var mine []procInfo
+		if sampleMem || samplePids || (killing && cg == nil) {
+			var err error
+			mine, err = sampleAttempt(p.pgid, i%fullScanEvery == 0 || killing, &outsiders)
+			if err != nil {
+				s.logger.Warn("limits: read /proc", logKeyErr, err)
+			}
 		}
 		if !killing {
 			var rss int64
@@ -289,13 +348,18 @@ func (s *supervisor) watchLimits(p *proc) {
 				threads += q.threads
 			}
 			switch {
-			case l.MemoryBytes > 0 && rss > l.MemoryBytes:
+			case l.MemoryBytes > 0 && cg.has(ctrlMemory) && cg.oomKills() > 0:
+				killing = s.limitStop(reasonOOM, oomMessage(l))
+			case l.Pids > 0 && cg.has(ctrlPids) && cg.pidsRefused() > 0:
+				killing = s.limitStop(reasonPids, pidsMessage(l))
+			case sampleMem && rss > l.MemoryBytes:
 				killing = s.limitStop(reasonOOM, fmt.Sprintf("killed: the task's processes used %s of memory (resident), over its limit of %s", sizeString(rss), sizeString(l.MemoryBytes)))
-			case l.Pids > 0 && threads > l.Pids:
+			case samplePids && threads > l.Pids:
 				killing = s.limitStop(reasonPids, fmt.Sprintf("killed: the task ran %d processes and threads, over its pids limit of %d", threads, l.Pids))
 			}
 		}
 		if killing {
+			cg.kill()
 			syscall.Kill(-p.pgid, syscall.SIGKILL)
 			for _, q := range mine {
 				// Only the process the scan saw: its pid may have been

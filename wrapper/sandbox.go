@@ -74,8 +74,9 @@ type SandboxReply struct {
 	Path    string `json:"path,omitempty"`
 	Error   string `json:"error,omitempty"`
 	Fix     string `json:"fix,omitempty"`
-	// Limits is how the node enforces a task's limits: EnforceRlimits
-	// or EnforceNone (see limits.go). Empty from a wrapper before limits.
+	// Limits is how the node enforces a task's limits: a cgroup version
+	// and its controllers, EnforceRlimits or EnforceNone (see limits.go).
+	// Empty from a wrapper before limits.
 	Limits string `json:"limits,omitempty"`
 }
 

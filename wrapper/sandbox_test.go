@@ -42,6 +42,7 @@ type sandboxNode struct {
 	root, home, work, bin string
 	cred                  *syscall.Credential // the node user when not the test's
 	mode                  string              // launch.json's sandbox
+	env                   []string            // added to the wrapper's environment
 }
 
 // requireBwrap fails the test when bwrap does not work here: `make test`
@@ -133,7 +134,7 @@ func (n *sandboxNode) launch(t *testing.T, items ...LaunchItem) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, n.bin, "launch")
 	cmd.Stdin = bytes.NewReader(doc)
-	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + n.home}
+	cmd.Env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + n.home}, n.env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: n.cred}
 	out, err := cmd.Output()
 	var reply LaunchReply

@@ -107,6 +107,12 @@ type supervisor struct {
 
 	rec procRecord // this attempt's process record; written by prepare and setTool only
 
+	// cg is the attempt's cgroups (nil: none), made with its first limited
+	// child (cgTried: once tried), before the watchdog of that child starts;
+	// removed by endCgroup once attempt has returned.
+	cg      *attemptCgroup
+	cgTried bool
+
 	lock    *os.File // the task's lock, held until the attempt has ended
 	logFile *os.File // the attempt's wrapper.log
 
@@ -537,6 +543,7 @@ func (s *supervisor) run() {
 	res := s.attempt()
 	s.stopNet()
 	s.removeAgentLogins()
+	s.endCgroup(res)
 
 	timer.Stop()
 	close(hbStop)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -194,10 +195,12 @@ type checkResult struct {
 	SandboxError   string `json:"sandbox_error,omitempty"`
 	SandboxFix     string `json:"sandbox_fix,omitempty"`
 	SandboxSetting string `json:"sandbox_setting"`
-	// Limits is how the node enforces a task's limits: "rlimits+watchdog"
-	// (memory and pids by the wrapper's watchdog, file_size by
-	// RLIMIT_FSIZE; cpu not enforced), "none" (not Linux), "" (a wrapper
-	// that does not say). LimitsSetting is the node's limits: in
+	// Limits is how the node enforces a task's limits: "cgroup v2
+	// (cpu,memory,pids) at DIR" or "cgroup v1 (cpu,memory,pids)" (the
+	// controllers named by the cgroup, memory and pids without one by the
+	// watchdog, file_size by RLIMIT_FSIZE), "rlimits+watchdog" (memory and
+	// pids by the wrapper's watchdog, file_size by RLIMIT_FSIZE; cpu not
+	// enforced), "none" (not Linux), "" (a wrapper that does not say). LimitsSetting is the node's limits: in
 	// nodes.yaml, as written ("" for none).
 	Limits        string `json:"limits"`
 	LimitsSetting string `json:"limits_setting,omitempty"`
@@ -371,10 +374,12 @@ func sandboxCheck(ctx context.Context, tr nodes.Transport, inst nodes.Installed)
 // limitsText says how a node enforces limits, for `nodes check`.
 func limitsText(enforcement, setting string) string {
 	var msg string
-	switch enforcement {
-	case wrapper.EnforceRlimits:
+	switch {
+	case strings.HasPrefix(enforcement, "cgroup v"):
+		msg = enforcement + " (" + cgroupText(wrapper.EnforcementControllers(enforcement)) + ")"
+	case enforcement == wrapper.EnforceRlimits:
 		msg = "rlimits+watchdog (memory and pids: the wrapper's watchdog; file_size: RLIMIT_FSIZE; cpu is not enforced: it needs cgroups)"
-	case wrapper.EnforceNone:
+	case enforcement == wrapper.EnforceNone:
 		msg = "none (not Linux: a task with memory, pids or file_size limits fails to start there)"
 	default:
 		msg = "unknown (the wrapper does not say)"
@@ -383,6 +388,34 @@ func limitsText(enforcement, setting string) string {
 		msg += "; node default: " + setting
 	}
 	return termtext.Clean(msg)
+}
+
+// cgroupText says which limit the cgroup enforces, controllers ctrls,
+// and which the rest.
+func cgroupText(ctrls []string) string {
+	var cg, watchdog []string
+	for _, c := range []string{"memory", "pids"} {
+		if slices.Contains(ctrls, c) {
+			cg = append(cg, c)
+		} else {
+			watchdog = append(watchdog, c)
+		}
+	}
+	var parts []string
+	if len(cg) > 0 {
+		parts = append(parts, strings.Join(cg, " and ")+": the cgroup")
+	}
+	if len(watchdog) > 0 {
+		parts = append(parts, strings.Join(watchdog, " and ")+": the wrapper's watchdog")
+	}
+	if slices.Contains(ctrls, "cpu") {
+		parts = append(parts, "cpu: the cgroup's quota")
+	}
+	parts = append(parts, "file_size: RLIMIT_FSIZE")
+	if !slices.Contains(ctrls, "cpu") {
+		parts = append(parts, "cpu is not enforced: no cpu controller the node user can write")
+	}
+	return strings.Join(parts, "; ")
 }
 
 // gitVersion asks the node's git for its version: "2.39.5", or "" when
