@@ -105,7 +105,7 @@ func benchSandbox(ctx context.Context, o *options, t *tb) (*section, error) {
 			got: fmt.Sprintf("%s − %s = %s", fmtMS(median(onRun)), fmtMS(median(offRun)), fmtMS(perRun)), met: perRun <= 0.020})
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "Each run: `dispatch start` of %d tasks whose script is `true` on one sshd node on 127.0.0.1 with %d slots, "+
+	fmt.Fprintf(&b, "Each run: `dispatch start` of %d tasks whose script is `true` on one sshd node on 127.0.0.1 (slots: %d), "+
 		"its nodes.yaml saying `sandbox: on` or `sandbox: off` and nothing else but the slots (every controller default: "+
 		"poll_interval 30s). Runs of the two settings alternate (on first, then off first), %d of each; each uses a fresh "+
 		"home and project on the same node. A first run (off, %s) installs the wrapper and is not counted. The node logs "+
