@@ -304,107 +304,122 @@ func (l *loader) loadConfig() {
 		return
 	}
 	c := &l.project.Config
-	var repoNode, refNode, baseNode, netNode, sbNode *yaml.Node
-	y.fields(root, ConfigFile, ProjectKeys, func(key string, v *yaml.Node) {
+	var at configNodes
+	y.fields(root, ConfigFile, ProjectKeys, func(key string, v *yaml.Node) { l.configKey(y, c, &at, key, v) })
+	networkNeedsSandbox(y, c.Network, c.Sandbox, at.network, at.sandbox)
+	l.resolveRepo(y, at.repo, at.ref, at.base)
+}
+
+// configNodes are where project.yaml wrote the keys that are checked
+// together once it is read (nil: not written).
+type configNodes struct {
+	repo, ref, base, network, sandbox *yaml.Node
+}
+
+// configKey reads one key of project.yaml into c, noting in at where the
+// keys checked together are.
+func (l *loader) configKey(y yamlFile, c *ProjectConfig, at *configNodes, key string, v *yaml.Node) {
+	switch key {
+	case "repo":
+		if s, ok := y.String(v, "", key); ok {
+			if strings.TrimSpace(s) == "" {
+				y.Errorf(v, "give the path of a git repository, relative to the project's spec directory or absolute", "repo is empty")
+			} else {
+				c.Repo, at.repo = s, v
+			}
+		}
+	case "ref":
+		if s, ok := y.String(v, "", key); ok {
+			if strings.TrimSpace(s) == "" || strings.HasPrefix(s, "-") {
+				y.Errorf(v, "give a branch, tag or commit, or leave ref: out for HEAD", "ref %q is not a branch, tag or commit", s)
+			} else {
+				c.Ref, at.ref = s, v
+			}
+		}
+	case "integration", "verification":
+		if b, ok := y.Bool(v, "", key); ok {
+			if key == "integration" {
+				c.Integration = &b
+			} else {
+				c.Verification = &b
+			}
+		}
+	case "max_fix_rounds":
+		if n, ok := y.Int(v, "", key, 0, yamlval.MaxInt); ok {
+			c.MaxFixRounds = &n
+		}
+	case "max_retries":
+		if n, ok := y.Int(v, "", key, 0, yamlval.MaxInt); ok {
+			c.MaxRetries = &n
+		}
+	case "integration_spec":
+		if s, ok := y.String(v, "", key); ok {
+			c.IntegrationSpec, _ = l.inside(y, key, v, s, false)
+		}
+	case "base":
+		if s, ok := y.String(v, "", key); ok {
+			c.Base, _ = l.inside(y, key, v, s, true)
+			at.base = v
+		}
+	case "notify":
+		c.Notify = notify.FromYAML(y.Doc, v)
+	case "schedule":
+		c.Schedule = y.schedule(v)
+	case "tool":
+		c.Tool, _ = y.name(key, v)
+	case "type":
+		c.Type, _ = y.typ(key, v)
+	case "timeout":
+		c.Timeout, _ = y.Duration(v, "", key)
+	case "stall_timeout":
+		c.Stall, _ = y.Duration(v, "", key)
+	case "sandbox":
+		c.Sandbox, _ = y.Sandbox(v, "", key)
+		at.sandbox = v
+	case "network":
+		c.Network, _ = y.Network(v, "", key)
+		at.network = v
+	case "limits":
+		c.Limits, _ = y.Limits(v, "", key)
+	case "budget":
+		y.budget(v, &c.Budget)
+	case "setup":
+		if s, ok := y.String(v, "", key); ok {
+			if strings.TrimSpace(s) == "" {
+				y.Errorf(v, "remove the key or write a command", "setup is empty")
+			} else {
+				c.Setup = s
+			}
+		}
+	case "halt":
+		if v.Kind != yaml.MappingNode {
+			y.Errorf(v, "write halt: {fail: N}", "halt must be a mapping, not %s", yamlval.Describe(v))
+			return
+		}
+		y.fields(v, "halt", []string{"fail"}, func(key string, v *yaml.Node) {
+			c.Halt.Fail, _ = y.Int(v, "", "halt.fail", 0, yamlval.MaxInt)
+		})
+	}
+}
+
+// budget reads project.yaml's budget: {usd, tokens, max_attempt_usd}.
+func (y yamlFile) budget(v *yaml.Node, b *Budget) {
+	if v.Kind != yaml.MappingNode {
+		y.Errorf(v, "write budget: {usd: 20, tokens: 5000000, max_attempt_usd: 50} (any of them)", "budget must be a mapping, not %s", yamlval.Describe(v))
+		return
+	}
+	y.fields(v, "budget", []string{"usd", "tokens", "max_attempt_usd"}, func(key string, v *yaml.Node) {
 		switch key {
-		case "repo":
-			if s, ok := y.String(v, "", key); ok {
-				if strings.TrimSpace(s) == "" {
-					y.Errorf(v, "give the path of a git repository, relative to the project's spec directory or absolute", "repo is empty")
-				} else {
-					c.Repo, repoNode = s, v
-				}
+		case "usd":
+			b.USD, _ = y.Number(v, "", "budget.usd")
+		case "max_attempt_usd":
+			b.MaxAttemptUSD, _ = y.Number(v, "", "budget.max_attempt_usd")
+		default:
+			if n, ok := y.Int(v, "", "budget.tokens", 1, yamlval.MaxInt); ok {
+				b.Tokens = int64(n)
 			}
-		case "ref":
-			if s, ok := y.String(v, "", key); ok {
-				if strings.TrimSpace(s) == "" || strings.HasPrefix(s, "-") {
-					y.Errorf(v, "give a branch, tag or commit, or leave ref: out for HEAD", "ref %q is not a branch, tag or commit", s)
-				} else {
-					c.Ref, refNode = s, v
-				}
-			}
-		case "integration", "verification":
-			if b, ok := y.Bool(v, "", key); ok {
-				if key == "integration" {
-					c.Integration = &b
-				} else {
-					c.Verification = &b
-				}
-			}
-		case "max_fix_rounds":
-			if n, ok := y.Int(v, "", key, 0, yamlval.MaxInt); ok {
-				c.MaxFixRounds = &n
-			}
-		case "max_retries":
-			if n, ok := y.Int(v, "", key, 0, yamlval.MaxInt); ok {
-				c.MaxRetries = &n
-			}
-		case "integration_spec":
-			if s, ok := y.String(v, "", key); ok {
-				c.IntegrationSpec, _ = l.inside(y, key, v, s, false)
-			}
-		case "base":
-			if s, ok := y.String(v, "", key); ok {
-				c.Base, _ = l.inside(y, key, v, s, true)
-				baseNode = v
-			}
-		case "notify":
-			c.Notify = notify.FromYAML(y.Doc, v)
-		case "schedule":
-			c.Schedule = y.schedule(v)
-		case "tool":
-			c.Tool, _ = y.name(key, v)
-		case "type":
-			c.Type, _ = y.typ(key, v)
-		case "timeout":
-			c.Timeout, _ = y.Duration(v, "", key)
-		case "stall_timeout":
-			c.Stall, _ = y.Duration(v, "", key)
-		case "sandbox":
-			c.Sandbox, _ = y.Sandbox(v, "", key)
-			sbNode = v
-		case "network":
-			c.Network, _ = y.Network(v, "", key)
-			netNode = v
-		case "limits":
-			c.Limits, _ = y.Limits(v, "", key)
-		case "budget":
-			if v.Kind != yaml.MappingNode {
-				y.Errorf(v, "write budget: {usd: 20, tokens: 5000000, max_attempt_usd: 50} (any of them)", "budget must be a mapping, not %s", yamlval.Describe(v))
-				return
-			}
-			y.fields(v, "budget", []string{"usd", "tokens", "max_attempt_usd"}, func(key string, v *yaml.Node) {
-				switch key {
-				case "usd":
-					c.Budget.USD, _ = y.Number(v, "", "budget.usd")
-				case "max_attempt_usd":
-					c.Budget.MaxAttemptUSD, _ = y.Number(v, "", "budget.max_attempt_usd")
-				default:
-					if n, ok := y.Int(v, "", "budget.tokens", 1, yamlval.MaxInt); ok {
-						c.Budget.Tokens = int64(n)
-					}
-				}
-			})
-		case "setup":
-			if s, ok := y.String(v, "", key); ok {
-				if strings.TrimSpace(s) == "" {
-					y.Errorf(v, "remove the key or write a command", "setup is empty")
-				} else {
-					c.Setup = s
-				}
-			}
-		case "halt":
-			if v.Kind != yaml.MappingNode {
-				y.Errorf(v, "write halt: {fail: N}", "halt must be a mapping, not %s", yamlval.Describe(v))
-				return
-			}
-			y.fields(v, "halt", []string{"fail"}, func(key string, v *yaml.Node) {
-				c.Halt.Fail, _ = y.Int(v, "", "halt.fail", 0, yamlval.MaxInt)
-			})
 		}
 	})
-	networkNeedsSandbox(y, c.Network, c.Sandbox, netNode, sbNode)
-	l.resolveRepo(y, repoNode, refNode, baseNode)
 }
 
 // networkNeedsSandbox refuses network: none or an allow list with

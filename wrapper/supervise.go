@@ -556,72 +556,15 @@ func (s *supervisor) attempt() outcome {
 	if s.sandboxErr != "" {
 		return outcome{code: -1, startErr: s.sandboxErr}
 	}
-	if s.launch.Base != "" && !(s.launch.Resume && s.keptOutput) {
-		err := s.copyBase(out)
-		if errors.Is(err, errStopped) {
-			return outcome{code: -1}
-		}
-		if err != nil {
-			return outcome{code: -1, startErr: err.Error()}
-		}
-	}
-	if r := s.launch.Repo; r != nil && !(s.launch.Resume && s.keptOutput) {
-		if s.stopping() {
-			return outcome{code: -1}
-		}
-		gitDir, err := snapshotDir(s.dir)
-		spare := false
-		if err == nil {
-			spare, err = prepareRepoWorkspace(context.Background(), r.Dir, r.Base, r.Branch, out, gitDir, r.Spares > 0)
-		}
-		if err != nil {
-			return outcome{code: -1, startErr: fmt.Sprintf("prepare the git workspace: %v", err)}
-		}
-		if r.Spares > 0 {
-			s.logger.Info("git workspace ready", "from_spare", spare)
-			s.startSpare(r)
-		}
+	if res, ok := s.prepareWorkspace(out); !ok {
+		return res
 	}
 	if err := s.startNet(); err != nil {
 		return outcome{code: -1, startErr: err.Error()}
 	}
-	if s.launch.Setup != "" {
-		cmd := &exec.Cmd{
-			Path: "/bin/sh",
-			Args: []string{"/bin/sh", "-c", s.launch.Setup},
-			Env:  s.env,
-			Dir:  out,
-		}
-		if s.sandbox != nil {
-			cmd = s.sandboxed(cmd)
-		}
-		cmd, err := s.limited(cmd)
-		if err != nil {
-			return outcome{code: -1, startErr: "setup failed: " + err.Error()}
-		}
-		p, err := s.startChild(cmd)
-		if errors.Is(err, errStopped) {
-			return outcome{code: -1}
-		}
-		if err != nil {
-			return outcome{code: -1, startErr: fmt.Sprintf("setup failed: %v", err)}
-		}
-		go s.watchLimits(p)
-		s.setTool(p)
-		<-p.done
-		code, sig := p.exitInfo()
-		if s.stopping() {
-			return outcome{code: code, sig: sig}
-		}
-		if code != 0 || sig != 0 {
-			msg := "setup failed: " + exitError(code, sig)
-			if line := s.tlog.LastLine(); line != "" {
-				msg += ": " + line
-			}
-			return outcome{code: -1, startErr: msg}
-		}
+	if res, ok := s.runSetup(out); !ok {
+		return res
 	}
-
 	cmd, closers, err := s.toolCmd(out)
 	if err != nil {
 		o := outcome{code: -1, startErr: err.Error()}
@@ -655,6 +598,82 @@ func (s *supervisor) attempt() outcome {
 		res.commit, res.resultErr = s.snapshot(r, out)
 	}
 	return res
+}
+
+// prepareWorkspace fills output/ (out) for a new attempt: the base tree's
+// copy, or a git-native task's checkout; a resumed attempt keeps its own.
+// false means the attempt ends with res.
+func (s *supervisor) prepareWorkspace(out string) (res outcome, ok bool) {
+	if s.launch.Resume && s.keptOutput {
+		return outcome{}, true
+	}
+	if s.launch.Base != "" {
+		err := s.copyBase(out)
+		if errors.Is(err, errStopped) {
+			return outcome{code: -1}, false
+		}
+		if err != nil {
+			return outcome{code: -1, startErr: err.Error()}, false
+		}
+	}
+	r := s.launch.Repo
+	if r == nil {
+		return outcome{}, true
+	}
+	if s.stopping() {
+		return outcome{code: -1}, false
+	}
+	gitDir, err := snapshotDir(s.dir)
+	spare := false
+	if err == nil {
+		spare, err = prepareRepoWorkspace(context.Background(), r.Dir, r.Base, r.Branch, out, gitDir, r.Spares > 0)
+	}
+	if err != nil {
+		return outcome{code: -1, startErr: fmt.Sprintf("prepare the git workspace: %v", err)}, false
+	}
+	if r.Spares > 0 {
+		s.logger.Info("git workspace ready", "from_spare", spare)
+		s.startSpare(r)
+	}
+	return outcome{}, true
+}
+
+// runSetup runs launch.json's setup in out, as the tool will run: in the
+// sandbox and under the limits. false means the attempt ends with res.
+func (s *supervisor) runSetup(out string) (res outcome, ok bool) {
+	if s.launch.Setup == "" {
+		return outcome{}, true
+	}
+	cmd := &exec.Cmd{Path: "/bin/sh", Args: []string{"/bin/sh", "-c", s.launch.Setup}, Env: s.env, Dir: out}
+	if s.sandbox != nil {
+		cmd = s.sandboxed(cmd)
+	}
+	cmd, err := s.limited(cmd)
+	if err != nil {
+		return outcome{code: -1, startErr: "setup failed: " + err.Error()}, false
+	}
+	p, err := s.startChild(cmd)
+	if errors.Is(err, errStopped) {
+		return outcome{code: -1}, false
+	}
+	if err != nil {
+		return outcome{code: -1, startErr: fmt.Sprintf("setup failed: %v", err)}, false
+	}
+	go s.watchLimits(p)
+	s.setTool(p)
+	<-p.done
+	code, sig := p.exitInfo()
+	if s.stopping() {
+		return outcome{code: code, sig: sig}, false
+	}
+	if code != 0 || sig != 0 {
+		msg := "setup failed: " + exitError(code, sig)
+		if line := s.tlog.LastLine(); line != "" {
+			msg += ": " + line
+		}
+		return outcome{code: -1, startErr: msg}, false
+	}
+	return outcome{}, true
 }
 
 // startSpare starts `git-spare` in the background, in a session of its
