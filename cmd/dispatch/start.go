@@ -59,15 +59,11 @@ func startAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if c.Duration("poll") < 0 {
-		return usagef("dispatch start --poll 5s "+name, "--poll must be positive")
-	}
-	if b := c.Float64("budget-usd"); c.IsSet("budget-usd") && !(b > 0) {
-		return usagef("dispatch start --budget-usd 20 "+name, "--budget-usd must be a positive amount of US dollars, not %v", b)
+	so, err := startOptions(c, name)
+	if err != nil {
+		return err
 	}
 	only := c.StringSlice("nodes")
-	so := controller.StartOptions{IntegratePartial: c.Bool("integrate-partial"), NoIntegrate: c.Bool("no-integrate"),
-		BudgetUSD: c.Float64("budget-usd"), Fresh: c.Bool("fresh")}
 	// Loading a project makes its garbage all at once (10,000 specs: a few
 	// hundred MB allocated for 40 MB of text): collect it more often until
 	// the project is stored, so the peak stays near what is live.
@@ -124,17 +120,7 @@ func startAction(c *cli.Context) error {
 	// could grow the heap to twice that before the next collection.
 	restoreGC()
 	debug.FreeOSMemory()
-	for _, id := range added.Changed {
-		fmt.Fprintf(e.errOut, "note: %s/%s changed since it ran; it keeps its snapshot (dispatch retry %s %s reruns it)\n", name, id, name, id)
-	}
-	for _, id := range added.BaseMoved {
-		fmt.Fprintf(e.errOut, "note: %s/%s ran from an older commit of the repository than ref: names now; it keeps its result (dispatch retry %s %s reruns it from the new one)\n", name, id, name, id)
-	}
-
-	fmt.Fprint(e.out, added.RunSummary(name))
-	if so.Fresh && added.Run == 0 {
-		fmt.Fprintf(e.errOut, "note: --fresh is for a new run; %s has not finished, so this start resumes its current run\n", name)
-	}
+	printAdded(e, name, added, so)
 	if added.Finished {
 		// Every result reused: the run ended as it began.
 		ctl := controller.New(controller.Options{Home: e.home, Config: cfg, Store: st, Logger: e.log})
@@ -144,6 +130,39 @@ func startAction(c *cli.Context) error {
 		return nil
 	}
 
+	return runProject(ctx, e, cfg, st, transports, name, only, c.Duration("poll"))
+}
+
+// startOptions are start's flags, checked.
+func startOptions(c *cli.Context, name string) (controller.StartOptions, error) {
+	if c.Duration("poll") < 0 {
+		return controller.StartOptions{}, usagef("dispatch start --poll 5s "+name, "--poll must be positive")
+	}
+	if b := c.Float64("budget-usd"); c.IsSet("budget-usd") && !(b > 0) {
+		return controller.StartOptions{}, usagef("dispatch start --budget-usd 20 "+name, "--budget-usd must be a positive amount of US dollars, not %v", b)
+	}
+	return controller.StartOptions{IntegratePartial: c.Bool("integrate-partial"), NoIntegrate: c.Bool("no-integrate"),
+		BudgetUSD: c.Float64("budget-usd"), Fresh: c.Bool("fresh")}, nil
+}
+
+// printAdded says what adding the project to the home did: its run, and
+// notes on the tasks that keep an earlier result.
+func printAdded(e *env, name string, added controller.SyncResult, so controller.StartOptions) {
+	for _, id := range added.Changed {
+		fmt.Fprintf(e.errOut, "note: %s/%s changed since it ran; it keeps its snapshot (dispatch retry %s %s reruns it)\n", name, id, name, id)
+	}
+	for _, id := range added.BaseMoved {
+		fmt.Fprintf(e.errOut, "note: %s/%s ran from an older commit of the repository than ref: names now; it keeps its result (dispatch retry %s %s reruns it from the new one)\n", name, id, name, id)
+	}
+	fmt.Fprint(e.out, added.RunSummary(name))
+	if so.Fresh && added.Run == 0 {
+		fmt.Fprintf(e.errOut, "note: --fresh is for a new run; %s has not finished, so this start resumes its current run\n", name)
+	}
+}
+
+// runProject runs the home's controller in this process until the
+// project ends, showing its progress, and says how it ended.
+func runProject(ctx context.Context, e *env, cfg *nodes.Config, st *store.Store, transports map[string]nodes.Transport, name string, only []string, poll time.Duration) error {
 	ctl, done, err := runController(ctx, e, controller.Options{Home: e.home, Config: cfg, Store: st, Transports: transports,
 		Wrappers: nodes.NewWrappers(), Logger: e.log, Nodes: only})
 	if err != nil {
@@ -151,8 +170,8 @@ func startAction(c *cli.Context) error {
 	}
 	defer done()
 	prog := newProgress(e, st, name)
-	prog.header(ctx, cfg, only, c.Duration("poll"))
-	runErr := ctl.Run(ctx, c.Duration("poll"), func(controller.TickResult) { prog.update(ctx) })
+	prog.header(ctx, cfg, only, poll)
+	runErr := ctl.Run(ctx, poll, func(controller.TickResult) { prog.update(ctx) })
 	prog.finish(ctx)
 	if runErr != nil {
 		if errors.Is(runErr, context.Canceled) {

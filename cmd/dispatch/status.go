@@ -30,99 +30,112 @@ func statusCommand() *cli.Command {
 			&cli.DurationFlag{Name: "interval", Usage: "with --watch, read the status every `D`", Value: time.Second},
 			runFlag(),
 		},
-		Action: func(c *cli.Context) error {
-			ctx := c.Context
-			e, err := newEnv(c)
-			if err != nil {
-				return err
-			}
-			var names []string
-			if c.NArg() > 0 {
-				name, err := projectArg(c, "dispatch status [<project>]")
-				if err != nil {
-					return err
-				}
-				names = []string{name}
-			}
-			st, err := e.openReadOnly(ctx)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			// The node list and slots come from nodes.yaml when it loads;
-			// status still works from the database alone when it does not.
-			cfg, cfgErr := e.loadConfig()
-			if cfgErr != nil {
-				cfg = nil
-			}
-			if len(names) == 1 {
-				if err := knownProject(ctx, st, names[0]); err != nil {
-					return err
-				}
-			} else {
-				ps, err := st.Projects(ctx)
-				if err != nil {
-					return err
-				}
-				for _, p := range ps {
-					names = append(names, p.Name)
-				}
-			}
-			if c.IsSet("run") && (len(names) != 1 || c.NArg() == 0 || c.Bool("watch")) {
-				return usagef("dispatch status <project> --run 1", "--run shows one run of one project; it takes a project and no --watch")
-			}
-			if c.Bool("watch") {
-				var project string
-				if c.NArg() > 0 {
-					project = names[0]
-				}
-				return watchStatus(c, e, st, cfg, cfgErr, project)
-			}
-			if c.IsSet("interval") {
-				return usagef("dispatch status --watch --interval 1s", "--interval only applies with --watch")
-			}
-			now := time.Now()
-			var views []*readmodel.StatusView
-			for _, n := range names {
-				at, err := atRun(c, st, n, "dispatch status "+n+" --run 1")
-				if err != nil {
-					return err
-				}
-				v, err := readmodel.Status(ctx, at, cfg, n, now)
-				if err != nil {
-					return err
-				}
-				if at == st {
-					v.Notes = append(v.Notes, specChanges(e, st, n, c)...)
-				}
-				views = append(views, v)
-			}
-			if c.Bool("json") {
-				enc := json.NewEncoder(e.out)
-				enc.SetIndent("", "  ")
-				if c.NArg() > 0 {
-					return enc.Encode(views[0])
-				}
-				if views == nil {
-					views = []*readmodel.StatusView{}
-				}
-				return enc.Encode(map[string]any{"projects": views})
-			}
-			if cfgErr != nil {
-				fmt.Fprintf(e.errOut, "note: %v\n", cfgErr)
-			}
-			for i, v := range views {
-				if i > 0 {
-					fmt.Fprintln(e.out)
-				}
-				printStatus(e.out, e.styles, v, cfg)
-			}
-			if len(views) == 0 {
-				fmt.Fprintln(e.out, "no projects started yet; run: dispatch start <project>")
-			}
-			return nil
-		},
+		Action: statusAction,
 	}
+}
+
+// statusAction is `dispatch status`.
+func statusAction(c *cli.Context) error {
+	ctx := c.Context
+	e, err := newEnv(c)
+	if err != nil {
+		return err
+	}
+	var names []string
+	if c.NArg() > 0 {
+		name, err := projectArg(c, "dispatch status [<project>]")
+		if err != nil {
+			return err
+		}
+		names = []string{name}
+	}
+	st, err := e.openReadOnly(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	// The node list and slots come from nodes.yaml when it loads;
+	// status still works from the database alone when it does not.
+	cfg, cfgErr := e.loadConfig()
+	if cfgErr != nil {
+		cfg = nil
+	}
+	if len(names) == 1 {
+		if err := knownProject(ctx, st, names[0]); err != nil {
+			return err
+		}
+	} else {
+		ps, err := st.Projects(ctx)
+		if err != nil {
+			return err
+		}
+		for _, p := range ps {
+			names = append(names, p.Name)
+		}
+	}
+	if c.IsSet("run") && (len(names) != 1 || c.NArg() == 0 || c.Bool("watch")) {
+		return usagef("dispatch status <project> --run 1", "--run shows one run of one project; it takes a project and no --watch")
+	}
+	if c.Bool("watch") {
+		var project string
+		if c.NArg() > 0 {
+			project = names[0]
+		}
+		return watchStatus(c, e, st, cfg, cfgErr, project)
+	}
+	if c.IsSet("interval") {
+		return usagef("dispatch status --watch --interval 1s", "--interval only applies with --watch")
+	}
+	views, err := statusViews(c, e, st, cfg, names)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		enc := json.NewEncoder(e.out)
+		enc.SetIndent("", "  ")
+		if c.NArg() > 0 {
+			return enc.Encode(views[0])
+		}
+		if views == nil {
+			views = []*readmodel.StatusView{}
+		}
+		return enc.Encode(map[string]any{"projects": views})
+	}
+	if cfgErr != nil {
+		fmt.Fprintf(e.errOut, "note: %v\n", cfgErr)
+	}
+	for i, v := range views {
+		if i > 0 {
+			fmt.Fprintln(e.out)
+		}
+		printStatus(e.out, e.styles, v, cfg)
+	}
+	if len(views) == 0 {
+		fmt.Fprintln(e.out, "no projects started yet; run: dispatch start <project>")
+	}
+	return nil
+}
+
+// statusViews are the status views of the projects names (of --run's run,
+// when given), with the notes on specs changed since their tasks started.
+func statusViews(c *cli.Context, e *env, st *store.Store, cfg *nodes.Config, names []string) ([]*readmodel.StatusView, error) {
+	now := time.Now()
+	var views []*readmodel.StatusView
+	for _, n := range names {
+		at, err := atRun(c, st, n, "dispatch status "+n+" --run 1")
+		if err != nil {
+			return nil, err
+		}
+		v, err := readmodel.Status(c.Context, at, cfg, n, now)
+		if err != nil {
+			return nil, err
+		}
+		if at == st {
+			v.Notes = append(v.Notes, specChanges(e, st, n, c)...)
+		}
+		views = append(views, v)
+	}
+	return views, nil
 }
 
 // specChanges names tasks whose spec file changed after they started.
