@@ -391,22 +391,8 @@ func (r *sshResolution) apply(key, val, src string) error {
 			r.identitiesOnly = b
 		}
 	case "proxyjump", "proxycommand":
-		// ssh uses whichever of the two comes first; "none" counts.
-		var hops []string
-		if key == "proxyjump" && !strings.EqualFold(val, "none") {
-			var err error
-			if hops, err = parseSSHJump(val, src); err != nil {
-				return err
-			}
-		}
-		if r.set["proxyjump"] || r.set["proxycommand"] {
-			return nil
-		}
-		switch {
-		case key == "proxyjump":
-			r.proxyJump = hops
-		case !strings.EqualFold(val, "none"):
-			r.proxyCommand, r.proxyCommandSrc = val, src
+		if err := r.applyProxy(key, val, src); err != nil {
+			return err
 		}
 	case "userknownhostsfile":
 		files, err := sshConfigArgs(val)
@@ -419,25 +405,8 @@ func (r *sshResolution) apply(key, val, src string) error {
 			}
 		}
 	case "stricthostkeychecking":
-		var v string
-		switch strings.ToLower(val) {
-		case "yes", "true":
-			v = "yes"
-		case "accept-new":
-			v = "accept-new"
-		case "ask":
-		case "no", "off", "false":
-			if first {
-				r.warnings = append(r.warnings, fmt.Sprintf("StrictHostKeyChecking %s (from %s) is ignored: "+
-					"dispatch never accepts a host key silently; run `dispatch nodes trust NODE` once, "+
-					"or set strict_host_key_checking: accept-new on the node", val, src))
-			}
-		default:
-			return sshTargetErrorf("write StrictHostKeyChecking yes or accept-new",
-				"StrictHostKeyChecking %q (from %s) is not yes, accept-new, ask, no or off", val, src)
-		}
-		if first {
-			r.strict = v
+		if err := r.applyStrict(val, src, first); err != nil {
+			return err
 		}
 	case "connecttimeout":
 		d, ok := parseSSHTime(val)
@@ -452,6 +421,55 @@ func (r *sshResolution) apply(key, val, src string) error {
 		panic("nodes: apply of unknown ssh keyword " + key)
 	}
 	r.set[key] = true
+	return nil
+}
+
+// applyProxy applies ProxyJump or ProxyCommand: ssh uses whichever of the
+// two comes first; "none" counts.
+func (r *sshResolution) applyProxy(key, val, src string) error {
+	var hops []string
+	if key == "proxyjump" && !strings.EqualFold(val, "none") {
+		var err error
+		if hops, err = parseSSHJump(val, src); err != nil {
+			return err
+		}
+	}
+	if r.set["proxyjump"] || r.set["proxycommand"] {
+		return nil
+	}
+	switch {
+	case key == "proxyjump":
+		r.proxyJump = hops
+	case !strings.EqualFold(val, "none"):
+		r.proxyCommand, r.proxyCommandSrc = val, src
+	}
+	return nil
+}
+
+// applyStrict applies StrictHostKeyChecking: yes and accept-new are
+// kept, no and off are ignored with a warning (dispatch never accepts a
+// host key silently).
+func (r *sshResolution) applyStrict(val, src string, first bool) error {
+	var v string
+	switch strings.ToLower(val) {
+	case "yes", "true":
+		v = "yes"
+	case "accept-new":
+		v = "accept-new"
+	case "ask":
+	case "no", "off", "false":
+		if first {
+			r.warnings = append(r.warnings, fmt.Sprintf("StrictHostKeyChecking %s (from %s) is ignored: "+
+				"dispatch never accepts a host key silently; run `dispatch nodes trust NODE` once, "+
+				"or set strict_host_key_checking: accept-new on the node", val, src))
+		}
+	default:
+		return sshTargetErrorf("write StrictHostKeyChecking yes or accept-new",
+			"StrictHostKeyChecking %q (from %s) is not yes, accept-new, ask, no or off", val, src)
+	}
+	if first {
+		r.strict = v
+	}
 	return nil
 }
 
