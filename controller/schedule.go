@@ -125,8 +125,43 @@ const stepAssign = "starting its tasks"
 
 // assign claims runnable tasks for nodes with free slots: by priority then
 // ID, least-loaded node first, each claim one atomic UPDATE ... RETURNING.
+// It reads what the choice needs (readAssign), chooses (decideClaims,
+// pure) and claims what it chose (claimAll).
 func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls map[string]*pull, stale []staleAttempt) (claims []claim, pauseEnd time.Time, err error) {
-	caps := map[string]*capacity{}
+	in, pauseEnd, err := c.readAssign(ctx, projects, pulls, stale)
+	if err != nil || len(in.candidates) == 0 {
+		return nil, pauseEnd, err
+	}
+	picks := decideClaims(c.cfg, in)
+	if len(picks) == 0 {
+		return nil, pauseEnd, nil
+	}
+	claims, err = c.claimAll(ctx, picks)
+	return claims, pauseEnd, err
+}
+
+// assignInput is what the choice of a tick's claims reads.
+type assignInput struct {
+	// caps are the nodes that may take work this tick, with their load.
+	caps map[string]*capacity
+	// paused are the api_modes paused by a rate limit (and "node:<name>"
+	// for a node's own account); modeUse the attempts running under each.
+	paused  map[string]bool
+	modeUse map[string]int
+	// unusable are the nodes that cannot run tasks at all, with why.
+	unusable map[string]string
+	// candidates are the runnable tasks, by priority, ID, project.
+	candidates []store.Task
+}
+
+// readAssign reads what assign chooses over: the nodes with room (their
+// pull went well, they are not launching, their disk is not full, no
+// attempt that must die is alive there), the pauses (and when the next
+// one ends: pauseEnd), the use of each api_mode, the busy slots, and a
+// few candidates per free slot of each project. No candidates: nothing
+// to claim.
+func (c *Controller) readAssign(ctx context.Context, projects []store.Project, pulls map[string]*pull, stale []staleAttempt) (in assignInput, pauseEnd time.Time, err error) {
+	in = assignInput{caps: map[string]*capacity{}, paused: map[string]bool{}, unusable: c.unusable}
 	unkilledNodes, unkilledTasks := c.unkilled()
 	for name, n := range c.nodes {
 		// A node busy launching takes no new work this tick (one
@@ -134,88 +169,91 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 		// nor one whose disk is nearly full, nor one where an attempt that
 		// must die is not dead yet.
 		if p := pulls[name]; p != nil && p.err == nil && !n.working.Load() && !diskFull(p.status.Facts.DiskFreeBytes) && !unkilledNodes[name] {
-			caps[name] = &capacity{node: n, mem: p.status.Facts.MemAvailableBytes}
+			in.caps[name] = &capacity{node: n, mem: p.status.Facts.MemAvailableBytes}
 		}
 	}
 	// A stale attempt holds its slot until it is killed.
 	for _, sa := range stale {
-		if cp := caps[sa.node]; cp != nil {
+		if cp := in.caps[sa.node]; cp != nil {
 			cp.running++
 		}
 	}
 	pauses, err := c.st.Pauses(ctx)
 	if err != nil {
-		return nil, pauseEnd, err
+		return in, pauseEnd, err
 	}
-	paused := map[string]bool{}
+	now := c.now()
 	for _, p := range pauses {
-		if c.now().Before(p.Until) {
-			paused[p.APIMode] = true
+		if now.Before(p.Until) {
+			in.paused[p.APIMode] = true
 			// Its tasks may go on when it ends: a tick then.
-			pauseEnd = earliest(pauseEnd, p.Until, c.now())
+			pauseEnd = earliest(pauseEnd, p.Until, now)
 		}
 	}
 	// What runs under each api_mode, across projects, counts against its
 	// max_concurrency.
-	modeUse, err := c.st.LiveModes(ctx)
-	if err != nil {
-		return nil, pauseEnd, err
+	if in.modeUse, err = c.st.LiveModes(ctx); err != nil {
+		return in, pauseEnd, err
 	}
 	// Busy slots are counted in SQL, across projects (a stopped project's
 	// running tasks hold their slots too).
 	busy, err := c.st.Busy(ctx)
 	if err != nil {
-		return nil, pauseEnd, err
+		return in, pauseEnd, err
 	}
 	free := 0
-	for name, cp := range caps {
+	for name, cp := range in.caps {
 		cp.running += busy[name]
 		free += max(cp.node.cfg.Slots-cp.running, 0)
 	}
 	if free == 0 {
-		return nil, pauseEnd, nil
+		return in, pauseEnd, nil
 	}
-	// Candidates are selected in SQL: pending, due, every dependency
-	// completed, by priority and ID, a few times the free slots per project
-	// (some may fit no free node). Readiness is decided before the limit, so
-	// tasks waiting for a dependency never fill the window (head of line).
-	var candidates []store.Task
-	now := c.now()
+	in.candidates, err = c.candidates(ctx, projects, free, unkilledTasks, now)
+	return in, pauseEnd, err
+}
+
+// candidates are the tasks that may start, selected in SQL: pending,
+// due, every dependency completed, by priority and ID, a few times the
+// free slots per project (some may fit no free node). Readiness is decided
+// before the limit, so tasks waiting for a dependency never fill the
+// window (head of line). A task whose earlier attempt still runs somewhere
+// (an orphaned tool, a hung wrapper, unkilled) waits until it is killed,
+// and one whose previous attempt is still being collected (a slow
+// collection outlasts its tick) until it is collected.
+func (c *Controller) candidates(ctx context.Context, projects []store.Project, free int, unkilled map[string]bool, now time.Time) ([]store.Task, error) {
+	var out []store.Task
 	for _, p := range projects {
 		opts, err := p.ParseOptions()
 		if err != nil {
 			// Nothing of it launches on a wrong assumption (no setup, no
 			// halt); the other projects' tasks do.
 			if err := c.projectTrouble(ctx, p.Name, stepAssign, err); err != nil {
-				return nil, pauseEnd, err
+				return nil, err
 			}
 			continue
 		}
 		c.projectWentOn(p.Name, stepAssign)
 		states, failed, err := c.st.States(ctx, p.Name)
 		if err != nil {
-			return nil, pauseEnd, err
+			return nil, err
 		}
 		if h := opts.HaltFail; h > 0 && failed >= h {
 			continue
 		}
 		runnable, err := c.st.Runnable(ctx, p.Name, now, candidateFactor*free)
 		if err != nil {
-			return nil, pauseEnd, err
+			return nil, err
 		}
 		for _, t := range runnable {
-			// A task whose earlier attempt still runs somewhere (an
-			// orphaned tool, a hung wrapper) waits until it is killed.
-			// Nor does one whose previous attempt is still being
-			// collected (a slow collection outlasts its tick).
 			_, collecting := c.inCollection.Load(taskKey(t.Project, t.ID))
-			if depsDone(t.DependsOn, states) && !unkilledTasks[taskKey(t.Project, t.ID)] && !collecting {
-				candidates = append(candidates, t)
+			if depsDone(t.DependsOn, states) && !unkilled[taskKey(t.Project, t.ID)] && !collecting {
+				out = append(out, t)
 			}
 		}
 	}
-	sort.SliceStable(candidates, func(i, j int) bool {
-		a, b := candidates[i], candidates[j]
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
 		if a.Priority != b.Priority {
 			return a.Priority < b.Priority
 		}
@@ -224,24 +262,32 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 		}
 		return a.Project < b.Project
 	})
+	return out, nil
+}
 
+// decideClaims chooses, for each candidate in order, the node it starts
+// on: eligible, with a free slot, enough free memory and an api_mode with
+// room (its own, or a fallback while it is paused), the least loaded
+// (better). It counts each choice against the node's slots and the mode's
+// use in in, and returns the choices. Pure: it reads only in and cfg.
+func decideClaims(cfg *nodes.Config, in assignInput) []claim {
 	var picks []claim
-	for i := range candidates {
-		t := &candidates[i]
+	for i := range in.candidates {
+		t := &in.candidates[i]
 		var best *capacity
 		bestMode := ""
-		for _, cp := range caps {
+		for _, cp := range in.caps {
 			n := cp.node.cfg
-			if ok, _ := eligible(c.cfg, t, n); !ok || cp.running >= n.Slots {
+			if ok, _ := eligible(cfg, t, n); !ok || cp.running >= n.Slots {
 				continue
 			}
 			if n.MinFreeMem > 0 && cp.mem < n.MinFreeMem {
 				continue
 			}
-			if c.unusable[n.Name] != "" {
+			if in.unusable[n.Name] != "" {
 				continue
 			}
-			mode, ok := pickMode(c.cfg, n, paused, modeUse)
+			mode, ok := pickMode(cfg, n, in.paused, in.modeUse)
 			if !ok {
 				continue
 			}
@@ -254,13 +300,18 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 		}
 		best.running++
 		if bestMode != "" {
-			modeUse[bestMode]++
+			in.modeUse[bestMode]++
 		}
 		picks = append(picks, claim{task: *t, node: best.node, mode: bestMode})
 	}
-	if len(picks) == 0 {
-		return nil, pauseEnd, nil
-	}
+	return picks
+}
+
+// claimAll claims the chosen tasks in one transaction: a task another
+// claim took meanwhile (store.ErrConflict) is left out. Each claimed
+// attempt records its api_mode and its inputs (for reuse), and a
+// fallback mode an event.
+func (c *Controller) claimAll(ctx context.Context, picks []claim) (claims []claim, err error) {
 	err = c.st.Update(ctx, func(tx *store.Tx) error {
 		claims = claims[:0]
 		opts := map[string]store.ProjectOptions{}
@@ -300,7 +351,7 @@ func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls
 		}
 		return nil
 	})
-	return claims, pauseEnd, err
+	return claims, err
 }
 
 // candidateFactor is how many candidates per free slot a tick considers
