@@ -36,18 +36,78 @@ func fixID(round int) string    { return fmt.Sprintf("F%02d", round) }
 // advance moves a project through its phases (SPEC §8) once the tasks of the
 // current phase are finished and collected, and finishes it at the end.
 func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error) {
-	// Every phase waits for its tasks to end and be collected: while one
-	// has not, nothing moves, and the tick reads no more than a count.
-	if n, err := c.st.Unsettled(ctx, p.Name); err != nil || n > 0 {
+	in, ready, err := c.readPhase(ctx, p)
+	if err != nil || !ready {
 		return false, err
+	}
+	return c.doPhase(ctx, p, in, decidePhase(in))
+}
+
+// phaseInput is what the phase machine decides over for one project whose
+// tasks have all ended and been collected.
+type phaseInput struct {
+	phase string
+	opts  store.ProjectOptions
+	// author are the author tasks (all ended); allCompleted says whether
+	// every one completed.
+	author       []store.Task
+	allCompleted bool
+	// phaseTasks are S99, the V and F rounds by ID; done says whether one
+	// ended (and, completed, was collected).
+	phaseTasks map[string]store.Task
+	done       func(store.Task) bool
+	// budget says why the budget stops a new phase task ("": it does not).
+	budget string
+	// verdict is the last verification's, once it ended (phase
+	// verification); lastIssues those of the last recorded verdict (phase
+	// fix).
+	verdict    *store.Verdict
+	lastIssues []string
+	// runsDir and runs locate the phase tasks' results.
+	runsDir string
+	runs    []store.Run
+}
+
+// phaseAction is what the phase machine does next.
+type phaseAction int
+
+const (
+	phaseWait      phaseAction = iota // nothing yet
+	phaseFinish                       // record final (when set), finish with result and note
+	phaseBudget                       // the budget stops it: say so, finish failed
+	phaseIntegrate                    // merge the author tasks' results, start S99
+	phaseVerify                       // start verification round on tree, with issues
+	phaseFix                          // start fix round on tree, with issues
+)
+
+// phaseStep is the phase machine's decision. verdict, when set, is
+// recorded first.
+type phaseStep struct {
+	action       phaseAction
+	result, note string
+	final        *taskBase
+	round        int
+	tree         taskBase
+	issues       []string
+	verdict      *store.Verdict
+	verifier     store.Task // the verification whose verdict is recorded
+	err          error
+}
+
+// readPhase reads what decidePhase needs; false when a task of the
+// project has not ended or not been collected (every phase waits for
+// them: the tick then reads no more than a count).
+func (c *Controller) readPhase(ctx context.Context, p store.Project) (phaseInput, bool, error) {
+	if n, err := c.st.Unsettled(ctx, p.Name); err != nil || n > 0 {
+		return phaseInput{}, false, err
 	}
 	tasks, err := c.st.Tasks(ctx, p.Name)
 	if err != nil {
-		return false, err
+		return phaseInput{}, false, err
 	}
 	runs, err := c.st.Runs(ctx, p.Name, "")
 	if err != nil {
-		return false, err
+		return phaseInput{}, false, err
 	}
 	collected := map[string]bool{}
 	for _, r := range runs {
@@ -55,206 +115,250 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 			collected[fmt.Sprintf("%s#%d", r.Task, r.Attempt)] = true
 		}
 	}
-	done := func(t store.Task) bool {
+	in := phaseInput{phase: p.Phase, phaseTasks: map[string]store.Task{}, allCompleted: true, runs: runs,
+		runsDir: readmodel.RunsDir(c.opts.Home, p.Name)}
+	in.done = func(t store.Task) bool {
 		return store.Terminal(t.Status) && (t.Status != store.Completed || collected[fmt.Sprintf("%s#%d", t.ID, t.Attempt)])
 	}
-	byID := map[string]store.Task{}
-	var author []store.Task
 	for _, t := range tasks {
-		byID[t.ID] = t
-		if !store.IsPhaseID(t.ID) {
-			author = append(author, t)
+		if store.IsPhaseID(t.ID) {
+			in.phaseTasks[t.ID] = t
+			continue
 		}
-	}
-	allCompleted := true
-	for _, t := range author {
-		if !done(t) {
-			return false, nil
+		if !in.done(t) {
+			return phaseInput{}, false, nil
 		}
-		allCompleted = allCompleted && t.Status == store.Completed
+		in.author = append(in.author, t)
+		in.allCompleted = in.allCompleted && t.Status == store.Completed
 	}
-	opts, err := p.ParseOptions()
+	if in.opts, err = p.ParseOptions(); err != nil {
+		return phaseInput{}, false, err
+	}
+	// A phase task that would start past the budget does not.
+	why, stop, err := c.budgetStop(ctx, p, in.opts)
 	if err != nil {
-		return false, err
+		return phaseInput{}, false, err
 	}
-	runsDir := readmodel.RunsDir(c.opts.Home, p.Name)
+	if stop {
+		in.budget = why
+	}
+	round := lastRound(in.phaseTasks)
+	switch {
+	case p.Phase == store.PhaseVerification && round > 0 && in.done(in.phaseTasks[verifyID(round)]):
+		v := in.phaseTasks[verifyID(round)]
+		verdict := readVerdict(v, c.verdictReader(ctx, in.runsDir, in.opts, v, runs))
+		verdict.Round = round
+		in.verdict = &verdict
+	case p.Phase == store.PhaseFix && round > 0:
+		if f, ok := in.phaseTasks[fixID(round)]; ok && in.done(f) && f.Status == store.Completed {
+			verdicts, err := c.st.Verdicts(ctx, p.Name)
+			if err != nil {
+				// A fix round with no issues would verify the same tree again.
+				return phaseInput{}, false, fmt.Errorf("project %s: read the verdict of round %d: %w", p.Name, round, err)
+			}
+			if len(verdicts) > 0 {
+				in.lastIssues = verdicts[len(verdicts)-1].Issues
+			}
+		}
+	}
+	return in, true, nil
+}
+
+// lastRound is the number of the last verification task (V01 …), 0 for
+// none.
+func lastRound(phaseTasks map[string]store.Task) int {
+	round := 0
+	for round+1 < 100 {
+		if _, ok := phaseTasks[verifyID(round+1)]; !ok {
+			break
+		}
+		round++
+	}
+	return round
+}
+
+// decidePhase is the phase machine (SPEC §8): after the author tasks, the
+// merge and S99 (integration), then verification rounds, each failed one
+// followed by a fix round while max_fix_rounds allows; a phase task that
+// would start past the budget does not. Pure: it reads only in.
+func decidePhase(in phaseInput) phaseStep {
 	result := func(ok bool) string {
-		if ok && allCompleted {
+		if ok && in.allCompleted {
 			return store.ResultPassed
 		}
 		return store.ResultFailed
 	}
-
-	// A phase task that would start past the budget does not: the project
-	// ends with what it has.
-	overBudget := func() (bool, error) {
-		why, stop, err := c.budgetStop(ctx, p, opts)
-		if err != nil || !stop {
-			return err != nil, err
-		}
-		c.sendNotice(ctx, p.Name, notify.BudgetStopped, "", why+"; no further phase task starts")
-		return true, c.finish(ctx, p, store.ResultFailed, why)
-	}
-
-	switch p.Phase {
+	budget := phaseStep{action: phaseBudget, note: in.budget}
+	switch in.phase {
 	case store.PhaseImplementation:
-		if !opts.Integration {
-			return true, c.finish(ctx, p, result(true), "")
-		}
-		if !allCompleted {
+		switch {
+		case !in.opts.Integration:
+			return phaseStep{action: phaseFinish, result: result(true)}
+		case !in.allCompleted && in.budget != "":
 			// Tasks the budget canceled: say so rather than that the
 			// integration was skipped.
-			if stop, err := overBudget(); stop {
-				return err == nil, err
-			}
+			return budget
+		case !in.allCompleted && !in.opts.IntegratePartial:
+			return phaseStep{action: phaseFinish, result: store.ResultFailed,
+				note: "integration skipped: not every task completed (dispatch start --integrate-partial runs it anyway)"}
+		case in.budget != "":
+			return budget
 		}
-		if !allCompleted && !opts.IntegratePartial {
-			return true, c.finish(ctx, p, store.ResultFailed, "integration skipped: not every task completed (dispatch start --integrate-partial runs it anyway)")
-		}
-		if stop, err := overBudget(); stop {
-			return err == nil, err
-		}
-		var from taskBase
-		var files []string
-		var overlaps, conflicts []store.Conflict
-		if opts.Repo != nil {
-			m, err := c.mergeBranches(ctx, p.Name, opts.Repo, author, runs)
-			if err != nil {
-				return false, fmt.Errorf("merge the task branches of %s: %w", p.Name, err)
-			}
-			// The merge is checked out on the integration's node and is
-			// its result's start: held to the quotas each result is.
-			var over *gitrepo.Problem
-			if err := gitrepo.CheckTree(ctx, opts.Repo.Dir, m.Commit, c.limits()); errors.As(err, &over) && errors.Is(err, gitrepo.ErrOverLimit) {
-				return true, c.finish(ctx, p, store.ResultFailed, fmt.Sprintf("integration not started: the merge of the task branches (%s): %s"+
-					"\n  fix: raise collect_max_bytes/collect_max_files under controller: in nodes.yaml, or have the tasks commit less; then run the project again",
-					strings.TrimPrefix(MergeRef(p.Name), "refs/heads/"), over.Msg))
-			} else if err != nil {
-				return false, fmt.Errorf("merge the task branches of %s: %w", p.Name, err)
-			}
-			from, files, overlaps, conflicts = taskBase{Commit: m.Commit}, m.Changed, m.Overlaps, m.Conflicts
-		} else {
-			merged := filepath.Join(runsDir, "merged")
-			files, conflicts, err = c.merge(ctx, p.Name, author, merged)
-			if err != nil {
-				return false, fmt.Errorf("merge outputs of %s: %w", p.Name, err)
-			}
-			from = taskBase{Dir: merged}
-		}
-		var buf bytes.Buffer
-		if err := templates.ExecuteTemplate(&buf, "integration.md", map[string]any{
-			"Project": p.Name, "Tasks": author, "Files": files, "Conflicts": conflicts, "Overlaps": overlaps, "Git": opts.Repo != nil}); err != nil {
-			return false, err
-		}
-		msg := fmt.Sprintf("merged %d files from %d tasks, %d conflicts", len(files), len(author), len(conflicts))
-		if opts.Repo != nil {
-			msg = fmt.Sprintf("merged the branches of %d tasks (%d files changed, %d by more than one task), %d conflicts",
-				len(author), len(files), len(overlaps), len(conflicts))
-			for _, o := range overlaps {
-				msg += fmt.Sprintf("; %s changed by %s", o.Path, strings.Join(o.Tasks, ", "))
-			}
-		}
-		return false, c.startPhaseTask(ctx, p, opts, store.IntegrationID, "integration", "Integrate the outputs", buf.Bytes(), from, store.PhaseIntegration,
-			msg,
-			func(tx *store.Tx) error { return tx.PutConflicts(ctx, p.Name, conflicts) })
+		return phaseStep{action: phaseIntegrate}
 
 	case store.PhaseIntegration:
-		s99, ok := byID[store.IntegrationID]
-		if !ok || !done(s99) {
-			return false, nil
+		s99, ok := in.phaseTasks[store.IntegrationID]
+		switch {
+		case !ok || !in.done(s99):
+			return phaseStep{action: phaseWait}
+		case s99.Status != store.Completed:
+			return phaseStep{action: phaseFinish, result: store.ResultFailed, note: "integration task " + store.IntegrationID + " " + s99.Status}
 		}
-		if s99.Status != store.Completed {
-			return true, c.finish(ctx, p, store.ResultFailed, "integration task "+store.IntegrationID+" "+s99.Status)
+		tree := resultOf(in.runsDir, s99, in.runs)
+		switch {
+		case !in.opts.Verification:
+			return phaseStep{action: phaseFinish, result: result(true), final: &tree}
+		case in.budget != "":
+			return budget
 		}
-		tree := resultOf(runsDir, s99, runs)
-		if !opts.Verification {
-			if err := c.final(ctx, p, opts, tree); err != nil {
-				return false, err
-			}
-			return true, c.finish(ctx, p, result(true), "")
-		}
-		if stop, err := overBudget(); stop {
-			return err == nil, err
-		}
-		return false, c.startVerification(ctx, p, opts, author, 1, tree, nil)
+		return phaseStep{action: phaseVerify, round: 1, tree: tree}
 
 	case store.PhaseVerification, store.PhaseFix:
-		round := 0
-		for round+1 < 100 {
-			if _, ok := byID[verifyID(round+1)]; !ok {
-				break
-			}
-			round++
-		}
+		round := lastRound(in.phaseTasks)
 		if round == 0 {
-			return false, fmt.Errorf("project %s is in phase %s without a verification task", p.Name, p.Phase)
+			return phaseStep{err: fmt.Errorf("in phase %s without a verification task", in.phase)}
 		}
-		v := byID[verifyID(round)]
-		if p.Phase == store.PhaseFix {
-			f, ok := byID[fixID(round)]
-			if !ok || !done(f) {
-				return false, nil
+		v := in.phaseTasks[verifyID(round)]
+		verified := baseOf(v)
+		if in.phase == store.PhaseFix {
+			f, ok := in.phaseTasks[fixID(round)]
+			switch {
+			case !ok || !in.done(f):
+				return phaseStep{action: phaseWait}
+			case f.Status != store.Completed:
+				return phaseStep{action: phaseFinish, result: store.ResultFailed, note: "fix task " + f.ID + " " + f.Status, final: &verified}
+			case in.budget != "":
+				return budget
 			}
-			if f.Status != store.Completed {
-				if err := c.final(ctx, p, opts, baseOf(v)); err != nil {
-					return false, err
-				}
-				return true, c.finish(ctx, p, store.ResultFailed, "fix task "+f.ID+" "+f.Status)
-			}
-			verdicts, err := c.st.Verdicts(ctx, p.Name)
-			if err != nil {
-				// A fix round with no issues would verify the same tree again.
-				return false, fmt.Errorf("project %s: read the verdict of round %d: %w", p.Name, round, err)
-			}
-			var issues []string
-			if len(verdicts) > 0 {
-				issues = verdicts[len(verdicts)-1].Issues
-			}
-			if stop, err := overBudget(); stop {
-				return err == nil, err
-			}
-			return false, c.startVerification(ctx, p, opts, author, round+1, resultOf(runsDir, f, runs), issues)
+			return phaseStep{action: phaseVerify, round: round + 1, tree: resultOf(in.runsDir, f, in.runs), issues: in.lastIssues}
 		}
-		if !done(v) {
-			return false, nil
+		if !in.done(v) || in.verdict == nil {
+			return phaseStep{action: phaseWait}
 		}
-		verdict := readVerdict(v, c.verdictReader(ctx, runsDir, opts, v, runs))
-		verdict.Round = round
+		step := phaseStep{verdict: in.verdict, verifier: v}
+		switch {
+		case in.verdict.Pass || round > in.opts.MaxFixRounds:
+			// The final tree is the last one verified.
+			step.action, step.result, step.final = phaseFinish, result(in.verdict.Pass), &verified
+			if !in.verdict.Pass {
+				step.note = fmt.Sprintf("verification failed after %d fix round(s) (max_fix_rounds)", in.opts.MaxFixRounds)
+			}
+		case in.budget != "":
+			step.action, step.note = phaseBudget, in.budget
+		default:
+			step.action, step.round, step.tree, step.issues = phaseFix, round, verified, in.verdict.Issues
+		}
+		return step
+	}
+	return phaseStep{action: phaseWait}
+}
+
+// doPhase carries out the phase machine's step for p; true when the
+// project finished.
+func (c *Controller) doPhase(ctx context.Context, p store.Project, in phaseInput, step phaseStep) (bool, error) {
+	if step.err != nil {
+		return false, fmt.Errorf("project %s is %w", p.Name, step.err)
+	}
+	if v := step.verdict; v != nil {
 		if err := c.st.Update(ctx, func(tx *store.Tx) error {
-			if err := tx.PutVerdict(ctx, p.Name, verdict); err != nil {
+			if err := tx.PutVerdict(ctx, p.Name, *v); err != nil {
 				return err
 			}
 			msg := "verification passed"
-			if !verdict.Pass {
-				msg = fmt.Sprintf("verification failed: %d issue(s)", len(verdict.Issues))
+			if !v.Pass {
+				msg = fmt.Sprintf("verification failed: %d issue(s)", len(v.Issues))
 			}
-			return tx.Event(ctx, store.Event{Project: p.Name, Task: v.ID, Attempt: v.Attempt, Kind: "verdict", Message: msg})
+			return tx.Event(ctx, store.Event{Project: p.Name, Task: step.verifier.ID, Attempt: step.verifier.Attempt, Kind: "verdict", Message: msg})
 		}); err != nil {
 			return false, err
 		}
-		if verdict.Pass || round > opts.MaxFixRounds {
-			// The final tree is the last one verified.
-			if err := c.final(ctx, p, opts, baseOf(v)); err != nil {
+	}
+	switch step.action {
+	case phaseFinish:
+		if step.final != nil {
+			if err := c.final(ctx, p, in.opts, *step.final); err != nil {
 				return false, err
 			}
-			note := ""
-			if !verdict.Pass {
-				note = fmt.Sprintf("verification failed after %d fix round(s) (max_fix_rounds)", opts.MaxFixRounds)
-			}
-			return true, c.finish(ctx, p, result(verdict.Pass), note)
 		}
-		if stop, err := overBudget(); stop {
-			return err == nil, err
-		}
+		return true, c.finish(ctx, p, step.result, step.note)
+	case phaseBudget:
+		c.sendNotice(ctx, p.Name, notify.BudgetStopped, "", step.note+"; no further phase task starts")
+		return true, c.finish(ctx, p, store.ResultFailed, step.note)
+	case phaseIntegrate:
+		return c.integrate(ctx, p, in)
+	case phaseVerify:
+		return false, c.startVerification(ctx, p, in.opts, in.author, step.round, step.tree, step.issues)
+	case phaseFix:
 		var buf bytes.Buffer
 		if err := templates.ExecuteTemplate(&buf, "fix.md", map[string]any{
-			"Project": p.Name, "Round": round, "Issues": verdict.Issues}); err != nil {
+			"Project": p.Name, "Round": step.round, "Issues": step.issues}); err != nil {
 			return false, err
 		}
-		return false, c.startPhaseTask(ctx, p, opts, fixID(round), "fix", fmt.Sprintf("Fix the issues of verification %d", round),
-			buf.Bytes(), baseOf(v), store.PhaseFix, fmt.Sprintf("fix round %d of %d", round, opts.MaxFixRounds), nil)
+		return false, c.startPhaseTask(ctx, p, in.opts, fixID(step.round), "fix", fmt.Sprintf("Fix the issues of verification %d", step.round),
+			buf.Bytes(), step.tree, store.PhaseFix, fmt.Sprintf("fix round %d of %d", step.round, in.opts.MaxFixRounds), nil)
 	}
 	return false, nil
+}
+
+// integrate merges the author tasks' results (their branches, git-native;
+// their outputs into runs/<project>/merged/ otherwise) and starts S99 on
+// the merge.
+func (c *Controller) integrate(ctx context.Context, p store.Project, in phaseInput) (bool, error) {
+	opts, author := in.opts, in.author
+	var from taskBase
+	var files []string
+	var overlaps, conflicts []store.Conflict
+	if opts.Repo != nil {
+		m, err := c.mergeBranches(ctx, p.Name, opts.Repo, author, in.runs)
+		if err != nil {
+			return false, fmt.Errorf("merge the task branches of %s: %w", p.Name, err)
+		}
+		// The merge is checked out on the integration's node and is
+		// its result's start: held to the quotas each result is.
+		var over *gitrepo.Problem
+		if err := gitrepo.CheckTree(ctx, opts.Repo.Dir, m.Commit, c.limits()); errors.As(err, &over) && errors.Is(err, gitrepo.ErrOverLimit) {
+			return true, c.finish(ctx, p, store.ResultFailed, fmt.Sprintf("integration not started: the merge of the task branches (%s): %s"+
+				"\n  fix: raise collect_max_bytes/collect_max_files under controller: in nodes.yaml, or have the tasks commit less; then run the project again",
+				strings.TrimPrefix(MergeRef(p.Name), "refs/heads/"), over.Msg))
+		} else if err != nil {
+			return false, fmt.Errorf("merge the task branches of %s: %w", p.Name, err)
+		}
+		from, files, overlaps, conflicts = taskBase{Commit: m.Commit}, m.Changed, m.Overlaps, m.Conflicts
+	} else {
+		merged := filepath.Join(in.runsDir, "merged")
+		var err error
+		files, conflicts, err = c.merge(ctx, p.Name, author, merged)
+		if err != nil {
+			return false, fmt.Errorf("merge outputs of %s: %w", p.Name, err)
+		}
+		from = taskBase{Dir: merged}
+	}
+	var buf bytes.Buffer
+	if err := templates.ExecuteTemplate(&buf, "integration.md", map[string]any{
+		"Project": p.Name, "Tasks": author, "Files": files, "Conflicts": conflicts, "Overlaps": overlaps, "Git": opts.Repo != nil}); err != nil {
+		return false, err
+	}
+	msg := fmt.Sprintf("merged %d files from %d tasks, %d conflicts", len(files), len(author), len(conflicts))
+	if opts.Repo != nil {
+		msg = fmt.Sprintf("merged the branches of %d tasks (%d files changed, %d by more than one task), %d conflicts",
+			len(author), len(files), len(overlaps), len(conflicts))
+		for _, o := range overlaps {
+			msg += fmt.Sprintf("; %s changed by %s", o.Path, strings.Join(o.Tasks, ", "))
+		}
+	}
+	return false, c.startPhaseTask(ctx, p, opts, store.IntegrationID, "integration", "Integrate the outputs", buf.Bytes(), from, store.PhaseIntegration,
+		msg,
+		func(tx *store.Tx) error { return tx.PutConflicts(ctx, p.Name, conflicts) })
 }
 
 func (c *Controller) startVerification(ctx context.Context, p store.Project, opts store.ProjectOptions, author []store.Task, round int, tree taskBase, previous []string) error {

@@ -1,0 +1,115 @@
+package controller
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+// TestDecidePhase: the phase machine as a decision table, over a
+// project's settled tasks alone (no store, no process).
+func TestDecidePhase(t *testing.T) {
+	task := func(id, status string) store.Task {
+		return store.Task{ID: id, Status: status, Attempt: 1, BaseDir: "/base/" + id}
+	}
+	phase := func(ts ...store.Task) map[string]store.Task {
+		m := map[string]store.Task{}
+		for _, t := range ts {
+			m[t.ID] = t
+		}
+		return m
+	}
+	pass := &store.Verdict{Pass: true}
+	fail := &store.Verdict{Issues: []string{"tests fail"}}
+	const running = store.Running
+	for _, tc := range []struct {
+		name    string
+		in      phaseInput
+		want    string
+		verdict bool // the verdict is recorded
+	}{
+		{"no integration", phaseInput{phase: store.PhaseImplementation, allCompleted: true}, "finish passed", false},
+		{"no integration, a task failed", phaseInput{phase: store.PhaseImplementation}, "finish failed", false},
+		{"a task failed, the budget canceled others", phaseInput{phase: store.PhaseImplementation, opts: store.ProjectOptions{Integration: true}, budget: "budget spent"},
+			"budget: budget spent", false},
+		{"a task failed", phaseInput{phase: store.PhaseImplementation, opts: store.ProjectOptions{Integration: true}},
+			"finish failed: integration skipped: not every task completed (dispatch start --integrate-partial runs it anyway)", false},
+		{"a task failed, --integrate-partial", phaseInput{phase: store.PhaseImplementation, opts: store.ProjectOptions{Integration: true, IntegratePartial: true}},
+			"integrate", false},
+		{"all completed, over budget", phaseInput{phase: store.PhaseImplementation, allCompleted: true, opts: store.ProjectOptions{Integration: true}, budget: "b"},
+			"budget: b", false},
+		{"all completed", phaseInput{phase: store.PhaseImplementation, allCompleted: true, opts: store.ProjectOptions{Integration: true}}, "integrate", false},
+
+		{"S99 runs", phaseInput{phase: store.PhaseIntegration, phaseTasks: phase(task("S99", running))}, "wait", false},
+		{"S99 failed", phaseInput{phase: store.PhaseIntegration, phaseTasks: phase(task("S99", store.Failed))}, "finish failed: integration task S99 failed", false},
+		{"S99 done, no verification", phaseInput{phase: store.PhaseIntegration, allCompleted: true, runsDir: "/runs", phaseTasks: phase(task("S99", store.Completed))},
+			"finish passed final=/runs/S99/output", false},
+		{"S99 done, over budget", phaseInput{phase: store.PhaseIntegration, allCompleted: true, budget: "b", opts: store.ProjectOptions{Verification: true},
+			phaseTasks: phase(task("S99", store.Completed))}, "budget: b", false},
+		{"S99 done", phaseInput{phase: store.PhaseIntegration, allCompleted: true, runsDir: "/runs", opts: store.ProjectOptions{Verification: true},
+			phaseTasks: phase(task("S99", store.Completed))}, "verify 1 on /runs/S99/output", false},
+
+		{"no verification task", phaseInput{phase: store.PhaseVerification}, "error: in phase verification without a verification task", false},
+		{"V01 runs", phaseInput{phase: store.PhaseVerification, phaseTasks: phase(task("V01", running))}, "wait", false},
+		{"V01 passed", phaseInput{phase: store.PhaseVerification, allCompleted: true, verdict: pass, phaseTasks: phase(task("V01", store.Completed))},
+			"finish passed final=/base/V01", true},
+		{"V01 failed, a fix round left", phaseInput{phase: store.PhaseVerification, opts: store.ProjectOptions{MaxFixRounds: 1}, verdict: fail,
+			phaseTasks: phase(task("V01", store.Completed))}, "fix 1 on /base/V01 [tests fail]", true},
+		{"V01 failed, over budget", phaseInput{phase: store.PhaseVerification, opts: store.ProjectOptions{MaxFixRounds: 1}, verdict: fail, budget: "b",
+			phaseTasks: phase(task("V01", store.Completed))}, "budget: b", true},
+		{"V02 failed, no fix round left", phaseInput{phase: store.PhaseVerification, opts: store.ProjectOptions{MaxFixRounds: 1}, verdict: fail,
+			phaseTasks: phase(task("V01", store.Completed), task("F01", store.Completed), task("V02", store.Completed))},
+			"finish failed: verification failed after 1 fix round(s) (max_fix_rounds) final=/base/V02", true},
+
+		{"F01 runs", phaseInput{phase: store.PhaseFix, phaseTasks: phase(task("V01", store.Completed), task("F01", running))}, "wait", false},
+		{"F01 failed", phaseInput{phase: store.PhaseFix, phaseTasks: phase(task("V01", store.Completed), task("F01", store.Failed))},
+			"finish failed: fix task F01 failed final=/base/V01", false},
+		{"F01 done, over budget", phaseInput{phase: store.PhaseFix, budget: "b", phaseTasks: phase(task("V01", store.Completed), task("F01", store.Completed))},
+			"budget: b", false},
+		{"F01 done", phaseInput{phase: store.PhaseFix, runsDir: "/runs", lastIssues: []string{"tests fail"},
+			phaseTasks: phase(task("V01", store.Completed), task("F01", store.Completed))}, "verify 2 on /runs/F01/output [tests fail]", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.in.done == nil {
+				tc.in.done = func(t store.Task) bool { return store.Terminal(t.Status) }
+			}
+			step := decidePhase(tc.in)
+			if got := describeStep(step); got != tc.want || (step.verdict != nil) != tc.verdict {
+				t.Errorf("got %q (verdict recorded: %v), want %q (%v)", got, step.verdict != nil, tc.want, tc.verdict)
+			}
+		})
+	}
+}
+
+// describeStep writes a phase step for the table.
+func describeStep(s phaseStep) string {
+	tree := func(b taskBase) string { return b.Dir + b.Commit }
+	issues := ""
+	if len(s.issues) > 0 {
+		issues = " [" + strings.Join(s.issues, "; ") + "]"
+	}
+	switch {
+	case s.err != nil:
+		return "error: " + s.err.Error()
+	case s.action == phaseWait:
+		return "wait"
+	case s.action == phaseBudget:
+		return "budget: " + s.note
+	case s.action == phaseIntegrate:
+		return "integrate"
+	case s.action == phaseVerify:
+		return fmt.Sprintf("verify %d on %s%s", s.round, tree(s.tree), issues)
+	case s.action == phaseFix:
+		return fmt.Sprintf("fix %d on %s%s", s.round, tree(s.tree), issues)
+	}
+	out := "finish " + s.result
+	if s.note != "" {
+		out += ": " + s.note
+	}
+	if s.final != nil {
+		out += " final=" + tree(*s.final)
+	}
+	return out
+}
