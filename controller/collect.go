@@ -147,101 +147,13 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 		}
 	}
 	if current && gitTask == nil {
-		files, err := c.walk(ctx, n, path.Join(src, "output"))
-		switch {
-		case errors.Is(err, nodes.ErrNotFollowed):
-			refused = permanent(fmt.Errorf("output/ is not a directory, and a symbolic link is never followed: nothing of it collected (%w)", err))
-		case err != nil && !errors.Is(err, fs.ErrNotExist):
+		if manifest, refused, err = c.collectOutput(ctx, n, r, src, tmp, room); err != nil {
 			return err
-		}
-		if refused == nil {
-			refused = c.checkQuota(files)
-		}
-		if refused == nil {
-			if room, err = c.checkFreeSpace(readmodel.RunsDir(c.opts.Home, r.Project), files); err != nil {
-				return err
-			}
-		}
-		var total int64
-		if refused == nil && regularFiles(files) > tarThreshold {
-			// Many files travel as one archive: one transfer instead of
-			// one per file.
-			limit, byRoom := maxBytes, room < maxBytes
-			if byRoom {
-				limit = room
-			}
-			manifest, err = c.fetchTree(ctx, n, r, path.Join(src, "output"), filepath.Join(tmp, "output"), files, limit)
-			if byRoom && errors.Is(err, errOverQuota) {
-				return c.noRoom(r.Project, "output/")
-			}
-			if err != nil {
-				return err
-			}
-			files = nil // fetched
-		}
-		for _, f := range files {
-			if refused != nil {
-				break
-			}
-			if !f.Mode.IsRegular() {
-				continue // symlinks and the like are not copied off a node
-			}
-			local, err := safeJoin(filepath.Join(tmp, "output"), f.Path)
-			if err != nil {
-				return err
-			}
-			// The file may have grown since the listing: the quota holds
-			// for what is actually copied.
-			// And so does the free space the controller keeps.
-			limit, byRoom := maxBytes-total, room-total < maxBytes-total
-			if byRoom {
-				limit = room - total
-			}
-			sum, size, err := c.fetch(ctx, n, path.Join(src, "output", f.Path), local, f.Mode.Perm(), limit)
-			if byRoom && errors.Is(err, errOverQuota) {
-				return c.noRoom(r.Project, "output/")
-			}
-			if err != nil {
-				return err
-			}
-			total += size
-			manifest = append(manifest, store.File{Project: r.Project, Task: r.Task, Attempt: r.Attempt, Path: f.Path, Size: size, SHA256: sum})
-		}
-		if refused != nil {
-			manifest = nil
-			if err := os.RemoveAll(filepath.Join(tmp, "output")); err != nil {
-				return err
-			}
-			if err := os.Mkdir(filepath.Join(tmp, "output"), 0o755); err != nil {
-				return err
-			}
 		}
 	}
 	crashPoint(CrashMidCollect)
-	// Everything is on local disk now; move it into place.
-	if err := os.MkdirAll(attemptDir, 0o755); err != nil {
+	if err := placeCollected(tmp, dest, attemptDir, current, gitTask != nil); err != nil {
 		return err
-	}
-	if err := copyFile(filepath.Join(tmp, "task.log"), filepath.Join(attemptDir, "task.log")); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	if current {
-		if err := os.RemoveAll(filepath.Join(dest, "output")); err != nil {
-			return err
-		}
-		if gitTask != nil {
-			// Its result is the branch; the diffstat says what it holds.
-			if err := os.Rename(filepath.Join(tmp, "diffstat.txt"), filepath.Join(dest, "diffstat.txt")); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return err
-			}
-		} else if err := os.Rename(filepath.Join(tmp, "output"), filepath.Join(dest, "output")); err != nil {
-			return err
-		}
-		// Replaced whole, never written in place: an ended run's archive
-		// may hold a hard link to the file it replaces.
-		if err := os.Rename(filepath.Join(tmp, "task.log"), filepath.Join(dest, "task.log")); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
 	}
 	if refused != nil {
 		if err := c.st.Update(ctx, func(tx *store.Tx) error {
@@ -262,6 +174,117 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 		}
 		return tx.SetRun(ctx, r.Project, r.Task, r.Attempt, store.RunPatch{CollectedAt: new(tx.Now())})
 	})
+}
+
+// collectOutput fetches the current attempt's output/ from src on n into
+// tmp/output (one archive for many files, else file by file), held to
+// collect_max_bytes and to room, the free space the controller keeps. A
+// refused output/ (over quota, a symbolic link) is left empty and
+// returned as refused: the task fails, its task.log still collected.
+func (c *Controller) collectOutput(ctx context.Context, n *nodeRuntime, r store.Run, src, tmp string, room int64) (manifest []store.File, refused, err error) {
+	maxBytes := c.config().Controller.CollectMaxBytes
+	files, err := c.walk(ctx, n, path.Join(src, "output"))
+	switch {
+	case errors.Is(err, nodes.ErrNotFollowed):
+		refused = permanent(fmt.Errorf("output/ is not a directory, and a symbolic link is never followed: nothing of it collected (%w)", err))
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return nil, nil, err
+	}
+	if refused == nil {
+		refused = c.checkQuota(files)
+	}
+	if refused == nil {
+		if room, err = c.checkFreeSpace(readmodel.RunsDir(c.opts.Home, r.Project), files); err != nil {
+			return nil, nil, err
+		}
+	}
+	var total int64
+	if refused == nil && regularFiles(files) > tarThreshold {
+		// Many files travel as one archive: one transfer instead of
+		// one per file.
+		limit, byRoom := maxBytes, room < maxBytes
+		if byRoom {
+			limit = room
+		}
+		manifest, err = c.fetchTree(ctx, n, r, path.Join(src, "output"), filepath.Join(tmp, "output"), files, limit)
+		if byRoom && errors.Is(err, errOverQuota) {
+			return nil, nil, c.noRoom(r.Project, "output/")
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		files = nil // fetched
+	}
+	for _, f := range files {
+		if refused != nil {
+			break
+		}
+		if !f.Mode.IsRegular() {
+			continue // symlinks and the like are not copied off a node
+		}
+		local, err := safeJoin(filepath.Join(tmp, "output"), f.Path)
+		if err != nil {
+			return nil, nil, err
+		}
+		// The file may have grown since the listing: the quota holds
+		// for what is actually copied.
+		// And so does the free space the controller keeps.
+		limit, byRoom := maxBytes-total, room-total < maxBytes-total
+		if byRoom {
+			limit = room - total
+		}
+		sum, size, err := c.fetch(ctx, n, path.Join(src, "output", f.Path), local, f.Mode.Perm(), limit)
+		if byRoom && errors.Is(err, errOverQuota) {
+			return nil, nil, c.noRoom(r.Project, "output/")
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		total += size
+		manifest = append(manifest, store.File{Project: r.Project, Task: r.Task, Attempt: r.Attempt, Path: f.Path, Size: size, SHA256: sum})
+	}
+	if refused != nil {
+		manifest = nil
+		if err := os.RemoveAll(filepath.Join(tmp, "output")); err != nil {
+			return nil, nil, err
+		}
+		if err := os.Mkdir(filepath.Join(tmp, "output"), 0o755); err != nil {
+			return nil, nil, err
+		}
+	}
+	return manifest, refused, nil
+}
+
+// placeCollected moves what was collected into tmp into place: the
+// attempt's task.log under dest/attempts/<N>/ and, for the current
+// attempt, its output/ (git-native: its diffstat) and task.log in dest.
+func placeCollected(tmp, dest, attemptDir string, current, git bool) error {
+	// Everything is on local disk now; move it into place.
+	if err := os.MkdirAll(attemptDir, 0o755); err != nil {
+		return err
+	}
+	if err := copyFile(filepath.Join(tmp, "task.log"), filepath.Join(attemptDir, "task.log")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if current {
+		if err := os.RemoveAll(filepath.Join(dest, "output")); err != nil {
+			return err
+		}
+		if git {
+			// Its result is the branch; the diffstat says what it holds.
+			if err := os.Rename(filepath.Join(tmp, "diffstat.txt"), filepath.Join(dest, "diffstat.txt")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		} else if err := os.Rename(filepath.Join(tmp, "output"), filepath.Join(dest, "output")); err != nil {
+			return err
+		}
+		// Replaced whole, never written in place: an ended run's archive
+		// may hold a hard link to the file it replaces.
+		if err := os.Rename(filepath.Join(tmp, "task.log"), filepath.Join(dest, "task.log")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 // remoteArchive runs argv, a wrapper command that writes the file archive
