@@ -43,52 +43,11 @@ func newRun(ctx context.Context, st *store.Store, cfg *nodes.Config, home string
 	if err != nil {
 		return res, err
 	}
-	type key struct {
-		task    string
-		attempt int
-	}
-	attemptOf := map[key]store.Run{}
+	attemptOf := map[attemptKey]store.Run{}
 	for _, r := range attempts {
-		attemptOf[key{r.Task, r.Attempt}] = r
+		attemptOf[attemptKey{r.Task, r.Attempt}] = r
 	}
-	var author []store.Task
-	var cands []reuseCandidate
-	inSpecs := map[string]bool{}
-	for _, t := range p.Tasks {
-		if store.IsPhaseID(t.ID) {
-			continue
-		}
-		nt := storeTask(p, t, cfg)
-		if p.Config.Base != "" {
-			nt.BaseDir = filepath.Join(p.Dir, p.Config.Base)
-		}
-		if opts.Repo != nil {
-			nt.BaseCommit = opts.Repo.Commit
-		}
-		author = append(author, nt)
-		inSpecs[t.ID] = true
-		c := reuseCandidate{ID: t.ID, DependsOn: nt.DependsOn}
-		o, ok := have[t.ID]
-		if !ok {
-			c.New = true
-			cands = append(cands, c)
-			continue
-		}
-		r := attemptOf[key{o.ID, o.Attempt}]
-		c.Status, c.FromRun = o.Status, old.Run
-		if r.Run > 0 {
-			c.FromRun = r.Run
-		}
-		c.Ran, _ = decodeInputs(r.Inputs)
-		c.Now = inputs{Spec: nt.SpecHash, Base: baseOfTask(nt, opts), Tool: nt.Tool, Model: nt.Model}
-		if c.Ran != nil {
-			c.Now.Mode = c.Ran.Mode
-			env, known := modeEnvNames(cfg, c.Ran.Mode)
-			c.Now.Env, c.ModeGone = env, !known
-		}
-		c.Result = resultOfTask(o.Attempt, r.Commit)
-		cands = append(cands, c)
-	}
+	author, cands, inSpecs := reuseCandidates(cfg, p, opts, old, have, attemptOf)
 	fresh := ""
 	switch {
 	case so.Fresh && (so.Trigger == TriggerSchedule || so.Trigger == TriggerCatchUp):
@@ -124,7 +83,7 @@ func newRun(ctx context.Context, st *store.Store, cfg *nodes.Config, home string
 		samePhase(old, opts)
 	if res.AllReused {
 		for _, id := range phase {
-			reused[id] = attemptOf[key{id, have[id].Attempt}].Run
+			reused[id] = attemptOf[attemptKey{id, have[id].Attempt}].Run
 		}
 	}
 
@@ -134,54 +93,8 @@ func newRun(ctx context.Context, st *store.Store, cfg *nodes.Config, home string
 		return res, fmt.Errorf("archive run %d of %s: %w", old.Run, p.Name, err)
 	}
 	crashPoint(CrashAfterArchive)
-	byID := map[string]store.Task{}
-	for _, t := range author {
-		byID[t.ID] = t
-	}
-	err = st.Update(ctx, func(tx *store.Tx) error {
-		msg := fmt.Sprintf("run %d started (%s): %d task(s) to run, %d reused", res.Run, opts.Trigger, len(res.Reasons), len(res.Reused))
-		if _, err := tx.BeginRun(ctx, p.Name, options, msg); err != nil {
-			return err
-		}
-		for _, c := range cands {
-			nt := byID[c.ID]
-			switch {
-			case c.New:
-				res.Added++
-				if err := tx.InsertTask(ctx, nt); err != nil {
-					return err
-				}
-			case decisions[c.ID].Reuse:
-				if err := tx.Reuse(ctx, nt, c.FromRun); err != nil {
-					return err
-				}
-			default:
-				if err := tx.RunAgain(ctx, nt, decisions[c.ID].Reason); err != nil {
-					return err
-				}
-			}
-		}
-		if len(removed) > 0 {
-			if err := tx.DeleteTasks(ctx, p.Name, removed, "no longer in the project's specs"); err != nil {
-				return err
-			}
-		}
-		if !res.AllReused {
-			if len(phase) > 0 {
-				return tx.DeleteTasks(ctx, p.Name, phase, "a new run makes its integration phase afresh")
-			}
-			return nil
-		}
-		for _, id := range phase {
-			if err := tx.Reuse(ctx, have[id], reused[id]); err != nil {
-				return err
-			}
-		}
-		return tx.SetProject(ctx, p.Name, store.ProjectPatch{State: new(store.ProjectDone), Phase: new(store.PhaseDone),
-			Result: new(store.ResultPassed), FinalCommit: new(old.FinalCommit), FinishedAt: new(tx.Now())},
-			fmt.Sprintf("nothing changed since run %d: every result reused; run %d passed", res.PrevRun, res.Run))
-	})
-	if err != nil || !res.AllReused {
+	plan := runPlan{options: options, author: author, cands: cands, decisions: decisions, removed: removed, phase: phase, reused: reused, have: have}
+	if err := st.Update(ctx, func(tx *store.Tx) error { return writeRun(ctx, tx, p.Name, opts, old, plan, &res) }); err != nil || !res.AllReused {
 		return res, err
 	}
 	r, err := readmodel.BuildReport(ctx, st, cfg, home, p.Name, st.Now())
@@ -190,6 +103,123 @@ func newRun(ctx context.Context, st *store.Store, cfg *nodes.Config, home string
 	}
 	_, err = readmodel.WriteReport(r, home)
 	return res, err
+}
+
+// attemptKey names an attempt of a task.
+type attemptKey struct {
+	task    string
+	attempt int
+}
+
+// reuseCandidates are the project's author tasks as the new run makes
+// them, and each one as decideReuse weighs it: new, or what its last
+// attempt ran (attemptOf) against what it would run now; inSpecs names
+// the tasks the specs hold.
+func reuseCandidates(cfg *nodes.Config, p *spec.Project, opts store.ProjectOptions, old store.Project, have map[string]store.Task,
+	attemptOf map[attemptKey]store.Run) (author []store.Task, cands []reuseCandidate, inSpecs map[string]bool) {
+	inSpecs = map[string]bool{}
+	for _, t := range p.Tasks {
+		if store.IsPhaseID(t.ID) {
+			continue
+		}
+		nt := storeTask(p, t, cfg)
+		if p.Config.Base != "" {
+			nt.BaseDir = filepath.Join(p.Dir, p.Config.Base)
+		}
+		if opts.Repo != nil {
+			nt.BaseCommit = opts.Repo.Commit
+		}
+		author = append(author, nt)
+		inSpecs[t.ID] = true
+		c := reuseCandidate{ID: t.ID, DependsOn: nt.DependsOn}
+		o, ok := have[t.ID]
+		if !ok {
+			c.New = true
+			cands = append(cands, c)
+			continue
+		}
+		r := attemptOf[attemptKey{o.ID, o.Attempt}]
+		c.Status, c.FromRun = o.Status, old.Run
+		if r.Run > 0 {
+			c.FromRun = r.Run
+		}
+		c.Ran, _ = decodeInputs(r.Inputs)
+		c.Now = inputs{Spec: nt.SpecHash, Base: baseOfTask(nt, opts), Tool: nt.Tool, Model: nt.Model}
+		if c.Ran != nil {
+			c.Now.Mode = c.Ran.Mode
+			env, known := modeEnvNames(cfg, c.Ran.Mode)
+			c.Now.Env, c.ModeGone = env, !known
+		}
+		c.Result = resultOfTask(o.Attempt, r.Commit)
+		cands = append(cands, c)
+	}
+	return author, cands, inSpecs
+}
+
+// runPlan is what a new run writes: its options, the author tasks, each
+// one's reuse decision, the tasks removed from the specs, the phase tasks
+// of the last run and the runs the reused results come from.
+type runPlan struct {
+	options   string
+	author    []store.Task
+	cands     []reuseCandidate
+	decisions map[string]reuseDecision
+	removed   []string
+	phase     []string
+	reused    map[string]int
+	have      map[string]store.Task
+}
+
+// writeRun begins the new run of project in tx as plan says: new tasks
+// inserted, reused ones kept, the others run again, removed ones deleted,
+// the phase made afresh, or, when every result is reused, the run passed
+// at once.
+func writeRun(ctx context.Context, tx *store.Tx, project string, opts store.ProjectOptions, old store.Project, plan runPlan, res *SyncResult) error {
+	byID := map[string]store.Task{}
+	for _, t := range plan.author {
+		byID[t.ID] = t
+	}
+	msg := fmt.Sprintf("run %d started (%s): %d task(s) to run, %d reused", res.Run, opts.Trigger, len(res.Reasons), len(res.Reused))
+	if _, err := tx.BeginRun(ctx, project, plan.options, msg); err != nil {
+		return err
+	}
+	for _, c := range plan.cands {
+		nt := byID[c.ID]
+		switch {
+		case c.New:
+			res.Added++
+			if err := tx.InsertTask(ctx, nt); err != nil {
+				return err
+			}
+		case plan.decisions[c.ID].Reuse:
+			if err := tx.Reuse(ctx, nt, c.FromRun); err != nil {
+				return err
+			}
+		default:
+			if err := tx.RunAgain(ctx, nt, plan.decisions[c.ID].Reason); err != nil {
+				return err
+			}
+		}
+	}
+	if len(plan.removed) > 0 {
+		if err := tx.DeleteTasks(ctx, project, plan.removed, "no longer in the project's specs"); err != nil {
+			return err
+		}
+	}
+	if !res.AllReused {
+		if len(plan.phase) > 0 {
+			return tx.DeleteTasks(ctx, project, plan.phase, "a new run makes its integration phase afresh")
+		}
+		return nil
+	}
+	for _, id := range plan.phase {
+		if err := tx.Reuse(ctx, plan.have[id], plan.reused[id]); err != nil {
+			return err
+		}
+	}
+	return tx.SetProject(ctx, project, store.ProjectPatch{State: new(store.ProjectDone), Phase: new(store.PhaseDone),
+		Result: new(store.ResultPassed), FinalCommit: new(old.FinalCommit), FinishedAt: new(tx.Now())},
+		fmt.Sprintf("nothing changed since run %d: every result reused; run %d passed", res.PrevRun, res.Run))
 }
 
 // archiveRunDir keeps what run n left in dir (runs/<project>/) in
