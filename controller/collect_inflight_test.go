@@ -20,7 +20,7 @@ func TestNoRetryBesideItsPreviousAttemptsCollection(t *testing.T) {
 	mark := filepath.Join(t.TempDir(), "mark")
 	script := `if [ -e ` + mark + ` ]; then echo second > out.txt; else touch ` + mark + `; echo first > out.txt; yes filler-line | head -1500; exit 3; fi
 `
-	h := newHarness(t, fastYAML, shellProject(map[string]string{"S01-a.md": script}))
+	h := newHarness(t, unsandboxed(fastYAML, "the task leaves a mark outside its workspace for its retry"), shellProject(map[string]string{"S01-a.md": script}))
 	var slowed atomic.Bool
 	h.shape(&shapedTransport{get: func(p string, w io.Writer) (io.Writer, error) {
 		if strings.HasSuffix(p, "/p/tasks/S01/task.log") && slowed.CompareAndSwap(false, true) {

@@ -60,12 +60,8 @@ type harness struct {
 	ctl   *Controller
 }
 
-func newHarness(t *testing.T, nodesYAML string, specs map[string]string) *harness {
-	t.Helper()
-	home := t.TempDir()
-	work := filepath.Join(home, "work")
-	if nodesYAML == "" {
-		nodesYAML = `
+// defaultYAML is newHarness's nodes.yaml when a test gives none.
+const defaultYAML = `
 controller:
   retry_backoff: 10s
   retry_backoff_max: 1m
@@ -75,6 +71,33 @@ nodes:
     slots: 2
     work_dir: WORK
 `
+
+// unsandboxed sets sandbox: off, with why as its comment, on every node of
+// nodesYAML (defaultYAML when ""): for a test of dispatch, not of the
+// sandbox, whose task needs a side channel outside its workspace (a file
+// the test reads or a later attempt finds), which the default sandbox
+// (auto: bwrap where it works) takes away.
+func unsandboxed(nodesYAML, why string) string {
+	if nodesYAML == "" {
+		nodesYAML = defaultYAML
+	}
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(nodesYAML, "\n") {
+		b.WriteString(line)
+		if rest, ok := strings.CutPrefix(strings.TrimLeft(line, " "), "- name: "); ok && rest != "" {
+			indent := strings.Repeat(" ", len(line)-len(strings.TrimLeft(line, " "))+2)
+			fmt.Fprintf(&b, "%ssandbox: off # %s\n", indent, why)
+		}
+	}
+	return b.String()
+}
+
+func newHarness(t *testing.T, nodesYAML string, specs map[string]string) *harness {
+	t.Helper()
+	home := t.TempDir()
+	work := filepath.Join(home, "work")
+	if nodesYAML == "" {
+		nodesYAML = defaultYAML
 	}
 	nodesYAML = strings.ReplaceAll(nodesYAML, "WORK", work)
 	cfg, err := nodes.Parse("nodes.yaml", []byte(nodesYAML))

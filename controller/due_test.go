@@ -93,7 +93,7 @@ nodes:
 // claimed when its backoff ends; it used to wait for the next 30 s poll.
 func TestRetryStartsWhenDueNotAtThePoll(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "failed-once")
-	h := newHarness(t, dueYAML, shellProject(map[string]string{
+	h := newHarness(t, unsandboxed(dueYAML, "the task leaves a marker outside its workspace for its retry"), shellProject(map[string]string{
 		"S01-flaky.md": fmt.Sprintf("if [ -e '%s' ]; then echo ok; exit 0; fi\ntouch '%s'\nexit 3\n", marker, marker),
 	}))
 	onTheRealClock(h, nil, false)
@@ -155,7 +155,7 @@ func TestLostNodeRequeuesAtOnceWithoutARetry(t *testing.T) {
 `, 1)
 	// On n1 a task waits (until the test ends); on n2 it is done at once.
 	body := fmt.Sprintf("---\nmax_retries: 0\n---\nif [ \"$DISPATCH_NODE\" = n1 ]; then while [ ! -e '%s' ]; do sleep 0.1; done; touch '%s.seen'; fi\necho done\n", stop, stop)
-	h := newHarness(t, yaml, shellProject(map[string]string{"S01-a.md": body, "S02-b.md": body}))
+	h := newHarness(t, unsandboxed(yaml, "the task on n1 waits for a file the test writes outside its workspace"), shellProject(map[string]string{"S01-a.md": body, "S02-b.md": body}))
 	n1 := &switchable{Transport: nodes.NewLocal()}
 	onTheRealClock(h, map[string]nodes.Transport{"n1": n1}, false)
 	t.Cleanup(func() {

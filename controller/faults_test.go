@@ -138,7 +138,10 @@ nodes:
 `
 	dir := t.TempDir()
 	orphanFile, result := filepath.Join(dir, "orphan.pid"), filepath.Join(dir, "result")
-	h := newHarness(t, yaml, shellProject(map[string]string{
+	// Unsandboxed: the tool writes its orphan's pid outside its workspace,
+	// and the retry must see the orphan's process (a sandbox's pid
+	// namespace hides it).
+	h := newHarness(t, unsandboxed(yaml, "the tool writes its orphan's pid outside its workspace"), shellProject(map[string]string{
 		"S01-x.md": fmt.Sprintf(`if [ "$DISPATCH_ATTEMPT" = 1 ]; then sleep 300 & echo $! > '%[1]s'; wait; fi
 p=$(cat '%[1]s')
 s=$(ps -o stat= -p "$p")

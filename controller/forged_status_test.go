@@ -29,7 +29,8 @@ while :; do
   sleep 0.05
 done
 `
-	h := newHarness(t, "", shellProject(map[string]string{"S01-a.md": script, "S02-b.md": "sleep 60\n"}))
+	h := newHarness(t, unsandboxed("", "the attack needs the unconfined task's reach: its status.json, and its pid written outside its workspace"),
+		shellProject(map[string]string{"S01-a.md": script, "S02-b.md": "sleep 60\n"}))
 	h.tickUntil("S01 to be recorded completed", func() bool { return h.task("S01").Status == store.Completed })
 	b, err := os.ReadFile(pidFile)
 	if err != nil {

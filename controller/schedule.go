@@ -99,9 +99,10 @@ func taskLaunch(sandbox, network string, n nodes.Node) (sb, net string, ok bool,
 }
 
 // sandboxLaunch decides launch.json's sandbox for a task's sandbox
-// setting (on, off, auto, "") on a node's (on, off, auto): "bwrap" (must
-// be sandboxed), "auto" (where bwrap works) or "" (never). ok is false
-// when the task may not run on the node at all, and why says so.
+// setting (on, off, auto, "") on a node's (on, off, auto; "" is off, but
+// nodes.yaml's default is auto): "bwrap" (must be sandboxed), "auto"
+// (where bwrap works) or "" (never). ok is false when the task may not
+// run on the node at all, and why says so.
 func sandboxLaunch(task, node string) (launch string, ok bool, why string) {
 	switch {
 	case node == nodes.SandboxOn && task == nodes.SandboxOff:

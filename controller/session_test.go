@@ -35,7 +35,7 @@ nodes:
     ssh: %s@127.0.0.1:%d
     work_dir: %s
 `, c.User, s.Port, s.WorkDir)
-			h := newHarness(t, yaml, shellProject(map[string]string{
+			h := newHarness(t, unsandboxed(yaml, "the task counts its runs in a ledger outside its workspace"), shellProject(map[string]string{
 				"S01-x.md": fmt.Sprintf("echo \"$DISPATCH_ATTEMPT\" >> '%s'\n", ledger),
 			}))
 			env := nodes.SSHEnv{Home: c.Home, ConfigFile: c.SSHConfig, User: c.User}

@@ -62,7 +62,7 @@ func TestUnreadableProjectOptionsStopTheProject(t *testing.T) {
 func TestUnreadableVerdictStopsTheFixRound(t *testing.T) {
 	gate := filepath.Join(t.TempDir(), "go")
 	fail := "echo '{\"pass\": false, \"issues\": [\"broken\"]}' > verdict.json\n"
-	h := newHarness(t, "", map[string]string{
+	h := newHarness(t, unsandboxed("", "F01 waits for a file the test writes outside its workspace"), map[string]string{
 		"project.yaml": "tool: shell\nmax_fix_rounds: 2\n",
 		"S01-x.md":     "echo x > x.txt\n",
 		"S99-i.md":     "echo integrated > INTEGRATION.md\n",

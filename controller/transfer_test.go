@@ -241,7 +241,9 @@ func TestCollectNeverFollowsSymlinks(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(secret, ".ssh", "id_ed25519"), []byte(key), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, fastYAML, shellProject(map[string]string{
+	// The attacks are an unconfined task's: the sandbox would keep S01 from
+	// replacing its output/ and S03 from replacing its task.log.
+	h := newHarness(t, unsandboxed(fastYAML, "the tasks replace their output/ and task.log, which only an unconfined task can"), shellProject(map[string]string{
 		"S01-swap.md":   fmt.Sprintf("echo hi > kept.txt; cd .. && rm -rf output && ln -s '%s' output\n", secret),
 		"S02-inside.md": fmt.Sprintf("echo hi > kept.txt; ln -s '%s' home; ln -s '%s/.ssh/id_ed25519' key\n", secret, secret),
 		"S03-log.md":    fmt.Sprintf("echo hi > kept.txt; rm -f ../task.log; ln -s '%s/.ssh/id_ed25519' ../task.log\n", secret),

@@ -93,7 +93,8 @@ type Node struct {
 	// Sandbox is whether tasks run sandboxed here (issue 20): SandboxOn
 	// (always: a task that says sandbox: off cannot run here), SandboxAuto
 	// (where bwrap works; a task may say off) or SandboxOff (never: a
-	// task that says on cannot run here); "" (not set) is SandboxOff.
+	// task that says on cannot run here). nodes.yaml's default is
+	// SandboxAuto; "" (a Node not read from nodes.yaml) is SandboxOff.
 	Sandbox string
 	// SandboxPaths are the node's paths opened into its sandbox
 	// (sandbox_paths): toolchains and caches, each absolute or starting
@@ -523,7 +524,7 @@ func (p *parser) nodes(root *yaml.Node, kv pair) []Node {
 }
 
 func (p *parser) node(item *yaml.Node) (Node, bool) {
-	n := Node{Slots: defaultSlots, WorkDir: DefaultWorkDir, StrictHostKeyChecking: "yes", Line: item.Line}
+	n := Node{Slots: defaultSlots, WorkDir: DefaultWorkDir, Sandbox: SandboxAuto, StrictHostKeyChecking: "yes", Line: item.Line}
 	where := "node"
 	if name := peekName(item); name != "" {
 		where = fmt.Sprintf("node %q", name)

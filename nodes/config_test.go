@@ -16,7 +16,7 @@ import (
 func fixture(name string) string { return filepath.Join("testdata", name, "nodes.yaml") }
 
 func node(name string, line int, edit func(*Node)) Node {
-	n := Node{Name: name, Slots: 1, Spares: -1, WorkDir: "~/.dispatch/work", StrictHostKeyChecking: "yes", Line: line}
+	n := Node{Name: name, Slots: 1, Spares: -1, WorkDir: "~/.dispatch/work", Sandbox: SandboxAuto, StrictHostKeyChecking: "yes", Line: line}
 	if edit != nil {
 		edit(&n)
 	}
@@ -74,7 +74,7 @@ func TestLoad(t *testing.T) {
 			Nodes: []Node{{
 				Name: "gpu_box.2", SSH: "deploy@gpu.example.com:2222", Slots: 3, APIMode: "fast",
 				WorkDir: "/srv/dispatch", Tool: "mine", MinFreeMem: 512 << 20, Tags: []string{"gpu", "big-mem"},
-				Dangerous: true, StrictHostKeyChecking: "accept-new", Line: 15,
+				Dangerous: true, Sandbox: SandboxAuto, StrictHostKeyChecking: "accept-new", Line: 15,
 			}},
 			APIModes: map[string]APIMode{"fast": {
 				Env: map[string]string{"KEY": "${FAST_KEY}", "PRICE": "$$5", "N": "3"}, Dangerous: true,
@@ -475,7 +475,7 @@ func TestParseNetwork(t *testing.T) {
 		{"open", "network: open", "open", ""},
 		{"none with sandbox on", "sandbox: on\n    network: none", "none", ""},
 		{"none with sandbox auto", "sandbox: auto\n    network: none", "none", ""},
-		{"none without sandbox", "network: none", "", `node "a": network: none needs the sandbox, and the node has sandbox: off`},
+		{"none with the default sandbox (auto)", "network: none", "none", ""},
 		{"none with sandbox off", "sandbox: off\n    network: none", "", `node "a": network: none needs the sandbox, and the node has sandbox: off`},
 		{"allow list", "sandbox: on\n    network: {allow: ['127.0.0.1:443', 'API.example.com:443']}", "allow:127.0.0.1:443,api.example.com:443", ""},
 		{"allow list with sandbox off", "sandbox: off\n    network: {allow: []}", "", `node "a": network: {allow: [...]} needs the sandbox, and the node has sandbox: off`},

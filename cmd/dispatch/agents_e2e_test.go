@@ -81,6 +81,7 @@ routes:
   verification: codex
   fix: codex
 `, c.User, glm.Port, glm.WorkDir, cdx.Port, cdx.WorkDir))
+	unsandboxed(t, h.home, "the fake agent CLIs live under /tmp, which the sandbox replaces")
 	dir := filepath.Join(h.home, "specs", "app")
 	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: claude\n")
 	writeFile(t, filepath.Join(dir, "SHARED_CONTEXT.md"), "## Conventions\nUse tabs. CONTEXT-MARKER-CONVENTIONS\n\n## Database\nPostgres 16. CONTEXT-MARKER-DATABASE\n")

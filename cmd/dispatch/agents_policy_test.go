@@ -48,7 +48,7 @@ func policyHome(t *testing.T, node, extra string) (*sshHome, *sshdtest.Server) {
 // stall_timeout is stopped and retried as stalled; one that keeps writing
 // for longer is left alone.
 func TestStalledAgentIsRetried(t *testing.T) {
-	h, srv := policyHome(t, "", "")
+	h, srv := policyHome(t, "    sandbox: off # the stalled tool writes its pid outside its workspace\n", "")
 	dir := filepath.Join(h.home, "specs", "p")
 	writeFile(t, filepath.Join(dir, "project.yaml"), "integration: false\nstall_timeout: 2s\n")
 	writeFile(t, filepath.Join(dir, "S01-quiet.md"), "# Quiet on its first attempt\necho \"attempt $DISPATCH_ATTEMPT\"\n"+

@@ -77,6 +77,7 @@ func TestControllerKilledAtEveryCrashPoint(t *testing.T) {
 		t.Run(strings.ReplaceAll(point, ":", "_"), func(t *testing.T) {
 			t.Parallel()
 			home, _ := newLocalHome(t)
+			unsandboxed(t, home, "each task counts its starts in a ledger outside its workspace")
 			ledger := filepath.Join(t.TempDir(), "ledger")
 			ledgerProject(t, home, "crash", ledger, 4, "0.3")
 

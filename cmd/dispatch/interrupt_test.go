@@ -24,6 +24,7 @@ func TestCtrlCExits130(t *testing.T) {
 	home, _ := opsHome(t, map[string]map[string]string{
 		"p": {"S01-wait.md": fmt.Sprintf("echo waiting\nwhile [ ! -e '%s' ]; do sleep 0.05; done\ntouch '%s.seen'\n", gate, gate)},
 	})
+	unsandboxed(t, home, "the task waits for a file the test writes outside its workspace")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*cmdTimeout)
 	defer cancel()
 	// launch runs dispatch with args; stop waits for its first output (its

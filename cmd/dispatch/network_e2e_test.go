@@ -69,7 +69,9 @@ func TestNetworkNoneThroughDispatch(t *testing.T) {
 	}
 
 	// network: none cannot run where the sandbox is off: validate says so.
-	home, _ = opsHome(t, map[string]map[string]string{"p": {"S01-net.md": "---\nnetwork: none\n---\n" + script}})
+	home, work := opsHome(t, map[string]map[string]string{"p": {"S01-net.md": "---\nnetwork: none\n---\n" + script}})
+	nodesYAML := filepath.Join(home, "nodes.yaml")
+	writeFile(t, nodesYAML, strings.Replace(readFile(t, nodesYAML), "    work_dir: "+work+"\n", "    work_dir: "+work+"\n    sandbox: off\n", 1))
 	if r := runDispatch(t, nil, "--home", home, "validate", "p"); r.code != 2 || !strings.Contains(r.stderr+r.stdout, "network: none") {
 		t.Fatalf("validate of a network: none task on a sandbox: off node: want exit 2 naming network: none: %s", r)
 	}

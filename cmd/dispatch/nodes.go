@@ -290,7 +290,8 @@ func nodesCheck(c *cli.Context) error {
 		}
 		for _, r := range results {
 			if r.SandboxError != "" {
-				fmt.Fprintf(e.out, "\n%s: sandbox: unavailable (%s; fix: %s)\n", r.Name, termtext.Clean(r.SandboxError), termtext.Clean(r.SandboxFix))
+				fmt.Fprintf(e.out, "\n%s: sandbox: unavailable%s (%s; fix: %s)\n", r.Name, sandboxConsequence(r.SandboxSetting),
+					termtext.Clean(r.SandboxError), termtext.Clean(r.SandboxFix))
 			}
 		}
 		for _, r := range results {
@@ -351,6 +352,18 @@ func checkNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, env nodes.S
 	r.OK = true
 	r.Seconds = time.Since(start).Seconds()
 	return r
+}
+
+// sandboxConsequence says what an unavailable sandbox means for the tasks
+// of a node with the given sandbox setting.
+func sandboxConsequence(setting string) string {
+	switch setting {
+	case nodes.SandboxAuto:
+		return ", so its tasks run unsandboxed (sandbox: auto)"
+	case nodes.SandboxOn:
+		return ", so no task can run there (sandbox: on)"
+	}
+	return ""
 }
 
 // sandboxCheck asks the node's wrapper whether bwrap works there, and how

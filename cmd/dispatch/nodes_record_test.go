@@ -130,3 +130,18 @@ func TestParseGitVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestSandboxConsequence: where the sandbox is unavailable, `nodes check`
+// says what that means for the node's tasks under its setting: with the
+// default, auto, they run unsandboxed; with on, none runs there.
+func TestSandboxConsequence(t *testing.T) {
+	for setting, want := range map[string]string{
+		"auto": ", so its tasks run unsandboxed (sandbox: auto)",
+		"on":   ", so no task can run there (sandbox: on)",
+		"off":  "",
+	} {
+		if got := sandboxConsequence(setting); got != want {
+			t.Errorf("sandboxConsequence(%q) = %q, want %q", setting, got, want)
+		}
+	}
+}

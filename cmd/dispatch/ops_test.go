@@ -15,6 +15,25 @@ import (
 	"github.com/dispatch-tool/dispatch/store"
 )
 
+// unsandboxed sets sandbox: off, with why as its comment, on every node
+// of home's nodes.yaml: for a test of dispatch, not of the sandbox, whose
+// tasks or tools need a side channel outside their workspace (a file the
+// test writes or reads, a fake CLI under /tmp), which the default sandbox
+// (auto: bwrap where it works) takes away.
+func unsandboxed(t *testing.T, home, why string) {
+	t.Helper()
+	cfg := filepath.Join(home, "nodes.yaml")
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(readFile(t, cfg), "\n") {
+		b.WriteString(line)
+		if rest, ok := strings.CutPrefix(strings.TrimLeft(line, " "), "- name: "); ok && rest != "" {
+			indent := strings.Repeat(" ", len(line)-len(strings.TrimLeft(line, " "))+2)
+			fmt.Fprintf(&b, "%ssandbox: off # %s\n", indent, why)
+		}
+	}
+	writeFile(t, cfg, b.String())
+}
+
 // opsHome is a local-node home with the given projects of shell tasks.
 func opsHome(t *testing.T, projects map[string]map[string]string) (home, work string) {
 	t.Helper()
@@ -289,6 +308,7 @@ func TestHandedNewRunSaysOneThing(t *testing.T) {
 		"a": {"S01-wait.md": fmt.Sprintf("while [ ! -e '%s' ]; do sleep 0.05; done\n", gate)},
 		"b": {"S01-x.md": "echo b1\n", "S02-y.md": "echo b2\n"},
 	})
+	unsandboxed(t, home, "a/S01 waits for a file the test writes outside its workspace")
 	if r := runDispatch(t, nil, "--home", home, "start", "b"); r.code != 0 {
 		t.Fatalf("start b: %s", r)
 	}

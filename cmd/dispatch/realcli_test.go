@@ -154,6 +154,7 @@ func testRealCLI(t *testing.T, cli realCLI, bin string) {
 	}
 	cfg.WriteString("api_modes:\n" + modes.String())
 	writeFile(t, filepath.Join(h.home, "nodes.yaml"), cfg.String())
+	unsandboxed(t, h.home, "the CLI's HOME (settings, sessions) is under /tmp, which the sandbox replaces on each attempt")
 	dir := filepath.Join(h.home, "specs", "p")
 	writeFile(t, filepath.Join(dir, "project.yaml"), "integration: false\nmax_retries: 2\n")
 	prompts := map[string]string{}
@@ -350,6 +351,7 @@ api_modes:
   m:
     env:
 %s`, h.client.User, srv.Port, srv.WorkDir, cli.tool, envYAML))
+			unsandboxed(t, h.home, "the CLI's HOME (settings, sessions) is under /tmp, which the sandbox replaces on each attempt")
 			dir := filepath.Join(h.home, "specs", "p")
 			writeFile(t, filepath.Join(dir, "project.yaml"), "integration: false\nstall_timeout: 10s\n")
 			const marker = "PROMPT-MARKER-RESUME-7d2c"
@@ -480,6 +482,7 @@ func TestRealAgentCLIsFallbackAndBudget(t *testing.T) {
     api_modes: [b]
 api_modes:
 %s`, h.client.User, srv.Port, srv.WorkDir, cli.tool, modes.String()))
+			unsandboxed(t, h.home, "the CLI's HOME (settings, sessions) is under /tmp, which the sandbox replaces on each attempt")
 			dir := filepath.Join(h.home, "specs", "p")
 			writeFile(t, filepath.Join(dir, "project.yaml"), "integration: false\nbudget: {tokens: 100}\n")
 			writeFile(t, filepath.Join(dir, "S01-first.md"), "Write hello.txt.\n")

@@ -30,6 +30,7 @@ nodes:
     slots: 2
     work_dir: %s
 `, c.User, s1.Port, s1.WorkDir, c.User, s2.Port, s2.WorkDir))
+	unsandboxed(t, h.home, "each task counts its runs in a ledger outside its workspace")
 	// Each task counts its runs in a ledger outside every workspace.
 	ledger := t.TempDir()
 	dir := filepath.Join(h.home, "specs", "app")

@@ -137,6 +137,7 @@ nodes:
     ssh: %s@127.0.0.1:%d
     slots: 2
     work_dir: %s
+    sandbox: off
 `, c.User, on.Port, on.WorkDir, c.User, off.Port, off.WorkDir))
 	project := func(name, node, key, neighbour string) {
 		dir := filepath.Join(h.home, "specs", name)

@@ -27,6 +27,7 @@ func TestStopLetsRunningTasksFinish(t *testing.T) {
 		},
 		"q": {"S01-x.md": "echo q\n"},
 	})
+	unsandboxed(t, home, "S01 waits for a file the test writes outside its workspace")
 	if r := runDispatch(t, nil, "--home", home, "start", "q"); r.code != 0 {
 		t.Fatalf("start q: %s", r)
 	}

@@ -114,6 +114,7 @@ func TestLogsOnATerminalAreCleaned(t *testing.T) {
 	home, _ := opsHome(t, map[string]map[string]string{"p": {
 		"S01-evil.md": "printf '" + payload + "before\\n'\nwhile [ ! -e '" + gate + "' ]; do sleep 0.1; done\nprintf '" + payload + "after\\n'\n",
 	}})
+	unsandboxed(t, home, "the task waits for a file the test writes outside its workspace")
 	wait := startBackground(t, nil, "--home", home, "start", "p")
 	pollUntil(t, 30*time.Second, "S01 to print its first line", func() bool {
 		return strings.Contains(runDispatch(t, nil, "--home", home, "logs", "p", "S01").stdout, "before")
