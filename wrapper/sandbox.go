@@ -101,12 +101,13 @@ func sandboxProbe() SandboxReply {
 	return probeReply
 }
 
-// bwrapPath is where bwrap is: in the PATH, else /usr/bin; "" for nowhere.
+// bwrapPath is where an executable bwrap is: in the PATH, else
+// /usr/bin; "" for nowhere.
 func bwrapPath() string {
 	if path, err := exec.LookPath("bwrap"); err == nil {
 		return path
 	}
-	if _, err := os.Stat("/usr/bin/bwrap"); err == nil {
+	if fi, err := os.Stat("/usr/bin/bwrap"); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
 		return "/usr/bin/bwrap"
 	}
 	return ""
@@ -348,7 +349,15 @@ func (sp *sandboxSpec) exposeTool(path, workDir string) error {
 }
 
 func (sp *sandboxSpec) expose(dir, workDir string) error {
-	if !sp.hidden(dir) || under(dir, "/tmp") {
+	for _, v := range append(append([]string(nil), sp.rw...), sp.ro...) {
+		if under(dir, v) {
+			return nil // bound in already: the workspace, the private HOME
+		}
+	}
+	if under(dir, "/tmp") {
+		return fmt.Errorf("the tool lies in %s, under /tmp, which the sandbox replaces with the attempt's own; install it elsewhere (e.g. /usr/local/bin, ~/.local/bin), or set sandbox: off for the task or the node", dir)
+	}
+	if !sp.hidden(dir) {
 		return nil
 	}
 	for _, h := range sp.hide {

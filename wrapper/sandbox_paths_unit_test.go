@@ -45,3 +45,17 @@ func TestSandboxOpenPaths(t *testing.T) {
 		}
 	}
 }
+
+// A tool under /tmp cannot run in the sandbox (its /tmp is the attempt's
+// own): the attempt is refused with the fix, not left to fail in bwrap's
+// exec. One in the workspace, bound in, runs.
+func TestExposeToolUnderTmp(t *testing.T) {
+	sp := newSandboxSpec("/usr/bin/bwrap", "/srv/work/p/tasks/T1", "/srv/work", []string{"/home/u"}, "/srv/work/.bin", "")
+	err := sp.exposeTool("/tmp/fake-cli/claude", "/srv/work")
+	if err == nil || !strings.Contains(err.Error(), "under /tmp, which the sandbox replaces with the attempt's own") {
+		t.Errorf("a tool under /tmp: %v, want the refusal", err)
+	}
+	if err := sp.exposeTool("/srv/work/p/tasks/T1/output/run.sh", "/srv/work"); err != nil {
+		t.Errorf("a tool in the workspace: %v", err)
+	}
+}
