@@ -59,6 +59,11 @@ const (
 // once): a task cannot fill its log through the proxy.
 const maxRefusalsLogged = 50
 
+// maxProxyRequests bounds the requests and tunnels the proxy serves at
+// once: a task cannot make its supervisor hold a connection (two file
+// descriptors) for every one it opens. Over it, 503.
+const maxProxyRequests = 256
+
 // netProxy is the supervisor's side: the allow list's HTTP proxy.
 type netProxy struct {
 	allow netallow.List
@@ -71,6 +76,8 @@ type netProxy struct {
 	mu      sync.Mutex // guards refused, order, conns, closed
 	refused map[string]bool
 	order   []string // refused destinations, first first
+	// slots holds a token per request or tunnel being served.
+	slots chan struct{}
 	conns   map[net.Conn]struct{}
 	closed  bool
 	wg      sync.WaitGroup // tunnels
@@ -84,6 +91,7 @@ func startNetProxy(sock string, allow netallow.List, logf func(string, ...any)) 
 		return nil, err
 	}
 	p := &netProxy{allow: allow, logf: logf, ln: ln, refused: map[string]bool{}, conns: map[net.Conn]struct{}{},
+		slots: make(chan struct{}, maxProxyRequests),
 		dial: net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}}
 	tr := &http.Transport{Proxy: nil, DialContext: p.dialAllowed, MaxIdleConns: 16, IdleConnTimeout: 30 * time.Second,
 		TLSHandshakeTimeout: 30 * time.Second}
@@ -165,10 +173,17 @@ func (p *netProxy) Close() {
 }
 
 func (p *netProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method == http.MethodConnect {
-		p.connect(w, r)
+	select {
+	case p.slots <- struct{}{}:
+	default:
+		http.Error(w, fmt.Sprintf("dispatch proxy: %d connections at once already", maxProxyRequests), http.StatusServiceUnavailable)
 		return
 	}
+	if r.Method == http.MethodConnect {
+		p.connect(w, r) // the tunnel gives the slot back when it ends
+		return
+	}
+	defer func() { <-p.slots }()
 	if !r.URL.IsAbs() || (r.URL.Scheme != "http" && r.URL.Scheme != "https") {
 		http.Error(w, "dispatch proxy: want CONNECT host:port or an absolute http:// URL", http.StatusBadRequest)
 		return
@@ -245,6 +260,12 @@ func (p *netProxy) dialAllowed(ctx context.Context, network, addr string) (net.C
 
 // connect serves CONNECT host:port: a tunnel to an allowed destination.
 func (p *netProxy) connect(w http.ResponseWriter, r *http.Request) {
+	tunnel := false
+	defer func() {
+		if !tunnel {
+			<-p.slots
+		}
+	}()
 	addr, ok := p.check(r.Host, "")
 	if !ok {
 		http.Error(w, "dispatch proxy: "+r.Host+" is not in the task's network allow list", http.StatusForbidden)
@@ -263,9 +284,11 @@ func (p *netProxy) connect(w http.ResponseWriter, r *http.Request) {
 	if !p.track(c, up) {
 		return
 	}
+	tunnel = true
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
+		defer func() { <-p.slots }()
 		defer p.untrack(c, up)
 		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 			return

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dispatch-tool/dispatch/internal/netallow"
 )
@@ -168,5 +169,53 @@ func TestNetInitPlan(t *testing.T) {
 	want := "PATH=/bin HTTPS_PROXY=http://127.0.0.1:3130 HTTP_PROXY=http://127.0.0.1:3130 https_proxy=http://127.0.0.1:3130 http_proxy=http://127.0.0.1:3130 ALL_PROXY=http://127.0.0.1:3130 all_proxy=http://127.0.0.1:3130 NODE_USE_ENV_PROXY=1"
 	if env != want {
 		t.Errorf("proxyEnv = %s\nwant %s", env, want)
+	}
+}
+
+// The proxy serves at most maxProxyRequests requests and tunnels at once:
+// past that it answers 503, and a tunnel that ends gives its place back.
+func TestNetProxyBoundsConnections(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(io.Discard, c); c.Close() }()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	sock := filepath.Join(t.TempDir(), fileNetSock)
+	p, err := startNetProxy(sock, netallow.List{{Host: "127.0.0.1", Port: port}}, func(string, ...any) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var tunnels []net.Conn
+	for range maxProxyRequests {
+		up, _, err := tunnel(sock, ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tunnels = append(tunnels, up)
+	}
+	if _, _, err := tunnel(sock, ln.Addr().String()); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Errorf("tunnel %d: %v, want 503", maxProxyRequests+1, err)
+	}
+	tunnels[0].Close()
+	poll(t, 10*time.Second, "a place to come back", func() bool {
+		up, _, err := tunnel(sock, ln.Addr().String())
+		if err == nil {
+			tunnels = append(tunnels, up)
+		}
+		return err == nil
+	})
+	for _, c := range tunnels {
+		c.Close()
 	}
 }
