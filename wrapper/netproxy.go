@@ -77,10 +77,10 @@ type netProxy struct {
 	refused map[string]bool
 	order   []string // refused destinations, first first
 	// slots holds a token per request or tunnel being served.
-	slots chan struct{}
-	conns   map[net.Conn]struct{}
-	closed  bool
-	wg      sync.WaitGroup // tunnels
+	slots  chan struct{}
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup // tunnels
 }
 
 // startNetProxy serves the proxy of allow on the unix socket sock
@@ -92,7 +92,7 @@ func startNetProxy(sock string, allow netallow.List, logf func(string, ...any)) 
 	}
 	p := &netProxy{allow: allow, logf: logf, ln: ln, refused: map[string]bool{}, conns: map[net.Conn]struct{}{},
 		slots: make(chan struct{}, maxProxyRequests),
-		dial: net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}}
+		dial:  net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}}
 	tr := &http.Transport{Proxy: nil, DialContext: p.dialAllowed, MaxIdleConns: 16, IdleConnTimeout: 30 * time.Second,
 		TLSHandshakeTimeout: 30 * time.Second}
 	p.rp = &httputil.ReverseProxy{Transport: tr, Rewrite: func(pr *httputil.ProxyRequest) {
