@@ -404,14 +404,22 @@ func (s *Store) Events(ctx context.Context, project string, after int64, limit i
 	return out, rows.Err()
 }
 
+// lastEventSQL reads the newest event of a project's run (its current one
+// for run 0) of one of n kinds. It names its index (events_kind): by
+// itself SQLite walks the run's events newest first for the ORDER BY,
+// every one of them when no event is of those kinds.
+func lastEventSQL(run, n int) string {
+	return "SELECT id, time, project, task, attempt, kind, from_status, to_status, node, message FROM events INDEXED BY events_kind WHERE project = ?1 AND run = " + runOf(run, 1) + " AND kind IN (?" +
+		strings.Repeat(", ?", n-1) + ") ORDER BY id DESC LIMIT 1"
+}
+
 // LastEvent returns the newest event of project whose kind is one of
 // kinds; false when there is none.
 func (s *Store) LastEvent(ctx context.Context, project string, kinds ...string) (Event, bool, error) {
 	if len(kinds) == 0 {
 		return Event{}, false, nil
 	}
-	query := "SELECT id, time, project, task, attempt, kind, from_status, to_status, node, message FROM events WHERE project = ?1 AND run = " + runOf(s.run, 1) + " AND kind IN (?" +
-		strings.Repeat(", ?", len(kinds)-1) + ") ORDER BY id DESC LIMIT 1"
+	query := lastEventSQL(s.run, len(kinds))
 	args := []any{project}
 	for _, k := range kinds {
 		args = append(args, k)

@@ -328,12 +328,15 @@ func (tx *Tx) Project(ctx context.Context, name string) (Project, error) {
 	return ps[0], nil
 }
 
+// countEventsSQL counts an attempt's events of a kind in its project's
+// current run (index events_task).
+var countEventsSQL = "SELECT COUNT(*) FROM events WHERE project = ?1 AND task = ?2 AND attempt = ?3 AND kind = ?4 AND run = " + runOf(0, 1)
+
 // CountEvents counts the events of one kind recorded for an attempt (the
 // failed tries of its collection, say).
 func (tx *Tx) CountEvents(ctx context.Context, project, task string, attempt int, kind string) (int, error) {
 	var n int
-	err := tx.tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM events WHERE project = ?1 AND task = ?2 AND attempt = ?3 AND kind = ?4 AND run = "+runOf(0, 1),
-		project, task, attempt, kind).Scan(&n)
+	err := tx.tx.QueryRowContext(ctx, countEventsSQL, project, task, attempt, kind).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count %s events of %s/%s#%d: %w", kind, project, task, attempt, err)
 	}
