@@ -19,7 +19,7 @@ const DefaultTool = "claude"
 
 // builtinTool describes how dispatch runs one agent CLI. The prompt always
 // goes on stdin, never in argv. The flags and variables are the ones the
-// CLIs' current releases accepted in the tests (README, "Agent CLIs").
+// CLIs' current releases accepted in the tests (docs/AGENTS.md).
 type builtinTool struct {
 	base      []string
 	modelFlag string

@@ -21,8 +21,8 @@ import (
 )
 
 // Keys are the keys nodes.yaml accepts, by section: "top", "controller",
-// "node", "sandbox_paths", "api_mode" and "tool". The README's reference is checked against
-// them.
+// "node", "sandbox_paths", "api_mode" and "tool". docs/CONFIGURATION.md's
+// reference is checked against them.
 var Keys = map[string][]string{
 	"top":           {"controller", "nodes", "api_modes", "routes", "tools", "notify"},
 	"controller":    {"poll_interval", "heartbeat_timeout", "node_offline_timeout", "max_retries", "retry_backoff", "retry_backoff_max", "max_fix_rounds", "ssh_connect_timeout", "max_parallel_ssh", "collect_max_bytes", "collect_max_files"},

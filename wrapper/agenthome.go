@@ -45,7 +45,7 @@ type agentFiles struct {
 
 // agentHomeFiles lists, per agent CLI, what its private HOME gets: the
 // files its settings and login are read from, as found in the sources of
-// the releases the README names as tested. Sessions, histories, caches,
+// the releases docs/AGENTS.md names as tested. Sessions, histories, caches,
 // MCP tokens and anything else of the node user's are not copied.
 var agentHomeFiles = map[string]agentFiles{
 	AgentClaude: {

@@ -14,7 +14,7 @@ import (
 // scaffold is what `dispatch init` writes: a nodes.yaml with one local node
 // and an example project that runs without any agent CLI.
 var scaffold = map[string]string{
-	"nodes.yaml": `# dispatch nodes.yaml — see README.md ("nodes.yaml") for every key.
+	"nodes.yaml": `# dispatch nodes.yaml — see docs/CONFIGURATION.md for every key.
 controller:
   poll_interval: 30s
   max_retries: 2

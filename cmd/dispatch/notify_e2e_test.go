@@ -74,12 +74,12 @@ func TestNotifyWhenARunFinishes(t *testing.T) {
 		m.Counts["completed"] != 1 || !strings.HasSuffix(m.Report, filepath.Join("runs", "ok", "report.md")) {
 		t.Errorf("message %+v", m)
 	}
-	// The body has the keys of the README's example, message included.
-	readme := readFile(t, filepath.Join("..", "..", "README.md"))
+	// The body has the keys of docs/SCHEDULES.md's example, message included.
+	readme := readFile(t, filepath.Join("..", "..", "docs", "SCHEDULES.md"))
 	_, example, _ := strings.Cut(readme[strings.Index(readme, "## Notifications"):], "```json\n")
 	example, _, _ = strings.Cut(example, "```")
 	if want, have := keys(t, json.RawMessage(example)), keys(t, json.RawMessage(bodies[0])); !slices.Equal(want, have) {
-		t.Errorf("the body's keys %v are not the README example's %v", have, want)
+		t.Errorf("the body's keys %v are not the docs/SCHEDULES.md example's %v", have, want)
 	}
 	if b, err := os.ReadFile(got); err != nil || strings.TrimSpace(string(b)) != bodies[0] {
 		t.Errorf("the command got %q (%v), want the webhook's body", b, err)

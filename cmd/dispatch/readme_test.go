@@ -14,19 +14,33 @@ import (
 	"github.com/dispatch-tool/dispatch/spec"
 )
 
-// TestReadmeReference keeps the README's command, nodes.yaml, spec and
-// project.yaml references in step with the code: every command, subcommand
-// and flag, and every key the parsers accept, is documented.
-func TestReadmeReference(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
+// docText returns the text of the given files of the repository (README.md,
+// docs/COMMANDS.md, ...), one after the other.
+func docText(t *testing.T, files ...string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, f := range files {
+		data, err := os.ReadFile(filepath.Join("..", "..", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(data)
+		b.WriteString("\n")
 	}
-	readme := string(b)
+	return b.String()
+}
+
+// TestReadmeReference keeps the reference in docs/ in step with the code:
+// docs/COMMANDS.md documents every command, subcommand and flag,
+// docs/CONFIGURATION.md every key of nodes.yaml, docs/PROJECTS.md (with
+// docs/SANDBOX.md for sandbox:) every key of a spec's front matter and of
+// project.yaml.
+func TestReadmeReference(t *testing.T) {
+	doc := docText(t, "docs/COMMANDS.md")
 	app := newApp(io.Discard, io.Discard)
 	for _, f := range app.Flags {
-		if name := f.Names()[0]; !strings.Contains(readme, "--"+name) {
-			t.Errorf("README does not document the global flag --%s", name)
+		if name := f.Names()[0]; !strings.Contains(doc, "--"+name) {
+			t.Errorf("docs/COMMANDS.md does not document the global flag --%s", name)
 		}
 	}
 	var check func(prefix string, cmds []*cli.Command)
@@ -36,61 +50,74 @@ func TestReadmeReference(t *testing.T) {
 				continue
 			}
 			full := prefix + " " + c.Name
-			if !strings.Contains(readme, full) {
-				t.Errorf("README does not document %q", full)
+			if !strings.Contains(doc, full) {
+				t.Errorf("docs/COMMANDS.md does not document %q", full)
 			}
 			for _, f := range c.Flags {
 				name := f.Names()[0]
 				if name == "help" {
 					continue
 				}
-				if !strings.Contains(readme, "--"+name) && !strings.Contains(readme, "-"+name+" ") {
-					t.Errorf("README does not document %s --%s", full, name)
+				if !strings.Contains(doc, "--"+name) && !strings.Contains(doc, "-"+name+" ") {
+					t.Errorf("docs/COMMANDS.md does not document %s --%s", full, name)
 				}
 			}
 			check(full, c.Subcommands)
 		}
 	}
 	check("dispatch", app.Commands)
+	doc = docText(t, "docs/CONFIGURATION.md")
 	for section, keys := range nodes.Keys {
 		for _, k := range keys {
-			if !strings.Contains(readme, k+":") {
-				t.Errorf("README's nodes.yaml reference lacks %s key %q", section, k)
+			if !strings.Contains(doc, k+":") {
+				t.Errorf("docs/CONFIGURATION.md's nodes.yaml reference lacks %s key %q", section, k)
 			}
 		}
 	}
+	doc = docText(t, "docs/PROJECTS.md", "docs/SANDBOX.md")
 	for _, k := range spec.TaskKeys {
-		if !strings.Contains(readme, k+":") {
-			t.Errorf("README's spec reference lacks front-matter key %q", k)
+		if !strings.Contains(doc, k+":") {
+			t.Errorf("docs/PROJECTS.md and docs/SANDBOX.md lack the front-matter key %q", k)
 		}
 	}
 	for _, k := range spec.ProjectKeys {
-		if !strings.Contains(readme, k+":") {
-			t.Errorf("README's project.yaml reference lacks key %q", k)
+		if !strings.Contains(doc, k+":") {
+			t.Errorf("docs/PROJECTS.md and docs/SANDBOX.md lack the project.yaml key %q", k)
 		}
 	}
 }
 
-// TestReadmeClaims checks what the README says against what dispatch does,
-// for the claims a new user found wrong: depends_on orders tasks and
-// passes no files; an author-written S99/V01 runs with project.yaml's
-// tool:, not the node's; final/ is a plain copy, not a checkout.
+// TestReadmeClaims checks what the README and docs/ say against what
+// dispatch does, for the claims a new user found wrong: depends_on orders
+// tasks and passes no files; an author-written S99/V01 runs with
+// project.yaml's tool:, not the node's; final/ is a plain copy, not a
+// checkout.
 func TestReadmeClaims(t *testing.T) {
-	readme := readFile(t, "../../README.md")
-	for _, claim := range []string{
-		"`depends_on: [S01]` only orders the tasks",
-		"(order only: their outputs are not copied in)",
-		"runs like the\nauthor's tasks: with its own front matter's `tool:`, else project.yaml's `tool:`, else\nthe node's",
-		"(a plain copy, not a\n  git checkout",
-		"(a plain copy of the files,\n   not a git checkout)",
+	for _, c := range []struct{ file, claim string }{
+		{"README.md", "`depends_on: [S01]` only orders the tasks"},
+		{"docs/PROJECTS.md", "(order only: their outputs are not copied in)"},
+		{"docs/PROJECTS.md", "runs like the\nauthor's tasks: with its own front matter's `tool:`, else project.yaml's `tool:`, else\nthe node's"},
+		{"docs/GIT.md", "(a plain copy, not a\n  git checkout"},
+		{"docs/PROJECTS.md", "(a plain copy of the files,\n   not a git checkout)"},
 	} {
-		if !strings.Contains(readme, claim) {
-			t.Errorf("README does not say %q", claim)
+		if !strings.Contains(docText(t, c.file), c.claim) {
+			t.Errorf("%s does not say %q", c.file, c.claim)
 		}
 	}
-	for _, wrong := range []string{"project.yaml's `tool` is for the author's tasks", "checked out in `runs/<project>/final/`"} {
-		if strings.Contains(readme, wrong) {
-			t.Errorf("README still says %q", wrong)
+	docs, err := filepath.Glob("../../docs/*.md")
+	if err != nil || len(docs) == 0 {
+		t.Fatalf("no docs/*.md: %v", err)
+	}
+	files := []string{"README.md"}
+	for _, d := range docs {
+		files = append(files, filepath.Join("docs", filepath.Base(d)))
+	}
+	for _, f := range files {
+		text := docText(t, f)
+		for _, wrong := range []string{"project.yaml's `tool` is for the author's tasks", "checked out in `runs/<project>/final/`"} {
+			if strings.Contains(text, wrong) {
+				t.Errorf("%s still says %q", f, wrong)
+			}
 		}
 	}
 
@@ -103,7 +130,7 @@ func TestReadmeClaims(t *testing.T) {
 		t.Fatalf("start p: %s", r)
 	}
 	if log := readFile(t, filepath.Join(home, "runs", "p", "S02", "task.log")); strings.Contains(log, "hello.txt") {
-		t.Errorf("S02 saw S01's hello.txt, which the README says is not passed:\n%s", log)
+		t.Errorf("S02 saw S01's hello.txt, which the README and docs/PROJECTS.md say is not passed:\n%s", log)
 	}
 	// An author-written S99 and V01 run with project.yaml's tool: shell,
 	// on a node whose own tool is claude.
