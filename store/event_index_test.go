@@ -20,7 +20,7 @@ func TestEventLookupsUseAnIndex(t *testing.T) {
 	defer s.Close()
 	for _, tc := range []struct {
 		name, query, index string
-		args                []any
+		args               []any
 	}{
 		{"CountEvents", countEventsSQL, "events_task", []any{"p", "T", 1, "collect_failed"}},
 		{"LastEvent", lastEventSQL(0, 2), "events_kind", []any{"p", "notify", "notify_failed"}},
