@@ -121,22 +121,46 @@ func TestNetProxy(t *testing.T) {
 	}
 }
 
-// A tunnel still open when the attempt ends is closed by Close.
-func TestNetProxyCloseEndsTunnels(t *testing.T) {
+// sink is a TCP listener on the host's loopback whose connections read
+// until the other side closes (hold, when set, keeps them open until the
+// test ends instead).
+func sink(t *testing.T, hold bool) net.Listener {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	var mu sync.Mutex
+	var held []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			defer c.Close() // held open until the test ends
+			if hold {
+				mu.Lock()
+				held = append(held, c)
+				mu.Unlock()
+				continue
+			}
+			go func() { io.Copy(io.Discard, c); c.Close() }()
 		}
 	}()
+	return ln
+}
+
+// A tunnel still open when the attempt ends is closed by Close.
+func TestNetProxyCloseEndsTunnels(t *testing.T) {
+	ln := sink(t, true)
 	port := ln.Addr().(*net.TCPAddr).Port
 	sock := filepath.Join(t.TempDir(), fileNetSock)
 	p, err := startNetProxy(sock, netallow.List{{Host: "127.0.0.1", Port: port}}, func(string, ...any) {})
@@ -175,20 +199,7 @@ func TestNetInitPlan(t *testing.T) {
 // The proxy serves at most maxProxyRequests requests and tunnels at once:
 // past that it answers 503, and a tunnel that ends gives its place back.
 func TestNetProxyBoundsConnections(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(io.Discard, c); c.Close() }()
-		}
-	}()
+	ln := sink(t, false)
 	port := ln.Addr().(*net.TCPAddr).Port
 	sock := filepath.Join(t.TempDir(), fileNetSock)
 	p, err := startNetProxy(sock, netallow.List{{Host: "127.0.0.1", Port: port}}, func(string, ...any) {})
