@@ -765,21 +765,30 @@ func (p *parser) tags(v *yaml.Node, where string) []string {
 	return tags
 }
 
+// entries returns the pairs of the optional mapping n: none when it is
+// absent, null or (reported) not a mapping.
+func (p *parser) entries(n *yaml.Node, what string) []pair {
+	if n == nil || yamlval.IsNull(n) {
+		return nil
+	}
+	pairs, _ := p.mapping(n, what)
+	return pairs
+}
+
+// definition returns the name an entry of api_modes or tools defines
+// (reported when it is not valid) and the `kind "name"` its messages start with.
+func (p *parser) definition(kv pair, kind string) (name, where string) {
+	name = kv.key.Value
+	if !validName(name) {
+		p.Errorf(kv.key, nameFix, "%s name %q is not valid", kind, name)
+	}
+	return name, fmt.Sprintf("%s %q", kind, name)
+}
+
 func (p *parser) apiModes(n *yaml.Node) map[string]APIMode {
 	out := map[string]APIMode{}
-	if n == nil || yamlval.IsNull(n) {
-		return out
-	}
-	pairs, ok := p.mapping(n, "api_modes")
-	if !ok {
-		return out
-	}
-	for _, kv := range pairs {
-		name := kv.key.Value
-		if !validName(name) {
-			p.Errorf(kv.key, nameFix, "api_mode name %q is not valid", name)
-		}
-		where := fmt.Sprintf("api_mode %q", name)
+	for _, kv := range p.entries(n, "api_modes") {
+		name, where := p.definition(kv, "api_mode")
 		m := APIMode{Env: map[string]string{}}
 		f, _ := p.fields(kv.val, where, where, Keys["api_mode"]...)
 		if v := f["env"].val; v != nil && !yamlval.IsNull(v) {
@@ -802,11 +811,7 @@ func (p *parser) apiModes(n *yaml.Node) map[string]APIMode {
 
 func (p *parser) env(n *yaml.Node, where string) map[string]string {
 	out := map[string]string{}
-	pairs, ok := p.mapping(n, where+" env")
-	if !ok {
-		return out
-	}
-	for _, kv := range pairs {
+	for _, kv := range p.entries(n, where+" env") {
 		name := kv.key.Value
 		switch {
 		case !envNameRE.MatchString(name):
@@ -841,14 +846,7 @@ func (p *parser) env(n *yaml.Node, where string) map[string]string {
 
 func (p *parser) routes(n *yaml.Node) map[string]string {
 	out := map[string]string{}
-	if n == nil || yamlval.IsNull(n) {
-		return out
-	}
-	pairs, ok := p.mapping(n, "routes")
-	if !ok {
-		return out
-	}
-	for _, kv := range pairs {
+	for _, kv := range p.entries(n, "routes") {
 		typ := kv.key.Value
 		if !contains(spec.Types, typ) {
 			fix := "route one of the task types: " + strings.Join(spec.Types, ", ")
@@ -868,19 +866,8 @@ func (p *parser) routes(n *yaml.Node) map[string]string {
 
 func (p *parser) tools(n *yaml.Node) map[string]Tool {
 	out := map[string]Tool{}
-	if n == nil || yamlval.IsNull(n) {
-		return out
-	}
-	pairs, ok := p.mapping(n, "tools")
-	if !ok {
-		return out
-	}
-	for _, kv := range pairs {
-		name := kv.key.Value
-		if !validName(name) {
-			p.Errorf(kv.key, nameFix, "tool name %q is not valid", name)
-		}
-		where := fmt.Sprintf("tool %q", name)
+	for _, kv := range p.entries(n, "tools") {
+		name, where := p.definition(kv, "tool")
 		f, ok := p.fields(kv.val, where, where, Keys["tool"]...)
 		if !ok {
 			out[name] = Tool{}
