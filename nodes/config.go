@@ -533,22 +533,7 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 	if !ok {
 		return n, false
 	}
-	switch kv := f["name"]; {
-	case kv.val == nil || yamlval.IsNull(kv.val):
-		p.Errorf(item, "add `name: <name>` to the node", "a node has no name")
-		ok = false
-	default:
-		name, sok := p.Scalar(kv.val, where, "name")
-		switch {
-		case !sok:
-			ok = false
-		case !validName(name):
-			p.Errorf(kv.val, nameFix, "node name %q is not valid", name)
-			ok = false
-		default:
-			n.Name = name
-		}
-	}
+	n.Name, ok = p.nodeName(item, f["name"].val, where)
 	if v := f["ssh"].val; v != nil && !yamlval.IsNull(v) {
 		if s, sok := p.Scalar(v, where, "ssh"); sok {
 			n.SSH = strings.TrimSpace(s)
@@ -605,6 +590,42 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 	if v := f["dangerous"].val; v != nil && !yamlval.IsNull(v) {
 		n.Dangerous, _ = p.Bool(v, where, "dangerous")
 	}
+	p.nodeConfinement(&n, f, where)
+	if v := f["strict_host_key_checking"].val; v != nil && !yamlval.IsNull(v) {
+		if s, sok := p.Scalar(v, where, "strict_host_key_checking"); sok {
+			if s == "yes" || s == "accept-new" {
+				n.StrictHostKeyChecking = s
+			} else {
+				p.Errorf(v, "use yes (unknown hosts are refused; trust one with `dispatch nodes trust NODE`) "+
+					"or accept-new (record an unknown host's key on first connection)",
+					"%s: strict_host_key_checking must be yes or accept-new, not %q", where, s)
+			}
+		}
+	}
+	return n, ok
+}
+
+// nodeName reads a node's name (v, nil when the node has none); false when
+// it is missing or not valid (reported).
+func (p *parser) nodeName(item, v *yaml.Node, where string) (string, bool) {
+	if v == nil || yamlval.IsNull(v) {
+		p.Errorf(item, "add `name: <name>` to the node", "a node has no name")
+		return "", false
+	}
+	name, ok := p.Scalar(v, where, "name")
+	switch {
+	case !ok:
+		return "", false
+	case !validName(name):
+		p.Errorf(v, nameFix, "node name %q is not valid", name)
+		return "", false
+	}
+	return name, true
+}
+
+// nodeConfinement reads what confines a node's tasks: sandbox,
+// sandbox_paths (under the node's work_dir, read before), network and limits.
+func (p *parser) nodeConfinement(n *Node, f map[string]pair, where string) {
 	if v := f["sandbox"].val; v != nil && !yamlval.IsNull(v) {
 		if s, sok := p.Sandbox(v, where, "sandbox"); sok {
 			n.Sandbox = s
@@ -625,18 +646,6 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 	if v := f["limits"].val; v != nil && !yamlval.IsNull(v) {
 		n.Limits, _ = p.Limits(v, where, "limits")
 	}
-	if v := f["strict_host_key_checking"].val; v != nil && !yamlval.IsNull(v) {
-		if s, sok := p.Scalar(v, where, "strict_host_key_checking"); sok {
-			if s == "yes" || s == "accept-new" {
-				n.StrictHostKeyChecking = s
-			} else {
-				p.Errorf(v, "use yes (unknown hosts are refused; trust one with `dispatch nodes trust NODE`) "+
-					"or accept-new (record an unknown host's key on first connection)",
-					"%s: strict_host_key_checking must be yes or accept-new, not %q", where, s)
-			}
-		}
-	}
-	return n, ok
 }
 
 // sandboxPaths reads a node's sandbox_paths: {ro: [paths], rw: [paths]}.
