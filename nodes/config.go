@@ -533,22 +533,7 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 	if !ok {
 		return n, false
 	}
-	switch kv := f["name"]; {
-	case kv.val == nil || yamlval.IsNull(kv.val):
-		p.Errorf(item, "add `name: <name>` to the node", "a node has no name")
-		ok = false
-	default:
-		name, sok := p.Scalar(kv.val, where, "name")
-		switch {
-		case !sok:
-			ok = false
-		case !validName(name):
-			p.Errorf(kv.val, nameFix, "node name %q is not valid", name)
-			ok = false
-		default:
-			n.Name = name
-		}
-	}
+	n.Name, ok = p.nodeName(item, f["name"].val, where)
 	if v := f["ssh"].val; v != nil && !yamlval.IsNull(v) {
 		if s, sok := p.Scalar(v, where, "ssh"); sok {
 			n.SSH = strings.TrimSpace(s)
@@ -605,6 +590,42 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 	if v := f["dangerous"].val; v != nil && !yamlval.IsNull(v) {
 		n.Dangerous, _ = p.Bool(v, where, "dangerous")
 	}
+	p.nodeConfinement(&n, f, where)
+	if v := f["strict_host_key_checking"].val; v != nil && !yamlval.IsNull(v) {
+		if s, sok := p.Scalar(v, where, "strict_host_key_checking"); sok {
+			if s == "yes" || s == "accept-new" {
+				n.StrictHostKeyChecking = s
+			} else {
+				p.Errorf(v, "use yes (unknown hosts are refused; trust one with `dispatch nodes trust NODE`) "+
+					"or accept-new (record an unknown host's key on first connection)",
+					"%s: strict_host_key_checking must be yes or accept-new, not %q", where, s)
+			}
+		}
+	}
+	return n, ok
+}
+
+// nodeName reads a node's name (v, nil when the node has none); false when
+// it is missing or not valid (reported).
+func (p *parser) nodeName(item, v *yaml.Node, where string) (string, bool) {
+	if v == nil || yamlval.IsNull(v) {
+		p.Errorf(item, "add `name: <name>` to the node", "a node has no name")
+		return "", false
+	}
+	name, ok := p.Scalar(v, where, "name")
+	switch {
+	case !ok:
+		return "", false
+	case !validName(name):
+		p.Errorf(v, nameFix, "node name %q is not valid", name)
+		return "", false
+	}
+	return name, true
+}
+
+// nodeConfinement reads what confines a node's tasks: sandbox,
+// sandbox_paths (under the node's work_dir, read before), network and limits.
+func (p *parser) nodeConfinement(n *Node, f map[string]pair, where string) {
 	if v := f["sandbox"].val; v != nil && !yamlval.IsNull(v) {
 		if s, sok := p.Sandbox(v, where, "sandbox"); sok {
 			n.Sandbox = s
@@ -625,18 +646,6 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 	if v := f["limits"].val; v != nil && !yamlval.IsNull(v) {
 		n.Limits, _ = p.Limits(v, where, "limits")
 	}
-	if v := f["strict_host_key_checking"].val; v != nil && !yamlval.IsNull(v) {
-		if s, sok := p.Scalar(v, where, "strict_host_key_checking"); sok {
-			if s == "yes" || s == "accept-new" {
-				n.StrictHostKeyChecking = s
-			} else {
-				p.Errorf(v, "use yes (unknown hosts are refused; trust one with `dispatch nodes trust NODE`) "+
-					"or accept-new (record an unknown host's key on first connection)",
-					"%s: strict_host_key_checking must be yes or accept-new, not %q", where, s)
-			}
-		}
-	}
-	return n, ok
 }
 
 // sandboxPaths reads a node's sandbox_paths: {ro: [paths], rw: [paths]}.
@@ -765,21 +774,30 @@ func (p *parser) tags(v *yaml.Node, where string) []string {
 	return tags
 }
 
+// entries returns the pairs of the optional mapping n: none when it is
+// absent, null or (reported) not a mapping.
+func (p *parser) entries(n *yaml.Node, what string) []pair {
+	if n == nil || yamlval.IsNull(n) {
+		return nil
+	}
+	pairs, _ := p.mapping(n, what)
+	return pairs
+}
+
+// definition returns the name an entry of api_modes or tools defines
+// (reported when it is not valid) and the `kind "name"` its messages start with.
+func (p *parser) definition(kv pair, kind string) (name, where string) {
+	name = kv.key.Value
+	if !validName(name) {
+		p.Errorf(kv.key, nameFix, "%s name %q is not valid", kind, name)
+	}
+	return name, fmt.Sprintf("%s %q", kind, name)
+}
+
 func (p *parser) apiModes(n *yaml.Node) map[string]APIMode {
 	out := map[string]APIMode{}
-	if n == nil || yamlval.IsNull(n) {
-		return out
-	}
-	pairs, ok := p.mapping(n, "api_modes")
-	if !ok {
-		return out
-	}
-	for _, kv := range pairs {
-		name := kv.key.Value
-		if !validName(name) {
-			p.Errorf(kv.key, nameFix, "api_mode name %q is not valid", name)
-		}
-		where := fmt.Sprintf("api_mode %q", name)
+	for _, kv := range p.entries(n, "api_modes") {
+		name, where := p.definition(kv, "api_mode")
 		m := APIMode{Env: map[string]string{}}
 		f, _ := p.fields(kv.val, where, where, Keys["api_mode"]...)
 		if v := f["env"].val; v != nil && !yamlval.IsNull(v) {
@@ -802,11 +820,7 @@ func (p *parser) apiModes(n *yaml.Node) map[string]APIMode {
 
 func (p *parser) env(n *yaml.Node, where string) map[string]string {
 	out := map[string]string{}
-	pairs, ok := p.mapping(n, where+" env")
-	if !ok {
-		return out
-	}
-	for _, kv := range pairs {
+	for _, kv := range p.entries(n, where+" env") {
 		name := kv.key.Value
 		switch {
 		case !envNameRE.MatchString(name):
@@ -841,14 +855,7 @@ func (p *parser) env(n *yaml.Node, where string) map[string]string {
 
 func (p *parser) routes(n *yaml.Node) map[string]string {
 	out := map[string]string{}
-	if n == nil || yamlval.IsNull(n) {
-		return out
-	}
-	pairs, ok := p.mapping(n, "routes")
-	if !ok {
-		return out
-	}
-	for _, kv := range pairs {
+	for _, kv := range p.entries(n, "routes") {
 		typ := kv.key.Value
 		if !contains(spec.Types, typ) {
 			fix := "route one of the task types: " + strings.Join(spec.Types, ", ")
@@ -868,19 +875,8 @@ func (p *parser) routes(n *yaml.Node) map[string]string {
 
 func (p *parser) tools(n *yaml.Node) map[string]Tool {
 	out := map[string]Tool{}
-	if n == nil || yamlval.IsNull(n) {
-		return out
-	}
-	pairs, ok := p.mapping(n, "tools")
-	if !ok {
-		return out
-	}
-	for _, kv := range pairs {
-		name := kv.key.Value
-		if !validName(name) {
-			p.Errorf(kv.key, nameFix, "tool name %q is not valid", name)
-		}
-		where := fmt.Sprintf("tool %q", name)
+	for _, kv := range p.entries(n, "tools") {
+		name, where := p.definition(kv, "tool")
 		f, ok := p.fields(kv.val, where, where, Keys["tool"]...)
 		if !ok {
 			out[name] = Tool{}

@@ -1,9 +1,11 @@
 package store
 
 import (
-	"github.com/dispatch-tool/dispatch/internal/yamlval"
+	"reflect"
 	"strings"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/internal/yamlval"
 )
 
 // A patch names the columns of one row to change and their new values: a
@@ -13,47 +15,72 @@ import (
 
 // TaskPatch changes columns of a task.
 type TaskPatch struct {
-	Title, Type, Tool, Model, NodePin *string
-	Priority, MaxRetries              *int
-	DependsOn, Tags                   *[]string
-	Timeout, Stall                    *time.Duration
-	SpecFile, SpecHash, BaseDir       *string
-	BaseCommit                        *string
-	Snapshot                          *[]byte
-	RetriesUsed, RateLimitRetries     *int
-	LostRetries                       *int
-	NotBefore                         *time.Time
-	ExitCode                          *int
-	ErrorClass, Error, Warning        *string
-	StartedAt, CompletedAt            *time.Time
-	Heartbeat                         *string
-	HeartbeatAt                       *time.Time
-	ReusedFrom                        *int
-	Sandbox                           *string
-	Limits                            *yamlval.Limits
-	Network                           *string
+	Title            *string         `col:"title"`
+	Type             *string         `col:"type"`
+	Tool             *string         `col:"tool"`
+	Model            *string         `col:"model"`
+	NodePin          *string         `col:"node_pin"`
+	Priority         *int            `col:"priority"`
+	MaxRetries       *int            `col:"max_retries"`
+	DependsOn        *[]string       `col:"depends_on"`
+	Tags             *[]string       `col:"tags"`
+	Timeout          *time.Duration  `col:"timeout_seconds"`
+	Stall            *time.Duration  `col:"stall_seconds"`
+	SpecFile         *string         `col:"spec_file"`
+	SpecHash         *string         `col:"spec_hash"`
+	BaseDir          *string         `col:"base_dir"`
+	BaseCommit       *string         `col:"base_commit"`
+	Snapshot         *[]byte         `col:"snapshot"`
+	RetriesUsed      *int            `col:"retries_used"`
+	RateLimitRetries *int            `col:"rate_limit_retries"`
+	LostRetries      *int            `col:"lost_retries"`
+	NotBefore        *time.Time      `col:"not_before"`
+	ExitCode         *int            `col:"exit_code"`
+	ErrorClass       *string         `col:"error_class"`
+	Error            *string         `col:"error"`
+	Warning          *string         `col:"warning"`
+	StartedAt        *time.Time      `col:"started_at"`
+	CompletedAt      *time.Time      `col:"completed_at"`
+	Heartbeat        *string         `col:"heartbeat"`
+	HeartbeatAt      *time.Time      `col:"heartbeat_at"`
+	ReusedFrom       *int            `col:"reused_from"`
+	Sandbox          *string         `col:"sandbox"`
+	Limits           *yamlval.Limits `col:"limits"`
+	Network          *string         `col:"network"`
 }
 
 // RunPatch changes columns of one attempt's run row.
 type RunPatch struct {
-	Status                              *string
-	PID, ExitCode                       *int
-	Signal, ErrorClass, Error           *string
-	StartedAt, CompletedAt, CollectedAt *time.Time
-	LogBytes, TokensIn, TokensOut       *int64
-	CostUSD                             *float64
-	Dangerous                           *bool
-	APIMode, SessionID, Commit          *string
-	Inputs                              *string
-	Sandbox                             *string
+	Status      *string    `col:"status"`
+	PID         *int       `col:"pid"`
+	ExitCode    *int       `col:"exit_code"`
+	Signal      *string    `col:"signal"`
+	ErrorClass  *string    `col:"error_class"`
+	Error       *string    `col:"error"`
+	StartedAt   *time.Time `col:"started_at"`
+	CompletedAt *time.Time `col:"completed_at"`
+	CollectedAt *time.Time `col:"collected_at"`
+	LogBytes    *int64     `col:"log_bytes"`
+	TokensIn    *int64     `col:"tokens_in"`
+	TokensOut   *int64     `col:"tokens_out"`
+	CostUSD     *float64   `col:"cost_usd"`
+	Dangerous   *bool      `col:"dangerous"`
+	APIMode     *string    `col:"api_mode"`
+	SessionID   *string    `col:"session_id"`
+	Commit      *string    `col:"result_commit"`
+	Inputs      *string    `col:"inputs"`
+	Sandbox     *string    `col:"sandbox"`
 }
 
 // ProjectPatch changes columns of a project.
 type ProjectPatch struct {
-	State, Phase, Result  *string
-	FinalCommit           *string
-	Problem               *string
-	StartedAt, FinishedAt *time.Time
+	State       *string    `col:"state"`
+	Phase       *string    `col:"phase"`
+	Result      *string    `col:"result"`
+	StartedAt   *time.Time `col:"started_at"`
+	FinishedAt  *time.Time `col:"finished_at"`
+	FinalCommit *string    `col:"final_commit"`
+	Problem     *string    `col:"problem"`
 }
 
 // columns collects "col = ?" clauses and their arguments in the order
@@ -75,82 +102,25 @@ func (c *columns) expr(name, sql string) {
 
 func (c *columns) sql() string { return strings.Join(c.clauses, ", ") }
 
-// col adds name = *p when p is set.
-func col[T any](c *columns, name string, p *T) {
-	if p != nil {
-		c.add(name, *p)
+func (p TaskPatch) columns() *columns    { return patchColumns(p) }
+func (p RunPatch) columns() *columns     { return patchColumns(p) }
+func (p ProjectPatch) columns() *columns { return patchColumns(p) }
+
+// patchColumns adds, for each set field of patch (a struct of pointer
+// fields, each tagged with its column: `col:"name"`), name = its value, in
+// the order of the fields.
+func patchColumns(patch any) *columns {
+	c := &columns{}
+	v := reflect.ValueOf(patch)
+	t := v.Type()
+	for i := range t.NumField() {
+		name := t.Field(i).Tag.Get("col")
+		if name == "" {
+			panic("store: field " + t.Name() + "." + t.Field(i).Name + " has no col tag")
+		}
+		if f := v.Field(i); !f.IsNil() {
+			c.add(name, f.Elem().Interface())
+		}
 	}
-}
-
-func (p TaskPatch) columns() *columns {
-	c := &columns{}
-	col(c, "title", p.Title)
-	col(c, "type", p.Type)
-	col(c, "tool", p.Tool)
-	col(c, "model", p.Model)
-	col(c, "node_pin", p.NodePin)
-	col(c, "priority", p.Priority)
-	col(c, "max_retries", p.MaxRetries)
-	col(c, "depends_on", p.DependsOn)
-	col(c, "tags", p.Tags)
-	col(c, "timeout_seconds", p.Timeout)
-	col(c, "stall_seconds", p.Stall)
-	col(c, "sandbox", p.Sandbox)
-	col(c, "limits", p.Limits)
-	col(c, "network", p.Network)
-	col(c, "spec_file", p.SpecFile)
-	col(c, "spec_hash", p.SpecHash)
-	col(c, "base_dir", p.BaseDir)
-	col(c, "base_commit", p.BaseCommit)
-	col(c, "snapshot", p.Snapshot)
-	col(c, "retries_used", p.RetriesUsed)
-	col(c, "rate_limit_retries", p.RateLimitRetries)
-	col(c, "lost_retries", p.LostRetries)
-	col(c, "not_before", p.NotBefore)
-	col(c, "exit_code", p.ExitCode)
-	col(c, "error_class", p.ErrorClass)
-	col(c, "error", p.Error)
-	col(c, "warning", p.Warning)
-	col(c, "started_at", p.StartedAt)
-	col(c, "completed_at", p.CompletedAt)
-	col(c, "heartbeat", p.Heartbeat)
-	col(c, "heartbeat_at", p.HeartbeatAt)
-	col(c, "reused_from", p.ReusedFrom)
-	return c
-}
-
-func (p RunPatch) columns() *columns {
-	c := &columns{}
-	col(c, "status", p.Status)
-	col(c, "pid", p.PID)
-	col(c, "exit_code", p.ExitCode)
-	col(c, "signal", p.Signal)
-	col(c, "error_class", p.ErrorClass)
-	col(c, "error", p.Error)
-	col(c, "started_at", p.StartedAt)
-	col(c, "completed_at", p.CompletedAt)
-	col(c, "collected_at", p.CollectedAt)
-	col(c, "log_bytes", p.LogBytes)
-	col(c, "tokens_in", p.TokensIn)
-	col(c, "tokens_out", p.TokensOut)
-	col(c, "cost_usd", p.CostUSD)
-	col(c, "dangerous", p.Dangerous)
-	col(c, "api_mode", p.APIMode)
-	col(c, "session_id", p.SessionID)
-	col(c, "result_commit", p.Commit)
-	col(c, "inputs", p.Inputs)
-	col(c, "sandbox", p.Sandbox)
-	return c
-}
-
-func (p ProjectPatch) columns() *columns {
-	c := &columns{}
-	col(c, "state", p.State)
-	col(c, "phase", p.Phase)
-	col(c, "result", p.Result)
-	col(c, "started_at", p.StartedAt)
-	col(c, "finished_at", p.FinishedAt)
-	col(c, "final_commit", p.FinalCommit)
-	col(c, "problem", p.Problem)
 	return c
 }

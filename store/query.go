@@ -26,7 +26,7 @@ const taskListSelect = `SELECT project, id, title, type, tool, model, priority, 
 	not_before, exit_code, error_class, error, started_at, completed_at, heartbeat, heartbeat_at,
 	created_at, updated_at, warning, base_dir, rate_limit_retries, stall_seconds, base_commit, reused_from, lost_retries, sandbox, limits, network FROM `
 
-func scanTask(rows interface{ Scan(...any) error }) (Task, error) {
+func scanTask(rows scanner) (Task, error) {
 	var t Task
 	var deps, tags, limits, notBefore, started, completed, hbAt, created, updated string
 	var timeout, stall float64
@@ -61,20 +61,11 @@ func scanTask(rows interface{ Scan(...any) error }) (Task, error) {
 }
 
 func queryTasks(ctx context.Context, q querier, from, project string) ([]Task, error) {
-	rows, err := q.QueryContext(ctx, taskListSelect+from+" WHERE project = ? ORDER BY id", project)
+	out, err := queryRows(ctx, q, scanTask, taskListSelect+from+" WHERE project = ? ORDER BY id", project)
 	if err != nil {
 		return nil, fmt.Errorf("read tasks of %s: %w", project, err)
 	}
-	defer rows.Close()
-	var out []Task
-	for rows.Next() {
-		t, err := scanTask(rows)
-		if err != nil {
-			return nil, fmt.Errorf("read tasks of %s: %w", project, err)
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // HasLiveWork reports, in one query, whether a project has a task claimed
@@ -112,51 +103,49 @@ func querySpent(ctx context.Context, q querier, project string, run int) (usd fl
 
 // Busy counts the claimed and running tasks on each node, across projects.
 func (s *Store) Busy(ctx context.Context) (map[string]int, error) {
-	return s.countByNode(ctx, "count busy slots",
+	return s.countBy(ctx, "count busy slots",
 		`SELECT node, COUNT(*) FROM tasks WHERE status IN (?, ?) GROUP BY node`, Claimed, Running)
 }
 
-// countByNode runs a query of (node, count) rows into a map; what names
-// the count in its errors.
-func (s *Store) countByNode(ctx context.Context, what, query string, args ...any) (map[string]int, error) {
-	rows, err := s.db.QueryContext(ctx, query, args...)
+// countBy runs a query of (key, count) rows into a map; what names the
+// count in its errors.
+func (s *Store) countBy(ctx context.Context, what, query string, args ...any) (map[string]int, error) {
+	out := map[string]int{}
+	err := eachRow(ctx, s.db, func(r scanner) error {
+		var key string
+		var n int
+		if err := r.Scan(&key, &n); err != nil {
+			return err
+		}
+		out[key] = n
+		return nil
+	}, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var node string
-		var n int
-		if err := rows.Scan(&node, &n); err != nil {
-			return nil, fmt.Errorf("%s: %w", what, err)
-		}
-		out[node] = n
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // States returns the status of every task of a project by ID, and how many
 // have failed: what scheduling needs of the tasks it does not launch.
 func (s *Store) States(ctx context.Context, project string) (map[string]string, int, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, status FROM tasks WHERE project = ?`, project)
-	if err != nil {
-		return nil, 0, fmt.Errorf("read task states of %s: %w", project, err)
-	}
-	defer rows.Close()
 	out := map[string]string{}
 	failed := 0
-	for rows.Next() {
+	err := eachRow(ctx, s.db, func(r scanner) error {
 		var id, st string
-		if err := rows.Scan(&id, &st); err != nil {
-			return nil, 0, fmt.Errorf("read task states of %s: %w", project, err)
+		if err := r.Scan(&id, &st); err != nil {
+			return err
 		}
 		out[id] = st
 		if st == Failed {
 			failed++
 		}
+		return nil
+	}, `SELECT id, status FROM tasks WHERE project = ?`, project)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read task states of %s: %w", project, err)
 	}
-	return out, failed, rows.Err()
+	return out, failed, nil
 }
 
 // Runnable returns up to limit pending tasks of a project whose not_before
@@ -165,23 +154,14 @@ func (s *Store) States(ctx context.Context, project string) (map[string]string, 
 // decided here, before the limit: a window filled with tasks that still wait
 // for a dependency would keep a ready task behind them (head of line).
 func (s *Store) Runnable(ctx context.Context, project string, now time.Time, limit int) ([]Task, error) {
-	rows, err := s.db.QueryContext(ctx, taskListSelect+`tasks AS t WHERE project = ? AND status = ? AND not_before <= ?
+	out, err := queryRows(ctx, s.db, scanTask, taskListSelect+`tasks AS t WHERE project = ? AND status = ? AND not_before <= ?
 		AND NOT EXISTS (SELECT 1 FROM json_each(t.depends_on) AS d WHERE NOT EXISTS (
 			SELECT 1 FROM tasks AS dep WHERE dep.project = t.project AND dep.id = d.value AND dep.status = ?))
 		ORDER BY priority, id LIMIT ?`, project, Pending, formatTime(now), Completed, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read runnable tasks of %s: %w", project, err)
 	}
-	defer rows.Close()
-	var out []Task
-	for rows.Next() {
-		t, err := scanTask(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Tasks returns a project's tasks ordered by ID, without their snapshots
@@ -226,43 +206,39 @@ func queryProjects(ctx context.Context, q querier, name string) ([]Project, erro
 		query += " WHERE name = ?"
 		args = append(args, name)
 	}
-	rows, err := q.QueryContext(ctx, query+" ORDER BY name", args...)
+	out, err := queryRows(ctx, q, scanProject, query+" ORDER BY name", args...)
 	if err != nil {
 		return nil, fmt.Errorf("read projects: %w", err)
 	}
-	defer rows.Close()
-	var out []Project
-	for rows.Next() {
-		var p Project
-		var started, finished string
-		if err := rows.Scan(&p.Name, &p.State, &p.Phase, &p.Result, &p.Options, &started, &finished, &p.FinalCommit, &p.Run, &p.Problem); err != nil {
-			return nil, fmt.Errorf("read projects: %w", err)
-		}
-		p.StartedAt, p.FinishedAt = parseTime(started), parseTime(finished)
-		out = append(out, p)
-	}
-	return out, rows.Err()
+	return out, nil
+}
+
+func scanProject(r scanner) (Project, error) {
+	var p Project
+	var started, finished string
+	err := r.Scan(&p.Name, &p.State, &p.Phase, &p.Result, &p.Options, &started, &finished, &p.FinalCommit, &p.Run, &p.Problem)
+	p.StartedAt, p.FinishedAt = parseTime(started), parseTime(finished)
+	return p, err
 }
 
 // Sandboxes returns, by task, how its current attempt was confined
 // ("bwrap"), for the tasks whose current attempt was.
 func (s *Store) Sandboxes(ctx context.Context, project string) (map[string]string, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT r.task, r.sandbox FROM runs AS r JOIN `+s.table("tasks")+
+	out := map[string]string{}
+	err := eachRow(ctx, s.db, func(r scanner) error {
+		var task, sb string
+		if err := r.Scan(&task, &sb); err != nil {
+			return err
+		}
+		out[task] = sb
+		return nil
+	}, `SELECT r.task, r.sandbox FROM runs AS r JOIN `+s.table("tasks")+
 		` ON tasks.project = r.project AND tasks.id = r.task AND tasks.attempt = r.attempt
 		WHERE r.project = ? AND r.sandbox != ''`, project)
 	if err != nil {
 		return nil, fmt.Errorf("read the sandboxes of %s: %w", project, err)
 	}
-	defer rows.Close()
-	out := map[string]string{}
-	for rows.Next() {
-		var task, sb string
-		if err := rows.Scan(&task, &sb); err != nil {
-			return nil, fmt.Errorf("read the sandboxes of %s: %w", project, err)
-		}
-		out[task] = sb
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Runs returns every attempt of a project's tasks (of one task when task is
@@ -305,23 +281,19 @@ func (s *Store) Uncollected(ctx context.Context, project string) (runs []Run, cu
 		return nil, nil, err
 	}
 	attempts := map[string]int{}
-	rows, err := s.db.QueryContext(ctx, `SELECT t.id, t.attempt FROM tasks t WHERE t.project = ? AND EXISTS
+	err = eachRow(ctx, s.db, func(r scanner) error {
+		var id string
+		var a int
+		if err := r.Scan(&id, &a); err != nil {
+			return err
+		}
+		attempts[id] = a
+		return nil
+	}, `SELECT t.id, t.attempt FROM tasks t WHERE t.project = ? AND EXISTS
 		(SELECT 1 FROM runs r WHERE r.project = t.project AND r.task = t.id AND r.collected_at = '' AND r.status IN (?, ?, ?))`,
 		project, Completed, Failed, Killed)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the attempts of %s: %w", project, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		var a int
-		if err := rows.Scan(&id, &a); err != nil {
-			return nil, nil, fmt.Errorf("read the attempts of %s: %w", project, err)
-		}
-		attempts[id] = a
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, err
 	}
 	current = make([]bool, len(runs))
 	for i, r := range runs {
@@ -331,52 +303,46 @@ func (s *Store) Uncollected(ctx context.Context, project string) (runs []Run, cu
 }
 
 func (s *Store) queryRuns(ctx context.Context, project, query string, args ...any) ([]Run, error) {
-	rows, err := s.db.QueryContext(ctx, query, args...)
+	out, err := queryRows(ctx, s.db, scanRun, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read runs of %s: %w", project, err)
 	}
-	defer rows.Close()
-	var out []Run
-	for rows.Next() {
-		var r Run
-		var claimed, started, completed, collected string
-		if err := rows.Scan(&r.Project, &r.Task, &r.Attempt, &r.Node, &r.Status, &r.PID, &r.ExitCode, &r.Signal,
-			&r.ErrorClass, &r.Error, &claimed, &started, &completed, &r.LogBytes, &r.TokensIn, &r.TokensOut,
-			&r.CostUSD, &collected, &r.Dangerous, &r.APIMode, &r.SessionID, &r.Commit, &r.Run, &r.Inputs, &r.Sandbox); err != nil {
-			return nil, fmt.Errorf("read runs of %s: %w", project, err)
-		}
-		r.ClaimedAt, r.StartedAt, r.CompletedAt, r.CollectedAt = parseTime(claimed), parseTime(started), parseTime(completed), parseTime(collected)
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return out, nil
+}
+
+func scanRun(row scanner) (Run, error) {
+	var r Run
+	var claimed, started, completed, collected string
+	err := row.Scan(&r.Project, &r.Task, &r.Attempt, &r.Node, &r.Status, &r.PID, &r.ExitCode, &r.Signal,
+		&r.ErrorClass, &r.Error, &claimed, &started, &completed, &r.LogBytes, &r.TokensIn, &r.TokensOut,
+		&r.CostUSD, &collected, &r.Dangerous, &r.APIMode, &r.SessionID, &r.Commit, &r.Run, &r.Inputs, &r.Sandbox)
+	r.ClaimedAt, r.StartedAt, r.CompletedAt, r.CollectedAt = parseTime(claimed), parseTime(started), parseTime(completed), parseTime(collected)
+	return r, err
 }
 
 // Nodes returns what is known about every node, by name.
 func (s *Store) Nodes(ctx context.Context) ([]Node, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name, state, last_seen, offline_since, last_error, os, arch, wrapper_version,
+	out, err := queryRows(ctx, s.db, scanNode, `SELECT name, state, last_seen, offline_since, last_error, os, arch, wrapper_version,
 		mem_available_bytes, load1, disk_free_bytes, rtt_ms, updated_at FROM nodes ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("read nodes: %w", err)
 	}
-	defer rows.Close()
-	var out []Node
-	for rows.Next() {
-		var n Node
-		var seen, offline, updated string
-		if err := rows.Scan(&n.Name, &n.State, &seen, &offline, &n.LastError, &n.OS, &n.Arch, &n.WrapperVersion,
-			&n.MemAvailableBytes, &n.Load1, &n.DiskFreeBytes, &n.RTTMillis, &updated); err != nil {
-			return nil, fmt.Errorf("read nodes: %w", err)
-		}
-		n.LastSeen, n.OfflineSince, n.UpdatedAt = parseTime(seen), parseTime(offline), parseTime(updated)
-		out = append(out, n)
-	}
-	return out, rows.Err()
+	return out, nil
+}
+
+func scanNode(r scanner) (Node, error) {
+	var n Node
+	var seen, offline, updated string
+	err := r.Scan(&n.Name, &n.State, &seen, &offline, &n.LastError, &n.OS, &n.Arch, &n.WrapperVersion,
+		&n.MemAvailableBytes, &n.Load1, &n.DiskFreeBytes, &n.RTTMillis, &updated)
+	n.LastSeen, n.OfflineSince, n.UpdatedAt = parseTime(seen), parseTime(offline), parseTime(updated)
+	return n, err
 }
 
 // Events returns a project's events with an id greater than after, oldest
 // first; project "" means every event. limit <= 0 means no limit.
 func (s *Store) Events(ctx context.Context, project string, after int64, limit int) ([]Event, error) {
-	query := "SELECT id, time, project, task, attempt, kind, from_status, to_status, node, message FROM events WHERE id > ?1"
+	query := eventSelect + " WHERE id > ?1"
 	args := []any{after}
 	if project != "" {
 		query += " AND project = ?2 AND run = " + runOf(s.run, 2)
@@ -386,22 +352,21 @@ func (s *Store) Events(ctx context.Context, project string, after int64, limit i
 	if limit > 0 {
 		query += fmt.Sprintf(" LIMIT %d", limit)
 	}
-	rows, err := s.db.QueryContext(ctx, query, args...)
+	out, err := queryRows(ctx, s.db, scanEvent, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read events: %w", err)
 	}
-	defer rows.Close()
-	var out []Event
-	for rows.Next() {
-		var e Event
-		var t string
-		if err := rows.Scan(&e.ID, &t, &e.Project, &e.Task, &e.Attempt, &e.Kind, &e.FromStatus, &e.ToStatus, &e.Node, &e.Message); err != nil {
-			return nil, fmt.Errorf("read events: %w", err)
-		}
-		e.Time = parseTime(t)
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return out, nil
+}
+
+const eventSelect = "SELECT id, time, project, task, attempt, kind, from_status, to_status, node, message FROM events"
+
+func scanEvent(r scanner) (Event, error) {
+	var e Event
+	var t string
+	err := r.Scan(&e.ID, &t, &e.Project, &e.Task, &e.Attempt, &e.Kind, &e.FromStatus, &e.ToStatus, &e.Node, &e.Message)
+	e.Time = parseTime(t)
+	return e, err
 }
 
 // lastEventSQL reads the newest event of a project's run (its current one
@@ -409,7 +374,7 @@ func (s *Store) Events(ctx context.Context, project string, after int64, limit i
 // itself SQLite walks the run's events newest first for the ORDER BY,
 // every one of them when no event is of those kinds.
 func lastEventSQL(run, n int) string {
-	return "SELECT id, time, project, task, attempt, kind, from_status, to_status, node, message FROM events INDEXED BY events_kind WHERE project = ?1 AND run = " + runOf(run, 1) + " AND kind IN (?" +
+	return eventSelect + " INDEXED BY events_kind WHERE project = ?1 AND run = " + runOf(run, 1) + " AND kind IN (?" +
 		strings.Repeat(", ?", n-1) + ") ORDER BY id DESC LIMIT 1"
 }
 
@@ -424,16 +389,13 @@ func (s *Store) LastEvent(ctx context.Context, project string, kinds ...string) 
 	for _, k := range kinds {
 		args = append(args, k)
 	}
-	var e Event
-	var t string
-	err := s.db.QueryRowContext(ctx, query, args...).Scan(&e.ID, &t, &e.Project, &e.Task, &e.Attempt, &e.Kind, &e.FromStatus, &e.ToStatus, &e.Node, &e.Message)
+	e, err := scanEvent(s.db.QueryRowContext(ctx, query, args...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Event{}, false, nil
 	}
 	if err != nil {
 		return Event{}, false, fmt.Errorf("read events: %w", err)
 	}
-	e.Time = parseTime(t)
 	return e, true, nil
 }
 
@@ -450,20 +412,15 @@ func queryFiles(ctx context.Context, q querier, from, project, task string) ([]F
 		query += " AND task = ?"
 		args = append(args, task)
 	}
-	rows, err := q.QueryContext(ctx, query+" ORDER BY task, path", args...)
+	out, err := queryRows(ctx, q, func(r scanner) (File, error) {
+		var f File
+		err := r.Scan(&f.Project, &f.Task, &f.Attempt, &f.Path, &f.Size, &f.SHA256)
+		return f, err
+	}, query+" ORDER BY task, path", args...)
 	if err != nil {
 		return nil, fmt.Errorf("read manifest of %s: %w", project, err)
 	}
-	defer rows.Close()
-	var out []File
-	for rows.Next() {
-		var f File
-		if err := rows.Scan(&f.Project, &f.Task, &f.Attempt, &f.Path, &f.Size, &f.SHA256); err != nil {
-			return nil, fmt.Errorf("read manifest of %s: %w", project, err)
-		}
-		out = append(out, f)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Conflict is a path two tasks wrote with different content.
@@ -474,24 +431,21 @@ type Conflict struct {
 
 // Conflicts returns a project's merge conflicts by path.
 func (s *Store) Conflicts(ctx context.Context, project string) ([]Conflict, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT path, tasks FROM "+s.table("conflicts")+" WHERE project = ? ORDER BY path", project)
+	out, err := queryRows(ctx, s.db, func(r scanner) (Conflict, error) {
+		var c Conflict
+		var tasks string
+		if err := r.Scan(&c.Path, &tasks); err != nil {
+			return c, err
+		}
+		if err := json.Unmarshal([]byte(tasks), &c.Tasks); err != nil {
+			return c, fmt.Errorf("conflict %s: its tasks: %w", c.Path, err)
+		}
+		return c, nil
+	}, "SELECT path, tasks FROM "+s.table("conflicts")+" WHERE project = ? ORDER BY path", project)
 	if err != nil {
 		return nil, fmt.Errorf("read conflicts of %s: %w", project, err)
 	}
-	defer rows.Close()
-	var out []Conflict
-	for rows.Next() {
-		var c Conflict
-		var tasks string
-		if err := rows.Scan(&c.Path, &tasks); err != nil {
-			return nil, err
-		}
-		if err := json.Unmarshal([]byte(tasks), &c.Tasks); err != nil {
-			return nil, fmt.Errorf("read conflict %s: its tasks: %w", c.Path, err)
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Verdict is one verification round's result.
@@ -504,24 +458,21 @@ type Verdict struct {
 
 // Verdicts returns a project's verification verdicts by round.
 func (s *Store) Verdicts(ctx context.Context, project string) ([]Verdict, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT task, round, pass, issues FROM "+s.table("verdicts")+" WHERE project = ? ORDER BY round", project)
+	out, err := queryRows(ctx, s.db, func(r scanner) (Verdict, error) {
+		var v Verdict
+		var issues string
+		if err := r.Scan(&v.Task, &v.Round, &v.Pass, &issues); err != nil {
+			return v, err
+		}
+		if err := json.Unmarshal([]byte(issues), &v.Issues); err != nil {
+			return v, fmt.Errorf("the issues of round %d: %w", v.Round, err)
+		}
+		return v, nil
+	}, "SELECT task, round, pass, issues FROM "+s.table("verdicts")+" WHERE project = ? ORDER BY round", project)
 	if err != nil {
 		return nil, fmt.Errorf("read verdicts of %s: %w", project, err)
 	}
-	defer rows.Close()
-	var out []Verdict
-	for rows.Next() {
-		var v Verdict
-		var issues string
-		if err := rows.Scan(&v.Task, &v.Round, &v.Pass, &issues); err != nil {
-			return nil, err
-		}
-		if err := json.Unmarshal([]byte(issues), &v.Issues); err != nil {
-			return nil, fmt.Errorf("read verdicts of %s: the issues of round %d: %w", project, v.Round, err)
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Pause is an api_mode that takes no new launches until a time (a rate
@@ -534,42 +485,23 @@ type Pause struct {
 
 // LiveModes counts the claimed and running attempts under each api_mode.
 func (s *Store) LiveModes(ctx context.Context) (map[string]int, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT api_mode, COUNT(*) FROM runs
+	return s.countBy(ctx, "count attempts by api_mode", `SELECT api_mode, COUNT(*) FROM runs
 		WHERE status IN (?, ?) AND api_mode != '' GROUP BY api_mode`, Claimed, Running)
-	if err != nil {
-		return nil, fmt.Errorf("count attempts by api_mode: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]int{}
-	for rows.Next() {
-		var m string
-		var n int
-		if err := rows.Scan(&m, &n); err != nil {
-			return nil, fmt.Errorf("count attempts by api_mode: %w", err)
-		}
-		out[m] = n
-	}
-	return out, rows.Err()
 }
 
 // Pauses returns the pauses recorded, expired or not.
 func (s *Store) Pauses(ctx context.Context) ([]Pause, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT api_mode, until, reason FROM pauses ORDER BY api_mode")
+	out, err := queryRows(ctx, s.db, func(r scanner) (Pause, error) {
+		var p Pause
+		var until string
+		err := r.Scan(&p.APIMode, &until, &p.Reason)
+		p.Until = parseTime(until)
+		return p, err
+	}, "SELECT api_mode, until, reason FROM pauses ORDER BY api_mode")
 	if err != nil {
 		return nil, fmt.Errorf("read pauses: %w", err)
 	}
-	defer rows.Close()
-	var out []Pause
-	for rows.Next() {
-		var p Pause
-		var until string
-		if err := rows.Scan(&p.APIMode, &until, &p.Reason); err != nil {
-			return nil, err
-		}
-		p.Until = parseTime(until)
-		out = append(out, p)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Snapshot returns the spec text a task runs with.

@@ -117,25 +117,21 @@ func (s *Store) RunHistory(ctx context.Context, project string) ([]RunSummary, e
 		out[i].Project = Project{Name: project, Run: i + 1}
 	}
 	out[cur.Run-1].Project = cur
-	rows, err := s.db.QueryContext(ctx, `SELECT run, state, phase, result, options, started_at, finished_at, final_commit
-		FROM project_runs WHERE project = ? AND run < ? ORDER BY run`, project, cur.Run)
-	if err != nil {
-		return nil, fmt.Errorf("read the runs of %s: %w", project, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	err = eachRow(ctx, s.db, func(r scanner) error {
 		var p Project
 		var started, finished string
-		if err := rows.Scan(&p.Run, &p.State, &p.Phase, &p.Result, &p.Options, &started, &finished, &p.FinalCommit); err != nil {
-			return nil, fmt.Errorf("read the runs of %s: %w", project, err)
+		if err := r.Scan(&p.Run, &p.State, &p.Phase, &p.Result, &p.Options, &started, &finished, &p.FinalCommit); err != nil {
+			return err
 		}
 		p.Name, p.StartedAt, p.FinishedAt = project, parseTime(started), parseTime(finished)
 		if p.Run >= 1 {
 			out[p.Run-1].Project = p
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
+		return nil
+	}, `SELECT run, state, phase, result, options, started_at, finished_at, final_commit
+		FROM project_runs WHERE project = ? AND run < ? ORDER BY run`, project, cur.Run)
+	if err != nil {
+		return nil, fmt.Errorf("read the runs of %s: %w", project, err)
 	}
 	// What ran and what it cost, by run; then what each run reused.
 	at := func(run int) *RunSummary {
@@ -144,48 +140,31 @@ func (s *Store) RunHistory(ctx context.Context, project string) ([]RunSummary, e
 		}
 		return &out[run-1]
 	}
-	err = s.eachRow(ctx, `SELECT run, COUNT(DISTINCT task), TOTAL(cost_usd) FROM runs WHERE project = ?1 GROUP BY run`,
-		project, func(rows *sql.Rows) error {
-			var run, ran int
-			var cost float64
-			if err := rows.Scan(&run, &ran, &cost); err != nil {
-				return err
-			}
-			at(run).Ran, at(run).CostUSD = ran, cost
-			return nil
-		})
+	err = eachRow(ctx, s.db, func(r scanner) error {
+		var run, ran int
+		var cost float64
+		if err := r.Scan(&run, &ran, &cost); err != nil {
+			return err
+		}
+		at(run).Ran, at(run).CostUSD = ran, cost
+		return nil
+	}, `SELECT run, COUNT(DISTINCT task), TOTAL(cost_usd) FROM runs WHERE project = ?1 GROUP BY run`, project)
 	if err != nil {
 		return nil, fmt.Errorf("read the runs of %s: %w", project, err)
 	}
-	err = s.eachRow(ctx, `SELECT run, COUNT(*) FROM run_tasks WHERE project = ?1 AND reused_from > 0 GROUP BY run
-		UNION ALL SELECT `+runOf(0, 1)+`, COUNT(*) FROM tasks WHERE project = ?1 AND reused_from > 0`,
-		project, func(rows *sql.Rows) error {
-			var run, reused int
-			if err := rows.Scan(&run, &reused); err != nil {
-				return err
-			}
-			at(run).Reused = reused
-			return nil
-		})
+	err = eachRow(ctx, s.db, func(r scanner) error {
+		var run, reused int
+		if err := r.Scan(&run, &reused); err != nil {
+			return err
+		}
+		at(run).Reused = reused
+		return nil
+	}, `SELECT run, COUNT(*) FROM run_tasks WHERE project = ?1 AND reused_from > 0 GROUP BY run
+		UNION ALL SELECT `+runOf(0, 1)+`, COUNT(*) FROM tasks WHERE project = ?1 AND reused_from > 0`, project)
 	if err != nil {
 		return nil, fmt.Errorf("read the runs of %s: %w", project, err)
 	}
 	return out, nil
-}
-
-// eachRow runs a query of one argument and calls fn for each row.
-func (s *Store) eachRow(ctx context.Context, query string, arg any, fn func(*sql.Rows) error) error {
-	rows, err := s.db.QueryContext(ctx, query, arg)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := fn(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
 }
 
 // BeginRun archives the project's current run (its row, tasks, manifests,

@@ -32,7 +32,7 @@ type ScheduleState struct {
 
 const scheduleSelect = `SELECT project, enabled, spec, next_at, last_at, last_run, last_result, failures, skipped, catch_ups, updated_at FROM schedules`
 
-func scanSchedule(row interface{ Scan(...any) error }) (ScheduleState, error) {
+func scanSchedule(row scanner) (ScheduleState, error) {
 	var s ScheduleState
 	var next, last, updated string
 	err := row.Scan(&s.Project, &s.Enabled, &s.Spec, &next, &last, &s.LastRun, &s.LastResult, &s.Failures, &s.Skipped, &s.CatchUps, &updated)
@@ -42,20 +42,11 @@ func scanSchedule(row interface{ Scan(...any) error }) (ScheduleState, error) {
 
 // Schedules returns the recorded schedules by project.
 func (s *Store) Schedules(ctx context.Context) ([]ScheduleState, error) {
-	rows, err := s.db.QueryContext(ctx, scheduleSelect+" ORDER BY project")
+	out, err := queryRows(ctx, s.db, scanSchedule, scheduleSelect+" ORDER BY project")
 	if err != nil {
 		return nil, fmt.Errorf("read schedules: %w", err)
 	}
-	defer rows.Close()
-	var out []ScheduleState
-	for rows.Next() {
-		sc, err := scanSchedule(rows)
-		if err != nil {
-			return nil, fmt.Errorf("read schedules: %w", err)
-		}
-		out = append(out, sc)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Schedule returns project's recorded schedule; false when none is.

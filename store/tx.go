@@ -423,20 +423,19 @@ func (tx *Tx) PutPause(ctx context.Context, p Pause) error {
 
 // Pauses returns the recorded pauses inside the transaction.
 func (tx *Tx) Pauses(ctx context.Context) (map[string]time.Time, error) {
-	rows, err := tx.tx.QueryContext(ctx, "SELECT api_mode, until FROM pauses")
+	out := map[string]time.Time{}
+	err := eachRow(ctx, tx.tx, func(r scanner) error {
+		var mode, until string
+		if err := r.Scan(&mode, &until); err != nil {
+			return err
+		}
+		out[mode] = parseTime(until)
+		return nil
+	}, "SELECT api_mode, until FROM pauses")
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	out := map[string]time.Time{}
-	for rows.Next() {
-		var mode, until string
-		if err := rows.Scan(&mode, &until); err != nil {
-			return nil, err
-		}
-		out[mode] = parseTime(until)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // DeleteTasks removes tasks and everything recorded for their attempts

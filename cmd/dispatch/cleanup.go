@@ -18,67 +18,60 @@ import (
 )
 
 func cleanupCommand() *cli.Command {
-	return &cli.Command{
-		Name:      "cleanup",
-		Usage:     "remove a project's workspaces from every node (the collected runs/ stay); refuses while tasks run",
-		ArgsUsage: "<project>",
-		Flags:     []cli.Flag{&cli.BoolFlag{Name: "yes", Usage: "remove them (without it, only say what would go)"}},
-		Action: func(c *cli.Context) error {
-			ctx := c.Context
-			e, st, project, err := readProject(c, "dispatch cleanup <project> [--yes]")
-			if err != nil {
-				return err
+	return readCommand(&cli.Command{
+		Name:  "cleanup",
+		Usage: "remove a project's workspaces from every node (the collected runs/ stay); refuses while tasks run",
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "yes", Usage: "remove them (without it, only say what would go)"}},
+	}, "dispatch cleanup <project> [--yes]", func(c *cli.Context, e *env, st *store.Store, project string) error {
+		ctx := c.Context
+		cfg, err := e.loadConfig()
+		if err != nil {
+			return err
+		}
+		tasks, err := st.Tasks(ctx, project)
+		if err != nil {
+			return err
+		}
+		var running []string
+		for _, t := range tasks {
+			if t.Status == store.Running || t.Status == store.Claimed {
+				running = append(running, t.ID)
 			}
-			defer st.Close()
-			cfg, err := e.loadConfig()
-			if err != nil {
-				return err
+		}
+		if len(running) > 0 {
+			return usagef("dispatch stop "+project+" --kill", "%s has running tasks (%v): cleanup would pull their workspaces from under them", project, running)
+		}
+		if p, _ := st.Project(ctx, project); p.State == store.ProjectActive {
+			if controller.Running(e.home) {
+				return usagef("dispatch stop "+project, "a controller is serving %s: stop it first", project)
 			}
-			tasks, err := st.Tasks(ctx, project)
-			if err != nil {
-				return err
-			}
-			var running []string
-			for _, t := range tasks {
-				if t.Status == store.Running || t.Status == store.Claimed {
-					running = append(running, t.ID)
-				}
-			}
-			if len(running) > 0 {
-				return usagef("dispatch stop "+project+" --kill", "%s has running tasks (%v): cleanup would pull their workspaces from under them", project, running)
-			}
-			if p, _ := st.Project(ctx, project); p.State == store.ProjectActive {
-				if controller.Running(e.home) {
-					return usagef("dispatch stop "+project, "a controller is serving %s: stop it first", project)
-				}
-			}
-			env, err := nodes.DefaultSSHEnv()
-			if err != nil {
-				return err
-			}
-			failed := 0
-			for _, n := range cfg.Nodes {
-				where := fmt.Sprintf("%s:%s", n.Name, path.Join(n.WorkDir, project))
-				if !c.Bool("yes") {
-					fmt.Fprintf(e.out, "would remove %s\n", where)
-					continue
-				}
-				if err := removeWorkspace(ctx, cfg, n, env, project); err != nil {
-					failed++
-					fmt.Fprintf(e.out, "FAILED %s: %v\n", where, err)
-					continue
-				}
-				fmt.Fprintf(e.out, "removed %s\n", where)
-			}
+		}
+		env, err := nodes.DefaultSSHEnv()
+		if err != nil {
+			return err
+		}
+		failed := 0
+		for _, n := range cfg.Nodes {
+			where := fmt.Sprintf("%s:%s", n.Name, path.Join(n.WorkDir, project))
 			if !c.Bool("yes") {
-				return usagef("dispatch cleanup "+project+" --yes", "nothing removed; the collected outputs in runs/%s stay either way", project)
+				fmt.Fprintf(e.out, "would remove %s\n", where)
+				continue
 			}
-			if failed > 0 {
-				return &workFailed{msg: fmt.Sprintf("dispatch: %d node(s) could not be cleaned", failed)}
+			if err := removeWorkspace(ctx, cfg, n, env, project); err != nil {
+				failed++
+				fmt.Fprintf(e.out, "FAILED %s: %v\n", where, err)
+				continue
 			}
-			return nil
-		},
-	}
+			fmt.Fprintf(e.out, "removed %s\n", where)
+		}
+		if !c.Bool("yes") {
+			return usagef("dispatch cleanup "+project+" --yes", "nothing removed; the collected outputs in runs/%s stay either way", project)
+		}
+		if failed > 0 {
+			return &workFailed{msg: fmt.Sprintf("dispatch: %d node(s) could not be cleaned", failed)}
+		}
+		return nil
+	})
 }
 
 func removeWorkspace(ctx context.Context, cfg *nodes.Config, n nodes.Node, env nodes.SSHEnv, project string) error {

@@ -12,64 +12,57 @@ import (
 )
 
 func eventsCommand() *cli.Command {
-	return &cli.Command{
-		Name:      "events",
-		Usage:     "print a project's event log: every state change of every task, node and phase",
-		ArgsUsage: "<project>",
+	return readCommand(&cli.Command{
+		Name:  "events",
+		Usage: "print a project's event log: every state change of every task, node and phase",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new events until the project finishes"},
 			&cli.BoolFlag{Name: "json", Usage: "one JSON object per line"},
 			runFlag(),
 		},
-		Action: func(c *cli.Context) error {
-			ctx := c.Context
-			e, st, project, err := readProject(c, "dispatch events <project> [-f] [--json]")
+	}, "dispatch events <project> [-f] [--json]", func(c *cli.Context, e *env, st *store.Store, project string) error {
+		ctx := c.Context
+		at, err := atRun(c, st, project, "dispatch events "+project+" --run 1")
+		if err != nil {
+			return err
+		}
+		// An ended run has no more events to follow.
+		follow := c.Bool("follow") && at == st
+		st = at
+		enc := json.NewEncoder(e.out)
+		var last int64
+		for {
+			evs, err := st.Events(ctx, project, last, 0)
 			if err != nil {
 				return err
 			}
-			defer st.Close()
-			at, err := atRun(c, st, project, "dispatch events "+project+" --run 1")
-			if err != nil {
-				return err
-			}
-			// An ended run has no more events to follow.
-			follow := c.Bool("follow") && at == st
-			st = at
-			enc := json.NewEncoder(e.out)
-			var last int64
-			for {
-				evs, err := st.Events(ctx, project, last, 0)
-				if err != nil {
-					return err
-				}
-				for _, ev := range evs {
-					last = ev.ID
-					if c.Bool("json") {
-						if err := enc.Encode(eventJSON(ev)); err != nil {
-							return err
-						}
-						continue
+			for _, ev := range evs {
+				last = ev.ID
+				if c.Bool("json") {
+					if err := enc.Encode(eventJSON(ev)); err != nil {
+						return err
 					}
-					fmt.Fprintln(e.out, eventText(ev))
+					continue
 				}
-				if !follow {
-					return nil
-				}
-				p, err := st.Project(ctx, project)
-				if err != nil {
-					return err
-				}
-				if p.State != store.ProjectActive && len(evs) == 0 {
-					return nil
-				}
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-time.After(500 * time.Millisecond):
-				}
+				fmt.Fprintln(e.out, eventText(ev))
 			}
-		},
-	}
+			if !follow {
+				return nil
+			}
+			p, err := st.Project(ctx, project)
+			if err != nil {
+				return err
+			}
+			if p.State != store.ProjectActive && len(evs) == 0 {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	})
 }
 
 // eventView is one event in `dispatch events --json`.

@@ -152,27 +152,51 @@ func knownProject(ctx context.Context, st *store.Store, name string) error {
 	return fmt.Errorf("project %q has not been started (started projects: %s): %w\nTry: dispatch start %s", name, known, store.ErrNotFound, name)
 }
 
-// readProject is the start of every read-only command on one project: the
-// environment, the project argument, and the database opened read-only with
-// the project known to it. The caller closes the store.
-func readProject(c *cli.Context, usage string) (*env, *store.Store, string, error) {
-	e, err := newEnv(c)
-	if err != nil {
-		return nil, nil, "", err
+// projectCommand completes cmd as a command on one project of the home:
+// its one argument is the project's name, checked; synopsis is the usage
+// line its errors show. run gets the environment and the name.
+func projectCommand(cmd *cli.Command, synopsis string, run func(c *cli.Context, e *env, project string) error) *cli.Command {
+	cmd.ArgsUsage = "<project>"
+	cmd.Action = func(c *cli.Context) error {
+		e, err := newEnv(c)
+		if err != nil {
+			return err
+		}
+		project, err := projectArg(c, synopsis)
+		if err != nil {
+			return err
+		}
+		return run(c, e, project)
 	}
-	project, err := projectArg(c, usage)
+	return cmd
+}
+
+// readCommand completes cmd as a read-only command on one started project:
+// as projectCommand, with the database opened read-only (see openProject)
+// for run, and closed after it.
+func readCommand(cmd *cli.Command, synopsis string, run func(c *cli.Context, e *env, st *store.Store, project string) error) *cli.Command {
+	return projectCommand(cmd, synopsis, func(c *cli.Context, e *env, project string) error {
+		st, err := e.openProject(c.Context, project)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		return run(c, e, st, project)
+	})
+}
+
+// openProject opens the database read-only and checks that project is
+// known to it. The caller closes the store.
+func (e *env) openProject(ctx context.Context, project string) (*store.Store, error) {
+	st, err := e.openReadOnly(ctx)
 	if err != nil {
-		return nil, nil, "", err
+		return nil, err
 	}
-	st, err := e.openReadOnly(c.Context)
-	if err != nil {
-		return nil, nil, "", err
-	}
-	if err := knownProject(c.Context, st, project); err != nil {
+	if err := knownProject(ctx, st, project); err != nil {
 		st.Close()
-		return nil, nil, "", err
+		return nil, err
 	}
-	return e, st, project, nil
+	return st, nil
 }
 
 // runFlag is --run of the commands that show one run of a project.

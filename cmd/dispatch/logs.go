@@ -49,14 +49,11 @@ func logsAction(c *cli.Context) error {
 	if err := spec.ValidName(project); err != nil {
 		return &usageError{err: err, hint: usage}
 	}
-	st, err := e.openReadOnly(ctx)
+	st, err := e.openProject(ctx, project)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	if err := knownProject(ctx, st, project); err != nil {
-		return err
-	}
 	at, err := atRun(c, st, project, usage)
 	if err != nil {
 		return err

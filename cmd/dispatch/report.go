@@ -11,67 +11,54 @@ import (
 )
 
 func reportCommand() *cli.Command {
-	return &cli.Command{
-		Name:      "report",
-		Usage:     "print a project's report (what ran, what failed and why, outputs, tokens)",
-		ArgsUsage: "<project>",
+	return projectCommand(&cli.Command{
+		Name:  "report",
+		Usage: "print a project's report (what ran, what failed and why, outputs, tokens)",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "format", Value: "md", Usage: "md or json"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write to `FILE` instead of stdout"},
 			runFlag(),
 		},
-		Action: func(c *cli.Context) error {
-			ctx := c.Context
-			e, err := newEnv(c)
-			if err != nil {
-				return err
-			}
-			name, err := projectArg(c, "dispatch report <project>")
-			if err != nil {
-				return err
-			}
-			format := c.String("format")
-			if format != "md" && format != "json" {
-				return usagef("dispatch report "+name+" --format json", "unknown format %q: use md or json", format)
-			}
-			st, err := e.openReadOnly(ctx)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			if err := knownProject(ctx, st, name); err != nil {
-				return err
-			}
-			at, err := atRun(c, st, name, "dispatch report "+name+" --run 1")
-			if err != nil {
-				return err
-			}
-			cfg, err := e.loadConfig()
-			if err != nil {
-				cfg = nil
-			}
-			r, err := readmodel.BuildReport(ctx, at, cfg, e.home, name, time.Now())
-			if err != nil {
-				return err
-			}
-			var out []byte
-			if format == "json" {
-				out, err = json.MarshalIndent(r, "", "  ")
-				if err != nil {
-					return err
-				}
-				out = append(out, '\n')
-			} else {
-				out = []byte(r.Markdown())
-			}
-			if path := c.String("output"); path != "" {
-				if err := writePrivate(path, out); err != nil {
-					return fmt.Errorf("write report: %w", err)
-				}
-				return nil
-			}
-			_, err = e.out.Write(out)
+	}, "dispatch report <project>", func(c *cli.Context, e *env, name string) error {
+		ctx := c.Context
+		format := c.String("format")
+		if format != "md" && format != "json" {
+			return usagef("dispatch report "+name+" --format json", "unknown format %q: use md or json", format)
+		}
+		st, err := e.openProject(ctx, name)
+		if err != nil {
 			return err
-		},
-	}
+		}
+		defer st.Close()
+		at, err := atRun(c, st, name, "dispatch report "+name+" --run 1")
+		if err != nil {
+			return err
+		}
+		cfg, err := e.loadConfig()
+		if err != nil {
+			cfg = nil
+		}
+		r, err := readmodel.BuildReport(ctx, at, cfg, e.home, name, time.Now())
+		if err != nil {
+			return err
+		}
+		var out []byte
+		if format == "json" {
+			out, err = json.MarshalIndent(r, "", "  ")
+			if err != nil {
+				return err
+			}
+			out = append(out, '\n')
+		} else {
+			out = []byte(r.Markdown())
+		}
+		if path := c.String("output"); path != "" {
+			if err := writePrivate(path, out); err != nil {
+				return fmt.Errorf("write report: %w", err)
+			}
+			return nil
+		}
+		_, err = e.out.Write(out)
+		return err
+	})
 }

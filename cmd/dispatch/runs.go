@@ -10,36 +10,30 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dispatch-tool/dispatch/readmodel"
+	"github.com/dispatch-tool/dispatch/store"
 )
 
 func runsCommand() *cli.Command {
-	return &cli.Command{
-		Name:      "runs",
-		Usage:     "list a project's runs: result, times, tasks run and reused, cost",
-		ArgsUsage: "<project>",
-		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
-		Action: func(c *cli.Context) error {
-			e, st, project, err := readProject(c, "dispatch runs <project>")
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			v, err := readmodel.Runs(c.Context, st, project)
-			if err != nil {
-				return err
-			}
-			if c.Bool("json") {
-				return printJSON(e.out, v)
-			}
-			tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "RUN\tRESULT\tBY\tSTARTED\tFINISHED\tRAN\tREUSED\tCOST")
-			for _, r := range v.Runs {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t$%.4f\n", r.Run, r.Result, r.Trigger, localTime(r.StartedAt), localTime(r.FinishedAt),
-					r.TasksRan, r.TasksReused, r.CostUSD)
-			}
-			return tw.Flush()
-		},
-	}
+	return readCommand(&cli.Command{
+		Name:  "runs",
+		Usage: "list a project's runs: result, times, tasks run and reused, cost",
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+	}, "dispatch runs <project>", func(c *cli.Context, e *env, st *store.Store, project string) error {
+		v, err := readmodel.Runs(c.Context, st, project)
+		if err != nil {
+			return err
+		}
+		if c.Bool("json") {
+			return printJSON(e.out, v)
+		}
+		tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "RUN\tRESULT\tBY\tSTARTED\tFINISHED\tRAN\tREUSED\tCOST")
+		for _, r := range v.Runs {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t$%.4f\n", r.Run, r.Result, r.Trigger, localTime(r.StartedAt), localTime(r.FinishedAt),
+				r.TasksRan, r.TasksReused, r.CostUSD)
+		}
+		return tw.Flush()
+	})
 }
 
 // localTime shows an RFC 3339 time of the JSON views in local time, to the

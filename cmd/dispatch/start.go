@@ -21,10 +21,9 @@ import (
 )
 
 func startCommand() *cli.Command {
-	return &cli.Command{
-		Name:      "start",
-		Usage:     "run a project's tasks on the nodes until it is finished (resumes after a crash)",
-		ArgsUsage: "<project>",
+	return projectCommand(&cli.Command{
+		Name:  "start",
+		Usage: "run a project's tasks on the nodes until it is finished (resumes after a crash)",
 		Flags: []cli.Flag{
 			&cli.DurationFlag{Name: "poll", Usage: "pull period `D` (default: poll_interval of nodes.yaml)"},
 			&cli.StringSliceFlag{Name: "nodes", Usage: "only use these nodes (`a,b`)"},
@@ -35,8 +34,7 @@ func startCommand() *cli.Command {
 			&cli.BoolFlag{Name: "detach", Usage: "run the controller in the background (log: <home>/dispatch.log, pid: <home>/dispatch.pid)"},
 			&cli.BoolFlag{Name: "fresh", Usage: "a finished project's new run runs every task again, reusing no result"},
 		},
-		Action: startAction,
-	}
+	}, "dispatch start <project>", startAction)
 }
 
 // loadGCPercent is the garbage collector's target while a project is
@@ -49,16 +47,8 @@ const loadGCPercent = 20
 // specs alone exceed it costs collector time, never a failure.
 const loadMemoryLimit = 48 << 20
 
-func startAction(c *cli.Context) error {
+func startAction(c *cli.Context, e *env, name string) error {
 	ctx := c.Context
-	e, err := newEnv(c)
-	if err != nil {
-		return err
-	}
-	name, err := projectArg(c, "dispatch start <project>")
-	if err != nil {
-		return err
-	}
 	so, err := startOptions(c, name)
 	if err != nil {
 		return err

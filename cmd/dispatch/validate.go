@@ -20,30 +20,20 @@ import (
 )
 
 func validateCommand() *cli.Command {
-	return &cli.Command{
-		Name:      "validate",
-		Usage:     "check nodes.yaml and a project's specs, and print the plan; writes nothing",
-		ArgsUsage: "<project>",
-		Action: func(c *cli.Context) error {
-			e, err := newEnv(c)
-			if err != nil {
-				return err
-			}
-			name, err := projectArg(c, "dispatch validate <project>")
-			if err != nil {
-				return err
-			}
-			cfg, p, rows, err := plan(c.Context, e, name, nil, controller.StartOptions{})
-			if err != nil {
-				return err
-			}
-			for _, w := range workDirWarnings(c.Context, cfg) {
-				fmt.Fprintln(e.errOut, "warning: "+w)
-			}
-			printPlan(e, cfg, p, rows)
-			return nil
-		},
-	}
+	return projectCommand(&cli.Command{
+		Name:  "validate",
+		Usage: "check nodes.yaml and a project's specs, and print the plan; writes nothing",
+	}, "dispatch validate <project>", func(c *cli.Context, e *env, name string) error {
+		cfg, p, rows, err := plan(c.Context, e, name, nil, controller.StartOptions{})
+		if err != nil {
+			return err
+		}
+		for _, w := range workDirWarnings(c.Context, cfg) {
+			fmt.Fprintln(e.errOut, "warning: "+w)
+		}
+		printPlan(e, cfg, p, rows)
+		return nil
+	})
 }
 
 // workDirWarnings names each local node whose work_dir lies inside a git
