@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/nodes"
@@ -138,7 +139,7 @@ func newInproc(ctx context.Context, c *sshdtest.Client, home, project string) (*
 		st.Close()
 		return nil, err
 	}
-	if _, err := controller.AddProject(ctx, st, cfg, home, p, controller.StartOptions{}); err != nil {
+	if _, err := controller.AddProject(ctx, st, cfg, home, p, control.StartOptions{}); err != nil {
 		st.Close()
 		return nil, err
 	}

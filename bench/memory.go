@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/nodes"
@@ -334,10 +335,10 @@ func memAdd(ctx context.Context, o *options, t *tb, home, project string, r *mem
 	runtime.ReadMemStats(&m0)
 	p, err := spec.Load(filepath.Join(home, "specs"), project)
 	if err == nil {
-		_, err = controller.Plan(cfg, p, nil, controller.StartOptions{})
+		_, err = controller.Plan(cfg, p, nil, control.StartOptions{})
 	}
 	if err == nil {
-		_, err = controller.AddProject(ctx, st, cfg, home, p, controller.StartOptions{})
+		_, err = controller.AddProject(ctx, st, cfg, home, p, control.StartOptions{})
 	}
 	runtime.ReadMemStats(&m1)
 	close(done)

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -105,7 +106,7 @@ type Controller struct {
 
 	// requests carries operator commands from the control socket to Run;
 	// ended is closed when Run has ended, so that no handler waits for it.
-	requests chan request
+	requests chan control.Call
 	ended    chan struct{}
 	endOnce  sync.Once
 	// shutdown is set by a "shutdown" request (dispatch serve --stop):
@@ -328,7 +329,7 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 			case <-timer.C:
 				break wait
 			case r := <-c.requests:
-				r.reply <- c.Do(ctx, r.req)
+				r.Reply <- c.Do(ctx, r.Req)
 				timer.Stop()
 				break wait
 			case <-c.opts.Hangup:

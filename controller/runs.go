@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/spec"
@@ -36,7 +37,7 @@ type TaskReason struct {
 
 // newRun archives the finished run of p and begins the next, deciding task
 // by task what is reused. old is the project's row, have its tasks.
-func newRun(ctx context.Context, st *store.Store, cfg *nodes.Config, home string, p *spec.Project, so StartOptions,
+func newRun(ctx context.Context, st *store.Store, cfg *nodes.Config, home string, p *spec.Project, so control.StartOptions,
 	opts store.ProjectOptions, options string, old store.Project, have map[string]store.Task) (SyncResult, error) {
 	res := SyncResult{PrevRun: old.Run, PrevResult: old.Result, Run: old.Run + 1}
 	attempts, err := st.Runs(ctx, p.Name, "")

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/schedule"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
@@ -148,7 +149,7 @@ func (c *Controller) checkSchedule(ctx context.Context, f spec.Scheduled, now ti
 	}
 	d := schedule.Decide(sch, state, now)
 	rec.NextAt = d.State.NextAt
-	var so *StartOptions
+	var so *control.StartOptions
 	switch d.Kind {
 	case schedule.Skip:
 		rec.Skipped++
@@ -159,7 +160,7 @@ func (c *Controller) checkSchedule(ctx context.Context, f spec.Scheduled, now ti
 		notes = append(notes, fmt.Sprintf("schedule: run due at %s skipped: %s%s",
 			state.NextAt.Local().Format(time.RFC3339), why, nextNote(rec.NextAt)))
 	case schedule.Start, schedule.CatchUp:
-		so = &StartOptions{Trigger: TriggerSchedule, Fresh: !f.Schedule.Reuse}
+		so = &control.StartOptions{Trigger: TriggerSchedule, Fresh: !f.Schedule.Reuse}
 		if d.Kind == schedule.CatchUp {
 			so.Trigger = TriggerCatchUp
 			rec.CatchUps++
@@ -273,15 +274,15 @@ func SetScheduleEnabled(ctx context.Context, st *store.Store, specsDir, project 
 	var unknown *spec.UnknownProjectError
 	switch {
 	case errors.As(err, &unknown):
-		return "", &OpError{Msg: err.Error()}
+		return "", &control.OpError{Msg: err.Error()}
 	case err != nil:
-		return "", &OpError{Msg: err.Error()}
+		return "", &control.OpError{Msg: err.Error()}
 	case sp == nil:
-		return "", &OpError{Msg: fmt.Sprintf("project %s has no schedule: in its project.yaml (add one, e.g. schedule: {every: 6h})", project)}
+		return "", &control.OpError{Msg: fmt.Sprintf("project %s has no schedule: in its project.yaml (add one, e.g. schedule: {every: 6h})", project)}
 	}
 	sch, err := schedule.Parse(*sp, time.Local)
 	if err != nil {
-		return "", &OpError{Msg: err.Error()}
+		return "", &control.OpError{Msg: err.Error()}
 	}
 	var msg string
 	err = st.Update(ctx, func(tx *store.Tx) error {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -86,7 +87,7 @@ func TestSchedulesOnTheControllersClock(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := AddProject(ctx, h.st, h.cfg, h.home, p, StartOptions{}); err != nil {
+		if _, err := AddProject(ctx, h.st, h.cfg, h.home, p, control.StartOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/spec"
@@ -26,7 +27,7 @@ func TestExitTwoIsOnePredicate(t *testing.T) {
 		"unknown project": specErr,
 		"name":            &spec.NameError{},
 		"plan":            &controller.PlanError{Problems: []string{"x"}},
-		"socket":          &controller.SocketError{},
+		"socket":          &control.SocketError{},
 		"locked home":     controller.ErrLocked,
 		"no database":     store.ErrNoDatabase,
 		"no project":      store.ErrNotFound,

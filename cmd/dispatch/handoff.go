@@ -15,6 +15,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/readmodel"
@@ -38,16 +39,16 @@ const handOffWait = 5 * time.Second
 // While the lock holder does not answer on the socket it tries again for
 // handOffWait; when the holder goes away meanwhile, handOff takes the lock
 // and returns it, and the caller becomes the controller.
-func handOff(ctx context.Context, e *env, name string, so controller.StartOptions, detach bool) (*controller.Lock, error) {
+func handOff(ctx context.Context, e *env, name string, so control.StartOptions, detach bool) (*controller.Lock, error) {
 	deadline := time.Now().Add(handOffWait)
-	var rep controller.Reply
+	var rep control.Reply
 	for {
 		var err error
-		rep, err = controller.Send(ctx, e.home, controller.Request{Op: "start", Project: name, Start: so})
+		rep, err = control.Send(ctx, e.home, control.Request{Op: "start", Project: name, Start: so})
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, controller.ErrNoController) {
+		if !errors.Is(err, control.ErrNoController) {
 			return nil, err
 		}
 		lock, lerr := controller.AcquireLock(e.home)
@@ -57,7 +58,7 @@ func handOff(ctx context.Context, e *env, name string, so controller.StartOption
 		case !errors.Is(lerr, controller.ErrLocked):
 			return nil, lerr
 		case time.Now().After(deadline):
-			return nil, fmt.Errorf("%w; it does not answer on %s (waited %s)", lerr, controller.SocketPath(e.home), handOffWait)
+			return nil, fmt.Errorf("%w; it does not answer on %s (waited %s)", lerr, control.SocketPath(e.home), handOffWait)
 		}
 		select {
 		case <-ctx.Done():
@@ -148,7 +149,7 @@ func detach(ctx context.Context, e *env, name string, args []string) error {
 	go func() { exited <- cmd.Wait() }()
 	deadline := time.After(30 * time.Second)
 	for {
-		if controller.Running(e.home) {
+		if control.Running(e.home) {
 			if name == "" {
 				fmt.Fprintf(e.out, "dispatch serve started in the background (pid %d)\nlog: %s\nsee: dispatch schedule; stop it with: dispatch serve --stop\n",
 					cmd.Process.Pid, logPath)

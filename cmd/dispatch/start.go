@@ -13,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
@@ -134,20 +135,20 @@ func startAction(c *cli.Context) error {
 }
 
 // startOptions are start's flags, checked.
-func startOptions(c *cli.Context, name string) (controller.StartOptions, error) {
+func startOptions(c *cli.Context, name string) (control.StartOptions, error) {
 	if c.Duration("poll") < 0 {
-		return controller.StartOptions{}, usagef("dispatch start --poll 5s "+name, "--poll must be positive")
+		return control.StartOptions{}, usagef("dispatch start --poll 5s "+name, "--poll must be positive")
 	}
 	if b := c.Float64("budget-usd"); c.IsSet("budget-usd") && !(b > 0) {
-		return controller.StartOptions{}, usagef("dispatch start --budget-usd 20 "+name, "--budget-usd must be a positive amount of US dollars, not %v", b)
+		return control.StartOptions{}, usagef("dispatch start --budget-usd 20 "+name, "--budget-usd must be a positive amount of US dollars, not %v", b)
 	}
-	return controller.StartOptions{IntegratePartial: c.Bool("integrate-partial"), NoIntegrate: c.Bool("no-integrate"),
+	return control.StartOptions{IntegratePartial: c.Bool("integrate-partial"), NoIntegrate: c.Bool("no-integrate"),
 		BudgetUSD: c.Float64("budget-usd"), Fresh: c.Bool("fresh")}, nil
 }
 
 // printAdded says what adding the project to the home did: its run, and
 // notes on the tasks that keep an earlier result.
-func printAdded(e *env, name string, added controller.SyncResult, so controller.StartOptions) {
+func printAdded(e *env, name string, added controller.SyncResult, so control.StartOptions) {
 	for _, id := range added.Changed {
 		fmt.Fprintf(e.errOut, "note: %s/%s changed since it ran; it keeps its snapshot (dispatch retry %s %s reruns it)\n", name, id, name, id)
 	}

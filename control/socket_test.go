@@ -1,6 +1,6 @@
 //go:build linux
 
-package controller
+package control
 
 import (
 	"bufio"
@@ -144,8 +144,8 @@ func TestForeignSocketRefused(t *testing.T) {
 	if Running(home) {
 		t.Fatal("Running trusts another user's socket")
 	}
-	c := &Controller{opts: Options{Home: home}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	if _, err := c.Serve(context.Background()); !errors.As(err, &se) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if _, err := Serve(context.Background(), home, log, make(chan Call), make(chan struct{})); !errors.As(err, &se) {
 		t.Fatalf("Serve over another user's socket = %v, want a SocketError", err)
 	}
 	if _, err := os.Lstat(path); err != nil {
@@ -232,10 +232,11 @@ func TestPeerUID(t *testing.T) {
 	requireRoot(t)
 	t.Run("server refuses another user", func(t *testing.T) {
 		home := openDir(t, 0o755)
-		c := &Controller{opts: Options{Home: home}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		log := slog.New(slog.NewTextHandler(io.Discard, nil))
+		calls := make(chan Call)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		stop, err := c.Serve(ctx)
+		stop, err := Serve(ctx, home, log, calls, make(chan struct{}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,14 +252,14 @@ func TestPeerUID(t *testing.T) {
 			t.Fatalf("another user's request got %q, want it refused", b)
 		}
 		select {
-		case r := <-c.requests:
-			t.Fatalf("another user's request reached the controller: %+v", r.req)
+		case r := <-calls:
+			t.Fatalf("another user's request reached the controller: %+v", r.Req)
 		default:
 		}
 		// The owner is still served.
 		go func() {
-			r := <-c.requests
-			r.reply <- Reply{Message: "ok"}
+			r := <-calls
+			r.Reply <- Reply{Message: "ok"}
 		}()
 		if rep, err := Send(ctx, home, Request{Op: "cancel", Project: "p", Tasks: []string{"S01"}}); err != nil || rep.Message != "ok" {
 			t.Fatalf("owner's request: %+v, %v", rep, err)
