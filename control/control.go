@@ -3,8 +3,6 @@ package control
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +12,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/home"
 )
 
 // Request is an operator command for the controller of a home: the running
@@ -56,26 +56,6 @@ func (e *OpError) Error() string { return e.Msg }
 
 // ErrNoController means no controller answers on the home's socket.
 var ErrNoController = errors.New("no controller is running on this home")
-
-// SocketPath is the control socket of a home: dispatch.sock in it, or, when
-// that path is too long for a unix socket, a name derived from the home in
-// SocketDir.
-func SocketPath(home string) string {
-	p := filepath.Join(home, "dispatch.sock")
-	if len(p) < 100 {
-		return p
-	}
-	sum := sha256.Sum256([]byte(home))
-	return filepath.Join(SocketDir(), hex.EncodeToString(sum[:8])+".sock")
-}
-
-// SocketDir is where the control sockets of homes with long paths live:
-// dispatch-<uid> in the temp directory, private to its user (0700). It is
-// the same in every session of the user, unlike $XDG_RUNTIME_DIR, so that
-// a controller started from one shell answers the commands of another.
-func SocketDir() string {
-	return filepath.Join(os.TempDir(), fmt.Sprintf("dispatch-%d", os.Getuid()))
-}
 
 // SocketError is a control socket, or its directory, that belongs to
 // another user or is open to them: dispatch neither listens nor talks there.
@@ -149,11 +129,11 @@ func fileOwner(fi fs.FileInfo) (int, bool) {
 	return 0, false
 }
 
-// dial connects to the controller of home after checking that the socket
+// dial connects to the controller of homeDir after checking that the socket
 // and its directory are this user's, and that the process answering is.
-func dial(ctx context.Context, home string) (net.Conn, error) {
-	path := SocketPath(home)
-	if dir := filepath.Dir(path); dir != filepath.Clean(home) {
+func dial(ctx context.Context, homeDir string) (net.Conn, error) {
+	path := home.SocketPath(homeDir)
+	if dir := filepath.Dir(path); dir != filepath.Clean(homeDir) {
 		if err := checkSocketDir(dir, false); errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("%w (%v)", ErrNoController, err)
 		} else if err != nil {

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/home"
 )
 
 // Call is a Request waiting for the control loop, which answers on Reply.
@@ -19,14 +21,14 @@ type Call struct {
 	Reply chan Reply
 }
 
-// Serve listens on the control socket of home and hands each request to the
-// control loop on calls; ended is closed when that loop has ended, so that
-// no handler waits for it. The returned function stops listening, ends the
-// connections still open and waits for their handlers, then removes the
+// Serve listens on the control socket of homeDir and hands each request to
+// the control loop on calls; ended is closed when that loop has ended, so
+// that no handler waits for it. The returned function stops listening, ends
+// the connections still open and waits for their handlers, then removes the
 // socket.
-func Serve(ctx context.Context, home string, log *slog.Logger, calls chan<- Call, ended <-chan struct{}) (func(), error) {
-	path := SocketPath(home)
-	if dir := filepath.Dir(path); dir != filepath.Clean(home) {
+func Serve(ctx context.Context, homeDir string, log *slog.Logger, calls chan<- Call, ended <-chan struct{}) (func(), error) {
+	path := home.SocketPath(homeDir)
+	if dir := filepath.Dir(path); dir != filepath.Clean(homeDir) {
 		if err := checkSocketDir(dir, true); err != nil {
 			return nil, err
 		}

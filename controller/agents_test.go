@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
@@ -155,7 +156,7 @@ nodes:
 	if p.Result != store.ResultPassed {
 		t.Fatalf("result %s: %s", p.Result, h.dump())
 	}
-	runs := readmodel.RunsDir(h.home, "p")
+	runs := home.RunsDir(h.home, "p")
 	// Each task started from the base tree.
 	if b, _ := os.ReadFile(filepath.Join(runs, "S02", "output", "seen-readme.txt")); string(b) != "# The repo\n" {
 		t.Errorf("S02 saw README.md = %q", b)
@@ -239,7 +240,7 @@ func TestFixRoundsRunOutAndTheProjectFails(t *testing.T) {
 		t.Fatal("a second fix round ran with max_fix_rounds 1")
 	}
 	// The final tree is the last one verified: F01's output.
-	if _, err := os.Stat(filepath.Join(readmodel.RunsDir(h.home, "p"), "final", "FIX.md")); err != nil {
+	if _, err := os.Stat(filepath.Join(home.RunsDir(h.home, "p"), "final", "FIX.md")); err != nil {
 		t.Fatalf("final/FIX.md: %v", err)
 	}
 	r, _ := readmodel.BuildReport(context.Background(), h.st, h.cfg, h.home, "p", h.clock.Now())
@@ -334,7 +335,7 @@ func TestRetryOfAnAuthorTaskRunsThePhaseAgain(t *testing.T) {
 		t.Fatal("retry of an unknown task succeeded")
 	}
 	h.tickUntil("project to finish again", done)
-	b, _ := os.ReadFile(filepath.Join(readmodel.RunsDir(h.home, "p"), "final", "integrated.txt"))
+	b, _ := os.ReadFile(filepath.Join(home.RunsDir(h.home, "p"), "final", "integrated.txt"))
 	if string(b) != "two\n" {
 		t.Fatalf("final tree after the retry: %q", b)
 	}

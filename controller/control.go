@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/spec"
@@ -58,7 +58,7 @@ func (c *Controller) Do(ctx context.Context, req control.Request) control.Reply 
 	case "stop":
 		msg, err = c.Stop(ctx, req.Project, req.Kill)
 	case "enable", "disable":
-		msg, err = SetScheduleEnabled(ctx, c.st, filepath.Join(c.opts.Home, "specs"), req.Project, req.Op == "enable", c.now())
+		msg, err = SetScheduleEnabled(ctx, c.st, home.SpecsDir(c.opts.Home), req.Project, req.Op == "enable", c.now())
 		c.nextSchedule = time.Time{} // look at it now
 	case "ping":
 		// Who answers: `dispatch schedule` says whether a daemon serves.
@@ -86,7 +86,7 @@ func (c *Controller) Do(ctx context.Context, req control.Request) control.Reply 
 // startProject loads a project's specs and serves it (a `dispatch start`
 // handed to this controller).
 func (c *Controller) startProject(ctx context.Context, name string, so control.StartOptions) (string, error) {
-	p, err := spec.Load(filepath.Join(c.opts.Home, "specs"), name)
+	p, err := spec.Load(home.SpecsDir(c.opts.Home), name)
 	if err != nil {
 		return "", &control.OpError{Msg: err.Error()}
 	}
@@ -198,7 +198,7 @@ func (c *Controller) Retry(ctx context.Context, project string, ids []string) (s
 	}
 	// New snapshots for author tasks whose spec changed.
 	fresh := map[string]*spec.Task{}
-	sp, err := spec.Load(filepath.Join(c.opts.Home, "specs"), project)
+	sp, err := spec.Load(home.SpecsDir(c.opts.Home), project)
 	if err != nil {
 		// Retrying with the old snapshots would silently ignore the edit
 		// the operator is retrying for.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/spec"
@@ -236,7 +237,7 @@ func TestRetryWaitsForBackoffOnTheControllersClock(t *testing.T) {
 	}
 	// Earlier attempts' logs were collected beside the last one.
 	for _, a := range []string{"attempts/1/task.log", "attempts/2/task.log", "task.log"} {
-		if _, err := os.Stat(filepath.Join(readmodel.RunsDir(h.home, "p"), "S01", a)); err != nil {
+		if _, err := os.Stat(filepath.Join(home.RunsDir(h.home, "p"), "S01", a)); err != nil {
 			t.Errorf("collected %s: %v", a, err)
 		}
 	}
@@ -302,7 +303,7 @@ func TestDependenciesAndBlockedDependents(t *testing.T) {
 	if p.Result != store.ResultFailed {
 		t.Errorf("result = %q, want failed", p.Result)
 	}
-	b, err := os.ReadFile(filepath.Join(readmodel.RunsDir(h.home, "p"), "S02", "output", "two.txt"))
+	b, err := os.ReadFile(filepath.Join(home.RunsDir(h.home, "p"), "S02", "output", "two.txt"))
 	if err != nil || string(b) != "two\n" {
 		t.Errorf("collected S02 output = %q, %v", b, err)
 	}
@@ -310,7 +311,7 @@ func TestDependenciesAndBlockedDependents(t *testing.T) {
 	if len(files) != 1 || files[0].Path != "two.txt" || files[0].Size != 4 {
 		t.Errorf("manifest of S02 = %+v", files)
 	}
-	if _, err := os.Stat(filepath.Join(readmodel.RunsDir(h.home, "p"), "report.md")); err != nil {
+	if _, err := os.Stat(filepath.Join(home.RunsDir(h.home, "p"), "report.md")); err != nil {
 		t.Errorf("report.md: %v", err)
 	}
 }
@@ -449,7 +450,7 @@ func TestRestartedControllerAdoptsRunningTasks(t *testing.T) {
 	if tk := h.task("S01"); tk.Attempt != 1 {
 		t.Fatalf("attempt = %d after a controller restart, want 1 (adopted, not relaunched)", tk.Attempt)
 	}
-	b, err := os.ReadFile(filepath.Join(readmodel.RunsDir(h.home, "p"), "S01", "output", "done.txt"))
+	b, err := os.ReadFile(filepath.Join(home.RunsDir(h.home, "p"), "S01", "output", "done.txt"))
 	if err != nil || string(b) != "done\n" {
 		t.Fatalf("collected output = %q, %v", b, err)
 	}

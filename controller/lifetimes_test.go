@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 )
 
@@ -102,7 +102,7 @@ func TestRunLeavesNoGoroutineBehind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	silent, err := net.Dial("unix", control.SocketPath(h.home))
+	silent, err := net.Dial("unix", home.SocketPath(h.home))
 	if err != nil {
 		t.Fatal(err)
 	}

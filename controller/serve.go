@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/schedule"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
@@ -32,7 +32,7 @@ const ScheduleEvent = "schedule"
 // and returns when the next run is due (zero: none is).
 func (c *Controller) checkSchedules(ctx context.Context) (time.Time, error) {
 	now := c.now()
-	found, bad, err := spec.LoadSchedules(filepath.Join(c.opts.Home, "specs"))
+	found, bad, err := spec.LoadSchedules(home.SpecsDir(c.opts.Home))
 	if err != nil {
 		return time.Time{}, err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
@@ -28,7 +29,7 @@ func TestExitTwoIsOnePredicate(t *testing.T) {
 		"name":            &spec.NameError{},
 		"plan":            &controller.PlanError{Problems: []string{"x"}},
 		"socket":          &control.SocketError{},
-		"locked home":     controller.ErrLocked,
+		"locked home":     home.ErrLocked,
 		"no database":     store.ErrNoDatabase,
 		"no project":      store.ErrNotFound,
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
@@ -103,7 +104,7 @@ func printReply(e *env, rep control.Reply, usage string) error {
 // home's lock (so no controller starts meanwhile) and acts on the database
 // and the nodes itself.
 func doLocally(ctx context.Context, e *env, req control.Request) (control.Reply, error) {
-	lock, err := controller.AcquireLock(e.home)
+	lock, err := home.AcquireLock(e.home)
 	if err != nil {
 		return control.Reply{}, err
 	}

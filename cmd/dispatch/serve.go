@@ -15,6 +15,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/schedule"
 	"github.com/dispatch-tool/dispatch/spec"
@@ -68,8 +69,8 @@ func serveAction(c *cli.Context) error {
 			fmt.Fprintf(e.errOut, "warning: %v\n  its scheduled runs wait until it is fixed (dispatch validate %s)\n", bad[name], name)
 		}
 	}
-	lock, err := controller.AcquireLock(e.home)
-	if errors.Is(err, controller.ErrLocked) {
+	lock, err := home.AcquireLock(e.home)
+	if errors.Is(err, home.ErrLocked) {
 		return fmt.Errorf("%w: a controller already runs on this home (a dispatch start, or another dispatch serve); "+
 			"start dispatch serve again once it has ended (dispatch serve --stop ends a daemon)", err)
 	}
@@ -241,8 +242,8 @@ func scheduleToggle(ctx context.Context, e *env, op, project, usage string) erro
 			}
 			return &usageError{err: lerr, hint: usage}
 		}
-		var lock *controller.Lock
-		lock, err = controller.AcquireLock(e.home)
+		var lock *home.Lock
+		lock, err = home.AcquireLock(e.home)
 		if err != nil {
 			return err
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/readmodel"
@@ -88,8 +89,8 @@ func startAction(c *cli.Context) error {
 		return err
 	}
 
-	lock, err := controller.AcquireLock(e.home)
-	if errors.Is(err, controller.ErrLocked) {
+	lock, err := home.AcquireLock(e.home)
+	if errors.Is(err, home.ErrLocked) {
 		// One controller serves every project of a home: hand this one to it.
 		// It returns the lock only when the holder went away meanwhile.
 		lock, err = handOff(ctx, e, name, so, c.Bool("detach"))
@@ -127,7 +128,7 @@ func startAction(c *cli.Context) error {
 		ctl := controller.New(controller.Options{Home: e.home, Config: cfg, Store: st, Logger: e.log})
 		ctl.NoticeRunFinished(ctx, name)
 		ctl.Close()
-		fmt.Fprintf(e.out, "report: %s\n", filepath.Join(readmodel.RunsDir(e.home, name), "report.md"))
+		fmt.Fprintf(e.out, "report: %s\n", filepath.Join(home.RunsDir(e.home, name), "report.md"))
 		return nil
 	}
 
@@ -191,7 +192,7 @@ func runProject(ctx context.Context, e *env, cfg *nodes.Config, st *store.Store,
 		}
 		return stoppedFailure(proj, states)
 	}
-	fmt.Fprintf(e.out, "report: %s\n", filepath.Join(readmodel.RunsDir(e.home, name), "report.md"))
+	fmt.Fprintf(e.out, "report: %s\n", filepath.Join(home.RunsDir(e.home, name), "report.md"))
 	if proj.Result != store.ResultPassed {
 		return &workFailed{}
 	}
