@@ -40,6 +40,13 @@ type StartOptions struct {
 	Trigger string `json:"trigger,omitempty"`
 }
 
+// What begins a run (store.ProjectOptions.Trigger).
+const (
+	TriggerStart    = "start"
+	TriggerSchedule = "schedule"
+	TriggerCatchUp  = "catch-up"
+)
+
 // Reply is the controller's answer to a Request.
 type Reply struct {
 	Message string `json:"message,omitempty"`

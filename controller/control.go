@@ -14,6 +14,7 @@ import (
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/readmodel"
+	"github.com/dispatch-tool/dispatch/service"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -58,8 +59,8 @@ func (c *Controller) Do(ctx context.Context, req control.Request) control.Reply 
 	case "stop":
 		msg, err = c.Stop(ctx, req.Project, req.Kill)
 	case "enable", "disable":
-		msg, err = SetScheduleEnabled(ctx, c.st, home.SpecsDir(c.opts.Home), req.Project, req.Op == "enable", c.now())
-		c.nextSchedule = time.Time{} // look at it now
+		msg, err = service.SetEnabled(ctx, c.st, home.SpecsDir(c.opts.Home), req.Project, req.Op == "enable", c.now())
+		c.schedules.CheckNow() // look at it now
 	case "ping":
 		// Who answers: `dispatch schedule` says whether a daemon serves.
 		msg = "controller"

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/service"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -112,12 +114,8 @@ type Controller struct {
 	// shutdown is set by a "shutdown" request (dispatch serve --stop):
 	// Run ends after it.
 	shutdown bool
-	// nextSchedule is when the daemon checks the schedules next, and
-	// badSchedules what it last logged of each unreadable one.
-	nextSchedule time.Time
-	badSchedules map[string]string
-	// runBegun is set by a schedule check that began a run.
-	runBegun bool
+	// schedules checks the schedules of a daemon (see package service).
+	schedules *service.Schedules
 	// wake asks Run for a tick now: a node's status stream saw a change.
 	wake chan struct{}
 	// fullPullEvery is how often a node with an open status stream is
@@ -164,6 +162,7 @@ func New(opts Options) *Controller {
 		nodes: map[string]*nodeRuntime{}, started: opts.Now(), wake: make(chan struct{}, 1), troubles: map[string]int{}, ended: make(chan struct{}),
 		streamBeat: defaultStreamBeat, streamRetry: defaultStreamRetry}
 	c.live.Store(opts.Config)
+	c.schedules = &service.Schedules{St: opts.Store, SpecsDir: home.SpecsDir(opts.Home), Log: c.log, Now: opts.Now, Start: c.startProject}
 	allowed := map[string]bool{}
 	for _, n := range opts.Nodes {
 		allowed[n] = true
@@ -306,7 +305,7 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 		if c.opts.Daemon {
 			// Scheduled runs start when they are due, and their tasks are
 			// claimed by the tick right after.
-			due, begun, err := c.scheduleTick(ctx)
+			due, begun, err := c.schedules.Tick(ctx)
 			if err != nil {
 				c.log.Error("schedules not checked; trying again at the next tick", "err", err)
 			}

@@ -24,13 +24,6 @@ import (
 // disk: runs/<project>/run-N/), and each author task either reuses its
 // result, when nothing it ran from changed, or runs again, with the reason.
 
-// What begins a run (store.ProjectOptions.Trigger).
-const (
-	TriggerStart    = "start"
-	TriggerSchedule = "schedule"
-	TriggerCatchUp  = "catch-up"
-)
-
 // TaskReason is why a task of a new run runs again.
 type TaskReason struct {
 	ID, Reason string
@@ -52,7 +45,7 @@ func newRun(ctx context.Context, st *store.Store, cfg *nodes.Config, homeDir str
 	author, cands, inSpecs := reuseCandidates(cfg, p, opts, old, have, attemptOf)
 	fresh := ""
 	switch {
-	case so.Fresh && (so.Trigger == TriggerSchedule || so.Trigger == TriggerCatchUp):
+	case so.Fresh && (so.Trigger == control.TriggerSchedule || so.Trigger == control.TriggerCatchUp):
 		fresh = "a scheduled run runs every task afresh (schedule: reuse: true reuses unchanged ones)"
 	case so.Fresh:
 		fresh = "--fresh"

@@ -496,7 +496,7 @@ func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so control.StartOptio
 	o.Sandbox, o.Network, o.Limits = p.Config.Sandbox, p.Config.Network, p.Config.Limits
 	o.Trigger = so.Trigger
 	if o.Trigger == "" {
-		o.Trigger = TriggerStart
+		o.Trigger = control.TriggerStart
 	}
 	if p.Config.Integration != nil {
 		o.Integration = *p.Config.Integration

@@ -18,6 +18,7 @@ import (
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/schedule"
+	"github.com/dispatch-tool/dispatch/service"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -255,7 +256,7 @@ func scheduleToggle(ctx context.Context, e *env, op, project, usage string) erro
 		}
 		defer st.Close()
 		var msg string
-		msg, err = controller.SetScheduleEnabled(ctx, st, e.specsDir(), project, op == "enable", time.Now())
+		msg, err = service.SetEnabled(ctx, st, e.specsDir(), project, op == "enable", time.Now())
 		rep = control.Reply{Message: msg}
 		var oe *control.OpError
 		if errors.As(err, &oe) {
