@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -296,8 +297,8 @@ func nodesYAML(c *sshdtest.Client, controller string, defs []nodeDef) string {
 
 // writeProject writes specs/<name>/ with a shell project.yaml (no
 // integration phase) and n specs S<i> whose body is body(i).
-func writeProject(home, name string, n int, body func(i int) string) error {
-	dir := filepath.Join(home, "specs", name)
+func writeProject(homeDir, name string, n int, body func(i int) string) error {
+	dir := filepath.Join(home.SpecsDir(homeDir), name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -130,19 +131,19 @@ func detectOnce(ctx context.Context, o *options, t *tb, c *sshdtest.Client, s *s
 	detSeq.n++
 	project := fmt.Sprintf("det%02d", detSeq.n)
 	detSeq.Unlock()
-	home := t.TempDir()
+	homeDir := t.TempDir()
 	yaml := nodesYAML(c, "  poll_interval: "+poll.String()+"\n", []nodeDef{{name: "n", server: s, slots: 1}})
-	if err := writeHome(home, yaml, project, 1, func(int) string { return "sleep 600\n" }); err != nil {
+	if err := writeHome(homeDir, yaml, project, 1, func(int) string { return "sleep 600\n" }); err != nil {
 		return 0, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, poll*3+2*time.Minute)
 	defer cancel()
-	logf, err := os.Create(filepath.Join(home, "start.log"))
+	logf, err := os.Create(filepath.Join(homeDir, "start.log"))
 	if err != nil {
 		return 0, err
 	}
 	defer logf.Close()
-	cmd := exec.CommandContext(cctx, o.dispatch, "--home", home, "start", project)
+	cmd := exec.CommandContext(cctx, o.dispatch, "--home", homeDir, "start", project)
 	cmd.Env = dispatchEnv(c)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
@@ -163,11 +164,11 @@ func detectOnce(ctx context.Context, o *options, t *tb, c *sshdtest.Client, s *s
 		killTasks(s.WorkDir, project)
 	}()
 	fail := func(format string, args ...any) (time.Duration, error) {
-		log, _ := os.ReadFile(filepath.Join(home, "start.log"))
+		log, _ := os.ReadFile(filepath.Join(homeDir, "start.log"))
 		return 0, fmt.Errorf("%s\ndispatch start said:\n%s", fmt.Sprintf(format, args...), lastLines(string(log), 15))
 	}
 
-	dbPath := filepath.Join(home, "dispatch.db")
+	dbPath := home.DBPath(homeDir)
 	var st *store.Store
 	if !waitFor(30*time.Second, 10*time.Millisecond, func() bool {
 		st, err = store.OpenReadOnly(ctx, dbPath)

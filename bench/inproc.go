@@ -7,13 +7,14 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/spec"
@@ -122,23 +123,23 @@ type inproc struct {
 
 // newInproc loads home/nodes.yaml, opens home/dispatch.db and adds the
 // project from home/specs (as `dispatch start` does before its loop).
-func newInproc(ctx context.Context, c *sshdtest.Client, home, project string) (*inproc, error) {
-	cfg, err := nodes.Load(filepath.Join(home, "nodes.yaml"))
+func newInproc(ctx context.Context, c *sshdtest.Client, homeDir, project string) (*inproc, error) {
+	cfg, err := nodes.Load(home.ConfigPath(homeDir))
 	if err != nil {
 		return nil, err
 	}
-	st, err := store.Open(ctx, filepath.Join(home, "dispatch.db"))
+	st, err := store.Open(ctx, home.DBPath(homeDir))
 	if err != nil {
 		return nil, err
 	}
-	ip := &inproc{home: home, project: project, cfg: cfg, st: st, trs: map[string]nodes.Transport{}, rec: &recorder{},
+	ip := &inproc{home: homeDir, project: project, cfg: cfg, st: st, trs: map[string]nodes.Transport{}, rec: &recorder{},
 		env: nodes.SSHEnv{Home: c.Home, User: c.User}}
-	p, err := spec.Load(filepath.Join(home, "specs"), project)
+	p, err := spec.Load(home.SpecsDir(homeDir), project)
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
-	if _, err := controller.AddProject(ctx, st, cfg, home, p, controller.StartOptions{}); err != nil {
+	if _, err := controller.AddProject(ctx, st, cfg, homeDir, p, control.StartOptions{}); err != nil {
 		st.Close()
 		return nil, err
 	}
@@ -268,12 +269,12 @@ func opsSummary(byOp map[string]int) string {
 }
 
 // writeSpecsAndYAML prepares a home for newInproc.
-func writeHome(home, yaml, project string, n int, body func(int) string) error {
-	if err := os.MkdirAll(home, 0o755); err != nil {
+func writeHome(homeDir, yaml, project string, n int, body func(int) string) error {
+	if err := os.MkdirAll(homeDir, 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(home, "nodes.yaml"), []byte(yaml), 0o644); err != nil {
+	if err := os.WriteFile(home.ConfigPath(homeDir), []byte(yaml), 0o644); err != nil {
 		return err
 	}
-	return writeProject(home, project, n, body)
+	return writeProject(homeDir, project, n, body)
 }

@@ -15,7 +15,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/spec"
@@ -87,12 +89,12 @@ func memBody(size int) func(int) string {
 
 func memRun(ctx context.Context, o *options, t *tb, c *sshdtest.Client, servers []*sshdtest.Server, project string, size int) (*memResult, error) {
 	r := &memResult{specBytes: len(memBody(size)(1))}
-	home := t.TempDir()
+	homeDir := t.TempDir()
 	var defs []nodeDef
 	for i, s := range servers {
 		defs = append(defs, nodeDef{name: fmt.Sprintf("m%d", i+1), server: s, slots: memRunning / memNodes})
 	}
-	if err := writeHome(home, nodesYAML(c, "  poll_interval: "+memPoll.String()+"\n", defs), project, memTasks, memBody(size)); err != nil {
+	if err := writeHome(homeDir, nodesYAML(c, "  poll_interval: "+memPoll.String()+"\n", defs), project, memTasks, memBody(size)); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -100,12 +102,12 @@ func memRun(ctx context.Context, o *options, t *tb, c *sshdtest.Client, servers 
 			killTasks(s.WorkDir, project)
 		}
 	}()
-	logf, err := os.Create(filepath.Join(home, "start.log"))
+	logf, err := os.Create(filepath.Join(homeDir, "start.log"))
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(o.dispatch, "--home", home, "start", project)
+	cmd := exec.Command(o.dispatch, "--home", homeDir, "start", project)
 	cmd.Env = dispatchEnv(c)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	start := time.Now()
@@ -156,11 +158,11 @@ func memRun(ctx context.Context, o *options, t *tb, c *sshdtest.Client, servers 
 	}()
 	fail := func(format string, args ...any) (*memResult, error) {
 		close(done)
-		log, _ := os.ReadFile(filepath.Join(home, "start.log"))
+		log, _ := os.ReadFile(filepath.Join(homeDir, "start.log"))
 		return nil, fmt.Errorf("%s\ndispatch start said:\n%s", fmt.Sprintf(format, args...), lastLines(string(log), 15))
 	}
 
-	dbPath := filepath.Join(home, "dispatch.db")
+	dbPath := home.DBPath(homeDir)
 	var counts map[string]int
 	if !waitFor(5*time.Minute, 500*time.Millisecond, func() bool {
 		select {
@@ -201,10 +203,10 @@ func memRun(ctx context.Context, o *options, t *tb, c *sshdtest.Client, servers 
 	}
 	mu.Unlock()
 
-	if err := memInproc(ctx, o, c, home, project, r); err != nil {
+	if err := memInproc(ctx, o, c, homeDir, project, r); err != nil {
 		return nil, fmt.Errorf("in-process ticks: %w", err)
 	}
-	if err := memAdd(ctx, o, t, home, project, r); err != nil {
+	if err := memAdd(ctx, o, t, homeDir, project, r); err != nil {
 		return nil, fmt.Errorf("in-process add: %w", err)
 	}
 	return r, nil
@@ -279,8 +281,8 @@ func memInproc(ctx context.Context, o *options, c *sshdtest.Client, home, projec
 // memAdd does what `dispatch start` does before its first tick — load the
 // specs, plan, add the project to a fresh database — in this process,
 // sampling the heap every 2 ms, and profiles its allocations.
-func memAdd(ctx context.Context, o *options, t *tb, home, project string, r *memResult) error {
-	cfg, err := nodes.Load(filepath.Join(home, "nodes.yaml"))
+func memAdd(ctx context.Context, o *options, t *tb, homeDir, project string, r *memResult) error {
+	cfg, err := nodes.Load(home.ConfigPath(homeDir))
 	if err != nil {
 		return err
 	}
@@ -293,7 +295,7 @@ func memAdd(ctx context.Context, o *options, t *tb, home, project string, r *mem
 	runtime.GC()
 	var l0, l1 runtime.MemStats
 	runtime.ReadMemStats(&l0)
-	loaded, err := spec.Load(filepath.Join(home, "specs"), project)
+	loaded, err := spec.Load(home.SpecsDir(homeDir), project)
 	if err != nil {
 		return err
 	}
@@ -332,12 +334,12 @@ func memAdd(ctx context.Context, o *options, t *tb, home, project string, r *mem
 	}()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
-	p, err := spec.Load(filepath.Join(home, "specs"), project)
+	p, err := spec.Load(home.SpecsDir(homeDir), project)
 	if err == nil {
-		_, err = controller.Plan(cfg, p, nil, controller.StartOptions{})
+		_, err = controller.Plan(cfg, p, nil, control.StartOptions{})
 	}
 	if err == nil {
-		_, err = controller.AddProject(ctx, st, cfg, home, p, controller.StartOptions{})
+		_, err = controller.AddProject(ctx, st, cfg, homeDir, p, control.StartOptions{})
 	}
 	runtime.ReadMemStats(&m1)
 	close(done)

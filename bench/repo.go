@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -55,16 +56,16 @@ func benchRepo(ctx context.Context, o *options, t *tb) (*section, error) {
 	clone := median(clones)
 	fmt.Printf("bench repo: git clone over ssh: %s\n", spread(clones, fmtS))
 
-	home := t.TempDir()
+	homeDir := t.TempDir()
 	ledger := t.TempDir()
 	var defs []nodeDef
 	for i, s := range servers {
 		defs = append(defs, nodeDef{name: fmt.Sprintf("n%d", i+1), server: s, slots: repoTasks / 2})
 	}
-	if err := os.WriteFile(filepath.Join(home, "nodes.yaml"), []byte(nodesYAML(c, "", defs)), 0o644); err != nil {
+	if err := os.WriteFile(home.ConfigPath(homeDir), []byte(nodesYAML(c, "", defs)), 0o644); err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(home, "specs", "go")
+	dir := filepath.Join(home.SpecsDir(homeDir), "go")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -92,7 +93,7 @@ func benchRepo(ctx context.Context, o *options, t *tb) (*section, error) {
 	start := func(label string) (float64, error) {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(cctx, o.dispatch, "--home", home, "start", "go")
+		cmd := exec.CommandContext(cctx, o.dispatch, "--home", homeDir, "start", "go")
 		cmd.Env = dispatchEnv(c)
 		began := time.Now()
 		out, err := cmd.CombinedOutput()
@@ -118,7 +119,7 @@ func benchRepo(ctx context.Context, o *options, t *tb) (*section, error) {
 		return nil, err
 	}
 
-	st, err := store.OpenReadOnly(ctx, filepath.Join(home, "dispatch.db"))
+	st, err := store.OpenReadOnly(ctx, home.DBPath(homeDir))
 	if err != nil {
 		return nil, err
 	}

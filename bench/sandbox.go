@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"math"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -46,15 +46,15 @@ func benchSandbox(ctx context.Context, o *options, t *tb) (*section, error) {
 	seq := 0
 	start := func(sandbox string) (sbRun, error) {
 		seq++
-		home := t.TempDir()
+		homeDir := t.TempDir()
 		project := fmt.Sprintf("sb%02d", seq) // the node's work_dir is reused: one project per run
 		yaml := nodesYAML(c, "", []nodeDef{{name: "sb1", server: s, slots: sbSlots, sandbox: sandbox}})
-		if err := writeHome(home, yaml, project, sbTasks, func(int) string { return "true\n" }); err != nil {
+		if err := writeHome(homeDir, yaml, project, sbTasks, func(int) string { return "true\n" }); err != nil {
 			return sbRun{}, err
 		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(cctx, o.dispatch, "--home", home, "start", project)
+		cmd := exec.CommandContext(cctx, o.dispatch, "--home", homeDir, "start", project)
 		cmd.Env = dispatchEnv(c)
 		var out strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &out
@@ -64,7 +64,7 @@ func benchSandbox(ctx context.Context, o *options, t *tb) (*section, error) {
 		if err != nil {
 			return sbRun{}, fmt.Errorf("dispatch start %s (sandbox: %s): %v\n%s", project, sandbox, err, lastLines(out.String(), 20))
 		}
-		run, err := sbAttempts(ctx, filepath.Join(home, "dispatch.db"), project, sandbox)
+		run, err := sbAttempts(ctx, home.DBPath(homeDir), project, sandbox)
 		if err != nil {
 			return sbRun{}, err
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/nodes"
 )
@@ -254,7 +255,7 @@ var tpSeq int
 // "" keeps every controller default.
 func (tp *throughput) dispatch(ctx context.Context, poll string) (float64, error) {
 	tpSeq++
-	home := tp.t.TempDir()
+	homeDir := tp.t.TempDir()
 	project := fmt.Sprintf("tp%02d", tpSeq) // the nodes' work_dirs are reused: one project per run
 	ctl := ""
 	if poll != "" {
@@ -264,12 +265,12 @@ func (tp *throughput) dispatch(ctx context.Context, poll string) (float64, error
 	for i, s := range tp.servers {
 		defs = append(defs, nodeDef{name: fmt.Sprintf("n%d", i+1), server: s, slots: tpSlots})
 	}
-	if err := writeHome(home, nodesYAML(tp.c, ctl, defs), project, tpTasks, func(int) string { return "true\n" }); err != nil {
+	if err := writeHome(homeDir, nodesYAML(tp.c, ctl, defs), project, tpTasks, func(int) string { return "true\n" }); err != nil {
 		return 0, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(cctx, tp.o.dispatch, "--home", home, "start", project)
+	cmd := exec.CommandContext(cctx, tp.o.dispatch, "--home", homeDir, "start", project)
 	cmd.Env = dispatchEnv(tp.c)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -279,7 +280,7 @@ func (tp *throughput) dispatch(ctx context.Context, poll string) (float64, error
 	if err != nil {
 		return 0, fmt.Errorf("dispatch start %s: %v\n%s", project, err, lastLines(out.String(), 20))
 	}
-	counts, err := taskCounts(ctx, filepath.Join(home, "dispatch.db"), project)
+	counts, err := taskCounts(ctx, home.DBPath(homeDir), project)
 	if err != nil {
 		return 0, err
 	}

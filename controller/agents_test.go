@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
@@ -53,7 +55,7 @@ api_modes:
 		t.Fatal(err)
 	}
 	p.Tasks[0].Node = "a"
-	_, err = Plan(h.cfg, p, nil, StartOptions{})
+	_, err = Plan(h.cfg, p, nil, control.StartOptions{})
 	var pe *PlanError
 	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "DISPATCH_TEST_VARIABLE_NOBODY_SETS") || !strings.Contains(err.Error(), "S01") {
 		t.Fatalf("Plan = %v, want an error naming the task and the variable", err)
@@ -122,7 +124,7 @@ routes:
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := Plan(h.cfg, p, nil, StartOptions{}); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "S02") {
+			if _, err := Plan(h.cfg, p, nil, control.StartOptions{}); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "S02") {
 				t.Fatalf("Plan = %v, want an error with %q", err, tc.want)
 			}
 		})
@@ -154,7 +156,7 @@ nodes:
 	if p.Result != store.ResultPassed {
 		t.Fatalf("result %s: %s", p.Result, h.dump())
 	}
-	runs := readmodel.RunsDir(h.home, "p")
+	runs := home.RunsDir(h.home, "p")
 	// Each task started from the base tree.
 	if b, _ := os.ReadFile(filepath.Join(runs, "S02", "output", "seen-readme.txt")); string(b) != "# The repo\n" {
 		t.Errorf("S02 saw README.md = %q", b)
@@ -238,7 +240,7 @@ func TestFixRoundsRunOutAndTheProjectFails(t *testing.T) {
 		t.Fatal("a second fix round ran with max_fix_rounds 1")
 	}
 	// The final tree is the last one verified: F01's output.
-	if _, err := os.Stat(filepath.Join(readmodel.RunsDir(h.home, "p"), "final", "FIX.md")); err != nil {
+	if _, err := os.Stat(filepath.Join(home.RunsDir(h.home, "p"), "final", "FIX.md")); err != nil {
 		t.Fatalf("final/FIX.md: %v", err)
 	}
 	r, _ := readmodel.BuildReport(context.Background(), h.st, h.cfg, h.home, "p", h.clock.Now())
@@ -256,12 +258,12 @@ func TestIntegrationSwitches(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name     string
-		opts     StartOptions
+		opts     control.StartOptions
 		wantS99  bool
 		wantNote string
 	}{
-		{"a failed task skips the phase", StartOptions{}, false, "integration skipped"},
-		{"--integrate-partial runs it anyway", StartOptions{IntegratePartial: true}, true, ""},
+		{"a failed task skips the phase", control.StartOptions{}, false, "integration skipped"},
+		{"--integrate-partial runs it anyway", control.StartOptions{IntegratePartial: true}, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, "", specs)
@@ -296,7 +298,7 @@ func TestIntegrationSwitches(t *testing.T) {
 		ok := map[string]string{"project.yaml": "tool: shell\n", "S01-ok.md": "echo ok\n", "S99-i.md": "echo i\n"}
 		h := newHarness(t, "", ok)
 		p, _ := spec.Load(filepath.Join(h.home, "specs"), "p")
-		if _, err := AddProject(context.Background(), h.st, h.cfg, h.home, p, StartOptions{NoIntegrate: true}); err != nil {
+		if _, err := AddProject(context.Background(), h.st, h.cfg, h.home, p, control.StartOptions{NoIntegrate: true}); err != nil {
 			t.Fatal(err)
 		}
 		h.tickUntil("project to finish", func() bool {
@@ -333,7 +335,7 @@ func TestRetryOfAnAuthorTaskRunsThePhaseAgain(t *testing.T) {
 		t.Fatal("retry of an unknown task succeeded")
 	}
 	h.tickUntil("project to finish again", done)
-	b, _ := os.ReadFile(filepath.Join(readmodel.RunsDir(h.home, "p"), "final", "integrated.txt"))
+	b, _ := os.ReadFile(filepath.Join(home.RunsDir(h.home, "p"), "final", "integrated.txt"))
 	if string(b) != "two\n" {
 		t.Fatalf("final tree after the retry: %q", b)
 	}

@@ -19,8 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
-	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
@@ -104,9 +104,9 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 			return tx.SetRun(ctx, r.Project, r.Task, r.Attempt, store.RunPatch{CollectedAt: new(tx.Now())})
 		})
 	}
-	dest := filepath.Join(readmodel.RunsDir(c.opts.Home, r.Project), r.Task)
+	dest := filepath.Join(home.RunsDir(c.opts.Home, r.Project), r.Task)
 	attemptDir := filepath.Join(dest, "attempts", strconv.Itoa(r.Attempt))
-	tmp := filepath.Join(readmodel.RunsDir(c.opts.Home, r.Project), fmt.Sprintf(".%s.%d.collecting", r.Task, r.Attempt))
+	tmp := filepath.Join(home.RunsDir(c.opts.Home, r.Project), fmt.Sprintf(".%s.%d.collecting", r.Task, r.Attempt))
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
 	}
@@ -116,7 +116,7 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 	}
 	maxBytes := c.config().Controller.CollectMaxBytes
 	// task.log, like output/, leaves the controller its free space.
-	room, err := c.checkFreeSpace(readmodel.RunsDir(c.opts.Home, r.Project), nil)
+	room, err := c.checkFreeSpace(home.RunsDir(c.opts.Home, r.Project), nil)
 	if err != nil {
 		return err
 	}
@@ -194,7 +194,7 @@ func (c *Controller) collectOutput(ctx context.Context, n *nodeRuntime, r store.
 		refused = c.checkQuota(files)
 	}
 	if refused == nil {
-		if room, err = c.checkFreeSpace(readmodel.RunsDir(c.opts.Home, r.Project), files); err != nil {
+		if room, err = c.checkFreeSpace(home.RunsDir(c.opts.Home, r.Project), files); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -407,7 +407,7 @@ func (c *Controller) fetchTree(ctx context.Context, n *nodeRuntime, r store.Run,
 // or task.log) to keep collectFreeMargin free: it is tried again.
 func (c *Controller) noRoom(project, what string) error {
 	return fmt.Errorf("not enough free space under %s: %s is larger than the room left, and %s must stay free\n  fix: free space on the controller's disk; the collection is tried again",
-		readmodel.RunsDir(c.opts.Home, project), what, mib(collectFreeMargin))
+		home.RunsDir(c.opts.Home, project), what, mib(collectFreeMargin))
 }
 
 // attemptFiles finds where attempt r's files are on its node: still in the

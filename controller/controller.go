@@ -11,7 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/service"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -105,18 +108,14 @@ type Controller struct {
 
 	// requests carries operator commands from the control socket to Run;
 	// ended is closed when Run has ended, so that no handler waits for it.
-	requests chan request
+	requests chan control.Call
 	ended    chan struct{}
 	endOnce  sync.Once
 	// shutdown is set by a "shutdown" request (dispatch serve --stop):
 	// Run ends after it.
 	shutdown bool
-	// nextSchedule is when the daemon checks the schedules next, and
-	// badSchedules what it last logged of each unreadable one.
-	nextSchedule time.Time
-	badSchedules map[string]string
-	// runBegun is set by a schedule check that began a run.
-	runBegun bool
+	// schedules checks the schedules of a daemon (see package service).
+	schedules *service.Schedules
 	// wake asks Run for a tick now: a node's status stream saw a change.
 	wake chan struct{}
 	// fullPullEvery is how often a node with an open status stream is
@@ -163,6 +162,7 @@ func New(opts Options) *Controller {
 		nodes: map[string]*nodeRuntime{}, started: opts.Now(), wake: make(chan struct{}, 1), troubles: map[string]int{}, ended: make(chan struct{}),
 		streamBeat: defaultStreamBeat, streamRetry: defaultStreamRetry}
 	c.live.Store(opts.Config)
+	c.schedules = &service.Schedules{St: opts.Store, SpecsDir: home.SpecsDir(opts.Home), Log: c.log, Now: opts.Now, Start: c.startProject}
 	allowed := map[string]bool{}
 	for _, n := range opts.Nodes {
 		allowed[n] = true
@@ -305,7 +305,7 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 		if c.opts.Daemon {
 			// Scheduled runs start when they are due, and their tasks are
 			// claimed by the tick right after.
-			due, begun, err := c.scheduleTick(ctx)
+			due, begun, err := c.schedules.Tick(ctx)
 			if err != nil {
 				c.log.Error("schedules not checked; trying again at the next tick", "err", err)
 			}
@@ -328,7 +328,7 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 			case <-timer.C:
 				break wait
 			case r := <-c.requests:
-				r.reply <- c.Do(ctx, r.req)
+				r.Reply <- c.Do(ctx, r.Req)
 				timer.Stop()
 				break wait
 			case <-c.opts.Hangup:

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/spec"
@@ -129,7 +131,7 @@ func newHarness(t *testing.T, nodesYAML string, specs map[string]string) *harnes
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := AddProject(context.Background(), st, cfg, home, p, StartOptions{}); err != nil {
+	if _, err := AddProject(context.Background(), st, cfg, home, p, control.StartOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return h
@@ -235,7 +237,7 @@ func TestRetryWaitsForBackoffOnTheControllersClock(t *testing.T) {
 	}
 	// Earlier attempts' logs were collected beside the last one.
 	for _, a := range []string{"attempts/1/task.log", "attempts/2/task.log", "task.log"} {
-		if _, err := os.Stat(filepath.Join(readmodel.RunsDir(h.home, "p"), "S01", a)); err != nil {
+		if _, err := os.Stat(filepath.Join(home.RunsDir(h.home, "p"), "S01", a)); err != nil {
 			t.Errorf("collected %s: %v", a, err)
 		}
 	}
@@ -301,7 +303,7 @@ func TestDependenciesAndBlockedDependents(t *testing.T) {
 	if p.Result != store.ResultFailed {
 		t.Errorf("result = %q, want failed", p.Result)
 	}
-	b, err := os.ReadFile(filepath.Join(readmodel.RunsDir(h.home, "p"), "S02", "output", "two.txt"))
+	b, err := os.ReadFile(filepath.Join(home.RunsDir(h.home, "p"), "S02", "output", "two.txt"))
 	if err != nil || string(b) != "two\n" {
 		t.Errorf("collected S02 output = %q, %v", b, err)
 	}
@@ -309,7 +311,7 @@ func TestDependenciesAndBlockedDependents(t *testing.T) {
 	if len(files) != 1 || files[0].Path != "two.txt" || files[0].Size != 4 {
 		t.Errorf("manifest of S02 = %+v", files)
 	}
-	if _, err := os.Stat(filepath.Join(readmodel.RunsDir(h.home, "p"), "report.md")); err != nil {
+	if _, err := os.Stat(filepath.Join(home.RunsDir(h.home, "p"), "report.md")); err != nil {
 		t.Errorf("report.md: %v", err)
 	}
 }
@@ -448,7 +450,7 @@ func TestRestartedControllerAdoptsRunningTasks(t *testing.T) {
 	if tk := h.task("S01"); tk.Attempt != 1 {
 		t.Fatalf("attempt = %d after a controller restart, want 1 (adopted, not relaunched)", tk.Attempt)
 	}
-	b, err := os.ReadFile(filepath.Join(readmodel.RunsDir(h.home, "p"), "S01", "output", "done.txt"))
+	b, err := os.ReadFile(filepath.Join(home.RunsDir(h.home, "p"), "S01", "output", "done.txt"))
 	if err != nil || string(b) != "done\n" {
 		t.Fatalf("collected output = %q, %v", b, err)
 	}
@@ -561,7 +563,7 @@ func TestNewRuns(t *testing.T) {
 		p, _ := h.st.Project(ctx, "p")
 		return p
 	}
-	start := func(so StartOptions) SyncResult {
+	start := func(so control.StartOptions) SyncResult {
 		t.Helper()
 		p, err := spec.Load(filepath.Join(h.home, "specs"), "p")
 		if err != nil {
@@ -594,7 +596,7 @@ func TestNewRuns(t *testing.T) {
 
 	// Nothing changed: run 2 reuses everything, phase included, and ends.
 	h.clock.Advance(time.Hour)
-	res := start(StartOptions{})
+	res := start(control.StartOptions{})
 	if res.Run != 2 || !res.AllReused || !res.Finished || len(res.Reused) != 3 || reasons(res) != "" {
 		t.Fatalf("run 2 = %+v", res)
 	}
@@ -614,7 +616,7 @@ func TestNewRuns(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(specDir, "S01-a.md"), []byte("cat in.txt > a.txt; echo 2 >> a.txt\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	res = start(StartOptions{})
+	res = start(control.StartOptions{})
 	if res.Run != 3 || res.Finished || reasons(res) != "S01: spec changed|S02: depends on S01" || strings.Join(res.Reused, " ") != "S03" {
 		t.Fatalf("run 3 = %+v (%s)", res, reasons(res))
 	}
@@ -635,7 +637,7 @@ func TestNewRuns(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(specDir, "base", "in.txt"), []byte("new base\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	res = start(StartOptions{})
+	res = start(control.StartOptions{})
 	if want := "S01: base tree changed|S02: base tree changed|S03: base tree changed"; reasons(res) != want {
 		t.Errorf("run 4: %s, want %s", reasons(res), want)
 	}
@@ -645,7 +647,7 @@ func TestNewRuns(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(specDir, "S03-c.md"), []byte("---\nmax_retries: 0\n---\nexit 3\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	res = start(StartOptions{Fresh: true})
+	res = start(control.StartOptions{Fresh: true})
 	if want := "S01: --fresh|S02: --fresh|S03: --fresh"; reasons(res) != want {
 		t.Errorf("run 5: %s, want %s", reasons(res), want)
 	}
@@ -656,7 +658,7 @@ func TestNewRuns(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(specDir, "S03-c.md"), []byte("echo c > c.txt\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	res = start(StartOptions{})
+	res = start(control.StartOptions{})
 	if !strings.HasPrefix(reasons(res), "S03: failed in run 5") || len(res.Reused) != 2 || res.AllReused {
 		t.Errorf("run 6: %+v (%s)", res, reasons(res))
 	}
@@ -692,7 +694,7 @@ func TestNewRuns(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(specDir, "V01-v.md"), []byte("echo '{\"pass\": false, \"issues\": [\"stricter\"]}' > verdict.json\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	res = start(StartOptions{})
+	res = start(control.StartOptions{})
 	if res.AllReused || reasons(res) != "" || len(res.Reused) != 3 {
 		t.Fatalf("run 7 after V01 changed: %+v", res)
 	}

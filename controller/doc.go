@@ -5,5 +5,5 @@
 // writes the report.
 //
 // The controller is the only writer of the database; a file lock next to the
-// database (see Lock) makes sure of it.
+// database (see home.Lock) makes sure of it.
 package controller

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/service"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -236,7 +237,7 @@ func TestScheduledRunIsClaimedAtOnce(t *testing.T) {
 		p, err := h.st.Project(ctx, "q")
 		return err == nil && p.State == store.ProjectDone
 	})
-	began := eventAt(t, h, "q", "", ScheduleEvent, "starting a run")
+	began := eventAt(t, h, "q", "", service.ScheduleEvent, "starting a run")
 	claimed := eventAt(t, h, "q", "S01", "claim", "")
 	t.Logf("scheduled run began at %s; its task claimed %s later (poll 30s)", began.Format("15:04:05.000"), claimed.Sub(began))
 	if wait := claimed.Sub(began); wait > dueLimit {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/readmodel"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -269,7 +269,7 @@ nodes:
 	if st.Status != "killed" {
 		t.Fatalf("the stale attempt on %s is %q, want killed", first, st.Status)
 	}
-	out, _ := os.ReadFile(filepath.Join(readmodel.RunsDir(h.home, "p"), "S01", "output", "node.txt"))
+	out, _ := os.ReadFile(filepath.Join(home.RunsDir(h.home, "p"), "S01", "output", "node.txt"))
 	if strings.TrimSpace(string(out)) != other {
 		t.Fatalf("collected output from %q, want the winning attempt's (%s)", out, other)
 	}

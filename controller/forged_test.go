@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
@@ -91,7 +92,7 @@ func TestMergeFileAndDirectoryClashIsAConflict(t *testing.T) {
 		p, _ := h.st.Project(context.Background(), "p")
 		return p.State == store.ProjectDone
 	})
-	runs := readmodel.RunsDir(h.home, "p")
+	runs := home.RunsDir(h.home, "p")
 	for name, want := range map[string]string{
 		"merged/docs/a.md":         "a\n",
 		"merged/docs.S02.conflict": "b\n",
@@ -182,7 +183,7 @@ func TestCollectFreeSpaceHoldsForWhatIsCopied(t *testing.T) {
 			if ev := h.events("collect_failed")[0]; !strings.Contains(ev.Message, "not enough free space") {
 				t.Errorf("collect_failed: %q, want the free space named", ev.Message)
 			}
-			collected := filepath.Join(readmodel.RunsDir(h.home, "p"), "S01", filepath.FromSlash(tc.file))
+			collected := filepath.Join(home.RunsDir(h.home, "p"), "S01", filepath.FromSlash(tc.file))
 			if _, err := os.Stat(collected); err == nil {
 				t.Errorf("4 MiB %s collected with 1 MiB to spare", tc.file)
 			}

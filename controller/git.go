@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/gitrepo"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
-	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
@@ -299,7 +299,7 @@ func fileVerdict(path string) func() ([]byte, error) {
 // runs/<project>/final/ or, git-native, the commit set as FinalRef,
 // checked out there, and recorded as the project's final commit.
 func (c *Controller) final(ctx context.Context, p store.Project, opts store.ProjectOptions, from taskBase) error {
-	dest := filepath.Join(readmodel.RunsDir(c.opts.Home, p.Name), "final")
+	dest := filepath.Join(home.RunsDir(c.opts.Home, p.Name), "final")
 	if from.Commit == "" || opts.Repo == nil {
 		return copyTree(from.Dir, dest)
 	}

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/internal/gittest"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/spec"
@@ -296,7 +297,7 @@ func TestBaseShippedOncePerNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := AddProject(context.Background(), h.st, h.cfg, h.home, p, StartOptions{})
+		res, err := AddProject(context.Background(), h.st, h.cfg, h.home, p, control.StartOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

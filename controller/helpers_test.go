@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -59,7 +60,7 @@ func (h *harness) addProject(name string, specs map[string]string) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if _, err := AddProject(context.Background(), h.st, h.cfg, h.home, p, StartOptions{}); err != nil {
+	if _, err := AddProject(context.Background(), h.st, h.cfg, h.home, p, control.StartOptions{}); err != nil {
 		h.t.Fatal(err)
 	}
 }

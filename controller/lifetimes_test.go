@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 )
 
@@ -101,7 +102,7 @@ func TestRunLeavesNoGoroutineBehind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	silent, err := net.Dial("unix", SocketPath(h.home))
+	silent, err := net.Dial("unix", home.SocketPath(h.home))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/notify"
-	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -67,7 +67,7 @@ func (c *Controller) sendNotice(ctx context.Context, project, event, result, mes
 		msg.CostUSD = usd
 	}
 	if event == notify.RunFinished {
-		msg.Report = filepath.Join(readmodel.RunsDir(c.opts.Home, project), "report.md")
+		msg.Report = filepath.Join(home.RunsDir(c.opts.Home, project), "report.md")
 	}
 	target := notify.Target{Command: cfg.Command}
 	if cfg.Webhook != "" {

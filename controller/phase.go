@@ -19,6 +19,7 @@ import (
 	"text/template"
 
 	"github.com/dispatch-tool/dispatch/gitrepo"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/notify"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
@@ -116,7 +117,7 @@ func (c *Controller) readPhase(ctx context.Context, p store.Project) (phaseInput
 		}
 	}
 	in := phaseInput{phase: p.Phase, phaseTasks: map[string]store.Task{}, allCompleted: true, runs: runs,
-		runsDir: readmodel.RunsDir(c.opts.Home, p.Name)}
+		runsDir: home.RunsDir(c.opts.Home, p.Name)}
 	in.done = func(t store.Task) bool {
 		return store.Terminal(t.Status) && (t.Status != store.Completed || collected[fmt.Sprintf("%s#%d", t.ID, t.Attempt)])
 	}
@@ -387,7 +388,7 @@ func (c *Controller) startPhaseTask(ctx context.Context, p store.Project, opts s
 	sum := sha256.Sum256(t.Snapshot)
 	t.SpecHash = hex.EncodeToString(sum[:])
 	// A copy of the spec next to the outputs, for the operator to read.
-	specPath := filepath.Join(readmodel.RunsDir(c.opts.Home, p.Name), id+".md")
+	specPath := filepath.Join(home.RunsDir(c.opts.Home, p.Name), id+".md")
 	if err := os.MkdirAll(filepath.Dir(specPath), 0o755); err != nil {
 		return err
 	}
@@ -488,7 +489,7 @@ func (c *Controller) merge(ctx context.Context, project string, author []store.T
 		if t.Status != store.Completed {
 			continue
 		}
-		out := filepath.Join(readmodel.RunsDir(c.opts.Home, project), t.ID, "output")
+		out := filepath.Join(home.RunsDir(c.opts.Home, project), t.ID, "output")
 		sums, err := treeSums(out)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue

@@ -13,8 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
-	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -67,7 +67,7 @@ nodes:
 	if p, _ := h.st.Project(context.Background(), "p"); p.Result != store.ResultPassed {
 		t.Fatalf("result %s: %s", p.Result, h.dump())
 	}
-	runs := readmodel.RunsDir(h.home, "p")
+	runs := home.RunsDir(h.home, "p")
 	for _, id := range []string{"S01", "S02"} {
 		b, err := os.ReadFile(filepath.Join(runs, id, "output", "count.txt"))
 		if err != nil || string(b) != fmt.Sprintf("%d\n", files) {
@@ -109,7 +109,7 @@ func TestLargeOutputIsOneTransfer(t *testing.T) {
 		runs, _ := h.st.Runs(context.Background(), "p", "S01")
 		return len(runs) == 1 && !runs[0].CollectedAt.IsZero()
 	})
-	out := filepath.Join(readmodel.RunsDir(h.home, "p"), "S01", "output")
+	out := filepath.Join(home.RunsDir(h.home, "p"), "S01", "output")
 	n := 0
 	filepath.WalkDir(out, func(p string, d fs.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {
@@ -184,7 +184,7 @@ func TestForgedOutputArchive(t *testing.T) {
 				runs, _ := h.st.Runs(context.Background(), "p", "S01")
 				return len(evs) > 0 || len(runs) == 1 && !runs[0].CollectedAt.IsZero()
 			})
-			runs := readmodel.RunsDir(h.home, "p")
+			runs := home.RunsDir(h.home, "p")
 			for _, p := range []string{filepath.Join(h.home, "escape.txt"), filepath.Join(runs, "escape.txt"),
 				filepath.Join(runs, "S01", "escape.txt"), "/abs.txt"} {
 				if _, err := os.Stat(p); err == nil {

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/spec"
@@ -22,13 +24,6 @@ import (
 // disk: runs/<project>/run-N/), and each author task either reuses its
 // result, when nothing it ran from changed, or runs again, with the reason.
 
-// What begins a run (store.ProjectOptions.Trigger).
-const (
-	TriggerStart    = "start"
-	TriggerSchedule = "schedule"
-	TriggerCatchUp  = "catch-up"
-)
-
 // TaskReason is why a task of a new run runs again.
 type TaskReason struct {
 	ID, Reason string
@@ -36,7 +31,7 @@ type TaskReason struct {
 
 // newRun archives the finished run of p and begins the next, deciding task
 // by task what is reused. old is the project's row, have its tasks.
-func newRun(ctx context.Context, st *store.Store, cfg *nodes.Config, home string, p *spec.Project, so StartOptions,
+func newRun(ctx context.Context, st *store.Store, cfg *nodes.Config, homeDir string, p *spec.Project, so control.StartOptions,
 	opts store.ProjectOptions, options string, old store.Project, have map[string]store.Task) (SyncResult, error) {
 	res := SyncResult{PrevRun: old.Run, PrevResult: old.Result, Run: old.Run + 1}
 	attempts, err := st.Runs(ctx, p.Name, "")
@@ -50,7 +45,7 @@ func newRun(ctx context.Context, st *store.Store, cfg *nodes.Config, home string
 	author, cands, inSpecs := reuseCandidates(cfg, p, opts, old, have, attemptOf)
 	fresh := ""
 	switch {
-	case so.Fresh && (so.Trigger == TriggerSchedule || so.Trigger == TriggerCatchUp):
+	case so.Fresh && (so.Trigger == control.TriggerSchedule || so.Trigger == control.TriggerCatchUp):
 		fresh = "a scheduled run runs every task afresh (schedule: reuse: true reuses unchanged ones)"
 	case so.Fresh:
 		fresh = "--fresh"
@@ -89,7 +84,7 @@ func newRun(ctx context.Context, st *store.Store, cfg *nodes.Config, home string
 
 	// The disk first: archiving is done again, harmlessly, by a start
 	// after a crash in between.
-	if err := archiveRunDir(readmodel.RunsDir(home, p.Name), old.Run, reused, have, res.AllReused); err != nil {
+	if err := archiveRunDir(home.RunsDir(homeDir, p.Name), old.Run, reused, have, res.AllReused); err != nil {
 		return res, fmt.Errorf("archive run %d of %s: %w", old.Run, p.Name, err)
 	}
 	crashPoint(CrashAfterArchive)
@@ -97,11 +92,11 @@ func newRun(ctx context.Context, st *store.Store, cfg *nodes.Config, home string
 	if err := st.Update(ctx, func(tx *store.Tx) error { return writeRun(ctx, tx, p.Name, opts, old, plan, &res) }); err != nil || !res.AllReused {
 		return res, err
 	}
-	r, err := readmodel.BuildReport(ctx, st, cfg, home, p.Name, st.Now())
+	r, err := readmodel.BuildReport(ctx, st, cfg, homeDir, p.Name, st.Now())
 	if err != nil {
 		return res, err
 	}
-	_, err = readmodel.WriteReport(r, home)
+	_, err = readmodel.WriteReport(r, homeDir)
 	return res, err
 }
 

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/service"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -35,7 +37,7 @@ func TestSchedulesOnTheControllersClock(t *testing.T) {
 	write("S01-a.md", "---\nmax_retries: 0\n---\necho a > a.txt\n")
 	check := func() store.ScheduleState {
 		t.Helper()
-		if _, err := h.ctl.checkSchedules(ctx); err != nil {
+		if _, err := h.ctl.schedules.Check(ctx); err != nil {
 			t.Fatal(err)
 		}
 		scs, err := h.st.Schedules(ctx)
@@ -86,7 +88,7 @@ func TestSchedulesOnTheControllersClock(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := AddProject(ctx, h.st, h.cfg, h.home, p, StartOptions{}); err != nil {
+		if _, err := AddProject(ctx, h.st, h.cfg, h.home, p, control.StartOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -166,7 +168,7 @@ func TestSchedulesOnTheControllersClock(t *testing.T) {
 	if p, _ := h.st.Project(ctx, "q"); p.State != store.ProjectStopped {
 		t.Fatalf("the schedule resumed a stopped run: %+v", p)
 	}
-	if ev, ok, _ := h.st.LastEvent(ctx, "q", ScheduleEvent); !ok || !strings.Contains(ev.Message, "was stopped by the operator (dispatch start q resumes it)") {
+	if ev, ok, _ := h.st.LastEvent(ctx, "q", service.ScheduleEvent); !ok || !strings.Contains(ev.Message, "was stopped by the operator (dispatch start q resumes it)") {
 		t.Errorf("the skip of a stopped run says %q", ev.Message)
 	}
 	startQ()
@@ -174,7 +176,7 @@ func TestSchedulesOnTheControllersClock(t *testing.T) {
 	check()
 
 	// Disabled: nothing starts; enabled again: from now, no catch-up.
-	if _, err := SetScheduleEnabled(ctx, h.st, filepath.Join(h.home, "specs"), "q", false, h.clock.Now()); err != nil {
+	if _, err := service.SetEnabled(ctx, h.st, filepath.Join(h.home, "specs"), "q", false, h.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	before = runs()
@@ -182,13 +184,13 @@ func TestSchedulesOnTheControllersClock(t *testing.T) {
 	if s := check(); runs() != before || s.Enabled {
 		t.Fatalf("disabled: %+v, runs %d → %d", s, before, runs())
 	}
-	if _, err := SetScheduleEnabled(ctx, h.st, filepath.Join(h.home, "specs"), "q", true, h.clock.Now()); err != nil {
+	if _, err := service.SetEnabled(ctx, h.st, filepath.Join(h.home, "specs"), "q", true, h.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if s := check(); runs() != before || !s.NextAt.Equal(h.clock.Now().Add(30*time.Second)) {
 		t.Fatalf("enabled again: %+v, runs %d → %d; want the next run in 30s", s, before, runs())
 	}
-	if _, err := SetScheduleEnabled(ctx, h.st, filepath.Join(h.home, "specs"), "p", true, h.clock.Now()); err == nil ||
+	if _, err := service.SetEnabled(ctx, h.st, filepath.Join(h.home, "specs"), "p", true, h.clock.Now()); err == nil ||
 		!strings.Contains(err.Error(), "has no schedule") {
 		t.Errorf("enable of a project without a schedule: %v", err)
 	}
@@ -210,7 +212,7 @@ func TestSchedulesOnTheControllersClock(t *testing.T) {
 	evs, _ := h.st.Events(ctx, "q", 0, 0)
 	kinds := 0
 	for _, e := range evs {
-		if e.Kind == ScheduleEvent {
+		if e.Kind == service.ScheduleEvent {
 			kinds++
 		}
 	}

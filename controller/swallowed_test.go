@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/internal/sqlitetest"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
@@ -103,9 +104,9 @@ func TestRetryWithABrokenSpecFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := h.ctl.Retry(context.Background(), "p", []string{"S01"})
-	var oe *OpError
+	var oe *control.OpError
 	if !errors.As(err, &oe) || !strings.Contains(err.Error(), "do not load") {
-		t.Fatalf("retry error = %v, want an OpError saying the specs do not load", err)
+		t.Fatalf("retry error = %v, want an control.OpError saying the specs do not load", err)
 	}
 	if s := h.task("S01").Status; s != store.Failed {
 		t.Fatalf("S01 is %s after a refused retry; want failed", s)

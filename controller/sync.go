@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
@@ -48,7 +49,7 @@ func (e *PlanError) Error() string { return strings.Join(e.Problems, "\n") }
 // run on at least one of the nodes (pin, tags, routes) with a known tool,
 // and says where each may go. A phase task's type is its phase's, whether
 // the author wrote its spec or not.
-func Plan(cfg *nodes.Config, p *spec.Project, only []string, so StartOptions) ([]PlanRow, error) {
+func Plan(cfg *nodes.Config, p *spec.Project, only []string, so control.StartOptions) ([]PlanRow, error) {
 	var rows []PlanRow
 	var problems []string
 	opts := projectOptionsFor(cfg, p, so)
@@ -478,22 +479,9 @@ type SyncResult struct {
 	AllReused bool
 }
 
-// StartOptions are the switches of `dispatch start` that shape a project.
-type StartOptions struct {
-	IntegratePartial bool `json:"integrate_partial,omitempty"` // run the integration phase even if some author task failed
-	NoIntegrate      bool `json:"no_integrate,omitempty"`      // skip the integration phase
-	// BudgetUSD, when positive, replaces project.yaml's budget.usd.
-	BudgetUSD float64 `json:"budget_usd,omitempty"`
-	// Fresh runs every task of a new run again, reusing no result.
-	Fresh bool `json:"fresh,omitempty"`
-	// Trigger is what begins the run: "" or "start" by hand, "schedule",
-	// "catch-up" (store.ProjectOptions.Trigger).
-	Trigger string `json:"trigger,omitempty"`
-}
-
 // projectOptionsFor resolves a project's settings from project.yaml,
 // nodes.yaml and the start switches.
-func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so StartOptions) store.ProjectOptions {
+func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so control.StartOptions) store.ProjectOptions {
 	o := store.ProjectOptions{HaltFail: p.Config.Halt.Fail, Setup: p.Config.Setup, Integration: true, Verification: true,
 		Stall: p.Config.Stall, BudgetUSD: p.Config.Budget.USD, BudgetTokens: p.Config.Budget.Tokens,
 		MaxAttemptUSD: p.Config.Budget.MaxAttemptUSD,
@@ -508,7 +496,7 @@ func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so StartOptions) stor
 	o.Sandbox, o.Network, o.Limits = p.Config.Sandbox, p.Config.Network, p.Config.Limits
 	o.Trigger = so.Trigger
 	if o.Trigger == "" {
-		o.Trigger = TriggerStart
+		o.Trigger = control.TriggerStart
 	}
 	if p.Config.Integration != nil {
 		o.Integration = *p.Config.Integration
@@ -542,7 +530,7 @@ func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so StartOptions) stor
 // keep their snapshot) and marks the project active. Phase tasks (S99, V*,
 // F*) are created by the controller when their phase comes; author files
 // for them replace the generated specs.
-func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, home string, p *spec.Project, so StartOptions) (SyncResult, error) {
+func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, home string, p *spec.Project, so control.StartOptions) (SyncResult, error) {
 	var res SyncResult
 	opts := projectOptionsFor(cfg, p, so)
 	ob, _ := json.Marshal(opts)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/readmodel"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -50,7 +50,7 @@ tools:
 		runs, _ := h.st.Runs(context.Background(), "p", "S01")
 		return len(runs) == 1 && !runs[0].CollectedAt.IsZero()
 	})
-	log, err := os.ReadFile(filepath.Join(readmodel.RunsDir(h.home, "p"), "S01", "task.log"))
+	log, err := os.ReadFile(filepath.Join(home.RunsDir(h.home, "p"), "S01", "task.log"))
 	if err != nil || !strings.Contains(string(log), "dispatch-wrapper: ") || !strings.Contains(string(log), "no-such-agent-xyz") {
 		t.Fatalf("task.log = %q (%v); want the wrapper's line naming the executable", log, err)
 	}

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
-	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -133,7 +133,7 @@ func TestCollectSlowFileOutlivesTheOldDeadline(t *testing.T) {
 	if tk := h.task("S01"); tk.Status != store.Completed {
 		t.Fatalf("S01 %s (%s), want completed", tk.Status, tk.Error)
 	}
-	fi, err := os.Stat(filepath.Join(readmodel.RunsDir(h.home, "p"), "S01", "output", "slow.bin"))
+	fi, err := os.Stat(filepath.Join(home.RunsDir(h.home, "p"), "S01", "output", "slow.bin"))
 	if err != nil || fi.Size() != 262144 {
 		t.Fatalf("collected slow.bin: %v, %v", fi, err)
 	}
@@ -210,11 +210,11 @@ func TestCollectOverQuotaFailsTheTask(t *testing.T) {
 		if tk.Status != store.Failed || tk.ErrorClass != classCollect || !strings.Contains(tk.Error, want) || tk.RetriesUsed != 0 {
 			t.Errorf("%s: %s class %q retries %d error %q; want failed, collect, not retried, naming %s", id, tk.Status, tk.ErrorClass, tk.RetriesUsed, tk.Error, want)
 		}
-		entries, err := os.ReadDir(filepath.Join(readmodel.RunsDir(h.home, "p"), id, "output"))
+		entries, err := os.ReadDir(filepath.Join(home.RunsDir(h.home, "p"), id, "output"))
 		if err != nil || len(entries) != 0 {
 			t.Errorf("%s: runs output holds %d entries (%v), want none", id, len(entries), err)
 		}
-		if b, err := os.ReadFile(filepath.Join(readmodel.RunsDir(h.home, "p"), id, "task.log")); err != nil || len(b) == 0 {
+		if b, err := os.ReadFile(filepath.Join(home.RunsDir(h.home, "p"), id, "task.log")); err != nil || len(b) == 0 {
 			t.Errorf("%s: task.log not collected: %q %v", id, b, err)
 		}
 		if files, _ := h.st.Files(context.Background(), "p", id); len(files) != 0 {

@@ -33,15 +33,16 @@ func imports(t *testing.T, pattern string) map[string][]string {
 	return out
 }
 
-// TestReadModelsDependOnTheStoreOnly: the views read the database and
-// nothing of the engine, the nodes or the wrapper.
+// TestReadModelsDependOnTheStoreOnly: the views read the database (and
+// know the home's layout) and nothing of the engine, the nodes or the
+// wrapper.
 func TestReadModelsDependOnTheStoreOnly(t *testing.T) {
 	const mod = "github.com/dispatch-tool/dispatch/"
-	allowed := map[string]bool{mod + "store": true, mod + "internal/termtext": true}
+	allowed := map[string]bool{mod + "store": true, mod + "home": true, mod + "internal/termtext": true}
 	for f, imps := range imports(t, "*.go") {
 		for _, p := range imps {
 			if strings.Contains(strings.SplitN(p, "/", 2)[0], ".") && !allowed[p] {
-				t.Errorf("%s imports %s; the read models may import only the standard library, store and internal/termtext", f, p)
+				t.Errorf("%s imports %s; the read models may import only the standard library, store, home and internal/termtext", f, p)
 			}
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -684,8 +685,8 @@ func FormatSeconds(s float64) string {
 }
 
 // WriteReport writes runs/<project>/report.md.
-func WriteReport(r *Report, home string) (string, error) {
-	dir := RunsDir(home, r.Project)
+func WriteReport(r *Report, homeDir string) (string, error) {
+	dir := home.RunsDir(homeDir, r.Project)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}

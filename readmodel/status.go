@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -25,20 +26,17 @@ type NodeSlots = struct {
 	Slots int
 }
 
-// RunsDir is where a project's collected outputs and report live.
-func RunsDir(home, project string) string { return filepath.Join(home, "runs", project) }
-
 // RunDirName is the directory of runs/<project>/ that keeps an ended run's
 // outputs and report.
 func RunDirName(run int) string { return "run-" + strconv.Itoa(run) }
 
 // RunDir is where run's outputs and report are: runs/<project>/ for the
 // current run, runs/<project>/run-<N>/ for an archived one (archived > 0).
-func RunDir(home, project string, archived int) string {
+func RunDir(homeDir, project string, archived int) string {
 	if archived > 0 {
-		return filepath.Join(RunsDir(home, project), RunDirName(archived))
+		return filepath.Join(home.RunsDir(homeDir, project), RunDirName(archived))
 	}
-	return RunsDir(home, project)
+	return home.RunsDir(homeDir, project)
 }
 
 // StatusView is `dispatch status <project> --json` (SPEC §9).

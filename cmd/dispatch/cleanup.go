@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
@@ -42,7 +43,7 @@ func cleanupCommand() *cli.Command {
 			return usagef("dispatch stop "+project+" --kill", "%s has running tasks (%v): cleanup would pull their workspaces from under them", project, running)
 		}
 		if p, _ := st.Project(ctx, project); p.State == store.ProjectActive {
-			if controller.Running(e.home) {
+			if control.Running(e.home) {
 				return usagef("dispatch stop "+project, "a controller is serving %s: stop it first", project)
 			}
 		}

@@ -7,7 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/home"
 	"os"
 	"path/filepath"
 	"slices"
@@ -634,14 +634,14 @@ func TestSecondStartRefused(t *testing.T) {
 // TestLockedHomeWithoutController: a process holds the home's lock but no
 // controller answers on its socket: start is refused, naming the holder.
 func TestLockedHomeWithoutController(t *testing.T) {
-	home, _ := newLocalHome(t)
-	lock, err := controller.AcquireLock(home)
+	homeDir, _ := newLocalHome(t)
+	lock, err := home.AcquireLock(homeDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lock.Release()
-	before := tree(t, home)
-	r := runDispatch(t, nil, "--home", home, "start", "clean")
+	before := tree(t, homeDir)
+	r := runDispatch(t, nil, "--home", homeDir, "start", "clean")
 	if r.code != 2 {
 		t.Fatalf("start on a locked home: %s", r)
 	}
@@ -650,7 +650,7 @@ func TestLockedHomeWithoutController(t *testing.T) {
 			t.Errorf("stderr lacks %q: %s", want, r)
 		}
 	}
-	assertTreeUnchanged(t, home, before)
+	assertTreeUnchanged(t, homeDir, before)
 }
 
 // TestPlanWritesNothing checks that validate and start --dry-run print the

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/badinput"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -34,5 +34,5 @@ func (e *workFailed) Error() string { return e.msg }
 // held by another controller and a missing database or project.
 func isConfigError(err error) bool {
 	return badinput.Is(err) ||
-		errors.Is(err, controller.ErrLocked) || errors.Is(err, store.ErrNoDatabase) || errors.Is(err, store.ErrNotFound)
+		errors.Is(err, home.ErrLocked) || errors.Is(err, store.ErrNoDatabase) || errors.Is(err, store.ErrNotFound)
 }

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
@@ -26,8 +28,8 @@ func TestExitTwoIsOnePredicate(t *testing.T) {
 		"unknown project": specErr,
 		"name":            &spec.NameError{},
 		"plan":            &controller.PlanError{Problems: []string{"x"}},
-		"socket":          &controller.SocketError{},
-		"locked home":     controller.ErrLocked,
+		"socket":          &control.SocketError{},
+		"locked home":     home.ErrLocked,
 		"no database":     store.ErrNoDatabase,
 		"no project":      store.ErrNotFound,
 	}

@@ -15,17 +15,16 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
-	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
 const (
 	// detachedEnv marks the controller process that `start --detach` runs.
 	detachedEnv = "DISPATCH_DETACHED"
-	logFile     = "dispatch.log"
-	pidFile     = "dispatch.pid"
 )
 
 // handOffWait is how long a start waits for the controller holding the
@@ -38,26 +37,26 @@ const handOffWait = 5 * time.Second
 // While the lock holder does not answer on the socket it tries again for
 // handOffWait; when the holder goes away meanwhile, handOff takes the lock
 // and returns it, and the caller becomes the controller.
-func handOff(ctx context.Context, e *env, name string, so controller.StartOptions, detach bool) (*controller.Lock, error) {
+func handOff(ctx context.Context, e *env, name string, so control.StartOptions, detach bool) (*home.Lock, error) {
 	deadline := time.Now().Add(handOffWait)
-	var rep controller.Reply
+	var rep control.Reply
 	for {
 		var err error
-		rep, err = controller.Send(ctx, e.home, controller.Request{Op: "start", Project: name, Start: so})
+		rep, err = control.Send(ctx, e.home, control.Request{Op: "start", Project: name, Start: so})
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, controller.ErrNoController) {
+		if !errors.Is(err, control.ErrNoController) {
 			return nil, err
 		}
-		lock, lerr := controller.AcquireLock(e.home)
+		lock, lerr := home.AcquireLock(e.home)
 		switch {
 		case lerr == nil:
 			return lock, nil
-		case !errors.Is(lerr, controller.ErrLocked):
+		case !errors.Is(lerr, home.ErrLocked):
 			return nil, lerr
 		case time.Now().After(deadline):
-			return nil, fmt.Errorf("%w; it does not answer on %s (waited %s)", lerr, controller.SocketPath(e.home), handOffWait)
+			return nil, fmt.Errorf("%w; it does not answer on %s (waited %s)", lerr, home.SocketPath(e.home), handOffWait)
 		}
 		select {
 		case <-ctx.Done():
@@ -103,7 +102,7 @@ func follow(ctx context.Context, e *env, name string) error {
 				}
 				return stoppedFailure(p, states)
 			}
-			fmt.Fprintf(e.out, "report: %s\n", filepath.Join(readmodel.RunsDir(e.home, name), "report.md"))
+			fmt.Fprintf(e.out, "report: %s\n", filepath.Join(home.RunsDir(e.home, name), "report.md"))
 			if p.Result != store.ResultPassed {
 				return &workFailed{}
 			}
@@ -126,7 +125,7 @@ func detach(ctx context.Context, e *env, name string, args []string) error {
 	if err != nil {
 		return err
 	}
-	logPath := filepath.Join(e.home, logFile)
+	logPath := home.LogPath(e.home)
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", logPath, err)
@@ -148,7 +147,7 @@ func detach(ctx context.Context, e *env, name string, args []string) error {
 	go func() { exited <- cmd.Wait() }()
 	deadline := time.After(30 * time.Second)
 	for {
-		if controller.Running(e.home) {
+		if control.Running(e.home) {
 			if name == "" {
 				fmt.Fprintf(e.out, "dispatch serve started in the background (pid %d)\nlog: %s\nsee: dispatch schedule; stop it with: dispatch serve --stop\n",
 					cmd.Process.Pid, logPath)
@@ -240,7 +239,7 @@ func writePidFiles(e *env, also ...string) (func(), error) {
 	pid := []byte(fmt.Sprintf("%d\n", os.Getpid()))
 	var names []string
 	if os.Getenv(detachedEnv) != "" {
-		names = append(names, pidFile)
+		names = append(names, home.PidFile)
 	}
 	names = append(names, also...)
 	var written []string

@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
@@ -41,16 +42,16 @@ type env struct {
 }
 
 func newEnv(c *cli.Context) (*env, error) {
-	home, err := filepath.Abs(c.String("home"))
+	homeDir, err := filepath.Abs(c.String("home"))
 	if err != nil {
 		return nil, err
 	}
-	if fi, err := os.Stat(home); err != nil || !fi.IsDir() {
-		return nil, usagef("dispatch --home DIR ...", "home %s is not a directory", home)
+	if fi, err := os.Stat(homeDir); err != nil || !fi.IsDir() {
+		return nil, usagef("dispatch --home DIR ...", "home %s is not a directory", homeDir)
 	}
 	cfg := c.String("config")
 	if cfg == "" {
-		cfg = filepath.Join(home, "nodes.yaml")
+		cfg = home.ConfigPath(homeDir)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
@@ -66,7 +67,7 @@ func newEnv(c *cli.Context) (*env, error) {
 	default:
 		return nil, usagef("--log-format json", "unknown log format %q: use text or json", c.String("log-format"))
 	}
-	e := &env{home: home, config: cfg, log: slog.New(h), out: c.App.Writer, errOut: c.App.ErrWriter}
+	e := &env{home: homeDir, config: cfg, log: slog.New(h), out: c.App.Writer, errOut: c.App.ErrWriter}
 	if f, ok := c.App.Writer.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		e.tty = true
 	}
@@ -93,8 +94,8 @@ func writePrivate(path string, data []byte) error {
 	return f.Close()
 }
 
-func (e *env) specsDir() string { return filepath.Join(e.home, "specs") }
-func (e *env) dbPath() string   { return filepath.Join(e.home, "dispatch.db") }
+func (e *env) specsDir() string { return home.SpecsDir(e.home) }
+func (e *env) dbPath() string   { return home.DBPath(e.home) }
 
 func (e *env) loadConfig() (*nodes.Config, error) {
 	return nodes.Load(e.config)

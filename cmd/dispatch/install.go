@@ -14,6 +14,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 )
 
@@ -27,8 +28,8 @@ type serviceFile struct {
 
 // serviceFor builds the service file for goos. argv is the daemon's
 // command line; userHome the user's home; configHome $XDG_CONFIG_HOME.
-func serviceFor(goos, home string, argv []string, userHome, configHome string) (serviceFile, error) {
-	sum := sha256.Sum256([]byte(home))
+func serviceFor(goos, homeDir string, argv []string, userHome, configHome string) (serviceFile, error) {
+	sum := sha256.Sum256([]byte(homeDir))
 	id := hex.EncodeToString(sum[:4])
 	switch goos {
 	case "linux":
@@ -56,7 +57,7 @@ KillMode=process
 
 [Install]
 WantedBy=default.target
-`, systemdText(home), systemdText(home), strings.Join(quoted, " "))
+`, systemdText(homeDir), systemdText(homeDir), strings.Join(quoted, " "))
 		return serviceFile{Path: filepath.Join(configHome, "systemd", "user", name), Text: text,
 			Enable: []string{"systemctl --user daemon-reload", "systemctl --user enable --now " + name}}, nil
 	case "darwin":
@@ -67,7 +68,7 @@ WantedBy=default.target
 			_ = xml.EscapeText(&b, []byte(a))
 			b.WriteString("</string>\n")
 		}
-		logPath := filepath.Join(home, logFile)
+		logPath := home.LogPath(homeDir)
 		var esc strings.Builder
 		_ = xml.EscapeText(&esc, []byte(logPath))
 		text := fmt.Sprintf(`<?xml version="1.0" encoding="UTF-8"?>

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -53,7 +53,7 @@ func TestCtrlCExits130(t *testing.T) {
 	}
 	stopStart := launch("start", "p")
 	pollUntil(t, 30*time.Second, "p/S01 to run", func() bool {
-		return controller.Running(home) && taskState(t, home, "p", "S01").Status == store.Running
+		return control.Running(home) && taskState(t, home, "p", "S01").Status == store.Running
 	})
 	for _, args := range [][]string{{"status", "p", "--watch"}, {"logs", "p", "S01", "-f"}, {"events", "p", "-f"}} {
 		if r := launch(args...)(); r.code != 130 {

@@ -13,9 +13,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
-	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -95,7 +95,7 @@ func logsAction(c *cli.Context) error {
 		out = w
 	}
 	// A collected log is on this machine already.
-	local := filepath.Join(readmodel.RunsDir(e.home, project), id, "attempts", strconv.Itoa(attempt), "task.log")
+	local := filepath.Join(home.RunsDir(e.home, project), id, "attempts", strconv.Itoa(attempt), "task.log")
 	if !run.CollectedAt.IsZero() {
 		b, err := os.ReadFile(local)
 		if err == nil {

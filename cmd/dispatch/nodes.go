@@ -21,6 +21,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
@@ -458,8 +459,8 @@ func parseGitVersion(out string) string {
 // controller (or another command) holds the home's lock, the check is not
 // recorded — a running controller records the nodes itself at every pull.
 func recordCheck(ctx context.Context, e *env, results []checkResult) {
-	lock, err := controller.AcquireLock(e.home)
-	if errors.Is(err, controller.ErrLocked) {
+	lock, err := home.AcquireLock(e.home)
+	if errors.Is(err, home.ErrLocked) {
 		fmt.Fprintln(e.errOut, "note: a controller is running on this home and records the nodes itself; this check was not recorded")
 		return
 	}

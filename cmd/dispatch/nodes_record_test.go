@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 )
 
@@ -96,7 +96,7 @@ nodes:
 
 	// A controller holds the lock: the check does not write the database.
 	c.Trust(t, unknown)
-	lock, err := controller.AcquireLock(h.home)
+	lock, err := home.AcquireLock(h.home)
 	if err != nil {
 		t.Fatal(err)
 	}

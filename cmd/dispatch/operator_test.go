@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -38,7 +38,7 @@ func waitDetachedDone(t *testing.T, home, p string) {
 	})
 	pollUntil(t, 30*time.Second, "the background controller to exit", func() bool {
 		_, err := os.Stat(filepath.Join(home, "dispatch.pid"))
-		return os.IsNotExist(err) && !controller.Running(home)
+		return os.IsNotExist(err) && !control.Running(home)
 	})
 }
 

@@ -7,7 +7,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
@@ -74,9 +76,9 @@ func operatorRequest(c *cli.Context, op, usage string, projectOnly bool) error {
 			return usagef(usage, "%q is not a task ID (a capital letter and digits, like S01)", id)
 		}
 	}
-	req := controller.Request{Op: op, Project: project, Tasks: ids, Kill: c.Bool("kill")}
-	rep, err := controller.Send(ctx, e.home, req)
-	if errors.Is(err, controller.ErrNoController) {
+	req := control.Request{Op: op, Project: project, Tasks: ids, Kill: c.Bool("kill")}
+	rep, err := control.Send(ctx, e.home, req)
+	if errors.Is(err, control.ErrNoController) {
 		rep, err = doLocally(ctx, e, req)
 	}
 	if err != nil {
@@ -87,7 +89,7 @@ func operatorRequest(c *cli.Context, op, usage string, projectOnly bool) error {
 
 // printReply prints a controller's reply, or returns its error: a usage
 // error (exit 2) when the request itself was wrong.
-func printReply(e *env, rep controller.Reply, usage string) error {
+func printReply(e *env, rep control.Reply, usage string) error {
 	if rep.Error != "" {
 		if rep.Usage {
 			return &usageError{err: errors.New(rep.Error), hint: usage}
@@ -101,27 +103,27 @@ func printReply(e *env, rep controller.Reply, usage string) error {
 // doLocally carries out a request with no controller running: it takes the
 // home's lock (so no controller starts meanwhile) and acts on the database
 // and the nodes itself.
-func doLocally(ctx context.Context, e *env, req controller.Request) (controller.Reply, error) {
-	lock, err := controller.AcquireLock(e.home)
+func doLocally(ctx context.Context, e *env, req control.Request) (control.Reply, error) {
+	lock, err := home.AcquireLock(e.home)
 	if err != nil {
-		return controller.Reply{}, err
+		return control.Reply{}, err
 	}
 	defer lock.Release()
 	if _, err := e.openReadOnly(ctx); err != nil {
-		return controller.Reply{}, err
+		return control.Reply{}, err
 	}
 	cfg, err := e.loadConfig()
 	if err != nil {
-		return controller.Reply{}, err
+		return control.Reply{}, err
 	}
 	st, err := store.Open(ctx, e.dbPath())
 	if err != nil {
-		return controller.Reply{}, err
+		return control.Reply{}, err
 	}
 	defer st.Close()
 	transports, err := openTransports(cfg, nil)
 	if err != nil {
-		return controller.Reply{}, err
+		return control.Reply{}, err
 	}
 	ctl := controller.New(controller.Options{Home: e.home, Config: cfg, Store: st, Transports: transports,
 		Wrappers: nodes.NewWrappers(), Logger: e.log})

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -81,7 +81,7 @@ func TestOperatorCommandsWithARunningController(t *testing.T) {
 	})
 	wait := startBackground(t, nil, "--home", home, "start", "a")
 	pollUntil(t, 30*time.Second, "a/S01 to run", func() bool {
-		return controller.Running(home) && taskState(t, home, "a", "S01").Status == store.Running
+		return control.Running(home) && taskState(t, home, "a", "S01").Status == store.Running
 	})
 
 	// start b is handed to the running controller, followed to its end.
@@ -193,7 +193,7 @@ func TestDetachStopAndResume(t *testing.T) {
 	// With nothing left to serve, the background controller ends.
 	pollUntil(t, 30*time.Second, "the background controller to exit", func() bool {
 		_, err := os.Stat(filepath.Join(home, "dispatch.pid"))
-		return os.IsNotExist(err) && !controller.Running(home)
+		return os.IsNotExist(err) && !control.Running(home)
 	})
 	if tk := taskState(t, home, "p", "S02"); tk.Attempt != 0 {
 		t.Fatalf("S02 started after stop: attempt %d", tk.Attempt)
@@ -316,7 +316,7 @@ func TestHandedNewRunSaysOneThing(t *testing.T) {
 	writeFile(t, filepath.Join(home, "specs", "b", "S02-y.md"), "echo b2 changed\n")
 	wait := startBackground(t, nil, "--home", home, "start", "a")
 	pollUntil(t, 30*time.Second, "a/S01 to run", func() bool {
-		return controller.Running(home) && taskState(t, home, "a", "S01").Status == store.Running
+		return control.Running(home) && taskState(t, home, "a", "S01").Status == store.Running
 	})
 	r := runDispatch(t, nil, "--home", home, "start", "b")
 	if r.code != 0 || !strings.Contains(r.stdout, "handed to the running controller") ||

@@ -13,9 +13,12 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/schedule"
+	"github.com/dispatch-tool/dispatch/service"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -67,8 +70,8 @@ func serveAction(c *cli.Context) error {
 			fmt.Fprintf(e.errOut, "warning: %v\n  its scheduled runs wait until it is fixed (dispatch validate %s)\n", bad[name], name)
 		}
 	}
-	lock, err := controller.AcquireLock(e.home)
-	if errors.Is(err, controller.ErrLocked) {
+	lock, err := home.AcquireLock(e.home)
+	if errors.Is(err, home.ErrLocked) {
 		return fmt.Errorf("%w: a controller already runs on this home (a dispatch start, or another dispatch serve); "+
 			"start dispatch serve again once it has ended (dispatch serve --stop ends a daemon)", err)
 	}
@@ -124,8 +127,8 @@ func serveArgs(c *cli.Context, e *env) []string {
 
 // serveStop asks the home's daemon to end.
 func serveStop(ctx context.Context, e *env) error {
-	rep, err := controller.Send(ctx, e.home, controller.Request{Op: "shutdown"})
-	if errors.Is(err, controller.ErrNoController) {
+	rep, err := control.Send(ctx, e.home, control.Request{Op: "shutdown"})
+	if errors.Is(err, control.ErrNoController) {
 		fmt.Fprintf(e.out, "no dispatch serve runs on %s; nothing to stop\n", e.home)
 		return nil
 	}
@@ -139,7 +142,7 @@ func serveStop(ctx context.Context, e *env) error {
 	// Wait for it to let the home go, so that a start right after finds
 	// no daemon.
 	deadline := time.Now().Add(30 * time.Second)
-	for controller.Running(e.home) && time.Now().Before(deadline) {
+	for control.Running(e.home) && time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -231,8 +234,8 @@ func scheduleAction(c *cli.Context) error {
 // scheduleToggle enables or disables a schedule: through the running
 // controller, or, when none runs, under the home's lock.
 func scheduleToggle(ctx context.Context, e *env, op, project, usage string) error {
-	rep, err := controller.Send(ctx, e.home, controller.Request{Op: op, Project: project})
-	if errors.Is(err, controller.ErrNoController) {
+	rep, err := control.Send(ctx, e.home, control.Request{Op: op, Project: project})
+	if errors.Is(err, control.ErrNoController) {
 		// A schedule that is wrong or missing writes nothing.
 		if sp, lerr := spec.LoadSchedule(e.specsDir(), project); lerr != nil || sp == nil {
 			if lerr == nil {
@@ -240,8 +243,8 @@ func scheduleToggle(ctx context.Context, e *env, op, project, usage string) erro
 			}
 			return &usageError{err: lerr, hint: usage}
 		}
-		var lock *controller.Lock
-		lock, err = controller.AcquireLock(e.home)
+		var lock *home.Lock
+		lock, err = home.AcquireLock(e.home)
 		if err != nil {
 			return err
 		}
@@ -253,11 +256,11 @@ func scheduleToggle(ctx context.Context, e *env, op, project, usage string) erro
 		}
 		defer st.Close()
 		var msg string
-		msg, err = controller.SetScheduleEnabled(ctx, st, e.specsDir(), project, op == "enable", time.Now())
-		rep = controller.Reply{Message: msg}
-		var oe *controller.OpError
+		msg, err = service.SetEnabled(ctx, st, e.specsDir(), project, op == "enable", time.Now())
+		rep = control.Reply{Message: msg}
+		var oe *control.OpError
 		if errors.As(err, &oe) {
-			rep, err = controller.Reply{Error: oe.Msg, Usage: true}, nil
+			rep, err = control.Reply{Error: oe.Msg, Usage: true}, nil
 		}
 	}
 	if err != nil {
@@ -363,7 +366,7 @@ func scheduleView(ctx context.Context, e *env, now time.Time) (*ScheduleView, er
 func daemonRuns(ctx context.Context, home string) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	rep, err := controller.Send(ctx, home, controller.Request{Op: "ping"})
+	rep, err := control.Send(ctx, home, control.Request{Op: "ping"})
 	return err == nil && rep.Message == "daemon"
 }
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/control"
 )
 
 type scheduleJSON struct {
@@ -113,7 +113,7 @@ func TestServeDaemon(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "stops") {
 		t.Fatalf("serve --stop: %s", r)
 	}
-	if controller.Running(home) {
+	if control.Running(home) {
 		t.Error("the daemon still answers after serve --stop")
 	}
 	if v := readSchedules(t, home); v.Serving {

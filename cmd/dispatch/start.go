@@ -13,7 +13,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/readmodel"
@@ -77,8 +79,8 @@ func startAction(c *cli.Context, e *env, name string) error {
 		return err
 	}
 
-	lock, err := controller.AcquireLock(e.home)
-	if errors.Is(err, controller.ErrLocked) {
+	lock, err := home.AcquireLock(e.home)
+	if errors.Is(err, home.ErrLocked) {
 		// One controller serves every project of a home: hand this one to it.
 		// It returns the lock only when the holder went away meanwhile.
 		lock, err = handOff(ctx, e, name, so, c.Bool("detach"))
@@ -116,7 +118,7 @@ func startAction(c *cli.Context, e *env, name string) error {
 		ctl := controller.New(controller.Options{Home: e.home, Config: cfg, Store: st, Logger: e.log})
 		ctl.NoticeRunFinished(ctx, name)
 		ctl.Close()
-		fmt.Fprintf(e.out, "report: %s\n", filepath.Join(readmodel.RunsDir(e.home, name), "report.md"))
+		fmt.Fprintf(e.out, "report: %s\n", filepath.Join(home.RunsDir(e.home, name), "report.md"))
 		return nil
 	}
 
@@ -124,20 +126,20 @@ func startAction(c *cli.Context, e *env, name string) error {
 }
 
 // startOptions are start's flags, checked.
-func startOptions(c *cli.Context, name string) (controller.StartOptions, error) {
+func startOptions(c *cli.Context, name string) (control.StartOptions, error) {
 	if c.Duration("poll") < 0 {
-		return controller.StartOptions{}, usagef("dispatch start --poll 5s "+name, "--poll must be positive")
+		return control.StartOptions{}, usagef("dispatch start --poll 5s "+name, "--poll must be positive")
 	}
 	if b := c.Float64("budget-usd"); c.IsSet("budget-usd") && !(b > 0) {
-		return controller.StartOptions{}, usagef("dispatch start --budget-usd 20 "+name, "--budget-usd must be a positive amount of US dollars, not %v", b)
+		return control.StartOptions{}, usagef("dispatch start --budget-usd 20 "+name, "--budget-usd must be a positive amount of US dollars, not %v", b)
 	}
-	return controller.StartOptions{IntegratePartial: c.Bool("integrate-partial"), NoIntegrate: c.Bool("no-integrate"),
+	return control.StartOptions{IntegratePartial: c.Bool("integrate-partial"), NoIntegrate: c.Bool("no-integrate"),
 		BudgetUSD: c.Float64("budget-usd"), Fresh: c.Bool("fresh")}, nil
 }
 
 // printAdded says what adding the project to the home did: its run, and
 // notes on the tasks that keep an earlier result.
-func printAdded(e *env, name string, added controller.SyncResult, so controller.StartOptions) {
+func printAdded(e *env, name string, added controller.SyncResult, so control.StartOptions) {
 	for _, id := range added.Changed {
 		fmt.Fprintf(e.errOut, "note: %s/%s changed since it ran; it keeps its snapshot (dispatch retry %s %s reruns it)\n", name, id, name, id)
 	}
@@ -180,7 +182,7 @@ func runProject(ctx context.Context, e *env, cfg *nodes.Config, st *store.Store,
 		}
 		return stoppedFailure(proj, states)
 	}
-	fmt.Fprintf(e.out, "report: %s\n", filepath.Join(readmodel.RunsDir(e.home, name), "report.md"))
+	fmt.Fprintf(e.out, "report: %s\n", filepath.Join(home.RunsDir(e.home, name), "report.md"))
 	if proj.Result != store.ResultPassed {
 		return &workFailed{}
 	}

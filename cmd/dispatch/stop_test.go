@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -33,7 +33,7 @@ func TestStopLetsRunningTasksFinish(t *testing.T) {
 	}
 	wait := startBackground(t, nil, "--home", home, "start", "p")
 	pollUntil(t, 30*time.Second, "p/S01 to run", func() bool {
-		return controller.Running(home) && taskState(t, home, "p", "S01").Status == store.Running
+		return control.Running(home) && taskState(t, home, "p", "S01").Status == store.Running
 	})
 	r := runDispatch(t, nil, "--home", home, "stop", "p")
 	if r.code != 0 || !strings.Contains(r.stdout, "p stopped") || !strings.Contains(r.stdout, "go on") {
@@ -131,7 +131,7 @@ func TestStopKillSaysRetry(t *testing.T) {
 	})
 	follow := startBackground(t, nil, "--home", home, "start", "p")
 	pollUntil(t, 30*time.Second, "p/S01 and p/S02 to run", func() bool {
-		return controller.Running(home) && taskState(t, home, "p", "S01").Status == store.Running &&
+		return control.Running(home) && taskState(t, home, "p", "S01").Status == store.Running &&
 			taskState(t, home, "p", "S02").Status == store.Running
 	})
 	r := runDispatch(t, nil, "--home", home, "stop", "p", "--kill")

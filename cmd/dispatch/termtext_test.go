@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -19,16 +20,16 @@ const hostile = "\x1b]0;pwned\x07\x1b[2J"
 // task's error, a node's error, an event, a task's log tail in the report —
 // reach the operator's terminal as visible escapes, never as controls.
 func TestNodeTextIsEscaped(t *testing.T) {
-	home, _ := opsHome(t, map[string]map[string]string{
+	homeDir, _ := opsHome(t, map[string]map[string]string{
 		"p": {"S01-evil.md": "---\nmax_retries: 0\n---\nprintf '" + `\033]0;pwned\007\033[2J` + "log tail\\n'; exit 3\n"},
 	})
-	if r := runDispatch(t, nil, "--home", home, "start", "p"); r.code != 1 {
+	if r := runDispatch(t, nil, "--home", homeDir, "start", "p"); r.code != 1 {
 		t.Fatalf("start: want exit 1 (S01 fails): %s", r)
 	}
 	// What a hostile node could have reported, recorded as the controller
 	// records it.
 	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(home, "dispatch.db"))
+	st, err := store.Open(ctx, filepath.Join(homeDir, "dispatch.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func TestNodeTextIsEscaped(t *testing.T) {
 		{"report", "p"},
 		{"nodes"},
 	} {
-		r := runDispatch(t, nil, append([]string{"--home", home}, args...)...)
+		r := runDispatch(t, nil, append([]string{"--home", homeDir}, args...)...)
 		if r.code != 0 {
 			t.Errorf("%s: %s", strings.Join(args, " "), r)
 		}
@@ -64,7 +65,7 @@ func TestNodeTextIsEscaped(t *testing.T) {
 			t.Errorf("%s does not show the escaped text: %s", strings.Join(args, " "), r)
 		}
 	}
-	md := readFile(t, filepath.Join(readmodel.RunsDir(home, "p"), "report.md"))
+	md := readFile(t, filepath.Join(home.RunsDir(homeDir, "p"), "report.md"))
 	if strings.ContainsAny(md, "\x1b\x07") || !strings.Contains(md, `\x1b[2Jlog tail`) {
 		t.Errorf("report.md: %q", md)
 	}

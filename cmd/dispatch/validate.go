@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
@@ -24,7 +25,7 @@ func validateCommand() *cli.Command {
 		Name:  "validate",
 		Usage: "check nodes.yaml and a project's specs, and print the plan; writes nothing",
 	}, "dispatch validate <project>", func(c *cli.Context, e *env, name string) error {
-		cfg, p, rows, err := plan(c.Context, e, name, nil, controller.StartOptions{})
+		cfg, p, rows, err := plan(c.Context, e, name, nil, control.StartOptions{})
 		if err != nil {
 			return err
 		}
@@ -64,7 +65,7 @@ func workDirWarnings(ctx context.Context, cfg *nodes.Config) []string {
 // on some node its routes allow, with a tool whose executable that node has
 // (each node's wrapper is asked; a node that cannot be reached is named in a
 // note and does not fail the check).
-func plan(ctx context.Context, e *env, name string, only []string, so controller.StartOptions) (*nodes.Config, *spec.Project, []controller.PlanRow, error) {
+func plan(ctx context.Context, e *env, name string, only []string, so control.StartOptions) (*nodes.Config, *spec.Project, []controller.PlanRow, error) {
 	cfg, err := e.loadConfig()
 	if err != nil {
 		return nil, nil, nil, err

@@ -1,4 +1,4 @@
-package controller
+package home
 
 import (
 	"errors"
@@ -58,7 +58,7 @@ func privateHome(home string, lock *os.File) error {
 	if err := lock.Chmod(0o600); err != nil {
 		return fmt.Errorf("make %s private: %w", lock.Name(), err)
 	}
-	runs := filepath.Join(home, "runs")
+	runs := RunsRoot(home)
 	if err := os.Mkdir(runs, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("create %s: %w", runs, err)
 	}

@@ -1,14 +1,13 @@
-package controller
+package control
 
 import (
 	"fmt"
 	"net"
-
-	"golang.org/x/sys/unix"
+	"syscall"
 )
 
 // peerUID is the user id of the process at the other end of a unix socket
-// connection (LOCAL_PEERCRED).
+// connection (SO_PEERCRED).
 func peerUID(conn net.Conn) (int, error) {
 	uc, ok := conn.(*net.UnixConn)
 	if !ok {
@@ -18,15 +17,15 @@ func peerUID(conn net.Conn) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	var cred *unix.Xucred
+	var cred *syscall.Ucred
 	var credErr error
 	if err := raw.Control(func(fd uintptr) {
-		cred, credErr = unix.GetsockoptXucred(int(fd), unix.SOL_LOCAL, unix.LOCAL_PEERCRED)
+		cred, credErr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
 	}); err != nil {
 		return -1, err
 	}
 	if credErr != nil {
-		return -1, fmt.Errorf("LOCAL_PEERCRED: %w", credErr)
+		return -1, fmt.Errorf("SO_PEERCRED: %w", credErr)
 	}
 	return int(cred.Uid), nil
 }

@@ -1,13 +1,14 @@
-package controller
+package service
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
+	"log/slog"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/schedule"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
@@ -27,17 +28,43 @@ const scheduleCheckGap = time.Second
 // a catch-up, a skip, an enable or disable, a schedule dropped.
 const ScheduleEvent = "schedule"
 
-// checkSchedules starts the runs that are due, records skips and catch-ups,
+// keyProject is the log key of a project's name.
+const keyProject = "project"
+
+// Schedules checks the schedules of a home's projects for the daemon's
+// control loop, which alone calls its methods.
+type Schedules struct {
+	St       *store.Store
+	SpecsDir string
+	Log      *slog.Logger
+	Now      func() time.Time
+	// Start begins a run of a project, as a `dispatch start` handed to the
+	// controller does.
+	Start func(ctx context.Context, project string, so control.StartOptions) (string, error)
+
+	// nextSchedule is when the daemon checks the schedules next, and
+	// badSchedules what it last logged of each unreadable one.
+	nextSchedule time.Time
+	badSchedules map[string]string
+	// runBegun is set by a schedule check that began a run.
+	runBegun bool
+}
+
+// CheckNow makes the next Tick check the schedules, however recent the
+// last check.
+func (c *Schedules) CheckNow() { c.nextSchedule = time.Time{} }
+
+// Check starts the runs that are due, records skips and catch-ups,
 // and returns when the next run is due (zero: none is).
-func (c *Controller) checkSchedules(ctx context.Context) (time.Time, error) {
-	now := c.now()
-	found, bad, err := spec.LoadSchedules(filepath.Join(c.opts.Home, "specs"))
+func (c *Schedules) Check(ctx context.Context) (time.Time, error) {
+	now := c.Now()
+	found, bad, err := spec.LoadSchedules(c.SpecsDir)
 	if err != nil {
 		return time.Time{}, err
 	}
 	for name, err := range bad {
 		if c.badSchedules[name] != err.Error() {
-			c.log.Error("schedule not read; its runs wait until it is fixed", keyProject, name, "err", err)
+			c.Log.Error("schedule not read; its runs wait until it is fixed", keyProject, name, "err", err)
 		}
 	}
 	c.badSchedules = map[string]string{}
@@ -46,7 +73,7 @@ func (c *Controller) checkSchedules(ctx context.Context) (time.Time, error) {
 	}
 	// Read once for every project: a check that changes nothing writes
 	// nothing.
-	states, err := c.st.Schedules(ctx)
+	states, err := c.St.Schedules(ctx)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -60,7 +87,7 @@ func (c *Controller) checkSchedules(ctx context.Context) (time.Time, error) {
 		known[f.Name] = true
 		next, err := c.checkSchedule(ctx, f, now, byProject)
 		if err != nil {
-			c.log.Error("schedule check failed", keyProject, f.Name, "err", err)
+			c.Log.Error("schedule check failed", keyProject, f.Name, "err", err)
 			continue
 		}
 		if !next.IsZero() && (wake.IsZero() || next.Before(wake)) {
@@ -73,7 +100,7 @@ func (c *Controller) checkSchedules(ctx context.Context) (time.Time, error) {
 		if known[s.Project] || bad[s.Project] != nil {
 			continue
 		}
-		if err := c.st.Update(ctx, func(tx *store.Tx) error {
+		if err := c.St.Update(ctx, func(tx *store.Tx) error {
 			if err := tx.DeleteSchedule(ctx, s.Project); err != nil {
 				return err
 			}
@@ -93,7 +120,7 @@ func scheduleKey(sp schedule.Spec) string {
 }
 
 // checkSchedule decides and acts for one scheduled project.
-func (c *Controller) checkSchedule(ctx context.Context, f spec.Scheduled, now time.Time, recorded map[string]store.ScheduleState) (time.Time, error) {
+func (c *Schedules) checkSchedule(ctx context.Context, f spec.Scheduled, now time.Time, recorded map[string]store.ScheduleState) (time.Time, error) {
 	sch, err := schedule.Parse(f.Schedule, time.Local)
 	if err != nil {
 		return time.Time{}, err
@@ -119,7 +146,7 @@ func (c *Controller) checkSchedule(ctx context.Context, f spec.Scheduled, now ti
 		}
 		notes = append(notes, msg+nextNote(rec.NextAt))
 	}
-	p, err := c.st.Project(ctx, f.Name)
+	p, err := c.St.Project(ctx, f.Name)
 	started := err == nil
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return time.Time{}, err
@@ -148,7 +175,7 @@ func (c *Controller) checkSchedule(ctx context.Context, f spec.Scheduled, now ti
 	}
 	d := schedule.Decide(sch, state, now)
 	rec.NextAt = d.State.NextAt
-	var so *StartOptions
+	var so *control.StartOptions
 	switch d.Kind {
 	case schedule.Skip:
 		rec.Skipped++
@@ -159,9 +186,9 @@ func (c *Controller) checkSchedule(ctx context.Context, f spec.Scheduled, now ti
 		notes = append(notes, fmt.Sprintf("schedule: run due at %s skipped: %s%s",
 			state.NextAt.Local().Format(time.RFC3339), why, nextNote(rec.NextAt)))
 	case schedule.Start, schedule.CatchUp:
-		so = &StartOptions{Trigger: TriggerSchedule, Fresh: !f.Schedule.Reuse}
+		so = &control.StartOptions{Trigger: control.TriggerSchedule, Fresh: !f.Schedule.Reuse}
 		if d.Kind == schedule.CatchUp {
-			so.Trigger = TriggerCatchUp
+			so.Trigger = control.TriggerCatchUp
 			rec.CatchUps++
 		}
 	}
@@ -183,7 +210,7 @@ func (c *Controller) checkSchedule(ctx context.Context, f spec.Scheduled, now ti
 	if err := c.recordSchedule(ctx, rec, nil); err != nil {
 		return rec.NextAt, err
 	}
-	out, err := c.startProject(ctx, f.Name, *so)
+	out, err := c.Start(ctx, f.Name, *so)
 	if err != nil {
 		// A project that does not load (a broken spec) fails this run.
 		st := schedule.Finished(sch, schedule.State{Enabled: rec.Enabled, NextAt: rec.NextAt, Failures: rec.Failures}, false, now)
@@ -191,9 +218,9 @@ func (c *Controller) checkSchedule(ctx context.Context, f spec.Scheduled, now ti
 		return rec.NextAt, c.recordSchedule(ctx, rec, []string{fmt.Sprintf("schedule: the run could not start: %v; next try %s", err,
 			rec.NextAt.Local().Format(time.RFC3339))})
 	}
-	c.log.Info("scheduled run started", keyProject, f.Name, "trigger", so.Trigger, "message", out)
+	c.Log.Info("scheduled run started", keyProject, f.Name, "trigger", so.Trigger, "message", out)
 	c.runBegun = true
-	if p, err := c.st.Project(ctx, f.Name); err == nil {
+	if p, err := c.St.Project(ctx, f.Name); err == nil {
 		rec.LastRun = p.Run
 		if p.State == store.ProjectDone {
 			rec.LastResult = p.Result // every result reused: it ended at once
@@ -235,8 +262,8 @@ func nextNote(next time.Time) string {
 }
 
 // runEnded returns run n of project once it has ended.
-func (c *Controller) runEnded(ctx context.Context, project string, n int) (store.Project, bool, error) {
-	at, _, err := c.st.AtRun(ctx, project, n)
+func (c *Schedules) runEnded(ctx context.Context, project string, n int) (store.Project, bool, error) {
+	at, _, err := c.St.AtRun(ctx, project, n)
 	var re *store.RunRangeError
 	if errors.As(err, &re) {
 		return store.Project{}, false, nil
@@ -251,8 +278,8 @@ func (c *Controller) runEnded(ctx context.Context, project string, n int) (store
 	return p, p.State == store.ProjectDone, nil
 }
 
-func (c *Controller) recordSchedule(ctx context.Context, rec store.ScheduleState, notes []string) error {
-	return c.st.Update(ctx, func(tx *store.Tx) error {
+func (c *Schedules) recordSchedule(ctx context.Context, rec store.ScheduleState, notes []string) error {
+	return c.St.Update(ctx, func(tx *store.Tx) error {
 		if err := tx.PutSchedule(ctx, rec); err != nil {
 			return err
 		}
@@ -265,23 +292,23 @@ func (c *Controller) recordSchedule(ctx context.Context, rec store.ScheduleState
 	})
 }
 
-// SetScheduleEnabled enables or disables a project's schedule (`dispatch
+// SetEnabled enables or disables a project's schedule (`dispatch
 // schedule enable|disable`). Enabling starts it afresh from now: the
 // occurrences it missed while disabled are not caught up.
-func SetScheduleEnabled(ctx context.Context, st *store.Store, specsDir, project string, enabled bool, now time.Time) (string, error) {
+func SetEnabled(ctx context.Context, st *store.Store, specsDir, project string, enabled bool, now time.Time) (string, error) {
 	sp, err := spec.LoadSchedule(specsDir, project)
 	var unknown *spec.UnknownProjectError
 	switch {
 	case errors.As(err, &unknown):
-		return "", &OpError{Msg: err.Error()}
+		return "", &control.OpError{Msg: err.Error()}
 	case err != nil:
-		return "", &OpError{Msg: err.Error()}
+		return "", &control.OpError{Msg: err.Error()}
 	case sp == nil:
-		return "", &OpError{Msg: fmt.Sprintf("project %s has no schedule: in its project.yaml (add one, e.g. schedule: {every: 6h})", project)}
+		return "", &control.OpError{Msg: fmt.Sprintf("project %s has no schedule: in its project.yaml (add one, e.g. schedule: {every: 6h})", project)}
 	}
 	sch, err := schedule.Parse(*sp, time.Local)
 	if err != nil {
-		return "", &OpError{Msg: err.Error()}
+		return "", &control.OpError{Msg: err.Error()}
 	}
 	var msg string
 	err = st.Update(ctx, func(tx *store.Tx) error {
@@ -317,18 +344,18 @@ func enabledWord(enabled bool) string {
 	return "disabled"
 }
 
-// scheduleTick checks the schedules, not more often than scheduleCheckGap,
+// Tick checks the schedules, not more often than scheduleCheckGap,
 // and returns when the daemon should look again: when the next run is due,
 // or at the next check; and whether it began a run, whose tasks a tick
 // should claim at once.
-func (c *Controller) scheduleTick(ctx context.Context) (next time.Time, begun bool, err error) {
-	now := c.now()
+func (c *Schedules) Tick(ctx context.Context) (next time.Time, begun bool, err error) {
+	now := c.Now()
 	if now.Before(c.nextSchedule) {
 		return c.nextSchedule, false, nil
 	}
 	c.nextSchedule = now.Add(scheduleCheckGap)
 	c.runBegun = false
-	due, err := c.checkSchedules(ctx)
+	due, err := c.Check(ctx)
 	begun = c.runBegun
 	if err != nil || due.IsZero() {
 		// A schedule added to a project.yaml is seen at the next poll.

@@ -1,6 +1,6 @@
 //go:build linux
 
-package controller
+package control
 
 import (
 	"bufio"
@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/home"
 )
 
 // otherUID stands for another local user.
@@ -110,24 +112,12 @@ func mkdir(t *testing.T, dir string, mode os.FileMode) {
 	}
 }
 
-// A home whose path is too long for a socket uses the private directory.
-func TestSocketPathFallback(t *testing.T) {
-	home := filepath.Join("/nonexistent", strings.Repeat("long-directory-name/", 6))
-	p := SocketPath(home)
-	if filepath.Dir(p) != SocketDir() || !strings.HasSuffix(SocketDir(), fmt.Sprintf("dispatch-%d", os.Getuid())) {
-		t.Fatalf("SocketPath = %s, want it in %s", p, SocketDir())
-	}
-	if len(p) >= 100 {
-		t.Fatalf("SocketPath = %s: too long", p)
-	}
-}
-
 // A socket file that another user made where the controller listens is
 // neither talked to nor removed.
 func TestForeignSocketRefused(t *testing.T) {
 	requireRoot(t)
-	home := t.TempDir()
-	path := SocketPath(home)
+	homeDir := t.TempDir()
+	path := home.SocketPath(homeDir)
 	l, err := net.Listen("unix", path)
 	if err != nil {
 		t.Fatal(err)
@@ -136,16 +126,16 @@ func TestForeignSocketRefused(t *testing.T) {
 	if err := os.Lchown(path, otherUID, otherUID); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Send(context.Background(), home, Request{Op: "cancel", Project: "p", Tasks: []string{"S01"}})
+	_, err = Send(context.Background(), homeDir, Request{Op: "cancel", Project: "p", Tasks: []string{"S01"}})
 	var se *SocketError
 	if !errors.As(err, &se) || !strings.Contains(err.Error(), fmt.Sprintf("belongs to uid %d", otherUID)) {
 		t.Fatalf("Send to another user's socket = %v, want a SocketError", err)
 	}
-	if Running(home) {
+	if Running(homeDir) {
 		t.Fatal("Running trusts another user's socket")
 	}
-	c := &Controller{opts: Options{Home: home}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	if _, err := c.Serve(context.Background()); !errors.As(err, &se) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if _, err := Serve(context.Background(), homeDir, log, make(chan Call), make(chan struct{})); !errors.As(err, &se) {
 		t.Fatalf("Serve over another user's socket = %v, want a SocketError", err)
 	}
 	if _, err := os.Lstat(path); err != nil {
@@ -231,42 +221,43 @@ func TestPeerHelperProcess(t *testing.T) {
 func TestPeerUID(t *testing.T) {
 	requireRoot(t)
 	t.Run("server refuses another user", func(t *testing.T) {
-		home := openDir(t, 0o755)
-		c := &Controller{opts: Options{Home: home}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		homeDir := openDir(t, 0o755)
+		log := slog.New(slog.NewTextHandler(io.Discard, nil))
+		calls := make(chan Call)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		stop, err := c.Serve(ctx)
+		stop, err := Serve(ctx, homeDir, log, calls, make(chan struct{}))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer stop()
 		// Even a socket open to everyone is refused to them.
-		if err := os.Chmod(SocketPath(home), 0o777); err != nil {
+		if err := os.Chmod(home.SocketPath(homeDir), 0o777); err != nil {
 			t.Fatal(err)
 		}
-		cmd, out := peerHelper(t, "ask", SocketPath(home))
+		cmd, out := peerHelper(t, "ask", home.SocketPath(homeDir))
 		b, _ := io.ReadAll(out)
 		_ = cmd.Wait()
 		if !strings.Contains(string(b), "refused") {
 			t.Fatalf("another user's request got %q, want it refused", b)
 		}
 		select {
-		case r := <-c.requests:
-			t.Fatalf("another user's request reached the controller: %+v", r.req)
+		case r := <-calls:
+			t.Fatalf("another user's request reached the controller: %+v", r.Req)
 		default:
 		}
 		// The owner is still served.
 		go func() {
-			r := <-c.requests
-			r.reply <- Reply{Message: "ok"}
+			r := <-calls
+			r.Reply <- Reply{Message: "ok"}
 		}()
-		if rep, err := Send(ctx, home, Request{Op: "cancel", Project: "p", Tasks: []string{"S01"}}); err != nil || rep.Message != "ok" {
+		if rep, err := Send(ctx, homeDir, Request{Op: "cancel", Project: "p", Tasks: []string{"S01"}}); err != nil || rep.Message != "ok" {
 			t.Fatalf("owner's request: %+v, %v", rep, err)
 		}
 	})
 	t.Run("client refuses another user's server", func(t *testing.T) {
-		home := openDir(t, 0o777)
-		path := SocketPath(home)
+		homeDir := openDir(t, 0o777)
+		path := home.SocketPath(homeDir)
 		_, out := peerHelper(t, "serve", path)
 		if line, err := out.ReadString('\n'); err != nil || line != "ready\n" {
 			t.Fatalf("helper: %q %v", line, err)
@@ -277,12 +268,12 @@ func TestPeerUID(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		rep, err := Send(ctx, home, Request{Op: "cancel", Project: "p", Tasks: []string{"S01"}})
+		rep, err := Send(ctx, homeDir, Request{Op: "cancel", Project: "p", Tasks: []string{"S01"}})
 		var se *SocketError
 		if !errors.As(err, &se) || !strings.Contains(err.Error(), fmt.Sprintf("answering is uid %d", otherUID)) {
 			t.Fatalf("Send to another user's controller = %+v, %v; want a SocketError", rep, err)
 		}
-		if Running(home) {
+		if Running(homeDir) {
 			t.Fatal("Running trusts another user's controller")
 		}
 	})

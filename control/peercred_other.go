@@ -1,6 +1,6 @@
 //go:build !linux && !darwin
 
-package controller
+package control
 
 import (
 	"errors"
