@@ -29,16 +29,16 @@ import (
 // into the operator's repository (collectCommit); the integration phase
 // merges the task branches with git (phase.go).
 
-// TaskBranch is a task's branch: refs/heads/<TaskBranch> in the operator's
+// taskBranch is a task's branch: refs/heads/<taskBranch> in the operator's
 // repository, and the branch of its workspace on the node.
-func TaskBranch(project, id string) string { return "dispatch/" + project + "/" + id }
+func taskBranch(project, id string) string { return "dispatch/" + project + "/" + id }
 
-// MergeRef holds the merge of a project's task branches, the start of its
-// integration task; FinalRef holds the project's result. They sit beside
+// mergeRef holds the merge of a project's task branches, the start of its
+// integration task; finalRef holds the project's result. They sit beside
 // the task branches (IDs are a capital and digits), since git cannot have
 // refs/heads/dispatch/<project> itself next to refs under it.
-func MergeRef(project string) string { return gitrepo.RefPrefix + project + "/merge" }
-func FinalRef(project string) string { return gitrepo.RefPrefix + project + "/final" }
+func mergeRef(project string) string { return gitrepo.RefPrefix + project + "/merge" }
+func finalRef(project string) string { return gitrepo.RefPrefix + project + "/final" }
 
 // nodeRepo is a project's repository on a node.
 func nodeRepo(inst *nodes.Installed, project string) string {
@@ -121,7 +121,7 @@ func (c *Controller) collectCommit(ctx context.Context, n *nodeRuntime, r store.
 	if !wrapper.IsCommitID(r.Commit) {
 		return nil, permanent(errors.New("the attempt completed without recording its workspace as a commit"))
 	}
-	ref := "refs/heads/" + TaskBranch(r.Project, r.Task)
+	ref := "refs/heads/" + taskBranch(r.Project, r.Task)
 	if r.Commit != t.BaseCommit {
 		if err := c.fetchCommit(ctx, n, inst, r, t, opRepo, ref); err != nil {
 			return nil, err
@@ -133,7 +133,7 @@ func (c *Controller) collectCommit(ctx context.Context, n *nodeRuntime, r store.
 	if err != nil {
 		return nil, err
 	}
-	head := fmt.Sprintf("%s %s (attempt %d): %s..%s\n", r.Task, TaskBranch(r.Project, r.Task), r.Attempt, t.BaseCommit[:12], r.Commit[:12])
+	head := fmt.Sprintf("%s %s (attempt %d): %s..%s\n", r.Task, taskBranch(r.Project, r.Task), r.Attempt, t.BaseCommit[:12], r.Commit[:12])
 	if err := os.WriteFile(filepath.Join(local, "diffstat.txt"), []byte(head+stat), 0o644); err != nil {
 		return nil, err
 	}
@@ -152,7 +152,7 @@ func (c *Controller) fetchCommit(ctx context.Context, n *nodeRuntime, inst *node
 	dir := taskDir(inst, r.Project, r.Task)
 	archive := path.Join(dir, "result.pack")
 	res, removeArchive, err := c.remoteArchive(ctx, n, archive, time.Duration(c.config().Controller.CollectMaxBytes/(8<<20))*time.Second,
-		[]string{inst.Path, "git-pack", "--dir", dir, "--base", t.BaseCommit, "--branch", TaskBranch(r.Project, r.Task), "--out", archive})
+		[]string{inst.Path, "git-pack", "--dir", dir, "--base", t.BaseCommit, "--branch", taskBranch(r.Project, r.Task), "--out", archive})
 	defer removeArchive()
 	if err != nil {
 		return err
@@ -296,14 +296,14 @@ func fileVerdict(path string) func() ([]byte, error) {
 }
 
 // final records the project's result from: the tree copied to
-// runs/<project>/final/ or, git-native, the commit set as FinalRef,
+// runs/<project>/final/ or, git-native, the commit set as finalRef,
 // checked out there, and recorded as the project's final commit.
 func (c *Controller) final(ctx context.Context, p store.Project, opts store.ProjectOptions, from taskBase) error {
 	dest := filepath.Join(home.RunsDir(c.opts.Home, p.Name), "final")
 	if from.Commit == "" || opts.Repo == nil {
 		return copyTree(from.Dir, dest)
 	}
-	if err := gitrepo.SetRef(ctx, opts.Repo.Dir, FinalRef(p.Name), from.Commit); err != nil {
+	if err := gitrepo.SetRef(ctx, opts.Repo.Dir, finalRef(p.Name), from.Commit); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(dest); err != nil {
@@ -322,7 +322,7 @@ func (c *Controller) final(ctx context.Context, p store.Project, opts store.Proj
 	case errors.Is(err, gitrepo.ErrOverLimit):
 		os.RemoveAll(dest)
 		warning = fmt.Sprintf("final/ not written: %v\n  the result is the branch %s (git worktree add <dir> %s)", err,
-			strings.TrimPrefix(FinalRef(p.Name), "refs/heads/"), strings.TrimPrefix(FinalRef(p.Name), "refs/heads/"))
+			strings.TrimPrefix(finalRef(p.Name), "refs/heads/"), strings.TrimPrefix(finalRef(p.Name), "refs/heads/"))
 	case err != nil:
 		os.RemoveAll(dest)
 		return fmt.Errorf("check out %s into %s: %w", from.Commit[:12], dest, err)
@@ -334,7 +334,7 @@ func (c *Controller) final(ctx context.Context, p store.Project, opts store.Proj
 			}
 		}
 		return tx.SetProject(ctx, p.Name, store.ProjectPatch{FinalCommit: new(from.Commit)},
-			fmt.Sprintf("result %s is %s", FinalRef(p.Name), from.Commit))
+			fmt.Sprintf("result %s is %s", finalRef(p.Name), from.Commit))
 	})
 }
 
@@ -350,7 +350,7 @@ type mergedBranches struct {
 
 // mergeBranches merges the completed author tasks' commits, in dependency
 // order then by ID, onto the project's base with git's 3-way merge, and
-// sets MergeRef to the result. Conflicts are committed with git's markers
+// sets mergeRef to the result. Conflicts are committed with git's markers
 // and listed.
 func (c *Controller) mergeBranches(ctx context.Context, project string, repo *store.RepoOptions, author []store.Task, runs []store.Run) (*mergedBranches, error) {
 	var branches []gitrepo.TaskBranch
@@ -368,7 +368,7 @@ func (c *Controller) mergeBranches(ctx context.Context, project string, repo *st
 	if err != nil {
 		return nil, err
 	}
-	if err := gitrepo.SetRef(ctx, repo.Dir, MergeRef(project), m.Commit); err != nil {
+	if err := gitrepo.SetRef(ctx, repo.Dir, mergeRef(project), m.Commit); err != nil {
 		return nil, err
 	}
 	out := &mergedBranches{Commit: m.Commit, Changed: m.Changed}

@@ -31,9 +31,9 @@ var testHookBeforeLaunch func(node, wrapperPath string, doc []byte)
 // DefaultTimeout bounds a task that sets no timeout.
 const DefaultTimeout = time.Hour
 
-// DefaultStallTimeout stops a tool that writes nothing for this long, unless
+// defaultStallTimeout stops a tool that writes nothing for this long, unless
 // the task, project or node says otherwise.
-const DefaultStallTimeout = 15 * time.Minute
+const defaultStallTimeout = 15 * time.Minute
 
 // stallTimeout is the task's stall_timeout: its own (front matter, else
 // project.yaml's), else the project's for a generated phase task, else the
@@ -44,7 +44,7 @@ func stallTimeout(t store.Task, opts store.ProjectOptions, n nodes.Node) time.Du
 			return d
 		}
 	}
-	return DefaultStallTimeout
+	return defaultStallTimeout
 }
 
 // launchOutcome is what one launch attempt found out.
@@ -429,7 +429,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 	case t.BaseCommit != "":
 		// Its repository is on the node (shipBases).
 		launch.Repo = &wrapper.LaunchRepo{Dir: nodeRepo(inst, t.Project), Base: t.BaseCommit,
-			Branch: TaskBranch(t.Project, t.ID), Message: fmt.Sprintf("%s: %s (attempt %d)", t.ID, t.Title, t.Attempt)}
+			Branch: taskBranch(t.Project, t.ID), Message: fmt.Sprintf("%s: %s (attempt %d)", t.ID, t.Title, t.Attempt)}
 		if opts.Repo != nil && t.BaseCommit == opts.Repo.Commit && !store.IsPhaseID(t.ID) {
 			// The author tasks share their base: a spare checkout made
 			// after one launch saves the next the checkout of the tree.

@@ -330,7 +330,7 @@ func (c *Controller) integrate(ctx context.Context, p store.Project, in phaseInp
 		if err := gitrepo.CheckTree(ctx, opts.Repo.Dir, m.Commit, c.limits()); errors.As(err, &over) && errors.Is(err, gitrepo.ErrOverLimit) {
 			return true, c.finish(ctx, p, store.ResultFailed, fmt.Sprintf("integration not started: the merge of the task branches (%s): %s"+
 				"\n  fix: raise collect_max_bytes/collect_max_files under controller: in nodes.yaml, or have the tasks commit less; then run the project again",
-				strings.TrimPrefix(MergeRef(p.Name), "refs/heads/"), over.Msg))
+				strings.TrimPrefix(mergeRef(p.Name), "refs/heads/"), over.Msg))
 		} else if err != nil {
 			return false, fmt.Errorf("merge the task branches of %s: %w", p.Name, err)
 		}

@@ -24,8 +24,8 @@ import (
 // disk: runs/<project>/run-N/), and each author task either reuses its
 // result, when nothing it ran from changed, or runs again, with the reason.
 
-// TaskReason is why a task of a new run runs again.
-type TaskReason struct {
+// taskReason is why a task of a new run runs again.
+type taskReason struct {
 	ID, Reason string
 }
 
@@ -69,7 +69,7 @@ func newRun(ctx context.Context, st *store.Store, cfg *nodes.Config, homeDir str
 			reused[c.ID] = c.FromRun
 			res.Reused = append(res.Reused, c.ID)
 		} else {
-			res.Reasons = append(res.Reasons, TaskReason{ID: c.ID, Reason: d.Reason})
+			res.Reasons = append(res.Reasons, taskReason{ID: c.ID, Reason: d.Reason})
 		}
 	}
 	// Nothing to run and the last run passed: the new run is the same

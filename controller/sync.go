@@ -175,8 +175,8 @@ func phaseRuns(o store.ProjectOptions, typ string) bool {
 	return o.Integration && o.Verification && o.MaxFixRounds > 0
 }
 
-// Executable is the program a tool runs (its command's first word).
-func Executable(cfg *nodes.Config, tool string) (string, error) {
+// executable is the program a tool runs (its command's first word).
+func executable(cfg *nodes.Config, tool string) (string, error) {
 	argv, _, _, err := toolCommand(cfg, tool, "", false, false, "")
 	if err != nil {
 		return "", err
@@ -190,7 +190,7 @@ func NeededExecutables(cfg *nodes.Config, rows []PlanRow) map[string][]string {
 	need := map[string][]string{}
 	for _, r := range rows {
 		for _, n := range r.Nodes {
-			if exe, err := Executable(cfg, r.Tools[n]); err == nil && !slices.Contains(need[n], exe) {
+			if exe, err := executable(cfg, r.Tools[n]); err == nil && !slices.Contains(need[n], exe) {
 				need[n] = append(need[n], exe)
 			}
 			if r.Git && !slices.Contains(need[n], "git") {
@@ -201,9 +201,9 @@ func NeededExecutables(cfg *nodes.Config, rows []PlanRow) map[string][]string {
 	return need
 }
 
-// NodeProbe is what a node said of the executables asked for: Found by
+// nodeProbe is what a node said of the executables asked for: Found by
 // name, or Err when it could not be asked (unreachable, unknown host key).
-type NodeProbe struct {
+type nodeProbe struct {
 	Found map[string]bool
 	Err   string
 	// Root is set when the node's user is root (asked only of nodes
@@ -219,7 +219,7 @@ type NodeProbe struct {
 // --dangerously-skip-permissions as root, which it refuses, unless the
 // api_mode says the node is a sandbox (IS_SANDBOX=1). On a sandbox: on
 // node every attempt runs under bwrap, where dispatch sets IS_SANDBOX=1.
-func claudeRefusesRoot(cfg *nodes.Config, n nodes.Node, tool string, pr NodeProbe) bool {
+func claudeRefusesRoot(cfg *nodes.Config, n nodes.Node, tool string, pr nodeProbe) bool {
 	mode := cfg.APIModes[n.APIMode]
 	if tool != "claude" || !pr.Root || !(n.Dangerous || mode.Dangerous) || n.Sandbox == nodes.SandboxOn {
 		return false
@@ -231,12 +231,12 @@ func claudeRefusesRoot(cfg *nodes.Config, n nodes.Node, tool string, pr NodeProb
 // of the plan has a node where its tool's executable is in the PATH. A task
 // none of whose nodes has it is a problem (exit 2); a task whose nodes
 // could not all be asked, and none of those asked has it, gets a note.
-func CheckExecutables(cfg *nodes.Config, rows []PlanRow, probes map[string]NodeProbe) (problems, notes []string) {
+func CheckExecutables(cfg *nodes.Config, rows []PlanRow, probes map[string]nodeProbe) (problems, notes []string) {
 	for _, r := range rows {
 		var missing, unchecked, asRoot []string
 		found := false
 		for _, n := range r.Nodes {
-			exe, err := Executable(cfg, r.Tools[n])
+			exe, err := executable(cfg, r.Tools[n])
 			if err != nil {
 				continue
 			}
@@ -300,9 +300,9 @@ func needsSandbox(r PlanRow, n nodes.Node) bool {
 // work_dir is safe), else the node's POSIX shell (`command -v`) does. Nodes
 // are asked in parallel, each within timeout.
 func ProbeExecutables(ctx context.Context, cfg *nodes.Config, transports map[string]nodes.Transport, w *nodes.Wrappers,
-	need map[string][]string, timeout time.Duration) map[string]NodeProbe {
+	need map[string][]string, timeout time.Duration) map[string]nodeProbe {
 	var mu sync.Mutex
-	out := map[string]NodeProbe{}
+	out := map[string]nodeProbe{}
 	var wg sync.WaitGroup
 	for name, names := range need {
 		n, ok := cfg.Node(name)
@@ -332,7 +332,7 @@ func ProbeExecutables(ctx context.Context, cfg *nodes.Config, transports map[str
 	return out
 }
 
-func probeNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, tr nodes.Transport, w *nodes.Wrappers, names []string, timeout time.Duration) NodeProbe {
+func probeNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, tr nodes.Transport, w *nodes.Wrappers, names []string, timeout time.Duration) nodeProbe {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// Only PATH matters here: no secret leaves the controller for a probe.
@@ -349,13 +349,13 @@ func probeNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, tr nodes.Tr
 		}
 		res, err := tr.Exec(ctx, append([]string{inst.Path, "which"}, names...), stdin)
 		if err != nil {
-			return NodeProbe{Err: err.Error()}
+			return nodeProbe{Err: err.Error()}
 		}
 		var reply wrapper.WhichReply
 		if res.ExitCode != 0 || json.Unmarshal(res.Stdout, &reply) != nil {
-			return NodeProbe{Err: "which: " + replyError(res, nil)}
+			return nodeProbe{Err: "which: " + replyError(res, nil)}
 		}
-		pr := NodeProbe{Found: map[string]bool{}, Sandbox: reply.Sandbox}
+		pr := nodeProbe{Found: map[string]bool{}, Sandbox: reply.Sandbox}
 		for name := range reply.Found {
 			pr.Found[name] = true
 		}
@@ -369,12 +369,12 @@ func probeNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, tr nodes.Tr
 	}
 	res, err := tr.Exec(ctx, append(argv, names...), nil)
 	if err != nil {
-		return NodeProbe{Err: err.Error()}
+		return nodeProbe{Err: err.Error()}
 	}
 	if res.ExitCode != 0 {
-		return NodeProbe{Err: "look for the tools: " + replyError(res, nil)}
+		return nodeProbe{Err: "look for the tools: " + replyError(res, nil)}
 	}
-	pr := NodeProbe{Found: map[string]bool{}}
+	pr := nodeProbe{Found: map[string]bool{}}
 	for _, line := range strings.Split(string(res.Stdout), "\n") {
 		if slices.Contains(names, line) {
 			pr.Found[line] = true
@@ -473,7 +473,7 @@ type SyncResult struct {
 	// Reused are the tasks whose result the new run reuses; Reasons say
 	// why each other task runs again, in the specs' order.
 	Reused  []string
-	Reasons []TaskReason
+	Reasons []taskReason
 	// AllReused: nothing changed since a passed run, and the new run ended
 	// at once with the same result.
 	AllReused bool

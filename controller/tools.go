@@ -14,8 +14,8 @@ import (
 	"github.com/dispatch-tool/dispatch/nodes"
 )
 
-// DefaultTool is the tool of a task that names none, on a node that names none.
-const DefaultTool = "claude"
+// defaultTool is the tool of a task that names none, on a node that names none.
+const defaultTool = "claude"
 
 // builtinTool describes how dispatch runs one agent CLI. The prompt always
 // goes on stdin, never in argv. The flags and variables are the ones the
@@ -118,8 +118,8 @@ var builtinTools = map[string]builtinTool{
 	"shell": {base: []string{"/bin/sh", "{spec}"}, modelAt: 2},
 }
 
-// ToolNames lists the built-in tools and those of nodes.yaml.
-func ToolNames(cfg *nodes.Config) []string {
+// toolNames lists the built-in tools and those of nodes.yaml.
+func toolNames(cfg *nodes.Config) []string {
 	var out []string
 	for n := range builtinTools {
 		out = append(out, n)
@@ -142,7 +142,7 @@ func toolFor(taskTool string, n nodes.Node) string {
 	if n.Tool != "" {
 		return n.Tool
 	}
-	return DefaultTool
+	return defaultTool
 }
 
 // toolCommand returns the argv, stdin mode and settings of a tool.
@@ -163,7 +163,7 @@ func toolCommand(cfg *nodes.Config, tool, model string, dangerous, sandboxed boo
 	}
 	b, ok := builtinTools[tool]
 	if !ok {
-		return nil, "", nil, fmt.Errorf("unknown tool %q: use one of %v or define it under tools: in nodes.yaml", tool, ToolNames(cfg))
+		return nil, "", nil, fmt.Errorf("unknown tool %q: use one of %v or define it under tools: in nodes.yaml", tool, toolNames(cfg))
 	}
 	env = b.env
 	if sandboxed && len(b.sandboxEnv) > 0 {
