@@ -390,23 +390,10 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 	launch := wrapper.Launch{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Node: n.cfg.Name,
 		Command: tl.Command, Stdin: tl.Stdin, Env: tl.Env, SandboxCommand: tl.SandboxCommand, SandboxEnv: tl.SandboxEnv,
 		TimeoutSeconds: timeout.Seconds(), Setup: opts.Setup, StallSeconds: stallTimeout(t, opts, n.cfg).Seconds()}
-	if sb != "" {
-		launch.Sandbox, launch.WorkDir = sb, inst.WorkDir
-		launch.SandboxPaths = sandboxPaths(n.cfg.SandboxPaths)
+	if err := confineLaunch(&launch, t, n.cfg, inst.WorkDir, tool, sb, network, env); err != nil {
+		out.err, out.noRetry = err, true
+		return item, false
 	}
-	switch {
-	case network == yamlval.NetworkNone:
-		// The wrapper refuses it unsandboxed (sb is bwrap here).
-		launch.Network = wrapper.NetworkNone
-	case netallow.IsAllow(network):
-		allow, err := networkAllow(network, tool, env)
-		if err != nil {
-			out.err, out.noRetry = fmt.Errorf("task %s: network: %w", t.ID, err), true
-			return item, false
-		}
-		launch.Network, launch.NetworkAllow = wrapper.NetworkAllow, allow
-	}
-	launch.Limits = launchLimits(t.Limits, n.cfg.Limits)
 	if _, builtin := builtinTools[tool]; builtin {
 		launch.Transcript = tool
 	}
@@ -445,6 +432,30 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		}
 	}
 	return wrapper.LaunchItem{Dir: dir, Spec: string(snapshot), Launch: launch, Env: env}, true
+}
+
+// confineLaunch sets what confines the attempt of t on node n in l: the
+// sandbox (sb, from taskLaunch) with the node's work_dir and
+// sandbox_paths, the network (none, or the allow list with what tool and
+// the api_mode's env need) and the limits.
+func confineLaunch(l *wrapper.Launch, t store.Task, n nodes.Node, workDir, tool, sb, network string, env map[string]string) error {
+	if sb != "" {
+		l.Sandbox, l.WorkDir = sb, workDir
+		l.SandboxPaths = sandboxPaths(n.SandboxPaths)
+	}
+	switch {
+	case network == yamlval.NetworkNone:
+		// The wrapper refuses it unsandboxed (sb is bwrap here).
+		l.Network = wrapper.NetworkNone
+	case netallow.IsAllow(network):
+		allow, err := networkAllow(network, tool, env)
+		if err != nil {
+			return fmt.Errorf("task %s: network: %w", t.ID, err)
+		}
+		l.Network, l.NetworkAllow = wrapper.NetworkAllow, allow
+	}
+	l.Limits = launchLimits(t.Limits, n.Limits)
+	return nil
 }
 
 // sandboxPaths is launch.json's sandbox_paths for a node's: nil for none.

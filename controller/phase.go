@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -464,87 +465,28 @@ func (c *Controller) merge(ctx context.Context, project string, author []store.T
 	if err := os.MkdirAll(merged, 0o755); err != nil {
 		return nil, nil, err
 	}
-	base := map[string]string{}
-	var baseDir string
+	m := &outputMerge{dir: merged, base: map[string]string{}, owner: map[string]string{}, sumOf: map[string]string{},
+		conflicts: map[string]*store.Conflict{}}
 	for _, t := range author {
-		if t.BaseDir != "" {
-			baseDir = t.BaseDir
-			break
+		if t.BaseDir == "" {
+			continue
 		}
-	}
-	if baseDir != "" {
-		if err := copyTree(baseDir, merged); err != nil {
+		if err := copyTree(t.BaseDir, merged); err != nil {
 			return nil, nil, fmt.Errorf("copy base: %w", err)
 		}
-		sums, err := treeSums(baseDir)
+		sums, err := treeSums(t.BaseDir)
 		if err != nil {
 			return nil, nil, err
 		}
-		base = sums
+		m.base = sums
+		break
 	}
-	owner := map[string]string{} // path → task whose version is in merged
-	sumOf := map[string]string{}
-	conflicts := map[string]*store.Conflict{}
 	for _, t := range author {
 		if t.Status != store.Completed {
 			continue
 		}
-		out := filepath.Join(home.RunsDir(c.opts.Home, project), t.ID, "output")
-		sums, err := treeSums(out)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
+		if err := m.add(t.ID, filepath.Join(home.RunsDir(c.opts.Home, project), t.ID, "output")); err != nil {
 			return nil, nil, err
-		}
-		paths := make([]string, 0, len(sums))
-		for p := range sums {
-			paths = append(paths, p)
-		}
-		sort.Strings(paths)
-		for _, rel := range paths {
-			sum := sums[rel]
-			if base[rel] == sum {
-				continue // left as the base gave it
-			}
-			src := filepath.Join(out, filepath.FromSlash(rel))
-			dst := filepath.Join(merged, filepath.FromSlash(rel))
-			if at := clashAt(merged, rel); at != "" {
-				// A file of one task where another has a directory: the
-				// later one goes beside it, as for any conflict.
-				other := filepath.Join(merged, filepath.FromSlash(at)) + "." + t.ID + ".conflict" + strings.TrimPrefix(rel, at)
-				if err := copyFile(src, filepath.FromSlash(other)); err != nil {
-					return nil, nil, err
-				}
-				cf := conflicts[at]
-				if cf == nil {
-					cf = &store.Conflict{Path: at, Tasks: []string{ownerOf(owner, at)}}
-					conflicts[at] = cf
-				}
-				if !slices.Contains(cf.Tasks, t.ID) {
-					cf.Tasks = append(cf.Tasks, t.ID)
-				}
-				continue
-			}
-			switch first, taken := owner[rel]; {
-			case !taken:
-				if err := copyFile(src, dst); err != nil {
-					return nil, nil, err
-				}
-				owner[rel], sumOf[rel] = t.ID, sum
-			case sumOf[rel] == sum:
-				// Same content from two tasks: no conflict.
-			default:
-				if err := copyFile(src, dst+"."+t.ID+".conflict"); err != nil {
-					return nil, nil, err
-				}
-				cf := conflicts[rel]
-				if cf == nil {
-					cf = &store.Conflict{Path: rel, Tasks: []string{first}}
-					conflicts[rel] = cf
-				}
-				cf.Tasks = append(cf.Tasks, t.ID)
-			}
 		}
 	}
 	files, err := treeSums(merged)
@@ -557,11 +499,80 @@ func (c *Controller) merge(ctx context.Context, project string, author []store.T
 	}
 	sort.Strings(list)
 	var cs []store.Conflict
-	for _, cf := range conflicts {
+	for _, cf := range m.conflicts {
 		cs = append(cs, *cf)
 	}
 	sort.Slice(cs, func(i, j int) bool { return cs[i].Path < cs[j].Path })
 	return list, cs, nil
+}
+
+// outputMerge is the merge of the tasks' outputs into dir over the base
+// tree (base: its files' sums): which task's version each path holds
+// (owner, with its sum), and the conflicts so far.
+type outputMerge struct {
+	dir          string
+	base         map[string]string
+	owner, sumOf map[string]string
+	conflicts    map[string]*store.Conflict
+}
+
+// add merges task id's output/ (out) in: a file the base has as it is
+// stays; a path first written takes the task's version; the same content
+// again is no conflict; another content, or a file where another task has
+// a directory, goes beside it as <path>.<ID>.conflict and is recorded.
+func (m *outputMerge) add(id, out string) error {
+	sums, err := treeSums(out)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, rel := range slices.Sorted(maps.Keys(sums)) {
+		sum := sums[rel]
+		if m.base[rel] == sum {
+			continue // left as the base gave it
+		}
+		src := filepath.Join(out, filepath.FromSlash(rel))
+		dst := filepath.Join(m.dir, filepath.FromSlash(rel))
+		if at := clashAt(m.dir, rel); at != "" {
+			// A file of one task where another has a directory: the
+			// later one goes beside it, as for any conflict.
+			other := filepath.Join(m.dir, filepath.FromSlash(at)) + "." + id + ".conflict" + strings.TrimPrefix(rel, at)
+			if err := copyFile(src, filepath.FromSlash(other)); err != nil {
+				return err
+			}
+			cf := m.conflicts[at]
+			if cf == nil {
+				cf = &store.Conflict{Path: at, Tasks: []string{ownerOf(m.owner, at)}}
+				m.conflicts[at] = cf
+			}
+			if !slices.Contains(cf.Tasks, id) {
+				cf.Tasks = append(cf.Tasks, id)
+			}
+			continue
+		}
+		switch first, taken := m.owner[rel]; {
+		case !taken:
+			if err := copyFile(src, dst); err != nil {
+				return err
+			}
+			m.owner[rel], m.sumOf[rel] = id, sum
+		case m.sumOf[rel] == sum:
+			// Same content from two tasks: no conflict.
+		default:
+			if err := copyFile(src, dst+"."+id+".conflict"); err != nil {
+				return err
+			}
+			cf := m.conflicts[rel]
+			if cf == nil {
+				cf = &store.Conflict{Path: rel, Tasks: []string{first}}
+				m.conflicts[rel] = cf
+			}
+			cf.Tasks = append(cf.Tasks, id)
+		}
+	}
+	return nil
 }
 
 // maxVerdictSize caps the verdict.json the controller reads: it came from a
