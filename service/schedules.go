@@ -198,8 +198,15 @@ func (c *Schedules) checkSchedule(ctx context.Context, f spec.Scheduled, now tim
 		}
 		return rec.NextAt, c.recordSchedule(ctx, rec, notes)
 	}
-	// Record the decision first: a daemon killed while the run begins
-	// does not begin it twice.
+	return c.startScheduled(ctx, f, sch, state, d, rec, notes, *so, now)
+}
+
+// startScheduled begins the scheduled run d decided for f: the decision
+// is recorded first (a daemon killed while the run begins does not begin
+// it twice), then the run starts; a run that cannot start fails this
+// occurrence. The notes go with the run they began.
+func (c *Schedules) startScheduled(ctx context.Context, f spec.Scheduled, sch *schedule.Schedule, state schedule.State, d schedule.Decision,
+	rec store.ScheduleState, notes []string, so control.StartOptions, now time.Time) (time.Time, error) {
 	rec.LastAt, rec.LastResult = now, ""
 	msg := fmt.Sprintf("schedule: starting a run (due %s)", state.NextAt.Local().Format(time.RFC3339))
 	if d.Kind == schedule.CatchUp {
@@ -210,7 +217,7 @@ func (c *Schedules) checkSchedule(ctx context.Context, f spec.Scheduled, now tim
 	if err := c.recordSchedule(ctx, rec, nil); err != nil {
 		return rec.NextAt, err
 	}
-	out, err := c.Start(ctx, f.Name, *so)
+	out, err := c.Start(ctx, f.Name, so)
 	if err != nil {
 		// A project that does not load (a broken spec) fails this run.
 		st := schedule.Finished(sch, schedule.State{Enabled: rec.Enabled, NextAt: rec.NextAt, Failures: rec.Failures}, false, now)
