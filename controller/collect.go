@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/home"
+	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
@@ -151,7 +152,7 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 			return err
 		}
 	}
-	crashPoint(CrashMidCollect)
+	crashpoint.At(crashpoint.MidCollect)
 	if err := placeCollected(tmp, dest, attemptDir, current, gitTask != nil); err != nil {
 		return err
 	}

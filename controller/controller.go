@@ -13,6 +13,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/home"
+	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/service"
 	"github.com/dispatch-tool/dispatch/store"
@@ -204,7 +205,7 @@ func (c *Controller) Tick(ctx context.Context) (TickResult, error) {
 		return res, err
 	}
 	pulls := c.pullAll(ctx, names)
-	crashPoint(CrashAfterPull)
+	crashpoint.At(crashpoint.AfterPull)
 	changed, stale, wake, damaged, err := c.apply(ctx, names, pulls)
 	if err != nil {
 		return res, fmt.Errorf("apply node status: %w", err)
@@ -214,7 +215,7 @@ func (c *Controller) Tick(ctx context.Context) (TickResult, error) {
 	if projects, names, err = c.leaveOut(ctx, projects, names, damaged); err != nil {
 		return res, err
 	}
-	crashPoint(CrashAfterApply)
+	crashpoint.At(crashpoint.AfterApply)
 	res.Changed, res.Wake = changed, wake
 	c.killStale(ctx, stale)
 	claims, pauseEnd, err := c.assign(ctx, projects, pulls, stale)
@@ -223,7 +224,7 @@ func (c *Controller) Tick(ctx context.Context) (TickResult, error) {
 	}
 	res.Wake = earliest(res.Wake, pauseEnd, c.now())
 	if len(claims) > 0 {
-		crashPoint(CrashAfterClaim)
+		crashpoint.At(crashpoint.AfterClaim)
 	}
 	// What finished is collected while the new attempts launch: on a
 	// node, a launch and a collection are two SSH sessions side by side. A

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 	"github.com/dispatch-tool/dispatch/notify"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
@@ -52,7 +53,7 @@ func (c *Controller) finish(ctx context.Context, p store.Project, result, note s
 	if _, err := readmodel.WriteReport(r, c.opts.Home); err != nil {
 		return fmt.Errorf("write report of %s: %w", p.Name, err)
 	}
-	crashPoint(CrashBeforeFinish)
+	crashpoint.At(crashpoint.BeforeFinish)
 	if err := c.st.Update(ctx, func(tx *store.Tx) error {
 		return tx.SetProject(ctx, p.Name, store.ProjectPatch{State: new(store.ProjectDone), Phase: new(store.PhaseDone), Result: new(result), FinishedAt: new(tx.Now())}, "project finished: "+result)
 	}); err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/gitrepo"
 	"github.com/dispatch-tool/dispatch/home"
+	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
@@ -194,7 +195,7 @@ func (c *Controller) fetchCommit(ctx context.Context, n *nodeRuntime, inst *node
 	err = gitrepo.Import(ctx, opRepo, pr, r.Commit, t.BaseCommit, ref, c.limits())
 	pr.CloseWithError(err)
 	if err == nil {
-		crashPoint(CrashAfterImport)
+		crashpoint.At(crashpoint.AfterImport)
 	}
 	if gerr := <-got; gerr != nil && !errors.Is(gerr, io.ErrClosedPipe) {
 		err = fmt.Errorf("fetch the task's commits: %w", gerr) // the cause of a cut-off pack
@@ -436,11 +437,11 @@ func (h *idHeap) Pop() any {
 	return x
 }
 
-// crashWriter reaches CrashMidFetch once some of a pack was read.
+// crashWriter reaches crashpoint.MidFetch once some of a pack was read.
 type crashWriter struct{ w io.Writer }
 
 func (c crashWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
-	crashPoint(CrashMidFetch)
+	crashpoint.At(crashpoint.MidFetch)
 	return n, err
 }

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 	"github.com/dispatch-tool/dispatch/internal/netallow"
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
 	"github.com/dispatch-tool/dispatch/nodes"
@@ -280,7 +281,7 @@ func (c *Controller) runBatch(ctx context.Context, n *nodeRuntime, inst *nodes.I
 		}
 		return
 	}
-	crashPoint(CrashAfterPush)
+	crashpoint.At(crashpoint.AfterPush)
 	if testHookBeforeLaunch != nil {
 		testHookBeforeLaunch(n.cfg.Name, inst.Path, doc)
 	}
@@ -303,7 +304,7 @@ func (c *Controller) runBatch(ctx context.Context, n *nodeRuntime, inst *nodes.I
 		}
 		return
 	}
-	crashPoint(CrashAfterRun)
+	crashpoint.At(crashpoint.AfterRun)
 	var reply wrapper.LaunchReply
 	if res.ExitCode != 0 || json.Unmarshal(res.Stdout, &reply) != nil {
 		// No answer we understand (the wrapper killed, a broken reply): the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/home"
+	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/spec"
@@ -87,7 +88,7 @@ func newRun(ctx context.Context, st *store.Store, cfg *nodes.Config, homeDir str
 	if err := archiveRunDir(home.RunsDir(homeDir, p.Name), old.Run, reused, have, res.AllReused); err != nil {
 		return res, fmt.Errorf("archive run %d of %s: %w", old.Run, p.Name, err)
 	}
-	crashPoint(CrashAfterArchive)
+	crashpoint.At(crashpoint.AfterArchive)
 	plan := runPlan{options: options, author: author, cands: cands, decisions: decisions, removed: removed, phase: phase, reused: reused, have: have}
 	if err := st.Update(ctx, func(tx *store.Tx) error { return writeRun(ctx, tx, p.Name, opts, old, plan, &res) }); err != nil || !res.AllReused {
 		return res, err

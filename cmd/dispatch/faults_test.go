@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -71,8 +71,8 @@ func openStore(t *testing.T, home string) *store.Store {
 }
 
 func TestControllerKilledAtEveryCrashPoint(t *testing.T) {
-	points := []string{controller.CrashAfterPull, controller.CrashAfterApply, controller.CrashAfterClaim,
-		controller.CrashAfterPush, controller.CrashAfterRun, controller.CrashMidCollect, controller.CrashBeforeFinish}
+	points := []string{crashpoint.AfterPull, crashpoint.AfterApply, crashpoint.AfterClaim,
+		crashpoint.AfterPush, crashpoint.AfterRun, crashpoint.MidCollect, crashpoint.BeforeFinish}
 	for _, point := range points {
 		t.Run(strings.ReplaceAll(point, ":", "_"), func(t *testing.T) {
 			t.Parallel()
@@ -81,9 +81,9 @@ func TestControllerKilledAtEveryCrashPoint(t *testing.T) {
 			ledger := filepath.Join(t.TempDir(), "ledger")
 			ledgerProject(t, home, "crash", ledger, 4, "0.3")
 
-			r := runDispatch(t, []string{controller.CrashEnv + "=" + point}, "--home", home, "start", "crash")
+			r := runDispatch(t, []string{crashpoint.Env + "=" + point}, "--home", home, "start", "crash")
 			if r.code != -1 {
-				t.Fatalf("with %s=%s the controller should have been killed: %s", controller.CrashEnv, point, r)
+				t.Fatalf("with %s=%s the controller should have been killed: %s", crashpoint.Env, point, r)
 			}
 			// The lock of the killed controller does not block the next one.
 			r = runDispatch(t, nil, "--home", home, "start", "crash")

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 	"github.com/dispatch-tool/dispatch/internal/gittest"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 )
@@ -326,7 +326,7 @@ api_modes:
 // branch is set, is restarted and ends with every task's branch, each
 // task run once.
 func TestGitControllerKilledMidFetch(t *testing.T) {
-	for _, point := range []string{controller.CrashMidFetch, controller.CrashAfterImport} {
+	for _, point := range []string{crashpoint.MidFetch, crashpoint.AfterImport} {
 		t.Run(strings.ReplaceAll(point, ":", "_"), func(t *testing.T) {
 			t.Parallel()
 			h, _ := policyHome(t, "    spares: 0\n    sandbox: off # each task counts its runs in a ledger outside its workspace\n", "")
@@ -342,9 +342,9 @@ func TestGitControllerKilledMidFetch(t *testing.T) {
 				writeFile(t, filepath.Join(dir, id+"-t.md"), fmt.Sprintf("echo %s >> %s\nhead -c 300000 /dev/urandom | base64 > %s.txt\n", id, ledger, id))
 			}
 			before := readOperatorState(t, op)
-			r := runDispatch(t, append(h.env, controller.CrashEnv+"="+point), "--home", h.home, "start", "k")
+			r := runDispatch(t, append(h.env, crashpoint.Env+"="+point), "--home", h.home, "start", "k")
 			if r.code != -1 {
-				t.Fatalf("with %s=%s the controller should have been killed: %s", controller.CrashEnv, point, r)
+				t.Fatalf("with %s=%s the controller should have been killed: %s", crashpoint.Env, point, r)
 			}
 			r = h.run(t, "start", "k")
 			if r.code != 0 {

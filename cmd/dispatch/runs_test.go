@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 )
 
 // TestRuns: `dispatch runs` lists the project's run with its result,
@@ -55,9 +55,9 @@ func TestNewRunKilledMidArchive(t *testing.T) {
 		t.Fatalf("run 1: %s", r)
 	}
 	writeFile(t, filepath.Join(home, "specs", "p", "S02-b.md"), "echo b2 > b.txt\n")
-	r := runDispatch(t, []string{controller.CrashEnv + "=" + controller.CrashAfterArchive}, "--home", home, "start", "p")
+	r := runDispatch(t, []string{crashpoint.Env + "=" + crashpoint.AfterArchive}, "--home", home, "start", "p")
 	if r.code == 0 {
-		t.Fatalf("with %s the start should have been killed: %s", controller.CrashAfterArchive, r)
+		t.Fatalf("with %s the start should have been killed: %s", crashpoint.AfterArchive, r)
 	}
 	r = runDispatch(t, nil, "--home", home, "start", "p")
 	if r.code != 0 || !strings.Contains(r.stdout, "p run 2 begins (run 1 passed): 1 task(s) to run, 1 reused.") {
@@ -80,9 +80,9 @@ func TestNewRunKilledMidArchive(t *testing.T) {
 	// Killed after archiving a --fresh run (everything moved away), then
 	// started without --fresh: every result is reused, and its files are
 	// back in place.
-	r = runDispatch(t, []string{controller.CrashEnv + "=" + controller.CrashAfterArchive}, "--home", home, "start", "p", "--fresh")
+	r = runDispatch(t, []string{crashpoint.Env + "=" + crashpoint.AfterArchive}, "--home", home, "start", "p", "--fresh")
 	if r.code == 0 {
-		t.Fatalf("with %s the start should have been killed: %s", controller.CrashAfterArchive, r)
+		t.Fatalf("with %s the start should have been killed: %s", crashpoint.AfterArchive, r)
 	}
 	if r := runDispatch(t, nil, "--home", home, "start", "p"); r.code != 0 || !strings.Contains(r.stdout, "every task's result is reused") {
 		t.Fatalf("start after the second crash: %s", r)
