@@ -323,7 +323,7 @@ func (p *parser) parse(data []byte) *Config {
 		return nil
 	}
 	root := yamlval.Resolve(doc.Content[0])
-	f, ok := p.fields(root, "", "the top level", Keys["top"]...)
+	f, ok := p.fields(root, "", "nodes.yaml", Keys["top"]...)
 	if !ok {
 		return nil
 	}
@@ -386,49 +386,15 @@ func (p *parser) fields(n *yaml.Node, where, what string, known ...string) (map[
 }
 
 // mapping returns the pairs of mapping n in order, with "<<" merge keys
-// expanded (keys written in n win), and reports duplicate and non-string keys.
+// expanded (keys written in n win), and reports duplicate and non-string
+// keys (yamlval.Doc.Mapping, the one reader of every file's mappings).
 func (p *parser) mapping(n *yaml.Node, what string) ([]pair, bool) {
-	n = yamlval.Resolve(n)
-	if n.Kind != yaml.MappingNode {
-		p.Errorf(n, "write "+what+" as key: value lines", "%s must be a mapping, not %s", what, yamlval.Describe(n))
-		return nil, false
+	kvs, ok := p.Mapping(n, what)
+	pairs := make([]pair, len(kvs))
+	for i, kv := range kvs {
+		pairs[i] = pair{kv.Key, kv.Val}
 	}
-	var pairs, merged []pair
-	seen := map[string]*yaml.Node{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := yamlval.Resolve(n.Content[i]), yamlval.Resolve(n.Content[i+1])
-		if k.Tag == "!!merge" {
-			var srcs []*yaml.Node
-			if v.Kind == yaml.SequenceNode {
-				srcs = v.Content
-			} else {
-				srcs = []*yaml.Node{v}
-			}
-			for _, src := range srcs {
-				if sub, ok := p.mapping(src, "a merged value (<<)"); ok {
-					merged = append(merged, sub...)
-				}
-			}
-			continue
-		}
-		if k.Kind != yaml.ScalarNode {
-			p.Errorf(k, "use plain words as keys", "a key must be a plain word, not %s", yamlval.Describe(k))
-			continue
-		}
-		if first, dup := seen[k.Value]; dup {
-			p.Errorf(k, "remove one of them", "key %q appears twice in %s (first on line %d)", k.Value, what, first.Line)
-			continue
-		}
-		seen[k.Value] = k
-		pairs = append(pairs, pair{k, v})
-	}
-	for _, kv := range merged {
-		if _, dup := seen[kv.key.Value]; !dup {
-			seen[kv.key.Value] = kv.key
-			pairs = append(pairs, kv)
-		}
-	}
-	return pairs, true
+	return pairs, ok
 }
 
 func (p *parser) controller(n *yaml.Node) Controller {

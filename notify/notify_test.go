@@ -15,6 +15,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/dispatch-tool/dispatch/internal/yamlval"
 )
 
 func quickSender() *Sender {
@@ -271,5 +275,34 @@ func TestConfigCheck(t *testing.T) {
 		case tc.field != "" && (len(ps) == 0 || ps[0].Field != tc.field || ps[0].Fix == ""):
 			t.Errorf("%+v: %+v, want a problem with %s and a fix", tc.c, ps, tc.field)
 		}
+	}
+}
+
+// TestFromYAMLMergeKey: notify: reads its keys as every mapping of the
+// files does: a "<<" merge key works (it used to be refused as an unknown
+// key inside notify: while it worked at the top of nodes.yaml), and a
+// duplicate key is reported as everywhere else.
+func TestFromYAMLMergeKey(t *testing.T) {
+	read := func(src string) (*Config, []string) {
+		t.Helper()
+		var doc yaml.Node
+		if err := yaml.Unmarshal([]byte(src), &doc); err != nil {
+			t.Fatal(err)
+		}
+		var ps yamlval.Problems
+		c := FromYAML(yamlval.Doc{Problems: &ps, File: "project.yaml"}, doc.Content[0].Content[1])
+		var out []string
+		for _, p := range ps {
+			out = append(out, p.Msg)
+		}
+		return c, out
+	}
+	c, probs := read("notify: {<<: {webhook: 'https://example.com/h'}, command: [notify-send]}\n")
+	if len(probs) != 0 || c == nil || c.Webhook != "https://example.com/h" || len(c.Command) != 1 {
+		t.Errorf("merge key: %+v, %q", c, probs)
+	}
+	_, probs = read("notify:\n  webhook: https://a.example/h\n  webhook: https://b.example/h\n")
+	if len(probs) != 1 || probs[0] != `notify: duplicate key "webhook" (first on line 2)` {
+		t.Errorf("duplicate key: %q", probs)
 	}
 }

@@ -22,18 +22,9 @@ func FromYAML(d yamlval.Doc, v *yaml.Node) *Config {
 	before := len(*d.Problems)
 	var c Config
 	at := map[string]*yaml.Node{"notify": v}
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(v.Content); i += 2 {
-		k, val := yamlval.Resolve(v.Content[i]), yamlval.Resolve(v.Content[i+1])
-		switch {
-		case k.Kind != yaml.ScalarNode:
-			d.Errorf(k, "", "notify: keys must be plain words, not %s", yamlval.Describe(k))
-			continue
-		case seen[k.Value]:
-			d.Errorf(k, "remove one of them", "notify: duplicate key %q", k.Value)
-			continue
-		}
-		seen[k.Value] = true
+	pairs, _ := d.Mapping(v, "notify")
+	for _, kv := range pairs {
+		k, val := kv.Key, kv.Val
 		at[k.Value] = val
 		switch k.Value {
 		case "webhook":

@@ -40,25 +40,17 @@ func (y yamlFile) parse(src string, what string) *yaml.Node {
 // fields calls set for each known key of m that has a value and reports
 // unknown and duplicate keys. A key left empty is not set.
 func (y yamlFile) fields(m *yaml.Node, what string, known []string, set func(key string, v *yaml.Node)) {
-	seen := map[string]int{}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		k, v := yamlval.Resolve(m.Content[i]), yamlval.Resolve(m.Content[i+1])
-		if k.Kind != yaml.ScalarNode {
-			y.Errorf(k, "", "%s: keys must be plain words, not %s", what, yamlval.Describe(k))
+	if yamlval.Resolve(m).Kind != yaml.MappingNode {
+		return // reported by the caller
+	}
+	pairs, _ := y.Mapping(m, what)
+	for _, kv := range pairs {
+		if !slices.Contains(known, kv.Key.Value) {
+			y.Unknown(kv.Key, what+": ", known)
 			continue
 		}
-		key := k.Value
-		if first, dup := seen[key]; dup {
-			y.Errorf(k, "remove one of them", "%s: duplicate key %q (first on line %d)", what, key, first)
-			continue
-		}
-		seen[key] = k.Line + y.Offset
-		if !slices.Contains(known, key) {
-			y.Unknown(k, what+": ", known)
-			continue
-		}
-		if !yamlval.IsNull(v) {
-			set(key, v)
+		if !yamlval.IsNull(kv.Val) {
+			set(kv.Key.Value, kv.Val)
 		}
 	}
 }
