@@ -45,3 +45,89 @@ func TestEventLookupsUseAnIndex(t *testing.T) {
 		}
 	}
 }
+
+// The dependency rows follow depends_on (migration 0016's triggers):
+// a task inserted, its dependencies changed, deleted; a damaged depends_on
+// gets a dependency no task completes, so the task is never runnable as if
+// it had none; readiness reads the rows through their index.
+func TestTaskDepsFollowDependsOn(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	deps := func(id string) string {
+		t.Helper()
+		rows, err := s.db.QueryContext(ctx, "SELECT dep FROM task_deps WHERE project = 'p' AND task = ? ORDER BY dep", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var d string
+			rows.Scan(&d)
+			out = append(out, d)
+		}
+		return strings.Join(out, ",")
+	}
+	err := s.Update(ctx, func(tx *Tx) error {
+		if err := tx.EnsureProject(ctx, "p", "{}"); err != nil {
+			return err
+		}
+		for _, tk := range []Task{{ID: "A"}, {ID: "B", DependsOn: []string{"A"}}, {ID: "C", DependsOn: []string{"A", "B"}}} {
+			tk.Project, tk.Title, tk.Type, tk.SpecHash, tk.Snapshot = "p", tk.ID, "implementation", "h", []byte("x")
+			if err := tx.InsertTask(ctx, tk); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := deps("A") + "|" + deps("B") + "|" + deps("C"); got != "|A|A,B" {
+		t.Fatalf("after insert: %q", got)
+	}
+	if _, err := s.db.Exec(`UPDATE tasks SET depends_on = '["B"]' WHERE id = 'C'`); err != nil {
+		t.Fatal(err)
+	}
+	if got := deps("C"); got != "B" {
+		t.Errorf("after update: %q", got)
+	}
+	if _, err := s.db.Exec(`DELETE FROM tasks WHERE id = 'B'`); err != nil {
+		t.Fatal(err)
+	}
+	if got := deps("B"); got != "" {
+		t.Errorf("after delete: %q", got)
+	}
+	if _, err := s.db.Exec(`UPDATE tasks SET depends_on = '["A' WHERE id = 'C'`); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := s.db.QueryRow(`SELECT COUNT(*) FROM task_deps WHERE project = 'p' AND task = 'C' AND dep = ''`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("a damaged depends_on has %d rows naming no task (%v), want 1", n, err)
+	}
+	if _, err := s.db.Exec(`UPDATE tasks SET status = ? WHERE id = 'A'`, Completed); err != nil {
+		t.Fatal(err)
+	}
+	ts, err := s.Runnable(ctx, "p", s.Now(), 10)
+	for _, x := range ts {
+		if x.ID == "C" {
+			t.Errorf("the task with a damaged depends_on is runnable")
+		}
+	}
+	_ = err // the damaged row may also fail the read: either way it does not run
+	rows, err := s.db.QueryContext(ctx, `EXPLAIN QUERY PLAN SELECT 1 FROM task_deps AS d WHERE d.project = 'p' AND d.task = 'C'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, notused int
+		var detail string
+		rows.Scan(&id, &parent, &notused, &detail)
+		plan = append(plan, detail)
+	}
+	if text := strings.Join(plan, "; "); !strings.Contains(text, "task_deps_task") {
+		t.Errorf("dependency rows read without their index: %s", text)
+	}
+}

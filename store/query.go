@@ -155,8 +155,8 @@ func (s *Store) States(ctx context.Context, project string) (map[string]string, 
 // for a dependency would keep a ready task behind them (head of line).
 func (s *Store) Runnable(ctx context.Context, project string, now time.Time, limit int) ([]Task, error) {
 	out, err := queryRows(ctx, s.db, scanTask, taskListSelect+`tasks AS t WHERE project = ? AND status = ? AND not_before <= ?
-		AND NOT EXISTS (SELECT 1 FROM json_each(t.depends_on) AS d WHERE NOT EXISTS (
-			SELECT 1 FROM tasks AS dep WHERE dep.project = t.project AND dep.id = d.value AND dep.status = ?))
+		AND NOT EXISTS (SELECT 1 FROM task_deps AS d WHERE d.project = t.project AND d.task = t.id AND NOT EXISTS (
+			SELECT 1 FROM tasks AS dep WHERE dep.project = t.project AND dep.id = d.dep AND dep.status = ?))
 		ORDER BY priority, id LIMIT ?`, project, Pending, formatTime(now), Completed, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read runnable tasks of %s: %w", project, err)
