@@ -109,9 +109,13 @@ func doLocally(ctx context.Context, e *env, req control.Request) (control.Reply,
 		return control.Reply{}, err
 	}
 	defer lock.Release()
-	if _, err := e.openReadOnly(ctx); err != nil {
+	// The database must exist already: opened read-only to check, then
+	// closed (it used to stay open until the command ended).
+	ro, err := e.openReadOnly(ctx)
+	if err != nil {
 		return control.Reply{}, err
 	}
+	ro.Close()
 	cfg, err := e.loadConfig()
 	if err != nil {
 		return control.Reply{}, err
