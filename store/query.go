@@ -370,12 +370,14 @@ func scanEvent(r scanner) (Event, error) {
 }
 
 // lastEventSQL reads the newest event of a project's run (its current one
-// for run 0) of one of n kinds. It names its index (events_kind): by
-// itself SQLite walks the run's events newest first for the ORDER BY,
-// every one of them when no event is of those kinds.
+// for run 0) of one of n kinds. "+id" keeps SQLite from walking the run's
+// events newest first for the ORDER BY (every one of them when no event is
+// of those kinds): it takes events_kind and sorts the few that match. It
+// names no index, so a read-only open of a database not yet migrated still
+// reads it.
 func lastEventSQL(run, n int) string {
-	return eventSelect + " INDEXED BY events_kind WHERE project = ?1 AND run = " + runOf(run, 1) + " AND kind IN (?" +
-		strings.Repeat(", ?", n-1) + ") ORDER BY id DESC LIMIT 1"
+	return eventSelect + " WHERE project = ?1 AND run = " + runOf(run, 1) + " AND kind IN (?" +
+		strings.Repeat(", ?", n-1) + ") ORDER BY +id DESC LIMIT 1"
 }
 
 // LastEvent returns the newest event of project whose kind is one of
