@@ -114,23 +114,35 @@ func (c *Controller) apply(ctx context.Context, projects []string, pulls map[str
 
 // snapshot is what one tick's decisions read from the database.
 type snapshot struct {
-	// projects lists the served projects in order, with their tasks.
+	// projects lists the served projects in order, with the tasks a
+	// decision of the tick may move (see store.TickRead): not every task
+	// of the project, so that a steady tick costs what is live.
 	projects []string
 	tasks    map[string][]store.Task
-	facts    map[string]projectFacts
-	runs     map[runKey]runFacts
+	// depStatus holds, by project, the status of the dependencies of the
+	// pending and blocked tasks read; counts the project's tasks by
+	// status; nextDue the earliest backoff among its pending tasks.
+	depStatus map[string]map[string]string
+	counts    map[string]map[string]int
+	nextDue   map[string]time.Time
+	facts     map[string]projectFacts
+	runs      map[runKey]runFacts
 	// damaged holds the served projects left out of projects, each with
 	// the error that a row of theirs gave (store.ErrDamaged).
 	damaged map[string]error
 }
 
-// readSnapshot reads, in tx, the tasks of the served projects, their
-// options and spending, and the run facts the decisions will need.
+// readSnapshot reads, in tx, what the tick decides over in each served
+// project (its live tasks, those the pulls name live, those a failure
+// may block, counts; see store.TickRead), its options and spending, and
+// the run facts the decisions will need.
 func readSnapshot(ctx context.Context, tx *store.Tx, projects []string, pulls map[string]*pull) (*snapshot, error) {
-	s := &snapshot{tasks: map[string][]store.Task{}, facts: map[string]projectFacts{},
-		runs: map[runKey]runFacts{}, damaged: map[string]error{}}
+	s := &snapshot{tasks: map[string][]store.Task{}, depStatus: map[string]map[string]string{}, counts: map[string]map[string]int{},
+		nextDue: map[string]time.Time{}, facts: map[string]projectFacts{}, runs: map[runKey]runFacts{}, damaged: map[string]error{}}
+	named := namedLive(pulls)
+	now := tx.Now()
 	for _, name := range projects {
-		tasks, err := tx.Tasks(ctx, name)
+		read, err := tx.TickTasks(ctx, name, named[name], now)
 		if errors.Is(err, store.ErrDamaged) {
 			// That project's trouble, not the tick's.
 			s.damaged[name] = err
@@ -140,7 +152,7 @@ func readSnapshot(ctx context.Context, tx *store.Tx, projects []string, pulls ma
 			return nil, err
 		}
 		s.projects = append(s.projects, name)
-		s.tasks[name] = tasks
+		s.tasks[name], s.depStatus[name], s.counts[name], s.nextDue[name] = read.Tasks, read.DepStatus, read.Counts, read.NextDue
 		p, err := tx.Project(ctx, name)
 		if err != nil {
 			return nil, err
@@ -153,7 +165,7 @@ func readSnapshot(ctx context.Context, tx *store.Tx, projects []string, pulls ma
 			}
 		}
 		s.facts[name] = f
-		for _, k := range neededRuns(tasks, pulls) {
+		for _, k := range neededRuns(read.Tasks, pulls) {
 			mode, err := tx.RunMode(ctx, k.project, k.task, k.attempt)
 			if err != nil {
 				return nil, err
@@ -166,6 +178,25 @@ func readSnapshot(ctx context.Context, tx *store.Tx, projects []string, pulls ma
 		}
 	}
 	return s, nil
+}
+
+// namedLive lists, by project, the tasks the pulls report with a live
+// attempt (or one whose wrapper died while it ran): the tasks findStale
+// must know to tell the current attempt from a stale one (a task named
+// twice is read once).
+func namedLive(pulls map[string]*pull) map[string][]string {
+	out := map[string][]string{}
+	for _, p := range pulls {
+		if p == nil || p.err != nil || p.status == nil {
+			continue
+		}
+		for _, ts := range p.status.Tasks {
+			if ts.Status != nil && (ts.Alive || ts.Status.Status == wrapper.StatusRunning) {
+				out[ts.Project] = append(out[ts.Project], ts.Task)
+			}
+		}
+	}
+	return out
 }
 
 // applyPlan is what one tick decided from the pulls.
@@ -191,10 +222,12 @@ func (c *Controller) decideApply(snap *snapshot, pulls map[string]*pull, prev ma
 			plan.nodes = append(plan.nodes, c.nodeRecord(name, p, prev[name], now))
 		}
 	}
-	a := &applier{c: c, now: now, pulls: pulls, prev: prev, runs: snap.runs, projects: snap.facts}
+	a := &applier{c: c, now: now, pulls: pulls, prev: prev, runs: snap.runs, projects: snap.facts,
+		counts: snap.counts, depStatus: snap.depStatus}
 	current := map[string]*store.Task{}
 	for _, project := range snap.projects {
 		tasks := snap.tasks[project]
+		a.dueAt(snap.nextDue[project])
 		a.project(project, tasks)
 		for i := range tasks {
 			current[taskKey(project, tasks[i].ID)] = &tasks[i]

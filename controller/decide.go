@@ -22,6 +22,9 @@ type op struct {
 	run    *runPatch
 	pause  *store.Pause
 	event  *store.Event
+	// cancel cancels every pending and blocked task of its project (see
+	// store.Tx.CancelWaiting), each as the change says.
+	cancel *store.Change
 }
 
 type taskPatch struct {
@@ -48,6 +51,9 @@ func (o op) exec(ctx context.Context, tx *store.Tx) error {
 		return tx.PutPause(ctx, *o.pause)
 	case o.event != nil:
 		return tx.Event(ctx, *o.event)
+	case o.cancel != nil:
+		_, err := tx.CancelWaiting(ctx, *o.cancel)
+		return err
 	}
 	return fmt.Errorf("empty op")
 }
@@ -67,6 +73,8 @@ func (o op) String() string {
 		return "pause " + o.pause.APIMode
 	case o.event != nil:
 		return fmt.Sprintf("event %s %s: %s", o.event.Task, o.event.Kind, o.event.Message)
+	case o.cancel != nil:
+		return fmt.Sprintf("every waiting task →canceled: %s", o.cancel.Message)
 	}
 	return "empty op"
 }
@@ -134,7 +142,12 @@ type applier struct {
 	// neededRuns); projects each project's options and spending.
 	runs     map[runKey]runFacts
 	projects map[string]projectFacts
-	ops      []op
+	// counts are each project's tasks by status, kept up to date with the
+	// tick's transitions; depStatus the status of dependencies that are
+	// not among the tasks read (see snapshot).
+	counts    map[string]map[string]int
+	depStatus map[string]map[string]string
+	ops       []op
 	changed  int
 	// notices are the messages the changes call for (see notices.go).
 	notices []notice
@@ -164,6 +177,10 @@ func earliest(wake, t, now time.Time) time.Time {
 // transition records a status change of t and makes it in memory.
 func (a *applier) transition(t *store.Task, ch store.Change) {
 	a.emit(op{change: &ch})
+	if n := a.counts[t.Project]; n != nil {
+		n[t.Status]--
+		n[ch.To]++
+	}
 	t.Status = ch.To
 	a.changed++
 }
@@ -573,10 +590,17 @@ func (a *applier) blocked(tasks []store.Task) {
 		changed = false
 		for i := range tasks {
 			t := &tasks[i]
+			if t.Status != store.Pending && t.Status != store.Blocked {
+				continue
+			}
 			var culprit string
 			for _, d := range t.DependsOn {
-				if dep := byID[d]; dep != nil && dead(dep.Status) {
-					culprit = d + " " + dep.Status
+				st := a.depStatus[t.Project][d]
+				if dep := byID[d]; dep != nil {
+					st = dep.Status
+				}
+				if dead(st) {
+					culprit = d + " " + st
 					break
 				}
 			}
@@ -643,7 +667,7 @@ func (a *applier) stopStarting(project string, tasks []store.Task) {
 	if f.optsErr != nil {
 		return // reported where the project's options are used to launch
 	}
-	if why, ok := haltReached(f.opts, tasks); ok {
+	if why, ok := haltReached(f.opts, a.counts[project][store.Failed]); ok {
 		a.cancelPending(project, tasks, "halt", why, store.TaskPatch{})
 		return
 	}
@@ -654,22 +678,21 @@ func (a *applier) stopStarting(project string, tasks []store.Task) {
 	}
 }
 
-// haltReached says whether halt: {fail: N} stops the project, and how.
-func haltReached(opts store.ProjectOptions, tasks []store.Task) (string, bool) {
+// haltReached says whether halt: {fail: N} stops the project with failed
+// tasks failed, and how.
+func haltReached(opts store.ProjectOptions, failed int) (string, bool) {
 	if opts.HaltFail <= 0 {
 		return "", false
-	}
-	failed := 0
-	for _, t := range tasks {
-		if t.Status == store.Failed {
-			failed++
-		}
 	}
 	return fmt.Sprintf("halted: %d task(s) failed (halt: {fail: %d})", failed, opts.HaltFail), failed >= opts.HaltFail
 }
 
-// cancelPending cancels the project's pending and blocked tasks.
+// cancelPending cancels the project's pending and blocked tasks: those
+// read one by one, the rest (counted, not read) with one op that cancels
+// every task still waiting when it is written. It returns how many.
 func (a *applier) cancelPending(project string, tasks []store.Task, kind, why string, set store.TaskPatch) int {
+	counts := a.counts[project]
+	waiting := counts[store.Pending] + counts[store.Blocked]
 	n := 0
 	for i := range tasks {
 		t := &tasks[i]
@@ -679,6 +702,13 @@ func (a *applier) cancelPending(project string, tasks []store.Task, kind, why st
 		a.transition(t, store.Change{Project: project, Task: t.ID, From: t.Status, To: store.Canceled, Kind: kind,
 			Message: why, Set: set})
 		n++
+	}
+	if rest := waiting - n; rest > 0 {
+		a.emit(op{cancel: &store.Change{Project: project, Kind: kind, Message: why, Set: set}})
+		counts[store.Canceled] += rest
+		counts[store.Pending], counts[store.Blocked] = 0, 0
+		a.changed += rest
+		n += rest
 	}
 	return n
 }

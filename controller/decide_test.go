@@ -385,8 +385,7 @@ func TestApplyDecisions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := decider(t, decideNodes)
-			snap := &snapshot{projects: []string{"p"}, tasks: map[string][]store.Task{"p": tt.tasks},
-				facts: map[string]projectFacts{"p": {opts: tt.opts, usd: tt.spent}}, runs: tt.runs}
+			snap := wholeSnapshot(tt.tasks, projectFacts{opts: tt.opts, usd: tt.spent}, tt.runs)
 			plan := c.decideApply(snap, nodeSays(tt.pulls), tt.prev, nil, t0)
 			var got []string
 			for _, o := range plan.ops {

@@ -64,7 +64,7 @@ func TestFinalStatusOfALiveSupervisor(t *testing.T) {
 			Heartbeat: "1", HeartbeatAt: t0.Add(-time.Minute)}}
 		pulls := nodeSays(map[string]any{"n1": []wrapper.TaskStatus{{Project: "p", Task: "S01", Alive: true, Heartbeat: "1",
 			ToolRunning: toolRunning, Status: &wrapper.Status{Status: wrapper.StatusFailed, Attempt: 1, ErrorClass: wrapper.ClassExit, ExitCode: 1}}}})
-		snap := &snapshot{projects: []string{"p"}, tasks: map[string][]store.Task{"p": tasks}, facts: map[string]projectFacts{"p": {}}}
+		snap := wholeSnapshot(tasks, projectFacts{}, nil)
 		plan := c.decideApply(snap, pulls, nil, nil, t0)
 		if tasks[0].Status != store.Pending {
 			t.Fatalf("S01 is %s, want pending (retried)", tasks[0].Status)

@@ -64,3 +64,14 @@ func (h *harness) addProject(name string, specs map[string]string) {
 		h.t.Fatal(err)
 	}
 }
+
+// wholeSnapshot is the snapshot of project p when every task of it is
+// read: the counts and backoffs follow from tasks.
+func wholeSnapshot(tasks []store.Task, facts projectFacts, runs map[runKey]runFacts) *snapshot {
+	counts := map[string]int{}
+	for _, t := range tasks {
+		counts[t.Status]++
+	}
+	return &snapshot{projects: []string{"p"}, tasks: map[string][]store.Task{"p": tasks},
+		counts: map[string]map[string]int{"p": counts}, facts: map[string]projectFacts{"p": facts}, runs: runs}
+}

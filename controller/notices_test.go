@@ -43,8 +43,7 @@ func TestNoticesDecided(t *testing.T) {
 	}
 	for _, tt := range tests {
 		c := decider(t, decideNodes)
-		snap := &snapshot{projects: []string{"p"}, tasks: map[string][]store.Task{"p": tt.tasks},
-			facts: map[string]projectFacts{"p": {opts: tt.opts, usd: tt.spent}}, runs: tt.runs}
+		snap := wholeSnapshot(tt.tasks, projectFacts{opts: tt.opts, usd: tt.spent}, tt.runs)
 		plan := c.decideApply(snap, nodeSays(tt.pulls), nil, nil, t0)
 		var got []string
 		for _, n := range plan.notices {

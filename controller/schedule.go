@@ -235,20 +235,28 @@ func (c *Controller) candidates(ctx context.Context, projects []store.Project, f
 			continue
 		}
 		c.projectWentOn(p.Name, stepAssign)
-		states, failed, err := c.st.States(ctx, p.Name)
+		counts, err := c.st.Counts(ctx, p.Name)
 		if err != nil {
 			return nil, err
 		}
-		if h := opts.HaltFail; h > 0 && failed >= h {
+		if h := opts.HaltFail; h > 0 && counts[store.Failed] >= h {
 			continue
 		}
 		runnable, err := c.st.Runnable(ctx, p.Name, now, candidateFactor*free)
+		if errors.Is(err, store.ErrDamaged) {
+			// A candidate that does not read back is its project's
+			// trouble (left out, stopped after a few), not the tick's.
+			if err := c.projectTrouble(ctx, p.Name, stepRead, err); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
 		for _, t := range runnable {
 			_, collecting := c.inCollection.Load(taskKey(t.Project, t.ID))
-			if depsDone(t.DependsOn, states) && !unkilled[taskKey(t.Project, t.ID)] && !collecting {
+			if !unkilled[taskKey(t.Project, t.ID)] && !collecting {
 				out = append(out, t)
 			}
 		}
@@ -358,16 +366,6 @@ func (c *Controller) claimAll(ctx context.Context, picks []claim) (claims []clai
 // candidateFactor is how many candidates per free slot a tick considers
 // of each project.
 const candidateFactor = 4
-
-// depsDone reports whether every dependency has completed.
-func depsDone(deps []string, states map[string]string) bool {
-	for _, d := range deps {
-		if states[d] != store.Completed {
-			return false
-		}
-	}
-	return true
-}
 
 // retryElsewhere lists the failures after which a retry should prefer
 // another node than the one that failed.

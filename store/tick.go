@@ -1,0 +1,162 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// TickRead is what a tick's decisions over one project's node statuses
+// read of its tasks: the rows they may change, and counts for the rest.
+// Its cost follows what is live, not how many tasks the project holds.
+type TickRead struct {
+	// Tasks are, by ID: the claimed, running and blocked tasks; the
+	// completed ones whose current attempt is not collected; the tasks
+	// named (live on a node); and the pending tasks downstream of a task
+	// that is live or failed, blocked or canceled (through pending and
+	// blocked tasks only): every task a decision of the tick may move.
+	Tasks []Task
+	// DepStatus holds the status of each dependency of the pending and
+	// blocked tasks in Tasks.
+	DepStatus map[string]string
+	// Counts are the project's tasks by status.
+	Counts map[string]int
+	// NextDue is the earliest not_before after now among the pending
+	// tasks (zero: none).
+	NextDue time.Time
+}
+
+// tickSelect reads the tasks of TickRead.Tasks: ?1 the project, ?2 the
+// named IDs as a JSON array.
+const tickSelect = `WITH RECURSIVE down(id) AS (
+		SELECT d.task FROM tasks AS s
+			JOIN task_deps AS d ON d.project = s.project AND d.dep = s.id
+			JOIN tasks AS w ON w.project = d.project AND w.id = d.task AND w.status IN ('pending', 'blocked')
+			WHERE s.project = ?1 AND s.status IN ('claimed', 'running', 'failed', 'blocked', 'canceled')
+		UNION
+		SELECT d.task FROM down AS x
+			JOIN task_deps AS d ON d.project = ?1 AND d.dep = x.id
+			JOIN tasks AS w ON w.project = d.project AND w.id = d.task AND w.status IN ('pending', 'blocked'))
+	` + taskListSelect + `tasks AS t WHERE t.project = ?1 AND (
+		t.status IN ('claimed', 'running', 'blocked')
+		OR (t.status = 'completed' AND NOT EXISTS (SELECT 1 FROM runs AS r
+			WHERE r.project = t.project AND r.task = t.id AND r.attempt = t.attempt AND r.collected_at != ''))
+		OR t.id IN (SELECT value FROM json_each(?2))
+		OR (t.status = 'pending' AND t.id IN down))
+	ORDER BY t.id`
+
+// TickTasks reads, in the transaction, what a tick decides over for a
+// project (see TickRead); named are the IDs its nodes report live. A
+// project with a row that does not read back gives ErrDamaged, whether
+// or not the tick would read that row: nothing of it may be decided on.
+func (tx *Tx) TickTasks(ctx context.Context, project string, named []string, now time.Time) (TickRead, error) {
+	r := TickRead{DepStatus: map[string]string{}, Counts: map[string]int{}}
+	if err := tx.damage(ctx, project); err != nil {
+		return r, err
+	}
+	ids, err := json.Marshal(named)
+	if err != nil {
+		return r, err
+	}
+	if named == nil {
+		ids = []byte("[]")
+	}
+	if r.Tasks, err = queryRows(ctx, tx.tx, scanTask, tickSelect, project, string(ids)); err != nil {
+		return r, fmt.Errorf("read the live tasks of %s: %w", project, err)
+	}
+	var waiting []string
+	for _, t := range r.Tasks {
+		if t.Status == Pending || t.Status == Blocked {
+			waiting = append(waiting, t.ID)
+		}
+	}
+	if len(waiting) > 0 {
+		ids, _ := json.Marshal(waiting)
+		err := eachRow(ctx, tx.tx, func(row scanner) error {
+			var id, st string
+			if err := row.Scan(&id, &st); err != nil {
+				return err
+			}
+			r.DepStatus[id] = st
+			return nil
+		}, `SELECT DISTINCT dep.id, dep.status FROM task_deps AS d JOIN tasks AS dep ON dep.project = d.project AND dep.id = d.dep
+			WHERE d.project = ?1 AND d.task IN (SELECT value FROM json_each(?2))`, project, string(ids))
+		if err != nil {
+			return r, fmt.Errorf("read the dependencies of %s: %w", project, err)
+		}
+	}
+	if r.Counts, err = countStatus(ctx, tx.tx, project); err != nil {
+		return r, err
+	}
+	var due sql.NullString
+	if err := tx.tx.QueryRowContext(ctx, `SELECT MIN(not_before) FROM tasks WHERE project = ? AND status = ? AND not_before > ?`,
+		project, Pending, formatTime(now)).Scan(&due); err != nil {
+		return r, fmt.Errorf("read the next backoff of %s: %w", project, err)
+	}
+	r.NextDue = parseTime(due.String)
+	return r, nil
+}
+
+// damage returns the error of the first row of project that does not read
+// back (see task_damage), nil when none.
+func (tx *Tx) damage(ctx context.Context, project string) error {
+	var id string
+	err := tx.tx.QueryRowContext(ctx, `SELECT task FROM task_damage WHERE project = ? ORDER BY task LIMIT 1`, project).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("check the tasks of %s: %w", project, err)
+	}
+	if _, err := tx.Task(ctx, project, id); err != nil {
+		return err
+	}
+	return nil
+}
+
+// CancelWaiting moves every pending and blocked task of a project to
+// canceled, each as ch says (From, To and Task are set per task), and
+// returns how many it moved.
+func (tx *Tx) CancelWaiting(ctx context.Context, ch Change) (int, error) {
+	type waiting struct{ id, status string }
+	tasks, err := queryRows(ctx, tx.tx, func(r scanner) (waiting, error) {
+		var w waiting
+		return w, r.Scan(&w.id, &w.status)
+	}, `SELECT id, status FROM tasks WHERE project = ? AND status IN (?, ?) ORDER BY id`, ch.Project, Pending, Blocked)
+	if err != nil {
+		return 0, fmt.Errorf("read the waiting tasks of %s: %w", ch.Project, err)
+	}
+	for _, w := range tasks {
+		c := ch
+		c.Task, c.From, c.To = w.id, w.status, Canceled
+		if _, _, err := tx.Transition(ctx, c); err != nil {
+			return 0, err
+		}
+	}
+	return len(tasks), nil
+}
+
+// Counts returns a project's tasks counted by status, on an index.
+func (s *Store) Counts(ctx context.Context, project string) (map[string]int, error) {
+	return countStatus(ctx, s.db, project)
+}
+
+func countStatus(ctx context.Context, q querier, project string) (map[string]int, error) {
+	out := map[string]int{}
+	err := eachRow(ctx, q, func(row scanner) error {
+		var st string
+		var n int
+		if err := row.Scan(&st, &n); err != nil {
+			return err
+		}
+		out[st] = n
+		return nil
+	}, `SELECT status, COUNT(*) FROM tasks WHERE project = ? GROUP BY status`, project)
+	if err != nil {
+		return nil, fmt.Errorf("count the tasks of %s: %w", project, err)
+	}
+	return out, nil
+}

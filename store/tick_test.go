@@ -1,0 +1,156 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestTickTasksReadsWhatCanMove: of a project of 2,000 tasks, a tick reads
+// the live ones, the blocked ones, the completed one not collected, the
+// ones a node names, and the pending tasks downstream of a live or dead
+// task (through pending and blocked tasks); the rest only as counts, with
+// the earliest backoff. A damaged row anywhere fails the read with
+// ErrDamaged; CancelWaiting cancels every waiting task with an event.
+func TestTickTasksReadsWhatCanMove(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	now := s.Now()
+	soon := now.Add(time.Minute)
+	err := s.Update(ctx, func(tx *Tx) error {
+		if err := tx.EnsureProject(ctx, "p", "{}"); err != nil {
+			return err
+		}
+		add := func(id string, deps ...string) error {
+			return tx.InsertTask(ctx, Task{Project: "p", ID: id, Title: id, Type: "implementation", Priority: 1,
+				DependsOn: deps, SpecHash: "h", Snapshot: []byte("echo\n")})
+		}
+		for i := range 2000 {
+			if err := add(fmt.Sprintf("Z%04d", i)); err != nil {
+				return err
+			}
+		}
+		for _, x := range [][]string{{"R1"}, {"D1", "R1"}, {"D2", "D1"}, {"D3", "D2", "DONE"}, {"F1"}, {"D4", "F1"},
+			{"DONE"}, {"AFTER", "DONE"}, {"UNC"}, {"BL", "F1"}, {"NAMED"}, {"BACK"}} {
+			if err := add(x[0], x[1:]...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := func(stmt string, args ...any) {
+		t.Helper()
+		if _, err := s.db.ExecContext(ctx, stmt, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set(`UPDATE tasks SET status = 'running', attempt = 1 WHERE id = 'R1'`)
+	set(`UPDATE tasks SET status = 'failed' WHERE id = 'F1'`)
+	set(`UPDATE tasks SET status = 'blocked' WHERE id = 'BL'`)
+	set(`UPDATE tasks SET status = 'completed', attempt = 1 WHERE id IN ('DONE', 'UNC', 'NAMED')`)
+	set(`INSERT INTO runs (project, task, attempt, node, status, collected_at) VALUES
+		('p', 'DONE', 1, 'n', 'completed', ?), ('p', 'UNC', 1, 'n', 'completed', ''), ('p', 'NAMED', 1, 'n', 'completed', ?)`,
+		formatTime(now), formatTime(now))
+	set(`UPDATE tasks SET not_before = ? WHERE id = 'BACK'`, formatTime(soon))
+
+	var read TickRead
+	err = s.Update(ctx, func(tx *Tx) error {
+		var err error
+		read, err = tx.TickTasks(ctx, "p", []string{"NAMED"}, now)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, x := range read.Tasks {
+		ids = append(ids, x.ID)
+	}
+	// D3 is downstream of R1 through D1 and D2; AFTER waits on a completed
+	// task only and is not read; nor are the 2,000 independent tasks.
+	want := []string{"BL", "D1", "D2", "D3", "D4", "NAMED", "R1", "UNC"}
+	if !slices.Equal(ids, want) {
+		t.Fatalf("read %v, want %v", ids, want)
+	}
+	if read.DepStatus["R1"] != Running || read.DepStatus["F1"] != Failed || read.DepStatus["DONE"] != Completed {
+		t.Errorf("dependency statuses %v", read.DepStatus)
+	}
+	if read.Counts[Pending] != 2000+6 || read.Counts[Failed] != 1 || read.Counts[Completed] != 3 {
+		t.Errorf("counts %v", read.Counts)
+	}
+	if !read.NextDue.Equal(soon) {
+		t.Errorf("next due %v, want %v", read.NextDue, soon)
+	}
+
+	// Every waiting task is canceled by one call, each with its event.
+	var n int
+	err = s.Update(ctx, func(tx *Tx) error {
+		var err error
+		n, err = tx.CancelWaiting(ctx, Change{Project: "p", Kind: "halt", Message: "halted"})
+		return err
+	})
+	if err != nil || n != 2000+6+1 {
+		t.Fatalf("CancelWaiting = %d, %v; want %d", n, err, 2000+6+1)
+	}
+	counts, err := s.Counts(ctx, "p")
+	if err != nil || counts[Pending] != 0 || counts[Blocked] != 0 || counts[Canceled] != n {
+		t.Errorf("after CancelWaiting: %v, %v", counts, err)
+	}
+	var events int
+	if err := s.db.QueryRow(`SELECT COUNT(*) FROM events WHERE project = 'p' AND kind = 'halt'`).Scan(&events); err != nil || events != n {
+		t.Errorf("%d halt events (%v), want %d", events, err, n)
+	}
+
+	// A damaged row, read by the tick or not, is the project's error.
+	for _, tc := range []struct{ stmt, want string }{
+		{`UPDATE tasks SET depends_on = '["Z' WHERE id = 'Z0007'`, "task p/Z0007: read depends_on"},
+		{`UPDATE tasks SET depends_on = '["Z0001"]', tags = '{"a":1}' WHERE id = 'Z0007'`, "task p/Z0007: read tags"},
+		{`UPDATE tasks SET tags = '[]', limits = '[1]' WHERE id = 'Z0007'`, "task p/Z0007: read limits"},
+	} {
+		set(tc.stmt)
+		err = s.Update(ctx, func(tx *Tx) error { _, err := tx.TickTasks(ctx, "p", nil, now); return err })
+		if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("after %s: %v, want ErrDamaged with %q", tc.stmt, err, tc.want)
+		}
+	}
+	set(`UPDATE tasks SET limits = '' WHERE id = 'Z0007'`)
+	if err := s.Update(ctx, func(tx *Tx) error { _, err := tx.TickTasks(ctx, "p", nil, now); return err }); err != nil {
+		t.Errorf("repaired: %v", err)
+	}
+}
+
+// TestTickReadsUseIndexes: the tick's reads of dependents, backoffs and
+// damage go through their indexes.
+func TestTickReadsUseIndexes(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	for _, tc := range []struct{ query, index string }{
+		{`SELECT task FROM task_deps WHERE project = 'p' AND dep = 'A'`, "task_deps_dep"},
+		{`SELECT MIN(not_before) FROM tasks WHERE project = 'p' AND status = 'pending' AND not_before > 'x'`, "tasks_due"},
+		{`SELECT status, COUNT(*) FROM tasks WHERE project = 'p' GROUP BY status`, "tasks_"},
+	} {
+		var plan []string
+		err := eachRow(ctx, s.db, func(r scanner) error {
+			var id, parent, notused int
+			var detail string
+			if err := r.Scan(&id, &parent, &notused, &detail); err != nil {
+				return err
+			}
+			plan = append(plan, detail)
+			return nil
+		}, "EXPLAIN QUERY PLAN "+tc.query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if text := strings.Join(plan, "; "); !strings.Contains(text, "INDEX "+tc.index) {
+			t.Errorf("%s: plan %q does not use %s", tc.query, text, tc.index)
+		}
+	}
+}
