@@ -148,7 +148,7 @@ type applier struct {
 	counts    map[string]map[string]int
 	depStatus map[string]map[string]string
 	ops       []op
-	changed  int
+	changed   int
 	// notices are the messages the changes call for (see notices.go).
 	notices []notice
 	// retryAfter is the reset time named by the rate limit being applied.
