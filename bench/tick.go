@@ -438,7 +438,7 @@ func tickFinding(r1, r20 *tickResult, ps *profStats, hr float64) string {
 		fmt.Fprintf(&b, " The tick reads the project's tasks once, in `apply`'s transaction (`readSnapshot`; %s %s); "+
 			"`assign` selects its candidates and counts busy slots in SQL, `collectAll` reads only the finished runs not yet "+
 			"collected (`Store.Uncollected`, on a partial index) and `advance` one count while any task is unsettled "+
-			"(`Store.Unsettled`). What is left is mostly the heartbeats, each written with its own `UPDATE` (`Tx.SetTask`: %s "+
+			"(`Store.Settled`, a count kept by triggers). What is left is mostly the heartbeats, each written with its own `UPDATE` (`Tx.SetTask`: %s "+
 			"for 1,000); one statement prepared per transaction would take part of it.",
 			fmtMS(median(r20.dbTasks)), snap, fmtMS(median(r20.dbBeatTx)))
 	}

@@ -100,7 +100,7 @@ type phaseStep struct {
 // project has not ended or not been collected (every phase waits for
 // them: the tick then reads no more than a count).
 func (c *Controller) readPhase(ctx context.Context, p store.Project) (phaseInput, bool, error) {
-	if n, err := c.st.Unsettled(ctx, p.Name); err != nil || n > 0 {
+	if settled, err := c.st.Settled(ctx, p.Name); err != nil || !settled {
 		return phaseInput{}, false, err
 	}
 	tasks, err := c.st.Tasks(ctx, p.Name)

@@ -154,15 +154,21 @@ func (s *Store) States(ctx context.Context, project string) (map[string]string, 
 // decided here, before the limit: a window filled with tasks that still wait
 // for a dependency would keep a ready task behind them (head of line).
 func (s *Store) Runnable(ctx context.Context, project string, now time.Time, limit int) ([]Task, error) {
-	out, err := queryRows(ctx, s.db, scanTask, taskListSelect+`tasks AS t WHERE project = ? AND status = ? AND not_before <= ?
-		AND NOT EXISTS (SELECT 1 FROM task_deps AS d WHERE d.project = t.project AND d.task = t.id AND NOT EXISTS (
-			SELECT 1 FROM tasks AS dep WHERE dep.project = t.project AND dep.id = d.dep AND dep.status = ?))
-		ORDER BY priority, id LIMIT ?`, project, Pending, formatTime(now), Completed, limit)
+	out, err := queryRows(ctx, s.db, scanTask, runnableSQL+" LIMIT ?3", project, formatTime(now), limit)
 	if err != nil {
 		return nil, fmt.Errorf("read runnable tasks of %s: %w", project, err)
 	}
 	return out, nil
 }
+
+// runnableSQL selects the pending tasks of project ?1 due at ?2 whose
+// dependencies have all completed, in priority and ID order (the order of
+// the tasks_ready index, so that the read stops at its limit; the unary
+// + keeps the planner off tasks_due, which would sort every due task).
+const runnableSQL = taskListSelect + `tasks AS t WHERE project = ?1 AND status = 'pending' AND +not_before <= ?2
+		AND NOT EXISTS (SELECT 1 FROM task_deps AS d WHERE d.project = t.project AND d.task = t.id AND NOT EXISTS (
+			SELECT 1 FROM tasks AS dep WHERE dep.project = t.project AND dep.id = d.dep AND dep.status = 'completed'))
+		ORDER BY priority, id`
 
 // Tasks returns a project's tasks ordered by ID, without their snapshots
 // (see Snapshot and Task).
@@ -256,19 +262,29 @@ func (s *Store) Runs(ctx context.Context, project, task string) ([]Run, error) {
 const runSelect = `SELECT project, task, attempt, node, status, pid, exit_code, signal, error_class, error, claimed_at,
 		started_at, completed_at, log_bytes, tokens_in, tokens_out, cost_usd, collected_at, dangerous, api_mode, session_id, result_commit, run, inputs, sandbox FROM runs`
 
-// Unsettled counts a project's tasks that are not settled: not in a
-// terminal status, or completed with their current attempt's files not
-// collected yet. A project's phase can move only when it is 0.
-func (s *Store) Unsettled(ctx context.Context, project string) (int, error) {
-	var n int
-	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM tasks t WHERE t.project = ? AND
-		(t.status NOT IN (?, ?, ?, ?) OR (t.status = ? AND NOT EXISTS (SELECT 1 FROM runs r
-			WHERE r.project = t.project AND r.task = t.id AND r.attempt = t.attempt AND r.collected_at != '')))`,
-		project, Completed, Failed, Blocked, Canceled, Completed).Scan(&n)
+// Settled reports whether every task of a project is settled: in a
+// terminal status and, completed, with its current attempt's files
+// collected. A project's phase can move only when it is. While a task is
+// not terminal, a count says so without reading the tasks.
+func (s *Store) Settled(ctx context.Context, project string) (bool, error) {
+	counts, err := s.Counts(ctx, project)
 	if err != nil {
-		return 0, fmt.Errorf("count the unsettled tasks of %s: %w", project, err)
+		return false, err
 	}
-	return n, nil
+	for st, n := range counts {
+		if n > 0 && !Terminal(st) {
+			return false, nil
+		}
+	}
+	var unsettled bool
+	err = s.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM tasks t WHERE t.project = ? AND
+		(t.status NOT IN (?, ?, ?, ?) OR (t.status = ? AND NOT EXISTS (SELECT 1 FROM runs r
+			WHERE r.project = t.project AND r.task = t.id AND r.attempt = t.attempt AND r.collected_at != ''))))`,
+		project, Completed, Failed, Blocked, Canceled, Completed).Scan(&unsettled)
+	if err != nil {
+		return false, fmt.Errorf("check whether the tasks of %s are settled: %w", project, err)
+	}
+	return !unsettled, nil
 }
 
 // Uncollected returns the finished attempts of a project whose files are
@@ -289,8 +305,8 @@ func (s *Store) Uncollected(ctx context.Context, project string) (runs []Run, cu
 		}
 		attempts[id] = a
 		return nil
-	}, `SELECT t.id, t.attempt FROM tasks t WHERE t.project = ? AND EXISTS
-		(SELECT 1 FROM runs r WHERE r.project = t.project AND r.task = t.id AND r.collected_at = '' AND r.status IN (?, ?, ?))`,
+	}, `SELECT DISTINCT t.id, t.attempt FROM runs r JOIN tasks t ON t.project = r.project AND t.id = r.task
+		WHERE r.project = ? AND r.collected_at = '' AND r.status IN (?, ?, ?)`,
 		project, Completed, Failed, Killed)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the attempts of %s: %w", project, err)

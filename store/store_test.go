@@ -487,23 +487,23 @@ func TestSpentDoesNotOverflow(t *testing.T) {
 	}
 }
 
-// TestUnsettled: a task is settled once terminal, and a completed one only
+// TestSettled: a task is settled once terminal, and a completed one only
 // once its current attempt is collected.
-func TestUnsettled(t *testing.T) {
+func TestSettled(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t)
 	addTask(t, s, "p", "S01")
 	addTask(t, s, "p", "S02")
-	count := func() int {
+	settled := func() bool {
 		t.Helper()
-		n, err := s.Unsettled(ctx, "p")
+		ok, err := s.Settled(ctx, "p")
 		if err != nil {
 			t.Fatal(err)
 		}
-		return n
+		return ok
 	}
-	if n := count(); n != 2 {
-		t.Fatalf("two pending tasks: %d unsettled", n)
+	if settled() {
+		t.Fatalf("two pending tasks: settled")
 	}
 	var a int
 	err := s.Update(ctx, func(tx *Tx) error {
@@ -520,16 +520,16 @@ func TestUnsettled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := count(); n != 1 {
-		t.Fatalf("completed but not collected, and canceled: %d unsettled, want 1", n)
+	if settled() {
+		t.Fatalf("completed but not collected, and canceled: settled")
 	}
 	if err := s.Update(ctx, func(tx *Tx) error {
 		return tx.SetRun(ctx, "p", "S01", a, RunPatch{CollectedAt: new(time.Now())})
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(); n != 0 {
-		t.Fatalf("all settled: %d unsettled", n)
+	if !settled() {
+		t.Fatalf("all settled: not settled")
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -14,7 +15,7 @@ import (
 // Its cost follows what is live, not how many tasks the project holds.
 type TickRead struct {
 	// Tasks are, by ID: the claimed, running and blocked tasks; the
-	// completed ones whose current attempt is not collected; the tasks
+	// completed ones with their current attempt not collected; the tasks
 	// named (live on a node); and the pending tasks downstream of a task
 	// that is live or failed, blocked or canceled (through pending and
 	// blocked tasks only): every task a decision of the tick may move.
@@ -30,23 +31,35 @@ type TickRead struct {
 }
 
 // tickSelect reads the tasks of TickRead.Tasks: ?1 the project, ?2 the
-// named IDs as a JSON array.
-const tickSelect = `WITH RECURSIVE down(id) AS (
-		SELECT d.task FROM tasks AS s
-			JOIN task_deps AS d ON d.project = s.project AND d.dep = s.id
-			JOIN tasks AS w ON w.project = d.project AND w.id = d.task AND w.status IN ('pending', 'blocked')
-			WHERE s.project = ?1 AND s.status IN ('claimed', 'running', 'failed', 'blocked', 'canceled')
+// named IDs as a JSON array. Each part of ids reads an index (a WHERE
+// with ORs across them would read every task of the project).
+var tickSelect = `WITH RECURSIVE
+	live(id) AS (` + byStatus(Claimed, Running, Blocked) + `),
+	seed(id) AS (SELECT id FROM live UNION ALL ` + byStatus(Failed, Canceled) + `),
+	down(id) AS (
+		SELECT d.task FROM seed AS s CROSS JOIN task_deps AS d ON d.project = ?1 AND d.dep = s.id
+			CROSS JOIN tasks AS w ON w.project = d.project AND w.id = d.task AND w.status IN ('pending', 'blocked')
 		UNION
-		SELECT d.task FROM down AS x
-			JOIN task_deps AS d ON d.project = ?1 AND d.dep = x.id
-			JOIN tasks AS w ON w.project = d.project AND w.id = d.task AND w.status IN ('pending', 'blocked'))
-	` + taskListSelect + `tasks AS t WHERE t.project = ?1 AND (
-		t.status IN ('claimed', 'running', 'blocked')
-		OR (t.status = 'completed' AND NOT EXISTS (SELECT 1 FROM runs AS r
-			WHERE r.project = t.project AND r.task = t.id AND r.attempt = t.attempt AND r.collected_at != ''))
-		OR t.id IN (SELECT value FROM json_each(?2))
-		OR (t.status = 'pending' AND t.id IN down))
-	ORDER BY t.id`
+		SELECT d.task FROM down AS x CROSS JOIN task_deps AS d ON d.project = ?1 AND d.dep = x.id
+			CROSS JOIN tasks AS w ON w.project = d.project AND w.id = d.task AND w.status IN ('pending', 'blocked')),
+	ids(id) AS (
+		SELECT id FROM live
+		UNION ALL SELECT r.task FROM runs AS r CROSS JOIN tasks AS c ON c.project = r.project AND c.id = r.task AND c.attempt = r.attempt
+			WHERE r.project = ?1 AND r.collected_at = '' AND c.status = 'completed'
+		UNION ALL SELECT value FROM json_each(?2)
+		UNION ALL SELECT id FROM down)
+	` + taskListSelect + `tasks AS t WHERE t.project = ?1 AND t.id IN ids ORDER BY t.id`
+
+// byStatus selects the IDs of the tasks of project ?1 in the statuses
+// given, one index search each: a UNION (which sorts to drop duplicates)
+// or an IN list leads the planner to read the whole project in ID order.
+func byStatus(statuses ...string) string {
+	var parts []string
+	for _, st := range statuses {
+		parts = append(parts, "SELECT id FROM tasks WHERE project = ?1 AND status = '"+st+"'")
+	}
+	return strings.Join(parts, " UNION ALL ")
+}
 
 // TickTasks reads, in the transaction, what a tick decides over for a
 // project (see TickRead); named are the IDs its nodes report live. A
@@ -139,7 +152,8 @@ func (tx *Tx) CancelWaiting(ctx context.Context, ch Change) (int, error) {
 	return len(tasks), nil
 }
 
-// Counts returns a project's tasks counted by status, on an index.
+// Counts returns a project's tasks counted by status (kept by triggers,
+// see migration 0017).
 func (s *Store) Counts(ctx context.Context, project string) (map[string]int, error) {
 	return countStatus(ctx, s.db, project)
 }
@@ -152,9 +166,11 @@ func countStatus(ctx context.Context, q querier, project string) (map[string]int
 		if err := row.Scan(&st, &n); err != nil {
 			return err
 		}
-		out[st] = n
+		if n > 0 {
+			out[st] = n
+		}
 		return nil
-	}, `SELECT status, COUNT(*) FROM tasks WHERE project = ? GROUP BY status`, project)
+	}, `SELECT status, n FROM task_counts WHERE project = ?`, project)
 	if err != nil {
 		return nil, fmt.Errorf("count the tasks of %s: %w", project, err)
 	}

@@ -127,14 +127,30 @@ func TestTickTasksReadsWhatCanMove(t *testing.T) {
 }
 
 // TestTickReadsUseIndexes: the tick's reads of dependents, backoffs and
-// damage go through their indexes.
+// damage go through their indexes, and its read of the tasks that can move
+// never walks every task of the project (a search on the project alone).
 func TestTickReadsUseIndexes(t *testing.T) {
 	s := openTest(t)
 	ctx := context.Background()
+	plan, err := queryRows(ctx, s.db, func(r scanner) (string, error) {
+		var id, parent, notused int
+		var detail string
+		return detail, r.Scan(&id, &parent, &notused, &detail)
+	}, "EXPLAIN QUERY PLAN "+tickSelect, "p", "[]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range plan {
+		if strings.HasPrefix(line, "SCAN ") && !strings.Contains(line, "json_each") && line != "SCAN x" && line != "SCAN down" && line != "SCAN ids" ||
+			strings.HasSuffix(line, "(project=?)") && !strings.Contains(line, "runs_uncollected") {
+			t.Errorf("the tick's read walks a whole project: %q in\n%s", line, strings.Join(plan, "\n"))
+		}
+	}
 	for _, tc := range []struct{ query, index string }{
 		{`SELECT task FROM task_deps WHERE project = 'p' AND dep = 'A'`, "task_deps_dep"},
 		{`SELECT MIN(not_before) FROM tasks WHERE project = 'p' AND status = 'pending' AND not_before > 'x'`, "tasks_due"},
-		{`SELECT status, COUNT(*) FROM tasks WHERE project = 'p' GROUP BY status`, "tasks_"},
+		{`SELECT status, n FROM task_counts WHERE project = 'p'`, "sqlite_autoindex_task_counts_1"},
+		{strings.ReplaceAll(strings.ReplaceAll(runnableSQL, "?1", "'p'"), "?2", "'x'") + " LIMIT 8", "tasks_ready"},
 	} {
 		var plan []string
 		err := eachRow(ctx, s.db, func(r scanner) error {

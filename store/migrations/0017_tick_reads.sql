@@ -42,3 +42,34 @@ CREATE TRIGGER task_damage_delete AFTER DELETE ON tasks BEGIN
 END;
 
 INSERT OR IGNORE INTO task_damage(project, task) SELECT project, id FROM task_damaged;
+
+-- The tasks of a project by status, kept by triggers: halt, budget and
+-- the phase machine read counts, never every row.
+CREATE TABLE task_counts (
+    project TEXT NOT NULL,
+    status  TEXT NOT NULL,
+    n       INTEGER NOT NULL,
+    PRIMARY KEY (project, status)
+);
+
+CREATE TRIGGER task_counts_insert AFTER INSERT ON tasks BEGIN
+    INSERT INTO task_counts(project, status, n) VALUES (NEW.project, NEW.status, 1)
+        ON CONFLICT(project, status) DO UPDATE SET n = n + 1;
+END;
+
+CREATE TRIGGER task_counts_update AFTER UPDATE OF status, project ON tasks
+    WHEN OLD.status != NEW.status OR OLD.project != NEW.project BEGIN
+    UPDATE task_counts SET n = n - 1 WHERE project = OLD.project AND status = OLD.status;
+    INSERT INTO task_counts(project, status, n) VALUES (NEW.project, NEW.status, 1)
+        ON CONFLICT(project, status) DO UPDATE SET n = n + 1;
+END;
+
+CREATE TRIGGER task_counts_delete AFTER DELETE ON tasks BEGIN
+    UPDATE task_counts SET n = n - 1 WHERE project = OLD.project AND status = OLD.status;
+END;
+
+INSERT INTO task_counts(project, status, n) SELECT project, status, COUNT(*) FROM tasks GROUP BY project, status;
+
+-- Candidates are read in priority and ID order and the read stops at its
+-- limit: an index in that order spares sorting every pending task.
+CREATE INDEX tasks_ready ON tasks(project, status, priority, id);
