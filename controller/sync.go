@@ -629,20 +629,3 @@ func sameSettings(a, b store.Task) bool {
 		a.NodePin == b.NodePin && a.Timeout == b.Timeout && a.Stall == b.Stall && a.MaxRetries == b.MaxRetries && a.BaseDir == b.BaseDir &&
 		a.BaseCommit == b.BaseCommit && a.Limits == b.Limits && a.Sandbox == b.Sandbox && a.Network == b.Network
 }
-
-// reopenPhase puts a finished project back into its implementation phase:
-// its phase tasks (S99, V*, F*) are removed so that the phase runs again.
-func reopenPhase(ctx context.Context, tx *store.Tx, project string, tasks []store.Task) error {
-	var phaseIDs []string
-	for _, t := range tasks {
-		if store.IsPhaseID(t.ID) {
-			phaseIDs = append(phaseIDs, t.ID)
-		}
-	}
-	if len(phaseIDs) > 0 {
-		if err := tx.DeleteTasks(ctx, project, phaseIDs, "the phase starts over"); err != nil {
-			return err
-		}
-	}
-	return tx.SetProject(ctx, project, store.ProjectPatch{Phase: new(store.PhaseImplementation)}, "new tasks: the integration phase runs again once they are done")
-}
