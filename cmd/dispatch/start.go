@@ -66,7 +66,7 @@ func startAction(c *cli.Context, e *env, name string) error {
 		debug.SetMemoryLimit(limit)
 	})
 	defer restoreGC()
-	cfg, p, rows, err := plan(ctx, e, name, only, so)
+	cfg, p, rows, err := planProject(ctx, e, name, only, so)
 	if err != nil {
 		return err
 	}

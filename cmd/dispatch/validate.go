@@ -25,7 +25,7 @@ func validateCommand() *cli.Command {
 		Name:  "validate",
 		Usage: "check nodes.yaml and a project's specs, and print the plan; writes nothing",
 	}, "dispatch validate <project>", func(c *cli.Context, e *env, name string) error {
-		cfg, p, rows, err := plan(c.Context, e, name, nil, control.StartOptions{})
+		cfg, p, rows, err := planProject(c.Context, e, name, nil, control.StartOptions{})
 		if err != nil {
 			return err
 		}
@@ -61,11 +61,11 @@ func workDirWarnings(ctx context.Context, cfg *nodes.Config) []string {
 	return out
 }
 
-// plan loads the config and the project and checks that every task can run:
+// planProject loads the config and the project and checks that every task can run:
 // on some node its routes allow, with a tool whose executable that node has
 // (each node's wrapper is asked; a node that cannot be reached is named in a
 // note and does not fail the check).
-func plan(ctx context.Context, e *env, name string, only []string, so control.StartOptions) (*nodes.Config, *spec.Project, []controller.PlanRow, error) {
+func planProject(ctx context.Context, e *env, name string, only []string, so control.StartOptions) (*nodes.Config, *spec.Project, []controller.PlanRow, error) {
 	cfg, err := e.loadConfig()
 	if err != nil {
 		return nil, nil, nil, err
