@@ -142,17 +142,6 @@ func unknownTask(project, id string, byID map[string]store.Task) error {
 	return &control.OpError{Msg: fmt.Sprintf("project %s has no task %q (its tasks: %s)", project, id, strings.Join(ids, ", "))}
 }
 
-// phaseOf is the phase a phase task belongs to.
-func phaseOf(id string) string {
-	switch {
-	case id == store.IntegrationID:
-		return store.PhaseIntegration
-	case strings.HasPrefix(id, "V"):
-		return store.PhaseVerification
-	}
-	return store.PhaseFix
-}
-
 // Retry reruns finished, failed, blocked or canceled tasks: each gets a new
 // attempt with its retries reset and, for an author task, the current
 // content of its spec file. Retrying an author task after the integration
@@ -210,7 +199,7 @@ func (c *Controller) Retry(ctx context.Context, project string, ids []string) (s
 	}
 	var notes []string
 	err = c.st.Update(ctx, func(tx *store.Tx) error {
-		phase := phaseOf(ids[0])
+		phase := store.PhaseOf(ids[0])
 		if authorRetried {
 			phase = store.PhaseImplementation
 			if len(phaseIDs) > 0 {

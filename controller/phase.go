@@ -32,9 +32,6 @@ var templateFS embed.FS
 // templates are the readable sources of the generated S99, V and F specs.
 var templates = template.Must(template.ParseFS(templateFS, "templates/*.md"))
 
-func verifyID(round int) string { return fmt.Sprintf("V%02d", round) }
-func fixID(round int) string    { return fmt.Sprintf("F%02d", round) }
-
 // advance moves a project through its phases (SPEC §8) once the tasks of the
 // current phase are finished and collected, and finishes it at the end.
 func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error) {
@@ -146,13 +143,13 @@ func (c *Controller) readPhase(ctx context.Context, p store.Project) (phaseInput
 	}
 	round := lastRound(in.phaseTasks)
 	switch {
-	case p.Phase == store.PhaseVerification && round > 0 && in.done(in.phaseTasks[verifyID(round)]):
-		v := in.phaseTasks[verifyID(round)]
+	case p.Phase == store.PhaseVerification && round > 0 && in.done(in.phaseTasks[store.VerifyID(round)]):
+		v := in.phaseTasks[store.VerifyID(round)]
 		verdict := readVerdict(v, c.verdictReader(ctx, in.runsDir, in.opts, v, runs))
 		verdict.Round = round
 		in.verdict = &verdict
 	case p.Phase == store.PhaseFix && round > 0:
-		if f, ok := in.phaseTasks[fixID(round)]; ok && in.done(f) && f.Status == store.Completed {
+		if f, ok := in.phaseTasks[store.FixID(round)]; ok && in.done(f) && f.Status == store.Completed {
 			verdicts, err := c.st.Verdicts(ctx, p.Name)
 			if err != nil {
 				// A fix round with no issues would verify the same tree again.
@@ -171,7 +168,7 @@ func (c *Controller) readPhase(ctx context.Context, p store.Project) (phaseInput
 func lastRound(phaseTasks map[string]store.Task) int {
 	round := 0
 	for round+1 < 100 {
-		if _, ok := phaseTasks[verifyID(round+1)]; !ok {
+		if _, ok := phaseTasks[store.VerifyID(round+1)]; !ok {
 			break
 		}
 		round++
@@ -230,10 +227,10 @@ func decidePhase(in phaseInput) phaseStep {
 		if round == 0 {
 			return phaseStep{err: fmt.Errorf("in phase %s without a verification task", in.phase)}
 		}
-		v := in.phaseTasks[verifyID(round)]
+		v := in.phaseTasks[store.VerifyID(round)]
 		verified := baseOf(v)
 		if in.phase == store.PhaseFix {
-			f, ok := in.phaseTasks[fixID(round)]
+			f, ok := in.phaseTasks[store.FixID(round)]
 			switch {
 			case !ok || !in.done(f):
 				return phaseStep{action: phaseWait}
@@ -306,7 +303,7 @@ func (c *Controller) doPhase(ctx context.Context, p store.Project, in phaseInput
 			"Project": p.Name, "Round": step.round, "Issues": step.issues}); err != nil {
 			return false, err
 		}
-		return false, c.startPhaseTask(ctx, p, in.opts, fixID(step.round), "fix", fmt.Sprintf("Fix the issues of verification %d", step.round),
+		return false, c.startPhaseTask(ctx, p, in.opts, store.FixID(step.round), "fix", fmt.Sprintf("Fix the issues of verification %d", step.round),
 			buf.Bytes(), step.tree, store.PhaseFix, fmt.Sprintf("fix round %d of %d", step.round, in.opts.MaxFixRounds), nil)
 	}
 	return false, nil
@@ -369,7 +366,7 @@ func (c *Controller) startVerification(ctx context.Context, p store.Project, opt
 		"Project": p.Name, "Round": round, "Tasks": author, "PreviousIssues": previous}); err != nil {
 		return err
 	}
-	return c.startPhaseTask(ctx, p, opts, verifyID(round), "verification", fmt.Sprintf("Verify the integrated result (round %d)", round),
+	return c.startPhaseTask(ctx, p, opts, store.VerifyID(round), "verification", fmt.Sprintf("Verify the integrated result (round %d)", round),
 		buf.Bytes(), tree, store.PhaseVerification, fmt.Sprintf("verification round %d", round), nil)
 }
 

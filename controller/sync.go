@@ -101,7 +101,7 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string, so control.StartOpt
 		rows = append(rows, row)
 	}
 	for _, typ := range []string{"integration", "verification", "fix"} {
-		id := map[string]string{"integration": store.IntegrationID, "verification": verifyID(1), "fix": fixID(1)}[typ]
+		id := map[string]string{"integration": store.IntegrationID, "verification": store.VerifyID(1), "fix": store.FixID(1)}[typ]
 		if _, own := opts.Overrides[id]; own || !phaseRuns(opts, typ) {
 			continue
 		}
@@ -155,7 +155,7 @@ func phaseOff(typ string) string {
 
 // phaseType is the task type of a phase task ID.
 func phaseType(id string) string {
-	switch phaseOf(id) {
+	switch store.PhaseOf(id) {
 	case store.PhaseIntegration:
 		return "integration"
 	case store.PhaseVerification:
