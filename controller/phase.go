@@ -21,6 +21,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/gitrepo"
 	"github.com/dispatch-tool/dispatch/home"
+	"github.com/dispatch-tool/dispatch/internal/filetree"
 	"github.com/dispatch-tool/dispatch/notify"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
@@ -536,7 +537,7 @@ func (m *outputMerge) add(id, out string) error {
 			// A file of one task where another has a directory: the
 			// later one goes beside it, as for any conflict.
 			other := filepath.Join(m.dir, filepath.FromSlash(at)) + "." + id + ".conflict" + strings.TrimPrefix(rel, at)
-			if err := copyFile(src, filepath.FromSlash(other)); err != nil {
+			if err := filetree.CopyFile(src, filepath.FromSlash(other)); err != nil {
 				return err
 			}
 			cf := m.conflicts[at]
@@ -551,14 +552,14 @@ func (m *outputMerge) add(id, out string) error {
 		}
 		switch first, taken := m.owner[rel]; {
 		case !taken:
-			if err := copyFile(src, dst); err != nil {
+			if err := filetree.CopyFile(src, dst); err != nil {
 				return err
 			}
 			m.owner[rel], m.sumOf[rel] = id, sum
 		case m.sumOf[rel] == sum:
 			// Same content from two tasks: no conflict.
 		default:
-			if err := copyFile(src, dst+"."+id+".conflict"); err != nil {
+			if err := filetree.CopyFile(src, dst+"."+id+".conflict"); err != nil {
 				return err
 			}
 			cf := m.conflicts[rel]
@@ -639,34 +640,8 @@ func treeSums(dir string) (map[string]string, error) {
 		return nil, err
 	}
 	out := map[string]string{}
-	err := walkSums(dir, func(rel string, _ fs.FileMode, sum string) { out[rel] = sum })
+	err := filetree.WalkSums(dir, func(rel string, _ fs.FileMode, sum string) { out[rel] = sum })
 	return out, err
-}
-
-// walkSums calls fn with the '/'-separated relative path, mode and sha256
-// of every regular file under dir.
-func walkSums(dir string, fn func(rel string, mode fs.FileMode, sum string)) error {
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		h := sha256.New()
-		if _, err := io.Copy(h, f); err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		fn(filepath.ToSlash(rel), fi.Mode(), hex.EncodeToString(h.Sum(nil)))
-		return nil
-	})
 }
 
 // copyTree copies the regular files and directories under src into dst,
@@ -691,7 +666,7 @@ func copyTree(src, dst string) error {
 		case d.IsDir():
 			return os.MkdirAll(target, 0o755)
 		case d.Type().IsRegular():
-			return copyFile(p, target)
+			return filetree.CopyFile(p, target)
 		}
 		return nil
 	})
