@@ -395,7 +395,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		out.err, out.noRetry = err, true
 		return item, false
 	}
-	if _, builtin := builtinTools[tool]; builtin {
+	if isBuiltinTool(tool) {
 		launch.Transcript = tool
 	}
 	if wrapper.IsAgent(tool) {

@@ -133,6 +133,13 @@ func toolNames(cfg *nodes.Config) []string {
 	return out
 }
 
+// isBuiltinTool reports whether tool is one dispatch knows (claude, codex,
+// gemini, shell), whatever nodes.yaml defines.
+func isBuiltinTool(tool string) bool {
+	_, ok := builtinTools[tool]
+	return ok
+}
+
 // toolFor resolves a task's tool on a node: the task's (spec or
 // project.yaml), else the node's, else claude.
 func toolFor(taskTool string, n nodes.Node) string {
