@@ -23,6 +23,7 @@ import (
 	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 	"github.com/dispatch-tool/dispatch/internal/filetree"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
@@ -344,7 +345,7 @@ func (c *Controller) fetchTree(ctx context.Context, n *nodeRuntime, r store.Run,
 		if json.Unmarshal(res.Stdout, &e) == nil && e.Kind == wrapper.KindTooLarge {
 			return nil, errOverQuota
 		}
-		return nil, errors.New(replyError(res, nil))
+		return nil, errors.New(policy.ReplyError(res, nil))
 	}
 	pr, pw := io.Pipe()
 	fetched := make(chan struct{})

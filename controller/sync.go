@@ -14,6 +14,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
@@ -59,16 +60,16 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string, so control.StartOpt
 			if len(only) > 0 && !slices.Contains(only, n.Name) {
 				continue
 			}
-			if ok, why := eligible(cfg, &st, n); !ok {
+			if ok, why := policy.Eligible(cfg, &st, n); !ok {
 				reasons = append(reasons, n.Name+": "+why)
 				continue
 			}
-			if why := modeProblem(cfg, n, os.LookupEnv); why != "" {
+			if why := policy.ModeProblem(cfg, n, os.LookupEnv); why != "" {
 				reasons = append(reasons, n.Name+": "+why)
 				continue
 			}
-			tool := toolFor(st.Tool, n)
-			if _, _, _, err := toolCommand(cfg, tool, st.Model, false, false, ""); err != nil {
+			tool := policy.ToolFor(st.Tool, n)
+			if _, _, _, err := policy.ToolCommand(cfg, tool, st.Model, false, false, ""); err != nil {
 				reasons = append(reasons, n.Name+": "+err.Error())
 				continue
 			}
@@ -177,7 +178,7 @@ func phaseRuns(o store.ProjectOptions, typ string) bool {
 
 // executable is the program a tool runs (its command's first word).
 func executable(cfg *nodes.Config, tool string) (string, error) {
-	argv, _, _, err := toolCommand(cfg, tool, "", false, false, "")
+	argv, _, _, err := policy.ToolCommand(cfg, tool, "", false, false, "")
 	if err != nil {
 		return "", err
 	}
@@ -289,7 +290,7 @@ func CheckExecutables(cfg *nodes.Config, rows []PlanRow, probes map[string]nodeP
 
 // needsSandbox reports whether the task of r must run sandboxed on node n.
 func needsSandbox(r PlanRow, n nodes.Node) bool {
-	sb, _, _, _ := taskLaunch(r.Task.Sandbox, r.Task.Network, n)
+	sb, _, _, _ := policy.TaskLaunch(r.Task.Sandbox, r.Task.Network, n)
 	return sb == wrapper.SandboxBwrap
 }
 
@@ -353,7 +354,7 @@ func probeNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, tr nodes.Tr
 		}
 		var reply wrapper.WhichReply
 		if res.ExitCode != 0 || json.Unmarshal(res.Stdout, &reply) != nil {
-			return nodeProbe{Err: "which: " + replyError(res, nil)}
+			return nodeProbe{Err: "which: " + policy.ReplyError(res, nil)}
 		}
 		pr := nodeProbe{Found: map[string]bool{}, Sandbox: reply.Sandbox}
 		for name := range reply.Found {
@@ -372,7 +373,7 @@ func probeNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, tr nodes.Tr
 		return nodeProbe{Err: err.Error()}
 	}
 	if res.ExitCode != 0 {
-		return nodeProbe{Err: "look for the tools: " + replyError(res, nil)}
+		return nodeProbe{Err: "look for the tools: " + policy.ReplyError(res, nil)}
 	}
 	pr := nodeProbe{Found: map[string]bool{}}
 	for _, line := range strings.Split(string(res.Stdout), "\n") {
@@ -403,30 +404,6 @@ func installedWrapper(ctx context.Context, tr nodes.Transport, n nodes.Node, w *
 		return inst, false
 	}
 	return inst, true
-}
-
-// modeProblem says why a node's api_mode cannot be used with this
-// controller's environment (a ${VAR} that is not set), or "".
-func modeProblem(cfg *nodes.Config, n nodes.Node, lookup func(string) (string, bool)) string {
-	mode, ok := cfg.APIModes[n.APIMode]
-	if !ok {
-		return ""
-	}
-	for _, k := range sortedKeys(mode.Env) {
-		if _, err := nodes.ExpandEnv(mode.Env[k], lookup); err != nil {
-			return fmt.Sprintf("api_mode %s: %s: %v (export it in the controller's environment)", n.APIMode, k, err)
-		}
-	}
-	return ""
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 func nodeNames(cfg *nodes.Config) []string {
