@@ -13,6 +13,7 @@ import (
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/service"
 	"github.com/dispatch-tool/dispatch/spec"
@@ -91,10 +92,10 @@ func (c *Controller) startProject(ctx context.Context, name string, so control.S
 	if err != nil {
 		return "", &control.OpError{Msg: err.Error()}
 	}
-	if _, err := Plan(c.config(), p, c.opts.Nodes, so); err != nil {
+	if _, err := plan.Plan(c.config(), p, c.opts.Nodes, so); err != nil {
 		return "", &control.OpError{Msg: err.Error()}
 	}
-	res, err := AddProject(ctx, c.st, c.config(), c.opts.Home, p, so)
+	res, err := plan.AddProject(ctx, c.st, c.config(), c.opts.Home, p, so)
 	if err != nil {
 		return "", err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
@@ -131,7 +132,7 @@ func newHarness(t *testing.T, nodesYAML string, specs map[string]string) *harnes
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := AddProject(context.Background(), st, cfg, home, p, control.StartOptions{}); err != nil {
+	if _, err := plan.AddProject(context.Background(), st, cfg, home, p, control.StartOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return h
@@ -512,19 +513,19 @@ func TestNewRuns(t *testing.T) {
 		p, _ := h.st.Project(ctx, "p")
 		return p
 	}
-	start := func(so control.StartOptions) SyncResult {
+	start := func(so control.StartOptions) plan.SyncResult {
 		t.Helper()
 		p, err := spec.Load(filepath.Join(h.home, "specs"), "p")
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := AddProject(ctx, h.st, h.cfg, h.home, p, so)
+		res, err := plan.AddProject(ctx, h.st, h.cfg, h.home, p, so)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return res
 	}
-	reasons := func(res SyncResult) string {
+	reasons := func(res plan.SyncResult) string {
 		var out []string
 		for _, r := range res.Reasons {
 			out = append(out, r.ID+": "+r.Reason)

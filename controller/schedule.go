@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
@@ -268,7 +269,7 @@ func (c *Controller) claimAll(ctx context.Context, picks []claim) (claims []clai
 				o, _ = proj.ParseOptions() // unreadable options fail the launch, with the fix
 				opts[p.task.Project] = o
 			}
-			in, err := claimInputs(ctx, tx, c.cfg, p.task, p.mode, o)
+			in, err := plan.ClaimInputs(ctx, tx, c.cfg, p.task, p.mode, o)
 			if err != nil {
 				return err
 			}
