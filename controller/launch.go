@@ -437,7 +437,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 }
 
 // confineLaunch sets what confines the attempt of t on node n in l: the
-// sandbox (sb, from taskLaunch) with the node's work_dir and
+// sandbox (sb, from policy.TaskLaunch) with the node's work_dir and
 // sandbox_paths, the network (none, or the allow list with what tool and
 // the api_mode's env need) and the limits.
 func confineLaunch(l *wrapper.Launch, t store.Task, n nodes.Node, workDir, tool, sb, network string, env map[string]string) error {
@@ -471,9 +471,9 @@ func sandboxPaths(p nodes.SandboxPaths) *wrapper.SandboxPaths {
 }
 
 // toolLaunch sets l's command, stdin and tool settings for tool under the
-// sandbox value sb of launch.json (sandboxLaunch). With "bwrap" the
+// sandbox value sb of launch.json (policy.TaskLaunch). With "bwrap" the
 // attempt runs under bwrap or not at all: an agent CLI runs autonomously
-// (toolCommand's sandboxed). With "auto" only the wrapper knows whether it
+// (policy.ToolCommand's sandboxed). With "auto" only the wrapper knows whether it
 // will: l.Command is the unconfined command, and SandboxCommand and
 // SandboxEnv, where they differ, what the wrapper runs instead under bwrap.
 func toolLaunch(cfg *nodes.Config, tool, model string, dangerous bool, sb, session string, l *wrapper.Launch) error {

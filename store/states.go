@@ -51,8 +51,11 @@ func IsPhaseID(id string) bool {
 	return id == IntegrationID || strings.HasPrefix(id, "V") || strings.HasPrefix(id, "F")
 }
 
+// VerifyID is the verification task of a round: V01, V02...
 func VerifyID(round int) string { return fmt.Sprintf("V%02d", round) }
-func FixID(round int) string    { return fmt.Sprintf("F%02d", round) }
+
+// FixID is the fix task of a round: F01, F02...
+func FixID(round int) string { return fmt.Sprintf("F%02d", round) }
 
 // PhaseOf is the phase a phase task belongs to.
 func PhaseOf(id string) string {
