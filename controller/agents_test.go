@@ -57,7 +57,7 @@ api_modes:
 	}
 	p.Tasks[0].Node = "a"
 	_, err = plan.Plan(h.cfg, p, nil, control.StartOptions{})
-	var pe *plan.PlanError
+	var pe *plan.Error
 	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "DISPATCH_TEST_VARIABLE_NOBODY_SETS") || !strings.Contains(err.Error(), "S01") {
 		t.Fatalf("Plan = %v, want an error naming the task and the variable", err)
 	}

@@ -20,9 +20,9 @@ import (
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
 
-// PlanRow is how one task will be scheduled: its tool and the nodes that may
+// Row is how one task will be scheduled: its tool and the nodes that may
 // take it.
-type PlanRow struct {
+type Row struct {
 	Task *spec.Task
 	// Type is the task's type; a phase task's is its phase's.
 	Type string
@@ -34,27 +34,27 @@ type PlanRow struct {
 	Git bool
 }
 
-// PlanError lists tasks that cannot run anywhere, or with a tool nobody
+// Error lists tasks that cannot run anywhere, or with a tool nobody
 // knows; it is a configuration error (exit 2).
-type PlanError struct {
+type Error struct {
 	Problems []string
 }
 
 // BadInput marks a plan that cannot run as the operator's to fix (exit 2).
-func (e *PlanError) BadInput() bool { return true }
+func (e *Error) BadInput() bool { return true }
 
-func (e *PlanError) Error() string { return strings.Join(e.Problems, "\n") }
+func (e *Error) Error() string { return strings.Join(e.Problems, "\n") }
 
 // Plan checks that every task of p — the author's and the phase tasks the
 // controller will generate (S99, V01, F01, per project.yaml and so) — can
 // run on at least one of the nodes (pin, tags, routes) with a known tool,
 // and says where each may go. A phase task's type is its phase's, whether
 // the author wrote its spec or not.
-func Plan(cfg *nodes.Config, p *spec.Project, only []string, so control.StartOptions) ([]PlanRow, error) {
-	var rows []PlanRow
+func Plan(cfg *nodes.Config, p *spec.Project, only []string, so control.StartOptions) ([]Row, error) {
+	var rows []Row
 	var problems []string
 	opts := projectOptionsFor(cfg, p, so)
-	place := func(row *PlanRow, st store.Task) (reasons []string) {
+	place := func(row *Row, st store.Task) (reasons []string) {
 		row.Tools = map[string]string{}
 		for _, n := range cfg.Nodes {
 			if len(only) > 0 && !slices.Contains(only, n.Name) {
@@ -86,7 +86,7 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string, so control.StartOpt
 			}
 		}
 		st := storeTask(p, t, cfg)
-		row := PlanRow{Task: t, Type: t.Type, Git: p.Config.Source != nil}
+		row := Row{Task: t, Type: t.Type, Git: p.Config.Source != nil}
 		if store.IsPhaseID(t.ID) {
 			typ := phaseType(t.ID)
 			if !phaseRuns(opts, typ) {
@@ -106,7 +106,7 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string, so control.StartOpt
 		if _, own := opts.Overrides[id]; own || !phaseRuns(opts, typ) {
 			continue
 		}
-		row := PlanRow{Task: &spec.Task{ID: id, Title: "(generated " + typ + " task)", Type: typ, Priority: 1,
+		row := Row{Task: &spec.Task{ID: id, Title: "(generated " + typ + " task)", Type: typ, Priority: 1,
 			Sandbox: opts.Sandbox, Network: opts.Network, Limits: opts.Limits}, Type: typ, Generated: true, Git: p.Config.Source != nil}
 		if reasons := place(&row, store.Task{ID: id, Type: typ, Tool: opts.PhaseTool, Sandbox: opts.Sandbox, Network: opts.Network}); len(row.Nodes) == 0 {
 			problems = append(problems, fmt.Sprintf("%s: no node can run the generated %s task (%s: %s)\n  fix: route type %s to a tag some node has, or set integration: false in project.yaml",
@@ -123,14 +123,14 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string, so control.StartOpt
 		rows = append(rows, row)
 	}
 	if len(problems) > 0 {
-		return rows, &PlanError{Problems: problems}
+		return rows, &Error{Problems: problems}
 	}
 	return rows, nil
 }
 
 // shellNodes lists the nodes of a row that would run it with the built-in
 // shell tool (/bin/sh on the spec).
-func shellNodes(cfg *nodes.Config, row PlanRow) []string {
+func shellNodes(cfg *nodes.Config, row Row) []string {
 	if _, own := cfg.Tools["shell"]; own {
 		return nil // nodes.yaml's own "shell" tool, whatever it runs
 	}
@@ -187,7 +187,7 @@ func executable(cfg *nodes.Config, tool string) (string, error) {
 
 // NeededExecutables lists, per node, the executables the plan's tasks run
 // there.
-func NeededExecutables(cfg *nodes.Config, rows []PlanRow) map[string][]string {
+func NeededExecutables(cfg *nodes.Config, rows []Row) map[string][]string {
 	need := map[string][]string{}
 	for _, r := range rows {
 		for _, n := range r.Nodes {
@@ -202,9 +202,9 @@ func NeededExecutables(cfg *nodes.Config, rows []PlanRow) map[string][]string {
 	return need
 }
 
-// nodeProbe is what a node said of the executables asked for: Found by
+// Probe is what a node said of the executables asked for: Found by
 // name, or Err when it could not be asked (unreachable, unknown host key).
-type nodeProbe struct {
+type Probe struct {
 	Found map[string]bool
 	Err   string
 	// Root is set when the node's user is root (asked only of nodes
@@ -220,7 +220,7 @@ type nodeProbe struct {
 // --dangerously-skip-permissions as root, which it refuses, unless the
 // api_mode says the node is a sandbox (IS_SANDBOX=1). On a sandbox: on
 // node every attempt runs under bwrap, where dispatch sets IS_SANDBOX=1.
-func claudeRefusesRoot(cfg *nodes.Config, n nodes.Node, tool string, pr nodeProbe) bool {
+func claudeRefusesRoot(cfg *nodes.Config, n nodes.Node, tool string, pr Probe) bool {
 	mode := cfg.APIModes[n.APIMode]
 	if tool != "claude" || !pr.Root || !(n.Dangerous || mode.Dangerous) || n.Sandbox == nodes.SandboxOn {
 		return false
@@ -232,7 +232,7 @@ func claudeRefusesRoot(cfg *nodes.Config, n nodes.Node, tool string, pr nodeProb
 // of the plan has a node where its tool's executable is in the PATH. A task
 // none of whose nodes has it is a problem (exit 2); a task whose nodes
 // could not all be asked, and none of those asked has it, gets a note.
-func CheckExecutables(cfg *nodes.Config, rows []PlanRow, probes map[string]nodeProbe) (problems, notes []string) {
+func CheckExecutables(cfg *nodes.Config, rows []Row, probes map[string]Probe) (problems, notes []string) {
 	for _, r := range rows {
 		var missing, unchecked, asRoot []string
 		found := false
@@ -289,7 +289,7 @@ func CheckExecutables(cfg *nodes.Config, rows []PlanRow, probes map[string]nodeP
 }
 
 // needsSandbox reports whether the task of r must run sandboxed on node n.
-func needsSandbox(r PlanRow, n nodes.Node) bool {
+func needsSandbox(r Row, n nodes.Node) bool {
 	sb, _, _, _ := policy.TaskLaunch(r.Task.Sandbox, r.Task.Network, n)
 	return sb == wrapper.SandboxBwrap
 }
@@ -301,9 +301,9 @@ func needsSandbox(r PlanRow, n nodes.Node) bool {
 // work_dir is safe), else the node's POSIX shell (`command -v`) does. Nodes
 // are asked in parallel, each within timeout.
 func ProbeExecutables(ctx context.Context, cfg *nodes.Config, transports map[string]nodes.Transport, w *nodes.Wrappers,
-	need map[string][]string, timeout time.Duration) map[string]nodeProbe {
+	need map[string][]string, timeout time.Duration) map[string]Probe {
 	var mu sync.Mutex
-	out := map[string]nodeProbe{}
+	out := map[string]Probe{}
 	var wg sync.WaitGroup
 	for name, names := range need {
 		n, ok := cfg.Node(name)
@@ -333,7 +333,7 @@ func ProbeExecutables(ctx context.Context, cfg *nodes.Config, transports map[str
 	return out
 }
 
-func probeNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, tr nodes.Transport, w *nodes.Wrappers, names []string, timeout time.Duration) nodeProbe {
+func probeNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, tr nodes.Transport, w *nodes.Wrappers, names []string, timeout time.Duration) Probe {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// Only PATH matters here: no secret leaves the controller for a probe.
@@ -350,13 +350,13 @@ func probeNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, tr nodes.Tr
 		}
 		res, err := tr.Exec(ctx, append([]string{inst.Path, "which"}, names...), stdin)
 		if err != nil {
-			return nodeProbe{Err: err.Error()}
+			return Probe{Err: err.Error()}
 		}
 		var reply wrapper.WhichReply
 		if res.ExitCode != 0 || json.Unmarshal(res.Stdout, &reply) != nil {
-			return nodeProbe{Err: "which: " + policy.ReplyError(res, nil)}
+			return Probe{Err: "which: " + policy.ReplyError(res, nil)}
 		}
-		pr := nodeProbe{Found: map[string]bool{}, Sandbox: reply.Sandbox}
+		pr := Probe{Found: map[string]bool{}, Sandbox: reply.Sandbox}
 		for name := range reply.Found {
 			pr.Found[name] = true
 		}
@@ -370,12 +370,12 @@ func probeNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, tr nodes.Tr
 	}
 	res, err := tr.Exec(ctx, append(argv, names...), nil)
 	if err != nil {
-		return nodeProbe{Err: err.Error()}
+		return Probe{Err: err.Error()}
 	}
 	if res.ExitCode != 0 {
-		return nodeProbe{Err: "look for the tools: " + policy.ReplyError(res, nil)}
+		return Probe{Err: "look for the tools: " + policy.ReplyError(res, nil)}
 	}
-	pr := nodeProbe{Found: map[string]bool{}}
+	pr := Probe{Found: map[string]bool{}}
 	for _, line := range strings.Split(string(res.Stdout), "\n") {
 		if slices.Contains(names, line) {
 			pr.Found[line] = true

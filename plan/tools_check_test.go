@@ -38,26 +38,26 @@ api_modes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	s01 := PlanRow{Task: &spec.Task{ID: "S01"}, Type: "implementation", Nodes: []string{"a", "b"}, Tools: map[string]string{"a": "claude", "b": "codex"}}
-	s99 := PlanRow{Task: &spec.Task{ID: "S99"}, Type: "integration", Generated: true, Nodes: []string{"a"}, Tools: map[string]string{"a": "claude"}}
-	sh := PlanRow{Task: &spec.Task{ID: "S02"}, Type: "implementation", Nodes: []string{"a"}, Tools: map[string]string{"a": "shell"}}
-	onR := PlanRow{Task: &spec.Task{ID: "S03"}, Type: "implementation", Nodes: []string{"r"}, Tools: map[string]string{"r": "claude"}}
-	onBox := PlanRow{Task: &spec.Task{ID: "S04"}, Type: "implementation", Nodes: []string{"box"}, Tools: map[string]string{"box": "claude"}}
-	onRB := PlanRow{Task: &spec.Task{ID: "S06"}, Type: "implementation", Nodes: []string{"rb"}, Tools: map[string]string{"rb": "claude"}}
-	bwrap := func(p nodeProbe) nodeProbe {
+	s01 := Row{Task: &spec.Task{ID: "S01"}, Type: "implementation", Nodes: []string{"a", "b"}, Tools: map[string]string{"a": "claude", "b": "codex"}}
+	s99 := Row{Task: &spec.Task{ID: "S99"}, Type: "integration", Generated: true, Nodes: []string{"a"}, Tools: map[string]string{"a": "claude"}}
+	sh := Row{Task: &spec.Task{ID: "S02"}, Type: "implementation", Nodes: []string{"a"}, Tools: map[string]string{"a": "shell"}}
+	onR := Row{Task: &spec.Task{ID: "S03"}, Type: "implementation", Nodes: []string{"r"}, Tools: map[string]string{"r": "claude"}}
+	onBox := Row{Task: &spec.Task{ID: "S04"}, Type: "implementation", Nodes: []string{"box"}, Tools: map[string]string{"box": "claude"}}
+	onRB := Row{Task: &spec.Task{ID: "S06"}, Type: "implementation", Nodes: []string{"rb"}, Tools: map[string]string{"rb": "claude"}}
+	bwrap := func(p Probe) Probe {
 		p.Sandbox = &wrapper.SandboxReply{Sandbox: wrapper.SandboxBwrap}
 		return p
 	}
-	noneAU := PlanRow{Task: &spec.Task{ID: "S07", Network: "none"}, Type: "implementation", Nodes: []string{"au"}, Tools: map[string]string{"au": "claude"}}
-	openAU := PlanRow{Task: &spec.Task{ID: "S08"}, Type: "implementation", Nodes: []string{"au"}, Tools: map[string]string{"au": "claude"}}
-	noBwrap := func(p nodeProbe) nodeProbe {
+	noneAU := Row{Task: &spec.Task{ID: "S07", Network: "none"}, Type: "implementation", Nodes: []string{"au"}, Tools: map[string]string{"au": "claude"}}
+	openAU := Row{Task: &spec.Task{ID: "S08"}, Type: "implementation", Nodes: []string{"au"}, Tools: map[string]string{"au": "claude"}}
+	noBwrap := func(p Probe) Probe {
 		p.Sandbox = &wrapper.SandboxReply{Error: "bwrap not found", Fix: "apt install bubblewrap"}
 		return p
 	}
-	gitRow := PlanRow{Task: &spec.Task{ID: "S05"}, Type: "implementation", Nodes: []string{"a", "b"}, Tools: map[string]string{"a": "claude", "b": "codex"}, Git: true}
-	root := func(p nodeProbe) nodeProbe { p.Root = true; return p }
-	found := func(names ...string) nodeProbe {
-		p := nodeProbe{Found: map[string]bool{}}
+	gitRow := Row{Task: &spec.Task{ID: "S05"}, Type: "implementation", Nodes: []string{"a", "b"}, Tools: map[string]string{"a": "claude", "b": "codex"}, Git: true}
+	root := func(p Probe) Probe { p.Root = true; return p }
+	found := func(names ...string) Probe {
+		p := Probe{Found: map[string]bool{}}
 		for _, n := range names {
 			p.Found[n] = true
 		}
@@ -65,31 +65,31 @@ api_modes:
 	}
 	tests := []struct {
 		name     string
-		rows     []PlanRow
-		probes   map[string]nodeProbe
+		rows     []Row
+		probes   map[string]Probe
 		problems []string // substrings, one per problem
 		notes    int
 	}{
-		{"one node has it", []PlanRow{s01}, map[string]nodeProbe{"a": found(), "b": found("codex")}, nil, 0},
-		{"no node has it", []PlanRow{s01}, map[string]nodeProbe{"a": found(), "b": found()},
+		{"one node has it", []Row{s01}, map[string]Probe{"a": found(), "b": found("codex")}, nil, 0},
+		{"no node has it", []Row{s01}, map[string]Probe{"a": found(), "b": found()},
 			[]string{"task S01 cannot run anywhere: a (tool claude: no claude in its PATH); b (tool codex: no codex in its PATH)"}, 0},
-		{"generated phase task names the phase fix", []PlanRow{s99}, map[string]nodeProbe{"a": found("codex")},
+		{"generated phase task names the phase fix", []Row{s99}, map[string]Probe{"a": found("codex")},
 			[]string{"the generated integration task S99|integration: false"}, 0},
-		{"unreachable node is a note, not a problem", []PlanRow{s01}, map[string]nodeProbe{"a": found(), "b": {Err: "connection refused"}}, nil, 1},
-		{"shell needs /bin/sh", []PlanRow{sh}, map[string]nodeProbe{"a": found("/bin/sh")}, nil, 0},
-		{"dangerous claude as root", []PlanRow{onR}, map[string]nodeProbe{"r": root(found("claude"))},
+		{"unreachable node is a note, not a problem", []Row{s01}, map[string]Probe{"a": found(), "b": {Err: "connection refused"}}, nil, 1},
+		{"shell needs /bin/sh", []Row{sh}, map[string]Probe{"a": found("/bin/sh")}, nil, 0},
+		{"dangerous claude as root", []Row{onR}, map[string]Probe{"r": root(found("claude"))},
 			[]string{"task S03 cannot run anywhere: on r claude would run as root with --dangerously-skip-permissions|IS_SANDBOX=1"}, 0},
-		{"dangerous claude as another user", []PlanRow{onR}, map[string]nodeProbe{"r": found("claude")}, nil, 0},
-		{"dangerous claude as root in a sandbox", []PlanRow{onBox}, map[string]nodeProbe{"box": root(found("claude"))}, nil, 0},
-		{"dangerous claude as root on a sandbox: on node", []PlanRow{onRB}, map[string]nodeProbe{"rb": bwrap(root(found("claude")))}, nil, 0},
-		{"a repo project's node with git", []PlanRow{gitRow}, map[string]nodeProbe{"a": found("claude"), "b": found("codex", "git")}, nil, 0},
-		{"a repo project's nodes without git", []PlanRow{gitRow}, map[string]nodeProbe{"a": found("claude"), "b": found("codex")},
+		{"dangerous claude as another user", []Row{onR}, map[string]Probe{"r": found("claude")}, nil, 0},
+		{"dangerous claude as root in a sandbox", []Row{onBox}, map[string]Probe{"box": root(found("claude"))}, nil, 0},
+		{"dangerous claude as root on a sandbox: on node", []Row{onRB}, map[string]Probe{"rb": bwrap(root(found("claude")))}, nil, 0},
+		{"a repo project's node with git", []Row{gitRow}, map[string]Probe{"a": found("claude"), "b": found("codex", "git")}, nil, 0},
+		{"a repo project's nodes without git", []Row{gitRow}, map[string]Probe{"a": found("claude"), "b": found("codex")},
 			[]string{"task S05 cannot run anywhere: a (no git in its PATH|b (no git in its PATH|install git"}, 0},
-		{"network: none where the sandbox works", []PlanRow{noneAU}, map[string]nodeProbe{"au": bwrap(found("claude"))}, nil, 0},
-		{"network: none where the sandbox does not work", []PlanRow{noneAU}, map[string]nodeProbe{"au": noBwrap(found("claude"))},
+		{"network: none where the sandbox works", []Row{noneAU}, map[string]Probe{"au": bwrap(found("claude"))}, nil, 0},
+		{"network: none where the sandbox does not work", []Row{noneAU}, map[string]Probe{"au": noBwrap(found("claude"))},
 			[]string{"task S07 cannot run anywhere: au (sandbox: unavailable: bwrap not found|make the sandbox work"}, 0},
-		{"network open on sandbox: auto without the sandbox", []PlanRow{openAU}, map[string]nodeProbe{"au": noBwrap(found("claude"))}, nil, 0},
-		{"root without dangerous", []PlanRow{s01}, map[string]nodeProbe{"a": root(found("claude")), "b": found()}, nil, 0},
+		{"network open on sandbox: auto without the sandbox", []Row{openAU}, map[string]Probe{"au": noBwrap(found("claude"))}, nil, 0},
+		{"root without dangerous", []Row{s01}, map[string]Probe{"a": root(found("claude")), "b": found()}, nil, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

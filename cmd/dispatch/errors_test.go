@@ -27,7 +27,7 @@ func TestExitTwoIsOnePredicate(t *testing.T) {
 		"one spec":        &spec.Error{File: "S01.md", Msg: "x"},
 		"unknown project": specErr,
 		"name":            &spec.NameError{},
-		"plan":            &plan.PlanError{Problems: []string{"x"}},
+		"plan":            &plan.Error{Problems: []string{"x"}},
 		"socket":          &control.SocketError{},
 		"locked home":     home.ErrLocked,
 		"no database":     store.ErrNoDatabase,

@@ -66,7 +66,7 @@ func workDirWarnings(ctx context.Context, cfg *nodes.Config) []string {
 // on some node its routes allow, with a tool whose executable that node has
 // (each node's wrapper is asked; a node that cannot be reached is named in a
 // note and does not fail the check).
-func planProject(ctx context.Context, e *env, name string, only []string, so control.StartOptions) (*nodes.Config, *spec.Project, []plan.PlanRow, error) {
+func planProject(ctx context.Context, e *env, name string, only []string, so control.StartOptions) (*nodes.Config, *spec.Project, []plan.Row, error) {
 	cfg, err := e.loadConfig()
 	if err != nil {
 		return nil, nil, nil, err
@@ -129,7 +129,7 @@ func planProject(ctx context.Context, e *env, name string, only []string, so con
 		fmt.Fprintln(e.errOut, "note: "+termtext.Clean(n))
 	}
 	if len(problems) > 0 {
-		return nil, nil, nil, &plan.PlanError{Problems: problems}
+		return nil, nil, nil, &plan.Error{Problems: problems}
 	}
 	return cfg, p, rows, nil
 }
@@ -142,7 +142,7 @@ func nodeNames(cfg *nodes.Config) []string {
 	return out
 }
 
-func printPlan(e *env, cfg *nodes.Config, p *spec.Project, rows []plan.PlanRow) {
+func printPlan(e *env, cfg *nodes.Config, p *spec.Project, rows []plan.Row) {
 	fmt.Fprintf(e.out, "%s: %d tasks, %d nodes (%s) — valid\n\n", e.styles.header.Render(p.Name), len(p.Tasks), len(cfg.Nodes), cfg.File)
 	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTYPE\tPRIO\tDEPENDS ON\tTIMEOUT\tNODES (TOOL)\tTITLE")
