@@ -3,7 +3,7 @@
 // task can: which nodes may take it (Eligible), under which sandbox and
 // network (TaskLaunch), whether a node's api_mode can be used with the
 // controller's environment (ModeProblem), with what command (ToolFor,
-// ToolCommand, NetworkAllow, ResumePrompt), and what a wrapper's failed
-// reply says (ReplyError). It decides over nodes.yaml and a task, and
-// never talks to a node.
+// ToolCommand, IsBuiltinTool, NetworkAllow, ResumePrompt), and what a
+// wrapper's failed reply says (ReplyError). It decides over nodes.yaml and
+// a task, and never talks to a node.
 package policy
