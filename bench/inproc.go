@@ -17,6 +17,7 @@ import (
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -139,7 +140,7 @@ func newInproc(ctx context.Context, c *sshdtest.Client, homeDir, project string)
 		st.Close()
 		return nil, err
 	}
-	if _, err := controller.AddProject(ctx, st, cfg, homeDir, p, control.StartOptions{}); err != nil {
+	if _, err := plan.AddProject(ctx, st, cfg, homeDir, p, control.StartOptions{}); err != nil {
 		st.Close()
 		return nil, err
 	}

@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/control"
-	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -336,10 +336,10 @@ func memAdd(ctx context.Context, o *options, t *tb, homeDir, project string, r *
 	runtime.ReadMemStats(&m0)
 	p, err := spec.Load(home.SpecsDir(homeDir), project)
 	if err == nil {
-		_, err = controller.Plan(cfg, p, nil, control.StartOptions{})
+		_, err = plan.Plan(cfg, p, nil, control.StartOptions{})
 	}
 	if err == nil {
-		_, err = controller.AddProject(ctx, st, cfg, homeDir, p, control.StartOptions{})
+		_, err = plan.AddProject(ctx, st, cfg, homeDir, p, control.StartOptions{})
 	}
 	runtime.ReadMemStats(&m1)
 	close(done)
@@ -405,7 +405,7 @@ func memSection(o *options, rs []*memResult) *section {
 	fmt.Fprintf(&b, "\nTarget: RSS ≤ 100 MB — %s (no-op specs: peak %s).\n\n", verdict(primary.hwm <= 100e6), mib(primary.hwm))
 
 	b.WriteString("Where the memory goes, in the bench process on the same code. Before the first tick — `spec.Load`, " +
-		"`controller.Plan` and `controller.AddProject` of the same 10,000 specs into a fresh database, the heap sampled every 2 ms:\n\n")
+		"`plan.Plan` and `plan.AddProject` of the same 10,000 specs into a fresh database, the heap sampled every 2 ms:\n\n")
 	t1 := &table{head: []string{"spec size", "spec text in all", "live heap of the parsed project (after `spec.Load`, GC)", "heap peak above the start", "allocated"}}
 	for _, r := range rs {
 		t1.add(fmt.Sprintf("%d B", r.specBytes), mib(int64(r.specBytes)*memTasks), mib(r.loadLive), mib(r.addPeakHeap), mib(r.addAlloc))

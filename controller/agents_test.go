@@ -10,6 +10,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/home"
+	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
@@ -55,8 +56,8 @@ api_modes:
 		t.Fatal(err)
 	}
 	p.Tasks[0].Node = "a"
-	_, err = Plan(h.cfg, p, nil, control.StartOptions{})
-	var pe *PlanError
+	_, err = plan.Plan(h.cfg, p, nil, control.StartOptions{})
+	var pe *plan.Error
 	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "DISPATCH_TEST_VARIABLE_NOBODY_SETS") || !strings.Contains(err.Error(), "S01") {
 		t.Fatalf("Plan = %v, want an error naming the task and the variable", err)
 	}
@@ -124,7 +125,7 @@ routes:
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := Plan(h.cfg, p, nil, control.StartOptions{}); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "S02") {
+			if _, err := plan.Plan(h.cfg, p, nil, control.StartOptions{}); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "S02") {
 				t.Fatalf("Plan = %v, want an error with %q", err, tc.want)
 			}
 		})
@@ -268,7 +269,7 @@ func TestIntegrationSwitches(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, "", specs)
 			p, _ := spec.Load(filepath.Join(h.home, "specs"), "p")
-			if _, err := AddProject(context.Background(), h.st, h.cfg, h.home, p, tc.opts); err != nil {
+			if _, err := plan.AddProject(context.Background(), h.st, h.cfg, h.home, p, tc.opts); err != nil {
 				t.Fatal(err)
 			}
 			h.tickUntil("project to finish", func() bool {
@@ -298,7 +299,7 @@ func TestIntegrationSwitches(t *testing.T) {
 		ok := map[string]string{"project.yaml": "tool: shell\n", "S01-ok.md": "echo ok\n", "S99-i.md": "echo i\n"}
 		h := newHarness(t, "", ok)
 		p, _ := spec.Load(filepath.Join(h.home, "specs"), "p")
-		if _, err := AddProject(context.Background(), h.st, h.cfg, h.home, p, control.StartOptions{NoIntegrate: true}); err != nil {
+		if _, err := plan.AddProject(context.Background(), h.st, h.cfg, h.home, p, control.StartOptions{NoIntegrate: true}); err != nil {
 			t.Fatal(err)
 		}
 		h.tickUntil("project to finish", func() bool {

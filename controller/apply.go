@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
@@ -346,7 +347,7 @@ func (c *Controller) killStale(ctx context.Context, stale []staleAttempt) map[st
 			case err != nil:
 				why = err.Error()
 			case res.ExitCode != 0:
-				why = replyError(res, nil)
+				why = policy.ReplyError(res, nil)
 			}
 			mu.Lock()
 			tried[sa] = true

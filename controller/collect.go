@@ -21,7 +21,9 @@ import (
 
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/crashpoint"
+	"github.com/dispatch-tool/dispatch/internal/filetree"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
@@ -264,7 +266,7 @@ func placeCollected(tmp, dest, attemptDir string, current, git bool) error {
 	if err := os.MkdirAll(attemptDir, 0o755); err != nil {
 		return err
 	}
-	if err := copyFile(filepath.Join(tmp, "task.log"), filepath.Join(attemptDir, "task.log")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := filetree.CopyFile(filepath.Join(tmp, "task.log"), filepath.Join(attemptDir, "task.log")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	if current {
@@ -343,7 +345,7 @@ func (c *Controller) fetchTree(ctx context.Context, n *nodeRuntime, r store.Run,
 		if json.Unmarshal(res.Stdout, &e) == nil && e.Kind == wrapper.KindTooLarge {
 			return nil, errOverQuota
 		}
-		return nil, errors.New(replyError(res, nil))
+		return nil, errors.New(policy.ReplyError(res, nil))
 	}
 	pr, pw := io.Pipe()
 	fetched := make(chan struct{})
@@ -446,32 +448,6 @@ func (c *Controller) walk(ctx context.Context, n *nodeRuntime, dir string) ([]no
 	ctx, cancel := context.WithTimeout(ctx, c.callTimeout())
 	defer cancel()
 	return n.tr.Walk(ctx, dir)
-}
-
-// copyFile copies a regular file with its permissions, creating parent
-// directories.
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	fi, err := in.Stat()
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, fi.Mode().Perm()|0o200)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // fetch copies one file off the node, streaming it to disk, returning its

@@ -13,6 +13,7 @@ import (
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/service"
 	"github.com/dispatch-tool/dispatch/spec"
@@ -91,10 +92,10 @@ func (c *Controller) startProject(ctx context.Context, name string, so control.S
 	if err != nil {
 		return "", &control.OpError{Msg: err.Error()}
 	}
-	if _, err := Plan(c.config(), p, c.opts.Nodes, so); err != nil {
+	if _, err := plan.Plan(c.config(), p, c.opts.Nodes, so); err != nil {
 		return "", &control.OpError{Msg: err.Error()}
 	}
-	res, err := AddProject(ctx, c.st, c.config(), c.opts.Home, p, so)
+	res, err := plan.AddProject(ctx, c.st, c.config(), c.opts.Home, p, so)
 	if err != nil {
 		return "", err
 	}
@@ -140,17 +141,6 @@ func unknownTask(project, id string, byID map[string]store.Task) error {
 	}
 	sort.Strings(ids)
 	return &control.OpError{Msg: fmt.Sprintf("project %s has no task %q (its tasks: %s)", project, id, strings.Join(ids, ", "))}
-}
-
-// phaseOf is the phase a phase task belongs to.
-func phaseOf(id string) string {
-	switch {
-	case id == store.IntegrationID:
-		return store.PhaseIntegration
-	case strings.HasPrefix(id, "V"):
-		return store.PhaseVerification
-	}
-	return store.PhaseFix
 }
 
 // Retry reruns finished, failed, blocked or canceled tasks: each gets a new
@@ -210,7 +200,7 @@ func (c *Controller) Retry(ctx context.Context, project string, ids []string) (s
 	}
 	var notes []string
 	err = c.st.Update(ctx, func(tx *store.Tx) error {
-		phase := phaseOf(ids[0])
+		phase := store.PhaseOf(ids[0])
 		if authorRetried {
 			phase = store.PhaseImplementation
 			if len(phaseIDs) > 0 {

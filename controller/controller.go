@@ -15,6 +15,7 @@ import (
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/service"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -174,7 +175,7 @@ func New(opts Options) *Controller {
 			continue
 		}
 		c.nodes[n.Name] = newNodeRuntime(n, opts.Transports[n.Name])
-		if why := modeProblem(opts.Config, n, opts.LookupEnv); why != "" {
+		if why := policy.ModeProblem(opts.Config, n, opts.LookupEnv); why != "" {
 			c.unusable[n.Name] = why
 			c.log.Warn("node takes no tasks", keyNode, n.Name, "reason", why)
 		}

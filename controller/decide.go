@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/notify"
+	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
@@ -460,7 +461,7 @@ func (a *applier) pauseMode(t *store.Task, tool string, st *wrapper.Status) {
 // toolOf is the tool an attempt of t runs, as its launch resolved it.
 func (a *applier) toolOf(t *store.Task) string {
 	n, _ := a.c.config().Node(t.Node)
-	return toolFor(t.Tool, n)
+	return policy.ToolFor(t.Tool, n)
 }
 
 // modeKey names what a rate limit pauses: the node's api_mode, or the node

@@ -19,6 +19,7 @@ import (
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
@@ -97,7 +98,7 @@ func (c *Controller) gitCall(ctx context.Context, n *nodeRuntime, timeout time.D
 	var reply wrapper.GitReply
 	perr := json.Unmarshal(res.Stdout, &reply)
 	if res.ExitCode != 0 || perr != nil {
-		return nil, errors.New(replyError(res, perr))
+		return nil, errors.New(policy.ReplyError(res, perr))
 	}
 	return reply.Commits, nil
 }
@@ -165,7 +166,7 @@ func (c *Controller) fetchCommit(ctx context.Context, n *nodeRuntime, inst *node
 		if json.Unmarshal(res.Stdout, &e) == nil && e.Kind == wrapper.KindNotFound {
 			return permanent(fmt.Errorf("no result recorded on %s: %s", n.cfg.Name, e.Error))
 		}
-		return errors.New(replyError(res, perr))
+		return errors.New(policy.ReplyError(res, perr))
 	}
 	if reply.Commit != r.Commit {
 		return permanent(fmt.Errorf("the node's result %q is not the commit its status named (%s)", reply.Commit, r.Commit))

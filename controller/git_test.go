@@ -18,6 +18,7 @@ import (
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/internal/gittest"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
@@ -288,7 +289,7 @@ func TestBaseShippedOncePerNode(t *testing.T) {
 	op.Write("src/000.txt", "changed\n")
 	op.Write("new.txt", "new\n")
 	op.Commit("moved")
-	addTask := func(id string) SyncResult {
+	addTask := func(id string) plan.SyncResult {
 		specs[id+"-t.md"] = "echo more > more.txt\n"
 		if err := os.WriteFile(filepath.Join(h.home, "specs", "p", id+"-t.md"), []byte(specs[id+"-t.md"]), 0o644); err != nil {
 			t.Fatal(err)
@@ -297,7 +298,7 @@ func TestBaseShippedOncePerNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := AddProject(context.Background(), h.st, h.cfg, h.home, p, control.StartOptions{})
+		res, err := plan.AddProject(context.Background(), h.st, h.cfg, h.home, p, control.StartOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

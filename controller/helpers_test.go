@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -60,7 +61,7 @@ func (h *harness) addProject(name string, specs map[string]string) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if _, err := AddProject(context.Background(), h.st, h.cfg, h.home, p, control.StartOptions{}); err != nil {
+	if _, err := plan.AddProject(context.Background(), h.st, h.cfg, h.home, p, control.StartOptions{}); err != nil {
 		h.t.Fatal(err)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/dispatch-tool/dispatch/internal/netallow"
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
@@ -310,7 +311,7 @@ func (c *Controller) runBatch(ctx context.Context, n *nodeRuntime, inst *nodes.I
 		// No answer we understand (the wrapper killed, a broken reply): the
 		// supervisors may have started; the next pull decides.
 		for _, i := range batchIdx {
-			outs[i].uncertain = fmt.Errorf("wrapper run: %s", replyError(res, nil))
+			outs[i].uncertain = fmt.Errorf("wrapper run: %s", policy.ReplyError(res, nil))
 		}
 		return
 	}
@@ -361,8 +362,8 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		out.err = err
 		return item, false
 	}
-	tool := toolFor(t.Tool, n.cfg)
-	sb, network, ok, why := taskLaunch(t.Sandbox, t.Network, n.cfg)
+	tool := policy.ToolFor(t.Tool, n.cfg)
+	sb, network, ok, why := policy.TaskLaunch(t.Sandbox, t.Network, n.cfg)
 	if !ok {
 		out.err, out.noRetry = fmt.Errorf("task %s cannot run on node %s: %s", t.ID, n.cfg.Name, why), true
 		return item, false
@@ -395,7 +396,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		out.err, out.noRetry = err, true
 		return item, false
 	}
-	if _, builtin := builtinTools[tool]; builtin {
+	if policy.IsBuiltinTool(tool) {
 		launch.Transcript = tool
 	}
 	if wrapper.IsAgent(tool) {
@@ -404,7 +405,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		launch.Agent = tool
 	}
 	if tl.Stdin == "resume" {
-		launch.Resume, launch.ResumePrompt = true, resumePrompt
+		launch.Resume, launch.ResumePrompt = true, policy.ResumePrompt
 		out.resumed = session
 	}
 	snapshot, err := c.st.Snapshot(ctx, t.Project, t.ID)
@@ -436,7 +437,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 }
 
 // confineLaunch sets what confines the attempt of t on node n in l: the
-// sandbox (sb, from taskLaunch) with the node's work_dir and
+// sandbox (sb, from policy.TaskLaunch) with the node's work_dir and
 // sandbox_paths, the network (none, or the allow list with what tool and
 // the api_mode's env need) and the limits.
 func confineLaunch(l *wrapper.Launch, t store.Task, n nodes.Node, workDir, tool, sb, network string, env map[string]string) error {
@@ -449,7 +450,7 @@ func confineLaunch(l *wrapper.Launch, t store.Task, n nodes.Node, workDir, tool,
 		// The wrapper refuses it unsandboxed (sb is bwrap here).
 		l.Network = wrapper.NetworkNone
 	case netallow.IsAllow(network):
-		allow, err := networkAllow(network, tool, env)
+		allow, err := policy.NetworkAllow(network, tool, env)
 		if err != nil {
 			return fmt.Errorf("task %s: network: %w", t.ID, err)
 		}
@@ -470,13 +471,13 @@ func sandboxPaths(p nodes.SandboxPaths) *wrapper.SandboxPaths {
 }
 
 // toolLaunch sets l's command, stdin and tool settings for tool under the
-// sandbox value sb of launch.json (sandboxLaunch). With "bwrap" the
+// sandbox value sb of launch.json (policy.TaskLaunch). With "bwrap" the
 // attempt runs under bwrap or not at all: an agent CLI runs autonomously
-// (toolCommand's sandboxed). With "auto" only the wrapper knows whether it
+// (policy.ToolCommand's sandboxed). With "auto" only the wrapper knows whether it
 // will: l.Command is the unconfined command, and SandboxCommand and
 // SandboxEnv, where they differ, what the wrapper runs instead under bwrap.
 func toolLaunch(cfg *nodes.Config, tool, model string, dangerous bool, sb, session string, l *wrapper.Launch) error {
-	argv, stdin, env, err := toolCommand(cfg, tool, model, dangerous, sb == wrapper.SandboxBwrap, session)
+	argv, stdin, env, err := policy.ToolCommand(cfg, tool, model, dangerous, sb == wrapper.SandboxBwrap, session)
 	if err != nil {
 		return err
 	}
@@ -484,7 +485,7 @@ func toolLaunch(cfg *nodes.Config, tool, model string, dangerous bool, sb, sessi
 	if sb != wrapper.SandboxAuto {
 		return nil
 	}
-	sbArgv, _, sbEnv, err := toolCommand(cfg, tool, model, dangerous, true, session)
+	sbArgv, _, sbEnv, err := policy.ToolCommand(cfg, tool, model, dangerous, true, session)
 	if err != nil {
 		return err
 	}
@@ -644,7 +645,7 @@ func (c *Controller) pushTree(ctx context.Context, n *nodeRuntime, inst *nodes.I
 		return err
 	}
 	if res.ExitCode != 0 {
-		return errors.New(replyError(res, nil))
+		return errors.New(policy.ReplyError(res, nil))
 	}
 	return nil
 }

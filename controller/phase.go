@@ -21,6 +21,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/gitrepo"
 	"github.com/dispatch-tool/dispatch/home"
+	"github.com/dispatch-tool/dispatch/internal/filetree"
 	"github.com/dispatch-tool/dispatch/notify"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
@@ -31,9 +32,6 @@ var templateFS embed.FS
 
 // templates are the readable sources of the generated S99, V and F specs.
 var templates = template.Must(template.ParseFS(templateFS, "templates/*.md"))
-
-func verifyID(round int) string { return fmt.Sprintf("V%02d", round) }
-func fixID(round int) string    { return fmt.Sprintf("F%02d", round) }
 
 // advance moves a project through its phases (SPEC §8) once the tasks of the
 // current phase are finished and collected, and finishes it at the end.
@@ -146,13 +144,13 @@ func (c *Controller) readPhase(ctx context.Context, p store.Project) (phaseInput
 	}
 	round := lastRound(in.phaseTasks)
 	switch {
-	case p.Phase == store.PhaseVerification && round > 0 && in.done(in.phaseTasks[verifyID(round)]):
-		v := in.phaseTasks[verifyID(round)]
+	case p.Phase == store.PhaseVerification && round > 0 && in.done(in.phaseTasks[store.VerifyID(round)]):
+		v := in.phaseTasks[store.VerifyID(round)]
 		verdict := readVerdict(v, c.verdictReader(ctx, in.runsDir, in.opts, v, runs))
 		verdict.Round = round
 		in.verdict = &verdict
 	case p.Phase == store.PhaseFix && round > 0:
-		if f, ok := in.phaseTasks[fixID(round)]; ok && in.done(f) && f.Status == store.Completed {
+		if f, ok := in.phaseTasks[store.FixID(round)]; ok && in.done(f) && f.Status == store.Completed {
 			verdicts, err := c.st.Verdicts(ctx, p.Name)
 			if err != nil {
 				// A fix round with no issues would verify the same tree again.
@@ -171,7 +169,7 @@ func (c *Controller) readPhase(ctx context.Context, p store.Project) (phaseInput
 func lastRound(phaseTasks map[string]store.Task) int {
 	round := 0
 	for round+1 < 100 {
-		if _, ok := phaseTasks[verifyID(round+1)]; !ok {
+		if _, ok := phaseTasks[store.VerifyID(round+1)]; !ok {
 			break
 		}
 		round++
@@ -230,10 +228,10 @@ func decidePhase(in phaseInput) phaseStep {
 		if round == 0 {
 			return phaseStep{err: fmt.Errorf("in phase %s without a verification task", in.phase)}
 		}
-		v := in.phaseTasks[verifyID(round)]
+		v := in.phaseTasks[store.VerifyID(round)]
 		verified := baseOf(v)
 		if in.phase == store.PhaseFix {
-			f, ok := in.phaseTasks[fixID(round)]
+			f, ok := in.phaseTasks[store.FixID(round)]
 			switch {
 			case !ok || !in.done(f):
 				return phaseStep{action: phaseWait}
@@ -306,7 +304,7 @@ func (c *Controller) doPhase(ctx context.Context, p store.Project, in phaseInput
 			"Project": p.Name, "Round": step.round, "Issues": step.issues}); err != nil {
 			return false, err
 		}
-		return false, c.startPhaseTask(ctx, p, in.opts, fixID(step.round), "fix", fmt.Sprintf("Fix the issues of verification %d", step.round),
+		return false, c.startPhaseTask(ctx, p, in.opts, store.FixID(step.round), "fix", fmt.Sprintf("Fix the issues of verification %d", step.round),
 			buf.Bytes(), step.tree, store.PhaseFix, fmt.Sprintf("fix round %d of %d", step.round, in.opts.MaxFixRounds), nil)
 	}
 	return false, nil
@@ -369,7 +367,7 @@ func (c *Controller) startVerification(ctx context.Context, p store.Project, opt
 		"Project": p.Name, "Round": round, "Tasks": author, "PreviousIssues": previous}); err != nil {
 		return err
 	}
-	return c.startPhaseTask(ctx, p, opts, verifyID(round), "verification", fmt.Sprintf("Verify the integrated result (round %d)", round),
+	return c.startPhaseTask(ctx, p, opts, store.VerifyID(round), "verification", fmt.Sprintf("Verify the integrated result (round %d)", round),
 		buf.Bytes(), tree, store.PhaseVerification, fmt.Sprintf("verification round %d", round), nil)
 }
 
@@ -539,7 +537,7 @@ func (m *outputMerge) add(id, out string) error {
 			// A file of one task where another has a directory: the
 			// later one goes beside it, as for any conflict.
 			other := filepath.Join(m.dir, filepath.FromSlash(at)) + "." + id + ".conflict" + strings.TrimPrefix(rel, at)
-			if err := copyFile(src, filepath.FromSlash(other)); err != nil {
+			if err := filetree.CopyFile(src, filepath.FromSlash(other)); err != nil {
 				return err
 			}
 			cf := m.conflicts[at]
@@ -554,14 +552,14 @@ func (m *outputMerge) add(id, out string) error {
 		}
 		switch first, taken := m.owner[rel]; {
 		case !taken:
-			if err := copyFile(src, dst); err != nil {
+			if err := filetree.CopyFile(src, dst); err != nil {
 				return err
 			}
 			m.owner[rel], m.sumOf[rel] = id, sum
 		case m.sumOf[rel] == sum:
 			// Same content from two tasks: no conflict.
 		default:
-			if err := copyFile(src, dst+"."+id+".conflict"); err != nil {
+			if err := filetree.CopyFile(src, dst+"."+id+".conflict"); err != nil {
 				return err
 			}
 			cf := m.conflicts[rel]
@@ -642,34 +640,8 @@ func treeSums(dir string) (map[string]string, error) {
 		return nil, err
 	}
 	out := map[string]string{}
-	err := walkSums(dir, func(rel string, _ fs.FileMode, sum string) { out[rel] = sum })
+	err := filetree.WalkSums(dir, func(rel string, _ fs.FileMode, sum string) { out[rel] = sum })
 	return out, err
-}
-
-// walkSums calls fn with the '/'-separated relative path, mode and sha256
-// of every regular file under dir.
-func walkSums(dir string, fn func(rel string, mode fs.FileMode, sum string)) error {
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		h := sha256.New()
-		if _, err := io.Copy(h, f); err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		fn(filepath.ToSlash(rel), fi.Mode(), hex.EncodeToString(h.Sum(nil)))
-		return nil
-	})
 }
 
 // copyTree copies the regular files and directories under src into dst,
@@ -694,7 +666,7 @@ func copyTree(src, dst string) error {
 		case d.IsDir():
 			return os.MkdirAll(target, 0o755)
 		case d.Type().IsRegular():
-			return copyFile(p, target)
+			return filetree.CopyFile(p, target)
 		}
 		return nil
 	})

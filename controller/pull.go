@@ -1,17 +1,16 @@
 package controller
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
 
@@ -352,7 +351,7 @@ func nodeStatus(ctx context.Context, tr nodes.Transport, bin, workDir string, pr
 	}
 	var st wrapper.NodeStatus
 	if err := json.Unmarshal(res.Stdout, &st); err != nil || res.ExitCode != 0 {
-		return nil, fmt.Errorf("status: %w", &replyErr{replyError(res, err)})
+		return nil, fmt.Errorf("status: %w", &replyErr{policy.ReplyError(res, err)})
 	}
 	// What a node says is a stranger's word: its numbers are brought into
 	// range here, once, before anything uses or sums them.
@@ -369,26 +368,6 @@ func nodeStatus(ctx context.Context, tr nodes.Transport, bin, workDir string, pr
 // (`dispatch nodes check`).
 func NodeFacts(ctx context.Context, tr nodes.Transport, inst nodes.Installed) (*wrapper.NodeStatus, error) {
 	return nodeStatus(ctx, tr, inst.Path, inst.WorkDir, nil)
-}
-
-// replyError describes a failed wrapper call from its JSON error reply, or
-// from what it printed when the reply is not JSON.
-func replyError(res nodes.Result, parseErr error) string {
-	var e wrapper.ErrorReply
-	if json.Unmarshal(res.Stdout, &e) == nil && e.Error != "" {
-		return e.Error
-	}
-	msg := strings.TrimSpace(string(bytes.TrimSpace(res.Stderr)))
-	if msg == "" {
-		msg = strings.TrimSpace(string(res.Stdout))
-	}
-	if msg == "" && parseErr != nil {
-		msg = parseErr.Error()
-	}
-	if len(msg) > 300 {
-		msg = msg[:300] + "…"
-	}
-	return fmt.Sprintf("exit %d: %s", res.ExitCode, msg)
 }
 
 // ensureWrapper makes sure the node's wrapper is installed and returns the

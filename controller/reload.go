@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/policy"
 )
 
 // A running controller re-reads nodes.yaml for each start handed to it
@@ -204,7 +205,7 @@ func (c *Controller) switchNodes(ctx context.Context, next *nodes.Config) error 
 	for name, n := range c.nodes {
 		why := draining[name]
 		if why == "" {
-			why = modeProblem(next, n.cfg, c.opts.LookupEnv)
+			why = policy.ModeProblem(next, n.cfg, c.opts.LookupEnv)
 		}
 		if why != "" {
 			c.unusable[name] = why

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/service"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
@@ -88,7 +89,7 @@ func TestSchedulesOnTheControllersClock(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := AddProject(ctx, h.st, h.cfg, h.home, p, control.StartOptions{}); err != nil {
+		if _, err := plan.AddProject(ctx, h.st, h.cfg, h.home, p, control.StartOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -51,6 +51,23 @@ func IsPhaseID(id string) bool {
 	return id == IntegrationID || strings.HasPrefix(id, "V") || strings.HasPrefix(id, "F")
 }
 
+// VerifyID is the verification task of a round: V01, V02...
+func VerifyID(round int) string { return fmt.Sprintf("V%02d", round) }
+
+// FixID is the fix task of a round: F01, F02...
+func FixID(round int) string { return fmt.Sprintf("F%02d", round) }
+
+// PhaseOf is the phase a phase task belongs to.
+func PhaseOf(id string) string {
+	switch {
+	case id == IntegrationID:
+		return PhaseIntegration
+	case strings.HasPrefix(id, "V"):
+		return PhaseVerification
+	}
+	return PhaseFix
+}
+
 // MaxCostUSD bounds one attempt's recorded cost, as the wrapper bounds what
 // it reports (wrapper.MaxCostUSD): sums over many attempts stay finite.
 const MaxCostUSD = 1e9

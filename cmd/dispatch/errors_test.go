@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/dispatch-tool/dispatch/control"
-	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -27,7 +27,7 @@ func TestExitTwoIsOnePredicate(t *testing.T) {
 		"one spec":        &spec.Error{File: "S01.md", Msg: "x"},
 		"unknown project": specErr,
 		"name":            &spec.NameError{},
-		"plan":            &controller.PlanError{Problems: []string{"x"}},
+		"plan":            &plan.Error{Problems: []string{"x"}},
 		"socket":          &control.SocketError{},
 		"locked home":     home.ErrLocked,
 		"no database":     store.ErrNoDatabase,

@@ -18,6 +18,7 @@ import (
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -66,7 +67,7 @@ func startAction(c *cli.Context, e *env, name string) error {
 		debug.SetMemoryLimit(limit)
 	})
 	defer restoreGC()
-	cfg, p, rows, err := plan(ctx, e, name, only, so)
+	cfg, p, rows, err := planProject(ctx, e, name, only, so)
 	if err != nil {
 		return err
 	}
@@ -101,7 +102,7 @@ func startAction(c *cli.Context, e *env, name string) error {
 		return err
 	}
 	defer st.Close()
-	added, err := controller.AddProject(ctx, st, cfg, e.home, p, so)
+	added, err := plan.AddProject(ctx, st, cfg, e.home, p, so)
 	if err != nil {
 		return err
 	}
@@ -139,7 +140,7 @@ func startOptions(c *cli.Context, name string) (control.StartOptions, error) {
 
 // printAdded says what adding the project to the home did: its run, and
 // notes on the tasks that keep an earlier result.
-func printAdded(e *env, name string, added controller.SyncResult, so control.StartOptions) {
+func printAdded(e *env, name string, added plan.SyncResult, so control.StartOptions) {
 	for _, id := range added.Changed {
 		fmt.Fprintf(e.errOut, "note: %s/%s changed since it ran; it keeps its snapshot (dispatch retry %s %s reruns it)\n", name, id, name, id)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/schedule"
 	"github.com/dispatch-tool/dispatch/spec"
 )
@@ -25,7 +26,7 @@ func validateCommand() *cli.Command {
 		Name:  "validate",
 		Usage: "check nodes.yaml and a project's specs, and print the plan; writes nothing",
 	}, "dispatch validate <project>", func(c *cli.Context, e *env, name string) error {
-		cfg, p, rows, err := plan(c.Context, e, name, nil, control.StartOptions{})
+		cfg, p, rows, err := planProject(c.Context, e, name, nil, control.StartOptions{})
 		if err != nil {
 			return err
 		}
@@ -61,11 +62,11 @@ func workDirWarnings(ctx context.Context, cfg *nodes.Config) []string {
 	return out
 }
 
-// plan loads the config and the project and checks that every task can run:
+// planProject loads the config and the project and checks that every task can run:
 // on some node its routes allow, with a tool whose executable that node has
 // (each node's wrapper is asked; a node that cannot be reached is named in a
 // note and does not fail the check).
-func plan(ctx context.Context, e *env, name string, only []string, so control.StartOptions) (*nodes.Config, *spec.Project, []controller.PlanRow, error) {
+func planProject(ctx context.Context, e *env, name string, only []string, so control.StartOptions) (*nodes.Config, *spec.Project, []plan.Row, error) {
 	cfg, err := e.loadConfig()
 	if err != nil {
 		return nil, nil, nil, err
@@ -79,7 +80,7 @@ func plan(ctx context.Context, e *env, name string, only []string, so control.St
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	rows, err := controller.Plan(cfg, p, only, so)
+	rows, err := plan.Plan(cfg, p, only, so)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -102,7 +103,7 @@ func plan(ctx context.Context, e *env, name string, only []string, so control.St
 			fmt.Fprintf(e.errOut, "note: %s has a schedule (%s): its runs start on it while `dispatch serve` runs on this home\n", p.Name, when)
 		}
 	}
-	need := controller.NeededExecutables(cfg, rows)
+	need := plan.NeededExecutables(cfg, rows)
 	transports, err := openTransports(cfg, only)
 	if err != nil {
 		return nil, nil, nil, err
@@ -122,13 +123,13 @@ func plan(ctx context.Context, e *env, name string, only []string, so control.St
 		}
 	}
 	timeout := max(30*time.Second, 3*cfg.Controller.SSHConnectTimeout)
-	probes := controller.ProbeExecutables(ctx, cfg, transports, nodes.NewWrappers(), need, timeout)
-	problems, notes := controller.CheckExecutables(cfg, rows, probes)
+	probes := plan.ProbeExecutables(ctx, cfg, transports, nodes.NewWrappers(), need, timeout)
+	problems, notes := plan.CheckExecutables(cfg, rows, probes)
 	for _, n := range notes {
 		fmt.Fprintln(e.errOut, "note: "+termtext.Clean(n))
 	}
 	if len(problems) > 0 {
-		return nil, nil, nil, &controller.PlanError{Problems: problems}
+		return nil, nil, nil, &plan.Error{Problems: problems}
 	}
 	return cfg, p, rows, nil
 }
@@ -141,7 +142,7 @@ func nodeNames(cfg *nodes.Config) []string {
 	return out
 }
 
-func printPlan(e *env, cfg *nodes.Config, p *spec.Project, rows []controller.PlanRow) {
+func printPlan(e *env, cfg *nodes.Config, p *spec.Project, rows []plan.Row) {
 	fmt.Fprintf(e.out, "%s: %d tasks, %d nodes (%s) — valid\n\n", e.styles.header.Render(p.Name), len(p.Tasks), len(cfg.Nodes), cfg.File)
 	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTYPE\tPRIO\tDEPENDS ON\tTIMEOUT\tNODES (TOOL)\tTITLE")

@@ -1,4 +1,4 @@
-package controller
+package policy
 
 import (
 	"cmp"
@@ -133,9 +133,16 @@ func toolNames(cfg *nodes.Config) []string {
 	return out
 }
 
-// toolFor resolves a task's tool on a node: the task's (spec or
+// IsBuiltinTool reports whether tool is one dispatch knows (claude, codex,
+// gemini, shell), whatever nodes.yaml defines.
+func IsBuiltinTool(tool string) bool {
+	_, ok := builtinTools[tool]
+	return ok
+}
+
+// ToolFor resolves a task's tool on a node: the task's (spec or
 // project.yaml), else the node's, else claude.
-func toolFor(taskTool string, n nodes.Node) string {
+func ToolFor(taskTool string, n nodes.Node) string {
 	if taskTool != "" {
 		return taskTool
 	}
@@ -145,7 +152,7 @@ func toolFor(taskTool string, n nodes.Node) string {
 	return defaultTool
 }
 
-// toolCommand returns the argv, stdin mode and settings of a tool.
+// ToolCommand returns the argv, stdin mode and settings of a tool.
 // dangerous uses the tool's permission-skipping flags; it is only ever set
 // by the node or the api_mode, never by a spec. sandboxed, for an attempt
 // that runs under bwrap, uses them too, with the tool's sandboxEnv: the
@@ -153,7 +160,7 @@ func toolFor(taskTool string, n nodes.Node) string {
 // own prompts. A tool of nodes.yaml runs the same either way. A session
 // continues that session of the tool (stdin "resume") where the tool can;
 // "" starts afresh.
-func toolCommand(cfg *nodes.Config, tool, model string, dangerous, sandboxed bool, session string) (argv []string, stdin string, env map[string]string, err error) {
+func ToolCommand(cfg *nodes.Config, tool, model string, dangerous, sandboxed bool, session string) (argv []string, stdin string, env map[string]string, err error) {
 	if t, ok := cfg.Tools[tool]; ok {
 		argv = append(argv, t.Command...)
 		if model != "" && t.ModelFlag != "" {
@@ -197,16 +204,16 @@ func (b builtinTool) flags(model string, dangerous bool) []string {
 	return append(argv, b.tail...)
 }
 
-// resumePrompt is what a resumed session is told.
-const resumePrompt = "You were interrupted (a rate limit or a stall stopped you). Continue the task from where you left off and finish it.\n"
+// ResumePrompt is what a resumed session is told.
+const ResumePrompt = "You were interrupted (a rate limit or a stall stopped you). Continue the task from where you left off and finish it.\n"
 
-// networkAllow is launch.json's allow list for a task whose network
+// NetworkAllow is launch.json's allow list for a task whose network
 // setting is an allow list: its entries, the hosts of tool's provider
 // (apiHosts) and the host of every URL among the api_mode's values (its
 // base URL: ANTHROPIC_BASE_URL and the like), so that the tool reaches
 // its API whatever the list says. The values are secrets: an error names
 // the variable, never its value.
-func networkAllow(network, tool string, modeEnv map[string]string) ([]string, error) {
+func NetworkAllow(network, tool string, modeEnv map[string]string) ([]string, error) {
 	l, _, err := netallow.Decode(network)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package controller
+package plan
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/crashpoint"
+	"github.com/dispatch-tool/dispatch/internal/filetree"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/spec"
@@ -340,7 +341,7 @@ func linkEntry(src, dst string) error {
 		tmp := dst + ".linking"
 		os.Remove(tmp)
 		if os.Link(src, tmp) != nil {
-			if err := copyFile(src, tmp); err != nil {
+			if err := filetree.CopyFile(src, tmp); err != nil {
 				return err
 			}
 		}
@@ -370,7 +371,7 @@ func linkTree(src, dst string) error {
 				return nil
 			}
 			// A file system without hard links: a copy.
-			return copyFile(p, to)
+			return filetree.CopyFile(p, to)
 		}
 		return nil
 	})
@@ -385,7 +386,7 @@ func linkTree(src, dst string) error {
 // contents (a project's base: tree, for reuse).
 func treeHash(dir string) (string, error) {
 	var lines []string
-	err := walkSums(dir, func(rel string, mode fs.FileMode, sum string) {
+	err := filetree.WalkSums(dir, func(rel string, mode fs.FileMode, sum string) {
 		lines = append(lines, fmt.Sprintf("%s\x00%o\x00%s", rel, mode.Perm()&0o111, sum))
 	})
 	if err != nil {

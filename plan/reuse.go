@@ -1,4 +1,4 @@
-package controller
+package plan
 
 import (
 	"context"
@@ -210,9 +210,9 @@ func sha256Hex(b []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// claimInputs is what a claimed attempt of t under mode runs from, with
+// ClaimInputs is what a claimed attempt of t under mode runs from, with
 // the results of its dependencies as they are now.
-func claimInputs(ctx context.Context, tx *store.Tx, cfg *nodes.Config, t store.Task, mode string, opts store.ProjectOptions) (string, error) {
+func ClaimInputs(ctx context.Context, tx *store.Tx, cfg *nodes.Config, t store.Task, mode string, opts store.ProjectOptions) (string, error) {
 	in := inputs{Spec: t.SpecHash, Base: baseOfTask(t, opts), Tool: t.Tool, Model: t.Model, Mode: mode}
 	in.Env, _ = modeEnvNames(cfg, mode)
 	for _, d := range t.DependsOn {

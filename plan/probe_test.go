@@ -1,0 +1,109 @@
+package plan
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/spec"
+	"github.com/dispatch-tool/dispatch/wrapper"
+)
+
+func TestCheckExecutables(t *testing.T) {
+	cfg, err := nodes.Parse("nodes.yaml", []byte(`
+nodes:
+  - name: a
+    slots: 1
+  - name: b
+    slots: 1
+    tool: codex
+  - name: r
+    slots: 1
+    dangerous: true
+  - name: box
+    slots: 1
+    api_mode: sandbox
+  - name: rb
+    slots: 1
+    dangerous: true
+    sandbox: on
+  - name: au
+    slots: 1
+    sandbox: auto
+api_modes:
+  sandbox:
+    dangerous: true
+    env: {IS_SANDBOX: "1"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s01 := Row{Task: &spec.Task{ID: "S01"}, Type: "implementation", Nodes: []string{"a", "b"}, Tools: map[string]string{"a": "claude", "b": "codex"}}
+	s99 := Row{Task: &spec.Task{ID: "S99"}, Type: "integration", Generated: true, Nodes: []string{"a"}, Tools: map[string]string{"a": "claude"}}
+	sh := Row{Task: &spec.Task{ID: "S02"}, Type: "implementation", Nodes: []string{"a"}, Tools: map[string]string{"a": "shell"}}
+	onR := Row{Task: &spec.Task{ID: "S03"}, Type: "implementation", Nodes: []string{"r"}, Tools: map[string]string{"r": "claude"}}
+	onBox := Row{Task: &spec.Task{ID: "S04"}, Type: "implementation", Nodes: []string{"box"}, Tools: map[string]string{"box": "claude"}}
+	onRB := Row{Task: &spec.Task{ID: "S06"}, Type: "implementation", Nodes: []string{"rb"}, Tools: map[string]string{"rb": "claude"}}
+	bwrap := func(p Probe) Probe {
+		p.Sandbox = &wrapper.SandboxReply{Sandbox: wrapper.SandboxBwrap}
+		return p
+	}
+	noneAU := Row{Task: &spec.Task{ID: "S07", Network: "none"}, Type: "implementation", Nodes: []string{"au"}, Tools: map[string]string{"au": "claude"}}
+	openAU := Row{Task: &spec.Task{ID: "S08"}, Type: "implementation", Nodes: []string{"au"}, Tools: map[string]string{"au": "claude"}}
+	noBwrap := func(p Probe) Probe {
+		p.Sandbox = &wrapper.SandboxReply{Error: "bwrap not found", Fix: "apt install bubblewrap"}
+		return p
+	}
+	gitRow := Row{Task: &spec.Task{ID: "S05"}, Type: "implementation", Nodes: []string{"a", "b"}, Tools: map[string]string{"a": "claude", "b": "codex"}, Git: true}
+	root := func(p Probe) Probe { p.Root = true; return p }
+	found := func(names ...string) Probe {
+		p := Probe{Found: map[string]bool{}}
+		for _, n := range names {
+			p.Found[n] = true
+		}
+		return p
+	}
+	tests := []struct {
+		name     string
+		rows     []Row
+		probes   map[string]Probe
+		problems []string // substrings, one per problem
+		notes    int
+	}{
+		{"one node has it", []Row{s01}, map[string]Probe{"a": found(), "b": found("codex")}, nil, 0},
+		{"no node has it", []Row{s01}, map[string]Probe{"a": found(), "b": found()},
+			[]string{"task S01 cannot run anywhere: a (tool claude: no claude in its PATH); b (tool codex: no codex in its PATH)"}, 0},
+		{"generated phase task names the phase fix", []Row{s99}, map[string]Probe{"a": found("codex")},
+			[]string{"the generated integration task S99|integration: false"}, 0},
+		{"unreachable node is a note, not a problem", []Row{s01}, map[string]Probe{"a": found(), "b": {Err: "connection refused"}}, nil, 1},
+		{"shell needs /bin/sh", []Row{sh}, map[string]Probe{"a": found("/bin/sh")}, nil, 0},
+		{"dangerous claude as root", []Row{onR}, map[string]Probe{"r": root(found("claude"))},
+			[]string{"task S03 cannot run anywhere: on r claude would run as root with --dangerously-skip-permissions|IS_SANDBOX=1"}, 0},
+		{"dangerous claude as another user", []Row{onR}, map[string]Probe{"r": found("claude")}, nil, 0},
+		{"dangerous claude as root in a sandbox", []Row{onBox}, map[string]Probe{"box": root(found("claude"))}, nil, 0},
+		{"dangerous claude as root on a sandbox: on node", []Row{onRB}, map[string]Probe{"rb": bwrap(root(found("claude")))}, nil, 0},
+		{"a repo project's node with git", []Row{gitRow}, map[string]Probe{"a": found("claude"), "b": found("codex", "git")}, nil, 0},
+		{"a repo project's nodes without git", []Row{gitRow}, map[string]Probe{"a": found("claude"), "b": found("codex")},
+			[]string{"task S05 cannot run anywhere: a (no git in its PATH|b (no git in its PATH|install git"}, 0},
+		{"network: none where the sandbox works", []Row{noneAU}, map[string]Probe{"au": bwrap(found("claude"))}, nil, 0},
+		{"network: none where the sandbox does not work", []Row{noneAU}, map[string]Probe{"au": noBwrap(found("claude"))},
+			[]string{"task S07 cannot run anywhere: au (sandbox: unavailable: bwrap not found|make the sandbox work"}, 0},
+		{"network open on sandbox: auto without the sandbox", []Row{openAU}, map[string]Probe{"au": noBwrap(found("claude"))}, nil, 0},
+		{"root without dangerous", []Row{s01}, map[string]Probe{"a": root(found("claude")), "b": found()}, nil, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			problems, notes := CheckExecutables(cfg, tc.rows, tc.probes)
+			if len(problems) != len(tc.problems) || len(notes) != tc.notes {
+				t.Fatalf("problems %q, notes %q; want %d problems, %d notes", problems, notes, len(tc.problems), tc.notes)
+			}
+			for i, wants := range tc.problems {
+				for _, want := range append(strings.Split(wants, "|"), "fix:") {
+					if !strings.Contains(problems[i], want) {
+						t.Errorf("problem %q lacks %q", problems[i], want)
+					}
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,208 @@
+package plan
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/spec"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+func storeTask(p *spec.Project, t *spec.Task, cfg *nodes.Config) store.Task {
+	maxRetries := cfg.Controller.MaxRetries
+	if t.MaxRetries != nil {
+		maxRetries = *t.MaxRetries
+	}
+	deps := t.DependsOn
+	if deps == nil {
+		deps = []string{}
+	}
+	return store.Task{Project: p.Name, ID: t.ID, Title: t.Title, Type: t.Type, Tool: t.Tool, Model: t.Model,
+		Priority: t.Priority, DependsOn: deps, Tags: t.Tags, NodePin: t.Node, Timeout: t.Timeout, Stall: t.Stall,
+		MaxRetries: maxRetries, SpecFile: t.File, SpecHash: t.Hash, Snapshot: t.Snapshot, Sandbox: t.Sandbox, Network: t.Network, Limits: t.Limits}
+}
+
+// SyncResult says what AddProject found.
+type SyncResult struct {
+	Added int
+	// Changed lists tasks whose spec file changed after they ran; they keep
+	// their snapshot until `dispatch retry`.
+	Changed []string
+	// Updated lists tasks that had not run yet and took the new spec.
+	Updated []string
+	// BaseMoved lists tasks that ran from an older commit of the
+	// project's repository than repo:/ref: now name; they keep their
+	// results until `dispatch retry`.
+	BaseMoved []string
+	// Finished is set when the project had finished and this start brought
+	// no new work: it stays finished with its result.
+	Finished bool
+	// Run is the number of the run this start began (0: it resumed the
+	// current one); PrevRun and PrevResult are the run that ended before.
+	Run, PrevRun int
+	PrevResult   string
+	// Reused are the tasks whose result the new run reuses; Reasons say
+	// why each other task runs again, in the specs' order.
+	Reused  []string
+	Reasons []taskReason
+	// AllReused: nothing changed since a passed run, and the new run ended
+	// at once with the same result.
+	AllReused bool
+}
+
+// projectOptionsFor resolves a project's settings from project.yaml,
+// nodes.yaml and the start switches.
+func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so control.StartOptions) store.ProjectOptions {
+	o := store.ProjectOptions{HaltFail: p.Config.Halt.Fail, Setup: p.Config.Setup, Integration: true, Verification: true,
+		Stall: p.Config.Stall, BudgetUSD: p.Config.Budget.USD, BudgetTokens: p.Config.Budget.Tokens,
+		MaxAttemptUSD: p.Config.Budget.MaxAttemptUSD,
+		MaxFixRounds:  cfg.Controller.MaxFixRounds, IntegratePartial: so.IntegratePartial, Overrides: map[string]store.PhaseSpec{}}
+	if so.BudgetUSD > 0 {
+		o.BudgetUSD = so.BudgetUSD
+	}
+	if src := p.Config.Source; src != nil {
+		o.Repo = &store.RepoOptions{Dir: src.Dir, Ref: src.Ref, Commit: src.Commit}
+	}
+	o.Notify = p.Config.Notify
+	o.Sandbox, o.Network, o.Limits = p.Config.Sandbox, p.Config.Network, p.Config.Limits
+	o.Trigger = so.Trigger
+	if o.Trigger == "" {
+		o.Trigger = control.TriggerStart
+	}
+	if p.Config.Integration != nil {
+		o.Integration = *p.Config.Integration
+	}
+	if p.Config.Verification != nil {
+		o.Verification = *p.Config.Verification
+	}
+	if so.NoIntegrate {
+		o.Integration = false
+	}
+	if p.Config.MaxFixRounds != nil {
+		o.MaxFixRounds = *p.Config.MaxFixRounds
+	}
+	for _, t := range p.Tasks {
+		if store.IsPhaseID(t.ID) {
+			o.Overrides[t.ID] = store.PhaseSpec{Title: t.Title, File: t.File, Tool: t.Tool, Model: t.Model, Timeout: t.Timeout,
+				Tags: t.Tags, Node: t.Node, Snapshot: t.Snapshot, Hash: t.Hash, Sandbox: t.Sandbox, Network: t.Network, Limits: t.Limits}
+		}
+	}
+	if p.Config.IntegrationSpec != "" {
+		file := filepath.Join(p.Dir, p.Config.IntegrationSpec)
+		if b, err := os.ReadFile(file); err == nil {
+			o.Overrides[store.IntegrationID] = store.PhaseSpec{Title: "Integrate the outputs", File: file, Tool: p.Config.Tool, Snapshot: b}
+		}
+	}
+	return o
+}
+
+// AddProject records a project and its author tasks (new tasks are
+// pending; tasks that have not started take a changed spec; started tasks
+// keep their snapshot) and marks the project active. Phase tasks (S99, V*,
+// F*) are created by the controller when their phase comes; author files
+// for them replace the generated specs.
+func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, home string, p *spec.Project, so control.StartOptions) (SyncResult, error) {
+	var res SyncResult
+	opts := projectOptionsFor(cfg, p, so)
+	ob, _ := json.Marshal(opts)
+	var baseDir string
+	if p.Config.Base != "" {
+		baseDir = filepath.Join(p.Dir, p.Config.Base)
+	}
+	var authorTasks []*spec.Task
+	for _, t := range p.Tasks {
+		if !store.IsPhaseID(t.ID) {
+			authorTasks = append(authorTasks, t)
+		}
+	}
+	existing, err := st.Tasks(ctx, p.Name)
+	if err != nil {
+		return res, err
+	}
+	have := map[string]store.Task{}
+	for _, t := range existing {
+		have[t.ID] = t
+	}
+	if p.Config.Base != "" {
+		// A task's result is reused only from the same base tree.
+		if opts.BaseTree, err = treeHash(baseDir); err != nil {
+			return res, fmt.Errorf("read the base tree of %s: %w", p.Name, err)
+		}
+		ob, _ = json.Marshal(opts)
+	}
+	// A finished project begins its next run; one that is going on (or
+	// stopped) is resumed, its run still what began it (a schedule, say).
+	if old, err := st.Project(ctx, p.Name); err == nil && old.State == store.ProjectDone {
+		res, err := newRun(ctx, st, cfg, home, p, so, opts, string(ob), old, have)
+		res.Finished = res.AllReused
+		return res, err
+	} else if err == nil {
+		if oo, err := old.ParseOptions(); err == nil && oo.Trigger != "" {
+			opts.Trigger = oo.Trigger
+			ob, _ = json.Marshal(opts)
+		}
+	}
+	err = st.Update(ctx, func(tx *store.Tx) error {
+		res = SyncResult{}
+		if err := tx.EnsureProject(ctx, p.Name, string(ob)); err != nil {
+			return err
+		}
+		for _, t := range authorTasks {
+			nt := storeTask(p, t, cfg)
+			nt.BaseDir = baseDir
+			if opts.Repo != nil {
+				nt.BaseCommit = opts.Repo.Commit
+			}
+			old, ok := have[t.ID]
+			if !ok {
+				res.Added++
+				if err := tx.InsertTask(ctx, nt); err != nil {
+					return err
+				}
+				continue
+			}
+			if old.SpecHash == nt.SpecHash && sameSettings(old, nt) {
+				continue
+			}
+			if old.Status != store.Pending && old.Status != store.Blocked {
+				if old.SpecHash != nt.SpecHash {
+					res.Changed = append(res.Changed, t.ID)
+				}
+				if old.BaseCommit != nt.BaseCommit && old.BaseCommit != "" {
+					res.BaseMoved = append(res.BaseMoved, t.ID)
+				}
+				continue
+			}
+			res.Updated = append(res.Updated, t.ID)
+			if err := tx.SetTask(ctx, p.Name, t.ID, store.TaskPatch{Title: new(nt.Title), Type: new(nt.Type), Tool: new(nt.Tool),
+				Model: new(nt.Model), Priority: new(nt.Priority), DependsOn: new(nt.DependsOn), Tags: new(nt.Tags),
+				NodePin: new(nt.NodePin), Timeout: new(nt.Timeout), Stall: new(nt.Stall), MaxRetries: new(nt.MaxRetries),
+				SpecFile: new(nt.SpecFile), SpecHash: new(nt.SpecHash), Snapshot: new(nt.Snapshot), BaseDir: new(nt.BaseDir),
+				BaseCommit: new(nt.BaseCommit), Limits: new(nt.Limits), Sandbox: new(nt.Sandbox), Network: new(nt.Network)}); err != nil {
+				return err
+			}
+			msg := "spec changed before the task ran; using the new one"
+			if old.SpecHash == nt.SpecHash && old.BaseCommit != nt.BaseCommit {
+				msg = "the repository's ref moved before the task ran; it starts from " + nt.BaseCommit
+			}
+			if err := tx.Event(ctx, store.Event{Project: p.Name, Task: t.ID, Kind: "spec", Message: msg}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return res, err
+}
+
+func sameSettings(a, b store.Task) bool {
+	return a.Title == b.Title && a.Type == b.Type && a.Tool == b.Tool && a.Model == b.Model &&
+		a.Priority == b.Priority && slices.Equal(a.DependsOn, b.DependsOn) && slices.Equal(a.Tags, b.Tags) &&
+		a.NodePin == b.NodePin && a.Timeout == b.Timeout && a.Stall == b.Stall && a.MaxRetries == b.MaxRetries && a.BaseDir == b.BaseDir &&
+		a.BaseCommit == b.BaseCommit && a.Limits == b.Limits && a.Sandbox == b.Sandbox && a.Network == b.Network
+}
