@@ -481,11 +481,11 @@ func (s *SSH) Exec(ctx context.Context, argv []string, stdin []byte) (Result, er
 				_ = sess.Close()
 			}()
 		}
-		stdout, stderr := newCappedBuffer(MaxExecOutput, over), newCappedBuffer(MaxExecOutput, over)
+		stdout, stderr := NewCappedBuffer(MaxExecOutput, over), NewCappedBuffer(MaxExecOutput, over)
 		sess.Stdin = bytes.NewReader(stdin)
 		sess.Stdout, sess.Stderr = stdout, stderr
 		err = sess.Run(ShellQuote(argv))
-		if stdout.overflowed() || stderr.overflowed() {
+		if stdout.Overflowed() || stderr.Overflowed() {
 			return Result{}, fmt.Errorf("%w: it printed more than %d MiB and was killed", ErrOutputTooLarge, MaxExecOutput>>20)
 		}
 		res := Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
@@ -544,7 +544,7 @@ func shellQuote(s string) string {
 // Put writes r to a hidden temporary file next to path and renames it into
 // place (posix-rename), so no reader ever sees a partial file.
 func (s *SSH) Put(ctx context.Context, p string, r io.Reader, mode fs.FileMode) error {
-	if err := checkPath(p); err != nil {
+	if err := CheckPath(p); err != nil {
 		return err
 	}
 	_, err := callSFTP(ctx, s, func(f *sftp.Client) (struct{}, error) {
@@ -596,7 +596,7 @@ func randomSuffix() string {
 // Get copies the file at path to w. w is written only while the call is
 // live: a call given up on stops writing when its connection is closed.
 func (s *SSH) Get(ctx context.Context, p string, w io.Writer) error {
-	if err := checkPath(p); err != nil {
+	if err := CheckPath(p); err != nil {
 		return err
 	}
 	gw := &guardWriter{w: w}
@@ -609,7 +609,7 @@ func (s *SSH) Get(ctx context.Context, p string, w io.Writer) error {
 		if err != nil {
 			return struct{}{}, notExist(err)
 		}
-		if err := regularFile(fi); err != nil {
+		if err := RegularFile(fi); err != nil {
 			return struct{}{}, err
 		}
 		r, err := f.Open(p)
@@ -660,7 +660,7 @@ func notExist(err error) error {
 
 // Walk lists the regular files and symlinks under dir.
 func (s *SSH) Walk(ctx context.Context, dir string) ([]FileInfo, error) {
-	if err := checkPath(dir); err != nil {
+	if err := CheckPath(dir); err != nil {
 		return nil, err
 	}
 	out, err := callSFTP(ctx, s, func(f *sftp.Client) ([]FileInfo, error) {
@@ -669,7 +669,7 @@ func (s *SSH) Walk(ctx context.Context, dir string) ([]FileInfo, error) {
 		if err != nil {
 			return nil, notExist(err)
 		}
-		if err := walkRoot(fi); err != nil {
+		if err := WalkRoot(fi); err != nil {
 			return nil, err
 		}
 		w := f.Walk(dir)
@@ -695,7 +695,7 @@ func (s *SSH) Walk(ctx context.Context, dir string) ([]FileInfo, error) {
 
 // Remove removes the file or tree at path.
 func (s *SSH) Remove(ctx context.Context, p string) error {
-	if err := checkPath(p); err != nil {
+	if err := CheckPath(p); err != nil {
 		return err
 	}
 	if path.Clean(p) == "/" {
@@ -855,7 +855,7 @@ func mkdirPrivateSFTP(f *sftp.Client, dir string) error {
 
 // Lstat describes p over SFTP, without following a final symbolic link.
 func (s *SSH) Lstat(ctx context.Context, p string) (Stat, error) {
-	if err := checkPath(p); err != nil {
+	if err := CheckPath(p); err != nil {
 		return Stat{}, err
 	}
 	st, err := callSFTP(ctx, s, func(f *sftp.Client) (Stat, error) {
@@ -939,7 +939,7 @@ func (s *SSH) Stream(ctx context.Context, argv []string, onLine func([]byte) boo
 		return fmt.Errorf("stream %s on %s: %w", argv[0], s.cfg.Node, err)
 	}
 	stop := context.AfterFunc(ctx, closeSession)
-	err = readLines(stdout, onLine)
+	err = ReadLines(stdout, onLine)
 	stop()
 	go stdin.Close()
 	if ctx.Err() != nil {
