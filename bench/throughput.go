@@ -16,6 +16,7 @@ import (
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/nodes/sshnode"
 )
 
 const (
@@ -513,7 +514,7 @@ func openTransport(c *sshdtest.Client, s *sshdtest.Server) (nodes.Transport, err
 	if err != nil {
 		return nil, err
 	}
-	return nodes.Open(cfg, cfg.Nodes[0], nodes.SSHEnv{Home: c.Home, User: c.User})
+	return sshnode.Open(cfg, cfg.Nodes[0], sshnode.SSHEnv{Home: c.Home, User: c.User})
 }
 
 // sessionLimit launches 16 tasks on one node with 16 slots whose sshd has

@@ -19,6 +19,7 @@ import (
 	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/nodes/sshnode"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -262,14 +263,14 @@ func writePidFiles(e *env, also ...string) (func(), error) {
 // socket, its pid is recorded (writePidFiles), and it re-reads nodes.yaml
 // for each start handed to it and on SIGHUP. done undoes all three.
 func runController(ctx context.Context, e *env, opts controller.Options) (*controller.Controller, func(), error) {
-	sshEnv, err := nodes.DefaultSSHEnv()
+	sshEnv, err := sshnode.DefaultSSHEnv()
 	if err != nil {
 		return nil, nil, err
 	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	opts.Reload = e.loadConfig
-	opts.Open = func(cfg *nodes.Config, n nodes.Node) (nodes.Transport, error) { return nodes.Open(cfg, n, sshEnv) }
+	opts.Open = func(cfg *nodes.Config, n nodes.Node) (nodes.Transport, error) { return sshnode.Open(cfg, n, sshEnv) }
 	opts.Hangup = hup
 	ctl := controller.New(opts)
 	stopServing, err := ctl.Serve(ctx)

@@ -1,20 +1,22 @@
-package nodes
+package sshnode
+
+import "github.com/dispatch-tool/dispatch/nodes"
 
 // SSHTransportConfig is the SSH configuration of node n.
-func SSHTransportConfig(cfg *Config, n Node, env SSHEnv) SSHConfig {
+func SSHTransportConfig(cfg *nodes.Config, n nodes.Node, env SSHEnv) SSHConfig {
 	return SSHConfig{Node: n.Name, Target: n.SSH, Env: env, ConnectTimeout: cfg.Controller.SSHConnectTimeout,
 		StrictHostKeyChecking: n.StrictHostKeyChecking}
 }
 
 // Open returns the transport of node n: Local for ssh: null, else SSH. It
 // connects nothing; a bad ssh: value is a ConfigError naming the line.
-func Open(cfg *Config, n Node, env SSHEnv) (Transport, error) {
+func Open(cfg *nodes.Config, n nodes.Node, env SSHEnv) (nodes.Transport, error) {
 	if n.IsLocal() {
-		return NewLocal(), nil
+		return nodes.NewLocal(), nil
 	}
 	tr, err := NewSSH(SSHTransportConfig(cfg, n, env))
 	if err != nil {
-		return nil, &ConfigError{File: cfg.File, Line: n.Line, Msg: "node " + n.Name + ": ssh: " + err.Error(),
+		return nil, &nodes.ConfigError{File: cfg.File, Line: n.Line, Msg: "node " + n.Name + ": ssh: " + err.Error(),
 			Fix: "write ssh: as an ssh command line, user@host[:port], or a Host alias of ~/.ssh/config"}
 	}
 	return tr, nil
