@@ -119,7 +119,7 @@ type inproc struct {
 	st            *store.Store
 	trs           map[string]nodes.Transport
 	rec           *recorder
-	env           sshnode.SSHEnv
+	env           sshnode.Env
 }
 
 // newInproc loads home/nodes.yaml, opens home/dispatch.db and adds the
@@ -134,7 +134,7 @@ func newInproc(ctx context.Context, c *sshdtest.Client, homeDir, project string)
 		return nil, err
 	}
 	ip := &inproc{home: homeDir, project: project, cfg: cfg, st: st, trs: map[string]nodes.Transport{}, rec: &recorder{},
-		env: sshnode.SSHEnv{Home: c.Home, User: c.User}}
+		env: sshnode.Env{Home: c.Home, User: c.User}}
 	p, err := spec.Load(home.SpecsDir(homeDir), project)
 	if err != nil {
 		st.Close()

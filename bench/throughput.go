@@ -514,7 +514,7 @@ func openTransport(c *sshdtest.Client, s *sshdtest.Server) (nodes.Transport, err
 	if err != nil {
 		return nil, err
 	}
-	return sshnode.Open(cfg, cfg.Nodes[0], sshnode.SSHEnv{Home: c.Home, User: c.User})
+	return sshnode.Open(cfg, cfg.Nodes[0], sshnode.Env{Home: c.Home, User: c.User})
 }
 
 // sessionLimit launches 16 tasks on one node with 16 slots whose sshd has

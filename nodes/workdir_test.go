@@ -137,8 +137,8 @@ func TestUnsafeWorkDirIsRefused(t *testing.T) {
 // share the helpers of the SSH client's own tests.
 func sshTo(t *testing.T, c *sshdtest.Client, s *sshdtest.Server) nodes.Transport {
 	t.Helper()
-	tr, err := sshnode.NewSSH(sshnode.SSHConfig{Node: "n1", Target: fmt.Sprintf("%s@127.0.0.1:%d", c.User, s.Port),
-		Env: sshnode.SSHEnv{Home: c.Home, ConfigFile: c.SSHConfig, User: c.User}, ConnectTimeout: 3 * time.Second, AgentSocket: "/nonexistent"})
+	tr, err := sshnode.New(sshnode.Config{Node: "n1", Target: fmt.Sprintf("%s@127.0.0.1:%d", c.User, s.Port),
+		Env: sshnode.Env{Home: c.Home, ConfigFile: c.SSHConfig, User: c.User}, ConnectTimeout: 3 * time.Second, AgentSocket: "/nonexistent"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func cleanupCommand() *cli.Command {
 				return usagef("dispatch stop "+project, "a controller is serving %s: stop it first", project)
 			}
 		}
-		env, err := sshnode.DefaultSSHEnv()
+		env, err := sshnode.DefaultEnv()
 		if err != nil {
 			return err
 		}
@@ -76,7 +76,7 @@ func cleanupCommand() *cli.Command {
 	})
 }
 
-func removeWorkspace(ctx context.Context, cfg *nodes.Config, n nodes.Node, env sshnode.SSHEnv, project string) error {
+func removeWorkspace(ctx context.Context, cfg *nodes.Config, n nodes.Node, env sshnode.Env, project string) error {
 	tr, err := sshnode.Open(cfg, n, env)
 	if err != nil {
 		return err

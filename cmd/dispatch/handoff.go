@@ -263,7 +263,7 @@ func writePidFiles(e *env, also ...string) (func(), error) {
 // socket, its pid is recorded (writePidFiles), and it re-reads nodes.yaml
 // for each start handed to it and on SIGHUP. done undoes all three.
 func runController(ctx context.Context, e *env, opts controller.Options) (*controller.Controller, func(), error) {
-	sshEnv, err := sshnode.DefaultSSHEnv()
+	sshEnv, err := sshnode.DefaultEnv()
 	if err != nil {
 		return nil, nil, err
 	}

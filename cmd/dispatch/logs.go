@@ -121,7 +121,7 @@ func remoteLog(ctx context.Context, e *env, out io.Writer, st *store.Store, t st
 	if !ok {
 		return fmt.Errorf("node %s of %s/%s is no longer in %s", run.Node, t.Project, t.ID, cfg.File)
 	}
-	env, err := sshnode.DefaultSSHEnv()
+	env, err := sshnode.DefaultEnv()
 	if err != nil {
 		return err
 	}

@@ -222,7 +222,7 @@ func nodesCheck(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	env, err := sshnode.DefaultSSHEnv()
+	env, err := sshnode.DefaultEnv()
 	if err != nil {
 		return err
 	}
@@ -310,7 +310,7 @@ func nodesCheck(c *cli.Context) error {
 
 // checkNode connects, installs the wrapper, runs a no-op through the shell
 // and one status call, and measures the clock skew.
-func checkNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, env sshnode.SSHEnv, w *nodes.Wrappers) checkResult {
+func checkNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, env sshnode.Env, w *nodes.Wrappers) checkResult {
 	r := checkResult{Name: n.Name}
 	start := time.Now()
 	fail := func(err error) checkResult {
@@ -534,11 +534,11 @@ func nodesTrust(c *cli.Context) error {
 	if n.IsLocal() {
 		return usagef("dispatch nodes check", "node %s is local (ssh: null): it has no host key to trust", name)
 	}
-	env, err := sshnode.DefaultSSHEnv()
+	env, err := sshnode.DefaultEnv()
 	if err != nil {
 		return err
 	}
-	tr, err := sshnode.NewSSH(sshnode.SSHTransportConfig(cfg, n, env))
+	tr, err := sshnode.New(sshnode.NodeConfig(cfg, n, env))
 	if err != nil {
 		return &nodes.ConfigError{File: cfg.File, Line: n.Line, Msg: fmt.Sprintf("node %s: %v", name, err)}
 	}

@@ -192,7 +192,7 @@ func runProject(ctx context.Context, e *env, cfg *nodes.Config, st *store.Store,
 
 // openTransports builds one transport per node; it connects nothing yet.
 func openTransports(cfg *nodes.Config, only []string) (map[string]nodes.Transport, error) {
-	env, err := sshnode.DefaultSSHEnv()
+	env, err := sshnode.DefaultEnv()
 	if err != nil {
 		return nil, err
 	}

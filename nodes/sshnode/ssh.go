@@ -25,11 +25,11 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
-// SSHConfig says how to reach one node over SSH.
-type SSHConfig struct {
+// Config says how to reach one node over SSH.
+type Config struct {
 	Node   string // node name, for messages
 	Target string // the node's ssh: value
-	Env    SSHEnv
+	Env    Env
 	// ConnectTimeout bounds the TCP connect and the SSH handshake of each hop.
 	ConnectTimeout time.Duration
 	// StrictHostKeyChecking is the node's setting: "" or "yes" refuse unknown
@@ -43,7 +43,7 @@ type SSHConfig struct {
 // (sessions for commands, SFTP for files), opened on first use and reopened
 // after a failure.
 type SSH struct {
-	cfg SSHConfig
+	cfg Config
 	ep  *Endpoint
 
 	mu     sync.Mutex
@@ -65,9 +65,9 @@ const maxSessions = 8
 
 var _ nodes.Transport = (*SSH)(nil)
 
-// NewSSH resolves the node's ssh: value (command line, user@host[:port] or a
+// New resolves the node's ssh: value (command line, user@host[:port] or a
 // ~/.ssh/config alias); it connects nothing yet.
-func NewSSH(cfg SSHConfig) (*SSH, error) {
+func New(cfg Config) (*SSH, error) {
 	ep, err := cfg.Env.ParseSSHTarget(cfg.Target)
 	if err != nil {
 		return nil, err

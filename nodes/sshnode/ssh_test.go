@@ -19,17 +19,17 @@ import (
 )
 
 // sshEnv is the operator's side of client c: its fake home and config.
-func sshEnv(c *sshdtest.Client) sshnode.SSHEnv {
-	return sshnode.SSHEnv{Home: c.Home, ConfigFile: c.SSHConfig, User: c.User}
+func sshEnv(c *sshdtest.Client) sshnode.Env {
+	return sshnode.Env{Home: c.Home, ConfigFile: c.SSHConfig, User: c.User}
 }
 
-func newSSH(t *testing.T, c *sshdtest.Client, target string, mod ...func(*sshnode.SSHConfig)) *sshnode.SSH {
+func newSSH(t *testing.T, c *sshdtest.Client, target string, mod ...func(*sshnode.Config)) *sshnode.SSH {
 	t.Helper()
-	cfg := sshnode.SSHConfig{Node: "n1", Target: target, Env: sshEnv(c), ConnectTimeout: 3 * time.Second, AgentSocket: "/nonexistent"}
+	cfg := sshnode.Config{Node: "n1", Target: target, Env: sshEnv(c), ConnectTimeout: 3 * time.Second, AgentSocket: "/nonexistent"}
 	for _, m := range mod {
 		m(&cfg)
 	}
-	tr, err := sshnode.NewSSH(cfg)
+	tr, err := sshnode.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestSSHAcceptNew(t *testing.T) {
 	sshdtest.Require(t)
 	c := sshdtest.NewClient(t)
 	s := c.StartServer(t, "acceptnew")
-	tr := newSSH(t, c, target(c, s), func(cfg *sshnode.SSHConfig) { cfg.StrictHostKeyChecking = "accept-new" })
+	tr := newSSH(t, c, target(c, s), func(cfg *sshnode.Config) { cfg.StrictHostKeyChecking = "accept-new" })
 	if _, err := tr.Exec(t.Context(), []string{"true"}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestSSHAcceptNew(t *testing.T) {
 	// accept-new never accepts a changed key.
 	tr.Close()
 	s.RotateHostKey(t)
-	tr2 := newSSH(t, c, target(c, s), func(cfg *sshnode.SSHConfig) { cfg.StrictHostKeyChecking = "accept-new" })
+	tr2 := newSSH(t, c, target(c, s), func(cfg *sshnode.Config) { cfg.StrictHostKeyChecking = "accept-new" })
 	_, err := tr2.Exec(t.Context(), []string{"true"}, nil)
 	var ch *sshnode.HostKeyChangedError
 	if !errors.As(err, &ch) {
@@ -206,7 +206,7 @@ func TestSSHHungAndClosedNodes(t *testing.T) {
 	c := sshdtest.NewClient(t)
 	s := c.StartServer(t, "hang")
 	c.Trust(t, s)
-	tr := newSSH(t, c, target(c, s), func(cfg *sshnode.SSHConfig) { cfg.ConnectTimeout = time.Second })
+	tr := newSSH(t, c, target(c, s), func(cfg *sshnode.Config) { cfg.ConnectTimeout = time.Second })
 	if _, err := tr.Exec(t.Context(), []string{"true"}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestSSHAgent(t *testing.T) {
 	if err := os.Remove(c.KeyFile); err != nil {
 		t.Fatal(err)
 	}
-	tr := newSSH(t, c, target(c, s), func(cfg *sshnode.SSHConfig) { cfg.AgentSocket = sock })
+	tr := newSSH(t, c, target(c, s), func(cfg *sshnode.Config) { cfg.AgentSocket = sock })
 	res, err := tr.Exec(t.Context(), []string{"echo", "agent"}, nil)
 	if err != nil || strings.TrimSpace(string(res.Stdout)) != "agent" {
 		t.Fatalf("Exec with the agent's key = %q, %v", res.Stdout, err)
