@@ -14,7 +14,6 @@ import (
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/readmodel"
-	"github.com/dispatch-tool/dispatch/service"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -59,8 +58,7 @@ func (c *Controller) Do(ctx context.Context, req control.Request) control.Reply 
 	case "stop":
 		msg, err = c.Stop(ctx, req.Project, req.Kill)
 	case "enable", "disable":
-		msg, err = service.SetEnabled(ctx, c.st, home.SpecsDir(c.opts.Home), req.Project, req.Op == "enable", c.now())
-		c.schedules.CheckNow() // look at it now
+		msg, err = c.schedules.SetEnabled(ctx, req.Project, req.Op == "enable", c.now())
 	case "ping":
 		// Who answers: `dispatch schedule` says whether a daemon serves.
 		msg = "controller"

@@ -163,7 +163,7 @@ func New(opts Options) *Controller {
 		nodes: map[string]*nodeRuntime{}, started: opts.Now(), wake: make(chan struct{}, 1), troubles: map[string]int{}, ended: make(chan struct{}),
 		streamBeat: defaultStreamBeat, streamRetry: defaultStreamRetry}
 	c.live.Store(opts.Config)
-	c.schedules = &service.Schedules{St: opts.Store, SpecsDir: home.SpecsDir(opts.Home), Log: c.log, Now: opts.Now, Start: c.startProject}
+	c.schedules = &service.Schedules{St: opts.Store, SpecsDir: home.SpecsDir(opts.Home), Log: c.log, Now: opts.Now}
 	allowed := map[string]bool{}
 	for _, n := range opts.Nodes {
 		allowed[n] = true
@@ -306,10 +306,7 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 		if c.opts.Daemon {
 			// Scheduled runs start when they are due, and their tasks are
 			// claimed by the tick right after.
-			due, begun, err := c.schedules.Tick(ctx)
-			if err != nil {
-				c.log.Error("schedules not checked; trying again at the next tick", "err", err)
-			}
+			due, begun := c.schedules.Between(ctx, c.startProject)
 			if !due.IsZero() {
 				wait = max(min(wait, due.Sub(c.now())), 0)
 			}

@@ -37,7 +37,7 @@ func TestSchedulesOnTheControllersClock(t *testing.T) {
 	write("S01-a.md", "---\nmax_retries: 0\n---\necho a > a.txt\n")
 	check := func() store.ScheduleState {
 		t.Helper()
-		if _, err := h.ctl.schedules.Check(ctx); err != nil {
+		if _, err := h.ctl.schedules.Check(ctx, h.ctl.startProject); err != nil {
 			t.Fatal(err)
 		}
 		scs, err := h.st.Schedules(ctx)
