@@ -20,6 +20,7 @@ import (
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/nodes/sshnode"
+	"github.com/dispatch-tool/dispatch/service"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -272,6 +273,13 @@ func runController(ctx context.Context, e *env, opts controller.Options) (*contr
 	opts.Reload = e.loadConfig
 	opts.Open = func(cfg *nodes.Config, n nodes.Node) (nodes.Transport, error) { return sshnode.Open(cfg, n, sshEnv) }
 	opts.Hangup = hup
+	if opts.SetSchedule == nil {
+		// `dispatch schedule enable|disable` while a start's controller
+		// holds the home: recorded, for the next dispatch serve.
+		opts.SetSchedule = func(ctx context.Context, project string, enabled bool, now time.Time) (string, error) {
+			return service.SetEnabled(ctx, opts.Store, e.specsDir(), project, enabled, now)
+		}
+	}
 	ctl := controller.New(opts)
 	stopServing, err := ctl.Serve(ctx)
 	if err != nil {
