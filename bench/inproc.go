@@ -17,6 +17,7 @@ import (
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/nodes/sshnode"
 	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
@@ -119,7 +120,7 @@ type inproc struct {
 	st            *store.Store
 	trs           map[string]nodes.Transport
 	rec           *recorder
-	env           nodes.SSHEnv
+	env           sshnode.Env
 }
 
 // newInproc loads home/nodes.yaml, opens home/dispatch.db and adds the
@@ -134,7 +135,7 @@ func newInproc(ctx context.Context, c *sshdtest.Client, homeDir, project string)
 		return nil, err
 	}
 	ip := &inproc{home: homeDir, project: project, cfg: cfg, st: st, trs: map[string]nodes.Transport{}, rec: &recorder{},
-		env: nodes.SSHEnv{Home: c.Home, User: c.User}}
+		env: sshnode.Env{Home: c.Home, User: c.User}}
 	p, err := spec.Load(home.SpecsDir(homeDir), project)
 	if err != nil {
 		st.Close()
@@ -145,7 +146,7 @@ func newInproc(ctx context.Context, c *sshdtest.Client, homeDir, project string)
 		return nil, err
 	}
 	for _, n := range cfg.Nodes {
-		tr, err := nodes.Open(cfg, n, ip.env)
+		tr, err := sshnode.Open(cfg, n, ip.env)
 		if err != nil {
 			st.Close()
 			return nil, err

@@ -16,6 +16,7 @@ import (
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/nodes/sshnode"
 )
 
 const (
@@ -160,18 +161,18 @@ collects task.log and output/ back by SFTP with a manifest, and writes runs/<pro
 	case tp.refused > 0:
 		sec.findings = append(sec.findings, finding{"sessions", fmt.Sprintf("**Launch bursts exceed OpenSSH's default "+
 			"MaxSessions (not a speed problem; found while benchmarking).** `controller.(*Controller).launchAll` starts every "+
-			"claim of a node at once, one SSH session each (`nodes.(*SSH).Exec`), on top of the SFTP session; a stock sshd "+
+			"claim of a node at once, one SSH session each (`sshnode.(*SSH).Exec`), on top of the SFTP session; a stock sshd "+
 			"allows 10 sessions per connection. A node with 16 slots refused %d of 16 launches in one tick, and each refusal "+
 			"failed its task with error_class start, using up a retry. **Change**: bound concurrent sessions per connection "+
-			"in `nodes.SSH`, and retry a session open that the server refused (`*ssh.OpenChannelError`) after a short pause.",
+			"in `sshnode.SSH`, and retry a session open that the server refused (`*ssh.OpenChannelError`) after a short pause.",
 			tp.refused)})
 	case tp.sessionsUncertain > 0:
 		sec.findings = append(sec.findings, finding{"sessions", fmt.Sprintf("**A stock sshd still refuses some launches "+
-			"(not a speed problem; found while benchmarking).** With `nodes.SSH` running at most 8 commands at once per "+
+			"(not a speed problem; found while benchmarking).** With `sshnode.SSH` running at most 8 commands at once per "+
 			"connection, a node with 16 slots and OpenSSH's default `MaxSessions 10` still refused %d of 16 launches in one "+
 			"tick (\"the node refused a new SSH session\"): sshd releases a closed session's slot a little after the client "+
 			"sees it close, so a session opened at once can still be refused. Those launches are left uncertain and, never "+
-			"started, wait out the 30 s claim grace before they are launched again. **Change**: in `nodes.(*SSH).Exec`, when "+
+			"started, wait out the 30 s claim grace before they are launched again. **Change**: in `sshnode.(*SSH).Exec`, when "+
 			"`NewSession` fails with `*ssh.OpenChannelError`, retry it a few times after 10–50 ms instead of returning.",
 			tp.sessionsUncertain)})
 	}
@@ -513,7 +514,7 @@ func openTransport(c *sshdtest.Client, s *sshdtest.Server) (nodes.Transport, err
 	if err != nil {
 		return nil, err
 	}
-	return nodes.Open(cfg, cfg.Nodes[0], nodes.SSHEnv{Home: c.Home, User: c.User})
+	return sshnode.Open(cfg, cfg.Nodes[0], sshnode.Env{Home: c.Home, User: c.User})
 }
 
 // sessionLimit launches 16 tasks on one node with 16 slots whose sshd has

@@ -304,7 +304,7 @@ func tickSection(o *options, rs []*tickResult) *section {
 	sec := &section{title: "Tick cost: one poll of 1 to 20 nodes holding 1,000 running tasks"}
 	var b strings.Builder
 	fmt.Fprintf(&b, "The controller runs in the bench process (`controller.New` + `(*Controller).Tick`, the code `dispatch start` "+
-		"runs) on a fresh SQLite database, with the transports of `nodes.Open` decorated to count and time every call. For each "+
+		"runs) on a fresh SQLite database, with the transports of `sshnode.Open` decorated to count and time every call. For each "+
 		"node count, %d tasks (`sleep 600`, real wrappers: one detached supervisor per node and launch, heartbeat every 10 s) are launched by "+
 		"the controller itself, spread evenly (%d/N slots per node), until all run; then steady ticks are timed (they launch "+
 		"nothing and change no status), alternating:\n\n"+

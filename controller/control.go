@@ -15,7 +15,6 @@ import (
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/readmodel"
-	"github.com/dispatch-tool/dispatch/service"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -60,16 +59,19 @@ func (c *Controller) Do(ctx context.Context, req control.Request) control.Reply 
 	case "stop":
 		msg, err = c.Stop(ctx, req.Project, req.Kill)
 	case "enable", "disable":
-		msg, err = service.SetEnabled(ctx, c.st, home.SpecsDir(c.opts.Home), req.Project, req.Op == "enable", c.now())
-		c.schedules.CheckNow() // look at it now
+		if c.opts.SetSchedule == nil {
+			err = &control.OpError{Msg: "this controller does not handle schedules"}
+			break
+		}
+		msg, err = c.opts.SetSchedule(ctx, req.Project, req.Op == "enable", c.now())
 	case "ping":
 		// Who answers: `dispatch schedule` says whether a daemon serves.
 		msg = "controller"
-		if c.opts.Daemon {
+		if c.opts.Between != nil {
 			msg = "daemon"
 		}
 	case "shutdown":
-		if !c.opts.Daemon {
+		if c.opts.Between == nil {
 			err = &control.OpError{Msg: "this controller is not a dispatch serve daemon: it ends by itself when its projects are finished (dispatch stop <project> stops one)"}
 			break
 		}

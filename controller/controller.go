@@ -12,11 +12,9 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/control"
-	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/policy"
-	"github.com/dispatch-tool/dispatch/service"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -59,9 +57,19 @@ type Options struct {
 	Logger    *slog.Logger
 	// Nodes restricts scheduling to these node names when not empty.
 	Nodes []string
-	// Daemon is `dispatch serve`: Run does not end when every project is
-	// finished, and starts the scheduled projects' runs when they are due.
-	Daemon bool
+	// Between, when set, makes the controller a daemon (`dispatch serve`;
+	// package service provides it): Run does not end when every project it
+	// serves is finished, only on a shutdown request or when its context
+	// ends, and calls Between after each tick, before it waits for the
+	// next. Between may begin runs with start, as a `dispatch start`
+	// handed to the controller does; it returns when Run should tick at the
+	// latest (zero: no demand of its own) and whether it began a run, whose
+	// tasks the next tick claims at once.
+	Between func(ctx context.Context, start func(ctx context.Context, project string, so control.StartOptions) (string, error)) (due time.Time, begun bool)
+	// SetSchedule enables or disables the schedule of a project, for a
+	// `dispatch schedule enable|disable` handed to the controller; now is
+	// the controller's clock. Nil: such requests are refused.
+	SetSchedule func(ctx context.Context, project string, enabled bool, now time.Time) (string, error)
 	// Reload re-reads and validates nodes.yaml, for each start handed to
 	// the controller and each value of Hangup (SIGHUP); nil: never.
 	Reload func() (*nodes.Config, error)
@@ -116,8 +124,6 @@ type Controller struct {
 	// shutdown is set by a "shutdown" request (dispatch serve --stop):
 	// Run ends after it.
 	shutdown bool
-	// schedules checks the schedules of a daemon (see package service).
-	schedules *service.Schedules
 	// wake asks Run for a tick now: a node's status stream saw a change.
 	wake chan struct{}
 	// fullPullEvery is how often a node with an open status stream is
@@ -164,7 +170,6 @@ func New(opts Options) *Controller {
 		nodes: map[string]*nodeRuntime{}, started: opts.Now(), wake: make(chan struct{}, 1), troubles: map[string]int{}, ended: make(chan struct{}),
 		streamBeat: defaultStreamBeat, streamRetry: defaultStreamRetry}
 	c.live.Store(opts.Config)
-	c.schedules = &service.Schedules{St: opts.Store, SpecsDir: home.SpecsDir(opts.Home), Log: c.log, Now: opts.Now, Start: c.startProject}
 	allowed := map[string]bool{}
 	for _, n := range opts.Nodes {
 		allowed[n] = true
@@ -288,7 +293,7 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 		if err != nil {
 			return err
 		}
-		if c.shutdown || (len(served) == 0 && !c.opts.Daemon) {
+		if c.shutdown || (len(served) == 0 && c.opts.Between == nil) {
 			return nil
 		}
 		wait := poll
@@ -304,13 +309,10 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 		if !res.Wake.IsZero() {
 			wait = max(min(wait, res.Wake.Sub(c.now())), 0)
 		}
-		if c.opts.Daemon {
+		if c.opts.Between != nil {
 			// Scheduled runs start when they are due, and their tasks are
 			// claimed by the tick right after.
-			due, begun, err := c.schedules.Tick(ctx)
-			if err != nil {
-				c.log.Error("schedules not checked; trying again at the next tick", "err", err)
-			}
+			due, begun := c.opts.Between(ctx, c.startProject)
 			if !due.IsZero() {
 				wait = max(min(wait, due.Sub(c.now())), 0)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,8 +38,12 @@ func onTheRealClock(h *harness, tr map[string]nodes.Transport, daemon bool) {
 			all[n.Name] = nodes.NewLocal()
 		}
 	}
-	h.ctl = New(Options{Home: h.home, Config: h.cfg, Store: h.st, Transports: all, Wrappers: wrappers,
-		Jitter: func() float64 { return 0 }, Daemon: daemon})
+	opts := Options{Home: h.home, Config: h.cfg, Store: h.st, Transports: all, Wrappers: wrappers,
+		Jitter: func() float64 { return 0 }}
+	if daemon {
+		opts.Between = (&service.Schedules{St: h.st, SpecsDir: filepath.Join(h.home, "specs"), Log: slog.New(slog.DiscardHandler), Now: time.Now}).Between
+	}
+	h.ctl = New(opts)
 }
 
 // runWhile runs the controller's loop until done says so (or limit).

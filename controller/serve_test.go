@@ -36,9 +36,10 @@ func TestSchedulesOnTheControllersClock(t *testing.T) {
 	}
 	write("project.yaml", "tool: shell\nintegration: false\nschedule: {every: 30s}\n")
 	write("S01-a.md", "---\nmax_retries: 0\n---\necho a > a.txt\n")
+	sch := &service.Schedules{St: h.st, SpecsDir: filepath.Join(h.home, "specs"), Log: h.ctl.log, Now: h.ctl.now}
 	check := func() store.ScheduleState {
 		t.Helper()
-		if _, err := h.ctl.schedules.Check(ctx); err != nil {
+		if _, err := sch.Check(ctx, h.ctl.startProject); err != nil {
 			t.Fatal(err)
 		}
 		scs, err := h.st.Schedules(ctx)

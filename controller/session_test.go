@@ -12,6 +12,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/nodes/sshnode"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -38,9 +39,9 @@ nodes:
 			h := newHarness(t, unsandboxed(yaml, "the task counts its runs in a ledger outside its workspace"), shellProject(map[string]string{
 				"S01-x.md": fmt.Sprintf("echo \"$DISPATCH_ATTEMPT\" >> '%s'\n", ledger),
 			}))
-			env := nodes.SSHEnv{Home: c.Home, ConfigFile: c.SSHConfig, User: c.User}
+			env := sshnode.Env{Home: c.Home, ConfigFile: c.SSHConfig, User: c.User}
 			open := func() nodes.Transport {
-				tr, err := nodes.NewSSH(nodes.SSHConfig{Node: "n", Target: h.cfg.Nodes[0].SSH, Env: env,
+				tr, err := sshnode.New(sshnode.Config{Node: "n", Target: h.cfg.Nodes[0].SSH, Env: env,
 					ConnectTimeout: time.Second, AgentSocket: "/nonexistent"})
 				if err != nil {
 					t.Fatal(err)

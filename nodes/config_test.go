@@ -273,7 +273,7 @@ func TestFixturesUsed(t *testing.T) {
 	}
 	for _, e := range entries {
 		if _, err := os.Stat(filepath.Join("testdata", e.Name(), "nodes.yaml")); err != nil {
-			continue // not a nodes.yaml fixture (e.g. testdata/sshaddr)
+			continue // not a nodes.yaml fixture
 		}
 		if !strings.Contains(string(src), `{"`+e.Name()+`", `) && !strings.Contains(string(src), `fixture("`+e.Name()+`")`) {
 			t.Errorf("testdata/%s is not used by any test", e.Name())

@@ -6,6 +6,6 @@
 //
 // Transport is the seam between the controller and one node: run a command, put,
 // get, list and remove files. Local implements it for the controller's own
-// machine; an SSH implementation reaches remote nodes. Every implementation runs
-// the shared suite in package transporttest.
+// machine; package nodes/sshnode implements it over SSH for remote nodes. Every
+// implementation runs the shared suite in package transporttest.
 package nodes

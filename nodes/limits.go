@@ -24,10 +24,10 @@ const MaxStreamLine = 1 << 20
 // its connection did) before onLine ended the stream.
 var ErrStreamEnded = errors.New("stream ended")
 
-// readLines hands each line of r to onLine until EOF, an error, a line over
+// ReadLines hands each line of r to onLine until EOF, an error, a line over
 // MaxStreamLine, or onLine returning false (then it returns nil). A last
 // line without its newline is dropped: the command was cut off in it.
-func readLines(r io.Reader, onLine func([]byte) bool) error {
+func ReadLines(r io.Reader, onLine func([]byte) bool) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var long []byte
 	for {
@@ -58,11 +58,11 @@ func readLines(r io.Reader, onLine func([]byte) bool) error {
 // more than MaxExecOutput on stdout or stderr; the command is killed.
 var ErrOutputTooLarge = errors.New("command output too large")
 
-// cappedBuffer keeps up to limit bytes. The first write past the limit
+// CappedBuffer keeps up to limit bytes. The first write past the limit
 // calls over once (the transport kills the command there) and the rest is
 // discarded without an error, so the copy feeding it never blocks the
 // command on a full pipe.
-type cappedBuffer struct {
+type CappedBuffer struct {
 	mu    sync.Mutex
 	buf   []byte
 	limit int
@@ -70,11 +70,13 @@ type cappedBuffer struct {
 	full  bool
 }
 
-func newCappedBuffer(limit int, over func()) *cappedBuffer {
-	return &cappedBuffer{limit: limit, over: over}
+// NewCappedBuffer returns a buffer that keeps up to limit bytes and calls
+// over at the first write past it.
+func NewCappedBuffer(limit int, over func()) *CappedBuffer {
+	return &CappedBuffer{limit: limit, over: over}
 }
 
-func (b *cappedBuffer) Write(p []byte) (int, error) {
+func (b *CappedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.full {
@@ -99,14 +101,15 @@ func (b *cappedBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// overflowed reports whether more than limit bytes were written.
-func (b *cappedBuffer) overflowed() bool {
+// Overflowed reports whether more than limit bytes were written.
+func (b *CappedBuffer) Overflowed() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.full
 }
 
-func (b *cappedBuffer) Bytes() []byte {
+// Bytes returns what was kept.
+func (b *CappedBuffer) Bytes() []byte {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf

@@ -64,7 +64,7 @@ func (l *Local) Exec(ctx context.Context, argv []string, stdin []byte) (Result, 
 	// Output past MaxExecOutput kills the command's group (writes only
 	// happen once it has started, so Process is set).
 	kill := func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	stdout, stderr := newCappedBuffer(MaxExecOutput, kill), newCappedBuffer(MaxExecOutput, kill)
+	stdout, stderr := NewCappedBuffer(MaxExecOutput, kill), NewCappedBuffer(MaxExecOutput, kill)
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -81,7 +81,7 @@ func (l *Local) Exec(ctx context.Context, argv []string, stdin []byte) (Result, 
 	if err != nil && ctx.Err() != nil {
 		return res, fmt.Errorf("exec %s: %w", argv[0], ctx.Err())
 	}
-	if stdout.overflowed() || stderr.overflowed() {
+	if stdout.Overflowed() || stderr.Overflowed() {
 		return Result{}, fmt.Errorf("exec %s: %w: it printed more than %d MiB and was killed", argv[0], ErrOutputTooLarge, MaxExecOutput>>20)
 	}
 	if cmd.ProcessState == nil {
@@ -120,7 +120,7 @@ func exitCode(ps *os.ProcessState) int {
 // Put writes r to a temporary file next to p, syncs it, sets mode and renames it
 // over p.
 func (l *Local) Put(ctx context.Context, p string, r io.Reader, mode fs.FileMode) (err error) {
-	if err := checkPath(p); err != nil {
+	if err := CheckPath(p); err != nil {
 		return fmt.Errorf("put: %w", err)
 	}
 	defer func() {
@@ -166,7 +166,7 @@ func (l *Local) Put(ctx context.Context, p string, r io.Reader, mode fs.FileMode
 
 // Get copies the file at p to w.
 func (l *Local) Get(ctx context.Context, p string, w io.Writer) error {
-	if err := checkPath(p); err != nil {
+	if err := CheckPath(p); err != nil {
 		return fmt.Errorf("get: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -179,7 +179,7 @@ func (l *Local) Get(ctx context.Context, p string, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("get: %w", err)
 	}
-	if err := regularFile(fi); err != nil {
+	if err := RegularFile(fi); err != nil {
 		return fmt.Errorf("get %s: %w", p, err)
 	}
 	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
@@ -191,7 +191,7 @@ func (l *Local) Get(ctx context.Context, p string, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("get: %w", err)
 	}
-	if err := regularFile(fi); err != nil {
+	if err := RegularFile(fi); err != nil {
 		return fmt.Errorf("get %s: %w", p, err)
 	}
 	if _, err := io.Copy(w, ctxReader{ctx, f}); err != nil {
@@ -202,7 +202,7 @@ func (l *Local) Get(ctx context.Context, p string, w io.Writer) error {
 
 // Walk lists dir with os.ReadDir, which does not follow symbolic links below dir.
 func (l *Local) Walk(ctx context.Context, dir string) ([]FileInfo, error) {
-	if err := checkPath(dir); err != nil {
+	if err := CheckPath(dir); err != nil {
 		return nil, fmt.Errorf("walk: %w", err)
 	}
 	// Lstat: a root that is a symbolic link (a task's output/ replaced by a
@@ -211,7 +211,7 @@ func (l *Local) Walk(ctx context.Context, dir string) ([]FileInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("walk: %w", err)
 	}
-	if err := walkRoot(fi); err != nil {
+	if err := WalkRoot(fi); err != nil {
 		return nil, fmt.Errorf("walk %s: %w", dir, err)
 	}
 	var files []FileInfo
@@ -255,7 +255,7 @@ func (l *Local) Walk(ctx context.Context, dir string) ([]FileInfo, error) {
 // the tree writable and tries once more: tools leave read-only trees behind (Go's
 // module cache is one) that the operator still expects cleanup to remove.
 func (l *Local) Remove(ctx context.Context, p string) error {
-	if err := checkPath(p); err != nil {
+	if err := CheckPath(p); err != nil {
 		return fmt.Errorf("remove: %w", err)
 	}
 	if path.Clean(p) == "/" {
@@ -285,7 +285,9 @@ func (l *Local) Remove(ctx context.Context, p string) error {
 // Close does nothing: the local transport holds no connection.
 func (l *Local) Close() error { return nil }
 
-func checkPath(p string) error {
+// CheckPath refuses a relative path: every Transport method takes absolute
+// paths on the node.
+func CheckPath(p string) error {
 	if !path.IsAbs(p) {
 		return fmt.Errorf("%q is not an absolute path", p)
 	}
@@ -307,7 +309,7 @@ func (c ctxReader) Read(p []byte) (int, error) {
 
 // Lstat describes p without following a final symbolic link.
 func (l *Local) Lstat(ctx context.Context, p string) (Stat, error) {
-	if err := checkPath(p); err != nil {
+	if err := CheckPath(p); err != nil {
 		return Stat{}, fmt.Errorf("lstat: %w", err)
 	}
 	fi, err := os.Lstat(p)
@@ -364,7 +366,7 @@ func (l *Local) Stream(ctx context.Context, argv []string, onLine func([]byte) b
 		return fmt.Errorf("stream %s: %w", argv[0], err)
 	}
 	stop := context.AfterFunc(ctx, func() { stdout.Close() })
-	err = readLines(stdout, onLine)
+	err = ReadLines(stdout, onLine)
 	stop()
 	// Closing stdin asks the command to end; its group is killed for good
 	// measure, then reaped.

@@ -201,9 +201,9 @@ func ExpandHome(ctx context.Context, t Transport, p string) (string, error) {
 // never followed or read.
 var ErrNotFollowed = errors.New("not a regular file or directory")
 
-// regularFile refuses what Get must not read: a symbolic link, a FIFO, a
+// RegularFile refuses what Get must not read: a symbolic link, a FIFO, a
 // device, a directory.
-func regularFile(fi fs.FileInfo) error {
+func RegularFile(fi fs.FileInfo) error {
 	switch m := fi.Mode(); {
 	case m&fs.ModeSymlink != 0:
 		return fmt.Errorf("%w: a symbolic link", ErrNotFollowed)
@@ -213,9 +213,9 @@ func regularFile(fi fs.FileInfo) error {
 	return nil
 }
 
-// walkRoot refuses a Walk root that is not a directory itself: a symbolic
+// WalkRoot refuses a Walk root that is not a directory itself: a symbolic
 // link to one (an output/ a task replaced by a link to ~) is never followed.
-func walkRoot(fi fs.FileInfo) error {
+func WalkRoot(fi fs.FileInfo) error {
 	switch m := fi.Mode(); {
 	case m&fs.ModeSymlink != 0:
 		return fmt.Errorf("%w: a symbolic link, not a directory", ErrNotFollowed)

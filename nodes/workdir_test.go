@@ -9,9 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/nodes/sshnode"
 )
 
 // otherUID stands for another user of the node.
@@ -126,9 +128,22 @@ func TestUnsafeWorkDirIsRefused(t *testing.T) {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			return newSSH(t, c, target(c, s)), dir
+			return sshTo(t, c, s), dir
 		})
 	})
+}
+
+// sshTo is the SSH transport from client c to server s; this file does not
+// share the helpers of the SSH client's own tests.
+func sshTo(t *testing.T, c *sshdtest.Client, s *sshdtest.Server) nodes.Transport {
+	t.Helper()
+	tr, err := sshnode.New(sshnode.Config{Node: "n1", Target: fmt.Sprintf("%s@127.0.0.1:%d", c.User, s.Port),
+		Env: sshnode.Env{Home: c.Home, ConfigFile: c.SSHConfig, User: c.User}, ConnectTimeout: 3 * time.Second, AgentSocket: "/nonexistent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	return tr
 }
 
 func chmod(t *testing.T, path string, mode os.FileMode) {

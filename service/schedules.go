@@ -38,9 +38,6 @@ type Schedules struct {
 	SpecsDir string
 	Log      *slog.Logger
 	Now      func() time.Time
-	// Start begins a run of a project, as a `dispatch start` handed to the
-	// controller does.
-	Start func(ctx context.Context, project string, so control.StartOptions) (string, error)
 
 	// nextSchedule is when the daemon checks the schedules next, and
 	// badSchedules what it last logged of each unreadable one.
@@ -50,13 +47,17 @@ type Schedules struct {
 	runBegun bool
 }
 
+// startFunc begins a run of a project, as a `dispatch start` handed to the
+// controller does; the controller passes its own to Between.
+type startFunc = func(ctx context.Context, project string, so control.StartOptions) (string, error)
+
 // CheckNow makes the next Tick check the schedules, however recent the
 // last check.
 func (c *Schedules) CheckNow() { c.nextSchedule = time.Time{} }
 
-// Check starts the runs that are due, records skips and catch-ups,
-// and returns when the next run is due (zero: none is).
-func (c *Schedules) Check(ctx context.Context) (time.Time, error) {
+// Check starts the runs that are due with start, records skips and
+// catch-ups, and returns when the next run is due (zero: none is).
+func (c *Schedules) Check(ctx context.Context, start startFunc) (time.Time, error) {
 	now := c.Now()
 	found, bad, err := spec.LoadSchedules(c.SpecsDir)
 	if err != nil {
@@ -85,7 +86,7 @@ func (c *Schedules) Check(ctx context.Context) (time.Time, error) {
 	var wake time.Time
 	for _, f := range found {
 		known[f.Name] = true
-		next, err := c.checkSchedule(ctx, f, now, byProject)
+		next, err := c.checkSchedule(ctx, f, now, byProject, start)
 		if err != nil {
 			c.Log.Error("schedule check failed", keyProject, f.Name, "err", err)
 			continue
@@ -120,7 +121,7 @@ func scheduleKey(sp schedule.Spec) string {
 }
 
 // checkSchedule decides and acts for one scheduled project.
-func (c *Schedules) checkSchedule(ctx context.Context, f spec.Scheduled, now time.Time, recorded map[string]store.ScheduleState) (time.Time, error) {
+func (c *Schedules) checkSchedule(ctx context.Context, f spec.Scheduled, now time.Time, recorded map[string]store.ScheduleState, start startFunc) (time.Time, error) {
 	sch, err := schedule.Parse(f.Schedule, time.Local)
 	if err != nil {
 		return time.Time{}, err
@@ -198,7 +199,7 @@ func (c *Schedules) checkSchedule(ctx context.Context, f spec.Scheduled, now tim
 		}
 		return rec.NextAt, c.recordSchedule(ctx, rec, notes)
 	}
-	return c.startScheduled(ctx, f, sch, state, d, rec, notes, *so, now)
+	return c.startScheduled(ctx, f, sch, state, d, rec, notes, *so, now, start)
 }
 
 // startScheduled begins the scheduled run d decided for f: the decision
@@ -206,7 +207,7 @@ func (c *Schedules) checkSchedule(ctx context.Context, f spec.Scheduled, now tim
 // it twice), then the run starts; a run that cannot start fails this
 // occurrence. The notes go with the run they began.
 func (c *Schedules) startScheduled(ctx context.Context, f spec.Scheduled, sch *schedule.Schedule, state schedule.State, d schedule.Decision,
-	rec store.ScheduleState, notes []string, so control.StartOptions, now time.Time) (time.Time, error) {
+	rec store.ScheduleState, notes []string, so control.StartOptions, now time.Time, start startFunc) (time.Time, error) {
 	rec.LastAt, rec.LastResult = now, ""
 	msg := fmt.Sprintf("schedule: starting a run (due %s)", state.NextAt.Local().Format(time.RFC3339))
 	if d.Kind == schedule.CatchUp {
@@ -217,7 +218,7 @@ func (c *Schedules) startScheduled(ctx context.Context, f spec.Scheduled, sch *s
 	if err := c.recordSchedule(ctx, rec, nil); err != nil {
 		return rec.NextAt, err
 	}
-	out, err := c.Start(ctx, f.Name, so)
+	out, err := start(ctx, f.Name, so)
 	if err != nil {
 		// A project that does not load (a broken spec) fails this run.
 		st := schedule.Finished(sch, schedule.State{Enabled: rec.Enabled, NextAt: rec.NextAt, Failures: rec.Failures}, false, now)
@@ -351,18 +352,41 @@ func enabledWord(enabled bool) string {
 	return "disabled"
 }
 
+// Between is the daemon's part of the control loop, called after each
+// tick (controller.Options.Between): it checks the schedules with Tick,
+// beginning the runs that are due with start, and returns when the loop
+// should look again and whether it began a run, whose tasks the next tick
+// claims at once. A failed check is logged and tried again at the next
+// call.
+func (c *Schedules) Between(ctx context.Context, start startFunc) (due time.Time, begun bool) {
+	due, begun, err := c.Tick(ctx, start)
+	if err != nil {
+		c.Log.Error("schedules not checked; trying again at the next tick", "err", err)
+	}
+	return due, begun
+}
+
+// SetEnabled is the package's SetEnabled for a `dispatch schedule
+// enable|disable` handed to the daemon (controller.Options.SetSchedule):
+// the next Tick looks at the schedules at once.
+func (c *Schedules) SetEnabled(ctx context.Context, project string, enabled bool, now time.Time) (string, error) {
+	msg, err := SetEnabled(ctx, c.St, c.SpecsDir, project, enabled, now)
+	c.CheckNow()
+	return msg, err
+}
+
 // Tick checks the schedules, not more often than scheduleCheckGap,
 // and returns when the daemon should look again: when the next run is due,
 // or at the next check; and whether it began a run, whose tasks a tick
 // should claim at once.
-func (c *Schedules) Tick(ctx context.Context) (next time.Time, begun bool, err error) {
+func (c *Schedules) Tick(ctx context.Context, start startFunc) (next time.Time, begun bool, err error) {
 	now := c.Now()
 	if now.Before(c.nextSchedule) {
 		return c.nextSchedule, false, nil
 	}
 	c.nextSchedule = now.Add(scheduleCheckGap)
 	c.runBegun = false
-	due, err := c.Check(ctx)
+	due, err := c.Check(ctx, start)
 	begun = c.runBegun
 	if err != nil || due.IsZero() {
 		// A schedule added to a project.yaml is seen at the next poll.

@@ -14,6 +14,7 @@ import (
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/nodes/sshnode"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
@@ -47,7 +48,7 @@ func cleanupCommand() *cli.Command {
 				return usagef("dispatch stop "+project, "a controller is serving %s: stop it first", project)
 			}
 		}
-		env, err := nodes.DefaultSSHEnv()
+		env, err := sshnode.DefaultEnv()
 		if err != nil {
 			return err
 		}
@@ -75,8 +76,8 @@ func cleanupCommand() *cli.Command {
 	})
 }
 
-func removeWorkspace(ctx context.Context, cfg *nodes.Config, n nodes.Node, env nodes.SSHEnv, project string) error {
-	tr, err := nodes.Open(cfg, n, env)
+func removeWorkspace(ctx context.Context, cfg *nodes.Config, n nodes.Node, env sshnode.Env, project string) error {
+	tr, err := sshnode.Open(cfg, n, env)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,8 @@ import (
 	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/nodes/sshnode"
+	"github.com/dispatch-tool/dispatch/service"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -262,15 +264,22 @@ func writePidFiles(e *env, also ...string) (func(), error) {
 // socket, its pid is recorded (writePidFiles), and it re-reads nodes.yaml
 // for each start handed to it and on SIGHUP. done undoes all three.
 func runController(ctx context.Context, e *env, opts controller.Options) (*controller.Controller, func(), error) {
-	sshEnv, err := nodes.DefaultSSHEnv()
+	sshEnv, err := sshnode.DefaultEnv()
 	if err != nil {
 		return nil, nil, err
 	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	opts.Reload = e.loadConfig
-	opts.Open = func(cfg *nodes.Config, n nodes.Node) (nodes.Transport, error) { return nodes.Open(cfg, n, sshEnv) }
+	opts.Open = func(cfg *nodes.Config, n nodes.Node) (nodes.Transport, error) { return sshnode.Open(cfg, n, sshEnv) }
 	opts.Hangup = hup
+	if opts.SetSchedule == nil {
+		// `dispatch schedule enable|disable` while a start's controller
+		// holds the home: recorded, for the next dispatch serve.
+		opts.SetSchedule = func(ctx context.Context, project string, enabled bool, now time.Time) (string, error) {
+			return service.SetEnabled(ctx, opts.Store, e.specsDir(), project, enabled, now)
+		}
+	}
 	ctl := controller.New(opts)
 	stopServing, err := ctl.Serve(ctx)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/nodes/sshnode"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -120,11 +121,11 @@ func remoteLog(ctx context.Context, e *env, out io.Writer, st *store.Store, t st
 	if !ok {
 		return fmt.Errorf("node %s of %s/%s is no longer in %s", run.Node, t.Project, t.ID, cfg.File)
 	}
-	env, err := nodes.DefaultSSHEnv()
+	env, err := sshnode.DefaultEnv()
 	if err != nil {
 		return err
 	}
-	tr, err := nodes.Open(cfg, n, env)
+	tr, err := sshnode.Open(cfg, n, env)
 	if err != nil {
 		return err
 	}

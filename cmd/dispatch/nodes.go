@@ -24,6 +24,7 @@ import (
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/nodes/sshnode"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
@@ -221,7 +222,7 @@ func nodesCheck(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	env, err := nodes.DefaultSSHEnv()
+	env, err := sshnode.DefaultEnv()
 	if err != nil {
 		return err
 	}
@@ -309,7 +310,7 @@ func nodesCheck(c *cli.Context) error {
 
 // checkNode connects, installs the wrapper, runs a no-op through the shell
 // and one status call, and measures the clock skew.
-func checkNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, env nodes.SSHEnv, w *nodes.Wrappers) checkResult {
+func checkNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, env sshnode.Env, w *nodes.Wrappers) checkResult {
 	r := checkResult{Name: n.Name}
 	start := time.Now()
 	fail := func(err error) checkResult {
@@ -319,7 +320,7 @@ func checkNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, env nodes.S
 	}
 	ctx, cancel := context.WithTimeout(ctx, max(cfg.Controller.SSHConnectTimeout*3, 30*time.Second))
 	defer cancel()
-	tr, err := nodes.Open(cfg, n, env)
+	tr, err := sshnode.Open(cfg, n, env)
 	if err != nil {
 		return fail(err)
 	}
@@ -533,11 +534,11 @@ func nodesTrust(c *cli.Context) error {
 	if n.IsLocal() {
 		return usagef("dispatch nodes check", "node %s is local (ssh: null): it has no host key to trust", name)
 	}
-	env, err := nodes.DefaultSSHEnv()
+	env, err := sshnode.DefaultEnv()
 	if err != nil {
 		return err
 	}
-	tr, err := nodes.NewSSH(nodes.SSHTransportConfig(cfg, n, env))
+	tr, err := sshnode.New(sshnode.NodeConfig(cfg, n, env))
 	if err != nil {
 		return &nodes.ConfigError{File: cfg.File, Line: n.Line, Msg: fmt.Sprintf("node %s: %v", name, err)}
 	}
@@ -550,11 +551,11 @@ func nodesTrust(c *cli.Context) error {
 	}
 	fp := ssh.FingerprintSHA256(hk.Key)
 	switch hk.State {
-	case nodes.KeyKnown:
+	case sshnode.KeyKnown:
 		fmt.Fprintf(e.out, "node %s (%s) is already trusted: %s %s\n", name, hk.Addr, hk.Key.Type(), fp)
 		return nil
-	case nodes.KeyChanged:
-		return &workFailed{msg: (&nodes.HostKeyChangedError{Node: name, Addr: hk.Addr, Key: hk.Key, Known: hk.Known}).Error()}
+	case sshnode.KeyChanged:
+		return &workFailed{msg: (&sshnode.HostKeyChangedError{Node: name, Addr: hk.Addr, Key: hk.Key, Known: hk.Known}).Error()}
 	}
 	fmt.Fprintf(e.out, "node %s (%s) presents this host key:\n  %s %s\n", name, hk.Addr, hk.Key.Type(), fp)
 	if !c.Bool("yes") {
@@ -572,7 +573,7 @@ func nodesTrust(c *cli.Context) error {
 			return &workFailed{msg: "dispatch: not recorded"}
 		}
 	}
-	if err := nodes.AddKnownHost(hk.File, hk.Addr, hk.Key); err != nil {
+	if err := sshnode.AddKnownHost(hk.File, hk.Addr, hk.Key); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.out, "recorded in %s\n", hk.File)

@@ -92,8 +92,10 @@ func serveAction(c *cli.Context) error {
 		return err
 	}
 	defer st.Close()
+	// The schedules are what makes this controller a daemon.
+	sch := &service.Schedules{St: st, SpecsDir: e.specsDir(), Log: e.log, Now: time.Now}
 	ctl, done, err := runController(ctx, e, controller.Options{Home: e.home, Config: cfg, Store: st, Transports: transports,
-		Wrappers: nodes.NewWrappers(), Logger: e.log, Daemon: true})
+		Wrappers: nodes.NewWrappers(), Logger: e.log, Between: sch.Between, SetSchedule: sch.SetEnabled})
 	if err != nil {
 		return err
 	}

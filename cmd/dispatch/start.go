@@ -18,6 +18,7 @@ import (
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/nodes/sshnode"
 	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
@@ -192,7 +193,7 @@ func runProject(ctx context.Context, e *env, cfg *nodes.Config, st *store.Store,
 
 // openTransports builds one transport per node; it connects nothing yet.
 func openTransports(cfg *nodes.Config, only []string) (map[string]nodes.Transport, error) {
-	env, err := nodes.DefaultSSHEnv()
+	env, err := sshnode.DefaultEnv()
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +202,7 @@ func openTransports(cfg *nodes.Config, only []string) (map[string]nodes.Transpor
 		if len(only) > 0 && !contains(only, n.Name) {
 			continue
 		}
-		tr, err := nodes.Open(cfg, n, env)
+		tr, err := sshnode.Open(cfg, n, env)
 		if err != nil {
 			return nil, err
 		}

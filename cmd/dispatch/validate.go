@@ -16,6 +16,7 @@ import (
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/nodes/sshnode"
 	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/schedule"
 	"github.com/dispatch-tool/dispatch/spec"
@@ -116,7 +117,7 @@ func planProject(ctx context.Context, e *env, name string, only []string, so con
 	// What the ssh: values and ~/.ssh/config say that dispatch does not
 	// honour, or that looks mistyped (an alias no Host names).
 	for _, n := range cfg.Nodes {
-		if s, ok := transports[n.Name].(*nodes.SSH); ok {
+		if s, ok := transports[n.Name].(*sshnode.SSH); ok {
 			for _, w := range s.Endpoint().Warnings {
 				fmt.Fprintf(e.errOut, "warning: node %q (%s): ssh: %s\n", n.Name, cfg.File, termtext.Clean(w))
 			}

@@ -1,4 +1,4 @@
-package nodes
+package sshnode
 
 import (
 	"bytes"
@@ -21,7 +21,7 @@ var defaultIdentities = []string{"id_ed25519", "id_ecdsa", "id_rsa"}
 // IdentityFile, else the default keys) and the ssh-agent's keys. It never
 // prompts: a passphrase-protected key that the agent does not hold is an
 // error saying to add it to the agent.
-func authMethod(cfg SSHConfig, ep *Endpoint) (ssh.AuthMethod, error) {
+func authMethod(cfg Config, ep *Endpoint) (ssh.AuthMethod, error) {
 	var agentSigners []ssh.Signer
 	sock := cfg.AgentSocket
 	if sock == "" {

@@ -1,4 +1,4 @@
-package nodes
+package sshnode
 
 import (
 	"errors"
@@ -27,14 +27,14 @@ func sshTestdata(t *testing.T) string {
 
 // testSSHEnv is the operator of the fixtures: home /home/op, user op, and
 // testdata/sshaddr/config as ssh config.
-func testSSHEnv(td string) SSHEnv {
-	return SSHEnv{Home: "/home/op", ConfigFile: filepath.Join(td, "config"), User: "op"}
+func testSSHEnv(td string) Env {
+	return Env{Home: "/home/op", ConfigFile: filepath.Join(td, "config"), User: "op"}
 }
 
 type sshTargetCase struct {
 	name string
-	in   string          // "{td}" stands for testdata/sshaddr
-	env  func(e *SSHEnv) // changes to testSSHEnv; nil for none
+	in   string       // "{td}" stands for testdata/sshaddr
+	env  func(e *Env) // changes to testSSHEnv; nil for none
 	// want is compared in full except Warnings; ConfigFile defaults to the
 	// env's config and "{td}" in it is replaced.
 	want *Endpoint
@@ -109,9 +109,9 @@ func TestParseSSHTarget(t *testing.T) {
 			want: &Endpoint{Alias: "example.org", Host: "example.org", Port: 2206, User: "op", IdentityFiles: []string{idDefault}}},
 		{name: "-F replaces the config", in: "ssh -F {td}/other_config mac2",
 			want: &Endpoint{Alias: "mac2", Host: "other.example", Port: 22, User: "other", ConfigFile: "{td}/other_config"}},
-		{name: "-F relative to home", in: "ssh -F other_config mac2", env: func(e *SSHEnv) { e.Home = "{td}" },
+		{name: "-F relative to home", in: "ssh -F other_config mac2", env: func(e *Env) { e.Home = "{td}" },
 			want: &Endpoint{Alias: "mac2", Host: "other.example", Port: 22, User: "other", ConfigFile: "{td}/other_config"}},
-		{name: "-F with tilde", in: "ssh -F ~/other_config mac2", env: func(e *SSHEnv) { e.Home = "{td}" },
+		{name: "-F with tilde", in: "ssh -F ~/other_config mac2", env: func(e *Env) { e.Home = "{td}" },
 			want: &Endpoint{Alias: "mac2", Host: "other.example", Port: 22, User: "other", ConfigFile: "{td}/other_config"}},
 		{name: "-F none", in: "ssh -F none mac2",
 			want: &Endpoint{Alias: "mac2", Host: "mac2", Port: 22, User: "op", ConfigFile: "none"},
@@ -235,15 +235,15 @@ func TestParseSSHTarget(t *testing.T) {
 				ConnectTimeout: 90 * time.Second}},
 
 		// The ssh config.
-		{name: "missing default config", in: "mac2", env: func(e *SSHEnv) { e.ConfigFile = "" },
+		{name: "missing default config", in: "mac2", env: func(e *Env) { e.ConfigFile = "" },
 			want: &Endpoint{Alias: "mac2", Host: "mac2", Port: 22, User: "op", ConfigFile: "/home/op/.ssh/config"},
 			warn: []string{`"mac2" is no Host in /home/op/.ssh/config (it has no Host aliases)`}},
-		{name: "missing env config", in: "mac2", env: func(e *SSHEnv) { e.ConfigFile = "{td}/nope" },
+		{name: "missing env config", in: "mac2", env: func(e *Env) { e.ConfigFile = "{td}/nope" },
 			want: &Endpoint{Alias: "mac2", Host: "mac2", Port: 22, User: "op", ConfigFile: "{td}/nope"},
 			warn: []string{`"mac2" is no Host in {td}/nope`}},
-		{name: "default config under home", in: "homealias", env: func(e *SSHEnv) { e.Home, e.ConfigFile = "{td}/home", "" },
+		{name: "default config under home", in: "homealias", env: func(e *Env) { e.Home, e.ConfigFile = "{td}/home", "" },
 			want: &Endpoint{Alias: "homealias", Host: "home.example", Port: 22, User: "homeuser", ConfigFile: "{td}/home/.ssh/config"}},
-		{name: "env config none", in: "mac2", env: func(e *SSHEnv) { e.ConfigFile = "none" },
+		{name: "env config none", in: "mac2", env: func(e *Env) { e.ConfigFile = "none" },
 			want: &Endpoint{Alias: "mac2", Host: "mac2", Port: 22, User: "op", ConfigFile: "none"},
 			warn: []string{`"mac2" is no Host in the ssh config (-F none)`}},
 		// A mistyped alias: one word no Host names (the config has mac2).
@@ -294,7 +294,7 @@ func TestParseSSHTarget(t *testing.T) {
 		{name: "-o without value", in: "ssh -o Port example.org", err: []string{"-o Port has no value", "-o Key=Value"}},
 		{name: "-o empty", in: "ssh -o '' example.org", err: []string{"has no value"}},
 		{name: "-F missing", in: "ssh -F {td}/nope mac2", err: []string{"ssh config {td}/nope (from -F) does not exist"}},
-		{name: "config parse error", in: "mac2", env: func(e *SSHEnv) { e.ConfigFile = "{td}/bad_config" },
+		{name: "config parse error", in: "mac2", env: func(e *Env) { e.ConfigFile = "{td}/bad_config" },
 			err: []string{"cannot parse ssh config {td}/bad_config", "Match exec"}},
 		{name: "host starting with dash", in: "ssh -- -oProxyCommand=x", err: []string{`host "-oProxyCommand=x" starts with '-'`}},
 		{name: "user and host starting with dash", in: "u@-h", err: []string{`host "-h" in "u@-h" starts with '-'`}},
@@ -317,9 +317,9 @@ func TestParseSSHTarget(t *testing.T) {
 		{name: "ProxyCommand token", in: "bad-proxycommand", err: []string{"ProxyCommand (from ProxyCommand in {td}/config): %x is not supported"}},
 		{name: "-o HostName empty after quotes", in: `ssh -o 'HostName ""' example.org`, err: []string{"HostName (from -o HostName \"\") is empty"}},
 		{name: "HostName with a space", in: `ssh -o 'HostName "a b"' example.org`, err: []string{`HostName "a b" (from -o HostName "a b") has a space`}},
-		{name: "no local user", in: "example.org", env: func(e *SSHEnv) { e.User = ""; e.ConfigFile = "none" },
+		{name: "no local user", in: "example.org", env: func(e *Env) { e.User = ""; e.ConfigFile = "none" },
 			err: []string{"no user to log in to example.org as", "write user@host"}},
-		{name: "tilde without home", in: "ssh -i ~/k example.org", env: func(e *SSHEnv) { e.Home = ""; e.ConfigFile = "none" },
+		{name: "tilde without home", in: "ssh -i ~/k example.org", env: func(e *Env) { e.Home = ""; e.ConfigFile = "none" },
 			err: []string{"the home directory is not known"}},
 	}
 	td := sshTestdata(t)
@@ -338,7 +338,7 @@ func TestParseSSHTarget(t *testing.T) {
 }
 
 // checkEndpoint compares a resolution with what a table case expects.
-func checkEndpoint(t *testing.T, td string, env SSHEnv, got *Endpoint, err error, want *Endpoint, warn, wantErr []string) {
+func checkEndpoint(t *testing.T, td string, env Env, got *Endpoint, err error, want *Endpoint, warn, wantErr []string) {
 	t.Helper()
 	if len(wantErr) > 0 {
 		if err == nil {
@@ -436,7 +436,7 @@ func TestSSHConfigInclude(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := SSHEnv{Home: "/home/op", ConfigFile: cfg, User: "op"}
+	env := Env{Home: "/home/op", ConfigFile: cfg, User: "op"}
 	got, err := env.ParseSSHTarget("inc")
 	if err != nil {
 		t.Fatal(err)
@@ -472,7 +472,7 @@ func TestSSHTargetErrorUnwrap(t *testing.T) {
 func TestDefaultSSHEnv(t *testing.T) {
 	home := t.TempDir()
 	t.Setenv("HOME", home)
-	env, err := DefaultSSHEnv()
+	env, err := DefaultEnv()
 	if err != nil {
 		t.Fatal(err)
 	}

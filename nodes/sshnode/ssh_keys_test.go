@@ -1,6 +1,6 @@
 //go:build unix
 
-package nodes_test
+package sshnode_test
 
 import (
 	"crypto/ed25519"

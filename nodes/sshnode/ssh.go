@@ -1,4 +1,4 @@
-package nodes
+package sshnode
 
 import (
 	"bytes"
@@ -20,15 +20,16 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 )
 
-// SSHConfig says how to reach one node over SSH.
-type SSHConfig struct {
+// Config says how to reach one node over SSH.
+type Config struct {
 	Node   string // node name, for messages
 	Target string // the node's ssh: value
-	Env    SSHEnv
+	Env    Env
 	// ConnectTimeout bounds the TCP connect and the SSH handshake of each hop.
 	ConnectTimeout time.Duration
 	// StrictHostKeyChecking is the node's setting: "" or "yes" refuse unknown
@@ -42,7 +43,7 @@ type SSHConfig struct {
 // (sessions for commands, SFTP for files), opened on first use and reopened
 // after a failure.
 type SSH struct {
-	cfg SSHConfig
+	cfg Config
 	ep  *Endpoint
 
 	mu     sync.Mutex
@@ -62,11 +63,11 @@ type SSH struct {
 // maxSessions is how many commands run at once on one node's connection.
 const maxSessions = 8
 
-var _ Transport = (*SSH)(nil)
+var _ nodes.Transport = (*SSH)(nil)
 
-// NewSSH resolves the node's ssh: value (command line, user@host[:port] or a
+// New resolves the node's ssh: value (command line, user@host[:port] or a
 // ~/.ssh/config alias); it connects nothing yet.
-func NewSSH(cfg SSHConfig) (*SSH, error) {
+func New(cfg Config) (*SSH, error) {
 	ep, err := cfg.Env.ParseSSHTarget(cfg.Target)
 	if err != nil {
 		return nil, err
@@ -88,9 +89,9 @@ func (s *SSH) unreachable(err error) error {
 	var uk *HostKeyUnknownError
 	var ch *HostKeyChangedError
 	if errors.As(err, &uk) || errors.As(err, &ch) {
-		return &UnreachableError{Node: s.cfg.Node, Err: err}
+		return &nodes.UnreachableError{Node: s.cfg.Node, Err: err}
 	}
-	return &UnreachableError{Node: s.cfg.Node, Addr: fmt.Sprintf("%s@%s:%d", s.ep.User, s.ep.Host, s.ep.Port), Err: err}
+	return &nodes.UnreachableError{Node: s.cfg.Node, Addr: fmt.Sprintf("%s@%s:%d", s.ep.User, s.ep.Host, s.ep.Port), Err: err}
 }
 
 // connect returns the live client, dialling it (through its jump hosts or
@@ -349,7 +350,7 @@ func call[T any](ctx context.Context, s *SSH, fn func(*ssh.Client) (T, error)) (
 		return r.v, r.err
 	case <-ctx.Done():
 		s.reset(c)
-		return zero, &UnreachableError{Node: s.cfg.Node, Err: fmt.Errorf("no answer: %w", context.Cause(ctx))}
+		return zero, &nodes.UnreachableError{Node: s.cfg.Node, Err: fmt.Errorf("no answer: %w", context.Cause(ctx))}
 	}
 }
 
@@ -441,17 +442,17 @@ func (s *SSH) Home(ctx context.Context) (string, error) {
 }
 
 // Exec runs argv through the remote user's shell with every argument quoted.
-func (s *SSH) Exec(ctx context.Context, argv []string, stdin []byte) (Result, error) {
+func (s *SSH) Exec(ctx context.Context, argv []string, stdin []byte) (nodes.Result, error) {
 	if len(argv) == 0 || argv[0] == "" {
-		return Result{}, errors.New("exec: empty command")
+		return nodes.Result{}, errors.New("exec: empty command")
 	}
 	select {
 	case s.sessions <- struct{}{}:
 		defer func() { <-s.sessions }()
 	case <-ctx.Done():
-		return Result{}, fmt.Errorf("exec %s on %s: waiting for a free session: %w", argv[0], s.cfg.Node, ctx.Err())
+		return nodes.Result{}, fmt.Errorf("exec %s on %s: waiting for a free session: %w", argv[0], s.cfg.Node, ctx.Err())
 	}
-	res, err := call(ctx, s, func(c *ssh.Client) (Result, error) {
+	res, err := call(ctx, s, func(c *ssh.Client) (nodes.Result, error) {
 		sess, err := c.NewSession()
 		// sshd frees a closed session's slot a moment after the client sees
 		// it close: a refusal right after one is worth a few quick retries.
@@ -468,9 +469,9 @@ func (s *SSH) Exec(ctx context.Context, argv []string, stdin []byte) (Result, er
 			if errors.As(err, &oe) {
 				// The server refused another session (MaxSessions): the
 				// command surely did not run; say so plainly.
-				return Result{}, &UnreachableError{Node: s.cfg.Node, Err: fmt.Errorf("the node refused a new SSH session (%v)", err)}
+				return nodes.Result{}, &nodes.UnreachableError{Node: s.cfg.Node, Err: fmt.Errorf("the node refused a new SSH session (%v)", err)}
 			}
-			return Result{}, err
+			return nodes.Result{}, err
 		}
 		defer sess.Close()
 		// Output past MaxExecOutput ends the session: sshd closes the
@@ -481,14 +482,14 @@ func (s *SSH) Exec(ctx context.Context, argv []string, stdin []byte) (Result, er
 				_ = sess.Close()
 			}()
 		}
-		stdout, stderr := newCappedBuffer(MaxExecOutput, over), newCappedBuffer(MaxExecOutput, over)
+		stdout, stderr := nodes.NewCappedBuffer(nodes.MaxExecOutput, over), nodes.NewCappedBuffer(nodes.MaxExecOutput, over)
 		sess.Stdin = bytes.NewReader(stdin)
 		sess.Stdout, sess.Stderr = stdout, stderr
 		err = sess.Run(ShellQuote(argv))
-		if stdout.overflowed() || stderr.overflowed() {
-			return Result{}, fmt.Errorf("%w: it printed more than %d MiB and was killed", ErrOutputTooLarge, MaxExecOutput>>20)
+		if stdout.Overflowed() || stderr.Overflowed() {
+			return nodes.Result{}, fmt.Errorf("%w: it printed more than %d MiB and was killed", nodes.ErrOutputTooLarge, nodes.MaxExecOutput>>20)
 		}
-		res := Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
+		res := nodes.Result{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
 		var ee *ssh.ExitError
 		if errors.As(err, &ee) {
 			res.ExitCode = ee.ExitStatus()
@@ -544,7 +545,7 @@ func shellQuote(s string) string {
 // Put writes r to a hidden temporary file next to path and renames it into
 // place (posix-rename), so no reader ever sees a partial file.
 func (s *SSH) Put(ctx context.Context, p string, r io.Reader, mode fs.FileMode) error {
-	if err := checkPath(p); err != nil {
+	if err := nodes.CheckPath(p); err != nil {
 		return err
 	}
 	_, err := callSFTP(ctx, s, func(f *sftp.Client) (struct{}, error) {
@@ -596,7 +597,7 @@ func randomSuffix() string {
 // Get copies the file at path to w. w is written only while the call is
 // live: a call given up on stops writing when its connection is closed.
 func (s *SSH) Get(ctx context.Context, p string, w io.Writer) error {
-	if err := checkPath(p); err != nil {
+	if err := nodes.CheckPath(p); err != nil {
 		return err
 	}
 	gw := &guardWriter{w: w}
@@ -609,7 +610,7 @@ func (s *SSH) Get(ctx context.Context, p string, w io.Writer) error {
 		if err != nil {
 			return struct{}{}, notExist(err)
 		}
-		if err := regularFile(fi); err != nil {
+		if err := nodes.RegularFile(fi); err != nil {
 			return struct{}{}, err
 		}
 		r, err := f.Open(p)
@@ -659,17 +660,17 @@ func notExist(err error) error {
 }
 
 // Walk lists the regular files and symlinks under dir.
-func (s *SSH) Walk(ctx context.Context, dir string) ([]FileInfo, error) {
-	if err := checkPath(dir); err != nil {
+func (s *SSH) Walk(ctx context.Context, dir string) ([]nodes.FileInfo, error) {
+	if err := nodes.CheckPath(dir); err != nil {
 		return nil, err
 	}
-	out, err := callSFTP(ctx, s, func(f *sftp.Client) ([]FileInfo, error) {
-		var out []FileInfo
+	out, err := callSFTP(ctx, s, func(f *sftp.Client) ([]nodes.FileInfo, error) {
+		var out []nodes.FileInfo
 		fi, err := f.Lstat(dir)
 		if err != nil {
 			return nil, notExist(err)
 		}
-		if err := walkRoot(fi); err != nil {
+		if err := nodes.WalkRoot(fi); err != nil {
 			return nil, err
 		}
 		w := f.Walk(dir)
@@ -682,7 +683,7 @@ func (s *SSH) Walk(ctx context.Context, dir string) ([]FileInfo, error) {
 				continue
 			}
 			rel := strings.TrimPrefix(strings.TrimPrefix(w.Path(), dir), "/")
-			out = append(out, FileInfo{Path: rel, Size: fi.Size(), Mode: fi.Mode()})
+			out = append(out, nodes.FileInfo{Path: rel, Size: fi.Size(), Mode: fi.Mode()})
 		}
 		sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 		return out, nil
@@ -695,7 +696,7 @@ func (s *SSH) Walk(ctx context.Context, dir string) ([]FileInfo, error) {
 
 // Remove removes the file or tree at path.
 func (s *SSH) Remove(ctx context.Context, p string) error {
-	if err := checkPath(p); err != nil {
+	if err := nodes.CheckPath(p); err != nil {
 		return err
 	}
 	if path.Clean(p) == "/" {
@@ -854,23 +855,23 @@ func mkdirPrivateSFTP(f *sftp.Client, dir string) error {
 }
 
 // Lstat describes p over SFTP, without following a final symbolic link.
-func (s *SSH) Lstat(ctx context.Context, p string) (Stat, error) {
-	if err := checkPath(p); err != nil {
-		return Stat{}, err
+func (s *SSH) Lstat(ctx context.Context, p string) (nodes.Stat, error) {
+	if err := nodes.CheckPath(p); err != nil {
+		return nodes.Stat{}, err
 	}
-	st, err := callSFTP(ctx, s, func(f *sftp.Client) (Stat, error) {
+	st, err := callSFTP(ctx, s, func(f *sftp.Client) (nodes.Stat, error) {
 		fi, err := f.Lstat(p)
 		if err != nil {
-			return Stat{}, err
+			return nodes.Stat{}, err
 		}
 		fs, ok := fi.Sys().(*sftp.FileStat)
 		if !ok {
-			return Stat{}, fmt.Errorf("no owner in %T", fi.Sys())
+			return nodes.Stat{}, fmt.Errorf("no owner in %T", fi.Sys())
 		}
-		return Stat{UID: int(fs.UID), Mode: fi.Mode()}, nil
+		return nodes.Stat{UID: int(fs.UID), Mode: fi.Mode()}, nil
 	})
 	if err != nil {
-		return Stat{}, fmt.Errorf("lstat %s on %s: %w", p, s.cfg.Node, err)
+		return nodes.Stat{}, fmt.Errorf("lstat %s on %s: %w", p, s.cfg.Node, err)
 	}
 	return st, nil
 }
@@ -939,7 +940,7 @@ func (s *SSH) Stream(ctx context.Context, argv []string, onLine func([]byte) boo
 		return fmt.Errorf("stream %s on %s: %w", argv[0], s.cfg.Node, err)
 	}
 	stop := context.AfterFunc(ctx, closeSession)
-	err = readLines(stdout, onLine)
+	err = nodes.ReadLines(stdout, onLine)
 	stop()
 	go stdin.Close()
 	if ctx.Err() != nil {

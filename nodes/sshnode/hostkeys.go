@@ -1,4 +1,4 @@
-package nodes
+package sshnode
 
 import (
 	"errors"
@@ -51,7 +51,7 @@ type hostKeys struct {
 	mu sync.Mutex // serialises accept-new writes
 }
 
-func newHostKeys(node string, env SSHEnv, ep *Endpoint, strict string) *hostKeys {
+func newHostKeys(node string, env Env, ep *Endpoint, strict string) *hostKeys {
 	files := ep.KnownHostsFiles
 	if len(files) == 0 {
 		files = []string{filepath.Join(env.Home, ".ssh", "known_hosts"), "/etc/ssh/ssh_known_hosts"}

@@ -1,4 +1,4 @@
-package nodes
+package sshnode
 
 import (
 	"errors"
@@ -25,7 +25,7 @@ type Endpoint struct {
 	Alias string // the host as written in the ssh: string (used for config lookup and messages)
 	Host  string // HostName to connect to (Alias when no HostName)
 	Port  int    // default 22
-	User  string // default: SSHEnv.User
+	User  string // default: Env.User
 	// IdentityFiles are absolute paths, with ~ and %d %u %h %r %p %n %%
 	// expanded, in order: the command line's first, then the config's, without
 	// duplicates. Empty when none is set: the caller tries the agent and the
@@ -34,7 +34,7 @@ type Endpoint struct {
 	IdentitiesOnly bool
 	// ProxyJump holds the hops in order, each as written ("[user@]host[:port]"
 	// or an alias); empty when none or "none". Resolve each hop with
-	// SSHEnv.Resolve, using ConfigFile.
+	// Env.Resolve, using ConfigFile.
 	ProxyJump []string
 	// ProxyCommand has %h %p %r %n %% substituted; "" when none or "none". At
 	// most one of ProxyJump and ProxyCommand is set: the first one given wins.
@@ -50,15 +50,15 @@ type Endpoint struct {
 	StrictHostKeyChecking string
 	ConnectTimeout        time.Duration // -o ConnectTimeout / config ConnectTimeout; 0 when unset
 	// ConfigFile is the ssh config that was applied: the path (which may not
-	// exist), or "none". Resolve ProxyJump hops with an SSHEnv using it, as ssh
+	// exist), or "none". Resolve ProxyJump hops with an Env using it, as ssh
 	// passes its -F on to the jump hosts.
 	ConfigFile string
 	Warnings   []string // settings given but not honoured, for the operator
 }
 
-// SSHEnv is the operator's SSH setup: where ~ is, which ssh config file to
+// Env is the operator's SSH setup: where ~ is, which ssh config file to
 // read, and the local user name.
-type SSHEnv struct {
+type Env struct {
 	Home string
 	// ConfigFile is the ssh config to apply; "" means Home/.ssh/config and
 	// "none" means no config (like ssh -F none). A missing file is fine: no
@@ -67,12 +67,12 @@ type SSHEnv struct {
 	User       string
 }
 
-// DefaultSSHEnv returns the SSHEnv of the current user: $HOME and the name of
+// DefaultEnv returns the Env of the current user: $HOME and the name of
 // the user running dispatch.
-func DefaultSSHEnv() (SSHEnv, error) {
+func DefaultEnv() (Env, error) {
 	home, err := os.UserHomeDir()
 	if err != nil {
-		return SSHEnv{}, fmt.Errorf("find the home directory: %w", err)
+		return Env{}, fmt.Errorf("find the home directory: %w", err)
 	}
 	name := ""
 	if u, err := user.Current(); err == nil {
@@ -89,9 +89,9 @@ func DefaultSSHEnv() (SSHEnv, error) {
 		name = name[i+1:]
 	}
 	if name == "" {
-		return SSHEnv{}, errors.New("find the local user name: no user database entry and $USER is not set")
+		return Env{}, errors.New("find the local user name: no user database entry and $USER is not set")
 	}
-	return SSHEnv{Home: home, User: name}, nil
+	return Env{Home: home, User: name}, nil
 }
 
 // TargetError is a problem with an ssh: value or with the ssh config it
@@ -135,9 +135,9 @@ const (
 //
 // Include directives in the config are followed by the ssh_config library:
 // absolute paths as written, relative ones against the home directory of the
-// process's user (os/user), not SSHEnv.Home. The system-wide
+// process's user (os/user), not Env.Home. The system-wide
 // /etc/ssh/ssh_config is not read.
-func (e SSHEnv) ParseSSHTarget(s string) (*Endpoint, error) {
+func (e Env) ParseSSHTarget(s string) (*Endpoint, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return nil, sshTargetErrorf("set ssh: to null (or leave it out) to run on this machine; otherwise "+sshFormsFix,
@@ -169,7 +169,7 @@ func (e SSHEnv) ParseSSHTarget(s string) (*Endpoint, error) {
 // ssh://[user@]host[:port] or a Host alias) through the config; used for
 // ProxyJump hops. ssh reaches hop n+1 through hops 1..n, so the caller should
 // use a hop's own ProxyJump only for the first hop.
-func (e SSHEnv) Resolve(dest string) (*Endpoint, error) {
+func (e Env) Resolve(dest string) (*Endpoint, error) {
 	dest = strings.TrimSpace(dest)
 	if dest == "" {
 		return nil, sshTargetErrorf(sshFormsFix, "the destination is empty")
@@ -189,7 +189,7 @@ func (e SSHEnv) Resolve(dest string) (*Endpoint, error) {
 // getopt does: options may be grouped (-qT) and glued to their value (-p22),
 // options may follow the destination, the next word after the destination
 // starts the remote command, and -- ends the options.
-func (e SSHEnv) commandLine(args []string) (*Endpoint, error) {
+func (e Env) commandLine(args []string) (*Endpoint, error) {
 	r := e.newSSHResolution()
 	haveDest, noMoreOpts := false, false
 	for i := 0; i < len(args); i++ {
@@ -257,7 +257,7 @@ var sshKeywords = map[string]string{
 // sshResolution collects settings in the order ssh obtains them (command line,
 // then config); for every keyword but IdentityFile the first one wins.
 type sshResolution struct {
-	env        SSHEnv
+	env        Env
 	alias      string
 	configFile string // from -F, or "" for env.ConfigFile
 	set        map[string]bool
@@ -283,7 +283,7 @@ type sshResolution struct {
 // sshSetting is a value still to expand, with where it came from for messages.
 type sshSetting struct{ val, src string }
 
-func (e SSHEnv) newSSHResolution() *sshResolution {
+func (e Env) newSSHResolution() *sshResolution {
 	return &sshResolution{env: e, set: map[string]bool{}}
 }
 
@@ -726,7 +726,7 @@ func (r *sshResolution) finish() (*Endpoint, error) {
 // tokens, and makes the path absolute: a relative path is taken from the home
 // directory (ssh would take it from its working directory, which for dispatch
 // is arbitrary). what names the value in errors.
-func (e SSHEnv) expandPath(p string, tokens map[byte]string, what string) (string, error) {
+func (e Env) expandPath(p string, tokens map[byte]string, what string) (string, error) {
 	if strings.HasPrefix(p, "~") {
 		rest := p[1:]
 		if rest != "" && rest[0] != '/' {

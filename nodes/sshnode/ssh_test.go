@@ -1,6 +1,6 @@
 //go:build unix
 
-package nodes_test
+package sshnode_test
 
 import (
 	"context"
@@ -14,21 +14,22 @@ import (
 
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/nodes/sshnode"
 	"github.com/dispatch-tool/dispatch/nodes/transporttest"
 )
 
 // sshEnv is the operator's side of client c: its fake home and config.
-func sshEnv(c *sshdtest.Client) nodes.SSHEnv {
-	return nodes.SSHEnv{Home: c.Home, ConfigFile: c.SSHConfig, User: c.User}
+func sshEnv(c *sshdtest.Client) sshnode.Env {
+	return sshnode.Env{Home: c.Home, ConfigFile: c.SSHConfig, User: c.User}
 }
 
-func newSSH(t *testing.T, c *sshdtest.Client, target string, mod ...func(*nodes.SSHConfig)) *nodes.SSH {
+func newSSH(t *testing.T, c *sshdtest.Client, target string, mod ...func(*sshnode.Config)) *sshnode.SSH {
 	t.Helper()
-	cfg := nodes.SSHConfig{Node: "n1", Target: target, Env: sshEnv(c), ConnectTimeout: 3 * time.Second, AgentSocket: "/nonexistent"}
+	cfg := sshnode.Config{Node: "n1", Target: target, Env: sshEnv(c), ConnectTimeout: 3 * time.Second, AgentSocket: "/nonexistent"}
 	for _, m := range mod {
 		m(&cfg)
 	}
-	tr, err := nodes.NewSSH(cfg)
+	tr, err := sshnode.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestSSHUnknownHostRefused(t *testing.T) {
 	s := c.StartServer(t, "unknown")
 	tr := newSSH(t, c, target(c, s))
 	_, err := tr.Exec(t.Context(), []string{"true"}, nil)
-	var uk *nodes.HostKeyUnknownError
+	var uk *sshnode.HostKeyUnknownError
 	if !errors.As(err, &uk) || !errors.Is(err, nodes.ErrUnreachable) {
 		t.Fatalf("err = %v, want HostKeyUnknownError", err)
 	}
@@ -98,7 +99,7 @@ func TestSSHAcceptNew(t *testing.T) {
 	sshdtest.Require(t)
 	c := sshdtest.NewClient(t)
 	s := c.StartServer(t, "acceptnew")
-	tr := newSSH(t, c, target(c, s), func(cfg *nodes.SSHConfig) { cfg.StrictHostKeyChecking = "accept-new" })
+	tr := newSSH(t, c, target(c, s), func(cfg *sshnode.Config) { cfg.StrictHostKeyChecking = "accept-new" })
 	if _, err := tr.Exec(t.Context(), []string{"true"}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -109,9 +110,9 @@ func TestSSHAcceptNew(t *testing.T) {
 	// accept-new never accepts a changed key.
 	tr.Close()
 	s.RotateHostKey(t)
-	tr2 := newSSH(t, c, target(c, s), func(cfg *nodes.SSHConfig) { cfg.StrictHostKeyChecking = "accept-new" })
+	tr2 := newSSH(t, c, target(c, s), func(cfg *sshnode.Config) { cfg.StrictHostKeyChecking = "accept-new" })
 	_, err := tr2.Exec(t.Context(), []string{"true"}, nil)
-	var ch *nodes.HostKeyChangedError
+	var ch *sshnode.HostKeyChangedError
 	if !errors.As(err, &ch) {
 		t.Fatalf("err = %v, want HostKeyChangedError", err)
 	}
@@ -125,7 +126,7 @@ func TestSSHChangedHostKeyRefused(t *testing.T) {
 	s.RotateHostKey(t)
 	tr := newSSH(t, c, target(c, s))
 	_, err := tr.Exec(t.Context(), []string{"true"}, nil)
-	var ch *nodes.HostKeyChangedError
+	var ch *sshnode.HostKeyChangedError
 	if !errors.As(err, &ch) {
 		t.Fatalf("err = %v, want HostKeyChangedError", err)
 	}
@@ -143,16 +144,16 @@ func TestSSHHostKeyForTrust(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.State != nodes.KeyUnknown || string(info.Key.Marshal()) != string(s.HostKey.Marshal()) {
+	if info.State != sshnode.KeyUnknown || string(info.Key.Marshal()) != string(s.HostKey.Marshal()) {
 		t.Fatalf("HostKey = %+v", info)
 	}
-	if err := nodes.AddKnownHost(info.File, info.Addr, info.Key); err != nil {
+	if err := sshnode.AddKnownHost(info.File, info.Addr, info.Key); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tr.Exec(t.Context(), []string{"true"}, nil); err != nil {
 		t.Fatalf("after recording the key: %v", err)
 	}
-	if info, err = tr.HostKey(t.Context()); err != nil || info.State != nodes.KeyKnown {
+	if info, err = tr.HostKey(t.Context()); err != nil || info.State != sshnode.KeyKnown {
 		t.Fatalf("HostKey after trust = %+v, %v", info, err)
 	}
 }
@@ -205,7 +206,7 @@ func TestSSHHungAndClosedNodes(t *testing.T) {
 	c := sshdtest.NewClient(t)
 	s := c.StartServer(t, "hang")
 	c.Trust(t, s)
-	tr := newSSH(t, c, target(c, s), func(cfg *nodes.SSHConfig) { cfg.ConnectTimeout = time.Second })
+	tr := newSSH(t, c, target(c, s), func(cfg *sshnode.Config) { cfg.ConnectTimeout = time.Second })
 	if _, err := tr.Exec(t.Context(), []string{"true"}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +275,7 @@ func TestSSHAgent(t *testing.T) {
 	if err := os.Remove(c.KeyFile); err != nil {
 		t.Fatal(err)
 	}
-	tr := newSSH(t, c, target(c, s), func(cfg *nodes.SSHConfig) { cfg.AgentSocket = sock })
+	tr := newSSH(t, c, target(c, s), func(cfg *sshnode.Config) { cfg.AgentSocket = sock })
 	res, err := tr.Exec(t.Context(), []string{"echo", "agent"}, nil)
 	if err != nil || strings.TrimSpace(string(res.Stdout)) != "agent" {
 		t.Fatalf("Exec with the agent's key = %q, %v", res.Stdout, err)
