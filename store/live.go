@@ -10,9 +10,9 @@ import (
 // them, so that it costs what runs there, not what the projects hold.
 const liveOnSQL = `SELECT project, id FROM tasks WHERE status IN (?, ?) AND node = ? ORDER BY project, id`
 
-// LiveOn lists as "project/ID" the tasks of projects that are claimed or
-// running on node: those whose status the node must report whatever its
-// own index of live attempts says.
+// LiveOn lists as "project/ID" the tasks of projects (every project when
+// none is given) that are claimed or running on node: those whose status
+// the node must report whatever its own index of live attempts says.
 func (s *Store) LiveOn(ctx context.Context, node string, projects []string) ([]string, error) {
 	served := make(map[string]bool, len(projects))
 	for _, p := range projects {
@@ -24,7 +24,7 @@ func (s *Store) LiveOn(ctx context.Context, node string, projects []string) ([]s
 		if err := r.Scan(&project, &id); err != nil {
 			return err
 		}
-		if served[project] {
+		if len(served) == 0 || served[project] {
 			out = append(out, project+"/"+id)
 		}
 		return nil

@@ -38,7 +38,7 @@ func TestLiveOn(t *testing.T) {
 		{"n1", []string{"p"}, "p/A p/B"},
 		{"n2", []string{"p", "q"}, "p/C"},
 		{"n3", []string{"p"}, ""},
-		{"n1", nil, ""},
+		{"n1", nil, "p/A p/B q/A"},
 	} {
 		got, err := s.LiveOn(ctx, tc.node, tc.projects)
 		if err != nil || strings.Join(got, " ") != tc.want {
