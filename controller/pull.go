@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +61,10 @@ type nodeConn struct {
 	// streamed holds what the node's stream told since the tick took it
 	// last; see streamState.
 	streamed streamState
+
+	// listing is what the node's next status call needs of the earlier
+	// ones: whether to list every task, and which to name.
+	listing listState
 
 	// busy counts the goroutines that use tr: the node's stream loop and
 	// its workers (onNodes), which may outlive the tick that started them.
@@ -149,6 +155,65 @@ func (s *streamState) partial(served map[string]bool, every time.Duration, now t
 		p.tasks[taskKey(t.Project, t.Task)] = t
 	}
 	return p
+}
+
+// listState chooses between a node's full and live status calls (see
+// fullListEvery).
+type listState struct {
+	mu sync.Mutex
+	// calls counts the status calls since the last full one, that one
+	// included; 0 asks for a full one next.
+	calls int
+	// seen are the tasks ("project/ID") the last call found live (a
+	// supervisor holding the lock, or a status saying running): a live
+	// call names them, so that an attempt the node's index does not hold
+	// (a stale one being killed) stays in sight once a full call found it.
+	seen []string
+}
+
+// next reports whether the next call may be a live one, and the tasks it
+// names besides those the database has on the node. fresh asks for a
+// full call.
+func (l *listState) next(fresh bool) (live bool, seen []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if fresh || l.calls <= 0 || l.calls >= fullListEvery {
+		return false, nil
+	}
+	return true, slices.Clone(l.seen)
+}
+
+// done records a call's reply.
+func (l *listState) done(st *wrapper.NodeStatus, live bool) {
+	var seen []string
+	for _, ts := range st.Tasks {
+		live := ts.Alive || ts.Status != nil && ts.Status.Status == wrapper.StatusRunning
+		// Names the wrapper would refuse (a forged reply) are not asked for.
+		if live && nameable(ts.Project) && nameable(ts.Task) {
+			seen = append(seen, taskKey(ts.Project, ts.Task))
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seen = seen
+	if live {
+		l.calls++
+	} else {
+		l.calls = 1
+	}
+}
+
+// nameable reports whether name can be a directory name a status call
+// names (what the wrapper's validName accepts).
+func nameable(name string) bool {
+	return name != "" && name != "." && name != ".." && !strings.ContainsAny(name, "/\x00")
+}
+
+// failed asks for a full call next: the node may have changed unseen.
+func (l *listState) failed() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls = 0
 }
 
 func newNodeRuntime(n nodes.Node, tr nodes.Transport) *nodeRuntime {
@@ -300,22 +365,46 @@ func (c *Controller) callTimeout() time.Duration {
 // a few megabytes over what may be a slow link.
 const installTimeout = 2 * time.Minute
 
+// fullListEvery is how often a node's status call lists every task
+// directory of the served projects. The others list only the node's live
+// index (tasks/.live, kept by the wrapper) and the tasks the database has
+// claimed or running there, so that a steady pull costs what runs on the
+// node, not every task the projects ever ran there. The full listing
+// finds an attempt the index lost (a task that reached it, a wrapper
+// killed between its marker and its launch): a live attempt the database
+// does not expect is found by the next full listing, and named in every
+// call after it while it lives (see listState). The first call after the
+// wrapper is (re)checked and the first after a failed call are full too.
+const fullListEvery = 10
+
 func (c *Controller) pullNode(ctx context.Context, n *nodeRuntime, projects []string) *pull {
 	if n.tr == nil {
 		return &pull{err: fmt.Errorf("no transport for node %s", n.cfg.Name)}
 	}
+	fresh := n.installed() == nil
 	ictx, icancel := context.WithTimeout(ctx, installTimeout)
 	inst, err := c.ensureWrapper(ictx, n)
 	icancel()
 	if err != nil {
+		n.listing.failed()
 		return &pull{err: err}
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.callTimeout())
 	defer cancel()
+	live, named := n.listing.next(fresh)
+	if live {
+		onNode, err := c.st.LiveOn(ctx, n.cfg.Name, projects)
+		if err != nil {
+			c.log.Warn("listing every task of the node", keyNode, n.cfg.Name, "err", err)
+			live = false
+		}
+		named = append(named, onNode...)
+	}
 	start := time.Now()
-	st, err := nodeStatus(ctx, n.tr, inst.Path, inst.WorkDir, projects)
+	st, err := nodeStatus(ctx, n.tr, inst.Path, inst.WorkDir, projects, live, named)
 	rtt := time.Since(start)
 	if err != nil {
+		n.listing.failed()
 		var re *replyErr
 		if errors.As(err, &re) {
 			// Check the installation again next time, unless another
@@ -324,6 +413,7 @@ func (c *Controller) pullNode(ctx context.Context, n *nodeRuntime, projects []st
 		}
 		return &pull{err: err}
 	}
+	n.listing.done(st, live)
 	n.streamed.fullDone(st, rtt, start)
 	p := &pull{status: st, rtt: rtt, tasks: make(map[string]*wrapper.TaskStatus, len(st.Tasks))}
 	for i := range st.Tasks {
@@ -338,14 +428,25 @@ type replyErr struct{ msg string }
 
 func (e *replyErr) Error() string { return e.msg }
 
-// nodeStatus runs the wrapper's status command: one call for every task of
-// the listed projects (all projects when none) and the node's facts.
-func nodeStatus(ctx context.Context, tr nodes.Transport, bin, workDir string, projects []string) (*wrapper.NodeStatus, error) {
+// nodeStatus runs the wrapper's status command: one call for the tasks of
+// the listed projects (all projects when none) and the node's facts. With
+// live, only the node's live attempts and the named tasks ("project/ID")
+// are listed: every attempt the controller acts on, since it names those
+// it has claimed or running there and a stale one is live.
+func nodeStatus(ctx context.Context, tr nodes.Transport, bin, workDir string, projects []string, live bool, named []string) (*wrapper.NodeStatus, error) {
 	argv := []string{bin, "status", "--root", workDir}
 	for _, p := range projects {
 		argv = append(argv, "--project", p)
 	}
-	res, err := tr.Exec(ctx, argv, nil)
+	var stdin []byte
+	if live {
+		argv = append(argv, "--live")
+		var err error
+		if stdin, err = json.Marshal(wrapper.LiveRequest{Tasks: named}); err != nil {
+			return nil, fmt.Errorf("status: %w", err)
+		}
+	}
+	res, err := tr.Exec(ctx, argv, stdin)
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
@@ -367,7 +468,7 @@ func nodeStatus(ctx context.Context, tr nodes.Transport, bin, workDir string, pr
 // NodeFacts asks an installed wrapper for the node's status and facts
 // (`dispatch nodes check`).
 func NodeFacts(ctx context.Context, tr nodes.Transport, inst nodes.Installed) (*wrapper.NodeStatus, error) {
-	return nodeStatus(ctx, tr, inst.Path, inst.WorkDir, nil)
+	return nodeStatus(ctx, tr, inst.Path, inst.WorkDir, nil, false, nil)
 }
 
 // ensureWrapper makes sure the node's wrapper is installed and returns the

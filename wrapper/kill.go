@@ -340,5 +340,6 @@ func endOrphan(dir, msg string) (*Status, error) {
 	if err := writeStatusDurable(dir, st); err != nil {
 		return nil, ioError(err)
 	}
+	unmarkLive(dir, st.Attempt)
 	return st, nil
 }

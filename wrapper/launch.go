@@ -144,5 +144,10 @@ func writeLaunchFiles(item LaunchItem) (string, error) {
 	if err := WriteFileAtomic(filepath.Join(dir, fileLaunch), launchJSON, 0o644); err != nil {
 		return "", ioError(err)
 	}
+	// Before the supervisor starts, so that no moment of the attempt's
+	// life is out of the live index.
+	if err := markLive(dir, l.Attempt); err != nil {
+		return "", ioError(err)
+	}
 	return dir, nil
 }

@@ -22,7 +22,7 @@ const usageText = `usage: dispatch-wrapper <command> [flags]
 commands (see docs/PROTOCOL.md):
   version
   run    --dir D                  (stdin: JSON map of environment variables)
-  status --root R [--project P]...
+  status --root R [--project P]... [--live]  (--live: stdin {"tasks":["P/ID",…]})
   kill   --dir D [--grace 30s]
   tail   --dir D [--follow]
   which  NAME...                  (stdin: JSON map of environment variables)
@@ -101,7 +101,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "run":
 		err = cmdRun(ctx, rest, stdin, stdout)
 	case "status":
-		err = cmdStatus(ctx, rest, stdout)
+		err = cmdStatus(ctx, rest, stdin, stdout)
 	case "kill":
 		err = cmdKill(ctx, rest, stdout)
 	case "tail":

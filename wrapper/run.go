@@ -48,7 +48,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 	}
 	// Checked here for a clear error before anything starts; the supervisor
 	// checks both again, and its lock is what makes the refusal race-free.
-	if _, err := readLaunch(dir); err != nil {
+	launch, err := readLaunch(dir)
+	if err != nil {
 		return err
 	}
 	env, err := readEnvMap(stdin)
@@ -59,6 +60,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 		return ioError(err)
 	} else if alive {
 		return &cmdError{KindAlreadyRunning, fmt.Errorf("a supervisor is already running in %s", dir)}
+	}
+	if err := markLive(dir, launch.Attempt); err != nil {
+		return ioError(err)
 	}
 	results, err := startSupervisor(ctx, []superviseItem{{Dir: dir, Env: env}})
 	if err != nil {

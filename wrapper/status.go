@@ -7,16 +7,18 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 )
 
-func cmdStatus(ctx context.Context, args []string, stdout io.Writer) error {
+func cmdStatus(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	fs := newFlagSet("status")
 	rootFlag := fs.String("root", "", "work directory holding <project>/tasks/<ID>")
 	var projects stringList
 	fs.Var(&projects, "project", "project to list (repeatable; default all)")
+	live := fs.Bool("live", false, "list only the live index and the tasks named on stdin ({\"tasks\":[\"project/ID\",…]})")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -32,8 +34,17 @@ func cmdStatus(ctx context.Context, args []string, stdout io.Writer) error {
 			return usageErrorf("status: invalid project name %q", p)
 		}
 	}
-	ns, err := nodeStatus(ctx, root, projects)
-	if err != nil {
+	var ns *NodeStatus
+	if *live {
+		named, err := readLiveRequest(stdin)
+		if err != nil {
+			return err
+		}
+		ns, err = liveStatus(ctx, root, projects, named)
+		if err != nil {
+			return err
+		}
+	} else if ns, err = nodeStatus(ctx, root, projects); err != nil {
 		return err
 	}
 	return printJSON(stdout, ns)
@@ -54,39 +65,62 @@ func nodeStatus(ctx context.Context, root string, projects []string) (*NodeStatu
 		Facts:          readFacts(ctx, root),
 		Tasks:          []TaskStatus{},
 	}
-	if len(projects) == 0 {
-		entries, err := os.ReadDir(root)
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, ioError(fmt.Errorf("list projects in %s: %w", root, err))
-		}
-		for _, e := range entries {
-			// Hidden directories (.bin holds the wrappers) are not projects.
-			if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
-				projects = append(projects, e.Name())
-			}
-		}
+	projects, err := listProjects(root, projects)
+	if err != nil {
+		return nil, err
 	}
 	sort.Strings(projects)
 	for i, project := range projects {
 		if i > 0 && project == projects[i-1] {
 			continue
 		}
-		tasksDir := filepath.Join(root, project, "tasks")
-		entries, err := os.ReadDir(tasksDir)
+		tasks, err := listTasks(filepath.Join(root, project, "tasks"))
 		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				continue
-			}
-			return nil, ioError(fmt.Errorf("list tasks in %s: %w", tasksDir, err))
+			return nil, err
 		}
-		for _, e := range entries {
-			if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
-				continue
-			}
-			ns.Tasks = append(ns.Tasks, taskStatus(project, e.Name(), filepath.Join(tasksDir, e.Name())))
-		}
+		ns.Tasks = append(ns.Tasks, tasks...)
 	}
 	return ns, nil
+}
+
+// listProjects returns projects, or when it is empty every project
+// directory under root.
+func listProjects(root string, projects []string) ([]string, error) {
+	if len(projects) > 0 {
+		return slices.Clone(projects), nil
+	}
+	entries, err := os.ReadDir(root)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, ioError(fmt.Errorf("list projects in %s: %w", root, err))
+	}
+	for _, e := range entries {
+		// Hidden directories (.bin holds the wrappers) are not projects.
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			projects = append(projects, e.Name())
+		}
+	}
+	return projects, nil
+}
+
+// listTasks reports every task directory of tasksDir (none when it does
+// not exist); hidden entries (the live index) are not tasks.
+func listTasks(tasksDir string) ([]TaskStatus, error) {
+	entries, err := os.ReadDir(tasksDir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, ioError(fmt.Errorf("list tasks in %s: %w", tasksDir, err))
+	}
+	project := filepath.Base(filepath.Dir(tasksDir))
+	var out []TaskStatus
+	for _, e := range entries {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		out = append(out, taskStatus(project, e.Name(), filepath.Join(tasksDir, e.Name())))
+	}
+	return out, nil
 }
 
 func taskStatus(project, task, dir string) TaskStatus {

@@ -1114,5 +1114,9 @@ func (s *supervisor) finish(res outcome) {
 		s.logger.Error("write final status", logKeyErr, err)
 		return
 	}
+	// Out of the live index only now: until the final status is on disk
+	// the attempt must be reported, and a supervisor killed before this
+	// line leaves its marker for the controller to find.
+	unmarkLive(s.dir, s.launch.Attempt)
 	s.logger.Info("attempt finished", logKeyStatus, final.Status, logKeyErrorClass, final.ErrorClass, logKeyError, final.Error)
 }

@@ -288,6 +288,9 @@ type NodeStatus struct {
 	Time           string       `json:"time"`
 	Facts          Facts        `json:"facts"`
 	Tasks          []TaskStatus `json:"tasks"`
+	// Listing is ListingLive when Tasks are only the live index's and the
+	// named ones (`status --live`), empty when they are every task.
+	Listing string `json:"listing,omitempty"`
 }
 
 // RunReply is the reply of `run` once the supervisor is up.

@@ -1,0 +1,228 @@
+package wrapper
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// liveOf runs `status --live` with the named tasks on stdin.
+func liveOf(t *testing.T, root string, named []string, args ...string) NodeStatus {
+	t.Helper()
+	doc, err := json.Marshal(LiveRequest{Tasks: named})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, code := runWrapper(t, string(doc), append([]string{"status", "--root", root, "--live"}, args...)...)
+	var ns NodeStatus
+	if err := json.Unmarshal(out, &ns); err != nil || code != 0 {
+		t.Fatalf("status --live: exit %d, %s", code, out)
+	}
+	if ns.Listing != ListingLive {
+		t.Errorf("listing %q, want %q", ns.Listing, ListingLive)
+	}
+	return ns
+}
+
+func listed(ns NodeStatus) string {
+	var got []string
+	for _, ts := range ns.Tasks {
+		got = append(got, ts.Project+"/"+ts.Task)
+	}
+	return strings.Join(got, " ")
+}
+
+func markerOf(tk *testTask) string { return filepath.Join(filepath.Dir(tk.dir), dirLive, tk.name) }
+
+// TestLiveIndexFollowsTheAttempt: `run` and `launch` put the attempt in
+// the live index (a private file holding its number) before the
+// supervisor starts, and the supervisor takes it out once the final
+// status is written.
+func TestLiveIndexFollowsTheAttempt(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	tk := newTask(t, root, Launch{Task: "R1", Attempt: 3, Command: shell(waitForGo)})
+	tk.run(t, "")
+	data, err := os.ReadFile(markerOf(tk))
+	if err != nil || string(data) != "3\n" {
+		t.Fatalf("marker after run: %q, %v; want \"3\\n\"", data, err)
+	}
+	for path, want := range map[string]os.FileMode{markerOf(tk): 0o600, filepath.Dir(markerOf(tk)): 0o700 | os.ModeDir} {
+		if fi, err := os.Lstat(path); err != nil || fi.Mode() != want {
+			t.Errorf("%s: mode %v, %v; want %v", path, fi.Mode(), err, want)
+		}
+	}
+	if got := listed(liveOf(t, root, nil)); got != "demo/R1" {
+		t.Errorf("live listing %q, want demo/R1", got)
+	}
+	tk.touch(t, "go")
+	tk.waitFinal(t)
+	if _, err := os.Lstat(markerOf(tk)); !os.IsNotExist(err) {
+		t.Errorf("marker after the final status: %v, want it gone", err)
+	}
+
+	// The launch path (the controller's).
+	dir := filepath.Join(root, "demo", "tasks", "L1")
+	l := Launch{Project: "demo", Task: "L1", Attempt: 2, Node: "local", Command: shell(waitForGo), HeartbeatSeconds: 0.1, TimeoutSeconds: 20}
+	doc, _ := json.Marshal(LaunchBatch{Launches: []LaunchItem{{Dir: dir, Spec: "# L\n", Launch: l}}})
+	out, code := runWrapper(t, string(doc), "launch")
+	var reply LaunchReply
+	if code != 0 || json.Unmarshal(out, &reply) != nil || len(reply.Results) != 1 || reply.Results[0].Run == nil {
+		t.Fatalf("launch: exit %d: %s", code, out)
+	}
+	lt := &testTask{root: root, project: "demo", name: "L1", dir: dir}
+	t.Cleanup(func() { lt.cleanup(t) })
+	if data, err := os.ReadFile(markerOf(lt)); err != nil || string(data) != "2\n" {
+		t.Fatalf("marker after launch: %q, %v", data, err)
+	}
+	lt.touch(t, "go")
+	lt.waitFinal(t)
+	if _, err := os.Lstat(markerOf(lt)); !os.IsNotExist(err) {
+		t.Errorf("marker after the launched attempt ended: %v, want it gone", err)
+	}
+	if got := listed(liveOf(t, root, nil)); got != "" {
+		t.Errorf("live listing with nothing live: %q", got)
+	}
+}
+
+// TestLiveIndexKeptAfterSupervisorKill: a supervisor killed outright
+// leaves its marker, so the live listing still reports the dead attempt
+// (running, no supervisor: an orphan); `kill` of the orphan ends it and
+// takes it out of the index.
+func TestLiveIndexKeptAfterSupervisorKill(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	tk := newTask(t, root, Launch{Command: shell(`sleep 30 & wait`)})
+	reply := tk.run(t, "")
+	tk.waitStatus(t, "tool_pid", func(st *Status) bool { return st.ToolPID > 0 })
+	if err := syscall.Kill(reply.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 10*time.Second, "the supervisor to die", func() bool { return !tk.alive(t) })
+	ns := liveOf(t, root, nil)
+	if len(ns.Tasks) != 1 || ns.Tasks[0].Alive || ns.Tasks[0].Status == nil || ns.Tasks[0].Status.Status != StatusRunning {
+		t.Fatalf("live listing after the supervisor's death: %+v", ns.Tasks)
+	}
+	if _, err := os.Lstat(markerOf(tk)); err != nil {
+		t.Fatalf("marker after kill -9 of the supervisor: %v", err)
+	}
+	if out, code := runWrapper(t, "", "kill", "--dir", tk.dir); code != 0 {
+		t.Fatalf("kill: exit %d, %s", code, out)
+	}
+	if _, err := os.Lstat(markerOf(tk)); !os.IsNotExist(err) {
+		t.Errorf("marker after the orphan was killed: %v, want it gone", err)
+	}
+}
+
+// TestStatusLive: `status --live` lists the live index and the named
+// tasks, and no other; it cleans markers whose attempt is over; names and
+// the stdin document are checked.
+func TestStatusLive(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	final := func(tk *testTask, attempt int) {
+		t.Helper()
+		if err := writeJSONAtomic(tk.path(fileStatus), Status{Task: tk.name, Attempt: attempt, Status: StatusCompleted}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mark := func(tk *testTask, attempt int, age time.Duration) {
+		t.Helper()
+		if err := markLive(tk.dir, attempt); err != nil {
+			t.Fatal(err)
+		}
+		if age > 0 {
+			old := time.Now().Add(-age)
+			if err := os.Chtimes(markerOf(tk), old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	running := newTask(t, root, Launch{Project: "p1", Task: "RUN", Command: shell(waitForGo)})
+	running.run(t, "")
+	for _, id := range []string{"F1", "F2", "F3"} {
+		final(newTask(t, root, Launch{Project: "p1", Task: id}), 1)
+	}
+	over := newTask(t, root, Launch{Project: "p1", Task: "OVER"}) // a marker left by a finished attempt
+	final(over, 2)
+	mark(over, 2, 0)
+	starting := newTask(t, root, Launch{Project: "p1", Task: "START"}) // a launch whose supervisor is coming
+	final(starting, 1)
+	mark(starting, 2, 0)
+	failed := newTask(t, root, Launch{Project: "p1", Task: "NEVER"}) // a launch that never started, long ago
+	final(failed, 1)
+	mark(failed, 2, time.Hour)
+	gone := newTask(t, root, Launch{Project: "p1", Task: "GONE"})
+	mark(gone, 1, 0)
+	if err := os.RemoveAll(gone.dir); err != nil {
+		t.Fatal(err)
+	}
+	other := newTask(t, root, Launch{Project: "p2", Task: "OTHER", Command: shell(waitForGo)})
+	other.run(t, "")
+	final(newTask(t, root, Launch{Project: "p2", Task: "F9"}), 1)
+
+	ns := liveOf(t, root, []string{"p1/F2", "p1/NOSUCH", "p2/F9", "p1/RUN"}, "--project", "p1")
+	if got, want := listed(ns), "p1/F2 p1/NEVER p1/OVER p1/RUN p1/START p2/F9"; got != want {
+		t.Errorf("live listing %q, want %q", got, want)
+	}
+	for _, tc := range []struct {
+		tk   *testTask
+		kept bool
+	}{{running, true}, {starting, true}, {over, false}, {failed, false}, {gone, false}} {
+		_, err := os.Lstat(markerOf(tc.tk))
+		if kept := err == nil; kept != tc.kept {
+			t.Errorf("marker of %s kept: %v, want %v", tc.tk.name, kept, tc.kept)
+		}
+	}
+	if got, want := listed(liveOf(t, root, nil)), "p1/RUN p1/START p2/OTHER"; got != want {
+		t.Errorf("second live listing, all projects: %q, want %q", got, want)
+	}
+	// Empty stdin names nothing.
+	out, code := runWrapper(t, "", "status", "--root", root, "--live", "--project", "p2")
+	if var2 := (NodeStatus{}); code != 0 || json.Unmarshal(out, &var2) != nil || listed(var2) != "p2/OTHER" {
+		t.Errorf("status --live with empty stdin: exit %d, %s", code, out)
+	}
+
+	// An index the task replaced with a file or a link: the whole project.
+	root2 := t.TempDir()
+	for _, id := range []string{"A", "B"} {
+		final(newTask(t, root2, Launch{Project: "p", Task: id}), 1)
+	}
+	idx := filepath.Join(root2, "p", "tasks", dirLive)
+	if err := os.Symlink(t.TempDir(), idx); err != nil {
+		t.Fatal(err)
+	}
+	if got := listed(liveOf(t, root2, nil)); got != "p/A p/B" {
+		t.Errorf("live listing with the index a link: %q, want every task", got)
+	}
+	a := &testTask{root: root2, project: "p", name: "A", dir: filepath.Join(root2, "p", "tasks", "A")}
+	if err := markLive(a.dir, 2); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(idx); err != nil || !fi.IsDir() {
+		t.Errorf("index after markLive over a link: %v, %v; want a directory", fi, err)
+	}
+
+	for _, tc := range []struct{ name, stdin string }{
+		{"not json", "tasks"},
+		{"no slash", `{"tasks":["RUN"]}`},
+		{"dot dot", `{"tasks":["p1/.."]}`},
+		{"empty project", `{"tasks":["/RUN"]}`},
+		{"nested", `{"tasks":["p1/a/b"]}`},
+		{"unknown field", `{"task":["p1/RUN"]}`},
+		{"not a list", `{"tasks":"p1/RUN"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, code := runWrapper(t, tc.stdin, "status", "--root", root, "--live")
+			wantError(t, out, code, KindUsage)
+		})
+	}
+	running.touch(t, "go")
+	other.touch(t, "go")
+	running.waitFinal(t)
+	other.waitFinal(t)
+}
