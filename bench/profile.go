@@ -122,8 +122,7 @@ var categories = []struct {
 // tickPhases sorts the controller's samples by step of the tick.
 var tickPhases = []struct{ name, fn string }{
 	{"pull (status calls, JSON)", "controller.(*Controller).pullAll"},
-	{"apply (one transaction)", "controller.(*Controller).apply"},
-	{"assign", "controller.(*Controller).assign"},
+	{"decide (one transaction: read, decide, record; statuses and claims)", "controller.(*Controller).decide"},
 	{"launch", "controller.(*Controller).launchAll"},
 	{"collect", "controller.(*Controller).collectAll"},
 	{"finish/advance", "controller.(*Controller).finishProjects"},

@@ -435,8 +435,8 @@ func tickFinding(r1, r20 *tickResult, ps *profStats, hr float64) string {
 		if r20.listSnapshots {
 			snap = "with every column, the `snapshot` BLOB included"
 		}
-		fmt.Fprintf(&b, " The tick reads the project's tasks once, in `apply`'s transaction (`readSnapshot`; %s %s); "+
-			"`assign` selects its candidates and counts busy slots in SQL, `collectAll` reads only the finished runs not yet "+
+		fmt.Fprintf(&b, " The tick reads what can move once, in `decide`'s transaction (`readSnapshot`: the live tasks, those "+
+			"a failure may block, and counts kept by triggers, where reading every task would take %s %s), with its candidates and busy slots counted in SQL; `collectAll` reads only the finished runs not yet "+
 			"collected (`Store.Uncollected`, on a partial index) and `advance` one count while any task is unsettled "+
 			"(`Store.Settled`, a count kept by triggers). What is left is mostly the heartbeats, each written with its own `UPDATE` (`Tx.SetTask`: %s "+
 			"for 1,000); one statement prepared per transaction would take part of it.",

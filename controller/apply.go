@@ -41,78 +41,6 @@ type staleAttempt struct {
 	foreign bool
 }
 
-// apply writes what the pulls found, in one transaction: it reads the
-// tasks of the served projects and what the decisions need of their
-// attempts and projects once, decides over that snapshot (see applier),
-// then writes the node facts and every decided change. It returns the
-// number of status changes, the stale attempts found on the nodes, when a
-// decision next falls due by the clock alone (zero: none does), and the
-// projects left out because a row of theirs does not read back
-// (store.ErrDamaged, by project): their tasks are neither decided on nor
-// taken for stale attempts, and the rest of the tick leaves them out.
-func (c *Controller) apply(ctx context.Context, projects []string, pulls map[string]*pull) (int, []staleAttempt, time.Time, map[string]error, error) {
-	known, err := c.st.Nodes(ctx)
-	if err != nil {
-		return 0, nil, time.Time{}, nil, err
-	}
-	prev := map[string]store.Node{}
-	for _, n := range known {
-		prev[n.Name] = n
-	}
-	var changed int
-	var stale []staleAttempt
-	var notices []notice
-	var wake time.Time
-	var damaged map[string]error
-	c.killMu.Lock()
-	announced := c.announced
-	c.killMu.Unlock()
-	err = c.st.Update(ctx, func(tx *store.Tx) error {
-		now := tx.Now()
-		snap, err := readSnapshot(ctx, tx, projects, pulls)
-		if err != nil {
-			return err
-		}
-		plan := c.decideApply(snap, pulls, prev, announced, now)
-		for _, n := range plan.nodes {
-			if err := tx.PutNode(ctx, n); err != nil {
-				return err
-			}
-		}
-		for _, o := range plan.ops {
-			if err := o.exec(ctx, tx); err != nil {
-				return err
-			}
-		}
-		// Whether a stale attempt's task ever ran on its node is read
-		// last: it only decides what the kill holds back.
-		for i, sa := range plan.stale {
-			if !sa.foreign {
-				ran, err := tx.RanOn(ctx, sa.project, sa.task, sa.node)
-				if err != nil {
-					return err
-				}
-				plan.stale[i].foreign = !ran
-			}
-		}
-		changed, stale, notices, wake, damaged = plan.changed, plan.stale, plan.notices, plan.wake, snap.damaged
-		return nil
-	})
-	if err == nil {
-		for _, n := range notices {
-			c.sendNotice(ctx, n.project, n.event, "", n.message)
-		}
-		now := map[string]bool{}
-		for _, sa := range stale {
-			now[killKey(sa)] = true
-		}
-		c.killMu.Lock()
-		c.announced = now
-		c.killMu.Unlock()
-	}
-	return changed, stale, wake, damaged, err
-}
-
 // snapshot is what one tick's decisions read from the database.
 type snapshot struct {
 	// projects lists the served projects in order, with the tasks a
@@ -126,8 +54,11 @@ type snapshot struct {
 	depStatus map[string]map[string]string
 	counts    map[string]map[string]int
 	nextDue   map[string]time.Time
-	facts     map[string]projectFacts
-	runs      map[runKey]runFacts
+	// modes holds, by project and task, the api_mode of each live
+	// attempt (for the slots and modes the tick's changes free).
+	modes map[string]map[string]string
+	facts map[string]projectFacts
+	runs  map[runKey]runFacts
 	// damaged holds the served projects left out of projects, each with
 	// the error that a row of theirs gave (store.ErrDamaged).
 	damaged map[string]error
@@ -139,7 +70,8 @@ type snapshot struct {
 // the run facts the decisions will need.
 func readSnapshot(ctx context.Context, tx *store.Tx, projects []string, pulls map[string]*pull) (*snapshot, error) {
 	s := &snapshot{tasks: map[string][]store.Task{}, depStatus: map[string]map[string]string{}, counts: map[string]map[string]int{},
-		nextDue: map[string]time.Time{}, facts: map[string]projectFacts{}, runs: map[runKey]runFacts{}, damaged: map[string]error{}}
+		nextDue: map[string]time.Time{}, modes: map[string]map[string]string{}, facts: map[string]projectFacts{}, runs: map[runKey]runFacts{},
+		damaged: map[string]error{}}
 	named := namedLive(pulls)
 	now := tx.Now()
 	for _, name := range projects {
@@ -154,6 +86,7 @@ func readSnapshot(ctx context.Context, tx *store.Tx, projects []string, pulls ma
 		}
 		s.projects = append(s.projects, name)
 		s.tasks[name], s.depStatus[name], s.counts[name], s.nextDue[name] = read.Tasks, read.DepStatus, read.Counts, read.NextDue
+		s.modes[name] = read.Modes
 		p, err := tx.Project(ctx, name)
 		if err != nil {
 			return nil, err
@@ -211,6 +144,8 @@ type applyPlan struct {
 	// wake is when the next decision falls due by the clock alone (see
 	// applier.wake); zero when none does.
 	wake time.Time
+	// after is what the changes leave for the claims of the same tick.
+	after afterApply
 }
 
 // decideApply decides, without I/O, what the pulls mean: each node's
@@ -224,16 +159,12 @@ func (c *Controller) decideApply(snap *snapshot, pulls map[string]*pull, prev ma
 		}
 	}
 	a := &applier{c: c, now: now, pulls: pulls, prev: prev, runs: snap.runs, projects: snap.facts,
-		counts: snap.counts, depStatus: snap.depStatus}
-	current := map[string]*store.Task{}
+		counts: snap.counts, depStatus: snap.depStatus, modes: snap.modes, after: newAfterApply()}
 	for _, project := range snap.projects {
-		tasks := snap.tasks[project]
 		a.dueAt(snap.nextDue[project])
-		a.project(project, tasks)
-		for i := range tasks {
-			current[taskKey(project, tasks[i].ID)] = &tasks[i]
-		}
+		a.project(project, snap.tasks[project])
 	}
+	current := currentTasks(snap)
 	plan.stale = findStale(pulls, current, c.draining)
 	// A project whose tasks could not be read has none in current: its
 	// attempts are not stale, only unknown until it is read again.
@@ -251,7 +182,21 @@ func (c *Controller) decideApply(snap *snapshot, pulls map[string]*pull, prev ma
 		a.event(ev)
 	}
 	plan.ops, plan.changed, plan.notices, plan.wake = a.ops, a.changed, a.notices, a.wake
+	plan.after = a.after
+	plan.after.tasks = current
 	return plan
+}
+
+// currentTasks indexes the tasks of a snapshot by taskKey.
+func currentTasks(snap *snapshot) map[string]*store.Task {
+	current := map[string]*store.Task{}
+	for _, project := range snap.projects {
+		tasks := snap.tasks[project]
+		for i := range tasks {
+			current[taskKey(project, tasks[i].ID)] = &tasks[i]
+		}
+	}
+	return current
 }
 
 // findStale lists the live attempts the pulls found that the database does

@@ -212,26 +212,24 @@ func (c *Controller) Tick(ctx context.Context) (TickResult, error) {
 	}
 	pulls := c.pullAll(ctx, names)
 	crashpoint.At(crashpoint.AfterPull)
-	changed, stale, wake, damaged, err := c.apply(ctx, names, pulls)
+	out, err := c.decide(ctx, projects, names, pulls)
 	if err != nil {
 		return res, fmt.Errorf("apply node status: %w", err)
 	}
 	// A project whose rows do not read back is left out of the rest of
 	// the tick, and stopped after a few; the others go on.
-	if projects, names, err = c.leaveOut(ctx, projects, names, damaged); err != nil {
+	if projects, names, err = c.leaveOut(ctx, projects, names, out.damaged); err != nil {
 		return res, err
 	}
 	crashpoint.At(crashpoint.AfterApply)
-	res.Changed, res.Wake = changed, wake
-	c.killStale(ctx, stale)
-	claims, pauseEnd, err := c.assign(ctx, projects, pulls, stale)
-	if err != nil {
-		return res, fmt.Errorf("assign tasks: %w", err)
-	}
-	res.Wake = earliest(res.Wake, pauseEnd, c.now())
+	res.Changed, res.Wake = out.changed, earliest(out.wake, out.pauseEnd, c.now())
+	claims := out.claims
 	if len(claims) > 0 {
 		crashpoint.At(crashpoint.AfterClaim)
 	}
+	// Stale attempts are killed in their nodes' background lanes; their
+	// nodes took no claim in this tick.
+	c.killStale(ctx, out.stale)
 	// What finished is collected while the new attempts launch: on a
 	// node, a launch and a collection are two SSH sessions side by side. A
 	// task being launched again is left for the next tick, since its

@@ -148,8 +148,11 @@ type applier struct {
 	// not among the tasks read (see snapshot).
 	counts    map[string]map[string]int
 	depStatus map[string]map[string]string
-	ops       []op
-	changed   int
+	modes     map[string]map[string]string
+	// after collects what the changes mean for the claims (see afterApply).
+	after   afterApply
+	ops     []op
+	changed int
 	// notices are the messages the changes call for (see notices.go).
 	notices []notice
 	// retryAfter is the reset time named by the rate limit being applied.
@@ -182,6 +185,13 @@ func (a *applier) transition(t *store.Task, ch store.Change) {
 		n[t.Status]--
 		n[ch.To]++
 	}
+	if live(t.Status) && !live(ch.To) {
+		a.after.freed[t.Node]++
+		if mode := a.modes[t.Project][t.ID]; mode != "" {
+			a.after.modesFreed[mode]++
+		}
+	}
+	ch.Set.ApplyTo(t)
 	t.Status = ch.To
 	a.changed++
 }
@@ -448,6 +458,7 @@ func (a *applier) pauseMode(t *store.Task, tool string, st *wrapper.Status) {
 	}
 	reason := fmt.Sprintf("rate limit hit by %s/%s on %s (%s)", t.Project, t.ID, t.Node, why)
 	a.emit(op{pause: &store.Pause{APIMode: mode, Until: a.now.Add(pause), Reason: reason}})
+	a.after.paused[mode] = later(a.after.paused[mode], a.now.Add(pause))
 	said := "api_mode " + mode + " paused"
 	for _, n := range a.notices {
 		if n.project == t.Project && n.event == notify.ModePaused && strings.HasPrefix(n.message, said+" ") {
@@ -706,6 +717,7 @@ func (a *applier) cancelPending(project string, tasks []store.Task, kind, why st
 	}
 	if rest := waiting - n; rest > 0 {
 		a.emit(op{cancel: &store.Change{Project: project, Kind: kind, Message: why, Set: set}})
+		a.after.canceledAll[project] = true
 		counts[store.Canceled] += rest
 		counts[store.Pending], counts[store.Blocked] = 0, 0
 		a.changed += rest

@@ -120,7 +120,7 @@ func (c *Controller) launchAll(ctx context.Context, claims []claim) int {
 	started := 0
 	err := c.st.Update(ctx, func(tx *store.Tx) error {
 		started = 0
-		a := &applier{c: c, now: tx.Now()}
+		a := &applier{c: c, now: tx.Now(), after: newAfterApply()}
 		for _, o := range outcomes {
 			t := o.claim.task
 			for _, f := range o.pushFailures {

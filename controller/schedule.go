@@ -1,15 +1,9 @@
 package controller
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"slices"
-	"sort"
-	"time"
 
 	"github.com/dispatch-tool/dispatch/nodes"
-	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper"
@@ -60,23 +54,6 @@ type capacity struct {
 // stepAssign names the claiming of a project's tasks in its problem.
 const stepAssign = "starting its tasks"
 
-// assign claims runnable tasks for nodes with free slots: by priority then
-// ID, least-loaded node first, each claim one atomic UPDATE ... RETURNING.
-// It reads what the choice needs (readAssign), chooses (decideClaims,
-// pure) and claims what it chose (claimAll).
-func (c *Controller) assign(ctx context.Context, projects []store.Project, pulls map[string]*pull, stale []staleAttempt) (claims []claim, pauseEnd time.Time, err error) {
-	in, pauseEnd, err := c.readAssign(ctx, projects, pulls, stale)
-	if err != nil || len(in.candidates) == 0 {
-		return nil, pauseEnd, err
-	}
-	picks := decideClaims(c.cfg, in)
-	if len(picks) == 0 {
-		return nil, pauseEnd, nil
-	}
-	claims, err = c.claimAll(ctx, picks)
-	return claims, pauseEnd, err
-}
-
 // assignInput is what the choice of a tick's claims reads.
 type assignInput struct {
 	// caps are the nodes that may take work this tick, with their load.
@@ -89,125 +66,6 @@ type assignInput struct {
 	unusable map[string]string
 	// candidates are the runnable tasks, by priority, ID, project.
 	candidates []store.Task
-}
-
-// readAssign reads what assign chooses over: the nodes with room (their
-// pull went well, they are not launching, their disk is not full, no
-// attempt that must die is alive there), the pauses (and when the next
-// one ends: pauseEnd), the use of each api_mode, the busy slots, and a
-// few candidates per free slot of each project. No candidates: nothing
-// to claim.
-func (c *Controller) readAssign(ctx context.Context, projects []store.Project, pulls map[string]*pull, stale []staleAttempt) (in assignInput, pauseEnd time.Time, err error) {
-	in = assignInput{caps: map[string]*capacity{}, paused: map[string]bool{}, unusable: c.unusable}
-	unkilledNodes, unkilledTasks := c.unkilled()
-	for name, n := range c.nodes {
-		// A node busy launching takes no new work this tick (one
-		// collecting does: see inCollection),
-		// nor one whose disk is nearly full, nor one where an attempt that
-		// must die is not dead yet.
-		if p := pulls[name]; p != nil && p.err == nil && !n.working.Load() && !diskFull(p.status.Facts.DiskFreeBytes) && !unkilledNodes[name] {
-			in.caps[name] = &capacity{node: n, mem: p.status.Facts.MemAvailableBytes}
-		}
-	}
-	// A stale attempt holds its slot until it is killed.
-	for _, sa := range stale {
-		if cp := in.caps[sa.node]; cp != nil {
-			cp.running++
-		}
-	}
-	pauses, err := c.st.Pauses(ctx)
-	if err != nil {
-		return in, pauseEnd, err
-	}
-	now := c.now()
-	for _, p := range pauses {
-		if now.Before(p.Until) {
-			in.paused[p.APIMode] = true
-			// Its tasks may go on when it ends: a tick then.
-			pauseEnd = earliest(pauseEnd, p.Until, now)
-		}
-	}
-	// What runs under each api_mode, across projects, counts against its
-	// max_concurrency.
-	if in.modeUse, err = c.st.LiveModes(ctx); err != nil {
-		return in, pauseEnd, err
-	}
-	// Busy slots are counted in SQL, across projects (a stopped project's
-	// running tasks hold their slots too).
-	busy, err := c.st.Busy(ctx)
-	if err != nil {
-		return in, pauseEnd, err
-	}
-	free := 0
-	for name, cp := range in.caps {
-		cp.running += busy[name]
-		free += max(cp.node.cfg.Slots-cp.running, 0)
-	}
-	if free == 0 {
-		return in, pauseEnd, nil
-	}
-	in.candidates, err = c.candidates(ctx, projects, free, unkilledTasks, now)
-	return in, pauseEnd, err
-}
-
-// candidates are the tasks that may start, selected in SQL: pending,
-// due, every dependency completed, by priority and ID, a few times the
-// free slots per project (some may fit no free node). Readiness is decided
-// before the limit, so tasks waiting for a dependency never fill the
-// window (head of line). A task whose earlier attempt still runs somewhere
-// (an orphaned tool, a hung wrapper, unkilled) waits until it is killed,
-// and one whose previous attempt is still being collected (a slow
-// collection outlasts its tick) until it is collected.
-func (c *Controller) candidates(ctx context.Context, projects []store.Project, free int, unkilled map[string]bool, now time.Time) ([]store.Task, error) {
-	var out []store.Task
-	for _, p := range projects {
-		opts, err := p.ParseOptions()
-		if err != nil {
-			// Nothing of it launches on a wrong assumption (no setup, no
-			// halt); the other projects' tasks do.
-			if err := c.projectTrouble(ctx, p.Name, stepAssign, err); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		c.projectWentOn(p.Name, stepAssign)
-		counts, err := c.st.Counts(ctx, p.Name)
-		if err != nil {
-			return nil, err
-		}
-		if h := opts.HaltFail; h > 0 && counts[store.Failed] >= h {
-			continue
-		}
-		runnable, err := c.st.Runnable(ctx, p.Name, now, candidateFactor*free)
-		if errors.Is(err, store.ErrDamaged) {
-			// A candidate that does not read back is its project's
-			// trouble (left out, stopped after a few), not the tick's.
-			if err := c.projectTrouble(ctx, p.Name, stepRead, err); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		for _, t := range runnable {
-			_, collecting := c.inCollection.Load(taskKey(t.Project, t.ID))
-			if !unkilled[taskKey(t.Project, t.ID)] && !collecting {
-				out = append(out, t)
-			}
-		}
-	}
-	sort.SliceStable(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.Priority != b.Priority {
-			return a.Priority < b.Priority
-		}
-		if a.ID != b.ID {
-			return a.ID < b.ID
-		}
-		return a.Project < b.Project
-	})
-	return out, nil
 }
 
 // decideClaims chooses, for each candidate in order, the node it starts
@@ -250,53 +108,6 @@ func decideClaims(cfg *nodes.Config, in assignInput) []claim {
 		picks = append(picks, claim{task: *t, node: best.node, mode: bestMode})
 	}
 	return picks
-}
-
-// claimAll claims the chosen tasks in one transaction: a task another
-// claim took meanwhile (store.ErrConflict) is left out. Each claimed
-// attempt records its api_mode and its inputs (for reuse), and a
-// fallback mode an event.
-func (c *Controller) claimAll(ctx context.Context, picks []claim) (claims []claim, err error) {
-	err = c.st.Update(ctx, func(tx *store.Tx) error {
-		claims = claims[:0]
-		opts := map[string]store.ProjectOptions{}
-		for _, p := range picks {
-			attempt, err := tx.Claim(ctx, p.task.Project, p.task.ID, p.node.cfg.Name)
-			if errors.Is(err, store.ErrConflict) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			o, ok := opts[p.task.Project]
-			if !ok {
-				proj, err := tx.Project(ctx, p.task.Project)
-				if err != nil {
-					return err
-				}
-				o, _ = proj.ParseOptions() // unreadable options fail the launch, with the fix
-				opts[p.task.Project] = o
-			}
-			in, err := plan.ClaimInputs(ctx, tx, c.cfg, p.task, p.mode, o)
-			if err != nil {
-				return err
-			}
-			if err := tx.SetRun(ctx, p.task.Project, p.task.ID, attempt, store.RunPatch{APIMode: new(p.mode), Inputs: &in}); err != nil {
-				return err
-			}
-			if p.mode != "" && p.mode != p.node.cfg.APIMode {
-				if err := tx.Event(ctx, store.Event{Project: p.task.Project, Task: p.task.ID, Attempt: attempt, Kind: "fallback", Node: p.node.cfg.Name,
-					Message: fmt.Sprintf("api_mode %s is paused; attempt %d runs under its fallback %s", p.node.cfg.APIMode, attempt, p.mode)}); err != nil {
-					return err
-				}
-			}
-			p.attempt = attempt
-			p.task.Attempt, p.task.Node, p.task.Status = attempt, p.node.cfg.Name, store.Claimed
-			claims = append(claims, p)
-		}
-		return nil
-	})
-	return claims, err
 }
 
 // candidateFactor is how many candidates per free slot a tick considers

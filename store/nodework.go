@@ -7,7 +7,7 @@ import "context"
 // collected yet. A node removed from nodes.yaml, or reached anew, keeps
 // its old connection while it has any.
 func (s *Store) NodeWork(ctx context.Context) (map[string]int, error) {
-	return s.countBy(ctx, "count the work left on each node", `SELECT node, COUNT(*) FROM (
+	return countBy(ctx, s.db, "count the work left on each node", `SELECT node, COUNT(*) FROM (
 		SELECT node FROM tasks WHERE status IN (?, ?)
 		UNION ALL SELECT node FROM runs WHERE collected_at = '' AND status IN (?, ?, ?)) GROUP BY node`,
 		Claimed, Running, Completed, Failed, Killed)

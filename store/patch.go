@@ -124,3 +124,19 @@ func patchColumns(patch any) *columns {
 	}
 	return c
 }
+
+// ApplyTo sets the fields of t that p sets, as writing p and reading t
+// back would: the controller keeps a task it changed in a tick up to date
+// for the later decisions of the same tick.
+func (p TaskPatch) ApplyTo(t *Task) {
+	pv, tv := reflect.ValueOf(p), reflect.ValueOf(t).Elem()
+	for i := range pv.NumField() {
+		f := pv.Field(i)
+		if f.IsNil() {
+			continue
+		}
+		if dst := tv.FieldByName(pv.Type().Field(i).Name); dst.IsValid() && dst.Type() == f.Type().Elem() {
+			dst.Set(f.Elem())
+		}
+	}
+}

@@ -102,16 +102,21 @@ func querySpent(ctx context.Context, q querier, project string, run int) (usd fl
 }
 
 // Busy counts the claimed and running tasks on each node, across projects.
-func (s *Store) Busy(ctx context.Context) (map[string]int, error) {
-	return s.countBy(ctx, "count busy slots",
+func (s *Store) Busy(ctx context.Context) (map[string]int, error) { return busy(ctx, s.db) }
+
+// Busy counts the claimed and running tasks on each node, across projects.
+func (tx *Tx) Busy(ctx context.Context) (map[string]int, error) { return busy(ctx, tx.tx) }
+
+func busy(ctx context.Context, q querier) (map[string]int, error) {
+	return countBy(ctx, q, "count busy slots",
 		`SELECT node, COUNT(*) FROM tasks WHERE status IN (?, ?) GROUP BY node`, Claimed, Running)
 }
 
 // countBy runs a query of (key, count) rows into a map; what names the
 // count in its errors.
-func (s *Store) countBy(ctx context.Context, what, query string, args ...any) (map[string]int, error) {
+func countBy(ctx context.Context, q querier, what, query string, args ...any) (map[string]int, error) {
 	out := map[string]int{}
-	err := eachRow(ctx, s.db, func(r scanner) error {
+	err := eachRow(ctx, q, func(r scanner) error {
 		var key string
 		var n int
 		if err := r.Scan(&key, &n); err != nil {
@@ -154,7 +159,16 @@ func (s *Store) States(ctx context.Context, project string) (map[string]string, 
 // decided here, before the limit: a window filled with tasks that still wait
 // for a dependency would keep a ready task behind them (head of line).
 func (s *Store) Runnable(ctx context.Context, project string, now time.Time, limit int) ([]Task, error) {
-	out, err := queryRows(ctx, s.db, scanTask, runnableSQL+" LIMIT ?3", project, formatTime(now), limit)
+	return runnable(ctx, s.db, project, now, limit)
+}
+
+// Runnable is Store.Runnable in the transaction.
+func (tx *Tx) Runnable(ctx context.Context, project string, now time.Time, limit int) ([]Task, error) {
+	return runnable(ctx, tx.tx, project, now, limit)
+}
+
+func runnable(ctx context.Context, q querier, project string, now time.Time, limit int) ([]Task, error) {
+	out, err := queryRows(ctx, q, scanTask, runnableSQL+" LIMIT ?3", project, formatTime(now), limit)
 	if err != nil {
 		return nil, fmt.Errorf("read runnable tasks of %s: %w", project, err)
 	}
@@ -337,8 +351,13 @@ func scanRun(row scanner) (Run, error) {
 }
 
 // Nodes returns what is known about every node, by name.
-func (s *Store) Nodes(ctx context.Context) ([]Node, error) {
-	out, err := queryRows(ctx, s.db, scanNode, `SELECT name, state, last_seen, offline_since, last_error, os, arch, wrapper_version,
+func (s *Store) Nodes(ctx context.Context) ([]Node, error) { return queryNodes(ctx, s.db) }
+
+// Nodes returns what is known about every node, by name.
+func (tx *Tx) Nodes(ctx context.Context) ([]Node, error) { return queryNodes(ctx, tx.tx) }
+
+func queryNodes(ctx context.Context, q querier) ([]Node, error) {
+	out, err := queryRows(ctx, q, scanNode, `SELECT name, state, last_seen, offline_since, last_error, os, arch, wrapper_version,
 		mem_available_bytes, load1, disk_free_bytes, rtt_ms, updated_at FROM nodes ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("read nodes: %w", err)
@@ -502,14 +521,24 @@ type Pause struct {
 }
 
 // LiveModes counts the claimed and running attempts under each api_mode.
-func (s *Store) LiveModes(ctx context.Context) (map[string]int, error) {
-	return s.countBy(ctx, "count attempts by api_mode", `SELECT api_mode, COUNT(*) FROM runs
+func (s *Store) LiveModes(ctx context.Context) (map[string]int, error) { return liveModes(ctx, s.db) }
+
+// LiveModes counts the claimed and running attempts under each api_mode.
+func (tx *Tx) LiveModes(ctx context.Context) (map[string]int, error) { return liveModes(ctx, tx.tx) }
+
+func liveModes(ctx context.Context, q querier) (map[string]int, error) {
+	return countBy(ctx, q, "count attempts by api_mode", `SELECT api_mode, COUNT(*) FROM runs
 		WHERE status IN (?, ?) AND api_mode != '' GROUP BY api_mode`, Claimed, Running)
 }
 
 // Pauses returns the pauses recorded, expired or not.
-func (s *Store) Pauses(ctx context.Context) ([]Pause, error) {
-	out, err := queryRows(ctx, s.db, func(r scanner) (Pause, error) {
+func (s *Store) Pauses(ctx context.Context) ([]Pause, error) { return pauses(ctx, s.db) }
+
+// Pauses returns the pauses recorded, expired or not.
+func (tx *Tx) Pauses(ctx context.Context) ([]Pause, error) { return pauses(ctx, tx.tx) }
+
+func pauses(ctx context.Context, q querier) ([]Pause, error) {
+	out, err := queryRows(ctx, q, func(r scanner) (Pause, error) {
 		var p Pause
 		var until string
 		err := r.Scan(&p.APIMode, &until, &p.Reason)

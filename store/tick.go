@@ -28,6 +28,9 @@ type TickRead struct {
 	// NextDue is the earliest not_before after now among the pending
 	// tasks (zero: none).
 	NextDue time.Time
+	// Modes holds the api_mode of the current attempt of each claimed or
+	// running task that has one, by task ID.
+	Modes map[string]string
 }
 
 // tickSelect reads the tasks of TickRead.Tasks: ?1 the project, ?2 the
@@ -66,7 +69,7 @@ func byStatus(statuses ...string) string {
 // project with a row that does not read back gives ErrDamaged, whether
 // or not the tick would read that row: nothing of it may be decided on.
 func (tx *Tx) TickTasks(ctx context.Context, project string, named []string, now time.Time) (TickRead, error) {
-	r := TickRead{DepStatus: map[string]string{}, Counts: map[string]int{}}
+	r := TickRead{DepStatus: map[string]string{}, Counts: map[string]int{}, Modes: map[string]string{}}
 	if err := tx.damage(ctx, project); err != nil {
 		return r, err
 	}
@@ -110,6 +113,20 @@ func (tx *Tx) TickTasks(ctx context.Context, project string, named []string, now
 		return r, fmt.Errorf("read the next backoff of %s: %w", project, err)
 	}
 	r.NextDue = parseTime(due.String)
+	err = eachRow(ctx, tx.tx, func(row scanner) error {
+		var id, mode string
+		if err := row.Scan(&id, &mode); err != nil {
+			return err
+		}
+		r.Modes[id] = mode
+		return nil
+	}, `SELECT t.id, r.api_mode FROM (`+byStatus(Claimed, Running)+`) AS l
+		JOIN tasks AS t ON t.project = ?1 AND t.id = l.id
+		JOIN runs AS r ON r.project = t.project AND r.task = t.id AND r.attempt = t.attempt
+		WHERE r.api_mode != ''`, project)
+	if err != nil {
+		return r, fmt.Errorf("read the api_modes of %s: %w", project, err)
+	}
 	return r, nil
 }
 

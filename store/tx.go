@@ -421,23 +421,6 @@ func (tx *Tx) PutPause(ctx context.Context, p Pause) error {
 	return tx.Event(ctx, Event{Kind: "pause", Message: fmt.Sprintf("%s paused until %s: %s", p.APIMode, p.Until.Format(time.RFC3339), p.Reason)})
 }
 
-// Pauses returns the recorded pauses inside the transaction.
-func (tx *Tx) Pauses(ctx context.Context) (map[string]time.Time, error) {
-	out := map[string]time.Time{}
-	err := eachRow(ctx, tx.tx, func(r scanner) error {
-		var mode, until string
-		if err := r.Scan(&mode, &until); err != nil {
-			return err
-		}
-		out[mode] = parseTime(until)
-		return nil
-	}, "SELECT api_mode, until FROM pauses")
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 // DeleteTasks removes tasks and everything recorded for their attempts
 // (runs, manifests, verdicts), and the project's merge conflicts: used when
 // a retry makes the integration phase start over. The event log keeps their

@@ -1,0 +1,119 @@
+package controller
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/wrapper"
+)
+
+// TestDecideTick: the claims of a tick are decided over what the same
+// tick's changes leave, from one read and without I/O: a slot freed by a
+// completion is refilled, a dependent whose last dependency completes
+// starts, a lost attempt starts elsewhere at once; a halt, a stale
+// attempt, a dependency taken back and a pause hold back what they must.
+// (S00 is a dependency read as completed.)
+func TestDecideTick(t *testing.T) {
+	running, ended, task := runningStatus, endedStatus, decideTask
+	pending := func(id string, deps ...string) store.Task { return task(id, store.Pending, "", 0, deps...) }
+	for _, tc := range []struct {
+		name     string
+		tasks    []store.Task // read: what can move
+		runnable []store.Task // read: due and free of dependencies
+		busy     map[string]int
+		pulls    map[string]any
+		prev     map[string]store.Node
+		runs     map[runKey]runFacts
+		ranOn    map[string]bool
+		opts     store.ProjectOptions
+		want     string // "ID@node" in claim order
+	}{
+		{name: "a completion frees its slot for a task in the same tick",
+			tasks:    []store.Task{task("S01", store.Running, "n1", 1), task("S02", store.Running, "n1", 1), task("S03", store.Running, "n2", 1), task("S04", store.Running, "n2", 1)},
+			runnable: []store.Task{pending("S05")},
+			busy:     map[string]int{"n1": 2, "n2": 2},
+			pulls: map[string]any{"n1": []wrapper.TaskStatus{ended("S01", 1, wrapper.StatusCompleted, ""), running("S02", 1, "1", true)},
+				"n2": []wrapper.TaskStatus{running("S03", 1, "1", true), running("S04", 1, "1", true)}},
+			want: "S05@n1"},
+		{name: "a dependent whose last dependency completes now starts now",
+			tasks: []store.Task{task("S01", store.Running, "n1", 1), pending("S02", "S01", "S00")},
+			busy:  map[string]int{"n1": 1},
+			pulls: map[string]any{"n1": []wrapper.TaskStatus{ended("S01", 1, wrapper.StatusCompleted, "")}, "n2": []wrapper.TaskStatus{}},
+			want:  "S02@n1"},
+		{name: "a dependent of a task that fails now does not start",
+			tasks: []store.Task{task("S01", store.Running, "n1", 1), pending("S02", "S01")},
+			busy:  map[string]int{"n1": 1},
+			pulls: map[string]any{"n1": []wrapper.TaskStatus{ended("S01", 1, wrapper.StatusFailed, wrapper.ClassExit)}, "n2": []wrapper.TaskStatus{}},
+			want:  ""},
+		{name: "a halt reached in the tick starts nothing more",
+			tasks: []store.Task{func() store.Task {
+				tk := task("S01", store.Running, "n1", 1)
+				tk.MaxRetries = 0
+				return tk
+			}()},
+			runnable: []store.Task{pending("S05")},
+			busy:     map[string]int{"n1": 1},
+			pulls:    map[string]any{"n1": []wrapper.TaskStatus{ended("S01", 1, wrapper.StatusFailed, wrapper.ClassExit)}, "n2": []wrapper.TaskStatus{}},
+			opts:     store.ProjectOptions{HaltFail: 1},
+			want:     ""},
+		{name: "a stale attempt holds its node and its task until it is killed",
+			tasks:    []store.Task{pending("S09")},
+			runnable: []store.Task{pending("S05"), pending("S09")},
+			pulls:    map[string]any{"n1": []wrapper.TaskStatus{running("S09", 1, "1", true)}, "n2": []wrapper.TaskStatus{}},
+			ranOn:    map[string]bool{"n1\x00p/S09": true},
+			want:     "S05@n2"},
+		{name: "a node's word alone holds the node but not the task",
+			tasks:    []store.Task{pending("S09")},
+			runnable: []store.Task{pending("S05"), pending("S09")},
+			pulls:    map[string]any{"n1": []wrapper.TaskStatus{running("S09", 1, "1", true)}, "n2": []wrapper.TaskStatus{}},
+			ranOn:    map[string]bool{"n1\x00p/S09": false},
+			want:     "S05@n2 S09@n2"},
+		{name: "an attempt lost with its node starts elsewhere at once",
+			tasks: []store.Task{task("S01", store.Running, "n1", 1)},
+			busy:  map[string]int{"n1": 1},
+			pulls: map[string]any{"n1": errors.New("connection refused"), "n2": []wrapper.TaskStatus{}},
+			prev:  map[string]store.Node{"n1": {Name: "n1", OfflineSince: t0.Add(-11 * time.Minute)}},
+			want:  "S01@n2"},
+		{name: "a dependency taken back holds its dependent",
+			tasks:    []store.Task{task("S01", store.Completed, "n1", 1)},
+			runnable: []store.Task{pending("S02", "S01")},
+			pulls:    map[string]any{"n1": errors.New("connection refused"), "n2": []wrapper.TaskStatus{}},
+			prev:     map[string]store.Node{"n1": {Name: "n1", OfflineSince: t0.Add(-11 * time.Minute)}},
+			runs:     map[runKey]runFacts{{"p", "S01", 1}: {}},
+			want:     "S01@n2"},
+		{name: "a rate limit pauses its mode for the claims of the same tick",
+			tasks:    []store.Task{task("S01", store.Running, "n1", 1), task("S03", store.Running, "n2", 1)},
+			runnable: []store.Task{pending("S05"), pending("S06")},
+			busy:     map[string]int{"n1": 1, "n2": 1},
+			pulls: map[string]any{"n1": []wrapper.TaskStatus{ended("S01", 1, wrapper.StatusFailed, wrapper.ClassRateLimit)},
+				"n2": []wrapper.TaskStatus{running("S03", 1, "1", true)}},
+			runs: map[runKey]runFacts{{"p", "S01", 1}: {mode: "team"}},
+			want: "S05@n2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := decider(t, decideNodes)
+			pulls := nodeSays(tc.pulls)
+			snap := wholeSnapshot(tc.tasks, projectFacts{opts: tc.opts}, tc.runs)
+			snap.modes = map[string]map[string]string{"p": {}}
+			snap.depStatus = map[string]map[string]string{"p": {"S00": store.Completed}}
+			r := &tickRead{snapshot: snap, prev: tc.prev, ranOn: tc.ranOn, active: []store.Project{{Name: "p"}},
+				runnable: map[string][]store.Task{"p": tc.runnable},
+				claims:   assignInput{caps: c.capacities(pulls, tc.busy, nil), modeUse: map[string]int{}, unusable: map[string]string{}}}
+			tp := c.decideTick(r, pulls, nil, nil, nil, t0)
+			var got []string
+			for _, p := range tp.picks {
+				got = append(got, p.task.ID+"@"+p.node.cfg.Name)
+			}
+			if strings.Join(got, " ") != tc.want {
+				var ops []string
+				for _, o := range tp.ops {
+					ops = append(ops, o.String())
+				}
+				t.Errorf("claims %q, want %q; the tick's changes:\n  %s", strings.Join(got, " "), tc.want, strings.Join(ops, "\n  "))
+			}
+		})
+	}
+}
