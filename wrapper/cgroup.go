@@ -228,22 +228,6 @@ func (p *cgroupPlan) enforcement() string {
 	return s
 }
 
-// EnforcementControllers lists the controllers a cgroup enforcement (a
-// SandboxReply.Limits) names: ["cpu", "memory"] for "cgroup v1
-// (cpu,memory)"; nil for any other.
-func EnforcementControllers(enforcement string) []string {
-	rest, ok := strings.CutPrefix(enforcement, "cgroup v")
-	if !ok {
-		return nil
-	}
-	_, rest, ok = strings.Cut(rest, "(")
-	list, _, ok2 := strings.Cut(rest, ")")
-	if !ok || !ok2 || list == "" {
-		return nil
-	}
-	return strings.Split(list, ",")
-}
-
 // planCgroups chooses how to put attempts in cgroups, from the process's
 // /proc/self/cgroup, the cgroup mounts and what info tells of a
 // directory: v2 when its cgroup offers a limit controller and is

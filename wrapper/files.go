@@ -140,7 +140,7 @@ func readLaunch(dir string) (Launch, error) {
 	if err := json.Unmarshal(data, &l); err != nil {
 		return l, &cmdError{KindUsage, fmt.Errorf("parse %s: %w", fileLaunch, err)}
 	}
-	if err := l.normalize(); err != nil {
+	if err := normalizeLaunch(&l); err != nil {
 		return l, &cmdError{KindUsage, fmt.Errorf("invalid %s: %w", fileLaunch, err)}
 	}
 	if l.Task == "" {

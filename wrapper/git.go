@@ -37,12 +37,6 @@ import (
 // .gitattributes can name a filter driver, but drivers come only from a
 // config, and none is configured.
 
-// GitReply is the reply of `git-receive` and `git-have`.
-type GitReply struct {
-	// Commits are the base commits the node's repository holds.
-	Commits []string `json:"commits"`
-}
-
 // baseRefPrefix holds, in repo.git, one ref per base commit received.
 const baseRefPrefix = "refs/dispatch/base/"
 
@@ -90,20 +84,6 @@ func gitCommandName(args []string) string {
 		return args[i]
 	}
 	return ""
-}
-
-// IsCommitID reports whether s is a full SHA-1 or SHA-256 hex object id:
-// what a node may name as a commit (a name would resolve elsewhere).
-func IsCommitID(s string) bool {
-	if len(s) != 40 && len(s) != 64 {
-		return false
-	}
-	for _, c := range s {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // repoFlag checks --repo: absolute, clean, named repo.git.
@@ -464,12 +444,6 @@ func snapshotWorkspace(ctx context.Context, repo, gitDir, out, base, branch, aut
 		return "", err
 	}
 	return commit, nil
-}
-
-// PackReply is the reply of `git-pack`.
-type PackReply struct {
-	Commit string `json:"commit"`
-	Bytes  int64  `json:"bytes"`
 }
 
 // cmdGitPack writes to --out a pack of the task's result recorded by

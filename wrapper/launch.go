@@ -17,38 +17,6 @@ import (
 // Secrets are never written anywhere. It prints one result per attempt, in
 // order.
 
-// LaunchBatch is the document `launch` reads on stdin.
-type LaunchBatch struct {
-	Launches []LaunchItem `json:"launches"`
-}
-
-// LaunchItem is one attempt to start.
-type LaunchItem struct {
-	// Dir is the absolute task directory; it is created when missing.
-	Dir string `json:"dir"`
-	// Spec is written to spec.md (read-only).
-	Spec string `json:"spec"`
-	// Launch is written to launch.json.
-	Launch Launch `json:"launch"`
-	// Env is the api_mode's environment, for the tool only.
-	Env map[string]string `json:"env,omitempty"`
-}
-
-// LaunchReply is what `launch` prints.
-type LaunchReply struct {
-	Results []LaunchResult `json:"results"`
-}
-
-// LaunchResult is one attempt's outcome: Run when its supervisor started,
-// else Error and Kind (already_running when a live supervisor holds the
-// directory: the attempt may have been started by an earlier call).
-type LaunchResult struct {
-	Dir   string    `json:"dir"`
-	Run   *RunReply `json:"run,omitempty"`
-	Error string    `json:"error,omitempty"`
-	Kind  string    `json:"kind,omitempty"`
-}
-
 // maxLaunchBatch caps the document on stdin.
 const maxLaunchBatch = 64 << 20
 
@@ -118,7 +86,7 @@ func writeLaunchFiles(item LaunchItem) (string, error) {
 		return "", usageErrorf("launch: task directory %q is not absolute and clean", item.Dir)
 	}
 	l := item.Launch
-	if err := l.normalize(); err != nil {
+	if err := normalizeLaunch(&l); err != nil {
 		return "", usageErrorf("launch: %s: invalid launch: %v", dir, err)
 	}
 	if err := checkEnvMap(item.Env); err != nil {

@@ -43,36 +43,17 @@ import (
 // setsid) escapes the watchdog's count outside the sandbox; inside it, the
 // sandbox's own pid namespace keeps every process in the tree.
 
-// Values of SandboxReply.Limits: how the node enforces limits. Where it
-// has cgroups, the value is "cgroup v1 (cpu,memory,pids)" or "cgroup v2
-// (cpu,memory,pids) at DIR", naming the controllers the cgroups enforce
-// (see EnforcementControllers); the watchdog enforces memory and pids
-// where they are not named, and cpu is not enforced where it is not.
-const (
-	// EnforceRlimits: RLIMIT_FSIZE (and RLIMIT_NPROC), and the watchdog
-	// for memory and pids; cpu is not enforced.
-	EnforceRlimits = "rlimits+watchdog"
-	// EnforceNone: the node cannot enforce limits (not Linux).
-	EnforceNone = "none"
-)
-
-// Limits is launch.json's limits; zero fields are not limited.
-type Limits struct {
-	MemoryBytes   int64   `json:"memory_bytes,omitempty"`
-	CPU           float64 `json:"cpu,omitempty"`
-	Pids          int     `json:"pids,omitempty"`
-	FileSizeBytes int64   `json:"file_size_bytes,omitempty"`
-}
-
-func (l *Limits) check() error {
+// checkLimits rejects negative limits.
+func checkLimits(l *Limits) error {
 	if l.MemoryBytes < 0 || l.CPU < 0 || l.Pids < 0 || l.FileSizeBytes < 0 {
 		return fmt.Errorf("limits: negative memory, cpu, pids or file_size")
 	}
 	return nil
 }
 
-// watched reports whether the watchdog has a limit to enforce.
-func (l *Limits) watched() bool {
+// limitsWatched reports whether l has a limit for the watchdog to
+// enforce.
+func limitsWatched(l *Limits) bool {
 	return l != nil && (l.MemoryBytes > 0 || l.Pids > 0)
 }
 

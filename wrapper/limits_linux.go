@@ -321,7 +321,7 @@ func attemptProcs(procs []procInfo, root int) []procInfo {
 // until p exits.
 func (s *supervisor) watchLimits(p *proc) {
 	l := s.launch.Limits
-	if !l.watched() {
+	if !limitsWatched(l) {
 		return
 	}
 	cg := s.cg

@@ -31,19 +31,10 @@ import (
 // dirLive is the live index of a tasks directory.
 const dirLive = ".live"
 
-// ListingLive is NodeStatus.Listing for a reply of `status --live`.
-const ListingLive = "live"
-
 // staleMarkerAge is how long a marker that names a newer attempt than
 // status.json shows is kept with no supervisor behind it: the launch that
 // wrote it is still starting its supervisor (see readyTimeout), or failed.
 const staleMarkerAge = 2 * readyTimeout
-
-// LiveRequest is what `status --live` reads on stdin: the tasks to report
-// whatever the index says, as "project/ID".
-type LiveRequest struct {
-	Tasks []string `json:"tasks"`
-}
 
 // maxLiveRequest caps the document `status --live` reads on stdin.
 const maxLiveRequest = 16 << 20

@@ -42,10 +42,6 @@ import (
 // client that uses the proxy (curl, git over https, pip, npm, go, the
 // agent CLIs do); a name is resolved by the proxy, on the node.
 
-// NetworkAllow is launch.json's network of an attempt with an allow list
-// (Launch.NetworkAllow); like NetworkNone, it needs the sandbox.
-const NetworkAllow = "allow"
-
 // Names in <task>/net.
 const (
 	dirNet       = "net"

@@ -3,7 +3,6 @@ package wrapper
 import (
 	"bytes"
 	"encoding/json"
-	"regexp"
 	"strings"
 	"time"
 )
@@ -184,11 +183,8 @@ func sessionID(line []byte) string {
 	case ev.Type == "thread.started":
 		id = ev.ThreadID
 	}
-	if !sessionRE.MatchString(id) {
+	if !IsSessionID(id) {
 		return ""
 	}
 	return id
 }
-
-// sessionRE is the shape of a session id dispatch passes back to a tool.
-var sessionRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)

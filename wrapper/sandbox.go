@@ -44,41 +44,11 @@ import (
 // nothing else; with "allow", the same namespace and a filtering proxy
 // (see netproxy.go).
 
-// Values of Launch.Sandbox and Status.Sandbox.
-const (
-	// SandboxBwrap: the attempt must run under bwrap (status: it did).
-	SandboxBwrap = "bwrap"
-	// SandboxAuto: under bwrap when it works on the node, else without.
-	SandboxAuto = "auto"
-)
-
-// Values of Launch.Network.
-const (
-	// NetworkOpen: the attempt has the node's network (the default).
-	NetworkOpen = "open"
-	// NetworkNone: only a loopback of its own; needs the sandbox.
-	NetworkNone = "none"
-)
-
 // Names in a sandboxed task directory.
 const (
 	// dirHome is the tool's private HOME in the sandbox.
 	dirHome = "home"
 )
-
-// SandboxReply is the reply of `sandbox`: whether bwrap works on the node
-// for the node user. Sandbox is "bwrap" when it does; else Error says why
-// and Fix what to do.
-type SandboxReply struct {
-	Sandbox string `json:"sandbox"`
-	Path    string `json:"path,omitempty"`
-	Error   string `json:"error,omitempty"`
-	Fix     string `json:"fix,omitempty"`
-	// Limits is how the node enforces a task's limits: a cgroup version
-	// and its controllers, EnforceRlimits or EnforceNone (see limits.go).
-	// Empty from a wrapper before limits.
-	Limits string `json:"limits,omitempty"`
-}
 
 // bwrapBaseArgs are the flags of every bwrap the wrapper runs, the probe's
 // included, so that the probe tries what the tasks will need.
@@ -518,7 +488,7 @@ func (s *supervisor) decideSandbox() {
 	}
 	s.env = sandboxEnv(s.env, s.dir, unset...)
 	if s.launch.Network == NetworkAllow {
-		allow, _ := s.launch.allowList() // checked with launch.json
+		allow, _ := allowList(&s.launch) // checked with launch.json
 		sp.net = &sandboxNet{dir: filepath.Join(s.dir, dirNet), exe: exe, port: proxyPort(allow),
 			forwards: loopbackForwards(allow)}
 		s.allow = allow

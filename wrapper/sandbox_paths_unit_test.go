@@ -35,12 +35,12 @@ func TestSandboxOpenPaths(t *testing.T) {
 		}
 	}
 	good := Launch{Command: []string{"true"}, Sandbox: SandboxBwrap, WorkDir: work, SandboxPaths: &SandboxPaths{RO: []string{"~/go/pkg/mod", "/opt/c"}}}
-	if err := good.normalize(); err != nil {
+	if err := normalizeLaunch(&good); err != nil {
 		t.Errorf("launch.json with good sandbox_paths: %v", err)
 	}
 	for _, bad := range []string{"rel", "~", "~/", "/a/../b", "~/a/", "~bob/x", ""} {
 		l := Launch{Command: []string{"true"}, Sandbox: SandboxBwrap, WorkDir: work, SandboxPaths: &SandboxPaths{RO: []string{bad}}}
-		if err := l.normalize(); err == nil {
+		if err := normalizeLaunch(&l); err == nil {
 			t.Errorf("launch.json with sandbox_paths %q was accepted", bad)
 		}
 	}

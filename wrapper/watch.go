@@ -31,28 +31,10 @@ import (
 // looked at every 100 ms. Whether each supervisor still holds its lock is
 // looked at every second (the kernel tells nobody when a lock is released).
 
-// Frame is one line of `watch`. A change frame names the tasks that
-// changed and carries their status as `status` reports it (Statuses, in
-// the order of Tasks), so that the controller needs no status call to act
-// on it.
-type Frame struct {
-	Type     string       `json:"type"`
-	Version  string       `json:"version,omitempty"`
-	Tasks    []string     `json:"tasks,omitempty"`
-	Statuses []TaskStatus `json:"statuses,omitempty"`
-}
-
 // frameTasks caps the tasks of one change frame: a status.json is read up
 // to 64 KiB, and a frame must stay well under the controller's line limit
 // (1 MiB). More changes make more frames.
 const frameTasks = 8
-
-// Frame types.
-const (
-	FrameHello  = "hello"
-	FrameChange = "change"
-	FrameBeat   = "beat"
-)
 
 const (
 	// DefaultBeat is how often `watch` says it is alive.

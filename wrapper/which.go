@@ -5,15 +5,6 @@ import (
 	"os"
 )
 
-// WhichReply is the reply of `which`: where each name asked for was found,
-// and the PATH searched.
-type WhichReply struct {
-	Found map[string]string `json:"found"`
-	Path  string            `json:"path"`
-	// Sandbox says whether the sandbox works on the node (see `sandbox`).
-	Sandbox *SandboxReply `json:"sandbox,omitempty"`
-}
-
 // cmdWhich looks executables up the way the supervisor looks up a tool:
 // in the PATH of the tool's environment, which is the wrapper's own
 // overlaid with the JSON map of variables on stdin (the api_mode's env may

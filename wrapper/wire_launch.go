@@ -1,0 +1,200 @@
+package wrapper
+
+// Agents are the agent CLIs whose structured output the wrapper reads
+// (Launch.Agent).
+var Agents = []string{AgentClaude, AgentCodex, AgentGemini}
+
+// Values of Launch.Agent.
+const (
+	AgentClaude = "claude"
+	AgentCodex  = "codex"
+	AgentGemini = "gemini"
+)
+
+// IsAgent reports whether tool is one of the agent CLIs: a tool by that
+// name, built in or defined in nodes.yaml, is trusted to print its own
+// usage and rate-limit resets; any other tool's output is the task's.
+func IsAgent(tool string) bool {
+	return tool == AgentClaude || tool == AgentCodex || tool == AgentGemini
+}
+
+// Defaults for zero fields of Launch.
+const (
+	DefaultTimeoutSeconds   = 3600
+	DefaultGraceSeconds     = 30
+	DefaultHeartbeatSeconds = 10
+	DefaultLogLimitBytes    = 64 << 20
+)
+
+// Launch is launch.json, pushed by the controller into the task directory
+// before `run`. It never holds secrets. Zero numbers mean the defaults.
+type Launch struct {
+	Project string `json:"project"`
+	Task    string `json:"task"`
+	Attempt int    `json:"attempt"`
+	Node    string `json:"node"`
+	// Command is argv; Command[0] is looked up in the tool environment's
+	// PATH and every "{spec}" in an argument becomes the path of spec.md.
+	Command []string `json:"command"`
+	// Stdin is "spec" to feed spec.md to the tool, "resume" to feed it
+	// ResumePrompt, or "" for /dev/null.
+	Stdin string `json:"stdin"`
+	// Resume is set when the attempt continues the tool's session of the
+	// attempt before it (stopped by a rate limit or a stall): the earlier
+	// output/ stays in place as the workspace instead of moving aside, and
+	// the tool gets ResumePrompt.
+	Resume       bool   `json:"resume,omitempty"`
+	ResumePrompt string `json:"resume_prompt,omitempty"`
+	// TimeoutSeconds counts from the start of the attempt, setup included.
+	TimeoutSeconds   float64 `json:"timeout_seconds"`
+	GraceSeconds     float64 `json:"grace_seconds"`
+	HeartbeatSeconds float64 `json:"heartbeat_seconds"`
+	// LogLimitBytes caps task.log; values below 1 KiB are raised to 1 KiB
+	// so that the cut marker and a useful tail fit.
+	LogLimitBytes int64 `json:"log_limit_bytes"`
+	// StallSeconds stops the tool as stalled when it writes nothing for
+	// this long; 0 never does.
+	StallSeconds float64 `json:"stall_seconds,omitempty"`
+	// Transcript names the tool whose transcript counts as writing too
+	// (only "claude" is known).
+	Transcript string `json:"transcript,omitempty"`
+	// Agent names the agent CLI the tool is (one of Agents): only its own
+	// structured events are read for usage, cost and a rate limit's reset.
+	// "" for any other tool (shell, one of nodes.yaml's), whose output is
+	// the task's to write and never read for numbers.
+	Agent string `json:"agent,omitempty"`
+	// Env is the tool's own settings (the variables that keep an agent CLI
+	// offline, non-interactive and its retries bounded): applied over the
+	// node user's environment, under the api_mode's variables on stdin.
+	// Never secrets.
+	Env map[string]string `json:"env,omitempty"`
+	// Setup, when non-empty, is run by /bin/sh -c in output/ before the tool.
+	Setup string `json:"setup"`
+	// Base, when non-empty, is a directory relative to the task directory
+	// (uploaded by the controller) whose tree is copied into a fresh output/
+	// before setup and the tool. It stays in place for later attempts.
+	Base string `json:"base"`
+	// Repo, when set, makes output/ a git workspace of a git-native
+	// project instead (Base must then be empty).
+	Repo *LaunchRepo `json:"repo,omitempty"`
+	// Sandbox is "bwrap" to run setup and the tool under bubblewrap (the
+	// attempt fails with class start where it does not work), "auto" to
+	// do so where it works, "" never (see sandbox.go).
+	Sandbox string `json:"sandbox,omitempty"`
+	// WorkDir is the node's work_dir, which the sandbox hides but for the
+	// attempt's own files; required with Sandbox.
+	WorkDir string `json:"work_dir,omitempty"`
+	// SandboxCommand, when set, replaces Command where the attempt really
+	// runs under bwrap (Sandbox "auto" on a node where it works): an agent
+	// CLI with its own approval prompts off, confined by the sandbox
+	// instead. SandboxEnv is then set over the tool's environment.
+	// SandboxPaths are the node's paths opened into the sandbox (its
+	// sandbox_paths): each absolute or ~/... (the node user's home).
+	SandboxPaths   *SandboxPaths     `json:"sandbox_paths,omitempty"`
+	SandboxCommand []string          `json:"sandbox_command,omitempty"`
+	SandboxEnv     map[string]string `json:"sandbox_env,omitempty"`
+	// Limits, when set, bounds the resources of setup and the tool,
+	// sandboxed or not (see limits.go).
+	Limits *Limits `json:"limits,omitempty"`
+	// Network is the task's network: NetworkOpen ("" too) or NetworkNone
+	// (only a loopback of its own, under bwrap's --unshare-net). An
+	// attempt with NetworkNone that does not really run sandboxed fails
+	// to start: it never runs with the network open by mistake.
+	Network string `json:"network,omitempty"`
+	// NetworkAllow, with Network NetworkAllow, are the host:port the
+	// attempt may reach (see netproxy.go); the controller has added what
+	// the tool needs.
+	NetworkAllow []string `json:"network_allow,omitempty"`
+}
+
+// LaunchRepo is a git-native task's workspace: output/ becomes a clone of
+// the node's repository Dir (<work_dir>/<project>/repo.git) on the new
+// branch Branch at commit Base; when the tool ends well, what output/
+// holds is recorded as one commit on Base (status.json's commit), with
+// Message, for `git-pack` to send.
+type LaunchRepo struct {
+	Dir     string `json:"dir"`
+	Base    string `json:"base"`
+	Branch  string `json:"branch"`
+	Message string `json:"message,omitempty"`
+	// Spares, when positive, lets the workspace be a spare checkout of
+	// Base made after an earlier launch, and keeps up to that many ready
+	// for the next launches (see git-spare).
+	Spares int `json:"spares,omitempty"`
+}
+
+// SandboxPaths are paths bound into the sandbox: RO read-only, RW
+// read-write. Each is absolute or starts with ~/ (the node user's home),
+// clean, and neither / nor the home.
+type SandboxPaths struct {
+	RO []string `json:"ro,omitempty"`
+	RW []string `json:"rw,omitempty"`
+}
+
+// Limits is launch.json's limits; zero fields are not limited.
+type Limits struct {
+	MemoryBytes   int64   `json:"memory_bytes,omitempty"`
+	CPU           float64 `json:"cpu,omitempty"`
+	Pids          int     `json:"pids,omitempty"`
+	FileSizeBytes int64   `json:"file_size_bytes,omitempty"`
+}
+
+// Values of Launch.Sandbox and Status.Sandbox.
+const (
+	// SandboxBwrap: the attempt must run under bwrap (status: it did).
+	SandboxBwrap = "bwrap"
+	// SandboxAuto: under bwrap when it works on the node, else without.
+	SandboxAuto = "auto"
+)
+
+// Values of Launch.Network.
+const (
+	// NetworkOpen: the attempt has the node's network (the default).
+	NetworkOpen = "open"
+	// NetworkNone: only a loopback of its own; needs the sandbox.
+	NetworkNone = "none"
+)
+
+// NetworkAllow is launch.json's network of an attempt with an allow list
+// (Launch.NetworkAllow); like NetworkNone, it needs the sandbox.
+const NetworkAllow = "allow"
+
+// LaunchBatch is the document `launch` reads on stdin.
+type LaunchBatch struct {
+	Launches []LaunchItem `json:"launches"`
+}
+
+// LaunchItem is one attempt to start.
+type LaunchItem struct {
+	// Dir is the absolute task directory; it is created when missing.
+	Dir string `json:"dir"`
+	// Spec is written to spec.md (read-only).
+	Spec string `json:"spec"`
+	// Launch is written to launch.json.
+	Launch Launch `json:"launch"`
+	// Env is the api_mode's environment, for the tool only.
+	Env map[string]string `json:"env,omitempty"`
+}
+
+// LaunchReply is what `launch` prints.
+type LaunchReply struct {
+	Results []LaunchResult `json:"results"`
+}
+
+// LaunchResult is one attempt's outcome: Run when its supervisor started,
+// else Error and Kind (already_running when a live supervisor holds the
+// directory: the attempt may have been started by an earlier call).
+type LaunchResult struct {
+	Dir   string    `json:"dir"`
+	Run   *RunReply `json:"run,omitempty"`
+	Error string    `json:"error,omitempty"`
+	Kind  string    `json:"kind,omitempty"`
+}
+
+// RunReply is the reply of `run` once the supervisor is up.
+type RunReply struct {
+	Task    string `json:"task"`
+	Attempt int    `json:"attempt"`
+	PID     int    `json:"pid"`
+	Status  string `json:"status"`
+}

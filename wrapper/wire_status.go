@@ -1,0 +1,232 @@
+package wrapper
+
+import (
+	"math"
+	"regexp"
+)
+
+// Values of Status.Status.
+const (
+	StatusRunning   = "running"
+	StatusCompleted = "completed"
+	StatusFailed    = "failed"
+	StatusKilled    = "killed"
+)
+
+// Values of Status.ErrorClass.
+const (
+	ClassExit      = "exit"
+	ClassCrash     = "crash"
+	ClassTimeout   = "timeout"
+	ClassRateLimit = "rate_limit"
+	ClassAuth      = "auth"
+	ClassStart     = "start"
+	ClassKilled    = "killed"
+	// ClassStalled: the tool wrote nothing (task.log, its transcript) for
+	// the launch's stall_seconds; the supervisor stopped it.
+	ClassStalled = "stalled"
+	// ClassOOM: the attempt's processes passed its memory limit; the
+	// watchdog killed them (see limits.go). Not retried: it would need
+	// the same memory again.
+	ClassOOM = "oom"
+	// ClassPids: the attempt's processes and threads passed its pids
+	// limit; the watchdog killed them. Not retried either.
+	ClassPids = "pids"
+	// ClassHung is the controller's, never in status.json: the wrapper was
+	// alive but its heartbeat did not change for heartbeat_timeout.
+	ClassHung = "hung"
+)
+
+// Status is status.json, written atomically by the supervisor.
+//
+// PID is the supervisor's pid. ToolPID is the tool's pid and process group;
+// while Setup runs it is the setup shell's, so that a later attempt can kill
+// whatever this one left behind. ExitCode is -1 when the tool did not exit on
+// its own (killed by a signal, never started).
+type Status struct {
+	Task           string `json:"task"`
+	Attempt        int    `json:"attempt"`
+	Status         string `json:"status"`
+	PID            int    `json:"pid"`
+	ToolPID        int    `json:"tool_pid"`
+	StartedAt      string `json:"started_at"`
+	CompletedAt    string `json:"completed_at"`
+	ExitCode       int    `json:"exit_code"`
+	Signal         string `json:"signal"`
+	Error          string `json:"error"`
+	ErrorClass     string `json:"error_class"`
+	WrapperVersion string `json:"wrapper_version"`
+	LogBytes       int64  `json:"log_bytes"`
+	// TokensIn, TokensOut and CostUSD are what the tool reported about its
+	// usage in task.log (see ParseUsage), filled in when the tool ends.
+	TokensIn  int64   `json:"tokens_in"`
+	TokensOut int64   `json:"tokens_out"`
+	CostUSD   float64 `json:"cost_usd"`
+	// RetryAfterSeconds is set with ErrorClass rate_limit when the log says
+	// when the limit resets (see ParseRetryAfter): the seconds to wait from
+	// the moment the tool ended, measured on the node's clock, so that the
+	// controller can wait that long from when it reads the status without
+	// comparing clocks. 0 means unknown.
+	RetryAfterSeconds float64 `json:"retry_after_seconds"`
+	// SessionID is the tool's session as its output named it (claude's and
+	// gemini's init event, codex's thread.started), for a later attempt to
+	// resume.
+	SessionID string `json:"session_id,omitempty"`
+	// ToolMissing is set with ErrorClass start when the tool's executable
+	// is not in its PATH on the node: the controller does not retry it.
+	ToolMissing bool `json:"tool_missing,omitempty"`
+	// Commit is a git-native task's result: what its workspace held when
+	// the tool ended well, as one commit on its base (launch.json's repo).
+	Commit string `json:"commit,omitempty"`
+	// Sandbox is how the attempt was confined: "bwrap", or "" for not at
+	// all.
+	Sandbox string `json:"sandbox"`
+}
+
+// Final reports whether the attempt is over (anything but running).
+func (s *Status) Final() bool {
+	return s != nil && s.Status != "" && s.Status != StatusRunning
+}
+
+// Facts describes the node's spare capacity at the time of a `status` call.
+type Facts struct {
+	OS                string  `json:"os"`
+	Arch              string  `json:"arch"`
+	MemAvailableBytes int64   `json:"mem_available_bytes"`
+	Load1             float64 `json:"load1"`
+	DiskFreeBytes     int64   `json:"disk_free_bytes"`
+}
+
+// TaskStatus is one task directory as seen by `status`. Status is nil and
+// StatusError says why when status.json is missing or does not parse. Alive
+// is true when a supervisor holds the task's lock.
+type TaskStatus struct {
+	Project     string  `json:"project"`
+	Task        string  `json:"task"`
+	Dir         string  `json:"dir"`
+	Status      *Status `json:"status"`
+	StatusError string  `json:"status_error"`
+	Heartbeat   string  `json:"heartbeat"`
+	Alive       bool    `json:"alive"`
+	// ToolRunning is set when the status is final but the tool's process
+	// group, as the supervisor's private record names it, still has a
+	// member in the supervisor's session: the task forged its end (or its
+	// supervisor has not ended the group yet). Only a final status of a
+	// live supervisor is checked.
+	ToolRunning bool `json:"tool_running,omitempty"`
+}
+
+// NodeStatus is the reply of `status`: every task of the node in one value.
+type NodeStatus struct {
+	WrapperVersion string       `json:"wrapper_version"`
+	Time           string       `json:"time"`
+	Facts          Facts        `json:"facts"`
+	Tasks          []TaskStatus `json:"tasks"`
+	// Listing is ListingLive when Tasks are only the live index's and the
+	// named ones (`status --live`), empty when they are every task.
+	Listing string `json:"listing,omitempty"`
+}
+
+// ListingLive is NodeStatus.Listing for a reply of `status --live`.
+const ListingLive = "live"
+
+// LiveRequest is what `status --live` reads on stdin: the tasks to report
+// whatever the index says, as "project/ID".
+type LiveRequest struct {
+	Tasks []string `json:"tasks"`
+}
+
+// Frame is one line of `watch`. A change frame names the tasks that
+// changed and carries their status as `status` reports it (Statuses, in
+// the order of Tasks), so that the controller needs no status call to act
+// on it.
+type Frame struct {
+	Type     string       `json:"type"`
+	Version  string       `json:"version,omitempty"`
+	Tasks    []string     `json:"tasks,omitempty"`
+	Statuses []TaskStatus `json:"statuses,omitempty"`
+}
+
+// Frame types.
+const (
+	FrameHello  = "hello"
+	FrameChange = "change"
+	FrameBeat   = "beat"
+)
+
+// Limits on the numbers a status carries. A status is written where the
+// task can rewrite it, and reaches the controller through a node that may
+// answer anything, so each number is brought into a sane range before it is
+// used or summed.
+const (
+	// MaxRetryAfterSeconds bounds the pause a rate limit may ask for: a
+	// day. A forged 9e9 would pause a shared api_mode for centuries.
+	MaxRetryAfterSeconds = 24 * 60 * 60
+	// MaxCostUSD bounds one attempt's cost, far above anything real, so
+	// that sums over many attempts stay finite.
+	MaxCostUSD = 1e9
+)
+
+// Clamp brings s's numbers into range: no NaN or infinity, nothing
+// negative that counts something, retry_after_seconds at most a day,
+// cost at most MaxCostUSD.
+func (s *Status) Clamp() {
+	s.RetryAfterSeconds = clampFloat(s.RetryAfterSeconds, MaxRetryAfterSeconds)
+	s.CostUSD = clampFloat(s.CostUSD, MaxCostUSD)
+	s.TokensIn = max(s.TokensIn, 0)
+	s.TokensOut = max(s.TokensOut, 0)
+	s.LogBytes = max(s.LogBytes, 0)
+	// A session id goes back into a tool's command line: only a sane one.
+	if !IsSessionID(s.SessionID) {
+		s.SessionID = ""
+	}
+	// A result commit is a commit id or nothing.
+	if s.Commit != "" && !IsCommitID(s.Commit) {
+		s.Commit = ""
+	}
+	// A sandbox is a known word or nothing.
+	if s.Sandbox != SandboxBwrap {
+		s.Sandbox = ""
+	}
+}
+
+// Clamp brings the node's facts into range.
+func (f *Facts) Clamp() {
+	f.MemAvailableBytes = max(f.MemAvailableBytes, 0)
+	f.DiskFreeBytes = max(f.DiskFreeBytes, 0)
+	f.Load1 = clampFloat(f.Load1, math.MaxFloat32)
+}
+
+// clampFloat is v within [0, hi], and 0 for NaN.
+func clampFloat(v, hi float64) float64 {
+	switch {
+	case math.IsNaN(v) || v <= 0:
+		return 0
+	case v > hi:
+		return hi
+	}
+	return v
+}
+
+// IsSessionID reports whether s has the shape of a session id dispatch
+// passes back to a tool.
+func IsSessionID(s string) bool {
+	return sessionRE.MatchString(s)
+}
+
+// sessionRE is the shape of a session id dispatch passes back to a tool.
+var sessionRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
+
+// IsCommitID reports whether s is a full SHA-1 or SHA-256 hex object id:
+// what a node may name as a commit (a name would resolve elsewhere).
+func IsCommitID(s string) bool {
+	if len(s) != 40 && len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
