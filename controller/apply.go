@@ -12,18 +12,18 @@ import (
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/store"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // limitName is the limit behind each class of a task killed for a limit
 // (not retried: it would need the same again).
-var limitName = map[string]string{wrapper.ClassOOM: "memory", wrapper.ClassPids: "pids"}
+var limitName = map[string]string{wire.ClassOOM: "memory", wire.ClassPids: "pids"}
 
 // retryable lists the error classes that are retried (SPEC §7 step 4).
 var retryable = map[string]bool{
-	wrapper.ClassExit: true, wrapper.ClassCrash: true, wrapper.ClassTimeout: true,
-	wrapper.ClassRateLimit: true, wrapper.ClassStart: true, store.Lost: true,
-	wrapper.ClassHung: true, wrapper.ClassStalled: true,
+	wire.ClassExit: true, wire.ClassCrash: true, wire.ClassTimeout: true,
+	wire.ClassRateLimit: true, wire.ClassStart: true, store.Lost: true,
+	wire.ClassHung: true, wire.ClassStalled: true,
 }
 
 // staleAttempt is a live attempt on a node that is not the task's current
@@ -125,7 +125,7 @@ func namedLive(pulls map[string]*pull) map[string][]string {
 			continue
 		}
 		for _, ts := range p.status.Tasks {
-			if ts.Status != nil && (ts.Alive || ts.Status.Status == wrapper.StatusRunning) {
+			if ts.Status != nil && (ts.Alive || ts.Status.Status == wire.StatusRunning) {
 				out[ts.Project] = append(out[ts.Project], ts.Task)
 			}
 		}
@@ -219,7 +219,7 @@ func findStale(pulls map[string]*pull, current map[string]*store.Task, draining 
 			}
 			// A dead wrapper whose status says running may have left its
 			// tool's group behind (an orphan): killed like a live attempt.
-			orphan := !ts.Alive && ts.Status.Status == wrapper.StatusRunning
+			orphan := !ts.Alive && ts.Status.Status == wire.StatusRunning
 			if !ts.Alive && !orphan {
 				continue
 			}
@@ -251,7 +251,7 @@ func findStale(pulls map[string]*pull, current map[string]*store.Task, draining 
 // ended reports whether a status is one a supervisor writes once its
 // tool's group is gone.
 func ended(status string) bool {
-	return status == wrapper.StatusCompleted || status == wrapper.StatusFailed || status == wrapper.StatusKilled
+	return status == wire.StatusCompleted || status == wire.StatusFailed || status == wire.StatusKilled
 }
 
 // staleGrace is the grace a stale attempt gets when it is killed: its

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/dispatch-tool/dispatch/nodes"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // TestToolLaunchAutonomyInSandbox: the argv (and settings) of each tool by
@@ -36,30 +36,30 @@ func TestToolLaunchAutonomyInSandbox(t *testing.T) {
 	}{
 		{"claude", "", false, claudeSafe, "", false},
 		{"claude", "", true, claudeAuto, "", false},
-		{"claude", wrapper.SandboxBwrap, false, claudeAuto, "", true},
-		{"claude", wrapper.SandboxBwrap, true, claudeAuto, "", true},
-		{"claude", wrapper.SandboxAuto, false, claudeSafe, claudeAuto, true},
-		{"claude", wrapper.SandboxAuto, true, claudeAuto, "", true},
+		{"claude", wire.SandboxBwrap, false, claudeAuto, "", true},
+		{"claude", wire.SandboxBwrap, true, claudeAuto, "", true},
+		{"claude", wire.SandboxAuto, false, claudeSafe, claudeAuto, true},
+		{"claude", wire.SandboxAuto, true, claudeAuto, "", true},
 		{"codex", "", false, codexSafe, "", false},
 		{"codex", "", true, codexAuto, "", false},
-		{"codex", wrapper.SandboxBwrap, false, codexAuto, "", false},
-		{"codex", wrapper.SandboxBwrap, true, codexAuto, "", false},
-		{"codex", wrapper.SandboxAuto, false, codexSafe, codexAuto, false},
-		{"codex", wrapper.SandboxAuto, true, codexAuto, "", false},
+		{"codex", wire.SandboxBwrap, false, codexAuto, "", false},
+		{"codex", wire.SandboxBwrap, true, codexAuto, "", false},
+		{"codex", wire.SandboxAuto, false, codexSafe, codexAuto, false},
+		{"codex", wire.SandboxAuto, true, codexAuto, "", false},
 		{"gemini", "", false, geminiSafe, "", false},
 		{"gemini", "", true, geminiAuto, "", false},
-		{"gemini", wrapper.SandboxBwrap, false, geminiAuto, "", false},
-		{"gemini", wrapper.SandboxBwrap, true, geminiAuto, "", false},
-		{"gemini", wrapper.SandboxAuto, false, geminiSafe, geminiAuto, false},
-		{"gemini", wrapper.SandboxAuto, true, geminiAuto, "", false},
-		{"shell", wrapper.SandboxBwrap, false, shell, "", false},
-		{"shell", wrapper.SandboxAuto, true, shell, "", false},
-		{"mytool", wrapper.SandboxBwrap, false, custom, "", false},
-		{"mytool", wrapper.SandboxAuto, false, custom, "", false},
+		{"gemini", wire.SandboxBwrap, false, geminiAuto, "", false},
+		{"gemini", wire.SandboxBwrap, true, geminiAuto, "", false},
+		{"gemini", wire.SandboxAuto, false, geminiSafe, geminiAuto, false},
+		{"gemini", wire.SandboxAuto, true, geminiAuto, "", false},
+		{"shell", wire.SandboxBwrap, false, shell, "", false},
+		{"shell", wire.SandboxAuto, true, shell, "", false},
+		{"mytool", wire.SandboxBwrap, false, custom, "", false},
+		{"mytool", wire.SandboxAuto, false, custom, "", false},
 	}
 	cfg := &nodes.Config{Tools: map[string]nodes.Tool{"mytool": {Command: []string{"my-agent", "--prompt-file", "{spec}"}}}}
 	for _, tc := range cases {
-		var l wrapper.Launch
+		var l wire.Launch
 		if err := toolLaunch(cfg, tc.tool, "", tc.dangerous, tc.sandbox, "", &l); err != nil {
 			t.Fatalf("%s: %v", tc.tool, err)
 		}
@@ -84,15 +84,15 @@ func TestToolLaunchAutonomyInSandbox(t *testing.T) {
 		switch {
 		case tc.sandbox == "" && l.Env["IS_SANDBOX"] != "":
 			t.Errorf("%s: IS_SANDBOX set unconfined", name)
-		case tc.sandbox == wrapper.SandboxAuto && l.Env["IS_SANDBOX"] != "":
+		case tc.sandbox == wire.SandboxAuto && l.Env["IS_SANDBOX"] != "":
 			t.Errorf("%s: IS_SANDBOX set for the unconfined command of auto", name)
 		case tc.sandbox != "" && (confined["IS_SANDBOX"] == "1") != tc.isSandbox:
 			t.Errorf("%s: IS_SANDBOX under bwrap = %q, want set: %v", name, confined["IS_SANDBOX"], tc.isSandbox)
 		}
 	}
 	// A resumed session under bwrap keeps the autonomy.
-	var l wrapper.Launch
-	if err := toolLaunch(cfg, "claude", "", false, wrapper.SandboxBwrap, "s-1", &l); err != nil || l.Stdin != "resume" ||
+	var l wire.Launch
+	if err := toolLaunch(cfg, "claude", "", false, wire.SandboxBwrap, "s-1", &l); err != nil || l.Stdin != "resume" ||
 		strings.Join(l.Command, " ") != "claude -p --resume s-1 --dangerously-skip-permissions --output-format stream-json --verbose" {
 		t.Errorf("resumed claude under bwrap: %q stdin %q (%v)", l.Command, l.Stdin, err)
 	}

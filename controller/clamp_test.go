@@ -12,7 +12,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // TestForgedNumbersFromANodeAreClamped: a node (or a task that rewrote its
@@ -46,15 +46,15 @@ tools:
 	real := n.installed()
 	defer func() { n.inst.Store(real); killAll(t, h) }()
 
-	forged := func(id string) wrapper.TaskStatus {
-		return wrapper.TaskStatus{Project: "p", Task: id, Dir: taskDir(real, "p", id), Status: &wrapper.Status{
-			Task: id, Attempt: 1, Status: wrapper.StatusFailed, ErrorClass: wrapper.ClassRateLimit,
+	forged := func(id string) wire.TaskStatus {
+		return wire.TaskStatus{Project: "p", Task: id, Dir: taskDir(real, "p", id), Status: &wire.Status{
+			Task: id, Attempt: 1, Status: wire.StatusFailed, ErrorClass: wire.ClassRateLimit,
 			Error: "rate limited", ExitCode: 1, RetryAfterSeconds: 9e9,
 			TokensIn: -5, TokensOut: math.MaxInt64, CostUSD: 1e308}}
 	}
-	reply, err := json.Marshal(wrapper.NodeStatus{WrapperVersion: real.Version, Time: "2026-03-01T12:00:00.000Z",
-		Facts: wrapper.Facts{OS: real.OS, Arch: real.Arch, MemAvailableBytes: -1, DiskFreeBytes: 1 << 40, Load1: -2},
-		Tasks: []wrapper.TaskStatus{forged("S01"), forged("S02")}})
+	reply, err := json.Marshal(wire.NodeStatus{WrapperVersion: real.Version, Time: "2026-03-01T12:00:00.000Z",
+		Facts: wire.Facts{OS: real.OS, Arch: real.Arch, MemAvailableBytes: -1, DiskFreeBytes: 1 << 40, Load1: -2},
+		Tasks: []wire.TaskStatus{forged("S01"), forged("S02")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ tools:
 	}
 	for _, id := range []string{"S01", "S02"} {
 		runs, _ := h.st.Runs(ctx, "p", id)
-		if len(runs) == 0 || runs[0].TokensIn < 0 || runs[0].CostUSD > wrapper.MaxCostUSD || math.IsNaN(runs[0].CostUSD) {
+		if len(runs) == 0 || runs[0].TokensIn < 0 || runs[0].CostUSD > wire.MaxCostUSD || math.IsNaN(runs[0].CostUSD) {
 			t.Fatalf("%s runs = %+v; want clamped figures", id, runs)
 		}
 	}

@@ -25,7 +25,7 @@ import (
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/store"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // collectAll pulls the files of every finished attempt not yet collected to
@@ -341,8 +341,8 @@ func (c *Controller) fetchTree(ctx context.Context, n *nodeRuntime, r store.Run,
 		return nil, err
 	}
 	if res.ExitCode != 0 {
-		var e wrapper.ErrorReply
-		if json.Unmarshal(res.Stdout, &e) == nil && e.Kind == wrapper.KindTooLarge {
+		var e wire.ErrorReply
+		if json.Unmarshal(res.Stdout, &e) == nil && e.Kind == wire.KindTooLarge {
 			return nil, errOverQuota
 		}
 		return nil, errors.New(policy.ReplyError(res, nil))
@@ -436,7 +436,7 @@ func (c *Controller) attemptFiles(ctx context.Context, n *nodeRuntime, r store.R
 		if err != nil {
 			return "", err
 		}
-		var st wrapper.Status
+		var st wire.Status
 		if json.Unmarshal(b.Bytes(), &st) == nil && st.Attempt == r.Attempt {
 			return src, nil
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/dispatch-tool/dispatch/notify"
 	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/store"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // op is one typed change to the database, decided before anything is
@@ -248,7 +248,7 @@ func (a *applier) task(t *store.Task) {
 		return
 	}
 	ts := p.tasks[taskKey(t.Project, t.ID)]
-	var st *wrapper.Status
+	var st *wire.Status
 	if ts != nil && ts.Status != nil && ts.Status.Attempt == t.Attempt {
 		st = ts.Status
 	}
@@ -262,9 +262,9 @@ func (a *applier) task(t *store.Task) {
 		return
 	}
 	switch st.Status {
-	case wrapper.StatusRunning:
+	case wire.StatusRunning:
 		a.running(t, ts, st)
-	case wrapper.StatusCompleted, wrapper.StatusFailed, wrapper.StatusKilled:
+	case wire.StatusCompleted, wire.StatusFailed, wire.StatusKilled:
 		a.finished(t, st)
 	default:
 		a.event(store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: "warning",
@@ -292,7 +292,7 @@ func later(t, u time.Time) time.Time {
 
 // noStatus handles a claimed or running attempt whose status.json on the
 // node is missing, unreadable or belongs to another attempt.
-func (a *applier) noStatus(t *store.Task, ts *wrapper.TaskStatus) {
+func (a *applier) noStatus(t *store.Task, ts *wire.TaskStatus) {
 	if t.Status == store.Claimed {
 		// The launch may still be in flight (or died with a controller):
 		// wait a little, then requeue. A late `run` of this attempt is harmless:
@@ -327,11 +327,11 @@ func (a *applier) noStatus(t *store.Task, ts *wrapper.TaskStatus) {
 	if ts != nil && ts.StatusError != "" {
 		msg = "status.json unreadable (" + ts.StatusError + ") and the wrapper is gone"
 	}
-	a.fail(t, store.Running, wrapper.ClassCrash, msg, 0,
-		store.RunPatch{Status: new(store.Failed), ErrorClass: new(wrapper.ClassCrash), Error: new(msg)})
+	a.fail(t, store.Running, wire.ClassCrash, msg, 0,
+		store.RunPatch{Status: new(store.Failed), ErrorClass: new(wire.ClassCrash), Error: new(msg)})
 }
 
-func (a *applier) running(t *store.Task, ts *wrapper.TaskStatus, st *wrapper.Status) {
+func (a *applier) running(t *store.Task, ts *wire.TaskStatus, st *wire.Status) {
 	started := parseRemoteTime(st.StartedAt, a.now)
 	if t.Status == store.Claimed {
 		a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: store.Claimed, To: store.Running,
@@ -348,8 +348,8 @@ func (a *applier) running(t *store.Task, ts *wrapper.TaskStatus, st *wrapper.Sta
 	}
 	if !ts.Alive {
 		msg := fmt.Sprintf("wrapper (pid %d) is gone while the attempt was running", st.PID)
-		a.fail(t, store.Running, wrapper.ClassCrash, msg, 0,
-			store.RunPatch{Status: new(store.Failed), ErrorClass: new(wrapper.ClassCrash), Error: new(msg), CompletedAt: new(a.now)})
+		a.fail(t, store.Running, wire.ClassCrash, msg, 0,
+			store.RunPatch{Status: new(store.Failed), ErrorClass: new(wire.ClassCrash), Error: new(msg), CompletedAt: new(a.now)})
 		return
 	}
 	// The wrapper lives but its heartbeat stopped (frozen, stopped, a hung
@@ -360,14 +360,14 @@ func (a *applier) running(t *store.Task, ts *wrapper.TaskStatus, st *wrapper.Sta
 	since := later(t.HeartbeatAt, a.c.started)
 	if stale := a.now.Sub(since); stale >= a.c.config().Controller.HeartbeatTimeout {
 		msg := fmt.Sprintf("hung: heartbeat unchanged for %s while the wrapper (pid %d) is alive", stale.Round(time.Second), st.PID)
-		a.fail(t, store.Running, wrapper.ClassHung, msg, 0,
-			store.RunPatch{Status: new(store.Failed), ErrorClass: new(wrapper.ClassHung), Error: new(msg), CompletedAt: new(a.now)})
+		a.fail(t, store.Running, wire.ClassHung, msg, 0,
+			store.RunPatch{Status: new(store.Failed), ErrorClass: new(wire.ClassHung), Error: new(msg), CompletedAt: new(a.now)})
 		return
 	}
 	a.dueAt(since.Add(a.c.config().Controller.HeartbeatTimeout))
 }
 
-func (a *applier) finished(t *store.Task, status *wrapper.Status) {
+func (a *applier) finished(t *store.Task, status *wire.Status) {
 	// The figures are the tool's only when it is an agent CLI, and no
 	// attempt costs more than its project's ceiling.
 	tool := a.toolOf(t)
@@ -390,7 +390,7 @@ func (a *applier) finished(t *store.Task, status *wrapper.Status) {
 	if st.Commit != "" {
 		run.Commit = new(st.Commit)
 	}
-	if st.Status == wrapper.StatusCompleted {
+	if st.Status == wire.StatusCompleted {
 		a.setRun(t, run)
 		a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: t.Status, To: store.Completed,
 			Message: "on " + t.Node,
@@ -400,11 +400,11 @@ func (a *applier) finished(t *store.Task, status *wrapper.Status) {
 	}
 	class := st.ErrorClass
 	if class == "" {
-		class = wrapper.ClassExit
+		class = wire.ClassExit
 	}
 	run.Status = new(store.Failed)
 	a.retryAfter = 0
-	if class == wrapper.ClassRateLimit {
+	if class == wire.ClassRateLimit {
 		a.pauseMode(t, tool, &st)
 	}
 	if st.ToolMissing {
@@ -420,7 +420,7 @@ func (a *applier) finished(t *store.Task, status *wrapper.Status) {
 // that the budget check of this same tick counts it (the snapshot's
 // figures were read before the attempt's run row is written). The
 // wrapper's figures are clamped: never negative, the cost bounded.
-func (a *applier) spend(project string, st *wrapper.Status) {
+func (a *applier) spend(project string, st *wire.Status) {
 	f, ok := a.projects[project]
 	if !ok {
 		return
@@ -441,7 +441,7 @@ func (a *applier) spend(project string, st *wrapper.Status) {
 // backoff, at most retry_backoff_max (see ratePause). The pause, not the
 // task, does the waiting: the retry may run at once under a fallback mode
 // or on another node's account.
-func (a *applier) pauseMode(t *store.Task, tool string, st *wrapper.Status) {
+func (a *applier) pauseMode(t *store.Task, tool string, st *wire.Status) {
 	a.retryAfter = trustedReset(tool, st.RetryAfterSeconds)
 	pause := ratePause(a.retryAfter, a.c.backoff(t.RateLimitRetries+1), a.c.config().Controller.RetryBackoffMax)
 	mode := a.runs[runKey{t.Project, t.ID, t.Attempt}].mode
@@ -538,7 +538,7 @@ func (a *applier) retry(t *store.Task, from, class string) {
 // before retry n. Rate limits have their own count and never use up
 // max_retries.
 func decideRetry(t store.Task, from, class string, now time.Time, backoff func(int) time.Duration) (change *store.Change, gaveUp string) {
-	if class == wrapper.ClassRateLimit {
+	if class == wire.ClassRateLimit {
 		if t.RateLimitRetries >= maxRateLimitRetries {
 			return nil, fmt.Sprintf("rate limited %d times; giving up", t.RateLimitRetries)
 		}
@@ -564,7 +564,7 @@ func decideRetry(t store.Task, from, class string, now time.Time, backoff func(i
 		switch {
 		case retryable[class]:
 			return nil, fmt.Sprintf("out of retries (%d of %d used)", t.RetriesUsed, t.MaxRetries)
-		case class == wrapper.ClassOOM || class == wrapper.ClassPids:
+		case class == wire.ClassOOM || class == wire.ClassPids:
 			// The same task would need the same again.
 			return nil, fmt.Sprintf("killed for its %s limit: not retried; raise limits.%s and `dispatch retry`", limitName[class], limitName[class])
 		}
@@ -740,7 +740,7 @@ func neededRuns(tasks []store.Task, pulls map[string]*pull) []runKey {
 		case t.Status == store.Completed && p.err != nil:
 		case (t.Status == store.Claimed || t.Status == store.Running) && p.err == nil:
 			ts := p.tasks[taskKey(t.Project, t.ID)]
-			if ts == nil || ts.Status == nil || ts.Status.Attempt != t.Attempt || ts.Status.ErrorClass != wrapper.ClassRateLimit {
+			if ts == nil || ts.Status == nil || ts.Status.Attempt != t.Attempt || ts.Status.ErrorClass != wire.ClassRateLimit {
 				continue
 			}
 		default:

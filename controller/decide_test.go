@@ -9,7 +9,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // The decisions of a tick are table-tested here over data alone: no
@@ -52,15 +52,15 @@ func TestDecideRetry(t *testing.T) {
 		from, class string
 		want        string // the change, or "gave up: <why>"
 	}{
-		{"exit with retries left", store.Task{ID: "S01", MaxRetries: 3, RetriesUsed: 1}, store.Failed, wrapper.ClassExit,
+		{"exit with retries left", store.Task{ID: "S01", MaxRetries: 3, RetriesUsed: 1}, store.Failed, wire.ClassExit,
 			"failed→pending retry 2 of 3 in 20s; NotBefore=2026-11-22T12:00:20Z RetriesUsed=2"},
-		{"out of retries", store.Task{ID: "S01", MaxRetries: 3, RetriesUsed: 3}, store.Failed, wrapper.ClassExit,
+		{"out of retries", store.Task{ID: "S01", MaxRetries: 3, RetriesUsed: 3}, store.Failed, wire.ClassExit,
 			"gave up: out of retries (3 of 3 used)"},
-		{"auth is never retried", store.Task{ID: "S01", MaxRetries: 3}, store.Failed, wrapper.ClassAuth,
+		{"auth is never retried", store.Task{ID: "S01", MaxRetries: 3}, store.Failed, wire.ClassAuth,
 			"gave up: auth errors are not retried"},
-		{"oom is not retried", store.Task{ID: "S01", MaxRetries: 3}, store.Failed, wrapper.ClassOOM,
+		{"oom is not retried", store.Task{ID: "S01", MaxRetries: 3}, store.Failed, wire.ClassOOM,
 			"gave up: killed for its memory limit: not retried; raise limits.memory and `dispatch retry`"},
-		{"pids is not retried", store.Task{ID: "S01", MaxRetries: 3}, store.Failed, wrapper.ClassPids,
+		{"pids is not retried", store.Task{ID: "S01", MaxRetries: 3}, store.Failed, wire.ClassPids,
 			"gave up: killed for its pids limit: not retried; raise limits.pids and `dispatch retry`"},
 		{"lost is requeued at once without using a retry", store.Task{ID: "S01", MaxRetries: 1, RetriesUsed: 1}, store.Lost, store.Lost,
 			"lost→pending lost with its node: requeued at once (1 of 10; does not use max_retries); LostRetries=1 NotBefore=2026-11-22T12:00:00Z"},
@@ -69,9 +69,9 @@ func TestDecideRetry(t *testing.T) {
 		{"lost too often fails", store.Task{ID: "S01", MaxRetries: 3, LostRetries: maxLostRetries}, store.Lost, store.Lost,
 			"lost→failed lost with its node 10 times; giving up;"},
 		{"rate limit does not use max_retries", store.Task{ID: "S01", MaxRetries: 0, RetriesUsed: 0, RateLimitRetries: 2},
-			store.Failed, wrapper.ClassRateLimit,
+			store.Failed, wire.ClassRateLimit,
 			"failed→pending rate limited: retry 3 of 10 once its api_mode's pause ends or under a fallback (does not use max_retries); NotBefore=2026-11-22T12:00:30Z RateLimitRetries=3"},
-		{"rate limits run out", store.Task{ID: "S01", RateLimitRetries: maxRateLimitRetries}, store.Failed, wrapper.ClassRateLimit,
+		{"rate limits run out", store.Task{ID: "S01", RateLimitRetries: maxRateLimitRetries}, store.Failed, wire.ClassRateLimit,
 			"gave up: rate limited 10 times; giving up"},
 	}
 	for _, tt := range tests {
@@ -92,23 +92,23 @@ func TestDecideRetry(t *testing.T) {
 // reported them; a node mapped to an error did not answer.
 // streamSaid is a partial pull: what a node's status stream told since the
 // last tick, not every task of the node.
-type streamSaid []wrapper.TaskStatus
+type streamSaid []wire.TaskStatus
 
 func nodeSays(byNode map[string]any) map[string]*pull {
 	pulls := map[string]*pull{}
 	for name, v := range byNode {
-		p := &pull{node: name, tasks: map[string]*wrapper.TaskStatus{}, status: &wrapper.NodeStatus{}}
+		p := &pull{node: name, tasks: map[string]*wire.TaskStatus{}, status: &wire.NodeStatus{}}
 		switch v := v.(type) {
 		case error:
 			p.err, p.status = v, nil
 		case streamSaid:
 			p.partial = true
-			v2 := []wrapper.TaskStatus(v)
+			v2 := []wire.TaskStatus(v)
 			p.status.Tasks = v2
 			for i := range v2 {
 				p.tasks[taskKey(v2[i].Project, v2[i].Task)] = &p.status.Tasks[i]
 			}
-		case []wrapper.TaskStatus:
+		case []wire.TaskStatus:
 			p.status.Tasks = v
 			for i := range v {
 				p.tasks[taskKey(v[i].Project, v[i].Task)] = &p.status.Tasks[i]
@@ -121,13 +121,13 @@ func nodeSays(byNode map[string]any) map[string]*pull {
 
 // runningStatus, endedStatus and decideTask make the statuses and tasks of
 // the decision tables (project p).
-func runningStatus(id string, attempt int, hb string, alive bool) wrapper.TaskStatus {
-	return wrapper.TaskStatus{Project: "p", Task: id, Heartbeat: hb, Alive: alive,
-		Status: &wrapper.Status{Status: wrapper.StatusRunning, Attempt: attempt, PID: 42}}
+func runningStatus(id string, attempt int, hb string, alive bool) wire.TaskStatus {
+	return wire.TaskStatus{Project: "p", Task: id, Heartbeat: hb, Alive: alive,
+		Status: &wire.Status{Status: wire.StatusRunning, Attempt: attempt, PID: 42}}
 }
 
-func endedStatus(id string, attempt int, status, class string) wrapper.TaskStatus {
-	return wrapper.TaskStatus{Project: "p", Task: id, Status: &wrapper.Status{Status: status, Attempt: attempt,
+func endedStatus(id string, attempt int, status, class string) wire.TaskStatus {
+	return wire.TaskStatus{Project: "p", Task: id, Status: &wire.Status{Status: status, Attempt: attempt,
 		ErrorClass: class, RetryAfterSeconds: 90, ExitCode: 1, CompletedAt: t0.Format(time.RFC3339)}}
 }
 
@@ -153,7 +153,7 @@ func TestApplyDecisions(t *testing.T) {
 		{
 			name:  "a claimed attempt seen running starts",
 			tasks: []store.Task{task("S01", store.Claimed, "n1", 1)},
-			pulls: map[string]any{"n1": []wrapper.TaskStatus{running("S01", 1, "1", true)}},
+			pulls: map[string]any{"n1": []wire.TaskStatus{running("S01", 1, "1", true)}},
 			want: []string{"S01 claimed→running: on n1 (pid 42)",
 				"run S01#1 PID=42 StartedAt=2026-11-22T12:00:00Z Status=running"},
 			changed: 1,
@@ -161,7 +161,7 @@ func TestApplyDecisions(t *testing.T) {
 		{
 			name:  "a beating heartbeat is recorded and nothing else",
 			tasks: []store.Task{task("S01", store.Running, "n1", 1)},
-			pulls: map[string]any{"n1": []wrapper.TaskStatus{running("S01", 1, "2", true)}},
+			pulls: map[string]any{"n1": []wire.TaskStatus{running("S01", 1, "2", true)}},
 			want:  []string{"task S01 Heartbeat=2 HeartbeatAt=2026-11-22T12:00:00Z"},
 		},
 		{
@@ -171,7 +171,7 @@ func TestApplyDecisions(t *testing.T) {
 				t.HeartbeatAt = t0.Add(-3 * time.Minute)
 				return t
 			}()},
-			pulls: map[string]any{"n1": []wrapper.TaskStatus{running("S01", 1, "1", true)}},
+			pulls: map[string]any{"n1": []wire.TaskStatus{running("S01", 1, "1", true)}},
 			want: []string{"run S01#1 CompletedAt=2026-11-22T12:00:00Z Error=hung: heartbeat unchanged for 3m0s while the wrapper (pid 42) is alive ErrorClass=hung Status=failed",
 				"S01 running→failed: attempt 1 failed (hung): hung: heartbeat unchanged for 3m0s while the wrapper (pid 42) is alive",
 				"S01 failed→pending: retry 1 of 2 in 10s",
@@ -182,7 +182,7 @@ func TestApplyDecisions(t *testing.T) {
 		{
 			name:  "a dead wrapper whose status says running is a crash",
 			tasks: []store.Task{task("S01", store.Running, "n1", 1)},
-			pulls: map[string]any{"n1": []wrapper.TaskStatus{running("S01", 1, "1", false)}},
+			pulls: map[string]any{"n1": []wire.TaskStatus{running("S01", 1, "1", false)}},
 			want: []string{"run S01#1 CompletedAt=2026-11-22T12:00:00Z Error=wrapper (pid 42) is gone while the attempt was running ErrorClass=crash Status=failed",
 				"S01 running→failed: attempt 1 failed (crash): wrapper (pid 42) is gone while the attempt was running",
 				"S01 failed→pending: retry 1 of 2 in 10s",
@@ -192,7 +192,7 @@ func TestApplyDecisions(t *testing.T) {
 		{
 			name:  "a completion is recorded; the status of an older attempt is ignored",
 			tasks: []store.Task{func() store.Task { t := task("S01", store.Claimed, "n1", 2); t.HeartbeatAt = t0; return t }(), task("S02", store.Running, "n1", 1)},
-			pulls: map[string]any{"n1": []wrapper.TaskStatus{ended("S01", 1, wrapper.StatusCompleted, ""), ended("S02", 1, wrapper.StatusCompleted, "")}},
+			pulls: map[string]any{"n1": []wire.TaskStatus{ended("S01", 1, wire.StatusCompleted, ""), ended("S02", 1, wire.StatusCompleted, "")}},
 			want: []string{"run S02#1 CompletedAt=2026-11-22T12:00:00Z Error= ErrorClass= ExitCode=1 LogBytes=0 PID=0 Sandbox= SessionID= Signal= StartedAt=2026-11-22T12:00:00Z Status=completed TokensIn=0 TokensOut=0 CostUSD=0",
 				"S02 running→completed: on n1"},
 			changed: 1,
@@ -200,7 +200,7 @@ func TestApplyDecisions(t *testing.T) {
 		{
 			name:  "a failure blocks the dependents once out of retries, along the chain",
 			tasks: []store.Task{func() store.Task { t := task("S01", store.Running, "n1", 3); t.RetriesUsed = 2; return t }(), task("S02", store.Pending, "", 0, "S01"), task("S03", store.Pending, "", 0, "S02")},
-			pulls: map[string]any{"n1": []wrapper.TaskStatus{ended("S01", 3, wrapper.StatusFailed, wrapper.ClassExit)}},
+			pulls: map[string]any{"n1": []wire.TaskStatus{ended("S01", 3, wire.StatusFailed, wire.ClassExit)}},
 			want: []string{"run S01#3",
 				"S01 running→failed: attempt 3 failed (exit): exit",
 				"event S01 gave_up: out of retries (2 of 2 used)",
@@ -211,7 +211,7 @@ func TestApplyDecisions(t *testing.T) {
 		{
 			name:  "a rate limit pauses the api_mode the attempt ran under, and retries outside max_retries",
 			tasks: []store.Task{task("S01", store.Running, "n1", 1)},
-			pulls: map[string]any{"n1": []wrapper.TaskStatus{ended("S01", 1, wrapper.StatusFailed, wrapper.ClassRateLimit)}},
+			pulls: map[string]any{"n1": []wire.TaskStatus{ended("S01", 1, wire.StatusFailed, wire.ClassRateLimit)}},
 			runs:  map[runKey]runFacts{{"p", "S01", 1}: {mode: "fallback-team"}},
 			want: []string{"pause fallback-team", "run S01#1",
 				"S01 running→failed: attempt 1 failed (rate_limit): rate_limit",
@@ -226,8 +226,8 @@ func TestApplyDecisions(t *testing.T) {
 				t.Tool = "shell"
 				return t
 			}()},
-			pulls: map[string]any{"n1": []wrapper.TaskStatus{func() wrapper.TaskStatus {
-				ts := ended("S01", 1, wrapper.StatusFailed, wrapper.ClassRateLimit)
+			pulls: map[string]any{"n1": []wire.TaskStatus{func() wire.TaskStatus {
+				ts := ended("S01", 1, wire.StatusFailed, wire.ClassRateLimit)
 				ts.Status.RetryAfterSeconds = 86400
 				return ts
 			}()}},
@@ -241,8 +241,8 @@ func TestApplyDecisions(t *testing.T) {
 		{
 			name:  "claude's reset of a day is trusted",
 			tasks: []store.Task{task("S01", store.Running, "n1", 1)},
-			pulls: map[string]any{"n1": []wrapper.TaskStatus{func() wrapper.TaskStatus {
-				ts := ended("S01", 1, wrapper.StatusFailed, wrapper.ClassRateLimit)
+			pulls: map[string]any{"n1": []wire.TaskStatus{func() wire.TaskStatus {
+				ts := ended("S01", 1, wire.StatusFailed, wire.ClassRateLimit)
 				ts.Status.RetryAfterSeconds = 86400
 				return ts
 			}()}},
@@ -256,8 +256,8 @@ func TestApplyDecisions(t *testing.T) {
 		{
 			name:  "a cost over budget.max_attempt_usd counts as the ceiling, with an event",
 			tasks: []store.Task{task("S01", store.Running, "n1", 1), task("S02", store.Pending, "", 0)},
-			pulls: map[string]any{"n1": []wrapper.TaskStatus{func() wrapper.TaskStatus {
-				ts := ended("S01", 1, wrapper.StatusCompleted, "")
+			pulls: map[string]any{"n1": []wire.TaskStatus{func() wire.TaskStatus {
+				ts := ended("S01", 1, wire.StatusCompleted, "")
 				ts.Status.CostUSD = 1e9
 				return ts
 			}()}},
@@ -274,8 +274,8 @@ func TestApplyDecisions(t *testing.T) {
 				t.Tool = "shell"
 				return t
 			}(), task("S02", store.Pending, "", 0)},
-			pulls: map[string]any{"n1": []wrapper.TaskStatus{func() wrapper.TaskStatus {
-				ts := ended("S01", 1, wrapper.StatusCompleted, "")
+			pulls: map[string]any{"n1": []wire.TaskStatus{func() wire.TaskStatus {
+				ts := ended("S01", 1, wire.StatusCompleted, "")
 				ts.Status.CostUSD, ts.Status.TokensIn = 1e9, 1e6
 				return ts
 			}()}},
@@ -307,7 +307,7 @@ func TestApplyDecisions(t *testing.T) {
 				t.HeartbeatAt = t0.Add(-claimGrace)
 				return t
 			}()},
-			pulls: map[string]any{"n1": []wrapper.TaskStatus{}},
+			pulls: map[string]any{"n1": []wire.TaskStatus{}},
 			want: []string{"run S01#1 Error=the launch never started on the node Status=lost",
 				"S01 claimed→pending: no trace of attempt on n1; launching again"},
 			changed: 1,
@@ -319,12 +319,12 @@ func TestApplyDecisions(t *testing.T) {
 				t.HeartbeatAt = t0.Add(-time.Second)
 				return t
 			}()},
-			pulls: map[string]any{"n1": []wrapper.TaskStatus{}},
+			pulls: map[string]any{"n1": []wire.TaskStatus{}},
 		},
 		{
 			name:    "halt: {fail: 1} cancels what has not started",
 			tasks:   []store.Task{task("S01", store.Failed, "n1", 3), task("S02", store.Pending, "", 0), task("S03", store.Running, "n1", 1)},
-			pulls:   map[string]any{"n1": []wrapper.TaskStatus{running("S03", 1, "1", true)}},
+			pulls:   map[string]any{"n1": []wire.TaskStatus{running("S03", 1, "1", true)}},
 			opts:    store.ProjectOptions{HaltFail: 1},
 			want:    []string{"S02 pending→canceled: halted: 1 task(s) failed (halt: {fail: 1})"},
 			changed: 1,
@@ -332,8 +332,8 @@ func TestApplyDecisions(t *testing.T) {
 		{
 			name:  "what a finished attempt cost counts against the budget in the same tick",
 			tasks: []store.Task{task("S01", store.Running, "n1", 1), task("S02", store.Pending, "", 0)},
-			pulls: map[string]any{"n1": []wrapper.TaskStatus{func() wrapper.TaskStatus {
-				ts := ended("S01", 1, wrapper.StatusCompleted, "")
+			pulls: map[string]any{"n1": []wire.TaskStatus{func() wire.TaskStatus {
+				ts := ended("S01", 1, wire.StatusCompleted, "")
 				ts.Status.CostUSD = 0.75
 				return ts
 			}()}},
@@ -346,8 +346,8 @@ func TestApplyDecisions(t *testing.T) {
 		{
 			name:  "a supervisor still exiting after its end is recorded is not stale",
 			tasks: []store.Task{task("S01", store.Running, "n1", 1)},
-			pulls: map[string]any{"n1": []wrapper.TaskStatus{func() wrapper.TaskStatus {
-				ts := ended("S01", 1, wrapper.StatusCompleted, "")
+			pulls: map[string]any{"n1": []wire.TaskStatus{func() wire.TaskStatus {
+				ts := ended("S01", 1, wire.StatusCompleted, "")
 				ts.Alive = true
 				return ts
 			}()}},
@@ -366,19 +366,19 @@ func TestApplyDecisions(t *testing.T) {
 				return t
 			}()},
 			// S03's frame is of its earlier attempt: not a word on attempt 2.
-			pulls: map[string]any{"n1": streamSaid{ended("S03", 1, wrapper.StatusFailed, wrapper.ClassExit)}},
+			pulls: map[string]any{"n1": streamSaid{ended("S03", 1, wire.StatusFailed, wire.ClassExit)}},
 		},
 		{
 			name:    "a partial pull's statuses are acted on as a full pull's",
 			tasks:   []store.Task{task("S01", store.Running, "n1", 1), task("S02", store.Running, "n1", 1)},
-			pulls:   map[string]any{"n1": streamSaid{ended("S01", 1, wrapper.StatusCompleted, "")}},
+			pulls:   map[string]any{"n1": streamSaid{ended("S01", 1, wire.StatusCompleted, "")}},
 			want:    []string{"run S01#1", "S01 running→completed: on n1"},
 			changed: 1,
 		},
 		{
 			name:  "a live attempt the database does not expect is stale",
 			tasks: []store.Task{task("S01", store.Running, "n1", 2)},
-			pulls: map[string]any{"n1": []wrapper.TaskStatus{running("S01", 2, "1", true)}, "n2": []wrapper.TaskStatus{running("S01", 1, "1", true)}},
+			pulls: map[string]any{"n1": []wire.TaskStatus{running("S01", 2, "1", true)}, "n2": []wire.TaskStatus{running("S01", 1, "1", true)}},
 			want:  []string{"event S01 stale: attempt 1 still runs on n2 but is not current; killing it"},
 		},
 	}

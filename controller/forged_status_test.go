@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/store"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // TestForgedFinalStatusIsKilled: a tool that rewrites its own status.json
@@ -62,8 +62,8 @@ func TestFinalStatusOfALiveSupervisor(t *testing.T) {
 		c := decider(t, decideNodes)
 		tasks := []store.Task{{Project: "p", ID: "S01", Status: store.Running, Node: "n1", Attempt: 1, MaxRetries: 2,
 			Heartbeat: "1", HeartbeatAt: t0.Add(-time.Minute)}}
-		pulls := nodeSays(map[string]any{"n1": []wrapper.TaskStatus{{Project: "p", Task: "S01", Alive: true, Heartbeat: "1",
-			ToolRunning: toolRunning, Status: &wrapper.Status{Status: wrapper.StatusFailed, Attempt: 1, ErrorClass: wrapper.ClassExit, ExitCode: 1}}}})
+		pulls := nodeSays(map[string]any{"n1": []wire.TaskStatus{{Project: "p", Task: "S01", Alive: true, Heartbeat: "1",
+			ToolRunning: toolRunning, Status: &wire.Status{Status: wire.StatusFailed, Attempt: 1, ErrorClass: wire.ClassExit, ExitCode: 1}}}})
 		snap := wholeSnapshot(tasks, projectFacts{}, nil)
 		plan := c.decideApply(snap, pulls, nil, nil, t0)
 		if tasks[0].Status != store.Pending {

@@ -21,7 +21,7 @@ import (
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/store"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // Git-native projects (issue 12), the controller's side: the base commit
@@ -95,7 +95,7 @@ func (c *Controller) gitCall(ctx context.Context, n *nodeRuntime, timeout time.D
 	if err != nil {
 		return nil, err
 	}
-	var reply wrapper.GitReply
+	var reply wire.GitReply
 	perr := json.Unmarshal(res.Stdout, &reply)
 	if res.ExitCode != 0 || perr != nil {
 		return nil, errors.New(policy.ReplyError(res, perr))
@@ -120,7 +120,7 @@ func (c *Controller) collectCommit(ctx context.Context, n *nodeRuntime, r store.
 	if inst == nil {
 		return nil, fmt.Errorf("the wrapper on %s is being checked again", n.cfg.Name)
 	}
-	if !wrapper.IsCommitID(r.Commit) {
+	if !wire.IsCommitID(r.Commit) {
 		return nil, permanent(errors.New("the attempt completed without recording its workspace as a commit"))
 	}
 	ref := "refs/heads/" + taskBranch(r.Project, r.Task)
@@ -159,11 +159,11 @@ func (c *Controller) fetchCommit(ctx context.Context, n *nodeRuntime, inst *node
 	if err != nil {
 		return err
 	}
-	var reply wrapper.PackReply
+	var reply wire.PackReply
 	perr := json.Unmarshal(res.Stdout, &reply)
 	if res.ExitCode != 0 || perr != nil {
-		var e wrapper.ErrorReply
-		if json.Unmarshal(res.Stdout, &e) == nil && e.Kind == wrapper.KindNotFound {
+		var e wire.ErrorReply
+		if json.Unmarshal(res.Stdout, &e) == nil && e.Kind == wire.KindNotFound {
 			return permanent(fmt.Errorf("no result recorded on %s: %s", n.cfg.Name, e.Error))
 		}
 		return errors.New(policy.ReplyError(res, perr))

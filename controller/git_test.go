@@ -21,7 +21,7 @@ import (
 	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 func TestMergeOrder(t *testing.T) {
@@ -140,7 +140,7 @@ nodes:
 			return res
 		}, "giving up", false},
 		{"a pack larger than it says", "head -c 3000000 /dev/urandom > big.bin\n", func(t *testing.T, res nodes.Result, pack string) nodes.Result {
-			var reply wrapper.PackReply
+			var reply wire.PackReply
 			json.Unmarshal(res.Stdout, &reply)
 			reply.Bytes = 10
 			res.Stdout, _ = json.Marshal(reply)
@@ -195,7 +195,7 @@ nodes:
 // at pack by the objects build picks from it (read in a repository
 // holding the operator's base and the pack), as a hostile node may send.
 func rebuild(t *testing.T, op *gittest.Repo, res nodes.Result, pack string, build func(r *gittest.Repo, commit, base string) []gittest.PackObject) nodes.Result {
-	var reply wrapper.PackReply
+	var reply wire.PackReply
 	if err := json.Unmarshal(res.Stdout, &reply); err != nil {
 		t.Errorf("git-pack replied %q", res.Stdout)
 		return res

@@ -23,7 +23,7 @@ import (
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/store"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // testHookBeforeLaunch, set only by tests, runs just before a node's
@@ -52,7 +52,7 @@ func stallTimeout(t store.Task, opts store.ProjectOptions, n nodes.Node) time.Du
 // launchOutcome is what one launch attempt found out.
 type launchOutcome struct {
 	claim claim
-	reply *wrapper.RunReply
+	reply *wire.RunReply
 	// err is set when the attempt surely did not start; uncertain is set when
 	// the transport failed and the next pull must decide.
 	err       error
@@ -151,8 +151,8 @@ func (c *Controller) launchAll(ctx context.Context, claims []claim) int {
 					t.RetriesUsed = t.MaxRetries
 				}
 				msg := o.err.Error()
-				a.fail(&t, store.Claimed, wrapper.ClassStart, msg, 0, store.RunPatch{Status: new(store.Failed),
-					ErrorClass: new(wrapper.ClassStart), Error: new(msg), CompletedAt: new(tx.Now())})
+				a.fail(&t, store.Claimed, wire.ClassStart, msg, 0, store.RunPatch{Status: new(store.Failed),
+					ErrorClass: new(wire.ClassStart), Error: new(msg), CompletedAt: new(tx.Now())})
 			default:
 				if err := tx.Event(ctx, store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: "warning",
 					Node: t.Node, Message: "launch interrupted, the next pull decides: " + o.uncertain.Error()}); err != nil {
@@ -184,7 +184,7 @@ func (c *Controller) launchNode(ctx context.Context, n *nodeRuntime, claims []cl
 	inst := n.installed()
 	// Items are prepared side by side: each may push a base tree, and a
 	// large one must not hold up the others (bounded by the node's lane).
-	items := make([]*wrapper.LaunchItem, len(claims))
+	items := make([]*wire.LaunchItem, len(claims))
 	for i, cl := range claims {
 		outs[i] = launchOutcome{claim: cl}
 	}
@@ -260,7 +260,7 @@ const (
 
 // launchItemSize is an item's share of the document: its JSON, whose
 // escapes may make it several times the spec's size.
-func launchItemSize(item *wrapper.LaunchItem) int {
+func launchItemSize(item *wire.LaunchItem) int {
 	b, err := json.Marshal(item)
 	if err != nil {
 		return maxLaunchDoc
@@ -270,8 +270,8 @@ func launchItemSize(item *wrapper.LaunchItem) int {
 
 // runBatch starts the items of one batch (indexes into items and outs) in
 // one call and records each outcome in outs.
-func (c *Controller) runBatch(ctx context.Context, n *nodeRuntime, inst *nodes.Installed, items []*wrapper.LaunchItem, batchIdx []int, outs []launchOutcome) {
-	var batch wrapper.LaunchBatch
+func (c *Controller) runBatch(ctx context.Context, n *nodeRuntime, inst *nodes.Installed, items []*wire.LaunchItem, batchIdx []int, outs []launchOutcome) {
+	var batch wire.LaunchBatch
 	for _, i := range batchIdx {
 		batch.Launches = append(batch.Launches, *items[i])
 	}
@@ -306,7 +306,7 @@ func (c *Controller) runBatch(ctx context.Context, n *nodeRuntime, inst *nodes.I
 		return
 	}
 	crashpoint.At(crashpoint.AfterRun)
-	var reply wrapper.LaunchReply
+	var reply wire.LaunchReply
 	if res.ExitCode != 0 || json.Unmarshal(res.Stdout, &reply) != nil {
 		// No answer we understand (the wrapper killed, a broken reply): the
 		// supervisors may have started; the next pull decides.
@@ -315,7 +315,7 @@ func (c *Controller) runBatch(ctx context.Context, n *nodeRuntime, inst *nodes.I
 		}
 		return
 	}
-	byDir := map[string]wrapper.LaunchResult{}
+	byDir := map[string]wire.LaunchResult{}
 	for _, r := range reply.Results {
 		byDir[r.Dir] = r
 	}
@@ -329,7 +329,7 @@ func (c *Controller) runBatch(ctx context.Context, n *nodeRuntime, inst *nodes.I
 			c.log.Info("launched", keyNode, n.cfg.Name, keyProject, o.claim.task.Project, keyTask, o.claim.task.ID,
 				keyAttempt, o.claim.task.Attempt, "pid", r.Run.PID)
 			o.reply = r.Run
-		case r.Kind == wrapper.KindAlreadyRunning:
+		case r.Kind == wire.KindAlreadyRunning:
 			// Another supervisor lives in the task directory: an earlier
 			// launch of this attempt got through, or a stale attempt
 			// still runs there.
@@ -345,11 +345,11 @@ func (c *Controller) runBatch(ctx context.Context, n *nodeRuntime, inst *nodes.I
 
 // prepareLaunch builds the batch item of one claim and pushes its base
 // tree, if it has one. false means the outcome is decided (an error).
-func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst *nodes.Installed) (wrapper.LaunchItem, bool) {
+func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst *nodes.Installed) (wire.LaunchItem, bool) {
 	cl := out.claim
 	t, n := cl.task, cl.node
 	log := c.log.With(keyNode, n.cfg.Name, keyProject, t.Project, keyTask, t.ID, keyAttempt, t.Attempt)
-	var item wrapper.LaunchItem
+	var item wire.LaunchItem
 	env, err := c.modeEnv(cl.mode)
 	if err != nil {
 		out.err, out.noRetry = err, true
@@ -368,7 +368,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		out.err, out.noRetry = fmt.Errorf("task %s cannot run on node %s: %s", t.ID, n.cfg.Name, why), true
 		return item, false
 	}
-	var tl wrapper.Launch
+	var tl wire.Launch
 	if err := toolLaunch(c.config(), tool, t.Model, out.dangerous, sb, session, &tl); err != nil {
 		out.err, out.noRetry = err, true
 		return item, false
@@ -389,7 +389,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		out.err = err
 		return item, false
 	}
-	launch := wrapper.Launch{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Node: n.cfg.Name,
+	launch := wire.Launch{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Node: n.cfg.Name,
 		Command: tl.Command, Stdin: tl.Stdin, Env: tl.Env, SandboxCommand: tl.SandboxCommand, SandboxEnv: tl.SandboxEnv,
 		TimeoutSeconds: timeout.Seconds(), Setup: opts.Setup, StallSeconds: stallTimeout(t, opts, n.cfg).Seconds()}
 	if err := confineLaunch(&launch, t, n.cfg, inst.WorkDir, tool, sb, network, env); err != nil {
@@ -399,7 +399,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 	if policy.IsBuiltinTool(tool) {
 		launch.Transcript = tool
 	}
-	if wrapper.IsAgent(tool) {
+	if wire.IsAgent(tool) {
 		// Its usage and resets are read; a shell's or a custom tool's
 		// output is the task's to forge.
 		launch.Agent = tool
@@ -417,7 +417,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 	switch {
 	case t.BaseCommit != "":
 		// Its repository is on the node (shipBases).
-		launch.Repo = &wrapper.LaunchRepo{Dir: nodeRepo(inst, t.Project), Base: t.BaseCommit,
+		launch.Repo = &wire.LaunchRepo{Dir: nodeRepo(inst, t.Project), Base: t.BaseCommit,
 			Branch: taskBranch(t.Project, t.ID), Message: fmt.Sprintf("%s: %s (attempt %d)", t.ID, t.Title, t.Attempt)}
 		if opts.Repo != nil && t.BaseCommit == opts.Repo.Commit && !store.IsPhaseID(t.ID) {
 			// The author tasks share their base: a spare checkout made
@@ -433,14 +433,14 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 			return item, false
 		}
 	}
-	return wrapper.LaunchItem{Dir: dir, Spec: string(snapshot), Launch: launch, Env: env}, true
+	return wire.LaunchItem{Dir: dir, Spec: string(snapshot), Launch: launch, Env: env}, true
 }
 
 // confineLaunch sets what confines the attempt of t on node n in l: the
 // sandbox (sb, from policy.TaskLaunch) with the node's work_dir and
 // sandbox_paths, the network (none, or the allow list with what tool and
 // the api_mode's env need) and the limits.
-func confineLaunch(l *wrapper.Launch, t store.Task, n nodes.Node, workDir, tool, sb, network string, env map[string]string) error {
+func confineLaunch(l *wire.Launch, t store.Task, n nodes.Node, workDir, tool, sb, network string, env map[string]string) error {
 	if sb != "" {
 		l.Sandbox, l.WorkDir = sb, workDir
 		l.SandboxPaths = sandboxPaths(n.SandboxPaths)
@@ -448,13 +448,13 @@ func confineLaunch(l *wrapper.Launch, t store.Task, n nodes.Node, workDir, tool,
 	switch {
 	case network == yamlval.NetworkNone:
 		// The wrapper refuses it unsandboxed (sb is bwrap here).
-		l.Network = wrapper.NetworkNone
+		l.Network = wire.NetworkNone
 	case netallow.IsAllow(network):
 		allow, err := policy.NetworkAllow(network, tool, env)
 		if err != nil {
 			return fmt.Errorf("task %s: network: %w", t.ID, err)
 		}
-		l.Network, l.NetworkAllow = wrapper.NetworkAllow, allow
+		l.Network, l.NetworkAllow = wire.NetworkAllow, allow
 	}
 	l.Limits = launchLimits(t.Limits, n.Limits)
 	return nil
@@ -463,11 +463,11 @@ func confineLaunch(l *wrapper.Launch, t store.Task, n nodes.Node, workDir, tool,
 // sandboxPaths is launch.json's sandbox_paths for a node's: nil for none.
 // The paths go as nodes.yaml writes them; the wrapper expands ~/ on the
 // node.
-func sandboxPaths(p nodes.SandboxPaths) *wrapper.SandboxPaths {
+func sandboxPaths(p nodes.SandboxPaths) *wire.SandboxPaths {
 	if len(p.RO) == 0 && len(p.RW) == 0 {
 		return nil
 	}
-	return &wrapper.SandboxPaths{RO: p.RO, RW: p.RW}
+	return &wire.SandboxPaths{RO: p.RO, RW: p.RW}
 }
 
 // toolLaunch sets l's command, stdin and tool settings for tool under the
@@ -476,13 +476,13 @@ func sandboxPaths(p nodes.SandboxPaths) *wrapper.SandboxPaths {
 // (policy.ToolCommand's sandboxed). With "auto" only the wrapper knows whether it
 // will: l.Command is the unconfined command, and SandboxCommand and
 // SandboxEnv, where they differ, what the wrapper runs instead under bwrap.
-func toolLaunch(cfg *nodes.Config, tool, model string, dangerous bool, sb, session string, l *wrapper.Launch) error {
-	argv, stdin, env, err := policy.ToolCommand(cfg, tool, model, dangerous, sb == wrapper.SandboxBwrap, session)
+func toolLaunch(cfg *nodes.Config, tool, model string, dangerous bool, sb, session string, l *wire.Launch) error {
+	argv, stdin, env, err := policy.ToolCommand(cfg, tool, model, dangerous, sb == wire.SandboxBwrap, session)
 	if err != nil {
 		return err
 	}
 	l.Command, l.Stdin, l.Env = argv, stdin, env
-	if sb != wrapper.SandboxAuto {
+	if sb != wire.SandboxAuto {
 		return nil
 	}
 	sbArgv, _, sbEnv, err := policy.ToolCommand(cfg, tool, model, dangerous, true, session)
@@ -576,7 +576,7 @@ func (c *Controller) shipBases(ctx context.Context, n *nodeRuntime, inst *nodes.
 // resumeClasses are the failures after which the next attempt continues
 // the tool's session: the tool was stopped from outside, its work so far
 // is sound.
-var resumeClasses = map[string]bool{wrapper.ClassRateLimit: true, wrapper.ClassStalled: true}
+var resumeClasses = map[string]bool{wire.ClassRateLimit: true, wire.ClassStalled: true}
 
 // resumable returns the session the claimed attempt continues, or "": the
 // attempt before it was stopped by a rate limit or a stall, named its
@@ -709,10 +709,10 @@ func (c *Controller) modeEnv(name string) (map[string]string, error) {
 
 // launchLimits is launch.json's limits: each of the task's (front matter,
 // else project.yaml), else the node's; nil when none is set.
-func launchLimits(task, node yamlval.Limits) *wrapper.Limits {
+func launchLimits(task, node yamlval.Limits) *wire.Limits {
 	l := task.Over(node)
 	if l.Zero() {
 		return nil
 	}
-	return &wrapper.Limits{MemoryBytes: l.Memory, CPU: l.CPU, Pids: l.Pids, FileSizeBytes: l.FileSize}
+	return &wire.Limits{MemoryBytes: l.Memory, CPU: l.CPU, Pids: l.Pids, FileSizeBytes: l.FileSize}
 }

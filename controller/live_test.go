@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/wire"
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
 
@@ -31,7 +32,7 @@ func TestLivePullListsWhatRuns(t *testing.T) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		st := wrapper.Status{Task: filepath.Base(dir), Attempt: 1, Status: wrapper.StatusCompleted}
+		st := wire.Status{Task: filepath.Base(dir), Attempt: 1, Status: wire.StatusCompleted}
 		if err := wrapper.WriteFileAtomic(filepath.Join(dir, "status.json"), mustJSON(t, st), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -53,9 +54,9 @@ func TestLivePullListsWhatRuns(t *testing.T) {
 	n.inst.Store(nil) // as after a reinstall or a reply that did not parse
 	pull("first call after the wrapper is checked", 202, "")
 	for i := 1; i < fullListEvery; i++ {
-		p := pull(fmt.Sprintf("live call %d", i), 2, wrapper.ListingLive)
+		p := pull(fmt.Sprintf("live call %d", i), 2, wire.ListingLive)
 		for _, id := range []string{"S01", "S02"} {
-			if ts := p.tasks[taskKey("p", id)]; ts == nil || !ts.Alive || ts.Status == nil || ts.Status.Status != wrapper.StatusRunning {
+			if ts := p.tasks[taskKey("p", id)]; ts == nil || !ts.Alive || ts.Status == nil || ts.Status.Status != wire.StatusRunning {
 				t.Fatalf("live call %d: %s is %+v", i, id, ts)
 			}
 		}
@@ -67,7 +68,7 @@ func TestLivePullListsWhatRuns(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	l := wrapper.Launch{Project: "p", Task: "Z99", Attempt: 1, Node: "local", Command: []string{"/bin/sh", "-c", "sleep 60"},
+	l := wire.Launch{Project: "p", Task: "Z99", Attempt: 1, Node: "local", Command: []string{"/bin/sh", "-c", "sleep 60"},
 		HeartbeatSeconds: 1, TimeoutSeconds: 120}
 	for name, data := range map[string][]byte{"spec.md": []byte("# Z\n"), "launch.json": mustJSON(t, l)} {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
@@ -91,8 +92,8 @@ func TestLivePullListsWhatRuns(t *testing.T) {
 	h.tickUntil("the next full call to find Z99 stale", stale)
 	h.tickUntil("Z99 to be killed", func() bool {
 		b, _ := os.ReadFile(filepath.Join(dir, "status.json"))
-		var st wrapper.Status
-		return json.Unmarshal(b, &st) == nil && st.Status == wrapper.StatusKilled
+		var st wire.Status
+		return json.Unmarshal(b, &st) == nil && st.Status == wire.StatusKilled
 	})
 	for _, id := range []string{"S01", "S02"} {
 		if s := h.task(id).Status; s != store.Running {

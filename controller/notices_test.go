@@ -6,7 +6,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/notify"
 	"github.com/dispatch-tool/dispatch/store"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // TestNoticesDecided: the decisions that call for a message say so once:
@@ -28,15 +28,15 @@ func TestNoticesDecided(t *testing.T) {
 		{
 			name:  "two tasks limited under one mode: one message",
 			tasks: []store.Task{task("S01", store.Running, "n1", 1), task("S02", store.Running, "n1", 1)},
-			pulls: map[string]any{"n1": []wrapper.TaskStatus{ended("S01", 1, wrapper.StatusFailed, wrapper.ClassRateLimit),
-				ended("S02", 1, wrapper.StatusFailed, wrapper.ClassRateLimit)}},
+			pulls: map[string]any{"n1": []wire.TaskStatus{ended("S01", 1, wire.StatusFailed, wire.ClassRateLimit),
+				ended("S02", 1, wire.StatusFailed, wire.ClassRateLimit)}},
 			runs: map[runKey]runFacts{{"p", "S01", 1}: {mode: "team"}, {"p", "S02", 1}: {mode: "team"}},
 			want: []string{notify.ModePaused + " p: api_mode team paused until "},
 		},
 		{
 			name:  "a budget with nothing left to cancel",
 			tasks: []store.Task{task("S01", store.Completed, "n1", 1), task("S02", store.Canceled, "", 0)},
-			pulls: map[string]any{"n1": []wrapper.TaskStatus{}},
+			pulls: map[string]any{"n1": []wire.TaskStatus{}},
 			opts:  store.ProjectOptions{BudgetUSD: 1},
 			spent: 2,
 		},

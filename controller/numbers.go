@@ -3,7 +3,7 @@ package controller
 import (
 	"time"
 
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // The numbers a finished attempt's status carries (a reset time, usage and
@@ -15,16 +15,16 @@ import (
 // maxTrustedReset bounds a reset an agent CLI named: a weekly limit is not
 // worth more than a day's pause of a shared account, after which the next
 // attempt tells again.
-const maxTrustedReset = wrapper.MaxRetryAfterSeconds * time.Second
+const maxTrustedReset = wire.MaxRetryAfterSeconds * time.Second
 
 // trustedReset is the reset a rate-limited attempt of tool named, as its
 // status gives it: only an agent CLI's word counts (the wrapper reads it
 // from the CLI's own events), capped at a day. 0: none, or not trusted.
 func trustedReset(tool string, retryAfterSeconds float64) time.Duration {
-	if !wrapper.IsAgent(tool) || !(retryAfterSeconds > 0) {
+	if !wire.IsAgent(tool) || !(retryAfterSeconds > 0) {
 		return 0
 	}
-	return min(time.Duration(min(retryAfterSeconds, wrapper.MaxRetryAfterSeconds)*float64(time.Second)), maxTrustedReset)
+	return min(time.Duration(min(retryAfterSeconds, wire.MaxRetryAfterSeconds)*float64(time.Second)), maxTrustedReset)
 }
 
 // ratePause is how long a rate limit pauses its api_mode: the trusted
@@ -44,8 +44,8 @@ func ratePause(reset, backoff, backoffMax time.Duration) time.Duration {
 // task's output is its own to write, and the wrapper reads none of it),
 // and a cost above ceiling (budget.max_attempt_usd) counted as the ceiling;
 // over reports that.
-func attemptUsage(tool string, st wrapper.Status, ceiling float64) (in, out int64, usd float64, over bool) {
-	if !wrapper.IsAgent(tool) {
+func attemptUsage(tool string, st wire.Status, ceiling float64) (in, out int64, usd float64, over bool) {
+	if !wire.IsAgent(tool) {
 		return 0, 0, 0, false
 	}
 	in, out, usd = max(st.TokensIn, 0), max(st.TokensOut, 0), st.CostUSD

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/store"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 func TestTrustedReset(t *testing.T) {
@@ -63,20 +63,20 @@ func TestAttemptUsage(t *testing.T) {
 	tests := []struct {
 		name    string
 		tool    string
-		st      wrapper.Status
+		st      wire.Status
 		in, out int64
 		usd     float64
 		over    bool
 	}{
-		{"claude's figures", "claude", wrapper.Status{TokensIn: 150, TokensOut: 50, CostUSD: 0.0125}, 150, 50, 0.0125, false},
-		{"codex's tokens", "codex", wrapper.Status{TokensOut: 1000}, 0, 1000, 0, false},
-		{"a cost at the ceiling", "claude", wrapper.Status{CostUSD: 50}, 0, 0, 50, false},
-		{"a forged cost counts as the ceiling", "claude", wrapper.Status{CostUSD: 1e9}, 0, 0, 50, true},
-		{"an infinite cost counts as the ceiling", "claude", wrapper.Status{CostUSD: math.Inf(1)}, 0, 0, 50, true},
-		{"a negative cost is none", "claude", wrapper.Status{CostUSD: -3, TokensIn: -1}, 0, 0, 0, false},
-		{"NaN is none", "claude", wrapper.Status{CostUSD: math.NaN()}, 0, 0, 0, false},
-		{"a shell task's figures count for nothing", "shell", wrapper.Status{TokensIn: 5, TokensOut: 5, CostUSD: 1e9}, 0, 0, 0, false},
-		{"a custom tool's figures count for nothing", "mytool", wrapper.Status{CostUSD: 0.5}, 0, 0, 0, false},
+		{"claude's figures", "claude", wire.Status{TokensIn: 150, TokensOut: 50, CostUSD: 0.0125}, 150, 50, 0.0125, false},
+		{"codex's tokens", "codex", wire.Status{TokensOut: 1000}, 0, 1000, 0, false},
+		{"a cost at the ceiling", "claude", wire.Status{CostUSD: 50}, 0, 0, 50, false},
+		{"a forged cost counts as the ceiling", "claude", wire.Status{CostUSD: 1e9}, 0, 0, 50, true},
+		{"an infinite cost counts as the ceiling", "claude", wire.Status{CostUSD: math.Inf(1)}, 0, 0, 50, true},
+		{"a negative cost is none", "claude", wire.Status{CostUSD: -3, TokensIn: -1}, 0, 0, 0, false},
+		{"NaN is none", "claude", wire.Status{CostUSD: math.NaN()}, 0, 0, 0, false},
+		{"a shell task's figures count for nothing", "shell", wire.Status{TokensIn: 5, TokensOut: 5, CostUSD: 1e9}, 0, 0, 0, false},
+		{"a custom tool's figures count for nothing", "mytool", wire.Status{CostUSD: 0.5}, 0, 0, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

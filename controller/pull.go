@@ -13,7 +13,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/policy"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // nodeRuntime is what the controller keeps in memory about a node between
@@ -84,18 +84,18 @@ type streamState struct {
 	// just (re)opened, or a frame named tasks without their statuses.
 	needFull bool
 	// last is the last full pull's reply (facts, version) and its time.
-	last     *wrapper.NodeStatus
+	last     *wire.NodeStatus
 	lastRTT  time.Duration
 	lastFull time.Time
 }
 
 type streamedTask struct {
-	ts wrapper.TaskStatus
+	ts wire.TaskStatus
 	at time.Time
 }
 
 // add records a change frame's statuses.
-func (s *streamState) add(f wrapper.Frame, now time.Time) {
+func (s *streamState) add(f wire.Frame, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(f.Statuses) != len(f.Tasks) {
@@ -122,7 +122,7 @@ func (s *streamState) reset() {
 
 // fullDone records a full pull that started at began: what the stream told
 // before then is older than it and dropped.
-func (s *streamState) fullDone(st *wrapper.NodeStatus, rtt time.Duration, began time.Time) {
+func (s *streamState) fullDone(st *wire.NodeStatus, rtt time.Duration, began time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.needFull, s.last, s.lastRTT, s.lastFull = false, st, rtt, began
@@ -142,8 +142,8 @@ func (s *streamState) partial(served map[string]bool, every time.Duration, now t
 	if s.needFull || s.last == nil || every <= 0 || now.Sub(s.lastFull) >= every {
 		return nil
 	}
-	st := &wrapper.NodeStatus{WrapperVersion: s.last.WrapperVersion, Time: s.last.Time, Facts: s.last.Facts}
-	p := &pull{partial: true, status: st, rtt: s.lastRTT, tasks: map[string]*wrapper.TaskStatus{}}
+	st := &wire.NodeStatus{WrapperVersion: s.last.WrapperVersion, Time: s.last.Time, Facts: s.last.Facts}
+	p := &pull{partial: true, status: st, rtt: s.lastRTT, tasks: map[string]*wire.TaskStatus{}}
 	for k, t := range s.tasks {
 		if served[t.ts.Project] {
 			st.Tasks = append(st.Tasks, t.ts)
@@ -184,10 +184,10 @@ func (l *listState) next(fresh bool) (live bool, seen []string) {
 }
 
 // done records a call's reply.
-func (l *listState) done(st *wrapper.NodeStatus, live bool) {
+func (l *listState) done(st *wire.NodeStatus, live bool) {
 	var seen []string
 	for _, ts := range st.Tasks {
-		live := ts.Alive || ts.Status != nil && ts.Status.Status == wrapper.StatusRunning
+		live := ts.Alive || ts.Status != nil && ts.Status.Status == wire.StatusRunning
 		// Names the wrapper would refuse (a forged reply) are not asked for.
 		if live && nameable(ts.Project) && nameable(ts.Task) {
 			seen = append(seen, taskKey(ts.Project, ts.Task))
@@ -239,10 +239,10 @@ type pull struct {
 	// skipped is set when the previous status call is still outstanding:
 	// the node keeps the state it had.
 	skipped bool
-	status  *wrapper.NodeStatus
+	status  *wire.NodeStatus
 	rtt     time.Duration
 	// tasks indexes status.Tasks by project and task ID.
-	tasks map[string]*wrapper.TaskStatus
+	tasks map[string]*wire.TaskStatus
 	// partial is set when tasks are only those the node's stream reported
 	// since the last tick, not every task of the node: a task missing
 	// from it was not looked at (facts and version are the last full
@@ -415,7 +415,7 @@ func (c *Controller) pullNode(ctx context.Context, n *nodeRuntime, projects []st
 	}
 	n.listing.done(st, live)
 	n.streamed.fullDone(st, rtt, start)
-	p := &pull{status: st, rtt: rtt, tasks: make(map[string]*wrapper.TaskStatus, len(st.Tasks))}
+	p := &pull{status: st, rtt: rtt, tasks: make(map[string]*wire.TaskStatus, len(st.Tasks))}
 	for i := range st.Tasks {
 		t := &st.Tasks[i]
 		p.tasks[taskKey(t.Project, t.Task)] = t
@@ -433,7 +433,7 @@ func (e *replyErr) Error() string { return e.msg }
 // live, only the node's live attempts and the named tasks ("project/ID")
 // are listed: every attempt the controller acts on, since it names those
 // it has claimed or running there and a stale one is live.
-func nodeStatus(ctx context.Context, tr nodes.Transport, bin, workDir string, projects []string, live bool, named []string) (*wrapper.NodeStatus, error) {
+func nodeStatus(ctx context.Context, tr nodes.Transport, bin, workDir string, projects []string, live bool, named []string) (*wire.NodeStatus, error) {
 	argv := []string{bin, "status", "--root", workDir}
 	for _, p := range projects {
 		argv = append(argv, "--project", p)
@@ -442,7 +442,7 @@ func nodeStatus(ctx context.Context, tr nodes.Transport, bin, workDir string, pr
 	if live {
 		argv = append(argv, "--live")
 		var err error
-		if stdin, err = json.Marshal(wrapper.LiveRequest{Tasks: named}); err != nil {
+		if stdin, err = json.Marshal(wire.LiveRequest{Tasks: named}); err != nil {
 			return nil, fmt.Errorf("status: %w", err)
 		}
 	}
@@ -450,7 +450,7 @@ func nodeStatus(ctx context.Context, tr nodes.Transport, bin, workDir string, pr
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
-	var st wrapper.NodeStatus
+	var st wire.NodeStatus
 	if err := json.Unmarshal(res.Stdout, &st); err != nil || res.ExitCode != 0 {
 		return nil, fmt.Errorf("status: %w", &replyErr{policy.ReplyError(res, err)})
 	}
@@ -467,7 +467,7 @@ func nodeStatus(ctx context.Context, tr nodes.Transport, bin, workDir string, pr
 
 // NodeFacts asks an installed wrapper for the node's status and facts
 // (`dispatch nodes check`).
-func NodeFacts(ctx context.Context, tr nodes.Transport, inst nodes.Installed) (*wrapper.NodeStatus, error) {
+func NodeFacts(ctx context.Context, tr nodes.Transport, inst nodes.Installed) (*wire.NodeStatus, error) {
 	return nodeStatus(ctx, tr, inst.Path, inst.WorkDir, nil, false, nil)
 }
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // TestSandboxPathsLaunch: a node's sandbox_paths reach launch.json as
@@ -17,7 +17,7 @@ func TestSandboxPathsLaunch(t *testing.T) {
 		t.Errorf("no sandbox_paths: %+v, want none", got)
 	}
 	got := sandboxPaths(nodes.SandboxPaths{RO: []string{"~/go/pkg/mod"}, RW: []string{"/opt/cache"}})
-	want := &wrapper.SandboxPaths{RO: []string{"~/go/pkg/mod"}, RW: []string{"/opt/cache"}}
+	want := &wire.SandboxPaths{RO: []string{"~/go/pkg/mod"}, RW: []string{"/opt/cache"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("sandbox_paths: %+v, want %+v", got, want)
 	}

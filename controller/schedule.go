@@ -6,7 +6,7 @@ import (
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/store"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // claim is a task assigned to a node in this tick, to be launched.
@@ -116,7 +116,7 @@ const candidateFactor = 4
 
 // retryElsewhere lists the failures after which a retry should prefer
 // another node than the one that failed.
-var retryElsewhere = map[string]bool{wrapper.ClassStart: true, wrapper.ClassCrash: true, wrapper.ClassHung: true, store.Lost: true}
+var retryElsewhere = map[string]bool{wire.ClassStart: true, wire.ClassCrash: true, wire.ClassHung: true, store.Lost: true}
 
 // better reports whether a is a better node than b for task t: away from the
 // node where t's last attempt failed to start, crashed or was lost, then

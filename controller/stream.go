@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/nodes"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // Each node keeps one long-lived status stream, `wrapper watch`, over one
@@ -148,13 +148,13 @@ func (c *Controller) runStream(ctx context.Context, n *nodeRuntime, inst *nodes.
 		}
 		last.Store(time.Now().UnixNano())
 		switch f.Type {
-		case wrapper.FrameHello:
+		case wire.FrameHello:
 			// Changes since the last pull were not streamed: the next
 			// tick pulls the node in full, now.
 			n.streamed.reset()
 			n.streamUp.Store(true)
 			c.signalWake()
-		case wrapper.FrameChange:
+		case wire.FrameChange:
 			n.streamed.add(f, time.Now())
 			c.signalWake()
 		}
@@ -170,17 +170,17 @@ func (c *Controller) runStream(ctx context.Context, n *nodeRuntime, inst *nodes.
 }
 
 // parseFrame reads one line of `watch`; anything else ends the stream.
-func parseFrame(line []byte, version string) (wrapper.Frame, error) {
-	var f wrapper.Frame
+func parseFrame(line []byte, version string) (wire.Frame, error) {
+	var f wire.Frame
 	if err := json.Unmarshal(line, &f); err != nil {
 		return f, fmt.Errorf("%w: %q", errStreamFrame, truncate(string(line), 80))
 	}
 	switch f.Type {
-	case wrapper.FrameHello:
+	case wire.FrameHello:
 		if f.Version != version {
 			return f, fmt.Errorf("%w: hello from wrapper %q, want %q", errStreamFrame, truncate(f.Version, 80), version)
 		}
-	case wrapper.FrameChange, wrapper.FrameBeat:
+	case wire.FrameChange, wire.FrameBeat:
 	default:
 		return f, fmt.Errorf("%w: type %q", errStreamFrame, truncate(f.Type, 80))
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // chainYAML polls once an hour: only the status streams can move a chain
@@ -156,17 +156,17 @@ func TestStreamOpensOnceTheWrapperIsChecked(t *testing.T) {
 func TestStreamStatePartialPulls(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
 	served := map[string]bool{"p": true}
-	frame := func(statuses ...wrapper.TaskStatus) wrapper.Frame {
-		f := wrapper.Frame{Type: wrapper.FrameChange}
+	frame := func(statuses ...wire.TaskStatus) wire.Frame {
+		f := wire.Frame{Type: wire.FrameChange}
 		for _, ts := range statuses {
 			f.Tasks = append(f.Tasks, taskKey(ts.Project, ts.Task))
 			f.Statuses = append(f.Statuses, ts)
 		}
 		return f
 	}
-	status := func(project, task string, attempt int) wrapper.TaskStatus {
-		return wrapper.TaskStatus{Project: project, Task: task, Alive: true,
-			Status: &wrapper.Status{Status: wrapper.StatusRunning, Attempt: attempt}}
+	status := func(project, task string, attempt int) wire.TaskStatus {
+		return wire.TaskStatus{Project: project, Task: task, Alive: true,
+			Status: &wire.Status{Status: wire.StatusRunning, Attempt: attempt}}
 	}
 	keys := func(p *pull) []string {
 		if p == nil {
@@ -180,7 +180,7 @@ func TestStreamStatePartialPulls(t *testing.T) {
 	if p := s.partial(served, time.Minute, t0); p != nil {
 		t.Fatalf("partial pull before any full pull: %v", keys(p))
 	}
-	facts := &wrapper.NodeStatus{WrapperVersion: "v1", Facts: wrapper.Facts{MemAvailableBytes: 7}}
+	facts := &wire.NodeStatus{WrapperVersion: "v1", Facts: wire.Facts{MemAvailableBytes: 7}}
 	// The full pull began after S01's frame: S01 is dropped, S02 (told
 	// while the status call ran) is kept.
 	s.add(frame(status("p", "S02", 1)), t0.Add(2*time.Second))
@@ -204,7 +204,7 @@ func TestStreamStatePartialPulls(t *testing.T) {
 	}
 	// A frame naming tasks without their statuses, or a stream that
 	// (re)opens, may hide changes: the next pull is full.
-	s.add(wrapper.Frame{Type: wrapper.FrameChange, Tasks: []string{"p/S04"}}, t0.Add(6*time.Second))
+	s.add(wire.Frame{Type: wire.FrameChange, Tasks: []string{"p/S04"}}, t0.Add(6*time.Second))
 	if p := s.partial(served, time.Minute, t0.Add(6*time.Second)); p != nil {
 		t.Error("partial pull after a frame without statuses; want a full pull")
 	}

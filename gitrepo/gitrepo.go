@@ -32,7 +32,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // RefPrefix is the only namespace of refs this package writes.
@@ -409,7 +409,7 @@ func Import(ctx context.Context, dir string, r io.Reader, commit, base, ref stri
 	if !strings.HasPrefix(ref, RefPrefix) {
 		return fmt.Errorf("refusing to set %q: dispatch writes refs under %s only", ref, RefPrefix)
 	}
-	if !wrapper.IsCommitID(commit) {
+	if !wire.IsCommitID(commit) {
 		// A name ("main", "HEAD~1") would resolve in the operator's
 		// repository, not in the pack.
 		return fmt.Errorf("the task's result %q is not a commit id", truncate(commit, 80))
@@ -636,7 +636,7 @@ func Known(ctx context.Context, dir string, ids []string) []string {
 	var in bytes.Buffer
 	var cand []string
 	for _, id := range ids {
-		if wrapper.IsCommitID(id) {
+		if wire.IsCommitID(id) {
 			cand = append(cand, id)
 			in.WriteString(id + "\n")
 		}

@@ -24,7 +24,7 @@ type Installed struct {
 	Reinstalled bool
 }
 
-// versionReply is the wrapper's `version` output (see wrapper.VersionReply;
+// versionReply is the wrapper's `version` output (see wire.VersionReply;
 // nodes does not import the wrapper package).
 type versionReply struct {
 	Version string `json:"version"`

@@ -14,7 +14,7 @@ import (
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/store"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // executable is the program a tool runs (its command's first word).
@@ -54,7 +54,7 @@ type Probe struct {
 	Root bool
 	// Sandbox is what the node's wrapper said of its sandbox; nil when
 	// it was not asked (no wrapper of this controller installed there).
-	Sandbox *wrapper.SandboxReply
+	Sandbox *wire.SandboxReply
 }
 
 // claudeRefusesRoot reports whether claude on node n would run with
@@ -95,7 +95,7 @@ func CheckExecutables(cfg *nodes.Config, rows []Row, probes map[string]Probe) (p
 				asRoot = append(asRoot, n)
 			case needsSandbox(r, node) && pr.Sandbox == nil:
 				unchecked = append(unchecked, n)
-			case needsSandbox(r, node) && pr.Sandbox.Sandbox != wrapper.SandboxBwrap:
+			case needsSandbox(r, node) && pr.Sandbox.Sandbox != wire.SandboxBwrap:
 				missing = append(missing, fmt.Sprintf("%s (sandbox: unavailable: %s; fix: %s)", n, pr.Sandbox.Error, pr.Sandbox.Fix))
 			default:
 				found = true
@@ -132,7 +132,7 @@ func CheckExecutables(cfg *nodes.Config, rows []Row, probes map[string]Probe) (p
 // needsSandbox reports whether the task of r must run sandboxed on node n.
 func needsSandbox(r Row, n nodes.Node) bool {
 	sb, _, _, _ := policy.TaskLaunch(r.Task.Sandbox, r.Task.Network, n)
-	return sb == wrapper.SandboxBwrap
+	return sb == wire.SandboxBwrap
 }
 
 // ProbeExecutables asks each node in need which of the executables are in
@@ -193,7 +193,7 @@ func probeNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, tr nodes.Tr
 		if err != nil {
 			return Probe{Err: err.Error()}
 		}
-		var reply wrapper.WhichReply
+		var reply wire.WhichReply
 		if res.ExitCode != 0 || json.Unmarshal(res.Stdout, &reply) != nil {
 			return Probe{Err: "which: " + policy.ReplyError(res, nil)}
 		}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/spec"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 func TestCheckExecutables(t *testing.T) {
@@ -45,13 +45,13 @@ api_modes:
 	onBox := Row{Task: &spec.Task{ID: "S04"}, Type: "implementation", Nodes: []string{"box"}, Tools: map[string]string{"box": "claude"}}
 	onRB := Row{Task: &spec.Task{ID: "S06"}, Type: "implementation", Nodes: []string{"rb"}, Tools: map[string]string{"rb": "claude"}}
 	bwrap := func(p Probe) Probe {
-		p.Sandbox = &wrapper.SandboxReply{Sandbox: wrapper.SandboxBwrap}
+		p.Sandbox = &wire.SandboxReply{Sandbox: wire.SandboxBwrap}
 		return p
 	}
 	noneAU := Row{Task: &spec.Task{ID: "S07", Network: "none"}, Type: "implementation", Nodes: []string{"au"}, Tools: map[string]string{"au": "claude"}}
 	openAU := Row{Task: &spec.Task{ID: "S08"}, Type: "implementation", Nodes: []string{"au"}, Tools: map[string]string{"au": "claude"}}
 	noBwrap := func(p Probe) Probe {
-		p.Sandbox = &wrapper.SandboxReply{Error: "bwrap not found", Fix: "apt install bubblewrap"}
+		p.Sandbox = &wire.SandboxReply{Error: "bwrap not found", Fix: "apt install bubblewrap"}
 		return p
 	}
 	gitRow := Row{Task: &spec.Task{ID: "S05"}, Type: "implementation", Nodes: []string{"a", "b"}, Tools: map[string]string{"a": "claude", "b": "codex"}, Git: true}

@@ -8,7 +8,7 @@ import (
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // Eligible reports whether t may run on n, ignoring load; the reason is for
@@ -62,13 +62,13 @@ func sandboxLaunch(task, node string) (launch string, ok bool, why string) {
 	case node == nodes.SandboxOn && task == nodes.SandboxOff:
 		return "", false, "sandbox: on on the node, the task says sandbox: off"
 	case node == nodes.SandboxOn:
-		return wrapper.SandboxBwrap, true, ""
+		return wire.SandboxBwrap, true, ""
 	case node == nodes.SandboxAuto && task == nodes.SandboxOn:
-		return wrapper.SandboxBwrap, true, ""
+		return wire.SandboxBwrap, true, ""
 	case node == nodes.SandboxAuto && task == nodes.SandboxOff:
 		return "", true, ""
 	case node == nodes.SandboxAuto:
-		return wrapper.SandboxAuto, true, ""
+		return wire.SandboxAuto, true, ""
 	case task == nodes.SandboxOn:
 		return "", false, "the task needs sandbox: on, the node has sandbox: off (set sandbox: on or auto on the node in nodes.yaml)"
 	}

@@ -7,13 +7,13 @@ import (
 	"strings"
 
 	"github.com/dispatch-tool/dispatch/nodes"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // ReplyError describes a failed wrapper call from its JSON error reply, or
 // from what it printed when the reply is not JSON.
 func ReplyError(res nodes.Result, parseErr error) string {
-	var e wrapper.ErrorReply
+	var e wire.ErrorReply
 	if json.Unmarshal(res.Stdout, &e) == nil && e.Error != "" {
 		return e.Error
 	}

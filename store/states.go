@@ -69,7 +69,7 @@ func PhaseOf(id string) string {
 }
 
 // MaxCostUSD bounds one attempt's recorded cost, as the wrapper bounds what
-// it reports (wrapper.MaxCostUSD): sums over many attempts stay finite.
+// it reports (wire.MaxCostUSD): sums over many attempts stay finite.
 const MaxCostUSD = 1e9
 
 // ProjectOptions are the per-project settings kept in the database with the

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // An agent CLI in the sandbox sees a private HOME, not the node user's:
@@ -48,7 +50,7 @@ type agentFiles struct {
 // the releases docs/AGENTS.md names as tested. Sessions, histories, caches,
 // MCP tokens and anything else of the node user's are not copied.
 var agentHomeFiles = map[string]agentFiles{
-	AgentClaude: {
+	wire.AgentClaude: {
 		dirVar: "CLAUDE_CONFIG_DIR",
 		files: []agentFile{
 			// Global config: onboarding state, the account, and the
@@ -60,7 +62,7 @@ var agentHomeFiles = map[string]agentFiles{
 		},
 		leftovers: []string{".claude.json.backup", ".claude/backups"},
 	},
-	AgentCodex: {
+	wire.AgentCodex: {
 		dirVar: "CODEX_HOME",
 		files: []agentFile{
 			{home: ".codex/config.toml", dir: "config.toml"},
@@ -68,7 +70,7 @@ var agentHomeFiles = map[string]agentFiles{
 			{home: ".codex/auth.json", dir: "auth.json", login: true},
 		},
 	},
-	AgentGemini: {
+	wire.AgentGemini: {
 		// GEMINI_CLI_HOME stands for the whole HOME.
 		dirVar: "GEMINI_CLI_HOME",
 		files: []agentFile{

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // listTree returns every file and link under root (relative paths), with
@@ -50,9 +52,9 @@ func TestCopyAgentFiles(t *testing.T) {
 		tool             string
 		copied, settings []string
 	}{
-		{AgentClaude, []string{".claude.json", ".claude/.credentials.json", ".claude/settings.json"}, []string{".claude/settings.json"}},
-		{AgentCodex, []string{".codex/auth.json", ".codex/config.toml"}, []string{".codex/config.toml"}},
-		{AgentGemini, []string{".gemini/.env", ".gemini/gemini-credentials.json", ".gemini/google_accounts.json", ".gemini/oauth_creds.json", ".gemini/settings.json"}, []string{".gemini/settings.json"}},
+		{wire.AgentClaude, []string{".claude.json", ".claude/.credentials.json", ".claude/settings.json"}, []string{".claude/settings.json"}},
+		{wire.AgentCodex, []string{".codex/auth.json", ".codex/config.toml"}, []string{".codex/config.toml"}},
+		{wire.AgentGemini, []string{".gemini/.env", ".gemini/gemini-credentials.json", ".gemini/google_accounts.json", ".gemini/oauth_creds.json", ".gemini/settings.json"}, []string{".gemini/settings.json"}},
 		{"shell", nil, nil},
 	}
 	for _, tc := range cases {
@@ -92,7 +94,7 @@ func TestCopyAgentFiles(t *testing.T) {
 			for p := range got {
 				os.WriteFile(filepath.Join(home, p), []byte("changed"), 0o600)
 			}
-			if tc.tool == AgentClaude {
+			if tc.tool == wire.AgentClaude {
 				writeTree(t, home, map[string]string{".claude.json.backup": "copy", ".claude/backups/.claude.json.backup.1": "copy"})
 			}
 			if err := removeAgentLogins(tc.tool, home); err != nil {
@@ -140,7 +142,7 @@ func TestCopyAgentFilesRefused(t *testing.T) {
 			auth := filepath.Join(src, ".codex", "auth.json")
 			tc.make(t, auth)
 			var refused []string
-			copyAgentFiles(AgentCodex, src, false, home, func(p string, err error) { refused = append(refused, p+": "+err.Error()) })
+			copyAgentFiles(wire.AgentCodex, src, false, home, func(p string, err error) { refused = append(refused, p+": "+err.Error()) })
 			got := listTree(t, home)
 			if got[".codex/config.toml"] != "config" {
 				t.Errorf("config.toml not copied: %v", got)
@@ -174,13 +176,13 @@ func TestCopyAgentFilesReplacesThePlanted(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(home, ".codex")); err != nil {
 		t.Fatal(err)
 	}
-	for _, tool := range []string{AgentGemini, AgentCodex} {
+	for _, tool := range []string{wire.AgentGemini, wire.AgentCodex} {
 		var refused []string
 		copyAgentFiles(tool, src, false, home, func(p string, err error) { refused = append(refused, p) })
-		if tool == AgentCodex && (len(refused) != 2 || !strings.HasPrefix(refused[0], filepath.Join(home, ".codex")+"/")) {
+		if tool == wire.AgentCodex && (len(refused) != 2 || !strings.HasPrefix(refused[0], filepath.Join(home, ".codex")+"/")) {
 			t.Errorf("codex: refused %q, want both files behind the link out of the HOME refused", refused)
 		}
-		if err := removeAgentLogins(tool, home); tool == AgentCodex && err == nil {
+		if err := removeAgentLogins(tool, home); tool == wire.AgentCodex && err == nil {
 			t.Errorf("codex: removing through the link out of the HOME: no error")
 		}
 	}
@@ -203,13 +205,13 @@ func TestAgentSource(t *testing.T) {
 		root       string
 		dir, err   bool
 	}{
-		{"home", AgentCodex, []string{"HOME=/h/u"}, "/h/u", false, false},
-		{"codex home", AgentCodex, []string{"HOME=/h/u", "CODEX_HOME=/etc/codex/"}, "/etc/codex", true, false},
-		{"claude config dir", AgentClaude, []string{"HOME=/h/u", "CLAUDE_CONFIG_DIR=/c"}, "/c", true, false},
-		{"gemini cli home", AgentGemini, []string{"HOME=/h/u", "GEMINI_CLI_HOME=/g"}, "/g", true, false},
-		{"another tool's variable", AgentClaude, []string{"HOME=/h/u", "CODEX_HOME=/c"}, "/h/u", false, false},
-		{"relative", AgentCodex, []string{"HOME=/h/u", "CODEX_HOME=codex"}, "", true, true},
-		{"no home", AgentCodex, []string{"HOME="}, "", false, false},
+		{"home", wire.AgentCodex, []string{"HOME=/h/u"}, "/h/u", false, false},
+		{"codex home", wire.AgentCodex, []string{"HOME=/h/u", "CODEX_HOME=/etc/codex/"}, "/etc/codex", true, false},
+		{"claude config dir", wire.AgentClaude, []string{"HOME=/h/u", "CLAUDE_CONFIG_DIR=/c"}, "/c", true, false},
+		{"gemini cli home", wire.AgentGemini, []string{"HOME=/h/u", "GEMINI_CLI_HOME=/g"}, "/g", true, false},
+		{"another tool's variable", wire.AgentClaude, []string{"HOME=/h/u", "CODEX_HOME=/c"}, "/h/u", false, false},
+		{"relative", wire.AgentCodex, []string{"HOME=/h/u", "CODEX_HOME=codex"}, "", true, true},
+		{"no home", wire.AgentCodex, []string{"HOME="}, "", false, false},
 		{"not an agent", "shell", []string{"HOME=/h/u"}, "", false, false},
 	}
 	for _, tc := range cases {
@@ -242,14 +244,14 @@ func TestSandboxAgentHome(t *testing.T) {
 	n := newSandboxNode(t, "")
 	writeTree(t, n.home, map[string]string{".codex/auth.json": "REAL-LOGIN", ".codex/config.toml": "config"})
 	script := `cat ~/.codex/auth.json > seen-` + "$DISPATCH_ATTEMPT" + `; echo planted > ~/.codex/auth.json; echo mine >> ~/.codex/session`
-	l := Launch{Command: shell(script), Sandbox: n.mode, Agent: AgentCodex}
+	l := wire.Launch{Command: shell(script), Sandbox: n.mode, Agent: wire.AgentCodex}
 	dir := n.taskDir("LOGIN")
 	home := filepath.Join(dir, dirHome)
 	check := func(attempt int) {
 		t.Helper()
 		st := n.final(t, "LOGIN")
 		wlog, _ := os.ReadFile(filepath.Join(dir, fileWrapper))
-		if st.Status != StatusCompleted || st.Sandbox != SandboxBwrap || st.Attempt != attempt {
+		if st.Status != wire.StatusCompleted || st.Sandbox != wire.SandboxBwrap || st.Attempt != attempt {
 			t.Fatalf("attempt %d: %+v, want completed under bwrap\n%s", attempt, st, wlog)
 		}
 		seen, _ := os.ReadFile(filepath.Join(dir, dirOutput, fmt.Sprintf("seen-%d", attempt)))

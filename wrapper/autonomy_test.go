@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // TestToolArgvEnvFollowsTheSandbox: with sandbox auto the wrapper runs
@@ -11,7 +13,7 @@ import (
 // attempt really runs under bwrap; unconfined, the command and the
 // environment as built.
 func TestToolArgvEnvFollowsTheSandbox(t *testing.T) {
-	s := &supervisor{launch: Launch{Command: []string{"claude", "--permission-mode", "acceptEdits"}, Sandbox: SandboxAuto,
+	s := &supervisor{launch: wire.Launch{Command: []string{"claude", "--permission-mode", "acceptEdits"}, Sandbox: wire.SandboxAuto,
 		SandboxCommand: []string{"claude", "--dangerously-skip-permissions"}, SandboxEnv: map[string]string{"IS_SANDBOX": "1"}},
 		env: []string{"PATH=/usr/bin", "IS_SANDBOX=0"}}
 	argv, env := s.toolArgvEnv()

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // writeTree creates files under root: a name ending in "/" is a directory,
@@ -68,7 +70,7 @@ func TestBase(t *testing.T) {
 	if err := os.WriteFile(outside, []byte("outside\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tk := newTask(t, "", Launch{
+	tk := newTask(t, "", wire.Launch{
 		Base:    "base",
 		Setup:   "test -x run.sh && cp data.txt setup-saw.txt",
 		Command: shell("./run.sh; cat data.txt; echo changed > data.txt"),
@@ -107,7 +109,7 @@ func TestBase(t *testing.T) {
 
 	tk.run(t, "")
 	st := tk.waitFinal(t)
-	if st.Status != StatusCompleted {
+	if st.Status != wire.StatusCompleted {
 		t.Fatalf("status %+v; log %q", st, tk.readFile(t, fileLog))
 	}
 	if got := tk.readFile(t, fileLog); got != "from-base\ndata\n" {
@@ -172,23 +174,23 @@ func TestBase(t *testing.T) {
 
 func TestBaseAttempts(t *testing.T) {
 	t.Parallel()
-	tk := newTask(t, "", Launch{Base: "base", Command: shell("cat data.txt; echo edited > data.txt; echo one > out.txt")})
+	tk := newTask(t, "", wire.Launch{Base: "base", Command: shell("cat data.txt; echo edited > data.txt; echo one > out.txt")})
 	writeTree(t, tk.path("base"), map[string]string{"data.txt": "data\n", "sub/keep.txt": "keep\n"})
 	// Something already in output/ before the first attempt is moved
 	// aside too: the base is copied into a fresh directory.
 	writeTree(t, tk.path(dirOutput), map[string]string{"stale.txt": "stale\n"})
 
 	tk.run(t, "")
-	if st := tk.waitFinal(t); st.Status != StatusCompleted {
+	if st := tk.waitFinal(t); st.Status != wire.StatusCompleted {
 		t.Fatalf("attempt 1: %+v", st)
 	}
 	if got := tk.readFile(t, filepath.Join(dirAttempts, "0", dirOutput, "stale.txt")); got != "stale\n" {
 		t.Errorf("attempts/0/output/stale.txt = %q", got)
 	}
-	tk.setLaunch(t, Launch{Project: "demo", Task: "T1", Attempt: 2, HeartbeatSeconds: 0.1, Base: "base",
+	tk.setLaunch(t, wire.Launch{Project: "demo", Task: "T1", Attempt: 2, HeartbeatSeconds: 0.1, Base: "base",
 		Command: shell("cat data.txt; test -e out.txt || echo fresh")})
 	tk.run(t, "")
-	if st := tk.waitFinal(t); st.Status != StatusCompleted || st.Attempt != 2 {
+	if st := tk.waitFinal(t); st.Status != wire.StatusCompleted || st.Attempt != 2 {
 		t.Fatalf("attempt 2: %+v", st)
 	}
 	if got := tk.readFile(t, fileLog); got != "data\nfresh\n" {
@@ -267,14 +269,14 @@ func TestBaseFails(t *testing.T) {
 			if root && !tc.asRoot {
 				t.Skip("root reads files whatever their mode")
 			}
-			tk := newTask(t, "", Launch{Base: "base", Setup: "echo setup > setup.txt", Command: shell("echo ran > ran.txt")})
+			tk := newTask(t, "", wire.Launch{Base: "base", Setup: "echo setup > setup.txt", Command: shell("echo ran > ran.txt")})
 			if tc.prepare != nil {
 				tc.prepare(t, tk.path("base"))
 				t.Cleanup(func() { makeWritable(tk.dir) })
 			}
 			tk.run(t, "")
 			st := tk.waitFinal(t)
-			if st.Status != StatusFailed || st.ErrorClass != ClassStart || st.ToolPID != 0 {
+			if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassStart || st.ToolPID != 0 {
 				t.Errorf("status %+v; want failed, class start, no tool", st)
 			}
 			for _, want := range tc.wantError {
@@ -296,9 +298,9 @@ func TestBaseInvalid(t *testing.T) {
 	for _, base := range []string{"../elsewhere", "/etc", ".", "a/../..", dirOutput, "attempts/1", fileSpec, "output/base"} {
 		t.Run(base, func(t *testing.T) {
 			t.Parallel()
-			tk := newTask(t, "", Launch{Base: base, Command: shell("true")})
+			tk := newTask(t, "", wire.Launch{Base: base, Command: shell("true")})
 			out, code := runWrapper(t, "", "run", "--dir", tk.dir)
-			if er := wantError(t, out, code, KindUsage); !strings.Contains(er.Error, "base") {
+			if er := wantError(t, out, code, wire.KindUsage); !strings.Contains(er.Error, "base") {
 				t.Errorf("error %q does not name base", er.Error)
 			}
 			if _, err := os.Stat(tk.path(fileStatus)); err == nil {
@@ -320,8 +322,8 @@ func TestUsageRecorded(t *testing.T) {
 		wantCost  float64
 		wantClass string
 	}{
-		{"claude completed", AgentClaude, lines(claudeInit, claudeAssistant, claudeResult), 0, 150, 50, 0.0123, ""},
-		{"codex failed", AgentCodex, codexPlainNew, 2, 0, 12345, 0, ClassExit},
+		{"claude completed", wire.AgentClaude, lines(claudeInit, claudeAssistant, claudeResult), 0, 150, 50, 0.0123, ""},
+		{"codex failed", wire.AgentCodex, codexPlainNew, 2, 0, 12345, 0, wire.ClassExit},
 		// A shell task printing claude's result (a forged cost) is not
 		// read: only an agent CLI's report counts.
 		{"shell forging a cost", "", `{"type":"result","total_cost_usd":1e9,"usage":{"input_tokens":5,"output_tokens":5}}` + "\n", 0, 0, 0, 0, ""},
@@ -329,7 +331,7 @@ func TestUsageRecorded(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tk := newTask(t, "", Launch{Agent: tc.agent, Command: []string{"sh", "-c", `cat "$1"; exit "$2"`, "sh", "../printed.txt", strconv.Itoa(tc.code)}})
+			tk := newTask(t, "", wire.Launch{Agent: tc.agent, Command: []string{"sh", "-c", `cat "$1"; exit "$2"`, "sh", "../printed.txt", strconv.Itoa(tc.code)}})
 			if err := os.WriteFile(tk.path("printed.txt"), []byte(tc.log), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -354,15 +356,15 @@ func TestRateLimitRetryAfter(t *testing.T) {
 		name, agent, print string
 		want               float64
 	}{
-		{"claude's result event", AgentClaude, result, 90},
+		{"claude's result event", wire.AgentClaude, result, 90},
 		{"a shell task", "", "API Error: 429 Too Many Requests: retry after 86400 seconds\n" + result, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tk := newTask(t, "", Launch{Agent: tc.agent, Command: shell(`echo '` + tc.print + `' >&2; exit 1`)})
+			tk := newTask(t, "", wire.Launch{Agent: tc.agent, Command: shell(`echo '` + tc.print + `' >&2; exit 1`)})
 			tk.run(t, "")
 			st := tk.waitFinal(t)
-			if st.Status != StatusFailed || st.ErrorClass != ClassRateLimit {
+			if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassRateLimit {
 				t.Fatalf("status %+v; want failed, rate_limit", st)
 			}
 			if math.Abs(st.RetryAfterSeconds-tc.want) > 1 {
@@ -404,7 +406,7 @@ func TestCopyTreeStops(t *testing.T) {
 func TestUsageReadFromTheLogWritten(t *testing.T) {
 	t.Parallel()
 	forged := `{"type":"result","total_cost_usd":0,"usage":{"input_tokens":1,"output_tokens":1}}` + "\n"
-	tk := newTask(t, "", Launch{Agent: AgentClaude, Command: []string{"sh", "-c", `mv ../forged.txt ../task.log && cat ../printed.txt`}})
+	tk := newTask(t, "", wire.Launch{Agent: wire.AgentClaude, Command: []string{"sh", "-c", `mv ../forged.txt ../task.log && cat ../printed.txt`}})
 	if err := os.WriteFile(tk.path("printed.txt"), []byte(lines(claudeInit, claudeAssistant, claudeResult)), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // TestOneSupervisorPerBatch: the attempts of one launch share one
@@ -19,20 +21,20 @@ func TestOneSupervisorPerBatch(t *testing.T) {
 	root := t.TempDir()
 	const waitGo = `touch started; while [ ! -e go ]; do sleep 0.05; done`
 	tasks := map[string]*testTask{}
-	var items []LaunchItem
+	var items []wire.LaunchItem
 	for _, id := range []string{"T1", "T2", "T3"} {
 		tk := &testTask{root: root, project: "demo", name: id, dir: filepath.Join(root, "demo", "tasks", id)}
 		t.Cleanup(func() { tk.cleanup(t) })
 		tasks[id] = tk
-		items = append(items, LaunchItem{Dir: tk.dir, Spec: "# " + id + "\n", Launch: Launch{Project: "demo", Task: id,
+		items = append(items, wire.LaunchItem{Dir: tk.dir, Spec: "# " + id + "\n", Launch: wire.Launch{Project: "demo", Task: id,
 			Attempt: 1, Node: "local", Command: shell(waitGo), HeartbeatSeconds: 0.1, TimeoutSeconds: 60}})
 	}
-	doc, err := json.Marshal(LaunchBatch{Launches: items})
+	doc, err := json.Marshal(wire.LaunchBatch{Launches: items})
 	if err != nil {
 		t.Fatal(err)
 	}
 	out, code := runWrapper(t, string(doc), "launch")
-	var reply LaunchReply
+	var reply wire.LaunchReply
 	if code != 0 || json.Unmarshal(out, &reply) != nil || len(reply.Results) != 3 {
 		t.Fatalf("launch: exit %d: %s", code, out)
 	}
@@ -53,7 +55,7 @@ func TestOneSupervisorPerBatch(t *testing.T) {
 			_, err := os.Stat(filepath.Join(tk.dir, dirOutput, "started"))
 			return err == nil
 		})
-		if st := tk.status(t); st.PID != pid || st.Status != StatusRunning {
+		if st := tk.status(t); st.PID != pid || st.Status != wire.StatusRunning {
 			t.Fatalf("%s: %+v, want running under %d", id, st, pid)
 		}
 	}
@@ -64,8 +66,8 @@ func TestOneSupervisorPerBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, code = runWrapper(t, "", "kill", "--dir", tasks["T1"].dir, "--grace", "1s")
-	var st Status
-	if err := json.Unmarshal(out, &st); err != nil || code != 0 || st.Status != StatusKilled {
+	var st wire.Status
+	if err := json.Unmarshal(out, &st); err != nil || code != 0 || st.Status != wire.StatusKilled {
 		t.Fatalf("kill T1: exit %d: %s", code, out)
 	}
 	if tasks["T1"].alive(t) {
@@ -78,7 +80,7 @@ func TestOneSupervisorPerBatch(t *testing.T) {
 	}
 
 	tasks["T2"].touch(t, "go")
-	if st := tasks["T2"].waitFinal(t); st.Status != StatusCompleted {
+	if st := tasks["T2"].waitFinal(t); st.Status != wire.StatusCompleted {
 		t.Fatalf("T2: %+v, want completed", st)
 	}
 	if st := tasks["T3"].status(t); st.Final() {
@@ -93,7 +95,7 @@ func TestOneSupervisorPerBatch(t *testing.T) {
 	if err := rec.signalSupervisor(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if st := tasks["T3"].waitFinal(t); st.Status != StatusKilled {
+	if st := tasks["T3"].waitFinal(t); st.Status != wire.StatusKilled {
 		t.Fatalf("T3 after SIGTERM: %+v, want killed", st)
 	}
 	poll(t, 5*time.Second, "the supervisor to exit", func() bool { return syscall.Kill(pid, 0) == syscall.ESRCH })
@@ -106,9 +108,9 @@ func TestLaunchRefusesADirectoryTwice(t *testing.T) {
 	root := t.TempDir()
 	tk := &testTask{root: root, project: "demo", name: "T1", dir: filepath.Join(root, "demo", "tasks", "T1")}
 	t.Cleanup(func() { tk.cleanup(t) })
-	l := Launch{Project: "demo", Task: "T1", Attempt: 1, Node: "local", Command: shell("cat > seen.txt"),
+	l := wire.Launch{Project: "demo", Task: "T1", Attempt: 1, Node: "local", Command: shell("cat > seen.txt"),
 		Stdin: "spec", HeartbeatSeconds: 0.1, TimeoutSeconds: 20}
-	doc, err := json.Marshal(LaunchBatch{Launches: []LaunchItem{
+	doc, err := json.Marshal(wire.LaunchBatch{Launches: []wire.LaunchItem{
 		{Dir: tk.dir, Spec: "first\n", Launch: l},
 		{Dir: tk.dir, Spec: "second\n", Launch: l},
 	}})
@@ -116,14 +118,14 @@ func TestLaunchRefusesADirectoryTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, code := runWrapper(t, string(doc), "launch")
-	var reply LaunchReply
+	var reply wire.LaunchReply
 	if code != 0 || json.Unmarshal(out, &reply) != nil || len(reply.Results) != 2 {
 		t.Fatalf("launch: exit %d: %s", code, out)
 	}
-	if r := reply.Results; r[0].Run == nil || r[1].Run != nil || r[1].Kind != KindUsage {
+	if r := reply.Results; r[0].Run == nil || r[1].Run != nil || r[1].Kind != wire.KindUsage {
 		t.Fatalf("results %+v, want the first started and the second refused", r)
 	}
-	if st := tk.waitFinal(t); st.Status != StatusCompleted {
+	if st := tk.waitFinal(t); st.Status != wire.StatusCompleted {
 		t.Fatalf("T1: %+v", st)
 	}
 	if got := tk.readFile(t, "output/seen.txt"); got != "first\n" {

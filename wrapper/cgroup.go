@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // Cgroups (issue 20): where the node user can write a cgroup, an attempt
@@ -219,7 +221,7 @@ func (p *cgroupPlan) controllers() []string {
 // EnforceRlimits.
 func (p *cgroupPlan) enforcement() string {
 	if p == nil || p.version == 0 {
-		return EnforceRlimits
+		return wire.EnforceRlimits
 	}
 	s := fmt.Sprintf("cgroup v%d (%s)", p.version, strings.Join(p.controllers(), ","))
 	if p.version == 2 {
@@ -339,7 +341,7 @@ type cgroupFile struct {
 // cgroupFiles lists the files to write for limits l in a cgroup of the
 // given version enforcing ctrls; exists tells whether an optional file
 // (swap) is there.
-func cgroupFiles(version int, ctrls []string, l *Limits, exists func(name string) bool) []cgroupFile {
+func cgroupFiles(version int, ctrls []string, l *wire.Limits, exists func(name string) bool) []cgroupFile {
 	var out []cgroupFile
 	if l == nil {
 		return nil

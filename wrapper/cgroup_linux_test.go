@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // requireCgroups skips the test where the test's user cannot write a
@@ -65,7 +67,7 @@ func TestCgroupCPUQuota(t *testing.T) {
 	// The shell's children's CPU time (cutime, cstime: fields 16 and 17 of
 	// /proc/<pid>/stat) counts the loop once timeout has reaped it.
 	script := `s=$(date +%s%N); timeout 3 sh -c 'while :; do :; done'; e=$(date +%s%N); echo "$s $e" > wall; cat /proc/$$/stat > stat; touch looped; while [ ! -e go ]; do sleep 0.05; done`
-	n.launch(t, n.item("CPU", Launch{Command: shell(script), Limits: &Limits{CPU: 0.2}}))
+	n.launch(t, n.item("CPU", wire.Launch{Command: shell(script), Limits: &wire.Limits{CPU: 0.2}}))
 	out := filepath.Join(n.taskDir("CPU"), dirOutput)
 	poll(t, 20*time.Second, "the busy loop to end", func() bool {
 		_, err := os.Stat(filepath.Join(out, "looped"))
@@ -85,7 +87,7 @@ func TestCgroupCPUQuota(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(out, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if st := n.final(t, "CPU"); st.Status != StatusCompleted {
+	if st := n.final(t, "CPU"); st.Status != wire.StatusCompleted {
 		t.Fatalf("the busy loop: %+v, want completed", st)
 	}
 	wall, _ := os.ReadFile(filepath.Join(out, "wall"))
@@ -120,8 +122,8 @@ func TestCgroupMemoryOOM(t *testing.T) {
 	for _, sandboxed := range []bool{false, true} {
 		t.Run("sandboxed="+strconv.FormatBool(sandboxed), func(t *testing.T) {
 			n := newLimitsNode(t, "", sandboxed)
-			st, _, _ := limitsRun(t, n, &Limits{MemoryBytes: 64 << 20}, hog)
-			if st.Status != StatusFailed || st.ErrorClass != ClassOOM || !strings.Contains(st.Error, "OOM killer") {
+			st, _, _ := limitsRun(t, n, &wire.Limits{MemoryBytes: 64 << 20}, hog)
+			if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassOOM || !strings.Contains(st.Error, "OOM killer") {
 				t.Errorf("the hog: %+v, want failed with class oom by the cgroup's OOM killer", st)
 			}
 			if left := taskCgroups(t, p, n, "LIMITED"); len(left) != 0 {
@@ -139,8 +141,8 @@ func TestCgroupPidsForkBomb(t *testing.T) {
 	for _, sandboxed := range []bool{false, true} {
 		t.Run("sandboxed="+strconv.FormatBool(sandboxed), func(t *testing.T) {
 			n := newLimitsNode(t, "", sandboxed)
-			st, _, _ := limitsRun(t, n, &Limits{Pids: 64}, forkBomb)
-			if st.Status != StatusFailed || st.ErrorClass != ClassPids || !strings.Contains(st.Error, "the cgroup refused the fork") {
+			st, _, _ := limitsRun(t, n, &wire.Limits{Pids: 64}, forkBomb)
+			if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassPids || !strings.Contains(st.Error, "the cgroup refused the fork") {
 				t.Errorf("the fork bomb: %+v, want failed with class pids by the cgroup", st)
 			}
 			if _, err := os.Stat(filepath.Join(n.taskDir("LIMITED"), dirOutput, "started")); err == nil {
@@ -161,8 +163,8 @@ func TestCgroupWatchdogFallback(t *testing.T) {
 	p := requireCgroups(t)
 	n := newLimitsNode(t, "", false)
 	n.env = append(n.env, envCgroups+"=off")
-	st, _, _ := limitsRun(t, n, &Limits{MemoryBytes: 64 << 20, CPU: 0.5}, hog)
-	if st.Status != StatusFailed || st.ErrorClass != ClassOOM || !strings.Contains(st.Error, "(resident)") {
+	st, _, _ := limitsRun(t, n, &wire.Limits{MemoryBytes: 64 << 20, CPU: 0.5}, hog)
+	if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassOOM || !strings.Contains(st.Error, "(resident)") {
 		t.Errorf("the hog with cgroups off: %+v, want failed with class oom by the watchdog", st)
 	}
 	if made := taskCgroups(t, p, n, "LIMITED"); len(made) != 0 {
@@ -174,8 +176,8 @@ func TestCgroupWatchdogFallback(t *testing.T) {
 	// As root, no RLIMIT_NPROC: the watchdog alone stops the fork bomb.
 	n = newLimitsNode(t, "", false)
 	n.env = append(n.env, envCgroups+"=off")
-	st, _, _ = limitsRun(t, n, &Limits{Pids: 64}, forkBomb)
-	if st.Status != StatusFailed || st.ErrorClass != ClassPids || !strings.Contains(st.Error, "processes and threads, over its pids limit of 64") {
+	st, _, _ = limitsRun(t, n, &wire.Limits{Pids: 64}, forkBomb)
+	if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassPids || !strings.Contains(st.Error, "processes and threads, over its pids limit of 64") {
 		t.Errorf("the fork bomb with cgroups off: %+v, want failed with class pids by the watchdog", st)
 	}
 	poll(t, 5*time.Second, "no sleeper of the fork bomb left", func() bool { return sleepersLeft() == 0 })
@@ -209,8 +211,8 @@ func TestCgroupStaleRemoved(t *testing.T) {
 		b, _ := os.ReadFile(filepath.Join(stale, "cgroup.procs"))
 		return strings.TrimSpace(string(b)) == strconv.Itoa(pid)
 	})
-	st, _, _ := limitsRun(t, n, &Limits{MemoryBytes: 1 << 30}, `echo ok`)
-	if st.Status != StatusCompleted {
+	st, _, _ := limitsRun(t, n, &wire.Limits{MemoryBytes: 1 << 30}, `echo ok`)
+	if st.Status != wire.StatusCompleted {
 		t.Errorf("the next attempt: %+v, want completed", st)
 	}
 	if _, err := os.Stat(stale); err == nil {

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // hybridCgroup and hybridMounts are a hybrid node's /proc/self/cgroup and
@@ -92,7 +94,7 @@ func TestCgroupPlan(t *testing.T) {
 		{
 			name: "v1 not writable: none", cgroup: hybridCgroup, mounts: hybridMounts,
 			want:        cgroupPlan{why: "cgroup v2: no cpu, memory or pids controller in /sys/fs/cgroup/unified"},
-			enforcement: EnforceRlimits,
+			enforcement: wire.EnforceRlimits,
 		},
 		{
 			name: "v2 delegated scope: a leaf for the wrapper", cgroup: scopeCgroup, mounts: v2Mounts,
@@ -127,12 +129,12 @@ func TestCgroupPlan(t *testing.T) {
 			name: "v2 ssh session scope, not delegated: none", cgroup: "0::/user.slice/user-1000.slice/session-4.scope\n", mounts: v2Mounts,
 			dirs:        map[string]cgroupDirInfo{"/sys/fs/cgroup/user.slice/user-1000.slice/session-4.scope": {controllers: all}},
 			want:        cgroupPlan{why: "cgroup v2: /sys/fs/cgroup/user.slice/user-1000.slice/session-4.scope is not delegated to the node user"},
-			enforcement: EnforceRlimits,
+			enforcement: wire.EnforceRlimits,
 		},
 		{
 			name: "v2 mount of another cgroup namespace: none", cgroup: "0::/elsewhere\n", mounts: "1 0 0:1 /docker/abc /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
 			want:        cgroupPlan{why: "cgroup v2: the process's cgroup is outside the mount"},
-			enforcement: EnforceRlimits,
+			enforcement: wire.EnforceRlimits,
 		},
 		{
 			name: "v2 mount root under a prefix", cgroup: "0::/docker/abc/sub\n", mounts: "1 0 0:1 /docker/abc /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
@@ -143,7 +145,7 @@ func TestCgroupPlan(t *testing.T) {
 		{
 			name: "no cgroup mount", cgroup: "0::/\n", mounts: "",
 			want:        cgroupPlan{why: "no cgroup mount"},
-			enforcement: EnforceRlimits,
+			enforcement: wire.EnforceRlimits,
 		},
 	}
 	for _, tc := range tests {
@@ -156,7 +158,7 @@ func TestCgroupPlan(t *testing.T) {
 			if e := got.enforcement(); e != tc.enforcement {
 				t.Errorf("enforcement %q, want %q", e, tc.enforcement)
 			}
-			if c := EnforcementControllers(got.enforcement()); !slices.Equal(c, got.controllers()) {
+			if c := wire.EnforcementControllers(got.enforcement()); !slices.Equal(c, got.controllers()) {
 				t.Errorf("EnforcementControllers(%q) = %v, want %v", got.enforcement(), c, got.controllers())
 			}
 		})
@@ -165,14 +167,14 @@ func TestCgroupPlan(t *testing.T) {
 
 func TestCgroupFiles(t *testing.T) {
 	all := []string{"cpu", "memory", "pids"}
-	l := &Limits{CPU: 1.5, MemoryBytes: 64 << 20, Pids: 64, FileSizeBytes: 1 << 20}
+	l := &wire.Limits{CPU: 1.5, MemoryBytes: 64 << 20, Pids: 64, FileSizeBytes: 1 << 20}
 	yes := func(string) bool { return true }
 	no := func(string) bool { return false }
 	tests := []struct {
 		name    string
 		version int
 		ctrls   []string
-		l       *Limits
+		l       *wire.Limits
 		exists  func(string) bool
 		want    []cgroupFile
 	}{
@@ -180,15 +182,15 @@ func TestCgroupFiles(t *testing.T) {
 			{"cpu.max", "150000 100000"}, {"memory.max", "67108864"}, {"memory.swap.max", "0"},
 			{"memory.oom.group", "1"}, {"pids.max", "64"},
 		}},
-		{"v2 no swap accounting", 2, all, &Limits{MemoryBytes: 1 << 30}, no, []cgroupFile{{"memory.max", "1073741824"}}},
+		{"v2 no swap accounting", 2, all, &wire.Limits{MemoryBytes: 1 << 30}, no, []cgroupFile{{"memory.max", "1073741824"}}},
 		{"v1 all, memsw after the limit", 1, all, l, yes, []cgroupFile{
 			{"cpu.cfs_period_us", "100000"}, {"cpu.cfs_quota_us", "150000"},
 			{"memory.limit_in_bytes", "67108864"}, {"memory.memsw.limit_in_bytes", "67108864"}, {"pids.max", "64"},
 		}},
 		{"v1 memory hierarchy only", 1, []string{"memory"}, l, no, []cgroupFile{{"memory.limit_in_bytes", "67108864"}}},
-		{"a tiny cpu is the kernel's 1 ms minimum", 2, all, &Limits{CPU: 0.001}, yes, []cgroupFile{{"cpu.max", "1000 100000"}}},
-		{"a fifth of a core", 1, all, &Limits{CPU: 0.2}, yes, []cgroupFile{{"cpu.cfs_period_us", "100000"}, {"cpu.cfs_quota_us", "20000"}}},
-		{"file_size only: nothing", 2, all, &Limits{FileSizeBytes: 1 << 20}, yes, nil},
+		{"a tiny cpu is the kernel's 1 ms minimum", 2, all, &wire.Limits{CPU: 0.001}, yes, []cgroupFile{{"cpu.max", "1000 100000"}}},
+		{"a fifth of a core", 1, all, &wire.Limits{CPU: 0.2}, yes, []cgroupFile{{"cpu.cfs_period_us", "100000"}, {"cpu.cfs_quota_us", "20000"}}},
+		{"file_size only: nothing", 2, all, &wire.Limits{FileSizeBytes: 1 << 20}, yes, nil},
 		{"no limits", 2, all, nil, yes, nil},
 	}
 	for _, tc := range tests {

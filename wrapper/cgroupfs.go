@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // envCgroups, set to "off" in the wrapper's environment, keeps it from
@@ -117,7 +119,7 @@ type attemptCgroup struct {
 // newAttemptCgroup makes the cgroups named name for limits l, having
 // removed the task's stale ones (stem: see cgroupStem). nil, nil when the
 // plan has no controller for l.
-func newAttemptCgroup(p *cgroupPlan, stem, name string, l *Limits, logger *slog.Logger) (*attemptCgroup, error) {
+func newAttemptCgroup(p *cgroupPlan, stem, name string, l *wire.Limits, logger *slog.Logger) (*attemptCgroup, error) {
 	c := &attemptCgroup{version: p.version}
 	for _, h := range p.hiers {
 		dir := filepath.Join(h.base, name)

@@ -1,6 +1,10 @@
 package wrapper
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/dispatch-tool/dispatch/wire"
+)
 
 // classifyTail is how much of the end of task.log Classify is shown.
 const classifyTail = 8 << 10
@@ -13,24 +17,24 @@ type pattern struct {
 
 // patterns are matched case-insensitively against lower-cased log text.
 var patterns = []pattern{
-	{"429", true, ClassRateLimit},
-	{"rate limit", false, ClassRateLimit},
-	{"rate_limit", false, ClassRateLimit},
-	{"ratelimit", false, ClassRateLimit},
-	{"overloaded", false, ClassRateLimit},
-	{"too many requests", false, ClassRateLimit},
-	{"quota exceeded", false, ClassRateLimit},
-	{"resource_exhausted", false, ClassRateLimit},
-	{"usage limit", false, ClassRateLimit},
-	{"401", true, ClassAuth},
-	{"403", true, ClassAuth},
-	{"invalid api key", false, ClassAuth},
-	{"invalid_api_key", false, ClassAuth},
-	{"invalid x-api-key", false, ClassAuth},
-	{"authentication_error", false, ClassAuth},
-	{"unauthorized", false, ClassAuth},
-	{"unauthenticated", false, ClassAuth},
-	{"api key not valid", false, ClassAuth},
+	{"429", true, wire.ClassRateLimit},
+	{"rate limit", false, wire.ClassRateLimit},
+	{"rate_limit", false, wire.ClassRateLimit},
+	{"ratelimit", false, wire.ClassRateLimit},
+	{"overloaded", false, wire.ClassRateLimit},
+	{"too many requests", false, wire.ClassRateLimit},
+	{"quota exceeded", false, wire.ClassRateLimit},
+	{"resource_exhausted", false, wire.ClassRateLimit},
+	{"usage limit", false, wire.ClassRateLimit},
+	{"401", true, wire.ClassAuth},
+	{"403", true, wire.ClassAuth},
+	{"invalid api key", false, wire.ClassAuth},
+	{"invalid_api_key", false, wire.ClassAuth},
+	{"invalid x-api-key", false, wire.ClassAuth},
+	{"authentication_error", false, wire.ClassAuth},
+	{"unauthorized", false, wire.ClassAuth},
+	{"unauthenticated", false, wire.ClassAuth},
+	{"api key not valid", false, wire.ClassAuth},
 }
 
 // Classify returns the error class of a tool that exited with exitCode,
@@ -46,7 +50,7 @@ func Classify(exitCode int, logTail []byte) string {
 		logTail = logTail[len(logTail)-classifyTail:]
 	}
 	text := strings.ToLower(string(logTail))
-	class, best := ClassExit, -1
+	class, best := wire.ClassExit, -1
 	for _, p := range patterns {
 		var i int
 		if p.wholeWord {

@@ -9,13 +9,15 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // readFacts reads load with sysctl(3) and memory from vm_stat(1), macOS
 // having no /proc. Facts are best effort: a value that cannot be read stays
 // zero.
-func readFacts(ctx context.Context, root string) Facts {
-	f := Facts{OS: runtime.GOOS, Arch: runtime.GOARCH, DiskFreeBytes: diskFree(root)}
+func readFacts(ctx context.Context, root string) wire.Facts {
+	f := wire.Facts{OS: runtime.GOOS, Arch: runtime.GOARCH, DiskFreeBytes: diskFree(root)}
 	f.Load1 = load1()
 	f.MemAvailableBytes = memAvailable(ctx)
 	return f

@@ -6,12 +6,14 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // readFacts reads memory and load from /proc, which costs no process start.
 // Facts are best effort: a value that cannot be read stays zero.
-func readFacts(_ context.Context, root string) Facts {
-	f := Facts{OS: runtime.GOOS, Arch: runtime.GOARCH, DiskFreeBytes: diskFree(root)}
+func readFacts(_ context.Context, root string) wire.Facts {
+	f := wire.Facts{OS: runtime.GOOS, Arch: runtime.GOARCH, DiskFreeBytes: diskFree(root)}
 	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
 		for _, line := range strings.Split(string(data), "\n") {
 			fields := strings.Fields(line)

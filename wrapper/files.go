@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // Names of the files in a task directory.
@@ -102,7 +104,7 @@ func writeJSONAtomic(path string, v any) error {
 // the database records the attempt as ended, nothing runs it again, so its
 // status must not come back empty or older after a crash of the node
 // (collection would find "no files of this attempt" and keep nothing).
-func writeStatusDurable(dir string, st *Status) error {
+func writeStatusDurable(dir string, st *wire.Status) error {
 	data, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", fileStatus, err)
@@ -112,12 +114,12 @@ func writeStatusDurable(dir string, st *Status) error {
 
 // readStatus reads D/status.json. A missing file gives an error satisfying
 // errors.Is(err, os.ErrNotExist).
-func readStatus(dir string) (*Status, error) {
+func readStatus(dir string) (*wire.Status, error) {
 	data, err := readControlFile(filepath.Join(dir, fileStatus))
 	if err != nil {
 		return nil, err
 	}
-	var st Status
+	var st wire.Status
 	if err := json.Unmarshal(data, &st); err != nil {
 		return nil, fmt.Errorf("parse %s: %w", fileStatus, err)
 	}
@@ -128,20 +130,20 @@ func readStatus(dir string) (*Status, error) {
 }
 
 // readLaunch reads and normalizes D/launch.json.
-func readLaunch(dir string) (Launch, error) {
-	var l Launch
+func readLaunch(dir string) (wire.Launch, error) {
+	var l wire.Launch
 	data, err := readControlFile(filepath.Join(dir, fileLaunch))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return l, &cmdError{KindNotFound, fmt.Errorf("no %s in %s", fileLaunch, dir)}
+			return l, &cmdError{wire.KindNotFound, fmt.Errorf("no %s in %s", fileLaunch, dir)}
 		}
-		return l, &cmdError{KindIO, fmt.Errorf("read %s: %w", fileLaunch, err)}
+		return l, &cmdError{wire.KindIO, fmt.Errorf("read %s: %w", fileLaunch, err)}
 	}
 	if err := json.Unmarshal(data, &l); err != nil {
-		return l, &cmdError{KindUsage, fmt.Errorf("parse %s: %w", fileLaunch, err)}
+		return l, &cmdError{wire.KindUsage, fmt.Errorf("parse %s: %w", fileLaunch, err)}
 	}
 	if err := normalizeLaunch(&l); err != nil {
-		return l, &cmdError{KindUsage, fmt.Errorf("invalid %s: %w", fileLaunch, err)}
+		return l, &cmdError{wire.KindUsage, fmt.Errorf("invalid %s: %w", fileLaunch, err)}
 	}
 	if l.Task == "" {
 		l.Task = filepath.Base(dir)

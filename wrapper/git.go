@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // The node's side of git-native projects (issue 12).
@@ -127,7 +129,7 @@ func cmdGitReceive(ctx context.Context, args []string, stdin io.Reader, stdout i
 	if err != nil {
 		return err
 	}
-	if !IsCommitID(*commit) {
+	if !wire.IsCommitID(*commit) {
 		return usageErrorf("git-receive: --commit %q is not a full commit id", *commit)
 	}
 	if err := initRepo(ctx, repo); err != nil {
@@ -160,7 +162,7 @@ func cmdGitHave(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if _, err := os.Stat(filepath.Join(repo, "objects")); errors.Is(err, os.ErrNotExist) {
-		return printJSON(stdout, GitReply{Commits: []string{}})
+		return printJSON(stdout, wire.GitReply{Commits: []string{}})
 	}
 	return replyCommits(ctx, repo, stdout)
 }
@@ -170,7 +172,7 @@ func replyCommits(ctx context.Context, repo string, stdout io.Writer) error {
 	if err != nil {
 		return ioError(err)
 	}
-	reply := GitReply{Commits: []string{}}
+	reply := wire.GitReply{Commits: []string{}}
 	for _, l := range strings.Fields(string(out)) {
 		reply.Commits = append(reply.Commits, l)
 	}
@@ -201,7 +203,7 @@ func initRepo(ctx context.Context, repo string) error {
 // recording from hashing every file of the tree again. It reports
 // whether a spare was taken.
 func prepareRepoWorkspace(ctx context.Context, repo, base, branch, out, gitDir string, spares bool) (bool, error) {
-	if !IsCommitID(base) {
+	if !wire.IsCommitID(base) {
 		return false, fmt.Errorf("base %q is not a full commit id", base)
 	}
 	spare := spares && claimSpare(repo, base, out)
@@ -341,7 +343,7 @@ func cmdGitSpare(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if !IsCommitID(*base) {
+	if !wire.IsCommitID(*base) {
 		return usageErrorf("git-spare: --base %q is not a full commit id", *base)
 	}
 	if *max < 1 || *max > 64 {
@@ -399,7 +401,7 @@ func snapshotDir(dir string) (string, error) {
 // git directory gitDir (created, borrowing repo's objects), under ref
 // branch. It returns the commit; base itself when nothing changed.
 func snapshotWorkspace(ctx context.Context, repo, gitDir, out, base, branch, author, message string) (string, error) {
-	if !IsCommitID(base) {
+	if !wire.IsCommitID(base) {
 		return "", fmt.Errorf("base %q is not a full commit id", base)
 	}
 	if _, err := os.Stat(filepath.Join(gitDir, "objects", "info", "alternates")); err != nil {
@@ -467,7 +469,7 @@ func cmdGitPack(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if !IsCommitID(*base) {
+	if !wire.IsCommitID(*base) {
 		return usageErrorf("git-pack: --base %q is not a full commit id", *base)
 	}
 	if !strings.HasPrefix(*branch, "dispatch/") || strings.Contains(*branch, "..") {
@@ -480,7 +482,7 @@ func cmdGitPack(ctx context.Context, args []string, stdout io.Writer) error {
 	env := []string{"GIT_DIR=" + gitDir}
 	c, err := runGit(ctx, "/", env, nil, "rev-parse", "--verify", "--quiet", "refs/heads/"+*branch+"^{commit}")
 	if err != nil {
-		return &cmdError{KindNotFound, fmt.Errorf("git-pack: no result recorded for %s in %s", *branch, dir)}
+		return &cmdError{wire.KindNotFound, fmt.Errorf("git-pack: no result recorded for %s in %s", *branch, dir)}
 	}
 	commit := strings.TrimSpace(string(c))
 	if _, err := runGit(ctx, "/", env, nil, "merge-base", "--is-ancestor", *base, commit); err != nil {
@@ -512,5 +514,5 @@ func cmdGitPack(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return ioError(err)
 	}
-	return printJSON(stdout, PackReply{Commit: commit, Bytes: fi.Size()})
+	return printJSON(stdout, wire.PackReply{Commit: commit, Bytes: fi.Size()})
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/internal/gittest"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // gitCall runs a git subcommand of the wrapper and returns the commits it
@@ -21,7 +22,7 @@ import (
 func gitCall(t *testing.T, stdin string, args ...string) []string {
 	t.Helper()
 	out, code := runWrapper(t, stdin, args...)
-	var r GitReply
+	var r wire.GitReply
 	if code != 0 || json.Unmarshal(out, &r) != nil || r.Commits == nil {
 		t.Fatalf("exit %d: %s", code, out)
 	}
@@ -56,7 +57,7 @@ func TestGitReceive(t *testing.T) {
 	thin := op.Pack(base2, base1)
 	// Cut off midway: refused, nothing recorded.
 	out, code := runWrapper(t, string(thin[:len(thin)/2]), "git-receive", "--repo", repo, "--commit", base2)
-	wantError(t, out, code, KindIO)
+	wantError(t, out, code, wire.KindIO)
 	if got := gitCall(t, "", "git-have", "--repo", repo); !slices.Equal(got, []string{base1}) {
 		t.Fatalf("after a cut-off pack: %v, want only the first base", got)
 	}
@@ -76,7 +77,7 @@ func TestGitReceive(t *testing.T) {
 		{"git-have", "--repo", repo + "/../repo.git"},
 	} {
 		out, code := runWrapper(t, "", args...)
-		wantError(t, out, code, KindUsage)
+		wantError(t, out, code, wire.KindUsage)
 	}
 
 	// --pack: the controller's upload is read, then removed; a link in its
@@ -88,7 +89,7 @@ func TestGitReceive(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, code = runWrapper(t, "", "git-receive", "--repo", repo, "--commit", base3, "--pack", pack)
-	wantError(t, out, code, KindIO)
+	wantError(t, out, code, wire.KindIO)
 	os.Remove(pack)
 	if err := os.WriteFile(pack, op.Pack(base3, base2), 0o600); err != nil {
 		t.Fatal(err)
@@ -187,7 +188,7 @@ func TestRepoWorkspaceSnapshot(t *testing.T) {
 	// completes the operator's repository.
 	packPath := filepath.Join(taskDir, "result.pack")
 	out3, code := runWrapper(t, "", "git-pack", "--dir", taskDir, "--base", base, "--branch", "dispatch/demo/S01", "--out", packPath)
-	var pr PackReply
+	var pr wire.PackReply
 	if err := json.Unmarshal(out3, &pr); err != nil || code != 0 || pr.Commit != commit || pr.Bytes <= 0 {
 		t.Fatalf("git-pack: exit %d: %s", code, out3)
 	}
@@ -206,10 +207,10 @@ func TestRepoWorkspaceSnapshot(t *testing.T) {
 		{"git-pack", "--dir", taskDir, "--base", "HEAD", "--branch", "dispatch/demo/S01", "--out", packPath},
 	} {
 		out, code := runWrapper(t, "", args...)
-		wantError(t, out, code, KindUsage)
+		wantError(t, out, code, wire.KindUsage)
 	}
 	out4, code := runWrapper(t, "", "git-pack", "--dir", taskDir, "--base", base, "--branch", "dispatch/demo/S09", "--out", packPath)
-	wantError(t, out4, code, KindNotFound)
+	wantError(t, out4, code, wire.KindNotFound)
 
 	// A workspace left as it was is the base itself.
 	out2 := filepath.Join(root, "demo", "tasks", "S02", "output")
@@ -247,21 +248,21 @@ func TestGitNativeAttempt(t *testing.T) {
 	root := t.TempDir()
 	repo := filepath.Join(root, "demo", "repo.git")
 	gitCall(t, string(op.Pack(base)), "git-receive", "--repo", repo, "--commit", base)
-	lr := func(id string) *LaunchRepo {
-		return &LaunchRepo{Dir: repo, Base: base, Branch: "dispatch/demo/" + id, Message: id + ": edit the README (attempt 1)"}
+	lr := func(id string) *wire.LaunchRepo {
+		return &wire.LaunchRepo{Dir: repo, Base: base, Branch: "dispatch/demo/" + id, Message: id + ": edit the README (attempt 1)"}
 	}
 
-	tk := newTask(t, root, Launch{Task: "S01", Repo: lr("S01"),
+	tk := newTask(t, root, wire.Launch{Task: "S01", Repo: lr("S01"),
 		Command: shell(`test "$(git symbolic-ref --short HEAD)" = dispatch/demo/S01 && echo edited >> README && echo x > new.txt`)})
 	t.Cleanup(func() { os.RemoveAll(SnapshotDirOf(wrapperBin, tk.dir)) })
 	tk.run(t, "")
 	st := tk.waitFinal(t)
-	if st.Status != StatusCompleted || !IsCommitID(st.Commit) {
+	if st.Status != wire.StatusCompleted || !wire.IsCommitID(st.Commit) {
 		t.Fatalf("attempt: %+v, want completed with a commit; task.log: %s", st, tk.readFile(t, fileLog))
 	}
 	packPath := filepath.Join(tk.dir, "result.pack")
 	out, code := runWrapper(t, "", "git-pack", "--dir", tk.dir, "--base", base, "--branch", "dispatch/demo/S01", "--out", packPath)
-	var pr PackReply
+	var pr wire.PackReply
 	if err := json.Unmarshal(out, &pr); err != nil || code != 0 || pr.Commit != st.Commit {
 		t.Fatalf("git-pack: exit %d: %s (status commit %s)", code, out, st.Commit)
 	}
@@ -276,16 +277,16 @@ func TestGitNativeAttempt(t *testing.T) {
 		t.Errorf("result author and message: %q", got)
 	}
 
-	failing := newTask(t, root, Launch{Task: "S02", Repo: lr("S02"), Command: shell(`echo x > new.txt; exit 3`)})
+	failing := newTask(t, root, wire.Launch{Task: "S02", Repo: lr("S02"), Command: shell(`echo x > new.txt; exit 3`)})
 	failing.run(t, "")
-	if st := failing.waitFinal(t); st.Status != StatusFailed || st.Commit != "" {
+	if st := failing.waitFinal(t); st.Status != wire.StatusFailed || st.Commit != "" {
 		t.Fatalf("failing attempt: %+v, want failed without a commit", st)
 	}
 
 	// base and repo at once are refused.
-	bad := newTask(t, root, Launch{Task: "S03", Repo: lr("S03"), Base: "base", Command: shell("true")})
+	bad := newTask(t, root, wire.Launch{Task: "S03", Repo: lr("S03"), Base: "base", Command: shell("true")})
 	out, code = runWrapper(t, "", "run", "--dir", bad.dir)
-	wantError(t, out, code, KindUsage)
+	wantError(t, out, code, wire.KindUsage)
 }
 
 // TestGitSpares: a spare checkout made after a launch is taken whole by the
@@ -375,6 +376,6 @@ func TestGitSpares(t *testing.T) {
 		{"git-spare", "--repo", "relative/repo.git", "--base", base},
 	} {
 		out, code := runWrapper(t, "", args...)
-		wantError(t, out, code, KindUsage)
+		wantError(t, out, code, wire.KindUsage)
 	}
 }

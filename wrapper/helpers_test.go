@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // wrapperBin is the dispatch-wrapper binary built once by TestMain; the
@@ -109,9 +111,9 @@ func runWrapper(t *testing.T, stdin string, args ...string) ([]byte, int) {
 }
 
 // wantError checks that out is an ErrorReply of kind and code is 1.
-func wantError(t *testing.T, out []byte, code int, kind string) ErrorReply {
+func wantError(t *testing.T, out []byte, code int, kind string) wire.ErrorReply {
 	t.Helper()
-	var er ErrorReply
+	var er wire.ErrorReply
 	if err := json.Unmarshal(out, &er); err != nil {
 		t.Fatalf("stdout %q is not an error reply: %v", out, err)
 	}
@@ -129,7 +131,7 @@ type testTask struct {
 // newTask creates a task directory with a spec and launch.json under root
 // (a fresh temporary directory when root is ""). Unset launch fields get
 // test-friendly values: a 0.1 s heartbeat and a 20 s timeout.
-func newTask(t *testing.T, root string, l Launch) *testTask {
+func newTask(t *testing.T, root string, l wire.Launch) *testTask {
 	t.Helper()
 	if root == "" {
 		root = t.TempDir()
@@ -170,7 +172,7 @@ func shell(script string) []string {
 	return []string{"/bin/sh", "-c", script}
 }
 
-func (tk *testTask) setLaunch(t *testing.T, l Launch) {
+func (tk *testTask) setLaunch(t *testing.T, l wire.Launch) {
 	t.Helper()
 	data, err := json.Marshal(l)
 	if err != nil {
@@ -184,24 +186,24 @@ func (tk *testTask) setLaunch(t *testing.T, l Launch) {
 func (tk *testTask) path(name string) string { return filepath.Join(tk.dir, name) }
 
 // run starts the attempt and checks the reply.
-func (tk *testTask) run(t *testing.T, env string) RunReply {
+func (tk *testTask) run(t *testing.T, env string) wire.RunReply {
 	t.Helper()
 	out, code := runWrapper(t, env, "run", "--dir", tk.dir)
 	if code != 0 {
 		t.Fatalf("run: exit %d: %s", code, out)
 	}
-	var r RunReply
+	var r wire.RunReply
 	if err := json.Unmarshal(out, &r); err != nil {
 		t.Fatalf("run: reply %q: %v", out, err)
 	}
-	if r.Status != StatusRunning || r.PID <= 0 || r.Task != tk.name {
+	if r.Status != wire.StatusRunning || r.PID <= 0 || r.Task != tk.name {
 		t.Fatalf("run: reply %+v", r)
 	}
 	return r
 }
 
 // status reads status.json, failing the test if it is missing or corrupt.
-func (tk *testTask) status(t *testing.T) *Status {
+func (tk *testTask) status(t *testing.T) *wire.Status {
 	t.Helper()
 	st, err := readStatus(tk.dir)
 	if err != nil {
@@ -211,9 +213,9 @@ func (tk *testTask) status(t *testing.T) *Status {
 }
 
 // waitStatus polls status.json until cond holds.
-func (tk *testTask) waitStatus(t *testing.T, what string, cond func(*Status) bool) *Status {
+func (tk *testTask) waitStatus(t *testing.T, what string, cond func(*wire.Status) bool) *wire.Status {
 	t.Helper()
-	var st *Status
+	var st *wire.Status
 	poll(t, 15*time.Second, what, func() bool {
 		var err error
 		st, err = readStatus(tk.dir)
@@ -223,9 +225,9 @@ func (tk *testTask) waitStatus(t *testing.T, what string, cond func(*Status) boo
 }
 
 // waitFinal waits for the final status and for the supervisor to exit.
-func (tk *testTask) waitFinal(t *testing.T) *Status {
+func (tk *testTask) waitFinal(t *testing.T) *wire.Status {
 	t.Helper()
-	st := tk.waitStatus(t, "final status", (*Status).Final)
+	st := tk.waitStatus(t, "final status", (*wire.Status).Final)
 	poll(t, 5*time.Second, "supervisor exit", func() bool { return !tk.alive(t) })
 	return st
 }

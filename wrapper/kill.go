@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // killRequest is what `kill` leaves for a supervisor before it sends
@@ -43,7 +45,7 @@ func cmdKill(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if !graceSet {
-		grace = seconds(DefaultGraceSeconds)
+		grace = seconds(wire.DefaultGraceSeconds)
 		if l, err := readLaunch(dir); err == nil {
 			grace = seconds(l.GraceSeconds)
 		}
@@ -59,7 +61,7 @@ func cmdKill(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return ioError(err)
 		}
-		var st *Status
+		var st *wire.Status
 		if alive {
 			st, err = killLive(ctx, dir, grace, graceSet)
 		} else {
@@ -80,9 +82,9 @@ func cmdKill(ctx context.Context, args []string, stdout io.Writer) error {
 						return printJSON(stdout, st)
 					}
 					logWrapper(dir, "kill: signalling nothing: %v", refused)
-					return &cmdError{KindIO, fmt.Errorf("kill %s: refusing to signal: %w", dir, refused)}
+					return &cmdError{wire.KindIO, fmt.Errorf("kill %s: refusing to signal: %w", dir, refused)}
 				}
-				return &cmdError{KindInternal, fmt.Errorf("kill %s: the lock keeps changing hands", dir)}
+				return &cmdError{wire.KindInternal, fmt.Errorf("kill %s: the lock keeps changing hands", dir)}
 			}
 			time.Sleep(10 * time.Millisecond)
 			continue
@@ -133,7 +135,7 @@ func parseGrace(v string) (time.Duration, bool, error) {
 // A supervisor that still does not finish (frozen: SIGSTOP, a hung file
 // system) is killed too, and kill writes the final status itself. Every pid
 // comes from the process record and is checked before it is signalled.
-func killLive(ctx context.Context, dir string, grace time.Duration, graceSet bool) (*Status, error) {
+func killLive(ctx context.Context, dir string, grace time.Duration, graceSet bool) (*wire.Status, error) {
 	rec, err := readRecord(dir)
 	if err != nil {
 		return nil, &refusal{fmt.Errorf("a supervisor holds the lock but %w", err)}
@@ -182,7 +184,7 @@ func killLive(ctx context.Context, dir string, grace time.Duration, graceSet boo
 			return killOrphanAs(dir, "killed on request; the supervisor did not respond and was killed")
 		}
 		if time.Now().After(deadline) {
-			return nil, &cmdError{KindInternal, fmt.Errorf("supervisor %d still holds the lock after SIGKILL; see %s", rec.SupervisorPID, fileWrapper)}
+			return nil, &cmdError{wire.KindInternal, fmt.Errorf("supervisor %d still holds the lock after SIGKILL; see %s", rec.SupervisorPID, fileWrapper)}
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -205,7 +207,7 @@ func writeKillRequest(dir string, req killRequest) error {
 // the reply: an error of this task only.
 func refuse(dir string, err error) error {
 	logWrapper(dir, "kill: signalling nothing: %v", err)
-	return &cmdError{KindIO, fmt.Errorf("kill %s: refusing to signal: %w", dir, err)}
+	return &cmdError{wire.KindIO, fmt.Errorf("kill %s: refusing to signal: %w", dir, err)}
 }
 
 // logWrapper appends a line to D/wrapper.log, as the supervisors do; it
@@ -225,7 +227,7 @@ func logWrapper(dir, format string, args ...any) {
 // waitFinal polls until status.json is final and the supervisor has let go
 // of the lock (so a `run` right after kill is not refused), or until
 // timeout, when it returns nil, nil.
-func waitFinal(ctx context.Context, dir string, timeout time.Duration) (*Status, error) {
+func waitFinal(ctx context.Context, dir string, timeout time.Duration) (*wire.Status, error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		st, err := readStatus(dir)
@@ -249,7 +251,7 @@ func waitFinal(ctx context.Context, dir string, timeout time.Duration) (*Status,
 		}
 		select {
 		case <-ctx.Done():
-			return nil, &cmdError{KindInternal, fmt.Errorf("interrupted waiting for the final status: %w", ctx.Err())}
+			return nil, &cmdError{wire.KindInternal, fmt.Errorf("interrupted waiting for the final status: %w", ctx.Err())}
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -259,13 +261,13 @@ func waitFinal(ctx context.Context, dir string, timeout time.Duration) (*Status,
 // is reported as it is; a running one means the supervisor died, so kill
 // kills the recorded tool group and writes the killed status itself, under
 // the lock so that no `run` starts meanwhile.
-func killOrphan(dir string) (*Status, error) {
+func killOrphan(dir string) (*wire.Status, error) {
 	return killOrphanAs(dir, "killed on request; supervisor was not running")
 }
 
-func killOrphanAs(dir, msg string) (*Status, error) {
+func killOrphanAs(dir, msg string) (*wire.Status, error) {
 	if _, err := os.Stat(dir); err != nil {
-		return nil, &cmdError{KindNotFound, fmt.Errorf("no task directory %s", dir)}
+		return nil, &cmdError{wire.KindNotFound, fmt.Errorf("no task directory %s", dir)}
 	}
 	lock, ok, err := lockTask(dir, 0)
 	if err != nil {
@@ -284,7 +286,7 @@ func killOrphanAs(dir, msg string) (*Status, error) {
 // something it left behind, holds D/lock. Nothing of the attempt's is
 // alive to answer, so kill ends it as for an orphan, without the lock. ok
 // is false when the record does not show the supervisor gone.
-func killUnderForeignLock(dir string) (st *Status, ok bool, err error) {
+func killUnderForeignLock(dir string) (st *wire.Status, ok bool, err error) {
 	rec, err := readRecord(dir)
 	if err != nil || !rec.supervisorGone() {
 		return nil, false, nil
@@ -296,10 +298,10 @@ func killUnderForeignLock(dir string) (st *Status, ok bool, err error) {
 
 // endOrphan reports a final status as it is, or kills the recorded tool
 // group of a running one and writes its killed status.
-func endOrphan(dir, msg string) (*Status, error) {
+func endOrphan(dir, msg string) (*wire.Status, error) {
 	st, err := readStatus(dir)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, &cmdError{KindNotFound, fmt.Errorf("no %s in %s: nothing to kill", fileStatus, dir)}
+		return nil, &cmdError{wire.KindNotFound, fmt.Errorf("no %s in %s: nothing to kill", fileStatus, dir)}
 	}
 	if err != nil {
 		return nil, ioError(err)
@@ -307,7 +309,7 @@ func endOrphan(dir, msg string) (*Status, error) {
 	if st.Final() {
 		return st, nil
 	}
-	st.Status, st.ErrorClass = StatusKilled, ClassKilled
+	st.Status, st.ErrorClass = wire.StatusKilled, wire.ClassKilled
 	st.Error = msg
 	st.CompletedAt = timestamp(time.Now())
 	st.ExitCode = -1

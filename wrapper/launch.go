@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // `launch` starts a batch of attempts on one node in one call: the
@@ -32,16 +34,16 @@ func cmdLaunch(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 	if len(data) > maxLaunchBatch {
 		return usageErrorf("launch: the document on stdin is larger than %d bytes", maxLaunchBatch)
 	}
-	var batch LaunchBatch
+	var batch wire.LaunchBatch
 	if err := json.Unmarshal(data, &batch); err != nil {
 		return usageErrorf("launch: stdin: %v", err)
 	}
-	reply := LaunchReply{Results: make([]LaunchResult, len(batch.Launches))}
+	reply := wire.LaunchReply{Results: make([]wire.LaunchResult, len(batch.Launches))}
 	var items []superviseItem
 	var idx []int
 	seen := map[string]bool{}
 	for i, item := range batch.Launches {
-		r := LaunchResult{Dir: item.Dir}
+		r := wire.LaunchResult{Dir: item.Dir}
 		var dir string
 		var err error
 		if seen[item.Dir] {
@@ -77,7 +79,7 @@ func cmdLaunch(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 
 // writeLaunchFiles checks one attempt and writes its spec.md and
 // launch.json; it returns the task directory.
-func writeLaunchFiles(item LaunchItem) (string, error) {
+func writeLaunchFiles(item wire.LaunchItem) (string, error) {
 	dir, err := taskDirFlag("launch", item.Dir)
 	if err != nil {
 		return "", err
@@ -98,11 +100,11 @@ func writeLaunchFiles(item LaunchItem) (string, error) {
 	if alive, err := supervisorAlive(dir); err != nil {
 		return "", ioError(err)
 	} else if alive {
-		return "", &cmdError{KindAlreadyRunning, fmt.Errorf("a supervisor is already running in %s", dir)}
+		return "", &cmdError{wire.KindAlreadyRunning, fmt.Errorf("a supervisor is already running in %s", dir)}
 	}
 	launchJSON, err := json.MarshalIndent(item.Launch, "", "  ")
 	if err != nil {
-		return "", &cmdError{KindInternal, err}
+		return "", &cmdError{wire.KindInternal, err}
 	}
 	// Written whole or not at all, replacing whatever the task left at
 	// these names (a link is replaced, never followed).

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // TestLaunchBatch: one call starts several attempts from one document on
@@ -19,16 +21,16 @@ func TestLaunchBatch(t *testing.T) {
 	root := t.TempDir()
 	dir := func(id string) string { return filepath.Join(root, "demo", "tasks", id) }
 	const secret = "sk-launch-SECRET-42b7"
-	busy := newTask(t, root, Launch{Task: "T3", Command: shell("sleep 30")})
+	busy := newTask(t, root, wire.Launch{Task: "T3", Command: shell("sleep 30")})
 	busy.run(t, "")
-	launch := func(id, script string) Launch {
-		return Launch{Project: "demo", Task: id, Attempt: 1, Node: "local", Stdin: "spec",
+	launch := func(id, script string) wire.Launch {
+		return wire.Launch{Project: "demo", Task: id, Attempt: 1, Node: "local", Stdin: "spec",
 			Command: shell(script), HeartbeatSeconds: 0.1, TimeoutSeconds: 20}
 	}
-	batch := LaunchBatch{Launches: []LaunchItem{
+	batch := wire.LaunchBatch{Launches: []wire.LaunchItem{
 		{Dir: dir("T1"), Spec: "# One\n", Launch: launch("T1", `cat > seen-spec.txt; printf %s "$KEY" | wc -c > key-length.txt`),
 			Env: map[string]string{"KEY": secret}},
-		{Dir: dir("T2"), Spec: "# Two\n", Launch: Launch{Task: "T2"}}, // no command
+		{Dir: dir("T2"), Spec: "# Two\n", Launch: wire.Launch{Task: "T2"}}, // no command
 		{Dir: dir("T3"), Spec: "# Three\n", Launch: launch("T3", "true")},
 		{Dir: "relative/T4", Spec: "# Four\n", Launch: launch("T4", "true")},
 	}}
@@ -37,7 +39,7 @@ func TestLaunchBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, code := runWrapper(t, string(doc), "launch")
-	var reply LaunchReply
+	var reply wire.LaunchReply
 	if code != 0 || json.Unmarshal(out, &reply) != nil || len(reply.Results) != 4 {
 		t.Fatalf("launch: exit %d: %s", code, out)
 	}
@@ -45,18 +47,18 @@ func TestLaunchBatch(t *testing.T) {
 	if r[0].Run == nil || r[0].Run.PID <= 0 || r[0].Dir != dir("T1") {
 		t.Errorf("T1: %+v, want started", r[0])
 	}
-	if r[1].Run != nil || r[1].Kind != KindUsage || !strings.Contains(r[1].Error, "command is empty") {
+	if r[1].Run != nil || r[1].Kind != wire.KindUsage || !strings.Contains(r[1].Error, "command is empty") {
 		t.Errorf("T2: %+v, want a usage error", r[1])
 	}
-	if r[2].Kind != KindAlreadyRunning {
+	if r[2].Kind != wire.KindAlreadyRunning {
 		t.Errorf("T3: %+v, want already_running", r[2])
 	}
-	if r[3].Kind != KindUsage {
+	if r[3].Kind != wire.KindUsage {
 		t.Errorf("T4 (relative dir): %+v, want a usage error", r[3])
 	}
 	t1 := &testTask{root: root, project: "demo", name: "T1", dir: dir("T1")}
 	t.Cleanup(func() { t1.cleanup(t) })
-	if st := t1.waitFinal(t); st.Status != StatusCompleted {
+	if st := t1.waitFinal(t); st.Status != wire.StatusCompleted {
 		t.Fatalf("T1: %+v", st)
 	}
 	if got := t1.readFile(t, "output/seen-spec.txt"); got != "# One\n" {
@@ -77,22 +79,22 @@ func TestLaunchBatch(t *testing.T) {
 		return nil
 	})
 	// Nothing but JSON on stdin is refused.
-	if out, code := runWrapper(t, "not json", "launch"); code == 0 || !strings.Contains(string(out), KindUsage) {
+	if out, code := runWrapper(t, "not json", "launch"); code == 0 || !strings.Contains(string(out), wire.KindUsage) {
 		t.Errorf("launch with garbage on stdin: exit %d: %s", code, out)
 	}
 	// `run` without --dir takes the same document (the controller's call).
-	doc, err = json.Marshal(LaunchBatch{Launches: []LaunchItem{{Dir: dir("T5"), Spec: "# Five\n", Launch: launch("T5", "true")}}})
+	doc, err = json.Marshal(wire.LaunchBatch{Launches: []wire.LaunchItem{{Dir: dir("T5"), Spec: "# Five\n", Launch: launch("T5", "true")}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	out, code = runWrapper(t, string(doc), "run")
-	reply = LaunchReply{}
+	reply = wire.LaunchReply{}
 	if code != 0 || json.Unmarshal(out, &reply) != nil || len(reply.Results) != 1 || reply.Results[0].Run == nil {
 		t.Fatalf("run with a launch document: exit %d: %s", code, out)
 	}
 	t5 := &testTask{root: root, project: "demo", name: "T5", dir: dir("T5")}
 	t.Cleanup(func() { t5.cleanup(t) })
-	if st := t5.waitFinal(t); st.Status != StatusCompleted {
+	if st := t5.waitFinal(t); st.Status != wire.StatusCompleted {
 		t.Fatalf("T5: %+v", st)
 	}
 }
@@ -109,7 +111,7 @@ func TestWrapperLogIsNeverFollowed(t *testing.T) {
 			if err := os.WriteFile(outside, []byte("precious\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			tk := newTask(t, "", Launch{Command: shell("true")})
+			tk := newTask(t, "", wire.Launch{Command: shell("true")})
 			logPath := tk.path(fileWrapper)
 			var err error
 			if kind == "symlink" {
@@ -121,7 +123,7 @@ func TestWrapperLogIsNeverFollowed(t *testing.T) {
 				t.Fatal(err)
 			}
 			tk.run(t, "")
-			if st := tk.waitFinal(t); st.Status != StatusCompleted {
+			if st := tk.waitFinal(t); st.Status != wire.StatusCompleted {
 				t.Fatalf("attempt: %+v", st)
 			}
 			if b, _ := os.ReadFile(outside); string(b) != "precious\n" {
@@ -143,15 +145,15 @@ func TestTmpIsFreshEachAttempt(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(outside, "keep.txt"), []byte("keep\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tk := newTask(t, "", Launch{Command: shell(`touch "$TMPDIR/a"; mkdir "$TMPDIR/d"; ln -s '` + outside + `' "$TMPDIR/out"`)})
+	tk := newTask(t, "", wire.Launch{Command: shell(`touch "$TMPDIR/a"; mkdir "$TMPDIR/d"; ln -s '` + outside + `' "$TMPDIR/out"`)})
 	tk.run(t, "")
-	if st := tk.waitFinal(t); st.Status != StatusCompleted {
+	if st := tk.waitFinal(t); st.Status != wire.StatusCompleted {
 		t.Fatalf("attempt 1: %+v", st)
 	}
-	tk.setLaunch(t, Launch{Project: "demo", Task: "T1", Attempt: 2, HeartbeatSeconds: 0.1,
+	tk.setLaunch(t, wire.Launch{Project: "demo", Task: "T1", Attempt: 2, HeartbeatSeconds: 0.1,
 		Command: shell(`ls -A "$TMPDIR" | wc -l > n.txt; stat -c %a "$TMPDIR" > mode.txt`)})
 	tk.run(t, "")
-	if st := tk.waitFinal(t); st.Status != StatusCompleted {
+	if st := tk.waitFinal(t); st.Status != wire.StatusCompleted {
 		t.Fatalf("attempt 2: %+v", st)
 	}
 	if n := strings.TrimSpace(tk.readFile(t, "output/n.txt")); n != "0" {

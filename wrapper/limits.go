@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"strconv"
 	"syscall"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // Resource limits (issue 20): launch.json's limits bound an attempt's setup
@@ -44,7 +46,7 @@ import (
 // sandbox's own pid namespace keeps every process in the tree.
 
 // checkLimits rejects negative limits.
-func checkLimits(l *Limits) error {
+func checkLimits(l *wire.Limits) error {
 	if l.MemoryBytes < 0 || l.CPU < 0 || l.Pids < 0 || l.FileSizeBytes < 0 {
 		return fmt.Errorf("limits: negative memory, cpu, pids or file_size")
 	}
@@ -53,7 +55,7 @@ func checkLimits(l *Limits) error {
 
 // limitsWatched reports whether l has a limit for the watchdog to
 // enforce.
-func limitsWatched(l *Limits) bool {
+func limitsWatched(l *wire.Limits) bool {
 	return l != nil && (l.MemoryBytes > 0 || l.Pids > 0)
 }
 
@@ -66,7 +68,7 @@ const limitExecCommand = "limit-exec"
 // limitArgs is the argv of limit-exec running cmd's program, or nil when
 // no rlimit is to be set and no cgroup joined. nproc is RLIMIT_NPROC (0:
 // none); cgroups are the directories to join.
-func limitArgs(exe string, l *Limits, nproc int, cgroups []string, cmd *exec.Cmd) []string {
+func limitArgs(exe string, l *wire.Limits, nproc int, cgroups []string, cmd *exec.Cmd) []string {
 	if l == nil || (l.FileSizeBytes <= 0 && nproc <= 0 && len(cgroups) == 0) {
 		return nil
 	}
@@ -85,13 +87,13 @@ func limitArgs(exe string, l *Limits, nproc int, cgroups []string, cmd *exec.Cmd
 }
 
 // oomMessage is the error of an attempt the cgroup's OOM killer struck.
-func oomMessage(l *Limits) string {
+func oomMessage(l *wire.Limits) string {
 	return "killed: the task's processes asked for memory over its limit of " + sizeString(l.MemoryBytes) + " (the cgroup's OOM killer struck)"
 }
 
 // pidsMessage is the error of an attempt whose fork the pids cgroup
 // refused.
-func pidsMessage(l *Limits) string {
+func pidsMessage(l *wire.Limits) string {
 	return "killed: the task tried to start a process or thread over its pids limit of " + strconv.Itoa(l.Pids) + " (the cgroup refused the fork)"
 }
 

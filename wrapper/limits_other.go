@@ -7,10 +7,12 @@ import (
 	"os/exec"
 	"runtime"
 	"syscall"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // limitEnforcement is how this node enforces limits: not at all.
-func limitEnforcement() string { return EnforceNone }
+func limitEnforcement() string { return wire.EnforceNone }
 
 func cmdLimitExec([]string) error {
 	return usageErrorf("%s: limits are enforced on Linux only", limitExecCommand)

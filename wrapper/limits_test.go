@@ -14,21 +14,23 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // limitsRun runs a limited task and an unlimited neighbour in one launch
 // on a node in a fresh directory, as the node user cred (nil: the
 // test's), sandboxed when mode is "bwrap"; it returns both final statuses
 // and how long the limited one took.
-func limitsRun(t *testing.T, n *sandboxNode, limits *Limits, script string) (st, nb *Status, took time.Duration) {
+func limitsRun(t *testing.T, n *sandboxNode, limits *wire.Limits, script string) (st, nb *wire.Status, took time.Duration) {
 	t.Helper()
 	begun := time.Now()
-	n.launch(t, n.item("LIMITED", Launch{Command: shell(script), Sandbox: n.mode, Limits: limits}),
-		n.item("NEIGHBOUR", Launch{Command: shell(`echo neighbour-data > data; sleep 2; cat data`), Sandbox: n.mode}))
+	n.launch(t, n.item("LIMITED", wire.Launch{Command: shell(script), Sandbox: n.mode, Limits: limits}),
+		n.item("NEIGHBOUR", wire.Launch{Command: shell(`echo neighbour-data > data; sleep 2; cat data`), Sandbox: n.mode}))
 	st = n.final(t, "LIMITED")
 	took = time.Since(begun)
 	nb = n.final(t, "NEIGHBOUR")
-	if nb.Status != StatusCompleted {
+	if nb.Status != wire.StatusCompleted {
 		t.Errorf("the neighbour: %+v, want completed", nb)
 	}
 	return st, nb, took
@@ -54,8 +56,8 @@ func TestLimitsMemoryKillsTaskAsOOM(t *testing.T) {
 	for _, sandboxed := range []bool{false, true} {
 		t.Run("sandboxed="+strconv.FormatBool(sandboxed), func(t *testing.T) {
 			n := newLimitsNode(t, "", sandboxed)
-			st, _, took := limitsRun(t, n, &Limits{MemoryBytes: 64 << 20}, hog)
-			if st.Status != StatusFailed || st.ErrorClass != ClassOOM || !strings.Contains(st.Error, "over its limit of 64.0 MiB") {
+			st, _, took := limitsRun(t, n, &wire.Limits{MemoryBytes: 64 << 20}, hog)
+			if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassOOM || !strings.Contains(st.Error, "over its limit of 64.0 MiB") {
 				t.Errorf("the hog: %+v, want failed with class oom", st)
 			}
 			if took > 15*time.Second {
@@ -70,8 +72,8 @@ func TestLimitsMemoryKillsTaskAsOOM(t *testing.T) {
 func TestLimitsMemoryUnderLimitCompletes(t *testing.T) {
 	t.Parallel()
 	n := newLimitsNode(t, "", false)
-	st, _, _ := limitsRun(t, n, &Limits{MemoryBytes: 1 << 30, Pids: 64}, `x=$(head -c 1000000 /dev/zero | tr '\0' a); sleep 0.5; echo ok`)
-	if st.Status != StatusCompleted {
+	st, _, _ := limitsRun(t, n, &wire.Limits{MemoryBytes: 1 << 30, Pids: 64}, `x=$(head -c 1000000 /dev/zero | tr '\0' a); sleep 0.5; echo ok`)
+	if st.Status != wire.StatusCompleted {
 		t.Errorf("a task under its limits: %+v, want completed", st)
 	}
 }
@@ -110,15 +112,15 @@ func TestLimitsPidsStopsForkBomb(t *testing.T) {
 		for _, sandboxed := range []bool{false, true} {
 			t.Run("user="+u+",sandboxed="+strconv.FormatBool(sandboxed), func(t *testing.T) {
 				n := newLimitsNode(t, u, sandboxed)
-				st, _, _ := limitsRun(t, n, &Limits{Pids: 64}, forkBomb)
-				if st.Status == StatusCompleted {
+				st, _, _ := limitsRun(t, n, &wire.Limits{Pids: 64}, forkBomb)
+				if st.Status == wire.StatusCompleted {
 					t.Errorf("the fork bomb completed: %+v", st)
 				}
 				// As root the watchdog kills it; as bwtest RLIMIT_NPROC may
 				// refuse its forks first.
 				log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), fileLog))
 				refused := u != "" && bytes.Contains(bytes.ToLower(log), []byte("fork"))
-				if !refused && (st.ErrorClass != ClassPids || !strings.Contains(st.Error, "over its pids limit of 64")) {
+				if !refused && (st.ErrorClass != wire.ClassPids || !strings.Contains(st.Error, "over its pids limit of 64")) {
 					t.Errorf("the fork bomb: %+v, log %q; want failed with class pids, or its forks refused", st, log)
 				}
 				if _, err := os.Stat(filepath.Join(n.taskDir("LIMITED"), dirOutput, "started")); err == nil {
@@ -136,8 +138,8 @@ func TestLimitsFileSize(t *testing.T) {
 	for _, sandboxed := range []bool{false, true} {
 		t.Run("sandboxed="+strconv.FormatBool(sandboxed), func(t *testing.T) {
 			n := newLimitsNode(t, "", sandboxed)
-			st, _, _ := limitsRun(t, n, &Limits{FileSizeBytes: 1 << 20}, `set -e; head -c 3000000 /dev/zero > big; echo wrote-all > after`)
-			if st.Status != StatusFailed {
+			st, _, _ := limitsRun(t, n, &wire.Limits{FileSizeBytes: 1 << 20}, `set -e; head -c 3000000 /dev/zero > big; echo wrote-all > after`)
+			if st.Status != wire.StatusFailed {
 				t.Errorf("writing past file_size: %+v, want failed", st)
 			}
 			out := filepath.Join(n.taskDir("LIMITED"), dirOutput)

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // The live index: <root>/<project>/tasks/.live/<ID> holds the attempt
@@ -106,7 +108,7 @@ func readLiveRequest(stdin io.Reader) (map[string][]string, error) {
 	if len(data) > maxLiveRequest {
 		return nil, usageErrorf("status: the document on stdin is larger than %d bytes", maxLiveRequest)
 	}
-	var req LiveRequest
+	var req wire.LiveRequest
 	if len(strings.TrimSpace(string(data))) > 0 {
 		dec := json.NewDecoder(strings.NewReader(string(data)))
 		dec.DisallowUnknownFields()
@@ -132,13 +134,13 @@ func readLiveRequest(stdin io.Reader) (map[string][]string, error) {
 // the marker older than staleMarkerAge) or whose task directory is gone
 // is removed as it is read. An index that is not a directory (the task
 // of an unconfined attempt can reach it) lists the whole project.
-func liveStatus(ctx context.Context, root string, projects []string, named map[string][]string) (*NodeStatus, error) {
-	ns := &NodeStatus{
+func liveStatus(ctx context.Context, root string, projects []string, named map[string][]string) (*wire.NodeStatus, error) {
+	ns := &wire.NodeStatus{
 		WrapperVersion: Version,
 		Time:           timestamp(time.Now()),
 		Facts:          readFacts(ctx, root),
-		Tasks:          []TaskStatus{},
-		Listing:        ListingLive,
+		Tasks:          []wire.TaskStatus{},
+		Listing:        wire.ListingLive,
 	}
 	projects, err := listProjects(root, projects)
 	if err != nil {
@@ -222,7 +224,7 @@ func liveStatus(ctx context.Context, root string, projects []string, named map[s
 // or the marker has waited staleMarkerAge for a supervisor. An attempt
 // whose status still says running with no supervisor (an orphan, whose
 // tool group may live on) keeps its marker until `kill` ends it.
-func markerOver(ts TaskStatus, attempt int, path string, now time.Time) bool {
+func markerOver(ts wire.TaskStatus, attempt int, path string, now time.Time) bool {
 	if ts.Alive || ts.Status == nil && ts.StatusError != fileStatus+" missing" {
 		return false
 	}

@@ -8,27 +8,29 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // liveOf runs `status --live` with the named tasks on stdin.
-func liveOf(t *testing.T, root string, named []string, args ...string) NodeStatus {
+func liveOf(t *testing.T, root string, named []string, args ...string) wire.NodeStatus {
 	t.Helper()
-	doc, err := json.Marshal(LiveRequest{Tasks: named})
+	doc, err := json.Marshal(wire.LiveRequest{Tasks: named})
 	if err != nil {
 		t.Fatal(err)
 	}
 	out, code := runWrapper(t, string(doc), append([]string{"status", "--root", root, "--live"}, args...)...)
-	var ns NodeStatus
+	var ns wire.NodeStatus
 	if err := json.Unmarshal(out, &ns); err != nil || code != 0 {
 		t.Fatalf("status --live: exit %d, %s", code, out)
 	}
-	if ns.Listing != ListingLive {
-		t.Errorf("listing %q, want %q", ns.Listing, ListingLive)
+	if ns.Listing != wire.ListingLive {
+		t.Errorf("listing %q, want %q", ns.Listing, wire.ListingLive)
 	}
 	return ns
 }
 
-func listed(ns NodeStatus) string {
+func listed(ns wire.NodeStatus) string {
 	var got []string
 	for _, ts := range ns.Tasks {
 		got = append(got, ts.Project+"/"+ts.Task)
@@ -45,7 +47,7 @@ func markerOf(tk *testTask) string { return filepath.Join(filepath.Dir(tk.dir), 
 func TestLiveIndexFollowsTheAttempt(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	tk := newTask(t, root, Launch{Task: "R1", Attempt: 3, Command: shell(waitForGo)})
+	tk := newTask(t, root, wire.Launch{Task: "R1", Attempt: 3, Command: shell(waitForGo)})
 	tk.run(t, "")
 	data, err := os.ReadFile(markerOf(tk))
 	if err != nil || string(data) != "3\n" {
@@ -67,10 +69,10 @@ func TestLiveIndexFollowsTheAttempt(t *testing.T) {
 
 	// The launch path (the controller's).
 	dir := filepath.Join(root, "demo", "tasks", "L1")
-	l := Launch{Project: "demo", Task: "L1", Attempt: 2, Node: "local", Command: shell(waitForGo), HeartbeatSeconds: 0.1, TimeoutSeconds: 20}
-	doc, _ := json.Marshal(LaunchBatch{Launches: []LaunchItem{{Dir: dir, Spec: "# L\n", Launch: l}}})
+	l := wire.Launch{Project: "demo", Task: "L1", Attempt: 2, Node: "local", Command: shell(waitForGo), HeartbeatSeconds: 0.1, TimeoutSeconds: 20}
+	doc, _ := json.Marshal(wire.LaunchBatch{Launches: []wire.LaunchItem{{Dir: dir, Spec: "# L\n", Launch: l}}})
 	out, code := runWrapper(t, string(doc), "launch")
-	var reply LaunchReply
+	var reply wire.LaunchReply
 	if code != 0 || json.Unmarshal(out, &reply) != nil || len(reply.Results) != 1 || reply.Results[0].Run == nil {
 		t.Fatalf("launch: exit %d: %s", code, out)
 	}
@@ -96,15 +98,15 @@ func TestLiveIndexFollowsTheAttempt(t *testing.T) {
 func TestLiveIndexKeptAfterSupervisorKill(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	tk := newTask(t, root, Launch{Command: shell(`sleep 30 & wait`)})
+	tk := newTask(t, root, wire.Launch{Command: shell(`sleep 30 & wait`)})
 	reply := tk.run(t, "")
-	tk.waitStatus(t, "tool_pid", func(st *Status) bool { return st.ToolPID > 0 })
+	tk.waitStatus(t, "tool_pid", func(st *wire.Status) bool { return st.ToolPID > 0 })
 	if err := syscall.Kill(reply.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	poll(t, 10*time.Second, "the supervisor to die", func() bool { return !tk.alive(t) })
 	ns := liveOf(t, root, nil)
-	if len(ns.Tasks) != 1 || ns.Tasks[0].Alive || ns.Tasks[0].Status == nil || ns.Tasks[0].Status.Status != StatusRunning {
+	if len(ns.Tasks) != 1 || ns.Tasks[0].Alive || ns.Tasks[0].Status == nil || ns.Tasks[0].Status.Status != wire.StatusRunning {
 		t.Fatalf("live listing after the supervisor's death: %+v", ns.Tasks)
 	}
 	if _, err := os.Lstat(markerOf(tk)); err != nil {
@@ -126,7 +128,7 @@ func TestStatusLive(t *testing.T) {
 	root := t.TempDir()
 	final := func(tk *testTask, attempt int) {
 		t.Helper()
-		if err := writeJSONAtomic(tk.path(fileStatus), Status{Task: tk.name, Attempt: attempt, Status: StatusCompleted}); err != nil {
+		if err := writeJSONAtomic(tk.path(fileStatus), wire.Status{Task: tk.name, Attempt: attempt, Status: wire.StatusCompleted}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -142,28 +144,28 @@ func TestStatusLive(t *testing.T) {
 			}
 		}
 	}
-	running := newTask(t, root, Launch{Project: "p1", Task: "RUN", Command: shell(waitForGo)})
+	running := newTask(t, root, wire.Launch{Project: "p1", Task: "RUN", Command: shell(waitForGo)})
 	running.run(t, "")
 	for _, id := range []string{"F1", "F2", "F3"} {
-		final(newTask(t, root, Launch{Project: "p1", Task: id}), 1)
+		final(newTask(t, root, wire.Launch{Project: "p1", Task: id}), 1)
 	}
-	over := newTask(t, root, Launch{Project: "p1", Task: "OVER"}) // a marker left by a finished attempt
+	over := newTask(t, root, wire.Launch{Project: "p1", Task: "OVER"}) // a marker left by a finished attempt
 	final(over, 2)
 	mark(over, 2, 0)
-	starting := newTask(t, root, Launch{Project: "p1", Task: "START"}) // a launch whose supervisor is coming
+	starting := newTask(t, root, wire.Launch{Project: "p1", Task: "START"}) // a launch whose supervisor is coming
 	final(starting, 1)
 	mark(starting, 2, 0)
-	failed := newTask(t, root, Launch{Project: "p1", Task: "NEVER"}) // a launch that never started, long ago
+	failed := newTask(t, root, wire.Launch{Project: "p1", Task: "NEVER"}) // a launch that never started, long ago
 	final(failed, 1)
 	mark(failed, 2, time.Hour)
-	gone := newTask(t, root, Launch{Project: "p1", Task: "GONE"})
+	gone := newTask(t, root, wire.Launch{Project: "p1", Task: "GONE"})
 	mark(gone, 1, 0)
 	if err := os.RemoveAll(gone.dir); err != nil {
 		t.Fatal(err)
 	}
-	other := newTask(t, root, Launch{Project: "p2", Task: "OTHER", Command: shell(waitForGo)})
+	other := newTask(t, root, wire.Launch{Project: "p2", Task: "OTHER", Command: shell(waitForGo)})
 	other.run(t, "")
-	final(newTask(t, root, Launch{Project: "p2", Task: "F9"}), 1)
+	final(newTask(t, root, wire.Launch{Project: "p2", Task: "F9"}), 1)
 
 	ns := liveOf(t, root, []string{"p1/F2", "p1/NOSUCH", "p2/F9", "p1/RUN"}, "--project", "p1")
 	if got, want := listed(ns), "p1/F2 p1/NEVER p1/OVER p1/RUN p1/START p2/F9"; got != want {
@@ -183,14 +185,14 @@ func TestStatusLive(t *testing.T) {
 	}
 	// Empty stdin names nothing.
 	out, code := runWrapper(t, "", "status", "--root", root, "--live", "--project", "p2")
-	if var2 := (NodeStatus{}); code != 0 || json.Unmarshal(out, &var2) != nil || listed(var2) != "p2/OTHER" {
+	if var2 := (wire.NodeStatus{}); code != 0 || json.Unmarshal(out, &var2) != nil || listed(var2) != "p2/OTHER" {
 		t.Errorf("status --live with empty stdin: exit %d, %s", code, out)
 	}
 
 	// An index the task replaced with a file or a link: the whole project.
 	root2 := t.TempDir()
 	for _, id := range []string{"A", "B"} {
-		final(newTask(t, root2, Launch{Project: "p", Task: id}), 1)
+		final(newTask(t, root2, wire.Launch{Project: "p", Task: id}), 1)
 	}
 	idx := filepath.Join(root2, "p", "tasks", dirLive)
 	if err := os.Symlink(t.TempDir(), idx); err != nil {
@@ -218,7 +220,7 @@ func TestStatusLive(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, code := runWrapper(t, tc.stdin, "status", "--root", root, "--live")
-			wantError(t, out, code, KindUsage)
+			wantError(t, out, code, wire.KindUsage)
 		})
 	}
 	running.touch(t, "go")

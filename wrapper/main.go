@@ -12,6 +12,8 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // superviseCommand is the hidden subcommand `run` re-executes itself with.
@@ -44,11 +46,11 @@ func (e *cmdError) Error() string { return e.err.Error() }
 func (e *cmdError) Unwrap() error { return e.err }
 
 func usageErrorf(format string, args ...any) error {
-	return &cmdError{KindUsage, fmt.Errorf(format, args...)}
+	return &cmdError{wire.KindUsage, fmt.Errorf(format, args...)}
 }
 
 func ioError(err error) error {
-	return &cmdError{KindIO, err}
+	return &cmdError{wire.KindIO, err}
 }
 
 // errorKind picks the ErrorReply kind for err; untyped errors are io errors
@@ -59,9 +61,9 @@ func errorKind(err error) string {
 		return ce.kind
 	}
 	if errors.Is(err, os.ErrNotExist) {
-		return KindNotFound
+		return wire.KindNotFound
 	}
-	return KindIO
+	return wire.KindIO
 }
 
 // Main runs the wrapper with the command line args (without the program
@@ -139,7 +141,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 func fail(stdout io.Writer, err error) int {
-	printJSON(stdout, ErrorReply{Error: err.Error(), Kind: errorKind(err)})
+	printJSON(stdout, wire.ErrorReply{Error: err.Error(), Kind: errorKind(err)})
 	return 1
 }
 
@@ -190,5 +192,5 @@ func cmdVersion(args []string, stdout io.Writer) error {
 	if err := parseFlags(newFlagSet("version"), args); err != nil {
 		return err
 	}
-	return printJSON(stdout, VersionReply{Version: Version, OS: runtime.GOOS, Arch: runtime.GOARCH})
+	return printJSON(stdout, wire.VersionReply{Version: Version, OS: runtime.GOOS, Arch: runtime.GOARCH})
 }

@@ -12,11 +12,13 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // runOne launches one task of project demo on the node and waits for its
 // final status.
-func (n *sandboxNode) runOne(t *testing.T, id string, l Launch) *Status {
+func (n *sandboxNode) runOne(t *testing.T, id string, l wire.Launch) *wire.Status {
 	t.Helper()
 	n.launch(t, n.item(id, l))
 	return n.final(t, id)
@@ -107,15 +109,15 @@ func TestSandboxNetworkNone(t *testing.T) {
 		reach   bool
 		ifaces  []string
 	}{
-		{NetworkOpen, true, interfaces(string(host))},
-		{NetworkNone, false, []string{"lo"}},
+		{wire.NetworkOpen, true, interfaces(string(host))},
+		{wire.NetworkNone, false, []string{"lo"}},
 	} {
 		t.Run(tc.network, func(t *testing.T) {
 			n := newSandboxNode(t, "")
 			l := listen(t)
 			port := l.ln.Addr().(*net.TCPAddr).Port
-			st := n.runOne(t, "NET", Launch{Command: shell(netScript(port)), Sandbox: n.mode, Network: tc.network})
-			if st.Status != StatusCompleted || st.Sandbox != SandboxBwrap {
+			st := n.runOne(t, "NET", wire.Launch{Command: shell(netScript(port)), Sandbox: n.mode, Network: tc.network})
+			if st.Status != wire.StatusCompleted || st.Sandbox != wire.SandboxBwrap {
 				log, _ := os.ReadFile(filepath.Join(n.taskDir("NET"), fileLog))
 				t.Fatalf("status %+v, want completed under bwrap; log: %s", st, log)
 			}
@@ -142,10 +144,10 @@ func TestSandboxNetworkNone(t *testing.T) {
 // A launch with network: none that does not ask for the sandbox fails to
 // start, and its tool never runs: it would have had the network.
 func TestNetworkNoneUnsandboxedRefused(t *testing.T) {
-	tk := newTask(t, "", Launch{Command: shell("touch ran"), Network: NetworkNone})
+	tk := newTask(t, "", wire.Launch{Command: shell("touch ran"), Network: wire.NetworkNone})
 	tk.run(t, "")
 	st := tk.waitFinal(t)
-	if st.Status != StatusFailed || st.ErrorClass != ClassStart || !strings.Contains(st.Error, "network: none needs the sandbox") {
+	if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassStart || !strings.Contains(st.Error, "network: none needs the sandbox") {
 		t.Errorf("status %+v, want failed, class start, saying network: none needs the sandbox", st)
 	}
 	if _, err := os.Stat(filepath.Join(tk.dir, dirOutput, "ran")); err == nil {
@@ -177,11 +179,11 @@ curl -s -o /dev/null -w '%%{http_code}' --proxy "$HTTP_PROXY" http://127.0.0.1:%
 curl -s -o /dev/null https://evil.example/ ; echo $? > evil_exit
 env | grep -i _proxy | sort > proxyenv
 true`, allowed, other)
-	st := n.runOne(t, "NET", Launch{Command: shell(script), Sandbox: n.mode, Network: NetworkAllow,
+	st := n.runOne(t, "NET", wire.Launch{Command: shell(script), Sandbox: n.mode, Network: wire.NetworkAllow,
 		NetworkAllow: []string{fmt.Sprintf("127.0.0.1:%d", allowed)}})
 	dir := n.taskDir("NET")
 	log, _ := os.ReadFile(filepath.Join(dir, fileLog))
-	if st.Status != StatusCompleted || st.Sandbox != SandboxBwrap {
+	if st.Status != wire.StatusCompleted || st.Sandbox != wire.SandboxBwrap {
 		t.Fatalf("status %+v, want completed under bwrap; log: %s", st, log)
 	}
 	out := filepath.Join(dir, dirOutput)
@@ -222,17 +224,17 @@ func TestSandboxNetworkAllowFailure(t *testing.T) {
 	if n.mode == "" {
 		t.Skip("DISPATCH_TEST_SANDBOX=off")
 	}
-	st := n.runOne(t, "FAIL", Launch{Command: shell(`curl -s https://evil.example/; exit 3`), Sandbox: n.mode,
-		Network: NetworkAllow, NetworkAllow: []string{}})
+	st := n.runOne(t, "FAIL", wire.Launch{Command: shell(`curl -s https://evil.example/; exit 3`), Sandbox: n.mode,
+		Network: wire.NetworkAllow, NetworkAllow: []string{}})
 	want := "exit status 3; the network allow list refused evil.example:443 (see task.log; add what the task needs to network: {allow: [...]})"
-	if st.Status != StatusFailed || st.ExitCode != 3 || st.Error != want {
+	if st.Status != wire.StatusFailed || st.ExitCode != 3 || st.Error != want {
 		t.Errorf("status %+v; want failed with exit code 3 and error %q", st, want)
 	}
 	// bwrap reports a command killed by a signal as exit status 128+n:
 	// with net-init in between, the same.
-	none := n.runOne(t, "KILLED-NONE", Launch{Command: shell(`kill -9 $$`), Sandbox: n.mode, Network: NetworkNone})
-	st = n.runOne(t, "KILLED", Launch{Command: shell(`kill -9 $$`), Sandbox: n.mode, Network: NetworkAllow})
-	if st.Status != StatusFailed || st.ExitCode != none.ExitCode || st.Signal != none.Signal || st.ExitCode != 137 {
+	none := n.runOne(t, "KILLED-NONE", wire.Launch{Command: shell(`kill -9 $$`), Sandbox: n.mode, Network: wire.NetworkNone})
+	st = n.runOne(t, "KILLED", wire.Launch{Command: shell(`kill -9 $$`), Sandbox: n.mode, Network: wire.NetworkAllow})
+	if st.Status != wire.StatusFailed || st.ExitCode != none.ExitCode || st.Signal != none.Signal || st.ExitCode != 137 {
 		t.Errorf("status %+v; want failed as without an allow list (exit code %d, signal %q)", st, none.ExitCode, none.Signal)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // The agent CLIs retry failed API calls by themselves, and say so as they
@@ -33,7 +35,7 @@ type notice struct {
 
 // stops reports whether the supervisor stops the tool for n.
 func (n notice) stops() bool {
-	return n.class == ClassAuth || n.class == ClassRateLimit && n.wait >= stopOnLimitWait
+	return n.class == wire.ClassAuth || n.class == wire.ClassRateLimit && n.wait >= stopOnLimitWait
 }
 
 // retryNotice reads line (prev is the line before it) for a retry the
@@ -52,7 +54,7 @@ func (n notice) stops() bool {
 func retryNotice(agent string, prev, line []byte, now time.Time) (notice, bool) {
 	line = bytes.TrimSpace(line)
 	switch agent {
-	case AgentClaude:
+	case wire.AgentClaude:
 		if len(line) == 0 || line[0] != '{' || !bytes.Contains(line, []byte(`"api_retry"`)) {
 			return notice{}, false
 		}
@@ -67,16 +69,16 @@ func retryNotice(agent string, prev, line []byte, now time.Time) (notice, bool) 
 		}
 		switch ev.ErrorStatus {
 		case 429:
-			return notice{class: ClassRateLimit, wait: scale(max(ev.RetryDelayMS, 0), time.Millisecond)}, true
+			return notice{class: wire.ClassRateLimit, wait: scale(max(ev.RetryDelayMS, 0), time.Millisecond)}, true
 		case 401, 403:
-			return notice{class: ClassAuth}, true
+			return notice{class: wire.ClassAuth}, true
 		}
 		return notice{}, false
-	case AgentGemini:
+	case wire.AgentGemini:
 		if !bytes.Contains(line, []byte("etrying after")) {
 			return notice{}, false
 		}
-	case AgentCodex:
+	case wire.AgentCodex:
 		if !bytes.Contains(line, []byte("econnecting")) {
 			return notice{}, false
 		}
@@ -86,10 +88,10 @@ func retryNotice(agent string, prev, line []byte, now time.Time) (notice, bool) 
 	lower := strings.ToLower(string(line))
 	text := strings.ToLower(string(prev)) + "\n" + lower
 	switch noticeClass(text) {
-	case ClassAuth:
-		return notice{class: ClassAuth}, true
-	case ClassRateLimit:
-		return notice{class: ClassRateLimit, wait: ParseRetryAfter([]byte(text), now)}, true
+	case wire.ClassAuth:
+		return notice{class: wire.ClassAuth}, true
+	case wire.ClassRateLimit:
+		return notice{class: wire.ClassRateLimit, wait: ParseRetryAfter([]byte(text), now)}, true
 	}
 	return notice{}, false
 }
@@ -101,19 +103,19 @@ func noticeClass(lower string) string {
 	for _, w := range []string{"429", "401", "403"} {
 		if lastWordIndex(lower, w) >= 0 {
 			if w == "429" {
-				return ClassRateLimit
+				return wire.ClassRateLimit
 			}
-			return ClassAuth
+			return wire.ClassAuth
 		}
 	}
 	for _, s := range []string{"rate limit", "rate_limit", "quota exceeded", "resource_exhausted", "too many requests", "usage limit"} {
 		if strings.Contains(lower, s) {
-			return ClassRateLimit
+			return wire.ClassRateLimit
 		}
 	}
 	for _, s := range []string{"invalid api key", "invalid_api_key", "api key not valid", "unauthorized", "unauthenticated"} {
 		if strings.Contains(lower, s) {
-			return ClassAuth
+			return wire.ClassAuth
 		}
 	}
 	return ""
@@ -183,7 +185,7 @@ func sessionID(line []byte) string {
 	case ev.Type == "thread.started":
 		id = ev.ThreadID
 	}
-	if !IsSessionID(id) {
+	if !wire.IsSessionID(id) {
 		return ""
 	}
 	return id

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 func TestRetryNotice(t *testing.T) {
@@ -20,30 +22,30 @@ func TestRetryNotice(t *testing.T) {
 		want       notice
 		ok, stops  bool
 	}{
-		{AgentClaude, "claude 429", "", `{"type":"system","subtype":"api_retry","attempt":1,"max_retries":2,"retry_delay_ms":22285,"error_status":429,"error":"rate_limit","session_id":"c2404489"}`,
-			notice{ClassRateLimit, 22285 * time.Millisecond}, true, true},
-		{AgentClaude, "claude short 429", "", `{"type":"system","subtype":"api_retry","attempt":1,"retry_delay_ms":1200,"error_status":429,"error":"rate_limit"}`,
-			notice{ClassRateLimit, 1200 * time.Millisecond}, true, false},
-		{AgentClaude, "claude 401", "", `{"type":"system","subtype":"api_retry","attempt":1,"max_retries":2,"retry_delay_ms":576,"error_status":401,"error":"authentication_failed"}`,
-			notice{ClassAuth, 0}, true, true},
-		{AgentClaude, "claude overloaded", "", `{"type":"system","subtype":"api_retry","attempt":1,"retry_delay_ms":90000,"error_status":529,"error":"overloaded"}`,
+		{wire.AgentClaude, "claude 429", "", `{"type":"system","subtype":"api_retry","attempt":1,"max_retries":2,"retry_delay_ms":22285,"error_status":429,"error":"rate_limit","session_id":"c2404489"}`,
+			notice{wire.ClassRateLimit, 22285 * time.Millisecond}, true, true},
+		{wire.AgentClaude, "claude short 429", "", `{"type":"system","subtype":"api_retry","attempt":1,"retry_delay_ms":1200,"error_status":429,"error":"rate_limit"}`,
+			notice{wire.ClassRateLimit, 1200 * time.Millisecond}, true, false},
+		{wire.AgentClaude, "claude 401", "", `{"type":"system","subtype":"api_retry","attempt":1,"max_retries":2,"retry_delay_ms":576,"error_status":401,"error":"authentication_failed"}`,
+			notice{wire.ClassAuth, 0}, true, true},
+		{wire.AgentClaude, "claude overloaded", "", `{"type":"system","subtype":"api_retry","attempt":1,"retry_delay_ms":90000,"error_status":529,"error":"overloaded"}`,
 			notice{}, false, false},
-		{AgentClaude, "claude other event", "", `{"type":"system","subtype":"init","note":"api_retry"}`, notice{}, false, false},
-		{AgentClaude, "claude broken json", "", `{"type":"system","subtype":"api_retry",`, notice{}, false, false},
-		{AgentGemini, "gemini quota", "Attempt 1 failed: Quota exceeded for requests per minute. Please retry in 20s.", "Suggested retry after 20s.. Retrying after 20023ms...",
-			notice{ClassRateLimit, 20 * time.Second}, true, true},
-		{AgentGemini, "gemini server error", "Attempt 1 failed with status 503. Retrying with backoff...", "Retrying after 2000ms...", notice{}, false, false},
-		{AgentCodex, "codex 429", "", `{"type":"error","message":"Reconnecting... 1/5 (exceeded retry limit, last status: 429 Too Many Requests)"}`,
-			notice{ClassRateLimit, 0}, true, false},
-		{AgentCodex, "codex 401", "", `{"type":"error","message":"Reconnecting... 1/5 (unexpected status 401 Unauthorized: Incorrect API key provided., url: http://127.0.0.1:45645/v1/responses)"}`,
-			notice{ClassAuth, 0}, true, true},
-		{AgentCodex, "codex network", "", `{"type":"error","message":"Reconnecting... 2/5 (stream disconnected before completion: failed to lookup address information: Name does not resolve)"}`,
+		{wire.AgentClaude, "claude other event", "", `{"type":"system","subtype":"init","note":"api_retry"}`, notice{}, false, false},
+		{wire.AgentClaude, "claude broken json", "", `{"type":"system","subtype":"api_retry",`, notice{}, false, false},
+		{wire.AgentGemini, "gemini quota", "Attempt 1 failed: Quota exceeded for requests per minute. Please retry in 20s.", "Suggested retry after 20s.. Retrying after 20023ms...",
+			notice{wire.ClassRateLimit, 20 * time.Second}, true, true},
+		{wire.AgentGemini, "gemini server error", "Attempt 1 failed with status 503. Retrying with backoff...", "Retrying after 2000ms...", notice{}, false, false},
+		{wire.AgentCodex, "codex 429", "", `{"type":"error","message":"Reconnecting... 1/5 (exceeded retry limit, last status: 429 Too Many Requests)"}`,
+			notice{wire.ClassRateLimit, 0}, true, false},
+		{wire.AgentCodex, "codex 401", "", `{"type":"error","message":"Reconnecting... 1/5 (unexpected status 401 Unauthorized: Incorrect API key provided., url: http://127.0.0.1:45645/v1/responses)"}`,
+			notice{wire.ClassAuth, 0}, true, true},
+		{wire.AgentCodex, "codex network", "", `{"type":"error","message":"Reconnecting... 2/5 (stream disconnected before completion: failed to lookup address information: Name does not resolve)"}`,
 			notice{}, false, false},
-		{AgentClaude, "a task printing 429 is no notice", "", "test 429 passed", notice{}, false, false},
+		{wire.AgentClaude, "a task printing 429 is no notice", "", "test 429 passed", notice{}, false, false},
 		{"", "a shell printing claude's api_retry", "", `{"type":"system","subtype":"api_retry","attempt":1,"retry_delay_ms":86400000,"error_status":429,"error":"rate_limit"}`,
 			notice{}, false, false},
 		{"", "a shell printing gemini's retry", "Attempt 1 failed: Quota exceeded. Please retry in 20h.", "Retrying after 72000000ms...", notice{}, false, false},
-		{AgentCodex, "codex printing claude's api_retry", "", `{"type":"system","subtype":"api_retry","attempt":1,"retry_delay_ms":86400000,"error_status":429,"error":"rate_limit"}`,
+		{wire.AgentCodex, "codex printing claude's api_retry", "", `{"type":"system","subtype":"api_retry","attempt":1,"retry_delay_ms":86400000,"error_status":429,"error":"rate_limit"}`,
 			notice{}, false, false},
 	}
 	for _, tt := range tests {
@@ -100,7 +102,7 @@ func BenchmarkLineWatcher(b *testing.B) {
 	now := time.Now()
 	w := &lineWatcher{on: func(prev, l []byte) {
 		sessionID(l)
-		retryNotice(AgentGemini, prev, l, now)
+		retryNotice(wire.AgentGemini, prev, l, now)
 	}}
 	b.SetBytes(int64(len(chunk)))
 	for b.Loop() {
@@ -114,13 +116,13 @@ func BenchmarkLineWatcher(b *testing.B) {
 // first, from the supervisor's private record.
 func TestSessionComesFromTheToolAlone(t *testing.T) {
 	t.Parallel()
-	tk := newTask(t, "", Launch{
+	tk := newTask(t, "", wire.Launch{
 		Setup:   `echo '{"type":"thread.started","thread_id":"forged-by-setup"}'`,
 		Command: shell(`echo '{"type":"thread.started","thread_id":"tool-own-id"}'; echo '{"type":"thread.started","thread_id":"later-line"}'`),
 	})
 	tk.run(t, "")
 	st := tk.waitFinal(t)
-	if st.Status != StatusCompleted || st.SessionID != "tool-own-id" {
+	if st.Status != wire.StatusCompleted || st.SessionID != "tool-own-id" {
 		t.Fatalf("final status %+v; want completed with the tool's own session", st)
 	}
 	// A leftover process rewrites status.json with another id.
@@ -130,7 +132,7 @@ func TestSessionComesFromTheToolAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, code := runWrapper(t, "", "status", "--root", tk.root)
-	var ns NodeStatus
+	var ns wire.NodeStatus
 	if code != 0 || json.Unmarshal(out, &ns) != nil || len(ns.Tasks) != 1 || ns.Tasks[0].Status == nil {
 		t.Fatalf("status: exit %d: %s", code, out)
 	}

@@ -4,15 +4,17 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // TestToolDiesWithItsSupervisor: on Linux a supervisor killed with SIGKILL
 // takes its tool with it (PR_SET_PDEATHSIG), so no retry runs beside it.
 func TestToolDiesWithItsSupervisor(t *testing.T) {
 	t.Parallel()
-	tk := newTask(t, "", Launch{Command: []string{"sleep", "60"}})
+	tk := newTask(t, "", wire.Launch{Command: []string{"sleep", "60"}})
 	tk.run(t, "")
-	st := tk.waitStatus(t, "tool_pid", func(st *Status) bool { return st.ToolPID > 1 && st.PID > 1 })
+	st := tk.waitStatus(t, "tool_pid", func(st *wire.Status) bool { return st.ToolPID > 1 && st.PID > 1 })
 	if !groupAlive(st.ToolPID) {
 		t.Fatal("the tool died before its supervisor")
 	}

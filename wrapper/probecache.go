@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // Every attempt's supervisor is a process of its own, and a trial bwrap
@@ -31,9 +33,9 @@ const maxProbeCache = 64 << 10
 
 // probeCache is the cache file's content.
 type probeCache struct {
-	Key   probeKey     `json:"key"`
-	At    time.Time    `json:"at"`
-	Reply SandboxReply `json:"reply"`
+	Key   probeKey          `json:"key"`
+	At    time.Time         `json:"at"`
+	Reply wire.SandboxReply `json:"reply"`
 }
 
 // probeKey names what the probe's answer depends on.
@@ -72,25 +74,25 @@ func probeCachePath() string {
 }
 
 // cachedProbe is the cached answer for key, if one is fresh at now.
-func cachedProbe(path string, key probeKey, now time.Time) (SandboxReply, bool) {
+func cachedProbe(path string, key probeKey, now time.Time) (wire.SandboxReply, bool) {
 	f, err := os.Open(path)
 	if err != nil {
-		return SandboxReply{}, false
+		return wire.SandboxReply{}, false
 	}
 	defer f.Close()
 	var c probeCache
 	if err := json.NewDecoder(io.LimitReader(f, maxProbeCache)).Decode(&c); err != nil {
-		return SandboxReply{}, false
+		return wire.SandboxReply{}, false
 	}
 	if c.Key != key || now.Before(c.At) || now.Sub(c.At) > probeCacheTTL {
-		return SandboxReply{}, false
+		return wire.SandboxReply{}, false
 	}
 	return c.Reply, true
 }
 
 // storeProbe writes the answer for key (replacing the file whole; a
 // failure only costs the next attempt a probe).
-func storeProbe(path string, key probeKey, reply SandboxReply, now time.Time) {
+func storeProbe(path string, key probeKey, reply wire.SandboxReply, now time.Time) {
 	data, err := json.Marshal(probeCache{Key: key, At: now, Reply: reply})
 	if err != nil {
 		return
@@ -107,7 +109,7 @@ func storeProbe(path string, key probeKey, reply SandboxReply, now time.Time) {
 
 // probeWithCache is the probe's answer: the cached one when fresh, else a
 // new probe's (fresh: always), stored for the attempts that follow.
-func probeWithCache(ctx context.Context, fresh bool) SandboxReply {
+func probeWithCache(ctx context.Context, fresh bool) wire.SandboxReply {
 	key, ok := currentProbeKey()
 	path := probeCachePath()
 	if !ok || path == "" {

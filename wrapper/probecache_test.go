@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // A stored probe serves while its key matches and it is younger than the
@@ -13,7 +15,7 @@ import (
 func TestProbeCache(t *testing.T) {
 	path := filepath.Join(t.TempDir(), fileProbeCache)
 	key := probeKey{Version: "v1", Boot: "b1", UID: 1000, Bwrap: "/usr/bin/bwrap", BwrapMtime: 42}
-	reply := SandboxReply{Sandbox: SandboxBwrap, Path: "/usr/bin/bwrap"}
+	reply := wire.SandboxReply{Sandbox: wire.SandboxBwrap, Path: "/usr/bin/bwrap"}
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	if _, ok := cachedProbe(path, key, now); ok {
 		t.Fatal("an answer before any was stored")

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // drainTimeout bounds how long output is copied after the process group is
@@ -187,7 +189,7 @@ func signalName(sig syscall.Signal) string {
 // name; maps are applied in key order, for a stable environment. PWD is set
 // to dir, the tool's working directory, because the inherited one names
 // wherever the wrapper was started.
-func buildEnv(base []string, extra map[string]string, l Launch, taskDir, dir string) []string {
+func buildEnv(base []string, extra map[string]string, l wire.Launch, taskDir, dir string) []string {
 	env := make([]string, 0, len(base)+len(extra)+4)
 	index := make(map[string]int)
 	set := func(kv string) {

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 const (
@@ -315,7 +317,7 @@ func retrySeconds(d time.Duration) float64 {
 // no agent CLI prints (agent ""), names no reset: a task could pause a
 // shared account for a day with one echo. Only the last 64 KiB are read.
 func AgentReset(agent string, logTail []byte, now time.Time) time.Duration {
-	if !IsAgent(agent) {
+	if !wire.IsAgent(agent) {
 		return 0
 	}
 	if len(logTail) > retryTail {
@@ -329,7 +331,7 @@ func AgentReset(agent string, logTail []byte, now time.Time) time.Duration {
 			ps := bytes.LastIndexByte(logTail[:start-1], '\n') + 1
 			prev = logTail[ps : start-1]
 		}
-		if n, ok := retryNotice(agent, prev, line, now); ok && n.class == ClassRateLimit && n.wait > 0 {
+		if n, ok := retryNotice(agent, prev, line, now); ok && n.class == wire.ClassRateLimit && n.wait > 0 {
 			return min(n.wait, maxRetryAfter)
 		}
 		if text, ok := finalReport(agent, line); ok {
@@ -359,11 +361,11 @@ func finalReport(agent string, line []byte) (string, bool) {
 		return "", false
 	}
 	switch {
-	case agent == AgentClaude && ev.Type == "result":
+	case agent == wire.AgentClaude && ev.Type == "result":
 		return ev.Result, true
-	case agent == AgentCodex && ev.Type == "error":
+	case agent == wire.AgentCodex && ev.Type == "error":
 		return ev.Message, true
-	case agent == AgentCodex && ev.Type == "turn.failed":
+	case agent == wire.AgentCodex && ev.Type == "turn.failed":
 		var e struct {
 			Message string `json:"message"`
 		}

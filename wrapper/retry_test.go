@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 func TestParseRetryAfter(t *testing.T) {
@@ -119,21 +121,21 @@ func TestAgentReset(t *testing.T) {
 		name, agent, log string
 		want             time.Duration
 	}{
-		{"claude's result event", AgentClaude, claudeLimit, time.Hour},
-		{"claude's last api_retry", AgentClaude, claudeRetry + "API Error: 429 rate limited\n", 40 * time.Second},
-		{"claude's result after its api_retry", AgentClaude, claudeRetry + claudeLimit, time.Hour},
-		{"claude: plain text names no reset", AgentClaude, plain, 0},
-		{"claude: codex's event names no reset", AgentClaude, codexError, 0},
-		{"codex's turn.failed", AgentCodex, codexFailed, 2 * time.Hour},
-		{"codex's error event", AgentCodex, codexError, 2 * time.Minute},
-		{"codex: claude's result names no reset", AgentCodex, claudeLimit, 0},
-		{"gemini's retry lines", AgentGemini, geminiRetry + "Error: quota exceeded\n", 20 * time.Second},
-		{"gemini: plain text names no reset", AgentGemini, plain, 0},
+		{"claude's result event", wire.AgentClaude, claudeLimit, time.Hour},
+		{"claude's last api_retry", wire.AgentClaude, claudeRetry + "API Error: 429 rate limited\n", 40 * time.Second},
+		{"claude's result after its api_retry", wire.AgentClaude, claudeRetry + claudeLimit, time.Hour},
+		{"claude: plain text names no reset", wire.AgentClaude, plain, 0},
+		{"claude: codex's event names no reset", wire.AgentClaude, codexError, 0},
+		{"codex's turn.failed", wire.AgentCodex, codexFailed, 2 * time.Hour},
+		{"codex's error event", wire.AgentCodex, codexError, 2 * time.Minute},
+		{"codex: claude's result names no reset", wire.AgentCodex, claudeLimit, 0},
+		{"gemini's retry lines", wire.AgentGemini, geminiRetry + "Error: quota exceeded\n", 20 * time.Second},
+		{"gemini: plain text names no reset", wire.AgentGemini, plain, 0},
 		{"a shell task's plain line", "", plain, 0},
 		{"a shell task printing claude's result", "", claudeLimit, 0},
 		{"a shell task printing claude's api_retry", "", claudeRetry, 0},
 		{"a shell task printing gemini's lines", "", geminiRetry, 0},
-		{"capped at a day", AgentClaude, `{"type":"result","is_error":true,"result":"resets in 30 days"}` + "\n", 24 * time.Hour},
+		{"capped at a day", wire.AgentClaude, `{"type":"result","is_error":true,"result":"resets in 30 days"}` + "\n", 24 * time.Hour},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // readyTimeout bounds the wait for a new supervisor; it covers killing a
@@ -39,7 +41,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 	fi, err := os.Stat(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return &cmdError{KindNotFound, fmt.Errorf("no task directory %s", dir)}
+			return &cmdError{wire.KindNotFound, fmt.Errorf("no task directory %s", dir)}
 		}
 		return ioError(err)
 	}
@@ -59,7 +61,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 	if alive, err := supervisorAlive(dir); err != nil {
 		return ioError(err)
 	} else if alive {
-		return &cmdError{KindAlreadyRunning, fmt.Errorf("a supervisor is already running in %s", dir)}
+		return &cmdError{wire.KindAlreadyRunning, fmt.Errorf("a supervisor is already running in %s", dir)}
 	}
 	if err := markLive(dir, launch.Attempt); err != nil {
 		return ioError(err)
@@ -102,14 +104,14 @@ func openWrapperLog(path string) (*os.File, error) {
 // items. The supervisor holds neither the caller's stdout nor stderr: its
 // stderr is the first attempt's wrapper.log, where each attempt also logs
 // to its own.
-func startSupervisor(ctx context.Context, items []superviseItem) ([]LaunchResult, error) {
+func startSupervisor(ctx context.Context, items []superviseItem) ([]wire.LaunchResult, error) {
 	doc, err := json.Marshal(items)
 	if err != nil {
-		return nil, &cmdError{KindInternal, fmt.Errorf("encode the attempts: %w", err)}
+		return nil, &cmdError{wire.KindInternal, fmt.Errorf("encode the attempts: %w", err)}
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, &cmdError{KindInternal, fmt.Errorf("find own executable: %w", err)}
+		return nil, &cmdError{wire.KindInternal, fmt.Errorf("find own executable: %w", err)}
 	}
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
@@ -144,7 +146,7 @@ func startSupervisor(ctx context.Context, items []superviseItem) ([]LaunchResult
 	logf.Close()
 	if err != nil {
 		docW.Close()
-		return nil, &cmdError{KindInternal, fmt.Errorf("start supervisor: %w", err)}
+		return nil, &cmdError{wire.KindInternal, fmt.Errorf("start supervisor: %w", err)}
 	}
 	// Nobody waits for the supervisor: it is meant to outlive us.
 	cmd.Process.Release()
@@ -168,26 +170,26 @@ func startSupervisor(ctx context.Context, items []superviseItem) ([]LaunchResult
 	select {
 	case res = <-ch:
 	case <-ctx.Done():
-		return nil, &cmdError{KindInternal, fmt.Errorf("interrupted waiting for the supervisor: %w", ctx.Err())}
+		return nil, &cmdError{wire.KindInternal, fmt.Errorf("interrupted waiting for the supervisor: %w", ctx.Err())}
 	case <-time.After(readyTimeout):
-		return nil, &cmdError{KindInternal, fmt.Errorf("supervisor not ready after %s; see %s", readyTimeout, logPath)}
+		return nil, &cmdError{wire.KindInternal, fmt.Errorf("supervisor not ready after %s; see %s", readyTimeout, logPath)}
 	}
 	if res.err != nil {
-		return nil, &cmdError{KindInternal, fmt.Errorf("read supervisor report: %w", res.err)}
+		return nil, &cmdError{wire.KindInternal, fmt.Errorf("read supervisor report: %w", res.err)}
 	}
 	if len(res.data) == 0 {
-		return nil, &cmdError{KindInternal, fmt.Errorf("supervisor exited before it was ready; see %s", logPath)}
+		return nil, &cmdError{wire.KindInternal, fmt.Errorf("supervisor exited before it was ready; see %s", logPath)}
 	}
-	var er ErrorReply
+	var er wire.ErrorReply
 	if err := json.Unmarshal(res.data, &er); err == nil && er.Error != "" {
 		return nil, &cmdError{er.Kind, errors.New(er.Error)}
 	}
-	var results []LaunchResult
+	var results []wire.LaunchResult
 	if err := json.Unmarshal(res.data, &results); err != nil {
-		return nil, &cmdError{KindInternal, fmt.Errorf("parse supervisor report: %w", err)}
+		return nil, &cmdError{wire.KindInternal, fmt.Errorf("parse supervisor report: %w", err)}
 	}
 	if len(results) != len(items) {
-		return nil, &cmdError{KindInternal, fmt.Errorf("supervisor reported %d attempts of %d", len(results), len(items))}
+		return nil, &cmdError{wire.KindInternal, fmt.Errorf("supervisor reported %d attempts of %d", len(results), len(items))}
 	}
 	return results, nil
 }

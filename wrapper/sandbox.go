@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // The sandbox (issue 20): on Linux, a task's setup and tool run under
@@ -59,14 +61,14 @@ const probeTimeout = 10 * time.Second
 
 var (
 	probeOnce  sync.Once
-	probeReply SandboxReply
+	probeReply wire.SandboxReply
 )
 
 // sandboxProbe reports, once per process, whether bwrap works here: found
 // in the PATH (or /usr/bin) and able to run `true` in a sandbox like the
 // tasks' (which needs user namespaces when the node user is not root). A
 // recent answer kept beside the wrapper serves (see probecache.go).
-func sandboxProbe() SandboxReply {
+func sandboxProbe() wire.SandboxReply {
 	probeOnce.Do(func() { probeReply = probeWithCache(context.Background(), false) })
 	return probeReply
 }
@@ -83,13 +85,13 @@ func bwrapPath() string {
 	return ""
 }
 
-func probeBwrap(ctx context.Context) SandboxReply {
+func probeBwrap(ctx context.Context) wire.SandboxReply {
 	if r := noSandboxOn(runtime.GOOS); r != nil {
 		return *r
 	}
 	path := bwrapPath()
 	if path == "" {
-		return SandboxReply{Error: "bwrap is not installed", Fix: "apt install bubblewrap (or dnf install bubblewrap)"}
+		return wire.SandboxReply{Error: "bwrap is not installed", Fix: "apt install bubblewrap (or dnf install bubblewrap)"}
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
@@ -106,10 +108,10 @@ func probeBwrap(ctx context.Context) SandboxReply {
 		if msg == "" {
 			msg = err.Error()
 		}
-		return SandboxReply{Path: path, Error: "bwrap cannot make a sandbox: " + msg,
+		return wire.SandboxReply{Path: path, Error: "bwrap cannot make a sandbox: " + msg,
 			Fix: "allow unprivileged user namespaces: sysctl kernel.unprivileged_userns_clone=1 (Debian), or kernel.apparmor_restrict_unprivileged_userns=0 (Ubuntu 24.04)"}
 	}
-	return SandboxReply{Sandbox: SandboxBwrap, Path: path}
+	return wire.SandboxReply{Sandbox: wire.SandboxBwrap, Path: path}
 }
 
 // cmdSandbox prints whether the sandbox works on this node.
@@ -232,7 +234,7 @@ func newSandboxSpec(bwrap, taskDir, workDir string, homes []string, exeDir, repo
 // private HOME (where the tools look, $HOME being that one). A path that
 // is, holds or lies in the work_dir, or holds a hidden root, is refused;
 // missing are the paths that do not exist (bwrap skips them).
-func (sp *sandboxSpec) openPaths(paths *SandboxPaths, home, taskDir, workDir string) (missing []string, err error) {
+func (sp *sandboxSpec) openPaths(paths *wire.SandboxPaths, home, taskDir, workDir string) (missing []string, err error) {
 	if paths == nil {
 		return nil, nil
 	}
@@ -428,9 +430,9 @@ func gitEnvWithHome() []string {
 // an attempt that must be sandboxed where it cannot be fails to start.
 func (s *supervisor) decideSandbox() {
 	want := s.launch.Sandbox
-	noNetwork := s.launch.Network == NetworkNone || s.launch.Network == NetworkAllow
+	noNetwork := s.launch.Network == wire.NetworkNone || s.launch.Network == wire.NetworkAllow
 	word := s.launch.Network
-	if word == NetworkAllow {
+	if word == wire.NetworkAllow {
 		word = "{allow: [...]}"
 	}
 	if want == "" {
@@ -444,11 +446,11 @@ func (s *supervisor) decideSandbox() {
 		return
 	}
 	pr := sandboxProbe()
-	if pr.Sandbox != SandboxBwrap {
+	if pr.Sandbox != wire.SandboxBwrap {
 		switch {
 		case noNetwork:
 			s.sandboxErr = fmt.Sprintf("network: %s needs the sandbox, which is unavailable on node %s: %s; fix: %s, or set network: open for the task", word, s.launch.Node, pr.Error, pr.Fix)
-		case want == SandboxBwrap:
+		case want == wire.SandboxBwrap:
 			s.sandboxErr = fmt.Sprintf("sandbox: on, but it is unavailable on node %s: %s; fix: %s, or set sandbox: off (or auto) for the task", s.launch.Node, pr.Error, pr.Fix)
 		}
 		return
@@ -487,7 +489,7 @@ func (s *supervisor) decideSandbox() {
 		unset = append(unset, af.dirVar)
 	}
 	s.env = sandboxEnv(s.env, s.dir, unset...)
-	if s.launch.Network == NetworkAllow {
+	if s.launch.Network == wire.NetworkAllow {
 		allow, _ := allowList(&s.launch) // checked with launch.json
 		sp.net = &sandboxNet{dir: filepath.Join(s.dir, dirNet), exe: exe, port: proxyPort(allow),
 			forwards: loopbackForwards(allow)}
@@ -556,7 +558,7 @@ func refusedNote(refused []string) string {
 // sandboxName is status.json's sandbox.
 func (s *supervisor) sandboxName() string {
 	if s.sandbox != nil {
-		return SandboxBwrap
+		return wire.SandboxBwrap
 	}
 	return ""
 }

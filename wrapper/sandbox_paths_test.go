@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // TestSandboxPaths runs a real sandboxed task on a node whose
@@ -42,10 +44,10 @@ cat $h/ro/data > ro-read; cat ~/ro/data > ro-read-home
 echo w > $h/rw/fromtask; echo w2 > ~/rw/fromtask2; cat $h/rw/old > rw-read
 cat $h/secret/s > secret 2>/dev/null; ls $h > home-ls 2>/dev/null; true`, n.home)
 	dir := n.taskDir("PATHS")
-	item := LaunchItem{Dir: dir, Spec: "# paths\n", Launch: Launch{Project: "demo", Task: "PATHS", Attempt: 1, Node: "local",
+	item := wire.LaunchItem{Dir: dir, Spec: "# paths\n", Launch: wire.Launch{Project: "demo", Task: "PATHS", Attempt: 1, Node: "local",
 		Command: shell(script), HeartbeatSeconds: 0.2, TimeoutSeconds: 30, Sandbox: n.mode, WorkDir: n.work,
-		SandboxPaths: &SandboxPaths{RO: []string{"~/ro", "~/missing"}, RW: []string{"~/rw"}}}}
-	doc, err := json.Marshal(LaunchBatch{Launches: []LaunchItem{item}})
+		SandboxPaths: &wire.SandboxPaths{RO: []string{"~/ro", "~/missing"}, RW: []string{"~/rw"}}}}
+	doc, err := json.Marshal(wire.LaunchBatch{Launches: []wire.LaunchItem{item}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,13 +60,13 @@ cat $h/secret/s > secret 2>/dev/null; ls $h > home-ls 2>/dev/null; true`, n.home
 	if out, err := cmd.Output(); err != nil {
 		t.Fatalf("launch: %v: %s", err, out)
 	}
-	var st *Status
+	var st *wire.Status
 	poll(t, 25*time.Second, "the task to end", func() bool {
 		st, err = readStatus(dir)
 		return err == nil && st.Final()
 	})
 	wlog, _ := os.ReadFile(filepath.Join(dir, fileWrapper))
-	if st.Status != StatusCompleted || st.Sandbox != SandboxBwrap {
+	if st.Status != wire.StatusCompleted || st.Sandbox != wire.SandboxBwrap {
 		t.Fatalf("the task: %+v, want completed under bwrap\n%s", st, wlog)
 	}
 	out := func(f string) string {

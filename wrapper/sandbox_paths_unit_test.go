@@ -3,6 +3,8 @@ package wrapper
 import (
 	"strings"
 	"testing"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // TestSandboxOpenPaths: the argv binds each path with the -try flags, a
@@ -12,7 +14,7 @@ import (
 func TestSandboxOpenPaths(t *testing.T) {
 	const task, work, home = "/w/p/tasks/T", "/w", "/home/u"
 	sp := newSandboxSpec("/usr/bin/bwrap", task, work, []string{home}, "/w/.bin", "")
-	missing, err := sp.openPaths(&SandboxPaths{RO: []string{"~/.gitconfig"}, RW: []string{"/opt/cache"}}, home, task, work)
+	missing, err := sp.openPaths(&wire.SandboxPaths{RO: []string{"~/.gitconfig"}, RW: []string{"/opt/cache"}}, home, task, work)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,16 +32,16 @@ func TestSandboxOpenPaths(t *testing.T) {
 	}
 	for _, bad := range []string{"/w/p", "/", "/home", "/w/.bin"} {
 		sp := newSandboxSpec("/usr/bin/bwrap", task, work, []string{home}, "/w/.bin", "")
-		if _, err := sp.openPaths(&SandboxPaths{RW: []string{bad}}, home, task, work); err == nil {
+		if _, err := sp.openPaths(&wire.SandboxPaths{RW: []string{bad}}, home, task, work); err == nil {
 			t.Errorf("sandbox path %s was opened", bad)
 		}
 	}
-	good := Launch{Command: []string{"true"}, Sandbox: SandboxBwrap, WorkDir: work, SandboxPaths: &SandboxPaths{RO: []string{"~/go/pkg/mod", "/opt/c"}}}
+	good := wire.Launch{Command: []string{"true"}, Sandbox: wire.SandboxBwrap, WorkDir: work, SandboxPaths: &wire.SandboxPaths{RO: []string{"~/go/pkg/mod", "/opt/c"}}}
 	if err := normalizeLaunch(&good); err != nil {
 		t.Errorf("launch.json with good sandbox_paths: %v", err)
 	}
 	for _, bad := range []string{"rel", "~", "~/", "/a/../b", "~/a/", "~bob/x", ""} {
-		l := Launch{Command: []string{"true"}, Sandbox: SandboxBwrap, WorkDir: work, SandboxPaths: &SandboxPaths{RO: []string{bad}}}
+		l := wire.Launch{Command: []string{"true"}, Sandbox: wire.SandboxBwrap, WorkDir: work, SandboxPaths: &wire.SandboxPaths{RO: []string{bad}}}
 		if err := normalizeLaunch(&l); err == nil {
 			t.Errorf("launch.json with sandbox_paths %q was accepted", bad)
 		}

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // The red-team tests of the sandbox: each runs one attack as a task next
@@ -49,7 +51,7 @@ type sandboxNode struct {
 // installs it (.ci/test-deps).
 func requireBwrap(t *testing.T) {
 	t.Helper()
-	if r := probeBwrap(t.Context()); r.Sandbox != SandboxBwrap {
+	if r := probeBwrap(t.Context()); r.Sandbox != wire.SandboxBwrap {
 		t.Fatalf("the sandbox tests need bubblewrap: %s; fix: %s (make test installs it)", r.Error, r.Fix)
 	}
 }
@@ -64,7 +66,7 @@ func newSandboxNode(t *testing.T, asUser string) *sandboxNode {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(root) })
-	n := &sandboxNode{root: root, home: filepath.Join(root, "home"), work: filepath.Join(root, "work"), mode: SandboxBwrap}
+	n := &sandboxNode{root: root, home: filepath.Join(root, "home"), work: filepath.Join(root, "work"), mode: wire.SandboxBwrap}
 	if os.Getenv("DISPATCH_TEST_SANDBOX") == "off" {
 		n.mode = ""
 	}
@@ -116,17 +118,17 @@ const neighbourScript = `echo neighbour-data > data; sleep 3; [ "$(cat data)" = 
 
 // item is task id of project demo on the node, attempt 1, with l's
 // command and settings.
-func (n *sandboxNode) item(id string, l Launch) LaunchItem {
+func (n *sandboxNode) item(id string, l wire.Launch) wire.LaunchItem {
 	l.Project, l.Task, l.Attempt, l.Node = "demo", id, 1, "local"
 	l.HeartbeatSeconds, l.TimeoutSeconds, l.WorkDir = 0.2, 30, n.work
-	return LaunchItem{Dir: n.taskDir(id), Spec: "# " + id + "\n", Launch: l}
+	return wire.LaunchItem{Dir: n.taskDir(id), Spec: "# " + id + "\n", Launch: l}
 }
 
 // launch starts items in one `wrapper launch` as the node user and checks
 // that each one started.
-func (n *sandboxNode) launch(t *testing.T, items ...LaunchItem) {
+func (n *sandboxNode) launch(t *testing.T, items ...wire.LaunchItem) {
 	t.Helper()
-	doc, err := json.Marshal(LaunchBatch{Launches: items})
+	doc, err := json.Marshal(wire.LaunchBatch{Launches: items})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +139,7 @@ func (n *sandboxNode) launch(t *testing.T, items ...LaunchItem) {
 	cmd.Env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + n.home}, n.env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: n.cred}
 	out, err := cmd.Output()
-	var reply LaunchReply
+	var reply wire.LaunchReply
 	if err != nil || json.Unmarshal(out, &reply) != nil || len(reply.Results) != len(items) {
 		t.Fatalf("launch: %v: %s", err, out)
 	}
@@ -149,15 +151,15 @@ func (n *sandboxNode) launch(t *testing.T, items ...LaunchItem) {
 }
 
 // final waits for task id's final status.
-func (n *sandboxNode) final(t *testing.T, id string) *Status {
+func (n *sandboxNode) final(t *testing.T, id string) *wire.Status {
 	t.Helper()
 	return n.finalWithin(t, id, 25*time.Second)
 }
 
 // finalWithin waits up to d for task id's final status.
-func (n *sandboxNode) finalWithin(t *testing.T, id string, d time.Duration) *Status {
+func (n *sandboxNode) finalWithin(t *testing.T, id string, d time.Duration) *wire.Status {
 	t.Helper()
-	var st *Status
+	var st *wire.Status
 	poll(t, d, id+" to end", func() bool {
 		var err error
 		st, err = readStatus(n.taskDir(id))
@@ -168,11 +170,11 @@ func (n *sandboxNode) finalWithin(t *testing.T, id string, d time.Duration) *Sta
 
 // run starts the attacker's script and the neighbour in one launch and
 // waits for both to end.
-func (n *sandboxNode) run(t *testing.T, attack string) (att, nb *Status) {
+func (n *sandboxNode) run(t *testing.T, attack string) (att, nb *wire.Status) {
 	t.Helper()
-	neighbour := n.item("NEIGHBOUR", Launch{Command: shell(neighbourScript), Sandbox: n.mode})
+	neighbour := n.item("NEIGHBOUR", wire.Launch{Command: shell(neighbourScript), Sandbox: n.mode})
 	neighbour.Env = map[string]string{"NEIGHBOUR_SECRET": neighbourSecret}
-	n.launch(t, n.item("ATTACK", Launch{Command: shell(attack), Sandbox: n.mode}), neighbour)
+	n.launch(t, n.item("ATTACK", wire.Launch{Command: shell(attack), Sandbox: n.mode}), neighbour)
 	return n.final(t, "ATTACK"), n.final(t, "NEIGHBOUR")
 }
 
@@ -210,9 +212,9 @@ func (n *sandboxNode) snapshot(t *testing.T) map[string]string {
 // checkContained checks what every attack must leave: the neighbour
 // completed with its workspace as it wrote it, nothing outside the
 // attacker's task directory changed, and the attack ran sandboxed.
-func (n *sandboxNode) checkContained(t *testing.T, before map[string]string, att, nb *Status) {
+func (n *sandboxNode) checkContained(t *testing.T, before map[string]string, att, nb *wire.Status) {
 	t.Helper()
-	if nb.Status != StatusCompleted {
+	if nb.Status != wire.StatusCompleted {
 		t.Errorf("the neighbour: %+v, want completed", nb)
 	}
 	if data, err := os.ReadFile(filepath.Join(n.taskDir("NEIGHBOUR"), dirOutput, "data")); err != nil || string(data) != "neighbour-data\n" {
@@ -232,7 +234,7 @@ func (n *sandboxNode) checkContained(t *testing.T, before map[string]string, att
 			t.Errorf("%s disappeared", p)
 		}
 	}
-	if att.Sandbox != SandboxBwrap || nb.Sandbox != SandboxBwrap {
+	if att.Sandbox != wire.SandboxBwrap || nb.Sandbox != wire.SandboxBwrap {
 		t.Errorf("status sandbox: attacker %q, neighbour %q; want bwrap", att.Sandbox, nb.Sandbox)
 	}
 }
@@ -329,7 +331,7 @@ func TestSandboxAttackKillAll(t *testing.T) {
 	n := newSandboxNode(t, asUser)
 	before := n.snapshot(t)
 	att, nb := n.run(t, `sleep 0.5; kill -9 -1; echo survived > loot`)
-	if att.Status != StatusCompleted && att.Signal != "SIGKILL" {
+	if att.Status != wire.StatusCompleted && att.Signal != "SIGKILL" {
 		t.Errorf("the attacker: %+v", att)
 	}
 	n.checkContained(t, before, att, nb)
@@ -345,7 +347,7 @@ git init -q repo && cd repo && echo hi > f && git add f
 git -c user.name=t -c user.email=t@x commit -qm one && git log --oneline | wc -l > ../commits
 [ "$HOME" != "" ] && touch "$HOME/.cache-ok" && echo ok > "$TMPDIR/t" && echo done > ../done`
 	att, nb := n.run(t, work)
-	if att.Status != StatusCompleted {
+	if att.Status != wire.StatusCompleted {
 		log, _ := os.ReadFile(filepath.Join(n.taskDir("ATTACK"), fileLog))
 		t.Fatalf("ordinary work in the sandbox: %+v\n%s", att, log)
 	}
@@ -375,12 +377,12 @@ printf 'module tiny\n\ngo 1.21\n' > go.mod
 printf 'package main\n\nfunc main() { println("built") }\n' > main.go
 GOTOOLCHAIN=local %s build -o ../tiny-bin .
 cd .. && ./tiny-bin 2> ran.txt && GOTOOLCHAIN=local %[1]s env GOCACHE > gocache.txt`, goBin)
-	attack := n.item("ATTACK", Launch{Command: shell(work), Sandbox: n.mode})
+	attack := n.item("ATTACK", wire.Launch{Command: shell(work), Sandbox: n.mode})
 	attack.Launch.TimeoutSeconds = 180
-	neighbour := n.item("NEIGHBOUR", Launch{Command: shell(neighbourScript), Sandbox: n.mode})
+	neighbour := n.item("NEIGHBOUR", wire.Launch{Command: shell(neighbourScript), Sandbox: n.mode})
 	n.launch(t, attack, neighbour)
 	att, nb := n.finalWithin(t, "ATTACK", 200*time.Second), n.final(t, "NEIGHBOUR")
-	if att.Status != StatusCompleted {
+	if att.Status != wire.StatusCompleted {
 		log, _ := os.ReadFile(filepath.Join(n.taskDir("ATTACK"), fileLog))
 		t.Fatalf("go build in the sandbox: %+v\n%s", att, log)
 	}
@@ -449,8 +451,8 @@ func TestSandboxStopGivesGrace(t *testing.T) {
 	}
 	const polite = `trap 'echo cleaned > cleaned; exit 0' TERM; touch started; while :; do sleep 0.1; done`
 	const stubborn = `trap '' TERM; touch started; while :; do sleep 0.1; done`
-	n.launch(t, n.item("POLITE", Launch{Command: shell(polite), Sandbox: n.mode}),
-		n.item("STUBBORN", Launch{Command: shell(stubborn), Sandbox: n.mode}))
+	n.launch(t, n.item("POLITE", wire.Launch{Command: shell(polite), Sandbox: n.mode}),
+		n.item("STUBBORN", wire.Launch{Command: shell(stubborn), Sandbox: n.mode}))
 	for _, id := range []string{"POLITE", "STUBBORN"} {
 		poll(t, 20*time.Second, id+" to start", func() bool {
 			_, err := os.Stat(filepath.Join(n.taskDir(id), dirOutput, "started"))
@@ -461,7 +463,7 @@ func TestSandboxStopGivesGrace(t *testing.T) {
 		if out, err := cmd.Output(); err != nil {
 			t.Fatalf("kill %s: %v: %s", id, err, out)
 		}
-		if st := n.final(t, id); st.Status != StatusKilled {
+		if st := n.final(t, id); st.Status != wire.StatusKilled {
 			t.Errorf("%s: status %+v, want killed", id, st)
 		}
 	}
@@ -516,14 +518,14 @@ func TestSandboxAttackPtraceNeighbour(t *testing.T) {
 	t.Parallel()
 	n := newSandboxNode(t, "")
 	before := n.snapshot(t)
-	neighbour := n.item("NEIGHBOUR", Launch{Command: shell(neighbourScript), Sandbox: n.mode})
-	n.launch(t, n.item("ATTACK", Launch{Command: shell(ptraceScript), Sandbox: n.mode}), neighbour)
-	running := func(id string) *Status {
-		var st *Status
+	neighbour := n.item("NEIGHBOUR", wire.Launch{Command: shell(neighbourScript), Sandbox: n.mode})
+	n.launch(t, n.item("ATTACK", wire.Launch{Command: shell(ptraceScript), Sandbox: n.mode}), neighbour)
+	running := func(id string) *wire.Status {
+		var st *wire.Status
 		poll(t, 10*time.Second, id+" to run", func() bool {
 			var err error
 			st, err = readStatus(n.taskDir(id))
-			return err == nil && st.Status == StatusRunning && st.PID > 1 && st.ToolPID > 1
+			return err == nil && st.Status == wire.StatusRunning && st.PID > 1 && st.ToolPID > 1
 		})
 		return st
 	}

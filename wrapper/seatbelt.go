@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // macOS's sandbox (issue 20): Seatbelt, sandbox-exec with a profile the
@@ -18,14 +20,14 @@ const darwinUnavailable = "untested on a real Mac; sandbox-exec support is gener
 
 // noSandboxOn is the probe's reply where goos has no sandbox dispatch
 // runs, nil on Linux (where bwrap decides).
-func noSandboxOn(goos string) *SandboxReply {
+func noSandboxOn(goos string) *wire.SandboxReply {
 	switch goos {
 	case "linux":
 		return nil
 	case "darwin":
-		return &SandboxReply{Error: darwinUnavailable, Fix: "run tasks that need sandbox: on on Linux nodes"}
+		return &wire.SandboxReply{Error: darwinUnavailable, Fix: "run tasks that need sandbox: on on Linux nodes"}
 	}
-	return &SandboxReply{Error: "no sandbox for " + goos + " (bubblewrap is Linux only)", Fix: "run tasks that need sandbox: on on Linux nodes"}
+	return &wire.SandboxReply{Error: "no sandbox for " + goos + " (bubblewrap is Linux only)", Fix: "run tasks that need sandbox: on on Linux nodes"}
 }
 
 // seatbeltSpec is what an attempt's Seatbelt profile shows of the node.

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // startVictim starts a process that no task owns, in its own process group,
@@ -70,7 +72,7 @@ func orphaned(t *testing.T, tk *testTask) *procRecord {
 	t.Helper()
 	tk.run(t, "")
 	// Nothing is forged yet: status.json's pids are the real ones.
-	st := tk.waitStatus(t, "tool_pid", func(st *Status) bool { return st.ToolPID > 1 && st.PID > 1 })
+	st := tk.waitStatus(t, "tool_pid", func(st *wire.Status) bool { return st.ToolPID > 1 && st.PID > 1 })
 	// The kernel kills the tool's shell with its supervisor; the sleep it
 	// started is what stays, so it must have been started.
 	poll(t, 10*time.Second, "the tool to start its sleep", func() bool {
@@ -96,13 +98,13 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 	t.Run("kill of a dead supervisor", func(t *testing.T) {
 		t.Parallel()
 		victim := startVictim(t)
-		tk := newTask(t, "", Launch{Command: shell(orphanTool)})
+		tk := newTask(t, "", wire.Launch{Command: shell(orphanTool)})
 		rec := orphaned(t, tk)
 		for _, toolPID := range []int{victim.Pid, 1} {
 			forge(t, tk, victim.Pid, toolPID)
 			out, code := runWrapper(t, "", "kill", "--dir", tk.dir)
-			var st Status
-			if err := json.Unmarshal(out, &st); err != nil || code != 0 || st.Status != StatusKilled {
+			var st wire.Status
+			if err := json.Unmarshal(out, &st); err != nil || code != 0 || st.Status != wire.StatusKilled {
 				t.Fatalf("kill: exit %d, %s", code, out)
 			}
 			if !victimAlive(victim) {
@@ -110,7 +112,7 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 			}
 			poll(t, 5*time.Second, "the attempt's own tool group to die", func() bool { return !groupAlive(rec.ToolPGID) })
 			// Make the attempt look running again for the next forgery.
-			st.Status = StatusRunning
+			st.Status = wire.StatusRunning
 			data, _ := json.Marshal(st)
 			os.WriteFile(tk.path(fileStatus), data, 0o644)
 		}
@@ -118,12 +120,12 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 	t.Run("new attempt moving a dead one aside", func(t *testing.T) {
 		t.Parallel()
 		victim := startVictim(t)
-		tk := newTask(t, "", Launch{Command: shell(orphanTool)})
+		tk := newTask(t, "", wire.Launch{Command: shell(orphanTool)})
 		rec := orphaned(t, tk)
 		forge(t, tk, victim.Pid, victim.Pid)
-		tk.setLaunch(t, Launch{Project: "demo", Task: "T1", Attempt: 2, HeartbeatSeconds: 0.1, Command: shell("echo two")})
+		tk.setLaunch(t, wire.Launch{Project: "demo", Task: "T1", Attempt: 2, HeartbeatSeconds: 0.1, Command: shell("echo two")})
 		tk.run(t, "")
-		if st := tk.waitFinal(t); st.Status != StatusCompleted {
+		if st := tk.waitFinal(t); st.Status != wire.StatusCompleted {
 			t.Fatalf("attempt 2: %+v", st)
 		}
 		if !victimAlive(victim) {
@@ -134,13 +136,13 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 	t.Run("kill of a live supervisor", func(t *testing.T) {
 		t.Parallel()
 		victim := startVictim(t)
-		tk := newTask(t, "", Launch{Command: shell("sleep 30")})
+		tk := newTask(t, "", wire.Launch{Command: shell("sleep 30")})
 		tk.run(t, "")
-		rec := tk.waitStatus(t, "tool_pid", func(st *Status) bool { return st.ToolPID > 1 })
+		rec := tk.waitStatus(t, "tool_pid", func(st *wire.Status) bool { return st.ToolPID > 1 })
 		forge(t, tk, victim.Pid, victim.Pid)
 		out, code := runWrapper(t, "", "kill", "--dir", tk.dir, "--grace", "1s")
-		var st Status
-		if err := json.Unmarshal(out, &st); err != nil || code != 0 || st.Status != StatusKilled {
+		var st wire.Status
+		if err := json.Unmarshal(out, &st); err != nil || code != 0 || st.Status != wire.StatusKilled {
 			t.Fatalf("kill: exit %d, %s", code, out)
 		}
 		if !victimAlive(victim) {
@@ -167,11 +169,11 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tk := newTask(t, "", Launch{Command: shell("exit 0")})
+		tk := newTask(t, "", wire.Launch{Command: shell("exit 0")})
 		rec := procRecord{Dir: filepath.Clean(tk.dir), Attempt: 1, SupervisorPID: pid, SupervisorStart: earlier,
 			SID: sid, ToolPGID: pid, ToolStart: earlier}
 		writeTestRecord(t, tk, rec)
-		st := Status{Task: "T1", Attempt: 1, Status: StatusRunning, PID: pid, ToolPID: pid}
+		st := wire.Status{Task: "T1", Attempt: 1, Status: wire.StatusRunning, PID: pid, ToolPID: pid}
 		data, _ := json.Marshal(st)
 		if err := os.WriteFile(tk.path(fileStatus), data, 0o644); err != nil {
 			t.Fatal(err)
@@ -179,7 +181,7 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 		// No supervisor: kill takes the orphan path and must not kill the
 		// group.
 		out, code := runWrapper(t, "", "kill", "--dir", tk.dir)
-		if code != 0 || !strings.Contains(string(out), StatusKilled) {
+		if code != 0 || !strings.Contains(string(out), wire.StatusKilled) {
 			t.Fatalf("kill: exit %d, %s", code, out)
 		}
 		if !victimAlive(victim) {
@@ -200,7 +202,7 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 		// The recorded supervisor is provably gone, so the lock's holder is
 		// a stranger: kill ends the attempt without signalling anyone.
 		out, code = runWrapper(t, "", "kill", "--dir", tk.dir, "--grace", "0")
-		if code != 0 || !strings.Contains(string(out), StatusKilled) {
+		if code != 0 || !strings.Contains(string(out), wire.StatusKilled) {
 			t.Fatalf("kill under a stranger's lock: exit %d, %s", code, out)
 		}
 		if !victimAlive(victim) {
@@ -226,7 +228,7 @@ func writeTestRecord(t *testing.T, tk *testTask, rec procRecord) {
 func TestStatusSurvivesHostileControlFiles(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	healthy := newTask(t, root, Launch{Task: "OK", Command: shell("exit 0")})
+	healthy := newTask(t, root, wire.Launch{Task: "OK", Command: shell("exit 0")})
 	healthy.run(t, "")
 	healthy.waitFinal(t)
 	mk := func(name string, f func(dir string) error) {
@@ -234,7 +236,7 @@ func TestStatusSurvivesHostileControlFiles(t *testing.T) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		data, _ := json.Marshal(Status{Task: name, Attempt: 1, Status: StatusRunning})
+		data, _ := json.Marshal(wire.Status{Task: name, Attempt: 1, Status: wire.StatusRunning})
 		if err := os.WriteFile(filepath.Join(dir, fileStatus), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -265,11 +267,11 @@ func TestStatusSurvivesHostileControlFiles(t *testing.T) {
 	mk("DIR", replace(fileStatus, func(p string) error { return os.Mkdir(p, 0o755) }))
 
 	ns := nodeStatusOf(t, root)
-	byTask := map[string]TaskStatus{}
+	byTask := map[string]wire.TaskStatus{}
 	for _, ts := range ns.Tasks {
 		byTask[ts.Task] = ts
 	}
-	if ok := byTask["OK"]; ok.StatusError != "" || ok.Status == nil || ok.Status.Status != StatusCompleted {
+	if ok := byTask["OK"]; ok.StatusError != "" || ok.Status == nil || ok.Status.Status != wire.StatusCompleted {
 		t.Errorf("healthy task: %+v", ok)
 	}
 	for _, name := range []string{"FIFO-STATUS", "FIFO-HEARTBEAT", "FIFO-LOCK", "HUGE", "SYMLINK", "DIR"} {
@@ -288,19 +290,19 @@ func TestStatusSurvivesHostileControlFiles(t *testing.T) {
 // writes the final status in its place.
 func TestKillFrozenSupervisor(t *testing.T) {
 	t.Parallel()
-	tk := newTask(t, "", Launch{Command: shell("sleep 60")})
+	tk := newTask(t, "", wire.Launch{Command: shell("sleep 60")})
 	tk.run(t, "")
-	st := tk.waitStatus(t, "tool_pid", func(st *Status) bool { return st.ToolPID > 1 && st.PID > 1 })
+	st := tk.waitStatus(t, "tool_pid", func(st *wire.Status) bool { return st.ToolPID > 1 && st.PID > 1 })
 	if err := syscall.Kill(st.PID, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { syscall.Kill(st.PID, syscall.SIGCONT) })
 	out, code := runWrapper(t, "", "kill", "--dir", tk.dir, "--grace", "0.2s")
-	var got Status
+	var got wire.Status
 	if err := json.Unmarshal(out, &got); err != nil || code != 0 {
 		t.Fatalf("kill: exit %d, %s", code, out)
 	}
-	if got.Status != StatusKilled || got.ErrorClass != ClassKilled || !strings.Contains(got.Error, "did not respond") {
+	if got.Status != wire.StatusKilled || got.ErrorClass != wire.ClassKilled || !strings.Contains(got.Error, "did not respond") {
 		t.Errorf("kill printed %+v", got)
 	}
 	if tk.alive(t) {
@@ -324,12 +326,12 @@ func TestKillWithTheLockHeldByTheTask(t *testing.T) {
 	for _, running := range []bool{false, true} {
 		t.Run(map[bool]string{false: "finished attempt", true: "running status"}[running], func(t *testing.T) {
 			t.Parallel()
-			tk := newTask(t, "", Launch{Command: shell("exit 0")})
+			tk := newTask(t, "", wire.Launch{Command: shell("exit 0")})
 			tk.run(t, "")
 			final := tk.waitFinal(t)
 			poll(t, 5*time.Second, "the supervisor to let go of the lock", func() bool { return !tk.alive(t) })
 			if running {
-				final.Status, final.CompletedAt = StatusRunning, ""
+				final.Status, final.CompletedAt = wire.StatusRunning, ""
 				data, _ := json.Marshal(final)
 				if err := os.WriteFile(tk.path(fileStatus), data, 0o644); err != nil {
 					t.Fatal(err)
@@ -344,13 +346,13 @@ func TestKillWithTheLockHeldByTheTask(t *testing.T) {
 				t.Fatal("the held lock does not make the attempt look alive; the test proves nothing")
 			}
 			out, code := runWrapper(t, "", "kill", "--dir", tk.dir, "--grace", "0")
-			var st Status
+			var st wire.Status
 			if err := json.Unmarshal(out, &st); err != nil || code != 0 {
 				t.Fatalf("kill: exit %d, %s", code, out)
 			}
-			want := StatusCompleted
+			want := wire.StatusCompleted
 			if running {
-				want = StatusKilled
+				want = wire.StatusKilled
 			}
 			if st.Status != want {
 				t.Fatalf("kill reported %q, want %q: %s", st.Status, want, out)

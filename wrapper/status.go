@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 func cmdStatus(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
@@ -34,7 +36,7 @@ func cmdStatus(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 			return usageErrorf("status: invalid project name %q", p)
 		}
 	}
-	var ns *NodeStatus
+	var ns *wire.NodeStatus
 	if *live {
 		named, err := readLiveRequest(stdin)
 		if err != nil {
@@ -58,12 +60,12 @@ func validName(name string) bool {
 // nodeStatus lists the tasks of projects under root (all projects when none
 // are given). It reads a few small files per task and forks nothing on
 // Linux, so one call stays cheap with many tasks.
-func nodeStatus(ctx context.Context, root string, projects []string) (*NodeStatus, error) {
-	ns := &NodeStatus{
+func nodeStatus(ctx context.Context, root string, projects []string) (*wire.NodeStatus, error) {
+	ns := &wire.NodeStatus{
 		WrapperVersion: Version,
 		Time:           timestamp(time.Now()),
 		Facts:          readFacts(ctx, root),
-		Tasks:          []TaskStatus{},
+		Tasks:          []wire.TaskStatus{},
 	}
 	projects, err := listProjects(root, projects)
 	if err != nil {
@@ -104,7 +106,7 @@ func listProjects(root string, projects []string) ([]string, error) {
 
 // listTasks reports every task directory of tasksDir (none when it does
 // not exist); hidden entries (the live index) are not tasks.
-func listTasks(tasksDir string) ([]TaskStatus, error) {
+func listTasks(tasksDir string) ([]wire.TaskStatus, error) {
 	entries, err := os.ReadDir(tasksDir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -113,7 +115,7 @@ func listTasks(tasksDir string) ([]TaskStatus, error) {
 		return nil, ioError(fmt.Errorf("list tasks in %s: %w", tasksDir, err))
 	}
 	project := filepath.Base(filepath.Dir(tasksDir))
-	var out []TaskStatus
+	var out []wire.TaskStatus
 	for _, e := range entries {
 		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
 			continue
@@ -123,8 +125,8 @@ func listTasks(tasksDir string) ([]TaskStatus, error) {
 	return out, nil
 }
 
-func taskStatus(project, task, dir string) TaskStatus {
-	ts := TaskStatus{Project: project, Task: task, Dir: dir}
+func taskStatus(project, task, dir string) wire.TaskStatus {
+	ts := wire.TaskStatus{Project: project, Task: task, Dir: dir}
 	// Probe the lock before reading the status: the supervisor writes its
 	// final status and then releases the lock, so in this order a finished
 	// attempt can never read as "running, supervisor gone" (a false crash).

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/internal/netallow"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // Why an attempt is being stopped by the supervisor.
@@ -66,7 +67,7 @@ var errStopped = errors.New("attempt is stopping")
 // timeout, writing heartbeat and status.json until the final status.
 type supervisor struct {
 	dir    string
-	launch Launch
+	launch wire.Launch
 	env    []string
 	logger *slog.Logger
 	tlog   *taskLog
@@ -117,7 +118,7 @@ type supervisor struct {
 	logFile *os.File // the attempt's wrapper.log
 
 	statusMu sync.Mutex // serialises status.json writes; guards st, final
-	st       Status
+	st       wire.Status
 	final    bool
 }
 
@@ -181,10 +182,10 @@ func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
 	items, err := readSuperviseItems(stdin)
 	if err != nil {
 		logger.Error("supervisor not started", logKeyErr, err)
-		report(ErrorReply{Error: err.Error(), Kind: errorKind(err)})
+		report(wire.ErrorReply{Error: err.Error(), Kind: errorKind(err)})
 		return 1
 	}
-	results := make([]LaunchResult, len(items))
+	results := make([]wire.LaunchResult, len(items))
 	started := make([]*supervisor, len(items))
 	var wg sync.WaitGroup
 	for i, item := range items {
@@ -192,14 +193,14 @@ func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
 		go func() {
 			defer wg.Done()
 			s, err := startAttempt(item)
-			results[i] = LaunchResult{Dir: item.Dir}
+			results[i] = wire.LaunchResult{Dir: item.Dir}
 			if err != nil {
 				logger.Error("attempt not started", logKeyDir, item.Dir, logKeyErr, err)
 				results[i].Error, results[i].Kind = err.Error(), errorKind(err)
 				return
 			}
 			started[i] = s
-			results[i].Run = &RunReply{Task: s.launch.Task, Attempt: s.launch.Attempt, PID: os.Getpid(), Status: StatusRunning}
+			results[i].Run = &wire.RunReply{Task: s.launch.Task, Attempt: s.launch.Attempt, PID: os.Getpid(), Status: wire.StatusRunning}
 		}()
 	}
 	wg.Wait()
@@ -270,7 +271,7 @@ func startAttempt(item superviseItem) (*supervisor, error) {
 		return nil, ioError(err)
 	}
 	if !ok {
-		return nil, &cmdError{KindAlreadyRunning, fmt.Errorf("a supervisor is already running in %s", dir)}
+		return nil, &cmdError{wire.KindAlreadyRunning, fmt.Errorf("a supervisor is already running in %s", dir)}
 	}
 	fail := func(err error) (*supervisor, error) {
 		lock.Close()
@@ -403,16 +404,16 @@ func (s *supervisor) prepare() error {
 	if err := s.beat(); err != nil {
 		return err
 	}
-	s.st = Status{
+	s.st = wire.Status{
 		Task:           s.launch.Task,
 		Attempt:        s.launch.Attempt,
-		Status:         StatusRunning,
+		Status:         wire.StatusRunning,
 		PID:            os.Getpid(),
 		StartedAt:      timestamp(s.begun),
 		WrapperVersion: Version,
 		Sandbox:        s.sandboxName(),
 	}
-	return s.updateStatus(func(*Status) bool { return true })
+	return s.updateStatus(func(*wire.Status) bool { return true })
 }
 
 // moveAside moves an earlier attempt's files to attempts/<n>/, first killing
@@ -680,7 +681,7 @@ func (s *supervisor) runSetup(out string) (res outcome, ok bool) {
 // own, for the next launch of the project on this node to find a ready
 // checkout of r's base. It outlives the attempt; its failure costs only
 // a slower next launch (wrapper.log says why it could not start).
-func (s *supervisor) startSpare(r *LaunchRepo) {
+func (s *supervisor) startSpare(r *wire.LaunchRepo) {
 	exe, err := os.Executable()
 	if err != nil {
 		s.logger.Warn("no spare checkout", logKeyErr, err)
@@ -704,7 +705,7 @@ func (s *supervisor) startSpare(r *LaunchRepo) {
 
 // snapshot records a git-native task's workspace as one commit (see
 // snapshotWorkspace) in the wrapper's private git directory of the task.
-func (s *supervisor) snapshot(r *LaunchRepo, out string) (string, string) {
+func (s *supervisor) snapshot(r *wire.LaunchRepo, out string) (string, string) {
 	gitDir, err := snapshotDir(s.dir)
 	if err == nil {
 		msg := r.Message
@@ -951,7 +952,7 @@ func (s *supervisor) heartbeats(stop <-chan struct{}, done chan<- struct{}) {
 				s.logger.Warn("heartbeat", logKeyErr, err)
 			}
 			total := s.tlog.Total()
-			err := s.updateStatus(func(st *Status) bool {
+			err := s.updateStatus(func(st *wire.Status) bool {
 				changed := st.LogBytes != total
 				st.LogBytes = total
 				return changed
@@ -996,7 +997,7 @@ func (s *supervisor) setTool(p *proc) {
 		s.logger.Error("process record", logKeyErr, err)
 	}
 	pid := p.pgid
-	err := s.updateStatus(func(st *Status) bool {
+	err := s.updateStatus(func(st *wire.Status) bool {
 		st.ToolPID = pid
 		return true
 	})
@@ -1007,7 +1008,7 @@ func (s *supervisor) setTool(p *proc) {
 
 // updateStatus applies f to the status and writes it when f reports a
 // change. Once a final status is written, it never changes again.
-func (s *supervisor) updateStatus(f func(*Status) bool) error {
+func (s *supervisor) updateStatus(f func(*wire.Status) bool) error {
 	s.statusMu.Lock()
 	defer s.statusMu.Unlock()
 	if s.final {
@@ -1051,8 +1052,8 @@ func (s *supervisor) finish(res outcome) {
 		s.logger.Warn("read task log for usage", logKeyErr, err)
 	}
 	tokensIn, tokensOut, cost := ParseUsage(s.launch.Agent, tail)
-	var final Status
-	err = s.updateStatus(func(st *Status) bool {
+	var final wire.Status
+	err = s.updateStatus(func(st *wire.Status) bool {
 		defer func() { final = *st }()
 		st.CompletedAt = timestamp(ended)
 		st.ExitCode = res.code
@@ -1065,10 +1066,10 @@ func (s *supervisor) finish(res outcome) {
 		}
 		switch {
 		case reason == reasonKill:
-			st.Status, st.ErrorClass, st.Error = StatusKilled, ClassKilled, "killed on request"
+			st.Status, st.ErrorClass, st.Error = wire.StatusKilled, wire.ClassKilled, "killed on request"
 		case reason == reasonNotice:
-			st.Status, st.ErrorClass = StatusFailed, s.notice.class
-			if s.notice.class == ClassAuth {
+			st.Status, st.ErrorClass = wire.StatusFailed, s.notice.class
+			if s.notice.class == wire.ClassAuth {
 				st.Error = "stopped: the tool was retrying an API call the provider refused for its credentials"
 			} else {
 				st.Error = "stopped: the tool was waiting out a rate limit"
@@ -1078,34 +1079,34 @@ func (s *supervisor) finish(res outcome) {
 				}
 			}
 		case reason == reasonOOM:
-			st.Status, st.ErrorClass, st.Error = StatusFailed, ClassOOM, limitMsg
+			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassOOM, limitMsg
 		case reason == reasonPids:
-			st.Status, st.ErrorClass, st.Error = StatusFailed, ClassPids, limitMsg
+			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassPids, limitMsg
 		case reason == reasonStall:
-			st.Status, st.ErrorClass = StatusFailed, ClassStalled
+			st.Status, st.ErrorClass = wire.StatusFailed, wire.ClassStalled
 			st.Error = "stalled: the tool wrote nothing for " + seconds(s.launch.StallSeconds).String()
 		case reason == reasonTimeout:
-			st.Status, st.ErrorClass = StatusFailed, ClassTimeout
+			st.Status, st.ErrorClass = wire.StatusFailed, wire.ClassTimeout
 			st.Error = "timed out after " + seconds(s.launch.TimeoutSeconds).String()
 		case res.startErr != "":
-			st.Status, st.ErrorClass, st.Error = StatusFailed, ClassStart, res.startErr
+			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassStart, res.startErr
 			st.ToolMissing = res.toolMissing
 		case res.sig != 0:
-			st.Status, st.ErrorClass, st.Error = StatusFailed, ClassCrash, exitError(res.code, res.sig)
+			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassCrash, exitError(res.code, res.sig)
 		case res.resultErr != "":
-			st.Status, st.ErrorClass, st.Error = StatusFailed, ClassCrash, res.resultErr
+			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassCrash, res.resultErr
 		case res.code == 0:
-			st.Status = StatusCompleted
+			st.Status = wire.StatusCompleted
 			st.Commit = res.commit
 		default:
 			logTail := s.tlog.Tail()
-			st.Status, st.ErrorClass = StatusFailed, Classify(res.code, logTail)
+			st.Status, st.ErrorClass = wire.StatusFailed, Classify(res.code, logTail)
 			st.Error = exitError(res.code, 0)
-			if st.ErrorClass == ClassRateLimit {
+			if st.ErrorClass == wire.ClassRateLimit {
 				st.RetryAfterSeconds = retrySeconds(AgentReset(s.launch.Agent, logTail, ended))
 			}
 		}
-		if st.Status == StatusFailed {
+		if st.Status == wire.StatusFailed {
 			st.Error += refusedNote(s.netRefused)
 		}
 		return true

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // tailPoll is how often `tail --follow` looks for more output.
@@ -31,7 +33,7 @@ func cmdTail(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if _, err := os.Stat(dir); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return &cmdError{KindNotFound, fmt.Errorf("no task directory %s", dir)}
+			return &cmdError{wire.KindNotFound, fmt.Errorf("no task directory %s", dir)}
 		}
 		return ioError(err)
 	}

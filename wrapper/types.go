@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/internal/netallow"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // Version is the wrapper's version, reported by `version` and written into
@@ -24,11 +25,11 @@ const minLogLimit = 1024
 // checkRepo rejects a launch.json repo whose dir is not a repo.git path,
 // whose base is not a full commit id or whose branch is not under
 // dispatch/.
-func checkRepo(r *LaunchRepo) error {
+func checkRepo(r *wire.LaunchRepo) error {
 	if !filepath.IsAbs(r.Dir) || filepath.Clean(r.Dir) != r.Dir || filepath.Base(r.Dir) != "repo.git" {
 		return fmt.Errorf("repo.dir %q: want an absolute, clean path ending in repo.git", r.Dir)
 	}
-	if !IsCommitID(r.Base) {
+	if !wire.IsCommitID(r.Base) {
 		return fmt.Errorf("repo.base %q is not a full commit id", r.Base)
 	}
 	if r.Spares < 0 || r.Spares > 64 {
@@ -42,7 +43,7 @@ func checkRepo(r *LaunchRepo) error {
 
 // checkSandboxPaths rejects sandbox paths that are not absolute or ~/,
 // clean, and other than / and the home.
-func checkSandboxPaths(sp *SandboxPaths) error {
+func checkSandboxPaths(sp *wire.SandboxPaths) error {
 	if sp == nil {
 		return nil
 	}
@@ -60,7 +61,7 @@ func checkSandboxPaths(sp *SandboxPaths) error {
 
 // normalizeLaunch fills in l's defaults and rejects what no attempt could
 // run with.
-func normalizeLaunch(l *Launch) error {
+func normalizeLaunch(l *wire.Launch) error {
 	if len(l.Command) == 0 || l.Command[0] == "" {
 		return fmt.Errorf("command is empty")
 	}
@@ -79,29 +80,29 @@ func normalizeLaunch(l *Launch) error {
 	if l.StallSeconds < 0 {
 		return fmt.Errorf("negative stall_seconds")
 	}
-	if l.Agent != "" && !IsAgent(l.Agent) {
-		return fmt.Errorf("agent %q: want one of %v or none", l.Agent, Agents)
+	if l.Agent != "" && !wire.IsAgent(l.Agent) {
+		return fmt.Errorf("agent %q: want one of %v or none", l.Agent, wire.Agents)
 	}
 	switch l.Sandbox {
 	case "":
-	case SandboxBwrap, SandboxAuto:
+	case wire.SandboxBwrap, wire.SandboxAuto:
 		if !filepath.IsAbs(l.WorkDir) || filepath.Clean(l.WorkDir) != l.WorkDir || l.WorkDir == "/" {
 			return fmt.Errorf("sandbox %q needs work_dir, an absolute, clean path other than /", l.Sandbox)
 		}
 	default:
-		return fmt.Errorf("sandbox %q: want %q, %q or none", l.Sandbox, SandboxBwrap, SandboxAuto)
+		return fmt.Errorf("sandbox %q: want %q, %q or none", l.Sandbox, wire.SandboxBwrap, wire.SandboxAuto)
 	}
 	switch l.Network {
-	case "", NetworkOpen, NetworkNone:
+	case "", wire.NetworkOpen, wire.NetworkNone:
 		if len(l.NetworkAllow) > 0 {
-			return fmt.Errorf("network_allow needs network %q", NetworkAllow)
+			return fmt.Errorf("network_allow needs network %q", wire.NetworkAllow)
 		}
-	case NetworkAllow:
+	case wire.NetworkAllow:
 		if _, err := allowList(l); err != nil {
 			return err
 		}
 	default:
-		return fmt.Errorf("network %q: want %q, %q or %q", l.Network, NetworkOpen, NetworkNone, NetworkAllow)
+		return fmt.Errorf("network %q: want %q, %q or %q", l.Network, wire.NetworkOpen, wire.NetworkNone, wire.NetworkAllow)
 	}
 	if err := checkSandboxPaths(l.SandboxPaths); err != nil {
 		return err
@@ -129,16 +130,16 @@ func normalizeLaunch(l *Launch) error {
 		l.Attempt = 1
 	}
 	if l.TimeoutSeconds == 0 {
-		l.TimeoutSeconds = DefaultTimeoutSeconds
+		l.TimeoutSeconds = wire.DefaultTimeoutSeconds
 	}
 	if l.GraceSeconds == 0 {
-		l.GraceSeconds = DefaultGraceSeconds
+		l.GraceSeconds = wire.DefaultGraceSeconds
 	}
 	if l.HeartbeatSeconds == 0 {
-		l.HeartbeatSeconds = DefaultHeartbeatSeconds
+		l.HeartbeatSeconds = wire.DefaultHeartbeatSeconds
 	}
 	if l.LogLimitBytes == 0 {
-		l.LogLimitBytes = DefaultLogLimitBytes
+		l.LogLimitBytes = wire.DefaultLogLimitBytes
 	}
 	if l.LogLimitBytes < minLogLimit {
 		l.LogLimitBytes = minLogLimit
@@ -156,7 +157,7 @@ func timestamp(t time.Time) string {
 }
 
 // allowList is l.NetworkAllow parsed.
-func allowList(l *Launch) (netallow.List, error) {
+func allowList(l *wire.Launch) (netallow.List, error) {
 	var out netallow.List
 	for _, s := range l.NetworkAllow {
 		e, err := netallow.Parse(s)

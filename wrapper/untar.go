@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // TreeReply is the reply of `tar` and `untar`: the regular files of the
@@ -92,7 +94,7 @@ func unpack(ctx context.Context, r io.Reader, dir string) (TreeReply, error) {
 	tr := tar.NewReader(r)
 	for {
 		if err := ctx.Err(); err != nil {
-			return reply, &cmdError{KindInternal, fmt.Errorf("untar interrupted: %w", err)}
+			return reply, &cmdError{wire.KindInternal, fmt.Errorf("untar interrupted: %w", err)}
 		}
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -162,7 +164,7 @@ func cmdTar(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if fi, err := os.Lstat(dir); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return &cmdError{KindNotFound, fmt.Errorf("no directory %s", dir)}
+			return &cmdError{wire.KindNotFound, fmt.Errorf("no directory %s", dir)}
 		}
 		return ioError(err)
 	} else if !fi.IsDir() {
@@ -201,7 +203,7 @@ func pack(ctx context.Context, root *os.Root, w io.Writer, maxBytes int64) (Tree
 			return ioError(err)
 		}
 		if err := ctx.Err(); err != nil {
-			return &cmdError{KindInternal, fmt.Errorf("tar interrupted: %w", err)}
+			return &cmdError{wire.KindInternal, fmt.Errorf("tar interrupted: %w", err)}
 		}
 		if !d.Type().IsRegular() {
 			return nil
@@ -219,7 +221,7 @@ func pack(ctx context.Context, root *os.Root, w io.Writer, maxBytes int64) (Tree
 			return nil // replaced since the walk saw it
 		}
 		if maxBytes > 0 && reply.Bytes+fi.Size() > maxBytes {
-			return &cmdError{KindTooLarge, fmt.Errorf("the files under the directory pass %d bytes", maxBytes)}
+			return &cmdError{wire.KindTooLarge, fmt.Errorf("the files under the directory pass %d bytes", maxBytes)}
 		}
 		h := &tar.Header{Typeflag: tar.TypeReg, Name: p, Mode: int64(fi.Mode().Perm()), Size: fi.Size(),
 			ModTime: fi.ModTime(), Format: tar.FormatPAX}

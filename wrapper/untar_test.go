@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 type tarEntry struct {
@@ -209,7 +211,7 @@ func TestTar(t *testing.T) {
 
 	// Past --max-bytes: too_large, and no archive left.
 	err = cmdTar(context.Background(), []string{"--dir", out, "--out", archive, "--max-bytes", "5"}, &reply)
-	if errorKind(err) != KindTooLarge {
+	if errorKind(err) != wire.KindTooLarge {
 		t.Errorf("over the limit: %v (kind %s)", err, errorKind(err))
 	}
 	if _, err := os.Lstat(archive); !os.IsNotExist(err) {

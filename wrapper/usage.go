@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 const (
@@ -57,7 +59,7 @@ var ansiRE = regexp.MustCompile("\x1b\\[[0-9;?]*[A-Za-z]")
 //
 // No tool but claude reports a cost, so costUSD is 0 for the others.
 func ParseUsage(agent string, logTail []byte) (tokensIn, tokensOut int64, costUSD float64) {
-	if !IsAgent(agent) {
+	if !wire.IsAgent(agent) {
 		return 0, 0, 0
 	}
 	text := logTail
@@ -89,7 +91,7 @@ func ParseUsage(agent string, logTail []byte) (tokensIn, tokensOut int64, costUS
 					return u.in, u.out, u.cost
 				}
 			}
-		} else if agent == AgentCodex && textTotal < 0 && (bytes.Contains(line, []byte("okens used")) || bytes.Contains(line, []byte("OKENS USED"))) {
+		} else if agent == wire.AgentCodex && textTotal < 0 && (bytes.Contains(line, []byte("okens used")) || bytes.Contains(line, []byte("OKENS USED"))) {
 			if n, ok := tokensUsed(line, next); ok {
 				textTotal = n
 			}
@@ -150,23 +152,23 @@ func usageOf(obj map[string]any) (usage, bool) {
 				in:   count(u, "input_tokens") + count(u, "cache_creation_input_tokens") + count(u, "cache_read_input_tokens"),
 				out:  count(u, "output_tokens"),
 				cost: max(cost, 0),
-				from: AgentClaude,
+				from: wire.AgentClaude,
 			}, true
 		}
 		if s, ok := object(obj, "stats"); ok && hasTokens(s) {
-			return usage{in: count(s, "input_tokens"), out: count(s, "output_tokens"), from: AgentGemini}, true
+			return usage{in: count(s, "input_tokens"), out: count(s, "output_tokens"), from: wire.AgentGemini}, true
 		}
 		if cost, ok := number(obj, "total_cost_usd"); ok {
-			return usage{cost: max(cost, 0), from: AgentClaude}, true
+			return usage{cost: max(cost, 0), from: wire.AgentClaude}, true
 		}
 		if cost, ok := number(obj, "cost_usd"); ok {
-			return usage{cost: max(cost, 0), from: AgentClaude}, true
+			return usage{cost: max(cost, 0), from: wire.AgentClaude}, true
 		}
 		return usage{}, false
 	}
 	if s, ok := object(obj, "stats"); ok {
 		if models, ok := object(s, "models"); ok {
-			u := usage{from: AgentGemini}
+			u := usage{from: wire.AgentGemini}
 			for _, m := range models {
 				mm, _ := m.(map[string]any)
 				if t, ok := object(mm, "tokens"); ok {
@@ -194,7 +196,7 @@ func usageOf(obj map[string]any) (usage, bool) {
 	}
 	for _, c := range candidates {
 		if hasTokens(c) {
-			return usage{in: count(c, "input_tokens"), out: count(c, "output_tokens"), from: AgentCodex}, true
+			return usage{in: count(c, "input_tokens"), out: count(c, "output_tokens"), from: wire.AgentCodex}, true
 		}
 	}
 	return usage{}, false

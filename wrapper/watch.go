@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // `watch --root W [--beat D]` is the controller's status stream: it runs as
@@ -84,7 +86,7 @@ func cmdWatch(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 func watch(ctx context.Context, root string, beat time.Duration, out io.Writer, notify bool) error {
 	var mu sync.Mutex
 	enc := json.NewEncoder(out)
-	send := func(f Frame) error {
+	send := func(f wire.Frame) error {
 		mu.Lock()
 		defer mu.Unlock()
 		return enc.Encode(f)
@@ -98,7 +100,7 @@ func watch(ctx context.Context, root string, beat time.Duration, out io.Writer, 
 	}
 	sc.scan(true) // the starting point: no frame for what already is
 	// hello says that every change from now on will be told.
-	if err := send(Frame{Type: FrameHello, Version: Version}); err != nil {
+	if err := send(wire.Frame{Type: wire.FrameHello, Version: Version}); err != nil {
 		return err
 	}
 
@@ -116,7 +118,7 @@ func watch(ctx context.Context, root string, beat time.Duration, out io.Writer, 
 	report := func(changed []string) error {
 		for len(changed) > 0 {
 			n := min(len(changed), frameTasks)
-			f := Frame{Type: FrameChange, Tasks: changed[:n]}
+			f := wire.Frame{Type: wire.FrameChange, Tasks: changed[:n]}
 			for _, key := range f.Tasks {
 				project, task, _ := strings.Cut(key, "/")
 				f.Statuses = append(f.Statuses, taskStatus(project, task, filepath.Join(root, project, "tasks", task)))
@@ -134,7 +136,7 @@ func watch(ctx context.Context, root string, beat time.Duration, out io.Writer, 
 		case <-ctx.Done():
 			return nil
 		case <-beats.C:
-			err = send(Frame{Type: FrameBeat})
+			err = send(wire.Frame{Type: wire.FrameBeat})
 		case <-live.C:
 			err = report(sc.scan(true))
 		case <-poll:

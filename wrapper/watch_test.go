@@ -11,20 +11,22 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // frames runs watch over root and returns its frames as they come.
-func frames(t *testing.T, root string, notify bool) <-chan Frame {
+func frames(t *testing.T, root string, notify bool) <-chan wire.Frame {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r, w := io.Pipe()
 	done := make(chan error, 1)
 	go func() { done <- watch(ctx, root, 50*time.Millisecond, w, notify) }()
-	out := make(chan Frame, 100)
+	out := make(chan wire.Frame, 100)
 	go func() {
 		sc := bufio.NewScanner(r)
 		for sc.Scan() {
-			var f Frame
+			var f wire.Frame
 			if err := json.Unmarshal(sc.Bytes(), &f); err != nil {
 				t.Errorf("frame %q: %v", sc.Text(), err)
 				continue
@@ -45,7 +47,7 @@ func frames(t *testing.T, root string, notify bool) <-chan Frame {
 
 // nextChange waits for a change frame naming task, skipping beats, and
 // returns the task's status the frame carries.
-func nextChange(t *testing.T, fs <-chan Frame, task string) TaskStatus {
+func nextChange(t *testing.T, fs <-chan wire.Frame, task string) wire.TaskStatus {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
@@ -54,7 +56,7 @@ func nextChange(t *testing.T, fs <-chan Frame, task string) TaskStatus {
 			if !ok {
 				t.Fatalf("watch ended before a change of %s", task)
 			}
-			if i := slices.Index(f.Tasks, task); f.Type == FrameChange && i >= 0 {
+			if i := slices.Index(f.Tasks, task); f.Type == wire.FrameChange && i >= 0 {
 				if len(f.Statuses) != len(f.Tasks) || len(f.Tasks) > frameTasks {
 					t.Fatalf("change frame with %d tasks and %d statuses (at most %d): %+v", len(f.Tasks), len(f.Statuses), frameTasks, f)
 				}
@@ -79,7 +81,7 @@ func TestWatch(t *testing.T) {
 			t.Parallel()
 			root := t.TempDir()
 			fs := frames(t, root, notify)
-			if f := <-fs; f.Type != FrameHello || f.Version != Version {
+			if f := <-fs; f.Type != wire.FrameHello || f.Version != Version {
 				t.Fatalf("first frame %+v, want hello", f)
 			}
 			// A new project, task directory and status: one change.
@@ -97,7 +99,7 @@ func TestWatch(t *testing.T) {
 			if err := WriteFileAtomic(filepath.Join(dir, fileStatus), []byte(`{"status":"completed","attempt":3}`), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if ts := nextChange(t, fs, "demo/T1"); ts.Status == nil || ts.Status.Status != StatusCompleted || ts.Status.Attempt != 3 || ts.Dir != dir {
+			if ts := nextChange(t, fs, "demo/T1"); ts.Status == nil || ts.Status.Status != wire.StatusCompleted || ts.Status.Attempt != 3 || ts.Dir != dir {
 				t.Fatalf("the frame's status: %+v, want attempt 3 completed in %s", ts, dir)
 			}
 			// A supervisor that dies (its lock released) without a final
@@ -118,7 +120,7 @@ func TestWatch(t *testing.T) {
 			for beat := false; !beat; {
 				select {
 				case f := <-fs:
-					beat = f.Type == FrameBeat
+					beat = f.Type == wire.FrameBeat
 				case <-deadline:
 					t.Fatal("no beat frame")
 				}
@@ -173,7 +175,7 @@ loop:
 		case <-stop:
 			break loop
 		case f := <-fs:
-			if f.Type == FrameChange {
+			if f.Type == wire.FrameChange {
 				changes++
 			}
 		default:
@@ -198,7 +200,7 @@ func TestWatchSplitsLargeChanges(t *testing.T) {
 		}
 	}
 	fs := frames(t, root, false)
-	if f := <-fs; f.Type != FrameHello {
+	if f := <-fs; f.Type != wire.FrameHello {
 		t.Fatalf("first frame %+v, want hello", f)
 	}
 	for i := range n {
@@ -212,7 +214,7 @@ func TestWatchSplitsLargeChanges(t *testing.T) {
 	for len(seen) < n {
 		select {
 		case f := <-fs:
-			if f.Type != FrameChange {
+			if f.Type != wire.FrameChange {
 				continue
 			}
 			if len(f.Tasks) > frameTasks || len(f.Statuses) != len(f.Tasks) {

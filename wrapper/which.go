@@ -3,6 +3,8 @@ package wrapper
 import (
 	"io"
 	"os"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // cmdWhich looks executables up the way the supervisor looks up a tool:
@@ -17,9 +19,9 @@ func cmdWhich(args []string, stdin io.Reader, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	env := buildEnv(os.Environ(), extra, Launch{}, "/", "/")
+	env := buildEnv(os.Environ(), extra, wire.Launch{}, "/", "/")
 	path := lookupEnv(env, "PATH")
-	reply := WhichReply{Found: map[string]string{}, Path: path}
+	reply := wire.WhichReply{Found: map[string]string{}, Path: path}
 	for _, name := range args {
 		if p, err := lookPath(name, path, "/"); err == nil {
 			reply.Found[name] = p

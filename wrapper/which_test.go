@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // TestWhich: `which` finds executables the way the supervisor finds a
@@ -22,7 +24,7 @@ func TestWhich(t *testing.T) {
 	}
 	env, _ := json.Marshal(map[string]string{"PATH": dir + ":/bin"})
 	out, code := runWrapper(t, string(env), "which", "agent", "notexec", "adir", "sh", "no-such-tool-xyz")
-	var r WhichReply
+	var r wire.WhichReply
 	if err := json.Unmarshal(out, &r); err != nil || code != 0 {
 		t.Fatalf("which: exit %d: %s", code, out)
 	}
@@ -30,5 +32,5 @@ func TestWhich(t *testing.T) {
 		t.Fatalf("found = %v; want agent in %s and sh in /bin only", r.Found, dir)
 	}
 	out, code = runWrapper(t, "", "which")
-	wantError(t, out, code, KindUsage)
+	wantError(t, out, code, wire.KindUsage)
 }

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // waitForGo makes a test tool block until the test creates output/go.
@@ -24,20 +26,20 @@ const waitForGo = `while [ ! -e go ]; do sleep 0.02; done; `
 func TestVersion(t *testing.T) {
 	t.Parallel()
 	out, code := runWrapper(t, "", "version")
-	var v VersionReply
+	var v wire.VersionReply
 	if err := json.Unmarshal(out, &v); err != nil || code != 0 {
 		t.Fatalf("version: exit %d, %q, %v", code, out, err)
 	}
-	if v != (VersionReply{Version: "dev", OS: runtime.GOOS, Arch: runtime.GOARCH}) {
+	if v != (wire.VersionReply{Version: "dev", OS: runtime.GOOS, Arch: runtime.GOARCH}) {
 		t.Errorf("version = %+v", v)
 	}
 }
 
 func TestErrors(t *testing.T) {
 	t.Parallel()
-	noStatus := newTask(t, "", Launch{Command: shell("true")})
-	emptyCmd := newTask(t, "", Launch{})
-	noLaunch := newTask(t, "", Launch{Command: shell("true")})
+	noStatus := newTask(t, "", wire.Launch{Command: shell("true")})
+	emptyCmd := newTask(t, "", wire.Launch{})
+	noLaunch := newTask(t, "", wire.Launch{Command: shell("true")})
 	if err := os.Remove(noLaunch.path(fileLaunch)); err != nil {
 		t.Fatal(err)
 	}
@@ -48,20 +50,20 @@ func TestErrors(t *testing.T) {
 		args  []string
 		kind  string
 	}{
-		{"no command", "", nil, KindUsage},
-		{"unknown command", "", []string{"frobnicate"}, KindUsage},
-		{"unknown flag", "", []string{"version", "--bogus"}, KindUsage},
-		{"run without dir", "", []string{"run"}, KindUsage},
-		{"run missing dir", "", []string{"run", "--dir", missing}, KindNotFound},
-		{"run without launch.json", "", []string{"run", "--dir", noLaunch.dir}, KindNotFound},
-		{"run empty command", "", []string{"run", "--dir", emptyCmd.dir}, KindUsage},
-		{"run bad env json", "{not json", []string{"run", "--dir", noStatus.dir}, KindUsage},
-		{"run env not strings", `{"N": 1}`, []string{"run", "--dir", noStatus.dir}, KindUsage},
-		{"status without root", "", []string{"status"}, KindUsage},
-		{"status bad project", "", []string{"status", "--root", missing, "--project", "../x"}, KindUsage},
-		{"kill without status", "", []string{"kill", "--dir", noStatus.dir}, KindNotFound},
-		{"kill bad grace", "", []string{"kill", "--dir", noStatus.dir, "--grace", "soon"}, KindUsage},
-		{"tail missing dir", "", []string{"tail", "--dir", missing}, KindNotFound},
+		{"no command", "", nil, wire.KindUsage},
+		{"unknown command", "", []string{"frobnicate"}, wire.KindUsage},
+		{"unknown flag", "", []string{"version", "--bogus"}, wire.KindUsage},
+		{"run without dir", "", []string{"run"}, wire.KindUsage},
+		{"run missing dir", "", []string{"run", "--dir", missing}, wire.KindNotFound},
+		{"run without launch.json", "", []string{"run", "--dir", noLaunch.dir}, wire.KindNotFound},
+		{"run empty command", "", []string{"run", "--dir", emptyCmd.dir}, wire.KindUsage},
+		{"run bad env json", "{not json", []string{"run", "--dir", noStatus.dir}, wire.KindUsage},
+		{"run env not strings", `{"N": 1}`, []string{"run", "--dir", noStatus.dir}, wire.KindUsage},
+		{"status without root", "", []string{"status"}, wire.KindUsage},
+		{"status bad project", "", []string{"status", "--root", missing, "--project", "../x"}, wire.KindUsage},
+		{"kill without status", "", []string{"kill", "--dir", noStatus.dir}, wire.KindNotFound},
+		{"kill bad grace", "", []string{"kill", "--dir", noStatus.dir, "--grace", "soon"}, wire.KindUsage},
+		{"tail missing dir", "", []string{"tail", "--dir", missing}, wire.KindNotFound},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -85,17 +87,17 @@ func TestExit(t *testing.T) {
 		wantClass  string
 		wantError  string
 	}{
-		{"exit 0", "echo hello", StatusCompleted, 0, "", ""},
-		{"exit 3", "echo bad; exit 3", StatusFailed, 3, ClassExit, "exit status 3"},
+		{"exit 0", "echo hello", wire.StatusCompleted, 0, "", ""},
+		{"exit 3", "echo bad; exit 3", wire.StatusFailed, 3, wire.ClassExit, "exit status 3"},
 		{"rate limit", `echo 'API Error: 429 {"type":"error","error":{"type":"rate_limit_error"}}' >&2; exit 1`,
-			StatusFailed, 1, ClassRateLimit, "exit status 1"},
+			wire.StatusFailed, 1, wire.ClassRateLimit, "exit status 1"},
 		{"auth", `echo 'API Error: 401 {"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}' >&2; exit 1`,
-			StatusFailed, 1, ClassAuth, "exit status 1"},
+			wire.StatusFailed, 1, wire.ClassAuth, "exit status 1"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tk := newTask(t, "", Launch{Command: shell(tc.script)})
+			tk := newTask(t, "", wire.Launch{Command: shell(tc.script)})
 			reply := tk.run(t, "")
 			st := tk.waitFinal(t)
 			if st.Status != tc.wantStatus || st.ExitCode != tc.wantCode || st.ErrorClass != tc.wantClass || st.Error != tc.wantError {
@@ -125,7 +127,7 @@ func TestExit(t *testing.T) {
 func TestEnvAndSecrets(t *testing.T) {
 	t.Parallel()
 	secret := fmt.Sprintf("sk-test-%d-%d", os.Getpid(), time.Now().UnixNano())
-	tk := newTask(t, "", Launch{Node: "node-a", Attempt: 1, Command: shell("env > env.txt; " + waitForGo + "echo done")})
+	tk := newTask(t, "", wire.Launch{Node: "node-a", Attempt: 1, Command: shell("env > env.txt; " + waitForGo + "echo done")})
 	stdin, err := json.Marshal(map[string]string{"API_KEY": secret, "WRAPPER_TEST_OVERRIDE": "from-stdin"})
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +137,7 @@ func TestEnvAndSecrets(t *testing.T) {
 	if err != nil || code != 0 {
 		t.Fatalf("run: exit %d, %s, %v", code, out, err)
 	}
-	var reply RunReply
+	var reply wire.RunReply
 	if err := json.Unmarshal(out, &reply); err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +158,7 @@ func TestEnvAndSecrets(t *testing.T) {
 		}
 	}
 	tk.touch(t, "go")
-	if st := tk.waitFinal(t); st.Status != StatusCompleted {
+	if st := tk.waitFinal(t); st.Status != wire.StatusCompleted {
 		t.Fatalf("status %+v", st)
 	}
 
@@ -205,14 +207,14 @@ func TestEnvAndSecrets(t *testing.T) {
 
 func TestToolKilledBySignal(t *testing.T) {
 	t.Parallel()
-	tk := newTask(t, "", Launch{Command: shell("sleep 30")})
+	tk := newTask(t, "", wire.Launch{Command: shell("sleep 30")})
 	tk.run(t, "")
-	st := tk.waitStatus(t, "tool_pid", func(st *Status) bool { return st.ToolPID > 0 })
+	st := tk.waitStatus(t, "tool_pid", func(st *wire.Status) bool { return st.ToolPID > 0 })
 	if err := syscall.Kill(st.ToolPID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	st = tk.waitFinal(t)
-	if st.Status != StatusFailed || st.ErrorClass != ClassCrash || st.Signal != "SIGKILL" || st.Error != "killed by SIGKILL" || st.ExitCode != -1 {
+	if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassCrash || st.Signal != "SIGKILL" || st.Error != "killed by SIGKILL" || st.ExitCode != -1 {
 		t.Errorf("status %+v; want failed/crash by SIGKILL", st)
 	}
 }
@@ -224,28 +226,28 @@ func TestSupervisorKilled(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
-		recover func(t *testing.T, tk *testTask) *Status
+		recover func(t *testing.T, tk *testTask) *wire.Status
 		want    string
 	}{
-		{"retry", func(t *testing.T, tk *testTask) *Status {
-			tk.setLaunch(t, Launch{Project: "demo", Task: "T1", Attempt: 2, HeartbeatSeconds: 0.1, Command: shell("echo two")})
+		{"retry", func(t *testing.T, tk *testTask) *wire.Status {
+			tk.setLaunch(t, wire.Launch{Project: "demo", Task: "T1", Attempt: 2, HeartbeatSeconds: 0.1, Command: shell("echo two")})
 			tk.run(t, "")
 			return tk.waitFinal(t)
-		}, StatusCompleted},
-		{"kill", func(t *testing.T, tk *testTask) *Status {
+		}, wire.StatusCompleted},
+		{"kill", func(t *testing.T, tk *testTask) *wire.Status {
 			out, code := runWrapper(t, "", "kill", "--dir", tk.dir)
-			var st Status
+			var st wire.Status
 			if err := json.Unmarshal(out, &st); err != nil || code != 0 {
 				t.Fatalf("kill: exit %d, %s", code, out)
 			}
-			if st.ErrorClass != ClassKilled {
+			if st.ErrorClass != wire.ClassKilled {
 				t.Errorf("kill printed %+v", st)
 			}
 			if st.TokensIn != 9 || st.TokensOut != 4 {
 				t.Errorf("kill recorded tokens %d/%d, want the 9/4 the tool printed", st.TokensIn, st.TokensOut)
 			}
 			return tk.status(t)
-		}, StatusKilled},
+		}, wire.StatusKilled},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -253,13 +255,13 @@ func TestSupervisorKilled(t *testing.T) {
 			// The shell waits for a background sleep: on Linux the shell, the
 			// supervisor's child, dies with the supervisor; the sleep in its
 			// group lives on.
-			tk := newTask(t, "", Launch{Agent: AgentCodex, Command: shell(`echo '{"type":"token_count","input_tokens":9,"output_tokens":4}'; sleep 30 & wait`)})
+			tk := newTask(t, "", wire.Launch{Agent: wire.AgentCodex, Command: shell(`echo '{"type":"token_count","input_tokens":9,"output_tokens":4}'; sleep 30 & wait`)})
 			reply := tk.run(t, "")
-			old := tk.waitStatus(t, "tool_pid and output", func(st *Status) bool { return st.ToolPID > 0 && st.LogBytes > 0 })
+			old := tk.waitStatus(t, "tool_pid and output", func(st *wire.Status) bool { return st.ToolPID > 0 && st.LogBytes > 0 })
 			if err := syscall.Kill(reply.PID, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
-			var ts TaskStatus
+			var ts wire.TaskStatus
 			poll(t, 10*time.Second, "status to report the supervisor dead", func() bool {
 				ns := nodeStatusOf(t, tk.root)
 				if len(ns.Tasks) != 1 {
@@ -268,7 +270,7 @@ func TestSupervisorKilled(t *testing.T) {
 				ts = ns.Tasks[0]
 				return !ts.Alive
 			})
-			if ts.Status == nil || ts.Status.Status != StatusRunning {
+			if ts.Status == nil || ts.Status.Status != wire.StatusRunning {
 				t.Fatalf("status after supervisor crash %+v, want running", ts.Status)
 			}
 			if !groupAlive(old.ToolPID) {
@@ -301,10 +303,10 @@ func TestTimeout(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tk := newTask(t, "", Launch{Command: shell(tc.script), TimeoutSeconds: 0.3, GraceSeconds: tc.grace})
+			tk := newTask(t, "", wire.Launch{Command: shell(tc.script), TimeoutSeconds: 0.3, GraceSeconds: tc.grace})
 			tk.run(t, "")
 			st := tk.waitFinal(t)
-			if st.Status != StatusFailed || st.ErrorClass != ClassTimeout || st.Signal != tc.wantSignal || st.Error != "timed out after 300ms" {
+			if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassTimeout || st.Signal != tc.wantSignal || st.Error != "timed out after 300ms" {
 				t.Errorf("status %+v; want failed/timeout by %s", st, tc.wantSignal)
 			}
 			took := parseTime(t, st.CompletedAt).Sub(parseTime(t, st.StartedAt))
@@ -333,11 +335,11 @@ func manyLines() string {
 func TestLogCap(t *testing.T) {
 	t.Parallel()
 	const limit = 8192
-	tk := newTask(t, "", Launch{Command: shell(manyLinesScript), LogLimitBytes: limit})
+	tk := newTask(t, "", wire.Launch{Command: shell(manyLinesScript), LogLimitBytes: limit})
 	tk.run(t, "")
 	st := tk.waitFinal(t)
 	want := manyLines()
-	if st.Status != StatusCompleted || st.LogBytes != int64(len(want)) {
+	if st.Status != wire.StatusCompleted || st.LogBytes != int64(len(want)) {
 		t.Fatalf("status %+v; want completed with log_bytes %d", st, len(want))
 	}
 	log := tk.readFile(t, fileLog)
@@ -358,7 +360,7 @@ func TestLogCap(t *testing.T) {
 
 func TestStatusAtomic(t *testing.T) {
 	t.Parallel()
-	tk := newTask(t, "", Launch{
+	tk := newTask(t, "", wire.Launch{
 		HeartbeatSeconds: 0.01,
 		Command:          shell(`i=0; while [ $i -lt 60 ]; do echo "tick $i"; sleep 0.01; i=$((i+1)); done`),
 	})
@@ -371,7 +373,7 @@ func TestStatusAtomic(t *testing.T) {
 		if err != nil {
 			t.Fatalf("read %d: %v", reads, err)
 		}
-		var st Status
+		var st wire.Status
 		if err := json.Unmarshal(data, &st); err != nil || st.Status == "" {
 			t.Fatalf("read %d: status.json %q does not parse: %v", reads, data, err)
 		}
@@ -396,11 +398,11 @@ func TestDoubleStart(t *testing.T) {
 	t.Parallel()
 	t.Run("sequential", func(t *testing.T) {
 		t.Parallel()
-		tk := newTask(t, "", Launch{Command: shell("sleep 30")})
+		tk := newTask(t, "", wire.Launch{Command: shell("sleep 30")})
 		first := tk.run(t, "")
 		out, code := runWrapper(t, "", "run", "--dir", tk.dir)
-		wantError(t, out, code, KindAlreadyRunning)
-		if st := tk.status(t); st.PID != first.PID || st.Status != StatusRunning || !tk.alive(t) {
+		wantError(t, out, code, wire.KindAlreadyRunning)
+		if st := tk.status(t); st.PID != first.PID || st.Status != wire.StatusRunning || !tk.alive(t) {
 			t.Errorf("the refused run disturbed the first: %+v", st)
 		}
 		out, code = runWrapper(t, "", "kill", "--dir", tk.dir, "--grace", "0")
@@ -411,7 +413,7 @@ func TestDoubleStart(t *testing.T) {
 	t.Run("concurrent", func(t *testing.T) {
 		t.Parallel()
 		for i := range 3 {
-			tk := newTask(t, "", Launch{Task: fmt.Sprintf("C%d", i), Command: shell("sleep 30")})
+			tk := newTask(t, "", wire.Launch{Task: fmt.Sprintf("C%d", i), Command: shell("sleep 30")})
 			var wg sync.WaitGroup
 			outs := make([][]byte, 2)
 			codes := make([]int, 2)
@@ -427,11 +429,11 @@ func TestDoubleStart(t *testing.T) {
 				if errs[j] != nil {
 					t.Fatal(errs[j])
 				}
-				var er ErrorReply
+				var er wire.ErrorReply
 				switch {
 				case codes[j] == 0:
 					started++
-				case json.Unmarshal(outs[j], &er) == nil && er.Kind == KindAlreadyRunning:
+				case json.Unmarshal(outs[j], &er) == nil && er.Kind == wire.KindAlreadyRunning:
 					refused++
 				default:
 					t.Errorf("run %d: exit %d: %s", j, codes[j], outs[j])
@@ -452,7 +454,7 @@ func TestDoubleStart(t *testing.T) {
 
 func TestDetach(t *testing.T) {
 	t.Parallel()
-	tk := newTask(t, "", Launch{Command: shell(waitForGo + "echo done > done.txt")})
+	tk := newTask(t, "", wire.Launch{Command: shell(waitForGo + "echo done > done.txt")})
 	cmd := exec.CommandContext(t.Context(), wrapperBin, "run", "--dir", tk.dir)
 	cmd.Stdin = strings.NewReader("")
 	// Buffers make exec wait for EOF on both pipes: a supervisor holding our
@@ -469,11 +471,11 @@ func TestDetach(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("run did not return while the tool runs")
 	}
-	var reply RunReply
+	var reply wire.RunReply
 	if err := json.Unmarshal(stdout.Bytes(), &reply); err != nil {
 		t.Fatal(err)
 	}
-	if st := tk.status(t); st.Status != StatusRunning || !tk.alive(t) {
+	if st := tk.status(t); st.Status != wire.StatusRunning || !tk.alive(t) {
 		t.Fatalf("after run returned: status %+v, alive %v", st, tk.alive(t))
 	}
 	if runtime.GOOS == "linux" {
@@ -482,7 +484,7 @@ func TestDetach(t *testing.T) {
 		}
 	}
 	tk.touch(t, "go")
-	if st := tk.waitFinal(t); st.Status != StatusCompleted {
+	if st := tk.waitFinal(t); st.Status != wire.StatusCompleted {
 		t.Errorf("status %+v", st)
 	}
 	if got := tk.readFile(t, filepath.Join(dirOutput, "done.txt")); got != "done\n" {
@@ -507,7 +509,7 @@ func sessionOf(t *testing.T, pid int) int {
 
 func TestHeartbeat(t *testing.T) {
 	t.Parallel()
-	tk := newTask(t, "", Launch{HeartbeatSeconds: 0.05, Command: shell(waitForGo)})
+	tk := newTask(t, "", wire.Launch{HeartbeatSeconds: 0.05, Command: shell(waitForGo)})
 	tk.run(t, "")
 	var seen []string
 	poll(t, 10*time.Second, "three different heartbeats", func() bool {
@@ -537,7 +539,7 @@ func TestStart(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name        string
-		launch      Launch
+		launch      wire.Launch
 		wantStatus  string
 		wantClass   string
 		wantError   string // a prefix
@@ -547,22 +549,22 @@ func TestStart(t *testing.T) {
 	}{
 		{
 			name:       "setup fails",
-			launch:     Launch{Setup: "echo preparing; echo 'boom: no such package' >&2; exit 1", Command: shell("echo ran > ran.txt")},
-			wantStatus: StatusFailed, wantClass: ClassStart,
+			launch:     wire.Launch{Setup: "echo preparing; echo 'boom: no such package' >&2; exit 1", Command: shell("echo ran > ran.txt")},
+			wantStatus: wire.StatusFailed, wantClass: wire.ClassStart,
 			wantError:  "setup failed: exit status 1: boom: no such package",
 			wantLog:    "preparing\nboom: no such package\ndispatch-wrapper: setup failed: exit status 1: boom: no such package\n",
 			wantNoFile: "ran.txt",
 		},
 		{
 			name:       "setup runs first",
-			launch:     Launch{Setup: "echo ready > setup.txt", Command: shell("cat setup.txt")},
-			wantStatus: StatusCompleted,
+			launch:     wire.Launch{Setup: "echo ready > setup.txt", Command: shell("cat setup.txt")},
+			wantStatus: wire.StatusCompleted,
 			wantLog:    "ready\n",
 		},
 		{
 			name:       "command not found",
-			launch:     Launch{Command: []string{"no-such-tool-for-dispatch-tests"}},
-			wantStatus: StatusFailed, wantClass: ClassStart,
+			launch:     wire.Launch{Command: []string{"no-such-tool-for-dispatch-tests"}},
+			wantStatus: wire.StatusFailed, wantClass: wire.ClassStart,
 			wantError:   "start tool: no-such-tool-for-dispatch-tests: executable file not found",
 			wantMissing: true,
 			// The log the report points to says why nothing ran.
@@ -570,8 +572,8 @@ func TestStart(t *testing.T) {
 		},
 		{
 			name:       "spec on stdin and in args",
-			launch:     Launch{Stdin: "spec", Command: []string{"sh", "-c", `cat; cat "$1"`, "sh", "{spec}"}},
-			wantStatus: StatusCompleted,
+			launch:     wire.Launch{Stdin: "spec", Command: []string{"sh", "-c", `cat; cat "$1"`, "sh", "{spec}"}},
+			wantStatus: wire.StatusCompleted,
 			wantLog:    "# spec\nDo the thing.\n# spec\nDo the thing.\n",
 		},
 	}
@@ -601,12 +603,12 @@ func TestStart(t *testing.T) {
 
 func TestAttemptMovedAside(t *testing.T) {
 	t.Parallel()
-	tk := newTask(t, "", Launch{Command: shell("echo one > out.txt; echo one")})
+	tk := newTask(t, "", wire.Launch{Command: shell("echo one > out.txt; echo one")})
 	tk.run(t, "")
 	first := tk.waitFinal(t)
-	tk.setLaunch(t, Launch{Project: "demo", Task: "T1", Attempt: 2, HeartbeatSeconds: 0.1, Command: shell("echo two")})
+	tk.setLaunch(t, wire.Launch{Project: "demo", Task: "T1", Attempt: 2, HeartbeatSeconds: 0.1, Command: shell("echo two")})
 	tk.run(t, "")
-	if st := tk.waitFinal(t); st.Status != StatusCompleted || st.Attempt != 2 {
+	if st := tk.waitFinal(t); st.Status != wire.StatusCompleted || st.Attempt != 2 {
 		t.Fatalf("attempt 2: %+v", st)
 	}
 	if got := tk.readFile(t, fileLog); got != "two\n" {
@@ -625,7 +627,7 @@ func TestAttemptMovedAside(t *testing.T) {
 			t.Errorf("%s = %q, want %q", filepath.Join(old, name), got, want)
 		}
 	}
-	var st Status
+	var st wire.Status
 	if err := json.Unmarshal([]byte(tk.readFile(t, filepath.Join(old, fileStatus))), &st); err != nil || st != *first {
 		t.Errorf("attempts/1/status.json = %+v (%v), want %+v", st, err, first)
 	}
@@ -650,9 +652,9 @@ func TestKill(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			// launch.json's grace is long: only --grace can make kill quick.
-			tk := newTask(t, "", Launch{Command: shell(tc.script), GraceSeconds: 60})
+			tk := newTask(t, "", wire.Launch{Command: shell(tc.script), GraceSeconds: 60})
 			tk.run(t, "")
-			tk.waitStatus(t, "tool_pid", func(st *Status) bool { return st.ToolPID > 0 })
+			tk.waitStatus(t, "tool_pid", func(st *wire.Status) bool { return st.ToolPID > 0 })
 			if strings.Contains(tc.script, "touch trapped") {
 				// A TERM sent before the shell has run its trap kills it.
 				poll(t, 10*time.Second, "the trap to be set", func() bool {
@@ -663,11 +665,11 @@ func TestKill(t *testing.T) {
 			start := time.Now()
 			out, code := runWrapper(t, "", "kill", "--dir", tk.dir, "--grace", tc.grace)
 			took := time.Since(start)
-			var st Status
+			var st wire.Status
 			if err := json.Unmarshal(out, &st); err != nil || code != 0 {
 				t.Fatalf("kill: exit %d, %s", code, out)
 			}
-			if st.Status != StatusKilled || st.ErrorClass != ClassKilled || st.Signal != tc.wantSignal {
+			if st.Status != wire.StatusKilled || st.ErrorClass != wire.ClassKilled || st.Signal != tc.wantSignal {
 				t.Errorf("kill printed %+v; want killed by %s", st, tc.wantSignal)
 			}
 			if took < tc.minTime || took > 10*time.Second {
@@ -692,7 +694,7 @@ func TestTail(t *testing.T) {
 	t.Parallel()
 	t.Run("whole log", func(t *testing.T) {
 		t.Parallel()
-		tk := newTask(t, "", Launch{Command: shell("echo a; echo b >&2; echo c")})
+		tk := newTask(t, "", wire.Launch{Command: shell("echo a; echo b >&2; echo c")})
 		tk.run(t, "")
 		tk.waitFinal(t)
 		out, code := runWrapper(t, "", "tail", "--dir", tk.dir)
@@ -710,7 +712,7 @@ func TestTail(t *testing.T) {
 	})
 	t.Run("follow", func(t *testing.T) {
 		t.Parallel()
-		tk := newTask(t, "", Launch{Command: shell(`echo start; ` + waitForGo + `for i in 1 2 3 4 5; do echo "tick $i"; sleep 0.1; done`)})
+		tk := newTask(t, "", wire.Launch{Command: shell(`echo start; ` + waitForGo + `for i in 1 2 3 4 5; do echo "tick $i"; sleep 0.1; done`)})
 		tk.run(t, "")
 		out := followTail(t, tk, func() {
 			poll(t, 5*time.Second, "start in the log", func() bool { return tk.readFile(t, fileLog) != "" })
@@ -724,7 +726,7 @@ func TestTail(t *testing.T) {
 		// Bursts far larger than the limit, with pauses longer than the
 		// follower's poll, so that it meets several rewrites mid-stream.
 		script := strings.Replace(manyLinesScript, "do echo", `do [ $((i % 500)) -eq 0 ] && sleep 0.3; echo`, 1)
-		tk := newTask(t, "", Launch{Command: shell(waitForGo + script), LogLimitBytes: 4096})
+		tk := newTask(t, "", wire.Launch{Command: shell(waitForGo + script), LogLimitBytes: 4096})
 		tk.run(t, "")
 		out := followTail(t, tk, nil)
 		// Replay the output: each marker must account exactly for the bytes
@@ -792,10 +794,10 @@ func followTail(t *testing.T, tk *testTask, before func()) string {
 }
 
 // nodeStatusOf runs `status` and decodes its reply.
-func nodeStatusOf(t *testing.T, root string, args ...string) NodeStatus {
+func nodeStatusOf(t *testing.T, root string, args ...string) wire.NodeStatus {
 	t.Helper()
 	out, code := runWrapper(t, "", append([]string{"status", "--root", root}, args...)...)
-	var ns NodeStatus
+	var ns wire.NodeStatus
 	if err := json.Unmarshal(out, &ns); err != nil || code != 0 {
 		t.Fatalf("status: exit %d, %s", code, out)
 	}
@@ -805,17 +807,17 @@ func nodeStatusOf(t *testing.T, root string, args ...string) NodeStatus {
 func TestStatus(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	live := newTask(t, root, Launch{Project: "p1", Task: "A", Command: shell(waitForGo)})
-	corrupt := newTask(t, root, Launch{Project: "p1", Task: "B"})
+	live := newTask(t, root, wire.Launch{Project: "p1", Task: "A", Command: shell(waitForGo)})
+	corrupt := newTask(t, root, wire.Launch{Project: "p1", Task: "B"})
 	if err := os.WriteFile(corrupt.path(fileStatus), []byte(`{"task":"B","status":"runn`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	done := newTask(t, root, Launch{Project: "p2", Task: "C"})
-	final := Status{Task: "C", Attempt: 1, Status: StatusCompleted, StartedAt: "2026-01-02T15:04:05.123Z"}
+	done := newTask(t, root, wire.Launch{Project: "p2", Task: "C"})
+	final := wire.Status{Task: "C", Attempt: 1, Status: wire.StatusCompleted, StartedAt: "2026-01-02T15:04:05.123Z"}
 	if err := writeJSONAtomic(done.path(fileStatus), final); err != nil {
 		t.Fatal(err)
 	}
-	newTask(t, root, Launch{Project: "p2", Task: "D"})
+	newTask(t, root, wire.Launch{Project: "p2", Task: "D"})
 	for _, p := range []string{filepath.Join(root, ".bin", "tasks", "X"), filepath.Join(root, "p2", "tasks", ".hidden")} {
 		if err := os.MkdirAll(p, 0o755); err != nil {
 			t.Fatal(err)
@@ -847,7 +849,7 @@ func TestStatus(t *testing.T) {
 			if !bytes.Contains(out, []byte(`"tasks":[`)) {
 				t.Errorf("tasks is not a list: %s", out)
 			}
-			var ns NodeStatus
+			var ns wire.NodeStatus
 			if err := json.Unmarshal(out, &ns); err != nil {
 				t.Fatal(err)
 			}
@@ -868,11 +870,11 @@ func TestStatus(t *testing.T) {
 	}
 
 	ns := nodeStatusOf(t, root)
-	byName := map[string]TaskStatus{}
+	byName := map[string]wire.TaskStatus{}
 	for _, ts := range ns.Tasks {
 		byName[ts.Task] = ts
 	}
-	if a := byName["A"]; !a.Alive || a.Status == nil || a.Status.Status != StatusRunning || a.Dir != live.dir || a.StatusError != "" || a.Heartbeat == "" {
+	if a := byName["A"]; !a.Alive || a.Status == nil || a.Status.Status != wire.StatusRunning || a.Dir != live.dir || a.StatusError != "" || a.Heartbeat == "" {
 		t.Errorf("live task %+v", a)
 	}
 	if b := byName["B"]; b.Alive || b.Status != nil || b.StatusError == "" {
@@ -898,12 +900,12 @@ func TestStatus(t *testing.T) {
 func TestAttemptsLinkIsNotFollowed(t *testing.T) {
 	t.Parallel()
 	outside := t.TempDir()
-	tk := newTask(t, "", Launch{Command: shell("echo one > out.txt; ln -s " + outside + " ../" + dirAttempts)})
+	tk := newTask(t, "", wire.Launch{Command: shell("echo one > out.txt; ln -s " + outside + " ../" + dirAttempts)})
 	tk.run(t, "")
 	tk.waitFinal(t)
-	tk.setLaunch(t, Launch{Project: "demo", Task: "T1", Attempt: 2, HeartbeatSeconds: 0.1, Command: shell("echo two")})
+	tk.setLaunch(t, wire.Launch{Project: "demo", Task: "T1", Attempt: 2, HeartbeatSeconds: 0.1, Command: shell("echo two")})
 	tk.run(t, "")
-	if st := tk.waitFinal(t); st.Status != StatusCompleted || st.Attempt != 2 {
+	if st := tk.waitFinal(t); st.Status != wire.StatusCompleted || st.Attempt != 2 {
 		t.Fatalf("attempt 2: %+v", st)
 	}
 	if entries, _ := os.ReadDir(outside); len(entries) > 0 {

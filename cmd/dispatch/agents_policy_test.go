@@ -15,7 +15,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/store"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // testController is the controller: block of the agent tests' nodes.yaml:
@@ -62,7 +62,7 @@ func TestStalledAgentIsRetried(t *testing.T) {
 	st := openStore(t, h.home)
 	ctx := context.Background()
 	runs, _ := st.Runs(ctx, "p", "S01")
-	if len(runs) != 2 || runs[0].ErrorClass != wrapper.ClassStalled || runs[1].Status != store.Completed {
+	if len(runs) != 2 || runs[0].ErrorClass != wire.ClassStalled || runs[1].Status != store.Completed {
 		t.Fatalf("S01 runs: %+v; want stalled, then completed", runs)
 	}
 	if !strings.Contains(runs[0].Error, "wrote nothing for 2s") {
@@ -152,7 +152,7 @@ tools:
 	st := openStore(t, h.home)
 	ctx := context.Background()
 	runs, _ := st.Runs(ctx, "p", "S01")
-	if len(runs) != 2 || runs[0].APIMode != "a" || runs[0].ErrorClass != wrapper.ClassRateLimit || runs[1].APIMode != "b" {
+	if len(runs) != 2 || runs[0].APIMode != "a" || runs[0].ErrorClass != wire.ClassRateLimit || runs[1].APIMode != "b" {
 		t.Fatalf("S01 runs: %+v; want rate_limit under a, then b", runs)
 	}
 	if s2, _ := st.Runs(ctx, "p", "S02"); len(s2) != 1 || s2[0].APIMode != "b" {

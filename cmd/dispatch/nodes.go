@@ -26,7 +26,7 @@ import (
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/nodes/sshnode"
 	"github.com/dispatch-tool/dispatch/store"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 func nodesCommand() *cli.Command {
@@ -376,11 +376,11 @@ func sandboxCheck(ctx context.Context, tr nodes.Transport, inst nodes.Installed)
 	if err != nil {
 		return unavailable, "ask the wrapper: " + err.Error(), "", ""
 	}
-	var reply wrapper.SandboxReply
+	var reply wire.SandboxReply
 	if res.ExitCode != 0 || json.Unmarshal(res.Stdout, &reply) != nil {
 		return unavailable, "the wrapper's reply: " + firstLine(string(res.Stdout)+string(res.Stderr)), "", ""
 	}
-	if reply.Sandbox == wrapper.SandboxBwrap {
+	if reply.Sandbox == wire.SandboxBwrap {
 		return reply.Sandbox, "", "", reply.Limits
 	}
 	return unavailable, reply.Error, reply.Fix, reply.Limits
@@ -391,10 +391,10 @@ func limitsText(enforcement, setting string) string {
 	var msg string
 	switch {
 	case strings.HasPrefix(enforcement, "cgroup v"):
-		msg = enforcement + " (" + cgroupText(wrapper.EnforcementControllers(enforcement)) + ")"
-	case enforcement == wrapper.EnforceRlimits:
+		msg = enforcement + " (" + cgroupText(wire.EnforcementControllers(enforcement)) + ")"
+	case enforcement == wire.EnforceRlimits:
 		msg = "rlimits+watchdog (memory and pids: the wrapper's watchdog; file_size: RLIMIT_FSIZE; cpu is not enforced: it needs cgroups)"
-	case enforcement == wrapper.EnforceNone:
+	case enforcement == wire.EnforceNone:
 		msg = "none (not Linux: a task with memory, pids or file_size limits fails to start there)"
 	default:
 		msg = "unknown (the wrapper does not say)"

@@ -13,6 +13,7 @@ import (
 	"github.com/dispatch-tool/dispatch/internal/agentcli"
 	"github.com/dispatch-tool/dispatch/internal/fakeapi"
 	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/wire"
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
 
@@ -190,7 +191,7 @@ func testRealCLI(t *testing.T, cli realCLI, bin string) {
 		return false
 	})
 	runs, _ := st.Runs(ctx, "p", limited.id)
-	if len(runs) == 0 || runs[0].ErrorClass != wrapper.ClassRateLimit {
+	if len(runs) == 0 || runs[0].ErrorClass != wire.ClassRateLimit {
 		t.Fatalf("%s attempt 1: %+v, want rate_limit", limited.id, runs)
 	}
 	// Measured from the end of the attempt, so that a slow poll of the
@@ -271,7 +272,7 @@ func testRealCLI(t *testing.T, cli realCLI, bin string) {
 	}
 	// 401: auth, on the first attempt, not retried.
 	bad := tasks[cases[2].id]
-	if bad.Status != store.Failed || bad.ErrorClass != wrapper.ClassAuth || bad.Attempt != 1 {
+	if bad.Status != store.Failed || bad.ErrorClass != wire.ClassAuth || bad.Attempt != 1 {
 		t.Errorf("%s with a refused key: %s, class %s, attempt %d; want failed, auth, 1", bad.ID, bad.Status, bad.ErrorClass, bad.Attempt)
 	}
 	// 429: retried outside max_retries.
@@ -363,7 +364,7 @@ api_modes:
 			st := openStore(t, h.home)
 			ctx := context.Background()
 			runs, _ := st.Runs(ctx, "p", "S01")
-			if len(runs) != 2 || runs[0].ErrorClass != wrapper.ClassStalled || runs[1].Status != store.Completed {
+			if len(runs) != 2 || runs[0].ErrorClass != wire.ClassStalled || runs[1].Status != store.Completed {
 				t.Fatalf("runs: %+v; want stalled, then completed", runs)
 			}
 			if got := readFile(t, filepath.Join(h.home, "runs", "p", "S01", "output", api.File)); got != api.Content {
@@ -494,7 +495,7 @@ api_modes:
 			st := openStore(t, h.home)
 			ctx := context.Background()
 			runs, _ := st.Runs(ctx, "p", "S01")
-			if len(runs) != 2 || runs[0].APIMode != "a" || runs[0].ErrorClass != wrapper.ClassRateLimit ||
+			if len(runs) != 2 || runs[0].APIMode != "a" || runs[0].ErrorClass != wire.ClassRateLimit ||
 				runs[1].APIMode != "b" || runs[1].Status != store.Completed {
 				t.Fatalf("S01 runs: %+v; want rate_limit under a, then completed under b", runs)
 			}

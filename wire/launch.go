@@ -1,4 +1,4 @@
-package wrapper
+package wire
 
 // Agents are the agent CLIs whose structured output the wrapper reads
 // (Launch.Agent).
