@@ -24,8 +24,8 @@ type Installed struct {
 	Reinstalled bool
 }
 
-// versionReply is the wrapper's `version` output (see wire.VersionReply;
-// nodes does not import the wrapper package).
+// versionReply is the wrapper's `version` output (see
+// wire.VersionReply).
 type versionReply struct {
 	Version string `json:"version"`
 	OS      string `json:"os"`

@@ -79,7 +79,7 @@ type Launch struct {
 	Repo *LaunchRepo `json:"repo,omitempty"`
 	// Sandbox is "bwrap" to run setup and the tool under bubblewrap (the
 	// attempt fails with class start where it does not work), "auto" to
-	// do so where it works, "" never (see sandbox.go).
+	// do so where it works, "" never (see wrapper/sandbox.go).
 	Sandbox string `json:"sandbox,omitempty"`
 	// WorkDir is the node's work_dir, which the sandbox hides but for the
 	// attempt's own files; required with Sandbox.
@@ -94,7 +94,7 @@ type Launch struct {
 	SandboxCommand []string          `json:"sandbox_command,omitempty"`
 	SandboxEnv     map[string]string `json:"sandbox_env,omitempty"`
 	// Limits, when set, bounds the resources of setup and the tool,
-	// sandboxed or not (see limits.go).
+	// sandboxed or not (see wrapper/limits.go).
 	Limits *Limits `json:"limits,omitempty"`
 	// Network is the task's network: NetworkOpen ("" too) or NetworkNone
 	// (only a loopback of its own, under bwrap's --unshare-net). An
@@ -102,7 +102,7 @@ type Launch struct {
 	// to start: it never runs with the network open by mistake.
 	Network string `json:"network,omitempty"`
 	// NetworkAllow, with Network NetworkAllow, are the host:port the
-	// attempt may reach (see netproxy.go); the controller has added what
+	// attempt may reach (see wrapper/netproxy.go); the controller has added what
 	// the tool needs.
 	NetworkAllow []string `json:"network_allow,omitempty"`
 }
@@ -119,7 +119,7 @@ type LaunchRepo struct {
 	Message string `json:"message,omitempty"`
 	// Spares, when positive, lets the workspace be a spare checkout of
 	// Base made after an earlier launch, and keeps up to that many ready
-	// for the next launches (see git-spare).
+	// for the next launches (see the wrapper's git-spare).
 	Spares int `json:"spares,omitempty"`
 }
 

@@ -36,7 +36,7 @@ type SandboxReply struct {
 	Error   string `json:"error,omitempty"`
 	Fix     string `json:"fix,omitempty"`
 	// Limits is how the node enforces a task's limits: a cgroup version
-	// and its controllers, EnforceRlimits or EnforceNone (see limits.go).
+	// and its controllers, EnforceRlimits or EnforceNone (see wrapper/limits.go).
 	// Empty from a wrapper before limits.
 	Limits string `json:"limits,omitempty"`
 }

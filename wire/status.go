@@ -26,7 +26,7 @@ const (
 	// the launch's stall_seconds; the supervisor stopped it.
 	ClassStalled = "stalled"
 	// ClassOOM: the attempt's processes passed its memory limit; the
-	// watchdog killed them (see limits.go). Not retried: it would need
+	// watchdog killed them (see wrapper/limits.go). Not retried: it would need
 	// the same memory again.
 	ClassOOM = "oom"
 	// ClassPids: the attempt's processes and threads passed its pids
@@ -58,12 +58,12 @@ type Status struct {
 	WrapperVersion string `json:"wrapper_version"`
 	LogBytes       int64  `json:"log_bytes"`
 	// TokensIn, TokensOut and CostUSD are what the tool reported about its
-	// usage in task.log (see ParseUsage), filled in when the tool ends.
+	// usage in task.log (see wrapper.ParseUsage), filled in when the tool ends.
 	TokensIn  int64   `json:"tokens_in"`
 	TokensOut int64   `json:"tokens_out"`
 	CostUSD   float64 `json:"cost_usd"`
 	// RetryAfterSeconds is set with ErrorClass rate_limit when the log says
-	// when the limit resets (see ParseRetryAfter): the seconds to wait from
+	// when the limit resets (see wrapper.ParseRetryAfter): the seconds to wait from
 	// the moment the tool ended, measured on the node's clock, so that the
 	// controller can wait that long from when it reads the status without
 	// comparing clocks. 0 means unknown.

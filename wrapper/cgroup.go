@@ -216,7 +216,7 @@ func (p *cgroupPlan) controllers() []string {
 	return out
 }
 
-// enforcement is the plan for SandboxReply.Limits: "cgroup v2
+// enforcement is the plan for wire.SandboxReply.Limits: "cgroup v2
 // (cpu,memory,pids) at DIR", "cgroup v1 (memory,pids)", or
 // EnforceRlimits.
 func (p *cgroupPlan) enforcement() string {

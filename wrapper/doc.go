@@ -3,13 +3,15 @@
 // status, kill, tail) and the detached supervisor that runs one attempt of a
 // task.
 //
-// The contract with the controller is docs/PROTOCOL.md. In short, a task
-// directory D holds launch.json (pushed by the controller) and the files the
-// wrapper writes: lock, pid, status.json, heartbeat, task.log, output/ and
-// attempts/<n>/. `run` re-executes the binary as a hidden `supervise`
-// subcommand in its own session, hands it the secret environment over a pipe
-// (never a file or argv), and returns once the supervisor has taken D/lock and
-// written a running status.json. The supervisor holds the lock for its whole
+// The contract with the controller is docs/PROTOCOL.md, and the documents
+// both sides read and write (launch.json, status.json, the replies) are the
+// types of package wire. In short, a task directory D holds launch.json
+// (pushed by the controller) and the files the wrapper writes: lock, pid,
+// status.json, heartbeat, task.log, output/ and attempts/<n>/. `run`
+// re-executes the binary as a hidden `supervise` subcommand in its own
+// session, hands it the secret environment over a pipe (never a file or
+// argv), and returns once the supervisor has taken D/lock and written a
+// running status.json. The supervisor holds the lock for its whole
 // life, so "alive" is decided by flock(2), which pid reuse cannot fool.
 //
 // When launch.json names a base directory in D, the supervisor copies its
@@ -22,5 +24,6 @@
 // short-lived note from `kill --grace` telling the supervisor which grace to
 // use.
 //
-// The package uses the standard library only and builds for linux and darwin.
+// Besides the standard library, the package uses only wire and
+// internal/netallow, and builds for linux and darwin.
 package wrapper

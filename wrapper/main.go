@@ -36,7 +36,7 @@ commands (see docs/PROTOCOL.md):
   git-pack    --dir D --base B --branch dispatch/P/ID --out A
 `
 
-// cmdError carries the ErrorReply kind of a failed subcommand.
+// cmdError carries the wire.ErrorReply kind of a failed subcommand.
 type cmdError struct {
 	kind string
 	err  error
@@ -53,7 +53,7 @@ func ioError(err error) error {
 	return &cmdError{wire.KindIO, err}
 }
 
-// errorKind picks the ErrorReply kind for err; untyped errors are io errors
+// errorKind picks the wire.ErrorReply kind for err; untyped errors are io errors
 // because nearly everything the wrapper does is file system work.
 func errorKind(err error) string {
 	var ce *cmdError
@@ -68,7 +68,7 @@ func errorKind(err error) string {
 
 // Main runs the wrapper with the command line args (without the program
 // name) and returns the process exit status: 0 on success, 1 after printing
-// an ErrorReply on stdout. Diagnostics for humans go to stderr.
+// a wire.ErrorReply on stdout. Diagnostics for humans go to stderr.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		return fail(stdout, usageErrorf("no command; want version, run, status, kill or tail"))
