@@ -15,7 +15,7 @@ func TestFailuresDocNamesRealTests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dirs := map[string]string{"cmd": "../cmd/dispatch", "ctl": ".", "control": "../control", "plan": "../plan", "policy": "../policy", "nodes": "../nodes", "sshnode": "../nodes/sshnode", "wrapper": "../wrapper",
+	dirs := map[string]string{"cmd": "../cmd/dispatch", "ctl": ".", "control": "../control", "plan": "../plan", "policy": "../policy", "nodes": "../nodes", "sshnode": "../nodes/sshnode", "wrapper": "../wrapper", "wire": "../wire",
 		"store": "../store", "spec": "../spec", "readmodel": "../readmodel", "gitrepo": "../gitrepo", "notify": "../notify",
 		"schedule": "../schedule", "yamlval": "../internal/yamlval", "netallow": "../internal/netallow"}
 	cites := regexp.MustCompile("`([a-z]+):(Test[A-Za-z0-9_]+)`").FindAllStringSubmatch(string(doc), -1)
