@@ -124,7 +124,7 @@ func benchRepo(ctx context.Context, o *options, t *tb) (*section, error) {
 		return nil, err
 	}
 	defer st.Close()
-	runs, err := st.Runs(ctx, "go", "")
+	runs, err := st.Attempts(ctx, "go", "")
 	if err != nil {
 		return nil, err
 	}

@@ -169,7 +169,7 @@ func sbAttempts(ctx context.Context, dbPath, project, sandbox string) (float64, 
 		return 0, err
 	}
 	defer st.Close()
-	runs, err := st.Runs(ctx, project, "")
+	runs, err := st.Attempts(ctx, project, "")
 	if err != nil {
 		return 0, err
 	}

@@ -539,7 +539,7 @@ func (tp *throughput) sessionLimit(ctx context.Context) (refused, launched int, 
 	if err != nil {
 		return 0, 0, "", err
 	}
-	runs, err := ip.st.Runs(ctx, "sessions", "")
+	runs, err := ip.st.Attempts(ctx, "sessions", "")
 	if err != nil {
 		return 0, 0, "", err
 	}

@@ -262,7 +262,7 @@ func tickRun(ctx context.Context, o *options, t *tb, c *sshdtest.Client, servers
 		r.dbTasks = append(r.dbTasks, time.Since(start).Seconds())
 		r.listSnapshots = len(tasks) > 0 && len(tasks[0].Snapshot) > 0
 		start = time.Now()
-		if _, err := ip.st.Runs(ctx, project, ""); err != nil {
+		if _, err := ip.st.Attempts(ctx, project, ""); err != nil {
 			return nil, err
 		}
 		r.dbRuns = append(r.dbRuns, time.Since(start).Seconds())

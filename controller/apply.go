@@ -56,9 +56,9 @@ type snapshot struct {
 	nextDue   map[string]time.Time
 	// modes holds, by project and task, the api_mode of each live
 	// attempt (for the slots and modes the tick's changes free).
-	modes map[string]map[string]string
-	facts map[string]projectFacts
-	runs  map[runKey]runFacts
+	modes    map[string]map[string]string
+	facts    map[string]projectFacts
+	attempts map[attemptKey]attemptFacts
 	// damaged holds the served projects left out of projects, each with
 	// the error that a row of theirs gave (store.ErrDamaged).
 	damaged map[string]error
@@ -67,10 +67,10 @@ type snapshot struct {
 // readSnapshot reads, in tx, what the tick decides over in each served
 // project (its live tasks, those the pulls name live, those a failure
 // may block, counts; see store.TickRead), its options and spending, and
-// the run facts the decisions will need.
+// the attempt facts the decisions will need.
 func readSnapshot(ctx context.Context, tx *store.Tx, projects []string, pulls map[string]*pull) (*snapshot, error) {
 	s := &snapshot{tasks: map[string][]store.Task{}, depStatus: map[string]map[string]string{}, counts: map[string]map[string]int{},
-		nextDue: map[string]time.Time{}, modes: map[string]map[string]string{}, facts: map[string]projectFacts{}, runs: map[runKey]runFacts{},
+		nextDue: map[string]time.Time{}, modes: map[string]map[string]string{}, facts: map[string]projectFacts{}, attempts: map[attemptKey]attemptFacts{},
 		damaged: map[string]error{}}
 	named := namedLive(pulls)
 	now := tx.Now()
@@ -99,16 +99,16 @@ func readSnapshot(ctx context.Context, tx *store.Tx, projects []string, pulls ma
 			}
 		}
 		s.facts[name] = f
-		for _, k := range neededRuns(read.Tasks, pulls) {
-			mode, err := tx.RunMode(ctx, k.project, k.task, k.attempt)
+		for _, k := range neededAttempts(read.Tasks, pulls) {
+			mode, err := tx.AttemptMode(ctx, k.project, k.task, k.attempt)
 			if err != nil {
 				return nil, err
 			}
-			collected, err := tx.RunCollected(ctx, k.project, k.task, k.attempt)
+			collected, err := tx.AttemptCollected(ctx, k.project, k.task, k.attempt)
 			if err != nil {
 				return nil, err
 			}
-			s.runs[k] = runFacts{mode: mode, collected: collected}
+			s.attempts[k] = attemptFacts{mode: mode, collected: collected}
 		}
 	}
 	return s, nil
@@ -158,7 +158,7 @@ func (c *Controller) decideApply(snap *snapshot, pulls map[string]*pull, prev ma
 			plan.nodes = append(plan.nodes, c.nodeRecord(name, p, prev[name], now))
 		}
 	}
-	a := &applier{c: c, now: now, pulls: pulls, prev: prev, runs: snap.runs, projects: snap.facts,
+	a := &applier{c: c, now: now, pulls: pulls, prev: prev, attempts: snap.attempts, projects: snap.facts,
 		counts: snap.counts, depStatus: snap.depStatus, modes: snap.modes, after: newAfterApply()}
 	for _, project := range snap.projects {
 		a.dueAt(snap.nextDue[project])

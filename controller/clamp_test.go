@@ -81,7 +81,7 @@ tools:
 		t.Fatalf("api_mode paused until %s, more than a day from now (%s)", pauses[0].Until, h.clock.Now())
 	}
 	for _, id := range []string{"S01", "S02"} {
-		runs, _ := h.st.Runs(ctx, "p", id)
+		runs, _ := h.st.Attempts(ctx, "p", id)
 		if len(runs) == 0 || runs[0].TokensIn < 0 || runs[0].CostUSD > wire.MaxCostUSD || math.IsNaN(runs[0].CostUSD) {
 			t.Fatalf("%s runs = %+v; want clamped figures", id, runs)
 		}

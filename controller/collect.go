@@ -35,7 +35,7 @@ import (
 // directory, with the manifest in the database.
 func (c *Controller) collectAll(ctx context.Context, projects []string, pulls map[string]*pull, launching map[string]bool) error {
 	current := map[string]bool{}
-	byNode := map[string][]store.Run{}
+	byNode := map[string][]store.Attempt{}
 	unkilledNodes, _ := c.unkilled()
 	for _, project := range projects {
 		runs, isCurrent, err := c.st.Uncollected(ctx, project)
@@ -91,7 +91,7 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 // attempt, its output/ and task.log to the top of runs/<p>/<ID>/ with the
 // manifest. Every remote call has its own deadline, so a large output/ is
 // not cut off by one for the whole attempt.
-func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, current bool) error {
+func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Attempt, current bool) error {
 	src, err := c.attemptFiles(ctx, n, r)
 	if err != nil {
 		return err
@@ -104,7 +104,7 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 				Node: r.Node, Message: "files of this attempt are gone from the node; nothing collected"}); err != nil {
 				return err
 			}
-			return tx.SetRun(ctx, r.Project, r.Task, r.Attempt, store.RunPatch{CollectedAt: new(tx.Now())})
+			return tx.SetAttempt(ctx, r.Project, r.Task, r.Attempt, store.AttemptPatch{CollectedAt: new(tx.Now())})
 		})
 	}
 	dest := filepath.Join(home.RunsDir(c.opts.Home, r.Project), r.Task)
@@ -175,7 +175,7 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 				return err
 			}
 		}
-		return tx.SetRun(ctx, r.Project, r.Task, r.Attempt, store.RunPatch{CollectedAt: new(tx.Now())})
+		return tx.SetAttempt(ctx, r.Project, r.Task, r.Attempt, store.AttemptPatch{CollectedAt: new(tx.Now())})
 	})
 }
 
@@ -184,7 +184,7 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Run, c
 // collect_max_bytes and to room, the free space the controller keeps. A
 // refused output/ (over quota, a symbolic link) is left empty and
 // returned as refused: the task fails, its task.log still collected.
-func (c *Controller) collectOutput(ctx context.Context, n *nodeRuntime, r store.Run, src, tmp string, room int64) (manifest []store.File, refused, err error) {
+func (c *Controller) collectOutput(ctx context.Context, n *nodeRuntime, r store.Attempt, src, tmp string, room int64) (manifest []store.File, refused, err error) {
 	maxBytes := c.config().Controller.CollectMaxBytes
 	files, err := c.walk(ctx, n, path.Join(src, "output"))
 	switch {
@@ -324,7 +324,7 @@ func regularFiles(files []nodes.FileInfo) int {
 // removed afterwards, holding the content to limit bytes on both sides, and
 // returns the manifest. files is the listing the quota was checked on; the
 // archive's own deadline grows with its size.
-func (c *Controller) fetchTree(ctx context.Context, n *nodeRuntime, r store.Run, remote, local string, files []nodes.FileInfo, limit int64) ([]store.File, error) {
+func (c *Controller) fetchTree(ctx context.Context, n *nodeRuntime, r store.Attempt, remote, local string, files []nodes.FileInfo, limit int64) ([]store.File, error) {
 	inst := n.installed()
 	if inst == nil {
 		return nil, fmt.Errorf("the wrapper on %s is being checked again", n.cfg.Name)
@@ -416,7 +416,7 @@ func (c *Controller) noRoom(project, what string) error {
 // attemptFiles finds where attempt r's files are on its node: still in the
 // task directory, or moved to attempts/<n>/ by a later attempt there. It
 // returns "" when neither holds that attempt's status.json.
-func (c *Controller) attemptFiles(ctx context.Context, n *nodeRuntime, r store.Run) (string, error) {
+func (c *Controller) attemptFiles(ctx context.Context, n *nodeRuntime, r store.Attempt) (string, error) {
 	inst := n.installed()
 	if inst == nil {
 		return "", fmt.Errorf("the wrapper on %s is being checked again", n.cfg.Name)

@@ -265,7 +265,7 @@ func (c *Controller) Cancel(ctx context.Context, project string, ids []string) (
 			t := byID[id]
 			if t.Status == store.Claimed || t.Status == store.Running {
 				running = append(running, t)
-				if err := tx.SetRun(ctx, project, id, t.Attempt, store.RunPatch{Status: new(store.Killed), ErrorClass: new(store.Killed),
+				if err := tx.SetAttempt(ctx, project, id, t.Attempt, store.AttemptPatch{Status: new(store.Killed), ErrorClass: new(store.Killed),
 					Error: new("canceled by the operator"), CompletedAt: new(tx.Now())}); err != nil {
 					return err
 				}

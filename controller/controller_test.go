@@ -232,7 +232,7 @@ func TestRetryWaitsForBackoffOnTheControllersClock(t *testing.T) {
 	if tk.Attempt != 3 || tk.ErrorClass != "exit" || tk.ExitCode != 3 {
 		t.Fatalf("final: attempt %d class %q exit %d, want 3, exit, 3", tk.Attempt, tk.ErrorClass, tk.ExitCode)
 	}
-	runs, _ := h.st.Runs(context.Background(), "p", "S01")
+	runs, _ := h.st.Attempts(context.Background(), "p", "S01")
 	if len(runs) != 3 {
 		t.Fatalf("runs = %d, want 3", len(runs))
 	}
@@ -358,7 +358,7 @@ func TestWrapperDeathIsACrashAndRetried(t *testing.T) {
 		"S01-long.md": "sleep 30\n",
 	}))
 	h.tickUntil("task to run", func() bool { return h.task("S01").Status == store.Running })
-	runs, _ := h.st.Runs(context.Background(), "p", "S01")
+	runs, _ := h.st.Attempts(context.Background(), "p", "S01")
 	pid := runs[0].PID
 	if pid <= 0 {
 		t.Fatalf("no wrapper pid recorded: %+v", runs[0])
@@ -368,7 +368,7 @@ func TestWrapperDeathIsACrashAndRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.tickUntil("crash to be detected", func() bool { return h.task("S01").RetriesUsed == 1 })
-	runs, _ = h.st.Runs(context.Background(), "p", "S01")
+	runs, _ = h.st.Attempts(context.Background(), "p", "S01")
 	if runs[0].ErrorClass != "crash" {
 		t.Fatalf("attempt 1 class = %q, want crash", runs[0].ErrorClass)
 	}
@@ -479,7 +479,7 @@ func TestAgentKilledIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.tickUntil("crash to be recorded", func() bool { return h.task("S01").RetriesUsed == 1 })
-	runs, _ := h.st.Runs(context.Background(), "p", "S01")
+	runs, _ := h.st.Attempts(context.Background(), "p", "S01")
 	if runs[0].ErrorClass != "crash" || runs[0].Signal == "" {
 		t.Fatalf("attempt 1: class %q signal %q, want crash with the signal", runs[0].ErrorClass, runs[0].Signal)
 	}

@@ -18,11 +18,11 @@ import (
 // op is one typed change to the database, decided before anything is
 // written: exactly one of its fields is set.
 type op struct {
-	change *store.Change
-	task   *taskPatch
-	run    *runPatch
-	pause  *store.Pause
-	event  *store.Event
+	change  *store.Change
+	task    *taskPatch
+	attempt *attemptPatch
+	pause   *store.Pause
+	event   *store.Event
 	// cancel cancels every pending and blocked task of its project (see
 	// store.Tx.CancelWaiting), each as the change says.
 	cancel *store.Change
@@ -33,9 +33,9 @@ type taskPatch struct {
 	patch       store.TaskPatch
 }
 
-type runPatch struct {
-	key   runKey
-	patch store.RunPatch
+type attemptPatch struct {
+	key   attemptKey
+	patch store.AttemptPatch
 }
 
 // exec writes o in tx.
@@ -46,8 +46,8 @@ func (o op) exec(ctx context.Context, tx *store.Tx) error {
 		return err
 	case o.task != nil:
 		return tx.SetTask(ctx, o.task.project, o.task.id, o.task.patch)
-	case o.run != nil:
-		return tx.SetRun(ctx, o.run.key.project, o.run.key.task, o.run.key.attempt, o.run.patch)
+	case o.attempt != nil:
+		return tx.SetAttempt(ctx, o.attempt.key.project, o.attempt.key.task, o.attempt.key.attempt, o.attempt.patch)
 	case o.pause != nil:
 		return tx.PutPause(ctx, *o.pause)
 	case o.event != nil:
@@ -68,8 +68,8 @@ func (o op) String() string {
 		return fmt.Sprintf("%s %s→%s: %s", c.Task, c.From, c.To, c.Message)
 	case o.task != nil:
 		return fmt.Sprintf("task %s %s", o.task.id, patchString(o.task.patch))
-	case o.run != nil:
-		return fmt.Sprintf("run %s#%d %s", o.run.key.task, o.run.key.attempt, patchString(o.run.patch))
+	case o.attempt != nil:
+		return fmt.Sprintf("run %s#%d %s", o.attempt.key.task, o.attempt.key.attempt, patchString(o.attempt.patch))
 	case o.pause != nil:
 		return "pause " + o.pause.APIMode
 	case o.event != nil:
@@ -107,14 +107,14 @@ func patchFields(p any) map[string]string {
 	return out
 }
 
-// runKey names one attempt.
-type runKey struct {
+// attemptKey names one attempt.
+type attemptKey struct {
 	project, task string
 	attempt       int
 }
 
-// runFacts is what the decisions read of an attempt's run row.
-type runFacts struct {
+// attemptFacts is what the decisions read of an attempt's row.
+type attemptFacts struct {
 	mode      string
 	collected bool
 }
@@ -139,9 +139,9 @@ type applier struct {
 	now   time.Time
 	pulls map[string]*pull
 	prev  map[string]store.Node
-	// runs holds what the decisions need of attempts' run rows (see
-	// neededRuns); projects each project's options and spending.
-	runs     map[runKey]runFacts
+	// attempts holds what the decisions need of attempts' rows (see
+	// neededAttempts); projects each project's options and spending.
+	attempts map[attemptKey]attemptFacts
 	projects map[string]projectFacts
 	// counts are each project's tasks by status, kept up to date with the
 	// tick's transitions; depStatus the status of dependencies that are
@@ -196,8 +196,8 @@ func (a *applier) transition(t *store.Task, ch store.Change) {
 	a.changed++
 }
 
-func (a *applier) setRun(t *store.Task, p store.RunPatch) {
-	a.emit(op{run: &runPatch{runKey{t.Project, t.ID, t.Attempt}, p}})
+func (a *applier) setAttempt(t *store.Task, p store.AttemptPatch) {
+	a.emit(op{attempt: &attemptPatch{attemptKey{t.Project, t.ID, t.Attempt}, p}})
 }
 
 func (a *applier) setTask(t *store.Task, p store.TaskPatch) {
@@ -310,7 +310,7 @@ func (a *applier) noStatus(t *store.Task, ts *wire.TaskStatus) {
 			a.dueAt(t.HeartbeatAt.Add(grace))
 			return
 		}
-		a.setRun(t, store.RunPatch{Status: new(store.Lost), Error: new("the launch never started on the node")})
+		a.setAttempt(t, store.AttemptPatch{Status: new(store.Lost), Error: new("the launch never started on the node")})
 		a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: store.Claimed, To: store.Pending,
 			Kind: "requeue", Message: "no trace of attempt on " + t.Node + "; launching again"})
 		return
@@ -328,7 +328,7 @@ func (a *applier) noStatus(t *store.Task, ts *wire.TaskStatus) {
 		msg = "status.json unreadable (" + ts.StatusError + ") and the wrapper is gone"
 	}
 	a.fail(t, store.Running, wire.ClassCrash, msg, 0,
-		store.RunPatch{Status: new(store.Failed), ErrorClass: new(wire.ClassCrash), Error: new(msg)})
+		store.AttemptPatch{Status: new(store.Failed), ErrorClass: new(wire.ClassCrash), Error: new(msg)})
 }
 
 func (a *applier) running(t *store.Task, ts *wire.TaskStatus, st *wire.Status) {
@@ -336,7 +336,7 @@ func (a *applier) running(t *store.Task, ts *wire.TaskStatus, st *wire.Status) {
 	if t.Status == store.Claimed {
 		a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: store.Claimed, To: store.Running,
 			Message: fmt.Sprintf("on %s (pid %d)", t.Node, st.PID), Set: store.TaskPatch{StartedAt: new(started)}})
-		a.setRun(t, store.RunPatch{Status: new(store.Running), PID: new(st.PID), StartedAt: new(started)})
+		a.setAttempt(t, store.AttemptPatch{Status: new(store.Running), PID: new(st.PID), StartedAt: new(started)})
 	}
 	if ts.Heartbeat != t.Heartbeat {
 		t.HeartbeatAt = a.now
@@ -349,7 +349,7 @@ func (a *applier) running(t *store.Task, ts *wire.TaskStatus, st *wire.Status) {
 	if !ts.Alive {
 		msg := fmt.Sprintf("wrapper (pid %d) is gone while the attempt was running", st.PID)
 		a.fail(t, store.Running, wire.ClassCrash, msg, 0,
-			store.RunPatch{Status: new(store.Failed), ErrorClass: new(wire.ClassCrash), Error: new(msg), CompletedAt: new(a.now)})
+			store.AttemptPatch{Status: new(store.Failed), ErrorClass: new(wire.ClassCrash), Error: new(msg), CompletedAt: new(a.now)})
 		return
 	}
 	// The wrapper lives but its heartbeat stopped (frozen, stopped, a hung
@@ -361,7 +361,7 @@ func (a *applier) running(t *store.Task, ts *wire.TaskStatus, st *wire.Status) {
 	if stale := a.now.Sub(since); stale >= a.c.config().Controller.HeartbeatTimeout {
 		msg := fmt.Sprintf("hung: heartbeat unchanged for %s while the wrapper (pid %d) is alive", stale.Round(time.Second), st.PID)
 		a.fail(t, store.Running, wire.ClassHung, msg, 0,
-			store.RunPatch{Status: new(store.Failed), ErrorClass: new(wire.ClassHung), Error: new(msg), CompletedAt: new(a.now)})
+			store.AttemptPatch{Status: new(store.Failed), ErrorClass: new(wire.ClassHung), Error: new(msg), CompletedAt: new(a.now)})
 		return
 	}
 	a.dueAt(since.Add(a.c.config().Controller.HeartbeatTimeout))
@@ -383,7 +383,7 @@ func (a *applier) finished(t *store.Task, status *wire.Status) {
 	a.spend(t.Project, &st)
 	completed := parseRemoteTime(st.CompletedAt, a.now)
 	started := parseRemoteTime(st.StartedAt, completed)
-	run := store.RunPatch{Status: new(st.Status), PID: new(st.PID), ExitCode: new(st.ExitCode), Signal: new(st.Signal),
+	run := store.AttemptPatch{Status: new(st.Status), PID: new(st.PID), ExitCode: new(st.ExitCode), Signal: new(st.Signal),
 		ErrorClass: new(st.ErrorClass), Error: new(st.Error), StartedAt: new(started), CompletedAt: new(completed),
 		LogBytes: new(st.LogBytes), TokensIn: new(st.TokensIn), TokensOut: new(st.TokensOut), CostUSD: new(st.CostUSD),
 		SessionID: new(st.SessionID), Sandbox: new(st.Sandbox)}
@@ -391,7 +391,7 @@ func (a *applier) finished(t *store.Task, status *wire.Status) {
 		run.Commit = new(st.Commit)
 	}
 	if st.Status == wire.StatusCompleted {
-		a.setRun(t, run)
+		a.setAttempt(t, run)
 		a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: t.Status, To: store.Completed,
 			Message: "on " + t.Node,
 			Set: store.TaskPatch{ExitCode: new(st.ExitCode), ErrorClass: new(""), Error: new(""), StartedAt: new(started),
@@ -418,7 +418,7 @@ func (a *applier) finished(t *store.Task, status *wire.Status) {
 
 // spend adds what a finished attempt cost to its project's spending, so
 // that the budget check of this same tick counts it (the snapshot's
-// figures were read before the attempt's run row is written). The
+// figures were read before the attempt's row is written). The
 // wrapper's figures are clamped: never negative, the cost bounded.
 func (a *applier) spend(project string, st *wire.Status) {
 	f, ok := a.projects[project]
@@ -444,7 +444,7 @@ func (a *applier) spend(project string, st *wire.Status) {
 func (a *applier) pauseMode(t *store.Task, tool string, st *wire.Status) {
 	a.retryAfter = trustedReset(tool, st.RetryAfterSeconds)
 	pause := ratePause(a.retryAfter, a.c.backoff(t.RateLimitRetries+1), a.c.config().Controller.RetryBackoffMax)
-	mode := a.runs[runKey{t.Project, t.ID, t.Attempt}].mode
+	mode := a.attempts[attemptKey{t.Project, t.ID, t.Attempt}].mode
 	if mode == "" {
 		mode = a.c.modeKey(t.Node)
 	}
@@ -499,8 +499,8 @@ const maxLostRetries = 10
 
 // fail moves the current attempt to failed with its run record, then retries
 // it after the backoff when its class is retryable and retries remain.
-func (a *applier) fail(t *store.Task, from, class, msg string, exitCode int, run store.RunPatch) {
-	a.setRun(t, run)
+func (a *applier) fail(t *store.Task, from, class, msg string, exitCode int, run store.AttemptPatch) {
+	a.setAttempt(t, run)
 	if msg == "" {
 		msg = class
 	}
@@ -512,7 +512,7 @@ func (a *applier) fail(t *store.Task, from, class, msg string, exitCode int, run
 
 // lose marks the current attempt lost (its node is gone) and requeues it.
 func (a *applier) lose(t *store.Task, msg string) {
-	a.setRun(t, store.RunPatch{Status: new(store.Lost), ErrorClass: new(store.Lost), Error: new(msg)})
+	a.setAttempt(t, store.AttemptPatch{Status: new(store.Lost), ErrorClass: new(store.Lost), Error: new(msg)})
 	a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: t.Status, To: store.Lost,
 		Message: msg, Set: store.TaskPatch{ErrorClass: new(store.Lost), Error: new(msg)}})
 	a.retry(t, store.Lost, store.Lost)
@@ -659,12 +659,12 @@ func (a *applier) uncollectable(t *store.Task) {
 		since = a.c.started
 	}
 	if a.now.Sub(since) < a.c.config().Controller.NodeOfflineTimeout {
-		if !a.runs[runKey{t.Project, t.ID, t.Attempt}].collected {
+		if !a.attempts[attemptKey{t.Project, t.ID, t.Attempt}].collected {
 			a.dueAt(since.Add(a.c.config().Controller.NodeOfflineTimeout))
 		}
 		return
 	}
-	if a.runs[runKey{t.Project, t.ID, t.Attempt}].collected {
+	if a.attempts[attemptKey{t.Project, t.ID, t.Attempt}].collected {
 		return
 	}
 	a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: store.Completed, To: store.Pending, Kind: "requeue",
@@ -726,11 +726,11 @@ func (a *applier) cancelPending(project string, tasks []store.Task, kind, why st
 	return n
 }
 
-// neededRuns lists the attempts whose run rows the decisions over tasks
+// neededAttempts lists the attempts whose rows the decisions over tasks
 // will read: the api_mode of an attempt that hit a rate limit, whether a
 // completed attempt on an offline node was collected.
-func neededRuns(tasks []store.Task, pulls map[string]*pull) []runKey {
-	var out []runKey
+func neededAttempts(tasks []store.Task, pulls map[string]*pull) []attemptKey {
+	var out []attemptKey
 	for _, t := range tasks {
 		p := pulls[t.Node]
 		if p == nil || p.skipped {
@@ -746,7 +746,7 @@ func neededRuns(tasks []store.Task, pulls map[string]*pull) []runKey {
 		default:
 			continue
 		}
-		out = append(out, runKey{t.Project, t.ID, t.Attempt})
+		out = append(out, attemptKey{t.Project, t.ID, t.Attempt})
 	}
 	return out
 }

@@ -142,7 +142,7 @@ func TestApplyDecisions(t *testing.T) {
 		name    string
 		tasks   []store.Task
 		pulls   map[string]any
-		runs    map[runKey]runFacts
+		runs    map[attemptKey]attemptFacts
 		prev    map[string]store.Node
 		notices []string // "event project: message"
 		spent   float64
@@ -212,7 +212,7 @@ func TestApplyDecisions(t *testing.T) {
 			name:  "a rate limit pauses the api_mode the attempt ran under, and retries outside max_retries",
 			tasks: []store.Task{task("S01", store.Running, "n1", 1)},
 			pulls: map[string]any{"n1": []wire.TaskStatus{ended("S01", 1, wire.StatusFailed, wire.ClassRateLimit)}},
-			runs:  map[runKey]runFacts{{"p", "S01", 1}: {mode: "fallback-team"}},
+			runs:  map[attemptKey]attemptFacts{{"p", "S01", 1}: {mode: "fallback-team"}},
 			want: []string{"pause fallback-team", "run S01#1",
 				"S01 running→failed: attempt 1 failed (rate_limit): rate_limit",
 				"S01 failed→pending: rate limited: retry 1 of 10"},
@@ -231,7 +231,7 @@ func TestApplyDecisions(t *testing.T) {
 				ts.Status.RetryAfterSeconds = 86400
 				return ts
 			}()}},
-			runs: map[runKey]runFacts{{"p", "S01", 1}: {mode: "team"}},
+			runs: map[attemptKey]attemptFacts{{"p", "S01", 1}: {mode: "team"}},
 			want: []string{"pause team", "run S01#1",
 				"S01 running→failed: attempt 1 failed (rate_limit): rate_limit",
 				"S01 failed→pending: rate limited: retry 1 of 10"},
@@ -246,7 +246,7 @@ func TestApplyDecisions(t *testing.T) {
 				ts.Status.RetryAfterSeconds = 86400
 				return ts
 			}()}},
-			runs: map[runKey]runFacts{{"p", "S01", 1}: {mode: "team"}},
+			runs: map[attemptKey]attemptFacts{{"p", "S01", 1}: {mode: "team"}},
 			want: []string{"pause team", "run S01#1",
 				"S01 running→failed: attempt 1 failed (rate_limit): rate_limit",
 				"S01 failed→pending: rate limited: retry 1 of 10"},

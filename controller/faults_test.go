@@ -97,7 +97,7 @@ func TestFrozenWrapperIsKilledAsHungAndRetried(t *testing.T) {
 	h.clock.Advance(2 * time.Second)
 	h.tick()
 	tk := h.task("S01")
-	runs, _ := h.st.Runs(context.Background(), "p", "S01")
+	runs, _ := h.st.Attempts(context.Background(), "p", "S01")
 	if tk.RetriesUsed != 1 || runs[0].ErrorClass != "hung" || !strings.Contains(runs[0].Error, "heartbeat unchanged") {
 		t.Fatalf("after heartbeat_timeout: runs[0] %q %q; %s", runs[0].ErrorClass, runs[0].Error, h.dump())
 	}
@@ -180,7 +180,7 @@ case "$s" in ""|Z*) echo dead;; *) echo alive;; esac > '%[2]s'
 		h.clock.Advance(time.Second)
 		time.Sleep(20 * time.Millisecond)
 	}
-	runs, _ := h.st.Runs(context.Background(), "p", "S01")
+	runs, _ := h.st.Attempts(context.Background(), "p", "S01")
 	if runs[0].ErrorClass != "crash" {
 		t.Fatalf("attempt 1 class %q, want crash", runs[0].ErrorClass)
 	}
@@ -210,7 +210,7 @@ func TestCorruptStatusWithDeadWrapperIsACrash(t *testing.T) {
 	signal(-toolPID, syscall.SIGKILL)
 	os.WriteFile(file, []byte(`{"task":"S01","attem`), 0o644)
 	h.tickUntil("crash to be recorded", func() bool { return h.task("S01").RetriesUsed == 1 })
-	runs, _ := h.st.Runs(context.Background(), "p", "S01")
+	runs, _ := h.st.Attempts(context.Background(), "p", "S01")
 	if runs[0].ErrorClass != "crash" || !strings.Contains(runs[0].Error, "unreadable") {
 		t.Fatalf("attempt 1: %q %q", runs[0].ErrorClass, runs[0].Error)
 	}
@@ -370,7 +370,7 @@ nodes:
 		if _, _, err := tx.Transition(ctx, store.Change{Project: "p", Task: "S01", From: store.Claimed, To: store.Completed}); err != nil {
 			return err
 		}
-		return tx.SetRun(ctx, "p", "S01", a, store.RunPatch{Status: new(store.Completed)})
+		return tx.SetAttempt(ctx, "p", "S01", a, store.AttemptPatch{Status: new(store.Completed)})
 	}); err != nil {
 		t.Fatal(err)
 	}

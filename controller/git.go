@@ -115,7 +115,7 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 // wrapper makes of what the attempt added to its base, fetched bounded by
 // progress and by collect_max_bytes), writes its diffstat to
 // diffstat.txt in local, and returns the changed files as the manifest.
-func (c *Controller) collectCommit(ctx context.Context, n *nodeRuntime, r store.Run, t store.Task, opRepo, local string) ([]store.File, error) {
+func (c *Controller) collectCommit(ctx context.Context, n *nodeRuntime, r store.Attempt, t store.Task, opRepo, local string) ([]store.File, error) {
 	inst := n.installed()
 	if inst == nil {
 		return nil, fmt.Errorf("the wrapper on %s is being checked again", n.cfg.Name)
@@ -150,7 +150,7 @@ func (c *Controller) collectCommit(ctx context.Context, n *nodeRuntime, r store.
 
 // fetchCommit has the wrapper pack what attempt r added to its base, and
 // imports the pack into opRepo under ref.
-func (c *Controller) fetchCommit(ctx context.Context, n *nodeRuntime, inst *nodes.Installed, r store.Run, t store.Task, opRepo, ref string) error {
+func (c *Controller) fetchCommit(ctx context.Context, n *nodeRuntime, inst *nodes.Installed, r store.Attempt, t store.Task, opRepo, ref string) error {
 	dir := taskDir(inst, r.Project, r.Task)
 	archive := path.Join(dir, "result.pack")
 	res, removeArchive, err := c.remoteArchive(ctx, n, archive, time.Duration(c.config().Controller.CollectMaxBytes/(8<<20))*time.Second,
@@ -228,7 +228,7 @@ type gitAttempt struct {
 
 // gitTask returns r's task and repository when r is the current attempt of
 // a git-native task, else nil.
-func (c *Controller) gitTask(ctx context.Context, r store.Run, current bool) (*gitAttempt, error) {
+func (c *Controller) gitTask(ctx context.Context, r store.Attempt, current bool) (*gitAttempt, error) {
 	if !current {
 		return nil, nil
 	}
@@ -260,7 +260,7 @@ func baseOf(t store.Task) taskBase { return taskBase{Dir: t.BaseDir, Commit: t.B
 
 // resultOf is what t (completed and collected) left: its collected output/
 // or, git-native, its current attempt's commit.
-func resultOf(runsDir string, t store.Task, runs []store.Run) taskBase {
+func resultOf(runsDir string, t store.Task, runs []store.Attempt) taskBase {
 	if t.BaseCommit == "" {
 		return taskBase{Dir: filepath.Join(runsDir, t.ID, "output")}
 	}
@@ -268,7 +268,7 @@ func resultOf(runsDir string, t store.Task, runs []store.Run) taskBase {
 }
 
 // attemptCommit is the commit t's current attempt recorded, or "".
-func attemptCommit(t store.Task, runs []store.Run) string {
+func attemptCommit(t store.Task, runs []store.Attempt) string {
 	for _, r := range runs {
 		if r.Task == t.ID && r.Attempt == t.Attempt {
 			return r.Commit
@@ -279,7 +279,7 @@ func attemptCommit(t store.Task, runs []store.Run) string {
 
 // verdictReader reads verifier v's verdict.json: from its collected output/
 // or, git-native, from its commit.
-func (c *Controller) verdictReader(ctx context.Context, runsDir string, opts store.ProjectOptions, v store.Task, runs []store.Run) func() ([]byte, error) {
+func (c *Controller) verdictReader(ctx context.Context, runsDir string, opts store.ProjectOptions, v store.Task, runs []store.Attempt) func() ([]byte, error) {
 	if v.BaseCommit == "" || opts.Repo == nil {
 		return fileVerdict(filepath.Join(runsDir, v.ID, "output", "verdict.json"))
 	}
@@ -354,7 +354,7 @@ type mergedBranches struct {
 // order then by ID, onto the project's base with git's 3-way merge, and
 // sets mergeRef to the result. Conflicts are committed with git's markers
 // and listed.
-func (c *Controller) mergeBranches(ctx context.Context, project string, repo *store.RepoOptions, author []store.Task, runs []store.Run) (*mergedBranches, error) {
+func (c *Controller) mergeBranches(ctx context.Context, project string, repo *store.RepoOptions, author []store.Task, runs []store.Attempt) (*mergedBranches, error) {
 	var branches []gitrepo.TaskBranch
 	for _, t := range mergeOrder(author) {
 		if t.Status != store.Completed {

@@ -137,7 +137,7 @@ func (c *Controller) launchAll(ctx context.Context, claims []claim) int {
 					Set: store.TaskPatch{StartedAt: new(tx.Now())}}); err != nil {
 					return err
 				}
-				if err := tx.SetRun(ctx, t.Project, t.ID, t.Attempt, store.RunPatch{Status: new(store.Running), PID: new(o.reply.PID), StartedAt: new(tx.Now()), Dangerous: new(o.dangerous)}); err != nil {
+				if err := tx.SetAttempt(ctx, t.Project, t.ID, t.Attempt, store.AttemptPatch{Status: new(store.Running), PID: new(o.reply.PID), StartedAt: new(tx.Now()), Dangerous: new(o.dangerous)}); err != nil {
 					return err
 				}
 				if o.resumed != "" {
@@ -151,7 +151,7 @@ func (c *Controller) launchAll(ctx context.Context, claims []claim) int {
 					t.RetriesUsed = t.MaxRetries
 				}
 				msg := o.err.Error()
-				a.fail(&t, store.Claimed, wire.ClassStart, msg, 0, store.RunPatch{Status: new(store.Failed),
+				a.fail(&t, store.Claimed, wire.ClassStart, msg, 0, store.AttemptPatch{Status: new(store.Failed),
 					ErrorClass: new(wire.ClassStart), Error: new(msg), CompletedAt: new(tx.Now())})
 			default:
 				if err := tx.Event(ctx, store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: "warning",
@@ -587,7 +587,7 @@ func (c *Controller) resumable(ctx context.Context, cl claim) (string, error) {
 	if t.Attempt < 2 {
 		return "", nil
 	}
-	runs, err := c.st.Runs(ctx, t.Project, t.ID)
+	runs, err := c.st.Attempts(ctx, t.Project, t.ID)
 	if err != nil {
 		return "", err
 	}

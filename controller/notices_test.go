@@ -20,7 +20,7 @@ func TestNoticesDecided(t *testing.T) {
 		name  string
 		tasks []store.Task
 		pulls map[string]any
-		runs  map[runKey]runFacts
+		runs  map[attemptKey]attemptFacts
 		opts  store.ProjectOptions
 		spent float64
 		want  []string
@@ -30,7 +30,7 @@ func TestNoticesDecided(t *testing.T) {
 			tasks: []store.Task{task("S01", store.Running, "n1", 1), task("S02", store.Running, "n1", 1)},
 			pulls: map[string]any{"n1": []wire.TaskStatus{ended("S01", 1, wire.StatusFailed, wire.ClassRateLimit),
 				ended("S02", 1, wire.StatusFailed, wire.ClassRateLimit)}},
-			runs: map[runKey]runFacts{{"p", "S01", 1}: {mode: "team"}, {"p", "S02", 1}: {mode: "team"}},
+			runs: map[attemptKey]attemptFacts{{"p", "S01", 1}: {mode: "team"}, {"p", "S02", 1}: {mode: "team"}},
 			want: []string{notify.ModePaused + " p: api_mode team paused until "},
 		},
 		{

@@ -133,7 +133,7 @@ echo done > out.txt
 		return h.task("S02").Status == store.Completed && h.task("S03").Status == store.Completed
 	})
 	for id, want := range map[string]float64{"S02": 0, "S03": 20} {
-		runs, _ := h.st.Runs(ctx, "p", id)
+		runs, _ := h.st.Attempts(ctx, "p", id)
 		if len(runs) != 1 || runs[0].CostUSD != want {
 			t.Errorf("%s runs = %+v; want one costing $%g", id, runs, want)
 		}

@@ -65,7 +65,7 @@ type phaseInput struct {
 	lastIssues []string
 	// runsDir and runs locate the phase tasks' results.
 	runsDir string
-	runs    []store.Run
+	runs    []store.Attempt
 }
 
 // phaseAction is what the phase machine does next.
@@ -105,7 +105,7 @@ func (c *Controller) readPhase(ctx context.Context, p store.Project) (phaseInput
 	if err != nil {
 		return phaseInput{}, false, err
 	}
-	runs, err := c.st.Runs(ctx, p.Name, "")
+	runs, err := c.st.Attempts(ctx, p.Name, "")
 	if err != nil {
 		return phaseInput{}, false, err
 	}

@@ -106,7 +106,7 @@ func TestLargeOutputIsOneTransfer(t *testing.T) {
 	counter := &countGets{Transport: h.ctl.nodes["local"].tr}
 	h.ctl.nodes["local"].tr = counter
 	h.tickUntil("S01 to be collected", func() bool {
-		runs, _ := h.st.Runs(context.Background(), "p", "S01")
+		runs, _ := h.st.Attempts(context.Background(), "p", "S01")
 		return len(runs) == 1 && !runs[0].CollectedAt.IsZero()
 	})
 	out := filepath.Join(home.RunsDir(h.home, "p"), "S01", "output")
@@ -181,7 +181,7 @@ func TestForgedOutputArchive(t *testing.T) {
 			h.ctl.nodes["local"].tr = &forgedArchive{Local: nodes.NewLocal(), archive: tarOf(t, tc.names...)}
 			h.tickUntil("S01 to end", func() bool {
 				evs := h.events("collect_failed")
-				runs, _ := h.st.Runs(context.Background(), "p", "S01")
+				runs, _ := h.st.Attempts(context.Background(), "p", "S01")
 				return len(evs) > 0 || len(runs) == 1 && !runs[0].CollectedAt.IsZero()
 			})
 			runs := home.RunsDir(h.home, "p")

@@ -52,7 +52,7 @@ nodes:
 			t.Errorf("%s: sandbox %q, limits %+v; want the project's (on, pids 500)", id, tk.Sandbox, tk.Limits)
 		}
 	}
-	runs, err := h.st.Runs(context.Background(), "p", "S99")
+	runs, err := h.st.Attempts(context.Background(), "p", "S99")
 	if err != nil || len(runs) == 0 || runs[len(runs)-1].Sandbox != "bwrap" {
 		t.Fatalf("S99's attempt: %+v, %v; want it run under bwrap", runs, err)
 	}

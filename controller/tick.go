@@ -425,7 +425,7 @@ func (c *Controller) record(ctx context.Context, tx *store.Tx, tp *tickPlan) ([]
 		if err != nil {
 			return nil, err
 		}
-		if err := tx.SetRun(ctx, p.task.Project, p.task.ID, attempt, store.RunPatch{APIMode: new(p.mode), Inputs: &in}); err != nil {
+		if err := tx.SetAttempt(ctx, p.task.Project, p.task.ID, attempt, store.AttemptPatch{APIMode: new(p.mode), Inputs: &in}); err != nil {
 			return nil, err
 		}
 		if p.mode != "" && p.mode != p.node.cfg.APIMode {

@@ -26,7 +26,7 @@ func TestDecideTick(t *testing.T) {
 		busy     map[string]int
 		pulls    map[string]any
 		prev     map[string]store.Node
-		runs     map[runKey]runFacts
+		runs     map[attemptKey]attemptFacts
 		ranOn    map[string]bool
 		opts     store.ProjectOptions
 		want     string // "ID@node" in claim order
@@ -82,7 +82,7 @@ func TestDecideTick(t *testing.T) {
 			runnable: []store.Task{pending("S02", "S01")},
 			pulls:    map[string]any{"n1": errors.New("connection refused"), "n2": []wire.TaskStatus{}},
 			prev:     map[string]store.Node{"n1": {Name: "n1", OfflineSince: t0.Add(-11 * time.Minute)}},
-			runs:     map[runKey]runFacts{{"p", "S01", 1}: {}},
+			runs:     map[attemptKey]attemptFacts{{"p", "S01", 1}: {}},
 			want:     "S01@n2"},
 		{name: "a rate limit pauses its mode for the claims of the same tick",
 			tasks:    []store.Task{task("S01", store.Running, "n1", 1), task("S03", store.Running, "n2", 1)},
@@ -90,7 +90,7 @@ func TestDecideTick(t *testing.T) {
 			busy:     map[string]int{"n1": 1, "n2": 1},
 			pulls: map[string]any{"n1": []wire.TaskStatus{ended("S01", 1, wire.StatusFailed, wire.ClassRateLimit)},
 				"n2": []wire.TaskStatus{running("S03", 1, "1", true)}},
-			runs: map[runKey]runFacts{{"p", "S01", 1}: {mode: "team"}},
+			runs: map[attemptKey]attemptFacts{{"p", "S01", 1}: {mode: "team"}},
 			want: "S05@n2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -47,7 +47,7 @@ tools:
 		t.Fatalf("S01's error %q does not name the executable and the fix", tk.Error)
 	}
 	h.tickUntil("S01's log to be collected", func() bool {
-		runs, _ := h.st.Runs(context.Background(), "p", "S01")
+		runs, _ := h.st.Attempts(context.Background(), "p", "S01")
 		return len(runs) == 1 && !runs[0].CollectedAt.IsZero()
 	})
 	log, err := os.ReadFile(filepath.Join(home.RunsDir(h.home, "p"), "S01", "task.log"))

@@ -157,7 +157,7 @@ func (c *Controller) collectWait(key string) bool {
 // trying again cannot help) it gives up: the run is settled, and the task,
 // when this was its completed current attempt, fails with error_class
 // collect.
-func (c *Controller) collectFailed(ctx context.Context, key string, r store.Run, current bool, cerr error) error {
+func (c *Controller) collectFailed(ctx context.Context, key string, r store.Attempt, current bool, cerr error) error {
 	msg := cerr.Error()
 	return c.st.Update(ctx, func(tx *store.Tx) error {
 		tries, err := tx.CountEvents(ctx, r.Project, r.Task, r.Attempt, "collect_failed")
@@ -189,11 +189,11 @@ func (c *Controller) collectFailed(ctx context.Context, key string, r store.Run,
 		if err := tx.Event(ctx, store.Event{Project: r.Project, Task: r.Task, Attempt: r.Attempt, Kind: "collect_failed", Node: r.Node, Message: note}); err != nil {
 			return err
 		}
-		set := store.RunPatch{CollectedAt: new(tx.Now())}
+		set := store.AttemptPatch{CollectedAt: new(tx.Now())}
 		if r.Status == store.Completed {
 			set.Status, set.ErrorClass, set.Error = new(store.Failed), new(classCollect), new(note)
 		}
-		if err := tx.SetRun(ctx, r.Project, r.Task, r.Attempt, set); err != nil {
+		if err := tx.SetAttempt(ctx, r.Project, r.Task, r.Attempt, set); err != nil {
 			return err
 		}
 		if !mine || t.Status != store.Completed {
@@ -207,7 +207,7 @@ func (c *Controller) collectFailed(ctx context.Context, key string, r store.Run,
 
 // clearCollectWarning removes the note of an earlier failed try once the
 // collection succeeded.
-func clearCollectWarning(ctx context.Context, tx *store.Tx, r store.Run) error {
+func clearCollectWarning(ctx context.Context, tx *store.Tx, r store.Attempt) error {
 	n, err := tx.CountEvents(ctx, r.Project, r.Task, r.Attempt, "collect_failed")
 	if err != nil || n == 0 {
 		return err

@@ -121,7 +121,7 @@ func TestCollectSlowFileOutlivesTheOldDeadline(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		h.tick()
-		runs, _ := h.st.Runs(context.Background(), "p", "S01")
+		runs, _ := h.st.Attempts(context.Background(), "p", "S01")
 		if len(runs) == 1 && !runs[0].CollectedAt.IsZero() {
 			break
 		}
@@ -152,7 +152,7 @@ func TestCollectLargeFileWithinQuota(t *testing.T) {
 		"S01-big.md": "truncate -s 1G big.bin 2>/dev/null || dd if=/dev/zero of=big.bin bs=1 count=0 seek=1073741824 2>/dev/null\n",
 	}))
 	h.tickUntilLong("S01 collected", 120*time.Second, func() bool {
-		runs, _ := h.st.Runs(context.Background(), "p", "S01")
+		runs, _ := h.st.Attempts(context.Background(), "p", "S01")
 		return len(runs) == 1 && !runs[0].CollectedAt.IsZero()
 	})
 	if tk := h.task("S01"); tk.Status != store.Completed {

@@ -36,11 +36,11 @@ type taskReason struct {
 func newRun(ctx context.Context, st *store.Store, cfg *nodes.Config, homeDir string, p *spec.Project, so control.StartOptions,
 	opts store.ProjectOptions, options string, old store.Project, have map[string]store.Task) (SyncResult, error) {
 	res := SyncResult{PrevRun: old.Run, PrevResult: old.Result, Run: old.Run + 1}
-	attempts, err := st.Runs(ctx, p.Name, "")
+	attempts, err := st.Attempts(ctx, p.Name, "")
 	if err != nil {
 		return res, err
 	}
-	attemptOf := map[attemptKey]store.Run{}
+	attemptOf := map[attemptKey]store.Attempt{}
 	for _, r := range attempts {
 		attemptOf[attemptKey{r.Task, r.Attempt}] = r
 	}
@@ -113,7 +113,7 @@ type attemptKey struct {
 // attempt ran (attemptOf) against what it would run now; inSpecs names
 // the tasks the specs hold.
 func reuseCandidates(cfg *nodes.Config, p *spec.Project, opts store.ProjectOptions, old store.Project, have map[string]store.Task,
-	attemptOf map[attemptKey]store.Run) (author []store.Task, cands []reuseCandidate, inSpecs map[string]bool) {
+	attemptOf map[attemptKey]store.Attempt) (author []store.Task, cands []reuseCandidate, inSpecs map[string]bool) {
 	inSpecs = map[string]bool{}
 	for _, t := range p.Tasks {
 		if store.IsPhaseID(t.ID) {

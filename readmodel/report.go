@@ -145,7 +145,7 @@ func BuildReport(ctx context.Context, st *store.Store, cfg Nodes, home, project 
 	if err != nil {
 		return nil, err
 	}
-	runs, err := st.Runs(ctx, project, "")
+	runs, err := st.Attempts(ctx, project, "")
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +198,7 @@ func BuildReport(ctx context.Context, st *store.Store, cfg Nodes, home, project 
 // addAttempts counts the attempts of run number run in the totals and
 // returns them by task, the use of each node and the tasks that ran with
 // permission checks off.
-func (r *Report) addAttempts(runs []store.Run, number int) (attempts map[string][]AttemptView, use map[string]*ReportNode, dangerous map[string]bool) {
+func (r *Report) addAttempts(runs []store.Attempt, number int) (attempts map[string][]AttemptView, use map[string]*ReportNode, dangerous map[string]bool) {
 	attempts, use, dangerous = map[string][]AttemptView{}, map[string]*ReportNode{}, map[string]bool{}
 	for _, run := range runs {
 		if run.Run != number {

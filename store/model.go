@@ -149,8 +149,8 @@ type Task struct {
 	UpdatedAt time.Time
 }
 
-// Run is one attempt of a task.
-type Run struct {
+// Attempt is one attempt of a task.
+type Attempt struct {
 	Project     string
 	Task        string
 	Attempt     int

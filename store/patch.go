@@ -49,8 +49,8 @@ type TaskPatch struct {
 	Network          *string         `col:"network"`
 }
 
-// RunPatch changes columns of one attempt's run row.
-type RunPatch struct {
+// AttemptPatch changes columns of one attempt's row.
+type AttemptPatch struct {
 	Status      *string    `col:"status"`
 	PID         *int       `col:"pid"`
 	ExitCode    *int       `col:"exit_code"`
@@ -103,7 +103,7 @@ func (c *columns) expr(name, sql string) {
 func (c *columns) sql() string { return strings.Join(c.clauses, ", ") }
 
 func (p TaskPatch) columns() *columns    { return patchColumns(p) }
-func (p RunPatch) columns() *columns     { return patchColumns(p) }
+func (p AttemptPatch) columns() *columns { return patchColumns(p) }
 func (p ProjectPatch) columns() *columns { return patchColumns(p) }
 
 // patchColumns adds, for each set field of patch (a struct of pointer

@@ -7,7 +7,7 @@ import (
 
 // Every field of a patch names its column, and every set field is written.
 func TestPatchColumnsCoverEveryField(t *testing.T) {
-	for _, p := range []any{TaskPatch{}, RunPatch{}, ProjectPatch{}} {
+	for _, p := range []any{TaskPatch{}, AttemptPatch{}, ProjectPatch{}} {
 		v := reflect.New(reflect.TypeOf(p)).Elem()
 		for i := range v.NumField() {
 			f := v.Field(i)

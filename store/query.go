@@ -261,19 +261,19 @@ func (s *Store) Sandboxes(ctx context.Context, project string) (map[string]strin
 	return out, nil
 }
 
-// Runs returns every attempt of a project's tasks (of one task when task is
+// Attempts returns every attempt of a project's tasks (of one task when task is
 // not empty), by task then attempt.
-func (s *Store) Runs(ctx context.Context, project, task string) ([]Run, error) {
-	query := runSelect + " WHERE project = ?"
+func (s *Store) Attempts(ctx context.Context, project, task string) ([]Attempt, error) {
+	query := attemptSelect + " WHERE project = ?"
 	args := []any{project}
 	if task != "" {
 		query += " AND task = ?"
 		args = append(args, task)
 	}
-	return s.queryRuns(ctx, project, query+" ORDER BY task, attempt", args...)
+	return s.queryAttempts(ctx, project, query+" ORDER BY task, attempt", args...)
 }
 
-const runSelect = `SELECT project, task, attempt, node, status, pid, exit_code, signal, error_class, error, claimed_at,
+const attemptSelect = `SELECT project, task, attempt, node, status, pid, exit_code, signal, error_class, error, claimed_at,
 		started_at, completed_at, log_bytes, tokens_in, tokens_out, cost_usd, collected_at, dangerous, api_mode, session_id, result_commit, run, inputs, sandbox FROM runs`
 
 // Settled reports whether every task of a project is settled: in a
@@ -304,20 +304,20 @@ func (s *Store) Settled(ctx context.Context, project string) (bool, error) {
 // Uncollected returns the finished attempts of a project whose files are
 // not collected yet, by task then attempt; current[i] says whether the
 // i-th is its task's current attempt.
-func (s *Store) Uncollected(ctx context.Context, project string) (runs []Run, current []bool, err error) {
-	runs, err = s.queryRuns(ctx, project, runSelect+` WHERE project = ? AND collected_at = '' AND status IN (?, ?, ?)
+func (s *Store) Uncollected(ctx context.Context, project string) (attempts []Attempt, current []bool, err error) {
+	attempts, err = s.queryAttempts(ctx, project, attemptSelect+` WHERE project = ? AND collected_at = '' AND status IN (?, ?, ?)
 		ORDER BY task, attempt`, project, Completed, Failed, Killed)
-	if err != nil || len(runs) == 0 {
+	if err != nil || len(attempts) == 0 {
 		return nil, nil, err
 	}
-	attempts := map[string]int{}
+	currentAttempt := map[string]int{}
 	err = eachRow(ctx, s.db, func(r scanner) error {
 		var id string
 		var a int
 		if err := r.Scan(&id, &a); err != nil {
 			return err
 		}
-		attempts[id] = a
+		currentAttempt[id] = a
 		return nil
 	}, `SELECT DISTINCT t.id, t.attempt FROM runs r JOIN tasks t ON t.project = r.project AND t.id = r.task
 		WHERE r.project = ? AND r.collected_at = '' AND r.status IN (?, ?, ?)`,
@@ -325,23 +325,23 @@ func (s *Store) Uncollected(ctx context.Context, project string) (runs []Run, cu
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the attempts of %s: %w", project, err)
 	}
-	current = make([]bool, len(runs))
-	for i, r := range runs {
-		current[i] = attempts[r.Task] == r.Attempt
+	current = make([]bool, len(attempts))
+	for i, r := range attempts {
+		current[i] = currentAttempt[r.Task] == r.Attempt
 	}
-	return runs, current, nil
+	return attempts, current, nil
 }
 
-func (s *Store) queryRuns(ctx context.Context, project, query string, args ...any) ([]Run, error) {
-	out, err := queryRows(ctx, s.db, scanRun, query, args...)
+func (s *Store) queryAttempts(ctx context.Context, project, query string, args ...any) ([]Attempt, error) {
+	out, err := queryRows(ctx, s.db, scanAttempt, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read runs of %s: %w", project, err)
 	}
 	return out, nil
 }
 
-func scanRun(row scanner) (Run, error) {
-	var r Run
+func scanAttempt(row scanner) (Attempt, error) {
+	var r Attempt
 	var claimed, started, completed, collected string
 	err := row.Scan(&r.Project, &r.Task, &r.Attempt, &r.Node, &r.Status, &r.PID, &r.ExitCode, &r.Signal,
 		&r.ErrorClass, &r.Error, &claimed, &started, &completed, &r.LogBytes, &r.TokensIn, &r.TokensOut,

@@ -60,7 +60,7 @@ func (e *RunRangeError) Error() string {
 // AtRun returns a Store that reads run n of project (0: the current one)
 // and the number of the run it reads. Its tasks, manifests, conflicts,
 // verdicts, project row, spending and events are those of that run;
-// attempts (Runs) are every run's, each with its Run.
+// attempts (Attempts) are every run's, each with its Run.
 func (s *Store) AtRun(ctx context.Context, project string, n int) (*Store, int, error) {
 	p, err := s.Project(ctx, project)
 	if err != nil {

@@ -19,7 +19,7 @@ func complete(t *testing.T, s *Store, project, id string, cost float64) int {
 		if _, _, err := tx.Transition(ctx, Change{Project: project, Task: id, From: Claimed, To: Completed}); err != nil {
 			return err
 		}
-		if err := tx.SetRun(ctx, project, id, attempt, RunPatch{Status: new(Completed), CostUSD: new(cost)}); err != nil {
+		if err := tx.SetAttempt(ctx, project, id, attempt, AttemptPatch{Status: new(Completed), CostUSD: new(cost)}); err != nil {
 			return err
 		}
 		return tx.ReplaceFiles(ctx, project, id, attempt, []File{{Project: project, Task: id, Attempt: attempt, Path: id + ".txt", Size: 1, SHA256: "x"}})
@@ -191,7 +191,7 @@ func TestRecreatedTaskAttemptsGoOn(t *testing.T) {
 	if tk, _ := s.Task(ctx, "p", "S99"); tk.ReusedFrom != 0 {
 		t.Errorf("a claimed task is still marked reused: %+v", tk)
 	}
-	if runs, _ := s.Runs(ctx, "p", "S99"); len(runs) != 2 || runs[0].Run != 1 || runs[1].Run != 2 {
+	if runs, _ := s.Attempts(ctx, "p", "S99"); len(runs) != 2 || runs[0].Run != 1 || runs[1].Run != 2 {
 		t.Errorf("attempts of S99 = %+v", runs)
 	}
 }

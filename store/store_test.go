@@ -222,10 +222,10 @@ func TestPatchesNameRealColumns(t *testing.T) {
 		if err := tx.SetTask(ctx, "p", "S01", tp); err != nil {
 			return fmt.Errorf("TaskPatch with its %d fields: %w", n, err)
 		}
-		rp, n := setEvery[RunPatch]()
+		rp, n := setEvery[AttemptPatch]()
 		rp.CostUSD, rp.APIMode = new(0.25), new("team")
-		if err := tx.SetRun(ctx, "p", "S01", a, rp); err != nil {
-			return fmt.Errorf("RunPatch with its %d fields: %w", n, err)
+		if err := tx.SetAttempt(ctx, "p", "S01", a, rp); err != nil {
+			return fmt.Errorf("AttemptPatch with its %d fields: %w", n, err)
 		}
 		pp, n := setEvery[ProjectPatch]()
 		pp.State, pp.Phase = new(ProjectActive), new(PhaseIntegration)
@@ -241,7 +241,7 @@ func TestPatchesNameRealColumns(t *testing.T) {
 	if err != nil || task.Title != "new title" || !slices.Equal(task.Tags, []string{"gpu"}) || task.Status != Claimed {
 		t.Errorf("task after the patch: %+v (%v)", task, err)
 	}
-	runs, err := s.Runs(ctx, "p", "S01")
+	runs, err := s.Attempts(ctx, "p", "S01")
 	if err != nil || len(runs) != 1 || runs[0].CostUSD != 0.25 || runs[0].APIMode != "team" {
 		t.Errorf("runs after the patch: %+v (%v)", runs, err)
 	}
@@ -278,7 +278,7 @@ func TestMigrateOldDatabase(t *testing.T) {
 		t.Fatalf("schema version = %d, want %d (every migration)", v, len(all))
 	}
 	// 0008 rebuilds runs: the attempts of before are kept, in run 1.
-	if runs, err := s.Runs(ctx, "p", "S01"); err != nil || len(runs) != 1 || runs[0].Run != 1 || runs[0].CostUSD != 0.5 {
+	if runs, err := s.Attempts(ctx, "p", "S01"); err != nil || len(runs) != 1 || runs[0].Run != 1 || runs[0].CostUSD != 0.5 {
 		t.Fatalf("runs after migration = %+v, %v", runs, err)
 	}
 	if p, err := s.Project(ctx, "p"); err != nil || p.Run != 1 {
@@ -337,7 +337,7 @@ func TestRunsNodesFiles(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := tx.SetRun(ctx, "p", "S01", a, RunPatch{Status: new(Running), PID: new(42)}); err != nil {
+		if err := tx.SetAttempt(ctx, "p", "S01", a, AttemptPatch{Status: new(Running), PID: new(42)}); err != nil {
 			return err
 		}
 		if err := tx.PutNode(ctx, Node{Name: "n1", State: "online", MemAvailableBytes: 7}); err != nil {
@@ -348,7 +348,7 @@ func TestRunsNodesFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs, _ := s.Runs(ctx, "p", "S01")
+	runs, _ := s.Attempts(ctx, "p", "S01")
 	if len(runs) != 1 || runs[0].PID != 42 || runs[0].Status != Running {
 		t.Fatalf("runs = %+v", runs)
 	}
@@ -445,13 +445,13 @@ func TestHasLiveWork(t *testing.T) {
 		if _, _, err := tx.Transition(ctx, Change{Project: "p", Task: "S01", From: Claimed, To: Failed}); err != nil {
 			return err
 		}
-		return tx.SetRun(ctx, "p", "S01", a, RunPatch{Status: new(Failed)})
+		return tx.SetAttempt(ctx, "p", "S01", a, AttemptPatch{Status: new(Failed)})
 	}); err != nil {
 		t.Fatal(err)
 	}
 	live(true) // failed, not collected yet
 	if err := s.Update(ctx, func(tx *Tx) error {
-		return tx.SetRun(ctx, "p", "S01", a, RunPatch{CollectedAt: new(time.Now())})
+		return tx.SetAttempt(ctx, "p", "S01", a, AttemptPatch{CollectedAt: new(time.Now())})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -524,7 +524,7 @@ func TestSettled(t *testing.T) {
 		t.Fatalf("completed but not collected, and canceled: settled")
 	}
 	if err := s.Update(ctx, func(tx *Tx) error {
-		return tx.SetRun(ctx, "p", "S01", a, RunPatch{CollectedAt: new(time.Now())})
+		return tx.SetAttempt(ctx, "p", "S01", a, AttemptPatch{CollectedAt: new(time.Now())})
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -116,7 +116,7 @@ func (tx *Tx) transition(ctx context.Context, c Change, more func(*columns)) (at
 
 // Claim assigns a pending task to node and starts its next attempt: one atomic
 // UPDATE ... RETURNING moves it to claimed and increments the attempt, and the
-// run row and event are written in the same transaction. It returns the new
+// attempt row and event are written in the same transaction. It returns the new
 // attempt number, or ErrConflict if the task is no longer pending.
 func (tx *Tx) Claim(ctx context.Context, project, task, node string) (int, error) {
 	attempt, _, err := tx.transition(ctx, Change{
@@ -158,8 +158,8 @@ func (tx *Tx) SetTask(ctx context.Context, project, task string, p TaskPatch) er
 	return nil
 }
 
-// SetRun changes columns of one attempt's run row.
-func (tx *Tx) SetRun(ctx context.Context, project, task string, attempt int, p RunPatch) error {
+// SetAttempt changes columns of one attempt's row.
+func (tx *Tx) SetAttempt(ctx context.Context, project, task string, attempt int, p AttemptPatch) error {
 	cols := p.columns()
 	if len(cols.clauses) == 0 {
 		return nil
@@ -343,8 +343,8 @@ func (tx *Tx) CountEvents(ctx context.Context, project, task string, attempt int
 	return n, nil
 }
 
-// RunCollected reports whether an attempt's files have been collected.
-func (tx *Tx) RunCollected(ctx context.Context, project, task string, attempt int) (bool, error) {
+// AttemptCollected reports whether an attempt's files have been collected.
+func (tx *Tx) AttemptCollected(ctx context.Context, project, task string, attempt int) (bool, error) {
 	var at string
 	err := tx.tx.QueryRowContext(ctx, "SELECT collected_at FROM runs WHERE project = ? AND task = ? AND attempt = ?",
 		project, task, attempt).Scan(&at)
@@ -394,8 +394,8 @@ func (tx *Tx) PutVerdict(ctx context.Context, project string, v Verdict) error {
 	return nil
 }
 
-// RunMode returns the api_mode an attempt ran under ("" for none).
-func (tx *Tx) RunMode(ctx context.Context, project, task string, attempt int) (string, error) {
+// AttemptMode returns the api_mode an attempt ran under ("" for none).
+func (tx *Tx) AttemptMode(ctx context.Context, project, task string, attempt int) (string, error) {
 	var m string
 	err := tx.tx.QueryRowContext(ctx, "SELECT api_mode FROM runs WHERE project = ? AND task = ? AND attempt = ?",
 		project, task, attempt).Scan(&m)

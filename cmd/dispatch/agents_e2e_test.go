@@ -163,7 +163,7 @@ routes:
 	if s03.RetriesUsed != 0 || s03.RateLimitRetries != 1 || s03.Attempt != 2 {
 		t.Errorf("S03: retries %d, rate-limit retries %d, attempt %d", s03.RetriesUsed, s03.RateLimitRetries, s03.Attempt)
 	}
-	runs, _ := st.Runs(ctx, "app", "S03")
+	runs, _ := st.Attempts(ctx, "app", "S03")
 	if len(runs) == 2 && runs[1].StartedAt.Sub(runs[0].CompletedAt).Seconds() < 2.5 {
 		t.Errorf("S03 retried %s after a rate limit that said 3s", runs[1].StartedAt.Sub(runs[0].CompletedAt))
 	}

@@ -61,14 +61,14 @@ func TestStalledAgentIsRetried(t *testing.T) {
 	}
 	st := openStore(t, h.home)
 	ctx := context.Background()
-	runs, _ := st.Runs(ctx, "p", "S01")
+	runs, _ := st.Attempts(ctx, "p", "S01")
 	if len(runs) != 2 || runs[0].ErrorClass != wire.ClassStalled || runs[1].Status != store.Completed {
 		t.Fatalf("S01 runs: %+v; want stalled, then completed", runs)
 	}
 	if !strings.Contains(runs[0].Error, "wrote nothing for 2s") {
 		t.Errorf("S01 attempt 1 error: %q", runs[0].Error)
 	}
-	if runs, _ := st.Runs(ctx, "p", "S02"); len(runs) != 1 {
+	if runs, _ := st.Attempts(ctx, "p", "S02"); len(runs) != 1 {
 		t.Errorf("S02, which kept writing, ran %d times", len(runs))
 	}
 	// The stalled tool is gone.
@@ -151,11 +151,11 @@ tools:
 	}
 	st := openStore(t, h.home)
 	ctx := context.Background()
-	runs, _ := st.Runs(ctx, "p", "S01")
+	runs, _ := st.Attempts(ctx, "p", "S01")
 	if len(runs) != 2 || runs[0].APIMode != "a" || runs[0].ErrorClass != wire.ClassRateLimit || runs[1].APIMode != "b" {
 		t.Fatalf("S01 runs: %+v; want rate_limit under a, then b", runs)
 	}
-	if s2, _ := st.Runs(ctx, "p", "S02"); len(s2) != 1 || s2[0].APIMode != "b" {
+	if s2, _ := st.Attempts(ctx, "p", "S02"); len(s2) != 1 || s2[0].APIMode != "b" {
 		t.Errorf("S02 runs: %+v; want one under b while a is paused", s2)
 	}
 	if got := readFile(t, filepath.Join(h.home, "runs", "p", "S01", "output", "account.txt")); got != "b\n" {

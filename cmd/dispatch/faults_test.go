@@ -287,7 +287,7 @@ echo done > done.txt
 		t.Fatalf("start: %s", r)
 	}
 	st := openStore(t, h.home)
-	runs, _ := st.Runs(context.Background(), "rb", "S01")
+	runs, _ := st.Attempts(context.Background(), "rb", "S01")
 	if len(runs) != 2 || runs[0].ErrorClass != "crash" || runs[1].Status != store.Completed {
 		t.Fatalf("runs = %+v", runs)
 	}

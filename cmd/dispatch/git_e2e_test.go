@@ -161,7 +161,7 @@ func TestGitNativeProject(t *testing.T) {
 		t.Errorf("S04's commit: %q, want %q (attempt 2 or later)", got, want)
 	}
 	if s04.Attempt > 2 {
-		runs, _ := openStore(t, h.home).Runs(context.Background(), "g", "S04")
+		runs, _ := openStore(t, h.home).Attempts(context.Background(), "g", "S04")
 		for _, r := range runs {
 			t.Logf("S04 attempt %d on %s: %s %s %s", r.Attempt, r.Node, r.Status, r.ErrorClass, r.Error)
 		}

@@ -77,11 +77,11 @@ func logsAction(c *cli.Context) error {
 	if attempt < 1 || attempt > t.Attempt {
 		return usagef(usage, "%s/%s has attempts 1 to %d", project, id, t.Attempt)
 	}
-	runs, err := st.Runs(ctx, project, id)
+	runs, err := st.Attempts(ctx, project, id)
 	if err != nil {
 		return err
 	}
-	var run store.Run
+	var run store.Attempt
 	for _, r := range runs {
 		if r.Attempt == attempt {
 			run = r
@@ -112,7 +112,7 @@ func logsAction(c *cli.Context) error {
 
 // remoteLog prints an attempt's task.log from its node, polling for more
 // with `tail --from` while it runs when follow is set. It writes to out.
-func remoteLog(ctx context.Context, e *env, out io.Writer, st *store.Store, t store.Task, run store.Run, follow bool) error {
+func remoteLog(ctx context.Context, e *env, out io.Writer, st *store.Store, t store.Task, run store.Attempt, follow bool) error {
 	cfg, err := e.loadConfig()
 	if err != nil {
 		return err

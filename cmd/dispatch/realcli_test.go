@@ -190,7 +190,7 @@ func testRealCLI(t *testing.T, cli realCLI, bin string) {
 		}
 		return false
 	})
-	runs, _ := st.Runs(ctx, "p", limited.id)
+	runs, _ := st.Attempts(ctx, "p", limited.id)
 	if len(runs) == 0 || runs[0].ErrorClass != wire.ClassRateLimit {
 		t.Fatalf("%s attempt 1: %+v, want rate_limit", limited.id, runs)
 	}
@@ -236,7 +236,7 @@ func testRealCLI(t *testing.T, cli realCLI, bin string) {
 			t.Errorf("%s: collected %s = %q", nc.id, api.File, got)
 		}
 		// Tokens: what the fake answered to this key, over all attempts.
-		runs, _ := st.Runs(ctx, "p", nc.id)
+		runs, _ := st.Attempts(ctx, "p", nc.id)
 		var in, out int64
 		var cost float64
 		for _, run := range runs {
@@ -363,7 +363,7 @@ api_modes:
 			}
 			st := openStore(t, h.home)
 			ctx := context.Background()
-			runs, _ := st.Runs(ctx, "p", "S01")
+			runs, _ := st.Attempts(ctx, "p", "S01")
 			if len(runs) != 2 || runs[0].ErrorClass != wire.ClassStalled || runs[1].Status != store.Completed {
 				t.Fatalf("runs: %+v; want stalled, then completed", runs)
 			}
@@ -494,7 +494,7 @@ api_modes:
 			}
 			st := openStore(t, h.home)
 			ctx := context.Background()
-			runs, _ := st.Runs(ctx, "p", "S01")
+			runs, _ := st.Attempts(ctx, "p", "S01")
 			if len(runs) != 2 || runs[0].APIMode != "a" || runs[0].ErrorClass != wire.ClassRateLimit ||
 				runs[1].APIMode != "b" || runs[1].Status != store.Completed {
 				t.Fatalf("S01 runs: %+v; want rate_limit under a, then completed under b", runs)
