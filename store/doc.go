@@ -1,4 +1,4 @@
-// Package store owns dispatch's SQLite database: the projects, tasks, runs (one
+// Package store owns dispatch's SQLite database: the projects, tasks, attempts (one
 // row per attempt), nodes, the append-only event log and the manifest of
 // collected output files.
 //

@@ -18,7 +18,7 @@ const (
 	Lost      = "lost"
 )
 
-// Killed is the status of a run killed by the operator (runs.status; the
+// Killed is the status of an attempt killed by the operator (attempts.status; the
 // wrapper writes it too).
 const Killed = "killed"
 
@@ -149,7 +149,7 @@ type Task struct {
 	UpdatedAt time.Time
 }
 
-// Attempt is one attempt of a task.
+// Attempt is one attempt of a task: its row in attempts.
 type Attempt struct {
 	Project     string
 	Task        string

@@ -9,6 +9,6 @@ import "context"
 func (s *Store) NodeWork(ctx context.Context) (map[string]int, error) {
 	return countBy(ctx, s.db, "count the work left on each node", `SELECT node, COUNT(*) FROM (
 		SELECT node FROM tasks WHERE status IN (?, ?)
-		UNION ALL SELECT node FROM runs WHERE collected_at = '' AND status IN (?, ?, ?)) GROUP BY node`,
+		UNION ALL SELECT node FROM attempts WHERE collected_at = '' AND status IN (?, ?, ?)) GROUP BY node`,
 		Claimed, Running, Completed, Failed, Killed)
 }

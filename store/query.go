@@ -73,7 +73,7 @@ func queryTasks(ctx context.Context, q querier, from, project string) ([]Task, e
 func (s *Store) HasLiveWork(ctx context.Context, project string) (bool, error) {
 	var live bool
 	err := s.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM tasks WHERE project = ? AND status IN (?, ?))
-		OR EXISTS (SELECT 1 FROM runs WHERE project = ? AND collected_at = '' AND status IN (?, ?, ?))`,
+		OR EXISTS (SELECT 1 FROM attempts WHERE project = ? AND collected_at = '' AND status IN (?, ?, ?))`,
 		project, Claimed, Running, project, Completed, Failed, "killed").Scan(&live)
 	if err != nil {
 		return false, fmt.Errorf("read the live work of %s: %w", project, err)
@@ -91,7 +91,7 @@ func (s *Store) Spent(ctx context.Context, project string) (usd float64, tokens 
 func querySpent(ctx context.Context, q querier, project string, run int) (usd float64, tokens int64, err error) {
 	var t float64
 	err = q.QueryRowContext(ctx, `SELECT TOTAL(cost_usd), TOTAL(tokens_in) + TOTAL(tokens_out)
-		FROM runs WHERE project = ?1 AND run = `+runOf(run, 1), project).Scan(&usd, &t)
+		FROM attempts WHERE project = ?1 AND run = `+runOf(run, 1), project).Scan(&usd, &t)
 	if err != nil {
 		return 0, 0, fmt.Errorf("read the spending of %s: %w", project, err)
 	}
@@ -252,7 +252,7 @@ func (s *Store) Sandboxes(ctx context.Context, project string) (map[string]strin
 		}
 		out[task] = sb
 		return nil
-	}, `SELECT r.task, r.sandbox FROM runs AS r JOIN `+s.table("tasks")+
+	}, `SELECT r.task, r.sandbox FROM attempts AS r JOIN `+s.table("tasks")+
 		` ON tasks.project = r.project AND tasks.id = r.task AND tasks.attempt = r.attempt
 		WHERE r.project = ? AND r.sandbox != ''`, project)
 	if err != nil {
@@ -274,7 +274,7 @@ func (s *Store) Attempts(ctx context.Context, project, task string) ([]Attempt, 
 }
 
 const attemptSelect = `SELECT project, task, attempt, node, status, pid, exit_code, signal, error_class, error, claimed_at,
-		started_at, completed_at, log_bytes, tokens_in, tokens_out, cost_usd, collected_at, dangerous, api_mode, session_id, result_commit, run, inputs, sandbox FROM runs`
+		started_at, completed_at, log_bytes, tokens_in, tokens_out, cost_usd, collected_at, dangerous, api_mode, session_id, result_commit, run, inputs, sandbox FROM attempts`
 
 // Settled reports whether every task of a project is settled: in a
 // terminal status and, completed, with its current attempt's files
@@ -292,7 +292,7 @@ func (s *Store) Settled(ctx context.Context, project string) (bool, error) {
 	}
 	var unsettled bool
 	err = s.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM tasks t WHERE t.project = ? AND
-		(t.status NOT IN (?, ?, ?, ?) OR (t.status = ? AND NOT EXISTS (SELECT 1 FROM runs r
+		(t.status NOT IN (?, ?, ?, ?) OR (t.status = ? AND NOT EXISTS (SELECT 1 FROM attempts r
 			WHERE r.project = t.project AND r.task = t.id AND r.attempt = t.attempt AND r.collected_at != ''))))`,
 		project, Completed, Failed, Blocked, Canceled, Completed).Scan(&unsettled)
 	if err != nil {
@@ -319,7 +319,7 @@ func (s *Store) Uncollected(ctx context.Context, project string) (attempts []Att
 		}
 		currentAttempt[id] = a
 		return nil
-	}, `SELECT DISTINCT t.id, t.attempt FROM runs r JOIN tasks t ON t.project = r.project AND t.id = r.task
+	}, `SELECT DISTINCT t.id, t.attempt FROM attempts r JOIN tasks t ON t.project = r.project AND t.id = r.task
 		WHERE r.project = ? AND r.collected_at = '' AND r.status IN (?, ?, ?)`,
 		project, Completed, Failed, Killed)
 	if err != nil {
@@ -335,7 +335,7 @@ func (s *Store) Uncollected(ctx context.Context, project string) (attempts []Att
 func (s *Store) queryAttempts(ctx context.Context, project, query string, args ...any) ([]Attempt, error) {
 	out, err := queryRows(ctx, s.db, scanAttempt, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("read runs of %s: %w", project, err)
+		return nil, fmt.Errorf("read the attempts of %s: %w", project, err)
 	}
 	return out, nil
 }
@@ -527,7 +527,7 @@ func (s *Store) LiveModes(ctx context.Context) (map[string]int, error) { return 
 func (tx *Tx) LiveModes(ctx context.Context) (map[string]int, error) { return liveModes(ctx, tx.tx) }
 
 func liveModes(ctx context.Context, q querier) (map[string]int, error) {
-	return countBy(ctx, q, "count attempts by api_mode", `SELECT api_mode, COUNT(*) FROM runs
+	return countBy(ctx, q, "count attempts by api_mode", `SELECT api_mode, COUNT(*) FROM attempts
 		WHERE status IN (?, ?) AND api_mode != '' GROUP BY api_mode`, Claimed, Running)
 }
 

@@ -148,7 +148,7 @@ func (s *Store) RunHistory(ctx context.Context, project string) ([]RunSummary, e
 		}
 		at(run).Ran, at(run).CostUSD = ran, cost
 		return nil
-	}, `SELECT run, COUNT(DISTINCT task), TOTAL(cost_usd) FROM runs WHERE project = ?1 GROUP BY run`, project)
+	}, `SELECT run, COUNT(DISTINCT task), TOTAL(cost_usd) FROM attempts WHERE project = ?1 GROUP BY run`, project)
 	if err != nil {
 		return nil, fmt.Errorf("read the runs of %s: %w", project, err)
 	}
@@ -247,7 +247,7 @@ func (tx *Tx) Reuse(ctx context.Context, t Task, from int) error {
 // git-native project; "" otherwise).
 func (tx *Tx) Result(ctx context.Context, project, id string) (attempt int, commit string, err error) {
 	err = tx.tx.QueryRowContext(ctx, `SELECT t.attempt, COALESCE(r.result_commit, '') FROM tasks t
-		LEFT JOIN runs r ON r.project = t.project AND r.task = t.id AND r.attempt = t.attempt
+		LEFT JOIN attempts r ON r.project = t.project AND r.task = t.id AND r.attempt = t.attempt
 		WHERE t.project = ? AND t.id = ?`, project, id).Scan(&attempt, &commit)
 	if err != nil {
 		return 0, "", fmt.Errorf("read the result of %s/%s: %w", project, id, err)

@@ -473,7 +473,7 @@ func TestSpentDoesNotOverflow(t *testing.T) {
 	}
 	huge := int64(math.MaxInt64 / 4)
 	for i := 1; i <= 4; i++ {
-		if _, err := s.db.Exec(`INSERT INTO runs (project, task, attempt, node, status, claimed_at, tokens_in, tokens_out, cost_usd)
+		if _, err := s.db.Exec(`INSERT INTO attempts (project, task, attempt, node, status, claimed_at, tokens_in, tokens_out, cost_usd)
 			VALUES ('p', 'S01', ?, 'n', 'failed', 'x', ?, ?, 0.5)`, i, huge, huge); err != nil {
 			t.Fatal(err)
 		}

@@ -47,7 +47,7 @@ var tickSelect = `WITH RECURSIVE
 			CROSS JOIN tasks AS w ON w.project = d.project AND w.id = d.task AND w.status IN ('pending', 'blocked')),
 	ids(id) AS (
 		SELECT id FROM live
-		UNION ALL SELECT r.task FROM runs AS r CROSS JOIN tasks AS c ON c.project = r.project AND c.id = r.task AND c.attempt = r.attempt
+		UNION ALL SELECT r.task FROM attempts AS r CROSS JOIN tasks AS c ON c.project = r.project AND c.id = r.task AND c.attempt = r.attempt
 			WHERE r.project = ?1 AND r.collected_at = '' AND c.status = 'completed'
 		UNION ALL SELECT value FROM json_each(?2)
 		UNION ALL SELECT id FROM down)
@@ -122,7 +122,7 @@ func (tx *Tx) TickTasks(ctx context.Context, project string, named []string, now
 		return nil
 	}, `SELECT t.id, r.api_mode FROM (`+byStatus(Claimed, Running)+`) AS l
 		JOIN tasks AS t ON t.project = ?1 AND t.id = l.id
-		JOIN runs AS r ON r.project = t.project AND r.task = t.id AND r.attempt = t.attempt
+		JOIN attempts AS r ON r.project = t.project AND r.task = t.id AND r.attempt = t.attempt
 		WHERE r.api_mode != ''`, project)
 	if err != nil {
 		return r, fmt.Errorf("read the api_modes of %s: %w", project, err)

@@ -55,7 +55,7 @@ func TestTickTasksReadsWhatCanMove(t *testing.T) {
 	set(`UPDATE tasks SET status = 'failed' WHERE id = 'F1'`)
 	set(`UPDATE tasks SET status = 'blocked' WHERE id = 'BL'`)
 	set(`UPDATE tasks SET status = 'completed', attempt = 1 WHERE id IN ('DONE', 'UNC', 'NAMED')`)
-	set(`INSERT INTO runs (project, task, attempt, node, status, collected_at) VALUES
+	set(`INSERT INTO attempts (project, task, attempt, node, status, collected_at) VALUES
 		('p', 'DONE', 1, 'n', 'completed', ?), ('p', 'UNC', 1, 'n', 'completed', ''), ('p', 'NAMED', 1, 'n', 'completed', ?)`,
 		formatTime(now), formatTime(now))
 	set(`UPDATE tasks SET not_before = ? WHERE id = 'BACK'`, formatTime(soon))
@@ -142,7 +142,7 @@ func TestTickReadsUseIndexes(t *testing.T) {
 	}
 	for _, line := range plan {
 		if strings.HasPrefix(line, "SCAN ") && !strings.Contains(line, "json_each") && line != "SCAN x" && line != "SCAN down" && line != "SCAN ids" ||
-			strings.HasSuffix(line, "(project=?)") && !strings.Contains(line, "runs_uncollected") {
+			strings.HasSuffix(line, "(project=?)") && !strings.Contains(line, "attempts_uncollected") {
 			t.Errorf("the tick's read walks a whole project: %q in\n%s", line, strings.Join(plan, "\n"))
 		}
 	}

@@ -132,7 +132,7 @@ func (tx *Tx) Claim(ctx context.Context, project, task, node string) (int, error
 	if err != nil {
 		return 0, err
 	}
-	_, err = tx.tx.ExecContext(ctx, `INSERT INTO runs (project, task, attempt, node, status, claimed_at, run)
+	_, err = tx.tx.ExecContext(ctx, `INSERT INTO attempts (project, task, attempt, node, status, claimed_at, run)
 		VALUES (?, ?, ?, ?, ?, ?, `+currentRun+`)`, project, task, attempt, node, Claimed, formatTime(tx.now), project)
 	if err != nil {
 		return 0, fmt.Errorf("record run %s/%s#%d: %w", project, task, attempt, err)
@@ -165,7 +165,7 @@ func (tx *Tx) SetAttempt(ctx context.Context, project, task string, attempt int,
 		return nil
 	}
 	args := append(cols.args, project, task, attempt)
-	res, err := tx.tx.ExecContext(ctx, "UPDATE runs SET "+cols.sql()+" WHERE project = ? AND task = ? AND attempt = ?", args...)
+	res, err := tx.tx.ExecContext(ctx, "UPDATE attempts SET "+cols.sql()+" WHERE project = ? AND task = ? AND attempt = ?", args...)
 	if err != nil {
 		return fmt.Errorf("update run %s/%s#%d: %w", project, task, attempt, err)
 	}
@@ -246,7 +246,7 @@ func (tx *Tx) InsertTask(ctx context.Context, t Task) error {
 	_, err := tx.tx.ExecContext(ctx, `INSERT INTO tasks (project, id, title, type, tool, model, priority, depends_on, tags,
 		node_pin, timeout_seconds, max_retries, spec_file, spec_hash, snapshot, status, created_at, updated_at, base_dir, stall_seconds, base_commit, sandbox, limits, network, attempt)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
-			MAX((SELECT COALESCE(MAX(attempt), 0) FROM runs WHERE project = ?25 AND task = ?26),
+			MAX((SELECT COALESCE(MAX(attempt), 0) FROM attempts WHERE project = ?25 AND task = ?26),
 				(SELECT COALESCE(MAX(last), 0) FROM task_attempts WHERE project = ?25 AND task = ?26)))`,
 		t.Project, t.ID, t.Title, t.Type, t.Tool, t.Model, t.Priority, sqlValue(t.DependsOn), sqlValue(t.Tags),
 		t.NodePin, t.Timeout.Seconds(), t.MaxRetries, t.SpecFile, t.SpecHash, t.Snapshot, Pending, now, now, t.BaseDir, t.Stall.Seconds(), t.BaseCommit, t.Sandbox, sqlValue(t.Limits), t.Network,
@@ -346,7 +346,7 @@ func (tx *Tx) CountEvents(ctx context.Context, project, task string, attempt int
 // AttemptCollected reports whether an attempt's files have been collected.
 func (tx *Tx) AttemptCollected(ctx context.Context, project, task string, attempt int) (bool, error) {
 	var at string
-	err := tx.tx.QueryRowContext(ctx, "SELECT collected_at FROM runs WHERE project = ? AND task = ? AND attempt = ?",
+	err := tx.tx.QueryRowContext(ctx, "SELECT collected_at FROM attempts WHERE project = ? AND task = ? AND attempt = ?",
 		project, task, attempt).Scan(&at)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
@@ -357,10 +357,10 @@ func (tx *Tx) AttemptCollected(ctx context.Context, project, task string, attemp
 // RanOn reports whether any attempt of a task ran (was claimed) on node.
 func (tx *Tx) RanOn(ctx context.Context, project, task, node string) (bool, error) {
 	var n int
-	err := tx.tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM runs WHERE project = ? AND task = ? AND node = ?",
+	err := tx.tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM attempts WHERE project = ? AND task = ? AND node = ?",
 		project, task, node).Scan(&n)
 	if err != nil {
-		return false, fmt.Errorf("runs of %s/%s on %s: %w", project, task, node, err)
+		return false, fmt.Errorf("attempts of %s/%s on %s: %w", project, task, node, err)
 	}
 	return n > 0, nil
 }
@@ -397,7 +397,7 @@ func (tx *Tx) PutVerdict(ctx context.Context, project string, v Verdict) error {
 // AttemptMode returns the api_mode an attempt ran under ("" for none).
 func (tx *Tx) AttemptMode(ctx context.Context, project, task string, attempt int) (string, error) {
 	var m string
-	err := tx.tx.QueryRowContext(ctx, "SELECT api_mode FROM runs WHERE project = ? AND task = ? AND attempt = ?",
+	err := tx.tx.QueryRowContext(ctx, "SELECT api_mode FROM attempts WHERE project = ? AND task = ? AND attempt = ?",
 		project, task, attempt).Scan(&m)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return "", fmt.Errorf("read the api_mode of %s/%s#%d: %w", project, task, attempt, err)
@@ -432,7 +432,7 @@ func (tx *Tx) DeleteTasks(ctx context.Context, project string, ids []string, why
 			`INSERT INTO task_attempts (project, task, last) SELECT ?1, ?2, attempt FROM tasks WHERE project = ?1 AND id = ?2
 				ON CONFLICT(project, task) DO UPDATE SET last = MAX(last, excluded.last)`,
 			"DELETE FROM files WHERE project = ? AND task = ?",
-			"DELETE FROM runs WHERE project = ?1 AND task = ?2 AND run = " + runOf(0, 1),
+			"DELETE FROM attempts WHERE project = ?1 AND task = ?2 AND run = " + runOf(0, 1),
 			"DELETE FROM verdicts WHERE project = ? AND task = ?",
 			"DELETE FROM tasks WHERE project = ? AND id = ?",
 		} {
