@@ -16,7 +16,7 @@ func TestFailuresDocNamesRealTests(t *testing.T) {
 		t.Fatal(err)
 	}
 	dirs := map[string]string{"cmd": "../cmd/dispatch", "ctl": ".", "control": "../control", "plan": "../plan", "policy": "../policy", "nodes": "../nodes", "sshnode": "../nodes/sshnode", "wrapper": "../wrapper", "wire": "../wire",
-		"store": "../store", "spec": "../spec", "readmodel": "../readmodel", "gitrepo": "../gitrepo", "notify": "../notify",
+		"domain": "../domain", "store": "../store", "spec": "../spec", "readmodel": "../readmodel", "gitrepo": "../gitrepo", "notify": "../notify",
 		"schedule": "../schedule", "yamlval": "../internal/yamlval", "netallow": "../internal/netallow"}
 	cites := regexp.MustCompile("`([a-z]+):(Test[A-Za-z0-9_]+)`").FindAllStringSubmatch(string(doc), -1)
 	if len(cites) < 20 {

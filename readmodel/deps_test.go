@@ -38,11 +38,11 @@ func imports(t *testing.T, pattern string) map[string][]string {
 // wrapper.
 func TestReadModelsDependOnTheStoreOnly(t *testing.T) {
 	const mod = "github.com/dispatch-tool/dispatch/"
-	allowed := map[string]bool{mod + "store": true, mod + "home": true, mod + "internal/termtext": true}
+	allowed := map[string]bool{mod + "domain": true, mod + "store": true, mod + "home": true, mod + "internal/termtext": true}
 	for f, imps := range imports(t, "*.go") {
 		for _, p := range imps {
 			if strings.Contains(strings.SplitN(p, "/", 2)[0], ".") && !allowed[p] {
-				t.Errorf("%s imports %s; the read models may import only the standard library, store, home and internal/termtext", f, p)
+				t.Errorf("%s imports %s; the read models may import only the standard library, domain, store, home and internal/termtext", f, p)
 			}
 		}
 	}
