@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/store"
@@ -182,7 +183,7 @@ func detectOnce(ctx context.Context, o *options, t *tb, c *sshdtest.Client, s *s
 	var toolPID int
 	if !waitFor(60*time.Second, 10*time.Millisecond, func() bool {
 		tk, err := st.Task(ctx, project, taskID)
-		if err != nil || tk.Status != store.Running {
+		if err != nil || tk.Status != domain.Running {
 			return false
 		}
 		var js struct {

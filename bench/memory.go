@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/nodes"
@@ -172,8 +173,8 @@ func memRun(ctx context.Context, o *options, t *tb, c *sshdtest.Client, servers 
 		default:
 		}
 		counts, _ = taskCounts(ctx, dbPath, project)
-		return counts[store.Running] >= memRunning
-	}) || counts[store.Running] < memRunning {
+		return counts[domain.Running] >= memRunning
+	}) || counts[domain.Running] < memRunning {
 		return fail("not %d running: %v", memRunning, counts)
 	}
 	r.running = time.Since(start)
@@ -184,7 +185,7 @@ func memRun(ctx context.Context, o *options, t *tb, c *sshdtest.Client, servers 
 		return fail("interrupted")
 	case <-time.After(steady):
 	}
-	if counts, _ = taskCounts(ctx, dbPath, project); counts[store.Running] != memRunning || counts[store.Pending] != memTasks-memRunning {
+	if counts, _ = taskCounts(ctx, dbPath, project); counts[domain.Running] != memRunning || counts[domain.Pending] != memTasks-memRunning {
 		return fail("after the steady phase: %v", counts)
 	}
 	close(done)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/store"
@@ -179,7 +180,7 @@ func sbAttempts(ctx context.Context, dbPath, project, sandbox string) (float64, 
 	want := map[string]string{"on": "bwrap", "off": ""}[sandbox]
 	var took []float64
 	for _, r := range runs {
-		if r.Status != store.Completed || r.Sandbox != want {
+		if r.Status != domain.Completed || r.Sandbox != want {
 			return 0, fmt.Errorf("%s: %s#%d %s with sandbox %q, want completed with %q", project, r.Task, r.Attempt, r.Status, r.Sandbox, want)
 		}
 		took = append(took, r.CompletedAt.Sub(r.StartedAt).Seconds())

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -127,10 +128,10 @@ func tickRun(ctx context.Context, o *options, t *tb, c *sshdtest.Client, servers
 		r.setupTicks++
 		ip.rec.take()
 		counts := ip.statusCounts(ctx)
-		if counts[store.Running] == tickTasks {
+		if counts[domain.Running] == tickTasks {
 			break
 		}
-		if counts[store.Failed] > 0 {
+		if counts[domain.Failed] > 0 {
 			return nil, fmt.Errorf("tasks failed during setup: %v", counts)
 		}
 	}
@@ -226,7 +227,7 @@ func tickRun(ctx context.Context, o *options, t *tb, c *sshdtest.Client, servers
 		return nil, ctx.Err()
 	case <-time.After(heartbeatWait):
 	}
-	var before []store.Task
+	var before []domain.Task
 	if err := setup(func(ctx context.Context) (err error) { before, err = ip.st.Tasks(ctx, project); return err }); err != nil {
 		return nil, err
 	}

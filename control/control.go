@@ -36,11 +36,11 @@ type StartOptions struct {
 	// Fresh runs every task of a new run again, reusing no result.
 	Fresh bool `json:"fresh,omitempty"`
 	// Trigger is what begins the run: "" or "start" by hand, "schedule",
-	// "catch-up" (store.ProjectOptions.Trigger).
+	// "catch-up" (domain.ProjectOptions.Trigger).
 	Trigger string `json:"trigger,omitempty"`
 }
 
-// What begins a run (store.ProjectOptions.Trigger).
+// What begins a run (domain.ProjectOptions.Trigger).
 const (
 	TriggerStart    = "start"
 	TriggerSchedule = "schedule"

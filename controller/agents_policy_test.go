@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/nodes"
-	"github.com/dispatch-tool/dispatch/store"
 )
 
 func TestPickMode(t *testing.T) {
@@ -66,7 +66,7 @@ func TestStallTimeoutResolution(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := stallTimeout(store.Task{Stall: tt.task}, store.ProjectOptions{Stall: tt.project}, nodes.Node{Stall: tt.node})
+			got := stallTimeout(domain.Task{Stall: tt.task}, domain.ProjectOptions{Stall: tt.project}, nodes.Node{Stall: tt.node})
 			if got != tt.want {
 				t.Errorf("stallTimeout = %s, want %s", got, tt.want)
 			}
@@ -104,20 +104,20 @@ echo done > out.txt
 	if left < 59*time.Second || left > 61*time.Second || !strings.Contains(pauses[0].Reason, "named no reset") {
 		t.Fatalf("paused for %s (%q); want a minute (more than the 10s backoff)", left, pauses[0].Reason)
 	}
-	if tk := h.task("S01"); tk.Status != store.Pending || tk.RetriesUsed != 0 {
+	if tk := h.task("S01"); tk.Status != domain.Pending || tk.RetriesUsed != 0 {
 		t.Fatalf("S01: %s, retries used %d; want pending, 0", tk.Status, tk.RetriesUsed)
 	}
 	h.tick()
-	if tk := h.task("S01"); tk.Status != store.Pending {
+	if tk := h.task("S01"); tk.Status != domain.Pending {
 		t.Fatalf("S01 launched under a paused mode: %s", tk.Status)
 	}
 	h.clock.Advance(30 * time.Second)
 	h.tick()
-	if tk := h.task("S01"); tk.Status != store.Pending {
+	if tk := h.task("S01"); tk.Status != domain.Pending {
 		t.Fatalf("S01 launched under a paused mode: %s", tk.Status)
 	}
 	h.clock.Advance(31 * time.Second)
-	h.tickUntil("the retry to complete", func() bool { return h.task("S01").Status == store.Completed })
+	h.tickUntil("the retry to complete", func() bool { return h.task("S01").Status == domain.Completed })
 }
 
 func TestLaunchBatchesAreCutBySize(t *testing.T) {
@@ -138,7 +138,7 @@ nodes:
 	defer func() { testHookBeforeLaunch = nil }()
 	h.tickUntil("all six to run", func() bool {
 		for _, id := range []string{"S01", "S02", "S03", "S04", "S05", "S06"} {
-			if st := h.task(id).Status; st != store.Running && st != store.Completed {
+			if st := h.task(id).Status; st != domain.Running && st != domain.Completed {
 				return false
 			}
 		}

@@ -9,11 +9,11 @@ import (
 	"testing"
 
 	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/spec"
-	"github.com/dispatch-tool/dispatch/store"
 )
 
 func TestMissingModeVariableKeepsTasksOffTheNode(t *testing.T) {
@@ -37,10 +37,10 @@ api_modes:
 	}))
 	h.tickUntil("project to finish", func() bool {
 		p, _ := h.st.Project(context.Background(), "p")
-		return p.State == store.ProjectDone
+		return p.State == domain.ProjectDone
 	})
 	for _, id := range []string{"S01", "S02"} {
-		if tk := h.task(id); tk.Node != "b" || tk.Status != store.Completed {
+		if tk := h.task(id); tk.Node != "b" || tk.Status != domain.Completed {
 			t.Errorf("%s %s on %s, want completed on b", id, tk.Status, tk.Node)
 		}
 	}
@@ -88,13 +88,13 @@ api_modes:
 		tasks, _ := h.st.Tasks(context.Background(), "p")
 		n := 0
 		for _, tk := range tasks {
-			if tk.Status == store.Running || tk.Status == store.Claimed {
+			if tk.Status == domain.Running || tk.Status == domain.Claimed {
 				n++
 			}
 		}
 		peak = max(peak, n)
 		p, _ := h.st.Project(context.Background(), "p")
-		return p.State == store.ProjectDone
+		return p.State == domain.ProjectDone
 	})
 	if peak != 1 {
 		t.Fatalf("%d tasks ran at once under max_concurrency 1", peak)
@@ -151,10 +151,10 @@ nodes:
 	h := newHarness(t, yaml, specs)
 	h.tickUntil("project to finish", func() bool {
 		p, _ := h.st.Project(context.Background(), "p")
-		return p.State == store.ProjectDone
+		return p.State == domain.ProjectDone
 	})
 	p, _ := h.st.Project(context.Background(), "p")
-	if p.Result != store.ResultPassed {
+	if p.Result != domain.ResultPassed {
 		t.Fatalf("result %s: %s", p.Result, h.dump())
 	}
 	runs := home.RunsDir(h.home, "p")
@@ -184,10 +184,10 @@ nodes:
 
 func TestReadVerdict(t *testing.T) {
 	dir := t.TempDir()
-	done := store.Task{ID: "V01", Status: store.Completed}
+	done := domain.Task{ID: "V01", Status: domain.Completed}
 	cases := []struct {
 		name, content string
-		task          store.Task
+		task          domain.Task
 		pass          bool
 		issue         string
 	}{
@@ -197,7 +197,7 @@ func TestReadVerdict(t *testing.T) {
 		{"malformed", `{"pass": tru`, done, false, "verdict.json is malformed"},
 		{"no pass", `{"issues": []}`, done, false, `no boolean "pass"`},
 		{"string pass", `{"pass": "yes"}`, done, false, "malformed"},
-		{"verifier failed", `{"pass": true}`, store.Task{ID: "V01", Status: store.Failed, ErrorClass: "exit", Error: "exit status 1"}, false, "did not complete"},
+		{"verifier failed", `{"pass": true}`, domain.Task{ID: "V01", Status: domain.Failed, ErrorClass: "exit", Error: "exit status 1"}, false, "did not complete"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -227,10 +227,10 @@ func TestFixRoundsRunOutAndTheProjectFails(t *testing.T) {
 	h := newHarness(t, "", specs)
 	h.tickUntil("project to finish", func() bool {
 		p, _ := h.st.Project(context.Background(), "p")
-		return p.State == store.ProjectDone
+		return p.State == domain.ProjectDone
 	})
 	p, _ := h.st.Project(context.Background(), "p")
-	if p.Result != store.ResultFailed || p.Phase != store.PhaseDone {
+	if p.Result != domain.ResultFailed || p.Phase != domain.PhaseDone {
 		t.Fatalf("result %s phase %s", p.Result, p.Phase)
 	}
 	vs, _ := h.st.Verdicts(context.Background(), "p")
@@ -274,14 +274,14 @@ func TestIntegrationSwitches(t *testing.T) {
 			}
 			h.tickUntil("project to finish", func() bool {
 				p, _ := h.st.Project(context.Background(), "p")
-				return p.State == store.ProjectDone
+				return p.State == domain.ProjectDone
 			})
 			_, err := h.st.Task(context.Background(), "p", "S99")
 			if (err == nil) != tc.wantS99 {
 				t.Fatalf("S99 exists = %v, want %v", err == nil, tc.wantS99)
 			}
 			p2, _ := h.st.Project(context.Background(), "p")
-			if p2.Result != store.ResultFailed {
+			if p2.Result != domain.ResultFailed {
 				t.Fatalf("result %s with a failed task", p2.Result)
 			}
 			if tc.wantNote != "" {
@@ -304,12 +304,12 @@ func TestIntegrationSwitches(t *testing.T) {
 		}
 		h.tickUntil("project to finish", func() bool {
 			p, _ := h.st.Project(context.Background(), "p")
-			return p.State == store.ProjectDone
+			return p.State == domain.ProjectDone
 		})
 		if _, err := h.st.Task(context.Background(), "p", "S99"); err == nil {
 			t.Fatal("S99 ran with --no-integrate")
 		}
-		if p, _ := h.st.Project(context.Background(), "p"); p.Result != store.ResultPassed {
+		if p, _ := h.st.Project(context.Background(), "p"); p.Result != domain.ResultPassed {
 			t.Fatalf("result %s", p.Result)
 		}
 	})
@@ -324,7 +324,7 @@ func TestRetryOfAnAuthorTaskRunsThePhaseAgain(t *testing.T) {
 	h := newHarness(t, "", specs)
 	done := func() bool {
 		p, _ := h.st.Project(context.Background(), "p")
-		return p.State == store.ProjectDone
+		return p.State == domain.ProjectDone
 	}
 	h.tickUntil("project to finish", done)
 	os.WriteFile(filepath.Join(h.home, "specs", "p", "S01-x.md"), []byte("echo two > x.txt\n"), 0o644)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/store"
@@ -22,7 +23,7 @@ var limitName = map[string]string{wire.ClassOOM: "memory", wire.ClassPids: "pids
 // retryable lists the error classes that are retried (SPEC §7 step 4).
 var retryable = map[string]bool{
 	wire.ClassExit: true, wire.ClassCrash: true, wire.ClassTimeout: true,
-	wire.ClassRateLimit: true, wire.ClassStart: true, store.Lost: true,
+	wire.ClassRateLimit: true, wire.ClassStart: true, domain.Lost: true,
 	wire.ClassHung: true, wire.ClassStalled: true,
 }
 
@@ -47,7 +48,7 @@ type snapshot struct {
 	// decision of the tick may move (see store.TickRead): not every task
 	// of the project, so that a steady tick costs what is live.
 	projects []string
-	tasks    map[string][]store.Task
+	tasks    map[string][]domain.Task
 	// depStatus holds, by project, the status of the dependencies of the
 	// pending and blocked tasks read; counts the project's tasks by
 	// status; nextDue the earliest backoff among its pending tasks.
@@ -69,7 +70,7 @@ type snapshot struct {
 // may block, counts; see store.TickRead), its options and spending, and
 // the attempt facts the decisions will need.
 func readSnapshot(ctx context.Context, tx *store.Tx, projects []string, pulls map[string]*pull) (*snapshot, error) {
-	s := &snapshot{tasks: map[string][]store.Task{}, depStatus: map[string]map[string]string{}, counts: map[string]map[string]int{},
+	s := &snapshot{tasks: map[string][]domain.Task{}, depStatus: map[string]map[string]string{}, counts: map[string]map[string]int{},
 		nextDue: map[string]time.Time{}, modes: map[string]map[string]string{}, facts: map[string]projectFacts{}, attempts: map[attemptKey]attemptFacts{},
 		damaged: map[string]error{}}
 	named := namedLive(pulls)
@@ -188,8 +189,8 @@ func (c *Controller) decideApply(snap *snapshot, pulls map[string]*pull, prev ma
 }
 
 // currentTasks indexes the tasks of a snapshot by taskKey.
-func currentTasks(snap *snapshot) map[string]*store.Task {
-	current := map[string]*store.Task{}
+func currentTasks(snap *snapshot) map[string]*domain.Task {
+	current := map[string]*domain.Task{}
 	for _, project := range snap.projects {
 		tasks := snap.tasks[project]
 		for i := range tasks {
@@ -206,7 +207,7 @@ func currentTasks(snap *snapshot) map[string]*store.Task {
 // that another node sees too, or one current on another node that it
 // sees, is the same attempt seen under two names (a node renamed, or
 // reached anew, over the same work_dir): not stale.
-func findStale(pulls map[string]*pull, current map[string]*store.Task, draining map[string]string) []staleAttempt {
+func findStale(pulls map[string]*pull, current map[string]*domain.Task, draining map[string]string) []staleAttempt {
 	var out []staleAttempt
 	seen := map[string]bool{}
 	for name, p := range pulls {
@@ -225,7 +226,7 @@ func findStale(pulls map[string]*pull, current map[string]*store.Task, draining 
 			}
 			t := current[taskKey(ts.Project, ts.Task)]
 			if t != nil && t.Node == name && t.Attempt == ts.Status.Attempt &&
-				(t.Status == store.Claimed || t.Status == store.Running || ended(ts.Status.Status) && !ts.ToolRunning) {
+				(t.Status == domain.Claimed || t.Status == domain.Running || ended(ts.Status.Status) && !ts.ToolRunning) {
 				// The current attempt, or the one whose end was just
 				// recorded while its supervisor is still exiting: its tool
 				// is done (the wrapper checked its group, which a task
@@ -235,7 +236,7 @@ func findStale(pulls map[string]*pull, current map[string]*store.Task, draining 
 				continue
 			}
 			if t != nil && t.Node != name && (draining[name] != "" || draining[t.Node] != "") && t.Attempt == ts.Status.Attempt &&
-				(t.Status == store.Claimed || t.Status == store.Running) {
+				(t.Status == domain.Claimed || t.Status == domain.Running) {
 				continue // one attempt, two names of its node
 			}
 			sa := staleAttempt{node: name, project: ts.Project, task: ts.Task, dir: ts.Dir, attempt: ts.Status.Attempt, orphan: orphan, foreign: t == nil}

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/domain"
 )
 
 func TestDecideKills(t *testing.T) {
@@ -85,14 +85,14 @@ func TestUnkilledStaleAttemptHoldsItsNodeBack(t *testing.T) {
 	}
 	for i := 1; i < maxKillFailures; i++ {
 		h.tick()
-		if s := h.task("S01").Status; s != store.Pending {
+		if s := h.task("S01").Status; s != domain.Pending {
 			t.Fatalf("tick %d: S01 is %s while its node holds an unkilled stale attempt; want pending", i, s)
 		}
 	}
 	if evs := h.events("stale"); len(evs) != 1 {
 		t.Fatalf("want one stale event so far, got %v", evs)
 	}
-	h.tickUntil("S01 to start once the kill is given up", func() bool { return h.task("S01").Status != store.Pending })
+	h.tickUntil("S01 to start once the kill is given up", func() bool { return h.task("S01").Status != domain.Pending })
 	var said bool
 	for _, ev := range h.events("stale") {
 		said = said || strings.Contains(ev.Message, "could not be killed")
@@ -100,5 +100,5 @@ func TestUnkilledStaleAttemptHoldsItsNodeBack(t *testing.T) {
 	if !said {
 		t.Fatalf("no event says the stale attempt could not be killed: %v", h.events("stale"))
 	}
-	h.tickUntil("S01 to complete", func() bool { return h.task("S01").Status == store.Completed })
+	h.tickUntil("S01 to complete", func() bool { return h.task("S01").Status == domain.Completed })
 }

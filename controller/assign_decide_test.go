@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/nodes"
-	"github.com/dispatch-tool/dispatch/store"
 )
 
 // TestDecideClaims: which node each candidate starts on, decided over a
@@ -22,8 +22,8 @@ func TestDecideClaims(t *testing.T) {
 		}
 		return n
 	}
-	task := func(id string, set func(*store.Task)) store.Task {
-		tk := store.Task{Project: "p", ID: id, Status: store.Pending}
+	task := func(id string, set func(*domain.Task)) domain.Task {
+		tk := domain.Task{Project: "p", ID: id, Status: domain.Pending}
 		if set != nil {
 			set(&tk)
 		}
@@ -40,48 +40,48 @@ func TestDecideClaims(t *testing.T) {
 		mem     map[string]int64
 		paused  []string
 		use     map[string]int
-		tasks   []store.Task
+		tasks   []domain.Task
 		want    string // "ID@node[/mode]" in claim order
 	}{
 		{name: "least loaded first, then by name",
 			nodes: []nodes.Node{node("a", 2, nil), node("b", 2, nil)}, running: map[string]int{"a": 1},
-			tasks: []store.Task{task("T1", nil), task("T2", nil), task("T3", nil), task("T4", nil)},
+			tasks: []domain.Task{task("T1", nil), task("T2", nil), task("T3", nil), task("T4", nil)},
 			want:  "T1@b T2@a T3@b"},
 		{name: "a pinned task waits for its node",
 			nodes: []nodes.Node{node("a", 1, nil), node("b", 1, nil)}, running: map[string]int{"b": 1},
-			tasks: []store.Task{task("T1", func(t *store.Task) { t.NodePin = "b" }), task("T2", nil)},
+			tasks: []domain.Task{task("T1", func(t *domain.Task) { t.NodePin = "b" }), task("T2", nil)},
 			want:  "T2@a"},
 		{name: "tags",
 			nodes: []nodes.Node{node("a", 1, nil), node("gpu", 1, func(n *nodes.Node) { n.Tags = []string{"gpu"} })},
-			tasks: []store.Task{task("T1", func(t *store.Task) { t.Tags = []string{"gpu"} }), task("T2", func(t *store.Task) { t.Tags = []string{"gpu"} }), task("T3", nil)},
+			tasks: []domain.Task{task("T1", func(t *domain.Task) { t.Tags = []string{"gpu"} }), task("T2", func(t *domain.Task) { t.Tags = []string{"gpu"} }), task("T3", nil)},
 			want:  "T1@gpu T3@a"},
 		{name: "min_free_mem",
 			nodes: []nodes.Node{node("a", 4, func(n *nodes.Node) { n.MinFreeMem = 1 << 30 }), node("b", 1, nil)},
 			mem:   map[string]int64{"a": 512 << 20},
-			tasks: []store.Task{task("T1", nil), task("T2", nil)},
+			tasks: []domain.Task{task("T1", nil), task("T2", nil)},
 			want:  "T1@b"},
 		{name: "a retry of a crash goes elsewhere",
 			nodes: []nodes.Node{node("a", 1, nil), node("b", 1, nil)},
-			tasks: []store.Task{task("T1", func(t *store.Task) { t.Attempt, t.Node, t.ErrorClass = 1, "a", "crash" })},
+			tasks: []domain.Task{task("T1", func(t *domain.Task) { t.Attempt, t.Node, t.ErrorClass = 1, "a", "crash" })},
 			want:  "T1@b"},
 		{name: "max_concurrency of a mode across nodes",
 			nodes: []nodes.Node{node("a", 2, func(n *nodes.Node) { n.APIMode = "spare" }), node("b", 2, func(n *nodes.Node) { n.APIMode = "main" })},
 			use:   map[string]int{"main": 0},
-			tasks: []store.Task{task("T1", nil), task("T2", nil), task("T3", nil), task("T4", nil)},
+			tasks: []domain.Task{task("T1", nil), task("T2", nil), task("T3", nil), task("T4", nil)},
 			want:  "T1@a/spare T2@b/main T3@a/spare"},
 		{name: "a paused mode runs its tasks under its fallback on nodes allowed it",
 			nodes: []nodes.Node{node("a", 2, func(n *nodes.Node) { n.APIMode = "main"; n.APIModes = []string{"main", "spare"} }),
 				node("b", 2, func(n *nodes.Node) { n.APIMode = "main" })},
 			paused: []string{"main"},
-			tasks:  []store.Task{task("T1", nil), task("T2", nil), task("T3", nil)},
+			tasks:  []domain.Task{task("T1", nil), task("T2", nil), task("T3", nil)},
 			want:   "T1@a/spare T2@a/spare"},
 		{name: "a node's own account paused",
 			nodes: []nodes.Node{node("a", 1, nil), node("b", 1, nil)}, paused: []string{"node:a"},
-			tasks: []store.Task{task("T1", nil), task("T2", nil)},
+			tasks: []domain.Task{task("T1", nil), task("T2", nil)},
 			want:  "T1@b"},
 		{name: "no free slot",
 			nodes: []nodes.Node{node("a", 1, nil)}, running: map[string]int{"a": 1},
-			tasks: []store.Task{task("T1", nil)},
+			tasks: []domain.Task{task("T1", nil)},
 			want:  ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

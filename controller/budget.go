@@ -3,12 +3,12 @@ package controller
 import (
 	"context"
 
-	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/domain"
 )
 
 // budgetStop reports whether the project's budget forbids starting its next
 // phase task, and why.
-func (c *Controller) budgetStop(ctx context.Context, p store.Project, opts store.ProjectOptions) (string, bool, error) {
+func (c *Controller) budgetStop(ctx context.Context, p domain.Project, opts domain.ProjectOptions) (string, bool, error) {
 	if !opts.HasBudget() {
 		return "", false, nil
 	}

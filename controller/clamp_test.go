@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/readmodel"
-	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -40,7 +40,7 @@ tools:
 	h := newHarness(t, yaml, map[string]string{"project.yaml": "tool: claude\nintegration: false\n",
 		"S01-a.md": "sleep 30\n", "S02-b.md": "sleep 30\n"})
 	h.tickUntil("both tasks to run", func() bool {
-		return h.task("S01").Status == store.Running && h.task("S02").Status == store.Running
+		return h.task("S01").Status == domain.Running && h.task("S02").Status == domain.Running
 	})
 	n := h.ctl.nodes["local"]
 	real := n.installed()

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 	"github.com/dispatch-tool/dispatch/internal/filetree"
@@ -35,7 +36,7 @@ import (
 // directory, with the manifest in the database.
 func (c *Controller) collectAll(ctx context.Context, projects []string, pulls map[string]*pull, launching map[string]bool) error {
 	current := map[string]bool{}
-	byNode := map[string][]store.Attempt{}
+	byNode := map[string][]domain.Attempt{}
 	unkilledNodes, _ := c.unkilled()
 	for _, project := range projects {
 		runs, isCurrent, err := c.st.Uncollected(ctx, project)
@@ -91,7 +92,7 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 // attempt, its output/ and task.log to the top of runs/<p>/<ID>/ with the
 // manifest. Every remote call has its own deadline, so a large output/ is
 // not cut off by one for the whole attempt.
-func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Attempt, current bool) error {
+func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attempt, current bool) error {
 	src, err := c.attemptFiles(ctx, n, r)
 	if err != nil {
 		return err
@@ -139,7 +140,7 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Attemp
 	if err != nil {
 		return err
 	}
-	if gitTask != nil && r.Status == store.Completed {
+	if gitTask != nil && r.Status == domain.Completed {
 		manifest, err = c.collectCommit(ctx, n, r, gitTask.task, gitTask.repo, tmp)
 		var perm *permanentError
 		switch {
@@ -184,7 +185,7 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r store.Attemp
 // collect_max_bytes and to room, the free space the controller keeps. A
 // refused output/ (over quota, a symbolic link) is left empty and
 // returned as refused: the task fails, its task.log still collected.
-func (c *Controller) collectOutput(ctx context.Context, n *nodeRuntime, r store.Attempt, src, tmp string, room int64) (manifest []store.File, refused, err error) {
+func (c *Controller) collectOutput(ctx context.Context, n *nodeRuntime, r domain.Attempt, src, tmp string, room int64) (manifest []store.File, refused, err error) {
 	maxBytes := c.config().Controller.CollectMaxBytes
 	files, err := c.walk(ctx, n, path.Join(src, "output"))
 	switch {
@@ -324,7 +325,7 @@ func regularFiles(files []nodes.FileInfo) int {
 // removed afterwards, holding the content to limit bytes on both sides, and
 // returns the manifest. files is the listing the quota was checked on; the
 // archive's own deadline grows with its size.
-func (c *Controller) fetchTree(ctx context.Context, n *nodeRuntime, r store.Attempt, remote, local string, files []nodes.FileInfo, limit int64) ([]store.File, error) {
+func (c *Controller) fetchTree(ctx context.Context, n *nodeRuntime, r domain.Attempt, remote, local string, files []nodes.FileInfo, limit int64) ([]store.File, error) {
 	inst := n.installed()
 	if inst == nil {
 		return nil, fmt.Errorf("the wrapper on %s is being checked again", n.cfg.Name)
@@ -416,7 +417,7 @@ func (c *Controller) noRoom(project, what string) error {
 // attemptFiles finds where attempt r's files are on its node: still in the
 // task directory, or moved to attempts/<n>/ by a later attempt there. It
 // returns "" when neither holds that attempt's status.json.
-func (c *Controller) attemptFiles(ctx context.Context, n *nodeRuntime, r store.Attempt) (string, error) {
+func (c *Controller) attemptFiles(ctx context.Context, n *nodeRuntime, r domain.Attempt) (string, error) {
 	inst := n.installed()
 	if inst == nil {
 		return "", fmt.Errorf("the wrapper on %s is being checked again", n.cfg.Name)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/domain"
 )
 
 // TestNoRetryBesideItsPreviousAttemptsCollection: a collection that
@@ -45,5 +45,5 @@ func TestNoRetryBesideItsPreviousAttemptsCollection(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	h.tickUntil("S01 to complete", func() bool { return h.task("S01").Status == store.Completed })
+	h.tickUntil("S01 to complete", func() bool { return h.task("S01").Status == domain.Completed })
 }

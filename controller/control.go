@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/plan"
@@ -117,7 +118,7 @@ func (c *Controller) startProject(ctx context.Context, name string, so control.S
 	return msg, nil
 }
 
-func (c *Controller) projectTasks(ctx context.Context, project string) (store.Project, map[string]store.Task, error) {
+func (c *Controller) projectTasks(ctx context.Context, project string) (domain.Project, map[string]domain.Task, error) {
 	p, err := c.st.Project(ctx, project)
 	if errors.Is(err, store.ErrNotFound) {
 		return p, nil, &control.OpError{Msg: fmt.Sprintf("project %q has not been started on this home", project)}
@@ -129,14 +130,14 @@ func (c *Controller) projectTasks(ctx context.Context, project string) (store.Pr
 	if err != nil {
 		return p, nil, err
 	}
-	byID := map[string]store.Task{}
+	byID := map[string]domain.Task{}
 	for _, t := range tasks {
 		byID[t.ID] = t
 	}
 	return p, byID, nil
 }
 
-func unknownTask(project, id string, byID map[string]store.Task) error {
+func unknownTask(project, id string, byID map[string]domain.Task) error {
 	var ids []string
 	for k := range byID {
 		ids = append(ids, k)
@@ -158,10 +159,10 @@ func (c *Controller) Retry(ctx context.Context, project string, ids []string) (s
 	if err != nil {
 		return "", err
 	}
-	var latest store.Task
+	var latest domain.Task
 	var phaseIDs []string
 	for _, t := range byID {
-		if store.IsPhaseID(t.ID) {
+		if domain.IsPhaseID(t.ID) {
 			phaseIDs = append(phaseIDs, t.ID)
 			if latest.ID == "" || t.CreatedAt.After(latest.CreatedAt) {
 				latest = t
@@ -176,12 +177,12 @@ func (c *Controller) Retry(ctx context.Context, project string, ids []string) (s
 			return "", unknownTask(project, id, byID)
 		}
 		switch t.Status {
-		case store.Claimed, store.Running:
+		case domain.Claimed, domain.Running:
 			return "", &control.OpError{Msg: fmt.Sprintf("%s/%s is running (attempt %d on %s): cancel it first", project, id, t.Attempt, t.Node)}
-		case store.Pending:
+		case domain.Pending:
 			return "", &control.OpError{Msg: fmt.Sprintf("%s/%s is already waiting to run", project, id)}
 		}
-		if store.IsPhaseID(id) {
+		if domain.IsPhaseID(id) {
 			if id != latest.ID {
 				return "", &control.OpError{Msg: fmt.Sprintf("%s is not the latest phase task (%s): retry %s, or an author task to run the whole phase again", id, latest.ID, latest.ID)}
 			}
@@ -202,9 +203,9 @@ func (c *Controller) Retry(ctx context.Context, project string, ids []string) (s
 	}
 	var notes []string
 	err = c.st.Update(ctx, func(tx *store.Tx) error {
-		phase := store.PhaseOf(ids[0])
+		phase := domain.PhaseOf(ids[0])
 		if authorRetried {
-			phase = store.PhaseImplementation
+			phase = domain.PhaseImplementation
 			if len(phaseIDs) > 0 {
 				if err := tx.DeleteTasks(ctx, project, phaseIDs, "the phase starts over"); err != nil {
 					return err
@@ -218,16 +219,16 @@ func (c *Controller) Retry(ctx context.Context, project string, ids []string) (s
 			}
 			t := byID[id]
 			set := store.TaskPatch{RetriesUsed: new(0), RateLimitRetries: new(0), LostRetries: new(0), NotBefore: new(time.Time{})}
-			if f := fresh[id]; f != nil && f.Hash != t.SpecHash && !store.IsPhaseID(id) {
+			if f := fresh[id]; f != nil && f.Hash != t.SpecHash && !domain.IsPhaseID(id) {
 				set.Snapshot, set.SpecHash = new(f.Snapshot), new(f.Hash)
 				notes = append(notes, id+" takes its changed spec")
 			}
-			if _, _, err := tx.Transition(ctx, store.Change{Project: project, Task: id, From: t.Status, To: store.Pending,
+			if _, _, err := tx.Transition(ctx, store.Change{Project: project, Task: id, From: t.Status, To: domain.Pending,
 				Kind: "retry", Message: "retried by the operator", Set: set}); err != nil {
 				return err
 			}
 		}
-		return tx.SetProject(ctx, project, store.ProjectPatch{State: new(store.ProjectActive), Phase: new(phase), Result: new(""), FinishedAt: new(time.Time{}), Problem: new("")}, "")
+		return tx.SetProject(ctx, project, store.ProjectPatch{State: new(domain.ProjectActive), Phase: new(phase), Result: new(""), FinishedAt: new(time.Time{}), Problem: new("")}, "")
 	})
 	if err != nil {
 		return "", err
@@ -255,22 +256,22 @@ func (c *Controller) Cancel(ctx context.Context, project string, ids []string) (
 		if !ok {
 			return "", unknownTask(project, id, byID)
 		}
-		if t.Status == store.Completed || t.Status == store.Failed || t.Status == store.Canceled {
+		if t.Status == domain.Completed || t.Status == domain.Failed || t.Status == domain.Canceled {
 			return "", &control.OpError{Msg: fmt.Sprintf("%s/%s is already %s", project, id, t.Status)}
 		}
 	}
-	var running []store.Task
+	var running []domain.Task
 	err = c.st.Update(ctx, func(tx *store.Tx) error {
 		for _, id := range ids {
 			t := byID[id]
-			if t.Status == store.Claimed || t.Status == store.Running {
+			if t.Status == domain.Claimed || t.Status == domain.Running {
 				running = append(running, t)
-				if err := tx.SetAttempt(ctx, project, id, t.Attempt, store.AttemptPatch{Status: new(store.Killed), ErrorClass: new(store.Killed),
+				if err := tx.SetAttempt(ctx, project, id, t.Attempt, store.AttemptPatch{Status: new(domain.Killed), ErrorClass: new(domain.Killed),
 					Error: new("canceled by the operator"), CompletedAt: new(tx.Now())}); err != nil {
 					return err
 				}
 			}
-			if _, _, err := tx.Transition(ctx, store.Change{Project: project, Task: id, From: t.Status, To: store.Canceled,
+			if _, _, err := tx.Transition(ctx, store.Change{Project: project, Task: id, From: t.Status, To: domain.Canceled,
 				Kind: "cancel", Message: "canceled by the operator", Set: store.TaskPatch{CompletedAt: new(tx.Now())}}); err != nil {
 				return err
 			}
@@ -296,7 +297,7 @@ func (c *Controller) Cancel(ctx context.Context, project string, ids []string) (
 
 // killAttempts kills running attempts on their nodes. It returns how many
 // it killed, and a line for each one it did not, saying why.
-func (c *Controller) killAttempts(ctx context.Context, tasks []store.Task) (killed int, notKilled []string) {
+func (c *Controller) killAttempts(ctx context.Context, tasks []domain.Task) (killed int, notKilled []string) {
 	var stale []staleAttempt
 	for _, t := range tasks {
 		what := fmt.Sprintf("attempt %d of %s/%s on %s not killed", t.Attempt, t.Project, t.ID, t.Node)
@@ -336,21 +337,21 @@ func (c *Controller) Stop(ctx context.Context, project string, kill bool) (strin
 	}
 	// Stopping is idempotent, like `systemctl stop`: a project that has
 	// finished or is stopped already is where the operator wants it.
-	if p.State == store.ProjectDone {
+	if p.State == domain.ProjectDone {
 		return fmt.Sprintf("%s has already finished (%s); nothing to stop", project, p.Result), nil
 	}
 	var running []string
 	for _, t := range byID {
-		if t.Status == store.Claimed || t.Status == store.Running {
+		if t.Status == domain.Claimed || t.Status == domain.Running {
 			running = append(running, t.ID)
 		}
 	}
 	sort.Strings(running)
 	msg := fmt.Sprintf("%s stopped: nothing new starts", project)
-	if p.State == store.ProjectStopped {
+	if p.State == domain.ProjectStopped {
 		msg = fmt.Sprintf("%s was already stopped: nothing new starts", project)
 	} else if err := c.st.Update(ctx, func(tx *store.Tx) error {
-		return tx.SetProject(ctx, project, store.ProjectPatch{State: new(store.ProjectStopped)}, "stopped by the operator")
+		return tx.SetProject(ctx, project, store.ProjectPatch{State: new(domain.ProjectStopped)}, "stopped by the operator")
 	}); err != nil {
 		return "", err
 	}

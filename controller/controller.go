@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/policy"
@@ -373,17 +374,17 @@ func (c *Controller) Close() {
 // the stopped ones whose attempts still run or whose results are not
 // collected yet. Stop means "start nothing new": what runs goes on, is
 // pulled, applied and collected, and is never taken for a stale attempt.
-func (c *Controller) servedProjects(ctx context.Context) (active []store.Project, served []string, err error) {
+func (c *Controller) servedProjects(ctx context.Context) (active []domain.Project, served []string, err error) {
 	all, err := c.st.Projects(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	for _, p := range all {
 		switch p.State {
-		case store.ProjectActive:
+		case domain.ProjectActive:
 			active = append(active, p)
 			served = append(served, p.Name)
-		case store.ProjectStopped:
+		case domain.ProjectStopped:
 			live, err := c.st.HasLiveWork(ctx, p.Name)
 			if err != nil {
 				return nil, nil, err

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/plan"
@@ -156,7 +157,7 @@ func (h *harness) tick() TickResult {
 	return res
 }
 
-func (h *harness) task(id string) store.Task {
+func (h *harness) task(id string) domain.Task {
 	h.t.Helper()
 	t, err := h.st.Task(context.Background(), "p", id)
 	if err != nil {
@@ -207,7 +208,7 @@ func TestRetryWaitsForBackoffOnTheControllersClock(t *testing.T) {
 	}))
 	h.tickUntil("first attempt to fail", func() bool {
 		tk := h.task("S01")
-		return tk.Status == store.Pending && tk.RetriesUsed == 1
+		return tk.Status == domain.Pending && tk.RetriesUsed == 1
 	})
 	tk := h.task("S01")
 	if want := h.clock.Now().Add(10 * time.Second); !tk.NotBefore.Equal(want) {
@@ -217,7 +218,7 @@ func TestRetryWaitsForBackoffOnTheControllersClock(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		h.tick()
 	}
-	if tk := h.task("S01"); tk.Status != store.Pending || tk.Attempt != 1 {
+	if tk := h.task("S01"); tk.Status != domain.Pending || tk.Attempt != 1 {
 		t.Fatalf("retried before the backoff: %s attempt %d", tk.Status, tk.Attempt)
 	}
 	h.clock.Advance(10 * time.Second)
@@ -227,7 +228,7 @@ func TestRetryWaitsForBackoffOnTheControllersClock(t *testing.T) {
 		t.Fatalf("retry 2 not_before = %s, want %s", tk.NotBefore, want)
 	}
 	h.clock.Advance(20 * time.Second)
-	h.tickUntil("task to fail for good", func() bool { return h.task("S01").Status == store.Failed })
+	h.tickUntil("task to fail for good", func() bool { return h.task("S01").Status == domain.Failed })
 	tk = h.task("S01")
 	if tk.Attempt != 3 || tk.ErrorClass != "exit" || tk.ExitCode != 3 {
 		t.Fatalf("final: attempt %d class %q exit %d, want 3, exit, 3", tk.Attempt, tk.ErrorClass, tk.ExitCode)
@@ -279,17 +280,17 @@ func TestDependenciesAndBlockedDependents(t *testing.T) {
 	}))
 	var sawS02BeforeS01 bool
 	h.tickUntil("project to finish", func() bool {
-		if h.task("S02").Attempt > 0 && h.task("S01").Status != store.Completed {
+		if h.task("S02").Attempt > 0 && h.task("S01").Status != domain.Completed {
 			sawS02BeforeS01 = true
 		}
 		p, _ := h.st.Project(context.Background(), "p")
-		return p.State == store.ProjectDone
+		return p.State == domain.ProjectDone
 	})
 	if sawS02BeforeS01 {
 		t.Fatal("S02 was claimed before its dependency S01 completed")
 	}
-	want := map[string]string{"S01": store.Completed, "S02": store.Completed, "S03": store.Failed,
-		"S04": store.Blocked, "S05": store.Blocked}
+	want := map[string]string{"S01": domain.Completed, "S02": domain.Completed, "S03": domain.Failed,
+		"S04": domain.Blocked, "S05": domain.Blocked}
 	for id, st := range want {
 		if got := h.task(id); got.Status != st {
 			t.Errorf("%s = %s, want %s", id, got.Status, st)
@@ -301,7 +302,7 @@ func TestDependenciesAndBlockedDependents(t *testing.T) {
 		}
 	}
 	p, _ := h.st.Project(context.Background(), "p")
-	if p.Result != store.ResultFailed {
+	if p.Result != domain.ResultFailed {
 		t.Errorf("result = %q, want failed", p.Result)
 	}
 	b, err := os.ReadFile(filepath.Join(home.RunsDir(h.home, "p"), "S02", "output", "two.txt"))
@@ -339,14 +340,14 @@ nodes:
 				seen[id] = true
 				order = append(order, id)
 			}
-			if tk.Status == store.Running || tk.Status == store.Claimed {
+			if tk.Status == domain.Running || tk.Status == domain.Claimed {
 				running++
 			}
 		}
 		if running > 1 {
 			t.Fatalf("%d tasks running on a node with one slot", running)
 		}
-		return len(seen) == 3 && h.task("S01").Status == store.Completed
+		return len(seen) == 3 && h.task("S01").Status == domain.Completed
 	})
 	if strings.Join(order, ",") != "S02,S03,S01" {
 		t.Fatalf("launch order = %v, want S02 (priority 1), S03 (5), S01 (9)", order)
@@ -357,7 +358,7 @@ func TestWrapperDeathIsACrashAndRetried(t *testing.T) {
 	h := newHarness(t, "", shellProject(map[string]string{
 		"S01-long.md": "sleep 30\n",
 	}))
-	h.tickUntil("task to run", func() bool { return h.task("S01").Status == store.Running })
+	h.tickUntil("task to run", func() bool { return h.task("S01").Status == domain.Running })
 	runs, _ := h.st.Attempts(context.Background(), "p", "S01")
 	pid := runs[0].PID
 	if pid <= 0 {
@@ -375,7 +376,7 @@ func TestWrapperDeathIsACrashAndRetried(t *testing.T) {
 	// Clean up the orphaned tool of attempt 1 by retrying: the wrapper kills
 	// it before moving the attempt aside.
 	h.clock.Advance(time.Minute)
-	h.tickUntil("attempt 2 to run", func() bool { return h.task("S01").Status == store.Running })
+	h.tickUntil("attempt 2 to run", func() bool { return h.task("S01").Status == domain.Running })
 	h.ctl.Close()
 	killAll(t, h)
 }
@@ -391,11 +392,11 @@ func TestClaimWithoutLaunchIsRequeued(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.tick()
-	if tk := h.task("S01"); tk.Status != store.Claimed {
+	if tk := h.task("S01"); tk.Status != domain.Claimed {
 		t.Fatalf("claim requeued within the grace: %s", tk.Status)
 	}
 	h.clock.Advance(claimGrace + time.Second)
-	h.tickUntil("task to complete", func() bool { return h.task("S01").Status == store.Completed })
+	h.tickUntil("task to complete", func() bool { return h.task("S01").Status == domain.Completed })
 	if tk := h.task("S01"); tk.Attempt != 2 || tk.RetriesUsed != 0 {
 		t.Fatalf("attempt %d retries %d, want attempt 2 without using a retry", tk.Attempt, tk.RetriesUsed)
 	}
@@ -408,13 +409,13 @@ func TestStatusCountsAndReport(t *testing.T) {
 	}))
 	h.tickUntil("project to finish", func() bool {
 		p, _ := h.st.Project(context.Background(), "p")
-		return p.State == store.ProjectDone
+		return p.State == domain.ProjectDone
 	})
 	v, err := readmodel.Status(context.Background(), h.st, h.cfg, "p", h.clock.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Counts.Completed != 1 || v.Counts.Failed != 1 || v.Counts.Total() != 2 || v.Phase != store.PhaseDone {
+	if v.Counts.Completed != 1 || v.Counts.Failed != 1 || v.Counts.Total() != 2 || v.Phase != domain.PhaseDone {
 		t.Fatalf("counts %+v phase %s", v.Counts, v.Phase)
 	}
 	if v.Tasks[0].Title != "Alpha" {
@@ -424,7 +425,7 @@ func TestStatusCountsAndReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Result != store.ResultFailed || r.Totals.Attempts != 2 || r.Totals.Failed != 1 {
+	if r.Result != domain.ResultFailed || r.Totals.Attempts != 2 || r.Totals.Failed != 1 {
 		t.Fatalf("report result %s totals %+v", r.Result, r.Totals)
 	}
 	md := r.Markdown()
@@ -443,11 +444,11 @@ func TestRestartedControllerAdoptsRunningTasks(t *testing.T) {
 	h := newHarness(t, "", shellProject(map[string]string{
 		"S01-slow.md": "sleep 1; echo done > done.txt\n",
 	}))
-	h.tickUntil("task to run", func() bool { return h.task("S01").Status == store.Running })
+	h.tickUntil("task to run", func() bool { return h.task("S01").Status == domain.Running })
 	// A new controller process: nothing in memory, everything from the
 	// database and the node's files.
 	h.ctl = h.newController()
-	h.tickUntil("task to complete", func() bool { return h.task("S01").Status == store.Completed })
+	h.tickUntil("task to complete", func() bool { return h.task("S01").Status == domain.Completed })
 	if tk := h.task("S01"); tk.Attempt != 1 {
 		t.Fatalf("attempt = %d after a controller restart, want 1 (adopted, not relaunched)", tk.Attempt)
 	}
@@ -461,7 +462,7 @@ func TestAgentKilledIsRetried(t *testing.T) {
 	h := newHarness(t, "", shellProject(map[string]string{
 		"S01-victim.md": "if [ \"$DISPATCH_ATTEMPT\" = 1 ]; then sleep 30; fi\necho ok > ok.txt\n",
 	}))
-	h.tickUntil("task to run", func() bool { return h.task("S01").Status == store.Running })
+	h.tickUntil("task to run", func() bool { return h.task("S01").Status == domain.Running })
 	var st struct {
 		ToolPID int `json:"tool_pid"`
 	}
@@ -484,7 +485,7 @@ func TestAgentKilledIsRetried(t *testing.T) {
 		t.Fatalf("attempt 1: class %q signal %q, want crash with the signal", runs[0].ErrorClass, runs[0].Signal)
 	}
 	h.clock.Advance(time.Minute)
-	h.tickUntil("retry to complete", func() bool { return h.task("S01").Status == store.Completed })
+	h.tickUntil("retry to complete", func() bool { return h.task("S01").Status == domain.Completed })
 	if tk := h.task("S01"); tk.Attempt != 2 {
 		t.Fatalf("attempt = %d, want 2", tk.Attempt)
 	}
@@ -505,10 +506,10 @@ func TestNewRuns(t *testing.T) {
 	})
 	ctx := context.Background()
 	specDir := filepath.Join(h.home, "specs", "p")
-	finish := func(what string) store.Project {
+	finish := func(what string) domain.Project {
 		h.tickUntil(what, func() bool {
 			p, _ := h.st.Project(ctx, "p")
-			return p.State == store.ProjectDone
+			return p.State == domain.ProjectDone
 		})
 		p, _ := h.st.Project(ctx, "p")
 		return p
@@ -540,7 +541,7 @@ func TestNewRuns(t *testing.T) {
 		}
 		return strings.Join(out, " ")
 	}
-	if p := finish("run 1 to finish"); p.Result != store.ResultPassed || p.Run != 1 {
+	if p := finish("run 1 to finish"); p.Result != domain.ResultPassed || p.Run != 1 {
 		t.Fatalf("run 1 = %+v", p)
 	}
 
@@ -550,7 +551,7 @@ func TestNewRuns(t *testing.T) {
 	if res.Run != 2 || !res.AllReused || !res.Finished || len(res.Reused) != 3 || reasons(res) != "" {
 		t.Fatalf("run 2 = %+v", res)
 	}
-	if p, _ := h.st.Project(ctx, "p"); p.Run != 2 || p.State != store.ProjectDone || p.Result != store.ResultPassed {
+	if p, _ := h.st.Project(ctx, "p"); p.Run != 2 || p.State != domain.ProjectDone || p.Result != domain.ResultPassed {
 		t.Fatalf("run 2's project = %+v", p)
 	}
 	if got := attempts(); got != "S01#1/1 S02#1/1 S03#1/1" {
@@ -570,7 +571,7 @@ func TestNewRuns(t *testing.T) {
 	if res.Run != 3 || res.Finished || reasons(res) != "S01: spec changed|S02: depends on S01" || strings.Join(res.Reused, " ") != "S03" {
 		t.Fatalf("run 3 = %+v (%s)", res, reasons(res))
 	}
-	if p := finish("run 3 to finish"); p.Result != store.ResultPassed {
+	if p := finish("run 3 to finish"); p.Result != domain.ResultPassed {
 		t.Fatalf("run 3 = %+v", p)
 	}
 	if got := attempts(); got != "S01#2/0 S02#2/0 S03#1/1" {
@@ -601,8 +602,8 @@ func TestNewRuns(t *testing.T) {
 	if want := "S01: --fresh|S02: --fresh|S03: --fresh"; reasons(res) != want {
 		t.Errorf("run 5: %s, want %s", reasons(res), want)
 	}
-	h.tickUntil("S03 to fail for good", func() bool { return h.task("S03").Status == store.Failed })
-	if p := finish("run 5 to finish"); p.Result != store.ResultFailed {
+	h.tickUntil("S03 to fail for good", func() bool { return h.task("S03").Status == domain.Failed })
+	if p := finish("run 5 to finish"); p.Result != domain.ResultFailed {
 		t.Fatalf("run 5 = %+v", p)
 	}
 	if err := os.WriteFile(filepath.Join(specDir, "S03-c.md"), []byte("echo c > c.txt\n"), 0o644); err != nil {
@@ -631,7 +632,7 @@ func TestNewRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tk, err := run5.Task(ctx, "p", "S03"); err != nil || tk.Status != store.Failed {
+	if tk, err := run5.Task(ctx, "p", "S03"); err != nil || tk.Status != domain.Failed {
 		t.Errorf("run 5's S03 = %+v, %v", tk, err)
 	}
 	if _, err := os.Stat(filepath.Join(h.home, "runs", "p", "run-5", "report.md")); err != nil {
@@ -648,7 +649,7 @@ func TestNewRuns(t *testing.T) {
 	if res.AllReused || reasons(res) != "" || len(res.Reused) != 3 {
 		t.Fatalf("run 7 after V01 changed: %+v", res)
 	}
-	if p := finish("run 7 to finish"); p.Result != store.ResultFailed || h.task("V01").Attempt <= v01 {
+	if p := finish("run 7 to finish"); p.Result != domain.ResultFailed || h.task("V01").Attempt <= v01 {
 		t.Errorf("run 7 = %+v, V01 attempt %d (was %d); want the phase run again and failing", p, h.task("V01").Attempt, v01)
 	}
 }
@@ -669,7 +670,7 @@ nodes:
 	}))
 	h.tickUntil("project to finish", func() bool {
 		p, _ := h.st.Project(context.Background(), "p")
-		return p.State == store.ProjectDone
+		return p.State == domain.ProjectDone
 	})
 	for _, id := range []string{"S01", "S02", "S03"} {
 		if n := h.task(id).Node; n != "roomy" {
@@ -710,9 +711,9 @@ func TestHeadOfLineFreeTaskStartsInTheFirstTick(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 1; i <= 1000; i++ {
-		if id := fmt.Sprintf("S%04d", i); states[id] != store.Pending {
+		if id := fmt.Sprintf("S%04d", i); states[id] != domain.Pending {
 			t.Fatalf("%s is %s while S0000 runs, want pending", id, states[id])
 		}
 	}
-	h.tickUntil("S0000 to run", func() bool { return h.task("S0000").Status == store.Running })
+	h.tickUntil("S0000 to run", func() bool { return h.task("S0000").Status == domain.Running })
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/notify"
 	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/store"
@@ -121,7 +122,7 @@ type attemptFacts struct {
 
 // projectFacts is what the decisions read of a project.
 type projectFacts struct {
-	opts    store.ProjectOptions
+	opts    domain.ProjectOptions
 	optsErr error
 	usd     float64
 	tokens  int64
@@ -179,7 +180,7 @@ func earliest(wake, t, now time.Time) time.Time {
 }
 
 // transition records a status change of t and makes it in memory.
-func (a *applier) transition(t *store.Task, ch store.Change) {
+func (a *applier) transition(t *domain.Task, ch store.Change) {
 	a.emit(op{change: &ch})
 	if n := a.counts[t.Project]; n != nil {
 		n[t.Status]--
@@ -196,11 +197,11 @@ func (a *applier) transition(t *store.Task, ch store.Change) {
 	a.changed++
 }
 
-func (a *applier) setAttempt(t *store.Task, p store.AttemptPatch) {
+func (a *applier) setAttempt(t *domain.Task, p store.AttemptPatch) {
 	a.emit(op{attempt: &attemptPatch{attemptKey{t.Project, t.ID, t.Attempt}, p}})
 }
 
-func (a *applier) setTask(t *store.Task, p store.TaskPatch) {
+func (a *applier) setTask(t *domain.Task, p store.TaskPatch) {
 	a.emit(op{task: &taskPatch{t.Project, t.ID, p}})
 }
 
@@ -209,9 +210,9 @@ func (a *applier) event(e store.Event) { a.emit(op{event: &e}) }
 // project decides over one project's tasks: their attempts' statuses, then
 // the dependents blocked or unblocked by them, then whether the project
 // stops starting tasks.
-func (a *applier) project(name string, tasks []store.Task) {
+func (a *applier) project(name string, tasks []domain.Task) {
 	for i := range tasks {
-		if tasks[i].Status == store.Pending {
+		if tasks[i].Status == domain.Pending {
 			a.dueAt(tasks[i].NotBefore)
 		}
 		a.task(&tasks[i])
@@ -220,12 +221,12 @@ func (a *applier) project(name string, tasks []store.Task) {
 	a.stopStarting(name, tasks)
 }
 
-func (a *applier) task(t *store.Task) {
-	if t.Status == store.Completed {
+func (a *applier) task(t *domain.Task) {
+	if t.Status == domain.Completed {
 		a.uncollectable(t)
 		return
 	}
-	if t.Status != store.Claimed && t.Status != store.Running {
+	if t.Status != domain.Claimed && t.Status != domain.Running {
 		return
 	}
 	// A node removed from nodes.yaml is kept while its attempts run (it
@@ -292,8 +293,8 @@ func later(t, u time.Time) time.Time {
 
 // noStatus handles a claimed or running attempt whose status.json on the
 // node is missing, unreadable or belongs to another attempt.
-func (a *applier) noStatus(t *store.Task, ts *wire.TaskStatus) {
-	if t.Status == store.Claimed {
+func (a *applier) noStatus(t *domain.Task, ts *wire.TaskStatus) {
+	if t.Status == domain.Claimed {
 		// The launch may still be in flight (or died with a controller):
 		// wait a little, then requeue. A late `run` of this attempt is harmless:
 		// its status belongs to an attempt that is no longer current.
@@ -310,8 +311,8 @@ func (a *applier) noStatus(t *store.Task, ts *wire.TaskStatus) {
 			a.dueAt(t.HeartbeatAt.Add(grace))
 			return
 		}
-		a.setAttempt(t, store.AttemptPatch{Status: new(store.Lost), Error: new("the launch never started on the node")})
-		a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: store.Claimed, To: store.Pending,
+		a.setAttempt(t, store.AttemptPatch{Status: new(domain.Lost), Error: new("the launch never started on the node")})
+		a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: domain.Claimed, To: domain.Pending,
 			Kind: "requeue", Message: "no trace of attempt on " + t.Node + "; launching again"})
 		return
 	}
@@ -327,16 +328,16 @@ func (a *applier) noStatus(t *store.Task, ts *wire.TaskStatus) {
 	if ts != nil && ts.StatusError != "" {
 		msg = "status.json unreadable (" + ts.StatusError + ") and the wrapper is gone"
 	}
-	a.fail(t, store.Running, wire.ClassCrash, msg, 0,
-		store.AttemptPatch{Status: new(store.Failed), ErrorClass: new(wire.ClassCrash), Error: new(msg)})
+	a.fail(t, domain.Running, wire.ClassCrash, msg, 0,
+		store.AttemptPatch{Status: new(domain.Failed), ErrorClass: new(wire.ClassCrash), Error: new(msg)})
 }
 
-func (a *applier) running(t *store.Task, ts *wire.TaskStatus, st *wire.Status) {
+func (a *applier) running(t *domain.Task, ts *wire.TaskStatus, st *wire.Status) {
 	started := parseRemoteTime(st.StartedAt, a.now)
-	if t.Status == store.Claimed {
-		a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: store.Claimed, To: store.Running,
+	if t.Status == domain.Claimed {
+		a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: domain.Claimed, To: domain.Running,
 			Message: fmt.Sprintf("on %s (pid %d)", t.Node, st.PID), Set: store.TaskPatch{StartedAt: new(started)}})
-		a.setAttempt(t, store.AttemptPatch{Status: new(store.Running), PID: new(st.PID), StartedAt: new(started)})
+		a.setAttempt(t, store.AttemptPatch{Status: new(domain.Running), PID: new(st.PID), StartedAt: new(started)})
 	}
 	if ts.Heartbeat != t.Heartbeat {
 		t.HeartbeatAt = a.now
@@ -348,8 +349,8 @@ func (a *applier) running(t *store.Task, ts *wire.TaskStatus, st *wire.Status) {
 	}
 	if !ts.Alive {
 		msg := fmt.Sprintf("wrapper (pid %d) is gone while the attempt was running", st.PID)
-		a.fail(t, store.Running, wire.ClassCrash, msg, 0,
-			store.AttemptPatch{Status: new(store.Failed), ErrorClass: new(wire.ClassCrash), Error: new(msg), CompletedAt: new(a.now)})
+		a.fail(t, domain.Running, wire.ClassCrash, msg, 0,
+			store.AttemptPatch{Status: new(domain.Failed), ErrorClass: new(wire.ClassCrash), Error: new(msg), CompletedAt: new(a.now)})
 		return
 	}
 	// The wrapper lives but its heartbeat stopped (frozen, stopped, a hung
@@ -360,14 +361,14 @@ func (a *applier) running(t *store.Task, ts *wire.TaskStatus, st *wire.Status) {
 	since := later(t.HeartbeatAt, a.c.started)
 	if stale := a.now.Sub(since); stale >= a.c.config().Controller.HeartbeatTimeout {
 		msg := fmt.Sprintf("hung: heartbeat unchanged for %s while the wrapper (pid %d) is alive", stale.Round(time.Second), st.PID)
-		a.fail(t, store.Running, wire.ClassHung, msg, 0,
-			store.AttemptPatch{Status: new(store.Failed), ErrorClass: new(wire.ClassHung), Error: new(msg), CompletedAt: new(a.now)})
+		a.fail(t, domain.Running, wire.ClassHung, msg, 0,
+			store.AttemptPatch{Status: new(domain.Failed), ErrorClass: new(wire.ClassHung), Error: new(msg), CompletedAt: new(a.now)})
 		return
 	}
 	a.dueAt(since.Add(a.c.config().Controller.HeartbeatTimeout))
 }
 
-func (a *applier) finished(t *store.Task, status *wire.Status) {
+func (a *applier) finished(t *domain.Task, status *wire.Status) {
 	// The figures are the tool's only when it is an agent CLI, and no
 	// attempt costs more than its project's ceiling.
 	tool := a.toolOf(t)
@@ -392,7 +393,7 @@ func (a *applier) finished(t *store.Task, status *wire.Status) {
 	}
 	if st.Status == wire.StatusCompleted {
 		a.setAttempt(t, run)
-		a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: t.Status, To: store.Completed,
+		a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: t.Status, To: domain.Completed,
 			Message: "on " + t.Node,
 			Set: store.TaskPatch{ExitCode: new(st.ExitCode), ErrorClass: new(""), Error: new(""), StartedAt: new(started),
 				CompletedAt: new(completed)}})
@@ -402,7 +403,7 @@ func (a *applier) finished(t *store.Task, status *wire.Status) {
 	if class == "" {
 		class = wire.ClassExit
 	}
-	run.Status = new(store.Failed)
+	run.Status = new(domain.Failed)
 	a.retryAfter = 0
 	if class == wire.ClassRateLimit {
 		a.pauseMode(t, tool, &st)
@@ -441,7 +442,7 @@ func (a *applier) spend(project string, st *wire.Status) {
 // backoff, at most retry_backoff_max (see ratePause). The pause, not the
 // task, does the waiting: the retry may run at once under a fallback mode
 // or on another node's account.
-func (a *applier) pauseMode(t *store.Task, tool string, st *wire.Status) {
+func (a *applier) pauseMode(t *domain.Task, tool string, st *wire.Status) {
 	a.retryAfter = trustedReset(tool, st.RetryAfterSeconds)
 	pause := ratePause(a.retryAfter, a.c.backoff(t.RateLimitRetries+1), a.c.config().Controller.RetryBackoffMax)
 	mode := a.attempts[attemptKey{t.Project, t.ID, t.Attempt}].mode
@@ -470,7 +471,7 @@ func (a *applier) pauseMode(t *store.Task, tool string, st *wire.Status) {
 }
 
 // toolOf is the tool an attempt of t runs, as its launch resolved it.
-func (a *applier) toolOf(t *store.Task) string {
+func (a *applier) toolOf(t *domain.Task) string {
 	n, _ := a.c.config().Node(t.Node)
 	return policy.ToolFor(t.Tool, n)
 }
@@ -499,26 +500,26 @@ const maxLostRetries = 10
 
 // fail moves the current attempt to failed with its run record, then retries
 // it after the backoff when its class is retryable and retries remain.
-func (a *applier) fail(t *store.Task, from, class, msg string, exitCode int, run store.AttemptPatch) {
+func (a *applier) fail(t *domain.Task, from, class, msg string, exitCode int, run store.AttemptPatch) {
 	a.setAttempt(t, run)
 	if msg == "" {
 		msg = class
 	}
-	a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: from, To: store.Failed,
+	a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: from, To: domain.Failed,
 		Message: fmt.Sprintf("attempt %d failed (%s): %s", t.Attempt, class, msg),
 		Set:     store.TaskPatch{ExitCode: new(exitCode), ErrorClass: new(class), Error: new(msg), CompletedAt: new(a.now)}})
-	a.retry(t, store.Failed, class)
+	a.retry(t, domain.Failed, class)
 }
 
 // lose marks the current attempt lost (its node is gone) and requeues it.
-func (a *applier) lose(t *store.Task, msg string) {
-	a.setAttempt(t, store.AttemptPatch{Status: new(store.Lost), ErrorClass: new(store.Lost), Error: new(msg)})
-	a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: t.Status, To: store.Lost,
-		Message: msg, Set: store.TaskPatch{ErrorClass: new(store.Lost), Error: new(msg)}})
-	a.retry(t, store.Lost, store.Lost)
+func (a *applier) lose(t *domain.Task, msg string) {
+	a.setAttempt(t, store.AttemptPatch{Status: new(domain.Lost), ErrorClass: new(domain.Lost), Error: new(msg)})
+	a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: t.Status, To: domain.Lost,
+		Message: msg, Set: store.TaskPatch{ErrorClass: new(domain.Lost), Error: new(msg)}})
+	a.retry(t, domain.Lost, domain.Lost)
 }
 
-func (a *applier) retry(t *store.Task, from, class string) {
+func (a *applier) retry(t *domain.Task, from, class string) {
 	change, gaveUp := decideRetry(*t, from, class, a.now, a.c.backoff)
 	switch {
 	case change != nil:
@@ -537,26 +538,26 @@ func (a *applier) retry(t *store.Task, from, class string) {
 // or no transition and why the task gives up. backoff(n) is the delay
 // before retry n. Rate limits have their own count and never use up
 // max_retries.
-func decideRetry(t store.Task, from, class string, now time.Time, backoff func(int) time.Duration) (change *store.Change, gaveUp string) {
+func decideRetry(t domain.Task, from, class string, now time.Time, backoff func(int) time.Duration) (change *store.Change, gaveUp string) {
 	if class == wire.ClassRateLimit {
 		if t.RateLimitRetries >= maxRateLimitRetries {
 			return nil, fmt.Sprintf("rate limited %d times; giving up", t.RateLimitRetries)
 		}
 		n := t.RateLimitRetries + 1
-		return &store.Change{Project: t.Project, Task: t.ID, From: from, To: store.Pending, Kind: "retry",
+		return &store.Change{Project: t.Project, Task: t.ID, From: from, To: domain.Pending, Kind: "retry",
 			Message: fmt.Sprintf("rate limited: retry %d of %d once its api_mode's pause ends or under a fallback (does not use max_retries)", n, maxRateLimitRetries),
 			Set:     store.TaskPatch{RateLimitRetries: new(n), NotBefore: new(now.Add(backoff(n)))}}, ""
 	}
-	if class == store.Lost {
+	if class == domain.Lost {
 		// The node was lost, not the task's doing: requeued at once, for
 		// another node, without using max_retries; a task that takes its
 		// node down every time still ends.
 		if t.LostRetries >= maxLostRetries {
-			return &store.Change{Project: t.Project, Task: t.ID, From: from, To: store.Failed,
+			return &store.Change{Project: t.Project, Task: t.ID, From: from, To: domain.Failed,
 				Message: fmt.Sprintf("lost with its node %d times; giving up", t.LostRetries)}, ""
 		}
 		n := t.LostRetries + 1
-		return &store.Change{Project: t.Project, Task: t.ID, From: from, To: store.Pending, Kind: "retry",
+		return &store.Change{Project: t.Project, Task: t.ID, From: from, To: domain.Pending, Kind: "retry",
 			Message: fmt.Sprintf("lost with its node: requeued at once (%d of %d; does not use max_retries)", n, maxLostRetries),
 			Set:     store.TaskPatch{LostRetries: new(n), NotBefore: new(now)}}, ""
 	}
@@ -572,7 +573,7 @@ func decideRetry(t store.Task, from, class string, now time.Time, backoff func(i
 	}
 	n := t.RetriesUsed + 1
 	delay := backoff(n)
-	return &store.Change{Project: t.Project, Task: t.ID, From: from, To: store.Pending, Kind: "retry",
+	return &store.Change{Project: t.Project, Task: t.ID, From: from, To: domain.Pending, Kind: "retry",
 		Message: fmt.Sprintf("retry %d of %d in %s", n, t.MaxRetries, delay.Round(time.Millisecond)),
 		Set:     store.TaskPatch{RetriesUsed: new(n), NotBefore: new(now.Add(delay))}}, ""
 }
@@ -591,18 +592,18 @@ func (c *Controller) backoff(n int) time.Duration {
 // blocked moves pending tasks with a dependency that failed for good (or is
 // blocked or canceled) to blocked, and back to pending when the operator
 // retried that dependency.
-func (a *applier) blocked(tasks []store.Task) {
-	byID := make(map[string]*store.Task, len(tasks))
+func (a *applier) blocked(tasks []domain.Task) {
+	byID := make(map[string]*domain.Task, len(tasks))
 	for i := range tasks {
 		byID[tasks[i].ID] = &tasks[i]
 	}
-	dead := func(s string) bool { return s == store.Failed || s == store.Blocked || s == store.Canceled }
+	dead := func(s string) bool { return s == domain.Failed || s == domain.Blocked || s == domain.Canceled }
 	// Blocking propagates along chains; repeat until nothing changes.
 	for changed := true; changed; {
 		changed = false
 		for i := range tasks {
 			t := &tasks[i]
-			if t.Status != store.Pending && t.Status != store.Blocked {
+			if t.Status != domain.Pending && t.Status != domain.Blocked {
 				continue
 			}
 			var culprit string
@@ -617,12 +618,12 @@ func (a *applier) blocked(tasks []store.Task) {
 				}
 			}
 			switch {
-			case t.Status == store.Pending && culprit != "":
-				a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: store.Pending, To: store.Blocked,
+			case t.Status == domain.Pending && culprit != "":
+				a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: domain.Pending, To: domain.Blocked,
 					Message: "dependency " + culprit})
 				changed = true
-			case t.Status == store.Blocked && culprit == "":
-				a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: store.Blocked, To: store.Pending,
+			case t.Status == domain.Blocked && culprit == "":
+				a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: domain.Blocked, To: domain.Pending,
 					Message: "dependencies no longer failed"})
 				changed = true
 			}
@@ -631,10 +632,10 @@ func (a *applier) blocked(tasks []store.Task) {
 }
 
 // depsCompleted reports whether every dependency of t is completed.
-func depsCompleted(t *store.Task, byID map[string]*store.Task) bool {
+func depsCompleted(t *domain.Task, byID map[string]*domain.Task) bool {
 	return !slices.ContainsFunc(t.DependsOn, func(d string) bool {
 		dep := byID[d]
-		return dep == nil || dep.Status != store.Completed
+		return dep == nil || dep.Status != domain.Completed
 	})
 }
 
@@ -649,7 +650,7 @@ func parseRemoteTime(s string, fallback time.Time) time.Time {
 // uncollectable requeues a completed task whose outputs were never collected
 // when its node has been offline for node_offline_timeout: its results would
 // otherwise never reach the operator, and the project would never finish.
-func (a *applier) uncollectable(t *store.Task) {
+func (a *applier) uncollectable(t *domain.Task) {
 	p := a.pulls[t.Node]
 	if p == nil || p.err == nil || p.skipped {
 		return
@@ -667,19 +668,19 @@ func (a *applier) uncollectable(t *store.Task) {
 	if a.attempts[attemptKey{t.Project, t.ID, t.Attempt}].collected {
 		return
 	}
-	a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: store.Completed, To: store.Pending, Kind: "requeue",
+	a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: domain.Completed, To: domain.Pending, Kind: "requeue",
 		Message: fmt.Sprintf("outputs of attempt %d could not be collected: %s offline since %s", t.Attempt, t.Node, since.Format(time.RFC3339))})
 }
 
 // stopStarting cancels the tasks that have not started once halt: {fail: N}
 // or the project's budget is reached (running ones finish and are
 // collected), so the project ends.
-func (a *applier) stopStarting(project string, tasks []store.Task) {
+func (a *applier) stopStarting(project string, tasks []domain.Task) {
 	f := a.projects[project]
 	if f.optsErr != nil {
 		return // reported where the project's options are used to launch
 	}
-	if why, ok := haltReached(f.opts, a.counts[project][store.Failed]); ok {
+	if why, ok := haltReached(f.opts, a.counts[project][domain.Failed]); ok {
 		a.cancelPending(project, tasks, "halt", why, store.TaskPatch{})
 		return
 	}
@@ -692,7 +693,7 @@ func (a *applier) stopStarting(project string, tasks []store.Task) {
 
 // haltReached says whether halt: {fail: N} stops the project with failed
 // tasks failed, and how.
-func haltReached(opts store.ProjectOptions, failed int) (string, bool) {
+func haltReached(opts domain.ProjectOptions, failed int) (string, bool) {
 	if opts.HaltFail <= 0 {
 		return "", false
 	}
@@ -702,24 +703,24 @@ func haltReached(opts store.ProjectOptions, failed int) (string, bool) {
 // cancelPending cancels the project's pending and blocked tasks: those
 // read one by one, the rest (counted, not read) with one op that cancels
 // every task still waiting when it is written. It returns how many.
-func (a *applier) cancelPending(project string, tasks []store.Task, kind, why string, set store.TaskPatch) int {
+func (a *applier) cancelPending(project string, tasks []domain.Task, kind, why string, set store.TaskPatch) int {
 	counts := a.counts[project]
-	waiting := counts[store.Pending] + counts[store.Blocked]
+	waiting := counts[domain.Pending] + counts[domain.Blocked]
 	n := 0
 	for i := range tasks {
 		t := &tasks[i]
-		if t.Status != store.Pending && t.Status != store.Blocked {
+		if t.Status != domain.Pending && t.Status != domain.Blocked {
 			continue
 		}
-		a.transition(t, store.Change{Project: project, Task: t.ID, From: t.Status, To: store.Canceled, Kind: kind,
+		a.transition(t, store.Change{Project: project, Task: t.ID, From: t.Status, To: domain.Canceled, Kind: kind,
 			Message: why, Set: set})
 		n++
 	}
 	if rest := waiting - n; rest > 0 {
 		a.emit(op{cancel: &store.Change{Project: project, Kind: kind, Message: why, Set: set}})
 		a.after.canceledAll[project] = true
-		counts[store.Canceled] += rest
-		counts[store.Pending], counts[store.Blocked] = 0, 0
+		counts[domain.Canceled] += rest
+		counts[domain.Pending], counts[domain.Blocked] = 0, 0
 		a.changed += rest
 		n += rest
 	}
@@ -729,7 +730,7 @@ func (a *applier) cancelPending(project string, tasks []store.Task, kind, why st
 // neededAttempts lists the attempts whose rows the decisions over tasks
 // will read: the api_mode of an attempt that hit a rate limit, whether a
 // completed attempt on an offline node was collected.
-func neededAttempts(tasks []store.Task, pulls map[string]*pull) []attemptKey {
+func neededAttempts(tasks []domain.Task, pulls map[string]*pull) []attemptKey {
 	var out []attemptKey
 	for _, t := range tasks {
 		p := pulls[t.Node]
@@ -737,8 +738,8 @@ func neededAttempts(tasks []store.Task, pulls map[string]*pull) []attemptKey {
 			continue
 		}
 		switch {
-		case t.Status == store.Completed && p.err != nil:
-		case (t.Status == store.Claimed || t.Status == store.Running) && p.err == nil:
+		case t.Status == domain.Completed && p.err != nil:
+		case (t.Status == domain.Claimed || t.Status == domain.Running) && p.err == nil:
 			ts := p.tasks[taskKey(t.Project, t.ID)]
 			if ts == nil || ts.Status == nil || ts.Status.Attempt != t.Attempt || ts.Status.ErrorClass != wire.ClassRateLimit {
 				continue

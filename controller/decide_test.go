@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wire"
@@ -48,30 +49,30 @@ func TestDecideRetry(t *testing.T) {
 	backoff := func(n int) time.Duration { return time.Duration(n) * 10 * time.Second }
 	tests := []struct {
 		name        string
-		task        store.Task
+		task        domain.Task
 		from, class string
 		want        string // the change, or "gave up: <why>"
 	}{
-		{"exit with retries left", store.Task{ID: "S01", MaxRetries: 3, RetriesUsed: 1}, store.Failed, wire.ClassExit,
+		{"exit with retries left", domain.Task{ID: "S01", MaxRetries: 3, RetriesUsed: 1}, domain.Failed, wire.ClassExit,
 			"failed→pending retry 2 of 3 in 20s; NotBefore=2026-11-22T12:00:20Z RetriesUsed=2"},
-		{"out of retries", store.Task{ID: "S01", MaxRetries: 3, RetriesUsed: 3}, store.Failed, wire.ClassExit,
+		{"out of retries", domain.Task{ID: "S01", MaxRetries: 3, RetriesUsed: 3}, domain.Failed, wire.ClassExit,
 			"gave up: out of retries (3 of 3 used)"},
-		{"auth is never retried", store.Task{ID: "S01", MaxRetries: 3}, store.Failed, wire.ClassAuth,
+		{"auth is never retried", domain.Task{ID: "S01", MaxRetries: 3}, domain.Failed, wire.ClassAuth,
 			"gave up: auth errors are not retried"},
-		{"oom is not retried", store.Task{ID: "S01", MaxRetries: 3}, store.Failed, wire.ClassOOM,
+		{"oom is not retried", domain.Task{ID: "S01", MaxRetries: 3}, domain.Failed, wire.ClassOOM,
 			"gave up: killed for its memory limit: not retried; raise limits.memory and `dispatch retry`"},
-		{"pids is not retried", store.Task{ID: "S01", MaxRetries: 3}, store.Failed, wire.ClassPids,
+		{"pids is not retried", domain.Task{ID: "S01", MaxRetries: 3}, domain.Failed, wire.ClassPids,
 			"gave up: killed for its pids limit: not retried; raise limits.pids and `dispatch retry`"},
-		{"lost is requeued at once without using a retry", store.Task{ID: "S01", MaxRetries: 1, RetriesUsed: 1}, store.Lost, store.Lost,
+		{"lost is requeued at once without using a retry", domain.Task{ID: "S01", MaxRetries: 1, RetriesUsed: 1}, domain.Lost, domain.Lost,
 			"lost→pending lost with its node: requeued at once (1 of 10; does not use max_retries); LostRetries=1 NotBefore=2026-11-22T12:00:00Z"},
-		{"lost with max_retries 0 is requeued", store.Task{ID: "S01", LostRetries: 3}, store.Lost, store.Lost,
+		{"lost with max_retries 0 is requeued", domain.Task{ID: "S01", LostRetries: 3}, domain.Lost, domain.Lost,
 			"lost→pending lost with its node: requeued at once (4 of 10; does not use max_retries); LostRetries=4 NotBefore=2026-11-22T12:00:00Z"},
-		{"lost too often fails", store.Task{ID: "S01", MaxRetries: 3, LostRetries: maxLostRetries}, store.Lost, store.Lost,
+		{"lost too often fails", domain.Task{ID: "S01", MaxRetries: 3, LostRetries: maxLostRetries}, domain.Lost, domain.Lost,
 			"lost→failed lost with its node 10 times; giving up;"},
-		{"rate limit does not use max_retries", store.Task{ID: "S01", MaxRetries: 0, RetriesUsed: 0, RateLimitRetries: 2},
-			store.Failed, wire.ClassRateLimit,
+		{"rate limit does not use max_retries", domain.Task{ID: "S01", MaxRetries: 0, RetriesUsed: 0, RateLimitRetries: 2},
+			domain.Failed, wire.ClassRateLimit,
 			"failed→pending rate limited: retry 3 of 10 once its api_mode's pause ends or under a fallback (does not use max_retries); NotBefore=2026-11-22T12:00:30Z RateLimitRetries=3"},
-		{"rate limits run out", store.Task{ID: "S01", RateLimitRetries: maxRateLimitRetries}, store.Failed, wire.ClassRateLimit,
+		{"rate limits run out", domain.Task{ID: "S01", RateLimitRetries: maxRateLimitRetries}, domain.Failed, wire.ClassRateLimit,
 			"gave up: rate limited 10 times; giving up"},
 	}
 	for _, tt := range tests {
@@ -131,8 +132,8 @@ func endedStatus(id string, attempt int, status, class string) wire.TaskStatus {
 		ErrorClass: class, RetryAfterSeconds: 90, ExitCode: 1, CompletedAt: t0.Format(time.RFC3339)}}
 }
 
-func decideTask(id, status, node string, attempt int, deps ...string) store.Task {
-	return store.Task{Project: "p", ID: id, Status: status, Node: node, Attempt: attempt, DependsOn: deps,
+func decideTask(id, status, node string, attempt int, deps ...string) domain.Task {
+	return domain.Task{Project: "p", ID: id, Status: status, Node: node, Attempt: attempt, DependsOn: deps,
 		MaxRetries: 2, Heartbeat: "1", HeartbeatAt: t0.Add(-time.Minute)}
 }
 
@@ -140,19 +141,19 @@ func TestApplyDecisions(t *testing.T) {
 	running, ended, task := runningStatus, endedStatus, decideTask
 	tests := []struct {
 		name    string
-		tasks   []store.Task
+		tasks   []domain.Task
 		pulls   map[string]any
 		runs    map[attemptKey]attemptFacts
 		prev    map[string]store.Node
 		notices []string // "event project: message"
 		spent   float64
-		opts    store.ProjectOptions
+		opts    domain.ProjectOptions
 		want    []string
 		changed int
 	}{
 		{
 			name:  "a claimed attempt seen running starts",
-			tasks: []store.Task{task("S01", store.Claimed, "n1", 1)},
+			tasks: []domain.Task{task("S01", domain.Claimed, "n1", 1)},
 			pulls: map[string]any{"n1": []wire.TaskStatus{running("S01", 1, "1", true)}},
 			want: []string{"S01 claimed→running: on n1 (pid 42)",
 				"run S01#1 PID=42 StartedAt=2026-11-22T12:00:00Z Status=running"},
@@ -160,14 +161,14 @@ func TestApplyDecisions(t *testing.T) {
 		},
 		{
 			name:  "a beating heartbeat is recorded and nothing else",
-			tasks: []store.Task{task("S01", store.Running, "n1", 1)},
+			tasks: []domain.Task{task("S01", domain.Running, "n1", 1)},
 			pulls: map[string]any{"n1": []wire.TaskStatus{running("S01", 1, "2", true)}},
 			want:  []string{"task S01 Heartbeat=2 HeartbeatAt=2026-11-22T12:00:00Z"},
 		},
 		{
 			name: "a heartbeat unchanged past heartbeat_timeout is hung, and retried",
-			tasks: []store.Task{func() store.Task {
-				t := task("S01", store.Running, "n1", 1)
+			tasks: []domain.Task{func() domain.Task {
+				t := task("S01", domain.Running, "n1", 1)
 				t.HeartbeatAt = t0.Add(-3 * time.Minute)
 				return t
 			}()},
@@ -181,7 +182,7 @@ func TestApplyDecisions(t *testing.T) {
 		},
 		{
 			name:  "a dead wrapper whose status says running is a crash",
-			tasks: []store.Task{task("S01", store.Running, "n1", 1)},
+			tasks: []domain.Task{task("S01", domain.Running, "n1", 1)},
 			pulls: map[string]any{"n1": []wire.TaskStatus{running("S01", 1, "1", false)}},
 			want: []string{"run S01#1 CompletedAt=2026-11-22T12:00:00Z Error=wrapper (pid 42) is gone while the attempt was running ErrorClass=crash Status=failed",
 				"S01 running→failed: attempt 1 failed (crash): wrapper (pid 42) is gone while the attempt was running",
@@ -191,7 +192,7 @@ func TestApplyDecisions(t *testing.T) {
 		},
 		{
 			name:  "a completion is recorded; the status of an older attempt is ignored",
-			tasks: []store.Task{func() store.Task { t := task("S01", store.Claimed, "n1", 2); t.HeartbeatAt = t0; return t }(), task("S02", store.Running, "n1", 1)},
+			tasks: []domain.Task{func() domain.Task { t := task("S01", domain.Claimed, "n1", 2); t.HeartbeatAt = t0; return t }(), task("S02", domain.Running, "n1", 1)},
 			pulls: map[string]any{"n1": []wire.TaskStatus{ended("S01", 1, wire.StatusCompleted, ""), ended("S02", 1, wire.StatusCompleted, "")}},
 			want: []string{"run S02#1 CompletedAt=2026-11-22T12:00:00Z Error= ErrorClass= ExitCode=1 LogBytes=0 PID=0 Sandbox= SessionID= Signal= StartedAt=2026-11-22T12:00:00Z Status=completed TokensIn=0 TokensOut=0 CostUSD=0",
 				"S02 running→completed: on n1"},
@@ -199,7 +200,7 @@ func TestApplyDecisions(t *testing.T) {
 		},
 		{
 			name:  "a failure blocks the dependents once out of retries, along the chain",
-			tasks: []store.Task{func() store.Task { t := task("S01", store.Running, "n1", 3); t.RetriesUsed = 2; return t }(), task("S02", store.Pending, "", 0, "S01"), task("S03", store.Pending, "", 0, "S02")},
+			tasks: []domain.Task{func() domain.Task { t := task("S01", domain.Running, "n1", 3); t.RetriesUsed = 2; return t }(), task("S02", domain.Pending, "", 0, "S01"), task("S03", domain.Pending, "", 0, "S02")},
 			pulls: map[string]any{"n1": []wire.TaskStatus{ended("S01", 3, wire.StatusFailed, wire.ClassExit)}},
 			want: []string{"run S01#3",
 				"S01 running→failed: attempt 3 failed (exit): exit",
@@ -210,7 +211,7 @@ func TestApplyDecisions(t *testing.T) {
 		},
 		{
 			name:  "a rate limit pauses the api_mode the attempt ran under, and retries outside max_retries",
-			tasks: []store.Task{task("S01", store.Running, "n1", 1)},
+			tasks: []domain.Task{task("S01", domain.Running, "n1", 1)},
 			pulls: map[string]any{"n1": []wire.TaskStatus{ended("S01", 1, wire.StatusFailed, wire.ClassRateLimit)}},
 			runs:  map[attemptKey]attemptFacts{{"p", "S01", 1}: {mode: "fallback-team"}},
 			want: []string{"pause fallback-team", "run S01#1",
@@ -221,8 +222,8 @@ func TestApplyDecisions(t *testing.T) {
 		},
 		{
 			name: "a shell task's reset of a day pauses its mode for the backoff, no longer than retry_backoff_max",
-			tasks: []store.Task{func() store.Task {
-				t := task("S01", store.Running, "n1", 1)
+			tasks: []domain.Task{func() domain.Task {
+				t := task("S01", domain.Running, "n1", 1)
 				t.Tool = "shell"
 				return t
 			}()},
@@ -240,7 +241,7 @@ func TestApplyDecisions(t *testing.T) {
 		},
 		{
 			name:  "claude's reset of a day is trusted",
-			tasks: []store.Task{task("S01", store.Running, "n1", 1)},
+			tasks: []domain.Task{task("S01", domain.Running, "n1", 1)},
 			pulls: map[string]any{"n1": []wire.TaskStatus{func() wire.TaskStatus {
 				ts := ended("S01", 1, wire.StatusFailed, wire.ClassRateLimit)
 				ts.Status.RetryAfterSeconds = 86400
@@ -255,13 +256,13 @@ func TestApplyDecisions(t *testing.T) {
 		},
 		{
 			name:  "a cost over budget.max_attempt_usd counts as the ceiling, with an event",
-			tasks: []store.Task{task("S01", store.Running, "n1", 1), task("S02", store.Pending, "", 0)},
+			tasks: []domain.Task{task("S01", domain.Running, "n1", 1), task("S02", domain.Pending, "", 0)},
 			pulls: map[string]any{"n1": []wire.TaskStatus{func() wire.TaskStatus {
 				ts := ended("S01", 1, wire.StatusCompleted, "")
 				ts.Status.CostUSD = 1e9
 				return ts
 			}()}},
-			opts: store.ProjectOptions{BudgetUSD: 100, MaxAttemptUSD: 20},
+			opts: domain.ProjectOptions{BudgetUSD: 100, MaxAttemptUSD: 20},
 			want: []string{"event S01 cost_ceiling: attempt 1 reported a cost of $1000000000.00, over budget.max_attempt_usd: counted as $20.00",
 				"run S01#1 CompletedAt=2026-11-22T12:00:00Z Error= ErrorClass= ExitCode=1 LogBytes=0 PID=0 Sandbox= SessionID= Signal= StartedAt=2026-11-22T12:00:00Z Status=completed TokensIn=0 TokensOut=0 CostUSD=20",
 				"S01 running→completed: on n1"},
@@ -269,24 +270,24 @@ func TestApplyDecisions(t *testing.T) {
 		},
 		{
 			name: "a shell task's reported cost counts for nothing",
-			tasks: []store.Task{func() store.Task {
-				t := task("S01", store.Running, "n1", 1)
+			tasks: []domain.Task{func() domain.Task {
+				t := task("S01", domain.Running, "n1", 1)
 				t.Tool = "shell"
 				return t
-			}(), task("S02", store.Pending, "", 0)},
+			}(), task("S02", domain.Pending, "", 0)},
 			pulls: map[string]any{"n1": []wire.TaskStatus{func() wire.TaskStatus {
 				ts := ended("S01", 1, wire.StatusCompleted, "")
 				ts.Status.CostUSD, ts.Status.TokensIn = 1e9, 1e6
 				return ts
 			}()}},
-			opts: store.ProjectOptions{BudgetUSD: 1, BudgetTokens: 10},
+			opts: domain.ProjectOptions{BudgetUSD: 1, BudgetTokens: 10},
 			want: []string{"run S01#1 CompletedAt=2026-11-22T12:00:00Z Error= ErrorClass= ExitCode=1 LogBytes=0 PID=0 Sandbox= SessionID= Signal= StartedAt=2026-11-22T12:00:00Z Status=completed TokensIn=0 TokensOut=0 CostUSD=0",
 				"S01 running→completed: on n1"},
 			changed: 1,
 		},
 		{
 			name:  "a node offline past node_offline_timeout loses its attempts",
-			tasks: []store.Task{task("S01", store.Running, "n2", 1)},
+			tasks: []domain.Task{task("S01", domain.Running, "n2", 1)},
 			pulls: map[string]any{"n2": errors.New("connection refused")},
 			prev:  map[string]store.Node{"n2": {Name: "n2", State: store.NodeOffline, OfflineSince: t0.Add(-20 * time.Minute)}},
 			want: []string{"run S01#1 Error=node n2 offline since 2026-11-22T11:40:00Z: connection refused ErrorClass=lost Status=lost",
@@ -296,14 +297,14 @@ func TestApplyDecisions(t *testing.T) {
 		},
 		{
 			name:  "a node offline for less than node_offline_timeout keeps its attempts",
-			tasks: []store.Task{task("S01", store.Running, "n2", 1)},
+			tasks: []domain.Task{task("S01", domain.Running, "n2", 1)},
 			pulls: map[string]any{"n2": errors.New("connection refused")},
 			prev:  map[string]store.Node{"n2": {Name: "n2", State: store.NodeOffline, OfflineSince: t0.Add(-9 * time.Minute)}},
 		},
 		{
 			name: "a claim with no trace on its node is requeued after the grace",
-			tasks: []store.Task{func() store.Task {
-				t := task("S01", store.Claimed, "n1", 1)
+			tasks: []domain.Task{func() domain.Task {
+				t := task("S01", domain.Claimed, "n1", 1)
 				t.HeartbeatAt = t0.Add(-claimGrace)
 				return t
 			}()},
@@ -314,8 +315,8 @@ func TestApplyDecisions(t *testing.T) {
 		},
 		{
 			name: "a claim within the grace waits",
-			tasks: []store.Task{func() store.Task {
-				t := task("S01", store.Claimed, "n1", 1)
+			tasks: []domain.Task{func() domain.Task {
+				t := task("S01", domain.Claimed, "n1", 1)
 				t.HeartbeatAt = t0.Add(-time.Second)
 				return t
 			}()},
@@ -323,21 +324,21 @@ func TestApplyDecisions(t *testing.T) {
 		},
 		{
 			name:    "halt: {fail: 1} cancels what has not started",
-			tasks:   []store.Task{task("S01", store.Failed, "n1", 3), task("S02", store.Pending, "", 0), task("S03", store.Running, "n1", 1)},
+			tasks:   []domain.Task{task("S01", domain.Failed, "n1", 3), task("S02", domain.Pending, "", 0), task("S03", domain.Running, "n1", 1)},
 			pulls:   map[string]any{"n1": []wire.TaskStatus{running("S03", 1, "1", true)}},
-			opts:    store.ProjectOptions{HaltFail: 1},
+			opts:    domain.ProjectOptions{HaltFail: 1},
 			want:    []string{"S02 pending→canceled: halted: 1 task(s) failed (halt: {fail: 1})"},
 			changed: 1,
 		},
 		{
 			name:  "what a finished attempt cost counts against the budget in the same tick",
-			tasks: []store.Task{task("S01", store.Running, "n1", 1), task("S02", store.Pending, "", 0)},
+			tasks: []domain.Task{task("S01", domain.Running, "n1", 1), task("S02", domain.Pending, "", 0)},
 			pulls: map[string]any{"n1": []wire.TaskStatus{func() wire.TaskStatus {
 				ts := ended("S01", 1, wire.StatusCompleted, "")
 				ts.Status.CostUSD = 0.75
 				return ts
 			}()}},
-			opts:    store.ProjectOptions{BudgetUSD: 1},
+			opts:    domain.ProjectOptions{BudgetUSD: 1},
 			spent:   0.5,
 			want:    []string{"run S01#1", "S01 running→completed: on n1", "S02 pending→canceled: budget reached: $1.25 spent of $1.00; nothing new starts"},
 			changed: 2,
@@ -345,7 +346,7 @@ func TestApplyDecisions(t *testing.T) {
 		},
 		{
 			name:  "a supervisor still exiting after its end is recorded is not stale",
-			tasks: []store.Task{task("S01", store.Running, "n1", 1)},
+			tasks: []domain.Task{task("S01", domain.Running, "n1", 1)},
 			pulls: map[string]any{"n1": []wire.TaskStatus{func() wire.TaskStatus {
 				ts := ended("S01", 1, wire.StatusCompleted, "")
 				ts.Alive = true
@@ -356,12 +357,12 @@ func TestApplyDecisions(t *testing.T) {
 		},
 		{
 			name: "a partial pull leaves alone the attempts the stream said nothing of",
-			tasks: []store.Task{task("S01", store.Running, "n1", 1), func() store.Task {
-				t := task("S02", store.Claimed, "n1", 1)
+			tasks: []domain.Task{task("S01", domain.Running, "n1", 1), func() domain.Task {
+				t := task("S02", domain.Claimed, "n1", 1)
 				t.HeartbeatAt = t0.Add(-claimGrace)
 				return t
-			}(), func() store.Task {
-				t := task("S03", store.Running, "n1", 2)
+			}(), func() domain.Task {
+				t := task("S03", domain.Running, "n1", 2)
 				t.HeartbeatAt = t0.Add(-3 * time.Minute)
 				return t
 			}()},
@@ -370,14 +371,14 @@ func TestApplyDecisions(t *testing.T) {
 		},
 		{
 			name:    "a partial pull's statuses are acted on as a full pull's",
-			tasks:   []store.Task{task("S01", store.Running, "n1", 1), task("S02", store.Running, "n1", 1)},
+			tasks:   []domain.Task{task("S01", domain.Running, "n1", 1), task("S02", domain.Running, "n1", 1)},
 			pulls:   map[string]any{"n1": streamSaid{ended("S01", 1, wire.StatusCompleted, "")}},
 			want:    []string{"run S01#1", "S01 running→completed: on n1"},
 			changed: 1,
 		},
 		{
 			name:  "a live attempt the database does not expect is stale",
-			tasks: []store.Task{task("S01", store.Running, "n1", 2)},
+			tasks: []domain.Task{task("S01", domain.Running, "n1", 2)},
 			pulls: map[string]any{"n1": []wire.TaskStatus{running("S01", 2, "1", true)}, "n2": []wire.TaskStatus{running("S01", 1, "1", true)}},
 			want:  []string{"event S01 stale: attempt 1 still runs on n2 but is not current; killing it"},
 		},

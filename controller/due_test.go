@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/service"
-	"github.com/dispatch-tool/dispatch/store"
 )
 
 // Issue 25: a wait ends when it is due, not at the next poll. Every test
@@ -103,7 +103,7 @@ func TestRetryStartsWhenDueNotAtThePoll(t *testing.T) {
 		"S01-flaky.md": fmt.Sprintf("if [ -e '%s' ]; then echo ok; exit 0; fi\ntouch '%s'\nexit 3\n", marker, marker),
 	}))
 	onTheRealClock(h, nil, false)
-	runWhile(t, h, time.Minute, func() bool { return h.task("S01").Status == store.Completed })
+	runWhile(t, h, time.Minute, func() bool { return h.task("S01").Status == domain.Completed })
 	retry := eventAt(t, h, "p", "S01", "retry", "retry 1 of")
 	var claim time.Time
 	evs, _ := h.st.Events(context.Background(), "p", 0, 1000)
@@ -182,12 +182,12 @@ func TestLostNodeRequeuesAtOnceWithoutARetry(t *testing.T) {
 	var onN1 string
 	runWhile(t, h, time.Minute, func() bool {
 		for _, id := range []string{"S01", "S02"} {
-			if tk := h.task(id); tk.Node == "n1" && tk.Status == store.Running && onN1 == "" {
+			if tk := h.task(id); tk.Node == "n1" && tk.Status == domain.Running && onN1 == "" {
 				onN1 = id
 				n1.down.Store(true)
 			}
 		}
-		return onN1 != "" && h.task(onN1).Status == store.Completed
+		return onN1 != "" && h.task(onN1).Status == domain.Completed
 	})
 	tk := h.task(onN1)
 	if tk.Node != "n2" || tk.RetriesUsed != 0 || tk.LostRetries != 1 {
@@ -197,7 +197,7 @@ func TestLostNodeRequeuesAtOnceWithoutARetry(t *testing.T) {
 	var down, claimed time.Time
 	evs, _ := h.st.Events(context.Background(), "p", 0, 1000)
 	for _, e := range evs {
-		if e.Task == onN1 && e.Kind == "status" && e.ToStatus == store.Running && down.IsZero() {
+		if e.Task == onN1 && e.Kind == "status" && e.ToStatus == domain.Running && down.IsZero() {
 			down = e.Time // n1 went down right after this was seen
 		}
 		if e.Task == onN1 && e.Kind == "claim" && e.Attempt == 2 {
@@ -221,7 +221,7 @@ func TestLostNodeRequeuesAtOnceWithoutARetry(t *testing.T) {
 func TestScheduledRunIsClaimedAtOnce(t *testing.T) {
 	h := newHarness(t, dueYAML, shellProject(map[string]string{"S01-a.md": "echo a\n"}))
 	ctx := context.Background()
-	h.tickUntil("p to finish", func() bool { p, _ := h.st.Project(ctx, "p"); return p.State == store.ProjectDone })
+	h.tickUntil("p to finish", func() bool { p, _ := h.st.Project(ctx, "p"); return p.State == domain.ProjectDone })
 	q := filepath.Join(h.home, "specs", "q")
 	if err := os.MkdirAll(q, 0o755); err != nil {
 		t.Fatal(err)
@@ -240,7 +240,7 @@ func TestScheduledRunIsClaimedAtOnce(t *testing.T) {
 	onTheRealClock(h, nil, true)
 	runWhile(t, h, time.Minute, func() bool {
 		p, err := h.st.Project(ctx, "q")
-		return err == nil && p.State == store.ProjectDone
+		return err == nil && p.State == domain.ProjectDone
 	})
 	began := eventAt(t, h, "q", "", service.ScheduleEvent, "starting a run")
 	claimed := eventAt(t, h, "q", "S01", "claim", "")

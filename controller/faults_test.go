@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -78,7 +79,7 @@ func TestFrozenWrapperIsKilledAsHungAndRetried(t *testing.T) {
 	h := newHarness(t, "", shellProject(map[string]string{
 		"S01-long.md": "if [ \"$DISPATCH_ATTEMPT\" = 1 ]; then sleep 60; fi\necho done > done.txt\n",
 	}))
-	h.tickUntil("task to run", func() bool { return h.task("S01").Status == store.Running })
+	h.tickUntil("task to run", func() bool { return h.task("S01").Status == domain.Running })
 	pid, toolPID, _, _ := h.statusFile("S01")
 	// Freeze the wrapper: it holds its lock (alive) but beats no more.
 	if err := signal(pid, syscall.SIGSTOP); err != nil {
@@ -91,7 +92,7 @@ func TestFrozenWrapperIsKilledAsHungAndRetried(t *testing.T) {
 	h.tick()
 	h.clock.Advance(h.cfg.Controller.HeartbeatTimeout - time.Second)
 	h.tick()
-	if tk := h.task("S01"); tk.Status != store.Running {
+	if tk := h.task("S01"); tk.Status != domain.Running {
 		t.Fatalf("before heartbeat_timeout: %s", h.dump())
 	}
 	h.clock.Advance(2 * time.Second)
@@ -114,7 +115,7 @@ func TestFrozenWrapperIsKilledAsHungAndRetried(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	h.tickUntil("the retry to complete", func() bool { return h.task("S01").Status == store.Completed })
+	h.tickUntil("the retry to complete", func() bool { return h.task("S01").Status == domain.Completed })
 	if tk := h.task("S01"); tk.Attempt != 2 {
 		t.Fatalf("completed at attempt %d, want 2", tk.Attempt)
 	}
@@ -148,7 +149,7 @@ s=$(ps -o stat= -p "$p")
 case "$s" in ""|Z*) echo dead;; *) echo alive;; esac > '%[2]s'
 `, orphanFile, result),
 	}))
-	h.tickUntil("task to run", func() bool { return h.task("S01").Status == store.Running })
+	h.tickUntil("task to run", func() bool { return h.task("S01").Status == domain.Running })
 	node := h.task("S01").Node
 	var orphan int
 	deadline := time.Now().Add(10 * time.Second)
@@ -172,7 +173,7 @@ case "$s" in ""|Z*) echo dead;; *) echo alive;; esac > '%[2]s'
 		t.Fatal(err)
 	}
 	deadline = time.Now().Add(30 * time.Second)
-	for h.task("S01").Status != store.Completed {
+	for h.task("S01").Status != domain.Completed {
 		if time.Now().After(deadline) {
 			t.Fatalf("the retry did not complete; %s", h.dump())
 		}
@@ -194,7 +195,7 @@ case "$s" in ""|Z*) echo dead;; *) echo alive;; esac > '%[2]s'
 
 func TestCorruptStatusWithDeadWrapperIsACrash(t *testing.T) {
 	h := newHarness(t, "", shellProject(map[string]string{"S01-long.md": "if [ \"$DISPATCH_ATTEMPT\" = 1 ]; then sleep 20; fi\n"}))
-	h.tickUntil("task to run", func() bool { return h.task("S01").Status == store.Running })
+	h.tickUntil("task to run", func() bool { return h.task("S01").Status == domain.Running })
 	pid, toolPID, _, _ := h.statusFile("S01")
 	// Half-written status.json while the wrapper lives: a warning, no verdict.
 	file := filepath.Join(h.work, "p", "tasks", "S01", "status.json")
@@ -202,7 +203,7 @@ func TestCorruptStatusWithDeadWrapperIsACrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.tick()
-	if tk := h.task("S01"); tk.Status != store.Running || !strings.Contains(tk.Warning, "status.json") {
+	if tk := h.task("S01"); tk.Status != domain.Running || !strings.Contains(tk.Warning, "status.json") {
 		t.Fatalf("with a corrupt status and a live wrapper: %s, warning %q", tk.Status, tk.Warning)
 	}
 	// The wrapper dies with its status corrupt: a crash, retried.
@@ -215,7 +216,7 @@ func TestCorruptStatusWithDeadWrapperIsACrash(t *testing.T) {
 		t.Fatalf("attempt 1: %q %q", runs[0].ErrorClass, runs[0].Error)
 	}
 	h.clock.Advance(time.Minute)
-	h.tickUntil("retry to complete", func() bool { return h.task("S01").Status == store.Completed })
+	h.tickUntil("retry to complete", func() bool { return h.task("S01").Status == domain.Completed })
 }
 
 func TestStaleAttemptIsKilledAndFenced(t *testing.T) {
@@ -235,18 +236,18 @@ nodes:
 	h := newHarness(t, yaml, shellProject(map[string]string{
 		"S01-x.md": "echo \"$DISPATCH_NODE\" > node.txt\nif [ \"$DISPATCH_ATTEMPT\" = 1 ]; then sleep 30; fi\n",
 	}))
-	h.tickUntil("task to run", func() bool { return h.task("S01").Status == store.Running })
+	h.tickUntil("task to run", func() bool { return h.task("S01").Status == domain.Running })
 	first := h.task("S01").Node
 	other := map[string]string{"a": "b", "b": "a"}[first]
 	// The controller gave the attempt up (as after a long node outage):
 	// lost and requeued, while it still runs on its node.
 	ctx := context.Background()
 	if err := h.st.Update(ctx, func(tx *store.Tx) error {
-		if _, _, err := tx.Transition(ctx, store.Change{Project: "p", Task: "S01", From: store.Running, To: store.Lost,
-			Set: store.TaskPatch{ErrorClass: new(store.Lost)}}); err != nil {
+		if _, _, err := tx.Transition(ctx, store.Change{Project: "p", Task: "S01", From: domain.Running, To: domain.Lost,
+			Set: store.TaskPatch{ErrorClass: new(domain.Lost)}}); err != nil {
 			return err
 		}
-		_, _, err := tx.Transition(ctx, store.Change{Project: "p", Task: "S01", From: store.Lost, To: store.Pending})
+		_, _, err := tx.Transition(ctx, store.Change{Project: "p", Task: "S01", From: domain.Lost, To: domain.Pending})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -254,10 +255,10 @@ nodes:
 	staleStatus := filepath.Join(h.work, first, "p", "tasks", "S01", "status.json")
 	h.tickUntil("project to finish", func() bool {
 		p, _ := h.st.Project(ctx, "p")
-		return p.State == store.ProjectDone
+		return p.State == domain.ProjectDone
 	})
 	tk := h.task("S01")
-	if tk.Status != store.Completed || tk.Node != other || tk.Attempt != 2 {
+	if tk.Status != domain.Completed || tk.Node != other || tk.Attempt != 2 {
 		t.Fatalf("S01 %s on %s attempt %d, want completed on %s at attempt 2", tk.Status, tk.Node, tk.Attempt, other)
 	}
 	if len(h.events("stale")) == 0 {
@@ -291,16 +292,16 @@ nodes:
 	h := newHarness(t, yaml, specs)
 	h.tickUntil("project to finish", func() bool {
 		p, _ := h.st.Project(context.Background(), "p")
-		return p.State == store.ProjectDone
+		return p.State == domain.ProjectDone
 	})
-	if tk := h.task("S03"); tk.Status != store.Canceled || tk.Attempt != 0 {
+	if tk := h.task("S03"); tk.Status != domain.Canceled || tk.Attempt != 0 {
 		t.Fatalf("S03 %s attempt %d, want canceled before it ran", tk.Status, tk.Attempt)
 	}
 	if len(h.events("halt")) == 0 {
 		t.Fatal("no halt event")
 	}
 	p, _ := h.st.Project(context.Background(), "p")
-	if p.Result != store.ResultFailed {
+	if p.Result != domain.ResultFailed {
 		t.Fatalf("result %s", p.Result)
 	}
 }
@@ -324,16 +325,16 @@ nodes:
 		if _, err := tx.Claim(ctx, "p", "S01", "a"); err != nil {
 			return err
 		}
-		if _, _, err := tx.Transition(ctx, store.Change{Project: "p", Task: "S01", From: store.Claimed, To: store.Failed,
+		if _, _, err := tx.Transition(ctx, store.Change{Project: "p", Task: "S01", From: domain.Claimed, To: domain.Failed,
 			Set: store.TaskPatch{ErrorClass: new("start")}}); err != nil {
 			return err
 		}
-		_, _, err := tx.Transition(ctx, store.Change{Project: "p", Task: "S01", From: store.Failed, To: store.Pending, Set: store.TaskPatch{RetriesUsed: new(1)}})
+		_, _, err := tx.Transition(ctx, store.Change{Project: "p", Task: "S01", From: domain.Failed, To: domain.Pending, Set: store.TaskPatch{RetriesUsed: new(1)}})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	h.tickUntil("retry to complete", func() bool { return h.task("S01").Status == store.Completed })
+	h.tickUntil("retry to complete", func() bool { return h.task("S01").Status == domain.Completed })
 	if tk := h.task("S01"); tk.Node != "b" {
 		evs, _ := h.st.Events(context.Background(), "", 0, 0)
 		t.Fatalf("retry ran on %s, want b (a failed to start it; a is otherwise less loaded); events: %+v", tk.Node, evs)
@@ -367,24 +368,24 @@ nodes:
 		if err != nil {
 			return err
 		}
-		if _, _, err := tx.Transition(ctx, store.Change{Project: "p", Task: "S01", From: store.Claimed, To: store.Completed}); err != nil {
+		if _, _, err := tx.Transition(ctx, store.Change{Project: "p", Task: "S01", From: domain.Claimed, To: domain.Completed}); err != nil {
 			return err
 		}
-		return tx.SetAttempt(ctx, "p", "S01", a, store.AttemptPatch{Status: new(store.Completed)})
+		return tx.SetAttempt(ctx, "p", "S01", a, store.AttemptPatch{Status: new(domain.Completed)})
 	}); err != nil {
 		t.Fatal(err)
 	}
 	h.tick()
-	if tk := h.task("S01"); tk.Status != store.Completed {
+	if tk := h.task("S01"); tk.Status != domain.Completed {
 		t.Fatalf("requeued before node_offline_timeout: %s", tk.Status)
 	}
 	h.clock.Advance(time.Minute)
 	h.tickUntil("project to finish", func() bool {
 		p, _ := h.st.Project(ctx, "p")
-		return p.State == store.ProjectDone
+		return p.State == domain.ProjectDone
 	})
 	tk := h.task("S01")
-	if tk.Node != "b" || tk.Attempt != 2 || tk.Status != store.Completed {
+	if tk.Node != "b" || tk.Attempt != 2 || tk.Status != domain.Completed {
 		t.Fatalf("S01 %s on %s attempt %d", tk.Status, tk.Node, tk.Attempt)
 	}
 	if len(h.events("requeue")) == 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 	"github.com/dispatch-tool/dispatch/notify"
 	"github.com/dispatch-tool/dispatch/readmodel"
@@ -16,7 +17,7 @@ const stepAdvance = "its integration phase"
 // finishProjects advances every active project through its phases and
 // returns those that finished in this tick. An error of one project's
 // phase is that project's trouble: the others are advanced all the same.
-func (c *Controller) finishProjects(ctx context.Context, projects []store.Project) ([]string, error) {
+func (c *Controller) finishProjects(ctx context.Context, projects []domain.Project) ([]string, error) {
 	var done []string
 	for _, p := range projects {
 		finished, err := c.advance(ctx, p)
@@ -37,7 +38,7 @@ func (c *Controller) finishProjects(ctx context.Context, projects []store.Projec
 // finish ends a project: it writes report.md, then records the result and
 // the phase done. The report comes first, so a controller killed in between
 // writes it again on the next start.
-func (c *Controller) finish(ctx context.Context, p store.Project, result, note string) error {
+func (c *Controller) finish(ctx context.Context, p domain.Project, result, note string) error {
 	if note != "" {
 		if err := c.st.Update(ctx, func(tx *store.Tx) error {
 			return tx.Event(ctx, store.Event{Project: p.Name, Kind: "phase", Message: note})
@@ -49,13 +50,13 @@ func (c *Controller) finish(ctx context.Context, p store.Project, result, note s
 	if err != nil {
 		return err
 	}
-	r.Result, r.Phase = result, store.PhaseDone
+	r.Result, r.Phase = result, domain.PhaseDone
 	if _, err := readmodel.WriteReport(r, c.opts.Home); err != nil {
 		return fmt.Errorf("write report of %s: %w", p.Name, err)
 	}
 	crashpoint.At(crashpoint.BeforeFinish)
 	if err := c.st.Update(ctx, func(tx *store.Tx) error {
-		return tx.SetProject(ctx, p.Name, store.ProjectPatch{State: new(store.ProjectDone), Phase: new(store.PhaseDone), Result: new(result), FinishedAt: new(tx.Now())}, "project finished: "+result)
+		return tx.SetProject(ctx, p.Name, store.ProjectPatch{State: new(domain.ProjectDone), Phase: new(domain.PhaseDone), Result: new(result), FinishedAt: new(tx.Now())}, "project finished: "+result)
 	}); err != nil {
 		return err
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -31,7 +31,7 @@ done
 `
 	h := newHarness(t, unsandboxed("", "the attack needs the unconfined task's reach: its status.json, and its pid written outside its workspace"),
 		shellProject(map[string]string{"S01-a.md": script, "S02-b.md": "sleep 60\n"}))
-	h.tickUntil("S01 to be recorded completed", func() bool { return h.task("S01").Status == store.Completed })
+	h.tickUntil("S01 to be recorded completed", func() bool { return h.task("S01").Status == domain.Completed })
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +45,7 @@ done
 	// S02 keeps the project open: the tool is killed for its forgery, not
 	// because the project ended.
 	h.tickUntil("the forging tool to be killed", func() bool { return syscall.Kill(pid, 0) != nil })
-	if st := h.task("S02").Status; st != store.Running {
+	if st := h.task("S02").Status; st != domain.Running {
 		t.Errorf("S02 is %s: the project ended before the forgery was caught", st)
 	}
 	if len(h.events("stale")) == 0 {
@@ -60,13 +60,13 @@ done
 func TestFinalStatusOfALiveSupervisor(t *testing.T) {
 	for _, toolRunning := range []bool{false, true} {
 		c := decider(t, decideNodes)
-		tasks := []store.Task{{Project: "p", ID: "S01", Status: store.Running, Node: "n1", Attempt: 1, MaxRetries: 2,
+		tasks := []domain.Task{{Project: "p", ID: "S01", Status: domain.Running, Node: "n1", Attempt: 1, MaxRetries: 2,
 			Heartbeat: "1", HeartbeatAt: t0.Add(-time.Minute)}}
 		pulls := nodeSays(map[string]any{"n1": []wire.TaskStatus{{Project: "p", Task: "S01", Alive: true, Heartbeat: "1",
 			ToolRunning: toolRunning, Status: &wire.Status{Status: wire.StatusFailed, Attempt: 1, ErrorClass: wire.ClassExit, ExitCode: 1}}}})
 		snap := wholeSnapshot(tasks, projectFacts{}, nil)
 		plan := c.decideApply(snap, pulls, nil, nil, t0)
-		if tasks[0].Status != store.Pending {
+		if tasks[0].Status != domain.Pending {
 			t.Fatalf("S01 is %s, want pending (retried)", tasks[0].Status)
 		}
 		if stale := len(plan.stale) > 0; stale != toolRunning {

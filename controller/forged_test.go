@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/readmodel"
@@ -56,7 +57,7 @@ func TestForgedStaleAttemptHoldsNoTaskOfAnotherNode(t *testing.T) {
 	entry := `{\"project\":\"p\",\"task\":\"S01\",\"dir\":\"/x/$$\",\"alive\":true,\"status\":{\"task\":\"S01\",\"attempt\":$$,\"status\":\"running\"}}`
 	forgeWrapper(t, h, "evil", `{\"wrapper_version\":\"x\",\"facts\":{\"disk_free_bytes\":1},\"tasks\":[`+
 		entry+","+strings.ReplaceAll(entry, "$$", "1$$")+`]}`)
-	h.tickUntil("S01 to complete on the honest node", func() bool { return h.task("S01").Status == store.Completed })
+	h.tickUntil("S01 to complete on the honest node", func() bool { return h.task("S01").Status == domain.Completed })
 	if n := h.task("S01").Node; n != "local" {
 		t.Errorf("S01 ran on %s, want local", n)
 	}
@@ -90,7 +91,7 @@ func TestMergeFileAndDirectoryClashIsAConflict(t *testing.T) {
 	h := newHarness(t, "", specs)
 	h.tickUntil("project to finish", func() bool {
 		p, _ := h.st.Project(context.Background(), "p")
-		return p.State == store.ProjectDone
+		return p.State == domain.ProjectDone
 	})
 	runs := home.RunsDir(h.home, "p")
 	for name, want := range map[string]string{
@@ -144,7 +145,7 @@ func TestCollectedFilesAreReadBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v store.Verdict
-	if n := allocated(func() { v = readVerdict(store.Task{ID: "V01", Status: store.Completed}, fileVerdict(verdict)) }); n > 8<<20 {
+	if n := allocated(func() { v = readVerdict(domain.Task{ID: "V01", Status: domain.Completed}, fileVerdict(verdict)) }); n > 8<<20 {
 		t.Errorf("readVerdict allocated %d MiB for a 32 MiB verdict", n>>20)
 	}
 	if v.Pass || len(v.Issues) != 1 || !strings.Contains(v.Issues[0], "larger than") {

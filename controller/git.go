@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/gitrepo"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/crashpoint"
@@ -115,7 +116,7 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 // wrapper makes of what the attempt added to its base, fetched bounded by
 // progress and by collect_max_bytes), writes its diffstat to
 // diffstat.txt in local, and returns the changed files as the manifest.
-func (c *Controller) collectCommit(ctx context.Context, n *nodeRuntime, r store.Attempt, t store.Task, opRepo, local string) ([]store.File, error) {
+func (c *Controller) collectCommit(ctx context.Context, n *nodeRuntime, r domain.Attempt, t domain.Task, opRepo, local string) ([]store.File, error) {
 	inst := n.installed()
 	if inst == nil {
 		return nil, fmt.Errorf("the wrapper on %s is being checked again", n.cfg.Name)
@@ -150,7 +151,7 @@ func (c *Controller) collectCommit(ctx context.Context, n *nodeRuntime, r store.
 
 // fetchCommit has the wrapper pack what attempt r added to its base, and
 // imports the pack into opRepo under ref.
-func (c *Controller) fetchCommit(ctx context.Context, n *nodeRuntime, inst *nodes.Installed, r store.Attempt, t store.Task, opRepo, ref string) error {
+func (c *Controller) fetchCommit(ctx context.Context, n *nodeRuntime, inst *nodes.Installed, r domain.Attempt, t domain.Task, opRepo, ref string) error {
 	dir := taskDir(inst, r.Project, r.Task)
 	archive := path.Join(dir, "result.pack")
 	res, removeArchive, err := c.remoteArchive(ctx, n, archive, time.Duration(c.config().Controller.CollectMaxBytes/(8<<20))*time.Second,
@@ -222,13 +223,13 @@ func (c *Controller) limits() gitrepo.Limits {
 // gitAttempt is a git-native task's current attempt to collect: the task
 // and the operator's repository.
 type gitAttempt struct {
-	task store.Task
+	task domain.Task
 	repo string
 }
 
 // gitTask returns r's task and repository when r is the current attempt of
 // a git-native task, else nil.
-func (c *Controller) gitTask(ctx context.Context, r store.Attempt, current bool) (*gitAttempt, error) {
+func (c *Controller) gitTask(ctx context.Context, r domain.Attempt, current bool) (*gitAttempt, error) {
 	if !current {
 		return nil, nil
 	}
@@ -256,11 +257,11 @@ func (c *Controller) gitTask(ctx context.Context, r store.Attempt, current bool)
 type taskBase struct{ Dir, Commit string }
 
 // baseOf is where t started.
-func baseOf(t store.Task) taskBase { return taskBase{Dir: t.BaseDir, Commit: t.BaseCommit} }
+func baseOf(t domain.Task) taskBase { return taskBase{Dir: t.BaseDir, Commit: t.BaseCommit} }
 
 // resultOf is what t (completed and collected) left: its collected output/
 // or, git-native, its current attempt's commit.
-func resultOf(runsDir string, t store.Task, runs []store.Attempt) taskBase {
+func resultOf(runsDir string, t domain.Task, runs []domain.Attempt) taskBase {
 	if t.BaseCommit == "" {
 		return taskBase{Dir: filepath.Join(runsDir, t.ID, "output")}
 	}
@@ -268,7 +269,7 @@ func resultOf(runsDir string, t store.Task, runs []store.Attempt) taskBase {
 }
 
 // attemptCommit is the commit t's current attempt recorded, or "".
-func attemptCommit(t store.Task, runs []store.Attempt) string {
+func attemptCommit(t domain.Task, runs []domain.Attempt) string {
 	for _, r := range runs {
 		if r.Task == t.ID && r.Attempt == t.Attempt {
 			return r.Commit
@@ -279,7 +280,7 @@ func attemptCommit(t store.Task, runs []store.Attempt) string {
 
 // verdictReader reads verifier v's verdict.json: from its collected output/
 // or, git-native, from its commit.
-func (c *Controller) verdictReader(ctx context.Context, runsDir string, opts store.ProjectOptions, v store.Task, runs []store.Attempt) func() ([]byte, error) {
+func (c *Controller) verdictReader(ctx context.Context, runsDir string, opts domain.ProjectOptions, v domain.Task, runs []domain.Attempt) func() ([]byte, error) {
 	if v.BaseCommit == "" || opts.Repo == nil {
 		return fileVerdict(filepath.Join(runsDir, v.ID, "output", "verdict.json"))
 	}
@@ -300,7 +301,7 @@ func fileVerdict(path string) func() ([]byte, error) {
 // final records the project's result from: the tree copied to
 // runs/<project>/final/ or, git-native, the commit set as finalRef,
 // checked out there, and recorded as the project's final commit.
-func (c *Controller) final(ctx context.Context, p store.Project, opts store.ProjectOptions, from taskBase) error {
+func (c *Controller) final(ctx context.Context, p domain.Project, opts domain.ProjectOptions, from taskBase) error {
 	dest := filepath.Join(home.RunsDir(c.opts.Home, p.Name), "final")
 	if from.Commit == "" || opts.Repo == nil {
 		return copyTree(from.Dir, dest)
@@ -354,10 +355,10 @@ type mergedBranches struct {
 // order then by ID, onto the project's base with git's 3-way merge, and
 // sets mergeRef to the result. Conflicts are committed with git's markers
 // and listed.
-func (c *Controller) mergeBranches(ctx context.Context, project string, repo *store.RepoOptions, author []store.Task, runs []store.Attempt) (*mergedBranches, error) {
+func (c *Controller) mergeBranches(ctx context.Context, project string, repo *domain.RepoOptions, author []domain.Task, runs []domain.Attempt) (*mergedBranches, error) {
 	var branches []gitrepo.TaskBranch
 	for _, t := range mergeOrder(author) {
-		if t.Status != store.Completed {
+		if t.Status != domain.Completed {
 			continue
 		}
 		commit := attemptCommit(t, runs)
@@ -386,8 +387,8 @@ func (c *Controller) mergeBranches(ctx context.Context, project string, repo *st
 // mergeOrder sorts tasks so that each comes after the tasks it depends on,
 // the smallest ID first among those ready (Kahn's algorithm over a heap).
 // Tasks left in a cycle, which validation refuses, follow in ID order.
-func mergeOrder(tasks []store.Task) []store.Task {
-	byID := map[string]store.Task{}
+func mergeOrder(tasks []domain.Task) []domain.Task {
+	byID := map[string]domain.Task{}
 	for _, t := range tasks {
 		byID[t.ID] = t
 	}
@@ -405,7 +406,7 @@ func mergeOrder(tasks []store.Task) []store.Task {
 			heap.Push(ready, id)
 		}
 	}
-	out := make([]store.Task, 0, len(tasks))
+	out := make([]domain.Task, 0, len(tasks))
 	done := map[string]bool{}
 	for ready.Len() > 0 {
 		id := heap.Pop(ready).(string)

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/gittest"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/plan"
@@ -26,19 +27,19 @@ import (
 
 func TestMergeOrder(t *testing.T) {
 	t.Parallel()
-	task := func(id string, deps ...string) store.Task { return store.Task{ID: id, DependsOn: deps} }
+	task := func(id string, deps ...string) domain.Task { return domain.Task{ID: id, DependsOn: deps} }
 	tests := []struct {
 		name  string
-		tasks []store.Task
+		tasks []domain.Task
 		want  string
 	}{
-		{"no dependencies: by ID", []store.Task{task("S03"), task("S01"), task("S02")}, "S01 S02 S03"},
-		{"a dependency goes first", []store.Task{task("S01", "S03"), task("S02"), task("S03")}, "S02 S03 S01"},
-		{"the smallest ready ID first", []store.Task{task("S01"), task("S02", "S03"), task("S03")}, "S01 S03 S02"},
-		{"a chain", []store.Task{task("S01", "S02"), task("S02", "S03"), task("S03")}, "S03 S02 S01"},
-		{"a dependency not among the tasks is met", []store.Task{task("S02", "S09"), task("S01")}, "S01 S02"},
-		{"a duplicate dependency counts once", []store.Task{task("S01", "S02", "S02"), task("S02")}, "S02 S01"},
-		{"a cycle falls back to ID order", []store.Task{task("S01", "S02"), task("S02", "S01"), task("S03")}, "S03 S01 S02"},
+		{"no dependencies: by ID", []domain.Task{task("S03"), task("S01"), task("S02")}, "S01 S02 S03"},
+		{"a dependency goes first", []domain.Task{task("S01", "S03"), task("S02"), task("S03")}, "S02 S03 S01"},
+		{"the smallest ready ID first", []domain.Task{task("S01"), task("S02", "S03"), task("S03")}, "S01 S03 S02"},
+		{"a chain", []domain.Task{task("S01", "S02"), task("S02", "S03"), task("S03")}, "S03 S02 S01"},
+		{"a dependency not among the tasks is met", []domain.Task{task("S02", "S09"), task("S01")}, "S01 S02"},
+		{"a duplicate dependency counts once", []domain.Task{task("S01", "S02", "S02"), task("S02")}, "S02 S01"},
+		{"a cycle falls back to ID order", []domain.Task{task("S01", "S02"), task("S02", "S01"), task("S03")}, "S03 S01 S02"},
 		{"none", nil, ""},
 	}
 	for _, tc := range tests {
@@ -59,7 +60,7 @@ func TestIntegrationPromptOfAGitProject(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
 	err := templates.ExecuteTemplate(&buf, "integration.md", map[string]any{
-		"Project": "g", "Tasks": []store.Task{{ID: "S01", Title: "one", Status: store.Completed}, {ID: "S02", Title: "two", Status: store.Completed}},
+		"Project": "g", "Tasks": []domain.Task{{ID: "S01", Title: "one", Status: domain.Completed}, {ID: "S02", Title: "two", Status: domain.Completed}},
 		"Files": []string{"a.txt", "shared.txt"}, "Git": true,
 		"Conflicts": []store.Conflict{{Path: "shared.txt", Tasks: []string{"S01", "S02"}}},
 		"Overlaps":  []store.Conflict{{Path: "shared.txt", Tasks: []string{"S01", "S02", "S03"}}}})
@@ -173,10 +174,10 @@ nodes:
 			h.tickUntil("S01 to fail its collection", func() bool {
 				// Only a result waiting for its collection is waited for:
 				// the clock moved while the task ran would find it hung.
-				if h.task("S01").Status == store.Completed {
+				if h.task("S01").Status == domain.Completed {
 					h.clock.Advance(collectRetryWait)
 				}
-				return h.task("S01").Status == store.Failed
+				return h.task("S01").Status == domain.Failed
 			})
 			if tk := h.task("S01"); tk.ErrorClass != classCollect || !strings.Contains(tk.Error, tc.want) {
 				t.Errorf("S01: %s %q, want %s with %q", tk.ErrorClass, tk.Error, classCollect, tc.want)
@@ -270,7 +271,7 @@ func TestBaseShippedOncePerNode(t *testing.T) {
 		Wrappers: wrappers, Now: h.clock.Now, Jitter: func() float64 { return 0 }})
 	h.tickUntil("S01 to S06 to complete", func() bool {
 		for i := 1; i <= 6; i++ {
-			if h.task(fmt.Sprintf("S%02d", i)).Status != store.Completed {
+			if h.task(fmt.Sprintf("S%02d", i)).Status != domain.Completed {
 				return false
 			}
 		}
@@ -304,13 +305,13 @@ func TestBaseShippedOncePerNode(t *testing.T) {
 		}
 		h.tickUntil("run "+strconv.Itoa(res.Run)+" to finish", func() bool {
 			p, _ := h.st.Project(context.Background(), "p")
-			return p.State == store.ProjectDone
+			return p.State == domain.ProjectDone
 		})
 		return res
 	}
 	h.tickUntil("run 1 to finish", func() bool {
 		p, _ := h.st.Project(context.Background(), "p")
-		return p.State == store.ProjectDone
+		return p.State == domain.ProjectDone
 	})
 	// A new run: the tasks that ran from the old base run again, and say so.
 	res := addTask("S07")
@@ -361,9 +362,9 @@ func TestGitFinalTreeIsRawBlobs(t *testing.T) {
 	})
 	h.tickUntil("the project to finish", func() bool {
 		p, _ := h.st.Project(context.Background(), "p")
-		return p.State == store.ProjectDone
+		return p.State == domain.ProjectDone
 	})
-	if p, _ := h.st.Project(context.Background(), "p"); p.Result != store.ResultPassed {
+	if p, _ := h.st.Project(context.Background(), "p"); p.Result != domain.ResultPassed {
 		t.Fatalf("project %s; tasks: %s", p.Result, h.dump())
 	}
 	if _, err := os.Stat(marker); err == nil {
@@ -404,18 +405,18 @@ nodes:
 	})
 	h.tickUntil("the project to finish", func() bool {
 		p, _ := h.st.Project(context.Background(), "p")
-		return p.State == store.ProjectDone
+		return p.State == domain.ProjectDone
 	})
-	if p, _ := h.st.Project(context.Background(), "p"); p.Result != store.ResultFailed {
+	if p, _ := h.st.Project(context.Background(), "p"); p.Result != domain.ResultFailed {
 		t.Errorf("project %s, want failed", p.Result)
 	}
 	for _, id := range []string{"S01", "S02"} {
-		if tk := h.task(id); tk.Status != store.Completed {
+		if tk := h.task(id); tk.Status != domain.Completed {
 			t.Errorf("%s %s %q, want completed (each result is within the quota)", id, tk.Status, tk.Error)
 		}
 	}
-	if tk, err := h.st.Task(context.Background(), "p", store.IntegrationID); err == nil {
-		t.Errorf("%s started (%s): the merge over the quota was checked out", store.IntegrationID, tk.Status)
+	if tk, err := h.st.Task(context.Background(), "p", domain.IntegrationID); err == nil {
+		t.Errorf("%s started (%s): the merge over the quota was checked out", domain.IntegrationID, tk.Status)
 	}
 	var said bool
 	for _, e := range h.events("phase") {

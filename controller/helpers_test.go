@@ -9,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/spec"
-	"github.com/dispatch-tool/dispatch/store"
 )
 
 func syscallKill(pid int) error { return signal(pid, syscall.SIGKILL) }
@@ -31,7 +31,7 @@ func killAll(t *testing.T, h *harness) {
 	t.Helper()
 	tasks, _ := h.st.Tasks(context.Background(), "p")
 	for _, tk := range tasks {
-		if tk.Status != store.Running {
+		if tk.Status != domain.Running {
 			continue
 		}
 		n := h.ctl.nodes["local"]
@@ -68,11 +68,11 @@ func (h *harness) addProject(name string, specs map[string]string) {
 
 // wholeSnapshot is the snapshot of project p when every task of it is
 // read: the counts and backoffs follow from tasks.
-func wholeSnapshot(tasks []store.Task, facts projectFacts, runs map[attemptKey]attemptFacts) *snapshot {
+func wholeSnapshot(tasks []domain.Task, facts projectFacts, runs map[attemptKey]attemptFacts) *snapshot {
 	counts := map[string]int{}
 	for _, t := range tasks {
 		counts[t.Status]++
 	}
-	return &snapshot{projects: []string{"p"}, tasks: map[string][]store.Task{"p": tasks},
+	return &snapshot{projects: []string{"p"}, tasks: map[string][]domain.Task{"p": tasks},
 		counts: map[string]map[string]int{"p": counts}, facts: map[string]projectFacts{"p": facts}, attempts: runs}
 }

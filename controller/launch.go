@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 	"github.com/dispatch-tool/dispatch/internal/netallow"
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
@@ -40,7 +41,7 @@ const defaultStallTimeout = 15 * time.Minute
 // stallTimeout is the task's stall_timeout: its own (front matter, else
 // project.yaml's), else the project's for a generated phase task, else the
 // node's, else the default.
-func stallTimeout(t store.Task, opts store.ProjectOptions, n nodes.Node) time.Duration {
+func stallTimeout(t domain.Task, opts domain.ProjectOptions, n nodes.Node) time.Duration {
 	for _, d := range []time.Duration{t.Stall, opts.Stall, n.Stall} {
 		if d > 0 {
 			return d
@@ -132,12 +133,12 @@ func (c *Controller) launchAll(ctx context.Context, claims []claim) int {
 			switch {
 			case o.reply != nil:
 				started++
-				if _, _, err := tx.Transition(ctx, store.Change{Project: t.Project, Task: t.ID, From: store.Claimed,
-					To: store.Running, Message: fmt.Sprintf("on %s (pid %d)", t.Node, o.reply.PID),
+				if _, _, err := tx.Transition(ctx, store.Change{Project: t.Project, Task: t.ID, From: domain.Claimed,
+					To: domain.Running, Message: fmt.Sprintf("on %s (pid %d)", t.Node, o.reply.PID),
 					Set: store.TaskPatch{StartedAt: new(tx.Now())}}); err != nil {
 					return err
 				}
-				if err := tx.SetAttempt(ctx, t.Project, t.ID, t.Attempt, store.AttemptPatch{Status: new(store.Running), PID: new(o.reply.PID), StartedAt: new(tx.Now()), Dangerous: new(o.dangerous)}); err != nil {
+				if err := tx.SetAttempt(ctx, t.Project, t.ID, t.Attempt, store.AttemptPatch{Status: new(domain.Running), PID: new(o.reply.PID), StartedAt: new(tx.Now()), Dangerous: new(o.dangerous)}); err != nil {
 					return err
 				}
 				if o.resumed != "" {
@@ -151,7 +152,7 @@ func (c *Controller) launchAll(ctx context.Context, claims []claim) int {
 					t.RetriesUsed = t.MaxRetries
 				}
 				msg := o.err.Error()
-				a.fail(&t, store.Claimed, wire.ClassStart, msg, 0, store.AttemptPatch{Status: new(store.Failed),
+				a.fail(&t, domain.Claimed, wire.ClassStart, msg, 0, store.AttemptPatch{Status: new(domain.Failed),
 					ErrorClass: new(wire.ClassStart), Error: new(msg), CompletedAt: new(tx.Now())})
 			default:
 				if err := tx.Event(ctx, store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: "warning",
@@ -419,7 +420,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		// Its repository is on the node (shipBases).
 		launch.Repo = &wire.LaunchRepo{Dir: nodeRepo(inst, t.Project), Base: t.BaseCommit,
 			Branch: taskBranch(t.Project, t.ID), Message: fmt.Sprintf("%s: %s (attempt %d)", t.ID, t.Title, t.Attempt)}
-		if opts.Repo != nil && t.BaseCommit == opts.Repo.Commit && !store.IsPhaseID(t.ID) {
+		if opts.Repo != nil && t.BaseCommit == opts.Repo.Commit && !domain.IsPhaseID(t.ID) {
 			// The author tasks share their base: a spare checkout made
 			// after one launch saves the next the checkout of the tree.
 			launch.Repo.Spares = n.cfg.Spares
@@ -440,7 +441,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 // sandbox (sb, from policy.TaskLaunch) with the node's work_dir and
 // sandbox_paths, the network (none, or the allow list with what tool and
 // the api_mode's env need) and the limits.
-func confineLaunch(l *wire.Launch, t store.Task, n nodes.Node, workDir, tool, sb, network string, env map[string]string) error {
+func confineLaunch(l *wire.Launch, t domain.Task, n nodes.Node, workDir, tool, sb, network string, env map[string]string) error {
 	if sb != "" {
 		l.Sandbox, l.WorkDir = sb, workDir
 		l.SandboxPaths = sandboxPaths(n.SandboxPaths)
@@ -553,7 +554,7 @@ func (c *Controller) shipBases(ctx context.Context, n *nodeRuntime, inst *nodes.
 	for _, k := range order {
 		waiting := byNeed[k]
 		p, err := c.st.Project(ctx, k.project)
-		var opts store.ProjectOptions
+		var opts domain.ProjectOptions
 		if err == nil {
 			opts, err = p.ParseOptions()
 		}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wire"
 	"github.com/dispatch-tool/dispatch/wrapper"
@@ -24,7 +25,7 @@ func TestLivePullListsWhatRuns(t *testing.T) {
 	h := newHarness(t, "", shellProject(map[string]string{"S01-a.md": "sleep 60\n", "S02-b.md": "sleep 60\n"}))
 	t.Cleanup(func() { killAll(t, h) })
 	h.tickUntil("both tasks to run", func() bool {
-		return h.task("S01").Status == store.Running && h.task("S02").Status == store.Running
+		return h.task("S01").Status == domain.Running && h.task("S02").Status == domain.Running
 	})
 	tasksDir := filepath.Join(h.work, "p", "tasks")
 	for i := range 200 {
@@ -96,7 +97,7 @@ func TestLivePullListsWhatRuns(t *testing.T) {
 		return json.Unmarshal(b, &st) == nil && st.Status == wire.StatusKilled
 	})
 	for _, id := range []string{"S01", "S02"} {
-		if s := h.task(id).Status; s != store.Running {
+		if s := h.task(id).Status; s != domain.Running {
 			t.Errorf("%s is %s, want still running", id, s)
 		}
 	}

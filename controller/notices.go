@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/notify"
@@ -127,7 +128,7 @@ func (c *Controller) drainNotices() {
 // without a tick (every result reused).
 func (c *Controller) NoticeRunFinished(ctx context.Context, project string) {
 	p, err := c.st.Project(ctx, project)
-	if err != nil || p.State != store.ProjectDone {
+	if err != nil || p.State != domain.ProjectDone {
 		return
 	}
 	c.sendNotice(ctx, project, notify.RunFinished, p.Result, fmt.Sprintf("run %d: every task's result reused", p.Run))

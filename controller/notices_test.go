@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/notify"
-	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -18,16 +18,16 @@ func TestNoticesDecided(t *testing.T) {
 	ended, task := endedStatus, decideTask
 	tests := []struct {
 		name  string
-		tasks []store.Task
+		tasks []domain.Task
 		pulls map[string]any
 		runs  map[attemptKey]attemptFacts
-		opts  store.ProjectOptions
+		opts  domain.ProjectOptions
 		spent float64
 		want  []string
 	}{
 		{
 			name:  "two tasks limited under one mode: one message",
-			tasks: []store.Task{task("S01", store.Running, "n1", 1), task("S02", store.Running, "n1", 1)},
+			tasks: []domain.Task{task("S01", domain.Running, "n1", 1), task("S02", domain.Running, "n1", 1)},
 			pulls: map[string]any{"n1": []wire.TaskStatus{ended("S01", 1, wire.StatusFailed, wire.ClassRateLimit),
 				ended("S02", 1, wire.StatusFailed, wire.ClassRateLimit)}},
 			runs: map[attemptKey]attemptFacts{{"p", "S01", 1}: {mode: "team"}, {"p", "S02", 1}: {mode: "team"}},
@@ -35,9 +35,9 @@ func TestNoticesDecided(t *testing.T) {
 		},
 		{
 			name:  "a budget with nothing left to cancel",
-			tasks: []store.Task{task("S01", store.Completed, "n1", 1), task("S02", store.Canceled, "", 0)},
+			tasks: []domain.Task{task("S01", domain.Completed, "n1", 1), task("S02", domain.Canceled, "", 0)},
 			pulls: map[string]any{"n1": []wire.TaskStatus{}},
-			opts:  store.ProjectOptions{BudgetUSD: 1},
+			opts:  domain.ProjectOptions{BudgetUSD: 1},
 			spent: 2,
 		},
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -130,7 +130,7 @@ echo done > out.txt
 		t.Fatalf("a shell task's log line paused api_mode shared for %s (%q); want at most retry_backoff_max (2m)", left, pauses[0].Reason)
 	}
 	h.tickUntil("S02 and S03 to end", func() bool {
-		return h.task("S02").Status == store.Completed && h.task("S03").Status == store.Completed
+		return h.task("S02").Status == domain.Completed && h.task("S03").Status == domain.Completed
 	})
 	for id, want := range map[string]float64{"S02": 0, "S03": 20} {
 		runs, _ := h.st.Attempts(ctx, "p", id)
@@ -146,6 +146,6 @@ echo done > out.txt
 	}
 	h.clock.Advance(2 * time.Minute)
 	h.tickUntil("every task to complete", func() bool {
-		return h.task("S01").Status == store.Completed && h.task("S04").Status == store.Completed
+		return h.task("S01").Status == domain.Completed && h.task("S04").Status == domain.Completed
 	})
 }

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"text/template"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/gitrepo"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/filetree"
@@ -35,7 +36,7 @@ var templates = template.Must(template.ParseFS(templateFS, "templates/*.md"))
 
 // advance moves a project through its phases (SPEC §8) once the tasks of the
 // current phase are finished and collected, and finishes it at the end.
-func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error) {
+func (c *Controller) advance(ctx context.Context, p domain.Project) (bool, error) {
 	in, ready, err := c.readPhase(ctx, p)
 	if err != nil || !ready {
 		return false, err
@@ -47,15 +48,15 @@ func (c *Controller) advance(ctx context.Context, p store.Project) (bool, error)
 // tasks have all ended and been collected.
 type phaseInput struct {
 	phase string
-	opts  store.ProjectOptions
+	opts  domain.ProjectOptions
 	// author are the author tasks (all ended); allCompleted says whether
 	// every one completed.
-	author       []store.Task
+	author       []domain.Task
 	allCompleted bool
 	// phaseTasks are S99, the V and F rounds by ID; done says whether one
 	// ended (and, completed, was collected).
-	phaseTasks map[string]store.Task
-	done       func(store.Task) bool
+	phaseTasks map[string]domain.Task
+	done       func(domain.Task) bool
 	// budget says why the budget stops a new phase task ("": it does not).
 	budget string
 	// verdict is the last verification's, once it ended (phase
@@ -65,7 +66,7 @@ type phaseInput struct {
 	lastIssues []string
 	// runsDir and runs locate the phase tasks' results.
 	runsDir string
-	runs    []store.Attempt
+	runs    []domain.Attempt
 }
 
 // phaseAction is what the phase machine does next.
@@ -90,14 +91,14 @@ type phaseStep struct {
 	tree         taskBase
 	issues       []string
 	verdict      *store.Verdict
-	verifier     store.Task // the verification whose verdict is recorded
+	verifier     domain.Task // the verification whose verdict is recorded
 	err          error
 }
 
 // readPhase reads what decidePhase needs; false when a task of the
 // project has not ended or not been collected (every phase waits for
 // them: the tick then reads no more than a count).
-func (c *Controller) readPhase(ctx context.Context, p store.Project) (phaseInput, bool, error) {
+func (c *Controller) readPhase(ctx context.Context, p domain.Project) (phaseInput, bool, error) {
 	if settled, err := c.st.Settled(ctx, p.Name); err != nil || !settled {
 		return phaseInput{}, false, err
 	}
@@ -115,13 +116,13 @@ func (c *Controller) readPhase(ctx context.Context, p store.Project) (phaseInput
 			collected[fmt.Sprintf("%s#%d", r.Task, r.Attempt)] = true
 		}
 	}
-	in := phaseInput{phase: p.Phase, phaseTasks: map[string]store.Task{}, allCompleted: true, runs: runs,
+	in := phaseInput{phase: p.Phase, phaseTasks: map[string]domain.Task{}, allCompleted: true, runs: runs,
 		runsDir: home.RunsDir(c.opts.Home, p.Name)}
-	in.done = func(t store.Task) bool {
-		return store.Terminal(t.Status) && (t.Status != store.Completed || collected[fmt.Sprintf("%s#%d", t.ID, t.Attempt)])
+	in.done = func(t domain.Task) bool {
+		return domain.Terminal(t.Status) && (t.Status != domain.Completed || collected[fmt.Sprintf("%s#%d", t.ID, t.Attempt)])
 	}
 	for _, t := range tasks {
-		if store.IsPhaseID(t.ID) {
+		if domain.IsPhaseID(t.ID) {
 			in.phaseTasks[t.ID] = t
 			continue
 		}
@@ -129,7 +130,7 @@ func (c *Controller) readPhase(ctx context.Context, p store.Project) (phaseInput
 			return phaseInput{}, false, nil
 		}
 		in.author = append(in.author, t)
-		in.allCompleted = in.allCompleted && t.Status == store.Completed
+		in.allCompleted = in.allCompleted && t.Status == domain.Completed
 	}
 	if in.opts, err = p.ParseOptions(); err != nil {
 		return phaseInput{}, false, err
@@ -144,13 +145,13 @@ func (c *Controller) readPhase(ctx context.Context, p store.Project) (phaseInput
 	}
 	round := lastRound(in.phaseTasks)
 	switch {
-	case p.Phase == store.PhaseVerification && round > 0 && in.done(in.phaseTasks[store.VerifyID(round)]):
-		v := in.phaseTasks[store.VerifyID(round)]
+	case p.Phase == domain.PhaseVerification && round > 0 && in.done(in.phaseTasks[domain.VerifyID(round)]):
+		v := in.phaseTasks[domain.VerifyID(round)]
 		verdict := readVerdict(v, c.verdictReader(ctx, in.runsDir, in.opts, v, runs))
 		verdict.Round = round
 		in.verdict = &verdict
-	case p.Phase == store.PhaseFix && round > 0:
-		if f, ok := in.phaseTasks[store.FixID(round)]; ok && in.done(f) && f.Status == store.Completed {
+	case p.Phase == domain.PhaseFix && round > 0:
+		if f, ok := in.phaseTasks[domain.FixID(round)]; ok && in.done(f) && f.Status == domain.Completed {
 			verdicts, err := c.st.Verdicts(ctx, p.Name)
 			if err != nil {
 				// A fix round with no issues would verify the same tree again.
@@ -166,10 +167,10 @@ func (c *Controller) readPhase(ctx context.Context, p store.Project) (phaseInput
 
 // lastRound is the number of the last verification task (V01 …), 0 for
 // none.
-func lastRound(phaseTasks map[string]store.Task) int {
+func lastRound(phaseTasks map[string]domain.Task) int {
 	round := 0
 	for round+1 < 100 {
-		if _, ok := phaseTasks[store.VerifyID(round+1)]; !ok {
+		if _, ok := phaseTasks[domain.VerifyID(round+1)]; !ok {
 			break
 		}
 		round++
@@ -184,13 +185,13 @@ func lastRound(phaseTasks map[string]store.Task) int {
 func decidePhase(in phaseInput) phaseStep {
 	result := func(ok bool) string {
 		if ok && in.allCompleted {
-			return store.ResultPassed
+			return domain.ResultPassed
 		}
-		return store.ResultFailed
+		return domain.ResultFailed
 	}
 	budget := phaseStep{action: phaseBudget, note: in.budget}
 	switch in.phase {
-	case store.PhaseImplementation:
+	case domain.PhaseImplementation:
 		switch {
 		case !in.opts.Integration:
 			return phaseStep{action: phaseFinish, result: result(true)}
@@ -199,20 +200,20 @@ func decidePhase(in phaseInput) phaseStep {
 			// integration was skipped.
 			return budget
 		case !in.allCompleted && !in.opts.IntegratePartial:
-			return phaseStep{action: phaseFinish, result: store.ResultFailed,
+			return phaseStep{action: phaseFinish, result: domain.ResultFailed,
 				note: "integration skipped: not every task completed (dispatch start --integrate-partial runs it anyway)"}
 		case in.budget != "":
 			return budget
 		}
 		return phaseStep{action: phaseIntegrate}
 
-	case store.PhaseIntegration:
-		s99, ok := in.phaseTasks[store.IntegrationID]
+	case domain.PhaseIntegration:
+		s99, ok := in.phaseTasks[domain.IntegrationID]
 		switch {
 		case !ok || !in.done(s99):
 			return phaseStep{action: phaseWait}
-		case s99.Status != store.Completed:
-			return phaseStep{action: phaseFinish, result: store.ResultFailed, note: "integration task " + store.IntegrationID + " " + s99.Status}
+		case s99.Status != domain.Completed:
+			return phaseStep{action: phaseFinish, result: domain.ResultFailed, note: "integration task " + domain.IntegrationID + " " + s99.Status}
 		}
 		tree := resultOf(in.runsDir, s99, in.runs)
 		switch {
@@ -223,20 +224,20 @@ func decidePhase(in phaseInput) phaseStep {
 		}
 		return phaseStep{action: phaseVerify, round: 1, tree: tree}
 
-	case store.PhaseVerification, store.PhaseFix:
+	case domain.PhaseVerification, domain.PhaseFix:
 		round := lastRound(in.phaseTasks)
 		if round == 0 {
 			return phaseStep{err: fmt.Errorf("in phase %s without a verification task", in.phase)}
 		}
-		v := in.phaseTasks[store.VerifyID(round)]
+		v := in.phaseTasks[domain.VerifyID(round)]
 		verified := baseOf(v)
-		if in.phase == store.PhaseFix {
-			f, ok := in.phaseTasks[store.FixID(round)]
+		if in.phase == domain.PhaseFix {
+			f, ok := in.phaseTasks[domain.FixID(round)]
 			switch {
 			case !ok || !in.done(f):
 				return phaseStep{action: phaseWait}
-			case f.Status != store.Completed:
-				return phaseStep{action: phaseFinish, result: store.ResultFailed, note: "fix task " + f.ID + " " + f.Status, final: &verified}
+			case f.Status != domain.Completed:
+				return phaseStep{action: phaseFinish, result: domain.ResultFailed, note: "fix task " + f.ID + " " + f.Status, final: &verified}
 			case in.budget != "":
 				return budget
 			}
@@ -265,7 +266,7 @@ func decidePhase(in phaseInput) phaseStep {
 
 // doPhase carries out the phase machine's step for p; true when the
 // project finished.
-func (c *Controller) doPhase(ctx context.Context, p store.Project, in phaseInput, step phaseStep) (bool, error) {
+func (c *Controller) doPhase(ctx context.Context, p domain.Project, in phaseInput, step phaseStep) (bool, error) {
 	if step.err != nil {
 		return false, fmt.Errorf("project %s is %w", p.Name, step.err)
 	}
@@ -293,7 +294,7 @@ func (c *Controller) doPhase(ctx context.Context, p store.Project, in phaseInput
 		return true, c.finish(ctx, p, step.result, step.note)
 	case phaseBudget:
 		c.sendNotice(ctx, p.Name, notify.BudgetStopped, "", step.note+"; no further phase task starts")
-		return true, c.finish(ctx, p, store.ResultFailed, step.note)
+		return true, c.finish(ctx, p, domain.ResultFailed, step.note)
 	case phaseIntegrate:
 		return c.integrate(ctx, p, in)
 	case phaseVerify:
@@ -304,8 +305,8 @@ func (c *Controller) doPhase(ctx context.Context, p store.Project, in phaseInput
 			"Project": p.Name, "Round": step.round, "Issues": step.issues}); err != nil {
 			return false, err
 		}
-		return false, c.startPhaseTask(ctx, p, in.opts, store.FixID(step.round), "fix", fmt.Sprintf("Fix the issues of verification %d", step.round),
-			buf.Bytes(), step.tree, store.PhaseFix, fmt.Sprintf("fix round %d of %d", step.round, in.opts.MaxFixRounds), nil)
+		return false, c.startPhaseTask(ctx, p, in.opts, domain.FixID(step.round), "fix", fmt.Sprintf("Fix the issues of verification %d", step.round),
+			buf.Bytes(), step.tree, domain.PhaseFix, fmt.Sprintf("fix round %d of %d", step.round, in.opts.MaxFixRounds), nil)
 	}
 	return false, nil
 }
@@ -313,7 +314,7 @@ func (c *Controller) doPhase(ctx context.Context, p store.Project, in phaseInput
 // integrate merges the author tasks' results (their branches, git-native;
 // their outputs into runs/<project>/merged/ otherwise) and starts S99 on
 // the merge.
-func (c *Controller) integrate(ctx context.Context, p store.Project, in phaseInput) (bool, error) {
+func (c *Controller) integrate(ctx context.Context, p domain.Project, in phaseInput) (bool, error) {
 	opts, author := in.opts, in.author
 	var from taskBase
 	var files []string
@@ -327,7 +328,7 @@ func (c *Controller) integrate(ctx context.Context, p store.Project, in phaseInp
 		// its result's start: held to the quotas each result is.
 		var over *gitrepo.Problem
 		if err := gitrepo.CheckTree(ctx, opts.Repo.Dir, m.Commit, c.limits()); errors.As(err, &over) && errors.Is(err, gitrepo.ErrOverLimit) {
-			return true, c.finish(ctx, p, store.ResultFailed, fmt.Sprintf("integration not started: the merge of the task branches (%s): %s"+
+			return true, c.finish(ctx, p, domain.ResultFailed, fmt.Sprintf("integration not started: the merge of the task branches (%s): %s"+
 				"\n  fix: raise collect_max_bytes/collect_max_files under controller: in nodes.yaml, or have the tasks commit less; then run the project again",
 				strings.TrimPrefix(mergeRef(p.Name), "refs/heads/"), over.Msg))
 		} else if err != nil {
@@ -356,27 +357,27 @@ func (c *Controller) integrate(ctx context.Context, p store.Project, in phaseInp
 			msg += fmt.Sprintf("; %s changed by %s", o.Path, strings.Join(o.Tasks, ", "))
 		}
 	}
-	return false, c.startPhaseTask(ctx, p, opts, store.IntegrationID, "integration", "Integrate the outputs", buf.Bytes(), from, store.PhaseIntegration,
+	return false, c.startPhaseTask(ctx, p, opts, domain.IntegrationID, "integration", "Integrate the outputs", buf.Bytes(), from, domain.PhaseIntegration,
 		msg,
 		func(tx *store.Tx) error { return tx.PutConflicts(ctx, p.Name, conflicts) })
 }
 
-func (c *Controller) startVerification(ctx context.Context, p store.Project, opts store.ProjectOptions, author []store.Task, round int, tree taskBase, previous []string) error {
+func (c *Controller) startVerification(ctx context.Context, p domain.Project, opts domain.ProjectOptions, author []domain.Task, round int, tree taskBase, previous []string) error {
 	var buf bytes.Buffer
 	if err := templates.ExecuteTemplate(&buf, "verification.md", map[string]any{
 		"Project": p.Name, "Round": round, "Tasks": author, "PreviousIssues": previous}); err != nil {
 		return err
 	}
-	return c.startPhaseTask(ctx, p, opts, store.VerifyID(round), "verification", fmt.Sprintf("Verify the integrated result (round %d)", round),
-		buf.Bytes(), tree, store.PhaseVerification, fmt.Sprintf("verification round %d", round), nil)
+	return c.startPhaseTask(ctx, p, opts, domain.VerifyID(round), "verification", fmt.Sprintf("Verify the integrated result (round %d)", round),
+		buf.Bytes(), tree, domain.PhaseVerification, fmt.Sprintf("verification round %d", round), nil)
 }
 
 // startPhaseTask adds a phase task (the author's spec for its ID when there
 // is one, else the generated one) that starts from tree, and moves the
 // project to phase, in one transaction.
-func (c *Controller) startPhaseTask(ctx context.Context, p store.Project, opts store.ProjectOptions, id, typ, title string,
+func (c *Controller) startPhaseTask(ctx context.Context, p domain.Project, opts domain.ProjectOptions, id, typ, title string,
 	generated []byte, tree taskBase, phase, message string, also func(*store.Tx) error) error {
-	t := store.Task{Project: p.Name, ID: id, Title: title, Type: typ, Tool: opts.PhaseTool, Priority: 1,
+	t := domain.Task{Project: p.Name, ID: id, Title: title, Type: typ, Tool: opts.PhaseTool, Priority: 1,
 		DependsOn: []string{}, MaxRetries: c.config().Controller.MaxRetries, SpecFile: "(generated from controller/templates)",
 		Snapshot: generated, BaseDir: tree.Dir, BaseCommit: tree.Commit, Sandbox: opts.Sandbox, Network: opts.Network, Limits: opts.Limits}
 	if o, ok := opts.Overrides[id]; ok {
@@ -413,9 +414,9 @@ func (c *Controller) startPhaseTask(ctx context.Context, p store.Project, opts s
 
 // readVerdict reads a verifier's verdict.json with read; anything but a
 // valid verdict is a failed verification naming what was wrong.
-func readVerdict(v store.Task, read func() ([]byte, error)) store.Verdict {
+func readVerdict(v domain.Task, read func() ([]byte, error)) store.Verdict {
 	out := store.Verdict{Task: v.ID}
-	if v.Status != store.Completed {
+	if v.Status != domain.Completed {
 		out.Issues = []string{fmt.Sprintf("the verifier %s did not complete (%s): %s", v.ID, v.Status, readmodel.ErrorText(v.ErrorClass, v.Error))}
 		return out
 	}
@@ -456,7 +457,7 @@ func readVerdict(v store.Task, read func() ([]byte, error)) store.Verdict {
 // different content is a conflict: the first version stays, the other is
 // stored as <path>.<ID>.conflict. Files a task left as the project's base
 // gave them do not count as written.
-func (c *Controller) merge(ctx context.Context, project string, author []store.Task, merged string) ([]string, []store.Conflict, error) {
+func (c *Controller) merge(ctx context.Context, project string, author []domain.Task, merged string) ([]string, []store.Conflict, error) {
 	if err := os.RemoveAll(merged); err != nil {
 		return nil, nil, err
 	}
@@ -480,7 +481,7 @@ func (c *Controller) merge(ctx context.Context, project string, author []store.T
 		break
 	}
 	for _, t := range author {
-		if t.Status != store.Completed {
+		if t.Status != domain.Completed {
 			continue
 		}
 		if err := m.add(t.ID, filepath.Join(home.RunsDir(c.opts.Home, project), t.ID, "output")); err != nil {

@@ -5,17 +5,18 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
 // TestDecidePhase: the phase machine as a decision table, over a
 // project's settled tasks alone (no store, no process).
 func TestDecidePhase(t *testing.T) {
-	task := func(id, status string) store.Task {
-		return store.Task{ID: id, Status: status, Attempt: 1, BaseDir: "/base/" + id}
+	task := func(id, status string) domain.Task {
+		return domain.Task{ID: id, Status: status, Attempt: 1, BaseDir: "/base/" + id}
 	}
-	phase := func(ts ...store.Task) map[string]store.Task {
-		m := map[string]store.Task{}
+	phase := func(ts ...domain.Task) map[string]domain.Task {
+		m := map[string]domain.Task{}
 		for _, t := range ts {
 			m[t.ID] = t
 		}
@@ -23,57 +24,57 @@ func TestDecidePhase(t *testing.T) {
 	}
 	pass := &store.Verdict{Pass: true}
 	fail := &store.Verdict{Issues: []string{"tests fail"}}
-	const running = store.Running
+	const running = domain.Running
 	for _, tc := range []struct {
 		name    string
 		in      phaseInput
 		want    string
 		verdict bool // the verdict is recorded
 	}{
-		{"no integration", phaseInput{phase: store.PhaseImplementation, allCompleted: true}, "finish passed", false},
-		{"no integration, a task failed", phaseInput{phase: store.PhaseImplementation}, "finish failed", false},
-		{"a task failed, the budget canceled others", phaseInput{phase: store.PhaseImplementation, opts: store.ProjectOptions{Integration: true}, budget: "budget spent"},
+		{"no integration", phaseInput{phase: domain.PhaseImplementation, allCompleted: true}, "finish passed", false},
+		{"no integration, a task failed", phaseInput{phase: domain.PhaseImplementation}, "finish failed", false},
+		{"a task failed, the budget canceled others", phaseInput{phase: domain.PhaseImplementation, opts: domain.ProjectOptions{Integration: true}, budget: "budget spent"},
 			"budget: budget spent", false},
-		{"a task failed", phaseInput{phase: store.PhaseImplementation, opts: store.ProjectOptions{Integration: true}},
+		{"a task failed", phaseInput{phase: domain.PhaseImplementation, opts: domain.ProjectOptions{Integration: true}},
 			"finish failed: integration skipped: not every task completed (dispatch start --integrate-partial runs it anyway)", false},
-		{"a task failed, --integrate-partial", phaseInput{phase: store.PhaseImplementation, opts: store.ProjectOptions{Integration: true, IntegratePartial: true}},
+		{"a task failed, --integrate-partial", phaseInput{phase: domain.PhaseImplementation, opts: domain.ProjectOptions{Integration: true, IntegratePartial: true}},
 			"integrate", false},
-		{"all completed, over budget", phaseInput{phase: store.PhaseImplementation, allCompleted: true, opts: store.ProjectOptions{Integration: true}, budget: "b"},
+		{"all completed, over budget", phaseInput{phase: domain.PhaseImplementation, allCompleted: true, opts: domain.ProjectOptions{Integration: true}, budget: "b"},
 			"budget: b", false},
-		{"all completed", phaseInput{phase: store.PhaseImplementation, allCompleted: true, opts: store.ProjectOptions{Integration: true}}, "integrate", false},
+		{"all completed", phaseInput{phase: domain.PhaseImplementation, allCompleted: true, opts: domain.ProjectOptions{Integration: true}}, "integrate", false},
 
-		{"S99 runs", phaseInput{phase: store.PhaseIntegration, phaseTasks: phase(task("S99", running))}, "wait", false},
-		{"S99 failed", phaseInput{phase: store.PhaseIntegration, phaseTasks: phase(task("S99", store.Failed))}, "finish failed: integration task S99 failed", false},
-		{"S99 done, no verification", phaseInput{phase: store.PhaseIntegration, allCompleted: true, runsDir: "/runs", phaseTasks: phase(task("S99", store.Completed))},
+		{"S99 runs", phaseInput{phase: domain.PhaseIntegration, phaseTasks: phase(task("S99", running))}, "wait", false},
+		{"S99 failed", phaseInput{phase: domain.PhaseIntegration, phaseTasks: phase(task("S99", domain.Failed))}, "finish failed: integration task S99 failed", false},
+		{"S99 done, no verification", phaseInput{phase: domain.PhaseIntegration, allCompleted: true, runsDir: "/runs", phaseTasks: phase(task("S99", domain.Completed))},
 			"finish passed final=/runs/S99/output", false},
-		{"S99 done, over budget", phaseInput{phase: store.PhaseIntegration, allCompleted: true, budget: "b", opts: store.ProjectOptions{Verification: true},
-			phaseTasks: phase(task("S99", store.Completed))}, "budget: b", false},
-		{"S99 done", phaseInput{phase: store.PhaseIntegration, allCompleted: true, runsDir: "/runs", opts: store.ProjectOptions{Verification: true},
-			phaseTasks: phase(task("S99", store.Completed))}, "verify 1 on /runs/S99/output", false},
+		{"S99 done, over budget", phaseInput{phase: domain.PhaseIntegration, allCompleted: true, budget: "b", opts: domain.ProjectOptions{Verification: true},
+			phaseTasks: phase(task("S99", domain.Completed))}, "budget: b", false},
+		{"S99 done", phaseInput{phase: domain.PhaseIntegration, allCompleted: true, runsDir: "/runs", opts: domain.ProjectOptions{Verification: true},
+			phaseTasks: phase(task("S99", domain.Completed))}, "verify 1 on /runs/S99/output", false},
 
-		{"no verification task", phaseInput{phase: store.PhaseVerification}, "error: in phase verification without a verification task", false},
-		{"V01 runs", phaseInput{phase: store.PhaseVerification, phaseTasks: phase(task("V01", running))}, "wait", false},
-		{"V01 passed", phaseInput{phase: store.PhaseVerification, allCompleted: true, verdict: pass, phaseTasks: phase(task("V01", store.Completed))},
+		{"no verification task", phaseInput{phase: domain.PhaseVerification}, "error: in phase verification without a verification task", false},
+		{"V01 runs", phaseInput{phase: domain.PhaseVerification, phaseTasks: phase(task("V01", running))}, "wait", false},
+		{"V01 passed", phaseInput{phase: domain.PhaseVerification, allCompleted: true, verdict: pass, phaseTasks: phase(task("V01", domain.Completed))},
 			"finish passed final=/base/V01", true},
-		{"V01 failed, a fix round left", phaseInput{phase: store.PhaseVerification, opts: store.ProjectOptions{MaxFixRounds: 1}, verdict: fail,
-			phaseTasks: phase(task("V01", store.Completed))}, "fix 1 on /base/V01 [tests fail]", true},
-		{"V01 failed, over budget", phaseInput{phase: store.PhaseVerification, opts: store.ProjectOptions{MaxFixRounds: 1}, verdict: fail, budget: "b",
-			phaseTasks: phase(task("V01", store.Completed))}, "budget: b", true},
-		{"V02 failed, no fix round left", phaseInput{phase: store.PhaseVerification, opts: store.ProjectOptions{MaxFixRounds: 1}, verdict: fail,
-			phaseTasks: phase(task("V01", store.Completed), task("F01", store.Completed), task("V02", store.Completed))},
+		{"V01 failed, a fix round left", phaseInput{phase: domain.PhaseVerification, opts: domain.ProjectOptions{MaxFixRounds: 1}, verdict: fail,
+			phaseTasks: phase(task("V01", domain.Completed))}, "fix 1 on /base/V01 [tests fail]", true},
+		{"V01 failed, over budget", phaseInput{phase: domain.PhaseVerification, opts: domain.ProjectOptions{MaxFixRounds: 1}, verdict: fail, budget: "b",
+			phaseTasks: phase(task("V01", domain.Completed))}, "budget: b", true},
+		{"V02 failed, no fix round left", phaseInput{phase: domain.PhaseVerification, opts: domain.ProjectOptions{MaxFixRounds: 1}, verdict: fail,
+			phaseTasks: phase(task("V01", domain.Completed), task("F01", domain.Completed), task("V02", domain.Completed))},
 			"finish failed: verification failed after 1 fix round(s) (max_fix_rounds) final=/base/V02", true},
 
-		{"F01 runs", phaseInput{phase: store.PhaseFix, phaseTasks: phase(task("V01", store.Completed), task("F01", running))}, "wait", false},
-		{"F01 failed", phaseInput{phase: store.PhaseFix, phaseTasks: phase(task("V01", store.Completed), task("F01", store.Failed))},
+		{"F01 runs", phaseInput{phase: domain.PhaseFix, phaseTasks: phase(task("V01", domain.Completed), task("F01", running))}, "wait", false},
+		{"F01 failed", phaseInput{phase: domain.PhaseFix, phaseTasks: phase(task("V01", domain.Completed), task("F01", domain.Failed))},
 			"finish failed: fix task F01 failed final=/base/V01", false},
-		{"F01 done, over budget", phaseInput{phase: store.PhaseFix, budget: "b", phaseTasks: phase(task("V01", store.Completed), task("F01", store.Completed))},
+		{"F01 done, over budget", phaseInput{phase: domain.PhaseFix, budget: "b", phaseTasks: phase(task("V01", domain.Completed), task("F01", domain.Completed))},
 			"budget: b", false},
-		{"F01 done", phaseInput{phase: store.PhaseFix, runsDir: "/runs", lastIssues: []string{"tests fail"},
-			phaseTasks: phase(task("V01", store.Completed), task("F01", store.Completed))}, "verify 2 on /runs/F01/output [tests fail]", false},
+		{"F01 done", phaseInput{phase: domain.PhaseFix, runsDir: "/runs", lastIssues: []string{"tests fail"},
+			phaseTasks: phase(task("V01", domain.Completed), task("F01", domain.Completed))}, "verify 2 on /runs/F01/output [tests fail]", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.in.done == nil {
-				tc.in.done = func(t store.Task) bool { return store.Terminal(t.Status) }
+				tc.in.done = func(t domain.Task) bool { return domain.Terminal(t.Status) }
 			}
 			step := decidePhase(tc.in)
 			if got := describeStep(step); got != tc.want || (step.verdict != nil) != tc.verdict {

@@ -13,9 +13,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
-	"github.com/dispatch-tool/dispatch/store"
 )
 
 // countPuts is a transport that counts its Puts.
@@ -62,9 +62,9 @@ nodes:
 	h.ctl.nodes["local"].tr = counter
 	h.tickUntil("project to finish", func() bool {
 		p, _ := h.st.Project(context.Background(), "p")
-		return p.State == store.ProjectDone
+		return p.State == domain.ProjectDone
 	})
-	if p, _ := h.st.Project(context.Background(), "p"); p.Result != store.ResultPassed {
+	if p, _ := h.st.Project(context.Background(), "p"); p.Result != domain.ResultPassed {
 		t.Fatalf("result %s: %s", p.Result, h.dump())
 	}
 	runs := home.RunsDir(h.home, "p")

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/domain"
 )
 
 // TestNodeRuntimeHasOneOwner: a pull checks (and may re-check) a node's
@@ -14,7 +14,7 @@ import (
 // this fails when the installation is written and read without one owner.
 func TestNodeRuntimeHasOneOwner(t *testing.T) {
 	h := newHarness(t, "", shellProject(map[string]string{"S01-a.md": "sleep 30\n"}))
-	h.tickUntil("S01 to run", func() bool { return h.task("S01").Status == store.Running })
+	h.tickUntil("S01 to run", func() bool { return h.task("S01").Status == domain.Running })
 	defer killAll(t, h)
 	n := h.ctl.nodes["local"]
 	dir := taskDir(n.installed(), "p", "Z09")

@@ -8,9 +8,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/notify"
-	"github.com/dispatch-tool/dispatch/store"
 )
 
 // refuseKill is a node whose wrapper refuses every kill.
@@ -29,7 +29,7 @@ func (r refuseKill) Exec(ctx context.Context, argv []string, stdin []byte) (node
 func TestCancelReportsOnlyAttemptsKilled(t *testing.T) {
 	h := newHarness(t, "", shellProject(map[string]string{"S01-a.md": "sleep 30\n"}))
 	defer killAll(t, h)
-	h.tickUntil("S01 to run", func() bool { return h.task("S01").Status == store.Running })
+	h.tickUntil("S01 to run", func() bool { return h.task("S01").Status == domain.Running })
 	n := h.ctl.nodes["local"]
 	real := n.tr
 	n.tr = refuseKill{real}

@@ -3,15 +3,15 @@ package controller
 import (
 	"slices"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/policy"
-	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // claim is a task assigned to a node in this tick, to be launched.
 type claim struct {
-	task    store.Task
+	task    domain.Task
 	node    *nodeRuntime
 	attempt int
 	// mode is the api_mode the attempt runs under: the node's own, or a
@@ -65,7 +65,7 @@ type assignInput struct {
 	// unusable are the nodes that cannot run tasks at all, with why.
 	unusable map[string]string
 	// candidates are the runnable tasks, by priority, ID, project.
-	candidates []store.Task
+	candidates []domain.Task
 }
 
 // decideClaims chooses, for each candidate in order, the node it starts
@@ -116,12 +116,12 @@ const candidateFactor = 4
 
 // retryElsewhere lists the failures after which a retry should prefer
 // another node than the one that failed.
-var retryElsewhere = map[string]bool{wire.ClassStart: true, wire.ClassCrash: true, wire.ClassHung: true, store.Lost: true}
+var retryElsewhere = map[string]bool{wire.ClassStart: true, wire.ClassCrash: true, wire.ClassHung: true, domain.Lost: true}
 
 // better reports whether a is a better node than b for task t: away from the
 // node where t's last attempt failed to start, crashed or was lost, then
 // the least loaded.
-func better(a, b *capacity, t *store.Task) bool {
+func better(a, b *capacity, t *domain.Task) bool {
 	if t.Attempt > 0 && retryElsewhere[t.ErrorClass] {
 		aw, bw := a.node.cfg.Name == t.Node, b.node.cfg.Name == t.Node
 		if aw != bw {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/service"
 	"github.com/dispatch-tool/dispatch/spec"
@@ -23,7 +24,7 @@ import (
 func TestSchedulesOnTheControllersClock(t *testing.T) {
 	h := newHarness(t, "", shellProject(map[string]string{"S01-a.md": "echo a\n"}))
 	ctx := context.Background()
-	h.tickUntil("p to finish", func() bool { p, _ := h.st.Project(ctx, "p"); return p.State == store.ProjectDone })
+	h.tickUntil("p to finish", func() bool { p, _ := h.st.Project(ctx, "p"); return p.State == domain.ProjectDone })
 	q := filepath.Join(h.home, "specs", "q")
 	write := func(name, text string) {
 		t.Helper()
@@ -60,8 +61,8 @@ func TestSchedulesOnTheControllersClock(t *testing.T) {
 		}
 		return p.Run
 	}
-	finishQ := func() store.Project {
-		h.tickUntil("q to finish", func() bool { p, _ := h.st.Project(ctx, "q"); return p.State == store.ProjectDone })
+	finishQ := func() domain.Project {
+		h.tickUntil("q to finish", func() bool { p, _ := h.st.Project(ctx, "q"); return p.State == domain.ProjectDone })
 		p, _ := h.st.Project(ctx, "q")
 		return p
 	}
@@ -95,7 +96,7 @@ func TestSchedulesOnTheControllersClock(t *testing.T) {
 		}
 	}
 	startQ()
-	if p := finishQ(); p.Result != store.ResultPassed {
+	if p := finishQ(); p.Result != domain.ResultPassed {
 		t.Fatalf("run 1 = %+v", p)
 	}
 	// The next run runs every task afresh (no reuse: true).
@@ -112,11 +113,11 @@ func TestSchedulesOnTheControllersClock(t *testing.T) {
 	write("S01-a.md", "---\nmax_retries: 0\n---\nexit 3\n")
 	h.clock.Advance(30 * time.Second)
 	check()
-	if p := finishQ(); p.Result != store.ResultFailed || p.Run != 3 {
+	if p := finishQ(); p.Result != domain.ResultFailed || p.Run != 3 {
 		t.Fatalf("run 3 = %+v", p)
 	}
 	end := h.clock.Now()
-	if s := check(); s.LastResult != store.ResultFailed || s.Failures != 1 || !s.NextAt.Equal(end.Add(60*time.Second)) {
+	if s := check(); s.LastResult != domain.ResultFailed || s.Failures != 1 || !s.NextAt.Equal(end.Add(60*time.Second)) {
 		t.Fatalf("after a failed run: %+v; want the next run 60s after its end (%s)", s, end.Add(60*time.Second))
 	}
 	h.clock.Advance(30 * time.Second) // the next occurrence by every: 30s, backed off
@@ -139,10 +140,10 @@ func TestSchedulesOnTheControllersClock(t *testing.T) {
 	if s := check(); runs() != before+1 || s.CatchUps != 1 {
 		t.Fatalf("after 10 minutes without a check: %+v, runs %d → %d; want one catch-up run", s, before, runs())
 	}
-	if p := finishQ(); p.Result != store.ResultPassed {
+	if p := finishQ(); p.Result != domain.ResultPassed {
 		t.Fatalf("the catch-up run = %+v", p)
 	}
-	if s := check(); s.Failures != 0 || s.LastResult != store.ResultPassed {
+	if s := check(); s.Failures != 0 || s.LastResult != domain.ResultPassed {
 		t.Errorf("after a passed run: %+v; want the failures reset", s)
 	}
 	hist, _ := h.st.RunHistory(ctx, "q")
@@ -167,7 +168,7 @@ func TestSchedulesOnTheControllersClock(t *testing.T) {
 	if s := check(); runs() != stoppedRun || s.Skipped != 2 {
 		t.Fatalf("due while run %d is stopped: %+v, %d runs; want a skip", stoppedRun, s, runs())
 	}
-	if p, _ := h.st.Project(ctx, "q"); p.State != store.ProjectStopped {
+	if p, _ := h.st.Project(ctx, "q"); p.State != domain.ProjectStopped {
 		t.Fatalf("the schedule resumed a stopped run: %+v", p)
 	}
 	if ev, ok, _ := h.st.LastEvent(ctx, "q", service.ScheduleEvent); !ok || !strings.Contains(ev.Message, "was stopped by the operator (dispatch start q resumes it)") {

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/nodes/sshnode"
-	"github.com/dispatch-tool/dispatch/store"
 )
 
 // TestSessionDroppedMidLaunch breaks the SSH session as the launch call
@@ -72,7 +72,7 @@ nodes:
 			if !startedElsewhere {
 				h.clock.Advance(claimGrace + time.Second)
 			}
-			h.tickUntil("task to complete", func() bool { return h.task("S01").Status == store.Completed })
+			h.tickUntil("task to complete", func() bool { return h.task("S01").Status == domain.Completed })
 			b, _ := os.ReadFile(ledger)
 			if runs := strings.Fields(string(b)); len(runs) != 1 {
 				t.Fatalf("the task ran %d times (attempts %v)", len(runs), runs)

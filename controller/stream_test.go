@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/nodes"
-	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -43,7 +43,7 @@ func runUntilDone(t *testing.T, h *harness, limit time.Duration) {
 		t.Fatalf("Run: %v (with poll_interval 1h only the status streams could have moved the project)", err)
 	}
 	for _, id := range []string{"S01", "S02", "S03"} {
-		if tk := h.task(id); tk.Status != store.Completed {
+		if tk := h.task(id); tk.Status != domain.Completed {
 			t.Errorf("%s = %s", id, tk.Status)
 		}
 	}
@@ -247,7 +247,7 @@ func TestStreamSparesTheStatusCalls(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	for _, id := range []string{"S01", "S02", "S03"} {
-		if tk := h.task(id); tk.Status != store.Completed {
+		if tk := h.task(id); tk.Status != domain.Completed {
 			t.Errorf("%s = %s", id, tk.Status)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/sqlitetest"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
@@ -47,9 +48,9 @@ func TestUnreadableProjectOptionsStopTheProject(t *testing.T) {
 	h.tickUntil("q to finish and p to be stopped", func() bool {
 		p, _ := h.st.Project(context.Background(), "p")
 		q, _ := h.st.Project(context.Background(), "q")
-		return p.State == store.ProjectStopped && q.State == store.ProjectDone
+		return p.State == domain.ProjectStopped && q.State == domain.ProjectDone
 	})
-	if s := h.task("S01").Status; s != store.Pending {
+	if s := h.task("S01").Status; s != domain.Pending {
 		t.Fatalf("S01 is %s; nothing may start without its options", s)
 	}
 	p, _ := h.st.Project(context.Background(), "p")
@@ -73,7 +74,7 @@ func TestUnreadableVerdictStopsTheFixRound(t *testing.T) {
 	})
 	h.tickUntil("F01 to run", func() bool {
 		f, err := h.st.Task(context.Background(), "p", "F01")
-		return err == nil && f.Status == store.Running
+		return err == nil && f.Status == domain.Running
 	})
 	corrupt(t, h, `UPDATE verdicts SET issues = '["broken' WHERE project = 'p'`)
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
@@ -84,7 +85,7 @@ func TestUnreadableVerdictStopsTheFixRound(t *testing.T) {
 			t.Fatal("V02 was started although the issues of round 1 could not be read")
 		}
 		p, _ := h.st.Project(context.Background(), "p")
-		return p.State == store.ProjectStopped
+		return p.State == domain.ProjectStopped
 	})
 	if p, _ := h.st.Project(context.Background(), "p"); !strings.Contains(p.Problem, "read the verdict of round 1") {
 		t.Fatalf("problem = %q, want one naming the unreadable verdict", p.Problem)
@@ -97,7 +98,7 @@ func TestRetryWithABrokenSpecFails(t *testing.T) {
 	h := newHarness(t, "", shellProject(map[string]string{"S01-a.md": "exit 1\n"}))
 	h.tickUntil("S01 to fail for good", func() bool {
 		h.clock.Advance(time.Minute)
-		return h.task("S01").Status == store.Failed
+		return h.task("S01").Status == domain.Failed
 	})
 	spec := filepath.Join(h.home, "specs", "p", "S01-a.md")
 	if err := os.WriteFile(spec, []byte("echo \xff\xfe\n"), 0o644); err != nil {
@@ -108,7 +109,7 @@ func TestRetryWithABrokenSpecFails(t *testing.T) {
 	if !errors.As(err, &oe) || !strings.Contains(err.Error(), "do not load") {
 		t.Fatalf("retry error = %v, want an control.OpError saying the specs do not load", err)
 	}
-	if s := h.task("S01").Status; s != store.Failed {
+	if s := h.task("S01").Status; s != domain.Failed {
 		t.Fatalf("S01 is %s after a refused retry; want failed", s)
 	}
 }
@@ -132,10 +133,10 @@ func TestOneProjectsErrorStopsOnlyThatProject(t *testing.T) {
 		}
 		p, _ := h.st.Project(context.Background(), "p")
 		q, _ := h.st.Project(context.Background(), "q")
-		if p.State == store.ProjectStopped && q.State == store.ProjectDone {
+		if p.State == domain.ProjectStopped && q.State == domain.ProjectDone {
 			break
 		}
-		if p.State == store.ProjectDone {
+		if p.State == domain.ProjectDone {
 			t.Fatalf("p finished although its report could not be written")
 		}
 		if i > 2000 {
@@ -155,7 +156,7 @@ func TestOneProjectsErrorStopsOnlyThatProject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Result != store.ResultStopped || r.Problem != p.Problem || !strings.Contains(r.Markdown(), "Stopped by dispatch:") {
+	if r.Result != domain.ResultStopped || r.Problem != p.Problem || !strings.Contains(r.Markdown(), "Stopped by dispatch:") {
 		t.Fatalf("report: result %s, problem %q, markdown:\n%s", r.Result, r.Problem, r.Markdown())
 	}
 	// Fixed and resumed, it finishes, and the problem is gone.
@@ -165,9 +166,9 @@ func TestOneProjectsErrorStopsOnlyThatProject(t *testing.T) {
 	h.addProject("p", nil)
 	h.tickUntil("p to finish", func() bool {
 		p, _ := h.st.Project(context.Background(), "p")
-		return p.State == store.ProjectDone
+		return p.State == domain.ProjectDone
 	})
-	if p, _ := h.st.Project(context.Background(), "p"); p.Problem != "" || p.Result != store.ResultPassed {
+	if p, _ := h.st.Project(context.Background(), "p"); p.Problem != "" || p.Result != domain.ResultPassed {
 		t.Fatalf("after the fix: result %s, problem %q", p.Result, p.Problem)
 	}
 }
@@ -185,13 +186,13 @@ func TestOneProjectsDamagedTaskStopsOnlyThatProject(t *testing.T) {
 	h.tickUntil("q to finish and p to be stopped", func() bool {
 		p, _ := h.st.Project(context.Background(), "p")
 		q, _ := h.st.Project(context.Background(), "q")
-		return p.State == store.ProjectStopped && q.State == store.ProjectDone
+		return p.State == domain.ProjectStopped && q.State == domain.ProjectDone
 	})
 	p, _ := h.st.Project(context.Background(), "p")
 	if !strings.Contains(p.Problem, "reading its tasks failed 3 times in a row") || !strings.Contains(p.Problem, "task p/S02: read depends_on") {
 		t.Fatalf("problem of p = %q, want the damaged task, after 3 tries", p.Problem)
 	}
-	if s := h.task("S01").Status; s != store.Pending {
+	if s := h.task("S01").Status; s != domain.Pending {
 		t.Fatalf("p/S01 is %s; nothing of a project that does not read back may start", s)
 	}
 	// Stopped, it is left alone, and the ticks go on.
@@ -214,7 +215,7 @@ func TestBusyDatabaseStopsNoProject(t *testing.T) {
 			t.Fatalf("try %d: a busy database was taken for the project's own trouble", i)
 		}
 	}
-	if p, _ := h.st.Project(context.Background(), "p"); p.State != store.ProjectActive || p.Problem != "" {
+	if p, _ := h.st.Project(context.Background(), "p"); p.State != domain.ProjectActive || p.Problem != "" {
 		t.Fatalf("p is %s (%q) after busy errors; want active", p.State, p.Problem)
 	}
 }

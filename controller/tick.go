@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -29,9 +30,9 @@ type tickRead struct {
 	// of each active project (runnable), before the tick's changes.
 	claims   assignInput
 	pauses   []store.Pause
-	runnable map[string][]store.Task
+	runnable map[string][]domain.Task
 	// active are the projects whose tasks may start, in order.
-	active []store.Project
+	active []domain.Project
 	// readErrs are the active projects whose candidates did not read back.
 	readErrs map[string]error
 	// ranOn says, for the attempts the pulls report live that are not
@@ -45,7 +46,7 @@ type tickRead struct {
 // modes they paused (until when), and the projects whose waiting tasks
 // they canceled all at once.
 type afterApply struct {
-	tasks       map[string]*store.Task
+	tasks       map[string]*domain.Task
 	freed       map[string]int
 	modesFreed  map[string]int
 	paused      map[string]time.Time
@@ -53,12 +54,12 @@ type afterApply struct {
 }
 
 func newAfterApply() afterApply {
-	return afterApply{tasks: map[string]*store.Task{}, freed: map[string]int{}, modesFreed: map[string]int{},
+	return afterApply{tasks: map[string]*domain.Task{}, freed: map[string]int{}, modesFreed: map[string]int{},
 		paused: map[string]time.Time{}, canceledAll: map[string]bool{}}
 }
 
 // live reports whether a task in status s holds a slot.
-func live(s string) bool { return s == store.Claimed || s == store.Running }
+func live(s string) bool { return s == domain.Claimed || s == domain.Running }
 
 // tickPlan is everything the decisions of a tick chose.
 type tickPlan struct {
@@ -72,7 +73,7 @@ type tickPlan struct {
 	troubles map[string]error
 	wentOn   []string
 	// opts are the options of the active projects, for the claims.
-	opts map[string]store.ProjectOptions
+	opts map[string]domain.ProjectOptions
 }
 
 // tickOutcome is what the decisions of a tick leave to the rest of it.
@@ -90,7 +91,7 @@ type tickOutcome struct {
 // active projects start where; then sends the notices the changes call
 // for and counts the projects' troubles. Projects whose rows do not read
 // back (store.ErrDamaged) are left out and returned in damaged.
-func (c *Controller) decide(ctx context.Context, active []store.Project, names []string, pulls map[string]*pull) (tickOutcome, error) {
+func (c *Controller) decide(ctx context.Context, active []domain.Project, names []string, pulls map[string]*pull) (tickOutcome, error) {
 	var out tickOutcome
 	var tp tickPlan
 	c.killMu.Lock()
@@ -154,9 +155,9 @@ func sortedKeys[V any](m map[string]V) []string {
 // api_mode use, the busy slots, and for each active project a few
 // runnable tasks per slot that is free or may be freed by an attempt the
 // pulls report ended.
-func (c *Controller) read(ctx context.Context, tx *store.Tx, active []store.Project, names []string, pulls map[string]*pull,
+func (c *Controller) read(ctx context.Context, tx *store.Tx, active []domain.Project, names []string, pulls map[string]*pull,
 	holdNodes map[string]bool, now time.Time) (*tickRead, error) {
-	r := &tickRead{prev: map[string]store.Node{}, runnable: map[string][]store.Task{}, readErrs: map[string]error{}}
+	r := &tickRead{prev: map[string]store.Node{}, runnable: map[string][]domain.Task{}, readErrs: map[string]error{}}
 	known, err := tx.Nodes(ctx)
 	if err != nil {
 		return nil, err
@@ -256,7 +257,7 @@ func endedInPulls(pulls map[string]*pull) int {
 // nodes and tasks wait until they are killed.
 func (c *Controller) decideTick(r *tickRead, pulls map[string]*pull, announced, holdTasks map[string]bool, failures map[string]int, now time.Time) tickPlan {
 	tp := tickPlan{applyPlan: c.decideApply(r.snapshot, pulls, r.prev, announced, now), troubles: map[string]error{},
-		opts: map[string]store.ProjectOptions{}}
+		opts: map[string]domain.ProjectOptions{}}
 	after := tp.after
 	in := r.claims
 	in.paused = map[string]bool{}
@@ -314,7 +315,7 @@ func (c *Controller) decideTick(r *tickRead, pulls map[string]*pull, announced, 
 		}
 		tp.wentOn = append(tp.wentOn, p.Name)
 		tp.opts[p.Name] = f.opts
-		if h := f.opts.HaltFail; h > 0 && r.counts[p.Name][store.Failed] >= h || after.canceledAll[p.Name] {
+		if h := f.opts.HaltFail; h > 0 && r.counts[p.Name][domain.Failed] >= h || after.canceledAll[p.Name] {
 			continue
 		}
 		in.candidates = append(in.candidates, c.candidatesAfter(p.Name, r, after, hold, now)...)
@@ -343,10 +344,10 @@ func (c *Controller) decideTick(r *tickRead, pulls map[string]*pull, announced, 
 // whose earlier attempt still runs somewhere (hold) waits until it is
 // killed, and one whose previous attempt is still being collected (a slow
 // collection outlasts its tick) until it is collected.
-func (c *Controller) candidatesAfter(project string, r *tickRead, after afterApply, hold map[string]bool, now time.Time) []store.Task {
-	var out []store.Task
+func (c *Controller) candidatesAfter(project string, r *tickRead, after afterApply, hold map[string]bool, now time.Time) []domain.Task {
+	var out []domain.Task
 	seen := map[string]bool{}
-	ok := func(t *store.Task) bool {
+	ok := func(t *domain.Task) bool {
 		key := taskKey(project, t.ID)
 		if seen[key] || hold[key] {
 			return false
@@ -358,17 +359,17 @@ func (c *Controller) candidatesAfter(project string, r *tickRead, after afterApp
 	}
 	completed := func(dep string) bool {
 		if d := after.tasks[taskKey(project, dep)]; d != nil {
-			return d.Status == store.Completed
+			return d.Status == domain.Completed
 		}
-		return r.depStatus[project][dep] == store.Completed
+		return r.depStatus[project][dep] == domain.Completed
 	}
 	for _, t := range r.runnable[project] {
-		if moved := after.tasks[taskKey(project, t.ID)]; moved != nil && moved.Status != store.Pending {
+		if moved := after.tasks[taskKey(project, t.ID)]; moved != nil && moved.Status != domain.Pending {
 			continue
 		}
 		if slices.ContainsFunc(t.DependsOn, func(d string) bool {
 			moved := after.tasks[taskKey(project, d)]
-			return moved != nil && moved.Status != store.Completed
+			return moved != nil && moved.Status != domain.Completed
 		}) {
 			continue
 		}
@@ -379,7 +380,7 @@ func (c *Controller) candidatesAfter(project string, r *tickRead, after afterApp
 	}
 	for i := range r.tasks[project] {
 		t := after.tasks[taskKey(project, r.tasks[project][i].ID)]
-		if t == nil || t.Status != store.Pending || t.NotBefore.After(now) || !ok(t) {
+		if t == nil || t.Status != domain.Pending || t.NotBefore.After(now) || !ok(t) {
 			continue
 		}
 		if slices.ContainsFunc(t.DependsOn, func(d string) bool { return !completed(d) }) {
@@ -407,7 +408,7 @@ func (c *Controller) record(ctx context.Context, tx *store.Tx, tp *tickPlan) ([]
 		}
 	}
 	var claims []claim
-	opts := map[string]store.ProjectOptions{}
+	opts := map[string]domain.ProjectOptions{}
 	for _, p := range tp.picks {
 		attempt, err := tx.Claim(ctx, p.task.Project, p.task.ID, p.node.cfg.Name)
 		if errors.Is(err, store.ErrConflict) {
@@ -435,7 +436,7 @@ func (c *Controller) record(ctx context.Context, tx *store.Tx, tp *tickPlan) ([]
 			}
 		}
 		p.attempt = attempt
-		p.task.Attempt, p.task.Node, p.task.Status = attempt, p.node.cfg.Name, store.Claimed
+		p.task.Attempt, p.task.Node, p.task.Status = attempt, p.node.cfg.Name, domain.Claimed
 		claims = append(claims, p)
 	}
 	return claims, nil

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wire"
 )
@@ -18,75 +19,75 @@ import (
 // (S00 is a dependency read as completed.)
 func TestDecideTick(t *testing.T) {
 	running, ended, task := runningStatus, endedStatus, decideTask
-	pending := func(id string, deps ...string) store.Task { return task(id, store.Pending, "", 0, deps...) }
+	pending := func(id string, deps ...string) domain.Task { return task(id, domain.Pending, "", 0, deps...) }
 	for _, tc := range []struct {
 		name     string
-		tasks    []store.Task // read: what can move
-		runnable []store.Task // read: due and free of dependencies
+		tasks    []domain.Task // read: what can move
+		runnable []domain.Task // read: due and free of dependencies
 		busy     map[string]int
 		pulls    map[string]any
 		prev     map[string]store.Node
 		runs     map[attemptKey]attemptFacts
 		ranOn    map[string]bool
-		opts     store.ProjectOptions
+		opts     domain.ProjectOptions
 		want     string // "ID@node" in claim order
 	}{
 		{name: "a completion frees its slot for a task in the same tick",
-			tasks:    []store.Task{task("S01", store.Running, "n1", 1), task("S02", store.Running, "n1", 1), task("S03", store.Running, "n2", 1), task("S04", store.Running, "n2", 1)},
-			runnable: []store.Task{pending("S05")},
+			tasks:    []domain.Task{task("S01", domain.Running, "n1", 1), task("S02", domain.Running, "n1", 1), task("S03", domain.Running, "n2", 1), task("S04", domain.Running, "n2", 1)},
+			runnable: []domain.Task{pending("S05")},
 			busy:     map[string]int{"n1": 2, "n2": 2},
 			pulls: map[string]any{"n1": []wire.TaskStatus{ended("S01", 1, wire.StatusCompleted, ""), running("S02", 1, "1", true)},
 				"n2": []wire.TaskStatus{running("S03", 1, "1", true), running("S04", 1, "1", true)}},
 			want: "S05@n1"},
 		{name: "a dependent whose last dependency completes now starts now",
-			tasks: []store.Task{task("S01", store.Running, "n1", 1), pending("S02", "S01", "S00")},
+			tasks: []domain.Task{task("S01", domain.Running, "n1", 1), pending("S02", "S01", "S00")},
 			busy:  map[string]int{"n1": 1},
 			pulls: map[string]any{"n1": []wire.TaskStatus{ended("S01", 1, wire.StatusCompleted, "")}, "n2": []wire.TaskStatus{}},
 			want:  "S02@n1"},
 		{name: "a dependent of a task that fails now does not start",
-			tasks: []store.Task{task("S01", store.Running, "n1", 1), pending("S02", "S01")},
+			tasks: []domain.Task{task("S01", domain.Running, "n1", 1), pending("S02", "S01")},
 			busy:  map[string]int{"n1": 1},
 			pulls: map[string]any{"n1": []wire.TaskStatus{ended("S01", 1, wire.StatusFailed, wire.ClassExit)}, "n2": []wire.TaskStatus{}},
 			want:  ""},
 		{name: "a halt reached in the tick starts nothing more",
-			tasks: []store.Task{func() store.Task {
-				tk := task("S01", store.Running, "n1", 1)
+			tasks: []domain.Task{func() domain.Task {
+				tk := task("S01", domain.Running, "n1", 1)
 				tk.MaxRetries = 0
 				return tk
 			}()},
-			runnable: []store.Task{pending("S05")},
+			runnable: []domain.Task{pending("S05")},
 			busy:     map[string]int{"n1": 1},
 			pulls:    map[string]any{"n1": []wire.TaskStatus{ended("S01", 1, wire.StatusFailed, wire.ClassExit)}, "n2": []wire.TaskStatus{}},
-			opts:     store.ProjectOptions{HaltFail: 1},
+			opts:     domain.ProjectOptions{HaltFail: 1},
 			want:     ""},
 		{name: "a stale attempt holds its node and its task until it is killed",
-			tasks:    []store.Task{pending("S09")},
-			runnable: []store.Task{pending("S05"), pending("S09")},
+			tasks:    []domain.Task{pending("S09")},
+			runnable: []domain.Task{pending("S05"), pending("S09")},
 			pulls:    map[string]any{"n1": []wire.TaskStatus{running("S09", 1, "1", true)}, "n2": []wire.TaskStatus{}},
 			ranOn:    map[string]bool{"n1\x00p/S09": true},
 			want:     "S05@n2"},
 		{name: "a node's word alone holds the node but not the task",
-			tasks:    []store.Task{pending("S09")},
-			runnable: []store.Task{pending("S05"), pending("S09")},
+			tasks:    []domain.Task{pending("S09")},
+			runnable: []domain.Task{pending("S05"), pending("S09")},
 			pulls:    map[string]any{"n1": []wire.TaskStatus{running("S09", 1, "1", true)}, "n2": []wire.TaskStatus{}},
 			ranOn:    map[string]bool{"n1\x00p/S09": false},
 			want:     "S05@n2 S09@n2"},
 		{name: "an attempt lost with its node starts elsewhere at once",
-			tasks: []store.Task{task("S01", store.Running, "n1", 1)},
+			tasks: []domain.Task{task("S01", domain.Running, "n1", 1)},
 			busy:  map[string]int{"n1": 1},
 			pulls: map[string]any{"n1": errors.New("connection refused"), "n2": []wire.TaskStatus{}},
 			prev:  map[string]store.Node{"n1": {Name: "n1", OfflineSince: t0.Add(-11 * time.Minute)}},
 			want:  "S01@n2"},
 		{name: "a dependency taken back holds its dependent",
-			tasks:    []store.Task{task("S01", store.Completed, "n1", 1)},
-			runnable: []store.Task{pending("S02", "S01")},
+			tasks:    []domain.Task{task("S01", domain.Completed, "n1", 1)},
+			runnable: []domain.Task{pending("S02", "S01")},
 			pulls:    map[string]any{"n1": errors.New("connection refused"), "n2": []wire.TaskStatus{}},
 			prev:     map[string]store.Node{"n1": {Name: "n1", OfflineSince: t0.Add(-11 * time.Minute)}},
 			runs:     map[attemptKey]attemptFacts{{"p", "S01", 1}: {}},
 			want:     "S01@n2"},
 		{name: "a rate limit pauses its mode for the claims of the same tick",
-			tasks:    []store.Task{task("S01", store.Running, "n1", 1), task("S03", store.Running, "n2", 1)},
-			runnable: []store.Task{pending("S05"), pending("S06")},
+			tasks:    []domain.Task{task("S01", domain.Running, "n1", 1), task("S03", domain.Running, "n2", 1)},
+			runnable: []domain.Task{pending("S05"), pending("S06")},
 			busy:     map[string]int{"n1": 1, "n2": 1},
 			pulls: map[string]any{"n1": []wire.TaskStatus{ended("S01", 1, wire.StatusFailed, wire.ClassRateLimit)},
 				"n2": []wire.TaskStatus{running("S03", 1, "1", true)}},
@@ -98,9 +99,9 @@ func TestDecideTick(t *testing.T) {
 			pulls := nodeSays(tc.pulls)
 			snap := wholeSnapshot(tc.tasks, projectFacts{opts: tc.opts}, tc.runs)
 			snap.modes = map[string]map[string]string{"p": {}}
-			snap.depStatus = map[string]map[string]string{"p": {"S00": store.Completed}}
-			r := &tickRead{snapshot: snap, prev: tc.prev, ranOn: tc.ranOn, active: []store.Project{{Name: "p"}},
-				runnable: map[string][]store.Task{"p": tc.runnable},
+			snap.depStatus = map[string]map[string]string{"p": {"S00": domain.Completed}}
+			r := &tickRead{snapshot: snap, prev: tc.prev, ranOn: tc.ranOn, active: []domain.Project{{Name: "p"}},
+				runnable: map[string][]domain.Task{"p": tc.runnable},
 				claims:   assignInput{caps: c.capacities(pulls, tc.busy, nil), modeUse: map[string]int{}, unusable: map[string]string{}}}
 			tp := c.decideTick(r, pulls, nil, nil, nil, t0)
 			var got []string

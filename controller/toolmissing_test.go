@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
-	"github.com/dispatch-tool/dispatch/store"
 )
 
 // TestMissingToolIsNotRetried: a tool whose executable is not on the node
@@ -33,14 +33,14 @@ tools:
 	})
 	h.tickUntil("S01 to fail", func() bool {
 		h.clock.Advance(time.Minute)
-		return h.task("S01").Status == store.Failed
+		return h.task("S01").Status == domain.Failed
 	})
 	for range 5 {
 		h.clock.Advance(time.Minute)
 		h.tick()
 	}
 	tk := h.task("S01")
-	if tk.Status != store.Failed || tk.Attempt != 1 || tk.ErrorClass != "start" {
+	if tk.Status != domain.Failed || tk.Attempt != 1 || tk.ErrorClass != "start" {
 		t.Fatalf("S01: %s attempt %d class %q; want failed after one attempt, class start", tk.Status, tk.Attempt, tk.ErrorClass)
 	}
 	if !strings.Contains(tk.Error, "no-such-agent-xyz") || !strings.Contains(tk.Error, "fix:") {

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -157,7 +158,7 @@ func (c *Controller) collectWait(key string) bool {
 // trying again cannot help) it gives up: the run is settled, and the task,
 // when this was its completed current attempt, fails with error_class
 // collect.
-func (c *Controller) collectFailed(ctx context.Context, key string, r store.Attempt, current bool, cerr error) error {
+func (c *Controller) collectFailed(ctx context.Context, key string, r domain.Attempt, current bool, cerr error) error {
 	msg := cerr.Error()
 	return c.st.Update(ctx, func(tx *store.Tx) error {
 		tries, err := tx.CountEvents(ctx, r.Project, r.Task, r.Attempt, "collect_failed")
@@ -190,16 +191,16 @@ func (c *Controller) collectFailed(ctx context.Context, key string, r store.Atte
 			return err
 		}
 		set := store.AttemptPatch{CollectedAt: new(tx.Now())}
-		if r.Status == store.Completed {
-			set.Status, set.ErrorClass, set.Error = new(store.Failed), new(classCollect), new(note)
+		if r.Status == domain.Completed {
+			set.Status, set.ErrorClass, set.Error = new(domain.Failed), new(classCollect), new(note)
 		}
 		if err := tx.SetAttempt(ctx, r.Project, r.Task, r.Attempt, set); err != nil {
 			return err
 		}
-		if !mine || t.Status != store.Completed {
+		if !mine || t.Status != domain.Completed {
 			return nil
 		}
-		_, _, err = tx.Transition(ctx, store.Change{Project: r.Project, Task: r.Task, From: store.Completed, To: store.Failed,
+		_, _, err = tx.Transition(ctx, store.Change{Project: r.Project, Task: r.Task, From: domain.Completed, To: domain.Failed,
 			Message: note, Set: store.TaskPatch{ErrorClass: new(classCollect), Error: new(note), Warning: new("")}})
 		return err
 	})
@@ -207,7 +208,7 @@ func (c *Controller) collectFailed(ctx context.Context, key string, r store.Atte
 
 // clearCollectWarning removes the note of an earlier failed try once the
 // collection succeeded.
-func clearCollectWarning(ctx context.Context, tx *store.Tx, r store.Attempt) error {
+func clearCollectWarning(ctx context.Context, tx *store.Tx, r domain.Attempt) error {
 	n, err := tx.CountEvents(ctx, r.Project, r.Task, r.Attempt, "collect_failed")
 	if err != nil || n == 0 {
 		return err

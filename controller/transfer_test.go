@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
-	"github.com/dispatch-tool/dispatch/store"
 )
 
 // shapedTransport is the local transport with its transfers slowed down or
@@ -130,7 +130,7 @@ func TestCollectSlowFileOutlivesTheOldDeadline(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if tk := h.task("S01"); tk.Status != store.Completed {
+	if tk := h.task("S01"); tk.Status != domain.Completed {
 		t.Fatalf("S01 %s (%s), want completed", tk.Status, tk.Error)
 	}
 	fi, err := os.Stat(filepath.Join(home.RunsDir(h.home, "p"), "S01", "output", "slow.bin"))
@@ -155,7 +155,7 @@ func TestCollectLargeFileWithinQuota(t *testing.T) {
 		runs, _ := h.st.Attempts(context.Background(), "p", "S01")
 		return len(runs) == 1 && !runs[0].CollectedAt.IsZero()
 	})
-	if tk := h.task("S01"); tk.Status != store.Completed {
+	if tk := h.task("S01"); tk.Status != domain.Completed {
 		t.Fatalf("S01 %s (%s), want completed", tk.Status, tk.Error)
 	}
 	files, _ := h.st.Files(context.Background(), "p", "S01")
@@ -203,11 +203,11 @@ func TestCollectOverQuotaFailsTheTask(t *testing.T) {
 	}))
 	h.tickUntil("project to finish", func() bool {
 		p, _ := h.st.Project(context.Background(), "p")
-		return p.State == store.ProjectDone
+		return p.State == domain.ProjectDone
 	})
 	for id, want := range map[string]string{"S01": "collect_max_files (50)", "S02": "collect_max_bytes (1.0 MiB)"} {
 		tk := h.task(id)
-		if tk.Status != store.Failed || tk.ErrorClass != classCollect || !strings.Contains(tk.Error, want) || tk.RetriesUsed != 0 {
+		if tk.Status != domain.Failed || tk.ErrorClass != classCollect || !strings.Contains(tk.Error, want) || tk.RetriesUsed != 0 {
 			t.Errorf("%s: %s class %q retries %d error %q; want failed, collect, not retried, naming %s", id, tk.Status, tk.ErrorClass, tk.RetriesUsed, tk.Error, want)
 		}
 		entries, err := os.ReadDir(filepath.Join(home.RunsDir(h.home, "p"), id, "output"))
@@ -221,7 +221,7 @@ func TestCollectOverQuotaFailsTheTask(t *testing.T) {
 			t.Errorf("%s: manifest %+v, want empty", id, files)
 		}
 	}
-	if tk := h.task("S03"); tk.Status != store.Completed {
+	if tk := h.task("S03"); tk.Status != domain.Completed {
 		t.Errorf("S03 (at the file quota) %s: %s", tk.Status, tk.Error)
 	}
 	if evs := h.events("collect_failed"); len(evs) != 2 {
@@ -250,15 +250,15 @@ func TestCollectNeverFollowsSymlinks(t *testing.T) {
 	}))
 	h.tickUntil("project to finish", func() bool {
 		p, _ := h.st.Project(context.Background(), "p")
-		return p.State == store.ProjectDone
+		return p.State == domain.ProjectDone
 	})
-	if tk := h.task("S01"); tk.Status != store.Failed || tk.ErrorClass != classCollect || !strings.Contains(tk.Error, "symbolic link") {
+	if tk := h.task("S01"); tk.Status != domain.Failed || tk.ErrorClass != classCollect || !strings.Contains(tk.Error, "symbolic link") {
 		t.Errorf("S01: %s class %q error %q; want failed, collect, naming the symbolic link", tk.Status, tk.ErrorClass, tk.Error)
 	}
-	if tk := h.task("S03"); tk.Status != store.Failed || tk.ErrorClass != classCollect || !strings.Contains(tk.Error, "symbolic link") {
+	if tk := h.task("S03"); tk.Status != domain.Failed || tk.ErrorClass != classCollect || !strings.Contains(tk.Error, "symbolic link") {
 		t.Errorf("S03: %s class %q error %q; want failed, collect, naming the symbolic link task.log", tk.Status, tk.ErrorClass, tk.Error)
 	}
-	if tk := h.task("S02"); tk.Status != store.Completed {
+	if tk := h.task("S02"); tk.Status != domain.Completed {
 		t.Errorf("S02: %s %q, want completed", tk.Status, tk.Error)
 	}
 	files, _ := h.st.Files(context.Background(), "p", "S02")
@@ -300,7 +300,7 @@ func TestCollectFailuresAreBoundedAndShown(t *testing.T) {
 			warnings = append(warnings, tk.Warning)
 			h.clock.Advance(collectRetryWait)
 		}
-		return tk.Status == store.Failed
+		return tk.Status == domain.Failed
 	})
 	tk := h.task("S01")
 	if tk.ErrorClass != classCollect || !strings.Contains(tk.Error, "not enough free space") || !strings.Contains(tk.Error, "giving up") {
@@ -339,7 +339,7 @@ func TestLaunchPushesASlowBaseTree(t *testing.T) {
 		}
 		return nil, nil
 	}})
-	h.tickUntilLong("S01 to complete", 60*time.Second, func() bool { return h.task("S01").Status == store.Completed })
+	h.tickUntilLong("S01 to complete", 60*time.Second, func() bool { return h.task("S01").Status == domain.Completed })
 	tk := h.task("S01")
 	if tk.Attempt != 1 || tk.RetriesUsed != 0 {
 		t.Errorf("S01 attempt %d retries %d, want one attempt", tk.Attempt, tk.RetriesUsed)
@@ -374,7 +374,7 @@ func TestLaunchPushFailuresAreBounded(t *testing.T) {
 		t.Errorf("push_failed events = %d, want %d", len(evs), maxPushTries)
 	}
 	h.clock.Advance(time.Minute)
-	h.tickUntil("S01 to fail for good", func() bool { return h.task("S01").Status == store.Failed && h.task("S01").Attempt == 2 })
+	h.tickUntil("S01 to fail for good", func() bool { return h.task("S01").Status == domain.Failed && h.task("S01").Attempt == 2 })
 }
 
 // TestHugeStatusReplyIsAnErrorOfThatNode: a node whose `wrapper status`

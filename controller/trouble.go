@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -47,7 +48,7 @@ func (c *Controller) projectTrouble(ctx context.Context, project, step string, e
 	problem := fmt.Sprintf("%s failed %d times in a row: %v", step, fails, err)
 	c.log.Error("project stopped by an error of its own; the other projects go on", keyProject, project, "problem", problem)
 	return c.st.Update(ctx, func(tx *store.Tx) error {
-		return tx.SetProject(ctx, project, store.ProjectPatch{State: new(store.ProjectStopped), Problem: new(problem)},
+		return tx.SetProject(ctx, project, store.ProjectPatch{State: new(domain.ProjectStopped), Problem: new(problem)},
 			"stopped: "+problem+"; fix it, then dispatch start "+project+" resumes")
 	})
 }
@@ -59,9 +60,9 @@ const stepRead = "reading its tasks"
 // name) out of the tick's active projects and served names, and records
 // each one's trouble: an active one is stopped after troubleLimit ticks in
 // a row; one already stopped (served for its attempts) is only logged.
-func (c *Controller) leaveOut(ctx context.Context, projects []store.Project, names []string, damaged map[string]error) ([]store.Project, []string, error) {
+func (c *Controller) leaveOut(ctx context.Context, projects []domain.Project, names []string, damaged map[string]error) ([]domain.Project, []string, error) {
 	names = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return damaged[n] != nil })
-	var kept []store.Project
+	var kept []domain.Project
 	active := map[string]bool{}
 	for _, p := range projects {
 		if damaged[p.Name] != nil {

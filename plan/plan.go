@@ -7,10 +7,10 @@ import (
 	"strings"
 
 	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/spec"
-	"github.com/dispatch-tool/dispatch/store"
 )
 
 // Row is how one task will be scheduled: its tool and the nodes that may
@@ -47,7 +47,7 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string, so control.StartOpt
 	var rows []Row
 	var problems []string
 	opts := projectOptionsFor(cfg, p, so)
-	place := func(row *Row, st store.Task) (reasons []string) {
+	place := func(row *Row, st domain.Task) (reasons []string) {
 		row.Tools = map[string]string{}
 		for _, n := range cfg.Nodes {
 			if len(only) > 0 && !slices.Contains(only, n.Name) {
@@ -80,7 +80,7 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string, so control.StartOpt
 		}
 		st := storeTask(p, t, cfg)
 		row := Row{Task: t, Type: t.Type, Git: p.Config.Source != nil}
-		if store.IsPhaseID(t.ID) {
+		if domain.IsPhaseID(t.ID) {
 			typ := phaseType(t.ID)
 			if !phaseRuns(opts, typ) {
 				continue // the phase is off: this spec never runs
@@ -95,13 +95,13 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string, so control.StartOpt
 		rows = append(rows, row)
 	}
 	for _, typ := range []string{"integration", "verification", "fix"} {
-		id := map[string]string{"integration": store.IntegrationID, "verification": store.VerifyID(1), "fix": store.FixID(1)}[typ]
+		id := map[string]string{"integration": domain.IntegrationID, "verification": domain.VerifyID(1), "fix": domain.FixID(1)}[typ]
 		if _, own := opts.Overrides[id]; own || !phaseRuns(opts, typ) {
 			continue
 		}
 		row := Row{Task: &spec.Task{ID: id, Title: "(generated " + typ + " task)", Type: typ, Priority: 1,
 			Sandbox: opts.Sandbox, Network: opts.Network, Limits: opts.Limits}, Type: typ, Generated: true, Git: p.Config.Source != nil}
-		if reasons := place(&row, store.Task{ID: id, Type: typ, Tool: opts.PhaseTool, Sandbox: opts.Sandbox, Network: opts.Network}); len(row.Nodes) == 0 {
+		if reasons := place(&row, domain.Task{ID: id, Type: typ, Tool: opts.PhaseTool, Sandbox: opts.Sandbox, Network: opts.Network}); len(row.Nodes) == 0 {
 			problems = append(problems, fmt.Sprintf("%s: no node can run the generated %s task (%s: %s)\n  fix: route type %s to a tag some node has, or set integration: false in project.yaml",
 				p.Dir, typ, id, strings.Join(reasons, "; "), typ))
 			continue
@@ -149,17 +149,17 @@ func phaseOff(typ string) string {
 
 // phaseType is the task type of a phase task ID.
 func phaseType(id string) string {
-	switch store.PhaseOf(id) {
-	case store.PhaseIntegration:
+	switch domain.PhaseOf(id) {
+	case domain.PhaseIntegration:
 		return "integration"
-	case store.PhaseVerification:
+	case domain.PhaseVerification:
 		return "verification"
 	}
 	return "fix"
 }
 
 // phaseRuns reports whether the phase tasks of type typ can run at all.
-func phaseRuns(o store.ProjectOptions, typ string) bool {
+func phaseRuns(o domain.ProjectOptions, typ string) bool {
 	switch typ {
 	case "integration":
 		return o.Integration

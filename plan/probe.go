@@ -11,9 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/policy"
-	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -120,7 +120,7 @@ func CheckExecutables(cfg *nodes.Config, rows []Row, probes map[string]Probe) (p
 			if strings.Contains(strings.Join(missing, ";"), "sandbox: unavailable") {
 				fix = "make the sandbox work on one of these nodes (see its fix; `dispatch nodes check` shows it), set sandbox: off on those nodes' tasks that may run unconfined, or route the task to nodes with sandbox: on or auto; " + fix
 			}
-			if store.IsPhaseID(r.Task.ID) {
+			if domain.IsPhaseID(r.Task.ID) {
 				fix = "install the tool on one of these nodes, set `tool:` on a node routed for " + r.Type + " (nodes.yaml), write your own " + r.Task.ID + " spec with a tool that is installed, or set `integration: false` in project.yaml"
 			}
 			problems = append(problems, fmt.Sprintf("%s cannot run anywhere: %s\n  fix: %s", what, strings.Join(missing, "; "), fix))

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -63,11 +64,11 @@ func modeEnvNames(cfg *nodes.Config, mode string) ([]string, bool) {
 }
 
 // baseOfTask is what t's workspace starts from, as inputs.Base says it.
-func baseOfTask(t store.Task, opts store.ProjectOptions) string {
+func baseOfTask(t domain.Task, opts domain.ProjectOptions) string {
 	switch {
 	case t.BaseCommit != "":
 		return t.BaseCommit
-	case t.BaseDir != "" && opts.BaseTree != "" && !store.IsPhaseID(t.ID):
+	case t.BaseDir != "" && opts.BaseTree != "" && !domain.IsPhaseID(t.ID):
 		return "tree:" + opts.BaseTree
 	}
 	return ""
@@ -154,7 +155,7 @@ func (c *reuseCandidate) reason(fresh string) string {
 		return fresh
 	case c.New:
 		return "new task"
-	case c.Status != store.Completed:
+	case c.Status != domain.Completed:
 		return fmt.Sprintf("%s in run %d", c.Status, c.FromRun)
 	case c.Ran == nil:
 		return "its last run recorded no inputs"
@@ -212,7 +213,7 @@ func sha256Hex(b []byte) string {
 
 // ClaimInputs is what a claimed attempt of t under mode runs from, with
 // the results of its dependencies as they are now.
-func ClaimInputs(ctx context.Context, tx *store.Tx, cfg *nodes.Config, t store.Task, mode string, opts store.ProjectOptions) (string, error) {
+func ClaimInputs(ctx context.Context, tx *store.Tx, cfg *nodes.Config, t domain.Task, mode string, opts domain.ProjectOptions) (string, error) {
 	in := inputs{Spec: t.SpecHash, Base: baseOfTask(t, opts), Tool: t.Tool, Model: t.Model, Mode: mode}
 	in.Env, _ = modeEnvNames(cfg, mode)
 	for _, d := range t.DependsOn {

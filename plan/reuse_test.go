@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/domain"
 )
 
 // TestDecideReuse: which tasks of a new run reuse their result, and why
@@ -18,7 +18,7 @@ func TestDecideReuse(t *testing.T) {
 		return inputs{Spec: spec, Base: "c1", Tool: "claude", Mode: "team", Env: []string{"KEY"}}
 	}
 	done := func(id, spec string, deps []string, depResults map[string]string) reuseCandidate {
-		return reuseCandidate{ID: id, DependsOn: deps, Status: store.Completed, FromRun: 1, Ran: ran(spec, depResults),
+		return reuseCandidate{ID: id, DependsOn: deps, Status: domain.Completed, FromRun: 1, Ran: ran(spec, depResults),
 			Now: now(spec), Result: "attempt 1: " + id}
 	}
 	base := func() []reuseCandidate {
@@ -63,7 +63,7 @@ func TestDecideReuse(t *testing.T) {
 			return c
 		}, "", map[string]string{"S04": "api_mode team is no longer in nodes.yaml"}},
 		{"failed, new, not recorded", func(c []reuseCandidate) []reuseCandidate {
-			c[0].Status = store.Failed
+			c[0].Status = domain.Failed
 			c[3].Ran = nil
 			return append(c, reuseCandidate{ID: "S05", New: true})
 		}, "", map[string]string{"S01": "failed in run 1", "S02": "depends on S01", "S03": "depends on S02",
@@ -120,7 +120,7 @@ func TestArchiveRunDir(t *testing.T) {
 		"S07/output/old.txt", "S07/attempts/3/task.log", "final/a.txt", "report.md", "S99.md"} {
 		write(f, f+"\n")
 	}
-	tasks := map[string]store.Task{"S01": {ID: "S01"}, "S02": {ID: "S02"}}
+	tasks := map[string]domain.Task{"S01": {ID: "S01"}, "S02": {ID: "S02"}}
 	if err := archiveRunDir(dir, 1, map[string]int{"S01": 1}, tasks, false); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 	"github.com/dispatch-tool/dispatch/internal/filetree"
@@ -34,13 +35,13 @@ type taskReason struct {
 // newRun archives the finished run of p and begins the next, deciding task
 // by task what is reused. old is the project's row, have its tasks.
 func newRun(ctx context.Context, st *store.Store, cfg *nodes.Config, homeDir string, p *spec.Project, so control.StartOptions,
-	opts store.ProjectOptions, options string, old store.Project, have map[string]store.Task) (SyncResult, error) {
+	opts domain.ProjectOptions, options string, old domain.Project, have map[string]domain.Task) (SyncResult, error) {
 	res := SyncResult{PrevRun: old.Run, PrevResult: old.Result, Run: old.Run + 1}
 	attempts, err := st.Attempts(ctx, p.Name, "")
 	if err != nil {
 		return res, err
 	}
-	attemptOf := map[attemptKey]store.Attempt{}
+	attemptOf := map[attemptKey]domain.Attempt{}
 	for _, r := range attempts {
 		attemptOf[attemptKey{r.Task, r.Attempt}] = r
 	}
@@ -57,7 +58,7 @@ func newRun(ctx context.Context, st *store.Store, cfg *nodes.Config, homeDir str
 	var removed, phase []string
 	for id := range have {
 		switch {
-		case store.IsPhaseID(id):
+		case domain.IsPhaseID(id):
 			phase = append(phase, id)
 		case !inSpecs[id]:
 			removed = append(removed, id)
@@ -76,7 +77,7 @@ func newRun(ctx context.Context, st *store.Store, cfg *nodes.Config, homeDir str
 	}
 	// Nothing to run and the last run passed: the new run is the same
 	// result, phase included, and ends at once.
-	res.AllReused = len(res.Reasons) == 0 && len(removed) == 0 && len(cands) > 0 && old.Result == store.ResultPassed &&
+	res.AllReused = len(res.Reasons) == 0 && len(removed) == 0 && len(cands) > 0 && old.Result == domain.ResultPassed &&
 		samePhase(old, opts)
 	if res.AllReused {
 		for _, id := range phase {
@@ -112,11 +113,11 @@ type attemptKey struct {
 // them, and each one as decideReuse weighs it: new, or what its last
 // attempt ran (attemptOf) against what it would run now; inSpecs names
 // the tasks the specs hold.
-func reuseCandidates(cfg *nodes.Config, p *spec.Project, opts store.ProjectOptions, old store.Project, have map[string]store.Task,
-	attemptOf map[attemptKey]store.Attempt) (author []store.Task, cands []reuseCandidate, inSpecs map[string]bool) {
+func reuseCandidates(cfg *nodes.Config, p *spec.Project, opts domain.ProjectOptions, old domain.Project, have map[string]domain.Task,
+	attemptOf map[attemptKey]domain.Attempt) (author []domain.Task, cands []reuseCandidate, inSpecs map[string]bool) {
 	inSpecs = map[string]bool{}
 	for _, t := range p.Tasks {
-		if store.IsPhaseID(t.ID) {
+		if domain.IsPhaseID(t.ID) {
 			continue
 		}
 		nt := storeTask(p, t, cfg)
@@ -158,21 +159,21 @@ func reuseCandidates(cfg *nodes.Config, p *spec.Project, opts store.ProjectOptio
 // of the last run and the runs the reused results come from.
 type runPlan struct {
 	options   string
-	author    []store.Task
+	author    []domain.Task
 	cands     []reuseCandidate
 	decisions map[string]reuseDecision
 	removed   []string
 	phase     []string
 	reused    map[string]int
-	have      map[string]store.Task
+	have      map[string]domain.Task
 }
 
 // writeRun begins the new run of project in tx as plan says: new tasks
 // inserted, reused ones kept, the others run again, removed ones deleted,
 // the phase made afresh, or, when every result is reused, the run passed
 // at once.
-func writeRun(ctx context.Context, tx *store.Tx, project string, opts store.ProjectOptions, old store.Project, plan runPlan, res *SyncResult) error {
-	byID := map[string]store.Task{}
+func writeRun(ctx context.Context, tx *store.Tx, project string, opts domain.ProjectOptions, old domain.Project, plan runPlan, res *SyncResult) error {
+	byID := map[string]domain.Task{}
 	for _, t := range plan.author {
 		byID[t.ID] = t
 	}
@@ -214,8 +215,8 @@ func writeRun(ctx context.Context, tx *store.Tx, project string, opts store.Proj
 			return err
 		}
 	}
-	return tx.SetProject(ctx, project, store.ProjectPatch{State: new(store.ProjectDone), Phase: new(store.PhaseDone),
-		Result: new(store.ResultPassed), FinalCommit: new(old.FinalCommit), FinishedAt: new(tx.Now())},
+	return tx.SetProject(ctx, project, store.ProjectPatch{State: new(domain.ProjectDone), Phase: new(domain.PhaseDone),
+		Result: new(domain.ResultPassed), FinalCommit: new(old.FinalCommit), FinishedAt: new(tx.Now())},
 		fmt.Sprintf("nothing changed since run %d: every result reused; run %d passed", res.PrevRun, res.Run))
 }
 
@@ -229,7 +230,7 @@ func writeRun(ctx context.Context, tx *store.Tx, project string, opts store.Proj
 // none): those files are only ever replaced whole, never written in place.
 // Done again after a crash, it moves or links only what is not archived
 // yet, and links back what the first try moved but this one keeps.
-func archiveRunDir(dir string, n int, reused map[string]int, tasks map[string]store.Task, keepAll bool) error {
+func archiveRunDir(dir string, n int, reused map[string]int, tasks map[string]domain.Task, keepAll bool) error {
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -428,12 +429,12 @@ func (r SyncResult) RunSummary(project string) string {
 // would be the same now: its switches, and the spec of every phase task
 // the author supplies (S99, V01, F01…). Otherwise a new run whose author
 // tasks are all reused still runs its phase again.
-func samePhase(old store.Project, now store.ProjectOptions) bool {
+func samePhase(old domain.Project, now domain.ProjectOptions) bool {
 	was, err := old.ParseOptions()
 	if err != nil {
 		return false
 	}
-	key := func(o store.ProjectOptions) string {
+	key := func(o domain.ProjectOptions) string {
 		hashes := map[string]string{}
 		for id, ov := range o.Overrides {
 			hashes[id] = ov.Hash + "\x00" + sha256Hex(ov.Snapshot) + "\x00" + ov.Tool + "\x00" + ov.Model

@@ -9,12 +9,13 @@ import (
 	"slices"
 
 	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
-func storeTask(p *spec.Project, t *spec.Task, cfg *nodes.Config) store.Task {
+func storeTask(p *spec.Project, t *spec.Task, cfg *nodes.Config) domain.Task {
 	maxRetries := cfg.Controller.MaxRetries
 	if t.MaxRetries != nil {
 		maxRetries = *t.MaxRetries
@@ -23,7 +24,7 @@ func storeTask(p *spec.Project, t *spec.Task, cfg *nodes.Config) store.Task {
 	if deps == nil {
 		deps = []string{}
 	}
-	return store.Task{Project: p.Name, ID: t.ID, Title: t.Title, Type: t.Type, Tool: t.Tool, Model: t.Model,
+	return domain.Task{Project: p.Name, ID: t.ID, Title: t.Title, Type: t.Type, Tool: t.Tool, Model: t.Model,
 		Priority: t.Priority, DependsOn: deps, Tags: t.Tags, NodePin: t.Node, Timeout: t.Timeout, Stall: t.Stall,
 		MaxRetries: maxRetries, SpecFile: t.File, SpecHash: t.Hash, Snapshot: t.Snapshot, Sandbox: t.Sandbox, Network: t.Network, Limits: t.Limits}
 }
@@ -58,16 +59,16 @@ type SyncResult struct {
 
 // projectOptionsFor resolves a project's settings from project.yaml,
 // nodes.yaml and the start switches.
-func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so control.StartOptions) store.ProjectOptions {
-	o := store.ProjectOptions{HaltFail: p.Config.Halt.Fail, Setup: p.Config.Setup, Integration: true, Verification: true,
+func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so control.StartOptions) domain.ProjectOptions {
+	o := domain.ProjectOptions{HaltFail: p.Config.Halt.Fail, Setup: p.Config.Setup, Integration: true, Verification: true,
 		Stall: p.Config.Stall, BudgetUSD: p.Config.Budget.USD, BudgetTokens: p.Config.Budget.Tokens,
 		MaxAttemptUSD: p.Config.Budget.MaxAttemptUSD,
-		MaxFixRounds:  cfg.Controller.MaxFixRounds, IntegratePartial: so.IntegratePartial, Overrides: map[string]store.PhaseSpec{}}
+		MaxFixRounds:  cfg.Controller.MaxFixRounds, IntegratePartial: so.IntegratePartial, Overrides: map[string]domain.PhaseSpec{}}
 	if so.BudgetUSD > 0 {
 		o.BudgetUSD = so.BudgetUSD
 	}
 	if src := p.Config.Source; src != nil {
-		o.Repo = &store.RepoOptions{Dir: src.Dir, Ref: src.Ref, Commit: src.Commit}
+		o.Repo = &domain.RepoOptions{Dir: src.Dir, Ref: src.Ref, Commit: src.Commit}
 	}
 	o.Notify = p.Config.Notify
 	o.Sandbox, o.Network, o.Limits = p.Config.Sandbox, p.Config.Network, p.Config.Limits
@@ -88,15 +89,15 @@ func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so control.StartOptio
 		o.MaxFixRounds = *p.Config.MaxFixRounds
 	}
 	for _, t := range p.Tasks {
-		if store.IsPhaseID(t.ID) {
-			o.Overrides[t.ID] = store.PhaseSpec{Title: t.Title, File: t.File, Tool: t.Tool, Model: t.Model, Timeout: t.Timeout,
+		if domain.IsPhaseID(t.ID) {
+			o.Overrides[t.ID] = domain.PhaseSpec{Title: t.Title, File: t.File, Tool: t.Tool, Model: t.Model, Timeout: t.Timeout,
 				Tags: t.Tags, Node: t.Node, Snapshot: t.Snapshot, Hash: t.Hash, Sandbox: t.Sandbox, Network: t.Network, Limits: t.Limits}
 		}
 	}
 	if p.Config.IntegrationSpec != "" {
 		file := filepath.Join(p.Dir, p.Config.IntegrationSpec)
 		if b, err := os.ReadFile(file); err == nil {
-			o.Overrides[store.IntegrationID] = store.PhaseSpec{Title: "Integrate the outputs", File: file, Tool: p.Config.Tool, Snapshot: b}
+			o.Overrides[domain.IntegrationID] = domain.PhaseSpec{Title: "Integrate the outputs", File: file, Tool: p.Config.Tool, Snapshot: b}
 		}
 	}
 	return o
@@ -117,7 +118,7 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, home st
 	}
 	var authorTasks []*spec.Task
 	for _, t := range p.Tasks {
-		if !store.IsPhaseID(t.ID) {
+		if !domain.IsPhaseID(t.ID) {
 			authorTasks = append(authorTasks, t)
 		}
 	}
@@ -125,7 +126,7 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, home st
 	if err != nil {
 		return res, err
 	}
-	have := map[string]store.Task{}
+	have := map[string]domain.Task{}
 	for _, t := range existing {
 		have[t.ID] = t
 	}
@@ -138,7 +139,7 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, home st
 	}
 	// A finished project begins its next run; one that is going on (or
 	// stopped) is resumed, its run still what began it (a schedule, say).
-	if old, err := st.Project(ctx, p.Name); err == nil && old.State == store.ProjectDone {
+	if old, err := st.Project(ctx, p.Name); err == nil && old.State == domain.ProjectDone {
 		res, err := newRun(ctx, st, cfg, home, p, so, opts, string(ob), old, have)
 		res.Finished = res.AllReused
 		return res, err
@@ -170,7 +171,7 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, home st
 			if old.SpecHash == nt.SpecHash && sameSettings(old, nt) {
 				continue
 			}
-			if old.Status != store.Pending && old.Status != store.Blocked {
+			if old.Status != domain.Pending && old.Status != domain.Blocked {
 				if old.SpecHash != nt.SpecHash {
 					res.Changed = append(res.Changed, t.ID)
 				}
@@ -200,7 +201,7 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, home st
 	return res, err
 }
 
-func sameSettings(a, b store.Task) bool {
+func sameSettings(a, b domain.Task) bool {
 	return a.Title == b.Title && a.Type == b.Type && a.Tool == b.Tool && a.Model == b.Model &&
 		a.Priority == b.Priority && slices.Equal(a.DependsOn, b.DependsOn) && slices.Equal(a.Tags, b.Tags) &&
 		a.NodePin == b.NodePin && a.Timeout == b.Timeout && a.Stall == b.Stall && a.MaxRetries == b.MaxRetries && a.BaseDir == b.BaseDir &&

@@ -3,14 +3,14 @@ package plan
 import (
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
-	"github.com/dispatch-tool/dispatch/store"
 )
 
 // TestSameSettingsLimits: a pending task whose project.yaml limits changed
 // (its spec text did not) takes the new limits on the next start.
 func TestSameSettingsLimits(t *testing.T) {
-	a := store.Task{ID: "S01", Limits: yamlval.Limits{Memory: 1 << 30}}
+	a := domain.Task{ID: "S01", Limits: yamlval.Limits{Memory: 1 << 30}}
 	b := a
 	if !sameSettings(a, b) {
 		t.Fatal("equal tasks differ")

@@ -5,15 +5,15 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
 	"github.com/dispatch-tool/dispatch/nodes"
-	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // Eligible reports whether t may run on n, ignoring load; the reason is for
 // `validate` and for errors when no node at all fits.
-func Eligible(cfg *nodes.Config, t *store.Task, n nodes.Node) (bool, string) {
+func Eligible(cfg *nodes.Config, t *domain.Task, n nodes.Node) (bool, string) {
 	if t.NodePin != "" && t.NodePin != n.Name {
 		return false, "pinned to " + t.NodePin
 	}

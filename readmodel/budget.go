@@ -3,7 +3,7 @@ package readmodel
 import (
 	"fmt"
 
-	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/domain"
 )
 
 // BudgetStop is how a project's budget stopped it (project.yaml budget:,
@@ -25,9 +25,9 @@ type BudgetStop struct {
 
 // budgetStopOf says whether the project's budget stopped it: the budget
 // is reached and the project did not pass. nil otherwise.
-func budgetStopOf(p store.Project, usd float64, tokens int64, canceled int) *BudgetStop {
+func budgetStopOf(p domain.Project, usd float64, tokens int64, canceled int) *BudgetStop {
 	opts, err := p.ParseOptions()
-	if err != nil || !opts.HasBudget() || p.Result == store.ResultPassed {
+	if err != nil || !opts.HasBudget() || p.Result == domain.ResultPassed {
 		return nil
 	}
 	b := &BudgetStop{Canceled: canceled, Ended: p.Result != ""}

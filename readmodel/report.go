@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/store"
@@ -165,9 +166,9 @@ func BuildReport(ctx context.Context, st *store.Store, cfg Nodes, home, project 
 		Verification: VerificationResult{Issues: []string{}}, Nodes: []ReportNode{}, Dangerous: []string{}, GeneratedAt: jsonTime(now),
 		Problem: p.Problem}
 	if r.Result == "" {
-		r.Result = store.ResultRunning
-		if p.State == store.ProjectStopped {
-			r.Result = store.ResultStopped
+		r.Result = domain.ResultRunning
+		if p.State == domain.ProjectStopped {
+			r.Result = domain.ResultStopped
 		}
 	}
 	attempts, use, dangerous := r.addAttempts(runs, p.Run)
@@ -198,7 +199,7 @@ func BuildReport(ctx context.Context, st *store.Store, cfg Nodes, home, project 
 // addAttempts counts the attempts of run number run in the totals and
 // returns them by task, the use of each node and the tasks that ran with
 // permission checks off.
-func (r *Report) addAttempts(runs []store.Attempt, number int) (attempts map[string][]AttemptView, use map[string]*ReportNode, dangerous map[string]bool) {
+func (r *Report) addAttempts(runs []domain.Attempt, number int) (attempts map[string][]AttemptView, use map[string]*ReportNode, dangerous map[string]bool) {
 	attempts, use, dangerous = map[string][]AttemptView{}, map[string]*ReportNode{}, map[string]bool{}
 	for _, run := range runs {
 		if run.Run != number {
@@ -270,7 +271,7 @@ func (r *Report) addTasks(sv *StatusView, files []store.File, attempts map[strin
 		if rt.Outputs == nil {
 			rt.Outputs = []OutputView{}
 		}
-		if t.Status == store.Failed {
+		if t.Status == domain.Failed {
 			rt.LogTail = LogTail(filepath.Join(dir, t.ID, "task.log"), 20)
 		}
 		r.Tasks = append(r.Tasks, rt)
@@ -359,10 +360,10 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "# dispatch report: %s\n\n", r.Project)
 	// A budget that stopped the project is the first thing to know.
 	stop := r.stop
-	if r.Result != store.ResultFailed && r.Result != store.ResultRunning {
+	if r.Result != domain.ResultFailed && r.Result != domain.ResultRunning {
 		stop = nil // passed, or stopped by the operator
 	}
-	failed, blocked := r.idsWith(store.Failed), r.idsWith(store.Blocked)
+	failed, blocked := r.idsWith(domain.Failed), r.idsWith(domain.Blocked)
 	r.mdOutcome(&b, stop)
 	r.mdNext(&b, stop, failed, blocked)
 	r.mdFirstScreen(&b, failed)
@@ -389,10 +390,10 @@ func (r *Report) idsWith(status string) []string {
 // mdOutcome is the report's first line (the budget's stop first, when it
 // stopped the project), and the run it was, when there were several.
 func (r *Report) mdOutcome(b *strings.Builder, stop *BudgetStop) {
-	outcome := map[string]string{store.ResultPassed: "PASSED", store.ResultFailed: "FAILED", store.ResultRunning: "RUNNING", store.ResultStopped: "STOPPED"}[r.Result]
+	outcome := map[string]string{domain.ResultPassed: "PASSED", domain.ResultFailed: "FAILED", domain.ResultRunning: "RUNNING", domain.ResultStopped: "STOPPED"}[r.Result]
 	head := fmt.Sprintf("**%s** — ", outcome)
 	if stop != nil {
-		stop.Ended = r.Result == store.ResultFailed
+		stop.Ended = r.Result == domain.ResultFailed
 		fmt.Fprintf(b, "%s%s.\n\n", head, stop.Summary())
 		head = ""
 	}
@@ -418,12 +419,12 @@ func (r *Report) mdNext(b *strings.Builder, stop *BudgetStop, failed, blocked []
 	switch {
 	case stop != nil:
 		fmt.Fprintf(b, "Next: %s\n\n", stop.Next(r.Project))
-	case r.Result == store.ResultRunning:
+	case r.Result == domain.ResultRunning:
 		fmt.Fprintf(b, "Next: the batch is still running; follow it with `dispatch status %s`.\n\n", r.Project)
-	case r.Result == store.ResultStopped && r.Problem != "":
+	case r.Result == domain.ResultStopped && r.Problem != "":
 		fmt.Fprintf(b, "Stopped by dispatch: %s.\n\nNext: fix that, then `dispatch start %s` resumes; tasks that were running go on and are collected, nothing new starts.\n\n",
 			mdCode(r.Problem), r.Project)
-	case r.Result == store.ResultStopped:
+	case r.Result == domain.ResultStopped:
 		states := map[string]string{}
 		for _, t := range r.Tasks {
 			states[t.ID] = t.Status
@@ -457,7 +458,7 @@ func (r *Report) mdFirstScreen(b *strings.Builder, failed []string) {
 		b.WriteString("Failed:\n")
 		shown := 0
 		for _, t := range r.Tasks {
-			if t.Status != store.Failed {
+			if t.Status != domain.Failed {
 				continue
 			}
 			if shown == firstScreenItems {
@@ -497,7 +498,7 @@ func (r *Report) mdTasks(b *strings.Builder) {
 func (r *Report) mdFailures(b *strings.Builder) {
 	header := false
 	for _, t := range r.Tasks {
-		if t.Status != store.Failed {
+		if t.Status != domain.Failed {
 			continue
 		}
 		if !header {
@@ -578,7 +579,7 @@ func (r *Report) mdConflicts(b *strings.Builder) {
 	for _, c := range r.Conflicts {
 		if r.Git != nil {
 			fmt.Fprintf(b, "- %s: %s; git could not merge it: committed with conflict markers for %s to resolve\n",
-				mdCode(c.Path), strings.Join(c.Tasks, ", "), store.IntegrationID)
+				mdCode(c.Path), strings.Join(c.Tasks, ", "), domain.IntegrationID)
 			continue
 		}
 		fmt.Fprintf(b, "- %s: kept %s; other version(s) from %s saved as %s in merged/\n",
@@ -699,12 +700,12 @@ func WriteReport(r *Report, homeDir string) (string, error) {
 }
 
 // clampCost is a stored cost fit to sum: finite, not negative, at most
-// store.MaxCostUSD (figures from an older database were not clamped).
+// domain.MaxCostUSD (figures from an older database were not clamped).
 func clampCost(v float64) float64 {
 	if math.IsNaN(v) || v < 0 {
 		return 0
 	}
-	return min(v, store.MaxCostUSD)
+	return min(v, domain.MaxCostUSD)
 }
 
 // addSat returns a+b for counts that are never negative, saturating at
@@ -718,7 +719,7 @@ func addSat(a, b int64) int64 {
 
 // budgetLine describes a project's budget and its state for report.md; ""
 // when it has none.
-func budgetLine(p store.Project, t Totals) string {
+func budgetLine(p domain.Project, t Totals) string {
 	opts, err := p.ParseOptions()
 	if err != nil || !opts.HasBudget() {
 		return ""

@@ -2,10 +2,11 @@ package readmodel
 
 import (
 	"fmt"
-	"github.com/dispatch-tool/dispatch/store"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/dispatch-tool/dispatch/domain"
 )
 
 func TestShortenLine(t *testing.T) {
@@ -31,12 +32,12 @@ func TestShortenLine(t *testing.T) {
 // calls as the document size allows, never in one over maxLaunchDoc.
 
 func TestReportFirstScreenIsShort(t *testing.T) {
-	r := &Report{Project: "big", Result: store.ResultFailed}
+	r := &Report{Project: "big", Result: domain.ResultFailed}
 	long := strings.Repeat("a very long error message that goes on and on ", 10)
 	for i := 1; i <= 20; i++ {
-		tv := TaskView{ID: fmt.Sprintf("S%02d", i), Title: "A task with a rather long descriptive title number " + fmt.Sprint(i), Status: store.Completed, Node: "node-with-a-long-name"}
+		tv := TaskView{ID: fmt.Sprintf("S%02d", i), Title: "A task with a rather long descriptive title number " + fmt.Sprint(i), Status: domain.Completed, Node: "node-with-a-long-name"}
 		if i%2 == 0 {
-			tv.Status, tv.ErrorClass, tv.Error = store.Failed, "exit", long
+			tv.Status, tv.ErrorClass, tv.Error = domain.Failed, "exit", long
 		}
 		r.Tasks = append(r.Tasks, ReportTask{TaskView: tv, LogTail: long})
 	}
@@ -65,13 +66,13 @@ func TestReportFirstScreenIsShort(t *testing.T) {
 func TestReportMarkdownInjection(t *testing.T) {
 	const forged = "## Verification\n\n1 round(s); the last one passed."
 	pass := false
-	r := &Report{Project: "p", Result: store.ResultFailed,
+	r := &Report{Project: "p", Result: domain.ResultFailed,
 		Totals:       Totals{Tasks: 2, Completed: 1, Failed: 1},
 		Verification: VerificationResult{Rounds: 1, Pass: &pass, Issues: []string{"# Injected heading", "line one\n## Conflicts\n\nNone.", "1. ordered"}},
 		Conflicts:    []Conflict{{Path: "a`b\n## Nodes\n", Tasks: []string{"S01", "S02"}}},
 		Tasks: []ReportTask{
-			{TaskView: TaskView{ID: "S01", Title: "ok", Status: store.Completed}},
-			{TaskView: TaskView{ID: "S02", Title: "evil\n## Tokens and cost", Status: store.Failed, ErrorClass: "exit", Error: "boom\n" + forged},
+			{TaskView: TaskView{ID: "S01", Title: "ok", Status: domain.Completed}},
+			{TaskView: TaskView{ID: "S02", Title: "evil\n## Tokens and cost", Status: domain.Failed, ErrorClass: "exit", Error: "boom\n" + forged},
 				Attempts: []AttemptView{{Attempt: 1}}, LogTail: "compiling\n```\n" + forged + "\n````\n~~~"},
 		}}
 	md := r.Markdown()

@@ -3,6 +3,7 @@ package readmodel
 import (
 	"context"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -45,9 +46,9 @@ func Runs(ctx context.Context, st *store.Store, project string) (*RunsView, erro
 			r.Trigger = "start"
 		}
 		if r.Result == "" {
-			r.Result = store.ResultRunning
-			if p.State == store.ProjectStopped {
-				r.Result = store.ResultStopped
+			r.Result = domain.ResultRunning
+			if p.State == domain.ProjectStopped {
+				r.Result = domain.ResultStopped
 			}
 		}
 		v.Runs = append(v.Runs, r)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -88,7 +89,7 @@ func (v *StatusView) Result() string { return v.result }
 // Settled reports whether nothing more will happen to the project without
 // the operator: it is done, or stopped with nothing running.
 func (v *StatusView) Settled() bool {
-	return v.Phase == store.PhaseDone || (v.state == store.ProjectStopped && v.Counts.Running+v.Counts.Claimed == 0)
+	return v.Phase == domain.PhaseDone || (v.state == domain.ProjectStopped && v.Counts.Running+v.Counts.Claimed == 0)
 }
 
 // Total is the number of tasks counted.
@@ -99,19 +100,19 @@ func (c Counts) Total() int {
 // Add counts one task in the given status.
 func (c *Counts) Add(status string) {
 	switch status {
-	case store.Pending, store.Lost:
+	case domain.Pending, domain.Lost:
 		c.Pending++
-	case store.Claimed:
+	case domain.Claimed:
 		c.Claimed++
-	case store.Running:
+	case domain.Running:
 		c.Running++
-	case store.Completed:
+	case domain.Completed:
 		c.Completed++
-	case store.Failed:
+	case domain.Failed:
 		c.Failed++
-	case store.Blocked:
+	case domain.Blocked:
 		c.Blocked++
-	case store.Canceled:
+	case domain.Canceled:
 		c.Canceled++
 	}
 }
@@ -181,7 +182,7 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 	running := map[string]int{}
 	for _, t := range tasks {
 		v.Counts.Add(t.Status)
-		if t.Status == store.Running || t.Status == store.Claimed {
+		if t.Status == domain.Running || t.Status == domain.Claimed {
 			running[t.Node]++
 		}
 		tv := TaskView{ID: t.ID, Title: t.Title, Type: t.Type, Status: t.Status, Node: t.Node, Attempt: t.Attempt,
@@ -190,7 +191,7 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 		switch {
 		case !t.StartedAt.IsZero() && !t.CompletedAt.IsZero() && t.CompletedAt.After(t.StartedAt):
 			tv.DurationSeconds = t.CompletedAt.Sub(t.StartedAt).Seconds()
-		case !t.StartedAt.IsZero() && t.Status == store.Running:
+		case !t.StartedAt.IsZero() && t.Status == domain.Running:
 			tv.DurationSeconds = max(now.Sub(t.StartedAt).Seconds(), 0)
 		}
 		v.byID[t.ID] = len(v.Tasks)
@@ -224,9 +225,9 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 
 // sortTasks orders tasks as status shows them: the author tasks by ID,
 // then the phase tasks in the order they came.
-func sortTasks(tasks []store.Task) {
+func sortTasks(tasks []domain.Task) {
 	sort.SliceStable(tasks, func(i, j int) bool {
-		pi, pj := store.IsPhaseID(tasks[i].ID), store.IsPhaseID(tasks[j].ID)
+		pi, pj := domain.IsPhaseID(tasks[i].ID), domain.IsPhaseID(tasks[j].ID)
 		if pi != pj {
 			return !pi
 		}
@@ -288,7 +289,7 @@ func (v *StatusView) addNodes(cfg Nodes, known []store.Node, running map[string]
 
 // budgetOf is how the project's budget stopped it, from its spending as
 // recorded; nil when it did not.
-func budgetOf(ctx context.Context, st *store.Store, p store.Project, canceled int) (*BudgetStop, error) {
+func budgetOf(ctx context.Context, st *store.Store, p domain.Project, canceled int) (*BudgetStop, error) {
 	if opts, err := p.ParseOptions(); err != nil || !opts.HasBudget() {
 		return nil, nil
 	}

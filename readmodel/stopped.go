@@ -5,7 +5,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/domain"
 )
 
 // StoppedNext says what takes a stopped project further. `dispatch start`
@@ -18,9 +18,9 @@ func StoppedNext(project string, states map[string]string) string {
 	waiting := 0
 	for id, st := range states {
 		switch st {
-		case store.Canceled:
+		case domain.Canceled:
 			canceled = append(canceled, id)
-		case store.Pending, store.Blocked:
+		case domain.Pending, domain.Blocked:
 			waiting++
 		}
 	}

@@ -3,7 +3,7 @@ package readmodel
 import (
 	"testing"
 
-	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/domain"
 )
 
 func TestStoppedNext(t *testing.T) {
@@ -12,11 +12,11 @@ func TestStoppedNext(t *testing.T) {
 		tasks map[string]string
 		want  string
 	}{
-		{"nothing canceled", map[string]string{"S01": store.Completed, "S02": store.Pending},
+		{"nothing canceled", map[string]string{"S01": domain.Completed, "S02": domain.Pending},
 			"dispatch start p resumes"},
-		{"all killed by stop --kill", map[string]string{"S02": store.Canceled, "S01": store.Canceled, "S03": store.Completed},
+		{"all killed by stop --kill", map[string]string{"S02": domain.Canceled, "S01": domain.Canceled, "S03": domain.Completed},
 			"dispatch retry p S01 S02 reruns the canceled"},
-		{"killed and waiting", map[string]string{"S01": store.Canceled, "S02": store.Blocked, "S03": store.Pending},
+		{"killed and waiting", map[string]string{"S01": domain.Canceled, "S02": domain.Blocked, "S03": domain.Pending},
 			"dispatch start p resumes the 2 waiting task(s); dispatch retry p S01 reruns the canceled"},
 	}
 	for _, tt := range tests {

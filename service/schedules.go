@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/schedule"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
@@ -154,21 +155,21 @@ func (c *Schedules) checkSchedule(ctx context.Context, f spec.Scheduled, now tim
 	}
 	// A run that is going, or that the operator stopped (dispatch stop
 	// stands until dispatch start resumes it), is not started over.
-	stopped := started && p.State == store.ProjectStopped
+	stopped := started && p.State == domain.ProjectStopped
 	state := schedule.State{Enabled: rec.Enabled, NextAt: rec.NextAt, Failures: rec.Failures,
-		Running: started && (p.State == store.ProjectActive || stopped)}
+		Running: started && (p.State == domain.ProjectActive || stopped)}
 	// The last scheduled run ended since the last check: back off after a
 	// failure.
 	if rec.LastRun > 0 && rec.LastResult == "" && started {
 		if ended, ok, err := c.runEnded(ctx, f.Name, rec.LastRun); err != nil {
 			return time.Time{}, err
 		} else if ok {
-			state = schedule.Finished(sch, state, ended.Result == store.ResultPassed, ended.FinishedAt)
+			state = schedule.Finished(sch, state, ended.Result == domain.ResultPassed, ended.FinishedAt)
 			if !rec.Enabled {
 				state.NextAt = time.Time{} // enable sets it afresh
 			}
 			rec.LastResult, rec.Failures, rec.NextAt = ended.Result, state.Failures, state.NextAt
-			if ended.Result != store.ResultPassed {
+			if ended.Result != domain.ResultPassed {
 				notes = append(notes, fmt.Sprintf("schedule: run %d failed (%d in a row); the next scheduled run waits until %s",
 					rec.LastRun, state.Failures, state.NextAt.Local().Format(time.RFC3339)))
 			}
@@ -222,7 +223,7 @@ func (c *Schedules) startScheduled(ctx context.Context, f spec.Scheduled, sch *s
 	if err != nil {
 		// A project that does not load (a broken spec) fails this run.
 		st := schedule.Finished(sch, schedule.State{Enabled: rec.Enabled, NextAt: rec.NextAt, Failures: rec.Failures}, false, now)
-		rec.LastResult, rec.Failures, rec.NextAt = store.ResultFailed, st.Failures, st.NextAt
+		rec.LastResult, rec.Failures, rec.NextAt = domain.ResultFailed, st.Failures, st.NextAt
 		return rec.NextAt, c.recordSchedule(ctx, rec, []string{fmt.Sprintf("schedule: the run could not start: %v; next try %s", err,
 			rec.NextAt.Local().Format(time.RFC3339))})
 	}
@@ -230,9 +231,9 @@ func (c *Schedules) startScheduled(ctx context.Context, f spec.Scheduled, sch *s
 	c.runBegun = true
 	if p, err := c.St.Project(ctx, f.Name); err == nil {
 		rec.LastRun = p.Run
-		if p.State == store.ProjectDone {
+		if p.State == domain.ProjectDone {
 			rec.LastResult = p.Result // every result reused: it ended at once
-			if p.Result != store.ResultPassed {
+			if p.Result != domain.ResultPassed {
 				rec.Failures++
 			} else {
 				rec.Failures = 0
@@ -246,7 +247,7 @@ func (c *Schedules) startScheduled(ctx context.Context, f spec.Scheduled, sch *s
 // firstDue is when a schedule enabled (or changed) at now is first due:
 // an at: that already ran and passed is not due again.
 func firstDue(sch *schedule.Schedule, rec store.ScheduleState, now time.Time) time.Time {
-	if at, once := sch.At(); once && rec.LastResult == store.ResultPassed && !rec.LastAt.Before(at) {
+	if at, once := sch.At(); once && rec.LastResult == domain.ResultPassed && !rec.LastAt.Before(at) {
 		return time.Time{}
 	}
 	first, _ := sch.First(now)
@@ -270,20 +271,20 @@ func nextNote(next time.Time) string {
 }
 
 // runEnded returns run n of project once it has ended.
-func (c *Schedules) runEnded(ctx context.Context, project string, n int) (store.Project, bool, error) {
+func (c *Schedules) runEnded(ctx context.Context, project string, n int) (domain.Project, bool, error) {
 	at, _, err := c.St.AtRun(ctx, project, n)
 	var re *store.RunRangeError
 	if errors.As(err, &re) {
-		return store.Project{}, false, nil
+		return domain.Project{}, false, nil
 	}
 	if err != nil {
-		return store.Project{}, false, err
+		return domain.Project{}, false, err
 	}
 	p, err := at.Project(ctx, project)
 	if err != nil {
 		return p, false, err
 	}
-	return p, p.State == store.ProjectDone, nil
+	return p, p.State == domain.ProjectDone, nil
 }
 
 func (c *Schedules) recordSchedule(ctx context.Context, rec store.ScheduleState, notes []string) error {

@@ -114,7 +114,7 @@ type Budget struct {
 	USD    float64
 	Tokens int64
 	// MaxAttemptUSD is the most one attempt may be recorded as costing;
-	// 0 is the default (store.DefaultMaxAttemptUSD).
+	// 0 is the default (domain.DefaultMaxAttemptUSD).
 	MaxAttemptUSD float64
 }
 

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dispatch-tool/dispatch/domain"
 )
 
 // The event lookups made for every collection and every status read an
@@ -72,7 +74,7 @@ func TestTaskDepsFollowDependsOn(t *testing.T) {
 		if err := tx.EnsureProject(ctx, "p", "{}"); err != nil {
 			return err
 		}
-		for _, tk := range []Task{{ID: "A"}, {ID: "B", DependsOn: []string{"A"}}, {ID: "C", DependsOn: []string{"A", "B"}}} {
+		for _, tk := range []domain.Task{{ID: "A"}, {ID: "B", DependsOn: []string{"A"}}, {ID: "C", DependsOn: []string{"A", "B"}}} {
 			tk.Project, tk.Title, tk.Type, tk.SpecHash, tk.Snapshot = "p", tk.ID, "implementation", "h", []byte("x")
 			if err := tx.InsertTask(ctx, tk); err != nil {
 				return err
@@ -105,7 +107,7 @@ func TestTaskDepsFollowDependsOn(t *testing.T) {
 	if err := s.db.QueryRow(`SELECT COUNT(*) FROM task_deps WHERE project = 'p' AND task = 'C' AND dep = ''`).Scan(&n); err != nil || n != 1 {
 		t.Errorf("a damaged depends_on has %d rows naming no task (%v), want 1", n, err)
 	}
-	if _, err := s.db.Exec(`UPDATE tasks SET status = ? WHERE id = 'A'`, Completed); err != nil {
+	if _, err := s.db.Exec(`UPDATE tasks SET status = ? WHERE id = 'A'`, domain.Completed); err != nil {
 		t.Fatal(err)
 	}
 	ts, err := s.Runnable(ctx, "p", s.Now(), 10)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
 )
 
@@ -17,10 +18,10 @@ func TestTaskLimits(t *testing.T) {
 		if err := tx.EnsureProject(ctx, "p", "{}"); err != nil {
 			return err
 		}
-		if err := tx.InsertTask(ctx, Task{Project: "p", ID: "S01", Title: "a", Type: "implementation", Priority: 5, SpecHash: "h", Snapshot: []byte("x"), Limits: want}); err != nil {
+		if err := tx.InsertTask(ctx, domain.Task{Project: "p", ID: "S01", Title: "a", Type: "implementation", Priority: 5, SpecHash: "h", Snapshot: []byte("x"), Limits: want}); err != nil {
 			return err
 		}
-		return tx.InsertTask(ctx, Task{Project: "p", ID: "S02", Title: "b", Type: "implementation", Priority: 5, SpecHash: "h", Snapshot: []byte("x")})
+		return tx.InsertTask(ctx, domain.Task{Project: "p", ID: "S02", Title: "b", Type: "implementation", Priority: 5, SpecHash: "h", Snapshot: []byte("x")})
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
+
+	"github.com/dispatch-tool/dispatch/domain"
 )
 
 // liveOnSQL reads the claimed and running tasks of one node through the
@@ -28,7 +30,7 @@ func (s *Store) LiveOn(ctx context.Context, node string, projects []string) ([]s
 			out = append(out, project+"/"+id)
 		}
 		return nil
-	}, liveOnSQL, Claimed, Running, node)
+	}, liveOnSQL, domain.Claimed, domain.Running, node)
 	if err != nil {
 		return nil, fmt.Errorf("list the live tasks of node %s: %w", node, err)
 	}

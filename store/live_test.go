@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/dispatch-tool/dispatch/domain"
 )
 
 // TestLiveOn: a node's claimed and running tasks of the served projects,
@@ -21,10 +23,10 @@ func TestLiveOn(t *testing.T) {
 				return err
 			}
 		}
-		if _, _, err := tx.Transition(ctx, Change{Project: "p", Task: "B", From: Claimed, To: Running}); err != nil {
+		if _, _, err := tx.Transition(ctx, Change{Project: "p", Task: "B", From: domain.Claimed, To: domain.Running}); err != nil {
 			return err
 		}
-		_, _, err := tx.Transition(ctx, Change{Project: "p", Task: "D", From: Claimed, To: Failed})
+		_, _, err := tx.Transition(ctx, Change{Project: "p", Task: "D", From: domain.Claimed, To: domain.Failed})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -45,7 +47,7 @@ func TestLiveOn(t *testing.T) {
 			t.Errorf("LiveOn(%s, %v) = %v, %v; want %q", tc.node, tc.projects, got, err, tc.want)
 		}
 	}
-	rows, err := s.db.QueryContext(ctx, "EXPLAIN QUERY PLAN "+liveOnSQL, Claimed, Running, "n1")
+	rows, err := s.db.QueryContext(ctx, "EXPLAIN QUERY PLAN "+liveOnSQL, domain.Claimed, domain.Running, "n1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"testing"
+
+	"github.com/dispatch-tool/dispatch/domain"
 )
 
 // TestTaskNetwork: a task's network is kept, read back, changed by
@@ -14,10 +16,10 @@ func TestTaskNetwork(t *testing.T) {
 		if err := tx.EnsureProject(ctx, "p", "{}"); err != nil {
 			return err
 		}
-		if err := tx.InsertTask(ctx, Task{Project: "p", ID: "S01", Title: "a", Type: "implementation", Priority: 5, SpecHash: "h", Snapshot: []byte("x"), Network: "none"}); err != nil {
+		if err := tx.InsertTask(ctx, domain.Task{Project: "p", ID: "S01", Title: "a", Type: "implementation", Priority: 5, SpecHash: "h", Snapshot: []byte("x"), Network: "none"}); err != nil {
 			return err
 		}
-		return tx.InsertTask(ctx, Task{Project: "p", ID: "S02", Title: "b", Type: "implementation", Priority: 5, SpecHash: "h", Snapshot: []byte("x")})
+		return tx.InsertTask(ctx, domain.Task{Project: "p", ID: "S02", Title: "b", Type: "implementation", Priority: 5, SpecHash: "h", Snapshot: []byte("x")})
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
 )
 
@@ -128,7 +129,7 @@ func patchColumns(patch any) *columns {
 // ApplyTo sets the fields of t that p sets, as writing p and reading t
 // back would: the controller keeps a task it changed in a tick up to date
 // for the later decisions of the same tick.
-func (p TaskPatch) ApplyTo(t *Task) {
+func (p TaskPatch) ApplyTo(t *domain.Task) {
 	pv, tv := reflect.ValueOf(p), reflect.ValueOf(t).Elem()
 	for i := range pv.NumField() {
 		f := pv.Field(i)

@@ -9,6 +9,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/domain"
 )
 
 type querier interface {
@@ -26,8 +28,8 @@ const taskListSelect = `SELECT project, id, title, type, tool, model, priority, 
 	not_before, exit_code, error_class, error, started_at, completed_at, heartbeat, heartbeat_at,
 	created_at, updated_at, warning, base_dir, rate_limit_retries, stall_seconds, base_commit, reused_from, lost_retries, sandbox, limits, network FROM `
 
-func scanTask(rows scanner) (Task, error) {
-	var t Task
+func scanTask(rows scanner) (domain.Task, error) {
+	var t domain.Task
 	var deps, tags, limits, notBefore, started, completed, hbAt, created, updated string
 	var timeout, stall float64
 	err := rows.Scan(&t.Project, &t.ID, &t.Title, &t.Type, &t.Tool, &t.Model, &t.Priority, &deps, &tags, &t.NodePin,
@@ -60,7 +62,7 @@ func scanTask(rows scanner) (Task, error) {
 	return t, nil
 }
 
-func queryTasks(ctx context.Context, q querier, from, project string) ([]Task, error) {
+func queryTasks(ctx context.Context, q querier, from, project string) ([]domain.Task, error) {
 	out, err := queryRows(ctx, q, scanTask, taskListSelect+from+" WHERE project = ? ORDER BY id", project)
 	if err != nil {
 		return nil, fmt.Errorf("read tasks of %s: %w", project, err)
@@ -74,7 +76,7 @@ func (s *Store) HasLiveWork(ctx context.Context, project string) (bool, error) {
 	var live bool
 	err := s.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM tasks WHERE project = ? AND status IN (?, ?))
 		OR EXISTS (SELECT 1 FROM attempts WHERE project = ? AND collected_at = '' AND status IN (?, ?, ?))`,
-		project, Claimed, Running, project, Completed, Failed, "killed").Scan(&live)
+		project, domain.Claimed, domain.Running, project, domain.Completed, domain.Failed, "killed").Scan(&live)
 	if err != nil {
 		return false, fmt.Errorf("read the live work of %s: %w", project, err)
 	}
@@ -109,7 +111,7 @@ func (tx *Tx) Busy(ctx context.Context) (map[string]int, error) { return busy(ct
 
 func busy(ctx context.Context, q querier) (map[string]int, error) {
 	return countBy(ctx, q, "count busy slots",
-		`SELECT node, COUNT(*) FROM tasks WHERE status IN (?, ?) GROUP BY node`, Claimed, Running)
+		`SELECT node, COUNT(*) FROM tasks WHERE status IN (?, ?) GROUP BY node`, domain.Claimed, domain.Running)
 }
 
 // countBy runs a query of (key, count) rows into a map; what names the
@@ -142,7 +144,7 @@ func (s *Store) States(ctx context.Context, project string) (map[string]string, 
 			return err
 		}
 		out[id] = st
-		if st == Failed {
+		if st == domain.Failed {
 			failed++
 		}
 		return nil
@@ -158,16 +160,16 @@ func (s *Store) States(ctx context.Context, project string) (map[string]string, 
 // ID, without their snapshots: the candidates for free slots. Readiness is
 // decided here, before the limit: a window filled with tasks that still wait
 // for a dependency would keep a ready task behind them (head of line).
-func (s *Store) Runnable(ctx context.Context, project string, now time.Time, limit int) ([]Task, error) {
+func (s *Store) Runnable(ctx context.Context, project string, now time.Time, limit int) ([]domain.Task, error) {
 	return runnable(ctx, s.db, project, now, limit)
 }
 
 // Runnable is Store.Runnable in the transaction.
-func (tx *Tx) Runnable(ctx context.Context, project string, now time.Time, limit int) ([]Task, error) {
+func (tx *Tx) Runnable(ctx context.Context, project string, now time.Time, limit int) ([]domain.Task, error) {
 	return runnable(ctx, tx.tx, project, now, limit)
 }
 
-func runnable(ctx context.Context, q querier, project string, now time.Time, limit int) ([]Task, error) {
+func runnable(ctx context.Context, q querier, project string, now time.Time, limit int) ([]domain.Task, error) {
 	out, err := queryRows(ctx, q, scanTask, runnableSQL+" LIMIT ?3", project, formatTime(now), limit)
 	if err != nil {
 		return nil, fmt.Errorf("read runnable tasks of %s: %w", project, err)
@@ -186,12 +188,12 @@ const runnableSQL = taskListSelect + `tasks AS t WHERE project = ?1 AND status =
 
 // Tasks returns a project's tasks ordered by ID, without their snapshots
 // (see Snapshot and Task).
-func (s *Store) Tasks(ctx context.Context, project string) ([]Task, error) {
+func (s *Store) Tasks(ctx context.Context, project string) ([]domain.Task, error) {
 	return queryTasks(ctx, s.db, s.table("tasks"), project)
 }
 
 // Task returns one task.
-func (s *Store) Task(ctx context.Context, project, id string) (Task, error) {
+func (s *Store) Task(ctx context.Context, project, id string) (domain.Task, error) {
 	t, err := scanTask(s.db.QueryRowContext(ctx, taskSelect+s.table("tasks")+" WHERE project = ? AND id = ?", project, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return t, fmt.Errorf("task %s/%s: %w", project, id, ErrNotFound)
@@ -200,26 +202,26 @@ func (s *Store) Task(ctx context.Context, project, id string) (Task, error) {
 }
 
 // Projects returns every project the database knows, by name.
-func (s *Store) Projects(ctx context.Context) ([]Project, error) {
+func (s *Store) Projects(ctx context.Context) ([]domain.Project, error) {
 	return queryProjects(ctx, s.db, "")
 }
 
 // Project returns one project.
-func (s *Store) Project(ctx context.Context, name string) (Project, error) {
+func (s *Store) Project(ctx context.Context, name string) (domain.Project, error) {
 	if s.run > 0 {
 		return s.archivedProject(ctx, name)
 	}
 	ps, err := queryProjects(ctx, s.db, name)
 	if err != nil {
-		return Project{}, err
+		return domain.Project{}, err
 	}
 	if len(ps) == 0 {
-		return Project{}, fmt.Errorf("project %s: %w", name, ErrNotFound)
+		return domain.Project{}, fmt.Errorf("project %s: %w", name, ErrNotFound)
 	}
 	return ps[0], nil
 }
 
-func queryProjects(ctx context.Context, q querier, name string) ([]Project, error) {
+func queryProjects(ctx context.Context, q querier, name string) ([]domain.Project, error) {
 	query := "SELECT name, state, phase, result, options, started_at, finished_at, final_commit, run, problem FROM projects"
 	var args []any
 	if name != "" {
@@ -233,8 +235,8 @@ func queryProjects(ctx context.Context, q querier, name string) ([]Project, erro
 	return out, nil
 }
 
-func scanProject(r scanner) (Project, error) {
-	var p Project
+func scanProject(r scanner) (domain.Project, error) {
+	var p domain.Project
 	var started, finished string
 	err := r.Scan(&p.Name, &p.State, &p.Phase, &p.Result, &p.Options, &started, &finished, &p.FinalCommit, &p.Run, &p.Problem)
 	p.StartedAt, p.FinishedAt = parseTime(started), parseTime(finished)
@@ -263,7 +265,7 @@ func (s *Store) Sandboxes(ctx context.Context, project string) (map[string]strin
 
 // Attempts returns every attempt of a project's tasks (of one task when task is
 // not empty), by task then attempt.
-func (s *Store) Attempts(ctx context.Context, project, task string) ([]Attempt, error) {
+func (s *Store) Attempts(ctx context.Context, project, task string) ([]domain.Attempt, error) {
 	query := attemptSelect + " WHERE project = ?"
 	args := []any{project}
 	if task != "" {
@@ -286,7 +288,7 @@ func (s *Store) Settled(ctx context.Context, project string) (bool, error) {
 		return false, err
 	}
 	for st, n := range counts {
-		if n > 0 && !Terminal(st) {
+		if n > 0 && !domain.Terminal(st) {
 			return false, nil
 		}
 	}
@@ -294,7 +296,7 @@ func (s *Store) Settled(ctx context.Context, project string) (bool, error) {
 	err = s.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM tasks t WHERE t.project = ? AND
 		(t.status NOT IN (?, ?, ?, ?) OR (t.status = ? AND NOT EXISTS (SELECT 1 FROM attempts r
 			WHERE r.project = t.project AND r.task = t.id AND r.attempt = t.attempt AND r.collected_at != ''))))`,
-		project, Completed, Failed, Blocked, Canceled, Completed).Scan(&unsettled)
+		project, domain.Completed, domain.Failed, domain.Blocked, domain.Canceled, domain.Completed).Scan(&unsettled)
 	if err != nil {
 		return false, fmt.Errorf("check whether the tasks of %s are settled: %w", project, err)
 	}
@@ -304,9 +306,9 @@ func (s *Store) Settled(ctx context.Context, project string) (bool, error) {
 // Uncollected returns the finished attempts of a project whose files are
 // not collected yet, by task then attempt; current[i] says whether the
 // i-th is its task's current attempt.
-func (s *Store) Uncollected(ctx context.Context, project string) (attempts []Attempt, current []bool, err error) {
+func (s *Store) Uncollected(ctx context.Context, project string) (attempts []domain.Attempt, current []bool, err error) {
 	attempts, err = s.queryAttempts(ctx, project, attemptSelect+` WHERE project = ? AND collected_at = '' AND status IN (?, ?, ?)
-		ORDER BY task, attempt`, project, Completed, Failed, Killed)
+		ORDER BY task, attempt`, project, domain.Completed, domain.Failed, domain.Killed)
 	if err != nil || len(attempts) == 0 {
 		return nil, nil, err
 	}
@@ -321,7 +323,7 @@ func (s *Store) Uncollected(ctx context.Context, project string) (attempts []Att
 		return nil
 	}, `SELECT DISTINCT t.id, t.attempt FROM attempts r JOIN tasks t ON t.project = r.project AND t.id = r.task
 		WHERE r.project = ? AND r.collected_at = '' AND r.status IN (?, ?, ?)`,
-		project, Completed, Failed, Killed)
+		project, domain.Completed, domain.Failed, domain.Killed)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the attempts of %s: %w", project, err)
 	}
@@ -332,7 +334,7 @@ func (s *Store) Uncollected(ctx context.Context, project string) (attempts []Att
 	return attempts, current, nil
 }
 
-func (s *Store) queryAttempts(ctx context.Context, project, query string, args ...any) ([]Attempt, error) {
+func (s *Store) queryAttempts(ctx context.Context, project, query string, args ...any) ([]domain.Attempt, error) {
 	out, err := queryRows(ctx, s.db, scanAttempt, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read the attempts of %s: %w", project, err)
@@ -340,8 +342,8 @@ func (s *Store) queryAttempts(ctx context.Context, project, query string, args .
 	return out, nil
 }
 
-func scanAttempt(row scanner) (Attempt, error) {
-	var r Attempt
+func scanAttempt(row scanner) (domain.Attempt, error) {
+	var r domain.Attempt
 	var claimed, started, completed, collected string
 	err := row.Scan(&r.Project, &r.Task, &r.Attempt, &r.Node, &r.Status, &r.PID, &r.ExitCode, &r.Signal,
 		&r.ErrorClass, &r.Error, &claimed, &started, &completed, &r.LogBytes, &r.TokensIn, &r.TokensOut,
@@ -528,7 +530,7 @@ func (tx *Tx) LiveModes(ctx context.Context) (map[string]int, error) { return li
 
 func liveModes(ctx context.Context, q querier) (map[string]int, error) {
 	return countBy(ctx, q, "count attempts by api_mode", `SELECT api_mode, COUNT(*) FROM attempts
-		WHERE status IN (?, ?) AND api_mode != '' GROUP BY api_mode`, Claimed, Running)
+		WHERE status IN (?, ?) AND api_mode != '' GROUP BY api_mode`, domain.Claimed, domain.Running)
 }
 
 // Pauses returns the pauses recorded, expired or not.

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/dispatch-tool/dispatch/domain"
 )
 
 // A project's runs (issue 14): the live tables hold each project's current
@@ -81,8 +83,8 @@ func (s *Store) AtRun(ctx context.Context, project string, n int) (*Store, int, 
 // current runs.
 func (s *Store) Archived() int { return s.run }
 
-func (s *Store) archivedProject(ctx context.Context, name string) (Project, error) {
-	p := Project{Name: name, Run: s.run}
+func (s *Store) archivedProject(ctx context.Context, name string) (domain.Project, error) {
+	p := domain.Project{Name: name, Run: s.run}
 	var started, finished string
 	err := s.db.QueryRowContext(ctx, `SELECT state, phase, result, options, started_at, finished_at, final_commit
 		FROM project_runs WHERE project = ? AND run = ?`, name, s.run).Scan(&p.State, &p.Phase, &p.Result, &p.Options, &started, &finished, &p.FinalCommit)
@@ -98,7 +100,7 @@ func (s *Store) archivedProject(ctx context.Context, name string) (Project, erro
 
 // RunSummary is one run of a project as `dispatch runs` lists it.
 type RunSummary struct {
-	Project Project
+	Project domain.Project
 	// Ran counts the tasks with an attempt in the run, Reused those whose
 	// result came from an earlier run.
 	Ran, Reused int
@@ -114,11 +116,11 @@ func (s *Store) RunHistory(ctx context.Context, project string) ([]RunSummary, e
 	}
 	out := make([]RunSummary, cur.Run)
 	for i := range out {
-		out[i].Project = Project{Name: project, Run: i + 1}
+		out[i].Project = domain.Project{Name: project, Run: i + 1}
 	}
 	out[cur.Run-1].Project = cur
 	err = eachRow(ctx, s.db, func(r scanner) error {
-		var p Project
+		var p domain.Project
 		var started, finished string
 		if err := r.Scan(&p.Run, &p.State, &p.Phase, &p.Result, &p.Options, &started, &finished, &p.FinalCommit); err != nil {
 			return err
@@ -194,10 +196,10 @@ func (tx *Tx) BeginRun(ctx context.Context, project, options, message string) (i
 	}
 	if _, err := tx.tx.ExecContext(ctx, `UPDATE projects SET run = run + 1, state = ?, phase = ?, result = '', options = ?,
 		started_at = ?, finished_at = '', final_commit = '', problem = '' WHERE name = ?`,
-		ProjectActive, PhaseImplementation, options, formatTime(tx.now), project); err != nil {
+		domain.ProjectActive, domain.PhaseImplementation, options, formatTime(tx.now), project); err != nil {
 		return 0, fmt.Errorf("begin run %d of %s: %w", run+1, project, err)
 	}
-	if err := tx.Event(ctx, Event{Project: project, Kind: "project", ToStatus: ProjectActive, Message: message}); err != nil {
+	if err := tx.Event(ctx, Event{Project: project, Kind: "project", ToStatus: domain.ProjectActive, Message: message}); err != nil {
 		return 0, err
 	}
 	return run + 1, nil
@@ -207,7 +209,7 @@ func (tx *Tx) BeginRun(ctx context.Context, project, options, message string) (i
 // settings, its attempts counted on from the last one (an attempt number
 // is never reused: the nodes fence stale attempts off by it); reason says
 // why it runs again.
-func (tx *Tx) RunAgain(ctx context.Context, t Task, reason string) error {
+func (tx *Tx) RunAgain(ctx context.Context, t domain.Task, reason string) error {
 	var from string
 	if err := tx.tx.QueryRowContext(ctx, "SELECT status FROM tasks WHERE project = ? AND id = ?", t.Project, t.ID).Scan(&from); err != nil {
 		return fmt.Errorf("task %s/%s: %w", t.Project, t.ID, err)
@@ -217,7 +219,7 @@ func (tx *Tx) RunAgain(ctx context.Context, t Task, reason string) error {
 		heartbeat_at = '', warning = '', reused_from = 0, title = ?, type = ?, tool = ?, model = ?, priority = ?,
 		depends_on = ?, tags = ?, node_pin = ?, timeout_seconds = ?, stall_seconds = ?, max_retries = ?, spec_file = ?,
 		spec_hash = ?, snapshot = ?, base_dir = ?, base_commit = ?, sandbox = ?, limits = ?, network = ?, updated_at = ? WHERE project = ? AND id = ?`,
-		Pending, t.Title, t.Type, t.Tool, t.Model, t.Priority, sqlValue(t.DependsOn), sqlValue(t.Tags), t.NodePin,
+		domain.Pending, t.Title, t.Type, t.Tool, t.Model, t.Priority, sqlValue(t.DependsOn), sqlValue(t.Tags), t.NodePin,
 		t.Timeout.Seconds(), t.Stall.Seconds(), t.MaxRetries, t.SpecFile, t.SpecHash, t.Snapshot, t.BaseDir, t.BaseCommit, t.Sandbox, sqlValue(t.Limits), t.Network,
 		formatTime(tx.now), t.Project, t.ID)
 	if err != nil {
@@ -226,20 +228,20 @@ func (tx *Tx) RunAgain(ctx context.Context, t Task, reason string) error {
 	if _, err := tx.tx.ExecContext(ctx, "DELETE FROM files WHERE project = ? AND task = ?", t.Project, t.ID); err != nil {
 		return fmt.Errorf("run %s/%s again: %w", t.Project, t.ID, err)
 	}
-	return tx.Event(ctx, Event{Project: t.Project, Task: t.ID, Kind: "rerun", FromStatus: from, ToStatus: Pending, Message: reason})
+	return tx.Event(ctx, Event{Project: t.Project, Task: t.ID, Kind: "rerun", FromStatus: from, ToStatus: domain.Pending, Message: reason})
 }
 
 // Reuse keeps a completed task's result in the new run: from is the run
 // whose attempt made it. The task takes t's settings (title, priority,
 // tags, dependencies, …: what its spec file says now); its status, attempt
 // and results stay.
-func (tx *Tx) Reuse(ctx context.Context, t Task, from int) error {
+func (tx *Tx) Reuse(ctx context.Context, t domain.Task, from int) error {
 	if err := tx.SetTask(ctx, t.Project, t.ID, TaskPatch{ReusedFrom: &from, Warning: new(""), Title: &t.Title, Type: &t.Type,
 		Priority: &t.Priority, DependsOn: &t.DependsOn, Tags: &t.Tags, NodePin: &t.NodePin, Timeout: &t.Timeout,
 		Stall: &t.Stall, MaxRetries: &t.MaxRetries, SpecFile: &t.SpecFile, Sandbox: &t.Sandbox, Limits: &t.Limits, Network: &t.Network}); err != nil {
 		return err
 	}
-	return tx.Event(ctx, Event{Project: t.Project, Task: t.ID, Kind: "reused", ToStatus: Completed,
+	return tx.Event(ctx, Event{Project: t.Project, Task: t.ID, Kind: "reused", ToStatus: domain.Completed,
 		Message: fmt.Sprintf("reused from run %d: its inputs are unchanged", from)})
 }
 

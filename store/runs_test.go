@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"testing"
+
+	"github.com/dispatch-tool/dispatch/domain"
 )
 
 // complete claims a task on n1 and completes it with a cost and one file.
@@ -16,10 +18,10 @@ func complete(t *testing.T, s *Store, project, id string, cost float64) int {
 		if attempt, err = tx.Claim(ctx, project, id, "n1"); err != nil {
 			return err
 		}
-		if _, _, err := tx.Transition(ctx, Change{Project: project, Task: id, From: Claimed, To: Completed}); err != nil {
+		if _, _, err := tx.Transition(ctx, Change{Project: project, Task: id, From: domain.Claimed, To: domain.Completed}); err != nil {
 			return err
 		}
-		if err := tx.SetAttempt(ctx, project, id, attempt, AttemptPatch{Status: new(Completed), CostUSD: new(cost)}); err != nil {
+		if err := tx.SetAttempt(ctx, project, id, attempt, AttemptPatch{Status: new(domain.Completed), CostUSD: new(cost)}); err != nil {
 			return err
 		}
 		return tx.ReplaceFiles(ctx, project, id, attempt, []File{{Project: project, Task: id, Attempt: attempt, Path: id + ".txt", Size: 1, SHA256: "x"}})
@@ -41,7 +43,7 @@ func TestRunsArchiveAndReadBack(t *testing.T) {
 		if err := tx.PutConflicts(ctx, "p", []Conflict{{Path: "a", Tasks: []string{"S01", "S02"}}}); err != nil {
 			return err
 		}
-		return tx.SetProject(ctx, "p", ProjectPatch{State: new(ProjectDone), Result: new(ResultPassed)}, "")
+		return tx.SetProject(ctx, "p", ProjectPatch{State: new(domain.ProjectDone), Result: new(domain.ResultPassed)}, "")
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +85,7 @@ func TestRunsArchiveAndReadBack(t *testing.T) {
 		t.Errorf("reused S01 = %+v", tk)
 	}
 	cur, err := s.Project(ctx, "p")
-	if err != nil || cur.Run != 2 || cur.State != ProjectActive || cur.Result != "" {
+	if err != nil || cur.Run != 2 || cur.State != domain.ProjectActive || cur.Result != "" {
 		t.Fatalf("current project = %+v, %v", cur, err)
 	}
 	if usd, _, _ := s.Spent(ctx, "p"); usd != 1 {
@@ -95,11 +97,11 @@ func TestRunsArchiveAndReadBack(t *testing.T) {
 		t.Fatalf("AtRun(1) = %d, %v", n, err)
 	}
 	p1, err := old.Project(ctx, "p")
-	if err != nil || p1.Run != 1 || p1.Result != ResultPassed || p1.State != ProjectDone {
+	if err != nil || p1.Run != 1 || p1.Result != domain.ResultPassed || p1.State != domain.ProjectDone {
 		t.Errorf("run 1's project = %+v, %v", p1, err)
 	}
 	tasks, err := old.Tasks(ctx, "p")
-	if err != nil || len(tasks) != 2 || tasks[1].Title != "t S02" || tasks[1].Status != Completed {
+	if err != nil || len(tasks) != 2 || tasks[1].Title != "t S02" || tasks[1].Status != domain.Completed {
 		t.Errorf("run 1's tasks = %+v, %v", tasks, err)
 	}
 	// The spec text is archived once per hash, not copied with each run.
@@ -141,7 +143,7 @@ func TestRunsArchiveAndReadBack(t *testing.T) {
 	if err != nil || len(hist) != 2 {
 		t.Fatalf("RunHistory = %+v, %v", hist, err)
 	}
-	if h := hist[0]; h.Ran != 2 || h.Reused != 0 || h.CostUSD != 0.75 || h.Project.Result != ResultPassed {
+	if h := hist[0]; h.Ran != 2 || h.Reused != 0 || h.CostUSD != 0.75 || h.Project.Result != domain.ResultPassed {
 		t.Errorf("run 1 = %+v", h)
 	}
 	if h := hist[1]; h.Ran != 1 || h.Reused != 1 || h.CostUSD != 1 || h.Project.Run != 2 {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/sqlitetest"
 )
 
@@ -37,7 +38,7 @@ func addTask(t *testing.T, s *Store, project, id string) {
 		if err := tx.EnsureProject(ctx, project, "{}"); err != nil {
 			return err
 		}
-		return tx.InsertTask(ctx, Task{Project: project, ID: id, Title: "t " + id, Type: "implementation",
+		return tx.InsertTask(ctx, domain.Task{Project: project, ID: id, Title: "t " + id, Type: "implementation",
 			Priority: 5, MaxRetries: 2, SpecHash: "h", Snapshot: []byte("echo\n")})
 	})
 	if err != nil {
@@ -63,26 +64,6 @@ func TestWALMode(t *testing.T) {
 	}
 }
 
-func TestStateMachine(t *testing.T) {
-	for from, tos := range legal {
-		for _, to := range Statuses {
-			want := false
-			for _, x := range tos {
-				want = want || x == to
-			}
-			if got := Legal(from, to); got != want {
-				t.Errorf("Legal(%s, %s) = %v, want %v", from, to, got, want)
-			}
-		}
-	}
-	// No status may move to itself: that would be an event that says nothing.
-	for _, st := range Statuses {
-		if Legal(st, st) {
-			t.Errorf("Legal(%s, %s) is true", st, st)
-		}
-	}
-}
-
 func TestTransitionWritesEventAndRefusesIllegal(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t)
@@ -102,11 +83,11 @@ func TestTransitionWritesEventAndRefusesIllegal(t *testing.T) {
 		from, to string
 		wantErr  error
 	}{
-		{Claimed, Running, nil},
-		{Running, Pending, &IllegalTransitionError{}},
-		{Claimed, Completed, ErrConflict}, // the task is running now, not claimed
-		{Running, Completed, nil},
-		{Completed, Running, &IllegalTransitionError{}},
+		{domain.Claimed, domain.Running, nil},
+		{domain.Running, domain.Pending, &IllegalTransitionError{}},
+		{domain.Claimed, domain.Completed, ErrConflict}, // the task is running now, not claimed
+		{domain.Running, domain.Completed, nil},
+		{domain.Completed, domain.Running, &IllegalTransitionError{}},
 	}
 	for _, st := range steps {
 		err := s.Update(ctx, func(tx *Tx) error {
@@ -127,7 +108,7 @@ func TestTransitionWritesEventAndRefusesIllegal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if task.Status != Completed || task.Node != "n1" || task.Attempt != 1 {
+	if task.Status != domain.Completed || task.Node != "n1" || task.Attempt != 1 {
 		t.Fatalf("task = %s on %q attempt %d", task.Status, task.Node, task.Attempt)
 	}
 	evs, err := s.Events(ctx, "p", 0, 0)
@@ -170,7 +151,7 @@ func TestFailedTransactionLeavesNoEvent(t *testing.T) {
 		t.Fatalf("events grew from %d to %d after a rolled-back transaction", len(before), len(after))
 	}
 	task, _ := s.Task(ctx, "p", "S01")
-	if task.Status != Pending || task.Attempt != 0 {
+	if task.Status != domain.Pending || task.Attempt != 0 {
 		t.Fatalf("task = %s attempt %d after rollback", task.Status, task.Attempt)
 	}
 }
@@ -228,7 +209,7 @@ func TestPatchesNameRealColumns(t *testing.T) {
 			return fmt.Errorf("AttemptPatch with its %d fields: %w", n, err)
 		}
 		pp, n := setEvery[ProjectPatch]()
-		pp.State, pp.Phase = new(ProjectActive), new(PhaseIntegration)
+		pp.State, pp.Phase = new(domain.ProjectActive), new(domain.PhaseIntegration)
 		if err := tx.SetProject(ctx, "p", pp, ""); err != nil {
 			return fmt.Errorf("ProjectPatch with its %d fields: %w", n, err)
 		}
@@ -238,7 +219,7 @@ func TestPatchesNameRealColumns(t *testing.T) {
 		t.Fatal(err)
 	}
 	task, err := s.Task(ctx, "p", "S01")
-	if err != nil || task.Title != "new title" || !slices.Equal(task.Tags, []string{"gpu"}) || task.Status != Claimed {
+	if err != nil || task.Title != "new title" || !slices.Equal(task.Tags, []string{"gpu"}) || task.Status != domain.Claimed {
 		t.Errorf("task after the patch: %+v (%v)", task, err)
 	}
 	runs, err := s.Attempts(ctx, "p", "S01")
@@ -246,7 +227,7 @@ func TestPatchesNameRealColumns(t *testing.T) {
 		t.Errorf("runs after the patch: %+v (%v)", runs, err)
 	}
 	p, err := s.Project(ctx, "p")
-	if err != nil || p.Phase != PhaseIntegration {
+	if err != nil || p.Phase != domain.PhaseIntegration {
 		t.Errorf("project after the patch: %+v (%v)", p, err)
 	}
 }
@@ -337,7 +318,7 @@ func TestRunsNodesFiles(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := tx.SetAttempt(ctx, "p", "S01", a, AttemptPatch{Status: new(Running), PID: new(42)}); err != nil {
+		if err := tx.SetAttempt(ctx, "p", "S01", a, AttemptPatch{Status: new(domain.Running), PID: new(42)}); err != nil {
 			return err
 		}
 		if err := tx.PutNode(ctx, Node{Name: "n1", State: "online", MemAvailableBytes: 7}); err != nil {
@@ -349,7 +330,7 @@ func TestRunsNodesFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	runs, _ := s.Attempts(ctx, "p", "S01")
-	if len(runs) != 1 || runs[0].PID != 42 || runs[0].Status != Running {
+	if len(runs) != 1 || runs[0].PID != 42 || runs[0].Status != domain.Running {
 		t.Fatalf("runs = %+v", runs)
 	}
 	nodes, _ := s.Nodes(ctx)
@@ -442,10 +423,10 @@ func TestHasLiveWork(t *testing.T) {
 	}
 	live(true)
 	if err := s.Update(ctx, func(tx *Tx) error {
-		if _, _, err := tx.Transition(ctx, Change{Project: "p", Task: "S01", From: Claimed, To: Failed}); err != nil {
+		if _, _, err := tx.Transition(ctx, Change{Project: "p", Task: "S01", From: domain.Claimed, To: domain.Failed}); err != nil {
 			return err
 		}
-		return tx.SetAttempt(ctx, "p", "S01", a, AttemptPatch{Status: new(Failed)})
+		return tx.SetAttempt(ctx, "p", "S01", a, AttemptPatch{Status: new(domain.Failed)})
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -511,10 +492,10 @@ func TestSettled(t *testing.T) {
 		if a, err = tx.Claim(ctx, "p", "S01", "n1"); err != nil {
 			return err
 		}
-		if _, _, err := tx.Transition(ctx, Change{Project: "p", Task: "S01", From: Claimed, To: Completed}); err != nil {
+		if _, _, err := tx.Transition(ctx, Change{Project: "p", Task: "S01", From: domain.Claimed, To: domain.Completed}); err != nil {
 			return err
 		}
-		_, _, err = tx.Transition(ctx, Change{Project: "p", Task: "S02", From: Pending, To: Canceled})
+		_, _, err = tx.Transition(ctx, Change{Project: "p", Task: "S02", From: domain.Pending, To: domain.Canceled})
 		return err
 	})
 	if err != nil {
@@ -545,7 +526,7 @@ func TestRunnableHeadOfLine(t *testing.T) {
 			return err
 		}
 		add := func(id string, prio int, deps ...string) error {
-			return tx.InsertTask(ctx, Task{Project: "p", ID: id, Title: id, Type: "implementation", Priority: prio,
+			return tx.InsertTask(ctx, domain.Task{Project: "p", ID: id, Title: id, Type: "implementation", Priority: prio,
 				DependsOn: deps, SpecHash: "h", Snapshot: []byte("echo\n")})
 		}
 		if err := add("S0000", 1); err != nil {
@@ -576,7 +557,7 @@ func TestRunnableHeadOfLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.db.Exec(`UPDATE tasks SET status = ? WHERE id = 'C0001'`, Completed); err != nil {
+	if _, err := s.db.Exec(`UPDATE tasks SET status = ? WHERE id = 'C0001'`, domain.Completed); err != nil {
 		t.Fatal(err)
 	}
 	now := s.Now()

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/domain"
 )
 
 // TickRead is what a tick's decisions over one project's node statuses
@@ -19,7 +21,7 @@ type TickRead struct {
 	// named (live on a node); and the pending tasks downstream of a task
 	// that is live or failed, blocked or canceled (through pending and
 	// blocked tasks only): every task a decision of the tick may move.
-	Tasks []Task
+	Tasks []domain.Task
 	// DepStatus holds the status of each dependency of the pending and
 	// blocked tasks in Tasks.
 	DepStatus map[string]string
@@ -37,8 +39,8 @@ type TickRead struct {
 // named IDs as a JSON array. Each part of ids reads an index (a WHERE
 // with ORs across them would read every task of the project).
 var tickSelect = `WITH RECURSIVE
-	live(id) AS (` + byStatus(Claimed, Running, Blocked) + `),
-	seed(id) AS (SELECT id FROM live UNION ALL ` + byStatus(Failed, Canceled) + `),
+	live(id) AS (` + byStatus(domain.Claimed, domain.Running, domain.Blocked) + `),
+	seed(id) AS (SELECT id FROM live UNION ALL ` + byStatus(domain.Failed, domain.Canceled) + `),
 	down(id) AS (
 		SELECT d.task FROM seed AS s CROSS JOIN task_deps AS d ON d.project = ?1 AND d.dep = s.id
 			CROSS JOIN tasks AS w ON w.project = d.project AND w.id = d.task AND w.status IN ('pending', 'blocked')
@@ -85,7 +87,7 @@ func (tx *Tx) TickTasks(ctx context.Context, project string, named []string, now
 	}
 	var waiting []string
 	for _, t := range r.Tasks {
-		if t.Status == Pending || t.Status == Blocked {
+		if t.Status == domain.Pending || t.Status == domain.Blocked {
 			waiting = append(waiting, t.ID)
 		}
 	}
@@ -109,7 +111,7 @@ func (tx *Tx) TickTasks(ctx context.Context, project string, named []string, now
 	}
 	var due sql.NullString
 	if err := tx.tx.QueryRowContext(ctx, `SELECT MIN(not_before) FROM tasks WHERE project = ? AND status = ? AND not_before > ?`,
-		project, Pending, formatTime(now)).Scan(&due); err != nil {
+		project, domain.Pending, formatTime(now)).Scan(&due); err != nil {
 		return r, fmt.Errorf("read the next backoff of %s: %w", project, err)
 	}
 	r.NextDue = parseTime(due.String)
@@ -120,7 +122,7 @@ func (tx *Tx) TickTasks(ctx context.Context, project string, named []string, now
 		}
 		r.Modes[id] = mode
 		return nil
-	}, `SELECT t.id, r.api_mode FROM (`+byStatus(Claimed, Running)+`) AS l
+	}, `SELECT t.id, r.api_mode FROM (`+byStatus(domain.Claimed, domain.Running)+`) AS l
 		JOIN tasks AS t ON t.project = ?1 AND t.id = l.id
 		JOIN attempts AS r ON r.project = t.project AND r.task = t.id AND r.attempt = t.attempt
 		WHERE r.api_mode != ''`, project)
@@ -155,13 +157,13 @@ func (tx *Tx) CancelWaiting(ctx context.Context, ch Change) (int, error) {
 	tasks, err := queryRows(ctx, tx.tx, func(r scanner) (waiting, error) {
 		var w waiting
 		return w, r.Scan(&w.id, &w.status)
-	}, `SELECT id, status FROM tasks WHERE project = ? AND status IN (?, ?) ORDER BY id`, ch.Project, Pending, Blocked)
+	}, `SELECT id, status FROM tasks WHERE project = ? AND status IN (?, ?) ORDER BY id`, ch.Project, domain.Pending, domain.Blocked)
 	if err != nil {
 		return 0, fmt.Errorf("read the waiting tasks of %s: %w", ch.Project, err)
 	}
 	for _, w := range tasks {
 		c := ch
-		c.Task, c.From, c.To = w.id, w.status, Canceled
+		c.Task, c.From, c.To = w.id, w.status, domain.Canceled
 		if _, _, err := tx.Transition(ctx, c); err != nil {
 			return 0, err
 		}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/domain"
 )
 
 // TestTickTasksReadsWhatCanMove: of a project of 2,000 tasks, a tick reads
@@ -26,7 +28,7 @@ func TestTickTasksReadsWhatCanMove(t *testing.T) {
 			return err
 		}
 		add := func(id string, deps ...string) error {
-			return tx.InsertTask(ctx, Task{Project: "p", ID: id, Title: id, Type: "implementation", Priority: 1,
+			return tx.InsertTask(ctx, domain.Task{Project: "p", ID: id, Title: id, Type: "implementation", Priority: 1,
 				DependsOn: deps, SpecHash: "h", Snapshot: []byte("echo\n")})
 		}
 		for i := range 2000 {
@@ -79,10 +81,10 @@ func TestTickTasksReadsWhatCanMove(t *testing.T) {
 	if !slices.Equal(ids, want) {
 		t.Fatalf("read %v, want %v", ids, want)
 	}
-	if read.DepStatus["R1"] != Running || read.DepStatus["F1"] != Failed || read.DepStatus["DONE"] != Completed {
+	if read.DepStatus["R1"] != domain.Running || read.DepStatus["F1"] != domain.Failed || read.DepStatus["DONE"] != domain.Completed {
 		t.Errorf("dependency statuses %v", read.DepStatus)
 	}
-	if read.Counts[Pending] != 2000+6 || read.Counts[Failed] != 1 || read.Counts[Completed] != 3 {
+	if read.Counts[domain.Pending] != 2000+6 || read.Counts[domain.Failed] != 1 || read.Counts[domain.Completed] != 3 {
 		t.Errorf("counts %v", read.Counts)
 	}
 	if !read.NextDue.Equal(soon) {
@@ -100,7 +102,7 @@ func TestTickTasksReadsWhatCanMove(t *testing.T) {
 		t.Fatalf("CancelWaiting = %d, %v; want %d", n, err, 2000+6+1)
 	}
 	counts, err := s.Counts(ctx, "p")
-	if err != nil || counts[Pending] != 0 || counts[Blocked] != 0 || counts[Canceled] != n {
+	if err != nil || counts[domain.Pending] != 0 || counts[domain.Blocked] != 0 || counts[domain.Canceled] != n {
 		t.Errorf("after CancelWaiting: %v, %v", counts, err)
 	}
 	var events int

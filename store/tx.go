@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/dispatch-tool/dispatch/internal/yamlval"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/domain"
+	"github.com/dispatch-tool/dispatch/internal/yamlval"
 )
 
 // ErrConflict is returned by Transition when the task is not in the status the
@@ -80,7 +82,7 @@ func (tx *Tx) Transition(ctx context.Context, c Change) (attempt int, node strin
 
 // transition is Transition with more columns set by the store itself.
 func (tx *Tx) transition(ctx context.Context, c Change, more func(*columns)) (attempt int, node string, err error) {
-	if !Legal(c.From, c.To) {
+	if !domain.Legal(c.From, c.To) {
 		return 0, "", &IllegalTransitionError{Project: c.Project, Task: c.Task, From: c.From, To: c.To}
 	}
 	cols := &columns{}
@@ -120,7 +122,7 @@ func (tx *Tx) transition(ctx context.Context, c Change, more func(*columns)) (at
 // attempt number, or ErrConflict if the task is no longer pending.
 func (tx *Tx) Claim(ctx context.Context, project, task, node string) (int, error) {
 	attempt, _, err := tx.transition(ctx, Change{
-		Project: project, Task: task, From: Pending, To: Claimed, Kind: "claim",
+		Project: project, Task: task, From: domain.Pending, To: domain.Claimed, Kind: "claim",
 		Message: "assigned to " + node,
 		Set: TaskPatch{ExitCode: new(0), ErrorClass: new(""), Warning: new(""), Error: new(""),
 			StartedAt: new(time.Time{}), CompletedAt: new(time.Time{}), Heartbeat: new(""), HeartbeatAt: new(tx.now),
@@ -133,7 +135,7 @@ func (tx *Tx) Claim(ctx context.Context, project, task, node string) (int, error
 		return 0, err
 	}
 	_, err = tx.tx.ExecContext(ctx, `INSERT INTO attempts (project, task, attempt, node, status, claimed_at, run)
-		VALUES (?, ?, ?, ?, ?, ?, `+currentRun+`)`, project, task, attempt, node, Claimed, formatTime(tx.now), project)
+		VALUES (?, ?, ?, ?, ?, ?, `+currentRun+`)`, project, task, attempt, node, domain.Claimed, formatTime(tx.now), project)
 	if err != nil {
 		return 0, fmt.Errorf("record run %s/%s#%d: %w", project, task, attempt, err)
 	}
@@ -197,19 +199,19 @@ func (tx *Tx) EnsureProject(ctx context.Context, name, options string) error {
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		if _, err := tx.tx.ExecContext(ctx, `INSERT INTO projects (name, state, phase, options, started_at) VALUES (?, ?, ?, ?, ?)`,
-			name, ProjectActive, "implementation", options, formatTime(tx.now)); err != nil {
+			name, domain.ProjectActive, "implementation", options, formatTime(tx.now)); err != nil {
 			return fmt.Errorf("record project %s: %w", name, err)
 		}
-		return tx.Event(ctx, Event{Project: name, Kind: "project", ToStatus: ProjectActive, Message: "project started"})
+		return tx.Event(ctx, Event{Project: name, Kind: "project", ToStatus: domain.ProjectActive, Message: "project started"})
 	case err != nil:
 		return fmt.Errorf("read project %s: %w", name, err)
 	}
 	if _, err := tx.tx.ExecContext(ctx, `UPDATE projects SET state = ?, options = ?, result = '', finished_at = '', problem = '' WHERE name = ?`,
-		ProjectActive, options, name); err != nil {
+		domain.ProjectActive, options, name); err != nil {
 		return fmt.Errorf("update project %s: %w", name, err)
 	}
-	if state != ProjectActive {
-		return tx.Event(ctx, Event{Project: name, Kind: "project", FromStatus: state, ToStatus: ProjectActive, Message: "project resumed"})
+	if state != domain.ProjectActive {
+		return tx.Event(ctx, Event{Project: name, Kind: "project", FromStatus: state, ToStatus: domain.ProjectActive, Message: "project resumed"})
 	}
 	return nil
 }
@@ -241,7 +243,7 @@ func (tx *Tx) SetProject(ctx context.Context, name string, p ProjectPatch, messa
 }
 
 // InsertTask adds a new pending task and its "created" event.
-func (tx *Tx) InsertTask(ctx context.Context, t Task) error {
+func (tx *Tx) InsertTask(ctx context.Context, t domain.Task) error {
 	now := formatTime(tx.now)
 	_, err := tx.tx.ExecContext(ctx, `INSERT INTO tasks (project, id, title, type, tool, model, priority, depends_on, tags,
 		node_pin, timeout_seconds, max_retries, spec_file, spec_hash, snapshot, status, created_at, updated_at, base_dir, stall_seconds, base_commit, sandbox, limits, network, attempt)
@@ -249,12 +251,12 @@ func (tx *Tx) InsertTask(ctx context.Context, t Task) error {
 			MAX((SELECT COALESCE(MAX(attempt), 0) FROM attempts WHERE project = ?25 AND task = ?26),
 				(SELECT COALESCE(MAX(last), 0) FROM task_attempts WHERE project = ?25 AND task = ?26)))`,
 		t.Project, t.ID, t.Title, t.Type, t.Tool, t.Model, t.Priority, sqlValue(t.DependsOn), sqlValue(t.Tags),
-		t.NodePin, t.Timeout.Seconds(), t.MaxRetries, t.SpecFile, t.SpecHash, t.Snapshot, Pending, now, now, t.BaseDir, t.Stall.Seconds(), t.BaseCommit, t.Sandbox, sqlValue(t.Limits), t.Network,
+		t.NodePin, t.Timeout.Seconds(), t.MaxRetries, t.SpecFile, t.SpecHash, t.Snapshot, domain.Pending, now, now, t.BaseDir, t.Stall.Seconds(), t.BaseCommit, t.Sandbox, sqlValue(t.Limits), t.Network,
 		t.Project, t.ID)
 	if err != nil {
 		return fmt.Errorf("insert task %s/%s: %w", t.Project, t.ID, err)
 	}
-	return tx.Event(ctx, Event{Project: t.Project, Task: t.ID, Kind: "created", ToStatus: Pending, Message: t.Title})
+	return tx.Event(ctx, Event{Project: t.Project, Task: t.ID, Kind: "created", ToStatus: domain.Pending, Message: t.Title})
 }
 
 // PutNode records what the controller learned about a node. A change of
@@ -303,12 +305,12 @@ func (tx *Tx) ReplaceFiles(ctx context.Context, project, task string, attempt in
 }
 
 // Tasks returns a project's tasks inside the transaction.
-func (tx *Tx) Tasks(ctx context.Context, project string) ([]Task, error) {
+func (tx *Tx) Tasks(ctx context.Context, project string) ([]domain.Task, error) {
 	return queryTasks(ctx, tx.tx, "tasks", project)
 }
 
 // Task returns one task inside the transaction.
-func (tx *Tx) Task(ctx context.Context, project, id string) (Task, error) {
+func (tx *Tx) Task(ctx context.Context, project, id string) (domain.Task, error) {
 	t, err := scanTask(tx.tx.QueryRowContext(ctx, taskSelect+"tasks WHERE project = ? AND id = ?", project, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return t, fmt.Errorf("task %s/%s: %w", project, id, ErrNotFound)
@@ -317,13 +319,13 @@ func (tx *Tx) Task(ctx context.Context, project, id string) (Task, error) {
 }
 
 // Project returns one project inside the transaction.
-func (tx *Tx) Project(ctx context.Context, name string) (Project, error) {
+func (tx *Tx) Project(ctx context.Context, name string) (domain.Project, error) {
 	ps, err := queryProjects(ctx, tx.tx, name)
 	if err != nil {
-		return Project{}, err
+		return domain.Project{}, err
 	}
 	if len(ps) == 0 {
-		return Project{}, fmt.Errorf("project %s: %w", name, ErrNotFound)
+		return domain.Project{}, fmt.Errorf("project %s: %w", name, ErrNotFound)
 	}
 	return ps[0], nil
 }

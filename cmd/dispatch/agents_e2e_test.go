@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
-	"github.com/dispatch-tool/dispatch/store"
 )
 
 // fakeAgents installs testdata/fakeagent.sh as claude, codex and gemini in a
@@ -105,7 +105,7 @@ routes:
 	node := map[string]string{}
 	for _, tk := range tasks {
 		node[tk.ID] = tk.Node
-		if tk.Status != store.Completed {
+		if tk.Status != domain.Completed {
 			t.Errorf("%s = %s (%s)", tk.ID, tk.Status, tk.Error)
 		}
 	}

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
-	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -62,7 +62,7 @@ func TestStalledAgentIsRetried(t *testing.T) {
 	st := openStore(t, h.home)
 	ctx := context.Background()
 	runs, _ := st.Attempts(ctx, "p", "S01")
-	if len(runs) != 2 || runs[0].ErrorClass != wire.ClassStalled || runs[1].Status != store.Completed {
+	if len(runs) != 2 || runs[0].ErrorClass != wire.ClassStalled || runs[1].Status != domain.Completed {
 		t.Fatalf("S01 runs: %+v; want stalled, then completed", runs)
 	}
 	if !strings.Contains(runs[0].Error, "wrote nothing for 2s") {
@@ -104,7 +104,7 @@ func TestBudgetStopsNewTasks(t *testing.T) {
 	}
 	st := openStore(t, h.home)
 	ctx := context.Background()
-	for id, want := range map[string]string{"S01": store.Completed, "S02": store.Completed, "S03": store.Canceled} {
+	for id, want := range map[string]string{"S01": domain.Completed, "S02": domain.Completed, "S03": domain.Canceled} {
 		if tk, _ := st.Task(ctx, "p", id); tk.Status != want {
 			t.Errorf("%s = %s, want %s", id, tk.Status, want)
 		}

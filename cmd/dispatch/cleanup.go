@@ -13,6 +13,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/nodes/sshnode"
 	"github.com/dispatch-tool/dispatch/store"
@@ -36,14 +37,14 @@ func cleanupCommand() *cli.Command {
 		}
 		var running []string
 		for _, t := range tasks {
-			if t.Status == store.Running || t.Status == store.Claimed {
+			if t.Status == domain.Running || t.Status == domain.Claimed {
 				running = append(running, t.ID)
 			}
 		}
 		if len(running) > 0 {
 			return usagef("dispatch stop "+project+" --kill", "%s has running tasks (%v): cleanup would pull their workspaces from under them", project, running)
 		}
-		if p, _ := st.Project(ctx, project); p.State == store.ProjectActive {
+		if p, _ := st.Project(ctx, project); p.State == domain.ProjectActive {
 			if control.Running(e.home) {
 				return usagef("dispatch stop "+project, "a controller is serving %s: stop it first", project)
 			}

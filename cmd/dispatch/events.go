@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -53,7 +54,7 @@ func eventsCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if p.State != store.ProjectActive && len(evs) == 0 {
+			if p.State != domain.ProjectActive && len(evs) == 0 {
 				return nil
 			}
 			select {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/store"
@@ -142,11 +143,11 @@ func startBackground(t *testing.T, env []string, args ...string) func() result {
 }
 
 // taskState polls the database for one task.
-func taskState(t *testing.T, home, project, id string) store.Task {
+func taskState(t *testing.T, home, project, id string) domain.Task {
 	t.Helper()
 	st, err := store.OpenReadOnly(context.Background(), filepath.Join(home, "dispatch.db"))
 	if err != nil {
-		return store.Task{}
+		return domain.Task{}
 	}
 	defer st.Close()
 	tk, _ := st.Task(context.Background(), project, id)
@@ -197,7 +198,7 @@ if [ "$DISPATCH_NODE" = a ]; then sleep 60; else sleep 8; fi
 	wait := startBackground(t, h.env, "--home", h.home, "start", "hang")
 	pollUntil(t, 90*time.Second, "S01 to run on a", func() bool {
 		tk := taskState(t, h.home, "hang", "S01")
-		return tk.Status == store.Running && tk.Node == "a"
+		return tk.Status == domain.Running && tk.Node == "a"
 	})
 	a.PauseAll(t)
 	hungAt := time.Now()
@@ -216,7 +217,7 @@ if [ "$DISPATCH_NODE" = a ]; then sleep 60; else sleep 8; fi
 	}()
 	pollUntil(t, 30*time.Second, "S01 to be requeued on b", func() bool {
 		tk := taskState(t, h.home, "hang", "S01")
-		return tk.Node == "b" && tk.Attempt == 2 && tk.Status == store.Running
+		return tk.Node == "b" && tk.Attempt == 2 && tk.Status == domain.Running
 	})
 	t.Logf("requeued from a hung node onto another in %s (node_offline_timeout 2s)", time.Since(hungAt).Round(10*time.Millisecond))
 	a.Resume(t)
@@ -225,7 +226,7 @@ if [ "$DISPATCH_NODE" = a ]; then sleep 60; else sleep 8; fi
 		t.Fatalf("start: %s", r)
 	}
 	tk := taskState(t, h.home, "hang", "S01")
-	if tk.Status != store.Completed || tk.Node != "b" || tk.Attempt != 2 {
+	if tk.Status != domain.Completed || tk.Node != "b" || tk.Attempt != 2 {
 		t.Fatalf("S01 %s on %s attempt %d", tk.Status, tk.Node, tk.Attempt)
 	}
 	if got := strings.TrimSpace(readFile(t, filepath.Join(h.home, "runs", "hang", "S01", "output", "node.txt"))); got != "b" {
@@ -272,7 +273,7 @@ echo done > done.txt
 	var pid, toolPID int
 	pollUntil(t, 30*time.Second, "S01 to run", func() bool {
 		pid, toolPID, _, _ = nodeStatusJSON(t, s.WorkDir, "rb", "S01")
-		return taskState(t, h.home, "rb", "S01").Status == store.Running && toolPID > 0
+		return taskState(t, h.home, "rb", "S01").Status == domain.Running && toolPID > 0
 	})
 	// The machine reboots: every process of the task is gone, and so is
 	// the SSH server for a moment.
@@ -288,7 +289,7 @@ echo done > done.txt
 	}
 	st := openStore(t, h.home)
 	runs, _ := st.Attempts(context.Background(), "rb", "S01")
-	if len(runs) != 2 || runs[0].ErrorClass != "crash" || runs[1].Status != store.Completed {
+	if len(runs) != 2 || runs[0].ErrorClass != "crash" || runs[1].Status != domain.Completed {
 		t.Fatalf("runs = %+v", runs)
 	}
 }
@@ -319,7 +320,7 @@ nodes:
 	var toolPID int
 	pollUntil(t, 30*time.Second, "S01 to run", func() bool {
 		_, toolPID, _, _ = nodeStatusJSON(t, s.WorkDir, "det", "S01")
-		return taskState(t, h.home, "det", "S01").Status == store.Running && toolPID > 0
+		return taskState(t, h.home, "det", "S01").Status == domain.Running && toolPID > 0
 	})
 	// Kill in the steady state, not in the quick tick that follows a launch:
 	// this sleep places the fault in time, it waits for no state.

@@ -17,11 +17,11 @@ import (
 
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/nodes/sshnode"
 	"github.com/dispatch-tool/dispatch/service"
-	"github.com/dispatch-tool/dispatch/store"
 )
 
 const (
@@ -95,9 +95,9 @@ func follow(ctx context.Context, e *env, name string) error {
 		if err != nil {
 			return err
 		}
-		if p.State != store.ProjectActive {
+		if p.State != domain.ProjectActive {
 			prog.finish(ctx)
-			if p.State == store.ProjectStopped {
+			if p.State == domain.ProjectStopped {
 				states, _, err := st.States(ctx, name)
 				if err != nil {
 					return err
@@ -105,7 +105,7 @@ func follow(ctx context.Context, e *env, name string) error {
 				return stoppedFailure(p, states)
 			}
 			fmt.Fprintf(e.out, "report: %s\n", filepath.Join(home.RunsDir(e.home, name), "report.md"))
-			if p.Result != store.ResultPassed {
+			if p.Result != domain.ResultPassed {
 				return &workFailed{}
 			}
 			return nil

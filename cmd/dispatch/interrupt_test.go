@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/nodes"
-	"github.com/dispatch-tool/dispatch/store"
 )
 
 // TestCtrlCExits130: Ctrl-C (SIGINT) ends the commands that follow a
@@ -53,7 +53,7 @@ func TestCtrlCExits130(t *testing.T) {
 	}
 	stopStart := launch("start", "p")
 	pollUntil(t, 30*time.Second, "p/S01 to run", func() bool {
-		return control.Running(home) && taskState(t, home, "p", "S01").Status == store.Running
+		return control.Running(home) && taskState(t, home, "p", "S01").Status == domain.Running
 	})
 	for _, args := range [][]string{{"status", "p", "--watch"}, {"logs", "p", "S01", "-f"}, {"events", "p", "-f"}} {
 		if r := launch(args...)(); r.code != 130 {

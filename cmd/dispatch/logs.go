@@ -13,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
@@ -81,7 +82,7 @@ func logsAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	var run store.Attempt
+	var run domain.Attempt
 	for _, r := range runs {
 		if r.Attempt == attempt {
 			run = r
@@ -112,7 +113,7 @@ func logsAction(c *cli.Context) error {
 
 // remoteLog prints an attempt's task.log from its node, polling for more
 // with `tail --from` while it runs when follow is set. It writes to out.
-func remoteLog(ctx context.Context, e *env, out io.Writer, st *store.Store, t store.Task, run store.Attempt, follow bool) error {
+func remoteLog(ctx context.Context, e *env, out io.Writer, st *store.Store, t domain.Task, run domain.Attempt, follow bool) error {
 	cfg, err := e.loadConfig()
 	if err != nil {
 		return err
@@ -163,7 +164,7 @@ func remoteLog(ctx context.Context, e *env, out io.Writer, st *store.Store, t st
 		if err != nil {
 			return err
 		}
-		if cur.Attempt != run.Attempt || (cur.Status != store.Running && cur.Status != store.Claimed) {
+		if cur.Attempt != run.Attempt || (cur.Status != domain.Running && cur.Status != domain.Claimed) {
 			// One last read: what the tool wrote before it ended.
 			res, err := tr.Exec(ctx, []string{inst.Path, "tail", "--dir", dir, "--from", strconv.FormatInt(pos, 10)}, nil)
 			if err == nil && res.ExitCode == 0 {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
@@ -138,15 +139,15 @@ nodes:
 // TestWatchShowsNodeFixes: the watch view, full screen or text, gives the
 // fix of a node in trouble beside its one-line error.
 func TestWatchShowsNodeFixes(t *testing.T) {
-	v := &readmodel.StatusView{Project: "p", Phase: store.PhaseImplementation,
+	v := &readmodel.StatusView{Project: "p", Phase: domain.PhaseImplementation,
 		Nodes: []readmodel.NodeView{
 			{Name: "n1", State: "offline", Slots: 1, LastError: "host key of node n1 is unknown\n  fix: run `dispatch nodes trust n1`"},
 			{Name: "n2", State: "offline", Slots: 1, LastError: "dial tcp 127.0.0.1:1: connection refused"},
 			{Name: "n3", State: "online", Slots: 1},
 		},
-		Tasks: []readmodel.TaskView{{ID: "S01", Title: "t", Status: store.Pending}}}
-	v.Counts.Add(store.Pending)
-	f := &watchFrame{at: time.Now(), views: []*readmodel.StatusView{v}, projects: map[string]store.Project{"p": {Name: "p"}}}
+		Tasks: []readmodel.TaskView{{ID: "S01", Title: "t", Status: domain.Pending}}}
+	v.Counts.Add(domain.Pending)
+	f := &watchFrame{at: time.Now(), views: []*readmodel.StatusView{v}, projects: map[string]domain.Project{"p": {Name: "p"}}}
 	screen := renderWatch(newStyles(false), f, nil, 200, 40, "footer")
 	var text strings.Builder
 	printStatus(&text, newStyles(false), v, nil)

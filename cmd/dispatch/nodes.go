@@ -21,6 +21,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
@@ -109,7 +110,7 @@ func nodesList(c *cli.Context) error {
 				return err
 			}
 			for _, t := range tasks {
-				if t.Status == store.Running || t.Status == store.Claimed {
+				if t.Status == domain.Running || t.Status == domain.Claimed {
 					running[t.Node]++
 				}
 			}

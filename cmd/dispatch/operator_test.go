@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -34,7 +35,7 @@ func waitDetachedDone(t *testing.T, home, p string) {
 		}
 		defer st.Close()
 		proj, err := st.Project(context.Background(), p)
-		return err == nil && proj.State == store.ProjectDone
+		return err == nil && proj.State == domain.ProjectDone
 	})
 	pollUntil(t, 30*time.Second, "the background controller to exit", func() bool {
 		_, err := os.Stat(filepath.Join(home, "dispatch.pid"))

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/control"
-	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/domain"
 )
 
 // unsandboxed sets sandbox: off, with why as its comment, on every node
@@ -81,7 +81,7 @@ func TestOperatorCommandsWithARunningController(t *testing.T) {
 	})
 	wait := startBackground(t, nil, "--home", home, "start", "a")
 	pollUntil(t, 30*time.Second, "a/S01 to run", func() bool {
-		return control.Running(home) && taskState(t, home, "a", "S01").Status == store.Running
+		return control.Running(home) && taskState(t, home, "a", "S01").Status == domain.Running
 	})
 
 	// start b is handed to the running controller, followed to its end.
@@ -150,7 +150,7 @@ func TestOperatorCommandsWithARunningController(t *testing.T) {
 	if r := runDispatch(t, nil, "--home", home, "start", "a"); r.code != 0 {
 		t.Fatalf("start after retry: %s", r)
 	}
-	if tk := taskState(t, home, "a", "S01"); tk.Status != store.Completed || tk.Attempt != 2 {
+	if tk := taskState(t, home, "a", "S01"); tk.Status != domain.Completed || tk.Attempt != 2 {
 		t.Fatalf("a/S01 after retry: %s attempt %d", tk.Status, tk.Attempt)
 	}
 	// cleanup: says what it removes, then removes it.
@@ -181,7 +181,7 @@ func TestDetachStopAndResume(t *testing.T) {
 		t.Fatalf("start --detach: %s", r)
 	}
 	pollUntil(t, 30*time.Second, "the detached controller to run S01", func() bool {
-		return taskState(t, home, "p", "S01").Status == store.Running
+		return taskState(t, home, "p", "S01").Status == domain.Running
 	})
 	if _, err := os.Stat(filepath.Join(home, "dispatch.pid")); err != nil {
 		t.Fatalf("no pid file: %v", err)
@@ -235,7 +235,7 @@ func TestLogsFollow(t *testing.T) {
 	})
 	wait := startBackground(t, nil, "--home", home, "start", "p")
 	pollUntil(t, 30*time.Second, "S01 to run", func() bool {
-		return taskState(t, home, "p", "S01").Status == store.Running
+		return taskState(t, home, "p", "S01").Status == domain.Running
 	})
 	r := runDispatch(t, nil, "--home", home, "logs", "p", "S01", "-f")
 	if r.code != 0 || r.stdout != "line 1\nline 2\nline 3\nline 4\n" {
@@ -316,7 +316,7 @@ func TestHandedNewRunSaysOneThing(t *testing.T) {
 	writeFile(t, filepath.Join(home, "specs", "b", "S02-y.md"), "echo b2 changed\n")
 	wait := startBackground(t, nil, "--home", home, "start", "a")
 	pollUntil(t, 30*time.Second, "a/S01 to run", func() bool {
-		return control.Running(home) && taskState(t, home, "a", "S01").Status == store.Running
+		return control.Running(home) && taskState(t, home, "a", "S01").Status == domain.Running
 	})
 	r := runDispatch(t, nil, "--home", home, "start", "b")
 	if r.code != 0 || !strings.Contains(r.stdout, "handed to the running controller") ||

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/agentcli"
 	"github.com/dispatch-tool/dispatch/internal/fakeapi"
 	"github.com/dispatch-tool/dispatch/store"
@@ -218,14 +219,14 @@ func testRealCLI(t *testing.T, cli realCLI, bin string) {
 		t.Errorf("start exited 0 with a failed task: %s", r)
 	}
 
-	tasks := map[string]store.Task{}
+	tasks := map[string]domain.Task{}
 	all, _ := st.Tasks(ctx, "p")
 	for _, tk := range all {
 		tasks[tk.ID] = tk
 	}
 	for _, nc := range []nodeCase{cases[0], cases[1], cases[3]} {
 		tk := tasks[nc.id]
-		if tk.Status != store.Completed {
+		if tk.Status != domain.Completed {
 			t.Errorf("%s on %s: %s (%s: %s)\n%s", nc.id, nc.name, tk.Status, tk.ErrorClass, tk.Error,
 				tailOf(filepath.Join(h.home, "runs", "p", nc.id, "task.log")))
 			continue
@@ -272,7 +273,7 @@ func testRealCLI(t *testing.T, cli realCLI, bin string) {
 	}
 	// 401: auth, on the first attempt, not retried.
 	bad := tasks[cases[2].id]
-	if bad.Status != store.Failed || bad.ErrorClass != wire.ClassAuth || bad.Attempt != 1 {
+	if bad.Status != domain.Failed || bad.ErrorClass != wire.ClassAuth || bad.Attempt != 1 {
 		t.Errorf("%s with a refused key: %s, class %s, attempt %d; want failed, auth, 1", bad.ID, bad.Status, bad.ErrorClass, bad.Attempt)
 	}
 	// 429: retried outside max_retries.
@@ -364,7 +365,7 @@ api_modes:
 			st := openStore(t, h.home)
 			ctx := context.Background()
 			runs, _ := st.Attempts(ctx, "p", "S01")
-			if len(runs) != 2 || runs[0].ErrorClass != wire.ClassStalled || runs[1].Status != store.Completed {
+			if len(runs) != 2 || runs[0].ErrorClass != wire.ClassStalled || runs[1].Status != domain.Completed {
 				t.Fatalf("runs: %+v; want stalled, then completed", runs)
 			}
 			if got := readFile(t, filepath.Join(h.home, "runs", "p", "S01", "output", api.File)); got != api.Content {
@@ -496,14 +497,14 @@ api_modes:
 			ctx := context.Background()
 			runs, _ := st.Attempts(ctx, "p", "S01")
 			if len(runs) != 2 || runs[0].APIMode != "a" || runs[0].ErrorClass != wire.ClassRateLimit ||
-				runs[1].APIMode != "b" || runs[1].Status != store.Completed {
+				runs[1].APIMode != "b" || runs[1].Status != domain.Completed {
 				t.Fatalf("S01 runs: %+v; want rate_limit under a, then completed under b", runs)
 			}
 			if used := api.AnsweredFor(spare); runs[1].TokensIn+runs[1].TokensOut != used.In+used.Out {
 				t.Errorf("S01 under b recorded %d tokens, the fake answered %d", runs[1].TokensIn+runs[1].TokensOut, used.In+used.Out)
 			}
 			s02, _ := st.Task(ctx, "p", "S02")
-			if s02.Status != store.Canceled || !strings.Contains(s02.Error, "budget reached") {
+			if s02.Status != domain.Canceled || !strings.Contains(s02.Error, "budget reached") {
 				t.Errorf("S02: %s (%s); want canceled by the budget", s02.Status, s02.Error)
 			}
 			md := readFile(t, filepath.Join(h.home, "runs", "p", "report.md"))

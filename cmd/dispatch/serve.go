@@ -15,6 +15,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/schedule"
@@ -339,9 +340,9 @@ func scheduleView(ctx context.Context, e *env, now time.Time) (*ScheduleView, er
 			en.Failures, en.Skipped, en.CatchUps = rec.Failures, rec.Skipped, rec.CatchUps
 			if rec.LastRun > 0 && rec.LastResult == "" {
 				// Ended since the daemon last looked (or with no daemon).
-				en.LastResult = store.ResultRunning
+				en.LastResult = domain.ResultRunning
 				if at, _, err := st.AtRun(ctx, f.Name, rec.LastRun); err == nil {
-					if p, err := at.Project(ctx, f.Name); err == nil && p.State == store.ProjectDone {
+					if p, err := at.Project(ctx, f.Name); err == nil && p.State == domain.ProjectDone {
 						en.LastResult = p.Result
 					}
 				}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
@@ -177,7 +178,7 @@ func runProject(ctx context.Context, e *env, cfg *nodes.Config, st *store.Store,
 	if err != nil {
 		return err
 	}
-	if proj.State == store.ProjectStopped {
+	if proj.State == domain.ProjectStopped {
 		states, _, err := st.States(context.WithoutCancel(ctx), name)
 		if err != nil {
 			return err
@@ -185,7 +186,7 @@ func runProject(ctx context.Context, e *env, cfg *nodes.Config, st *store.Store,
 		return stoppedFailure(proj, states)
 	}
 	fmt.Fprintf(e.out, "report: %s\n", filepath.Join(home.RunsDir(e.home, name), "report.md"))
-	if proj.Result != store.ResultPassed {
+	if proj.Result != domain.ResultPassed {
 		return &workFailed{}
 	}
 	return nil
@@ -364,7 +365,7 @@ func eventLine(s styles, ev store.Event) string {
 	default:
 		return ""
 	}
-	if ev.ToStatus == store.Claimed {
+	if ev.ToStatus == domain.Claimed {
 		return "" // the running line follows at once
 	}
 	return fmt.Sprintf("%s %s %s %s", s.dim.Render(ts), taskRef(ev), s.status(ev.ToStatus), ev.Message)
@@ -408,7 +409,7 @@ func summaryLine(s styles, v *readmodel.StatusView, elapsed time.Duration) strin
 // stoppedFailure says why a project that start followed was stopped: by the
 // operator, or by dispatch for an error of its own, which it names; states
 // (each task's status by ID) say whether start or retry takes it further.
-func stoppedFailure(p store.Project, states map[string]string) *workFailed {
+func stoppedFailure(p domain.Project, states map[string]string) *workFailed {
 	if p.Problem != "" {
 		return &workFailed{msg: fmt.Sprintf("dispatch: %s was stopped by dispatch: %s\nTry: fix that, then dispatch start %s (resumes; what ran is collected)",
 			p.Name, termtext.Clean(p.Problem), p.Name)}

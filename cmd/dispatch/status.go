@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/readmodel"
@@ -150,7 +151,7 @@ func specChanges(e *env, st *store.Store, project string, c *cli.Context) []stri
 	}
 	var notes []string
 	for _, t := range tasks {
-		if t.Status == store.Pending || t.Status == store.Blocked {
+		if t.Status == domain.Pending || t.Status == domain.Blocked {
 			continue
 		}
 		if nt := p.Task(t.ID); nt != nil && nt.Hash != t.SpecHash {
@@ -171,9 +172,9 @@ func printStatus(w io.Writer, s styles, v *readmodel.StatusView, cfg *nodes.Conf
 	}
 	if r := v.Result(); r != "" {
 		head += ", " + r
-	} else if v.State == store.ProjectStopped && v.Problem != "" {
+	} else if v.State == domain.ProjectStopped && v.Problem != "" {
 		head += ", stopped by dispatch: " + termtext.Clean(v.Problem) + " (fix it; dispatch start " + v.Project + " resumes)"
-	} else if v.State == store.ProjectStopped {
+	} else if v.State == domain.ProjectStopped {
 		states := map[string]string{}
 		for _, t := range v.Tasks {
 			states[t.ID] = t.Status
@@ -188,10 +189,10 @@ func printStatus(w io.Writer, s styles, v *readmodel.StatusView, cfg *nodes.Conf
 	tasks := &table{header: []string{"ID", "STATUS", "NODE", "ATTEMPT", "TIME", "TITLE / ERROR"}}
 	for _, t := range v.Tasks {
 		what, whatStyle := t.Title, plainCell
-		if t.Error != "" && t.Status != store.Completed {
+		if t.Error != "" && t.Status != domain.Completed {
 			what = readmodel.ErrorText(t.ErrorClass, t.Error)
 		}
-		if t.Warning != "" && (t.Status == store.Running || t.Status == store.Claimed || t.Status == store.Completed) {
+		if t.Warning != "" && (t.Status == domain.Running || t.Status == domain.Claimed || t.Status == domain.Completed) {
 			what, whatStyle = "warning: "+t.Warning, s.warn.Render
 		}
 		if t.ReusedFrom > 0 {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/control"
-	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/domain"
 )
 
 // TestStopLetsRunningTasksFinish: `stop` without --kill starts nothing new,
@@ -33,7 +33,7 @@ func TestStopLetsRunningTasksFinish(t *testing.T) {
 	}
 	wait := startBackground(t, nil, "--home", home, "start", "p")
 	pollUntil(t, 30*time.Second, "p/S01 to run", func() bool {
-		return control.Running(home) && taskState(t, home, "p", "S01").Status == store.Running
+		return control.Running(home) && taskState(t, home, "p", "S01").Status == domain.Running
 	})
 	r := runDispatch(t, nil, "--home", home, "stop", "p")
 	if r.code != 0 || !strings.Contains(r.stdout, "p stopped") || !strings.Contains(r.stdout, "go on") {
@@ -50,7 +50,7 @@ func TestStopLetsRunningTasksFinish(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stdout+r.stderr, "stopped") {
 		t.Fatalf("start p after stop: %s", r)
 	}
-	if tk := taskState(t, home, "p", "S01"); tk.Status != store.Completed {
+	if tk := taskState(t, home, "p", "S01"); tk.Status != domain.Completed {
 		t.Fatalf("S01 after stop: %s (%s); want completed", tk.Status, tk.Error)
 	}
 	if got := strings.TrimSpace(readFile(t, filepath.Join(home, "runs", "p", "S01", "output", "out.txt"))); got != "done" {
@@ -64,7 +64,7 @@ func TestStopLetsRunningTasksFinish(t *testing.T) {
 	}
 	r = runDispatch(t, nil, "--home", home, "report", "p", "--format", "json")
 	var rep struct{ Result string }
-	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || rep.Result != store.ResultStopped {
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || rep.Result != domain.ResultStopped {
 		t.Fatalf("report --format json: result %q (%v): %s", rep.Result, err, r)
 	}
 	if r := runDispatch(t, nil, "--home", home, "report", "p"); !strings.Contains(r.stdout, "**STOPPED**") {
@@ -79,7 +79,7 @@ func TestStopLetsRunningTasksFinish(t *testing.T) {
 	if r := runDispatch(t, nil, "--home", home, "start", "p"); r.code != 0 {
 		t.Fatalf("resume: %s", r)
 	}
-	if tk := taskState(t, home, "p", "S02"); tk.Status != store.Completed {
+	if tk := taskState(t, home, "p", "S02"); tk.Status != domain.Completed {
 		t.Fatalf("S02 after resume: %s", tk.Status)
 	}
 }
@@ -106,7 +106,7 @@ func TestNewSpecInAFinishedProject(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("start after adding S02: %s", r)
 	}
-	if tk := taskState(t, home, "p", "S02"); tk.Status != store.Completed {
+	if tk := taskState(t, home, "p", "S02"); tk.Status != domain.Completed {
 		t.Fatalf("S02: %s", tk.Status)
 	}
 	integ := readFile(t, filepath.Join(home, "runs", "p", "final", "INTEGRATION.md"))
@@ -131,8 +131,8 @@ func TestStopKillSaysRetry(t *testing.T) {
 	})
 	follow := startBackground(t, nil, "--home", home, "start", "p")
 	pollUntil(t, 30*time.Second, "p/S01 and p/S02 to run", func() bool {
-		return control.Running(home) && taskState(t, home, "p", "S01").Status == store.Running &&
-			taskState(t, home, "p", "S02").Status == store.Running
+		return control.Running(home) && taskState(t, home, "p", "S01").Status == domain.Running &&
+			taskState(t, home, "p", "S02").Status == domain.Running
 	})
 	r := runDispatch(t, nil, "--home", home, "stop", "p", "--kill")
 	if r.code != 0 || !strings.Contains(r.stdout, "dispatch retry p S01 S02") || strings.Contains(r.stdout, "start p resumes") {

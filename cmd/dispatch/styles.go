@@ -6,6 +6,7 @@ import (
 	"github.com/charmbracelet/lipgloss"
 	"github.com/muesli/termenv"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -66,13 +67,13 @@ func (s styles) status(st string) string {
 // statusStyle is the style of a task status.
 func (s styles) statusStyle(st string) lipgloss.Style {
 	switch st {
-	case store.Completed:
+	case domain.Completed:
 		return s.ok
-	case store.Failed:
+	case domain.Failed:
 		return s.bad
-	case store.Blocked, store.Canceled, store.Lost:
+	case domain.Blocked, domain.Canceled, domain.Lost:
 		return s.warn
-	case store.Running, store.Claimed:
+	case domain.Running, domain.Claimed:
 		return s.active
 	}
 	return s.plain
@@ -92,9 +93,9 @@ func (s styles) nodeStateStyle(state string) lipgloss.Style {
 // resultStyle is the style of a project's result.
 func (s styles) resultStyle(result string) lipgloss.Style {
 	switch result {
-	case store.ResultPassed:
+	case domain.ResultPassed:
 		return s.ok
-	case store.ResultFailed:
+	case domain.ResultFailed:
 		return s.bad
 	}
 	return s.active

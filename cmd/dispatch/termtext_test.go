@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
@@ -73,18 +74,18 @@ func TestNodeTextIsEscaped(t *testing.T) {
 
 // TestWatchRenderEscapes: the full-screen view escapes what came from nodes.
 func TestWatchRenderEscapes(t *testing.T) {
-	v := &readmodel.StatusView{Project: "p", Phase: store.PhaseImplementation,
+	v := &readmodel.StatusView{Project: "p", Phase: domain.PhaseImplementation,
 		Nodes:  []readmodel.NodeView{{Name: "n1", State: "offline", Slots: 1, LastError: "ssh: " + hostile}},
 		Paused: []store.Pause{{APIMode: "m", Until: time.Now().Add(time.Minute), Reason: "limit " + hostile}},
 		Tasks: []readmodel.TaskView{
-			{ID: "S01", Title: "title " + hostile, Status: store.Completed},
-			{ID: "S02", Status: store.Failed, ErrorClass: "exit", Error: "boom " + hostile},
-			{ID: "S03", Status: store.Running, Warning: "stale " + hostile},
+			{ID: "S01", Title: "title " + hostile, Status: domain.Completed},
+			{ID: "S02", Status: domain.Failed, ErrorClass: "exit", Error: "boom " + hostile},
+			{ID: "S03", Status: domain.Running, Warning: "stale " + hostile},
 		}}
 	for _, tv := range v.Tasks {
 		v.Counts.Add(tv.Status)
 	}
-	f := &watchFrame{at: time.Now(), views: []*readmodel.StatusView{v}, projects: map[string]store.Project{"p": {Name: "p"}}}
+	f := &watchFrame{at: time.Now(), views: []*readmodel.StatusView{v}, projects: map[string]domain.Project{"p": {Name: "p"}}}
 	out := renderWatch(newStyles(false), f, []string{"error: " + hostile}, 200, 40, "footer")
 	if strings.ContainsAny(out, "\x1b\x07") {
 		t.Fatalf("the view holds terminal controls: %q", out)

@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/readmodel"
@@ -34,7 +35,7 @@ const (
 type watchFrame struct {
 	at       time.Time
 	views    []*readmodel.StatusView
-	projects map[string]store.Project
+	projects map[string]domain.Project
 }
 
 // finished reports whether every project shown is done, or stopped with
@@ -85,7 +86,7 @@ func watchStatus(c *cli.Context, e *env, st *store.Store, cfg *nodes.Config, cfg
 
 // load reads the status of the projects shown.
 func (w *watcher) load(ctx context.Context) (*watchFrame, error) {
-	f := &watchFrame{at: time.Now(), projects: map[string]store.Project{}}
+	f := &watchFrame{at: time.Now(), projects: map[string]domain.Project{}}
 	if w.project != "" {
 		p, err := w.st.Project(ctx, w.project)
 		if err != nil {
@@ -369,11 +370,11 @@ func renderWatch(s styles, f *watchFrame, notes []string, width, height int, foo
 	return strings.Join(lines, "\n")
 }
 
-func projectHeader(s styles, v *readmodel.StatusView, p store.Project, now time.Time) string {
+func projectHeader(s styles, v *readmodel.StatusView, p domain.Project, now time.Time) string {
 	parts := []string{s.project.Render(v.Project), "phase " + s.header.Render(v.Phase)}
 	if r := v.Result(); r != "" {
 		parts = append(parts, s.resultStyle(r).Render(r))
-	} else if p.State == store.ProjectStopped {
+	} else if p.State == domain.ProjectStopped {
 		parts = append(parts, s.warn.Render("stopped"))
 	}
 	if v.Budget != nil {
@@ -461,15 +462,15 @@ func shareLines(sizes []int, avail int) []int {
 // person is watching for come first.
 func watchRank(status string) int {
 	switch status {
-	case store.Running, store.Claimed:
+	case domain.Running, domain.Claimed:
 		return 0
-	case store.Failed:
+	case domain.Failed:
 		return 1
-	case store.Blocked, store.Lost:
+	case domain.Blocked, domain.Lost:
 		return 2
-	case store.Pending:
+	case domain.Pending:
 		return 3
-	case store.Completed:
+	case domain.Completed:
 		return 4
 	}
 	return 5
@@ -545,7 +546,7 @@ func taskRows(s styles, tasks []readmodel.TaskView, limit, width int) []string {
 			case 1:
 				st = s.statusStyle(t.Status)
 			case 4:
-				if t.Status != store.Running {
+				if t.Status != domain.Running {
 					st = s.dim
 				}
 			}
@@ -553,15 +554,15 @@ func taskRows(s styles, tasks []readmodel.TaskView, limit, width int) []string {
 		}
 		what, st := t.Title, s.plain
 		switch {
-		case t.Warning != "" && (t.Status == store.Running || t.Status == store.Claimed):
+		case t.Warning != "" && (t.Status == domain.Running || t.Status == domain.Claimed):
 			what, st = "warning: "+t.Warning, s.warn
-		case t.Error != "" && t.Status != store.Completed:
+		case t.Error != "" && t.Status != domain.Completed:
 			what = t.Error
 			if t.ErrorClass != "" {
 				what = t.ErrorClass + ": " + t.Error
 			}
 			st = s.warn
-			if t.Status == store.Failed {
+			if t.Status == domain.Failed {
 				st = s.bad
 			}
 		}

@@ -19,8 +19,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/readmodel"
-	"github.com/dispatch-tool/dispatch/store"
 )
 
 // tmuxSession is a detached tmux session of a fixed size on a server of its
@@ -355,7 +355,7 @@ func TestWatchTerminal(t *testing.T) {
 		if s.Project != project {
 			t.Errorf("line %d is the status of %q", i+1, s.Project)
 		}
-		if last := i == len(jl)-1; last != (s.Phase == store.PhaseDone) {
+		if last := i == len(jl)-1; last != (s.Phase == domain.PhaseDone) {
 			t.Errorf("line %d of %d has phase %s; only the last one should be done", i+1, len(jl), s.Phase)
 		}
 	}
@@ -417,23 +417,23 @@ func TestWatchFlags(t *testing.T) {
 // lines: running and failed tasks stay, the rest are counted, and nothing
 // goes past the edges.
 func TestWatchRenderFits(t *testing.T) {
-	v := &readmodel.StatusView{Project: "big", Phase: store.PhaseImplementation,
+	v := &readmodel.StatusView{Project: "big", Phase: domain.PhaseImplementation,
 		Nodes: []readmodel.NodeView{{Name: "n1", State: "online", Slots: 4, Running: 2, LastError: "a long error\nover two lines"}}}
 	for i := 1; i <= 30; i++ {
-		tv := readmodel.TaskView{ID: fmt.Sprintf("S%02d", i), Title: strings.Repeat("a very long title ", 10), Status: store.Completed}
+		tv := readmodel.TaskView{ID: fmt.Sprintf("S%02d", i), Title: strings.Repeat("a very long title ", 10), Status: domain.Completed}
 		switch i {
 		case 17, 23:
-			tv.Status, tv.Node, tv.Attempt, tv.DurationSeconds = store.Running, "n1", 1, 12
+			tv.Status, tv.Node, tv.Attempt, tv.DurationSeconds = domain.Running, "n1", 1, 12
 		case 29:
-			tv.Status, tv.ErrorClass, tv.Error = store.Failed, "exit", "exit status 1"
+			tv.Status, tv.ErrorClass, tv.Error = domain.Failed, "exit", "exit status 1"
 		case 30:
-			tv.Status = store.Pending
+			tv.Status = domain.Pending
 		}
 		v.Tasks = append(v.Tasks, tv)
 		v.Counts.Add(tv.Status)
 	}
 	f := &watchFrame{at: time.Now(), views: []*readmodel.StatusView{v},
-		projects: map[string]store.Project{"big": {Name: "big", StartedAt: time.Now().Add(-time.Minute)}}}
+		projects: map[string]domain.Project{"big": {Name: "big", StartedAt: time.Now().Add(-time.Minute)}}}
 	for _, tc := range []struct {
 		name          string
 		width, height int

@@ -1,0 +1,115 @@
+package domain
+
+import (
+	"time"
+
+	"github.com/dispatch-tool/dispatch/internal/yamlval"
+)
+
+// Task is one task of a project with its current state.
+type Task struct {
+	Project   string
+	ID        string
+	Title     string
+	Type      string
+	Tool      string
+	Model     string
+	Priority  int
+	DependsOn []string
+	Tags      []string
+	NodePin   string
+	Timeout   time.Duration
+	// Stall is the task's own stall_timeout (front matter); 0 means the
+	// project's, the node's or the default.
+	Stall       time.Duration
+	MaxRetries  int
+	SpecFile    string
+	SpecHash    string
+	Snapshot    []byte
+	Status      string
+	Attempt     int
+	RetriesUsed int
+	// RateLimitRetries counts retries after rate limits, which do not use
+	// up RetriesUsed.
+	RateLimitRetries int
+	// LostRetries counts requeues after attempts lost with their node,
+	// which do not use up RetriesUsed either.
+	LostRetries int
+	Node        string
+	NotBefore   time.Time
+	ExitCode    int
+	ErrorClass  string
+	Error       string
+	StartedAt   time.Time
+	CompletedAt time.Time
+	// Heartbeat is the last heartbeat content seen and HeartbeatAt the
+	// controller's time when it last changed: remote clocks are never compared.
+	Heartbeat   string
+	HeartbeatAt time.Time
+	// Warning is a problem of the running attempt that is not a failure.
+	Warning string
+	// BaseDir is a directory on the controller copied into the task's
+	// output/ before it starts (project.yaml base, or the tree an
+	// integration-phase task works on).
+	BaseDir string
+	// BaseCommit is, in a git-native project, the commit of the
+	// operator's repository the task's workspace starts from (repo:'s
+	// commit, or the merge and the integration phase's commits).
+	BaseCommit string
+	// ReusedFrom is, for a task whose result an earlier run made and this
+	// run reuses, that run's number; 0 when the task runs in this run.
+	ReusedFrom int
+	// Sandbox is the task's sandbox: on, off, auto, or "" to leave it to
+	// the node (front matter, else project.yaml).
+	Sandbox string
+	// Network is the task's network: open, none (it must run sandboxed),
+	// or "" to leave it to the node (front matter, else project.yaml).
+	Network string
+	// Limits are the task's limits (front matter, else project.yaml);
+	// the node's fill in the rest at launch.
+	Limits    yamlval.Limits
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Attempt is one attempt of a task: its row in attempts.
+type Attempt struct {
+	Project     string
+	Task        string
+	Attempt     int
+	Node        string
+	Status      string
+	PID         int
+	ExitCode    int
+	Signal      string
+	ErrorClass  string
+	Error       string
+	ClaimedAt   time.Time
+	StartedAt   time.Time
+	CompletedAt time.Time
+	LogBytes    int64
+	TokensIn    int64
+	TokensOut   int64
+	CostUSD     float64
+	CollectedAt time.Time
+	// Dangerous is set when the attempt ran with the tool's
+	// permission-skipping flags.
+	Dangerous bool
+	// APIMode is the api_mode the attempt ran under ("" for none).
+	APIMode string
+	// SessionID is the tool's session as its output named it, for a
+	// retry to resume.
+	SessionID string
+	// Commit is, in a git-native project, the commit the attempt's
+	// workspace was recorded as when the tool exited.
+	Commit string
+	// Run is the project's run the attempt belongs to.
+	Run int
+	// Sandbox is how the attempt was confined: "bwrap", or "" for not
+	// at all.
+	Sandbox string
+	// Inputs is what the attempt ran from (spec, base, tool, model,
+	// api_mode variables, its dependencies' results) as JSON: a later run
+	// reuses the result while they are unchanged.
+	Inputs string
+}
