@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/store"
@@ -334,7 +335,7 @@ func dispatchEnv(c *sshdtest.Client) []string {
 }
 
 // taskCounts reads the tasks of a project from a database read-only.
-func taskCounts(ctx context.Context, dbPath, project string) (map[string]int, error) {
+func taskCounts(ctx context.Context, dbPath, project string) (map[domain.Status]int, error) {
 	st, err := store.OpenReadOnly(ctx, dbPath)
 	if err != nil {
 		return nil, err
@@ -344,7 +345,7 @@ func taskCounts(ctx context.Context, dbPath, project string) (map[string]int, er
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]int{}
+	out := map[domain.Status]int{}
 	for _, t := range tasks {
 		out[t.Status]++
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/nodes"
@@ -174,9 +175,9 @@ func (ip *inproc) close() {
 }
 
 // statusCounts counts the project's tasks by status.
-func (ip *inproc) statusCounts(ctx context.Context) map[string]int {
+func (ip *inproc) statusCounts(ctx context.Context) map[domain.Status]int {
 	tasks, err := ip.st.Tasks(ctx, ip.project)
-	out := map[string]int{}
+	out := map[domain.Status]int{}
 	if err != nil {
 		out["error"] = 1
 		return out

@@ -164,7 +164,7 @@ func memRun(ctx context.Context, o *options, t *tb, c *sshdtest.Client, servers 
 	}
 
 	dbPath := home.DBPath(homeDir)
-	var counts map[string]int
+	var counts map[domain.Status]int
 	if !waitFor(5*time.Minute, 500*time.Millisecond, func() bool {
 		select {
 		case err := <-exited:

@@ -23,7 +23,7 @@ var limitName = map[string]string{wire.ClassOOM: "memory", wire.ClassPids: "pids
 // retryable lists the error classes that are retried (SPEC §7 step 4).
 var retryable = map[string]bool{
 	wire.ClassExit: true, wire.ClassCrash: true, wire.ClassTimeout: true,
-	wire.ClassRateLimit: true, wire.ClassStart: true, domain.Lost: true,
+	wire.ClassRateLimit: true, wire.ClassStart: true, classLost: true,
 	wire.ClassHung: true, wire.ClassStalled: true,
 }
 
@@ -52,8 +52,8 @@ type snapshot struct {
 	// depStatus holds, by project, the status of the dependencies of the
 	// pending and blocked tasks read; counts the project's tasks by
 	// status; nextDue the earliest backoff among its pending tasks.
-	depStatus map[string]map[string]string
-	counts    map[string]map[string]int
+	depStatus map[string]map[string]domain.Status
+	counts    map[string]map[domain.Status]int
 	nextDue   map[string]time.Time
 	// modes holds, by project and task, the api_mode of each live
 	// attempt (for the slots and modes the tick's changes free).
@@ -70,7 +70,7 @@ type snapshot struct {
 // may block, counts; see store.TickRead), its options and spending, and
 // the attempt facts the decisions will need.
 func readSnapshot(ctx context.Context, tx *store.Tx, projects []string, pulls map[string]*pull) (*snapshot, error) {
-	s := &snapshot{tasks: map[string][]domain.Task{}, depStatus: map[string]map[string]string{}, counts: map[string]map[string]int{},
+	s := &snapshot{tasks: map[string][]domain.Task{}, depStatus: map[string]map[string]domain.Status{}, counts: map[string]map[domain.Status]int{},
 		nextDue: map[string]time.Time{}, modes: map[string]map[string]string{}, facts: map[string]projectFacts{}, attempts: map[attemptKey]attemptFacts{},
 		damaged: map[string]error{}}
 	named := namedLive(pulls)

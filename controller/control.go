@@ -266,7 +266,7 @@ func (c *Controller) Cancel(ctx context.Context, project string, ids []string) (
 			t := byID[id]
 			if t.Status == domain.Claimed || t.Status == domain.Running {
 				running = append(running, t)
-				if err := tx.SetAttempt(ctx, project, id, t.Attempt, store.AttemptPatch{Status: new(domain.Killed), ErrorClass: new(domain.Killed),
+				if err := tx.SetAttempt(ctx, project, id, t.Attempt, store.AttemptPatch{Status: new(domain.Killed), ErrorClass: new(classKilled),
 					Error: new("canceled by the operator"), CompletedAt: new(tx.Now())}); err != nil {
 					return err
 				}

@@ -289,7 +289,7 @@ func TestDependenciesAndBlockedDependents(t *testing.T) {
 	if sawS02BeforeS01 {
 		t.Fatal("S02 was claimed before its dependency S01 completed")
 	}
-	want := map[string]string{"S01": domain.Completed, "S02": domain.Completed, "S03": domain.Failed,
+	want := map[string]domain.Status{"S01": domain.Completed, "S02": domain.Completed, "S03": domain.Failed,
 		"S04": domain.Blocked, "S05": domain.Blocked}
 	for id, st := range want {
 		if got := h.task(id); got.Status != st {

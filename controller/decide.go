@@ -147,8 +147,8 @@ type applier struct {
 	// counts are each project's tasks by status, kept up to date with the
 	// tick's transitions; depStatus the status of dependencies that are
 	// not among the tasks read (see snapshot).
-	counts    map[string]map[string]int
-	depStatus map[string]map[string]string
+	counts    map[string]map[domain.Status]int
+	depStatus map[string]map[string]domain.Status
 	modes     map[string]map[string]string
 	// after collects what the changes mean for the claims (see afterApply).
 	after   afterApply
@@ -384,7 +384,7 @@ func (a *applier) finished(t *domain.Task, status *wire.Status) {
 	a.spend(t.Project, &st)
 	completed := parseRemoteTime(st.CompletedAt, a.now)
 	started := parseRemoteTime(st.StartedAt, completed)
-	run := store.AttemptPatch{Status: new(st.Status), PID: new(st.PID), ExitCode: new(st.ExitCode), Signal: new(st.Signal),
+	run := store.AttemptPatch{Status: new(domain.Status(st.Status)), PID: new(st.PID), ExitCode: new(st.ExitCode), Signal: new(st.Signal),
 		ErrorClass: new(st.ErrorClass), Error: new(st.Error), StartedAt: new(started), CompletedAt: new(completed),
 		LogBytes: new(st.LogBytes), TokensIn: new(st.TokensIn), TokensOut: new(st.TokensOut), CostUSD: new(st.CostUSD),
 		SessionID: new(st.SessionID), Sandbox: new(st.Sandbox)}
@@ -500,7 +500,7 @@ const maxLostRetries = 10
 
 // fail moves the current attempt to failed with its run record, then retries
 // it after the backoff when its class is retryable and retries remain.
-func (a *applier) fail(t *domain.Task, from, class, msg string, exitCode int, run store.AttemptPatch) {
+func (a *applier) fail(t *domain.Task, from domain.Status, class, msg string, exitCode int, run store.AttemptPatch) {
 	a.setAttempt(t, run)
 	if msg == "" {
 		msg = class
@@ -511,15 +511,22 @@ func (a *applier) fail(t *domain.Task, from, class, msg string, exitCode int, ru
 	a.retry(t, domain.Failed, class)
 }
 
+// The error classes the controller writes itself, each the same word as the
+// attempt's status: an attempt lost with its node, or killed by the operator.
+const (
+	classLost   = string(domain.Lost)
+	classKilled = string(domain.Killed)
+)
+
 // lose marks the current attempt lost (its node is gone) and requeues it.
 func (a *applier) lose(t *domain.Task, msg string) {
-	a.setAttempt(t, store.AttemptPatch{Status: new(domain.Lost), ErrorClass: new(domain.Lost), Error: new(msg)})
+	a.setAttempt(t, store.AttemptPatch{Status: new(domain.Lost), ErrorClass: new(classLost), Error: new(msg)})
 	a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: t.Status, To: domain.Lost,
-		Message: msg, Set: store.TaskPatch{ErrorClass: new(domain.Lost), Error: new(msg)}})
-	a.retry(t, domain.Lost, domain.Lost)
+		Message: msg, Set: store.TaskPatch{ErrorClass: new(classLost), Error: new(msg)}})
+	a.retry(t, domain.Lost, classLost)
 }
 
-func (a *applier) retry(t *domain.Task, from, class string) {
+func (a *applier) retry(t *domain.Task, from domain.Status, class string) {
 	change, gaveUp := decideRetry(*t, from, class, a.now, a.c.backoff)
 	switch {
 	case change != nil:
@@ -538,7 +545,7 @@ func (a *applier) retry(t *domain.Task, from, class string) {
 // or no transition and why the task gives up. backoff(n) is the delay
 // before retry n. Rate limits have their own count and never use up
 // max_retries.
-func decideRetry(t domain.Task, from, class string, now time.Time, backoff func(int) time.Duration) (change *store.Change, gaveUp string) {
+func decideRetry(t domain.Task, from domain.Status, class string, now time.Time, backoff func(int) time.Duration) (change *store.Change, gaveUp string) {
 	if class == wire.ClassRateLimit {
 		if t.RateLimitRetries >= maxRateLimitRetries {
 			return nil, fmt.Sprintf("rate limited %d times; giving up", t.RateLimitRetries)
@@ -548,7 +555,7 @@ func decideRetry(t domain.Task, from, class string, now time.Time, backoff func(
 			Message: fmt.Sprintf("rate limited: retry %d of %d once its api_mode's pause ends or under a fallback (does not use max_retries)", n, maxRateLimitRetries),
 			Set:     store.TaskPatch{RateLimitRetries: new(n), NotBefore: new(now.Add(backoff(n)))}}, ""
 	}
-	if class == domain.Lost {
+	if class == classLost {
 		// The node was lost, not the task's doing: requeued at once, for
 		// another node, without using max_retries; a task that takes its
 		// node down every time still ends.
@@ -597,7 +604,7 @@ func (a *applier) blocked(tasks []domain.Task) {
 	for i := range tasks {
 		byID[tasks[i].ID] = &tasks[i]
 	}
-	dead := func(s string) bool { return s == domain.Failed || s == domain.Blocked || s == domain.Canceled }
+	dead := func(s domain.Status) bool { return s == domain.Failed || s == domain.Blocked || s == domain.Canceled }
 	// Blocking propagates along chains; repeat until nothing changes.
 	for changed := true; changed; {
 		changed = false
@@ -613,7 +620,7 @@ func (a *applier) blocked(tasks []domain.Task) {
 					st = dep.Status
 				}
 				if dead(st) {
-					culprit = d + " " + st
+					culprit = d + " " + string(st)
 					break
 				}
 			}

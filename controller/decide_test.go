@@ -48,10 +48,11 @@ nodes:
 func TestDecideRetry(t *testing.T) {
 	backoff := func(n int) time.Duration { return time.Duration(n) * 10 * time.Second }
 	tests := []struct {
-		name        string
-		task        domain.Task
-		from, class string
-		want        string // the change, or "gave up: <why>"
+		name  string
+		task  domain.Task
+		from  domain.Status
+		class string
+		want  string // the change, or "gave up: <why>"
 	}{
 		{"exit with retries left", domain.Task{ID: "S01", MaxRetries: 3, RetriesUsed: 1}, domain.Failed, wire.ClassExit,
 			"failed→pending retry 2 of 3 in 20s; NotBefore=2026-11-22T12:00:20Z RetriesUsed=2"},
@@ -63,11 +64,11 @@ func TestDecideRetry(t *testing.T) {
 			"gave up: killed for its memory limit: not retried; raise limits.memory and `dispatch retry`"},
 		{"pids is not retried", domain.Task{ID: "S01", MaxRetries: 3}, domain.Failed, wire.ClassPids,
 			"gave up: killed for its pids limit: not retried; raise limits.pids and `dispatch retry`"},
-		{"lost is requeued at once without using a retry", domain.Task{ID: "S01", MaxRetries: 1, RetriesUsed: 1}, domain.Lost, domain.Lost,
+		{"lost is requeued at once without using a retry", domain.Task{ID: "S01", MaxRetries: 1, RetriesUsed: 1}, domain.Lost, classLost,
 			"lost→pending lost with its node: requeued at once (1 of 10; does not use max_retries); LostRetries=1 NotBefore=2026-11-22T12:00:00Z"},
-		{"lost with max_retries 0 is requeued", domain.Task{ID: "S01", LostRetries: 3}, domain.Lost, domain.Lost,
+		{"lost with max_retries 0 is requeued", domain.Task{ID: "S01", LostRetries: 3}, domain.Lost, classLost,
 			"lost→pending lost with its node: requeued at once (4 of 10; does not use max_retries); LostRetries=4 NotBefore=2026-11-22T12:00:00Z"},
-		{"lost too often fails", domain.Task{ID: "S01", MaxRetries: 3, LostRetries: maxLostRetries}, domain.Lost, domain.Lost,
+		{"lost too often fails", domain.Task{ID: "S01", MaxRetries: 3, LostRetries: maxLostRetries}, domain.Lost, classLost,
 			"lost→failed lost with its node 10 times; giving up;"},
 		{"rate limit does not use max_retries", domain.Task{ID: "S01", MaxRetries: 0, RetriesUsed: 0, RateLimitRetries: 2},
 			domain.Failed, wire.ClassRateLimit,
@@ -132,7 +133,7 @@ func endedStatus(id string, attempt int, status, class string) wire.TaskStatus {
 		ErrorClass: class, RetryAfterSeconds: 90, ExitCode: 1, CompletedAt: t0.Format(time.RFC3339)}}
 }
 
-func decideTask(id, status, node string, attempt int, deps ...string) domain.Task {
+func decideTask(id string, status domain.Status, node string, attempt int, deps ...string) domain.Task {
 	return domain.Task{Project: "p", ID: id, Status: status, Node: node, Attempt: attempt, DependsOn: deps,
 		MaxRetries: 2, Heartbeat: "1", HeartbeatAt: t0.Add(-time.Minute)}
 }

@@ -197,7 +197,7 @@ func TestLostNodeRequeuesAtOnceWithoutARetry(t *testing.T) {
 	var down, claimed time.Time
 	evs, _ := h.st.Events(context.Background(), "p", 0, 1000)
 	for _, e := range evs {
-		if e.Task == onN1 && e.Kind == "status" && e.ToStatus == domain.Running && down.IsZero() {
+		if e.Task == onN1 && e.Kind == "status" && e.ToStatus == string(domain.Running) && down.IsZero() {
 			down = e.Time // n1 went down right after this was seen
 		}
 		if e.Task == onN1 && e.Kind == "claim" && e.Attempt == 2 {

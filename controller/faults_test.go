@@ -244,7 +244,7 @@ nodes:
 	ctx := context.Background()
 	if err := h.st.Update(ctx, func(tx *store.Tx) error {
 		if _, _, err := tx.Transition(ctx, store.Change{Project: "p", Task: "S01", From: domain.Running, To: domain.Lost,
-			Set: store.TaskPatch{ErrorClass: new(domain.Lost)}}); err != nil {
+			Set: store.TaskPatch{ErrorClass: new(classLost)}}); err != nil {
 			return err
 		}
 		_, _, err := tx.Transition(ctx, store.Change{Project: "p", Task: "S01", From: domain.Lost, To: domain.Pending})

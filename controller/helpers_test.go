@@ -69,10 +69,10 @@ func (h *harness) addProject(name string, specs map[string]string) {
 // wholeSnapshot is the snapshot of project p when every task of it is
 // read: the counts and backoffs follow from tasks.
 func wholeSnapshot(tasks []domain.Task, facts projectFacts, runs map[attemptKey]attemptFacts) *snapshot {
-	counts := map[string]int{}
+	counts := map[domain.Status]int{}
 	for _, t := range tasks {
 		counts[t.Status]++
 	}
 	return &snapshot{projects: []string{"p"}, tasks: map[string][]domain.Task{"p": tasks},
-		counts: map[string]map[string]int{"p": counts}, facts: map[string]projectFacts{"p": facts}, attempts: runs}
+		counts: map[string]map[domain.Status]int{"p": counts}, facts: map[string]projectFacts{"p": facts}, attempts: runs}
 }

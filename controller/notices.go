@@ -61,7 +61,7 @@ func (c *Controller) sendNotice(ctx context.Context, project, event, result, mes
 	if tasks, err := c.st.Tasks(ctx, project); err == nil {
 		msg.Counts = map[string]int{}
 		for _, t := range tasks {
-			msg.Counts[t.Status]++
+			msg.Counts[string(t.Status)]++
 		}
 	}
 	if usd, _, err := c.st.Spent(ctx, project); err == nil {

@@ -213,7 +213,7 @@ func decidePhase(in phaseInput) phaseStep {
 		case !ok || !in.done(s99):
 			return phaseStep{action: phaseWait}
 		case s99.Status != domain.Completed:
-			return phaseStep{action: phaseFinish, result: domain.ResultFailed, note: "integration task " + domain.IntegrationID + " " + s99.Status}
+			return phaseStep{action: phaseFinish, result: domain.ResultFailed, note: "integration task " + domain.IntegrationID + " " + string(s99.Status)}
 		}
 		tree := resultOf(in.runsDir, s99, in.runs)
 		switch {
@@ -237,7 +237,7 @@ func decidePhase(in phaseInput) phaseStep {
 			case !ok || !in.done(f):
 				return phaseStep{action: phaseWait}
 			case f.Status != domain.Completed:
-				return phaseStep{action: phaseFinish, result: domain.ResultFailed, note: "fix task " + f.ID + " " + f.Status, final: &verified}
+				return phaseStep{action: phaseFinish, result: domain.ResultFailed, note: "fix task " + f.ID + " " + string(f.Status), final: &verified}
 			case in.budget != "":
 				return budget
 			}

@@ -12,7 +12,7 @@ import (
 // TestDecidePhase: the phase machine as a decision table, over a
 // project's settled tasks alone (no store, no process).
 func TestDecidePhase(t *testing.T) {
-	task := func(id, status string) domain.Task {
+	task := func(id string, status domain.Status) domain.Task {
 		return domain.Task{ID: id, Status: status, Attempt: 1, BaseDir: "/base/" + id}
 	}
 	phase := func(ts ...domain.Task) map[string]domain.Task {

@@ -116,7 +116,7 @@ const candidateFactor = 4
 
 // retryElsewhere lists the failures after which a retry should prefer
 // another node than the one that failed.
-var retryElsewhere = map[string]bool{wire.ClassStart: true, wire.ClassCrash: true, wire.ClassHung: true, domain.Lost: true}
+var retryElsewhere = map[string]bool{wire.ClassStart: true, wire.ClassCrash: true, wire.ClassHung: true, classLost: true}
 
 // better reports whether a is a better node than b for task t: away from the
 // node where t's last attempt failed to start, crashed or was lost, then

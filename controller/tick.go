@@ -59,7 +59,7 @@ func newAfterApply() afterApply {
 }
 
 // live reports whether a task in status s holds a slot.
-func live(s string) bool { return s == domain.Claimed || s == domain.Running }
+func live(s domain.Status) bool { return s == domain.Claimed || s == domain.Running }
 
 // tickPlan is everything the decisions of a tick chose.
 type tickPlan struct {

@@ -99,7 +99,7 @@ func TestDecideTick(t *testing.T) {
 			pulls := nodeSays(tc.pulls)
 			snap := wholeSnapshot(tc.tasks, projectFacts{opts: tc.opts}, tc.runs)
 			snap.modes = map[string]map[string]string{"p": {}}
-			snap.depStatus = map[string]map[string]string{"p": {"S00": domain.Completed}}
+			snap.depStatus = map[string]map[string]domain.Status{"p": {"S00": domain.Completed}}
 			r := &tickRead{snapshot: snap, prev: tc.prev, ranOn: tc.ranOn, active: []domain.Project{{Name: "p"}},
 				runnable: map[string][]domain.Task{"p": tc.runnable},
 				claims:   assignInput{caps: c.capacities(pulls, tc.busy, nil), modeUse: map[string]int{}, unusable: map[string]string{}}}

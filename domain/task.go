@@ -26,7 +26,7 @@ type Task struct {
 	SpecFile    string
 	SpecHash    string
 	Snapshot    []byte
-	Status      string
+	Status      Status
 	Attempt     int
 	RetriesUsed int
 	// RateLimitRetries counts retries after rate limits, which do not use
@@ -78,7 +78,7 @@ type Attempt struct {
 	Task        string
 	Attempt     int
 	Node        string
-	Status      string
+	Status      Status
 	PID         int
 	ExitCode    int
 	Signal      string

@@ -83,7 +83,7 @@ type reuseCandidate struct {
 	New bool
 	// Status is its status when the run ended; FromRun the run whose
 	// attempt made its result.
-	Status  string
+	Status  domain.Status
 	FromRun int
 	// Ran is what that attempt ran from (nil: not recorded, as for
 	// attempts made before runs were numbered).

@@ -85,19 +85,19 @@ type ReportTask struct {
 
 // AttemptView is one attempt of a task.
 type AttemptView struct {
-	Attempt     int     `json:"attempt"`
-	Node        string  `json:"node"`
-	Status      string  `json:"status"`
-	ExitCode    int     `json:"exit_code"`
-	Signal      string  `json:"signal"`
-	ErrorClass  string  `json:"error_class"`
-	Error       string  `json:"error"`
-	StartedAt   string  `json:"started_at"`
-	CompletedAt string  `json:"completed_at"`
-	TokensIn    int64   `json:"tokens_in"`
-	TokensOut   int64   `json:"tokens_out"`
-	CostUSD     float64 `json:"cost_usd"`
-	Dangerous   bool    `json:"dangerous"`
+	Attempt     int           `json:"attempt"`
+	Node        string        `json:"node"`
+	Status      domain.Status `json:"status"`
+	ExitCode    int           `json:"exit_code"`
+	Signal      string        `json:"signal"`
+	ErrorClass  string        `json:"error_class"`
+	Error       string        `json:"error"`
+	StartedAt   string        `json:"started_at"`
+	CompletedAt string        `json:"completed_at"`
+	TokensIn    int64         `json:"tokens_in"`
+	TokensOut   int64         `json:"tokens_out"`
+	CostUSD     float64       `json:"cost_usd"`
+	Dangerous   bool          `json:"dangerous"`
 	// APIMode is the api_mode the attempt ran under: its node's, or a
 	// fallback while that one was paused; "" for none.
 	APIMode string `json:"api_mode"`
@@ -377,7 +377,7 @@ func (r *Report) Markdown() string {
 }
 
 // idsWith are the IDs of the tasks in status, in the report's order.
-func (r *Report) idsWith(status string) []string {
+func (r *Report) idsWith(status domain.Status) []string {
 	var out []string
 	for _, t := range r.Tasks {
 		if t.Status == status {
@@ -425,7 +425,7 @@ func (r *Report) mdNext(b *strings.Builder, stop *BudgetStop, failed, blocked []
 		fmt.Fprintf(b, "Stopped by dispatch: %s.\n\nNext: fix that, then `dispatch start %s` resumes; tasks that were running go on and are collected, nothing new starts.\n\n",
 			mdCode(r.Problem), r.Project)
 	case r.Result == domain.ResultStopped:
-		states := map[string]string{}
+		states := map[string]domain.Status{}
 		for _, t := range r.Tasks {
 			states[t.ID] = t.Status
 		}

@@ -98,7 +98,7 @@ func (c Counts) Total() int {
 }
 
 // Add counts one task in the given status.
-func (c *Counts) Add(status string) {
+func (c *Counts) Add(status domain.Status) {
 	switch status {
 	case domain.Pending, domain.Lost:
 		c.Pending++
@@ -119,18 +119,18 @@ func (c *Counts) Add(status string) {
 
 // TaskView is one task in status and report output.
 type TaskView struct {
-	ID              string  `json:"id"`
-	Title           string  `json:"title"`
-	Type            string  `json:"type"`
-	Status          string  `json:"status"`
-	Node            string  `json:"node"`
-	Attempt         int     `json:"attempt"`
-	ExitCode        int     `json:"exit_code"`
-	ErrorClass      string  `json:"error_class"`
-	Error           string  `json:"error"`
-	StartedAt       string  `json:"started_at"`
-	CompletedAt     string  `json:"completed_at"`
-	DurationSeconds float64 `json:"duration_seconds"`
+	ID              string        `json:"id"`
+	Title           string        `json:"title"`
+	Type            string        `json:"type"`
+	Status          domain.Status `json:"status"`
+	Node            string        `json:"node"`
+	Attempt         int           `json:"attempt"`
+	ExitCode        int           `json:"exit_code"`
+	ErrorClass      string        `json:"error_class"`
+	Error           string        `json:"error"`
+	StartedAt       string        `json:"started_at"`
+	CompletedAt     string        `json:"completed_at"`
+	DurationSeconds float64       `json:"duration_seconds"`
 	// Warning is shown by the text views; the JSON keeps SPEC §9's keys.
 	Warning string `json:"-"`
 	// ReusedFrom is the earlier run whose result this run reuses (0:

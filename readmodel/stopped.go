@@ -13,7 +13,7 @@ import (
 // `stop --kill` or `cancel`) stays canceled until `dispatch retry` names
 // it, so it is never said to be resumed by start. states is each task's
 // status by ID (store.States).
-func StoppedNext(project string, states map[string]string) string {
+func StoppedNext(project string, states map[string]domain.Status) string {
 	var canceled []string
 	waiting := 0
 	for id, st := range states {

@@ -9,14 +9,14 @@ import (
 func TestStoppedNext(t *testing.T) {
 	tests := []struct {
 		name  string
-		tasks map[string]string
+		tasks map[string]domain.Status
 		want  string
 	}{
-		{"nothing canceled", map[string]string{"S01": domain.Completed, "S02": domain.Pending},
+		{"nothing canceled", map[string]domain.Status{"S01": domain.Completed, "S02": domain.Pending},
 			"dispatch start p resumes"},
-		{"all killed by stop --kill", map[string]string{"S02": domain.Canceled, "S01": domain.Canceled, "S03": domain.Completed},
+		{"all killed by stop --kill", map[string]domain.Status{"S02": domain.Canceled, "S01": domain.Canceled, "S03": domain.Completed},
 			"dispatch retry p S01 S02 reruns the canceled"},
-		{"killed and waiting", map[string]string{"S01": domain.Canceled, "S02": domain.Blocked, "S03": domain.Pending},
+		{"killed and waiting", map[string]domain.Status{"S01": domain.Canceled, "S02": domain.Blocked, "S03": domain.Pending},
 			"dispatch start p resumes the 2 waiting task(s); dispatch retry p S01 reruns the canceled"},
 	}
 	for _, tt := range tests {

@@ -52,25 +52,25 @@ type TaskPatch struct {
 
 // AttemptPatch changes columns of one attempt's row.
 type AttemptPatch struct {
-	Status      *string    `col:"status"`
-	PID         *int       `col:"pid"`
-	ExitCode    *int       `col:"exit_code"`
-	Signal      *string    `col:"signal"`
-	ErrorClass  *string    `col:"error_class"`
-	Error       *string    `col:"error"`
-	StartedAt   *time.Time `col:"started_at"`
-	CompletedAt *time.Time `col:"completed_at"`
-	CollectedAt *time.Time `col:"collected_at"`
-	LogBytes    *int64     `col:"log_bytes"`
-	TokensIn    *int64     `col:"tokens_in"`
-	TokensOut   *int64     `col:"tokens_out"`
-	CostUSD     *float64   `col:"cost_usd"`
-	Dangerous   *bool      `col:"dangerous"`
-	APIMode     *string    `col:"api_mode"`
-	SessionID   *string    `col:"session_id"`
-	Commit      *string    `col:"result_commit"`
-	Inputs      *string    `col:"inputs"`
-	Sandbox     *string    `col:"sandbox"`
+	Status      *domain.Status `col:"status"`
+	PID         *int           `col:"pid"`
+	ExitCode    *int           `col:"exit_code"`
+	Signal      *string        `col:"signal"`
+	ErrorClass  *string        `col:"error_class"`
+	Error       *string        `col:"error"`
+	StartedAt   *time.Time     `col:"started_at"`
+	CompletedAt *time.Time     `col:"completed_at"`
+	CollectedAt *time.Time     `col:"collected_at"`
+	LogBytes    *int64         `col:"log_bytes"`
+	TokensIn    *int64         `col:"tokens_in"`
+	TokensOut   *int64         `col:"tokens_out"`
+	CostUSD     *float64       `col:"cost_usd"`
+	Dangerous   *bool          `col:"dangerous"`
+	APIMode     *string        `col:"api_mode"`
+	SessionID   *string        `col:"session_id"`
+	Commit      *string        `col:"result_commit"`
+	Inputs      *string        `col:"inputs"`
+	Sandbox     *string        `col:"sandbox"`
 }
 
 // ProjectPatch changes columns of a project.

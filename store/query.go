@@ -135,11 +135,12 @@ func countBy(ctx context.Context, q querier, what, query string, args ...any) (m
 
 // States returns the status of every task of a project by ID, and how many
 // have failed: what scheduling needs of the tasks it does not launch.
-func (s *Store) States(ctx context.Context, project string) (map[string]string, int, error) {
-	out := map[string]string{}
+func (s *Store) States(ctx context.Context, project string) (map[string]domain.Status, int, error) {
+	out := map[string]domain.Status{}
 	failed := 0
 	err := eachRow(ctx, s.db, func(r scanner) error {
-		var id, st string
+		var id string
+		var st domain.Status
 		if err := r.Scan(&id, &st); err != nil {
 			return err
 		}

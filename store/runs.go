@@ -228,7 +228,7 @@ func (tx *Tx) RunAgain(ctx context.Context, t domain.Task, reason string) error 
 	if _, err := tx.tx.ExecContext(ctx, "DELETE FROM files WHERE project = ? AND task = ?", t.Project, t.ID); err != nil {
 		return fmt.Errorf("run %s/%s again: %w", t.Project, t.ID, err)
 	}
-	return tx.Event(ctx, Event{Project: t.Project, Task: t.ID, Kind: "rerun", FromStatus: from, ToStatus: domain.Pending, Message: reason})
+	return tx.Event(ctx, Event{Project: t.Project, Task: t.ID, Kind: "rerun", FromStatus: string(from), ToStatus: string(domain.Pending), Message: reason})
 }
 
 // Reuse keeps a completed task's result in the new run: from is the run
@@ -241,7 +241,7 @@ func (tx *Tx) Reuse(ctx context.Context, t domain.Task, from int) error {
 		Stall: &t.Stall, MaxRetries: &t.MaxRetries, SpecFile: &t.SpecFile, Sandbox: &t.Sandbox, Limits: &t.Limits, Network: &t.Network}); err != nil {
 		return err
 	}
-	return tx.Event(ctx, Event{Project: t.Project, Task: t.ID, Kind: "reused", ToStatus: domain.Completed,
+	return tx.Event(ctx, Event{Project: t.Project, Task: t.ID, Kind: "reused", ToStatus: string(domain.Completed),
 		Message: fmt.Sprintf("reused from run %d: its inputs are unchanged", from)})
 }
 

@@ -80,7 +80,7 @@ func TestTransitionWritesEventAndRefusesIllegal(t *testing.T) {
 		t.Fatalf("attempt = %d, want 1", attempt)
 	}
 	steps := []struct {
-		from, to string
+		from, to domain.Status
 		wantErr  error
 	}{
 		{domain.Claimed, domain.Running, nil},

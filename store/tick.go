@@ -24,9 +24,9 @@ type TickRead struct {
 	Tasks []domain.Task
 	// DepStatus holds the status of each dependency of the pending and
 	// blocked tasks in Tasks.
-	DepStatus map[string]string
+	DepStatus map[string]domain.Status
 	// Counts are the project's tasks by status.
-	Counts map[string]int
+	Counts map[domain.Status]int
 	// NextDue is the earliest not_before after now among the pending
 	// tasks (zero: none).
 	NextDue time.Time
@@ -58,10 +58,10 @@ var tickSelect = `WITH RECURSIVE
 // byStatus selects the IDs of the tasks of project ?1 in the statuses
 // given, one index search each: a UNION (which sorts to drop duplicates)
 // or an IN list leads the planner to read the whole project in ID order.
-func byStatus(statuses ...string) string {
+func byStatus(statuses ...domain.Status) string {
 	var parts []string
 	for _, st := range statuses {
-		parts = append(parts, "SELECT id FROM tasks WHERE project = ?1 AND status = '"+st+"'")
+		parts = append(parts, "SELECT id FROM tasks WHERE project = ?1 AND status = '"+string(st)+"'")
 	}
 	return strings.Join(parts, " UNION ALL ")
 }
@@ -71,7 +71,7 @@ func byStatus(statuses ...string) string {
 // project with a row that does not read back gives ErrDamaged, whether
 // or not the tick would read that row: nothing of it may be decided on.
 func (tx *Tx) TickTasks(ctx context.Context, project string, named []string, now time.Time) (TickRead, error) {
-	r := TickRead{DepStatus: map[string]string{}, Counts: map[string]int{}, Modes: map[string]string{}}
+	r := TickRead{DepStatus: map[string]domain.Status{}, Counts: map[domain.Status]int{}, Modes: map[string]string{}}
 	if err := tx.damage(ctx, project); err != nil {
 		return r, err
 	}
@@ -94,7 +94,8 @@ func (tx *Tx) TickTasks(ctx context.Context, project string, named []string, now
 	if len(waiting) > 0 {
 		ids, _ := json.Marshal(waiting)
 		err := eachRow(ctx, tx.tx, func(row scanner) error {
-			var id, st string
+			var id string
+			var st domain.Status
 			if err := row.Scan(&id, &st); err != nil {
 				return err
 			}
@@ -153,7 +154,10 @@ func (tx *Tx) damage(ctx context.Context, project string) error {
 // canceled, each as ch says (From, To and Task are set per task), and
 // returns how many it moved.
 func (tx *Tx) CancelWaiting(ctx context.Context, ch Change) (int, error) {
-	type waiting struct{ id, status string }
+	type waiting struct {
+		id     string
+		status domain.Status
+	}
 	tasks, err := queryRows(ctx, tx.tx, func(r scanner) (waiting, error) {
 		var w waiting
 		return w, r.Scan(&w.id, &w.status)
@@ -173,14 +177,14 @@ func (tx *Tx) CancelWaiting(ctx context.Context, ch Change) (int, error) {
 
 // Counts returns a project's tasks counted by status (kept by triggers,
 // see migration 0017).
-func (s *Store) Counts(ctx context.Context, project string) (map[string]int, error) {
+func (s *Store) Counts(ctx context.Context, project string) (map[domain.Status]int, error) {
 	return countStatus(ctx, s.db, project)
 }
 
-func countStatus(ctx context.Context, q querier, project string) (map[string]int, error) {
-	out := map[string]int{}
+func countStatus(ctx context.Context, q querier, project string) (map[domain.Status]int, error) {
+	out := map[domain.Status]int{}
 	err := eachRow(ctx, q, func(row scanner) error {
-		var st string
+		var st domain.Status
 		var n int
 		if err := row.Scan(&st, &n); err != nil {
 			return err

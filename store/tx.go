@@ -19,7 +19,8 @@ var ErrConflict = errors.New("task status changed concurrently")
 
 // IllegalTransitionError is returned for a transition the state machine forbids.
 type IllegalTransitionError struct {
-	Project, Task, From, To string
+	Project, Task string
+	From, To      domain.Status
 }
 
 func (e *IllegalTransitionError) Error() string {
@@ -66,7 +67,7 @@ func sqlValue(v any) any {
 // Change is a status transition of one task and what it sets along with it.
 type Change struct {
 	Project, Task string
-	From, To      string
+	From, To      domain.Status
 	// Kind names the event; "status" when empty.
 	Kind    string
 	Message string
@@ -112,7 +113,7 @@ func (tx *Tx) transition(ctx context.Context, c Change, more func(*columns)) (at
 		kind = "status"
 	}
 	err = tx.Event(ctx, Event{Project: c.Project, Task: c.Task, Attempt: attempt, Kind: kind,
-		FromStatus: c.From, ToStatus: c.To, Node: node, Message: c.Message})
+		FromStatus: string(c.From), ToStatus: string(c.To), Node: node, Message: c.Message})
 	return attempt, node, err
 }
 
@@ -256,7 +257,7 @@ func (tx *Tx) InsertTask(ctx context.Context, t domain.Task) error {
 	if err != nil {
 		return fmt.Errorf("insert task %s/%s: %w", t.Project, t.ID, err)
 	}
-	return tx.Event(ctx, Event{Project: t.Project, Task: t.ID, Kind: "created", ToStatus: domain.Pending, Message: t.Title})
+	return tx.Event(ctx, Event{Project: t.Project, Task: t.ID, Kind: "created", ToStatus: string(domain.Pending), Message: t.Title})
 }
 
 // PutNode records what the controller learned about a node. A change of

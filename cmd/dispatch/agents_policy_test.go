@@ -104,7 +104,7 @@ func TestBudgetStopsNewTasks(t *testing.T) {
 	}
 	st := openStore(t, h.home)
 	ctx := context.Background()
-	for id, want := range map[string]string{"S01": domain.Completed, "S02": domain.Completed, "S03": domain.Canceled} {
+	for id, want := range map[string]domain.Status{"S01": domain.Completed, "S02": domain.Completed, "S03": domain.Canceled} {
 		if tk, _ := st.Task(ctx, "p", id); tk.Status != want {
 			t.Errorf("%s = %s, want %s", id, tk.Status, want)
 		}

@@ -365,7 +365,7 @@ func eventLine(s styles, ev store.Event) string {
 	default:
 		return ""
 	}
-	if ev.ToStatus == domain.Claimed {
+	if ev.ToStatus == string(domain.Claimed) {
 		return "" // the running line follows at once
 	}
 	return fmt.Sprintf("%s %s %s %s", s.dim.Render(ts), taskRef(ev), s.status(ev.ToStatus), ev.Message)
@@ -409,7 +409,7 @@ func summaryLine(s styles, v *readmodel.StatusView, elapsed time.Duration) strin
 // stoppedFailure says why a project that start followed was stopped: by the
 // operator, or by dispatch for an error of its own, which it names; states
 // (each task's status by ID) say whether start or retry takes it further.
-func stoppedFailure(p domain.Project, states map[string]string) *workFailed {
+func stoppedFailure(p domain.Project, states map[string]domain.Status) *workFailed {
 	if p.Problem != "" {
 		return &workFailed{msg: fmt.Sprintf("dispatch: %s was stopped by dispatch: %s\nTry: fix that, then dispatch start %s (resumes; what ran is collected)",
 			p.Name, termtext.Clean(p.Problem), p.Name)}

@@ -175,7 +175,7 @@ func printStatus(w io.Writer, s styles, v *readmodel.StatusView, cfg *nodes.Conf
 	} else if v.State == domain.ProjectStopped && v.Problem != "" {
 		head += ", stopped by dispatch: " + termtext.Clean(v.Problem) + " (fix it; dispatch start " + v.Project + " resumes)"
 	} else if v.State == domain.ProjectStopped {
-		states := map[string]string{}
+		states := map[string]domain.Status{}
 		for _, t := range v.Tasks {
 			states[t.ID] = t.Status
 		}
@@ -206,8 +206,7 @@ func printStatus(w io.Writer, s styles, v *readmodel.StatusView, cfg *nodes.Conf
 		if t.NodeGone {
 			node += " " + notConfigured
 		}
-		st := t.Status
-		tasks.add([]string{t.ID, st, node, fmt.Sprint(t.Attempt), readmodel.FormatSeconds(t.DurationSeconds), what},
+		tasks.add([]string{t.ID, string(t.Status), node, fmt.Sprint(t.Attempt), readmodel.FormatSeconds(t.DurationSeconds), what},
 			map[int]func(...string) string{1: func(x ...string) string { return s.status(strings.Join(x, " ")) }, 5: whatStyle})
 	}
 	tasks.write(w)

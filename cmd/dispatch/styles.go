@@ -66,7 +66,7 @@ func (s styles) status(st string) string {
 
 // statusStyle is the style of a task status.
 func (s styles) statusStyle(st string) lipgloss.Style {
-	switch st {
+	switch domain.Status(st) {
 	case domain.Completed:
 		return s.ok
 	case domain.Failed:

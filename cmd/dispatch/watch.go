@@ -460,7 +460,7 @@ func shareLines(sizes []int, avail int) []int {
 
 // watchRank orders tasks for a view too short to show them all: the ones a
 // person is watching for come first.
-func watchRank(status string) int {
+func watchRank(status domain.Status) int {
 	switch status {
 	case domain.Running, domain.Claimed:
 		return 0
@@ -520,7 +520,7 @@ func taskRows(s styles, tasks []readmodel.TaskView, limit, width int) []string {
 		if t.Attempt > 0 {
 			attempt = fmt.Sprint(t.Attempt)
 		}
-		cells[r] = []string{t.ID, t.Status, node, attempt, readmodel.FormatSeconds(t.DurationSeconds)}
+		cells[r] = []string{t.ID, string(t.Status), node, attempt, readmodel.FormatSeconds(t.DurationSeconds)}
 		for i, c := range cells[r] {
 			widths[i] = max(widths[i], ansi.StringWidth(c))
 		}
@@ -544,7 +544,7 @@ func taskRows(s styles, tasks []readmodel.TaskView, limit, width int) []string {
 			st := s.plain
 			switch i {
 			case 1:
-				st = s.statusStyle(t.Status)
+				st = s.statusStyle(string(t.Status))
 			case 4:
 				if t.Status != domain.Running {
 					st = s.dim
