@@ -29,7 +29,7 @@ type Project struct {
 	// (refs/heads/dispatch/<project>/final).
 	FinalCommit string
 	// Run is the number of the project's current run (1 for the first),
-	// or of the archived run read through Store.AtRun.
+	// or of the archived run read through store.Store.AtRun.
 	Run int
 	// Problem is why the controller stopped the project, when an error of
 	// its own kept it from going on (empty otherwise); resuming clears it.

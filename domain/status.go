@@ -15,8 +15,8 @@ const (
 	Lost      Status = "lost"
 )
 
-// Killed is the status of an attempt killed by the operator (attempts.status; the
-// wrapper writes it too).
+// Killed is the status of an attempt killed by the operator
+// (attempts.status; the wrapper writes it too).
 const Killed Status = "killed"
 
 // Statuses lists every task status in display order.

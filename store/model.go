@@ -1,7 +1,13 @@
 package store
 
-import (
-	"time"
+import "time"
+
+// Node states (nodes.state). A node never seen has no row; the views call
+// it NodeUnknown.
+const (
+	NodeOnline  = "online"
+	NodeOffline = "offline"
+	NodeUnknown = "unknown"
 )
 
 // Node is what the controller last learned about a node.
