@@ -47,7 +47,7 @@ func (c *Controller) advance(ctx context.Context, p domain.Project) (bool, error
 // phaseInput is what the phase machine decides over for one project whose
 // tasks have all ended and been collected.
 type phaseInput struct {
-	phase string
+	phase domain.Phase
 	opts  domain.ProjectOptions
 	// author are the author tasks (all ended); allCompleted says whether
 	// every one completed.
@@ -376,7 +376,7 @@ func (c *Controller) startVerification(ctx context.Context, p domain.Project, op
 // is one, else the generated one) that starts from tree, and moves the
 // project to phase, in one transaction.
 func (c *Controller) startPhaseTask(ctx context.Context, p domain.Project, opts domain.ProjectOptions, id, typ, title string,
-	generated []byte, tree taskBase, phase, message string, also func(*store.Tx) error) error {
+	generated []byte, tree taskBase, phase domain.Phase, message string, also func(*store.Tx) error) error {
 	t := domain.Task{Project: p.Name, ID: id, Title: title, Type: typ, Tool: opts.PhaseTool, Priority: 1,
 		DependsOn: []string{}, MaxRetries: c.config().Controller.MaxRetries, SpecFile: "(generated from controller/templates)",
 		Snapshot: generated, BaseDir: tree.Dir, BaseCommit: tree.Commit, Sandbox: opts.Sandbox, Network: opts.Network, Limits: opts.Limits}
@@ -408,7 +408,7 @@ func (c *Controller) startPhaseTask(ctx context.Context, p domain.Project, opts 
 		if err := tx.InsertTask(ctx, t); err != nil {
 			return err
 		}
-		return tx.SetProject(ctx, p.Name, store.ProjectPatch{Phase: new(phase)}, "phase "+phase+": "+message)
+		return tx.SetProject(ctx, p.Name, store.ProjectPatch{Phase: new(phase)}, "phase "+string(phase)+": "+message)
 	})
 }
 

@@ -5,13 +5,16 @@ import (
 	"strings"
 )
 
-// Phases of a project (projects.phase).
+// Phase is the phase a project is in (projects.phase).
+type Phase string
+
+// Phases of a project.
 const (
-	PhaseImplementation = "implementation"
-	PhaseIntegration    = "integration"
-	PhaseVerification   = "verification"
-	PhaseFix            = "fix"
-	PhaseDone           = "done"
+	PhaseImplementation Phase = "implementation"
+	PhaseIntegration    Phase = "integration"
+	PhaseVerification   Phase = "verification"
+	PhaseFix            Phase = "fix"
+	PhaseDone           Phase = "done"
 )
 
 // Results of a finished project (projects.result); an unfinished project
@@ -44,7 +47,7 @@ func VerifyID(round int) string { return fmt.Sprintf("V%02d", round) }
 func FixID(round int) string { return fmt.Sprintf("F%02d", round) }
 
 // PhaseOf is the phase a phase task belongs to.
-func PhaseOf(id string) string {
+func PhaseOf(id string) Phase {
 	switch {
 	case id == IntegrationID:
 		return PhaseIntegration

@@ -20,7 +20,7 @@ const (
 type Project struct {
 	Name       string
 	State      string
-	Phase      string
+	Phase      Phase
 	Result     string
 	Options    string
 	StartedAt  time.Time

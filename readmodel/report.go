@@ -24,7 +24,7 @@ type Report struct {
 	Project string `json:"project"`
 	// Run is the number of the run reported (dispatch runs).
 	Run          int                `json:"run"`
-	Phase        string             `json:"phase"`
+	Phase        domain.Phase       `json:"phase"`
 	Result       string             `json:"result"`
 	Totals       Totals             `json:"totals"`
 	Tasks        []ReportTask       `json:"tasks"`

@@ -45,9 +45,9 @@ type StatusView struct {
 	Project string `json:"project"`
 	// Run is the number of the run shown; not in the JSON, whose keys
 	// SPEC §9 fixes (`dispatch runs --json` lists the runs).
-	Run    int    `json:"-"`
-	Counts Counts `json:"counts"`
-	Phase  string `json:"phase"`
+	Run    int          `json:"-"`
+	Counts Counts       `json:"counts"`
+	Phase  domain.Phase `json:"phase"`
 	// State is the project's state: active, stopped (by `dispatch stop`:
 	// nothing new starts) or done. It is not in the JSON, whose keys SPEC
 	// §9 fixes; `report --format json` says "result": "stopped".

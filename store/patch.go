@@ -75,13 +75,13 @@ type AttemptPatch struct {
 
 // ProjectPatch changes columns of a project.
 type ProjectPatch struct {
-	State       *string    `col:"state"`
-	Phase       *string    `col:"phase"`
-	Result      *string    `col:"result"`
-	StartedAt   *time.Time `col:"started_at"`
-	FinishedAt  *time.Time `col:"finished_at"`
-	FinalCommit *string    `col:"final_commit"`
-	Problem     *string    `col:"problem"`
+	State       *string       `col:"state"`
+	Phase       *domain.Phase `col:"phase"`
+	Result      *string       `col:"result"`
+	StartedAt   *time.Time    `col:"started_at"`
+	FinishedAt  *time.Time    `col:"finished_at"`
+	FinalCommit *string       `col:"final_commit"`
+	Problem     *string       `col:"problem"`
 }
 
 // columns collects "col = ?" clauses and their arguments in the order

@@ -371,7 +371,7 @@ func renderWatch(s styles, f *watchFrame, notes []string, width, height int, foo
 }
 
 func projectHeader(s styles, v *readmodel.StatusView, p domain.Project, now time.Time) string {
-	parts := []string{s.project.Render(v.Project), "phase " + s.header.Render(v.Phase)}
+	parts := []string{s.project.Render(v.Project), "phase " + s.header.Render(string(v.Phase))}
 	if r := v.Result(); r != "" {
 		parts = append(parts, s.resultStyle(r).Render(r))
 	} else if p.State == domain.ProjectStopped {

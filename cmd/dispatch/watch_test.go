@@ -355,7 +355,7 @@ func TestWatchTerminal(t *testing.T) {
 		if s.Project != project {
 			t.Errorf("line %d is the status of %q", i+1, s.Project)
 		}
-		if last := i == len(jl)-1; last != (s.Phase == domain.PhaseDone) {
+		if last := i == len(jl)-1; last != (s.Phase == string(domain.PhaseDone)) {
 			t.Errorf("line %d of %d has phase %s; only the last one should be done", i+1, len(jl), s.Phase)
 		}
 	}
