@@ -101,6 +101,53 @@ func (b *CappedBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// ReadFrom reads r to its end into the buffer, as Write would keep it, but
+// straight into the buffer's room: io.Copy then needs no 32 KiB buffer of
+// its own (an SSH session copies each of its streams with io.Copy). It is
+// not to be used while another goroutine writes to b.
+func (b *CappedBuffer) ReadFrom(r io.Reader) (int64, error) {
+	var total int64
+	var discard []byte
+	for {
+		b.mu.Lock()
+		full := b.full
+		if !full && len(b.buf) == cap(b.buf) {
+			n := min(max(2*cap(b.buf), 4096), b.limit+1)
+			grown := make([]byte, len(b.buf), n)
+			copy(grown, b.buf)
+			b.buf = grown
+		}
+		room := b.buf[len(b.buf):cap(b.buf)]
+		b.mu.Unlock()
+		if full {
+			if discard == nil {
+				discard = make([]byte, 4096)
+			}
+			room = discard
+		}
+		n, err := r.Read(room)
+		total += int64(n)
+		if n > 0 && !full {
+			b.mu.Lock()
+			if len(b.buf)+n > b.limit {
+				b.full = true
+				if b.over != nil {
+					b.over()
+				}
+			} else {
+				b.buf = b.buf[:len(b.buf)+n]
+			}
+			b.mu.Unlock()
+		}
+		if errors.Is(err, io.EOF) {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
 // Overflowed reports whether more than limit bytes were written.
 func (b *CappedBuffer) Overflowed() bool {
 	b.mu.Lock()

@@ -1,7 +1,6 @@
 package sshnode
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -483,9 +482,8 @@ func (s *SSH) Exec(ctx context.Context, argv []string, stdin []byte) (nodes.Resu
 			}()
 		}
 		stdout, stderr := nodes.NewCappedBuffer(nodes.MaxExecOutput, over), nodes.NewCappedBuffer(nodes.MaxExecOutput, over)
-		sess.Stdin = bytes.NewReader(stdin)
 		sess.Stdout, sess.Stderr = stdout, stderr
-		err = sess.Run(ShellQuote(argv))
+		err = runSession(sess, ShellQuote(argv), stdin)
 		if stdout.Overflowed() || stderr.Overflowed() {
 			return nodes.Result{}, fmt.Errorf("%w: it printed more than %d MiB and was killed", nodes.ErrOutputTooLarge, nodes.MaxExecOutput>>20)
 		}
@@ -526,6 +524,35 @@ var posixSignals = map[string]syscall.Signal{
 	"TTIN": syscall.SIGTTIN, "TTOU": syscall.SIGTTOU, "URG": syscall.SIGURG, "XCPU": syscall.SIGXCPU,
 	"XFSZ": syscall.SIGXFSZ, "VTALRM": syscall.SIGVTALRM, "PROF": syscall.SIGPROF, "WINCH": syscall.SIGWINCH,
 	"IO": syscall.SIGIO, "SYS": syscall.SIGSYS,
+}
+
+// runSession runs cmd in sess with stdin written to its input, which is
+// then closed. The input goes straight to the channel: a Session.Stdin
+// would be copied through a pipe with a 32 KiB buffer per call. The
+// writer ends with the session at the latest and is waited for.
+func runSession(sess *ssh.Session, cmd string, stdin []byte) error {
+	if len(stdin) == 0 {
+		return sess.Run(cmd)
+	}
+	w, err := sess.StdinPipe()
+	if err != nil {
+		return err
+	}
+	if err := sess.Start(cmd); err != nil {
+		return err
+	}
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		_, _ = w.Write(stdin)
+		_ = w.Close()
+	}()
+	err = sess.Wait()
+	// A command that exits without reading all of its input leaves the
+	// write blocked until the channel closes.
+	_ = sess.Close()
+	<-wrote
+	return err
 }
 
 // ShellQuote renders argv as one POSIX shell command line, every argument in
