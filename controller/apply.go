@@ -48,7 +48,7 @@ type snapshot struct {
 	// decision of the tick may move (see store.TickRead): not every task
 	// of the project, so that a steady tick costs what is live.
 	projects []string
-	tasks    map[string][]domain.Task
+	tasks    map[string][]*domain.Task
 	// depStatus holds, by project, the status of the dependencies of the
 	// pending and blocked tasks read; counts the project's tasks by
 	// status; nextDue the earliest backoff among its pending tasks.
@@ -63,20 +63,22 @@ type snapshot struct {
 	// damaged holds the served projects left out of projects, each with
 	// the error that a row of theirs gave (store.ErrDamaged).
 	damaged map[string]error
+	// current indexes tasks by taskKey (currentTasks), once per tick.
+	current map[string]*domain.Task
 }
 
 // readSnapshot reads, in tx, what the tick decides over in each served
 // project (its live tasks, those the pulls name live, those a failure
 // may block, counts; see store.TickRead), its options and spending, and
 // the attempt facts the decisions will need.
-func readSnapshot(ctx context.Context, tx *store.Tx, projects []string, pulls map[string]*pull) (*snapshot, error) {
-	s := &snapshot{tasks: map[string][]domain.Task{}, depStatus: map[string]map[string]domain.Status{}, counts: map[string]map[domain.Status]int{},
+func readSnapshot(ctx context.Context, tx *store.Tx, projects []string, pulls map[string]*pull, cache *taskCache) (*snapshot, error) {
+	s := &snapshot{tasks: map[string][]*domain.Task{}, depStatus: map[string]map[string]domain.Status{}, counts: map[string]map[domain.Status]int{},
 		nextDue: map[string]time.Time{}, modes: map[string]map[string]string{}, facts: map[string]projectFacts{}, attempts: map[attemptKey]attemptFacts{},
 		damaged: map[string]error{}}
 	named := namedLive(pulls)
 	now := tx.Now()
 	for _, name := range projects {
-		read, err := tx.TickTasks(ctx, name, named[name], now)
+		read, err := tx.TickTasks(ctx, name, named[name], now, cache.known(name))
 		if errors.Is(err, store.ErrDamaged) {
 			// That project's trouble, not the tick's.
 			s.damaged[name] = err
@@ -85,6 +87,7 @@ func readSnapshot(ctx context.Context, tx *store.Tx, projects []string, pulls ma
 		if err != nil {
 			return nil, err
 		}
+		cache.keep(name, read)
 		s.projects = append(s.projects, name)
 		s.tasks[name], s.depStatus[name], s.counts[name], s.nextDue[name] = read.Tasks, read.DepStatus, read.Counts, read.NextDue
 		s.modes[name] = read.Modes
@@ -165,7 +168,10 @@ func (c *Controller) decideApply(snap *snapshot, pulls map[string]*pull, prev ma
 		a.dueAt(snap.nextDue[project])
 		a.project(project, snap.tasks[project])
 	}
-	current := currentTasks(snap)
+	if snap.current == nil {
+		snap.current = currentTasks(snap)
+	}
+	current := snap.current
 	plan.stale = findStale(pulls, current, c.draining)
 	// A project whose tasks could not be read has none in current: its
 	// attempts are not stale, only unknown until it is read again.
@@ -192,9 +198,8 @@ func (c *Controller) decideApply(snap *snapshot, pulls map[string]*pull, prev ma
 func currentTasks(snap *snapshot) map[string]*domain.Task {
 	current := map[string]*domain.Task{}
 	for _, project := range snap.projects {
-		tasks := snap.tasks[project]
-		for i := range tasks {
-			current[taskKey(project, tasks[i].ID)] = &tasks[i]
+		for _, t := range snap.tasks[project] {
+			current[taskKey(project, t.ID)] = t
 		}
 	}
 	return current
@@ -437,3 +442,59 @@ func (c *Controller) nodeRecord(name string, p *pull, prev store.Node, now time.
 	n.RTTMillis = float64(p.rtt.Microseconds()) / 1000
 	return n
 }
+
+// taskCache holds the task rows the last ticks read, at their versions
+// (see store.TickRead): a steady tick reads again only the rows that
+// changed. The decisions of a tick change the values it holds as they
+// change the rows, and every change to a row gives it a new version, so a
+// held value is never taken for a later version of its row; a tick whose
+// transaction fails drops them all.
+type taskCache struct {
+	rows map[string]cachedTask
+	// gen counts the ticks; a row not read in the current one is dropped.
+	gen int
+}
+
+type cachedTask struct {
+	version int64
+	gen     int
+	task    *domain.Task
+}
+
+// begin starts a tick's reads.
+func (c *taskCache) begin() {
+	if c.rows == nil {
+		c.rows = map[string]cachedTask{}
+	}
+	c.gen++
+}
+
+// known returns the task of project held at a version, nil when none.
+func (c *taskCache) known(project string) func(string, int64) *domain.Task {
+	return func(id string, version int64) *domain.Task {
+		if e, ok := c.rows[taskKey(project, id)]; ok && e.version == version {
+			return e.task
+		}
+		return nil
+	}
+}
+
+// keep holds the tasks read for project in this tick.
+func (c *taskCache) keep(project string, read store.TickRead) {
+	for _, t := range read.Tasks {
+		c.rows[taskKey(project, t.ID)] = cachedTask{version: read.Versions[t.ID], gen: c.gen, task: t}
+	}
+}
+
+// end drops the rows the tick did not read: what is held follows what is
+// live.
+func (c *taskCache) end() {
+	for k, e := range c.rows {
+		if e.gen != c.gen {
+			delete(c.rows, k)
+		}
+	}
+}
+
+// drop forgets every row (a tick whose decisions were not recorded).
+func (c *taskCache) drop() { clear(c.rows) }

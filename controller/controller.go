@@ -92,6 +92,9 @@ type Controller struct {
 	log   *slog.Logger
 	now   func() time.Time
 	nodes map[string]*nodeRuntime
+	// taskCache holds the task rows the ticks read, in the control loop's
+	// goroutine (see taskCache).
+	taskCache taskCache
 	// unusable names the nodes whose api_mode needs a variable this
 	// controller's environment lacks, and those draining, with the
 	// reason; they take no task.

@@ -210,12 +210,12 @@ func (a *applier) event(e store.Event) { a.emit(op{event: &e}) }
 // project decides over one project's tasks: their attempts' statuses, then
 // the dependents blocked or unblocked by them, then whether the project
 // stops starting tasks.
-func (a *applier) project(name string, tasks []domain.Task) {
-	for i := range tasks {
-		if tasks[i].Status == domain.Pending {
-			a.dueAt(tasks[i].NotBefore)
+func (a *applier) project(name string, tasks []*domain.Task) {
+	for _, t := range tasks {
+		if t.Status == domain.Pending {
+			a.dueAt(t.NotBefore)
 		}
-		a.task(&tasks[i])
+		a.task(t)
 	}
 	a.blocked(tasks)
 	a.stopStarting(name, tasks)
@@ -599,17 +599,16 @@ func (c *Controller) backoff(n int) time.Duration {
 // blocked moves pending tasks with a dependency that failed for good (or is
 // blocked or canceled) to blocked, and back to pending when the operator
 // retried that dependency.
-func (a *applier) blocked(tasks []domain.Task) {
+func (a *applier) blocked(tasks []*domain.Task) {
 	byID := make(map[string]*domain.Task, len(tasks))
-	for i := range tasks {
-		byID[tasks[i].ID] = &tasks[i]
+	for _, t := range tasks {
+		byID[t.ID] = t
 	}
 	dead := func(s domain.Status) bool { return s == domain.Failed || s == domain.Blocked || s == domain.Canceled }
 	// Blocking propagates along chains; repeat until nothing changes.
 	for changed := true; changed; {
 		changed = false
-		for i := range tasks {
-			t := &tasks[i]
+		for _, t := range tasks {
 			if t.Status != domain.Pending && t.Status != domain.Blocked {
 				continue
 			}
@@ -682,7 +681,7 @@ func (a *applier) uncollectable(t *domain.Task) {
 // stopStarting cancels the tasks that have not started once halt: {fail: N}
 // or the project's budget is reached (running ones finish and are
 // collected), so the project ends.
-func (a *applier) stopStarting(project string, tasks []domain.Task) {
+func (a *applier) stopStarting(project string, tasks []*domain.Task) {
 	f := a.projects[project]
 	if f.optsErr != nil {
 		return // reported where the project's options are used to launch
@@ -710,12 +709,11 @@ func haltReached(opts domain.ProjectOptions, failed int) (string, bool) {
 // cancelPending cancels the project's pending and blocked tasks: those
 // read one by one, the rest (counted, not read) with one op that cancels
 // every task still waiting when it is written. It returns how many.
-func (a *applier) cancelPending(project string, tasks []domain.Task, kind, why string, set store.TaskPatch) int {
+func (a *applier) cancelPending(project string, tasks []*domain.Task, kind, why string, set store.TaskPatch) int {
 	counts := a.counts[project]
 	waiting := counts[domain.Pending] + counts[domain.Blocked]
 	n := 0
-	for i := range tasks {
-		t := &tasks[i]
+	for _, t := range tasks {
 		if t.Status != domain.Pending && t.Status != domain.Blocked {
 			continue
 		}
@@ -737,7 +735,7 @@ func (a *applier) cancelPending(project string, tasks []domain.Task, kind, why s
 // neededAttempts lists the attempts whose rows the decisions over tasks
 // will read: the api_mode of an attempt that hit a rate limit, whether a
 // completed attempt on an offline node was collected.
-func neededAttempts(tasks []domain.Task, pulls map[string]*pull) []attemptKey {
+func neededAttempts(tasks []*domain.Task, pulls map[string]*pull) []attemptKey {
 	var out []attemptKey
 	for _, t := range tasks {
 		p := pulls[t.Node]

@@ -73,6 +73,10 @@ func wholeSnapshot(tasks []domain.Task, facts projectFacts, runs map[attemptKey]
 	for _, t := range tasks {
 		counts[t.Status]++
 	}
-	return &snapshot{projects: []string{"p"}, tasks: map[string][]domain.Task{"p": tasks},
+	ptrs := make([]*domain.Task, len(tasks))
+	for i := range tasks {
+		ptrs[i] = &tasks[i]
+	}
+	return &snapshot{projects: []string{"p"}, tasks: map[string][]*domain.Task{"p": ptrs},
 		counts: map[string]map[domain.Status]int{"p": counts}, facts: map[string]projectFacts{"p": facts}, attempts: runs}
 }

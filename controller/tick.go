@@ -99,6 +99,7 @@ func (c *Controller) decide(ctx context.Context, active []domain.Project, names 
 	holdNodes, holdTasks := c.unkilledNodes, c.unkilledTasks
 	c.killMu.Unlock()
 	var readErrs map[string]error
+	c.taskCache.begin()
 	err := c.st.Update(ctx, func(tx *store.Tx) error {
 		now := tx.Now()
 		r, err := c.read(ctx, tx, active, names, pulls, holdNodes, now)
@@ -112,8 +113,12 @@ func (c *Controller) decide(ctx context.Context, active []domain.Project, names 
 		return err
 	})
 	if err != nil {
+		// The held tasks may have been changed by decisions that were
+		// not recorded.
+		c.taskCache.drop()
 		return out, err
 	}
+	c.taskCache.end()
 	out.changed, out.stale, out.wake, out.pauseEnd = tp.changed, tp.stale, tp.wake, tp.pauseEnd
 	for _, n := range tp.notices {
 		c.sendNotice(ctx, n.project, n.event, "", n.message)
@@ -165,11 +170,12 @@ func (c *Controller) read(ctx context.Context, tx *store.Tx, active []domain.Pro
 	for _, n := range known {
 		r.prev[n.Name] = n
 	}
-	if r.snapshot, err = readSnapshot(ctx, tx, names, pulls); err != nil {
+	if r.snapshot, err = readSnapshot(ctx, tx, names, pulls, &c.taskCache); err != nil {
 		return nil, err
 	}
 	r.ranOn = map[string]bool{}
-	for _, sa := range findStale(pulls, currentTasks(r.snapshot), c.draining) {
+	r.current = currentTasks(r.snapshot)
+	for _, sa := range findStale(pulls, r.current, c.draining) {
 		if !sa.foreign && r.damaged[sa.project] == nil {
 			if r.ranOn[killKey(sa)], err = tx.RanOn(ctx, sa.project, sa.task, sa.node); err != nil {
 				return nil, err
@@ -378,8 +384,8 @@ func (c *Controller) candidatesAfter(project string, r *tickRead, after afterApp
 			out = append(out, t)
 		}
 	}
-	for i := range r.tasks[project] {
-		t := after.tasks[taskKey(project, r.tasks[project][i].ID)]
+	for _, read := range r.tasks[project] {
+		t := after.tasks[taskKey(project, read.ID)]
 		if t == nil || t.Status != domain.Pending || t.NotBefore.After(now) || !ok(t) {
 			continue
 		}

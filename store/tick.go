@@ -21,7 +21,12 @@ type TickRead struct {
 	// named (live on a node); and the pending tasks downstream of a task
 	// that is live or failed, blocked or canceled (through pending and
 	// blocked tasks only): every task a decision of the tick may move.
-	Tasks []domain.Task
+	// A task the caller already holds at its current version (known) is
+	// that very value, not read again.
+	Tasks []*domain.Task
+	// Versions are the versions of Tasks, by ID: a task's version changes
+	// with every change to its row (migration 0019).
+	Versions map[string]int64
 	// DepStatus holds the status of each dependency of the pending and
 	// blocked tasks in Tasks.
 	DepStatus map[string]domain.Status
@@ -35,7 +40,7 @@ type TickRead struct {
 	Modes map[string]string
 }
 
-// tickSelect reads the tasks of TickRead.Tasks: ?1 the project, ?2 the
+// tickSelect reads the IDs and versions of TickRead.Tasks: ?1 the project, ?2 the
 // named IDs as a JSON array. Each part of ids reads an index (a WHERE
 // with ORs across them would read every task of the project).
 var tickSelect = `WITH RECURSIVE
@@ -53,7 +58,7 @@ var tickSelect = `WITH RECURSIVE
 			WHERE r.project = ?1 AND r.collected_at = '' AND c.status = 'completed'
 		UNION ALL SELECT value FROM json_each(?2)
 		UNION ALL SELECT id FROM down)
-	` + taskListSelect + `tasks AS t WHERE t.project = ?1 AND t.id IN ids ORDER BY t.id`
+	SELECT t.id, t.version FROM tasks AS t WHERE t.project = ?1 AND t.id IN ids ORDER BY t.id`
 
 // byStatus selects the IDs of the tasks of project ?1 in the statuses
 // given, one index search each: a UNION (which sorts to drop duplicates)
@@ -67,10 +72,15 @@ func byStatus(statuses ...domain.Status) string {
 }
 
 // TickTasks reads, in the transaction, what a tick decides over for a
-// project (see TickRead); named are the IDs its nodes report live. A
+// project (see TickRead); named are the IDs its nodes report live; known
+// returns the task the caller holds at a version (nil: none), which is
+// not read again. A
 // project with a row that does not read back gives ErrDamaged, whether
 // or not the tick would read that row: nothing of it may be decided on.
-func (tx *Tx) TickTasks(ctx context.Context, project string, named []string, now time.Time) (TickRead, error) {
+func (tx *Tx) TickTasks(ctx context.Context, project string, named []string, now time.Time, known func(id string, version int64) *domain.Task) (TickRead, error) {
+	if known == nil {
+		known = func(string, int64) *domain.Task { return nil }
+	}
 	r := TickRead{DepStatus: map[string]domain.Status{}, Counts: map[domain.Status]int{}, Modes: map[string]string{}}
 	if err := tx.damage(ctx, project); err != nil {
 		return r, err
@@ -82,8 +92,41 @@ func (tx *Tx) TickTasks(ctx context.Context, project string, named []string, now
 	if named == nil {
 		ids = []byte("[]")
 	}
-	if r.Tasks, err = queryRows(ctx, tx.tx, scanTask, tickSelect, project, string(ids)); err != nil {
+	type idVersion struct {
+		id      string
+		version int64
+	}
+	read, err := queryRows(ctx, tx.tx, func(row scanner) (idVersion, error) {
+		var v idVersion
+		return v, row.Scan(&v.id, &v.version)
+	}, tickSelect, project, string(ids))
+	if err != nil {
 		return r, fmt.Errorf("read the live tasks of %s: %w", project, err)
+	}
+	r.Versions = make(map[string]int64, len(read))
+	r.Tasks = make([]*domain.Task, len(read))
+	var missing []string
+	at := map[string]int{}
+	for i, v := range read {
+		r.Versions[v.id] = v.version
+		if r.Tasks[i] = known(v.id, v.version); r.Tasks[i] == nil {
+			missing = append(missing, v.id)
+			at[v.id] = i
+		}
+	}
+	if len(missing) > 0 {
+		ids, _ := json.Marshal(missing)
+		err := eachRow(ctx, tx.tx, func(row scanner) error {
+			t, err := scanTask(row)
+			if err != nil {
+				return err
+			}
+			r.Tasks[at[t.ID]] = &t
+			return nil
+		}, taskListSelect+`tasks WHERE project = ?1 AND id IN (SELECT value FROM json_each(?2))`, project, string(ids))
+		if err != nil {
+			return r, fmt.Errorf("read the live tasks of %s: %w", project, err)
+		}
 	}
 	var waiting []string
 	for _, t := range r.Tasks {

@@ -65,7 +65,7 @@ func TestTickTasksReadsWhatCanMove(t *testing.T) {
 	var read TickRead
 	err = s.Update(ctx, func(tx *Tx) error {
 		var err error
-		read, err = tx.TickTasks(ctx, "p", []string{"NAMED"}, now)
+		read, err = tx.TickTasks(ctx, "p", []string{"NAMED"}, now, nil)
 		return err
 	})
 	if err != nil {
@@ -117,13 +117,13 @@ func TestTickTasksReadsWhatCanMove(t *testing.T) {
 		{`UPDATE tasks SET tags = '[]', limits = '[1]' WHERE id = 'Z0007'`, "task p/Z0007: read limits"},
 	} {
 		set(tc.stmt)
-		err = s.Update(ctx, func(tx *Tx) error { _, err := tx.TickTasks(ctx, "p", nil, now); return err })
+		err = s.Update(ctx, func(tx *Tx) error { _, err := tx.TickTasks(ctx, "p", nil, now, nil); return err })
 		if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("after %s: %v, want ErrDamaged with %q", tc.stmt, err, tc.want)
 		}
 	}
 	set(`UPDATE tasks SET limits = '' WHERE id = 'Z0007'`)
-	if err := s.Update(ctx, func(tx *Tx) error { _, err := tx.TickTasks(ctx, "p", nil, now); return err }); err != nil {
+	if err := s.Update(ctx, func(tx *Tx) error { _, err := tx.TickTasks(ctx, "p", nil, now, nil); return err }); err != nil {
 		t.Errorf("repaired: %v", err)
 	}
 }
@@ -170,5 +170,65 @@ func TestTickReadsUseIndexes(t *testing.T) {
 		if text := strings.Join(plan, "; "); !strings.Contains(text, "INDEX "+tc.index) {
 			t.Errorf("%s: plan %q does not use %s", tc.query, text, tc.index)
 		}
+	}
+}
+
+// TestTaskVersions: every change to a task row gives it a version no row
+// of the database had before, and a tick reads again only the rows whose
+// version moved: the others are the values the caller holds.
+func TestTaskVersions(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	addTask(t, s, "p", "S01")
+	addTask(t, s, "p", "S02")
+	addTask(t, s, "q", "S01")
+	if _, err := s.db.ExecContext(ctx, `UPDATE tasks SET status = 'running' WHERE id = 'S01' OR id = 'S02'`); err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]*domain.Task{}
+	versions := map[string]int64{}
+	reads := 0
+	tick := func() TickRead {
+		t.Helper()
+		var r TickRead
+		err := s.Update(ctx, func(tx *Tx) error {
+			var err error
+			r, err = tx.TickTasks(ctx, "p", nil, s.Now(), func(id string, v int64) *domain.Task {
+				if versions[id] == v {
+					return held[id]
+				}
+				return nil
+			})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range r.Tasks {
+			if held[tk.ID] != tk {
+				reads++
+			}
+			held[tk.ID], versions[tk.ID] = tk, r.Versions[tk.ID]
+		}
+		return r
+	}
+	if tick(); reads != 2 {
+		t.Fatalf("first tick read %d rows, want 2", reads)
+	}
+	if tick(); reads != 2 {
+		t.Fatalf("a tick with nothing changed read %d rows again", reads-2)
+	}
+	seen := map[int64]bool{versions["S01"]: true, versions["S02"]: true}
+	for _, stmt := range []string{`UPDATE tasks SET heartbeat = '7' WHERE project = 'p' AND id = 'S02'`,
+		`UPDATE tasks SET status = 'running', heartbeat = '8' WHERE project = 'p' AND id = 'S02'`} {
+		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+		before := reads
+		r := tick()
+		if reads != before+1 || r.Tasks[1].Heartbeat == "" || seen[versions["S02"]] {
+			t.Fatalf("after %s: read %d rows, heartbeat %q, version %d (seen before: %v)", stmt, reads-before, r.Tasks[1].Heartbeat, versions["S02"], seen[versions["S02"]])
+		}
+		seen[versions["S02"]] = true
 	}
 }
