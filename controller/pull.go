@@ -451,6 +451,11 @@ func nodeStatus(ctx context.Context, tr nodes.Transport, bin, workDir string, pr
 		return nil, fmt.Errorf("status: %w", err)
 	}
 	var st wire.NodeStatus
+	if live {
+		// A live reply lists about the tasks named: decoded into room made
+		// once, not grown by doubling.
+		st.Tasks = make([]wire.TaskStatus, 0, len(named)+8)
+	}
 	if err := json.Unmarshal(res.Stdout, &st); err != nil || res.ExitCode != 0 {
 		return nil, fmt.Errorf("status: %w", &replyErr{policy.ReplyError(res, err)})
 	}
