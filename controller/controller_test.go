@@ -129,6 +129,11 @@ func newHarness(t *testing.T, nodesYAML string, specs map[string]string) *harnes
 	st.Now = clk.Now
 	h := &harness{t: t, home: home, work: work, clock: clk, st: st, cfg: cfg}
 	h.ctl = h.newController()
+	// Before the store closes and the directories go: the node workers a
+	// tick left running (a pull past its wait) and the notices still
+	// queued end, and the transports close, as at the end of Run. A
+	// controller a test put in h.ctl instead is the one closed.
+	t.Cleanup(func() { h.ctl.Close() })
 	p, err := spec.Load(filepath.Join(home, "specs"), "p")
 	if err != nil {
 		t.Fatal(err)

@@ -66,11 +66,17 @@ func (c *Controller) shipBase(ctx context.Context, n *nodeRuntime, inst *nodes.I
 	upload := path.Join(inst.WorkDir, project, "incoming.pack")
 	pr, pw := io.Pipe()
 	var size countingWriter
+	packed := make(chan struct{})
 	go func() {
+		defer close(packed)
 		pw.CloseWithError(gitrepo.Pack(ctx, opRepo, commit, known, io.MultiWriter(pw, &size)))
 	}()
 	err = nodes.PutIdle(ctx, n.tr, upload, pr, 0o600, c.transferIdle())
+	// Closing the reader ends a pack still being written (its git
+	// process in the operator's repository) before this returns; size is
+	// read after.
 	pr.CloseWithError(err)
+	<-packed
 	if err != nil {
 		return fmt.Errorf("send the repository: %w", err)
 	}

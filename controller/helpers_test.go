@@ -27,20 +27,27 @@ func signal(pid int, sig syscall.Signal) error {
 }
 
 // killAll stops every attempt still running so no process outlives the test.
+// It asks the wrapper of every task directory, whatever the database says
+// of the task: an attempt the controller no longer counts as running (a
+// forged failure, a kill the node refused) may still run, and its sandbox
+// would write into the test's directory while it is being removed.
 func killAll(t *testing.T, h *harness) {
 	t.Helper()
-	tasks, _ := h.st.Tasks(context.Background(), "p")
-	for _, tk := range tasks {
-		if tk.Status != domain.Running {
-			continue
+	n := h.ctl.nodes["local"]
+	if n == nil || n.installed() == nil {
+		return
+	}
+	inst := n.installed()
+	projects, _ := h.st.Projects(context.Background())
+	for _, p := range projects {
+		tasks, _ := h.st.Tasks(context.Background(), p.Name)
+		for _, tk := range tasks {
+			dir := taskDir(inst, p.Name, tk.ID)
+			if _, err := os.Stat(dir); err != nil {
+				continue
+			}
+			_, _ = n.tr.Exec(context.Background(), []string{inst.Path, "kill", "--dir", dir, "--grace", "1s"}, nil)
 		}
-		n := h.ctl.nodes["local"]
-		if n == nil || n.installed() == nil {
-			continue
-		}
-		inst := n.installed()
-		dir := taskDir(inst, "p", tk.ID)
-		_, _ = n.tr.Exec(context.Background(), []string{inst.Path, "kill", "--dir", dir, "--grace", "1s"}, nil)
 	}
 }
 

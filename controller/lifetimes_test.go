@@ -12,6 +12,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/store"
 )
 
 // ourGoroutines returns the stacks, by goroutine header, of the goroutines
@@ -124,5 +125,63 @@ func TestRunLeavesNoGoroutineBehind(t *testing.T) {
 	}
 	if leaked := leakedSince(before); len(leaked) > 0 {
 		t.Fatalf("%d goroutine(s) of the controller outlive Run and the socket:\n%s", len(leaked), strings.Join(leaked, "\n\n"))
+	}
+}
+
+// hangsUntilCancelled is a node that answers no call until its deadline,
+// then takes a real session's time to end, and records a Close that comes
+// while a call is still open.
+type hangsUntilCancelled struct {
+	nodes.Transport
+	open        atomic.Int32
+	closedUnder atomic.Bool
+}
+
+func (h *hangsUntilCancelled) Exec(ctx context.Context, argv []string, stdin []byte) (nodes.Result, error) {
+	h.open.Add(1)
+	defer h.open.Add(-1)
+	<-ctx.Done()
+	time.Sleep(200 * time.Millisecond)
+	return nodes.Result{}, ctx.Err()
+}
+
+func (h *hangsUntilCancelled) Close() error {
+	if h.open.Load() > 0 {
+		h.closedUnder.Store(true)
+	}
+	return h.Transport.Close()
+}
+
+// TestCloseWaitsForTheWorkersATickLeft: a tick does not wait for a hung
+// node past its pull's wait and leaves that node's worker running; Close
+// waits for it before it closes the node's transport, and leaves no
+// goroutine of the controller behind.
+func TestCloseWaitsForTheWorkersATickLeft(t *testing.T) {
+	yaml := `
+controller:
+  ssh_connect_timeout: 1s
+nodes:
+  - name: local
+    slots: 2
+    work_dir: WORK
+`
+	h := newHarness(t, yaml, shellProject(map[string]string{"S01-a.md": "true\n"}))
+	h.tickUntil("S01 to complete", func() bool { return h.task("S01").Status == store.Completed })
+	before := ourGoroutines()
+	tr := &hangsUntilCancelled{Transport: nodes.NewLocal()}
+	h.ctl.nodes["local"].tr = tr
+	began := time.Now()
+	h.tick()
+	t.Logf("tick: %s", time.Since(began))
+	if tr.open.Load() == 0 {
+		t.Fatal("the tick ended with no call to the hung node still open: nothing left to wait for")
+	}
+	h.ctl.Close()
+	t.Logf("tick and close: %s", time.Since(began))
+	if tr.closedUnder.Load() {
+		t.Error("the node's transport was closed while a worker's call was still open")
+	}
+	if leaked := leakedSince(before); len(leaked) > 0 {
+		t.Fatalf("%d goroutine(s) of the controller outlive Close:\n%s", len(leaked), strings.Join(leaked, "\n\n"))
 	}
 }

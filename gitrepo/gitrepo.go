@@ -778,7 +778,12 @@ func Export(ctx context.Context, dir, commit, dest string, lim Limits, room int6
 	if err := cmd.Start(); err != nil {
 		return err
 	}
+	// The feeder ends before this returns: a write fails once Wait has
+	// closed the pipe.
+	fed := make(chan struct{})
+	defer func() { <-fed }()
 	go func() {
+		defer close(fed)
 		w := bufio.NewWriter(in)
 		for _, e := range files {
 			if _, err := w.WriteString(e.id + "\n"); err != nil {

@@ -86,6 +86,11 @@ type supervisor struct {
 	// may name the session.
 	toolStarted bool
 
+	// bg counts the attempt's goroutines that touch its directory or log
+	// in the background (removeOldTmps, watchStall, watchLimits): release
+	// waits for them before it lets go of the lock.
+	bg sync.WaitGroup
+
 	// keptOutput is set when a resumed attempt kept the earlier output/.
 	keptOutput bool
 
@@ -300,7 +305,7 @@ func startAttempt(item superviseItem) (*supervisor, error) {
 		return nil, ioError(err)
 	}
 	s.logger.Info("attempt started", "sandbox", s.st.Sandbox)
-	go s.removeOldTmps()
+	s.background(s.removeOldTmps)
 	return s, nil
 }
 
@@ -308,11 +313,21 @@ func startAttempt(item superviseItem) (*supervisor, error) {
 // and, last, the task's lock, which tells `kill` and the next `run` that
 // the attempt is over.
 func (s *supervisor) release() {
+	s.bg.Wait()
 	if s.tlog != nil {
 		s.tlog.Close()
 	}
 	s.logFile.Close()
 	s.lock.Close()
+}
+
+// background runs fn in a goroutine that release waits for.
+func (s *supervisor) background(fn func()) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		fn()
+	}()
 }
 
 // readEnvMap reads the JSON object of environment variables `run` gets on
@@ -539,7 +554,7 @@ func (s *supervisor) run() {
 	})
 	hbStop, hbDone := make(chan struct{}), make(chan struct{})
 	go s.heartbeats(hbStop, hbDone)
-	go s.watchStall(hbStop)
+	s.background(func() { s.watchStall(hbStop) })
 
 	res := s.attempt()
 	s.stopNet()
@@ -585,7 +600,7 @@ func (s *supervisor) attempt() outcome {
 	if err != nil {
 		return outcome{code: -1, startErr: fmt.Sprintf("start %s: %v", cmd.Args[0], err)}
 	}
-	go s.watchLimits(p)
+	s.background(func() { s.watchLimits(p) })
 	s.setTool(p)
 	s.logger.Info("tool started", logKeyToolPID, p.pgid)
 	<-p.exited
@@ -660,7 +675,7 @@ func (s *supervisor) runSetup(out string) (res outcome, ok bool) {
 	if err != nil {
 		return outcome{code: -1, startErr: fmt.Sprintf("setup failed: %v", err)}, false
 	}
-	go s.watchLimits(p)
+	s.background(func() { s.watchLimits(p) })
 	s.setTool(p)
 	<-p.done
 	code, sig := p.exitInfo()

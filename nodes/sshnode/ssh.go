@@ -278,12 +278,23 @@ func dialVia(ctx context.Context, via *ssh.Client, addr string, timeout time.Dur
 	}()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
+	// A dial given up on still ends (the caller closes via on error); a
+	// connection it opens then is closed, not left to the jump host.
+	abandon := func() {
+		go func() {
+			if r := <-ch; r.c != nil {
+				r.c.Close()
+			}
+		}()
+	}
 	select {
 	case r := <-ch:
 		return r.c, r.err
 	case <-timer.C:
+		abandon()
 		return nil, fmt.Errorf("dial %s through jump host: timed out after %s", addr, timeout)
 	case <-ctx.Done():
+		abandon()
 		return nil, ctx.Err()
 	}
 }
