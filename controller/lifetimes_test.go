@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
-	"github.com/dispatch-tool/dispatch/store"
 )
 
 // ourGoroutines returns the stacks, by goroutine header, of the goroutines
@@ -166,7 +166,7 @@ nodes:
     work_dir: WORK
 `
 	h := newHarness(t, yaml, shellProject(map[string]string{"S01-a.md": "true\n"}))
-	h.tickUntil("S01 to complete", func() bool { return h.task("S01").Status == store.Completed })
+	h.tickUntil("S01 to complete", func() bool { return h.task("S01").Status == domain.Completed })
 	before := ourGoroutines()
 	tr := &hangsUntilCancelled{Transport: nodes.NewLocal()}
 	h.ctl.nodes["local"].tr = tr
