@@ -237,6 +237,15 @@ func memInproc(ctx context.Context, o *options, c *sshdtest.Client, home, projec
 	if err := writeHeap(base); err != nil {
 		return err
 	}
+	cpuProf, err := os.Create(filepath.Join(o.outDir, project+".ticks.cpu.pprof"))
+	if err != nil {
+		return err
+	}
+	defer cpuProf.Close()
+	if err := pprof.StartCPUProfile(cpuProf); err != nil {
+		return err
+	}
+	defer pprof.StopCPUProfile()
 	for range 3 {
 		var m0, m1 runtime.MemStats
 		runtime.ReadMemStats(&m0)
@@ -257,6 +266,7 @@ func memInproc(ctx context.Context, o *options, c *sshdtest.Client, home, projec
 		r.tickCPU = append(r.tickCPU, cpu)
 		r.heapAfter = append(r.heapAfter, float64(m1.HeapInuse))
 	}
+	pprof.StopCPUProfile()
 	ip.rec.take()
 	runtime.GC()
 	var m runtime.MemStats

@@ -27,6 +27,17 @@ type op struct {
 	// cancel cancels every pending and blocked task of its project (see
 	// store.Tx.CancelWaiting), each as the change says.
 	cancel *store.Change
+	// beats records new heartbeats of one project's tasks in one write.
+	beats *beats
+}
+
+// beats are new heartbeats (task ID → heartbeat) of a project's tasks,
+// seen at the tick's time, with the order they were decided in.
+type beats struct {
+	project string
+	at      time.Time
+	hb      map[string]string
+	order   []string
 }
 
 type taskPatch struct {
@@ -56,6 +67,8 @@ func (o op) exec(ctx context.Context, tx *store.Tx) error {
 	case o.cancel != nil:
 		_, err := tx.CancelWaiting(ctx, *o.cancel)
 		return err
+	case o.beats != nil:
+		return tx.Beats(ctx, o.beats.project, o.beats.hb, o.beats.at)
 	}
 	return fmt.Errorf("empty op")
 }
@@ -77,6 +90,13 @@ func (o op) String() string {
 		return fmt.Sprintf("event %s %s: %s", o.event.Task, o.event.Kind, o.event.Message)
 	case o.cancel != nil:
 		return fmt.Sprintf("every waiting task →canceled: %s", o.cancel.Message)
+	case o.beats != nil:
+		var lines []string
+		for _, id := range o.beats.order {
+			hb := o.beats.hb[id]
+			lines = append(lines, fmt.Sprintf("task %s %s", id, patchString(store.TaskPatch{Heartbeat: &hb, HeartbeatAt: &o.beats.at})))
+		}
+		return strings.Join(lines, "; ")
 	}
 	return "empty op"
 }
@@ -150,6 +170,8 @@ type applier struct {
 	counts    map[string]map[domain.Status]int
 	depStatus map[string]map[string]domain.Status
 	modes     map[string]map[string]string
+	// beats are the heartbeat ops of the tick, by project.
+	beats map[string]*beats
 	// after collects what the changes mean for the claims (see afterApply).
 	after   afterApply
 	ops     []op
@@ -206,6 +228,24 @@ func (a *applier) setTask(t *domain.Task, p store.TaskPatch) {
 }
 
 func (a *applier) event(e store.Event) { a.emit(op{event: &e}) }
+
+// beat records a new heartbeat of t, with the others of its project in
+// one op (written where the first of them was decided).
+func (a *applier) beat(t *domain.Task, hb string) {
+	b := a.beats[t.Project]
+	if b == nil {
+		b = &beats{project: t.Project, at: a.now, hb: map[string]string{}}
+		if a.beats == nil {
+			a.beats = map[string]*beats{}
+		}
+		a.beats[t.Project] = b
+		a.emit(op{beats: b})
+	}
+	if _, ok := b.hb[t.ID]; !ok {
+		b.order = append(b.order, t.ID)
+	}
+	b.hb[t.ID] = hb
+}
 
 // project decides over one project's tasks: their attempts' statuses, then
 // the dependents blocked or unblocked by them, then whether the project
@@ -341,11 +381,11 @@ func (a *applier) running(t *domain.Task, ts *wire.TaskStatus, st *wire.Status) 
 	}
 	if ts.Heartbeat != t.Heartbeat {
 		t.HeartbeatAt = a.now
-		set := store.TaskPatch{Heartbeat: new(ts.Heartbeat), HeartbeatAt: new(a.now)}
 		if t.Warning != "" {
-			set.Warning = new("")
+			a.setTask(t, store.TaskPatch{Heartbeat: new(ts.Heartbeat), HeartbeatAt: new(a.now), Warning: new("")})
+		} else {
+			a.beat(t, ts.Heartbeat)
 		}
-		a.setTask(t, set)
 	}
 	if !ts.Alive {
 		msg := fmt.Sprintf("wrapper (pid %d) is gone while the attempt was running", st.PID)

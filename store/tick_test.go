@@ -232,3 +232,28 @@ func TestTaskVersions(t *testing.T) {
 		seen[versions["S02"]] = true
 	}
 }
+
+// TestBeats: a tick's heartbeats land in one statement, each on its task,
+// with the time they were seen; a task that is not there is an error.
+func TestBeats(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	addTask(t, s, "p", "S01")
+	addTask(t, s, "p", "S02")
+	at := s.Now().Add(-time.Second)
+	if err := s.Update(ctx, func(tx *Tx) error {
+		return tx.Beats(ctx, "p", map[string]string{"S01": "7", "S02": "9"}, at)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for id, hb := range map[string]string{"S01": "7", "S02": "9"} {
+		tk, err := s.Task(ctx, "p", id)
+		if err != nil || tk.Heartbeat != hb || !tk.HeartbeatAt.Equal(at) {
+			t.Errorf("%s: heartbeat %q at %v (%v), want %q at %v", id, tk.Heartbeat, tk.HeartbeatAt, err, hb, at)
+		}
+	}
+	err := s.Update(ctx, func(tx *Tx) error { return tx.Beats(ctx, "p", map[string]string{"S01": "8", "GONE": "1"}, at) })
+	if !errors.Is(err, ErrNotFound) {
+		t.Errorf("a beat of a task that is not there: %v, want ErrNotFound", err)
+	}
+}
