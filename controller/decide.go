@@ -384,6 +384,9 @@ func (a *applier) running(t *domain.Task, ts *wire.TaskStatus, st *wire.Status) 
 		if t.Warning != "" {
 			a.setTask(t, store.TaskPatch{Heartbeat: new(ts.Heartbeat), HeartbeatAt: new(a.now), Warning: new("")})
 		} else {
+			// Written without a new version: the task held is changed
+			// here as the row is (see store.Tx.Beats).
+			t.Heartbeat = ts.Heartbeat
 			a.beat(t, ts.Heartbeat)
 		}
 	}

@@ -245,7 +245,10 @@ func countStatus(ctx context.Context, q querier, project string) (map[domain.Sta
 
 // Beats records new heartbeats of a project's tasks (ID → heartbeat), all
 // seen at a time, in one statement: a tick with 1,000 running tasks writes
-// their heartbeats at once, not row by row.
+// their heartbeats at once, not row by row. It leaves updated_at alone, so
+// that a heartbeat gives the row no new version (migration 0019): whoever
+// holds the task sets its Heartbeat and HeartbeatAt as written. Any other
+// write of a task, a heartbeat through SetTask included, gives one.
 func (tx *Tx) Beats(ctx context.Context, project string, beats map[string]string, at time.Time) error {
 	if len(beats) == 0 {
 		return nil
@@ -254,8 +257,21 @@ func (tx *Tx) Beats(ctx context.Context, project string, beats map[string]string
 	if err != nil {
 		return err
 	}
-	res, err := tx.tx.ExecContext(ctx, `UPDATE tasks SET heartbeat = j.value, heartbeat_at = ?1, updated_at = ?4
-		FROM json_each(?2) AS j WHERE tasks.project = ?3 AND tasks.id = j.key`, formatTime(at), string(doc), project, formatTime(tx.now))
+	// The beats go through a keyed table of the connection's own: an
+	// UPDATE joined to json_each would scan the list once per task.
+	for _, stmt := range []string{
+		`CREATE TEMP TABLE IF NOT EXISTS beats (id TEXT PRIMARY KEY, hb TEXT NOT NULL)`,
+		`DELETE FROM temp.beats`,
+	} {
+		if _, err := tx.tx.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("record the heartbeats of %s: %w", project, err)
+		}
+	}
+	if _, err := tx.tx.ExecContext(ctx, `INSERT INTO temp.beats (id, hb) SELECT key, value FROM json_each(?)`, string(doc)); err != nil {
+		return fmt.Errorf("record the heartbeats of %s: %w", project, err)
+	}
+	res, err := tx.tx.ExecContext(ctx, `UPDATE tasks SET heartbeat = (SELECT hb FROM temp.beats AS b WHERE b.id = tasks.id), heartbeat_at = ?1
+		WHERE project = ?2 AND id IN (SELECT id FROM temp.beats)`, formatTime(at), project)
 	if err != nil {
 		return fmt.Errorf("record the heartbeats of %s: %w", project, err)
 	}

@@ -219,14 +219,25 @@ func TestTaskVersions(t *testing.T) {
 		t.Fatalf("a tick with nothing changed read %d rows again", reads-2)
 	}
 	seen := map[int64]bool{versions["S01"]: true, versions["S02"]: true}
-	for _, stmt := range []string{`UPDATE tasks SET heartbeat = '7' WHERE project = 'p' AND id = 'S02'`,
+	// A heartbeat written by Beats is no new version: the holder sets it
+	// as written.
+	if err := s.Update(ctx, func(tx *Tx) error {
+		return tx.Beats(ctx, "p", map[string]string{"S02": "7"}, s.Now())
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if tick(); reads != 2 {
+		t.Fatalf("a heartbeat alone read %d rows again", reads-2)
+	}
+	for _, stmt := range []string{`UPDATE tasks SET heartbeat = '8', updated_at = 'z' WHERE project = 'p' AND id = 'S02'`,
+		`UPDATE tasks SET warning = 'w' WHERE project = 'p' AND id = 'S02'`,
 		`UPDATE tasks SET status = 'running', heartbeat = '8' WHERE project = 'p' AND id = 'S02'`} {
 		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
 			t.Fatal(err)
 		}
 		before := reads
 		r := tick()
-		if reads != before+1 || r.Tasks[1].Heartbeat == "" || seen[versions["S02"]] {
+		if reads != before+1 || r.Tasks[1].Heartbeat != "8" || seen[versions["S02"]] {
 			t.Fatalf("after %s: read %d rows, heartbeat %q, version %d (seen before: %v)", stmt, reads-before, r.Tasks[1].Heartbeat, versions["S02"], seen[versions["S02"]])
 		}
 		seen[versions["S02"]] = true
@@ -255,5 +266,37 @@ func TestBeats(t *testing.T) {
 	err := s.Update(ctx, func(tx *Tx) error { return tx.Beats(ctx, "p", map[string]string{"S01": "8", "GONE": "1"}, at) })
 	if !errors.Is(err, ErrNotFound) {
 		t.Errorf("a beat of a task that is not there: %v, want ErrNotFound", err)
+	}
+}
+
+// TestTaskVersionsCoverEveryColumn: the version trigger lists every column
+// of tasks but heartbeat, heartbeat_at and version itself: a column added later and left out would change rows
+// without a new version, and the controller would decide over old values.
+func TestTaskVersionsCoverEveryColumn(t *testing.T) {
+	s := openTest(t)
+	var sql string
+	if err := s.db.QueryRow(`SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'task_version_update'`).Scan(&sql); err != nil {
+		t.Fatal(err)
+	}
+	cols, err := queryRows(context.Background(), s.db, func(r scanner) (string, error) {
+		var cid, notnull, pk int
+		var name, typ string
+		var dflt any
+		return name, r.Scan(&cid, &name, &typ, &notnull, &dflt, &pk)
+	}, `PRAGMA table_info(tasks)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sql = strings.Join(strings.Fields(sql), " ")
+	list := sql[strings.Index(sql, " UPDATE OF ")+11 : strings.Index(sql, " ON tasks")]
+	listed := map[string]bool{}
+	for _, c := range strings.Split(list, ",") {
+		listed[strings.TrimSpace(c)] = true
+	}
+	for _, c := range cols {
+		skip := c == "heartbeat" || c == "heartbeat_at" || c == "version"
+		if listed[c] == skip {
+			t.Errorf("column %s: listed by task_version_update %v, want %v", c, listed[c], !skip)
+		}
 	}
 }
