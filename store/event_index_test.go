@@ -117,18 +117,7 @@ func TestTaskDepsFollowDependsOn(t *testing.T) {
 		}
 	}
 	_ = err // the damaged row may also fail the read: either way it does not run
-	rows, err := s.db.QueryContext(ctx, `EXPLAIN QUERY PLAN SELECT 1 FROM task_deps AS d WHERE d.project = 'p' AND d.task = 'C'`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var plan []string
-	for rows.Next() {
-		var id, parent, notused int
-		var detail string
-		rows.Scan(&id, &parent, &notused, &detail)
-		plan = append(plan, detail)
-	}
+	plan := queryPlan(t, s, `SELECT 1 FROM task_deps AS d WHERE d.project = 'p' AND d.task = 'C'`)
 	if text := strings.Join(plan, "; "); !strings.Contains(text, "task_deps_task") {
 		t.Errorf("dependency rows read without their index: %s", text)
 	}

@@ -47,20 +47,7 @@ func TestLiveOn(t *testing.T) {
 			t.Errorf("LiveOn(%s, %v) = %v, %v; want %q", tc.node, tc.projects, got, err, tc.want)
 		}
 	}
-	rows, err := s.db.QueryContext(ctx, "EXPLAIN QUERY PLAN "+liveOnSQL, domain.Claimed, domain.Running, "n1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var plan []string
-	for rows.Next() {
-		var id, parent, notused int
-		var detail string
-		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
-			t.Fatal(err)
-		}
-		plan = append(plan, detail)
-	}
+	plan := queryPlan(t, s, liveOnSQL, domain.Claimed, domain.Running, "n1")
 	if text := strings.Join(plan, "; "); !strings.Contains(text, "INDEX tasks_status_node") {
 		t.Errorf("plan %q does not use tasks_status_node", text)
 	}

@@ -133,15 +133,7 @@ func TestTickTasksReadsWhatCanMove(t *testing.T) {
 // never walks every task of the project (a search on the project alone).
 func TestTickReadsUseIndexes(t *testing.T) {
 	s := openTest(t)
-	ctx := context.Background()
-	plan, err := queryRows(ctx, s.db, func(r scanner) (string, error) {
-		var id, parent, notused int
-		var detail string
-		return detail, r.Scan(&id, &parent, &notused, &detail)
-	}, "EXPLAIN QUERY PLAN "+tickSelect, "p", "[]")
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan := queryPlan(t, s, tickSelect, "p", "[]")
 	for _, line := range plan {
 		if strings.HasPrefix(line, "SCAN ") && !strings.Contains(line, "json_each") && line != "SCAN x" && line != "SCAN down" && line != "SCAN ids" ||
 			strings.HasSuffix(line, "(project=?)") && !strings.Contains(line, "attempts_uncollected") {
@@ -154,19 +146,7 @@ func TestTickReadsUseIndexes(t *testing.T) {
 		{`SELECT status, n FROM task_counts WHERE project = 'p'`, "sqlite_autoindex_task_counts_1"},
 		{strings.ReplaceAll(strings.ReplaceAll(runnableSQL, "?1", "'p'"), "?2", "'x'") + " LIMIT 8", "tasks_ready"},
 	} {
-		var plan []string
-		err := eachRow(ctx, s.db, func(r scanner) error {
-			var id, parent, notused int
-			var detail string
-			if err := r.Scan(&id, &parent, &notused, &detail); err != nil {
-				return err
-			}
-			plan = append(plan, detail)
-			return nil
-		}, "EXPLAIN QUERY PLAN "+tc.query)
-		if err != nil {
-			t.Fatal(err)
-		}
+		plan := queryPlan(t, s, tc.query)
 		if text := strings.Join(plan, "; "); !strings.Contains(text, "INDEX "+tc.index) {
 			t.Errorf("%s: plan %q does not use %s", tc.query, text, tc.index)
 		}
@@ -299,4 +279,18 @@ func TestTaskVersionsCoverEveryColumn(t *testing.T) {
 			t.Errorf("column %s: listed by task_version_update %v, want %v", c, listed[c], !skip)
 		}
 	}
+}
+
+// queryPlan is SQLite's plan for query, one line a step.
+func queryPlan(t *testing.T, s *Store, query string, args ...any) []string {
+	t.Helper()
+	plan, err := queryRows(context.Background(), s.db, func(r scanner) (string, error) {
+		var id, parent, notused int
+		var detail string
+		return detail, r.Scan(&id, &parent, &notused, &detail)
+	}, "EXPLAIN QUERY PLAN "+query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan
 }
