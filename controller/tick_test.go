@@ -118,3 +118,29 @@ func TestDecideTick(t *testing.T) {
 		})
 	}
 }
+
+// TestTaskCache: a tick is handed the task it holds only at the version
+// read now; a row not read in a tick is dropped at its end, and a tick
+// whose decisions were not recorded drops everything held.
+func TestTaskCache(t *testing.T) {
+	var c taskCache
+	a, b := &domain.Task{ID: "A"}, &domain.Task{ID: "B"}
+	c.begin()
+	c.keep("p", store.TickRead{Tasks: []*domain.Task{a, b}, Versions: map[string]int64{"A": 1, "B": 2}})
+	c.end()
+	known := c.known("p")
+	if known("A", 1) != a || known("A", 3) != nil || c.known("q")("A", 1) != nil {
+		t.Fatalf("held A at 1: got %v at 1, %v at 3, %v in another project", known("A", 1), known("A", 3), c.known("q")("A", 1))
+	}
+	c.begin()
+	c.keep("p", store.TickRead{Tasks: []*domain.Task{a}, Versions: map[string]int64{"A": 1}})
+	c.end()
+	if c.known("p")("B", 2) != nil {
+		t.Error("B, not read in the last tick, is still held")
+	}
+	c.begin()
+	c.drop()
+	if c.known("p")("A", 1) != nil {
+		t.Error("A is held after a tick that was not recorded")
+	}
+}
