@@ -60,7 +60,9 @@ func benchRepo(ctx context.Context, o *options, t *tb) (*section, error) {
 	ledger := t.TempDir()
 	var defs []nodeDef
 	for i, s := range servers {
-		defs = append(defs, nodeDef{name: fmt.Sprintf("n%d", i+1), server: s, slots: repoTasks / 2})
+		// sandbox: off: each task stamps its tool's start into the ledger,
+		// outside its workspace, which a sandboxed task cannot write.
+		defs = append(defs, nodeDef{name: fmt.Sprintf("n%d", i+1), server: s, slots: repoTasks / 2, sandbox: "off"})
 	}
 	if err := os.WriteFile(home.ConfigPath(homeDir), []byte(nodesYAML(c, "", defs)), 0o644); err != nil {
 		return nil, err

@@ -544,9 +544,13 @@ func (s *Store) LiveModes(ctx context.Context) (map[string]int, error) { return 
 func (tx *Tx) LiveModes(ctx context.Context) (map[string]int, error) { return liveModes(ctx, tx.tx) }
 
 func liveModes(ctx context.Context, q querier) (map[string]int, error) {
-	return countBy(ctx, q, "count attempts by api_mode", `SELECT api_mode, COUNT(*) FROM attempts
-		WHERE status IN (?, ?) AND api_mode != '' GROUP BY api_mode`, domain.Claimed, domain.Running)
+	return countBy(ctx, q, "count attempts by api_mode", liveModesSQL)
 }
+
+// liveModesSQL names the statuses as literals: the partial index
+// attempts_live (migration 0019) serves only a query that names them.
+const liveModesSQL = `SELECT api_mode, COUNT(*) FROM attempts
+		WHERE status IN ('claimed', 'running') AND api_mode != '' GROUP BY api_mode`
 
 // Pauses returns the pauses recorded, expired or not.
 func (s *Store) Pauses(ctx context.Context) ([]Pause, error) { return pauses(ctx, s.db) }

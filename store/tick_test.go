@@ -144,6 +144,7 @@ func TestTickReadsUseIndexes(t *testing.T) {
 		{`SELECT task FROM task_deps WHERE project = 'p' AND dep = 'A'`, "task_deps_dep"},
 		{`SELECT MIN(not_before) FROM tasks WHERE project = 'p' AND status = 'pending' AND not_before > 'x'`, "tasks_due"},
 		{`SELECT status, n FROM task_counts WHERE project = 'p'`, "sqlite_autoindex_task_counts_1"},
+		{liveModesSQL, "attempts_live"},
 		{strings.ReplaceAll(strings.ReplaceAll(runnableSQL, "?1", "'p'"), "?2", "'x'") + " LIMIT 8", "tasks_ready"},
 	} {
 		plan := queryPlan(t, s, tc.query)

@@ -44,7 +44,9 @@ const (
 	// pollScan is how often the task directories are looked at without
 	// inotify.
 	pollScan = 100 * time.Millisecond
-	// liveScan is how often the supervisors' locks are probed.
+	// liveScan is how often every task directory is looked at and every
+	// supervisor's lock probed; between those looks, a file event makes a
+	// look at the task directories it names only.
 	liveScan = time.Second
 	// coalesce gathers a burst of file events into one look.
 	coalesce = 5 * time.Millisecond
@@ -93,9 +95,10 @@ func watch(ctx context.Context, root string, beat time.Duration, out io.Writer, 
 	}
 	sc := newScanner(root)
 	var events <-chan struct{}
+	var take func() dirChange
 	if notify {
 		var closeNotifier func()
-		events, closeNotifier = newNotifier(root)
+		events, take, closeNotifier = newNotifier(root)
 		defer closeNotifier()
 	}
 	sc.scan(true) // the starting point: no frame for what already is
@@ -138,6 +141,8 @@ func watch(ctx context.Context, root string, beat time.Duration, out io.Writer, 
 		case <-beats.C:
 			err = send(wire.Frame{Type: wire.FrameBeat})
 		case <-live.C:
+			// Every directory, every lock: what the events did not say (a
+			// lock released, taken) is found here, once a second.
 			err = report(sc.scan(true))
 		case <-poll:
 			err = report(sc.scan(false))
@@ -156,7 +161,11 @@ func watch(ctx context.Context, root string, beat time.Duration, out io.Writer, 
 			time.Sleep(max(coalesce, minChangeGap-time.Since(lastLook)))
 			drain(events)
 			lastLook = time.Now()
-			err = report(sc.scan(false))
+			if c := take(); c.all {
+				err = report(sc.scan(false))
+			} else {
+				err = report(sc.scanKeys(c.keys))
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("watch: write a frame: %w", err)
@@ -210,15 +219,9 @@ func (s *scanner) scan(probeLive bool) []string {
 	var changed []string
 	walkTaskDirs(s.root, nil, func(key, dir string) {
 		seen[key] = true
-		old, had := s.known[key]
-		now := taskSeen{status: statSeen(filepath.Join(dir, fileStatus)), alive: old.alive}
-		if probeLive || !had {
-			now.alive, _ = supervisorAlive(dir)
-		}
-		if had && now != old || !had && s.primed && now != (taskSeen{}) {
+		if s.look(key, dir, probeLive) {
 			changed = append(changed, key)
 		}
-		s.known[key] = now
 	})
 	s.primed = true
 	for key := range s.known {
@@ -228,6 +231,54 @@ func (s *scanner) scan(probeLive bool) []string {
 	}
 	sort.Strings(changed)
 	return changed
+}
+
+// dirChange is what file events named: the tasks (project/ID) whose
+// status file changed or whose directory came or went, all when anything
+// higher changed (or the kernel dropped events), and the new task
+// directories to watch.
+type dirChange struct {
+	all     bool
+	keys    map[string]bool
+	newDirs []string
+}
+
+// scanKeys looks at the named task directories only and returns those
+// whose status.json (or presence) changed, sorted; a directory gone is
+// forgotten.
+func (s *scanner) scanKeys(keys map[string]bool) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var changed []string
+	for key := range keys {
+		project, task, ok := strings.Cut(key, "/")
+		if !ok {
+			continue
+		}
+		dir := filepath.Join(s.root, project, "tasks", task)
+		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+			delete(s.known, key)
+			continue
+		}
+		if s.look(key, dir, false) {
+			changed = append(changed, key)
+		}
+	}
+	sort.Strings(changed)
+	return changed
+}
+
+// look records what dir's status and supervisor are now, probing the lock
+// when probeLive is set or the directory is new or its status changed,
+// and reports whether that is a change.
+func (s *scanner) look(key, dir string, probeLive bool) bool {
+	old, had := s.known[key]
+	now := taskSeen{status: statSeen(filepath.Join(dir, fileStatus)), alive: old.alive}
+	if probeLive || !had || now.status != old.status {
+		now.alive, _ = supervisorAlive(dir)
+	}
+	s.known[key] = now
+	return had && now != old || !had && s.primed && now != (taskSeen{})
 }
 
 // watchedDirs lists the directories whose changes matter: root, each

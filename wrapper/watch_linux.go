@@ -19,16 +19,25 @@ const inotifyMask = syscall.IN_MOVED_TO | syscall.IN_CREATE | syscall.IN_CLOSE_W
 // for new ones after every event), and a function that stops it. A nil
 // channel means inotify is not available: the caller polls. The channel is
 // closed when inotify fails later (out of watches).
-func newNotifier(root string) (<-chan struct{}, func()) {
+func newNotifier(root string) (<-chan struct{}, func() dirChange, func()) {
 	fd, err := syscall.InotifyInit1(syscall.IN_CLOEXEC | syscall.IN_NONBLOCK)
 	if err != nil {
-		return nil, func() {}
+		return nil, nil, func() {}
 	}
 	f := os.NewFile(uintptr(fd), "inotify")
 	n := &inotify{fd: fd, root: root, added: map[string]bool{}, byWD: map[int32]string{}}
 	if !n.addWatches() {
 		f.Close()
-		return nil, func() {}
+		return nil, nil, func() {}
+	}
+	var mu sync.Mutex
+	pending := dirChange{keys: map[string]bool{}}
+	take := func() dirChange {
+		mu.Lock()
+		defer mu.Unlock()
+		c := pending
+		pending = dirChange{keys: map[string]bool{}}
+		return c
 	}
 	events := make(chan struct{}, 1)
 	var once sync.Once
@@ -41,41 +50,69 @@ func newNotifier(root string) (<-chan struct{}, func()) {
 			if err != nil || k < syscall.SizeofInotifyEvent {
 				return
 			}
-			relevant := false
+			var c dirChange
+			c.keys = map[string]bool{}
 			for off := 0; off+syscall.SizeofInotifyEvent <= k; {
 				ev := (*syscall.InotifyEvent)(unsafe.Pointer(&buf[off]))
 				name := eventName(buf[off+syscall.SizeofInotifyEvent : off+syscall.SizeofInotifyEvent+int(ev.Len)])
+				dir := n.byWD[ev.Wd]
 				if ev.Mask&syscall.IN_IGNORED != 0 {
 					// The directory is gone; one made again at its path
 					// needs a new watch.
-					delete(n.added, n.byWD[ev.Wd])
+					delete(n.added, dir)
 					delete(n.byWD, ev.Wd)
 				}
 				// Heartbeats, logs and temporary files change all the
 				// time and say nothing: only a status file or a
-				// directory coming or going is worth a look.
-				// Directories count where tasks and projects live, not inside
-				// a task directory, where the task itself can make any
-				// number of them.
-				dirEvent := ev.Mask&syscall.IN_ISDIR != 0 && !n.isTaskDir(n.byWD[ev.Wd])
-				relevant = relevant || name == fileStatus || dirEvent || ev.Mask&(syscall.IN_IGNORED|syscall.IN_Q_OVERFLOW) != 0
+				// directory coming or going is worth a look, and only at
+				// the task it names. Directories count where tasks and
+				// projects live, not inside a task directory, where the
+				// task itself can make any number of them.
+				depth := n.depth(dir)
+				switch {
+				case ev.Mask&(syscall.IN_IGNORED|syscall.IN_Q_OVERFLOW) != 0:
+					c.all = true
+				case depth == 3 && name == fileStatus:
+					c.keys[n.key(dir)] = true
+				case depth == 2 && ev.Mask&syscall.IN_ISDIR != 0:
+					// A task directory made or removed in tasks/.
+					c.keys[n.key(filepath.Join(dir, name))] = true
+					c.newDirs = append(c.newDirs, filepath.Join(dir, name))
+				case depth < 2 && ev.Mask&syscall.IN_ISDIR != 0:
+					c.all = true // a project, or its tasks/, came or went
+				}
 				off += syscall.SizeofInotifyEvent + int(ev.Len)
 			}
-			if !relevant {
+			if !c.all && len(c.keys) == 0 {
 				continue
 			}
 			// New directories need their own watches, or what happens
-			// in them is missed.
-			if !n.addWatches() {
+			// in them is missed: a new task directory its own, anything
+			// higher a walk.
+			ok := true
+			if c.all {
+				ok = n.addWatches()
+			} else {
+				for _, d := range c.newDirs {
+					ok = ok && n.addWatch(d)
+				}
+			}
+			if !ok {
 				return
 			}
+			mu.Lock()
+			pending.all = pending.all || c.all
+			for k := range c.keys {
+				pending.keys[k] = true
+			}
+			mu.Unlock()
 			select {
 			case events <- struct{}{}:
 			default:
 			}
 		}
 	}()
-	return events, stop
+	return events, take, stop
 }
 
 // eventName is the NUL-padded name of an inotify event.
@@ -95,10 +132,41 @@ type inotify struct {
 	byWD  map[int32]string
 }
 
-// isTaskDir reports whether dir is a <project>/tasks/<ID> directory of root.
-func (n *inotify) isTaskDir(dir string) bool {
+// depth is 0 for root, 1 for a project, 2 for its tasks/ and 3 for a
+// task directory (-1 for anything else).
+func (n *inotify) depth(dir string) int {
 	rel, err := filepath.Rel(n.root, dir)
-	return err == nil && strings.Count(rel, "/") == 2
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return -1
+	}
+	if rel == "." {
+		return 0
+	}
+	return strings.Count(rel, "/") + 1
+}
+
+// key is a task directory's "project/ID".
+func (n *inotify) key(dir string) string {
+	rel, _ := filepath.Rel(n.root, dir)
+	parts := strings.Split(rel, "/")
+	if len(parts) != 3 {
+		return rel
+	}
+	return parts[0] + "/" + parts[2]
+}
+
+// addWatch watches one more directory; false as for addWatches.
+func (n *inotify) addWatch(d string) bool {
+	if n.added[d] {
+		return true
+	}
+	wd, err := syscall.InotifyAddWatch(n.fd, d, inotifyMask)
+	if err != nil {
+		return err == syscall.ENOENT || err == syscall.ENOTDIR
+	}
+	n.added[d] = true
+	n.byWD[int32(wd)] = d
+	return true
 }
 
 // addWatches watches every directory that matters now; false when the
@@ -106,18 +174,9 @@ func (n *inotify) isTaskDir(dir string) bool {
 // watches).
 func (n *inotify) addWatches() bool {
 	for _, d := range watchedDirs(n.root) {
-		if n.added[d] {
-			continue
-		}
-		wd, err := syscall.InotifyAddWatch(n.fd, d, inotifyMask)
-		if err != nil {
-			if err == syscall.ENOENT || err == syscall.ENOTDIR {
-				continue
-			}
+		if !n.addWatch(d) {
 			return false
 		}
-		n.added[d] = true
-		n.byWD[int32(wd)] = d
 	}
 	return true
 }

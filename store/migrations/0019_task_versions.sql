@@ -32,3 +32,7 @@ END;
 
 UPDATE tasks SET version = rowid;
 UPDATE task_version SET n = (SELECT COALESCE(MAX(version), 0) FROM tasks);
+
+-- The attempts that run, by api_mode: every tick counts them, and the
+-- attempts of a long project pile up.
+CREATE INDEX attempts_live ON attempts(api_mode) WHERE status IN ('claimed', 'running');
