@@ -252,7 +252,7 @@ func (s *scanner) scanKeys(keys map[string]bool) []string {
 	var changed []string
 	for key := range keys {
 		project, task, ok := strings.Cut(key, "/")
-		if !ok {
+		if !ok || !validName(project) || !validName(task) {
 			continue
 		}
 		dir := filepath.Join(s.root, project, "tasks", task)

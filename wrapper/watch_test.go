@@ -231,3 +231,44 @@ func TestWatchSplitsLargeChanges(t *testing.T) {
 		}
 	}
 }
+
+// TestScanKeysLooksOnlyWhereTold: a file event makes a look at the task
+// directories it names, not at every directory of the work dir (a node
+// holding 10,000 finished tasks looked at all of them at every event); a
+// change elsewhere waits for the once-a-second full look, and a directory
+// gone is forgotten.
+func TestScanKeysLooksOnlyWhereTold(t *testing.T) {
+	root := t.TempDir()
+	write := func(id, status string) {
+		t.Helper()
+		dir := filepath.Join(root, "p", "tasks", id)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := WriteFileAtomic(filepath.Join(dir, fileStatus), []byte(status), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 50 {
+		write("T"+strconv.Itoa(i), `{"status":"completed"}`)
+	}
+	sc := newScanner(root)
+	sc.scan(true)
+	write("T1", `{"status":"failed"}`)
+	write("T2", `{"status":"failed","attempt":2}`)
+	if got := sc.scanKeys(map[string]bool{"p/T1": true}); !slices.Equal(got, []string{"p/T1"}) {
+		t.Fatalf("scanKeys(T1) = %v, want [p/T1]", got)
+	}
+	if got := sc.scan(true); !slices.Equal(got, []string{"p/T2"}) {
+		t.Fatalf("the full look after it = %v, want [p/T2] (what the event did not name)", got)
+	}
+	if err := os.RemoveAll(filepath.Join(root, "p", "tasks", "T3")); err != nil {
+		t.Fatal(err)
+	}
+	if got := sc.scanKeys(map[string]bool{"p/T3": true, "p/../../x": true}); len(got) != 0 {
+		t.Fatalf("scanKeys of a removed directory = %v, want nothing", got)
+	}
+	if _, held := sc.known["p/T3"]; held {
+		t.Error("a removed task directory is still known")
+	}
+}
