@@ -197,10 +197,7 @@ func (c *Controller) read(ctx context.Context, tx *store.Tx, active []domain.Pro
 		return nil, err
 	}
 	in.caps = c.capacities(pulls, busy, holdNodes)
-	free := endedInPulls(pulls)
-	for _, cp := range in.caps {
-		free += max(cp.node.cfg.Slots-cp.running, 0)
-	}
+	free := freeSlots(in.caps, pulls)
 	r.claims = in
 	for _, p := range active {
 		if r.damaged[p.Name] != nil {
@@ -239,21 +236,24 @@ func (c *Controller) capacities(pulls map[string]*pull, busy map[string]int, hol
 	return caps
 }
 
-// endedInPulls counts the attempts the pulls report ended: the slots the
-// tick's changes may free.
-func endedInPulls(pulls map[string]*pull) int {
-	n := 0
-	for _, p := range pulls {
-		if p == nil || p.err != nil || p.status == nil {
-			continue
-		}
-		for _, ts := range p.status.Tasks {
-			if ts.Status != nil && ts.Status.Final() {
-				n++
+// freeSlots is how many slots the claims of a tick may fill: those free
+// now and, on each node, those its pull reports ended, at most its busy
+// ones. A full listing names every finished task directory of a node, and
+// a node may say anything: the count never passes the slots.
+func freeSlots(caps map[string]*capacity, pulls map[string]*pull) int {
+	free := 0
+	for name, cp := range caps {
+		ended := 0
+		if p := pulls[name]; p != nil && p.err == nil && p.status != nil {
+			for _, ts := range p.status.Tasks {
+				if ts.Status != nil && ts.Status.Final() {
+					ended++
+				}
 			}
 		}
+		free += max(cp.node.cfg.Slots-cp.running, 0) + min(ended, cp.running)
 	}
-	return n
+	return free
 }
 
 // decideTick decides, without I/O, what the pulls mean (decideApply) and

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -142,5 +143,33 @@ func TestTaskCache(t *testing.T) {
 	c.drop()
 	if c.known("p")("A", 1) != nil {
 		t.Error("A is held after a tick that was not recorded")
+	}
+}
+
+// TestFreeSlots: the slots a tick's claims may fill are the free ones and
+// those the pulls report ended, never more than a node's slots: a full
+// listing of 1,000 finished task directories (or a node's lie) does not
+// make the tick read a thousand candidates.
+func TestFreeSlots(t *testing.T) {
+	c := decider(t, decideNodes) // n1 and n2, 2 slots each
+	many := make([]wire.TaskStatus, 1000)
+	for i := range many {
+		many[i] = endedStatus(fmt.Sprintf("S%04d", i), 1, wire.StatusCompleted, "")
+	}
+	for _, tc := range []struct {
+		name  string
+		busy  map[string]int
+		pulls map[string]any
+		want  int
+	}{
+		{"idle nodes", nil, map[string]any{"n1": []wire.TaskStatus{}, "n2": []wire.TaskStatus{}}, 4},
+		{"one ended of two busy", map[string]int{"n1": 2}, map[string]any{"n1": []wire.TaskStatus{endedStatus("S01", 1, wire.StatusCompleted, "")}, "n2": []wire.TaskStatus{}}, 3},
+		{"a thousand finished directories", map[string]int{"n1": 2, "n2": 1}, map[string]any{"n1": many, "n2": many}, 4},
+		{"a node that did not answer", map[string]int{"n1": 1}, map[string]any{"n1": errors.New("down"), "n2": many}, 2},
+	} {
+		pulls := nodeSays(tc.pulls)
+		if got := freeSlots(c.capacities(pulls, tc.busy, nil), pulls); got != tc.want {
+			t.Errorf("%s: %d free slots, want %d", tc.name, got, tc.want)
+		}
 	}
 }
