@@ -59,6 +59,8 @@ type memResult struct {
 	heapAfter               []float64 // HeapInuse right after a tick
 	liveAfterGC             int64
 	allocProfile, heapTopFn string
+	// tickShares are parts of the steady ticks' CPU profile, inclusive.
+	tickShares []part
 	queryTasksShare         float64 // of the ticks' allocations, inclusive
 	listSnapshots           bool
 }
@@ -216,6 +218,28 @@ func memRun(ctx context.Context, o *options, t *tb, c *sshdtest.Client, servers 
 	return r, nil
 }
 
+// steadyTicks is how many steady ticks memInproc measures: ten, so that
+// the last is a full listing, as one pull in ten is (the first tick, not
+// measured, is full too).
+const steadyTicks = 10
+
+// part is a share of a CPU profile.
+type part struct {
+	what string
+	of   float64
+}
+
+// tickParts are the parts of a steady tick's CPU that RESULTS.md names,
+// by the function that is their root.
+var tickParts = []struct{ what, fn string }{
+	{"the tick's one transaction (read, plan, record: `decide`)", "controller.(*Controller).decide"},
+	{"the status calls (`pullNode`: SSH session, request, reply)", "controller.(*Controller).pullNode"},
+	{"decoding the replies", "encoding/json.Unmarshal"},
+	{"the SSH connections' read loops", "ssh.(*handshakeTransport).readLoop"},
+	{"collection and the phase (`collectAll`, `advance`)", "controller.(*Controller).Tick.func1"},
+	{"the garbage collector", "runtime.gcBgMarkWorker"},
+}
+
 // memInproc resumes the stopped controller's home in this process and
 // measures the allocations of a few ticks.
 func memInproc(ctx context.Context, o *options, c *sshdtest.Client, home, project string, r *memResult) error {
@@ -246,7 +270,7 @@ func memInproc(ctx context.Context, o *options, c *sshdtest.Client, home, projec
 		return err
 	}
 	defer pprof.StopCPUProfile()
-	for range 3 {
+	for range steadyTicks {
 		var m0, m1 runtime.MemStats
 		runtime.ReadMemStats(&m0)
 		cpu0 := selfCPU()
@@ -267,6 +291,12 @@ func memInproc(ctx context.Context, o *options, c *sshdtest.Client, home, projec
 		r.heapAfter = append(r.heapAfter, float64(m1.HeapInuse))
 	}
 	pprof.StopCPUProfile()
+	cpuProf.Close()
+	if out, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=1000", cpuProf.Name()).Output(); err == nil {
+		for _, p := range tickParts {
+			r.tickShares = append(r.tickShares, part{p.what, cumShare(string(out), p.fn)})
+		}
+	}
 	ip.rec.take()
 	runtime.GC()
 	var m runtime.MemStats
@@ -428,7 +458,7 @@ func memSection(o *options, rs []*memResult) *section {
 		t1.add(fmt.Sprintf("%d B", r.specBytes), mib(int64(r.specBytes)*memTasks), mib(r.loadLive), mib(r.addPeakHeap), mib(r.addAlloc))
 	}
 	b.WriteString(t1.markdown())
-	b.WriteString("\nThen the stopped controller's home, resumed (the same code), three steady ticks:\n\n")
+	b.WriteString("\nThen the stopped controller's home, resumed (the same code), ten steady ticks (the tenth lists every task directory of the node, as one pull in ten does):\n\n")
 	t2 := &table{head: []string{"spec size", "tick wall (10,000 tasks)", "controller CPU per tick", "allocated per tick", "heap in use right after a tick", "live heap after GC"}}
 	for _, r := range rs {
 		t2.add(fmt.Sprintf("%d B", r.specBytes), spread(r.tickWall, fmtMS), spread(r.tickCPU, fmtMS), mib(int64(median(r.tickAlloc))),
@@ -444,12 +474,20 @@ func memSection(o *options, rs []*memResult) *section {
 		"SQLite and the decisions; the sshd and wrapper processes are not in it. Each of these ticks makes a full status "+
 		"call to every node; in `Run` that comes once per poll interval, and the ticks between act on what the nodes' "+
 		"streams said.\n", verdict(alloc <= 4<<20 && cpu <= 0.010), mib(int64(alloc)), fmtMS(cpu))
+	if len(primary.tickShares) > 0 {
+		var parts []string
+		for _, p := range primary.tickShares {
+			parts = append(parts, fmt.Sprintf("%s %.0f%%", p.what, 100*p.of))
+		}
+		fmt.Fprintf(&b, "\nThe CPU profile of these ticks (`%s`, inclusive shares, parts overlap): %s. The rest is the Go scheduler "+
+			"and the system calls of 20 SSH sessions.\n", rel(filepath.Join(o.outDir, "mem1.ticks.cpu.pprof")), strings.Join(parts, "; "))
+	}
 	for _, r := range rs {
 		if r.addTop != "" {
 			fmt.Fprintf(&b, "\nAllocations of adding the project, %d-byte specs:\n\n%s", r.specBytes, r.addTop)
 		}
 		if r.heapTopFn != "" {
-			fmt.Fprintf(&b, "\nAllocations of the three ticks, %d-byte specs:\n\n%s", r.specBytes, r.heapTopFn)
+			fmt.Fprintf(&b, "\nAllocations of the ten ticks, %d-byte specs:\n\n%s", r.specBytes, r.heapTopFn)
 		}
 	}
 	memTickHint = fmtS(median(rs[0].tickWall)) + " per tick"

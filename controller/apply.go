@@ -78,7 +78,11 @@ func readSnapshot(ctx context.Context, tx *store.Tx, projects []string, pulls ma
 	named := namedLive(pulls)
 	now := tx.Now()
 	for _, name := range projects {
-		read, err := tx.TickTasks(ctx, name, named[name], now, cache.known(name))
+		slices.Sort(named[name]) // the tick's own slice, kept sorted by the cache
+		read, ok, err := cache.reuse(ctx, tx, name, named[name], now)
+		if err == nil && !ok {
+			read, err = tx.TickTasks(ctx, name, named[name], now, cache.known(name))
+		}
 		if errors.Is(err, store.ErrDamaged) {
 			// That project's trouble, not the tick's.
 			s.damaged[name] = err
@@ -87,7 +91,7 @@ func readSnapshot(ctx context.Context, tx *store.Tx, projects []string, pulls ma
 		if err != nil {
 			return nil, err
 		}
-		cache.keep(name, read)
+		cache.keep(name, read, named[name])
 		s.projects = append(s.projects, name)
 		s.tasks[name], s.depStatus[name], s.counts[name], s.nextDue[name] = read.Tasks, read.DepStatus, read.Counts, read.NextDue
 		s.modes[name] = read.Modes
@@ -449,10 +453,23 @@ func (c *Controller) nodeRecord(name string, p *pull, prev store.Node, now time.
 // change the rows, and every change to a row gives it a new version, so a
 // held value is never taken for a later version of its row; a tick whose
 // transaction fails drops them all.
+//
+// It also holds each project's last read whole, with the tasks the nodes
+// named live for it: a tick that finds the project's stamp unmoved and
+// the same tasks named decides over that read again (reuse), so that a
+// steady tick reads no task row.
 type taskCache struct {
 	rows map[string]cachedTask
 	// gen counts the ticks; a row not read in the current one is dropped.
-	gen int
+	gen   int
+	reads map[string]cachedRead
+}
+
+type cachedRead struct {
+	read store.TickRead
+	// named are the tasks named live, sorted.
+	named []string
+	gen   int
 }
 
 type cachedTask struct {
@@ -479,22 +496,58 @@ func (c *taskCache) known(project string) func(string, int64) *domain.Task {
 	}
 }
 
-// keep holds the tasks read for project in this tick.
-func (c *taskCache) keep(project string, read store.TickRead) {
+// keep holds the tasks read for project in this tick, and the read with
+// the tasks named live (sorted, not changed after).
+func (c *taskCache) keep(project string, read store.TickRead, named []string) {
 	for _, t := range read.Tasks {
 		c.rows[taskKey(project, t.ID)] = cachedTask{version: read.Versions[t.ID], gen: c.gen, task: t}
 	}
+	if c.reads == nil {
+		c.reads = map[string]cachedRead{}
+	}
+	c.reads[project] = cachedRead{read: read, named: named, gen: c.gen}
 }
 
-// end drops the rows the tick did not read: what is held follows what is
-// live.
+// reuse returns project's last read again when it is what TickTasks would
+// read now: the project's stamp has not moved (no task, attempt or
+// dependency of it changed; the decisions of a tick change what they hold
+// as they write it), the nodes name the same tasks live, and the earliest
+// backoff it saw is still to come. named is sorted. The maps and the
+// slice are copies, for the tick's decisions to change.
+func (c *taskCache) reuse(ctx context.Context, tx *store.Tx, project string, named []string, now time.Time) (store.TickRead, bool, error) {
+	e, ok := c.reads[project]
+	if !ok || !e.read.NextDue.IsZero() && !now.Before(e.read.NextDue) ||
+		!slices.Equal(e.named, named) {
+		return store.TickRead{}, false, nil
+	}
+	stamp, err := tx.Stamp(ctx, project)
+	if err != nil || stamp != e.read.Stamp {
+		return store.TickRead{}, false, err
+	}
+	r := e.read
+	r.Tasks = slices.Clone(r.Tasks)
+	r.DepStatus, r.Counts, r.Modes = maps.Clone(r.DepStatus), maps.Clone(r.Counts), maps.Clone(r.Modes)
+	return r, true, nil
+}
+
+// end drops the rows and reads the tick did not read: what is held
+// follows what is live and served.
 func (c *taskCache) end() {
 	for k, e := range c.rows {
 		if e.gen != c.gen {
 			delete(c.rows, k)
 		}
 	}
+	for p, e := range c.reads {
+		if e.gen != c.gen {
+			delete(c.reads, p)
+		}
+	}
 }
 
-// drop forgets every row (a tick whose decisions were not recorded).
-func (c *taskCache) drop() { clear(c.rows) }
+// drop forgets every row and read (a tick whose decisions were not
+// recorded).
+func (c *taskCache) drop() {
+	clear(c.rows)
+	clear(c.reads)
+}

@@ -95,6 +95,9 @@ type Controller struct {
 	// taskCache holds the task rows the ticks read, in the control loop's
 	// goroutine (see taskCache).
 	taskCache taskCache
+	// liveOn holds the live tasks by node for the status calls, in the
+	// control loop's goroutine (see liveCache).
+	liveOn liveCache
 	// unusable names the nodes whose api_mode needs a variable this
 	// controller's environment lacks, and those draining, with the
 	// reason; they take no task.

@@ -15,6 +15,46 @@ import (
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
 
+// TestListStateHolds: a live reply's unchanged entries are the held ones
+// with the heartbeat the node gives; an entry said unchanged that the
+// controller does not hold (a node answering what it was not asked) is
+// left out, and the next call is a full one.
+func TestListStateHolds(t *testing.T) {
+	running := &wire.Status{Attempt: 1, Status: wire.StatusRunning}
+	var l listState
+	l.done(&wire.NodeStatus{Tasks: []wire.TaskStatus{
+		{Project: "p", Task: "A", Alive: true, Status: running, Heartbeat: "1", Tag: "ta"},
+		{Project: "p", Task: "B", Status: &wire.Status{Attempt: 1, Status: wire.StatusCompleted}, Tag: "tb"},
+	}}, false)
+	if live, seen := l.next(false); !live || !slices.Equal(seen, []string{"p/A"}) {
+		t.Fatalf("next = %v %v, want a live call naming p/A", live, seen)
+	}
+	if got := l.tags([]string{"p/A", "p/B"}); !slices.Equal(got, []string{"ta", ""}) {
+		t.Fatalf("tags = %q, want p/A's only (a full reply holds the live entries)", got)
+	}
+	st := &wire.NodeStatus{Listing: wire.ListingLive, Same: &wire.Same{Tasks: []string{"p/A"}, Heartbeats: []string{"2"}}}
+	l.done(st, true)
+	if len(st.Tasks) != 1 || st.Tasks[0].Task != "A" || st.Tasks[0].Heartbeat != "2" || st.Tasks[0].Status != running || st.Same != nil {
+		t.Fatalf("restored %+v (same %v), want A with heartbeat 2", st.Tasks, st.Same)
+	}
+	if live, _ := l.next(false); !live {
+		t.Fatal("a whole live reply asks for a full call")
+	}
+	st = &wire.NodeStatus{Listing: wire.ListingLive, Same: &wire.Same{Tasks: []string{"p/A", "p/Z"}, Heartbeats: []string{"3", "9"}}}
+	l.done(st, true)
+	if len(st.Tasks) != 1 || st.Tasks[0].Task != "A" {
+		t.Fatalf("restored %+v, want A alone", st.Tasks)
+	}
+	if live, _ := l.next(false); live {
+		t.Fatal("an unheld entry said unchanged did not ask for a full call")
+	}
+	l.done(&wire.NodeStatus{Tasks: st.Tasks}, false)
+	l.done(&wire.NodeStatus{Listing: wire.ListingLive, Same: &wire.Same{Tasks: []string{"p/A"}}}, true)
+	if live, _ := l.next(false); live {
+		t.Fatal("lists of unequal length did not ask for a full call")
+	}
+}
+
 // TestLivePullListsWhatRuns: a steady status call of a node holding 200
 // finished task directories and 2 running attempts reads the 2 (the
 // node's live index and the tasks the database has running there), not
@@ -42,7 +82,7 @@ func TestLivePullListsWhatRuns(t *testing.T) {
 	n := h.ctl.nodes["local"]
 	pull := func(what string, want int, listing string) *pull {
 		t.Helper()
-		p := h.ctl.pullNode(ctx, n, []string{"p"})
+		p := h.ctl.pullNode(ctx, n, []string{"p"}, h.ctl.liveOn.read(ctx, h.ctl.st, []string{"p"}, h.ctl.log))
 		if p.err != nil {
 			t.Fatalf("%s: %v", what, p.err)
 		}
@@ -60,6 +100,12 @@ func TestLivePullListsWhatRuns(t *testing.T) {
 			if ts := p.tasks[taskKey("p", id)]; ts == nil || !ts.Alive || ts.Status == nil || ts.Status.Status != wire.StatusRunning {
 				t.Fatalf("live call %d: %s is %+v", i, id, ts)
 			}
+		}
+		// The controller holds the entries of the call before, and
+		// sends their tags: the two unchanged entries come as their
+		// heartbeats alone.
+		if p.same != 2 {
+			t.Fatalf("live call %d: %d entries said unchanged, want 2", i, p.same)
 		}
 	}
 	pull(fmt.Sprintf("call %d", fullListEvery), 202, "")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/policy"
+	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -169,6 +171,13 @@ type listState struct {
 	// call names them, so that an attempt the node's index does not hold
 	// (a stale one being killed) stays in sight once a full call found it.
 	seen []string
+	// held are the entries of the last reply that a live call may name
+	// (every entry of a live reply, the live ones of a full reply), by
+	// "project/ID", each with the wrapper's tag: a live call sends the
+	// tags, and the node answers a task whose entry is unchanged with its
+	// heartbeat alone (wire.NodeStatus.Same), so that a steady reply
+	// carries what changed.
+	held, spare map[string]wire.TaskStatus
 }
 
 // next reports whether the next call may be a live one, and the tasks it
@@ -183,22 +192,69 @@ func (l *listState) next(fresh bool) (live bool, seen []string) {
 	return true, slices.Clone(l.seen)
 }
 
-// done records a call's reply.
-func (l *listState) done(st *wire.NodeStatus, live bool) {
-	var seen []string
-	for _, ts := range st.Tasks {
-		live := ts.Alive || ts.Status != nil && ts.Status.Status == wire.StatusRunning
-		// Names the wrapper would refuse (a forged reply) are not asked for.
-		if live && nameable(ts.Project) && nameable(ts.Task) {
-			seen = append(seen, taskKey(ts.Project, ts.Task))
-		}
-	}
+// tags returns, in the order of named, the tags of the held entries of
+// the named tasks ("" for one not held), for a live call's request; nil
+// when none is held.
+func (l *listState) tags(named []string) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.seen = seen
-	if live {
+	if len(l.held) == 0 {
+		return nil
+	}
+	out := make([]string, len(named))
+	for i, k := range named {
+		out[i] = l.held[k].Tag
+	}
+	return out
+}
+
+// done records a call's reply. It first puts back into st.Tasks the held
+// entry of every task the reply says is unchanged (st.Same), with the
+// heartbeat the reply gives: what follows sees every task as before. A
+// task said unchanged that is not held (a node answering what it was not
+// asked) is left out, and the next call is a full one.
+func (l *listState) done(st *wire.NodeStatus, live bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	whole := st.Same == nil || st.Same.Len() == len(st.Same.Tasks) && live
+	for i := range st.Same.Len() {
+		ts, ok := l.held[st.Same.Tasks[i]]
+		if !ok || !live {
+			whole = false
+			continue
+		}
+		ts.Heartbeat = st.Same.Heartbeats[i]
+		st.Tasks = append(st.Tasks, ts)
+	}
+	st.Same = nil
+	var seen []string
+	// The map of the call before last is filled again: its room is kept.
+	held := l.spare
+	if held == nil {
+		held = make(map[string]wire.TaskStatus, len(st.Tasks))
+	}
+	clear(held)
+	for _, ts := range st.Tasks {
+		alive := ts.Alive || ts.Status != nil && ts.Status.Status == wire.StatusRunning
+		// Names the wrapper would refuse (a forged reply) are not asked for.
+		if !nameable(ts.Project) || !nameable(ts.Task) {
+			continue
+		}
+		key := taskKey(ts.Project, ts.Task)
+		if alive {
+			seen = append(seen, key)
+		}
+		if ts.Tag != "" && (alive || live) {
+			held[key] = ts
+		}
+	}
+	l.seen, l.held, l.spare = seen, held, l.held
+	switch {
+	case !whole:
+		l.calls = 0
+	case live:
 		l.calls++
-	} else {
+	default:
 		l.calls = 1
 	}
 }
@@ -241,6 +297,9 @@ type pull struct {
 	skipped bool
 	status  *wire.NodeStatus
 	rtt     time.Duration
+	// same counts the entries the node said were unchanged (a live call's
+	// wire.NodeStatus.Same), now among status.Tasks.
+	same int
 	// tasks indexes status.Tasks by project and task ID.
 	tasks map[string]*wire.TaskStatus
 	// partial is set when tasks are only those the node's stream reported
@@ -328,8 +387,12 @@ func (c *Controller) pullAll(ctx context.Context, projects []string) map[string]
 		started[name] = !n.pulling.Load()
 		full = append(full, name)
 	}
+	var liveOn map[string][]string
+	if len(full) > 0 {
+		liveOn = c.liveOn.read(ctx, c.st, projects, c.log)
+	}
 	c.onNodes(full, pulling, wait, func(n *nodeRuntime) {
-		p := c.pullNode(ctx, n, projects)
+		p := c.pullNode(ctx, n, projects, liveOn)
 		mu.Lock()
 		got[n.cfg.Name] = p
 		mu.Unlock()
@@ -377,7 +440,7 @@ const installTimeout = 2 * time.Minute
 // wrapper is (re)checked and the first after a failed call are full too.
 const fullListEvery = 10
 
-func (c *Controller) pullNode(ctx context.Context, n *nodeRuntime, projects []string) *pull {
+func (c *Controller) pullNode(ctx context.Context, n *nodeRuntime, projects []string, liveOn map[string][]string) *pull {
 	if n.tr == nil {
 		return &pull{err: fmt.Errorf("no transport for node %s", n.cfg.Name)}
 	}
@@ -392,16 +455,18 @@ func (c *Controller) pullNode(ctx context.Context, n *nodeRuntime, projects []st
 	ctx, cancel := context.WithTimeout(ctx, c.callTimeout())
 	defer cancel()
 	live, named := n.listing.next(fresh)
+	if live && liveOn == nil {
+		live = false // the database's list could not be read (logged)
+	}
 	if live {
-		onNode, err := c.st.LiveOn(ctx, n.cfg.Name, projects)
-		if err != nil {
-			c.log.Warn("listing every task of the node", keyNode, n.cfg.Name, "err", err)
-			live = false
-		}
-		named = append(named, onNode...)
+		named = append(named, liveOn[n.cfg.Name]...)
+	}
+	var tags []string
+	if live {
+		tags = n.listing.tags(named)
 	}
 	start := time.Now()
-	st, err := nodeStatus(ctx, n.tr, inst.Path, inst.WorkDir, projects, live, named)
+	st, err := nodeStatus(ctx, n.tr, inst.Path, inst.WorkDir, projects, live, named, tags)
 	rtt := time.Since(start)
 	if err != nil {
 		n.listing.failed()
@@ -413,14 +478,48 @@ func (c *Controller) pullNode(ctx context.Context, n *nodeRuntime, projects []st
 		}
 		return &pull{err: err}
 	}
+	same := st.Same.Len()
 	n.listing.done(st, live)
 	n.streamed.fullDone(st, rtt, start)
-	p := &pull{status: st, rtt: rtt, tasks: make(map[string]*wire.TaskStatus, len(st.Tasks))}
+	p := &pull{status: st, rtt: rtt, same: same, tasks: make(map[string]*wire.TaskStatus, len(st.Tasks))}
 	for i := range st.Tasks {
 		t := &st.Tasks[i]
 		p.tasks[taskKey(t.Project, t.Task)] = t
 	}
 	return p
+}
+
+// liveCache holds the claimed and running tasks of every node, as the
+// database had them at a change counter (store.Version): the status calls
+// of a tick name them, and a steady tick reads the counter alone.
+type liveCache struct {
+	mu       sync.Mutex
+	version  int64
+	projects string
+	byNode   map[string][]string
+}
+
+// read returns the live tasks of projects by node, read again when the
+// database changed since the last read; nil when they cannot be read.
+func (l *liveCache) read(ctx context.Context, st *store.Store, projects []string, log *slog.Logger) map[string][]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	key := strings.Join(projects, "\x00")
+	v, err := st.Version(ctx)
+	if err == nil && l.byNode != nil && v == l.version && key == l.projects {
+		return l.byNode
+	}
+	var byNode map[string][]string
+	if err == nil {
+		byNode, err = st.Live(ctx, projects)
+	}
+	if err != nil {
+		log.Warn("listing every task of the nodes", "err", err)
+		l.byNode = nil
+		return nil
+	}
+	l.version, l.projects, l.byNode = v, key, byNode
+	return byNode
 }
 
 // replyErr is a wrapper call that ran but did not answer as it should.
@@ -433,7 +532,7 @@ func (e *replyErr) Error() string { return e.msg }
 // live, only the node's live attempts and the named tasks ("project/ID")
 // are listed: every attempt the controller acts on, since it names those
 // it has claimed or running there and a stale one is live.
-func nodeStatus(ctx context.Context, tr nodes.Transport, bin, workDir string, projects []string, live bool, named []string) (*wire.NodeStatus, error) {
+func nodeStatus(ctx context.Context, tr nodes.Transport, bin, workDir string, projects []string, live bool, named, tags []string) (*wire.NodeStatus, error) {
 	argv := []string{bin, "status", "--root", workDir}
 	for _, p := range projects {
 		argv = append(argv, "--project", p)
@@ -442,7 +541,7 @@ func nodeStatus(ctx context.Context, tr nodes.Transport, bin, workDir string, pr
 	if live {
 		argv = append(argv, "--live")
 		var err error
-		if stdin, err = json.Marshal(wire.LiveRequest{Tasks: named}); err != nil {
+		if stdin, err = json.Marshal(wire.LiveRequest{Tasks: named, Tags: tags}); err != nil {
 			return nil, fmt.Errorf("status: %w", err)
 		}
 	}
@@ -473,7 +572,7 @@ func nodeStatus(ctx context.Context, tr nodes.Transport, bin, workDir string, pr
 // NodeFacts asks an installed wrapper for the node's status and facts
 // (`dispatch nodes check`).
 func NodeFacts(ctx context.Context, tr nodes.Transport, inst nodes.Installed) (*wire.NodeStatus, error) {
-	return nodeStatus(ctx, tr, inst.Path, inst.WorkDir, nil, false, nil)
+	return nodeStatus(ctx, tr, inst.Path, inst.WorkDir, nil, false, nil, nil)
 }
 
 // ensureWrapper makes sure the node's wrapper is installed and returns the

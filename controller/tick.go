@@ -403,10 +403,8 @@ func (c *Controller) candidatesAfter(project string, r *tickRead, after afterApp
 // left out. Each claimed attempt records its api_mode and its inputs (for
 // reuse), and a fallback mode an event. It returns the claims made.
 func (c *Controller) record(ctx context.Context, tx *store.Tx, tp *tickPlan) ([]claim, error) {
-	for _, n := range tp.nodes {
-		if err := tx.PutNode(ctx, n); err != nil {
-			return nil, err
-		}
+	if err := tx.PutNodes(ctx, tp.nodes); err != nil {
+		return nil, err
 	}
 	for _, o := range tp.ops {
 		if err := o.exec(ctx, tx); err != nil {

@@ -1,8 +1,12 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -127,14 +131,14 @@ func TestTaskCache(t *testing.T) {
 	var c taskCache
 	a, b := &domain.Task{ID: "A"}, &domain.Task{ID: "B"}
 	c.begin()
-	c.keep("p", store.TickRead{Tasks: []*domain.Task{a, b}, Versions: map[string]int64{"A": 1, "B": 2}})
+	c.keep("p", store.TickRead{Tasks: []*domain.Task{a, b}, Versions: map[string]int64{"A": 1, "B": 2}}, nil)
 	c.end()
 	known := c.known("p")
 	if known("A", 1) != a || known("A", 3) != nil || c.known("q")("A", 1) != nil {
 		t.Fatalf("held A at 1: got %v at 1, %v at 3, %v in another project", known("A", 1), known("A", 3), c.known("q")("A", 1))
 	}
 	c.begin()
-	c.keep("p", store.TickRead{Tasks: []*domain.Task{a}, Versions: map[string]int64{"A": 1}})
+	c.keep("p", store.TickRead{Tasks: []*domain.Task{a}, Versions: map[string]int64{"A": 1}}, nil)
 	c.end()
 	if c.known("p")("B", 2) != nil {
 		t.Error("B, not read in the last tick, is still held")
@@ -143,6 +147,124 @@ func TestTaskCache(t *testing.T) {
 	c.drop()
 	if c.known("p")("A", 1) != nil {
 		t.Error("A is held after a tick that was not recorded")
+	}
+}
+
+// TestTaskCacheReuse: a project's last read is decided over again only
+// while it is what TickTasks would read: not after a change to one of its
+// tasks, attempts or dependencies (in any task, live or not), nor when
+// the nodes name other tasks live, nor once its earliest backoff is due,
+// nor after a tick that was not recorded. A heartbeat, written as a tick
+// writes it, is no change. Another project's change is not this one's.
+func TestTaskCacheReuse(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "dispatch.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	due := t0.Add(time.Hour)
+	update := func(fn func(tx *store.Tx) error) {
+		t.Helper()
+		if err := st.Update(ctx, fn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	update(func(tx *store.Tx) error {
+		for _, p := range []string{"p", "q"} {
+			if err := tx.EnsureProject(ctx, p, "{}"); err != nil {
+				return err
+			}
+			for _, id := range []string{"A", "B", "C"} {
+				task := domain.Task{Project: p, ID: id, Title: id, Type: "implementation", Priority: 5, SpecHash: "h", Snapshot: []byte("x")}
+				if id == "C" {
+					task.DependsOn = []string{"A"}
+				}
+				if err := tx.InsertTask(ctx, task); err != nil {
+					return err
+				}
+			}
+			if _, err := tx.Claim(ctx, p, "A", "n1"); err != nil {
+				return err
+			}
+		}
+		return tx.SetTask(ctx, "p", "B", store.TaskPatch{NotBefore: &due})
+	})
+	var c taskCache
+	// tick reads p as a tick does and reports whether the read was reused.
+	tick := func(named []string, now time.Time) bool {
+		t.Helper()
+		named = slices.Sorted(slices.Values(named))
+		var reused bool
+		c.begin()
+		update(func(tx *store.Tx) error {
+			read, ok, err := c.reuse(ctx, tx, "p", named, now)
+			if err == nil && !ok {
+				read, err = tx.TickTasks(ctx, "p", named, now, c.known("p"))
+			}
+			if err != nil {
+				return err
+			}
+			if ok {
+				fresh, err := tx.TickTasks(ctx, "p", named, now, nil)
+				if err != nil {
+					return err
+				}
+				if !reflect.DeepEqual(fresh, read) {
+					t.Errorf("reused %+v, but the database reads %+v", read, fresh)
+				}
+			}
+			reused = ok
+			c.keep("p", read, named)
+			return nil
+		})
+		c.end()
+		return reused
+	}
+	for _, step := range []struct {
+		name   string
+		change func(tx *store.Tx) error
+		named  []string
+		now    time.Time
+		reused bool
+	}{
+		{"first read", nil, []string{"A"}, t0, false},
+		{"nothing changed", nil, []string{"A"}, t0, true},
+		{"a minute later", nil, []string{"A"}, t0.Add(time.Minute), true},
+		{"a heartbeat", func(tx *store.Tx) error {
+			// The tick that writes it sets it in the row it holds.
+			for _, task := range c.reads["p"].read.Tasks {
+				if task.ID == "A" {
+					task.Heartbeat, task.HeartbeatAt = "beat 1", t0
+				}
+			}
+			return tx.Beats(ctx, "p", map[string]string{"A": "beat 1"}, t0)
+		}, []string{"A"}, t0, true},
+		{"a pending task's title", func(tx *store.Tx) error {
+			return tx.SetTask(ctx, "p", "B", store.TaskPatch{Warning: new("w")})
+		}, []string{"A"}, t0, false},
+		{"steady again", nil, []string{"A"}, t0, true},
+		{"an attempt row", func(tx *store.Tx) error {
+			return tx.SetAttempt(ctx, "p", "A", 1, store.AttemptPatch{APIMode: new("team")})
+		}, []string{"A"}, t0, false},
+		{"another project's change", func(tx *store.Tx) error {
+			return tx.SetTask(ctx, "q", "B", store.TaskPatch{Warning: new("w")})
+		}, []string{"A"}, t0, true},
+		{"other tasks named", nil, []string{"B", "A"}, t0, false},
+		{"the same named in another order", nil, []string{"A", "B"}, t0, true},
+		{"the backoff due", nil, []string{"A", "B"}, due, false},
+	} {
+		if step.change != nil {
+			update(step.change)
+		}
+		if got := tick(step.named, step.now); got != step.reused {
+			t.Errorf("%s: reused %v, want %v", step.name, got, step.reused)
+		}
+	}
+	c.begin()
+	c.drop()
+	if tick([]string{"A", "B"}, due) {
+		t.Error("a read reused after a tick that was not recorded")
 	}
 }
 

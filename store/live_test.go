@@ -8,9 +8,9 @@ import (
 	"github.com/dispatch-tool/dispatch/domain"
 )
 
-// TestLiveOn: a node's claimed and running tasks of the served projects,
+// TestLive: a node's claimed and running tasks of the served projects,
 // read through the (status, node) index, not a scan of every task.
-func TestLiveOn(t *testing.T) {
+func TestLive(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t)
 	for _, id := range []string{"A", "B", "C", "D"} {
@@ -42,12 +42,12 @@ func TestLiveOn(t *testing.T) {
 		{"n3", []string{"p"}, ""},
 		{"n1", nil, "p/A p/B q/A"},
 	} {
-		got, err := s.LiveOn(ctx, tc.node, tc.projects)
-		if err != nil || strings.Join(got, " ") != tc.want {
-			t.Errorf("LiveOn(%s, %v) = %v, %v; want %q", tc.node, tc.projects, got, err, tc.want)
+		got, err := s.Live(ctx, tc.projects)
+		if err != nil || strings.Join(got[tc.node], " ") != tc.want {
+			t.Errorf("Live(%v)[%s] = %v, %v; want %q", tc.projects, tc.node, got[tc.node], err, tc.want)
 		}
 	}
-	plan := queryPlan(t, s, liveOnSQL, domain.Claimed, domain.Running, "n1")
+	plan := queryPlan(t, s, liveSQL, domain.Claimed, domain.Running)
 	if text := strings.Join(plan, "; "); !strings.Contains(text, "INDEX tasks_status_node") {
 		t.Errorf("plan %q does not use tasks_status_node", text)
 	}

@@ -609,3 +609,57 @@ func TestIsBusy(t *testing.T) {
 		t.Fatalf("IsBusy is true for %v", syntax)
 	}
 }
+
+// TestPutNodes: nodes written in one statement read back field for field
+// (floats, times, large counts), and a node event is recorded for each
+// node whose state changed, and only for those.
+func TestPutNodes(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	at := time.Date(2026, 3, 4, 5, 6, 7, 890_000_000, time.UTC)
+	want := []Node{
+		{Name: "a", State: NodeOnline, LastSeen: at, OS: "linux", Arch: "amd64", WrapperVersion: "v1",
+			MemAvailableBytes: 1 << 62, Load1: 0.1 + 0.2, DiskFreeBytes: 123456789012, RTTMillis: 1.0 / 3},
+		{Name: "b", State: NodeOffline, OfflineSince: at, LastError: "ssh: \"quoted\" \\ and\nnewline"},
+		{Name: "c", State: NodeOnline, LastSeen: at},
+	}
+	put := func(nodes ...Node) {
+		t.Helper()
+		if err := s.Update(ctx, func(tx *Tx) error { return tx.PutNodes(ctx, nodes) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(want...)
+	got, err := s.Nodes(ctx)
+	if err != nil || len(got) != len(want) {
+		t.Fatalf("Nodes = %+v, %v", got, err)
+	}
+	for i := range want {
+		g := got[i]
+		g.UpdatedAt = time.Time{}
+		if g != want[i] {
+			t.Errorf("node %s reads back as\n%+v, want\n%+v", want[i].Name, g, want[i])
+		}
+	}
+	events := func() int {
+		evs, err := s.Events(ctx, "", 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range evs {
+			if e.Kind == "node" {
+				n++
+			}
+		}
+		return n
+	}
+	if n := events(); n != 3 {
+		t.Fatalf("%d node events after the first write, want 3", n)
+	}
+	want[1].State, want[2].Load1 = NodeOnline, 2
+	put(want...)
+	if n := events(); n != 4 {
+		t.Fatalf("%d node events after one state changed, want 4", n)
+	}
+}

@@ -38,6 +38,24 @@ type TickRead struct {
 	// Modes holds the api_mode of the current attempt of each claimed or
 	// running task that has one, by task ID.
 	Modes map[string]string
+	// Stamp is the project's stamp when it was read (see Tx.Stamp).
+	Stamp int64
+}
+
+// Stamp returns project's stamp: it moves with every change a TickTasks
+// of the project could see (a task row, an attempt row, a dependency;
+// migration 0020), so that a read at the same stamp, with the same named
+// tasks and before its NextDue, would read the same.
+func (tx *Tx) Stamp(ctx context.Context, project string) (int64, error) {
+	var n int64
+	err := tx.tx.QueryRowContext(ctx, `SELECT n FROM project_stamps WHERE project = ?`, project).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the stamp of %s: %w", project, err)
+	}
+	return n, nil
 }
 
 // tickSelect reads the IDs and versions of TickRead.Tasks: ?1 the project, ?2 the
@@ -82,6 +100,10 @@ func (tx *Tx) TickTasks(ctx context.Context, project string, named []string, now
 		known = func(string, int64) *domain.Task { return nil }
 	}
 	r := TickRead{DepStatus: map[string]domain.Status{}, Counts: map[domain.Status]int{}, Modes: map[string]string{}}
+	var err error
+	if r.Stamp, err = tx.Stamp(ctx, project); err != nil {
+		return r, err
+	}
 	if err := tx.damage(ctx, project); err != nil {
 		return r, err
 	}

@@ -295,3 +295,61 @@ func queryPlan(t *testing.T, s *Store, query string, args ...any) []string {
 	}
 	return plan
 }
+
+// TestProjectStamps: a project's stamp moves with every write a tick's
+// read of it could see — a task inserted, changed or deleted, an attempt
+// inserted, changed or deleted, a dependency added or removed — and with
+// no write to another project, nor with a heartbeat.
+func TestProjectStamps(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	addTask(t, s, "p", "A")
+	addTask(t, s, "q", "A")
+	stamp := func(project string) int64 {
+		t.Helper()
+		var n int64
+		if err := s.Update(ctx, func(tx *Tx) error {
+			var err error
+			n, err = tx.Stamp(ctx, project)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	exec := func(q string) func() {
+		return func() {
+			t.Helper()
+			if _, err := s.db.ExecContext(ctx, q); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, step := range []struct {
+		name  string
+		write func()
+		moves bool
+	}{
+		{"a task inserted", func() { addTask(t, s, "p", "B") }, true},
+		{"a task changed", exec(`UPDATE tasks SET warning = 'w' WHERE project = 'p' AND id = 'A'`), true},
+		{"a heartbeat", func() {
+			if err := s.Update(ctx, func(tx *Tx) error { return tx.Beats(ctx, "p", map[string]string{"A": "b"}, s.Now()) }); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"another project's task", exec(`UPDATE tasks SET warning = 'w' WHERE project = 'q'`), false},
+		{"an attempt inserted", exec(`INSERT INTO attempts (project, task, attempt, node, status) VALUES ('p', 'A', 1, 'n', 'running')`), true},
+		{"an attempt changed", exec(`UPDATE attempts SET collected_at = 'x' WHERE project = 'p'`), true},
+		{"an attempt deleted", exec(`DELETE FROM attempts WHERE project = 'p'`), true},
+		{"a dependency added", exec(`INSERT INTO task_deps (project, task, dep) VALUES ('p', 'B', 'A')`), true},
+		{"a dependency removed", exec(`DELETE FROM task_deps WHERE project = 'p'`), true},
+		{"a task deleted", exec(`DELETE FROM tasks WHERE project = 'p' AND id = 'B'`), true},
+		{"another project's attempt", exec(`INSERT INTO attempts (project, task, attempt, node, status) VALUES ('q', 'A', 1, 'n', 'running')`), false},
+	} {
+		before := stamp("p")
+		step.write()
+		if moved := stamp("p") != before; moved != step.moves {
+			t.Errorf("%s: stamp moved %v, want %v", step.name, moved, step.moves)
+		}
+	}
+}

@@ -260,32 +260,78 @@ func (tx *Tx) InsertTask(ctx context.Context, t domain.Task) error {
 	return tx.Event(ctx, Event{Project: t.Project, Task: t.ID, Kind: "created", ToStatus: string(domain.Pending), Message: t.Title})
 }
 
-// PutNode records what the controller learned about a node. A change of
-// state appends an event.
+// PutNode records a node's state and facts (see PutNodes).
 func (tx *Tx) PutNode(ctx context.Context, n Node) error {
-	var old string
-	err := tx.tx.QueryRowContext(ctx, "SELECT state FROM nodes WHERE name = ?", n.Name).Scan(&old)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("read node %s: %w", n.Name, err)
+	return tx.PutNodes(ctx, []Node{n})
+}
+
+// PutNodes records the state and facts of nodes in one statement, and a
+// "node" event for each whose state changed: a tick writes every node it
+// pulled.
+func (tx *Tx) PutNodes(ctx context.Context, nodes []Node) error {
+	if len(nodes) == 0 {
+		return nil
+	}
+	type row struct {
+		Name         string  `json:"n"`
+		State        string  `json:"s"`
+		LastSeen     string  `json:"ls"`
+		OfflineSince string  `json:"os"`
+		LastError    string  `json:"e"`
+		OS           string  `json:"o"`
+		Arch         string  `json:"a"`
+		Wrapper      string  `json:"w"`
+		Mem          int64   `json:"m"`
+		Load         float64 `json:"l"`
+		Disk         int64   `json:"d"`
+		RTT          float64 `json:"r"`
+	}
+	rows := make([]row, len(nodes))
+	for i, n := range nodes {
+		rows[i] = row{n.Name, n.State, formatTime(n.LastSeen), formatTime(n.OfflineSince), n.LastError, n.OS, n.Arch, n.WrapperVersion,
+			n.MemAvailableBytes, n.Load1, n.DiskFreeBytes, n.RTTMillis}
+	}
+	data, err := json.Marshal(rows)
+	if err != nil {
+		return err
+	}
+	old := map[string]string{}
+	err = eachRow(ctx, tx.tx, func(r scanner) error {
+		var name, state string
+		if err := r.Scan(&name, &state); err != nil {
+			return err
+		}
+		old[name] = state
+		return nil
+	}, `SELECT name, state FROM nodes WHERE name IN (SELECT json_extract(value, '$.n') FROM json_each(?))`, string(data))
+	if err != nil {
+		return fmt.Errorf("read the nodes: %w", err)
 	}
 	_, err = tx.tx.ExecContext(ctx, `INSERT INTO nodes (name, state, last_seen, offline_since, last_error, os, arch, wrapper_version,
-		mem_available_bytes, load1, disk_free_bytes, rtt_ms, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		mem_available_bytes, load1, disk_free_bytes, rtt_ms, updated_at)
+		SELECT json_extract(value, '$.n'), json_extract(value, '$.s'), json_extract(value, '$.ls'), json_extract(value, '$.os'),
+			json_extract(value, '$.e'), json_extract(value, '$.o'), json_extract(value, '$.a'), json_extract(value, '$.w'),
+			json_extract(value, '$.m'), json_extract(value, '$.l'), json_extract(value, '$.d'), json_extract(value, '$.r'), ?2
+		FROM json_each(?1) WHERE true
 		ON CONFLICT(name) DO UPDATE SET state = excluded.state, last_seen = excluded.last_seen,
 		offline_since = excluded.offline_since, last_error = excluded.last_error, os = excluded.os, arch = excluded.arch,
 		wrapper_version = excluded.wrapper_version, mem_available_bytes = excluded.mem_available_bytes,
 		load1 = excluded.load1, disk_free_bytes = excluded.disk_free_bytes, rtt_ms = excluded.rtt_ms,
-		updated_at = excluded.updated_at`,
-		n.Name, n.State, formatTime(n.LastSeen), formatTime(n.OfflineSince), n.LastError, n.OS, n.Arch, n.WrapperVersion,
-		n.MemAvailableBytes, n.Load1, n.DiskFreeBytes, n.RTTMillis, formatTime(tx.now))
+		updated_at = excluded.updated_at`, string(data), formatTime(tx.now))
 	if err != nil {
-		return fmt.Errorf("record node %s: %w", n.Name, err)
+		return fmt.Errorf("record the nodes: %w", err)
 	}
-	if old != n.State {
-		msg := ""
-		if n.State != NodeOnline {
-			msg = n.LastError
+	for _, n := range nodes {
+		if o := old[n.Name]; o != n.State {
+			old[n.Name] = n.State
+			msg := ""
+			if n.State != NodeOnline {
+				msg = n.LastError
+			}
+			if err := tx.Event(ctx, Event{Node: n.Name, Kind: "node", FromStatus: o, ToStatus: n.State, Message: msg}); err != nil {
+				return err
+			}
 		}
-		return tx.Event(ctx, Event{Node: n.Name, Kind: "node", FromStatus: old, ToStatus: n.State, Message: msg})
 	}
 	return nil
 }

@@ -100,31 +100,38 @@ func readMarker(path string) (int, error) {
 }
 
 // readLiveRequest reads and checks the names `status --live` gets on stdin.
-func readLiveRequest(stdin io.Reader) (map[string][]string, error) {
+func readLiveRequest(stdin io.Reader) (named map[string][]string, held map[string]string, err error) {
 	data, err := io.ReadAll(io.LimitReader(stdin, maxLiveRequest+1))
 	if err != nil {
-		return nil, ioError(fmt.Errorf("read the named tasks from stdin: %w", err))
+		return nil, nil, ioError(fmt.Errorf("read the named tasks from stdin: %w", err))
 	}
 	if len(data) > maxLiveRequest {
-		return nil, usageErrorf("status: the document on stdin is larger than %d bytes", maxLiveRequest)
+		return nil, nil, usageErrorf("status: the document on stdin is larger than %d bytes", maxLiveRequest)
 	}
 	var req wire.LiveRequest
 	if len(strings.TrimSpace(string(data))) > 0 {
 		dec := json.NewDecoder(strings.NewReader(string(data)))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			return nil, usageErrorf("status: stdin: want {\"tasks\":[\"project/ID\",…]}: %v", err)
+			return nil, nil, usageErrorf("status: stdin: want {\"tasks\":[\"project/ID\",…],\"tags\":[\"tag\",…]}: %v", err)
 		}
 	}
-	named := map[string][]string{}
-	for _, name := range req.Tasks {
+	if len(req.Tags) > 0 && len(req.Tags) != len(req.Tasks) {
+		return nil, nil, usageErrorf("status: stdin: %d tags for %d tasks (want one tag per task, \"\" for none)", len(req.Tags), len(req.Tasks))
+	}
+	named = map[string][]string{}
+	held = map[string]string{}
+	for i, name := range req.Tasks {
 		project, task, ok := strings.Cut(name, "/")
 		if !ok || !validName(project) || !validName(task) {
-			return nil, usageErrorf("status: invalid task name %q (want project/ID)", name)
+			return nil, nil, usageErrorf("status: invalid task name %q (want project/ID)", name)
 		}
 		named[project] = append(named[project], task)
+		if i < len(req.Tags) && req.Tags[i] != "" {
+			held[name] = req.Tags[i]
+		}
 	}
-	return named, nil
+	return named, held, nil
 }
 
 // liveStatus is nodeStatus for `status --live`: in each listed project
@@ -134,7 +141,7 @@ func readLiveRequest(stdin io.Reader) (map[string][]string, error) {
 // the marker older than staleMarkerAge) or whose task directory is gone
 // is removed as it is read. An index that is not a directory (the task
 // of an unconfined attempt can reach it) lists the whole project.
-func liveStatus(ctx context.Context, root string, projects []string, named map[string][]string) (*wire.NodeStatus, error) {
+func liveStatus(ctx context.Context, root string, projects []string, named map[string][]string, held map[string]string) (*wire.NodeStatus, error) {
 	ns := &wire.NodeStatus{
 		WrapperVersion: Version,
 		Time:           timestamp(time.Now()),
@@ -161,11 +168,10 @@ func liveStatus(ctx context.Context, root string, projects []string, named map[s
 		}
 		if !indexed[project] {
 			// Named only: its index is not asked for.
-			for _, id := range slices.Sorted(slices.Values(named[project])) {
-				if i := len(ns.Tasks); i == 0 || ns.Tasks[i-1].Project != project || ns.Tasks[i-1].Task != id {
-					if dir := filepath.Join(root, project, "tasks", id); isDir(dir) {
-						ns.Tasks = append(ns.Tasks, taskStatus(project, id, dir))
-					}
+			ids := slices.Compact(slices.Sorted(slices.Values(named[project])))
+			for _, id := range ids {
+				if dir := filepath.Join(root, project, "tasks", id); isDir(dir) {
+					addLive(ns, taskStatus(project, id, dir), held)
 				}
 			}
 			continue
@@ -210,13 +216,27 @@ func liveStatus(ctx context.Context, root string, projects []string, named map[s
 				continue
 			}
 			ts := taskStatus(project, id, dir)
-			ns.Tasks = append(ns.Tasks, ts)
+			addLive(ns, ts, held)
 			if a, ok := live[id]; ok && markerOver(ts, a, filepath.Join(idx, id), now) {
 				unmarkLive(dir, max(a, 0))
 			}
 		}
 	}
 	return ns, nil
+}
+
+// addLive adds ts to a live reply: in full, or as its heartbeat alone
+// when the controller holds an entry of its tag.
+func addLive(ns *wire.NodeStatus, ts wire.TaskStatus, held map[string]string) {
+	key := ts.Project + "/" + ts.Task
+	if tag, ok := held[key]; ok && ts.Tag != "" && tag == ts.Tag {
+		if ns.Same == nil {
+			ns.Same = &wire.Same{}
+		}
+		ns.Same.Add(key, ts.Heartbeat)
+		return
+	}
+	ns.Tasks = append(ns.Tasks, ts)
 }
 
 // markerOver reports whether the attempt a marker names is over: its

@@ -217,6 +217,7 @@ func TestStatusLive(t *testing.T) {
 		{"nested", `{"tasks":["p1/a/b"]}`},
 		{"unknown field", `{"task":["p1/RUN"]}`},
 		{"not a list", `{"tasks":"p1/RUN"}`},
+		{"tags not matching the tasks", `{"tasks":["p1/RUN","p1/F1"],"tags":["x"]}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, code := runWrapper(t, tc.stdin, "status", "--root", root, "--live")
@@ -227,4 +228,64 @@ func TestStatusLive(t *testing.T) {
 	other.touch(t, "go")
 	running.waitFinal(t)
 	other.waitFinal(t)
+}
+
+// TestStatusLiveSame: a named task whose entry has the tag the request
+// holds for it is answered with its heartbeat alone; one whose entry
+// changed since (its status, here) is answered in full, with a new tag.
+func TestStatusLiveSame(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	var tasks []*testTask
+	for _, id := range []string{"A", "B", "C"} {
+		tk := newTask(t, root, wire.Launch{Project: "p", Task: id})
+		if err := writeJSONAtomic(tk.path(fileStatus), wire.Status{Task: id, Attempt: 1, Status: wire.StatusRunning}); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(tk.path(fileHeartbeat), []byte("beat 1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tasks = append(tasks, tk)
+	}
+	named := []string{"p/A", "p/B", "p/C"}
+	first := liveOf(t, root, named)
+	if listed(first) != "p/A p/B p/C" || first.Same != nil {
+		t.Fatalf("first call: %q, same %+v; want every task in full", listed(first), first.Same)
+	}
+	tags := map[string]string{}
+	for _, ts := range first.Tasks {
+		if ts.Tag == "" {
+			t.Fatalf("%s has no tag", ts.Task)
+		}
+		tags[ts.Project+"/"+ts.Task] = ts.Tag
+	}
+	if err := os.WriteFile(tasks[0].path(fileHeartbeat), []byte("beat 2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeJSONAtomic(tasks[1].path(fileStatus), wire.Status{Task: "B", Attempt: 1, Status: wire.StatusCompleted}); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := json.Marshal(wire.LiveRequest{Tasks: named, Tags: []string{tags["p/A"], tags["p/B"], ""}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, code := runWrapper(t, string(doc), "status", "--root", root, "--live")
+	var ns wire.NodeStatus
+	if err := json.Unmarshal(out, &ns); err != nil || code != 0 {
+		t.Fatalf("status --live: exit %d, %s", code, out)
+	}
+	if got := listed(ns); got != "p/B p/C" {
+		t.Errorf("in full: %q, want p/B (changed) and p/C (no tag held)", got)
+	}
+	if ns.Same.Len() != 1 || ns.Same.Tasks[0] != "p/A" || ns.Same.Heartbeats[0] != "beat 2" {
+		t.Errorf("same = %+v, want p/A with its new heartbeat", ns.Same)
+	}
+	for _, ts := range ns.Tasks {
+		if ts.Task == "B" && ts.Tag == tags["p/B"] {
+			t.Error("B's entry changed and kept its tag")
+		}
+		if ts.Task == "C" && ts.Tag != tags["p/C"] {
+			t.Error("C's entry did not change and took another tag")
+		}
+	}
 }

@@ -38,11 +38,11 @@ func cmdStatus(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 	}
 	var ns *wire.NodeStatus
 	if *live {
-		named, err := readLiveRequest(stdin)
+		named, held, err := readLiveRequest(stdin)
 		if err != nil {
 			return err
 		}
-		ns, err = liveStatus(ctx, root, projects, named)
+		ns, err = liveStatus(ctx, root, projects, named, held)
 		if err != nil {
 			return err
 		}
@@ -169,5 +169,6 @@ func taskStatus(project, task, dir string) wire.TaskStatus {
 		ts.Status = nil
 		ts.StatusError = err.Error()
 	}
+	ts.SetTag()
 	return ts
 }
