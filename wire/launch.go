@@ -105,7 +105,57 @@ type Launch struct {
 	// attempt may reach (see wrapper/netproxy.go); the controller has added what
 	// the tool needs.
 	NetworkAllow []string `json:"network_allow,omitempty"`
+	// Gate, when set, is run by the supervisor on the attempt's result
+	// once the tool ended well (see wrapper/gate.go).
+	Gate *LaunchGate `json:"gate,omitempty"`
 }
+
+// LaunchGate is a gate command (project.yaml's gate:) run on an
+// attempt's result: in a fresh copy of it (gate/ in the task directory:
+// a checkout of the result commit in a git-native project, a copy of
+// output/ otherwise), after the launch's setup, under the attempt's
+// sandbox, limits and network, by /bin/sh -c, within TimeoutSeconds.
+type LaunchGate struct {
+	Command        string  `json:"command"`
+	TimeoutSeconds float64 `json:"timeout_seconds"`
+	// Decides makes a failed gate fail the attempt (error_class gate): a
+	// task gate. Without it the result is only reported: the project
+	// gate after S99 or a fix round, which the phase machine reads.
+	Decides bool `json:"decides,omitempty"`
+	// Known are this command's results on trees it ran on before (an
+	// earlier attempt's): a result of the same tree is taken as it is,
+	// not run again.
+	Known []GateResult `json:"known,omitempty"`
+}
+
+// GateResult is what a gate run found. The wrapper reports it from the
+// supervisor's private record, never from status.json, which the task can
+// rewrite.
+type GateResult struct {
+	// Tree is what was gated: "git:<tree id>" of the result commit, or
+	// "sha256:<digest of every path, mode and content>" of output/.
+	Tree     string  `json:"tree"`
+	Passed   bool    `json:"passed"`
+	ExitCode int     `json:"exit_code"`
+	Seconds  float64 `json:"seconds"`
+	// OutputTail is the end of what setup and the command printed: the
+	// last GateTailLines lines, at most GateTailBytes.
+	OutputTail string `json:"output_tail"`
+	// Error says why the gate did not pass besides its exit status: it
+	// timed out, could not start, or its checkout could not be made.
+	Error string `json:"error,omitempty"`
+	// Missing is set when the command was not found (exit 127): no retry
+	// of the attempt can help.
+	Missing bool `json:"missing,omitempty"`
+	// Reused is set when the result is one of LaunchGate.Known.
+	Reused bool `json:"reused,omitempty"`
+}
+
+// Bounds of GateResult.OutputTail.
+const (
+	GateTailLines = 200
+	GateTailBytes = 64 << 10
+)
 
 // LaunchRepo is a git-native task's workspace: output/ becomes a clone of
 // the node's repository Dir (<work_dir>/<project>/repo.git) on the new

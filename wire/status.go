@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math"
 	"regexp"
+	"strings"
 )
 
 // Values of Status.Status.
@@ -35,6 +36,9 @@ const (
 	// ClassPids: the attempt's processes and threads passed its pids
 	// limit; the watchdog killed them. Not retried either.
 	ClassPids = "pids"
+	// ClassGate: the tool ended well but the task gate (launch.json's
+	// gate, Decides) did not pass.
+	ClassGate = "gate"
 	// ClassHung is the controller's, never in status.json: the wrapper was
 	// alive but its heartbeat did not change for heartbeat_timeout.
 	ClassHung = "hung"
@@ -84,6 +88,9 @@ type Status struct {
 	// Sandbox is how the attempt was confined: "bwrap", or "" for not at
 	// all.
 	Sandbox string `json:"sandbox"`
+	// Gate is the result of launch.json's gate, once it ran (see
+	// GateResult); `status` takes it from the supervisor's record.
+	Gate *GateResult `json:"gate,omitempty"`
 }
 
 // Final reports whether the attempt is over (anything but running).
@@ -242,6 +249,27 @@ func (s *Status) Clamp() {
 	if s.Sandbox != SandboxBwrap {
 		s.Sandbox = ""
 	}
+	if g := s.Gate; g != nil {
+		g.Seconds = clampFloat(g.Seconds, 1e9)
+		g.OutputTail = lastBytes(g.OutputTail, GateTailBytes)
+		g.Error = lastBytes(g.Error, 4096)
+		if len(g.Tree) > 128 {
+			g.Tree = ""
+		}
+	}
+}
+
+// lastBytes is the end of s, at most n bytes, cut at a line start when
+// it had to be cut.
+func lastBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	return s
 }
 
 // Clamp brings the node's facts into range.

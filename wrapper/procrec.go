@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // ctlDirName is the directory beside the wrapper executable holding the
@@ -40,6 +42,9 @@ type procRecord struct {
 	// Agent is launch.json's agent, for a kill that reads the usage of an
 	// attempt whose supervisor is gone.
 	Agent string `json:"agent,omitempty"`
+	// Gate is the result of launch.json's gate, kept here for `status`
+	// for the same reason as SessionID.
+	Gate *wire.GateResult `json:"gate,omitempty"`
 }
 
 // recordPath is <dir of the wrapper executable>/.ctl/<sha256 of dir>.json.

@@ -92,10 +92,11 @@ func (s *supervisor) watchStall(stop <-chan struct{}) {
 			return
 		case now := <-t.C:
 			s.mu.Lock()
-			started := s.cur != nil
+			started, gating := s.cur != nil, s.gating
 			s.mu.Unlock()
-			if !started {
-				// Copying the base tree prints nothing and is no stall.
+			if !started || gating {
+				// Copying the base tree prints nothing and is no stall;
+				// a gate has its own timeout.
 				last = now
 				continue
 			}

@@ -145,10 +145,10 @@ func taskStatus(project, task, dir string) wire.TaskStatus {
 		ts.Status = st
 		// The session comes from the supervisor's private record, never
 		// from status.json, which the task can rewrite.
-		st.SessionID = ""
+		st.SessionID, st.Gate = "", nil
 		if st.Final() {
 			if rec, err := readRecord(dir); err == nil && rec.Attempt == st.Attempt {
-				st.SessionID = rec.SessionID
+				st.SessionID, st.Gate = rec.SessionID, rec.Gate
 				// A supervisor ends the tool's group before it writes a
 				// final status: a member left means the status is not its.
 				if alive && rec.ToolPGID > 1 && rec.SID > 1 {

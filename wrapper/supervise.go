@@ -79,9 +79,13 @@ type supervisor struct {
 	stopReason string
 	limitMsg   string // why the watchdog stopped the attempt
 	finishing  bool   // the tool has exited: a stop asked now is too late
-	notice     notice
-	noticeAt   time.Time
-	session    string // the tool's session id, as its output named it
+	// deadline stops the attempt at its timeout; a gate stops it, having
+	// its own. gating is set while the gate runs (no stall then).
+	deadline *time.Timer
+	gating   bool
+	notice   notice
+	noticeAt time.Time
+	session  string // the tool's session id, as its output named it
 	// toolStarted is set once the tool (not setup) runs: only its output
 	// may name the session.
 	toolStarted bool
@@ -138,6 +142,8 @@ type outcome struct {
 	// commit is a git-native task's result; resultErr says why recording
 	// it failed after the tool ended well.
 	commit, resultErr string
+	// gate is launch.json's gate's result, when it ran.
+	gate *wire.GateResult
 }
 
 // superviseItem is one attempt of the document a supervisor reads on
@@ -552,6 +558,7 @@ func (s *supervisor) run() {
 	timer := time.AfterFunc(timeout-time.Since(s.begun), func() {
 		s.stop(reasonTimeout, seconds(s.launch.GraceSeconds))
 	})
+	s.deadline = timer
 	hbStop, hbDone := make(chan struct{}), make(chan struct{})
 	go s.heartbeats(hbStop, hbDone)
 	s.background(func() { s.watchStall(hbStop) })
@@ -612,6 +619,18 @@ func (s *supervisor) attempt() outcome {
 	res := outcome{code: code, sig: sig}
 	if r := s.launch.Repo; r != nil && code == 0 && sig == 0 && !s.stopping() {
 		res.commit, res.resultErr = s.snapshot(r, out)
+	}
+	if s.launch.Gate != nil && code == 0 && sig == 0 && res.resultErr == "" && !s.stopping() {
+		// The gate has its own timeout, and a kill stops it as it would
+		// the tool.
+		s.deadline.Stop()
+		s.mu.Lock()
+		s.finishing, s.gating = false, true
+		s.mu.Unlock()
+		res.gate = s.runGate(out, res.commit)
+		s.mu.Lock()
+		s.finishing, s.gating = true, false
+		s.mu.Unlock()
 	}
 	return res
 }
@@ -798,6 +817,22 @@ func (s *supervisor) startChild(cmd *exec.Cmd, closers ...io.Closer) (*proc, err
 		return nil, errStopped
 	}
 	p, err := startProc(cmd, s.tlog, closers...)
+	if err != nil {
+		return nil, err
+	}
+	s.cur = p
+	return p, nil
+}
+
+// startChildTo is startChild with the child's output to out instead of
+// the task log.
+func (s *supervisor) startChildTo(cmd *exec.Cmd, out io.Writer) (*proc, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopReason != "" {
+		return nil, errStopped
+	}
+	p, err := startProc(cmd, out)
 	if err != nil {
 		return nil, err
 	}
@@ -1048,9 +1083,10 @@ func (s *supervisor) finish(res outcome) {
 	s.mu.Lock()
 	reason, session, limitMsg := s.stopReason, s.session, s.limitMsg
 	s.mu.Unlock()
-	if session != "" {
-		// The private record is where `status` takes the session from.
-		s.rec.SessionID = session
+	if session != "" || res.gate != nil {
+		// The private record is where `status` takes the session and
+		// the gate's result from.
+		s.rec.SessionID, s.rec.Gate = session, res.gate
 		if err := writeRecord(&s.rec); err != nil {
 			s.logger.Error("process record", logKeyErr, err)
 		}
@@ -1074,7 +1110,7 @@ func (s *supervisor) finish(res outcome) {
 		st.ExitCode = res.code
 		st.LogBytes = s.tlog.Total()
 		st.TokensIn, st.TokensOut, st.CostUSD = tokensIn, tokensOut, cost
-		st.SessionID = session
+		st.SessionID, st.Gate = session, res.gate
 		defer st.Clamp()
 		if res.sig != 0 {
 			st.Signal = signalName(res.sig)
@@ -1110,6 +1146,9 @@ func (s *supervisor) finish(res outcome) {
 			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassCrash, exitError(res.code, res.sig)
 		case res.resultErr != "":
 			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassCrash, res.resultErr
+		case res.gate != nil && !res.gate.Passed && s.launch.Gate.Decides:
+			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassGate, "the task gate failed: "+res.gate.Error
+			st.Commit = res.commit
 		case res.code == 0:
 			st.Status = wire.StatusCompleted
 			st.Commit = res.commit

@@ -1,0 +1,207 @@
+package wrapper
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/internal/filetree"
+	"github.com/dispatch-tool/dispatch/wire"
+)
+
+// Files of a gate run in the task directory.
+const (
+	// dirGate is the fresh copy of the result the gate runs in, made
+	// again for every gate run (whatever the tool left there is gone).
+	dirGate = "gate"
+	// fileGateLog is what setup and the gate command printed.
+	fileGateLog = "gate.log"
+)
+
+// gateExitNotFound is the shell's exit status for a command not found.
+const gateExitNotFound = 127
+
+// runGate runs launch.json's gate on the attempt's result, once the tool
+// has ended well and its processes are gone: in a fresh copy of the
+// result (the commit, git-native; output/ otherwise), the launch's setup
+// first, then the command, each by /bin/sh -c under the attempt's sandbox
+// and limits, within the gate's timeout. A tree already gated by the same
+// command (launch.json's known results) is not gated again. The result
+// goes to the supervisor's private record, where `status` reads it.
+func (s *supervisor) runGate(out, commit string) *wire.GateResult {
+	g := s.launch.Gate
+	dir := filepath.Join(s.dir, dirGate)
+	tree, err := s.gateCheckout(out, commit, dir)
+	if err != nil {
+		return &wire.GateResult{Error: "the gate's copy of the result could not be made: " + err.Error()}
+	}
+	for _, k := range g.Known {
+		if k.Tree == tree {
+			r := k
+			r.Reused = true
+			fmt.Fprintf(s.tlog, "dispatch-wrapper: gate: this tree (%s) was gated before: %s\n", tree, gateVerdict(&r))
+			return &r
+		}
+	}
+	glog, err := createTaskLog(filepath.Join(s.dir, fileGateLog), s.launch.LogLimitBytes)
+	if err != nil {
+		return &wire.GateResult{Tree: tree, Error: err.Error()}
+	}
+	defer glog.Close()
+	fmt.Fprintf(s.tlog, "dispatch-wrapper: gate: %s\n", g.Command)
+	begun := time.Now()
+	res := &wire.GateResult{Tree: tree}
+	var timedOut atomic.Bool
+	deadline := time.Now().Add(seconds(g.TimeoutSeconds))
+	for _, step := range []struct{ what, command string }{{"setup", s.launch.Setup}, {"gate", g.Command}} {
+		if step.command == "" {
+			continue
+		}
+		code, sig, err := s.gateStep(dir, step.command, glog, time.Until(deadline), &timedOut)
+		res.ExitCode = code
+		switch {
+		case err != nil:
+			res.Error = fmt.Sprintf("%s could not start: %v", step.what, err)
+		case timedOut.Load():
+			res.Error = fmt.Sprintf("timed out after %s", seconds(g.TimeoutSeconds))
+		case s.stopping():
+			res.Error = "stopped"
+		case step.what == "setup" && (code != 0 || sig != 0):
+			res.Error = "setup failed in the gate's copy: " + exitError(code, sig)
+		case code == gateExitNotFound && sig == 0:
+			res.Error, res.Missing = "the gate command was not found (exit 127): install it on node "+s.launch.Node+" or fix gate: in project.yaml", true
+		case code != 0 || sig != 0:
+			res.Error = exitError(code, sig)
+		}
+		if res.Error != "" {
+			break
+		}
+	}
+	res.Passed = res.Error == ""
+	res.Seconds = time.Since(begun).Seconds()
+	if tail, err := glog.readTail(wire.GateTailBytes); err == nil {
+		res.OutputTail = lastLines(string(tail), wire.GateTailLines)
+	}
+	fmt.Fprintf(s.tlog, "dispatch-wrapper: gate: %s in %.1fs\n", gateVerdict(res), res.Seconds)
+	return res
+}
+
+func gateVerdict(r *wire.GateResult) string {
+	if r.Passed {
+		return "passed"
+	}
+	return "failed: " + r.Error
+}
+
+// gateStep runs one command of the gate in dir with its output to log; a
+// timer kills its process group when wait is over (timedOut set).
+func (s *supervisor) gateStep(dir, command string, log *taskLog, wait time.Duration, timedOut *atomic.Bool) (int, syscall.Signal, error) {
+	if wait <= 0 {
+		timedOut.Store(true)
+		return -1, 0, nil
+	}
+	cmd := &exec.Cmd{Path: "/bin/sh", Args: []string{"/bin/sh", "-c", command}, Env: s.env, Dir: dir}
+	if s.sandbox != nil {
+		cmd = s.gateSandboxed(cmd, dir)
+	}
+	cmd, err := s.limited(cmd)
+	if err != nil {
+		return -1, 0, err
+	}
+	p, err := s.startChildTo(cmd, log)
+	if errors.Is(err, errStopped) {
+		return -1, 0, nil
+	}
+	if err != nil {
+		return -1, 0, err
+	}
+	s.background(func() { s.watchLimits(p) })
+	s.setTool(p)
+	timer := time.AfterFunc(wait, func() {
+		timedOut.Store(true)
+		if s.sandbox != nil {
+			termSandboxed(p.pgid)
+		}
+		syscall.Kill(-p.pgid, syscall.SIGKILL)
+	})
+	defer timer.Stop()
+	<-p.done
+	code, sig := p.exitInfo()
+	return code, sig, nil
+}
+
+// gateSandboxed is sandboxed for a gate command: the gate's copy is its
+// workspace (read-write) instead of output/.
+func (s *supervisor) gateSandboxed(cmd *exec.Cmd, dir string) *exec.Cmd {
+	sp := *s.sandbox
+	sp.rw = []string{dir, filepath.Join(s.dir, dirHome)}
+	argv := append([]string{cmd.Path}, cmd.Args[1:]...)
+	return &exec.Cmd{Path: sp.bwrap, Args: sp.args(cmd.Dir, argv), Env: cmd.Env, Dir: cmd.Dir}
+}
+
+// gateCheckout makes dir a fresh copy of the attempt's result and returns
+// what identifies its tree: a checkout of commit from the attempt's
+// snapshot repository (git-native), or a copy of out.
+func (s *supervisor) gateCheckout(out, commit, dir string) (string, error) {
+	if err := os.RemoveAll(dir); err != nil {
+		return "", err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return "", err
+	}
+	if s.launch.Repo != nil {
+		gitDir, err := snapshotDir(s.dir)
+		if err != nil {
+			return "", err
+		}
+		ctx := context.Background()
+		tree, err := runGit(ctx, "/", nil, nil, "--git-dir", gitDir, "rev-parse", "--verify", commit+"^{tree}")
+		if err != nil {
+			return "", err
+		}
+		index := []string{"GIT_INDEX_FILE=" + filepath.Join(s.dir, dirTmp, ".gate-index")}
+		defer os.Remove(filepath.Join(s.dir, dirTmp, ".gate-index"))
+		if _, err := runGit(ctx, "/", index, nil, "--git-dir", gitDir, "--work-tree", dir, "read-tree", commit); err != nil {
+			return "", err
+		}
+		if _, err := runGit(ctx, "/", index, nil, "--git-dir", gitDir, "--work-tree", dir, "checkout-index", "-a", "-f"); err != nil {
+			return "", err
+		}
+		return "git:" + strings.TrimSpace(string(tree)), nil
+	}
+	if err := copyTree(out, dir, s.stopping, func(string) {}); err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	err := filetree.WalkSums(dir, func(rel string, mode fs.FileMode, sum string) {
+		fmt.Fprintf(h, "%s\x00%o\x00%s\n", rel, mode.Perm(), sum)
+	})
+	if err != nil {
+		return "", err
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	s = strings.TrimRight(s, "\n")
+	i := len(s)
+	for range n {
+		j := strings.LastIndexByte(s[:i], '\n')
+		if j < 0 {
+			return s
+		}
+		i = j
+	}
+	return s[i+1:]
+}
