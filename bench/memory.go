@@ -60,9 +60,9 @@ type memResult struct {
 	liveAfterGC             int64
 	allocProfile, heapTopFn string
 	// tickShares are parts of the steady ticks' CPU profile, inclusive.
-	tickShares []part
-	queryTasksShare         float64 // of the ticks' allocations, inclusive
-	listSnapshots           bool
+	tickShares      []part
+	queryTasksShare float64 // of the ticks' allocations, inclusive
+	listSnapshots   bool
 }
 
 func benchMemory(ctx context.Context, o *options, t *tb) (*section, error) {
@@ -477,7 +477,9 @@ func memSection(o *options, rs []*memResult) *section {
 	if len(primary.tickShares) > 0 {
 		var parts []string
 		for _, p := range primary.tickShares {
-			parts = append(parts, fmt.Sprintf("%s %.0f%%", p.what, 100*p.of))
+			if p.of >= 0.01 { // a part the profile did not sample is not named
+				parts = append(parts, fmt.Sprintf("%s %.0f%%", p.what, 100*p.of))
+			}
 		}
 		fmt.Fprintf(&b, "\nThe CPU profile of these ticks (`%s`, inclusive shares, parts overlap): %s. The rest is the Go scheduler "+
 			"and the system calls of 20 SSH sessions.\n", rel(filepath.Join(o.outDir, "mem1.ticks.cpu.pprof")), strings.Join(parts, "; "))

@@ -269,14 +269,11 @@ func tickRun(ctx context.Context, o *options, t *tb, c *sshdtest.Client, servers
 		r.dbRuns = append(r.dbRuns, time.Since(start).Seconds())
 		if len(r.dbBeatTx) < 3 {
 			start = time.Now()
-			err = ip.st.Update(ctx, func(tx *store.Tx) error {
-				for _, tk := range tasks {
-					if err := tx.SetTask(ctx, project, tk.ID, store.TaskPatch{Heartbeat: new(tk.Heartbeat), HeartbeatAt: new(tk.HeartbeatAt)}); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
+			beats := make(map[string]string, len(tasks))
+			for _, tk := range tasks {
+				beats[tk.ID] = tk.Heartbeat + "."
+			}
+			err = ip.st.Update(ctx, func(tx *store.Tx) error { return tx.Beats(ctx, project, beats, time.Now()) })
 			if err != nil {
 				return nil, err
 			}
@@ -371,7 +368,7 @@ func tickSection(o *options, rs []*tickResult) *section {
 		}
 		db.add("`Store.Tasks(project)`: "+what, fmtMS(median(r20.dbTasks)))
 		db.add("`Store.Runs(project, \"\")`: 1,000 runs", fmtMS(median(r20.dbRuns)))
-		db.add("one `Store.Update` writing 1,000 heartbeats (`Tx.SetTask`)", fmtMS(median(r20.dbBeatTx)))
+		db.add("one `Store.Update` writing 1,000 heartbeats (`Tx.Beats`, one statement)", fmtMS(median(r20.dbBeatTx)))
 		b.WriteString(db.markdown())
 		fmt.Fprintf(&b, "\nA steady tick reads the project's tasks once (`Tx.Tasks` in `apply`, %s at these prices) and no "+
 			"list of its runs (collection and the phase read only what is unfinished or unsettled); the heartbeat writes come on top.\n\n",
@@ -439,8 +436,8 @@ func tickFinding(r1, r20 *tickResult, ps *profStats, hr float64) string {
 		fmt.Fprintf(&b, " The tick reads what can move once, in `decide`'s transaction (`readSnapshot`: the live tasks, those "+
 			"a failure may block, and counts kept by triggers, where reading every task would take %s %s), with its candidates and busy slots counted in SQL; `collectAll` reads only the finished runs not yet "+
 			"collected (`Store.Uncollected`, on a partial index) and `advance` one count while any task is unsettled "+
-			"(`Store.Settled`, a count kept by triggers). What is left is mostly the heartbeats, each written with its own `UPDATE` (`Tx.SetTask`: %s "+
-			"for 1,000); one statement prepared per transaction would take part of it.",
+			"(`Store.Settled`, a count kept by triggers); the heartbeats of a project are written in one statement (`Tx.Beats`: %s "+
+			"for 1,000).",
 			fmtMS(median(r20.dbTasks)), snap, fmtMS(median(r20.dbBeatTx)))
 	}
 	fmt.Fprintf(&b, " The pull grows from %s (1 node) to %s (20 nodes) because the 20 sshd and wrapper processes share this "+
