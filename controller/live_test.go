@@ -25,32 +25,32 @@ func TestListStateHolds(t *testing.T) {
 	l.done(&wire.NodeStatus{Tasks: []wire.TaskStatus{
 		{Project: "p", Task: "A", Alive: true, Status: running, Heartbeat: "1", Tag: "ta"},
 		{Project: "p", Task: "B", Status: &wire.Status{Attempt: 1, Status: wire.StatusCompleted}, Tag: "tb"},
-	}}, false)
-	if live, seen := l.next(false); !live || !slices.Equal(seen, []string{"p/A"}) {
+	}}, false, t0)
+	if live, seen := l.next(false, t0); !live || !slices.Equal(seen, []string{"p/A"}) {
 		t.Fatalf("next = %v %v, want a live call naming p/A", live, seen)
 	}
 	if got := l.tags([]string{"p/A", "p/B"}); !slices.Equal(got, []string{"ta", ""}) {
 		t.Fatalf("tags = %q, want p/A's only (a full reply holds the live entries)", got)
 	}
 	st := &wire.NodeStatus{Listing: wire.ListingLive, Same: &wire.Same{Tasks: []string{"p/A"}, Heartbeats: []string{"2"}}}
-	l.done(st, true)
+	l.done(st, true, t0)
 	if len(st.Tasks) != 1 || st.Tasks[0].Task != "A" || st.Tasks[0].Heartbeat != "2" || st.Tasks[0].Status != running || st.Same != nil {
 		t.Fatalf("restored %+v (same %v), want A with heartbeat 2", st.Tasks, st.Same)
 	}
-	if live, _ := l.next(false); !live {
+	if live, _ := l.next(false, t0); !live {
 		t.Fatal("a whole live reply asks for a full call")
 	}
 	st = &wire.NodeStatus{Listing: wire.ListingLive, Same: &wire.Same{Tasks: []string{"p/A", "p/Z"}, Heartbeats: []string{"3", "9"}}}
-	l.done(st, true)
+	l.done(st, true, t0)
 	if len(st.Tasks) != 1 || st.Tasks[0].Task != "A" {
 		t.Fatalf("restored %+v, want A alone", st.Tasks)
 	}
-	if live, _ := l.next(false); live {
+	if live, _ := l.next(false, t0); live {
 		t.Fatal("an unheld entry said unchanged did not ask for a full call")
 	}
-	l.done(&wire.NodeStatus{Tasks: st.Tasks}, false)
-	l.done(&wire.NodeStatus{Listing: wire.ListingLive, Same: &wire.Same{Tasks: []string{"p/A"}}}, true)
-	if live, _ := l.next(false); live {
+	l.done(&wire.NodeStatus{Tasks: st.Tasks}, false, t0)
+	l.done(&wire.NodeStatus{Listing: wire.ListingLive, Same: &wire.Same{Tasks: []string{"p/A"}}}, true, t0)
+	if live, _ := l.next(false, t0); live {
 		t.Fatal("lists of unequal length did not ask for a full call")
 	}
 }
@@ -59,8 +59,9 @@ func TestListStateHolds(t *testing.T) {
 // finished task directories and 2 running attempts reads the 2 (the
 // node's live index and the tasks the database has running there), not
 // the 202; the first call after the wrapper is checked and every
-// fullListEvery-th call list them all, and so find a live attempt the
-// database does not expect whose marker was lost: it is killed as stale.
+// fullListEvery-th call at least fullListGap after the last full one list
+// them all, and so find a live attempt the database does not expect whose
+// marker was lost: it is killed as stale.
 func TestLivePullListsWhatRuns(t *testing.T) {
 	h := newHarness(t, "", shellProject(map[string]string{"S01-a.md": "sleep 60\n", "S02-b.md": "sleep 60\n"}))
 	t.Cleanup(func() { killAll(t, h) })
@@ -108,7 +109,9 @@ func TestLivePullListsWhatRuns(t *testing.T) {
 			t.Fatalf("live call %d: %d entries said unchanged, want 2", i, p.same)
 		}
 	}
-	pull(fmt.Sprintf("call %d", fullListEvery), 202, "")
+	pull(fmt.Sprintf("call %d, within fullListGap of the last full one", fullListEvery), 2, wire.ListingLive)
+	h.clock.Advance(fullListGap)
+	pull(fmt.Sprintf("call %d, fullListGap after the last full one", fullListEvery+1), 202, "")
 
 	// An attempt the database does not know, out of the node's index.
 	dir := filepath.Join(tasksDir, "Z99")
@@ -136,7 +139,10 @@ func TestLivePullListsWhatRuns(t *testing.T) {
 	if stale() {
 		t.Fatal("Z99 found by a live call; the test proves nothing")
 	}
-	h.tickUntil("the next full call to find Z99 stale", stale)
+	h.tickUntil("the next full call to find Z99 stale", func() bool {
+		h.clock.Advance(fullListGap / 4)
+		return stale()
+	})
 	h.tickUntil("Z99 to be killed", func() bool {
 		b, _ := os.ReadFile(filepath.Join(dir, "status.json"))
 		var st wire.Status

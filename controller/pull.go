@@ -164,8 +164,10 @@ func (s *streamState) partial(served map[string]bool, every time.Duration, now t
 type listState struct {
 	mu sync.Mutex
 	// calls counts the status calls since the last full one, that one
-	// included; 0 asks for a full one next.
-	calls int
+	// included; 0 asks for a full one next. lastFull is when that one
+	// was asked for.
+	calls    int
+	lastFull time.Time
 	// seen are the tasks ("project/ID") the last call found live (a
 	// supervisor holding the lock, or a status saying running): a live
 	// call names them, so that an attempt the node's index does not hold
@@ -183,10 +185,10 @@ type listState struct {
 // next reports whether the next call may be a live one, and the tasks it
 // names besides those the database has on the node. fresh asks for a
 // full call.
-func (l *listState) next(fresh bool) (live bool, seen []string) {
+func (l *listState) next(fresh bool, now time.Time) (live bool, seen []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if fresh || l.calls <= 0 || l.calls >= fullListEvery {
+	if fresh || l.calls <= 0 || l.calls >= fullListEvery && now.Sub(l.lastFull) >= fullListGap {
 		return false, nil
 	}
 	return true, slices.Clone(l.seen)
@@ -213,7 +215,7 @@ func (l *listState) tags(named []string) []string {
 // heartbeat the reply gives: what follows sees every task as before. A
 // task said unchanged that is not held (a node answering what it was not
 // asked) is left out, and the next call is a full one.
-func (l *listState) done(st *wire.NodeStatus, live bool) {
+func (l *listState) done(st *wire.NodeStatus, live bool, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	whole := st.Same == nil || st.Same.Len() == len(st.Same.Tasks) && live
@@ -255,7 +257,7 @@ func (l *listState) done(st *wire.NodeStatus, live bool) {
 	case live:
 		l.calls++
 	default:
-		l.calls = 1
+		l.calls, l.lastFull = 1, at
 	}
 }
 
@@ -438,7 +440,16 @@ const installTimeout = 2 * time.Minute
 // does not expect is found by the next full listing, and named in every
 // call after it while it lives (see listState). The first call after the
 // wrapper is (re)checked and the first after a failed call are full too.
+//
+// A full listing reads every task directory, so it also waits
+// fullListGap after the last: while tasks end by the thousand, ticks
+// come many a second, and a listing every tenth of them would make the
+// work of a batch grow with the square of its tasks.
 const fullListEvery = 10
+
+// fullListGap is the least time between two full listings of a node (see
+// fullListEvery).
+const fullListGap = 30 * time.Second
 
 func (c *Controller) pullNode(ctx context.Context, n *nodeRuntime, projects []string, liveOn map[string][]string) *pull {
 	if n.tr == nil {
@@ -454,7 +465,8 @@ func (c *Controller) pullNode(ctx context.Context, n *nodeRuntime, projects []st
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.callTimeout())
 	defer cancel()
-	live, named := n.listing.next(fresh)
+	now := c.now()
+	live, named := n.listing.next(fresh, now)
 	if live && liveOn == nil {
 		live = false // the database's list could not be read (logged)
 	}
@@ -479,7 +491,7 @@ func (c *Controller) pullNode(ctx context.Context, n *nodeRuntime, projects []st
 		return &pull{err: err}
 	}
 	same := st.Same.Len()
-	n.listing.done(st, live)
+	n.listing.done(st, live, now)
 	n.streamed.fullDone(st, rtt, start)
 	p := &pull{status: st, rtt: rtt, same: same, tasks: make(map[string]*wire.TaskStatus, len(st.Tasks))}
 	for i := range st.Tasks {
