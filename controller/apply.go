@@ -24,7 +24,7 @@ var limitName = map[string]string{wire.ClassOOM: "memory", wire.ClassPids: "pids
 var retryable = map[string]bool{
 	wire.ClassExit: true, wire.ClassCrash: true, wire.ClassTimeout: true,
 	wire.ClassRateLimit: true, wire.ClassStart: true, classLost: true,
-	wire.ClassHung: true, wire.ClassStalled: true,
+	wire.ClassHung: true, wire.ClassStalled: true, wire.ClassGate: true,
 }
 
 // staleAttempt is a live attempt on a node that is not the task's current

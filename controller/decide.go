@@ -29,6 +29,15 @@ type op struct {
 	cancel *store.Change
 	// beats records new heartbeats of one project's tasks in one write.
 	beats *beats
+	// gate records an attempt's gate run.
+	gate *store.GateRun
+	// stop stops a project with a problem of its own (see projectStop).
+	stop *projectStop
+}
+
+// projectStop stops a project, as projectTrouble does, with problem.
+type projectStop struct {
+	project, problem string
 }
 
 // beats are new heartbeats (task ID → heartbeat) of a project's tasks,
@@ -69,6 +78,11 @@ func (o op) exec(ctx context.Context, tx *store.Tx) error {
 		return err
 	case o.beats != nil:
 		return tx.Beats(ctx, o.beats.project, o.beats.hb, o.beats.at)
+	case o.gate != nil:
+		return tx.PutGateRun(ctx, *o.gate)
+	case o.stop != nil:
+		return tx.SetProject(ctx, o.stop.project, store.ProjectPatch{State: new(domain.ProjectStopped), Problem: new(o.stop.problem)},
+			"stopped: "+o.stop.problem+"; fix it, then dispatch start "+o.stop.project+" resumes")
 	}
 	return fmt.Errorf("empty op")
 }
@@ -90,6 +104,10 @@ func (o op) String() string {
 		return fmt.Sprintf("event %s %s: %s", o.event.Task, o.event.Kind, o.event.Message)
 	case o.cancel != nil:
 		return fmt.Sprintf("every waiting task →canceled: %s", o.cancel.Message)
+	case o.gate != nil:
+		return fmt.Sprintf("gate %s#%d passed=%v", o.gate.Task, o.gate.Attempt, o.gate.Passed)
+	case o.stop != nil:
+		return fmt.Sprintf("stop %s: %s", o.stop.project, o.stop.problem)
 	case o.beats != nil:
 		var lines []string
 		for _, id := range o.beats.order {
@@ -188,6 +206,16 @@ type applier struct {
 }
 
 func (a *applier) emit(o op) { a.ops = append(a.ops, o) }
+
+// stopProject stops project with problem, once in a tick.
+func (a *applier) stopProject(project, problem string) {
+	for _, o := range a.ops {
+		if o.stop != nil && o.stop.project == project {
+			return
+		}
+	}
+	a.emit(op{stop: &projectStop{project: project, problem: problem}})
+}
 
 // dueAt notes a moment at which a tick has something to decide.
 func (a *applier) dueAt(t time.Time) { a.wake = earliest(a.wake, t, a.now) }
@@ -434,6 +462,14 @@ func (a *applier) finished(t *domain.Task, status *wire.Status) {
 	if st.Commit != "" {
 		run.Commit = new(st.Commit)
 	}
+	command := a.projects[t.Project].opts.GateFor(t.ID)
+	if g := st.Gate; g != nil && command != "" {
+		gr := gateRun(t, command, g)
+		a.emit(op{gate: &gr})
+		if g.Missing {
+			a.stopProject(t.Project, fmt.Sprintf("the gate command `%s` was not found on node %s (exit 127): install it there, or fix gate: in project.yaml", command, t.Node))
+		}
+	}
 	if st.Status == wire.StatusCompleted {
 		a.setAttempt(t, run)
 		a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: t.Status, To: domain.Completed,
@@ -450,6 +486,11 @@ func (a *applier) finished(t *domain.Task, status *wire.Status) {
 	a.retryAfter = 0
 	if class == wire.ClassRateLimit {
 		a.pauseMode(t, tool, &st)
+	}
+	if class == wire.ClassGate && st.Gate != nil && st.Gate.Missing {
+		// A gate that cannot start fails every retry the same way: the
+		// project is stopped with it (above), once.
+		t.RetriesUsed = t.MaxRetries
 	}
 	if st.ToolMissing {
 		// The tool's executable is not on the node: a retry would fail the

@@ -414,6 +414,10 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		out.err = err
 		return item, false
 	}
+	if launch.Gate, snapshot, err = c.gateLaunch(ctx, t, tool, opts, snapshot, &launch); err != nil {
+		out.err = err
+		return item, false
+	}
 	dir := taskDir(inst, t.Project, t.ID)
 	switch {
 	case t.BaseCommit != "":

@@ -67,6 +67,34 @@ type phaseInput struct {
 	// runsDir and runs locate the phase tasks' results.
 	runsDir string
 	runs    []domain.Attempt
+	// gates are the project gate's runs on the results of S99 and the fix
+	// rounds, by task ID (their current attempts'); nil without a
+	// project gate.
+	gates map[string]*store.GateRun
+}
+
+// gateOf is the project gate's run on t's result: nil when the project
+// has no project gate; a failed run with why when the result was not
+// gated (its attempt ended without a gate result).
+func (in phaseInput) gateOf(t domain.Task) *store.GateRun {
+	if in.gates == nil {
+		return nil
+	}
+	if g := in.gates[t.ID]; g != nil {
+		return g
+	}
+	return &store.GateRun{Task: t.ID, Attempt: t.Attempt, Command: in.opts.GateFor(t.ID), Error: "the result of " + t.ID + " was not gated"}
+}
+
+// gateIssues is what a fix round is told of a failed project gate.
+func gateIssues(g *store.GateRun) []string {
+	tail := strings.TrimRight(g.OutputTail, "\n")
+	fence := "```"
+	for strings.Contains(tail, fence) {
+		fence += "`"
+	}
+	return []string{fmt.Sprintf("The project's gate `%s` failed on the result of %s (%s). The end of its output:\n\n%s\n%s\n%s",
+		g.Command, g.Task, gateWhy(*g), fence, tail, fence)}
 }
 
 // phaseAction is what the phase machine does next.
@@ -92,7 +120,10 @@ type phaseStep struct {
 	issues       []string
 	verdict      *store.Verdict
 	verifier     domain.Task // the verification whose verdict is recorded
-	err          error
+	// gateFix is set on a fix round that follows a failed project gate
+	// (its issues are the gate's output).
+	gateFix bool
+	err     error
 }
 
 // readPhase reads what decidePhase needs; false when a task of the
@@ -135,6 +166,19 @@ func (c *Controller) readPhase(ctx context.Context, p domain.Project) (phaseInpu
 	if in.opts, err = p.ParseOptions(); err != nil {
 		return phaseInput{}, false, err
 	}
+	if in.opts.GateFor(domain.IntegrationID) != "" {
+		runs, err := c.st.GateRuns(ctx, p.Name, 0)
+		if err != nil {
+			return phaseInput{}, false, err
+		}
+		in.gates = map[string]*store.GateRun{}
+		for i := range runs {
+			g := &runs[i]
+			if t, ok := in.phaseTasks[g.Task]; ok && t.Attempt == g.Attempt {
+				in.gates[g.Task] = g
+			}
+		}
+	}
 	// A phase task that would start past the budget does not.
 	why, stop, err := c.budgetStop(ctx, p, in.opts)
 	if err != nil {
@@ -165,12 +209,15 @@ func (c *Controller) readPhase(ctx context.Context, p domain.Project) (phaseInpu
 	return in, true, nil
 }
 
-// lastRound is the number of the last verification task (V01 …), 0 for
-// none.
+// lastRound is the number of the last round: of the last verification
+// or fix task (V01, F01 …; a failed project gate goes to a fix round
+// without a verification), 0 for none.
 func lastRound(phaseTasks map[string]domain.Task) int {
 	round := 0
 	for round+1 < 100 {
-		if _, ok := phaseTasks[domain.VerifyID(round+1)]; !ok {
+		_, v := phaseTasks[domain.VerifyID(round+1)]
+		_, f := phaseTasks[domain.FixID(round+1)]
+		if !v && !f {
 			break
 		}
 		round++
@@ -215,34 +262,35 @@ func decidePhase(in phaseInput) phaseStep {
 		case s99.Status != domain.Completed:
 			return phaseStep{action: phaseFinish, result: domain.ResultFailed, note: "integration task " + domain.IntegrationID + " " + string(s99.Status)}
 		}
-		tree := resultOf(in.runsDir, s99, in.runs)
-		switch {
-		case !in.opts.Verification:
-			return phaseStep{action: phaseFinish, result: result(true), final: &tree}
-		case in.budget != "":
-			return budget
-		}
-		return phaseStep{action: phaseVerify, round: 1, tree: tree}
+		return in.afterGate(s99, 1, false, budget, result)
 
 	case domain.PhaseVerification, domain.PhaseFix:
 		round := lastRound(in.phaseTasks)
 		if round == 0 {
 			return phaseStep{err: fmt.Errorf("in phase %s without a verification task", in.phase)}
 		}
-		v := in.phaseTasks[domain.VerifyID(round)]
-		verified := baseOf(v)
 		if in.phase == domain.PhaseFix {
 			f, ok := in.phaseTasks[domain.FixID(round)]
 			switch {
 			case !ok || !in.done(f):
 				return phaseStep{action: phaseWait}
 			case f.Status != domain.Completed:
-				return phaseStep{action: phaseFinish, result: domain.ResultFailed, note: "fix task " + f.ID + " " + string(f.Status), final: &verified}
-			case in.budget != "":
-				return budget
+				// The final tree is the last one verified, else the one
+				// the fix started from.
+				last := baseOf(f)
+				if v, ok := in.phaseTasks[domain.VerifyID(round)]; ok {
+					last = baseOf(v)
+				}
+				return phaseStep{action: phaseFinish, result: domain.ResultFailed, note: "fix task " + f.ID + " " + string(f.Status), final: &last}
 			}
-			return phaseStep{action: phaseVerify, round: round + 1, tree: resultOf(in.runsDir, f, in.runs), issues: in.lastIssues}
+			_, verified := in.phaseTasks[domain.VerifyID(round)]
+			return in.afterGate(f, round+1, verified, budget, result)
 		}
+		v, ok := in.phaseTasks[domain.VerifyID(round)]
+		if !ok {
+			return phaseStep{err: fmt.Errorf("in phase %s without verification task %s", in.phase, domain.VerifyID(round))}
+		}
+		verified := baseOf(v)
 		if !in.done(v) || in.verdict == nil {
 			return phaseStep{action: phaseWait}
 		}
@@ -262,6 +310,35 @@ func decidePhase(in phaseInput) phaseStep {
 		return step
 	}
 	return phaseStep{action: phaseWait}
+}
+
+// afterGate decides what follows t (S99, or a fix round), completed and
+// collected, whose result begins round: the project gate's verdict on it
+// first, when the project has one — a failure goes straight to the next
+// fix round while max_fix_rounds allows, told the gate's output, and
+// fails the project after that — then verification of round, or the end.
+// A fix round that followed a verification is verified whatever the
+// options say now (verified).
+func (in phaseInput) afterGate(t domain.Task, round int, verified bool, budget phaseStep, result func(bool) string) phaseStep {
+	tree := resultOf(in.runsDir, t, in.runs)
+	if g := in.gateOf(t); g != nil && !g.Passed {
+		fix := round // the fix round after S99 is F01; after F0n, F0n+1
+		switch {
+		case fix > in.opts.MaxFixRounds:
+			return phaseStep{action: phaseFinish, result: domain.ResultFailed, final: &tree,
+				note: fmt.Sprintf("the project gate failed on the result of %s after %d fix round(s) (max_fix_rounds): %s", t.ID, round-1, gateWhy(*g))}
+		case in.budget != "":
+			return budget
+		}
+		return phaseStep{action: phaseFix, round: fix, tree: tree, issues: gateIssues(g), gateFix: true}
+	}
+	switch {
+	case !in.opts.Verification && !verified:
+		return phaseStep{action: phaseFinish, result: result(true), final: &tree}
+	case in.budget != "":
+		return budget
+	}
+	return phaseStep{action: phaseVerify, round: round, tree: tree, issues: in.lastIssues}
 }
 
 // doPhase carries out the phase machine's step for p; true when the
@@ -302,10 +379,14 @@ func (c *Controller) doPhase(ctx context.Context, p domain.Project, in phaseInpu
 	case phaseFix:
 		var buf bytes.Buffer
 		if err := templates.ExecuteTemplate(&buf, "fix.md", map[string]any{
-			"Project": p.Name, "Round": step.round, "Issues": step.issues}); err != nil {
+			"Project": p.Name, "Round": step.round, "Issues": step.issues, "Gate": step.gateFix}); err != nil {
 			return false, err
 		}
-		return false, c.startPhaseTask(ctx, p, in.opts, domain.FixID(step.round), "fix", fmt.Sprintf("Fix the issues of verification %d", step.round),
+		title := fmt.Sprintf("Fix the issues of verification %d", step.round)
+		if step.gateFix {
+			title = "Make the project gate pass"
+		}
+		return false, c.startPhaseTask(ctx, p, in.opts, domain.FixID(step.round), "fix", title,
 			buf.Bytes(), step.tree, domain.PhaseFix, fmt.Sprintf("fix round %d of %d", step.round, in.opts.MaxFixRounds), nil)
 	}
 	return false, nil

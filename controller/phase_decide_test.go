@@ -22,6 +22,24 @@ func TestDecidePhase(t *testing.T) {
 		}
 		return m
 	}
+	gated := func(runs ...*store.GateRun) map[string]*store.GateRun {
+		m := map[string]*store.GateRun{}
+		for _, g := range runs {
+			m[g.Task] = g
+		}
+		return m
+	}
+	gate := func(id string, passed bool) *store.GateRun {
+		g := &store.GateRun{Task: id, Attempt: 1, Command: "make test", Passed: passed}
+		if !passed {
+			g.ExitCode, g.OutputTail = 2, "FAIL x\n"
+		}
+		return g
+	}
+	gateIssue := func(id string) string {
+		return "[The project's gate `make test` failed on the result of " + id + " (exit status 2). The end of its output:\n\n```\nFAIL x\n```]"
+	}
+	withGate := domain.ProjectOptions{Verification: true, MaxFixRounds: 2, Gate: &domain.GateOptions{Project: "make test"}}
 	pass := &store.Verdict{Pass: true}
 	fail := &store.Verdict{Issues: []string{"tests fail"}}
 	const running = domain.Running
@@ -63,6 +81,39 @@ func TestDecidePhase(t *testing.T) {
 		{"V02 failed, no fix round left", phaseInput{phase: domain.PhaseVerification, opts: domain.ProjectOptions{MaxFixRounds: 1}, verdict: fail,
 			phaseTasks: phase(task("V01", domain.Completed), task("F01", domain.Completed), task("V02", domain.Completed))},
 			"finish failed: verification failed after 1 fix round(s) (max_fix_rounds) final=/base/V02", true},
+
+		{"S99 done, gate failed", phaseInput{phase: domain.PhaseIntegration, allCompleted: true, runsDir: "/runs", opts: withGate,
+			phaseTasks: phase(task("S99", domain.Completed)), gates: gated(gate("S99", false))}, "fix 1 on /runs/S99/output " + gateIssue("S99"), false},
+		{"S99 done, not gated", phaseInput{phase: domain.PhaseIntegration, allCompleted: true, runsDir: "/runs", opts: withGate,
+			phaseTasks: phase(task("S99", domain.Completed)), gates: gated()}, "fix 1 on /runs/S99/output [The project's gate `make test` failed on the result of S99 (the result of S99 was not gated). The end of its output:\n\n```\n\n```]", false},
+		{"S99 done, gate failed, no fix round", phaseInput{phase: domain.PhaseIntegration, allCompleted: true, runsDir: "/runs",
+			opts:       domain.ProjectOptions{Verification: true, Gate: &domain.GateOptions{Project: "make test"}},
+			phaseTasks: phase(task("S99", domain.Completed)), gates: gated(gate("S99", false))},
+			"finish failed: the project gate failed on the result of S99 after 0 fix round(s) (max_fix_rounds): exit status 2 final=/runs/S99/output", false},
+		{"S99 done, gate failed, over budget", phaseInput{phase: domain.PhaseIntegration, allCompleted: true, runsDir: "/runs", opts: withGate, budget: "b",
+			phaseTasks: phase(task("S99", domain.Completed)), gates: gated(gate("S99", false))}, "budget: b", false},
+		{"S99 done, gate passed", phaseInput{phase: domain.PhaseIntegration, allCompleted: true, runsDir: "/runs", opts: withGate,
+			phaseTasks: phase(task("S99", domain.Completed)), gates: gated(gate("S99", true))}, "verify 1 on /runs/S99/output", false},
+		{"F01 after a gate, gate passed", phaseInput{phase: domain.PhaseFix, allCompleted: true, runsDir: "/runs", opts: withGate,
+			phaseTasks: phase(task("S99", domain.Completed), task("F01", domain.Completed)), gates: gated(gate("S99", false), gate("F01", true))},
+			"verify 2 on /runs/F01/output", false},
+		{"F01 after a gate, gate passed, no verification", phaseInput{phase: domain.PhaseFix, allCompleted: true, runsDir: "/runs",
+			opts:       domain.ProjectOptions{MaxFixRounds: 2, Gate: &domain.GateOptions{Project: "make test"}},
+			phaseTasks: phase(task("S99", domain.Completed), task("F01", domain.Completed)), gates: gated(gate("S99", false), gate("F01", true))},
+			"finish passed final=/runs/F01/output", false},
+		{"F01 after a gate, gate failed again", phaseInput{phase: domain.PhaseFix, allCompleted: true, runsDir: "/runs", opts: withGate,
+			phaseTasks: phase(task("S99", domain.Completed), task("F01", domain.Completed)), gates: gated(gate("S99", false), gate("F01", false))},
+			"fix 2 on /runs/F01/output " + gateIssue("F01"), false},
+		{"F02 gate failed, fix rounds spent", phaseInput{phase: domain.PhaseFix, allCompleted: true, runsDir: "/runs", opts: withGate,
+			phaseTasks: phase(task("S99", domain.Completed), task("F01", domain.Completed), task("F02", domain.Completed)),
+			gates:      gated(gate("S99", false), gate("F01", false), gate("F02", false))},
+			"finish failed: the project gate failed on the result of F02 after 2 fix round(s) (max_fix_rounds): exit status 2 final=/runs/F02/output", false},
+		{"F01 after a gate failed", phaseInput{phase: domain.PhaseFix, opts: withGate,
+			phaseTasks: phase(task("S99", domain.Completed), task("F01", domain.Failed)), gates: gated(gate("S99", false))},
+			"finish failed: fix task F01 failed final=/base/F01", false},
+		{"V02 after a gate-driven F01 passed", phaseInput{phase: domain.PhaseVerification, allCompleted: true, verdict: pass, opts: withGate,
+			phaseTasks: phase(task("S99", domain.Completed), task("F01", domain.Completed), task("V02", domain.Completed)),
+			gates:      gated(gate("S99", false), gate("F01", true))}, "finish passed final=/base/V02", true},
 
 		{"F01 runs", phaseInput{phase: domain.PhaseFix, phaseTasks: phase(task("V01", domain.Completed), task("F01", running))}, "wait", false},
 		{"F01 failed", phaseInput{phase: domain.PhaseFix, phaseTasks: phase(task("V01", domain.Completed), task("F01", domain.Failed))},

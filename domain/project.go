@@ -89,6 +89,38 @@ type ProjectOptions struct {
 	// Trigger says what began the run: "start" (by hand), "schedule", or
 	// "catch-up" (one run for the occurrences missed while no daemon ran).
 	Trigger string `json:"trigger,omitempty"`
+	// Gate is project.yaml's gate: the checks dispatch runs on the
+	// results itself; nil for none.
+	Gate *GateOptions `json:"gate,omitempty"`
+}
+
+// GateOptions are project.yaml's gate: commands run by /bin/sh -c on
+// results, exit 0 passing.
+type GateOptions struct {
+	// Task is run on each author task's result: a failure fails the
+	// attempt (error_class gate), whose retry is told why.
+	Task string `json:"task,omitempty"`
+	// Project is run on the integrated result after S99 and each fix
+	// round: the project passes only when its last run passed.
+	Project string `json:"project,omitempty"`
+	// Timeout bounds each gate run.
+	Timeout time.Duration `json:"timeout"`
+	// Baseline runs the project gate on the base before any task.
+	Baseline bool `json:"baseline,omitempty"`
+}
+
+// GateFor is the gate command of a task: the task gate for an author
+// task, the project gate for S99 and the fix rounds, "" for none.
+func (o ProjectOptions) GateFor(id string) string {
+	switch {
+	case o.Gate == nil:
+		return ""
+	case !IsPhaseID(id):
+		return o.Gate.Task
+	case id == IntegrationID || PhaseOf(id) == PhaseFix:
+		return o.Gate.Project
+	}
+	return ""
 }
 
 // RepoOptions are a git-native project's repository on the operator's

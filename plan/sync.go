@@ -71,6 +71,9 @@ func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so control.StartOptio
 		o.Repo = &domain.RepoOptions{Dir: src.Dir, Ref: src.Ref, Commit: src.Commit}
 	}
 	o.Notify = p.Config.Notify
+	if g := p.Config.Gate; g != nil {
+		o.Gate = &domain.GateOptions{Task: g.Task, Project: g.Project, Timeout: g.Timeout, Baseline: g.Baseline}
+	}
 	o.Sandbox, o.Network, o.Limits = p.Config.Sandbox, p.Config.Network, p.Config.Limits
 	o.Trigger = so.Trigger
 	if o.Trigger == "" {

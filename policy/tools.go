@@ -115,8 +115,12 @@ var builtinTools = map[string]builtinTool{
 			"GEMINI_TELEMETRY_ENABLED": "false",
 			"GEMINI_CLI_NO_RELAUNCH":   "true",
 		}},
-	"shell": {base: []string{"/bin/sh", "{spec}"}, modelAt: 2},
+	ToolShell: {base: []string{"/bin/sh", "{spec}"}, modelAt: 2},
 }
+
+// ToolShell is the built-in tool that runs the spec as a script: its
+// spec is never a prompt to add to.
+const ToolShell = "shell"
 
 // toolNames lists the built-in tools and those of nodes.yaml.
 func toolNames(cfg *nodes.Config) []string {

@@ -36,8 +36,11 @@ type Report struct {
 	// Final is the directory holding the final tree, when there is one.
 	Final string `json:"final"`
 	// Git is set for a git-native project (project.yaml repo:).
-	Git         *GitResult `json:"git,omitempty"`
-	GeneratedAt string     `json:"generated_at"`
+	Git *GitResult `json:"git,omitempty"`
+	// Gate is what the project's gate found (project.yaml gate:); nil
+	// when it ran none.
+	Gate        *GateReport `json:"gate,omitempty"`
+	GeneratedAt string      `json:"generated_at"`
 	// Problem is why the controller stopped the project (an error of its
 	// own, such as a result it could not export), when it did.
 	Problem string `json:"problem,omitempty"`
@@ -185,6 +188,13 @@ func BuildReport(ctx context.Context, st *store.Store, cfg Nodes, home, project 
 		}
 	}
 	r.addTasks(sv, files, attempts, dangerous, dir)
+	tasks, err := st.Tasks(ctx, project)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.addGate(ctx, st, project, p.Run, tasks); err != nil {
+		return nil, err
+	}
 	end := p.FinishedAt
 	if end.IsZero() {
 		end = now
@@ -368,7 +378,7 @@ func (r *Report) Markdown() string {
 	r.mdNext(&b, stop, failed, blocked)
 	r.mdFirstScreen(&b, failed)
 	for _, section := range []func(*strings.Builder){r.mdTasks, r.mdFailures, r.mdRetries, r.mdModes,
-		r.mdConflicts, r.mdVerification, r.mdNodes, r.mdCost, r.mdSandbox} {
+		r.mdConflicts, r.mdGate, r.mdVerification, r.mdNodes, r.mdCost, r.mdSandbox} {
 		section(&b)
 	}
 	// Errors, log tails and titles came from nodes and tasks: report.md

@@ -290,7 +290,7 @@ func (l *loader) readText(path string) (text string, exists, ok bool) {
 
 // ProjectKeys are the keys project.yaml accepts.
 var ProjectKeys = []string{"integration", "verification", "max_fix_rounds", "integration_spec",
-	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget", "notify", "schedule", "sandbox", "limits", "network"}
+	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget", "notify", "schedule", "sandbox", "limits", "network", "gate"}
 
 func (l *loader) loadConfig() {
 	path := l.path(ConfigFile)
@@ -363,6 +363,8 @@ func (l *loader) configKey(y yamlFile, c *ProjectConfig, at *configNodes, key st
 		}
 	case "notify":
 		c.Notify = notify.FromYAML(y.Doc, v)
+	case "gate":
+		c.Gate = y.gate(v)
 	case "schedule":
 		c.Schedule = y.schedule(v)
 	case "tool":
@@ -400,6 +402,68 @@ func (l *loader) configKey(y yamlFile, c *ProjectConfig, at *configNodes, key st
 			c.Halt.Fail, _ = y.Int(v, "", "halt.fail", 0, yamlval.MaxInt)
 		})
 	}
+}
+
+// DefaultGateTimeout is a gate run's timeout when gate: names none.
+const DefaultGateTimeout = 10 * time.Minute
+
+// gate reads project.yaml's gate: a command (the project gate alone), or
+// {task, project, timeout, baseline} with at least one command.
+func (y yamlFile) gate(v *yaml.Node) *Gate {
+	const example = "write gate: make test, or gate: {task: go vet ./..., project: go test ./..., timeout: 10m}"
+	command := func(n *yaml.Node, key string) (string, bool) {
+		s, ok := y.String(n, "", key)
+		if ok && strings.TrimSpace(s) == "" {
+			y.Errorf(n, example, "%s is empty: a gate needs a command", key)
+			return "", false
+		}
+		return s, ok
+	}
+	g := &Gate{Timeout: DefaultGateTimeout}
+	switch yamlval.Resolve(v).Kind {
+	case yaml.ScalarNode:
+		var ok bool
+		if g.Project, ok = command(v, "gate"); !ok {
+			return nil
+		}
+		return g
+	case yaml.MappingNode:
+	default:
+		y.Errorf(v, example, "gate must be a command or a mapping, not %s", yamlval.Describe(v))
+		return nil
+	}
+	ok := true
+	y.fields(v, "gate", []string{"task", "project", "timeout", "baseline"}, func(key string, n *yaml.Node) {
+		var good bool
+		switch key {
+		case "task":
+			g.Task, good = command(n, "gate.task")
+		case "project":
+			g.Project, good = command(n, "gate.project")
+		case "timeout":
+			if g.Timeout, good = y.Duration(n, "", "gate.timeout"); good && g.Timeout <= 0 {
+				y.Errorf(n, "write a duration such as 10m", "gate.timeout must be positive")
+				good = false
+			}
+		case "baseline":
+			g.Baseline, good = y.Bool(n, "", "gate.baseline")
+		}
+		ok = ok && good
+	})
+	if !ok {
+		return nil
+	}
+	if g.Task == "" && g.Project == "" {
+		y.Errorf(v, example, "gate has no command: give task:, project: or both")
+		return nil
+	}
+	if g.Baseline {
+		// Not built yet: refused rather than accepted and ignored.
+		y.Errorf(v, "remove baseline: (a baseline run of the gate on the base is not built yet; run the gate on the base yourself)",
+			"gate.baseline is not supported yet")
+		return nil
+	}
+	return g
 }
 
 // budget reads project.yaml's budget: {usd, tokens, max_attempt_usd}.

@@ -7,6 +7,7 @@ import (
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -358,6 +359,22 @@ func TestLoadErrors(t *testing.T) {
 			files: map[string]string{"p/S01.md": "# x\n", "p/project.yaml": "halt: 3\n"},
 			want:  []wantErr{{"p/project.yaml", 1, "halt must be a mapping, not 3"}},
 		},
+		{name: "gate without a command", files: map[string]string{"p/S01.md": "# x\n", "p/project.yaml": "gate: {timeout: 5m}\n"},
+			want: []wantErr{{"p/project.yaml", 1, "gate has no command: give task:, project: or both"}}},
+		{name: "gate empty", files: map[string]string{"p/S01.md": "# x\n", "p/project.yaml": "gate: ''\n"},
+			want: []wantErr{{"p/project.yaml", 1, "gate is empty: a gate needs a command"}}},
+		{name: "gate task empty", files: map[string]string{"p/S01.md": "# x\n", "p/project.yaml": "gate:\n  task: ' '\n"},
+			want: []wantErr{{"p/project.yaml", 2, "gate.task is empty"}}},
+		{name: "gate unknown key", files: map[string]string{"p/S01.md": "# x\n", "p/project.yaml": "gate:\n  project: make test\n  tasks: go vet\n"},
+			want: []wantErr{{"p/project.yaml", 3, "tasks"}}},
+		{name: "gate timeout", files: map[string]string{"p/S01.md": "# x\n", "p/project.yaml": "gate:\n  project: make test\n  timeout: soon\n"},
+			want: []wantErr{{"p/project.yaml", 3, "gate.timeout"}}},
+		{name: "gate timeout zero", files: map[string]string{"p/S01.md": "# x\n", "p/project.yaml": "gate: {project: make test, timeout: 0s}\n"},
+			want: []wantErr{{"p/project.yaml", 1, "gate.timeout must be positive"}}},
+		{name: "gate a list", files: map[string]string{"p/S01.md": "# x\n", "p/project.yaml": "gate: [make test]\n"},
+			want: []wantErr{{"p/project.yaml", 1, "gate must be a command or a mapping"}}},
+		{name: "gate baseline", files: map[string]string{"p/S01.md": "# x\n", "p/project.yaml": "gate: {project: make test, baseline: true}\n"},
+			want: []wantErr{{"p/project.yaml", 1, "gate.baseline is not supported yet"}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -371,6 +388,30 @@ func TestLoadErrors(t *testing.T) {
 			}
 			checkErrors(t, dir, err, tc.want)
 		})
+	}
+}
+
+// TestLoadGate: gate: as a command is the project gate alone; as a
+// mapping each command and the timeout as written, 10m by default.
+func TestLoadGate(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want *Gate
+	}{
+		{"", nil},
+		{"gate: make test\n", &Gate{Project: "make test", Timeout: DefaultGateTimeout}},
+		{"gate: {task: go vet ./..., project: go test ./..., timeout: 90s, baseline: false}\n",
+			&Gate{Task: "go vet ./...", Project: "go test ./...", Timeout: 90 * time.Second}},
+		{"gate:\n  task: make lint\n", &Gate{Task: "make lint", Timeout: DefaultGateTimeout}},
+	} {
+		dir := writeSpecs(t, map[string]string{"p/project.yaml": "tool: shell\n" + tc.yaml, "p/S01-a.md": "# a\n"})
+		p, err := Load(dir, "p")
+		if err != nil {
+			t.Fatalf("%q: %v", tc.yaml, err)
+		}
+		if got := p.Config.Gate; !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%q: gate %+v, want %+v", tc.yaml, got, tc.want)
+		}
 	}
 }
 

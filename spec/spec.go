@@ -106,6 +106,24 @@ type ProjectConfig struct {
 	// Schedule is when `dispatch serve` starts the project's runs; nil
 	// for none.
 	Schedule *schedule.Spec
+	// Gate is the project's own checks, run by dispatch on the results;
+	// nil for none.
+	Gate *Gate
+}
+
+// Gate is project.yaml's gate: commands dispatch runs on results by
+// /bin/sh -c, exit 0 passing.
+type Gate struct {
+	// Task is run on each author task's result; a failure fails the
+	// attempt (error_class gate).
+	Task string
+	// Project is run on the integrated result after S99 and after each
+	// fix round.
+	Project string
+	// Timeout bounds each gate run (DefaultGateTimeout when not set).
+	Timeout time.Duration
+	// Baseline runs the project gate on the base before any task.
+	Baseline bool
 }
 
 // Budget is project.yaml's budget: {usd: 20, tokens: 5000000,

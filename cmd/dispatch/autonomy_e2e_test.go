@@ -21,7 +21,19 @@ import (
 // host:port).
 func autonomyRun(t *testing.T, cli realCLI, bin, sandbox, nodeHome, command string, network ...string) (home string, outputs []string, r result) {
 	t.Helper()
-	api := fakeapi.New(t, cli.provider)
+	extra := "max_retries: 0\n"
+	for _, n := range network {
+		extra += "network: " + n + "\n"
+	}
+	home, _, outputs, r = autonomyRunWith(t, cli, bin, sandbox, nodeHome, command, extra)
+	return home, outputs, r
+}
+
+// autonomyRunWith is autonomyRun with extra lines for project.yaml ("API"
+// in them is the fake API's host:port); it returns the fake API too.
+func autonomyRunWith(t *testing.T, cli realCLI, bin, sandbox, nodeHome, command, extra string) (home string, api *fakeapi.Server, outputs []string, r result) {
+	t.Helper()
+	api = fakeapi.New(t, cli.provider)
 	api.Command = command
 	home = t.TempDir()
 	work := filepath.Join(t.TempDir(), "work")
@@ -57,10 +69,8 @@ api_modes:
     env:
 %s`, work, cli.tool, sandbox, modeEnv.String()))
 	dir := filepath.Join(home, "specs", "p")
-	project := fmt.Sprintf("integration: false\nmax_retries: 0\nsetup: cp -R %s/. \"$HOME\"/\n", cliHome)
-	for _, n := range network {
-		project += "network: " + strings.ReplaceAll(n, "API", strings.TrimPrefix(api.URL, "http://")) + "\n"
-	}
+	project := fmt.Sprintf("integration: false\nsetup: cp -R %s/. \"$HOME\"/\n", cliHome)
+	project += strings.ReplaceAll(extra, "API", strings.TrimPrefix(api.URL, "http://"))
 	writeFile(t, filepath.Join(dir, "project.yaml"), project)
 	writeFile(t, filepath.Join(dir, "S01-run.md"), "Run the command.\n")
 	r = runDispatch(t, []string{"HOME=" + nodeHome, "KEY=" + key}, "--home", home, "start", "p")
@@ -69,7 +79,7 @@ api_modes:
 			outputs = append(outputs, req.ToolOutput)
 		}
 	}
-	return home, outputs, r
+	return home, api, outputs, r
 }
 
 // TestRealAgentShellInSandbox: on a `sandbox: on` local node each real
