@@ -116,7 +116,11 @@ func readSnapshot(ctx context.Context, tx *store.Tx, projects []string, pulls ma
 			if err != nil {
 				return nil, err
 			}
-			s.attempts[k] = attemptFacts{mode: mode, collected: collected}
+			gating, err := tx.AttemptGating(ctx, k.project, k.task, k.attempt)
+			if err != nil {
+				return nil, err
+			}
+			s.attempts[k] = attemptFacts{mode: mode, collected: collected, gating: gating}
 		}
 	}
 	return s, nil

@@ -156,6 +156,8 @@ type attemptKey struct {
 type attemptFacts struct {
 	mode      string
 	collected bool
+	// gating: the attempt is recorded as running its gate.
+	gating bool
 }
 
 // projectFacts is what the decisions read of a project.
@@ -417,6 +419,12 @@ func (a *applier) running(t *domain.Task, ts *wire.TaskStatus, st *wire.Status) 
 			t.Heartbeat = ts.Heartbeat
 			a.beat(t, ts.Heartbeat)
 		}
+	}
+	if k := (attemptKey{t.Project, t.ID, t.Attempt}); st.Gating && ts.Alive && !a.attempts[k].gating {
+		// The tool ended well; its result is being gated: status says so.
+		a.setAttempt(t, store.AttemptPatch{Gating: new(true)})
+		a.event(store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: "gate", Node: t.Node,
+			Message: fmt.Sprintf("the tool ended; the gate runs on its result: %s", a.projects[t.Project].opts.GateFor(t.ID))})
 	}
 	if !ts.Alive {
 		msg := fmt.Sprintf("wrapper (pid %d) is gone while the attempt was running", st.PID)
@@ -830,7 +838,7 @@ func neededAttempts(tasks []*domain.Task, pulls map[string]*pull) []attemptKey {
 		case t.Status == domain.Completed && p.err != nil:
 		case (t.Status == domain.Claimed || t.Status == domain.Running) && p.err == nil:
 			ts := p.tasks[taskKey(t.Project, t.ID)]
-			if ts == nil || ts.Status == nil || ts.Status.Attempt != t.Attempt || ts.Status.ErrorClass != wire.ClassRateLimit {
+			if ts == nil || ts.Status == nil || ts.Status.Attempt != t.Attempt || ts.Status.ErrorClass != wire.ClassRateLimit && !ts.Status.Gating {
 				continue
 			}
 		default:

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/domain"
+	"github.com/dispatch-tool/dispatch/internal/gittest"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -240,5 +241,71 @@ func TestGateReuseAndHang(t *testing.T) {
 	}
 	if tk := h.task("S01"); tk.ErrorClass != "gate" || tk.Attempt != 2 {
 		t.Errorf("S01: class %q after %d attempts, want gate after 2", tk.ErrorClass, tk.Attempt)
+	}
+}
+
+// TestGateShownWhileItRuns: while an attempt's gate runs, status shows the
+// task running with its gate (JSON "gating"), and an event says so; once
+// it ended, neither.
+func TestGateShownWhileItRuns(t *testing.T) {
+	release := filepath.Join(t.TempDir(), "release")
+	h := newHarness(t, fakeAgentYAML(t), map[string]string{
+		"project.yaml": "integration: false\ngate:\n  task: 'while [ ! -e " + release + " ]; do sleep 0.05; done'\n",
+		"S01-a.md":     "---\ntool: shell\n---\necho done > answer\n",
+	})
+	ctx := context.Background()
+	gating := func() bool {
+		v, err := readmodel.Status(ctx, h.st, nil, "p", h.clock.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(v.Tasks) == 1 && v.Tasks[0].Gating && v.Tasks[0].Status == domain.Running
+	}
+	h.tickUntil("status to show S01's gate running", gating)
+	if evs := h.events("gate"); len(evs) != 1 || !strings.Contains(evs[0].Message, "the gate runs on its result") {
+		t.Errorf("gate events %+v", evs)
+	}
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if p := h.finished(); p.Result != domain.ResultPassed || gating() {
+		t.Fatalf("project %s, still gating %v", p.Result, gating())
+	}
+}
+
+// TestGitGate: in a project on a git repository, the task gate runs on a
+// checkout of the attempt's result commit and the project gate on S99's:
+// a file the task left out of its commit (ignored) is not there, and a
+// filter driver the task's .gitattributes names from the node user's git
+// config does not run while the result is checked out.
+func TestGitGate(t *testing.T) {
+	tmp := t.TempDir()
+	marker := filepath.Join(tmp, "filter-ran")
+	global := filepath.Join(tmp, "gitconfig")
+	if err := os.WriteFile(global, []byte("[filter \"evil\"]\n\tsmudge = touch "+marker+"; cat\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GIT_CONFIG_GLOBAL", global)
+	op := gittest.New(t)
+	op.Write(".gitignore", "*.cache\n")
+	op.Write("a.txt", "a\n")
+	op.Commit("base")
+	h := newHarness(t, "", map[string]string{
+		"project.yaml": "tool: shell\nverification: false\nrepo: " + op.Dir + "\n" +
+			"gate:\n  task: 'test -f made.txt && test ! -e pass.cache'\n  project: 'test -f made.txt && test -f integrated.md'\n",
+		"S01-make.md":      "echo made > made.txt\ntouch pass.cache\nprintf '* filter=evil\\n' > .gitattributes\n",
+		"S99-integrate.md": "echo integrated > integrated.md\n",
+	})
+	p := h.finished()
+	if p.Result != domain.ResultPassed {
+		t.Fatalf("project %s (%s):%s", p.Result, p.Problem, h.dump())
+	}
+	runs, _ := h.st.GateRuns(context.Background(), "p", 0)
+	if len(runs) != 2 || runs[0].Task != "S01" || !runs[0].Passed || !strings.HasPrefix(runs[0].Tree, "git:") ||
+		runs[1].Task != "S99" || !runs[1].Passed {
+		t.Fatalf("gate runs %+v; want S01's and S99's commits gated, both passed", runs)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("checking out the result for the gate ran the filter driver the task's .gitattributes named")
 	}
 }

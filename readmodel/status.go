@@ -142,6 +142,9 @@ type TaskView struct {
 	// Sandbox is how the current attempt was confined: "bwrap", or ""
 	// for not at all (SPEC §13).
 	Sandbox string `json:"sandbox"`
+	// Gating is set on a running task whose tool ended and whose result
+	// the gate is checking (project.yaml gate:).
+	Gating bool `json:"gating,omitempty"`
 }
 
 // NodeView is one node in status output.
@@ -179,6 +182,10 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 	if err != nil {
 		return nil, err
 	}
+	gating, err := st.Gating(ctx, project)
+	if err != nil {
+		return nil, err
+	}
 	running := map[string]int{}
 	for _, t := range tasks {
 		v.Counts.Add(t.Status)
@@ -187,7 +194,7 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 		}
 		tv := TaskView{ID: t.ID, Title: t.Title, Type: t.Type, Status: t.Status, Node: t.Node, Attempt: t.Attempt,
 			ExitCode: t.ExitCode, ErrorClass: t.ErrorClass, Error: t.Error, Warning: t.Warning, ReusedFrom: t.ReusedFrom,
-			StartedAt: jsonTime(t.StartedAt), CompletedAt: jsonTime(t.CompletedAt), Sandbox: sandboxes[t.ID]}
+			StartedAt: jsonTime(t.StartedAt), CompletedAt: jsonTime(t.CompletedAt), Sandbox: sandboxes[t.ID], Gating: gating[t.ID]}
 		switch {
 		case !t.StartedAt.IsZero() && !t.CompletedAt.IsZero() && t.CompletedAt.After(t.StartedAt):
 			tv.DurationSeconds = t.CompletedAt.Sub(t.StartedAt).Seconds()

@@ -67,10 +67,12 @@ type AttemptPatch struct {
 	CostUSD     *float64       `col:"cost_usd"`
 	Dangerous   *bool          `col:"dangerous"`
 	APIMode     *string        `col:"api_mode"`
-	SessionID   *string        `col:"session_id"`
-	Commit      *string        `col:"result_commit"`
-	Inputs      *string        `col:"inputs"`
-	Sandbox     *string        `col:"sandbox"`
+	// Gating is set while the attempt's gate runs (see migration 0022).
+	Gating    *bool   `col:"gating"`
+	SessionID *string `col:"session_id"`
+	Commit    *string `col:"result_commit"`
+	Inputs    *string `col:"inputs"`
+	Sandbox   *string `col:"sandbox"`
 }
 
 // ProjectPatch changes columns of a project.

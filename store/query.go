@@ -278,6 +278,26 @@ func (s *Store) Sandboxes(ctx context.Context, project string) (map[string]strin
 	return out, nil
 }
 
+// Gating returns the running tasks of a project whose current attempt's
+// gate is running.
+func (s *Store) Gating(ctx context.Context, project string) (map[string]bool, error) {
+	out := map[string]bool{}
+	err := eachRow(ctx, s.db, func(r scanner) error {
+		var task string
+		if err := r.Scan(&task); err != nil {
+			return err
+		}
+		out[task] = true
+		return nil
+	}, `SELECT r.task FROM attempts AS r JOIN `+s.table("tasks")+
+		` ON tasks.project = r.project AND tasks.id = r.task AND tasks.attempt = r.attempt
+		WHERE r.project = ? AND r.gating != 0 AND tasks.status = 'running'`, project)
+	if err != nil {
+		return nil, fmt.Errorf("read the gates running in %s: %w", project, err)
+	}
+	return out, nil
+}
+
 // Attempts returns every attempt of a project's tasks (of one task when task is
 // not empty), by task then attempt.
 func (s *Store) Attempts(ctx context.Context, project, task string) ([]domain.Attempt, error) {

@@ -403,6 +403,17 @@ func (tx *Tx) AttemptCollected(ctx context.Context, project, task string, attemp
 	return at != "", err
 }
 
+// AttemptGating reports whether an attempt is recorded as running its gate.
+func (tx *Tx) AttemptGating(ctx context.Context, project, task string, attempt int) (bool, error) {
+	var gating bool
+	err := tx.tx.QueryRowContext(ctx, "SELECT gating FROM attempts WHERE project = ? AND task = ? AND attempt = ?",
+		project, task, attempt).Scan(&gating)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return gating, err
+}
+
 // RanOn reports whether any attempt of a task ran (was claimed) on node.
 func (tx *Tx) RanOn(ctx context.Context, project, task, node string) (bool, error) {
 	var n int

@@ -91,6 +91,8 @@ type Status struct {
 	// Gate is the result of launch.json's gate, once it ran (see
 	// GateResult); `status` takes it from the supervisor's record.
 	Gate *GateResult `json:"gate,omitempty"`
+	// Gating is set, with Status running, while the gate runs.
+	Gating bool `json:"gating,omitempty"`
 }
 
 // Final reports whether the attempt is over (anything but running).

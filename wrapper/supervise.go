@@ -627,6 +627,9 @@ func (s *supervisor) attempt() outcome {
 		s.mu.Lock()
 		s.finishing, s.gating = false, true
 		s.mu.Unlock()
+		if err := s.updateStatus(func(st *wire.Status) bool { st.Gating = true; return true }); err != nil {
+			s.logger.Warn("write status", logKeyErr, err)
+		}
 		res.gate = s.runGate(out, res.commit)
 		s.mu.Lock()
 		s.finishing, s.gating = true, false
@@ -1110,7 +1113,7 @@ func (s *supervisor) finish(res outcome) {
 		st.ExitCode = res.code
 		st.LogBytes = s.tlog.Total()
 		st.TokensIn, st.TokensOut, st.CostUSD = tokensIn, tokensOut, cost
-		st.SessionID, st.Gate = session, res.gate
+		st.SessionID, st.Gate, st.Gating = session, res.gate, false
 		defer st.Clamp()
 		if res.sig != 0 {
 			st.Signal = signalName(res.sig)

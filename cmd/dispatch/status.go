@@ -195,6 +195,9 @@ func printStatus(w io.Writer, s styles, v *readmodel.StatusView, cfg *nodes.Conf
 		if t.Warning != "" && (t.Status == domain.Running || t.Status == domain.Claimed || t.Status == domain.Completed) {
 			what, whatStyle = "warning: "+t.Warning, s.warn.Render
 		}
+		if t.Gating {
+			what = "gate running on its result: " + what
+		}
 		if t.ReusedFrom > 0 {
 			what = fmt.Sprintf("reused from run %d: %s", t.ReusedFrom, what)
 		}
