@@ -27,7 +27,7 @@ func (c *Controller) gateLaunch(ctx context.Context, t domain.Task, tool string,
 	if command == "" {
 		return nil, spec, nil
 	}
-	g := &wire.LaunchGate{Command: command, TimeoutSeconds: opts.Gate.Timeout.Seconds(), Decides: !domain.IsPhaseID(t.ID)}
+	g := &wire.LaunchGate{Command: command, TimeoutSeconds: opts.Gate.Timeout.Seconds(), Decides: opts.GateDecides(t.ID)}
 	known, err := c.st.GateKnown(ctx, t.Project, command, maxKnownGates)
 	if err != nil {
 		return nil, nil, err

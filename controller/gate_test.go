@@ -309,3 +309,35 @@ func TestGitGate(t *testing.T) {
 		t.Error("checking out the result for the gate ran the filter driver the task's .gitattributes named")
 	}
 }
+
+// TestGateBaseline: with gate.baseline, the project gate first runs on the
+// base itself (task G00, which changes nothing): here the base fails it,
+// which the report says, and the project goes on — its tasks fix what the
+// base lacked, the gate passes on S99's result and the project passes.
+func TestGateBaseline(t *testing.T) {
+	h := newHarness(t, "", map[string]string{
+		"project.yaml":     "tool: shell\nverification: false\nbase: base\ngate:\n  project: '" + gateCheck + "'\n  baseline: true\n",
+		"base/answer":      "wrong\n",
+		"S01-fix.md":       "echo right > answer\n",
+		"S99-integrate.md": "true\n",
+	})
+	p := h.finished()
+	if p.Result != domain.ResultPassed {
+		t.Fatalf("project %s (%s):%s", p.Result, p.Problem, h.dump())
+	}
+	r, err := readmodel.BuildReport(context.Background(), h.st, h.cfg, h.home, "p", h.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := r.Gate
+	if g == nil || len(g.Project) != 2 || g.Project[0].After != "base" || g.Project[0].Passed || !strings.Contains(g.Project[0].OutputTail, "answer is wrong") ||
+		g.Project[1].After != "S99" || !g.Project[1].Passed || len(g.Tasks) != 0 || len(g.Claims) != 0 {
+		t.Fatalf("report's gate %+v", g)
+	}
+	if md := r.Markdown(); !strings.Contains(md, "The base itself failed the project gate") {
+		t.Errorf("report.md does not say the base failed:\n%s", md)
+	}
+	if tk := h.task("G00"); tk.Status != domain.Completed || tk.Attempt != 1 {
+		t.Errorf("G00 %s after %d attempts, want completed once", tk.Status, tk.Attempt)
+	}
+}

@@ -105,16 +105,33 @@ type GateOptions struct {
 	Project string `json:"project,omitempty"`
 	// Timeout bounds each gate run.
 	Timeout time.Duration `json:"timeout"`
-	// Baseline runs the project gate on the base before any task.
+	// Baseline runs the project gate on the base before any task (the
+	// task BaselineID).
 	Baseline bool `json:"baseline,omitempty"`
 }
 
+// GateDecides reports whether a failed gate of task id fails its attempt:
+// the task gate of an author task does; the project gate (the phase
+// decides on it) and the baseline (it only tells) do not.
+func (o ProjectOptions) GateDecides(id string) bool {
+	return !IsPhaseID(id) && !(id == BaselineID && o.Gate != nil && o.Gate.Baseline)
+}
+
+// BaselineID is the task project.yaml's gate.baseline adds: a shell task
+// that changes nothing, so that the project gate checks the base itself
+// before the tasks' work is gated — a broken base told apart from broken
+// work.
+const BaselineID = "G00"
+
 // GateFor is the gate command of a task: the task gate for an author
-// task, the project gate for S99 and the fix rounds, "" for none.
+// task, the project gate for S99, the fix rounds and the baseline, ""
+// for none.
 func (o ProjectOptions) GateFor(id string) string {
 	switch {
 	case o.Gate == nil:
 		return ""
+	case id == BaselineID && o.Gate.Baseline:
+		return o.Gate.Project
 	case !IsPhaseID(id):
 		return o.Gate.Task
 	case id == IntegrationID || PhaseOf(id) == PhaseFix:

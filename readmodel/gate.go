@@ -35,7 +35,8 @@ type GateTaskRun struct {
 	OutputTail string `json:"output_tail,omitempty"`
 }
 
-// GateProjectRun is one project gate run: after S99 or a fix round.
+// GateProjectRun is one project gate run: after S99 or a fix round, or
+// on the base before any task ("after": "base", gate.baseline).
 type GateProjectRun struct {
 	After      string  `json:"after"`
 	Attempt    int     `json:"attempt"`
@@ -70,8 +71,12 @@ func (r *Report) addGate(ctx context.Context, st *store.Store, project string, r
 	g := &GateReport{Tasks: []GateTaskRun{}, Project: []GateProjectRun{}, Claims: []GateClaims{}}
 	claims := map[[2]string]*GateClaims{}
 	for _, gr := range runs {
-		if domain.IsPhaseID(gr.Task) {
-			g.Project = append(g.Project, GateProjectRun{After: gr.Task, Attempt: gr.Attempt, Passed: gr.Passed, Seconds: gr.Seconds,
+		if domain.IsPhaseID(gr.Task) || gr.Task == domain.BaselineID {
+			after := gr.Task
+			if after == domain.BaselineID {
+				after = "base" // the baseline: the project gate on the base, before any task
+			}
+			g.Project = append(g.Project, GateProjectRun{After: after, Attempt: gr.Attempt, Passed: gr.Passed, Seconds: gr.Seconds,
 				Tree: gr.Tree, Reused: gr.Reused, Error: gr.Error, OutputTail: gr.OutputTail})
 			continue
 		}
@@ -147,7 +152,7 @@ func (r *Report) mdGate(b *strings.Builder) {
 		row(t.ID, t.Attempt, t.Tree, t.Passed, t.Reused, t.Error, t.Seconds)
 	}
 	for _, p := range g.Project {
-		row("project, after "+p.After, p.Attempt, p.Tree, p.Passed, p.Reused, p.Error, p.Seconds)
+		row(projectGated(p.After), p.Attempt, p.Tree, p.Passed, p.Reused, p.Error, p.Seconds)
 	}
 	b.WriteString("\n")
 	tails := func(what string, attempt int, passed bool, tail string) {
@@ -160,8 +165,19 @@ func (r *Report) mdGate(b *strings.Builder) {
 		tails(t.ID, t.Attempt, t.Passed, t.OutputTail)
 	}
 	for _, p := range g.Project {
-		tails("the project after "+p.After, p.Attempt, p.Passed, p.OutputTail)
+		tails(projectGated(p.After), p.Attempt, p.Passed, p.OutputTail)
 	}
+	if len(g.Project) > 0 && g.Project[0].After == "base" && !g.Project[0].Passed {
+		b.WriteString("The base itself failed the project gate (gate.baseline): the tasks started from a tree that fails it, so a failure later is not necessarily theirs.\n\n")
+	}
+}
+
+// projectGated names what a project gate run checked.
+func projectGated(after string) string {
+	if after == "base" {
+		return "project, on the base (baseline)"
+	}
+	return "project, after " + after
 }
 
 // shortTree is a tree's kind and the first 12 digits of its digest.

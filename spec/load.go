@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/dispatch-tool/dispatch/domain"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -218,9 +219,38 @@ func (l *loader) load() error {
 	for _, p := range all {
 		l.project.Tasks = append(l.project.Tasks, p.task)
 	}
+	l.addBaseline(known)
 	slices.SortFunc(l.project.Tasks, func(a, b *Task) int { return strings.Compare(a.ID, b.ID) })
 	l.checkBranches()
 	return nil
+}
+
+// BaselineID is the task that gates the base before any task works on it
+// (project.yaml gate.baseline; see domain.BaselineID).
+const BaselineID = domain.BaselineID
+
+// baselineScript is the baseline task's spec: it changes nothing.
+const baselineScript = "# Gate the base (gate.baseline)\ntrue\n"
+
+// addBaseline adds the baseline task when project.yaml asks for it; a
+// spec of the author's with its ID is refused.
+func (l *loader) addBaseline(known map[string]string) {
+	g := l.project.Config.Gate
+	if g == nil || !g.Baseline {
+		return
+	}
+	if name, ok := known[BaselineID]; ok {
+		l.add(l.path(name), 0, BaselineID+" is the task gate.baseline adds (the project gate on the base)",
+			"give this task another ID, or remove baseline: from project.yaml's gate")
+		return
+	}
+	snap := []byte(baselineScript)
+	sum := sha256.Sum256(snap)
+	zero := 0
+	t := &Task{ID: BaselineID, Title: "Gate the base (gate.baseline)", Type: DefaultType, Tool: "shell", Priority: 1,
+		MaxRetries: &zero, Sandbox: l.project.Config.Sandbox, Network: l.project.Config.Network, Limits: l.project.Config.Limits,
+		Timeout: l.project.Config.Timeout, Snapshot: snap, Hash: hex.EncodeToString(sum[:])}
+	l.project.Tasks = append(l.project.Tasks, t)
 }
 
 // checkBranches checks, in a git-native project, the branch names the
@@ -457,10 +487,8 @@ func (y yamlFile) gate(v *yaml.Node) *Gate {
 		y.Errorf(v, example, "gate has no command: give task:, project: or both")
 		return nil
 	}
-	if g.Baseline {
-		// Not built yet: refused rather than accepted and ignored.
-		y.Errorf(v, "remove baseline: (a baseline run of the gate on the base is not built yet; run the gate on the base yourself)",
-			"gate.baseline is not supported yet")
+	if g.Baseline && g.Project == "" {
+		y.Errorf(v, "add project: (the baseline runs the project gate on the base), or remove baseline:", "gate.baseline needs gate.project")
 		return nil
 	}
 	return g

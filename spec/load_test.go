@@ -373,8 +373,11 @@ func TestLoadErrors(t *testing.T) {
 			want: []wantErr{{"p/project.yaml", 1, "gate.timeout must be positive"}}},
 		{name: "gate a list", files: map[string]string{"p/S01.md": "# x\n", "p/project.yaml": "gate: [make test]\n"},
 			want: []wantErr{{"p/project.yaml", 1, "gate must be a command or a mapping"}}},
-		{name: "gate baseline", files: map[string]string{"p/S01.md": "# x\n", "p/project.yaml": "gate: {project: make test, baseline: true}\n"},
-			want: []wantErr{{"p/project.yaml", 1, "gate.baseline is not supported yet"}}},
+		{name: "gate baseline without project", files: map[string]string{"p/S01.md": "# x\n", "p/project.yaml": "gate: {task: make vet, baseline: true}\n"},
+			want: []wantErr{{"p/project.yaml", 1, "gate.baseline needs gate.project"}}},
+		{name: "gate baseline and a task G00", files: map[string]string{"p/S01.md": "# x\n", "p/G00-mine.md": "# mine\n",
+			"p/project.yaml": "gate: {project: make test, baseline: true}\n"},
+			want: []wantErr{{"p/G00-mine.md", 0, "G00 is the task gate.baseline adds"}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -400,8 +403,8 @@ func TestLoadGate(t *testing.T) {
 	}{
 		{"", nil},
 		{"gate: make test\n", &Gate{Project: "make test", Timeout: DefaultGateTimeout}},
-		{"gate: {task: go vet ./..., project: go test ./..., timeout: 90s, baseline: false}\n",
-			&Gate{Task: "go vet ./...", Project: "go test ./...", Timeout: 90 * time.Second}},
+		{"gate: {task: go vet ./..., project: go test ./..., timeout: 90s, baseline: true}\n",
+			&Gate{Task: "go vet ./...", Project: "go test ./...", Timeout: 90 * time.Second, Baseline: true}},
 		{"gate:\n  task: make lint\n", &Gate{Task: "make lint", Timeout: DefaultGateTimeout}},
 	} {
 		dir := writeSpecs(t, map[string]string{"p/project.yaml": "tool: shell\n" + tc.yaml, "p/S01-a.md": "# a\n"})
@@ -411,6 +414,11 @@ func TestLoadGate(t *testing.T) {
 		}
 		if got := p.Config.Gate; !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%q: gate %+v, want %+v", tc.yaml, got, tc.want)
+		}
+		// gate.baseline adds G00, a shell task that changes nothing.
+		baseline := p.Task(BaselineID)
+		if want := tc.want != nil && tc.want.Baseline; (baseline != nil) != want || want && (baseline.Tool != "shell" || baseline.Priority != 1) {
+			t.Errorf("%q: baseline task %+v, want one: %v", tc.yaml, baseline, want)
 		}
 	}
 }
