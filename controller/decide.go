@@ -478,6 +478,19 @@ func (a *applier) finished(t *domain.Task, status *wire.Status) {
 			a.stopProject(t.Project, fmt.Sprintf("the gate command `%s` was not found on node %s (exit 127): install it there, or fix gate: in project.yaml", command, t.Node))
 		}
 	}
+	if st.Status == wire.StatusCompleted && command != "" && a.projects[t.Project].opts.GateDecides(t.ID) && (st.Gate == nil || !st.Gate.Passed) {
+		// status.json is the task's to rewrite; the gate's result comes
+		// from the supervisor's private record. A completion without a
+		// passing gate there is not the supervisor's (the task wrote it
+		// while its tool ran, or after): a failed gate.
+		why := "its gate did not pass"
+		if st.Gate == nil {
+			why = "its gate did not run (the wrapper's record holds no gate result)"
+		}
+		st.Status, st.ErrorClass = wire.StatusFailed, wire.ClassGate
+		st.Error = "status.json says completed, but " + why
+		run.Status, run.ErrorClass, run.Error = new(domain.Failed), new(st.ErrorClass), new(st.Error)
+	}
 	if st.Status == wire.StatusCompleted {
 		a.setAttempt(t, run)
 		a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: t.Status, To: domain.Completed,

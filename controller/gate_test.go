@@ -341,3 +341,39 @@ func TestGateBaseline(t *testing.T) {
 		t.Errorf("G00 %s after %d attempts, want completed once", tk.Status, tk.Attempt)
 	}
 }
+
+// TestTaskGateForgedCompletion: a task (unconfined) that rewrites its
+// status.json to "completed" while its tool still runs, so that the gate
+// never runs on its result, does not complete: without a passing gate in
+// the supervisor's private record a completed attempt is a failed gate;
+// its retry, gated, passes.
+func TestTaskGateForgedCompletion(t *testing.T) {
+	forged := filepath.Join(t.TempDir(), "forged")
+	h := newHarness(t, unsandboxed(`
+controller:
+  retry_backoff: 1s
+  max_retries: 2
+nodes:
+  - name: local
+    slots: 2
+    work_dir: WORK
+`, "the task forges its status.json, which a sandboxed one cannot reach"), shellProject(map[string]string{
+		"project.yaml": "tool: shell\nintegration: false\ngate:\n  task: '" + gateCheck + "'\n",
+		"S01-a.md": "if [ -e " + forged + " ]; then echo right > answer; exit 0; fi\n" +
+			"touch " + forged + "; echo wrong > answer\n" +
+			`sed 's/"status": *"running"/"status":"completed"/' ../status.json > ../status.tmp && mv ../status.tmp ../status.json` + "\n" +
+			"sleep 20\n",
+	}))
+	p := h.finished()
+	tk := h.task("S01")
+	ctx := context.Background()
+	g, ok, _ := h.st.GateRunOf(ctx, "p", "S01", tk.Attempt)
+	if tk.Status != domain.Completed || tk.Attempt != 2 || !ok || !g.Passed || p.Result != domain.ResultPassed {
+		t.Fatalf("S01 %s at attempt %d, its gate %+v (%v), project %s; want completed at attempt 2 with its gate passed:%s",
+			tk.Status, tk.Attempt, g, ok, p.Result, h.dump())
+	}
+	attempts, _ := h.st.Attempts(ctx, "p", "S01")
+	if len(attempts) != 2 || attempts[0].ErrorClass != "gate" {
+		t.Fatalf("attempts %+v; want the forged one failed as class gate", attempts)
+	}
+}
