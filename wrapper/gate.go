@@ -182,8 +182,46 @@ func (s *supervisor) gateCheckout(out, commit, dir string) (string, error) {
 	if err := copyTree(out, dir, s.stopping, func(string) {}); err != nil {
 		return "", err
 	}
+	return treeDigest(dir)
+}
+
+// treeDigest identifies the tree at dir: sha256 of every entry's path
+// with, for a regular file, its permissions and content's sha256; for a
+// link, its target's sha256; for a directory, its permissions. A link or
+// a directory changes what the gate sees as a file does: two trees that
+// differ only in one are not the same tree.
+func treeDigest(dir string) (string, error) {
 	h := sha256.New()
-	err := filetree.WalkSums(dir, func(rel string, mode fs.FileMode, sum string) {
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		switch t := d.Type(); {
+		case t&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			sum := sha256.Sum256([]byte(target))
+			fmt.Fprintf(h, "%s\x00l\x00%s\n", rel, hex.EncodeToString(sum[:]))
+		case t.IsDir():
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(h, "%s\x00d%o\x00\n", rel, fi.Mode().Perm())
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	err = filetree.WalkSums(dir, func(rel string, mode fs.FileMode, sum string) {
 		fmt.Fprintf(h, "%s\x00%o\x00%s\n", rel, mode.Perm(), sum)
 	})
 	if err != nil {

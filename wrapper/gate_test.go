@@ -127,6 +127,33 @@ func TestGateKnownTree(t *testing.T) {
 	}
 }
 
+// TestGateKnownTreeIsTheWholeTree: a tree is known only when all of it is
+// the same: a passing tree with a link or a directory added (which the
+// gate sees, and may fail on) is gated again, not taken for the one that
+// passed.
+func TestGateKnownTreeIsTheWholeTree(t *testing.T) {
+	t.Parallel()
+	check := "test ! -L link && test ! -e dir && " + gateAnswer
+	gate := wire.LaunchGate{Command: check, TimeoutSeconds: 20, Decides: true}
+	first := newTask(t, "", wire.Launch{Command: shell("echo right > answer"), Gate: &gate})
+	first.run(t, "")
+	first.waitFinal(t)
+	known := statusOf(t, first).Status.Gate
+	if known == nil || !known.Passed {
+		t.Fatalf("first attempt's gate %+v", known)
+	}
+	gate.Known = []wire.GateResult{*known}
+	for _, extra := range []string{"ln -s /nonexistent link", "ln -s answer link", "mkdir dir", "mkdir -p dir/sub"} {
+		tk := newTask(t, "", wire.Launch{Command: shell("echo right > answer && " + extra), Gate: &gate})
+		tk.run(t, "")
+		st := tk.waitFinal(t)
+		g := statusOf(t, tk).Status.Gate
+		if g == nil || g.Reused || g.Passed || g.Tree == known.Tree || st.ErrorClass != wire.ClassGate {
+			t.Errorf("%s: gate %+v, status %s (%s); want the tree gated again and failed", extra, g, st.Status, st.ErrorClass)
+		}
+	}
+}
+
 // TestGateGitNative: a git-native attempt's gate runs on a checkout of
 // its result commit: a file the tool left ignored by git (not in the
 // commit) is not there, and the tree is the commit's.
