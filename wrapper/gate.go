@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -26,6 +27,12 @@ const (
 	dirGate = "gate"
 	// fileGateLog is what setup and the gate command printed.
 	fileGateLog = "gate.log"
+	// dirGateHome and dirGateTmp are the gate's HOME (sandboxed) and
+	// TMPDIR, made afresh for every gate run: what the tool left in its
+	// own (a go env file, a pip or npm config) would decide the gate's
+	// verdict.
+	dirGateHome = "gate-home"
+	dirGateTmp  = "gate-tmp"
 )
 
 // gateExitNotFound is the shell's exit status for a command not found.
@@ -52,6 +59,9 @@ func (s *supervisor) runGate(out, commit string) *wire.GateResult {
 			fmt.Fprintf(s.tlog, "dispatch-wrapper: gate: this tree (%s) was gated before: %s\n", tree, gateVerdict(&r))
 			return &r
 		}
+	}
+	if err := s.gateScratch(); err != nil {
+		return &wire.GateResult{Tree: tree, Error: "the gate's HOME and TMPDIR could not be made: " + err.Error()}
 	}
 	glog, err := createTaskLog(filepath.Join(s.dir, fileGateLog), s.launch.LogLimitBytes)
 	if err != nil {
@@ -110,7 +120,7 @@ func (s *supervisor) gateStep(dir, command string, log *taskLog, wait time.Durat
 		timedOut.Store(true)
 		return -1, 0, nil
 	}
-	cmd := &exec.Cmd{Path: "/bin/sh", Args: []string{"/bin/sh", "-c", command}, Env: s.env, Dir: dir}
+	cmd := &exec.Cmd{Path: "/bin/sh", Args: []string{"/bin/sh", "-c", command}, Env: s.gateEnv(), Dir: dir}
 	if s.sandbox != nil {
 		cmd = s.gateSandboxed(cmd, dir)
 	}
@@ -140,11 +150,59 @@ func (s *supervisor) gateStep(dir, command string, log *taskLog, wait time.Durat
 	return code, sig, nil
 }
 
+// gateScratch makes the gate's HOME and TMPDIR afresh, an earlier one
+// moved aside (removed by the next attempt's removeOldTmps).
+func (s *supervisor) gateScratch() error {
+	for _, name := range []string{dirGateHome, dirGateTmp} {
+		p := filepath.Join(s.dir, name)
+		if _, err := os.Lstat(p); err == nil {
+			if err := os.Rename(p, fmt.Sprintf("%s%s%d.%d", p, oldTmpSuffix, os.Getpid(), time.Now().UnixNano())); err != nil {
+				return err
+			}
+		}
+		if err := os.Mkdir(p, 0o700); err != nil {
+			return err
+		}
+	}
+	if s.sandbox != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+		defer cancel()
+		if err := gitIdentity(ctx, filepath.Join(s.dir, dirGateHome)); err != nil {
+			s.logger.Warn("no git identity in the gate's HOME", logKeyErr, err)
+		}
+	}
+	return nil
+}
+
+// gateEnv is the tool's environment but for the attempt's own TMPDIR
+// and (sandboxed) HOME: the gate's.
+func (s *supervisor) gateEnv() []string {
+	env := slices.Clone(s.env)
+	for i, kv := range env {
+		switch k, v, _ := strings.Cut(kv, "="); {
+		case k == "TMPDIR" && s.sandbox == nil && v == filepath.Join(s.dir, dirTmp):
+			env[i] = "TMPDIR=" + filepath.Join(s.dir, dirGateTmp)
+		case k == "HOME" && s.sandbox != nil && v == filepath.Join(s.dir, dirHome):
+			env[i] = "HOME=" + filepath.Join(s.dir, dirGateHome)
+		}
+	}
+	return env
+}
+
 // gateSandboxed is sandboxed for a gate command: the gate's copy is its
-// workspace (read-write) instead of output/.
+// workspace (read-write) instead of output/, its HOME and /tmp its own
+// (the sandbox_paths under ~ bound there as they are in the tool's).
 func (s *supervisor) gateSandboxed(cmd *exec.Cmd, dir string) *exec.Cmd {
 	sp := *s.sandbox
-	sp.rw = []string{dir, filepath.Join(s.dir, dirHome)}
+	home, gateHome := filepath.Join(s.dir, dirHome), filepath.Join(s.dir, dirGateHome)
+	sp.rw = []string{dir, gateHome}
+	sp.tmp = filepath.Join(s.dir, dirGateTmp)
+	sp.paths = slices.Clone(sp.paths)
+	for i, b := range sp.paths {
+		if rest, ok := strings.CutPrefix(b.dst, home+"/"); ok {
+			sp.paths[i].dst = filepath.Join(gateHome, rest)
+		}
+	}
 	argv := append([]string{cmd.Path}, cmd.Args[1:]...)
 	return &exec.Cmd{Path: sp.bwrap, Args: sp.args(cmd.Dir, argv), Env: cmd.Env, Dir: cmd.Dir}
 }

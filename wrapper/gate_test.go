@@ -233,6 +233,29 @@ func TestGateSandboxed(t *testing.T) {
 	}
 }
 
+// TestGateFreshHomeAndTmp: the gate does not run with the HOME and /tmp
+// the tool wrote into: a sandboxed tool that leaves a configuration there
+// (go env -w GOFLAGS=-exec=true in its HOME makes every go test pass)
+// does not reach the gate, which gets a HOME and a TMPDIR of its own,
+// made afresh for each gate run.
+func TestGateFreshHomeAndTmp(t *testing.T) {
+	t.Parallel()
+	n := newSandboxNode(t, "")
+	check := `for f in "$HOME/planted" /tmp/planted "$TMPDIR/planted"; do if test -e "$f"; then echo "found $f"; exit 1; fi; done; ` +
+		`touch "$HOME/planted" /tmp/planted; ` + gateAnswer
+	gate := wire.LaunchGate{Decides: true, TimeoutSeconds: 20, Command: check}
+	n.launch(t, n.item("S01", wire.Launch{Command: shell(`echo right > answer; touch "$HOME/planted" /tmp/planted "$TMPDIR/planted"`),
+		Sandbox: n.mode, Gate: &gate}))
+	st := n.final(t, "S01")
+	if n.mode == "" {
+		t.Skip("DISPATCH_TEST_SANDBOX=off")
+	}
+	if st.Status != wire.StatusCompleted || st.Sandbox != wire.SandboxBwrap {
+		log, _ := os.ReadFile(filepath.Join(n.taskDir("S01"), fileGateLog))
+		t.Fatalf("attempt %+v; gate.log:\n%s", st, log)
+	}
+}
+
 // TestGateKilled: `kill` stops an attempt whose gate runs, as it stops
 // one whose tool runs: killed, and the gate's processes gone.
 func TestGateKilled(t *testing.T) {

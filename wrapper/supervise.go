@@ -910,8 +910,10 @@ func (s *supervisor) removeOldTmps() {
 	if err != nil {
 		return
 	}
-	oldHomes, _ := filepath.Glob(filepath.Join(s.dir, dirHome+oldTmpSuffix+"*"))
-	old = append(old, oldHomes...)
+	for _, name := range []string{dirHome, dirGateHome, dirGateTmp} {
+		more, _ := filepath.Glob(filepath.Join(s.dir, name+oldTmpSuffix+"*"))
+		old = append(old, more...)
+	}
 	for _, p := range old {
 		if err := os.RemoveAll(p); err != nil {
 			s.logger.Warn("remove an old tmp", logKeyPath, p, logKeyErr, err)
