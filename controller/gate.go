@@ -46,7 +46,8 @@ func (c *Controller) gateLaunch(ctx context.Context, t domain.Task, tool string,
 	if l.Env == nil {
 		l.Env = map[string]string{}
 	}
-	l.Env["DISPATCH_GATE_OUTPUT"] = prev.OutputTail
+	// No process starts with a NUL in its environment.
+	l.Env["DISPATCH_GATE_OUTPUT"] = strings.ReplaceAll(prev.OutputTail, "\x00", "")
 	if tool == policy.ToolShell {
 		return g, spec, nil
 	}

@@ -377,3 +377,18 @@ nodes:
 		t.Fatalf("attempts %+v; want the forged one failed as class gate", attempts)
 	}
 }
+
+// TestGateOutputWithNUL: a gate whose output holds a NUL byte (a binary
+// printed by a failing test) still tells its retry: the byte cannot go
+// into DISPATCH_GATE_OUTPUT (no process starts with it in its
+// environment), so it is left out, and the retry runs and gets it right.
+func TestGateOutputWithNUL(t *testing.T) {
+	h := newHarness(t, unsandboxed("", "a shell task; the sandbox is not what is tested"), shellProject(map[string]string{
+		"project.yaml": "tool: shell\nintegration: false\ngate:\n  task: 'printf \"bin\\000ary\\n\"; " + strings.ReplaceAll(gateCheck, "'", "''") + "'\n",
+		"S01-a.md":     `case "$DISPATCH_GATE_OUTPUT" in *"answer is wrong"*) echo right > answer;; *) echo wrong > answer;; esac` + "\n",
+	}))
+	p := h.finished()
+	if tk := h.task("S01"); tk.Status != domain.Completed || tk.Attempt != 2 || p.Result != domain.ResultPassed {
+		t.Fatalf("S01 %s at attempt %d (%s: %s), project %s; want completed at attempt 2:%s", tk.Status, tk.Attempt, tk.ErrorClass, tk.Error, p.Result, h.dump())
+	}
+}

@@ -253,8 +253,9 @@ func (s *Status) Clamp() {
 	}
 	if g := s.Gate; g != nil {
 		g.Seconds = clampFloat(g.Seconds, 1e9)
-		g.OutputTail = lastBytes(g.OutputTail, GateTailBytes)
-		g.Error = lastBytes(g.Error, 4096)
+		// The output goes into a retry's environment, where no NUL can.
+		g.OutputTail = strings.ReplaceAll(lastBytes(g.OutputTail, GateTailBytes), "\x00", "")
+		g.Error = strings.ReplaceAll(lastBytes(g.Error, 4096), "\x00", "")
 		if len(g.Tree) > 128 {
 			g.Tree = ""
 		}
