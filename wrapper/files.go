@@ -183,17 +183,27 @@ func openControlFile(path string, flag int) (*os.File, error) {
 // readControlFile reads a control file (see openControlFile) of at most
 // maxControlFile bytes; a larger one is an error, not read.
 func readControlFile(path string) ([]byte, error) {
+	return readControlFileMax(path, maxControlFile)
+}
+
+// maxRecordFile caps what the wrapper reads of a private process record,
+// which holds a gate's output tail (wire.GateTailBytes, six times that
+// JSON-escaped at worst).
+const maxRecordFile = 1 << 20
+
+// readControlFileMax is readControlFile with a cap of its own.
+func readControlFileMax(path string, limit int) ([]byte, error) {
 	f, err := openControlFile(path, os.O_RDONLY)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxControlFile+1))
+	data, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(data) > maxControlFile {
-		return nil, fmt.Errorf("%s is larger than %d KiB", filepath.Base(path), maxControlFile>>10)
+	if len(data) > limit {
+		return nil, fmt.Errorf("%s is larger than %d KiB", filepath.Base(path), limit>>10)
 	}
 	return data, nil
 }

@@ -106,6 +106,23 @@ func (s *supervisor) runGate(out, commit string) *wire.GateResult {
 	return res
 }
 
+// statusGateTail is what status.json keeps of the gate's output: it must
+// stay readable (maxControlFile) whatever the gate printed; the whole tail
+// is in the private record, which is what `status` reports.
+const statusGateTail = 2 << 10
+
+// statusGate is r as status.json holds it: its output's tail cut short.
+func statusGate(r *wire.GateResult) *wire.GateResult {
+	if r == nil {
+		return nil
+	}
+	c := *r
+	if len(c.OutputTail) > statusGateTail {
+		c.OutputTail = c.OutputTail[len(c.OutputTail)-statusGateTail:]
+	}
+	return &c
+}
+
 func gateVerdict(r *wire.GateResult) string {
 	if r.Passed {
 		return "passed"

@@ -154,6 +154,22 @@ func TestGateKnownTreeIsTheWholeTree(t *testing.T) {
 	}
 }
 
+// TestGateLargeOutput: a gate that prints more than the tail it keeps,
+// in characters JSON escapes six times over, still leaves a readable
+// status.json and its result in the record.
+func TestGateLargeOutput(t *testing.T) {
+	t.Parallel()
+	gate := wire.LaunchGate{Command: `i=0; while [ $i -lt 3000 ]; do echo "<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<<< $i"; i=$((i+1)); done; exit 1`,
+		TimeoutSeconds: 20, Decides: true}
+	tk := newTask(t, "", wire.Launch{Command: shell("true"), Gate: &gate})
+	tk.run(t, "")
+	st := tk.waitFinal(t)
+	ts := statusOf(t, tk)
+	if ts.Status == nil || ts.Status.Gate == nil || ts.Status.Gate.Passed || !strings.Contains(ts.Status.Gate.OutputTail, "<<< 2999") || st.ErrorClass != wire.ClassGate {
+		t.Fatalf("status %+v (%s); want the gate's failure with the end of its output", ts.Status, ts.StatusError)
+	}
+}
+
 // TestGateGitNative: a git-native attempt's gate runs on a checkout of
 // its result commit: a file the tool left ignored by git (not in the
 // commit) is not there, and the tree is the commit's.

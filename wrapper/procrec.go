@@ -104,7 +104,7 @@ func readRecord(dir string) (*procRecord, error) {
 	if err != nil {
 		return nil, err
 	}
-	data, err := readControlFile(path)
+	data, err := readControlFileMax(path, maxRecordFile)
 	if err != nil {
 		return nil, fmt.Errorf("read process record of %s: %w", dir, err)
 	}

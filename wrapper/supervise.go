@@ -1115,7 +1115,7 @@ func (s *supervisor) finish(res outcome) {
 		st.ExitCode = res.code
 		st.LogBytes = s.tlog.Total()
 		st.TokensIn, st.TokensOut, st.CostUSD = tokensIn, tokensOut, cost
-		st.SessionID, st.Gate, st.Gating = session, res.gate, false
+		st.SessionID, st.Gate, st.Gating = session, statusGate(res.gate), false
 		defer st.Clamp()
 		if res.sig != 0 {
 			st.Signal = signalName(res.sig)
