@@ -15,6 +15,27 @@ import (
 // carries: the trees it gated most recently.
 const maxKnownGates = 64
 
+// What of a gate's output a launch carries, so that launch.json stays
+// well under what the wrapper reads of it (1 MiB): the end of each known
+// result's output, and of the output a retry is told (the prompt and
+// DISPATCH_GATE_OUTPUT).
+const (
+	knownTailBytes = 4 << 10
+	retryTailBytes = 16 << 10
+)
+
+// tailOf is the end of s, at most n bytes, starting at a line.
+func tailOf(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	return s
+}
+
 // gateLaunch is the gate of t's attempt (project.yaml's gate: the task
 // gate for an author task, deciding; the project gate for S99 and the fix
 // rounds, reported for the phase machine), nil for none, with the results
@@ -34,7 +55,7 @@ func (c *Controller) gateLaunch(ctx context.Context, t domain.Task, tool string,
 	}
 	for _, k := range known {
 		g.Known = append(g.Known, wire.GateResult{Tree: k.Tree, Passed: k.Passed, ExitCode: k.ExitCode, Seconds: k.Seconds,
-			OutputTail: k.OutputTail, Error: k.Error, Missing: k.Missing})
+			OutputTail: tailOf(k.OutputTail, knownTailBytes), Error: tailOf(k.Error, 512), Missing: k.Missing})
 	}
 	if !g.Decides || t.Attempt <= 1 {
 		return g, spec, nil
@@ -47,7 +68,8 @@ func (c *Controller) gateLaunch(ctx context.Context, t domain.Task, tool string,
 		l.Env = map[string]string{}
 	}
 	// No process starts with a NUL in its environment.
-	l.Env["DISPATCH_GATE_OUTPUT"] = strings.ReplaceAll(prev.OutputTail, "\x00", "")
+	prev.OutputTail = tailOf(strings.ReplaceAll(prev.OutputTail, "\x00", ""), retryTailBytes)
+	l.Env["DISPATCH_GATE_OUTPUT"] = prev.OutputTail
 	if tool == policy.ToolShell {
 		return g, spec, nil
 	}

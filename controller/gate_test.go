@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,6 +15,7 @@ import (
 	"github.com/dispatch-tool/dispatch/internal/gittest"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // gateCheck passes when answer says right, and prints what it found.
@@ -390,5 +392,56 @@ func TestGateOutputWithNUL(t *testing.T) {
 	p := h.finished()
 	if tk := h.task("S01"); tk.Status != domain.Completed || tk.Attempt != 2 || p.Result != domain.ResultPassed {
 		t.Fatalf("S01 %s at attempt %d (%s: %s), project %s; want completed at attempt 2:%s", tk.Status, tk.Attempt, tk.ErrorClass, tk.Error, p.Result, h.dump())
+	}
+}
+
+// TestGateLaunchSize: a retry's launch with as many known results as it
+// carries, each of the largest output a gate result holds, and the
+// largest output to tell the retry, stays well under what the wrapper
+// reads of launch.json (1 MiB); what it tells is the end of the output.
+func TestGateLaunchSize(t *testing.T) {
+	h := newHarness(t, "", map[string]string{
+		"project.yaml": "tool: shell\nintegration: false\ngate: {task: make test}\n",
+		"S01-a.md":     "# A\nDo A.\n",
+	})
+	ctx := context.Background()
+	big := strings.Repeat("x", 120) + "\n"
+	big = strings.Repeat(big, 64<<10/len(big)) + "the last line\n"
+	if err := h.st.Update(ctx, func(tx *store.Tx) error {
+		for i := range 2 * maxKnownGates {
+			if err := tx.PutGateRun(ctx, store.GateRun{Project: "p", Task: "S01", Attempt: i + 1, Command: "make test",
+				Tree: fmt.Sprintf("sha256:%064d", i), OutputTail: big, Error: big}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := h.st.Project(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := p.ParseOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := h.task("S01")
+	task.Attempt = 2*maxKnownGates + 1
+	var l wire.Launch
+	g, spec, err := h.ctl.gateLaunch(ctx, task, "claude", opts, []byte("# A\n"), &l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Gate = g
+	data, err := json.Marshal(wire.LaunchItem{Launch: l, Spec: string(spec)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := l.Env["DISPATCH_GATE_OUTPUT"]
+	if len(g.Known) != maxKnownGates || len(data) > 512<<10 || len(out) > retryTailBytes || !strings.HasSuffix(out, "the last line\n") ||
+		!strings.Contains(string(spec), "the last line") {
+		t.Fatalf("%d known results, launch %d bytes, DISPATCH_GATE_OUTPUT %d bytes (ends %q); want %d known, ≤ 512 KiB, ≤ %d bytes ending with the last line",
+			len(g.Known), len(data), len(out), out[max(len(out)-20, 0):], maxKnownGates, retryTailBytes)
 	}
 }

@@ -132,7 +132,7 @@ func readStatus(dir string) (*wire.Status, error) {
 // readLaunch reads and normalizes D/launch.json.
 func readLaunch(dir string) (wire.Launch, error) {
 	var l wire.Launch
-	data, err := readControlFile(filepath.Join(dir, fileLaunch))
+	data, err := readControlFileMax(filepath.Join(dir, fileLaunch), maxLaunchFile)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return l, &cmdError{wire.KindNotFound, fmt.Errorf("no %s in %s", fileLaunch, dir)}
@@ -185,6 +185,12 @@ func openControlFile(path string, flag int) (*os.File, error) {
 func readControlFile(path string) ([]byte, error) {
 	return readControlFileMax(path, maxControlFile)
 }
+
+// maxLaunchFile caps what the wrapper reads of launch.json: a gate's known
+// results and a retry's gate output make it larger than the other
+// control files (the controller keeps it under 512 KiB, see
+// controller.gateLaunch).
+const maxLaunchFile = 1 << 20
 
 // maxRecordFile caps what the wrapper reads of a private process record,
 // which holds a gate's output tail (wire.GateTailBytes, six times that

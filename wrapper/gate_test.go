@@ -2,6 +2,7 @@ package wrapper
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -291,5 +292,23 @@ func TestGateKilled(t *testing.T) {
 	data, _ := os.ReadFile(pidFile)
 	if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err != nil || syscall.Kill(pid, 0) == nil {
 		t.Errorf("the gate's process %q is still there (%v)", data, err)
+	}
+}
+
+// TestGateLargeLaunch: a launch.json that carries many known gate results
+// (a few hundred KiB: more than the other control files may be) is read.
+func TestGateLargeLaunch(t *testing.T) {
+	t.Parallel()
+	gate := wire.LaunchGate{Command: gateAnswer, TimeoutSeconds: 20, Decides: true}
+	for i := range 64 {
+		gate.Known = append(gate.Known, wire.GateResult{Tree: fmt.Sprintf("sha256:%064d", i), OutputTail: strings.Repeat("y", 4<<10)})
+	}
+	tk := newTask(t, "", wire.Launch{Command: shell("echo right > answer"), Gate: &gate})
+	if fi, err := os.Stat(tk.path(fileLaunch)); err != nil || fi.Size() <= maxControlFile {
+		t.Fatalf("launch.json: %v, %v; want more than %d bytes", fi, err, maxControlFile)
+	}
+	tk.run(t, "")
+	if st := tk.waitFinal(t); st.Status != wire.StatusCompleted {
+		t.Fatalf("status %+v", st)
 	}
 }
