@@ -24,18 +24,6 @@ const (
 	retryTailBytes = 16 << 10
 )
 
-// tailOf is the end of s, at most n bytes, starting at a line.
-func tailOf(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	s = s[len(s)-n:]
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[i+1:]
-	}
-	return s
-}
-
 // gateLaunch is the gate of t's attempt (project.yaml's gate: the task
 // gate for an author task, deciding; the project gate for S99 and the fix
 // rounds, reported for the phase machine), nil for none, with the results
@@ -55,7 +43,7 @@ func (c *Controller) gateLaunch(ctx context.Context, t domain.Task, tool string,
 	}
 	for _, k := range known {
 		g.Known = append(g.Known, wire.GateResult{Tree: k.Tree, Passed: k.Passed, ExitCode: k.ExitCode, Seconds: k.Seconds,
-			OutputTail: tailOf(k.OutputTail, knownTailBytes), Error: tailOf(k.Error, 512), Missing: k.Missing})
+			OutputTail: wire.LastBytes(k.OutputTail, knownTailBytes), Error: wire.LastBytes(k.Error, 512), Missing: k.Missing})
 	}
 	if !g.Decides || t.Attempt <= 1 {
 		return g, spec, nil
@@ -68,7 +56,7 @@ func (c *Controller) gateLaunch(ctx context.Context, t domain.Task, tool string,
 		l.Env = map[string]string{}
 	}
 	// No process starts with a NUL in its environment.
-	prev.OutputTail = tailOf(strings.ReplaceAll(prev.OutputTail, "\x00", ""), retryTailBytes)
+	prev.OutputTail = wire.LastBytes(strings.ReplaceAll(prev.OutputTail, "\x00", ""), retryTailBytes)
 	l.Env["DISPATCH_GATE_OUTPUT"] = prev.OutputTail
 	if tool == policy.ToolShell {
 		return g, spec, nil

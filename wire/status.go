@@ -254,17 +254,17 @@ func (s *Status) Clamp() {
 	if g := s.Gate; g != nil {
 		g.Seconds = clampFloat(g.Seconds, 1e9)
 		// The output goes into a retry's environment, where no NUL can.
-		g.OutputTail = strings.ReplaceAll(lastBytes(g.OutputTail, GateTailBytes), "\x00", "")
-		g.Error = strings.ReplaceAll(lastBytes(g.Error, 4096), "\x00", "")
+		g.OutputTail = strings.ReplaceAll(LastBytes(g.OutputTail, GateTailBytes), "\x00", "")
+		g.Error = strings.ReplaceAll(LastBytes(g.Error, 4096), "\x00", "")
 		if len(g.Tree) > 128 {
 			g.Tree = ""
 		}
 	}
 }
 
-// lastBytes is the end of s, at most n bytes, cut at a line start when
+// LastBytes is the end of s, at most n bytes, cut at a line start when
 // it had to be cut.
-func lastBytes(s string, n int) string {
+func LastBytes(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
