@@ -150,27 +150,8 @@ func (tx *Tx) TickTasks(ctx context.Context, project string, named []string, now
 			return r, fmt.Errorf("read the live tasks of %s: %w", project, err)
 		}
 	}
-	var waiting []string
-	for _, t := range r.Tasks {
-		if t.Status == domain.Pending || t.Status == domain.Blocked {
-			waiting = append(waiting, t.ID)
-		}
-	}
-	if len(waiting) > 0 {
-		ids, _ := json.Marshal(waiting)
-		err := eachRow(ctx, tx.tx, func(row scanner) error {
-			var id string
-			var st domain.Status
-			if err := row.Scan(&id, &st); err != nil {
-				return err
-			}
-			r.DepStatus[id] = st
-			return nil
-		}, `SELECT DISTINCT dep.id, dep.status FROM task_deps AS d JOIN tasks AS dep ON dep.project = d.project AND dep.id = d.dep
-			WHERE d.project = ?1 AND d.task IN (SELECT value FROM json_each(?2))`, project, string(ids))
-		if err != nil {
-			return r, fmt.Errorf("read the dependencies of %s: %w", project, err)
-		}
+	if err := tx.depStatus(ctx, project, r.Tasks, r.DepStatus); err != nil {
+		return r, err
 	}
 	if r.Counts, err = countStatus(ctx, tx.tx, project); err != nil {
 		return r, err
@@ -196,6 +177,35 @@ func (tx *Tx) TickTasks(ctx context.Context, project string, named []string, now
 		return r, fmt.Errorf("read the api_modes of %s: %w", project, err)
 	}
 	return r, nil
+}
+
+// depStatus fills out with the status of each dependency of the pending
+// and blocked tasks among tasks.
+func (tx *Tx) depStatus(ctx context.Context, project string, tasks []*domain.Task, out map[string]domain.Status) error {
+	var waiting []string
+	for _, t := range tasks {
+		if t.Status == domain.Pending || t.Status == domain.Blocked {
+			waiting = append(waiting, t.ID)
+		}
+	}
+	if len(waiting) == 0 {
+		return nil
+	}
+	ids, _ := json.Marshal(waiting)
+	err := eachRow(ctx, tx.tx, func(row scanner) error {
+		var id string
+		var st domain.Status
+		if err := row.Scan(&id, &st); err != nil {
+			return err
+		}
+		out[id] = st
+		return nil
+	}, `SELECT DISTINCT dep.id, dep.status FROM task_deps AS d JOIN tasks AS dep ON dep.project = d.project AND dep.id = d.dep
+		WHERE d.project = ?1 AND d.task IN (SELECT value FROM json_each(?2))`, project, string(ids))
+	if err != nil {
+		return fmt.Errorf("read the dependencies of %s: %w", project, err)
+	}
+	return nil
 }
 
 // damage returns the error of the first row of project that does not read
