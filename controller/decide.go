@@ -472,7 +472,7 @@ func (a *applier) finished(t *domain.Task, status *wire.Status) {
 	}
 	command := a.projects[t.Project].opts.GateFor(t.ID)
 	if g := st.Gate; g != nil && command != "" {
-		gr := gateRun(t, command, g)
+		gr := gateRun(t, tool, command, g)
 		a.emit(op{gate: &gr})
 		if g.Missing {
 			a.stopProject(t.Project, fmt.Sprintf("the gate command `%s` was not found on node %s (exit 127): install it there, or fix gate: in project.yaml", command, t.Node))

@@ -86,8 +86,9 @@ func gateWhy(g store.GateRun) string {
 	return fmt.Sprintf("exit status %d", g.ExitCode)
 }
 
-// gateRun is the row of an attempt's gate result.
-func gateRun(t *domain.Task, command string, g *wire.GateResult) store.GateRun {
-	return store.GateRun{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Command: command, Tree: g.Tree, Passed: g.Passed,
+// gateRun is the row of an attempt's gate result; tool is the one the
+// attempt ran.
+func gateRun(t *domain.Task, tool, command string, g *wire.GateResult) store.GateRun {
+	return store.GateRun{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Command: command, Tool: tool, Model: t.Model, Tree: g.Tree, Passed: g.Passed,
 		ExitCode: g.ExitCode, Seconds: g.Seconds, OutputTail: g.OutputTail, Error: g.Error, Missing: g.Missing, Reused: g.Reused}
 }

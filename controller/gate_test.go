@@ -112,13 +112,13 @@ func TestTaskGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Claims vs gate: the node's tool (S01) and the shell (S02) each
-	// exited 0 twice and passed once.
-	want := []readmodel.GateClaims{{ExitedZero: 2, PassedGate: 1}, {Tool: "shell", ExitedZero: 2, PassedGate: 1}}
+	// Claims vs gate: the node's tool, fake (S01 names none), and the
+	// shell (S02) each exited 0 twice and passed once.
+	want := []readmodel.GateClaims{{Tool: "fake", ExitedZero: 2, PassedGate: 1}, {Tool: "shell", ExitedZero: 2, PassedGate: 1}}
 	if g := r.Gate; g == nil || len(g.Tasks) != 4 || !reflect.DeepEqual(g.Claims, want) {
 		t.Fatalf("report's gate %+v", r.Gate)
 	}
-	if md := r.Markdown(); !strings.Contains(md, "the node's tool: 2 exited 0, 1 passed the gate") || !strings.Contains(md, "shell: 2 exited 0, 1 passed the gate") {
+	if md := r.Markdown(); !strings.Contains(md, "fake: 2 exited 0, 1 passed the gate") || !strings.Contains(md, "shell: 2 exited 0, 1 passed the gate") {
 		t.Errorf("report.md's claims vs gate:\n%s", md)
 	}
 }

@@ -85,12 +85,17 @@ func (r *Report) addGate(ctx context.Context, st *store.Store, project string, r
 			tr.OutputTail = gr.OutputTail
 		}
 		g.Tasks = append(g.Tasks, tr)
-		// A task gate runs only on an attempt whose tool exited 0.
-		t := byID[gr.Task]
-		k := [2]string{t.Tool, t.Model}
+		// A task gate runs only on an attempt whose tool exited 0. The
+		// tool is the one the attempt ran (a row of an older dispatch
+		// has none: the task's own, "" for its node's).
+		tool, model := gr.Tool, gr.Model
+		if tool == "" {
+			tool, model = byID[gr.Task].Tool, byID[gr.Task].Model
+		}
+		k := [2]string{tool, model}
 		c := claims[k]
 		if c == nil {
-			c = &GateClaims{Tool: t.Tool, Model: t.Model}
+			c = &GateClaims{Tool: tool, Model: model}
 			claims[k] = c
 		}
 		c.ExitedZero++

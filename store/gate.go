@@ -8,15 +8,18 @@ import (
 
 // GateRun is one gate run on an attempt's result (migration 0021).
 type GateRun struct {
-	Project  string
-	Run      int
-	Task     string
-	Attempt  int
-	Command  string
-	Tree     string
-	Passed   bool
-	ExitCode int
-	Seconds  float64
+	Project string
+	Run     int
+	Task    string
+	Attempt int
+	Command string
+	// Tool and Model are what the attempt ran (the tool its node gave
+	// it, when the task names none), for "claims vs gate".
+	Tool, Model string
+	Tree        string
+	Passed      bool
+	ExitCode    int
+	Seconds     float64
 	// OutputTail is the end of the gate's output; Error why it did not
 	// pass besides its exit status; Missing that its command was not
 	// found on the node.
@@ -28,12 +31,12 @@ type GateRun struct {
 	At     time.Time
 }
 
-const gateRunColumns = `project, run, task, attempt, command, tree, passed, exit_code, seconds, output_tail, error, missing, reused, at`
+const gateRunColumns = `project, run, task, attempt, command, tool, model, tree, passed, exit_code, seconds, output_tail, error, missing, reused, at`
 
 func scanGateRun(r scanner) (GateRun, error) {
 	var g GateRun
 	var at string
-	err := r.Scan(&g.Project, &g.Run, &g.Task, &g.Attempt, &g.Command, &g.Tree, &g.Passed, &g.ExitCode, &g.Seconds,
+	err := r.Scan(&g.Project, &g.Run, &g.Task, &g.Attempt, &g.Command, &g.Tool, &g.Model, &g.Tree, &g.Passed, &g.ExitCode, &g.Seconds,
 		&g.OutputTail, &g.Error, &g.Missing, &g.Reused, &at)
 	g.At = parseTime(at)
 	return g, err
@@ -43,8 +46,8 @@ func scanGateRun(r scanner) (GateRun, error) {
 // for it before), in the project's current run.
 func (tx *Tx) PutGateRun(ctx context.Context, g GateRun) error {
 	_, err := tx.tx.ExecContext(ctx, `INSERT OR REPLACE INTO gate_runs (`+gateRunColumns+`)
-		VALUES (?, `+currentRun+`, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		g.Project, g.Project, g.Task, g.Attempt, g.Command, g.Tree, g.Passed, g.ExitCode, g.Seconds, g.OutputTail, g.Error,
+		VALUES (?, `+currentRun+`, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		g.Project, g.Project, g.Task, g.Attempt, g.Command, g.Tool, g.Model, g.Tree, g.Passed, g.ExitCode, g.Seconds, g.OutputTail, g.Error,
 		g.Missing, g.Reused, formatTime(tx.now))
 	if err != nil {
 		return fmt.Errorf("record the gate of %s/%s#%d: %w", g.Project, g.Task, g.Attempt, err)

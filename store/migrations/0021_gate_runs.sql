@@ -9,6 +9,8 @@ CREATE TABLE gate_runs (
     task        TEXT NOT NULL,
     attempt     INTEGER NOT NULL,
     command     TEXT NOT NULL,
+    tool        TEXT NOT NULL DEFAULT '',
+    model       TEXT NOT NULL DEFAULT '',
     tree        TEXT NOT NULL,
     passed      INTEGER NOT NULL,
     exit_code   INTEGER NOT NULL,
