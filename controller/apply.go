@@ -108,15 +108,7 @@ func readSnapshot(ctx context.Context, tx *store.Tx, projects []string, pulls ma
 		}
 		s.facts[name] = f
 		for _, k := range neededAttempts(read.Tasks, pulls) {
-			mode, err := tx.AttemptMode(ctx, k.project, k.task, k.attempt)
-			if err != nil {
-				return nil, err
-			}
-			collected, err := tx.AttemptCollected(ctx, k.project, k.task, k.attempt)
-			if err != nil {
-				return nil, err
-			}
-			gating, err := tx.AttemptGating(ctx, k.project, k.task, k.attempt)
+			mode, collected, gating, err := tx.AttemptFacts(ctx, k.project, k.task, k.attempt)
 			if err != nil {
 				return nil, err
 			}

@@ -41,3 +41,32 @@ func TestGateKnown(t *testing.T) {
 		t.Fatalf("run 1's gate runs = %+v, %v", runs, err)
 	}
 }
+
+// TestAttemptFacts: one read gives an attempt's api_mode, whether its
+// files were collected and whether its gate is recorded as running; an
+// attempt with no row reads as none of them.
+func TestAttemptFacts(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	addTask(t, s, "p", "S01")
+	if _, err := s.db.ExecContext(ctx, `INSERT INTO attempts (project, task, attempt, node, status, api_mode, collected_at, gating)
+		VALUES ('p', 'S01', 1, 'n', 'completed', 'team', '2026-01-02T03:04:05Z', 1), ('p', 'S01', 2, 'n', 'running', '', '', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		attempt           int
+		mode              string
+		collected, gating bool
+	}{{1, "team", true, true}, {2, "", false, false}, {3, "", false, false}} {
+		err := s.Update(ctx, func(tx *Tx) error {
+			mode, collected, gating, err := tx.AttemptFacts(ctx, "p", "S01", tc.attempt)
+			if err != nil || mode != tc.mode || collected != tc.collected || gating != tc.gating {
+				t.Errorf("attempt %d: %q %v %v %v, want %q %v %v", tc.attempt, mode, collected, gating, err, tc.mode, tc.collected, tc.gating)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -392,28 +392,6 @@ func (tx *Tx) CountEvents(ctx context.Context, project, task string, attempt int
 	return n, nil
 }
 
-// AttemptCollected reports whether an attempt's files have been collected.
-func (tx *Tx) AttemptCollected(ctx context.Context, project, task string, attempt int) (bool, error) {
-	var at string
-	err := tx.tx.QueryRowContext(ctx, "SELECT collected_at FROM attempts WHERE project = ? AND task = ? AND attempt = ?",
-		project, task, attempt).Scan(&at)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	return at != "", err
-}
-
-// AttemptGating reports whether an attempt is recorded as running its gate.
-func (tx *Tx) AttemptGating(ctx context.Context, project, task string, attempt int) (bool, error) {
-	var gating bool
-	err := tx.tx.QueryRowContext(ctx, "SELECT gating FROM attempts WHERE project = ? AND task = ? AND attempt = ?",
-		project, task, attempt).Scan(&gating)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	return gating, err
-}
-
 // RanOn reports whether any attempt of a task ran (was claimed) on node.
 func (tx *Tx) RanOn(ctx context.Context, project, task, node string) (bool, error) {
 	var n int
@@ -454,15 +432,20 @@ func (tx *Tx) PutVerdict(ctx context.Context, project string, v Verdict) error {
 	return nil
 }
 
-// AttemptMode returns the api_mode an attempt ran under ("" for none).
-func (tx *Tx) AttemptMode(ctx context.Context, project, task string, attempt int) (string, error) {
-	var m string
-	err := tx.tx.QueryRowContext(ctx, "SELECT api_mode FROM attempts WHERE project = ? AND task = ? AND attempt = ?",
-		project, task, attempt).Scan(&m)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return "", fmt.Errorf("read the api_mode of %s/%s#%d: %w", project, task, attempt, err)
+// AttemptFacts reads what the tick's decisions need of one attempt's row:
+// its api_mode, whether its files were collected, and whether it is
+// recorded as running its gate; all zero when there is no such row.
+func (tx *Tx) AttemptFacts(ctx context.Context, project, task string, attempt int) (mode string, collected, gating bool, err error) {
+	var at string
+	err = tx.tx.QueryRowContext(ctx, "SELECT api_mode, collected_at, gating FROM attempts WHERE project = ? AND task = ? AND attempt = ?",
+		project, task, attempt).Scan(&mode, &at, &gating)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, false, nil
 	}
-	return m, nil
+	if err != nil {
+		return "", false, false, fmt.Errorf("read attempt %s/%s#%d: %w", project, task, attempt, err)
+	}
+	return mode, at != "", gating, nil
 }
 
 // Spent returns the cost and tokens recorded for a project's attempts.
