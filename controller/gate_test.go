@@ -351,10 +351,14 @@ func TestGateBaseline(t *testing.T) {
 // its retry, gated, passes.
 func TestTaskGateForgedCompletion(t *testing.T) {
 	forged := filepath.Join(t.TempDir(), "forged")
+	// heartbeat_timeout: the ticks advance the clock a second each, far
+	// faster than the wrapper's heartbeat; the attempt must not be taken
+	// for hung while its tool sleeps.
 	h := newHarness(t, unsandboxed(`
 controller:
   retry_backoff: 1s
   max_retries: 2
+  heartbeat_timeout: 1h
 nodes:
   - name: local
     slots: 2
