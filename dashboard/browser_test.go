@@ -1,0 +1,262 @@
+package dashboard
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/internal/browsertest"
+)
+
+// csp is the policy the HTTP server sets; the fake sets the same so that a
+// violation shows up as a console error.
+const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// fakeAPI answers /api/v1 like the real server, for one project "big" of n
+// tasks, so the dashboard can be driven in a browser without a controller.
+type fakeAPI struct {
+	n int
+	// mu guards status, full and events.
+	mu     sync.Mutex
+	status map[string]string
+	full   int // requests for the project without a window
+	events chan string
+}
+
+func newFakeAPI(n int) *fakeAPI {
+	f := &fakeAPI{n: n, status: map[string]string{}, events: make(chan string, 16)}
+	for i := 1; i <= n; i++ {
+		f.status[f.id(i)] = "pending"
+	}
+	f.status[f.id(1)] = "running"
+	f.status[f.id(2)] = "running"
+	return f
+}
+
+func (f *fakeAPI) id(i int) string { return fmt.Sprintf("T%05d", i) }
+
+func (f *fakeAPI) task(i int) map[string]any {
+	id := f.id(i)
+	title := "task " + id
+	if i == 2 {
+		title = `<img src=x onerror=alert(1)>`
+	}
+	return map[string]any{"id": id, "title": title, "type": "implementation", "status": f.status[id], "node": "n1",
+		"attempt": 1, "exit_code": 0, "error_class": "", "error": "", "started_at": time.Now().Add(-time.Minute).Format(time.RFC3339),
+		"completed_at": "", "duration_seconds": 0, "sandbox": "bwrap"}
+}
+
+func (f *fakeAPI) set(id, status string, evID int) {
+	f.mu.Lock()
+	f.status[id] = status
+	f.mu.Unlock()
+	b, _ := json.Marshal(map[string]any{"id": evID, "time": time.Now().Format(time.RFC3339Nano), "project": "big", "task": id,
+		"attempt": 1, "kind": "status", "from": "running", "to": status, "node": "n1", "message": ""})
+	f.events <- fmt.Sprintf("id: %d\ndata: %s\n\n", evID, b)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (f *fakeAPI) summary() map[string]any {
+	counts := map[string]int{}
+	for _, s := range f.status {
+		counts[s]++
+	}
+	return map[string]any{"project": "big", "run": 2, "state": "active", "result": "", "phase": "implementation",
+		"counts": counts, "tasks": f.n, "cost_usd": 1.25, "tokens_in": 120000, "tokens_out": 3400,
+		"started_at": time.Now().Add(-5 * time.Minute).Format(time.RFC3339), "finished_at": "", "next_schedule": "",
+		"problem": "", "notes": []string{"a note"},
+		"paused": []map[string]any{{"api_mode": "claude-api", "until": time.Now().Add(90 * time.Second).Format(time.RFC3339), "reason": "429", "fallback": ""}},
+		"budget": map[string]any{"limit_usd": 10, "spent_usd": 1.25, "stopped": false}}
+}
+
+func (f *fakeAPI) project(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if q.Get("offset") == "" && q.Get("limit") == "" {
+		f.full++
+	}
+	off, _ := strconv.Atoi(q.Get("offset"))
+	limit, _ := strconv.Atoi(q.Get("limit"))
+	if limit <= 0 {
+		limit = f.n
+	}
+	var tasks []map[string]any
+	total := 0
+	for i := 1; i <= f.n; i++ {
+		if st := q.Get("status"); st != "" && f.status[f.id(i)] != st {
+			continue
+		}
+		if total >= off && len(tasks) < limit {
+			tasks = append(tasks, f.task(i))
+		}
+		total++
+	}
+	writeJSON(w, map[string]any{"project": "big", "counts": f.summary()["counts"], "phase": "implementation", "tasks": tasks,
+		"nodes": []any{}, "page": map[string]int{"offset": off, "limit": limit, "total": total}})
+}
+
+func (f *fakeAPI) taskDetail(w http.ResponseWriter, id string) {
+	i, _ := strconv.Atoi(strings.TrimPrefix(id, "T"))
+	t := f.task(i)
+	t["attempts"] = []map[string]any{{"attempt": 1, "node": "n1", "status": f.status[id], "exit_code": 0, "api_mode": "claude-api",
+		"tokens_in": 1000, "tokens_out": 200, "cost_usd": 0.01, "started_at": t["started_at"], "completed_at": ""}}
+	t["outputs"] = []any{}
+	t["depends_on"] = []string{}
+	t["dependents"] = []string{f.id(i + 1)}
+	t["events"] = []map[string]any{{"id": 1, "time": t["started_at"], "project": "big", "task": id, "attempt": 1, "kind": "status", "from": "claimed", "to": "running", "node": "n1", "message": "<b>bold</b>"}}
+	t["diffstat"] = " a.go | 2 +-\n 1 file changed"
+	t["heartbeat_at"] = time.Now().Format(time.RFC3339)
+	t["stall_seconds"] = 600
+	writeJSON(w, t)
+}
+
+func (f *fakeAPI) log(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Get("follow") != "1" {
+		fmt.Fprint(w, "old line\n")
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	for i := 1; i <= 3; i++ {
+		b, _ := json.Marshal(map[string]string{"text": fmt.Sprintf("line %d <script>alert(2)</script>\n", i)})
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		w.(http.Flusher).Flush()
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (f *fakeAPI) eventStream(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	fmt.Fprint(w, ": hello\n\n")
+	w.(http.Flusher).Flush()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case ev := <-f.events:
+			fmt.Fprint(w, ev)
+			w.(http.Flusher).Flush()
+		}
+	}
+}
+
+func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p := strings.TrimPrefix(r.URL.Path, "/api/v1/")
+	if p == "events" {
+		f.eventStream(w, r)
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case p == "projects":
+		writeJSON(w, map[string]any{"projects": []any{f.summary()}})
+	case p == "projects/big/summary":
+		writeJSON(w, f.summary())
+	case p == "projects/big":
+		f.project(w, r)
+	case p == "projects/big/graph":
+		var ts []map[string]any
+		for i := 1; i <= f.n; i++ {
+			ts = append(ts, map[string]any{"id": f.id(i), "status": f.status[f.id(i)], "depends_on": []string{}})
+		}
+		writeJSON(w, map[string]any{"tasks": ts})
+	case strings.HasPrefix(p, "projects/big/tasks/") && strings.HasSuffix(p, "/log"):
+		f.log(w, r)
+	case strings.HasPrefix(p, "projects/big/tasks/"):
+		f.taskDetail(w, strings.TrimPrefix(p, "projects/big/tasks/"))
+	case p == "projects/big/report":
+		writeJSON(w, map[string]any{"project": "big", "phase": "implementation", "result": "running", "tasks": []any{},
+			"conflicts":    []map[string]any{{"path": "a/<b>.go", "tasks": []string{"T00001", "T00002"}}},
+			"verification": map[string]any{"rounds": 0, "pass": nil, "issues": []string{}}, "nodes": []any{}})
+	case p == "projects/big/runs":
+		writeJSON(w, map[string]any{"project": "big", "runs": []map[string]any{{"run": 1, "result": "failed", "trigger": "start", "tasks_ran": 3, "tasks_reused": 0, "cost_usd": 0.5}, {"run": 2, "result": "", "trigger": "schedule", "tasks_ran": 1, "tasks_reused": 9999}}})
+	case p == "nodes":
+		writeJSON(w, map[string]any{"nodes": []map[string]any{{"name": "n1", "address": "n1", "state": "online", "slots": 4, "running": 1, "last_seen": time.Now().Format(time.RFC3339), "last_error": ""}}})
+	case p == "schedules":
+		writeJSON(w, map[string]any{"serving": true, "schedules": []map[string]any{{"project": "big", "kind": "cron", "schedule": "0 3 * * *", "enabled": true, "next_at": time.Now().Add(time.Hour).Format(time.RFC3339)}}})
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// TestDashboardLargeRun drives the dashboard in chromium against a fake API
+// holding a run of 10,000 tasks: the page shows one window of rows, pages on,
+// draws no graph that large, takes a change from the event stream without a
+// reload, shows hostile strings as text, follows a log, and breaks no rule
+// of the CSP.
+func TestDashboardLargeRun(t *testing.T) {
+	b := browsertest.Start(t)
+	api := newFakeAPI(10000)
+	mux := http.NewServeMux()
+	mux.Handle("/api/v1/", api)
+	mux.Handle("/", Handler())
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Security-Policy", csp)
+		mux.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close() })
+
+	b.Navigate(t, srv.URL+"/#/p/big")
+	b.WaitFor(t, 10*time.Second, "the first window of tasks", `document.querySelectorAll('#tasks tbody tr').length === 200`)
+	if got := browsertest.Eval[string](t, b, `document.querySelector('.toolbar .muted').textContent`); got != "1–200 of 10000" {
+		t.Errorf("pager says %q", got)
+	}
+	title := browsertest.Eval[string](t, b, `document.querySelector('tr[data-id="T00002"] td.title .text').textContent`)
+	if title != `<img src=x onerror=alert(1)>` || browsertest.Eval[int](t, b, `document.querySelectorAll('img').length`) != 0 {
+		t.Errorf("the hostile title is not plain text: %q", title)
+	}
+	b.WaitFor(t, 5*time.Second, "the pause countdown", `/paused: claude-api rate limit, resets in 1m/.test(document.body.innerText)`)
+
+	browsertest.Eval[bool](t, b, `window.__sameDocument = true`)
+	b.WaitFor(t, 5*time.Second, "the event stream", `document.getElementById('live').textContent === 'live'`)
+	start := time.Now()
+	api.set("T00003", "failed", 7)
+	b.WaitFor(t, 2*time.Second, "T00003 to turn failed", `document.querySelector('tr[data-id="T00003"] td.status').textContent === 'failed'`)
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("the change took %s to reach the screen", d)
+	}
+	b.WaitFor(t, time.Second, "the last event column", `document.querySelector('tr[data-id="T00003"]').textContent.includes('status → failed')`)
+
+	browsertest.Eval[bool](t, b, `(document.querySelectorAll('.toolbar button')[1].click(), true)`)
+	b.WaitFor(t, 5*time.Second, "the second page", `document.querySelector('.toolbar .muted').textContent === '201–400 of 10000' && document.querySelector('tr[data-id="T00201"]')`)
+	browsertest.Eval[bool](t, b, `(document.querySelector('.toolbar select').value = 'failed', document.querySelector('.toolbar select').dispatchEvent(new Event('change')), true)`)
+	b.WaitFor(t, 5*time.Second, "the failed filter", `document.querySelectorAll('#tasks tbody tr').length === 1 && document.querySelector('tr[data-id="T00003"]')`)
+
+	location := func(hash string) { browsertest.Eval[bool](t, b, `(location.hash = '`+hash+`', true)`) }
+	location("#/p/big/graph")
+	b.WaitFor(t, 5*time.Second, "the graph's refusal", `/10000 tasks: too many to draw/.test(document.body.innerText)`)
+	location("#/p/big/integration")
+	b.WaitFor(t, 5*time.Second, "the phase strip and the conflict", `document.querySelectorAll('#phase .step').length === 5 && document.body.innerText.includes('a/<b>.go')`)
+	location("#/p/big/runs")
+	b.WaitFor(t, 5*time.Second, "the runs", `document.body.innerText.includes('9999')`)
+	location("#/nodes")
+	b.WaitFor(t, 5*time.Second, "the nodes", `document.querySelector('tr[data-node="n1"]') && document.body.innerText.includes('1 / 4')`)
+	location("#/schedules")
+	b.WaitFor(t, 5*time.Second, "the schedules", `document.body.innerText.includes('0 3 * * *')`)
+	location("#/p/big/t/T00002")
+	b.WaitFor(t, 5*time.Second, "the task page's log", `document.getElementById('log').textContent.includes('line 3 <script>alert(2)</script>')`)
+	b.WaitFor(t, 5*time.Second, "the task page", `document.getElementById('task-title').textContent === '<img src=x onerror=alert(1)>' && document.getElementById('diffstat')`)
+	if n := browsertest.Eval[int](t, b, `document.querySelectorAll('img, script:not([src]), b').length`); n != 0 {
+		t.Errorf("%d elements made from task-controlled strings", n)
+	}
+
+	if !browsertest.Eval[bool](t, b, `window.__sameDocument === true`) {
+		t.Error("the page reloaded")
+	}
+	api.mu.Lock()
+	full := api.full
+	api.mu.Unlock()
+	if full != 0 {
+		t.Errorf("the page asked for all 10000 tasks %d times", full)
+	}
+	b.NoProblems(t)
+}
