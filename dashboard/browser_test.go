@@ -22,6 +22,8 @@ const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 's
 // tasks, so the dashboard can be driven in a browser without a controller.
 type fakeAPI struct {
 	n int
+	// deps gives task i's dependencies (none when nil).
+	deps func(i int) []string
 	// mu guards status, full and events.
 	mu     sync.Mutex
 	status map[string]string
@@ -166,7 +168,11 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case p == "projects/big/graph":
 		var ts []map[string]any
 		for i := 1; i <= f.n; i++ {
-			ts = append(ts, map[string]any{"id": f.id(i), "status": f.status[f.id(i)], "depends_on": []string{}})
+			deps := []string{}
+			if f.deps != nil {
+				deps = f.deps(i)
+			}
+			ts = append(ts, map[string]any{"id": f.id(i), "status": f.status[f.id(i)], "depends_on": deps})
 		}
 		writeJSON(w, map[string]any{"tasks": ts})
 	case strings.HasPrefix(p, "projects/big/tasks/") && strings.HasSuffix(p, "/log"):
@@ -188,14 +194,9 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// TestDashboardLargeRun drives the dashboard in chromium against a fake API
-// holding a run of 10,000 tasks: the page shows one window of rows, pages on,
-// draws no graph that large, takes a change from the event stream without a
-// reload, shows hostile strings as text, follows a log, and breaks no rule
-// of the CSP.
-func TestDashboardLargeRun(t *testing.T) {
-	b := browsertest.Start(t)
-	api := newFakeAPI(10000)
+// serveFake serves the dashboard and api with the server's CSP.
+func serveFake(t *testing.T, api *fakeAPI) *httptest.Server {
+	t.Helper()
 	mux := http.NewServeMux()
 	mux.Handle("/api/v1/", api)
 	mux.Handle("/", Handler())
@@ -204,6 +205,18 @@ func TestDashboardLargeRun(t *testing.T) {
 		mux.ServeHTTP(w, r)
 	}))
 	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close() })
+	return srv
+}
+
+// TestDashboardLargeRun drives the dashboard in chromium against a fake API
+// holding a run of 10,000 tasks: the page shows one window of rows, pages on,
+// draws no graph that large, takes a change from the event stream without a
+// reload, shows hostile strings as text, follows a log, and breaks no rule
+// of the CSP.
+func TestDashboardLargeRun(t *testing.T) {
+	b := browsertest.Start(t)
+	api := newFakeAPI(10000)
+	srv := serveFake(t, api)
 
 	b.Navigate(t, srv.URL+"/#/p/big")
 	b.WaitFor(t, 10*time.Second, "the first window of tasks", `document.querySelectorAll('#tasks tbody tr').length === 200`)
@@ -232,6 +245,8 @@ func TestDashboardLargeRun(t *testing.T) {
 	b.WaitFor(t, 5*time.Second, "the failed filter", `document.querySelectorAll('#tasks tbody tr').length === 1 && document.querySelector('tr[data-id="T00003"]')`)
 
 	location := func(hash string) { browsertest.Eval[bool](t, b, `(location.hash = '`+hash+`', true)`) }
+	location("#/")
+	b.WaitFor(t, 5*time.Second, "the projects", `document.querySelector('tr[data-project="big"]') && document.querySelector('tr[data-project="big"]').textContent.includes('0/10000')`)
 	location("#/p/big/graph")
 	b.WaitFor(t, 5*time.Second, "the graph's refusal", `/10000 tasks: too many to draw/.test(document.body.innerText)`)
 	location("#/p/big/integration")
@@ -258,5 +273,37 @@ func TestDashboardLargeRun(t *testing.T) {
 	if full != 0 {
 		t.Errorf("the page asked for all 10000 tasks %d times", full)
 	}
+	b.NoProblems(t)
+}
+
+// TestDashboardGraph: a small run's graph is drawn in layers by depth, one
+// box per task and one edge per dependency, each box a link to its task.
+func TestDashboardGraph(t *testing.T) {
+	b := browsertest.Start(t)
+	api := newFakeAPI(7)
+	api.deps = func(i int) []string { // a binary tree: 1 ← 2, 3; 2 ← 4, 5; 3 ← 6, 7
+		if i == 1 {
+			return []string{}
+		}
+		return []string{api.id(i / 2)}
+	}
+	srv := serveFake(t, api)
+	b.Navigate(t, srv.URL+"/#/p/big/graph")
+	b.WaitFor(t, 10*time.Second, "the graph", `document.querySelectorAll('svg.graph g[data-id]').length === 7`)
+	if n := browsertest.Eval[int](t, b, `document.querySelectorAll('svg.graph path.edge').length`); n != 6 {
+		t.Errorf("%d edges, want 6", n)
+	}
+	x := func(id string) float64 {
+		return browsertest.Eval[float64](t, b, `Number(document.querySelector('svg.graph g[data-id="`+id+`"] rect').getAttribute('x'))`)
+	}
+	if !(x("T00001") < x("T00002") && x("T00002") == x("T00003") && x("T00003") < x("T00007")) {
+		t.Errorf("the layers are not by depth: x = %v %v %v %v", x("T00001"), x("T00002"), x("T00003"), x("T00007"))
+	}
+	if got := browsertest.Eval[string](t, b, `document.querySelector('svg.graph g[data-id="T00002"]').parentNode.getAttribute('href')`); got != "#/p/big/t/T00002" {
+		t.Errorf("T00002's box links to %q", got)
+	}
+	b.WaitFor(t, 5*time.Second, "the event stream", `document.getElementById('live').textContent === 'live'`)
+	api.set("T00004", "completed", 1)
+	b.WaitFor(t, 2*time.Second, "T00004's box to turn completed", `document.querySelector('svg.graph g.n-completed[data-id="T00004"]')`)
 	b.NoProblems(t)
 }

@@ -461,9 +461,9 @@
     root.append(edges, nodes);
     const counts = {};
     for (const t of tasks) counts[t.status] = (counts[t.status] || 0) + 1;
-    const legend = el('p', { class: 'muted' }, tasks.length + ' tasks in ' + L.layers.length + ' layers: ',
+    const legend = el('p', { class: 'muted' }, tasks.length + ' tasks in ' + L.layers.length + ' layers (a task right of what it depends on): ',
       Object.entries(counts).map(([k, v]) => [stateSpan(k, ' ' + v), ' ']));
-    return el('div', null, legend, root);
+    return el('div', null, legend, el('div', { class: 'graphbox' }, root));
   }
 
   // ---- integration tab: merge → S99 → gate → V → F, from the report
