@@ -133,6 +133,7 @@ func (f *fakeAPI) log(w http.ResponseWriter, r *http.Request) {
 		w.(http.Flusher).Flush()
 		time.Sleep(100 * time.Millisecond)
 	}
+	fmt.Fprint(w, "event: end\ndata: {}\n\n")
 }
 
 func (f *fakeAPI) eventStream(w http.ResponseWriter, r *http.Request) {
@@ -259,6 +260,7 @@ func TestDashboardLargeRun(t *testing.T) {
 	b.WaitFor(t, 5*time.Second, "the schedules", `document.body.innerText.includes('0 3 * * *')`)
 	location("#/p/big/t/T00002")
 	b.WaitFor(t, 5*time.Second, "the task page's log", `document.getElementById('log').textContent.includes('line 3 <script>alert(2)</script>')`)
+	b.WaitFor(t, 5*time.Second, "the end of the attempt's log", `document.getElementById('log-state').textContent === 'attempt 1 ended'`)
 	b.WaitFor(t, 5*time.Second, "the task page", `document.getElementById('task-title').textContent === '<img src=x onerror=alert(1)>' && document.getElementById('diffstat')`)
 	if n := browsertest.Eval[int](t, b, `document.querySelectorAll('img, script:not([src]), b').length`); n != 0 {
 		t.Errorf("%d elements made from task-controlled strings", n)

@@ -657,7 +657,8 @@
       state.textContent = 'following attempt ' + att + ' live…';
       es = new EventSource(base() + '&attempt=' + att + '&follow=1');
       es.onmessage = (m) => { try { add(JSON.parse(m.data).text || ''); } catch (e) { /* not ours */ } };
-      es.addEventListener('end', () => { close(); state.textContent = 'attempt ' + att + ' ended'; });
+      // The whole log went by: keep it rather than fetch its tail again.
+      es.addEventListener('end', () => { close(); shown = att + ':done'; state.textContent = 'attempt ' + att + ' ended'; });
       // Reconnecting would repeat the tail: start afresh instead.
       es.onerror = () => { close(); state.textContent = 'log stream lost; reconnecting…'; retry = setTimeout(() => { shown = null; if (last) update(last); }, 2000); };
     }
@@ -678,7 +679,7 @@
       const att = pinned || t.attempt;
       if (!att) { state.textContent = 'not started yet'; return; }
       const a = (t.attempts || []).find(x => x.attempt === att);
-      const runs = a ? !a.completed_at && (a.status === 'running' || a.status === 'claimed') : t.status === 'running';
+      const runs = att === t.attempt ? t.status === 'running' : !!a && !a.completed_at && a.status === 'running';
       const key = att + (runs ? ':live' : ':done');
       if (key === shown || (es && shown === att + ':live')) return;
       shown = key;
