@@ -513,7 +513,7 @@
       ? table(['Path', 'Tasks'], rep.conflicts.map(c => el('tr', null, td(c.path, 'id'),
         td((c.tasks || []).map((id, i) => [i ? ', ' : '', el('a', { href: taskHref(p, id), text: id })])))))
       : el('p', { class: 'muted', text: 'none' }));
-    out.push(...gateSection(rep.gate), ...gitSection(rep));
+    out.push(...gateSection(rep.gate), ...gitSection(rep), ...usageSection(rep));
     return el('div', null, out);
   }
 
@@ -533,6 +533,21 @@
     if ((g.claims || []).length) {
       out.push(table(['Tool', 'Model', '#Exited 0', '#Passed gate'], g.claims.map(c => el('tr', null,
         td(c.tool), td(c.model), td(String(c.exited_zero), 'num'), td(String(c.passed_gate), 'num')))));
+    }
+    return out;
+  }
+
+  function usageSection(rep) {
+    const t = rep.totals || {};
+    const out = [el('h2', { text: 'Totals' }), el('div', { class: 'cards' },
+      card('Tasks', (t.completed || 0) + ' done, ' + (t.failed || 0) + ' failed of ' + (t.tasks || 0)),
+      card('Attempts', String(t.attempts || 0)),
+      card('Tokens in / out', fmtNum(t.tokens_in) + ' / ' + fmtNum(t.tokens_out)),
+      card('Cost', fmtUSD(t.cost_usd)),
+      card('Wall time', fmtDur(t.wall_seconds || 0)))];
+    if ((rep.nodes || []).length) {
+      out.push(el('h2', { text: 'Node use' }), table(['Node', 'State', '#Attempts', '#Busy'], rep.nodes.map(n => el('tr', null,
+        td(n.name, 'id'), td(stateSpan(n.state)), td(String(n.attempts || 0), 'num'), td(fmtDur(n.busy_seconds || 0), 'num')))));
     }
     return out;
   }
