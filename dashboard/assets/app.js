@@ -64,6 +64,7 @@
   }
 
   function fmtDur(sec) {
+    if (sec > 0 && sec < 1) return '<1s';
     sec = Math.max(0, Math.round(sec));
     const d = Math.floor(sec / 86400), h = Math.floor(sec / 3600) % 24, m = Math.floor(sec / 60) % 60, s = sec % 60;
     if (d) return d + 'd' + String(h).padStart(2, '0') + 'h';
