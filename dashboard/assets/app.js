@@ -242,11 +242,16 @@
       td(notesList(p)));
   }
 
+  // budgetBurn is a meter of the budget's spend: dollars, or tokens when
+  // the budget counts only tokens.
   function budgetBurn(b) {
     if (!b) return el('span', { class: 'muted', text: '—' });
-    return el('span', { class: b.stopped ? 's-failed' : null },
-      el('meter', { min: 0, max: Math.max(b.limit_usd || 0, 0.0001), value: b.spent_usd || 0, high: (b.limit_usd || 0) * 0.8 }), ' ',
-      fmtUSD(b.spent_usd) + ' of ' + fmtUSD(b.limit_usd) + (b.stopped ? ' — stopped' : ''));
+    const usd = !!b.limit_usd || !b.limit_tokens;
+    const limit = usd ? b.limit_usd || 0 : b.limit_tokens, spent = usd ? b.spent_usd || 0 : b.spent_tokens || 0;
+    const fmt = usd ? fmtUSD : (n) => fmtNum(n) + ' tokens';
+    return el('span', { class: b.stopped ? 's-failed' : null, title: b.summary || '' },
+      el('meter', { min: 0, max: Math.max(limit, 0.0001), value: spent, high: limit * 0.8 }), ' ',
+      fmt(spent) + ' of ' + fmt(limit) + (b.stopped ? ' — stopped' + (b.summary ? ': ' + b.summary : '') : ''));
   }
 
   function pauseItems(paused) {
@@ -300,6 +305,7 @@
       card('Pending', String(c.pending || 0)),
       card('Failed', el('span', { class: c.failed ? 's-failed' : null, text: String(c.failed || 0) })),
       card('Blocked / canceled', (c.blocked || 0) + ' / ' + (c.canceled || 0)),
+      card('Conflicts', s.conflicts ? el('a', { href: projectHref(s.project, 'integration'), text: String(s.conflicts) }) : '0'),
       card('Cost', fmtUSD(s.cost_usd)),
       card('Tokens in / out', fmtNum(s.tokens_in) + ' / ' + fmtNum(s.tokens_out)),
       card('Started', s.started_at ? timer(s.started_at, 'since') : '—'),
@@ -620,6 +626,8 @@
         ? timer(new Date(parseTime(t.heartbeat_at) + t.stall_seconds * 1000).toISOString(), 'until', '', 'stalled')
         : t.stall_seconds ? fmtDur(t.stall_seconds) : '—'),
       card('Sandbox', t.sandbox || '—'),
+      t.tool ? card('Tool', t.tool + (t.model ? ' (' + t.model + ')' : '')) : null,
+      t.priority ? card('Priority', String(t.priority)) : null,
       t.reused_from_run ? card('Reused from run', String(t.reused_from_run)) : null);
     const out = [cards,
       el('p', null, 'Depends on: ', links(t.depends_on), '   Needed by: ', links(t.dependents))];
@@ -675,6 +683,9 @@
       es.onmessage = (m) => { try { add(JSON.parse(m.data).text || ''); } catch (e) { /* not ours */ } };
       // The whole log went by: keep it rather than fetch its tail again.
       es.addEventListener('end', () => { close(); shown = att + ':done'; state.textContent = 'attempt ' + att + ' ended'; });
+      es.addEventListener('problem', (m) => {
+        try { add('\n[dispatch: the log cannot be followed: ' + JSON.parse(m.data).error + ']\n'); } catch (e) { /* not ours */ }
+      });
       // Reconnecting would repeat the tail: start afresh instead.
       es.onerror = () => { close(); state.textContent = 'log stream lost; reconnecting…'; retry = setTimeout(() => { shown = null; if (last) update(last); }, 2000); };
     }
