@@ -9,6 +9,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
+	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -40,7 +41,7 @@ func eventsCommand() *cli.Command {
 			for _, ev := range evs {
 				last = ev.ID
 				if c.Bool("json") {
-					if err := enc.Encode(eventJSON(ev)); err != nil {
+					if err := enc.Encode(readmodel.Event(ev)); err != nil {
 						return err
 					}
 					continue
@@ -64,25 +65,6 @@ func eventsCommand() *cli.Command {
 			}
 		}
 	})
-}
-
-// eventView is one event in `dispatch events --json`.
-type eventView struct {
-	ID      int64  `json:"id"`
-	Time    string `json:"time"`
-	Project string `json:"project"`
-	Task    string `json:"task"`
-	Attempt int    `json:"attempt"`
-	Kind    string `json:"kind"`
-	From    string `json:"from"`
-	To      string `json:"to"`
-	Node    string `json:"node"`
-	Message string `json:"message"`
-}
-
-func eventJSON(ev store.Event) eventView {
-	return eventView{ID: ev.ID, Time: ev.Time.UTC().Format(time.RFC3339Nano), Project: ev.Project, Task: ev.Task,
-		Attempt: ev.Attempt, Kind: ev.Kind, From: ev.FromStatus, To: ev.ToStatus, Node: ev.Node, Message: ev.Message}
 }
 
 func eventText(ev store.Event) string {
