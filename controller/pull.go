@@ -471,7 +471,7 @@ func (c *Controller) pullNode(ctx context.Context, n *nodeRuntime, projects []st
 		live = false // the database's list could not be read (logged)
 	}
 	if live {
-		named = append(named, liveOn[n.cfg.Name]...)
+		named = namedOnce(append(named, liveOn[n.cfg.Name]...))
 	}
 	var tags []string
 	if live {
@@ -499,6 +499,22 @@ func (c *Controller) pullNode(ctx context.Context, n *nodeRuntime, projects []st
 		p.tasks[taskKey(t.Project, t.Task)] = t
 	}
 	return p
+}
+
+// namedOnce drops from named, in place, the tasks named before: the live
+// tasks the last call found are most often those the database has on the
+// node, and a name twice is a tag twice in the request and a lookup twice
+// on the node.
+func namedOnce(named []string) []string {
+	seen := make(map[string]struct{}, len(named))
+	out := named[:0]
+	for _, k := range named {
+		if _, dup := seen[k]; !dup {
+			seen[k] = struct{}{}
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // liveCache holds the claimed and running tasks of every node, as the
