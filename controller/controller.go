@@ -371,6 +371,7 @@ func (c *Controller) Close() {
 	c.drainNotices()
 	for _, n := range c.nodes {
 		n.busy.Wait()
+		n.conv.close()
 		if n.tr != nil {
 			_ = n.tr.Close()
 		}
