@@ -20,10 +20,15 @@ func eventsCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new events until the project finishes"},
 			&cli.BoolFlag{Name: "json", Usage: "one JSON object per line"},
+			&cli.Int64Flag{Name: "after", Usage: "only the events after event `ID` (the id of --json: a cursor)"},
 			runFlag(),
 		},
-	}, "dispatch events <project> [-f] [--json]", func(c *cli.Context, e *env, st *store.Store, project string) error {
+	}, "dispatch events <project> [-f] [--json] [--after ID]", func(c *cli.Context, e *env, st *store.Store, project string) error {
 		ctx := c.Context
+		last := c.Int64("after")
+		if last < 0 {
+			return usagef("dispatch events "+project+" --json --after 0", "--after takes an event id, 0 or more, not %d", last)
+		}
 		at, err := atRun(c, st, project, "dispatch events "+project+" --run 1")
 		if err != nil {
 			return err
@@ -32,7 +37,6 @@ func eventsCommand() *cli.Command {
 		follow := c.Bool("follow") && at == st
 		st = at
 		enc := json.NewEncoder(e.out)
-		var last int64
 		for {
 			evs, err := st.Events(ctx, project, last, 0)
 			if err != nil {
