@@ -80,6 +80,7 @@ bench: build
 	@./.ci/test-deps
 	$(GO) build -tags embedwrappers -o bin/dispatch-bench ./bench
 	./bin/dispatch-bench -dispatch $(BIN) -out bench/RESULTS.md -profiles bench/out -command "make bench"
+	@echo "== the dashboard's first read of a 10,000-task run (docs/API.md)"; $(GO) test -run XXX -bench RunPage -benchtime 5x ./httpapi
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -71,6 +72,35 @@ func (c *countingTransport) Exec(ctx context.Context, argv []string, stdin []byt
 	res, err := c.Transport.Exec(ctx, argv, stdin)
 	c.record("exec "+execName(argv), start, err)
 	return res, err
+}
+
+// Converse holds a conversation of the node's transport open, each call
+// over it recorded as the command's call (`status --serve`: "exec wrapper
+// status", as one Exec of `status` was).
+func (c *countingTransport) Converse(ctx context.Context, argv []string) (nodes.Conversation, error) {
+	cv, ok := c.Transport.(nodes.Converser)
+	if !ok {
+		return nil, errors.New("the transport holds no conversation")
+	}
+	conv, err := cv.Converse(ctx, argv)
+	if err != nil {
+		return nil, err
+	}
+	return &countingConv{Conversation: conv, t: c, op: "exec " + execName(argv)}, nil
+}
+
+// countingConv records the calls of a conversation (see Converse).
+type countingConv struct {
+	nodes.Conversation
+	t  *countingTransport
+	op string
+}
+
+func (cc *countingConv) Call(ctx context.Context, req []byte, limit int) ([]byte, error) {
+	start := time.Now()
+	line, err := cc.Conversation.Call(ctx, req, limit)
+	cc.t.record(cc.op, start, err)
+	return line, err
 }
 
 func (c *countingTransport) Put(ctx context.Context, p string, r io.Reader, mode fs.FileMode) error {

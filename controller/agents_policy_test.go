@@ -59,7 +59,7 @@ func TestStallTimeoutResolution(t *testing.T) {
 		node          time.Duration
 		want          time.Duration
 	}{
-		{"default", 0, 0, 0, defaultStallTimeout},
+		{"default", 0, 0, 0, domain.DefaultStallTimeout},
 		{"node", 0, 0, 3 * time.Minute, 3 * time.Minute},
 		{"project over node", 0, 5 * time.Minute, 3 * time.Minute, 5 * time.Minute},
 		{"task over all", time.Minute, 5 * time.Minute, 3 * time.Minute, time.Minute},

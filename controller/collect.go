@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -29,6 +30,41 @@ import (
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
+// settledCache holds the projects whose finished attempts were all
+// collected when the database's change counter (store.Version) was at
+// version: while it stays there, none finished since, and a steady tick
+// reads the counter, not every live attempt's row.
+type settledCache struct {
+	mu       sync.Mutex
+	version  int64
+	projects map[string]bool
+}
+
+// take returns the counter now and the projects known settled at it (none
+// when it moved or cannot be read: version is then -1).
+func (s *settledCache) take(ctx context.Context, st *store.Store) (int64, map[string]bool) {
+	v, err := st.Version(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		v = -1
+	}
+	if v != s.version || v < 0 {
+		s.version, s.projects = v, map[string]bool{}
+	}
+	return v, maps.Clone(s.projects)
+}
+
+// add records project as settled at version (read before its attempts
+// were).
+func (s *settledCache) add(version int64, project string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if version >= 0 && version == s.version {
+		s.projects[project] = true
+	}
+}
+
 // collectAll pulls the files of every finished attempt not yet collected to
 // runs/<project>/<ID>/, so results are on the operator's machine even if the
 // node disappears later: every attempt's task.log goes to attempts/<n>/, and
@@ -38,10 +74,17 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 	current := map[string]bool{}
 	byNode := map[string][]domain.Attempt{}
 	unkilledNodes, _ := c.unkilled()
+	version, settled := c.settled.take(ctx, c.st)
 	for _, project := range projects {
+		if settled[project] {
+			continue
+		}
 		runs, isCurrent, err := c.st.Uncollected(ctx, project)
 		if err != nil {
 			return err
+		}
+		if len(runs) == 0 {
+			c.settled.add(version, project)
 		}
 		for i, r := range runs { // by task, then attempt
 			if p := pulls[r.Node]; p == nil || p.err != nil || unkilledNodes[r.Node] {

@@ -98,6 +98,9 @@ type Controller struct {
 	// liveOn holds the live tasks by node for the status calls, in the
 	// control loop's goroutine (see liveCache).
 	liveOn liveCache
+	// settled holds the projects with nothing to collect (see
+	// settledCache).
+	settled settledCache
 	// unusable names the nodes whose api_mode needs a variable this
 	// controller's environment lacks, and those draining, with the
 	// reason; they take no task.
@@ -368,6 +371,7 @@ func (c *Controller) Close() {
 	c.drainNotices()
 	for _, n := range c.nodes {
 		n.busy.Wait()
+		n.conv.close()
 		if n.tr != nil {
 			_ = n.tr.Close()
 		}

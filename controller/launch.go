@@ -34,20 +34,9 @@ var testHookBeforeLaunch func(node, wrapperPath string, doc []byte)
 // DefaultTimeout bounds a task that sets no timeout.
 const DefaultTimeout = time.Hour
 
-// defaultStallTimeout stops a tool that writes nothing for this long, unless
-// the task, project or node says otherwise.
-const defaultStallTimeout = 15 * time.Minute
-
-// stallTimeout is the task's stall_timeout: its own (front matter, else
-// project.yaml's), else the project's for a generated phase task, else the
-// node's, else the default.
+// stallTimeout is the task's stall_timeout (domain.StallTimeout) on node n.
 func stallTimeout(t domain.Task, opts domain.ProjectOptions, n nodes.Node) time.Duration {
-	for _, d := range []time.Duration{t.Stall, opts.Stall, n.Stall} {
-		if d > 0 {
-			return d
-		}
-	}
-	return defaultStallTimeout
+	return domain.StallTimeout(t, opts, n.Stall)
 }
 
 // launchOutcome is what one launch attempt found out.

@@ -68,6 +68,9 @@ type nodeConn struct {
 	// ones: whether to list every task, and which to name.
 	listing listState
 
+	// conv is the node's status conversation (see statusconv.go).
+	conv statusConv
+
 	// busy counts the goroutines that use tr: the node's stream loop and
 	// its workers (onNodes), which may outlive the tick that started them.
 	// tr is closed only once it is zero.
@@ -471,14 +474,14 @@ func (c *Controller) pullNode(ctx context.Context, n *nodeRuntime, projects []st
 		live = false // the database's list could not be read (logged)
 	}
 	if live {
-		named = append(named, liveOn[n.cfg.Name]...)
+		named = namedOnce(append(named, liveOn[n.cfg.Name]...))
 	}
 	var tags []string
 	if live {
 		tags = n.listing.tags(named)
 	}
 	start := time.Now()
-	st, err := nodeStatus(ctx, n.tr, inst.Path, inst.WorkDir, projects, live, named, tags)
+	st, err := n.askStatus(ctx, inst, projects, live, named, tags)
 	rtt := time.Since(start)
 	if err != nil {
 		n.listing.failed()
@@ -499,6 +502,22 @@ func (c *Controller) pullNode(ctx context.Context, n *nodeRuntime, projects []st
 		p.tasks[taskKey(t.Project, t.Task)] = t
 	}
 	return p
+}
+
+// namedOnce drops from named, in place, the tasks named before: the live
+// tasks the last call found are most often those the database has on the
+// node, and a name twice is a tag twice in the request and a lookup twice
+// on the node.
+func namedOnce(named []string) []string {
+	seen := make(map[string]struct{}, len(named))
+	out := named[:0]
+	for _, k := range named {
+		if _, dup := seen[k]; !dup {
+			seen[k] = struct{}{}
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // liveCache holds the claimed and running tasks of every node, as the
@@ -570,15 +589,20 @@ func nodeStatus(ctx context.Context, tr nodes.Transport, bin, workDir string, pr
 	if err := json.Unmarshal(res.Stdout, &st); err != nil || res.ExitCode != 0 {
 		return nil, fmt.Errorf("status: %w", &replyErr{policy.ReplyError(res, err)})
 	}
-	// What a node says is a stranger's word: its numbers are brought into
-	// range here, once, before anything uses or sums them.
+	clampStatus(&st)
+	return &st, nil
+}
+
+// clampStatus brings the numbers of a node's reply into range. What a
+// node says is a stranger's word: this is done once, before anything uses
+// or sums them.
+func clampStatus(st *wire.NodeStatus) {
 	st.Facts.Clamp()
 	for _, ts := range st.Tasks {
 		if ts.Status != nil {
 			ts.Status.Clamp()
 		}
 	}
-	return &st, nil
 }
 
 // NodeFacts asks an installed wrapper for the node's status and facts

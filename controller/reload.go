@@ -235,6 +235,7 @@ func (c *Controller) retire(n *nodeRuntime) {
 	go func() {
 		defer c.closing.Done()
 		n.busy.Wait()
+		n.conv.close()
 		if n.tr != nil {
 			_ = n.tr.Close()
 		}

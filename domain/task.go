@@ -113,3 +113,19 @@ type Attempt struct {
 	// reuses the result while they are unchanged.
 	Inputs string
 }
+
+// DefaultStallTimeout stops a tool that writes nothing for this long, unless
+// the task, project or node says otherwise.
+const DefaultStallTimeout = 15 * time.Minute
+
+// StallTimeout is the task's stall_timeout: its own (front matter, else
+// project.yaml's), else the project's for a generated phase task, else the
+// node's (nodeStall), else the default.
+func StallTimeout(t Task, opts ProjectOptions, nodeStall time.Duration) time.Duration {
+	for _, d := range []time.Duration{t.Stall, opts.Stall, nodeStall} {
+		if d > 0 {
+			return d
+		}
+	}
+	return DefaultStallTimeout
+}

@@ -20,6 +20,8 @@ const (
 	PidFile = "dispatch.pid"
 	// LogFile is the log of a background controller.
 	LogFile = "dispatch.log"
+	// TokenFile is the HTTP API's token (serve --http), private (0600).
+	TokenFile = "http.token"
 )
 
 // ConfigPath is the home's nodes.yaml.
@@ -37,6 +39,9 @@ func RunsRoot(home string) string { return filepath.Join(home, "runs") }
 
 // RunsDir is where a project's collected outputs and report live.
 func RunsDir(home, project string) string { return filepath.Join(RunsRoot(home), project) }
+
+// TokenPath is the token every HTTP API request must carry.
+func TokenPath(home string) string { return filepath.Join(home, TokenFile) }
 
 // LogPath is the log of a background controller.
 func LogPath(home string) string { return filepath.Join(home, LogFile) }

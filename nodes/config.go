@@ -159,21 +159,29 @@ type APIMode struct {
 	Fallback []string
 }
 
-// NodeSlots lists the nodes in nodes.yaml's order with their slots, for
-// the read models (readmodel.Nodes). A nil Config has none.
+// NodeSlots lists the nodes in nodes.yaml's order with their slots,
+// address ("local" for the local node) and stall_timeout, for the read
+// models (readmodel.Nodes). A nil Config has none.
 func (c *Config) NodeSlots() []struct {
-	Name  string
-	Slots int
+	Name    string
+	Slots   int
+	Address string
+	Stall   time.Duration
 } {
 	if c == nil {
 		return nil
 	}
 	out := make([]struct {
-		Name  string
-		Slots int
+		Name    string
+		Slots   int
+		Address string
+		Stall   time.Duration
 	}, len(c.Nodes))
 	for i, n := range c.Nodes {
-		out[i].Name, out[i].Slots = n.Name, n.Slots
+		out[i].Name, out[i].Slots, out[i].Address, out[i].Stall = n.Name, n.Slots, n.SSH, n.Stall
+		if n.IsLocal() {
+			out[i].Address = "local"
+		}
 	}
 	return out
 }

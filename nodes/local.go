@@ -27,7 +27,10 @@ const execWaitDelay = 2 * time.Second
 // `ssh: null`). It needs no connection; Close does nothing.
 type Local struct{}
 
-var _ Transport = (*Local)(nil)
+var (
+	_ Transport = (*Local)(nil)
+	_ Converser = (*Local)(nil)
+)
 
 // NewLocal returns the transport of the local machine.
 func NewLocal() *Local { return &Local{} }
@@ -345,6 +348,37 @@ func mkdirPrivate(dir string) error {
 		return err
 	}
 	return os.Chmod(dir, 0o700)
+}
+
+// Converse starts argv in a process group of its own; see Converser.
+// Closing the conversation closes its stdin, kills its group and reaps it.
+func (l *Local) Converse(ctx context.Context, argv []string) (Conversation, error) {
+	if len(argv) == 0 || argv[0] == "" {
+		return nil, errors.New("converse: empty command")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("converse %s: %w", argv[0], err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("converse %s: %w", argv[0], err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("converse %s: %w", argv[0], err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("converse %s: %w", argv[0], err)
+	}
+	return NewLineConversation(stdin, stdout, func() error {
+		stdin.Close()
+		stdout.Close()
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		return nil
+	}), nil
 }
 
 // Stream runs argv on this machine; see Transport.

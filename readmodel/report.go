@@ -216,10 +216,7 @@ func (r *Report) addAttempts(runs []domain.Attempt, number int) (attempts map[st
 			continue // an attempt of another run
 		}
 		dangerous[run.Task] = dangerous[run.Task] || run.Dangerous
-		attempts[run.Task] = append(attempts[run.Task], AttemptView{Dangerous: run.Dangerous, Sandbox: run.Sandbox, Attempt: run.Attempt, Node: run.Node, Status: run.Status,
-			ExitCode: run.ExitCode, Signal: run.Signal, ErrorClass: run.ErrorClass, Error: run.Error,
-			StartedAt: jsonTime(run.StartedAt), CompletedAt: jsonTime(run.CompletedAt),
-			TokensIn: run.TokensIn, TokensOut: run.TokensOut, CostUSD: run.CostUSD, APIMode: run.APIMode})
+		attempts[run.Task] = append(attempts[run.Task], attemptView(run))
 		r.Totals.Attempts++
 		// Stored figures were clamped when they arrived; the sums still
 		// saturate rather than wrap or overflow to infinity.
@@ -237,6 +234,14 @@ func (r *Report) addAttempts(runs []domain.Attempt, number int) (attempts map[st
 		}
 	}
 	return attempts, use, dangerous
+}
+
+// attemptView is a as the report shows it.
+func attemptView(a domain.Attempt) AttemptView {
+	return AttemptView{Dangerous: a.Dangerous, Sandbox: a.Sandbox, Attempt: a.Attempt, Node: a.Node, Status: a.Status,
+		ExitCode: a.ExitCode, Signal: a.Signal, ErrorClass: a.ErrorClass, Error: a.Error,
+		StartedAt: jsonTime(a.StartedAt), CompletedAt: jsonTime(a.CompletedAt),
+		TokensIn: a.TokensIn, TokensOut: a.TokensOut, CostUSD: a.CostUSD, APIMode: a.APIMode}
 }
 
 // addIntegration adds the merge's conflicts and the last verdict.

@@ -23,8 +23,10 @@ type Nodes interface {
 
 // NodeSlots is a configured node and its slots.
 type NodeSlots = struct {
-	Name  string
-	Slots int
+	Name    string
+	Slots   int
+	Address string
+	Stall   time.Duration
 }
 
 // RunDirName is the directory of runs/<project>/ that keeps an ended run's
@@ -192,17 +194,8 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 		if t.Status == domain.Running || t.Status == domain.Claimed {
 			running[t.Node]++
 		}
-		tv := TaskView{ID: t.ID, Title: t.Title, Type: t.Type, Status: t.Status, Node: t.Node, Attempt: t.Attempt,
-			ExitCode: t.ExitCode, ErrorClass: t.ErrorClass, Error: t.Error, Warning: t.Warning, ReusedFrom: t.ReusedFrom,
-			StartedAt: jsonTime(t.StartedAt), CompletedAt: jsonTime(t.CompletedAt), Sandbox: sandboxes[t.ID], Gating: gating[t.ID]}
-		switch {
-		case !t.StartedAt.IsZero() && !t.CompletedAt.IsZero() && t.CompletedAt.After(t.StartedAt):
-			tv.DurationSeconds = t.CompletedAt.Sub(t.StartedAt).Seconds()
-		case !t.StartedAt.IsZero() && t.Status == domain.Running:
-			tv.DurationSeconds = max(now.Sub(t.StartedAt).Seconds(), 0)
-		}
 		v.byID[t.ID] = len(v.Tasks)
-		v.Tasks = append(v.Tasks, tv)
+		v.Tasks = append(v.Tasks, taskView(t, sandboxes[t.ID], gating[t.ID], now))
 	}
 	// A notification that failed is shown until one goes through.
 	if e, ok, err := st.LastEvent(ctx, project, "notify", "notify_failed"); err != nil {
@@ -228,6 +221,20 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 		v.addNodes(cfg, known, running)
 	}
 	return v, nil
+}
+
+// taskView is t as status shows it at now.
+func taskView(t domain.Task, sandbox string, gating bool, now time.Time) TaskView {
+	tv := TaskView{ID: t.ID, Title: t.Title, Type: t.Type, Status: t.Status, Node: t.Node, Attempt: t.Attempt,
+		ExitCode: t.ExitCode, ErrorClass: t.ErrorClass, Error: t.Error, Warning: t.Warning, ReusedFrom: t.ReusedFrom,
+		StartedAt: jsonTime(t.StartedAt), CompletedAt: jsonTime(t.CompletedAt), Sandbox: sandbox, Gating: gating}
+	switch {
+	case !t.StartedAt.IsZero() && !t.CompletedAt.IsZero() && t.CompletedAt.After(t.StartedAt):
+		tv.DurationSeconds = t.CompletedAt.Sub(t.StartedAt).Seconds()
+	case !t.StartedAt.IsZero() && t.Status == domain.Running:
+		tv.DurationSeconds = max(now.Sub(t.StartedAt).Seconds(), 0)
+	}
+	return tv
 }
 
 // sortTasks orders tasks as status shows them: the author tasks by ID,

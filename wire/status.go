@@ -189,6 +189,16 @@ func (s *Same) Len() int {
 // ListingLive is NodeStatus.Listing for a reply of `status --live`.
 const ListingLive = "live"
 
+// StatusRequest is one request of `status --serve`, one line of its stdin:
+// the projects to list (every one when none) and, with Live, what `status
+// --live` reads on its stdin. The reply is one line: the NodeStatus that
+// `status` would print for the same flags.
+type StatusRequest struct {
+	Projects []string `json:"projects,omitempty"`
+	Live     bool     `json:"live,omitempty"`
+	LiveRequest
+}
+
 // LiveRequest is what `status --live` reads on stdin: the tasks to report
 // whatever the index says, as "project/ID".
 type LiveRequest struct {

@@ -116,6 +116,12 @@ func readLiveRequest(stdin io.Reader) (named map[string][]string, held map[strin
 			return nil, nil, usageErrorf("status: stdin: want {\"tasks\":[\"project/ID\",…],\"tags\":[\"tag\",…]}: %v", err)
 		}
 	}
+	return checkLiveRequest(req)
+}
+
+// checkLiveRequest checks the names and tags of a live request and returns
+// the names by project and the tags by name.
+func checkLiveRequest(req wire.LiveRequest) (named map[string][]string, held map[string]string, err error) {
 	if len(req.Tags) > 0 && len(req.Tags) != len(req.Tasks) {
 		return nil, nil, usageErrorf("status: stdin: %d tags for %d tasks (want one tag per task, \"\" for none)", len(req.Tags), len(req.Tasks))
 	}

@@ -289,3 +289,47 @@ func TestStatusLiveSame(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusServe: `status --serve` answers one request a line with the
+// reply `status` gives for the same flags, one a line, until its stdin
+// ends; a request it would refuse ends it with that error.
+func TestStatusServe(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	for _, id := range []string{"A", "B"} {
+		tk := newTask(t, root, wire.Launch{Project: "p", Task: id})
+		if err := writeJSONAtomic(tk.path(fileStatus), wire.Status{Task: id, Attempt: 1, Status: wire.StatusRunning}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	full := liveOf(t, root, []string{"p/A", "p/B"})
+	reqs := []wire.StatusRequest{
+		{},
+		{Projects: []string{"p"}, Live: true, LiveRequest: wire.LiveRequest{Tasks: []string{"p/A", "p/B"}, Tags: []string{full.Tasks[0].Tag, ""}}},
+	}
+	var in strings.Builder
+	for _, r := range reqs {
+		doc, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.Write(append(doc, '\n'))
+	}
+	out, code := runWrapper(t, in.String(), "status", "--serve", "--root", root)
+	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	if code != 0 || len(lines) != 2 {
+		t.Fatalf("exit %d, %d replies (want 2): %s", code, len(lines), out)
+	}
+	var first, second wire.NodeStatus
+	if err := json.Unmarshal([]byte(lines[0]), &first); err != nil || first.Listing != "" || listed(first) != "p/A p/B" {
+		t.Fatalf("full request: %q (listing %q), %v; want p/A p/B", listed(first), first.Listing, err)
+	}
+	if err := json.Unmarshal([]byte(lines[1]), &second); err != nil || second.Listing != wire.ListingLive || listed(second) != "p/B" ||
+		second.Same.Len() != 1 || second.Same.Tasks[0] != "p/A" {
+		t.Fatalf("live request: %q (listing %q, same %+v), %v; want p/B in full, p/A the same", listed(second), second.Listing, second.Same, err)
+	}
+	out, code = runWrapper(t, `{"projects":["../x"]}`+"\n", "status", "--serve", "--root", root)
+	wantError(t, out, code, wire.KindUsage)
+	out, code = runWrapper(t, "", "status", "--serve", "--live", "--root", root)
+	wantError(t, out, code, wire.KindUsage)
+}

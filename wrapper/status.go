@@ -1,7 +1,10 @@
 package wrapper
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +24,7 @@ func cmdStatus(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 	var projects stringList
 	fs.Var(&projects, "project", "project to list (repeatable; default all)")
 	live := fs.Bool("live", false, "list only the live index and the tasks named on stdin ({\"tasks\":[\"project/ID\",…]})")
+	serve := fs.Bool("serve", false, "answer requests, one a line on stdin ({\"projects\":[…],\"live\":true,\"tasks\":[…],\"tags\":[…]}), one reply a line, until stdin ends")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -36,6 +40,12 @@ func cmdStatus(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 			return usageErrorf("status: invalid project name %q", p)
 		}
 	}
+	if *serve {
+		if *live || len(projects) > 0 {
+			return usageErrorf("status: --serve takes its projects and --live in each request")
+		}
+		return serveStatus(ctx, root, stdin, stdout)
+	}
 	var ns *wire.NodeStatus
 	if *live {
 		named, held, err := readLiveRequest(stdin)
@@ -50,6 +60,71 @@ func cmdStatus(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 		return err
 	}
 	return printJSON(stdout, ns)
+}
+
+// serveStatus answers status requests (wire.StatusRequest), one a line on
+// in, with one reply a line on out, until in ends: the controller's status
+// calls without a new session and a new process each. A request that does
+// not parse or names what `status` would refuse ends it with that error,
+// which the caller prints as any command's.
+func serveStatus(ctx context.Context, root string, in io.Reader, out io.Writer) error {
+	br := bufio.NewReaderSize(in, 64<<10)
+	for {
+		line, err := readRequestLine(br)
+		if errors.Is(err, io.EOF) && len(line) == 0 {
+			return nil
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		var req wire.StatusRequest
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			return usageErrorf("status: a request: want {\"projects\":[…],\"live\":true,\"tasks\":[…],\"tags\":[…]}: %v", err)
+		}
+		for _, p := range req.Projects {
+			if !validName(p) {
+				return usageErrorf("status: invalid project name %q", p)
+			}
+		}
+		var ns *wire.NodeStatus
+		if req.Live {
+			named, held, err := checkLiveRequest(req.LiveRequest)
+			if err != nil {
+				return err
+			}
+			ns, err = liveStatus(ctx, root, req.Projects, named, held)
+			if err != nil {
+				return err
+			}
+		} else if ns, err = nodeStatus(ctx, root, req.Projects); err != nil {
+			return err
+		}
+		if err := printJSON(out, ns); err != nil {
+			return err
+		}
+	}
+}
+
+// readRequestLine reads one line of br, without its newline, of at most
+// maxLiveRequest bytes.
+func readRequestLine(br *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(line)+len(chunk) > maxLiveRequest+1 {
+			return nil, usageErrorf("status: a request of more than %d bytes", maxLiveRequest)
+		}
+		line = append(line, chunk...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil {
+			return line, err
+		}
+		return bytes.TrimSuffix(line, []byte("\n")), nil
+	}
 }
 
 // validName rejects names that would leave the directory they name a child of.

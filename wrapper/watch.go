@@ -30,8 +30,9 @@ import (
 // A change frame only says where to look: the controller pulls `status` to
 // learn what changed. On Linux inotify tells of new status files at once;
 // elsewhere, or when inotify is out of watches, the task directories are
-// looked at every 100 ms. Whether each supervisor still holds its lock is
-// looked at every second (the kernel tells nobody when a lock is released).
+// looked at every 100 ms. Whether each live supervisor still holds its lock
+// is looked at every second (the kernel tells nobody when a lock is
+// released), every lock every 30 seconds (see fullLiveEvery).
 
 // frameTasks caps the tasks of one change frame: a status.json is read up
 // to 64 KiB, and a frame must stay well under the controller's line limit
@@ -53,6 +54,15 @@ const (
 	// minChangeGap is the shortest time between two looks that file
 	// events cause.
 	minChangeGap = 50 * time.Millisecond
+	// fullLiveEvery is how many of the once-a-second looks pass, while
+	// file events are told, between two that look at every task directory
+	// and probe every lock. The others probe the locks of the supervisors
+	// the last look found alive, the only ones that can die unannounced: a
+	// supervisor that starts writes its status.json, or makes its lock file,
+	// and the event names its task. A node keeps every task directory its
+	// projects ran, and probing them all each second made the work of a
+	// batch grow with the square of its tasks.
+	fullLiveEvery = 30
 )
 
 func cmdWatch(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
@@ -118,6 +128,7 @@ func watch(ctx context.Context, root string, beat time.Duration, out io.Writer, 
 		poll = t.C
 	}
 	var lastLook time.Time
+	liveLooks := 0
 	report := func(changed []string) error {
 		for len(changed) > 0 {
 			n := min(len(changed), frameTasks)
@@ -141,9 +152,16 @@ func watch(ctx context.Context, root string, beat time.Duration, out io.Writer, 
 		case <-beats.C:
 			err = send(wire.Frame{Type: wire.FrameBeat})
 		case <-live.C:
-			// Every directory, every lock: what the events did not say (a
-			// lock released, taken) is found here, once a second.
-			err = report(sc.scan(true))
+			// What the events did not say (a lock released, taken) is
+			// found here, once a second: at the live supervisors while
+			// events come (see fullLiveEvery), at every directory and
+			// lock otherwise.
+			liveLooks++
+			if events != nil && liveLooks%fullLiveEvery != 0 {
+				err = report(sc.scanAlive())
+			} else {
+				err = report(sc.scan(true))
+			}
 		case <-poll:
 			err = report(sc.scan(false))
 		case _, ok := <-events:
@@ -244,8 +262,8 @@ type dirChange struct {
 }
 
 // scanKeys looks at the named task directories only and returns those
-// whose status.json (or presence) changed, sorted; a directory gone is
-// forgotten.
+// whose status.json, supervisor (or presence) changed, sorted; a
+// directory gone is forgotten.
 func (s *scanner) scanKeys(keys map[string]bool) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -260,7 +278,34 @@ func (s *scanner) scanKeys(keys map[string]bool) []string {
 			delete(s.known, key)
 			continue
 		}
-		if s.look(key, dir, false) {
+		// The event may be the lock file's (a supervisor starting, or
+		// ending): its lock is probed.
+		if s.look(key, dir, true) {
+			changed = append(changed, key)
+		}
+	}
+	sort.Strings(changed)
+	return changed
+}
+
+// scanAlive looks at the task directories whose supervisor was alive at
+// their last look, probing their locks, and returns those that changed,
+// sorted; a directory gone is forgotten.
+func (s *scanner) scanAlive() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var changed []string
+	for key, seen := range s.known {
+		if !seen.alive {
+			continue
+		}
+		project, task, _ := strings.Cut(key, "/")
+		dir := filepath.Join(s.root, project, "tasks", task)
+		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+			delete(s.known, key)
+			continue
+		}
+		if s.look(key, dir, true) {
 			changed = append(changed, key)
 		}
 	}

@@ -63,16 +63,17 @@ func newNotifier(root string) (<-chan struct{}, func() dirChange, func()) {
 					delete(n.byWD, ev.Wd)
 				}
 				// Heartbeats, logs and temporary files change all the
-				// time and say nothing: only a status file or a
-				// directory coming or going is worth a look, and only at
-				// the task it names. Directories count where tasks and
+				// time and say nothing: only a status file, a lock file
+				// made or closed by its supervisor, or a directory
+				// coming or going is worth a look, and only at the task
+				// it names. Directories count where tasks and
 				// projects live, not inside a task directory, where the
 				// task itself can make any number of them.
 				depth := n.depth(dir)
 				switch {
 				case ev.Mask&(syscall.IN_IGNORED|syscall.IN_Q_OVERFLOW) != 0:
 					c.all = true
-				case depth == 3 && name == fileStatus:
+				case depth == 3 && (name == fileStatus || name == fileLock):
 					c.keys[n.key(dir)] = true
 				case depth == 2 && ev.Mask&syscall.IN_ISDIR != 0:
 					// A task directory made or removed in tasks/.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
+	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
 
@@ -19,10 +20,15 @@ func eventsCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new events until the project finishes"},
 			&cli.BoolFlag{Name: "json", Usage: "one JSON object per line"},
+			&cli.Int64Flag{Name: "after", Usage: "only the events after event `ID` (the id of --json: a cursor)"},
 			runFlag(),
 		},
-	}, "dispatch events <project> [-f] [--json]", func(c *cli.Context, e *env, st *store.Store, project string) error {
+	}, "dispatch events <project> [-f] [--json] [--after ID]", func(c *cli.Context, e *env, st *store.Store, project string) error {
 		ctx := c.Context
+		last := c.Int64("after")
+		if last < 0 {
+			return usagef("dispatch events "+project+" --json --after 0", "--after takes an event id, 0 or more, not %d", last)
+		}
 		at, err := atRun(c, st, project, "dispatch events "+project+" --run 1")
 		if err != nil {
 			return err
@@ -31,7 +37,6 @@ func eventsCommand() *cli.Command {
 		follow := c.Bool("follow") && at == st
 		st = at
 		enc := json.NewEncoder(e.out)
-		var last int64
 		for {
 			evs, err := st.Events(ctx, project, last, 0)
 			if err != nil {
@@ -40,7 +45,7 @@ func eventsCommand() *cli.Command {
 			for _, ev := range evs {
 				last = ev.ID
 				if c.Bool("json") {
-					if err := enc.Encode(eventJSON(ev)); err != nil {
+					if err := enc.Encode(readmodel.Event(ev)); err != nil {
 						return err
 					}
 					continue
@@ -64,25 +69,6 @@ func eventsCommand() *cli.Command {
 			}
 		}
 	})
-}
-
-// eventView is one event in `dispatch events --json`.
-type eventView struct {
-	ID      int64  `json:"id"`
-	Time    string `json:"time"`
-	Project string `json:"project"`
-	Task    string `json:"task"`
-	Attempt int    `json:"attempt"`
-	Kind    string `json:"kind"`
-	From    string `json:"from"`
-	To      string `json:"to"`
-	Node    string `json:"node"`
-	Message string `json:"message"`
-}
-
-func eventJSON(ev store.Event) eventView {
-	return eventView{ID: ev.ID, Time: ev.Time.UTC().Format(time.RFC3339Nano), Project: ev.Project, Task: ev.Task,
-		Attempt: ev.Attempt, Kind: ev.Kind, From: ev.FromStatus, To: ev.ToStatus, Node: ev.Node, Message: ev.Message}
 }
 
 func eventText(ev store.Event) string {

@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dispatch-tool/dispatch/home"
+	"github.com/dispatch-tool/dispatch/httpapi"
 	"github.com/dispatch-tool/dispatch/nodes"
 )
 
@@ -145,7 +146,7 @@ func configVars(cfg *nodes.Config) []string {
 	return out
 }
 
-func serveInstall(c *cli.Context, e *env) error {
+func serveInstall(c *cli.Context, e *env, web *httpapi.Listen) error {
 	cfg, err := e.loadConfig()
 	if err != nil {
 		return err
@@ -161,11 +162,7 @@ func serveInstall(c *cli.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	argv := append([]string{exe}, globalArgs(c, e)...)
-	argv = append(argv, "serve")
-	if c.IsSet("poll") {
-		argv = append(argv, "--poll", c.Duration("poll").String())
-	}
+	argv := append([]string{exe}, serveArgs(c, e, web)...)
 	sf, err := serviceFor(runtime.GOOS, e.home, argv, userHome, os.Getenv("XDG_CONFIG_HOME"))
 	if err != nil {
 		return err

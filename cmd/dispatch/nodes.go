@@ -21,11 +21,11 @@ import (
 	"golang.org/x/term"
 
 	"github.com/dispatch-tool/dispatch/controller"
-	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/nodes/sshnode"
+	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wire"
 )
@@ -56,24 +56,7 @@ func nodesCommand() *cli.Command {
 	}
 }
 
-// nodeView is one node in `dispatch nodes --json`.
-type nodeView struct {
-	Name              string  `json:"name"`
-	Address           string  `json:"address"`
-	State             string  `json:"state"`
-	Slots             int     `json:"slots"`
-	Running           int     `json:"running"`
-	MemAvailableBytes int64   `json:"mem_available_bytes"`
-	Load1             float64 `json:"load1"`
-	DiskFreeBytes     int64   `json:"disk_free_bytes"`
-	OS                string  `json:"os"`
-	Arch              string  `json:"arch"`
-	WrapperVersion    string  `json:"wrapper_version"`
-	RTTMillis         float64 `json:"rtt_ms"`
-	LastSeen          string  `json:"last_seen"`
-	LastError         string  `json:"last_error"`
-}
-
+// nodesList is `dispatch nodes`.
 func nodesList(c *cli.Context) error {
 	ctx := c.Context
 	e, err := newEnv(c)
@@ -87,54 +70,22 @@ func nodesList(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	known := map[string]store.Node{}
-	running := map[string]int{}
 	st, err := store.OpenReadOnly(ctx, e.dbPath())
 	switch {
 	case err == nil:
 		defer st.Close()
-		ns, err := st.Nodes(ctx)
-		if err != nil {
-			return err
-		}
-		for _, n := range ns {
-			known[n.Name] = n
-		}
-		ps, err := st.Projects(ctx)
-		if err != nil {
-			return err
-		}
-		for _, p := range ps {
-			tasks, err := st.Tasks(ctx, p.Name)
-			if err != nil {
-				return err
-			}
-			for _, t := range tasks {
-				if t.Status == domain.Running || t.Status == domain.Claimed {
-					running[t.Node]++
-				}
-			}
-		}
-	case !errors.Is(err, store.ErrNoDatabase):
+	case errors.Is(err, store.ErrNoDatabase):
+		st = nil
+	default:
 		return err
 	}
-	var views []nodeView
-	for _, n := range cfg.Nodes {
-		k := known[n.Name]
-		state := k.State
-		if state == "" {
-			state = store.NodeUnknown
-		}
-		addr := n.SSH
-		if n.IsLocal() {
-			addr = "local"
-		}
-		views = append(views, nodeView{Name: n.Name, Address: addr, State: state, Slots: n.Slots, Running: running[n.Name],
-			MemAvailableBytes: k.MemAvailableBytes, Load1: k.Load1, DiskFreeBytes: k.DiskFreeBytes, OS: k.OS, Arch: k.Arch,
-			WrapperVersion: k.WrapperVersion, RTTMillis: k.RTTMillis, LastSeen: jsonTimeOrEmpty(k.LastSeen), LastError: k.LastError})
+	v, err := readmodel.NodeList(ctx, st, cfg)
+	if err != nil {
+		return err
 	}
+	views := v.Nodes
 	if c.Bool("json") {
-		return writeJSON(e.out, map[string]any{"nodes": views})
+		return writeJSON(e.out, v)
 	}
 	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSTATE\tSLOTS\tMEM AVAILABLE\tLOAD\tPLATFORM\tWRAPPER\tRTT\tLAST ERROR")
@@ -155,13 +106,6 @@ func nodesList(c *cli.Context) error {
 			bytesHuman(v.MemAvailableBytes), v.Load1, platform, wv, rtt, termtext.Clean(firstLine(v.LastError)))
 	}
 	return tw.Flush()
-}
-
-func jsonTimeOrEmpty(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return t.UTC().Format(time.RFC3339Nano)
 }
 
 func firstLine(s string) string {

@@ -9,14 +9,15 @@ import (
 
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
+	"github.com/dispatch-tool/dispatch/readmodel"
 )
 
 // nodesJSON is `dispatch nodes --json`.
 type nodesJSON struct {
-	Nodes []nodeView `json:"nodes"`
+	Nodes []readmodel.NodeListEntry `json:"nodes"`
 }
 
-func listNodes(t *testing.T, h *sshHome) map[string]nodeView {
+func listNodes(t *testing.T, h *sshHome) map[string]readmodel.NodeListEntry {
 	t.Helper()
 	r := h.run(t, "nodes", "--json")
 	if r.code != 0 {
@@ -26,7 +27,7 @@ func listNodes(t *testing.T, h *sshHome) map[string]nodeView {
 	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
 		t.Fatalf("nodes --json: %v\n%s", err, r)
 	}
-	m := map[string]nodeView{}
+	m := map[string]readmodel.NodeListEntry{}
 	for _, n := range out.Nodes {
 		m[n.Name] = n
 	}

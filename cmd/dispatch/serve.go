@@ -15,10 +15,9 @@ import (
 
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
-	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
+	"github.com/dispatch-tool/dispatch/httpapi"
 	"github.com/dispatch-tool/dispatch/nodes"
-	"github.com/dispatch-tool/dispatch/schedule"
 	"github.com/dispatch-tool/dispatch/service"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
@@ -34,6 +33,12 @@ func serveCommand() *cli.Command {
 			&cli.BoolFlag{Name: "detach", Usage: "run it in the background (log: <home>/dispatch.log, pid: <home>/dispatch.pid)"},
 			&cli.BoolFlag{Name: "install", Usage: "write a systemd user unit (Linux) or a launchd agent (macOS) that runs it, and say how to enable it"},
 			&cli.BoolFlag{Name: "stop", Usage: "stop the running daemon of this home"},
+			&cli.GenericFlag{Name: "http", Value: &httpAddr{}, Usage: "also serve the dashboard and the JSON API on `ADDR` " +
+				"(--http alone: " + httpapi.DefaultAddr + "; every request needs the token in <home>/http.token)"},
+			&cli.StringFlag{Name: "tls-cert", Usage: "with --http, speak TLS with this certificate `FILE` (PEM)"},
+			&cli.StringFlag{Name: "tls-key", Usage: "with --http, the certificate's key `FILE` (PEM)"},
+			&cli.BoolFlag{Name: "insecure-listen", Usage: "with --http, let an address other machines reach serve in clear text: " +
+				"anyone on the network path can read the token and every log"},
 		},
 		Action: serveAction,
 	}
@@ -45,15 +50,17 @@ func serveAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if c.NArg() > 0 {
-		return usagef("dispatch serve [--detach]", "serve takes no arguments, not %q", c.Args().First())
+	web, err := httpListen(c)
+	if err != nil {
+		return err
 	}
 	switch {
 	case c.Bool("stop"):
 		return serveStop(ctx, e)
 	case c.Bool("install"):
-		return serveInstall(c, e)
+		return serveInstall(c, e, web)
 	}
+
 	if c.Duration("poll") < 0 {
 		return usagef("dispatch serve --poll 5s", "--poll must be positive")
 	}
@@ -81,9 +88,22 @@ func serveAction(c *cli.Context) error {
 	}
 	if c.Bool("detach") && os.Getenv(detachedEnv) == "" {
 		lock.Release()
-		return detach(ctx, e, "", serveArgs(c, e))
+		if err := detach(ctx, e, "", serveArgs(c, e, web)); err != nil {
+			return err
+		}
+		if web != nil {
+			return printWebURL(e, *web, "")
+		}
+		return nil
 	}
 	defer lock.Release()
+	if web != nil {
+		stop, err := serveHTTP(e, *web)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	transports, err := openTransports(cfg, nil)
 	if err != nil {
 		return err
@@ -119,13 +139,13 @@ func sortedNames[V any](m map[string]V) []string {
 }
 
 // serveArgs is the command line of the background daemon.
-func serveArgs(c *cli.Context, e *env) []string {
+func serveArgs(c *cli.Context, e *env, web *httpapi.Listen) []string {
 	args := globalArgs(c, e)
 	args = append(args, "serve")
 	if c.IsSet("poll") {
 		args = append(args, "--poll", c.Duration("poll").String())
 	}
-	return args
+	return append(args, webArgs(web)...)
 }
 
 // serveStop asks the home's daemon to end.
@@ -186,7 +206,7 @@ func scheduleAction(c *cli.Context) error {
 	default:
 		return usagef(usage, "schedule takes no argument, or enable|disable and a project")
 	}
-	v, err := scheduleView(ctx, e, time.Now())
+	v, err := schedules(ctx, e, time.Now())
 	if err != nil {
 		return err
 	}
@@ -272,98 +292,6 @@ func scheduleToggle(ctx context.Context, e *env, op, project, usage string) erro
 	return printReply(e, rep, usage)
 }
 
-// ScheduleView is `dispatch schedule --json`.
-type ScheduleView struct {
-	Schedules []ScheduleEntry `json:"schedules"`
-	// Serving says whether a dispatch serve daemon runs on the home.
-	Serving bool `json:"serving"`
-}
-
-// ScheduleEntry is one scheduled project.
-type ScheduleEntry struct {
-	Project string `json:"project"`
-	// Kind is cron, every or at; Schedule the expression as written.
-	Kind     string `json:"kind"`
-	Schedule string `json:"schedule"`
-	Timezone string `json:"timezone,omitempty"`
-	Reuse    bool   `json:"reuse"`
-	Enabled  bool   `json:"enabled"`
-	// NextAt is when the next run is due ("" for none): as the daemon
-	// recorded it, or, before it first ran, as it would be from now.
-	NextAt        string `json:"next_at"`
-	LastRun       int    `json:"last_run"`
-	LastResult    string `json:"last_result"`
-	LastStartedAt string `json:"last_started_at"`
-	Failures      int    `json:"failures"`
-	Skipped       int    `json:"skipped"`
-	CatchUps      int    `json:"catch_ups"`
-	// Problem is what is wrong with a schedule: that does not read.
-	Problem string `json:"problem,omitempty"`
-}
-
-func scheduleView(ctx context.Context, e *env, now time.Time) (*ScheduleView, error) {
-	found, bad, err := spec.LoadSchedules(e.specsDir())
-	if err != nil {
-		return nil, err
-	}
-	recorded := map[string]store.ScheduleState{}
-	st, err := e.openReadOnly(ctx)
-	switch {
-	case err == nil:
-		defer st.Close()
-		scs, err := st.Schedules(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for _, s := range scs {
-			recorded[s.Project] = s
-		}
-	case !errors.Is(err, store.ErrNoDatabase):
-		return nil, err
-	}
-	v := &ScheduleView{Schedules: []ScheduleEntry{}, Serving: daemonRuns(ctx, e.home)}
-	for _, f := range found {
-		sp := f.Schedule
-		en := ScheduleEntry{Project: f.Name, Timezone: sp.Timezone, Reuse: sp.Reuse, Enabled: true}
-		switch {
-		case sp.Cron != "":
-			en.Kind, en.Schedule = "cron", sp.Cron
-		case sp.Every != 0:
-			en.Kind, en.Schedule = "every", sp.Every.String()
-		default:
-			en.Kind, en.Schedule = "at", sp.At
-		}
-		rec, ok := recorded[f.Name]
-		if ok {
-			en.Enabled, en.NextAt = rec.Enabled, jsonTime(rec.NextAt)
-			en.LastRun, en.LastResult, en.LastStartedAt = rec.LastRun, rec.LastResult, jsonTime(rec.LastAt)
-			en.Failures, en.Skipped, en.CatchUps = rec.Failures, rec.Skipped, rec.CatchUps
-			if rec.LastRun > 0 && rec.LastResult == "" {
-				// Ended since the daemon last looked (or with no daemon).
-				en.LastResult = domain.ResultRunning
-				if at, _, err := st.AtRun(ctx, f.Name, rec.LastRun); err == nil {
-					if p, err := at.Project(ctx, f.Name); err == nil && p.State == domain.ProjectDone {
-						en.LastResult = p.Result
-					}
-				}
-			}
-		} else if sch, err := schedule.Parse(sp, time.Local); err == nil {
-			if first, ok := sch.First(now); ok {
-				en.NextAt = jsonTime(first)
-			}
-		}
-		v.Schedules = append(v.Schedules, en)
-	}
-	for _, name := range sortedNames(bad) {
-		en := ScheduleEntry{Project: name, Problem: bad[name].Error()}
-		if rec, ok := recorded[name]; ok {
-			en.Enabled, en.LastRun, en.LastResult = rec.Enabled, rec.LastRun, rec.LastResult
-		}
-		v.Schedules = append(v.Schedules, en)
-	}
-	return v, nil
-}
-
 // daemonRuns reports whether a dispatch serve daemon runs on home: the
 // controller that answers on its socket says what it is.
 func daemonRuns(ctx context.Context, home string) bool {
@@ -373,9 +301,16 @@ func daemonRuns(ctx context.Context, home string) bool {
 	return err == nil && rep.Message == "daemon"
 }
 
-func jsonTime(t time.Time) string {
-	if t.IsZero() {
-		return ""
+// schedules is `dispatch schedule --json`.
+func schedules(ctx context.Context, e *env, now time.Time) (*service.ScheduleView, error) {
+	st, err := e.openReadOnly(ctx)
+	switch {
+	case err == nil:
+		defer st.Close()
+	case errors.Is(err, store.ErrNoDatabase):
+		st = nil
+	default:
+		return nil, err
 	}
-	return t.UTC().Format(time.RFC3339)
+	return service.View(ctx, st, e.specsDir(), daemonRuns(ctx, e.home), now)
 }

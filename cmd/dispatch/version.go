@@ -30,6 +30,18 @@ func versionCommand() *cli.Command {
 // a modified checkout) and the wrapper version, which nodes are checked
 // against on every connect.
 func printVersion(w io.Writer) error {
+	v, rev := buildVersion()
+	wv, err := nodes.NewWrappers().Version()
+	if err != nil {
+		wv = "unknown (" + err.Error() + ")"
+	}
+	fmt.Fprintf(w, "dispatch %s\ncommit: %s\nwrapper: %s\ngo: %s %s/%s\n", v, rev, wv, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return nil
+}
+
+// buildVersion is this binary's version ("dev" for a plain go build) and
+// the commit it was built from.
+func buildVersion() (v, rev string) {
 	v, rev, dirty := version, commit, false
 	if bi, ok := debug.ReadBuildInfo(); ok && rev == "" {
 		if v == "" {
@@ -53,10 +65,5 @@ func printVersion(w io.Writer) error {
 	if dirty {
 		rev += "+dirty"
 	}
-	wv, err := nodes.NewWrappers().Version()
-	if err != nil {
-		wv = "unknown (" + err.Error() + ")"
-	}
-	fmt.Fprintf(w, "dispatch %s\ncommit: %s\nwrapper: %s\ngo: %s %s/%s\n", v, rev, wv, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	return nil
+	return v, rev
 }

@@ -62,7 +62,10 @@ type SSH struct {
 // maxSessions is how many commands run at once on one node's connection.
 const maxSessions = 8
 
-var _ nodes.Transport = (*SSH)(nil)
+var (
+	_ nodes.Transport = (*SSH)(nil)
+	_ nodes.Converser = (*SSH)(nil)
+)
 
 // New resolves the node's ssh: value (command line, user@host[:port] or a
 // ~/.ssh/config alias); it connects nothing yet.
@@ -934,6 +937,78 @@ func (s *SSH) UID(ctx context.Context) (int, error) {
 	s.uid = uid
 	s.mu.Unlock()
 	return uid, nil
+}
+
+// Converse starts argv on the node in a session of its own; see
+// nodes.Converser. The session holds one of the node's session slots until
+// the conversation is closed, which closes the session (in a goroutine of
+// its own: on a hung connection closing may wait, and the caller must not).
+func (s *SSH) Converse(ctx context.Context, argv []string) (conv nodes.Conversation, err error) {
+	if len(argv) == 0 || argv[0] == "" {
+		return nil, errors.New("converse: empty command")
+	}
+	select {
+	case s.sessions <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("converse %s on %s: waiting for a free session: %w", argv[0], s.cfg.Node, ctx.Err())
+	}
+	var sess *ssh.Session
+	defer func() {
+		if err != nil {
+			if sess != nil {
+				go sess.Close()
+			}
+			<-s.sessions
+		}
+	}()
+	c, err := s.connect(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("converse %s on %s: %w", argv[0], s.cfg.Node, err)
+	}
+	if sess, err = c.NewSession(); err != nil {
+		if isConnError(err) {
+			s.reset(c)
+			err = s.unreachable(err)
+		}
+		return nil, fmt.Errorf("converse %s on %s: %w", argv[0], s.cfg.Node, err)
+	}
+	stdin, err := sess.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("converse %s on %s: %w", argv[0], s.cfg.Node, err)
+	}
+	stdout, err := sess.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("converse %s on %s: %w", argv[0], s.cfg.Node, err)
+	}
+	if err := sess.Start(ShellQuote(argv)); err != nil {
+		return nil, fmt.Errorf("converse %s on %s: %w", argv[0], s.cfg.Node, err)
+	}
+	// Closing the session (not its stdin, which a call may be writing to)
+	// ends the command's input, and so the wrapper.
+	conv = nodes.NewLineConversation(stdin, stdout, func() error {
+		go sess.Close()
+		<-s.sessions
+		return nil
+	})
+	return &sshConversation{Conversation: conv, s: s, c: c}, nil
+}
+
+// sshConversation is a conversation on one connection: a call given up on
+// (ctx ended first) drops the connection, as any call's does (see call),
+// since the node is taken for hung.
+type sshConversation struct {
+	nodes.Conversation
+	s *SSH
+	c *ssh.Client
+}
+
+func (sc *sshConversation) Call(ctx context.Context, req []byte, limit int) ([]byte, error) {
+	line, err := sc.Conversation.Call(ctx, req, limit)
+	if err != nil && ctx.Err() != nil {
+		sc.s.reset(sc.c)
+		return nil, &nodes.UnreachableError{Node: sc.s.cfg.Node, Err: fmt.Errorf("no answer: %w", context.Cause(ctx))}
+	}
+	return line, err
 }
 
 // Stream runs argv on the node in a session of its own; see Transport. The

@@ -51,6 +51,7 @@ func Run(t *testing.T, open func(t *testing.T) (nodes.Transport, string)) {
 		{"ExecDeadline", testExecDeadline},
 		{"ExecDetachedChild", testExecDetachedChild},
 		{"Stream", testStream},
+		{"Converse", testConverse},
 		{"Put", testPut},
 		{"PutOverwriteIsAtomic", testPutOverwrite},
 		{"PutFailedReaderLeavesNothing", testPutFailedReader},
@@ -367,6 +368,59 @@ func testStream(t *testing.T, ctx context.Context, tr nodes.Transport, _ string)
 	// The node is still usable.
 	if res := exec(t, ctx, tr, nil, "echo", "ok"); string(res.Stdout) != "ok\n" {
 		t.Errorf("Exec after the streams: %q", res.Stdout)
+	}
+}
+
+// testConverse: a transport that holds conversations (nodes.Converser)
+// answers one line with one line until the conversation is closed or its
+// command ends; a reply too long, or a deadline passed, closes it.
+func testConverse(t *testing.T, ctx context.Context, tr nodes.Transport, _ string) {
+	cv, ok := tr.(nodes.Converser)
+	if !ok {
+		t.Skip("the transport holds no conversation")
+	}
+	echo := []string{"/bin/sh", "-c", `while read -r l; do case $l in long) head -c 3000 /dev/zero | tr '\0' x; echo;; quit) exit 0;; sleep) sleep 30;; *) echo "got $l";; esac; done`}
+	open := func() nodes.Conversation {
+		t.Helper()
+		conv, err := cv.Converse(ctx, echo)
+		if err != nil {
+			t.Fatalf("Converse: %v", err)
+		}
+		t.Cleanup(func() { conv.Close() })
+		return conv
+	}
+	conv := open()
+	for _, req := range []string{"one", "two words"} {
+		if line, err := conv.Call(ctx, []byte(req), 100); err != nil || string(line) != "got "+req {
+			t.Fatalf("Call(%q) = %q, %v", req, line, err)
+		}
+	}
+	if line, err := conv.Call(ctx, []byte("long"), 5000); err != nil || len(line) != 3000 {
+		t.Fatalf("Call of a 3000-byte reply: %d bytes, %v", len(line), err)
+	}
+	if _, err := conv.Call(ctx, []byte("long"), 100); err == nil || !strings.Contains(err.Error(), "more than") {
+		t.Errorf("Call of a reply over the limit: %v, want an error about its length", err)
+	}
+	if _, err := conv.Call(ctx, []byte("one"), 100); !errors.Is(err, nodes.ErrConversationClosed) {
+		t.Errorf("Call after a failed one: %v, want ErrConversationClosed", err)
+	}
+	conv = open()
+	if _, err := conv.Call(ctx, []byte("quit"), 100); !errors.Is(err, nodes.ErrStreamEnded) {
+		t.Errorf("Call the command ends without answering: %v, want ErrStreamEnded", err)
+	}
+	conv = open()
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := conv.Call(short, []byte("sleep"), 100); !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 10*time.Second {
+		t.Errorf("Call past its deadline: %v after %s, want DeadlineExceeded at once", err, time.Since(start))
+	}
+	if err := conv.Close(); err != nil {
+		t.Errorf("Close after a failed call: %v", err)
+	}
+	// The node is still usable.
+	if res := exec(t, ctx, tr, nil, "echo", "ok"); string(res.Stdout) != "ok\n" {
+		t.Errorf("Exec after the conversations: %q", res.Stdout)
 	}
 }
 

@@ -1,0 +1,290 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// freeLoopbackPort is a port on 127.0.0.1 nothing listened on a moment ago.
+func freeLoopbackPort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// apiClient calls a serve --http of a home.
+type apiClient struct {
+	base, token string
+}
+
+func (a apiClient) get(t *testing.T, path string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, a.base+path, nil)
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, []byte(err.Error())
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// stream opens an SSE endpoint; its lines come on the channel.
+func (a apiClient) stream(t *testing.T, path string) <-chan string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, a.base+path, nil)
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %v %v", path, resp, err)
+	}
+	lines := make(chan string, 1000)
+	go func() {
+		defer resp.Body.Close()
+		defer close(lines)
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	return lines
+}
+
+// startServeHTTP runs `dispatch serve --http` on home until the test ends.
+func startServeHTTP(t *testing.T, home string) apiClient {
+	t.Helper()
+	port := freeLoopbackPort(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd, stdout, stderr := dispatchCmd(ctx, nil, "--home", home, "serve", "--http", fmt.Sprintf("127.0.0.1:%d", port))
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			cmd.Process.Kill()
+			<-done
+			t.Errorf("serve --http did not end on SIGTERM:\n%s\n%s", stdout, stderr)
+		}
+	})
+	a := apiClient{base: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if b, err := os.ReadFile(filepath.Join(home, "http.token")); err == nil && len(b) > 0 {
+			a.token = strings.TrimSpace(string(b))
+			if code, _ := a.get(t, "/api/v1/projects"); code == 200 {
+				return a
+			}
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("serve --http ended: %v\n%s\n%s", err, stdout, stderr)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("serve --http did not answer")
+		}
+	}
+}
+
+// jsonValue parses b, dropping the keys whose values change between two
+// reads of a live home (a node's load, the report's time).
+func jsonValue(t *testing.T, what string, b []byte) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("%s: %v\n%s", what, err, b)
+	}
+	var strip func(any)
+	strip = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for _, k := range []string{"generated_at", "last_seen", "rtt_ms", "load1", "mem_available_bytes", "disk_free_bytes"} {
+				delete(x, k)
+			}
+			for _, e := range x {
+				strip(e)
+			}
+		case []any:
+			for _, e := range x {
+				strip(e)
+			}
+		}
+	}
+	strip(v)
+	return v
+}
+
+// TestServeHTTP: serve --http serves the CLI's JSON, the event stream and
+// a live log of a real project on the local node, only with the token.
+func TestServeHTTP(t *testing.T) {
+	t.Parallel()
+	flag := filepath.Join(t.TempDir(), "go")
+	home, _ := opsHome(t, map[string]map[string]string{
+		"web": {
+			"S01-a.md":    "echo a > a.txt\n",
+			"S02-slow.md": fmt.Sprintf("for i in 1 2 3; do echo line $i; done\nwhile [ ! -e %s ]; do sleep 0.05; done\necho finished > s.txt\n", flag),
+			"S03-b.md":    "---\ndepends_on: [S01]\n---\necho b > b.txt\n",
+		},
+	})
+	// The task waits for a file of the test's: outside a sandbox.
+	writeFile(t, filepath.Join(home, "specs", "web", "project.yaml"), "tool: shell\nintegration: false\nsandbox: off\n")
+	api := startServeHTTP(t, home)
+	if fi, err := os.Stat(filepath.Join(home, "http.token")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("http.token: %v %v", fi, err)
+	}
+	if code, _ := (apiClient{base: api.base}).get(t, "/api/v1/projects"); code != 401 {
+		t.Fatalf("without the token: %d", code)
+	}
+	events := api.stream(t, "/api/v1/events?project=web")
+	if r := runDispatch(t, nil, "--home", home, "start", "web", "--detach"); r.code != 0 {
+		t.Fatalf("start: %s", r)
+	}
+	// The stream tells what happens as it is recorded.
+	sawRunning := false
+	for !sawRunning {
+		select {
+		case l, ok := <-events:
+			if !ok {
+				t.Fatal("the event stream ended")
+			}
+			sawRunning = strings.HasPrefix(l, "data: ") && strings.Contains(l, `"task":"S02"`) && strings.Contains(l, `"to":"running"`)
+		case <-time.After(time.Minute):
+			t.Fatal("no event said S02 runs")
+		}
+	}
+	// Its log, followed while it runs.
+	logLines := api.stream(t, "/api/v1/projects/web/tasks/S02/log?follow=1")
+	var got strings.Builder
+	for !strings.Contains(got.String(), "line 3") {
+		select {
+		case l := <-logLines:
+			if v, ok := strings.CutPrefix(l, "data: "); ok {
+				var c struct{ Text string }
+				json.Unmarshal([]byte(v), &c)
+				got.WriteString(c.Text)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("the followed log did not show line 3: %q", got.String())
+		}
+	}
+	if err := os.WriteFile(flag, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ended := false
+	for l := range logLines {
+		ended = ended || l == "event: end"
+	}
+	if !ended {
+		t.Error("the followed log did not end with its attempt")
+	}
+	waitSummary(t, api, "web", "done")
+	compareWithCLI(t, api, home)
+	if code, b := api.get(t, "/api/v1/projects/web/tasks/S02/log?tail=2"); code != 200 || string(b) != "line 2\nline 3\n" {
+		t.Errorf("log tail=2: %d %q", code, b)
+	}
+}
+
+func waitSummary(t *testing.T, api apiClient, project, state string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		code, b := api.get(t, "/api/v1/projects/"+project+"/summary")
+		var s struct{ State string }
+		if code == 200 && json.Unmarshal(b, &s) == nil && s.State == state {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not reach %s: %d %s", project, state, code, b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// compareWithCLI: every endpoint that has a CLI twin answers its JSON.
+func compareWithCLI(t *testing.T, api apiClient, home string) {
+	t.Helper()
+	for path, args := range map[string][]string{
+		"/api/v1/projects/web":               {"status", "web", "--json"},
+		"/api/v1/projects/web?run=1":         {"status", "web", "--json", "--run", "1"},
+		"/api/v1/projects/web/report":        {"report", "web", "--format", "json"},
+		"/api/v1/projects/web/runs":          {"runs", "web", "--json"},
+		"/api/v1/nodes":                      {"nodes", "--json"},
+		"/api/v1/schedules":                  {"schedule", "--json"},
+		"/api/v1/projects/web/tasks/S02/log": {"logs", "web", "S02"},
+	} {
+		code, b := api.get(t, path)
+		r := runDispatch(t, nil, append([]string{"--home", home}, args...)...)
+		if code != 200 || r.code != 0 {
+			t.Errorf("%s: %d %s\n%s", path, code, b, r)
+			continue
+		}
+		if strings.HasSuffix(path, "/log") {
+			if string(b) != r.stdout {
+				t.Errorf("%s = %q, dispatch logs = %q", path, b, r.stdout)
+			}
+			continue
+		}
+		api, cli := jsonValue(t, path, b), jsonValue(t, strings.Join(args, " "), []byte(r.stdout))
+		if fmt.Sprint(api) != fmt.Sprint(cli) {
+			t.Errorf("%s differs from dispatch %s:\nAPI %s\nCLI %s", path, strings.Join(args, " "), b, r.stdout)
+		}
+	}
+}
+
+// TestServeHTTPRefusesExposure: an address other machines reach is refused
+// without TLS (exit 2, with the ways out), and nothing listens.
+func TestServeHTTPRefusesExposure(t *testing.T) {
+	t.Parallel()
+	home, _ := opsHome(t, nil)
+	port := freeLoopbackPort(t)
+	for _, args := range [][]string{
+		{"serve", "--http", fmt.Sprintf("0.0.0.0:%d", port)},
+		{"serve", fmt.Sprintf("--http=:%d", port)},
+		{"serve", "--detach", "--http", fmt.Sprintf("0.0.0.0:%d", port)},
+	} {
+		r := runDispatch(t, nil, append([]string{"--home", home}, args...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, "refusing") || !strings.Contains(r.stderr, "--tls-cert") || !strings.Contains(r.stderr, "ssh -L") {
+			t.Errorf("%v: %s", args, r)
+		}
+	}
+	for _, args := range [][]string{
+		{"serve", "--tls-cert", "c.pem"},
+		{"serve", "--http", "--tls-cert", "c.pem"},
+		{"serve", "--http", "nohost"},
+		{"serve", "extra"},
+	} {
+		if r := runDispatch(t, nil, append([]string{"--home", home}, args...)...); r.code != 2 {
+			t.Errorf("%v: %s", args, r)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(home, "http.token")); err == nil {
+		t.Error("a refused serve made a token")
+	}
+}

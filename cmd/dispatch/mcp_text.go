@@ -1,0 +1,160 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/domain"
+	"github.com/dispatch-tool/dispatch/internal/termtext"
+	"github.com/dispatch-tool/dispatch/readmodel"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+// The first text block of the MCP tools' answers: a few lines an agent
+// reads before the JSON, saying what is, what went wrong and what to call
+// next.
+
+// maxListed is how many failed tasks or runs a summary names.
+const maxListed = 5
+
+// countsText lists the counts that are not zero: "3 completed, 1 failed".
+func countsText(c readmodel.Counts) string {
+	var parts []string
+	for _, s := range []struct {
+		n    int
+		word domain.Status
+	}{{c.Completed, domain.Completed}, {c.Running, domain.Running}, {c.Claimed, domain.Claimed}, {c.Pending, domain.Pending},
+		{c.Failed, domain.Failed}, {c.Blocked, domain.Blocked}, {c.Canceled, domain.Canceled}} {
+		if s.n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", s.n, s.word))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// failedLines names the tasks that failed or are blocked, with the first
+// line of their error.
+func failedLines(tasks []readmodel.TaskView) string {
+	var b strings.Builder
+	n := 0
+	for _, t := range tasks {
+		if t.Status != domain.Failed && t.Status != domain.Blocked {
+			continue
+		}
+		if n == maxListed {
+			b.WriteString("  …\n")
+			break
+		}
+		n++
+		why := t.ErrorClass
+		if msg, _, _ := strings.Cut(t.Error, "\n"); msg != "" {
+			why = strings.TrimSpace(why + ": " + truncate(msg, 200))
+		}
+		fmt.Fprintf(&b, "  %s %s (attempt %d): %s\n", t.ID, t.Status, t.Attempt, termtext.Clean(why))
+	}
+	return b.String()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// statusSummary is a project's status in a few lines.
+func statusSummary(v *readmodel.StatusView) string {
+	c := v.Counts
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: phase %s; %d task(s): %s.\n", v.Project, v.Phase, c.Total(), countsText(c))
+	b.WriteString(failedLines(v.Tasks))
+	q := fmt.Sprintf("{project: %q}", v.Project)
+	switch {
+	case v.Phase == domain.PhaseDone && c.Failed+c.Blocked+c.Canceled == 0:
+		fmt.Fprintf(&b, "Finished. Next: report %s.\n", q)
+	case v.Phase == domain.PhaseDone:
+		fmt.Fprintf(&b, "Finished, not every task passed. Next: report %s; logs of a failed task; retry its ID to run it again.\n", q)
+	case c.Running+c.Claimed+c.Pending > 0:
+		fmt.Fprintf(&b, "In progress. Next: status %s again in a while, or events with a cursor for what changed.\n", q)
+	default:
+		fmt.Fprintf(&b, "Nothing runs or waits now: the project is moving on to its next phase, or it was stopped. Next: status %s again; "+
+			"start resumes a stopped project, retry reruns failed tasks.\n", q)
+	}
+	return b.String()
+}
+
+// reportSummary is a report's outcome in a few lines.
+func reportSummary(r *readmodel.Report) string {
+	t := r.Totals
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s run %d: %s (phase %s). %d task(s): %d completed, %d failed; %d attempt(s); %s; $%.4f; tokens %d in, %d out.\n",
+		r.Project, r.Run, r.Result, r.Phase, t.Tasks, t.Completed, t.Failed, t.Attempts,
+		(time.Duration(t.WallSeconds * float64(time.Second))).Round(time.Second/10), t.CostUSD, t.TokensIn, t.TokensOut)
+	var views []readmodel.TaskView
+	for _, task := range r.Tasks {
+		views = append(views, task.TaskView)
+	}
+	b.WriteString(failedLines(views))
+	if r.Problem != "" {
+		fmt.Fprintf(&b, "Problem: %s\n", termtext.Clean(r.Problem))
+	}
+	if r.Final != "" {
+		fmt.Fprintf(&b, "Final tree: %s\n", r.Final)
+	}
+	q := fmt.Sprintf("{project: %q}", r.Project)
+	switch r.Result {
+	case domain.ResultPassed:
+		b.WriteString("Passed: the outputs are under runs/" + r.Project + "/ in the dispatch home.\n")
+	case "running":
+		fmt.Fprintf(&b, "Still running. Next: status %s until its phase is done.\n", q)
+	default:
+		fmt.Fprintf(&b, "Next: logs of a failed task (its id); retry its ID, or fix its spec and start %s again.\n", q)
+	}
+	return b.String()
+}
+
+// eventsSummary says how many events an answer holds, the next cursor,
+// and the last few of them.
+func eventsSummary(a eventsAnswer) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %d event(s) after cursor %d; next_cursor %d", a.Project, len(a.Events), a.Cursor, a.NextCursor)
+	if a.More {
+		b.WriteString(" (more follow: call events again with it now)")
+	} else {
+		b.WriteString(" (pass it as cursor to get only newer events)")
+	}
+	b.WriteString(".\n")
+	from := max(0, len(a.Events)-10)
+	if from > 0 {
+		fmt.Fprintf(&b, "The last 10:\n")
+	}
+	for _, v := range a.Events[from:] {
+		ev := store.Event{ID: v.ID, Project: v.Project, Task: v.Task, Attempt: v.Attempt, Kind: v.Kind,
+			FromStatus: v.From, ToStatus: v.To, Node: v.Node, Message: v.Message}
+		ev.Time, _ = time.Parse(time.RFC3339Nano, v.Time)
+		fmt.Fprintf(&b, "  #%d %s\n", v.ID, eventText(ev))
+	}
+	return b.String()
+}
+
+// runsSummary lists a project's last runs, one a line.
+func runsSummary(v *readmodel.RunsView) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s has %d run(s)", v.Project, len(v.Runs))
+	from := max(0, len(v.Runs)-maxListed)
+	if from > 0 {
+		fmt.Fprintf(&b, "; the last %d", maxListed)
+	}
+	b.WriteString(":\n")
+	for i := len(v.Runs) - 1; i >= from; i-- {
+		r := v.Runs[i]
+		fmt.Fprintf(&b, "  run %d: %s, by %s, started %s, finished %s; %d task(s) ran, %d reused; $%.4f\n",
+			r.Run, r.Result, r.Trigger, localTime(r.StartedAt), localTime(r.FinishedAt), r.TasksRan, r.TasksReused, r.CostUSD)
+	}
+	b.WriteString("status, report, logs and events take run to read an earlier one.\n")
+	return b.String()
+}

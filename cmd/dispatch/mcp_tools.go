@@ -1,0 +1,330 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/dispatch-tool/dispatch/internal/termtext"
+	"github.com/dispatch-tool/dispatch/readmodel"
+)
+
+// The tools' arguments. A field without omitempty is required; the SDK
+// checks the arguments against the schema it infers from these types and
+// refuses unknown ones. A pointer is an optional number: absent, the
+// CLI's default; given, passed to the CLI, which checks it.
+type (
+	projectIn struct {
+		Project string `json:"project" jsonschema:"the project: the name of its directory under specs/ in the dispatch home"`
+	}
+	startIn struct {
+		Project   string   `json:"project" jsonschema:"the project: the name of its directory under specs/ in the dispatch home"`
+		Fresh     bool     `json:"fresh,omitempty" jsonschema:"a finished project's new run runs every task again, reusing no result"`
+		BudgetUSD *float64 `json:"budget_usd,omitempty" jsonschema:"start nothing new once the project's recorded cost reaches this many US dollars (replaces project.yaml's budget.usd)"`
+	}
+	statusIn struct {
+		Project string `json:"project,omitempty" jsonschema:"the project; without it, every started project"`
+		Run     *int   `json:"run,omitempty" jsonschema:"show this run of the project (default: the latest; see runs)"`
+	}
+	reportIn struct {
+		Project string `json:"project" jsonschema:"the project"`
+		Run     *int   `json:"run,omitempty" jsonschema:"report this run of the project (default: the latest; see runs)"`
+	}
+	logsIn struct {
+		Project string `json:"project" jsonschema:"the project"`
+		ID      string `json:"id" jsonschema:"the task's ID, like S01"`
+		Attempt *int   `json:"attempt,omitempty" jsonschema:"the attempt (default: the latest)"`
+		Run     *int   `json:"run,omitempty" jsonschema:"the run (default: the latest; see runs)"`
+		Lines   *int   `json:"lines,omitempty" jsonschema:"how many of the log's last lines to return (default 200, at most 10000)"`
+	}
+	eventsIn struct {
+		Project string `json:"project" jsonschema:"the project"`
+		Cursor  *int64 `json:"cursor,omitempty" jsonschema:"return the events after this event id: the next_cursor of the previous call (default 0: from the first)"`
+		Run     *int   `json:"run,omitempty" jsonschema:"the run (default: the latest; see runs)"`
+	}
+	idsIn struct {
+		Project string   `json:"project" jsonschema:"the project"`
+		IDs     []string `json:"ids" jsonschema:"the tasks' IDs, like S01"`
+	}
+	stopIn struct {
+		Project string `json:"project" jsonschema:"the project"`
+		Kill    bool   `json:"kill,omitempty" jsonschema:"also cancel the running tasks, killing them on their nodes"`
+	}
+)
+
+// logLines is the default of logs' lines, maxLogLines its largest value.
+const (
+	logLines    = 200
+	maxLogLines = 10000
+)
+
+// maxEvents is the most events one call of events returns; the next call
+// with its next_cursor returns the rest.
+const maxEvents = 500
+
+func addMCPTools(s *mcp.Server, r *cliRunner) {
+	addTool(s, "validate", "Check nodes.yaml and a project's specs, and that a node has each task's tool; returns the plan. Writes nothing (dispatch validate).", r.validate)
+	addTool(s, "start", "Start a project in the background and return at once with its run (dispatch start --detach; a running dispatch serve takes it over). Follow it with status or events.", r.start)
+	addTool(s, "status", "A project's progress: phase, counts, each task's state, nodes (dispatch status --json). Without project: every started project.", r.status)
+	addTool(s, "report", "A project's report: result, totals, every task with its attempts and outputs, failures, verification (dispatch report --format json).", r.report)
+	addTool(s, "logs", "The last lines of a task's log: the tool's stdout and stderr, read from its node while it runs (dispatch logs).", r.logs)
+	addTool(s, "events", "A project's events after a cursor (an event id): every state change of a task, node or phase, and the next cursor (dispatch events --json --after).", r.events)
+	addTool(s, "retry", "Run tasks again (finished, failed, blocked or canceled ones), with their current spec (dispatch retry).", r.opIDs("retry"))
+	addTool(s, "cancel", "Cancel tasks; running ones are killed on their node (dispatch cancel).", r.opIDs("cancel"))
+	addTool(s, "stop", "Start no more of a project's tasks; running ones go on unless kill (dispatch stop). start resumes it.", r.stop)
+	addTool(s, "runs", "A project's runs: result, times, tasks run and reused, cost (dispatch runs --json).", r.runs)
+}
+
+func (r *cliRunner) validate(ctx context.Context, in projectIn) (answer, error) {
+	if err := checkProject("validate", in.Project); err != nil {
+		return answer{}, err
+	}
+	out, res, err := r.output(ctx, cliArgs("validate", nil, in.Project)...)
+	if err != nil {
+		return answer{}, err
+	}
+	plan := termtext.Clean(string(out))
+	text := fmt.Sprintf("%s is valid: each task has a node with its tool. The plan:\n%s%s\nNext: start {project: %q}.",
+		in.Project, plan, notesText(res.notes()), in.Project)
+	return answer{text: text, data: struct {
+		Project string   `json:"project"`
+		Valid   bool     `json:"valid"`
+		Plan    string   `json:"plan"`
+		Notes   []string `json:"notes,omitempty"`
+	}{in.Project, true, plan, res.notes()}}, nil
+}
+
+func (r *cliRunner) start(ctx context.Context, in startIn) (answer, error) {
+	if err := checkProject("start", in.Project); err != nil {
+		return answer{}, err
+	}
+	flags := []string{"--detach"}
+	if in.Fresh {
+		flags = append(flags, "--fresh")
+	}
+	if in.BudgetUSD != nil {
+		flags = append(flags, "--budget-usd", strconv.FormatFloat(*in.BudgetUSD, 'f', -1, 64))
+	}
+	out, res, err := r.output(ctx, cliArgs("start", flags, in.Project)...)
+	if err != nil {
+		return answer{}, err
+	}
+	said := strings.TrimSpace(termtext.Clean(string(out)))
+	data := struct {
+		Project string             `json:"project"`
+		Run     *readmodel.RunView `json:"run,omitempty"`
+		Output  string             `json:"output"`
+		Notes   []string           `json:"notes,omitempty"`
+	}{Project: in.Project, Output: said, Notes: res.notes()}
+	// The run it began (or resumed): the latest of the project's runs.
+	if b, _, err := r.output(ctx, cliArgs("runs", []string{"--json"}, in.Project)...); err == nil {
+		var v readmodel.RunsView
+		if json.Unmarshal(b, &v) == nil && len(v.Runs) > 0 {
+			data.Run = &v.Runs[len(v.Runs)-1]
+		}
+	}
+	text := said + "\n" + notesText(res.notes())
+	if data.Run != nil {
+		text += fmt.Sprintf("Run %d of %s: %s.\n", data.Run.Run, in.Project, data.Run.Result)
+	}
+	text += fmt.Sprintf("Next: status {project: %q} (or events with a cursor) until its phase is done, then report.", in.Project)
+	return answer{text: text, data: data}, nil
+}
+
+func (r *cliRunner) status(ctx context.Context, in statusIn) (answer, error) {
+	var pos []string
+	if in.Project != "" {
+		if err := checkProject("status", in.Project); err != nil {
+			return answer{}, err
+		}
+		pos = append(pos, in.Project)
+	}
+	out, _, err := r.output(ctx, cliArgs("status", intFlag([]string{"--json"}, "run", in.Run), pos...)...)
+	if err != nil {
+		return answer{}, err
+	}
+	var views []readmodel.StatusView
+	if in.Project != "" {
+		var v readmodel.StatusView
+		err = json.Unmarshal(out, &v)
+		views = append(views, v)
+	} else {
+		var all struct {
+			Projects []readmodel.StatusView `json:"projects"`
+		}
+		err = json.Unmarshal(out, &all)
+		views = all.Projects
+	}
+	if err != nil {
+		return answer{}, fmt.Errorf("read dispatch status --json: %w", err)
+	}
+	var b strings.Builder
+	for _, v := range views {
+		b.WriteString(statusSummary(&v))
+	}
+	if len(views) == 0 {
+		b.WriteString("No project has been started yet. Next: validate, then start a project.")
+	}
+	return answer{text: strings.TrimSpace(b.String()), data: json.RawMessage(out), jsonText: true}, nil
+}
+
+func (r *cliRunner) report(ctx context.Context, in reportIn) (answer, error) {
+	if err := checkProject("report", in.Project); err != nil {
+		return answer{}, err
+	}
+	out, _, err := r.output(ctx, cliArgs("report", intFlag([]string{"--format", "json"}, "run", in.Run), in.Project)...)
+	if err != nil {
+		return answer{}, err
+	}
+	var rep readmodel.Report
+	if err := json.Unmarshal(out, &rep); err != nil {
+		return answer{}, fmt.Errorf("read dispatch report --format json: %w", err)
+	}
+	return answer{text: reportSummary(&rep), data: json.RawMessage(out), jsonText: true}, nil
+}
+
+func (r *cliRunner) logs(ctx context.Context, in logsIn) (answer, error) {
+	if err := checkProject("logs", in.Project); err != nil {
+		return answer{}, err
+	}
+	n := logLines
+	if in.Lines != nil {
+		n = *in.Lines
+	}
+	if n < 1 || n > maxLogLines {
+		return answer{}, fmt.Errorf("logs: lines takes 1 to %d, not %d", maxLogLines, n)
+	}
+	flags := intFlag(intFlag(nil, "attempt", in.Attempt), "run", in.Run)
+	t := &tail{n: n}
+	res, err := r.run(ctx, t, cliArgs("logs", flags, in.Project, in.ID)...)
+	if err != nil {
+		return answer{}, err
+	}
+	if res.code != 0 {
+		return answer{}, res.failure(t.text())
+	}
+	log := termtext.Clean(t.text())
+	shown := min(t.total, n)
+	which := "its latest attempt"
+	if in.Attempt != nil {
+		which = fmt.Sprintf("attempt %d", *in.Attempt)
+	}
+	head := fmt.Sprintf("%s/%s, %s: the last %d of %d lines of its log.", in.Project, in.ID, which, shown, t.total)
+	if t.total == 0 {
+		head = fmt.Sprintf("%s/%s, %s: the log is empty.", in.Project, in.ID, which)
+	}
+	return answer{text: head + "\n" + log, data: struct {
+		Project    string `json:"project"`
+		ID         string `json:"id"`
+		Attempt    *int   `json:"attempt,omitempty"`
+		Lines      int    `json:"lines"`
+		TotalLines int    `json:"total_lines"`
+		Log        string `json:"log"`
+	}{in.Project, in.ID, in.Attempt, shown, t.total, log}}, nil
+}
+
+// eventsAnswer is the JSON of the events tool.
+type eventsAnswer struct {
+	Project    string      `json:"project"`
+	Cursor     int64       `json:"cursor"`
+	NextCursor int64       `json:"next_cursor"`
+	More       bool        `json:"more"`
+	Events     []eventView `json:"events"`
+}
+
+func (r *cliRunner) events(ctx context.Context, in eventsIn) (answer, error) {
+	if err := checkProject("events", in.Project); err != nil {
+		return answer{}, err
+	}
+	a := eventsAnswer{Project: in.Project, Events: []eventView{}}
+	if in.Cursor != nil {
+		a.Cursor = *in.Cursor
+	}
+	flags := intFlag([]string{"--json", "--after", strconv.FormatInt(a.Cursor, 10)}, "run", in.Run)
+	out, _, err := r.output(ctx, cliArgs("events", flags, in.Project)...)
+	if err != nil {
+		return answer{}, err
+	}
+	a.NextCursor = a.Cursor
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, mcpMaxOutput)
+	for sc.Scan() {
+		if len(a.Events) == maxEvents {
+			a.More = true
+			break
+		}
+		var ev eventView
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return answer{}, fmt.Errorf("read dispatch events --json: %w", err)
+		}
+		a.Events = append(a.Events, ev)
+		a.NextCursor = ev.ID
+	}
+	return answer{text: eventsSummary(a), data: a, jsonText: true}, nil
+}
+
+// opIDs is retry or cancel: an operator command on tasks.
+func (r *cliRunner) opIDs(op string) func(context.Context, idsIn) (answer, error) {
+	return func(ctx context.Context, in idsIn) (answer, error) {
+		if err := checkProject(op, in.Project); err != nil {
+			return answer{}, err
+		}
+		return r.operator(ctx, in.Project, cliArgs(op, nil, append([]string{in.Project}, in.IDs...)...))
+	}
+}
+
+func (r *cliRunner) stop(ctx context.Context, in stopIn) (answer, error) {
+	if err := checkProject("stop", in.Project); err != nil {
+		return answer{}, err
+	}
+	var flags []string
+	if in.Kill {
+		flags = append(flags, "--kill")
+	}
+	return r.operator(ctx, in.Project, cliArgs("stop", flags, in.Project))
+}
+
+// operator runs retry, cancel or stop and answers with what the
+// controller (or the command itself, when none runs) said.
+func (r *cliRunner) operator(ctx context.Context, project string, args []string) (answer, error) {
+	out, res, err := r.output(ctx, args...)
+	if err != nil {
+		return answer{}, err
+	}
+	said := strings.TrimSpace(termtext.Clean(string(out)))
+	text := fmt.Sprintf("%s\n%sNext: status {project: %q}.", said, notesText(res.notes()), project)
+	return answer{text: text, data: struct {
+		Project string   `json:"project"`
+		Message string   `json:"message"`
+		Notes   []string `json:"notes,omitempty"`
+	}{project, said, res.notes()}}, nil
+}
+
+func (r *cliRunner) runs(ctx context.Context, in projectIn) (answer, error) {
+	if err := checkProject("runs", in.Project); err != nil {
+		return answer{}, err
+	}
+	out, _, err := r.output(ctx, cliArgs("runs", []string{"--json"}, in.Project)...)
+	if err != nil {
+		return answer{}, err
+	}
+	var v readmodel.RunsView
+	if err := json.Unmarshal(out, &v); err != nil {
+		return answer{}, fmt.Errorf("read dispatch runs --json: %w", err)
+	}
+	return answer{text: runsSummary(&v), data: json.RawMessage(out), jsonText: true}, nil
+}
+
+// notesText is a command's notes, one a line, or "".
+func notesText(notes []string) string {
+	if len(notes) == 0 {
+		return ""
+	}
+	return strings.Join(notes, "\n") + "\n"
+}

@@ -1,0 +1,142 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/wire"
+)
+
+// A node's status calls go over one conversation with its wrapper (`status
+// --serve`, one request and one reply a line) held open from one pull to
+// the next, where the transport can hold one (nodes.Converser): a steady
+// pull is then one write and one read on an open session, not a new SSH
+// session and a new wrapper process. A call that fails over it closes it
+// and is made again with Exec, so that what a pull returns, and every
+// error, is what `status` says; the next pull opens a new conversation.
+
+// convRetry is how long a node whose wrapper did not answer a new
+// conversation's first request is pulled with Exec alone.
+const convRetry = 5 * time.Minute
+
+// statusConv is a node's status conversation; its lock guards the fields.
+// Only the node's pulling lane calls over it; Close may come from the
+// controller's goroutine.
+type statusConv struct {
+	mu sync.Mutex
+	// conv runs inst's wrapper; nil when none is open.
+	conv nodes.Conversation
+	inst *nodes.Installed
+	// answered is set once conv answered a request.
+	answered bool
+	// refused is the installation whose wrapper failed a new
+	// conversation's first request, and when: it is pulled with Exec
+	// until convRetry has passed.
+	refused   *nodes.Installed
+	refusedAt time.Time
+}
+
+// open returns the conversation with inst's wrapper, opening one when none
+// is (closing one with an older installation's); nil when tr cannot hold
+// one or inst's wrapper refused lately.
+func (s *statusConv) open(ctx context.Context, tr nodes.Transport, inst *nodes.Installed) (nodes.Conversation, bool) {
+	cv, ok := tr.(nodes.Converser)
+	if !ok {
+		return nil, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conv != nil && s.inst == inst {
+		return s.conv, s.answered
+	}
+	if s.conv != nil {
+		_ = s.conv.Close()
+		s.conv, s.inst = nil, nil
+	}
+	if s.refused == inst && time.Since(s.refusedAt) < convRetry {
+		return nil, false
+	}
+	conv, err := cv.Converse(ctx, []string{inst.Path, "status", "--serve", "--root", inst.WorkDir})
+	if err != nil {
+		return nil, false
+	}
+	s.conv, s.inst, s.answered = conv, inst, false
+	return conv, false
+}
+
+// done records how conv's call went: a failed one closes it, and refuses
+// its installation a while when it was the conversation's first.
+func (s *statusConv) done(conv nodes.Conversation, answered bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		if s.conv == conv {
+			s.answered = true
+		}
+		return
+	}
+	if s.conv == conv {
+		if !answered {
+			s.refused, s.refusedAt = s.inst, time.Now()
+		}
+		s.conv, s.inst = nil, nil
+	}
+	_ = conv.Close()
+}
+
+// close closes the conversation, if one is open.
+func (s *statusConv) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conv != nil {
+		_ = s.conv.Close()
+		s.conv, s.inst = nil, nil
+	}
+}
+
+// askStatus makes n's status call (see nodeStatus) over its conversation
+// when one can be held, else, or when that fails, with Exec.
+func (n *nodeConn) askStatus(ctx context.Context, inst *nodes.Installed, projects []string, live bool, named, tags []string) (*wire.NodeStatus, error) {
+	if conv, answered := n.conv.open(ctx, n.tr, inst); conv != nil {
+		st, err := converseStatus(ctx, conv, inst.Version, projects, live, named, tags)
+		n.conv.done(conv, answered, err)
+		if err == nil {
+			return st, nil
+		}
+	}
+	return nodeStatus(ctx, n.tr, inst.Path, inst.WorkDir, projects, live, named, tags)
+}
+
+// converseStatus is nodeStatus over a conversation: a reply that is not
+// a status of the wrapper version expected (an error the wrapper ended
+// with, a wrapper other than the one installed) is an error.
+func converseStatus(ctx context.Context, conv nodes.Conversation, version string, projects []string, live bool, named, tags []string) (*wire.NodeStatus, error) {
+	req := wire.StatusRequest{Projects: projects, Live: live}
+	if live {
+		req.LiveRequest = wire.LiveRequest{Tasks: named, Tags: tags}
+	}
+	data, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	line, err := conv.Call(ctx, data, nodes.MaxExecOutput)
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	var st wire.NodeStatus
+	if live {
+		st.Tasks = make([]wire.TaskStatus, 0, len(named)+8)
+	}
+	if err := json.Unmarshal(line, &st); err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	if st.WrapperVersion != version || live != (st.Listing == wire.ListingLive) {
+		return nil, fmt.Errorf("status: a reply of wrapper %q (listing %q), not of %q", truncate(st.WrapperVersion, 80), truncate(st.Listing, 20), version)
+	}
+	clampStatus(&st)
+	return &st, nil
+}

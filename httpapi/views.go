@@ -1,0 +1,195 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/dispatch-tool/dispatch/home"
+	"github.com/dispatch-tool/dispatch/readmodel"
+	"github.com/dispatch-tool/dispatch/service"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+// projects is every started project at a glance.
+func (s *Server) projects(w http.ResponseWriter, r *http.Request) {
+	st, err := s.store(r.Context())
+	if errors.Is(err, store.ErrNoDatabase) {
+		writeJSON(w, readmodel.ProjectsView{Projects: []readmodel.ProjectSummary{}})
+		return
+	}
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	v, err := readmodel.Projects(r.Context(), st, s.views(), s.now())
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, v)
+}
+
+// views is nodes.yaml for the views: a nil *nodes.Config must be a nil
+// readmodel.Nodes.
+func (s *Server) views() readmodel.Nodes {
+	if cfg := s.config(); cfg != nil {
+		return cfg
+	}
+	return nil
+}
+
+// status is `dispatch status <p> --json`; ?offset=&limit= window its tasks
+// (and add "page"), ?status= keeps the tasks in that status.
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	st, name := s.project(w, r)
+	if st == nil {
+		return
+	}
+	v, err := readmodel.Status(r.Context(), st, s.views(), name, s.now())
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	q := r.URL.Query()
+	if want := q.Get("status"); want != "" {
+		kept := v.Tasks[:0:0]
+		for _, t := range v.Tasks {
+			if string(t.Status) == want {
+				kept = append(kept, t)
+			}
+		}
+		v.Tasks = kept
+	}
+	if !q.Has("offset") && !q.Has("limit") && !q.Has("status") {
+		writeJSON(w, v)
+		return
+	}
+	offset, err1 := intParam(q.Get("offset"), 0)
+	limit, err2 := intParam(q.Get("limit"), -1)
+	if err := errors.Join(err1, err2); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	writeJSON(w, v.Window(offset, limit))
+}
+
+func intParam(s string, def int) (int, error) {
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is not a count: use a whole number from 0", s)
+	}
+	return n, nil
+}
+
+func (s *Server) summary(w http.ResponseWriter, r *http.Request) {
+	st, name := s.project(w, r)
+	if st == nil {
+		return
+	}
+	v, err := readmodel.Summary(r.Context(), st, s.views(), name, s.now())
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, v)
+}
+
+// report is `dispatch report <p> --format json`.
+func (s *Server) report(w http.ResponseWriter, r *http.Request) {
+	st, name := s.project(w, r)
+	if st == nil {
+		return
+	}
+	v, err := readmodel.BuildReport(r.Context(), st, s.views(), s.Home, name, s.now())
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, v)
+}
+
+// runs is `dispatch runs <p> --json`.
+func (s *Server) runs(w http.ResponseWriter, r *http.Request) {
+	st, name := s.project(w, r)
+	if st == nil {
+		return
+	}
+	v, err := readmodel.Runs(r.Context(), st, name)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, v)
+}
+
+func (s *Server) graph(w http.ResponseWriter, r *http.Request) {
+	st, name := s.project(w, r)
+	if st == nil {
+		return
+	}
+	v, err := readmodel.Graph(r.Context(), st, name)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, v)
+}
+
+func (s *Server) task(w http.ResponseWriter, r *http.Request) {
+	st, name := s.project(w, r)
+	if st == nil {
+		return
+	}
+	v, err := readmodel.Task(r.Context(), st, s.views(), s.Home, name, r.PathValue("id"), s.now())
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, v)
+}
+
+// nodes is `dispatch nodes --json`.
+func (s *Server) nodes(w http.ResponseWriter, r *http.Request) {
+	cfg := s.config()
+	if cfg == nil {
+		writeError(w, http.StatusInternalServerError, fmt.Errorf("%s does not load: dispatch nodes says why", s.Config))
+		return
+	}
+	st, err := s.store(r.Context())
+	if errors.Is(err, store.ErrNoDatabase) {
+		st, err = nil, nil
+	}
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	v, err := readmodel.NodeList(r.Context(), st, cfg)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, v)
+}
+
+// schedules is `dispatch schedule --json`.
+func (s *Server) schedules(w http.ResponseWriter, r *http.Request) {
+	st, err := s.store(r.Context())
+	if errors.Is(err, store.ErrNoDatabase) {
+		st, err = nil, nil
+	}
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	v, err := service.View(r.Context(), st, home.SpecsDir(s.Home), true /* this server runs in dispatch serve */, s.now())
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, v)
+}

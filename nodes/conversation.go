@@ -1,0 +1,130 @@
+package nodes
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// Conversation is a command started once whose stdin and stdout stay open
+// for requests: one line in, one line out. A Conversation is used by one
+// goroutine at a time; Close may come from any.
+type Conversation interface {
+	// Call writes req (one line: it holds no newline) and a newline to the
+	// command's stdin and returns the next line the command prints on
+	// stdout, without the newline. A line longer than limit bytes is an
+	// error. Any error, ctx ending first included, closes the
+	// conversation: a later Call fails at once.
+	Call(ctx context.Context, req []byte, limit int) ([]byte, error)
+	// Close ends the command: its stdin is closed and it is killed if
+	// need be. Calling it more than once is allowed.
+	Close() error
+}
+
+// Converser is a Transport that can hold a command open for requests.
+// Transports that cannot leave it out: callers fall back to Exec.
+type Converser interface {
+	// Converse starts argv, quoted as Exec quotes it, with its stdin and
+	// stdout held open for Calls until the Conversation is closed (or the
+	// connection drops). Its stderr is discarded. ctx bounds the start
+	// only. An open conversation holds one of the node's session slots.
+	Converse(ctx context.Context, argv []string) (Conversation, error)
+}
+
+// ErrConversationClosed is wrapped by the error of a Call on a closed
+// conversation.
+var ErrConversationClosed = errors.New("conversation closed")
+
+// LineConversation is a Conversation over a command's stdin (w) and stdout
+// (r); stop ends the command. Transports build theirs with it.
+type LineConversation struct {
+	w    io.Writer
+	r    *bufio.Reader
+	stop func() error
+
+	once   sync.Once
+	mu     sync.Mutex // guards closed
+	closed bool
+}
+
+// NewLineConversation returns a conversation writing to w and reading from
+// r; stop is called once, by the first Close.
+func NewLineConversation(w io.Writer, r io.Reader, stop func() error) *LineConversation {
+	return &LineConversation{w: w, r: bufio.NewReaderSize(r, 64<<10), stop: stop}
+}
+
+// Call implements Conversation. The request and its reply travel in a
+// goroutine of their own: ctx ending returns at once, whatever the command
+// or the connection does, and the conversation is closed, which ends that
+// goroutine when the command's pipes close.
+func (c *LineConversation) Call(ctx context.Context, req []byte, limit int) ([]byte, error) {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, ErrConversationClosed
+	}
+	type result struct {
+		line []byte
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		line, err := c.roundTrip(req, limit)
+		done <- result{line, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			_ = c.Close()
+		}
+		return r.line, r.err
+	case <-ctx.Done():
+		_ = c.Close()
+		return nil, fmt.Errorf("no reply: %w", context.Cause(ctx))
+	}
+}
+
+// roundTrip writes req and reads the line that answers it.
+func (c *LineConversation) roundTrip(req []byte, limit int) ([]byte, error) {
+	msg := make([]byte, 0, len(req)+1)
+	msg = append(append(msg, req...), '\n')
+	if _, err := c.w.Write(msg); err != nil {
+		return nil, fmt.Errorf("write a request: %w", err)
+	}
+	var long []byte
+	for {
+		chunk, err := c.r.ReadSlice('\n')
+		if len(long)+len(chunk) > limit+1 {
+			return nil, fmt.Errorf("a reply of more than %d bytes", limit)
+		}
+		switch {
+		case err == nil && long == nil:
+			return append([]byte(nil), chunk[:len(chunk)-1]...), nil
+		case err == nil:
+			long = append(long, chunk...)
+			return long[:len(long)-1], nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			long = append(long, chunk...)
+		case errors.Is(err, io.EOF):
+			return nil, fmt.Errorf("read a reply: %w", ErrStreamEnded)
+		default:
+			return nil, fmt.Errorf("read a reply: %w", err)
+		}
+	}
+}
+
+// Close implements Conversation.
+func (c *LineConversation) Close() error {
+	var err error
+	c.once.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
+		err = c.stop()
+	})
+	return err
+}
