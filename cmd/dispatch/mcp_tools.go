@@ -231,18 +231,18 @@ func (r *cliRunner) logs(ctx context.Context, in logsIn) (answer, error) {
 
 // eventsAnswer is the JSON of the events tool.
 type eventsAnswer struct {
-	Project    string      `json:"project"`
-	Cursor     int64       `json:"cursor"`
-	NextCursor int64       `json:"next_cursor"`
-	More       bool        `json:"more"`
-	Events     []eventView `json:"events"`
+	Project    string                `json:"project"`
+	Cursor     int64                 `json:"cursor"`
+	NextCursor int64                 `json:"next_cursor"`
+	More       bool                  `json:"more"`
+	Events     []readmodel.EventView `json:"events"`
 }
 
 func (r *cliRunner) events(ctx context.Context, in eventsIn) (answer, error) {
 	if err := checkProject("events", in.Project); err != nil {
 		return answer{}, err
 	}
-	a := eventsAnswer{Project: in.Project, Events: []eventView{}}
+	a := eventsAnswer{Project: in.Project, Events: []readmodel.EventView{}}
 	if in.Cursor != nil {
 		a.Cursor = *in.Cursor
 	}
@@ -259,7 +259,7 @@ func (r *cliRunner) events(ctx context.Context, in eventsIn) (answer, error) {
 			a.More = true
 			break
 		}
-		var ev eventView
+		var ev readmodel.EventView
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			return answer{}, fmt.Errorf("read dispatch events --json: %w", err)
 		}
