@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dispatch-tool/dispatch/dashboard"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/httpapi"
 )
@@ -131,4 +132,4 @@ func printWebURL(e *env, web httpapi.Listen, bound string) error {
 }
 
 // dashboardUI is the dashboard the API serves at /.
-func dashboardUI() http.Handler { return nil }
+func dashboardUI() http.Handler { return dashboard.Handler() }
