@@ -398,6 +398,18 @@ func TestStatusWindow(t *testing.T) {
 		page.Counts["pending"] != 1000 || page.Project != "p" {
 		t.Fatalf("page: %d tasks from %v, %+v, counts %v", len(page.Tasks), page.Tasks[:1], page.Page, page.Counts)
 	}
+	var rows struct {
+		Tasks []struct {
+			ID        string                 `json:"id"`
+			APIMode   string                 `json:"api_mode"`
+			CostUSD   *float64               `json:"cost_usd"`
+			LastEvent *struct{ Kind string } `json:"last_event"`
+		} `json:"tasks"`
+	}
+	h.getJSON(t, "/api/v1/projects/p?offset=0&limit=2", &rows)
+	if len(rows.Tasks) != 2 || rows.Tasks[0].LastEvent == nil || rows.Tasks[0].LastEvent.Kind != "created" || rows.Tasks[0].CostUSD == nil {
+		t.Fatalf("rows of a window: %+v", rows.Tasks)
+	}
 	h.getJSON(t, "/api/v1/projects/p?offset=990&limit=50", &page)
 	if len(page.Tasks) != 10 {
 		t.Fatalf("last page: %d tasks", len(page.Tasks))

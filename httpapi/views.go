@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/service"
@@ -72,7 +74,12 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	writeJSON(w, v.Window(offset, limit))
+	page, err := v.Window(r.Context(), st, s.views(), offset, limit, s.now())
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, page)
 }
 
 func intParam(s string, def int) (int, error) {
@@ -108,6 +115,15 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 	v, err := readmodel.BuildReport(r.Context(), st, s.views(), s.Home, name, s.now())
 	if err != nil {
 		fail(w, err)
+		return
+	}
+	switch q := r.URL.Query().Get("tasks"); q {
+	case "", "all":
+	case "phase":
+		// The dashboard's integration tab: the phase's own tasks only.
+		v.Tasks = slices.DeleteFunc(v.Tasks, func(t readmodel.ReportTask) bool { return !domain.IsPhaseID(t.ID) })
+	default:
+		writeError(w, http.StatusBadRequest, fmt.Errorf("tasks=%q: use all (the default) or phase (S99, V and F rounds)", q))
 		return
 	}
 	writeJSON(w, v)

@@ -152,23 +152,98 @@ func (s *ProjectSummary) addBudget(ctx context.Context, st *store.Store, p domai
 	return nil
 }
 
-// Window cuts v's tasks to those from offset on, at most limit of them,
-// and says which part it kept.
-func (v *StatusView) Window(offset, limit int) *PagedStatus {
+// Window cuts v's tasks to those from offset on, at most limit of them
+// (all with limit < 0), says which part it kept, and adds to each what
+// the dashboard's table shows of it: its api_mode, tokens and cost in
+// this run, heartbeat and stall timeout while it runs, and its newest
+// event. Reads are per task of the window, never of the whole project.
+func (v *StatusView) Window(ctx context.Context, st *store.Store, cfg Nodes, offset, limit int, now time.Time) (*PagedStatus, error) {
 	total := len(v.Tasks)
 	offset = min(max(offset, 0), total)
 	end := total
 	if limit >= 0 {
 		end = min(offset+limit, total)
 	}
-	return &PagedStatus{StatusView: v, Page: Page{Offset: offset, Limit: limit, Total: total}, tasks: v.Tasks[offset:end]}
+	p, err := st.Project(ctx, v.Project)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]TaskRow, 0, end-offset)
+	for _, tv := range v.Tasks[offset:end] {
+		r, err := taskRow(ctx, st, cfg, p, tv)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r)
+	}
+	return &PagedStatus{StatusView: v, Page: Page{Offset: offset, Limit: limit, Total: total}, rows: rows}, nil
+}
+
+// TaskRow is a task in a windowed status: its status view and more.
+type TaskRow struct {
+	TaskView
+	APIMode      string     `json:"api_mode"`
+	TokensIn     int64      `json:"tokens_in"`
+	TokensOut    int64      `json:"tokens_out"`
+	CostUSD      float64    `json:"cost_usd"`
+	HeartbeatAt  string     `json:"heartbeat_at"`
+	StallSeconds float64    `json:"stall_seconds"`
+	LastEvent    *EventView `json:"last_event"`
+}
+
+func taskRow(ctx context.Context, st *store.Store, cfg Nodes, p domain.Project, tv TaskView) (TaskRow, error) {
+	r := TaskRow{TaskView: tv}
+	as, err := st.Attempts(ctx, p.Name, tv.ID)
+	if err != nil {
+		return r, err
+	}
+	for _, a := range as {
+		if a.Run != p.Run {
+			continue
+		}
+		r.APIMode = a.APIMode
+		r.TokensIn = addSat(r.TokensIn, max(a.TokensIn, 0))
+		r.TokensOut = addSat(r.TokensOut, max(a.TokensOut, 0))
+		r.CostUSD += clampCost(a.CostUSD)
+	}
+	if tv.Status == domain.Running || tv.Status == domain.Claimed {
+		t, err := st.Task(ctx, p.Name, tv.ID)
+		if err != nil {
+			return r, err
+		}
+		r.HeartbeatAt, r.StallSeconds = heartbeat(t, p, cfg)
+	}
+	evs, err := st.TaskEvents(ctx, p.Name, tv.ID, 1)
+	if err != nil {
+		return r, err
+	}
+	if len(evs) == 1 {
+		e := Event(evs[0])
+		r.LastEvent = &e
+	}
+	return r, nil
+}
+
+// heartbeat is when a running task last showed life and the quiet time
+// after which it is stopped.
+func heartbeat(t domain.Task, p domain.Project, cfg Nodes) (string, float64) {
+	var nodeStall time.Duration
+	if cfg != nil {
+		for _, n := range cfg.NodeSlots() {
+			if n.Name == t.Node {
+				nodeStall = n.Stall
+			}
+		}
+	}
+	opts, _ := p.ParseOptions()
+	return jsonTime(t.HeartbeatAt), domain.StallTimeout(t, opts, nodeStall).Seconds()
 }
 
 // PagedStatus is a status with a window of its tasks.
 type PagedStatus struct {
 	*StatusView
-	Page  Page `json:"page"`
-	tasks []TaskView
+	Page Page `json:"page"`
+	rows []TaskRow
 }
 
 // Page says which tasks a windowed view holds of how many.
@@ -178,15 +253,14 @@ type Page struct {
 	Total  int `json:"total"`
 }
 
-// MarshalJSON writes the status with the window's tasks.
+// MarshalJSON writes the status with the window's rows as its tasks.
 func (p *PagedStatus) MarshalJSON() ([]byte, error) {
-	v := *p.StatusView
-	v.Tasks = p.tasks
 	type status StatusView // without this method
 	return json.Marshal(struct {
 		*status
-		Page Page `json:"page"`
-	}{(*status)(&v), p.Page})
+		Tasks []TaskRow `json:"tasks"`
+		Page  Page      `json:"page"`
+	}{(*status)(p.StatusView), p.rows, p.Page})
 }
 
 // GraphView is a project's dependency graph.
@@ -274,17 +348,7 @@ func Task(ctx context.Context, st *store.Store, cfg Nodes, homeDir, project, id 
 	}
 	d.Diffstat = readCapped(filepath.Join(dir, t.ID, "diffstat.txt"), 64<<10)
 	if t.Status == domain.Running || t.Status == domain.Claimed {
-		d.HeartbeatAt = jsonTime(t.HeartbeatAt)
-		var nodeStall time.Duration
-		if cfg != nil {
-			for _, n := range cfg.NodeSlots() {
-				if n.Name == t.Node {
-					nodeStall = n.Stall
-				}
-			}
-		}
-		opts, _ := p.ParseOptions()
-		d.StallSeconds = domain.StallTimeout(t, opts, nodeStall).Seconds()
+		d.HeartbeatAt, d.StallSeconds = heartbeat(t, p, cfg)
 	}
 	return d, nil
 }

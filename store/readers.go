@@ -36,11 +36,18 @@ func (s *Store) LastEventID(ctx context.Context) (int64, error) {
 	return id, nil
 }
 
+// taskEventsSQL reads the newest ?3 events of task ?2 of project ?1 in
+// run (0: the current). "+run" and "+id" keep SQLite on events_task (the
+// task's few events) rather than on an index that walks the whole run's.
+func taskEventsSQL(run int) string {
+	return `SELECT * FROM (` + eventSelect + ` WHERE project = ?1 AND task = ?2 AND +run = ` + runOf(run, 1) +
+		` ORDER BY +id DESC LIMIT ?3) ORDER BY id`
+}
+
 // TaskEvents returns the newest limit events of one task of the project's
 // run, oldest first.
 func (s *Store) TaskEvents(ctx context.Context, project, task string, limit int) ([]Event, error) {
-	out, err := queryRows(ctx, s.db, scanEvent, `SELECT * FROM (`+eventSelect+` WHERE project = ?1 AND task = ?2 AND run = `+
-		runOf(s.run, 1)+` ORDER BY id DESC LIMIT ?3) ORDER BY id`, project, task, limit)
+	out, err := queryRows(ctx, s.db, scanEvent, taskEventsSQL(s.run), project, task, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read the events of %s/%s: %w", project, task, err)
 	}

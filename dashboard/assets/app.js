@@ -478,7 +478,7 @@
   function integrationTab(p, body) {
     const err = el('div'), box = el('div', null, el('p', { class: 'muted', text: 'Loading…' }));
     body.append(err, box);
-    const r = refresher(async () => box.replaceChildren(renderIntegration(p, await api('projects/' + enc(p) + '/report'))), err, 500);
+    const r = refresher(async () => box.replaceChildren(renderIntegration(p, await api('projects/' + enc(p) + '/report?tasks=phase'))), err, 500);
     r.run();
     // The report is the heaviest answer: re-fetch it for the phase's own
     // tasks and project-wide events only.
