@@ -288,3 +288,41 @@ func TestServeHTTPRefusesExposure(t *testing.T) {
 		t.Error("a refused serve made a token")
 	}
 }
+
+// TestServeDetachHTTP: serve --detach --http prints the dashboard's link
+// with its token to the operator, and the daemon serves it; the token is
+// in neither the daemon's log nor its command line.
+func TestServeDetachHTTP(t *testing.T) {
+	t.Parallel()
+	home, _ := opsHome(t, nil)
+	port := freeLoopbackPort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	r := runDispatch(t, nil, "--home", home, "serve", "--detach", "--http", addr)
+	t.Cleanup(func() { runDispatch(t, nil, "--home", home, "serve", "--stop") })
+	tok, err := os.ReadFile(filepath.Join(home, "http.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := strings.TrimSpace(string(tok))
+	if r.code != 0 || !strings.Contains(r.stdout, "dashboard: http://"+addr+"/?token="+token) {
+		t.Fatalf("serve --detach --http: %s", r)
+	}
+	api := apiClient{base: "http://" + addr, token: token}
+	if code, b := api.get(t, "/api/v1/projects"); code != 200 || !strings.Contains(string(b), `"projects": []`) {
+		t.Fatalf("the daemon's API: %d %s", code, b)
+	}
+	pid, _ := os.ReadFile(filepath.Join(home, "dispatch.pid"))
+	cmdline, _ := os.ReadFile("/proc/" + strings.TrimSpace(string(pid)) + "/cmdline")
+	if len(cmdline) == 0 || strings.Contains(string(cmdline), token) || !strings.Contains(string(cmdline), "--http="+addr) {
+		t.Errorf("the daemon's command line: %q", cmdline)
+	}
+	if log := readFile(t, filepath.Join(home, "dispatch.log")); strings.Contains(log, token) || !strings.Contains(log, "http.token") {
+		t.Errorf("the daemon's log:\n%s", log)
+	}
+	if r := runDispatch(t, nil, "--home", home, "serve", "--stop"); r.code != 0 {
+		t.Fatalf("serve --stop: %s", r)
+	}
+	if code, _ := api.get(t, "/api/v1/projects"); code != 0 {
+		t.Errorf("the API still answers after serve --stop: %d", code)
+	}
+}
