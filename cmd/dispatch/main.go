@@ -114,6 +114,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			initCommand(),
 			validateCommand(),
 			startCommand(),
+			runCommand(),
 			statusCommand(),
 			reportCommand(),
 			runsCommand(),

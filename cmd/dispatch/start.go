@@ -53,12 +53,34 @@ const loadGCPercent = 20
 const loadMemoryLimit = 48 << 20
 
 func startAction(c *cli.Context, e *env, name string) error {
-	ctx := c.Context
 	so, err := startOptions(c, name)
 	if err != nil {
 		return err
 	}
-	only := c.StringSlice("nodes")
+	sp := startParams{only: c.StringSlice("nodes"), so: so, poll: c.Duration("poll"), dryRun: c.Bool("dry-run")}
+	if c.Bool("detach") {
+		sp.detach = detachArgs(c, e, name)
+	}
+	return startProject(c.Context, e, name, sp)
+}
+
+// startParams are how startProject starts a project: start's flags, or
+// what `dispatch run` decides.
+type startParams struct {
+	only   []string // use only these nodes (nil: all)
+	so     control.StartOptions
+	poll   time.Duration // 0: nodes.yaml's poll_interval
+	dryRun bool          // print the plan, start nothing
+	// detach is the command line of a background controller that runs
+	// the project instead of this process (nil: run in the foreground).
+	detach []string
+}
+
+// startProject plans the project, hands it to the home's controller when
+// one runs, else becomes that controller and runs it to its end (in the
+// background when sp.detach is set); its error is start's exit status.
+func startProject(ctx context.Context, e *env, name string, sp startParams) error {
+	only, so := sp.only, sp.so
 	// Loading a project makes its garbage all at once (10,000 specs: a few
 	// hundred MB allocated for 40 MB of text): collect it more often until
 	// the project is stored, so the peak stays near what is live.
@@ -73,7 +95,7 @@ func startAction(c *cli.Context, e *env, name string) error {
 	if err != nil {
 		return err
 	}
-	if c.Bool("dry-run") {
+	if sp.dryRun {
 		printPlan(e, cfg, p, rows)
 		return nil
 	}
@@ -86,7 +108,7 @@ func startAction(c *cli.Context, e *env, name string) error {
 	if errors.Is(err, home.ErrLocked) {
 		// One controller serves every project of a home: hand this one to it.
 		// It returns the lock only when the holder went away meanwhile.
-		lock, err = handOff(ctx, e, name, so, c.Bool("detach"))
+		lock, err = handOff(ctx, e, name, so, sp.detach != nil)
 		if lock == nil {
 			return err
 		}
@@ -94,9 +116,9 @@ func startAction(c *cli.Context, e *env, name string) error {
 	if err != nil {
 		return err
 	}
-	if c.Bool("detach") && os.Getenv(detachedEnv) == "" {
+	if sp.detach != nil && os.Getenv(detachedEnv) == "" {
 		lock.Release()
-		return detach(ctx, e, name, detachArgs(c, e, name))
+		return detach(ctx, e, name, sp.detach)
 	}
 	defer lock.Release()
 	st, err := store.Open(ctx, e.dbPath())
@@ -125,7 +147,7 @@ func startAction(c *cli.Context, e *env, name string) error {
 		return nil
 	}
 
-	return runProject(ctx, e, cfg, st, transports, name, only, c.Duration("poll"))
+	return runProject(ctx, e, cfg, st, transports, name, only, sp.poll)
 }
 
 // startOptions are start's flags, checked.
