@@ -82,6 +82,8 @@ type Task struct {
 	//     empty line is appended and then the section: its "## " heading
 	//     line as written and every line up to the next "## " or "# "
 	//     heading, normalised as in 1 and 3.
+	//  5. In a task of a matrix, each {{key}} of the body (step 3's lines)
+	//     is replaced by its value, in one pass, before step 4.
 	Snapshot []byte
 	Hash     string // hex sha256 of Snapshot
 }
