@@ -128,6 +128,18 @@ func TestFanOut(t *testing.T) {
 	}
 	checkFanOutReport(t, home)
 	checkSecretKept(t, home, r)
+
+	// An edited broadcast spec is noticed on its tasks, and one is retried
+	// with the new spec.
+	spec := filepath.Join(home, "specs", "fan", "S02-each.md")
+	writeFile(t, spec, readFile(t, spec)+"true\n")
+	if st := runDispatch(t, nil, "--home", home, "status", "fan"); !strings.Contains(st.stdout, "S02@n1 changed since it ran") {
+		t.Errorf("status does not say S02@n1's spec changed:\n%s", st)
+	}
+	rt := runDispatch(t, env, "--home", home, "retry", "fan", "S02@n1")
+	if rt.code != 0 || !strings.Contains(rt.stdout, "S02@n1 takes its changed spec") {
+		t.Errorf("retry fan S02@n1: %s", rt)
+	}
 }
 
 // checkFanOutReport: S04's retry waited its own retry_backoff (2s, above
@@ -173,6 +185,9 @@ func checkFanOutReport(t *testing.T, home string) {
 		if !strings.Contains(md, want) {
 			t.Errorf("report.md lacks %q:\n%s", want, md)
 		}
+	}
+	if lg := runDispatch(t, nil, "--home", home, "logs", "fan", "S02@n1"); lg.code != 0 {
+		t.Errorf("logs fan S02@n1: %s", lg)
 	}
 	st := runDispatch(t, nil, "--home", home, "status", "fan")
 	if i, j := strings.Index(st.stdout, "S01.3"), strings.Index(st.stdout, "S02@n1"); i < 0 || j < i {
