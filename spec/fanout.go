@@ -9,6 +9,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
 )
 
@@ -89,6 +90,13 @@ func (l *loader) fanKey(y yamlFile, p *parsed, key string, v *yaml.Node) {
 			}
 		}
 	}
+}
+
+func cmpNode(a, b *yaml.Node) *yaml.Node {
+	if a != nil {
+		return a
+	}
+	return b
 }
 
 // matrixLine is the line of the spec's matrix (or matrix_file).
@@ -220,6 +228,13 @@ func (l *loader) checkMatrix(y yamlFile, p *parsed) {
 	if b := t.Broadcast; b != nil && t.Node != "" {
 		y.ErrorAt(b.Line, "remove node: (nodes: pins one task to each node) or nodes: (to run once on that node)", "nodes: and node: are both set")
 	}
+	if at := cmpNode(p.matrixAt, p.matrixFileAt); domain.IsPhaseID(t.ID) && (at != nil || t.Broadcast != nil) {
+		line := p.matrixLine()
+		if line == 0 {
+			line = t.Broadcast.Line
+		}
+		y.ErrorAt(line, "fan out an author task (S01…) instead", "%s is a task of the integration phase, which runs once: it cannot have matrix:, matrix_file: or nodes:", t.ID)
+	}
 	if p.matrixAt != nil && p.matrixFileAt != nil {
 		y.Errorf(p.matrixFileAt, "keep one: the values under matrix:, or every key in a file with matrix_file: {key: FILE, ...}",
 			"matrix and matrix_file are both set")
@@ -228,10 +243,7 @@ func (l *loader) checkMatrix(y yamlFile, p *parsed) {
 	if m == nil {
 		return
 	}
-	at := p.matrixAt
-	if at == nil {
-		at = p.matrixFileAt
-	}
+	at := cmpNode(p.matrixAt, p.matrixFileAt)
 	if n := m.size(); n > MaxMatrix {
 		y.Errorf(at, fmt.Sprintf("make at most %d tasks from one spec: split it, or shorten the lists", MaxMatrix),
 			"matrix makes %.0f tasks, more than %d", n, MaxMatrix)

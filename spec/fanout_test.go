@@ -181,6 +181,8 @@ func TestFanOutErrors(t *testing.T) {
 			[]wantErr{{"p/S02.md", 2, "depends_on: unknown task S01.3; known tasks: S01, S02"}}},
 		{"a matrix depending on itself", map[string]string{"p/S01.md": "---\nmatrix: {a: [x]}\ndepends_on: [S01]\n---\n{{a}}\n"},
 			[]wantErr{{"p/S01.md", 3, "dependency cycle: S01.1 → S01.1"}}},
+		{"a phase task", map[string]string{"p/S99.md": "---\nmatrix: {a: [x]}\n---\n{{a}}\n", "p/V01.md": "---\nnodes: all\n---\nx\n", "p/S01.md": "x\n"},
+			[]wantErr{{"p/S99.md", 2, "S99 is a task of the integration phase"}, {"p/V01.md", 2, "V01 is a task of the integration phase"}}},
 		{"nodes with node", map[string]string{"p/S01.md": "---\nnodes: all\nnode: a\n---\nx\n"},
 			[]wantErr{{"p/S01.md", 2, "nodes: and node: are both set"}}},
 		{"nodes bad word", map[string]string{"p/S01.md": "---\nnodes: some\n---\nx\n"},
