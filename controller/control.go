@@ -198,6 +198,9 @@ func (c *Controller) Retry(ctx context.Context, project string, ids []string) (s
 		// the operator is retrying for.
 		return "", &control.OpError{Msg: fmt.Sprintf("retry %s: the specs do not load, so the edited ones cannot be taken: %v\n  fix: correct them (dispatch validate %s), then retry", project, err, project)}
 	}
+	// A broadcast's tasks are made as at start; should the nodes have
+	// changed since, the tasks not made again keep their snapshots.
+	_ = plan.Expand(c.config(), sp, c.opts.Nodes)
 	for _, t := range sp.Tasks {
 		fresh[t.ID] = t
 	}

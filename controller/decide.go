@@ -632,7 +632,7 @@ func (a *applier) lose(t *domain.Task, msg string) {
 }
 
 func (a *applier) retry(t *domain.Task, from domain.Status, class string) {
-	change, gaveUp := decideRetry(*t, from, class, a.now, a.c.backoff)
+	change, gaveUp := decideRetry(*t, from, class, a.now, func(n int) time.Duration { return a.c.taskBackoff(t.RetryBackoff, n) })
 	switch {
 	case change != nil:
 		a.transition(t, *change)
@@ -692,10 +692,19 @@ func decideRetry(t domain.Task, from domain.Status, class string, now time.Time,
 
 // backoff is the delay before retry n: min(retry_backoff_max,
 // retry_backoff × 2^(n-1)) plus up to 20% jitter.
-func (c *Controller) backoff(n int) time.Duration {
-	base := c.config().Controller.RetryBackoff
+func (c *Controller) backoff(n int) time.Duration { return c.taskBackoff(0, n) }
+
+// taskBackoff is backoff with a task's own retry_backoff as the base (0:
+// the controller's); the cap is retry_backoff_max, or the task's base when
+// that is larger.
+func (c *Controller) taskBackoff(base time.Duration, n int) time.Duration {
+	limit := c.config().Controller.RetryBackoffMax
+	if base <= 0 {
+		base = c.config().Controller.RetryBackoff
+	}
+	limit = max(limit, base)
 	d := time.Duration(float64(base) * math.Pow(2, float64(n-1)))
-	if limit := c.config().Controller.RetryBackoffMax; d > limit || d <= 0 {
+	if d > limit || d <= 0 {
 		d = limit
 	}
 	return d + time.Duration(float64(d)*0.2*c.opts.Jitter())

@@ -386,6 +386,10 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		out.err, out.noRetry = err, true
 		return item, false
 	}
+	if err := c.addTaskEnv(env, t); err != nil {
+		out.err, out.noRetry = err, true
+		return item, false
+	}
 	if policy.IsBuiltinTool(tool) {
 		launch.Transcript = tool
 	}
@@ -682,6 +686,21 @@ func writeTree(w io.Writer, src string) (int64, error) {
 		return total, err
 	}
 	return total, tw.Close()
+}
+
+// addTaskEnv adds the task's own env (front matter env:) to env, over the
+// api_mode's, each ${VAR} expanded from the controller's environment. The
+// values go where the api_mode's do: on the wrapper's stdin, never in argv,
+// launch.json, a log or the database.
+func (c *Controller) addTaskEnv(env map[string]string, t domain.Task) error {
+	for k, v := range t.Env {
+		val, err := nodes.ExpandEnv(v, c.opts.LookupEnv)
+		if err != nil {
+			return fmt.Errorf("task %s, env %s: %w (export it in the controller's environment)", t.ID, k, err)
+		}
+		env[k] = val
+	}
+	return nil
 }
 
 // modeEnv expands an api_mode's env from the controller's environment.

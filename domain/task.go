@@ -67,9 +67,16 @@ type Task struct {
 	Network string
 	// Limits are the task's limits (front matter, else project.yaml);
 	// the node's fill in the rest at launch.
-	Limits    yamlval.Limits
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	Limits yamlval.Limits
+	// Env is added to the task's environment (front matter env:), values
+	// as written: a ${VAR} is expanded from the controller's environment
+	// at launch, like an api_mode's env, and never stored expanded.
+	Env map[string]string
+	// RetryBackoff is the task's own retry_backoff; 0 leaves it to the
+	// controller's.
+	RetryBackoff time.Duration
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
 }
 
 // Attempt is one attempt of a task: its row in attempts.

@@ -951,54 +951,10 @@ func (p *parser) crossCheck(cfg *Config) {
 	}
 }
 
-// ExpandEnv replaces every ${NAME} in s with lookup(NAME); "$$" stands for a
-// literal "$". Any other "$" is a syntax error, so that a value meant as a
-// variable is never passed on verbatim. Every variable lookup reports missing is
-// named in the error. A variable that is set but empty expands to "": wrap
-// lookup to refuse those too.
+// ExpandEnv replaces every ${NAME} in s with lookup(NAME); see
+// yamlval.ExpandEnv.
 func ExpandEnv(s string, lookup func(string) (string, bool)) (string, error) {
-	var b strings.Builder
-	var missing []string
-	for i := 0; i < len(s); {
-		j := strings.IndexByte(s[i:], '$')
-		if j < 0 {
-			b.WriteString(s[i:])
-			break
-		}
-		b.WriteString(s[i : i+j])
-		i += j
-		rest := s[i+1:]
-		switch {
-		case strings.HasPrefix(rest, "$"):
-			b.WriteByte('$')
-			i += 2
-		case strings.HasPrefix(rest, "{"):
-			end := strings.IndexByte(rest, '}')
-			if end < 0 {
-				return "", fmt.Errorf("${ at offset %d is not closed by }", i)
-			}
-			name := rest[1:end]
-			if !envNameRE.MatchString(name) {
-				return "", fmt.Errorf("${%s} at offset %d is not a valid variable reference", name, i)
-			}
-			if v, ok := lookup(name); ok {
-				b.WriteString(v)
-			} else if !contains(missing, name) {
-				missing = append(missing, name)
-			}
-			i += 1 + end + 1
-		default:
-			return "", fmt.Errorf("$ at offset %d must start ${NAME} or be doubled as $$", i)
-		}
-	}
-	switch len(missing) {
-	case 0:
-		return b.String(), nil
-	case 1:
-		return "", fmt.Errorf("environment variable %s is not set", missing[0])
-	default:
-		return "", fmt.Errorf("environment variables %s are not set", strings.Join(missing, ", "))
-	}
+	return yamlval.ExpandEnv(s, lookup)
 }
 
 // peekName returns the name of node item for messages, before it is validated.

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -44,6 +45,9 @@ func (e *Error) Error() string { return strings.Join(e.Problems, "\n") }
 // and says where each may go. A phase task's type is its phase's, whether
 // the author wrote its spec or not.
 func Plan(cfg *nodes.Config, p *spec.Project, only []string, so control.StartOptions) ([]Row, error) {
+	if err := Expand(cfg, p, only); err != nil {
+		return nil, err
+	}
 	var rows []Row
 	var problems []string
 	opts := projectOptionsFor(cfg, p, so)
@@ -77,6 +81,10 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string, so control.StartOpt
 				problems = append(problems, fmt.Sprintf("%s: node %q is not in %s\n  fix: use one of %s", t.File, t.Node, cfg.File, strings.Join(nodeNames(cfg), ", ")))
 				continue
 			}
+		}
+		if why := envProblem(t); why != "" {
+			problems = append(problems, fmt.Sprintf("%s: task %s: %s\n  fix: export it in the controller's environment, or change env: in its front matter", t.File, t.ID, why))
+			continue
 		}
 		st := storeTask(p, t, cfg)
 		row := Row{Task: t, Type: t.Type, Git: p.Config.Source != nil}
@@ -119,6 +127,30 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string, so control.StartOpt
 		return rows, &Error{Problems: problems}
 	}
 	return rows, nil
+}
+
+// Expand makes the tasks of p's broadcasts (front matter nodes:), one per
+// eligible node of cfg (of only, when given): see spec.ExpandBroadcast.
+// Plan calls it; a project expanded before is left as it is.
+func Expand(cfg *nodes.Config, p *spec.Project, only []string) error {
+	var ns []spec.Node
+	for _, n := range cfg.Nodes {
+		if len(only) == 0 || slices.Contains(only, n.Name) {
+			ns = append(ns, spec.Node{Name: n.Name, Tags: n.Tags})
+		}
+	}
+	return p.ExpandBroadcast(ns)
+}
+
+// envProblem says which ${VAR} of t's env: the controller's environment
+// lacks, or "".
+func envProblem(t *spec.Task) string {
+	for _, k := range slices.Sorted(maps.Keys(t.Env)) {
+		if _, err := nodes.ExpandEnv(t.Env[k], os.LookupEnv); err != nil {
+			return fmt.Sprintf("env %s: %v", k, err)
+		}
+	}
+	return ""
 }
 
 // shellNodes lists the nodes of a row that would run it with the built-in

@@ -250,7 +250,7 @@ func archiveRunDir(dir string, n int, reused map[string]int, tasks map[string]do
 		src, dst := filepath.Join(dir, name), filepath.Join(archive, name)
 		// A task's directory, of this run or an earlier one (a task
 		// removed since keeps its attempts' logs in place too).
-		if _, isTask := tasks[name]; isTask || spec.IDPattern.MatchString(name) {
+		if _, isTask := tasks[name]; isTask || spec.TaskIDPattern.MatchString(name) {
 			if fi, err := os.Lstat(src); err == nil && !fi.IsDir() {
 				continue
 			}

@@ -84,6 +84,9 @@ type ReportTask struct {
 	Attempts      []AttemptView `json:"attempts"`
 	Outputs       []OutputView  `json:"outputs"`
 	LogTail       string        `json:"log_tail,omitempty"`
+	// Parent is, for a task of a matrix or a broadcast, the ID of its
+	// spec, which the report lists them under.
+	Parent string `json:"parent,omitempty"`
 }
 
 // AttemptView is one attempt of a task.
@@ -280,6 +283,9 @@ func (r *Report) addTasks(sv *StatusView, files []store.File, attempts map[strin
 			r.Dangerous = append(r.Dangerous, t.ID)
 		}
 		rt := ReportTask{TaskView: t, ReusedFromRun: t.ReusedFrom, Attempts: attempts[t.ID], Outputs: outputs[t.ID]}
+		if spec := domain.SpecID(t.ID); spec != t.ID {
+			rt.Parent = spec
+		}
 		if rt.Attempts == nil {
 			rt.Attempts = []AttemptView{}
 		}
@@ -503,11 +509,40 @@ func (r *Report) mdFirstScreen(b *strings.Builder, failed []string) {
 
 func (r *Report) mdTasks(b *strings.Builder) {
 	b.WriteString("## Tasks\n\n| ID | Title | Status | Node | Attempts | Duration | Error |\n|---|---|---|---|---|---|---|\n")
-	for _, t := range r.Tasks {
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %d | %s | %s |\n", t.ID, mdCell(t.Title), t.Status, t.Node,
+	for i, t := range r.Tasks {
+		id := t.ID
+		if t.Parent != "" {
+			if i == 0 || r.Tasks[i-1].Parent != t.Parent {
+				fmt.Fprintf(b, "| %s | %s | | | | | |\n", t.Parent, r.groupSummary(t.Parent))
+			}
+			id = "↳ " + id
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %d | %s | %s |\n", id, mdCell(t.Title), t.Status, t.Node,
 			len(t.Attempts), FormatSeconds(t.DurationSeconds), mdCell(errText(t.TaskView)))
 	}
 	b.WriteString("\n")
+}
+
+// groupSummary counts the tasks a matrix or broadcast spec made, by
+// status: "3 tasks: 2 completed, 1 failed".
+func (r *Report) groupSummary(parent string) string {
+	n := 0
+	var order []domain.Status
+	count := map[domain.Status]int{}
+	for _, t := range r.Tasks {
+		if t.Parent != parent {
+			continue
+		}
+		n++
+		if count[t.Status]++; count[t.Status] == 1 {
+			order = append(order, t.Status)
+		}
+	}
+	var parts []string
+	for _, s := range order {
+		parts = append(parts, fmt.Sprintf("%d %s", count[s], s))
+	}
+	return fmt.Sprintf("%d tasks: %s", n, strings.Join(parts, ", "))
 }
 
 func (r *Report) mdFailures(b *strings.Builder) {

@@ -237,8 +237,9 @@ func taskView(t domain.Task, sandbox string, gating bool, now time.Time) TaskVie
 	return tv
 }
 
-// sortTasks orders tasks as status shows them: the author tasks by ID,
-// then the phase tasks in the order they came.
+// sortTasks orders tasks as status shows them: the author tasks by ID
+// (a matrix's and a broadcast's after their spec's place, in their order:
+// S01.2 before S01.10), then the phase tasks in the order they came.
 func sortTasks(tasks []domain.Task) {
 	sort.SliceStable(tasks, func(i, j int) bool {
 		pi, pj := domain.IsPhaseID(tasks[i].ID), domain.IsPhaseID(tasks[j].ID)
@@ -248,7 +249,7 @@ func sortTasks(tasks []domain.Task) {
 		if pi && !tasks[i].CreatedAt.Equal(tasks[j].CreatedAt) {
 			return tasks[i].CreatedAt.Before(tasks[j].CreatedAt)
 		}
-		return tasks[i].ID < tasks[j].ID
+		return domain.CompareIDs(tasks[i].ID, tasks[j].ID) < 0
 	})
 }
 

@@ -143,6 +143,14 @@ type sharedContext struct {
 type parsed struct {
 	task     *Task
 	depLines map[string]int
+
+	file     taskFile
+	body     []string  // the body's lines, as in the snapshot
+	sections []section // the contexts appended to the body
+	// matrix is the spec's matrix; matrixAt and matrixFileAt are where
+	// its keys were written (nil: not written).
+	matrix                 *matrix
+	matrixAt, matrixFileAt *yaml.Node
 }
 
 type taskFile struct {
@@ -214,6 +222,7 @@ func (l *loader) load() error {
 			all = append(all, p)
 		}
 	}
+	all = l.expandMatrices(all, known)
 	l.checkDeps(all, known)
 
 	for _, p := range all {
@@ -677,7 +686,8 @@ func (l *loader) loadShared() {
 
 // TaskKeys are the keys a spec's front matter accepts.
 var TaskKeys = []string{"type", "tool", "model", "priority", "depends_on", "timeout",
-	"max_retries", "node", "tags", "context", "stall_timeout", "sandbox", "limits", "network"}
+	"max_retries", "node", "tags", "context", "stall_timeout", "sandbox", "limits", "network",
+	"matrix", "matrix_file", "nodes", "env", "retry_backoff"}
 
 // parseTask parses one task file. It returns nil when the file could not
 // be read as text at all; otherwise problems are reported and the task is
@@ -740,6 +750,9 @@ func (l *loader) parseTask(f taskFile) *parsed {
 				continue
 			}
 		}
+		if p.matrix != nil {
+			l.checkPlaceholders(path, i+1, line, p.matrix)
+		}
 		body = append(body, line)
 	}
 	body = trimBlank(body)
@@ -750,9 +763,18 @@ func (l *loader) parseTask(f taskFile) *parsed {
 	// A clone: a substring would keep the whole file's text alive for as
 	// long as the task.
 	t.Title = strings.Clone(title(body, f))
-	sections := l.contexts(path, refs)
-	// The snapshot is built once, in a buffer of its final size: the body
-	// lines, each ending in LF, then "\n" and each context section.
+	p.file, p.body, p.sections = f, body, l.contexts(path, refs)
+	for _, sec := range p.sections {
+		t.Context = append(t.Context, sec.name)
+	}
+	setSnapshot(t, body, p.sections)
+	return p
+}
+
+// setSnapshot builds t's snapshot and hash, once, in a buffer of its final
+// size: the body lines, each ending in LF, then "\n" and each context
+// section.
+func setSnapshot(t *Task, body []string, sections []section) {
 	size := 0
 	for _, line := range body {
 		size += len(line) + 1
@@ -765,13 +787,11 @@ func (l *loader) parseTask(f taskFile) *parsed {
 		snap = append(append(snap, line...), '\n')
 	}
 	for _, sec := range sections {
-		t.Context = append(t.Context, sec.name)
 		snap = append(append(snap, '\n'), sec.text...)
 	}
 	t.Snapshot = snap
 	sum := sha256.Sum256(t.Snapshot)
 	t.Hash = hex.EncodeToString(sum[:])
-	return p
 }
 
 func cmpOr(a, b string) string {
@@ -813,9 +833,9 @@ func (l *loader) frontMatter(y yamlFile, root *yaml.Node, p *parsed) []item {
 			}
 		case "depends_on":
 			for _, it := range y.list(key, v) {
-				if !IDPattern.MatchString(it.val) {
+				if !depPattern.MatchString(it.val) {
 					l.add(y.File, it.line, fmt.Sprintf("depends_on: %q is not a task ID", it.val),
-						"write task IDs: a capital letter and digits, e.g. S01")
+						"write task IDs: a capital letter and digits, e.g. S01 (or one task of a matrix, e.g. S01.2)")
 					continue
 				}
 				if _, dup := p.depLines[it.val]; !dup {
@@ -865,9 +885,12 @@ func (l *loader) frontMatter(y yamlFile, root *yaml.Node, p *parsed) []item {
 			}
 		case "context":
 			refs = append(refs, y.list(key, v)...)
+		default:
+			l.fanKey(y, p, key, v)
 		}
 	})
 	networkNeedsSandbox(y, t.Network, t.Sandbox, netNode, sbNode)
+	l.checkMatrix(y, p)
 	return refs
 }
 
@@ -938,10 +961,12 @@ func (l *loader) checkDeps(all []*parsed, known map[string]string) {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	// The specs, not every task of their matrices.
+	specIDs := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return strings.Contains(id, ".") })
 	for _, p := range all {
 		for _, d := range p.task.DependsOn {
 			if _, ok := known[d]; !ok {
-				l.add(l.path(known[p.task.ID]), p.depLines[d], fmt.Sprintf("depends_on: unknown task %s; known tasks: %s", d, strings.Join(ids, ", ")),
+				l.add(l.path(known[p.task.ID]), p.depLines[d], fmt.Sprintf("depends_on: unknown task %s; known tasks: %s", d, strings.Join(specIDs, ", ")),
 					"depend on one of the known tasks, or add a spec file for "+d)
 			}
 		}

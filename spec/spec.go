@@ -48,6 +48,23 @@ type Task struct {
 	Tags       []string // the task needs nodes with all of these tags
 	Context    []string // headings of the SHARED_CONTEXT.md sections in Snapshot, in order
 
+	// Parent is, for a task a matrix or a broadcast made, the ID of its
+	// spec (S01 for S01.2, S01@mac1 and S01.2@mac1); "" otherwise.
+	Parent string
+	// Vars are the matrix values substituted into this task, by key; nil
+	// outside a matrix.
+	Vars map[string]string
+	// Broadcast is the spec's nodes: (all, or the nodes with some tags);
+	// ExpandBroadcast replaces the task by one per eligible node.
+	Broadcast *Broadcast
+	// Env is added to the task's environment, values as written: ${VAR}
+	// is expanded from the controller's environment at launch, like an
+	// api_mode's env, and never stored expanded.
+	Env map[string]string
+	// RetryBackoff is the task's own retry_backoff; 0 leaves it to the
+	// controller's.
+	RetryBackoff time.Duration
+
 	// Snapshot is the text given to the tool. Its format is part of the
 	// contract because Hash is compared across versions of dispatch:
 	//
@@ -65,6 +82,8 @@ type Task struct {
 	//     empty line is appended and then the section: its "## " heading
 	//     line as written and every line up to the next "## " or "# "
 	//     heading, normalised as in 1 and 3.
+	//  5. In a task of a matrix, each {{key}} of the body (step 3's lines)
+	//     is replaced by its value, in one pass, before step 4.
 	Snapshot []byte
 	Hash     string // hex sha256 of Snapshot
 }

@@ -72,8 +72,8 @@ func operatorRequest(c *cli.Context, op, usage string, projectOnly bool) error {
 		return usagef(usage, "name the tasks (e.g. S01)")
 	}
 	for _, id := range ids {
-		if !spec.IDPattern.MatchString(id) {
-			return usagef(usage, "%q is not a task ID (a capital letter and digits, like S01)", id)
+		if !spec.TaskIDPattern.MatchString(id) {
+			return usagef(usage, "%q is not a task ID (a capital letter and digits, like S01; S01.2 or S01@mac1 for a task of a matrix or broadcast)", id)
 		}
 	}
 	req := control.Request{Op: op, Project: project, Tasks: ids, Kill: c.Bool("kill")}

@@ -154,7 +154,11 @@ func specChanges(e *env, st *store.Store, project string, c *cli.Context) []stri
 		if t.Status == domain.Pending || t.Status == domain.Blocked {
 			continue
 		}
-		if nt := p.Task(t.ID); nt != nil && nt.Hash != t.SpecHash {
+		nt := p.Task(t.ID)
+		if before, _, ok := strings.Cut(t.ID, "@"); ok && nt == nil {
+			nt = p.Task(before) // a broadcast's task has its spec's snapshot
+		}
+		if nt != nil && nt.Hash != t.SpecHash {
 			notes = append(notes, fmt.Sprintf("%s changed since it ran (dispatch retry %s %s reruns it)", t.ID, project, t.ID))
 		}
 	}
