@@ -126,6 +126,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			logsCommand(),
 			eventsCommand(),
 			cleanupCommand(),
+			pruneCommand(),
 			mcpCommand(),
 			completionCommand(),
 			versionCommand(),
