@@ -41,7 +41,7 @@ func Decide(runs []Run, r yamlval.Retention, now time.Time) []int {
 		switch {
 		case run.Current || run.Active:
 		case r.Runs > 0 && i < r.Runs:
-		case r.Days > 0 && (run.At.IsZero() || now.Sub(run.At) < time.Duration(r.Days)*24*time.Hour):
+		case r.Days > 0 && (run.At.IsZero() || now.Sub(run.At).Hours() < float64(r.Days)*24):
 		default:
 			out = append(out, run.N)
 		}

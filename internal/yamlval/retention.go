@@ -48,9 +48,9 @@ func (d Doc) Retention(v *yaml.Node, where, key string) (Retention, bool) {
 		seen[name] = true
 		switch name {
 		case "runs":
-			r.Runs, _ = d.Int(val, where, key+".runs", 0, 1<<30)
+			r.Runs, _ = d.Int(val, where, key+".runs", 0, MaxInt)
 		case "days":
-			r.Days, _ = d.Int(val, where, key+".days", 0, 1<<20)
+			r.Days, _ = d.Int(val, where, key+".days", 0, MaxInt)
 		}
 	}
 	if len(*d.Problems) != before {

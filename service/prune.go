@@ -1,0 +1,69 @@
+package service
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/prune"
+)
+
+// PruneEvery is how often `dispatch serve` prunes the runs retention lets
+// go, and PruneFirst how long after it starts it prunes first.
+const (
+	PruneEvery = 24 * time.Hour
+	PruneFirst = time.Minute
+)
+
+// DailyPrune prunes, for the daemon, beside its control loop and never in
+// a tick: the prune reads and writes only ended runs, which the
+// controller no longer touches, and its node calls are its own.
+type DailyPrune struct {
+	// Prune prunes every project (prune.Pruner.All with the home's
+	// current nodes.yaml).
+	Prune func(ctx context.Context) ([]prune.Report, error)
+	Log   *slog.Logger
+	// First and Every are the waits before the first prune and between
+	// prunes (PruneFirst and PruneEvery when zero).
+	First, Every time.Duration
+}
+
+// Run prunes after First, then every Every, until ctx ends. A prune that
+// fails is logged; what it left is finished by the next.
+func (d *DailyPrune) Run(ctx context.Context) {
+	first, every := d.First, d.Every
+	if first <= 0 {
+		first = PruneFirst
+	}
+	if every <= 0 {
+		every = PruneEvery
+	}
+	t := time.NewTimer(first)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		reps, err := d.Prune(ctx)
+		for _, r := range reps {
+			for _, msg := range r.Problems {
+				d.Log.Warn("prune: "+msg, keyProject, r.Project)
+			}
+			if len(r.Runs) == 0 {
+				continue
+			}
+			runs, rows, files := 0, 0, 0
+			var bytes int64
+			for _, run := range r.Runs {
+				runs, rows, files, bytes = runs+1, rows+run.RowCount(), files+run.Files, bytes+run.Bytes
+			}
+			d.Log.Info("pruned runs retention lets go", keyProject, r.Project, "runs", runs, "files", files, "bytes", bytes, "rows", rows)
+		}
+		if err != nil && ctx.Err() == nil {
+			d.Log.Error("prune failed; the next one finishes it", "err", err)
+		}
+		t.Reset(every)
+	}
+}
