@@ -4,8 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"time"
-
-	"github.com/dispatch-tool/dispatch/prune"
 )
 
 // PruneEvery is how often `dispatch serve` prunes the runs retention lets
@@ -15,13 +13,22 @@ const (
 	PruneFirst = time.Minute
 )
 
+// Pruned is what a prune removed from one project.
+type Pruned struct {
+	Project           string
+	Runs, Files, Rows int
+	Bytes             int64
+	// Problems are what it could not do, for the next prune to finish.
+	Problems []string
+}
+
 // DailyPrune prunes, for the daemon, beside its control loop and never in
 // a tick: the prune reads and writes only ended runs, which the
 // controller no longer touches, and its node calls are its own.
 type DailyPrune struct {
 	// Prune prunes every project (prune.Pruner.All with the home's
-	// current nodes.yaml).
-	Prune func(ctx context.Context) ([]prune.Report, error)
+	// current nodes.yaml) and says what went.
+	Prune func(ctx context.Context) ([]Pruned, error)
 	Log   *slog.Logger
 	// First and Every are the waits before the first prune and between
 	// prunes (PruneFirst and PruneEvery when zero).
@@ -51,15 +58,9 @@ func (d *DailyPrune) Run(ctx context.Context) {
 			for _, msg := range r.Problems {
 				d.Log.Warn("prune: "+msg, keyProject, r.Project)
 			}
-			if len(r.Runs) == 0 {
-				continue
+			if r.Runs > 0 {
+				d.Log.Info("pruned runs retention lets go", keyProject, r.Project, "runs", r.Runs, "files", r.Files, "bytes", r.Bytes, "rows", r.Rows)
 			}
-			runs, rows, files := 0, 0, 0
-			var bytes int64
-			for _, run := range r.Runs {
-				runs, rows, files, bytes = runs+1, rows+run.RowCount(), files+run.Files, bytes+run.Bytes
-			}
-			d.Log.Info("pruned runs retention lets go", keyProject, r.Project, "runs", runs, "files", files, "bytes", bytes, "rows", rows)
 		}
 		if err != nil && ctx.Err() == nil {
 			d.Log.Error("prune failed; the next one finishes it", "err", err)

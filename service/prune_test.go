@@ -9,8 +9,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/dispatch-tool/dispatch/prune"
 )
 
 // TestDailyPrune: the daemon prunes after First, then every Every, logs
@@ -23,7 +21,7 @@ func TestDailyPrune(t *testing.T) {
 	d := &DailyPrune{
 		Log:   slog.New(slog.NewTextHandler(&log, nil)), // read once Run has returned
 		First: time.Millisecond, Every: 5 * time.Millisecond,
-		Prune: func(context.Context) ([]prune.Report, error) {
+		Prune: func(context.Context) ([]Pruned, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			calls++
@@ -33,7 +31,7 @@ func TestDailyPrune(t *testing.T) {
 			if calls == 3 {
 				cancel()
 			}
-			return []prune.Report{{Project: "app", Runs: []prune.RunReport{{Run: 1, Files: 2, Rows: map[string]int{"events": 3}}}}}, nil
+			return []Pruned{{Project: "app", Runs: 1, Files: 2, Rows: 3}}, nil
 		},
 	}
 	done := make(chan struct{})

@@ -142,12 +142,21 @@ func serveAction(c *cli.Context) error {
 // load); the function it returns stops it and waits for it.
 func pruneDaily(ctx context.Context, e *env, st *store.Store, cfg *nodes.Config) func() {
 	ctx, cancel := context.WithCancel(ctx)
-	d := &service.DailyPrune{Log: e.log, Prune: func(ctx context.Context) ([]prune.Report, error) {
+	d := &service.DailyPrune{Log: e.log, Prune: func(ctx context.Context) ([]service.Pruned, error) {
 		now := cfg
 		if c, err := e.loadConfig(); err == nil {
 			now = c
 		}
-		return (&prune.Pruner{Store: st, Config: now, Home: e.home}).All(ctx, false)
+		reps, err := (&prune.Pruner{Store: st, Config: now, Home: e.home}).All(ctx, false)
+		out := make([]service.Pruned, 0, len(reps))
+		for _, r := range reps {
+			p := service.Pruned{Project: r.Project, Runs: len(r.Runs), Problems: r.Problems}
+			for _, run := range r.Runs {
+				p.Files, p.Bytes, p.Rows = p.Files+run.Files, p.Bytes+run.Bytes, p.Rows+run.RowCount()
+			}
+			out = append(out, p)
+		}
+		return out, err
 	}}
 	var wg sync.WaitGroup
 	wg.Add(1)
