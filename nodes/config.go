@@ -25,7 +25,7 @@ import (
 // reference is checked against them.
 var Keys = map[string][]string{
 	"top":           {"controller", "nodes", "api_modes", "routes", "tools", "notify"},
-	"controller":    {"poll_interval", "heartbeat_timeout", "node_offline_timeout", "max_retries", "retry_backoff", "retry_backoff_max", "max_fix_rounds", "ssh_connect_timeout", "max_parallel_ssh", "collect_max_bytes", "collect_max_files"},
+	"controller":    {"poll_interval", "heartbeat_timeout", "node_offline_timeout", "max_retries", "retry_backoff", "retry_backoff_max", "max_fix_rounds", "ssh_connect_timeout", "max_parallel_ssh", "collect_max_bytes", "collect_max_files", "retention", "log_max_size"},
 	"node":          {"name", "ssh", "slots", "spares", "api_mode", "api_modes", "work_dir", "tool", "min_free_mem", "tags", "dangerous", "strict_host_key_checking", "stall_timeout", "sandbox", "sandbox_paths", "limits", "network"},
 	"sandbox_paths": {"ro", "rw"},
 	"api_mode":      {"env", "max_concurrency", "dangerous", "fallback"},
@@ -62,7 +62,16 @@ type Controller struct {
 	// over either is not collected and fails the task.
 	CollectMaxBytes int64
 	CollectMaxFiles int
+	// Retention is how many ended runs every project keeps unless its
+	// project.yaml says (retention:); unset keeps them all.
+	Retention yamlval.Retention
+	// LogMaxSize is the size at which the controller's dispatch.log is
+	// rotated (log_max_size; three old logs are kept).
+	LogMaxSize int64
 }
+
+// DefaultLogMaxSize is log_max_size when nodes.yaml leaves it out.
+const DefaultLogMaxSize = 50 << 20
 
 // Node is one machine that runs tasks.
 type Node struct {
@@ -236,6 +245,7 @@ var defaultController = Controller{
 	MaxParallelSSH:     16,
 	CollectMaxBytes:    2 << 30,
 	CollectMaxFiles:    100_000,
+	LogMaxSize:         DefaultLogMaxSize,
 }
 
 const defaultSlots = 1
@@ -450,6 +460,18 @@ func (p *parser) controller(n *yaml.Node) Controller {
 				c.CollectMaxBytes = got
 			}
 		}
+	}
+	if v := f["log_max_size"].val; v != nil && !yamlval.IsNull(v) {
+		if got, ok := p.Size(v, "controller", "log_max_size"); ok {
+			if got < 1<<16 {
+				p.Errorf(v, "write a size such as 50MiB", "controller: log_max_size must be at least 64KiB")
+			} else {
+				c.LogMaxSize = got
+			}
+		}
+	}
+	if v := f["retention"].val; v != nil && !yamlval.IsNull(v) {
+		c.Retention, _ = p.Retention(v, "controller", "retention")
 	}
 	return c
 }

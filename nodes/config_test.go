@@ -70,11 +70,12 @@ func TestLoad(t *testing.T) {
 				PollInterval: 5 * time.Second, HeartbeatTimeout: 90 * time.Second, NodeOfflineTimeout: time.Hour,
 				RetryBackoff: time.Second, RetryBackoffMax: time.Second, SSHConnectTimeout: 2500 * time.Millisecond,
 				MaxRetries: 0, MaxFixRounds: 0, MaxParallelSSH: 1, CollectMaxBytes: 512 << 20, CollectMaxFiles: 10,
+				Retention: yamlval.Retention{Runs: 5, Days: 14, Set: true}, LogMaxSize: 1 << 20,
 			},
 			Nodes: []Node{{
 				Name: "gpu_box.2", SSH: "deploy@gpu.example.com:2222", Slots: 3, APIMode: "fast",
 				WorkDir: "/srv/dispatch", Tool: "mine", MinFreeMem: 512 << 20, Tags: []string{"gpu", "big-mem"},
-				Dangerous: true, Sandbox: SandboxAuto, StrictHostKeyChecking: "accept-new", Line: 15,
+				Dangerous: true, Sandbox: SandboxAuto, StrictHostKeyChecking: "accept-new", Line: 17,
 			}},
 			APIModes: map[string]APIMode{"fast": {
 				Env: map[string]string{"KEY": "${FAST_KEY}", "PRICE": "$$5", "N": "3"}, Dangerous: true,

@@ -329,7 +329,7 @@ func (l *loader) readText(path string) (text string, exists, ok bool) {
 
 // ProjectKeys are the keys project.yaml accepts.
 var ProjectKeys = []string{"integration", "verification", "max_fix_rounds", "integration_spec",
-	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget", "notify", "schedule", "sandbox", "limits", "network", "gate"}
+	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget", "notify", "schedule", "sandbox", "limits", "network", "gate", "retention"}
 
 func (l *loader) loadConfig() {
 	path := l.path(ConfigFile)
@@ -404,6 +404,8 @@ func (l *loader) configKey(y yamlFile, c *ProjectConfig, at *configNodes, key st
 		c.Notify = notify.FromYAML(y.Doc, v)
 	case "gate":
 		c.Gate = y.gate(v)
+	case "retention":
+		c.Retention, _ = y.Retention(v, "", key)
 	case "schedule":
 		c.Schedule = y.schedule(v)
 	case "tool":

@@ -128,6 +128,9 @@ type ProjectConfig struct {
 	// Gate is the project's own checks, run by dispatch on the results;
 	// nil for none.
 	Gate *Gate
+	// Retention is how many ended runs the project keeps, over
+	// nodes.yaml's controller.retention when Set.
+	Retention yamlval.Retention
 }
 
 // Gate is project.yaml's gate: commands dispatch runs on results by

@@ -74,6 +74,13 @@ func (s *Store) AtRun(ctx context.Context, project string, n int) (*Store, int, 
 	if n < 1 || n > p.Run {
 		return nil, p.Run, &RunRangeError{Project: project, Run: n, Latest: p.Run}
 	}
+	pruned, err := s.PruneStates(ctx, project)
+	if err != nil {
+		return nil, p.Run, err
+	}
+	if _, gone := pruned[n]; gone {
+		return nil, p.Run, fmt.Errorf("run %d of %s was pruned (retention): `dispatch runs %s` lists the runs kept: %w", n, project, project, ErrNotFound)
+	}
 	at := *s
 	at.run = n
 	return &at, n, nil
@@ -107,7 +114,7 @@ type RunSummary struct {
 	CostUSD     float64
 }
 
-// RunHistory returns every run of a project, the first first, in a few
+// RunHistory returns every run of a project that is not pruned, the first first, in a few
 // queries however many runs there are.
 func (s *Store) RunHistory(ctx context.Context, project string) ([]RunSummary, error) {
 	cur, err := s.Project(ctx, project)
@@ -166,7 +173,17 @@ func (s *Store) RunHistory(ctx context.Context, project string) ([]RunSummary, e
 	if err != nil {
 		return nil, fmt.Errorf("read the runs of %s: %w", project, err)
 	}
-	return out, nil
+	pruned, err := s.PruneStates(ctx, project)
+	if err != nil || len(pruned) == 0 {
+		return out, err
+	}
+	kept := out[:0]
+	for _, r := range out {
+		if _, gone := pruned[r.Project.Run]; !gone {
+			kept = append(kept, r)
+		}
+	}
+	return kept, nil
 }
 
 // BeginRun archives the project's current run (its row, tasks, manifests,

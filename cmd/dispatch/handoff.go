@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -19,6 +20,7 @@ import (
 	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
+	"github.com/dispatch-tool/dispatch/internal/logrotate"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/nodes/sshnode"
 	"github.com/dispatch-tool/dispatch/service"
@@ -27,7 +29,31 @@ import (
 const (
 	// detachedEnv marks the controller process that `start --detach` runs.
 	detachedEnv = "DISPATCH_DETACHED"
+	// detachedLogEnv is the path of the log the detached controller's
+	// stdout and stderr are: it rotates it (see detachedLog).
+	detachedLogEnv = "DISPATCH_DETACHED_LOG"
 )
+
+// detachedLog is the rotated dispatch.log of a detached controller (nil in
+// any other process): main writes through it, and the controller sets its
+// maximum from nodes.yaml.
+var detachedLog *logrotate.File
+
+// openDetachedLog makes the detached controller write its output through
+// a log rotated by size: stdout and stderr (the file its parent opened)
+// are pointed at each new dispatch.log. Outside one it returns the
+// writers as they are.
+func openDetachedLog(stdout, stderr io.Writer) (io.Writer, io.Writer) {
+	path := os.Getenv(detachedLogEnv)
+	if os.Getenv(detachedEnv) == "" || path == "" {
+		return stdout, stderr
+	}
+	if fi, err := os.Stderr.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return stdout, stderr
+	}
+	detachedLog = logrotate.New(path, nodes.DefaultLogMaxSize, 3, os.Stderr, int(os.Stdout.Fd()), int(os.Stderr.Fd()))
+	return detachedLog, detachedLog
+}
 
 // handOffWait is how long a start waits for the controller holding the
 // lock to open its control socket: it takes the lock a moment before it
@@ -138,7 +164,7 @@ func detach(ctx context.Context, e *env, name string, args []string) error {
 	}
 	fmt.Fprintf(logf, "--- %s dispatch %s\n", time.Now().Format(time.RFC3339), strings.Join(args, " "))
 	cmd := exec.Command(exe, args...)
-	cmd.Env = append(os.Environ(), detachedEnv+"=1")
+	cmd.Env = append(os.Environ(), detachedEnv+"=1", detachedLogEnv+"="+logPath)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -271,6 +297,9 @@ func runController(ctx context.Context, e *env, opts controller.Options) (*contr
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	opts.Reload = e.loadConfig
+	if detachedLog != nil && opts.Config != nil {
+		detachedLog.SetMax(opts.Config.Controller.LogMaxSize)
+	}
 	opts.Open = func(cfg *nodes.Config, n nodes.Node) (nodes.Transport, error) { return sshnode.Open(cfg, n, sshEnv) }
 	opts.Hangup = hup
 	if opts.SetSchedule == nil {

@@ -26,7 +26,8 @@ func main() {
 			cancel(interrupted{s})
 		}
 	}()
-	code := run(ctx, os.Args, os.Stdout, os.Stderr)
+	stdout, stderr := openDetachedLog(os.Stdout, os.Stderr)
+	code := run(ctx, os.Args, stdout, stderr)
 	signal.Stop(sigs)
 	close(sigs)
 	os.Exit(interruptedCode(context.Cause(ctx), code))
@@ -127,6 +128,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			logsCommand(),
 			eventsCommand(),
 			cleanupCommand(),
+			pruneCommand(),
 			mcpCommand(),
 			completionCommand(),
 			versionCommand(),

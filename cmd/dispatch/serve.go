@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/httpapi"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/prune"
 	"github.com/dispatch-tool/dispatch/service"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
@@ -121,6 +123,7 @@ func serveAction(c *cli.Context) error {
 		return err
 	}
 	defer done()
+	defer pruneDaily(ctx, e, st, cfg)()
 	fmt.Fprintf(e.out, "dispatch serve: serving %s (pid %d): scheduled runs start when due, dispatch start hands projects to it; "+
 		"dispatch schedule lists the schedules\n", e.home, os.Getpid())
 	err = ctl.Run(ctx, c.Duration("poll"), nil)
@@ -132,6 +135,39 @@ func serveAction(c *cli.Context) error {
 		fmt.Fprintln(e.out, "dispatch serve: stopped (serve --stop); running tasks go on and are collected by the next controller")
 	}
 	return err
+}
+
+// pruneDaily prunes the runs retention lets go once a day beside the
+// control loop, with nodes.yaml as it is then (cfg when it does not
+// load); the function it returns stops it and waits for it.
+func pruneDaily(ctx context.Context, e *env, st *store.Store, cfg *nodes.Config) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	d := &service.DailyPrune{Log: e.log, Prune: func(ctx context.Context) ([]service.Pruned, error) {
+		now := cfg
+		if c, err := e.loadConfig(); err == nil {
+			now = c
+		}
+		reps, err := (&prune.Pruner{Store: st, Config: now, Home: e.home}).All(ctx, false)
+		out := make([]service.Pruned, 0, len(reps))
+		for _, r := range reps {
+			p := service.Pruned{Project: r.Project, Runs: len(r.Runs), Problems: r.Problems}
+			for _, run := range r.Runs {
+				p.Files, p.Bytes, p.Rows = p.Files+run.Files, p.Bytes+run.Bytes, p.Rows+run.RowCount()
+			}
+			out = append(out, p)
+		}
+		return out, err
+	}}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.Run(ctx)
+	}()
+	return func() {
+		cancel()
+		wg.Wait()
+	}
 }
 
 func sortedNames[V any](m map[string]V) []string {

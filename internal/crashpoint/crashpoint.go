@@ -26,6 +26,7 @@ const (
 	AfterImport  = "collect:after-import" // a task's branch set, its attempt not marked collected
 	BeforeFinish = "finish:before-done"   // report written, project not marked done
 	AfterArchive = "run:after-archive"    // a new run's files archived on disk, the run not begun in the database
+	MidPrune     = "prune:mid"            // a pruned run's node directories and files removed, its rows not
 )
 
 var once sync.Once
