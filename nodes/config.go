@@ -169,13 +169,14 @@ type APIMode struct {
 }
 
 // NodeSlots lists the nodes in nodes.yaml's order with their slots,
-// address ("local" for the local node) and stall_timeout, for the read
+// address ("local" for the local node), stall_timeout and sandbox: setting, for the read
 // models (readmodel.Nodes). A nil Config has none.
 func (c *Config) NodeSlots() []struct {
 	Name    string
 	Slots   int
 	Address string
 	Stall   time.Duration
+	Sandbox string
 } {
 	if c == nil {
 		return nil
@@ -185,9 +186,10 @@ func (c *Config) NodeSlots() []struct {
 		Slots   int
 		Address string
 		Stall   time.Duration
+		Sandbox string
 	}, len(c.Nodes))
 	for i, n := range c.Nodes {
-		out[i].Name, out[i].Slots, out[i].Address, out[i].Stall = n.Name, n.Slots, n.SSH, n.Stall
+		out[i].Name, out[i].Slots, out[i].Address, out[i].Stall, out[i].Sandbox = n.Name, n.Slots, n.SSH, n.Stall, n.Sandbox
 		if n.IsLocal() {
 			out[i].Address = "local"
 		}

@@ -29,6 +29,8 @@ type NodeListEntry struct {
 	RTTMillis         float64 `json:"rtt_ms"`
 	LastSeen          string  `json:"last_seen"`
 	LastError         string  `json:"last_error"`
+	// Sandbox is the node's sandbox: setting (on, auto, off).
+	Sandbox string `json:"sandbox"`
 }
 
 // NodeList lists the nodes of cfg with the facts st holds of them and the
@@ -67,7 +69,8 @@ func NodeList(ctx context.Context, st *store.Store, cfg Nodes) (*NodesView, erro
 		}
 		v.Nodes = append(v.Nodes, NodeListEntry{Name: n.Name, Address: n.Address, State: state, Slots: n.Slots, Running: running[n.Name],
 			MemAvailableBytes: k.MemAvailableBytes, Load1: k.Load1, DiskFreeBytes: k.DiskFreeBytes, OS: k.OS, Arch: k.Arch,
-			WrapperVersion: k.WrapperVersion, RTTMillis: k.RTTMillis, LastSeen: jsonTime(k.LastSeen), LastError: k.LastError})
+			WrapperVersion: k.WrapperVersion, RTTMillis: k.RTTMillis, LastSeen: jsonTime(k.LastSeen), LastError: k.LastError,
+			Sandbox: n.Sandbox})
 	}
 	return v, nil
 }

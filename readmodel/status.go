@@ -27,6 +27,7 @@ type NodeSlots = struct {
 	Slots   int
 	Address string
 	Stall   time.Duration
+	Sandbox string
 }
 
 // RunDirName is the directory of runs/<project>/ that keeps an ended run's
