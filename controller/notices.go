@@ -71,10 +71,18 @@ func (c *Controller) addNotice(n notice) {
 	c.notices.mu.Unlock()
 }
 
-// Notify queues a notification the daemon decided (a schedule skipped or
-// disabled) and sends it with what else waits, at once.
-func (c *Controller) Notify(ctx context.Context, project, event, message string) {
-	c.addNotice(notice{project: project, event: event, message: message})
+// Alert is a notification decided outside a tick: by the daemon's
+// schedule checks (a run skipped, a schedule disabled).
+type Alert struct {
+	Project, Event, Message string
+}
+
+// Notify sends alerts at once, with what else waits: one message per
+// target.
+func (c *Controller) Notify(ctx context.Context, alerts ...Alert) {
+	for _, a := range alerts {
+		c.addNotice(notice{project: a.Project, event: a.Event, message: a.Message})
+	}
 	c.flushNotices(ctx)
 }
 
