@@ -89,6 +89,9 @@ func (c *Controller) Notify(ctx context.Context, alerts ...Alert) {
 // flushNotices sends the notices that wait: each to the blocks that want
 // it, one message per target (notify.Group, notify.Bundle).
 func (c *Controller) flushNotices(ctx context.Context) {
+	if ctx.Err() != nil {
+		return // a controller that is ending: drainNotices sends them
+	}
 	c.notices.mu.Lock()
 	pending := c.notices.pending
 	c.notices.pending = nil
