@@ -295,7 +295,6 @@ func (c *Schedules) startScheduled(ctx context.Context, f spec.Scheduled, sch *s
 			if p.Result != domain.ResultPassed {
 				rec.Failures++
 				if schedule.Broken(sch, schedule.State{Failures: rec.Failures}) {
-					rec.NextAt = time.Time{}
 					notes = append(notes, c.breakerTrips(&rec))
 				}
 			} else {
