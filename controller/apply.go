@@ -11,6 +11,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/notify"
 	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wire"
@@ -159,7 +160,11 @@ func (c *Controller) decideApply(snap *snapshot, pulls map[string]*pull, prev ma
 	var plan applyPlan
 	for _, name := range slices.Sorted(maps.Keys(pulls)) {
 		if p := pulls[name]; !p.skipped {
-			plan.nodes = append(plan.nodes, c.nodeRecord(name, p, prev[name], now))
+			n := c.nodeRecord(name, p, prev[name], now)
+			plan.nodes = append(plan.nodes, n)
+			if nt, ok := nodeNotice(prev[name], n); ok {
+				plan.notices = append(plan.notices, nt)
+			}
 		}
 	}
 	a := &applier{c: c, now: now, pulls: pulls, prev: prev, attempts: snap.attempts, projects: snap.facts,
@@ -188,7 +193,8 @@ func (c *Controller) decideApply(snap *snapshot, pulls map[string]*pull, prev ma
 		}
 		a.event(ev)
 	}
-	plan.ops, plan.changed, plan.notices, plan.wake = a.ops, a.changed, a.notices, a.wake
+	plan.ops, plan.changed, plan.wake = a.ops, a.changed, a.wake
+	plan.notices = append(plan.notices, a.notices...)
 	plan.after = a.after
 	plan.after.tasks = current
 	return plan
@@ -414,6 +420,20 @@ func (c *Controller) unkilled() (nodes, tasks map[string]bool) {
 // kills, nor announce the attempt again.
 func killKey(sa staleAttempt) string {
 	return sa.node + "\x00" + taskKey(sa.project, sa.task)
+}
+
+// nodeNotice is the notice of a node that went offline or came back
+// between two records; none for a node seen for the first time.
+func nodeNotice(prev, now store.Node) (notice, bool) {
+	switch {
+	case prev.State == store.NodeOnline && now.State == store.NodeOffline:
+		return notice{event: notify.NodeOffline, node: now.Name, err: now.LastError,
+			message: fmt.Sprintf("node %s is offline: %s; its tasks run elsewhere if it is not back in node_offline_timeout", now.Name, now.LastError)}, true
+	case prev.State == store.NodeOffline && now.State == store.NodeOnline:
+		return notice{event: notify.NodeBack, node: now.Name,
+			message: fmt.Sprintf("node %s is back (offline since %s)", now.Name, prev.OfflineSince.UTC().Format(time.RFC3339))}, true
+	}
+	return notice{}, false
 }
 
 func (c *Controller) nodeRecord(name string, p *pull, prev store.Node, now time.Time) store.Node {

@@ -216,6 +216,9 @@ type TickResult struct {
 // Tick runs one pass of the control loop (SPEC §7 steps 1-7).
 func (c *Controller) Tick(ctx context.Context) (TickResult, error) {
 	var res TickResult
+	// What the tick decided to tell goes out when it ends, one message
+	// per target, its failed attempts' logs collected by then.
+	defer c.flushNotices(ctx)
 	projects, names, err := c.servedProjects(ctx)
 	if err != nil {
 		return res, err

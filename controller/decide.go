@@ -281,6 +281,7 @@ func (a *applier) beat(t *domain.Task, hb string) {
 // the dependents blocked or unblocked by them, then whether the project
 // stops starting tasks.
 func (a *applier) project(name string, tasks []*domain.Task) {
+	first := len(a.notices)
 	for _, t := range tasks {
 		if t.Status == domain.Pending {
 			a.dueAt(t.NotBefore)
@@ -288,7 +289,47 @@ func (a *applier) project(name string, tasks []*domain.Task) {
 		a.task(t)
 	}
 	a.blocked(tasks)
+	for i := first; i < len(a.notices); i++ {
+		if n := &a.notices[i]; n.event == notify.TaskFailed && n.project == name {
+			n.blocked = blockedBy(n.task, tasks)
+			if len(n.blocked) > 0 {
+				n.message += "; it blocks " + strings.Join(n.blocked, ", ")
+			}
+		}
+	}
 	a.stopStarting(name, tasks)
+}
+
+// blockedBy lists the blocked tasks that wait, directly or through others,
+// on task id, in the order of tasks.
+func blockedBy(id string, tasks []*domain.Task) []string {
+	hit := map[string]bool{id: true}
+	for changed := true; changed; {
+		changed = false
+		for _, t := range tasks {
+			if hit[t.ID] || t.Status != domain.Blocked {
+				continue
+			}
+			if slices.ContainsFunc(t.DependsOn, func(d string) bool { return hit[d] }) {
+				hit[t.ID], changed = true, true
+			}
+		}
+	}
+	var out []string
+	for _, t := range tasks {
+		if t.ID != id && hit[t.ID] {
+			out = append(out, t.ID)
+		}
+	}
+	return out
+}
+
+// failedForGood notes the notice of a task that failed with no retry
+// left: sent with the tick's others, while its run goes on.
+func (a *applier) failedForGood(t *domain.Task, why string) {
+	a.notices = append(a.notices, notice{project: t.Project, event: notify.TaskFailed, task: t.ID, attempt: t.Attempt,
+		node: t.Node, class: t.ErrorClass, err: t.Error, logTail: true,
+		message: fmt.Sprintf("%s failed for good on %s (%s): %s", t.ID, t.Node, t.ErrorClass, why)})
 }
 
 func (a *applier) task(t *domain.Task) {
@@ -477,6 +518,11 @@ func (a *applier) finished(t *domain.Task, status *wire.Status) {
 		if g.Missing {
 			a.stopProject(t.Project, fmt.Sprintf("the gate command `%s` was not found on node %s (exit 127): install it there, or fix gate: in project.yaml", command, t.Node))
 		}
+		if !g.Passed {
+			a.notices = append(a.notices, notice{project: t.Project, event: notify.GateFailed, task: t.ID, attempt: t.Attempt,
+				node: t.Node, class: wire.ClassGate, err: gateWhy(gr), tail: g.OutputTail,
+				message: fmt.Sprintf("the gate `%s` failed on %s attempt %d: %s", command, t.ID, t.Attempt, gateWhy(gr))})
+		}
 	}
 	if st.Status == wire.StatusCompleted && command != "" && a.projects[t.Project].opts.GateDecides(t.ID) && (st.Gate == nil || !st.Gate.Passed) {
 		// status.json is the task's to rewrite; the gate's result comes
@@ -571,8 +617,8 @@ func (a *applier) pauseMode(t *domain.Task, tool string, st *wire.Status) {
 			return // one message per mode and project in a tick
 		}
 	}
-	a.notices = append(a.notices, notice{t.Project, notify.ModePaused,
-		fmt.Sprintf("%s until %s: %s", said, a.now.Add(pause).UTC().Format(time.RFC3339), reason)})
+	a.notices = append(a.notices, notice{project: t.Project, event: notify.ModePaused,
+		message: fmt.Sprintf("%s until %s: %s", said, a.now.Add(pause).UTC().Format(time.RFC3339), reason)})
 }
 
 // toolOf is the tool an attempt of t runs, as its launch resolved it.
@@ -639,8 +685,12 @@ func (a *applier) retry(t *domain.Task, from domain.Status, class string) {
 		if nb := change.Set.NotBefore; nb != nil {
 			a.dueAt(*nb)
 		}
+		if change.To == domain.Failed {
+			a.failedForGood(t, change.Message)
+		}
 	case gaveUp != "":
 		a.event(store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: "gave_up", Message: gaveUp})
+		a.failedForGood(t, gaveUp)
 	}
 }
 
@@ -806,7 +856,7 @@ func (a *applier) stopStarting(project string, tasks []*domain.Task) {
 	}
 	if why, ok := f.opts.BudgetReached(f.usd, f.tokens); ok {
 		if a.cancelPending(project, tasks, "budget", why+"; nothing new starts", store.TaskPatch{Error: new(why)}) > 0 {
-			a.notices = append(a.notices, notice{project, notify.BudgetStopped, why + "; nothing new starts"})
+			a.notices = append(a.notices, notice{project: project, event: notify.BudgetStopped, message: why + "; nothing new starts"})
 		}
 	}
 }

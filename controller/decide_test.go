@@ -209,6 +209,7 @@ func TestApplyDecisions(t *testing.T) {
 				"S02 pending→blocked: dependency S01 failed",
 				"S03 pending→blocked: dependency S02 blocked"},
 			changed: 3,
+			notices: []string{"task_failed p: S01 failed for good on n1 (exit): out of retries (2 of 2 used); it blocks S02, S03"},
 		},
 		{
 			name:  "a rate limit pauses the api_mode the attempt ran under, and retries outside max_retries",

@@ -61,5 +61,8 @@ func (c *Controller) finish(ctx context.Context, p domain.Project, result, note 
 		return err
 	}
 	c.sendNotice(ctx, p.Name, notify.RunFinished, result, note)
+	if result != domain.ResultPassed {
+		c.sendNotice(ctx, p.Name, notify.RunFailed, result, note)
+	}
 	return nil
 }

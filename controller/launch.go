@@ -107,9 +107,16 @@ func (c *Controller) launchAll(ctx context.Context, claims []claim) int {
 		outcomes[i] = o
 	}
 	mu.Unlock()
+	return c.recordLaunches(ctx, outcomes)
+}
+
+// recordLaunches records the outcomes of a tick's launches in one
+// transaction and returns how many started.
+func (c *Controller) recordLaunches(ctx context.Context, outcomes []launchOutcome) int {
 	started := 0
+	var told []notice
 	err := c.st.Update(ctx, func(tx *store.Tx) error {
-		started = 0
+		started, told = 0, nil
 		a := &applier{c: c, now: tx.Now(), after: newAfterApply()}
 		for _, o := range outcomes {
 			t := o.claim.task
@@ -155,10 +162,14 @@ func (c *Controller) launchAll(ctx context.Context, claims []claim) int {
 				return err
 			}
 		}
+		told = a.notices
 		return nil
 	})
 	if err != nil {
 		c.log.Error("record launches", "err", err)
+	}
+	for _, n := range told {
+		c.addNotice(n) // a launch that failed for good, told at the end of the tick
 	}
 	return started
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/domain"
+	"github.com/dispatch-tool/dispatch/notify"
 	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/service"
 	"github.com/dispatch-tool/dispatch/spec"
@@ -38,6 +39,8 @@ func TestSchedulesOnTheControllersClock(t *testing.T) {
 	write("project.yaml", "tool: shell\nintegration: false\nschedule: {every: 30s}\n")
 	write("S01-a.md", "---\nmax_retries: 0\n---\necho a > a.txt\n")
 	sch := &service.Schedules{St: h.st, SpecsDir: filepath.Join(h.home, "specs"), Log: h.ctl.log, Now: h.ctl.now}
+	var told []service.Notice
+	sch.Notify = func(_ context.Context, ns []service.Notice) { told = append(told, ns...) }
 	check := func() store.ScheduleState {
 		t.Helper()
 		if _, err := sch.Check(ctx, h.ctl.startProject); err != nil {
@@ -83,6 +86,9 @@ func TestSchedulesOnTheControllersClock(t *testing.T) {
 	h.clock.Advance(30 * time.Second)
 	if s := check(); runs() != 1 || s.Skipped != 1 {
 		t.Fatalf("due while run 1 runs: %+v, %d runs; want a skip", s, runs())
+	}
+	if len(told) != 1 || told[0].Event != notify.ScheduleSkipped || told[0].Project != "q" || !strings.Contains(told[0].Message, "still runs") {
+		t.Fatalf("the skip is told: %+v; want one schedule_skipped", told)
 	}
 	// Started by hand meanwhile, it is resumed: still the schedule's run.
 	startQ := func() {

@@ -121,7 +121,7 @@ func (c *Controller) decide(ctx context.Context, active []domain.Project, names 
 	c.taskCache.end()
 	out.changed, out.stale, out.wake, out.pauseEnd = tp.changed, tp.stale, tp.wake, tp.pauseEnd
 	for _, n := range tp.notices {
-		c.sendNotice(ctx, n.project, n.event, "", n.message)
+		c.addNotice(n) // sent at the end of the tick, with its others
 	}
 	seen := map[string]bool{}
 	for _, sa := range out.stale {

@@ -22,6 +22,7 @@ import (
 	"net/url"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -32,7 +33,25 @@ const (
 	RunFinished   = "run_finished"
 	ModePaused    = "mode_paused"
 	BudgetStopped = "budget_stopped"
+	// TaskFailed: a task failed for good (no retry left), sent while its
+	// run goes on.
+	TaskFailed = "task_failed"
+	// RunFailed: a run finished and did not pass (besides run_finished).
+	RunFailed        = "run_failed"
+	ScheduleSkipped  = "schedule_skipped"
+	ScheduleDisabled = "schedule_disabled"
+	NodeOffline      = "node_offline"
+	NodeBack         = "node_back"
+	// GateFailed: a task gate or the project gate did not pass.
+	GateFailed = "gate_failed"
+	// Batch is the event of a message that carries several, in Events.
+	Batch = "batch"
 )
+
+// Events are the events a `notify: {on: […]}` may name, in the order the
+// docs list them.
+var Events = []string{RunFinished, RunFailed, TaskFailed, GateFailed, ModePaused, BudgetStopped,
+	ScheduleSkipped, ScheduleDisabled, NodeOffline, NodeBack}
 
 // Message is what is sent, as JSON.
 type Message struct {
@@ -43,10 +62,59 @@ type Message struct {
 	Counts  map[string]int `json:"counts,omitempty"`
 	CostUSD float64        `json:"cost_usd"`
 	Report  string         `json:"report,omitempty"`
+	// Task, Attempt, Node, ErrorClass and Error say which task failed and
+	// how (task_failed, gate_failed; Node alone for node_offline and
+	// node_back); LogTail is the end of its log or of its gate's output,
+	// and Blocked the tasks its failure blocks. All are data: they travel
+	// in the JSON only, never on a command line.
+	Task       string   `json:"task,omitempty"`
+	Attempt    int      `json:"attempt,omitempty"`
+	Node       string   `json:"node,omitempty"`
+	ErrorClass string   `json:"error_class,omitempty"`
+	Error      string   `json:"error,omitempty"`
+	LogTail    string   `json:"log_tail,omitempty"`
+	Blocked    []string `json:"blocked,omitempty"`
 	// Message says what happened, for people ("api_mode zai paused until
 	// 14:05 by a rate limit"); always sent, "" when there is nothing to add.
 	Message string `json:"message"`
 	At      string `json:"at"`
+	// Events holds the messages of a batch (Event is then Batch): the
+	// events of one tick for one target go out as one message.
+	Events []Message `json:"events,omitempty"`
+}
+
+// Bundle is the one message that carries msgs: msgs[0] itself when it is
+// alone (the message as it always was), else a Batch whose Events are msgs
+// in order, whose Project and Run are theirs when they all share them, and
+// whose Message counts them by event.
+func Bundle(msgs []Message) Message {
+	if len(msgs) == 1 {
+		return msgs[0]
+	}
+	b := Message{Event: Batch, Events: msgs}
+	if len(msgs) == 0 {
+		return b
+	}
+	b.Project, b.Run, b.At = msgs[0].Project, msgs[0].Run, msgs[len(msgs)-1].At
+	count := map[string]int{}
+	var order []string
+	for _, m := range msgs {
+		if m.Project != b.Project {
+			b.Project, b.Run = "", 0
+		} else if m.Run != b.Run {
+			b.Run = 0
+		}
+		if count[m.Event] == 0 {
+			order = append(order, m.Event)
+		}
+		count[m.Event]++
+	}
+	parts := make([]string, len(order))
+	for i, e := range order {
+		parts[i] = fmt.Sprintf("%d %s", count[e], e)
+	}
+	b.Message = fmt.Sprintf("%d events: %s", len(msgs), strings.Join(parts, ", "))
+	return b
 }
 
 // SignatureHeader carries "sha256=" and the hex HMAC-SHA256 of the body
@@ -248,6 +316,9 @@ func (q *Queue) Send(t Target, m Message) {
 	if t.Webhook == "" && len(t.Command) == 0 {
 		return
 	}
+	if m.Event == Batch && len(m.Events) == 0 {
+		return
+	}
 	q.mu.Lock()
 	if !q.closed {
 		if len(q.pending) >= maxPending {
@@ -338,11 +409,24 @@ func (q *Queue) emit(o Outcome) {
 // Config is a `notify:` block as written in project.yaml or nodes.yaml.
 // Webhook and Secret may name environment variables of the controller
 // (`${VAR}`), expanded only when a message is sent; Secret must: a secret
-// is never written in a file.
+// is never written in a file. On, when not empty, lists the events sent
+// (every one of Events when empty).
 type Config struct {
 	Webhook string   `json:"webhook,omitempty"`
 	Secret  string   `json:"secret,omitempty"`
 	Command []string `json:"command,omitempty"`
+	On      []string `json:"on,omitempty"`
+}
+
+// Wants reports whether c sends event.
+func (c Config) Wants(event string) bool {
+	return len(c.On) == 0 || slices.Contains(c.On, event)
+}
+
+// Key names c's target: the configs with one key get one message a tick.
+func (c Config) Key() string {
+	b, _ := json.Marshal(Config{Webhook: c.Webhook, Secret: c.Secret, Command: c.Command})
+	return string(b)
 }
 
 // Problem is a bad notify block: the key it is about, what is wrong, the fix.
@@ -373,10 +457,60 @@ func (c Config) Check() []Problem {
 			out = append(out, Problem{"secret", "secret is set without a webhook", "add webhook:, or remove secret:"})
 		}
 	}
+	for _, e := range c.On {
+		if !slices.Contains(Events, e) {
+			out = append(out, Problem{"on", fmt.Sprintf("on: unknown event %q", e),
+				"known events: " + strings.Join(Events, ", ")})
+		}
+	}
 	for i, a := range c.Command {
 		if i == 0 && strings.TrimSpace(a) == "" {
 			out = append(out, Problem{"command", "command's program is empty", "command: [/usr/local/bin/my-notifier, --flag]"})
 		}
+	}
+	return out
+}
+
+// Addressed is a message and the notify block it goes to. ID names the
+// message: one addressed to a target twice (through two blocks that name
+// it) goes once.
+type Addressed struct {
+	ID      int
+	Config  Config
+	Message Message
+}
+
+// Outgoing is one message for one target: the messages of a tick bound
+// for it (Bundle makes them one), and the block that names it.
+type Outgoing struct {
+	Config   Config
+	Messages []Message
+}
+
+// Group decides what goes where: the messages each block wants (see
+// Config.Wants), one Outgoing per target (Config.Key) in the order the
+// targets first appear, its messages in order, each once.
+func Group(items []Addressed) []Outgoing {
+	var out []Outgoing
+	at := map[string]int{}
+	type sent struct {
+		key string
+		id  int
+	}
+	done := map[sent]bool{}
+	for _, it := range items {
+		k := it.Config.Key()
+		if !it.Config.Wants(it.Message.Event) || done[sent{k, it.ID}] {
+			continue
+		}
+		done[sent{k, it.ID}] = true
+		j, ok := at[k]
+		if !ok {
+			j = len(out)
+			at[k] = j
+			out = append(out, Outgoing{Config: it.Config})
+		}
+		out[j].Messages = append(out[j].Messages, it.Message)
 	}
 	return out
 }

@@ -1,13 +1,17 @@
 package notify
 
 import (
+	"slices"
+	"strconv"
+	"strings"
+
 	"gopkg.in/yaml.v3"
 
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
 )
 
 // Keys are the keys of a notify block.
-var Keys = []string{"webhook", "secret", "command"}
+var Keys = []string{"webhook", "secret", "command", "on"}
 
 // FromYAML reads the notify block v (of project.yaml or nodes.yaml) into a
 // checked Config, reporting each problem at its line in d; nil when there
@@ -41,6 +45,8 @@ func FromYAML(d yamlval.Doc, v *yaml.Node) *Config {
 					c.Command = append(c.Command, s)
 				}
 			}
+		case "on":
+			c.On = onFromYAML(d, val)
 		default:
 			d.Unknown(k, "notify: ", Keys)
 		}
@@ -55,4 +61,35 @@ func FromYAML(d yamlval.Doc, v *yaml.Node) *Config {
 		return nil
 	}
 	return &c
+}
+
+// onFromYAML reads `on: [event, …]`, each unknown event at its line.
+func onFromYAML(d yamlval.Doc, v *yaml.Node) []string {
+	v = yamlval.Resolve(v)
+	known := "known events: " + strings.Join(Events, ", ")
+	if v.Kind != yaml.SequenceNode {
+		d.Errorf(v, "write on: [task_failed, run_failed] ("+known+")", "notify: on must be a list of events, not %s", yamlval.Describe(v))
+		return nil
+	}
+	if len(v.Content) == 0 {
+		d.Errorf(v, "leave on: out to send every event, or list some: "+known, "notify: on is an empty list")
+		return nil
+	}
+	var out []string
+	for _, n := range v.Content {
+		e, ok := d.Scalar(n, "notify", "on")
+		if !ok {
+			continue
+		}
+		if !slices.Contains(Events, e) {
+			fix := known
+			if s := yamlval.Suggest(e, Events); s != "" {
+				fix = "did you mean " + strconv.Quote(s) + "? " + known
+			}
+			d.Errorf(n, fix, "notify: on: unknown event %q", e)
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
 }

@@ -43,7 +43,26 @@ type Spec struct {
 	// Reuse lets a scheduled run reuse unchanged tasks, as a run started
 	// by hand does; by default a scheduled run runs every task afresh.
 	Reuse bool
+	// MaxFailures is how many scheduled runs may fail in a row before the
+	// schedule is disabled (the circuit breaker); nil is
+	// DefaultMaxFailures, 0 never disables it.
+	MaxFailures *int `json:",omitempty"`
 }
+
+// DefaultMaxFailures is max_failures when a schedule does not say.
+const DefaultMaxFailures = 5
+
+// FailureLimit is the failures in a row that disable the schedule; 0 for
+// never.
+func (s Spec) FailureLimit() int {
+	if s.MaxFailures == nil {
+		return DefaultMaxFailures
+	}
+	return *s.MaxFailures
+}
+
+// maxMaxFailures bounds max_failures (a bigger number is "never": write 0).
+const maxMaxFailures = 1000
 
 // Problem is a bad schedule: what is wrong and how to fix it. Field names
 // the key it is about (cron, timezone, every, at).
@@ -65,6 +84,9 @@ type Schedule struct {
 	// that repeats: once), as cron does. An hourly one follows real time.
 	wall bool
 	at   time.Time
+	// Backoff is the wait after a first failure (FailureBackoff when
+	// zero); tests of the daemon shorten it.
+	Backoff time.Duration
 }
 
 var parser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
@@ -85,6 +107,10 @@ func Parse(spec Spec, local *time.Location) (*Schedule, error) {
 	case kinds > 1:
 		return nil, &Problem{Field: "schedule", Msg: "schedule has more than one of cron, every and at",
 			Fix: "keep one kind of schedule: cron (with timezone), every, or at"}
+	}
+	if m := spec.MaxFailures; m != nil && (*m < 0 || *m > maxMaxFailures) {
+		return nil, &Problem{Field: "max_failures", Msg: fmt.Sprintf("max_failures %d is not between 0 and %d", *m, maxMaxFailures),
+			Fix: fmt.Sprintf("give the failed runs in a row that disable the schedule, e.g. max_failures: %d (0: never disable it)", DefaultMaxFailures)}
 	}
 	s := &Schedule{Spec: spec, loc: local}
 	if spec.Timezone != "" {
@@ -307,6 +333,8 @@ func Decide(s *Schedule, st State, now time.Time) Decision {
 // failure backs the next start off (FailureBackoff after the end, doubled
 // for each failure in a row, at most MaxBackoff), and a failed `at:` run
 // is tried again after that backoff; a passed one ends the `at:` schedule.
+// The failure that makes FailureLimit in a row disables the schedule
+// (Broken says so): nothing is due until it is enabled again.
 func Finished(s *Schedule, st State, passed bool, end time.Time) State {
 	st.Running = false
 	if passed {
@@ -316,7 +344,14 @@ func Finished(s *Schedule, st State, passed bool, end time.Time) State {
 		return st
 	}
 	st.Failures++
+	if Broken(s, st) {
+		st.Enabled, st.NextAt = false, time.Time{}
+		return st
+	}
 	back := FailureBackoff
+	if s.Backoff > 0 {
+		back = s.Backoff
+	}
 	for i := 1; i < st.Failures && back < MaxBackoff; i++ {
 		back *= 2
 	}
@@ -325,4 +360,11 @@ func Finished(s *Schedule, st State, passed bool, end time.Time) State {
 		st.NextAt = earliest
 	}
 	return st
+}
+
+// Broken reports whether st has failed FailureLimit times in a row: the
+// circuit breaker disables such a schedule.
+func Broken(s *Schedule, st State) bool {
+	limit := s.FailureLimit()
+	return limit > 0 && st.Failures >= limit
 }

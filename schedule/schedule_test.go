@@ -154,7 +154,8 @@ func TestDecide(t *testing.T) {
 func TestFinishedBacksOffAfterFailures(t *testing.T) {
 	t.Parallel()
 	end := time.Date(2026, 11, 25, 3, 5, 0, 0, time.UTC)
-	fast, _ := Parse(Spec{Every: 10 * time.Second}, time.UTC)
+	never := 0 // no circuit breaker: the backoff alone
+	fast, _ := Parse(Spec{Every: 10 * time.Second, MaxFailures: &never}, time.UTC)
 	daily, _ := Parse(Spec{Cron: "0 3 * * *", Timezone: "UTC"}, time.UTC)
 	once, _ := Parse(Spec{At: "2026-11-25T03:00"}, time.UTC)
 	tomorrow := time.Date(2026, 11, 26, 3, 0, 0, 0, time.UTC)
@@ -183,5 +184,59 @@ func TestFinishedBacksOffAfterFailures(t *testing.T) {
 	}
 	if st := Finished(once, State{Enabled: true}, true, end); !st.NextAt.IsZero() || st.Running {
 		t.Errorf("at after a pass: %+v", st)
+	}
+}
+
+// TestBreaker: the failure that makes max_failures in a row disables the
+// schedule (nothing due after it); a pass in between starts the count
+// again; 0 never disables; the default is DefaultMaxFailures; a shorter
+// Backoff (tests) replaces FailureBackoff.
+func TestBreaker(t *testing.T) {
+	t.Parallel()
+	end := time.Date(2026, 11, 25, 3, 5, 0, 0, time.UTC)
+	n := func(v int) *int { return &v }
+	tests := []struct {
+		name     string
+		max      *int
+		passes   []bool // the runs in order
+		enabled  bool
+		failures int
+	}{
+		{"two failures, max 2: disabled", n(2), []bool{false, false}, false, 2},
+		{"one failure, max 2: on", n(2), []bool{false}, true, 1},
+		{"a pass between: the count starts again", n(2), []bool{false, true, false}, true, 1},
+		{"max 1: the first failure", n(1), []bool{false}, false, 1},
+		{"0: never", n(0), []bool{false, false, false, false, false, false, false}, true, 7},
+		{"default 5: four failures on", nil, []bool{false, false, false, false}, true, 4},
+		{"default 5: the fifth disables", nil, []bool{false, false, false, false, false}, false, 5},
+	}
+	for _, tc := range tests {
+		s, err := Parse(Spec{Every: time.Minute, MaxFailures: tc.max}, time.UTC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := State{Enabled: true, NextAt: end}
+		for _, passed := range tc.passes {
+			st = Finished(s, st, passed, end)
+		}
+		if st.Enabled != tc.enabled || st.Failures != tc.failures || !tc.enabled && !st.NextAt.IsZero() || Broken(s, st) == tc.enabled {
+			t.Errorf("%s: %+v; want enabled %v, %d failures", tc.name, st, tc.enabled, tc.failures)
+		}
+	}
+	s, _ := Parse(Spec{Every: time.Minute}, time.UTC)
+	s.Backoff = time.Second
+	if st := Finished(s, State{Enabled: true, NextAt: end.Add(time.Minute)}, false, end); !st.NextAt.Equal(end.Add(time.Minute)) {
+		t.Errorf("a shorter backoff under every: 1m: next %s, want the next occurrence", st.NextAt)
+	}
+	once, _ := Parse(Spec{At: "2026-11-25T03:00"}, time.UTC)
+	once.Backoff = time.Second
+	if st := Finished(once, State{Enabled: true}, false, end); !st.NextAt.Equal(end.Add(time.Second)) {
+		t.Errorf("a shorter backoff under at: next %s, want 1s after the end", st.NextAt)
+	}
+	for _, bad := range []int{-1, 1001} {
+		var p *Problem
+		if _, err := Parse(Spec{Every: time.Minute, MaxFailures: n(bad)}, time.UTC); !errors.As(err, &p) || p.Field != "max_failures" {
+			t.Errorf("max_failures %d: %v", bad, err)
+		}
 	}
 }

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/domain"
+	"github.com/dispatch-tool/dispatch/notify"
 	"github.com/dispatch-tool/dispatch/schedule"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
@@ -46,6 +48,49 @@ type Schedules struct {
 	badSchedules map[string]string
 	// runBegun is set by a schedule check that began a run.
 	runBegun bool
+
+	// Notify, when set, sends the notifications of a check (a run
+	// skipped, a schedule disabled by its failures), once it is recorded.
+	Notify func(ctx context.Context, notices []Notice)
+	// Backoff, when set, replaces schedule.FailureBackoff (tests).
+	Backoff time.Duration
+	// notices are those of the check under way.
+	notices []Notice
+}
+
+// Notice is a notification a schedule check calls for.
+type Notice struct {
+	Project, Event, Message string
+}
+
+// notice notes a notification of the check under way.
+func (c *Schedules) notice(project, event, message string) {
+	c.notices = append(c.notices, Notice{Project: project, Event: event, Message: message})
+}
+
+// sendNotices hands the check's notifications to Notify.
+func (c *Schedules) sendNotices(ctx context.Context) {
+	ns := c.notices
+	c.notices = nil
+	if len(ns) > 0 && c.Notify != nil {
+		c.Notify(ctx, ns)
+	}
+}
+
+// BrokenReason is why the circuit breaker disabled a schedule, with the
+// command that enables it again.
+func BrokenReason(project string, failures, lastRun int) string {
+	last := ""
+	if lastRun > 0 {
+		last = fmt.Sprintf(", the last run %d", lastRun)
+	}
+	return fmt.Sprintf("%d scheduled runs failed in a row (max_failures: %d%s): fix the project, then dispatch schedule enable %s",
+		failures, failures, last, project)
+}
+
+// OperatorReason is why a schedule the operator disabled is.
+func OperatorReason(project string) string {
+	return "disabled by the operator: dispatch schedule enable " + project
 }
 
 // startFunc begins a run of a project, as a `dispatch start` handed to the
@@ -64,6 +109,9 @@ func (c *Schedules) Check(ctx context.Context, start startFunc) (time.Time, erro
 	if err != nil {
 		return time.Time{}, err
 	}
+	// What the check records is told once it is recorded.
+	c.notices = nil
+	defer c.sendNotices(ctx)
 	for name, err := range bad {
 		if c.badSchedules[name] != err.Error() {
 			c.Log.Error("schedule not read; its runs wait until it is fixed", keyProject, name, "err", err)
@@ -127,6 +175,7 @@ func (c *Schedules) checkSchedule(ctx context.Context, f spec.Scheduled, now tim
 	if err != nil {
 		return time.Time{}, err
 	}
+	sch.Backoff = c.Backoff
 	rec, found := recorded[f.Name]
 	if !found {
 		rec = store.ScheduleState{Project: f.Name}
@@ -145,6 +194,8 @@ func (c *Schedules) checkSchedule(ctx context.Context, f spec.Scheduled, now tim
 			LastResult: rec.LastResult, Skipped: rec.Skipped, CatchUps: rec.CatchUps}
 		if enabled {
 			rec.NextAt = firstDue(sch, rec, now)
+		} else {
+			rec.DisabledReason = recorded[f.Name].DisabledReason // it stays disabled, for the same reason
 		}
 		notes = append(notes, msg+nextNote(rec.NextAt))
 	}
@@ -169,7 +220,11 @@ func (c *Schedules) checkSchedule(ctx context.Context, f spec.Scheduled, now tim
 				state.NextAt = time.Time{} // enable sets it afresh
 			}
 			rec.LastResult, rec.Failures, rec.NextAt = ended.Result, state.Failures, state.NextAt
-			if ended.Result != domain.ResultPassed {
+			switch {
+			case ended.Result == domain.ResultPassed:
+			case rec.Enabled && !state.Enabled:
+				notes = append(notes, c.breakerTrips(&rec))
+			default:
 				notes = append(notes, fmt.Sprintf("schedule: run %d failed (%d in a row); the next scheduled run waits until %s",
 					rec.LastRun, state.Failures, state.NextAt.Local().Format(time.RFC3339)))
 			}
@@ -185,8 +240,9 @@ func (c *Schedules) checkSchedule(ctx context.Context, f spec.Scheduled, now tim
 		if stopped {
 			why = fmt.Sprintf("run %d was stopped by the operator (dispatch start %s resumes it)", p.Run, f.Name)
 		}
-		notes = append(notes, fmt.Sprintf("schedule: run due at %s skipped: %s%s",
-			state.NextAt.Local().Format(time.RFC3339), why, nextNote(rec.NextAt)))
+		note := fmt.Sprintf("schedule: run due at %s skipped: %s%s", state.NextAt.Local().Format(time.RFC3339), why, nextNote(rec.NextAt))
+		notes = append(notes, note)
+		c.notice(f.Name, notify.ScheduleSkipped, strings.TrimPrefix(note, "schedule: "))
 	case schedule.Start, schedule.CatchUp:
 		so = &control.StartOptions{Trigger: control.TriggerSchedule, Fresh: !f.Schedule.Reuse}
 		if d.Kind == schedule.CatchUp {
@@ -224,8 +280,11 @@ func (c *Schedules) startScheduled(ctx context.Context, f spec.Scheduled, sch *s
 		// A project that does not load (a broken spec) fails this run.
 		st := schedule.Finished(sch, schedule.State{Enabled: rec.Enabled, NextAt: rec.NextAt, Failures: rec.Failures}, false, now)
 		rec.LastResult, rec.Failures, rec.NextAt = domain.ResultFailed, st.Failures, st.NextAt
-		return rec.NextAt, c.recordSchedule(ctx, rec, []string{fmt.Sprintf("schedule: the run could not start: %v; next try %s", err,
-			rec.NextAt.Local().Format(time.RFC3339))})
+		note := fmt.Sprintf("schedule: the run could not start: %v; next try %s", err, rec.NextAt.Local().Format(time.RFC3339))
+		if !st.Enabled {
+			note = fmt.Sprintf("schedule: the run could not start: %v; %s", err, strings.TrimPrefix(c.breakerTrips(&rec), "schedule: "))
+		}
+		return rec.NextAt, c.recordSchedule(ctx, rec, []string{note})
 	}
 	c.Log.Info("scheduled run started", keyProject, f.Name, "trigger", so.Trigger, "message", out)
 	c.runBegun = true
@@ -235,6 +294,9 @@ func (c *Schedules) startScheduled(ctx context.Context, f spec.Scheduled, sch *s
 			rec.LastResult = p.Result // every result reused: it ended at once
 			if p.Result != domain.ResultPassed {
 				rec.Failures++
+				if schedule.Broken(sch, schedule.State{Failures: rec.Failures}) {
+					notes = append(notes, c.breakerTrips(&rec))
+				}
 			} else {
 				rec.Failures = 0
 			}
@@ -242,6 +304,15 @@ func (c *Schedules) startScheduled(ctx context.Context, f spec.Scheduled, sch *s
 	}
 	// The notes go with the run they began.
 	return rec.NextAt, c.recordSchedule(ctx, rec, notes)
+}
+
+// breakerTrips disables rec, whose failures in a row reached its
+// max_failures, and notes the notification; it returns the event's text.
+func (c *Schedules) breakerTrips(rec *store.ScheduleState) string {
+	rec.Enabled, rec.NextAt = false, time.Time{}
+	rec.DisabledReason = BrokenReason(rec.Project, rec.Failures, rec.LastRun)
+	c.notice(rec.Project, notify.ScheduleDisabled, "schedule disabled: "+rec.DisabledReason)
+	return "schedule: disabled: " + rec.DisabledReason
 }
 
 // firstDue is when a schedule enabled (or changed) at now is first due:
@@ -329,12 +400,16 @@ func SetEnabled(ctx context.Context, st *store.Store, specsDir, project string, 
 			msg = fmt.Sprintf("the schedule of %s is already %s", project, enabledWord(enabled))
 			return nil
 		}
-		rec.Enabled, rec.Spec, rec.NextAt = enabled, scheduleKey(*sp), time.Time{}
+		broken := rec.DisabledReason != "" && rec.Failures > 0
+		rec.Enabled, rec.Spec, rec.NextAt, rec.DisabledReason = enabled, scheduleKey(*sp), time.Time{}, OperatorReason(project)
 		if enabled {
-			rec.Failures = 0
+			rec.Failures, rec.DisabledReason = 0, ""
 			rec.NextAt = firstDue(sch, rec, now)
 		}
 		msg = fmt.Sprintf("the schedule of %s is %s", project, enabledWord(enabled))
+		if enabled && broken {
+			msg += " (its count of failed runs is reset)"
+		}
 		if enabled {
 			msg += nextNote(rec.NextAt)
 		}

@@ -39,6 +39,10 @@ type ScheduleEntry struct {
 	CatchUps      int    `json:"catch_ups"`
 	// Problem is what is wrong with a schedule: that does not read.
 	Problem string `json:"problem,omitempty"`
+	// DisabledReason says why a disabled schedule is (its failed runs in
+	// a row, or the operator), and Enable the command that enables it.
+	DisabledReason string `json:"disabled_reason,omitempty"`
+	Enable         string `json:"enable,omitempty"`
 }
 
 // View lists the scheduled projects of specsDir with what st (nil:
@@ -75,6 +79,12 @@ func View(ctx context.Context, st *store.Store, specsDir string, serving bool, n
 			en.Enabled, en.NextAt = rec.Enabled, rfc3339(rec.NextAt)
 			en.LastRun, en.LastResult, en.LastStartedAt = rec.LastRun, rec.LastResult, rfc3339(rec.LastAt)
 			en.Failures, en.Skipped, en.CatchUps = rec.Failures, rec.Skipped, rec.CatchUps
+			if !rec.Enabled {
+				en.DisabledReason, en.Enable = rec.DisabledReason, "dispatch schedule enable "+f.Name
+				if en.DisabledReason == "" {
+					en.DisabledReason = OperatorReason(f.Name)
+				}
+			}
 			if rec.LastRun > 0 && rec.LastResult == "" {
 				// Ended since the daemon last looked (or with no daemon).
 				en.LastResult = domain.ResultRunning

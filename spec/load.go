@@ -1022,7 +1022,7 @@ func (y yamlFile) schedule(v *yaml.Node) *schedule.Spec {
 	var sp schedule.Spec
 	at := map[string]*yaml.Node{"schedule": v}
 	ok := true
-	y.fields(v, "schedule", []string{"cron", "timezone", "every", "at", "reuse"}, func(key string, n *yaml.Node) {
+	y.fields(v, "schedule", []string{"cron", "timezone", "every", "at", "reuse", "max_failures"}, func(key string, n *yaml.Node) {
 		at[key] = n
 		var good bool
 		switch key {
@@ -1036,6 +1036,11 @@ func (y yamlFile) schedule(v *yaml.Node) *schedule.Spec {
 			sp.At, good = y.String(n, "", "schedule.at")
 		case "reuse":
 			sp.Reuse, good = y.Bool(n, "", "schedule.reuse")
+		case "max_failures":
+			var m int
+			if m, good = y.Int(n, "", "schedule.max_failures", 0, 1000); good {
+				sp.MaxFailures = &m
+			}
 		}
 		ok = ok && good
 	})

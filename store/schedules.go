@@ -27,15 +27,18 @@ type ScheduleState struct {
 	// Skipped counts the runs not started because the last still ran;
 	// CatchUps the runs made for occurrences missed while no daemon ran.
 	Skipped, CatchUps int
-	UpdatedAt         time.Time
+	// DisabledReason says why a disabled schedule is: its failed runs in
+	// a row (the circuit breaker), or the operator; "" while enabled.
+	DisabledReason string
+	UpdatedAt      time.Time
 }
 
-const scheduleSelect = `SELECT project, enabled, spec, next_at, last_at, last_run, last_result, failures, skipped, catch_ups, updated_at FROM schedules`
+const scheduleSelect = `SELECT project, enabled, spec, next_at, last_at, last_run, last_result, failures, skipped, catch_ups, disabled_reason, updated_at FROM schedules`
 
 func scanSchedule(row scanner) (ScheduleState, error) {
 	var s ScheduleState
 	var next, last, updated string
-	err := row.Scan(&s.Project, &s.Enabled, &s.Spec, &next, &last, &s.LastRun, &s.LastResult, &s.Failures, &s.Skipped, &s.CatchUps, &updated)
+	err := row.Scan(&s.Project, &s.Enabled, &s.Spec, &next, &last, &s.LastRun, &s.LastResult, &s.Failures, &s.Skipped, &s.CatchUps, &s.DisabledReason, &updated)
 	s.NextAt, s.LastAt, s.UpdatedAt = parseTime(next), parseTime(last), parseTime(updated)
 	return s, err
 }
@@ -63,13 +66,14 @@ func (tx *Tx) Schedule(ctx context.Context, project string) (ScheduleState, bool
 
 // PutSchedule records a project's schedule state.
 func (tx *Tx) PutSchedule(ctx context.Context, s ScheduleState) error {
-	_, err := tx.tx.ExecContext(ctx, `INSERT INTO schedules (project, enabled, spec, next_at, last_at, last_run, last_result, failures, skipped, catch_ups, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	_, err := tx.tx.ExecContext(ctx, `INSERT INTO schedules (project, enabled, spec, next_at, last_at, last_run, last_result, failures, skipped, catch_ups, disabled_reason, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT(project) DO UPDATE SET enabled = excluded.enabled, spec = excluded.spec, next_at = excluded.next_at,
 			last_at = excluded.last_at, last_run = excluded.last_run, last_result = excluded.last_result, failures = excluded.failures,
-			skipped = excluded.skipped, catch_ups = excluded.catch_ups, updated_at = excluded.updated_at`,
+			skipped = excluded.skipped, catch_ups = excluded.catch_ups, disabled_reason = excluded.disabled_reason,
+			updated_at = excluded.updated_at`,
 		s.Project, s.Enabled, s.Spec, formatTime(s.NextAt), formatTime(s.LastAt), s.LastRun, s.LastResult, s.Failures,
-		s.Skipped, s.CatchUps, formatTime(tx.now))
+		s.Skipped, s.CatchUps, s.DisabledReason, formatTime(tx.now))
 	if err != nil {
 		return fmt.Errorf("record the schedule of %s: %w", s.Project, err)
 	}

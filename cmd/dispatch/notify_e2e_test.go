@@ -121,11 +121,17 @@ func TestNotifyBadInput(t *testing.T) {
 		{"notify:\n  command: notify-send\n", "notify: command must be a list"},
 		{"notify:\n  webhok: https://example.com\n", `unknown key "webhok"`},
 		{"notify:\n  webhook: https://example.com/h\n  secret: ${DISPATCH_TEST_UNSET_SECRET}\n", "notify secret: "},
+		{"notify:\n  command: [n]\n  on: [task_failed, tsk_failed]\n", `project.yaml:4: notify: on: unknown event "tsk_failed"`},
+		{"notify:\n  command: [n]\n  on: task_failed\n", "project.yaml:4: notify: on must be a list of events"},
+		{"notify:\n  command: [n]\n  on: []\n", "project.yaml:4: notify: on is an empty list"},
 	} {
 		writeFile(t, filepath.Join(home, "specs", "p", "project.yaml"), "tool: shell\n"+tc.yaml)
 		r := runDispatch(t, nil, "--home", home, "validate", "p")
 		if r.code != 2 || !strings.Contains(r.stderr, tc.want) || !strings.Contains(r.stderr, "fix:") {
 			t.Errorf("%q: %s; want exit 2 with %q", tc.yaml, r, tc.want)
+		}
+		if strings.Contains(tc.yaml, "on:") && !strings.Contains(r.stderr, "known events: run_finished, run_failed, task_failed, gate_failed") {
+			t.Errorf("%q: %s; want the known events", tc.yaml, r)
 		}
 	}
 }

@@ -116,13 +116,20 @@ func serveAction(c *cli.Context) error {
 	}
 	defer st.Close()
 	// The schedules are what makes this controller a daemon.
-	sch := &service.Schedules{St: st, SpecsDir: e.specsDir(), Log: e.log, Now: time.Now}
+	sch := &service.Schedules{St: st, SpecsDir: e.specsDir(), Log: e.log, Now: time.Now, Backoff: scheduleBackoff()}
 	ctl, done, err := runController(ctx, e, controller.Options{Home: e.home, Config: cfg, Store: st, Transports: transports,
 		Wrappers: nodes.NewWrappers(), Logger: e.log, Between: sch.Between, SetSchedule: sch.SetEnabled})
 	if err != nil {
 		return err
 	}
 	defer done()
+	sch.Notify = func(ctx context.Context, ns []service.Notice) {
+		alerts := make([]controller.Alert, len(ns))
+		for i, n := range ns {
+			alerts[i] = controller.Alert{Project: n.Project, Event: n.Event, Message: n.Message}
+		}
+		ctl.Notify(ctx, alerts...)
+	}
 	defer pruneDaily(ctx, e, st, cfg)()
 	fmt.Fprintf(e.out, "dispatch serve: serving %s (pid %d): scheduled runs start when due, dispatch start hands projects to it; "+
 		"dispatch schedule lists the schedules\n", e.home, os.Getpid())
@@ -284,6 +291,11 @@ func scheduleAction(c *cli.Context) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, s := range v.Schedules {
+		if s.DisabledReason != "" {
+			fmt.Fprintf(e.out, "%s is disabled: %s\n  to enable it again: %s\n", s.Project, s.DisabledReason, s.Enable)
+		}
+	}
 	if !v.Serving {
 		fmt.Fprintln(e.out, "no dispatch serve runs on this home: scheduled runs start only while it runs (dispatch serve --detach, or --install)")
 	}
@@ -349,4 +361,17 @@ func schedules(ctx context.Context, e *env, now time.Time) (*service.ScheduleVie
 		return nil, err
 	}
 	return service.View(ctx, st, e.specsDir(), daemonRuns(ctx, e.home), now)
+}
+
+// envScheduleBackoff shortens the wait after a failed scheduled run, for
+// the tests of the circuit breaker under a real daemon (at least 1s).
+const envScheduleBackoff = "DISPATCH_TEST_SCHEDULE_BACKOFF"
+
+// scheduleBackoff is the daemon's wait after a first failed scheduled run:
+// 0 (schedule.FailureBackoff) unless envScheduleBackoff says otherwise.
+func scheduleBackoff() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(envScheduleBackoff)); err == nil && d >= time.Second {
+		return d
+	}
+	return 0
 }

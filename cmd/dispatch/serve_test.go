@@ -22,6 +22,9 @@ type scheduleJSON struct {
 		LastRun    int    `json:"last_run"`
 		LastResult string `json:"last_result"`
 		Problem    string `json:"problem"`
+		Failures   int    `json:"failures"`
+		Disabled   string `json:"disabled_reason"`
+		Enable     string `json:"enable"`
 	} `json:"schedules"`
 }
 
@@ -152,6 +155,9 @@ func TestScheduleBadInput(t *testing.T) {
 		{"schedule:\n  cron: \"@every 2s\"\n", "project.yaml:4: schedule: cron @every is an interval"},
 		{"schedule:\n  cron: \"0 0 30 2 *\"\n", "never comes"},
 		{"schedule: {}\n", "schedule has none of cron, every and at"},
+		{"schedule:\n  every: 6h\n  max_failures: -1\n", "project.yaml:5: schedule.max_failures must be a whole number from 0 to 1000, not -1"},
+		{"schedule:\n  every: 6h\n  max_failures: many\n", "project.yaml:5: schedule.max_failures must be a whole number from 0 to 1000"},
+		{"schedule:\n  every: 6h\n  max_failures: 2.5\n", "project.yaml:5: schedule.max_failures must be a whole number"},
 	} {
 		home, _ := opsHome(t, map[string]map[string]string{"p": {"S01-a.md": "true\n"}})
 		writeFile(t, filepath.Join(home, "specs", "p", "project.yaml"), "tool: shell\nintegration: false\n"+tc.yaml)
@@ -222,5 +228,77 @@ func TestServiceFiles(t *testing.T) {
 	}
 	if _, err := serviceFor("plan9", home, argv, "/u", ""); err == nil || !strings.Contains(err.Error(), "serve --detach") {
 		t.Errorf("an unknown system: %v", err)
+	}
+}
+
+// TestServeBreaker: under a real daemon, a scheduled project that fails
+// max_failures: 2 times in a row is disabled: schedule_disabled is sent,
+// `schedule` says why and how to enable it, `schedule enable` does and
+// resets the count, and the fixed project's next scheduled run passes.
+// An at: in the past is due at once; DISPATCH_TEST_SCHEDULE_BACKOFF
+// shortens the wait after a failure from 60s to 1s.
+func TestServeBreaker(t *testing.T) {
+	t.Parallel()
+	inbox := t.TempDir()
+	home, _ := opsHome(t, map[string]map[string]string{"flaky": {"S01-a.md": "---\nmax_retries: 0\n---\nexit 3\n"}})
+	writeFile(t, filepath.Join(home, "specs", "flaky", "project.yaml"), "tool: shell\nintegration: false\n"+
+		"notify:\n  command: [/bin/sh, -c, 'n=$(ls \"$1\" | wc -l); cat > \"$1/.m\" && mv \"$1/.m\" \"$1/$n.json\"', sh, "+inbox+"]\n"+
+		"  on: [schedule_disabled]\n"+
+		"schedule:\n  at: 2026-01-01T00:00\n  max_failures: 2\n")
+	r := runDispatch(t, []string{envScheduleBackoff + "=1s"}, "--home", home, "serve", "--detach")
+	if r.code != 0 {
+		t.Fatalf("serve --detach: %s", r)
+	}
+	t.Cleanup(func() { runDispatch(t, nil, "--home", home, "serve", "--stop") })
+	waitFor := func(what string, cond func(scheduleJSON) bool) scheduleJSON {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			v := readSchedules(t, home)
+			if len(v.Schedules) == 1 && cond(v) {
+				return v
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %+v\nlog:\n%s", what, v, readFile(t, filepath.Join(home, "dispatch.log")))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	v := waitFor("the schedule to be disabled", func(v scheduleJSON) bool { return !v.Schedules[0].Enabled })
+	s := v.Schedules[0]
+	if s.Project != "flaky" || s.Failures != 2 || s.LastRun != 2 || s.NextAt != "" ||
+		!strings.Contains(s.Disabled, "2 scheduled runs failed in a row (max_failures: 2, the last run 2)") || s.Enable != "dispatch schedule enable flaky" {
+		t.Errorf("disabled: %+v", s)
+	}
+	var msg struct{ Event, Project, Message string }
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, err := os.ReadFile(filepath.Join(inbox, "0.json"))
+		if err == nil && json.Unmarshal(b, &msg) == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no schedule_disabled received: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if msg.Event != "schedule_disabled" || msg.Project != "flaky" || !strings.Contains(msg.Message, "dispatch schedule enable flaky") {
+		t.Errorf("the notification: %+v", msg)
+	}
+	if r := runDispatch(t, nil, "--home", home, "schedule"); !strings.Contains(r.stdout, "flaky is disabled: 2 scheduled runs failed in a row") ||
+		!strings.Contains(r.stdout, "to enable it again: dispatch schedule enable flaky") {
+		t.Errorf("schedule does not say why and how: %s", r)
+	}
+	if r := runDispatch(t, nil, "--home", home, "runs", "flaky", "--json"); strings.Count(r.stdout, `"trigger": "schedule"`) != 2 {
+		t.Errorf("want 2 scheduled runs, no third: %s", r)
+	}
+	writeFile(t, filepath.Join(home, "specs", "flaky", "S01-a.md"), "true\n")
+	r = runDispatch(t, nil, "--home", home, "schedule", "enable", "flaky")
+	if r.code != 0 || !strings.Contains(r.stdout, "enabled (its count of failed runs is reset)") {
+		t.Fatalf("schedule enable: %s", r)
+	}
+	v = waitFor("the fixed project's scheduled run to pass", func(v scheduleJSON) bool { return v.Schedules[0].LastResult == "passed" })
+	if s := v.Schedules[0]; !s.Enabled || s.Failures != 0 || s.Disabled != "" || s.LastRun != 3 {
+		t.Errorf("enabled again: %+v; want enabled, the count reset, run 3 passed", s)
 	}
 }
