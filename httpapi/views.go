@@ -93,29 +93,41 @@ func intParam(s string, def int) (int, error) {
 	return n, nil
 }
 
-func (s *Server) summary(w http.ResponseWriter, r *http.Request) {
-	st, name := s.project(w, r)
-	if st == nil {
-		return
+// projectView answers a view of the request's project: view's value as
+// JSON, or its error.
+func (s *Server) projectView(view func(r *http.Request, st *store.Store, project string) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		st, name := s.project(w, r)
+		if st == nil {
+			return
+		}
+		v, err := view(r, st, name)
+		var bad *badParam
+		switch {
+		case errors.As(err, &bad):
+			writeError(w, http.StatusBadRequest, err)
+		case err != nil:
+			fail(w, err)
+		default:
+			writeJSON(w, v)
+		}
 	}
-	v, err := readmodel.Summary(r.Context(), st, s.views(), name, s.now())
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, v)
+}
+
+// badParam is a query parameter that does not read.
+type badParam struct{ msg string }
+
+func (e *badParam) Error() string { return e.msg }
+
+func (s *Server) summary(r *http.Request, st *store.Store, name string) (any, error) {
+	return readmodel.Summary(r.Context(), st, s.views(), name, s.now())
 }
 
 // report is `dispatch report <p> --format json`.
-func (s *Server) report(w http.ResponseWriter, r *http.Request) {
-	st, name := s.project(w, r)
-	if st == nil {
-		return
-	}
+func (s *Server) report(r *http.Request, st *store.Store, name string) (any, error) {
 	v, err := readmodel.BuildReport(r.Context(), st, s.views(), s.Home, name, s.now())
 	if err != nil {
-		fail(w, err)
-		return
+		return nil, err
 	}
 	switch q := r.URL.Query().Get("tasks"); q {
 	case "", "all":
@@ -123,50 +135,22 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 		// The dashboard's integration tab: the phase's own tasks only.
 		v.Tasks = slices.DeleteFunc(v.Tasks, func(t readmodel.ReportTask) bool { return !domain.IsPhaseID(t.ID) })
 	default:
-		writeError(w, http.StatusBadRequest, fmt.Errorf("tasks=%q: use all (the default) or phase (S99, V and F rounds)", q))
-		return
+		return nil, &badParam{fmt.Sprintf("tasks=%q: use all (the default) or phase (S99, V and F rounds)", q)}
 	}
-	writeJSON(w, v)
+	return v, nil
 }
 
 // runs is `dispatch runs <p> --json`.
-func (s *Server) runs(w http.ResponseWriter, r *http.Request) {
-	st, name := s.project(w, r)
-	if st == nil {
-		return
-	}
-	v, err := readmodel.Runs(r.Context(), st, name)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, v)
+func (s *Server) runs(r *http.Request, st *store.Store, name string) (any, error) {
+	return readmodel.Runs(r.Context(), st, name)
 }
 
-func (s *Server) graph(w http.ResponseWriter, r *http.Request) {
-	st, name := s.project(w, r)
-	if st == nil {
-		return
-	}
-	v, err := readmodel.Graph(r.Context(), st, name)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, v)
+func (s *Server) graph(r *http.Request, st *store.Store, name string) (any, error) {
+	return readmodel.Graph(r.Context(), st, name)
 }
 
-func (s *Server) task(w http.ResponseWriter, r *http.Request) {
-	st, name := s.project(w, r)
-	if st == nil {
-		return
-	}
-	v, err := readmodel.Task(r.Context(), st, s.views(), s.Home, name, r.PathValue("id"), s.now())
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, v)
+func (s *Server) task(r *http.Request, st *store.Store, name string) (any, error) {
+	return readmodel.Task(r.Context(), st, s.views(), s.Home, name, r.PathValue("id"), s.now())
 }
 
 // nodes is `dispatch nodes --json`.
