@@ -47,29 +47,8 @@ const limitsFix = "write limits: {memory: 4GiB, cpu: 2, pids: 512, file_size: 8G
 // with a unit (200MiB, 4GiB), cpu a positive number of cores, pids a whole
 // number from 1. Every problem is reported; ok is false when there was one.
 func (d Doc) Limits(v *yaml.Node, where, key string) (Limits, bool) {
-	v = Resolve(v)
 	var l Limits
-	if v.Kind != yaml.MappingNode {
-		d.Errorf(v, limitsFix, "%s%s must be a mapping, not %s", prefix(where), key, Describe(v))
-		return l, false
-	}
-	before := len(*d.Problems)
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(v.Content); i += 2 {
-		k, val := Resolve(v.Content[i]), Resolve(v.Content[i+1])
-		name := k.Value
-		switch {
-		case k.Kind != yaml.ScalarNode || !slices.Contains(LimitsKeys, name):
-			d.Unknown(k, prefix(where)+key+": ", LimitsKeys)
-			continue
-		case seen[name]:
-			d.Errorf(k, "remove one of them", "%s%s: duplicate key %q", prefix(where), key, name)
-			continue
-		case IsNull(val):
-			d.Errorf(val, limitsFix, "%s%s.%s is empty", prefix(where), key, name)
-			continue
-		}
-		seen[name] = true
+	ok := d.Fields(v, where, key, limitsFix, LimitsKeys, func(name string, val *yaml.Node) {
 		path := key + "." + name
 		switch name {
 		case "memory":
@@ -81,8 +60,40 @@ func (d Doc) Limits(v *yaml.Node, where, key string) (Limits, bool) {
 		case "pids":
 			l.Pids, _ = d.Int(val, where, path, 1, 1<<22)
 		}
+	})
+	return l, ok
+}
+
+// Fields reads the mapping v of key (under where) whose keys are known:
+// each is called for every known key with a value, once; a key not known,
+// twice or empty, or v not a mapping, is reported with fix. ok is false
+// when there was a problem.
+func (d Doc) Fields(v *yaml.Node, where, key, fix string, known []string, each func(name string, val *yaml.Node)) bool {
+	v = Resolve(v)
+	if v.Kind != yaml.MappingNode {
+		d.Errorf(v, fix, "%s%s must be a mapping, not %s", prefix(where), key, Describe(v))
+		return false
 	}
-	return l, len(*d.Problems) == before
+	before := len(*d.Problems)
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		k, val := Resolve(v.Content[i]), Resolve(v.Content[i+1])
+		name := k.Value
+		switch {
+		case k.Kind != yaml.ScalarNode || !slices.Contains(known, name):
+			d.Unknown(k, prefix(where)+key+": ", known)
+			continue
+		case seen[name]:
+			d.Errorf(k, "remove one of them", "%s%s: duplicate key %q", prefix(where), key, name)
+			continue
+		case IsNull(val):
+			d.Errorf(val, fix, "%s%s.%s is empty", prefix(where), key, name)
+			continue
+		}
+		seen[name] = true
+		each(name, val)
+	}
+	return len(*d.Problems) == before
 }
 
 // limitSize reads a positive size with a unit: a bare number of a limit
