@@ -17,7 +17,7 @@ func TestFailuresDocNamesRealTests(t *testing.T) {
 	}
 	dirs := map[string]string{"cmd": "../cmd/dispatch", "ctl": ".", "control": "../control", "plan": "../plan", "policy": "../policy", "nodes": "../nodes", "sshnode": "../nodes/sshnode", "wrapper": "../wrapper", "wire": "../wire",
 		"domain": "../domain", "store": "../store", "spec": "../spec", "readmodel": "../readmodel", "gitrepo": "../gitrepo", "notify": "../notify",
-		"schedule": "../schedule", "yamlval": "../internal/yamlval", "netallow": "../internal/netallow"}
+		"schedule": "../schedule", "yamlval": "../internal/yamlval", "netallow": "../internal/netallow", "httpapi": "../httpapi"}
 	cites := regexp.MustCompile("`([a-z]+):(Test[A-Za-z0-9_]+)`").FindAllStringSubmatch(string(doc), -1)
 	if len(cites) < 20 {
 		t.Fatalf("only %d tests cited in FAILURES.md", len(cites))

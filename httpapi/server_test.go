@@ -458,3 +458,22 @@ func TestNotFound(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusWindowHugeNumbers: an offset plus a limit past the largest int
+// (a client's ?limit=9223372036854775807) is the rest of the tasks, not a
+// panic that drops the connection with no answer.
+func TestStatusWindowHugeNumbers(t *testing.T) {
+	h := newTestHome(t, 10)
+	var page struct {
+		Tasks []struct{ ID string } `json:"tasks"`
+		Page  readmodel.Page        `json:"page"`
+	}
+	h.getJSON(t, "/api/v1/projects/p?offset=3&limit=9223372036854775807", &page)
+	if len(page.Tasks) != 7 || page.Tasks[0].ID != "S00004" {
+		t.Fatalf("huge limit: %d tasks, %+v", len(page.Tasks), page.Page)
+	}
+	h.getJSON(t, "/api/v1/projects/p?offset=9223372036854775807&limit=9223372036854775807", &page)
+	if len(page.Tasks) != 0 || page.Page.Total != 10 {
+		t.Fatalf("huge offset: %d tasks, %+v", len(page.Tasks), page.Page)
+	}
+}

@@ -158,8 +158,8 @@ func (v *StatusView) Window(offset, limit int) *PagedStatus {
 	total := len(v.Tasks)
 	offset = min(max(offset, 0), total)
 	end := total
-	if limit >= 0 {
-		end = min(offset+limit, total)
+	if limit >= 0 && limit < total-offset { // offset+limit may overflow
+		end = offset + limit
 	}
 	return &PagedStatus{StatusView: v, Page: Page{Offset: offset, Limit: limit, Total: total}, tasks: v.Tasks[offset:end]}
 }
