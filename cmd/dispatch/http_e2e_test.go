@@ -288,3 +288,58 @@ func TestServeHTTPRefusesExposure(t *testing.T) {
 		t.Error("a refused serve made a token")
 	}
 }
+
+// TestServeHTTPTokenNotInServiceOutput: a serve --http whose output is not
+// a terminal — a systemd unit's (the journal) or a launchd agent's
+// (dispatch.log) as serve --install writes them, a script's redirect, the
+// parent of serve --detach in a pipe — says where the token is, never the
+// token itself: whoever reads that journal or file would hold the API.
+func TestServeHTTPTokenNotInServiceOutput(t *testing.T) {
+	t.Parallel()
+	home, _ := opsHome(t, nil)
+	out := filepath.Join(t.TempDir(), "service.log")
+	f, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	port := freeLoopbackPort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+	defer cancel()
+	cmd, _, _ := dispatchCmd(ctx, nil, "--home", home, "serve", "--http", fmt.Sprintf("127.0.0.1:%d", port))
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	a := apiClient{base: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if b, err := os.ReadFile(filepath.Join(home, "http.token")); err == nil && len(b) > 0 {
+			a.token = strings.TrimSpace(string(b))
+			if code, _ := a.get(t, "/api/v1/projects"); code == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("serve --http did not answer")
+		}
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+	said := readFile(t, out)
+	if strings.Contains(said, a.token) || !strings.Contains(said, "http.token") {
+		t.Errorf("serve --http with its output in a file wrote:\n%s", said)
+	}
+	// The parent of a detached serve, its output piped.
+	port = freeLoopbackPort(t)
+	r := runDispatch(t, nil, "--home", home, "serve", "--detach", "--http", fmt.Sprintf("127.0.0.1:%d", port))
+	defer runDispatch(t, nil, "--home", home, "serve", "--stop")
+	if r.code != 0 || strings.Contains(r.stdout+r.stderr, a.token) || !strings.Contains(r.stdout, "http.token") {
+		t.Errorf("serve --detach --http in a pipe: %s", r)
+	}
+	runDispatch(t, nil, "--home", home, "serve", "--stop")
+	// On the operator's terminal, the link with the token.
+	port = freeLoopbackPort(t)
+	if said := onTerminal(t, "--home", home, "serve", "--detach", "--http", fmt.Sprintf("127.0.0.1:%d", port)); !strings.Contains(said, "?token="+a.token) {
+		t.Errorf("serve --detach --http on a terminal:\n%s", said)
+	}
+}
