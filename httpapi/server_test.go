@@ -477,3 +477,33 @@ func TestStatusWindowHugeNumbers(t *testing.T) {
 		t.Fatalf("huge offset: %d tasks, %+v", len(page.Tasks), page.Page)
 	}
 }
+
+// TestFollowKeepsCharactersWhole: a followed log is read in pieces as the
+// node has them, and a piece may end inside a character (a tool's "é" or
+// "✓" written across two reads). Each message is JSON text: the character
+// goes whole into the next one, never as two U+FFFD.
+func TestFollowKeepsCharactersWhole(t *testing.T) {
+	rec := httptest.NewRecorder()
+	cw := &chunkWriter{out: startSSE(rec)}
+	for _, p := range []string{"caf\xc3", "\xa9 ok \xe2\x9c", "\x93\n", "bad \xff end"} {
+		if n, err := cw.Write([]byte(p)); n != len(p) || err != nil {
+			t.Fatalf("write %q: %d %v", p, n, err)
+		}
+	}
+	if err := cw.flush(); err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	for _, l := range strings.Split(rec.Body.String(), "\n") {
+		if v, ok := strings.CutPrefix(l, "data: "); ok {
+			var c logChunk
+			if err := json.Unmarshal([]byte(v), &c); err != nil {
+				t.Fatal(err)
+			}
+			got.WriteString(c.Text)
+		}
+	}
+	if want := "café ok ✓\nbad \uFFFD end"; got.String() != want {
+		t.Errorf("followed text %q, want %q", got.String(), want)
+	}
+}
