@@ -343,3 +343,49 @@ func TestServeHTTPTokenNotInServiceOutput(t *testing.T) {
 		t.Errorf("serve --detach --http on a terminal:\n%s", said)
 	}
 }
+
+// TestServeHTTPConnectionFlood: anyone who can connect to the port (another
+// user of the machine) opens thousands of connections without the token
+// and holds them. The daemon accepts a bounded number: its controller
+// keeps file descriptors to read specs and answer dispatch start (it used
+// to run out of them: "too many open files", start timed out).
+func TestServeHTTPConnectionFlood(t *testing.T) {
+	home, _ := opsHome(t, map[string]map[string]string{"web": {"S01-a.md": "echo a\n"}})
+	api := startServeHTTP(t, home)
+	pid, err := os.ReadFile(filepath.Join(home, "dispatch.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p int
+	fmt.Sscanf(string(pid), "pid %d", &p)
+	if p == 0 {
+		t.Fatalf("no pid in dispatch.lock: %q", pid)
+	}
+	fds := func() int {
+		es, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p))
+		return len(es)
+	}
+	before := fds()
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	host := strings.TrimPrefix(api.base, "http://")
+	for range 3000 {
+		c, err := net.DialTimeout("tcp", host, 5*time.Second)
+		if err != nil {
+			break
+		}
+		c.Write([]byte("GET /api/v1/projects HTTP/1.1\r\nHost: x\r\n\r\n"))
+		conns = append(conns, c)
+	}
+	time.Sleep(time.Second)
+	if n := fds(); n > before+600 {
+		t.Errorf("serve --http holds %d descriptors with %d connections open (%d before)", n, len(conns), before)
+	}
+	if r := runDispatch(t, nil, "--home", home, "start", "web", "--detach"); r.code != 0 {
+		t.Errorf("start during the flood: %s", r)
+	}
+}
