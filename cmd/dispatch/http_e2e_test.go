@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -387,5 +389,78 @@ func TestServeHTTPConnectionFlood(t *testing.T) {
 	}
 	if r := runDispatch(t, nil, "--home", home, "start", "web", "--detach"); r.code != 0 {
 		t.Errorf("start during the flood: %s", r)
+	}
+}
+
+// TestServeOutlivesRunningOutOfDescriptors: a daemon that runs out of file
+// descriptors for a moment (here: a low limit and connections to its HTTP
+// port) takes commands again once they are back: its control socket kept
+// no accept error for good (dispatch start, serve --stop and every
+// operator command used to time out on it until a restart).
+func TestServeOutlivesRunningOutOfDescriptors(t *testing.T) {
+	home, _ := opsHome(t, nil)
+	port := freeLoopbackPort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", `ulimit -n 120 && exec "$0" "$@"`,
+		dispatchBin, "--home", home, "serve", "--http", fmt.Sprintf("127.0.0.1:%d", port))
+	cmd.Env = baseEnv
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Kill()
+		<-done
+	}()
+	a := apiClient{base: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if b, err := os.ReadFile(filepath.Join(home, "http.token")); err == nil && len(b) > 0 {
+			a.token = strings.TrimSpace(string(b))
+			if code, _ := a.get(t, "/api/v1/projects"); code == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("serve --http did not answer")
+		}
+	}
+	// Connections keep coming while commands try the control socket:
+	// the HTTP server takes every descriptor that frees.
+	var conns []net.Conn
+	dial := func(n int) {
+		for range n {
+			c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 5*time.Second)
+			if err != nil {
+				return
+			}
+			c.Write([]byte("GET /api/v1/projects HTTP/1.1\r\nHost: x\r\n\r\n"))
+			conns = append(conns, c)
+		}
+	}
+	dial(150)
+	for range 3 {
+		dial(30)
+		time.Sleep(200 * time.Millisecond)
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, _, _ := dispatchCmd(sctx, nil, "--home", home, "schedule")
+		c.Run()
+		scancel()
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	time.Sleep(time.Second)
+	if r := runDispatch(t, nil, "--home", home, "serve", "--stop"); r.code != 0 || strings.Contains(r.stdout+r.stderr, "timeout") {
+		t.Fatalf("serve --stop after the descriptors came back: %s", r)
+	}
+	select {
+	case <-done:
+		done <- nil
+	case <-time.After(30 * time.Second):
+		t.Fatalf("serve did not stop:\n%s", out.String())
 	}
 }
