@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -52,11 +53,25 @@ func Serve(ctx context.Context, homeDir string, log *slog.Logger, calls chan<- C
 	handlers.Add(1)
 	go func() {
 		defer handlers.Done()
+		var delay time.Duration
 		for {
 			conn, err := l.Accept()
 			if err != nil {
-				return
+				if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+					return
+				}
+				// Out of descriptors (EMFILE), for a moment: wait, as
+				// net/http does; the socket must not go deaf for good.
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				log.Warn("control socket: accept", "err", err, "retry_in", delay)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(delay):
+				}
+				continue
 			}
+			delay = 0
 			handlers.Add(1)
 			go func() {
 				defer handlers.Done()

@@ -55,7 +55,7 @@ func Loopback(host string) bool {
 // TLS reports whether l speaks TLS.
 func (l Listen) TLS() bool { return l.CertFile != "" }
 
-// Open checks l and listens.
+// Open checks l and listens, holding at most MaxConns connections at once.
 func (l Listen) Open() (net.Listener, error) {
 	if err := l.Check(); err != nil {
 		return nil, err
@@ -72,6 +72,8 @@ func (l Listen) Open() (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w (another program uses it? give another address: --http 127.0.0.1:7879)", l.Addr, err)
 	}
+	// Under TLS, so that the server still sees a *tls.Conn.
+	ln = &limitListener{Listener: ln, sem: make(chan struct{}, MaxConns), done: make(chan struct{})}
 	if cfg != nil {
 		ln = tls.NewListener(ln, cfg)
 	}
@@ -95,6 +97,52 @@ func (l Listen) URL(bound, tok string) string {
 		u += "?token=" + tok
 	}
 	return u
+}
+
+// MaxConns bounds the connections the server holds at once. Whoever can
+// connect (another user of the machine) needs no token to open one: the
+// daemon's controller, in the same process, keeps its file descriptors.
+// A browser holds a few (six at most per host, one per stream).
+const MaxConns = 256
+
+// limitListener accepts a connection only while fewer than cap(sem) are
+// open; the next waits in the kernel's queue until one closes.
+type limitListener struct {
+	net.Listener
+	sem   chan struct{}
+	done  chan struct{}
+	close sync.Once
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.sem <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+func (l *limitListener) Close() error {
+	l.close.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }
 
 // Serve serves s on ln until Stop: a Running server's owner calls Stop,

@@ -470,3 +470,52 @@ func TestNotFound(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusWindowHugeNumbers: an offset plus a limit past the largest int
+// (a client's ?limit=9223372036854775807) is the rest of the tasks, not a
+// panic that drops the connection with no answer.
+func TestStatusWindowHugeNumbers(t *testing.T) {
+	h := newTestHome(t, 10)
+	var page struct {
+		Tasks []struct{ ID string } `json:"tasks"`
+		Page  readmodel.Page        `json:"page"`
+	}
+	h.getJSON(t, "/api/v1/projects/p?offset=3&limit=9223372036854775807", &page)
+	if len(page.Tasks) != 7 || page.Tasks[0].ID != "S00004" {
+		t.Fatalf("huge limit: %d tasks, %+v", len(page.Tasks), page.Page)
+	}
+	h.getJSON(t, "/api/v1/projects/p?offset=9223372036854775807&limit=9223372036854775807", &page)
+	if len(page.Tasks) != 0 || page.Page.Total != 10 {
+		t.Fatalf("huge offset: %d tasks, %+v", len(page.Tasks), page.Page)
+	}
+}
+
+// TestFollowKeepsCharactersWhole: a followed log is read in pieces as the
+// node has them, and a piece may end inside a character (a tool's "é" or
+// "✓" written across two reads). Each message is JSON text: the character
+// goes whole into the next one, never as two U+FFFD.
+func TestFollowKeepsCharactersWhole(t *testing.T) {
+	rec := httptest.NewRecorder()
+	cw := &chunkWriter{out: startSSE(rec)}
+	for _, p := range []string{"caf\xc3", "\xa9 ok \xe2\x9c", "\x93\n", "bad \xff end"} {
+		if n, err := cw.Write([]byte(p)); n != len(p) || err != nil {
+			t.Fatalf("write %q: %d %v", p, n, err)
+		}
+	}
+	if err := cw.flush(); err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	for _, l := range strings.Split(rec.Body.String(), "\n") {
+		if v, ok := strings.CutPrefix(l, "data: "); ok {
+			var c logChunk
+			if err := json.Unmarshal([]byte(v), &c); err != nil {
+				t.Fatal(err)
+			}
+			got.WriteString(c.Text)
+		}
+	}
+	if want := "café ok ✓\nbad \uFFFD end"; got.String() != want {
+		t.Errorf("followed text %q, want %q", got.String(), want)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/readmodel"
@@ -231,14 +232,18 @@ func (s *Server) log(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := startSSE(w)
-	if len(head) > 0 && out.send(0, "", logChunk{Text: string(head)}) != nil {
+	cw := &chunkWriter{out: out}
+	if _, err := cw.Write(head); err != nil {
 		return
 	}
 	if remote != nil {
-		cw := &chunkWriter{out: out}
-		if _, err := remote.r.Follow(ctx, st, t, a.Attempt, remote.pos, cw); err != nil && ctx.Err() == nil {
-			out.send(0, "problem", map[string]string{"error": err.Error()})
-		}
+		_, err = remote.r.Follow(ctx, st, t, a.Attempt, remote.pos, cw)
+	}
+	if cw.flush() != nil {
+		return
+	}
+	if err != nil && ctx.Err() == nil {
+		out.send(0, "problem", map[string]string{"error": err.Error()})
 	}
 	out.send(0, "end", map[string]string{})
 }
@@ -273,17 +278,43 @@ func (s *Server) logHead(r *http.Request, t domain.Task, a domain.Attempt, tail 
 	return cutLines(b, tail), &remoteLog{r: rem, pos: int64(len(b))}, nil
 }
 
-// chunkWriter sends what is written to it as log messages.
-type chunkWriter struct{ out *sse }
+// chunkWriter sends what is written to it as log messages. A message is
+// JSON text: a character cut between two writes (two reads of the node)
+// waits for its end in part, rather than going as two U+FFFD.
+type chunkWriter struct {
+	out  *sse
+	part []byte
+}
 
 func (c *chunkWriter) Write(p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
+	b := append(c.part, p...)
+	keep := 0
+	for i := len(b) - 1; i >= max(len(b)-utf8.UTFMax+1, 0); i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				keep = len(b) - i
+			}
+			break
+		}
 	}
-	if err := c.out.send(0, "", logChunk{Text: string(p)}); err != nil {
+	c.part = append([]byte(nil), b[len(b)-keep:]...)
+	if len(b) == keep {
+		return len(p), nil
+	}
+	if err := c.out.send(0, "", logChunk{Text: string(b[:len(b)-keep])}); err != nil {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// flush sends what is left of a cut character.
+func (c *chunkWriter) flush() error {
+	if len(c.part) == 0 {
+		return nil
+	}
+	err := c.out.send(0, "", logChunk{Text: string(c.part)})
+	c.part = nil
+	return err
 }
 
 // lastLines reads the last n lines of f, at most maxTailBytes of them.

@@ -161,8 +161,8 @@ func (v *StatusView) Window(ctx context.Context, st *store.Store, cfg Nodes, off
 	total := len(v.Tasks)
 	offset = min(max(offset, 0), total)
 	end := total
-	if limit >= 0 {
-		end = min(offset+limit, total)
+	if limit >= 0 && limit < total-offset { // offset+limit may overflow
+		end = offset + limit
 	}
 	p, err := st.Project(ctx, v.Project)
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -289,9 +291,10 @@ func TestServeHTTPRefusesExposure(t *testing.T) {
 	}
 }
 
-// TestServeDetachHTTP: serve --detach --http prints the dashboard's link
-// with its token to the operator, and the daemon serves it; the token is
-// in neither the daemon's log nor its command line.
+// TestServeDetachHTTP: serve --detach --http says where the dashboard and
+// its token are (the link with the token only on a terminal), and the
+// daemon serves it; the token is in neither the daemon's log nor its
+// command line.
 func TestServeDetachHTTP(t *testing.T) {
 	t.Parallel()
 	home, _ := opsHome(t, nil)
@@ -304,7 +307,7 @@ func TestServeDetachHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	token := strings.TrimSpace(string(tok))
-	if r.code != 0 || !strings.Contains(r.stdout, "dashboard: http://"+addr+"/?token="+token) {
+	if r.code != 0 || !strings.Contains(r.stdout, "http://"+addr+"/") || strings.Contains(r.stdout, token) || !strings.Contains(r.stdout, "http.token") {
 		t.Fatalf("serve --detach --http: %s", r)
 	}
 	api := apiClient{base: "http://" + addr, token: token}
@@ -324,5 +327,179 @@ func TestServeDetachHTTP(t *testing.T) {
 	}
 	if code, _ := api.get(t, "/api/v1/projects"); code != 0 {
 		t.Errorf("the API still answers after serve --stop: %d", code)
+	}
+}
+
+// TestServeHTTPTokenNotInServiceOutput: a serve --http whose output is not
+// a terminal — a systemd unit's (the journal) or a launchd agent's
+// (dispatch.log) as serve --install writes them, a script's redirect, the
+// parent of serve --detach in a pipe — says where the token is, never the
+// token itself: whoever reads that journal or file would hold the API.
+func TestServeHTTPTokenNotInServiceOutput(t *testing.T) {
+	t.Parallel()
+	home, _ := opsHome(t, nil)
+	out := filepath.Join(t.TempDir(), "service.log")
+	f, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	port := freeLoopbackPort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+	defer cancel()
+	cmd, _, _ := dispatchCmd(ctx, nil, "--home", home, "serve", "--http", fmt.Sprintf("127.0.0.1:%d", port))
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	a := apiClient{base: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if b, err := os.ReadFile(filepath.Join(home, "http.token")); err == nil && len(b) > 0 {
+			a.token = strings.TrimSpace(string(b))
+			if code, _ := a.get(t, "/api/v1/projects"); code == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("serve --http did not answer")
+		}
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+	said := readFile(t, out)
+	if strings.Contains(said, a.token) || !strings.Contains(said, "http.token") {
+		t.Errorf("serve --http with its output in a file wrote:\n%s", said)
+	}
+	// The parent of a detached serve, its output piped.
+	port = freeLoopbackPort(t)
+	r := runDispatch(t, nil, "--home", home, "serve", "--detach", "--http", fmt.Sprintf("127.0.0.1:%d", port))
+	defer runDispatch(t, nil, "--home", home, "serve", "--stop")
+	if r.code != 0 || strings.Contains(r.stdout+r.stderr, a.token) || !strings.Contains(r.stdout, "http.token") {
+		t.Errorf("serve --detach --http in a pipe: %s", r)
+	}
+	runDispatch(t, nil, "--home", home, "serve", "--stop")
+	// On the operator's terminal, the link with the token.
+	port = freeLoopbackPort(t)
+	if said := onTerminal(t, "--home", home, "serve", "--detach", "--http", fmt.Sprintf("127.0.0.1:%d", port)); !strings.Contains(said, "?token="+a.token) {
+		t.Errorf("serve --detach --http on a terminal:\n%s", said)
+	}
+}
+
+// TestServeHTTPConnectionFlood: anyone who can connect to the port (another
+// user of the machine) opens thousands of connections without the token
+// and holds them. The daemon accepts a bounded number: its controller
+// keeps file descriptors to read specs and answer dispatch start (it used
+// to run out of them: "too many open files", start timed out).
+func TestServeHTTPConnectionFlood(t *testing.T) {
+	home, _ := opsHome(t, map[string]map[string]string{"web": {"S01-a.md": "echo a\n"}})
+	api := startServeHTTP(t, home)
+	pid, err := os.ReadFile(filepath.Join(home, "dispatch.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p int
+	fmt.Sscanf(string(pid), "pid %d", &p)
+	if p == 0 {
+		t.Fatalf("no pid in dispatch.lock: %q", pid)
+	}
+	fds := func() int {
+		es, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p))
+		return len(es)
+	}
+	before := fds()
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	host := strings.TrimPrefix(api.base, "http://")
+	for range 3000 {
+		c, err := net.DialTimeout("tcp", host, 5*time.Second)
+		if err != nil {
+			break
+		}
+		c.Write([]byte("GET /api/v1/projects HTTP/1.1\r\nHost: x\r\n\r\n"))
+		conns = append(conns, c)
+	}
+	time.Sleep(time.Second)
+	if n := fds(); n > before+600 {
+		t.Errorf("serve --http holds %d descriptors with %d connections open (%d before)", n, len(conns), before)
+	}
+	if r := runDispatch(t, nil, "--home", home, "start", "web", "--detach"); r.code != 0 {
+		t.Errorf("start during the flood: %s", r)
+	}
+}
+
+// TestServeOutlivesRunningOutOfDescriptors: a daemon that runs out of file
+// descriptors for a moment (here: a low limit and connections to its HTTP
+// port) takes commands again once they are back: its control socket kept
+// no accept error for good (dispatch start, serve --stop and every
+// operator command used to time out on it until a restart).
+func TestServeOutlivesRunningOutOfDescriptors(t *testing.T) {
+	home, _ := opsHome(t, nil)
+	port := freeLoopbackPort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", `ulimit -n 120 && exec "$0" "$@"`,
+		dispatchBin, "--home", home, "serve", "--http", fmt.Sprintf("127.0.0.1:%d", port))
+	cmd.Env = baseEnv
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Kill()
+		<-done
+	}()
+	a := apiClient{base: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if b, err := os.ReadFile(filepath.Join(home, "http.token")); err == nil && len(b) > 0 {
+			a.token = strings.TrimSpace(string(b))
+			if code, _ := a.get(t, "/api/v1/projects"); code == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("serve --http did not answer")
+		}
+	}
+	// Connections keep coming while commands try the control socket:
+	// the HTTP server takes every descriptor that frees.
+	var conns []net.Conn
+	dial := func(n int) {
+		for range n {
+			c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 5*time.Second)
+			if err != nil {
+				return
+			}
+			c.Write([]byte("GET /api/v1/projects HTTP/1.1\r\nHost: x\r\n\r\n"))
+			conns = append(conns, c)
+		}
+	}
+	dial(150)
+	for range 3 {
+		dial(30)
+		time.Sleep(200 * time.Millisecond)
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, _, _ := dispatchCmd(sctx, nil, "--home", home, "schedule")
+		c.Run()
+		scancel()
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	time.Sleep(time.Second)
+	if r := runDispatch(t, nil, "--home", home, "serve", "--stop"); r.code != 0 || strings.Contains(r.stdout+r.stderr, "timeout") {
+		t.Fatalf("serve --stop after the descriptors came back: %s", r)
+	}
+	select {
+	case <-done:
+		done <- nil
+	case <-time.After(30 * time.Second):
+		t.Fatalf("serve did not stop:\n%s", out.String())
 	}
 }

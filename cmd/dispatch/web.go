@@ -120,14 +120,21 @@ func serveHTTP(e *env, web httpapi.Listen) (stop func(), err error) {
 }
 
 // printWebURL says where the dashboard is, with its token: once, to the
-// operator (a detached daemon's parent prints it for its child).
+// operator (a detached daemon's parent prints it for its child). Only on
+// a terminal: an output that is not one (a service manager's journal or
+// log file, a redirect) is kept where others may read it, and gets the
+// address without the token.
 func printWebURL(e *env, web httpapi.Listen, bound string) error {
 	tok, err := home.Token(e.home)
 	if err != nil {
 		return err
 	}
+	link := web.URL(bound, tok)
+	if !e.tty {
+		link = web.URL(bound, "") + "?token=<the token in " + home.TokenPath(e.home) + ">"
+	}
 	fmt.Fprintf(e.out, "dashboard: %s\nAPI: %sapi/v1 (Authorization: Bearer <the token in %s>)\n",
-		web.URL(bound, tok), web.URL(bound, ""), home.TokenPath(e.home))
+		link, web.URL(bound, ""), home.TokenPath(e.home))
 	return nil
 }
 
