@@ -49,6 +49,9 @@ type RunReport struct {
 	Attempts int
 	// Rows is the database rows, by table.
 	Rows map[string]int
+	// Left is set for a run this prune could not finish (a node did not
+	// answer): it stays marked, with what was not removed, for the next.
+	Left bool
 
 	paths []string
 	nodes map[string][]Attempt
@@ -103,12 +106,14 @@ func (p *Pruner) Project(ctx context.Context, project string, dry bool) (Report,
 	if err := p.Store.Update(ctx, func(tx *store.Tx) error { return tx.BeginPrune(ctx, project, gone) }); err != nil {
 		return rep, err
 	}
+	down := map[string]error{} // nodes that failed in this prune: not tried again
 	for i := range rep.Runs {
-		if err := p.pruneRun(ctx, project, &rep.Runs[i], gone); err != nil {
+		if err := p.pruneRun(ctx, project, &rep.Runs[i], gone, down); err != nil {
 			var nf *nodeFailure
 			if !errors.As(err, &nf) {
 				return rep, err
 			}
+			rep.Runs[i].Left = true
 			rep.Problems = append(rep.Problems, err.Error())
 		}
 	}
@@ -202,8 +207,10 @@ type nodeFailure struct{ msg string }
 func (e *nodeFailure) Error() string { return e.msg }
 
 // pruneRun removes run r's node directories, then its files, then its
-// rows (recording it pruned): each step can be done again.
-func (p *Pruner) pruneRun(ctx context.Context, project string, r *RunReport, gone []int) error {
+// rows (recording it pruned): each step can be done again. A node that
+// fails is recorded in down and not tried again for a later run: that run
+// too stays recorded, with its files, for the next prune.
+func (p *Pruner) pruneRun(ctx context.Context, project string, r *RunReport, gone []int, down map[string]error) error {
 	remover := p.Nodes
 	if remover == nil {
 		remover = Transports{Config: p.Config}
@@ -218,9 +225,17 @@ func (p *Pruner) pruneRun(ctx context.Context, project string, r *RunReport, gon
 		if !ok {
 			continue // a node no longer in nodes.yaml: nothing to reach
 		}
-		if _, err := remover.Remove(ctx, n, project, r.nodes[name]); err != nil {
-			return &nodeFailure{msg: fmt.Sprintf("run %d of %s: node %s: %v (the run stays recorded; the next prune removes the rest)", r.Run, project, name, err)}
+		what := "failed earlier in this prune"
+		if _, failed := down[name]; !failed {
+			_, err := remover.Remove(ctx, n, project, r.nodes[name])
+			if err == nil {
+				continue
+			}
+			down[name] = err
+			what = err.Error()
 		}
+		return &nodeFailure{msg: fmt.Sprintf("run %d of %s: node %s: %s; the run stays marked for pruning: once %s answers (`dispatch nodes check %s`), `dispatch prune %s` finishes it",
+			r.Run, project, name, what, name, name, project)}
 	}
 	for _, path := range r.paths {
 		if err := os.RemoveAll(path); err != nil {
