@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/dispatch-tool/dispatch/domain"
+	"github.com/dispatch-tool/dispatch/gitrepo"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
@@ -67,6 +68,8 @@ type Report struct {
 	Project   string
 	Retention yamlval.Retention
 	Runs      []RunReport
+	// Branches are the branches of the operator's repository that go.
+	Branches []Branch
 	// Problems are what stopped a run's prune (an unreachable node): the
 	// run stays recorded, for the next prune to finish.
 	Problems []string
@@ -100,11 +103,17 @@ func (p *Pruner) Project(ctx context.Context, project string, dry bool) (Report,
 		r.Unfinished = unfinished[n]
 		rep.Runs = append(rep.Runs, r)
 	}
-	if dry {
-		return rep, nil
+	if rep.Branches, err = p.branches(ctx, project, gone); err != nil || dry {
+		return rep, err
 	}
 	if err := p.Store.Update(ctx, func(tx *store.Tx) error { return tx.BeginPrune(ctx, project, gone) }); err != nil {
 		return rep, err
+	}
+	// Before any run's rows go: they say which commits the branches had.
+	for _, b := range rep.Branches {
+		if err := gitrepo.DeleteRef(ctx, b.Repo, b.Ref, b.Commit); err != nil {
+			return rep, fmt.Errorf("delete %s in %s: %w (the runs stay marked; the next prune decides again)", b.Ref, b.Repo, err)
+		}
 	}
 	down := map[string]error{} // nodes that failed in this prune: not tried again
 	for i := range rep.Runs {
@@ -198,6 +207,50 @@ func (p *Pruner) measure(ctx context.Context, project string, n int, gone []int,
 		r.Bytes += bytes
 	}
 	return r, nil
+}
+
+// branches reads the runs' branches and the operator's repositories and
+// decides which branches go with the runs gone (DecideBranches). A
+// repository no longer there has nothing to remove; a branch checked out
+// in a worktree stays.
+func (p *Pruner) branches(ctx context.Context, project string, gone []int) ([]Branch, error) {
+	recs, err := p.Store.Branches(ctx, project)
+	if err != nil {
+		return nil, err
+	}
+	var runs []BranchRun
+	var repos []string
+	for _, rec := range recs {
+		run := BranchRun{N: rec.Run, Final: rec.Final, Tasks: rec.Tasks}
+		opts, err := domain.Project{Name: project, Options: rec.Options}.ParseOptions()
+		if err == nil && opts.Repo != nil {
+			run.Repo = opts.Repo.Dir
+		}
+		if slices.Contains(gone, rec.Run) && run.Repo != "" && !slices.Contains(repos, run.Repo) {
+			repos = append(repos, run.Repo)
+		}
+		runs = append(runs, run)
+	}
+	sort.Strings(repos)
+	var out []Branch
+	for _, repo := range repos {
+		if _, err := os.Stat(repo); errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		refs, err := gitrepo.Refs(ctx, repo, gitrepo.RefPrefix+project+"/")
+		if err != nil {
+			return nil, fmt.Errorf("read the branches of %s in %s: %w", project, repo, err)
+		}
+		busy, err := gitrepo.CheckedOut(ctx, repo)
+		if err != nil {
+			return nil, fmt.Errorf("read the worktrees of %s: %w", repo, err)
+		}
+		for ref := range busy {
+			delete(refs, ref)
+		}
+		out = append(out, DecideBranches(project, repo, runs, gone, refs)...)
+	}
+	return out, nil
 }
 
 // nodeFailure is a node whose directories could not be removed: the run

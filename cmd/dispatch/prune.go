@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -106,12 +107,15 @@ func printPrune(w io.Writer, reps []prune.Report, dry bool) int {
 				r.Project, run.Run, note, run.Files, byteText(run.Bytes), run.Attempts, run.RowCount())
 			done, files, bytes, attempts, rows = done+1, files+run.Files, bytes+run.Bytes, attempts+run.Attempts, rows+run.RowCount()
 		}
+		for _, b := range r.Branches {
+			fmt.Fprintf(w, "%s branch %s at %s in %s\n", r.Project, strings.TrimPrefix(b.Ref, "refs/heads/"), b.Commit[:min(12, len(b.Commit))], b.Repo)
+		}
 		left := ""
 		if n := len(r.Runs) - done; n > 0 {
 			left = fmt.Sprintf("; %d run(s) left for the next prune", n)
 		}
-		fmt.Fprintf(w, "%s %d run(s) of %s (%s): %d file(s), %s, %d attempt(s), %d row(s)%s\n",
-			verb, done, r.Project, retentionText(r), files, byteText(bytes), attempts, rows, left)
+		fmt.Fprintf(w, "%s %d run(s) of %s (%s): %d file(s), %s, %d attempt(s), %d row(s), %d branch(es)%s\n",
+			verb, done, r.Project, retentionText(r), files, byteText(bytes), attempts, rows, len(r.Branches), left)
 	}
 	return problems
 }
