@@ -19,6 +19,8 @@ type BranchRun struct {
 	// Tasks are the run's task IDs, each with the commits its attempts
 	// recorded (what dispatch/<p>/<ID> was set to).
 	Tasks map[string][]string
+	// Bases are the commits the run's tasks started from.
+	Bases []string
 }
 
 // Branch is a ref of the operator's repository a prune deletes, if it
@@ -74,5 +76,33 @@ func DecideBranches(project, repo string, runs []BranchRun, gone []int, refs map
 		out = append(out, Branch{Repo: repo, Ref: FinalRef(project), Commit: at})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Ref < out[j].Ref })
+	return out
+}
+
+// DecideSpares returns, in order, the bases whose spare checkouts on the
+// nodes go with the runs gone: those a run that goes started from and no
+// run that stays (the current one included) did. A spare is a ready
+// checkout for the next launch from its base; a kept run's base may be
+// launched from again (a retry), so its spares stay.
+func DecideSpares(runs []BranchRun, gone []int) []string {
+	kept := map[string]bool{}
+	for _, r := range runs {
+		if !slices.Contains(gone, r.N) {
+			for _, b := range r.Bases {
+				kept[b] = true
+			}
+		}
+	}
+	var out []string
+	for _, r := range runs {
+		if slices.Contains(gone, r.N) {
+			for _, b := range r.Bases {
+				if !kept[b] && !slices.Contains(out, b) {
+					out = append(out, b)
+				}
+			}
+		}
+	}
+	sort.Strings(out)
 	return out
 }

@@ -79,3 +79,26 @@ func TestDecideBranches(t *testing.T) {
 		})
 	}
 }
+
+func TestDecideSpares(t *testing.T) {
+	runs := []BranchRun{{N: 1, Bases: []string{"b1", "b2"}}, {N: 2, Bases: []string{"b2", "b3"}}, {N: 3, Bases: []string{"b3"}}, {N: 4}}
+	tests := []struct {
+		name string
+		gone []int
+		want string
+	}{
+		{"nothing goes", nil, "[]"},
+		{"a base only a pruned run used", []int{1}, "[b1]"},
+		{"a base a kept run used stays", []int{2}, "[]"},
+		{"two runs go", []int{1, 2}, "[b1 b2]"},
+		{"the current run's base stays", []int{1, 2, 4}, "[b1 b2]"},
+		{"a run without bases", []int{4}, "[]"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := DecideSpares(runs, tc.gone); fmt.Sprint(got) != tc.want {
+				t.Errorf("DecideSpares = %v, want %s", got, tc.want)
+			}
+		})
+	}
+}

@@ -70,6 +70,9 @@ type Report struct {
 	Runs      []RunReport
 	// Branches are the branches of the operator's repository that go.
 	Branches []Branch
+	// Spares are the bases whose spare checkouts go from the nodes that
+	// ran the runs that go.
+	Spares []string
 	// Problems are what stopped a run's prune (an unreachable node): the
 	// run stays recorded, for the next prune to finish.
 	Problems []string
@@ -103,7 +106,7 @@ func (p *Pruner) Project(ctx context.Context, project string, dry bool) (Report,
 		r.Unfinished = unfinished[n]
 		rep.Runs = append(rep.Runs, r)
 	}
-	if rep.Branches, err = p.branches(ctx, project, gone); err != nil || dry {
+	if rep.Branches, rep.Spares, err = p.branches(ctx, project, gone); err != nil || dry {
 		return rep, err
 	}
 	if err := p.Store.Update(ctx, func(tx *store.Tx) error { return tx.BeginPrune(ctx, project, gone) }); err != nil {
@@ -117,7 +120,7 @@ func (p *Pruner) Project(ctx context.Context, project string, dry bool) (Report,
 	}
 	down := map[string]error{} // nodes that failed in this prune: not tried again
 	for i := range rep.Runs {
-		if err := p.pruneRun(ctx, project, &rep.Runs[i], gone, down); err != nil {
+		if err := p.pruneRun(ctx, project, &rep.Runs[i], gone, rep.Spares, down); err != nil {
 			var nf *nodeFailure
 			if !errors.As(err, &nf) {
 				return rep, err
@@ -210,21 +213,22 @@ func (p *Pruner) measure(ctx context.Context, project string, n int, gone []int,
 }
 
 // branches reads the runs' branches and the operator's repositories and
-// decides which branches go with the runs gone (DecideBranches). A
-// repository no longer there has nothing to remove; a branch checked out
-// in a worktree stays.
-func (p *Pruner) branches(ctx context.Context, project string, gone []int) ([]Branch, error) {
+// decides which branches go with the runs gone (DecideBranches), and
+// which bases' spare checkouts (DecideSpares). A repository no longer
+// there has nothing to remove; a branch checked out in a worktree stays.
+func (p *Pruner) branches(ctx context.Context, project string, gone []int) (out []Branch, spares []string, err error) {
 	recs, err := p.Store.Branches(ctx, project)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var runs []BranchRun
 	var repos []string
 	for _, rec := range recs {
-		run := BranchRun{N: rec.Run, Final: rec.Final, Tasks: rec.Tasks}
+		run := BranchRun{N: rec.Run, Final: rec.Final, Tasks: rec.Tasks, Bases: rec.Bases}
 		opts, err := domain.Project{Name: project, Options: rec.Options}.ParseOptions()
 		if err == nil && opts.Repo != nil {
 			run.Repo = opts.Repo.Dir
+			run.Bases = append(run.Bases, opts.Repo.Commit)
 		}
 		if slices.Contains(gone, rec.Run) && run.Repo != "" && !slices.Contains(repos, run.Repo) {
 			repos = append(repos, run.Repo)
@@ -232,25 +236,24 @@ func (p *Pruner) branches(ctx context.Context, project string, gone []int) ([]Br
 		runs = append(runs, run)
 	}
 	sort.Strings(repos)
-	var out []Branch
 	for _, repo := range repos {
 		if _, err := os.Stat(repo); errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		refs, err := gitrepo.Refs(ctx, repo, gitrepo.RefPrefix+project+"/")
 		if err != nil {
-			return nil, fmt.Errorf("read the branches of %s in %s: %w", project, repo, err)
+			return nil, nil, fmt.Errorf("read the branches of %s in %s: %w", project, repo, err)
 		}
 		busy, err := gitrepo.CheckedOut(ctx, repo)
 		if err != nil {
-			return nil, fmt.Errorf("read the worktrees of %s: %w", repo, err)
+			return nil, nil, fmt.Errorf("read the worktrees of %s: %w", repo, err)
 		}
 		for ref := range busy {
 			delete(refs, ref)
 		}
 		out = append(out, DecideBranches(project, repo, runs, gone, refs)...)
 	}
-	return out, nil
+	return out, DecideSpares(runs, gone), nil
 }
 
 // nodeFailure is a node whose directories could not be removed: the run
@@ -263,7 +266,7 @@ func (e *nodeFailure) Error() string { return e.msg }
 // rows (recording it pruned): each step can be done again. A node that
 // fails is recorded in down and not tried again for a later run: that run
 // too stays recorded, with its files, for the next prune.
-func (p *Pruner) pruneRun(ctx context.Context, project string, r *RunReport, gone []int, down map[string]error) error {
+func (p *Pruner) pruneRun(ctx context.Context, project string, r *RunReport, gone []int, spares []string, down map[string]error) error {
 	remover := p.Nodes
 	if remover == nil {
 		remover = Transports{Config: p.Config}
@@ -280,7 +283,7 @@ func (p *Pruner) pruneRun(ctx context.Context, project string, r *RunReport, gon
 		}
 		what := "failed earlier in this prune"
 		if _, failed := down[name]; !failed {
-			_, err := remover.Remove(ctx, n, project, r.nodes[name])
+			_, err := remover.Remove(ctx, n, project, r.nodes[name], spares)
 			if err == nil {
 				continue
 			}

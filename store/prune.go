@@ -197,6 +197,9 @@ type RunBranches struct {
 	// Tasks are the run's task IDs, each with the commits its attempts
 	// recorded, any of which dispatch/<p>/<ID> was set to.
 	Tasks map[string][]string
+	// Bases are the commits the run's tasks started from: the nodes'
+	// spare checkouts are of these.
+	Bases []string
 }
 
 // Branches returns, for every run of project whose rows are there (the
@@ -238,6 +241,21 @@ func (s *Store) Branches(ctx context.Context, project string) (map[int]*RunBranc
 		UNION ALL SELECT run, task, result_commit FROM attempts WHERE project = ?1 AND result_commit != ''`, project)
 	if err != nil {
 		return nil, fmt.Errorf("read the task commits of %s: %w", project, err)
+	}
+	err = eachRow(ctx, s.db, func(r scanner) error {
+		var run int
+		var base string
+		if err := r.Scan(&run, &base); err != nil {
+			return err
+		}
+		if b := out[run]; b != nil {
+			b.Bases = append(b.Bases, base)
+		}
+		return nil
+	}, `SELECT DISTINCT run, base_commit FROM run_tasks WHERE project = ?1 AND base_commit != ''
+		UNION SELECT `+runOf(0, 1)+`, base_commit FROM tasks WHERE project = ?1 AND base_commit != '' ORDER BY 1, 2`, project)
+	if err != nil {
+		return nil, fmt.Errorf("read the task bases of %s: %w", project, err)
 	}
 	return out, nil
 }

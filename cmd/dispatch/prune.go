@@ -110,6 +110,13 @@ func printPrune(w io.Writer, reps []prune.Report, dry bool) int {
 		for _, b := range r.Branches {
 			fmt.Fprintf(w, "%s branch %s at %s in %s\n", r.Project, strings.TrimPrefix(b.Ref, "refs/heads/"), b.Commit[:min(12, len(b.Commit))], b.Repo)
 		}
+		if len(r.Spares) > 0 {
+			short := make([]string, len(r.Spares))
+			for i, b := range r.Spares {
+				short[i] = b[:min(12, len(b))]
+			}
+			fmt.Fprintf(w, "%s spare checkouts of base(s) %s on the nodes\n", r.Project, strings.Join(short, ", "))
+		}
 		left := ""
 		if n := len(r.Runs) - done; n > 0 {
 			left = fmt.Sprintf("; %d run(s) left for the next prune", n)
