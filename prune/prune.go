@@ -118,7 +118,7 @@ func (p *Pruner) Project(ctx context.Context, project string, dry bool) (Report,
 			return rep, fmt.Errorf("delete %s in %s: %w (the runs stay marked; the next prune decides again)", b.Ref, b.Repo, err)
 		}
 	}
-	down := map[string]error{} // nodes that failed in this prune: not tried again
+	down := map[string]bool{} // nodes that failed in this prune: not tried again
 	for i := range rep.Runs {
 		if err := p.pruneRun(ctx, project, &rep.Runs[i], gone, rep.Spares, down); err != nil {
 			var nf *nodeFailure
@@ -266,7 +266,7 @@ func (e *nodeFailure) Error() string { return e.msg }
 // rows (recording it pruned): each step can be done again. A node that
 // fails is recorded in down and not tried again for a later run: that run
 // too stays recorded, with its files, for the next prune.
-func (p *Pruner) pruneRun(ctx context.Context, project string, r *RunReport, gone []int, spares []string, down map[string]error) error {
+func (p *Pruner) pruneRun(ctx context.Context, project string, r *RunReport, gone []int, spares []string, down map[string]bool) error {
 	remover := p.Nodes
 	if remover == nil {
 		remover = Transports{Config: p.Config}
@@ -282,12 +282,12 @@ func (p *Pruner) pruneRun(ctx context.Context, project string, r *RunReport, gon
 			continue // a node no longer in nodes.yaml: nothing to reach
 		}
 		what := "failed earlier in this prune"
-		if _, failed := down[name]; !failed {
+		if !down[name] {
 			_, err := remover.Remove(ctx, n, project, r.nodes[name], spares)
 			if err == nil {
 				continue
 			}
-			down[name] = err
+			down[name] = true
 			what = err.Error()
 		}
 		return &nodeFailure{msg: fmt.Sprintf("run %d of %s: node %s: %s; the run stays marked for pruning: once %s answers (`dispatch nodes check %s`), `dispatch prune %s` finishes it",

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 )
 
 // pruneSSHHome is a home whose one node, n1, is a real sshd on loopback,
@@ -42,9 +44,10 @@ nodes:
 // TestPruneSSHNode: retention {runs: 1} over three real runs on an sshd
 // node. With the node's sshd stopped the prune exits 1 naming the node and
 // what to do, removes nothing of the runs it could not finish and keeps
-// them marked (not listed); with the node back the next prune finishes
-// them: archives, rows and the node's attempt directories of runs 1 and 2
-// gone, run 3's intact, and a fourth run still reuses S01's result.
+// them marked (not listed); with the node back a prune killed midway
+// removes run 1's files, and the next finishes both runs: archives, rows
+// and the node's attempt directories of runs 1 and 2 gone, run 3's intact,
+// and a fourth run still reuses S01's result.
 func TestPruneSSHNode(t *testing.T) {
 	h, work, stop, restart := pruneSSHHome(t)
 	tasks := filepath.Join(work, "app", "tasks")
@@ -75,7 +78,13 @@ func TestPruneSSHNode(t *testing.T) {
 		t.Errorf("runs after the failed prune = %v, want [3] (1 and 2 marked)", got)
 	}
 
+	// With n1 back, a prune killed after run 1's files (its node
+	// directory and archive), before its rows.
 	restart()
+	r = runDispatch(t, append([]string{crashpoint.Env + "=" + crashpoint.MidPrune}, h.env...), "--home", h.home, "prune", "app")
+	if r.code != -1 || exists(gone[0]) || exists(gone[2]) || !exists(gone[1]) || !exists(gone[3]) {
+		t.Fatalf("a prune killed midway should have removed run 1's files only: %s", r)
+	}
 	r = h.run(t, "prune", "app")
 	if r.code != 0 || !strings.Contains(r.stdout, "app run 1 (an earlier prune began it)") ||
 		!strings.Contains(r.stdout, "app run 2 (an earlier prune began it)") || !strings.Contains(r.stdout, "pruned 2 run(s) of app") {
