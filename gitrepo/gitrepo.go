@@ -859,3 +859,52 @@ func writeBlobs(br *bufio.Reader, files []treeEntry, dest string) error {
 	}
 	return nil
 }
+
+// Refs returns the refs under prefix (which must be under RefPrefix),
+// each with the commit it points at.
+func Refs(ctx context.Context, dir, prefix string) (map[string]string, error) {
+	if !strings.HasPrefix(prefix, RefPrefix) {
+		return nil, fmt.Errorf("refusing to read %q: dispatch reads refs under %s only", prefix, RefPrefix)
+	}
+	out, err := git(ctx, dir, nil, "for-each-ref", "--format=%(refname) %(objectname)", prefix)
+	if err != nil {
+		return nil, err
+	}
+	refs := map[string]string{}
+	for _, l := range strings.Split(string(out), "\n") {
+		if ref, commit, ok := strings.Cut(l, " "); ok {
+			refs[ref] = commit
+		}
+	}
+	return refs, nil
+}
+
+// DeleteRef deletes ref, which must be under RefPrefix, if it still
+// points at commit: a ref moved since it was read is refused by git and
+// stays.
+func DeleteRef(ctx context.Context, dir, ref, commit string) error {
+	if !strings.HasPrefix(ref, RefPrefix) || strings.Contains(ref, "..") {
+		return fmt.Errorf("refusing to delete %q: dispatch writes refs under %s only", ref, RefPrefix)
+	}
+	if !wire.IsCommitID(commit) {
+		return fmt.Errorf("refusing to delete %q: %q is not a commit id", ref, truncate(commit, 80))
+	}
+	_, err := git(ctx, dir, nil, "update-ref", "-m", "dispatch prune", "-d", ref, commit)
+	return err
+}
+
+// CheckedOut returns the branches (full ref names) checked out in the
+// repository's worktrees, the main one included.
+func CheckedOut(ctx context.Context, dir string) (map[string]bool, error) {
+	out, err := git(ctx, dir, nil, "worktree", "list", "--porcelain")
+	if err != nil {
+		return nil, err
+	}
+	refs := map[string]bool{}
+	for _, l := range strings.Split(string(out), "\n") {
+		if ref, ok := strings.CutPrefix(l, "branch "); ok {
+			refs[ref] = true
+		}
+	}
+	return refs, nil
+}

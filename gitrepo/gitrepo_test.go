@@ -394,3 +394,46 @@ func TestChanges(t *testing.T) {
 
 // roomy are quotas no test result comes near.
 var roomy = Limits{MaxBytes: 1 << 30, MaxFiles: 1 << 20}
+
+// TestRefsAndDeleteRef: Refs lists a project's branches only (not those of
+// a project whose name it prefixes); DeleteRef deletes a branch only at
+// the commit given and refuses refs outside refs/heads/dispatch/;
+// CheckedOut names the branches of the worktrees.
+func TestRefsAndDeleteRef(t *testing.T) {
+	ctx := context.Background()
+	r := newRepo(t)
+	r.write("a.txt", "a\n")
+	c1 := r.commit("one")
+	r.write("a.txt", "b\n")
+	c2 := r.commit("two")
+	for ref, c := range map[string]string{"p/S01": c1, "p/S02": c2, "p2/S01": c1} {
+		if err := SetRef(ctx, r.Dir, RefPrefix+ref, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refs, err := Refs(ctx, r.Dir, RefPrefix+"p/")
+	if err != nil || len(refs) != 2 || refs[RefPrefix+"p/S01"] != c1 || refs[RefPrefix+"p/S02"] != c2 {
+		t.Fatalf("Refs = %v, %v", refs, err)
+	}
+	if _, err := Refs(ctx, r.Dir, "refs/heads/"); err == nil {
+		t.Error("Refs outside dispatch/ succeeded")
+	}
+	if err := DeleteRef(ctx, r.Dir, RefPrefix+"p/S02", c1); err == nil || r.git("rev-parse", RefPrefix+"p/S02") != c2 {
+		t.Errorf("DeleteRef at another commit: %v; want refused, the branch kept", err)
+	}
+	if err := DeleteRef(ctx, r.Dir, RefPrefix+"p/S02", c2); err != nil {
+		t.Fatal(err)
+	}
+	if refs, _ := Refs(ctx, r.Dir, RefPrefix+"p/"); len(refs) != 1 {
+		t.Errorf("after DeleteRef: %v", refs)
+	}
+	if err := DeleteRef(ctx, r.Dir, "refs/heads/main", c2); err == nil || r.git("rev-parse", "main") != c2 {
+		t.Error("DeleteRef of refs/heads/main succeeded")
+	}
+	wt := filepath.Join(t.TempDir(), "wt")
+	r.git("worktree", "add", wt, "dispatch/p/S01")
+	busy, err := CheckedOut(ctx, r.Dir)
+	if err != nil || !busy[RefPrefix+"p/S01"] || !busy["refs/heads/main"] || len(busy) != 2 {
+		t.Errorf("CheckedOut = %v, %v", busy, err)
+	}
+}

@@ -12,15 +12,17 @@ import (
 	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/nodes/sshnode"
+	"github.com/dispatch-tool/dispatch/wire"
 	"github.com/dispatch-tool/dispatch/wrapper"
 )
 
 // Nodes removes the directories of pruned attempts from the nodes.
 type Nodes interface {
 	// Remove removes from node n the directories of attempts (all of
-	// project, all run on n) and returns how many it removed. A directory
+	// project, all run on n) and the spare checkouts of project's bases
+	// spares, and returns how many directories it removed. A directory
 	// already gone is not an error; one a wrapper still runs in is kept.
-	Remove(ctx context.Context, n nodes.Node, project string, attempts []Attempt) (int, error)
+	Remove(ctx context.Context, n nodes.Node, project string, attempts []Attempt, spares []string) (int, error)
 }
 
 // Attempt is a pruned attempt as a node holds it.
@@ -45,8 +47,10 @@ var _ Nodes = Transports{}
 // <work_dir>/<project>/tasks/<ID>/attempts/<n>/ once a later attempt of
 // the task ran there, else the task directory itself: that one goes (with
 // the wrapper's private git directory of its result) only when the
-// attempt it holds is one that goes and a.TaskDir allows it.
-func (t Transports) Remove(ctx context.Context, n nodes.Node, project string, attempts []Attempt) (removed int, err error) {
+// attempt it holds is one that goes and a.TaskDir allows it. The spares
+// of a base are <work_dir>/<project>/spares/<base>/ (see wrapper's
+// makeSpare).
+func (t Transports) Remove(ctx context.Context, n nodes.Node, project string, attempts []Attempt, spares []string) (removed int, err error) {
 	env, err := sshnode.DefaultEnv()
 	if err != nil {
 		return 0, err
@@ -103,6 +107,14 @@ func (t Transports) Remove(ctx context.Context, n nodes.Node, project string, at
 			if err := tr.Remove(ctx, wrapper.SnapshotDirOf(inst.Path, dir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return removed, err
 			}
+		}
+	}
+	for _, base := range spares {
+		if !wire.IsCommitID(base) {
+			continue
+		}
+		if err := remove(path.Join(inst.WorkDir, project, "spares", base)); err != nil {
+			return removed, err
 		}
 	}
 	return removed, nil

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/dispatch-tool/dispatch/domain"
+	"github.com/dispatch-tool/dispatch/gitrepo"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
@@ -49,6 +50,9 @@ type RunReport struct {
 	Attempts int
 	// Rows is the database rows, by table.
 	Rows map[string]int
+	// Left is set for a run this prune could not finish (a node did not
+	// answer): it stays marked, with what was not removed, for the next.
+	Left bool
 
 	paths []string
 	nodes map[string][]Attempt
@@ -64,6 +68,11 @@ type Report struct {
 	Project   string
 	Retention yamlval.Retention
 	Runs      []RunReport
+	// Branches are the branches of the operator's repository that go.
+	Branches []Branch
+	// Spares are the bases whose spare checkouts go from the nodes that
+	// ran the runs that go.
+	Spares []string
 	// Problems are what stopped a run's prune (an unreachable node): the
 	// run stays recorded, for the next prune to finish.
 	Problems []string
@@ -97,18 +106,26 @@ func (p *Pruner) Project(ctx context.Context, project string, dry bool) (Report,
 		r.Unfinished = unfinished[n]
 		rep.Runs = append(rep.Runs, r)
 	}
-	if dry {
-		return rep, nil
+	if rep.Branches, rep.Spares, err = p.branches(ctx, project, gone); err != nil || dry {
+		return rep, err
 	}
 	if err := p.Store.Update(ctx, func(tx *store.Tx) error { return tx.BeginPrune(ctx, project, gone) }); err != nil {
 		return rep, err
 	}
+	// Before any run's rows go: they say which commits the branches had.
+	for _, b := range rep.Branches {
+		if err := gitrepo.DeleteRef(ctx, b.Repo, b.Ref, b.Commit); err != nil {
+			return rep, fmt.Errorf("delete %s in %s: %w (the runs stay marked; the next prune decides again)", b.Ref, b.Repo, err)
+		}
+	}
+	down := map[string]bool{} // nodes that failed in this prune: not tried again
 	for i := range rep.Runs {
-		if err := p.pruneRun(ctx, project, &rep.Runs[i], gone); err != nil {
+		if err := p.pruneRun(ctx, project, &rep.Runs[i], gone, rep.Spares, down); err != nil {
 			var nf *nodeFailure
 			if !errors.As(err, &nf) {
 				return rep, err
 			}
+			rep.Runs[i].Left = true
 			rep.Problems = append(rep.Problems, err.Error())
 		}
 	}
@@ -195,6 +212,50 @@ func (p *Pruner) measure(ctx context.Context, project string, n int, gone []int,
 	return r, nil
 }
 
+// branches reads the runs' branches and the operator's repositories and
+// decides which branches go with the runs gone (DecideBranches), and
+// which bases' spare checkouts (DecideSpares). A repository no longer
+// there has nothing to remove; a branch checked out in a worktree stays.
+func (p *Pruner) branches(ctx context.Context, project string, gone []int) (out []Branch, spares []string, err error) {
+	recs, err := p.Store.Branches(ctx, project)
+	if err != nil {
+		return nil, nil, err
+	}
+	var runs []BranchRun
+	var repos []string
+	for _, rec := range recs {
+		run := BranchRun{N: rec.Run, Final: rec.Final, Tasks: rec.Tasks, Bases: rec.Bases}
+		opts, err := domain.Project{Name: project, Options: rec.Options}.ParseOptions()
+		if err == nil && opts.Repo != nil {
+			run.Repo = opts.Repo.Dir
+			run.Bases = append(run.Bases, opts.Repo.Commit)
+		}
+		if slices.Contains(gone, rec.Run) && run.Repo != "" && !slices.Contains(repos, run.Repo) {
+			repos = append(repos, run.Repo)
+		}
+		runs = append(runs, run)
+	}
+	sort.Strings(repos)
+	for _, repo := range repos {
+		if _, err := os.Stat(repo); errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		refs, err := gitrepo.Refs(ctx, repo, gitrepo.RefPrefix+project+"/")
+		if err != nil {
+			return nil, nil, fmt.Errorf("read the branches of %s in %s: %w", project, repo, err)
+		}
+		busy, err := gitrepo.CheckedOut(ctx, repo)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read the worktrees of %s: %w", repo, err)
+		}
+		for ref := range busy {
+			delete(refs, ref)
+		}
+		out = append(out, DecideBranches(project, repo, runs, gone, refs)...)
+	}
+	return out, DecideSpares(runs, gone), nil
+}
+
 // nodeFailure is a node whose directories could not be removed: the run
 // stays recorded for the next prune.
 type nodeFailure struct{ msg string }
@@ -202,8 +263,10 @@ type nodeFailure struct{ msg string }
 func (e *nodeFailure) Error() string { return e.msg }
 
 // pruneRun removes run r's node directories, then its files, then its
-// rows (recording it pruned): each step can be done again.
-func (p *Pruner) pruneRun(ctx context.Context, project string, r *RunReport, gone []int) error {
+// rows (recording it pruned): each step can be done again. A node that
+// fails is recorded in down and not tried again for a later run: that run
+// too stays recorded, with its files, for the next prune.
+func (p *Pruner) pruneRun(ctx context.Context, project string, r *RunReport, gone []int, spares []string, down map[string]bool) error {
 	remover := p.Nodes
 	if remover == nil {
 		remover = Transports{Config: p.Config}
@@ -218,9 +281,17 @@ func (p *Pruner) pruneRun(ctx context.Context, project string, r *RunReport, gon
 		if !ok {
 			continue // a node no longer in nodes.yaml: nothing to reach
 		}
-		if _, err := remover.Remove(ctx, n, project, r.nodes[name]); err != nil {
-			return &nodeFailure{msg: fmt.Sprintf("run %d of %s: node %s: %v (the run stays recorded; the next prune removes the rest)", r.Run, project, name, err)}
+		what := "failed earlier in this prune"
+		if !down[name] {
+			_, err := remover.Remove(ctx, n, project, r.nodes[name], spares)
+			if err == nil {
+				continue
+			}
+			down[name] = true
+			what = err.Error()
 		}
+		return &nodeFailure{msg: fmt.Sprintf("run %d of %s: node %s: %s; the run stays marked for pruning: once %s answers (`dispatch nodes check %s`), `dispatch prune %s` finishes it",
+			r.Run, project, name, what, name, name, project)}
 	}
 	for _, path := range r.paths {
 		if err := os.RemoveAll(path); err != nil {

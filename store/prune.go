@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -182,4 +183,79 @@ func (tx *Tx) PruneRun(ctx context.Context, project string, run int, gone []int)
 		return fmt.Errorf("record run %d of %s pruned: %w", run, project, err)
 	}
 	return nil
+}
+
+// RunBranches is what a run of project recorded of the branches it set in
+// the operator's repository (git-native projects).
+type RunBranches struct {
+	Run int
+	// Options are the run's stored options (domain.ProjectOptions; its
+	// repository is Repo.Dir).
+	Options string
+	// Final is the commit of the run's result (dispatch/<p>/final), or "".
+	Final string
+	// Tasks are the run's task IDs, each with the commits its attempts
+	// recorded, any of which dispatch/<p>/<ID> was set to.
+	Tasks map[string][]string
+	// Bases are the commits the run's tasks started from: the nodes'
+	// spare checkouts are of these.
+	Bases []string
+}
+
+// Branches returns, for every run of project whose rows are there (the
+// current one included), what it recorded of its branches, by run.
+func (s *Store) Branches(ctx context.Context, project string) (map[int]*RunBranches, error) {
+	out := map[int]*RunBranches{}
+	err := eachRow(ctx, s.db, func(r scanner) error {
+		b := &RunBranches{Tasks: map[string][]string{}}
+		if err := r.Scan(&b.Run, &b.Options, &b.Final); err != nil {
+			return err
+		}
+		out[b.Run] = b
+		return nil
+	}, `SELECT run, options, final_commit FROM project_runs WHERE project = ?1
+		UNION ALL SELECT run, options, final_commit FROM projects WHERE name = ?1`, project)
+	if err != nil {
+		return nil, fmt.Errorf("read the runs of %s: %w", project, err)
+	}
+	// A run's tasks, with the commit of the attempt each ended with, and
+	// the commits of every attempt the run made.
+	err = eachRow(ctx, s.db, func(r scanner) error {
+		var run int
+		var id, commit string
+		if err := r.Scan(&run, &id, &commit); err != nil {
+			return err
+		}
+		if b := out[run]; b != nil {
+			if commit != "" && !slices.Contains(b.Tasks[id], commit) {
+				b.Tasks[id] = append(b.Tasks[id], commit)
+			} else if _, ok := b.Tasks[id]; !ok {
+				b.Tasks[id] = nil
+			}
+		}
+		return nil
+	}, `SELECT r.run, r.id, COALESCE(a.result_commit, '') FROM run_tasks r
+			LEFT JOIN attempts a ON a.project = r.project AND a.task = r.id AND a.attempt = r.attempt WHERE r.project = ?1
+		UNION ALL SELECT `+runOf(0, 1)+`, t.id, COALESCE(a.result_commit, '') FROM tasks t
+			LEFT JOIN attempts a ON a.project = t.project AND a.task = t.id AND a.attempt = t.attempt WHERE t.project = ?1
+		UNION ALL SELECT run, task, result_commit FROM attempts WHERE project = ?1 AND result_commit != ''`, project)
+	if err != nil {
+		return nil, fmt.Errorf("read the task commits of %s: %w", project, err)
+	}
+	err = eachRow(ctx, s.db, func(r scanner) error {
+		var run int
+		var base string
+		if err := r.Scan(&run, &base); err != nil {
+			return err
+		}
+		if b := out[run]; b != nil {
+			b.Bases = append(b.Bases, base)
+		}
+		return nil
+	}, `SELECT DISTINCT run, base_commit FROM run_tasks WHERE project = ?1 AND base_commit != ''
+		UNION SELECT `+runOf(0, 1)+`, base_commit FROM tasks WHERE project = ?1 AND base_commit != '' ORDER BY 1, 2`, project)
+	if err != nil {
+		return nil, fmt.Errorf("read the task bases of %s: %w", project, err)
+	}
+	return out, nil
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -142,5 +143,43 @@ func TestTasksKeptOn(t *testing.T) {
 	}
 	if !kept[[2]string{"S01", "n1"}] || !kept[[2]string{"S02", "n1"}] || len(kept) != 2 {
 		t.Errorf("TasksKeptOn = %v", kept)
+	}
+}
+
+// TestBranches: every run's tasks with the commits their attempts
+// recorded, the current run's included; a reused task has the commit of
+// the attempt it reuses; the bases its tasks started from.
+func TestBranches(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	threeRuns(t, s)
+	if _, err := s.db.Exec("UPDATE attempts SET result_commit = 'c' || task || '.' || attempt"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.Exec("UPDATE project_runs SET final_commit = 'f' || run"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.Exec("UPDATE run_tasks SET base_commit = 'b' || run"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.Exec("UPDATE tasks SET base_commit = 'b3' WHERE id = 'S02'"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Branches(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int]string{
+		1: "f1 map[S01:[cS01.1] S02:[cS02.1]] [b1]",
+		2: "f2 map[S01:[cS01.1] S02:[cS02.2]] [b2]",
+		3: " map[S01:[cS01.1] S02:[cS02.3]] [b3]",
+	}
+	if len(got) != 3 {
+		t.Fatalf("Branches has runs %v", got)
+	}
+	for n, w := range want {
+		if b := got[n]; b == nil || fmt.Sprint(b.Final, " ", b.Tasks, " ", b.Bases) != w {
+			t.Errorf("run %d: %+v, want %s", n, b, w)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -91,19 +92,37 @@ func printPrune(w io.Writer, reps []prune.Report, dry bool) int {
 			fmt.Fprintf(w, "%s: nothing to prune (%s)\n", r.Project, retentionText(r))
 			continue
 		}
-		var files, attempts, rows int
+		var done, files, attempts, rows int
 		var bytes int64
 		for _, run := range r.Runs {
 			note := ""
 			if run.Unfinished {
 				note = " (an earlier prune began it)"
 			}
+			if run.Left {
+				fmt.Fprintf(w, "%s run %d%s: left for the next prune (see PROBLEM)\n", r.Project, run.Run, note)
+				continue
+			}
 			fmt.Fprintf(w, "%s run %d%s: %d file(s), %s under runs/; %d attempt(s) and their node directories; %d database row(s)\n",
 				r.Project, run.Run, note, run.Files, byteText(run.Bytes), run.Attempts, run.RowCount())
-			files, bytes, attempts, rows = files+run.Files, bytes+run.Bytes, attempts+run.Attempts, rows+run.RowCount()
+			done, files, bytes, attempts, rows = done+1, files+run.Files, bytes+run.Bytes, attempts+run.Attempts, rows+run.RowCount()
 		}
-		fmt.Fprintf(w, "%s %d run(s) of %s (%s): %d file(s), %s, %d attempt(s), %d row(s)\n",
-			verb, len(r.Runs), r.Project, retentionText(r), files, byteText(bytes), attempts, rows)
+		for _, b := range r.Branches {
+			fmt.Fprintf(w, "%s branch %s at %s in %s\n", r.Project, strings.TrimPrefix(b.Ref, "refs/heads/"), b.Commit[:min(12, len(b.Commit))], b.Repo)
+		}
+		if len(r.Spares) > 0 {
+			short := make([]string, len(r.Spares))
+			for i, b := range r.Spares {
+				short[i] = b[:min(12, len(b))]
+			}
+			fmt.Fprintf(w, "%s spare checkouts of base(s) %s on the nodes\n", r.Project, strings.Join(short, ", "))
+		}
+		left := ""
+		if n := len(r.Runs) - done; n > 0 {
+			left = fmt.Sprintf("; %d run(s) left for the next prune", n)
+		}
+		fmt.Fprintf(w, "%s %d run(s) of %s (%s): %d file(s), %s, %d attempt(s), %d row(s), %d branch(es)%s\n",
+			verb, done, r.Project, retentionText(r), files, byteText(bytes), attempts, rows, len(r.Branches), left)
 	}
 	return problems
 }
