@@ -41,10 +41,15 @@ func fakeAgentYAML(t *testing.T) string {
 	if err := os.WriteFile(script, []byte(fakeAgent), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// heartbeat_timeout: the gate tests' ticks move the clock a second to
+	// a minute each, far faster than the wrapper's heartbeat; on a loaded
+	// machine a slow attempt must not be taken for hung and retried (the
+	// tests that are about hangs set their own).
 	return unsandboxed(`
 controller:
   retry_backoff: 1s
   max_retries: 2
+  heartbeat_timeout: 1h
 nodes:
   - name: local
     slots: 2

@@ -192,7 +192,7 @@ func (n *sandboxNode) snapshot(t *testing.T) map[string]string {
 			return filepath.SkipDir
 		}
 		// What the wrapper itself rewrites as the attempts go.
-		if fi.IsDir() || strings.Contains(p, "/.ctl/") || under(p, n.taskDir("NEIGHBOUR")) ||
+		if fi.IsDir() || strings.Contains(p, "/.ctl/") || strings.Contains(p, "/"+dirLive+"/") || under(p, n.taskDir("NEIGHBOUR")) ||
 			strings.HasPrefix(filepath.Base(p), fileProbeCache) {
 			return nil
 		}
