@@ -163,7 +163,7 @@ func (s *Sender) Webhook(ctx context.Context, url, secret string, body []byte) (
 	return s.retry(ctx, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 		if err != nil {
-			return permanent{err}
+			return permanent{redactErr(err, url)}
 		}
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("User-Agent", "dispatch")
@@ -172,7 +172,7 @@ func (s *Sender) Webhook(ctx context.Context, url, secret string, body []byte) (
 		}
 		resp, err := s.Client.Do(req)
 		if err != nil {
-			return err
+			return redactErr(err, url)
 		}
 		defer resp.Body.Close()
 		text, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
@@ -253,6 +253,16 @@ func (s *Sender) retry(ctx context.Context, try func(context.Context) error) (in
 		}
 		wait *= 2
 	}
+}
+
+// redactErr is err of a request to raw (an *url.Error naming the whole
+// URL: a receiver down, a timeout) with the URL redacted.
+func redactErr(err error, raw string) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		ue.URL = redact(raw)
+	}
+	return err
 }
 
 // redact drops a URL's query and user info, which may hold a token.
