@@ -182,3 +182,36 @@ func TestPruneKilledMidway(t *testing.T) {
 	}
 	assertReuseAfterPrune(t, home, ledger)
 }
+
+// TestPruneDoesNotFollowATasksAttemptsLink: a task whose second attempt
+// replaced its task directory's attempts/ with a symbolic link to a
+// directory of the operator's does not make the prune of its run remove
+// <that directory>/1 on the node: the link goes, what it points at stays.
+func TestPruneDoesNotFollowATasksAttemptsLink(t *testing.T) {
+	ledger, victim := t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(victim, "1", "precious.txt"), "keep me\n")
+	s01 := fmt.Sprintf("if [ ! -e %[1]s/failed ]; then touch %[1]s/failed; exit 1; fi\nrm -rf ../attempts; ln -s %[2]s ../attempts\necho one > one.txt\n", ledger, victim)
+	home, work := opsHome(t, map[string]map[string]string{"app": {"S01-one.md": s01, "S02-two.md": "echo two-1 > two.txt\n"}})
+	unsandboxed(t, home, "S01 writes outside its output/, as a task without a sandbox can")
+	for i := 1; i <= 2; i++ {
+		writeFile(t, filepath.Join(home, "specs", "app", "S02-two.md"), fmt.Sprintf("echo two-%d > two.txt\n", i))
+		if r := runDispatch(t, nil, "--home", home, "start", "app"); r.code != 0 {
+			t.Fatalf("run %d: %s", i, r)
+		}
+	}
+	link := filepath.Join(work, "app", "tasks", "S01", "attempts")
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		t.Fatalf("S01 did not leave its link: %v %v", fi, err)
+	}
+	if !exists(filepath.Join(victim, "1", "precious.txt")) {
+		t.Fatalf("%s is gone before the prune", victim)
+	}
+	writeFile(t, filepath.Join(home, "specs", "app", "project.yaml"), "tool: shell\nintegration: false\nretention: {runs: 1}\n")
+	r := runDispatch(t, nil, "--home", home, "prune", "app")
+	if r.code != 0 || !strings.Contains(r.stdout, "pruned 1 run(s) of app") {
+		t.Fatalf("prune: %s", r)
+	}
+	if !exists(filepath.Join(victim, "1", "precious.txt")) {
+		t.Errorf("the prune removed %s/1, where the task's link pointed", victim)
+	}
+}
