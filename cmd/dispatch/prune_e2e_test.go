@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 )
@@ -213,5 +214,55 @@ func TestPruneDoesNotFollowATasksAttemptsLink(t *testing.T) {
 	}
 	if !exists(filepath.Join(victim, "1", "precious.txt")) {
 		t.Errorf("the prune removed %s/1, where the task's link pointed", victim)
+	}
+}
+
+// TestPruneKeepsTheRunAScheduleAwaits: serve stopped while its scheduled
+// run 1 ran; the operator finished it by hand, ran again and pruned
+// (retention: runs 1). Run 1, whose end the schedule has not read yet,
+// stays: serve, started again, reads its result, and its schedule goes on
+// (it used to fail its check every second for good: run 1 was pruned).
+func TestPruneKeepsTheRunAScheduleAwaits(t *testing.T) {
+	home, _ := opsHome(t, map[string]map[string]string{"app": {"S01-a.md": "sleep 3\necho ok > a.txt\n"}})
+	writeFile(t, filepath.Join(home, "specs", "app", "project.yaml"), "tool: shell\nintegration: false\nretention: {runs: 1}\nschedule:\n  at: 2026-01-01T00:00\n")
+	serve := func() {
+		t.Helper()
+		if r := runDispatch(t, nil, "--home", home, "serve", "--detach"); r.code != 0 {
+			t.Fatalf("serve --detach: %s", r)
+		}
+	}
+	stop := func() { runDispatch(t, nil, "--home", home, "serve", "--stop") }
+	t.Cleanup(stop)
+	serve()
+	deadline := time.Now().Add(30 * time.Second)
+	for v := readSchedules(t, home); len(v.Schedules) != 1 || v.Schedules[0].LastRun != 1; v = readSchedules(t, home) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no scheduled run: %+v", v)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop()
+	for i := 1; i <= 2; i++ {
+		if r := runDispatch(t, nil, "--home", home, "start", "app"); r.code != 0 {
+			t.Fatalf("start %d: %s", i, r)
+		}
+	}
+	if r := runDispatch(t, nil, "--home", home, "prune", "app"); r.code != 0 || !strings.Contains(r.stdout, "app: nothing to prune") {
+		t.Errorf("the prune while the schedule awaits run 1: %s", r)
+	}
+	serve()
+	deadline = time.Now().Add(30 * time.Second)
+	for v := readSchedules(t, home); len(v.Schedules) != 1 || v.Schedules[0].LastResult != "passed"; v = readSchedules(t, home) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the schedule never read run 1's result: %+v\nlog:\n%s", v, readFile(t, filepath.Join(home, "dispatch.log")))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if log := readFile(t, filepath.Join(home, "dispatch.log")); strings.Contains(log, "schedule check failed") {
+		t.Errorf("the schedule check failed:\n%s", log)
+	}
+	stop()
+	if r := runDispatch(t, nil, "--home", home, "prune", "app"); r.code != 0 || !strings.Contains(r.stdout, "pruned 1 run(s) of app") {
+		t.Errorf("the prune once the schedule read run 1: %s", r)
 	}
 }
