@@ -223,7 +223,9 @@ func TestPruneDoesNotFollowATasksAttemptsLink(t *testing.T) {
 // stays: serve, started again, reads its result, and its schedule goes on
 // (it used to fail its check every second for good: run 1 was pruned).
 func TestPruneKeepsTheRunAScheduleAwaits(t *testing.T) {
-	home, _ := opsHome(t, map[string]map[string]string{"app": {"S01-a.md": "sleep 3\necho ok > a.txt\n"}})
+	gate := filepath.Join(t.TempDir(), "go")
+	home, _ := opsHome(t, map[string]map[string]string{"app": {"S01-a.md": fmt.Sprintf("while [ ! -e %s ]; do sleep 0.05; done\necho ok > a.txt\n", gate)}})
+	unsandboxed(t, home, "S01 waits for a file the test writes outside its workspace")
 	writeFile(t, filepath.Join(home, "specs", "app", "project.yaml"), "tool: shell\nintegration: false\nretention: {runs: 1}\nschedule:\n  at: 2026-01-01T00:00\n")
 	serve := func() {
 		t.Helper()
@@ -242,6 +244,7 @@ func TestPruneKeepsTheRunAScheduleAwaits(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	stop()
+	writeFile(t, gate, "")
 	for i := 1; i <= 2; i++ {
 		if r := runDispatch(t, nil, "--home", home, "start", "app"); r.code != 0 {
 			t.Fatalf("start %d: %s", i, r)
