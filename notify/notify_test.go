@@ -335,3 +335,29 @@ func TestWebhookDownKeepsItsTokenOut(t *testing.T) {
 		t.Errorf("a URL that does not parse: %v", err)
 	}
 }
+
+// TestWebhookPathTokenKeptOut: a Slack- or Discord-style webhook carries
+// its token in the URL's path (webhook: ${SLACK_HOOK}, as SCHEDULES.md
+// shows): an answer that is not 2xx, or a receiver down, fails with an
+// error (the notify_failed event, dispatch.log) that names the receiver's
+// host, not the path.
+func TestWebhookPathTokenKeptOut(t *testing.T) {
+	t.Parallel()
+	const token = "/services/T000/B000/s3cr3tpath"
+	r := newReceiver(t, "", 404)
+	down := httptest.NewServer(http.NotFoundHandler())
+	downURL := down.URL
+	down.Close()
+	for _, u := range []string{r.srv.URL + token, downURL + token} {
+		_, err := quickSender().Webhook(context.Background(), u, "", []byte(`{}`))
+		if err == nil {
+			t.Fatalf("%s: no error", u)
+		}
+		if strings.Contains(err.Error(), "s3cr3tpath") {
+			t.Errorf("the error shows the URL's path: %v", err)
+		}
+		if !strings.Contains(err.Error(), "127.0.0.1") {
+			t.Errorf("the error does not name the receiver: %v", err)
+		}
+	}
+}
