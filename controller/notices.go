@@ -189,7 +189,7 @@ func (c *Controller) noticeFacts(ctx context.Context, project string) *projectNo
 func (c *Controller) noticeMessage(f *projectNoticeFacts, n notice) notify.Message {
 	msg := notify.Message{Event: n.event, Project: n.project, Run: f.run, Result: n.result, Message: noticeText(n.message, maxNoticeError),
 		Counts: f.counts, CostUSD: f.costUSD, At: c.now().UTC().Format(time.RFC3339),
-		Task: n.task, Attempt: n.attempt, Node: n.node, ErrorClass: n.class, Error: noticeText(n.err, maxNoticeError),
+		Task: n.task, Attempt: n.attempt, Node: n.node, ErrorClass: noticeText(n.class, maxNoticeError), Error: noticeText(n.err, maxNoticeError),
 		Blocked: n.blocked, LogTail: noticeText(n.tail, maxNoticeTail)}
 	if n.event == notify.RunFinished || n.event == notify.RunFailed {
 		msg.Report = filepath.Join(home.RunsDir(c.opts.Home, n.project), "report.md")

@@ -179,3 +179,32 @@ func TestNodeNotices(t *testing.T) {
 		}
 	}
 }
+
+// TestTaskFailedErrorClassFromANodeIsCleaned: the error class of a
+// task_failed comes from the node's status.json, which a node (or a task
+// that rewrote it) may fill with anything: like the error and the log
+// tail, it reaches the notification cleaned of terminal controls and
+// bounded.
+func TestTaskFailedErrorClassFromANodeIsCleaned(t *testing.T) {
+	t.Parallel()
+	c := decider(t, decideNodes)
+	evil := "exit\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J" + strings.Repeat("A", 64<<10)
+	task := decideTask("S01", domain.Running, "n1", 1)
+	task.MaxRetries = 0
+	snap := wholeSnapshot([]domain.Task{task}, projectFacts{}, nil)
+	plan := c.decideApply(snap, nodeSays(map[string]any{"n1": []wire.TaskStatus{endedStatus("S01", 1, wire.StatusFailed, evil)}}), nil, nil, t0)
+	var found bool
+	for _, n := range plan.notices {
+		if n.event != notify.TaskFailed {
+			continue
+		}
+		found = true
+		m := c.noticeMessage(&projectNoticeFacts{}, n)
+		if strings.ContainsAny(m.ErrorClass, "\x1b\x07") || len(m.ErrorClass) > maxNoticeError+64 {
+			t.Errorf("error_class as sent: %d bytes, %q…", len(m.ErrorClass), m.ErrorClass[:min(len(m.ErrorClass), 40)])
+		}
+	}
+	if !found {
+		t.Fatalf("no task_failed in %+v", plan.notices)
+	}
+}

@@ -163,7 +163,7 @@ func (s *Sender) Webhook(ctx context.Context, url, secret string, body []byte) (
 	return s.retry(ctx, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 		if err != nil {
-			return permanent{err}
+			return permanent{redactErr(err, url)}
 		}
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("User-Agent", "dispatch")
@@ -172,7 +172,7 @@ func (s *Sender) Webhook(ctx context.Context, url, secret string, body []byte) (
 		}
 		resp, err := s.Client.Do(req)
 		if err != nil {
-			return err
+			return redactErr(err, url)
 		}
 		defer resp.Body.Close()
 		text, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
@@ -180,7 +180,7 @@ func (s *Sender) Webhook(ctx context.Context, url, secret string, body []byte) (
 		if resp.StatusCode/100 == 2 {
 			return nil
 		}
-		err = fmt.Errorf("%s answered %s: %s", redact(url), resp.Status, strings.TrimSpace(string(text)))
+		err = fmt.Errorf("%s answered %s: %s", receiverOf(url), resp.Status, strings.TrimSpace(string(text)))
 		if resp.StatusCode == 408 || resp.StatusCode == 429 || resp.StatusCode >= 500 {
 			return err
 		}
@@ -253,6 +253,29 @@ func (s *Sender) retry(ctx context.Context, try func(context.Context) error) (in
 		}
 		wait *= 2
 	}
+}
+
+// redactErr is err of a request to raw (an *url.Error naming the whole
+// URL: a receiver down, a timeout) with only its receiver named.
+func redactErr(err error, raw string) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		ue.URL = receiverOf(raw)
+	}
+	return err
+}
+
+// receiverOf is what an error of a delivery says of its URL: its scheme and
+// host, "/…" for its path, which may be a token (a Slack or Discord
+// webhook's is), as may its query and user info.
+func receiverOf(url string) string {
+	url = redact(url)
+	if i := strings.Index(url, "://"); i >= 0 {
+		if j := strings.IndexByte(url[i+3:], '/'); j >= 0 && len(url) > i+3+j+1 {
+			url = url[:i+3+j] + "/…"
+		}
+	}
+	return url
 }
 
 // redact drops a URL's query and user info, which may hold a token.

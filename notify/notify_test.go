@@ -306,3 +306,58 @@ func TestFromYAMLMergeKey(t *testing.T) {
 		t.Errorf("duplicate key: %q", probs)
 	}
 }
+
+// TestWebhookDownKeepsItsTokenOut: a receiver that cannot be reached (the
+// connection refused, or no answer in time) fails with an error that goes
+// to the events and the log: it must not hold the URL's query or user
+// info, where a ${VAR} webhook keeps its token, as a 4xx/5xx's does not.
+func TestWebhookDownKeepsItsTokenOut(t *testing.T) {
+	t.Parallel()
+	down := httptest.NewServer(http.NotFoundHandler())
+	url := down.URL
+	down.Close()
+	r := newReceiver(t, "")
+	r.hang = make(chan struct{})
+	s := quickSender()
+	s.TryTimeout = 50 * time.Millisecond
+	for _, u := range []string{url, r.srv.URL} {
+		u = strings.Replace(u, "http://", "http://user:pa55word@", 1) + "/hook?token=abc"
+		_, err := s.Webhook(context.Background(), u, "", []byte(`{}`))
+		if err == nil {
+			t.Fatalf("%s: no error", u)
+		}
+		if strings.Contains(err.Error(), "token=abc") || strings.Contains(err.Error(), "pa55word") || strings.Contains(err.Error(), "user:") {
+			t.Errorf("the error shows the URL's secret parts: %v", err)
+		}
+	}
+	// A URL that does not parse (from ${VAR}: not checked beforehand).
+	if _, err := s.Webhook(context.Background(), "http://h/x\n?token=abc", "", []byte(`{}`)); err == nil || strings.Contains(err.Error(), "token=abc") {
+		t.Errorf("a URL that does not parse: %v", err)
+	}
+}
+
+// TestWebhookPathTokenKeptOut: a Slack- or Discord-style webhook carries
+// its token in the URL's path (webhook: ${SLACK_HOOK}, as SCHEDULES.md
+// shows): an answer that is not 2xx, or a receiver down, fails with an
+// error (the notify_failed event, dispatch.log) that names the receiver's
+// host, not the path.
+func TestWebhookPathTokenKeptOut(t *testing.T) {
+	t.Parallel()
+	const token = "/services/T000/B000/s3cr3tpath"
+	r := newReceiver(t, "", 404)
+	down := httptest.NewServer(http.NotFoundHandler())
+	downURL := down.URL
+	down.Close()
+	for _, u := range []string{r.srv.URL + token, downURL + token} {
+		_, err := quickSender().Webhook(context.Background(), u, "", []byte(`{}`))
+		if err == nil {
+			t.Fatalf("%s: no error", u)
+		}
+		if strings.Contains(err.Error(), "s3cr3tpath") {
+			t.Errorf("the error shows the URL's path: %v", err)
+		}
+		if !strings.Contains(err.Error(), "127.0.0.1") {
+			t.Errorf("the error does not name the receiver: %v", err)
+		}
+	}
+}

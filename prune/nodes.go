@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"path"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dispatch-tool/dispatch/controller"
@@ -86,6 +87,22 @@ func (t Transports) Remove(ctx context.Context, n nodes.Node, project string, at
 		current[ts.Task] = h
 	}
 	remove := func(dir string) error {
+		// A task may have replaced a directory on the way (its
+		// attempts/) with a symbolic link: what it points at is not the
+		// attempt's, and stays.
+		rel := strings.TrimPrefix(dir, strings.TrimSuffix(inst.WorkDir, "/")+"/")
+		for at := path.Dir(rel); at != "." && at != "/"; at = path.Dir(at) {
+			st, err := tr.Lstat(ctx, path.Join(inst.WorkDir, at))
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if !st.Mode.IsDir() {
+				return nil
+			}
+		}
 		if _, err := tr.Lstat(ctx, dir); errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}

@@ -166,13 +166,27 @@ func (p *Pruner) decide(ctx context.Context, project string, keep yamlval.Retent
 	if err != nil {
 		return nil, nil, err
 	}
+	scheds, err := p.Store.Schedules(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The run a schedule began and has not read the end of yet (serve was
+	// not running when it ended) stays, as one not ended: its result is
+	// what the schedule waits for.
+	awaited := 0
+	for _, s := range scheds {
+		if s.Project == project && s.LastResult == "" {
+			awaited = s.LastRun
+		}
+	}
 	runs := make([]Run, 0, len(hist))
 	for _, h := range hist {
 		at := h.Project.FinishedAt
 		if at.IsZero() {
 			at = h.Project.StartedAt
 		}
-		runs = append(runs, Run{N: h.Project.Run, Current: h.Project.Run == cur.Run, Active: h.Project.State == domain.ProjectActive, At: at})
+		runs = append(runs, Run{N: h.Project.Run, Current: h.Project.Run == cur.Run,
+			Active: h.Project.State == domain.ProjectActive || h.Project.Run == awaited, At: at})
 	}
 	gone = Decide(runs, keep, p.Store.Now())
 	unfinished = map[int]bool{}

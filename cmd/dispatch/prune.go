@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/prune"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -85,7 +86,8 @@ func printPrune(w io.Writer, reps []prune.Report, dry bool) int {
 	problems := 0
 	for _, r := range reps {
 		for _, msg := range r.Problems {
-			fmt.Fprintf(w, "PROBLEM %s\n", msg)
+			// It may hold what a node answered.
+			fmt.Fprintf(w, "PROBLEM %s\n", termtext.Clean(msg))
 			problems++
 		}
 		if len(r.Runs) == 0 {

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 )
@@ -181,4 +182,90 @@ func TestPruneKilledMidway(t *testing.T) {
 		}
 	}
 	assertReuseAfterPrune(t, home, ledger)
+}
+
+// TestPruneDoesNotFollowATasksAttemptsLink: a task whose second attempt
+// replaced its task directory's attempts/ with a symbolic link to a
+// directory of the operator's does not make the prune of its run remove
+// <that directory>/1 on the node: the link goes, what it points at stays.
+func TestPruneDoesNotFollowATasksAttemptsLink(t *testing.T) {
+	ledger, victim := t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(victim, "1", "precious.txt"), "keep me\n")
+	s01 := fmt.Sprintf("if [ ! -e %[1]s/failed ]; then touch %[1]s/failed; exit 1; fi\nrm -rf ../attempts; ln -s %[2]s ../attempts\necho one > one.txt\n", ledger, victim)
+	home, work := opsHome(t, map[string]map[string]string{"app": {"S01-one.md": s01, "S02-two.md": "echo two-1 > two.txt\n"}})
+	unsandboxed(t, home, "S01 writes outside its output/, as a task without a sandbox can")
+	for i := 1; i <= 2; i++ {
+		writeFile(t, filepath.Join(home, "specs", "app", "S02-two.md"), fmt.Sprintf("echo two-%d > two.txt\n", i))
+		if r := runDispatch(t, nil, "--home", home, "start", "app"); r.code != 0 {
+			t.Fatalf("run %d: %s", i, r)
+		}
+	}
+	link := filepath.Join(work, "app", "tasks", "S01", "attempts")
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		t.Fatalf("S01 did not leave its link: %v %v", fi, err)
+	}
+	if !exists(filepath.Join(victim, "1", "precious.txt")) {
+		t.Fatalf("%s is gone before the prune", victim)
+	}
+	writeFile(t, filepath.Join(home, "specs", "app", "project.yaml"), "tool: shell\nintegration: false\nretention: {runs: 1}\n")
+	r := runDispatch(t, nil, "--home", home, "prune", "app")
+	if r.code != 0 || !strings.Contains(r.stdout, "pruned 1 run(s) of app") {
+		t.Fatalf("prune: %s", r)
+	}
+	if !exists(filepath.Join(victim, "1", "precious.txt")) {
+		t.Errorf("the prune removed %s/1, where the task's link pointed", victim)
+	}
+}
+
+// TestPruneKeepsTheRunAScheduleAwaits: serve stopped while its scheduled
+// run 1 ran; the operator finished it by hand, ran again and pruned
+// (retention: runs 1). Run 1, whose end the schedule has not read yet,
+// stays: serve, started again, reads its result, and its schedule goes on
+// (it used to fail its check every second for good: run 1 was pruned).
+func TestPruneKeepsTheRunAScheduleAwaits(t *testing.T) {
+	gate := filepath.Join(t.TempDir(), "go")
+	home, _ := opsHome(t, map[string]map[string]string{"app": {"S01-a.md": fmt.Sprintf("while [ ! -e %s ]; do sleep 0.05; done\necho ok > a.txt\n", gate)}})
+	unsandboxed(t, home, "S01 waits for a file the test writes outside its workspace")
+	writeFile(t, filepath.Join(home, "specs", "app", "project.yaml"), "tool: shell\nintegration: false\nretention: {runs: 1}\nschedule:\n  at: 2026-01-01T00:00\n")
+	serve := func() {
+		t.Helper()
+		if r := runDispatch(t, nil, "--home", home, "serve", "--detach"); r.code != 0 {
+			t.Fatalf("serve --detach: %s", r)
+		}
+	}
+	stop := func() { runDispatch(t, nil, "--home", home, "serve", "--stop") }
+	t.Cleanup(stop)
+	serve()
+	deadline := time.Now().Add(30 * time.Second)
+	for v := readSchedules(t, home); len(v.Schedules) != 1 || v.Schedules[0].LastRun != 1; v = readSchedules(t, home) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no scheduled run: %+v", v)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop()
+	writeFile(t, gate, "")
+	for i := 1; i <= 2; i++ {
+		if r := runDispatch(t, nil, "--home", home, "start", "app"); r.code != 0 {
+			t.Fatalf("start %d: %s", i, r)
+		}
+	}
+	if r := runDispatch(t, nil, "--home", home, "prune", "app"); r.code != 0 || !strings.Contains(r.stdout, "app: nothing to prune") {
+		t.Errorf("the prune while the schedule awaits run 1: %s", r)
+	}
+	serve()
+	deadline = time.Now().Add(30 * time.Second)
+	for v := readSchedules(t, home); len(v.Schedules) != 1 || v.Schedules[0].LastResult != "passed"; v = readSchedules(t, home) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the schedule never read run 1's result: %+v\nlog:\n%s", v, readFile(t, filepath.Join(home, "dispatch.log")))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if log := readFile(t, filepath.Join(home, "dispatch.log")); strings.Contains(log, "schedule check failed") {
+		t.Errorf("the schedule check failed:\n%s", log)
+	}
+	stop()
+	if r := runDispatch(t, nil, "--home", home, "prune", "app"); r.code != 0 || !strings.Contains(r.stdout, "pruned 1 run(s) of app") {
+		t.Errorf("the prune once the schedule read run 1: %s", r)
+	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
+	"github.com/dispatch-tool/dispatch/prune"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -94,5 +95,20 @@ func TestWatchRenderEscapes(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("the view lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestPruneProblemFromANodeIsEscaped: a prune's PROBLEM line carries what
+// a node answered (the wrapper's error reply, when it is asked which
+// attempts still run): its terminal controls reach the operator's
+// terminal as visible escapes.
+func TestPruneProblemFromANodeIsEscaped(t *testing.T) {
+	var b strings.Builder
+	rep := prune.Report{Project: "app", Problems: []string{"run 1 of app: node n1: ask the wrapper which attempts still run: exit 1: " + hostile}}
+	if n := printPrune(&b, []prune.Report{rep}, false); n != 1 {
+		t.Fatalf("printPrune counted %d problems", n)
+	}
+	if strings.ContainsAny(b.String(), "\x1b\x07") {
+		t.Errorf("the PROBLEM line holds terminal controls: %q", b.String())
 	}
 }
