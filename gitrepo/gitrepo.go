@@ -889,7 +889,7 @@ func DeleteRef(ctx context.Context, dir, ref, commit string) error {
 	if !wire.IsCommitID(commit) {
 		return fmt.Errorf("refusing to delete %q: %q is not a commit id", ref, truncate(commit, 80))
 	}
-	_, err := git(ctx, dir, nil, "update-ref", "-m", "dispatch prune", "-d", ref, commit)
+	_, err := git(ctx, dir, nil, "update-ref", "--no-deref", "-m", "dispatch prune", "-d", ref, commit)
 	return err
 }
 

@@ -430,6 +430,15 @@ func TestRefsAndDeleteRef(t *testing.T) {
 	if err := DeleteRef(ctx, r.Dir, "refs/heads/main", c2); err == nil || r.git("rev-parse", "main") != c2 {
 		t.Error("DeleteRef of refs/heads/main succeeded")
 	}
+	// A symbolic ref under dispatch/ that names an operator's branch: the
+	// link goes, never the branch it names.
+	r.git("symbolic-ref", RefPrefix+"p/LINK", "refs/heads/main")
+	if err := DeleteRef(ctx, r.Dir, RefPrefix+"p/LINK", c2); err != nil {
+		t.Fatal(err)
+	}
+	if r.git("rev-parse", "main") != c2 {
+		t.Error("DeleteRef of a symbolic ref deleted the branch it names")
+	}
 	wt := filepath.Join(t.TempDir(), "wt")
 	r.git("worktree", "add", wt, "dispatch/p/S01")
 	busy, err := CheckedOut(ctx, r.Dir)
