@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -78,6 +79,8 @@ func TestBundle(t *testing.T) {
 		{"three of two projects", []Message{{Event: TaskFailed, Project: "a", Run: 2}, {Event: TaskFailed, Project: "b", Run: 1}, {Event: NodeOffline}},
 			Batch, "", "3 events: 2 task_failed, 1 node_offline", 0, 3},
 		{"two runs of one project", []Message{{Event: RunFinished, Project: "a", Run: 1}, {Event: RunFinished, Project: "a", Run: 2}}, Batch, "a", "2 events: 2 run_finished", 0, 2},
+		{"ten thousand failures: the first listed, all counted", slices.Repeat([]Message{{Event: TaskFailed, Project: "a", Run: 1}}, 10000),
+			Batch, "a", "10000 events: 10000 task_failed (the first 100 listed", 1, MaxBatchEvents},
 	}
 	for _, tc := range tests {
 		b := Bundle(tc.in)

@@ -83,10 +83,15 @@ type Message struct {
 	Events []Message `json:"events,omitempty"`
 }
 
+// MaxBatchEvents bounds the events one batch lists: a tick that fails
+// ten thousand tasks sends a message a receiver takes, not tens of MB.
+const MaxBatchEvents = 100
+
 // Bundle is the one message that carries msgs: msgs[0] itself when it is
 // alone (the message as it always was), else a Batch whose Events are msgs
-// in order, whose Project and Run are theirs when they all share them, and
-// whose Message counts them by event.
+// in order (the first MaxBatchEvents of them), whose Project and Run are
+// theirs when they all share them, and whose Message counts them all by
+// event.
 func Bundle(msgs []Message) Message {
 	if len(msgs) == 1 {
 		return msgs[0]
@@ -114,6 +119,10 @@ func Bundle(msgs []Message) Message {
 		parts[i] = fmt.Sprintf("%d %s", count[e], e)
 	}
 	b.Message = fmt.Sprintf("%d events: %s", len(msgs), strings.Join(parts, ", "))
+	if len(msgs) > MaxBatchEvents {
+		b.Events = msgs[:MaxBatchEvents]
+		b.Message += fmt.Sprintf(" (the first %d listed; dispatch events has every one)", MaxBatchEvents)
+	}
 	return b
 }
 
