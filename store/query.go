@@ -90,12 +90,17 @@ func queryTasks(ctx context.Context, q querier, from, project string) ([]domain.
 	return out, nil
 }
 
+// liveWorkSQL is HasLiveWork's query; attempts_uncollected is named for
+// the reason given at uncollectedCurrentSQL.
+const liveWorkSQL = `SELECT EXISTS (SELECT 1 FROM tasks WHERE project = ? AND status IN (?, ?))
+		OR EXISTS (SELECT 1 FROM attempts INDEXED BY attempts_uncollected
+			WHERE project = ? AND collected_at = '' AND status IN (?, ?, ?))`
+
 // HasLiveWork reports, in one query, whether a project has a task claimed
 // or running, or a finished run whose results are not collected yet.
 func (s *Store) HasLiveWork(ctx context.Context, project string) (bool, error) {
 	var live bool
-	err := s.db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM tasks WHERE project = ? AND status IN (?, ?))
-		OR EXISTS (SELECT 1 FROM attempts WHERE project = ? AND collected_at = '' AND status IN (?, ?, ?))`,
+	err := s.db.QueryRowContext(ctx, liveWorkSQL,
 		project, domain.Claimed, domain.Running, project, domain.Completed, domain.Failed, "killed").Scan(&live)
 	if err != nil {
 		return false, fmt.Errorf("read the live work of %s: %w", project, err)
@@ -344,6 +349,15 @@ func (s *Store) Settled(ctx context.Context, project string) (bool, error) {
 	return !unsettled, nil
 }
 
+// uncollectedCurrentSQL reads the current attempt of each task of project
+// ?1 with a finished attempt not collected yet (statuses ?2, ?3, ?4). It
+// names attempts_uncollected: the planner would otherwise take
+// attempts_run, as good a match for project = ?, and read every attempt
+// of the project on each call (each tick that collects).
+const uncollectedCurrentSQL = `SELECT DISTINCT t.id, t.attempt FROM attempts r INDEXED BY attempts_uncollected
+		JOIN tasks t ON t.project = r.project AND t.id = r.task
+		WHERE r.project = ?1 AND r.collected_at = '' AND r.status IN (?2, ?3, ?4)`
+
 // Uncollected returns the finished attempts of a project whose files are
 // not collected yet, by task then attempt; current[i] says whether the
 // i-th is its task's current attempt.
@@ -362,9 +376,7 @@ func (s *Store) Uncollected(ctx context.Context, project string) (attempts []dom
 		}
 		currentAttempt[id] = a
 		return nil
-	}, `SELECT DISTINCT t.id, t.attempt FROM attempts r JOIN tasks t ON t.project = r.project AND t.id = r.task
-		WHERE r.project = ? AND r.collected_at = '' AND r.status IN (?, ?, ?)`,
-		project, domain.Completed, domain.Failed, domain.Killed)
+	}, uncollectedCurrentSQL, project, domain.Completed, domain.Failed, domain.Killed)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the attempts of %s: %w", project, err)
 	}

@@ -140,14 +140,19 @@ func TestTickReadsUseIndexes(t *testing.T) {
 			t.Errorf("the tick's read walks a whole project: %q in\n%s", line, strings.Join(plan, "\n"))
 		}
 	}
-	for _, tc := range []struct{ query, index string }{
-		{`SELECT task FROM task_deps WHERE project = 'p' AND dep = 'A'`, "task_deps_dep"},
-		{`SELECT MIN(not_before) FROM tasks WHERE project = 'p' AND status = 'pending' AND not_before > 'x'`, "tasks_due"},
-		{`SELECT status, n FROM task_counts WHERE project = 'p'`, "sqlite_autoindex_task_counts_1"},
-		{liveModesSQL, "attempts_live"},
-		{strings.ReplaceAll(strings.ReplaceAll(runnableSQL, "?1", "'p'"), "?2", "'x'") + " LIMIT 8", "tasks_ready"},
+	for _, tc := range []struct {
+		query, index string
+		args         []any
+	}{
+		{`SELECT task FROM task_deps WHERE project = 'p' AND dep = 'A'`, "task_deps_dep", nil},
+		{`SELECT MIN(not_before) FROM tasks WHERE project = 'p' AND status = 'pending' AND not_before > 'x'`, "tasks_due", nil},
+		{`SELECT status, n FROM task_counts WHERE project = 'p'`, "sqlite_autoindex_task_counts_1", nil},
+		{liveModesSQL, "attempts_live", nil},
+		{uncollectedCurrentSQL, "attempts_uncollected", []any{"p", "completed", "failed", "killed"}},
+		{liveWorkSQL, "attempts_uncollected", []any{"p", "claimed", "running", "p", "completed", "failed", "killed"}},
+		{strings.ReplaceAll(strings.ReplaceAll(runnableSQL, "?1", "'p'"), "?2", "'x'") + " LIMIT 8", "tasks_ready", nil},
 	} {
-		plan := queryPlan(t, s, tc.query)
+		plan := queryPlan(t, s, tc.query, tc.args...)
 		if text := strings.Join(plan, "; "); !strings.Contains(text, "INDEX "+tc.index) {
 			t.Errorf("%s: plan %q does not use %s", tc.query, text, tc.index)
 		}
