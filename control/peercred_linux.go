@@ -1,31 +1,15 @@
 package control
 
-import (
-	"fmt"
-	"net"
-	"syscall"
-)
+import "syscall"
 
-// peerUID is the user id of the process at the other end of a unix socket
-// connection (SO_PEERCRED).
-func peerUID(conn net.Conn) (int, error) {
-	uc, ok := conn.(*net.UnixConn)
-	if !ok {
-		return -1, fmt.Errorf("not a unix socket connection (%T)", conn)
-	}
-	raw, err := uc.SyscallConn()
+// peerCredOption names the socket option peerUID reads.
+const peerCredOption = "SO_PEERCRED"
+
+// sockPeerUID reads the peer's user id of the unix socket fd.
+func sockPeerUID(fd uintptr) (int, error) {
+	cred, err := syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
 	if err != nil {
 		return -1, err
-	}
-	var cred *syscall.Ucred
-	var credErr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, credErr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	}); err != nil {
-		return -1, err
-	}
-	if credErr != nil {
-		return -1, fmt.Errorf("SO_PEERCRED: %w", credErr)
 	}
 	return int(cred.Uid), nil
 }
