@@ -94,7 +94,7 @@ func TestTaskFailedArrivesWhileTheRunGoesOn(t *testing.T) {
 	h := newHarness(t, unsandboxed("", "S02 waits for a file the test writes outside its workspace"), map[string]string{
 		"project.yaml": "tool: shell\nintegration: false\nnotify:\n  command: " + notifyCommand(string(in)) + "\n",
 		"S01-fails.md": fmt.Sprintf("---\nmax_retries: 0\n---\necho first line\necho 'it said \"; touch %s; $(touch %s)'\nexit 3\n", pwned, pwned),
-		"S02-waits.md": fmt.Sprintf("while [ ! -e '%s' ]; do sleep 0.05; done\necho done\n", stop),
+		"S02-waits.md": fmt.Sprintf("while [ ! -e '%s' ] && [ -d '%s' ]; do sleep 0.05; done\necho done\n", stop, filepath.Dir(stop)),
 		"S03-after.md": "---\ndepends_on: [S01]\n---\necho never\n",
 	})
 	t.Cleanup(func() { os.WriteFile(stop, nil, 0o644) })
@@ -147,7 +147,7 @@ nodes:
 `, 1)
 	yaml = strings.Replace(yaml, "node_offline_timeout: 2s", "node_offline_timeout: 10m", 1)
 	h := newHarness(t, unsandboxed(yaml, "the task waits for a file the test writes outside its workspace"),
-		shellProject(map[string]string{"S01-a.md": fmt.Sprintf("while [ ! -e '%s' ]; do sleep 0.05; done\n", stop)}))
+		shellProject(map[string]string{"S01-a.md": fmt.Sprintf("while [ ! -e '%s' ] && [ -d '%s' ]; do sleep 0.05; done\n", stop, filepath.Dir(stop))}))
 	t.Cleanup(func() { os.WriteFile(stop, nil, 0o644) })
 	n1 := &switchable{Transport: nodes.NewLocal()}
 	onTheRealClock(h, map[string]nodes.Transport{"n1": n1}, false)

@@ -35,9 +35,9 @@ func TestDashboardLive(t *testing.T) {
 	dir := t.TempDir()
 	release, stop := filepath.Join(dir, "release"), filepath.Join(dir, "stop")
 	home, _ := opsHome(t, map[string]map[string]string{"web": {
-		"S01-wait.md":  fmt.Sprintf("# Wait for the test\nwhile [ ! -e '%s' ]; do sleep 0.05; done\necho released\n", release),
-		"S02-html.md":  fmt.Sprintf("# <img src=x onerror=alert(1)>\nwhile [ ! -e '%s' ]; do sleep 0.05; done\n", stop),
-		"S03-log.md":   fmt.Sprintf("# Print a line every 200ms\ni=0\nwhile [ ! -e '%s' ]; do i=$((i+1)); echo \"tick $i\"; sleep 0.2; done\n", stop),
+		"S01-wait.md":  fmt.Sprintf("# Wait for the test\nwhile [ ! -e '%s' ] && [ -d '%s' ]; do sleep 0.05; done\necho released\n", release, filepath.Dir(release)),
+		"S02-html.md":  fmt.Sprintf("# <img src=x onerror=alert(1)>\nwhile [ ! -e '%s' ] && [ -d '%s' ]; do sleep 0.05; done\n", stop, filepath.Dir(stop)),
+		"S03-log.md":   fmt.Sprintf("# Print a line every 200ms\ni=0\nwhile [ ! -e '%s' ] && [ -d '%s' ]; do i=$((i+1)); echo \"tick $i\"; sleep 0.2; done\n", stop, filepath.Dir(stop)),
 		"S04-after.md": "---\ndepends_on: [S01]\n---\n# After the wait\necho after\n",
 	}})
 	unsandboxed(t, home, "the tasks wait for files the test writes outside their workspace")

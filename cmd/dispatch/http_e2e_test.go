@@ -151,7 +151,7 @@ func TestServeHTTP(t *testing.T) {
 	home, _ := opsHome(t, map[string]map[string]string{
 		"web": {
 			"S01-a.md":    "echo a > a.txt\n",
-			"S02-slow.md": fmt.Sprintf("for i in 1 2 3; do echo line $i; done\nwhile [ ! -e %s ]; do sleep 0.05; done\necho finished > s.txt\n", flag),
+			"S02-slow.md": fmt.Sprintf("for i in 1 2 3; do echo line $i; done\nwhile [ ! -e %s ] && [ -d %s ]; do sleep 0.05; done\necho finished > s.txt\n", flag, filepath.Dir(flag)),
 			"S03-b.md":    "---\ndepends_on: [S01]\n---\necho b > b.txt\n",
 		},
 	})
