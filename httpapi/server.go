@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -130,7 +131,8 @@ func (s *Server) secure(next http.Handler) http.Handler {
 func isAPI(r *http.Request) bool { return len(r.URL.Path) >= 5 && r.URL.Path[:5] == "/api/" }
 
 func (s *Server) authorized(r *http.Request) bool {
-	if a := r.Header.Get("Authorization"); len(a) > 7 && a[:7] == "Bearer " {
+	// The scheme's name is case-insensitive (RFC 9110 §11.1).
+	if a := r.Header.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "Bearer ") {
 		return s.valid(a[7:])
 	}
 	if c, err := r.Cookie(CookieName); err == nil {

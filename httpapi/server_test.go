@@ -148,6 +148,7 @@ func TestAuth(t *testing.T) {
 		{"/api/v1/projects", bearer("wrong"), 401},
 		{"/api/v1/projects", bearer(h.srv.Token[:10]), 401},
 		{"/api/v1/projects", bearer(h.srv.Token), 200},
+		{"/api/v1/projects", func(r *http.Request) { r.Header.Set("Authorization", "bearer "+h.srv.Token) }, 200},
 		{"/api/v1/projects?token=" + h.srv.Token, nil, 401}, // the API takes no token in its address
 		{"/?token=wrong", nil, 401},
 		{"/api/v1/projects", func(r *http.Request) { r.AddCookie(&http.Cookie{Name: CookieName, Value: "wrong"}) }, 401},

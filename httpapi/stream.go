@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -199,7 +200,8 @@ func (s *Server) log(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	tail, err1 := intParam(q.Get("tail"), 200)
 	attempt, err2 := intParam(q.Get("attempt"), 0)
-	if err := errors.Join(err1, err2); err != nil {
+	follow, err3 := boolParam(q.Get("follow"))
+	if err := errors.Join(err1, err2, err3); err != nil {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
@@ -226,7 +228,7 @@ func (s *Server) log(w http.ResponseWriter, r *http.Request) {
 	if remote != nil {
 		defer remote.r.Close()
 	}
-	if q.Get("follow") == "" {
+	if !follow {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Write(head)
 		return
@@ -246,6 +248,17 @@ func (s *Server) log(w http.ResponseWriter, r *http.Request) {
 		out.send(0, "problem", map[string]string{"error": err.Error()})
 	}
 	out.send(0, "end", map[string]string{})
+}
+
+// boolParam reads a yes/no query parameter: 1/true/yes or ""/0/false/no.
+func boolParam(v string) (bool, error) {
+	switch strings.ToLower(v) {
+	case "1", "true", "yes":
+		return true, nil
+	case "", "0", "false", "no":
+		return false, nil
+	}
+	return false, fmt.Errorf("%q is not yes or no: use 1 or 0", v)
 }
 
 // remoteLog is a log being read on its node, and how far.

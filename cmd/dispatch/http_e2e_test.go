@@ -208,7 +208,7 @@ func TestServeHTTP(t *testing.T) {
 	}
 	waitSummary(t, api, "web", "done")
 	compareWithCLI(t, api, home)
-	if code, b := api.get(t, "/api/v1/projects/web/tasks/S02/log?tail=2"); code != 200 || string(b) != "line 2\nline 3\n" {
+	if code, b := api.get(t, "/api/v1/projects/web/tasks/S02/log?tail=2&follow=0"); code != 200 || string(b) != "line 2\nline 3\n" {
 		t.Errorf("log tail=2: %d %q", code, b)
 	}
 }
