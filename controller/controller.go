@@ -13,6 +13,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/domain"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/policy"
@@ -296,8 +297,15 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 			// Nothing a tick does is lost by stopping halfway: the next
 			// tick starts again from the database and the nodes.
 			c.log.Error("tick failed; trying again at the next poll", "err", err)
-		} else if onTick != nil {
-			onTick(res)
+		} else {
+			// What status shows is what this tick saw: when no controller
+			// runs any more, the views say since when (issue 38).
+			if c.opts.Home != "" {
+				home.MarkTick(c.opts.Home, time.Now())
+			}
+			if onTick != nil {
+				onTick(res)
+			}
 		}
 		c.settleDrains(ctx)
 		_, served, err := c.servedProjects(ctx)

@@ -186,6 +186,8 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"verification": map[string]any{"rounds": 0, "pass": nil, "issues": []string{}}, "nodes": []any{}})
 	case p == "projects/big/runs":
 		writeJSON(w, map[string]any{"project": "big", "runs": []map[string]any{{"run": 1, "result": "failed", "trigger": "start", "tasks_ran": 3, "tasks_reused": 0, "cost_usd": 0.5}, {"run": 2, "result": "", "trigger": "schedule", "tasks_ran": 1, "tasks_reused": 9999}}})
+	case p == "controller":
+		writeJSON(w, map[string]any{"running": true, "last_seen": time.Now().Format(time.RFC3339)})
 	case p == "nodes":
 		writeJSON(w, map[string]any{"nodes": []map[string]any{{"name": "n1", "address": "n1", "state": "online", "slots": 4, "running": 1, "last_seen": time.Now().Format(time.RFC3339), "last_error": ""}}})
 	case p == "schedules":

@@ -77,3 +77,33 @@ func (l *Lock) Release() error {
 	l.f = nil
 	return err
 }
+
+// TickFile is the file whose modification time is when the home's
+// controller last finished a tick.
+const TickFile = "controller.tick"
+
+// MarkTick records that the controller holding the home's lock finished a
+// tick at t: the modification time of TickFile (created 0600 on first use).
+// What `status`, `nodes`, the API and MCP show is what the last tick saw;
+// when no controller runs, LastTick says since when the figures are stale.
+// It is not the lock file's time, which `nodes check` and a `retry` without
+// a controller also take.
+func MarkTick(home string, t time.Time) {
+	path := filepath.Join(home, TickFile)
+	if err := os.Chtimes(path, t, t); errors.Is(err, fs.ErrNotExist) {
+		if f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o600); err == nil {
+			f.Close()
+			_ = os.Chtimes(path, t, t)
+		}
+	}
+}
+
+// LastTick is when a controller of this home last finished a tick; zero
+// when none ever did.
+func LastTick(home string) time.Time {
+	fi, err := os.Stat(filepath.Join(home, TickFile))
+	if err != nil {
+		return time.Time{}
+	}
+	return fi.ModTime()
+}

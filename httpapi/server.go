@@ -15,6 +15,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/spec"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -43,6 +44,10 @@ type Server struct {
 	Poll time.Duration
 	// Now is the clock of the views (default time.Now).
 	Now func() time.Time
+	// Refresh asks the nodes of the views' tasks for their attempts now
+	// (?refresh=1 on a project's status, as `status --refresh`); nil: the
+	// server cannot, and says so.
+	Refresh func(ctx context.Context, cfg *nodes.Config, views []*readmodel.StatusView) error
 
 	mu sync.Mutex
 	st *store.Store
@@ -61,6 +66,7 @@ func (s *Server) Handler() http.Handler {
 		"/api/v1/projects/{project}/tasks/{id}":     s.projectView(s.task),
 		"/api/v1/projects/{project}/tasks/{id}/log": s.log,
 		"/api/v1/nodes":                             s.nodes,
+		"/api/v1/controller":                        s.controller,
 		"/api/v1/schedules":                         s.schedules,
 		"/api/v1/events":                            s.events,
 	}

@@ -49,12 +49,19 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	if st == nil {
 		return
 	}
+	ctl := readmodel.ControllerOf(s.Home)
 	v, err := readmodel.Status(r.Context(), st, s.views(), name, s.now())
 	if err != nil {
 		fail(w, err)
 		return
 	}
+	v.Controller = ctl
 	q := r.URL.Query()
+	if q.Has("refresh") {
+		if !s.refresh(w, r, v) {
+			return
+		}
+	}
 	if want := q.Get("status"); want != "" {
 		kept := v.Tasks[:0:0]
 		for _, t := range v.Tasks {
@@ -129,6 +136,7 @@ func (s *Server) report(r *http.Request, st *store.Store, name string) (any, err
 	if err != nil {
 		return nil, err
 	}
+	v.Controller = readmodel.ControllerOf(s.Home)
 	switch q := r.URL.Query().Get("tasks"); q {
 	case "", "all":
 	case "phase":
@@ -142,7 +150,12 @@ func (s *Server) report(r *http.Request, st *store.Store, name string) (any, err
 
 // runs is `dispatch runs <p> --json`.
 func (s *Server) runs(r *http.Request, st *store.Store, name string) (any, error) {
-	return readmodel.Runs(r.Context(), st, name)
+	v, err := readmodel.Runs(r.Context(), st, name)
+	if err != nil {
+		return nil, err
+	}
+	v.Controller = readmodel.ControllerOf(s.Home)
+	return v, nil
 }
 
 func (s *Server) graph(r *http.Request, st *store.Store, name string) (any, error) {
@@ -173,6 +186,7 @@ func (s *Server) nodes(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	v.Controller = readmodel.ControllerOf(s.Home)
 	writeJSON(w, v)
 }
 
@@ -192,4 +206,38 @@ func (s *Server) schedules(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, v)
+}
+
+// controller is whether a controller runs for the home and when one last
+// ticked: without one, every other answer is what it last saw (the
+// dashboard's banner).
+func (s *Server) controller(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, readmodel.ControllerOf(s.Home))
+}
+
+// refresh adds what the nodes say now to v (?refresh=1); false when it
+// answered an error.
+func (s *Server) refresh(w http.ResponseWriter, r *http.Request, v *readmodel.StatusView) bool {
+	switch r.URL.Query().Get("refresh") {
+	case "1", "true", "yes":
+	case "0", "false", "no":
+		return true
+	default:
+		writeError(w, http.StatusBadRequest, fmt.Errorf("refresh=%q: use refresh=1 to ask the nodes now", r.URL.Query().Get("refresh")))
+		return false
+	}
+	if s.Refresh == nil {
+		writeError(w, http.StatusNotImplemented, errors.New("this server cannot ask the nodes: dispatch status <project> --refresh does"))
+		return false
+	}
+	cfg := s.config()
+	if cfg == nil {
+		writeError(w, http.StatusInternalServerError, fmt.Errorf("%s does not load, so the nodes cannot be asked: dispatch validate says why", s.Config))
+		return false
+	}
+	if err := s.Refresh(r.Context(), cfg, []*readmodel.StatusView{v}); err != nil {
+		fail(w, err)
+		return false
+	}
+	return true
 }

@@ -10,6 +10,9 @@ import (
 // NodesView is `dispatch nodes --json` and the API's /api/v1/nodes.
 type NodesView struct {
 	Nodes []NodeListEntry `json:"nodes"`
+	// Controller is whether a controller runs (set by the caller): when
+	// none does, each node's state is what it was at its last_seen.
+	Controller *ControllerView `json:"controller,omitempty"`
 }
 
 // NodeListEntry is one node of nodes.yaml with what the controller last

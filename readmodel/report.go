@@ -44,6 +44,10 @@ type Report struct {
 	// Problem is why the controller stopped the project (an error of its
 	// own, such as a result it could not export), when it did.
 	Problem string `json:"problem,omitempty"`
+	// Controller is whether a controller runs for the home (set by the
+	// caller for the current run): a running run's report without one is
+	// only what the last tick saw.
+	Controller *ControllerView `json:"controller,omitempty"`
 	// budget says the project's budget and whether it was reached, for
 	// report.md.
 	budget string
@@ -379,6 +383,11 @@ func shortenLine(l string) string {
 func (r *Report) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# dispatch report: %s\n\n", r.Project)
+	if r.Result == domain.ResultRunning {
+		if line := r.Controller.Line(r.Project, time.Now()); line != "" {
+			fmt.Fprintf(&b, "> **%s**\n\n", line)
+		}
+	}
 	// A budget that stopped the project is the first thing to know.
 	stop := r.stop
 	if r.Result != domain.ResultFailed && r.Result != domain.ResultRunning {

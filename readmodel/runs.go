@@ -11,6 +11,9 @@ import (
 type RunsView struct {
 	Project string    `json:"project"`
 	Runs    []RunView `json:"runs"`
+	// Controller is whether a controller runs (set by the caller): a
+	// "running" run without one goes on only when one resumes it.
+	Controller *ControllerView `json:"controller,omitempty"`
 }
 
 // RunView is one run of a project: when it started and ended, its result

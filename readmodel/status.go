@@ -60,7 +60,12 @@ type StatusView struct {
 	Problem string     `json:"-"`
 	Tasks   []TaskView `json:"tasks"`
 	Nodes   []NodeView `json:"nodes"`
-	Notes   []string   `json:"-"`
+	// Controller says whether a controller runs for the home and when it
+	// last ticked; set by the caller (ControllerOf), absent when unknown.
+	Controller *ControllerView `json:"controller,omitempty"`
+	// Refresh is what the nodes said when asked (status --refresh).
+	Refresh *RefreshView `json:"refresh,omitempty"`
+	Notes   []string     `json:"-"`
 	// Paused lists the api_modes paused by rate limits, for the text view.
 	Paused []store.Pause `json:"-"`
 	// Fallbacks names, by paused api_mode, the fallback its tasks run
@@ -93,6 +98,32 @@ func (v *StatusView) Result() string { return v.result }
 // the operator: it is done, or stopped with nothing running.
 func (v *StatusView) Settled() bool {
 	return v.Phase == domain.PhaseDone || (v.state == domain.ProjectStopped && v.Counts.Running+v.Counts.Claimed == 0)
+}
+
+// StaleLine is the status's first line when no controller runs and the
+// project is not settled: its running tasks and online nodes are only what
+// the last tick saw (see ControllerView.Line). "" otherwise.
+func (v *StatusView) StaleLine(now time.Time) string {
+	if v.Settled() {
+		return ""
+	}
+	return v.Controller.Line(v.Project, now)
+}
+
+// LiveWord is how a text view shows a live status (claimed, running) or a
+// node's state: as is while a controller runs, else as last seen ("running
+// at 19:56", a node "last seen").
+func (c *ControllerView) LiveWord(state string, now time.Time) string {
+	if !c.Stale() || c.LastTick().IsZero() {
+		return state
+	}
+	switch state {
+	case string(domain.Running), string(domain.Claimed), store.NodeOffline:
+		return state + " at " + c.Clock(now)
+	case store.NodeOnline:
+		return "last seen"
+	}
+	return state
 }
 
 // Total is the number of tasks counted.

@@ -167,7 +167,7 @@ func assertKeys(t *testing.T, what string, raw json.RawMessage, want []string, e
 }
 
 var (
-	statusKeys = []string{"project", "counts", "phase", "tasks", "nodes"}
+	statusKeys = []string{"project", "counts", "phase", "tasks", "nodes", "controller"}
 	countKeys  = []string{"pending", "claimed", "running", "completed", "failed", "blocked", "canceled"}
 	// SPEC §9's keys, and §13's sandbox (how the current attempt was confined).
 	statusTaskKeys = []string{"id", "title", "type", "status", "node", "attempt", "exit_code", "error_class", "error",

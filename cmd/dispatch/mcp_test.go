@@ -121,7 +121,7 @@ func TestMCPToolsList(t *testing.T) {
 	want := map[string][]string{ // each tool's properties; the required ones first, with a *
 		"validate": {"*project"},
 		"start":    {"*project", "fresh", "budget_usd"},
-		"status":   {"project", "run"},
+		"status":   {"project", "refresh", "run"},
 		"report":   {"*project", "run"},
 		"logs":     {"*project", "*id", "attempt", "run", "lines"},
 		"events":   {"*project", "cursor", "run"},

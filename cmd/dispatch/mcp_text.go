@@ -70,7 +70,9 @@ func truncate(s string, n int) string {
 func statusSummary(v *readmodel.StatusView) string {
 	c := v.Counts
 	var b strings.Builder
+	b.WriteString(staleText(v))
 	fmt.Fprintf(&b, "%s: phase %s; %d task(s): %s.\n", v.Project, v.Phase, c.Total(), countsText(c))
+	b.WriteString(refreshText(v.Refresh))
 	b.WriteString(failedLines(v.Tasks))
 	q := fmt.Sprintf("{project: %q}", v.Project)
 	switch {
@@ -84,6 +86,47 @@ func statusSummary(v *readmodel.StatusView) string {
 		fmt.Fprintf(&b, "Nothing runs or waits now: the project is moving on to its next phase, or it was stopped. Next: status %s again; "+
 			"start resumes a stopped project, retry reruns failed tasks.\n", q)
 	}
+	return b.String()
+}
+
+// staleText is the first line of a status answer when no controller runs:
+// an operator waiting on "running" would wait forever.
+func staleText(v *readmodel.StatusView) string {
+	if v.Settled() || !v.Controller.Stale() {
+		return ""
+	}
+	when := "no controller has run yet"
+	if v.Controller.LastSeen != "" {
+		when = "last tick " + v.Controller.LastSeen
+	}
+	return fmt.Sprintf("No controller is running (%s): what follows is what it last saw, and nothing is collected or started "+
+		"until one runs. Next: start {project: %q} resumes it and collects what finished (or status with refresh: true asks the nodes now).\n",
+		when, v.Project)
+}
+
+// refreshText says what the nodes answered (status with refresh: true):
+// the tasks whose node says otherwise than the database.
+func refreshText(r *readmodel.RefreshView) string {
+	if r == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, n := range r.Nodes {
+		if n.Error != "" {
+			fmt.Fprintf(&b, "Node %s could not be asked: %s\n", n.Name, termtext.Clean(firstLine(n.Error)))
+		}
+	}
+	var differ []string
+	for _, t := range r.Tasks {
+		if t.Differs {
+			differ = append(differ, fmt.Sprintf("%s is %s on %s (attempt %d, exit %d) but %s in the database", t.ID, t.OnNode, t.Node, t.Attempt, t.ExitCode, t.Database))
+		}
+	}
+	if len(differ) == 0 {
+		b.WriteString("Asked the nodes: they agree with the database.\n")
+		return b.String()
+	}
+	fmt.Fprintf(&b, "Asked the nodes (nothing recorded until a controller collects): %s.\n", strings.Join(differ, "; "))
 	return b.String()
 }
 

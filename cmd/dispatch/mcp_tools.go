@@ -31,6 +31,7 @@ type (
 	statusIn struct {
 		Project string `json:"project,omitempty" jsonschema:"the project; without it, every started project"`
 		Run     *int   `json:"run,omitempty" jsonschema:"show this run of the project (default: the latest; see runs)"`
+		Refresh bool   `json:"refresh,omitempty" jsonschema:"also ask each node the tasks ran on what its attempts are now, beside the database's view (needed when no controller runs; records nothing)"`
 	}
 	reportIn struct {
 		Project string `json:"project" jsonschema:"the project"`
@@ -145,7 +146,11 @@ func (r *cliRunner) status(ctx context.Context, in statusIn) (answer, error) {
 		}
 		pos = append(pos, in.Project)
 	}
-	out, _, err := r.output(ctx, cliArgs("status", intFlag([]string{"--json"}, "run", in.Run), pos...)...)
+	flags := []string{"--json"}
+	if in.Refresh {
+		flags = append(flags, "--refresh")
+	}
+	out, _, err := r.output(ctx, cliArgs("status", intFlag(flags, "run", in.Run), pos...)...)
 	if err != nil {
 		return answer{}, err
 	}

@@ -84,11 +84,19 @@ func nodesList(c *cli.Context) error {
 		return err
 	}
 	views := v.Nodes
+	v.Controller = readmodel.ControllerOf(e.home)
 	if c.Bool("json") {
 		return writeJSON(e.out, v)
 	}
+	now := time.Now()
+	if !v.Controller.LastTick().IsZero() {
+		if line := v.Controller.Line("", now); line != "" {
+			fmt.Fprintln(e.out, e.styles.warn.Render(line))
+		}
+	}
 	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSTATE\tSLOTS\tMEM AVAILABLE\tLOAD\tPLATFORM\tWRAPPER\tRTT\tLAST ERROR")
+	ctl := v.Controller
 	for _, v := range views {
 		platform := "-"
 		if v.OS != "" {
@@ -102,10 +110,22 @@ func nodesList(c *cli.Context) error {
 		if wv == "" {
 			wv = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%.2f\t%s\t%s\t%s\t%s\n", v.Name, v.State, v.Running, v.Slots,
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%.2f\t%s\t%s\t%s\t%s\n", v.Name, nodeState(ctl, v, now), v.Running, v.Slots,
 			bytesHuman(v.MemAvailableBytes), v.Load1, platform, wv, rtt, termtext.Clean(firstLine(v.LastError)))
 	}
 	return tw.Flush()
+}
+
+// nodeState is a node's state as `dispatch nodes` shows it: as recorded
+// while a controller runs; else an online node is only "last seen" then.
+func nodeState(ctl *readmodel.ControllerView, n readmodel.NodeListEntry, now time.Time) string {
+	if !ctl.Stale() || ctl.LastTick().IsZero() || n.State != store.NodeOnline {
+		return n.State
+	}
+	if t, err := time.Parse(time.RFC3339Nano, n.LastSeen); err == nil {
+		return "last seen " + readmodel.Clock(t, now)
+	}
+	return "last seen"
 }
 
 func firstLine(s string) string {

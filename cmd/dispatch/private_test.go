@@ -46,6 +46,7 @@ func TestHomeIsPrivateWhateverTheUmask(t *testing.T) {
 		}
 	}
 	private(filepath.Join(home, "dispatch.lock"), 0o600)
+	private(filepath.Join(home, "controller.tick"), 0o600)
 	private(filepath.Join(home, "dispatch.log"), 0o600)
 	private(filepath.Join(home, "runs"), 0o700)
 	private(work, 0o700)

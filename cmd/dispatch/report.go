@@ -42,6 +42,9 @@ func reportCommand() *cli.Command {
 		if err != nil {
 			return err
 		}
+		if at == st {
+			r.Controller = readmodel.ControllerOf(e.home)
+		}
 		var out []byte
 		if format == "json" {
 			out, err = json.MarshalIndent(r, "", "  ")

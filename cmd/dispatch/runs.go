@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -23,16 +24,28 @@ func runsCommand() *cli.Command {
 		if err != nil {
 			return err
 		}
+		v.Controller = readmodel.ControllerOf(e.home)
 		if c.Bool("json") {
 			return printJSON(e.out, v)
 		}
 		tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "RUN\tRESULT\tBY\tSTARTED\tFINISHED\tRAN\tREUSED\tCOST")
+		var stale string
 		for _, r := range v.Runs {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t$%.4f\n", r.Run, r.Result, r.Trigger, localTime(r.StartedAt), localTime(r.FinishedAt),
+			result := r.Result
+			if r.Result == domain.ResultRunning && v.Controller.Stale() {
+				result, stale = "running (no controller)", v.Controller.Line(project, time.Now())
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t$%.4f\n", r.Run, result, r.Trigger, localTime(r.StartedAt), localTime(r.FinishedAt),
 				r.TasksRan, r.TasksReused, r.CostUSD)
 		}
-		return tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if stale != "" {
+			fmt.Fprintln(e.out, e.styles.warn.Render(stale))
+		}
+		return nil
 	})
 }
 

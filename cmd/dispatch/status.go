@@ -29,6 +29,8 @@ func statusCommand() *cli.Command {
 			&cli.BoolFlag{Name: "watch", Usage: "keep showing the status until the project(s) are finished: " +
 				"a live view on a terminal, else the status text each time it changes (Ctrl-C stops)"},
 			&cli.DurationFlag{Name: "interval", Usage: "with --watch, read the status every `D`", Value: time.Second},
+			&cli.BoolFlag{Name: "refresh", Usage: "also ask each node the shown tasks ran on, once, what its attempts are now, and show " +
+				"that beside the database's view (takes no lock, records nothing: the next controller collects)"},
 			runFlag(),
 		},
 		Action: statusAction,
@@ -77,6 +79,9 @@ func statusAction(c *cli.Context) error {
 	if c.IsSet("run") && (len(names) != 1 || c.NArg() == 0 || c.Bool("watch")) {
 		return usagef("dispatch status <project> --run 1", "--run shows one run of one project; it takes a project and no --watch")
 	}
+	if c.Bool("watch") && c.Bool("refresh") {
+		return usagef("dispatch status "+strings.Join(names, " ")+" --refresh", "--refresh asks the nodes once; it takes no --watch")
+	}
 	if c.Bool("watch") {
 		var project string
 		if c.NArg() > 0 {
@@ -91,6 +96,14 @@ func statusAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if c.Bool("refresh") {
+		if c.IsSet("run") {
+			return usagef("dispatch status "+names[0]+" --refresh", "--refresh asks the nodes about the current run; it takes no --run")
+		}
+		if err := refreshViews(ctx, cfg, views); err != nil {
+			return err
+		}
+	}
 	if c.Bool("json") {
 		enc := json.NewEncoder(e.out)
 		enc.SetIndent("", "  ")
@@ -100,7 +113,7 @@ func statusAction(c *cli.Context) error {
 		if views == nil {
 			views = []*readmodel.StatusView{}
 		}
-		return enc.Encode(map[string]any{"projects": views})
+		return enc.Encode(map[string]any{"projects": views, "controller": readmodel.ControllerOf(e.home)})
 	}
 	if cfgErr != nil {
 		fmt.Fprintf(e.errOut, "note: %v\n", cfgErr)
@@ -110,6 +123,7 @@ func statusAction(c *cli.Context) error {
 			fmt.Fprintln(e.out)
 		}
 		printStatus(e.out, e.styles, v, cfg)
+		printRefresh(e.out, e.styles, v)
 	}
 	if len(views) == 0 {
 		fmt.Fprintln(e.out, "no projects started yet; run: dispatch start <project>")
@@ -120,7 +134,8 @@ func statusAction(c *cli.Context) error {
 // statusViews are the status views of the projects names (of --run's run,
 // when given), with the notes on specs changed since their tasks started.
 func statusViews(c *cli.Context, e *env, st *store.Store, cfg *nodes.Config, names []string) ([]*readmodel.StatusView, error) {
-	now := time.Now()
+	ctl := readmodel.ControllerOf(e.home)
+	now := asSeen(ctl, time.Now())
 	var views []*readmodel.StatusView
 	for _, n := range names {
 		at, err := atRun(c, st, n, "dispatch status "+n+" --run 1")
@@ -134,9 +149,20 @@ func statusViews(c *cli.Context, e *env, st *store.Store, cfg *nodes.Config, nam
 		if at == st {
 			v.Notes = append(v.Notes, specChanges(e, st, n, c)...)
 		}
+		v.Controller = ctl
 		views = append(views, v)
 	}
 	return views, nil
+}
+
+// asSeen is the time the views measure live durations to: now while a
+// controller runs, else its last tick — a task shown running for 30 min
+// when it ended on its node 29 min ago says what nobody saw.
+func asSeen(ctl *readmodel.ControllerView, now time.Time) time.Time {
+	if t := ctl.LastTick(); ctl.Stale() && !t.IsZero() && t.Before(now) {
+		return t
+	}
+	return now
 }
 
 // specChanges names tasks whose spec file changed after they started.
@@ -185,6 +211,10 @@ func printStatus(w io.Writer, s styles, v *readmodel.StatusView, cfg *nodes.Conf
 		}
 		head += ", stopped (nothing new starts; " + readmodel.StoppedNext(v.Project, states) + ")"
 	}
+	now := time.Now()
+	if line := v.StaleLine(now); line != "" {
+		fmt.Fprintln(w, s.warn.Render(line))
+	}
 	fmt.Fprintln(w, s.header.Render(head)+"  "+summaryCounts(s, v.Counts))
 	if b := v.Budget; b != nil {
 		fmt.Fprintln(w, s.warn.Render(b.Summary()))
@@ -213,7 +243,7 @@ func printStatus(w io.Writer, s styles, v *readmodel.StatusView, cfg *nodes.Conf
 		if t.NodeGone {
 			node += " " + notConfigured
 		}
-		tasks.add([]string{t.ID, string(t.Status), node, fmt.Sprint(t.Attempt), readmodel.FormatSeconds(t.DurationSeconds), what},
+		tasks.add([]string{t.ID, v.Controller.LiveWord(string(t.Status), now), node, fmt.Sprint(t.Attempt), readmodel.FormatSeconds(t.DurationSeconds), what},
 			map[int]func(...string) string{1: func(x ...string) string { return s.status(strings.Join(x, " ")) }, 5: whatStyle})
 	}
 	tasks.write(w)
@@ -227,14 +257,13 @@ func printStatus(w io.Writer, s styles, v *readmodel.StatusView, cfg *nodes.Conf
 					seen = t.Local().Format("15:04:05")
 				}
 			}
-			nt.add([]string{n.Name, n.State, fmt.Sprintf("%d/%d", n.Running, n.Slots), bytesHuman(n.MemAvailableBytes), seen, termtext.Clean(firstLine(n.LastError))}, nil)
+			nt.add([]string{n.Name, v.Controller.LiveWord(n.State, now), fmt.Sprintf("%d/%d", n.Running, n.Slots), bytesHuman(n.MemAvailableBytes), seen, termtext.Clean(firstLine(n.LastError))}, nil)
 		}
 		nt.write(w)
 		for _, l := range nodeFixLines(v.Nodes) {
 			fmt.Fprintln(w, s.warn.Render(l))
 		}
 	}
-	now := time.Now()
 	for _, p := range v.Paused {
 		line := fmt.Sprintf("paused: %s until %s (%s)", p.APIMode, pauseEnd(p.Until, now), termtext.Clean(p.Reason))
 		if fb := v.Fallbacks[p.APIMode]; fb != "" {

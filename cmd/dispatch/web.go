@@ -103,7 +103,8 @@ func serveHTTP(e *env, web httpapi.Listen) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := &httpapi.Server{Home: e.home, Token: tok, Config: e.config, UI: dashboardUI(), Log: e.log, Secure: web.TLS()}
+	srv := &httpapi.Server{Home: e.home, Token: tok, Config: e.config, UI: dashboardUI(), Log: e.log, Secure: web.TLS(),
+		Refresh: refreshViews}
 	running := srv.Serve(ln)
 	// The detached daemon's output is its log: no token there.
 	if os.Getenv(detachedEnv) != "" {

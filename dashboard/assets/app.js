@@ -174,6 +174,20 @@
     };
   }
 
+  // ---- is a controller running?
+
+  // Without a controller nothing is collected: a task shown running may
+  // have ended long ago. The banner says so, since when, and what resumes.
+  const stale = document.getElementById('stale');
+  const watcher = refresher(async () => {
+    const c = await api('controller');
+    if (c.running || !c.last_seen) { stale.hidden = true; return; }
+    stale.replaceChildren('No controller is running (last tick ' + fmtTime(c.last_seen) +
+      '): what you see is what it last saw. ', el('code', { text: 'dispatch start <project>' }), ' or ',
+      el('code', { text: 'dispatch serve' }), ' resumes and collects what finished.');
+    stale.hidden = false;
+  }, null, 0);
+
   // ---- routing
 
   function route() {
@@ -763,4 +777,6 @@
   window.addEventListener('hashchange', route);
   route();
   connect();
+  watcher.run();
+  setInterval(watcher.kick, 5000);
 })();
