@@ -228,19 +228,19 @@ type answer struct {
 type toolKind int
 
 const (
-	// reads changes nothing: the database, a log, a probe of the nodes.
-	reads toolKind = iota
-	// runs runs tasks (start, retry): it adds attempts, and the tasks
+	// kindRead changes nothing: the database, a log, a probe of the nodes.
+	kindRead toolKind = iota
+	// kindRun runs tasks (start, retry): it adds attempts, and the tasks
 	// reach whatever their tools reach.
-	runs
-	// ends cancels or stops tasks: destructive; again is a no-op.
-	ends
+	kindRun
+	// kindEnd cancels or stops tasks: destructive; again is a no-op.
+	kindEnd
 )
 
 // annotations are the hints of a tool of kind k.
 func (k toolKind) annotations(title string) *mcp.ToolAnnotations {
-	return &mcp.ToolAnnotations{Title: title, ReadOnlyHint: k == reads, DestructiveHint: new(k == ends),
-		IdempotentHint: k != runs, OpenWorldHint: new(k == runs)}
+	return &mcp.ToolAnnotations{Title: title, ReadOnlyHint: k == kindRead, DestructiveHint: new(k == kindEnd),
+		IdempotentHint: k != kindRun, OpenWorldHint: new(k == kindRun)}
 }
 
 // mcpTool is a tool's name, title, description and kind.
@@ -259,7 +259,7 @@ type toolSet struct {
 // addTool adds a tool whose handler answers or fails: a failure is a tool
 // error (IsError) carrying its message, never a protocol error.
 func addTool[In any](ts toolSet, t mcpTool, h func(context.Context, In) (answer, error)) {
-	if ts.readOnly && t.kind != reads {
+	if ts.readOnly && t.kind != kindRead {
 		return
 	}
 	schema, err := inputSchema[In]()
