@@ -315,7 +315,7 @@ func TestMCPRun(t *testing.T) {
 	if text = callOK(t, cs, "retry", map[string]any{"project": "p", "ids": []string{"S03"}}, nil); !strings.Contains(text, "S03") || !strings.Contains(text, "Next: status") {
 		t.Errorf("retry S03:\n%s", text)
 	}
-	if text = callOK(t, cs, "stop", map[string]any{"project": "p"}, nil); !strings.Contains(text, "Next: status") {
+	if text = callOK(t, cs, "stop", map[string]any{"project": "p"}, nil); !strings.Contains(text, "Next: status") || !strings.Contains(text, `start {project: "p"} resumes`) {
 		t.Errorf("stop p:\n%s", text)
 	}
 	if control.Running(home) {

@@ -340,7 +340,9 @@ func (r *cliRunner) stop(ctx context.Context, in stopIn) (answer, error) {
 		flags = append(flags, "--kill")
 	}
 	a, err := r.operator(ctx, in.Project, cliArgs("stop", flags, in.Project))
-	if err == nil && !strings.Contains(a.text, fmt.Sprintf("start {project: %q}", in.Project)) {
+	// Resumed by start, which the controller's message names only when
+	// tasks were running.
+	if err == nil && strings.Contains(a.text, "stopped") && !strings.Contains(a.text, fmt.Sprintf("start {project: %q}", in.Project)) {
 		a.text += fmt.Sprintf(" start {project: %q} resumes it.", in.Project)
 	}
 	return a, err
