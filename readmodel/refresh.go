@@ -74,8 +74,11 @@ func Refresh(v *StatusView, answers []NodeAnswer, asked time.Time) *RefreshView 
 			n.Attempts++
 			t := RefreshTask{ID: ts.Task, Node: a.Node, Attempt: ts.Status.Attempt, OnNode: ts.Status.Status,
 				ExitCode: ts.Status.ExitCode, EndedAt: ts.Status.CompletedAt}
-			if t.OnNode == wire.StatusRunning && !ts.Alive {
+			switch {
+			case t.OnNode == wire.StatusRunning && !ts.Alive:
 				t.OnNode = "ended"
+			case t.OnNode != wire.StatusRunning && t.OnNode != wire.StatusCompleted && t.OnNode != wire.StatusFailed && t.OnNode != wire.StatusKilled:
+				t.OnNode = "unknown" // a node's word outside the protocol is not repeated
 			}
 			if old, ok := latest[t.ID]; !ok || t.Attempt > old.Attempt {
 				latest[t.ID] = t

@@ -18,13 +18,13 @@ import (
 	"github.com/dispatch-tool/dispatch/internal/agentcli"
 )
 
-// mcpSession starts `dispatch --home home mcp` under the SDK's own client
-// over stdio. At the test's end it closes the session and checks that the
-// server exited 0 and that nothing but the protocol went to its stdout
-// (the client would have failed on it).
-func mcpSession(t *testing.T, home string) *mcp.ClientSession {
+// mcpSession starts `dispatch --home home mcp [flags]` under the SDK's own
+// client over stdio. At the test's end it closes the session and checks
+// that the server exited 0 and that nothing but the protocol went to its
+// stdout (the client would have failed on it).
+func mcpSession(t *testing.T, home string, flags ...string) *mcp.ClientSession {
 	t.Helper()
-	cmd := exec.Command(dispatchBin, "--home", home, "mcp")
+	cmd := exec.Command(dispatchBin, append([]string{"--home", home, "mcp"}, flags...)...)
 	cmd.Env = slices.Clone(baseEnv)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -167,6 +167,49 @@ func TestMCPToolsList(t *testing.T) {
 		if len(schema.Properties) != len(props) || !slices.Equal(required, schema.Required) {
 			t.Errorf("%s: input schema %s, want properties %v", tool.Name, b, props)
 		}
+		// Each argument has one plain type: a client such as the MCP
+		// Inspector builds its form from it and cannot fill in
+		// ["null", "integer"]; an optional argument is left out, never null.
+		for name, p := range schema.Properties {
+			var prop struct {
+				Type any `json:"type"`
+			}
+			if err := json.Unmarshal(p, &prop); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := prop.Type.(string); !ok || bytes.Contains(p, []byte(`"null"`)) {
+				t.Errorf("%s: argument %s is typed %s, want one type and no null", tool.Name, name, p)
+			}
+		}
+		checkAnnotations(t, tool)
+	}
+}
+
+// checkAnnotations checks a tool's hints: the read tools say so (a client
+// may call them without asking), cancel and stop are destructive, and
+// only start and retry reach past the home and its nodes (they run tasks).
+func checkAnnotations(t *testing.T, tool *mcp.Tool) {
+	t.Helper()
+	type hints struct{ readOnly, destructive, idempotent, openWorld bool }
+	want := map[string]hints{
+		"validate": {readOnly: true, idempotent: true},
+		"status":   {readOnly: true, idempotent: true},
+		"report":   {readOnly: true, idempotent: true},
+		"logs":     {readOnly: true, idempotent: true},
+		"events":   {readOnly: true, idempotent: true},
+		"runs":     {readOnly: true, idempotent: true},
+		"start":    {openWorld: true},
+		"retry":    {openWorld: true},
+		"cancel":   {destructive: true, idempotent: true},
+		"stop":     {destructive: true, idempotent: true},
+	}[tool.Name]
+	a := tool.Annotations
+	if a == nil || a.DestructiveHint == nil || a.OpenWorldHint == nil || a.Title == "" {
+		t.Errorf("%s: annotations %+v: want a title and every hint set", tool.Name, a)
+		return
+	}
+	if got := (hints{a.ReadOnlyHint, *a.DestructiveHint, a.IdempotentHint, *a.OpenWorldHint}); got != want {
+		t.Errorf("%s: hints %+v, want %+v", tool.Name, got, want)
 	}
 }
 
@@ -225,13 +268,18 @@ func TestMCPRun(t *testing.T) {
 	if text = callOK(t, cs, "status", nil, nil); !strings.HasPrefix(text, "p: phase done; 3 task(s): 2 completed, 1 failed.") {
 		t.Errorf("status of every project:\n%s", text)
 	}
-	// The second text block is the CLI's JSON, as the structured content.
+	// The second text block is the CLI's JSON, as the structured content,
+	// fenced: it holds the tasks' errors.
 	res := callTool(t, cs, "status", map[string]any{"project": "p"})
 	var fromText statusJSON
-	if len(res.Content) != 2 || json.Unmarshal([]byte(res.Content[1].(*mcp.TextContent).Text), &fromText) != nil || fromText.Phase != "done" {
+	if len(res.Content) != 2 {
+		t.Fatalf("status: %d content blocks, want the summary and the JSON", len(res.Content))
+	}
+	_, js := fenced(t, "status", res.Content[1].(*mcp.TextContent).Text)
+	if json.Unmarshal([]byte(js), &fromText) != nil || fromText.Phase != "done" {
 		t.Errorf("status: the second block is not the status JSON: %v", res.Content)
 	}
-	assertStatusShape(t, res.Content[1].(*mcp.TextContent).Text)
+	assertStatusShape(t, js)
 
 	mcpLogs(t, cs)
 	mcpEvents(t, cs)
@@ -267,7 +315,7 @@ func TestMCPRun(t *testing.T) {
 	if text = callOK(t, cs, "retry", map[string]any{"project": "p", "ids": []string{"S03"}}, nil); !strings.Contains(text, "S03") || !strings.Contains(text, "Next: status") {
 		t.Errorf("retry S03:\n%s", text)
 	}
-	if text = callOK(t, cs, "stop", map[string]any{"project": "p"}, nil); !strings.Contains(text, "Next: status") {
+	if text = callOK(t, cs, "stop", map[string]any{"project": "p"}, nil); !strings.Contains(text, "Next: status") || !strings.Contains(text, `start {project: "p"} resumes`) {
 		t.Errorf("stop p:\n%s", text)
 	}
 	if control.Running(home) {
@@ -284,8 +332,9 @@ func mcpLogs(t *testing.T, cs *mcp.ClientSession) {
 		Log        string `json:"log"`
 	}
 	text := callOK(t, cs, "logs", map[string]any{"project": "p", "id": "S02", "lines": 3}, &logs)
+	_, log := fenced(t, "logs", text)
 	if logs.Lines != 3 || logs.TotalLines < 300 || !strings.HasSuffix(logs.Log, "line298\nline299\nline300\n") ||
-		!strings.Contains(text, "the last 3 of") || !strings.HasSuffix(text, "line300\n") {
+		!strings.Contains(text, "the last 3 of") || log != logs.Log {
 		t.Errorf("logs S02, 3 lines: %+v\n%s", logs, text)
 	}
 	callOK(t, cs, "logs", map[string]any{"project": "p", "id": "S02"}, &logs)
@@ -331,7 +380,7 @@ func TestMCPReadme(t *testing.T) {
 	}
 	doc := docText(t, "docs/MCP.md")
 	srv := mcp.NewServer(&mcp.Implementation{Name: "dispatch", Version: "test"}, nil)
-	addMCPTools(srv, &cliRunner{})
+	addMCPTools(srv, &cliRunner{}, false)
 	ct, st := mcp.NewInMemoryTransports()
 	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
 	defer cancel()

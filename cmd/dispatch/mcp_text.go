@@ -36,10 +36,11 @@ func countsText(c readmodel.Counts) string {
 	return strings.Join(parts, ", ")
 }
 
-// failedLines names the tasks that failed or are blocked, with the first
-// line of their error.
-func failedLines(tasks []readmodel.TaskView) string {
-	var b strings.Builder
+// failedTasks names the tasks that failed or are blocked, in dispatch's
+// words, and returns their errors apart ("S03: exit status 3"), to be
+// fenced: an error may quote the task.
+func failedTasks(tasks []readmodel.TaskView) (lines, errs string) {
+	var b, e strings.Builder
 	n := 0
 	for _, t := range tasks {
 		if t.Status != domain.Failed && t.Status != domain.Blocked {
@@ -50,13 +51,21 @@ func failedLines(tasks []readmodel.TaskView) string {
 			break
 		}
 		n++
-		why := t.ErrorClass
-		if msg, _, _ := strings.Cut(t.Error, "\n"); msg != "" {
-			why = strings.TrimSpace(why + ": " + truncate(msg, 200))
+		msg, _, _ := strings.Cut(t.Error, "\n")
+		switch {
+		case t.Status == domain.Blocked && msg == "":
+			fmt.Fprintf(&b, "  %s blocked: a task it depends on failed or was canceled; it runs once that one is retried and completes\n", t.ID)
+			continue
+		case t.ErrorClass != "":
+			fmt.Fprintf(&b, "  %s %s (attempt %d): %s\n", t.ID, t.Status, t.Attempt, termtext.Clean(t.ErrorClass))
+		default:
+			fmt.Fprintf(&b, "  %s %s (attempt %d)\n", t.ID, t.Status, t.Attempt)
 		}
-		fmt.Fprintf(&b, "  %s %s (attempt %d): %s\n", t.ID, t.Status, t.Attempt, termtext.Clean(why))
+		if msg != "" {
+			fmt.Fprintf(&e, "%s: %s\n", t.ID, termtext.Clean(truncate(msg, 200)))
+		}
 	}
-	return b.String()
+	return b.String(), e.String()
 }
 
 func truncate(s string, n int) string {
@@ -66,16 +75,48 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// statusSummary is a project's status in a few lines.
-func statusSummary(v *readmodel.StatusView) string {
+// projectStop is whether a project's run was stopped, and dispatch's
+// reason when dispatch stopped it ("": the operator did).
+type projectStop struct {
+	stopped bool
+	problem string
+}
+
+// statusSummary is a project's status in a few lines; the tasks' errors
+// and the reason dispatch stopped it are fenced with f.
+func statusSummary(v *readmodel.StatusView, stop projectStop, f fence) string {
 	c := v.Counts
 	var b strings.Builder
+	state := ""
+	switch {
+	case stop.stopped && stop.problem != "":
+		state = ", stopped by dispatch (why: below): nothing new starts"
+	case stop.stopped:
+		state = ", stopped by the operator: nothing new starts"
+	}
 	b.WriteString(staleText(v))
-	fmt.Fprintf(&b, "%s: phase %s; %d task(s): %s.\n", v.Project, v.Phase, c.Total(), countsText(c))
-	b.WriteString(refreshText(v.Refresh))
-	b.WriteString(failedLines(v.Tasks))
+	fmt.Fprintf(&b, "%s: phase %s%s; %d task(s): %s.\n", v.Project, v.Phase, state, c.Total(), countsText(c))
+	b.WriteString(refreshText(v.Refresh, f))
+	lines, errs := failedTasks(v.Tasks)
+	b.WriteString(lines)
+	b.WriteString(f.wrap("Their errors", errs))
+	b.WriteString(f.wrap("Why dispatch stopped it", stop.problem))
 	q := fmt.Sprintf("{project: %q}", v.Project)
 	switch {
+	case stop.stopped:
+		states := map[string]domain.Status{}
+		for _, t := range v.Tasks {
+			states[t.ID] = t.Status
+		}
+		if c.Running+c.Claimed > 0 {
+			b.WriteString("Its running tasks go on and are collected. ")
+		}
+		if stop.problem != "" {
+			b.WriteString("Next: fix what stopped it; then ")
+		} else {
+			b.WriteString("Next: ")
+		}
+		fmt.Fprintf(&b, "%s.\n", toolCalls(readmodel.StoppedNext(v.Project, states), v.Project))
 	case v.Phase == domain.PhaseDone && c.Failed+c.Blocked+c.Canceled == 0:
 		fmt.Fprintf(&b, "Finished. Next: report %s.\n", q)
 	case v.Phase == domain.PhaseDone:
@@ -83,8 +124,7 @@ func statusSummary(v *readmodel.StatusView) string {
 	case c.Running+c.Claimed+c.Pending > 0:
 		fmt.Fprintf(&b, "In progress. Next: status %s again in a while, or events with a cursor for what changed.\n", q)
 	default:
-		fmt.Fprintf(&b, "Nothing runs or waits now: the project is moving on to its next phase, or it was stopped. Next: status %s again; "+
-			"start resumes a stopped project, retry reruns failed tasks.\n", q)
+		fmt.Fprintf(&b, "Nothing runs or waits now: the project is moving on to its next phase. Next: status %s again in a while.\n", q)
 	}
 	return b.String()
 }
@@ -106,14 +146,14 @@ func staleText(v *readmodel.StatusView) string {
 
 // refreshText says what the nodes answered (status with refresh: true):
 // the tasks whose node says otherwise than the database.
-func refreshText(r *readmodel.RefreshView) string {
+func refreshText(r *readmodel.RefreshView, f fence) string {
 	if r == nil {
 		return ""
 	}
 	var b strings.Builder
 	for _, n := range r.Nodes {
 		if n.Error != "" {
-			fmt.Fprintf(&b, "Node %s could not be asked: %s\n", n.Name, termtext.Clean(firstLine(n.Error)))
+			b.WriteString(f.wrap("Node "+n.Name+" could not be asked", termtext.Clean(firstLine(n.Error))))
 		}
 	}
 	var differ []string
@@ -130,8 +170,9 @@ func refreshText(r *readmodel.RefreshView) string {
 	return b.String()
 }
 
-// reportSummary is a report's outcome in a few lines.
-func reportSummary(r *readmodel.Report) string {
+// reportSummary is a report's outcome in a few lines; the tasks' errors
+// and the problem are fenced with f.
+func reportSummary(r *readmodel.Report, f fence) string {
 	t := r.Totals
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s run %d: %s (phase %s). %d task(s): %d completed, %d failed; %d attempt(s); %s; $%.4f; tokens %d in, %d out.\n",
@@ -141,10 +182,10 @@ func reportSummary(r *readmodel.Report) string {
 	for _, task := range r.Tasks {
 		views = append(views, task.TaskView)
 	}
-	b.WriteString(failedLines(views))
-	if r.Problem != "" {
-		fmt.Fprintf(&b, "Problem: %s\n", termtext.Clean(r.Problem))
-	}
+	lines, errs := failedTasks(views)
+	b.WriteString(lines)
+	b.WriteString(f.wrap("Their errors", errs))
+	b.WriteString(f.wrap("The problem", termtext.Clean(r.Problem)))
 	if r.Final != "" {
 		fmt.Fprintf(&b, "Final tree: %s\n", r.Final)
 	}
@@ -161,8 +202,8 @@ func reportSummary(r *readmodel.Report) string {
 }
 
 // eventsSummary says how many events an answer holds, the next cursor,
-// and the last few of them.
-func eventsSummary(a eventsAnswer) string {
+// and the last few of them, fenced with f: a message may quote a task.
+func eventsSummary(a eventsAnswer, f fence) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %d event(s) after cursor %d; next_cursor %d", a.Project, len(a.Events), a.Cursor, a.NextCursor)
 	if a.More {
@@ -172,15 +213,18 @@ func eventsSummary(a eventsAnswer) string {
 	}
 	b.WriteString(".\n")
 	from := max(0, len(a.Events)-10)
-	if from > 0 {
-		fmt.Fprintf(&b, "The last 10:\n")
-	}
+	var list strings.Builder
 	for _, v := range a.Events[from:] {
 		ev := store.Event{ID: v.ID, Project: v.Project, Task: v.Task, Attempt: v.Attempt, Kind: v.Kind,
 			FromStatus: v.From, ToStatus: v.To, Node: v.Node, Message: v.Message}
 		ev.Time, _ = time.Parse(time.RFC3339Nano, v.Time)
-		fmt.Fprintf(&b, "  #%d %s\n", v.ID, eventText(ev))
+		fmt.Fprintf(&list, "  #%d %s\n", v.ID, eventText(ev))
 	}
+	what := "The events"
+	if from > 0 {
+		what = "The last 10"
+	}
+	b.WriteString(f.wrap(what+", whose messages may quote tasks", list.String()))
 	return b.String()
 }
 
