@@ -119,3 +119,46 @@ api_modes:
 		t.Errorf("the shell task did not reach %s: %s\n%s", otherAddr, r, tailOf(filepath.Join(home, "runs", "p", "S01", "task.log")))
 	}
 }
+
+// TestInitRegistryAllowList: `dispatch init` writes the usual package
+// registries as an allow list in nodes.yaml, commented out so the user
+// opts in; uncommented as it is, it is valid and is the node's network:
+// the example's tasks run with it (launch.json's network_allow).
+func TestInitRegistryAllowList(t *testing.T) {
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Fatalf("this test needs bubblewrap (make test installs it): %v", err)
+	}
+	dir := filepath.Join(t.TempDir(), "home")
+	if r := runDispatch(t, nil, "init", dir); r.code != 0 {
+		t.Fatalf("init: %s", r)
+	}
+	cfg := readFile(t, filepath.Join(dir, "nodes.yaml"))
+	var opened []string
+	commented := 0
+	for _, l := range strings.Split(cfg, "\n") {
+		if strings.HasPrefix(l, "    # network:") || strings.HasPrefix(l, "    #   ") {
+			commented++
+			l = "    " + strings.TrimPrefix(l, "    # ")
+		}
+		opened = append(opened, l)
+	}
+	for _, want := range []string{"registry.npmjs.org:443", "pypi.org:443", "proxy.golang.org:443", "index.crates.io:443", "github.com:443"} {
+		if !strings.Contains(cfg, "#     - "+want) {
+			t.Errorf("nodes.yaml lacks the commented entry %s:\n%s", want, cfg)
+		}
+	}
+	if commented < 10 {
+		t.Fatalf("nodes.yaml has %d commented lines of the allow list:\n%s", commented, cfg)
+	}
+	work := filepath.Join(t.TempDir(), "w")
+	writeFile(t, filepath.Join(dir, "nodes.yaml"), strings.Replace(strings.Join(opened, "\n"), "~/.dispatch/work", work, 1))
+	if r := runDispatch(t, nil, "--home", dir, "start", "example"); r.code != 0 {
+		t.Fatalf("start example with the registries' allow list: %s\n%s", r, readFile(t, filepath.Join(dir, "nodes.yaml")))
+	}
+	launch := readFile(t, filepath.Join(work, "example", "tasks", "S01", "launch.json"))
+	for _, want := range []string{`"network":"allow"`, `"registry.npmjs.org:443"`, `"*.githubusercontent.com:443"`} {
+		if !strings.Contains(strings.ReplaceAll(launch, " ", ""), want) {
+			t.Errorf("launch.json lacks %s: %s", want, launch)
+		}
+	}
+}
