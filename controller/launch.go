@@ -364,13 +364,13 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		return item, false
 	}
 	tool := policy.ToolFor(t.Tool, n.cfg)
-	sb, network, ok, why := policy.TaskLaunch(t.Sandbox, t.Network, n.cfg)
+	conf, ok, why := policy.TaskLaunch(t.Sandbox, t.Network, tool, n.cfg)
 	if !ok {
 		out.err, out.noRetry = fmt.Errorf("task %s cannot run on node %s: %s", t.ID, n.cfg.Name, why), true
 		return item, false
 	}
 	var tl wire.Launch
-	if err := toolLaunch(c.config(), tool, t.Model, out.dangerous, sb, session, &tl); err != nil {
+	if err := toolLaunch(c.config(), tool, t.Model, out.dangerous, conf.Sandbox, session, &tl); err != nil {
 		out.err, out.noRetry = err, true
 		return item, false
 	}
@@ -393,7 +393,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 	launch := wire.Launch{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Node: n.cfg.Name,
 		Command: tl.Command, Stdin: tl.Stdin, Env: tl.Env, SandboxCommand: tl.SandboxCommand, SandboxEnv: tl.SandboxEnv,
 		TimeoutSeconds: timeout.Seconds(), Setup: opts.Setup, StallSeconds: stallTimeout(t, opts, n.cfg).Seconds()}
-	if err := confineLaunch(&launch, t, n.cfg, inst.WorkDir, tool, sb, network, env); err != nil {
+	if err := confineLaunch(&launch, t, n.cfg, inst.WorkDir, tool, conf, env); err != nil {
 		out.err, out.noRetry = err, true
 		return item, false
 	}
@@ -446,15 +446,15 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 }
 
 // confineLaunch sets what confines the attempt of t on node n in l: the
-// sandbox (sb, from policy.TaskLaunch) with the node's work_dir and
+// sandbox (from policy.TaskLaunch) with the node's work_dir and
 // sandbox_paths, the network (none, or the allow list with what tool and
 // the api_mode's env need) and the limits.
-func confineLaunch(l *wire.Launch, t domain.Task, n nodes.Node, workDir, tool, sb, network string, env map[string]string) error {
-	if sb != "" {
-		l.Sandbox, l.WorkDir = sb, workDir
+func confineLaunch(l *wire.Launch, t domain.Task, n nodes.Node, workDir, tool string, conf policy.Confinement, env map[string]string) error {
+	if conf.Sandbox != "" {
+		l.Sandbox, l.WorkDir = conf.Sandbox, workDir
 		l.SandboxPaths = sandboxPaths(n.SandboxPaths)
 	}
-	switch {
+	switch network := conf.Network; {
 	case network == yamlval.NetworkNone:
 		// The wrapper refuses it unsandboxed (sb is bwrap here).
 		l.Network = wire.NetworkNone
@@ -463,7 +463,7 @@ func confineLaunch(l *wire.Launch, t domain.Task, n nodes.Node, workDir, tool, s
 		if err != nil {
 			return fmt.Errorf("task %s: network: %w", t.ID, err)
 		}
-		l.Network, l.NetworkAllow = wire.NetworkAllow, allow
+		l.Network, l.NetworkAllow, l.NetworkDefault = wire.NetworkAllow, allow, conf.Default
 	}
 	l.Limits = launchLimits(t.Limits, n.Limits)
 	return nil

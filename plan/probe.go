@@ -131,8 +131,8 @@ func CheckExecutables(cfg *nodes.Config, rows []Row, probes map[string]Probe) (p
 
 // needsSandbox reports whether the task of r must run sandboxed on node n.
 func needsSandbox(r Row, n nodes.Node) bool {
-	sb, _, _, _ := policy.TaskLaunch(r.Task.Sandbox, r.Task.Network, n)
-	return sb == wire.SandboxBwrap
+	c, _, _ := policy.TaskLaunch(r.Task.Sandbox, r.Task.Network, policy.ToolFor(r.Task.Tool, n), n)
+	return c.Sandbox == wire.SandboxBwrap
 }
 
 // ProbeExecutables asks each node in need which of the executables are in

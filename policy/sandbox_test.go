@@ -27,8 +27,9 @@ func TestSandboxLaunch(t *testing.T) {
 }
 
 // TestTaskLaunchNetwork: a task's network is its own, else the node's,
-// else open; network: none makes the sandbox required (bwrap even where
-// the node says auto) and cannot run where the task or the node says off.
+// else open for a shell task; network: none makes the sandbox required
+// (bwrap even where the node says auto) and cannot run where the task or
+// the node says off.
 func TestTaskLaunchNetwork(t *testing.T) {
 	for _, c := range []struct {
 		sandbox, network, nodeSandbox, nodeNetwork string
@@ -53,11 +54,49 @@ func TestTaskLaunchNetwork(t *testing.T) {
 		{"off", "allow:", "auto", "", "", "allow:", false},
 	} {
 		n := nodes.Node{Name: "a", Sandbox: c.nodeSandbox, Network: c.nodeNetwork}
-		sb, net, ok, why := TaskLaunch(c.sandbox, c.network, n)
-		if sb != c.sb || net != c.net || ok != c.ok || (ok == (why != "")) {
-			t.Errorf("task sandbox %q network %q on node sandbox %q network %q: %q, %q, %v, %q; want %q, %q, %v",
-				c.sandbox, c.network, c.nodeSandbox, c.nodeNetwork, sb, net, ok, why, c.sb, c.net, c.ok)
+		got, ok, why := TaskLaunch(c.sandbox, c.network, "shell", n)
+		if got.Sandbox != c.sb || got.Network != c.net || got.Default || ok != c.ok || (ok == (why != "")) {
+			t.Errorf("task sandbox %q network %q on node sandbox %q network %q: %+v, %v, %q; want %q, %q, %v",
+				c.sandbox, c.network, c.nodeSandbox, c.nodeNetwork, got, ok, why, c.sb, c.net, c.ok)
 		}
+	}
+}
+
+// TestAgentNetworkDefault: which network a launch gets when no spec,
+// project or node sets one (issue 32): an agent CLI that may run under the
+// sandbox gets the empty allow list (its API only), as a default the
+// wrapper drops where sandbox: auto finds no bwrap; an agent that never
+// runs sandboxed, the shell and a tool of nodes.yaml keep the node's
+// network; a setting anywhere overrides the default, and the default never
+// makes a node ineligible.
+func TestAgentNetworkDefault(t *testing.T) {
+	for _, c := range []struct {
+		name                                             string
+		tool, sandbox, network, nodeSandbox, nodeNetwork string
+		want                                             Confinement
+		ok                                               bool
+	}{
+		{"claude on a sandbox: on node", "claude", "", "", "on", "", Confinement{"bwrap", "allow:", true}, true},
+		{"codex where bwrap may work", "codex", "", "", "auto", "", Confinement{"auto", "allow:", true}, true},
+		{"gemini sandboxed by its spec", "gemini", "on", "", "auto", "", Confinement{"bwrap", "allow:", true}, true},
+		{"claude on a node that never sandboxes", "claude", "", "", "off", "", Confinement{"", "open", false}, true},
+		{"claude with sandbox: off", "claude", "off", "", "auto", "", Confinement{"", "open", false}, true},
+		{"the shell keeps open", "shell", "", "", "on", "", Confinement{"bwrap", "open", false}, true},
+		{"a tool of nodes.yaml keeps open", "my-agent", "", "", "auto", "", Confinement{"auto", "open", false}, true},
+		{"network: open on the project", "claude", "", "open", "on", "", Confinement{"bwrap", "open", false}, true},
+		{"network: open on the node", "claude", "", "", "auto", "open", Confinement{"auto", "open", false}, true},
+		{"the node's allow list", "claude", "", "", "auto", "allow:x.com:443", Confinement{"bwrap", "allow:x.com:443", false}, true},
+		{"the spec's allow list", "claude", "", "allow:pypi.org:443", "on", "", Confinement{"bwrap", "allow:pypi.org:443", false}, true},
+		{"network: none", "claude", "", "none", "auto", "open", Confinement{"bwrap", "none", false}, true},
+		{"sandbox: on where the node has it off", "claude", "on", "", "off", "", Confinement{"", "open", false}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := nodes.Node{Name: "a", Sandbox: c.nodeSandbox, Network: c.nodeNetwork}
+			got, ok, why := TaskLaunch(c.sandbox, c.network, c.tool, n)
+			if got != c.want || ok != c.ok || (ok == (why != "")) {
+				t.Errorf("TaskLaunch(%q, %q, %q, %+v) = %+v, %v, %q; want %+v, %v", c.sandbox, c.network, c.tool, n, got, ok, why, c.want, c.ok)
+			}
+		})
 	}
 }
 

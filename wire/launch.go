@@ -105,6 +105,12 @@ type Launch struct {
 	// attempt may reach (see wrapper/netproxy.go); the controller has added what
 	// the tool needs.
 	NetworkAllow []string `json:"network_allow,omitempty"`
+	// NetworkDefault, with Network NetworkAllow, says the list is the
+	// default of an agent under the sandbox, not a setting (issue 32):
+	// where the attempt does not really run under bwrap (Sandbox "auto"
+	// on a node where it does not work) it runs with the node's network,
+	// as an unconfined agent always did, instead of failing to start.
+	NetworkDefault bool `json:"network_default,omitempty"`
 	// Gate, when set, is run by the supervisor on the attempt's result
 	// once the tool ended well (see wrapper/gate.go).
 	Gate *LaunchGate `json:"gate,omitempty"`

@@ -55,6 +55,14 @@ const (
 // once): a task cannot fill its log through the proxy.
 const maxRefusalsLogged = 50
 
+// maxRefusalsNamed bounds the refused destinations a failed attempt's
+// error quotes in the line to add (refusedNote); task.log has the rest.
+const maxRefusalsNamed = 10
+
+// refusedMalformed is what the proxy records for a destination it cannot
+// read: refused, never a line to add.
+const refusedMalformed = "a malformed destination"
+
 // maxProxyRequests bounds the requests and tunnels the proxy serves at
 // once: a task cannot make its supervisor hold a connection (two file
 // descriptors) for every one it opens. Over it, 503.
@@ -204,13 +212,13 @@ func (p *netProxy) check(target, defaultPort string) (addr string, ok bool) {
 	}
 	n, perr := strconv.Atoi(port)
 	if err != nil || perr != nil || host == "" {
-		p.refuse("a malformed destination")
+		p.refuse(refusedMalformed)
 		return "", false
 	}
 	if !p.allow.Allows(host, n) {
 		e, err := netallow.Parse(net.JoinHostPort(strings.Trim(host, "[]"), port))
 		if err != nil {
-			p.refuse("a malformed destination")
+			p.refuse(refusedMalformed)
 		} else {
 			p.refuse(e.String())
 		}

@@ -226,7 +226,7 @@ func TestSandboxNetworkAllowFailure(t *testing.T) {
 	}
 	st := n.runOne(t, "FAIL", wire.Launch{Command: shell(`curl -s https://evil.example/; exit 3`), Sandbox: n.mode,
 		Network: wire.NetworkAllow, NetworkAllow: []string{}})
-	want := "exit status 3; the network allow list refused evil.example:443 (see task.log; add what the task needs to network: {allow: [...]})"
+	want := `exit status 3; the network allow list refused evil.example:443 (see task.log); to allow it, add to the task's network: {allow: [...]} the entries "evil.example:443"`
 	if st.Status != wire.StatusFailed || st.ExitCode != 3 || st.Error != want {
 		t.Errorf("status %+v; want failed with exit code 3 and error %q", st, want)
 	}

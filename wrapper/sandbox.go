@@ -426,9 +426,10 @@ func gitEnvWithHome() []string {
 }
 
 // decideSandbox settles whether this attempt runs in the sandbox: under
-// bwrap when launch.json asks for it (or for auto) and bwrap works here;
-// an attempt that must be sandboxed where it cannot be fails to start.
-func (s *supervisor) decideSandbox() {
+// bwrap when launch.json asks for it (or for auto) and bwrap works here
+// (probe says whether); an attempt that must be sandboxed where it cannot
+// be fails to start. An agent's default allow list does not make it so.
+func (s *supervisor) decideSandbox(probe func() wire.SandboxReply) {
 	want := s.launch.Sandbox
 	noNetwork := s.launch.Network == wire.NetworkNone || s.launch.Network == wire.NetworkAllow
 	word := s.launch.Network
@@ -436,7 +437,7 @@ func (s *supervisor) decideSandbox() {
 		word = "{allow: [...]}"
 	}
 	if want == "" {
-		if noNetwork {
+		if noNetwork && !s.launch.NetworkDefault {
 			s.sandboxErr = "network: " + word + " needs the sandbox, and launch.json does not ask for it; the attempt is not run with the network open"
 		}
 		return
@@ -445,10 +446,10 @@ func (s *supervisor) decideSandbox() {
 		s.sandboxErr = fmt.Sprintf("sandbox: the task directory %s is not in the work_dir %s", s.dir, s.launch.WorkDir)
 		return
 	}
-	pr := sandboxProbe()
+	pr := probe()
 	if pr.Sandbox != wire.SandboxBwrap {
 		switch {
-		case noNetwork:
+		case noNetwork && !s.launch.NetworkDefault:
 			s.sandboxErr = fmt.Sprintf("network: %s needs the sandbox, which is unavailable on node %s: %s; fix: %s, or set network: open for the task", word, s.launch.Node, pr.Error, pr.Fix)
 		case want == wire.SandboxBwrap:
 			s.sandboxErr = fmt.Sprintf("sandbox: on, but it is unavailable on node %s: %s; fix: %s, or set sandbox: off (or auto) for the task", s.launch.Node, pr.Error, pr.Fix)
@@ -542,8 +543,10 @@ func (s *supervisor) stopNet() {
 // refusedNote is what a failed attempt's error adds when the allow list
 // refused destinations: a tool that could not reach what it needed fails
 // in its own words (an auth error for a 403, a timeout), and this says
-// why. The list is the supervisor's own, not read from the task's output.
-func refusedNote(refused []string) string {
+// why, with the line that lets it (issue 32): the whole setting when the
+// list was an agent's default (byDefault), else the entries to add. The
+// list is the supervisor's own, not read from the task's output.
+func refusedNote(refused []string, byDefault bool) string {
 	if len(refused) == 0 {
 		return ""
 	}
@@ -552,7 +555,21 @@ func refusedNote(refused []string) string {
 	if len(refused) > show {
 		list += fmt.Sprintf(" and %d more", len(refused)-show)
 	}
-	return "; the network allow list refused " + list + " (see task.log; add what the task needs to network: {allow: [...]})"
+	var quoted []string
+	for _, r := range refused {
+		if r != refusedMalformed && len(quoted) < maxRefusalsNamed {
+			quoted = append(quoted, strconv.Quote(r))
+		}
+	}
+	if len(quoted) == 0 {
+		return "; the network allow list refused " + list + " (see task.log)"
+	}
+	entries := strings.Join(quoted, ", ")
+	if byDefault {
+		return "; the sandbox's network refused " + list + " (under the sandbox an agent reaches only its provider's API unless told otherwise; see task.log); " +
+			"to allow it, add this line to project.yaml, the spec's front matter or the node in nodes.yaml: network: {allow: [" + entries + "]}"
+	}
+	return "; the network allow list refused " + list + " (see task.log); to allow it, add to the task's network: {allow: [...]} the entries " + entries
 }
 
 // sandboxName is status.json's sandbox.

@@ -305,7 +305,7 @@ func startAttempt(item superviseItem) (*supervisor, error) {
 		lock:    lock,
 		logFile: logf,
 	}
-	s.decideSandbox()
+	s.decideSandbox(sandboxProbe)
 	if err := s.prepare(); err != nil {
 		s.release()
 		return nil, ioError(err)
@@ -1166,7 +1166,7 @@ func (s *supervisor) finish(res outcome) {
 			}
 		}
 		if st.Status == wire.StatusFailed {
-			st.Error += refusedNote(s.netRefused)
+			st.Error += refusedNote(s.netRefused, s.launch.NetworkDefault)
 		}
 		return true
 	})

@@ -94,8 +94,8 @@ func normalizeLaunch(l *wire.Launch) error {
 	}
 	switch l.Network {
 	case "", wire.NetworkOpen, wire.NetworkNone:
-		if len(l.NetworkAllow) > 0 {
-			return fmt.Errorf("network_allow needs network %q", wire.NetworkAllow)
+		if len(l.NetworkAllow) > 0 || l.NetworkDefault {
+			return fmt.Errorf("network_allow and network_default need network %q", wire.NetworkAllow)
 		}
 	case wire.NetworkAllow:
 		if _, err := allowList(l); err != nil {

@@ -63,7 +63,11 @@ api_modes:
       PATH: %s
 `, work, agentcli.PATH(t, bin)))
 	dir := filepath.Join(home, "specs", "p")
-	writeFile(t, filepath.Join(dir, "project.yaml"), "integration: false\nmax_retries: 0\n")
+	// The provider is in codex's config.toml, which dispatch does not
+	// read: the default allow list of an agent under the sandbox (its
+	// API only) lacks it.
+	writeFile(t, filepath.Join(dir, "project.yaml"), fmt.Sprintf("integration: false\nmax_retries: 0\nnetwork: {allow: ['%s']}\n",
+		strings.TrimPrefix(api.URL, "http://")))
 	writeFile(t, filepath.Join(dir, "S01-run.md"), "Run the command.\n")
 	env := []string{"HOME=" + nodeHome}
 	for _, kv := range os.Environ() {

@@ -106,7 +106,14 @@ func TestRealAgentShellInSandbox(t *testing.T) {
 
 	for _, cli := range realCLIs {
 		t.Run(cli.tool, func(t *testing.T) {
-			home, outputs, r := autonomyRun(t, cli, bin, "on", nodeHome, command)
+			// An agent under the sandbox reaches only its API by default:
+			// codex's (fake) one is in its config.toml, which dispatch
+			// does not read, so the project names it.
+			var network []string
+			if cli.tool == "codex" {
+				network = append(network, "{allow: ['API']}")
+			}
+			home, outputs, r := autonomyRun(t, cli, bin, "on", nodeHome, command, network...)
 			out := filepath.Join(home, "runs", "p", "S01", "output")
 			if r.code != 0 {
 				t.Fatalf("start: %s\n%s\ntool results: %q", r, tailOf(filepath.Join(home, "runs", "p", "S01", "task.log")), outputs)

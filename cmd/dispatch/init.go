@@ -24,6 +24,23 @@ nodes:
     ssh: null              # this machine; add SSH nodes as: ssh: my-alias | user@host[:port] | "ssh -p 2222 me@host"
     slots: 2
     work_dir: ~/.dispatch/work   # task workspaces; never inside a git checkout
+    # Under the sandbox an agent CLI (claude, codex, gemini) reaches only its
+    # provider's API: a prompt-injected agent cannot send its login anywhere.
+    # To let every task of this node (shell tasks too) reach the usual package
+    # registries as well, uncomment (see docs/SANDBOX.md, "Network"):
+    # network:
+    #   allow:
+    #     - registry.npmjs.org:443           # npm
+    #     - pypi.org:443                     # PyPI (pip)
+    #     - files.pythonhosted.org:443
+    #     - proxy.golang.org:443             # Go modules
+    #     - sum.golang.org:443
+    #     - index.crates.io:443              # crates.io (cargo)
+    #     - static.crates.io:443
+    #     - github.com:443                   # GitHub: git over https, releases, raw files
+    #     - api.github.com:443
+    #     - codeload.github.com:443
+    #     - "*.githubusercontent.com:443"
 
 # api_modes:               # environments for the agent tools; ${VAR} comes from your shell
 #   zai:
