@@ -1,0 +1,103 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// overlapProject writes n shell tasks that each mark themselves started in
+// dir, wait (up to a minute) until all n are, then work for three seconds:
+// every attempt runs beside every other one for a while, through many
+// pulls of both nodes.
+func overlapProject(t *testing.T, home, name, dir string, n int) {
+	t.Helper()
+	spec := filepath.Join(home, "specs", name)
+	writeFile(t, filepath.Join(spec, "project.yaml"), "tool: shell\nintegration: false\n")
+	for i := 1; i <= n; i++ {
+		writeFile(t, filepath.Join(spec, fmt.Sprintf("S%02d-task.md", i)), fmt.Sprintf(`# Task %d
+echo "$DISPATCH_NODE" > node.txt
+touch %[2]s/S%02[1]d
+i=0
+while [ "$(ls %[2]s | wc -l)" -lt %[3]d ]; do
+  i=$((i+1)); [ $i -lt 600 ] || { echo "only $(ls %[2]s | wc -l) of %[3]d tasks started"; exit 1; }
+  sleep 0.1
+done
+sleep 3
+echo task %[1]d done
+`, i, dir, n))
+	}
+}
+
+// eventKinds counts the kinds of a project's events.
+func eventKinds(t *testing.T, h *sshHome, project string) (map[string]int, string) {
+	t.Helper()
+	r := h.run(t, "events", project, "--json")
+	if r.code != 0 {
+		t.Fatalf("events: %s", r)
+	}
+	kinds := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var ev struct {
+			Kind string `json:"kind"`
+		}
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("events --json line %q: %v", line, err)
+		}
+		kinds[ev.Kind]++
+	}
+	return kinds, r.stdout
+}
+
+// TestTwoNodeNamesShareAWorkDir: two names for one host with one work_dir
+// (the same sshd and directory), 8 tasks that all run at once for three
+// seconds (unsandboxed: they meet in a directory of the test's). Each node's pull used to list the other's attempts as its own
+// stale ones and kill them: 0 of 8 completed, "killed errors are not
+// retried". Now every task completes on the node that ran it, first time.
+func TestTwoNodeNamesShareAWorkDir(t *testing.T) {
+	h := newSSHHome(t)
+	c := h.client
+	s := c.StartServer(t, "box")
+	c.Trust(t, s)
+	writeFile(t, filepath.Join(h.home, "nodes.yaml"), fmt.Sprintf(`controller:
+  poll_interval: 300ms
+  ssh_connect_timeout: 2s
+nodes:
+  - name: box1
+    ssh: %[1]s@127.0.0.1:%[2]d
+    slots: 4
+    sandbox: off
+    work_dir: %[3]s
+  - name: box2
+    ssh: %[1]s@127.0.0.1:%[2]d
+    slots: 4
+    sandbox: off
+    work_dir: %[3]s
+`, c.User, s.Port, s.WorkDir))
+	overlapProject(t, h.home, "both", t.TempDir(), 8)
+
+	if r := h.run(t, "start", "both"); r.code != 0 {
+		t.Errorf("start: %s", r)
+	}
+	st, _ := getStatus(t, h.home, "both")
+	byNode := map[string]int{}
+	for _, tk := range st.Tasks {
+		if tk.Status != "completed" || tk.Attempt != 1 {
+			t.Errorf("%s: %s, attempt %d (%s)", tk.ID, tk.Status, tk.Attempt, tk.Error)
+			continue
+		}
+		byNode[tk.Node]++
+		if got := strings.TrimSpace(readFile(t, filepath.Join(h.home, "runs", "both", tk.ID, "output", "node.txt"))); got != tk.Node {
+			t.Errorf("%s ran on %q by its own account, status says %q", tk.ID, got, tk.Node)
+		}
+	}
+	if byNode["box1"] != 4 || byNode["box2"] != 4 {
+		t.Errorf("tasks completed by node: %v, want 4 on each", byNode)
+	}
+	kinds, events := eventKinds(t, h, "both")
+	if kinds["stale"]+kinds["orphan"]+kinds["killed"] > 0 {
+		t.Errorf("a node took the other's attempts for its own: %v\n%s", kinds, events)
+	}
+}
