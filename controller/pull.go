@@ -631,6 +631,13 @@ func (c *Controller) ensureWrapper(ctx context.Context, n *nodeRuntime) (*nodes.
 	if inst.Reinstalled {
 		c.log.Info("installed wrapper", keyNode, n.cfg.Name, "path", inst.Path, "platform", inst.OS+"/"+inst.Arch)
 	}
+	if c.opts.Home != "" {
+		// For `nodes check` and `validate` to find: another node over the
+		// same work_dir (see nodes.SharedWith).
+		if err := nodes.WriteMarker(ctx, n.tr, inst.WorkDir, nodes.Marker{Node: n.cfg.Name, Home: nodes.HomeID(c.opts.Home)}, time.Now()); err != nil {
+			c.log.Warn("node marker not written", keyNode, n.cfg.Name, "err", err)
+		}
+	}
 	n.setInstalled(&inst)
 	return &inst, nil
 }

@@ -100,4 +100,50 @@ nodes:
 	if kinds["stale"]+kinds["orphan"]+kinds["killed"] > 0 {
 		t.Errorf("a node took the other's attempts for its own: %v\n%s", kinds, events)
 	}
+
+	// What the controller left in the work_dir tells validate that the
+	// two names share it; `nodes check` finds it too, and says how to
+	// set them apart. Both still pass: the nodes' tasks do not collide.
+	r := h.run(t, "validate", "both")
+	if r.code != 0 {
+		t.Fatalf("validate: %s", r)
+	}
+	checkSharedWarning(t, "validate", r.stderr, s.WorkDir)
+	r = h.run(t, "nodes", "check")
+	if r.code != 0 {
+		t.Fatalf("nodes check: %s", r)
+	}
+	checkSharedWarning(t, "nodes check", r.stdout, s.WorkDir)
+	r = h.run(t, "nodes", "check", "--json")
+	var checked struct {
+		Nodes []struct {
+			Name       string   `json:"name"`
+			SharedWith []string `json:"shared_with"`
+		} `json:"nodes"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &checked); err != nil || len(checked.Nodes) != 2 {
+		t.Fatalf("nodes check --json: %v\n%s", err, r)
+	}
+	for _, n := range checked.Nodes {
+		if want := map[string]string{"box1": "box2", "box2": "box1"}[n.Name]; len(n.SharedWith) != 1 || n.SharedWith[0] != want {
+			t.Errorf("nodes check --json: %s shared_with %v, want [%s]", n.Name, n.SharedWith, want)
+		}
+	}
+}
+
+// checkSharedWarning checks that out warns, for each of box1 and box2,
+// that the other uses its work_dir wd, what that means and the fix.
+func checkSharedWarning(t *testing.T, what, out, wd string) {
+	t.Helper()
+	for _, pair := range [][2]string{{"box1", "box2"}, {"box2", "box1"}} {
+		want := fmt.Sprintf("warning: node %s's work_dir %s is also used by node %s of this home", pair[0], wd, pair[1])
+		if !strings.Contains(out, want) {
+			t.Errorf("%s does not say %q:\n%s", what, want, out)
+		}
+	}
+	for _, want := range []string{"each node reports and kills only its own attempts", "give each node its own work_dir", "e.g. work_dir: ~/.dispatch/work-box1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("%s does not say %q:\n%s", what, want, out)
+		}
+	}
 }
