@@ -3,9 +3,15 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // overlapProject writes n shell tasks that each mark themselves started in
@@ -144,6 +150,113 @@ func checkSharedWarning(t *testing.T, what, out, wd string) {
 	for _, want := range []string{"each node reports and kills only its own attempts", "give each node its own work_dir", "e.g. work_dir: ~/.dispatch/work-box1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("%s does not say %q:\n%s", what, want, out)
+		}
+	}
+}
+
+// TestTwoUsersShareAWorkDir: the user bwtest's node keeps its work_dir W
+// (its own, 0700) with two attempts of its own running there; this home's
+// node `mine`, logged in as root, is given the same W. W is another user's,
+// so `mine` is refused before anything of root's runs there or anything
+// there is touched, and says not to chown it; the tasks run on `spare`,
+// beside bwtest's attempts, which go on and complete.
+func TestTwoUsersShareAWorkDir(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("two Unix users over one work_dir: the test runs a node as the user bwtest, which only root can do")
+	}
+	u, err := user.Lookup("bwtest")
+	if err != nil {
+		t.Fatalf("as root this test runs a node as the user bwtest: %v; fix: useradd -m bwtest", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	h := newSSHHome(t)
+	c := h.client
+	s := c.StartServer(t, "box")
+	c.Trust(t, s)
+	// Under /var/tmp: bwtest cannot reach into the test's temporary
+	// directories.
+	w, err := os.MkdirTemp("/var/tmp", "dispatch-two-users-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(w) })
+	nodesYAML := func(spare bool) {
+		y := fmt.Sprintf("controller:\n  poll_interval: 300ms\n  ssh_connect_timeout: 2s\nnodes:\n"+
+			"  - name: mine\n    ssh: %[1]s@127.0.0.1:%[2]d\n    sandbox: off\n    work_dir: %[3]s\n", c.User, s.Port, w)
+		if spare {
+			y += fmt.Sprintf("  - name: spare\n    ssh: %s@127.0.0.1:%d\n    slots: 4\n    sandbox: off\n    work_dir: %s\n", c.User, s.Port, s.WorkDir)
+		}
+		writeFile(t, filepath.Join(h.home, "nodes.yaml"), y)
+	}
+	// bwtest's node: the wrapper installed in W (by a check of W as
+	// root's, then handed over), and two attempts of its node `theirs`.
+	nodesYAML(false)
+	if r := h.run(t, "nodes", "check"); r.code != 0 {
+		t.Fatalf("nodes check: %s", r)
+	}
+	bins, _ := filepath.Glob(filepath.Join(w, ".bin", "dispatch-wrapper-*"))
+	if len(bins) != 1 {
+		t.Fatalf("wrappers in %s: %v", w, bins)
+	}
+	release := filepath.Join(w, "release")
+	var theirs []string
+	for _, id := range []string{"T1", "T2"} {
+		dir := filepath.Join(w, "other", "tasks", id)
+		launch := fmt.Sprintf(`{"project":"other","task":%q,"attempt":1,"node":"theirs","command":["/bin/sh","-c","while [ ! -e %s ]; do sleep 0.05; done; echo theirs"],"timeout_seconds":120,"heartbeat_seconds":0.5}`, id, release)
+		writeFile(t, filepath.Join(dir, "spec.md"), "# theirs\n")
+		writeFile(t, filepath.Join(dir, "launch.json"), launch)
+		theirs = append(theirs, dir)
+	}
+	if err := filepath.Walk(w, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range theirs {
+		cmd := exec.CommandContext(t.Context(), bins[0], "run", "--dir", dir)
+		cmd.Stdin = strings.NewReader("{}")
+		cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + w}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("bwtest's run of %s: %v\n%s", dir, err, out)
+		}
+	}
+	// Whatever happens, bwtest's attempts end with the test.
+	t.Cleanup(func() { os.WriteFile(release, nil, 0o644) })
+
+	nodesYAML(true)
+	overlapProject(t, h.home, "mix", t.TempDir(), 4)
+	if r := h.run(t, "start", "mix"); r.code != 0 {
+		t.Errorf("start: %s", r)
+	}
+	st, _ := getStatus(t, h.home, "mix")
+	for _, tk := range st.Tasks {
+		if tk.Status != "completed" || tk.Node != "spare" {
+			t.Errorf("%s: %s on %s (%s)", tk.ID, tk.Status, tk.Node, tk.Error)
+		}
+	}
+	for _, dir := range theirs {
+		if got := readFile(t, filepath.Join(dir, "status.json")); !strings.Contains(got, `"status":"running"`) {
+			t.Errorf("bwtest's attempt in %s while root's tasks ran: %s", dir, got)
+		}
+	}
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range theirs {
+		pollUntil(t, 20*time.Second, "bwtest's attempt completes", func() bool {
+			b, _ := os.ReadFile(filepath.Join(dir, "status.json"))
+			return strings.Contains(string(b), `"status":"completed"`)
+		})
+	}
+	r := h.run(t, "nodes", "check")
+	for _, want := range []string{fmt.Sprintf("unsafe work_dir: %s belongs to uid %d", w, uid), "do not chown it", "give each node a work_dir of its own"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("nodes check does not say %q: %s", want, r)
 		}
 	}
 }
