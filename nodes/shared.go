@@ -36,7 +36,8 @@ type Marker struct {
 	Node string `json:"node"`
 	// Home names the dispatch home (see HomeID).
 	Home string `json:"home"`
-	// Time is when the marker was last written (RFC 3339).
+	// Time is when the marker was written (RFC 3339); it is not
+	// rewritten while it is there.
 	Time string `json:"time"`
 }
 
@@ -59,14 +60,18 @@ func MarkerName(m Marker) string {
 }
 
 // WriteMarker records in the work_dir wd (absolute) that m.Node of m.Home
-// uses it, with now as its time.
+// uses it, with now as its time, unless its marker is there already: a
+// work_dir does not change each time a controller starts.
 func WriteMarker(ctx context.Context, tr Transport, wd string, m Marker, now time.Time) error {
+	p := path.Join(wd, MarkerDir, MarkerName(m))
+	if st, err := tr.Lstat(ctx, p); err == nil && st.Mode.IsRegular() {
+		return nil
+	}
 	m.Time = now.UTC().Format(time.RFC3339)
 	data, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	p := path.Join(wd, MarkerDir, MarkerName(m))
 	if err := tr.Put(ctx, p, bytes.NewReader(append(data, '\n')), 0o600); err != nil {
 		return fmt.Errorf("write the node marker %s: %w", p, err)
 	}

@@ -35,8 +35,9 @@ func TestSharedWith(t *testing.T) {
 }
 
 // TestMarkers: markers written over a transport are read back, one a
-// node and home (two homes' nodes of one name keep theirs), and files
-// that are not markers are skipped.
+// node and home (two homes' nodes of one name keep theirs), a marker
+// already there is not rewritten (a work_dir does not change at each
+// start), and files that are not markers are skipped.
 func TestMarkers(t *testing.T) {
 	ctx := t.Context()
 	tr := NewLocal()
@@ -45,8 +46,9 @@ func TestMarkers(t *testing.T) {
 		t.Fatalf("markers of a fresh work_dir: %v, %v", got, err)
 	}
 	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
-	for _, m := range []Marker{{Node: "box1", Home: "op:/a"}, {Node: "box1", Home: "lab:/b"}, {Node: "box1", Home: "op:/a"}} {
-		if err := WriteMarker(ctx, tr, wd, m, now); err != nil {
+	for i, m := range []Marker{{Node: "box1", Home: "op:/a"}, {Node: "box1", Home: "lab:/b"}, {Node: "box1", Home: "op:/a"}} {
+		// The third, a marker already there, is left as it is.
+		if err := WriteMarker(ctx, tr, wd, m, now.Add(time.Duration(i/2)*time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 	}
