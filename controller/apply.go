@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -297,12 +298,17 @@ func (c *Controller) killStale(ctx context.Context, stale []staleAttempt) map[st
 				continue // not tried: the next pull checks the wrapper again
 			}
 			kctx, cancel := context.WithTimeout(ctx, c.callTimeout()+killSlack)
-			res, err := n.tr.Exec(kctx, []string{inst.Path, "kill", "--dir", sa.dir, "--grace", staleGrace}, nil)
+			res, err := n.tr.Exec(kctx, []string{inst.Path, "kill", "--dir", sa.dir, "--grace", staleGrace, "--node", n.name}, nil)
 			cancel()
 			why := ""
 			switch {
 			case err != nil:
 				why = err.Error()
+			case res.ExitCode != 0 && replyKind(res) == wire.KindOtherNode:
+				// Another node's attempt took the directory since the
+				// pull: nothing of this node's is left there to kill.
+				c.log.Info("stale attempt's directory is another node's now; not killed", keyNode, sa.node, keyProject, sa.project,
+					keyTask, sa.task, keyAttempt, sa.attempt)
 			case res.ExitCode != 0:
 				why = policy.ReplyError(res, nil)
 			}
@@ -566,4 +572,13 @@ func (c *taskCache) end() {
 func (c *taskCache) drop() {
 	clear(c.rows)
 	clear(c.reads)
+}
+
+// replyKind is the kind of a wrapper's error reply, or "".
+func replyKind(res nodes.Result) string {
+	var e wire.ErrorReply
+	if json.Unmarshal(res.Stdout, &e) != nil {
+		return ""
+	}
+	return e.Kind
 }

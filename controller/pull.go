@@ -32,6 +32,9 @@ type nodeRuntime struct {
 // nodeConn is a node's connection and what goes on over it.
 type nodeConn struct {
 	tr nodes.Transport
+	// name is the node's: its wrapper is asked about that node's attempts
+	// alone (--node), as the work_dir may hold another node's too.
+	name string
 	// stopStream ends the node's status stream loop (nil: none runs).
 	// Only the control loop's goroutine uses it.
 	stopStream context.CancelFunc
@@ -278,7 +281,7 @@ func (l *listState) failed() {
 }
 
 func newNodeRuntime(n nodes.Node, tr nodes.Transport) *nodeRuntime {
-	return &nodeRuntime{cfg: n, nodeConn: &nodeConn{tr: tr, checked: make(chan struct{}, 1)}}
+	return &nodeRuntime{cfg: n, nodeConn: &nodeConn{tr: tr, name: n.Name, checked: make(chan struct{}, 1)}}
 }
 
 // setInstalled records n's checked installation and tells the stream.
@@ -562,9 +565,13 @@ func (e *replyErr) Error() string { return e.msg }
 // the listed projects (all projects when none) and the node's facts. With
 // live, only the node's live attempts and the named tasks ("project/ID")
 // are listed: every attempt the controller acts on, since it names those
-// it has claimed or running there and a stale one is live.
-func nodeStatus(ctx context.Context, tr nodes.Transport, bin, workDir string, projects []string, live bool, named, tags []string) (*wire.NodeStatus, error) {
+// it has claimed or running there and a stale one is live. With node, the
+// attempts of other nodes in the same work_dir are left out.
+func nodeStatus(ctx context.Context, tr nodes.Transport, bin, workDir, node string, projects []string, live bool, named, tags []string) (*wire.NodeStatus, error) {
 	argv := []string{bin, "status", "--root", workDir}
+	if node != "" {
+		argv = append(argv, "--node", node)
+	}
 	for _, p := range projects {
 		argv = append(argv, "--project", p)
 	}
@@ -608,7 +615,7 @@ func clampStatus(st *wire.NodeStatus) {
 // NodeFacts asks an installed wrapper for the node's status and facts
 // (`dispatch nodes check`).
 func NodeFacts(ctx context.Context, tr nodes.Transport, inst nodes.Installed) (*wire.NodeStatus, error) {
-	return nodeStatus(ctx, tr, inst.Path, inst.WorkDir, nil, false, nil, nil)
+	return nodeStatus(ctx, tr, inst.Path, inst.WorkDir, "", nil, false, nil, nil)
 }
 
 // ensureWrapper makes sure the node's wrapper is installed and returns the
@@ -623,6 +630,13 @@ func (c *Controller) ensureWrapper(ctx context.Context, n *nodeRuntime) (*nodes.
 	}
 	if inst.Reinstalled {
 		c.log.Info("installed wrapper", keyNode, n.cfg.Name, "path", inst.Path, "platform", inst.OS+"/"+inst.Arch)
+	}
+	if c.opts.Home != "" {
+		// For `nodes check` and `validate` to find: another node over the
+		// same work_dir (see nodes.SharedWith).
+		if err := nodes.WriteMarker(ctx, n.tr, inst.WorkDir, nodes.Marker{Node: n.cfg.Name, Home: nodes.HomeID(c.opts.Home)}, time.Now()); err != nil {
+			c.log.Warn("node marker not written", keyNode, n.cfg.Name, "err", err)
+		}
 	}
 	n.setInstalled(&inst)
 	return &inst, nil

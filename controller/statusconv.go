@@ -40,10 +40,10 @@ type statusConv struct {
 	refusedAt time.Time
 }
 
-// open returns the conversation with inst's wrapper, opening one when none
-// is (closing one with an older installation's); nil when tr cannot hold
-// one or inst's wrapper refused lately.
-func (s *statusConv) open(ctx context.Context, tr nodes.Transport, inst *nodes.Installed) (nodes.Conversation, bool) {
+// open returns the conversation with inst's wrapper about node's attempts,
+// opening one when none is (closing one with an older installation's); nil
+// when tr cannot hold one or inst's wrapper refused lately.
+func (s *statusConv) open(ctx context.Context, tr nodes.Transport, inst *nodes.Installed, node string) (nodes.Conversation, bool) {
 	cv, ok := tr.(nodes.Converser)
 	if !ok {
 		return nil, false
@@ -60,7 +60,7 @@ func (s *statusConv) open(ctx context.Context, tr nodes.Transport, inst *nodes.I
 	if s.refused == inst && time.Since(s.refusedAt) < convRetry {
 		return nil, false
 	}
-	conv, err := cv.Converse(ctx, []string{inst.Path, "status", "--serve", "--root", inst.WorkDir})
+	conv, err := cv.Converse(ctx, []string{inst.Path, "status", "--serve", "--root", inst.WorkDir, "--node", node})
 	if err != nil {
 		return nil, false
 	}
@@ -101,14 +101,14 @@ func (s *statusConv) close() {
 // askStatus makes n's status call (see nodeStatus) over its conversation
 // when one can be held, else, or when that fails, with Exec.
 func (n *nodeConn) askStatus(ctx context.Context, inst *nodes.Installed, projects []string, live bool, named, tags []string) (*wire.NodeStatus, error) {
-	if conv, answered := n.conv.open(ctx, n.tr, inst); conv != nil {
+	if conv, answered := n.conv.open(ctx, n.tr, inst, n.name); conv != nil {
 		st, err := converseStatus(ctx, conv, inst.Version, projects, live, named, tags)
 		n.conv.done(conv, answered, err)
 		if err == nil {
 			return st, nil
 		}
 	}
-	return nodeStatus(ctx, n.tr, inst.Path, inst.WorkDir, projects, live, named, tags)
+	return nodeStatus(ctx, n.tr, inst.Path, inst.WorkDir, n.name, projects, live, named, tags)
 }
 
 // converseStatus is nodeStatus over a conversation: a reply that is not

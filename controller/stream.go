@@ -139,7 +139,7 @@ func (c *Controller) runStream(ctx context.Context, n *nodeRuntime, inst *nodes.
 		}
 	}()
 	var bad error
-	argv := []string{inst.Path, "watch", "--root", inst.WorkDir, "--beat", c.streamBeat.String()}
+	argv := []string{inst.Path, "watch", "--root", inst.WorkDir, "--node", n.name, "--beat", c.streamBeat.String()}
 	err := n.tr.Stream(sctx, argv, func(line []byte) bool {
 		f, err := parseFrame(line, inst.Version)
 		if err != nil {

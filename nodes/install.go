@@ -173,9 +173,14 @@ type UnsafeWorkDirError struct {
 }
 
 func (e *UnsafeWorkDirError) Error() string {
-	return fmt.Sprintf("unsafe work_dir: %s %s, so another user could have planted the wrapper that gets the secrets; "+
+	msg := fmt.Sprintf("unsafe work_dir: %s %s, so another user could have planted the wrapper that gets the secrets; "+
 		"fix: make it yours and private (chown it to the node user; chmod go-w %s), or set work_dir to a directory of your own (e.g. ~/.dispatch/work)",
 		e.Path, e.Why, e.Path)
+	if strings.HasPrefix(e.Why, "belongs to uid") {
+		// Two users' nodes over one directory: the first one's it stays.
+		msg += "; if it is the work_dir of another user's node, do not chown it (that node would lose it): give each node a work_dir of its own"
+	}
+	return msg
 }
 
 // unsafeMode says what is wrong with st for the node user uid, or "".

@@ -11,6 +11,9 @@ const (
 	KindInternal       = "internal"
 	// KindTooLarge is a `tar` whose files pass its --max-bytes.
 	KindTooLarge = "too_large"
+	// KindOtherNode is a `kill --node N` of a task directory whose attempt
+	// is another node's (a work_dir two nodes share): nothing is signalled.
+	KindOtherNode = "other_node"
 )
 
 // ErrorReply is printed on stdout, with exit status 1, when a subcommand

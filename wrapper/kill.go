@@ -33,6 +33,7 @@ func cmdKill(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("kill")
 	dirFlag := fs.String("dir", "", "task directory")
 	graceFlag := fs.String("grace", "", "time between SIGTERM and SIGKILL (default: launch.json's)")
+	node := fs.String("node", "", "kill only an attempt of this node (or of no known node)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -57,6 +58,11 @@ func cmdKill(ctx context.Context, args []string, stdout io.Writer) error {
 	deadline := time.Now().Add(startWait)
 	var refused error
 	for {
+		// Checked each round: a supervisor that starts meanwhile may be
+		// another node's.
+		if other := recordNode(dir); *node != "" && other != "" && other != *node {
+			return &cmdError{wire.KindOtherNode, fmt.Errorf("kill %s: its attempt is node %s's, not %s's (a work_dir both nodes reach); nothing signalled", dir, other, *node)}
+		}
 		alive, err := supervisorAlive(dir)
 		if err != nil {
 			return ioError(err)

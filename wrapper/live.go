@@ -146,8 +146,10 @@ func checkLiveRequest(req wire.LiveRequest) (named map[string][]string, held map
 // (no supervisor, and a final status of that attempt or a later one, or
 // the marker older than staleMarkerAge) or whose task directory is gone
 // is removed as it is read. An index that is not a directory (the task
-// of an unconfined attempt can reach it) lists the whole project.
-func liveStatus(ctx context.Context, root string, projects []string, named map[string][]string, held map[string]string) (*wire.NodeStatus, error) {
+// of an unconfined attempt can reach it) lists the whole project. The
+// attempts of another node than node (see owner.go) are neither listed
+// nor unmarked: the index is shared by the nodes that share the work_dir.
+func liveStatus(ctx context.Context, root, node string, projects []string, named map[string][]string, held map[string]string) (*wire.NodeStatus, error) {
 	ns := &wire.NodeStatus{
 		WrapperVersion: Version,
 		Time:           timestamp(time.Now()),
@@ -176,7 +178,7 @@ func liveStatus(ctx context.Context, root string, projects []string, named map[s
 			// Named only: its index is not asked for.
 			ids := slices.Compact(slices.Sorted(slices.Values(named[project])))
 			for _, id := range ids {
-				if dir := filepath.Join(root, project, "tasks", id); isDir(dir) {
+				if dir := filepath.Join(root, project, "tasks", id); isDir(dir) && !othersTask(node, dir) {
 					addLive(ns, taskStatus(project, id, dir), held)
 				}
 			}
@@ -191,7 +193,7 @@ func liveStatus(ctx context.Context, root string, projects []string, named map[s
 		var markers []os.DirEntry
 		if fi, err := os.Lstat(idx); err == nil && !fi.IsDir() {
 			// Not what the wrapper made: trust none of it.
-			all, err := listTasks(tasksDir)
+			all, err := listTasks(tasksDir, node)
 			if err != nil {
 				return nil, err
 			}
@@ -219,6 +221,9 @@ func liveStatus(ctx context.Context, root string, projects []string, named map[s
 				if a, ok := live[id]; ok && errors.Is(err, os.ErrNotExist) {
 					unmarkLive(dir, max(a, 0))
 				}
+				continue
+			}
+			if othersTask(node, dir) {
 				continue
 			}
 			ts := taskStatus(project, id, dir)

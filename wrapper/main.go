@@ -24,8 +24,8 @@ const usageText = `usage: dispatch-wrapper <command> [flags]
 commands (see docs/PROTOCOL.md):
   version
   run    --dir D                  (stdin: JSON map of environment variables)
-  status --root R [--project P]... [--live]  (--live: stdin {"tasks":["P/ID",…]})
-  kill   --dir D [--grace 30s]
+  status --root R [--project P]... [--live] [--node N]  (--live: stdin {"tasks":["P/ID",…]})
+  kill   --dir D [--grace 30s] [--node N]
   tail   --dir D [--follow]
   which  NAME...                  (stdin: JSON map of environment variables)
   sandbox                         (whether bwrap works here for this user)

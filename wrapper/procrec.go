@@ -45,6 +45,9 @@ type procRecord struct {
 	// Gate is the result of launch.json's gate, kept here for `status`
 	// for the same reason as SessionID.
 	Gate *wire.GateResult `json:"gate,omitempty"`
+	// Node is launch.json's node: `kill --node` signals no attempt of
+	// another node (see owner.go).
+	Node string `json:"node,omitempty"`
 }
 
 // recordPath is <dir of the wrapper executable>/.ctl/<sha256 of dir>.json.

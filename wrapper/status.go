@@ -24,6 +24,7 @@ func cmdStatus(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 	var projects stringList
 	fs.Var(&projects, "project", "project to list (repeatable; default all)")
 	live := fs.Bool("live", false, "list only the live index and the tasks named on stdin ({\"tasks\":[\"project/ID\",…]})")
+	node := fs.String("node", "", "report only this node's attempts (and those of no known node)")
 	serve := fs.Bool("serve", false, "answer requests, one a line on stdin ({\"projects\":[…],\"live\":true,\"tasks\":[…],\"tags\":[…]}), one reply a line, until stdin ends")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -44,7 +45,7 @@ func cmdStatus(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 		if *live || len(projects) > 0 {
 			return usageErrorf("status: --serve takes its projects and --live in each request")
 		}
-		return serveStatus(ctx, root, stdin, stdout)
+		return serveStatus(ctx, root, *node, stdin, stdout)
 	}
 	var ns *wire.NodeStatus
 	if *live {
@@ -52,11 +53,11 @@ func cmdStatus(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 		if err != nil {
 			return err
 		}
-		ns, err = liveStatus(ctx, root, projects, named, held)
+		ns, err = liveStatus(ctx, root, *node, projects, named, held)
 		if err != nil {
 			return err
 		}
-	} else if ns, err = nodeStatus(ctx, root, projects); err != nil {
+	} else if ns, err = nodeStatus(ctx, root, *node, projects); err != nil {
 		return err
 	}
 	return printJSON(stdout, ns)
@@ -67,7 +68,7 @@ func cmdStatus(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 // calls without a new session and a new process each. A request that does
 // not parse or names what `status` would refuse ends it with that error,
 // which the caller prints as any command's.
-func serveStatus(ctx context.Context, root string, in io.Reader, out io.Writer) error {
+func serveStatus(ctx context.Context, root, node string, in io.Reader, out io.Writer) error {
 	br := bufio.NewReaderSize(in, 64<<10)
 	for {
 		line, err := readRequestLine(br)
@@ -94,11 +95,11 @@ func serveStatus(ctx context.Context, root string, in io.Reader, out io.Writer) 
 			if err != nil {
 				return err
 			}
-			ns, err = liveStatus(ctx, root, req.Projects, named, held)
+			ns, err = liveStatus(ctx, root, node, req.Projects, named, held)
 			if err != nil {
 				return err
 			}
-		} else if ns, err = nodeStatus(ctx, root, req.Projects); err != nil {
+		} else if ns, err = nodeStatus(ctx, root, node, req.Projects); err != nil {
 			return err
 		}
 		if err := printJSON(out, ns); err != nil {
@@ -133,9 +134,10 @@ func validName(name string) bool {
 }
 
 // nodeStatus lists the tasks of projects under root (all projects when none
-// are given). It reads a few small files per task and forks nothing on
-// Linux, so one call stays cheap with many tasks.
-func nodeStatus(ctx context.Context, root string, projects []string) (*wire.NodeStatus, error) {
+// are given), leaving out those of another node than node (see owner.go).
+// It reads a few small files per task and forks nothing on Linux, so one
+// call stays cheap with many tasks.
+func nodeStatus(ctx context.Context, root, node string, projects []string) (*wire.NodeStatus, error) {
 	ns := &wire.NodeStatus{
 		WrapperVersion: Version,
 		Time:           timestamp(time.Now()),
@@ -151,7 +153,7 @@ func nodeStatus(ctx context.Context, root string, projects []string) (*wire.Node
 		if i > 0 && project == projects[i-1] {
 			continue
 		}
-		tasks, err := listTasks(filepath.Join(root, project, "tasks"))
+		tasks, err := listTasks(filepath.Join(root, project, "tasks"), node)
 		if err != nil {
 			return nil, err
 		}
@@ -180,8 +182,9 @@ func listProjects(root string, projects []string) ([]string, error) {
 }
 
 // listTasks reports every task directory of tasksDir (none when it does
-// not exist); hidden entries (the live index) are not tasks.
-func listTasks(tasksDir string) ([]wire.TaskStatus, error) {
+// not exist) but those of another node than node; hidden entries (the
+// live index) are not tasks.
+func listTasks(tasksDir, node string) ([]wire.TaskStatus, error) {
 	entries, err := os.ReadDir(tasksDir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -192,10 +195,11 @@ func listTasks(tasksDir string) ([]wire.TaskStatus, error) {
 	project := filepath.Base(filepath.Dir(tasksDir))
 	var out []wire.TaskStatus
 	for _, e := range entries {
-		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+		dir := filepath.Join(tasksDir, e.Name())
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") || othersTask(node, dir) {
 			continue
 		}
-		out = append(out, taskStatus(project, e.Name(), filepath.Join(tasksDir, e.Name())))
+		out = append(out, taskStatus(project, e.Name(), dir))
 	}
 	return out, nil
 }

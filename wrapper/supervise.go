@@ -1040,7 +1040,7 @@ func (s *supervisor) writeOwnRecord() error {
 		return fmt.Errorf("read own session: %w", err)
 	}
 	s.rec = procRecord{Dir: filepath.Clean(s.dir), Attempt: s.launch.Attempt, SupervisorPID: pid, SupervisorStart: start, SID: sid,
-		Agent: s.launch.Agent}
+		Agent: s.launch.Agent, Node: s.launch.Node}
 	return writeRecord(&s.rec)
 }
 

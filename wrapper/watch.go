@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -69,6 +70,7 @@ func cmdWatch(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 	fs := newFlagSet("watch")
 	rootFlag := fs.String("root", "", "work directory holding <project>/tasks/<ID>")
 	beat := fs.Duration("beat", DefaultBeat, "how often to print a beat frame")
+	node := fs.String("node", "", "stream only this node's attempts (and those of no known node)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -89,13 +91,14 @@ func cmdWatch(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 		io.Copy(io.Discard, stdin)
 		cancel()
 	}()
-	return watch(ctx, root, *beat, stdout, true)
+	return watch(ctx, root, *node, *beat, stdout, true)
 }
 
 // watch prints frames to out until ctx ends or a write fails. notify uses
 // the platform's file notifications where there are some; without, it
-// polls.
-func watch(ctx context.Context, root string, beat time.Duration, out io.Writer, notify bool) error {
+// polls. A change of another node's attempt than node's is not told (see
+// owner.go).
+func watch(ctx context.Context, root, node string, beat time.Duration, out io.Writer, notify bool) error {
 	var mu sync.Mutex
 	enc := json.NewEncoder(out)
 	send := func(f wire.Frame) error {
@@ -130,6 +133,10 @@ func watch(ctx context.Context, root string, beat time.Duration, out io.Writer, 
 	var lastLook time.Time
 	liveLooks := 0
 	report := func(changed []string) error {
+		changed = slices.DeleteFunc(changed, func(key string) bool {
+			project, task, _ := strings.Cut(key, "/")
+			return othersTask(node, filepath.Join(root, project, "tasks", task))
+		})
 		for len(changed) > 0 {
 			n := min(len(changed), frameTasks)
 			f := wire.Frame{Type: wire.FrameChange, Tasks: changed[:n]}

@@ -18,10 +18,16 @@ import (
 // frames runs watch over root and returns its frames as they come.
 func frames(t *testing.T, root string, notify bool) <-chan wire.Frame {
 	t.Helper()
+	return nodeFrames(t, root, "", notify)
+}
+
+// nodeFrames is frames of `watch --node node`.
+func nodeFrames(t *testing.T, root, node string, notify bool) <-chan wire.Frame {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r, w := io.Pipe()
 	done := make(chan error, 1)
-	go func() { done <- watch(ctx, root, 50*time.Millisecond, w, notify) }()
+	go func() { done <- watch(ctx, root, node, 50*time.Millisecond, w, notify) }()
 	out := make(chan wire.Frame, 100)
 	go func() {
 		sc := bufio.NewScanner(r)

@@ -172,6 +172,12 @@ type checkResult struct {
 	Limits        string `json:"limits"`
 	LimitsSetting string `json:"limits_setting,omitempty"`
 	Error         string `json:"error"`
+	// SharedWith names the other nodes whose markers are in this node's
+	// work_dir ("box2", or "box2 of <home>" for another home's); Shared
+	// says what that means and how to set them apart (see
+	// nodes.SharedWarning).
+	SharedWith []string `json:"shared_with,omitempty"`
+	Shared     string   `json:"shared,omitempty"`
 	// What the controller records too (see recordCheck).
 	load1 float64
 	rtt   time.Duration
@@ -193,18 +199,30 @@ func nodesCheck(c *cli.Context) error {
 	}
 	wrappers := nodes.NewWrappers()
 	results := make([]checkResult, len(cfg.Nodes))
-	var wg sync.WaitGroup
+	trs := make([]nodes.Transport, len(cfg.Nodes))
+	homeID := nodes.HomeID(e.home)
 	sem := make(chan struct{}, max(cfg.Controller.MaxParallelSSH, 1))
-	for i, n := range cfg.Nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			results[i] = checkNode(ctx, cfg, n, env, wrappers)
-		}()
+	onEach := func(fn func(i int, n nodes.Node)) {
+		var wg sync.WaitGroup
+		for i, n := range cfg.Nodes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				fn(i, n)
+			}()
+		}
+		wg.Wait()
 	}
-	wg.Wait()
+	onEach(func(i int, n nodes.Node) { results[i], trs[i] = checkNode(ctx, cfg, n, env, wrappers, homeID) })
+	// Every node has left its marker: now each finds the others'.
+	onEach(func(i int, n nodes.Node) {
+		if trs[i] != nil {
+			defer trs[i].Close()
+			sharedCheck(ctx, cfg, n, trs[i], homeID, &results[i])
+		}
+	})
 	recordCheck(ctx, e, results)
 	failed := 0
 	for _, r := range results {
@@ -262,6 +280,11 @@ func nodesCheck(c *cli.Context) error {
 			}
 		}
 		for _, r := range results {
+			if r.Shared != "" {
+				fmt.Fprintf(e.out, "\nwarning: %s\n", termtext.Clean(r.Shared))
+			}
+		}
+		for _, r := range results {
 			if !r.OK && strings.Contains(r.Error, "\n") {
 				fmt.Fprintf(e.out, "\n%s: %s\n", r.Name, termtext.Clean(r.Error))
 			}
@@ -273,11 +296,27 @@ func nodesCheck(c *cli.Context) error {
 	return nil
 }
 
-// checkNode connects, installs the wrapper, runs a no-op through the shell
-// and one status call, and measures the clock skew.
-func checkNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, env sshnode.Env, w *nodes.Wrappers) checkResult {
-	r := checkResult{Name: n.Name}
+// checkNode connects, installs the wrapper, leaves the node's marker in
+// its work_dir, runs a no-op through the shell and one status call, and
+// measures the clock skew. It returns the node's open transport when the
+// check passed (the caller closes it), else nil.
+func checkNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, env sshnode.Env, w *nodes.Wrappers, homeID string) (checkResult, nodes.Transport) {
 	start := time.Now()
+	tr, err := sshnode.Open(cfg, n, env)
+	if err != nil {
+		return checkResult{Name: n.Name, Error: nodes.CauseFirst(err).Error(), Seconds: time.Since(start).Seconds()}, nil
+	}
+	r := checkOpen(ctx, cfg, n, tr, w, homeID, start)
+	if !r.OK {
+		tr.Close()
+		return r, nil
+	}
+	return r, tr
+}
+
+// checkOpen is checkNode over the open transport tr.
+func checkOpen(ctx context.Context, cfg *nodes.Config, n nodes.Node, tr nodes.Transport, w *nodes.Wrappers, homeID string, start time.Time) checkResult {
+	r := checkResult{Name: n.Name}
 	fail := func(err error) checkResult {
 		r.Error = nodes.CauseFirst(err).Error()
 		r.Seconds = time.Since(start).Seconds()
@@ -285,16 +324,14 @@ func checkNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, env sshnode
 	}
 	ctx, cancel := context.WithTimeout(ctx, max(cfg.Controller.SSHConnectTimeout*3, 30*time.Second))
 	defer cancel()
-	tr, err := sshnode.Open(cfg, n, env)
-	if err != nil {
-		return fail(err)
-	}
-	defer tr.Close()
 	inst, err := nodes.EnsureWrapper(ctx, tr, n.WorkDir, w)
 	if err != nil {
 		return fail(err)
 	}
 	r.OS, r.Arch, r.WrapperVersion, r.Installed, r.WorkDir = inst.OS, inst.Arch, inst.Version, inst.Reinstalled, inst.WorkDir
+	if err := nodes.WriteMarker(ctx, tr, inst.WorkDir, nodes.Marker{Node: n.Name, Home: homeID}, time.Now()); err != nil {
+		return fail(err)
+	}
 	if res, err := tr.Exec(ctx, []string{"true"}, nil); err != nil || res.ExitCode != 0 {
 		if err == nil {
 			err = fmt.Errorf("`true` exited %d", res.ExitCode)
@@ -319,6 +356,34 @@ func checkNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, env sshnode
 	r.OK = true
 	r.Seconds = time.Since(start).Seconds()
 	return r
+}
+
+// sharedCheck looks in n's work_dir for the markers of other nodes (see
+// nodes.SharedWith) and records them in r.
+func sharedCheck(ctx context.Context, cfg *nodes.Config, n nodes.Node, tr nodes.Transport, homeID string, r *checkResult) {
+	ctx, cancel := context.WithTimeout(ctx, max(cfg.Controller.SSHConnectTimeout*3, 30*time.Second))
+	defer cancel()
+	others := sharedWorkDir(ctx, cfg, n, tr, r.WorkDir, homeID)
+	for _, m := range others {
+		name := m.Node
+		if m.Home != homeID {
+			name += " of " + m.Home
+		}
+		r.SharedWith = append(r.SharedWith, name)
+	}
+	if len(others) > 0 {
+		r.Shared = nodes.SharedWarning(n.Name, r.WorkDir, cfg.File, n.Line, homeID, others)
+	}
+}
+
+// sharedWorkDir returns the other nodes whose markers are in n's work_dir
+// wd (absolute), nil when none are or they cannot be read.
+func sharedWorkDir(ctx context.Context, cfg *nodes.Config, n nodes.Node, tr nodes.Transport, wd, homeID string) []nodes.Marker {
+	found, err := nodes.ReadMarkers(ctx, tr, wd)
+	if err != nil {
+		return nil
+	}
+	return nodes.SharedWith(nodes.Marker{Node: n.Name, Home: homeID}, found, nodeNames(cfg))
 }
 
 // sandboxConsequence says what an unavailable sandbox means for the tasks

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -129,6 +131,9 @@ func planProject(ctx context.Context, e *env, name string, only []string, so con
 	for _, n := range notes {
 		fmt.Fprintln(e.errOut, "note: "+termtext.Clean(n))
 	}
+	for _, w := range sharedWarnings(ctx, cfg, transports, probes, nodes.HomeID(e.home), timeout) {
+		fmt.Fprintln(e.errOut, "warning: "+termtext.Clean(w))
+	}
 	if len(problems) > 0 {
 		return nil, nil, nil, &plan.Error{Problems: problems}
 	}
@@ -189,4 +194,35 @@ func checkNotifyEnv(cfg *nodes.Config, p *spec.Project) error {
 		}
 	}
 	return nil
+}
+
+// sharedWarnings warns of each node whose work_dir holds the marker of
+// another node (see nodes.SharedWith) that an earlier start or `nodes
+// check` left; only the nodes the probe reached are asked, and nothing is
+// written. It is a warning, not an error: each node reports and kills
+// only its own attempts, so the nodes' tasks do not collide.
+func sharedWarnings(ctx context.Context, cfg *nodes.Config, transports map[string]nodes.Transport, probes map[string]plan.Probe, homeID string, timeout time.Duration) []string {
+	out := make([]string, len(cfg.Nodes))
+	var wg sync.WaitGroup
+	for i, n := range cfg.Nodes {
+		tr, ok := transports[n.Name]
+		if pr, probed := probes[n.Name]; !ok || !probed || pr.Err != "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			wd, err := nodes.ExpandHome(ctx, tr, n.WorkDir)
+			if err != nil {
+				return
+			}
+			if others := sharedWorkDir(ctx, cfg, n, tr, wd, homeID); len(others) > 0 {
+				out[i] = nodes.SharedWarning(n.Name, wd, cfg.File, n.Line, homeID, others)
+			}
+		}()
+	}
+	wg.Wait()
+	return slices.DeleteFunc(out, func(w string) bool { return w == "" })
 }
