@@ -122,6 +122,10 @@ type supervisor struct {
 	// removed by endCgroup once attempt has returned.
 	cg      *attemptCgroup
 	cgTried bool
+	// nproc is the RLIMIT_NPROC set on the last limited child (0: none),
+	// the pids limit's backstop without a pids cgroup; written by limited,
+	// read by finish, both in run's goroutine.
+	nproc int
 
 	lock    *os.File // the task's lock, held until the attempt has ended
 	logFile *os.File // the attempt's wrapper.log
@@ -1147,6 +1151,8 @@ func (s *supervisor) finish(res outcome) {
 		case res.startErr != "":
 			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassStart, res.startErr
 			st.ToolMissing = res.toolMissing
+		case s.nprocRefused(res):
+			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassPids, nprocMessage(s.launch.Limits, s.nproc-s.launch.Limits.Pids)
 		case res.sig != 0:
 			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassCrash, exitError(res.code, res.sig)
 		case res.resultErr != "":
