@@ -133,6 +133,31 @@ func TestLimitsPidsStopsForkBomb(t *testing.T) {
 	}
 }
 
+// TestLimitsPidsInSetup: a setup that forks past its pids limit fails the
+// attempt as the tool would, class pids, for any node user (not as
+// `start`, the class of a setup that failed on its own).
+func TestLimitsPidsInSetup(t *testing.T) {
+	users := []string{""}
+	if os.Geteuid() == 0 {
+		users = append(users, "bwtest")
+	}
+	for _, u := range users {
+		t.Run("user="+u, func(t *testing.T) {
+			n := newLimitsNode(t, u, false)
+			n.launch(t, n.item("LIMITED", wire.Launch{Setup: forkBomb, Command: shell("echo tool-ran > ran"), Limits: &wire.Limits{Pids: 64}}))
+			st := n.final(t, "LIMITED")
+			if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassPids {
+				log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), fileLog))
+				t.Errorf("a fork bomb in setup as uid %d: %+v, log %q; want failed with class pids", nodeUID(n), st, log)
+			}
+			if _, err := os.Stat(filepath.Join(n.taskDir("LIMITED"), dirOutput, "ran")); err == nil {
+				t.Error("the tool ran after its setup failed")
+			}
+			poll(t, 5*time.Second, "no sleeper of the fork bomb left", func() bool { return sleepersLeft() == 0 })
+		})
+	}
+}
+
 // nodeUID is the uid a sandboxNode's wrapper runs as.
 func nodeUID(n *sandboxNode) int {
 	if n.cred != nil {

@@ -1154,11 +1154,11 @@ func (s *supervisor) finish(res outcome) {
 		case reason == reasonTimeout:
 			st.Status, st.ErrorClass = wire.StatusFailed, wire.ClassTimeout
 			st.Error = "timed out after " + seconds(s.launch.TimeoutSeconds).String()
+		case s.nprocRefused(res):
+			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassPids, nprocMessage(s.launch.Limits, s.nproc-s.launch.Limits.Pids)
 		case res.startErr != "":
 			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassStart, res.startErr
 			st.ToolMissing = res.toolMissing
-		case s.nprocRefused(res):
-			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassPids, nprocMessage(s.launch.Limits, s.nproc-s.launch.Limits.Pids)
 		case res.sig != 0:
 			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassCrash, exitError(res.code, res.sig)
 		case res.resultErr != "":
