@@ -85,8 +85,10 @@ func CheckExecutables(cfg *nodes.Config, rows []Row, probes map[string]Probe) (p
 			pr, ok := probes[n]
 			node, _ := cfg.Node(n)
 			switch {
-			case !ok || pr.Err != "":
-				unchecked = append(unchecked, n)
+			case !ok:
+				unchecked = append(unchecked, n+" (not asked)")
+			case pr.Err != "":
+				unchecked = append(unchecked, n+" ("+strings.TrimPrefix(probeReason(pr.Err), "node "+n+" ")+")")
 			case !pr.Found[exe]:
 				missing = append(missing, fmt.Sprintf("%s (tool %s: no %s in its PATH)", n, r.Tools[n], exe))
 			case r.Git && !pr.Found["git"]:
@@ -94,7 +96,7 @@ func CheckExecutables(cfg *nodes.Config, rows []Row, probes map[string]Probe) (p
 			case claudeRefusesRoot(cfg, node, r.Tools[n], pr):
 				asRoot = append(asRoot, n)
 			case needsSandbox(r, node) && pr.Sandbox == nil:
-				unchecked = append(unchecked, n)
+				unchecked = append(unchecked, n+" (its sandbox was not asked: no wrapper of this dispatch is installed there yet)")
 			case needsSandbox(r, node) && pr.Sandbox.Sandbox != wire.SandboxBwrap:
 				missing = append(missing, fmt.Sprintf("%s (sandbox: unavailable: %s; fix: %s)", n, pr.Sandbox.Error, pr.Sandbox.Fix))
 			default:
@@ -108,7 +110,7 @@ func CheckExecutables(cfg *nodes.Config, rows []Row, probes map[string]Probe) (p
 		switch {
 		case found:
 		case len(unchecked) > 0:
-			notes = append(notes, fmt.Sprintf("%s: could not check %s for its tool; it runs there only if the tool is installed", what, strings.Join(unchecked, ", ")))
+			notes = append(notes, fmt.Sprintf("%s: could not check %s for its tool; it runs there only if the tool is installed", what, strings.Join(unchecked, "; ")))
 		case len(asRoot) > 0 && len(missing) == 0:
 			problems = append(problems, fmt.Sprintf("%s cannot run anywhere: on %s claude would run as root with --dangerously-skip-permissions (dangerous: true), which it refuses\n"+
 				"  fix: log in to the node as another user, set dangerous: false on the node and its api_mode, or set IS_SANDBOX=1 in the api_mode's env if the node is a container or VM you can throw away", what, strings.Join(asRoot, ", ")))
@@ -127,6 +129,13 @@ func CheckExecutables(cfg *nodes.Config, rows []Row, probes map[string]Probe) (p
 		}
 	}
 	return problems, notes
+}
+
+// probeReason is why a node could not be asked, on one line: its error
+// without the fix it may name (`dispatch nodes check` gives that).
+func probeReason(err string) string {
+	msg, _, _ := strings.Cut(err, "\n  fix: ")
+	return strings.Join(strings.Fields(msg), " ")
 }
 
 // needsSandbox reports whether the task of r must run sandboxed on node n.
@@ -191,7 +200,7 @@ func probeNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, tr nodes.Tr
 		}
 		res, err := tr.Exec(ctx, append([]string{inst.Path, "which"}, names...), stdin)
 		if err != nil {
-			return Probe{Err: err.Error()}
+			return Probe{Err: nodes.CauseFirst(err).Error()}
 		}
 		var reply wire.WhichReply
 		if res.ExitCode != 0 || json.Unmarshal(res.Stdout, &reply) != nil {
@@ -211,7 +220,7 @@ func probeNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, tr nodes.Tr
 	}
 	res, err := tr.Exec(ctx, append(argv, names...), nil)
 	if err != nil {
-		return Probe{Err: err.Error()}
+		return Probe{Err: nodes.CauseFirst(err).Error()}
 	}
 	if res.ExitCode != 0 {
 		return Probe{Err: "look for the tools: " + policy.ReplyError(res, nil)}

@@ -107,3 +107,21 @@ api_modes:
 		})
 	}
 }
+
+// TestCheckExecutablesNotesSayWhy: a task none of whose nodes could be
+// asked gets a note naming each node with its reason (issue 39: "could
+// not check box1, box2 for its tool" said none).
+func TestCheckExecutablesNotesSayWhy(t *testing.T) {
+	cfg := &nodes.Config{Nodes: []nodes.Node{{Name: "box1"}, {Name: "box2"}, {Name: "box3"}}}
+	row := Row{Task: &spec.Task{ID: "S01"}, Type: "implementation", Nodes: []string{"box1", "box2", "box3"},
+		Tools: map[string]string{"box1": "shell", "box2": "shell", "box3": "shell"}}
+	probes := map[string]Probe{
+		"box1": {Err: "node box1 unreachable: connect: connection refused (ssh u@127.0.0.1:1, while exec /bin/sh on box1)"},
+		"box2": {Err: "host key of node box2 is unknown\n  fix: run `dispatch nodes trust box2`"},
+	}
+	_, notes := CheckExecutables(cfg, []Row{row}, probes)
+	want := "task S01: could not check box1 (unreachable: connect: connection refused (ssh u@127.0.0.1:1, while exec /bin/sh on box1)); box2 (host key of node box2 is unknown); box3 (not asked) for its tool"
+	if len(notes) != 1 || !strings.HasPrefix(notes[0], want) {
+		t.Errorf("notes %q; want one beginning %q", notes, want)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -34,6 +35,13 @@ import (
 //     node user (other tasks, the supervisor, a login shell), so it is set
 //     to pids plus the threads the user runs when the attempt starts. Root
 //     is never bound by RLIMIT_NPROC: there, the watchdog alone counts.
+//     A fork the backstop refuses leaves no counter to read (a cgroup has
+//     pids.events): the tool gets EAGAIN, and a shell or a runtime says so
+//     and usually dies of it before the watchdog's next sample. So when the
+//     backstop was set and the tool failed, its log's last lines naming a
+//     refused fork or thread (forkRefused) class the attempt pids: the
+//     only per-user refusal of a fork the kernel makes is RLIMIT_NPROC, and
+//     the wrapper set it for this attempt alone.
 //   - memory: the watchdog sums the resident memory (RSS) of the same
 //     processes every watchdogInterval and kills the attempt, class oom,
 //     when it passes the limit. RSS counts a page shared by two processes
@@ -95,6 +103,52 @@ func oomMessage(l *wire.Limits) string {
 // refused.
 func pidsMessage(l *wire.Limits) string {
 	return "killed: the task tried to start a process or thread over its pids limit of " + strconv.Itoa(l.Pids) + " (the cgroup refused the fork)"
+}
+
+// nprocMessage is the error of an attempt whose fork RLIMIT_NPROC, the
+// pids limit's backstop without a cgroup, refused; base is the threads
+// the node user ran when the attempt started.
+func nprocMessage(l *wire.Limits, base int) string {
+	return "failed: the task's fork of a process or thread was refused at its pids limit of " + strconv.Itoa(l.Pids) +
+		" (RLIMIT_NPROC " + strconv.Itoa(l.Pids+base) + ": the limit plus the " + strconv.Itoa(base) +
+		" threads the node user ran when the attempt started)"
+}
+
+// forkRefusals are the words of a refused fork or thread in a tool's
+// output, lower-cased: dash's "Cannot fork", busybox's "can't fork", bash's
+// "fork: retry: Resource temporarily unavailable", Go's "failed to create
+// new OS thread", Node's "spawn EAGAIN", glibc's "pthread_create".
+var forkRefusals = []string{"cannot fork", "can't fork", "fork: retry", "fork failed", "failed to create new os thread", "spawn eagain", "pthread_create"}
+
+// forkRefused reports whether one of the last lines of a tool's log says
+// a fork or a thread was refused: a line with one of forkRefusals, or
+// EAGAIN's "resource temporarily unavailable" on a line naming a fork, a
+// thread, a spawn or a clone (not a read of a non-blocking socket).
+func forkRefused(tail []byte) bool {
+	if len(tail) > classifyTail {
+		tail = tail[len(tail)-classifyTail:]
+	}
+	for line := range strings.SplitSeq(strings.ToLower(string(tail)), "\n") {
+		for _, w := range forkRefusals {
+			if strings.Contains(line, w) {
+				return true
+			}
+		}
+		if strings.Contains(line, "resource temporarily unavailable") || strings.Contains(line, "eagain") {
+			for _, w := range []string{"fork", "thread", "spawn", "clone"} {
+				if strings.Contains(line, w) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// nprocRefused reports whether the tool failed because RLIMIT_NPROC, set
+// for it as the pids limit's backstop, refused a fork (see forkRefused).
+func (s *supervisor) nprocRefused(res outcome) bool {
+	return s.nproc > 0 && (res.code != 0 || res.sig != 0) && forkRefused(s.tlog.Tail())
 }
 
 // endCgroup gives the attempt the class of a limit its cgroups enforced

@@ -80,6 +80,7 @@ func (s *supervisor) limited(cmd *exec.Cmd) (*exec.Cmd, error) {
 		procs, _ := scanProcs()
 		nproc = l.Pids + userThreads(procs, os.Getuid())
 	}
+	s.nproc = nproc
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("limits: find own executable: %w", err)

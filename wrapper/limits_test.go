@@ -97,9 +97,12 @@ func sleepersLeft() int {
 	return n
 }
 
-// TestLimitsPidsStopsForkBomb runs the bomb as root (the watchdog alone
-// counts: RLIMIT_NPROC does not bind root) and, as the user bwtest, with
-// RLIMIT_NPROC as the backstop, sandboxed and not.
+// TestLimitsPidsStopsForkBomb runs the bomb as the test's user and, as
+// root, also as the user bwtest, sandboxed and not: as root the pids
+// cgroup or the watchdog stops it (RLIMIT_NPROC does not bind root); as
+// any other user, without a cgroup of its own, RLIMIT_NPROC refuses its
+// forks first, and the attempt is still classed pids (issue 39: it was
+// exit, and retried).
 func TestLimitsPidsStopsForkBomb(t *testing.T) {
 	users := []string{""}
 	if os.Geteuid() == 0 {
@@ -116,12 +119,9 @@ func TestLimitsPidsStopsForkBomb(t *testing.T) {
 				if st.Status == wire.StatusCompleted {
 					t.Errorf("the fork bomb completed: %+v", st)
 				}
-				// As root the watchdog kills it; as bwtest RLIMIT_NPROC may
-				// refuse its forks first.
-				log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), fileLog))
-				refused := u != "" && bytes.Contains(bytes.ToLower(log), []byte("fork"))
-				if !refused && (st.ErrorClass != wire.ClassPids || !strings.Contains(st.Error, "over its pids limit of 64")) {
-					t.Errorf("the fork bomb: %+v, log %q; want failed with class pids, or its forks refused", st, log)
+				if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassPids || !strings.Contains(st.Error, "pids limit of 64") {
+					log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), fileLog))
+					t.Errorf("the fork bomb as uid %d: %+v, log %q; want failed with class pids", nodeUID(n), st, log)
 				}
 				if _, err := os.Stat(filepath.Join(n.taskDir("LIMITED"), dirOutput, "started")); err == nil {
 					t.Error("the fork bomb started all its 2000 processes")
@@ -130,6 +130,65 @@ func TestLimitsPidsStopsForkBomb(t *testing.T) {
 				poll(t, 5*time.Second, "no sleeper of the fork bomb left", func() bool { return sleepersLeft() == 0 })
 			})
 		}
+	}
+}
+
+// TestLimitsPidsInSetup: a setup that forks past its pids limit fails the
+// attempt as the tool would, class pids, for any node user (not as
+// `start`, the class of a setup that failed on its own).
+func TestLimitsPidsInSetup(t *testing.T) {
+	users := []string{""}
+	if os.Geteuid() == 0 {
+		users = append(users, "bwtest")
+	}
+	for _, u := range users {
+		t.Run("user="+u, func(t *testing.T) {
+			n := newLimitsNode(t, u, false)
+			n.launch(t, n.item("LIMITED", wire.Launch{Setup: forkBomb, Command: shell("echo tool-ran > ran"), Limits: &wire.Limits{Pids: 64}}))
+			st := n.final(t, "LIMITED")
+			if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassPids {
+				log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), fileLog))
+				t.Errorf("a fork bomb in setup as uid %d: %+v, log %q; want failed with class pids", nodeUID(n), st, log)
+			}
+			if _, err := os.Stat(filepath.Join(n.taskDir("LIMITED"), dirOutput, "ran")); err == nil {
+				t.Error("the tool ran after its setup failed")
+			}
+			poll(t, 5*time.Second, "no sleeper of the fork bomb left", func() bool { return sleepersLeft() == 0 })
+		})
+	}
+}
+
+// nodeUID is the uid a sandboxNode's wrapper runs as.
+func nodeUID(n *sandboxNode) int {
+	if n.cred != nil {
+		return int(n.cred.Uid)
+	}
+	return os.Geteuid()
+}
+
+// TestForkRefused: the words of a refused fork or thread, from the
+// shells and runtimes a tool is made of, class a failure pids when
+// RLIMIT_NPROC was set; EAGAIN on a socket does not.
+func TestForkRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name, log string
+		want      bool
+	}{
+		{"dash", "/bin/sh: 0: Cannot fork\n", true},
+		{"busybox", "sh: can't fork: Resource temporarily unavailable\n", true},
+		{"bash", "bash: fork: retry: Resource temporarily unavailable\nbash: fork: Resource temporarily unavailable\n", true},
+		{"go", "runtime: failed to create new OS thread (have 12 already; errno=11)\nruntime: may need to increase max user processes (ulimit -u)\nfatal error: newosproc\n", true},
+		{"node", "Error: spawn EAGAIN\n    at ChildProcess._handle.onexit\n", true},
+		{"glibc", "pthread_create failed: Resource temporarily unavailable\n", true},
+		{"a socket's EAGAIN", "read tcp: Resource temporarily unavailable\nexit 1\n", false},
+		{"a plain failure", "tests failed: 3 of 40\n", false},
+		{"nothing", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := forkRefused([]byte(tc.log)); got != tc.want {
+				t.Errorf("forkRefused(%q) = %v, want %v", tc.log, got, tc.want)
+			}
+		})
 	}
 }
 

@@ -3,8 +3,10 @@ package wrapper
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/user"
@@ -350,7 +352,9 @@ func (sp *sandboxSpec) expose(dir, workDir string) error {
 }
 
 // nodeHomes are the node user's home directories: $HOME and the password
-// file's, when they differ.
+// file's, when they differ. One that does not exist (a service user made
+// without a home, like `useradd -M`) holds nothing to hide, and bwrap
+// could not make its mount point on a read-only /.
 func nodeHomes() []string {
 	var out []string
 	if h := os.Getenv("HOME"); h != "" && filepath.IsAbs(h) {
@@ -361,7 +365,10 @@ func nodeHomes() []string {
 			out = append(out, h)
 		}
 	}
-	return out
+	return slices.DeleteFunc(out, func(h string) bool {
+		_, err := os.Lstat(h)
+		return errors.Is(err, fs.ErrNotExist)
+	})
 }
 
 // sandboxEnv is the tool's environment in the sandbox: its HOME is the

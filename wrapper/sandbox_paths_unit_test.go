@@ -1,6 +1,8 @@
 package wrapper
 
 import (
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -59,5 +61,20 @@ func TestExposeToolUnderTmp(t *testing.T) {
 	}
 	if err := sp.exposeTool("/srv/work/p/tasks/T1/output/run.sh", "/srv/work"); err != nil {
 		t.Errorf("a tool in the workspace: %v", err)
+	}
+}
+
+// TestNodeHomesSkipsAMissingHome: a node user without a home (bwtest,
+// made with useradd -M) gets a sandbox; hiding its home failed bwrap
+// ("Can't mkdir /home/bwtest: Read-only file system").
+func TestNodeHomesSkipsAMissingHome(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("HOME", filepath.Join(dir, "gone"))
+	if slices.Contains(nodeHomes(), filepath.Join(dir, "gone")) {
+		t.Errorf("nodeHomes() = %q: holds a home that does not exist", nodeHomes())
+	}
+	t.Setenv("HOME", dir)
+	if h := nodeHomes(); len(h) == 0 || h[0] != dir {
+		t.Errorf("nodeHomes() = %q, want %s first", h, dir)
 	}
 }

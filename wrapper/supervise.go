@@ -122,6 +122,10 @@ type supervisor struct {
 	// removed by endCgroup once attempt has returned.
 	cg      *attemptCgroup
 	cgTried bool
+	// nproc is the RLIMIT_NPROC set on the last limited child (0: none),
+	// the pids limit's backstop without a pids cgroup; written by limited,
+	// read by finish, both in run's goroutine.
+	nproc int
 
 	lock    *os.File // the task's lock, held until the attempt has ended
 	logFile *os.File // the attempt's wrapper.log
@@ -1079,6 +1083,21 @@ func (s *supervisor) updateStatus(f func(*wire.Status) bool) error {
 	return writeJSONAtomic(filepath.Join(s.dir, fileStatus), s.st)
 }
 
+// noticeFailure fills st for an attempt stopped on a notice of its tool's
+// output (a refused credential, a rate limit being waited out).
+func (s *supervisor) noticeFailure(st *wire.Status, ended time.Time) {
+	st.Status, st.ErrorClass = wire.StatusFailed, s.notice.class
+	if s.notice.class == wire.ClassAuth {
+		st.Error = "stopped: the tool was retrying an API call the provider refused for its credentials"
+		return
+	}
+	st.Error = "stopped: the tool was waiting out a rate limit"
+	if s.notice.wait > 0 {
+		st.RetryAfterSeconds = retrySeconds(until(s.noticeAt.Add(s.notice.wait), ended))
+		st.Error += " (reset in " + s.notice.wait.Round(time.Second).String() + ")"
+	}
+}
+
 // finish writes the final status of the attempt.
 func (s *supervisor) finish(res outcome) {
 	if res.startErr != "" {
@@ -1124,16 +1143,7 @@ func (s *supervisor) finish(res outcome) {
 		case reason == reasonKill:
 			st.Status, st.ErrorClass, st.Error = wire.StatusKilled, wire.ClassKilled, "killed on request"
 		case reason == reasonNotice:
-			st.Status, st.ErrorClass = wire.StatusFailed, s.notice.class
-			if s.notice.class == wire.ClassAuth {
-				st.Error = "stopped: the tool was retrying an API call the provider refused for its credentials"
-			} else {
-				st.Error = "stopped: the tool was waiting out a rate limit"
-				if s.notice.wait > 0 {
-					st.RetryAfterSeconds = retrySeconds(until(s.noticeAt.Add(s.notice.wait), ended))
-					st.Error += " (reset in " + s.notice.wait.Round(time.Second).String() + ")"
-				}
-			}
+			s.noticeFailure(st, ended)
 		case reason == reasonOOM:
 			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassOOM, limitMsg
 		case reason == reasonPids:
@@ -1144,6 +1154,8 @@ func (s *supervisor) finish(res outcome) {
 		case reason == reasonTimeout:
 			st.Status, st.ErrorClass = wire.StatusFailed, wire.ClassTimeout
 			st.Error = "timed out after " + seconds(s.launch.TimeoutSeconds).String()
+		case s.nprocRefused(res):
+			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassPids, nprocMessage(s.launch.Limits, s.nproc-s.launch.Limits.Pids)
 		case res.startErr != "":
 			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassStart, res.startErr
 			st.ToolMissing = res.toolMissing

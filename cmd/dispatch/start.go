@@ -256,6 +256,11 @@ type progress struct {
 	// problems what was last shown of each one's trouble.
 	nodes    map[string]bool
 	problems map[string]string
+	// poll is the controller's pull period; offlineFirst is when every
+	// node was found offline (zero: one is not), offlineLast when start
+	// last said so (see offlineReminder).
+	poll                      time.Duration
+	offlineFirst, offlineLast time.Time
 }
 
 func newProgress(e *env, st *store.Store, project string) *progress {
@@ -271,6 +276,7 @@ func (p *progress) header(ctx context.Context, cfg *nodes.Config, only []string,
 	if poll <= 0 {
 		poll = cfg.Controller.PollInterval
 	}
+	p.poll = poll
 	p.nodes = map[string]bool{}
 	for _, n := range cfg.Nodes {
 		if len(only) == 0 || contains(only, n.Name) {
@@ -341,6 +347,7 @@ func (p *progress) nodeProblems(ctx context.Context) {
 		}
 		p.problems[n.Name] = problem
 	}
+	p.offlineReminder(ns, time.Now())
 }
 
 // nodeFix splits a node's error into what went wrong and the fix it names
