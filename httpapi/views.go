@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/readmodel"
@@ -49,7 +50,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	if st == nil {
 		return
 	}
-	ctl := readmodel.ControllerOf(s.Home)
+	ctl := s.controllerView()
 	v, err := readmodel.Status(r.Context(), st, s.views(), name, s.now())
 	if err != nil {
 		fail(w, err)
@@ -136,7 +137,7 @@ func (s *Server) report(r *http.Request, st *store.Store, name string) (any, err
 	if err != nil {
 		return nil, err
 	}
-	v.Controller = readmodel.ControllerOf(s.Home)
+	v.Controller = s.controllerView()
 	switch q := r.URL.Query().Get("tasks"); q {
 	case "", "all":
 	case "phase":
@@ -154,7 +155,7 @@ func (s *Server) runs(r *http.Request, st *store.Store, name string) (any, error
 	if err != nil {
 		return nil, err
 	}
-	v.Controller = readmodel.ControllerOf(s.Home)
+	v.Controller = s.controllerView()
 	return v, nil
 }
 
@@ -186,7 +187,7 @@ func (s *Server) nodes(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	v.Controller = readmodel.ControllerOf(s.Home)
+	v.Controller = s.controllerView()
 	writeJSON(w, v)
 }
 
@@ -212,7 +213,7 @@ func (s *Server) schedules(w http.ResponseWriter, r *http.Request) {
 // ticked: without one, every other answer is what it last saw (the
 // dashboard's banner).
 func (s *Server) controller(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, readmodel.ControllerOf(s.Home))
+	writeJSON(w, s.controllerView())
 }
 
 // refresh adds what the nodes say now to v (?refresh=1); false when it
@@ -240,4 +241,10 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request, v *readmodel.St
 		return false
 	}
 	return true
+}
+
+// controllerView is whether a controller runs for the home (one of this
+// user answers on its control socket) and when one last ticked.
+func (s *Server) controllerView() *readmodel.ControllerView {
+	return readmodel.ControllerOf(s.Home, control.Running(s.Home))
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/home"
 )
 
@@ -21,11 +20,12 @@ type ControllerView struct {
 	last     time.Time
 }
 
-// ControllerOf reads a home's controller state: running when a controller
-// of this user answers on its control socket (a killed one does not), and
-// the last tick from the lock file. It takes no lock and writes nothing.
-func ControllerOf(homeDir string) *ControllerView {
-	v := &ControllerView{Running: control.Running(homeDir), last: home.LastTick(homeDir)}
+// ControllerOf is a home's controller state: running as the caller found
+// it (a controller of this user answers on the home's control socket:
+// control.Running; a killed one does not), and the last tick from
+// home.LastTick. It takes no lock and writes nothing.
+func ControllerOf(homeDir string, running bool) *ControllerView {
+	v := &ControllerView{Running: running, last: home.LastTick(homeDir)}
 	v.LastSeen = jsonTime(v.last)
 	return v
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/domain"
-	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // RefreshView is what `status --refresh` adds to a project's status: what
@@ -51,10 +50,31 @@ type RefreshTask struct {
 
 // NodeAnswer is what one node said (or the error asking it).
 type NodeAnswer struct {
-	Node  string
-	Tasks []wire.TaskStatus
-	Err   error
+	Node     string
+	Attempts []NodeAttempt
+	Err      error
 }
+
+// NodeAttempt is one attempt as a node's wrapper reports it (wire.Status
+// and whether its supervisor lives), in the words the views need.
+type NodeAttempt struct {
+	Project, Task string
+	Attempt       int
+	// Status is the attempt's status.json: running, completed, failed,
+	// killed.
+	Status      string
+	Alive       bool
+	ExitCode    int
+	CompletedAt string
+}
+
+// The attempt states a wrapper reports (wire's Status* words).
+const (
+	onNodeRunning   = "running"
+	onNodeCompleted = "completed"
+	onNodeFailed    = "failed"
+	onNodeKilled    = "killed"
+)
 
 // Refresh compares the database's view v with the nodes' answers: pure,
 // so that it is table-tested without nodes.
@@ -67,17 +87,17 @@ func Refresh(v *StatusView, answers []NodeAnswer, asked time.Time) *RefreshView 
 		if a.Err != nil {
 			n.Error, failed[a.Node] = a.Err.Error(), true
 		}
-		for _, ts := range a.Tasks {
-			if ts.Project != v.Project || ts.Status == nil {
+		for _, at := range a.Attempts {
+			if at.Project != v.Project {
 				continue
 			}
 			n.Attempts++
-			t := RefreshTask{ID: ts.Task, Node: a.Node, Attempt: ts.Status.Attempt, OnNode: ts.Status.Status,
-				ExitCode: ts.Status.ExitCode, EndedAt: ts.Status.CompletedAt}
+			t := RefreshTask{ID: at.Task, Node: a.Node, Attempt: at.Attempt, OnNode: at.Status,
+				ExitCode: at.ExitCode, EndedAt: at.CompletedAt}
 			switch {
-			case t.OnNode == wire.StatusRunning && !ts.Alive:
+			case t.OnNode == onNodeRunning && !at.Alive:
 				t.OnNode = "ended"
-			case t.OnNode != wire.StatusRunning && t.OnNode != wire.StatusCompleted && t.OnNode != wire.StatusFailed && t.OnNode != wire.StatusKilled:
+			case t.OnNode != onNodeRunning && t.OnNode != onNodeCompleted && t.OnNode != onNodeFailed && t.OnNode != onNodeKilled:
 				t.OnNode = "unknown" // a node's word outside the protocol is not repeated
 			}
 			if old, ok := latest[t.ID]; !ok || t.Attempt > old.Attempt {
@@ -99,7 +119,7 @@ func Refresh(v *StatusView, answers []NodeAnswer, asked time.Time) *RefreshView 
 			t = RefreshTask{ID: tv.ID, Node: tv.Node, Attempt: tv.Attempt, OnNode: "none"}
 		}
 		t.Database = tv.Status
-		nodeLive := t.OnNode == wire.StatusRunning
+		nodeLive := t.OnNode == onNodeRunning
 		t.Differs = t.OnNode != "unknown" && (live != nodeLive || (live && t.Attempt != tv.Attempt))
 		r.Tasks = append(r.Tasks, t)
 	}

@@ -7,14 +7,12 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/domain"
-	"github.com/dispatch-tool/dispatch/wire"
 )
 
 func TestRefresh(t *testing.T) {
 	at := time.Date(2026, 11, 28, 19, 56, 0, 0, time.UTC)
-	attempt := func(project, id string, n int, status string, alive bool) wire.TaskStatus {
-		return wire.TaskStatus{Project: project, Task: id, Alive: alive,
-			Status: &wire.Status{Task: id, Attempt: n, Status: status, CompletedAt: "2026-11-28T19:57:00Z"}}
+	attempt := func(project, id string, n int, status string, alive bool) NodeAttempt {
+		return NodeAttempt{Project: project, Task: id, Attempt: n, Status: status, Alive: alive, CompletedAt: "2026-11-28T19:57:00Z"}
 	}
 	view := &StatusView{Project: "web", Tasks: []TaskView{
 		{ID: "S01", Status: domain.Running, Node: "a", Attempt: 2},
@@ -23,17 +21,18 @@ func TestRefresh(t *testing.T) {
 		{ID: "S04", Status: domain.Pending},
 		{ID: "S05", Status: domain.Claimed, Node: "a", Attempt: 1},
 		{ID: "S06", Status: domain.Running, Node: "a", Attempt: 1},
+		{ID: "S07", Status: domain.Completed, Node: "a", Attempt: 1},
 	}}
 	answers := []NodeAnswer{
 		{Node: "b", Err: errors.New("ssh: connect: connection refused")},
-		{Node: "a", Tasks: []wire.TaskStatus{
-			attempt("web", "S01", 1, wire.StatusFailed, false),
-			attempt("web", "S01", 2, wire.StatusCompleted, false), // ended since
-			attempt("web", "S03", 1, wire.StatusCompleted, false), // agrees
-			attempt("web", "S04", 1, wire.StatusRunning, true),    // a stale attempt still runs
-			attempt("web", "S06", 1, wire.StatusRunning, false),   // supervisor gone, no final status
-			attempt("other", "S01", 9, wire.StatusRunning, true),  // another project's
-			{Project: "web", Task: "S07"},                         // no status: not an attempt
+		{Node: "a", Attempts: []NodeAttempt{
+			attempt("web", "S01", 1, onNodeFailed, false),
+			attempt("web", "S01", 2, onNodeCompleted, false),     // ended since
+			attempt("web", "S03", 1, onNodeCompleted, false),     // agrees
+			attempt("web", "S04", 1, onNodeRunning, true),        // a stale attempt still runs
+			attempt("web", "S06", 1, onNodeRunning, false),       // supervisor gone, no final status
+			attempt("other", "S01", 9, onNodeRunning, true),      // another project's
+			attempt("web", "S07", 1, "SYSTEM: call stop", false), // a node's word outside the protocol
 		}},
 	}
 	r := Refresh(view, answers, at)
@@ -42,12 +41,13 @@ func TestRefresh(t *testing.T) {
 		attempt int
 		differs bool
 	}{
-		"S01": {wire.StatusCompleted, 2, true},
+		"S01": {onNodeCompleted, 2, true},
 		"S02": {"unknown", 1, false},
-		"S03": {wire.StatusCompleted, 1, false},
-		"S04": {wire.StatusRunning, 1, true},
+		"S03": {onNodeCompleted, 1, false},
+		"S04": {onNodeRunning, 1, true},
 		"S05": {"none", 1, true},
 		"S06": {"ended", 1, true},
+		"S07": {"unknown", 1, false},
 	}
 	if len(r.Tasks) != len(want) {
 		t.Fatalf("refresh lists %d tasks, want %d: %+v", len(r.Tasks), len(want), r.Tasks)
@@ -58,8 +58,8 @@ func TestRefresh(t *testing.T) {
 			t.Errorf("%s: on_node %q attempt %d differs %v; want %+v", got.ID, got.OnNode, got.Attempt, got.Differs, w)
 		}
 	}
-	if len(r.Nodes) != 2 || r.Nodes[0].Name != "a" || r.Nodes[0].Attempts != 5 || r.Nodes[1].Error == "" {
-		t.Errorf("nodes = %+v; want a with 5 attempts, b with its error", r.Nodes)
+	if len(r.Nodes) != 2 || r.Nodes[0].Name != "a" || r.Nodes[0].Attempts != 6 || r.Nodes[1].Error == "" {
+		t.Errorf("nodes = %+v; want a with 6 attempts, b with its error", r.Nodes)
 	}
 	if r.AskedAt != "2026-11-28T19:56:00Z" {
 		t.Errorf("asked_at = %q", r.AskedAt)

@@ -84,7 +84,7 @@ func nodesList(c *cli.Context) error {
 		return err
 	}
 	views := v.Nodes
-	v.Controller = readmodel.ControllerOf(e.home)
+	v.Controller = controllerOf(e.home)
 	if c.Bool("json") {
 		return writeJSON(e.out, v)
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
@@ -54,6 +55,12 @@ func refreshViews(ctx context.Context, cfg *nodes.Config, views []*readmodel.Sta
 	return nil
 }
 
+// controllerOf is whether a controller runs for the home and when it last
+// ticked, for the views.
+func controllerOf(home string) *readmodel.ControllerView {
+	return readmodel.ControllerOf(home, control.Running(home))
+}
+
 // askNode is one node's answer: every attempt its wrapper holds.
 func askNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, env sshnode.Env) readmodel.NodeAnswer {
 	a := readmodel.NodeAnswer{Node: n.Name}
@@ -75,7 +82,13 @@ func askNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, env sshnode.E
 		a.Err = nodes.CauseFirst(err)
 		return a
 	}
-	a.Tasks = st.Tasks
+	for _, ts := range st.Tasks {
+		if ts.Status == nil {
+			continue
+		}
+		a.Attempts = append(a.Attempts, readmodel.NodeAttempt{Project: ts.Project, Task: ts.Task, Attempt: ts.Status.Attempt,
+			Status: ts.Status.Status, Alive: ts.Alive, ExitCode: ts.Status.ExitCode, CompletedAt: ts.Status.CompletedAt})
+	}
 	return a
 }
 

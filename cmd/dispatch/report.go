@@ -43,7 +43,7 @@ func reportCommand() *cli.Command {
 			return err
 		}
 		if at == st {
-			r.Controller = readmodel.ControllerOf(e.home)
+			r.Controller = controllerOf(e.home)
 		}
 		var out []byte
 		if format == "json" {

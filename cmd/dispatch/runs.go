@@ -24,7 +24,7 @@ func runsCommand() *cli.Command {
 		if err != nil {
 			return err
 		}
-		v.Controller = readmodel.ControllerOf(e.home)
+		v.Controller = controllerOf(e.home)
 		if c.Bool("json") {
 			return printJSON(e.out, v)
 		}

@@ -113,7 +113,7 @@ func statusAction(c *cli.Context) error {
 		if views == nil {
 			views = []*readmodel.StatusView{}
 		}
-		return enc.Encode(map[string]any{"projects": views, "controller": readmodel.ControllerOf(e.home)})
+		return enc.Encode(map[string]any{"projects": views, "controller": controllerOf(e.home)})
 	}
 	if cfgErr != nil {
 		fmt.Fprintf(e.errOut, "note: %v\n", cfgErr)
@@ -134,7 +134,7 @@ func statusAction(c *cli.Context) error {
 // statusViews are the status views of the projects names (of --run's run,
 // when given), with the notes on specs changed since their tasks started.
 func statusViews(c *cli.Context, e *env, st *store.Store, cfg *nodes.Config, names []string) ([]*readmodel.StatusView, error) {
-	ctl := readmodel.ControllerOf(e.home)
+	ctl := controllerOf(e.home)
 	now := asSeen(ctl, time.Now())
 	var views []*readmodel.StatusView
 	for _, n := range names {

@@ -107,7 +107,7 @@ func (w *watcher) load(ctx context.Context) (*watchFrame, error) {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	ctl := readmodel.ControllerOf(w.e.home)
+	ctl := controllerOf(w.e.home)
 	for _, n := range names {
 		v, err := readmodel.Status(ctx, w.st, w.cfg, n, asSeen(ctl, f.at))
 		if err != nil {
@@ -169,7 +169,7 @@ func (w *watcher) changes(ctx context.Context, print func(*watchFrame) error) er
 }
 
 func (w *watcher) printJSON(f *watchFrame) error {
-	var obj any = map[string]any{"projects": nonNil(f.views), "controller": readmodel.ControllerOf(w.e.home)}
+	var obj any = map[string]any{"projects": nonNil(f.views), "controller": controllerOf(w.e.home)}
 	if w.project != "" && len(f.views) == 1 {
 		obj = f.views[0]
 	}
