@@ -312,6 +312,15 @@ type pull struct {
 	// from it was not looked at (facts and version are the last full
 	// pull's).
 	partial bool
+	// silent is, for a failed pull, how long the node had said nothing
+	// when the tick began (its transport's word, see nodes.Hearer): it
+	// went offline that long ago, not when this call failed.
+	silent time.Duration
+}
+
+// offlineFrom is when a node whose pull failed at now went silent.
+func (p *pull) offlineFrom(now time.Time) time.Time {
+	return now.Add(-p.silent)
 }
 
 func taskKey(project, id string) string { return project + "/" + id }
@@ -378,7 +387,8 @@ func (c *Controller) pullAll(ctx context.Context, projects []string) map[string]
 		served[p] = true
 	}
 	now := time.Now() // the stream's own clock, not the database's
-	var full []string
+	var full, gaveUp []string
+	silence := map[string]time.Duration{}
 	for _, name := range c.nodeNames() {
 		n := c.nodes[name]
 		// A node whose stream is open and whose last full pull is recent
@@ -389,6 +399,18 @@ func (c *Controller) pullAll(ctx context.Context, projects []string) map[string]
 				continue
 			}
 		}
+		if h, ok := n.tr.(nodes.Hearer); ok {
+			var given bool
+			if silence[name], given = h.Silence(); given {
+				// Its keepalives went unanswered: offline since its last
+				// word, without waiting for a new connection to time out.
+				// The call still goes out, and a node back answers the
+				// next tick.
+				got[name] = &pull{err: fmt.Errorf("no answer to SSH keepalives for %s (node frozen or cut off)", silence[name].Round(100*time.Millisecond))}
+				gaveUp = append(gaveUp, name)
+				continue
+			}
+		}
 		started[name] = !n.pulling.Load()
 		full = append(full, name)
 	}
@@ -396,6 +418,7 @@ func (c *Controller) pullAll(ctx context.Context, projects []string) map[string]
 	if len(full) > 0 {
 		liveOn = c.liveOn.read(ctx, c.st, projects, c.log)
 	}
+	c.onNodes(gaveUp, pulling, 0, func(n *nodeRuntime) { c.pullNode(ctx, n, projects, nil) })
 	c.onNodes(full, pulling, wait, func(n *nodeRuntime) {
 		p := c.pullNode(ctx, n, projects, liveOn)
 		mu.Lock()
@@ -415,6 +438,9 @@ func (c *Controller) pullAll(ctx context.Context, projects []string) map[string]
 			p = &pull{err: fmt.Errorf("no answer within %s (node hung or unreachable)", wait)}
 		}
 		p.node = name
+		if p.err != nil {
+			p.silent = silence[name]
+		}
 		out[name] = p
 	}
 	return out
