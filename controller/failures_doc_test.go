@@ -19,7 +19,7 @@ func TestFailuresDocNamesRealTests(t *testing.T) {
 		"domain": "../domain", "store": "../store", "spec": "../spec", "readmodel": "../readmodel", "gitrepo": "../gitrepo", "notify": "../notify",
 		"schedule": "../schedule", "yamlval": "../internal/yamlval", "netallow": "../internal/netallow",
 		"httpapi": "../httpapi", "dashboard": "../dashboard", "home": "../home",
-		"service": "../service", "prune": "../prune", "logrotate": "../internal/logrotate"}
+		"service": "../service", "prune": "../prune", "logrotate": "../internal/logrotate", "bench": "../bench"}
 	cites := regexp.MustCompile("`([a-z]+):(Test[A-Za-z0-9_]+)`").FindAllStringSubmatch(string(doc), -1)
 	if len(cites) < 20 {
 		t.Fatalf("only %d tests cited in FAILURES.md", len(cites))

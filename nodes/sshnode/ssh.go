@@ -1125,11 +1125,20 @@ func (s *SSH) Stream(ctx context.Context, argv []string, onLine func([]byte) boo
 		return fmt.Errorf("stream %s on %s: %w", argv[0], s.cfg.Node, ctx.Err())
 	}
 	if err != nil {
-		if isConnError(err) {
+		// A stream whose connection was dropped under it (keepalives
+		// unanswered) may see only its end.
+		if isConnError(err) || s.dropped(c) {
 			s.reset(c)
 			err = s.unreachable(err)
 		}
 		return fmt.Errorf("stream %s on %s: %w", argv[0], s.cfg.Node, err)
 	}
 	return nil
+}
+
+// dropped reports whether c is no longer the transport's connection.
+func (s *SSH) dropped(c *ssh.Client) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.client != c
 }
