@@ -212,9 +212,27 @@ func TestStreamStatePartialPulls(t *testing.T) {
 	if p := s.partial(served, time.Minute, t0.Add(8*time.Second)); p == nil {
 		t.Fatal("no partial pull right after a full one")
 	}
-	s.reset()
+	s.reset(t0.Add(8 * time.Second))
 	if p := s.partial(served, time.Minute, t0.Add(8*time.Second)); p != nil {
 		t.Error("partial pull after the stream reopened; want a full pull")
+	}
+	// The stream's hello comes while a full pull is out: that pull may
+	// have read the node before the stream's starting look, and what ended
+	// between the two is in neither. It is not enough; one begun after the
+	// hello is.
+	s.fullDone(facts, time.Millisecond, t0.Add(7500*time.Millisecond))
+	if p := s.partial(served, time.Minute, t0.Add(9*time.Second)); p != nil {
+		t.Error("partial pull after a full pull begun before the stream's hello; want another full pull")
+	}
+	s.fullDone(facts, time.Millisecond, t0.Add(8500*time.Millisecond))
+	if p := s.partial(served, time.Minute, t0.Add(9*time.Second)); p == nil {
+		t.Error("no partial pull after a full pull begun after the hello")
+	}
+	// Likewise after a frame without statuses.
+	s.add(wire.Frame{Type: wire.FrameChange, Tasks: []string{"p/S05"}}, t0.Add(10*time.Second))
+	s.fullDone(facts, time.Millisecond, t0.Add(9500*time.Millisecond))
+	if p := s.partial(served, time.Minute, t0.Add(11*time.Second)); p != nil {
+		t.Error("partial pull after a full pull begun before a frame without statuses; want another full pull")
 	}
 }
 
