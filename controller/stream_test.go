@@ -2,8 +2,10 @@ package controller
 
 import (
 	"context"
+	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -51,9 +53,19 @@ func runUntilDone(t *testing.T, h *harness, limit time.Duration) {
 
 // TestStreamWakesTheLoop: each step of a chain starts as soon as the one
 // before ends, told by the node's status stream, not by the hourly poll.
+//
+// The debug log names what ended each wait between ticks (the stream here,
+// never the hourly poll), so that a batch that stalls says what it waited
+// for.
 func TestStreamWakesTheLoop(t *testing.T) {
 	h := newHarness(t, chainYAML, chainSpecs())
+	var logs lockedBuffer
+	h.ctl.log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	runUntilDone(t, h, time.Minute)
+	out := logs.String()
+	if !strings.Contains(out, "tick wait") || !strings.Contains(out, "woke_by=stream") || strings.Contains(out, "woke_by=poll") {
+		t.Errorf("the debug log does not name the stream as what ended the waits:\n%s", out)
+	}
 }
 
 // streamer replaces a transport's Stream.
