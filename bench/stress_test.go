@@ -8,7 +8,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -139,12 +138,13 @@ func runBatch(t *testing.T, ctx context.Context, c *sshdtest.Client, cfg *nodes.
 	return wall
 }
 
-// busyCores keeps every core busy with a shell loop until the test ends.
+// busyCores keeps every core busy with a shell loop until the test ends
+// (or its process dies: each loop checks that it lives).
 func busyCores(t *testing.T) {
 	t.Helper()
+	loop := fmt.Sprintf("while kill -0 %d 2>/dev/null; do :; done", os.Getpid())
 	for range runtime.NumCPU() {
-		cmd := exec.Command("/bin/sh", "-c", "while :; do :; done")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		cmd := exec.Command("/bin/sh", "-c", loop)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
