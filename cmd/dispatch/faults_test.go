@@ -448,25 +448,34 @@ nodes:
 	dir := filepath.Join(h.home, "specs", "frozen")
 	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
 	writeFile(t, filepath.Join(dir, "S01-x.md"), `echo "$DISPATCH_NODE" > node.txt
-if [ "$DISPATCH_NODE" = a ]; then sleep 120; else sleep 1; fi
+if [ "$DISPATCH_ATTEMPT" = 1 ]; then sleep 120; else sleep 1; fi
 `)
 	wait := startBackground(t, h.env, "--home", h.home, "start", "frozen")
+	// The node the first attempt runs on (either: both are free) freezes.
+	servers := map[string]*sshdtest.Server{"a": a, "b": b}
 	var pid, toolPID int
-	pollUntil(t, 90*time.Second, "S01 to run on a", func() bool {
+	var node string
+	pollUntil(t, 90*time.Second, "S01 to run", func() bool {
 		tk := taskState(t, h.home, "frozen", "S01")
-		pid, toolPID, _, _ = nodeStatusJSON(t, a.WorkDir, "frozen", "S01")
-		return tk.Status == domain.Running && tk.Node == "a" && pid > 1 && toolPID > 1
+		if tk.Status != domain.Running || servers[tk.Node] == nil {
+			return false
+		}
+		node = tk.Node
+		pid, toolPID, _, _ = nodeStatusJSON(t, servers[node].WorkDir, "frozen", "S01")
+		return pid > 1 && toolPID > 1
 	})
+	other := map[string]string{"a": "b", "b": "a"}[node]
+	frozenNode := servers[node]
 	// The whole node stops: sshd and what it serves, and the task's
 	// supervisor and tool (they are not sshd's children: the wrapper
 	// detached them).
-	a.PauseAll(t)
+	frozenNode.PauseAll(t)
 	frozen := []int{pid, -toolPID}
 	t.Cleanup(func() {
 		for _, p := range frozen {
 			_ = syscall.Kill(p, syscall.SIGCONT)
 		}
-		a.Resume(t)
+		frozenNode.Resume(t)
 	})
 	for _, p := range frozen {
 		if err := syscall.Kill(p, syscall.SIGSTOP); err != nil {
@@ -487,18 +496,18 @@ if [ "$DISPATCH_NODE" = a ]; then sleep 120; else sleep 1; fi
 	st := openStore(t, h.home)
 	ns, _ := st.Nodes(context.Background())
 	for _, n := range ns {
-		if n.Name == "a" && n.State != "offline" {
-			t.Errorf("node a is %s, want offline (%s)", n.State, n.LastError)
+		if n.Name == node && n.State != "offline" {
+			t.Errorf("node %s is %s, want offline (%s)", node, n.State, n.LastError)
 		}
 	}
-	pollUntil(t, 60*time.Second, "S01 to complete on b", func() bool {
+	pollUntil(t, 60*time.Second, "S01 to complete on the other node", func() bool {
 		tk := taskState(t, h.home, "frozen", "S01")
-		return tk.Status == domain.Completed && tk.Node == "b"
+		return tk.Status == domain.Completed && tk.Node == other
 	})
 	for _, p := range frozen {
 		_ = syscall.Kill(p, syscall.SIGCONT)
 	}
-	a.Resume(t)
+	frozenNode.Resume(t)
 	if r := wait(); r.code != 0 {
 		t.Fatalf("start: %s", r)
 	}

@@ -85,11 +85,19 @@ func (s *SSH) keepalive(c *ssh.Client, every time.Duration) {
 	due := every - check
 	var asking atomic.Bool
 	var asked time.Time
+	last := time.Now()
 	for {
 		select {
 		case <-closed:
 			return
 		case now := <-t.C:
+			if now.Sub(last) > every {
+				// This process did not run for a while (a laptop asleep, a
+				// starved machine): what the node sent meanwhile is still
+				// unread, and its silence counts from now.
+				s.heard.Store(now.UnixNano())
+			}
+			last = now
 			silent := now.Sub(time.Unix(0, s.heard.Load()))
 			if silent >= keepaliveMissed*every {
 				s.giveUp(c)
