@@ -56,10 +56,11 @@ func (c *heardConn) Read(b []byte) (int, error) {
 }
 
 // Silence reports how long the node has said nothing, and whether its
-// connection was dropped for it (see nodes.Hearer).
+// connection was dropped for it (see nodes.Hearer). Without keepalives a
+// quiet connection says nothing of its node: zero.
 func (s *SSH) Silence() (time.Duration, bool) {
 	at := s.heard.Load()
-	if at == 0 {
+	if at == 0 || s.cfg.Keepalive <= 0 {
 		return 0, false
 	}
 	s.mu.Lock()
