@@ -451,7 +451,7 @@ func (c *Controller) nodeRecord(name string, p *pull, prev store.Node, now time.
 		n.LastError = nodes.CauseFirst(p.err).Error()
 		n.OfflineSince = prev.OfflineSince
 		if prev.State != store.NodeOffline || n.OfflineSince.IsZero() {
-			n.OfflineSince = now
+			n.OfflineSince = p.offlineFrom(now)
 		}
 		return n
 	}

@@ -315,64 +315,69 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 		if c.shutdown || (len(served) == 0 && c.opts.Between == nil) {
 			return nil
 		}
-		wait := poll
+		wait, why := poll, "poll"
 		if res.Launched > 0 || res.Changed > 0 {
 			// While tasks start and end, look again soon: short tasks then
 			// finish in well under a poll interval, and freed slots refill
 			// at once. A quiet batch is pulled every poll interval.
-			wait = min(poll, activeWait)
+			wait, why = min(poll, activeWait), "active"
 		}
 		// A retry's backoff, a pause, an offline node's timeout: what falls
 		// due by the clock alone is decided when it is due, not at the
 		// next poll.
-		if !res.Wake.IsZero() {
-			wait = max(min(wait, res.Wake.Sub(c.now())), 0)
+		if !res.Wake.IsZero() && res.Wake.Sub(c.now()) < wait {
+			wait, why = max(res.Wake.Sub(c.now()), 0), "due"
 		}
 		if c.opts.Between != nil {
 			// Scheduled runs start when they are due, and their tasks are
 			// claimed by the tick right after.
 			due, begun := c.opts.Between(ctx, c.startProject)
-			if !due.IsZero() {
-				wait = max(min(wait, due.Sub(c.now())), 0)
+			if !due.IsZero() && due.Sub(c.now()) < wait {
+				wait, why = max(due.Sub(c.now()), 0), "schedule"
 			}
 			if begun {
-				wait = 0
+				wait, why = 0, "run begun"
 			}
 		}
-		// Wait for the next tick, serving operator commands meanwhile; a
-		// tick follows every command at once.
-		timer := time.NewTimer(wait)
-	wait:
-		for {
-			select {
-			case <-ctx.Done():
-				timer.Stop()
-				return ctx.Err()
-			case <-timer.C:
-				break wait
-			case r := <-c.requests:
-				r.Reply <- c.Do(ctx, r.Req)
-				timer.Stop()
-				break wait
-			case <-c.opts.Hangup:
-				c.reloadAndLog(ctx)
-				timer.Stop()
-				break wait
-			case <-c.wake:
-				// A node said something changed: tick now, once the rest
-				// of the burst is in, and not more often than wakeGap
-				// however fast a node (or a task rewriting its own
-				// status.json) reports changes.
-				timer.Stop()
-				time.Sleep(max(coalesceWait, wakeGap-time.Since(tickStart)))
-				select {
-				case <-c.wake:
-				default:
-				}
-				break wait
-			}
+		if err := c.awaitTick(ctx, wait, why, tickStart); err != nil {
+			return err
 		}
 	}
+}
+
+// awaitTick waits for the next tick, serving operator commands meanwhile;
+// a tick follows every command at once. The debug log names what ended
+// each wait and how long it was (why: the timer's reason), so that a
+// batch that stalls says what it waited for.
+func (c *Controller) awaitTick(ctx context.Context, wait time.Duration, why string, tickStart time.Time) error {
+	began := time.Now()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	woke := why
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+	case r := <-c.requests:
+		r.Reply <- c.Do(ctx, r.Req)
+		woke = "command"
+	case <-c.opts.Hangup:
+		c.reloadAndLog(ctx)
+		woke = "hangup"
+	case <-c.wake:
+		// A node said something changed: tick now, once the rest of the
+		// burst is in, and not more often than wakeGap however fast a
+		// node (or a task rewriting its own status.json) reports changes.
+		timer.Stop()
+		time.Sleep(max(coalesceWait, wakeGap-time.Since(tickStart)))
+		select {
+		case <-c.wake:
+		default:
+		}
+		woke = "stream"
+	}
+	c.log.Debug("tick wait", "woke_by", woke, "waited", time.Since(began).Round(time.Millisecond), "planned", wait, "planned_for", why)
+	return nil
 }
 
 // Close closes the node transports, each once the goroutines still using

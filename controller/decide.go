@@ -384,13 +384,14 @@ func (a *applier) task(t *domain.Task) {
 	}
 }
 
-// offlineSince is when node went offline by this controller's own clock:
-// never before this controller started, which never inherits offline
-// time from a controller that stopped long ago.
+// offlineSince is when node went offline by this controller's own clock
+// (its last word, when the transport knows it, see pull.silent): never
+// before this controller started, which never inherits offline time from
+// a controller that stopped long ago.
 func (a *applier) offlineSince(node string) time.Time {
 	since := a.prev[node].OfflineSince
 	if since.IsZero() {
-		since = a.now
+		since = a.pulls[node].offlineFrom(a.now)
 	}
 	return later(since, a.c.started)
 }

@@ -96,6 +96,13 @@ func TestDecideRetry(t *testing.T) {
 // last tick, not every task of the node.
 type streamSaid []wire.TaskStatus
 
+// silentFor is a failed pull of a node that had said nothing for d (its
+// transport's keepalives unanswered).
+type silentFor struct {
+	err error
+	d   time.Duration
+}
+
 func nodeSays(byNode map[string]any) map[string]*pull {
 	pulls := map[string]*pull{}
 	for name, v := range byNode {
@@ -103,6 +110,8 @@ func nodeSays(byNode map[string]any) map[string]*pull {
 		switch v := v.(type) {
 		case error:
 			p.err, p.status = v, nil
+		case silentFor:
+			p.err, p.status, p.silent = v.err, nil, v.d
 		case streamSaid:
 			p.partial = true
 			v2 := []wire.TaskStatus(v)
@@ -302,6 +311,20 @@ func TestApplyDecisions(t *testing.T) {
 			tasks: []domain.Task{task("S01", domain.Running, "n2", 1)},
 			pulls: map[string]any{"n2": errors.New("connection refused")},
 			prev:  map[string]store.Node{"n2": {Name: "n2", State: store.NodeOffline, OfflineSince: t0.Add(-9 * time.Minute)}},
+		},
+		{
+			name:  "a node silent past node_offline_timeout loses its attempts at its first failed pull: offline since its last word",
+			tasks: []domain.Task{task("S01", domain.Running, "n2", 1)},
+			pulls: map[string]any{"n2": silentFor{errors.New("no answer to SSH keepalives"), 11 * time.Minute}},
+			want: []string{"run S01#1 Error=node n2 offline since 2026-11-22T11:49:00Z: no answer to SSH keepalives ErrorClass=lost Status=lost",
+				"S01 running→lost: node n2 offline since 2026-11-22T11:49:00Z: no answer to SSH keepalives",
+				"S01 lost→pending: lost with its node: requeued at once (1 of 10; does not use max_retries)"},
+			changed: 2,
+		},
+		{
+			name:  "a node silent for less than node_offline_timeout keeps its attempts",
+			tasks: []domain.Task{task("S01", domain.Running, "n2", 1)},
+			pulls: map[string]any{"n2": silentFor{errors.New("no answer to SSH keepalives"), 9 * time.Minute}},
 		},
 		{
 			name: "a claim with no trace on its node is requeued after the grace",

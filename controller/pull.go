@@ -95,6 +95,10 @@ type streamState struct {
 	last     *wire.NodeStatus
 	lastRTT  time.Duration
 	lastFull time.Time
+	// resetAt is when a full pull was last asked for (the stream's hello:
+	// what changed before its starting look was never streamed). Only a
+	// pull begun after it clears needFull.
+	resetAt time.Time
 }
 
 type streamedTask struct {
@@ -107,7 +111,7 @@ func (s *streamState) add(f wire.Frame, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(f.Statuses) != len(f.Tasks) {
-		s.needFull = true
+		s.needFull, s.resetAt = true, now
 		return
 	}
 	if s.tasks == nil {
@@ -121,19 +125,26 @@ func (s *streamState) add(f wire.Frame, now time.Time) {
 	}
 }
 
-// reset asks for a full pull and forgets what the stream told.
-func (s *streamState) reset() {
+// reset asks for a full pull begun after at and forgets what the stream
+// told.
+func (s *streamState) reset(at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.needFull, s.tasks = true, nil
+	s.needFull, s.tasks, s.resetAt = true, nil, at
 }
 
 // fullDone records a full pull that started at began: what the stream told
-// before then is older than it and dropped.
+// before then is older than it and dropped. A pull begun before the last
+// reset (a stream's hello that came while it was out) may have read the
+// node before the stream's starting look: what ended between the two was
+// in neither, and only a full pull begun after the hello finds it. Taking
+// that pull for enough left such tasks running until the next poll (a
+// 200-task batch took 30.4 s instead of 2).
 func (s *streamState) fullDone(st *wire.NodeStatus, rtt time.Duration, began time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.needFull, s.last, s.lastRTT, s.lastFull = false, st, rtt, began
+	s.needFull = began.Before(s.resetAt)
+	s.last, s.lastRTT, s.lastFull = st, rtt, began
 	for k, t := range s.tasks {
 		if t.at.Before(began) {
 			delete(s.tasks, k)
@@ -315,6 +326,15 @@ type pull struct {
 	// from it was not looked at (facts and version are the last full
 	// pull's).
 	partial bool
+	// silent is, for a failed pull, how long the node had said nothing
+	// when the tick began (its transport's word, see nodes.Hearer): it
+	// went offline that long ago, not when this call failed.
+	silent time.Duration
+}
+
+// offlineFrom is when a node whose pull failed at now went silent.
+func (p *pull) offlineFrom(now time.Time) time.Time {
+	return now.Add(-p.silent)
 }
 
 func taskKey(project, id string) string { return project + "/" + id }
@@ -381,7 +401,8 @@ func (c *Controller) pullAll(ctx context.Context, projects []string) map[string]
 		served[p] = true
 	}
 	now := time.Now() // the stream's own clock, not the database's
-	var full []string
+	var full, gaveUp []string
+	silence := map[string]time.Duration{}
 	for _, name := range c.nodeNames() {
 		n := c.nodes[name]
 		// A node whose stream is open and whose last full pull is recent
@@ -392,6 +413,18 @@ func (c *Controller) pullAll(ctx context.Context, projects []string) map[string]
 				continue
 			}
 		}
+		if h, ok := n.tr.(nodes.Hearer); ok {
+			var given bool
+			if silence[name], given = h.Silence(); given {
+				// Its keepalives went unanswered: offline since its last
+				// word, without waiting for a new connection to time out.
+				// The call still goes out, and a node back answers the
+				// next tick.
+				got[name] = &pull{err: fmt.Errorf("no answer to SSH keepalives for %s (node frozen or cut off)", silence[name].Round(100*time.Millisecond))}
+				gaveUp = append(gaveUp, name)
+				continue
+			}
+		}
 		started[name] = !n.pulling.Load()
 		full = append(full, name)
 	}
@@ -399,6 +432,7 @@ func (c *Controller) pullAll(ctx context.Context, projects []string) map[string]
 	if len(full) > 0 {
 		liveOn = c.liveOn.read(ctx, c.st, projects, c.log)
 	}
+	c.onNodes(gaveUp, pulling, 0, func(n *nodeRuntime) { c.pullNode(ctx, n, projects, nil) })
 	c.onNodes(full, pulling, wait, func(n *nodeRuntime) {
 		p := c.pullNode(ctx, n, projects, liveOn)
 		mu.Lock()
@@ -418,6 +452,9 @@ func (c *Controller) pullAll(ctx context.Context, projects []string) map[string]
 			p = &pull{err: fmt.Errorf("no answer within %s (node hung or unreachable)", wait)}
 		}
 		p.node = name
+		if p.err != nil {
+			p.silent = silence[name]
+		}
 		out[name] = p
 	}
 	return out

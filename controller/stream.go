@@ -94,7 +94,7 @@ func (c *Controller) streamLoop(ctx context.Context, n *nodeRuntime) {
 		began := time.Now()
 		err := c.runStream(ctx, n, inst)
 		n.streamUp.Store(false)
-		n.streamed.reset()
+		n.streamed.reset(time.Now())
 		if ctx.Err() != nil {
 			return
 		}
@@ -151,7 +151,7 @@ func (c *Controller) runStream(ctx context.Context, n *nodeRuntime, inst *nodes.
 		case wire.FrameHello:
 			// Changes since the last pull were not streamed: the next
 			// tick pulls the node in full, now.
-			n.streamed.reset()
+			n.streamed.reset(time.Now())
 			n.streamUp.Store(true)
 			c.signalWake()
 		case wire.FrameChange:

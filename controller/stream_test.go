@@ -2,8 +2,10 @@ package controller
 
 import (
 	"context"
+	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -51,9 +53,19 @@ func runUntilDone(t *testing.T, h *harness, limit time.Duration) {
 
 // TestStreamWakesTheLoop: each step of a chain starts as soon as the one
 // before ends, told by the node's status stream, not by the hourly poll.
+//
+// The debug log names what ended each wait between ticks (the stream here,
+// never the hourly poll), so that a batch that stalls says what it waited
+// for.
 func TestStreamWakesTheLoop(t *testing.T) {
 	h := newHarness(t, chainYAML, chainSpecs())
+	var logs lockedBuffer
+	h.ctl.log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	runUntilDone(t, h, time.Minute)
+	out := logs.String()
+	if !strings.Contains(out, "tick wait") || !strings.Contains(out, "woke_by=stream") || strings.Contains(out, "woke_by=poll") {
+		t.Errorf("the debug log does not name the stream as what ended the waits:\n%s", out)
+	}
 }
 
 // streamer replaces a transport's Stream.
@@ -212,9 +224,27 @@ func TestStreamStatePartialPulls(t *testing.T) {
 	if p := s.partial(served, time.Minute, t0.Add(8*time.Second)); p == nil {
 		t.Fatal("no partial pull right after a full one")
 	}
-	s.reset()
+	s.reset(t0.Add(8 * time.Second))
 	if p := s.partial(served, time.Minute, t0.Add(8*time.Second)); p != nil {
 		t.Error("partial pull after the stream reopened; want a full pull")
+	}
+	// The stream's hello comes while a full pull is out: that pull may
+	// have read the node before the stream's starting look, and what ended
+	// between the two is in neither. It is not enough; one begun after the
+	// hello is.
+	s.fullDone(facts, time.Millisecond, t0.Add(7500*time.Millisecond))
+	if p := s.partial(served, time.Minute, t0.Add(9*time.Second)); p != nil {
+		t.Error("partial pull after a full pull begun before the stream's hello; want another full pull")
+	}
+	s.fullDone(facts, time.Millisecond, t0.Add(8500*time.Millisecond))
+	if p := s.partial(served, time.Minute, t0.Add(9*time.Second)); p == nil {
+		t.Error("no partial pull after a full pull begun after the hello")
+	}
+	// Likewise after a frame without statuses.
+	s.add(wire.Frame{Type: wire.FrameChange, Tasks: []string{"p/S05"}}, t0.Add(10*time.Second))
+	s.fullDone(facts, time.Millisecond, t0.Add(9500*time.Millisecond))
+	if p := s.partial(served, time.Minute, t0.Add(11*time.Second)); p != nil {
+		t.Error("partial pull after a full pull begun before a frame without statuses; want another full pull")
 	}
 }
 

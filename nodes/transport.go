@@ -9,6 +9,7 @@ import (
 	"net"
 	"path"
 	"strings"
+	"time"
 )
 
 // Transport is how the controller reaches one node: the local machine or an SSH
@@ -82,6 +83,17 @@ type Transport interface {
 	// Close releases the connection, if any. Calling it more than once is allowed
 	// and returns nil after the first call. No other method may be called after it.
 	Close() error
+}
+
+// Hearer is implemented by transports that keep a connection open and
+// watch it (SSH keepalives): they know how long their node has been silent.
+type Hearer interface {
+	// Silence returns how long ago the node last sent anything (zero when
+	// nothing was ever received), and whether the transport has given the
+	// node up for that silence: its connection dropped after keepalives went
+	// unanswered, and no new one made since. A node given up is offline from
+	// its last word, whatever a call started now finds.
+	Silence() (since time.Duration, gaveUp bool)
 }
 
 // Stat is what Transport.Lstat reports of a path.

@@ -242,7 +242,7 @@ func (s *scanner) scan(probeLive bool) []string {
 	defer s.mu.Unlock()
 	seen := map[string]bool{}
 	var changed []string
-	walkTaskDirs(s.root, nil, func(key, dir string) {
+	walkTaskDirs(s.root, func(key, dir string) {
 		seen[key] = true
 		if s.look(key, dir, probeLive) {
 			changed = append(changed, key)
@@ -333,34 +333,18 @@ func (s *scanner) look(key, dir string, probeLive bool) bool {
 	return had && now != old || !had && s.primed && now != (taskSeen{})
 }
 
-// watchedDirs lists the directories whose changes matter: root, each
-// project, its tasks/ and each task directory.
-func watchedDirs(root string) []string {
-	dirs := []string{root}
-	walkTaskDirs(root, func(dir string) { dirs = append(dirs, dir) }, func(_, dir string) { dirs = append(dirs, dir) })
-	return dirs
-}
-
 // walkTaskDirs calls task for every <project>/tasks/<ID> directory under
-// root, and container (when not nil) for every project and tasks/
-// directory. Hidden names (.bin) are skipped.
-func walkTaskDirs(root string, container func(dir string), task func(key, dir string)) {
+// root. Hidden names (.bin) are skipped.
+func walkTaskDirs(root string, task func(key, dir string)) {
 	projects, _ := os.ReadDir(root)
 	for _, p := range projects {
 		if !p.IsDir() || strings.HasPrefix(p.Name(), ".") {
 			continue
 		}
-		projectDir := filepath.Join(root, p.Name())
-		tasksDir := filepath.Join(projectDir, "tasks")
-		if container != nil {
-			container(projectDir)
-		}
+		tasksDir := filepath.Join(root, p.Name(), "tasks")
 		tasks, err := os.ReadDir(tasksDir)
 		if err != nil {
 			continue
-		}
-		if container != nil {
-			container(tasksDir)
 		}
 		for _, t := range tasks {
 			if t.IsDir() && !strings.HasPrefix(t.Name(), ".") {

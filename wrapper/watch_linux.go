@@ -126,6 +126,9 @@ func eventName(b []byte) string {
 	return string(b)
 }
 
+// testHookListed, when set, runs after addWatches has listed dir.
+var testHookListed func(dir string)
+
 type inotify struct {
 	fd    int
 	root  string
@@ -172,11 +175,33 @@ func (n *inotify) addWatch(d string) bool {
 
 // addWatches watches every directory that matters now; false when the
 // kernel refuses one for another reason than its being gone (out of
-// watches).
+// watches). Each directory is watched before it is listed: what is made
+// in it after the watch is told by an event, what was made before is in
+// the listing. Listed first and watched after, a directory made between
+// the two (a project's tasks/ made as the project's own event is handled)
+// was seen by neither, and nothing in it was told again.
 func (n *inotify) addWatches() bool {
-	for _, d := range watchedDirs(n.root) {
-		if !n.addWatch(d) {
+	if !n.addWatch(n.root) {
+		return false
+	}
+	projects, _ := os.ReadDir(n.root)
+	if testHookListed != nil {
+		testHookListed(n.root)
+	}
+	for _, p := range projects {
+		if !p.IsDir() || strings.HasPrefix(p.Name(), ".") {
+			continue
+		}
+		projectDir := filepath.Join(n.root, p.Name())
+		tasksDir := filepath.Join(projectDir, "tasks")
+		if !n.addWatch(projectDir) || !n.addWatch(tasksDir) {
 			return false
+		}
+		tasks, _ := os.ReadDir(tasksDir)
+		for _, t := range tasks {
+			if t.IsDir() && !strings.HasPrefix(t.Name(), ".") && !n.addWatch(filepath.Join(tasksDir, t.Name())) {
+				return false
+			}
 		}
 	}
 	return true

@@ -415,3 +415,100 @@ func mountTmpfs(t *testing.T, dir, size string) bool {
 }
 
 var _ = sshdtest.Require
+
+// TestFrozenNodeIsRequeuedWithinOfflineTimeout: a node frozen whole while
+// its task runs — its sshd (the listener and the connection's processes)
+// and the task's supervisor and tool stopped, the TCP connection left open,
+// as a stopped VM or a partition leaves it. Nothing answers and nothing
+// closes: the SSH keepalives go unanswered, the connection is dropped, and
+// the task is requeued within node_offline_timeout + 5 s of the freeze,
+// with ssh_connect_timeout and poll_interval at their defaults. It used to
+// take 44 s with node_offline_timeout 10s: each call waited for its own
+// deadline, and the node counted as offline only from then.
+func TestFrozenNodeIsRequeuedWithinOfflineTimeout(t *testing.T) {
+	h := newSSHHome(t)
+	c := h.client
+	a := c.StartServer(t, "a")
+	b := c.StartServer(t, "b")
+	c.Trust(t, a)
+	c.Trust(t, b)
+	const offline = 10 * time.Second
+	writeFile(t, filepath.Join(h.home, "nodes.yaml"), fmt.Sprintf(`controller:
+  node_offline_timeout: %[6]s
+  retry_backoff: 100ms
+  retry_backoff_max: 1s
+nodes:
+  - name: a
+    ssh: %[1]s@127.0.0.1:%[2]d
+    work_dir: %[3]s
+  - name: b
+    ssh: %[1]s@127.0.0.1:%[4]d
+    work_dir: %[5]s
+`, c.User, a.Port, a.WorkDir, b.Port, b.WorkDir, offline))
+	dir := filepath.Join(h.home, "specs", "frozen")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
+	writeFile(t, filepath.Join(dir, "S01-x.md"), `echo "$DISPATCH_NODE" > node.txt
+if [ "$DISPATCH_ATTEMPT" = 1 ]; then sleep 120; else sleep 1; fi
+`)
+	wait := startBackground(t, h.env, "--home", h.home, "start", "frozen")
+	// The node the first attempt runs on (either: both are free) freezes.
+	servers := map[string]*sshdtest.Server{"a": a, "b": b}
+	var pid, toolPID int
+	var node string
+	pollUntil(t, 90*time.Second, "S01 to run", func() bool {
+		tk := taskState(t, h.home, "frozen", "S01")
+		if tk.Status != domain.Running || servers[tk.Node] == nil {
+			return false
+		}
+		node = tk.Node
+		pid, toolPID, _, _ = nodeStatusJSON(t, servers[node].WorkDir, "frozen", "S01")
+		return pid > 1 && toolPID > 1
+	})
+	other := map[string]string{"a": "b", "b": "a"}[node]
+	frozenNode := servers[node]
+	// The whole node stops: sshd and what it serves, and the task's
+	// supervisor and tool (they are not sshd's children: the wrapper
+	// detached them).
+	frozenNode.PauseAll(t)
+	frozen := []int{pid, -toolPID}
+	t.Cleanup(func() {
+		for _, p := range frozen {
+			_ = syscall.Kill(p, syscall.SIGCONT)
+		}
+		frozenNode.Resume(t)
+	})
+	for _, p := range frozen {
+		if err := syscall.Kill(p, syscall.SIGSTOP); err != nil {
+			t.Fatalf("stop %d: %v", p, err)
+		}
+	}
+	frozeAt := time.Now()
+	limit := offline + 5*time.Second
+	pollUntil(t, limit+30*time.Second, "S01 to be requeued", func() bool {
+		tk := taskState(t, h.home, "frozen", "S01")
+		return tk.Attempt >= 2 || tk.Status == domain.Pending
+	})
+	took := time.Since(frozeAt)
+	t.Logf("requeued %s after the node froze (node_offline_timeout %s)", took.Round(10*time.Millisecond), offline)
+	if took > limit {
+		t.Errorf("requeued %s after the freeze, want within node_offline_timeout + 5 s = %s", took.Round(10*time.Millisecond), limit)
+	}
+	st := openStore(t, h.home)
+	ns, _ := st.Nodes(context.Background())
+	for _, n := range ns {
+		if n.Name == node && n.State != "offline" {
+			t.Errorf("node %s is %s, want offline (%s)", node, n.State, n.LastError)
+		}
+	}
+	pollUntil(t, 60*time.Second, "S01 to complete on the other node", func() bool {
+		tk := taskState(t, h.home, "frozen", "S01")
+		return tk.Status == domain.Completed && tk.Node == other
+	})
+	for _, p := range frozen {
+		_ = syscall.Kill(p, syscall.SIGCONT)
+	}
+	frozenNode.Resume(t)
+	if r := wait(); r.code != 0 {
+		t.Fatalf("start: %s", r)
+	}
+}

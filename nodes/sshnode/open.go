@@ -2,10 +2,12 @@ package sshnode
 
 import "github.com/dispatch-tool/dispatch/nodes"
 
-// NodeConfig is the SSH configuration of node n of cfg.
+// NodeConfig is the SSH configuration of node n of cfg: keepalives a third
+// of node_offline_timeout apart, so that a node silent for that long has
+// its connection dropped.
 func NodeConfig(cfg *nodes.Config, n nodes.Node, env Env) Config {
 	return Config{Node: n.Name, Target: n.SSH, Env: env, ConnectTimeout: cfg.Controller.SSHConnectTimeout,
-		StrictHostKeyChecking: n.StrictHostKeyChecking}
+		StrictHostKeyChecking: n.StrictHostKeyChecking, Keepalive: KeepaliveFor(cfg.Controller.NodeOfflineTimeout)}
 }
 
 // Open returns the transport of node n: Local for ssh: null, else SSH. It

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,6 +37,10 @@ type Config struct {
 	StrictHostKeyChecking string
 	// AgentSocket is the ssh-agent socket; "" means $SSH_AUTH_SOCK.
 	AgentSocket string
+	// Keepalive is how often a quiet connection asks the node for a sign
+	// of life; after three intervals without one it is dropped (see
+	// keepalive.go). 0 means DefaultKeepalive; negative, no keepalives.
+	Keepalive time.Duration
 }
 
 // SSH is the transport to a node over one multiplexed SSH connection
@@ -45,6 +50,7 @@ type SSH struct {
 	cfg Config
 	ep  *Endpoint
 
+	// mu guards the fields below it.
 	mu     sync.Mutex
 	client *ssh.Client
 	hops   []*ssh.Client
@@ -52,6 +58,15 @@ type SSH struct {
 	home   string
 	uid    int // the node user's uid once known, else -1 (see UID)
 	closed bool
+	// dialing is the connection being made, which every call waiting for
+	// one shares (nil: none); each waits for it only as long as its ctx.
+	dialing *dialing
+	// gaveUp is set when the connection was dropped for the node's
+	// silence, until a new one is made (see Silence).
+	gaveUp bool
+
+	// heard is when the node last sent a byte (unix nanoseconds; 0 never).
+	heard atomic.Int64
 
 	// sessions bounds the command sessions open at once on the connection:
 	// OpenSSH allows MaxSessions (10 by default) per connection, SFTP
@@ -80,6 +95,9 @@ func New(cfg Config) (*SSH, error) {
 			cfg.ConnectTimeout = ep.ConnectTimeout
 		}
 	}
+	if cfg.Keepalive == 0 {
+		cfg.Keepalive = DefaultKeepalive
+	}
 	return &SSH{cfg: cfg, ep: ep, uid: -1, sessions: make(chan struct{}, maxSessions)}, nil
 }
 
@@ -96,27 +114,69 @@ func (s *SSH) unreachable(err error) error {
 	return &nodes.UnreachableError{Node: s.cfg.Node, Addr: fmt.Sprintf("%s@%s:%d", s.ep.User, s.ep.Host, s.ep.Port), Err: err}
 }
 
+// dialing is one connection being made; done is closed once client or
+// err is set.
+type dialing struct {
+	done   chan struct{}
+	client *ssh.Client
+	err    error
+}
+
 // connect returns the live client, dialling it (through its jump hosts or
-// proxy command) when there is none.
+// proxy command) when there is none. The dial is shared by every call that
+// needs the connection meanwhile and bounded by ConnectTimeout; each call
+// waits for it no longer than its own ctx.
 func (s *SSH) connect(ctx context.Context) (*ssh.Client, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return nil, errors.New("ssh transport closed")
 	}
-	if s.client != nil {
-		return s.client, nil
+	if c := s.client; c != nil {
+		s.mu.Unlock()
+		return c, nil
 	}
+	d := s.dialing
+	if d == nil {
+		d = &dialing{done: make(chan struct{})}
+		s.dialing = d
+		go s.runDial(context.WithoutCancel(ctx), d)
+	}
+	s.mu.Unlock()
+	select {
+	case <-d.done:
+		return d.client, d.err
+	case <-ctx.Done():
+		return nil, s.unreachable(fmt.Errorf("no SSH connection yet: %w", context.Cause(ctx)))
+	}
+}
+
+// runDial makes the connection d stands for and installs it.
+func (s *SSH) runDial(ctx context.Context, d *dialing) {
+	defer close(d.done)
 	auth, err := authMethod(s.cfg, s.ep)
-	if err != nil {
-		return nil, s.unreachable(err)
+	var client *ssh.Client
+	var hops []*ssh.Client
+	if err == nil {
+		client, hops, err = s.dial(ctx, s.ep, auth, 0)
 	}
-	client, hops, err := s.dial(ctx, s.ep, auth, 0)
-	if err != nil {
-		return nil, s.unreachable(err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dialing = nil
+	switch {
+	case err != nil:
+		d.err = s.unreachable(err)
+	case s.closed:
+		client.Close()
+		closeAll(hops)
+		d.err = errors.New("ssh transport closed")
+	default:
+		s.client, s.hops, s.gaveUp = client, hops, false
+		d.client = client
+		if s.cfg.Keepalive > 0 {
+			go s.keepalive(client, s.cfg.Keepalive)
+		}
 	}
-	s.client, s.hops = client, hops
-	return client, nil
 }
 
 // dial connects to ep and completes the SSH handshake.
@@ -124,6 +184,11 @@ func (s *SSH) dial(ctx context.Context, ep *Endpoint, auth ssh.AuthMethod, depth
 	conn, hops, err := s.dialConn(ctx, ep, depth)
 	if err != nil {
 		return nil, nil, err
+	}
+	if depth == 0 {
+		// The node's own connection, not a jump host's: its bytes are
+		// what keepalives watch.
+		conn = &heardConn{Conn: conn, heard: &s.heard}
 	}
 	hk := newHostKeys(s.cfg.Node, s.cfg.Env, ep, s.cfg.StrictHostKeyChecking)
 	cb, algos, err := hk.config(ep)
@@ -1060,11 +1125,20 @@ func (s *SSH) Stream(ctx context.Context, argv []string, onLine func([]byte) boo
 		return fmt.Errorf("stream %s on %s: %w", argv[0], s.cfg.Node, ctx.Err())
 	}
 	if err != nil {
-		if isConnError(err) {
+		// A stream whose connection was dropped under it (keepalives
+		// unanswered) may see only its end.
+		if isConnError(err) || s.dropped(c) {
 			s.reset(c)
 			err = s.unreachable(err)
 		}
 		return fmt.Errorf("stream %s on %s: %w", argv[0], s.cfg.Node, err)
 	}
 	return nil
+}
+
+// dropped reports whether c is no longer the transport's connection.
+func (s *SSH) dropped(c *ssh.Client) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.client != c
 }

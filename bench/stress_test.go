@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/control"
+	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/domain"
+	"github.com/dispatch-tool/dispatch/home"
+	"github.com/dispatch-tool/dispatch/internal/sshdtest"
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/nodes/sshnode"
+	"github.com/dispatch-tool/dispatch/plan"
+	"github.com/dispatch-tool/dispatch/spec"
+	"github.com/dispatch-tool/dispatch/store"
+)
+
+// TestThroughputBatchesNeverStall runs consecutive batches of make bench's
+// throughput scenario (200 no-op tasks over 4 sshd nodes × 8 slots,
+// poll_interval 30s, each batch a new project), each by a controller of its
+// own as `dispatch start` would, and fails when a batch takes more than 3×
+// the median: one in four such batches used to stall for a poll interval
+// (30.4 s instead of 2 s), a task's end never told by its node's status
+// stream (see wrapper:TestWatchSeesADirectoryMadeWhileWatchesAreAdded).
+//
+// It runs 20 batches; DISPATCH_STRESS_BATCHES=100 runs more, with one
+// busy process per core beside them (CPU load, as make bench sees).
+// -short skips it.
+func TestThroughputBatchesNeverStall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: 20 batches of 200 tasks take a minute")
+	}
+	batches, load := 20, false
+	if v := os.Getenv("DISPATCH_STRESS_BATCHES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 3 {
+			t.Fatalf("DISPATCH_STRESS_BATCHES=%q: want a number of batches, 3 or more", v)
+		}
+		batches, load = n, true
+	}
+	sshdtest.Require(t)
+	c := sshdtest.NewClient(t)
+	var defs []nodeDef
+	for i := range 4 {
+		s := c.StartServer(t, fmt.Sprintf("n%d", i+1))
+		c.Trust(t, s)
+		defs = append(defs, nodeDef{name: s.Name, server: s, slots: tpSlots})
+	}
+	homeDir := t.TempDir()
+	if err := os.WriteFile(home.ConfigPath(homeDir), []byte(nodesYAML(c, "", defs)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	cfg, err := nodes.Load(home.ConfigPath(homeDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, home.DBPath(homeDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if load {
+		busyCores(t)
+	}
+	wrappers := nodes.NewWrappers()
+	// The first batch builds and installs the wrapper: like make bench's
+	// cold run, it is not counted.
+	t.Logf("cold batch (installs the wrapper): %s", runBatch(t, ctx, c, cfg, st, wrappers, homeDir, "cold").Round(time.Millisecond))
+	var walls []time.Duration
+	for b := range batches {
+		project := fmt.Sprintf("b%03d", b)
+		wall := runBatch(t, ctx, c, cfg, st, wrappers, homeDir, project)
+		walls = append(walls, wall)
+		t.Logf("batch %s: %s", project, wall.Round(time.Millisecond))
+	}
+	sorted := slices.Clone(walls)
+	slices.Sort(sorted)
+	med := sorted[len(sorted)/2]
+	for i, w := range walls {
+		if w > 3*med {
+			t.Errorf("batch %d took %s, more than 3× the median %s of %d batches", i, w.Round(time.Millisecond), med.Round(time.Millisecond), batches)
+		}
+	}
+	t.Logf("%d batches of %d tasks: median %s, slowest %s", batches, tpTasks, med.Round(time.Millisecond), sorted[len(sorted)-1].Round(time.Millisecond))
+}
+
+// runBatch adds project (tpTasks no-op tasks) and runs a controller until
+// it is finished, as `dispatch start` does, and returns the controller's
+// wall time.
+func runBatch(t *testing.T, ctx context.Context, c *sshdtest.Client, cfg *nodes.Config, st *store.Store, wrappers *nodes.Wrappers, homeDir, project string) time.Duration {
+	t.Helper()
+	if err := writeProject(homeDir, project, tpTasks, func(int) string { return "true\n" }); err != nil {
+		t.Fatal(err)
+	}
+	p, err := spec.Load(home.SpecsDir(homeDir), project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plan.AddProject(ctx, st, cfg, homeDir, p, control.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Each batch connects anew, as each `dispatch start` does; Run closes
+	// the transports when it ends.
+	trs := map[string]nodes.Transport{}
+	for _, n := range cfg.Nodes {
+		tr, err := sshnode.Open(cfg, n, sshnode.Env{Home: c.Home, User: c.User})
+		if err != nil {
+			t.Fatal(err)
+		}
+		trs[n.Name] = tr
+	}
+	ctl := controller.New(controller.Options{Home: homeDir, Config: cfg, Store: st, Transports: trs, Wrappers: wrappers})
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if err := ctl.Run(rctx, 0, nil); err != nil {
+		t.Fatalf("batch %s: %v", project, err)
+	}
+	wall := time.Since(start)
+	tasks, err := st.Tasks(ctx, project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range tasks {
+		if tk.Status != domain.Completed {
+			t.Fatalf("batch %s: %s is %s (%s)", project, tk.ID, tk.Status, tk.Error)
+		}
+	}
+	return wall
+}
+
+// busyCores keeps every core busy with a shell loop until the test ends
+// (or its process dies: each loop checks that it lives).
+func busyCores(t *testing.T) {
+	t.Helper()
+	loop := fmt.Sprintf("while kill -0 %d 2>/dev/null; do :; done", os.Getpid())
+	for range runtime.NumCPU() {
+		cmd := exec.Command("/bin/sh", "-c", loop)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+	}
+}
