@@ -30,3 +30,41 @@ func TestLogsShowTheGatesOutput(t *testing.T) {
 		t.Errorf("logs of the retry does not show the reused verdict's output and where it is:\n%s", latest)
 	}
 }
+
+// TestGateMissingSaysOneThing: a gate command missing on the node fails
+// the attempt without a retry; the line saying so tells the truth (not
+// "out of retries (2 of 2 used)" after one attempt) and the stop line,
+// that line and the report advise the same command.
+func TestGateMissingSaysOneThing(t *testing.T) {
+	home, _ := opsHome(t, map[string]map[string]string{"p": {"S01-a.md": "echo a > a.txt\n"}})
+	writeFile(t, filepath.Join(home, "specs", "p", "project.yaml"), "tool: shell\nintegration: false\nmax_retries: 2\ngate: {task: no-such-gate-xyz}\n")
+	r := runDispatch(t, nil, "--home", home, "start", "p")
+	if r.code != 1 {
+		t.Fatalf("start: %s", r)
+	}
+	var stop, gaveUp string
+	for _, line := range strings.Split(r.stdout, "\n") {
+		switch {
+		case strings.Contains(line, "p stopped:"):
+			stop = line
+		case strings.Contains(line, "S01#1") && strings.Contains(line, "retr"):
+			gaveUp = line
+		}
+	}
+	const advice = "dispatch start p"
+	if !strings.Contains(stop, advice) || !strings.Contains(gaveUp, "not retried") || !strings.Contains(gaveUp, advice) {
+		t.Errorf("stop line %q and give-up line %q; want both to advise %q, the latter to say it is not retried:\n%s", stop, gaveUp, advice, r)
+	}
+	if strings.Contains(r.stdout, "out of retries") {
+		t.Errorf("one attempt, yet out of retries:\n%s", r)
+	}
+	report := readFile(t, filepath.Join(home, "runs", "p", "report.md"))
+	next := report[strings.Index(report, "Next:"):]
+	next = next[:strings.Index(next, "\n")]
+	if !strings.Contains(next, "`"+advice+"`") || strings.Contains(next, "dispatch retry") {
+		t.Errorf("report's %q; want it to advise %q", next, advice)
+	}
+	if s, _ := getStatus(t, home, "p"); s.task(t, "S01").Attempt != 1 {
+		t.Errorf("S01 ran %d attempts, want 1", s.task(t, "S01").Attempt)
+	}
+}
