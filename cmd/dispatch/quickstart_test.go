@@ -319,3 +319,33 @@ func TestReadmeQuickstartSSH(t *testing.T) {
 		t.Errorf("status hello does not mark local as no longer configured:\n%s", out)
 	}
 }
+
+// TestValidateShowsWhatPhaseTasksWaitFor: the plan's DEPENDS ON column of
+// the phase tasks (generated or the author's S99) says what each waits
+// for, not "-".
+func TestValidateShowsWhatPhaseTasksWaitFor(t *testing.T) {
+	home, _ := opsHome(t, nil)
+	dir := filepath.Join(home, "specs", "p")
+	writeFile(t, filepath.Join(home, "nodes.yaml"), strings.Replace(readFile(t, filepath.Join(home, "nodes.yaml")), "    slots: 4\n", "    slots: 4\n    tool: sh\n", 1)+
+		"tools:\n  sh: { command: [/bin/sh, \"{spec}\"] }\n")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\n")
+	writeFile(t, filepath.Join(dir, "S01-a.md"), "echo a\n")
+	writeFile(t, filepath.Join(dir, "S02-b.md"), "---\ndepends_on: [S01]\n---\necho b\n")
+	writeFile(t, filepath.Join(dir, "S99-mine.md"), "echo integrate\n")
+	bin := t.TempDir()
+	r := runDispatch(t, append([]string{"PATH=" + bin + ":/usr/bin:/bin"}, goEnv(t, bin)...), "--home", home, "validate", "p")
+	if r.code != 0 {
+		t.Fatalf("validate: %s", r)
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if f := strings.Fields(line); len(f) > 3 {
+			rows[f[0]] = line
+		}
+	}
+	for _, want := range [][2]string{{"S99", " S01,S02 "}, {"V01", " S99 "}, {"F01", " V01 (a fail verdict) "}} {
+		if !strings.Contains(rows[want[0]], want[1]) {
+			t.Errorf("validate's row of %s does not say it waits for %s:\n%s", want[0], want[1], r.stdout)
+		}
+	}
+}
