@@ -39,8 +39,9 @@ func quickstart(t *testing.T) []string {
 
 // TestReadmeQuickstartLocal runs the README's local Quickstart word for
 // word on a machine without any agent CLI (PATH holds the system's tools
-// and the dispatch binary only), in a fresh HOME. `make install` is the
-// binary the tests built; /path/to/dispatch is this checkout.
+// only, as a fresh Debian user's does: no ~/.local/bin), in a fresh HOME.
+// `make install` is the binary the tests built, put where it installs it,
+// ~/.local/bin; /path/to/dispatch is this checkout.
 func TestReadmeQuickstartLocal(t *testing.T) {
 	cmds := quickstart(t)
 	if len(cmds) < 5 || !strings.HasPrefix(cmds[0], "make install") {
@@ -51,8 +52,12 @@ func TestReadmeQuickstartLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	home := t.TempDir()
-	bin := t.TempDir()
-	if err := os.Symlink(dispatchBin, filepath.Join(bin, "dispatch")); err != nil {
+	bin := t.TempDir() // the Go toolchain only
+	installed := filepath.Join(home, ".local", "bin")
+	if err := os.MkdirAll(installed, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(dispatchBin, filepath.Join(installed, "dispatch")); err != nil {
 		t.Fatal(err)
 	}
 	script := "set -e\n" + strings.ReplaceAll(strings.Join(cmds[1:], "\n"), "/path/to/dispatch", repo) + "\n"
