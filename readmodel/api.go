@@ -12,7 +12,6 @@ import (
 
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/store"
-	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // The views below are the HTTP API's own (docs/API.md): what the
@@ -242,7 +241,7 @@ func heartbeat(t domain.Task, p domain.Project, cfg Nodes) (string, string, floa
 	}
 	opts, _ := p.ParseOptions()
 	var output string
-	if quiet, ok := wire.HeartbeatQuiet(t.Heartbeat); ok && !t.HeartbeatAt.IsZero() {
+	if quiet, ok := domain.HeartbeatQuiet(t.Heartbeat); ok && !t.HeartbeatAt.IsZero() {
 		output = jsonTime(t.HeartbeatAt.Add(-quiet))
 	}
 	return jsonTime(t.HeartbeatAt), output, domain.StallTimeout(t, opts, nodeStall).Seconds()

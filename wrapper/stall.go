@@ -122,7 +122,7 @@ func (s *supervisor) watchStall(stop <-chan struct{}) {
 // number (every beat differs even if the clock does not move), the time,
 // and, while a stall watch runs (activeAt > 0), the nanoseconds since the
 // tool last wrote: the controller compares no clocks, it reads how long
-// the tool has been quiet (wire.HeartbeatQuiet).
+// the tool has been quiet (domain.HeartbeatQuiet reads it).
 func heartbeatLine(seq int, now time.Time, activeAt int64) string {
 	if activeAt <= 0 {
 		return fmt.Sprintf("%d %d\n", seq, now.UnixNano())

@@ -926,7 +926,7 @@ func TestHeartbeatSaysHowLongTheToolWasQuiet(t *testing.T) {
 		Command: shell("i=0; while [ $i -lt 30 ]; do echo tick $i; i=$((i+1)); sleep 0.05; done; touch quiet; " + waitForGo)})
 	tk.run(t, "")
 	quiet := func() time.Duration {
-		q, ok := wire.HeartbeatQuiet(tk.readFile(t, fileHeartbeat))
+		q, ok := heartbeatQuiet(tk.readFile(t, fileHeartbeat))
 		if !ok {
 			t.Fatalf("heartbeat %q says nothing of the quiet time", tk.readFile(t, fileHeartbeat))
 		}
@@ -938,7 +938,7 @@ func TestHeartbeatSaysHowLongTheToolWasQuiet(t *testing.T) {
 		if _, err := os.Stat(tk.path(filepath.Join(dirOutput, "quiet"))); err == nil {
 			return true
 		}
-		if q, ok := wire.HeartbeatQuiet(tk.readFile(t, fileHeartbeat)); ok {
+		if q, ok := heartbeatQuiet(tk.readFile(t, fileHeartbeat)); ok {
 			most, samples = max(most, q), samples+1
 		}
 		return false
@@ -949,4 +949,15 @@ func TestHeartbeatSaysHowLongTheToolWasQuiet(t *testing.T) {
 	poll(t, 20*time.Second, "the quiet time to grow past 1.5s once the tool is silent", func() bool { return quiet() > 1500*time.Millisecond })
 	tk.touch(t, "go")
 	tk.waitFinal(t)
+}
+
+// heartbeatQuiet is the heartbeat's quiet time, its third field (the
+// controller's side reads it with domain.HeartbeatQuiet).
+func heartbeatQuiet(hb string) (time.Duration, bool) {
+	f := strings.Fields(hb)
+	if len(f) != 3 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(f[2], 10, 64)
+	return time.Duration(n), err == nil
 }
