@@ -555,18 +555,33 @@ func (a *applier) finished(t *domain.Task, status *wire.Status) {
 	if class == wire.ClassRateLimit {
 		a.pauseMode(t, tool, &st)
 	}
-	if class == wire.ClassGate && st.Gate != nil && st.Gate.Missing {
-		// A gate that cannot start fails every retry the same way: the
-		// project is stopped with it (above), once.
-		t.RetriesUsed = t.MaxRetries
-	}
-	if st.ToolMissing {
-		// The tool's executable is not on the node: a retry would fail the
-		// same way (validate and start check for it before anything runs;
-		// this is a node that changed since).
-		t.RetriesUsed = t.MaxRetries
+	if why := noRetry(t, class, command, &st); why != "" {
+		a.failAttempt(t, t.Status, class, st.Error, st.ExitCode, run)
+		a.event(store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: "gave_up", Message: why})
+		a.failedForGood(t, why)
+		return
 	}
 	a.fail(t, t.Status, class, st.Error, st.ExitCode, run)
+}
+
+// noRetry says why a failed attempt of t is not retried whatever its
+// retries left, "" when its class decides: a retry would fail the same
+// way. A gate command that is not on the node (the project is stopped
+// with it, once) and a tool's executable that is not (validate and start
+// check for it before anything runs; this is a node that changed since).
+// The advice is the stop's and the report's: `dispatch start`, which
+// takes project.yaml's gate: anew (a retry keeps the one the run began
+// with).
+func noRetry(t *domain.Task, class, command string, st *wire.Status) string {
+	switch {
+	case class == wire.ClassGate && st.Gate != nil && st.Gate.Missing:
+		return fmt.Sprintf("not retried (a retry would fail the same way): the gate command `%s` was not found on node %s; "+
+			"install it there or fix gate: in project.yaml, then dispatch start %s", command, t.Node, t.Project)
+	case st.ToolMissing:
+		return fmt.Sprintf("not retried (a retry would fail the same way): its tool's executable is not on node %s; "+
+			"install it there, then dispatch retry %s %s", t.Node, t.Project, t.ID)
+	}
+	return ""
 }
 
 // spend adds what a finished attempt cost to its project's spending, so
@@ -653,6 +668,12 @@ const maxLostRetries = 10
 // fail moves the current attempt to failed with its run record, then retries
 // it after the backoff when its class is retryable and retries remain.
 func (a *applier) fail(t *domain.Task, from domain.Status, class, msg string, exitCode int, run store.AttemptPatch) {
+	a.failAttempt(t, from, class, msg, exitCode, run)
+	a.retry(t, domain.Failed, class)
+}
+
+// failAttempt moves the current attempt to failed with its run record.
+func (a *applier) failAttempt(t *domain.Task, from domain.Status, class, msg string, exitCode int, run store.AttemptPatch) {
 	a.setAttempt(t, run)
 	if msg == "" {
 		msg = class
@@ -660,7 +681,6 @@ func (a *applier) fail(t *domain.Task, from domain.Status, class, msg string, ex
 	a.transition(t, store.Change{Project: t.Project, Task: t.ID, From: from, To: domain.Failed,
 		Message: fmt.Sprintf("attempt %d failed (%s): %s", t.Attempt, class, msg),
 		Set:     store.TaskPatch{ExitCode: new(exitCode), ErrorClass: new(class), Error: new(msg), CompletedAt: new(a.now)}})
-	a.retry(t, domain.Failed, class)
 }
 
 // The error classes the controller writes itself, each the same word as the

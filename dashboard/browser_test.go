@@ -24,6 +24,10 @@ type fakeAPI struct {
 	n int
 	// deps gives task i's dependencies (none when nil).
 	deps func(i int) []string
+	// beatAt, when set, is the running tasks' last heartbeat as the
+	// controller saw it; their tool writes all the time (output_at is
+	// now) and they stall after a minute of quiet.
+	beatAt time.Time
 	// mu guards status, full and events.
 	mu     sync.Mutex
 	status map[string]string
@@ -49,9 +53,13 @@ func (f *fakeAPI) task(i int) map[string]any {
 	if i == 2 {
 		title = `<img src=x onerror=alert(1)>`
 	}
-	return map[string]any{"id": id, "title": title, "type": "implementation", "status": f.status[id], "node": "n1",
+	t := map[string]any{"id": id, "title": title, "type": "implementation", "status": f.status[id], "node": "n1",
 		"attempt": 1, "exit_code": 0, "error_class": "", "error": "", "started_at": time.Now().Add(-time.Minute).Format(time.RFC3339),
 		"completed_at": "", "duration_seconds": 0, "sandbox": "bwrap"}
+	if !f.beatAt.IsZero() && f.status[id] == "running" {
+		t["heartbeat_at"], t["output_at"], t["stall_seconds"] = f.beatAt.Format(time.RFC3339Nano), time.Now().Format(time.RFC3339Nano), 60
+	}
+	return t
 }
 
 func (f *fakeAPI) set(id, status string, evID int) {
@@ -116,8 +124,10 @@ func (f *fakeAPI) taskDetail(w http.ResponseWriter, id string) {
 	t["dependents"] = []string{f.id(i + 1)}
 	t["events"] = []map[string]any{{"id": 1, "time": t["started_at"], "project": "big", "task": id, "attempt": 1, "kind": "status", "from": "claimed", "to": "running", "node": "n1", "message": "<b>bold</b>"}}
 	t["diffstat"] = " a.go | 2 +-\n 1 file changed"
-	t["heartbeat_at"] = time.Now().Format(time.RFC3339)
-	t["stall_seconds"] = 600
+	if f.beatAt.IsZero() {
+		t["heartbeat_at"] = time.Now().Format(time.RFC3339)
+		t["stall_seconds"] = 600
+	}
 	writeJSON(w, t)
 }
 
@@ -309,5 +319,25 @@ func TestDashboardGraph(t *testing.T) {
 	b.WaitFor(t, 5*time.Second, "the event stream", `document.getElementById('live').textContent === 'live'`)
 	api.set("T00004", "completed", 1)
 	b.WaitFor(t, 2*time.Second, "T00004's box to turn completed", `document.querySelector('svg.graph g.n-completed[data-id="T00004"]')`)
+	b.NoProblems(t)
+}
+
+// TestDashboardStallCountdownFollowsOutput: a running task whose tool
+// prints all the time, its last heartbeat 50 s old, stalls after a minute
+// of quiet: the stall countdown, in the task list and on the task's page,
+// counts from its last output (as the wrapper's stall watch does), a
+// minute away, not ten seconds from the heartbeat.
+func TestDashboardStallCountdownFollowsOutput(t *testing.T) {
+	b := browsertest.Start(t)
+	api := newFakeAPI(3)
+	api.beatAt = time.Now().Add(-50 * time.Second)
+	srv := serveFake(t, api)
+	const ahead = `(span) => span && Number(span.dataset.t) - Date.now() > 50000`
+	b.Navigate(t, srv.URL+"/#/p/big")
+	b.WaitFor(t, 10*time.Second, "the list's stall countdown a minute from the last output",
+		`(`+ahead+`)(document.querySelector('tr[data-id="T00001"] span.timer[data-prefix="stall "]'))`)
+	b.Navigate(t, srv.URL+"/#/p/big/t/T00001")
+	b.WaitFor(t, 10*time.Second, "the task page's stall countdown a minute from the last output",
+		`(`+ahead+`)([...document.querySelectorAll('.card')].find(c => c.querySelector('.k').textContent === 'Stall timeout').querySelector('span.timer'))`)
 	b.NoProblems(t)
 }

@@ -26,6 +26,9 @@ type Row struct {
 	Nodes     []string
 	// Git is set in a git-native project (repo:): its nodes need git.
 	Git bool
+	// Waits says what a phase task waits for (its dependencies are not
+	// in its spec: the phase machine starts it); "" for an author task.
+	Waits string
 }
 
 // Error lists tasks that cannot run anywhere, or with a tool nobody
@@ -75,6 +78,12 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string, so control.StartOpt
 		}
 		return reasons
 	}
+	var authors []string
+	for _, t := range p.Tasks {
+		if !domain.IsPhaseID(t.ID) {
+			authors = append(authors, t.ID)
+		}
+	}
 	for _, t := range p.Tasks {
 		if t.Node != "" {
 			if _, ok := cfg.Node(t.Node); !ok {
@@ -94,6 +103,7 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string, so control.StartOpt
 				continue // the phase is off: this spec never runs
 			}
 			st.Type, row.Type = typ, typ
+			row.Waits = phaseWaits(typ, authors, opts.GateFor(domain.IntegrationID) != "")
 		}
 		if reasons := place(&row, st); len(row.Nodes) == 0 {
 			problems = append(problems, fmt.Sprintf("%s: no node can run task %s (%s)\n  fix: adjust its tags/node/tool, or routes and node tags in %s",
@@ -108,7 +118,8 @@ func Plan(cfg *nodes.Config, p *spec.Project, only []string, so control.StartOpt
 			continue
 		}
 		row := Row{Task: &spec.Task{ID: id, Title: "(generated " + typ + " task)", Type: typ, Priority: 1,
-			Sandbox: opts.Sandbox, Network: opts.Network, Limits: opts.Limits}, Type: typ, Generated: true, Git: p.Config.Source != nil}
+			Sandbox: opts.Sandbox, Network: opts.Network, Limits: opts.Limits}, Type: typ, Generated: true, Git: p.Config.Source != nil,
+			Waits: phaseWaits(typ, authors, opts.GateFor(domain.IntegrationID) != "")}
 		if reasons := place(&row, domain.Task{ID: id, Type: typ, Tool: opts.PhaseTool, Sandbox: opts.Sandbox, Network: opts.Network}); len(row.Nodes) == 0 {
 			problems = append(problems, fmt.Sprintf("%s: no node can run the generated %s task (%s: %s)\n  fix: route type %s to a tag some node has, or set integration: false in project.yaml",
 				p.Dir, typ, id, strings.Join(reasons, "; "), typ))
@@ -191,6 +202,33 @@ func phaseType(id string) string {
 }
 
 // phaseRuns reports whether the phase tasks of type typ can run at all.
+// maxWaitsListed is how many author tasks the integration task's row
+// names before it counts them instead.
+const maxWaitsListed = 5
+
+// phaseWaits is what the phase task of type typ waits for: the
+// integration task for every author task, the first verification for
+// the integration (and the project gate passing on its result), the
+// first fix round for a failing verdict.
+func phaseWaits(typ string, authors []string, projectGate bool) string {
+	switch typ {
+	case "integration":
+		if len(authors) > maxWaitsListed {
+			return fmt.Sprintf("all %d author tasks", len(authors))
+		}
+		return strings.Join(authors, ",")
+	case "verification":
+		if projectGate {
+			return domain.IntegrationID + " (its gate passed)"
+		}
+		return domain.IntegrationID
+	}
+	if projectGate {
+		return domain.VerifyID(1) + " (a fail verdict) or " + domain.IntegrationID + "'s gate failing"
+	}
+	return domain.VerifyID(1) + " (a fail verdict)"
+}
+
 func phaseRuns(o domain.ProjectOptions, typ string) bool {
 	switch typ {
 	case "integration":

@@ -187,6 +187,7 @@ type TaskRow struct {
 	TokensOut    int64      `json:"tokens_out"`
 	CostUSD      float64    `json:"cost_usd"`
 	HeartbeatAt  string     `json:"heartbeat_at"`
+	OutputAt     string     `json:"output_at"`
 	StallSeconds float64    `json:"stall_seconds"`
 	LastEvent    *EventView `json:"last_event"`
 }
@@ -211,7 +212,7 @@ func taskRow(ctx context.Context, st *store.Store, cfg Nodes, p domain.Project, 
 		if err != nil {
 			return r, err
 		}
-		r.HeartbeatAt, r.StallSeconds = heartbeat(t, p, cfg)
+		r.HeartbeatAt, r.OutputAt, r.StallSeconds = heartbeat(t, p, cfg)
 	}
 	evs, err := st.TaskEvents(ctx, p.Name, tv.ID, 1)
 	if err != nil {
@@ -224,9 +225,12 @@ func taskRow(ctx context.Context, st *store.Store, cfg Nodes, p domain.Project, 
 	return r, nil
 }
 
-// heartbeat is when a running task last showed life and the quiet time
-// after which it is stopped.
-func heartbeat(t domain.Task, p domain.Project, cfg Nodes) (string, float64) {
+// heartbeat is when a running task last showed life, when its tool last
+// wrote (as of that heartbeat: how long it had been quiet, by the node's
+// clock, taken from when the controller saw the beat; "" when the
+// heartbeat does not say), and the quiet time after which it is stopped.
+// The stall watch counts from the output, not from the heartbeat.
+func heartbeat(t domain.Task, p domain.Project, cfg Nodes) (string, string, float64) {
 	var nodeStall time.Duration
 	if cfg != nil {
 		for _, n := range cfg.NodeSlots() {
@@ -236,7 +240,11 @@ func heartbeat(t domain.Task, p domain.Project, cfg Nodes) (string, float64) {
 		}
 	}
 	opts, _ := p.ParseOptions()
-	return jsonTime(t.HeartbeatAt), domain.StallTimeout(t, opts, nodeStall).Seconds()
+	var output string
+	if quiet, ok := domain.HeartbeatQuiet(t.Heartbeat); ok && !t.HeartbeatAt.IsZero() {
+		output = jsonTime(t.HeartbeatAt.Add(-quiet))
+	}
+	return jsonTime(t.HeartbeatAt), output, domain.StallTimeout(t, opts, nodeStall).Seconds()
 }
 
 // PagedStatus is a status with a window of its tasks.
@@ -303,8 +311,10 @@ type TaskDetail struct {
 	// Diffstat is a git-native task's `git diff --stat` ("" otherwise).
 	Diffstat string `json:"diffstat"`
 	// HeartbeatAt is when the running attempt last showed life;
-	// StallSeconds the quiet time after which it is stopped.
+	// OutputAt when its tool last wrote ("" when unknown); StallSeconds
+	// the quiet time after which it is stopped.
 	HeartbeatAt  string  `json:"heartbeat_at"`
+	OutputAt     string  `json:"output_at"`
 	StallSeconds float64 `json:"stall_seconds"`
 	Tool         string  `json:"tool"`
 	Model        string  `json:"model"`
@@ -348,7 +358,7 @@ func Task(ctx context.Context, st *store.Store, cfg Nodes, homeDir, project, id 
 	}
 	d.Diffstat = readCapped(filepath.Join(dir, t.ID, "diffstat.txt"), 64<<10)
 	if t.Status == domain.Running || t.Status == domain.Claimed {
-		d.HeartbeatAt, d.StallSeconds = heartbeat(t, p, cfg)
+		d.HeartbeatAt, d.OutputAt, d.StallSeconds = heartbeat(t, p, cfg)
 	}
 	return d, nil
 }

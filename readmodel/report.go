@@ -461,6 +461,12 @@ func (r *Report) mdNext(b *strings.Builder, stop *BudgetStop, failed, blocked []
 		}
 		fmt.Fprintf(b, "Next: stopped by the operator; tasks that were running go on (unless killed) and are collected, nothing new starts. `%s`.\n\n",
 			StoppedNext(r.Project, states))
+	case len(failed) > 0 && r.Problem != "":
+		// What stopped the project is what failed its tasks (a gate
+		// command missing on a node): the stop's advice, which takes
+		// project.yaml anew, where a retry would keep the run's.
+		fmt.Fprintf(b, "Stopped by dispatch: %s.\n\nNext: fix that, then `dispatch start %s`: a new run reruns the failed tasks (%s) and reuses what completed.\n\n",
+			mdCode(r.Problem), r.Project, strings.Join(failed, ", "))
 	case len(failed) > 0:
 		fmt.Fprintf(b, "Next: read the failures below, fix the specs or the cause, then `dispatch retry %s %s`.\n", r.Project, strings.Join(failed, " "))
 		if len(blocked) > 0 {

@@ -95,3 +95,14 @@ func (s *Store) GateRunOf(ctx context.Context, project, task string, attempt int
 	}
 	return out[0], true, nil
 }
+
+// GateOrigin returns the run that gated tree with command first in
+// project (not a reused verdict): where a reused verdict's output is.
+func (s *Store) GateOrigin(ctx context.Context, project, command, tree string) (GateRun, bool, error) {
+	out, err := queryRows(ctx, s.db, scanGateRun, `SELECT `+gateRunColumns+` FROM gate_runs
+		WHERE project = ? AND command = ? AND tree = ? AND reused = 0 ORDER BY id DESC LIMIT 1`, project, command, tree)
+	if err != nil || len(out) == 0 {
+		return GateRun{}, false, err
+	}
+	return out[0], true, nil
+}

@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dispatch-tool/dispatch/domain"
@@ -157,4 +158,42 @@ func Attempt(ctx context.Context, st *store.Store, t domain.Task, n int) (domain
 		}
 	}
 	return found, nil
+}
+
+// Gate writes to w what the gate found on attempt n of t, as the database
+// records it: its verdict and the end of its output (the gate's output is
+// not in task.log). A verdict reused from an earlier run on the same tree
+// says which attempt ran it. Nothing is written for an attempt without a
+// gate run.
+func Gate(ctx context.Context, st *store.Store, t domain.Task, n int, w io.Writer) error {
+	g, ok, err := st.GateRunOf(ctx, t.Project, t.ID, n)
+	if err != nil || !ok {
+		return err
+	}
+	verdict := "passed"
+	if !g.Passed {
+		verdict = "failed: " + g.Error
+		if g.Error == "" {
+			verdict = fmt.Sprintf("failed: exit status %d", g.ExitCode)
+		}
+	}
+	fmt.Fprintf(w, "\n--- the gate `%s` on attempt %d's result: %s\n", g.Command, n, verdict)
+	if g.Reused {
+		o, ok, err := st.GateOrigin(ctx, t.Project, g.Command, g.Tree)
+		if err != nil {
+			return err
+		}
+		if ok {
+			fmt.Fprintf(w, "--- not run again: the same tree was gated by %s attempt %d (dispatch logs %s %s --attempt %d)\n",
+				o.Task, o.Attempt, t.Project, o.Task, o.Attempt)
+			g.OutputTail = o.OutputTail
+		}
+	}
+	if g.OutputTail == "" {
+		_, err := fmt.Fprintf(w, "--- the gate printed nothing\n")
+		return err
+	}
+	fmt.Fprintf(w, "--- the end of its output:\n")
+	_, err = io.WriteString(w, strings.TrimRight(g.OutputTail, "\n")+"\n")
+	return err
 }

@@ -1,6 +1,7 @@
 package wrapper
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -86,6 +87,7 @@ func (s *supervisor) watchStall(stop <-chan struct{}) {
 	defer t.Stop()
 	total, changed := s.tlog.Total(), newestChange(dir)
 	last := time.Now()
+	s.activeAt.Store(last.UnixNano())
 	for {
 		select {
 		case <-stop:
@@ -98,11 +100,13 @@ func (s *supervisor) watchStall(stop <-chan struct{}) {
 				// Copying the base tree prints nothing and is no stall;
 				// a gate has its own timeout.
 				last = now
+				s.activeAt.Store(now.UnixNano())
 				continue
 			}
 			tl, tc := s.tlog.Total(), newestChange(dir)
 			if tl != total || !tc.Equal(changed) {
 				total, changed, last = tl, tc, now
+				s.activeAt.Store(now.UnixNano())
 				continue
 			}
 			if now.Sub(last) >= stall {
@@ -112,4 +116,16 @@ func (s *supervisor) watchStall(stop <-chan struct{}) {
 			}
 		}
 	}
+}
+
+// heartbeatLine is the heartbeat file's content: the beat's sequence
+// number (every beat differs even if the clock does not move), the time,
+// and, while a stall watch runs (activeAt > 0), the nanoseconds since the
+// tool last wrote: the controller compares no clocks, it reads how long
+// the tool has been quiet (domain.HeartbeatQuiet reads it).
+func heartbeatLine(seq int, now time.Time, activeAt int64) string {
+	if activeAt <= 0 {
+		return fmt.Sprintf("%d %d\n", seq, now.UnixNano())
+	}
+	return fmt.Sprintf("%d %d %d\n", seq, now.UnixNano(), max(now.UnixNano()-activeAt, 0))
 }

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -73,6 +74,10 @@ type supervisor struct {
 	tlog   *taskLog
 	begun  time.Time
 	hbSeq  int
+	// activeAt is when the stall watch last saw the tool write (unix
+	// nanoseconds; 0 while no stall watch runs): the heartbeat says how
+	// long ago, for the dashboard's stall countdown.
+	activeAt atomic.Int64
 
 	mu         sync.Mutex // guards cur, stopReason, limitMsg, finishing, notice, noticeAt
 	cur        *proc
@@ -1014,6 +1019,11 @@ func (s *supervisor) heartbeats(stop <-chan struct{}, done chan<- struct{}) {
 			err := s.updateStatus(func(st *wire.Status) bool {
 				changed := st.LogBytes != total
 				st.LogBytes = total
+				if changed && s.activeAt.Load() != 0 {
+					// Output, seen at the beat's pace: the stall watch
+					// looks less often.
+					s.activeAt.Store(time.Now().UnixNano())
+				}
 				return changed
 			})
 			if err != nil {
@@ -1027,7 +1037,7 @@ func (s *supervisor) heartbeats(stop <-chan struct{}, done chan<- struct{}) {
 // content differ even if the clock does not move.
 func (s *supervisor) beat() error {
 	s.hbSeq++
-	data := fmt.Sprintf("%d %d\n", s.hbSeq, time.Now().UnixNano())
+	data := heartbeatLine(s.hbSeq, time.Now(), s.activeAt.Load())
 	return WriteFileAtomic(filepath.Join(s.dir, fileHeartbeat), []byte(data), 0o644)
 }
 

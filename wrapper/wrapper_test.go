@@ -915,3 +915,49 @@ func TestAttemptsLinkIsNotFollowed(t *testing.T) {
 		t.Errorf("attempts/1/output/out.txt = %q, want the first attempt's", got)
 	}
 }
+
+// TestHeartbeatSaysHowLongTheToolWasQuiet: with a stall watch, the
+// heartbeat's third field is how long the tool had written nothing: it
+// stays short while the tool prints and grows once it is silent, which is
+// what the dashboard's stall countdown counts from.
+func TestHeartbeatSaysHowLongTheToolWasQuiet(t *testing.T) {
+	t.Parallel()
+	tk := newTask(t, "", wire.Launch{HeartbeatSeconds: 0.05, StallSeconds: 60,
+		Command: shell("i=0; while [ $i -lt 30 ]; do echo tick $i; i=$((i+1)); sleep 0.05; done; touch quiet; " + waitForGo)})
+	tk.run(t, "")
+	quiet := func() time.Duration {
+		q, ok := heartbeatQuiet(tk.readFile(t, fileHeartbeat))
+		if !ok {
+			t.Fatalf("heartbeat %q says nothing of the quiet time", tk.readFile(t, fileHeartbeat))
+		}
+		return q
+	}
+	var most time.Duration
+	samples := 0
+	poll(t, 20*time.Second, "the tool to print its 30 lines", func() bool {
+		if _, err := os.Stat(tk.path(filepath.Join(dirOutput, "quiet"))); err == nil {
+			return true
+		}
+		if q, ok := heartbeatQuiet(tk.readFile(t, fileHeartbeat)); ok {
+			most, samples = max(most, q), samples+1
+		}
+		return false
+	})
+	if samples == 0 || most > time.Second {
+		t.Fatalf("the tool printed every 50ms, yet the heartbeat said it was quiet for up to %s (%d samples)", most, samples)
+	}
+	poll(t, 20*time.Second, "the quiet time to grow past 1.5s once the tool is silent", func() bool { return quiet() > 1500*time.Millisecond })
+	tk.touch(t, "go")
+	tk.waitFinal(t)
+}
+
+// heartbeatQuiet is the heartbeat's quiet time, its third field (the
+// controller's side reads it with domain.HeartbeatQuiet).
+func heartbeatQuiet(hb string) (time.Duration, bool) {
+	f := strings.Fields(hb)
+	if len(f) != 3 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(f[2], 10, 64)
+	return time.Duration(n), err == nil
+}

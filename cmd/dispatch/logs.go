@@ -79,8 +79,10 @@ func logsAction(c *cli.Context) error {
 	// A collected log is on this machine already.
 	if f, ok := tasklog.Collected(e.home, t, run); ok {
 		defer f.Close()
-		_, err := io.Copy(out, f)
-		return err
+		if _, err := io.Copy(out, f); err != nil {
+			return err
+		}
+		return tasklog.Gate(ctx, st, t, run.Attempt, out)
 	}
 	cfg, err := e.loadConfig()
 	if err != nil {
@@ -96,9 +98,13 @@ func logsAction(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
-		_, err = out.Write(b)
+		if _, err := out.Write(b); err != nil {
+			return err
+		}
+		return tasklog.Gate(ctx, st, t, run.Attempt, out)
+	}
+	if _, err := r.Follow(ctx, st, t, run.Attempt, 0, out); err != nil {
 		return err
 	}
-	_, err = r.Follow(ctx, st, t, run.Attempt, 0, out)
-	return err
+	return tasklog.Gate(ctx, st, t, run.Attempt, out)
 }

@@ -236,3 +236,21 @@ func runSpecFile(t *testing.T, home, project string) string {
 	}
 	return filepath.Base(m[0])
 }
+
+// TestOneOffPrintsItsOutput: a one-off run that passed prints what the
+// task printed (its log: stdout and stderr), all of it, then where its
+// files are.
+func TestOneOffPrintsItsOutput(t *testing.T) {
+	home, _ := opsHome(t, nil)
+	r := runDispatch(t, nil, "--home", home, "run", "--tool", "shell", "echo out-marker; echo err-marker >&2; yes 0123456789abcdef | head -n 100000")
+	if r.code != 0 {
+		t.Fatalf("run: %s", r)
+	}
+	out, where := strings.Index(r.stdout, "out-marker\n"), strings.Index(r.stdout, "\noutput: ")
+	if out < 0 || !strings.Contains(r.stdout, "err-marker\n") || where < out {
+		t.Fatalf("run does not print the task's output before where its files are:\n%.2000s", r.stdout)
+	}
+	if n := strings.Count(r.stdout, "0123456789abcdef\n"); n != 100000 {
+		t.Errorf("run printed %d of the 100000 lines the task printed", n)
+	}
+}

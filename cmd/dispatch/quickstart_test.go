@@ -39,8 +39,9 @@ func quickstart(t *testing.T) []string {
 
 // TestReadmeQuickstartLocal runs the README's local Quickstart word for
 // word on a machine without any agent CLI (PATH holds the system's tools
-// and the dispatch binary only), in a fresh HOME. `make install` is the
-// binary the tests built; /path/to/dispatch is this checkout.
+// only, as a fresh Debian user's does: no ~/.local/bin), in a fresh HOME.
+// `make install` is the binary the tests built, put where it installs it,
+// ~/.local/bin; /path/to/dispatch is this checkout.
 func TestReadmeQuickstartLocal(t *testing.T) {
 	cmds := quickstart(t)
 	if len(cmds) < 5 || !strings.HasPrefix(cmds[0], "make install") {
@@ -51,8 +52,12 @@ func TestReadmeQuickstartLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	home := t.TempDir()
-	bin := t.TempDir()
-	if err := os.Symlink(dispatchBin, filepath.Join(bin, "dispatch")); err != nil {
+	bin := t.TempDir() // the Go toolchain only
+	installed := filepath.Join(home, ".local", "bin")
+	if err := os.MkdirAll(installed, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(dispatchBin, filepath.Join(installed, "dispatch")); err != nil {
 		t.Fatal(err)
 	}
 	script := "set -e\n" + strings.ReplaceAll(strings.Join(cmds[1:], "\n"), "/path/to/dispatch", repo) + "\n"
@@ -317,5 +322,35 @@ func TestReadmeQuickstartSSH(t *testing.T) {
 	}
 	if !strings.Contains(out, "local (not in nodes.yaml)") {
 		t.Errorf("status hello does not mark local as no longer configured:\n%s", out)
+	}
+}
+
+// TestValidateShowsWhatPhaseTasksWaitFor: the plan's DEPENDS ON column of
+// the phase tasks (generated or the author's S99) says what each waits
+// for, not "-".
+func TestValidateShowsWhatPhaseTasksWaitFor(t *testing.T) {
+	home, _ := opsHome(t, nil)
+	dir := filepath.Join(home, "specs", "p")
+	writeFile(t, filepath.Join(home, "nodes.yaml"), strings.Replace(readFile(t, filepath.Join(home, "nodes.yaml")), "    slots: 4\n", "    slots: 4\n    tool: sh\n", 1)+
+		"tools:\n  sh: { command: [/bin/sh, \"{spec}\"] }\n")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\n")
+	writeFile(t, filepath.Join(dir, "S01-a.md"), "echo a\n")
+	writeFile(t, filepath.Join(dir, "S02-b.md"), "---\ndepends_on: [S01]\n---\necho b\n")
+	writeFile(t, filepath.Join(dir, "S99-mine.md"), "echo integrate\n")
+	bin := t.TempDir()
+	r := runDispatch(t, append([]string{"PATH=" + bin + ":/usr/bin:/bin"}, goEnv(t, bin)...), "--home", home, "validate", "p")
+	if r.code != 0 {
+		t.Fatalf("validate: %s", r)
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if f := strings.Fields(line); len(f) > 3 {
+			rows[f[0]] = line
+		}
+	}
+	for _, want := range [][2]string{{"S99", " S01,S02 "}, {"V01", " S99 "}, {"F01", " V01 (a fail verdict) "}} {
+		if !strings.Contains(rows[want[0]], want[1]) {
+			t.Errorf("validate's row of %s does not say it waits for %s:\n%s", want[0], want[1], r.stdout)
+		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
+	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/spec"
@@ -314,11 +315,18 @@ func runSlug(text string) string {
 	return b.String()
 }
 
-// runOutcome says where a one-off run's output and log are and, when it
-// failed, adds the end of the log to start's failure.
+// runOutcome says where a one-off run's output and log are: after the
+// log itself when the run passed (what a one-off command printed is what
+// its user came for), and with the end of the log added to start's
+// failure when it failed.
 func runOutcome(e *env, name string, startErr error) error {
 	dir := filepath.Join(home.RunsDir(e.home, name), runTaskID)
 	logPath := filepath.Join(dir, "task.log")
+	if startErr == nil {
+		if err := printLog(e, logPath); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(e.out, "output: %s\nlog: %s (dispatch logs %s %s)\n", filepath.Join(dir, "output"), logPath, name, runTaskID)
 	if startErr == nil {
 		return nil
@@ -334,4 +342,46 @@ func runOutcome(e *env, name string, startErr error) error {
 		tail = fail.msg + "\n" + tail
 	}
 	return &workFailed{msg: tail}
+}
+
+// printLog copies the log at path to stdout as it is read (a log of
+// gigabytes is never held in memory), escaping its terminal controls on
+// a terminal as `dispatch logs` does, and ends it with a newline.
+func printLog(e *env, path string) error {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // not collected: the lines below say where it would be
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	out := e.out
+	if e.tty {
+		w := termtext.NewWriter(e.out)
+		defer w.Flush()
+		out = w
+	}
+	last := &lastByte{w: out}
+	if _, err := io.Copy(last, f); err != nil {
+		return fmt.Errorf("print %s: %w", path, err)
+	}
+	if last.b != 0 && last.b != '\n' {
+		_, err = io.WriteString(out, "\n")
+	}
+	return err
+}
+
+// lastByte passes writes to w, keeping the last byte written.
+type lastByte struct {
+	w io.Writer
+	b byte
+}
+
+func (l *lastByte) Write(p []byte) (int, error) {
+	n, err := l.w.Write(p)
+	if n > 0 {
+		l.b = p[n-1]
+	}
+	return n, err
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -56,6 +57,11 @@ func startAction(c *cli.Context, e *env, name string) error {
 	so, err := startOptions(c, name)
 	if err != nil {
 		return err
+	}
+	if so.Fresh {
+		if err := checkFresh(c.Context, e, name); err != nil {
+			return err
+		}
 	}
 	sp := startParams{only: c.StringSlice("nodes"), so: so, poll: c.Duration("poll"), dryRun: c.Bool("dry-run")}
 	if c.Bool("detach") {
@@ -175,6 +181,42 @@ func printAdded(e *env, name string, added plan.SyncResult, so control.StartOpti
 	if so.Fresh && added.Run == 0 {
 		fmt.Fprintf(e.errOut, "note: --fresh is for a new run; %s has not finished, so this start resumes its current run\n", name)
 	}
+}
+
+// checkFresh refuses `start --fresh` of a project whose current run has
+// not finished: --fresh begins a new run, and such a start would resume
+// the current one instead, quietly not fresh.
+func checkFresh(ctx context.Context, e *env, name string) error {
+	st, err := store.OpenReadOnly(ctx, e.dbPath())
+	if errors.Is(err, store.ErrNoDatabase) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	defer st.Close()
+	p, err := st.Project(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	return freshRefusal(p)
+}
+
+// freshRefusal is the refusal of `start --fresh` of p, nil when p's run
+// has finished (a new run begins).
+func freshRefusal(p domain.Project) error {
+	if p.State == domain.ProjectDone {
+		return nil
+	}
+	state := "is running"
+	if p.State == domain.ProjectStopped {
+		state = "is stopped, not finished"
+	}
+	return usagef("dispatch start "+p.Name+" (resumes run "+strconv.Itoa(p.Run)+")",
+		"--fresh begins a new run, but %s's run %d %s: a start now would resume it, not run afresh; "+
+			"let run %d finish first (dispatch start %s resumes a stopped run; dispatch cancel %s <IDs> drops tasks you do not want run), then dispatch start %s --fresh",
+		p.Name, p.Run, state, p.Run, p.Name, p.Name, p.Name)
 }
 
 // runProject runs the home's controller in this process until the

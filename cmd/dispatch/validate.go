@@ -155,6 +155,9 @@ func printPlan(e *env, cfg *nodes.Config, p *spec.Project, rows []plan.Row) {
 	for _, r := range rows {
 		t := r.Task
 		deps := strings.Join(t.DependsOn, ",")
+		if r.Waits != "" {
+			deps = r.Waits
+		}
 		if deps == "" {
 			deps = "-"
 		}

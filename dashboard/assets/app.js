@@ -397,8 +397,8 @@
 
   function taskTimers(t, s) {
     const out = [];
-    if ((t.status === 'running') && t.stall_seconds && t.heartbeat_at) {
-      out.push(timer(new Date(parseTime(t.heartbeat_at) + t.stall_seconds * 1000).toISOString(), 'until', 'stall ', 'stalled'));
+    if ((t.status === 'running') && t.stall_seconds && (t.output_at || t.heartbeat_at)) {
+      out.push(timer(stallAt(t), 'until', 'stall ', 'stalled'));
     }
     if (t.status === 'pending' && s && s.paused) {
       for (const z of s.paused) {
@@ -628,6 +628,14 @@
     };
   }
 
+  // stallAt is when a running task is stopped as stalled: stall_seconds
+  // after its tool last wrote, as the wrapper's stall watch counts (output
+  // resets it; a heartbeat does not), or after its heartbeat when the
+  // node does not say when it wrote.
+  function stallAt(t) {
+    return new Date(parseTime(t.output_at || t.heartbeat_at) + t.stall_seconds * 1000).toISOString();
+  }
+
   function renderTask(p, t) {
     const links = (ids) => (ids || []).length ? ids.map((x, i) => [i ? ', ' : '', el('a', { href: taskHref(p, x), text: x })]) : '—';
     const running = t.status === 'running';
@@ -636,8 +644,8 @@
       card('Type', t.type || ''), card('Node', t.node || '—'), card('Attempt', String(t.attempt || 0)),
       card(running ? 'Running for' : 'Took', running ? timer(t.started_at, 'for') : t.duration_seconds ? fmtDur(t.duration_seconds) : '—'),
       card('Heartbeat', t.heartbeat_at ? timer(t.heartbeat_at, 'since') : '—'),
-      card('Stall timeout', running && t.stall_seconds && t.heartbeat_at
-        ? timer(new Date(parseTime(t.heartbeat_at) + t.stall_seconds * 1000).toISOString(), 'until', '', 'stalled')
+      card('Stall timeout', running && t.stall_seconds && (t.output_at || t.heartbeat_at)
+        ? timer(stallAt(t), 'until', '', 'stalled')
         : t.stall_seconds ? fmtDur(t.stall_seconds) : '—'),
       card('Sandbox', t.sandbox || '—'),
       t.tool ? card('Tool', t.tool + (t.model ? ' (' + t.model + ')' : '')) : null,

@@ -307,7 +307,7 @@ func (s *SSH) handshake(ctx context.Context, conn net.Conn, ep *Endpoint, auth s
 			if isTimeout(r.err) {
 				return nil, fmt.Errorf("no SSH handshake from %s within %s (is the host hung?)", addr, s.cfg.ConnectTimeout)
 			}
-			return nil, authHint(r.err, ep)
+			return nil, authHint(r.err, ep, s.whose(ep))
 		}
 		_ = conn.SetDeadline(time.Time{})
 		return ssh.NewClient(r.c, r.chans, r.reqs), nil
@@ -320,9 +320,20 @@ func (s *SSH) handshake(ctx context.Context, conn net.Conn, ep *Endpoint, auth s
 	}
 }
 
-func authHint(err error, ep *Endpoint) error {
+// whose names the host ep is in messages: the node, or a jump host on
+// the way to it.
+func (s *SSH) whose(ep *Endpoint) string {
+	if ep == s.ep {
+		return "node " + s.cfg.Node
+	}
+	return "a ProxyJump host of node " + s.cfg.Node
+}
+
+// authHint adds the fix to a refused login to ep, the host of what.
+func authHint(err error, ep *Endpoint, what string) error {
 	if strings.Contains(err.Error(), "unable to authenticate") {
-		return fmt.Errorf("%w\n  fix: check that %s's key is in ~%s/.ssh/authorized_keys on %s (ssh-copy-id), or set IdentityFile / -i", err, "your", ep.User, ep.Host)
+		return fmt.Errorf("%w\n  fix: check that your public key is in ~%s/.ssh/authorized_keys on %s (%s): ssh-copy-id %s@%s, or set IdentityFile / -i",
+			err, ep.User, ep.Host, what, ep.User, ep.Host)
 	}
 	return err
 }
