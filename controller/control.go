@@ -85,6 +85,12 @@ func (c *Controller) Do(ctx context.Context, req control.Request) control.Reply 
 		var oe *control.OpError
 		return control.Reply{Error: err.Error(), Usage: errors.As(err, &oe)}
 	}
+	if req.Op == "start" || req.Op == "retry" {
+		if c.handed == nil {
+			c.handed = map[string]bool{}
+		}
+		c.handed[req.Project] = true
+	}
 	return control.Reply{Message: msg}
 }
 

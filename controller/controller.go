@@ -59,6 +59,13 @@ type Options struct {
 	Logger    *slog.Logger
 	// Nodes restricts scheduling to these node names when not empty.
 	Nodes []string
+	// Project, when set, is the project of a foreground `dispatch start`:
+	// Run ends once it and every project handed to this controller (a
+	// start or retry over the control socket) are finished, though other
+	// projects stay active (an interrupted start's); their attempts go on
+	// on their nodes for the next controller. Empty: Run serves every
+	// active project to its end.
+	Project string
 	// Between, when set, makes the controller a daemon (`dispatch serve`;
 	// package service provides it): Run does not end when every project it
 	// serves is finished, only on a shutdown request or when its context
@@ -135,6 +142,11 @@ type Controller struct {
 	// shutdown is set by a "shutdown" request (dispatch serve --stop):
 	// Run ends after it.
 	shutdown bool
+	// handed names the projects started or retried over the control
+	// socket, whose starts may follow them: a controller of
+	// Options.Project runs until they are finished too. The control
+	// loop's goroutine owns it.
+	handed map[string]bool
 	// wake asks Run for a tick now: a node's status stream saw a change.
 	wake chan struct{}
 	// fullPullEvery is how often a node with an open status stream is
@@ -312,7 +324,7 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 		if err != nil {
 			return err
 		}
-		if c.shutdown || (len(served) == 0 && c.opts.Between == nil) {
+		if runEnds(served, c.opts.Project, c.handed, c.opts.Between != nil, c.shutdown) {
 			return nil
 		}
 		wait, why := poll, "poll"
@@ -421,6 +433,27 @@ func (c *Controller) servedProjects(ctx context.Context) (active []domain.Projec
 		}
 	}
 	return active, served, nil
+}
+
+// runEnds decides whether Run ends after a tick: on a shutdown request; a
+// daemon never otherwise; a controller with nothing left to serve; a
+// foreground start's (own) once neither its project nor any project
+// handed to it is served, whatever else stays active.
+func runEnds(served []string, own string, handed map[string]bool, daemon, shutdown bool) bool {
+	switch {
+	case shutdown:
+		return true
+	case daemon:
+		return false
+	case own == "":
+		return len(served) == 0
+	}
+	for _, p := range served {
+		if p == own || handed[p] {
+			return false
+		}
+	}
+	return true
 }
 
 // errNoRetry marks a launch failure that retrying cannot fix.

@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"container/heap"
 	"context"
 	"encoding/json"
 	"errors"
@@ -65,11 +64,11 @@ func (c *Controller) shipBase(ctx context.Context, n *nodeRuntime, inst *nodes.I
 	known := gitrepo.Known(ctx, opRepo, have)
 	upload := path.Join(inst.WorkDir, project, "incoming.pack")
 	pr, pw := io.Pipe()
-	var size countingWriter
+	size := &countWriter{w: io.Discard}
 	packed := make(chan struct{})
 	go func() {
 		defer close(packed)
-		pw.CloseWithError(gitrepo.Pack(ctx, opRepo, commit, known, io.MultiWriter(pw, &size)))
+		pw.CloseWithError(gitrepo.Pack(ctx, opRepo, commit, known, io.MultiWriter(pw, size)))
 	}()
 	err = nodes.PutIdle(ctx, n.tr, upload, pr, 0o600, c.transferIdle())
 	// Closing the reader ends a pack still being written (its git
@@ -108,13 +107,6 @@ func (c *Controller) gitCall(ctx context.Context, n *nodeRuntime, timeout time.D
 		return nil, errors.New(policy.ReplyError(res, perr))
 	}
 	return reply.Commits, nil
-}
-
-type countingWriter struct{ n int64 }
-
-func (w *countingWriter) Write(p []byte) (int, error) {
-	w.n += int64(len(p))
-	return len(p), nil
 }
 
 // collectCommit brings a completed git-native attempt's commit into the
@@ -391,7 +383,8 @@ func (c *Controller) mergeBranches(ctx context.Context, project string, repo *do
 }
 
 // mergeOrder sorts tasks so that each comes after the tasks it depends on,
-// the smallest ID first among those ready (Kahn's algorithm over a heap).
+// the smallest ID first among those ready (Kahn's algorithm; ready is kept
+// sorted in descending order, so the smallest is the last).
 // Tasks left in a cycle, which validation refuses, follow in ID order.
 func mergeOrder(tasks []domain.Task) []domain.Task {
 	byID := map[string]domain.Task{}
@@ -400,7 +393,7 @@ func mergeOrder(tasks []domain.Task) []domain.Task {
 	}
 	waiting := map[string]int{}         // unmet dependencies of each task
 	dependents := map[string][]string{} // who waits for each task
-	ready := &idHeap{}
+	var ready []string
 	for id, t := range byID {
 		for _, d := range slices.Compact(slices.Sorted(slices.Values(t.DependsOn))) {
 			if _, ok := byID[d]; ok && d != id {
@@ -409,18 +402,21 @@ func mergeOrder(tasks []domain.Task) []domain.Task {
 			}
 		}
 		if waiting[id] == 0 {
-			heap.Push(ready, id)
+			ready = append(ready, id)
 		}
 	}
+	slices.SortFunc(ready, descending)
 	out := make([]domain.Task, 0, len(tasks))
 	done := map[string]bool{}
-	for ready.Len() > 0 {
-		id := heap.Pop(ready).(string)
+	for len(ready) > 0 {
+		id := ready[len(ready)-1]
+		ready = ready[:len(ready)-1]
 		done[id] = true
 		out = append(out, byID[id])
 		for _, w := range dependents[id] {
 			if waiting[w]--; waiting[w] == 0 {
-				heap.Push(ready, w)
+				i, _ := slices.BinarySearchFunc(ready, w, descending)
+				ready = slices.Insert(ready, i, w)
 			}
 		}
 	}
@@ -432,18 +428,7 @@ func mergeOrder(tasks []domain.Task) []domain.Task {
 	return out
 }
 
-type idHeap []string
-
-func (h idHeap) Len() int           { return len(h) }
-func (h idHeap) Less(i, j int) bool { return h[i] < h[j] }
-func (h idHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *idHeap) Push(x any)        { *h = append(*h, x.(string)) }
-func (h *idHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
+func descending(a, b string) int { return strings.Compare(b, a) }
 
 // crashWriter reaches crashpoint.MidFetch once some of a pack was read.
 type crashWriter struct{ w io.Writer }

@@ -31,9 +31,6 @@ import (
 // launch call with its document: tests break the SSH session there.
 var testHookBeforeLaunch func(node, wrapperPath string, doc []byte)
 
-// DefaultTimeout bounds a task that sets no timeout.
-const DefaultTimeout = time.Hour
-
 // stallTimeout is the task's stall_timeout (domain.StallTimeout) on node n.
 func stallTimeout(t domain.Task, opts domain.ProjectOptions, n nodes.Node) time.Duration {
 	return domain.StallTimeout(t, opts, n.Stall)
@@ -376,7 +373,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 	}
 	timeout := t.Timeout
 	if timeout <= 0 {
-		timeout = DefaultTimeout
+		timeout = domain.DefaultTimeout
 	}
 	p, err := c.st.Project(ctx, t.Project)
 	if err != nil {

@@ -121,6 +121,10 @@ type Attempt struct {
 	Inputs string
 }
 
+// DefaultTimeout bounds a task that sets no timeout (the wrapper's
+// wire.DefaultTimeoutSeconds).
+const DefaultTimeout = time.Hour
+
 // DefaultStallTimeout stops a tool that writes nothing for this long, unless
 // the task, project or node says otherwise.
 const DefaultStallTimeout = 15 * time.Minute

@@ -242,6 +242,20 @@ func flagsFirst(app *cli.App, args []string) []string {
 	return append(out, pos...)
 }
 
+// boolLike reports whether f stands alone: a bool flag, or one whose value
+// may be left out (serve's --http): the argument after it is an argument,
+// as the flag package reads it.
+func boolLike(f cli.Flag) bool {
+	switch f := f.(type) {
+	case *cli.BoolFlag:
+		return true
+	case *cli.GenericFlag:
+		b, ok := f.Value.(interface{ IsBoolFlag() bool })
+		return ok && b.IsBoolFlag()
+	}
+	return false
+}
+
 func isFlag(arg string) bool { return len(arg) > 1 && arg[0] == '-' && arg != "--" }
 
 // takesValue reports whether arg is one of flags that takes its value from
@@ -254,8 +268,7 @@ func takesValue(flags []cli.Flag, arg string) bool {
 	for _, f := range flags {
 		for _, n := range f.Names() {
 			if n == name {
-				_, isBool := f.(*cli.BoolFlag)
-				return !isBool
+				return !boolLike(f)
 			}
 		}
 	}

@@ -222,8 +222,14 @@ func freshRefusal(p domain.Project) error {
 // runProject runs the home's controller in this process until the
 // project ends, showing its progress, and says how it ended.
 func runProject(ctx context.Context, e *env, cfg *nodes.Config, st *store.Store, transports map[string]nodes.Transport, name string, only []string, poll time.Duration) error {
-	ctl, done, err := runController(ctx, e, controller.Options{Home: e.home, Config: cfg, Store: st, Transports: transports,
-		Wrappers: nodes.NewWrappers(), Logger: e.log, Nodes: only})
+	opts := controller.Options{Home: e.home, Config: cfg, Store: st, Transports: transports,
+		Wrappers: nodes.NewWrappers(), Logger: e.log, Nodes: only}
+	if os.Getenv(detachedEnv) == "" {
+		// A foreground start ends with its project (and those handed to
+		// it); a background one serves the home until nothing is left.
+		opts.Project = name
+	}
+	ctl, done, err := runController(ctx, e, opts)
 	if err != nil {
 		return err
 	}
@@ -242,6 +248,9 @@ func runProject(ctx context.Context, e *env, cfg *nodes.Config, st *store.Store,
 	if err != nil {
 		return err
 	}
+	if err := printLeftActive(context.WithoutCancel(ctx), e, st, name); err != nil {
+		return err
+	}
 	if proj.State == domain.ProjectStopped {
 		states, _, err := st.States(context.WithoutCancel(ctx), name)
 		if err != nil {
@@ -252,6 +261,23 @@ func runProject(ctx context.Context, e *env, cfg *nodes.Config, st *store.Store,
 	fmt.Fprintf(e.out, "report: %s\n", filepath.Join(home.RunsDir(e.home, name), "report.md"))
 	if proj.Result != domain.ResultPassed {
 		return &workFailed{}
+	}
+	return nil
+}
+
+// printLeftActive names the projects other than name that stay active
+// once this start's controller ends (an interrupted start's), and how to
+// resume them.
+func printLeftActive(ctx context.Context, e *env, st *store.Store, name string) error {
+	all, err := st.Projects(ctx)
+	if err != nil {
+		return err
+	}
+	for _, p := range all {
+		if p.State == domain.ProjectActive && p.Name != name {
+			fmt.Fprintf(e.out, "%s stays active without a controller (its running tasks go on on their nodes and are collected by the next one): "+
+				"dispatch start %s resumes it, dispatch serve runs every active project\n", p.Name, p.Name)
+		}
 	}
 	return nil
 }

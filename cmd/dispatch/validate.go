@@ -14,7 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/dispatch-tool/dispatch/control"
-	"github.com/dispatch-tool/dispatch/controller"
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
 	"github.com/dispatch-tool/dispatch/nodes"
@@ -161,7 +161,7 @@ func printPlan(e *env, cfg *nodes.Config, p *spec.Project, rows []plan.Row) {
 		if deps == "" {
 			deps = "-"
 		}
-		timeout := controller.DefaultTimeout
+		timeout := domain.DefaultTimeout
 		if t.Timeout > 0 {
 			timeout = t.Timeout
 		}
