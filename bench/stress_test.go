@@ -31,14 +31,14 @@ import (
 // (30.4 s instead of 2 s), a task's end never told by its node's status
 // stream (see wrapper:TestWatchSeesADirectoryMadeWhileWatchesAreAdded).
 //
-// It runs 20 batches; DISPATCH_STRESS_BATCHES=100 runs more, with one
+// It runs 10 batches in make test; DISPATCH_STRESS_BATCHES=100 runs more, with one
 // busy process per core beside them (CPU load, as make bench sees).
 // -short skips it.
 func TestThroughputBatchesNeverStall(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: 20 batches of 200 tasks take a minute")
+		t.Skip("-short: 10 batches of 200 tasks take a minute")
 	}
-	batches, load := 20, false
+	batches, load := 10, false
 	if v := os.Getenv("DISPATCH_STRESS_BATCHES"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 3 {
