@@ -81,9 +81,17 @@ func serveAction(c *cli.Context) error {
 		}
 	}
 	lock, err := home.AcquireLock(e.home)
+	if errors.Is(err, home.ErrLocked) && web != nil && !c.Bool("detach") {
+		// The dashboard and the API read the database through their own
+		// read-only store: they can run beside any controller of the home.
+		return serveWebOnly(ctx, e, *web, err)
+	}
 	if errors.Is(err, home.ErrLocked) {
-		return fmt.Errorf("%w: a controller already runs on this home (a dispatch start, or another dispatch serve); "+
-			"start dispatch serve again once it has ended (dispatch serve --stop ends a daemon)", err)
+		why := "start dispatch serve again once it has ended (dispatch serve --stop ends a daemon)"
+		if web != nil {
+			why = "without --detach, dispatch serve --http serves the dashboard and API beside it (read-only), until Ctrl-C"
+		}
+		return fmt.Errorf("%w: a controller already runs on this home (a dispatch start, or another dispatch serve); %s", err, why)
 	}
 	if err != nil {
 		return err
@@ -374,4 +382,22 @@ func scheduleBackoff() time.Duration {
 		return d
 	}
 	return 0
+}
+
+// serveWebOnly serves the dashboard and API of a home another controller
+// holds (a dispatch start --detach, say), without its lock: read-only, as
+// the API always is; what the page shows is what that controller records,
+// and once it ends the page says no controller runs. It ends on Ctrl-C or
+// SIGTERM and never touches the controller.
+func serveWebOnly(ctx context.Context, e *env, web httpapi.Listen, locked error) error {
+	stop, err := serveHTTP(e, web)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	fmt.Fprintf(e.out, "dispatch serve: %v; serving only the dashboard and API beside it (read-only: dispatch retry, cancel and stop "+
+		"still go to that controller); Ctrl-C stops this server, not the controller\n", locked)
+	<-ctx.Done()
+	fmt.Fprintln(e.out, "dispatch serve: dashboard and API stopped")
+	return nil
 }
