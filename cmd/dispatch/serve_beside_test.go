@@ -71,11 +71,11 @@ func TestServeHTTPBesideAController(t *testing.T) {
 		st.Controller == nil || !st.Controller.Running {
 		t.Fatalf("API status beside the controller: %d %s", code, body)
 	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Wait()
 	if !strings.Contains(stdout.String(), "serving only the dashboard and API beside it") {
 		t.Errorf("serve does not say it serves beside the controller: %q", stdout.String())
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	_ = cmd.Wait()
 	if cmd.ProcessState.ExitCode() != 0 {
 		t.Errorf("serve --http beside a controller exited %d on SIGTERM", cmd.ProcessState.ExitCode())
 	}
