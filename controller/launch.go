@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path"
@@ -433,11 +434,14 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 			// after one launch saves the next the checkout of the tree.
 			launch.Repo.Spares = n.cfg.Spares
 		}
-	case t.BaseDir != "" && treeHasFiles(t.BaseDir):
-		// An empty tree needs no copy (and would leave no directory to copy).
+	case !baseTree(t).empty():
+		if err := checkFiles(t); err != nil {
+			out.err, out.noRetry = err, true
+			return item, false
+		}
 		launch.Base = baseDirName
 		if !c.tryPush(ctx, n, log, []*launchOutcome{out}, "push the base tree", func() error {
-			return c.pushTree(ctx, n, inst, t.BaseDir, path.Join(dir, baseDirName))
+			return c.pushTree(ctx, n, inst, baseTree(t), path.Join(dir, baseDirName))
 		}) {
 			return item, false
 		}
@@ -625,11 +629,54 @@ func treeHasFiles(dir string) bool {
 	return err == found
 }
 
-// pushTree replaces dir on n with the regular files under src, as one tar
-// stream over one transfer (bounded by progress, not by a fixed deadline)
-// that the wrapper unpacks: a tree of thousands of files costs one
-// transfer, not one per file.
-func (c *Controller) pushTree(ctx context.Context, n *nodeRuntime, inst *nodes.Installed, src, dir string) error {
+// tree is what a push sends: the regular files under Dir (if set), then
+// Files (name in the tree → file on the controller), a name of Files
+// replacing Dir's file of that name.
+type tree struct {
+	Dir   string
+	Files map[string]string
+}
+
+// empty reports whether the tree has no file to send (an empty tree needs
+// no copy, and would leave no directory to copy).
+func (tr tree) empty() bool {
+	return len(tr.Files) == 0 && (tr.Dir == "" || !treeHasFiles(tr.Dir))
+}
+
+// baseTree decides the tree copied into a plain task's output/ before its
+// tool starts: its base directory and its files: (relative to its spec
+// file's directory, kept at that path).
+func baseTree(t domain.Task) tree {
+	tr := tree{Dir: t.BaseDir}
+	for _, f := range t.Files {
+		if tr.Files == nil {
+			tr.Files = map[string]string{}
+		}
+		tr.Files[f] = filepath.Join(filepath.Dir(t.SpecFile), filepath.FromSlash(f))
+	}
+	return tr
+}
+
+// checkFiles refuses a task whose files: changed since validation into
+// something that is not a regular file: a launch would fail again.
+func checkFiles(t domain.Task) error {
+	for name, p := range baseTree(t).Files {
+		fi, err := os.Lstat(p)
+		switch {
+		case err != nil:
+			return fmt.Errorf("task %s, files: %s: %w (restore it, or remove it from files: and run dispatch retry)", t.ID, name, err)
+		case !fi.Mode().IsRegular():
+			return fmt.Errorf("task %s, files: %s is not a regular file (give a file inside the spec directory, then run dispatch retry)", t.ID, name)
+		}
+	}
+	return nil
+}
+
+// pushTree replaces dir on n with the files of src, as one tar stream over
+// one transfer (bounded by progress, not by a fixed deadline) that the
+// wrapper unpacks: a tree of thousands of files costs one transfer, not one
+// per file.
+func (c *Controller) pushTree(ctx context.Context, n *nodeRuntime, inst *nodes.Installed, src tree, dir string) error {
 	archive := dir + ".tar"
 	pr, pw := io.Pipe()
 	var size int64
@@ -659,44 +706,75 @@ func (c *Controller) pushTree(ctx context.Context, n *nodeRuntime, inst *nodes.I
 	return nil
 }
 
-// writeTree writes the regular files under src to w as a tar archive, with
-// their permissions, and returns the bytes of content written. Links and
-// other special files are left out, as the tasks' trees always left them.
-func writeTree(w io.Writer, src string) (int64, error) {
+// writeTree writes the files of src to w as a tar archive, with their
+// permissions, and returns the bytes of content written. Links and other
+// special files under src.Dir are left out, as the tasks' trees always
+// left them; a file of src.Files must be a regular file (not a link).
+func writeTree(w io.Writer, src tree) (int64, error) {
 	tw := tar.NewWriter(w)
 	var total int64
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
+	if src.Dir != "" {
+		err := filepath.WalkDir(src.Dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || !d.Type().IsRegular() {
+				return err
+			}
+			rel, _ := filepath.Rel(src.Dir, p)
+			if _, replaced := src.Files[filepath.ToSlash(rel)]; replaced {
+				return nil
+			}
+			n, err := addTarFile(tw, filepath.ToSlash(rel), p, false)
+			total += n
 			return err
-		}
-		f, err := os.Open(p)
+		})
 		if err != nil {
-			return err
+			return total, err
 		}
-		defer f.Close()
-		fi, err := f.Stat()
-		if err != nil {
-			return err
-		}
-		if !fi.Mode().IsRegular() {
-			return nil // replaced since the walk saw it
-		}
-		rel, _ := filepath.Rel(src, p)
-		h := &tar.Header{Typeflag: tar.TypeReg, Name: filepath.ToSlash(rel), Mode: int64(fi.Mode().Perm()),
-			Size: fi.Size(), ModTime: fi.ModTime(), Format: tar.FormatPAX}
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		// A file that grows while it is read is cut at the size in its
-		// header; one that shrinks fails the push, which is tried again.
-		n, err := io.Copy(tw, io.LimitReader(f, fi.Size()))
+	}
+	for _, name := range slices.Sorted(maps.Keys(src.Files)) {
+		n, err := addTarFile(tw, name, src.Files[name], true)
 		total += n
-		return err
-	})
-	if err != nil {
-		return total, err
+		if err != nil {
+			return total, err
+		}
 	}
 	return total, tw.Close()
+}
+
+// addTarFile writes the file at p to tw as name. A file that is not
+// regular when opened is skipped, or refused when required.
+func addTarFile(tw *tar.Writer, name, p string, required bool) (int64, error) {
+	if required {
+		// A link put in its place since validation is not followed.
+		if fi, err := os.Lstat(p); err == nil && !fi.Mode().IsRegular() {
+			return 0, fmt.Errorf("files: %s is not a regular file (give a file inside the spec directory)", name)
+		}
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		if required {
+			return 0, fmt.Errorf("files: %s: %w (restore it, or remove it from files:)", name, err)
+		}
+		return 0, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	if !fi.Mode().IsRegular() {
+		if required {
+			return 0, fmt.Errorf("files: %s is not a regular file (give a file inside the spec directory)", name)
+		}
+		return 0, nil // replaced since the walk saw it
+	}
+	h := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: int64(fi.Mode().Perm()),
+		Size: fi.Size(), ModTime: fi.ModTime(), Format: tar.FormatPAX}
+	if err := tw.WriteHeader(h); err != nil {
+		return 0, err
+	}
+	// A file that grows while it is read is cut at the size in its
+	// header; one that shrinks fails the push, which is tried again.
+	return io.Copy(tw, io.LimitReader(f, fi.Size()))
 }
 
 // addTaskEnv adds the task's own env (front matter env:) to env, over the

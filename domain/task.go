@@ -75,8 +75,12 @@ type Task struct {
 	// RetryBackoff is the task's own retry_backoff; 0 leaves it to the
 	// controller's.
 	RetryBackoff time.Duration
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
+	// Files are copied into output/ before the tool starts (files:):
+	// slash-separated paths relative to the spec file's directory, kept
+	// at that path in output/.
+	Files     []string
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // Attempt is one attempt of a task: its row in attempts.
