@@ -5,32 +5,47 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 )
 
-// TestBaseTreeDecision: what a plain task's launch receives in output/:
-// its base directory, and its files: at their path in the spec directory.
-func TestBaseTreeDecision(t *testing.T) {
-	spec := "/specs/p/S01-a.md"
+// TestLaunchTrees: what a task's launch receives: in output/, its base
+// directory, its files: (at their path in the spec directory) and, with
+// start_from: dependencies, its dependencies' outputs; in inputs/, one
+// directory per dependency (the default in a plain project); nothing of
+// its dependencies in a git-native project, a phase task or with
+// start_from: base.
+func TestLaunchTrees(t *testing.T) {
+	spec, runs := "/specs/p/S01-a.md", "/runs/p"
+	out := func(id string) string { return filepath.Join(runs, id, "output") }
+	deps := []string{"S01.1", "S01.2"}
 	tests := []struct {
-		name string
-		task domain.Task
-		want tree
+		name         string
+		task         domain.Task
+		base, inputs tree
 	}{
-		{"nothing", domain.Task{SpecFile: spec}, tree{}},
-		{"base only", domain.Task{SpecFile: spec, BaseDir: "/specs/p/base"}, tree{Dir: "/specs/p/base"}},
-		{"files", domain.Task{SpecFile: spec, Files: []string{"data/in.csv", "b.txt"}},
-			tree{Files: map[string]string{"data/in.csv": "/specs/p/data/in.csv", "b.txt": "/specs/p/b.txt"}}},
-		{"base and files", domain.Task{SpecFile: spec, BaseDir: "/specs/p/base", Files: []string{"b.txt"}},
-			tree{Dir: "/specs/p/base", Files: map[string]string{"b.txt": "/specs/p/b.txt"}}},
+		{"nothing", domain.Task{ID: "S01", SpecFile: spec}, tree{}, tree{}},
+		{"base only", domain.Task{ID: "S01", SpecFile: spec, BaseDir: "/specs/p/base"}, tree{Dirs: []treeDir{{Dir: "/specs/p/base"}}}, tree{}},
+		{"files", domain.Task{ID: "S01", SpecFile: spec, Files: []string{"data/in.csv", "b.txt"}},
+			tree{Files: map[string]string{"data/in.csv": "/specs/p/data/in.csv", "b.txt": "/specs/p/b.txt"}}, tree{}},
+		{"inputs by default", domain.Task{ID: "S02", SpecFile: spec, DependsOn: deps, BaseDir: "/b"},
+			tree{Dirs: []treeDir{{Dir: "/b"}}}, tree{Dirs: []treeDir{{out("S01.1"), "S01.1"}, {out("S01.2"), "S01.2"}}}},
+		{"start_from inputs", domain.Task{ID: "S02", SpecFile: spec, DependsOn: deps, StartFrom: domain.StartInputs},
+			tree{}, tree{Dirs: []treeDir{{out("S01.1"), "S01.1"}, {out("S01.2"), "S01.2"}}}},
+		{"start_from dependencies: the later first, over the base", domain.Task{ID: "S02", SpecFile: spec, DependsOn: deps, BaseDir: "/b", StartFrom: domain.StartDependencies},
+			tree{Dirs: []treeDir{{Dir: out("S01.2")}, {Dir: out("S01.1")}, {Dir: "/b"}}}, tree{}},
+		{"start_from base", domain.Task{ID: "S02", SpecFile: spec, DependsOn: deps, StartFrom: domain.StartBase}, tree{}, tree{}},
+		{"git-native", domain.Task{ID: "S02", SpecFile: spec, DependsOn: deps, BaseCommit: "abc"}, tree{}, tree{}},
+		{"phase task", domain.Task{ID: "S99", SpecFile: spec, DependsOn: deps, BaseDir: "/m"}, tree{Dirs: []treeDir{{Dir: "/m"}}}, tree{}},
 	}
+	same := func(a, b tree) bool { return slices.Equal(a.Dirs, b.Dirs) && maps.Equal(a.Files, b.Files) }
 	for _, tc := range tests {
-		got := baseTree(tc.task)
-		if got.Dir != tc.want.Dir || !maps.Equal(got.Files, tc.want.Files) {
-			t.Errorf("%s: baseTree = %+v, want %+v", tc.name, got, tc.want)
+		base, inputs := launchTrees(tc.task, runs)
+		if !same(base, tc.base) || !same(inputs, tc.inputs) {
+			t.Errorf("%s: launchTrees = %+v, %+v, want %+v, %+v", tc.name, base, inputs, tc.base, tc.inputs)
 		}
 	}
 }

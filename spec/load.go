@@ -329,7 +329,7 @@ func (l *loader) readText(path string) (text string, exists, ok bool) {
 
 // ProjectKeys are the keys project.yaml accepts.
 var ProjectKeys = []string{"integration", "verification", "max_fix_rounds", "integration_spec",
-	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget", "notify", "schedule", "sandbox", "limits", "network", "gate", "retention", "files"}
+	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget", "notify", "schedule", "sandbox", "limits", "network", "gate", "retention", "files", "start_from"}
 
 func (l *loader) loadConfig() {
 	path := l.path(ConfigFile)
@@ -409,6 +409,8 @@ func (l *loader) configKey(y yamlFile, c *ProjectConfig, at *configNodes, key st
 		}
 	case "files":
 		c.Files, at.files = l.files(y, key, v), v
+	case "start_from":
+		c.StartFrom, _ = y.startFrom(key, v)
 	case "notify":
 		c.Notify = notify.FromYAML(y.Doc, v)
 	case "gate":
@@ -641,6 +643,20 @@ func (l *loader) inside(y yamlFile, key string, v *yaml.Node, p string, wantDir 
 	return filepath.ToSlash(clean), true
 }
 
+// startFrom reads a start_from: value.
+func (y yamlFile) startFrom(key string, v *yaml.Node) (string, bool) {
+	s, ok := y.String(v, "", key)
+	if !ok {
+		return "", false
+	}
+	if s != domain.StartInputs && s != domain.StartDependencies && s != domain.StartBase {
+		y.Errorf(v, "write start_from: inputs (the default), dependencies or base",
+			"%s: unknown value %q", key, s)
+		return "", false
+	}
+	return s, true
+}
+
 // files reads a files: list: each entry a regular file inside the
 // project's spec directory (relative, no "..", no link leaving it),
 // returned cleaned and slash-separated, without duplicates.
@@ -745,7 +761,7 @@ func (l *loader) loadShared() {
 // TaskKeys are the keys a spec's front matter accepts.
 var TaskKeys = []string{"type", "tool", "model", "priority", "depends_on", "timeout",
 	"max_retries", "node", "tags", "context", "stall_timeout", "sandbox", "limits", "network",
-	"matrix", "matrix_file", "nodes", "env", "retry_backoff", "files"}
+	"matrix", "matrix_file", "nodes", "env", "retry_backoff", "files", "start_from"}
 
 // parseTask parses one task file. It returns nil when the file could not
 // be read as text at all; otherwise problems are reported and the task is
@@ -771,6 +787,7 @@ func (l *loader) parseTask(f taskFile) *parsed {
 		Limits:     cfg.Limits,
 		MaxRetries: cfg.MaxRetries,
 		Files:      cfg.Files,
+		StartFrom:  cfg.StartFrom,
 	}
 	p := &parsed{task: t, depLines: map[string]int{}}
 	var refs []item
@@ -949,6 +966,10 @@ func (l *loader) frontMatter(y yamlFile, root *yaml.Node, p *parsed) []item {
 				y.Errorf(v, filesInRepoFix, "files: is for projects without repo:")
 			}
 			t.Files = l.files(y, key, v)
+		case "start_from":
+			if s, ok := y.startFrom(key, v); ok {
+				t.StartFrom = s
+			}
 		default:
 			l.fanKey(y, p, key, v)
 		}

@@ -68,6 +68,9 @@ type Task struct {
 	// starts: paths relative to the spec directory, slash-separated (front
 	// matter files:, else project.yaml's).
 	Files []string
+	// StartFrom is start_from: (domain.StartInputs, StartDependencies, StartBase),
+	// front matter, else project.yaml, else "" (inputs).
+	StartFrom string
 
 	// Snapshot is the text given to the tool. Its format is part of the
 	// contract because Hash is compared across versions of dispatch:
@@ -113,6 +116,8 @@ type ProjectConfig struct {
 	// Files are the default files: of the project's tasks (paths relative
 	// to the project directory), copied into each one's output/.
 	Files []string
+	// StartFrom is the default start_from: of its tasks; "" when not set.
+	StartFrom string
 	// Repo is project.yaml's repo: as written (relative to the project
 	// directory, or absolute), Ref its ref: ("" for HEAD), and Source what
 	// they resolved to: the commit every author task starts from.

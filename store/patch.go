@@ -50,6 +50,7 @@ type TaskPatch struct {
 	Network          *string            `col:"network"`
 	Env              *map[string]string `col:"env"`
 	Files            *[]string          `col:"files"`
+	StartFrom        *string            `col:"start_from"`
 	RetryBackoff     *time.Duration     `col:"retry_backoff_seconds"`
 }
 
