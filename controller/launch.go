@@ -661,9 +661,8 @@ func launchTrees(t domain.Task, runs string) (base, inputs tree) {
 		}
 		base.Files[f] = filepath.Join(filepath.Dir(t.SpecFile), filepath.FromSlash(f))
 	}
-	plain := t.BaseCommit == "" && !domain.IsPhaseID(t.ID)
 	switch {
-	case !plain || len(t.DependsOn) == 0 || t.StartFrom == domain.StartBase:
+	case !receivesOutputs(t):
 	case t.StartFrom == domain.StartDependencies:
 		for _, d := range slices.Backward(t.DependsOn) {
 			base.Dirs = append(base.Dirs, treeDir{Dir: filepath.Join(runs, d, "output")})
@@ -677,6 +676,14 @@ func launchTrees(t domain.Task, runs string) (base, inputs tree) {
 		base.Dirs = append(base.Dirs, treeDir{Dir: t.BaseDir})
 	}
 	return base, inputs
+}
+
+// receivesOutputs reports whether t's launch receives its dependencies'
+// collected outputs: a plain project's author task with dependencies,
+// unless start_from: base. It waits for their collection, not only for
+// their completion.
+func receivesOutputs(t domain.Task) bool {
+	return t.BaseCommit == "" && !domain.IsPhaseID(t.ID) && len(t.DependsOn) > 0 && t.StartFrom != domain.StartBase
 }
 
 // treeSize is the bytes of the regular files tr would send (links are

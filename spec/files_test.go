@@ -55,6 +55,12 @@ func TestLoadFiles(t *testing.T) {
 			{"p/S01-one.md", 2, "files: is for projects without repo:"},
 			{"p/project.yaml", 1, "nothere"},
 		}},
+		{name: "start_from", files: map[string]string{
+			"p/project.yaml": "start_from: dependencies\n",
+			"p/S01-one.md":   "# One\n",
+			"p/S02-two.md":   "---\ndepends_on: [S01]\nstart_from: base\n---\n# Two\n",
+			"p/S03-bad.md":   "---\ndepends_on: [S01]\nstart_from: outputs\n---\n# Three\n",
+		}, wantErr: []wantErr{{"p/S03-bad.md", 3, `start_from: unknown value "outputs"`}}},
 		{name: "not a list", files: map[string]string{
 			"p/S01-one.md": "---\nfiles: {a: b}\n---\n# One\n",
 		}, wantErr: []wantErr{{"p/S01-one.md", 2, "files must be a list of paths"}}},
