@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/dispatch-tool/dispatch/domain"
@@ -75,5 +76,33 @@ func TestFilesReachTheWorkspace(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(runs, id, "output", "seen.txt")); string(b) != want {
 			t.Errorf("%s saw %q (%v), want %q", id, b, err, want)
 		}
+	}
+}
+
+// TestInputsOverTheQuota: a dependent whose dependencies' outputs together
+// exceed collect_max_bytes fails without retries, with an error naming it
+// and the fix; each dependency alone was collected.
+func TestInputsOverTheQuota(t *testing.T) {
+	yaml := strings.Replace(fastYAML, "  max_retries: 1\n", "  max_retries: 1\n  collect_max_bytes: 3000\n", 1)
+	h := newHarness(t, yaml, map[string]string{
+		"project.yaml":   "tool: shell\nintegration: false\n",
+		"S01-a.md":       "head -c 2000 /dev/zero > a.bin\n",
+		"S02-b.md":       "head -c 2000 /dev/zero > b.bin\n",
+		"S03-both.md":    "---\ndepends_on: [S01, S02]\n---\nls \"$DISPATCH_INPUTS\"\n",
+		"S04-ordered.md": "---\ndepends_on: [S01, S02]\nstart_from: base\n---\ntest -z \"$DISPATCH_INPUTS\"\n",
+	})
+	h.tickUntil("project to finish", func() bool {
+		p, _ := h.st.Project(context.Background(), "p")
+		return p.State == domain.ProjectDone
+	})
+	s3, err := h.st.Task(context.Background(), "p", "S03")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s3.Status != domain.Failed || s3.Attempt != 1 || !strings.Contains(s3.Error, "collect_max_bytes") || !strings.Contains(s3.Error, "S03") {
+		t.Errorf("S03 = %s attempt %d %q, want failed at once naming collect_max_bytes: %s", s3.Status, s3.Attempt, s3.Error, h.dump())
+	}
+	if s4, _ := h.st.Task(context.Background(), "p", "S04"); s4.Status != domain.Completed {
+		t.Errorf("S04 (start_from: base) = %s %q, want completed", s4.Status, s4.Error)
 	}
 }
