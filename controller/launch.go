@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/domain"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 	"github.com/dispatch-tool/dispatch/internal/netallow"
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
@@ -430,12 +432,8 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 			// after one launch saves the next the checkout of the tree.
 			launch.Repo.Spares = n.cfg.Spares
 		}
-	case t.BaseDir != "" && treeHasFiles(t.BaseDir):
-		// An empty tree needs no copy (and would leave no directory to copy).
-		launch.Base = baseDirName
-		if !c.tryPush(ctx, n, log, []*launchOutcome{out}, "push the base tree", func() error {
-			return c.pushTree(ctx, n, inst, t.BaseDir, path.Join(dir, baseDirName))
-		}) {
+	default:
+		if !c.pushTrees(ctx, out, inst, log, &launch, dir) {
 			return item, false
 		}
 	}
@@ -622,11 +620,176 @@ func treeHasFiles(dir string) bool {
 	return err == found
 }
 
-// pushTree replaces dir on n with the regular files under src, as one tar
-// stream over one transfer (bounded by progress, not by a fixed deadline)
-// that the wrapper unpacks: a tree of thousands of files costs one
-// transfer, not one per file.
-func (c *Controller) pushTree(ctx context.Context, n *nodeRuntime, inst *nodes.Installed, src, dir string) error {
+// tree is what a push sends: the regular files under each of Dirs (at
+// its Prefix, a directory even when empty), and Files (name in the tree →
+// file on the controller). A name is sent once: Files first, then Dirs in
+// order, the first to give a name keeps it.
+type tree struct {
+	Dirs  []treeDir
+	Files map[string]string
+}
+
+// treeDir is a directory of the controller sent at Prefix ("": the top).
+type treeDir struct{ Dir, Prefix string }
+
+// empty reports whether the tree has nothing to send (an empty tree needs
+// no copy, and would leave no directory to copy).
+func (tr tree) empty() bool {
+	for _, d := range tr.Dirs {
+		if d.Prefix != "" || treeHasFiles(d.Dir) {
+			return false
+		}
+	}
+	return len(tr.Files) == 0
+}
+
+// launchTrees decides what a task's launch receives besides its spec: base
+// is copied into output/ before the tool starts (its base directory, its
+// files: at their path in the spec directory and, with start_from:
+// dependencies, its dependencies' outputs, a later dependency's file over
+// an earlier one's); inputs is its task directory's inputs/, one directory
+// per dependency (the default for a plain task with dependencies). runs is
+// the project's runs directory, where the collected outputs are. A
+// git-native or integration-phase task gets neither.
+func launchTrees(t domain.Task, runs string) (base, inputs tree) {
+	for _, f := range t.Files {
+		if base.Files == nil {
+			base.Files = map[string]string{}
+		}
+		base.Files[f] = filepath.Join(filepath.Dir(t.SpecFile), filepath.FromSlash(f))
+	}
+	switch {
+	case !receivesOutputs(t):
+	case t.StartFrom == domain.StartDependencies:
+		for _, d := range slices.Backward(t.DependsOn) {
+			base.Dirs = append(base.Dirs, treeDir{Dir: filepath.Join(runs, d, "output")})
+		}
+	default:
+		for _, d := range t.DependsOn {
+			inputs.Dirs = append(inputs.Dirs, treeDir{Dir: filepath.Join(runs, d, "output"), Prefix: d})
+		}
+	}
+	if t.BaseDir != "" {
+		base.Dirs = append(base.Dirs, treeDir{Dir: t.BaseDir})
+	}
+	return base, inputs
+}
+
+// receivesOutputs reports whether t's launch receives its dependencies'
+// collected outputs: a plain project's author task with dependencies,
+// unless start_from: base. It waits for their collection, not only for
+// their completion.
+func receivesOutputs(t domain.Task) bool {
+	return t.BaseCommit == "" && !domain.IsPhaseID(t.ID) && len(t.DependsOn) > 0 && t.StartFrom != domain.StartBase
+}
+
+// treeSize is the bytes of the regular files tr would send (links are
+// never followed); missing directories count nothing.
+func treeSize(tr tree) (int64, error) {
+	var total int64
+	for _, f := range tr.Files {
+		if fi, err := os.Lstat(f); err == nil {
+			total += fi.Size()
+		}
+	}
+	for _, d := range tr.Dirs {
+		err := filepath.WalkDir(d.Dir, func(p string, e fs.DirEntry, err error) error {
+			if errors.Is(err, fs.ErrNotExist) && p == d.Dir {
+				return nil
+			}
+			if err != nil || !e.Type().IsRegular() {
+				return err
+			}
+			fi, err := e.Info()
+			if err == nil {
+				total += fi.Size()
+			}
+			return err
+		})
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// pushTrees pushes what launchTrees decides for out's task into its task
+// directory dir on the node and says so in launch; false means the outcome
+// is decided (an error).
+func (c *Controller) pushTrees(ctx context.Context, out *launchOutcome, inst *nodes.Installed, log *slog.Logger, launch *wire.Launch, dir string) bool {
+	t, n := out.claim.task, out.claim.node
+	base, inputs := launchTrees(t, home.RunsDir(c.opts.Home, t.Project))
+	if err := checkFiles(t); err != nil {
+		out.err, out.noRetry = err, true
+		return false
+	}
+	if err := c.checkReceived(t, base, inputs); err != nil {
+		out.err, out.noRetry = err, true
+		return false
+	}
+	if !base.empty() {
+		launch.Base = baseDirName
+		if !c.tryPush(ctx, n, log, []*launchOutcome{out}, "push the base tree", func() error {
+			return c.pushTree(ctx, n, inst, base, path.Join(dir, baseDirName))
+		}) {
+			return false
+		}
+	}
+	if len(inputs.Dirs) > 0 {
+		launch.Inputs = true
+		if !c.tryPush(ctx, n, log, []*launchOutcome{out}, "push the inputs", func() error {
+			return c.pushTree(ctx, n, inst, inputs, path.Join(dir, wire.InputsDir))
+		}) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkReceived refuses a task whose dependencies' outputs exceed
+// collect_max_bytes: the bound of what a task sends back bounds what it
+// receives too.
+func (c *Controller) checkReceived(t domain.Task, base, inputs tree) error {
+	limit := c.config().Controller.CollectMaxBytes
+	if limit <= 0 || len(t.DependsOn) == 0 {
+		return nil
+	}
+	var total int64
+	for _, tr := range []tree{base, inputs} {
+		n, err := treeSize(tr)
+		if err != nil {
+			return fmt.Errorf("task %s: read its dependencies' outputs: %w", t.ID, err)
+		}
+		total += n
+	}
+	if total > limit {
+		return fmt.Errorf("task %s would receive %d MiB of its dependencies' outputs, over controller.collect_max_bytes (%d MiB): raise collect_max_bytes in nodes.yaml, or make the dependencies leave less in output/, then run dispatch retry %s %s",
+			t.ID, total>>20, limit>>20, t.Project, t.ID)
+	}
+	return nil
+}
+
+// checkFiles refuses a task whose files: changed since validation into
+// something that is not a regular file: a launch would fail again.
+func checkFiles(t domain.Task) error {
+	base, _ := launchTrees(t, "")
+	for name, p := range base.Files {
+		fi, err := os.Lstat(p)
+		switch {
+		case err != nil:
+			return fmt.Errorf("task %s, files: %s: %w (restore it, or remove it from files: and run dispatch retry)", t.ID, name, err)
+		case !fi.Mode().IsRegular():
+			return fmt.Errorf("task %s, files: %s is not a regular file (give a file inside the spec directory, then run dispatch retry)", t.ID, name)
+		}
+	}
+	return nil
+}
+
+// pushTree replaces dir on n with the files of src, as one tar stream over
+// one transfer (bounded by progress, not by a fixed deadline) that the
+// wrapper unpacks: a tree of thousands of files costs one transfer, not one
+// per file.
+func (c *Controller) pushTree(ctx context.Context, n *nodeRuntime, inst *nodes.Installed, src tree, dir string) error {
 	archive := dir + ".tar"
 	pr, pw := io.Pipe()
 	var size int64
@@ -656,44 +819,88 @@ func (c *Controller) pushTree(ctx context.Context, n *nodeRuntime, inst *nodes.I
 	return nil
 }
 
-// writeTree writes the regular files under src to w as a tar archive, with
-// their permissions, and returns the bytes of content written. Links and
-// other special files are left out, as the tasks' trees always left them.
-func writeTree(w io.Writer, src string) (int64, error) {
+// writeTree writes the files of src to w as a tar archive, with their
+// permissions, and returns the bytes of content written. Links and other
+// special files under src.Dirs are left out, as the tasks' trees always
+// left them; a file of src.Files must be a regular file (not a link).
+func writeTree(w io.Writer, src tree) (int64, error) {
 	tw := tar.NewWriter(w)
 	var total int64
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		fi, err := f.Stat()
-		if err != nil {
-			return err
-		}
-		if !fi.Mode().IsRegular() {
-			return nil // replaced since the walk saw it
-		}
-		rel, _ := filepath.Rel(src, p)
-		h := &tar.Header{Typeflag: tar.TypeReg, Name: filepath.ToSlash(rel), Mode: int64(fi.Mode().Perm()),
-			Size: fi.Size(), ModTime: fi.ModTime(), Format: tar.FormatPAX}
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		// A file that grows while it is read is cut at the size in its
-		// header; one that shrinks fails the push, which is tried again.
-		n, err := io.Copy(tw, io.LimitReader(f, fi.Size()))
+	sent := map[string]bool{}
+	for _, name := range slices.Sorted(maps.Keys(src.Files)) {
+		n, err := addTarFile(tw, name, src.Files[name], true)
 		total += n
-		return err
-	})
-	if err != nil {
-		return total, err
+		if err != nil {
+			return total, err
+		}
+		sent[name] = true
+	}
+	for _, d := range src.Dirs {
+		if d.Prefix != "" {
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d.Prefix + "/", Mode: 0o755, Format: tar.FormatPAX}); err != nil {
+				return total, err
+			}
+		}
+		err := filepath.WalkDir(d.Dir, func(p string, e fs.DirEntry, err error) error {
+			if errors.Is(err, fs.ErrNotExist) && p == d.Dir {
+				return nil // a dependency that left no output
+			}
+			if err != nil || !e.Type().IsRegular() {
+				return err
+			}
+			rel, _ := filepath.Rel(d.Dir, p)
+			name := path.Join(d.Prefix, filepath.ToSlash(rel))
+			if sent[name] {
+				return nil
+			}
+			sent[name] = true
+			n, err := addTarFile(tw, name, p, false)
+			total += n
+			return err
+		})
+		if err != nil {
+			return total, err
+		}
 	}
 	return total, tw.Close()
+}
+
+// addTarFile writes the file at p to tw as name. A file that is not
+// regular when opened is skipped, or refused when required.
+func addTarFile(tw *tar.Writer, name, p string, required bool) (int64, error) {
+	// A link put in a file's place since it was listed is not followed.
+	if fi, err := os.Lstat(p); err == nil && !fi.Mode().IsRegular() {
+		if required {
+			return 0, fmt.Errorf("files: %s is not a regular file (give a file inside the spec directory)", name)
+		}
+		return 0, nil
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		if required {
+			return 0, fmt.Errorf("files: %s: %w (restore it, or remove it from files:)", name, err)
+		}
+		return 0, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	if !fi.Mode().IsRegular() {
+		if required {
+			return 0, fmt.Errorf("files: %s is not a regular file (give a file inside the spec directory)", name)
+		}
+		return 0, nil // replaced since the walk saw it
+	}
+	h := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: int64(fi.Mode().Perm()),
+		Size: fi.Size(), ModTime: fi.ModTime(), Format: tar.FormatPAX}
+	if err := tw.WriteHeader(h); err != nil {
+		return 0, err
+	}
+	// A file that grows while it is read is cut at the size in its
+	// header; one that shrinks fails the push, which is tried again.
+	return io.Copy(tw, io.LimitReader(f, fi.Size()))
 }
 
 // addTaskEnv adds the task's own env (front matter env:) to env, over the

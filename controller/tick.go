@@ -342,6 +342,20 @@ func (c *Controller) decideTick(r *tickRead, pulls map[string]*pull, announced, 
 	return tp
 }
 
+// uncollected reports whether t receives its dependencies' outputs and
+// dep's output is not collected yet: it completed in this tick, or its
+// collection is under way. The next tick's read sees it collected.
+func (c *Controller) uncollected(project string, t domain.Task, dep string, after afterApply) bool {
+	if !receivesOutputs(t) {
+		return false
+	}
+	if d := after.tasks[taskKey(project, dep)]; d != nil && d.Status == domain.Completed {
+		return true
+	}
+	_, collecting := c.inCollection.Load(taskKey(project, dep))
+	return collecting
+}
+
 // candidatesAfter lists the tasks of project that may start once the
 // tick's changes are made: the runnable ones read (unless a change moved
 // them or one of their dependencies), and the tasks read that the changes
@@ -389,7 +403,7 @@ func (c *Controller) candidatesAfter(project string, r *tickRead, after afterApp
 		if t == nil || t.Status != domain.Pending || t.NotBefore.After(now) || !ok(t) {
 			continue
 		}
-		if slices.ContainsFunc(t.DependsOn, func(d string) bool { return !completed(d) }) {
+		if slices.ContainsFunc(t.DependsOn, func(d string) bool { return !completed(d) || c.uncollected(project, *t, d, after) }) {
 			continue
 		}
 		seen[taskKey(project, t.ID)] = true

@@ -44,11 +44,20 @@ func TestDecideTick(t *testing.T) {
 			pulls: map[string]any{"n1": []wire.TaskStatus{ended("S01", 1, wire.StatusCompleted, ""), running("S02", 1, "1", true)},
 				"n2": []wire.TaskStatus{running("S03", 1, "1", true), running("S04", 1, "1", true)}},
 			want: "S05@n1"},
-		{name: "a dependent whose last dependency completes now starts now",
-			tasks: []domain.Task{task("S01", domain.Running, "n1", 1), pending("S02", "S01", "S00")},
+		{name: "a dependent whose last dependency completes now starts now (start_from: base)",
+			tasks: []domain.Task{task("S01", domain.Running, "n1", 1), func() domain.Task {
+				tk := pending("S02", "S01", "S00")
+				tk.StartFrom = domain.StartBase
+				return tk
+			}()},
 			busy:  map[string]int{"n1": 1},
 			pulls: map[string]any{"n1": []wire.TaskStatus{ended("S01", 1, wire.StatusCompleted, "")}, "n2": []wire.TaskStatus{}},
 			want:  "S02@n1"},
+		{name: "a dependent that receives its outputs waits for their collection",
+			tasks: []domain.Task{task("S01", domain.Running, "n1", 1), pending("S02", "S01", "S00")},
+			busy:  map[string]int{"n1": 1},
+			pulls: map[string]any{"n1": []wire.TaskStatus{ended("S01", 1, wire.StatusCompleted, "")}, "n2": []wire.TaskStatus{}},
+			want:  ""},
 		{name: "a dependent of a task that fails now does not start",
 			tasks: []domain.Task{task("S01", domain.Running, "n1", 1), pending("S02", "S01")},
 			busy:  map[string]int{"n1": 1},

@@ -6,6 +6,14 @@ import (
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
 )
 
+// StartFrom values (start_from:): what a task with depends_on in a plain
+// project starts from. "" is StartInputs.
+const (
+	StartInputs       = "inputs"       // its dependencies' outputs, read-only, in inputs/<ID>/
+	StartDependencies = "dependencies" // its dependencies' outputs copied into output/
+	StartBase         = "base"         // the base alone, as a task without dependencies
+)
+
 // Task is one task of a project with its current state.
 type Task struct {
 	Project   string
@@ -75,8 +83,15 @@ type Task struct {
 	// RetryBackoff is the task's own retry_backoff; 0 leaves it to the
 	// controller's.
 	RetryBackoff time.Duration
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
+	// Files are copied into output/ before the tool starts (files:):
+	// slash-separated paths relative to the spec file's directory, kept
+	// at that path in output/.
+	Files []string
+	// StartFrom is start_from: inputs (""), dependencies or base: what
+	// a plain project's task with dependencies receives of their outputs.
+	StartFrom string
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // Attempt is one attempt of a task: its row in attempts.

@@ -329,7 +329,7 @@ func (l *loader) readText(path string) (text string, exists, ok bool) {
 
 // ProjectKeys are the keys project.yaml accepts.
 var ProjectKeys = []string{"integration", "verification", "max_fix_rounds", "integration_spec",
-	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget", "notify", "schedule", "sandbox", "limits", "network", "gate", "retention"}
+	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget", "notify", "schedule", "sandbox", "limits", "network", "gate", "retention", "files", "start_from"}
 
 func (l *loader) loadConfig() {
 	path := l.path(ConfigFile)
@@ -346,14 +346,21 @@ func (l *loader) loadConfig() {
 	var at configNodes
 	y.fields(root, ConfigFile, ProjectKeys, func(key string, v *yaml.Node) { l.configKey(y, c, &at, key, v) })
 	networkNeedsSandbox(y, c.Network, c.Sandbox, at.network, at.sandbox)
+	if at.files != nil && at.repo != nil {
+		y.Errorf(at.files, filesInRepoFix, "files: is for projects without repo:")
+	}
 	l.resolveRepo(y, at.repo, at.ref, at.base)
 }
 
 // configNodes are where project.yaml wrote the keys that are checked
 // together once it is read (nil: not written).
 type configNodes struct {
-	repo, ref, base, network, sandbox *yaml.Node
+	repo, ref, base, network, sandbox, files *yaml.Node
 }
+
+// filesInRepoFix is the fix of a files: in a git-native project, whose
+// tasks start from a checkout of the repository.
+const filesInRepoFix = "commit the files to the repository (the tasks start from its checkout), or remove repo:"
 
 // configKey reads one key of project.yaml into c, noting in at where the
 // keys checked together are.
@@ -400,6 +407,10 @@ func (l *loader) configKey(y yamlFile, c *ProjectConfig, at *configNodes, key st
 			c.Base, _ = l.inside(y, key, v, s, true)
 			at.base = v
 		}
+	case "files":
+		c.Files, at.files = l.files(y, key, v), v
+	case "start_from":
+		c.StartFrom, _ = y.startFrom(key, v)
 	case "notify":
 		c.Notify = notify.FromYAML(y.Doc, v)
 	case "gate":
@@ -632,6 +643,67 @@ func (l *loader) inside(y yamlFile, key string, v *yaml.Node, p string, wantDir 
 	return filepath.ToSlash(clean), true
 }
 
+// startFrom reads a start_from: value.
+func (y yamlFile) startFrom(key string, v *yaml.Node) (string, bool) {
+	s, ok := y.String(v, "", key)
+	if !ok {
+		return "", false
+	}
+	if s != domain.StartInputs && s != domain.StartDependencies && s != domain.StartBase {
+		y.Errorf(v, "write start_from: inputs (the default), dependencies or base",
+			"%s: unknown value %q", key, s)
+		return "", false
+	}
+	return s, true
+}
+
+// files reads a files: list: each entry a regular file inside the
+// project's spec directory (relative, no "..", no link leaving it),
+// returned cleaned and slash-separated, without duplicates.
+func (l *loader) files(y yamlFile, key string, v *yaml.Node) []string {
+	nodes := []*yaml.Node{v}
+	switch v.Kind {
+	case yaml.ScalarNode:
+	case yaml.SequenceNode:
+		nodes = v.Content
+	default:
+		y.Errorf(v, "write a list of paths, e.g. files: [data/input.csv]", "%s must be a list of paths, not %s", key, yamlval.Describe(v))
+		return nil
+	}
+	out := []string{}
+	for _, n := range nodes {
+		n = yamlval.Resolve(n)
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+			y.Errorf(n, "write a list of paths, e.g. files: [data/input.csv]", "%s: each entry must be a path, not %s", key, yamlval.Describe(n))
+			continue
+		}
+		p, ok := l.inside(y, key, n, n.Value, false)
+		if !ok || !l.inProject(y, key, n, p) || slices.Contains(out, p) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// inProject reports whether the file rel, with its links followed, stays
+// in the project's spec directory: a file given to a task is copied to a
+// node, so a link to another project's (or the operator's) file is
+// refused, which within allows for prompts.
+func (l *loader) inProject(y yamlFile, key string, n *yaml.Node, rel string) bool {
+	root, err1 := filepath.EvalSymlinks(l.abs)
+	resolved, err2 := filepath.EvalSymlinks(filepath.Join(l.abs, filepath.FromSlash(rel)))
+	if err1 != nil || err2 != nil {
+		return true // left to the copy, which reports it
+	}
+	if r, err := filepath.Rel(root, resolved); err == nil && r != ".." && !strings.HasPrefix(r, ".."+string(filepath.Separator)) {
+		return true
+	}
+	y.Errorf(n, fmt.Sprintf("copy the file into %s instead of linking to it", l.dir),
+		"%s %q is a symbolic link to %s, outside the spec directory %s", key, rel, resolved, l.dir)
+	return false
+}
+
 // within reports whether path, with its symbolic links followed, stays
 // inside the project directory or the specs directory, which is what
 // dispatch may send to a node; otherwise it reports the problem through
@@ -689,7 +761,7 @@ func (l *loader) loadShared() {
 // TaskKeys are the keys a spec's front matter accepts.
 var TaskKeys = []string{"type", "tool", "model", "priority", "depends_on", "timeout",
 	"max_retries", "node", "tags", "context", "stall_timeout", "sandbox", "limits", "network",
-	"matrix", "matrix_file", "nodes", "env", "retry_backoff"}
+	"matrix", "matrix_file", "nodes", "env", "retry_backoff", "files", "start_from"}
 
 // parseTask parses one task file. It returns nil when the file could not
 // be read as text at all; otherwise problems are reported and the task is
@@ -714,6 +786,8 @@ func (l *loader) parseTask(f taskFile) *parsed {
 		Network:    cfg.Network,
 		Limits:     cfg.Limits,
 		MaxRetries: cfg.MaxRetries,
+		Files:      cfg.Files,
+		StartFrom:  cfg.StartFrom,
 	}
 	p := &parsed{task: t, depLines: map[string]int{}}
 	var refs []item
@@ -887,6 +961,15 @@ func (l *loader) frontMatter(y yamlFile, root *yaml.Node, p *parsed) []item {
 			}
 		case "context":
 			refs = append(refs, y.list(key, v)...)
+		case "files":
+			if l.project.Config.Repo != "" {
+				y.Errorf(v, filesInRepoFix, "files: is for projects without repo:")
+			}
+			t.Files = l.files(y, key, v)
+		case "start_from":
+			if s, ok := y.startFrom(key, v); ok {
+				t.StartFrom = s
+			}
 		default:
 			l.fanKey(y, p, key, v)
 		}

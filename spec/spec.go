@@ -64,6 +64,13 @@ type Task struct {
 	// RetryBackoff is the task's own retry_backoff; 0 leaves it to the
 	// controller's.
 	RetryBackoff time.Duration
+	// Files are copied into the task's workspace (output/) before the tool
+	// starts: paths relative to the spec directory, slash-separated (front
+	// matter files:, else project.yaml's).
+	Files []string
+	// StartFrom is start_from: (domain.StartInputs, StartDependencies, StartBase),
+	// front matter, else project.yaml, else "" (inputs).
+	StartFrom string
 
 	// Snapshot is the text given to the tool. Its format is part of the
 	// contract because Hash is compared across versions of dispatch:
@@ -106,6 +113,11 @@ type ProjectConfig struct {
 	MaxRetries *int           // default max_retries of the project's tasks
 
 	Base string // directory, relative to the project directory, copied into every task's output/
+	// Files are the default files: of the project's tasks (paths relative
+	// to the project directory), copied into each one's output/.
+	Files []string
+	// StartFrom is the default start_from: of its tasks; "" when not set.
+	StartFrom string
 	// Repo is project.yaml's repo: as written (relative to the project
 	// directory, or absolute), Ref its ref: ("" for HEAD), and Source what
 	// they resolved to: the commit every author task starts from.

@@ -49,6 +49,8 @@ type TaskPatch struct {
 	Limits           *yamlval.Limits    `col:"limits"`
 	Network          *string            `col:"network"`
 	Env              *map[string]string `col:"env"`
+	Files            *[]string          `col:"files"`
+	StartFrom        *string            `col:"start_from"`
 	RetryBackoff     *time.Duration     `col:"retry_backoff_seconds"`
 }
 

@@ -26,15 +26,15 @@ const taskSelect = "SELECT " + taskColumns + " FROM "
 const taskListSelect = `SELECT project, id, title, type, tool, model, priority, depends_on, tags, node_pin,
 	timeout_seconds, max_retries, spec_file, spec_hash, x'' AS snapshot, status, attempt, retries_used, node,
 	not_before, exit_code, error_class, error, started_at, completed_at, heartbeat, heartbeat_at,
-	created_at, updated_at, warning, base_dir, rate_limit_retries, stall_seconds, base_commit, reused_from, lost_retries, sandbox, limits, network, env, retry_backoff_seconds FROM `
+	created_at, updated_at, warning, base_dir, rate_limit_retries, stall_seconds, base_commit, reused_from, lost_retries, sandbox, limits, network, env, retry_backoff_seconds, files, start_from FROM `
 
 func scanTask(rows scanner) (domain.Task, error) {
 	var t domain.Task
-	var deps, tags, limits, env, notBefore, started, completed, hbAt, created, updated string
+	var deps, tags, limits, env, files, notBefore, started, completed, hbAt, created, updated string
 	var timeout, stall, backoff float64
 	err := rows.Scan(&t.Project, &t.ID, &t.Title, &t.Type, &t.Tool, &t.Model, &t.Priority, &deps, &tags, &t.NodePin,
 		&timeout, &t.MaxRetries, &t.SpecFile, &t.SpecHash, &t.Snapshot, &t.Status, &t.Attempt, &t.RetriesUsed, &t.Node,
-		&notBefore, &t.ExitCode, &t.ErrorClass, &t.Error, &started, &completed, &t.Heartbeat, &hbAt, &created, &updated, &t.Warning, &t.BaseDir, &t.RateLimitRetries, &stall, &t.BaseCommit, &t.ReusedFrom, &t.LostRetries, &t.Sandbox, &limits, &t.Network, &env, &backoff)
+		&notBefore, &t.ExitCode, &t.ErrorClass, &t.Error, &started, &completed, &t.Heartbeat, &hbAt, &created, &updated, &t.Warning, &t.BaseDir, &t.RateLimitRetries, &stall, &t.BaseCommit, &t.ReusedFrom, &t.LostRetries, &t.Sandbox, &limits, &t.Network, &env, &backoff, &files, &t.StartFrom)
 	if err != nil {
 		return t, err
 	}
@@ -54,6 +54,11 @@ func scanTask(rows scanner) (domain.Task, error) {
 	if env != "" {
 		if err := json.Unmarshal([]byte(env), &t.Env); err != nil {
 			return t, fmt.Errorf("task %s/%s: read env: %w", t.Project, t.ID, damaged{err})
+		}
+	}
+	if files != "" {
+		if err := json.Unmarshal([]byte(files), &t.Files); err != nil {
+			return t, fmt.Errorf("task %s/%s: read files: %w", t.Project, t.ID, damaged{err})
 		}
 	}
 	t.RetryBackoff = time.Duration(backoff * float64(time.Second))
@@ -204,12 +209,15 @@ func runnable(ctx context.Context, q querier, project string, now time.Time, lim
 }
 
 // runnableSQL selects the pending tasks of project ?1 due at ?2 whose
-// dependencies have all completed, in priority and ID order (the order of
+// dependencies have all completed (and, for a plain project's task that
+// receives their outputs, been collected: controller.receivesOutputs), in priority and ID order (the order of
 // the tasks_ready index, so that the read stops at its limit; the unary
 // + keeps the planner off tasks_due, which would sort every due task).
 const runnableSQL = taskListSelect + `tasks AS t WHERE project = ?1 AND status = 'pending' AND +not_before <= ?2
 		AND NOT EXISTS (SELECT 1 FROM task_deps AS d WHERE d.project = t.project AND d.task = t.id AND NOT EXISTS (
-			SELECT 1 FROM tasks AS dep WHERE dep.project = t.project AND dep.id = d.dep AND dep.status = 'completed'))
+			SELECT 1 FROM tasks AS dep WHERE dep.project = t.project AND dep.id = d.dep AND dep.status = 'completed'
+				AND (t.base_commit != '' OR t.start_from = 'base' OR EXISTS (SELECT 1 FROM attempts AS a
+					WHERE a.project = dep.project AND a.task = dep.id AND a.attempt = dep.attempt AND a.collected_at != ''))))
 		ORDER BY priority, id`
 
 // Tasks returns a project's tasks ordered by ID, without their snapshots

@@ -573,6 +573,14 @@ func TestRunnableHeadOfLine(t *testing.T) {
 		}
 		return out
 	}
+	// C0001 completed but was never collected: T0001 of a plain project
+	// receives its output, so it waits; with start_from: base it does not.
+	if got := ids(8); !slices.Equal(got, []string{"S0000", "S9999"}) {
+		t.Fatalf("runnable = %v, want [S0000 S9999] while C0001's output is not collected", got)
+	}
+	if _, err := s.db.Exec(`UPDATE tasks SET start_from = 'base' WHERE id LIKE 'T%'`); err != nil {
+		t.Fatal(err)
+	}
 	if got := ids(8); !slices.Equal(got, []string{"S0000", "S9999", "T0001"}) {
 		t.Fatalf("runnable = %v, want [S0000 S9999 T0001]", got)
 	}

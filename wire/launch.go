@@ -26,6 +26,10 @@ const (
 	DefaultLogLimitBytes    = 64 << 20
 )
 
+// InputsDir is the directory of a task directory that holds its
+// dependencies' outputs, one directory per dependency (Launch.Inputs).
+const InputsDir = "inputs"
+
 // Launch is launch.json, pushed by the controller into the task directory
 // before `run`. It never holds secrets. Zero numbers mean the defaults.
 type Launch struct {
@@ -74,6 +78,10 @@ type Launch struct {
 	// (uploaded by the controller) whose tree is copied into a fresh output/
 	// before setup and the tool. It stays in place for later attempts.
 	Base string `json:"base"`
+	// Inputs, when true, says the task directory's inputs/ (uploaded by
+	// the controller) holds its dependencies' outputs: the tool sees its
+	// path in DISPATCH_INPUTS, read-only under the sandbox.
+	Inputs bool `json:"inputs,omitempty"`
 	// Repo, when set, makes output/ a git workspace of a git-native
 	// project instead (Base must then be empty).
 	Repo *LaunchRepo `json:"repo,omitempty"`

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // reservedNames are the entries of a task directory that belong to the
@@ -16,7 +18,7 @@ import (
 // inside one), or moving an attempt aside would move it too.
 var reservedNames = []string{
 	fileSpec, fileLaunch, fileLock, filePID, fileStatus, fileHeartbeat,
-	fileLog, fileWrapper, fileKill, dirOutput, dirAttempts,
+	fileLog, fileWrapper, fileKill, dirOutput, dirAttempts, wire.InputsDir,
 }
 
 // checkBase rejects a Launch.Base that is not a path strictly inside the

@@ -219,6 +219,9 @@ func buildEnv(base []string, extra map[string]string, l wire.Launch, taskDir, di
 	set("DISPATCH_TASK=" + l.Task)
 	set("DISPATCH_ATTEMPT=" + strconv.Itoa(l.Attempt))
 	set("DISPATCH_NODE=" + l.Node)
+	if l.Inputs {
+		set("DISPATCH_INPUTS=" + filepath.Join(taskDir, wire.InputsDir))
+	}
 	set("PWD=" + dir)
 	return env
 }

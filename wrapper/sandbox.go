@@ -474,6 +474,10 @@ func (s *supervisor) decideSandbox(probe func() wire.SandboxReply) {
 	}
 	homes := nodeHomes()
 	sp := newSandboxSpec(pr.Path, s.dir, s.launch.WorkDir, homes, filepath.Dir(exe), repo)
+	if s.launch.Inputs {
+		// Seen, never written: the dependencies' outputs are theirs.
+		sp.ro = append(sp.ro, filepath.Join(s.dir, wire.InputsDir))
+	}
 	home := ""
 	if len(homes) > 0 {
 		home = homes[0]

@@ -116,6 +116,22 @@ func TestBadInput(t *testing.T) {
 			want:    []string{"{home}/specs/p/S02-b.md:3:", "unknown task S07", "known tasks: S01, S02", "fix:", "add a spec file for S07"},
 		},
 		{
+			name:    "files: outside the spec directory",
+			fixture: "bad/valid",
+			files:   map[string]string{"specs/p/S01-a.md": "---\nfiles:\n  - ../../nodes.yaml\n---\n# A\n"},
+			cmds:    []string{"validate", "start"},
+			args:    []string{"{cmd}", "p"},
+			want:    []string{"{home}/specs/p/S01-a.md:3:", `files "../../nodes.yaml" is outside the project directory`, "fix:", "relative to it"},
+		},
+		{
+			name:    "files: a missing file",
+			fixture: "bad/valid",
+			files:   map[string]string{"specs/p/S01-a.md": "---\nfiles: [data/in.csv]\n---\n# A\n"},
+			cmds:    []string{"validate", "start"},
+			args:    []string{"{cmd}", "p"},
+			want:    []string{"{home}/specs/p/S01-a.md:2:", `files "data/in.csv" does not exist`, "fix:"},
+		},
+		{
 			name:    "unknown @context name",
 			fixture: "bad/unknown-context-line",
 			cmds:    []string{"validate", "start"},

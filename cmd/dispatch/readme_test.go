@@ -89,13 +89,13 @@ func TestReadmeReference(t *testing.T) {
 
 // TestReadmeClaims checks what the README and docs/ say against what
 // dispatch does, for the claims a new user found wrong: depends_on orders
-// tasks and passes no files; an author-written S99/V01 runs with
+// tasks and passes their outputs in $DISPATCH_INPUTS; an author-written S99/V01 runs with
 // project.yaml's tool:, not the node's; final/ is a plain copy, not a
 // checkout.
 func TestReadmeClaims(t *testing.T) {
 	for _, c := range []struct{ file, claim string }{
-		{"README.md", "`depends_on: [S01]` only orders the tasks"},
-		{"docs/PROJECTS.md", "(order only: their outputs are not copied in)"},
+		{"README.md", "`depends_on: [S01]` orders the tasks and passes results along"},
+		{"docs/PROJECTS.md", "their outputs in $DISPATCH_INPUTS/<ID>/"},
 		{"docs/PROJECTS.md", "runs like the\nauthor's tasks: with its own front matter's `tool:`, else project.yaml's `tool:`, else\nthe node's"},
 		{"docs/GIT.md", "(a plain copy, not a\n  git checkout"},
 		{"docs/PROJECTS.md", "(a plain copy of the files,\n   not a git checkout)"},
@@ -122,15 +122,19 @@ func TestReadmeClaims(t *testing.T) {
 	}
 
 	home, work := opsHome(t, map[string]map[string]string{
-		"p": {"S01-a.md": "echo hello > hello.txt\n", "S02-b.md": "---\ndepends_on: [S01]\n---\nls -la\n"},
+		"p": {"S01-a.md": "echo hello > hello.txt\n", "S02-b.md": "---\ndepends_on: [S01]\n---\nls -R \"$DISPATCH_INPUTS\"\nls\n"},
 		"g": {"S01-a.md": "echo a > a.txt\n", "S99-mine.md": "echo mine > INTEGRATION.md\n", "V01-mine.md": "echo '{\"pass\": true, \"issues\": []}' > verdict.json\n"},
 	})
-	// depends_on: S02 runs after S01 but sees none of its files.
+	// depends_on: S02 runs after S01 and sees its files in
+	// $DISPATCH_INPUTS/S01/, not in its own workspace.
 	if r := runDispatch(t, nil, "--home", home, "start", "p"); r.code != 0 {
 		t.Fatalf("start p: %s", r)
 	}
-	if log := readFile(t, filepath.Join(home, "runs", "p", "S02", "task.log")); strings.Contains(log, "hello.txt") {
-		t.Errorf("S02 saw S01's hello.txt, which the README and docs/PROJECTS.md say is not passed:\n%s", log)
+	if log := readFile(t, filepath.Join(home, "runs", "p", "S02", "task.log")); !strings.Contains(log, "S01:\nhello.txt\n") {
+		t.Errorf("S02 did not list S01's hello.txt under $DISPATCH_INPUTS, as the README says:\n%s", log)
+	}
+	if _, err := os.Stat(filepath.Join(home, "runs", "p", "S02", "output", "hello.txt")); err == nil {
+		t.Error("S01's hello.txt was copied into S02's workspace; only start_from: dependencies does that")
 	}
 	// An author-written S99 and V01 run with project.yaml's tool: shell,
 	// on a node whose own tool is claude.
