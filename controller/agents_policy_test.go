@@ -77,7 +77,8 @@ func TestStallTimeoutResolution(t *testing.T) {
 // TestRateLimitPausesTheMode: a rate limit whose reset the tool did not
 // print (codex with an API key) still pauses the api_mode the attempt ran
 // under, for the backoff but at least a minute, and the retry does not use
-// max_retries.
+// max_retries. The tool is named claude (a shell stands in for it): only
+// an agent CLI's rate limit pauses a mode (issue 32).
 func TestRateLimitPausesTheMode(t *testing.T) {
 	yaml := `
 controller:
@@ -90,10 +91,12 @@ nodes:
     work_dir: WORK
 api_modes:
   shared: {}
+tools:
+  claude: { command: [/bin/sh, "{spec}"] }
 `
-	h := newHarness(t, yaml, shellProject(map[string]string{"S01-a.md": `if [ "$DISPATCH_ATTEMPT" = 1 ]; then echo "exceeded retry limit, last status: 429 Too Many Requests"; exit 1; fi
+	h := newHarness(t, yaml, map[string]string{"project.yaml": "tool: claude\nintegration: false\n", "S01-a.md": `if [ "$DISPATCH_ATTEMPT" = 1 ]; then echo "exceeded retry limit, last status: 429 Too Many Requests"; exit 1; fi
 echo done > out.txt
-`}))
+`})
 	h.tickUntil("the rate limit", func() bool { return h.task("S01").RateLimitRetries == 1 })
 	ctx := context.Background()
 	pauses, err := h.st.Pauses(ctx)

@@ -546,11 +546,8 @@ func (a *applier) finished(t *domain.Task, status *wire.Status) {
 				CompletedAt: new(completed)}})
 		return
 	}
-	class := st.ErrorClass
-	if class == "" {
-		class = wire.ClassExit
-	}
-	run.Status = new(domain.Failed)
+	class := trustedClass(tool, st.ErrorClass)
+	run.Status, run.ErrorClass = new(domain.Failed), new(class)
 	a.retryAfter = 0
 	if class == wire.ClassRateLimit {
 		a.pauseMode(t, tool, &st)
@@ -619,8 +616,6 @@ func (a *applier) pauseMode(t *domain.Task, tool string, st *wire.Status) {
 	why := "reset named by the tool"
 	switch {
 	case a.retryAfter > 0:
-	case st.RetryAfterSeconds > 0:
-		why = "a reset named by " + tool + ", which is no agent CLI, is not trusted; backing off"
 	default:
 		why = "the tool named no reset; backing off"
 	}

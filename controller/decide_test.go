@@ -232,7 +232,7 @@ func TestApplyDecisions(t *testing.T) {
 			notices: []string{"mode_paused p: api_mode fallback-team paused until 2026-11-22T12:01:30Z: rate limit hit by p/S01 on n1 (reset named by the tool)"},
 		},
 		{
-			name: "a shell task's reset of a day pauses its mode for the backoff, no longer than retry_backoff_max",
+			name: "a shell task's rate limit with a reset of a day is an exit: no pause, no free retry",
 			tasks: []domain.Task{func() domain.Task {
 				t := task("S01", domain.Running, "n1", 1)
 				t.Tool = "shell"
@@ -244,11 +244,21 @@ func TestApplyDecisions(t *testing.T) {
 				return ts
 			}()}},
 			runs: map[attemptKey]attemptFacts{{"p", "S01", 1}: {mode: "team"}},
-			want: []string{"pause team", "run S01#1",
-				"S01 running→failed: attempt 1 failed (rate_limit): rate_limit",
-				"S01 failed→pending: rate limited: retry 1 of 10"},
+			want: []string{"run S01#1 CompletedAt=2026-11-22T12:00:00Z CostUSD=0 Error= ErrorClass=exit ExitCode=1 LogBytes=0 PID=0 Sandbox= SessionID= Signal= StartedAt=2026-11-22T12:00:00Z Status=failed TokensIn=0 TokensOut=0",
+				"S01 running→failed: attempt 1 failed (exit): exit", "S01 failed→pending: retry 1 of 2 in 10s"},
 			changed: 2,
-			notices: []string{"mode_paused p: api_mode team paused until 2026-11-22T12:01:00Z: rate limit hit by p/S01 on n1 (a reset named by shell, which is no agent CLI, is not trusted; backing off)"},
+		},
+		{
+			name: "a shell task's auth on a node without an api_mode is an exit: no node:n2 pause",
+			tasks: []domain.Task{func() domain.Task {
+				t := task("S01", domain.Running, "n2", 1)
+				t.Tool = "shell"
+				return t
+			}()},
+			pulls: map[string]any{"n2": []wire.TaskStatus{ended("S01", 1, wire.StatusFailed, wire.ClassAuth)}},
+			want: []string{"run S01#1 CompletedAt=2026-11-22T12:00:00Z CostUSD=0 Error= ErrorClass=exit ExitCode=1 LogBytes=0 PID=0 Sandbox= SessionID= Signal= StartedAt=2026-11-22T12:00:00Z Status=failed TokensIn=0 TokensOut=0",
+				"S01 running→failed: attempt 1 failed (exit): exit", "S01 failed→pending: retry 1 of 2 in 10s"},
+			changed: 2,
 		},
 		{
 			name:  "claude's reset of a day is trusted",

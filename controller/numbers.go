@@ -27,6 +27,23 @@ func trustedReset(tool string, retryAfterSeconds float64) time.Duration {
 	return min(time.Duration(min(retryAfterSeconds, wire.MaxRetryAfterSeconds)*float64(time.Second)), maxTrustedReset)
 }
 
+// textClasses are the error classes the wrapper judges from a tool's
+// output text (wrapper.Classify): only an agent CLI has an account whose
+// rate limit or login its log may report.
+var textClasses = map[string]bool{wire.ClassRateLimit: true, wire.ClassAuth: true}
+
+// trustedClass is the class a failed attempt of tool counts as, from the
+// one its status.json gives: a class judged from output text is an exit
+// for any tool but an agent CLI (a task may print, or write into
+// status.json, what it likes; a shell task has no account to pause), and
+// no class at all is an exit.
+func trustedClass(tool, class string) string {
+	if class == "" || textClasses[class] && !wire.IsAgent(tool) {
+		return wire.ClassExit
+	}
+	return class
+}
+
 // ratePause is how long a rate limit pauses its api_mode: the trusted
 // reset, or else the backoff of the task's rate-limit retry (at least
 // unknownResetPause, since a limit is seldom over sooner) but never more

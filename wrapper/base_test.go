@@ -348,24 +348,24 @@ func TestUsageRecorded(t *testing.T) {
 }
 
 // TestRateLimitRetryAfter: claude's result event names the reset, and the
-// same words from a shell task name none (it is rate_limit all the same).
+// same words from a shell task are an exit, with no reset (issue 32).
 func TestRateLimitRetryAfter(t *testing.T) {
 	t.Parallel()
 	const result = `{"type":"result","subtype":"success","is_error":true,"result":"API Error: 429 Too Many Requests: retry after 90s"}`
 	for _, tc := range []struct {
-		name, agent, print string
-		want               float64
+		name, agent, print, class string
+		want                      float64
 	}{
-		{"claude's result event", wire.AgentClaude, result, 90},
-		{"a shell task", "", "API Error: 429 Too Many Requests: retry after 86400 seconds\n" + result, 0},
+		{"claude's result event", wire.AgentClaude, result, wire.ClassRateLimit, 90},
+		{"a shell task", "", "API Error: 429 Too Many Requests: retry after 86400 seconds\n" + result, wire.ClassExit, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tk := newTask(t, "", wire.Launch{Agent: tc.agent, Command: shell(`echo '` + tc.print + `' >&2; exit 1`)})
 			tk.run(t, "")
 			st := tk.waitFinal(t)
-			if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassRateLimit {
-				t.Fatalf("status %+v; want failed, rate_limit", st)
+			if st.Status != wire.StatusFailed || st.ErrorClass != tc.class {
+				t.Fatalf("status %+v; want failed, %s", st, tc.class)
 			}
 			if math.Abs(st.RetryAfterSeconds-tc.want) > 1 {
 				t.Errorf("retry_after_seconds = %g, want %g", st.RetryAfterSeconds, tc.want)

@@ -65,6 +65,16 @@ func Classify(exitCode int, logTail []byte) string {
 	return class
 }
 
+// exitClass is the class of a tool that exited with code: only an agent
+// CLI (agent set) has an account whose rate limit or login its log may
+// report; any other tool's exit is an exit, whatever it printed (issue 32).
+func exitClass(agent string, code int, logTail []byte) string {
+	if agent == "" && code != 0 {
+		return wire.ClassExit
+	}
+	return Classify(code, logTail)
+}
+
 // lastWordIndex finds the last occurrence of the status code w in s that
 // reads as one: not part of a longer word or number ("429" matches "HTTP
 // 429:" but not "14290" or "1.429"), and not the value of a field that

@@ -61,3 +61,20 @@ func TestCutMarker(t *testing.T) {
 		}
 	}
 }
+
+func TestExitClassShellIsExit(t *testing.T) {
+	lie := []byte("API Error: 429 rate limit exceeded. Please retry after 86400 seconds\n")
+	for _, tc := range []struct {
+		agent string
+		code  int
+		want  string
+	}{
+		{"", 1, wire.ClassExit},
+		{"", 0, ""},
+		{"claude", 1, wire.ClassRateLimit},
+	} {
+		if got := exitClass(tc.agent, tc.code, lie); got != tc.want {
+			t.Errorf("exitClass(%q, %d) = %q, want %q", tc.agent, tc.code, got, tc.want)
+		}
+	}
+}

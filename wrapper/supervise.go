@@ -1181,7 +1181,7 @@ func (s *supervisor) finish(res outcome) {
 			st.Commit = res.commit
 		default:
 			logTail := s.tlog.Tail()
-			st.Status, st.ErrorClass = wire.StatusFailed, Classify(res.code, logTail)
+			st.Status, st.ErrorClass = wire.StatusFailed, exitClass(s.launch.Agent, res.code, logTail)
 			st.Error = exitError(res.code, 0)
 			if st.ErrorClass == wire.ClassRateLimit {
 				st.RetryAfterSeconds = retrySeconds(AgentReset(s.launch.Agent, logTail, ended))

@@ -89,10 +89,10 @@ func TestExit(t *testing.T) {
 	}{
 		{"exit 0", "echo hello", wire.StatusCompleted, 0, "", ""},
 		{"exit 3", "echo bad; exit 3", wire.StatusFailed, 3, wire.ClassExit, "exit status 3"},
-		{"rate limit", `echo 'API Error: 429 {"type":"error","error":{"type":"rate_limit_error"}}' >&2; exit 1`,
-			wire.StatusFailed, 1, wire.ClassRateLimit, "exit status 1"},
-		{"auth", `echo 'API Error: 401 {"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}' >&2; exit 1`,
-			wire.StatusFailed, 1, wire.ClassAuth, "exit status 1"},
+		{"a shell task's 429 is an exit", `echo 'API Error: 429 {"type":"error","error":{"type":"rate_limit_error"}}' >&2; exit 1`,
+			wire.StatusFailed, 1, wire.ClassExit, "exit status 1"},
+		{"a shell task's 401 is an exit", `echo 'API Error: 401 {"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}' >&2; exit 1`,
+			wire.StatusFailed, 1, wire.ClassExit, "exit status 1"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
