@@ -564,8 +564,10 @@ func (a *applier) finished(t *domain.Task, status *wire.Status) {
 // noRetry says why a failed attempt of t is not retried whatever its
 // retries left, "" when its class decides: a retry would fail the same
 // way. A gate command that is not on the node (the project is stopped
-// with it, once) and a tool's executable that is not (validate and start
-// check for it before anything runs; this is a node that changed since).
+// with it, once), a tool's executable that is not (validate and start
+// check for it before anything runs; this is a node that changed since),
+// and any start failure the wrapper classes start_permanent (a tool the
+// sandbox cannot run, a bad launch: its error names the fix).
 // The advice is the stop's and the report's: `dispatch start`, which
 // takes project.yaml's gate: anew (a retry keeps the one the run began
 // with).
@@ -577,6 +579,9 @@ func noRetry(t *domain.Task, class, command string, st *wire.Status) string {
 	case st.ToolMissing:
 		return fmt.Sprintf("not retried (a retry would fail the same way): its tool's executable is not on node %s; "+
 			"install it there, then dispatch retry %s %s", t.Node, t.Project, t.ID)
+	case class == wire.ClassStartPermanent:
+		return fmt.Sprintf("not retried (a retry would fail the same way): %s; once fixed, dispatch retry %s %s",
+			strings.TrimSuffix(st.Error, "."), t.Project, t.ID)
 	}
 	return ""
 }

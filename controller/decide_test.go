@@ -261,6 +261,20 @@ func TestApplyDecisions(t *testing.T) {
 			changed: 2,
 		},
 		{
+			name:  "a start failure no retry mends fails for good with retries left, saying why and the fix",
+			tasks: []domain.Task{task("S01", domain.Running, "n1", 1)},
+			pulls: map[string]any{"n1": []wire.TaskStatus{func() wire.TaskStatus {
+				ts := ended("S01", 1, wire.StatusFailed, wire.ClassStartPermanent)
+				ts.Status.Error = "start tool in the sandbox: the tool lies in /tmp/cli; install it elsewhere, or set sandbox: off for the task or the node"
+				return ts
+			}()}},
+			want: []string{"run S01#1",
+				"S01 running→failed: attempt 1 failed (start_permanent): start tool in the sandbox: the tool lies in /tmp/cli; install it elsewhere, or set sandbox: off for the task or the node",
+				"event S01 gave_up: not retried (a retry would fail the same way): start tool in the sandbox: the tool lies in /tmp/cli; install it elsewhere, or set sandbox: off for the task or the node; once fixed, dispatch retry p S01"},
+			changed: 1,
+			notices: []string{"task_failed p: S01 failed for good on n1 (start_permanent): not retried (a retry would fail the same way): start tool in the sandbox: the tool lies in /tmp/cli; install it elsewhere, or set sandbox: off for the task or the node; once fixed, dispatch retry p S01"},
+		},
+		{
 			name:  "claude's reset of a day is trusted",
 			tasks: []domain.Task{task("S01", domain.Running, "n1", 1)},
 			pulls: map[string]any{"n1": []wire.TaskStatus{func() wire.TaskStatus {

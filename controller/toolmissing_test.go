@@ -10,6 +10,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // TestMissingToolIsNotRetried: a tool whose executable is not on the node
@@ -31,15 +32,7 @@ tools:
 		"project.yaml": "integration: false\n",
 		"S01-a.md":     "---\ntool: ghost\n---\nDo it.\n",
 	})
-	h.tickUntil("S01 to fail", func() bool {
-		h.clock.Advance(time.Minute)
-		return h.task("S01").Status == domain.Failed
-	})
-	for range 5 {
-		h.clock.Advance(time.Minute)
-		h.tick()
-	}
-	tk := h.task("S01")
+	tk := failedForGood(h, "S01")
 	if tk.Status != domain.Failed || tk.Attempt != 1 || tk.ErrorClass != "start" {
 		t.Fatalf("S01: %s attempt %d class %q; want failed after one attempt, class start", tk.Status, tk.Attempt, tk.ErrorClass)
 	}
@@ -54,4 +47,51 @@ tools:
 	if err != nil || !strings.Contains(string(log), "dispatch-wrapper: ") || !strings.Contains(string(log), "no-such-agent-xyz") {
 		t.Fatalf("task.log = %q (%v); want the wrapper's line naming the executable", log, err)
 	}
+}
+
+// TestToolUnusableInTheSandboxIsNotRetried: on a `sandbox: on` node, a
+// tool that lies under /tmp (which the sandbox replaces with the
+// attempt's own) fails once as start_permanent and is not retried, saying
+// so and naming the fix; it used 4 attempts of 4 (issue 32 item 4).
+func TestToolUnusableInTheSandboxIsNotRetried(t *testing.T) {
+	dir, err := os.MkdirTemp("/tmp", "dispatch-tool-under-tmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	tool := filepath.Join(dir, "mytool")
+	if err := os.WriteFile(tool, []byte("#!/bin/sh\necho ran > ran.txt\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	yaml := "controller: {retry_backoff: 1s, max_retries: 3}\n" +
+		"nodes: [{name: local, slots: 1, work_dir: WORK, sandbox: on}]\n" +
+		"tools: {tmptool: {command: [" + tool + ", \"{spec}\"]}}\n"
+	h := newHarness(t, yaml, map[string]string{
+		"project.yaml": "integration: false\n",
+		"S01-a.md":     "---\ntool: tmptool\n---\nDo it.\n",
+	})
+	tk := failedForGood(h, "S01")
+	if tk.Status != domain.Failed || tk.Attempt != 1 || tk.ErrorClass != wire.ClassStartPermanent {
+		t.Fatalf("S01: %s attempt %d class %q; want failed after one attempt, class start_permanent", tk.Status, tk.Attempt, tk.ErrorClass)
+	}
+	if !strings.Contains(tk.Error, "under /tmp") || !strings.Contains(tk.Error, "sandbox: off") {
+		t.Fatalf("S01's error %q does not say why and the fix", tk.Error)
+	}
+	if evs := h.events("gave_up"); len(evs) != 1 || !strings.Contains(evs[0].Message, "not retried") || !strings.Contains(evs[0].Message, "install it elsewhere") {
+		t.Fatalf("gave_up events = %+v; want one saying it is not retried, with the fix", evs)
+	}
+}
+
+// failedForGood ticks until task id fails, then five minutes more, in
+// which any retry would have run, and returns the task.
+func failedForGood(h *harness, id string) domain.Task {
+	h.tickUntil(id+" to fail", func() bool {
+		h.clock.Advance(time.Minute)
+		return h.task(id).Status == domain.Failed
+	})
+	for range 5 {
+		h.clock.Advance(time.Minute)
+		h.tick()
+	}
+	return h.task(id)
 }

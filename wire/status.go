@@ -25,7 +25,13 @@ const (
 	ClassRateLimit = "rate_limit"
 	ClassAuth      = "auth"
 	ClassStart     = "start"
-	ClassKilled    = "killed"
+	// ClassStartPermanent: a start failure that no retry mends: the tool
+	// cannot run under the sandbox (it lies under /tmp, or where the
+	// sandbox hides it), or the launch asks for what cannot be (network
+	// limits without the sandbox, a task directory outside work_dir, bad
+	// sandbox_paths). Not retried; the error names the fix.
+	ClassStartPermanent = "start_permanent"
+	ClassKilled         = "killed"
 	// ClassStalled: the tool wrote nothing (task.log, its transcript) for
 	// the launch's stall_seconds; the supervisor stopped it.
 	ClassStalled = "stalled"

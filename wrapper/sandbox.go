@@ -446,11 +446,13 @@ func (s *supervisor) decideSandbox(probe func() wire.SandboxReply) {
 	if want == "" {
 		if noNetwork && !s.launch.NetworkDefault {
 			s.sandboxErr = "network: " + word + " needs the sandbox, and launch.json does not ask for it; the attempt is not run with the network open"
+			s.sandboxPermanent = true
 		}
 		return
 	}
 	if !under(s.dir, s.launch.WorkDir) || s.dir == s.launch.WorkDir {
 		s.sandboxErr = fmt.Sprintf("sandbox: the task directory %s is not in the work_dir %s", s.dir, s.launch.WorkDir)
+		s.sandboxPermanent = true
 		return
 	}
 	pr := probe()
@@ -485,6 +487,7 @@ func (s *supervisor) decideSandbox(probe func() wire.SandboxReply) {
 	missing, err := sp.openPaths(s.launch.SandboxPaths, home, s.dir, s.launch.WorkDir)
 	if err != nil {
 		s.sandboxErr = err.Error() + "; fix: correct the node's sandbox_paths in nodes.yaml"
+		s.sandboxPermanent = true
 		return
 	}
 	for _, p := range missing {

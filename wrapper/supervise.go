@@ -107,6 +107,10 @@ type supervisor struct {
 	// sandboxErr says why an attempt that must be sandboxed cannot be.
 	sandbox    *sandboxSpec
 	sandboxErr string
+	// sandboxPermanent is set with sandboxErr when the launch itself is at
+	// fault (no retry mends it); unset when the node's sandbox is
+	// unavailable (another node's may work).
+	sandboxPermanent bool
 	// allow is the network allow list (launch.json's network "allow"),
 	// served by proxy while the attempt runs.
 	allow netallow.List
@@ -148,6 +152,9 @@ type outcome struct {
 	// toolMissing is set when the tool's executable is not in its PATH:
 	// no retry can help, wherever it runs on this node.
 	toolMissing bool
+	// permanent is set when no retry can mend startErr (class
+	// start_permanent): a tool the sandbox cannot run, a bad launch.
+	permanent bool
 	// commit is a git-native task's result; resultErr says why recording
 	// it failed after the tool ended well.
 	commit, resultErr string
@@ -586,7 +593,7 @@ func (s *supervisor) run() {
 func (s *supervisor) attempt() outcome {
 	out := filepath.Join(s.dir, dirOutput)
 	if s.sandboxErr != "" {
-		return outcome{code: -1, startErr: s.sandboxErr}
+		return outcome{code: -1, startErr: s.sandboxErr, permanent: s.sandboxPermanent}
 	}
 	if res, ok := s.prepareWorkspace(out); !ok {
 		return res
@@ -599,7 +606,8 @@ func (s *supervisor) attempt() outcome {
 	}
 	cmd, closers, err := s.toolCmd(out)
 	if err != nil {
-		o := outcome{code: -1, startErr: err.Error()}
+		var pe permanentError
+		o := outcome{code: -1, startErr: err.Error(), permanent: errors.As(err, &pe)}
 		if errors.Is(err, exec.ErrNotFound) {
 			o.toolMissing = true
 			o.startErr = fmt.Sprintf("%s; fix: install it on node %s (in the PATH of the node user's non-interactive shell, or in the api_mode's PATH), or give the task or the node another tool", err, s.launch.Node)
@@ -770,6 +778,12 @@ func (s *supervisor) snapshot(r *wire.LaunchRepo, out string) (string, string) {
 
 // toolCmd builds the tool's command from launch.json. Files in the returned
 // closers are the parent's copies, to close once the tool has started.
+// permanentError marks a start error that no retry mends (class
+// start_permanent).
+type permanentError struct{ error }
+
+func (e permanentError) Unwrap() error { return e.error }
+
 func (s *supervisor) toolCmd(out string) (*exec.Cmd, []io.Closer, error) {
 	spec := filepath.Join(s.dir, fileSpec)
 	command, env := s.toolArgvEnv()
@@ -784,7 +798,7 @@ func (s *supervisor) toolCmd(out string) (*exec.Cmd, []io.Closer, error) {
 	cmd := &exec.Cmd{Path: path, Args: args, Env: env, Dir: out}
 	if s.sandbox != nil {
 		if err := s.sandbox.exposeTool(path, s.launch.WorkDir); err != nil {
-			return nil, nil, fmt.Errorf("start tool in the sandbox: %w", err)
+			return nil, nil, permanentError{fmt.Errorf("start tool in the sandbox: %w", err)}
 		}
 		cmd = s.sandboxed(cmd)
 	}
@@ -1168,6 +1182,9 @@ func (s *supervisor) finish(res outcome) {
 			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassPids, nprocMessage(s.launch.Limits, s.nproc-s.launch.Limits.Pids)
 		case res.startErr != "":
 			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassStart, res.startErr
+			if res.permanent {
+				st.ErrorClass = wire.ClassStartPermanent
+			}
 			st.ToolMissing = res.toolMissing
 		case res.sig != 0:
 			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassCrash, exitError(res.code, res.sig)
