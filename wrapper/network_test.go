@@ -142,13 +142,14 @@ func TestSandboxNetworkNone(t *testing.T) {
 }
 
 // A launch with network: none that does not ask for the sandbox fails to
-// start, and its tool never runs: it would have had the network.
+// start (start_permanent: no retry mends it), and its tool never runs: it
+// would have had the network.
 func TestNetworkNoneUnsandboxedRefused(t *testing.T) {
 	tk := newTask(t, "", wire.Launch{Command: shell("touch ran"), Network: wire.NetworkNone})
 	tk.run(t, "")
 	st := tk.waitFinal(t)
-	if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassStart || !strings.Contains(st.Error, "network: none needs the sandbox") {
-		t.Errorf("status %+v, want failed, class start, saying network: none needs the sandbox", st)
+	if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassStartPermanent || !strings.Contains(st.Error, "network: none needs the sandbox") {
+		t.Errorf("status %+v, want failed, class start_permanent, saying network: none needs the sandbox", st)
 	}
 	if _, err := os.Stat(filepath.Join(tk.dir, dirOutput, "ran")); err == nil {
 		t.Error("the tool ran")
