@@ -37,6 +37,9 @@ func refreshViews(ctx context.Context, cfg *nodes.Config, views []*readmodel.Sta
 			}
 		}
 	}
+	// One wrapper provider for every node: it builds (or unpacks) each
+	// platform's wrapper once, not once per node.
+	w := nodes.NewWrappers()
 	answers := make([]readmodel.NodeAnswer, len(names))
 	var wg sync.WaitGroup
 	for i, name := range names {
@@ -44,7 +47,7 @@ func refreshViews(ctx context.Context, cfg *nodes.Config, views []*readmodel.Sta
 		go func() {
 			defer wg.Done()
 			n, _ := cfg.Node(name)
-			answers[i] = askNode(ctx, cfg, n, env)
+			answers[i] = askNode(ctx, cfg, n, env, w)
 		}()
 	}
 	wg.Wait()
@@ -62,7 +65,7 @@ func controllerOf(home string) *readmodel.ControllerView {
 }
 
 // askNode is one node's answer: every attempt its wrapper holds.
-func askNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, env sshnode.Env) readmodel.NodeAnswer {
+func askNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, env sshnode.Env, w *nodes.Wrappers) readmodel.NodeAnswer {
 	a := readmodel.NodeAnswer{Node: n.Name}
 	ctx, cancel := context.WithTimeout(ctx, max(cfg.Controller.SSHConnectTimeout*3, 30*time.Second))
 	defer cancel()
@@ -72,7 +75,7 @@ func askNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, env sshnode.E
 		return a
 	}
 	defer tr.Close()
-	inst, err := nodes.EnsureWrapper(ctx, tr, n.WorkDir, nodes.NewWrappers())
+	inst, err := nodes.EnsureWrapper(ctx, tr, n.WorkDir, w)
 	if err != nil {
 		a.Err = nodes.CauseFirst(err)
 		return a

@@ -113,7 +113,11 @@ func statusAction(c *cli.Context) error {
 		if views == nil {
 			views = []*readmodel.StatusView{}
 		}
-		return enc.Encode(map[string]any{"projects": views, "controller": controllerOf(e.home)})
+		ctl := controllerOf(e.home)
+		if len(views) > 0 {
+			ctl = views[0].Controller // read once, for every view
+		}
+		return enc.Encode(map[string]any{"projects": views, "controller": ctl})
 	}
 	if cfgErr != nil {
 		fmt.Fprintf(e.errOut, "note: %v\n", cfgErr)

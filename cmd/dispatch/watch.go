@@ -36,6 +36,8 @@ type watchFrame struct {
 	at       time.Time
 	views    []*readmodel.StatusView
 	projects map[string]domain.Project
+	// ctl is whether a controller ran when the frame was read.
+	ctl *readmodel.ControllerView
 }
 
 // finished reports whether every project shown is done, or stopped with
@@ -108,6 +110,7 @@ func (w *watcher) load(ctx context.Context) (*watchFrame, error) {
 	}
 	slices.Sort(names)
 	ctl := controllerOf(w.e.home)
+	f.ctl = ctl
 	for _, n := range names {
 		v, err := readmodel.Status(ctx, w.st, w.cfg, n, asSeen(ctl, f.at))
 		if err != nil {
@@ -169,7 +172,7 @@ func (w *watcher) changes(ctx context.Context, print func(*watchFrame) error) er
 }
 
 func (w *watcher) printJSON(f *watchFrame) error {
-	var obj any = map[string]any{"projects": nonNil(f.views), "controller": controllerOf(w.e.home)}
+	var obj any = map[string]any{"projects": nonNil(f.views), "controller": f.ctl}
 	if w.project != "" && len(f.views) == 1 {
 		obj = f.views[0]
 	}
