@@ -363,18 +363,14 @@ func Task(ctx context.Context, st *store.Store, cfg Nodes, homeDir, project, id 
 	return d, nil
 }
 
-// addRecords adds the task's attempts of this run, outputs, dependents and
-// latest events.
+// addRecords adds the task's attempts of this run and the runs before it
+// (newest first), outputs, dependents and latest events.
 func (d *TaskDetail) addRecords(ctx context.Context, st *store.Store, p domain.Project, t domain.Task) error {
 	as, err := st.Attempts(ctx, t.Project, t.ID)
 	if err != nil {
 		return err
 	}
-	for _, a := range as {
-		if a.Run == p.Run {
-			d.Attempts = append(d.Attempts, attemptView(a))
-		}
-	}
+	d.Attempts = taskAttempts(as, p.Run)
 	files, err := st.Files(ctx, t.Project, t.ID)
 	if err != nil {
 		return err

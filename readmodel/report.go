@@ -95,7 +95,10 @@ type ReportTask struct {
 
 // AttemptView is one attempt of a task.
 type AttemptView struct {
-	Attempt     int           `json:"attempt"`
+	Attempt int `json:"attempt"`
+	// Run is the number of the project's run the attempt belongs to (as
+	// `dispatch runs` numbers them).
+	Run         int           `json:"run"`
 	Node        string        `json:"node"`
 	Status      domain.Status `json:"status"`
 	ExitCode    int           `json:"exit_code"`
@@ -245,7 +248,7 @@ func (r *Report) addAttempts(runs []domain.Attempt, number int) (attempts map[st
 
 // attemptView is a as the report shows it.
 func attemptView(a domain.Attempt) AttemptView {
-	return AttemptView{Dangerous: a.Dangerous, Sandbox: a.Sandbox, Attempt: a.Attempt, Node: a.Node, Status: a.Status,
+	return AttemptView{Dangerous: a.Dangerous, Sandbox: a.Sandbox, Attempt: a.Attempt, Run: a.Run, Node: a.Node, Status: a.Status,
 		ExitCode: a.ExitCode, Signal: a.Signal, ErrorClass: a.ErrorClass, Error: a.Error,
 		StartedAt: jsonTime(a.StartedAt), CompletedAt: jsonTime(a.CompletedAt),
 		TokensIn: a.TokensIn, TokensOut: a.TokensOut, CostUSD: a.CostUSD, APIMode: a.APIMode}

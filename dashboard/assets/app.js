@@ -654,7 +654,7 @@
     const out = [cards,
       el('p', null, 'Depends on: ', links(t.depends_on), '   Needed by: ', links(t.dependents))];
     if (t.error) out.push(el('pre', { class: 'error', text: (t.error_class ? t.error_class + ': ' : '') + t.error }));
-    out.push(el('h2', { text: 'Attempts' }), attemptsTable(t.attempts || []));
+    out.push(el('h2', { text: 'Attempts' }), attemptsTable(p, t.attempts || []));
     if ((t.outputs || []).length) {
       out.push(el('h2', { text: 'Outputs' }), table(['Path', '#Size', 'SHA-256'], t.outputs.map(o => el('tr', null,
         td(o.path, 'id'), td(fmtBytes(o.size), 'num'), td(String(o.sha256 || '').slice(0, 12), 'id')))));
@@ -668,16 +668,21 @@
     return el('div', null, out);
   }
 
-  function attemptsTable(as) {
+  // attemptsTable lists the task's attempts of every kept run, newest
+  // first as the API gives them, each with its run (a link to the runs).
+  function attemptsTable(p, as) {
     if (!as.length) return el('p', { class: 'muted', text: 'not run yet' });
-    return table(['#Attempt', 'Node', 'State', 'API mode', '#Exit', 'Error', '#Tokens in', '#Tokens out', '#Cost', 'Started', 'Took', 'Sandbox'],
-      as.map(a => el('tr', null,
-        td(String(a.attempt), 'num'), td(a.node || ''), td(stateSpan(a.status)), td(a.api_mode || ''),
+    const t = table(['#Attempt', '#Run', 'Node', 'State', 'API mode', '#Exit', 'Error', '#Tokens in', '#Tokens out', '#Cost', 'Started', 'Took', 'Sandbox'],
+      as.map(a => el('tr', { data: { attempt: a.attempt, run: a.run || '' } },
+        td(String(a.attempt), 'num'), td(a.run ? el('a', { href: projectHref(p, 'runs'), text: String(a.run) }) : '', 'num'),
+        td(a.node || ''), td(stateSpan(a.status)), td(a.api_mode || ''),
         td(a.signal ? a.signal : String(a.exit_code), 'num'), td((a.error_class ? a.error_class + ': ' : '') + (a.error || ''), 'title'),
         td(fmtNum(a.tokens_in), 'num'), td(fmtNum(a.tokens_out), 'num'), td(fmtUSD(a.cost_usd), 'num'),
         td(fmtTime(a.started_at)),
         td(a.completed_at ? fmtDur((parseTime(a.completed_at) - parseTime(a.started_at)) / 1000) : timer(a.started_at, 'for')),
         td(a.sandbox || ''))));
+    t.id = 'attempts';
+    return t;
   }
 
   // logFollower shows one attempt's log: the tail as text, and while the
@@ -720,9 +725,12 @@
     }
     function update(t) {
       last = t;
-      const atts = (t.attempts || []).map(a => a.attempt);
-      if (pick.options.length !== atts.length) {
-        pick.replaceChildren(el('option', { value: '', text: 'newest attempt' }), atts.map(a => el('option', { value: String(a), text: 'attempt ' + a })));
+      const atts = t.attempts || [];
+      // One option per attempt after "newest attempt"; replaceChildren
+      // takes nodes, not an array of them.
+      if (pick.options.length !== atts.length + 1) {
+        pick.replaceChildren(el('option', { value: '', text: 'newest attempt' }),
+          ...atts.map(a => el('option', { value: String(a.attempt), text: 'attempt ' + a.attempt + (a.run ? ' (run ' + a.run + ')' : '') })));
         pick.value = pinned ? String(pinned) : '';
       }
       const att = pinned || t.attempt;
