@@ -54,6 +54,10 @@ type Reply struct {
 	// Usage is set when the request itself was wrong (an unknown task): the
 	// command exits 2.
 	Usage bool `json:"usage,omitempty"`
+	// Ending is set when the controller's loop ended before it took the
+	// request: nothing was done, and the next controller (or the command
+	// itself, under the lock) should do it.
+	Ending bool `json:"ending,omitempty"`
 }
 
 // OpError is a request that cannot be carried out as asked.
@@ -185,8 +189,38 @@ func Running(home string) bool {
 	return true
 }
 
-// Send delivers a request to the running controller of home.
+// endingWait bounds how long Send waits for an ending controller to close
+// its socket.
+const endingWait = 30 * time.Second
+
+// Send delivers a request to the running controller of home. A controller
+// that is ending takes no request: Send then waits until its socket is
+// gone and returns ErrNoController, so that the caller carries the request
+// out as when none runs, instead of failing it.
 func Send(ctx context.Context, home string, req Request) (Reply, error) {
+	rep, err := send(ctx, home, req)
+	if err != nil || !rep.Ending {
+		return rep, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, endingWait)
+	defer cancel()
+	for {
+		select {
+		case <-ctx.Done():
+			return rep, nil // still ending: its answer says so
+		case <-time.After(50 * time.Millisecond):
+		}
+		conn, err := dial(ctx, home)
+		if errors.Is(err, ErrNoController) {
+			return Reply{}, err
+		}
+		if err == nil {
+			conn.Close()
+		}
+	}
+}
+
+func send(ctx context.Context, home string, req Request) (Reply, error) {
 	conn, err := dial(ctx, home)
 	if err != nil {
 		return Reply{}, err

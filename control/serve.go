@@ -120,7 +120,7 @@ func serveConn(ctx context.Context, log *slog.Logger, calls chan<- Call, ended <
 		return
 	}
 	r := Call{Req: req, Reply: make(chan Reply, 1)}
-	ending := Reply{Error: "the controller is ending; try again once it has (dispatch start runs one)"}
+	ending := Reply{Error: "the controller is ending; try again once it has (dispatch start runs one)", Ending: true}
 	select {
 	case calls <- r:
 	case <-ended:

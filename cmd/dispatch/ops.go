@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -104,7 +105,7 @@ func printReply(e *env, rep control.Reply, usage string) error {
 // home's lock (so no controller starts meanwhile) and acts on the database
 // and the nodes itself.
 func doLocally(ctx context.Context, e *env, req control.Request) (control.Reply, error) {
-	lock, err := home.AcquireLock(e.home)
+	lock, err := lockHome(ctx, e.home)
 	if err != nil {
 		return control.Reply{}, err
 	}
@@ -137,4 +138,25 @@ func doLocally(ctx context.Context, e *env, req control.Request) (control.Reply,
 		rep.Message += fmt.Sprintf(" (no controller is running: dispatch start %s runs it)", req.Project)
 	}
 	return rep, nil
+}
+
+// lockHome takes the home's lock for a command that found no controller
+// on the socket. A holder that does not answer there is a controller
+// ending (it closes its socket a moment before it lets the lock go) or
+// starting (it takes the lock a moment before it listens): lockHome waits
+// up to handOffWait for the first to let go, and fails with the holder's
+// name if it does not.
+func lockHome(ctx context.Context, homeDir string) (*home.Lock, error) {
+	deadline := time.Now().Add(handOffWait)
+	for {
+		lock, err := home.AcquireLock(homeDir)
+		if err == nil || !errors.Is(err, home.ErrLocked) || time.Now().After(deadline) || control.Running(homeDir) {
+			return lock, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

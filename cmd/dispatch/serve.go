@@ -323,7 +323,7 @@ func scheduleToggle(ctx context.Context, e *env, op, project, usage string) erro
 			return &usageError{err: lerr, hint: usage}
 		}
 		var lock *home.Lock
-		lock, err = home.AcquireLock(e.home)
+		lock, err = lockHome(ctx, e.home)
 		if err != nil {
 			return err
 		}
