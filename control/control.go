@@ -25,6 +25,9 @@ type Request struct {
 	Tasks   []string     `json:"tasks,omitempty"`
 	Kill    bool         `json:"kill,omitempty"`
 	Start   StartOptions `json:"start,omitempty"`
+	// Via says where a request came from when not from the CLI ("the
+	// dashboard, token http.token"): the controller records it in an event.
+	Via string `json:"via,omitempty"`
 }
 
 // StartOptions are the switches of `dispatch start` that shape a project.
@@ -54,10 +57,17 @@ type Reply struct {
 	// Usage is set when the request itself was wrong (an unknown task): the
 	// command exits 2.
 	Usage bool `json:"usage,omitempty"`
+	// NotFound is set with Usage when what the request names (a project,
+	// a task) does not exist: the HTTP API answers 404.
+	NotFound bool `json:"not_found,omitempty"`
 }
 
-// OpError is a request that cannot be carried out as asked.
-type OpError struct{ Msg string }
+// OpError is a request that cannot be carried out as asked; NotFound when
+// what it names does not exist.
+type OpError struct {
+	Msg      string
+	NotFound bool
+}
 
 func (e *OpError) Error() string { return e.Msg }
 
