@@ -34,10 +34,10 @@ const maxActionBody = 64 << 10
 
 // The actions: the operator commands the API takes, each a POST.
 var actionPaths = map[string]string{
-	"/api/v1/projects/{project}/retry":   "retry",
-	"/api/v1/projects/{project}/cancel":  "cancel",
-	"/api/v1/projects/{project}/stop":    "stop",
-	"/api/v1/projects/{project}/start":   "start",
+	"/api/v1/projects/{project}/retry":    "retry",
+	"/api/v1/projects/{project}/cancel":   "cancel",
+	"/api/v1/projects/{project}/stop":     "stop",
+	"/api/v1/projects/{project}/start":    "start",
 	"/api/v1/schedules/{project}/enable":  "enable",
 	"/api/v1/schedules/{project}/disable": "disable",
 }
