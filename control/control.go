@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -28,6 +29,23 @@ type Request struct {
 	// Via says where a request came from when not from the CLI ("the
 	// dashboard, token http.token"): the controller records it in an event.
 	Via string `json:"via,omitempty"`
+}
+
+// ActionEvent is the kind of the event that records a request with a Via:
+// what it did and where it came from.
+const ActionEvent = "action"
+
+// ActionMessage is the message of a request's ActionEvent, given the
+// reply's message.
+func ActionMessage(req Request, msg string) string {
+	what := req.Op
+	if req.Kill {
+		what += " --kill"
+	}
+	if len(req.Tasks) > 0 {
+		what += " " + strings.Join(req.Tasks, " ")
+	}
+	return fmt.Sprintf("%s by the operator from %s: %s", what, req.Via, msg)
 }
 
 // StartOptions are the switches of `dispatch start` that shape a project.

@@ -98,22 +98,11 @@ func (c *Controller) Do(ctx context.Context, req control.Request) control.Reply 
 	return control.Reply{Message: msg}
 }
 
-// eventAction is the kind of the event that says an operator's request
-// came from elsewhere than the CLI (Request.Via), and what it did.
-const eventAction = "action"
-
 // recordAction records a request that came from the dashboard or the
 // API, and where from, beside the events of what it changed. A failure
 // is logged: the change itself is made.
 func (c *Controller) recordAction(ctx context.Context, req control.Request, msg string) {
-	what := req.Op
-	if req.Kill {
-		what += " --kill"
-	}
-	if len(req.Tasks) > 0 {
-		what += " " + strings.Join(req.Tasks, " ")
-	}
-	ev := store.Event{Project: req.Project, Kind: eventAction, Message: fmt.Sprintf("%s by the operator from %s: %s", what, req.Via, msg)}
+	ev := store.Event{Project: req.Project, Kind: control.ActionEvent, Message: control.ActionMessage(req, msg)}
 	if err := c.st.Update(ctx, func(tx *store.Tx) error { return tx.Event(ctx, ev) }); err != nil {
 		c.log.Error("the action's event not recorded", "op", req.Op, "project", req.Project, "via", req.Via, "err", err)
 	}

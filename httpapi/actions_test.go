@@ -190,7 +190,7 @@ func (h *testHome) lastAction(t *testing.T) string {
 		t.Fatal(err)
 	}
 	for i := len(evs) - 1; i >= 0; i-- {
-		if evs[i].Kind == "action" {
+		if evs[i].Kind == control.ActionEvent {
 			return evs[i].Message
 		}
 	}

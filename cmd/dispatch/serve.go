@@ -346,6 +346,12 @@ func toggleLocally(ctx context.Context, e *env, req control.Request) (control.Re
 	if errors.As(err, &oe) {
 		return control.Reply{Error: oe.Msg, Usage: true}, nil
 	}
+	if err == nil && req.Via != "" {
+		// As the controller records it (controller.Do).
+		err = st.Update(ctx, func(tx *store.Tx) error {
+			return tx.Event(ctx, store.Event{Project: req.Project, Kind: control.ActionEvent, Message: control.ActionMessage(req, msg)})
+		})
+	}
 	return control.Reply{Message: msg}, err
 }
 
