@@ -55,7 +55,7 @@
       if (old) old.remove();
       const dlg = el('dialog', { id: 'confirm', class: 'confirm' });
       const done = (v) => { dlg.close(); dlg.remove(); resolve(v); };
-      dlg.append(el('p', { text: question }), el('div', { class: 'toolbar' },
+      dlg.append(el('p', { text: question }), el('div', { class: 'actions' },
         el('button', { type: 'button', id: 'confirm-yes', class: 'danger', text: yes, onclick: () => done(true) }),
         el('button', { type: 'button', id: 'confirm-no', text: 'Keep it', onclick: () => done(false) })));
       dlg.addEventListener('cancel', () => resolve(false));

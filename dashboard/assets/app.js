@@ -288,7 +288,7 @@
     const head = el('div'), err = el('div'), body = el('div');
     const tabs = el('nav', { class: 'tabs' }, ['tasks', 'graph', 'integration', 'runs'].map(t =>
       el('a', { href: projectHref(p, t === 'tasks' ? '' : t), class: t === tab ? 'current' : null, text: t[0].toUpperCase() + t.slice(1) })));
-    const acts = el('div', { class: 'toolbar actions', id: 'project-actions' });
+    const acts = el('div', { class: 'actions', id: 'project-actions' });
     view.append(el('h1', null, el('a', { href: '#/', text: 'Projects' }), ' / ', p), err, acts, head, tabs, body);
     let summary = null;
     const sum = refresher(async () => {
@@ -613,7 +613,7 @@
 
   function taskView(p, id) {
     const err = el('div'), facts = el('div'), logHead = el('div', { class: 'toolbar' }), logBox = el('pre', { class: 'log', id: 'log' });
-    const acts = el('div', { class: 'toolbar actions', id: 'task-actions' });
+    const acts = el('div', { class: 'actions', id: 'task-actions' });
     view.append(el('h1', null, el('a', { href: '#/', text: 'Projects' }), ' / ', el('a', { href: projectHref(p), text: p }), ' / ', id),
       err, acts, facts, el('h2', { text: 'Log' }), logHead, logBox);
     const log = logFollower(p, id, logBox, logHead);
