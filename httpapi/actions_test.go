@@ -93,6 +93,25 @@ func actingHome(t *testing.T) *testHome {
 		t.Fatal(err)
 	}
 	h.srv.ReadToken = read
+	// A finished project, old, whose S01 completed.
+	err = h.st.Update(t.Context(), func(tx *store.Tx) error {
+		ctx := t.Context()
+		if err := tx.EnsureProject(ctx, "old", "{}"); err != nil {
+			return err
+		}
+		if err := tx.InsertTask(ctx, domain.Task{Project: "old", ID: "S01", Title: "done", Type: "implementation", Tool: "shell", Snapshot: []byte("true")}); err != nil {
+			return err
+		}
+		for _, c := range [][2]domain.Status{{domain.Pending, domain.Claimed}, {domain.Claimed, domain.Running}, {domain.Running, domain.Completed}} {
+			if _, _, err := tx.Transition(ctx, store.Change{Project: "old", Task: "S01", From: c[0], To: c[1]}); err != nil {
+				return err
+			}
+		}
+		return tx.SetProject(ctx, "old", store.ProjectPatch{State: new(domain.ProjectDone), Result: new(domain.ResultPassed)}, "")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	// S00001 failed.
 	err = h.st.Update(t.Context(), func(tx *store.Tx) error {
 		for _, to := range []domain.Status{domain.Claimed, domain.Running, domain.Failed} {
@@ -272,6 +291,7 @@ func TestActionRefusals(t *testing.T) {
 	}{
 		{"an unknown task", "POST", "/api/v1/projects/p/retry", `{"ids": ["S09999"]}`, nil, 404, `project p has no task "S09999"`},
 		{"an unknown project", "POST", "/api/v1/projects/q/cancel", `{"ids": ["S01"]}`, nil, 404, `project "q" has not been started`},
+		{"a finished project's cancel", "POST", "/api/v1/projects/old/cancel", `{"ids": ["S01"]}`, nil, 409, "old/S01 is already completed"},
 		{"a task that is not running or waiting", "POST", "/api/v1/projects/p/cancel", `{"ids": ["S00001"]}`, nil, 409, "p/S00001 is already failed"},
 		{"a waiting task's retry", "POST", "/api/v1/projects/p/retry", `{"ids": ["S00002"]}`, nil, 409, "already waiting to run"},
 		{"not a task ID", "POST", "/api/v1/projects/p/retry", `{"ids": ["s1;rm"]}`, nil, 400, "is not a task ID"},

@@ -106,7 +106,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
-			writeError(w, http.StatusMethodNotAllowed, errors.New("the dashboard is read-only: GET only"))
+			writeError(w, http.StatusMethodNotAllowed, errors.New("the dashboard's pages are GET only; its actions are POST under /api/v1 (docs/API.md)"))
 			return
 		}
 		ui.ServeHTTP(w, r)
