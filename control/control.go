@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -25,6 +26,26 @@ type Request struct {
 	Tasks   []string     `json:"tasks,omitempty"`
 	Kill    bool         `json:"kill,omitempty"`
 	Start   StartOptions `json:"start,omitempty"`
+	// Via says where a request came from when not from the CLI ("the
+	// dashboard, token http.token"): the controller records it in an event.
+	Via string `json:"via,omitempty"`
+}
+
+// ActionEvent is the kind of the event that records a request with a Via:
+// what it did and where it came from.
+const ActionEvent = "action"
+
+// ActionMessage is the message of a request's ActionEvent, given the
+// reply's message.
+func ActionMessage(req Request, msg string) string {
+	what := req.Op
+	if req.Kill {
+		what += " --kill"
+	}
+	if len(req.Tasks) > 0 {
+		what += " " + strings.Join(req.Tasks, " ")
+	}
+	return fmt.Sprintf("%s by the operator from %s: %s", what, req.Via, msg)
 }
 
 // StartOptions are the switches of `dispatch start` that shape a project.
@@ -58,10 +79,17 @@ type Reply struct {
 	// request: nothing was done, and the next controller (or the command
 	// itself, under the lock) should do it.
 	Ending bool `json:"ending,omitempty"`
+	// NotFound is set with Usage when what the request names (a project,
+	// a task) does not exist: the HTTP API answers 404.
+	NotFound bool `json:"not_found,omitempty"`
 }
 
-// OpError is a request that cannot be carried out as asked.
-type OpError struct{ Msg string }
+// OpError is a request that cannot be carried out as asked; NotFound when
+// what it names does not exist.
+type OpError struct {
+	Msg      string
+	NotFound bool
+}
 
 func (e *OpError) Error() string { return e.Msg }
 

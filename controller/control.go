@@ -83,7 +83,11 @@ func (c *Controller) Do(ctx context.Context, req control.Request) control.Reply 
 	}
 	if err != nil {
 		var oe *control.OpError
-		return control.Reply{Error: err.Error(), Usage: errors.As(err, &oe)}
+		usage := errors.As(err, &oe)
+		return control.Reply{Error: err.Error(), Usage: usage, NotFound: usage && oe.NotFound}
+	}
+	if req.Via != "" {
+		c.recordAction(ctx, req, msg)
 	}
 	if req.Op == "start" || req.Op == "retry" {
 		if c.handed == nil {
@@ -92,6 +96,16 @@ func (c *Controller) Do(ctx context.Context, req control.Request) control.Reply 
 		c.handed[req.Project] = true
 	}
 	return control.Reply{Message: msg}
+}
+
+// recordAction records a request that came from the dashboard or the
+// API, and where from, beside the events of what it changed. A failure
+// is logged: the change itself is made.
+func (c *Controller) recordAction(ctx context.Context, req control.Request, msg string) {
+	ev := store.Event{Project: req.Project, Kind: control.ActionEvent, Message: control.ActionMessage(req, msg)}
+	if err := c.st.Update(ctx, func(tx *store.Tx) error { return tx.Event(ctx, ev) }); err != nil {
+		c.log.Error("the action's event not recorded", "op", req.Op, "project", req.Project, "via", req.Via, "err", err)
+	}
 }
 
 // startProject loads a project's specs and serves it (a `dispatch start`
@@ -127,7 +141,7 @@ func (c *Controller) startProject(ctx context.Context, name string, so control.S
 func (c *Controller) projectTasks(ctx context.Context, project string) (domain.Project, map[string]domain.Task, error) {
 	p, err := c.st.Project(ctx, project)
 	if errors.Is(err, store.ErrNotFound) {
-		return p, nil, &control.OpError{Msg: fmt.Sprintf("project %q has not been started on this home", project)}
+		return p, nil, &control.OpError{Msg: fmt.Sprintf("project %q has not been started on this home", project), NotFound: true}
 	}
 	if err != nil {
 		return p, nil, err
@@ -149,7 +163,7 @@ func unknownTask(project, id string, byID map[string]domain.Task) error {
 		ids = append(ids, k)
 	}
 	sort.Strings(ids)
-	return &control.OpError{Msg: fmt.Sprintf("project %s has no task %q (its tasks: %s)", project, id, strings.Join(ids, ", "))}
+	return &control.OpError{Msg: fmt.Sprintf("project %s has no task %q (its tasks: %s)", project, id, strings.Join(ids, ", ")), NotFound: true}
 }
 
 // Retry reruns finished, failed, blocked or canceled tasks: each gets a new

@@ -3,6 +3,7 @@ package dashboard
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -28,11 +29,14 @@ type fakeAPI struct {
 	// controller saw it; their tool writes all the time (output_at is
 	// now) and they stall after a minute of quiet.
 	beatAt time.Time
-	// mu guards status, full and events.
+	// readOnly makes the session refuse actions.
+	readOnly bool
+	// mu guards status, full, events and posts.
 	mu     sync.Mutex
 	status map[string]string
 	full   int // requests for the project without a window
 	events chan string
+	posts  []string // each action: path, CSRF header, content type, body
 }
 
 func newFakeAPI(n int) *fakeAPI {
@@ -169,7 +173,17 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if r.Method == http.MethodPost {
+		b, _ := io.ReadAll(r.Body)
+		f.posts = append(f.posts, strings.Join([]string{p, r.Header.Get("X-Dispatch-CSRF"), r.Header.Get("Content-Type"), string(b)}, " "))
+		writeJSON(w, map[string]string{"message": "done: " + p})
+		return
+	}
 	switch {
+	case p == "session" && f.readOnly:
+		writeJSON(w, map[string]any{"actions": false, "refused": "this server was started with dispatch serve --http --read-only"})
+	case p == "session":
+		writeJSON(w, map[string]any{"actions": true, "csrf": "fake-csrf"})
 	case p == "projects":
 		writeJSON(w, map[string]any{"projects": []any{f.summary()}})
 	case p == "projects/big/summary":
@@ -339,5 +353,60 @@ func TestDashboardStallCountdownFollowsOutput(t *testing.T) {
 	b.Navigate(t, srv.URL+"/#/p/big/t/T00001")
 	b.WaitFor(t, 10*time.Second, "the task page's stall countdown a minute from the last output",
 		`(`+ahead+`)([...document.querySelectorAll('.card')].find(c => c.querySelector('.k').textContent === 'Stall timeout').querySelector('span.timer'))`)
+	b.NoProblems(t)
+}
+
+// TestDashboardActionButtons: the run page offers Retry failed, Stop and
+// Stop and kill; a destructive one asks in the page first (keeping it
+// sends nothing), then POSTs JSON with the session's CSRF token; the task
+// page offers Retry or Cancel by the task's state, the schedules page a
+// switch; a read-only session gets no button, only why.
+func TestDashboardActionButtons(t *testing.T) {
+	b := browsertest.Start(t)
+	api := newFakeAPI(3)
+	api.status["T00003"] = "failed"
+	srv := serveFake(t, api)
+	posts := func() []string {
+		api.mu.Lock()
+		defer api.mu.Unlock()
+		return append([]string(nil), api.posts...)
+	}
+	click := func(sel string) { browsertest.Eval[bool](t, b, `(document.querySelector('`+sel+`').click(), true)`) }
+
+	b.Navigate(t, srv.URL+"/#/p/big")
+	b.WaitFor(t, 10*time.Second, "the run's buttons", `['retry-failed', 'stop', 'stop-kill'].every(a => document.querySelector('#project-actions button[data-action="' + a + '"]'))`)
+	if got := browsertest.Eval[string](t, b, `document.querySelector('#project-actions button[data-action="retry-failed"]').textContent`); got != "Retry failed (1)" {
+		t.Errorf("the retry button says %q", got)
+	}
+	click(`#project-actions button[data-action="stop-kill"]`)
+	b.WaitFor(t, 5*time.Second, "the confirmation", `document.querySelector('dialog#confirm[open]') && document.querySelector('dialog#confirm p').textContent.includes('kill its 2 running task(s)')`)
+	click(`#confirm-no`)
+	b.WaitFor(t, 5*time.Second, "the confirmation to close", `!document.querySelector('dialog#confirm')`)
+	if p := posts(); len(p) != 0 {
+		t.Fatalf("keeping it sent %v", p)
+	}
+	click(`#project-actions button[data-action="stop-kill"]`)
+	b.WaitFor(t, 5*time.Second, "the confirmation", `document.querySelector('dialog#confirm[open]')`)
+	click(`#confirm-yes`)
+	b.WaitFor(t, 5*time.Second, "the answer", `document.querySelector('#project-actions .action-result').textContent === 'done: projects/big/stop'`)
+	click(`#project-actions button[data-action="retry-failed"]`) // not destructive: no question
+	b.WaitFor(t, 5*time.Second, "the retry's answer", `document.querySelector('#project-actions .action-result').textContent === 'done: projects/big/retry'`)
+	want := []string{`projects/big/stop fake-csrf application/json {"kill":true}`, `projects/big/retry fake-csrf application/json {"failed":true}`}
+	if got := posts(); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the actions sent\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	b.Navigate(t, srv.URL+"/#/p/big/t/T00001")
+	b.WaitFor(t, 10*time.Second, "a running task's Cancel", `document.querySelector('#task-actions button[data-action="cancel"]') && !document.querySelector('#task-actions button[data-action="retry"]')`)
+	b.Navigate(t, srv.URL+"/#/p/big/t/T00003")
+	b.WaitFor(t, 10*time.Second, "a failed task's Retry", `document.querySelector('#task-actions button[data-action="retry"]') && !document.querySelector('#task-actions button[data-action="cancel"]')`)
+	b.Navigate(t, srv.URL+"/#/schedules")
+	b.WaitFor(t, 10*time.Second, "the schedule's switch", `document.querySelector('tr[data-project="big"] button[data-action="disable"]')`)
+
+	api.mu.Lock()
+	api.readOnly = true
+	api.mu.Unlock()
+	b.Navigate(t, srv.URL+"/?again=1#/p/big") // a new page asks for its session again
+	b.WaitFor(t, 10*time.Second, "why there is no button", `document.querySelector('#project-actions').textContent.includes('--read-only') && !document.querySelector('#project-actions button')`)
 	b.NoProblems(t)
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-//go:embed assets/index.html assets/app.js assets/app.css
+//go:embed assets/index.html assets/app.js assets/actions.js assets/app.css
 var assets embed.FS
 
 // asset is one embedded file as served.
@@ -20,11 +20,12 @@ type asset struct {
 }
 
 // files maps a request path to its asset; anything else is 404, so there
-// is no directory listing and no file but these three.
+// is no directory listing and no file but these four.
 var files = map[string]asset{
 	"/":           load("index.html", "text/html; charset=utf-8"),
 	"/index.html": load("index.html", "text/html; charset=utf-8"),
 	"/app.js":     load("app.js", "text/javascript; charset=utf-8"),
+	"/actions.js": load("actions.js", "text/javascript; charset=utf-8"),
 	"/app.css":    load("app.css", "text/css; charset=utf-8"),
 }
 
@@ -38,7 +39,7 @@ func load(name, contentType string) asset {
 }
 
 // Handler serves the dashboard: "/" (and /index.html) is the page, /app.js
-// and /app.css its script and style; every other path is 404. Only GET and
+// and /actions.js its scripts, /app.css its style; every other path is 404. Only GET and
 // HEAD are answered. The caller mounts it behind its authentication and
 // sets the Content-Security-Policy.
 func Handler() http.Handler {

@@ -21,6 +21,7 @@ func TestDashboardHandler(t *testing.T) {
 		{"head", "HEAD", "/app.js", 200, "text/javascript; charset=utf-8", ""},
 		{"no listing", "GET", "/assets/", 404, "", ""},
 		{"no embed path", "GET", "/assets/app.js", 404, "", ""},
+		{"the actions' script", "GET", "/actions.js", 200, "text/javascript; charset=utf-8", "window.dispatchActions"},
 		{"unknown", "GET", "/favicon.ico", 404, "", ""},
 		{"no traversal", "GET", "/../dashboard.go", 404, "", ""},
 		{"read-only", "POST", "/", 405, "", ""},
@@ -65,7 +66,7 @@ func TestDashboardRevalidates(t *testing.T) {
 // task-controlled strings need, so that a change cannot slip one in: no
 // HTML parsing of strings, no eval, no inline script or style.
 func TestDashboardAssetsKeepTheCSP(t *testing.T) {
-	for _, name := range []string{"index.html", "app.js", "app.css"} {
+	for _, name := range []string{"index.html", "app.js", "actions.js", "app.css"} {
 		b, err := assets.ReadFile("assets/" + name)
 		if err != nil {
 			t.Fatal(err)
@@ -82,7 +83,8 @@ func TestDashboardAssetsKeepTheCSP(t *testing.T) {
 		}
 	}
 	page, _ := assets.ReadFile("assets/index.html")
-	if strings.Count(string(page), "<script") != 1 || !strings.Contains(string(page), `<script src="app.js" defer></script>`) {
-		t.Errorf("index.html must load app.js and have no inline script")
+	if strings.Count(string(page), "<script") != 2 || !strings.Contains(string(page), `<script src="actions.js" defer></script>
+<script src="app.js" defer></script>`) {
+		t.Errorf("index.html must load actions.js, then app.js, and have no inline script")
 	}
 }

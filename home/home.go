@@ -22,6 +22,9 @@ const (
 	LogFile = "dispatch.log"
 	// TokenFile is the HTTP API's token (serve --http), private (0600).
 	TokenFile = "http.token"
+	// ReadTokenFile is the HTTP API's read-only token: it is refused every
+	// action (retry, cancel, stop, start, a schedule's switch).
+	ReadTokenFile = "http-read.token"
 )
 
 // ConfigPath is the home's nodes.yaml.
@@ -42,6 +45,9 @@ func RunsDir(home, project string) string { return filepath.Join(RunsRoot(home),
 
 // TokenPath is the token every HTTP API request must carry.
 func TokenPath(home string) string { return filepath.Join(home, TokenFile) }
+
+// ReadTokenPath is the token that reads the HTTP API and never acts.
+func ReadTokenPath(home string) string { return filepath.Join(home, ReadTokenFile) }
 
 // LogPath is the log of a background controller.
 func LogPath(home string) string { return filepath.Join(home, LogFile) }

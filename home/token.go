@@ -19,8 +19,14 @@ const tokenBytes = 32
 // others can read, that is not a regular file (a link planted there) or
 // that does not hold a token is refused with what to do; it is never
 // followed or rewritten.
-func Token(home string) (string, error) {
-	p := TokenPath(home)
+func Token(home string) (string, error) { return tokenAt(TokenPath(home)) }
+
+// ReadToken returns the home's read-only HTTP API token, made and checked
+// as Token's, in ReadTokenPath: it reads the dashboard and the API and is
+// refused every action.
+func ReadToken(home string) (string, error) { return tokenAt(ReadTokenPath(home)) }
+
+func tokenAt(p string) (string, error) {
 	for range 2 {
 		tok, err := readToken(p)
 		if !errors.Is(err, fs.ErrNotExist) {

@@ -22,6 +22,8 @@ type Listen struct {
 	CertFile, KeyFile string
 	// Insecure lets a non-loopback address listen without TLS.
 	Insecure bool
+	// ReadOnly makes the server refuse every action (serve --read-only).
+	ReadOnly bool
 }
 
 // ErrExposed is returned for a non-loopback address without TLS.

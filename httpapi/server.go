@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/readmodel"
@@ -48,6 +49,16 @@ type Server struct {
 	// (?refresh=1 on a project's status, as `status --refresh`); nil: the
 	// server cannot, and says so.
 	Refresh func(ctx context.Context, cfg *nodes.Config, views []*readmodel.StatusView) error
+	// Act carries out an action (retry, cancel, stop, start, enable,
+	// disable) as the CLI does: through the home's running controller.
+	// nil: this server refuses every action.
+	Act func(ctx context.Context, req control.Request) (control.Reply, error)
+	// ReadOnly, when set, is why this server refuses every action
+	// (serve --http --read-only).
+	ReadOnly string
+	// ReadToken, when set, is a second token that reads and never acts
+	// (home.ReadTokenFile).
+	ReadToken string
 
 	mu sync.Mutex
 	st *store.Store
@@ -70,13 +81,18 @@ func (s *Server) Handler() http.Handler {
 		"/api/v1/schedules":                         s.schedules,
 		"/api/v1/events":                            s.events,
 	}
+	api["/api/v1/session"] = s.session
 	for path, h := range api {
 		mux.HandleFunc("GET "+path, h)
+	}
+	// Any method: a GET that tries to change state is answered 405.
+	for path, op := range actionPaths {
+		mux.HandleFunc(path, s.action(op))
 	}
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
-			writeError(w, http.StatusMethodNotAllowed, errors.New("the API is read-only: GET only (dispatch retry, cancel and stop change a project)"))
+			writeError(w, http.StatusMethodNotAllowed, fmt.Errorf("%s %s: this endpoint only reads (GET); the actions are POST under /api/v1/projects/<p>/ and /api/v1/schedules/<p>/ (docs/API.md)", r.Method, r.URL.Path))
 			return
 		}
 		writeError(w, http.StatusNotFound, fmt.Errorf("no API endpoint %s %s: see docs/API.md", r.Method, r.URL.Path))
@@ -90,7 +106,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
-			writeError(w, http.StatusMethodNotAllowed, errors.New("the dashboard is read-only: GET only"))
+			writeError(w, http.StatusMethodNotAllowed, errors.New("the dashboard's pages are GET only; its actions are POST under /api/v1 (docs/API.md)"))
 			return
 		}
 		ui.ServeHTTP(w, r)
@@ -111,12 +127,13 @@ func (s *Server) secure(next http.Handler) http.Handler {
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Cache-Control", "no-store")
 		if q := r.URL.Query().Get("token"); q != "" && r.Method == http.MethodGet && !isAPI(r) {
-			if !s.valid(q) {
+			if _, ok := s.tokenOf(q); !ok {
 				writeError(w, http.StatusUnauthorized, errors.New("wrong token: use the one in the home's http.token"))
 				return
 			}
 			http.SetCookie(w, &http.Cookie{Name: CookieName, Value: q, Path: "/", HttpOnly: true, Secure: s.Secure,
 				SameSite: http.SameSiteStrictMode})
+			s.setSession(w, r)
 			u := *r.URL
 			qs := u.Query()
 			qs.Del("token")
@@ -124,31 +141,47 @@ func (s *Server) secure(next http.Handler) http.Handler {
 			http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
 			return
 		}
-		if !s.authorized(r) {
+		c, ok := s.authorized(r)
+		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="dispatch"`)
 			writeError(w, http.StatusUnauthorized, errors.New("a token is needed: Authorization: Bearer <the home's http.token>, "+
 				"or open the URL dispatch serve --http printed (/?token=…)"))
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
 	})
 }
 
 func isAPI(r *http.Request) bool { return len(r.URL.Path) >= 5 && r.URL.Path[:5] == "/api/" }
 
-func (s *Server) authorized(r *http.Request) bool {
+// authorized is who the request's token says it is: a bearer token, else
+// the cookie (a browser's session).
+func (s *Server) authorized(r *http.Request) (caller, bool) {
 	// The scheme's name is case-insensitive (RFC 9110 §11.1).
 	if a := r.Header.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "Bearer ") {
-		return s.valid(a[7:])
+		return s.tokenOf(a[7:])
 	}
-	if c, err := r.Cookie(CookieName); err == nil {
-		return s.valid(c.Value)
+	if ck, err := r.Cookie(CookieName); err == nil {
+		c, ok := s.tokenOf(ck.Value)
+		c.session = true
+		return c, ok
 	}
-	return false
+	return caller{}, false
 }
 
-func (s *Server) valid(tok string) bool {
-	return s.Token != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.Token)) == 1
+// tokenOf says which of the server's tokens tok is.
+func (s *Server) tokenOf(tok string) (caller, bool) {
+	switch {
+	case equalToken(tok, s.Token):
+		return caller{token: home.TokenFile}, true
+	case equalToken(tok, s.ReadToken):
+		return caller{token: home.ReadTokenFile, readOnly: true}, true
+	}
+	return caller{}, false
+}
+
+func equalToken(tok, want string) bool {
+	return want != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(want)) == 1
 }
 
 // store opens the home's database read-only on first use; the controller

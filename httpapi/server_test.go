@@ -165,14 +165,14 @@ func TestAuth(t *testing.T) {
 		t.Fatalf("/?token=: %d to %q, want 303 to /", resp.StatusCode, resp.Header.Get("Location"))
 	}
 	cookies := resp.Cookies()
-	if len(cookies) != 1 || cookies[0].Name != CookieName || cookies[0].Value != h.srv.Token || !cookies[0].HttpOnly ||
+	if len(cookies) != 2 || cookies[1].Name != SessionCookie || cookies[0].Name != CookieName || cookies[0].Value != h.srv.Token || !cookies[0].HttpOnly ||
 		cookies[0].SameSite != http.SameSiteStrictMode || cookies[0].Path != "/" {
 		t.Fatalf("cookie %+v", cookies)
 	}
 	if resp := get("/api/v1/projects", func(r *http.Request) { r.AddCookie(cookies[0]) }); resp.StatusCode != 200 {
 		t.Fatalf("with the cookie: %d", resp.StatusCode)
 	}
-	// Read-only: nothing but GET.
+	// The views only read: nothing but GET (the actions are TestActions').
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, h.url+"/api/v1/projects", strings.NewReader("{}"))
 	req.Header.Set("Authorization", "Bearer "+h.srv.Token)
 	if resp, err := client.Do(req); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {

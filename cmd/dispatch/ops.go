@@ -77,15 +77,30 @@ func operatorRequest(c *cli.Context, op, usage string, projectOnly bool) error {
 			return usagef(usage, "%q is not a task ID (a capital letter and digits, like S01; S01.2 or S01@mac1 for a task of a matrix or broadcast)", id)
 		}
 	}
-	req := control.Request{Op: op, Project: project, Tasks: ids, Kill: c.Bool("kill")}
-	rep, err := control.Send(ctx, e.home, req)
-	if errors.Is(err, control.ErrNoController) {
-		rep, err = doLocally(ctx, e, req)
-	}
+	rep, err := operate(ctx, e, control.Request{Op: op, Project: project, Tasks: ids, Kill: c.Bool("kill")})
 	if err != nil {
 		return err
 	}
 	return printReply(e, rep, usage)
+}
+
+// operate carries out an operator request as the CLI does: the running
+// controller takes it over its socket; when none runs, this process takes
+// the lock and does it (a start is refused then: nothing would run it).
+// The dashboard and the API act through it too.
+func operate(ctx context.Context, e *env, req control.Request) (control.Reply, error) {
+	rep, err := control.Send(ctx, e.home, req)
+	if !errors.Is(err, control.ErrNoController) {
+		return rep, err
+	}
+	switch req.Op {
+	case "start":
+		return control.Reply{Usage: true, Error: fmt.Sprintf("no controller runs on this home, so nothing would run %s: "+
+			"dispatch start %s (or dispatch serve) starts it", req.Project, req.Project)}, nil
+	case "enable", "disable":
+		return toggleLocally(ctx, e, req)
+	}
+	return doLocally(ctx, e, req)
 }
 
 // printReply prints a controller's reply, or returns its error: a usage

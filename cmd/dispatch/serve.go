@@ -41,6 +41,7 @@ func serveCommand() *cli.Command {
 			&cli.StringFlag{Name: "tls-key", Usage: "with --http, the certificate's key `FILE` (PEM)"},
 			&cli.BoolFlag{Name: "insecure-listen", Usage: "with --http, let an address other machines reach serve in clear text: " +
 				"anyone on the network path can read the token and every log"},
+			&cli.BoolFlag{Name: "read-only", Usage: "with --http, the dashboard and the API only read: they refuse retry, cancel, stop, start and a schedule's switch"},
 		},
 		Action: serveAction,
 	}
@@ -89,7 +90,7 @@ func serveAction(c *cli.Context) error {
 	if errors.Is(err, home.ErrLocked) {
 		why := "start dispatch serve again once it has ended (dispatch serve --stop ends a daemon)"
 		if web != nil {
-			why = "without --detach, dispatch serve --http serves the dashboard and API beside it (read-only), until Ctrl-C"
+			why = "without --detach, dispatch serve --http serves the dashboard and API beside it, until Ctrl-C"
 		}
 		return fmt.Errorf("%w: a controller already runs on this home (a dispatch start, or another dispatch serve); %s", err, why)
 	}
@@ -313,39 +314,45 @@ func scheduleAction(c *cli.Context) error {
 // scheduleToggle enables or disables a schedule: through the running
 // controller, or, when none runs, under the home's lock.
 func scheduleToggle(ctx context.Context, e *env, op, project, usage string) error {
-	rep, err := control.Send(ctx, e.home, control.Request{Op: op, Project: project})
-	if errors.Is(err, control.ErrNoController) {
-		// A schedule that is wrong or missing writes nothing.
-		if sp, lerr := spec.LoadSchedule(e.specsDir(), project); lerr != nil || sp == nil {
-			if lerr == nil {
-				lerr = fmt.Errorf("project %s has no schedule: in its project.yaml (add one, e.g. schedule: {every: 6h})", project)
-			}
-			return &usageError{err: lerr, hint: usage}
-		}
-		var lock *home.Lock
-		lock, err = lockHome(ctx, e.home)
-		if err != nil {
-			return err
-		}
-		defer lock.Release()
-		var st *store.Store
-		st, err = store.Open(ctx, e.dbPath())
-		if err != nil {
-			return err
-		}
-		defer st.Close()
-		var msg string
-		msg, err = service.SetEnabled(ctx, st, e.specsDir(), project, op == "enable", time.Now())
-		rep = control.Reply{Message: msg}
-		var oe *control.OpError
-		if errors.As(err, &oe) {
-			rep, err = control.Reply{Error: oe.Msg, Usage: true}, nil
-		}
-	}
+	rep, err := operate(ctx, e, control.Request{Op: op, Project: project})
 	if err != nil {
 		return err
 	}
 	return printReply(e, rep, usage)
+}
+
+// toggleLocally enables or disables a schedule with no controller
+// running: under the home's lock. A schedule that is wrong or missing
+// writes nothing.
+func toggleLocally(ctx context.Context, e *env, req control.Request) (control.Reply, error) {
+	if sp, err := spec.LoadSchedule(e.specsDir(), req.Project); err != nil || sp == nil {
+		if err == nil {
+			err = fmt.Errorf("project %s has no schedule: in its project.yaml (add one, e.g. schedule: {every: 6h})", req.Project)
+		}
+		return control.Reply{Error: err.Error(), Usage: true}, nil
+	}
+	lock, err := lockHome(ctx, e.home)
+	if err != nil {
+		return control.Reply{}, err
+	}
+	defer lock.Release()
+	st, err := store.Open(ctx, e.dbPath())
+	if err != nil {
+		return control.Reply{}, err
+	}
+	defer st.Close()
+	msg, err := service.SetEnabled(ctx, st, e.specsDir(), req.Project, req.Op == "enable", time.Now())
+	var oe *control.OpError
+	if errors.As(err, &oe) {
+		return control.Reply{Error: oe.Msg, Usage: true}, nil
+	}
+	if err == nil && req.Via != "" {
+		// As the controller records it (controller.Do).
+		err = st.Update(ctx, func(tx *store.Tx) error {
+			return tx.Event(ctx, store.Event{Project: req.Project, Kind: control.ActionEvent, Message: control.ActionMessage(req, msg)})
+		})
+	}
+	return control.Reply{Message: msg}, err
 }
 
 // daemonRuns reports whether a dispatch serve daemon runs on home: the
@@ -385,18 +392,19 @@ func scheduleBackoff() time.Duration {
 }
 
 // serveWebOnly serves the dashboard and API of a home another controller
-// holds (a dispatch start --detach, say), without its lock: read-only, as
-// the API always is; what the page shows is what that controller records,
-// and once it ends the page says no controller runs. It ends on Ctrl-C or
-// SIGTERM and never touches the controller.
+// holds (a dispatch start --detach, say), without its lock: what the page
+// shows is what that controller records, and its actions go to that
+// controller over the control socket, as dispatch retry's do; once it
+// ends the page says no controller runs. It ends on Ctrl-C or SIGTERM and
+// never touches the controller.
 func serveWebOnly(ctx context.Context, e *env, web httpapi.Listen, locked error) error {
 	stop, err := serveHTTP(e, web)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	fmt.Fprintf(e.out, "dispatch serve: %v; serving only the dashboard and API beside it (read-only: dispatch retry, cancel and stop "+
-		"still go to that controller); Ctrl-C stops this server, not the controller\n", locked)
+	fmt.Fprintf(e.out, "dispatch serve: %v; serving only the dashboard and API beside it (their actions, like dispatch retry, cancel and stop, "+
+		"go to that controller); Ctrl-C stops this server, not the controller\n", locked)
 	<-ctx.Done()
 	fmt.Fprintln(e.out, "dispatch serve: dashboard and API stopped")
 	return nil

@@ -19,7 +19,7 @@ import (
 
 // TestServeHTTPBesideAController (issue 32 item 6): `serve --http` while a
 // `start --detach` controller runs serves the dashboard and API beside it,
-// read-only and without its lock; the API shows the live run; stopping the
+// without its lock; the API shows the live run; stopping the
 // server leaves the controller running; `--detach` is refused with why.
 func TestServeHTTPBesideAController(t *testing.T) {
 	t.Parallel()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/dashboard"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/httpapi"
@@ -37,13 +39,13 @@ func (h *httpAddr) IsBoolFlag() bool { return true }
 // httpListen reads serve's --http flags: nil without --http. An address
 // may follow --http as serve's only argument.
 func httpListen(c *cli.Context) (*httpapi.Listen, error) {
-	const usage = "dispatch serve [--detach] [--http [ADDR] [--tls-cert FILE --tls-key FILE]]"
+	const usage = "dispatch serve [--detach] [--http [ADDR] [--tls-cert FILE --tls-key FILE] [--read-only]]"
 	h, _ := c.Generic("http").(*httpAddr)
 	if h == nil || !h.set {
 		if c.NArg() > 0 {
 			return nil, usagef(usage, "serve takes no arguments, not %q", c.Args().First())
 		}
-		for _, f := range []string{"tls-cert", "tls-key", "insecure-listen"} {
+		for _, f := range []string{"tls-cert", "tls-key", "insecure-listen", "read-only"} {
 			if c.IsSet(f) {
 				return nil, usagef(usage, "--%s only applies with --http", f)
 			}
@@ -59,7 +61,8 @@ func httpListen(c *cli.Context) (*httpapi.Listen, error) {
 	case addr == "":
 		addr = httpapi.DefaultAddr
 	}
-	l := httpapi.Listen{Addr: addr, CertFile: absPath(c.String("tls-cert")), KeyFile: absPath(c.String("tls-key")), Insecure: c.Bool("insecure-listen")}
+	l := httpapi.Listen{Addr: addr, CertFile: absPath(c.String("tls-cert")), KeyFile: absPath(c.String("tls-key")), Insecure: c.Bool("insecure-listen"),
+		ReadOnly: c.Bool("read-only")}
 	if err := l.Check(); err != nil {
 		return nil, &usageError{err: err, hint: usage}
 	}
@@ -89,13 +92,21 @@ func webArgs(web *httpapi.Listen) []string {
 	if web.Insecure {
 		args = append(args, "--insecure-listen")
 	}
+	if web.ReadOnly {
+		args = append(args, "--read-only")
+	}
 	return args
 }
 
 // serveHTTP starts the dashboard and API of e's home on web, says where
-// they are, and returns what stops them.
+// they are, and returns what stops them. Their actions go to the home's
+// running controller as the CLI's do (operate), unless web is read-only.
 func serveHTTP(e *env, web httpapi.Listen) (stop func(), err error) {
 	tok, err := home.Token(e.home)
+	if err != nil {
+		return nil, err
+	}
+	readTok, err := home.ReadToken(e.home)
 	if err != nil {
 		return nil, err
 	}
@@ -103,8 +114,11 @@ func serveHTTP(e *env, web httpapi.Listen) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := &httpapi.Server{Home: e.home, Token: tok, Config: e.config, UI: dashboardUI(), Log: e.log, Secure: web.TLS(),
-		Refresh: refreshViews}
+	srv := &httpapi.Server{Home: e.home, Token: tok, ReadToken: readTok, Config: e.config, UI: dashboardUI(), Log: e.log, Secure: web.TLS(),
+		Refresh: refreshViews, Act: func(ctx context.Context, req control.Request) (control.Reply, error) { return operate(ctx, e, req) }}
+	if web.ReadOnly {
+		srv.ReadOnly = "this server was started with dispatch serve --http --read-only (dispatch retry, cancel, stop, start and schedule act at the terminal)"
+	}
 	running := srv.Serve(ln)
 	// The detached daemon's output is its log: no token there.
 	if os.Getenv(detachedEnv) != "" {

@@ -288,11 +288,13 @@
     const head = el('div'), err = el('div'), body = el('div');
     const tabs = el('nav', { class: 'tabs' }, ['tasks', 'graph', 'integration', 'runs'].map(t =>
       el('a', { href: projectHref(p, t === 'tasks' ? '' : t), class: t === tab ? 'current' : null, text: t[0].toUpperCase() + t.slice(1) })));
-    view.append(el('h1', null, el('a', { href: '#/', text: 'Projects' }), ' / ', p), err, head, tabs, body);
+    const acts = el('div', { class: 'actions', id: 'project-actions' });
+    view.append(el('h1', null, el('a', { href: '#/', text: 'Projects' }), ' / ', p), err, acts, head, tabs, body);
     let summary = null;
     const sum = refresher(async () => {
       summary = await api('projects/' + enc(p) + '/summary');
       head.replaceChildren(summaryCards(summary));
+      window.dispatchActions.project(acts, p, summary, () => { sum.kick(); t.kick(); });
     }, err);
     sum.run();
     const tabView = { tasks: tasksTab, graph: graphTab, integration: integrationTab, runs: runsTab }[tab] || tasksTab;
@@ -611,13 +613,15 @@
 
   function taskView(p, id) {
     const err = el('div'), facts = el('div'), logHead = el('div', { class: 'toolbar' }), logBox = el('pre', { class: 'log', id: 'log' });
+    const acts = el('div', { class: 'actions', id: 'task-actions' });
     view.append(el('h1', null, el('a', { href: '#/', text: 'Projects' }), ' / ', el('a', { href: projectHref(p), text: p }), ' / ', id),
-      err, facts, el('h2', { text: 'Log' }), logHead, logBox);
+      err, acts, facts, el('h2', { text: 'Log' }), logHead, logBox);
     const log = logFollower(p, id, logBox, logHead);
     let task = null;
     const r = refresher(async () => {
       task = await api('projects/' + enc(p) + '/tasks/' + enc(id));
       facts.replaceChildren(renderTask(p, task));
+      window.dispatchActions.task(acts, p, task, () => r.kick());
       log.update(task);
     }, err);
     r.run();
@@ -766,12 +770,13 @@
   }
 
   function schedulesView() {
-    return simpleView('Schedules', 'schedules', (d) => {
+    let v = null;
+    v = simpleView('Schedules', 'schedules', (d) => {
       const ss = d.schedules || [];
       const note = el('p', { class: d.serving ? 'muted' : 'warn', text: d.serving ? 'dispatch serve runs the schedules.' : 'no dispatch serve runs: nothing starts on schedule.' });
       if (!ss.length) return el('div', null, note, el('p', { class: 'muted', text: 'no project has a schedule' }));
-      return el('div', null, note, table(['Project', 'Schedule', 'Enabled', 'Next run', 'Last run', 'Last result', '#Failures', '#Skipped', 'Reuse', 'Problem'],
-        ss.map(s => el('tr', null,
+      return el('div', null, note, table(['Project', 'Schedule', 'Enabled', 'Next run', 'Last run', 'Last result', '#Failures', '#Skipped', 'Reuse', 'Problem', 'Action'],
+        ss.map(s => el('tr', { data: { project: s.project } },
           td(el('a', { href: projectHref(s.project), text: s.project })),
           td([s.kind ? s.kind + ' ' : '', el('code', { text: s.schedule || '' }), s.timezone ? ' (' + s.timezone + ')' : '']),
           td(stateSpan(s.enabled ? 'on' : 'off')),
@@ -779,8 +784,10 @@
           td(s.last_run ? el('a', { href: projectHref(s.project, 'runs'), text: 'run ' + s.last_run }) : '—'),
           td(s.last_result ? stateSpan(s.last_result) : ''),
           td(String(s.failures || 0), 'num'), td(String(s.skipped || 0), 'num'),
-          td(s.reuse ? 'yes' : 'no'), td(s.problem || '', s.problem ? 'title error' : 'title')))));
+          td(s.reuse ? 'yes' : 'no'), td(s.problem || '', s.problem ? 'title error' : 'title'),
+          td(window.dispatchActions.schedule(s, () => v.onEvent({})))))));
     }, (ev) => !ev.task);
+    return v;
   }
 
   // ---- start
