@@ -19,14 +19,7 @@ import (
 // it could write (the node's rw path among it) and the fix; the task that
 // passes says nothing of it (issue 32 item 9).
 func TestSandboxedFailureSaysSo(t *testing.T) {
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		t.Fatalf("this test needs bubblewrap (make test installs it): %v", err)
-	}
-	nodeHome, err := os.MkdirTemp("/var/tmp", "dispatch-sandbox-note-home-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(nodeHome) })
+	nodeHome := bwrapTempDir(t, "/var/tmp", "dispatch-sandbox-note-home-")
 	hostTmp := t.TempDir() // under the node's /tmp, which the sandbox replaces
 	writeFile(t, filepath.Join(nodeHome, ".cache", "pip", "keep"), "")
 	home, work := opsHome(t, map[string]map[string]string{"p": {
@@ -96,4 +89,70 @@ func TestSandboxedFailureSaysSo(t *testing.T) {
 		}
 		hasNote("mcp "+tool, text)
 	}
+}
+
+// TestStartRefusesAToolTheSandboxCannotRun: a task whose tool lies under
+// /tmp on a `sandbox: on` node, through the real binary. Before the
+// node's wrapper is installed nobody knows: validate passes with its
+// note, as before. Once `nodes check` installed it, the wrapper's probe
+// knows and validate and start exit 2 before any attempt, naming the
+// task, the node, why and the fix; the home is unchanged. On a node
+// whose sandbox is off the same task runs (issue 32 item 4).
+func TestStartRefusesAToolTheSandboxCannotRun(t *testing.T) {
+	dir := bwrapTempDir(t, "/tmp", "dispatch-tool-under-tmp")
+	tool := filepath.Join(dir, "mytool")
+	writeFile(t, tool, "#!/bin/sh\necho ran > ran.txt\n")
+	if err := os.Chmod(tool, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	home, work := opsHome(t, map[string]map[string]string{"p": {"S01-a.md": "---\ntool: tmptool\n---\nDo it.\n"}})
+	nodesYAML := filepath.Join(home, "nodes.yaml")
+	base := readFile(t, nodesYAML) + "tools:\n  tmptool: {command: [" + tool + ", \"{spec}\"]}\n"
+	setSandbox := func(mode string) {
+		writeFile(t, nodesYAML, strings.Replace(base, "    work_dir: "+work+"\n", "    work_dir: "+work+"\n    sandbox: "+mode+"\n", 1))
+	}
+	setSandbox("on")
+	if r := runDispatch(t, nil, "--home", home, "validate", "p"); r.code != 0 || strings.Contains(r.stderr, "under /tmp") {
+		t.Fatalf("validate before the node's wrapper is installed: want exit 0 and nothing new (the probe cannot know): %s", r)
+	}
+	if r := runDispatch(t, nil, "--home", home, "nodes", "check"); r.code != 0 {
+		t.Fatalf("nodes check: %s", r)
+	}
+	before := tree(t, home)
+	for _, cmd := range []string{"validate", "start"} {
+		r := runDispatch(t, nil, "--home", home, cmd, "p")
+		if r.code != 2 {
+			t.Fatalf("%s: want exit 2: %s", cmd, r)
+		}
+		for _, want := range []string{"task S01 cannot run anywhere", "local (tool tmptool", "cannot run in the node's sandbox",
+			"under /tmp", "install the tool outside /tmp", "sandbox: off"} {
+			if !strings.Contains(r.stderr, want) {
+				t.Errorf("%s: stderr lacks %q:\n%s", cmd, want, r.stderr)
+			}
+		}
+	}
+	assertTreeUnchanged(t, home, before)
+	setSandbox("off")
+	if r := runDispatch(t, nil, "--home", home, "start", "p"); r.code != 0 {
+		t.Fatalf("start on a node with sandbox: off: %s", r)
+	}
+	if got := readFile(t, filepath.Join(home, "runs", "p", "S01", "output", "ran.txt")); got != "ran\n" {
+		t.Errorf("the tool did not run unconfined: ran.txt %q", got)
+	}
+}
+
+// bwrapTempDir fails the test where bubblewrap is missing, else makes a
+// directory in parent (a real one: the sandbox replaces /tmp), removed at
+// the test's end.
+func bwrapTempDir(t *testing.T, parent, prefix string) string {
+	t.Helper()
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Fatalf("this test needs bubblewrap (make test installs it): %v", err)
+	}
+	dir, err := os.MkdirTemp(parent, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
