@@ -67,6 +67,8 @@ func sandboxNote(who, node string, writable []string) string {
 
 // sandboxFailureNote is the note for the final status st of an attempt
 // whose processes ran confined or not (confined); "" when none applies.
+// (One whose network allow list refused a destination says that
+// instead: a refusal seen, not a guess.)
 func (s *supervisor) sandboxFailureNote(st *wire.Status, confined bool) string {
 	if s.sandbox == nil || !sandboxNoteApplies(st.Status, st.ErrorClass, confined) {
 		return ""

@@ -1207,10 +1207,12 @@ func (s *supervisor) finish(res outcome) {
 				st.RetryAfterSeconds = retrySeconds(AgentReset(s.launch.Agent, logTail, ended))
 			}
 		}
-		if st.Status == wire.StatusFailed {
-			st.Error += refusedNote(s.netRefused, s.launch.NetworkDefault)
+		if note := refusedNote(s.netRefused, s.launch.NetworkDefault); st.Status == wire.StatusFailed && note != "" {
+			// The sandbox's refusal seen, and its fix: no guess besides.
+			st.Error += note
+		} else {
+			st.Error += s.sandboxFailureNote(st, res.confined && res.resultErr == "")
 		}
-		st.Error += s.sandboxFailureNote(st, res.confined && res.resultErr == "")
 		return true
 	})
 	if err != nil {
