@@ -65,10 +65,19 @@ func sandboxNote(who, node string, writable []string) string {
 		"or set sandbox: off in the spec's front matter or project.yaml (where the node's sandbox is auto) or on the node in nodes.yaml (see docs/SANDBOX.md)"
 }
 
+// failureNote is what the error of the final status st of an attempt
+// that ended with res adds: the destinations its network allow list
+// refused, with the line to add, when it failed and there were some (a
+// refusal seen, so no guess besides); else the sandbox's note.
+func (s *supervisor) failureNote(st *wire.Status, res outcome) string {
+	if note := refusedNote(s.netRefused, s.launch.NetworkDefault); st.Status == wire.StatusFailed && note != "" {
+		return note
+	}
+	return s.sandboxFailureNote(st, res.confined && res.resultErr == "")
+}
+
 // sandboxFailureNote is the note for the final status st of an attempt
 // whose processes ran confined or not (confined); "" when none applies.
-// (One whose network allow list refused a destination says that
-// instead: a refusal seen, not a guess.)
 func (s *supervisor) sandboxFailureNote(st *wire.Status, confined bool) string {
 	if s.sandbox == nil || !sandboxNoteApplies(st.Status, st.ErrorClass, confined) {
 		return ""

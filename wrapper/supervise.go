@@ -1207,12 +1207,7 @@ func (s *supervisor) finish(res outcome) {
 				st.RetryAfterSeconds = retrySeconds(AgentReset(s.launch.Agent, logTail, ended))
 			}
 		}
-		if note := refusedNote(s.netRefused, s.launch.NetworkDefault); st.Status == wire.StatusFailed && note != "" {
-			// The sandbox's refusal seen, and its fix: no guess besides.
-			st.Error += note
-		} else {
-			st.Error += s.sandboxFailureNote(st, res.confined && res.resultErr == "")
-		}
+		st.Error += s.failureNote(st, res)
 		return true
 	})
 	if err != nil {
