@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/domain"
+	"github.com/dispatch-tool/dispatch/internal/termtext"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/wire"
@@ -55,6 +56,10 @@ type Probe struct {
 	// Sandbox is what the node's wrapper said of its sandbox; nil when
 	// it was not asked (no wrapper of this controller installed there).
 	Sandbox *wire.SandboxReply
+	// SandboxRefused says, by executable, why the node's sandbox cannot
+	// run it (a tool under /tmp): the wrapper's answer, where it was
+	// asked and the sandbox works there.
+	SandboxRefused map[string]string
 }
 
 // claudeRefusesRoot reports whether claude on node n would run with
@@ -99,6 +104,8 @@ func CheckExecutables(cfg *nodes.Config, rows []Row, probes map[string]Probe) (p
 				unchecked = append(unchecked, n+" (its sandbox was not asked: no wrapper of this dispatch is installed there yet)")
 			case needsSandbox(r, node) && pr.Sandbox.Sandbox != wire.SandboxBwrap:
 				missing = append(missing, fmt.Sprintf("%s (sandbox: unavailable: %s; fix: %s)", n, pr.Sandbox.Error, pr.Sandbox.Fix))
+			case runsSandboxed(r, node, pr) && pr.SandboxRefused[exe] != "":
+				missing = append(missing, fmt.Sprintf("%s (tool %s: %s %s: %s)", n, r.Tools[n], exe, refusedBySandbox, pr.SandboxRefused[exe]))
 			default:
 				found = true
 			}
@@ -119,6 +126,11 @@ func CheckExecutables(cfg *nodes.Config, rows []Row, probes map[string]Probe) (p
 			if r.Git {
 				fix = "install git on one of these nodes, or route the project's tasks to nodes that have it; " + fix
 			}
+			if strings.Contains(strings.Join(missing, ";"), refusedBySandbox) {
+				fix = "install the tool outside /tmp, in a directory of its own (e.g. /usr/local/bin, ~/.local/bin), " +
+					"set sandbox: off in the spec's front matter or project.yaml (on a node whose sandbox is auto) or on the node, " +
+					"or route the task to another node; " + fix
+			}
 			if strings.Contains(strings.Join(missing, ";"), "sandbox: unavailable") {
 				fix = "make the sandbox work on one of these nodes (see its fix; `dispatch nodes check` shows it), set sandbox: off on those nodes' tasks that may run unconfined, or route the task to nodes with sandbox: on or auto; " + fix
 			}
@@ -136,6 +148,18 @@ func CheckExecutables(cfg *nodes.Config, rows []Row, probes map[string]Probe) (p
 func probeReason(err string) string {
 	msg, _, _ := strings.Cut(err, "\n  fix: ")
 	return strings.Join(strings.Fields(msg), " ")
+}
+
+// refusedBySandbox marks a problem of a tool the node's sandbox cannot run.
+const refusedBySandbox = "cannot run in the node's sandbox"
+
+// runsSandboxed reports whether the task of r runs sandboxed on node n as
+// far as pr knows: it must, or it may (sandbox: auto) and the sandbox
+// works there.
+func runsSandboxed(r Row, n nodes.Node, pr Probe) bool {
+	c, _, _ := policy.TaskLaunch(r.Task.Sandbox, r.Task.Network, policy.ToolFor(r.Task.Tool, n), n)
+	return c.Sandbox == wire.SandboxBwrap ||
+		c.Sandbox == wire.SandboxAuto && pr.Sandbox != nil && pr.Sandbox.Sandbox == wire.SandboxBwrap
 }
 
 // needsSandbox reports whether the task of r must run sandboxed on node n.
@@ -183,6 +207,18 @@ func ProbeExecutables(ctx context.Context, cfg *nodes.Config, transports map[str
 	return out
 }
 
+// maxRefusal bounds a node's reason for a tool its sandbox cannot run.
+const maxRefusal = 500
+
+// clipRunes is s cut to at most n bytes, on a rune boundary.
+func clipRunes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = strings.ToValidUTF8(s[:n], "")
+	return s + "…"
+}
+
 func probeNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, tr nodes.Transport, w *nodes.Wrappers, names []string, timeout time.Duration) Probe {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -209,6 +245,15 @@ func probeNode(ctx context.Context, cfg *nodes.Config, n nodes.Node, tr nodes.Tr
 		pr := Probe{Found: map[string]bool{}, Sandbox: reply.Sandbox}
 		for name := range reply.Found {
 			pr.Found[name] = true
+		}
+		for name, why := range reply.SandboxRefused {
+			if pr.Found[name] && why != "" {
+				if pr.SandboxRefused == nil {
+					pr.SandboxRefused = map[string]string{}
+				}
+				// The node's words, printed on a terminal.
+				pr.SandboxRefused[name] = termtext.Clean(clipRunes(why, maxRefusal))
+			}
 		}
 		return pr
 	}

@@ -30,6 +30,9 @@ nodes:
   - name: au
     slots: 1
     sandbox: auto
+  - name: sb
+    slots: 1
+    sandbox: on
 api_modes:
   sandbox:
     dangerous: true
@@ -63,6 +66,14 @@ api_modes:
 		}
 		return p
 	}
+	const underTmp = "the tool lies in /tmp/t, under /tmp, which the sandbox replaces with the attempt's own; install it elsewhere"
+	refused := func(p Probe) Probe {
+		p.SandboxRefused = map[string]string{"claude": underTmp}
+		return p
+	}
+	onSB := Row{Task: &spec.Task{ID: "S09"}, Type: "implementation", Nodes: []string{"sb"}, Tools: map[string]string{"sb": "claude"}}
+	onSBOrA := Row{Task: &spec.Task{ID: "S10"}, Type: "implementation", Nodes: []string{"sb", "a"}, Tools: map[string]string{"sb": "claude", "a": "claude"}}
+	offAU := Row{Task: &spec.Task{ID: "S11", Sandbox: "off"}, Type: "implementation", Nodes: []string{"au"}, Tools: map[string]string{"au": "claude"}}
 	tests := []struct {
 		name     string
 		rows     []Row
@@ -90,6 +101,18 @@ api_modes:
 			[]string{"task S07 cannot run anywhere: au (sandbox: unavailable: bwrap not found|make the sandbox work"}, 0},
 		{"network open on sandbox: auto without the sandbox", []Row{openAU}, map[string]Probe{"au": noBwrap(found("claude"))}, nil, 0},
 		{"root without dangerous", []Row{s01}, map[string]Probe{"a": root(found("claude")), "b": found()}, nil, 0},
+		// What the wrapper's probe knows the sandbox refuses (issue 32 item 4).
+		{"a tool under /tmp on a sandbox: on node", []Row{onSB}, map[string]Probe{"sb": refused(bwrap(found("claude")))},
+			[]string{"task S09 cannot run anywhere: sb (tool claude: claude cannot run in the node's sandbox: " + underTmp + "|install the tool outside /tmp|sandbox: off"}, 0},
+		{"a tool under /tmp on sandbox: auto where bwrap works", []Row{openAU}, map[string]Probe{"au": refused(bwrap(found("claude")))},
+			[]string{"task S08 cannot run anywhere: au (tool claude: claude cannot run in the node's sandbox"}, 0},
+		{"a tool under /tmp on sandbox: auto without bwrap runs unconfined", []Row{openAU}, map[string]Probe{"au": refused(noBwrap(found("claude")))}, nil, 0},
+		{"a tool under /tmp on sandbox: auto, the sandbox not asked", []Row{openAU}, map[string]Probe{"au": found("claude")}, nil, 0},
+		{"a tool under /tmp for a task with sandbox: off", []Row{offAU}, map[string]Probe{"au": refused(bwrap(found("claude")))}, nil, 0},
+		{"a tool under /tmp on one node, fine on another", []Row{onSBOrA}, map[string]Probe{"sb": refused(bwrap(found("claude"))), "a": found("claude")}, nil, 0},
+		{"a sandbox: on node whose bwrap does not work", []Row{onSB}, map[string]Probe{"sb": noBwrap(found("claude"))},
+			[]string{"task S09 cannot run anywhere: sb (sandbox: unavailable: bwrap not found|make the sandbox work"}, 0},
+		{"a sandbox: on node not asked of its sandbox", []Row{onSB}, map[string]Probe{"sb": found("claude")}, nil, 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

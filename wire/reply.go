@@ -80,6 +80,11 @@ type WhichReply struct {
 	Path  string            `json:"path"`
 	// Sandbox says whether the sandbox works on the node (see `sandbox`).
 	Sandbox *SandboxReply `json:"sandbox,omitempty"`
+	// SandboxRefused says, by name, why an attempt's sandbox on the node
+	// could not run an executable found (it lies under /tmp, or in a
+	// directory the sandbox hides, with the fix); asked of the installed
+	// wrapper where the sandbox works, nil otherwise.
+	SandboxRefused map[string]string `json:"sandbox_refused,omitempty"`
 }
 
 // GitReply is the reply of `git-receive` and `git-have`.

@@ -210,6 +210,13 @@ func (s *supervisor) gateEnv() []string {
 // workspace (read-write) instead of output/, its HOME and /tmp its own
 // (the sandbox_paths under ~ bound there as they are in the tool's).
 func (s *supervisor) gateSandboxed(cmd *exec.Cmd, dir string) *exec.Cmd {
+	sp := s.gateSpec(dir)
+	argv := append([]string{cmd.Path}, cmd.Args[1:]...)
+	return &exec.Cmd{Path: sp.bwrap, Args: sp.args(cmd.Dir, argv), Env: cmd.Env, Dir: cmd.Dir}
+}
+
+// gateSpec is the attempt's sandbox as a gate command in dir sees it.
+func (s *supervisor) gateSpec(dir string) sandboxSpec {
 	sp := *s.sandbox
 	home, gateHome := filepath.Join(s.dir, dirHome), filepath.Join(s.dir, dirGateHome)
 	sp.rw = []string{dir, gateHome}
@@ -220,8 +227,7 @@ func (s *supervisor) gateSandboxed(cmd *exec.Cmd, dir string) *exec.Cmd {
 			sp.paths[i].dst = filepath.Join(gateHome, rest)
 		}
 	}
-	argv := append([]string{cmd.Path}, cmd.Args[1:]...)
-	return &exec.Cmd{Path: sp.bwrap, Args: sp.args(cmd.Dir, argv), Env: cmd.Env, Dir: cmd.Dir}
+	return sp
 }
 
 // gateCheckout makes dir a fresh copy of the attempt's result and returns

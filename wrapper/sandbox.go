@@ -157,10 +157,14 @@ type sandboxNet struct {
 	forwards []string
 }
 
-// pathBind binds src at dst, read-write when rw.
+// pathBind binds src at dst, read-write when rw. name is the path as
+// sandbox_paths gives it, on the bind at its own place; missing is set
+// when src is not on the node (bwrap skips it).
 type pathBind struct {
 	src, dst string
 	rw       bool
+	name     string
+	missing  bool
 }
 
 // args is bwrap's argv (without the program) running argv in dir.
@@ -257,10 +261,11 @@ func (sp *sandboxSpec) openPaths(paths *wire.SandboxPaths, home, taskDir, workDi
 					return fmt.Errorf("sandbox_paths: %s (%s) would open all of %s, which the sandbox hides", p, src, h)
 				}
 			}
-			if _, err := os.Stat(src); err != nil {
+			_, err := os.Stat(src)
+			if err != nil {
 				missing = append(missing, src)
 			}
-			sp.paths = append(sp.paths, pathBind{src: src, dst: src, rw: rw})
+			sp.paths = append(sp.paths, pathBind{src: src, dst: src, rw: rw, name: p, missing: err != nil})
 			if dst != "" {
 				sp.paths = append(sp.paths, pathBind{src: src, dst: dst, rw: rw})
 			}

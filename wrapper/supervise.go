@@ -149,6 +149,9 @@ type outcome struct {
 	code     int
 	sig      syscall.Signal
 	startErr string // set when the tool never ran (class start)
+	// confined is set when setup or the tool ran under bwrap: its
+	// failure may be a write the sandbox refused (sandboxFailureNote).
+	confined bool
 	// toolMissing is set when the tool's executable is not in its PATH:
 	// no retry can help, wherever it runs on this node.
 	toolMissing bool
@@ -633,7 +636,7 @@ func (s *supervisor) attempt() outcome {
 	s.mu.Unlock()
 	<-p.done
 	code, sig := p.exitInfo()
-	res := outcome{code: code, sig: sig}
+	res := outcome{code: code, sig: sig, confined: s.sandbox != nil}
 	if r := s.launch.Repo; r != nil && code == 0 && sig == 0 && !s.stopping() {
 		res.commit, res.resultErr = s.snapshot(r, out)
 	}
@@ -726,7 +729,7 @@ func (s *supervisor) runSetup(out string) (res outcome, ok bool) {
 		if line := s.tlog.LastLine(); line != "" {
 			msg += ": " + line
 		}
-		return outcome{code: -1, startErr: msg}, false
+		return outcome{code: -1, startErr: msg, confined: s.sandbox != nil}, false
 	}
 	return outcome{}, true
 }
@@ -1204,9 +1207,7 @@ func (s *supervisor) finish(res outcome) {
 				st.RetryAfterSeconds = retrySeconds(AgentReset(s.launch.Agent, logTail, ended))
 			}
 		}
-		if st.Status == wire.StatusFailed {
-			st.Error += refusedNote(s.netRefused, s.launch.NetworkDefault)
-		}
+		st.Error += s.failureNote(st, res)
 		return true
 	})
 	if err != nil {

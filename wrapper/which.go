@@ -3,6 +3,7 @@ package wrapper
 import (
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/dispatch-tool/dispatch/wire"
 )
@@ -29,5 +30,29 @@ func cmdWhich(args []string, stdin io.Reader, stdout io.Writer) error {
 	}
 	sb := sandboxProbe()
 	reply.Sandbox = &sb
+	if exe, err := os.Executable(); err == nil && sb.Sandbox == wire.SandboxBwrap {
+		reply.SandboxRefused = sandboxRefusals(reply.Found, filepath.Dir(exe), nodeHomes())
+	}
 	return printJSON(stdout, reply)
+}
+
+// sandboxRefusals says, by name, why the sandbox of an attempt could not
+// run each executable of found (exposeTool's refusal), for the wrapper
+// installed in binDir (<work_dir>/.bin, which names the work_dir the
+// sandbox hides) and the node user's homes; nil for a wrapper installed
+// elsewhere (a test's), which knows no work_dir.
+func sandboxRefusals(found map[string]string, binDir string, homes []string) map[string]string {
+	if filepath.Base(binDir) != ".bin" {
+		return nil
+	}
+	workDir := filepath.Dir(binDir)
+	out := map[string]string{}
+	for name, path := range found {
+		// A task directory like an attempt's, in a project no task has.
+		sp := newSandboxSpec("", filepath.Join(workDir, ".which", "tasks", "-"), workDir, homes, binDir, "")
+		if err := sp.exposeTool(path, workDir); err != nil {
+			out[name] = err.Error()
+		}
+	}
+	return out
 }

@@ -3,7 +3,9 @@ package wrapper
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -33,4 +35,63 @@ func TestWhich(t *testing.T) {
 	}
 	out, code = runWrapper(t, "", "which")
 	wantError(t, out, code, wire.KindUsage)
+}
+
+// TestSandboxRefusals: what the sandbox of an attempt cannot run is
+// known to `which` before any attempt: an executable under /tmp, or
+// lying directly in a directory the sandbox hides (the home); one in a
+// directory of its own under the home, or in the system's, runs (issue 32
+// item 4).
+func TestSandboxRefusals(t *testing.T) {
+	home, work := "/home/u", "/home/u/.dispatch/work"
+	bin := filepath.Join(work, ".bin")
+	found := map[string]string{
+		"tmptool":  "/tmp/x/tmptool",
+		"hometool": "/home/u/hometool",
+		"local":    "/home/u/.local/bin/local",
+		"sh":       "/bin/sh",
+	}
+	got := sandboxRefusals(found, bin, []string{home})
+	want := map[string]string{
+		"tmptool":  "under /tmp, which the sandbox replaces with the attempt's own; install it elsewhere",
+		"hometool": "lies directly in /home/u, which the sandbox hides",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("refusals = %q; want only %v", got, want)
+	}
+	for name, w := range want {
+		if !strings.Contains(got[name], w) {
+			t.Errorf("refusal of %s = %q; want it to say %q", name, got[name], w)
+		}
+	}
+	if got := sandboxRefusals(found, "/opt/wrapper", []string{home}); got != nil {
+		t.Errorf("a wrapper outside a work_dir's .bin: refusals %q, want none (no work_dir known)", got)
+	}
+}
+
+// TestWhichSaysWhatTheSandboxRefuses: the wrapper installed in a work_dir
+// where bwrap works answers `which` with the tool under /tmp refused, with
+// the fix, and /bin/sh not.
+func TestWhichSaysWhatTheSandboxRefuses(t *testing.T) {
+	n := newSandboxNode(t, "")
+	dir, err := os.MkdirTemp("/tmp", "dispatch-which-tmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.WriteFile(filepath.Join(dir, "tmptool"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(n.bin, "which", "tmptool", "sh")
+	cmd.Env = []string{"PATH=" + dir + ":/usr/bin:/bin", "HOME=" + n.home}
+	cmd.Stdin = strings.NewReader("")
+	out, err := cmd.Output()
+	var r wire.WhichReply
+	if err != nil || json.Unmarshal(out, &r) != nil {
+		t.Fatalf("which: %v: %s", err, out)
+	}
+	if r.Found["tmptool"] == "" || !strings.Contains(r.SandboxRefused["tmptool"], "under /tmp") ||
+		!strings.Contains(r.SandboxRefused["tmptool"], "sandbox: off") || r.SandboxRefused["sh"] != "" {
+		t.Fatalf("which: found %v, sandbox_refused %q; want tmptool refused under /tmp with the fix, sh not", r.Found, r.SandboxRefused)
+	}
 }
