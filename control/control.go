@@ -20,11 +20,13 @@ import (
 // one receives it over the control socket; when none runs, the command
 // takes the lock and runs it in-process.
 type Request struct {
-	Op      string       `json:"op"` // start, retry, cancel, stop, enable, disable (a schedule), shutdown (dispatch serve), ping
-	Project string       `json:"project"`
-	Tasks   []string     `json:"tasks,omitempty"`
-	Kill    bool         `json:"kill,omitempty"`
-	Start   StartOptions `json:"start,omitempty"`
+	Op      string   `json:"op"` // start, retry, cancel, stop, enable, disable (a schedule), shutdown (dispatch serve), ping
+	Project string   `json:"project"`
+	Tasks   []string `json:"tasks,omitempty"`
+	Kill    bool     `json:"kill,omitempty"`
+	// Downstream (retry) reruns every task after the named ones too.
+	Downstream bool         `json:"downstream,omitempty"`
+	Start      StartOptions `json:"start,omitempty"`
 }
 
 // StartOptions are the switches of `dispatch start` that shape a project.

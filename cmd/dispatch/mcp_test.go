@@ -125,7 +125,7 @@ func TestMCPToolsList(t *testing.T) {
 		"report":   {"*project", "run"},
 		"logs":     {"*project", "*id", "attempt", "run", "lines"},
 		"events":   {"*project", "cursor", "run"},
-		"retry":    {"*project", "*ids"},
+		"retry":    {"*project", "*ids", "downstream"},
 		"cancel":   {"*project", "*ids"},
 		"stop":     {"*project", "kill"},
 		"runs":     {"*project"},
