@@ -115,7 +115,7 @@ type AttemptView struct {
 	// at all.
 	Sandbox string `json:"sandbox"`
 	// Inputs names the result of each dependency the attempt was given.
-	Inputs []domain.Given `json:"inputs,omitempty"`
+	Inputs []domain.Given `json:"inputs"`
 	// FinalMessage is what its agent reported as its last word (task
 	// text, at most 4 KiB).
 	FinalMessage string `json:"final_message,omitempty"`
@@ -250,11 +250,15 @@ func (r *Report) addAttempts(runs []domain.Attempt, number int) (attempts map[st
 
 // attemptView is a as the report shows it.
 func attemptView(a domain.Attempt) AttemptView {
-	return AttemptView{Dangerous: a.Dangerous, Sandbox: a.Sandbox, Attempt: a.Attempt, Node: a.Node, Status: a.Status,
+	v := AttemptView{Dangerous: a.Dangerous, Sandbox: a.Sandbox, Attempt: a.Attempt, Node: a.Node, Status: a.Status,
 		ExitCode: a.ExitCode, Signal: a.Signal, ErrorClass: a.ErrorClass, Error: a.Error,
 		StartedAt: jsonTime(a.StartedAt), CompletedAt: jsonTime(a.CompletedAt),
 		TokensIn: a.TokensIn, TokensOut: a.TokensOut, CostUSD: a.CostUSD, APIMode: a.APIMode,
 		Inputs: a.Given, FinalMessage: a.FinalMessage}
+	if v.Inputs == nil {
+		v.Inputs = []domain.Given{}
+	}
+	return v
 }
 
 // addIntegration adds the merge's conflicts and the last verdict.

@@ -181,7 +181,7 @@ type TaskView struct {
 	Gating bool `json:"gating,omitempty"`
 	// Inputs names the result of each dependency the current attempt was
 	// given: the dependency and its attempt.
-	Inputs []domain.Given `json:"inputs,omitempty"`
+	Inputs []domain.Given `json:"inputs"`
 	// Stale is set when the task's result was made from a dependency's
 	// result that is no longer the dependency's (retried or run again
 	// since), StaleWhy says which (domain.Stale): retry --downstream.
@@ -241,7 +241,10 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 		}
 		v.byID[t.ID] = len(v.Tasks)
 		tv := taskView(t, sandboxes[t.ID], gating[t.ID], now)
-		tv.Inputs, tv.StaleWhy = given[t.ID], stale[t.ID]
+		if given[t.ID] != nil {
+			tv.Inputs = given[t.ID]
+		}
+		tv.StaleWhy = stale[t.ID]
 		tv.Stale = tv.StaleWhy != ""
 		v.Tasks = append(v.Tasks, tv)
 	}
@@ -275,7 +278,7 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 func taskView(t domain.Task, sandbox string, gating bool, now time.Time) TaskView {
 	tv := TaskView{ID: t.ID, Title: t.Title, Type: t.Type, Status: t.Status, Node: t.Node, Attempt: t.Attempt,
 		ExitCode: t.ExitCode, ErrorClass: t.ErrorClass, Error: t.Error, Warning: t.Warning, ReusedFrom: t.ReusedFrom,
-		StartedAt: jsonTime(t.StartedAt), CompletedAt: jsonTime(t.CompletedAt), Sandbox: sandbox, Gating: gating}
+		StartedAt: jsonTime(t.StartedAt), CompletedAt: jsonTime(t.CompletedAt), Sandbox: sandbox, Gating: gating, Inputs: []domain.Given{}}
 	switch {
 	case !t.StartedAt.IsZero() && !t.CompletedAt.IsZero() && t.CompletedAt.After(t.StartedAt):
 		tv.DurationSeconds = t.CompletedAt.Sub(t.StartedAt).Seconds()

@@ -78,7 +78,7 @@ type AttemptPatch struct {
 	Inputs    *string `col:"inputs"`
 	Sandbox   *string `col:"sandbox"`
 	// Given is EncodeGiven of the dependencies' results the attempt
-	// received; FinalMessage the agent's last word (see migration 0028).
+	// received; FinalMessage the agent's last word (see migration 0027).
 	Given        *string `col:"given"`
 	FinalMessage *string `col:"final_message"`
 }

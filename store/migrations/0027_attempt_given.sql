@@ -1,4 +1,4 @@
--- Issue 33 items 4 and 5 (0027 is taken by preemption on another branch):
+-- Issue 33 items 4 and 5:
 -- given is the result of each dependency an attempt received when it was
 -- claimed, as JSON [{"task": "S01", "attempt": 2}] ('' for none), for
 -- status and report to name and to tell a stale dependent; final_message
