@@ -21,9 +21,9 @@ func TestDecideDownstream(t *testing.T) {
 		return m
 	}
 	cases := []struct {
-		name          string
-		tasks         map[string]domain.Task
-		ids           []string
+		name            string
+		tasks           map[string]domain.Task
+		ids             []string
 		retry, wantWait []string
 	}{
 		{"a chain, all done: everything after it",

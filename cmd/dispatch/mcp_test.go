@@ -315,6 +315,11 @@ func TestMCPRun(t *testing.T) {
 	if text = callOK(t, cs, "retry", map[string]any{"project": "p", "ids": []string{"S03"}}, nil); !strings.Contains(text, "S03") || !strings.Contains(text, "Next: status") {
 		t.Errorf("retry S03:\n%s", text)
 	}
+	callErr(t, cs, "retry", map[string]any{"project": "p", "ids": []string{"S42"}, "downstream": true}, "exit 2", `project p has no task "S42"`)
+	if text = callOK(t, cs, "retry", map[string]any{"project": "p", "ids": []string{"S01"}, "downstream": true}, nil); !strings.Contains(text, "S01, S02 will run again") ||
+		!strings.Contains(text, "--downstream: S02 after them") {
+		t.Errorf("retry S01 downstream:\n%s", text)
+	}
 	if text = callOK(t, cs, "stop", map[string]any{"project": "p"}, nil); !strings.Contains(text, "Next: status") || !strings.Contains(text, `start {project: "p"} resumes`) {
 		t.Errorf("stop p:\n%s", text)
 	}

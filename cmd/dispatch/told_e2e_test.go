@@ -64,7 +64,9 @@ func TestAgentsAreTold(t *testing.T) {
 	if r := runDispatch(t, env, "--home", home, "start", "flow"); r.code != 0 {
 		t.Fatalf("start: %s", r)
 	}
-	seen := func(id string) string { return readFile(t, filepath.Join(work, "flow", "tasks", id, "seen-prompt.txt")) }
+	seen := func(id string) string {
+		return readFile(t, filepath.Join(work, "flow", "tasks", id, "seen-prompt.txt"))
+	}
 	p := seen("S02")
 	for _, want := range []string{
 		"## Results of the tasks this one depends on",
