@@ -333,23 +333,26 @@ func (r *cliRunner) events(ctx context.Context, in eventsIn) (answer, error) {
 
 // opIDs is cancel: an operator command on tasks.
 func (r *cliRunner) opIDs(op string) func(context.Context, idsIn) (answer, error) {
+	return r.opIDsWith(op, nil)
+}
+
+// opIDsWith is an operator command on tasks with flags (retry's
+// --downstream).
+func (r *cliRunner) opIDsWith(op string, flags []string) func(context.Context, idsIn) (answer, error) {
 	return func(ctx context.Context, in idsIn) (answer, error) {
 		if err := checkProject(op, in.Project); err != nil {
 			return answer{}, err
 		}
-		return r.operator(ctx, in.Project, cliArgs(op, nil, append([]string{in.Project}, in.IDs...)...))
+		return r.operator(ctx, in.Project, cliArgs(op, flags, append([]string{in.Project}, in.IDs...)...))
 	}
 }
 
 func (r *cliRunner) retry(ctx context.Context, in retryIn) (answer, error) {
-	if err := checkProject("retry", in.Project); err != nil {
-		return answer{}, err
-	}
 	var flags []string
 	if in.Downstream {
 		flags = append(flags, "--downstream")
 	}
-	return r.operator(ctx, in.Project, cliArgs("retry", flags, append([]string{in.Project}, in.IDs...)...))
+	return r.opIDsWith("retry", flags)(ctx, idsIn{Project: in.Project, IDs: in.IDs})
 }
 
 func (r *cliRunner) stop(ctx context.Context, in stopIn) (answer, error) {
