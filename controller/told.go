@@ -99,9 +99,11 @@ func oneLine(s string) string {
 
 // toldNote is what t's prompt gains of its dependencies under tool: the
 // section of dependencyNote for an agent author task with dependencies,
-// "" for anything else (a shell's spec is its script).
+// "" for anything else: a shell's spec is its script, and so may be the
+// spec of a tool whose command nodes.yaml's tools: redefines, even one
+// named claude.
 func (c *Controller) toldNote(ctx context.Context, t domain.Task, tool string) (string, error) {
-	if !wire.IsAgent(tool) || len(t.DependsOn) == 0 || domain.IsPhaseID(t.ID) {
+	if _, redefined := c.config().Tools[tool]; redefined || !wire.IsAgent(tool) || len(t.DependsOn) == 0 || domain.IsPhaseID(t.ID) {
 		return "", nil
 	}
 	results, err := c.st.Results(ctx, t.Project, t.DependsOn)
