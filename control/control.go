@@ -21,11 +21,13 @@ import (
 // one receives it over the control socket; when none runs, the command
 // takes the lock and runs it in-process.
 type Request struct {
-	Op      string       `json:"op"` // start, retry, cancel, stop, enable, disable (a schedule), shutdown (dispatch serve), ping
-	Project string       `json:"project"`
-	Tasks   []string     `json:"tasks,omitempty"`
-	Kill    bool         `json:"kill,omitempty"`
-	Start   StartOptions `json:"start,omitempty"`
+	Op      string   `json:"op"` // start, retry, cancel, stop, enable, disable (a schedule), shutdown (dispatch serve), ping
+	Project string   `json:"project"`
+	Tasks   []string `json:"tasks,omitempty"`
+	Kill    bool     `json:"kill,omitempty"`
+	// Downstream (retry) reruns every task after the named ones too.
+	Downstream bool         `json:"downstream,omitempty"`
+	Start      StartOptions `json:"start,omitempty"`
 	// Via says where a request came from when not from the CLI ("the
 	// dashboard, token http.token"): the controller records it in an event.
 	Via string `json:"via,omitempty"`
@@ -41,6 +43,9 @@ func ActionMessage(req Request, msg string) string {
 	what := req.Op
 	if req.Kill {
 		what += " --kill"
+	}
+	if req.Downstream {
+		what += " --downstream"
 	}
 	if len(req.Tasks) > 0 {
 		what += " " + strings.Join(req.Tasks, " ")

@@ -328,11 +328,11 @@ func TestRetryOfAnAuthorTaskRunsThePhaseAgain(t *testing.T) {
 	}
 	h.tickUntil("project to finish", done)
 	os.WriteFile(filepath.Join(h.home, "specs", "p", "S01-x.md"), []byte("echo two > x.txt\n"), 0o644)
-	msg, err := h.ctl.Retry(context.Background(), "p", []string{"S01"})
+	msg, err := h.ctl.Retry(context.Background(), "p", []string{"S01"}, false)
 	if err != nil || !strings.Contains(msg, "starts over") || !strings.Contains(msg, "changed spec") {
 		t.Fatalf("Retry = %q, %v", msg, err)
 	}
-	if _, err := h.ctl.Retry(context.Background(), "p", []string{"S77"}); err == nil {
+	if _, err := h.ctl.Retry(context.Background(), "p", []string{"S77"}, false); err == nil {
 		t.Fatal("retry of an unknown task succeeded")
 	}
 	h.tickUntil("project to finish again", done)

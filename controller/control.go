@@ -54,7 +54,7 @@ func (c *Controller) Do(ctx context.Context, req control.Request) control.Reply 
 			msg = "nodes.yaml reloaded: " + diff.String() + "\n" + msg
 		}
 	case "retry":
-		msg, err = c.Retry(ctx, req.Project, req.Tasks)
+		msg, err = c.Retry(ctx, req.Project, req.Tasks, req.Downstream)
 	case "cancel":
 		msg, err = c.Cancel(ctx, req.Project, req.Tasks)
 	case "stop":
@@ -171,13 +171,25 @@ func unknownTask(project, id string, byID map[string]domain.Task) error {
 // content of its spec file. Retrying an author task after the integration
 // phase started makes the phase start over; a phase task can be retried
 // when it is the latest one.
-func (c *Controller) Retry(ctx context.Context, project string, ids []string) (string, error) {
+//
+// With downstream, every task after them (depending on them, directly or
+// not) runs again too, but those already waiting to run.
+func (c *Controller) Retry(ctx context.Context, project string, ids []string, downstream bool) (string, error) {
 	if len(ids) == 0 {
 		return "", &control.OpError{Msg: "name the tasks to retry"}
 	}
 	_, byID, err := c.projectTasks(ctx, project)
 	if err != nil {
 		return "", err
+	}
+	var notes []string
+	if downstream {
+		var note string
+		if ids, note, err = withDownstream(project, byID, ids); err != nil {
+			return "", err
+		} else if note != "" {
+			notes = append(notes, note)
+		}
 	}
 	var latest domain.Task
 	var phaseIDs []string
@@ -224,7 +236,6 @@ func (c *Controller) Retry(ctx context.Context, project string, ids []string) (s
 	for _, t := range sp.Tasks {
 		fresh[t.ID] = t
 	}
-	var notes []string
 	err = c.st.Update(ctx, func(tx *store.Tx) error {
 		phase := domain.PhaseOf(ids[0])
 		if authorRetried {

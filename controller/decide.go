@@ -512,6 +512,11 @@ func (a *applier) finished(t *domain.Task, status *wire.Status) {
 	if st.Commit != "" {
 		run.Commit = new(st.Commit)
 	}
+	if wire.IsAgent(tool) && st.FinalMessage != "" {
+		// A shell's status is the task's to forge: it says nothing to
+		// its dependents' agents.
+		run.FinalMessage = new(st.FinalMessage)
+	}
 	command := a.projects[t.Project].opts.GateFor(t.ID)
 	if g := st.Gate; g != nil && command != "" {
 		gr := gateRun(t, tool, command, g)

@@ -421,6 +421,12 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		out.err = err
 		return item, false
 	}
+	note, err := c.toldNote(ctx, t, tool)
+	if err != nil {
+		out.err = err
+		return item, false
+	}
+	snapshot = append(snapshot, note...)
 	dir := taskDir(inst, t.Project, t.ID)
 	switch {
 	case t.BaseCommit != "":

@@ -104,7 +104,7 @@ func TestRetryWithABrokenSpecFails(t *testing.T) {
 	if err := os.WriteFile(spec, []byte("echo \xff\xfe\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := h.ctl.Retry(context.Background(), "p", []string{"S01"})
+	_, err := h.ctl.Retry(context.Background(), "p", []string{"S01"}, false)
 	var oe *control.OpError
 	if !errors.As(err, &oe) || !strings.Contains(err.Error(), "do not load") {
 		t.Fatalf("retry error = %v, want an control.OpError saying the specs do not load", err)

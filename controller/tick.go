@@ -414,8 +414,9 @@ func (c *Controller) candidatesAfter(project string, r *tickRead, after afterApp
 
 // record writes a tick's plan in tx: the node records, every change, and
 // the claims. A task another claim took meanwhile (store.ErrConflict) is
-// left out. Each claimed attempt records its api_mode and its inputs (for
-// reuse), and a fallback mode an event. It returns the claims made.
+// left out. Each claimed attempt records its api_mode, its inputs (for
+// reuse) and the attempt of each dependency it is given (for status to
+// tell a stale result), and a fallback mode an event. It returns the claims made.
 func (c *Controller) record(ctx context.Context, tx *store.Tx, tp *tickPlan) ([]claim, error) {
 	if err := tx.PutNodes(ctx, tp.nodes); err != nil {
 		return nil, err
@@ -444,7 +445,11 @@ func (c *Controller) record(ctx context.Context, tx *store.Tx, tp *tickPlan) ([]
 		if err != nil {
 			return nil, err
 		}
-		if err := tx.SetAttempt(ctx, p.task.Project, p.task.ID, attempt, store.AttemptPatch{APIMode: new(p.mode), Inputs: &in}); err != nil {
+		given, err := claimGiven(ctx, tx, p.task)
+		if err != nil {
+			return nil, err
+		}
+		if err := tx.SetAttempt(ctx, p.task.Project, p.task.ID, attempt, store.AttemptPatch{APIMode: new(p.mode), Inputs: &in, Given: &given}); err != nil {
 			return nil, err
 		}
 		if p.mode != "" && p.mode != p.node.cfg.APIMode {
@@ -458,4 +463,18 @@ func (c *Controller) record(ctx context.Context, tx *store.Tx, tp *tickPlan) ([]
 		claims = append(claims, p)
 	}
 	return claims, nil
+}
+
+// claimGiven is the given column of t's claimed attempt: the attempt of
+// each dependency whose result it receives, as they are now.
+func claimGiven(ctx context.Context, tx *store.Tx, t domain.Task) (string, error) {
+	var gs []domain.Given
+	for _, d := range t.DependsOn {
+		attempt, _, err := tx.Result(ctx, t.Project, d)
+		if err != nil {
+			return "", err
+		}
+		gs = append(gs, domain.Given{Task: d, Attempt: attempt})
+	}
+	return store.EncodeGiven(gs), nil
 }

@@ -134,6 +134,13 @@ type Attempt struct {
 	// api_mode variables, its dependencies' results) as JSON: a later run
 	// reuses the result while they are unchanged.
 	Inputs string
+	// Given is the result of each dependency the attempt received, as it
+	// was when the attempt was claimed (Stale compares it with the
+	// dependencies' results now).
+	Given []Given
+	// FinalMessage is what the agent CLI reported as its last word, at
+	// most 4 KiB; its dependents' prompts carry it, fenced as data.
+	FinalMessage string
 }
 
 // DefaultTimeout bounds a task that sets no timeout (the wrapper's

@@ -179,6 +179,8 @@ type actionIn struct {
 	IDs    []string `json:"ids,omitempty"`
 	Failed bool     `json:"failed,omitempty"`
 	Kill   bool     `json:"kill,omitempty"`
+	// Downstream (retry) reruns every task after the named ones too.
+	Downstream bool `json:"downstream,omitempty"`
 }
 
 // action answers one of the actions: checked by guard, then handed to
@@ -234,7 +236,7 @@ func (s *Server) actionRequest(r *http.Request, op string) (control.Request, int
 	if code != 0 {
 		return req, code, err
 	}
-	req.Tasks, req.Kill = in.IDs, in.Kill
+	req.Tasks, req.Kill, req.Downstream = in.IDs, in.Kill, in.Downstream
 	if !in.Failed {
 		return req, 0, nil
 	}
@@ -292,6 +294,8 @@ func checkActionIn(op string, in actionIn) error {
 		return bad("takes no ids")
 	case op != "stop" && in.Kill:
 		return bad("kill applies to stop only")
+	case op != "retry" && in.Downstream:
+		return bad("downstream applies to retry only")
 	}
 	for _, id := range in.IDs {
 		if !spec.TaskIDPattern.MatchString(id) {

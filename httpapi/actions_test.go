@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -296,8 +297,9 @@ func TestActionRefusals(t *testing.T) {
 		{"a waiting task's retry", "POST", "/api/v1/projects/p/retry", `{"ids": ["S00002"]}`, nil, 409, "already waiting to run"},
 		{"not a task ID", "POST", "/api/v1/projects/p/retry", `{"ids": ["s1;rm"]}`, nil, 400, "is not a task ID"},
 		{"no ids", "POST", "/api/v1/projects/p/cancel", `{}`, nil, 400, "name the tasks"},
-		{"a flag that does not exist", "POST", "/api/v1/projects/p/retry", `{"ids": ["S00001"], "downstream": true}`, nil, 400, `unknown field "downstream"`},
+		{"a flag that does not exist", "POST", "/api/v1/projects/p/retry", `{"ids": ["S00001"], "force": true}`, nil, 400, `unknown field "force"`},
 		{"kill on a retry", "POST", "/api/v1/projects/p/retry", `{"ids": ["S00001"], "kill": true}`, nil, 400, "kill applies to stop only"},
+		{"downstream on a cancel", "POST", "/api/v1/projects/p/cancel", `{"ids": ["S00001"], "downstream": true}`, nil, 400, "downstream applies to retry only"},
 		{"a form", "POST", "/api/v1/projects/p/retry", `ids=S00001`, []string{"Content-Type", "application/x-www-form-urlencoded"}, 415, "must be JSON"},
 		{"a bad project name", "POST", "/api/v1/projects/..x/stop", ``, nil, 400, ""},
 		{"a schedule-less project", "POST", "/api/v1/schedules/q/enable", ``, nil, 409, "q"},
@@ -392,5 +394,18 @@ func TestBrowserSession(t *testing.T) {
 	}
 	if ev := h.lastAction(t); !strings.Contains(ev, "from the dashboard, token http.token") {
 		t.Errorf("the dashboard's action is recorded as %q", ev)
+	}
+}
+
+// TestRetryDownstreamBody: a retry's "downstream" reaches the controller's
+// request, as dispatch retry --downstream sends it.
+func TestRetryDownstreamBody(t *testing.T) {
+	s := &Server{}
+	r := httptest.NewRequest("POST", "/api/v1/projects/p/retry", strings.NewReader(`{"ids": ["S01"], "downstream": true}`))
+	r.Header.Set("Content-Type", "application/json")
+	r.SetPathValue("project", "p")
+	req, code, err := s.actionRequest(r, "retry")
+	if code != 0 || err != nil || !req.Downstream || len(req.Tasks) != 1 {
+		t.Fatalf("actionRequest = %+v, %d, %v; want downstream retry of S01", req, code, err)
 	}
 }

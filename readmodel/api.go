@@ -344,6 +344,11 @@ func Task(ctx context.Context, st *store.Store, cfg Nodes, homeDir, project, id 
 		return nil, err
 	}
 	tv := taskView(t, sandboxes[t.ID], gating[t.ID], now)
+	if given, err := st.Given(ctx, project); err != nil {
+		return nil, err
+	} else if given[id] != nil {
+		tv.Inputs = given[id]
+	}
 	d := &TaskDetail{ReportTask: ReportTask{TaskView: tv, ReusedFromRun: t.ReusedFrom, Attempts: []AttemptView{}, Outputs: []OutputView{}},
 		DependsOn: slices.Clone(t.DependsOn), Dependents: []string{}, Events: []EventView{}, Tool: t.Tool, Model: t.Model, Priority: t.Priority}
 	if d.DependsOn == nil {

@@ -117,6 +117,11 @@ type AttemptView struct {
 	// Sandbox is how the attempt was confined: "bwrap", or "" for not
 	// at all.
 	Sandbox string `json:"sandbox"`
+	// Inputs names the result of each dependency the attempt was given.
+	Inputs []domain.Given `json:"inputs"`
+	// FinalMessage is what its agent reported as its last word (task
+	// text, at most 4 KiB).
+	FinalMessage string `json:"final_message,omitempty"`
 }
 
 // OutputView is one collected output file.
@@ -248,10 +253,15 @@ func (r *Report) addAttempts(runs []domain.Attempt, number int) (attempts map[st
 
 // attemptView is a as the report shows it.
 func attemptView(a domain.Attempt) AttemptView {
-	return AttemptView{Dangerous: a.Dangerous, Sandbox: a.Sandbox, Attempt: a.Attempt, Run: a.Run, Node: a.Node, Status: a.Status,
+	v := AttemptView{Dangerous: a.Dangerous, Sandbox: a.Sandbox, Attempt: a.Attempt, Run: a.Run, Node: a.Node, Status: a.Status,
 		ExitCode: a.ExitCode, Signal: a.Signal, ErrorClass: a.ErrorClass, Error: a.Error,
 		StartedAt: jsonTime(a.StartedAt), CompletedAt: jsonTime(a.CompletedAt),
-		TokensIn: a.TokensIn, TokensOut: a.TokensOut, CostUSD: a.CostUSD, APIMode: a.APIMode}
+		TokensIn: a.TokensIn, TokensOut: a.TokensOut, CostUSD: a.CostUSD, APIMode: a.APIMode,
+		Inputs: a.Given, FinalMessage: a.FinalMessage}
+	if v.Inputs == nil {
+		v.Inputs = []domain.Given{}
+	}
+	return v
 }
 
 // addIntegration adds the merge's conflicts and the last verdict.
@@ -523,6 +533,26 @@ func (r *Report) mdFirstScreen(b *strings.Builder, failed []string) {
 	if len(r.Conflicts) > 0 {
 		fmt.Fprintf(b, "%d merge conflict(s): see Conflicts below.\n\n", len(r.Conflicts))
 	}
+	r.mdStale(b)
+}
+
+// mdStale lists the tasks whose result was made from a dependency's
+// result since replaced, with the command that makes them again.
+func (r *Report) mdStale(b *strings.Builder) {
+	header := false
+	for _, t := range r.Tasks {
+		if !t.Stale {
+			continue
+		}
+		if !header {
+			b.WriteString("Stale (made from a dependency's result that has changed since):\n")
+			header = true
+		}
+		fmt.Fprintf(b, "- %s %s: %s; `dispatch retry %s %s --downstream` makes it again\n", t.ID, clip(t.Title, 40), mdLine(t.StaleWhy), r.Project, t.ID)
+	}
+	if header {
+		b.WriteString("\n")
+	}
 }
 
 func (r *Report) mdTasks(b *strings.Builder) {
@@ -535,7 +565,11 @@ func (r *Report) mdTasks(b *strings.Builder) {
 			}
 			id = "↳ " + id
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %d | %s | %s |\n", id, mdCell(t.Title), t.Status, t.Node,
+		status := string(t.Status)
+		if t.Stale {
+			status += " (stale)"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %d | %s | %s |\n", id, mdCell(t.Title), status, t.Node,
 			len(t.Attempts), FormatSeconds(t.DurationSeconds), mdCell(errText(t.TaskView)))
 	}
 	b.WriteString("\n")

@@ -179,6 +179,14 @@ type TaskView struct {
 	// Gating is set on a running task whose tool ended and whose result
 	// the gate is checking (project.yaml gate:).
 	Gating bool `json:"gating,omitempty"`
+	// Inputs names the result of each dependency the current attempt was
+	// given: the dependency and its attempt.
+	Inputs []domain.Given `json:"inputs"`
+	// Stale is set when the task's result was made from a dependency's
+	// result that is no longer the dependency's (retried or run again
+	// since), StaleWhy says which (domain.Stale): retry --downstream.
+	Stale    bool   `json:"stale,omitempty"`
+	StaleWhy string `json:"stale_why,omitempty"`
 }
 
 // NodeView is one node in status output.
@@ -220,6 +228,11 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 	if err != nil {
 		return nil, err
 	}
+	given, err := st.Given(ctx, project)
+	if err != nil {
+		return nil, err
+	}
+	stale := domain.Stale(tasks, given)
 	running := map[string]int{}
 	for _, t := range tasks {
 		v.Counts.Add(t.Status)
@@ -227,7 +240,13 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 			running[t.Node]++
 		}
 		v.byID[t.ID] = len(v.Tasks)
-		v.Tasks = append(v.Tasks, taskView(t, sandboxes[t.ID], gating[t.ID], now))
+		tv := taskView(t, sandboxes[t.ID], gating[t.ID], now)
+		if given[t.ID] != nil {
+			tv.Inputs = given[t.ID]
+		}
+		tv.StaleWhy = stale[t.ID]
+		tv.Stale = tv.StaleWhy != ""
+		v.Tasks = append(v.Tasks, tv)
 	}
 	// A notification that failed is shown until one goes through.
 	if e, ok, err := st.LastEvent(ctx, project, "notify", "notify_failed"); err != nil {
@@ -259,7 +278,7 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 func taskView(t domain.Task, sandbox string, gating bool, now time.Time) TaskView {
 	tv := TaskView{ID: t.ID, Title: t.Title, Type: t.Type, Status: t.Status, Node: t.Node, Attempt: t.Attempt,
 		ExitCode: t.ExitCode, ErrorClass: t.ErrorClass, Error: t.Error, Warning: t.Warning, ReusedFrom: t.ReusedFrom,
-		StartedAt: jsonTime(t.StartedAt), CompletedAt: jsonTime(t.CompletedAt), Sandbox: sandbox, Gating: gating}
+		StartedAt: jsonTime(t.StartedAt), CompletedAt: jsonTime(t.CompletedAt), Sandbox: sandbox, Gating: gating, Inputs: []domain.Given{}}
 	switch {
 	case !t.StartedAt.IsZero() && !t.CompletedAt.IsZero() && t.CompletedAt.After(t.StartedAt):
 		tv.DurationSeconds = t.CompletedAt.Sub(t.StartedAt).Seconds()

@@ -77,6 +77,10 @@ type AttemptPatch struct {
 	Commit    *string `col:"result_commit"`
 	Inputs    *string `col:"inputs"`
 	Sandbox   *string `col:"sandbox"`
+	// Given is EncodeGiven of the dependencies' results the attempt
+	// received; FinalMessage the agent's last word (see migration 0027).
+	Given        *string `col:"given"`
+	FinalMessage *string `col:"final_message"`
 }
 
 // ProjectPatch changes columns of a project.

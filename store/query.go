@@ -330,7 +330,7 @@ func (s *Store) Attempts(ctx context.Context, project, task string) ([]domain.At
 }
 
 const attemptSelect = `SELECT project, task, attempt, node, status, pid, exit_code, signal, error_class, error, claimed_at,
-		started_at, completed_at, log_bytes, tokens_in, tokens_out, cost_usd, collected_at, dangerous, api_mode, session_id, result_commit, run, inputs, sandbox FROM attempts`
+		started_at, completed_at, log_bytes, tokens_in, tokens_out, cost_usd, collected_at, dangerous, api_mode, session_id, result_commit, run, inputs, sandbox, given, final_message FROM attempts`
 
 // Settled reports whether every task of a project is settled: in a
 // terminal status and, completed, with its current attempt's files
@@ -405,11 +405,13 @@ func (s *Store) queryAttempts(ctx context.Context, project, query string, args .
 
 func scanAttempt(row scanner) (domain.Attempt, error) {
 	var r domain.Attempt
-	var claimed, started, completed, collected string
+	var claimed, started, completed, collected, given string
 	err := row.Scan(&r.Project, &r.Task, &r.Attempt, &r.Node, &r.Status, &r.PID, &r.ExitCode, &r.Signal,
 		&r.ErrorClass, &r.Error, &claimed, &started, &completed, &r.LogBytes, &r.TokensIn, &r.TokensOut,
-		&r.CostUSD, &collected, &r.Dangerous, &r.APIMode, &r.SessionID, &r.Commit, &r.Run, &r.Inputs, &r.Sandbox)
+		&r.CostUSD, &collected, &r.Dangerous, &r.APIMode, &r.SessionID, &r.Commit, &r.Run, &r.Inputs, &r.Sandbox,
+		&given, &r.FinalMessage)
 	r.ClaimedAt, r.StartedAt, r.CompletedAt, r.CollectedAt = parseTime(claimed), parseTime(started), parseTime(completed), parseTime(collected)
+	r.Given = DecodeGiven(given)
 	return r, err
 }
 

@@ -7,6 +7,7 @@ import (
 	"math"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 )
 
 // Values of Status.Status.
@@ -99,6 +100,38 @@ type Status struct {
 	Gate *GateResult `json:"gate,omitempty"`
 	// Gating is set, with Status running, while the gate runs.
 	Gating bool `json:"gating,omitempty"`
+	// FinalMessage is what the agent CLI reported as its last word
+	// (claude's result, codex's last agent message, gemini's last reply),
+	// at most MaxFinalMessage bytes; "" for a tool that is no agent CLI.
+	// It is the task's text: its dependents' prompts carry it as data.
+	FinalMessage string `json:"final_message,omitempty"`
+}
+
+// MaxFinalMessage bounds Status.FinalMessage.
+const MaxFinalMessage = 4 << 10
+
+// finalCut ends a final message cut at MaxFinalMessage.
+const finalCut = "\n[… cut: the message was longer than 4 KiB]"
+
+// ClampMessage is s as Status.FinalMessage holds it: valid UTF-8, no
+// control characters but newlines and tabs, at most MaxFinalMessage bytes
+// (the start kept, the cut said).
+func ClampMessage(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\t' || (r >= 0x20 && r != 0x7f && (r < 0x80 || r > 0x9f)) {
+			return r
+		}
+		return -1
+	}, strings.ToValidUTF8(s, ""))
+	s = strings.TrimSpace(s)
+	if len(s) <= MaxFinalMessage {
+		return s
+	}
+	n := MaxFinalMessage - len(finalCut)
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + finalCut
 }
 
 // Final reports whether the attempt is over (anything but running).
@@ -267,6 +300,7 @@ func (s *Status) Clamp() {
 	if s.Sandbox != SandboxBwrap {
 		s.Sandbox = ""
 	}
+	s.FinalMessage = ClampMessage(s.FinalMessage)
 	if g := s.Gate; g != nil {
 		g.Seconds = clampFloat(g.Seconds, 1e9)
 		// The output goes into a retry's environment, where no NUL can.

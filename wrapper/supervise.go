@@ -1154,6 +1154,7 @@ func (s *supervisor) finish(res outcome) {
 		s.logger.Warn("read task log for usage", logKeyErr, err)
 	}
 	tokensIn, tokensOut, cost := ParseUsage(s.launch.Agent, tail)
+	message := FinalMessage(s.launch.Agent, tail)
 	var final wire.Status
 	err = s.updateStatus(func(st *wire.Status) bool {
 		defer func() { final = *st }()
@@ -1161,6 +1162,7 @@ func (s *supervisor) finish(res outcome) {
 		st.ExitCode = res.code
 		st.LogBytes = s.tlog.Total()
 		st.TokensIn, st.TokensOut, st.CostUSD = tokensIn, tokensOut, cost
+		st.FinalMessage = message
 		st.SessionID, st.Gate, st.Gating = session, statusGate(res.gate), false
 		defer st.Clamp()
 		if res.sig != 0 {

@@ -169,9 +169,10 @@ func assertKeys(t *testing.T, what string, raw json.RawMessage, want []string, e
 var (
 	statusKeys = []string{"project", "counts", "phase", "tasks", "nodes", "controller"}
 	countKeys  = []string{"pending", "claimed", "running", "completed", "failed", "blocked", "canceled"}
-	// SPEC §9's keys, and §13's sandbox (how the current attempt was confined).
+	// SPEC §9's keys, §13's sandbox (how the current attempt was confined)
+	// and §14's inputs (the dependencies' attempts it was given).
 	statusTaskKeys = []string{"id", "title", "type", "status", "node", "attempt", "exit_code", "error_class", "error",
-		"started_at", "completed_at", "duration_seconds", "sandbox"}
+		"started_at", "completed_at", "duration_seconds", "sandbox", "inputs"}
 	statusNodeKeys = []string{"name", "state", "slots", "running", "mem_available_bytes", "last_seen"}
 	reportKeys     = []string{"project", "phase", "result", "totals", "tasks", "conflicts", "verification", "nodes"}
 	totalsKeys     = []string{"tasks", "completed", "failed", "attempts", "tokens_in", "tokens_out", "cost_usd", "wall_seconds"}

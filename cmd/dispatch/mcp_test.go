@@ -125,7 +125,7 @@ func TestMCPToolsList(t *testing.T) {
 		"report":   {"*project", "run"},
 		"logs":     {"*project", "*id", "attempt", "run", "lines"},
 		"events":   {"*project", "cursor", "run"},
-		"retry":    {"*project", "*ids"},
+		"retry":    {"*project", "*ids", "downstream"},
 		"cancel":   {"*project", "*ids"},
 		"stop":     {"*project", "kill"},
 		"runs":     {"*project"},
@@ -314,6 +314,11 @@ func TestMCPRun(t *testing.T) {
 	callErr(t, cs, "start", map[string]any{"project": "p", "budget_usd": -1}, "exit 2", "--budget-usd must be a positive amount")
 	if text = callOK(t, cs, "retry", map[string]any{"project": "p", "ids": []string{"S03"}}, nil); !strings.Contains(text, "S03") || !strings.Contains(text, "Next: status") {
 		t.Errorf("retry S03:\n%s", text)
+	}
+	callErr(t, cs, "retry", map[string]any{"project": "p", "ids": []string{"S42"}, "downstream": true}, "exit 2", `project p has no task "S42"`)
+	if text = callOK(t, cs, "retry", map[string]any{"project": "p", "ids": []string{"S01"}, "downstream": true}, nil); !strings.Contains(text, "S01, S02 will run again") ||
+		!strings.Contains(text, "--downstream: S02 after them") {
+		t.Errorf("retry S01 downstream:\n%s", text)
 	}
 	if text = callOK(t, cs, "stop", map[string]any{"project": "p"}, nil); !strings.Contains(text, "Next: status") || !strings.Contains(text, `start {project: "p"} resumes`) {
 		t.Errorf("stop p:\n%s", text)

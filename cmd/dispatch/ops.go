@@ -21,8 +21,9 @@ func retryCommand() *cli.Command {
 		Name:      "retry",
 		Usage:     "run finished, failed, blocked or canceled tasks again (with their current spec)",
 		ArgsUsage: "<project> <ID>...",
+		Flags:     []cli.Flag{&cli.BoolFlag{Name: "downstream", Usage: "also rerun every task after them (their dependents, transitively)"}},
 		Action: func(c *cli.Context) error {
-			return operatorRequest(c, "retry", "dispatch retry <project> <ID>...", false)
+			return operatorRequest(c, "retry", "dispatch retry <project> <ID>... [--downstream]", false)
 		},
 	}
 }
@@ -77,7 +78,7 @@ func operatorRequest(c *cli.Context, op, usage string, projectOnly bool) error {
 			return usagef(usage, "%q is not a task ID (a capital letter and digits, like S01; S01.2 or S01@mac1 for a task of a matrix or broadcast)", id)
 		}
 	}
-	rep, err := operate(ctx, e, control.Request{Op: op, Project: project, Tasks: ids, Kill: c.Bool("kill")})
+	rep, err := operate(ctx, e, control.Request{Op: op, Project: project, Tasks: ids, Kill: c.Bool("kill"), Downstream: c.Bool("downstream")})
 	if err != nil {
 		return err
 	}

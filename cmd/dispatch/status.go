@@ -233,6 +233,9 @@ func printStatus(w io.Writer, s styles, v *readmodel.StatusView, cfg *nodes.Conf
 		if t.Warning != "" && (t.Status == domain.Running || t.Status == domain.Claimed || t.Status == domain.Completed) {
 			what, whatStyle = "warning: "+t.Warning, s.warn.Render
 		}
+		if t.Stale {
+			what, whatStyle = fmt.Sprintf("stale: %s (dispatch retry %s %s --downstream)", t.StaleWhy, v.Project, t.ID), s.warn.Render
+		}
 		if t.Gating {
 			what = "gate running on its result: " + what
 		}

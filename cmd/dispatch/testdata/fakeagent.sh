@@ -14,12 +14,17 @@ if [ -n "$ANTHROPIC_AUTH_TOKEN" ]; then
   printf %s "$ANTHROPIC_AUTH_TOKEN" | sha256sum | cut -d' ' -f1 > "$seen/seen-secret.sha256"
 fi
 
+# Its final message: the text of the prompt's line "REPORT <text>" (no
+# quotes or backslashes in it), else "done".
+report=$(printf '%s\n' "$prompt" | sed -n 's/^REPORT //p' | head -n 1)
+[ -n "$report" ] || report=done
+
 usage() {
   case "$tool" in
     claude)
       echo '{"type":"system","subtype":"init","session_id":"s1"}'
       echo '{"type":"assistant","message":{"content":[{"type":"text","text":"done"}]}}'
-      echo '{"type":"result","subtype":"success","is_error":false,"duration_ms":12,"num_turns":1,"result":"done","session_id":"s1","total_cost_usd":0.0125,"usage":{"input_tokens":100,"cache_creation_input_tokens":20,"cache_read_input_tokens":30,"output_tokens":50}}'
+      echo '{"type":"result","subtype":"success","is_error":false,"duration_ms":12,"num_turns":1,"result":"'"$report"'","session_id":"s1","total_cost_usd":0.0125,"usage":{"input_tokens":100,"cache_creation_input_tokens":20,"cache_read_input_tokens":30,"output_tokens":50}}'
       ;;
     codex) echo "tokens used: 1,000" ;;
     gemini) echo '{"response":"done","stats":{"models":{"gemini-2.5-pro":{"tokens":{"prompt":70,"candidates":7,"total":77}}}}}' ;;
