@@ -51,6 +51,7 @@ type TaskPatch struct {
 	Env              *map[string]string `col:"env"`
 	Files            *[]string          `col:"files"`
 	StartFrom        *string            `col:"start_from"`
+	OnConflict       *string            `col:"on_conflict"`
 	RetryBackoff     *time.Duration     `col:"retry_backoff_seconds"`
 }
 
@@ -77,6 +78,8 @@ type AttemptPatch struct {
 	Commit    *string `col:"result_commit"`
 	Inputs    *string `col:"inputs"`
 	Sandbox   *string `col:"sandbox"`
+	// BaseCommit is the commit a stacked attempt started on (migration 0027).
+	BaseCommit *string `col:"base_commit"`
 }
 
 // ProjectPatch changes columns of a project.

@@ -26,7 +26,7 @@ const taskSelect = "SELECT " + taskColumns + " FROM "
 const taskListSelect = `SELECT project, id, title, type, tool, model, priority, depends_on, tags, node_pin,
 	timeout_seconds, max_retries, spec_file, spec_hash, x'' AS snapshot, status, attempt, retries_used, node,
 	not_before, exit_code, error_class, error, started_at, completed_at, heartbeat, heartbeat_at,
-	created_at, updated_at, warning, base_dir, rate_limit_retries, stall_seconds, base_commit, reused_from, lost_retries, sandbox, limits, network, env, retry_backoff_seconds, files, start_from FROM `
+	created_at, updated_at, warning, base_dir, rate_limit_retries, stall_seconds, base_commit, reused_from, lost_retries, sandbox, limits, network, env, retry_backoff_seconds, files, start_from, on_conflict FROM `
 
 func scanTask(rows scanner) (domain.Task, error) {
 	var t domain.Task
@@ -34,7 +34,7 @@ func scanTask(rows scanner) (domain.Task, error) {
 	var timeout, stall, backoff float64
 	err := rows.Scan(&t.Project, &t.ID, &t.Title, &t.Type, &t.Tool, &t.Model, &t.Priority, &deps, &tags, &t.NodePin,
 		&timeout, &t.MaxRetries, &t.SpecFile, &t.SpecHash, &t.Snapshot, &t.Status, &t.Attempt, &t.RetriesUsed, &t.Node,
-		&notBefore, &t.ExitCode, &t.ErrorClass, &t.Error, &started, &completed, &t.Heartbeat, &hbAt, &created, &updated, &t.Warning, &t.BaseDir, &t.RateLimitRetries, &stall, &t.BaseCommit, &t.ReusedFrom, &t.LostRetries, &t.Sandbox, &limits, &t.Network, &env, &backoff, &files, &t.StartFrom)
+		&notBefore, &t.ExitCode, &t.ErrorClass, &t.Error, &started, &completed, &t.Heartbeat, &hbAt, &created, &updated, &t.Warning, &t.BaseDir, &t.RateLimitRetries, &stall, &t.BaseCommit, &t.ReusedFrom, &t.LostRetries, &t.Sandbox, &limits, &t.Network, &env, &backoff, &files, &t.StartFrom, &t.OnConflict)
 	if err != nil {
 		return t, err
 	}
@@ -330,7 +330,7 @@ func (s *Store) Attempts(ctx context.Context, project, task string) ([]domain.At
 }
 
 const attemptSelect = `SELECT project, task, attempt, node, status, pid, exit_code, signal, error_class, error, claimed_at,
-		started_at, completed_at, log_bytes, tokens_in, tokens_out, cost_usd, collected_at, dangerous, api_mode, session_id, result_commit, run, inputs, sandbox FROM attempts`
+		started_at, completed_at, log_bytes, tokens_in, tokens_out, cost_usd, collected_at, dangerous, api_mode, session_id, result_commit, run, inputs, sandbox, base_commit FROM attempts`
 
 // Settled reports whether every task of a project is settled: in a
 // terminal status and, completed, with its current attempt's files
@@ -408,7 +408,7 @@ func scanAttempt(row scanner) (domain.Attempt, error) {
 	var claimed, started, completed, collected string
 	err := row.Scan(&r.Project, &r.Task, &r.Attempt, &r.Node, &r.Status, &r.PID, &r.ExitCode, &r.Signal,
 		&r.ErrorClass, &r.Error, &claimed, &started, &completed, &r.LogBytes, &r.TokensIn, &r.TokensOut,
-		&r.CostUSD, &collected, &r.Dangerous, &r.APIMode, &r.SessionID, &r.Commit, &r.Run, &r.Inputs, &r.Sandbox)
+		&r.CostUSD, &collected, &r.Dangerous, &r.APIMode, &r.SessionID, &r.Commit, &r.Run, &r.Inputs, &r.Sandbox, &r.BaseCommit)
 	r.ClaimedAt, r.StartedAt, r.CompletedAt, r.CollectedAt = parseTime(claimed), parseTime(started), parseTime(completed), parseTime(collected)
 	return r, err
 }
