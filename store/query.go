@@ -209,14 +209,15 @@ func runnable(ctx context.Context, q querier, project string, now time.Time, lim
 }
 
 // runnableSQL selects the pending tasks of project ?1 due at ?2 whose
-// dependencies have all completed (and, for a plain project's task that
-// receives their outputs, been collected: controller.receivesOutputs), in priority and ID order (the order of
+// dependencies have all completed (and, unless start_from: base, been
+// collected: a plain project's task receives their outputs, a git
+// project's is stacked on their commits: controller.waitsForCollection), in priority and ID order (the order of
 // the tasks_ready index, so that the read stops at its limit; the unary
 // + keeps the planner off tasks_due, which would sort every due task).
 const runnableSQL = taskListSelect + `tasks AS t WHERE project = ?1 AND status = 'pending' AND +not_before <= ?2
 		AND NOT EXISTS (SELECT 1 FROM task_deps AS d WHERE d.project = t.project AND d.task = t.id AND NOT EXISTS (
 			SELECT 1 FROM tasks AS dep WHERE dep.project = t.project AND dep.id = d.dep AND dep.status = 'completed'
-				AND (t.base_commit != '' OR t.start_from = 'base' OR EXISTS (SELECT 1 FROM attempts AS a
+				AND (t.start_from = 'base' OR EXISTS (SELECT 1 FROM attempts AS a
 					WHERE a.project = dep.project AND a.task = dep.id AND a.attempt = dep.attempt AND a.collected_at != ''))))
 		ORDER BY priority, id`
 
