@@ -123,18 +123,19 @@ func (c *Controller) collectCommit(ctx context.Context, n *nodeRuntime, r domain
 		return nil, permanent(errors.New("the attempt completed without recording its workspace as a commit"))
 	}
 	ref := "refs/heads/" + taskBranch(r.Project, r.Task)
-	if r.Commit != t.BaseCommit {
+	base := startOf(r, t)
+	if r.Commit != base {
 		if err := c.fetchCommit(ctx, n, inst, r, t, opRepo, ref); err != nil {
 			return nil, err
 		}
 	} else if err := gitrepo.SetRef(ctx, opRepo, ref, r.Commit); err != nil {
 		return nil, err
 	}
-	changes, stat, err := gitrepo.Changes(ctx, opRepo, t.BaseCommit, r.Commit)
+	changes, stat, err := gitrepo.Changes(ctx, opRepo, base, r.Commit)
 	if err != nil {
 		return nil, err
 	}
-	head := fmt.Sprintf("%s %s (attempt %d): %s..%s\n", r.Task, taskBranch(r.Project, r.Task), r.Attempt, t.BaseCommit[:12], r.Commit[:12])
+	head := fmt.Sprintf("%s %s (attempt %d): %s..%s\n", r.Task, taskBranch(r.Project, r.Task), r.Attempt, base[:12], r.Commit[:12])
 	if err := os.WriteFile(filepath.Join(local, "diffstat.txt"), []byte(head+stat), 0o644); err != nil {
 		return nil, err
 	}
@@ -147,13 +148,14 @@ func (c *Controller) collectCommit(ctx context.Context, n *nodeRuntime, r domain
 	return manifest, nil
 }
 
-// fetchCommit has the wrapper pack what attempt r added to its base, and
-// imports the pack into opRepo under ref.
+// fetchCommit has the wrapper pack what attempt r added to the commit it
+// started on, and imports the pack into opRepo under ref.
 func (c *Controller) fetchCommit(ctx context.Context, n *nodeRuntime, inst *nodes.Installed, r domain.Attempt, t domain.Task, opRepo, ref string) error {
 	dir := taskDir(inst, r.Project, r.Task)
 	archive := path.Join(dir, "result.pack")
+	base := startOf(r, t)
 	res, removeArchive, err := c.remoteArchive(ctx, n, archive, time.Duration(c.config().Controller.CollectMaxBytes/(8<<20))*time.Second,
-		[]string{inst.Path, "git-pack", "--dir", dir, "--base", t.BaseCommit, "--branch", taskBranch(r.Project, r.Task), "--out", archive})
+		[]string{inst.Path, "git-pack", "--dir", dir, "--base", base, "--branch", taskBranch(r.Project, r.Task), "--out", archive})
 	defer removeArchive()
 	if err != nil {
 		return err
@@ -192,7 +194,7 @@ func (c *Controller) fetchCommit(ctx context.Context, n *nodeRuntime, inst *node
 		pw.CloseWithError(err)
 		got <- err
 	}()
-	err = gitrepo.Import(ctx, opRepo, pr, r.Commit, t.BaseCommit, ref, c.limits())
+	err = gitrepo.Import(ctx, opRepo, pr, r.Commit, base, ref, c.limits())
 	pr.CloseWithError(err)
 	if err == nil {
 		crashpoint.At(crashpoint.AfterImport)
@@ -363,7 +365,7 @@ func (c *Controller) mergeBranches(ctx context.Context, project string, repo *do
 		if commit == "" {
 			return nil, fmt.Errorf("%s completed without a recorded commit", t.ID)
 		}
-		branches = append(branches, gitrepo.TaskBranch{ID: t.ID, Commit: commit, Base: t.BaseCommit})
+		branches = append(branches, gitrepo.TaskBranch{ID: t.ID, Commit: commit, Base: attemptBase(t, runs)})
 	}
 	m, err := gitrepo.Integrate(ctx, repo.Dir, repo.Commit, branches)
 	if err != nil {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"archive/tar"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -47,6 +48,11 @@ type launchOutcome struct {
 	err       error
 	noRetry   bool
 	uncertain error
+	// class is err's error class when not start.
+	class string
+	// start is where a stacked task starts (stackLaunches), nil for its
+	// task's base commit.
+	start *stackStart
 	// dangerous is set when the tool ran with permission-skipping flags
 	// because the node or api_mode says dangerous: true; an attempt that
 	// runs them only because it is sandboxed is not (it records sandbox).
@@ -55,6 +61,14 @@ type launchOutcome struct {
 	resumed string
 	// pushFailures lists the failed tries of pushing the task's files.
 	pushFailures []string
+}
+
+// base is the commit a git-native attempt starts on.
+func (o *launchOutcome) base() string {
+	if o.start != nil {
+		return o.start.commit
+	}
+	return o.claim.task.BaseCommit
 }
 
 // taskDir is the task's directory on its node.
@@ -146,9 +160,9 @@ func (c *Controller) recordLaunches(ctx context.Context, outcomes []launchOutcom
 				if o.noRetry {
 					t.RetriesUsed = t.MaxRetries
 				}
-				msg := o.err.Error()
-				a.fail(&t, domain.Claimed, wire.ClassStart, msg, 0, store.AttemptPatch{Status: new(domain.Failed),
-					ErrorClass: new(wire.ClassStart), Error: new(msg), CompletedAt: new(tx.Now())})
+				msg, class := o.err.Error(), cmp.Or(o.class, wire.ClassStart)
+				a.fail(&t, domain.Claimed, class, msg, 0, store.AttemptPatch{Status: new(domain.Failed),
+					ErrorClass: new(class), Error: new(msg), CompletedAt: new(tx.Now())})
 			default:
 				if err := tx.Event(ctx, store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: "warning",
 					Node: t.Node, Message: "launch interrupted, the next pull decides: " + o.uncertain.Error()}); err != nil {
@@ -189,6 +203,7 @@ func (c *Controller) launchNode(ctx context.Context, n *nodeRuntime, claims []cl
 		outs[i] = launchOutcome{claim: cl}
 	}
 	if inst != nil {
+		c.stackLaunches(ctx, outs)
 		c.shipBases(ctx, n, inst, outs)
 	}
 	var wg sync.WaitGroup
@@ -431,9 +446,11 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 	switch {
 	case t.BaseCommit != "":
 		// Its repository is on the node (shipBases).
-		launch.Repo = &wire.LaunchRepo{Dir: nodeRepo(inst, t.Project), Base: t.BaseCommit,
+		launch.Repo = &wire.LaunchRepo{Dir: nodeRepo(inst, t.Project), Base: out.base(),
 			Branch: taskBranch(t.Project, t.ID), Message: fmt.Sprintf("%s: %s (attempt %d)", t.ID, t.Title, t.Attempt)}
-		if opts.Repo != nil && t.BaseCommit == opts.Repo.Commit && !domain.IsPhaseID(t.ID) {
+		if out.start != nil {
+			snapshot = append(snapshot, conflictSection(tool, out.start.conflicts)...)
+		} else if opts.Repo != nil && t.BaseCommit == opts.Repo.Commit && !domain.IsPhaseID(t.ID) {
 			// The author tasks share their base: a spare checkout made
 			// after one launch saves the next the checkout of the tree.
 			launch.Repo.Spares = n.cfg.Spares
@@ -551,10 +568,10 @@ func (c *Controller) shipBases(ctx context.Context, n *nodeRuntime, inst *nodes.
 	var order []need
 	for i := range outs {
 		t := outs[i].claim.task
-		if t.BaseCommit == "" {
+		if t.BaseCommit == "" || outs[i].err != nil {
 			continue
 		}
-		k := need{t.Project, t.BaseCommit}
+		k := need{t.Project, outs[i].base()}
 		if byNeed[k] == nil {
 			order = append(order, k)
 		}

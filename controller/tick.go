@@ -342,11 +342,11 @@ func (c *Controller) decideTick(r *tickRead, pulls map[string]*pull, announced, 
 	return tp
 }
 
-// uncollected reports whether t receives its dependencies' outputs and
-// dep's output is not collected yet: it completed in this tick, or its
+// uncollected reports whether t waits for its dependencies' collection
+// (waitsForCollection) and dep's result is not collected yet: it completed in this tick, or its
 // collection is under way. The next tick's read sees it collected.
 func (c *Controller) uncollected(project string, t domain.Task, dep string, after afterApply) bool {
-	if !receivesOutputs(t) {
+	if !waitsForCollection(t) {
 		return false
 	}
 	if d := after.tasks[taskKey(project, dep)]; d != nil && d.Status == domain.Completed {

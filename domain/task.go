@@ -7,11 +7,21 @@ import (
 )
 
 // StartFrom values (start_from:): what a task with depends_on in a plain
-// project starts from. "" is StartInputs.
+// project starts from. "" is StartInputs. In a git project "" and
+// StartDependencies stack the task on its dependencies' results (their
+// commits merged onto the base), StartBase starts it on the base, and
+// StartInputs is refused (spec).
 const (
 	StartInputs       = "inputs"       // its dependencies' outputs, read-only, in inputs/<ID>/
 	StartDependencies = "dependencies" // its dependencies' outputs copied into output/
 	StartBase         = "base"         // the base alone, as a task without dependencies
+)
+
+// OnConflict values (on_conflict:): what a conflict between the results a
+// git project's task is stacked on does. "" is ConflictMarkers.
+const (
+	ConflictMarkers = "markers" // the task starts on the merge, git's markers committed, the conflicts in its prompt
+	ConflictFail    = "fail"    // the task fails, not retried
 )
 
 // Task is one task of a project with its current state.
@@ -90,8 +100,11 @@ type Task struct {
 	// StartFrom is start_from: inputs (""), dependencies or base: what
 	// a plain project's task with dependencies receives of their outputs.
 	StartFrom string
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	// OnConflict is on_conflict: markers ("") or fail: what a conflict
+	// between a git project's task's dependencies' results does.
+	OnConflict string
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
 }
 
 // Attempt is one attempt of a task: its row in attempts.
@@ -130,6 +143,10 @@ type Attempt struct {
 	// Sandbox is how the attempt was confined: "bwrap", or "" for not
 	// at all.
 	Sandbox string
+	// BaseCommit is, in a git-native project, the commit a stacked
+	// attempt started on (its dependencies' results merged onto its
+	// task's BaseCommit), or "": it started on its task's BaseCommit.
+	BaseCommit string
 	// Inputs is what the attempt ran from (spec, base, tool, model,
 	// api_mode variables, its dependencies' results) as JSON: a later run
 	// reuses the result while they are unchanged.

@@ -246,26 +246,19 @@ type Merge struct {
 }
 
 // Integrate merges the tasks' commits one by one, in the order given, onto
-// base with git's 3-way merge. A merge with conflicts is committed with
-// git's conflict markers in the files (for the integration task to
-// resolve) and listed. Only objects are written: no ref, index or working
+// base with git's 3-way merge; a commit a later one contains (a dependency
+// its dependent was stacked on: see Stack) comes in with that one. A
+// merge with conflicts is committed with git's conflict markers in the
+// files (for the integration task to resolve) and listed. Only objects are written: no ref, index or working
 // tree changes.
 func Integrate(ctx context.Context, dir, base string, tasks []TaskBranch) (*Merge, error) {
-	changed := map[string][]string{} // path → tasks, in merge order
-	for _, t := range tasks {
-		from := base
-		if t.Base != "" {
-			from = t.Base
-		}
-		out, err := git(ctx, dir, nil, "diff", "--name-only", "-z", "--no-renames", from, t.Commit, "--")
-		if err != nil {
-			return nil, fmt.Errorf("changes of %s: %w", t.ID, err)
-		}
-		for _, p := range strings.Split(string(out), "\x00") {
-			if p != "" {
-				changed[p] = append(changed[p], t.ID)
-			}
-		}
+	changed, err := changedBy(ctx, dir, base, tasks) // path → tasks, in merge order
+	if err != nil {
+		return nil, err
+	}
+	skip, err := subsumed(ctx, dir, base, tasks)
+	if err != nil {
+		return nil, fmt.Errorf("find the stacked results: %w", err)
 	}
 	m := &Merge{Commit: base, Changed: slices.Sorted(maps.Keys(changed))}
 	for _, p := range m.Changed {
@@ -275,6 +268,11 @@ func Integrate(ctx context.Context, dir, base string, tasks []TaskBranch) (*Merg
 	}
 	merged := map[string]string{} // task → commit, once merged
 	for _, t := range tasks {
+		if skip[t.ID] {
+			// A later task's commit holds it: merged with that one.
+			merged[t.ID] = t.Commit
+			continue
+		}
 		tree, paths, err := mergeTree(ctx, dir, m.Commit, t.Commit)
 		if err != nil {
 			return nil, fmt.Errorf("merge %s: %w", t.ID, err)

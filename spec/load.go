@@ -329,7 +329,7 @@ func (l *loader) readText(path string) (text string, exists, ok bool) {
 
 // ProjectKeys are the keys project.yaml accepts.
 var ProjectKeys = []string{"integration", "verification", "max_fix_rounds", "integration_spec",
-	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget", "notify", "schedule", "sandbox", "limits", "network", "gate", "retention", "files", "start_from"}
+	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget", "notify", "schedule", "sandbox", "limits", "network", "gate", "retention", "files", "start_from", "on_conflict"}
 
 func (l *loader) loadConfig() {
 	path := l.path(ConfigFile)
@@ -349,13 +349,19 @@ func (l *loader) loadConfig() {
 	if at.files != nil && at.repo != nil {
 		y.Errorf(at.files, filesInRepoFix, "files: is for projects without repo:")
 	}
+	if at.startFrom != nil && at.repo != nil && c.StartFrom == domain.StartInputs {
+		y.Errorf(at.startFrom, inputsInRepoFix, inputsInRepoMsg)
+	}
+	if at.onConflict != nil && at.repo == nil {
+		y.Errorf(at.onConflict, onConflictFix, onConflictMsg)
+	}
 	l.resolveRepo(y, at.repo, at.ref, at.base)
 }
 
 // configNodes are where project.yaml wrote the keys that are checked
 // together once it is read (nil: not written).
 type configNodes struct {
-	repo, ref, base, network, sandbox, files *yaml.Node
+	repo, ref, base, network, sandbox, files, startFrom, onConflict *yaml.Node
 }
 
 // filesInRepoFix is the fix of a files: in a git-native project, whose
@@ -411,6 +417,10 @@ func (l *loader) configKey(y yamlFile, c *ProjectConfig, at *configNodes, key st
 		c.Files, at.files = l.files(y, key, v), v
 	case "start_from":
 		c.StartFrom, _ = y.startFrom(key, v)
+		at.startFrom = v
+	case "on_conflict":
+		c.OnConflict, _ = y.onConflict(key, v)
+		at.onConflict = v
 	case "notify":
 		c.Notify = notify.FromYAML(y.Doc, v)
 	case "gate":
@@ -657,6 +667,29 @@ func (y yamlFile) startFrom(key string, v *yaml.Node) (string, bool) {
 	return s, true
 }
 
+// onConflict reads an on_conflict: value.
+func (y yamlFile) onConflict(key string, v *yaml.Node) (string, bool) {
+	s, ok := y.String(v, "", key)
+	if !ok {
+		return "", false
+	}
+	if s != domain.ConflictMarkers && s != domain.ConflictFail {
+		y.Errorf(v, "write on_conflict: markers (the default: the task starts on the merge with git's conflict markers) or fail",
+			"%s: unknown value %q", key, s)
+		return "", false
+	}
+	return s, true
+}
+
+// What a git project refuses of start_from: and what a plain one refuses
+// of on_conflict:, and the fixes.
+const (
+	inputsInRepoMsg = "start_from: inputs is for projects without repo: (a git project's task starts on its dependencies' commits)"
+	inputsInRepoFix = "remove it (the default stacks the task on its dependencies' results; see docs/GIT.md), or write start_from: base"
+	onConflictMsg   = "on_conflict: is for projects with repo: (a conflict between the dependencies' commits)"
+	onConflictFix   = "remove it, or give the project a repository (repo: in project.yaml)"
+)
+
 // files reads a files: list: each entry a regular file inside the
 // project's spec directory (relative, no "..", no link leaving it),
 // returned cleaned and slash-separated, without duplicates.
@@ -761,7 +794,7 @@ func (l *loader) loadShared() {
 // TaskKeys are the keys a spec's front matter accepts.
 var TaskKeys = []string{"type", "tool", "model", "priority", "depends_on", "timeout",
 	"max_retries", "node", "tags", "context", "stall_timeout", "sandbox", "limits", "network",
-	"matrix", "matrix_file", "nodes", "env", "retry_backoff", "files", "start_from"}
+	"matrix", "matrix_file", "nodes", "env", "retry_backoff", "files", "start_from", "on_conflict"}
 
 // parseTask parses one task file. It returns nil when the file could not
 // be read as text at all; otherwise problems are reported and the task is
@@ -788,6 +821,7 @@ func (l *loader) parseTask(f taskFile) *parsed {
 		MaxRetries: cfg.MaxRetries,
 		Files:      cfg.Files,
 		StartFrom:  cfg.StartFrom,
+		OnConflict: cfg.OnConflict,
 	}
 	p := &parsed{task: t, depLines: map[string]int{}}
 	var refs []item
@@ -969,6 +1003,16 @@ func (l *loader) frontMatter(y yamlFile, root *yaml.Node, p *parsed) []item {
 		case "start_from":
 			if s, ok := y.startFrom(key, v); ok {
 				t.StartFrom = s
+				if s == domain.StartInputs && l.project.Config.Repo != "" {
+					y.Errorf(v, inputsInRepoFix, inputsInRepoMsg)
+				}
+			}
+		case "on_conflict":
+			if s, ok := y.onConflict(key, v); ok {
+				t.OnConflict = s
+				if l.project.Config.Repo == "" {
+					y.Errorf(v, onConflictFix, onConflictMsg)
+				}
 			}
 		default:
 			l.fanKey(y, p, key, v)

@@ -51,6 +51,7 @@ type TaskPatch struct {
 	Env              *map[string]string `col:"env"`
 	Files            *[]string          `col:"files"`
 	StartFrom        *string            `col:"start_from"`
+	OnConflict       *string            `col:"on_conflict"`
 	RetryBackoff     *time.Duration     `col:"retry_backoff_seconds"`
 }
 
@@ -81,6 +82,8 @@ type AttemptPatch struct {
 	// received; FinalMessage the agent's last word (see migration 0027).
 	Given        *string `col:"given"`
 	FinalMessage *string `col:"final_message"`
+	// BaseCommit is the commit a stacked attempt started on (migration 0028).
+	BaseCommit *string `col:"base_commit"`
 }
 
 // ProjectPatch changes columns of a project.

@@ -26,7 +26,7 @@ const taskSelect = "SELECT " + taskColumns + " FROM "
 const taskListSelect = `SELECT project, id, title, type, tool, model, priority, depends_on, tags, node_pin,
 	timeout_seconds, max_retries, spec_file, spec_hash, x'' AS snapshot, status, attempt, retries_used, node,
 	not_before, exit_code, error_class, error, started_at, completed_at, heartbeat, heartbeat_at,
-	created_at, updated_at, warning, base_dir, rate_limit_retries, stall_seconds, base_commit, reused_from, lost_retries, sandbox, limits, network, env, retry_backoff_seconds, files, start_from FROM `
+	created_at, updated_at, warning, base_dir, rate_limit_retries, stall_seconds, base_commit, reused_from, lost_retries, sandbox, limits, network, env, retry_backoff_seconds, files, start_from, on_conflict FROM `
 
 func scanTask(rows scanner) (domain.Task, error) {
 	var t domain.Task
@@ -34,7 +34,7 @@ func scanTask(rows scanner) (domain.Task, error) {
 	var timeout, stall, backoff float64
 	err := rows.Scan(&t.Project, &t.ID, &t.Title, &t.Type, &t.Tool, &t.Model, &t.Priority, &deps, &tags, &t.NodePin,
 		&timeout, &t.MaxRetries, &t.SpecFile, &t.SpecHash, &t.Snapshot, &t.Status, &t.Attempt, &t.RetriesUsed, &t.Node,
-		&notBefore, &t.ExitCode, &t.ErrorClass, &t.Error, &started, &completed, &t.Heartbeat, &hbAt, &created, &updated, &t.Warning, &t.BaseDir, &t.RateLimitRetries, &stall, &t.BaseCommit, &t.ReusedFrom, &t.LostRetries, &t.Sandbox, &limits, &t.Network, &env, &backoff, &files, &t.StartFrom)
+		&notBefore, &t.ExitCode, &t.ErrorClass, &t.Error, &started, &completed, &t.Heartbeat, &hbAt, &created, &updated, &t.Warning, &t.BaseDir, &t.RateLimitRetries, &stall, &t.BaseCommit, &t.ReusedFrom, &t.LostRetries, &t.Sandbox, &limits, &t.Network, &env, &backoff, &files, &t.StartFrom, &t.OnConflict)
 	if err != nil {
 		return t, err
 	}
@@ -209,14 +209,15 @@ func runnable(ctx context.Context, q querier, project string, now time.Time, lim
 }
 
 // runnableSQL selects the pending tasks of project ?1 due at ?2 whose
-// dependencies have all completed (and, for a plain project's task that
-// receives their outputs, been collected: controller.receivesOutputs), in priority and ID order (the order of
+// dependencies have all completed (and, unless start_from: base, been
+// collected: a plain project's task receives their outputs, a git
+// project's is stacked on their commits: controller.waitsForCollection), in priority and ID order (the order of
 // the tasks_ready index, so that the read stops at its limit; the unary
 // + keeps the planner off tasks_due, which would sort every due task).
 const runnableSQL = taskListSelect + `tasks AS t WHERE project = ?1 AND status = 'pending' AND +not_before <= ?2
 		AND NOT EXISTS (SELECT 1 FROM task_deps AS d WHERE d.project = t.project AND d.task = t.id AND NOT EXISTS (
 			SELECT 1 FROM tasks AS dep WHERE dep.project = t.project AND dep.id = d.dep AND dep.status = 'completed'
-				AND (t.base_commit != '' OR t.start_from = 'base' OR EXISTS (SELECT 1 FROM attempts AS a
+				AND (t.start_from = 'base' OR EXISTS (SELECT 1 FROM attempts AS a
 					WHERE a.project = dep.project AND a.task = dep.id AND a.attempt = dep.attempt AND a.collected_at != ''))))
 		ORDER BY priority, id`
 
@@ -330,7 +331,7 @@ func (s *Store) Attempts(ctx context.Context, project, task string) ([]domain.At
 }
 
 const attemptSelect = `SELECT project, task, attempt, node, status, pid, exit_code, signal, error_class, error, claimed_at,
-		started_at, completed_at, log_bytes, tokens_in, tokens_out, cost_usd, collected_at, dangerous, api_mode, session_id, result_commit, run, inputs, sandbox, given, final_message FROM attempts`
+		started_at, completed_at, log_bytes, tokens_in, tokens_out, cost_usd, collected_at, dangerous, api_mode, session_id, result_commit, run, inputs, sandbox, given, final_message, base_commit FROM attempts`
 
 // Settled reports whether every task of a project is settled: in a
 // terminal status and, completed, with its current attempt's files
@@ -409,7 +410,7 @@ func scanAttempt(row scanner) (domain.Attempt, error) {
 	err := row.Scan(&r.Project, &r.Task, &r.Attempt, &r.Node, &r.Status, &r.PID, &r.ExitCode, &r.Signal,
 		&r.ErrorClass, &r.Error, &claimed, &started, &completed, &r.LogBytes, &r.TokensIn, &r.TokensOut,
 		&r.CostUSD, &collected, &r.Dangerous, &r.APIMode, &r.SessionID, &r.Commit, &r.Run, &r.Inputs, &r.Sandbox,
-		&given, &r.FinalMessage)
+		&given, &r.FinalMessage, &r.BaseCommit)
 	r.ClaimedAt, r.StartedAt, r.CompletedAt, r.CollectedAt = parseTime(claimed), parseTime(started), parseTime(completed), parseTime(collected)
 	r.Given = DecodeGiven(given)
 	return r, err

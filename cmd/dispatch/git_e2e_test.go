@@ -48,8 +48,8 @@ func readOperatorState(t *testing.T, op *gittest.Repo) operatorState {
 
 // gitProject is an operator repository with three files and a project of
 // three shell tasks on it: S01 and S02 change the same line of shared.txt
-// (a real conflict), S03 another line, and S02 depends on S03, so that
-// the merge order is S01, S03, S02. S99 resolves the
+// (a real conflict), S03 another line, and S02 depends on S03 (it starts
+// on S03's commit), so that the merge order is S01, S03, S02. S99 resolves the
 // conflict and V01 passes. The working tree is left dirty.
 func gitProject(t *testing.T, home string) (*gittest.Repo, string) {
 	t.Helper()
@@ -174,10 +174,14 @@ func TestGitNativeProject(t *testing.T) {
 		t.Errorf("diffstat.txt of S01:\n%s", stat)
 	}
 
-	// The merge: S01, S03, then S02 (after S03, its dependency); S02
-	// conflicts with S01.
+	// The merge: S01, S03, then S02 (after S03, its dependency, whose
+	// commit S02 started on: S03 comes in with S02); S02 conflicts with
+	// S01.
 	merge := branches["dispatch/g/merge"]
-	if got := op.Git("log", "--format=%s", "--first-parent", base+".."+merge); got != "Merge S04\nMerge S02 (conflicts: shared.txt)\nMerge S03\nMerge S01" {
+	if got := op.Git("rev-parse", branches["dispatch/g/S02"]+"^"); got != branches["dispatch/g/S03"] {
+		t.Errorf("S02 started on %s, want S03's commit %s", got, branches["dispatch/g/S03"])
+	}
+	if got := op.Git("log", "--format=%s", "--first-parent", base+".."+merge); got != "Merge S04\nMerge S02 (conflicts: shared.txt)\nMerge S01" {
 		t.Errorf("merges:\n%s", got)
 	}
 	if got := op.Git("show", merge+":shared.txt"); !strings.Contains(got, "<<<<<<<") || !strings.Contains(got, "line 18 by S03") {
@@ -391,9 +395,11 @@ func TestGitSpareCheckouts(t *testing.T) {
 	base := op.Commit("base")
 	dir := filepath.Join(h.home, "specs", "s")
 	writeFile(t, filepath.Join(dir, "project.yaml"), "repo: "+op.Dir+"\nintegration: false\n")
-	// S01 lasts long enough for the spare to be ready when S02 launches.
+	// S01 lasts long enough for the spare to be ready when S02 launches;
+	// S02 starts on the base (a stacked task starts on its dependencies'
+	// results, which no spare holds).
 	writeFile(t, filepath.Join(dir, "S01-first.md"), "echo one > one.txt; sleep 3\n")
-	writeFile(t, filepath.Join(dir, "S02-second.md"), "---\ndepends_on: [S01]\n---\necho two > two.txt\n")
+	writeFile(t, filepath.Join(dir, "S02-second.md"), "---\ndepends_on: [S01]\nstart_from: base\n---\necho two > two.txt\n")
 	if r := h.run(t, "start", "s"); r.code != 0 {
 		t.Fatalf("start: %s", r)
 	}
