@@ -55,6 +55,9 @@ type launchOutcome struct {
 	resumed string
 	// pushFailures lists the failed tries of pushing the task's files.
 	pushFailures []string
+	// inputsNote says where each dependency's output came from (copied on
+	// the node, or sent from the controller and why), for an event.
+	inputsNote string
 }
 
 // taskDir is the task's directory on its node.
@@ -122,6 +125,12 @@ func (c *Controller) recordLaunches(ctx context.Context, outcomes []launchOutcom
 			for _, f := range o.pushFailures {
 				if err := tx.Event(ctx, store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: "push_failed",
 					Node: t.Node, Message: "pushing the task's files failed, " + f}); err != nil {
+					return err
+				}
+			}
+			if o.inputsNote != "" {
+				if err := tx.Event(ctx, store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: eventInputs,
+					Node: t.Node, Message: o.inputsNote}); err != nil {
 					return err
 				}
 			}
@@ -730,18 +739,14 @@ func (c *Controller) pushTrees(ctx context.Context, out *launchOutcome, inst *no
 	if !base.empty() {
 		launch.Base = baseDirName
 		if !c.tryPush(ctx, n, log, []*launchOutcome{out}, "push the base tree", func() error {
-			return c.pushTree(ctx, n, inst, base, path.Join(dir, baseDirName))
+			return c.pushTree(ctx, n, inst, base, path.Join(dir, baseDirName), false)
 		}) {
 			return false
 		}
 	}
 	if len(inputs.Dirs) > 0 {
 		launch.Inputs = true
-		if !c.tryPush(ctx, n, log, []*launchOutcome{out}, "push the inputs", func() error {
-			return c.pushTree(ctx, n, inst, inputs, path.Join(dir, wire.InputsDir))
-		}) {
-			return false
-		}
+		return c.sendInputs(ctx, out, inst, log, inputs, path.Join(dir, wire.InputsDir))
 	}
 	return true
 }
@@ -788,8 +793,9 @@ func checkFiles(t domain.Task) error {
 // pushTree replaces dir on n with the files of src, as one tar stream over
 // one transfer (bounded by progress, not by a fixed deadline) that the
 // wrapper unpacks: a tree of thousands of files costs one transfer, not one
-// per file.
-func (c *Controller) pushTree(ctx context.Context, n *nodeRuntime, inst *nodes.Installed, src tree, dir string) error {
+// per file. With merge, only dir's entries that src's top level names are
+// replaced.
+func (c *Controller) pushTree(ctx context.Context, n *nodeRuntime, inst *nodes.Installed, src tree, dir string, merge bool) error {
 	archive := dir + ".tar"
 	pr, pw := io.Pipe()
 	var size int64
@@ -809,7 +815,11 @@ func (c *Controller) pushTree(ctx context.Context, n *nodeRuntime, inst *nodes.I
 	// Unpacking is local to the node: its deadline grows with the tree.
 	uctx, cancel := context.WithTimeout(ctx, c.callTimeout()+time.Duration(size/(4<<20))*time.Second)
 	defer cancel()
-	res, err := n.tr.Exec(uctx, []string{inst.Path, "untar", "--archive", archive, "--dir", dir}, nil)
+	argv := []string{inst.Path, "untar", "--archive", archive, "--dir", dir}
+	if merge {
+		argv = append(argv, "--merge")
+	}
+	res, err := n.tr.Exec(uctx, argv, nil)
 	if err != nil {
 		return err
 	}
