@@ -115,7 +115,7 @@ func (c *Controller) sendInputs(ctx context.Context, out *launchOutcome, inst *n
 			log.Warn("copy inputs on the node", "err", err)
 		}
 	}
-	var rest tree
+	rest := tree{ReadOnly: true}
 	for _, d := range inputs.Dirs {
 		if !copied[d.Prefix] {
 			rest.Dirs = append(rest.Dirs, d)

@@ -69,6 +69,7 @@ nodes:
 // unconfined task can to its inputs: makes them writable, appends, empties,
 // removes.
 const tamper = `cat "$DISPATCH_INPUTS/S01/data.txt" "$DISPATCH_INPUTS/S01/sub/x.txt" > seen.txt
+stat -c %a "$DISPATCH_INPUTS/S01/sub/x.txt" > mode.txt
 chmod -R u+w "$DISPATCH_INPUTS"
 echo tampered >> "$DISPATCH_INPUTS/S01/data.txt"
 : > "$DISPATCH_INPUTS/S01/sub/x.txt"
@@ -100,6 +101,9 @@ func TestInputsCopiedOnTheNode(t *testing.T) {
 	for _, id := range []string{"S02", "S03"} {
 		if b, _ := os.ReadFile(filepath.Join(runs, id, "output", "seen.txt")); string(b) != "collected\nx\n" {
 			t.Errorf("%s saw %q in its inputs, want the collected output", id, b)
+		}
+		if b, _ := os.ReadFile(filepath.Join(runs, id, "output", "mode.txt")); string(b) != "444\n" {
+			t.Errorf("%s's inputs/S01/sub/x.txt has mode %q (0644 in S01's output), want 444: read-only", id, b)
 		}
 	}
 	nodeOut := filepath.Join(h.work, "n1", "p", "tasks", "S01", "output")

@@ -636,6 +636,8 @@ func treeHasFiles(dir string) bool {
 type tree struct {
 	Dirs  []treeDir
 	Files map[string]string
+	// ReadOnly sends every file without its write bits (inputs/).
+	ReadOnly bool
 }
 
 // treeDir is a directory of the controller sent at Prefix ("": the top).
@@ -838,7 +840,7 @@ func writeTree(w io.Writer, src tree) (int64, error) {
 	var total int64
 	sent := map[string]bool{}
 	for _, name := range slices.Sorted(maps.Keys(src.Files)) {
-		n, err := addTarFile(tw, name, src.Files[name], true)
+		n, err := addTarFile(tw, name, src.Files[name], true, src.ReadOnly)
 		total += n
 		if err != nil {
 			return total, err
@@ -864,7 +866,7 @@ func writeTree(w io.Writer, src tree) (int64, error) {
 				return nil
 			}
 			sent[name] = true
-			n, err := addTarFile(tw, name, p, false)
+			n, err := addTarFile(tw, name, p, false, src.ReadOnly)
 			total += n
 			return err
 		})
@@ -875,9 +877,10 @@ func writeTree(w io.Writer, src tree) (int64, error) {
 	return total, tw.Close()
 }
 
-// addTarFile writes the file at p to tw as name. A file that is not
-// regular when opened is skipped, or refused when required.
-func addTarFile(tw *tar.Writer, name, p string, required bool) (int64, error) {
+// addTarFile writes the file at p to tw as name, without its write bits
+// when readOnly. A file that is not regular when opened is skipped, or
+// refused when required.
+func addTarFile(tw *tar.Writer, name, p string, required, readOnly bool) (int64, error) {
 	// A link put in a file's place since it was listed is not followed.
 	if fi, err := os.Lstat(p); err == nil && !fi.Mode().IsRegular() {
 		if required {
@@ -903,7 +906,11 @@ func addTarFile(tw *tar.Writer, name, p string, required bool) (int64, error) {
 		}
 		return 0, nil // replaced since the walk saw it
 	}
-	h := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: int64(fi.Mode().Perm()),
+	mode := fi.Mode().Perm()
+	if readOnly {
+		mode &^= 0o222
+	}
+	h := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: int64(mode),
 		Size: fi.Size(), ModTime: fi.ModTime(), Format: tar.FormatPAX}
 	if err := tw.WriteHeader(h); err != nil {
 		return 0, err

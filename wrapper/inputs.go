@@ -156,7 +156,7 @@ func inputSource(dir string, attempt int) (string, error) {
 }
 
 // copyVerified copies the regular file f.Path of from to the new file of
-// that name in to, with its permission bits, and fails unless the bytes
+// that name in to, with its permission bits less the write bits, and fails unless the bytes
 // written are f.Size bytes of sha256 f.SHA256. Through os.Root: no link
 // leads out of either tree.
 func copyVerified(from, to *os.Root, f wire.InputFile) error {
@@ -190,8 +190,9 @@ func copyVerified(from, to *os.Root, f wire.InputFile) error {
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(out, h), io.LimitReader(in, f.Size+1))
 	if err == nil {
-		// Chmod, not OpenFile's mode, so the umask does not apply.
-		err = out.Chmod(fi.Mode().Perm())
+		// Read-only, as the controller sends inputs; Chmod, not
+		// OpenFile's mode, so the umask does not apply.
+		err = out.Chmod(fi.Mode().Perm() &^ 0o222)
 	}
 	if cerr := out.Close(); err == nil {
 		err = cerr

@@ -134,8 +134,8 @@ func TestInputsCopiesVerified(t *testing.T) {
 				t.Errorf("%s/%s = %q (%v), want %q", id, name, b, err, body)
 			}
 			var st syscall.Stat_t
-			if err := syscall.Stat(p, &st); err != nil || st.Nlink != 1 {
-				t.Errorf("%s/%s has %d links (%v): want a copy of its own", id, name, st.Nlink, err)
+			if err := syscall.Stat(p, &st); err != nil || st.Nlink != 1 || st.Mode&0o777 != 0o444 {
+				t.Errorf("%s/%s has %d links, mode %o (%v): want a copy of its own, read-only", id, name, st.Nlink, st.Mode&0o777, err)
 			}
 		}
 	}
