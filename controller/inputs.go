@@ -121,12 +121,10 @@ func (c *Controller) sendInputs(ctx context.Context, out *launchOutcome, inst *n
 			rest.Dirs = append(rest.Dirs, d)
 		}
 	}
-	if len(local) > 0 || len(pushed) > 0 {
-		out.inputsNote = "inputs: " + strings.Join(notes, "; ")
-		if len(pushed) > 0 {
-			out.inputsNote += sep(notes) + strings.Join(pushed, ", ") + " sent from the controller"
-		}
+	if len(pushed) > 0 {
+		notes = append(notes, strings.Join(pushed, ", ")+" sent from the controller")
 	}
+	out.inputsNote = "inputs: " + strings.Join(notes, "; ")
 	if len(rest.Dirs) == 0 {
 		return true
 	}
@@ -135,13 +133,6 @@ func (c *Controller) sendInputs(ctx context.Context, out *launchOutcome, inst *n
 	return c.tryPush(ctx, n, log, []*launchOutcome{out}, "push the inputs", func() error {
 		return c.pushTree(ctx, n, inst, rest, dest, merge)
 	})
-}
-
-func sep(notes []string) string {
-	if len(notes) == 0 {
-		return ""
-	}
-	return "; "
 }
 
 // copyInputs asks the wrapper to copy the outputs of local (dependencies
