@@ -99,6 +99,15 @@ func benchFlow(ctx context.Context, o *options, t *tb) (*section, error) {
 		tbl.add(d.id, fmt.Sprintf("%d MB: %s", d.inputs*flowBytes>>20, d.why), spread(launches[d.id], fmtS), spread(copies[d.id], fmtS),
 			fmt.Sprintf("≤ scp: %s", verdict(met)))
 	}
+	local, pushed := median(launches["S02"]), median(launches["S03"])
+	sec.findings = append(sec.findings, finding{"flow", fmt.Sprintf("**Results along the DAG.** A dependent whose 50 MB input "+
+		"ran on its own node launches in %s (copied and checked there by `wrapper inputs`, nothing on the link), against %s "+
+		"for one whose input comes from the other node (sent from the controller's collected copy) and %s for scp of the "+
+		"same bytes. The sent launch is the transfer plus `wrapper untar` writing the tree again from the uploaded "+
+		"archive plus the `wrapper run` call, so it stays near the plain copy; **change**: stream the archive into "+
+		"`wrapper untar` on its stdin (one write on the node, no archive file, one call less) in `controller.(*Controller).pushTree`, "+
+		"which needs a `nodes.Transport` call whose stdin is a reader.",
+		fmtS(local), fmtS(pushed), fmtS(median(copies["S03"])))})
 	var b strings.Builder
 	b.WriteString("Each run: `dispatch start` on a fresh home of a project of four shell tasks on two sshd nodes (2 slots " +
 		"each, the sandbox as by default): S01 (pinned to n1) writes 50 MB of random bytes; S02 (n1) and S03 (n2) each " +

@@ -51,7 +51,7 @@ type section struct {
 // finding is one paragraph; key orders them (findingOrder).
 type finding struct{ key, text string }
 
-var findingOrder = []string{"throughput", "tick", "memory", "detection", "chain", "repo", "sandbox", "sessions"}
+var findingOrder = []string{"throughput", "tick", "memory", "detection", "chain", "repo", "sandbox", "sessions", "flow"}
 
 var scenarios = []struct {
 	name string
