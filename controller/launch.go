@@ -61,6 +61,9 @@ type launchOutcome struct {
 	resumed string
 	// pushFailures lists the failed tries of pushing the task's files.
 	pushFailures []string
+	// inputsNote says where each dependency's output came from (copied on
+	// the node, or sent from the controller and why), for an event.
+	inputsNote string
 }
 
 // base is the commit a git-native attempt starts on.
@@ -136,6 +139,12 @@ func (c *Controller) recordLaunches(ctx context.Context, outcomes []launchOutcom
 			for _, f := range o.pushFailures {
 				if err := tx.Event(ctx, store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: "push_failed",
 					Node: t.Node, Message: "pushing the task's files failed, " + f}); err != nil {
+					return err
+				}
+			}
+			if o.inputsNote != "" {
+				if err := tx.Event(ctx, store.Event{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Kind: eventInputs,
+					Node: t.Node, Message: o.inputsNote}); err != nil {
 					return err
 				}
 			}
@@ -650,6 +659,8 @@ func treeHasFiles(dir string) bool {
 type tree struct {
 	Dirs  []treeDir
 	Files map[string]string
+	// ReadOnly sends every file without its write bits (inputs/).
+	ReadOnly bool
 }
 
 // treeDir is a directory of the controller sent at Prefix ("": the top).
@@ -753,18 +764,14 @@ func (c *Controller) pushTrees(ctx context.Context, out *launchOutcome, inst *no
 	if !base.empty() {
 		launch.Base = baseDirName
 		if !c.tryPush(ctx, n, log, []*launchOutcome{out}, "push the base tree", func() error {
-			return c.pushTree(ctx, n, inst, base, path.Join(dir, baseDirName))
+			return c.pushTree(ctx, n, inst, base, path.Join(dir, baseDirName), false)
 		}) {
 			return false
 		}
 	}
 	if len(inputs.Dirs) > 0 {
 		launch.Inputs = true
-		if !c.tryPush(ctx, n, log, []*launchOutcome{out}, "push the inputs", func() error {
-			return c.pushTree(ctx, n, inst, inputs, path.Join(dir, wire.InputsDir))
-		}) {
-			return false
-		}
+		return c.sendInputs(ctx, out, inst, log, inputs, path.Join(dir, wire.InputsDir))
 	}
 	return true
 }
@@ -811,8 +818,9 @@ func checkFiles(t domain.Task) error {
 // pushTree replaces dir on n with the files of src, as one tar stream over
 // one transfer (bounded by progress, not by a fixed deadline) that the
 // wrapper unpacks: a tree of thousands of files costs one transfer, not one
-// per file.
-func (c *Controller) pushTree(ctx context.Context, n *nodeRuntime, inst *nodes.Installed, src tree, dir string) error {
+// per file. With merge, only dir's entries that src's top level names are
+// replaced.
+func (c *Controller) pushTree(ctx context.Context, n *nodeRuntime, inst *nodes.Installed, src tree, dir string, merge bool) error {
 	archive := dir + ".tar"
 	pr, pw := io.Pipe()
 	var size int64
@@ -832,7 +840,11 @@ func (c *Controller) pushTree(ctx context.Context, n *nodeRuntime, inst *nodes.I
 	// Unpacking is local to the node: its deadline grows with the tree.
 	uctx, cancel := context.WithTimeout(ctx, c.callTimeout()+time.Duration(size/(4<<20))*time.Second)
 	defer cancel()
-	res, err := n.tr.Exec(uctx, []string{inst.Path, "untar", "--archive", archive, "--dir", dir}, nil)
+	argv := []string{inst.Path, "untar", "--archive", archive, "--dir", dir}
+	if merge {
+		argv = append(argv, "--merge")
+	}
+	res, err := n.tr.Exec(uctx, argv, nil)
 	if err != nil {
 		return err
 	}
@@ -851,7 +863,7 @@ func writeTree(w io.Writer, src tree) (int64, error) {
 	var total int64
 	sent := map[string]bool{}
 	for _, name := range slices.Sorted(maps.Keys(src.Files)) {
-		n, err := addTarFile(tw, name, src.Files[name], true)
+		n, err := addTarFile(tw, name, src.Files[name], true, src.ReadOnly)
 		total += n
 		if err != nil {
 			return total, err
@@ -877,7 +889,7 @@ func writeTree(w io.Writer, src tree) (int64, error) {
 				return nil
 			}
 			sent[name] = true
-			n, err := addTarFile(tw, name, p, false)
+			n, err := addTarFile(tw, name, p, false, src.ReadOnly)
 			total += n
 			return err
 		})
@@ -888,9 +900,10 @@ func writeTree(w io.Writer, src tree) (int64, error) {
 	return total, tw.Close()
 }
 
-// addTarFile writes the file at p to tw as name. A file that is not
-// regular when opened is skipped, or refused when required.
-func addTarFile(tw *tar.Writer, name, p string, required bool) (int64, error) {
+// addTarFile writes the file at p to tw as name, without its write bits
+// when readOnly. A file that is not regular when opened is skipped, or
+// refused when required.
+func addTarFile(tw *tar.Writer, name, p string, required, readOnly bool) (int64, error) {
 	// A link put in a file's place since it was listed is not followed.
 	if fi, err := os.Lstat(p); err == nil && !fi.Mode().IsRegular() {
 		if required {
@@ -916,7 +929,11 @@ func addTarFile(tw *tar.Writer, name, p string, required bool) (int64, error) {
 		}
 		return 0, nil // replaced since the walk saw it
 	}
-	h := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: int64(fi.Mode().Perm()),
+	mode := fi.Mode().Perm()
+	if readOnly {
+		mode &^= 0o222
+	}
+	h := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: int64(mode),
 		Size: fi.Size(), ModTime: fi.ModTime(), Format: tar.FormatPAX}
 	if err := tw.WriteHeader(h); err != nil {
 		return 0, err

@@ -78,9 +78,10 @@ type Launch struct {
 	// (uploaded by the controller) whose tree is copied into a fresh output/
 	// before setup and the tool. It stays in place for later attempts.
 	Base string `json:"base"`
-	// Inputs, when true, says the task directory's inputs/ (uploaded by
-	// the controller) holds its dependencies' outputs: the tool sees its
-	// path in DISPATCH_INPUTS, read-only under the sandbox.
+	// Inputs, when true, says the task directory's inputs/ (pushed by the
+	// controller, or copied on the node by `wrapper inputs`) holds its
+	// dependencies' outputs: the tool sees its path in DISPATCH_INPUTS,
+	// read-only under the sandbox.
 	Inputs bool `json:"inputs,omitempty"`
 	// Repo, when set, makes output/ a git workspace of a git-native
 	// project instead (Base must then be empty).

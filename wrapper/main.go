@@ -29,7 +29,8 @@ commands (see docs/PROTOCOL.md):
   tail   --dir D [--follow]
   which  NAME...                  (stdin: JSON map of environment variables)
   sandbox                         (whether bwrap works here for this user)
-  untar  --archive A --dir D       (replaces D with A's tree, removes A)
+  untar  --archive A --dir D [--merge]  (replaces D, or with --merge its top entries, with A's tree; removes A)
+  inputs --dir D                  (stdin: dependencies to copy from this node into D, verified)
   tar    --dir D --out A [--max-bytes N]
   git-receive --repo R --commit C   (stdin: a pack completing base commit C)
   git-have    --repo R
@@ -118,6 +119,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdLaunch(ctx, rest, stdin, stdout)
 	case "untar":
 		err = cmdUntar(ctx, rest, stdout)
+	case "inputs":
+		err = cmdInputs(ctx, rest, stdin, stdout)
 	case "tar":
 		err = cmdTar(ctx, rest, stdout)
 	case "git-receive":

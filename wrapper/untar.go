@@ -35,6 +35,7 @@ func cmdUntar(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("untar")
 	archive := fs.String("archive", "", "the tar archive to unpack (removed afterwards)")
 	dirFlag := fs.String("dir", "", "the directory to replace with the archive's tree")
+	merge := fs.Bool("merge", false, "replace only the entries of --dir the archive's top level names")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -67,19 +68,48 @@ func cmdUntar(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	reply, err := unpack(ctx, f, tmp)
 	if err == nil {
-		// RemoveAll removes a link in dir's place, never what it names.
-		if err = os.RemoveAll(dir); err == nil {
-			err = os.Rename(tmp, dir)
-		}
-		if err != nil {
-			err = ioError(fmt.Errorf("replace %s: %w", dir, err))
-		}
+		err = placeTree(tmp, dir, *merge)
 	}
 	if err != nil {
 		os.RemoveAll(tmp)
 		return err
 	}
 	return printJSON(stdout, reply)
+}
+
+// placeTree moves the tree built in tmp to dir: in dir's place, or with
+// merge into an existing directory dir, each top-level entry of tmp in
+// place of dir's entry of that name, dir's other entries kept (the inputs
+// the node copied itself stay beside those the controller sends).
+func placeTree(tmp, dir string, merge bool) error {
+	if fi, err := os.Lstat(dir); merge && err == nil && fi.IsDir() {
+		entries, err := os.ReadDir(tmp)
+		if err != nil {
+			return ioError(err)
+		}
+		for _, e := range entries {
+			to := filepath.Join(dir, e.Name())
+			if err := os.RemoveAll(to); err != nil {
+				return ioError(fmt.Errorf("replace %s: %w", to, err))
+			}
+			if err := os.Rename(filepath.Join(tmp, e.Name()), to); err != nil {
+				return ioError(fmt.Errorf("replace %s: %w", to, err))
+			}
+		}
+		if err := os.Remove(tmp); err != nil {
+			return ioError(err)
+		}
+		return nil
+	}
+	// RemoveAll removes a link in dir's place, never what it names.
+	err := os.RemoveAll(dir)
+	if err == nil {
+		err = os.Rename(tmp, dir)
+	}
+	if err != nil {
+		return ioError(fmt.Errorf("replace %s: %w", dir, err))
+	}
+	return nil
 }
 
 // unpack writes the regular files and directories of the archive r under
