@@ -90,6 +90,13 @@ type Task struct {
 	// StartFrom is start_from: inputs (""), dependencies or base: what
 	// a plain project's task with dependencies receives of their outputs.
 	StartFrom string
+
+	// Preemptions counts the attempts a more urgent task stopped
+	// (preempted), which do not use up RetriesUsed either.
+	Preemptions int
+	// NotPreemptible is preemptible: false: no more urgent task stops it.
+	NotPreemptible bool
+
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }

@@ -329,7 +329,7 @@ func (l *loader) readText(path string) (text string, exists, ok bool) {
 
 // ProjectKeys are the keys project.yaml accepts.
 var ProjectKeys = []string{"integration", "verification", "max_fix_rounds", "integration_spec",
-	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget", "notify", "schedule", "sandbox", "limits", "network", "gate", "retention", "files", "start_from"}
+	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget", "notify", "schedule", "sandbox", "limits", "network", "gate", "retention", "files", "start_from", "preemptible"}
 
 func (l *loader) loadConfig() {
 	path := l.path(ConfigFile)
@@ -381,6 +381,10 @@ func (l *loader) configKey(y yamlFile, c *ProjectConfig, at *configNodes, key st
 			} else {
 				c.Ref, at.ref = s, v
 			}
+		}
+	case "preemptible":
+		if b, ok := y.Bool(v, "", key); ok {
+			c.Preemptible = &b
 		}
 	case "integration", "verification":
 		if b, ok := y.Bool(v, "", key); ok {
@@ -761,7 +765,7 @@ func (l *loader) loadShared() {
 // TaskKeys are the keys a spec's front matter accepts.
 var TaskKeys = []string{"type", "tool", "model", "priority", "depends_on", "timeout",
 	"max_retries", "node", "tags", "context", "stall_timeout", "sandbox", "limits", "network",
-	"matrix", "matrix_file", "nodes", "env", "retry_backoff", "files", "start_from"}
+	"matrix", "matrix_file", "nodes", "env", "retry_backoff", "files", "start_from", "preemptible"}
 
 // parseTask parses one task file. It returns nil when the file could not
 // be read as text at all; otherwise problems are reported and the task is
@@ -789,6 +793,7 @@ func (l *loader) parseTask(f taskFile) *parsed {
 		Files:      cfg.Files,
 		StartFrom:  cfg.StartFrom,
 	}
+	t.NotPreemptible = cfg.Preemptible != nil && !*cfg.Preemptible
 	p := &parsed{task: t, depLines: map[string]int{}}
 	var refs []item
 
@@ -969,6 +974,10 @@ func (l *loader) frontMatter(y yamlFile, root *yaml.Node, p *parsed) []item {
 		case "start_from":
 			if s, ok := y.startFrom(key, v); ok {
 				t.StartFrom = s
+			}
+		case "preemptible":
+			if b, ok := y.Bool(v, "", key); ok {
+				t.NotPreemptible = !b
 			}
 		default:
 			l.fanKey(y, p, key, v)

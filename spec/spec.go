@@ -71,6 +71,9 @@ type Task struct {
 	// StartFrom is start_from: (domain.StartInputs, StartDependencies, StartBase),
 	// front matter, else project.yaml, else "" (inputs).
 	StartFrom string
+	// NotPreemptible is preemptible: false (front matter, else
+	// project.yaml): a more urgent task never stops this one.
+	NotPreemptible bool
 
 	// Snapshot is the text given to the tool. Its format is part of the
 	// contract because Hash is compared across versions of dispatch:
@@ -118,6 +121,9 @@ type ProjectConfig struct {
 	Files []string
 	// StartFrom is the default start_from: of its tasks; "" when not set.
 	StartFrom string
+	// Preemptible is the default preemptible: of its tasks; nil when not
+	// set (preemptible).
+	Preemptible *bool
 	// Repo is project.yaml's repo: as written (relative to the project
 	// directory, or absolute), Ref its ref: ("" for HEAD), and Source what
 	// they resolved to: the commit every author task starts from.

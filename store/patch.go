@@ -52,6 +52,11 @@ type TaskPatch struct {
 	Files            *[]string          `col:"files"`
 	StartFrom        *string            `col:"start_from"`
 	RetryBackoff     *time.Duration     `col:"retry_backoff_seconds"`
+
+	// Preemptions counts the attempts a more urgent task stopped;
+	// NotPreemptible is preemptible: false.
+	Preemptions    *int  `col:"preemptions"`
+	NotPreemptible *bool `col:"not_preemptible"`
 }
 
 // AttemptPatch changes columns of one attempt's row.
