@@ -42,6 +42,11 @@ type staleAttempt struct {
 	// in the database): its node's word alone, which holds the node back
 	// but never the task.
 	foreign bool
+	// grace is the time between SIGTERM and SIGKILL (0: staleGrace), and
+	// preempted is set for an attempt a more urgent task stopped (see
+	// preempt.go): its kill's reply is recorded.
+	grace     time.Duration
+	preempted bool
 }
 
 // snapshot is what one tick's decisions read from the database.
@@ -297,8 +302,15 @@ func (c *Controller) killStale(ctx context.Context, stale []staleAttempt) map[st
 			if inst == nil {
 				continue // not tried: the next pull checks the wrapper again
 			}
-			kctx, cancel := context.WithTimeout(ctx, c.callTimeout()+killSlack)
-			res, err := n.tr.Exec(kctx, []string{inst.Path, "kill", "--dir", sa.dir, "--grace", staleGrace, "--node", n.name}, nil)
+			dir, grace := sa.dir, staleGrace
+			if dir == "" {
+				dir = taskDir(inst, sa.project, sa.task)
+			}
+			if sa.grace > 0 {
+				grace = sa.grace.String()
+			}
+			kctx, cancel := context.WithTimeout(ctx, c.callTimeout()+killSlack+sa.grace)
+			res, err := n.tr.Exec(kctx, []string{inst.Path, "kill", "--dir", dir, "--grace", grace, "--node", n.name}, nil)
 			cancel()
 			why := ""
 			switch {
@@ -311,6 +323,8 @@ func (c *Controller) killStale(ctx context.Context, stale []staleAttempt) map[st
 					keyTask, sa.task, keyAttempt, sa.attempt)
 			case res.ExitCode != 0:
 				why = policy.ReplyError(res, nil)
+			case sa.preempted:
+				c.recordPreemptedEnd(ctx, sa, res.Stdout)
 			}
 			mu.Lock()
 			tried[sa] = true

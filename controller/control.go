@@ -252,7 +252,7 @@ func (c *Controller) Retry(ctx context.Context, project string, ids []string, do
 				continue // deleted above; the phase recreates it
 			}
 			t := byID[id]
-			set := store.TaskPatch{RetriesUsed: new(0), RateLimitRetries: new(0), LostRetries: new(0), NotBefore: new(time.Time{})}
+			set := store.TaskPatch{RetriesUsed: new(0), RateLimitRetries: new(0), LostRetries: new(0), Preemptions: new(0), NotBefore: new(time.Time{})}
 			if f := fresh[id]; f != nil && f.Hash != t.SpecHash && !domain.IsPhaseID(id) {
 				set.Snapshot, set.SpecHash = new(f.Snapshot), new(f.Hash)
 				notes = append(notes, id+" takes its changed spec")

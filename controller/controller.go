@@ -133,6 +133,9 @@ type Controller struct {
 	killFailures  map[string]int
 	unkilledNodes map[string]bool
 	unkilledTasks map[string]bool
+	// preempting holds the preemptions under way (see preempt.go), by
+	// the stopped attempt's killKey; the control loop's goroutine owns it.
+	preempting map[string]underWay
 
 	// requests carries operator commands from the control socket to Run;
 	// ended is closed when Run has ended, so that no handler waits for it.

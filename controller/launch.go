@@ -610,12 +610,12 @@ func (c *Controller) shipBases(ctx context.Context, n *nodeRuntime, inst *nodes.
 }
 
 // resumeClasses are the failures after which the next attempt continues
-// the tool's session: the tool was stopped from outside, its work so far
-// is sound.
-var resumeClasses = map[string]bool{wire.ClassRateLimit: true, wire.ClassStalled: true}
+// the tool's session: the tool was stopped from outside (a rate limit, a
+// stall, a more urgent task), its work so far is sound.
+var resumeClasses = map[string]bool{wire.ClassRateLimit: true, wire.ClassStalled: true, classPreempted: true}
 
 // resumable returns the session the claimed attempt continues, or "": the
-// attempt before it was stopped by a rate limit or a stall, named its
+// attempt before it was stopped by a rate limit, a stall or a preemption, named its
 // session, and ran on the same node under the same api_mode (the session
 // lives in the tool's home there, and its workspace in the task directory).
 func (c *Controller) resumable(ctx context.Context, cl claim) (string, error) {

@@ -74,6 +74,9 @@ type tickPlan struct {
 	wentOn   []string
 	// opts are the options of the active projects, for the claims.
 	opts map[string]domain.ProjectOptions
+	// underWay are the preemptions under way once this tick is recorded
+	// (see preempt.go).
+	underWay map[string]underWay
 }
 
 // tickOutcome is what the decisions of a tick leave to the rest of it.
@@ -119,6 +122,7 @@ func (c *Controller) decide(ctx context.Context, active []domain.Project, names 
 		return out, err
 	}
 	c.taskCache.end()
+	c.preempting = tp.underWay
 	out.changed, out.stale, out.wake, out.pauseEnd = tp.changed, tp.stale, tp.wake, tp.pauseEnd
 	for _, n := range tp.notices {
 		c.addNotice(n) // sent at the end of the tick, with its others
@@ -204,10 +208,15 @@ func (c *Controller) read(ctx context.Context, tx *store.Tx, active []domain.Pro
 			continue
 		}
 		r.active = append(r.active, p)
-		if free == 0 {
+		limit := candidateFactor * free
+		if limit == 0 && c.cfg.Controller.Preemption.On() {
+			// No slot is free, but its most urgent task may preempt.
+			limit = 1
+		}
+		if limit == 0 {
 			continue
 		}
-		ts, err := tx.Runnable(ctx, p.Name, now, candidateFactor*free)
+		ts, err := tx.Runnable(ctx, p.Name, now, limit)
 		if errors.Is(err, store.ErrDamaged) {
 			// A candidate that does not read back is its project's
 			// trouble (left out, stopped after a few), not the tick's.
@@ -339,6 +348,8 @@ func (c *Controller) decideTick(r *tickRead, pulls map[string]*pull, announced, 
 	if len(in.candidates) > 0 {
 		tp.picks = decideClaims(c.cfg, in)
 	}
+	c.planPreemptions(r, &tp, in, now)
+	preemptedGrace(tp.stale, tp.underWay)
 	return tp
 }
 

@@ -31,6 +31,8 @@ type fakeAPI struct {
 	beatAt time.Time
 	// readOnly makes the session refuse actions.
 	readOnly bool
+	// preempted counts, by task, the attempts a more urgent task stopped.
+	preempted map[string]int
 	// mu guards status, full, events and posts.
 	mu     sync.Mutex
 	status map[string]string
@@ -60,6 +62,9 @@ func (f *fakeAPI) task(i int) map[string]any {
 	t := map[string]any{"id": id, "title": title, "type": "implementation", "status": f.status[id], "node": "n1",
 		"attempt": 1, "exit_code": 0, "error_class": "", "error": "", "started_at": time.Now().Add(-time.Minute).Format(time.RFC3339),
 		"completed_at": "", "duration_seconds": 0, "sandbox": "bwrap"}
+	if n := f.preempted[id]; n > 0 {
+		t["preemptions"], t["attempt"], t["error_class"], t["error"] = n, n, "preempted", "preempted on n1 by hot/S01 (priority 1; this task's is 9)"
+	}
 	if !f.beatAt.IsZero() && f.status[id] == "running" {
 		t["heartbeat_at"], t["output_at"], t["stall_seconds"] = f.beatAt.Format(time.RFC3339Nano), time.Now().Format(time.RFC3339Nano), 60
 	}

@@ -25,11 +25,12 @@ var Statuses = []Status{Pending, Claimed, Running, Completed, Failed, Blocked, C
 // legal is the task state machine: legal[from] holds the statuses a task may
 // move to. A retry goes failed → pending; a dispatch retry of a finished task
 // goes completed/canceled → pending; a completed task whose outputs cannot be
-// collected (over quota, transfer failing) goes completed → failed.
+// collected (over quota, transfer failing) goes completed → failed; a
+// running attempt a more urgent task preempts goes running → pending.
 var legal = map[Status][]Status{
 	Pending:   {Claimed, Blocked, Canceled},
 	Claimed:   {Running, Completed, Failed, Pending, Lost, Canceled},
-	Running:   {Completed, Failed, Lost, Canceled},
+	Running:   {Completed, Failed, Lost, Canceled, Pending},
 	Completed: {Pending, Failed},
 	Failed:    {Pending, Blocked},
 	Blocked:   {Pending, Canceled},

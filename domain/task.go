@@ -103,8 +103,15 @@ type Task struct {
 	// OnConflict is on_conflict: markers ("") or fail: what a conflict
 	// between a git project's task's dependencies' results does.
 	OnConflict string
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
+
+	// Preemptions counts the attempts a more urgent task stopped
+	// (preempted), which do not use up RetriesUsed either.
+	Preemptions int
+	// NotPreemptible is preemptible: false: no more urgent task stops it.
+	NotPreemptible bool
+
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // Attempt is one attempt of a task: its row in attempts.

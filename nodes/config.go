@@ -25,7 +25,8 @@ import (
 // reference is checked against them.
 var Keys = map[string][]string{
 	"top":           {"controller", "nodes", "api_modes", "routes", "tools", "notify"},
-	"controller":    {"poll_interval", "heartbeat_timeout", "node_offline_timeout", "max_retries", "retry_backoff", "retry_backoff_max", "max_fix_rounds", "ssh_connect_timeout", "max_parallel_ssh", "collect_max_bytes", "collect_max_files", "retention", "log_max_size"},
+	"controller":    {"poll_interval", "heartbeat_timeout", "node_offline_timeout", "max_retries", "retry_backoff", "retry_backoff_max", "max_fix_rounds", "ssh_connect_timeout", "max_parallel_ssh", "collect_max_bytes", "collect_max_files", "retention", "log_max_size", "preemption"},
+	"preemption":    {"priority_gap", "grace"},
 	"node":          {"name", "ssh", "slots", "spares", "api_mode", "api_modes", "work_dir", "tool", "min_free_mem", "tags", "dangerous", "strict_host_key_checking", "stall_timeout", "sandbox", "sandbox_paths", "limits", "network"},
 	"sandbox_paths": {"ro", "rw"},
 	"api_mode":      {"env", "max_concurrency", "dangerous", "fallback"},
@@ -68,6 +69,9 @@ type Controller struct {
 	// LogMaxSize is the size at which the controller's dispatch.log is
 	// rotated (log_max_size; three old logs are kept).
 	LogMaxSize int64
+	// Preemption lets an urgent task stop a much less urgent one
+	// (preemption:); off unless nodes.yaml says.
+	Preemption Preemption
 }
 
 // DefaultLogMaxSize is log_max_size when nodes.yaml leaves it out.
@@ -474,6 +478,9 @@ func (p *parser) controller(n *yaml.Node) Controller {
 	}
 	if v := f["retention"].val; v != nil && !yamlval.IsNull(v) {
 		c.Retention, _ = p.Retention(v, "controller", "retention")
+	}
+	if v := f["preemption"].val; v != nil && !yamlval.IsNull(v) {
+		c.Preemption = p.preemption(v)
 	}
 	return c
 }

@@ -28,7 +28,7 @@ func storeTask(p *spec.Project, t *spec.Task, cfg *nodes.Config) domain.Task {
 	return domain.Task{Project: p.Name, ID: t.ID, Title: t.Title, Type: t.Type, Tool: t.Tool, Model: t.Model,
 		Priority: t.Priority, DependsOn: deps, Tags: t.Tags, NodePin: t.Node, Timeout: t.Timeout, Stall: t.Stall,
 		MaxRetries: maxRetries, SpecFile: t.File, SpecHash: t.Hash, Snapshot: t.Snapshot, Sandbox: t.Sandbox, Network: t.Network, Limits: t.Limits,
-		Env: t.Env, RetryBackoff: t.RetryBackoff, Files: t.Files, StartFrom: t.StartFrom, OnConflict: t.OnConflict}
+		Env: t.Env, RetryBackoff: t.RetryBackoff, Files: t.Files, StartFrom: t.StartFrom, OnConflict: t.OnConflict, NotPreemptible: t.NotPreemptible}
 }
 
 // SyncResult says what AddProject found.
@@ -191,7 +191,8 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, home st
 				NodePin: new(nt.NodePin), Timeout: new(nt.Timeout), Stall: new(nt.Stall), MaxRetries: new(nt.MaxRetries),
 				SpecFile: new(nt.SpecFile), SpecHash: new(nt.SpecHash), Snapshot: new(nt.Snapshot), BaseDir: new(nt.BaseDir),
 				BaseCommit: new(nt.BaseCommit), Limits: new(nt.Limits), Sandbox: new(nt.Sandbox), Network: new(nt.Network),
-				Env: new(nt.Env), RetryBackoff: new(nt.RetryBackoff), Files: new(nt.Files), StartFrom: new(nt.StartFrom), OnConflict: new(nt.OnConflict)}); err != nil {
+				Env: new(nt.Env), RetryBackoff: new(nt.RetryBackoff), Files: new(nt.Files), StartFrom: new(nt.StartFrom), OnConflict: new(nt.OnConflict),
+				NotPreemptible: new(nt.NotPreemptible)}); err != nil {
 				return err
 			}
 			msg := "spec changed before the task ran; using the new one"
@@ -213,5 +214,5 @@ func sameSettings(a, b domain.Task) bool {
 		a.NodePin == b.NodePin && a.Timeout == b.Timeout && a.Stall == b.Stall && a.MaxRetries == b.MaxRetries && a.BaseDir == b.BaseDir &&
 		a.BaseCommit == b.BaseCommit && a.Limits == b.Limits && a.Sandbox == b.Sandbox && a.Network == b.Network &&
 		maps.Equal(a.Env, b.Env) && a.RetryBackoff == b.RetryBackoff && slices.Equal(a.Files, b.Files) && a.StartFrom == b.StartFrom &&
-		a.OnConflict == b.OnConflict
+		a.OnConflict == b.OnConflict && a.NotPreemptible == b.NotPreemptible
 }

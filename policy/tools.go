@@ -209,7 +209,7 @@ func (b builtinTool) flags(model string, dangerous bool) []string {
 }
 
 // ResumePrompt is what a resumed session is told.
-const ResumePrompt = "You were interrupted (a rate limit or a stall stopped you). Continue the task from where you left off and finish it.\n"
+const ResumePrompt = "You were interrupted (a rate limit, a stall or a more urgent task stopped you). Continue the task from where you left off and finish it.\n"
 
 // NetworkAllow is launch.json's allow list for a task whose network
 // setting is an allow list: its entries, the hosts of tool's provider

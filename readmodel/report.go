@@ -77,6 +77,9 @@ type Totals struct {
 	TokensOut   int64   `json:"tokens_out"`
 	CostUSD     float64 `json:"cost_usd"`
 	WallSeconds float64 `json:"wall_seconds"`
+	// Preemptions counts the attempts a more urgent task stopped
+	// (error_class preempted); in the JSON only when there were some.
+	Preemptions int `json:"preemptions,omitempty"`
 }
 
 // ReportTask is a task with its attempts and collected outputs.
@@ -221,6 +224,10 @@ func BuildReport(ctx context.Context, st *store.Store, cfg Nodes, home, project 
 	return r, nil
 }
 
+// preemptedClass is the error class of an attempt a more urgent task
+// stopped (the controller's word).
+const preemptedClass = "preempted"
+
 // addAttempts counts the attempts of run number run in the totals and
 // returns them by task, the use of each node and the tasks that ran with
 // permission checks off.
@@ -233,6 +240,9 @@ func (r *Report) addAttempts(runs []domain.Attempt, number int) (attempts map[st
 		dangerous[run.Task] = dangerous[run.Task] || run.Dangerous
 		attempts[run.Task] = append(attempts[run.Task], attemptView(run))
 		r.Totals.Attempts++
+		if run.ErrorClass == preemptedClass {
+			r.Totals.Preemptions++
+		}
 		// Stored figures were clamped when they arrived; the sums still
 		// saturate rather than wrap or overflow to infinity.
 		r.Totals.TokensIn = addSat(r.Totals.TokensIn, max(run.TokensIn, 0))
@@ -440,8 +450,12 @@ func (r *Report) mdOutcome(b *strings.Builder, stop *BudgetStop) {
 		fmt.Fprintf(b, "%s%s.\n\n", head, stop.Summary())
 		head = ""
 	}
-	fmt.Fprintf(b, "%s%d of %d tasks completed, %d failed, %d attempts, %s wall time.\n\n",
-		head, r.Totals.Completed, r.Totals.Tasks, r.Totals.Failed, r.Totals.Attempts, FormatSeconds(r.Totals.WallSeconds))
+	preempted := ""
+	if n := r.Totals.Preemptions; n > 0 {
+		preempted = fmt.Sprintf(" (%d preempted by more urgent tasks)", n)
+	}
+	fmt.Fprintf(b, "%s%d of %d tasks completed, %d failed, %d attempts%s, %s wall time.\n\n",
+		head, r.Totals.Completed, r.Totals.Tasks, r.Totals.Failed, r.Totals.Attempts, preempted, FormatSeconds(r.Totals.WallSeconds))
 	var reused []string
 	for _, t := range r.Tasks {
 		if t.ReusedFromRun > 0 {

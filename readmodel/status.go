@@ -73,10 +73,13 @@ type StatusView struct {
 	Fallbacks map[string]string `json:"-"`
 	// Budget is set when the project's budget stopped it; the text views
 	// say so first.
-	Budget *BudgetStop    `json:"-"`
-	state  string         // project state, for the text view
-	result string         // project result once finished
-	byID   map[string]int // index into Tasks
+	Budget *BudgetStop `json:"-"`
+	// Preemptions counts the attempts of the run's tasks a more urgent
+	// task stopped, for the text view (each task's is in the JSON).
+	Preemptions int            `json:"-"`
+	state       string         // project state, for the text view
+	result      string         // project result once finished
+	byID        map[string]int // index into Tasks
 }
 
 // Counts counts tasks by status. A lost attempt is requeued at once, so lost
@@ -187,6 +190,9 @@ type TaskView struct {
 	// since), StaleWhy says which (domain.Stale): retry --downstream.
 	Stale    bool   `json:"stale,omitempty"`
 	StaleWhy string `json:"stale_why,omitempty"`
+	// Preemptions counts the task's attempts a more urgent task stopped
+	// (controller.preemption); in the JSON only when there were some.
+	Preemptions int `json:"preemptions,omitempty"`
 }
 
 // NodeView is one node in status output.
@@ -247,6 +253,7 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 		tv.StaleWhy = stale[t.ID]
 		tv.Stale = tv.StaleWhy != ""
 		v.Tasks = append(v.Tasks, tv)
+		v.Preemptions += t.Preemptions
 	}
 	// A notification that failed is shown until one goes through.
 	if e, ok, err := st.LastEvent(ctx, project, "notify", "notify_failed"); err != nil {
@@ -278,7 +285,8 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 func taskView(t domain.Task, sandbox string, gating bool, now time.Time) TaskView {
 	tv := TaskView{ID: t.ID, Title: t.Title, Type: t.Type, Status: t.Status, Node: t.Node, Attempt: t.Attempt,
 		ExitCode: t.ExitCode, ErrorClass: t.ErrorClass, Error: t.Error, Warning: t.Warning, ReusedFrom: t.ReusedFrom,
-		StartedAt: jsonTime(t.StartedAt), CompletedAt: jsonTime(t.CompletedAt), Sandbox: sandbox, Gating: gating, Inputs: []domain.Given{}}
+		StartedAt: jsonTime(t.StartedAt), CompletedAt: jsonTime(t.CompletedAt), Sandbox: sandbox, Gating: gating, Inputs: []domain.Given{},
+		Preemptions: t.Preemptions}
 	switch {
 	case !t.StartedAt.IsZero() && !t.CompletedAt.IsZero() && t.CompletedAt.After(t.StartedAt):
 		tv.DurationSeconds = t.CompletedAt.Sub(t.StartedAt).Seconds()

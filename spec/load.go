@@ -329,7 +329,7 @@ func (l *loader) readText(path string) (text string, exists, ok bool) {
 
 // ProjectKeys are the keys project.yaml accepts.
 var ProjectKeys = []string{"integration", "verification", "max_fix_rounds", "integration_spec",
-	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget", "notify", "schedule", "sandbox", "limits", "network", "gate", "retention", "files", "start_from", "on_conflict"}
+	"tool", "type", "timeout", "max_retries", "base", "repo", "ref", "setup", "halt", "stall_timeout", "budget", "notify", "schedule", "sandbox", "limits", "network", "gate", "retention", "files", "start_from", "on_conflict", "preemptible"}
 
 func (l *loader) loadConfig() {
 	path := l.path(ConfigFile)
@@ -387,6 +387,10 @@ func (l *loader) configKey(y yamlFile, c *ProjectConfig, at *configNodes, key st
 			} else {
 				c.Ref, at.ref = s, v
 			}
+		}
+	case "preemptible":
+		if b, ok := y.Bool(v, "", key); ok {
+			c.Preemptible = &b
 		}
 	case "integration", "verification":
 		if b, ok := y.Bool(v, "", key); ok {
@@ -794,7 +798,7 @@ func (l *loader) loadShared() {
 // TaskKeys are the keys a spec's front matter accepts.
 var TaskKeys = []string{"type", "tool", "model", "priority", "depends_on", "timeout",
 	"max_retries", "node", "tags", "context", "stall_timeout", "sandbox", "limits", "network",
-	"matrix", "matrix_file", "nodes", "env", "retry_backoff", "files", "start_from", "on_conflict"}
+	"matrix", "matrix_file", "nodes", "env", "retry_backoff", "files", "start_from", "on_conflict", "preemptible"}
 
 // parseTask parses one task file. It returns nil when the file could not
 // be read as text at all; otherwise problems are reported and the task is
@@ -823,6 +827,7 @@ func (l *loader) parseTask(f taskFile) *parsed {
 		StartFrom:  cfg.StartFrom,
 		OnConflict: cfg.OnConflict,
 	}
+	t.NotPreemptible = cfg.Preemptible != nil && !*cfg.Preemptible
 	p := &parsed{task: t, depLines: map[string]int{}}
 	var refs []item
 
@@ -1013,6 +1018,10 @@ func (l *loader) frontMatter(y yamlFile, root *yaml.Node, p *parsed) []item {
 				if l.project.Config.Repo == "" {
 					y.Errorf(v, onConflictFix, onConflictMsg)
 				}
+			}
+		case "preemptible":
+			if b, ok := y.Bool(v, "", key); ok {
+				t.NotPreemptible = !b
 			}
 		default:
 			l.fanKey(y, p, key, v)

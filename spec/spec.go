@@ -74,6 +74,9 @@ type Task struct {
 	// OnConflict is on_conflict: (domain.ConflictMarkers, ConflictFail),
 	// front matter, else project.yaml, else "" (markers); git projects only.
 	OnConflict string
+	// NotPreemptible is preemptible: false (front matter, else
+	// project.yaml): a more urgent task never stops this one.
+	NotPreemptible bool
 
 	// Snapshot is the text given to the tool. Its format is part of the
 	// contract because Hash is compared across versions of dispatch:
@@ -123,6 +126,9 @@ type ProjectConfig struct {
 	StartFrom string
 	// OnConflict is the default on_conflict: of its tasks; "" when not set.
 	OnConflict string
+	// Preemptible is the default preemptible: of its tasks; nil when not
+	// set (preemptible).
+	Preemptible *bool
 	// Repo is project.yaml's repo: as written (relative to the project
 	// directory, or absolute), Ref its ref: ("" for HEAD), and Source what
 	// they resolved to: the commit every author task starts from.

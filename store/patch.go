@@ -53,6 +53,11 @@ type TaskPatch struct {
 	StartFrom        *string            `col:"start_from"`
 	OnConflict       *string            `col:"on_conflict"`
 	RetryBackoff     *time.Duration     `col:"retry_backoff_seconds"`
+
+	// Preemptions counts the attempts a more urgent task stopped;
+	// NotPreemptible is preemptible: false.
+	Preemptions    *int  `col:"preemptions"`
+	NotPreemptible *bool `col:"not_preemptible"`
 }
 
 // AttemptPatch changes columns of one attempt's row.

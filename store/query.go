@@ -26,7 +26,7 @@ const taskSelect = "SELECT " + taskColumns + " FROM "
 const taskListSelect = `SELECT project, id, title, type, tool, model, priority, depends_on, tags, node_pin,
 	timeout_seconds, max_retries, spec_file, spec_hash, x'' AS snapshot, status, attempt, retries_used, node,
 	not_before, exit_code, error_class, error, started_at, completed_at, heartbeat, heartbeat_at,
-	created_at, updated_at, warning, base_dir, rate_limit_retries, stall_seconds, base_commit, reused_from, lost_retries, sandbox, limits, network, env, retry_backoff_seconds, files, start_from, on_conflict FROM `
+	created_at, updated_at, warning, base_dir, rate_limit_retries, stall_seconds, base_commit, reused_from, lost_retries, sandbox, limits, network, env, retry_backoff_seconds, files, start_from, on_conflict, not_preemptible, preemptions FROM `
 
 func scanTask(rows scanner) (domain.Task, error) {
 	var t domain.Task
@@ -34,7 +34,7 @@ func scanTask(rows scanner) (domain.Task, error) {
 	var timeout, stall, backoff float64
 	err := rows.Scan(&t.Project, &t.ID, &t.Title, &t.Type, &t.Tool, &t.Model, &t.Priority, &deps, &tags, &t.NodePin,
 		&timeout, &t.MaxRetries, &t.SpecFile, &t.SpecHash, &t.Snapshot, &t.Status, &t.Attempt, &t.RetriesUsed, &t.Node,
-		&notBefore, &t.ExitCode, &t.ErrorClass, &t.Error, &started, &completed, &t.Heartbeat, &hbAt, &created, &updated, &t.Warning, &t.BaseDir, &t.RateLimitRetries, &stall, &t.BaseCommit, &t.ReusedFrom, &t.LostRetries, &t.Sandbox, &limits, &t.Network, &env, &backoff, &files, &t.StartFrom, &t.OnConflict)
+		&notBefore, &t.ExitCode, &t.ErrorClass, &t.Error, &started, &completed, &t.Heartbeat, &hbAt, &created, &updated, &t.Warning, &t.BaseDir, &t.RateLimitRetries, &stall, &t.BaseCommit, &t.ReusedFrom, &t.LostRetries, &t.Sandbox, &limits, &t.Network, &env, &backoff, &files, &t.StartFrom, &t.OnConflict, &t.NotPreemptible, &t.Preemptions)
 	if err != nil {
 		return t, err
 	}

@@ -44,7 +44,7 @@ func (s *Store) table(name string) string {
 const taskColumns = `project, id, title, type, tool, model, priority, depends_on, tags, node_pin,
 	timeout_seconds, max_retries, spec_file, spec_hash, snapshot, status, attempt, retries_used, node,
 	not_before, exit_code, error_class, error, started_at, completed_at, heartbeat, heartbeat_at,
-	created_at, updated_at, warning, base_dir, rate_limit_retries, stall_seconds, base_commit, reused_from, lost_retries, sandbox, limits, network, env, retry_backoff_seconds, files, start_from, on_conflict`
+	created_at, updated_at, warning, base_dir, rate_limit_retries, stall_seconds, base_commit, reused_from, lost_retries, sandbox, limits, network, env, retry_backoff_seconds, files, start_from, on_conflict, not_preemptible, preemptions`
 
 // RunRangeError is a run number a project does not have.
 type RunRangeError struct {
@@ -231,13 +231,13 @@ func (tx *Tx) RunAgain(ctx context.Context, t domain.Task, reason string) error 
 	if err := tx.tx.QueryRowContext(ctx, "SELECT status FROM tasks WHERE project = ? AND id = ?", t.Project, t.ID).Scan(&from); err != nil {
 		return fmt.Errorf("task %s/%s: %w", t.Project, t.ID, err)
 	}
-	_, err := tx.tx.ExecContext(ctx, `UPDATE tasks SET status = ?, retries_used = 0, rate_limit_retries = 0, lost_retries = 0, node = '',
+	_, err := tx.tx.ExecContext(ctx, `UPDATE tasks SET status = ?, retries_used = 0, rate_limit_retries = 0, lost_retries = 0, preemptions = 0, node = '',
 		not_before = '', exit_code = 0, error_class = '', error = '', started_at = '', completed_at = '', heartbeat = '',
 		heartbeat_at = '', warning = '', reused_from = 0, title = ?, type = ?, tool = ?, model = ?, priority = ?,
 		depends_on = ?, tags = ?, node_pin = ?, timeout_seconds = ?, stall_seconds = ?, max_retries = ?, spec_file = ?,
-		spec_hash = ?, snapshot = ?, base_dir = ?, base_commit = ?, sandbox = ?, limits = ?, network = ?, env = ?, retry_backoff_seconds = ?, files = ?, start_from = ?, on_conflict = ?, updated_at = ? WHERE project = ? AND id = ?`,
+		spec_hash = ?, snapshot = ?, base_dir = ?, base_commit = ?, sandbox = ?, limits = ?, network = ?, env = ?, retry_backoff_seconds = ?, files = ?, start_from = ?, on_conflict = ?, not_preemptible = ?, updated_at = ? WHERE project = ? AND id = ?`,
 		domain.Pending, t.Title, t.Type, t.Tool, t.Model, t.Priority, sqlValue(t.DependsOn), sqlValue(t.Tags), t.NodePin,
-		t.Timeout.Seconds(), t.Stall.Seconds(), t.MaxRetries, t.SpecFile, t.SpecHash, t.Snapshot, t.BaseDir, t.BaseCommit, t.Sandbox, sqlValue(t.Limits), t.Network, sqlValue(t.Env), t.RetryBackoff.Seconds(), sqlValue(t.Files), t.StartFrom, t.OnConflict,
+		t.Timeout.Seconds(), t.Stall.Seconds(), t.MaxRetries, t.SpecFile, t.SpecHash, t.Snapshot, t.BaseDir, t.BaseCommit, t.Sandbox, sqlValue(t.Limits), t.Network, sqlValue(t.Env), t.RetryBackoff.Seconds(), sqlValue(t.Files), t.StartFrom, t.OnConflict, t.NotPreemptible,
 		formatTime(tx.now), t.Project, t.ID)
 	if err != nil {
 		return fmt.Errorf("run %s/%s again: %w", t.Project, t.ID, err)
@@ -255,7 +255,7 @@ func (tx *Tx) RunAgain(ctx context.Context, t domain.Task, reason string) error 
 func (tx *Tx) Reuse(ctx context.Context, t domain.Task, from int) error {
 	if err := tx.SetTask(ctx, t.Project, t.ID, TaskPatch{ReusedFrom: &from, Warning: new(""), Title: &t.Title, Type: &t.Type,
 		Priority: &t.Priority, DependsOn: &t.DependsOn, Tags: &t.Tags, NodePin: &t.NodePin, Timeout: &t.Timeout,
-		Stall: &t.Stall, MaxRetries: &t.MaxRetries, SpecFile: &t.SpecFile, Sandbox: &t.Sandbox, Limits: &t.Limits, Network: &t.Network, Env: &t.Env, RetryBackoff: &t.RetryBackoff, Files: &t.Files, StartFrom: &t.StartFrom, OnConflict: &t.OnConflict}); err != nil {
+		Stall: &t.Stall, MaxRetries: &t.MaxRetries, SpecFile: &t.SpecFile, Sandbox: &t.Sandbox, Limits: &t.Limits, Network: &t.Network, Env: &t.Env, RetryBackoff: &t.RetryBackoff, Files: &t.Files, StartFrom: &t.StartFrom, OnConflict: &t.OnConflict, NotPreemptible: &t.NotPreemptible}); err != nil {
 		return err
 	}
 	return tx.Event(ctx, Event{Project: t.Project, Task: t.ID, Kind: "reused", ToStatus: string(domain.Completed),

@@ -84,8 +84,8 @@ func TestTransitionWritesEventAndRefusesIllegal(t *testing.T) {
 		wantErr  error
 	}{
 		{domain.Claimed, domain.Running, nil},
-		{domain.Running, domain.Pending, &IllegalTransitionError{}},
-		{domain.Claimed, domain.Completed, ErrConflict}, // the task is running now, not claimed
+		{domain.Running, domain.Blocked, &IllegalTransitionError{}}, // (running → pending is a preemption)
+		{domain.Claimed, domain.Completed, ErrConflict},             // the task is running now, not claimed
 		{domain.Running, domain.Completed, nil},
 		{domain.Completed, domain.Running, &IllegalTransitionError{}},
 	}

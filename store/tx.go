@@ -253,12 +253,12 @@ func (tx *Tx) SetProject(ctx context.Context, name string, p ProjectPatch, messa
 func (tx *Tx) InsertTask(ctx context.Context, t domain.Task) error {
 	now := formatTime(tx.now)
 	_, err := tx.tx.ExecContext(ctx, `INSERT INTO tasks (project, id, title, type, tool, model, priority, depends_on, tags,
-		node_pin, timeout_seconds, max_retries, spec_file, spec_hash, snapshot, status, created_at, updated_at, base_dir, stall_seconds, base_commit, sandbox, limits, network, env, retry_backoff_seconds, files, start_from, on_conflict, attempt)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
-			MAX((SELECT COALESCE(MAX(attempt), 0) FROM attempts WHERE project = ?30 AND task = ?31),
-				(SELECT COALESCE(MAX(last), 0) FROM task_attempts WHERE project = ?30 AND task = ?31)))`,
+		node_pin, timeout_seconds, max_retries, spec_file, spec_hash, snapshot, status, created_at, updated_at, base_dir, stall_seconds, base_commit, sandbox, limits, network, env, retry_backoff_seconds, files, start_from, on_conflict, not_preemptible, attempt)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
+			MAX((SELECT COALESCE(MAX(attempt), 0) FROM attempts WHERE project = ?31 AND task = ?32),
+				(SELECT COALESCE(MAX(last), 0) FROM task_attempts WHERE project = ?31 AND task = ?32)))`,
 		t.Project, t.ID, t.Title, t.Type, t.Tool, t.Model, t.Priority, sqlValue(t.DependsOn), sqlValue(t.Tags),
-		t.NodePin, t.Timeout.Seconds(), t.MaxRetries, t.SpecFile, t.SpecHash, t.Snapshot, domain.Pending, now, now, t.BaseDir, t.Stall.Seconds(), t.BaseCommit, t.Sandbox, sqlValue(t.Limits), t.Network, sqlValue(t.Env), t.RetryBackoff.Seconds(), sqlValue(t.Files), t.StartFrom, t.OnConflict,
+		t.NodePin, t.Timeout.Seconds(), t.MaxRetries, t.SpecFile, t.SpecHash, t.Snapshot, domain.Pending, now, now, t.BaseDir, t.Stall.Seconds(), t.BaseCommit, t.Sandbox, sqlValue(t.Limits), t.Network, sqlValue(t.Env), t.RetryBackoff.Seconds(), sqlValue(t.Files), t.StartFrom, t.OnConflict, t.NotPreemptible,
 		t.Project, t.ID)
 	if err != nil {
 		return fmt.Errorf("insert task %s/%s: %w", t.Project, t.ID, err)

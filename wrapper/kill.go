@@ -98,8 +98,24 @@ func cmdKill(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		return printJSON(stdout, st)
+		return printJSON(stdout, recordSession(dir, st))
 	}
+}
+
+// recordSession gives the final status kill replies with the session of
+// the supervisor's private record, as status does: status.json is the
+// task's to rewrite, and a session id goes back into a tool's command
+// line (a preempted attempt's next one resumes it).
+func recordSession(dir string, st *wire.Status) *wire.Status {
+	if st == nil {
+		return nil
+	}
+	out := *st
+	out.SessionID = ""
+	if rec, err := readRecord(dir); err == nil && rec.Attempt == st.Attempt {
+		out.SessionID = rec.SessionID
+	}
+	return &out
 }
 
 // startWait is how long kill waits for a supervisor holding the lock to

@@ -139,4 +139,14 @@ func TestSessionComesFromTheToolAlone(t *testing.T) {
 	if got := ns.Tasks[0].Status.SessionID; got != "tool-own-id" {
 		t.Errorf("status reports session %q; want the tool's own, from the private record", got)
 	}
+	// kill's reply (a preempted attempt's end, which the controller
+	// records for the next attempt to resume) takes it from there too.
+	out, code = runWrapper(t, "", "kill", "--dir", tk.dir, "--grace", "1s")
+	var killed wire.Status
+	if code != 0 || json.Unmarshal(out, &killed) != nil {
+		t.Fatalf("kill: exit %d: %s", code, out)
+	}
+	if killed.SessionID != "tool-own-id" {
+		t.Errorf("kill replies session %q; want the tool's own, from the private record", killed.SessionID)
+	}
 }

@@ -219,7 +219,11 @@ func printStatus(w io.Writer, s styles, v *readmodel.StatusView, cfg *nodes.Conf
 	if line := v.StaleLine(now); line != "" {
 		fmt.Fprintln(w, s.warn.Render(line))
 	}
-	fmt.Fprintln(w, s.header.Render(head)+"  "+summaryCounts(s, v.Counts))
+	counts := summaryCounts(s, v.Counts)
+	if v.Preemptions > 0 {
+		counts += fmt.Sprintf(" · %d preempted", v.Preemptions)
+	}
+	fmt.Fprintln(w, s.header.Render(head)+"  "+counts)
 	if b := v.Budget; b != nil {
 		fmt.Fprintln(w, s.warn.Render(b.Summary()))
 		fmt.Fprintln(w, "next: "+b.Next(v.Project))
@@ -250,7 +254,11 @@ func printStatus(w io.Writer, s styles, v *readmodel.StatusView, cfg *nodes.Conf
 		if t.NodeGone {
 			node += " " + notConfigured
 		}
-		tasks.add([]string{t.ID, v.Controller.LiveWord(string(t.Status), now), node, fmt.Sprint(t.Attempt), readmodel.FormatSeconds(t.DurationSeconds), what},
+		attempt := fmt.Sprint(t.Attempt)
+		if t.Preemptions > 0 {
+			attempt += fmt.Sprintf(" (%d preempted)", t.Preemptions)
+		}
+		tasks.add([]string{t.ID, v.Controller.LiveWord(string(t.Status), now), node, attempt, readmodel.FormatSeconds(t.DurationSeconds), what},
 			map[int]func(...string) string{1: func(x ...string) string { return s.status(strings.Join(x, " ")) }, 5: whatStyle})
 	}
 	tasks.write(w)

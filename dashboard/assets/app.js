@@ -381,7 +381,7 @@
         t.error ? el('div', { class: 'error', text: (t.error_class ? t.error_class + ': ' : '') + t.error }) : null], 'title'),
       td(stateSpan(t.status, t.gating ? ' (gate)' : ''), 'status'),
       td(t.node || '', 'node'),
-      td(t.attempt ? String(t.attempt) : '', 'num'),
+      td(t.attempt ? String(t.attempt) + (t.preemptions ? ' (' + t.preemptions + ' preempted)' : '') : '', 'num'),
       td(t.api_mode || ''),
       td(tokens, 'num'),
       td(cost, 'num'),
@@ -564,7 +564,7 @@
     const t = rep.totals || {};
     const out = [el('h2', { text: 'Totals' }), el('div', { class: 'cards' },
       card('Tasks', (t.completed || 0) + ' done, ' + (t.failed || 0) + ' failed of ' + (t.tasks || 0)),
-      card('Attempts', String(t.attempts || 0)),
+      card('Attempts', String(t.attempts || 0) + (t.preemptions ? ' (' + t.preemptions + ' preempted)' : '')),
       card('Tokens in / out', fmtNum(t.tokens_in) + ' / ' + fmtNum(t.tokens_out)),
       card('Cost', fmtUSD(t.cost_usd)),
       card('Wall time', fmtDur(t.wall_seconds || 0)))];
@@ -645,7 +645,7 @@
     const running = t.status === 'running';
     const cards = el('div', { class: 'cards' },
       card('State', stateSpan(t.status, t.gating ? ' (gate)' : '')), card('Title', el('span', { class: 'text', id: 'task-title', text: t.title || '' })),
-      card('Type', t.type || ''), card('Node', t.node || '—'), card('Attempt', String(t.attempt || 0)),
+      card('Type', t.type || ''), card('Node', t.node || '—'), card('Attempt', String(t.attempt || 0) + (t.preemptions ? ' (' + t.preemptions + ' preempted)' : '')),
       card(running ? 'Running for' : 'Took', running ? timer(t.started_at, 'for') : t.duration_seconds ? fmtDur(t.duration_seconds) : '—'),
       card('Heartbeat', t.heartbeat_at ? timer(t.heartbeat_at, 'since') : '—'),
       card('Stall timeout', running && t.stall_seconds && (t.output_at || t.heartbeat_at)
