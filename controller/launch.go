@@ -821,6 +821,9 @@ func checkFiles(t domain.Task) error {
 // per file. With merge, only dir's entries that src's top level names are
 // replaced.
 func (c *Controller) pushTree(ctx context.Context, n *nodeRuntime, inst *nodes.Installed, src tree, dir string, merge bool) error {
+	if ef, ok := n.tr.(nodes.ExecFromer); ok {
+		return c.streamTree(ctx, ef, inst, src, dir, merge)
+	}
 	archive := dir + ".tar"
 	pr, pw := io.Pipe()
 	var size int64
@@ -853,6 +856,45 @@ func (c *Controller) pushTree(ctx context.Context, n *nodeRuntime, inst *nodes.I
 	}
 	return nil
 }
+
+// streamTree is pushTree in one call: the archive is written straight into
+// `wrapper untar --archive -` on the node, which unpacks it as it comes, so
+// the tree is neither stored whole on the node first nor written there
+// twice. The call is bounded by progress (transfer_idle), not by size. A
+// stream that breaks fails the push, whatever untar made of it; the next
+// push replaces that tree.
+func (c *Controller) streamTree(ctx context.Context, tr nodes.ExecFromer, inst *nodes.Installed, src tree, dir string, merge bool) error {
+	pr, pw := io.Pipe()
+	var werr error
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		_, werr = writeTree(pw, src)
+		pw.CloseWithError(werr)
+	}()
+	argv := []string{inst.Path, "untar", "--archive", "-", "--dir", dir}
+	if merge {
+		argv = append(argv, "--merge")
+	}
+	res, err := nodes.ExecFromIdle(ctx, tr, argv, pr, c.transferIdle())
+	pr.CloseWithError(errUntarEnded) // ends writeTree if untar stopped reading
+	<-written
+	switch {
+	case werr != nil && !errors.Is(werr, errUntarEnded):
+		return werr // the tree could not be read here: whatever the node made of it is not used
+	case err != nil:
+		return err
+	case res.ExitCode != 0:
+		return errors.New(policy.ReplyError(res, nil))
+	case werr != nil:
+		return fmt.Errorf("the node's untar ended before it read the whole tree: %s", policy.ReplyError(res, nil))
+	}
+	return nil
+}
+
+// errUntarEnded is what writeTree meets when the node's untar stopped
+// reading its stream.
+var errUntarEnded = errors.New("the node's untar ended")
 
 // writeTree writes the files of src to w as a tar archive, with their
 // permissions, and returns the bytes of content written. Links and other

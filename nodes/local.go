@@ -54,6 +54,16 @@ func (l *Local) Home(ctx context.Context) (string, error) {
 // process group, so a terminal's Ctrl-C reaches the controller (which then
 // cancels ctx) rather than the command, and cancelling ctx kills the whole group.
 func (l *Local) Exec(ctx context.Context, argv []string, stdin []byte) (Result, error) {
+	var in io.Reader
+	if stdin != nil {
+		in = bytes.NewReader(stdin)
+	}
+	return l.ExecFrom(ctx, argv, in)
+}
+
+// ExecFrom is Exec with the command's stdin copied from r as it runs (nil
+// for none).
+func (l *Local) ExecFrom(ctx context.Context, argv []string, stdin io.Reader) (Result, error) {
 	if len(argv) == 0 || argv[0] == "" {
 		return Result{}, errors.New("exec: empty command")
 	}
@@ -62,7 +72,7 @@ func (l *Local) Exec(ctx context.Context, argv []string, stdin []byte) (Result, 
 	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
+		cmd.Stdin = stdin
 	}
 	// Output past MaxExecOutput kills the command's group (writes only
 	// happen once it has started, so Process is set).

@@ -24,6 +24,22 @@ func PutIdle(ctx context.Context, tr Transport, p string, r io.Reader, mode fs.F
 	return stalled(ctx, tr.Put(ctx, p, progressReader{r, w}, mode))
 }
 
+// ExecFromer is a Transport that can feed a command's stdin from a reader
+// as the command runs, instead of from a whole []byte.
+type ExecFromer interface {
+	ExecFrom(ctx context.Context, argv []string, stdin io.Reader) (Result, error)
+}
+
+// ExecFromIdle runs argv with its stdin read from r, bounded by progress as
+// PutIdle is: it fails, wrapping ErrStalled, once no byte has been read
+// from r for idle while the command runs. tr must be an ExecFromer.
+func ExecFromIdle(ctx context.Context, tr ExecFromer, argv []string, r io.Reader, idle time.Duration) (Result, error) {
+	ctx, w := watch(ctx, idle)
+	defer w.stop()
+	res, err := tr.ExecFrom(ctx, argv, progressReader{r, w})
+	return res, stalled(ctx, err)
+}
+
 // GetIdle is tr.Get bounded by progress: it fails, with an error wrapping
 // ErrStalled, once no byte has reached w for idle.
 func GetIdle(ctx context.Context, tr Transport, p string, w io.Writer, idle time.Duration) error {

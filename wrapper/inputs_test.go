@@ -171,7 +171,7 @@ func TestUntarMerge(t *testing.T) {
 			args = append(args, "--merge")
 		}
 		var out bytes.Buffer
-		if err := cmdUntar(context.Background(), args, &out); err != nil {
+		if err := cmdUntar(context.Background(), args, nil, &out); err != nil {
 			t.Fatal(err)
 		}
 		var got []string

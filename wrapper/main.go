@@ -118,7 +118,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "launch":
 		err = cmdLaunch(ctx, rest, stdin, stdout)
 	case "untar":
-		err = cmdUntar(ctx, rest, stdout)
+		err = cmdUntar(ctx, rest, stdin, stdout)
 	case "inputs":
 		err = cmdInputs(ctx, rest, stdin, stdout)
 	case "tar":

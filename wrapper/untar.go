@@ -31,9 +31,9 @@ type TreeReply struct {
 // are skipped, as a per-file copy of the tree skipped them; an entry
 // naming a path outside --dir is refused. The task can write in the
 // directory that holds --dir: no link there is ever followed.
-func cmdUntar(ctx context.Context, args []string, stdout io.Writer) error {
+func cmdUntar(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	fs := newFlagSet("untar")
-	archive := fs.String("archive", "", "the tar archive to unpack (removed afterwards)")
+	archive := fs.String("archive", "", "the tar archive to unpack (removed afterwards), or - for standard input")
 	dirFlag := fs.String("dir", "", "the directory to replace with the archive's tree")
 	merge := fs.Bool("merge", false, "replace only the entries of --dir the archive's top level names")
 	if err := parseFlags(fs, args); err != nil {
@@ -46,18 +46,19 @@ func cmdUntar(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	src, err := taskDirFlag("untar", *archive)
-	if err != nil {
-		return err
+	var in io.Reader = stdin
+	if *archive != "-" {
+		f, err := openArchive(*archive)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		in = f
 	}
-	defer os.Remove(src)
-	f, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return ioError(fmt.Errorf("open %s: %w", src, err))
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return ioError(fmt.Errorf("%s is not a regular file", src))
+	// A tree streamed on stdin may be the first thing to reach its task
+	// directory (a file sent by Put made its parents the same way).
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return ioError(err)
 	}
 	tmp := dir + ".new." + strconv.Itoa(os.Getpid())
 	if err := os.RemoveAll(tmp); err != nil {
@@ -66,7 +67,7 @@ func cmdUntar(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := os.Mkdir(tmp, 0o755); err != nil {
 		return ioError(fmt.Errorf("create %s: %w", tmp, err))
 	}
-	reply, err := unpack(ctx, f, tmp)
+	reply, err := unpack(ctx, in, tmp)
 	if err == nil {
 		err = placeTree(tmp, dir, *merge)
 	}
@@ -75,6 +76,25 @@ func cmdUntar(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	return printJSON(stdout, reply)
+}
+
+// openArchive opens the archive file of --archive (never through a link),
+// to be removed once unpacked.
+func openArchive(arg string) (*os.File, error) {
+	src, err := taskDirFlag("untar", arg)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	os.Remove(src)
+	if err != nil {
+		return nil, ioError(fmt.Errorf("open %s: %w", src, err))
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, ioError(fmt.Errorf("%s is not a regular file", src))
+	}
+	return f, nil
 }
 
 // placeTree moves the tree built in tmp to dir: in dir's place, or with

@@ -42,7 +42,7 @@ func writeArchive(t *testing.T, path string, entries []tarEntry) {
 
 func runUntar(archive, dir string) (string, error) {
 	var out bytes.Buffer
-	err := cmdUntar(context.Background(), []string{"--archive", archive, "--dir", dir}, &out)
+	err := cmdUntar(context.Background(), []string{"--archive", archive, "--dir", dir}, nil, &out)
 	return out.String(), err
 }
 
@@ -220,5 +220,40 @@ func TestTar(t *testing.T) {
 	// The directory itself a link: refused.
 	if err := cmdTar(context.Background(), []string{"--dir", filepath.Join(out, "dirlink"), "--out", archive}, &reply); err == nil {
 		t.Error("tar followed a link given as the directory")
+	}
+}
+
+// TestUntarFromStdin: --archive - unpacks the tree streamed on standard
+// input (the controller sends it so, without a file on the node first).
+func TestUntarFromStdin(t *testing.T) {
+	task := t.TempDir()
+	archive := filepath.Join(t.TempDir(), "a.tar")
+	writeArchive(t, archive, []tarEntry{
+		{name: "S01/data.txt", body: "made by S01\n", typ: tar.TypeReg, mode: 0o444},
+	})
+	body, err := os.ReadFile(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(task, "S02", "inputs") // its task directory is not made yet
+	var out bytes.Buffer
+	if err := cmdUntar(context.Background(), []string{"--archive", "-", "--dir", dir}, bytes.NewReader(body), &out); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "S01", "data.txt")); err != nil || string(b) != "made by S01\n" {
+		t.Fatalf("streamed tree: %q, %v", b, err)
+	}
+	if !strings.Contains(out.String(), `"files":1`) {
+		t.Errorf("reply %s", out.String())
+	}
+	// A stream cut inside a file leaves no tree. (One cut between two
+	// entries reads as a shorter tree: the controller, which fails the
+	// launch when its stream breaks, is what makes a tree whole.)
+	cut := filepath.Join(task, "cut")
+	if err := cmdUntar(context.Background(), []string{"--archive", "-", "--dir", cut}, bytes.NewReader(body[:520]), &out); err == nil {
+		t.Fatal("a cut stream was unpacked")
+	}
+	if _, err := os.Lstat(cut); err == nil {
+		t.Fatal("a cut stream left a tree")
 	}
 }

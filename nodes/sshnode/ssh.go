@@ -1,6 +1,7 @@
 package sshnode
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -532,6 +533,16 @@ func (s *SSH) Home(ctx context.Context) (string, error) {
 
 // Exec runs argv through the remote user's shell with every argument quoted.
 func (s *SSH) Exec(ctx context.Context, argv []string, stdin []byte) (nodes.Result, error) {
+	var in io.Reader
+	if len(stdin) > 0 {
+		in = bytes.NewReader(stdin)
+	}
+	return s.ExecFrom(ctx, argv, in)
+}
+
+// ExecFrom is Exec with the command's stdin copied from r as it runs (nil
+// for none): a tree streamed into `wrapper untar` is never whole in memory.
+func (s *SSH) ExecFrom(ctx context.Context, argv []string, stdin io.Reader) (nodes.Result, error) {
 	if len(argv) == 0 || argv[0] == "" {
 		return nodes.Result{}, errors.New("exec: empty command")
 	}
@@ -620,8 +631,8 @@ var posixSignals = map[string]syscall.Signal{
 // then closed. The input goes straight to the channel: a Session.Stdin
 // would be copied through a pipe with a 32 KiB buffer per call. The
 // writer ends with the session at the latest and is waited for.
-func runSession(sess *ssh.Session, cmd string, stdin []byte) error {
-	if len(stdin) == 0 {
+func runSession(sess *ssh.Session, cmd string, stdin io.Reader) error {
+	if stdin == nil {
 		return sess.Run(cmd)
 	}
 	w, err := sess.StdinPipe()
@@ -634,7 +645,7 @@ func runSession(sess *ssh.Session, cmd string, stdin []byte) error {
 	wrote := make(chan struct{})
 	go func() {
 		defer close(wrote)
-		_, _ = w.Write(stdin)
+		_, _ = io.Copy(w, stdin)
 		_ = w.Close()
 	}()
 	err = sess.Wait()

@@ -62,6 +62,7 @@ func Run(t *testing.T, open func(t *testing.T) (nodes.Transport, string)) {
 		{"TransferSlowButMoving", testTransferSlow},
 		{"TransferStalled", testTransferStalled},
 		{"TransferLarge", testTransferLarge},
+		{"ExecFromStream", testExecFrom},
 		{"Walk", testWalk},
 		{"WalkEmptyDir", testWalkEmpty},
 		{"WalkMissing", testWalkMissing},
@@ -951,3 +952,31 @@ func allBytes() []byte {
 type errReader struct{}
 
 func (errReader) Read([]byte) (int, error) { return 0, errors.New("reader failed on purpose") }
+
+// testExecFrom streams a large stdin into a command from a reader (of a
+// transport that can), then one that stalls: ExecFromIdle ends it with
+// ErrStalled, and the transport works after that.
+func testExecFrom(t *testing.T, ctx context.Context, tr nodes.Transport, _ string) {
+	ef, ok := tr.(nodes.ExecFromer)
+	if !ok {
+		t.Skip("this transport cannot stream a command's stdin")
+	}
+	const size = 64 << 20
+	src := sha256.New()
+	r := io.TeeReader(io.LimitReader(&counter{}, size), src)
+	res, err := nodes.ExecFromIdle(ctx, ef, []string{"sha256sum"}, r, 10*time.Second)
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("ExecFromIdle of %d MiB into sha256sum: %+v, %v", size>>20, res, err)
+	}
+	if got, want := strings.Fields(string(res.Stdout)), fmt.Sprintf("%x", src.Sum(nil)); len(got) == 0 || got[0] != want {
+		t.Errorf("the command read another stream: sha256 %v, want %s", got, want)
+	}
+	const idle = 300 * time.Millisecond
+	stall := &slowReader{chunk: 32 << 10, left: 8, stallAt: 2, stall: 5 * idle}
+	if _, err := nodes.ExecFromIdle(ctx, ef, []string{"cat"}, io.TeeReader(stall, io.Discard), idle); !errors.Is(err, nodes.ErrStalled) {
+		t.Fatalf("ExecFromIdle of a reader that stalls = %v, want an error wrapping ErrStalled", err)
+	}
+	if res := exec(t, ctx, tr, []byte("after"), "cat"); string(res.Stdout) != "after" {
+		t.Errorf("Exec after a stalled stream: %+v", res)
+	}
+}
