@@ -405,6 +405,15 @@ func TestDashboardActionButtons(t *testing.T) {
 	b.WaitFor(t, 10*time.Second, "a running task's Cancel", `document.querySelector('#task-actions button[data-action="cancel"]') && !document.querySelector('#task-actions button[data-action="retry"]')`)
 	b.Navigate(t, srv.URL+"/#/p/big/t/T00003")
 	b.WaitFor(t, 10*time.Second, "a failed task's Retry", `document.querySelector('#task-actions button[data-action="retry"]') && !document.querySelector('#task-actions button[data-action="cancel"]')`)
+	// Retry with everything after it (retry --downstream) asks first.
+	b.WaitFor(t, 10*time.Second, "a failed task's downstream Retry", `document.querySelector('#task-actions button[data-action="retry-downstream"]')`)
+	click(`#task-actions button[data-action="retry-downstream"]`)
+	b.WaitFor(t, 5*time.Second, "the confirmation", `document.querySelector('dialog#confirm[open]') && document.querySelector('dialog#confirm p').textContent.includes('every task after it')`)
+	click(`#confirm-yes`)
+	b.WaitFor(t, 5*time.Second, "the downstream retry's answer", `document.querySelector('#task-actions .action-result').textContent === 'done: projects/big/retry'`)
+	if got := posts(); len(got) == 0 || got[len(got)-1] != `projects/big/retry fake-csrf application/json {"ids":["T00003"],"downstream":true}` {
+		t.Errorf("the downstream retry sent %q", got)
+	}
 	b.Navigate(t, srv.URL+"/#/schedules")
 	b.WaitFor(t, 10*time.Second, "the schedule's switch", `document.querySelector('tr[data-project="big"] button[data-action="disable"]')`)
 

@@ -105,6 +105,10 @@
       const base = 'projects/' + enc(p) + '/';
       return bar(box, [
         RETRYABLE.includes(t.status) && { id: 'retry', label: 'Retry', path: base + 'retry', body: { ids: [t.id] } },
+        RETRYABLE.includes(t.status) && {
+          id: 'retry-downstream', label: 'Retry with all after it', path: base + 'retry', body: { ids: [t.id], downstream: true },
+          ask: 'Rerun ' + p + '/' + t.id + ' and every task after it? Their results are made again.',
+        },
         CANCELABLE.includes(t.status) && {
           id: 'cancel', label: 'Cancel task', path: base + 'cancel', body: { ids: [t.id] },
           ask: 'Cancel ' + p + '/' + t.id + '?' + (t.status === 'running' || t.status === 'claimed' ? ' Its running attempt is killed on its node.' : ''),
