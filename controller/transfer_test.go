@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +54,22 @@ func (s *shapedTransport) Put(ctx context.Context, p string, r io.Reader, mode f
 		}
 	}
 	return s.Local.Put(ctx, p, r, mode)
+}
+
+// ExecFrom shapes a tree streamed into `wrapper untar --archive -` as put
+// shapes the archive file <dir>.tar that the other way of sending it
+// writes, so that each test holds for both.
+func (s *shapedTransport) ExecFrom(ctx context.Context, argv []string, stdin io.Reader) (nodes.Result, error) {
+	if i := slices.Index(argv, "--dir"); s.put != nil && slices.Contains(argv, "untar") && i >= 0 && i+1 < len(argv) {
+		sr, err := s.put(argv[i+1]+".tar", stdin)
+		if err != nil {
+			return nodes.Result{}, err
+		}
+		if sr != nil {
+			stdin = sr
+		}
+	}
+	return s.Local.ExecFrom(ctx, argv, stdin)
 }
 
 // trickle passes data on in small pieces with a pause before each.
