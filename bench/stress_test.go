@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,11 +78,13 @@ func TestThroughputBatchesNeverStall(t *testing.T) {
 	wrappers := nodes.NewWrappers()
 	// The first batch builds and installs the wrapper: like make bench's
 	// cold run, it is not counted.
-	t.Logf("cold batch (installs the wrapper): %s", runBatch(t, ctx, c, cfg, st, wrappers, homeDir, "cold").Round(time.Millisecond))
+	t.Logf("cold batch (installs the wrapper): %s", runBatch(t, ctx, c, cfg, st, wrappers, homeDir, "cold", io.Discard).Round(time.Millisecond))
 	var walls []time.Duration
+	logs := map[string]*bytes.Buffer{}
 	for b := range batches {
 		project := fmt.Sprintf("b%03d", b)
-		wall := runBatch(t, ctx, c, cfg, st, wrappers, homeDir, project)
+		logs[project] = &bytes.Buffer{}
+		wall := runBatch(t, ctx, c, cfg, st, wrappers, homeDir, project, logs[project])
 		walls = append(walls, wall)
 		t.Logf("batch %s: %s", project, wall.Round(time.Millisecond))
 	}
@@ -87,7 +93,9 @@ func TestThroughputBatchesNeverStall(t *testing.T) {
 	med := sorted[len(sorted)/2]
 	for i, w := range walls {
 		if w > 3*med {
-			t.Errorf("batch %d took %s, more than 3× the median %s of %d batches", i, w.Round(time.Millisecond), med.Round(time.Millisecond), batches)
+			project := fmt.Sprintf("b%03d", i)
+			t.Errorf("batch %d took %s, more than 3× the median %s of %d batches; %s", i, w.Round(time.Millisecond), med.Round(time.Millisecond), batches,
+				longestWait(t, st, project, logs[project].String()))
 		}
 	}
 	t.Logf("%d batches of %d tasks: median %s, slowest %s", batches, tpTasks, med.Round(time.Millisecond), sorted[len(sorted)-1].Round(time.Millisecond))
@@ -96,7 +104,7 @@ func TestThroughputBatchesNeverStall(t *testing.T) {
 // runBatch adds project (tpTasks no-op tasks) and runs a controller until
 // it is finished, as `dispatch start` does, and returns the controller's
 // wall time.
-func runBatch(t *testing.T, ctx context.Context, c *sshdtest.Client, cfg *nodes.Config, st *store.Store, wrappers *nodes.Wrappers, homeDir, project string) time.Duration {
+func runBatch(t *testing.T, ctx context.Context, c *sshdtest.Client, cfg *nodes.Config, st *store.Store, wrappers *nodes.Wrappers, homeDir, project string, log io.Writer) time.Duration {
 	t.Helper()
 	if err := writeProject(homeDir, project, tpTasks, func(int) string { return "true\n" }); err != nil {
 		t.Fatal(err)
@@ -118,7 +126,8 @@ func runBatch(t *testing.T, ctx context.Context, c *sshdtest.Client, cfg *nodes.
 		}
 		trs[n.Name] = tr
 	}
-	ctl := controller.New(controller.Options{Home: homeDir, Config: cfg, Store: st, Transports: trs, Wrappers: wrappers})
+	ctl := controller.New(controller.Options{Home: homeDir, Config: cfg, Store: st, Transports: trs, Wrappers: wrappers,
+		Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -153,4 +162,43 @@ func busyCores(t *testing.T) {
 			_ = cmd.Wait()
 		})
 	}
+}
+
+// longestWait names where a slow batch waited: the longest gap between two
+// of its events, those two events, and the controller's log lines of that
+// gap (issue 32 item 12: the next stall names its wait).
+func longestWait(t *testing.T, st *store.Store, project, log string) string {
+	evs, err := st.Events(t.Context(), project, 0, 1_000_000)
+	if err != nil || len(evs) < 2 {
+		return fmt.Sprintf("no events to tell the wait (%v)", err)
+	}
+	at := 1
+	for i := 2; i < len(evs); i++ {
+		if evs[i].Time.Sub(evs[i-1].Time) > evs[at].Time.Sub(evs[at-1].Time) {
+			at = i
+		}
+	}
+	a, b := evs[at-1], evs[at]
+	var lines []string
+	for _, l := range strings.Split(log, "\n") {
+		ts, ok := logTime(l)
+		if ok && !ts.Before(a.Time.Add(-time.Second)) && !ts.After(b.Time.Add(time.Second)) && len(lines) < 60 {
+			lines = append(lines, l)
+		}
+	}
+	return fmt.Sprintf("longest wait %s, between %s %s/%s %s→%s (%s) and %s %s/%s %s→%s (%s); controller log of the wait:\n%s",
+		b.Time.Sub(a.Time).Round(time.Millisecond),
+		a.Time.Format("15:04:05.000"), a.Kind, a.Task, a.FromStatus, a.ToStatus, a.Message,
+		b.Time.Format("15:04:05.000"), b.Kind, b.Task, b.FromStatus, b.ToStatus, b.Message, strings.Join(lines, "\n"))
+}
+
+// logTime reads the time= of a slog text line.
+func logTime(line string) (time.Time, bool) {
+	v, ok := strings.CutPrefix(line, "time=")
+	if !ok {
+		return time.Time{}, false
+	}
+	v, _, _ = strings.Cut(v, " ")
+	ts, err := time.Parse(time.RFC3339Nano, v)
+	return ts, err == nil
 }
