@@ -50,17 +50,9 @@ func cmdInputs(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 	if err := json.Unmarshal(data, &req); err != nil {
 		return usageErrorf("inputs: stdin: %v", err)
 	}
-	// The first launch of a task may make its directory here, private as
-	// the controller's uploads make it.
-	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
-		return ioError(err)
-	}
-	tmp := dir + ".new." + strconv.Itoa(os.Getpid())
-	if err := os.RemoveAll(tmp); err != nil {
-		return ioError(err)
-	}
-	if err := os.Mkdir(tmp, 0o755); err != nil {
-		return ioError(fmt.Errorf("create %s: %w", tmp, err))
+	tmp, err := newTreeDir(dir)
+	if err != nil {
+		return err
 	}
 	reply := wire.InputsReply{Copied: []string{}}
 	for _, in := range req.Copy {

@@ -55,17 +55,9 @@ func cmdUntar(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 		defer f.Close()
 		in = f
 	}
-	// A tree streamed on stdin may be the first thing to reach its task
-	// directory (a file sent by Put made its parents the same way).
-	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
-		return ioError(err)
-	}
-	tmp := dir + ".new." + strconv.Itoa(os.Getpid())
-	if err := os.RemoveAll(tmp); err != nil {
-		return ioError(err)
-	}
-	if err := os.Mkdir(tmp, 0o755); err != nil {
-		return ioError(fmt.Errorf("create %s: %w", tmp, err))
+	tmp, err := newTreeDir(dir)
+	if err != nil {
+		return err
 	}
 	reply, err := unpack(ctx, in, tmp)
 	if err == nil {
@@ -76,6 +68,25 @@ func cmdUntar(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 		return err
 	}
 	return printJSON(stdout, reply)
+}
+
+// newTreeDir makes the empty directory beside dir in which a new tree for
+// dir is built (placeTree then moves it over dir). dir's parents are made
+// private if missing: a tree streamed on stdin, or the inputs copied on the
+// node, may be the first thing to reach its task directory (a file sent by
+// Put made its parents the same way).
+func newTreeDir(dir string) (string, error) {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return "", ioError(err)
+	}
+	tmp := dir + ".new." + strconv.Itoa(os.Getpid())
+	if err := os.RemoveAll(tmp); err != nil {
+		return "", ioError(err)
+	}
+	if err := os.Mkdir(tmp, 0o755); err != nil {
+		return "", ioError(fmt.Errorf("create %s: %w", tmp, err))
+	}
+	return tmp, nil
 }
 
 // openArchive opens the archive file of --archive (never through a link),
