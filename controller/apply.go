@@ -308,7 +308,8 @@ func (c *Controller) killStale(ctx context.Context, stale []staleAttempt) map[st
 				kills[i].Dir = taskDir(inst, sa.project, sa.task)
 			}
 		}
-		for i, k := range n.exec.Kill(ctx, inst, kills) {
+		killed := n.exec.Kill(ctx, inst, kills)
+		for i, k := range killed[:min(len(killed), len(mine))] { // one not answered: not tried
 			sa, why := mine[i], ""
 			switch {
 			case k.Err != nil:

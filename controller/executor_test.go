@@ -233,3 +233,40 @@ func TestLaunchResult(t *testing.T) {
 		}
 	}
 }
+
+// TestLaunchedEach: an executor's Launch outcomes are taken one per item;
+// a missing or mixed one is in doubt, never started nor failed, and extra
+// ones are dropped.
+func TestLaunchedEach(t *testing.T) {
+	run := &wire.RunReply{PID: 7}
+	no := errors.New("no")
+	for _, tc := range []struct {
+		name string
+		in   []executor.Launched
+		n    int
+		want string
+	}{
+		{"one each", []executor.Launched{{Run: run}, {Err: no}, {Uncertain: no}}, 3, "run err uncertain"},
+		{"too few", []executor.Launched{{Run: run}}, 3, "run uncertain:0 uncertain:0"},
+		{"too many", []executor.Launched{{Run: run}, {Err: no}}, 1, "run"},
+		{"none set", []executor.Launched{{}}, 1, "uncertain:0"},
+		{"two set", []executor.Launched{{Run: run, Err: no}}, 1, "uncertain:2"},
+	} {
+		var got []string
+		for _, l := range launchedEach(tc.in, tc.n) {
+			switch {
+			case l.Run != nil:
+				got = append(got, "run")
+			case l.Err != nil:
+				got = append(got, "err")
+			case strings.Contains(l.Uncertain.Error(), "gave "):
+				got = append(got, "uncertain:"+strings.Fields(strings.SplitAfter(l.Uncertain.Error(), "gave ")[1])[0])
+			default:
+				got = append(got, "uncertain")
+			}
+		}
+		if strings.Join(got, " ") != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, strings.Join(got, " "), tc.want)
+		}
+	}
+}

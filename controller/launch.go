@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/controller/executor"
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/netallow"
@@ -245,7 +246,7 @@ func (c *Controller) launchNode(ctx context.Context, n *nodeRuntime, claims []cl
 	if len(pending) == 0 {
 		return outs
 	}
-	for k, l := range n.exec.Launch(ctx, inst, batch) {
+	for k, l := range launchedEach(n.exec.Launch(ctx, inst, batch), len(batch)) {
 		o := &outs[pending[k]]
 		o.reply, o.err, o.uncertain = l.Run, l.Err, l.Uncertain
 		if l.Run != nil {
@@ -254,6 +255,30 @@ func (c *Controller) launchNode(ctx context.Context, n *nodeRuntime, claims []cl
 		}
 	}
 	return outs
+}
+
+// launchedEach returns one outcome for each of n items from an executor's
+// Launch: an item it gave no outcome for, or not exactly one, is in doubt
+// (the next pull decides), and outcomes past n are dropped.
+func launchedEach(ls []executor.Launched, n int) []executor.Launched {
+	out := make([]executor.Launched, n)
+	for i := range out {
+		var l executor.Launched
+		if i < len(ls) {
+			l = ls[i]
+		}
+		set := 0
+		for _, ok := range []bool{l.Run != nil, l.Err != nil, l.Uncertain != nil} {
+			if ok {
+				set++
+			}
+		}
+		if set != 1 {
+			l = executor.Launched{Uncertain: fmt.Errorf("the node's executor gave %d outcomes for this launch", set)}
+		}
+		out[i] = l
+	}
+	return out
 }
 
 // prepareLaunch builds the batch item of one claim and pushes its base
