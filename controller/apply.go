@@ -3,7 +3,6 @@ package controller
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -418,9 +417,9 @@ func decideKills(prev map[string]int, stale []staleAttempt, tried map[staleAttem
 	return d
 }
 
-// killSlack is what a kill may take beyond a call and the attempt's grace:
-// the wrapper's margins for a supervisor that does not respond.
-const killSlack = 15 * time.Second
+// killSlack is what a kill may take beyond a call and the attempt's grace
+// (see executor.KillSlack).
+const killSlack = executor.KillSlack
 
 // unkilled returns the nodes and tasks of the stale attempts whose kill
 // was not confirmed in this tick.
@@ -582,13 +581,4 @@ func (c *taskCache) end() {
 func (c *taskCache) drop() {
 	clear(c.rows)
 	clear(c.reads)
-}
-
-// replyKind is the kind of a wrapper's error reply, or "".
-func replyKind(res nodes.Result) string {
-	var e wire.ErrorReply
-	if json.Unmarshal(res.Stdout, &e) != nil {
-		return ""
-	}
-	return e.Kind
 }

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/dispatch-tool/dispatch/controller/executor"
 	"github.com/dispatch-tool/dispatch/nodes"
-	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wire"
 )
@@ -28,14 +26,14 @@ type nodeRuntime struct {
 	// old one share its lanes and connection.
 	cfg nodes.Node
 	*nodeConn
-	// exec starts, watches and kills the node's attempts (see
-	// wrapperexec.go); made from cfg, over nodeConn.
-	exec executor.Executor
 }
 
 // nodeConn is a node's connection and what goes on over it.
 type nodeConn struct {
 	tr nodes.Transport
+	// exec starts, watches and kills the node's attempts over tr (see
+	// exec.go); it holds the node's status conversation.
+	exec executor.Executor
 	// name is the node's: its wrapper is asked about that node's attempts
 	// alone (--node), as the work_dir may hold another node's too.
 	name string
@@ -74,9 +72,6 @@ type nodeConn struct {
 	// listing is what the node's next status call needs of the earlier
 	// ones: whether to list every task, and which to name.
 	listing listState
-
-	// conv is the node's status conversation (see statusconv.go).
-	conv statusConv
 
 	// busy counts the goroutines that use tr: the node's stream loop and
 	// its workers (onNodes), which may outlive the tick that started them.
@@ -593,61 +588,10 @@ func (l *liveCache) read(ctx context.Context, st *store.Store, projects []string
 	return byNode
 }
 
-// nodeStatus runs the wrapper's status command: one call for the tasks of
-// the listed projects (all projects when none) and the node's facts. With
-// live, only the node's live attempts and the named tasks ("project/ID")
-// are listed: every attempt the controller acts on, since it names those
-// it has claimed or running there and a stale one is live. With node, the
-// attempts of other nodes in the same work_dir are left out.
-func nodeStatus(ctx context.Context, tr nodes.Transport, bin, workDir, node string, projects []string, live bool, named, tags []string) (*wire.NodeStatus, error) {
-	argv := []string{bin, "status", "--root", workDir}
-	if node != "" {
-		argv = append(argv, "--node", node)
-	}
-	for _, p := range projects {
-		argv = append(argv, "--project", p)
-	}
-	var stdin []byte
-	if live {
-		argv = append(argv, "--live")
-		var err error
-		if stdin, err = json.Marshal(wire.LiveRequest{Tasks: named, Tags: tags}); err != nil {
-			return nil, fmt.Errorf("status: %w", err)
-		}
-	}
-	res, err := tr.Exec(ctx, argv, stdin)
-	if err != nil {
-		return nil, fmt.Errorf("status: %w", err)
-	}
-	var st wire.NodeStatus
-	if live {
-		// A live reply lists about the tasks named: decoded into room made
-		// once, not grown by doubling.
-		st.Tasks = make([]wire.TaskStatus, 0, len(named)+8)
-	}
-	if err := json.Unmarshal(res.Stdout, &st); err != nil || res.ExitCode != 0 {
-		return nil, fmt.Errorf("status: %w", &executor.ReplyError{Msg: policy.ReplyError(res, err)})
-	}
-	clampStatus(&st)
-	return &st, nil
-}
-
-// clampStatus brings the numbers of a node's reply into range. What a
-// node says is a stranger's word: this is done once, before anything uses
-// or sums them.
-func clampStatus(st *wire.NodeStatus) {
-	st.Facts.Clamp()
-	for _, ts := range st.Tasks {
-		if ts.Status != nil {
-			ts.Status.Clamp()
-		}
-	}
-}
-
 // NodeFacts asks an installed wrapper for the node's status and facts
 // (`dispatch nodes check`).
 func NodeFacts(ctx context.Context, tr nodes.Transport, inst nodes.Installed) (*wire.NodeStatus, error) {
-	return nodeStatus(ctx, tr, inst.Path, inst.WorkDir, "", nil, false, nil, nil)
+	return executor.Facts(ctx, tr, inst)
 }
 
 // ensureWrapper makes sure the node's wrapper is installed and returns the

@@ -175,7 +175,7 @@ func (c *Controller) switchNodes(ctx context.Context, next *nodes.Config) error 
 		n, _ := next.Node(d.name)
 		switch d.step {
 		case stepUpdate:
-			c.nodes[d.name] = &nodeRuntime{cfg: n, nodeConn: c.nodes[d.name].nodeConn, exec: c.newExecutor(n, c.nodes[d.name].nodeConn)}
+			c.nodes[d.name] = &nodeRuntime{cfg: n, nodeConn: c.nodes[d.name].nodeConn}
 		case stepReopen, stepClose:
 			c.retire(c.nodes[d.name])
 			delete(c.nodes, d.name)

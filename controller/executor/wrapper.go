@@ -1,4 +1,4 @@
-package controller
+package executor
 
 import (
 	"context"
@@ -7,47 +7,48 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/controller/executor"
 	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
-// wrapperExec is the executor of an SSH or local node: each attempt's
+// Wrapper is the executor of an SSH or local node: each attempt's
 // supervisor is started detached by `wrapper run`, the status files are
 // read by `wrapper status` (over the node's status conversation when one
-// can be held) and streamed by `wrapper watch`, and an attempt is killed
-// by `wrapper kill`, all over the node's transport.
-type wrapperExec struct {
-	conn *nodeConn
-	// timeout bounds one call (the controller's callTimeout, which a
+// can be held: statusconv.go) and streamed by `wrapper watch`, and an
+// attempt is killed by `wrapper kill`, all over the node's transport. A
+// batch system whose login host reaches the task directories can use one
+// for what it does not change (the status files).
+type Wrapper struct {
+	tr nodes.Transport
+	// node is the node's name: its wrapper acts on that node's attempts
+	// alone (--node), as the work_dir may hold another node's too.
+	node string
+	// timeout bounds one call (the controller's call timeout, which a
 	// reload may change).
 	timeout func() time.Duration
+	conv    statusConv
+	// BeforeRun, when set, is called with each `wrapper run` document
+	// just before it is sent (the tests break the session there).
+	BeforeRun func(bin string, doc []byte)
 }
 
 var (
-	_ executor.Executor = (*wrapperExec)(nil)
-	_ executor.Watcher  = (*wrapperExec)(nil)
+	_ Executor = (*Wrapper)(nil)
+	_ Watcher  = (*Wrapper)(nil)
 )
 
-// newExecutor returns the executor of node cfg, reached over conn. Every
-// node is a wrapper node today; a node of another kind (a batch system)
-// gets its own executor here, from its cfg.
-func (c *Controller) newExecutor(cfg nodes.Node, conn *nodeConn) executor.Executor {
-	return &wrapperExec{conn: conn, timeout: c.callTimeout}
-}
-
-// newNodeRuntime returns the runtime of node cfg, reached over tr.
-func (c *Controller) newNodeRuntime(cfg nodes.Node, tr nodes.Transport) *nodeRuntime {
-	conn := &nodeConn{tr: tr, name: cfg.Name, checked: make(chan struct{}, 1)}
-	return &nodeRuntime{cfg: cfg, nodeConn: conn, exec: c.newExecutor(cfg, conn)}
+// NewWrapper returns the executor of node over tr, each call bounded by
+// timeout() (grown with a launch's size, a kill's grace).
+func NewWrapper(tr nodes.Transport, node string, timeout func() time.Duration) *Wrapper {
+	return &Wrapper{tr: tr, node: node, timeout: timeout}
 }
 
 const (
-	// maxLaunchDoc bounds one launch document (the wrapper takes up to
+	// MaxLaunchDoc bounds one launch document (the wrapper takes up to
 	// 64 MiB on stdin); a spec is at most 8 MiB.
-	maxLaunchDoc = 32 << 20
+	MaxLaunchDoc = 32 << 20
 	// minLaunchRate is the slowest link a launch call's deadline allows
 	// for: a document's bytes are not cut off for taking long to send.
 	minLaunchRate = 128 << 10
@@ -58,8 +59,8 @@ const (
 // idempotent: the wrapper refuses a second live supervisor in a task
 // directory, and a broken session leaves the launches uncertain, for the
 // next pull to settle.
-func (w *wrapperExec) Launch(ctx context.Context, inst *nodes.Installed, items []wire.LaunchItem) []executor.Launched {
-	outs := make([]executor.Launched, len(items))
+func (w *Wrapper) Launch(ctx context.Context, inst *nodes.Installed, items []wire.LaunchItem) []Launched {
+	outs := make([]Launched, len(items))
 	withSecrets := false
 	for i := range items {
 		withSecrets = withSecrets || len(items[i].Env) > 0
@@ -68,7 +69,7 @@ func (w *wrapperExec) Launch(ctx context.Context, inst *nodes.Installed, items [
 		// The secrets go to the wrapper on its stdin: check again that no
 		// one else could have replaced it since the node was checked.
 		cctx, cancel := context.WithTimeout(ctx, w.timeout())
-		err := nodes.CheckWorkDir(cctx, w.conn.tr, *inst)
+		err := nodes.CheckWorkDir(cctx, w.tr, *inst)
 		cancel()
 		if err != nil {
 			for i := range outs {
@@ -78,10 +79,10 @@ func (w *wrapperExec) Launch(ctx context.Context, inst *nodes.Installed, items [
 		}
 	}
 	// One call per batch; a batch is cut where its specs would pass
-	// maxLaunchDoc, under the wrapper's limit on its stdin.
+	// MaxLaunchDoc, under the wrapper's limit on its stdin.
 	for from := 0; from < len(items); {
 		to, size := from, 0
-		for to < len(items) && (to == from || size+launchItemSize(&items[to]) <= maxLaunchDoc) {
+		for to < len(items) && (to == from || size+launchItemSize(&items[to]) <= MaxLaunchDoc) {
 			size += launchItemSize(&items[to])
 			to++
 		}
@@ -96,14 +97,14 @@ func (w *wrapperExec) Launch(ctx context.Context, inst *nodes.Installed, items [
 func launchItemSize(item *wire.LaunchItem) int {
 	b, err := json.Marshal(item)
 	if err != nil {
-		return maxLaunchDoc
+		return MaxLaunchDoc
 	}
 	return len(b)
 }
 
 // runBatch starts items in one `wrapper run` call and records each outcome
 // in outs (the same length).
-func (w *wrapperExec) runBatch(ctx context.Context, inst *nodes.Installed, items []wire.LaunchItem, outs []executor.Launched) {
+func (w *Wrapper) runBatch(ctx context.Context, inst *nodes.Installed, items []wire.LaunchItem, outs []Launched) {
 	doc, err := json.Marshal(wire.LaunchBatch{Launches: items})
 	if err != nil {
 		for i := range outs {
@@ -112,8 +113,8 @@ func (w *wrapperExec) runBatch(ctx context.Context, inst *nodes.Installed, items
 		return
 	}
 	crashpoint.At(crashpoint.AfterPush)
-	if testHookBeforeLaunch != nil {
-		testHookBeforeLaunch(w.conn.name, inst.Path, doc)
+	if w.BeforeRun != nil {
+		w.BeforeRun(inst.Path, doc)
 	}
 	// A transport failure (node unreachable, deadline) leaves the launches
 	// uncertain, for the next pull to settle: the wrapper may have started
@@ -122,7 +123,7 @@ func (w *wrapperExec) runBatch(ctx context.Context, inst *nodes.Installed, items
 	deadline := w.timeout()*time.Duration(1+len(items)/16) + time.Duration(len(doc)/minLaunchRate)*time.Second
 	rctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
-	res, err := w.conn.tr.Exec(rctx, []string{inst.Path, "run"}, doc)
+	res, err := w.tr.Exec(rctx, []string{inst.Path, "run"}, doc)
 	if err != nil {
 		err = fmt.Errorf("run: %w", err)
 		for i := range outs {
@@ -155,39 +156,37 @@ func (w *wrapperExec) runBatch(ctx context.Context, inst *nodes.Installed, items
 
 // launchResult reads the wrapper's result for the item of task directory
 // dir.
-func launchResult(byDir map[string]wire.LaunchResult, dir string) executor.Launched {
+func launchResult(byDir map[string]wire.LaunchResult, dir string) Launched {
 	r, ok := byDir[dir]
 	switch {
 	case !ok:
-		return executor.Launched{Uncertain: errors.New("wrapper run: no result for this task")}
+		return Launched{Uncertain: errors.New("wrapper run: no result for this task")}
 	case r.Run != nil && r.Run.PID > 0:
-		return executor.Launched{Run: r.Run}
+		return Launched{Run: r.Run}
 	case r.Kind == wire.KindAlreadyRunning:
 		// Another supervisor lives in the task directory: an earlier
 		// launch of this attempt got through, or a stale attempt still
 		// runs there.
-		return executor.Launched{Uncertain: errors.New(r.Error)}
+		return Launched{Uncertain: errors.New(r.Error)}
 	case r.Error != "":
 		// The wrapper answered that it did not start the attempt.
-		return executor.Launched{Err: fmt.Errorf("wrapper run: %s", r.Error)}
+		return Launched{Err: fmt.Errorf("wrapper run: %s", r.Error)}
 	}
-	return executor.Launched{Uncertain: errors.New("wrapper run: an empty result")}
+	return Launched{Uncertain: errors.New("wrapper run: an empty result")}
 }
 
-// Status makes the node's status call (see nodeStatus) over its
-// conversation when one can be held, else, or when that fails, with Exec.
-func (w *wrapperExec) Status(ctx context.Context, inst *nodes.Installed, q executor.Query) (*wire.NodeStatus, error) {
-	return w.conn.askStatus(ctx, inst, q.Projects, q.Live, q.Named, q.Tags)
-}
+// KillSlack is what a kill may take beyond a call and the attempt's grace:
+// the wrapper's margins for a supervisor that does not respond.
+const KillSlack = 15 * time.Second
 
 // Kill runs `wrapper kill` for each attempt in turn, each call with its own
 // deadline: a frozen wrapper takes the grace, then twice the wrapper's 5 s
 // margin, before kill has it dead.
-func (w *wrapperExec) Kill(ctx context.Context, inst *nodes.Installed, kills []executor.Kill) []executor.Killed {
-	outs := make([]executor.Killed, len(kills))
+func (w *Wrapper) Kill(ctx context.Context, inst *nodes.Installed, kills []Kill) []Killed {
+	outs := make([]Killed, len(kills))
 	for i, k := range kills {
-		kctx, cancel := context.WithTimeout(ctx, w.timeout()+killSlack+k.Grace)
-		res, err := w.conn.tr.Exec(kctx, []string{inst.Path, "kill", "--dir", k.Dir, "--grace", k.Grace.String(), "--node", w.conn.name}, nil)
+		kctx, cancel := context.WithTimeout(ctx, w.timeout()+KillSlack+k.Grace)
+		res, err := w.tr.Exec(kctx, []string{inst.Path, "kill", "--dir", k.Dir, "--grace", k.Grace.String(), "--node", w.node}, nil)
 		cancel()
 		switch {
 		case err != nil:
@@ -204,10 +203,19 @@ func (w *wrapperExec) Kill(ctx context.Context, inst *nodes.Installed, kills []e
 }
 
 // Watch reads the node's `wrapper watch` stream, a frame a line.
-func (w *wrapperExec) Watch(ctx context.Context, inst *nodes.Installed, beat time.Duration, line func([]byte) bool) error {
-	argv := []string{inst.Path, "watch", "--root", inst.WorkDir, "--node", w.conn.name, "--beat", beat.String()}
-	return w.conn.tr.Stream(ctx, argv, line)
+func (w *Wrapper) Watch(ctx context.Context, inst *nodes.Installed, beat time.Duration, line func([]byte) bool) error {
+	argv := []string{inst.Path, "watch", "--root", inst.WorkDir, "--node", w.node, "--beat", beat.String()}
+	return w.tr.Stream(ctx, argv, line)
 }
 
 // Close closes the node's status conversation, if one is open.
-func (w *wrapperExec) Close() { w.conn.conv.close() }
+func (w *Wrapper) Close() { w.conv.close() }
+
+// replyKind is the kind of a wrapper's error reply, or "".
+func replyKind(res nodes.Result) string {
+	var e wire.ErrorReply
+	if json.Unmarshal(res.Stdout, &e) != nil {
+		return ""
+	}
+	return e.Kind
+}
