@@ -4,7 +4,7 @@
 // The controller's tick decides, over data, which attempts to start on a
 // node, which to kill, and what each attempt's status means; it carries
 // those decisions out through one Executor per node and nothing else. The
-// executor of an SSH or local node (the controller's wrapperExec) starts
+// executor of an SSH or local node (Wrapper, wrapper.go) starts
 // each attempt's detached supervisor with `wrapper run`, reads the status
 // files with `wrapper status` and kills with `wrapper kill`, all over the
 // node's nodes.Transport. A batch system (a Slurm cluster: issue 36) starts
