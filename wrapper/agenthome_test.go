@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -250,11 +252,11 @@ func TestSandboxAgentHome(t *testing.T) {
 	check := func(attempt int) {
 		t.Helper()
 		st := n.final(t, "LOGIN")
-		wlog, _ := os.ReadFile(filepath.Join(dir, fileWrapper))
+		wlog, _ := os.ReadFile(filepath.Join(dir, taskfiles.FileWrapper))
 		if st.Status != wire.StatusCompleted || st.Sandbox != wire.SandboxBwrap || st.Attempt != attempt {
 			t.Fatalf("attempt %d: %+v, want completed under bwrap\n%s", attempt, st, wlog)
 		}
-		seen, _ := os.ReadFile(filepath.Join(dir, dirOutput, fmt.Sprintf("seen-%d", attempt)))
+		seen, _ := os.ReadFile(filepath.Join(dir, taskfiles.DirOutput, fmt.Sprintf("seen-%d", attempt)))
 		if string(seen) != "REAL-LOGIN" {
 			t.Errorf("attempt %d: the task saw %q in its auth.json, want the copy of the node user's", attempt, seen)
 		}

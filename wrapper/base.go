@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -17,8 +19,8 @@ import (
 // wrapper or to an attempt; a base tree may not be one of them (or lie
 // inside one), or moving an attempt aside would move it too.
 var reservedNames = []string{
-	fileSpec, fileLaunch, fileLock, filePID, fileStatus, fileHeartbeat,
-	fileLog, fileWrapper, fileKill, dirOutput, dirAttempts, wire.InputsDir,
+	taskfiles.FileSpec, taskfiles.FileLaunch, taskfiles.FileLock, taskfiles.FilePID, taskfiles.FileStatus, taskfiles.FileHeartbeat,
+	taskfiles.FileLog, taskfiles.FileWrapper, taskfiles.FileKill, taskfiles.DirOutput, taskfiles.DirAttempts, wire.InputsDir,
 }
 
 // checkBase rejects a Launch.Base that is not a path strictly inside the

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -110,12 +112,12 @@ func TestBase(t *testing.T) {
 	tk.run(t, "")
 	st := tk.waitFinal(t)
 	if st.Status != wire.StatusCompleted {
-		t.Fatalf("status %+v; log %q", st, tk.readFile(t, fileLog))
+		t.Fatalf("status %+v; log %q", st, tk.readFile(t, taskfiles.FileLog))
 	}
-	if got := tk.readFile(t, fileLog); got != "from-base\ndata\n" {
+	if got := tk.readFile(t, taskfiles.FileLog); got != "from-base\ndata\n" {
 		t.Errorf("task.log = %q", got)
 	}
-	out := tk.path(dirOutput)
+	out := tk.path(taskfiles.DirOutput)
 	for name, want := range map[string]string{
 		"setup-saw.txt":    "data\n",
 		"data.txt":         "changed\n",
@@ -155,8 +157,8 @@ func TestBase(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(out, "fifo")); err == nil {
 		t.Error("the fifo was copied")
 	}
-	if !strings.Contains(tk.readFile(t, fileWrapper), "fifo") {
-		t.Errorf("%s does not report the skipped fifo", fileWrapper)
+	if !strings.Contains(tk.readFile(t, taskfiles.FileWrapper), "fifo") {
+		t.Errorf("%s does not report the skipped fifo", taskfiles.FileWrapper)
 	}
 	if data, _ := os.ReadFile(outside); string(data) != "outside\n" {
 		t.Errorf("a file outside the tree was changed: %q", data)
@@ -178,13 +180,13 @@ func TestBaseAttempts(t *testing.T) {
 	writeTree(t, tk.path("base"), map[string]string{"data.txt": "data\n", "sub/keep.txt": "keep\n"})
 	// Something already in output/ before the first attempt is moved
 	// aside too: the base is copied into a fresh directory.
-	writeTree(t, tk.path(dirOutput), map[string]string{"stale.txt": "stale\n"})
+	writeTree(t, tk.path(taskfiles.DirOutput), map[string]string{"stale.txt": "stale\n"})
 
 	tk.run(t, "")
 	if st := tk.waitFinal(t); st.Status != wire.StatusCompleted {
 		t.Fatalf("attempt 1: %+v", st)
 	}
-	if got := tk.readFile(t, filepath.Join(dirAttempts, "0", dirOutput, "stale.txt")); got != "stale\n" {
+	if got := tk.readFile(t, filepath.Join(taskfiles.DirAttempts, "0", taskfiles.DirOutput, "stale.txt")); got != "stale\n" {
 		t.Errorf("attempts/0/output/stale.txt = %q", got)
 	}
 	tk.setLaunch(t, wire.Launch{Project: "demo", Task: "T1", Attempt: 2, HeartbeatSeconds: 0.1, Base: "base",
@@ -193,26 +195,26 @@ func TestBaseAttempts(t *testing.T) {
 	if st := tk.waitFinal(t); st.Status != wire.StatusCompleted || st.Attempt != 2 {
 		t.Fatalf("attempt 2: %+v", st)
 	}
-	if got := tk.readFile(t, fileLog); got != "data\nfresh\n" {
+	if got := tk.readFile(t, taskfiles.FileLog); got != "data\nfresh\n" {
 		t.Errorf("attempt 2 task.log = %q", got)
 	}
 	for name, want := range map[string]string{
-		filepath.Join("base", "data.txt"):                      "data\n",
-		filepath.Join("base", "sub", "keep.txt"):               "keep\n",
-		filepath.Join(dirAttempts, "1", dirOutput, "data.txt"): "edited\n",
-		filepath.Join(dirAttempts, "1", fileLog):               "data\n",
-		filepath.Join(dirOutput, "sub", "keep.txt"):            "keep\n",
+		filepath.Join("base", "data.txt"):                                          "data\n",
+		filepath.Join("base", "sub", "keep.txt"):                                   "keep\n",
+		filepath.Join(taskfiles.DirAttempts, "1", taskfiles.DirOutput, "data.txt"): "edited\n",
+		filepath.Join(taskfiles.DirAttempts, "1", taskfiles.FileLog):               "data\n",
+		filepath.Join(taskfiles.DirOutput, "sub", "keep.txt"):                      "keep\n",
 	} {
 		if got := tk.readFile(t, name); got != want {
 			t.Errorf("%s = %q, want %q", name, got, want)
 		}
 	}
-	for _, name := range []string{fileSpec, fileLaunch} {
+	for _, name := range []string{taskfiles.FileSpec, taskfiles.FileLaunch} {
 		if _, err := os.Stat(tk.path(name)); err != nil {
 			t.Errorf("%s was moved: %v", name, err)
 		}
 	}
-	entries, err := os.ReadDir(tk.path(filepath.Join(dirAttempts, "1")))
+	entries, err := os.ReadDir(tk.path(filepath.Join(taskfiles.DirAttempts, "1")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +222,7 @@ func TestBaseAttempts(t *testing.T) {
 	for _, e := range entries {
 		got = append(got, e.Name())
 	}
-	if want := []string{fileHeartbeat, dirOutput, filePID, fileStatus, fileLog}; !slices.Equal(got, want) {
+	if want := []string{taskfiles.FileHeartbeat, taskfiles.DirOutput, taskfiles.FilePID, taskfiles.FileStatus, taskfiles.FileLog}; !slices.Equal(got, want) {
 		t.Errorf("attempts/1 holds %q, want %q", got, want)
 	}
 }
@@ -285,7 +287,7 @@ func TestBaseFails(t *testing.T) {
 				}
 			}
 			for _, name := range []string{"setup.txt", "ran.txt"} {
-				if _, err := os.Stat(filepath.Join(tk.dir, dirOutput, name)); err == nil {
+				if _, err := os.Stat(filepath.Join(tk.dir, taskfiles.DirOutput, name)); err == nil {
 					t.Errorf("%s ran after the base failed", strings.TrimSuffix(name, ".txt"))
 				}
 			}
@@ -295,7 +297,7 @@ func TestBaseFails(t *testing.T) {
 
 func TestBaseInvalid(t *testing.T) {
 	t.Parallel()
-	for _, base := range []string{"../elsewhere", "/etc", ".", "a/../..", dirOutput, "attempts/1", fileSpec, "output/base"} {
+	for _, base := range []string{"../elsewhere", "/etc", ".", "a/../..", taskfiles.DirOutput, "attempts/1", taskfiles.FileSpec, "output/base"} {
 		t.Run(base, func(t *testing.T) {
 			t.Parallel()
 			tk := newTask(t, "", wire.Launch{Base: base, Command: shell("true")})
@@ -303,8 +305,8 @@ func TestBaseInvalid(t *testing.T) {
 			if er := wantError(t, out, code, wire.KindUsage); !strings.Contains(er.Error, "base") {
 				t.Errorf("error %q does not name base", er.Error)
 			}
-			if _, err := os.Stat(tk.path(fileStatus)); err == nil {
-				t.Errorf("a refused run wrote %s", fileStatus)
+			if _, err := os.Stat(tk.path(taskfiles.FileStatus)); err == nil {
+				t.Errorf("a refused run wrote %s", taskfiles.FileStatus)
 			}
 		})
 	}
@@ -370,7 +372,7 @@ func TestRateLimitRetryAfter(t *testing.T) {
 			if math.Abs(st.RetryAfterSeconds-tc.want) > 1 {
 				t.Errorf("retry_after_seconds = %g, want %g", st.RetryAfterSeconds, tc.want)
 			}
-			raw := tk.readFile(t, fileStatus)
+			raw := tk.readFile(t, taskfiles.FileStatus)
 			if want := fmt.Sprintf(`"retry_after_seconds":%g`, tc.want); !strings.Contains(raw, want) {
 				t.Errorf("status.json %s lacks %s", raw, want)
 			}

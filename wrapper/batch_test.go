@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -52,7 +54,7 @@ func TestOneSupervisorPerBatch(t *testing.T) {
 	}
 	for id, tk := range tasks {
 		poll(t, 15*time.Second, id+" to start", func() bool {
-			_, err := os.Stat(filepath.Join(tk.dir, dirOutput, "started"))
+			_, err := os.Stat(filepath.Join(tk.dir, taskfiles.DirOutput, "started"))
 			return err == nil
 		})
 		if st := tk.status(t); st.PID != pid || st.Status != wire.StatusRunning {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -68,7 +70,7 @@ func TestCgroupCPUQuota(t *testing.T) {
 	// /proc/<pid>/stat) counts the loop once timeout has reaped it.
 	script := `s=$(date +%s%N); timeout 3 sh -c 'while :; do :; done'; e=$(date +%s%N); echo "$s $e" > wall; cat /proc/$$/stat > stat; touch looped; while [ ! -e go ]; do sleep 0.05; done`
 	n.launch(t, n.item("CPU", wire.Launch{Command: shell(script), Limits: &wire.Limits{CPU: 0.2}}))
-	out := filepath.Join(n.taskDir("CPU"), dirOutput)
+	out := filepath.Join(n.taskDir("CPU"), taskfiles.DirOutput)
 	poll(t, 20*time.Second, "the busy loop to end", func() bool {
 		_, err := os.Stat(filepath.Join(out, "looped"))
 		return err == nil
@@ -145,7 +147,7 @@ func TestCgroupPidsForkBomb(t *testing.T) {
 			if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassPids || !strings.Contains(st.Error, "the cgroup refused the fork") {
 				t.Errorf("the fork bomb: %+v, want failed with class pids by the cgroup", st)
 			}
-			if _, err := os.Stat(filepath.Join(n.taskDir("LIMITED"), dirOutput, "started")); err == nil {
+			if _, err := os.Stat(filepath.Join(n.taskDir("LIMITED"), taskfiles.DirOutput, "started")); err == nil {
 				t.Error("the fork bomb started all its 2000 processes")
 			}
 			poll(t, 5*time.Second, "no sleeper of the fork bomb left", func() bool { return sleepersLeft() == 0 })
@@ -170,7 +172,7 @@ func TestCgroupWatchdogFallback(t *testing.T) {
 	if made := taskCgroups(t, p, n, "LIMITED"); len(made) != 0 {
 		t.Errorf("cgroups made with cgroups off: %v", made)
 	}
-	if log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), fileWrapper)); !strings.Contains(string(log), "cpu is not enforced") {
+	if log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), taskfiles.FileWrapper)); !strings.Contains(string(log), "cpu is not enforced") {
 		t.Errorf("wrapper.log does not say that cpu is not enforced:\n%s", log)
 	}
 	// As root, no RLIMIT_NPROC: the watchdog alone stops the fork bomb.

@@ -3,11 +3,10 @@ package wrapper
 import (
 	"strings"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
-
-// classifyTail is how much of the end of task.log Classify is shown.
-const classifyTail = 8 << 10
 
 type pattern struct {
 	text      string
@@ -46,8 +45,8 @@ func Classify(exitCode int, logTail []byte) string {
 	if exitCode == 0 {
 		return ""
 	}
-	if len(logTail) > classifyTail {
-		logTail = logTail[len(logTail)-classifyTail:]
+	if len(logTail) > taskfiles.ClassifyTail {
+		logTail = logTail[len(logTail)-taskfiles.ClassifyTail:]
 	}
 	text := strings.ToLower(string(logTail))
 	class, best := wire.ClassExit, -1

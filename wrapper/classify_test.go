@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -35,7 +37,7 @@ func TestClassify(t *testing.T) {
 		{"a cost that reads 401", 1, "429 too many requests\ntotal_cost_usd=1.401 took: 403\n", wire.ClassRateLimit},
 		{"json status code", 1, `{"status":401,"duration_ms":429.5}`, wire.ClassAuth},
 		{"api error field", 1, "rate limited earlier\napi_error_code: 403\n", wire.ClassAuth},
-		{"only the tail counts", 1, "HTTP 429\n" + strings.Repeat("x", classifyTail) + "\nexit\n", wire.ClassExit},
+		{"only the tail counts", 1, "HTTP 429\n" + strings.Repeat("x", taskfiles.ClassifyTail) + "\nexit\n", wire.ClassExit},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -43,22 +45,6 @@ func TestClassify(t *testing.T) {
 				t.Errorf("Classify(%d, %.40q) = %q, want %q", tc.code, tc.log, got, tc.want)
 			}
 		})
-	}
-}
-
-func TestCutMarker(t *testing.T) {
-	t.Parallel()
-	for _, n := range []int64{0, 1, 12345, 1 << 40} {
-		m := cutMarker(n)
-		got, size := parseCutMarker([]byte(m + "rest"))
-		if got != n || size != len(m) {
-			t.Errorf("parseCutMarker(%q) = %d, %d; want %d, %d", m, got, size, n, len(m))
-		}
-	}
-	for _, s := range []string{"", "plain output\n", "[dispatch: x bytes cut]\n", "[dispatch: 12 bytes cut]"} {
-		if _, size := parseCutMarker([]byte(s)); size != 0 {
-			t.Errorf("parseCutMarker(%q) found a marker", s)
-		}
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -17,7 +19,7 @@ import (
 // having no /proc. Facts are best effort: a value that cannot be read stays
 // zero.
 func readFacts(ctx context.Context, root string) wire.Facts {
-	f := wire.Facts{OS: runtime.GOOS, Arch: runtime.GOARCH, DiskFreeBytes: diskFree(root)}
+	f := wire.Facts{OS: runtime.GOOS, Arch: runtime.GOARCH, DiskFreeBytes: taskfiles.DiskFree(root)}
 	f.Load1 = load1()
 	f.MemAvailableBytes = memAvailable(ctx)
 	return f

@@ -7,13 +7,15 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // readFacts reads memory and load from /proc, which costs no process start.
 // Facts are best effort: a value that cannot be read stays zero.
 func readFacts(_ context.Context, root string) wire.Facts {
-	f := wire.Facts{OS: runtime.GOOS, Arch: runtime.GOARCH, DiskFreeBytes: diskFree(root)}
+	f := wire.Facts{OS: runtime.GOOS, Arch: runtime.GOARCH, DiskFreeBytes: taskfiles.DiskFree(root)}
 	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
 		for _, line := range strings.Split(string(data), "\n") {
 			fields := strings.Fields(line)

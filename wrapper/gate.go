@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/internal/filetree"
 	"github.com/dispatch-tool/dispatch/wire"
 )
@@ -63,7 +65,7 @@ func (s *supervisor) runGate(out, commit string) *wire.GateResult {
 	if err := s.gateScratch(); err != nil {
 		return &wire.GateResult{Tree: tree, Error: "the gate's HOME and TMPDIR could not be made: " + err.Error()}
 	}
-	glog, err := createTaskLog(filepath.Join(s.dir, fileGateLog), s.launch.LogLimitBytes)
+	glog, err := taskfiles.CreateTaskLog(filepath.Join(s.dir, fileGateLog), s.launch.LogLimitBytes)
 	if err != nil {
 		return &wire.GateResult{Tree: tree, Error: err.Error()}
 	}
@@ -99,7 +101,7 @@ func (s *supervisor) runGate(out, commit string) *wire.GateResult {
 	}
 	res.Passed = res.Error == ""
 	res.Seconds = time.Since(begun).Seconds()
-	if tail, err := glog.readTail(wire.GateTailBytes); err == nil {
+	if tail, err := glog.ReadTail(wire.GateTailBytes); err == nil {
 		res.OutputTail = lastLines(string(tail), wire.GateTailLines)
 	}
 	fmt.Fprintf(s.tlog, "dispatch-wrapper: gate: %s in %.1fs\n", gateVerdict(res), res.Seconds)
@@ -132,7 +134,7 @@ func gateVerdict(r *wire.GateResult) string {
 
 // gateStep runs one command of the gate in dir with its output to log; a
 // timer kills its process group when wait is over (timedOut set).
-func (s *supervisor) gateStep(dir, command string, log *taskLog, wait time.Duration, timedOut *atomic.Bool) (int, syscall.Signal, error) {
+func (s *supervisor) gateStep(dir, command string, log *taskfiles.TaskLog, wait time.Duration, timedOut *atomic.Bool) (int, syscall.Signal, error) {
 	if wait <= 0 {
 		timedOut.Store(true)
 		return -1, 0, nil
@@ -197,7 +199,7 @@ func (s *supervisor) gateEnv() []string {
 	env := slices.Clone(s.env)
 	for i, kv := range env {
 		switch k, v, _ := strings.Cut(kv, "="); {
-		case k == "TMPDIR" && s.sandbox == nil && v == filepath.Join(s.dir, dirTmp):
+		case k == "TMPDIR" && s.sandbox == nil && v == filepath.Join(s.dir, taskfiles.DirTmp):
 			env[i] = "TMPDIR=" + filepath.Join(s.dir, dirGateTmp)
 		case k == "HOME" && s.sandbox != nil && v == filepath.Join(s.dir, dirHome):
 			env[i] = "HOME=" + filepath.Join(s.dir, dirGateHome)
@@ -250,8 +252,8 @@ func (s *supervisor) gateCheckout(out, commit, dir string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		index := []string{"GIT_INDEX_FILE=" + filepath.Join(s.dir, dirTmp, ".gate-index")}
-		defer os.Remove(filepath.Join(s.dir, dirTmp, ".gate-index"))
+		index := []string{"GIT_INDEX_FILE=" + filepath.Join(s.dir, taskfiles.DirTmp, ".gate-index")}
+		defer os.Remove(filepath.Join(s.dir, taskfiles.DirTmp, ".gate-index"))
 		if _, err := runGit(ctx, "/", index, nil, "--git-dir", gitDir, "--work-tree", dir, "read-tree", commit); err != nil {
 			return "", err
 		}

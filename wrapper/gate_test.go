@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/internal/gittest"
 	"github.com/dispatch-tool/dispatch/wire"
 )
@@ -67,7 +69,7 @@ func TestGate(t *testing.T) {
 			tk.run(t, "")
 			st := tk.waitFinal(t)
 			if st.Status != tc.status {
-				t.Fatalf("status %s (%s: %s), want %s; task.log:\n%s", st.Status, st.ErrorClass, st.Error, tc.status, tk.readFile(t, fileLog))
+				t.Fatalf("status %s (%s: %s), want %s; task.log:\n%s", st.Status, st.ErrorClass, st.Error, tc.status, tk.readFile(t, taskfiles.FileLog))
 			}
 			if strings.HasPrefix(tc.name, "a tool that failed") {
 				if st.ErrorClass != wire.ClassExit || st.Gate != nil || fileExists(tk.path("gated")) {
@@ -81,7 +83,7 @@ func TestGate(t *testing.T) {
 			// Forged afterwards: status reads the record's result.
 			forged := *st
 			forged.Gate = &wire.GateResult{Passed: !tc.passed, OutputTail: "forged"}
-			if err := writeJSONAtomic(tk.path(fileStatus), forged); err != nil {
+			if err := taskfiles.WriteJSONAtomic(tk.path(taskfiles.FileStatus), forged); err != nil {
 				t.Fatal(err)
 			}
 			ts := statusOf(t, tk)
@@ -192,7 +194,7 @@ func TestGateGitNative(t *testing.T) {
 	st := tk.waitFinal(t)
 	g := statusOf(t, tk).Status.Gate
 	if st.Status != wire.StatusCompleted || !wire.IsCommitID(st.Commit) || g == nil || !g.Passed || !strings.HasPrefix(g.Tree, "git:") {
-		t.Fatalf("attempt %+v, gate %+v; task.log:\n%s", st, g, tk.readFile(t, fileLog))
+		t.Fatalf("attempt %+v, gate %+v; task.log:\n%s", st, g, tk.readFile(t, taskfiles.FileLog))
 	}
 	out, err := exec.Command("git", "--git-dir", SnapshotDirOf(wrapperBin, tk.dir), "rev-parse", st.Commit+"^{tree}").Output()
 	if tree := strings.TrimSpace(string(out)); err != nil || g.Tree != "git:"+tree {
@@ -304,8 +306,8 @@ func TestGateLargeLaunch(t *testing.T) {
 		gate.Known = append(gate.Known, wire.GateResult{Tree: fmt.Sprintf("sha256:%064d", i), OutputTail: strings.Repeat("y", 4<<10)})
 	}
 	tk := newTask(t, "", wire.Launch{Command: shell("echo right > answer"), Gate: &gate})
-	if fi, err := os.Stat(tk.path(fileLaunch)); err != nil || fi.Size() <= maxControlFile {
-		t.Fatalf("launch.json: %v, %v; want more than %d bytes", fi, err, maxControlFile)
+	if fi, err := os.Stat(tk.path(taskfiles.FileLaunch)); err != nil || fi.Size() <= taskfiles.MaxControlFile {
+		t.Fatalf("launch.json: %v, %v; want more than %d bytes", fi, err, taskfiles.MaxControlFile)
 	}
 	tk.run(t, "")
 	if st := tk.waitFinal(t); st.Status != wire.StatusCompleted {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/internal/gittest"
 	"github.com/dispatch-tool/dispatch/wire"
 )
@@ -258,7 +260,7 @@ func TestGitNativeAttempt(t *testing.T) {
 	tk.run(t, "")
 	st := tk.waitFinal(t)
 	if st.Status != wire.StatusCompleted || !wire.IsCommitID(st.Commit) {
-		t.Fatalf("attempt: %+v, want completed with a commit; task.log: %s", st, tk.readFile(t, fileLog))
+		t.Fatalf("attempt: %+v, want completed with a commit; task.log: %s", st, tk.readFile(t, taskfiles.FileLog))
 	}
 	packPath := filepath.Join(tk.dir, "result.pack")
 	out, code := runWrapper(t, "", "git-pack", "--dir", tk.dir, "--base", base, "--branch", "dispatch/demo/S01", "--out", packPath)

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -159,7 +161,7 @@ func newTask(t *testing.T, root string, l wire.Launch) *testTask {
 	if err := os.MkdirAll(tk.dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(tk.dir, fileSpec), []byte("# spec\nDo the thing.\n"), 0o444); err != nil {
+	if err := os.WriteFile(filepath.Join(tk.dir, taskfiles.FileSpec), []byte("# spec\nDo the thing.\n"), 0o444); err != nil {
 		t.Fatal(err)
 	}
 	tk.setLaunch(t, l)
@@ -178,7 +180,7 @@ func (tk *testTask) setLaunch(t *testing.T, l wire.Launch) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(tk.dir, fileLaunch), data, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(tk.dir, taskfiles.FileLaunch), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -205,7 +207,7 @@ func (tk *testTask) run(t *testing.T, env string) wire.RunReply {
 // status reads status.json, failing the test if it is missing or corrupt.
 func (tk *testTask) status(t *testing.T) *wire.Status {
 	t.Helper()
-	st, err := readStatus(tk.dir)
+	st, err := taskfiles.ReadStatus(tk.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +220,7 @@ func (tk *testTask) waitStatus(t *testing.T, what string, cond func(*wire.Status
 	var st *wire.Status
 	poll(t, 15*time.Second, what, func() bool {
 		var err error
-		st, err = readStatus(tk.dir)
+		st, err = taskfiles.ReadStatus(tk.dir)
 		return err == nil && cond(st)
 	})
 	return st
@@ -234,7 +236,7 @@ func (tk *testTask) waitFinal(t *testing.T) *wire.Status {
 
 func (tk *testTask) alive(t *testing.T) bool {
 	t.Helper()
-	alive, err := supervisorAlive(tk.dir)
+	alive, err := taskfiles.SupervisorAlive(tk.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +255,7 @@ func (tk *testTask) readFile(t *testing.T, name string) string {
 // touch creates a file in output/, the signal many test tools wait for.
 func (tk *testTask) touch(t *testing.T, name string) {
 	t.Helper()
-	if err := os.WriteFile(filepath.Join(tk.dir, dirOutput, name), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(tk.dir, taskfiles.DirOutput, name), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -264,15 +266,15 @@ func (tk *testTask) cleanup(t *testing.T) {
 	// The pids come from the process record: status.json and the pid file
 	// may be forged by the test itself.
 	if rec, err := tk.record(); err == nil {
-		if alive, _ := supervisorAlive(tk.dir); alive && rec.checkSupervisor() == nil {
+		if alive, _ := taskfiles.SupervisorAlive(tk.dir); alive && rec.checkSupervisor() == nil {
 			syscall.Kill(rec.SupervisorPID, syscall.SIGKILL)
 		}
 		rec.killToolGroup(syscall.SIGKILL)
 	}
-	if data, err := os.ReadFile(tk.path(fileWrapper)); err == nil {
+	if data, err := os.ReadFile(tk.path(taskfiles.FileWrapper)); err == nil {
 		for _, bad := range []string{"DATA RACE", "panic:", "fatal error:"} {
 			if bytes.Contains(data, []byte(bad)) {
-				t.Errorf("%s reports %q:\n%s", fileWrapper, bad, data)
+				t.Errorf("%s reports %q:\n%s", taskfiles.FileWrapper, bad, data)
 			}
 		}
 	}

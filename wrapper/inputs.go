@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -133,12 +135,12 @@ func inputSource(dir string, attempt int) (string, error) {
 	if !filepath.IsAbs(dir) {
 		return "", fmt.Errorf("the task directory %q is not an absolute path", dir)
 	}
-	for _, cand := range []string{dir, filepath.Join(dir, dirAttempts, strconv.Itoa(attempt))} {
-		st, err := readStatus(cand)
+	for _, cand := range []string{dir, filepath.Join(dir, taskfiles.DirAttempts, strconv.Itoa(attempt))} {
+		st, err := taskfiles.ReadStatus(cand)
 		if err != nil || st.Attempt != attempt {
 			continue
 		}
-		out := filepath.Join(cand, dirOutput)
+		out := filepath.Join(cand, taskfiles.DirOutput)
 		if fi, err := os.Lstat(out); err != nil || !fi.IsDir() {
 			return "", fmt.Errorf("attempt %d's output/ is not a directory on this node", attempt)
 		}

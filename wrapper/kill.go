@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -63,7 +65,7 @@ func cmdKill(ctx context.Context, args []string, stdout io.Writer) error {
 		if other := recordNode(dir); *node != "" && other != "" && other != *node {
 			return &cmdError{wire.KindOtherNode, fmt.Errorf("kill %s: its attempt is node %s's, not %s's (a work_dir both nodes reach); nothing signalled", dir, other, *node)}
 		}
-		alive, err := supervisorAlive(dir)
+		alive, err := taskfiles.SupervisorAlive(dir)
 		if err != nil {
 			return ioError(err)
 		}
@@ -190,7 +192,7 @@ func killLive(ctx context.Context, dir string, grace time.Duration, graceSet boo
 	// The supervisor is alive but does not act: kill it, then record the
 	// end of the attempt in its place.
 	if err := rec.signalSupervisor(syscall.SIGKILL); err != nil {
-		if alive, aerr := supervisorAlive(dir); aerr == nil && !alive {
+		if alive, aerr := taskfiles.SupervisorAlive(dir); aerr == nil && !alive {
 			return nil, errRetry
 		}
 		return nil, refuse(dir, err)
@@ -198,7 +200,7 @@ func killLive(ctx context.Context, dir string, grace time.Duration, graceSet boo
 	logWrapper(dir, "kill: supervisor %d did not finish after SIGTERM and a SIGKILL of its tool group; killed it", rec.SupervisorPID)
 	deadline := time.Now().Add(killMargin)
 	for {
-		alive, err := supervisorAlive(dir)
+		alive, err := taskfiles.SupervisorAlive(dir)
 		if err != nil {
 			return nil, ioError(err)
 		}
@@ -206,7 +208,7 @@ func killLive(ctx context.Context, dir string, grace time.Duration, graceSet boo
 			return killOrphanAs(dir, "killed on request; the supervisor did not respond and was killed")
 		}
 		if time.Now().After(deadline) {
-			return nil, &cmdError{wire.KindInternal, fmt.Errorf("supervisor %d still holds the lock after SIGKILL; see %s", rec.SupervisorPID, fileWrapper)}
+			return nil, &cmdError{wire.KindInternal, fmt.Errorf("supervisor %d still holds the lock after SIGKILL; see %s", rec.SupervisorPID, taskfiles.FileWrapper)}
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -222,7 +224,7 @@ func writeKillRequest(dir string, req killRequest) error {
 	if err != nil {
 		return err
 	}
-	return WriteFileAtomic(path, data, 0o600)
+	return taskfiles.WriteFileAtomic(path, data, 0o600)
 }
 
 // refuse reports a signal that kill would not send, in wrapper.log and in
@@ -235,7 +237,7 @@ func refuse(dir string, err error) error {
 // logWrapper appends a line to D/wrapper.log, as the supervisors do; it
 // is best effort.
 func logWrapper(dir, format string, args ...any) {
-	f, err := os.OpenFile(filepath.Join(dir, fileWrapper), os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
+	f, err := os.OpenFile(filepath.Join(dir, taskfiles.FileWrapper), os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
 	if err != nil {
 		return
 	}
@@ -252,9 +254,9 @@ func logWrapper(dir, format string, args ...any) {
 func waitFinal(ctx context.Context, dir string, timeout time.Duration) (*wire.Status, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		st, err := readStatus(dir)
+		st, err := taskfiles.ReadStatus(dir)
 		if err == nil && st.Final() {
-			alive, err := supervisorAlive(dir)
+			alive, err := taskfiles.SupervisorAlive(dir)
 			if err != nil {
 				return nil, ioError(err)
 			}
@@ -264,7 +266,7 @@ func waitFinal(ctx context.Context, dir string, timeout time.Duration) (*wire.St
 		}
 		if err == nil && !st.Final() {
 			// A supervisor killed meanwhile leaves running for ever.
-			if alive, _ := supervisorAlive(dir); !alive {
+			if alive, _ := taskfiles.SupervisorAlive(dir); !alive {
 				return nil, errRetry
 			}
 		}
@@ -291,7 +293,7 @@ func killOrphanAs(dir, msg string) (*wire.Status, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return nil, &cmdError{wire.KindNotFound, fmt.Errorf("no task directory %s", dir)}
 	}
-	lock, ok, err := lockTask(dir, 0)
+	lock, ok, err := taskfiles.LockTask(dir, 0)
 	if err != nil {
 		return nil, ioError(err)
 	}
@@ -321,9 +323,9 @@ func killUnderForeignLock(dir string) (st *wire.Status, ok bool, err error) {
 // endOrphan reports a final status as it is, or kills the recorded tool
 // group of a running one and writes its killed status.
 func endOrphan(dir, msg string) (*wire.Status, error) {
-	st, err := readStatus(dir)
+	st, err := taskfiles.ReadStatus(dir)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, &cmdError{wire.KindNotFound, fmt.Errorf("no %s in %s: nothing to kill", fileStatus, dir)}
+		return nil, &cmdError{wire.KindNotFound, fmt.Errorf("no %s in %s: nothing to kill", taskfiles.FileStatus, dir)}
 	}
 	if err != nil {
 		return nil, ioError(err)
@@ -343,7 +345,7 @@ func endOrphan(dir, msg string) (*wire.Status, error) {
 	// stored of the tool's output may still hold some. Which agent ran is
 	// the record's word, not launch.json's, which the task could rewrite.
 	st.TokensIn, st.TokensOut, st.CostUSD = 0, 0, 0
-	if tail, terr := readLogTail(filepath.Join(dir, fileLog), usageTail); terr == nil && err == nil {
+	if tail, terr := readLogTail(filepath.Join(dir, taskfiles.FileLog), usageTail); terr == nil && err == nil {
 		st.TokensIn, st.TokensOut, st.CostUSD = ParseUsage(rec.Agent, tail)
 	}
 	switch {
@@ -361,7 +363,7 @@ func endOrphan(dir, msg string) (*wire.Status, error) {
 			logWrapper(dir, "kill: not killing the recorded tool group: %v", err)
 		}
 	}
-	if err := writeStatusDurable(dir, st); err != nil {
+	if err := taskfiles.WriteStatusDurable(dir, st); err != nil {
 		return nil, ioError(err)
 	}
 	unmarkLive(dir, st.Attempt)

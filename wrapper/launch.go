@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -97,7 +99,7 @@ func writeLaunchFiles(item wire.LaunchItem) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", ioError(fmt.Errorf("create %s: %w", dir, err))
 	}
-	if alive, err := supervisorAlive(dir); err != nil {
+	if alive, err := taskfiles.SupervisorAlive(dir); err != nil {
 		return "", ioError(err)
 	} else if alive {
 		return "", &cmdError{wire.KindAlreadyRunning, fmt.Errorf("a supervisor is already running in %s", dir)}
@@ -108,10 +110,10 @@ func writeLaunchFiles(item wire.LaunchItem) (string, error) {
 	}
 	// Written whole or not at all, replacing whatever the task left at
 	// these names (a link is replaced, never followed).
-	if err := WriteFileAtomic(filepath.Join(dir, fileSpec), []byte(item.Spec), 0o444); err != nil {
+	if err := taskfiles.WriteFileAtomic(filepath.Join(dir, taskfiles.FileSpec), []byte(item.Spec), 0o444); err != nil {
 		return "", ioError(err)
 	}
-	if err := WriteFileAtomic(filepath.Join(dir, fileLaunch), launchJSON, 0o644); err != nil {
+	if err := taskfiles.WriteFileAtomic(filepath.Join(dir, taskfiles.FileLaunch), launchJSON, 0o644); err != nil {
 		return "", ioError(err)
 	}
 	// Before the supervisor starts, so that no moment of the attempt's

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -125,8 +127,8 @@ var forkRefusals = []string{"cannot fork", "can't fork", "fork: retry", "fork fa
 // EAGAIN's "resource temporarily unavailable" on a line naming a fork, a
 // thread, a spawn or a clone (not a read of a non-blocking socket).
 func forkRefused(tail []byte) bool {
-	if len(tail) > classifyTail {
-		tail = tail[len(tail)-classifyTail:]
+	if len(tail) > taskfiles.ClassifyTail {
+		tail = tail[len(tail)-taskfiles.ClassifyTail:]
 	}
 	for line := range strings.SplitSeq(strings.ToLower(string(tail)), "\n") {
 		for _, w := range forkRefusals {

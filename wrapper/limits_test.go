@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -120,10 +122,10 @@ func TestLimitsPidsStopsForkBomb(t *testing.T) {
 					t.Errorf("the fork bomb completed: %+v", st)
 				}
 				if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassPids || !strings.Contains(st.Error, "pids limit of 64") {
-					log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), fileLog))
+					log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), taskfiles.FileLog))
 					t.Errorf("the fork bomb as uid %d: %+v, log %q; want failed with class pids", nodeUID(n), st, log)
 				}
-				if _, err := os.Stat(filepath.Join(n.taskDir("LIMITED"), dirOutput, "started")); err == nil {
+				if _, err := os.Stat(filepath.Join(n.taskDir("LIMITED"), taskfiles.DirOutput, "started")); err == nil {
 					t.Error("the fork bomb started all its 2000 processes")
 				}
 				t.Logf("the fork bomb: %s: %s", st.ErrorClass, st.Error)
@@ -147,10 +149,10 @@ func TestLimitsPidsInSetup(t *testing.T) {
 			n.launch(t, n.item("LIMITED", wire.Launch{Setup: forkBomb, Command: shell("echo tool-ran > ran"), Limits: &wire.Limits{Pids: 64}}))
 			st := n.final(t, "LIMITED")
 			if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassPids {
-				log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), fileLog))
+				log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), taskfiles.FileLog))
 				t.Errorf("a fork bomb in setup as uid %d: %+v, log %q; want failed with class pids", nodeUID(n), st, log)
 			}
-			if _, err := os.Stat(filepath.Join(n.taskDir("LIMITED"), dirOutput, "ran")); err == nil {
+			if _, err := os.Stat(filepath.Join(n.taskDir("LIMITED"), taskfiles.DirOutput, "ran")); err == nil {
 				t.Error("the tool ran after its setup failed")
 			}
 			poll(t, 5*time.Second, "no sleeper of the fork bomb left", func() bool { return sleepersLeft() == 0 })
@@ -201,9 +203,9 @@ func TestLimitsFileSize(t *testing.T) {
 			if st.Status != wire.StatusFailed {
 				t.Errorf("writing past file_size: %+v, want failed", st)
 			}
-			out := filepath.Join(n.taskDir("LIMITED"), dirOutput)
+			out := filepath.Join(n.taskDir("LIMITED"), taskfiles.DirOutput)
 			if fi, err := os.Stat(filepath.Join(out, "big")); err != nil || fi.Size() > 1<<20 {
-				log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), fileLog))
+				log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), taskfiles.FileLog))
 				t.Errorf("the file written past file_size: %v, %v; want at most 1 MiB; log %s, %+v", fi, err, log, st)
 			}
 			if _, err := os.Stat(filepath.Join(out, "after")); err == nil {

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -74,7 +76,7 @@ func markLive(dir string, attempt int) error {
 			}
 		}
 	}
-	return WriteFileAtomic(path, []byte(strconv.Itoa(attempt)+"\n"), 0o600)
+	return taskfiles.WriteFileAtomic(path, []byte(strconv.Itoa(attempt)+"\n"), 0o600)
 }
 
 // unmarkLive removes dir's marker when it still names attempt (or names
@@ -92,7 +94,7 @@ func unmarkLive(dir string, attempt int) {
 
 // readMarker reads the attempt number a marker holds.
 func readMarker(path string) (int, error) {
-	data, err := readControlFile(path)
+	data, err := taskfiles.ReadControlFile(path)
 	if err != nil {
 		return 0, err
 	}
@@ -256,7 +258,7 @@ func addLive(ns *wire.NodeStatus, ts wire.TaskStatus, held map[string]string) {
 // whose status still says running with no supervisor (an orphan, whose
 // tool group may live on) keeps its marker until `kill` ends it.
 func markerOver(ts wire.TaskStatus, attempt int, path string, now time.Time) bool {
-	if ts.Alive || ts.Status == nil && ts.StatusError != fileStatus+" missing" {
+	if ts.Alive || ts.Status == nil && ts.StatusError != taskfiles.FileStatus+" missing" {
 		return false
 	}
 	if ts.Status != nil && !ts.Status.Final() {

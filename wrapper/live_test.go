@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -128,7 +130,7 @@ func TestStatusLive(t *testing.T) {
 	root := t.TempDir()
 	final := func(tk *testTask, attempt int) {
 		t.Helper()
-		if err := writeJSONAtomic(tk.path(fileStatus), wire.Status{Task: tk.name, Attempt: attempt, Status: wire.StatusCompleted}); err != nil {
+		if err := taskfiles.WriteJSONAtomic(tk.path(taskfiles.FileStatus), wire.Status{Task: tk.name, Attempt: attempt, Status: wire.StatusCompleted}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -239,10 +241,10 @@ func TestStatusLiveSame(t *testing.T) {
 	var tasks []*testTask
 	for _, id := range []string{"A", "B", "C"} {
 		tk := newTask(t, root, wire.Launch{Project: "p", Task: id})
-		if err := writeJSONAtomic(tk.path(fileStatus), wire.Status{Task: id, Attempt: 1, Status: wire.StatusRunning}); err != nil {
+		if err := taskfiles.WriteJSONAtomic(tk.path(taskfiles.FileStatus), wire.Status{Task: id, Attempt: 1, Status: wire.StatusRunning}); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(tk.path(fileHeartbeat), []byte("beat 1\n"), 0o644); err != nil {
+		if err := os.WriteFile(tk.path(taskfiles.FileHeartbeat), []byte("beat 1\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		tasks = append(tasks, tk)
@@ -259,10 +261,10 @@ func TestStatusLiveSame(t *testing.T) {
 		}
 		tags[ts.Project+"/"+ts.Task] = ts.Tag
 	}
-	if err := os.WriteFile(tasks[0].path(fileHeartbeat), []byte("beat 2\n"), 0o644); err != nil {
+	if err := os.WriteFile(tasks[0].path(taskfiles.FileHeartbeat), []byte("beat 2\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeJSONAtomic(tasks[1].path(fileStatus), wire.Status{Task: "B", Attempt: 1, Status: wire.StatusCompleted}); err != nil {
+	if err := taskfiles.WriteJSONAtomic(tasks[1].path(taskfiles.FileStatus), wire.Status{Task: "B", Attempt: 1, Status: wire.StatusCompleted}); err != nil {
 		t.Fatal(err)
 	}
 	doc, err := json.Marshal(wire.LiveRequest{Tasks: named, Tags: []string{tags["p/A"], tags["p/B"], ""}})
@@ -298,7 +300,7 @@ func TestStatusServe(t *testing.T) {
 	root := t.TempDir()
 	for _, id := range []string{"A", "B"} {
 		tk := newTask(t, root, wire.Launch{Project: "p", Task: id})
-		if err := writeJSONAtomic(tk.path(fileStatus), wire.Status{Task: id, Attempt: 1, Status: wire.StatusRunning}); err != nil {
+		if err := taskfiles.WriteJSONAtomic(tk.path(taskfiles.FileStatus), wire.Status{Task: id, Attempt: 1, Status: wire.StatusRunning}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -178,7 +180,7 @@ func taskDirFlag(cmd, dir string) (string, error) {
 	if dir == "" {
 		return "", usageErrorf("%s: --dir is required", cmd)
 	}
-	abs, err := expandPath(dir)
+	abs, err := taskfiles.ExpandPath(dir)
 	if err != nil {
 		return "", usageErrorf("%s: %v", cmd, err)
 	}

@@ -22,10 +22,6 @@ import (
 // cheaper than a new attempt would.
 const stopOnLimitWait = 15 * time.Second
 
-// maxWatchedLine bounds a line the watcher looks at; longer ones (a tool's
-// whole file in one JSON event) cannot be a retry notice and are skipped.
-const maxWatchedLine = 16 << 10
-
 // notice is a retry a CLI announced: its class (rate_limit or auth) and,
 // for a rate limit, how long the CLI said it would wait (0: unknown).
 type notice struct {
@@ -119,43 +115,6 @@ func noticeClass(lower string) string {
 		}
 	}
 	return ""
-}
-
-// lineWatcher splits what the tool writes into lines and hands each, with
-// the one before it, to on. It is fed under taskLog's lock, in order.
-type lineWatcher struct {
-	on   func(prev, line []byte)
-	buf  []byte
-	prev []byte
-	long bool // the current line outgrew maxWatchedLine: skip to its end
-}
-
-func (w *lineWatcher) write(p []byte) {
-	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		chunk := p
-		if i >= 0 {
-			chunk = p[:i]
-		}
-		if !w.long {
-			if len(w.buf)+len(chunk) > maxWatchedLine {
-				w.long, w.buf = true, w.buf[:0]
-			} else {
-				w.buf = append(w.buf, chunk...)
-			}
-		}
-		if i < 0 {
-			return
-		}
-		p = p[i+1:]
-		if w.long {
-			w.long = false
-			w.prev = w.prev[:0]
-			continue
-		}
-		w.on(w.prev, w.buf)
-		w.prev, w.buf = append(w.prev[:0], w.buf...), w.buf[:0]
-	}
 }
 
 // sessionID reads the tool's session id from a line of its output: claude's

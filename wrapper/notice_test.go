@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -61,20 +63,6 @@ func TestRetryNotice(t *testing.T) {
 	}
 }
 
-func TestLineWatcher(t *testing.T) {
-	t.Parallel()
-	var got []string
-	w := &lineWatcher{on: func(prev, line []byte) { got = append(got, string(prev)+"|"+string(line)) }}
-	long := strings.Repeat("x", maxWatchedLine+1)
-	for _, chunk := range []string{"a", "b\nc\n", long[:10], long[10:], "\nd", "\n", "unfinished"} {
-		w.write([]byte(chunk))
-	}
-	want := []string{"|ab", "ab|c", "|d"}
-	if strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Fatalf("lines %q, want %q", got, want)
-	}
-}
-
 func TestSessionID(t *testing.T) {
 	t.Parallel()
 	tests := []struct{ line, want string }{
@@ -100,13 +88,13 @@ func BenchmarkLineWatcher(b *testing.B) {
 	line := `{"type":"assistant","message":{"content":[{"type":"text","text":"` + strings.Repeat("x", 220) + `"}]},"session_id":"c17ba855"}` + "\n"
 	chunk := []byte(strings.Repeat(line, (64<<10)/len(line)))
 	now := time.Now()
-	w := &lineWatcher{on: func(prev, l []byte) {
+	w := &taskfiles.LineWatcher{On: func(prev, l []byte) {
 		sessionID(l)
 		retryNotice(wire.AgentGemini, prev, l, now)
 	}}
 	b.SetBytes(int64(len(chunk)))
 	for b.Loop() {
-		w.write(chunk)
+		w.Write(chunk)
 	}
 }
 
@@ -128,7 +116,7 @@ func TestSessionComesFromTheToolAlone(t *testing.T) {
 	// A leftover process rewrites status.json with another id.
 	st.SessionID = "forged-later"
 	data, _ := json.Marshal(st)
-	if err := os.WriteFile(tk.path(fileStatus), data, 0o644); err != nil {
+	if err := os.WriteFile(tk.path(taskfiles.FileStatus), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, code := runWrapper(t, "", "status", "--root", tk.root)

@@ -3,6 +3,8 @@ package wrapper
 import (
 	"encoding/json"
 	"path/filepath"
+
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // A work_dir that two nodes reach (two names of one host, or a home
@@ -23,7 +25,7 @@ type launchNode struct {
 // taskNode returns the node launch.json of dir names, or "" when there is
 // no readable launch.json or it names none.
 func taskNode(dir string) string {
-	data, err := readControlFileMax(filepath.Join(dir, fileLaunch), maxLaunchFile)
+	data, err := taskfiles.ReadControlFileMax(filepath.Join(dir, taskfiles.FileLaunch), taskfiles.MaxLaunchFile)
 	if err != nil {
 		return ""
 	}

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -204,7 +206,7 @@ func buildEnv(base []string, extra map[string]string, l wire.Launch, taskDir, di
 	for _, kv := range base {
 		set(kv)
 	}
-	set("TMPDIR=" + filepath.Join(taskDir, dirTmp))
+	set("TMPDIR=" + filepath.Join(taskDir, taskfiles.DirTmp))
 	for _, m := range []map[string]string{l.Env, extra} {
 		keys := make([]string, 0, len(m))
 		for k := range m {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -94,7 +96,7 @@ func writeRecord(r *procRecord) error {
 	if err != nil {
 		return fmt.Errorf("encode process record: %w", err)
 	}
-	if err := WriteFileAtomic(path, append(data, '\n'), 0o600); err != nil {
+	if err := taskfiles.WriteFileAtomic(path, append(data, '\n'), 0o600); err != nil {
 		return fmt.Errorf("write process record: %w", err)
 	}
 	return nil
@@ -107,7 +109,7 @@ func readRecord(dir string) (*procRecord, error) {
 	if err != nil {
 		return nil, err
 	}
-	data, err := readControlFileMax(path, maxRecordFile)
+	data, err := taskfiles.ReadControlFileMax(path, taskfiles.MaxRecordFile)
 	if err != nil {
 		return nil, fmt.Errorf("read process record of %s: %w", dir, err)
 	}

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -58,7 +60,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 	if err != nil {
 		return err
 	}
-	if alive, err := supervisorAlive(dir); err != nil {
+	if alive, err := taskfiles.SupervisorAlive(dir); err != nil {
 		return ioError(err)
 	} else if alive {
 		return &cmdError{wire.KindAlreadyRunning, fmt.Errorf("a supervisor is already running in %s", dir)}
@@ -123,13 +125,13 @@ func startSupervisor(ctx context.Context, items []superviseItem) ([]wire.LaunchR
 		readyW.Close()
 		return nil, ioError(fmt.Errorf("create pipe: %w", err))
 	}
-	logPath := filepath.Join(items[0].Dir, fileWrapper)
+	logPath := filepath.Join(items[0].Dir, taskfiles.FileWrapper)
 	logf, err := openWrapperLog(logPath)
 	if err != nil {
 		readyW.Close()
 		docR.Close()
 		docW.Close()
-		return nil, ioError(fmt.Errorf("open %s: %w", fileWrapper, err))
+		return nil, ioError(fmt.Errorf("open %s: %w", taskfiles.FileWrapper, err))
 	}
 	cmd := &exec.Cmd{
 		Path:        exe,

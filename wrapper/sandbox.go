@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -209,7 +211,7 @@ func under(p, root string) bool {
 // the wrapper's directory (hidden when it is the installed .bin), repo a
 // git-native project's repo.git ("" for none).
 func newSandboxSpec(bwrap, taskDir, workDir string, homes []string, exeDir, repo string) *sandboxSpec {
-	sp := &sandboxSpec{bwrap: bwrap, tmp: filepath.Join(taskDir, dirTmp)}
+	sp := &sandboxSpec{bwrap: bwrap, tmp: filepath.Join(taskDir, taskfiles.DirTmp)}
 	roots := append([]string{workDir}, homes...)
 	if filepath.Base(exeDir) == ".bin" {
 		roots = append(roots, exeDir)
@@ -230,8 +232,8 @@ func newSandboxSpec(bwrap, taskDir, workDir string, homes []string, exeDir, repo
 	if repo != "" {
 		sp.ro = append(sp.ro, repo)
 	}
-	sp.ro = append(sp.ro, filepath.Join(taskDir, fileSpec))
-	sp.rw = []string{filepath.Join(taskDir, dirOutput), filepath.Join(taskDir, dirHome)}
+	sp.ro = append(sp.ro, filepath.Join(taskDir, taskfiles.FileSpec))
+	sp.rw = []string{filepath.Join(taskDir, taskfiles.DirOutput), filepath.Join(taskDir, dirHome)}
 	return sp
 }
 

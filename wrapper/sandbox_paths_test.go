@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -62,15 +64,15 @@ cat $h/secret/s > secret 2>/dev/null; ls $h > home-ls 2>/dev/null; true`, n.home
 	}
 	var st *wire.Status
 	poll(t, 25*time.Second, "the task to end", func() bool {
-		st, err = readStatus(dir)
+		st, err = taskfiles.ReadStatus(dir)
 		return err == nil && st.Final()
 	})
-	wlog, _ := os.ReadFile(filepath.Join(dir, fileWrapper))
+	wlog, _ := os.ReadFile(filepath.Join(dir, taskfiles.FileWrapper))
 	if st.Status != wire.StatusCompleted || st.Sandbox != wire.SandboxBwrap {
 		t.Fatalf("the task: %+v, want completed under bwrap\n%s", st, wlog)
 	}
 	out := func(f string) string {
-		data, _ := os.ReadFile(filepath.Join(dir, dirOutput, f))
+		data, _ := os.ReadFile(filepath.Join(dir, taskfiles.DirOutput, f))
 		return string(data)
 	}
 	for f, want := range map[string]string{"ro-read": "ro-data\n", "ro-read-home": "ro-data\n", "rw-read": "old\n", "ro-wrote": "", "secret": ""} {

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -162,7 +164,7 @@ func (n *sandboxNode) finalWithin(t *testing.T, id string, d time.Duration) *wir
 	var st *wire.Status
 	poll(t, d, id+" to end", func() bool {
 		var err error
-		st, err = readStatus(n.taskDir(id))
+		st, err = taskfiles.ReadStatus(n.taskDir(id))
 		return err == nil && st.Final()
 	})
 	return st
@@ -217,10 +219,10 @@ func (n *sandboxNode) checkContained(t *testing.T, before map[string]string, att
 	if nb.Status != wire.StatusCompleted {
 		t.Errorf("the neighbour: %+v, want completed", nb)
 	}
-	if data, err := os.ReadFile(filepath.Join(n.taskDir("NEIGHBOUR"), dirOutput, "data")); err != nil || string(data) != "neighbour-data\n" {
+	if data, err := os.ReadFile(filepath.Join(n.taskDir("NEIGHBOUR"), taskfiles.DirOutput, "data")); err != nil || string(data) != "neighbour-data\n" {
 		t.Errorf("the neighbour's data: %q, %v; want it as it wrote it", data, err)
 	}
-	if _, err := os.Lstat(filepath.Join(n.taskDir("NEIGHBOUR"), dirOutput, "pwned")); err == nil {
+	if _, err := os.Lstat(filepath.Join(n.taskDir("NEIGHBOUR"), taskfiles.DirOutput, "pwned")); err == nil {
 		t.Error("the attacker wrote into the neighbour's workspace")
 	}
 	after := n.snapshot(t)
@@ -241,7 +243,7 @@ func (n *sandboxNode) checkContained(t *testing.T, before map[string]string, att
 
 // loot is what the attacker got: its output/loot.
 func (n *sandboxNode) loot(t *testing.T) string {
-	data, _ := os.ReadFile(filepath.Join(n.taskDir("ATTACK"), dirOutput, "loot"))
+	data, _ := os.ReadFile(filepath.Join(n.taskDir("ATTACK"), taskfiles.DirOutput, "loot"))
 	return string(data)
 }
 
@@ -267,7 +269,7 @@ func TestSandboxAttackReadNeighbourOutput(t *testing.T) {
 	t.Parallel()
 	n := newSandboxNode(t, "")
 	before := n.snapshot(t)
-	data := filepath.Join(n.taskDir("NEIGHBOUR"), dirOutput, "data")
+	data := filepath.Join(n.taskDir("NEIGHBOUR"), taskfiles.DirOutput, "data")
 	att, nb := n.run(t, retry(fmt.Sprintf(`cat %s > loot 2>/dev/null`, data)))
 	if strings.Contains(n.loot(t), "neighbour-data") {
 		t.Errorf("the attacker read the neighbour's workspace: %q", n.loot(t))
@@ -279,7 +281,7 @@ func TestSandboxAttackWriteNeighbourOutput(t *testing.T) {
 	t.Parallel()
 	n := newSandboxNode(t, "")
 	before := n.snapshot(t)
-	out := filepath.Join(n.taskDir("NEIGHBOUR"), dirOutput)
+	out := filepath.Join(n.taskDir("NEIGHBOUR"), taskfiles.DirOutput)
 	att, nb := n.run(t, retry(fmt.Sprintf(`[ -d %[1]s ] && echo pwned > %[1]s/pwned 2>/dev/null && echo pwned > %[1]s/data`, out)))
 	n.checkContained(t, before, att, nb)
 }
@@ -348,11 +350,11 @@ git -c user.name=t -c user.email=t@x commit -qm one && git log --oneline | wc -l
 [ "$HOME" != "" ] && touch "$HOME/.cache-ok" && echo ok > "$TMPDIR/t" && echo done > ../done`
 	att, nb := n.run(t, work)
 	if att.Status != wire.StatusCompleted {
-		log, _ := os.ReadFile(filepath.Join(n.taskDir("ATTACK"), fileLog))
+		log, _ := os.ReadFile(filepath.Join(n.taskDir("ATTACK"), taskfiles.FileLog))
 		t.Fatalf("ordinary work in the sandbox: %+v\n%s", att, log)
 	}
 	for f, want := range map[string]string{"py.txt": "3", "commits": "1\n", "done": "done\n"} {
-		if got, _ := os.ReadFile(filepath.Join(n.taskDir("ATTACK"), dirOutput, f)); string(got) != want {
+		if got, _ := os.ReadFile(filepath.Join(n.taskDir("ATTACK"), taskfiles.DirOutput, f)); string(got) != want {
 			t.Errorf("output/%s: %q, want %q", f, got, want)
 		}
 	}
@@ -383,10 +385,10 @@ cd .. && ./tiny-bin 2> ran.txt && GOTOOLCHAIN=local %[1]s env GOCACHE > gocache.
 	n.launch(t, attack, neighbour)
 	att, nb := n.finalWithin(t, "ATTACK", 200*time.Second), n.final(t, "NEIGHBOUR")
 	if att.Status != wire.StatusCompleted {
-		log, _ := os.ReadFile(filepath.Join(n.taskDir("ATTACK"), fileLog))
+		log, _ := os.ReadFile(filepath.Join(n.taskDir("ATTACK"), taskfiles.FileLog))
 		t.Fatalf("go build in the sandbox: %+v\n%s", att, log)
 	}
-	out := filepath.Join(n.taskDir("ATTACK"), dirOutput)
+	out := filepath.Join(n.taskDir("ATTACK"), taskfiles.DirOutput)
 	if got, _ := os.ReadFile(filepath.Join(out, "ran.txt")); string(got) != "built\n" {
 		t.Errorf("the program built in the sandbox printed %q, want built", got)
 	}
@@ -411,7 +413,7 @@ func TestSandboxAttackSymlinkToRoot(t *testing.T) {
 	att, nb := n.run(t, fmt.Sprintf(`ln -s / rootlink; ln -s %s/.ssh sshkeys; ln -s %s/.ssh/id_ed25519 key; echo mine > mine`, n.home, n.home))
 	n.checkContained(t, before, att, nb)
 	archive := filepath.Join(n.root, "out.tar")
-	cmd := exec.CommandContext(t.Context(), n.bin, "tar", "--dir", filepath.Join(n.taskDir("ATTACK"), dirOutput), "--out", archive)
+	cmd := exec.CommandContext(t.Context(), n.bin, "tar", "--dir", filepath.Join(n.taskDir("ATTACK"), taskfiles.DirOutput), "--out", archive)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("tar: %v: %s", err, out)
 	}
@@ -455,7 +457,7 @@ func TestSandboxStopGivesGrace(t *testing.T) {
 		n.item("STUBBORN", wire.Launch{Command: shell(stubborn), Sandbox: n.mode}))
 	for _, id := range []string{"POLITE", "STUBBORN"} {
 		poll(t, 20*time.Second, id+" to start", func() bool {
-			_, err := os.Stat(filepath.Join(n.taskDir(id), dirOutput, "started"))
+			_, err := os.Stat(filepath.Join(n.taskDir(id), taskfiles.DirOutput, "started"))
 			return err == nil
 		})
 		cmd := exec.CommandContext(t.Context(), n.bin, "kill", "--dir", n.taskDir(id), "--grace", "3s")
@@ -467,7 +469,7 @@ func TestSandboxStopGivesGrace(t *testing.T) {
 			t.Errorf("%s: status %+v, want killed", id, st)
 		}
 	}
-	if got, _ := os.ReadFile(filepath.Join(n.taskDir("POLITE"), dirOutput, "cleaned")); string(got) != "cleaned\n" {
+	if got, _ := os.ReadFile(filepath.Join(n.taskDir("POLITE"), taskfiles.DirOutput, "cleaned")); string(got) != "cleaned\n" {
 		t.Errorf("the sandboxed tool got no SIGTERM before the end: cleaned = %q", got)
 	}
 }
@@ -524,7 +526,7 @@ func TestSandboxAttackPtraceNeighbour(t *testing.T) {
 		var st *wire.Status
 		poll(t, 10*time.Second, id+" to run", func() bool {
 			var err error
-			st, err = readStatus(n.taskDir(id))
+			st, err = taskfiles.ReadStatus(n.taskDir(id))
 			return err == nil && st.Status == wire.StatusRunning && st.PID > 1 && st.ToolPID > 1
 		})
 		return st
@@ -537,7 +539,7 @@ func TestSandboxAttackPtraceNeighbour(t *testing.T) {
 	if len(pids) < 3 {
 		t.Fatalf("the neighbour's processes: %v, want its supervisor, bwrap and shell", pids)
 	}
-	out := filepath.Join(n.taskDir("ATTACK"), dirOutput)
+	out := filepath.Join(n.taskDir("ATTACK"), taskfiles.DirOutput)
 	if err := os.WriteFile(filepath.Join(out, "pids.new"), []byte(strings.Join(pids, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}

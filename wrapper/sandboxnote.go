@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -36,7 +38,7 @@ func (sp *sandboxSpec) writable() []string {
 	var out []string
 	for _, p := range sp.rw {
 		switch filepath.Base(p) {
-		case dirOutput:
+		case taskfiles.DirOutput:
 			out = append(out, "output/ (its workspace)")
 		case dirGate:
 			out = append(out, "the gate's copy of the result (its working directory)")

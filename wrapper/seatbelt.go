@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -125,12 +127,12 @@ func seatbeltProfile(sp seatbeltSpec) (string, error) {
 		return "", err
 	}
 	rw, err := canon(append([]string{
-		filepath.Join(sp.TaskDir, dirOutput), filepath.Join(sp.TaskDir, dirHome), filepath.Join(sp.TaskDir, dirTmp),
+		filepath.Join(sp.TaskDir, taskfiles.DirOutput), filepath.Join(sp.TaskDir, dirHome), filepath.Join(sp.TaskDir, taskfiles.DirTmp),
 	}, sp.RW...))
 	if err != nil {
 		return "", err
 	}
-	roFiles := []string{filepath.Join(task[0], fileSpec)}
+	roFiles := []string{filepath.Join(task[0], taskfiles.FileSpec)}
 	for _, p := range append(append([]string{}, ro...), rw...) {
 		if p == "/" {
 			return "", fmt.Errorf("seatbelt: / cannot be opened")

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -57,10 +59,10 @@ func forge(t *testing.T, tk *testTask, pid, toolPID int) {
 	st := tk.status(t)
 	st.PID, st.ToolPID = pid, toolPID
 	data, _ := json.Marshal(st)
-	if err := os.WriteFile(tk.path(fileStatus), data, 0o644); err != nil {
+	if err := os.WriteFile(tk.path(taskfiles.FileStatus), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(tk.path(filePID), []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(tk.path(taskfiles.FilePID), []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -76,7 +78,7 @@ func orphaned(t *testing.T, tk *testTask) *procRecord {
 	// The kernel kills the tool's shell with its supervisor; the sleep it
 	// started is what stays, so it must have been started.
 	poll(t, 10*time.Second, "the tool to start its sleep", func() bool {
-		_, err := os.Stat(filepath.Join(tk.dir, dirOutput, "sleeping"))
+		_, err := os.Stat(filepath.Join(tk.dir, taskfiles.DirOutput, "sleeping"))
 		return err == nil
 	})
 	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
@@ -114,7 +116,7 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 			// Make the attempt look running again for the next forgery.
 			st.Status = wire.StatusRunning
 			data, _ := json.Marshal(st)
-			os.WriteFile(tk.path(fileStatus), data, 0o644)
+			os.WriteFile(tk.path(taskfiles.FileStatus), data, 0o644)
 		}
 	})
 	t.Run("new attempt moving a dead one aside", func(t *testing.T) {
@@ -175,7 +177,7 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 		writeTestRecord(t, tk, rec)
 		st := wire.Status{Task: "T1", Attempt: 1, Status: wire.StatusRunning, PID: pid, ToolPID: pid}
 		data, _ := json.Marshal(st)
-		if err := os.WriteFile(tk.path(fileStatus), data, 0o644); err != nil {
+		if err := os.WriteFile(tk.path(taskfiles.FileStatus), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		// No supervisor: kill takes the orphan path and must not kill the
@@ -187,14 +189,14 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 		if !victimAlive(victim) {
 			t.Fatal("kill signalled a group whose leader started after the recorded one")
 		}
-		if log := tk.readFile(t, fileWrapper); !strings.Contains(log, "not the tool") {
+		if log := tk.readFile(t, taskfiles.FileWrapper); !strings.Contains(log, "not the tool") {
 			t.Errorf("wrapper.log does not say why nothing was signalled:\n%s", log)
 		}
 		// A lock held as by a live supervisor: kill must refuse to signal
 		// the recorded supervisor pid.
 		writeTestRecord(t, tk, rec)
-		os.WriteFile(tk.path(fileStatus), data, 0o644)
-		lock, ok, err := lockTask(tk.dir, 0)
+		os.WriteFile(tk.path(taskfiles.FileStatus), data, 0o644)
+		lock, ok, err := taskfiles.LockTask(tk.dir, 0)
 		if err != nil || !ok {
 			t.Fatalf("lock: %v %v", ok, err)
 		}
@@ -237,7 +239,7 @@ func TestStatusSurvivesHostileControlFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 		data, _ := json.Marshal(wire.Status{Task: name, Attempt: 1, Status: wire.StatusRunning})
-		if err := os.WriteFile(filepath.Join(dir, fileStatus), data, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, taskfiles.FileStatus), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		if err := f(dir); err != nil {
@@ -252,10 +254,10 @@ func TestStatusSurvivesHostileControlFiles(t *testing.T) {
 		}
 	}
 	fifo := func(p string) error { return syscall.Mkfifo(p, 0o644) }
-	mk("FIFO-STATUS", replace(fileStatus, fifo))
-	mk("FIFO-HEARTBEAT", replace(fileHeartbeat, fifo))
-	mk("FIFO-LOCK", replace(fileLock, fifo))
-	mk("HUGE", replace(fileStatus, func(p string) error {
+	mk("FIFO-STATUS", replace(taskfiles.FileStatus, fifo))
+	mk("FIFO-HEARTBEAT", replace(taskfiles.FileHeartbeat, fifo))
+	mk("FIFO-LOCK", replace(taskfiles.FileLock, fifo))
+	mk("HUGE", replace(taskfiles.FileStatus, func(p string) error {
 		f, err := os.Create(p)
 		if err != nil {
 			return err
@@ -263,8 +265,8 @@ func TestStatusSurvivesHostileControlFiles(t *testing.T) {
 		defer f.Close()
 		return f.Truncate(200 << 20)
 	}))
-	mk("SYMLINK", replace(fileStatus, func(p string) error { return os.Symlink(healthy.path(fileStatus), p) }))
-	mk("DIR", replace(fileStatus, func(p string) error { return os.Mkdir(p, 0o755) }))
+	mk("SYMLINK", replace(taskfiles.FileStatus, func(p string) error { return os.Symlink(healthy.path(taskfiles.FileStatus), p) }))
+	mk("DIR", replace(taskfiles.FileStatus, func(p string) error { return os.Mkdir(p, 0o755) }))
 
 	ns := nodeStatusOf(t, root)
 	byTask := map[string]wire.TaskStatus{}
@@ -333,11 +335,11 @@ func TestKillWithTheLockHeldByTheTask(t *testing.T) {
 			if running {
 				final.Status, final.CompletedAt = wire.StatusRunning, ""
 				data, _ := json.Marshal(final)
-				if err := os.WriteFile(tk.path(fileStatus), data, 0o644); err != nil {
+				if err := os.WriteFile(tk.path(taskfiles.FileStatus), data, 0o644); err != nil {
 					t.Fatal(err)
 				}
 			}
-			lock, ok, err := lockTask(tk.dir, 0)
+			lock, ok, err := taskfiles.LockTask(tk.dir, 0)
 			if err != nil || !ok {
 				t.Fatalf("lock: %v %v", ok, err)
 			}

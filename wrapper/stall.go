@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // A tool that writes nothing for stall_seconds is stalled: an agent CLI
@@ -82,7 +84,7 @@ func (s *supervisor) watchStall(stop <-chan struct{}) {
 	if stall <= 0 {
 		return
 	}
-	dir := transcriptDir(s.launch.Transcript, s.env, filepath.Join(s.dir, dirOutput))
+	dir := transcriptDir(s.launch.Transcript, s.env, filepath.Join(s.dir, taskfiles.DirOutput))
 	t := time.NewTicker(stallCheckPeriod(stall))
 	defer t.Stop()
 	total, changed := s.tlog.Total(), newestChange(dir)

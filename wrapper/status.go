@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -32,7 +34,7 @@ func cmdStatus(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 	if *rootFlag == "" {
 		return usageErrorf("status: --root is required")
 	}
-	root, err := expandPath(*rootFlag)
+	root, err := taskfiles.ExpandPath(*rootFlag)
 	if err != nil {
 		return usageErrorf("status: %v", err)
 	}
@@ -212,12 +214,12 @@ func taskStatus(project, task, dir string) wire.TaskStatus {
 	// A lock that cannot even be opened has no supervisor behind it.
 	// Every file here may be anything the task made of it: a bad one is an
 	// error of this task alone (see readControlFile).
-	alive, lockErr := supervisorAlive(dir)
+	alive, lockErr := taskfiles.SupervisorAlive(dir)
 	ts.Alive = alive
-	st, err := readStatus(dir)
+	st, err := taskfiles.ReadStatus(dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		ts.StatusError = fileStatus + " missing"
+		ts.StatusError = taskfiles.FileStatus + " missing"
 	case err != nil:
 		ts.StatusError = err.Error()
 	default:
@@ -240,7 +242,7 @@ func taskStatus(project, task, dir string) wire.TaskStatus {
 		ts.Status = nil
 		ts.StatusError = lockErr.Error()
 	}
-	data, err := readControlFile(filepath.Join(dir, fileHeartbeat))
+	data, err := taskfiles.ReadControlFile(filepath.Join(dir, taskfiles.FileHeartbeat))
 	switch {
 	case err == nil:
 		ts.Heartbeat = strings.TrimSpace(string(data))

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/internal/netallow"
 	"github.com/dispatch-tool/dispatch/wire"
 )
@@ -71,7 +73,7 @@ type supervisor struct {
 	launch wire.Launch
 	env    []string
 	logger *slog.Logger
-	tlog   *taskLog
+	tlog   *taskfiles.TaskLog
 	begun  time.Time
 	hbSeq  int
 	// activeAt is when the stall watch last saw the tool write (unix
@@ -296,7 +298,7 @@ func readSuperviseItems(r io.Reader) ([]superviseItem, error) {
 // directory of one attempt. The attempt logs to its own wrapper.log.
 func startAttempt(item superviseItem) (*supervisor, error) {
 	dir := item.Dir
-	lock, ok, err := lockTask(dir, lockWait)
+	lock, ok, err := taskfiles.LockTask(dir, lockWait)
 	if err != nil {
 		return nil, ioError(err)
 	}
@@ -311,14 +313,14 @@ func startAttempt(item superviseItem) (*supervisor, error) {
 	if err != nil {
 		return fail(err)
 	}
-	logf, err := openWrapperLog(filepath.Join(dir, fileWrapper))
+	logf, err := openWrapperLog(filepath.Join(dir, taskfiles.FileWrapper))
 	if err != nil {
-		return fail(ioError(fmt.Errorf("open %s: %w", fileWrapper, err)))
+		return fail(ioError(fmt.Errorf("open %s: %w", taskfiles.FileWrapper, err)))
 	}
 	s := &supervisor{
 		dir:     dir,
 		launch:  launch,
-		env:     buildEnv(os.Environ(), item.Env, launch, dir, filepath.Join(dir, dirOutput)),
+		env:     buildEnv(os.Environ(), item.Env, launch, dir, filepath.Join(dir, taskfiles.DirOutput)),
 		logger:  slog.New(slog.NewTextHandler(logf, nil)).With(logKeyDir, dir, logKeyPID, os.Getpid(), logKeyTask, launch.Task, logKeyAttempt, launch.Attempt),
 		begun:   time.Now(),
 		lock:    lock,
@@ -409,32 +411,32 @@ func (s *supervisor) prepare() error {
 	if err := s.writeOwnRecord(); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Join(s.dir, dirOutput), 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", dirOutput, err)
+	if err := os.MkdirAll(filepath.Join(s.dir, taskfiles.DirOutput), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", taskfiles.DirOutput, err)
 	}
 	pid := []byte(strconv.Itoa(os.Getpid()) + "\n")
-	if err := WriteFileAtomic(filepath.Join(s.dir, filePID), pid, 0o644); err != nil {
+	if err := taskfiles.WriteFileAtomic(filepath.Join(s.dir, taskfiles.FilePID), pid, 0o644); err != nil {
 		return err
 	}
-	tlog, err := createTaskLog(filepath.Join(s.dir, fileLog), s.launch.LogLimitBytes)
+	tlog, err := taskfiles.CreateTaskLog(filepath.Join(s.dir, taskfiles.FileLog), s.launch.LogLimitBytes)
 	if err != nil {
 		return err
 	}
 	s.tlog = tlog
-	tlog.watch = &lineWatcher{on: s.onLine}
+	tlog.Watch = &taskfiles.LineWatcher{On: s.onLine}
 	// The tool's temporary files stay in the attempt, private: the CLIs
 	// write error reports (with the prompt) and caches under TMPDIR.
 	// The old one is renamed aside (instant, whatever it holds) and
 	// removed once the attempt is under way: a million files left there
 	// must not hold up the start.
-	tmp := filepath.Join(s.dir, dirTmp)
+	tmp := filepath.Join(s.dir, taskfiles.DirTmp)
 	if _, err := os.Lstat(tmp); err == nil {
 		if err := os.Rename(tmp, tmp+oldTmpSuffix+strconv.Itoa(os.Getpid())); err != nil {
-			return fmt.Errorf("move the old %s aside: %w", dirTmp, err)
+			return fmt.Errorf("move the old %s aside: %w", taskfiles.DirTmp, err)
 		}
 	}
 	if err := os.Mkdir(tmp, 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", dirTmp, err)
+		return fmt.Errorf("create %s: %w", taskfiles.DirTmp, err)
 	}
 	if s.sandbox != nil {
 		if err := s.prepareHome(); err != nil {
@@ -462,7 +464,7 @@ func (s *supervisor) prepare() error {
 // suffix rather than being overwritten.
 func (s *supervisor) moveAside() error {
 	n := 0
-	if old, err := readStatus(s.dir); err == nil {
+	if old, err := taskfiles.ReadStatus(s.dir); err == nil {
 		n = old.Attempt
 	}
 	// The pids come from the process record, which the task cannot write,
@@ -489,7 +491,7 @@ func (s *supervisor) moveAside() error {
 	if err != nil {
 		return err
 	}
-	_, err = os.Lstat(filepath.Join(s.dir, dirOutput))
+	_, err = os.Lstat(filepath.Join(s.dir, taskfiles.DirOutput))
 	haveOutput := err == nil
 	if len(found) == 0 && (!haveOutput || (s.launch.Base == "" && s.launch.Repo == nil)) {
 		// First attempt; an output/ the controller may have seeded stays,
@@ -500,12 +502,12 @@ func (s *supervisor) moveAside() error {
 		// The resumed session works on where the earlier attempt left.
 		s.keptOutput = true
 	} else if haveOutput {
-		found = append(found, dirOutput)
+		found = append(found, taskfiles.DirOutput)
 	}
 	// attempts/ is the wrapper's, but the task can replace it: a link (or
 	// anything but a directory) is removed, never followed out of the task
 	// directory.
-	attempts := filepath.Join(s.dir, dirAttempts)
+	attempts := filepath.Join(s.dir, taskfiles.DirAttempts)
 	if fi, err := os.Lstat(attempts); err == nil && !fi.IsDir() {
 		s.logger.Warn("removing an attempts/ that is not a directory", logKeyPath, attempts)
 		if err := os.Remove(attempts); err != nil {
@@ -541,7 +543,7 @@ func attemptFiles(dir string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", dir, err)
 	}
-	own := []string{fileStatus, fileLog, fileHeartbeat, filePID}
+	own := []string{taskfiles.FileStatus, taskfiles.FileLog, taskfiles.FileHeartbeat, taskfiles.FilePID}
 	var found []string
 	for _, e := range entries {
 		for _, name := range own {
@@ -566,7 +568,7 @@ func (s *supervisor) copyBase(out string) error {
 		if errors.Is(err, errStopped) {
 			return err
 		}
-		return fmt.Errorf("copy base %q into %s: %w", s.launch.Base, dirOutput, err)
+		return fmt.Errorf("copy base %q into %s: %w", s.launch.Base, taskfiles.DirOutput, err)
 	}
 	return nil
 }
@@ -594,7 +596,7 @@ func (s *supervisor) run() {
 }
 
 func (s *supervisor) attempt() outcome {
-	out := filepath.Join(s.dir, dirOutput)
+	out := filepath.Join(s.dir, taskfiles.DirOutput)
 	if s.sandboxErr != "" {
 		return outcome{code: -1, startErr: s.sandboxErr, permanent: s.sandboxPermanent}
 	}
@@ -788,7 +790,7 @@ type permanentError struct{ error }
 func (e permanentError) Unwrap() error { return e.error }
 
 func (s *supervisor) toolCmd(out string) (*exec.Cmd, []io.Closer, error) {
-	spec := filepath.Join(s.dir, fileSpec)
+	spec := filepath.Join(s.dir, taskfiles.FileSpec)
 	command, env := s.toolArgvEnv()
 	args := make([]string, len(command))
 	for i, a := range command {
@@ -932,7 +934,7 @@ const oldTmpSuffix = ".old."
 // by prepare (and any a killed supervisor left). RemoveAll never follows a
 // link: a task that put one there loses only the link.
 func (s *supervisor) removeOldTmps() {
-	old, err := filepath.Glob(filepath.Join(s.dir, dirTmp+oldTmpSuffix+"*"))
+	old, err := filepath.Glob(filepath.Join(s.dir, taskfiles.DirTmp+oldTmpSuffix+"*"))
 	if err != nil {
 		return
 	}
@@ -1005,7 +1007,7 @@ func (s *supervisor) killRequested() (time.Duration, bool) {
 	if err != nil {
 		return 0, false
 	}
-	data, err := readControlFile(path)
+	data, err := taskfiles.ReadControlFile(path)
 	if err != nil {
 		return 0, false
 	}
@@ -1055,7 +1057,7 @@ func (s *supervisor) heartbeats(stop <-chan struct{}, done chan<- struct{}) {
 func (s *supervisor) beat() error {
 	s.hbSeq++
 	data := heartbeatLine(s.hbSeq, time.Now(), s.activeAt.Load())
-	return WriteFileAtomic(filepath.Join(s.dir, fileHeartbeat), []byte(data), 0o644)
+	return taskfiles.WriteFileAtomic(filepath.Join(s.dir, taskfiles.FileHeartbeat), []byte(data), 0o644)
 }
 
 // writeOwnRecord records this supervisor in the process record, with no
@@ -1105,9 +1107,9 @@ func (s *supervisor) updateStatus(f func(*wire.Status) bool) error {
 	}
 	s.final = s.st.Final()
 	if s.final {
-		return writeStatusDurable(s.dir, &s.st)
+		return taskfiles.WriteStatusDurable(s.dir, &s.st)
 	}
-	return writeJSONAtomic(filepath.Join(s.dir, fileStatus), s.st)
+	return taskfiles.WriteJSONAtomic(filepath.Join(s.dir, taskfiles.FileStatus), s.st)
 }
 
 // noticeFailure fills st for an attempt stopped on a notice of its tool's
@@ -1149,7 +1151,7 @@ func (s *supervisor) finish(res outcome) {
 	// Read back from the file, which holds far more than the in-memory
 	// tail; the tool and setup are gone, so it no longer changes. It is
 	// the file the log wrote, whatever the task put at its path.
-	tail, err := s.tlog.readTail(usageTail)
+	tail, err := s.tlog.ReadTail(usageTail)
 	if err != nil {
 		s.logger.Warn("read task log for usage", logKeyErr, err)
 	}

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -37,7 +39,7 @@ func cmdTail(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		return ioError(err)
 	}
-	r := &logReader{path: filepath.Join(dir, fileLog), w: stdout}
+	r := &logReader{path: filepath.Join(dir, taskfiles.FileLog), w: stdout}
 	defer r.close()
 	if !*follow {
 		return r.drain()
@@ -63,10 +65,10 @@ func cmdTail(ctx context.Context, args []string, stdout io.Writer) error {
 // attemptOver reports whether no more output can come: the status is final,
 // or no supervisor is alive to write any.
 func attemptOver(dir string) bool {
-	if st, err := readStatus(dir); err == nil && st.Final() {
+	if st, err := taskfiles.ReadStatus(dir); err == nil && st.Final() {
 		return true
 	}
-	alive, _ := supervisorAlive(dir)
+	alive, _ := taskfiles.SupervisorAlive(dir)
 	return !alive
 }
 
@@ -111,15 +113,15 @@ func (r *logReader) open() error {
 		return nil
 	}
 	if err != nil {
-		return ioError(fmt.Errorf("open %s: %w", fileLog, err))
+		return ioError(fmt.Errorf("open %s: %w", taskfiles.FileLog, err))
 	}
 	head := make([]byte, 64)
 	n, _ := f.ReadAt(head, 0)
-	base, hdr := parseCutMarker(head[:n])
+	base, hdr := taskfiles.ParseCutMarker(head[:n])
 	if r.pos >= base {
 		r.off = int64(hdr) + r.pos - base
 	} else {
-		if _, err := io.WriteString(r.w, cutMarker(base-r.pos)); err != nil {
+		if _, err := io.WriteString(r.w, taskfiles.CutMarker(base-r.pos)); err != nil {
 			f.Close()
 			return ioError(fmt.Errorf("write log: %w", err))
 		}
@@ -144,7 +146,7 @@ func (r *logReader) copy() error {
 			return nil
 		}
 		if err != nil {
-			return ioError(fmt.Errorf("read %s: %w", fileLog, err))
+			return ioError(fmt.Errorf("read %s: %w", taskfiles.FileLog, err))
 		}
 	}
 }

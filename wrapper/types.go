@@ -1,10 +1,15 @@
 package wrapper
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/internal/netallow"
 	"github.com/dispatch-tool/dispatch/wire"
@@ -167,4 +172,29 @@ func allowList(l *wire.Launch) (netallow.List, error) {
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+// readLaunch reads and normalizes D/launch.json.
+func readLaunch(dir string) (wire.Launch, error) {
+	var l wire.Launch
+	data, err := taskfiles.ReadControlFileMax(filepath.Join(dir, taskfiles.FileLaunch), taskfiles.MaxLaunchFile)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return l, &cmdError{wire.KindNotFound, fmt.Errorf("no %s in %s", taskfiles.FileLaunch, dir)}
+		}
+		return l, &cmdError{wire.KindIO, fmt.Errorf("read %s: %w", taskfiles.FileLaunch, err)}
+	}
+	if err := json.Unmarshal(data, &l); err != nil {
+		return l, &cmdError{wire.KindUsage, fmt.Errorf("parse %s: %w", taskfiles.FileLaunch, err)}
+	}
+	if err := normalizeLaunch(&l); err != nil {
+		return l, &cmdError{wire.KindUsage, fmt.Errorf("invalid %s: %w", taskfiles.FileLaunch, err)}
+	}
+	if l.Task == "" {
+		l.Task = filepath.Base(dir)
+	}
+	if l.Project == "" {
+		l.Project = filepath.Base(filepath.Dir(filepath.Dir(dir)))
+	}
+	return l, nil
 }

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -70,7 +72,7 @@ func ParseUsage(agent string, logTail []byte) (tokensIn, tokensOut int64, costUS
 			text = text[i+1:]
 		}
 	}
-	if _, n := parseCutMarker(text); n > 0 {
+	if _, n := taskfiles.ParseCutMarker(text); n > 0 {
 		text = text[n:]
 	}
 
@@ -254,7 +256,7 @@ func tokensUsed(line, next []byte) (int64, bool) {
 func readLogTail(path string, limit int64) ([]byte, error) {
 	// task.log sits where the task can replace it: a FIFO or a link must
 	// not block or mislead the reader.
-	f, err := openControlFile(path, os.O_RDONLY)
+	f, err := taskfiles.OpenControlFile(path, os.O_RDONLY)
 	if err != nil {
 		return nil, err
 	}

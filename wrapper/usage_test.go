@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -153,7 +155,7 @@ func TestParseUsage(t *testing.T) {
 		{wire.AgentClaude, "claude result then stderr", lines(claudeResult, "Error: something after the result"), 150, 50, 0.0123},
 		{wire.AgentClaude, "claude result with CRLF", strings.ReplaceAll(lines(claudeInit, claudeResult), "\n", "\r\n"), 150, 50, 0.0123},
 		{wire.AgentClaude, "claude killed before its result", lines(claudeInit, claudeAssistant, claudeToolUser), 0, 0, 0},
-		{wire.AgentClaude, "claude after a cut", cutMarker(123456) + `:5,"output_tokens":7}}` + "\n" + lines(claudeAssistant, claudeResult), 150, 50, 0.0123},
+		{wire.AgentClaude, "claude after a cut", taskfiles.CutMarker(123456) + `:5,"output_tokens":7}}` + "\n" + lines(claudeAssistant, claudeResult), 150, 50, 0.0123},
 		{wire.AgentCodex, "codex plain", codexPlainNew, 0, 12345, 0},
 		{wire.AgentCodex, "codex plain coloured", "codex\nDone.\n\x1b[2mtokens used\x1b[0m\n\x1b[2m9,876\x1b[0m\n", 0, 9876, 0},
 		{wire.AgentCodex, "codex plain old", codexPlainOld, 0, 1234, 0},

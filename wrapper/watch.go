@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -80,7 +82,7 @@ func cmdWatch(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 	if *beat < 10*time.Millisecond {
 		return usageErrorf("watch: --beat must be at least 10ms")
 	}
-	root, err := expandPath(*rootFlag)
+	root, err := taskfiles.ExpandPath(*rootFlag)
 	if err != nil {
 		return usageErrorf("watch: %v", err)
 	}
@@ -325,9 +327,9 @@ func (s *scanner) scanAlive() []string {
 // and reports whether that is a change.
 func (s *scanner) look(key, dir string, probeLive bool) bool {
 	old, had := s.known[key]
-	now := taskSeen{status: statSeen(filepath.Join(dir, fileStatus)), alive: old.alive}
+	now := taskSeen{status: statSeen(filepath.Join(dir, taskfiles.FileStatus)), alive: old.alive}
 	if probeLive || !had || now.status != old.status {
-		now.alive, _ = supervisorAlive(dir)
+		now.alive, _ = taskfiles.SupervisorAlive(dir)
 	}
 	s.known[key] = now
 	return had && now != old || !had && s.primed && now != (taskSeen{})

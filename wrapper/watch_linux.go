@@ -7,6 +7,8 @@ import (
 	"sync"
 	"syscall"
 	"unsafe"
+
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // inotifyMask is what makes a directory worth a look: a file renamed into
@@ -73,7 +75,7 @@ func newNotifier(root string) (<-chan struct{}, func() dirChange, func()) {
 				switch {
 				case ev.Mask&(syscall.IN_IGNORED|syscall.IN_Q_OVERFLOW) != 0:
 					c.all = true
-				case depth == 3 && (name == fileStatus || name == fileLock):
+				case depth == 3 && (name == taskfiles.FileStatus || name == taskfiles.FileLock):
 					c.keys[n.key(dir)] = true
 				case depth == 2 && ev.Mask&syscall.IN_ISDIR != 0:
 					// A task directory made or removed in tasks/.

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -53,7 +55,7 @@ func TestWatchSeesADirectoryMadeWhileWatchesAreAdded(t *testing.T) {
 			t.Fatal("the hook never made the task directory")
 		}
 	}
-	if err := WriteFileAtomic(filepath.Join(task, fileStatus), []byte(`{"status":"completed","attempt":1}`), 0o644); err != nil {
+	if err := taskfiles.WriteFileAtomic(filepath.Join(task, taskfiles.FileStatus), []byte(`{"status":"completed","attempt":1}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if ts := nextChange(t, fs, "demo/T1"); ts.Status == nil || ts.Status.Status != wire.StatusCompleted {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -97,12 +99,12 @@ func TestWatch(t *testing.T) {
 			}
 			// Give the new directories a moment to be watched: a status
 			// written before that is seen by the next look at them.
-			if err := WriteFileAtomic(filepath.Join(dir, fileStatus), []byte(`{"status":"running"}`), 0o644); err != nil {
+			if err := taskfiles.WriteFileAtomic(filepath.Join(dir, taskfiles.FileStatus), []byte(`{"status":"running"}`), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			nextChange(t, fs, "demo/T1")
 			// A replaced status.json, whose content the frame carries.
-			if err := WriteFileAtomic(filepath.Join(dir, fileStatus), []byte(`{"status":"completed","attempt":3}`), 0o644); err != nil {
+			if err := taskfiles.WriteFileAtomic(filepath.Join(dir, taskfiles.FileStatus), []byte(`{"status":"completed","attempt":3}`), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			if ts := nextChange(t, fs, "demo/T1"); ts.Status == nil || ts.Status.Status != wire.StatusCompleted || ts.Status.Attempt != 3 || ts.Dir != dir {
@@ -110,7 +112,7 @@ func TestWatch(t *testing.T) {
 			}
 			// A supervisor that dies (its lock released) without a final
 			// status: seen by the lock probe.
-			lock, ok, err := lockTask(dir, 0)
+			lock, ok, err := taskfiles.LockTask(dir, 0)
 			if err != nil || !ok {
 				t.Fatalf("lock: %v %v", ok, err)
 			}
@@ -185,7 +187,7 @@ loop:
 				changes++
 			}
 		default:
-			WriteFileAtomic(filepath.Join(dir, fileStatus), []byte(strconv.Itoa(writes)), 0o644)
+			taskfiles.WriteFileAtomic(filepath.Join(dir, taskfiles.FileStatus), []byte(strconv.Itoa(writes)), 0o644)
 			writes++
 		}
 	}
@@ -211,7 +213,7 @@ func TestWatchSplitsLargeChanges(t *testing.T) {
 	}
 	for i := range n {
 		data := []byte(`{"status":"running","attempt":` + strconv.Itoa(i+1) + `}`)
-		if err := WriteFileAtomic(filepath.Join(root, "demo", "tasks", "T"+strconv.Itoa(i), fileStatus), data, 0o644); err != nil {
+		if err := taskfiles.WriteFileAtomic(filepath.Join(root, "demo", "tasks", "T"+strconv.Itoa(i), taskfiles.FileStatus), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -251,7 +253,7 @@ func TestScanKeysLooksOnlyWhereTold(t *testing.T) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := WriteFileAtomic(filepath.Join(dir, fileStatus), []byte(status), 0o644); err != nil {
+		if err := taskfiles.WriteFileAtomic(filepath.Join(dir, taskfiles.FileStatus), []byte(status), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package wrapper
+package taskfiles
 
 import (
 	"bytes"
@@ -11,13 +11,13 @@ import (
 
 // cutMarker starts task.log once its head has been dropped; n counts the
 // bytes of the tool's output that are no longer in the file.
-func cutMarker(n int64) string {
+func CutMarker(n int64) string {
 	return fmt.Sprintf("[dispatch: %d bytes cut]\n", n)
 }
 
 // parseCutMarker returns the count of a leading cut marker in head and the
 // marker's length, or 0, 0 when head does not start with one.
-func parseCutMarker(head []byte) (cut int64, size int) {
+func ParseCutMarker(head []byte) (cut int64, size int) {
 	const prefix, suffix = "[dispatch: ", " bytes cut]\n"
 	if !bytes.HasPrefix(head, []byte(prefix)) {
 		return 0, 0
@@ -37,7 +37,7 @@ func parseCutMarker(head []byte) (cut int64, size int) {
 // taskLog is task.log: everything the tool writes, appended as it arrives,
 // with the head dropped when the file would outgrow its limit. Several
 // processes' pipes (setup, then the tool) feed it, one at a time.
-type taskLog struct {
+type TaskLog struct {
 	path  string
 	limit int64
 
@@ -48,26 +48,26 @@ type taskLog struct {
 	total  int64        // bytes the tool has written, cut or not
 	tail   []byte       // end of the output, for Classify and setup errors
 	err    error        // first write error; later output is counted, not stored
-	watch  *lineWatcher // when set, sees every line of output as it comes
+	Watch  *LineWatcher // when set, sees every line of output as it comes
 }
 
-func createTaskLog(path string, limit int64) (*taskLog, error) {
+func CreateTaskLog(path string, limit int64) (*TaskLog, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("create %s: %w", fileLog, err)
+		return nil, fmt.Errorf("create %s: %w", FileLog, err)
 	}
-	return &taskLog{path: path, limit: limit, f: f}, nil
+	return &TaskLog{path: path, limit: limit, f: f}, nil
 }
 
 // Write stores p. It never fails, so that a full disk cannot stop the copy
 // from the tool's pipe and block the tool on a full pipe; the first error is
 // kept for Err.
-func (l *taskLog) Write(p []byte) (int, error) {
+func (l *TaskLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.keepTail(p)
-	if l.watch != nil {
-		l.watch.write(p)
+	if l.Watch != nil {
+		l.Watch.Write(p)
 	}
 	if l.err == nil {
 		if l.size+int64(len(p)) > l.limit {
@@ -86,7 +86,7 @@ func (l *taskLog) Write(p []byte) (int, error) {
 // output including p. The rewrite is atomic so that a reader never sees a
 // truncated file; it costs one copy of half the limit per half limit of
 // output.
-func (l *taskLog) cut(p []byte) error {
+func (l *TaskLog) cut(p []byte) error {
 	keep := l.limit / 2
 	var tail []byte
 	if int64(len(p)) >= keep {
@@ -95,18 +95,18 @@ func (l *taskLog) cut(p []byte) error {
 		need := min(keep-int64(len(p)), l.size-l.header)
 		tail = make([]byte, need, need+int64(len(p)))
 		if _, err := l.f.ReadAt(tail, l.size-need); err != nil {
-			return fmt.Errorf("read %s for cut: %w", fileLog, err)
+			return fmt.Errorf("read %s for cut: %w", FileLog, err)
 		}
 		tail = append(tail, p...)
 	}
-	marker := cutMarker(l.total + int64(len(p)) - int64(len(tail)))
+	marker := CutMarker(l.total + int64(len(p)) - int64(len(tail)))
 	data := append([]byte(marker), tail...)
 	if err := WriteFileAtomic(l.path, data, 0o644); err != nil {
 		return err
 	}
 	f, err := os.OpenFile(l.path, os.O_RDWR|os.O_APPEND, 0)
 	if err != nil {
-		return fmt.Errorf("reopen %s: %w", fileLog, err)
+		return fmt.Errorf("reopen %s: %w", FileLog, err)
 	}
 	l.f.Close()
 	l.f = f
@@ -119,7 +119,7 @@ func (l *taskLog) cut(p []byte) error {
 // to, read through its own descriptor: not whatever file is at its path
 // now (a task can rename one of its own over task.log). A first line cut
 // in the middle is dropped.
-func (l *taskLog) readTail(limit int64) ([]byte, error) {
+func (l *TaskLog) ReadTail(limit int64) ([]byte, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	fi, err := l.f.Stat()
@@ -129,7 +129,7 @@ func (l *taskLog) readTail(limit int64) ([]byte, error) {
 	off := max(fi.Size()-limit, 0)
 	data, err := io.ReadAll(io.NewSectionReader(l.f, off, fi.Size()-off))
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", fileLog, err)
+		return nil, fmt.Errorf("read %s: %w", FileLog, err)
 	}
 	if off > 0 {
 		if i := bytes.IndexByte(data, '\n'); i >= 0 {
@@ -139,27 +139,27 @@ func (l *taskLog) readTail(limit int64) ([]byte, error) {
 	return data, nil
 }
 
-func (l *taskLog) keepTail(p []byte) {
+func (l *TaskLog) keepTail(p []byte) {
 	l.tail = append(l.tail, p...)
-	if len(l.tail) > 2*classifyTail {
-		l.tail = append([]byte(nil), l.tail[len(l.tail)-classifyTail:]...)
+	if len(l.tail) > 2*ClassifyTail {
+		l.tail = append([]byte(nil), l.tail[len(l.tail)-ClassifyTail:]...)
 	}
 }
 
 // Tail returns up to the last 8 KiB of output.
-func (l *taskLog) Tail() []byte {
+func (l *TaskLog) Tail() []byte {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t := l.tail
-	if len(t) > classifyTail {
-		t = t[len(t)-classifyTail:]
+	if len(t) > ClassifyTail {
+		t = t[len(t)-ClassifyTail:]
 	}
 	return append([]byte(nil), t...)
 }
 
 // LastLine returns the last non-empty line of output, shortened for use in
 // an error message.
-func (l *taskLog) LastLine() string {
+func (l *TaskLog) LastLine() string {
 	t := bytes.TrimRight(l.Tail(), " \t\r\n")
 	if i := bytes.LastIndexByte(t, '\n'); i >= 0 {
 		t = t[i+1:]
@@ -173,21 +173,65 @@ func (l *taskLog) LastLine() string {
 }
 
 // Total returns the number of bytes written so far.
-func (l *taskLog) Total() int64 {
+func (l *TaskLog) Total() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.total
 }
 
 // Err returns the first error met while storing output.
-func (l *taskLog) Err() error {
+func (l *TaskLog) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err
 }
 
-func (l *taskLog) Close() error {
+func (l *TaskLog) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.f.Close()
 }
+
+// maxWatchedLine bounds a line the watcher looks at; longer ones (a tool's
+// whole file in one JSON event) cannot be a retry notice and are skipped.
+const maxWatchedLine = 16 << 10
+
+// lineWatcher splits what the tool writes into lines and hands each, with
+// the one before it, to on. It is fed under taskLog's lock, in order.
+type LineWatcher struct {
+	On   func(prev, line []byte)
+	buf  []byte
+	prev []byte
+	long bool // the current line outgrew maxWatchedLine: skip to its end
+}
+
+func (w *LineWatcher) Write(p []byte) {
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		chunk := p
+		if i >= 0 {
+			chunk = p[:i]
+		}
+		if !w.long {
+			if len(w.buf)+len(chunk) > maxWatchedLine {
+				w.long, w.buf = true, w.buf[:0]
+			} else {
+				w.buf = append(w.buf, chunk...)
+			}
+		}
+		if i < 0 {
+			return
+		}
+		p = p[i+1:]
+		if w.long {
+			w.long = false
+			w.prev = w.prev[:0]
+			continue
+		}
+		w.On(w.prev, w.buf)
+		w.prev, w.buf = append(w.prev[:0], w.buf...), w.buf[:0]
+	}
+}
+
+// classifyTail is how much of the end of task.log Classify is shown.
+const ClassifyTail = 8 << 10

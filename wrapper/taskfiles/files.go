@@ -1,4 +1,4 @@
-package wrapper
+package taskfiles
 
 import (
 	"encoding/json"
@@ -16,19 +16,19 @@ import (
 
 // Names of the files in a task directory.
 const (
-	fileSpec      = "spec.md"
-	fileLaunch    = "launch.json"
-	fileLock      = "lock"
-	filePID       = "pid"
-	fileStatus    = "status.json"
-	fileHeartbeat = "heartbeat"
-	fileLog       = "task.log"
-	fileWrapper   = "wrapper.log"
-	fileKill      = "kill.json"
-	dirOutput     = "output"
-	dirAttempts   = "attempts"
+	FileSpec      = "spec.md"
+	FileLaunch    = "launch.json"
+	FileLock      = "lock"
+	FilePID       = "pid"
+	FileStatus    = "status.json"
+	FileHeartbeat = "heartbeat"
+	FileLog       = "task.log"
+	FileWrapper   = "wrapper.log"
+	FileKill      = "kill.json"
+	DirOutput     = "output"
+	DirAttempts   = "attempts"
 	// dirTmp is the tool's TMPDIR, emptied at the start of each attempt.
-	dirTmp = "tmp"
+	DirTmp = "tmp"
 )
 
 // WriteFileAtomic replaces path with data so that readers see either the old
@@ -92,7 +92,7 @@ func writeFile(path string, data []byte, perm os.FileMode, durable bool) error {
 	return nil
 }
 
-func writeJSONAtomic(path string, v any) error {
+func WriteJSONAtomic(path string, v any) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", filepath.Base(path), err)
@@ -104,63 +104,38 @@ func writeJSONAtomic(path string, v any) error {
 // the database records the attempt as ended, nothing runs it again, so its
 // status must not come back empty or older after a crash of the node
 // (collection would find "no files of this attempt" and keep nothing).
-func writeStatusDurable(dir string, st *wire.Status) error {
+func WriteStatusDurable(dir string, st *wire.Status) error {
 	data, err := json.Marshal(st)
 	if err != nil {
-		return fmt.Errorf("encode %s: %w", fileStatus, err)
+		return fmt.Errorf("encode %s: %w", FileStatus, err)
 	}
-	return writeFile(filepath.Join(dir, fileStatus), append(data, '\n'), 0o644, true)
+	return writeFile(filepath.Join(dir, FileStatus), append(data, '\n'), 0o644, true)
 }
 
 // readStatus reads D/status.json. A missing file gives an error satisfying
 // errors.Is(err, os.ErrNotExist).
-func readStatus(dir string) (*wire.Status, error) {
-	data, err := readControlFile(filepath.Join(dir, fileStatus))
+func ReadStatus(dir string) (*wire.Status, error) {
+	data, err := ReadControlFile(filepath.Join(dir, FileStatus))
 	if err != nil {
 		return nil, err
 	}
 	var st wire.Status
 	if err := json.Unmarshal(data, &st); err != nil {
-		return nil, fmt.Errorf("parse %s: %w", fileStatus, err)
+		return nil, fmt.Errorf("parse %s: %w", FileStatus, err)
 	}
 	if st.Status == "" {
-		return nil, fmt.Errorf("parse %s: no status field", fileStatus)
+		return nil, fmt.Errorf("parse %s: no status field", FileStatus)
 	}
 	return &st, nil
 }
 
-// readLaunch reads and normalizes D/launch.json.
-func readLaunch(dir string) (wire.Launch, error) {
-	var l wire.Launch
-	data, err := readControlFileMax(filepath.Join(dir, fileLaunch), maxLaunchFile)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return l, &cmdError{wire.KindNotFound, fmt.Errorf("no %s in %s", fileLaunch, dir)}
-		}
-		return l, &cmdError{wire.KindIO, fmt.Errorf("read %s: %w", fileLaunch, err)}
-	}
-	if err := json.Unmarshal(data, &l); err != nil {
-		return l, &cmdError{wire.KindUsage, fmt.Errorf("parse %s: %w", fileLaunch, err)}
-	}
-	if err := normalizeLaunch(&l); err != nil {
-		return l, &cmdError{wire.KindUsage, fmt.Errorf("invalid %s: %w", fileLaunch, err)}
-	}
-	if l.Task == "" {
-		l.Task = filepath.Base(dir)
-	}
-	if l.Project == "" {
-		l.Project = filepath.Base(filepath.Dir(filepath.Dir(dir)))
-	}
-	return l, nil
-}
-
 // maxControlFile caps what the wrapper reads of one control file.
-const maxControlFile = 64 << 10
+const MaxControlFile = 64 << 10
 
 // openControlFile opens a file of a task directory, which the task itself
 // may have replaced with anything: it never follows a symbolic link in the
 // last component, never blocks (a FIFO), and accepts regular files only.
-func openControlFile(path string, flag int) (*os.File, error) {
+func OpenControlFile(path string, flag int) (*os.File, error) {
 	f, err := os.OpenFile(path, flag|syscall.O_NONBLOCK|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o644)
 	if err != nil {
 		if errors.Is(err, syscall.ELOOP) {
@@ -182,24 +157,24 @@ func openControlFile(path string, flag int) (*os.File, error) {
 
 // readControlFile reads a control file (see openControlFile) of at most
 // maxControlFile bytes; a larger one is an error, not read.
-func readControlFile(path string) ([]byte, error) {
-	return readControlFileMax(path, maxControlFile)
+func ReadControlFile(path string) ([]byte, error) {
+	return ReadControlFileMax(path, MaxControlFile)
 }
 
 // maxLaunchFile caps what the wrapper reads of launch.json: a gate's known
 // results and a retry's gate output make it larger than the other
 // control files (the controller keeps it under 512 KiB, see
 // controller.gateLaunch).
-const maxLaunchFile = 1 << 20
+const MaxLaunchFile = 1 << 20
 
 // maxRecordFile caps what the wrapper reads of a private process record,
 // which holds a gate's output tail (wire.GateTailBytes, six times that
 // JSON-escaped at worst).
-const maxRecordFile = 1 << 20
+const MaxRecordFile = 1 << 20
 
 // readControlFileMax is readControlFile with a cap of its own.
-func readControlFileMax(path string, limit int) ([]byte, error) {
-	f, err := openControlFile(path, os.O_RDONLY)
+func ReadControlFileMax(path string, limit int) ([]byte, error) {
+	f, err := OpenControlFile(path, os.O_RDONLY)
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +191,7 @@ func readControlFileMax(path string, limit int) ([]byte, error) {
 
 // expandPath resolves a leading "~/" to the home directory and makes the path
 // absolute, because the supervisor runs with "/" as its working directory.
-func expandPath(p string) (string, error) {
+func ExpandPath(p string) (string, error) {
 	if p == "~" || strings.HasPrefix(p, "~/") {
 		home, err := os.UserHomeDir()
 		if err != nil {
@@ -245,9 +220,9 @@ func flock(f *os.File, how int) error {
 // the lock. Short-lived shared locks taken by `status` probes can make a
 // non-blocking attempt fail, so it retries for up to wait before reporting
 // the lock as held.
-func lockTask(dir string, wait time.Duration) (*os.File, bool, error) {
-	path := filepath.Join(dir, fileLock)
-	f, err := openControlFile(path, os.O_RDWR|os.O_CREATE)
+func LockTask(dir string, wait time.Duration) (*os.File, bool, error) {
+	path := filepath.Join(dir, FileLock)
+	f, err := OpenControlFile(path, os.O_RDWR|os.O_CREATE)
 	if err != nil {
 		return nil, false, fmt.Errorf("open lock: %w", err)
 	}
@@ -271,8 +246,8 @@ func lockTask(dir string, wait time.Duration) (*os.File, bool, error) {
 
 // supervisorAlive reports whether a supervisor holds D/lock. A shared
 // non-blocking lock succeeds only when nobody holds it exclusively.
-func supervisorAlive(dir string) (bool, error) {
-	f, err := openControlFile(filepath.Join(dir, fileLock), os.O_RDONLY)
+func SupervisorAlive(dir string) (bool, error) {
+	f, err := OpenControlFile(filepath.Join(dir, FileLock), os.O_RDONLY)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return false, nil
@@ -292,7 +267,7 @@ func supervisorAlive(dir string) (bool, error) {
 
 // diskFree reports the space available to unprivileged users on the file
 // system holding path, or on its nearest existing parent.
-func diskFree(path string) int64 {
+func DiskFree(path string) int64 {
 	for {
 		var st syscall.Statfs_t
 		if err := syscall.Statfs(path, &st); err == nil {
