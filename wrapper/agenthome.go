@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -99,13 +101,13 @@ func agentSource(tool string, env []string) (root string, dir bool, err error) {
 	if !ok {
 		return "", false, nil
 	}
-	if v := lookupEnv(env, af.dirVar); v != "" {
+	if v := proc.LookupEnv(env, af.dirVar); v != "" {
 		if !filepath.IsAbs(v) {
 			return "", true, fmt.Errorf("%s=%s is not an absolute path", af.dirVar, v)
 		}
 		return filepath.Clean(v), true, nil
 	}
-	if h := lookupEnv(env, "HOME"); filepath.IsAbs(h) {
+	if h := proc.LookupEnv(env, "HOME"); filepath.IsAbs(h) {
 		return filepath.Clean(h), false, nil
 	}
 	return "", false, nil

@@ -94,7 +94,7 @@ func TestOneSupervisorPerBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rec.signalSupervisor(syscall.SIGTERM); err != nil {
+	if err := rec.SignalSupervisor(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if st := tasks["T3"].waitFinal(t); st.Status != wire.StatusKilled {

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/internal/filetree"
@@ -89,11 +91,11 @@ func (s *supervisor) runGate(out, commit string) *wire.GateResult {
 		case s.stopping():
 			res.Error = "stopped"
 		case step.what == "setup" && (code != 0 || sig != 0):
-			res.Error = "setup failed in the gate's copy: " + exitError(code, sig)
+			res.Error = "setup failed in the gate's copy: " + proc.ExitError(code, sig)
 		case code == gateExitNotFound && sig == 0:
 			res.Error, res.Missing = "the gate command was not found (exit 127): install it on node "+s.launch.Node+" or fix gate: in project.yaml", true
 		case code != 0 || sig != 0:
-			res.Error = exitError(code, sig)
+			res.Error = proc.ExitError(code, sig)
 		}
 		if res.Error != "" {
 			break
@@ -109,7 +111,7 @@ func (s *supervisor) runGate(out, commit string) *wire.GateResult {
 }
 
 // statusGateTail is what status.json keeps of the gate's output: it must
-// stay readable (maxControlFile) whatever the gate printed; the whole tail
+// stay readable (taskfiles.MaxControlFile) whatever the gate printed; the whole tail
 // is in the private record, which is what `status` reports.
 const statusGateTail = 2 << 10
 
@@ -159,13 +161,13 @@ func (s *supervisor) gateStep(dir, command string, log *taskfiles.TaskLog, wait 
 	timer := time.AfterFunc(wait, func() {
 		timedOut.Store(true)
 		if s.sandbox != nil {
-			termSandboxed(p.pgid)
+			termSandboxed(p.Pgid)
 		}
-		syscall.Kill(-p.pgid, syscall.SIGKILL)
+		syscall.Kill(-p.Pgid, syscall.SIGKILL)
 	})
 	defer timer.Stop()
-	<-p.done
-	code, sig := p.exitInfo()
+	<-p.Done
+	code, sig := p.ExitInfo()
 	return code, sig, nil
 }
 

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -383,13 +385,13 @@ func initSnapshotDir(ctx context.Context, repo, gitDir string, index []byte) err
 // remove with the task directory.
 func SnapshotDirOf(wrapperPath, dir string) string {
 	sum := sha256.Sum256([]byte(filepath.Clean(dir)))
-	return filepath.Join(filepath.Dir(wrapperPath), ctlDirName, hex.EncodeToString(sum[:])+".git")
+	return filepath.Join(filepath.Dir(wrapperPath), proc.CtlDirName, hex.EncodeToString(sum[:])+".git")
 }
 
 // snapshotDir is the private git directory the wrapper records task dir's
 // results in: <dir of the wrapper>/.ctl/<sha256 of dir>.git.
 func snapshotDir(dir string) (string, error) {
-	path, err := recordPath(dir)
+	path, err := proc.RecordPath(dir)
 	if err != nil {
 		return "", err
 	}

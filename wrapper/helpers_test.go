@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -266,10 +268,10 @@ func (tk *testTask) cleanup(t *testing.T) {
 	// The pids come from the process record: status.json and the pid file
 	// may be forged by the test itself.
 	if rec, err := tk.record(); err == nil {
-		if alive, _ := taskfiles.SupervisorAlive(tk.dir); alive && rec.checkSupervisor() == nil {
+		if alive, _ := taskfiles.SupervisorAlive(tk.dir); alive && rec.CheckSupervisor() == nil {
 			syscall.Kill(rec.SupervisorPID, syscall.SIGKILL)
 		}
-		rec.killToolGroup(syscall.SIGKILL)
+		rec.KillToolGroup(syscall.SIGKILL)
 	}
 	if data, err := os.ReadFile(tk.path(taskfiles.FileWrapper)); err == nil {
 		for _, bad := range []string{"DATA RACE", "panic:", "fatal error:"} {
@@ -284,16 +286,16 @@ func (tk *testTask) cleanup(t *testing.T) {
 // task (the test binary's own os.Executable is elsewhere).
 func (tk *testTask) recordFile() string {
 	sum := sha256.Sum256([]byte(filepath.Clean(tk.dir)))
-	return filepath.Join(filepath.Dir(wrapperBin), ctlDirName, hex.EncodeToString(sum[:])+".json")
+	return filepath.Join(filepath.Dir(wrapperBin), proc.CtlDirName, hex.EncodeToString(sum[:])+".json")
 }
 
 // record reads the wrapper's process record of the task.
-func (tk *testTask) record() (*procRecord, error) {
+func (tk *testTask) record() (*proc.ProcRecord, error) {
 	data, err := os.ReadFile(tk.recordFile())
 	if err != nil {
 		return nil, err
 	}
-	var r procRecord
+	var r proc.ProcRecord
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, err
 	}

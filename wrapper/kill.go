@@ -13,13 +13,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // killRequest is what `kill` leaves for a supervisor before it sends
-// SIGUSR1 (see killRequestPath): which attempt to stop, with what grace
+// SIGUSR1 (see proc.KillRequestPath): which attempt to stop, with what grace
 // (negative: launch.json's), since a signal carries no value and one
 // supervisor runs several attempts.
 type killRequest struct {
@@ -62,7 +64,7 @@ func cmdKill(ctx context.Context, args []string, stdout io.Writer) error {
 	for {
 		// Checked each round: a supervisor that starts meanwhile may be
 		// another node's.
-		if other := recordNode(dir); *node != "" && other != "" && other != *node {
+		if other := proc.RecordNode(dir); *node != "" && other != "" && other != *node {
 			return &cmdError{wire.KindOtherNode, fmt.Errorf("kill %s: its attempt is node %s's, not %s's (a work_dir both nodes reach); nothing signalled", dir, other, *node)}
 		}
 		alive, err := taskfiles.SupervisorAlive(dir)
@@ -114,7 +116,7 @@ func recordSession(dir string, st *wire.Status) *wire.Status {
 	}
 	out := *st
 	out.SessionID = ""
-	if rec, err := readRecord(dir); err == nil && rec.Attempt == st.Attempt {
+	if rec, err := proc.ReadRecord(dir); err == nil && rec.Attempt == st.Attempt {
 		out.SessionID = rec.SessionID
 	}
 	return &out
@@ -160,11 +162,11 @@ func parseGrace(v string) (time.Duration, bool, error) {
 // system) is killed too, and kill writes the final status itself. Every pid
 // comes from the process record and is checked before it is signalled.
 func killLive(ctx context.Context, dir string, grace time.Duration, graceSet bool) (*wire.Status, error) {
-	rec, err := readRecord(dir)
+	rec, err := proc.ReadRecord(dir)
 	if err != nil {
 		return nil, &refusal{fmt.Errorf("a supervisor holds the lock but %w", err)}
 	}
-	if err := rec.checkSupervisor(); err != nil {
+	if err := rec.CheckSupervisor(); err != nil {
 		return nil, &refusal{err}
 	}
 	req := killRequest{Attempt: rec.Attempt, GraceSeconds: -1}
@@ -174,15 +176,15 @@ func killLive(ctx context.Context, dir string, grace time.Duration, graceSet boo
 	if err := writeKillRequest(dir, req); err != nil {
 		return nil, ioError(err)
 	}
-	if err := rec.signalSupervisor(syscall.SIGUSR1); err != nil {
+	if err := rec.SignalSupervisor(syscall.SIGUSR1); err != nil {
 		return nil, refuse(dir, err)
 	}
 
 	if st, err := waitFinal(ctx, dir, grace+killMargin); st != nil || err != nil {
 		return st, err
 	}
-	if rec, err := readRecord(dir); err == nil {
-		if err := rec.killToolGroup(syscall.SIGKILL); err != nil && !errors.Is(err, errNoGroup) {
+	if rec, err := proc.ReadRecord(dir); err == nil {
+		if err := rec.KillToolGroup(syscall.SIGKILL); err != nil && !errors.Is(err, proc.ErrNoGroup) {
 			logWrapper(dir, "kill: not killing the recorded tool group: %v", err)
 		}
 	}
@@ -191,7 +193,7 @@ func killLive(ctx context.Context, dir string, grace time.Duration, graceSet boo
 	}
 	// The supervisor is alive but does not act: kill it, then record the
 	// end of the attempt in its place.
-	if err := rec.signalSupervisor(syscall.SIGKILL); err != nil {
+	if err := rec.SignalSupervisor(syscall.SIGKILL); err != nil {
 		if alive, aerr := taskfiles.SupervisorAlive(dir); aerr == nil && !alive {
 			return nil, errRetry
 		}
@@ -216,7 +218,7 @@ func killLive(ctx context.Context, dir string, grace time.Duration, graceSet boo
 
 // writeKillRequest leaves req where the supervisor of dir looks for it.
 func writeKillRequest(dir string, req killRequest) error {
-	path, err := killRequestPath(dir)
+	path, err := proc.KillRequestPath(dir)
 	if err != nil {
 		return err
 	}
@@ -311,8 +313,8 @@ func killOrphanAs(dir, msg string) (*wire.Status, error) {
 // alive to answer, so kill ends it as for an orphan, without the lock. ok
 // is false when the record does not show the supervisor gone.
 func killUnderForeignLock(dir string) (st *wire.Status, ok bool, err error) {
-	rec, err := readRecord(dir)
-	if err != nil || !rec.supervisorGone() {
+	rec, err := proc.ReadRecord(dir)
+	if err != nil || !rec.SupervisorGone() {
 		return nil, false, nil
 	}
 	logWrapper(dir, "kill: the lock is held by a process that is not the recorded supervisor %d, which is gone", rec.SupervisorPID)
@@ -340,7 +342,7 @@ func endOrphan(dir, msg string) (*wire.Status, error) {
 	// The group to kill is the process record's; status.json's tool_pid is
 	// the task's to forge. Whatever the record does not vouch for is left
 	// alone, and said so in wrapper.log.
-	rec, err := readRecord(dir)
+	rec, err := proc.ReadRecord(dir)
 	// The supervisor that would have read the usage is gone; what it
 	// stored of the tool's output may still hold some. Which agent ran is
 	// the record's word, not launch.json's, which the task could rewrite.
@@ -354,12 +356,12 @@ func endOrphan(dir, msg string) (*wire.Status, error) {
 	case err != nil:
 		logWrapper(dir, "kill: signalling nothing: %v", err)
 	default:
-		err := rec.killToolGroup(syscall.SIGKILL)
+		err := rec.KillToolGroup(syscall.SIGKILL)
 		switch {
 		case err == nil:
-			st.Signal = signalName(syscall.SIGKILL)
+			st.Signal = proc.SignalName(syscall.SIGKILL)
 			logWrapper(dir, "kill: killed the tool group %d of attempt %d, whose supervisor was gone", rec.ToolPGID, rec.Attempt)
-		case !errors.Is(err, errNoGroup):
+		case !errors.Is(err, proc.ErrNoGroup):
 			logWrapper(dir, "kill: not killing the recorded tool group: %v", err)
 		}
 	}

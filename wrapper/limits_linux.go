@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
 )
 
 // watchdogInterval is how often the watchdog samples an attempt's
@@ -130,7 +132,7 @@ type procInfo struct {
 	pid, ppid, pgid, uid int
 	threads              int
 	rss                  int64  // bytes
-	start                string // procStart: with the pid, names the process
+	start                string // proc.ProcStart: with the pid, names the process
 }
 
 var pageSize = int64(os.Getpagesize())
@@ -158,7 +160,7 @@ func scanProcs() ([]procInfo, error) {
 // zombie.
 func readProc(pid int) (procInfo, bool) {
 	name := strconv.Itoa(pid)
-	f, err := statFields(name)
+	f, err := proc.StatFields(name)
 	if err != nil || len(f) < 22 || f[0] == "Z" || f[0] == "X" {
 		return procInfo{}, false
 	}
@@ -320,7 +322,7 @@ func attemptProcs(procs []procInfo, root int) []procInfo {
 // the processes for the limits no cgroup enforces. Past a limit, it stops
 // the attempt and kills its processes, and goes on killing what it finds
 // until p exits.
-func (s *supervisor) watchLimits(p *proc) {
+func (s *supervisor) watchLimits(p *proc.Proc) {
 	l := s.launch.Limits
 	if !limitsWatched(l) {
 		return
@@ -336,7 +338,7 @@ func (s *supervisor) watchLimits(p *proc) {
 		var mine []procInfo
 		if sampleMem || samplePids || (killing && cg == nil) {
 			var err error
-			mine, err = sampleAttempt(p.pgid, i%fullScanEvery == 0 || killing, &outsiders)
+			mine, err = sampleAttempt(p.Pgid, i%fullScanEvery == 0 || killing, &outsiders)
 			if err != nil {
 				s.logger.Warn("limits: read /proc", logKeyErr, err)
 			}
@@ -361,11 +363,11 @@ func (s *supervisor) watchLimits(p *proc) {
 		}
 		if killing {
 			cg.kill()
-			syscall.Kill(-p.pgid, syscall.SIGKILL)
+			syscall.Kill(-p.Pgid, syscall.SIGKILL)
 			for _, q := range mine {
 				// Only the process the scan saw: its pid may have been
 				// reused since.
-				if start, err := procStart(q.pid); err != nil || start != q.start {
+				if start, err := proc.ProcStart(q.pid); err != nil || start != q.start {
 					continue
 				}
 				if err := syscall.Kill(q.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
@@ -374,7 +376,7 @@ func (s *supervisor) watchLimits(p *proc) {
 			}
 		}
 		select {
-		case <-p.exited:
+		case <-p.Exited:
 			return
 		case <-t.C:
 		}

@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"syscall"
 
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -28,7 +30,7 @@ func (s *supervisor) limited(cmd *exec.Cmd) (*exec.Cmd, error) {
 	return nil, fmt.Errorf("limits: not enforced on %s (Linux only); remove the task's limits or run it on a Linux node", runtime.GOOS)
 }
 
-func (s *supervisor) watchLimits(*proc) {}
+func (s *supervisor) watchLimits(*proc.Proc) {}
 
 // termSandboxed asks a sandboxed child's group to end (no sandbox here).
 func termSandboxed(root int) { syscall.Kill(-root, syscall.SIGTERM) }

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -91,7 +93,7 @@ func sleepersLeft() int {
 	for _, e := range entries {
 		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		if err == nil && bytes.Contains(data, []byte("29.731")) {
-			if f, err := statFields(e.Name()); err == nil && f[0] != "Z" {
+			if f, err := proc.StatFields(e.Name()); err == nil && f[0] != "Z" {
 				n++
 			}
 		}

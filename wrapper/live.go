@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -180,7 +182,7 @@ func liveStatus(ctx context.Context, root, node string, projects []string, named
 			// Named only: its index is not asked for.
 			ids := slices.Compact(slices.Sorted(slices.Values(named[project])))
 			for _, id := range ids {
-				if dir := filepath.Join(root, project, "tasks", id); isDir(dir) && !othersTask(node, dir) {
+				if dir := filepath.Join(root, project, "tasks", id); isDir(dir) && !proc.OthersTask(node, dir) {
 					addLive(ns, taskStatus(project, id, dir), held)
 				}
 			}
@@ -225,7 +227,7 @@ func liveStatus(ctx context.Context, root, node string, projects []string, named
 				}
 				continue
 			}
-			if othersTask(node, dir) {
+			if proc.OthersTask(node, dir) {
 				continue
 			}
 			ts := taskStatus(project, id, dir)

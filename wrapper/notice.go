@@ -117,7 +117,7 @@ func noticeClass(lower string) string {
 	return ""
 }
 
-// sessionID reads the tool's session id from a line of its output: claude's
+// proc.SessionID reads the tool's session id from a line of its output: claude's
 // and gemini's {"type":"system","subtype":"init","session_id":…} or
 // {"type":"init","session_id":…}, codex's {"type":"thread.started",
 // "thread_id":…}. Only ids of a sane shape are taken: one goes back into a

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -70,7 +72,7 @@ func forge(t *testing.T, tk *testTask, pid, toolPID int) {
 // orphaned runs an attempt whose tool (orphanTool) leaves a process in its
 // group, kills its supervisor with SIGKILL once that process runs, and
 // returns the record of the orphaned group.
-func orphaned(t *testing.T, tk *testTask) *procRecord {
+func orphaned(t *testing.T, tk *testTask) *proc.ProcRecord {
 	t.Helper()
 	tk.run(t, "")
 	// Nothing is forged yet: status.json's pids are the real ones.
@@ -85,10 +87,10 @@ func orphaned(t *testing.T, tk *testTask) *procRecord {
 		t.Fatal(err)
 	}
 	poll(t, 10*time.Second, "the supervisor to die", func() bool { return !tk.alive(t) })
-	if !groupAlive(st.ToolPID) {
+	if !proc.GroupAlive(st.ToolPID) {
 		t.Fatal("the tool group died with its supervisor; the test proves nothing")
 	}
-	return &procRecord{SupervisorPID: st.PID, ToolPGID: st.ToolPID}
+	return &proc.ProcRecord{SupervisorPID: st.PID, ToolPGID: st.ToolPID}
 }
 
 // TestForgedPidsAreNotSignalled: status.json and the pid file are the
@@ -112,7 +114,7 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 			if !victimAlive(victim) {
 				t.Fatalf("kill signalled the process named by status.json (tool_pid %d)", toolPID)
 			}
-			poll(t, 5*time.Second, "the attempt's own tool group to die", func() bool { return !groupAlive(rec.ToolPGID) })
+			poll(t, 5*time.Second, "the attempt's own tool group to die", func() bool { return !proc.GroupAlive(rec.ToolPGID) })
 			// Make the attempt look running again for the next forgery.
 			st.Status = wire.StatusRunning
 			data, _ := json.Marshal(st)
@@ -133,7 +135,7 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 		if !victimAlive(victim) {
 			t.Fatal("run killed the group status.json named")
 		}
-		poll(t, 5*time.Second, "attempt 1's tool group to die", func() bool { return !groupAlive(rec.ToolPGID) })
+		poll(t, 5*time.Second, "attempt 1's tool group to die", func() bool { return !proc.GroupAlive(rec.ToolPGID) })
 	})
 	t.Run("kill of a live supervisor", func(t *testing.T) {
 		t.Parallel()
@@ -150,7 +152,7 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 		if !victimAlive(victim) {
 			t.Fatal("kill signalled the pid file's process")
 		}
-		poll(t, 5*time.Second, "the tool group to die", func() bool { return !groupAlive(rec.ToolPID) })
+		poll(t, 5*time.Second, "the tool group to die", func() bool { return !proc.GroupAlive(rec.ToolPID) })
 	})
 	t.Run("pid reused", func(t *testing.T) {
 		t.Parallel()
@@ -159,7 +161,7 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 		// and the victim got their pid later.
 		victim := startVictim(t)
 		pid := victim.Pid
-		start, err := procStart(pid)
+		start, err := proc.ProcStart(pid)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,12 +169,12 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 		if n, err := strconv.ParseInt(start, 10, 64); err == nil {
 			earlier = strconv.FormatInt(n-1, 10)
 		}
-		sid, err := getsid(pid)
+		sid, err := proc.Getsid(pid)
 		if err != nil {
 			t.Fatal(err)
 		}
 		tk := newTask(t, "", wire.Launch{Command: shell("exit 0")})
-		rec := procRecord{Dir: filepath.Clean(tk.dir), Attempt: 1, SupervisorPID: pid, SupervisorStart: earlier,
+		rec := proc.ProcRecord{Dir: filepath.Clean(tk.dir), Attempt: 1, SupervisorPID: pid, SupervisorStart: earlier,
 			SID: sid, ToolPGID: pid, ToolStart: earlier}
 		writeTestRecord(t, tk, rec)
 		st := wire.Status{Task: "T1", Attempt: 1, Status: wire.StatusRunning, PID: pid, ToolPID: pid}
@@ -213,7 +215,7 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 	})
 }
 
-func writeTestRecord(t *testing.T, tk *testTask, rec procRecord) {
+func writeTestRecord(t *testing.T, tk *testTask, rec proc.ProcRecord) {
 	t.Helper()
 	data, _ := json.Marshal(rec)
 	if err := os.MkdirAll(filepath.Dir(tk.recordFile()), 0o700); err != nil {
@@ -310,7 +312,7 @@ func TestKillFrozenSupervisor(t *testing.T) {
 	if tk.alive(t) {
 		t.Error("the frozen supervisor still holds the lock")
 	}
-	if groupAlive(st.ToolPID) {
+	if proc.GroupAlive(st.ToolPID) {
 		t.Error("the tool group is still alive")
 	}
 	if *tk.status(t) != got {

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
@@ -30,9 +32,9 @@ func transcriptDir(tool string, env []string, cwd string) string {
 	if tool != "claude" {
 		return ""
 	}
-	base := lookupEnv(env, "CLAUDE_CONFIG_DIR")
+	base := proc.LookupEnv(env, "CLAUDE_CONFIG_DIR")
 	if base == "" {
-		home := lookupEnv(env, "HOME")
+		home := proc.LookupEnv(env, "HOME")
 		if home == "" {
 			return ""
 		}

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -198,7 +200,7 @@ func listTasks(tasksDir, node string) ([]wire.TaskStatus, error) {
 	var out []wire.TaskStatus
 	for _, e := range entries {
 		dir := filepath.Join(tasksDir, e.Name())
-		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") || othersTask(node, dir) {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") || proc.OthersTask(node, dir) {
 			continue
 		}
 		out = append(out, taskStatus(project, e.Name(), dir))
@@ -213,7 +215,7 @@ func taskStatus(project, task, dir string) wire.TaskStatus {
 	// attempt can never read as "running, supervisor gone" (a false crash).
 	// A lock that cannot even be opened has no supervisor behind it.
 	// Every file here may be anything the task made of it: a bad one is an
-	// error of this task alone (see readControlFile).
+	// error of this task alone (see taskfiles.ReadControlFile).
 	alive, lockErr := taskfiles.SupervisorAlive(dir)
 	ts.Alive = alive
 	st, err := taskfiles.ReadStatus(dir)
@@ -228,12 +230,12 @@ func taskStatus(project, task, dir string) wire.TaskStatus {
 		// from status.json, which the task can rewrite.
 		st.SessionID, st.Gate = "", nil
 		if st.Final() {
-			if rec, err := readRecord(dir); err == nil && rec.Attempt == st.Attempt {
+			if rec, err := proc.ReadRecord(dir); err == nil && rec.Attempt == st.Attempt {
 				st.SessionID, st.Gate = rec.SessionID, rec.Gate
 				// A supervisor ends the tool's group before it writes a
 				// final status: a member left means the status is not its.
 				if alive && rec.ToolPGID > 1 && rec.SID > 1 {
-					ts.ToolRunning, _ = groupInSession(rec.ToolPGID, rec.SID)
+					ts.ToolRunning, _ = proc.GroupInSession(rec.ToolPGID, rec.SID)
 				}
 			}
 		}

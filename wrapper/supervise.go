@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/internal/netallow"
@@ -82,7 +84,7 @@ type supervisor struct {
 	activeAt atomic.Int64
 
 	mu         sync.Mutex // guards cur, stopReason, limitMsg, finishing, notice, noticeAt
-	cur        *proc
+	cur        *proc.Proc
 	stopReason string
 	limitMsg   string // why the watchdog stopped the attempt
 	finishing  bool   // the tool has exited: a stop asked now is too late
@@ -126,7 +128,7 @@ type supervisor struct {
 	agentSrcDir bool
 	agentSrcErr error
 
-	rec procRecord // this attempt's process record; written by prepare and setTool only
+	rec proc.ProcRecord // this attempt's process record; written by prepare and setTool only
 
 	// cg is the attempt's cgroups (nil: none), made with its first limited
 	// child (cgTried: once tried), before the watchdog of that child starts;
@@ -320,7 +322,7 @@ func startAttempt(item superviseItem) (*supervisor, error) {
 	s := &supervisor{
 		dir:     dir,
 		launch:  launch,
-		env:     buildEnv(os.Environ(), item.Env, launch, dir, filepath.Join(dir, taskfiles.DirOutput)),
+		env:     proc.BuildEnv(os.Environ(), item.Env, launch, dir, filepath.Join(dir, taskfiles.DirOutput)),
 		logger:  slog.New(slog.NewTextHandler(logf, nil)).With(logKeyDir, dir, logKeyPID, os.Getpid(), logKeyTask, launch.Task, logKeyAttempt, launch.Attempt),
 		begun:   time.Now(),
 		lock:    lock,
@@ -400,7 +402,7 @@ func checkEnvMap(env map[string]string) error {
 // prepare readies the task directory for this attempt. It runs under the
 // lock, so no other supervisor can be moving the same files.
 func (s *supervisor) prepare() error {
-	if path, err := killRequestPath(s.dir); err != nil {
+	if path, err := proc.KillRequestPath(s.dir); err != nil {
 		return err
 	} else if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove a stale kill request: %w", err)
@@ -469,20 +471,20 @@ func (s *supervisor) moveAside() error {
 	}
 	// The pids come from the process record, which the task cannot write,
 	// never from status.json, which it can.
-	switch rec, err := readRecord(s.dir); {
+	switch rec, err := proc.ReadRecord(s.dir); {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
 		s.logger.Warn("no usable process record of the earlier attempt; signalling nothing", logKeyErr, err)
 	default:
-		err := rec.killToolGroup(syscall.SIGKILL)
+		err := rec.KillToolGroup(syscall.SIGKILL)
 		switch {
-		case errors.Is(err, errNoGroup):
+		case errors.Is(err, proc.ErrNoGroup):
 		case err != nil:
 			s.logger.Warn("not killing the recorded tool group of an earlier attempt", logKeyPGID, rec.ToolPGID, logKeyOldAttempt, rec.Attempt, logKeyErr, err)
 		default:
 			s.logger.Warn("killed the tool group of an earlier attempt", logKeyPGID, rec.ToolPGID, logKeyOldAttempt, rec.Attempt)
 			deadline := time.Now().Add(time.Second)
-			for groupAlive(rec.ToolPGID) && time.Now().Before(deadline) {
+			for proc.GroupAlive(rec.ToolPGID) && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
 			}
 		}
@@ -631,13 +633,13 @@ func (s *supervisor) attempt() outcome {
 	}
 	s.background(func() { s.watchLimits(p) })
 	s.setTool(p)
-	s.logger.Info("tool started", logKeyToolPID, p.pgid)
-	<-p.exited
+	s.logger.Info("tool started", logKeyToolPID, p.Pgid)
+	<-p.Exited
 	s.mu.Lock()
 	s.finishing = true
 	s.mu.Unlock()
-	<-p.done
-	code, sig := p.exitInfo()
+	<-p.Done
+	code, sig := p.ExitInfo()
 	res := outcome{code: code, sig: sig, confined: s.sandbox != nil}
 	if r := s.launch.Repo; r != nil && code == 0 && sig == 0 && !s.stopping() {
 		res.commit, res.resultErr = s.snapshot(r, out)
@@ -721,13 +723,13 @@ func (s *supervisor) runSetup(out string) (res outcome, ok bool) {
 	}
 	s.background(func() { s.watchLimits(p) })
 	s.setTool(p)
-	<-p.done
-	code, sig := p.exitInfo()
+	<-p.Done
+	code, sig := p.ExitInfo()
 	if s.stopping() {
 		return outcome{code: code, sig: sig}, false
 	}
 	if code != 0 || sig != 0 {
-		msg := "setup failed: " + exitError(code, sig)
+		msg := "setup failed: " + proc.ExitError(code, sig)
 		if line := s.tlog.LastLine(); line != "" {
 			msg += ": " + line
 		}
@@ -796,7 +798,7 @@ func (s *supervisor) toolCmd(out string) (*exec.Cmd, []io.Closer, error) {
 	for i, a := range command {
 		args[i] = strings.ReplaceAll(a, "{spec}", spec)
 	}
-	path, err := lookPath(args[0], lookupEnv(env, "PATH"), out)
+	path, err := proc.LookPath(args[0], proc.LookupEnv(env, "PATH"), out)
 	if err != nil {
 		return nil, nil, fmt.Errorf("start tool: %w", err)
 	}
@@ -838,7 +840,7 @@ func (s *supervisor) toolCmd(out string) (*exec.Cmd, []io.Closer, error) {
 // startChild starts cmd unless a stop has been asked for. Checking and
 // starting under one lock means a kill either finds the child to signal or
 // prevents it from starting; it cannot slip in between.
-func (s *supervisor) startChild(cmd *exec.Cmd, closers ...io.Closer) (*proc, error) {
+func (s *supervisor) startChild(cmd *exec.Cmd, closers ...io.Closer) (*proc.Proc, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopReason != "" {
@@ -847,7 +849,7 @@ func (s *supervisor) startChild(cmd *exec.Cmd, closers ...io.Closer) (*proc, err
 		}
 		return nil, errStopped
 	}
-	p, err := startProc(cmd, s.tlog, closers...)
+	p, err := proc.StartProc(cmd, s.tlog, closers...)
 	if err != nil {
 		return nil, err
 	}
@@ -857,13 +859,13 @@ func (s *supervisor) startChild(cmd *exec.Cmd, closers ...io.Closer) (*proc, err
 
 // startChildTo is startChild with the child's output to out instead of
 // the task log.
-func (s *supervisor) startChildTo(cmd *exec.Cmd, out io.Writer) (*proc, error) {
+func (s *supervisor) startChildTo(cmd *exec.Cmd, out io.Writer) (*proc.Proc, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopReason != "" {
 		return nil, errStopped
 	}
-	p, err := startProc(cmd, out)
+	p, err := proc.StartProc(cmd, out)
 	if err != nil {
 		return nil, err
 	}
@@ -892,23 +894,23 @@ func (s *supervisor) stop(reason string, grace time.Duration) {
 		return
 	}
 	select {
-	case <-p.exited:
+	case <-p.Exited:
 		return
 	default:
 	}
 	if s.sandbox != nil {
-		termSandboxed(p.pgid)
+		termSandboxed(p.Pgid)
 	} else {
-		syscall.Kill(-p.pgid, syscall.SIGTERM)
+		syscall.Kill(-p.Pgid, syscall.SIGTERM)
 	}
 	go func() {
 		t := time.NewTimer(grace)
 		defer t.Stop()
 		select {
-		case <-p.exited:
+		case <-p.Exited:
 		case <-t.C:
-			s.logger.Info("grace over, killing tool group", logKeyPGID, p.pgid)
-			syscall.Kill(-p.pgid, syscall.SIGKILL)
+			s.logger.Info("grace over, killing tool group", logKeyPGID, p.Pgid)
+			syscall.Kill(-p.Pgid, syscall.SIGKILL)
 		}
 	}()
 }
@@ -1003,7 +1005,7 @@ func handleSignals(sigs <-chan os.Signal, attempts []*supervisor) {
 // .ctl directory, out of the tasks' reach, and names the attempt, so that
 // a request left over from an earlier attempt stops nothing.
 func (s *supervisor) killRequested() (time.Duration, bool) {
-	path, err := killRequestPath(s.dir)
+	path, err := proc.KillRequestPath(s.dir)
 	if err != nil {
 		return 0, false
 	}
@@ -1064,27 +1066,27 @@ func (s *supervisor) beat() error {
 // tool yet; without a record, nothing could ever signal this attempt.
 func (s *supervisor) writeOwnRecord() error {
 	pid := os.Getpid()
-	start, err := procStart(pid)
+	start, err := proc.ProcStart(pid)
 	if err != nil {
 		return fmt.Errorf("read own start time: %w", err)
 	}
-	sid, err := getsid(0)
+	sid, err := proc.Getsid(0)
 	if err != nil {
 		return fmt.Errorf("read own session: %w", err)
 	}
-	s.rec = procRecord{Dir: filepath.Clean(s.dir), Attempt: s.launch.Attempt, SupervisorPID: pid, SupervisorStart: start, SID: sid,
+	s.rec = proc.ProcRecord{Dir: filepath.Clean(s.dir), Attempt: s.launch.Attempt, SupervisorPID: pid, SupervisorStart: start, SID: sid,
 		Agent: s.launch.Agent, Node: s.launch.Node}
-	return writeRecord(&s.rec)
+	return proc.WriteRecord(&s.rec)
 }
 
 // setTool records the running child (setup or tool) in the process record
 // and, for display, in status.json.
-func (s *supervisor) setTool(p *proc) {
-	s.rec.ToolPGID, s.rec.ToolStart = p.pgid, p.start
-	if err := writeRecord(&s.rec); err != nil {
+func (s *supervisor) setTool(p *proc.Proc) {
+	s.rec.ToolPGID, s.rec.ToolStart = p.Pgid, p.Start
+	if err := proc.WriteRecord(&s.rec); err != nil {
 		s.logger.Error("process record", logKeyErr, err)
 	}
-	pid := p.pgid
+	pid := p.Pgid
 	err := s.updateStatus(func(st *wire.Status) bool {
 		st.ToolPID = pid
 		return true
@@ -1140,7 +1142,7 @@ func (s *supervisor) finish(res outcome) {
 		// The private record is where `status` takes the session and
 		// the gate's result from.
 		s.rec.SessionID, s.rec.Gate = session, res.gate
-		if err := writeRecord(&s.rec); err != nil {
+		if err := proc.WriteRecord(&s.rec); err != nil {
 			s.logger.Error("process record", logKeyErr, err)
 		}
 	}
@@ -1168,7 +1170,7 @@ func (s *supervisor) finish(res outcome) {
 		st.SessionID, st.Gate, st.Gating = session, statusGate(res.gate), false
 		defer st.Clamp()
 		if res.sig != 0 {
-			st.Signal = signalName(res.sig)
+			st.Signal = proc.SignalName(res.sig)
 		}
 		switch {
 		case reason == reasonKill:
@@ -1194,7 +1196,7 @@ func (s *supervisor) finish(res outcome) {
 			}
 			st.ToolMissing = res.toolMissing
 		case res.sig != 0:
-			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassCrash, exitError(res.code, res.sig)
+			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassCrash, proc.ExitError(res.code, res.sig)
 		case res.resultErr != "":
 			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassCrash, res.resultErr
 		case res.gate != nil && !res.gate.Passed && s.launch.Gate.Decides:
@@ -1206,7 +1208,7 @@ func (s *supervisor) finish(res outcome) {
 		default:
 			logTail := s.tlog.Tail()
 			st.Status, st.ErrorClass = wire.StatusFailed, exitClass(s.launch.Agent, res.code, logTail)
-			st.Error = exitError(res.code, 0)
+			st.Error = proc.ExitError(res.code, 0)
 			if st.ErrorClass == wire.ClassRateLimit {
 				st.RetryAfterSeconds = retrySeconds(AgentReset(s.launch.Agent, logTail, ended))
 			}

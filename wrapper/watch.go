@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -137,7 +139,7 @@ func watch(ctx context.Context, root, node string, beat time.Duration, out io.Wr
 	report := func(changed []string) error {
 		changed = slices.DeleteFunc(changed, func(key string) bool {
 			project, task, _ := strings.Cut(key, "/")
-			return othersTask(node, filepath.Join(root, project, "tasks", task))
+			return proc.OthersTask(node, filepath.Join(root, project, "tasks", task))
 		})
 		for len(changed) > 0 {
 			n := min(len(changed), frameTasks)

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -20,11 +22,11 @@ func cmdWhich(args []string, stdin io.Reader, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	env := buildEnv(os.Environ(), extra, wire.Launch{}, "/", "/")
-	path := lookupEnv(env, "PATH")
+	env := proc.BuildEnv(os.Environ(), extra, wire.Launch{}, "/", "/")
+	path := proc.LookupEnv(env, "PATH")
 	reply := wire.WhichReply{Found: map[string]string{}, Path: path}
 	for _, name := range args {
-		if p, err := lookPath(name, path, "/"); err == nil {
+		if p, err := proc.LookPath(name, path, "/"); err == nil {
 			reply.Found[name] = p
 		}
 	}

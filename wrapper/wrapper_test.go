@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -275,7 +277,7 @@ func TestSupervisorKilled(t *testing.T) {
 			if ts.Status == nil || ts.Status.Status != wire.StatusRunning {
 				t.Fatalf("status after supervisor crash %+v, want running", ts.Status)
 			}
-			if !groupAlive(old.ToolPID) {
+			if !proc.GroupAlive(old.ToolPID) {
 				t.Fatal("the tool died with its supervisor; the test proves nothing")
 			}
 
@@ -283,7 +285,7 @@ func TestSupervisorKilled(t *testing.T) {
 			if st.Status != tc.want {
 				t.Errorf("status %+v, want %s", st, tc.want)
 			}
-			poll(t, 5*time.Second, "the old tool group to die", func() bool { return !groupAlive(old.ToolPID) })
+			poll(t, 5*time.Second, "the old tool group to die", func() bool { return !proc.GroupAlive(old.ToolPID) })
 		})
 	}
 }

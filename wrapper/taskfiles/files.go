@@ -27,7 +27,7 @@ const (
 	FileKill      = "kill.json"
 	DirOutput     = "output"
 	DirAttempts   = "attempts"
-	// dirTmp is the tool's TMPDIR, emptied at the start of each attempt.
+	// DirTmp is the tool's TMPDIR, emptied at the start of each attempt.
 	DirTmp = "tmp"
 )
 
@@ -38,7 +38,7 @@ const (
 // again), and syncing every bookkeeping file (spec, launch, pid, record,
 // heartbeat, each status) cost several journal commits per attempt, the
 // largest share of a launch on a busy node. The one write that must
-// survive a crash is an attempt's final status: see writeStatusDurable.
+// survive a crash is an attempt's final status: see WriteStatusDurable.
 func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	return writeFile(path, data, perm, false)
 }
@@ -100,7 +100,7 @@ func WriteJSONAtomic(path string, v any) error {
 	return WriteFileAtomic(path, append(data, '\n'), 0o644)
 }
 
-// writeStatusDurable writes an attempt's final status and syncs it: once
+// WriteStatusDurable writes an attempt's final status and syncs it: once
 // the database records the attempt as ended, nothing runs it again, so its
 // status must not come back empty or older after a crash of the node
 // (collection would find "no files of this attempt" and keep nothing).
@@ -112,7 +112,7 @@ func WriteStatusDurable(dir string, st *wire.Status) error {
 	return writeFile(filepath.Join(dir, FileStatus), append(data, '\n'), 0o644, true)
 }
 
-// readStatus reads D/status.json. A missing file gives an error satisfying
+// ReadStatus reads D/status.json. A missing file gives an error satisfying
 // errors.Is(err, os.ErrNotExist).
 func ReadStatus(dir string) (*wire.Status, error) {
 	data, err := ReadControlFile(filepath.Join(dir, FileStatus))
@@ -129,10 +129,10 @@ func ReadStatus(dir string) (*wire.Status, error) {
 	return &st, nil
 }
 
-// maxControlFile caps what the wrapper reads of one control file.
+// MaxControlFile caps what the wrapper reads of one control file.
 const MaxControlFile = 64 << 10
 
-// openControlFile opens a file of a task directory, which the task itself
+// OpenControlFile opens a file of a task directory, which the task itself
 // may have replaced with anything: it never follows a symbolic link in the
 // last component, never blocks (a FIFO), and accepts regular files only.
 func OpenControlFile(path string, flag int) (*os.File, error) {
@@ -155,24 +155,24 @@ func OpenControlFile(path string, flag int) (*os.File, error) {
 	return f, nil
 }
 
-// readControlFile reads a control file (see openControlFile) of at most
-// maxControlFile bytes; a larger one is an error, not read.
+// ReadControlFile reads a control file (see OpenControlFile) of at most
+// MaxControlFile bytes; a larger one is an error, not read.
 func ReadControlFile(path string) ([]byte, error) {
 	return ReadControlFileMax(path, MaxControlFile)
 }
 
-// maxLaunchFile caps what the wrapper reads of launch.json: a gate's known
+// MaxLaunchFile caps what the wrapper reads of launch.json: a gate's known
 // results and a retry's gate output make it larger than the other
 // control files (the controller keeps it under 512 KiB, see
 // controller.gateLaunch).
 const MaxLaunchFile = 1 << 20
 
-// maxRecordFile caps what the wrapper reads of a private process record,
+// MaxRecordFile caps what the wrapper reads of a private process record,
 // which holds a gate's output tail (wire.GateTailBytes, six times that
 // JSON-escaped at worst).
 const MaxRecordFile = 1 << 20
 
-// readControlFileMax is readControlFile with a cap of its own.
+// ReadControlFileMax is ReadControlFile with a cap of its own.
 func ReadControlFileMax(path string, limit int) ([]byte, error) {
 	f, err := OpenControlFile(path, os.O_RDONLY)
 	if err != nil {
@@ -189,7 +189,7 @@ func ReadControlFileMax(path string, limit int) ([]byte, error) {
 	return data, nil
 }
 
-// expandPath resolves a leading "~/" to the home directory and makes the path
+// ExpandPath resolves a leading "~/" to the home directory and makes the path
 // absolute, because the supervisor runs with "/" as its working directory.
 func ExpandPath(p string) (string, error) {
 	if p == "~" || strings.HasPrefix(p, "~/") {
@@ -215,7 +215,7 @@ func flock(f *os.File, how int) error {
 	}
 }
 
-// lockTask takes D/lock exclusively for the life of the returned file. The
+// LockTask takes D/lock exclusively for the life of the returned file. The
 // file is close-on-exec (os.OpenFile sets O_CLOEXEC), so the tool never holds
 // the lock. Short-lived shared locks taken by `status` probes can make a
 // non-blocking attempt fail, so it retries for up to wait before reporting
@@ -244,7 +244,7 @@ func LockTask(dir string, wait time.Duration) (*os.File, bool, error) {
 	}
 }
 
-// supervisorAlive reports whether a supervisor holds D/lock. A shared
+// SupervisorAlive reports whether a supervisor holds D/lock. A shared
 // non-blocking lock succeeds only when nobody holds it exclusively.
 func SupervisorAlive(dir string) (bool, error) {
 	f, err := OpenControlFile(filepath.Join(dir, FileLock), os.O_RDONLY)
@@ -265,7 +265,7 @@ func SupervisorAlive(dir string) (bool, error) {
 	return false, fmt.Errorf("probe lock: %w", err)
 }
 
-// diskFree reports the space available to unprivileged users on the file
+// DiskFree reports the space available to unprivileged users on the file
 // system holding path, or on its nearest existing parent.
 func DiskFree(path string) int64 {
 	for {

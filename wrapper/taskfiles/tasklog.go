@@ -9,13 +9,13 @@ import (
 	"sync"
 )
 
-// cutMarker starts task.log once its head has been dropped; n counts the
+// CutMarker starts task.log once its head has been dropped; n counts the
 // bytes of the tool's output that are no longer in the file.
 func CutMarker(n int64) string {
 	return fmt.Sprintf("[dispatch: %d bytes cut]\n", n)
 }
 
-// parseCutMarker returns the count of a leading cut marker in head and the
+// ParseCutMarker returns the count of a leading cut marker in head and the
 // marker's length, or 0, 0 when head does not start with one.
 func ParseCutMarker(head []byte) (cut int64, size int) {
 	const prefix, suffix = "[dispatch: ", " bytes cut]\n"
@@ -34,7 +34,7 @@ func ParseCutMarker(head []byte) (cut int64, size int) {
 	return n, len(prefix) + end + len(suffix)
 }
 
-// taskLog is task.log: everything the tool writes, appended as it arrives,
+// TaskLog is task.log: everything the tool writes, appended as it arrives,
 // with the head dropped when the file would outgrow its limit. Several
 // processes' pipes (setup, then the tool) feed it, one at a time.
 type TaskLog struct {
@@ -115,7 +115,7 @@ func (l *TaskLog) cut(p []byte) error {
 	return nil
 }
 
-// readTail returns up to the last limit bytes of the file the log writes
+// ReadTail returns up to the last limit bytes of the file the log writes
 // to, read through its own descriptor: not whatever file is at its path
 // now (a task can rename one of its own over task.log). A first line cut
 // in the middle is dropped.
@@ -196,8 +196,8 @@ func (l *TaskLog) Close() error {
 // whole file in one JSON event) cannot be a retry notice and are skipped.
 const maxWatchedLine = 16 << 10
 
-// lineWatcher splits what the tool writes into lines and hands each, with
-// the one before it, to on. It is fed under taskLog's lock, in order.
+// LineWatcher splits what the tool writes into lines and hands each, with
+// the one before it, to on. It is fed under TaskLog's lock, in order.
 type LineWatcher struct {
 	On   func(prev, line []byte)
 	buf  []byte
@@ -233,5 +233,5 @@ func (w *LineWatcher) Write(p []byte) {
 	}
 }
 
-// classifyTail is how much of the end of task.log Classify is shown.
+// ClassifyTail is how much of the end of task.log Classify is shown.
 const ClassifyTail = 8 << 10

@@ -1,4 +1,4 @@
-package wrapper
+package proc
 
 import (
 	"encoding/json"
@@ -36,9 +36,9 @@ func taskNode(dir string) string {
 	return l.Node
 }
 
-// othersTask reports whether dir holds the attempt of a node other than
+// OthersTask reports whether dir holds the attempt of a node other than
 // node; every attempt is node's when node is "" (a call for any node).
-func othersTask(node, dir string) bool {
+func OthersTask(node, dir string) bool {
 	if node == "" {
 		return false
 	}
@@ -46,11 +46,11 @@ func othersTask(node, dir string) bool {
 	return n != "" && n != node
 }
 
-// recordNode returns the node that dir's last attempt ran for: its process
+// RecordNode returns the node that dir's last attempt ran for: its process
 // record's (written by the supervisor, out of a sandboxed task's reach),
 // else launch.json's for a record of a wrapper that did not keep it.
-func recordNode(dir string) string {
-	if rec, err := readRecord(dir); err == nil && rec.Node != "" {
+func RecordNode(dir string) string {
+	if rec, err := ReadRecord(dir); err == nil && rec.Node != "" {
 		return rec.Node
 	}
 	return taskNode(dir)

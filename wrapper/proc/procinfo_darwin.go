@@ -1,4 +1,4 @@
-package wrapper
+package proc
 
 import (
 	"context"
@@ -20,9 +20,9 @@ func ps(args ...string) (string, error) {
 	return string(out), err
 }
 
-// procStart is when process pid started, as ps(1) prints it (to the
+// ProcStart is when process pid started, as ps(1) prints it (to the
 // second): with the pid, it names one process for all practical purposes.
-func procStart(pid int) (string, error) {
+func ProcStart(pid int) (string, error) {
 	out, err := ps("-o", "lstart=", "-p", strconv.Itoa(pid))
 	start := strings.Join(strings.Fields(out), " ")
 	if err != nil || start == "" {
@@ -31,9 +31,9 @@ func procStart(pid int) (string, error) {
 	return start, nil
 }
 
-// groupInSession reports whether a live (not zombie) process of group pgid
+// GroupInSession reports whether a live (not zombie) process of group pgid
 // is in session sid.
-func groupInSession(pgid, sid int) (bool, error) {
+func GroupInSession(pgid, sid int) (bool, error) {
 	out, err := ps("-A", "-o", "pid=,pgid=,stat=")
 	if err != nil {
 		return false, err
@@ -54,9 +54,9 @@ func groupInSession(pgid, sid int) (bool, error) {
 	return false, nil
 }
 
-// groupAlive reports whether process group pgid still has a member; launchd
+// GroupAlive reports whether process group pgid still has a member; launchd
 // reaps orphans, so zombies do not linger as they can on Linux.
-func groupAlive(pgid int) bool {
+func GroupAlive(pgid int) bool {
 	err := syscall.Kill(-pgid, 0)
 	return err == nil || err == syscall.EPERM
 }
@@ -68,5 +68,5 @@ func childAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
 
-// getsid returns the session of process pid (0: the caller).
-func getsid(pid int) (int, error) { return syscall.Getsid(pid) }
+// Getsid returns the session of process pid (0: the caller).
+func Getsid(pid int) (int, error) { return syscall.Getsid(pid) }

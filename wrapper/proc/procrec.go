@@ -1,4 +1,4 @@
-package wrapper
+package proc
 
 import (
 	"crypto/sha256"
@@ -16,18 +16,18 @@ import (
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
-// ctlDirName is the directory beside the wrapper executable holding the
+// CtlDirName is the directory beside the wrapper executable holding the
 // supervisors' process records, out of the reach of the tasks, which can
 // write anything in their task directory and one level up.
-const ctlDirName = ".ctl"
+const CtlDirName = ".ctl"
 
-// procRecord is the authoritative record of the processes of one task
+// ProcRecord is the authoritative record of the processes of one task
 // directory's latest attempt, written by its supervisor. Every signal the
 // wrapper sends to another process takes its pid from here, never from the
 // task directory, and checks it against the live process first
-// (checkSupervisor, checkToolGroup). Start times are opaque strings from
-// procStart.
-type procRecord struct {
+// (CheckSupervisor, checkToolGroup). Start times are opaque strings from
+// ProcStart.
+type ProcRecord struct {
 	Dir             string `json:"dir"`
 	Attempt         int    `json:"attempt"`
 	SupervisorPID   int    `json:"supervisor_pid"`
@@ -52,15 +52,15 @@ type procRecord struct {
 	Node string `json:"node,omitempty"`
 }
 
-// recordPath is <dir of the wrapper executable>/.ctl/<sha256 of dir>.json.
+// RecordPath is <dir of the wrapper executable>/.ctl/<sha256 of dir>.json.
 // The directory is created 0700 and must be a directory of this user
 // that nobody else can write.
-func recordPath(dir string) (string, error) {
+func RecordPath(dir string) (string, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return "", fmt.Errorf("find own executable: %w", err)
 	}
-	ctl := filepath.Join(filepath.Dir(exe), ctlDirName)
+	ctl := filepath.Join(filepath.Dir(exe), CtlDirName)
 	if err := os.Mkdir(ctl, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return "", fmt.Errorf("create %s: %w", ctl, err)
 	}
@@ -76,19 +76,19 @@ func recordPath(dir string) (string, error) {
 	return filepath.Join(ctl, hex.EncodeToString(sum[:])+".json"), nil
 }
 
-// killRequestPath is where `kill` asks the supervisor of dir to stop an
+// KillRequestPath is where `kill` asks the supervisor of dir to stop an
 // attempt: <dir of the wrapper executable>/.ctl/<sha256 of dir>.kill.
-func killRequestPath(dir string) (string, error) {
-	path, err := recordPath(dir)
+func KillRequestPath(dir string) (string, error) {
+	path, err := RecordPath(dir)
 	if err != nil {
 		return "", err
 	}
 	return strings.TrimSuffix(path, ".json") + ".kill", nil
 }
 
-// writeRecord replaces the record of r.Dir atomically.
-func writeRecord(r *procRecord) error {
-	path, err := recordPath(r.Dir)
+// WriteRecord replaces the record of r.Dir atomically.
+func WriteRecord(r *ProcRecord) error {
+	path, err := RecordPath(r.Dir)
 	if err != nil {
 		return err
 	}
@@ -102,10 +102,10 @@ func writeRecord(r *procRecord) error {
 	return nil
 }
 
-// readRecord reads the process record of task directory dir. A missing
+// ReadRecord reads the process record of task directory dir. A missing
 // record gives an error satisfying errors.Is(err, os.ErrNotExist).
-func readRecord(dir string) (*procRecord, error) {
-	path, err := recordPath(dir)
+func ReadRecord(dir string) (*ProcRecord, error) {
+	path, err := RecordPath(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +113,7 @@ func readRecord(dir string) (*procRecord, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read process record of %s: %w", dir, err)
 	}
-	var r procRecord
+	var r ProcRecord
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("parse process record %s: %w", path, err)
 	}
@@ -123,44 +123,44 @@ func readRecord(dir string) (*procRecord, error) {
 	return &r, nil
 }
 
-// checkSupervisor reports why the recorded supervisor must not be
+// CheckSupervisor reports why the recorded supervisor must not be
 // signalled, or nil: its pid must be above 1, the process with that pid must
 // have started when the recorded one did, and lead the recorded session.
-func (r *procRecord) checkSupervisor() error {
+func (r *ProcRecord) CheckSupervisor() error {
 	pid := r.SupervisorPID
 	if pid <= 1 || r.SID <= 1 {
 		return fmt.Errorf("recorded supervisor pid %d, session %d: not a process to signal", pid, r.SID)
 	}
-	start, err := procStart(pid)
+	start, err := ProcStart(pid)
 	if err != nil {
 		return fmt.Errorf("supervisor %d: %w", pid, err)
 	}
 	if start != r.SupervisorStart {
 		return fmt.Errorf("pid %d started at %s, not at the recorded %s: it is not the supervisor", pid, start, r.SupervisorStart)
 	}
-	if sid, err := getsid(pid); err != nil || sid != r.SID {
+	if sid, err := Getsid(pid); err != nil || sid != r.SID {
 		return fmt.Errorf("pid %d is in session %d, not the recorded %d (%v)", pid, sid, r.SID, err)
 	}
 	return nil
 }
 
-// supervisorGone reports whether the recorded supervisor is provably not
+// SupervisorGone reports whether the recorded supervisor is provably not
 // running: no process has its pid, or the one that has it started at
 // another time.
-func (r *procRecord) supervisorGone() bool {
+func (r *ProcRecord) SupervisorGone() bool {
 	if r.SupervisorPID <= 1 {
 		return false
 	}
-	start, err := procStart(r.SupervisorPID)
+	start, err := ProcStart(r.SupervisorPID)
 	if err != nil {
 		return errors.Is(err, syscall.ESRCH)
 	}
 	return start != r.SupervisorStart
 }
 
-// errNoGroup means the recorded tool group has no member left: there is
+// ErrNoGroup means the recorded tool group has no member left: there is
 // nothing to signal, and nothing wrong.
-var errNoGroup = errors.New("the recorded tool group has no live member")
+var ErrNoGroup = errors.New("the recorded tool group has no live member")
 
 // checkToolGroup reports why the recorded tool group must not be
 // signalled, or nil. The group's id must be above 1 and not the caller's own
@@ -168,7 +168,7 @@ var errNoGroup = errors.New("the recorded tool group has no live member")
 // one did; and a live member of the group must be in the recorded session.
 // The kernel reuses no pid while it names a live group or session, so a
 // member found in both is one of this attempt's processes.
-func (r *procRecord) checkToolGroup() error {
+func (r *ProcRecord) checkToolGroup() error {
 	pgid := r.ToolPGID
 	if pgid <= 1 || r.SID <= 1 {
 		return fmt.Errorf("recorded tool group %d, session %d: not a group to signal", pgid, r.SID)
@@ -176,41 +176,41 @@ func (r *procRecord) checkToolGroup() error {
 	if pgid == syscall.Getpgrp() {
 		return fmt.Errorf("recorded tool group %d is the wrapper's own", pgid)
 	}
-	if start, err := procStart(pgid); err == nil && start != r.ToolStart {
+	if start, err := ProcStart(pgid); err == nil && start != r.ToolStart {
 		return fmt.Errorf("pid %d started at %s, not at the recorded %s: it is not the tool", pgid, start, r.ToolStart)
 	}
-	in, err := groupInSession(pgid, r.SID)
+	in, err := GroupInSession(pgid, r.SID)
 	if err != nil {
 		return fmt.Errorf("look for the members of group %d: %w", pgid, err)
 	}
 	if !in {
-		if groupAlive(pgid) {
+		if GroupAlive(pgid) {
 			return fmt.Errorf("group %d has no member in the recorded session %d: it is not the tool's", pgid, r.SID)
 		}
-		return errNoGroup
+		return ErrNoGroup
 	}
 	return nil
 }
 
-// killToolGroup sends sig to the recorded tool group after checkToolGroup.
-// It returns errNoGroup when there was nothing to signal.
-func (r *procRecord) killToolGroup(sig syscall.Signal) error {
+// KillToolGroup sends sig to the recorded tool group after checkToolGroup.
+// It returns ErrNoGroup when there was nothing to signal.
+func (r *ProcRecord) KillToolGroup(sig syscall.Signal) error {
 	if err := r.checkToolGroup(); err != nil {
 		return err
 	}
 	if err := syscall.Kill(-r.ToolPGID, sig); err != nil {
 		if err == syscall.ESRCH {
-			return errNoGroup
+			return ErrNoGroup
 		}
 		return fmt.Errorf("signal group %d: %w", r.ToolPGID, err)
 	}
 	return nil
 }
 
-// signalSupervisor sends sig to the recorded supervisor after
-// checkSupervisor.
-func (r *procRecord) signalSupervisor(sig syscall.Signal) error {
-	if err := r.checkSupervisor(); err != nil {
+// SignalSupervisor sends sig to the recorded supervisor after
+// CheckSupervisor.
+func (r *ProcRecord) SignalSupervisor(sig syscall.Signal) error {
+	if err := r.CheckSupervisor(); err != nil {
 		return err
 	}
 	if err := syscall.Kill(r.SupervisorPID, sig); err != nil && err != syscall.ESRCH {

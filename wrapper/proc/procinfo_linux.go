@@ -1,4 +1,4 @@
-package wrapper
+package proc
 
 import (
 	"bytes"
@@ -10,10 +10,10 @@ import (
 	"syscall"
 )
 
-// statFields returns the fields of /proc/<pid>/stat after the command name:
+// StatFields returns the fields of /proc/<pid>/stat after the command name:
 // fields[0] is the state (field 3 of proc(5)), fields[2] the process group,
 // fields[3] the session and fields[19] the start time.
-func statFields(pid string) ([]string, error) {
+func StatFields(pid string) ([]string, error) {
 	data, err := os.ReadFile("/proc/" + pid + "/stat")
 	if err != nil {
 		return nil, err
@@ -30,12 +30,12 @@ func statFields(pid string) ([]string, error) {
 	return fields, nil
 }
 
-// procStart is when process pid started, in clock ticks after boot (field 22
+// ProcStart is when process pid started, in clock ticks after boot (field 22
 // of /proc/<pid>/stat): with the pid, it names one process for the life of
 // the system. A zombie counts as gone: it runs nothing and takes no signal,
 // and where nobody reaps (a container's init) it lingers.
-func procStart(pid int) (string, error) {
-	fields, err := statFields(strconv.Itoa(pid))
+func ProcStart(pid int) (string, error) {
+	fields, err := StatFields(strconv.Itoa(pid))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return "", fmt.Errorf("no process %d: %w", pid, syscall.ESRCH)
@@ -48,16 +48,16 @@ func procStart(pid int) (string, error) {
 	return fields[19], nil
 }
 
-// groupInSession reports whether a live (not zombie) process of group pgid
+// GroupInSession reports whether a live (not zombie) process of group pgid
 // is in session sid.
-func groupInSession(pgid, sid int) (bool, error) {
+func GroupInSession(pgid, sid int) (bool, error) {
 	return findGroupMember(pgid, sid)
 }
 
-// groupAlive reports whether process group pgid has a member that is not a
+// GroupAlive reports whether process group pgid has a member that is not a
 // zombie. kill(-pgid, 0) alone would count zombies, which linger where init
 // does not reap (containers), and call a killed group alive.
-func groupAlive(pgid int) bool {
+func GroupAlive(pgid int) bool {
 	found, _ := findGroupMember(pgid, -1)
 	return found
 }
@@ -83,7 +83,7 @@ func findGroupMember(pgid, sid int) (bool, error) {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
-		fields, err := statFields(e.Name())
+		fields, err := StatFields(e.Name())
 		if err != nil || fields[0] == "Z" || fields[0] == "X" {
 			continue
 		}
@@ -96,14 +96,14 @@ func findGroupMember(pgid, sid int) (bool, error) {
 
 // childAttr is how setup and the tool are started: in their own process
 // group, and killed by the kernel when the supervisor dies (the thread that
-// started them stays locked, see startProc), so that a supervisor killed
+// started them stays locked, see StartProc), so that a supervisor killed
 // with SIGKILL leaves no tool running beside the retry.
 func childAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
 
-// getsid returns the session of process pid (0: the caller).
-func getsid(pid int) (int, error) {
+// Getsid returns the session of process pid (0: the caller).
+func Getsid(pid int) (int, error) {
 	sid, _, errno := syscall.RawSyscall(syscall.SYS_GETSID, uintptr(pid), 0, 0)
 	if errno != 0 {
 		return 0, errno

@@ -1,4 +1,4 @@
-package wrapper
+package proc
 
 import (
 	"errors"
@@ -24,23 +24,23 @@ import (
 // for ever.
 const drainTimeout = 2 * time.Second
 
-// proc is one child (setup or tool) running in its own process group, with
+// Proc is one child (setup or tool) running in its own process group, with
 // its output copied into the task log. done is closed once it has been
 // waited for and its output drained; state is valid then.
-type proc struct {
+type Proc struct {
 	cmd    *exec.Cmd
-	pgid   int
-	start  string        // procStart of the child
-	exited chan struct{} // closed after Wait, before the drain
-	done   chan struct{}
+	Pgid   int
+	Start  string        // ProcStart of the child
+	Exited chan struct{} // closed after Wait, before the drain
+	Done   chan struct{}
 	state  *os.ProcessState
 	err    error
 }
 
-// startProc starts cmd in a new process group with stdout and stderr on one
+// StartProc starts cmd in a new process group with stdout and stderr on one
 // pipe, so the log keeps the order in which the tool wrote. closers are
 // closed once the child holds its own copies.
-func startProc(cmd *exec.Cmd, out io.Writer, closers ...io.Closer) (*proc, error) {
+func StartProc(cmd *exec.Cmd, out io.Writer, closers ...io.Closer) (*Proc, error) {
 	defer func() {
 		for _, c := range closers {
 			c.Close()
@@ -68,7 +68,7 @@ func startProc(cmd *exec.Cmd, out io.Writer, closers ...io.Closer) (*proc, error
 			return
 		}
 		// Read before Wait: until it is reaped the pid is the child's.
-		startTime, _ = procStart(cmd.Process.Pid)
+		startTime, _ = ProcStart(cmd.Process.Pid)
 		started <- nil
 		waited <- cmd.Wait()
 	}()
@@ -78,12 +78,12 @@ func startProc(cmd *exec.Cmd, out io.Writer, closers ...io.Closer) (*proc, error
 		r.Close()
 		return nil, err
 	}
-	p := &proc{
+	p := &Proc{
 		cmd:    cmd,
-		pgid:   cmd.Process.Pid,
-		start:  startTime,
-		exited: make(chan struct{}),
-		done:   make(chan struct{}),
+		Pgid:   cmd.Process.Pid,
+		Start:  startTime,
+		Exited: make(chan struct{}),
+		Done:   make(chan struct{}),
 	}
 	copied := make(chan struct{})
 	go func() {
@@ -102,27 +102,27 @@ func startProc(cmd *exec.Cmd, out io.Writer, closers ...io.Closer) (*proc, error
 	go func() {
 		p.err = <-waited
 		p.state = cmd.ProcessState
-		close(p.exited)
+		close(p.Exited)
 		// Whatever the tool left behind in its group goes with it; it would
 		// otherwise hold the pipe open and outlive the attempt. The leader is
 		// reaped, so the group is signalled only while a member of it is
 		// still in this session (its id cannot have been reused then).
-		if sid, err := getsid(0); err == nil {
-			if in, _ := groupInSession(p.pgid, sid); in {
-				syscall.Kill(-p.pgid, syscall.SIGKILL)
+		if sid, err := Getsid(0); err == nil {
+			if in, _ := GroupInSession(p.Pgid, sid); in {
+				syscall.Kill(-p.Pgid, syscall.SIGKILL)
 			}
 		}
 		r.SetReadDeadline(time.Now().Add(drainTimeout))
 		<-copied
 		r.Close()
-		close(p.done)
+		close(p.Done)
 	}()
 	return p, nil
 }
 
-// exitInfo returns the exit code (-1 when killed by a signal) and the
+// ExitInfo returns the exit code (-1 when killed by a signal) and the
 // signal, if any, that ended the process.
-func (p *proc) exitInfo() (code int, sig syscall.Signal) {
+func (p *Proc) ExitInfo() (code int, sig syscall.Signal) {
 	if p.state == nil {
 		return -1, 0
 	}
@@ -136,10 +136,10 @@ func (p *proc) exitInfo() (code int, sig syscall.Signal) {
 	return ws.ExitStatus(), 0
 }
 
-// exitError describes how a process ended, for Status.Error.
-func exitError(code int, sig syscall.Signal) string {
+// ExitError describes how a process ended, for Status.Error.
+func ExitError(code int, sig syscall.Signal) string {
 	if sig != 0 {
-		return "killed by " + signalName(sig)
+		return "killed by " + SignalName(sig)
 	}
 	return fmt.Sprintf("exit status %d", code)
 }
@@ -176,22 +176,22 @@ var signalNames = map[syscall.Signal]string{
 	syscall.SIGXFSZ:   "SIGXFSZ",
 }
 
-// signalName gives the conventional name ("SIGKILL"); syscall's String
+// SignalName gives the conventional name ("SIGKILL"); syscall's String
 // gives a description ("killed") and numbers differ between systems.
-func signalName(sig syscall.Signal) string {
+func SignalName(sig syscall.Signal) string {
 	if name, ok := signalNames[sig]; ok {
 		return name
 	}
 	return "SIG" + strconv.Itoa(int(sig))
 }
 
-// buildEnv is base, then TMPDIR (the attempt's tmp/), then the tool's
+// BuildEnv is base, then TMPDIR (the attempt's tmp/), then the tool's
 // settings from launch.json, then extra (the api_mode's), then the
 // DISPATCH_* variables, a later value replacing an earlier one of the same
 // name; maps are applied in key order, for a stable environment. PWD is set
 // to dir, the tool's working directory, because the inherited one names
 // wherever the wrapper was started.
-func buildEnv(base []string, extra map[string]string, l wire.Launch, taskDir, dir string) []string {
+func BuildEnv(base []string, extra map[string]string, l wire.Launch, taskDir, dir string) []string {
 	env := make([]string, 0, len(base)+len(extra)+4)
 	index := make(map[string]int)
 	set := func(kv string) {
@@ -228,7 +228,7 @@ func buildEnv(base []string, extra map[string]string, l wire.Launch, taskDir, di
 	return env
 }
 
-func lookupEnv(env []string, key string) string {
+func LookupEnv(env []string, key string) string {
 	v := ""
 	for _, kv := range env {
 		if k, val, ok := strings.Cut(kv, "="); ok && k == key {
@@ -238,11 +238,11 @@ func lookupEnv(env []string, key string) string {
 	return v
 }
 
-// lookPath finds name the way exec.LookPath does, but in the PATH of the
+// LookPath finds name the way exec.LookPath does, but in the PATH of the
 // tool's environment, which the stdin map may have changed. Relative PATH
 // entries are skipped for the reason exec.ErrDot exists. A name with a slash
 // is taken relative to dir, the tool's working directory.
-func lookPath(name, path, dir string) (string, error) {
+func LookPath(name, path, dir string) (string, error) {
 	if strings.Contains(name, "/") {
 		if !filepath.IsAbs(name) {
 			name = filepath.Join(dir, name)
