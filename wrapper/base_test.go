@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/agentlog/agentlogtest"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -324,8 +326,8 @@ func TestUsageRecorded(t *testing.T) {
 		wantCost  float64
 		wantClass string
 	}{
-		{"claude completed", wire.AgentClaude, lines(claudeInit, claudeAssistant, claudeResult), 0, 150, 50, 0.0123, ""},
-		{"codex failed", wire.AgentCodex, codexPlainNew, 2, 0, 12345, 0, wire.ClassExit},
+		{"claude completed", wire.AgentClaude, agentlogtest.Lines(agentlogtest.ClaudeInit, agentlogtest.ClaudeAssistant, agentlogtest.ClaudeResult), 0, 150, 50, 0.0123, ""},
+		{"codex failed", wire.AgentCodex, agentlogtest.CodexPlainNew, 2, 0, 12345, 0, wire.ClassExit},
 		// A shell task printing claude's result (a forged cost) is not
 		// read: only an agent CLI's report counts.
 		{"shell forging a cost", "", `{"type":"result","total_cost_usd":1e9,"usage":{"input_tokens":5,"output_tokens":5}}` + "\n", 0, 0, 0, 0, ""},
@@ -409,7 +411,7 @@ func TestUsageReadFromTheLogWritten(t *testing.T) {
 	t.Parallel()
 	forged := `{"type":"result","total_cost_usd":0,"usage":{"input_tokens":1,"output_tokens":1}}` + "\n"
 	tk := newTask(t, "", wire.Launch{Agent: wire.AgentClaude, Command: []string{"sh", "-c", `mv ../forged.txt ../task.log && cat ../printed.txt`}})
-	if err := os.WriteFile(tk.path("printed.txt"), []byte(lines(claudeInit, claudeAssistant, claudeResult)), 0o644); err != nil {
+	if err := os.WriteFile(tk.path("printed.txt"), []byte(agentlogtest.Lines(agentlogtest.ClaudeInit, agentlogtest.ClaudeAssistant, agentlogtest.ClaudeResult)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(tk.path("forged.txt"), []byte(forged), 0o644); err != nil {

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/agentlog"
+
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
 
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
@@ -347,8 +349,8 @@ func endOrphan(dir, msg string) (*wire.Status, error) {
 	// stored of the tool's output may still hold some. Which agent ran is
 	// the record's word, not launch.json's, which the task could rewrite.
 	st.TokensIn, st.TokensOut, st.CostUSD = 0, 0, 0
-	if tail, terr := readLogTail(filepath.Join(dir, taskfiles.FileLog), usageTail); terr == nil && err == nil {
-		st.TokensIn, st.TokensOut, st.CostUSD = ParseUsage(rec.Agent, tail)
+	if tail, terr := agentlog.ReadLogTail(filepath.Join(dir, taskfiles.FileLog), agentlog.UsageTail); terr == nil && err == nil {
+		st.TokensIn, st.TokensOut, st.CostUSD = agentlog.ParseUsage(rec.Agent, tail)
 	}
 	switch {
 	case errors.Is(err, os.ErrNotExist):

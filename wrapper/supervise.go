@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/agentlog"
+
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
 
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
@@ -31,7 +33,7 @@ const (
 	reasonKill    = "kill"
 	reasonTimeout = "timeout"
 	// reasonNotice: the tool announced a retry of a rate limit or of a
-	// refused key (see retryNotice).
+	// refused key (see agentlog.RetryNotice).
 	reasonNotice = "notice"
 	// reasonStall: the tool wrote nothing for stall_seconds.
 	reasonStall = "stall"
@@ -92,7 +94,7 @@ type supervisor struct {
 	// its own. gating is set while the gate runs (no stall then).
 	deadline *time.Timer
 	gating   bool
-	notice   notice
+	notice   agentlog.Notice
 	noticeAt time.Time
 	session  string // the tool's session id, as its output named it
 	// toolStarted is set once the tool (not setup) runs: only its output
@@ -952,9 +954,9 @@ func (s *supervisor) removeOldTmps() {
 }
 
 // onLine stops the tool when a line of its output announces a retry that
-// dispatch handles better than the tool (see retryNotice).
+// dispatch handles better than the tool (see agentlog.RetryNotice).
 func (s *supervisor) onLine(prev, line []byte) {
-	if id := sessionID(line); id != "" {
+	if id := agentlog.SessionID(line); id != "" {
 		s.mu.Lock()
 		// The tool's own first init line, not one printed by setup.
 		if s.session == "" && s.toolStarted {
@@ -963,8 +965,8 @@ func (s *supervisor) onLine(prev, line []byte) {
 		s.mu.Unlock()
 	}
 	now := time.Now()
-	n, ok := retryNotice(s.launch.Agent, prev, line, now)
-	if !ok || !n.stops() {
+	n, ok := agentlog.RetryNotice(s.launch.Agent, prev, line, now)
+	if !ok || !n.Stops() {
 		return
 	}
 	s.mu.Lock()
@@ -1117,15 +1119,15 @@ func (s *supervisor) updateStatus(f func(*wire.Status) bool) error {
 // noticeFailure fills st for an attempt stopped on a notice of its tool's
 // output (a refused credential, a rate limit being waited out).
 func (s *supervisor) noticeFailure(st *wire.Status, ended time.Time) {
-	st.Status, st.ErrorClass = wire.StatusFailed, s.notice.class
-	if s.notice.class == wire.ClassAuth {
+	st.Status, st.ErrorClass = wire.StatusFailed, s.notice.Class
+	if s.notice.Class == wire.ClassAuth {
 		st.Error = "stopped: the tool was retrying an API call the provider refused for its credentials"
 		return
 	}
 	st.Error = "stopped: the tool was waiting out a rate limit"
-	if s.notice.wait > 0 {
-		st.RetryAfterSeconds = retrySeconds(until(s.noticeAt.Add(s.notice.wait), ended))
-		st.Error += " (reset in " + s.notice.wait.Round(time.Second).String() + ")"
+	if s.notice.Wait > 0 {
+		st.RetryAfterSeconds = agentlog.RetrySeconds(agentlog.Until(s.noticeAt.Add(s.notice.Wait), ended))
+		st.Error += " (reset in " + s.notice.Wait.Round(time.Second).String() + ")"
 	}
 }
 
@@ -1153,12 +1155,12 @@ func (s *supervisor) finish(res outcome) {
 	// Read back from the file, which holds far more than the in-memory
 	// tail; the tool and setup are gone, so it no longer changes. It is
 	// the file the log wrote, whatever the task put at its path.
-	tail, err := s.tlog.ReadTail(usageTail)
+	tail, err := s.tlog.ReadTail(agentlog.UsageTail)
 	if err != nil {
 		s.logger.Warn("read task log for usage", logKeyErr, err)
 	}
-	tokensIn, tokensOut, cost := ParseUsage(s.launch.Agent, tail)
-	message := FinalMessage(s.launch.Agent, tail)
+	tokensIn, tokensOut, cost := agentlog.ParseUsage(s.launch.Agent, tail)
+	message := agentlog.FinalMessage(s.launch.Agent, tail)
 	var final wire.Status
 	err = s.updateStatus(func(st *wire.Status) bool {
 		defer func() { final = *st }()
@@ -1207,10 +1209,10 @@ func (s *supervisor) finish(res outcome) {
 			st.Commit = res.commit
 		default:
 			logTail := s.tlog.Tail()
-			st.Status, st.ErrorClass = wire.StatusFailed, exitClass(s.launch.Agent, res.code, logTail)
+			st.Status, st.ErrorClass = wire.StatusFailed, agentlog.ExitClass(s.launch.Agent, res.code, logTail)
 			st.Error = proc.ExitError(res.code, 0)
 			if st.ErrorClass == wire.ClassRateLimit {
-				st.RetryAfterSeconds = retrySeconds(AgentReset(s.launch.Agent, logTail, ended))
+				st.RetryAfterSeconds = agentlog.RetrySeconds(agentlog.AgentReset(s.launch.Agent, logTail, ended))
 			}
 		}
 		st.Error += s.failureNote(st, res)

@@ -1,8 +1,6 @@
-package wrapper
+package agentlog
 
 import (
-	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -21,43 +19,43 @@ func TestRetryNotice(t *testing.T) {
 		agent      string
 		name       string
 		prev, line string
-		want       notice
+		want       Notice
 		ok, stops  bool
 	}{
 		{wire.AgentClaude, "claude 429", "", `{"type":"system","subtype":"api_retry","attempt":1,"max_retries":2,"retry_delay_ms":22285,"error_status":429,"error":"rate_limit","session_id":"c2404489"}`,
-			notice{wire.ClassRateLimit, 22285 * time.Millisecond}, true, true},
+			Notice{wire.ClassRateLimit, 22285 * time.Millisecond}, true, true},
 		{wire.AgentClaude, "claude short 429", "", `{"type":"system","subtype":"api_retry","attempt":1,"retry_delay_ms":1200,"error_status":429,"error":"rate_limit"}`,
-			notice{wire.ClassRateLimit, 1200 * time.Millisecond}, true, false},
+			Notice{wire.ClassRateLimit, 1200 * time.Millisecond}, true, false},
 		{wire.AgentClaude, "claude 401", "", `{"type":"system","subtype":"api_retry","attempt":1,"max_retries":2,"retry_delay_ms":576,"error_status":401,"error":"authentication_failed"}`,
-			notice{wire.ClassAuth, 0}, true, true},
+			Notice{wire.ClassAuth, 0}, true, true},
 		{wire.AgentClaude, "claude overloaded", "", `{"type":"system","subtype":"api_retry","attempt":1,"retry_delay_ms":90000,"error_status":529,"error":"overloaded"}`,
-			notice{}, false, false},
-		{wire.AgentClaude, "claude other event", "", `{"type":"system","subtype":"init","note":"api_retry"}`, notice{}, false, false},
-		{wire.AgentClaude, "claude broken json", "", `{"type":"system","subtype":"api_retry",`, notice{}, false, false},
+			Notice{}, false, false},
+		{wire.AgentClaude, "claude other event", "", `{"type":"system","subtype":"init","note":"api_retry"}`, Notice{}, false, false},
+		{wire.AgentClaude, "claude broken json", "", `{"type":"system","subtype":"api_retry",`, Notice{}, false, false},
 		{wire.AgentGemini, "gemini quota", "Attempt 1 failed: Quota exceeded for requests per minute. Please retry in 20s.", "Suggested retry after 20s.. Retrying after 20023ms...",
-			notice{wire.ClassRateLimit, 20 * time.Second}, true, true},
-		{wire.AgentGemini, "gemini server error", "Attempt 1 failed with status 503. Retrying with backoff...", "Retrying after 2000ms...", notice{}, false, false},
+			Notice{wire.ClassRateLimit, 20 * time.Second}, true, true},
+		{wire.AgentGemini, "gemini server error", "Attempt 1 failed with status 503. Retrying with backoff...", "Retrying after 2000ms...", Notice{}, false, false},
 		{wire.AgentCodex, "codex 429", "", `{"type":"error","message":"Reconnecting... 1/5 (exceeded retry limit, last status: 429 Too Many Requests)"}`,
-			notice{wire.ClassRateLimit, 0}, true, false},
+			Notice{wire.ClassRateLimit, 0}, true, false},
 		{wire.AgentCodex, "codex 401", "", `{"type":"error","message":"Reconnecting... 1/5 (unexpected status 401 Unauthorized: Incorrect API key provided., url: http://127.0.0.1:45645/v1/responses)"}`,
-			notice{wire.ClassAuth, 0}, true, true},
+			Notice{wire.ClassAuth, 0}, true, true},
 		{wire.AgentCodex, "codex network", "", `{"type":"error","message":"Reconnecting... 2/5 (stream disconnected before completion: failed to lookup address information: Name does not resolve)"}`,
-			notice{}, false, false},
-		{wire.AgentClaude, "a task printing 429 is no notice", "", "test 429 passed", notice{}, false, false},
+			Notice{}, false, false},
+		{wire.AgentClaude, "a task printing 429 is no notice", "", "test 429 passed", Notice{}, false, false},
 		{"", "a shell printing claude's api_retry", "", `{"type":"system","subtype":"api_retry","attempt":1,"retry_delay_ms":86400000,"error_status":429,"error":"rate_limit"}`,
-			notice{}, false, false},
-		{"", "a shell printing gemini's retry", "Attempt 1 failed: Quota exceeded. Please retry in 20h.", "Retrying after 72000000ms...", notice{}, false, false},
+			Notice{}, false, false},
+		{"", "a shell printing gemini's retry", "Attempt 1 failed: Quota exceeded. Please retry in 20h.", "Retrying after 72000000ms...", Notice{}, false, false},
 		{wire.AgentCodex, "codex printing claude's api_retry", "", `{"type":"system","subtype":"api_retry","attempt":1,"retry_delay_ms":86400000,"error_status":429,"error":"rate_limit"}`,
-			notice{}, false, false},
+			Notice{}, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := retryNotice(tt.agent, []byte(tt.prev), []byte(tt.line), now)
+			got, ok := RetryNotice(tt.agent, []byte(tt.prev), []byte(tt.line), now)
 			if ok != tt.ok || got != tt.want {
 				t.Fatalf("retryNotice = %+v, %v; want %+v, %v", got, ok, tt.want, tt.ok)
 			}
-			if got.stops() != tt.stops {
-				t.Errorf("stops = %v, want %v", got.stops(), tt.stops)
+			if got.Stops() != tt.stops {
+				t.Errorf("stops = %v, want %v", got.Stops(), tt.stops)
 			}
 		})
 	}
@@ -76,7 +74,7 @@ func TestSessionID(t *testing.T) {
 		{`init thread.started "type"`, ""},
 	}
 	for _, tt := range tests {
-		if got := sessionID([]byte(tt.line)); got != tt.want {
+		if got := SessionID([]byte(tt.line)); got != tt.want {
 			t.Errorf("sessionID(%s) = %q, want %q", tt.line, got, tt.want)
 		}
 	}
@@ -89,52 +87,11 @@ func BenchmarkLineWatcher(b *testing.B) {
 	chunk := []byte(strings.Repeat(line, (64<<10)/len(line)))
 	now := time.Now()
 	w := &taskfiles.LineWatcher{On: func(prev, l []byte) {
-		sessionID(l)
-		retryNotice(wire.AgentGemini, prev, l, now)
+		SessionID(l)
+		RetryNotice(wire.AgentGemini, prev, l, now)
 	}}
 	b.SetBytes(int64(len(chunk)))
 	for b.Loop() {
 		w.Write(chunk)
-	}
-}
-
-// TestSessionComesFromTheToolAlone: setup printing an init line, and a
-// status.json rewritten after the attempt, cannot choose the session a
-// later attempt resumes: `status` reports the one the tool itself named
-// first, from the supervisor's private record.
-func TestSessionComesFromTheToolAlone(t *testing.T) {
-	t.Parallel()
-	tk := newTask(t, "", wire.Launch{
-		Setup:   `echo '{"type":"thread.started","thread_id":"forged-by-setup"}'`,
-		Command: shell(`echo '{"type":"thread.started","thread_id":"tool-own-id"}'; echo '{"type":"thread.started","thread_id":"later-line"}'`),
-	})
-	tk.run(t, "")
-	st := tk.waitFinal(t)
-	if st.Status != wire.StatusCompleted || st.SessionID != "tool-own-id" {
-		t.Fatalf("final status %+v; want completed with the tool's own session", st)
-	}
-	// A leftover process rewrites status.json with another id.
-	st.SessionID = "forged-later"
-	data, _ := json.Marshal(st)
-	if err := os.WriteFile(tk.path(taskfiles.FileStatus), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, code := runWrapper(t, "", "status", "--root", tk.root)
-	var ns wire.NodeStatus
-	if code != 0 || json.Unmarshal(out, &ns) != nil || len(ns.Tasks) != 1 || ns.Tasks[0].Status == nil {
-		t.Fatalf("status: exit %d: %s", code, out)
-	}
-	if got := ns.Tasks[0].Status.SessionID; got != "tool-own-id" {
-		t.Errorf("status reports session %q; want the tool's own, from the private record", got)
-	}
-	// kill's reply (a preempted attempt's end, which the controller
-	// records for the next attempt to resume) takes it from there too.
-	out, code = runWrapper(t, "", "kill", "--dir", tk.dir, "--grace", "1s")
-	var killed wire.Status
-	if code != 0 || json.Unmarshal(out, &killed) != nil {
-		t.Fatalf("kill: exit %d: %s", code, out)
-	}
-	if killed.SessionID != "tool-own-id" {
-		t.Errorf("kill replies session %q; want the tool's own, from the private record", killed.SessionID)
 	}
 }

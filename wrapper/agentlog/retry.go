@@ -1,4 +1,4 @@
-package wrapper
+package agentlog
 
 import (
 	"bytes"
@@ -96,7 +96,7 @@ func ParseRetryAfter(logTail []byte, now time.Time) time.Duration {
 			d, ok = parseSpan(rest, time.Millisecond)
 		case m[4] >= 0:
 			if t, isDate := parseHTTPDate(rest); isDate {
-				d, ok = until(t, now), true
+				d, ok = Until(t, now), true
 			} else {
 				d, ok = parseSpan(rest, time.Second)
 			}
@@ -116,8 +116,8 @@ func ParseRetryAfter(logTail []byte, now time.Time) time.Duration {
 	return 0
 }
 
-// until is how long from now to t, for a reset time read from the log.
-func until(t, now time.Time) time.Duration {
+// Until is how long from now to t, for a reset time read from the log.
+func Until(t, now time.Time) time.Duration {
 	d := t.Sub(now)
 	switch {
 	case d > 0:
@@ -220,7 +220,7 @@ func parseClock(s string, now time.Time) (time.Duration, bool) {
 	}
 	field = strings.TrimRight(field, ".")
 	if t, err := time.Parse(time.RFC3339, field); err == nil {
-		return until(t, now), true
+		return Until(t, now), true
 	}
 
 	m := clockRE.FindStringSubmatch(s)
@@ -266,19 +266,19 @@ func parseClock(s string, now time.Time) (time.Duration, bool) {
 		month := months[strings.ToLower(monthName)]
 		if yearStr != "" {
 			year, _ := strconv.Atoi(yearStr)
-			return until(time.Date(year, month, day, hour, minute, 0, 0, loc), now), true
+			return Until(time.Date(year, month, day, hour, minute, 0, 0, loc), now), true
 		}
 		t := time.Date(local.Year(), month, day, hour, minute, 0, 0, loc)
 		if now.Sub(t) >= justReset {
 			t = t.AddDate(1, 0, 0)
 		}
-		return until(t, now), true
+		return Until(t, now), true
 	}
 	t := time.Date(local.Year(), local.Month(), local.Day(), hour, minute, 0, 0, loc)
 	if now.Sub(t) >= justReset {
 		t = time.Date(local.Year(), local.Month(), local.Day()+1, hour, minute, 0, 0, loc)
 	}
-	return until(t, now), true
+	return Until(t, now), true
 }
 
 // parseUnixTime reads the Unix time (seconds, or milliseconds when it is
@@ -299,11 +299,11 @@ func parseUnixTime(s string, now time.Time) (time.Duration, bool) {
 	if i > 11 {
 		t = time.UnixMilli(n)
 	}
-	return until(t, now), true
+	return Until(t, now), true
 }
 
-// retrySeconds is d for status.json, rounded to the millisecond.
-func retrySeconds(d time.Duration) float64 {
+// RetrySeconds is d for status.json, rounded to the millisecond.
+func RetrySeconds(d time.Duration) float64 {
 	return d.Round(time.Millisecond).Seconds()
 }
 
@@ -313,7 +313,7 @@ func retrySeconds(d time.Duration) float64 {
 // first: claude's result event (its text: "Claude AI usage limit
 // reached|<unix time>", "resets 3pm") or its last api_retry of a 429,
 // codex's error and turn.failed events, gemini's retry lines (see
-// retryNotice). A reset phrase anywhere else, and anything a tool that is
+// RetryNotice). A reset phrase anywhere else, and anything a tool that is
 // no agent CLI prints (agent ""), names no reset: a task could pause a
 // shared account for a day with one echo. Only the last 64 KiB are read.
 func AgentReset(agent string, logTail []byte, now time.Time) time.Duration {
@@ -331,8 +331,8 @@ func AgentReset(agent string, logTail []byte, now time.Time) time.Duration {
 			ps := bytes.LastIndexByte(logTail[:start-1], '\n') + 1
 			prev = logTail[ps : start-1]
 		}
-		if n, ok := retryNotice(agent, prev, line, now); ok && n.class == wire.ClassRateLimit && n.wait > 0 {
-			return min(n.wait, maxRetryAfter)
+		if n, ok := RetryNotice(agent, prev, line, now); ok && n.Class == wire.ClassRateLimit && n.Wait > 0 {
+			return min(n.Wait, maxRetryAfter)
 		}
 		if text, ok := finalReport(agent, line); ok {
 			if d := ParseRetryAfter([]byte(text), now); d > 0 {

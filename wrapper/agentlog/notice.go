@@ -1,4 +1,4 @@
-package wrapper
+package agentlog
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 // account for the other tasks, and a refused key they retry cannot get
 // better; so the supervisor reads each line of the tool's output as it
 // comes and stops the tool when it announces such a retry (see
-// retryNotice). The attempt then ends as rate_limit, with the announced
+// RetryNotice). The attempt then ends as rate_limit, with the announced
 // wait as its reset, or as auth.
 
 // stopOnLimitWait is the shortest announced rate-limit wait the supervisor
@@ -22,19 +22,19 @@ import (
 // cheaper than a new attempt would.
 const stopOnLimitWait = 15 * time.Second
 
-// notice is a retry a CLI announced: its class (rate_limit or auth) and,
+// Notice is a retry a CLI announced: its class (rate_limit or auth) and,
 // for a rate limit, how long the CLI said it would wait (0: unknown).
-type notice struct {
-	class string
-	wait  time.Duration
+type Notice struct {
+	Class string
+	Wait  time.Duration
 }
 
-// stops reports whether the supervisor stops the tool for n.
-func (n notice) stops() bool {
-	return n.class == wire.ClassAuth || n.class == wire.ClassRateLimit && n.wait >= stopOnLimitWait
+// Stops reports whether the supervisor stops the tool for n.
+func (n Notice) Stops() bool {
+	return n.Class == wire.ClassAuth || n.Class == wire.ClassRateLimit && n.Wait >= stopOnLimitWait
 }
 
-// retryNotice reads line (prev is the line before it) for a retry the
+// RetryNotice reads line (prev is the line before it) for a retry the
 // agent CLI agent announces in its own form. It knows
 //
 //   - claude's stream-json {"type":"system","subtype":"api_retry",
@@ -47,12 +47,12 @@ func (n notice) stops() bool {
 // connection) is no notice: the CLI's own retries are right for those. Nor
 // is anything another tool prints (agent ""): a task that prints a
 // notice's words is not waiting on any provider.
-func retryNotice(agent string, prev, line []byte, now time.Time) (notice, bool) {
+func RetryNotice(agent string, prev, line []byte, now time.Time) (Notice, bool) {
 	line = bytes.TrimSpace(line)
 	switch agent {
 	case wire.AgentClaude:
 		if len(line) == 0 || line[0] != '{' || !bytes.Contains(line, []byte(`"api_retry"`)) {
-			return notice{}, false
+			return Notice{}, false
 		}
 		var ev struct {
 			Type         string  `json:"type"`
@@ -61,35 +61,35 @@ func retryNotice(agent string, prev, line []byte, now time.Time) (notice, bool) 
 			RetryDelayMS float64 `json:"retry_delay_ms"`
 		}
 		if json.Unmarshal(line, &ev) != nil || ev.Type != "system" || ev.Subtype != "api_retry" {
-			return notice{}, false
+			return Notice{}, false
 		}
 		switch ev.ErrorStatus {
 		case 429:
-			return notice{class: wire.ClassRateLimit, wait: scale(max(ev.RetryDelayMS, 0), time.Millisecond)}, true
+			return Notice{Class: wire.ClassRateLimit, Wait: scale(max(ev.RetryDelayMS, 0), time.Millisecond)}, true
 		case 401, 403:
-			return notice{class: wire.ClassAuth}, true
+			return Notice{Class: wire.ClassAuth}, true
 		}
-		return notice{}, false
+		return Notice{}, false
 	case wire.AgentGemini:
 		if !bytes.Contains(line, []byte("etrying after")) {
-			return notice{}, false
+			return Notice{}, false
 		}
 	case wire.AgentCodex:
 		if !bytes.Contains(line, []byte("econnecting")) {
-			return notice{}, false
+			return Notice{}, false
 		}
 	default:
-		return notice{}, false
+		return Notice{}, false
 	}
 	lower := strings.ToLower(string(line))
 	text := strings.ToLower(string(prev)) + "\n" + lower
 	switch noticeClass(text) {
 	case wire.ClassAuth:
-		return notice{class: wire.ClassAuth}, true
+		return Notice{Class: wire.ClassAuth}, true
 	case wire.ClassRateLimit:
-		return notice{class: wire.ClassRateLimit, wait: ParseRetryAfter([]byte(text), now)}, true
+		return Notice{Class: wire.ClassRateLimit, Wait: ParseRetryAfter([]byte(text), now)}, true
 	}
-	return notice{}, false
+	return Notice{}, false
 }
 
 // noticeClass is the class a retried error's text names: narrower than
@@ -122,7 +122,7 @@ func noticeClass(lower string) string {
 // {"type":"init","session_id":…}, codex's {"type":"thread.started",
 // "thread_id":…}. Only ids of a sane shape are taken: one goes back into a
 // command line.
-func sessionID(line []byte) string {
+func SessionID(line []byte) string {
 	line = bytes.TrimSpace(line)
 	if len(line) == 0 || line[0] != '{' || !bytes.Contains(line, []byte(`"type"`)) ||
 		!bytes.Contains(line, []byte(`"init"`)) && !bytes.Contains(line, []byte(`"thread.started"`)) {

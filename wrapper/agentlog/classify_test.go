@@ -1,4 +1,4 @@
-package wrapper
+package agentlog
 
 import (
 	"strings"
@@ -59,7 +59,7 @@ func TestExitClassShellIsExit(t *testing.T) {
 		{"", 0, ""},
 		{"claude", 1, wire.ClassRateLimit},
 	} {
-		if got := exitClass(tc.agent, tc.code, lie); got != tc.want {
+		if got := ExitClass(tc.agent, tc.code, lie); got != tc.want {
 			t.Errorf("exitClass(%q, %d) = %q, want %q", tc.agent, tc.code, got, tc.want)
 		}
 	}

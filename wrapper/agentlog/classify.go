@@ -1,4 +1,4 @@
-package wrapper
+package agentlog
 
 import (
 	"strings"
@@ -64,10 +64,10 @@ func Classify(exitCode int, logTail []byte) string {
 	return class
 }
 
-// exitClass is the class of a tool that exited with code: only an agent
+// ExitClass is the class of a tool that exited with code: only an agent
 // CLI (agent set) has an account whose rate limit or login its log may
 // report; any other tool's exit is an exit, whatever it printed (issue 32).
-func exitClass(agent string, code int, logTail []byte) string {
+func ExitClass(agent string, code int, logTail []byte) string {
 	if agent == "" && code != 0 {
 		return wire.ClassExit
 	}

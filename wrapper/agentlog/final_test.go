@@ -1,4 +1,4 @@
-package wrapper
+package agentlog
 
 import (
 	"strings"

@@ -1,4 +1,4 @@
-package wrapper
+package agentlog
 
 import (
 	"bytes"
@@ -17,8 +17,8 @@ import (
 )
 
 const (
-	// usageTail bounds how much of the end of task.log is read for usage.
-	usageTail = 4 << 20
+	// UsageTail bounds how much of the end of task.log is read for usage.
+	UsageTail = 4 << 20
 	// maxObjectTries bounds the attempts to decode a pretty-printed JSON
 	// object (gemini's) from a line holding a lone "{": each may read to
 	// the end of the tail.
@@ -65,8 +65,8 @@ func ParseUsage(agent string, logTail []byte) (tokensIn, tokensOut int64, costUS
 		return 0, 0, 0
 	}
 	text := logTail
-	if len(text) > usageTail {
-		text = text[len(text)-usageTail:]
+	if len(text) > UsageTail {
+		text = text[len(text)-UsageTail:]
 		// The first line is most likely cut in the middle.
 		if i := bytes.IndexByte(text, '\n'); i >= 0 {
 			text = text[i+1:]
@@ -252,8 +252,8 @@ func tokensUsed(line, next []byte) (int64, bool) {
 	return n, true
 }
 
-// readLogTail reads up to the last limit bytes of the file at path.
-func readLogTail(path string, limit int64) ([]byte, error) {
+// ReadLogTail reads up to the last limit bytes of the file at path.
+func ReadLogTail(path string, limit int64) ([]byte, error) {
 	// task.log sits where the task can replace it: a FIFO or a link must
 	// not block or mislead the reader.
 	f, err := taskfiles.OpenControlFile(path, os.O_RDONLY)
