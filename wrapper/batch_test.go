@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -53,7 +55,7 @@ func TestOneSupervisorPerBatch(t *testing.T) {
 		}
 	}
 	for id, tk := range tasks {
-		poll(t, 15*time.Second, id+" to start", func() bool {
+		wtest.Poll(t, 15*time.Second, id+" to start", func() bool {
 			_, err := os.Stat(filepath.Join(tk.dir, taskfiles.DirOutput, "started"))
 			return err == nil
 		})
@@ -100,7 +102,7 @@ func TestOneSupervisorPerBatch(t *testing.T) {
 	if st := tasks["T3"].waitFinal(t); st.Status != wire.StatusKilled {
 		t.Fatalf("T3 after SIGTERM: %+v, want killed", st)
 	}
-	poll(t, 5*time.Second, "the supervisor to exit", func() bool { return syscall.Kill(pid, 0) == syscall.ESRCH })
+	wtest.Poll(t, 5*time.Second, "the supervisor to exit", func() bool { return syscall.Kill(pid, 0) == syscall.ESRCH })
 }
 
 // TestLaunchRefusesADirectoryTwice: a batch naming one task directory twice

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -71,7 +73,7 @@ func TestCgroupCPUQuota(t *testing.T) {
 	script := `s=$(date +%s%N); timeout 3 sh -c 'while :; do :; done'; e=$(date +%s%N); echo "$s $e" > wall; cat /proc/$$/stat > stat; touch looped; while [ ! -e go ]; do sleep 0.05; done`
 	n.launch(t, n.item("CPU", wire.Launch{Command: shell(script), Limits: &wire.Limits{CPU: 0.2}}))
 	out := filepath.Join(n.taskDir("CPU"), taskfiles.DirOutput)
-	poll(t, 20*time.Second, "the busy loop to end", func() bool {
+	wtest.Poll(t, 20*time.Second, "the busy loop to end", func() bool {
 		_, err := os.Stat(filepath.Join(out, "looped"))
 		return err == nil
 	})
@@ -150,7 +152,7 @@ func TestCgroupPidsForkBomb(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(n.taskDir("LIMITED"), taskfiles.DirOutput, "started")); err == nil {
 				t.Error("the fork bomb started all its 2000 processes")
 			}
-			poll(t, 5*time.Second, "no sleeper of the fork bomb left", func() bool { return sleepersLeft() == 0 })
+			wtest.Poll(t, 5*time.Second, "no sleeper of the fork bomb left", func() bool { return sleepersLeft() == 0 })
 			if left := taskCgroups(t, p, n, "LIMITED"); len(left) != 0 {
 				t.Errorf("cgroups left after the attempt: %v", left)
 			}
@@ -182,7 +184,7 @@ func TestCgroupWatchdogFallback(t *testing.T) {
 	if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassPids || !strings.Contains(st.Error, "processes and threads, over its pids limit of 64") {
 		t.Errorf("the fork bomb with cgroups off: %+v, want failed with class pids by the watchdog", st)
 	}
-	poll(t, 5*time.Second, "no sleeper of the fork bomb left", func() bool { return sleepersLeft() == 0 })
+	wtest.Poll(t, 5*time.Second, "no sleeper of the fork bomb left", func() bool { return sleepersLeft() == 0 })
 }
 
 // TestCgroupStaleRemoved: a cgroup a crashed supervisor of the task left
@@ -209,7 +211,7 @@ func TestCgroupStaleRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL); syscall.Wait4(pid, nil, 0, nil) })
-	poll(t, 5*time.Second, "the sleeper in the stale cgroup", func() bool {
+	wtest.Poll(t, 5*time.Second, "the sleeper in the stale cgroup", func() bool {
 		b, _ := os.ReadFile(filepath.Join(stale, "cgroup.procs"))
 		return strings.TrimSpace(string(b)) == strconv.Itoa(pid)
 	})

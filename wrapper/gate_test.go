@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/internal/gittest"
@@ -283,7 +285,7 @@ func TestGateKilled(t *testing.T) {
 	gate := wire.LaunchGate{Command: "echo $$ > " + pidFile + "; exec sleep 60", TimeoutSeconds: 50, Decides: true}
 	tk := newTask(t, "", wire.Launch{Command: shell("true"), Gate: &gate})
 	tk.run(t, "")
-	poll(t, 15*time.Second, "the gate to start", func() bool { return fileExists(pidFile) })
+	wtest.Poll(t, 15*time.Second, "the gate to start", func() bool { return fileExists(pidFile) })
 	if out, code := runWrapper(t, "", "kill", "--dir", tk.dir, "--grace", "1s"); code != 0 {
 		t.Fatalf("kill: exit %d: %s", code, out)
 	}

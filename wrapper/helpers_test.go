@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
 
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
@@ -220,7 +222,7 @@ func (tk *testTask) status(t *testing.T) *wire.Status {
 func (tk *testTask) waitStatus(t *testing.T, what string, cond func(*wire.Status) bool) *wire.Status {
 	t.Helper()
 	var st *wire.Status
-	poll(t, 15*time.Second, what, func() bool {
+	wtest.Poll(t, 15*time.Second, what, func() bool {
 		var err error
 		st, err = taskfiles.ReadStatus(tk.dir)
 		return err == nil && cond(st)
@@ -232,7 +234,7 @@ func (tk *testTask) waitStatus(t *testing.T, what string, cond func(*wire.Status
 func (tk *testTask) waitFinal(t *testing.T) *wire.Status {
 	t.Helper()
 	st := tk.waitStatus(t, "final status", (*wire.Status).Final)
-	poll(t, 5*time.Second, "supervisor exit", func() bool { return !tk.alive(t) })
+	wtest.Poll(t, 5*time.Second, "supervisor exit", func() bool { return !tk.alive(t) })
 	return st
 }
 
@@ -300,18 +302,6 @@ func (tk *testTask) record() (*proc.ProcRecord, error) {
 		return nil, err
 	}
 	return &r, nil
-}
-
-// poll calls cond until it holds, failing the test after timeout.
-func poll(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func parseTime(t *testing.T, s string) time.Time {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -164,7 +166,7 @@ func TestTmpIsFreshEachAttempt(t *testing.T) {
 	if m := strings.TrimSpace(tk.readFile(t, "output/mode.txt")); m != "700" {
 		t.Errorf("TMPDIR mode %s, want 700", m)
 	}
-	poll(t, 5*time.Second, "the old tmp to be removed", func() bool {
+	wtest.Poll(t, 5*time.Second, "the old tmp to be removed", func() bool {
 		old, _ := filepath.Glob(filepath.Join(tk.dir, taskfiles.DirTmp+oldTmpSuffix+"*"))
 		return len(old) == 0
 	})

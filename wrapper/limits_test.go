@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
 
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
@@ -131,7 +133,7 @@ func TestLimitsPidsStopsForkBomb(t *testing.T) {
 					t.Error("the fork bomb started all its 2000 processes")
 				}
 				t.Logf("the fork bomb: %s: %s", st.ErrorClass, st.Error)
-				poll(t, 5*time.Second, "no sleeper of the fork bomb left", func() bool { return sleepersLeft() == 0 })
+				wtest.Poll(t, 5*time.Second, "no sleeper of the fork bomb left", func() bool { return sleepersLeft() == 0 })
 			})
 		}
 	}
@@ -157,7 +159,7 @@ func TestLimitsPidsInSetup(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(n.taskDir("LIMITED"), taskfiles.DirOutput, "ran")); err == nil {
 				t.Error("the tool ran after its setup failed")
 			}
-			poll(t, 5*time.Second, "no sleeper of the fork bomb left", func() bool { return sleepersLeft() == 0 })
+			wtest.Poll(t, 5*time.Second, "no sleeper of the fork bomb left", func() bool { return sleepersLeft() == 0 })
 		})
 	}
 }
@@ -241,7 +243,7 @@ func TestWatchdogSampleWalksTheTree(t *testing.T) {
 		return out
 	}
 	var scanned []procInfo
-	poll(t, 10*time.Second, "the shell and its three sleeps", func() bool {
+	wtest.Poll(t, 10*time.Second, "the shell and its three sleeps", func() bool {
 		procs, err := scanProcs()
 		if err != nil {
 			t.Fatal(err)

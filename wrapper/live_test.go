@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -106,7 +108,7 @@ func TestLiveIndexKeptAfterSupervisorKill(t *testing.T) {
 	if err := syscall.Kill(reply.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 10*time.Second, "the supervisor to die", func() bool { return !tk.alive(t) })
+	wtest.Poll(t, 10*time.Second, "the supervisor to die", func() bool { return !tk.alive(t) })
 	ns := liveOf(t, root, nil)
 	if len(ns.Tasks) != 1 || ns.Tasks[0].Alive || ns.Tasks[0].Status == nil || ns.Tasks[0].Status.Status != wire.StatusRunning {
 		t.Fatalf("live listing after the supervisor's death: %+v", ns.Tasks)

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/dispatch-tool/dispatch/wrapper/egress"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -85,9 +87,9 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	if name == netInitCmd {
+	if name == egress.NetInitCmd {
 		// The first process in a sandbox with a network allow list.
-		return cmdNetInit(rest, stderr)
+		return egress.CmdNetInit(rest, stderr)
 	}
 	if name == superviseCommand {
 		// The supervisor handles SIGTERM itself: it is how `kill` asks it

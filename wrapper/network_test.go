@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -69,7 +71,7 @@ func (l *listener) others(t *testing.T) int {
 	defer c.Close()
 	mine := c.LocalAddr().String()
 	n := -1
-	poll(t, 10*time.Second, "the listener to accept the test's own connection", func() bool {
+	wtest.Poll(t, 10*time.Second, "the listener to accept the test's own connection", func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		n = slices.Index(l.seen, mine)
@@ -169,7 +171,7 @@ func TestSandboxNetworkAllow(t *testing.T) {
 	if n.mode == "" {
 		t.Skip("DISPATCH_TEST_SANDBOX=off")
 	}
-	_, allowed := echoServer(t)
+	_, allowed := wtest.EchoServer(t)
 	l := listen(t)
 	other := l.ln.Addr().(*net.TCPAddr).Port
 	script := fmt.Sprintf(`

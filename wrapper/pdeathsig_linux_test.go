@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -23,5 +25,5 @@ func TestToolDiesWithItsSupervisor(t *testing.T) {
 	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 10*time.Second, "the tool to die with its supervisor", func() bool { return !proc.GroupAlive(st.ToolPID) })
+	wtest.Poll(t, 10*time.Second, "the tool to die with its supervisor", func() bool { return !proc.GroupAlive(st.ToolPID) })
 }

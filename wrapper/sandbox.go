@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/egress"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -189,9 +191,9 @@ func (sp *sandboxSpec) args(dir string, argv []string) []string {
 		a = append(a, flag, b.src, b.dst)
 	}
 	if n := sp.net; n != nil {
-		init := filepath.Join(n.dir, fileNetInit)
+		init := filepath.Join(n.dir, egress.FileNetInit)
 		a = append(a, "--ro-bind", n.dir, n.dir, "--ro-bind", n.exe, init)
-		argv = netInitArgs(init, filepath.Join(n.dir, fileNetSock), n.port, n.forwards, argv)
+		argv = egress.NetInitArgs(init, filepath.Join(n.dir, egress.FileNetSock), n.port, n.forwards, argv)
 	}
 	a = append(a, bwrapBaseArgs...)
 	if sp.noNetwork {
@@ -513,10 +515,10 @@ func (s *supervisor) decideSandbox(probe func() wire.SandboxReply) {
 	s.env = sandboxEnv(s.env, s.dir, unset...)
 	if s.launch.Network == wire.NetworkAllow {
 		allow, _ := allowList(&s.launch) // checked with launch.json
-		sp.net = &sandboxNet{dir: filepath.Join(s.dir, dirNet), exe: exe, port: proxyPort(allow),
-			forwards: loopbackForwards(allow)}
+		sp.net = &sandboxNet{dir: filepath.Join(s.dir, egress.DirNet), exe: exe, port: egress.ProxyPort(allow),
+			forwards: egress.LoopbackForwards(allow)}
 		s.allow = allow
-		s.env = proxyEnv(s.env, sp.net.port)
+		s.env = egress.ProxyEnv(s.env, sp.net.port)
 	}
 }
 
@@ -534,10 +536,10 @@ func (s *supervisor) startNet() error {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, fileNetInit), nil, 0o500); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, egress.FileNetInit), nil, 0o500); err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
-	p, err := startNetProxy(filepath.Join(dir, fileNetSock), s.allow, func(format string, args ...any) {
+	p, err := egress.StartNetProxy(filepath.Join(dir, egress.FileNetSock), s.allow, func(format string, args ...any) {
 		fmt.Fprintf(s.tlog, "dispatch-wrapper: "+format+"\n", args...)
 	})
 	if err != nil {
@@ -578,7 +580,7 @@ func refusedNote(refused []string, byDefault bool) string {
 	}
 	var quoted []string
 	for _, r := range refused {
-		if r != refusedMalformed && len(quoted) < maxRefusalsNamed {
+		if r != egress.RefusedMalformed && len(quoted) < egress.MaxRefusalsNamed {
 			quoted = append(quoted, strconv.Quote(r))
 		}
 	}

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -63,7 +65,7 @@ cat $h/secret/s > secret 2>/dev/null; ls $h > home-ls 2>/dev/null; true`, n.home
 		t.Fatalf("launch: %v: %s", err, out)
 	}
 	var st *wire.Status
-	poll(t, 25*time.Second, "the task to end", func() bool {
+	wtest.Poll(t, 25*time.Second, "the task to end", func() bool {
 		st, err = taskfiles.ReadStatus(dir)
 		return err == nil && st.Final()
 	})

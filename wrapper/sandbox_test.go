@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -162,7 +164,7 @@ func (n *sandboxNode) final(t *testing.T, id string) *wire.Status {
 func (n *sandboxNode) finalWithin(t *testing.T, id string, d time.Duration) *wire.Status {
 	t.Helper()
 	var st *wire.Status
-	poll(t, d, id+" to end", func() bool {
+	wtest.Poll(t, d, id+" to end", func() bool {
 		var err error
 		st, err = taskfiles.ReadStatus(n.taskDir(id))
 		return err == nil && st.Final()
@@ -456,7 +458,7 @@ func TestSandboxStopGivesGrace(t *testing.T) {
 	n.launch(t, n.item("POLITE", wire.Launch{Command: shell(polite), Sandbox: n.mode}),
 		n.item("STUBBORN", wire.Launch{Command: shell(stubborn), Sandbox: n.mode}))
 	for _, id := range []string{"POLITE", "STUBBORN"} {
-		poll(t, 20*time.Second, id+" to start", func() bool {
+		wtest.Poll(t, 20*time.Second, id+" to start", func() bool {
 			_, err := os.Stat(filepath.Join(n.taskDir(id), taskfiles.DirOutput, "started"))
 			return err == nil
 		})
@@ -524,7 +526,7 @@ func TestSandboxAttackPtraceNeighbour(t *testing.T) {
 	n.launch(t, n.item("ATTACK", wire.Launch{Command: shell(ptraceScript), Sandbox: n.mode}), neighbour)
 	running := func(id string) *wire.Status {
 		var st *wire.Status
-		poll(t, 10*time.Second, id+" to run", func() bool {
+		wtest.Poll(t, 10*time.Second, id+" to run", func() bool {
 			var err error
 			st, err = taskfiles.ReadStatus(n.taskDir(id))
 			return err == nil && st.Status == wire.StatusRunning && st.PID > 1 && st.ToolPID > 1

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
 
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
@@ -79,14 +81,14 @@ func orphaned(t *testing.T, tk *testTask) *proc.ProcRecord {
 	st := tk.waitStatus(t, "tool_pid", func(st *wire.Status) bool { return st.ToolPID > 1 && st.PID > 1 })
 	// The kernel kills the tool's shell with its supervisor; the sleep it
 	// started is what stays, so it must have been started.
-	poll(t, 10*time.Second, "the tool to start its sleep", func() bool {
+	wtest.Poll(t, 10*time.Second, "the tool to start its sleep", func() bool {
 		_, err := os.Stat(filepath.Join(tk.dir, taskfiles.DirOutput, "sleeping"))
 		return err == nil
 	})
 	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 10*time.Second, "the supervisor to die", func() bool { return !tk.alive(t) })
+	wtest.Poll(t, 10*time.Second, "the supervisor to die", func() bool { return !tk.alive(t) })
 	if !proc.GroupAlive(st.ToolPID) {
 		t.Fatal("the tool group died with its supervisor; the test proves nothing")
 	}
@@ -114,7 +116,7 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 			if !victimAlive(victim) {
 				t.Fatalf("kill signalled the process named by status.json (tool_pid %d)", toolPID)
 			}
-			poll(t, 5*time.Second, "the attempt's own tool group to die", func() bool { return !proc.GroupAlive(rec.ToolPGID) })
+			wtest.Poll(t, 5*time.Second, "the attempt's own tool group to die", func() bool { return !proc.GroupAlive(rec.ToolPGID) })
 			// Make the attempt look running again for the next forgery.
 			st.Status = wire.StatusRunning
 			data, _ := json.Marshal(st)
@@ -135,7 +137,7 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 		if !victimAlive(victim) {
 			t.Fatal("run killed the group status.json named")
 		}
-		poll(t, 5*time.Second, "attempt 1's tool group to die", func() bool { return !proc.GroupAlive(rec.ToolPGID) })
+		wtest.Poll(t, 5*time.Second, "attempt 1's tool group to die", func() bool { return !proc.GroupAlive(rec.ToolPGID) })
 	})
 	t.Run("kill of a live supervisor", func(t *testing.T) {
 		t.Parallel()
@@ -152,7 +154,7 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 		if !victimAlive(victim) {
 			t.Fatal("kill signalled the pid file's process")
 		}
-		poll(t, 5*time.Second, "the tool group to die", func() bool { return !proc.GroupAlive(rec.ToolPID) })
+		wtest.Poll(t, 5*time.Second, "the tool group to die", func() bool { return !proc.GroupAlive(rec.ToolPID) })
 	})
 	t.Run("pid reused", func(t *testing.T) {
 		t.Parallel()
@@ -333,7 +335,7 @@ func TestKillWithTheLockHeldByTheTask(t *testing.T) {
 			tk := newTask(t, "", wire.Launch{Command: shell("exit 0")})
 			tk.run(t, "")
 			final := tk.waitFinal(t)
-			poll(t, 5*time.Second, "the supervisor to let go of the lock", func() bool { return !tk.alive(t) })
+			wtest.Poll(t, 5*time.Second, "the supervisor to let go of the lock", func() bool { return !tk.alive(t) })
 			if running {
 				final.Status, final.CompletedAt = wire.StatusRunning, ""
 				data, _ := json.Marshal(final)

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/egress"
+
 	"github.com/dispatch-tool/dispatch/wrapper/agentlog"
 
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
@@ -120,7 +122,7 @@ type supervisor struct {
 	// allow is the network allow list (launch.json's network "allow"),
 	// served by proxy while the attempt runs.
 	allow netallow.List
-	proxy *netProxy
+	proxy *egress.NetProxy
 	// netRefused are the destinations the proxy refused (stopNet).
 	netRefused []string
 	// agentSrc is where the sandboxed agent CLI's files are copied from

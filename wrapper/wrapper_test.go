@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
 
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
@@ -145,7 +147,7 @@ func TestEnvAndSecrets(t *testing.T) {
 	if err := json.Unmarshal(out, &reply); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 10*time.Second, "env.txt", func() bool {
+	wtest.Poll(t, 10*time.Second, "env.txt", func() bool {
 		_, err := os.Stat(filepath.Join(tk.dir, taskfiles.DirOutput, "env.txt"))
 		return err == nil
 	})
@@ -266,7 +268,7 @@ func TestSupervisorKilled(t *testing.T) {
 				t.Fatal(err)
 			}
 			var ts wire.TaskStatus
-			poll(t, 10*time.Second, "status to report the supervisor dead", func() bool {
+			wtest.Poll(t, 10*time.Second, "status to report the supervisor dead", func() bool {
 				ns := nodeStatusOf(t, tk.root)
 				if len(ns.Tasks) != 1 {
 					t.Fatalf("tasks %+v", ns.Tasks)
@@ -285,7 +287,7 @@ func TestSupervisorKilled(t *testing.T) {
 			if st.Status != tc.want {
 				t.Errorf("status %+v, want %s", st, tc.want)
 			}
-			poll(t, 5*time.Second, "the old tool group to die", func() bool { return !proc.GroupAlive(old.ToolPID) })
+			wtest.Poll(t, 5*time.Second, "the old tool group to die", func() bool { return !proc.GroupAlive(old.ToolPID) })
 		})
 	}
 }
@@ -516,7 +518,7 @@ func TestHeartbeat(t *testing.T) {
 	tk := newTask(t, "", wire.Launch{HeartbeatSeconds: 0.05, Command: shell(waitForGo)})
 	tk.run(t, "")
 	var seen []string
-	poll(t, 10*time.Second, "three different heartbeats", func() bool {
+	wtest.Poll(t, 10*time.Second, "three different heartbeats", func() bool {
 		hb := strings.TrimSpace(tk.readFile(t, taskfiles.FileHeartbeat))
 		if len(seen) == 0 || seen[len(seen)-1] != hb {
 			seen = append(seen, hb)
@@ -661,7 +663,7 @@ func TestKill(t *testing.T) {
 			tk.waitStatus(t, "tool_pid", func(st *wire.Status) bool { return st.ToolPID > 0 })
 			if strings.Contains(tc.script, "touch trapped") {
 				// A TERM sent before the shell has run its trap kills it.
-				poll(t, 10*time.Second, "the trap to be set", func() bool {
+				wtest.Poll(t, 10*time.Second, "the trap to be set", func() bool {
 					_, err := os.Stat(filepath.Join(tk.dir, taskfiles.DirOutput, "trapped"))
 					return err == nil
 				})
@@ -719,7 +721,7 @@ func TestTail(t *testing.T) {
 		tk := newTask(t, "", wire.Launch{Command: shell(`echo start; ` + waitForGo + `for i in 1 2 3 4 5; do echo "tick $i"; sleep 0.1; done`)})
 		tk.run(t, "")
 		out := followTail(t, tk, func() {
-			poll(t, 5*time.Second, "start in the log", func() bool { return tk.readFile(t, taskfiles.FileLog) != "" })
+			wtest.Poll(t, 5*time.Second, "start in the log", func() bool { return tk.readFile(t, taskfiles.FileLog) != "" })
 		})
 		if want := "start\ntick 1\ntick 2\ntick 3\ntick 4\ntick 5\n"; out != want {
 			t.Errorf("tail --follow = %q, want %q", out, want)
@@ -938,7 +940,7 @@ func TestHeartbeatSaysHowLongTheToolWasQuiet(t *testing.T) {
 	}
 	var most time.Duration
 	samples := 0
-	poll(t, 20*time.Second, "the tool to print its 30 lines", func() bool {
+	wtest.Poll(t, 20*time.Second, "the tool to print its 30 lines", func() bool {
 		if _, err := os.Stat(tk.path(filepath.Join(taskfiles.DirOutput, "quiet"))); err == nil {
 			return true
 		}
@@ -950,7 +952,7 @@ func TestHeartbeatSaysHowLongTheToolWasQuiet(t *testing.T) {
 	if samples == 0 || most > time.Second {
 		t.Fatalf("the tool printed every 50ms, yet the heartbeat said it was quiet for up to %s (%d samples)", most, samples)
 	}
-	poll(t, 20*time.Second, "the quiet time to grow past 1.5s once the tool is silent", func() bool { return quiet() > 1500*time.Millisecond })
+	wtest.Poll(t, 20*time.Second, "the quiet time to grow past 1.5s once the tool is silent", func() bool { return quiet() > 1500*time.Millisecond })
 	tk.touch(t, "go")
 	tk.waitFinal(t)
 }

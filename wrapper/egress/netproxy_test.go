@@ -1,4 +1,4 @@
-package wrapper
+package egress
 
 import (
 	"bufio"
@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,19 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+
 	"github.com/dispatch-tool/dispatch/internal/netallow"
 )
-
-// echoServer is an HTTP server on the host's loopback answering each
-// request with its path.
-func echoServer(t *testing.T) (*httptest.Server, int) {
-	t.Helper()
-	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "path="+r.URL.Path)
-	}))
-	t.Cleanup(s.Close)
-	return s, s.Listener.Addr().(*net.TCPAddr).Port
-}
 
 // proxyLog collects the lines the proxy writes to task.log.
 type proxyLog struct {
@@ -52,15 +42,15 @@ func (l *proxyLog) text() string {
 // destination once in task.log, and answers anything else with 400. Its
 // socket is private, and a path longer than a socket address takes works.
 func TestNetProxy(t *testing.T) {
-	_, allowed := echoServer(t)
-	_, other := echoServer(t)
+	_, allowed := wtest.EchoServer(t)
+	_, other := wtest.EchoServer(t)
 	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 120))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(dir, fileNetSock)
+	sock := filepath.Join(dir, FileNetSock)
 	var log proxyLog
-	p, err := startNetProxy(sock, netallow.List{{Host: "127.0.0.1", Port: allowed}}, log.logf)
+	p, err := StartNetProxy(sock, netallow.List{{Host: "127.0.0.1", Port: allowed}}, log.logf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,8 +152,8 @@ func sink(t *testing.T, hold bool) net.Listener {
 func TestNetProxyCloseEndsTunnels(t *testing.T) {
 	ln := sink(t, true)
 	port := ln.Addr().(*net.TCPAddr).Port
-	sock := filepath.Join(t.TempDir(), fileNetSock)
-	p, err := startNetProxy(sock, netallow.List{{Host: "127.0.0.1", Port: port}}, func(string, ...any) {})
+	sock := filepath.Join(t.TempDir(), FileNetSock)
+	p, err := StartNetProxy(sock, netallow.List{{Host: "127.0.0.1", Port: port}}, func(string, ...any) {})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,14 +172,14 @@ func TestNetProxyCloseEndsTunnels(t *testing.T) {
 // every loopback destination, localhost on both addresses.
 func TestNetInitPlan(t *testing.T) {
 	allow := netallow.List{{Host: "127.0.0.1", Port: 3128}, {Host: "localhost", Port: 3129}, {Host: "api.example.com", Port: 3130}, {Host: "::1", Port: 8080}}
-	if got := proxyPort(allow); got != 3130 {
+	if got := ProxyPort(allow); got != 3130 {
 		t.Errorf("proxyPort = %d, want 3130", got)
 	}
-	got := strings.Join(loopbackForwards(allow), " ")
+	got := strings.Join(LoopbackForwards(allow), " ")
 	if want := "127.0.0.1:3128 127.0.0.1:3129 [::1]:3129 [::1]:8080"; got != want {
 		t.Errorf("loopbackForwards = %s, want %s", got, want)
 	}
-	env := strings.Join(proxyEnv([]string{"PATH=/bin", "https_proxy=http://corp:1", "NO_PROXY=x"}, 3130), " ")
+	env := strings.Join(ProxyEnv([]string{"PATH=/bin", "https_proxy=http://corp:1", "NO_PROXY=x"}, 3130), " ")
 	want := "PATH=/bin HTTPS_PROXY=http://127.0.0.1:3130 HTTP_PROXY=http://127.0.0.1:3130 https_proxy=http://127.0.0.1:3130 http_proxy=http://127.0.0.1:3130 ALL_PROXY=http://127.0.0.1:3130 all_proxy=http://127.0.0.1:3130 NODE_USE_ENV_PROXY=1"
 	if env != want {
 		t.Errorf("proxyEnv = %s\nwant %s", env, want)
@@ -201,8 +191,8 @@ func TestNetInitPlan(t *testing.T) {
 func TestNetProxyBoundsConnections(t *testing.T) {
 	ln := sink(t, false)
 	port := ln.Addr().(*net.TCPAddr).Port
-	sock := filepath.Join(t.TempDir(), fileNetSock)
-	p, err := startNetProxy(sock, netallow.List{{Host: "127.0.0.1", Port: port}}, func(string, ...any) {})
+	sock := filepath.Join(t.TempDir(), FileNetSock)
+	p, err := StartNetProxy(sock, netallow.List{{Host: "127.0.0.1", Port: port}}, func(string, ...any) {})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +209,7 @@ func TestNetProxyBoundsConnections(t *testing.T) {
 		t.Errorf("tunnel %d: %v, want 503", maxProxyRequests+1, err)
 	}
 	tunnels[0].Close()
-	poll(t, 10*time.Second, "a place to come back", func() bool {
+	wtest.Poll(t, 10*time.Second, "a place to come back", func() bool {
 		up, _, err := tunnel(sock, ln.Addr().String())
 		if err == nil {
 			tunnels = append(tunnels, up)

@@ -1,4 +1,4 @@
-package wrapper
+package egress
 
 import (
 	"context"
@@ -44,10 +44,10 @@ import (
 
 // Names in <task>/net.
 const (
-	dirNet       = "net"
-	fileNetSock  = "proxy.sock"
-	fileNetInit  = "init"
-	netInitCmd   = "net-init"
+	DirNet       = "net"
+	FileNetSock  = "proxy.sock"
+	FileNetInit  = "init"
+	NetInitCmd   = "net-init"
 	netProxyPort = 3128 // the first port net-init tries for the proxy
 )
 
@@ -55,21 +55,21 @@ const (
 // once): a task cannot fill its log through the proxy.
 const maxRefusalsLogged = 50
 
-// maxRefusalsNamed bounds the refused destinations a failed attempt's
+// MaxRefusalsNamed bounds the refused destinations a failed attempt's
 // error quotes in the line to add (refusedNote); task.log has the rest.
-const maxRefusalsNamed = 10
+const MaxRefusalsNamed = 10
 
-// refusedMalformed is what the proxy records for a destination it cannot
+// RefusedMalformed is what the proxy records for a destination it cannot
 // read: refused, never a line to add.
-const refusedMalformed = "a malformed destination"
+const RefusedMalformed = "a malformed destination"
 
 // maxProxyRequests bounds the requests and tunnels the proxy serves at
 // once: a task cannot make its supervisor hold a connection (two file
 // descriptors) for every one it opens. Over it, 503.
 const maxProxyRequests = 256
 
-// netProxy is the supervisor's side: the allow list's HTTP proxy.
-type netProxy struct {
+// NetProxy is the supervisor's side: the allow list's HTTP proxy.
+type NetProxy struct {
 	allow netallow.List
 	logf  func(format string, args ...any)
 	ln    net.Listener
@@ -87,14 +87,14 @@ type netProxy struct {
 	wg     sync.WaitGroup // tunnels
 }
 
-// startNetProxy serves the proxy of allow on the unix socket sock
+// StartNetProxy serves the proxy of allow on the unix socket sock
 // (created afresh, mode 0600). logf writes a line to task.log.
-func startNetProxy(sock string, allow netallow.List, logf func(string, ...any)) (*netProxy, error) {
+func StartNetProxy(sock string, allow netallow.List, logf func(string, ...any)) (*NetProxy, error) {
 	ln, err := listenUnix(sock)
 	if err != nil {
 		return nil, err
 	}
-	p := &netProxy{allow: allow, logf: logf, ln: ln, refused: map[string]bool{}, conns: map[net.Conn]struct{}{},
+	p := &NetProxy{allow: allow, logf: logf, ln: ln, refused: map[string]bool{}, conns: map[net.Conn]struct{}{},
 		slots: make(chan struct{}, maxProxyRequests),
 		dial:  net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}}
 	tr := &http.Transport{Proxy: nil, DialContext: p.dialAllowed, MaxIdleConns: 16, IdleConnTimeout: 30 * time.Second,
@@ -165,7 +165,7 @@ func shortSocketPath(path string) (addr string, done func(), err error) {
 }
 
 // Close stops the proxy and ends its tunnels.
-func (p *netProxy) Close() {
+func (p *NetProxy) Close() {
 	p.mu.Lock()
 	p.closed = true
 	for c := range p.conns {
@@ -176,7 +176,7 @@ func (p *netProxy) Close() {
 	p.wg.Wait()
 }
 
-func (p *netProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (p *NetProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	select {
 	case p.slots <- struct{}{}:
 	default:
@@ -205,20 +205,20 @@ func (p *netProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // check reports whether target (host:port, or host with defaultPort) is
 // allowed, and logs a refused one. addr is host:port to dial.
-func (p *netProxy) check(target, defaultPort string) (addr string, ok bool) {
+func (p *NetProxy) check(target, defaultPort string) (addr string, ok bool) {
 	host, port, err := net.SplitHostPort(target)
 	if err != nil && defaultPort != "" {
 		host, port, err = target, defaultPort, nil
 	}
 	n, perr := strconv.Atoi(port)
 	if err != nil || perr != nil || host == "" {
-		p.refuse(refusedMalformed)
+		p.refuse(RefusedMalformed)
 		return "", false
 	}
 	if !p.allow.Allows(host, n) {
 		e, err := netallow.Parse(net.JoinHostPort(strings.Trim(host, "[]"), port))
 		if err != nil {
-			p.refuse(refusedMalformed)
+			p.refuse(RefusedMalformed)
 		} else {
 			p.refuse(e.String())
 		}
@@ -228,7 +228,7 @@ func (p *netProxy) check(target, defaultPort string) (addr string, ok bool) {
 }
 
 // refuse logs a refused destination in task.log, once each.
-func (p *netProxy) refuse(what string) {
+func (p *NetProxy) refuse(what string) {
 	p.mu.Lock()
 	seen, n := p.refused[what], len(p.refused)
 	if !seen && n <= maxRefusalsLogged {
@@ -247,7 +247,7 @@ func (p *netProxy) refuse(what string) {
 
 // Refused are the destinations the proxy refused, in the order it first
 // did (at most maxRefusalsLogged+1).
-func (p *netProxy) Refused() []string {
+func (p *NetProxy) Refused() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]string(nil), p.order...)
@@ -255,7 +255,7 @@ func (p *netProxy) Refused() []string {
 
 // dialAllowed dials for the reverse proxy, checking the destination once
 // more.
-func (p *netProxy) dialAllowed(ctx context.Context, network, addr string) (net.Conn, error) {
+func (p *NetProxy) dialAllowed(ctx context.Context, network, addr string) (net.Conn, error) {
 	if _, ok := p.check(addr, ""); !ok {
 		return nil, errors.New(addr + " is not in the task's network allow list")
 	}
@@ -263,7 +263,7 @@ func (p *netProxy) dialAllowed(ctx context.Context, network, addr string) (net.C
 }
 
 // connect serves CONNECT host:port: a tunnel to an allowed destination.
-func (p *netProxy) connect(w http.ResponseWriter, r *http.Request) {
+func (p *NetProxy) connect(w http.ResponseWriter, r *http.Request) {
 	tunnel := false
 	defer func() {
 		if !tunnel {
@@ -301,7 +301,7 @@ func (p *netProxy) connect(w http.ResponseWriter, r *http.Request) {
 	}()
 }
 
-func (p *netProxy) track(conns ...net.Conn) bool {
+func (p *NetProxy) track(conns ...net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -316,7 +316,7 @@ func (p *netProxy) track(conns ...net.Conn) bool {
 	return true
 }
 
-func (p *netProxy) untrack(conns ...net.Conn) {
+func (p *NetProxy) untrack(conns ...net.Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range conns {

@@ -1,4 +1,4 @@
-package wrapper
+package egress
 
 import (
 	"bufio"
@@ -18,21 +18,21 @@ import (
 	"github.com/dispatch-tool/dispatch/internal/netallow"
 )
 
-// netInitArgs is the argv that runs argv under net-init (see netproxy.go):
+// NetInitArgs is the argv that runs argv under net-init (see netproxy.go):
 // init is where this binary is bound in the sandbox, sock the proxy's
 // socket there, port the proxy's port on the sandbox's loopback and
 // forwards the allowed loopback destinations.
-func netInitArgs(init, sock string, port int, forwards []string, argv []string) []string {
-	a := []string{init, netInitCmd, "-socket", sock, "-proxy", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+func NetInitArgs(init, sock string, port int, forwards []string, argv []string) []string {
+	a := []string{init, NetInitCmd, "-socket", sock, "-proxy", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
 	for _, f := range forwards {
 		a = append(a, "-forward", f)
 	}
 	return append(append(a, "--"), argv...)
 }
 
-// proxyPort is the first port from netProxyPort that no allowed loopback
+// ProxyPort is the first port from netProxyPort that no allowed loopback
 // destination uses.
-func proxyPort(allow netallow.List) int {
+func ProxyPort(allow netallow.List) int {
 	port := netProxyPort
 	for {
 		taken := false
@@ -46,9 +46,9 @@ func proxyPort(allow netallow.List) int {
 	}
 }
 
-// loopbackForwards are the addresses net-init listens on for the allowed
+// LoopbackForwards are the addresses net-init listens on for the allowed
 // loopback destinations ("localhost" on both 127.0.0.1 and ::1).
-func loopbackForwards(allow netallow.List) []string {
+func LoopbackForwards(allow netallow.List) []string {
 	var out []string
 	for _, e := range allow {
 		if !e.Loopback() {
@@ -64,10 +64,10 @@ func loopbackForwards(allow netallow.List) []string {
 	return out
 }
 
-// proxyEnv are the variables that point the sandboxed command's clients
+// ProxyEnv are the variables that point the sandboxed command's clients
 // at net-init's proxy, replacing any the environment has; NO_PROXY goes:
 // nothing is reached but through it.
-func proxyEnv(env []string, port int) []string {
+func ProxyEnv(env []string, port int) []string {
 	url := "http://127.0.0.1:" + strconv.Itoa(port)
 	names := []string{"HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy"}
 	out := make([]string, 0, len(env)+len(names)+1)
@@ -85,11 +85,11 @@ func proxyEnv(env []string, port int) []string {
 	return append(out, "NODE_USE_ENV_PROXY=1")
 }
 
-// cmdNetInit is net-init: it serves the sandbox's side of the proxy and
+// CmdNetInit is net-init: it serves the sandbox's side of the proxy and
 // runs the command, ending as the command ends (its exit status, or the
 // signal that killed it). It prints only on trouble, to stderr (task.log).
-func cmdNetInit(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet(netInitCmd, flag.ContinueOnError)
+func CmdNetInit(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet(NetInitCmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	sock := fs.String("socket", "", "the proxy's unix socket")
 	proxy := fs.String("proxy", "", "where to serve the proxy (host:port)")
@@ -103,7 +103,7 @@ func cmdNetInit(args []string, stderr io.Writer) int {
 	}
 	argv := fs.Args()
 	if *sock == "" || *proxy == "" || len(argv) == 0 {
-		fmt.Fprintf(stderr, "dispatch-wrapper: %s: want -socket PATH -proxy ADDR [-forward ADDR]... -- PROGRAM [ARGS...]\n", netInitCmd)
+		fmt.Fprintf(stderr, "dispatch-wrapper: %s: want -socket PATH -proxy ADDR [-forward ADDR]... -- PROGRAM [ARGS...]\n", NetInitCmd)
 		return 127
 	}
 	serve := func(addr string, pass func(net.Conn)) {
@@ -195,7 +195,7 @@ func runChild(argv []string, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(stderr, "dispatch-wrapper: %s: %v\n", netInitCmd, err)
+		fmt.Fprintf(stderr, "dispatch-wrapper: %s: %v\n", NetInitCmd, err)
 		return 127
 	}
 	go func() {
