@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -97,7 +99,7 @@ func repoFlag(cmd, v string) (string, error) {
 		return "", err
 	}
 	if dir != v || filepath.Base(dir) != "repo.git" {
-		return "", usageErrorf("%s: --repo %q must be an absolute, clean path ending in repo.git", cmd, v)
+		return "", errkind.Usagef("%s: --repo %q must be an absolute, clean path ending in repo.git", cmd, v)
 	}
 	return dir, nil
 }
@@ -121,7 +123,7 @@ func cmdGitReceive(ctx context.Context, args []string, stdin io.Reader, stdout i
 		// The controller's upload: a link put in its place is not followed.
 		f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 		if err != nil {
-			return ioError(fmt.Errorf("git-receive: %w", err))
+			return errkind.IO(fmt.Errorf("git-receive: %w", err))
 		}
 		defer os.Remove(p)
 		defer f.Close()
@@ -132,21 +134,21 @@ func cmdGitReceive(ctx context.Context, args []string, stdin io.Reader, stdout i
 		return err
 	}
 	if !wire.IsCommitID(*commit) {
-		return usageErrorf("git-receive: --commit %q is not a full commit id", *commit)
+		return errkind.Usagef("git-receive: --commit %q is not a full commit id", *commit)
 	}
 	if err := initRepo(ctx, repo); err != nil {
-		return ioError(err)
+		return errkind.IO(err)
 	}
 	// A pack cut off or corrupt is refused whole by index-pack; its
 	// temporary file is removed.
 	if _, err := runGit(ctx, repo, nil, stdin, "index-pack", "--stdin", "--fix-thin", "--strict"); err != nil {
-		return ioError(err)
+		return errkind.IO(err)
 	}
 	if t, err := runGit(ctx, repo, nil, nil, "cat-file", "-t", *commit); err != nil || strings.TrimSpace(string(t)) != "commit" {
-		return ioError(fmt.Errorf("git-receive: the pack does not complete commit %s", *commit))
+		return errkind.IO(fmt.Errorf("git-receive: the pack does not complete commit %s", *commit))
 	}
 	if _, err := runGit(ctx, repo, nil, nil, "update-ref", baseRefPrefix+*commit, *commit); err != nil {
-		return ioError(err)
+		return errkind.IO(err)
 	}
 	return replyCommits(ctx, repo, stdout)
 }
@@ -172,7 +174,7 @@ func cmdGitHave(ctx context.Context, args []string, stdout io.Writer) error {
 func replyCommits(ctx context.Context, repo string, stdout io.Writer) error {
 	out, err := runGit(ctx, repo, nil, nil, "for-each-ref", "--format=%(objectname)", baseRefPrefix)
 	if err != nil {
-		return ioError(err)
+		return errkind.IO(err)
 	}
 	reply := wire.GitReply{Commits: []string{}}
 	for _, l := range strings.Fields(string(out)) {
@@ -346,14 +348,14 @@ func cmdGitSpare(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if !wire.IsCommitID(*base) {
-		return usageErrorf("git-spare: --base %q is not a full commit id", *base)
+		return errkind.Usagef("git-spare: --base %q is not a full commit id", *base)
 	}
 	if *max < 1 || *max > 64 {
-		return usageErrorf("git-spare: --max %d: want 1 to 64", *max)
+		return errkind.Usagef("git-spare: --max %d: want 1 to 64", *max)
 	}
 	background() // a launch may be preparing beside it
 	if err := makeSpare(ctx, repo, *base, *max); err != nil {
-		return ioError(err)
+		return errkind.IO(err)
 	}
 	return printJSON(stdout, struct{}{})
 }
@@ -472,30 +474,30 @@ func cmdGitPack(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if !wire.IsCommitID(*base) {
-		return usageErrorf("git-pack: --base %q is not a full commit id", *base)
+		return errkind.Usagef("git-pack: --base %q is not a full commit id", *base)
 	}
 	if !strings.HasPrefix(*branch, "dispatch/") || strings.Contains(*branch, "..") {
-		return usageErrorf("git-pack: --branch %q is not a dispatch/ branch", *branch)
+		return errkind.Usagef("git-pack: --branch %q is not a dispatch/ branch", *branch)
 	}
 	gitDir, err := snapshotDir(dir)
 	if err != nil {
-		return ioError(err)
+		return errkind.IO(err)
 	}
 	env := []string{"GIT_DIR=" + gitDir}
 	c, err := runGit(ctx, "/", env, nil, "rev-parse", "--verify", "--quiet", "refs/heads/"+*branch+"^{commit}")
 	if err != nil {
-		return &cmdError{wire.KindNotFound, fmt.Errorf("git-pack: no result recorded for %s in %s", *branch, dir)}
+		return &errkind.Error{Kind: wire.KindNotFound, Err: fmt.Errorf("git-pack: no result recorded for %s in %s", *branch, dir)}
 	}
 	commit := strings.TrimSpace(string(c))
 	if _, err := runGit(ctx, "/", env, nil, "merge-base", "--is-ancestor", *base, commit); err != nil {
-		return ioError(fmt.Errorf("git-pack: the result %s does not descend from %s", commit, *base))
+		return errkind.IO(fmt.Errorf("git-pack: the result %s does not descend from %s", commit, *base))
 	}
 	// The pack file is the wrapper's: a link or anything else at its name
 	// is replaced, never followed.
 	os.Remove(outPath)
 	f, err := os.OpenFile(outPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return ioError(err)
+		return errkind.IO(err)
 	}
 	cmd := exec.CommandContext(ctx, "git", "pack-objects", "--stdout", "--revs", "--thin", "--quiet")
 	cmd.Dir = "/"
@@ -510,11 +512,11 @@ func cmdGitPack(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if err != nil {
 		os.Remove(outPath)
-		return ioError(fmt.Errorf("git-pack: %v: %s", err, strings.TrimSpace(errb.String())))
+		return errkind.IO(fmt.Errorf("git-pack: %v: %s", err, strings.TrimSpace(errb.String())))
 	}
 	fi, err := os.Stat(outPath)
 	if err != nil {
-		return ioError(err)
+		return errkind.IO(err)
 	}
 	return printJSON(stdout, wire.PackReply{Commit: commit, Bytes: fi.Size()})
 }

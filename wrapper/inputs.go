@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,74 +16,6 @@ import (
 
 	"github.com/dispatch-tool/dispatch/wire"
 )
-
-// cmdInputs replaces the directory --dir (a task's inputs/) with the
-// outputs of the dependencies named on stdin (wire.InputsRequest), copied
-// from their attempt directories on this node, one directory each: the
-// controller does not send again what the node already holds.
-//
-// Each file is copied, never linked: a hard link shares the inode, so an
-// unsandboxed dependent (the same user) could chmod it and write into the
-// dependency's output. Each copy is checked as it is written against the
-// manifest recorded when the controller collected the attempt (size and
-// sha256 of the bytes written): a dependency with a file missing, changed
-// or not regular is left out, with the reason in the reply, for the
-// controller to send itself. The tree is built beside --dir and renamed
-// over it once complete.
-func cmdInputs(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
-	fs := newFlagSet("inputs")
-	dirFlag := fs.String("dir", "", "the directory to replace with the dependencies' outputs")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	dir, err := taskDirFlag("inputs", *dirFlag)
-	if err != nil {
-		return err
-	}
-	data, err := io.ReadAll(io.LimitReader(stdin, maxLaunchBatch+1))
-	if err != nil {
-		return ioError(fmt.Errorf("read the request from stdin: %w", err))
-	}
-	if len(data) > maxLaunchBatch {
-		return usageErrorf("inputs: the document on stdin is larger than %d bytes", maxLaunchBatch)
-	}
-	var req wire.InputsRequest
-	if err := json.Unmarshal(data, &req); err != nil {
-		return usageErrorf("inputs: stdin: %v", err)
-	}
-	tmp, err := newTreeDir(dir)
-	if err != nil {
-		return err
-	}
-	reply := wire.InputsReply{Copied: []string{}}
-	for _, in := range req.Copy {
-		if err := ctx.Err(); err != nil {
-			os.RemoveAll(tmp)
-			return &cmdError{wire.KindInternal, fmt.Errorf("inputs interrupted: %w", err)}
-		}
-		files, bytes, err := copyInput(ctx, in, tmp)
-		if err != nil {
-			if reply.Failed == nil {
-				reply.Failed = map[string]string{}
-			}
-			reply.Failed[in.Name] = err.Error()
-			continue
-		}
-		reply.Copied = append(reply.Copied, in.Name)
-		reply.Files += files
-		reply.Bytes += bytes
-	}
-	// RemoveAll removes a link in dir's place, never what it names.
-	if err := os.RemoveAll(dir); err != nil {
-		os.RemoveAll(tmp)
-		return ioError(fmt.Errorf("replace %s: %w", dir, err))
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		os.RemoveAll(tmp)
-		return ioError(fmt.Errorf("replace %s: %w", dir, err))
-	}
-	return printJSON(stdout, reply)
-}
 
 // copyInput copies the files of in into into/<in.Name>, each verified;
 // on any error nothing of in is left there.

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+
 	"github.com/dispatch-tool/dispatch/wrapper/agentlog"
 
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
@@ -67,11 +69,11 @@ func cmdKill(ctx context.Context, args []string, stdout io.Writer) error {
 		// Checked each round: a supervisor that starts meanwhile may be
 		// another node's.
 		if other := proc.RecordNode(dir); *node != "" && other != "" && other != *node {
-			return &cmdError{wire.KindOtherNode, fmt.Errorf("kill %s: its attempt is node %s's, not %s's (a work_dir both nodes reach); nothing signalled", dir, other, *node)}
+			return &errkind.Error{Kind: wire.KindOtherNode, Err: fmt.Errorf("kill %s: its attempt is node %s's, not %s's (a work_dir both nodes reach); nothing signalled", dir, other, *node)}
 		}
 		alive, err := taskfiles.SupervisorAlive(dir)
 		if err != nil {
-			return ioError(err)
+			return errkind.IO(err)
 		}
 		var st *wire.Status
 		if alive {
@@ -94,9 +96,9 @@ func cmdKill(ctx context.Context, args []string, stdout io.Writer) error {
 						return printJSON(stdout, st)
 					}
 					logWrapper(dir, "kill: signalling nothing: %v", refused)
-					return &cmdError{wire.KindIO, fmt.Errorf("kill %s: refusing to signal: %w", dir, refused)}
+					return &errkind.Error{Kind: wire.KindIO, Err: fmt.Errorf("kill %s: refusing to signal: %w", dir, refused)}
 				}
-				return &cmdError{wire.KindInternal, fmt.Errorf("kill %s: the lock keeps changing hands", dir)}
+				return &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("kill %s: the lock keeps changing hands", dir)}
 			}
 			time.Sleep(10 * time.Millisecond)
 			continue
@@ -147,12 +149,12 @@ func parseGrace(v string) (time.Duration, bool, error) {
 	if err != nil {
 		f, ferr := strconv.ParseFloat(v, 64)
 		if ferr != nil {
-			return 0, false, usageErrorf("kill: --grace %q: want a duration like 30s", v)
+			return 0, false, errkind.Usagef("kill: --grace %q: want a duration like 30s", v)
 		}
 		d = seconds(f)
 	}
 	if d < 0 {
-		return 0, false, usageErrorf("kill: --grace %q is negative", v)
+		return 0, false, errkind.Usagef("kill: --grace %q is negative", v)
 	}
 	return d, true, nil
 }
@@ -176,7 +178,7 @@ func killLive(ctx context.Context, dir string, grace time.Duration, graceSet boo
 		req.GraceSeconds = grace.Seconds()
 	}
 	if err := writeKillRequest(dir, req); err != nil {
-		return nil, ioError(err)
+		return nil, errkind.IO(err)
 	}
 	if err := rec.SignalSupervisor(syscall.SIGUSR1); err != nil {
 		return nil, refuse(dir, err)
@@ -206,13 +208,13 @@ func killLive(ctx context.Context, dir string, grace time.Duration, graceSet boo
 	for {
 		alive, err := taskfiles.SupervisorAlive(dir)
 		if err != nil {
-			return nil, ioError(err)
+			return nil, errkind.IO(err)
 		}
 		if !alive {
 			return killOrphanAs(dir, "killed on request; the supervisor did not respond and was killed")
 		}
 		if time.Now().After(deadline) {
-			return nil, &cmdError{wire.KindInternal, fmt.Errorf("supervisor %d still holds the lock after SIGKILL; see %s", rec.SupervisorPID, taskfiles.FileWrapper)}
+			return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("supervisor %d still holds the lock after SIGKILL; see %s", rec.SupervisorPID, taskfiles.FileWrapper)}
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -235,7 +237,7 @@ func writeKillRequest(dir string, req killRequest) error {
 // the reply: an error of this task only.
 func refuse(dir string, err error) error {
 	logWrapper(dir, "kill: signalling nothing: %v", err)
-	return &cmdError{wire.KindIO, fmt.Errorf("kill %s: refusing to signal: %w", dir, err)}
+	return &errkind.Error{Kind: wire.KindIO, Err: fmt.Errorf("kill %s: refusing to signal: %w", dir, err)}
 }
 
 // logWrapper appends a line to D/wrapper.log, as the supervisors do; it
@@ -262,7 +264,7 @@ func waitFinal(ctx context.Context, dir string, timeout time.Duration) (*wire.St
 		if err == nil && st.Final() {
 			alive, err := taskfiles.SupervisorAlive(dir)
 			if err != nil {
-				return nil, ioError(err)
+				return nil, errkind.IO(err)
 			}
 			if !alive {
 				return st, nil
@@ -279,7 +281,7 @@ func waitFinal(ctx context.Context, dir string, timeout time.Duration) (*wire.St
 		}
 		select {
 		case <-ctx.Done():
-			return nil, &cmdError{wire.KindInternal, fmt.Errorf("interrupted waiting for the final status: %w", ctx.Err())}
+			return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("interrupted waiting for the final status: %w", ctx.Err())}
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -295,11 +297,11 @@ func killOrphan(dir string) (*wire.Status, error) {
 
 func killOrphanAs(dir, msg string) (*wire.Status, error) {
 	if _, err := os.Stat(dir); err != nil {
-		return nil, &cmdError{wire.KindNotFound, fmt.Errorf("no task directory %s", dir)}
+		return nil, &errkind.Error{Kind: wire.KindNotFound, Err: fmt.Errorf("no task directory %s", dir)}
 	}
 	lock, ok, err := taskfiles.LockTask(dir, 0)
 	if err != nil {
-		return nil, ioError(err)
+		return nil, errkind.IO(err)
 	}
 	if !ok {
 		return nil, errRetry
@@ -329,10 +331,10 @@ func killUnderForeignLock(dir string) (st *wire.Status, ok bool, err error) {
 func endOrphan(dir, msg string) (*wire.Status, error) {
 	st, err := taskfiles.ReadStatus(dir)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, &cmdError{wire.KindNotFound, fmt.Errorf("no %s in %s: nothing to kill", taskfiles.FileStatus, dir)}
+		return nil, &errkind.Error{Kind: wire.KindNotFound, Err: fmt.Errorf("no %s in %s: nothing to kill", taskfiles.FileStatus, dir)}
 	}
 	if err != nil {
-		return nil, ioError(err)
+		return nil, errkind.IO(err)
 	}
 	if st.Final() {
 		return st, nil
@@ -368,7 +370,7 @@ func endOrphan(dir, msg string) (*wire.Status, error) {
 		}
 	}
 	if err := taskfiles.WriteStatusDurable(dir, st); err != nil {
-		return nil, ioError(err)
+		return nil, errkind.IO(err)
 	}
 	unmarkLive(dir, st.Attempt)
 	return st, nil

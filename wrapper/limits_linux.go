@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
 )
 
@@ -43,11 +45,11 @@ func cmdLimitExec(args []string) error {
 	var cgroups cgroupFlags
 	fs.Var(&cgroups, "cgroup", "a cgroup directory to join (repeated)")
 	if err := fs.Parse(args); err != nil {
-		return usageErrorf("%s: %v", limitExecCommand, err)
+		return errkind.Usagef("%s: %v", limitExecCommand, err)
 	}
 	argv := fs.Args()
 	if len(argv) < 2 {
-		return usageErrorf("%s: want -- PATH ARGV0 [ARGS...]", limitExecCommand)
+		return errkind.Usagef("%s: want -- PATH ARGV0 [ARGS...]", limitExecCommand)
 	}
 	if err := joinCgroups(cgroups); err != nil {
 		return err

@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"syscall"
 
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -17,7 +19,7 @@ import (
 func limitEnforcement() string { return wire.EnforceNone }
 
 func cmdLimitExec([]string) error {
-	return usageErrorf("%s: limits are enforced on Linux only", limitExecCommand)
+	return errkind.Usagef("%s: limits are enforced on Linux only", limitExecCommand)
 }
 
 // limited refuses an attempt with a memory, pids or file_size limit: none

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
 
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
@@ -107,17 +109,17 @@ func readMarker(path string) (int, error) {
 func readLiveRequest(stdin io.Reader) (named map[string][]string, held map[string]string, err error) {
 	data, err := io.ReadAll(io.LimitReader(stdin, maxLiveRequest+1))
 	if err != nil {
-		return nil, nil, ioError(fmt.Errorf("read the named tasks from stdin: %w", err))
+		return nil, nil, errkind.IO(fmt.Errorf("read the named tasks from stdin: %w", err))
 	}
 	if len(data) > maxLiveRequest {
-		return nil, nil, usageErrorf("status: the document on stdin is larger than %d bytes", maxLiveRequest)
+		return nil, nil, errkind.Usagef("status: the document on stdin is larger than %d bytes", maxLiveRequest)
 	}
 	var req wire.LiveRequest
 	if len(strings.TrimSpace(string(data))) > 0 {
 		dec := json.NewDecoder(strings.NewReader(string(data)))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			return nil, nil, usageErrorf("status: stdin: want {\"tasks\":[\"project/ID\",…],\"tags\":[\"tag\",…]}: %v", err)
+			return nil, nil, errkind.Usagef("status: stdin: want {\"tasks\":[\"project/ID\",…],\"tags\":[\"tag\",…]}: %v", err)
 		}
 	}
 	return checkLiveRequest(req)
@@ -127,14 +129,14 @@ func readLiveRequest(stdin io.Reader) (named map[string][]string, held map[strin
 // the names by project and the tags by name.
 func checkLiveRequest(req wire.LiveRequest) (named map[string][]string, held map[string]string, err error) {
 	if len(req.Tags) > 0 && len(req.Tags) != len(req.Tasks) {
-		return nil, nil, usageErrorf("status: stdin: %d tags for %d tasks (want one tag per task, \"\" for none)", len(req.Tags), len(req.Tasks))
+		return nil, nil, errkind.Usagef("status: stdin: %d tags for %d tasks (want one tag per task, \"\" for none)", len(req.Tags), len(req.Tasks))
 	}
 	named = map[string][]string{}
 	held = map[string]string{}
 	for i, name := range req.Tasks {
 		project, task, ok := strings.Cut(name, "/")
 		if !ok || !validName(project) || !validName(task) {
-			return nil, nil, usageErrorf("status: invalid task name %q (want project/ID)", name)
+			return nil, nil, errkind.Usagef("status: invalid task name %q (want project/ID)", name)
 		}
 		named[project] = append(named[project], task)
 		if i < len(req.Tags) && req.Tags[i] != "" {
@@ -205,7 +207,7 @@ func liveStatus(ctx context.Context, root, node string, projects []string, named
 			continue
 		} else if err == nil {
 			if markers, err = os.ReadDir(idx); err != nil {
-				return nil, ioError(fmt.Errorf("list %s: %w", idx, err))
+				return nil, errkind.IO(fmt.Errorf("list %s: %w", idx, err))
 			}
 		}
 		live := map[string]int{}

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
 
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
@@ -34,20 +36,20 @@ func cmdStatus(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 		return err
 	}
 	if *rootFlag == "" {
-		return usageErrorf("status: --root is required")
+		return errkind.Usagef("status: --root is required")
 	}
 	root, err := taskfiles.ExpandPath(*rootFlag)
 	if err != nil {
-		return usageErrorf("status: %v", err)
+		return errkind.Usagef("status: %v", err)
 	}
 	for _, p := range projects {
 		if !validName(p) {
-			return usageErrorf("status: invalid project name %q", p)
+			return errkind.Usagef("status: invalid project name %q", p)
 		}
 	}
 	if *serve {
 		if *live || len(projects) > 0 {
-			return usageErrorf("status: --serve takes its projects and --live in each request")
+			return errkind.Usagef("status: --serve takes its projects and --live in each request")
 		}
 		return serveStatus(ctx, root, *node, stdin, stdout)
 	}
@@ -86,11 +88,11 @@ func serveStatus(ctx context.Context, root, node string, in io.Reader, out io.Wr
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			return usageErrorf("status: a request: want {\"projects\":[…],\"live\":true,\"tasks\":[…],\"tags\":[…]}: %v", err)
+			return errkind.Usagef("status: a request: want {\"projects\":[…],\"live\":true,\"tasks\":[…],\"tags\":[…]}: %v", err)
 		}
 		for _, p := range req.Projects {
 			if !validName(p) {
-				return usageErrorf("status: invalid project name %q", p)
+				return errkind.Usagef("status: invalid project name %q", p)
 			}
 		}
 		var ns *wire.NodeStatus
@@ -119,7 +121,7 @@ func readRequestLine(br *bufio.Reader) ([]byte, error) {
 	for {
 		chunk, err := br.ReadSlice('\n')
 		if len(line)+len(chunk) > maxLiveRequest+1 {
-			return nil, usageErrorf("status: a request of more than %d bytes", maxLiveRequest)
+			return nil, errkind.Usagef("status: a request of more than %d bytes", maxLiveRequest)
 		}
 		line = append(line, chunk...)
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -174,7 +176,7 @@ func listProjects(root string, projects []string) ([]string, error) {
 	}
 	entries, err := os.ReadDir(root)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, ioError(fmt.Errorf("list projects in %s: %w", root, err))
+		return nil, errkind.IO(fmt.Errorf("list projects in %s: %w", root, err))
 	}
 	for _, e := range entries {
 		// Hidden directories (.bin holds the wrappers) are not projects.
@@ -194,7 +196,7 @@ func listTasks(tasksDir, node string) ([]wire.TaskStatus, error) {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, nil
 		}
-		return nil, ioError(fmt.Errorf("list tasks in %s: %w", tasksDir, err))
+		return nil, errkind.IO(fmt.Errorf("list tasks in %s: %w", tasksDir, err))
 	}
 	project := filepath.Base(filepath.Dir(tasksDir))
 	var out []wire.TaskStatus

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+
 	"github.com/dispatch-tool/dispatch/wrapper/egress"
 
 	"github.com/dispatch-tool/dispatch/wrapper/agentlog"
@@ -220,7 +222,7 @@ func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
 	items, err := readSuperviseItems(stdin)
 	if err != nil {
 		logger.Error("supervisor not started", logKeyErr, err)
-		report(wire.ErrorReply{Error: err.Error(), Kind: errorKind(err)})
+		report(wire.ErrorReply{Error: err.Error(), Kind: errkind.Of(err)})
 		return 1
 	}
 	results := make([]wire.LaunchResult, len(items))
@@ -234,7 +236,7 @@ func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
 			results[i] = wire.LaunchResult{Dir: item.Dir}
 			if err != nil {
 				logger.Error("attempt not started", logKeyDir, item.Dir, logKeyErr, err)
-				results[i].Error, results[i].Kind = err.Error(), errorKind(err)
+				results[i].Error, results[i].Kind = err.Error(), errkind.Of(err)
 				return
 			}
 			started[i] = s
@@ -269,18 +271,18 @@ func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
 func readSuperviseItems(r io.Reader) ([]superviseItem, error) {
 	data, err := io.ReadAll(io.LimitReader(r, maxSuperviseDoc+1))
 	if err != nil {
-		return nil, ioError(fmt.Errorf("read the attempts from stdin: %w", err))
+		return nil, errkind.IO(fmt.Errorf("read the attempts from stdin: %w", err))
 	}
 	if len(data) > maxSuperviseDoc {
-		return nil, usageErrorf("%s: the document on stdin is larger than %d bytes", superviseCommand, maxSuperviseDoc)
+		return nil, errkind.Usagef("%s: the document on stdin is larger than %d bytes", superviseCommand, maxSuperviseDoc)
 	}
 	var items []superviseItem
 	if err := json.Unmarshal(data, &items); err != nil {
 		// Never quoted: the document holds secrets.
-		return nil, usageErrorf("%s: stdin: want a JSON array of attempts", superviseCommand)
+		return nil, errkind.Usagef("%s: stdin: want a JSON array of attempts", superviseCommand)
 	}
 	if len(items) == 0 {
-		return nil, usageErrorf("%s: no attempts on stdin", superviseCommand)
+		return nil, errkind.Usagef("%s: no attempts on stdin", superviseCommand)
 	}
 	seen := map[string]bool{}
 	for i, item := range items {
@@ -289,7 +291,7 @@ func readSuperviseItems(r io.Reader) ([]superviseItem, error) {
 			return nil, err
 		}
 		if seen[dir] {
-			return nil, usageErrorf("%s: task directory %s given twice", superviseCommand, dir)
+			return nil, errkind.Usagef("%s: task directory %s given twice", superviseCommand, dir)
 		}
 		seen[dir] = true
 		if err := checkEnvMap(item.Env); err != nil {
@@ -306,10 +308,10 @@ func startAttempt(item superviseItem) (*supervisor, error) {
 	dir := item.Dir
 	lock, ok, err := taskfiles.LockTask(dir, lockWait)
 	if err != nil {
-		return nil, ioError(err)
+		return nil, errkind.IO(err)
 	}
 	if !ok {
-		return nil, &cmdError{wire.KindAlreadyRunning, fmt.Errorf("a supervisor is already running in %s", dir)}
+		return nil, &errkind.Error{Kind: wire.KindAlreadyRunning, Err: fmt.Errorf("a supervisor is already running in %s", dir)}
 	}
 	fail := func(err error) (*supervisor, error) {
 		lock.Close()
@@ -321,7 +323,7 @@ func startAttempt(item superviseItem) (*supervisor, error) {
 	}
 	logf, err := openWrapperLog(filepath.Join(dir, taskfiles.FileWrapper))
 	if err != nil {
-		return fail(ioError(fmt.Errorf("open %s: %w", taskfiles.FileWrapper, err)))
+		return fail(errkind.IO(fmt.Errorf("open %s: %w", taskfiles.FileWrapper, err)))
 	}
 	s := &supervisor{
 		dir:     dir,
@@ -335,7 +337,7 @@ func startAttempt(item superviseItem) (*supervisor, error) {
 	s.decideSandbox(sandboxProbe)
 	if err := s.prepare(); err != nil {
 		s.release()
-		return nil, ioError(err)
+		return nil, errkind.IO(err)
 	}
 	s.logger.Info("attempt started", "sandbox", s.st.Sandbox)
 	s.background(s.removeOldTmps)
@@ -370,10 +372,10 @@ func readEnvMap(r io.Reader) (map[string]string, error) {
 	const max = 1 << 20
 	data, err := io.ReadAll(io.LimitReader(r, max+1))
 	if err != nil {
-		return nil, ioError(fmt.Errorf("read environment from stdin: %w", err))
+		return nil, errkind.IO(fmt.Errorf("read environment from stdin: %w", err))
 	}
 	if len(data) > max {
-		return nil, usageErrorf("environment on stdin is larger than %d bytes", max)
+		return nil, errkind.Usagef("environment on stdin is larger than %d bytes", max)
 	}
 	env := map[string]string{}
 	if len(strings.TrimSpace(string(data))) == 0 {
@@ -382,9 +384,9 @@ func readEnvMap(r io.Reader) (map[string]string, error) {
 	if err := json.Unmarshal(data, &env); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) {
-			return nil, usageErrorf("environment on stdin: want a JSON object of strings")
+			return nil, errkind.Usagef("environment on stdin: want a JSON object of strings")
 		}
-		return nil, usageErrorf("environment on stdin: invalid JSON")
+		return nil, errkind.Usagef("environment on stdin: invalid JSON")
 	}
 	if err := checkEnvMap(env); err != nil {
 		return nil, err
@@ -397,7 +399,7 @@ func readEnvMap(r io.Reader) (map[string]string, error) {
 func checkEnvMap(env map[string]string) error {
 	for k, v := range env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return usageErrorf("environment: invalid variable name %q or NUL in its value", k)
+			return errkind.Usagef("environment: invalid variable name %q or NUL in its value", k)
 		}
 	}
 	return nil

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -26,7 +28,7 @@ func cmdTail(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if *from < 0 {
-		return usageErrorf("tail: --from must not be negative")
+		return errkind.Usagef("tail: --from must not be negative")
 	}
 	stdout = &skipWriter{w: stdout, skip: *from}
 	dir, err := taskDirFlag("tail", *dirFlag)
@@ -35,9 +37,9 @@ func cmdTail(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if _, err := os.Stat(dir); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return &cmdError{wire.KindNotFound, fmt.Errorf("no task directory %s", dir)}
+			return &errkind.Error{Kind: wire.KindNotFound, Err: fmt.Errorf("no task directory %s", dir)}
 		}
-		return ioError(err)
+		return errkind.IO(err)
 	}
 	r := &logReader{path: filepath.Join(dir, taskfiles.FileLog), w: stdout}
 	defer r.close()
@@ -113,7 +115,7 @@ func (r *logReader) open() error {
 		return nil
 	}
 	if err != nil {
-		return ioError(fmt.Errorf("open %s: %w", taskfiles.FileLog, err))
+		return errkind.IO(fmt.Errorf("open %s: %w", taskfiles.FileLog, err))
 	}
 	head := make([]byte, 64)
 	n, _ := f.ReadAt(head, 0)
@@ -123,7 +125,7 @@ func (r *logReader) open() error {
 	} else {
 		if _, err := io.WriteString(r.w, taskfiles.CutMarker(base-r.pos)); err != nil {
 			f.Close()
-			return ioError(fmt.Errorf("write log: %w", err))
+			return errkind.IO(fmt.Errorf("write log: %w", err))
 		}
 		r.pos, r.off = base, int64(hdr)
 	}
@@ -137,7 +139,7 @@ func (r *logReader) copy() error {
 		n, err := r.f.ReadAt(buf, r.off)
 		if n > 0 {
 			if _, werr := r.w.Write(buf[:n]); werr != nil {
-				return ioError(fmt.Errorf("write log: %w", werr))
+				return errkind.IO(fmt.Errorf("write log: %w", werr))
 			}
 			r.off += int64(n)
 			r.pos += int64(n)
@@ -146,7 +148,7 @@ func (r *logReader) copy() error {
 			return nil
 		}
 		if err != nil {
-			return ioError(fmt.Errorf("read %s: %w", taskfiles.FileLog, err))
+			return errkind.IO(fmt.Errorf("read %s: %w", taskfiles.FileLog, err))
 		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/internal/netallow"
@@ -180,15 +182,15 @@ func readLaunch(dir string) (wire.Launch, error) {
 	data, err := taskfiles.ReadControlFileMax(filepath.Join(dir, taskfiles.FileLaunch), taskfiles.MaxLaunchFile)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return l, &cmdError{wire.KindNotFound, fmt.Errorf("no %s in %s", taskfiles.FileLaunch, dir)}
+			return l, &errkind.Error{Kind: wire.KindNotFound, Err: fmt.Errorf("no %s in %s", taskfiles.FileLaunch, dir)}
 		}
-		return l, &cmdError{wire.KindIO, fmt.Errorf("read %s: %w", taskfiles.FileLaunch, err)}
+		return l, &errkind.Error{Kind: wire.KindIO, Err: fmt.Errorf("read %s: %w", taskfiles.FileLaunch, err)}
 	}
 	if err := json.Unmarshal(data, &l); err != nil {
-		return l, &cmdError{wire.KindUsage, fmt.Errorf("parse %s: %w", taskfiles.FileLaunch, err)}
+		return l, &errkind.Error{Kind: wire.KindUsage, Err: fmt.Errorf("parse %s: %w", taskfiles.FileLaunch, err)}
 	}
 	if err := normalizeLaunch(&l); err != nil {
-		return l, &cmdError{wire.KindUsage, fmt.Errorf("invalid %s: %w", taskfiles.FileLaunch, err)}
+		return l, &errkind.Error{Kind: wire.KindUsage, Err: fmt.Errorf("invalid %s: %w", taskfiles.FileLaunch, err)}
 	}
 	if l.Task == "" {
 		l.Task = filepath.Base(dir)

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
 
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
@@ -79,14 +81,14 @@ func cmdWatch(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 		return err
 	}
 	if *rootFlag == "" {
-		return usageErrorf("watch: --root is required")
+		return errkind.Usagef("watch: --root is required")
 	}
 	if *beat < 10*time.Millisecond {
-		return usageErrorf("watch: --beat must be at least 10ms")
+		return errkind.Usagef("watch: --beat must be at least 10ms")
 	}
 	root, err := taskfiles.ExpandPath(*rootFlag)
 	if err != nil {
-		return usageErrorf("watch: %v", err)
+		return errkind.Usagef("watch: %v", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -16,7 +18,7 @@ import (
 // set PATH). Names not found are left out of Found.
 func cmdWhich(args []string, stdin io.Reader, stdout io.Writer) error {
 	if len(args) == 0 {
-		return usageErrorf("which: name the executables to look for")
+		return errkind.Usagef("which: name the executables to look for")
 	}
 	extra, err := readEnvMap(stdin)
 	if err != nil {
