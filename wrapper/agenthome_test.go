@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -62,7 +63,7 @@ func TestCopyAgentFiles(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.tool, func(t *testing.T) {
 			src, home := t.TempDir(), t.TempDir()
-			writeTree(t, src, node)
+			wtest.WriteTree(t, src, node)
 			var refused []string
 			if err := copyAgentFiles(tc.tool, src, false, home, func(p string, err error) { refused = append(refused, p+": "+err.Error()) }); err != nil {
 				t.Fatal(err)
@@ -97,7 +98,7 @@ func TestCopyAgentFiles(t *testing.T) {
 				os.WriteFile(filepath.Join(home, p), []byte("changed"), 0o600)
 			}
 			if tc.tool == wire.AgentClaude {
-				writeTree(t, home, map[string]string{".claude.json.backup": "copy", ".claude/backups/.claude.json.backup.1": "copy"})
+				wtest.WriteTree(t, home, map[string]string{".claude.json.backup": "copy", ".claude/backups/.claude.json.backup.1": "copy"})
 			}
 			if err := removeAgentLogins(tc.tool, home); err != nil {
 				t.Fatal(err)
@@ -140,7 +141,7 @@ func TestCopyAgentFilesRefused(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			src, home := t.TempDir(), t.TempDir()
-			writeTree(t, src, map[string]string{".codex/config.toml": "config"})
+			wtest.WriteTree(t, src, map[string]string{".codex/config.toml": "config"})
 			auth := filepath.Join(src, ".codex", "auth.json")
 			tc.make(t, auth)
 			var refused []string
@@ -172,9 +173,9 @@ func TestCopyAgentFilesRefused(t *testing.T) {
 // the removal) out of the HOME is not followed.
 func TestCopyAgentFilesReplacesThePlanted(t *testing.T) {
 	src, home, outside := t.TempDir(), t.TempDir(), t.TempDir()
-	writeTree(t, src, map[string]string{".gemini/oauth_creds.json": "real-token", ".codex/auth.json": "real-auth"})
-	writeTree(t, home, map[string]string{".gemini/oauth_creds.json": "planted", ".gemini/settings.json": "planted hooks", ".gemini/history": "kept"})
-	writeTree(t, outside, map[string]string{"auth.json": "outside"})
+	wtest.WriteTree(t, src, map[string]string{".gemini/oauth_creds.json": "real-token", ".codex/auth.json": "real-auth"})
+	wtest.WriteTree(t, home, map[string]string{".gemini/oauth_creds.json": "planted", ".gemini/settings.json": "planted hooks", ".gemini/history": "kept"})
+	wtest.WriteTree(t, outside, map[string]string{"auth.json": "outside"})
 	if err := os.Symlink(outside, filepath.Join(home, ".codex")); err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +245,7 @@ func TestSandboxEnvUnsetsTheAgentDir(t *testing.T) {
 func TestSandboxAgentHome(t *testing.T) {
 	t.Parallel()
 	n := newSandboxNode(t, "")
-	writeTree(t, n.home, map[string]string{".codex/auth.json": "REAL-LOGIN", ".codex/config.toml": "config"})
+	wtest.WriteTree(t, n.home, map[string]string{".codex/auth.json": "REAL-LOGIN", ".codex/config.toml": "config"})
 	script := `cat ~/.codex/auth.json > seen-` + "$DISPATCH_ATTEMPT" + `; echo planted > ~/.codex/auth.json; echo mine >> ~/.codex/session`
 	l := wire.Launch{Command: shell(script), Sandbox: n.mode, Agent: wire.AgentCodex}
 	dir := n.taskDir("LOGIN")

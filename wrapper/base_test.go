@@ -14,41 +14,12 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/wrapper/agentlog/agentlogtest"
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
 
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
 )
-
-// writeTree creates files under root: a name ending in "/" is a directory,
-// "->" makes a symbolic link, anything else a file with that content.
-func writeTree(t *testing.T, root string, entries map[string]string) {
-	t.Helper()
-	names := make([]string, 0, len(entries))
-	for name := range entries {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		content := entries[name]
-		path := filepath.Join(root, name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		var err error
-		switch {
-		case strings.HasSuffix(name, "/"):
-			err = os.MkdirAll(path, 0o755)
-		case strings.HasPrefix(content, "->"):
-			err = os.Symlink(strings.TrimPrefix(content, "->"), path)
-		default:
-			err = os.WriteFile(path, []byte(content), 0o644)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 func chmod(t *testing.T, path string, mode fs.FileMode) {
 	t.Helper()
@@ -80,7 +51,7 @@ func TestBase(t *testing.T) {
 		Command: shell("./run.sh; cat data.txt; echo changed > data.txt"),
 	})
 	base := tk.path("base")
-	writeTree(t, base, map[string]string{
+	wtest.WriteTree(t, base, map[string]string{
 		"run.sh":            "#!/bin/sh\necho from-base\n",
 		"data.txt":          "data\n",
 		"secret":            "s3cret\n",
@@ -179,10 +150,10 @@ func TestBase(t *testing.T) {
 func TestBaseAttempts(t *testing.T) {
 	t.Parallel()
 	tk := newTask(t, "", wire.Launch{Base: "base", Command: shell("cat data.txt; echo edited > data.txt; echo one > out.txt")})
-	writeTree(t, tk.path("base"), map[string]string{"data.txt": "data\n", "sub/keep.txt": "keep\n"})
+	wtest.WriteTree(t, tk.path("base"), map[string]string{"data.txt": "data\n", "sub/keep.txt": "keep\n"})
 	// Something already in output/ before the first attempt is moved
 	// aside too: the base is copied into a fresh directory.
-	writeTree(t, tk.path(taskfiles.DirOutput), map[string]string{"stale.txt": "stale\n"})
+	wtest.WriteTree(t, tk.path(taskfiles.DirOutput), map[string]string{"stale.txt": "stale\n"})
 
 	tk.run(t, "")
 	if st := tk.waitFinal(t); st.Status != wire.StatusCompleted {
@@ -245,15 +216,17 @@ func TestBaseFails(t *testing.T) {
 			asRoot:    true,
 		},
 		{
-			name:      "not a directory",
-			prepare:   func(t *testing.T, base string) { writeTree(t, filepath.Dir(base), map[string]string{"base": "a file"}) },
+			name: "not a directory",
+			prepare: func(t *testing.T, base string) {
+				wtest.WriteTree(t, filepath.Dir(base), map[string]string{"base": "a file"})
+			},
 			wantError: []string{`copy base "base" into output:`, "is not a directory"},
 			asRoot:    true,
 		},
 		{
 			name: "unreadable file",
 			prepare: func(t *testing.T, base string) {
-				writeTree(t, base, map[string]string{"a.txt": "a", "z/secret": "s"})
+				wtest.WriteTree(t, base, map[string]string{"a.txt": "a", "z/secret": "s"})
 				chmod(t, filepath.Join(base, "z", "secret"), 0)
 			},
 			wantError: []string{`copy base "base" into output:`, "secret: permission denied"},
@@ -261,7 +234,7 @@ func TestBaseFails(t *testing.T) {
 		{
 			name: "unreadable directory",
 			prepare: func(t *testing.T, base string) {
-				writeTree(t, base, map[string]string{"locked/x": "x"})
+				wtest.WriteTree(t, base, map[string]string{"locked/x": "x"})
 				chmod(t, filepath.Join(base, "locked"), 0)
 			},
 			wantError: []string{`copy base "base" into output:`, "locked: permission denied"},
@@ -379,26 +352,6 @@ func TestRateLimitRetryAfter(t *testing.T) {
 				t.Errorf("status.json %s lacks %s", raw, want)
 			}
 		})
-	}
-}
-
-func TestCopyTreeStops(t *testing.T) {
-	t.Parallel()
-	src, dst := t.TempDir(), t.TempDir()
-	writeTree(t, src, map[string]string{"a": "a", "b": "b", "c/d": "d", "e": "e"})
-	calls := 0
-	stop := func() bool {
-		calls++
-		return calls > 2
-	}
-	if err := copyTree(src, dst, stop, func(string) {}); err != errStopped {
-		t.Fatalf("copyTree = %v, want errStopped", err)
-	}
-	if _, err := os.Stat(filepath.Join(dst, "e")); err == nil {
-		t.Error("the copy went on after the stop")
-	}
-	if _, err := os.Stat(filepath.Join(dst, "a")); err != nil {
-		t.Errorf("nothing was copied before the stop: %v", err)
 	}
 }
 

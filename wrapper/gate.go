@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/tree"
+
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
 
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
@@ -150,7 +152,7 @@ func (s *supervisor) gateStep(dir, command string, log *taskfiles.TaskLog, wait 
 		return -1, 0, err
 	}
 	p, err := s.startChildTo(cmd, log)
-	if errors.Is(err, errStopped) {
+	if errors.Is(err, tree.ErrStopped) {
 		return -1, 0, nil
 	}
 	if err != nil {
@@ -264,7 +266,7 @@ func (s *supervisor) gateCheckout(out, commit, dir string) (string, error) {
 		}
 		return "git:" + strings.TrimSpace(string(tree)), nil
 	}
-	if err := copyTree(out, dir, s.stopping, func(string) {}); err != nil {
+	if err := tree.CopyTree(out, dir, s.stopping, func(string) {}); err != nil {
 		return "", err
 	}
 	return treeDigest(dir)

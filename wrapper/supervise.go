@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/tree"
+
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
 
 	"github.com/dispatch-tool/dispatch/wrapper/egress"
@@ -69,10 +71,6 @@ const (
 // lockWait is how long a new supervisor retries D/lock before deciding that
 // another supervisor holds it; it only has to outlast a `status` probe.
 const lockWait = 500 * time.Millisecond
-
-// errStopped is returned by startChild once a stop has been asked for, so
-// that nothing new starts after a kill or a timeout.
-var errStopped = errors.New("attempt is stopping")
 
 // supervisor runs one attempt of a task: setup, then the tool, under the
 // timeout, writing heartbeat and status.json until the final status.
@@ -572,8 +570,8 @@ func (s *supervisor) copyBase(out string) error {
 	skipped := func(path string) {
 		s.logger.Warn("base: skipped an entry that is not a file, directory or link", logKeyPath, path)
 	}
-	if err := copyTree(src, out, s.stopping, skipped); err != nil {
-		if errors.Is(err, errStopped) {
+	if err := tree.CopyTree(src, out, s.stopping, skipped); err != nil {
+		if errors.Is(err, tree.ErrStopped) {
 			return err
 		}
 		return fmt.Errorf("copy base %q into %s: %w", s.launch.Base, taskfiles.DirOutput, err)
@@ -631,7 +629,7 @@ func (s *supervisor) attempt() outcome {
 	s.toolStarted = true
 	s.mu.Unlock()
 	p, err := s.startChild(cmd, closers...)
-	if errors.Is(err, errStopped) {
+	if errors.Is(err, tree.ErrStopped) {
 		return outcome{code: -1}
 	}
 	if err != nil {
@@ -677,7 +675,7 @@ func (s *supervisor) prepareWorkspace(out string) (res outcome, ok bool) {
 	}
 	if s.launch.Base != "" {
 		err := s.copyBase(out)
-		if errors.Is(err, errStopped) {
+		if errors.Is(err, tree.ErrStopped) {
 			return outcome{code: -1}, false
 		}
 		if err != nil {
@@ -721,7 +719,7 @@ func (s *supervisor) runSetup(out string) (res outcome, ok bool) {
 		return outcome{code: -1, startErr: "setup failed: " + err.Error()}, false
 	}
 	p, err := s.startChild(cmd)
-	if errors.Is(err, errStopped) {
+	if errors.Is(err, tree.ErrStopped) {
 		return outcome{code: -1}, false
 	}
 	if err != nil {
@@ -853,7 +851,7 @@ func (s *supervisor) startChild(cmd *exec.Cmd, closers ...io.Closer) (*proc.Proc
 		for _, c := range closers {
 			c.Close()
 		}
-		return nil, errStopped
+		return nil, tree.ErrStopped
 	}
 	p, err := proc.StartProc(cmd, s.tlog, closers...)
 	if err != nil {
@@ -869,7 +867,7 @@ func (s *supervisor) startChildTo(cmd *exec.Cmd, out io.Writer) (*proc.Proc, err
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopReason != "" {
-		return nil, errStopped
+		return nil, tree.ErrStopped
 	}
 	p, err := proc.StartProc(cmd, out)
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/dispatch-tool/dispatch/wrapper/tree"
+
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -48,13 +50,13 @@ func cmdUntar(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 		defer f.Close()
 		in = f
 	}
-	tmp, err := newTreeDir(dir)
+	tmp, err := tree.NewTreeDir(dir)
 	if err != nil {
 		return err
 	}
-	reply, err := unpack(ctx, in, tmp)
+	reply, err := tree.Unpack(ctx, in, tmp)
 	if err == nil {
-		err = placeTree(tmp, dir, *merge)
+		err = tree.PlaceTree(tmp, dir, *merge)
 	}
 	if err != nil {
 		os.RemoveAll(tmp)
@@ -112,7 +114,7 @@ func cmdTar(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return errkind.IO(err)
 	}
-	reply, err := pack(ctx, root, f, *maxBytes)
+	reply, err := tree.Pack(ctx, root, f, *maxBytes)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -157,7 +159,7 @@ func cmdInputs(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 	if err := json.Unmarshal(data, &req); err != nil {
 		return errkind.Usagef("inputs: stdin: %v", err)
 	}
-	tmp, err := newTreeDir(dir)
+	tmp, err := tree.NewTreeDir(dir)
 	if err != nil {
 		return err
 	}
@@ -167,7 +169,7 @@ func cmdInputs(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 			os.RemoveAll(tmp)
 			return &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("inputs interrupted: %w", err)}
 		}
-		files, bytes, err := copyInput(ctx, in, tmp)
+		files, bytes, err := tree.CopyInput(ctx, in, tmp)
 		if err != nil {
 			if reply.Failed == nil {
 				reply.Failed = map[string]string{}
@@ -189,4 +191,23 @@ func cmdInputs(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 		return errkind.IO(fmt.Errorf("replace %s: %w", dir, err))
 	}
 	return printJSON(stdout, reply)
+}
+
+// openArchive opens the archive file of --archive (never through a link),
+// to be removed once unpacked.
+func openArchive(arg string) (*os.File, error) {
+	src, err := taskDirFlag("untar", arg)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	os.Remove(src)
+	if err != nil {
+		return nil, errkind.IO(fmt.Errorf("open %s: %w", src, err))
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, errkind.IO(fmt.Errorf("%s is not a regular file", src))
+	}
+	return f, nil
 }

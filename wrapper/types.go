@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/tree"
+
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
 
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
@@ -119,7 +121,7 @@ func normalizeLaunch(l *wire.Launch) error {
 			return err
 		}
 	}
-	if err := checkBase(l.Base); err != nil {
+	if err := tree.CheckBase(l.Base); err != nil {
 		return err
 	}
 	if l.Repo != nil {

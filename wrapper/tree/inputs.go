@@ -1,4 +1,4 @@
-package wrapper
+package tree
 
 import (
 	"context"
@@ -17,9 +17,9 @@ import (
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
-// copyInput copies the files of in into into/<in.Name>, each verified;
+// CopyInput copies the files of in into into/<in.Name>, each verified;
 // on any error nothing of in is left there.
-func copyInput(ctx context.Context, in wire.NodeInput, into string) (files int, bytes int64, err error) {
+func CopyInput(ctx context.Context, in wire.NodeInput, into string) (files int, bytes int64, err error) {
 	if !filepath.IsLocal(in.Name) || filepath.Base(in.Name) != in.Name {
 		return 0, 0, fmt.Errorf("%q is not a dependency's name", in.Name)
 	}

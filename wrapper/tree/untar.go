@@ -1,4 +1,4 @@
-package wrapper
+package tree
 
 import (
 	"archive/tar"
@@ -24,12 +24,12 @@ type TreeReply struct {
 	Bytes int64 `json:"bytes"`
 }
 
-// newTreeDir makes the empty directory beside dir in which a new tree for
-// dir is built (placeTree then moves it over dir). dir's parents are made
+// NewTreeDir makes the empty directory beside dir in which a new tree for
+// dir is built (PlaceTree then moves it over dir). dir's parents are made
 // private if missing: a tree streamed on stdin, or the inputs copied on the
 // node, may be the first thing to reach its task directory (a file sent by
 // Put made its parents the same way).
-func newTreeDir(dir string) (string, error) {
+func NewTreeDir(dir string) (string, error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return "", errkind.IO(err)
 	}
@@ -43,30 +43,11 @@ func newTreeDir(dir string) (string, error) {
 	return tmp, nil
 }
 
-// openArchive opens the archive file of --archive (never through a link),
-// to be removed once unpacked.
-func openArchive(arg string) (*os.File, error) {
-	src, err := taskDirFlag("untar", arg)
-	if err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	os.Remove(src)
-	if err != nil {
-		return nil, errkind.IO(fmt.Errorf("open %s: %w", src, err))
-	}
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, errkind.IO(fmt.Errorf("%s is not a regular file", src))
-	}
-	return f, nil
-}
-
-// placeTree moves the tree built in tmp to dir: in dir's place, or with
+// PlaceTree moves the tree built in tmp to dir: in dir's place, or with
 // merge into an existing directory dir, each top-level entry of tmp in
 // place of dir's entry of that name, dir's other entries kept (the inputs
 // the node copied itself stay beside those the controller sends).
-func placeTree(tmp, dir string, merge bool) error {
+func PlaceTree(tmp, dir string, merge bool) error {
 	if fi, err := os.Lstat(dir); merge && err == nil && fi.IsDir() {
 		entries, err := os.ReadDir(tmp)
 		if err != nil {
@@ -97,9 +78,9 @@ func placeTree(tmp, dir string, merge bool) error {
 	return nil
 }
 
-// unpack writes the regular files and directories of the archive r under
+// Unpack writes the regular files and directories of the archive r under
 // dir, through an os.Root: no entry and no link can reach outside it.
-func unpack(ctx context.Context, r io.Reader, dir string) (TreeReply, error) {
+func Unpack(ctx context.Context, r io.Reader, dir string) (TreeReply, error) {
 	var reply TreeReply
 	root, err := os.OpenRoot(dir)
 	if err != nil {
@@ -150,7 +131,7 @@ func unpack(ctx context.Context, r io.Reader, dir string) (TreeReply, error) {
 	}
 }
 
-func pack(ctx context.Context, root *os.Root, w io.Writer, maxBytes int64) (TreeReply, error) {
+func Pack(ctx context.Context, root *os.Root, w io.Writer, maxBytes int64) (TreeReply, error) {
 	var reply TreeReply
 	tw := tar.NewWriter(w)
 	err := fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {

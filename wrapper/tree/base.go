@@ -1,6 +1,7 @@
-package wrapper
+package tree
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -23,9 +24,9 @@ var reservedNames = []string{
 	taskfiles.FileLog, taskfiles.FileWrapper, taskfiles.FileKill, taskfiles.DirOutput, taskfiles.DirAttempts, wire.InputsDir,
 }
 
-// checkBase rejects a Launch.Base that is not a path strictly inside the
+// CheckBase rejects a Launch.Base that is not a path strictly inside the
 // task directory, or that names one of the wrapper's own entries.
-func checkBase(base string) error {
+func CheckBase(base string) error {
 	if base == "" {
 		return nil
 	}
@@ -42,14 +43,14 @@ func checkBase(base string) error {
 	return nil
 }
 
-// copyTree copies the directory tree at src into the existing directory
+// CopyTree copies the directory tree at src into the existing directory
 // dst: regular files with their permission bits and modification times,
 // directories, and symbolic links recreated as links (never followed).
 // Other file types (sockets, fifos, devices) are skipped and reported
 // through skipped. src itself may be a symbolic link to a directory. stop
 // is polled between entries; once it reports true the copy ends with
-// errStopped.
-func copyTree(src, dst string, stop func() bool, skipped func(path string)) error {
+// ErrStopped.
+func CopyTree(src, dst string, stop func() bool, skipped func(path string)) error {
 	fi, err := os.Stat(src)
 	if err != nil {
 		return err
@@ -74,7 +75,7 @@ func (c *treeCopier) copyDir(src, dst string) error {
 	}
 	for _, e := range entries {
 		if c.stop() {
-			return errStopped
+			return ErrStopped
 		}
 		from, to := filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())
 		switch t := e.Type(); {
@@ -159,3 +160,8 @@ func copySymlink(src, dst string) error {
 func fileMode(fi fs.FileInfo) fs.FileMode {
 	return fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
 }
+
+// ErrStopped is returned by CopyTree, and by the supervisor's startChild,
+// once a stop has been asked for, so that nothing new starts after a kill
+// or a timeout.
+var ErrStopped = errors.New("attempt is stopping")
