@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/gitresult"
+
 	"github.com/dispatch-tool/dispatch/wrapper/tree"
 
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
@@ -247,21 +249,21 @@ func (s *supervisor) gateCheckout(out, commit, dir string) (string, error) {
 		return "", err
 	}
 	if s.launch.Repo != nil {
-		gitDir, err := snapshotDir(s.dir)
+		gitDir, err := gitresult.SnapshotDir(s.dir)
 		if err != nil {
 			return "", err
 		}
 		ctx := context.Background()
-		tree, err := runGit(ctx, "/", nil, nil, "--git-dir", gitDir, "rev-parse", "--verify", commit+"^{tree}")
+		tree, err := gitresult.RunGit(ctx, "/", nil, nil, "--git-dir", gitDir, "rev-parse", "--verify", commit+"^{tree}")
 		if err != nil {
 			return "", err
 		}
 		index := []string{"GIT_INDEX_FILE=" + filepath.Join(s.dir, taskfiles.DirTmp, ".gate-index")}
 		defer os.Remove(filepath.Join(s.dir, taskfiles.DirTmp, ".gate-index"))
-		if _, err := runGit(ctx, "/", index, nil, "--git-dir", gitDir, "--work-tree", dir, "read-tree", commit); err != nil {
+		if _, err := gitresult.RunGit(ctx, "/", index, nil, "--git-dir", gitDir, "--work-tree", dir, "read-tree", commit); err != nil {
 			return "", err
 		}
-		if _, err := runGit(ctx, "/", index, nil, "--git-dir", gitDir, "--work-tree", dir, "checkout-index", "-a", "-f"); err != nil {
+		if _, err := gitresult.RunGit(ctx, "/", index, nil, "--git-dir", gitDir, "--work-tree", dir, "checkout-index", "-a", "-f"); err != nil {
 			return "", err
 		}
 		return "git:" + strings.TrimSpace(string(tree)), nil

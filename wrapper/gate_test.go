@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/gitresult"
+
 	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
 
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
@@ -191,14 +193,14 @@ func TestGateGitNative(t *testing.T) {
 	tk := newTask(t, root, wire.Launch{Task: "S01", Gate: &gate,
 		Repo:    &wire.LaunchRepo{Dir: repo, Base: base, Branch: "dispatch/demo/S01", Message: "S01"},
 		Command: shell("echo right > answer && touch pass.cache")})
-	t.Cleanup(func() { os.RemoveAll(SnapshotDirOf(wrapperBin, tk.dir)) })
+	t.Cleanup(func() { os.RemoveAll(gitresult.SnapshotDirOf(wrapperBin, tk.dir)) })
 	tk.run(t, "")
 	st := tk.waitFinal(t)
 	g := statusOf(t, tk).Status.Gate
 	if st.Status != wire.StatusCompleted || !wire.IsCommitID(st.Commit) || g == nil || !g.Passed || !strings.HasPrefix(g.Tree, "git:") {
 		t.Fatalf("attempt %+v, gate %+v; task.log:\n%s", st, g, tk.readFile(t, taskfiles.FileLog))
 	}
-	out, err := exec.Command("git", "--git-dir", SnapshotDirOf(wrapperBin, tk.dir), "rev-parse", st.Commit+"^{tree}").Output()
+	out, err := exec.Command("git", "--git-dir", gitresult.SnapshotDirOf(wrapperBin, tk.dir), "rev-parse", st.Commit+"^{tree}").Output()
 	if tree := strings.TrimSpace(string(out)); err != nil || g.Tree != "git:"+tree {
 		t.Errorf("gated tree %s, want the commit's git:%s", g.Tree, tree)
 	}

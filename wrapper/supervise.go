@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/gitresult"
+
 	"github.com/dispatch-tool/dispatch/wrapper/tree"
 
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
@@ -689,10 +691,10 @@ func (s *supervisor) prepareWorkspace(out string) (res outcome, ok bool) {
 	if s.stopping() {
 		return outcome{code: -1}, false
 	}
-	gitDir, err := snapshotDir(s.dir)
+	gitDir, err := gitresult.SnapshotDir(s.dir)
 	spare := false
 	if err == nil {
-		spare, err = prepareRepoWorkspace(context.Background(), r.Dir, r.Base, r.Branch, out, gitDir, r.Spares > 0)
+		spare, err = gitresult.PrepareRepoWorkspace(context.Background(), r.Dir, r.Base, r.Branch, out, gitDir, r.Spares > 0)
 	}
 	if err != nil {
 		return outcome{code: -1, startErr: fmt.Sprintf("prepare the git workspace: %v", err)}, false
@@ -759,7 +761,7 @@ func (s *supervisor) startSpare(r *wire.LaunchRepo) {
 	}
 	defer null.Close()
 	cmd := &exec.Cmd{Path: exe, Args: []string{exe, "git-spare", "--repo", r.Dir, "--base", r.Base, "--max", strconv.Itoa(r.Spares)},
-		Dir: "/", Stdin: null, Stdout: null, Stderr: null, Env: gitEnv(),
+		Dir: "/", Stdin: null, Stdout: null, Stderr: null, Env: gitresult.GitEnv(),
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
 	if err := cmd.Start(); err != nil {
 		s.logger.Warn("no spare checkout", logKeyErr, err)
@@ -769,16 +771,16 @@ func (s *supervisor) startSpare(r *wire.LaunchRepo) {
 }
 
 // snapshot records a git-native task's workspace as one commit (see
-// snapshotWorkspace) in the wrapper's private git directory of the task.
+// gitresult.SnapshotWorkspace) in the wrapper's private git directory of the task.
 func (s *supervisor) snapshot(r *wire.LaunchRepo, out string) (string, string) {
-	gitDir, err := snapshotDir(s.dir)
+	gitDir, err := gitresult.SnapshotDir(s.dir)
 	if err == nil {
 		msg := r.Message
 		if msg == "" {
 			msg = fmt.Sprintf("%s (attempt %d)", s.launch.Task, s.launch.Attempt)
 		}
 		var commit string
-		commit, err = snapshotWorkspace(context.Background(), r.Dir, gitDir, out, r.Base, r.Branch, "dispatch "+s.launch.Task, msg)
+		commit, err = gitresult.SnapshotWorkspace(context.Background(), r.Dir, gitDir, out, r.Base, r.Branch, "dispatch "+s.launch.Task, msg)
 		if err == nil {
 			s.logger.Info("result recorded", "commit", commit)
 			return commit, ""
