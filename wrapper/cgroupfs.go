@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -164,10 +166,10 @@ func removeStaleCgroups(base, stem string, logger *slog.Logger) {
 		}
 		dir := filepath.Join(base, e.Name())
 		if err := removeCgroupDir(dir, 0); err != nil {
-			logger.Warn("remove the cgroup of an earlier attempt", logKeyPath, dir, logKeyErr, err)
+			logger.Warn("remove the cgroup of an earlier attempt", taskfiles.LogKeyPath, dir, taskfiles.LogKeyErr, err)
 			continue
 		}
-		logger.Warn("removed the cgroup of an earlier attempt", logKeyPath, dir)
+		logger.Warn("removed the cgroup of an earlier attempt", taskfiles.LogKeyPath, dir)
 	}
 }
 

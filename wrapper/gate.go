@@ -16,13 +16,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wrapper/gitresult"
 
 	"github.com/dispatch-tool/dispatch/wrapper/tree"
 
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
-
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/internal/filetree"
 	"github.com/dispatch-tool/dispatch/wire"
@@ -193,7 +193,7 @@ func (s *supervisor) gateScratch() error {
 		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 		defer cancel()
 		if err := gitIdentity(ctx, filepath.Join(s.dir, dirGateHome)); err != nil {
-			s.logger.Warn("no git identity in the gate's HOME", logKeyErr, err)
+			s.logger.Warn("no git identity in the gate's HOME", taskfiles.LogKeyErr, err)
 		}
 	}
 	return nil

@@ -13,13 +13,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
 
 	"github.com/dispatch-tool/dispatch/wrapper/agentlog"
 
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
-
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
 )
@@ -251,7 +251,7 @@ func logWrapper(dir, format string, args ...any) {
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		return
 	}
-	slog.New(slog.NewTextHandler(f, nil)).Warn(fmt.Sprintf(format, args...), logKeyDir, dir, logKeyPID, os.Getpid())
+	slog.New(slog.NewTextHandler(f, nil)).Warn(fmt.Sprintf(format, args...), taskfiles.LogKeyDir, dir, taskfiles.LogKeyPID, os.Getpid())
 }
 
 // waitFinal polls until status.json is final and the supervisor has let go

@@ -55,6 +55,13 @@ import (
 // setsid) escapes the watchdog's count outside the sandbox; inside it, the
 // sandbox's own pid namespace keeps every process in the tree.
 
+// Why the watchdog stops an attempt: its processes went over their memory
+// or pids limit.
+const (
+	reasonOOM  = "oom"
+	reasonPids = "pids"
+)
+
 // checkLimits rejects negative limits.
 func checkLimits(l *wire.Limits) error {
 	if l.MemoryBytes < 0 || l.CPU < 0 || l.Pids < 0 || l.FileSizeBytes < 0 {
@@ -177,7 +184,7 @@ func (s *supervisor) endCgroup(res outcome) {
 	}
 	s.mu.Unlock()
 	if err := cg.remove(); err != nil {
-		s.logger.Warn("limits: remove the attempt's cgroup", logKeyErr, err)
+		s.logger.Warn("limits: remove the attempt's cgroup", taskfiles.LogKeyErr, err)
 	}
 }
 

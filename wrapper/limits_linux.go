@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
 
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
@@ -114,18 +116,18 @@ func (s *supervisor) makeCgroup() {
 	}
 	p, err := cgroupsReady()
 	if p == nil && err == nil && l.CPU > 0 {
-		s.logger.Warn("limits: cpu is not enforced: no cgroup", logKeyReason, ownCgroupPlan().why)
+		s.logger.Warn("limits: cpu is not enforced: no cgroup", taskfiles.LogKeyReason, ownCgroupPlan().why)
 	}
 	if err == nil && p != nil {
 		stem := cgroupStem(s.launch.Project, s.launch.Task, s.dir)
 		s.cg, err = newAttemptCgroup(p, stem, cgroupName(stem, s.launch.Attempt, os.Getpid()), s.launch.Limits, s.logger)
 	}
 	if err != nil {
-		s.logger.Warn("limits: no cgroup; the watchdog enforces memory and pids, cpu is not enforced", logKeyErr, err)
+		s.logger.Warn("limits: no cgroup; the watchdog enforces memory and pids, cpu is not enforced", taskfiles.LogKeyErr, err)
 		return
 	}
 	if s.cg != nil {
-		s.logger.Info("limits: cgroup", logKeyPath, strings.Join(s.cg.dirs, " "))
+		s.logger.Info("limits: cgroup", taskfiles.LogKeyPath, strings.Join(s.cg.dirs, " "))
 	}
 }
 
@@ -342,7 +344,7 @@ func (s *supervisor) watchLimits(p *proc.Proc) {
 			var err error
 			mine, err = sampleAttempt(p.Pgid, i%fullScanEvery == 0 || killing, &outsiders)
 			if err != nil {
-				s.logger.Warn("limits: read /proc", logKeyErr, err)
+				s.logger.Warn("limits: read /proc", taskfiles.LogKeyErr, err)
 			}
 		}
 		if !killing {
@@ -373,7 +375,7 @@ func (s *supervisor) watchLimits(p *proc.Proc) {
 					continue
 				}
 				if err := syscall.Kill(q.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-					s.logger.Warn("limits: kill", logKeyPID, q.pid, logKeyErr, err)
+					s.logger.Warn("limits: kill", taskfiles.LogKeyPID, q.pid, taskfiles.LogKeyErr, err)
 				}
 			}
 		}

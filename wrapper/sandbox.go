@@ -19,9 +19,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/wrapper/egress"
-
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
+	"github.com/dispatch-tool/dispatch/wrapper/egress"
 
 	"github.com/dispatch-tool/dispatch/wire"
 )
@@ -623,7 +623,7 @@ func (s *supervisor) prepareHome() error {
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
 	if err := gitIdentity(ctx, home); err != nil {
-		s.logger.Warn("no git identity in the sandbox's HOME", logKeyErr, err)
+		s.logger.Warn("no git identity in the sandbox's HOME", taskfiles.LogKeyErr, err)
 	}
 	return s.copyAgentFiles(home)
 }
@@ -635,10 +635,10 @@ func (s *supervisor) copyAgentFiles(home string) error {
 		return nil
 	}
 	if s.agentSrcErr != nil {
-		s.logger.Warn("the agent's settings and login are not copied into the sandbox's HOME", logKeyErr, s.agentSrcErr)
+		s.logger.Warn("the agent's settings and login are not copied into the sandbox's HOME", taskfiles.LogKeyErr, s.agentSrcErr)
 	}
 	return copyAgentFiles(s.launch.Agent, s.agentSrc, s.agentSrcDir, home, func(path string, err error) {
-		s.logger.Warn("not copied into the sandbox's HOME", logKeyPath, path, logKeyErr, err)
+		s.logger.Warn("not copied into the sandbox's HOME", taskfiles.LogKeyPath, path, taskfiles.LogKeyErr, err)
 	})
 }
 
@@ -650,7 +650,7 @@ func (s *supervisor) removeAgentLogins() {
 		return
 	}
 	if err := removeAgentLogins(s.launch.Agent, filepath.Join(s.dir, dirHome)); err != nil {
-		s.logger.Warn("remove the agent's login from the sandbox's HOME", logKeyErr, err)
+		s.logger.Warn("remove the agent's login from the sandbox's HOME", taskfiles.LogKeyErr, err)
 	}
 }
 

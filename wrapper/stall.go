@@ -8,9 +8,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/wrapper/proc"
-
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
 )
 
 // A tool that writes nothing for stall_seconds is stalled: an agent CLI
@@ -114,7 +114,7 @@ func (s *supervisor) watchStall(stop <-chan struct{}) {
 				continue
 			}
 			if now.Sub(last) >= stall {
-				s.logger.Info("tool wrote nothing", logKeyReason, reasonStall, "for", now.Sub(last).Round(time.Millisecond))
+				s.logger.Info("tool wrote nothing", taskfiles.LogKeyReason, reasonStall, "for", now.Sub(last).Round(time.Millisecond))
 				s.stop(reasonStall, seconds(s.launch.GraceSeconds))
 				return
 			}

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wrapper/gitresult"
 
 	"github.com/dispatch-tool/dispatch/wrapper/tree"
@@ -29,8 +31,6 @@ import (
 	"github.com/dispatch-tool/dispatch/wrapper/agentlog"
 
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
-
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/internal/netallow"
 	"github.com/dispatch-tool/dispatch/wire"
@@ -45,29 +45,6 @@ const (
 	reasonNotice = "notice"
 	// reasonStall: the tool wrote nothing for stall_seconds.
 	reasonStall = "stall"
-	// reasonOOM and reasonPids: the watchdog found the attempt's processes
-	// over their memory or pids limit (see limits.go).
-	reasonOOM  = "oom"
-	reasonPids = "pids"
-)
-
-// Log keys of the supervisor's wrapper.log.
-const (
-	logKeyDir        = "dir"
-	logKeyPID        = "pid"
-	logKeyTask       = "task"
-	logKeyAttempt    = "attempt"
-	logKeyToolPID    = "tool_pid"
-	logKeyOldAttempt = "old_attempt"
-	logKeyTo         = "to"
-	logKeyReason     = "reason"
-	logKeyGrace      = "grace"
-	logKeyPGID       = "pgid"
-	logKeyStatus     = "status"
-	logKeyErrorClass = "error_class"
-	logKeyError      = "error"
-	logKeyErr        = "err"
-	logKeyPath       = "path"
 )
 
 // lockWait is how long a new supervisor retries D/lock before deciding that
@@ -199,11 +176,11 @@ const maxSuperviseDoc = maxLaunchBatch
 // attempt is stopped without its neighbours; SIGTERM and SIGINT stop every
 // attempt; SIGHUP is ignored.
 func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
-	logger := slog.New(slog.NewTextHandler(stderr, nil)).With(logKeyPID, os.Getpid())
+	logger := slog.New(slog.NewTextHandler(stderr, nil)).With(taskfiles.LogKeyPID, os.Getpid())
 	fs := newFlagSet(superviseCommand)
 	readyFD := fs.Int("ready-fd", 3, "pipe to report readiness on")
 	if err := parseFlags(fs, args); err != nil {
-		logger.Error("supervise", logKeyErr, err)
+		logger.Error("supervise", taskfiles.LogKeyErr, err)
 		return 1
 	}
 	// Caught from the start, so that a `kill` arriving before the attempts
@@ -221,7 +198,7 @@ func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
 
 	items, err := readSuperviseItems(stdin)
 	if err != nil {
-		logger.Error("supervisor not started", logKeyErr, err)
+		logger.Error("supervisor not started", taskfiles.LogKeyErr, err)
 		report(wire.ErrorReply{Error: err.Error(), Kind: errkind.Of(err)})
 		return 1
 	}
@@ -235,7 +212,7 @@ func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
 			s, err := startAttempt(item)
 			results[i] = wire.LaunchResult{Dir: item.Dir}
 			if err != nil {
-				logger.Error("attempt not started", logKeyDir, item.Dir, logKeyErr, err)
+				logger.Error("attempt not started", taskfiles.LogKeyDir, item.Dir, taskfiles.LogKeyErr, err)
 				results[i].Error, results[i].Kind = err.Error(), errkind.Of(err)
 				return
 			}
@@ -329,7 +306,7 @@ func startAttempt(item superviseItem) (*supervisor, error) {
 		dir:     dir,
 		launch:  launch,
 		env:     proc.BuildEnv(os.Environ(), item.Env, launch, dir, filepath.Join(dir, taskfiles.DirOutput)),
-		logger:  slog.New(slog.NewTextHandler(logf, nil)).With(logKeyDir, dir, logKeyPID, os.Getpid(), logKeyTask, launch.Task, logKeyAttempt, launch.Attempt),
+		logger:  slog.New(slog.NewTextHandler(logf, nil)).With(taskfiles.LogKeyDir, dir, taskfiles.LogKeyPID, os.Getpid(), taskfiles.LogKeyTask, launch.Task, taskfiles.LogKeyAttempt, launch.Attempt),
 		begun:   time.Now(),
 		lock:    lock,
 		logFile: logf,
@@ -480,15 +457,15 @@ func (s *supervisor) moveAside() error {
 	switch rec, err := proc.ReadRecord(s.dir); {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
-		s.logger.Warn("no usable process record of the earlier attempt; signalling nothing", logKeyErr, err)
+		s.logger.Warn("no usable process record of the earlier attempt; signalling nothing", taskfiles.LogKeyErr, err)
 	default:
 		err := rec.KillToolGroup(syscall.SIGKILL)
 		switch {
 		case errors.Is(err, proc.ErrNoGroup):
 		case err != nil:
-			s.logger.Warn("not killing the recorded tool group of an earlier attempt", logKeyPGID, rec.ToolPGID, logKeyOldAttempt, rec.Attempt, logKeyErr, err)
+			s.logger.Warn("not killing the recorded tool group of an earlier attempt", taskfiles.LogKeyPGID, rec.ToolPGID, taskfiles.LogKeyOldAttempt, rec.Attempt, taskfiles.LogKeyErr, err)
 		default:
-			s.logger.Warn("killed the tool group of an earlier attempt", logKeyPGID, rec.ToolPGID, logKeyOldAttempt, rec.Attempt)
+			s.logger.Warn("killed the tool group of an earlier attempt", taskfiles.LogKeyPGID, rec.ToolPGID, taskfiles.LogKeyOldAttempt, rec.Attempt)
 			deadline := time.Now().Add(time.Second)
 			for proc.GroupAlive(rec.ToolPGID) && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
@@ -517,7 +494,7 @@ func (s *supervisor) moveAside() error {
 	// directory.
 	attempts := filepath.Join(s.dir, taskfiles.DirAttempts)
 	if fi, err := os.Lstat(attempts); err == nil && !fi.IsDir() {
-		s.logger.Warn("removing an attempts/ that is not a directory", logKeyPath, attempts)
+		s.logger.Warn("removing an attempts/ that is not a directory", taskfiles.LogKeyPath, attempts)
 		if err := os.Remove(attempts); err != nil {
 			return fmt.Errorf("remove %s: %w", attempts, err)
 		}
@@ -538,7 +515,7 @@ func (s *supervisor) moveAside() error {
 			return fmt.Errorf("move %s aside: %w", name, err)
 		}
 	}
-	s.logger.Info("moved earlier attempt aside", logKeyTo, target)
+	s.logger.Info("moved earlier attempt aside", taskfiles.LogKeyTo, target)
 	return nil
 }
 
@@ -570,7 +547,7 @@ func attemptFiles(dir string) ([]string, error) {
 func (s *supervisor) copyBase(out string) error {
 	src := filepath.Join(s.dir, s.launch.Base)
 	skipped := func(path string) {
-		s.logger.Warn("base: skipped an entry that is not a file, directory or link", logKeyPath, path)
+		s.logger.Warn("base: skipped an entry that is not a file, directory or link", taskfiles.LogKeyPath, path)
 	}
 	if err := tree.CopyTree(src, out, s.stopping, skipped); err != nil {
 		if errors.Is(err, tree.ErrStopped) {
@@ -639,7 +616,7 @@ func (s *supervisor) attempt() outcome {
 	}
 	s.background(func() { s.watchLimits(p) })
 	s.setTool(p)
-	s.logger.Info("tool started", logKeyToolPID, p.Pgid)
+	s.logger.Info("tool started", taskfiles.LogKeyToolPID, p.Pgid)
 	<-p.Exited
 	s.mu.Lock()
 	s.finishing = true
@@ -658,7 +635,7 @@ func (s *supervisor) attempt() outcome {
 		s.finishing, s.gating = false, true
 		s.mu.Unlock()
 		if err := s.updateStatus(func(st *wire.Status) bool { st.Gating = true; return true }); err != nil {
-			s.logger.Warn("write status", logKeyErr, err)
+			s.logger.Warn("write status", taskfiles.LogKeyErr, err)
 		}
 		res.gate = s.runGate(out, res.commit)
 		s.mu.Lock()
@@ -751,12 +728,12 @@ func (s *supervisor) runSetup(out string) (res outcome, ok bool) {
 func (s *supervisor) startSpare(r *wire.LaunchRepo) {
 	exe, err := os.Executable()
 	if err != nil {
-		s.logger.Warn("no spare checkout", logKeyErr, err)
+		s.logger.Warn("no spare checkout", taskfiles.LogKeyErr, err)
 		return
 	}
 	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
-		s.logger.Warn("no spare checkout", logKeyErr, err)
+		s.logger.Warn("no spare checkout", taskfiles.LogKeyErr, err)
 		return
 	}
 	defer null.Close()
@@ -764,7 +741,7 @@ func (s *supervisor) startSpare(r *wire.LaunchRepo) {
 		Dir: "/", Stdin: null, Stdout: null, Stderr: null, Env: gitresult.GitEnv(),
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
 	if err := cmd.Start(); err != nil {
-		s.logger.Warn("no spare checkout", logKeyErr, err)
+		s.logger.Warn("no spare checkout", taskfiles.LogKeyErr, err)
 		return
 	}
 	go cmd.Wait() // reaped while this supervisor lives; adopted by init after
@@ -894,7 +871,7 @@ func (s *supervisor) stop(reason string, grace time.Duration) {
 		return
 	}
 	s.stopReason = reason
-	s.logger.Info("stopping attempt", logKeyReason, reason, logKeyGrace, grace)
+	s.logger.Info("stopping attempt", taskfiles.LogKeyReason, reason, taskfiles.LogKeyGrace, grace)
 	p := s.cur
 	if p == nil {
 		return
@@ -915,7 +892,7 @@ func (s *supervisor) stop(reason string, grace time.Duration) {
 		select {
 		case <-p.Exited:
 		case <-t.C:
-			s.logger.Info("grace over, killing tool group", logKeyPGID, p.Pgid)
+			s.logger.Info("grace over, killing tool group", taskfiles.LogKeyPGID, p.Pgid)
 			syscall.Kill(-p.Pgid, syscall.SIGKILL)
 		}
 	}()
@@ -931,7 +908,7 @@ func (s *supervisor) limitStop(reason, msg string) bool {
 		return false
 	}
 	s.stopReason, s.limitMsg = reason, msg
-	s.logger.Info("stopping attempt", logKeyReason, reason, logKeyError, msg)
+	s.logger.Info("stopping attempt", taskfiles.LogKeyReason, reason, taskfiles.LogKeyError, msg)
 	return true
 }
 
@@ -952,7 +929,7 @@ func (s *supervisor) removeOldTmps() {
 	}
 	for _, p := range old {
 		if err := os.RemoveAll(p); err != nil {
-			s.logger.Warn("remove an old tmp", logKeyPath, p, logKeyErr, err)
+			s.logger.Warn("remove an old tmp", taskfiles.LogKeyPath, p, taskfiles.LogKeyErr, err)
 		}
 	}
 }
@@ -1040,7 +1017,7 @@ func (s *supervisor) heartbeats(stop <-chan struct{}, done chan<- struct{}) {
 			return
 		case <-t.C:
 			if err := s.beat(); err != nil {
-				s.logger.Warn("heartbeat", logKeyErr, err)
+				s.logger.Warn("heartbeat", taskfiles.LogKeyErr, err)
 			}
 			total := s.tlog.Total()
 			err := s.updateStatus(func(st *wire.Status) bool {
@@ -1054,7 +1031,7 @@ func (s *supervisor) heartbeats(stop <-chan struct{}, done chan<- struct{}) {
 				return changed
 			})
 			if err != nil {
-				s.logger.Warn("update status", logKeyErr, err)
+				s.logger.Warn("update status", taskfiles.LogKeyErr, err)
 			}
 		}
 	}
@@ -1090,7 +1067,7 @@ func (s *supervisor) writeOwnRecord() error {
 func (s *supervisor) setTool(p *proc.Proc) {
 	s.rec.ToolPGID, s.rec.ToolStart = p.Pgid, p.Start
 	if err := proc.WriteRecord(&s.rec); err != nil {
-		s.logger.Error("process record", logKeyErr, err)
+		s.logger.Error("process record", taskfiles.LogKeyErr, err)
 	}
 	pid := p.Pgid
 	err := s.updateStatus(func(st *wire.Status) bool {
@@ -1098,7 +1075,7 @@ func (s *supervisor) setTool(p *proc.Proc) {
 		return true
 	})
 	if err != nil {
-		s.logger.Warn("update status", logKeyErr, err)
+		s.logger.Warn("update status", taskfiles.LogKeyErr, err)
 	}
 }
 
@@ -1149,19 +1126,19 @@ func (s *supervisor) finish(res outcome) {
 		// the gate's result from.
 		s.rec.SessionID, s.rec.Gate = session, res.gate
 		if err := proc.WriteRecord(&s.rec); err != nil {
-			s.logger.Error("process record", logKeyErr, err)
+			s.logger.Error("process record", taskfiles.LogKeyErr, err)
 		}
 	}
 	ended := time.Now()
 	if err := s.tlog.Err(); err != nil {
-		s.logger.Error("task log incomplete", logKeyErr, err)
+		s.logger.Error("task log incomplete", taskfiles.LogKeyErr, err)
 	}
 	// Read back from the file, which holds far more than the in-memory
 	// tail; the tool and setup are gone, so it no longer changes. It is
 	// the file the log wrote, whatever the task put at its path.
 	tail, err := s.tlog.ReadTail(agentlog.UsageTail)
 	if err != nil {
-		s.logger.Warn("read task log for usage", logKeyErr, err)
+		s.logger.Warn("read task log for usage", taskfiles.LogKeyErr, err)
 	}
 	tokensIn, tokensOut, cost := agentlog.ParseUsage(s.launch.Agent, tail)
 	message := agentlog.FinalMessage(s.launch.Agent, tail)
@@ -1223,12 +1200,12 @@ func (s *supervisor) finish(res outcome) {
 		return true
 	})
 	if err != nil {
-		s.logger.Error("write final status", logKeyErr, err)
+		s.logger.Error("write final status", taskfiles.LogKeyErr, err)
 		return
 	}
 	// Out of the live index only now: until the final status is on disk
 	// the attempt must be reported, and a supervisor killed before this
 	// line leaves its marker for the controller to find.
 	unmarkLive(s.dir, s.launch.Attempt)
-	s.logger.Info("attempt finished", logKeyStatus, final.Status, logKeyErrorClass, final.ErrorClass, logKeyError, final.Error)
+	s.logger.Info("attempt finished", taskfiles.LogKeyStatus, final.Status, taskfiles.LogKeyErrorClass, final.ErrorClass, taskfiles.LogKeyError, final.Error)
 }
