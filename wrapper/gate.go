@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/limits"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wrapper/gitresult"
@@ -165,7 +167,7 @@ func (s *supervisor) gateStep(dir, command string, log *taskfiles.TaskLog, wait 
 	timer := time.AfterFunc(wait, func() {
 		timedOut.Store(true)
 		if s.sandbox != nil {
-			termSandboxed(p.Pgid)
+			limits.TermSandboxed(p.Pgid)
 		}
 		syscall.Kill(-p.Pgid, syscall.SIGKILL)
 	})

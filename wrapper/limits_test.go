@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/limits"
+
 	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
 
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
@@ -191,7 +193,7 @@ func TestForkRefused(t *testing.T) {
 		{"nothing", "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := forkRefused([]byte(tc.log)); got != tc.want {
+			if got := limits.ForkRefused([]byte(tc.log)); got != tc.want {
 				t.Errorf("forkRefused(%q) = %v, want %v", tc.log, got, tc.want)
 			}
 		})
@@ -224,7 +226,7 @@ func TestLimitsFileSize(t *testing.T) {
 // its group that left the tree (a double fork) by the pid the last scan
 // found: the light sample sees what a scan sees.
 func TestWatchdogSampleWalksTheTree(t *testing.T) {
-	if !hasChildrenFiles() {
+	if !limits.HasChildrenFiles() {
 		t.Fatal("this kernel has no /proc/<pid>/task/<tid>/children; the watchdog scans every process there")
 	}
 	cmd := exec.Command("/bin/sh", "-c", "sleep 60 & (sleep 60 &); sleep 60")
@@ -234,33 +236,33 @@ func TestWatchdogSampleWalksTheTree(t *testing.T) {
 	}
 	root := cmd.Process.Pid
 	t.Cleanup(func() { syscall.Kill(-root, syscall.SIGKILL); cmd.Wait() })
-	pids := func(ps []procInfo) []int {
+	pids := func(ps []limits.ProcInfo) []int {
 		var out []int
 		for _, p := range ps {
-			out = append(out, p.pid)
+			out = append(out, p.Pid)
 		}
 		slices.Sort(out)
 		return out
 	}
-	var scanned []procInfo
+	var scanned []limits.ProcInfo
 	wtest.Poll(t, 10*time.Second, "the shell and its three sleeps", func() bool {
-		procs, err := scanProcs()
+		procs, err := limits.ScanProcs()
 		if err != nil {
 			t.Fatal(err)
 		}
-		scanned = attemptProcs(procs, root)
+		scanned = limits.AttemptProcs(procs, root)
 		return len(scanned) == 4
 	})
-	tree, ok := treeProcs(root)
+	tree, ok := limits.TreeProcs(root)
 	if !ok || len(tree) != 3 {
 		t.Fatalf("the tree walk found %v (ok %v); want the shell and its two sleeps, not the one that left", pids(tree), ok)
 	}
-	var outsiders []procInfo
-	full, err := sampleAttempt(root, true, &outsiders)
+	var outsiders []limits.ProcInfo
+	full, err := limits.SampleAttempt(root, true, &outsiders)
 	if err != nil || !slices.Equal(pids(full), pids(scanned)) || len(outsiders) != 1 {
 		t.Fatalf("a full sample: %v (%v), outsiders %v; want %v and one outsider", pids(full), err, pids(outsiders), pids(scanned))
 	}
-	light, err := sampleAttempt(root, false, &outsiders)
+	light, err := limits.SampleAttempt(root, false, &outsiders)
 	if err != nil || !slices.Equal(pids(light), pids(scanned)) {
 		t.Fatalf("a light sample: %v (%v); want what the scan saw, %v", pids(light), err, pids(scanned))
 	}

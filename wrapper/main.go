@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/dispatch-tool/dispatch/wrapper/limits"
+
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
 
 	"github.com/dispatch-tool/dispatch/wrapper/egress"
@@ -50,9 +52,9 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return fail(stdout, errkind.Usagef("no command; want version, run, status, kill or tail"))
 	}
 	name, rest := args[0], args[1:]
-	if name == limitExecCommand {
+	if name == limits.LimitExecCommand {
 		// Replaced by the program it runs; it prints only on failure.
-		if err := cmdLimitExec(rest); err != nil {
+		if err := limits.CmdLimitExec(rest); err != nil {
 			fmt.Fprintln(stderr, "dispatch-wrapper:", err)
 			return 127
 		}

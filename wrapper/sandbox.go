@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/limits"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wrapper/egress"
@@ -129,7 +131,7 @@ func cmdSandbox(args []string, stdout io.Writer) error {
 	// The controller asks when it connects: a fresh answer, kept for the
 	// attempts that follow.
 	reply := probeWithCache(context.Background(), true)
-	reply.Limits = limitEnforcement()
+	reply.Limits = limits.LimitEnforcement()
 	return printJSON(stdout, reply)
 }
 

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/limits"
+
 	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
 
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
@@ -479,15 +481,15 @@ func TestSandboxStopGivesGrace(t *testing.T) {
 // hostTree is pid and every process below it, as the host numbers them.
 func hostTree(t *testing.T, pid int) []int {
 	t.Helper()
-	procs, err := scanProcs()
+	procs, err := limits.ScanProcs()
 	if err != nil {
 		t.Fatal(err)
 	}
 	tree := []int{pid}
 	for i := 0; i < len(tree); i++ {
 		for _, p := range procs {
-			if p.ppid == tree[i] {
-				tree = append(tree, p.pid)
+			if p.Ppid == tree[i] {
+				tree = append(tree, p.Pid)
 			}
 		}
 	}

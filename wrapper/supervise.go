@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/limits"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wrapper/gitresult"
@@ -116,7 +118,7 @@ type supervisor struct {
 	// cg is the attempt's cgroups (nil: none), made with its first limited
 	// child (cgTried: once tried), before the watchdog of that child starts;
 	// removed by endCgroup once attempt has returned.
-	cg      *attemptCgroup
+	cg      *limits.AttemptCgroup
 	cgTried bool
 	// nproc is the RLIMIT_NPROC set on the last limited child (0: none),
 	// the pids limit's backstop without a pids cgroup; written by limited,
@@ -882,7 +884,7 @@ func (s *supervisor) stop(reason string, grace time.Duration) {
 	default:
 	}
 	if s.sandbox != nil {
-		termSandboxed(p.Pgid)
+		limits.TermSandboxed(p.Pgid)
 	} else {
 		syscall.Kill(-p.Pgid, syscall.SIGTERM)
 	}
@@ -1160,9 +1162,9 @@ func (s *supervisor) finish(res outcome) {
 			st.Status, st.ErrorClass, st.Error = wire.StatusKilled, wire.ClassKilled, "killed on request"
 		case reason == reasonNotice:
 			s.noticeFailure(st, ended)
-		case reason == reasonOOM:
+		case reason == limits.ReasonOOM:
 			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassOOM, limitMsg
-		case reason == reasonPids:
+		case reason == limits.ReasonPids:
 			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassPids, limitMsg
 		case reason == reasonStall:
 			st.Status, st.ErrorClass = wire.StatusFailed, wire.ClassStalled
@@ -1171,7 +1173,7 @@ func (s *supervisor) finish(res outcome) {
 			st.Status, st.ErrorClass = wire.StatusFailed, wire.ClassTimeout
 			st.Error = "timed out after " + seconds(s.launch.TimeoutSeconds).String()
 		case s.nprocRefused(res):
-			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassPids, nprocMessage(s.launch.Limits, s.nproc-s.launch.Limits.Pids)
+			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassPids, limits.NprocMessage(s.launch.Limits, s.nproc-s.launch.Limits.Pids)
 		case res.startErr != "":
 			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassStart, res.startErr
 			if res.permanent {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/limits"
+
 	"github.com/dispatch-tool/dispatch/wrapper/tree"
 
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
@@ -117,7 +119,7 @@ func normalizeLaunch(l *wire.Launch) error {
 		return err
 	}
 	if l.Limits != nil {
-		if err := checkLimits(l.Limits); err != nil {
+		if err := limits.CheckLimits(l.Limits); err != nil {
 			return err
 		}
 	}

@@ -1,4 +1,4 @@
-package wrapper
+package limits
 
 import (
 	"errors"
@@ -17,24 +17,24 @@ import (
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
-// envCgroups, set to "off" in the wrapper's environment, keeps it from
+// EnvCgroups, set to "off" in the wrapper's environment, keeps it from
 // using cgroups: the watchdog enforces the limits it can, as on a node
 // without a writable cgroup.
-const envCgroups = "DISPATCH_WRAPPER_CGROUPS"
+const EnvCgroups = "DISPATCH_WRAPPER_CGROUPS"
 
-// ownCgroupPlan is how this process puts attempts in cgroups, decided once
+// OwnCgroupPlan is how this process puts attempts in cgroups, decided once
 // from /proc/self.
-var ownCgroupPlan = sync.OnceValue(func() *cgroupPlan {
-	if os.Getenv(envCgroups) == "off" {
-		return &cgroupPlan{why: envCgroups + "=off"}
+var OwnCgroupPlan = sync.OnceValue(func() *CgroupPlan {
+	if os.Getenv(EnvCgroups) == "off" {
+		return &CgroupPlan{Why: EnvCgroups + "=off"}
 	}
 	own, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
-		return &cgroupPlan{why: err.Error()}
+		return &CgroupPlan{Why: err.Error()}
 	}
 	mi, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		return &cgroupPlan{why: err.Error()}
+		return &CgroupPlan{Why: err.Error()}
 	}
 	p := planCgroups(parseProcCgroup(string(own)), parseMountinfo(string(mi)), readCgroupDir)
 	return &p
@@ -58,19 +58,19 @@ func readCgroupDir(dir string, v2 bool) cgroupDirInfo {
 	return info
 }
 
-// cgroupsReady returns the plan once the v2 leaf is made and the
+// CgroupsReady returns the plan once the v2 leaf is made and the
 // controllers enabled (nil, error when that fails: the watchdog then
 // enforces what it can); nil, nil where no cgroup is usable. Only the
 // supervisor calls it: it moves the calling process.
-var cgroupsReady = sync.OnceValues(func() (*cgroupPlan, error) {
-	p := ownCgroupPlan()
+var CgroupsReady = sync.OnceValues(func() (*CgroupPlan, error) {
+	p := OwnCgroupPlan()
 	if p.version == 0 {
 		return nil, nil
 	}
 	if p.version == 1 {
 		return p, nil
 	}
-	h := &p.hiers[0]
+	h := &p.Hiers[0]
 	if p.leaf != "" {
 		if err := os.Mkdir(p.leaf, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return nil, fmt.Errorf("cgroup v2: make the wrapper's leaf: %w", err)
@@ -81,8 +81,8 @@ var cgroupsReady = sync.OnceValues(func() (*cgroupPlan, error) {
 	}
 	var enabled []string
 	var firstErr error
-	for _, c := range h.controllers {
-		err := writeCgroupFile(filepath.Join(h.base, "cgroup.subtree_control"), "+"+c)
+	for _, c := range h.Controllers {
+		err := writeCgroupFile(filepath.Join(h.Base, "cgroup.subtree_control"), "+"+c)
 		if err == nil {
 			enabled = append(enabled, c)
 		} else if firstErr == nil {
@@ -90,9 +90,9 @@ var cgroupsReady = sync.OnceValues(func() (*cgroupPlan, error) {
 		}
 	}
 	if len(enabled) == 0 {
-		return nil, fmt.Errorf("cgroup v2: enable %s in %s (another process in it?): %w", strings.Join(h.controllers, ","), h.base, firstErr)
+		return nil, fmt.Errorf("cgroup v2: enable %s in %s (another process in it?): %w", strings.Join(h.Controllers, ","), h.Base, firstErr)
 	}
-	h.controllers = enabled
+	h.Controllers = enabled
 	return p, nil
 })
 
@@ -110,43 +110,43 @@ func writeCgroupFile(path, value string) error {
 	return err
 }
 
-// attemptCgroup is one attempt's cgroups: one directory per hierarchy of
+// AttemptCgroup is one attempt's cgroups: one directory per hierarchy of
 // the plan that has a limit to enforce.
-type attemptCgroup struct {
+type AttemptCgroup struct {
 	version int
-	dirs    []string
+	Dirs    []string
 	ctrls   [][]string // the controllers enforced in dirs[i]
 }
 
-// newAttemptCgroup makes the cgroups named name for limits l, having
-// removed the task's stale ones (stem: see cgroupStem). nil, nil when the
+// NewAttemptCgroup makes the cgroups named name for limits l, having
+// removed the task's stale ones (stem: see CgroupStem). nil, nil when the
 // plan has no controller for l.
-func newAttemptCgroup(p *cgroupPlan, stem, name string, l *wire.Limits, logger *slog.Logger) (*attemptCgroup, error) {
-	c := &attemptCgroup{version: p.version}
-	for _, h := range p.hiers {
-		dir := filepath.Join(h.base, name)
-		files := cgroupFiles(p.version, h.controllers, l, func(f string) bool {
-			_, err := os.Stat(filepath.Join(h.base, f))
+func NewAttemptCgroup(p *CgroupPlan, stem, name string, l *wire.Limits, logger *slog.Logger) (*AttemptCgroup, error) {
+	c := &AttemptCgroup{version: p.version}
+	for _, h := range p.Hiers {
+		dir := filepath.Join(h.Base, name)
+		files := cgroupFiles(p.version, h.Controllers, l, func(f string) bool {
+			_, err := os.Stat(filepath.Join(h.Base, f))
 			return err == nil
 		})
 		if len(files) == 0 {
 			continue
 		}
-		removeStaleCgroups(h.base, stem, logger)
+		removeStaleCgroups(h.Base, stem, logger)
 		if err := os.Mkdir(dir, 0o755); err != nil {
-			c.remove()
+			c.Remove()
 			return nil, fmt.Errorf("make cgroup: %w", err)
 		}
-		c.dirs = append(c.dirs, dir)
-		c.ctrls = append(c.ctrls, h.controllers)
+		c.Dirs = append(c.Dirs, dir)
+		c.ctrls = append(c.ctrls, h.Controllers)
 		for _, f := range files {
 			if err := writeCgroupFile(filepath.Join(dir, f.name), f.value); err != nil {
-				c.remove()
+				c.Remove()
 				return nil, fmt.Errorf("cgroup: write %s %s: %w", f.value, filepath.Join(dir, f.name), err)
 			}
 		}
 	}
-	if len(c.dirs) == 0 {
+	if len(c.Dirs) == 0 {
 		return nil, nil
 	}
 	return c, nil
@@ -165,7 +165,7 @@ func removeStaleCgroups(base, stem string, logger *slog.Logger) {
 			continue
 		}
 		dir := filepath.Join(base, e.Name())
-		if err := removeCgroupDir(dir, 0); err != nil {
+		if err := RemoveCgroupDir(dir, 0); err != nil {
 			logger.Warn("remove the cgroup of an earlier attempt", taskfiles.LogKeyPath, dir, taskfiles.LogKeyErr, err)
 			continue
 		}
@@ -173,30 +173,30 @@ func removeStaleCgroups(base, stem string, logger *slog.Logger) {
 	}
 }
 
-// has reports whether the attempt's cgroups enforce controller ctrl.
-func (c *attemptCgroup) has(ctrl string) bool {
+// Has reports whether the attempt's cgroups enforce controller ctrl.
+func (c *AttemptCgroup) Has(ctrl string) bool {
 	return c.dir(ctrl) != ""
 }
 
 // dir is the attempt's cgroup of controller ctrl ("": none).
-func (c *attemptCgroup) dir(ctrl string) string {
+func (c *AttemptCgroup) dir(ctrl string) string {
 	if c == nil {
 		return ""
 	}
 	for i, cs := range c.ctrls {
 		for _, x := range cs {
 			if x == ctrl {
-				return c.dirs[i]
+				return c.Dirs[i]
 			}
 		}
 	}
 	return ""
 }
 
-// oomKills counts the processes the kernel's OOM killer killed in the
+// OomKills counts the processes the kernel's OOM killer killed in the
 // attempt's memory cgroup (-1: the kernel does not say).
-func (c *attemptCgroup) oomKills() int64 {
-	dir := c.dir(ctrlMemory)
+func (c *AttemptCgroup) OomKills() int64 {
+	dir := c.dir(CtrlMemory)
 	if dir == "" {
 		return 0
 	}
@@ -208,13 +208,13 @@ func (c *attemptCgroup) oomKills() int64 {
 	if err != nil {
 		return -1
 	}
-	return parseKeyed(string(b), "oom_kill")
+	return ParseKeyed(string(b), "oom_kill")
 }
 
-// memoryFailures counts, on v1, the times the memory cgroup hit its limit
+// MemoryFailures counts, on v1, the times the memory cgroup hit its limit
 // (memory.failcnt): for a kernel whose oom_control has no oom_kill.
-func (c *attemptCgroup) memoryFailures() int64 {
-	dir := c.dir(ctrlMemory)
+func (c *AttemptCgroup) MemoryFailures() int64 {
+	dir := c.dir(CtrlMemory)
 	if dir == "" || c.version != 1 {
 		return 0
 	}
@@ -226,9 +226,9 @@ func (c *attemptCgroup) memoryFailures() int64 {
 	return n
 }
 
-// pidsRefused counts the forks the attempt's pids cgroup refused.
-func (c *attemptCgroup) pidsRefused() int64 {
-	dir := c.dir(ctrlPids)
+// PidsRefused counts the forks the attempt's pids cgroup refused.
+func (c *AttemptCgroup) PidsRefused() int64 {
+	dir := c.dir(CtrlPids)
 	if dir == "" {
 		return 0
 	}
@@ -236,15 +236,15 @@ func (c *attemptCgroup) pidsRefused() int64 {
 	if err != nil {
 		return 0
 	}
-	return max(parseKeyed(string(b), "max"), 0)
+	return max(ParseKeyed(string(b), "max"), 0)
 }
 
 // kill sends SIGKILL to every process of the attempt's cgroups.
-func (c *attemptCgroup) kill() {
+func (c *AttemptCgroup) kill() {
 	if c == nil {
 		return
 	}
-	for _, d := range c.dirs {
+	for _, d := range c.Dirs {
 		killCgroup(d, 0)
 	}
 }
@@ -281,21 +281,21 @@ func killCgroup(dir string, depth int) {
 // leave their cgroup.
 const cgroupEmptyWait = 2 * time.Second
 
-// remove kills what is left in the attempt's cgroups and removes them.
-func (c *attemptCgroup) remove() error {
+// Remove kills what is left in the attempt's cgroups and removes them.
+func (c *AttemptCgroup) Remove() error {
 	if c == nil {
 		return nil
 	}
 	var errs []error
-	for _, d := range c.dirs {
-		errs = append(errs, removeCgroupDir(d, 0))
+	for _, d := range c.Dirs {
+		errs = append(errs, RemoveCgroupDir(d, 0))
 	}
 	return errors.Join(errs...)
 }
 
-// removeCgroupDir kills the processes of dir and its children, waits for
+// RemoveCgroupDir kills the processes of dir and its children, waits for
 // them to leave and removes the directories, deepest first.
-func removeCgroupDir(dir string, depth int) error {
+func RemoveCgroupDir(dir string, depth int) error {
 	if depth == 0 {
 		killCgroup(dir, 0)
 	}
@@ -303,7 +303,7 @@ func removeCgroupDir(dir string, depth int) error {
 		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {
 			if e.IsDir() {
-				removeCgroupDir(filepath.Join(dir, e.Name()), depth+1)
+				RemoveCgroupDir(filepath.Join(dir, e.Name()), depth+1)
 			}
 		}
 	}

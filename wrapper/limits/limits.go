@@ -1,11 +1,10 @@
-package wrapper
+package limits
 
 import (
 	"fmt"
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
@@ -27,7 +26,7 @@ import (
 // the wrapper enforces itself:
 //
 //   - file_size: RLIMIT_FSIZE, set on the child before it runs (see
-//     limitExecCommand): a write past it fails with EFBIG, or kills the
+//     LimitExecCommand): a write past it fails with EFBIG, or kills the
 //     writer with SIGXFSZ (the shell's default). Always so.
 //   - pids: the watchdog counts the threads of the attempt's processes
 //     (its process tree and process group, from /proc) and kills the
@@ -41,7 +40,7 @@ import (
 //     pids.events): the tool gets EAGAIN, and a shell or a runtime says so
 //     and usually dies of it before the watchdog's next sample. So when the
 //     backstop was set and the tool failed, its log's last lines naming a
-//     refused fork or thread (forkRefused) class the attempt pids: the
+//     refused fork or thread (ForkRefused) class the attempt pids: the
 //     only per-user refusal of a fork the kernel makes is RLIMIT_NPROC, and
 //     the wrapper set it for this attempt alone.
 //   - memory: the watchdog sums the resident memory (RSS) of the same
@@ -58,12 +57,12 @@ import (
 // Why the watchdog stops an attempt: its processes went over their memory
 // or pids limit.
 const (
-	reasonOOM  = "oom"
-	reasonPids = "pids"
+	ReasonOOM  = "oom"
+	ReasonPids = "pids"
 )
 
-// checkLimits rejects negative limits.
-func checkLimits(l *wire.Limits) error {
+// CheckLimits rejects negative limits.
+func CheckLimits(l *wire.Limits) error {
 	if l.MemoryBytes < 0 || l.CPU < 0 || l.Pids < 0 || l.FileSizeBytes < 0 {
 		return fmt.Errorf("limits: negative memory, cpu, pids or file_size")
 	}
@@ -76,20 +75,20 @@ func limitsWatched(l *wire.Limits) bool {
 	return l != nil && (l.MemoryBytes > 0 || l.Pids > 0)
 }
 
-// limitExecCommand is the hidden subcommand that sets the rlimits of the
+// LimitExecCommand is the hidden subcommand that sets the rlimits of the
 // child and then executes it: `limit-exec [--fsize BYTES] [--nproc N] --
 // PATH ARGV0 ARGS...`. Go cannot set a child's rlimits between fork and
 // exec, and setting them on the supervisor would bind every attempt.
-const limitExecCommand = "limit-exec"
+const LimitExecCommand = "limit-exec"
 
-// limitArgs is the argv of limit-exec running cmd's program, or nil when
+// LimitArgs is the argv of limit-exec running cmd's program, or nil when
 // no rlimit is to be set and no cgroup joined. nproc is RLIMIT_NPROC (0:
 // none); cgroups are the directories to join.
-func limitArgs(exe string, l *wire.Limits, nproc int, cgroups []string, cmd *exec.Cmd) []string {
+func LimitArgs(exe string, l *wire.Limits, nproc int, cgroups []string, cmd *exec.Cmd) []string {
 	if l == nil || (l.FileSizeBytes <= 0 && nproc <= 0 && len(cgroups) == 0) {
 		return nil
 	}
-	a := []string{exe, limitExecCommand}
+	a := []string{exe, LimitExecCommand}
 	for _, d := range cgroups {
 		a = append(a, "--cgroup", d)
 	}
@@ -103,21 +102,21 @@ func limitArgs(exe string, l *wire.Limits, nproc int, cgroups []string, cmd *exe
 	return append(a, cmd.Args...)
 }
 
-// oomMessage is the error of an attempt the cgroup's OOM killer struck.
-func oomMessage(l *wire.Limits) string {
+// OomMessage is the error of an attempt the cgroup's OOM killer struck.
+func OomMessage(l *wire.Limits) string {
 	return "killed: the task's processes asked for memory over its limit of " + sizeString(l.MemoryBytes) + " (the cgroup's OOM killer struck)"
 }
 
-// pidsMessage is the error of an attempt whose fork the pids cgroup
+// PidsMessage is the error of an attempt whose fork the pids cgroup
 // refused.
-func pidsMessage(l *wire.Limits) string {
+func PidsMessage(l *wire.Limits) string {
 	return "killed: the task tried to start a process or thread over its pids limit of " + strconv.Itoa(l.Pids) + " (the cgroup refused the fork)"
 }
 
-// nprocMessage is the error of an attempt whose fork RLIMIT_NPROC, the
+// NprocMessage is the error of an attempt whose fork RLIMIT_NPROC, the
 // pids limit's backstop without a cgroup, refused; base is the threads
 // the node user ran when the attempt started.
-func nprocMessage(l *wire.Limits, base int) string {
+func NprocMessage(l *wire.Limits, base int) string {
 	return "failed: the task's fork of a process or thread was refused at its pids limit of " + strconv.Itoa(l.Pids) +
 		" (RLIMIT_NPROC " + strconv.Itoa(l.Pids+base) + ": the limit plus the " + strconv.Itoa(base) +
 		" threads the node user ran when the attempt started)"
@@ -129,11 +128,11 @@ func nprocMessage(l *wire.Limits, base int) string {
 // new OS thread", Node's "spawn EAGAIN", glibc's "pthread_create".
 var forkRefusals = []string{"cannot fork", "can't fork", "fork: retry", "fork failed", "failed to create new os thread", "spawn eagain", "pthread_create"}
 
-// forkRefused reports whether one of the last lines of a tool's log says
+// ForkRefused reports whether one of the last lines of a tool's log says
 // a fork or a thread was refused: a line with one of forkRefusals, or
 // EAGAIN's "resource temporarily unavailable" on a line naming a fork, a
 // thread, a spawn or a clone (not a read of a non-blocking socket).
-func forkRefused(tail []byte) bool {
+func ForkRefused(tail []byte) bool {
 	if len(tail) > taskfiles.ClassifyTail {
 		tail = tail[len(tail)-taskfiles.ClassifyTail:]
 	}
@@ -152,40 +151,6 @@ func forkRefused(tail []byte) bool {
 		}
 	}
 	return false
-}
-
-// nprocRefused reports whether the tool failed because RLIMIT_NPROC, set
-// for it as the pids limit's backstop, refused a fork (see forkRefused).
-func (s *supervisor) nprocRefused(res outcome) bool {
-	return s.nproc > 0 && (res.code != 0 || res.sig != 0) && forkRefused(s.tlog.Tail())
-}
-
-// endCgroup gives the attempt the class of a limit its cgroups enforced
-// that the watchdog did not see in time (the child ended first), then
-// kills what is left in them (a process that left the tool's group
-// included) and removes them.
-func (s *supervisor) endCgroup(res outcome) {
-	cg := s.cg
-	if cg == nil {
-		return
-	}
-	l := s.launch.Limits
-	kills := cg.oomKills()
-	oom := l.MemoryBytes > 0 && (kills > 0 || kills < 0 && cg.memoryFailures() > 0 && res.sig == syscall.SIGKILL)
-	pids := l.Pids > 0 && cg.pidsRefused() > 0
-	s.mu.Lock()
-	if s.stopReason == "" {
-		switch {
-		case oom:
-			s.stopReason, s.limitMsg = reasonOOM, oomMessage(l)
-		case pids:
-			s.stopReason, s.limitMsg = reasonPids, pidsMessage(l)
-		}
-	}
-	s.mu.Unlock()
-	if err := cg.remove(); err != nil {
-		s.logger.Warn("limits: remove the attempt's cgroup", taskfiles.LogKeyErr, err)
-	}
 }
 
 // sizeString writes a byte count for a message: 64 MiB, 1.5 GiB.

@@ -1,4 +1,4 @@
-package wrapper
+package limits
 
 import (
 	"crypto/sha256"
@@ -46,14 +46,14 @@ import (
 
 // Controllers the limits use.
 const (
-	ctrlCPU    = "cpu"
-	ctrlMemory = "memory"
-	ctrlPids   = "pids"
+	CtrlCPU    = "cpu"
+	CtrlMemory = "memory"
+	CtrlPids   = "pids"
 )
 
 // limitControllers are the controllers the limits use, in the order they
 // are reported.
-var limitControllers = []string{ctrlCPU, ctrlMemory, ctrlPids}
+var limitControllers = []string{CtrlCPU, CtrlMemory, CtrlPids}
 
 // cgroupLeaf is the v2 leaf the supervisor moves itself into, so that its
 // own cgroup can enable controllers for the attempts' cgroups.
@@ -164,7 +164,7 @@ type cgroupDirInfo struct {
 	// writable: the node user can make a child there and move processes
 	// (the directory, cgroup.procs and, on v2, cgroup.subtree_control).
 	writable bool
-	// controllers is v2's cgroup.controllers, subtree its
+	// Controllers is v2's cgroup.controllers, subtree its
 	// cgroup.subtree_control.
 	controllers, subtree []string
 	// root: v2's root cgroup (it has no cgroup.type), exempt from the "no
@@ -176,56 +176,56 @@ type cgroupDirInfo struct {
 // directory (base) its cgroup is a child of, and the limit controllers it
 // enforces there.
 type cgroupHier struct {
-	base        string
-	controllers []string
+	Base        string
+	Controllers []string
 }
 
-// cgroupPlan is how this wrapper puts an attempt in cgroups: version 0
+// CgroupPlan is how this wrapper puts an attempt in cgroups: version 0
 // when it does not (why says why), else the hierarchies (one on v2).
-type cgroupPlan struct {
+type CgroupPlan struct {
 	version int
-	hiers   []cgroupHier
+	Hiers   []cgroupHier
 	// leaf, on v2, is where the supervisor moves itself before enabling
 	// the controllers in base's cgroup.subtree_control ("": no move).
 	leaf string
-	why  string
+	Why  string
 }
 
-// has reports whether the plan enforces controller c.
-func (p *cgroupPlan) has(c string) bool {
+// Has reports whether the plan enforces controller c.
+func (p *CgroupPlan) Has(c string) bool {
 	if p == nil {
 		return false
 	}
-	for _, h := range p.hiers {
-		if slices.Contains(h.controllers, c) {
+	for _, h := range p.Hiers {
+		if slices.Contains(h.Controllers, c) {
 			return true
 		}
 	}
 	return false
 }
 
-// controllers lists the limit controllers the plan enforces, in
+// Controllers lists the limit controllers the plan enforces, in
 // limitControllers' order.
-func (p *cgroupPlan) controllers() []string {
+func (p *CgroupPlan) controllers() []string {
 	var out []string
 	for _, c := range limitControllers {
-		if p.has(c) {
+		if p.Has(c) {
 			out = append(out, c)
 		}
 	}
 	return out
 }
 
-// enforcement is the plan for wire.SandboxReply.Limits: "cgroup v2
+// Enforcement is the plan for wire.SandboxReply.Limits: "cgroup v2
 // (cpu,memory,pids) at DIR", "cgroup v1 (memory,pids)", or
 // EnforceRlimits.
-func (p *cgroupPlan) enforcement() string {
+func (p *CgroupPlan) Enforcement() string {
 	if p == nil || p.version == 0 {
 		return wire.EnforceRlimits
 	}
 	s := fmt.Sprintf("cgroup v%d (%s)", p.version, strings.Join(p.controllers(), ","))
 	if p.version == 2 {
-		s += " at " + p.hiers[0].base
+		s += " at " + p.Hiers[0].Base
 	}
 	return s
 }
@@ -234,7 +234,7 @@ func (p *cgroupPlan) enforcement() string {
 // /proc/self/cgroup, the cgroup mounts and what info tells of a
 // directory: v2 when its cgroup offers a limit controller and is
 // writable, else v1 with each writable limit hierarchy, else none.
-func planCgroups(own []procCgroup, mounts []cgroupMount, info func(dir string, v2 bool) cgroupDirInfo) cgroupPlan {
+func planCgroups(own []procCgroup, mounts []cgroupMount, info func(dir string, v2 bool) cgroupDirInfo) CgroupPlan {
 	why := "no cgroup mount"
 	for _, l := range own {
 		if l.id != "0" || len(l.controllers) != 0 {
@@ -281,30 +281,30 @@ func planCgroups(own []procCgroup, mounts []cgroupMount, info func(dir string, v
 			continue
 		}
 		for _, h := range hiers {
-			ctrls = slices.DeleteFunc(ctrls, func(c string) bool { return slices.Contains(h.controllers, c) })
+			ctrls = slices.DeleteFunc(ctrls, func(c string) bool { return slices.Contains(h.Controllers, c) })
 		}
 		if len(ctrls) > 0 {
-			hiers = append(hiers, cgroupHier{base: dir, controllers: ctrls})
+			hiers = append(hiers, cgroupHier{Base: dir, Controllers: ctrls})
 		}
 	}
 	if len(hiers) > 0 {
-		return cgroupPlan{version: 1, hiers: hiers}
+		return CgroupPlan{version: 1, Hiers: hiers}
 	}
 	if why == "no cgroup mount" && len(mounts) > 0 {
 		why = "no cgroup the node user can write"
 	}
-	return cgroupPlan{why: why}
+	return CgroupPlan{Why: why}
 }
 
 // planV2 plans cgroup v2 in the process's cgroup dir, or says why not.
-func planV2(dir string, info func(string, bool) cgroupDirInfo) (*cgroupPlan, string) {
+func planV2(dir string, info func(string, bool) cgroupDirInfo) (*CgroupPlan, string) {
 	if path.Base(dir) == cgroupLeaf {
 		// A supervisor started by one that made the leaf: the parent's
 		// controllers are enabled already.
 		parent := path.Dir(dir)
 		pi := info(parent, true)
 		if ctrls := wanted(pi.subtree); pi.writable && len(ctrls) > 0 {
-			return &cgroupPlan{version: 2, hiers: []cgroupHier{{base: parent, controllers: ctrls}}}, ""
+			return &CgroupPlan{version: 2, Hiers: []cgroupHier{{Base: parent, Controllers: ctrls}}}, ""
 		}
 	}
 	di := info(dir, true)
@@ -315,7 +315,7 @@ func planV2(dir string, info func(string, bool) cgroupDirInfo) (*cgroupPlan, str
 	case !di.writable:
 		return nil, "cgroup v2: " + dir + " is not delegated to the node user"
 	}
-	p := &cgroupPlan{version: 2, hiers: []cgroupHier{{base: dir, controllers: ctrls}}}
+	p := &CgroupPlan{version: 2, Hiers: []cgroupHier{{Base: dir, Controllers: ctrls}}}
 	if !di.root {
 		p.leaf = path.Join(dir, cgroupLeaf)
 	}
@@ -346,7 +346,7 @@ func cgroupFiles(version int, ctrls []string, l *wire.Limits, exists func(name s
 	if l == nil {
 		return nil
 	}
-	if l.CPU > 0 && slices.Contains(ctrls, ctrlCPU) {
+	if l.CPU > 0 && slices.Contains(ctrls, CtrlCPU) {
 		quota := int64(math.Round(l.CPU * cpuPeriodMicros))
 		quota = max(quota, 1000) // the kernel's minimum is 1 ms
 		if version == 2 {
@@ -356,7 +356,7 @@ func cgroupFiles(version int, ctrls []string, l *wire.Limits, exists func(name s
 				cgroupFile{"cpu.cfs_quota_us", strconv.FormatInt(quota, 10)})
 		}
 	}
-	if l.MemoryBytes > 0 && slices.Contains(ctrls, ctrlMemory) {
+	if l.MemoryBytes > 0 && slices.Contains(ctrls, CtrlMemory) {
 		b := strconv.FormatInt(l.MemoryBytes, 10)
 		if version == 2 {
 			out = append(out, cgroupFile{"memory.max", b})
@@ -376,23 +376,23 @@ func cgroupFiles(version int, ctrls []string, l *wire.Limits, exists func(name s
 			}
 		}
 	}
-	if l.Pids > 0 && slices.Contains(ctrls, ctrlPids) {
+	if l.Pids > 0 && slices.Contains(ctrls, CtrlPids) {
 		out = append(out, cgroupFile{"pids.max", strconv.Itoa(l.Pids)})
 	}
 	return out
 }
 
-// cgroupStem starts the names of a task's cgroups: project and task for
+// CgroupStem starts the names of a task's cgroups: project and task for
 // the reader, and a hash of the task directory, which names the task on
 // the node whatever the sanitizing made of the words. A stale cgroup of
 // the task (a supervisor that crashed) is found by it.
-func cgroupStem(project, task, dir string) string {
+func CgroupStem(project, task, dir string) string {
 	h := sha256.Sum256([]byte(path.Clean(dir)))
 	return cgroupPrefix + cgroupWord(project) + "_" + cgroupWord(task) + "_" + hex.EncodeToString(h[:4]) + "_"
 }
 
-// cgroupName names attempt's cgroup, made by the supervisor pid.
-func cgroupName(stem string, attempt, pid int) string {
+// CgroupName names attempt's cgroup, made by the supervisor pid.
+func CgroupName(stem string, attempt, pid int) string {
 	return stem + "a" + strconv.Itoa(attempt) + "_" + strconv.Itoa(pid)
 }
 
@@ -417,10 +417,10 @@ func cgroupWord(s string) string {
 	return string(b)
 }
 
-// parseKeyed reads the value of key in a flat keyed file ("oom_kill 3"
+// ParseKeyed reads the value of key in a flat keyed file ("oom_kill 3"
 // lines: memory.events, memory.oom_control, pids.events); -1 when it is
 // not there.
-func parseKeyed(data, key string) int64 {
+func ParseKeyed(data, key string) int64 {
 	for line := range strings.SplitSeq(data, "\n") {
 		k, v, ok := strings.Cut(strings.TrimSpace(line), " ")
 		if ok && k == key {

@@ -1,4 +1,4 @@
-package wrapper
+package limits
 
 import (
 	"reflect"
@@ -64,7 +64,7 @@ func TestCgroupPlan(t *testing.T) {
 		name           string
 		cgroup, mounts string
 		dirs           map[string]cgroupDirInfo // by directory; absent: not writable, nothing
-		want           cgroupPlan
+		want           CgroupPlan
 		enforcement    string
 	}{
 		{
@@ -73,7 +73,7 @@ func TestCgroupPlan(t *testing.T) {
 				"/sys/fs/cgroup/cpu": {writable: true}, "/sys/fs/cgroup/memory/process_api/b346": {writable: true},
 				"/sys/fs/cgroup/pids": {writable: true}, "/sys/fs/cgroup/unified": {writable: true},
 			},
-			want: cgroupPlan{version: 1, hiers: []cgroupHier{
+			want: CgroupPlan{version: 1, Hiers: []cgroupHier{
 				{"/sys/fs/cgroup/cpu", []string{"cpu"}}, {"/sys/fs/cgroup/memory/process_api/b346", []string{"memory"}},
 				{"/sys/fs/cgroup/pids", []string{"pids"}},
 			}},
@@ -82,31 +82,31 @@ func TestCgroupPlan(t *testing.T) {
 		{
 			name: "v1: only the writable hierarchies", cgroup: hybridCgroup, mounts: hybridMounts,
 			dirs:        map[string]cgroupDirInfo{"/sys/fs/cgroup/memory/process_api/b346": {writable: true}},
-			want:        cgroupPlan{version: 1, hiers: []cgroupHier{{"/sys/fs/cgroup/memory/process_api/b346", []string{"memory"}}}},
+			want:        CgroupPlan{version: 1, Hiers: []cgroupHier{{"/sys/fs/cgroup/memory/process_api/b346", []string{"memory"}}}},
 			enforcement: "cgroup v1 (memory)",
 		},
 		{
 			name: "v1: cpu,cpuacct mounted together", cgroup: "3:cpu,cpuacct:/a\n", mounts: "1 0 0:1 / /cg/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n",
 			dirs:        map[string]cgroupDirInfo{"/cg/cpu,cpuacct/a": {writable: true}},
-			want:        cgroupPlan{version: 1, hiers: []cgroupHier{{"/cg/cpu,cpuacct/a", []string{"cpu"}}}},
+			want:        CgroupPlan{version: 1, Hiers: []cgroupHier{{"/cg/cpu,cpuacct/a", []string{"cpu"}}}},
 			enforcement: "cgroup v1 (cpu)",
 		},
 		{
 			name: "v1 not writable: none", cgroup: hybridCgroup, mounts: hybridMounts,
-			want:        cgroupPlan{why: "cgroup v2: no cpu, memory or pids controller in /sys/fs/cgroup/unified"},
+			want:        CgroupPlan{Why: "cgroup v2: no cpu, memory or pids controller in /sys/fs/cgroup/unified"},
 			enforcement: wire.EnforceRlimits,
 		},
 		{
 			name: "v2 delegated scope: a leaf for the wrapper", cgroup: scopeCgroup, mounts: v2Mounts,
 			dirs: map[string]cgroupDirInfo{userSvc + "/run-r1.scope": {writable: true, controllers: all}},
-			want: cgroupPlan{version: 2, hiers: []cgroupHier{{userSvc + "/run-r1.scope", []string{"cpu", "memory", "pids"}}},
+			want: CgroupPlan{version: 2, Hiers: []cgroupHier{{userSvc + "/run-r1.scope", []string{"cpu", "memory", "pids"}}},
 				leaf: userSvc + "/run-r1.scope/dispatch-wrapper"},
 			enforcement: "cgroup v2 (cpu,memory,pids) at " + userSvc + "/run-r1.scope",
 		},
 		{
 			name: "v2 delegated without cpu (user@.service delegates memory and pids only)", cgroup: scopeCgroup, mounts: v2Mounts,
 			dirs: map[string]cgroupDirInfo{userSvc + "/run-r1.scope": {writable: true, controllers: []string{"memory", "pids"}}},
-			want: cgroupPlan{version: 2, hiers: []cgroupHier{{userSvc + "/run-r1.scope", []string{"memory", "pids"}}},
+			want: CgroupPlan{version: 2, Hiers: []cgroupHier{{userSvc + "/run-r1.scope", []string{"memory", "pids"}}},
 				leaf: userSvc + "/run-r1.scope/dispatch-wrapper"},
 			enforcement: "cgroup v2 (memory,pids) at " + userSvc + "/run-r1.scope",
 		},
@@ -116,35 +116,35 @@ func TestCgroupPlan(t *testing.T) {
 				userSvc + "/run-r1.scope":                  {writable: true, controllers: all, subtree: []string{"memory", "pids", "cpu"}},
 				userSvc + "/run-r1.scope/dispatch-wrapper": {writable: true},
 			},
-			want:        cgroupPlan{version: 2, hiers: []cgroupHier{{userSvc + "/run-r1.scope", []string{"cpu", "memory", "pids"}}}},
+			want:        CgroupPlan{version: 2, Hiers: []cgroupHier{{userSvc + "/run-r1.scope", []string{"cpu", "memory", "pids"}}}},
 			enforcement: "cgroup v2 (cpu,memory,pids) at " + userSvc + "/run-r1.scope",
 		},
 		{
 			name: "v2 root: no leaf", cgroup: "0::/\n", mounts: v2Mounts,
 			dirs:        map[string]cgroupDirInfo{"/sys/fs/cgroup": {writable: true, controllers: all, root: true}},
-			want:        cgroupPlan{version: 2, hiers: []cgroupHier{{"/sys/fs/cgroup", []string{"cpu", "memory", "pids"}}}},
+			want:        CgroupPlan{version: 2, Hiers: []cgroupHier{{"/sys/fs/cgroup", []string{"cpu", "memory", "pids"}}}},
 			enforcement: "cgroup v2 (cpu,memory,pids) at /sys/fs/cgroup",
 		},
 		{
 			name: "v2 ssh session scope, not delegated: none", cgroup: "0::/user.slice/user-1000.slice/session-4.scope\n", mounts: v2Mounts,
 			dirs:        map[string]cgroupDirInfo{"/sys/fs/cgroup/user.slice/user-1000.slice/session-4.scope": {controllers: all}},
-			want:        cgroupPlan{why: "cgroup v2: /sys/fs/cgroup/user.slice/user-1000.slice/session-4.scope is not delegated to the node user"},
+			want:        CgroupPlan{Why: "cgroup v2: /sys/fs/cgroup/user.slice/user-1000.slice/session-4.scope is not delegated to the node user"},
 			enforcement: wire.EnforceRlimits,
 		},
 		{
 			name: "v2 mount of another cgroup namespace: none", cgroup: "0::/elsewhere\n", mounts: "1 0 0:1 /docker/abc /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
-			want:        cgroupPlan{why: "cgroup v2: the process's cgroup is outside the mount"},
+			want:        CgroupPlan{Why: "cgroup v2: the process's cgroup is outside the mount"},
 			enforcement: wire.EnforceRlimits,
 		},
 		{
 			name: "v2 mount root under a prefix", cgroup: "0::/docker/abc/sub\n", mounts: "1 0 0:1 /docker/abc /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
 			dirs:        map[string]cgroupDirInfo{"/sys/fs/cgroup/sub": {writable: true, controllers: []string{"pids"}}},
-			want:        cgroupPlan{version: 2, hiers: []cgroupHier{{"/sys/fs/cgroup/sub", []string{"pids"}}}, leaf: "/sys/fs/cgroup/sub/dispatch-wrapper"},
+			want:        CgroupPlan{version: 2, Hiers: []cgroupHier{{"/sys/fs/cgroup/sub", []string{"pids"}}}, leaf: "/sys/fs/cgroup/sub/dispatch-wrapper"},
 			enforcement: "cgroup v2 (pids) at /sys/fs/cgroup/sub",
 		},
 		{
 			name: "no cgroup mount", cgroup: "0::/\n", mounts: "",
-			want:        cgroupPlan{why: "no cgroup mount"},
+			want:        CgroupPlan{Why: "no cgroup mount"},
 			enforcement: wire.EnforceRlimits,
 		},
 	}
@@ -155,11 +155,11 @@ func TestCgroupPlan(t *testing.T) {
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("plan:\n got %+v\nwant %+v", got, tc.want)
 			}
-			if e := got.enforcement(); e != tc.enforcement {
+			if e := got.Enforcement(); e != tc.enforcement {
 				t.Errorf("enforcement %q, want %q", e, tc.enforcement)
 			}
-			if c := wire.EnforcementControllers(got.enforcement()); !slices.Equal(c, got.controllers()) {
-				t.Errorf("EnforcementControllers(%q) = %v, want %v", got.enforcement(), c, got.controllers())
+			if c := wire.EnforcementControllers(got.Enforcement()); !slices.Equal(c, got.controllers()) {
+				t.Errorf("EnforcementControllers(%q) = %v, want %v", got.Enforcement(), c, got.controllers())
 			}
 		})
 	}
@@ -203,11 +203,11 @@ func TestCgroupFiles(t *testing.T) {
 }
 
 func TestCgroupNames(t *testing.T) {
-	stem := cgroupStem("my proj", "S01/../x_y", "/w/my proj/tasks/S01")
+	stem := CgroupStem("my proj", "S01/../x_y", "/w/my proj/tasks/S01")
 	if !strings.HasPrefix(stem, "dispatch_my-proj_S01-..-x-y_") || !strings.HasSuffix(stem, "_") || len(stem) != len("dispatch_my-proj_S01-..-x-y_")+9 {
 		t.Errorf("stem %q", stem)
 	}
-	if other := cgroupStem("my", "proj_S01/../x_y", "/w/my/tasks/proj_S01"); other == stem {
+	if other := CgroupStem("my", "proj_S01/../x_y", "/w/my/tasks/proj_S01"); other == stem {
 		t.Errorf("two tasks share the stem %q", stem)
 	}
 	if w := cgroupWord(".hidden/" + strings.Repeat("x", 60)); w != "-hidden-"+strings.Repeat("x", 32) {
@@ -216,7 +216,7 @@ func TestCgroupNames(t *testing.T) {
 	if w := cgroupWord(""); w != "-" {
 		t.Errorf("cgroupWord of nothing: %q", w)
 	}
-	if n := cgroupName(stem, 3, 4242); n != stem+"a3_4242" || strings.ContainsAny(n, "/ ") {
+	if n := CgroupName(stem, 3, 4242); n != stem+"a3_4242" || strings.ContainsAny(n, "/ ") {
 		t.Errorf("name %q", n)
 	}
 }
@@ -233,7 +233,7 @@ func TestCgroupCounters(t *testing.T) {
 		{"max 7", "max", 7},
 	}
 	for _, tc := range tests {
-		if got := parseKeyed(tc.data, tc.key); got != tc.want {
+		if got := ParseKeyed(tc.data, tc.key); got != tc.want {
 			t.Errorf("parseKeyed(%q, %q) = %d, want %d", tc.data, tc.key, got, tc.want)
 		}
 	}

@@ -6,21 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"runtime"
-	"syscall"
-
-	"github.com/dispatch-tool/dispatch/wrapper/errkind"
-
-	"github.com/dispatch-tool/dispatch/wrapper/proc"
-
-	"github.com/dispatch-tool/dispatch/wire"
 )
-
-// limitEnforcement is how this node enforces limits: not at all.
-func limitEnforcement() string { return wire.EnforceNone }
-
-func cmdLimitExec([]string) error {
-	return errkind.Usagef("%s: limits are enforced on Linux only", limitExecCommand)
-}
 
 // limited refuses an attempt with a memory, pids or file_size limit: none
 // can be enforced here, and an attempt must not run as if it were (cpu,
@@ -31,8 +17,3 @@ func (s *supervisor) limited(cmd *exec.Cmd) (*exec.Cmd, error) {
 	}
 	return nil, fmt.Errorf("limits: not enforced on %s (Linux only); remove the task's limits or run it on a Linux node", runtime.GOOS)
 }
-
-func (s *supervisor) watchLimits(*proc.Proc) {}
-
-// termSandboxed asks a sandboxed child's group to end (no sandbox here).
-func termSandboxed(root int) { syscall.Kill(-root, syscall.SIGTERM) }

@@ -1,10 +1,12 @@
-package wrapper
+package limits
 
 import (
 	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wire"
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
@@ -23,9 +26,9 @@ import (
 // processes.
 const watchdogInterval = 200 * time.Millisecond
 
-// limitEnforcement is how this node enforces limits: with cgroups where
+// LimitEnforcement is how this node enforces limits: with cgroups where
 // the node user can write one, else rlimits and the watchdog.
-func limitEnforcement() string { return ownCgroupPlan().enforcement() }
+func LimitEnforcement() string { return OwnCgroupPlan().Enforcement() }
 
 // cgroupFlags collects limit-exec's --cgroup flags.
 type cgroupFlags []string
@@ -37,21 +40,22 @@ func (c *cgroupFlags) Set(v string) error {
 	return nil
 }
 
-// cmdLimitExec joins the cgroups and sets the rlimits its flags give and
+// CmdLimitExec joins the cgroups and sets the rlimits its flags give and
 // executes the program: it runs between the supervisor and the child, so
 // that only the child and what it starts are bound.
-func cmdLimitExec(args []string) error {
-	fs := newFlagSet(limitExecCommand)
+func CmdLimitExec(args []string) error {
+	fs := flag.NewFlagSet(LimitExecCommand, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
 	fsize := fs.Int64("fsize", 0, "RLIMIT_FSIZE in bytes")
 	nproc := fs.Int64("nproc", 0, "RLIMIT_NPROC")
 	var cgroups cgroupFlags
 	fs.Var(&cgroups, "cgroup", "a cgroup directory to join (repeated)")
 	if err := fs.Parse(args); err != nil {
-		return errkind.Usagef("%s: %v", limitExecCommand, err)
+		return errkind.Usagef("%s: %v", LimitExecCommand, err)
 	}
 	argv := fs.Args()
 	if len(argv) < 2 {
-		return errkind.Usagef("%s: want -- PATH ARGV0 [ARGS...]", limitExecCommand)
+		return errkind.Usagef("%s: want -- PATH ARGV0 [ARGS...]", LimitExecCommand)
 	}
 	if err := joinCgroups(cgroups); err != nil {
 		return err
@@ -72,68 +76,9 @@ func cmdLimitExec(args []string) error {
 	return fmt.Errorf("exec %s: %w", argv[0], err)
 }
 
-// limited returns cmd run through limit-exec when launch.json asks for an
-// rlimit or the attempt has cgroups; as it is, otherwise.
-func (s *supervisor) limited(cmd *exec.Cmd) (*exec.Cmd, error) {
-	l := s.launch.Limits
-	if l == nil {
-		return cmd, nil
-	}
-	s.makeCgroup()
-	nproc := 0
-	if l.Pids > 0 && os.Geteuid() != 0 && !s.cg.has(ctrlPids) {
-		// A backstop only (see limits.go): the watchdog counts exactly.
-		procs, _ := scanProcs()
-		nproc = l.Pids + userThreads(procs, os.Getuid())
-	}
-	s.nproc = nproc
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("limits: find own executable: %w", err)
-	}
-	var dirs []string
-	if s.cg != nil {
-		dirs = s.cg.dirs
-	}
-	argv := limitArgs(exe, l, nproc, dirs, cmd)
-	if argv == nil {
-		return cmd, nil
-	}
-	return &exec.Cmd{Path: exe, Args: argv, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin}, nil
-}
-
-// makeCgroup makes the attempt's cgroups, with its first limited child,
-// where the node has usable ones; when that fails the watchdog enforces
-// memory and pids, and wrapper.log says why.
-func (s *supervisor) makeCgroup() {
-	if s.cgTried {
-		return
-	}
-	s.cgTried = true
-	l := s.launch.Limits
-	if l.CPU <= 0 && l.MemoryBytes <= 0 && l.Pids <= 0 {
-		return // file_size only: an rlimit
-	}
-	p, err := cgroupsReady()
-	if p == nil && err == nil && l.CPU > 0 {
-		s.logger.Warn("limits: cpu is not enforced: no cgroup", taskfiles.LogKeyReason, ownCgroupPlan().why)
-	}
-	if err == nil && p != nil {
-		stem := cgroupStem(s.launch.Project, s.launch.Task, s.dir)
-		s.cg, err = newAttemptCgroup(p, stem, cgroupName(stem, s.launch.Attempt, os.Getpid()), s.launch.Limits, s.logger)
-	}
-	if err != nil {
-		s.logger.Warn("limits: no cgroup; the watchdog enforces memory and pids, cpu is not enforced", taskfiles.LogKeyErr, err)
-		return
-	}
-	if s.cg != nil {
-		s.logger.Info("limits: cgroup", taskfiles.LogKeyPath, strings.Join(s.cg.dirs, " "))
-	}
-}
-
-// procInfo is one process as the watchdog sees it in /proc.
-type procInfo struct {
-	pid, ppid, pgid, uid int
+// ProcInfo is one process as the watchdog sees it in /proc.
+type ProcInfo struct {
+	Pid, Ppid, pgid, uid int
 	threads              int
 	rss                  int64  // bytes
 	start                string // proc.ProcStart: with the pid, names the process
@@ -141,13 +86,13 @@ type procInfo struct {
 
 var pageSize = int64(os.Getpagesize())
 
-// scanProcs reads every live process of the machine from /proc.
-func scanProcs() ([]procInfo, error) {
+// ScanProcs reads every live process of the machine from /proc.
+func ScanProcs() ([]ProcInfo, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, err
 	}
-	out := make([]procInfo, 0, len(entries))
+	out := make([]ProcInfo, 0, len(entries))
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -162,14 +107,14 @@ func scanProcs() ([]procInfo, error) {
 
 // readProc reads one live process from /proc; false when it is gone or a
 // zombie.
-func readProc(pid int) (procInfo, bool) {
+func readProc(pid int) (ProcInfo, bool) {
 	name := strconv.Itoa(pid)
 	f, err := proc.StatFields(name)
 	if err != nil || len(f) < 22 || f[0] == "Z" || f[0] == "X" {
-		return procInfo{}, false
+		return ProcInfo{}, false
 	}
-	p := procInfo{pid: pid, uid: -1}
-	p.ppid, _ = strconv.Atoi(f[1])
+	p := ProcInfo{Pid: pid, uid: -1}
+	p.Ppid, _ = strconv.Atoi(f[1])
 	p.pgid, _ = strconv.Atoi(f[2])
 	p.threads, _ = strconv.Atoi(f[17])
 	p.start = f[19]
@@ -183,14 +128,14 @@ func readProc(pid int) (procInfo, bool) {
 	return p, true
 }
 
-// treeProcs reads the live processes of the tree under root, walking
+// TreeProcs reads the live processes of the tree under root, walking
 // /proc/<pid>/task/<tid>/children: it reads the attempt's processes only,
 // not every process of the machine (a scan of 666 processes costs about
 // 10 ms; the watchdog samples every 200 ms, for every limited attempt).
 // ok is false when root is gone or the kernel has no children files
 // (CONFIG_PROC_CHILDREN): then only a scan tells.
-func treeProcs(root int) (out []procInfo, ok bool) {
-	if !hasChildrenFiles() {
+func TreeProcs(root int) (out []ProcInfo, ok bool) {
+	if !HasChildrenFiles() {
 		return nil, false
 	}
 	queue := []int{root}
@@ -226,9 +171,9 @@ func treeProcs(root int) (out []procInfo, ok bool) {
 	return out, true
 }
 
-// hasChildrenFiles reports whether the kernel offers
+// HasChildrenFiles reports whether the kernel offers
 // /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN).
-var hasChildrenFiles = sync.OnceValue(func() bool {
+var HasChildrenFiles = sync.OnceValue(func() bool {
 	_, err := os.Stat(fmt.Sprintf("/proc/self/task/%d/children", syscall.Gettid()))
 	return err == nil
 })
@@ -239,46 +184,46 @@ var hasChildrenFiles = sync.OnceValue(func() bool {
 // which the samples between scans then read by pid.
 const fullScanEvery = 10
 
-// sampleAttempt returns the attempt's processes (see attemptProcs): by a
+// SampleAttempt returns the attempt's processes (see AttemptProcs): by a
 // scan of every process when full, else by walking its tree and reading
 // the outsiders the last scan found (those still alive as they were).
 // outsiders is updated by a scan.
-func sampleAttempt(root int, full bool, outsiders *[]procInfo) ([]procInfo, error) {
+func SampleAttempt(root int, full bool, outsiders *[]ProcInfo) ([]ProcInfo, error) {
 	if !full {
-		if tree, ok := treeProcs(root); ok {
+		if tree, ok := TreeProcs(root); ok {
 			in := make(map[int]bool, len(tree))
 			for _, p := range tree {
-				in[p.pid] = true
+				in[p.Pid] = true
 			}
 			for _, o := range *outsiders {
-				if in[o.pid] {
+				if in[o.Pid] {
 					continue
 				}
-				if p, live := readProc(o.pid); live && p.start == o.start {
+				if p, live := readProc(o.Pid); live && p.start == o.start {
 					tree = append(tree, p)
 				}
 			}
 			return tree, nil
 		}
 	}
-	procs, err := scanProcs()
-	mine := attemptProcs(procs, root)
-	tree, _ := treeProcs(root)
+	procs, err := ScanProcs()
+	mine := AttemptProcs(procs, root)
+	tree, _ := TreeProcs(root)
 	in := make(map[int]bool, len(tree))
 	for _, p := range tree {
-		in[p.pid] = true
+		in[p.Pid] = true
 	}
 	*outsiders = (*outsiders)[:0]
 	for _, p := range mine {
-		if !in[p.pid] {
+		if !in[p.Pid] {
 			*outsiders = append(*outsiders, p)
 		}
 	}
 	return mine, err
 }
 
-// userThreads counts the threads of uid's processes.
-func userThreads(procs []procInfo, uid int) int {
+// UserThreads counts the threads of uid's processes.
+func UserThreads(procs []ProcInfo, uid int) int {
 	n := 0
 	for _, p := range procs {
 		if p.uid == uid {
@@ -288,18 +233,18 @@ func userThreads(procs []procInfo, uid int) int {
 	return n
 }
 
-// attemptProcs picks the attempt's processes out of procs: the child
+// AttemptProcs picks the attempt's processes out of procs: the child
 // (root, which leads its own group), its descendants and the members of
 // its group.
-func attemptProcs(procs []procInfo, root int) []procInfo {
+func AttemptProcs(procs []ProcInfo, root int) []ProcInfo {
 	children := map[int][]int{}
-	byPID := make(map[int]procInfo, len(procs))
+	byPID := make(map[int]ProcInfo, len(procs))
 	for _, p := range procs {
-		children[p.ppid] = append(children[p.ppid], p.pid)
-		byPID[p.pid] = p
+		children[p.Ppid] = append(children[p.Ppid], p.Pid)
+		byPID[p.Pid] = p
 	}
 	seen := map[int]bool{}
-	var out []procInfo
+	var out []ProcInfo
 	var visit func(pid int)
 	visit = func(pid int) {
 		p, ok := byPID[pid]
@@ -315,36 +260,31 @@ func attemptProcs(procs []procInfo, root int) []procInfo {
 	visit(root)
 	for _, p := range procs {
 		if p.pgid == root {
-			visit(p.pid)
+			visit(p.Pid)
 		}
 	}
 	return out
 }
 
-// watchLimits watches the running child p until it exits: it reads the
-// attempt's cgroups' counters (an OOM kill, a refused fork) and samples
-// the processes for the limits no cgroup enforces. Past a limit, it stops
-// the attempt and kills its processes, and goes on killing what it finds
-// until p exits.
-func (s *supervisor) watchLimits(p *proc.Proc) {
-	l := s.launch.Limits
+// Watchdog is watchLimits' loop: stop is called once past a limit, with
+// the reason and the message, and says whether the attempt is now stopping.
+func Watchdog(l *wire.Limits, cg *AttemptCgroup, p *proc.Proc, stop func(reason, msg string) bool, logger *slog.Logger) {
 	if !limitsWatched(l) {
 		return
 	}
-	cg := s.cg
-	sampleMem := l.MemoryBytes > 0 && !cg.has(ctrlMemory)
-	samplePids := l.Pids > 0 && !cg.has(ctrlPids)
+	sampleMem := l.MemoryBytes > 0 && !cg.Has(CtrlMemory)
+	samplePids := l.Pids > 0 && !cg.Has(CtrlPids)
 	t := time.NewTicker(watchdogInterval)
 	defer t.Stop()
 	killing := false
-	var outsiders []procInfo
+	var outsiders []ProcInfo
 	for i := 0; ; i++ {
-		var mine []procInfo
+		var mine []ProcInfo
 		if sampleMem || samplePids || (killing && cg == nil) {
 			var err error
-			mine, err = sampleAttempt(p.Pgid, i%fullScanEvery == 0 || killing, &outsiders)
+			mine, err = SampleAttempt(p.Pgid, i%fullScanEvery == 0 || killing, &outsiders)
 			if err != nil {
-				s.logger.Warn("limits: read /proc", taskfiles.LogKeyErr, err)
+				logger.Warn("limits: read /proc", taskfiles.LogKeyErr, err)
 			}
 		}
 		if !killing {
@@ -355,14 +295,14 @@ func (s *supervisor) watchLimits(p *proc.Proc) {
 				threads += q.threads
 			}
 			switch {
-			case l.MemoryBytes > 0 && cg.has(ctrlMemory) && cg.oomKills() > 0:
-				killing = s.limitStop(reasonOOM, oomMessage(l))
-			case l.Pids > 0 && cg.has(ctrlPids) && cg.pidsRefused() > 0:
-				killing = s.limitStop(reasonPids, pidsMessage(l))
+			case l.MemoryBytes > 0 && cg.Has(CtrlMemory) && cg.OomKills() > 0:
+				killing = stop(ReasonOOM, OomMessage(l))
+			case l.Pids > 0 && cg.Has(CtrlPids) && cg.PidsRefused() > 0:
+				killing = stop(ReasonPids, PidsMessage(l))
 			case sampleMem && rss > l.MemoryBytes:
-				killing = s.limitStop(reasonOOM, fmt.Sprintf("killed: the task's processes used %s of memory (resident), over its limit of %s", sizeString(rss), sizeString(l.MemoryBytes)))
+				killing = stop(ReasonOOM, fmt.Sprintf("killed: the task's processes used %s of memory (resident), over its limit of %s", sizeString(rss), sizeString(l.MemoryBytes)))
 			case samplePids && threads > l.Pids:
-				killing = s.limitStop(reasonPids, fmt.Sprintf("killed: the task ran %d processes and threads, over its pids limit of %d", threads, l.Pids))
+				killing = stop(ReasonPids, fmt.Sprintf("killed: the task ran %d processes and threads, over its pids limit of %d", threads, l.Pids))
 			}
 		}
 		if killing {
@@ -371,11 +311,11 @@ func (s *supervisor) watchLimits(p *proc.Proc) {
 			for _, q := range mine {
 				// Only the process the scan saw: its pid may have been
 				// reused since.
-				if start, err := proc.ProcStart(q.pid); err != nil || start != q.start {
+				if start, err := proc.ProcStart(q.Pid); err != nil || start != q.start {
 					continue
 				}
-				if err := syscall.Kill(q.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-					s.logger.Warn("limits: kill", taskfiles.LogKeyPID, q.pid, taskfiles.LogKeyErr, err)
+				if err := syscall.Kill(q.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+					logger.Warn("limits: kill", taskfiles.LogKeyPID, q.Pid, taskfiles.LogKeyErr, err)
 				}
 			}
 		}
@@ -387,28 +327,28 @@ func (s *supervisor) watchLimits(p *proc.Proc) {
 	}
 }
 
-// termSandboxed asks a sandboxed child to end: SIGTERM to every process
+// TermSandboxed asks a sandboxed child to end: SIGTERM to every process
 // under root (the bwrap the supervisor started) but bwrap's own. bwrap
 // passes no signal on (a SIGTERM to it ends the sandbox at once, its
 // pid namespace's init taking every process with it), so the tool would
 // get no grace; this way it gets the same as unconfined, and the
 // SIGKILL after the grace still goes to bwrap's group. A process of the
 // task that calls itself bwrap gets no SIGTERM, only the SIGKILL.
-func termSandboxed(root int) {
-	procs, ok := treeProcs(root)
+func TermSandboxed(root int) {
+	procs, ok := TreeProcs(root)
 	if !ok {
-		all, err := scanProcs()
+		all, err := ScanProcs()
 		if err != nil {
 			syscall.Kill(-root, syscall.SIGTERM)
 			return
 		}
-		procs = attemptProcs(all, root)
+		procs = AttemptProcs(all, root)
 	}
 	for _, p := range procs {
-		comm, _ := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/comm")
-		if p.pid == root || strings.TrimSpace(string(comm)) == "bwrap" {
+		comm, _ := os.ReadFile("/proc/" + strconv.Itoa(p.Pid) + "/comm")
+		if p.Pid == root || strings.TrimSpace(string(comm)) == "bwrap" {
 			continue
 		}
-		syscall.Kill(p.pid, syscall.SIGTERM)
+		syscall.Kill(p.Pid, syscall.SIGTERM)
 	}
 }
