@@ -249,7 +249,7 @@ func TestSandboxAgentHome(t *testing.T) {
 	script := `cat ~/.codex/auth.json > seen-` + "$DISPATCH_ATTEMPT" + `; echo planted > ~/.codex/auth.json; echo mine >> ~/.codex/session`
 	l := wire.Launch{Command: shell(script), Sandbox: n.mode, Agent: wire.AgentCodex}
 	dir := n.taskDir("LOGIN")
-	home := filepath.Join(dir, dirHome)
+	home := filepath.Join(dir, taskfiles.DirHome)
 	check := func(attempt int) {
 		t.Helper()
 		st := n.final(t, "LOGIN")

@@ -30,19 +30,11 @@ import (
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
-// Files of a gate run in the task directory.
+// Files of a gate run in the task directory (its directories are
+// taskfiles.DirGate*).
 const (
-	// dirGate is the fresh copy of the result the gate runs in, made
-	// again for every gate run (whatever the tool left there is gone).
-	dirGate = "gate"
 	// fileGateLog is what setup and the gate command printed.
 	fileGateLog = "gate.log"
-	// dirGateHome and dirGateTmp are the gate's HOME (sandboxed) and
-	// TMPDIR, made afresh for every gate run: what the tool left in its
-	// own (a go env file, a pip or npm config) would decide the gate's
-	// verdict.
-	dirGateHome = "gate-home"
-	dirGateTmp  = "gate-tmp"
 )
 
 // gateExitNotFound is the shell's exit status for a command not found.
@@ -57,7 +49,7 @@ const gateExitNotFound = 127
 // goes to the supervisor's private record, where `status` reads it.
 func (s *supervisor) runGate(out, commit string) *wire.GateResult {
 	g := s.launch.Gate
-	dir := filepath.Join(s.dir, dirGate)
+	dir := filepath.Join(s.dir, taskfiles.DirGate)
 	tree, err := s.gateCheckout(out, commit, dir)
 	if err != nil {
 		return &wire.GateResult{Error: "the gate's copy of the result could not be made: " + err.Error()}
@@ -180,10 +172,10 @@ func (s *supervisor) gateStep(dir, command string, log *taskfiles.TaskLog, wait 
 // gateScratch makes the gate's HOME and TMPDIR afresh, an earlier one
 // moved aside (removed by the next attempt's removeOldTmps).
 func (s *supervisor) gateScratch() error {
-	for _, name := range []string{dirGateHome, dirGateTmp} {
+	for _, name := range []string{taskfiles.DirGateHome, taskfiles.DirGateTmp} {
 		p := filepath.Join(s.dir, name)
 		if _, err := os.Lstat(p); err == nil {
-			if err := os.Rename(p, fmt.Sprintf("%s%s%d.%d", p, oldTmpSuffix, os.Getpid(), time.Now().UnixNano())); err != nil {
+			if err := os.Rename(p, fmt.Sprintf("%s%s%d.%d", p, taskfiles.OldTmpSuffix, os.Getpid(), time.Now().UnixNano())); err != nil {
 				return err
 			}
 		}
@@ -194,7 +186,7 @@ func (s *supervisor) gateScratch() error {
 	if s.sandbox != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 		defer cancel()
-		if err := gitIdentity(ctx, filepath.Join(s.dir, dirGateHome)); err != nil {
+		if err := gitIdentity(ctx, filepath.Join(s.dir, taskfiles.DirGateHome)); err != nil {
 			s.logger.Warn("no git identity in the gate's HOME", taskfiles.LogKeyErr, err)
 		}
 	}
@@ -208,9 +200,9 @@ func (s *supervisor) gateEnv() []string {
 	for i, kv := range env {
 		switch k, v, _ := strings.Cut(kv, "="); {
 		case k == "TMPDIR" && s.sandbox == nil && v == filepath.Join(s.dir, taskfiles.DirTmp):
-			env[i] = "TMPDIR=" + filepath.Join(s.dir, dirGateTmp)
-		case k == "HOME" && s.sandbox != nil && v == filepath.Join(s.dir, dirHome):
-			env[i] = "HOME=" + filepath.Join(s.dir, dirGateHome)
+			env[i] = "TMPDIR=" + filepath.Join(s.dir, taskfiles.DirGateTmp)
+		case k == "HOME" && s.sandbox != nil && v == filepath.Join(s.dir, taskfiles.DirHome):
+			env[i] = "HOME=" + filepath.Join(s.dir, taskfiles.DirGateHome)
 		}
 	}
 	return env
@@ -228,9 +220,9 @@ func (s *supervisor) gateSandboxed(cmd *exec.Cmd, dir string) *exec.Cmd {
 // gateSpec is the attempt's sandbox as a gate command in dir sees it.
 func (s *supervisor) gateSpec(dir string) sandboxSpec {
 	sp := *s.sandbox
-	home, gateHome := filepath.Join(s.dir, dirHome), filepath.Join(s.dir, dirGateHome)
+	home, gateHome := filepath.Join(s.dir, taskfiles.DirHome), filepath.Join(s.dir, taskfiles.DirGateHome)
 	sp.rw = []string{dir, gateHome}
-	sp.tmp = filepath.Join(s.dir, dirGateTmp)
+	sp.tmp = filepath.Join(s.dir, taskfiles.DirGateTmp)
 	sp.paths = slices.Clone(sp.paths)
 	for i, b := range sp.paths {
 		if rest, ok := strings.CutPrefix(b.dst, home+"/"); ok {

@@ -167,7 +167,7 @@ func TestTmpIsFreshEachAttempt(t *testing.T) {
 		t.Errorf("TMPDIR mode %s, want 700", m)
 	}
 	wtest.Poll(t, 5*time.Second, "the old tmp to be removed", func() bool {
-		old, _ := filepath.Glob(filepath.Join(tk.dir, taskfiles.DirTmp+oldTmpSuffix+"*"))
+		old, _ := filepath.Glob(filepath.Join(tk.dir, taskfiles.DirTmp+taskfiles.OldTmpSuffix+"*"))
 		return len(old) == 0
 	})
 	if _, err := os.Stat(filepath.Join(outside, "keep.txt")); err != nil {

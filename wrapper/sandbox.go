@@ -54,12 +54,6 @@ import (
 // nothing else; with "allow", the same namespace and a filtering proxy
 // (see netproxy.go).
 
-// Names in a sandboxed task directory.
-const (
-	// dirHome is the tool's private HOME in the sandbox.
-	dirHome = "home"
-)
-
 // bwrapBaseArgs are the flags of every bwrap the wrapper runs, the probe's
 // included, so that the probe tries what the tasks will need.
 var bwrapBaseArgs = []string{"--unshare-pid", "--die-with-parent", "--new-session", "--cap-drop", "ALL"}
@@ -237,7 +231,7 @@ func newSandboxSpec(bwrap, taskDir, workDir string, homes []string, exeDir, repo
 		sp.ro = append(sp.ro, repo)
 	}
 	sp.ro = append(sp.ro, filepath.Join(taskDir, taskfiles.FileSpec))
-	sp.rw = []string{filepath.Join(taskDir, taskfiles.DirOutput), filepath.Join(taskDir, dirHome)}
+	sp.rw = []string{filepath.Join(taskDir, taskfiles.DirOutput), filepath.Join(taskDir, taskfiles.DirHome)}
 	return sp
 }
 
@@ -257,7 +251,7 @@ func (sp *sandboxSpec) openPaths(paths *wire.SandboxPaths, home, taskDir, workDi
 				if home == "" {
 					return fmt.Errorf("sandbox_paths: %s: the node user has no home", p)
 				}
-				src, dst = filepath.Join(home, rest), filepath.Join(taskDir, dirHome, rest)
+				src, dst = filepath.Join(home, rest), filepath.Join(taskDir, taskfiles.DirHome, rest)
 			}
 			if under(src, workDir) || under(workDir, src) {
 				return fmt.Errorf("sandbox_paths: %s (%s) overlaps the work_dir %s", p, src, workDir)
@@ -394,7 +388,7 @@ func sandboxEnv(env []string, taskDir string, unset ...string) []string {
 		}
 		out = append(out, kv)
 	}
-	return append(out, "HOME="+filepath.Join(taskDir, dirHome), "TMPDIR=/tmp")
+	return append(out, "HOME="+filepath.Join(taskDir, taskfiles.DirHome), "TMPDIR=/tmp")
 }
 
 // gitIdentity writes the node user's git identity (user.name and
@@ -610,17 +604,17 @@ func (s *supervisor) sandboxName() string {
 // (see agenthome.go). A resumed attempt keeps the earlier one, where the
 // tool keeps the session it continues, and gets the CLI's files afresh.
 func (s *supervisor) prepareHome() error {
-	home := filepath.Join(s.dir, dirHome)
+	home := filepath.Join(s.dir, taskfiles.DirHome)
 	if fi, err := os.Lstat(home); err == nil {
 		if s.launch.Resume && fi.IsDir() {
 			return s.copyAgentFiles(home)
 		}
-		if err := os.Rename(home, home+oldTmpSuffix+strconv.Itoa(os.Getpid())); err != nil {
-			return fmt.Errorf("move the old %s aside: %w", dirHome, err)
+		if err := os.Rename(home, home+taskfiles.OldTmpSuffix+strconv.Itoa(os.Getpid())); err != nil {
+			return fmt.Errorf("move the old %s aside: %w", taskfiles.DirHome, err)
 		}
 	}
 	if err := os.Mkdir(home, 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", dirHome, err)
+		return fmt.Errorf("create %s: %w", taskfiles.DirHome, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
@@ -651,7 +645,7 @@ func (s *supervisor) removeAgentLogins() {
 	if s.sandbox == nil {
 		return
 	}
-	if err := removeAgentLogins(s.launch.Agent, filepath.Join(s.dir, dirHome)); err != nil {
+	if err := removeAgentLogins(s.launch.Agent, filepath.Join(s.dir, taskfiles.DirHome)); err != nil {
 		s.logger.Warn("remove the agent's login from the sandbox's HOME", taskfiles.LogKeyErr, err)
 	}
 }

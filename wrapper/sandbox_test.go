@@ -397,10 +397,10 @@ cd .. && ./tiny-bin 2> ran.txt && GOTOOLCHAIN=local %[1]s env GOCACHE > gocache.
 		t.Errorf("the program built in the sandbox printed %q, want built", got)
 	}
 	gocache, _ := os.ReadFile(filepath.Join(out, "gocache.txt"))
-	if want := filepath.Join(n.taskDir("ATTACK"), dirHome, ".cache", "go-build"); strings.TrimSpace(string(gocache)) != want {
+	if want := filepath.Join(n.taskDir("ATTACK"), taskfiles.DirHome, ".cache", "go-build"); strings.TrimSpace(string(gocache)) != want {
 		t.Errorf("GOCACHE in the sandbox: %q, want the private HOME's %s", gocache, want)
 	}
-	if _, err := os.Stat(filepath.Join(n.taskDir("ATTACK"), dirHome, ".cache", "go-build")); err != nil {
+	if _, err := os.Stat(filepath.Join(n.taskDir("ATTACK"), taskfiles.DirHome, ".cache", "go-build")); err != nil {
 		t.Errorf("the build cache is not in the private HOME: %v", err)
 	}
 	n.checkContained(t, before, att, nb)

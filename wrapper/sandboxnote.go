@@ -40,9 +40,9 @@ func (sp *sandboxSpec) writable() []string {
 		switch filepath.Base(p) {
 		case taskfiles.DirOutput:
 			out = append(out, "output/ (its workspace)")
-		case dirGate:
+		case taskfiles.DirGate:
 			out = append(out, "the gate's copy of the result (its working directory)")
-		case dirHome, dirGateHome:
+		case taskfiles.DirHome, taskfiles.DirGateHome:
 			out = append(out, "its own $HOME ("+p+")")
 		default:
 			out = append(out, p)
@@ -85,7 +85,7 @@ func (s *supervisor) sandboxFailureNote(st *wire.Status, confined bool) string {
 		return ""
 	}
 	if st.ErrorClass == wire.ClassGate {
-		sp := s.gateSpec(filepath.Join(s.dir, dirGate))
+		sp := s.gateSpec(filepath.Join(s.dir, taskfiles.DirGate))
 		return sandboxNote("its gate", s.launch.Node, sp.writable())
 	}
 	return sandboxNote("it", s.launch.Node, s.sandbox.writable())

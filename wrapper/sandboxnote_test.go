@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -53,7 +55,7 @@ func TestSandboxWritable(t *testing.T) {
 	if _, err := sp.openPaths(&wire.SandboxPaths{RO: []string{"~/go"}, RW: []string{"~/.cache/pip", "~/.npm"}}, home, task, work); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"output/ (its workspace)", "its own $HOME (" + filepath.Join(task, dirHome) + ")",
+	want := []string{"output/ (its workspace)", "its own $HOME (" + filepath.Join(task, taskfiles.DirHome) + ")",
 		"its own /tmp (new for each attempt, not the node's)", "~/.cache/pip (sandbox_paths rw)"}
 	if got := sp.writable(); strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("writable:\n got %q\nwant %q", got, want)

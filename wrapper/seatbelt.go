@@ -127,7 +127,7 @@ func seatbeltProfile(sp seatbeltSpec) (string, error) {
 		return "", err
 	}
 	rw, err := canon(append([]string{
-		filepath.Join(sp.TaskDir, taskfiles.DirOutput), filepath.Join(sp.TaskDir, dirHome), filepath.Join(sp.TaskDir, taskfiles.DirTmp),
+		filepath.Join(sp.TaskDir, taskfiles.DirOutput), filepath.Join(sp.TaskDir, taskfiles.DirHome), filepath.Join(sp.TaskDir, taskfiles.DirTmp),
 	}, sp.RW...))
 	if err != nil {
 		return "", err

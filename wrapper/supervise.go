@@ -418,7 +418,7 @@ func (s *supervisor) prepare() error {
 	// must not hold up the start.
 	tmp := filepath.Join(s.dir, taskfiles.DirTmp)
 	if _, err := os.Lstat(tmp); err == nil {
-		if err := os.Rename(tmp, tmp+oldTmpSuffix+strconv.Itoa(os.Getpid())); err != nil {
+		if err := os.Rename(tmp, tmp+taskfiles.OldTmpSuffix+strconv.Itoa(os.Getpid())); err != nil {
 			return fmt.Errorf("move the old %s aside: %w", taskfiles.DirTmp, err)
 		}
 	}
@@ -914,19 +914,16 @@ func (s *supervisor) limitStop(reason, msg string) bool {
 	return true
 }
 
-// oldTmpSuffix names an earlier attempt's tmp/ moved aside for removal.
-const oldTmpSuffix = ".old."
-
 // removeOldTmps removes the earlier attempts' tmp/ directories moved aside
 // by prepare (and any a killed supervisor left). RemoveAll never follows a
 // link: a task that put one there loses only the link.
 func (s *supervisor) removeOldTmps() {
-	old, err := filepath.Glob(filepath.Join(s.dir, taskfiles.DirTmp+oldTmpSuffix+"*"))
+	old, err := filepath.Glob(filepath.Join(s.dir, taskfiles.DirTmp+taskfiles.OldTmpSuffix+"*"))
 	if err != nil {
 		return
 	}
-	for _, name := range []string{dirHome, dirGateHome, dirGateTmp} {
-		more, _ := filepath.Glob(filepath.Join(s.dir, name+oldTmpSuffix+"*"))
+	for _, name := range []string{taskfiles.DirHome, taskfiles.DirGateHome, taskfiles.DirGateTmp} {
+		more, _ := filepath.Glob(filepath.Join(s.dir, name+taskfiles.OldTmpSuffix+"*"))
 		old = append(old, more...)
 	}
 	for _, p := range old {

@@ -29,6 +29,19 @@ const (
 	DirAttempts   = "attempts"
 	// DirTmp is the tool's TMPDIR, emptied at the start of each attempt.
 	DirTmp = "tmp"
+	// DirHome is the tool's private HOME in the sandbox.
+	DirHome = "home"
+	// DirGate is the fresh copy of the result the gate runs in, made
+	// again for every gate run (whatever the tool left there is gone).
+	DirGate = "gate"
+	// DirGateHome and DirGateTmp are the gate's HOME (sandboxed) and
+	// TMPDIR, made afresh for every gate run: what the tool left in its
+	// own (a go env file, a pip or npm config) would decide the gate's
+	// verdict.
+	DirGateHome = "gate-home"
+	DirGateTmp  = "gate-tmp"
+	// OldTmpSuffix names an earlier attempt's tmp/ moved aside for removal.
+	OldTmpSuffix = ".old."
 )
 
 // WriteFileAtomic replaces path with data so that readers see either the old
