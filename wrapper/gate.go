@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
+
 	"github.com/dispatch-tool/dispatch/wrapper/limits"
 
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
@@ -184,9 +186,9 @@ func (s *supervisor) gateScratch() error {
 		}
 	}
 	if s.sandbox != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), sandbox.ProbeTimeout)
 		defer cancel()
-		if err := gitIdentity(ctx, filepath.Join(s.dir, taskfiles.DirGateHome)); err != nil {
+		if err := sandbox.GitIdentity(ctx, filepath.Join(s.dir, taskfiles.DirGateHome)); err != nil {
 			s.logger.Warn("no git identity in the gate's HOME", taskfiles.LogKeyErr, err)
 		}
 	}
@@ -214,19 +216,19 @@ func (s *supervisor) gateEnv() []string {
 func (s *supervisor) gateSandboxed(cmd *exec.Cmd, dir string) *exec.Cmd {
 	sp := s.gateSpec(dir)
 	argv := append([]string{cmd.Path}, cmd.Args[1:]...)
-	return &exec.Cmd{Path: sp.bwrap, Args: sp.args(cmd.Dir, argv), Env: cmd.Env, Dir: cmd.Dir}
+	return &exec.Cmd{Path: sp.Bwrap, Args: sp.Args(cmd.Dir, argv), Env: cmd.Env, Dir: cmd.Dir}
 }
 
 // gateSpec is the attempt's sandbox as a gate command in dir sees it.
-func (s *supervisor) gateSpec(dir string) sandboxSpec {
+func (s *supervisor) gateSpec(dir string) sandbox.Spec {
 	sp := *s.sandbox
 	home, gateHome := filepath.Join(s.dir, taskfiles.DirHome), filepath.Join(s.dir, taskfiles.DirGateHome)
-	sp.rw = []string{dir, gateHome}
-	sp.tmp = filepath.Join(s.dir, taskfiles.DirGateTmp)
-	sp.paths = slices.Clone(sp.paths)
-	for i, b := range sp.paths {
-		if rest, ok := strings.CutPrefix(b.dst, home+"/"); ok {
-			sp.paths[i].dst = filepath.Join(gateHome, rest)
+	sp.Rw = []string{dir, gateHome}
+	sp.Tmp = filepath.Join(s.dir, taskfiles.DirGateTmp)
+	sp.Paths = slices.Clone(sp.Paths)
+	for i, b := range sp.Paths {
+		if rest, ok := strings.CutPrefix(b.Dst, home+"/"); ok {
+			sp.Paths[i].Dst = filepath.Join(gateHome, rest)
 		}
 	}
 	return sp

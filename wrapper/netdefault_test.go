@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
+
 	"github.com/dispatch-tool/dispatch/wrapper/egress"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -73,7 +75,7 @@ func TestRefusedNote(t *testing.T) {
 				`to allow it, add this line to project.yaml, the spec's front matter or the node in nodes.yaml: network: {allow: ["a.com:443", "b.com:443", "c.com:443", "d.com:443", "e.com:443", "f.com:443", "g.com:443", "h.com:443", "i.com:443", "j.com:443"]}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := refusedNote(c.refused, c.byDefault); got != c.want {
+			if got := sandbox.RefusedNote(c.refused, c.byDefault); got != c.want {
 				t.Errorf("refusedNote(%q, %v)\n got %s\nwant %s", c.refused, c.byDefault, got, c.want)
 			}
 		})

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
+
 	"github.com/dispatch-tool/dispatch/wrapper/limits"
 
 	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
@@ -57,7 +59,7 @@ type sandboxNode struct {
 // installs it (.ci/test-deps).
 func requireBwrap(t *testing.T) {
 	t.Helper()
-	if r := probeBwrap(t.Context()); r.Sandbox != wire.SandboxBwrap {
+	if r := sandbox.ProbeBwrap(t.Context()); r.Sandbox != wire.SandboxBwrap {
 		t.Fatalf("the sandbox tests need bubblewrap: %s; fix: %s (make test installs it)", r.Error, r.Fix)
 	}
 }
@@ -113,7 +115,7 @@ func newSandboxNode(t *testing.T, asUser string) *sandboxNode {
 	return n
 }
 
-// taskDir is the directory of task id of project demo.
+// sandbox.TaskDir is the directory of task id of project demo.
 func (n *sandboxNode) taskDir(id string) string {
 	return filepath.Join(n.work, "demo", "tasks", id)
 }
@@ -194,12 +196,12 @@ func (n *sandboxNode) snapshot(t *testing.T) map[string]string {
 		if err != nil {
 			return err
 		}
-		if under(p, attacker) {
+		if sandbox.Under(p, attacker) {
 			return filepath.SkipDir
 		}
 		// What the wrapper itself rewrites as the attempts go.
-		if fi.IsDir() || strings.Contains(p, "/.ctl/") || strings.Contains(p, "/"+dirLive+"/") || under(p, n.taskDir("NEIGHBOUR")) ||
-			strings.HasPrefix(filepath.Base(p), fileProbeCache) {
+		if fi.IsDir() || strings.Contains(p, "/.ctl/") || strings.Contains(p, "/"+dirLive+"/") || sandbox.Under(p, n.taskDir("NEIGHBOUR")) ||
+			strings.HasPrefix(filepath.Base(p), sandbox.FileProbeCache) {
 			return nil
 		}
 		data, err := os.ReadFile(p)
@@ -599,4 +601,128 @@ awk -v d="$(pwd)" '$5 == d { print "mount", $6 }' /proc/self/mountinfo >> loot`)
 		t.Errorf("the task's output/ is mounted %v, want nosuid:\n%s", m, loot)
 	}
 	n.checkContained(t, before, att, nb)
+}
+
+// TestSandboxAgentHome runs a sandboxed attempt of a codex task (a shell
+// standing in for codex) on a node whose user is logged in: the task
+// reads the copy of the login in its private HOME and overwrites it; the
+// node user's file is unchanged and the copy is gone after the attempt.
+// A resumed attempt keeps the HOME (a file the task left stays) and gets
+// the login again.
+func TestSandboxAgentHome(t *testing.T) {
+	t.Parallel()
+	n := newSandboxNode(t, "")
+	wtest.WriteTree(t, n.home, map[string]string{".codex/auth.json": "REAL-LOGIN", ".codex/config.toml": "config"})
+	script := `cat ~/.codex/auth.json > seen-` + "$DISPATCH_ATTEMPT" + `; echo planted > ~/.codex/auth.json; echo mine >> ~/.codex/session`
+	l := wire.Launch{Command: shell(script), Sandbox: n.mode, Agent: wire.AgentCodex}
+	dir := n.taskDir("LOGIN")
+	home := filepath.Join(dir, taskfiles.DirHome)
+	check := func(attempt int) {
+		t.Helper()
+		st := n.final(t, "LOGIN")
+		wlog, _ := os.ReadFile(filepath.Join(dir, taskfiles.FileWrapper))
+		if st.Status != wire.StatusCompleted || st.Sandbox != wire.SandboxBwrap || st.Attempt != attempt {
+			t.Fatalf("attempt %d: %+v, want completed under bwrap\n%s", attempt, st, wlog)
+		}
+		seen, _ := os.ReadFile(filepath.Join(dir, taskfiles.DirOutput, fmt.Sprintf("seen-%d", attempt)))
+		if string(seen) != "REAL-LOGIN" {
+			t.Errorf("attempt %d: the task saw %q in its auth.json, want the copy of the node user's", attempt, seen)
+		}
+		if data, _ := os.ReadFile(filepath.Join(n.home, ".codex", "auth.json")); string(data) != "REAL-LOGIN" {
+			t.Errorf("attempt %d: the node user's auth.json: %q, want it unchanged", attempt, data)
+		}
+		if _, err := os.Lstat(filepath.Join(home, ".codex", "auth.json")); !os.IsNotExist(err) {
+			t.Errorf("attempt %d: the task's auth.json is still there (%v)", attempt, err)
+		}
+		if data, _ := os.ReadFile(filepath.Join(home, ".codex", "session")); strings.Count(string(data), "mine") != attempt {
+			t.Errorf("attempt %d: the task's own file in its HOME: %q, want it kept across the resume", attempt, data)
+		}
+	}
+	n.launch(t, n.item("LOGIN", l))
+	check(1)
+	l.Resume = true
+	item := n.item("LOGIN", l)
+	item.Launch.Attempt = 2
+	n.launch(t, item)
+	check(2)
+}
+
+// TestSandboxFailureSaysSo: shell tasks in a real bwrap sandbox that write
+// outside what they may (/etc, a directory of the node's /tmp, the node
+// user's home, a setup writing into /etc, a gate writing into /usr) fail with their own error first,
+// then that they ran sandboxed, what they could write (the node's
+// sandbox_paths rw among them) and the fix; a task that passes, one
+// that times out and an unconfined failure get no such note (issue 32
+// item 9).
+func TestSandboxFailureSaysSo(t *testing.T) {
+	n := newSandboxNode(t, "")
+	if n.mode == "" {
+		t.Skip("DISPATCH_TEST_SANDBOX=off: this test is of the sandbox's note")
+	}
+	hostTmp, err := os.MkdirTemp("/tmp", "dispatch-sandbox-note")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(hostTmp) })
+	if err := os.MkdirAll(filepath.Join(n.home, ".cache", "pip"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	paths := &wire.SandboxPaths{RW: []string{"~/.cache/pip"}}
+	tests := []struct {
+		id, script string
+		gate       string // the task gate's command
+		setup      string
+		sandbox    string
+		timeout    float64
+		wantStatus string
+		wantFirst  string // the error's start
+		note       bool
+	}{
+		{"ETC", "echo x > /etc/dispatch-note-test", "", "", wire.SandboxBwrap, 30, wire.StatusFailed, "exit status 2;", true},
+		{"HOSTTMP", "echo x > " + hostTmp + "/x", "", "", wire.SandboxBwrap, 30, wire.StatusFailed, "exit status 2;", true},
+		{"HOME", "echo x > " + n.home + "/.config/x", "", "", wire.SandboxBwrap, 30, wire.StatusFailed, "exit status 2;", true},
+		{"GATE", "echo ok > ok", "echo x > /usr/dispatch-note-test", "", wire.SandboxBwrap, 30, wire.StatusFailed, "the task gate failed", true},
+		{"SETUP", "true", "", "echo x > /etc/dispatch-note-test", wire.SandboxBwrap, 30, wire.StatusFailed, "setup failed: exit status 2", true},
+		{"PASS", "echo x > /tmp/x && echo y > y", "", "", wire.SandboxBwrap, 30, wire.StatusCompleted, "", false},
+		{"TIMEOUT", "sleep 30", "", "", wire.SandboxBwrap, 0.5, wire.StatusFailed, "timed out", false},
+		{"OPEN", "exit 3", "", "", "", 30, wire.StatusFailed, "exit status 3", false},
+	}
+	var items []wire.LaunchItem
+	for _, tc := range tests {
+		l := wire.Launch{Command: shell(tc.script), Setup: tc.setup, Sandbox: tc.sandbox, SandboxPaths: paths}
+		if tc.gate != "" {
+			l.Gate = &wire.LaunchGate{Command: tc.gate, TimeoutSeconds: 30, Decides: true}
+		}
+		it := n.item(tc.id, l)
+		it.Launch.TimeoutSeconds = tc.timeout
+		items = append(items, it)
+	}
+	n.launch(t, items...)
+	for _, tc := range tests {
+		st := n.final(t, tc.id)
+		if st.Status != tc.wantStatus || !strings.HasPrefix(st.Error, tc.wantFirst) {
+			t.Errorf("%s: %s, error %q; want %s, beginning %q", tc.id, st.Status, st.Error, tc.wantStatus, tc.wantFirst)
+			continue
+		}
+		hasNote := strings.Contains(st.Error, "ran sandboxed (bwrap) on node local")
+		if hasNote != tc.note {
+			t.Errorf("%s: error %q; want the sandbox's note: %v", tc.id, st.Error, tc.note)
+			continue
+		}
+		if !tc.note {
+			continue
+		}
+		want := []string{"; it ran sandboxed", "output/ (its workspace)", "its own /tmp", "~/.cache/pip (sandbox_paths rw)", "sandbox_paths: {rw: [path]}", "sandbox: off"}
+		if tc.id == "GATE" {
+			want = []string{"; its gate ran sandboxed", "the gate's copy of the result", "its own /tmp", "~/.cache/pip (sandbox_paths rw)", "sandbox_paths: {rw: [path]}", "sandbox: off"}
+		}
+		for _, w := range want {
+			if !strings.Contains(st.Error, w) {
+				t.Errorf("%s: error lacks %q: %s", tc.id, w, st.Error)
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(hostTmp, "x")); err == nil {
+		t.Error("the sandboxed task wrote into the node's /tmp")
+	}
 }

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
+
 	"github.com/dispatch-tool/dispatch/wrapper/limits"
 
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
@@ -94,7 +96,7 @@ type supervisor struct {
 
 	// sandbox, when set, is the bwrap sandbox setup and the tool run in;
 	// sandboxErr says why an attempt that must be sandboxed cannot be.
-	sandbox    *sandboxSpec
+	sandbox    *sandbox.Spec
 	sandboxErr string
 	// sandboxPermanent is set with sandboxErr when the launch itself is at
 	// fault (no retry mends it); unset when the node's sandbox is
@@ -107,7 +109,7 @@ type supervisor struct {
 	// netRefused are the destinations the proxy refused (stopNet).
 	netRefused []string
 	// agentSrc is where the sandboxed agent CLI's files are copied from
-	// (agentSrcDir: its directory variable's; see agentSource), or
+	// (agentSrcDir: its directory variable's; see sandbox.AgentSource), or
 	// agentSrcErr why not.
 	agentSrc    string
 	agentSrcDir bool
@@ -313,7 +315,7 @@ func startAttempt(item superviseItem) (*supervisor, error) {
 		lock:    lock,
 		logFile: logf,
 	}
-	s.decideSandbox(sandboxProbe)
+	s.decideSandbox(func() wire.SandboxReply { return sandbox.Probe(Version) })
 	if err := s.prepare(); err != nil {
 		s.release()
 		return nil, errkind.IO(err)
@@ -789,7 +791,7 @@ func (s *supervisor) toolCmd(out string) (*exec.Cmd, []io.Closer, error) {
 	}
 	cmd := &exec.Cmd{Path: path, Args: args, Env: env, Dir: out}
 	if s.sandbox != nil {
-		if err := s.sandbox.exposeTool(path, s.launch.WorkDir); err != nil {
+		if err := s.sandbox.ExposeTool(path, s.launch.WorkDir); err != nil {
 			return nil, nil, permanentError{fmt.Errorf("start tool in the sandbox: %w", err)}
 		}
 		cmd = s.sandboxed(cmd)

@@ -56,7 +56,7 @@ const (
 const maxRefusalsLogged = 50
 
 // MaxRefusalsNamed bounds the refused destinations a failed attempt's
-// error quotes in the line to add (refusedNote); task.log has the rest.
+// error quotes in the line to add (sandbox.RefusedNote); task.log has the rest.
 const MaxRefusalsNamed = 10
 
 // RefusedMalformed is what the proxy records for a destination it cannot

@@ -1,4 +1,4 @@
-package wrapper
+package sandbox
 
 import (
 	"errors"
@@ -36,24 +36,24 @@ type agentFile struct {
 
 // agentFiles are the files of one agent CLI the private HOME gets.
 type agentFiles struct {
-	// dirVar moves the CLI's files out of HOME when set (claude
+	// DirVar moves the CLI's files out of HOME when set (claude
 	// CLAUDE_CONFIG_DIR, codex CODEX_HOME, gemini GEMINI_CLI_HOME): the
 	// files are then copied from there, and the variable is unset in the
 	// sandbox, so that the CLI reads the copies in its private HOME.
-	dirVar string
+	DirVar string
 	files  []agentFile
 	// leftovers are what the CLI writes beside a login file that may hold
 	// it too (claude's backups of .claude.json): removed with the logins.
 	leftovers []string
 }
 
-// agentHomeFiles lists, per agent CLI, what its private HOME gets: the
+// AgentHomeFiles lists, per agent CLI, what its private HOME gets: the
 // files its settings and login are read from, as found in the sources of
 // the releases docs/AGENTS.md names as tested. Sessions, histories, caches,
 // MCP tokens and anything else of the node user's are not copied.
-var agentHomeFiles = map[string]agentFiles{
+var AgentHomeFiles = map[string]agentFiles{
 	wire.AgentClaude: {
-		dirVar: "CLAUDE_CONFIG_DIR",
+		DirVar: "CLAUDE_CONFIG_DIR",
 		files: []agentFile{
 			// Global config: onboarding state, the account, and the
 			// API key of a console /login (primaryApiKey) on Linux.
@@ -65,7 +65,7 @@ var agentHomeFiles = map[string]agentFiles{
 		leftovers: []string{".claude.json.backup", ".claude/backups"},
 	},
 	wire.AgentCodex: {
-		dirVar: "CODEX_HOME",
+		DirVar: "CODEX_HOME",
 		files: []agentFile{
 			{home: ".codex/config.toml", dir: "config.toml"},
 			// ChatGPT tokens or OPENAI_API_KEY of `codex login`.
@@ -74,7 +74,7 @@ var agentHomeFiles = map[string]agentFiles{
 	},
 	wire.AgentGemini: {
 		// GEMINI_CLI_HOME stands for the whole HOME.
-		dirVar: "GEMINI_CLI_HOME",
+		DirVar: "GEMINI_CLI_HOME",
 		files: []agentFile{
 			{home: ".gemini/settings.json", dir: ".gemini/settings.json"},
 			// Google login: the OAuth token and the account it is for.
@@ -93,17 +93,17 @@ var agentHomeFiles = map[string]agentFiles{
 // maxAgentFile caps a copied file: settings and tokens are small.
 const maxAgentFile = 1 << 20
 
-// agentSource is where the CLI's files come from: the directory its
+// AgentSource is where the CLI's files come from: the directory its
 // variable names when set (dir true: paths are agentFile.dir), else the
 // home (agentFile.home). "" when there is none to copy from.
-func agentSource(tool string, env []string) (root string, dir bool, err error) {
-	af, ok := agentHomeFiles[tool]
+func AgentSource(tool string, env []string) (root string, dir bool, err error) {
+	af, ok := AgentHomeFiles[tool]
 	if !ok {
 		return "", false, nil
 	}
-	if v := proc.LookupEnv(env, af.dirVar); v != "" {
+	if v := proc.LookupEnv(env, af.DirVar); v != "" {
 		if !filepath.IsAbs(v) {
-			return "", true, fmt.Errorf("%s=%s is not an absolute path", af.dirVar, v)
+			return "", true, fmt.Errorf("%s=%s is not an absolute path", af.DirVar, v)
 		}
 		return filepath.Clean(v), true, nil
 	}
@@ -113,13 +113,13 @@ func agentSource(tool string, env []string) (root string, dir bool, err error) {
 	return "", false, nil
 }
 
-// copyAgentFiles copies tool's files from src (see agentSource) into the
+// CopyAgentFiles copies tool's files from src (see AgentSource) into the
 // private HOME home, each replacing whatever the HOME held at its path (a
 // resumed attempt's, or one the task planted): a file the source lacks is
 // then absent. A file that cannot be copied is passed to refused, and the
 // copy goes on; the error is for the HOME itself.
-func copyAgentFiles(tool, src string, dir bool, home string, refused func(path string, err error)) error {
-	af, ok := agentHomeFiles[tool]
+func CopyAgentFiles(tool, src string, dir bool, home string, refused func(path string, err error)) error {
+	af, ok := AgentHomeFiles[tool]
 	if !ok {
 		return nil
 	}
@@ -155,10 +155,10 @@ func copyAgentFiles(tool, src string, dir bool, home string, refused func(path s
 	return nil
 }
 
-// removeAgentLogins removes tool's login files, and what the CLI keeps of
+// RemoveAgentLogins removes tool's login files, and what the CLI keeps of
 // them beside, from the private HOME home, whatever the tool made of them.
-func removeAgentLogins(tool, home string) error {
-	af, ok := agentHomeFiles[tool]
+func RemoveAgentLogins(tool, home string) error {
+	af, ok := AgentHomeFiles[tool]
 	if !ok {
 		return nil
 	}

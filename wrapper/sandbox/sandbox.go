@@ -1,11 +1,10 @@
-package wrapper
+package sandbox
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -18,8 +17,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/dispatch-tool/dispatch/wrapper/limits"
 
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
@@ -58,20 +55,20 @@ import (
 // included, so that the probe tries what the tasks will need.
 var bwrapBaseArgs = []string{"--unshare-pid", "--die-with-parent", "--new-session", "--cap-drop", "ALL"}
 
-// probeTimeout bounds the trial run of bwrap.
-const probeTimeout = 10 * time.Second
+// ProbeTimeout bounds the trial run of bwrap.
+const ProbeTimeout = 10 * time.Second
 
 var (
 	probeOnce  sync.Once
 	probeReply wire.SandboxReply
 )
 
-// sandboxProbe reports, once per process, whether bwrap works here: found
+// Probe reports, once per process, whether bwrap works here: found
 // in the PATH (or /usr/bin) and able to run `true` in a sandbox like the
 // tasks' (which needs user namespaces when the node user is not root). A
 // recent answer kept beside the wrapper serves (see probecache.go).
-func sandboxProbe() wire.SandboxReply {
-	probeOnce.Do(func() { probeReply = probeWithCache(context.Background(), false) })
+func Probe(version string) wire.SandboxReply {
+	probeOnce.Do(func() { probeReply = ProbeWithCache(context.Background(), version, false) })
 	return probeReply
 }
 
@@ -87,7 +84,7 @@ func bwrapPath() string {
 	return ""
 }
 
-func probeBwrap(ctx context.Context) wire.SandboxReply {
+func ProbeBwrap(ctx context.Context) wire.SandboxReply {
 	if r := noSandboxOn(runtime.GOOS); r != nil {
 		return *r
 	}
@@ -95,7 +92,7 @@ func probeBwrap(ctx context.Context) wire.SandboxReply {
 	if path == "" {
 		return wire.SandboxReply{Error: "bwrap is not installed", Fix: "apt install bubblewrap (or dnf install bubblewrap)"}
 	}
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
 	defer cancel()
 	args := append([]string{"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"}, bwrapBaseArgs...)
 	cmd := exec.CommandContext(ctx, path, append(args, "--", "true")...)
@@ -116,131 +113,118 @@ func probeBwrap(ctx context.Context) wire.SandboxReply {
 	return wire.SandboxReply{Sandbox: wire.SandboxBwrap, Path: path}
 }
 
-// cmdSandbox prints whether the sandbox works on this node.
-func cmdSandbox(args []string, stdout io.Writer) error {
-	fs := newFlagSet("sandbox")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	// The controller asks when it connects: a fresh answer, kept for the
-	// attempts that follow.
-	reply := probeWithCache(context.Background(), true)
-	reply.Limits = limits.LimitEnforcement()
-	return printJSON(stdout, reply)
-}
-
-// sandboxSpec is what one attempt's sandbox shows of the node.
-type sandboxSpec struct {
-	bwrap string
-	// tmp is bound at /tmp; hide are covered by empty tmpfs (parents
+// Spec is what one attempt's sandbox shows of the node.
+type Spec struct {
+	Bwrap string
+	// Tmp is bound at /tmp; hide are covered by empty tmpfs (parents
 	// first); ro are bound read-only over them; rw are bound read-write
 	// (the workspace, HOME); roFiles read-only (spec.md).
-	tmp  string
+	Tmp  string
 	hide []string
-	ro   []string
-	rw   []string
-	// paths are the node's sandbox_paths, bound last with --ro-bind-try
+	Ro   []string
+	Rw   []string
+	// Paths are the node's sandbox_paths, bound last with --ro-bind-try
 	// or --bind-try (bwrap skips a missing source).
-	paths []pathBind
-	// noNetwork runs it in a network namespace of its own (--unshare-net).
-	noNetwork bool
-	// net, with a network allow list, is how net-init runs first.
-	net *sandboxNet
+	Paths []pathBind
+	// NoNetwork runs it in a network namespace of its own (--unshare-net).
+	NoNetwork bool
+	// Net, with a network allow list, is how net-init runs first.
+	Net *Net
 }
 
-// sandboxNet is the sandbox's side of a network allow list: dir
+// Net is the sandbox's side of a network allow list: dir
 // (<task>/net, holding the proxy's socket) bound read-only, exe (this
 // binary) bound at dir/init, which runs net-init with port and forwards.
-type sandboxNet struct {
-	dir, exe string
-	port     int
-	forwards []string
+type Net struct {
+	Dir, Exe string
+	Port     int
+	Forwards []string
 }
 
 // pathBind binds src at dst, read-write when rw. name is the path as
 // sandbox_paths gives it, on the bind at its own place; missing is set
 // when src is not on the node (bwrap skips it).
 type pathBind struct {
-	src, dst string
+	src, Dst string
 	rw       bool
 	name     string
 	missing  bool
 }
 
-// args is bwrap's argv (without the program) running argv in dir.
-func (sp *sandboxSpec) args(dir string, argv []string) []string {
-	a := []string{sp.bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--bind", sp.tmp, "/tmp"}
+// Args is bwrap's argv (without the program) running argv in dir.
+func (sp *Spec) Args(dir string, argv []string) []string {
+	a := []string{sp.Bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--bind", sp.Tmp, "/tmp"}
 	for _, h := range sp.hide {
 		a = append(a, "--tmpfs", h)
 	}
-	for _, p := range sp.ro {
+	for _, p := range sp.Ro {
 		a = append(a, "--ro-bind", p, p)
 	}
-	for _, p := range sp.rw {
+	for _, p := range sp.Rw {
 		a = append(a, "--bind", p, p)
 	}
-	for _, b := range sp.paths {
+	for _, b := range sp.Paths {
 		flag := "--ro-bind-try"
 		if b.rw {
 			flag = "--bind-try"
 		}
-		a = append(a, flag, b.src, b.dst)
+		a = append(a, flag, b.src, b.Dst)
 	}
-	if n := sp.net; n != nil {
-		init := filepath.Join(n.dir, egress.FileNetInit)
-		a = append(a, "--ro-bind", n.dir, n.dir, "--ro-bind", n.exe, init)
-		argv = egress.NetInitArgs(init, filepath.Join(n.dir, egress.FileNetSock), n.port, n.forwards, argv)
+	if n := sp.Net; n != nil {
+		init := filepath.Join(n.Dir, egress.FileNetInit)
+		a = append(a, "--ro-bind", n.Dir, n.Dir, "--ro-bind", n.Exe, init)
+		argv = egress.NetInitArgs(init, filepath.Join(n.Dir, egress.FileNetSock), n.Port, n.Forwards, argv)
 	}
 	a = append(a, bwrapBaseArgs...)
-	if sp.noNetwork {
+	if sp.NoNetwork {
 		a = append(a, "--unshare-net")
 	}
 	a = append(a, "--chdir", dir, "--")
 	return append(a, argv...)
 }
 
-// under reports whether p is root or lies below it.
-func under(p, root string) bool {
+// Under reports whether p is root or lies below it.
+func Under(p, root string) bool {
 	return p == root || strings.HasPrefix(p, strings.TrimSuffix(root, "/")+"/")
 }
 
-// newSandboxSpec lays out the sandbox of the attempt in taskDir. workDir
+// NewSpec lays out the sandbox of the attempt in TaskDir. WorkDir
 // is the node's work_dir, homes the node user's home directories, exeDir
 // the wrapper's directory (hidden when it is the installed .bin), repo a
 // git-native project's repo.git ("" for none).
-func newSandboxSpec(bwrap, taskDir, workDir string, homes []string, exeDir, repo string) *sandboxSpec {
-	sp := &sandboxSpec{bwrap: bwrap, tmp: filepath.Join(taskDir, taskfiles.DirTmp)}
+func NewSpec(bwrap, taskDir, workDir string, homes []string, exeDir, repo string) *Spec {
+	sp := &Spec{Bwrap: bwrap, Tmp: filepath.Join(taskDir, taskfiles.DirTmp)}
 	roots := append([]string{workDir}, homes...)
 	if filepath.Base(exeDir) == ".bin" {
 		roots = append(roots, exeDir)
 	}
 	sort.Slice(roots, func(i, j int) bool { return len(roots[i]) < len(roots[j]) })
 	for _, r := range roots {
-		if r == "" || r == "/" || !filepath.IsAbs(r) || under(r, "/tmp") {
+		if r == "" || r == "/" || !filepath.IsAbs(r) || Under(r, "/tmp") {
 			continue // under /tmp: hidden by the attempt's own /tmp already
 		}
 		covered := false
 		for _, h := range sp.hide {
-			covered = covered || under(r, h)
+			covered = covered || Under(r, h)
 		}
 		if !covered {
 			sp.hide = append(sp.hide, r)
 		}
 	}
 	if repo != "" {
-		sp.ro = append(sp.ro, repo)
+		sp.Ro = append(sp.Ro, repo)
 	}
-	sp.ro = append(sp.ro, filepath.Join(taskDir, taskfiles.FileSpec))
-	sp.rw = []string{filepath.Join(taskDir, taskfiles.DirOutput), filepath.Join(taskDir, taskfiles.DirHome)}
+	sp.Ro = append(sp.Ro, filepath.Join(taskDir, taskfiles.FileSpec))
+	sp.Rw = []string{filepath.Join(taskDir, taskfiles.DirOutput), filepath.Join(taskDir, taskfiles.DirHome)}
 	return sp
 }
 
-// openPaths adds the node's sandbox_paths, ~/ expanded with home: each
+// OpenPaths adds the node's sandbox_paths, ~/ expanded with home: each
 // at its own place and, when under the home, at the same place in the
 // private HOME (where the tools look, $HOME being that one). A path that
 // is, holds or lies in the work_dir, or holds a hidden root, is refused;
 // missing are the paths that do not exist (bwrap skips them).
-func (sp *sandboxSpec) openPaths(paths *wire.SandboxPaths, home, taskDir, workDir string) (missing []string, err error) {
+func (sp *Spec) OpenPaths(paths *wire.SandboxPaths, home, taskDir, workDir string) (missing []string, err error) {
 	if paths == nil {
 		return nil, nil
 	}
@@ -253,11 +237,11 @@ func (sp *sandboxSpec) openPaths(paths *wire.SandboxPaths, home, taskDir, workDi
 				}
 				src, dst = filepath.Join(home, rest), filepath.Join(taskDir, taskfiles.DirHome, rest)
 			}
-			if under(src, workDir) || under(workDir, src) {
+			if Under(src, workDir) || Under(workDir, src) {
 				return fmt.Errorf("sandbox_paths: %s (%s) overlaps the work_dir %s", p, src, workDir)
 			}
 			for _, h := range sp.hide {
-				if under(h, src) {
+				if Under(h, src) {
 					return fmt.Errorf("sandbox_paths: %s (%s) would open all of %s, which the sandbox hides", p, src, h)
 				}
 			}
@@ -265,9 +249,9 @@ func (sp *sandboxSpec) openPaths(paths *wire.SandboxPaths, home, taskDir, workDi
 			if err != nil {
 				missing = append(missing, src)
 			}
-			sp.paths = append(sp.paths, pathBind{src: src, dst: src, rw: rw, name: p, missing: err != nil})
+			sp.Paths = append(sp.Paths, pathBind{src: src, Dst: src, rw: rw, name: p, missing: err != nil})
 			if dst != "" {
-				sp.paths = append(sp.paths, pathBind{src: src, dst: dst, rw: rw})
+				sp.Paths = append(sp.Paths, pathBind{src: src, Dst: dst, rw: rw})
 			}
 		}
 		return nil
@@ -279,19 +263,19 @@ func (sp *sandboxSpec) openPaths(paths *wire.SandboxPaths, home, taskDir, workDi
 }
 
 // hidden reports whether p is out of the sandbox's sight.
-func (sp *sandboxSpec) hidden(p string) bool {
-	if under(p, "/tmp") {
+func (sp *Spec) hidden(p string) bool {
+	if Under(p, "/tmp") {
 		return true
 	}
 	for _, h := range sp.hide {
-		if under(p, h) {
+		if Under(p, h) {
 			return true
 		}
 	}
 	return false
 }
 
-// exposeTool binds read-only the directories holding the tool's
+// ExposeTool binds read-only the directories holding the tool's
 // executable path: the directory of the name found in the PATH and that
 // of the file it links to or, for an npm package
 // (<prefix>/lib/node_modules/...), the whole prefix (its bin/ holds node,
@@ -299,7 +283,7 @@ func (sp *sandboxSpec) hidden(p string) bool {
 // whole node_modules. A directory that is itself a hidden root (the
 // home) or holds the work_dir is never exposed: the tool must be
 // installed elsewhere.
-func (sp *sandboxSpec) exposeTool(path, workDir string) error {
+func (sp *Spec) ExposeTool(path, workDir string) error {
 	if !sp.hidden(path) {
 		if real, err := filepath.EvalSymlinks(path); err == nil && sp.hidden(real) {
 			return sp.expose(filepath.Dir(real), workDir)
@@ -327,13 +311,13 @@ func (sp *sandboxSpec) exposeTool(path, workDir string) error {
 	return nil
 }
 
-func (sp *sandboxSpec) expose(dir, workDir string) error {
-	for _, v := range append(append([]string(nil), sp.rw...), sp.ro...) {
-		if under(dir, v) {
+func (sp *Spec) expose(dir, workDir string) error {
+	for _, v := range append(append([]string(nil), sp.Rw...), sp.Ro...) {
+		if Under(dir, v) {
 			return nil // bound in already: the workspace, the private HOME
 		}
 	}
-	if under(dir, "/tmp") {
+	if Under(dir, "/tmp") {
 		return fmt.Errorf("the tool lies in %s, under /tmp, which the sandbox replaces with the attempt's own; install it elsewhere (e.g. /usr/local/bin, ~/.local/bin), or set sandbox: off for the task or the node", dir)
 	}
 	if !sp.hidden(dir) {
@@ -344,23 +328,23 @@ func (sp *sandboxSpec) expose(dir, workDir string) error {
 			return fmt.Errorf("the tool lies directly in %s, which the sandbox hides; install it in a directory of its own (e.g. ~/.local/bin)", dir)
 		}
 	}
-	if under(workDir, dir) {
+	if Under(workDir, dir) {
 		return fmt.Errorf("the tool's directory %s holds the work_dir %s, which the sandbox hides", dir, workDir)
 	}
-	for _, r := range sp.ro {
-		if under(dir, r) {
+	for _, r := range sp.Ro {
+		if Under(dir, r) {
 			return nil
 		}
 	}
-	sp.ro = append([]string{dir}, sp.ro...)
+	sp.Ro = append([]string{dir}, sp.Ro...)
 	return nil
 }
 
-// nodeHomes are the node user's home directories: $HOME and the password
+// NodeHomes are the node user's home directories: $HOME and the password
 // file's, when they differ. One that does not exist (a service user made
 // without a home, like `useradd -M`) holds nothing to hide, and bwrap
 // could not make its mount point on a read-only /.
-func nodeHomes() []string {
+func NodeHomes() []string {
 	var out []string
 	if h := os.Getenv("HOME"); h != "" && filepath.IsAbs(h) {
 		out = append(out, filepath.Clean(h))
@@ -376,11 +360,11 @@ func nodeHomes() []string {
 	})
 }
 
-// sandboxEnv is the tool's environment in the sandbox: its HOME is the
+// Env is the tool's environment in the sandbox: its HOME is the
 // attempt's own, its TMPDIR the private /tmp; the variables of unset are
 // unset (an agent CLI's directory variable: it reads the copies of its
 // files in its private HOME).
-func sandboxEnv(env []string, taskDir string, unset ...string) []string {
+func Env(env []string, taskDir string, unset ...string) []string {
 	out := make([]string, 0, len(env))
 	for _, kv := range env {
 		if k, _, _ := strings.Cut(kv, "="); k == "HOME" || k == "TMPDIR" || slices.Contains(unset, k) {
@@ -391,11 +375,11 @@ func sandboxEnv(env []string, taskDir string, unset ...string) []string {
 	return append(out, "HOME="+filepath.Join(taskDir, taskfiles.DirHome), "TMPDIR=/tmp")
 }
 
-// gitIdentity writes the node user's git identity (user.name and
+// GitIdentity writes the node user's git identity (user.name and
 // user.email of their global config), and nothing else of it, into the
 // private HOME, so that a tool committing in its checkout does as it
 // would outside the sandbox.
-func gitIdentity(ctx context.Context, home string) error {
+func GitIdentity(ctx context.Context, home string) error {
 	// One git for both keys: it runs for every sandboxed attempt.
 	cmd := exec.CommandContext(ctx, "git", "config", "--global", "--get-regexp", `^user\.(name|email)$`)
 	cmd.Env = gitEnvWithHome()
@@ -437,135 +421,13 @@ func gitEnvWithHome() []string {
 	return env
 }
 
-// decideSandbox settles whether this attempt runs in the sandbox: under
-// bwrap when launch.json asks for it (or for auto) and bwrap works here
-// (probe says whether); an attempt that must be sandboxed where it cannot
-// be fails to start. An agent's default allow list does not make it so.
-func (s *supervisor) decideSandbox(probe func() wire.SandboxReply) {
-	want := s.launch.Sandbox
-	noNetwork := s.launch.Network == wire.NetworkNone || s.launch.Network == wire.NetworkAllow
-	word := s.launch.Network
-	if word == wire.NetworkAllow {
-		word = "{allow: [...]}"
-	}
-	if want == "" {
-		if noNetwork && !s.launch.NetworkDefault {
-			s.sandboxErr = "network: " + word + " needs the sandbox, and launch.json does not ask for it; the attempt is not run with the network open"
-			s.sandboxPermanent = true
-		}
-		return
-	}
-	if !under(s.dir, s.launch.WorkDir) || s.dir == s.launch.WorkDir {
-		s.sandboxErr = fmt.Sprintf("sandbox: the task directory %s is not in the work_dir %s", s.dir, s.launch.WorkDir)
-		s.sandboxPermanent = true
-		return
-	}
-	pr := probe()
-	if pr.Sandbox != wire.SandboxBwrap {
-		switch {
-		case noNetwork && !s.launch.NetworkDefault:
-			s.sandboxErr = fmt.Sprintf("network: %s needs the sandbox, which is unavailable on node %s: %s; fix: %s, or set network: open for the task", word, s.launch.Node, pr.Error, pr.Fix)
-		case want == wire.SandboxBwrap:
-			s.sandboxErr = fmt.Sprintf("sandbox: on, but it is unavailable on node %s: %s; fix: %s, or set sandbox: off (or auto) for the task", s.launch.Node, pr.Error, pr.Fix)
-		}
-		return
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		s.sandboxErr = "sandbox: find own executable: " + err.Error()
-		return
-	}
-	repo := ""
-	if s.launch.Repo != nil {
-		repo = s.launch.Repo.Dir
-	}
-	homes := nodeHomes()
-	sp := newSandboxSpec(pr.Path, s.dir, s.launch.WorkDir, homes, filepath.Dir(exe), repo)
-	if s.launch.Inputs {
-		// Seen, never written: the dependencies' outputs are theirs.
-		sp.ro = append(sp.ro, filepath.Join(s.dir, wire.InputsDir))
-	}
-	home := ""
-	if len(homes) > 0 {
-		home = homes[0]
-	}
-	missing, err := sp.openPaths(s.launch.SandboxPaths, home, s.dir, s.launch.WorkDir)
-	if err != nil {
-		s.sandboxErr = err.Error() + "; fix: correct the node's sandbox_paths in nodes.yaml"
-		s.sandboxPermanent = true
-		return
-	}
-	for _, p := range missing {
-		s.logger.Info("sandbox_paths: not on this node, skipped", "path", p)
-	}
-	sp.noNetwork = noNetwork
-	s.sandbox = sp
-	// Where the agent CLI would read its settings and login unconfined:
-	// its private HOME gets copies of them (see agenthome.go).
-	var unset []string
-	if af, ok := agentHomeFiles[s.launch.Agent]; ok {
-		_, env := s.toolArgvEnv()
-		s.agentSrc, s.agentSrcDir, s.agentSrcErr = agentSource(s.launch.Agent, env)
-		unset = append(unset, af.dirVar)
-	}
-	s.env = sandboxEnv(s.env, s.dir, unset...)
-	if s.launch.Network == wire.NetworkAllow {
-		allow, _ := allowList(&s.launch) // checked with launch.json
-		sp.net = &sandboxNet{dir: filepath.Join(s.dir, egress.DirNet), exe: exe, port: egress.ProxyPort(allow),
-			forwards: egress.LoopbackForwards(allow)}
-		s.allow = allow
-		s.env = egress.ProxyEnv(s.env, sp.net.port)
-	}
-}
-
-// startNet serves the attempt's network allow list, when it has one:
-// a fresh <task>/net with the proxy's socket and the mount point of
-// net-init. The caller closes the proxy when the attempt ends.
-func (s *supervisor) startNet() error {
-	if s.sandbox == nil || s.sandbox.net == nil {
-		return nil
-	}
-	dir := s.sandbox.net.dir
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("network: clear %s: %w", dir, err)
-	}
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return fmt.Errorf("network: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, egress.FileNetInit), nil, 0o500); err != nil {
-		return fmt.Errorf("network: %w", err)
-	}
-	p, err := egress.StartNetProxy(filepath.Join(dir, egress.FileNetSock), s.allow, func(format string, args ...any) {
-		fmt.Fprintf(s.tlog, "dispatch-wrapper: "+format+"\n", args...)
-	})
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.proxy = p
-	s.mu.Unlock()
-	return nil
-}
-
-// stopNet stops the attempt's proxy, if it runs.
-func (s *supervisor) stopNet() {
-	s.mu.Lock()
-	p := s.proxy
-	s.proxy = nil
-	s.mu.Unlock()
-	if p != nil {
-		p.Close()
-		s.netRefused = p.Refused()
-	}
-}
-
-// refusedNote is what a failed attempt's error adds when the allow list
+// RefusedNote is what a failed attempt's error adds when the allow list
 // refused destinations: a tool that could not reach what it needed fails
 // in its own words (an auth error for a 403, a timeout), and this says
 // why, with the line that lets it (issue 32): the whole setting when the
 // list was an agent's default (byDefault), else the entries to add. The
 // list is the supervisor's own, not read from the task's output.
-func refusedNote(refused []string, byDefault bool) string {
+func RefusedNote(refused []string, byDefault bool) string {
 	if len(refused) == 0 {
 		return ""
 	}
@@ -589,71 +451,4 @@ func refusedNote(refused []string, byDefault bool) string {
 			"to allow it, add this line to project.yaml, the spec's front matter or the node in nodes.yaml: network: {allow: [" + entries + "]}"
 	}
 	return "; the network allow list refused " + list + " (see task.log); to allow it, add to the task's network: {allow: [...]} the entries " + entries
-}
-
-// sandboxName is status.json's sandbox.
-func (s *supervisor) sandboxName() string {
-	if s.sandbox != nil {
-		return wire.SandboxBwrap
-	}
-	return ""
-}
-
-// prepareHome makes the attempt's private HOME: empty but for the node
-// user's git identity and copies of the agent CLI's settings and login
-// (see agenthome.go). A resumed attempt keeps the earlier one, where the
-// tool keeps the session it continues, and gets the CLI's files afresh.
-func (s *supervisor) prepareHome() error {
-	home := filepath.Join(s.dir, taskfiles.DirHome)
-	if fi, err := os.Lstat(home); err == nil {
-		if s.launch.Resume && fi.IsDir() {
-			return s.copyAgentFiles(home)
-		}
-		if err := os.Rename(home, home+taskfiles.OldTmpSuffix+strconv.Itoa(os.Getpid())); err != nil {
-			return fmt.Errorf("move the old %s aside: %w", taskfiles.DirHome, err)
-		}
-	}
-	if err := os.Mkdir(home, 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", taskfiles.DirHome, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
-	defer cancel()
-	if err := gitIdentity(ctx, home); err != nil {
-		s.logger.Warn("no git identity in the sandbox's HOME", taskfiles.LogKeyErr, err)
-	}
-	return s.copyAgentFiles(home)
-}
-
-// copyAgentFiles copies the agent CLI's settings and login into the
-// private HOME; what is refused is said in wrapper.log.
-func (s *supervisor) copyAgentFiles(home string) error {
-	if _, ok := agentHomeFiles[s.launch.Agent]; !ok {
-		return nil
-	}
-	if s.agentSrcErr != nil {
-		s.logger.Warn("the agent's settings and login are not copied into the sandbox's HOME", taskfiles.LogKeyErr, s.agentSrcErr)
-	}
-	return copyAgentFiles(s.launch.Agent, s.agentSrc, s.agentSrcDir, home, func(path string, err error) {
-		s.logger.Warn("not copied into the sandbox's HOME", taskfiles.LogKeyPath, path, taskfiles.LogKeyErr, err)
-	})
-}
-
-// removeAgentLogins removes the agent CLI's login files from the private
-// HOME once the attempt's processes are gone: no copy of a credential
-// stays in the attempt's directory.
-func (s *supervisor) removeAgentLogins() {
-	if s.sandbox == nil {
-		return
-	}
-	if err := removeAgentLogins(s.launch.Agent, filepath.Join(s.dir, taskfiles.DirHome)); err != nil {
-		s.logger.Warn("remove the agent's login from the sandbox's HOME", taskfiles.LogKeyErr, err)
-	}
-}
-
-// sandboxed returns cmd run under bwrap: the same program, arguments,
-// working directory and environment (which bwrap passes on to it).
-func (s *supervisor) sandboxed(cmd *exec.Cmd) *exec.Cmd {
-	argv := append([]string{cmd.Path}, cmd.Args[1:]...)
-	args := s.sandbox.args(cmd.Dir, argv)
-	return &exec.Cmd{Path: s.sandbox.bwrap, Args: args, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin}
 }

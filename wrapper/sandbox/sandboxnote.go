@@ -1,4 +1,4 @@
-package wrapper
+package sandbox
 
 import (
 	"path/filepath"
@@ -15,12 +15,12 @@ import (
 // with the attempt's own). Its error then says that it ran sandboxed, what
 // it could write there and how to open more (issue 32 item 9).
 
-// sandboxNoteApplies reports whether a failed attempt's error gets the
+// NoteApplies reports whether a failed attempt's error gets the
 // sandbox's note: where setup, the tool or the gate ran confined
 // (confined) and failed by its own exit, a signal or the gate's verdict,
 // as a refused write makes it fail. A timeout, a stall, a limit, a kill,
 // an agent's rate limit or login, or a start that ran nothing is not one.
-func sandboxNoteApplies(status, class string, confined bool) bool {
+func NoteApplies(status, class string, confined bool) bool {
 	if status != wire.StatusFailed || !confined {
 		return false
 	}
@@ -31,12 +31,12 @@ func sandboxNoteApplies(status, class string, confined bool) bool {
 	return false
 }
 
-// writable are the places a process under sp may write, in words: its
+// Writable are the places a process under sp may write, in words: its
 // working directory, its HOME, its own /tmp, and the node's sandbox_paths
 // rw that exist on the node (as nodes.yaml writes them).
-func (sp *sandboxSpec) writable() []string {
+func (sp *Spec) Writable() []string {
 	var out []string
-	for _, p := range sp.rw {
+	for _, p := range sp.Rw {
 		switch filepath.Base(p) {
 		case taskfiles.DirOutput:
 			out = append(out, "output/ (its workspace)")
@@ -49,7 +49,7 @@ func (sp *sandboxSpec) writable() []string {
 		}
 	}
 	out = append(out, "its own /tmp (new for each attempt, not the node's)")
-	for _, b := range sp.paths {
+	for _, b := range sp.Paths {
 		if b.rw && b.name != "" && !b.missing {
 			out = append(out, b.name+" (sandbox_paths rw)")
 		}
@@ -57,36 +57,12 @@ func (sp *sandboxSpec) writable() []string {
 	return out
 }
 
-// sandboxNote is what the error of a failed sandboxed attempt on node
+// Note is what the error of a failed sandboxed attempt on node
 // adds: who ("it", "its gate") ran under bwrap, where it may write, and
 // the two ways to let it write more.
-func sandboxNote(who, node string, writable []string) string {
+func Note(who, node string, writable []string) string {
 	return "; " + who + " ran sandboxed (bwrap) on node " + node + ", where it may write only to " + strings.Join(writable, ", ") +
 		`: the rest of the file system is read-only ("Read-only file system"), and the node user's home, the work_dir and the node's /tmp are hidden ("No such file or directory"); ` +
 		"to let the task write a path, add it to the node's sandbox_paths: {rw: [path]} in nodes.yaml (~/path for one under the home), " +
 		"or set sandbox: off in the spec's front matter or project.yaml (where the node's sandbox is auto) or on the node in nodes.yaml (see docs/SANDBOX.md)"
-}
-
-// failureNote is what the error of the final status st of an attempt
-// that ended with res adds: the destinations its network allow list
-// refused, with the line to add, when it failed and there were some (a
-// refusal seen, so no guess besides); else the sandbox's note.
-func (s *supervisor) failureNote(st *wire.Status, res outcome) string {
-	if note := refusedNote(s.netRefused, s.launch.NetworkDefault); st.Status == wire.StatusFailed && note != "" {
-		return note
-	}
-	return s.sandboxFailureNote(st, res.confined && res.resultErr == "")
-}
-
-// sandboxFailureNote is the note for the final status st of an attempt
-// whose processes ran confined or not (confined); "" when none applies.
-func (s *supervisor) sandboxFailureNote(st *wire.Status, confined bool) string {
-	if s.sandbox == nil || !sandboxNoteApplies(st.Status, st.ErrorClass, confined) {
-		return ""
-	}
-	if st.ErrorClass == wire.ClassGate {
-		sp := s.gateSpec(filepath.Join(s.dir, taskfiles.DirGate))
-		return sandboxNote("its gate", s.launch.Node, sp.writable())
-	}
-	return sandboxNote("it", s.launch.Node, s.sandbox.writable())
 }

@@ -1,4 +1,4 @@
-package wrapper
+package sandbox
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 // macOS's sandbox (issue 20): Seatbelt, sandbox-exec with a profile the
 // wrapper would write per attempt. No macOS machine runs dispatch's tests,
 // so the profile is generated and unit-tested here but never used: on
-// darwin the probe reports the sandbox unavailable (probeBwrap), and
+// darwin the probe reports the sandbox unavailable (ProbeBwrap), and
 // `sandbox: auto` there stays off until a real Mac has run it.
 
 // darwinUnavailable is why the probe reports no sandbox on macOS.
@@ -73,7 +73,7 @@ func seatbeltCanonical(p string) (string, error) {
 		return "", fmt.Errorf("seatbelt: %q holds a control character", p)
 	}
 	for _, l := range []string{"/tmp", "/var", "/etc"} {
-		if under(p, l) {
+		if Under(p, l) {
 			return "/private" + p, nil
 		}
 	}
@@ -116,7 +116,7 @@ func seatbeltProfile(sp seatbeltSpec) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if !under(task[0], hidden[0]) || task[0] == hidden[0] {
+	if !Under(task[0], hidden[0]) || task[0] == hidden[0] {
 		return "", fmt.Errorf("seatbelt: the task directory %s is not in the work_dir %s", sp.TaskDir, sp.WorkDir)
 	}
 	ro := append(append([]string{}, sp.Tool...), sp.RO...)
@@ -138,7 +138,7 @@ func seatbeltProfile(sp seatbeltSpec) (string, error) {
 			return "", fmt.Errorf("seatbelt: / cannot be opened")
 		}
 		for _, h := range hidden {
-			if under(h, p) {
+			if Under(h, p) {
 				return "", fmt.Errorf("seatbelt: %s would open all of %s", p, h)
 			}
 		}

@@ -1,4 +1,4 @@
-package wrapper
+package sandbox
 
 import (
 	"os"
@@ -13,7 +13,7 @@ import (
 // TTL; a change of wrapper, boot, user or bwrap binary, an expired or
 // future answer, or a damaged file means a new probe.
 func TestProbeCache(t *testing.T) {
-	path := filepath.Join(t.TempDir(), fileProbeCache)
+	path := filepath.Join(t.TempDir(), FileProbeCache)
 	key := probeKey{Version: "v1", Boot: "b1", UID: 1000, Bwrap: "/usr/bin/bwrap", BwrapMtime: 42}
 	reply := wire.SandboxReply{Sandbox: wire.SandboxBwrap, Path: "/usr/bin/bwrap"}
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
@@ -58,7 +58,7 @@ func TestGitIdentity(t *testing.T) {
 	t.Setenv("XDG_CONFIG_HOME", "")
 	os.WriteFile(filepath.Join(home, ".gitconfig"), []byte("[user]\n\tname = Ada Lovelace\n\temail = ada@example.com\n[core]\n\tfsmonitor = /tmp/evil\n"), 0o600)
 	dst := t.TempDir()
-	if err := gitIdentity(t.Context(), dst); err != nil {
+	if err := GitIdentity(t.Context(), dst); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(filepath.Join(dst, ".gitconfig"))
@@ -67,7 +67,7 @@ func TestGitIdentity(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(home, ".gitconfig"), []byte("[core]\n\tbare = false\n"), 0o600)
 	empty := t.TempDir()
-	if err := gitIdentity(t.Context(), empty); err != nil {
+	if err := GitIdentity(t.Context(), empty); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(empty, ".gitconfig")); err == nil {

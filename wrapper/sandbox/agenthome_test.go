@@ -1,9 +1,8 @@
 //go:build linux
 
-package wrapper
+package sandbox
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -12,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
 )
@@ -65,7 +63,7 @@ func TestCopyAgentFiles(t *testing.T) {
 			src, home := t.TempDir(), t.TempDir()
 			wtest.WriteTree(t, src, node)
 			var refused []string
-			if err := copyAgentFiles(tc.tool, src, false, home, func(p string, err error) { refused = append(refused, p+": "+err.Error()) }); err != nil {
+			if err := CopyAgentFiles(tc.tool, src, false, home, func(p string, err error) { refused = append(refused, p+": "+err.Error()) }); err != nil {
 				t.Fatal(err)
 			}
 			if len(refused) > 0 {
@@ -100,7 +98,7 @@ func TestCopyAgentFiles(t *testing.T) {
 			if tc.tool == wire.AgentClaude {
 				wtest.WriteTree(t, home, map[string]string{".claude.json.backup": "copy", ".claude/backups/.claude.json.backup.1": "copy"})
 			}
-			if err := removeAgentLogins(tc.tool, home); err != nil {
+			if err := RemoveAgentLogins(tc.tool, home); err != nil {
 				t.Fatal(err)
 			}
 			var left []string
@@ -145,7 +143,7 @@ func TestCopyAgentFilesRefused(t *testing.T) {
 			auth := filepath.Join(src, ".codex", "auth.json")
 			tc.make(t, auth)
 			var refused []string
-			copyAgentFiles(wire.AgentCodex, src, false, home, func(p string, err error) { refused = append(refused, p+": "+err.Error()) })
+			CopyAgentFiles(wire.AgentCodex, src, false, home, func(p string, err error) { refused = append(refused, p+": "+err.Error()) })
 			got := listTree(t, home)
 			if got[".codex/config.toml"] != "config" {
 				t.Errorf("config.toml not copied: %v", got)
@@ -181,11 +179,11 @@ func TestCopyAgentFilesReplacesThePlanted(t *testing.T) {
 	}
 	for _, tool := range []string{wire.AgentGemini, wire.AgentCodex} {
 		var refused []string
-		copyAgentFiles(tool, src, false, home, func(p string, err error) { refused = append(refused, p) })
+		CopyAgentFiles(tool, src, false, home, func(p string, err error) { refused = append(refused, p) })
 		if tool == wire.AgentCodex && (len(refused) != 2 || !strings.HasPrefix(refused[0], filepath.Join(home, ".codex")+"/")) {
 			t.Errorf("codex: refused %q, want both files behind the link out of the HOME refused", refused)
 		}
-		if err := removeAgentLogins(tool, home); tool == wire.AgentCodex && err == nil {
+		if err := RemoveAgentLogins(tool, home); tool == wire.AgentCodex && err == nil {
 			t.Errorf("codex: removing through the link out of the HOME: no error")
 		}
 	}
@@ -219,7 +217,7 @@ func TestAgentSource(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			root, dir, err := agentSource(tc.tool, tc.env)
+			root, dir, err := AgentSource(tc.tool, tc.env)
 			if root != tc.root || dir != tc.dir || (err != nil) != tc.err {
 				t.Errorf("agentSource = %q, %v, %v; want %q, %v, error %v", root, dir, err, tc.root, tc.dir, tc.err)
 			}
@@ -230,52 +228,8 @@ func TestAgentSource(t *testing.T) {
 // TestSandboxEnvUnsetsTheAgentDir: in the sandbox the CLI's directory
 // variable is unset, so that it reads the copies in its private HOME.
 func TestSandboxEnvUnsetsTheAgentDir(t *testing.T) {
-	env := sandboxEnv([]string{"HOME=/h/u", "CODEX_HOME=/h/u/.codex", "TMPDIR=/x", "KEEP=1"}, "/w/t", "CODEX_HOME")
+	env := Env([]string{"HOME=/h/u", "CODEX_HOME=/h/u/.codex", "TMPDIR=/x", "KEEP=1"}, "/w/t", "CODEX_HOME")
 	if got := strings.Join(env, " "); got != "KEEP=1 HOME=/w/t/home TMPDIR=/tmp" {
 		t.Errorf("sandboxEnv = %q", got)
 	}
-}
-
-// TestSandboxAgentHome runs a sandboxed attempt of a codex task (a shell
-// standing in for codex) on a node whose user is logged in: the task
-// reads the copy of the login in its private HOME and overwrites it; the
-// node user's file is unchanged and the copy is gone after the attempt.
-// A resumed attempt keeps the HOME (a file the task left stays) and gets
-// the login again.
-func TestSandboxAgentHome(t *testing.T) {
-	t.Parallel()
-	n := newSandboxNode(t, "")
-	wtest.WriteTree(t, n.home, map[string]string{".codex/auth.json": "REAL-LOGIN", ".codex/config.toml": "config"})
-	script := `cat ~/.codex/auth.json > seen-` + "$DISPATCH_ATTEMPT" + `; echo planted > ~/.codex/auth.json; echo mine >> ~/.codex/session`
-	l := wire.Launch{Command: shell(script), Sandbox: n.mode, Agent: wire.AgentCodex}
-	dir := n.taskDir("LOGIN")
-	home := filepath.Join(dir, taskfiles.DirHome)
-	check := func(attempt int) {
-		t.Helper()
-		st := n.final(t, "LOGIN")
-		wlog, _ := os.ReadFile(filepath.Join(dir, taskfiles.FileWrapper))
-		if st.Status != wire.StatusCompleted || st.Sandbox != wire.SandboxBwrap || st.Attempt != attempt {
-			t.Fatalf("attempt %d: %+v, want completed under bwrap\n%s", attempt, st, wlog)
-		}
-		seen, _ := os.ReadFile(filepath.Join(dir, taskfiles.DirOutput, fmt.Sprintf("seen-%d", attempt)))
-		if string(seen) != "REAL-LOGIN" {
-			t.Errorf("attempt %d: the task saw %q in its auth.json, want the copy of the node user's", attempt, seen)
-		}
-		if data, _ := os.ReadFile(filepath.Join(n.home, ".codex", "auth.json")); string(data) != "REAL-LOGIN" {
-			t.Errorf("attempt %d: the node user's auth.json: %q, want it unchanged", attempt, data)
-		}
-		if _, err := os.Lstat(filepath.Join(home, ".codex", "auth.json")); !os.IsNotExist(err) {
-			t.Errorf("attempt %d: the task's auth.json is still there (%v)", attempt, err)
-		}
-		if data, _ := os.ReadFile(filepath.Join(home, ".codex", "session")); strings.Count(string(data), "mine") != attempt {
-			t.Errorf("attempt %d: the task's own file in its HOME: %q, want it kept across the resume", attempt, data)
-		}
-	}
-	n.launch(t, n.item("LOGIN", l))
-	check(1)
-	l.Resume = true
-	item := n.item("LOGIN", l)
-	item.Launch.Attempt = 2
-	n.launch(t, item)
-	check(2)
 }

@@ -1,4 +1,4 @@
-package wrapper
+package sandbox
 
 import (
 	"context"
@@ -21,8 +21,8 @@ import (
 // that could forge it (an unsandboxed one) could replace the wrapper
 // itself.
 
-// fileProbeCache is the cached probe, beside the wrapper binary.
-const fileProbeCache = ".sandbox-probe.json"
+// FileProbeCache is the cached probe, beside the wrapper binary.
+const FileProbeCache = ".sandbox-probe.json"
 
 // probeCacheTTL bounds how long a cached answer serves: a sysctl that
 // turns user namespaces off is seen within it.
@@ -49,7 +49,7 @@ type probeKey struct {
 
 // currentProbeKey is the key here and now; false where none can be made
 // (no bwrap: the probe is cheap then).
-func currentProbeKey() (probeKey, bool) {
+func currentProbeKey(version string) (probeKey, bool) {
 	path := bwrapPath()
 	if path == "" {
 		return probeKey{}, false
@@ -59,7 +59,7 @@ func currentProbeKey() (probeKey, bool) {
 		return probeKey{}, false
 	}
 	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	return probeKey{Version: Version, Boot: strings.TrimSpace(string(boot)), UID: os.Getuid(), Bwrap: path,
+	return probeKey{Version: version, Boot: strings.TrimSpace(string(boot)), UID: os.Getuid(), Bwrap: path,
 		BwrapMtime: fi.ModTime().UnixNano()}, true
 }
 
@@ -70,7 +70,7 @@ func probeCachePath() string {
 	if err != nil {
 		return ""
 	}
-	return filepath.Join(filepath.Dir(exe), fileProbeCache)
+	return filepath.Join(filepath.Dir(exe), FileProbeCache)
 }
 
 // cachedProbe is the cached answer for key, if one is fresh at now.
@@ -97,7 +97,7 @@ func storeProbe(path string, key probeKey, reply wire.SandboxReply, now time.Tim
 	if err != nil {
 		return
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), fileProbeCache+".tmp*")
+	tmp, err := os.CreateTemp(filepath.Dir(path), FileProbeCache+".tmp*")
 	if err != nil {
 		return
 	}
@@ -107,13 +107,13 @@ func storeProbe(path string, key probeKey, reply wire.SandboxReply, now time.Tim
 	}
 }
 
-// probeWithCache is the probe's answer: the cached one when fresh, else a
+// ProbeWithCache is the probe's answer: the cached one when fresh, else a
 // new probe's (fresh: always), stored for the attempts that follow.
-func probeWithCache(ctx context.Context, fresh bool) wire.SandboxReply {
-	key, ok := currentProbeKey()
+func ProbeWithCache(ctx context.Context, version string, fresh bool) wire.SandboxReply {
+	key, ok := currentProbeKey(version)
 	path := probeCachePath()
 	if !ok || path == "" {
-		return probeBwrap(ctx)
+		return ProbeBwrap(ctx)
 	}
 	now := time.Now()
 	if !fresh {
@@ -121,7 +121,7 @@ func probeWithCache(ctx context.Context, fresh bool) wire.SandboxReply {
 			return r
 		}
 	}
-	r := probeBwrap(ctx)
+	r := ProbeBwrap(ctx)
 	storeProbe(path, key, r, now)
 	return r
 }
