@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
@@ -341,7 +343,7 @@ func endOrphan(dir, msg string) (*wire.Status, error) {
 	}
 	st.Status, st.ErrorClass = wire.StatusKilled, wire.ClassKilled
 	st.Error = msg
-	st.CompletedAt = timestamp(time.Now())
+	st.CompletedAt = taskfiles.Timestamp(time.Now())
 	st.ExitCode = -1
 	// The group to kill is the process record's; status.json's tool_pid is
 	// the task's to forge. Whatever the record does not vouch for is left
@@ -372,6 +374,6 @@ func endOrphan(dir, msg string) (*wire.Status, error) {
 	if err := taskfiles.WriteStatusDurable(dir, st); err != nil {
 		return nil, errkind.IO(err)
 	}
-	unmarkLive(dir, st.Attempt)
+	nodestatus.UnmarkLive(dir, st.Attempt)
 	return st, nil
 }

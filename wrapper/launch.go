@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
+
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
 
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
@@ -120,7 +122,7 @@ func writeLaunchFiles(item wire.LaunchItem) (string, error) {
 	}
 	// Before the supervisor starts, so that no moment of the attempt's
 	// life is out of the live index.
-	if err := markLive(dir, l.Attempt); err != nil {
+	if err := nodestatus.MarkLive(dir, l.Attempt); err != nil {
 		return "", errkind.IO(err)
 	}
 	return dir, nil

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
+
 	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
 
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
@@ -42,7 +44,9 @@ func listed(ns wire.NodeStatus) string {
 	return strings.Join(got, " ")
 }
 
-func markerOf(tk *testTask) string { return filepath.Join(filepath.Dir(tk.dir), dirLive, tk.name) }
+func markerOf(tk *testTask) string {
+	return filepath.Join(filepath.Dir(tk.dir), nodestatus.DirLive, tk.name)
+}
 
 // TestLiveIndexFollowsTheAttempt: `run` and `launch` put the attempt in
 // the live index (a private file holding its number) before the
@@ -138,7 +142,7 @@ func TestStatusLive(t *testing.T) {
 	}
 	mark := func(tk *testTask, attempt int, age time.Duration) {
 		t.Helper()
-		if err := markLive(tk.dir, attempt); err != nil {
+		if err := nodestatus.MarkLive(tk.dir, attempt); err != nil {
 			t.Fatal(err)
 		}
 		if age > 0 {
@@ -198,7 +202,7 @@ func TestStatusLive(t *testing.T) {
 	for _, id := range []string{"A", "B"} {
 		final(newTask(t, root2, wire.Launch{Project: "p", Task: id}), 1)
 	}
-	idx := filepath.Join(root2, "p", "tasks", dirLive)
+	idx := filepath.Join(root2, "p", "tasks", nodestatus.DirLive)
 	if err := os.Symlink(t.TempDir(), idx); err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +210,7 @@ func TestStatusLive(t *testing.T) {
 		t.Errorf("live listing with the index a link: %q, want every task", got)
 	}
 	a := &testTask{root: root2, project: "p", name: "A", dir: filepath.Join(root2, "p", "tasks", "A")}
-	if err := markLive(a.dir, 2); err != nil {
+	if err := nodestatus.MarkLive(a.dir, 2); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Lstat(idx); err != nil || !fi.IsDir() {

@@ -13,16 +13,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
+
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
 
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
 )
-
-// readyTimeout bounds the wait for a new supervisor; it covers killing a
-// leftover tool group and moving an attempt aside, both quick.
-const readyTimeout = time.Minute
 
 // cmdRun starts attempts. Without --dir, stdin is one document with every
 // attempt's directory, spec, launch.json and environment, as `launch`
@@ -67,7 +65,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 	} else if alive {
 		return &errkind.Error{Kind: wire.KindAlreadyRunning, Err: fmt.Errorf("a supervisor is already running in %s", dir)}
 	}
-	if err := markLive(dir, launch.Attempt); err != nil {
+	if err := nodestatus.MarkLive(dir, launch.Attempt); err != nil {
 		return errkind.IO(err)
 	}
 	results, err := startSupervisor(ctx, []superviseItem{{Dir: dir, Env: env}})
@@ -175,8 +173,8 @@ func startSupervisor(ctx context.Context, items []superviseItem) ([]wire.LaunchR
 	case res = <-ch:
 	case <-ctx.Done():
 		return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("interrupted waiting for the supervisor: %w", ctx.Err())}
-	case <-time.After(readyTimeout):
-		return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("supervisor not ready after %s; see %s", readyTimeout, logPath)}
+	case <-time.After(taskfiles.ReadyTimeout):
+		return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("supervisor not ready after %s; see %s", taskfiles.ReadyTimeout, logPath)}
 	}
 	if res.err != nil {
 		return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("read supervisor report: %w", res.err)}

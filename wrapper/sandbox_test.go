@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
+
 	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
 
 	"github.com/dispatch-tool/dispatch/wrapper/limits"
@@ -200,7 +202,7 @@ func (n *sandboxNode) snapshot(t *testing.T) map[string]string {
 			return filepath.SkipDir
 		}
 		// What the wrapper itself rewrites as the attempts go.
-		if fi.IsDir() || strings.Contains(p, "/.ctl/") || strings.Contains(p, "/"+dirLive+"/") || sandbox.Under(p, n.taskDir("NEIGHBOUR")) ||
+		if fi.IsDir() || strings.Contains(p, "/.ctl/") || strings.Contains(p, "/"+nodestatus.DirLive+"/") || sandbox.Under(p, n.taskDir("NEIGHBOUR")) ||
 			strings.HasPrefix(filepath.Base(p), sandbox.FileProbeCache) {
 			return nil
 		}
@@ -640,6 +642,11 @@ func TestSandboxAgentHome(t *testing.T) {
 	}
 	n.launch(t, n.item("LOGIN", l))
 	check(1)
+	// The final status comes before the supervisor lets go of the lock.
+	wtest.Poll(t, 25*time.Second, "the first supervisor to end", func() bool {
+		alive, err := taskfiles.SupervisorAlive(dir)
+		return err == nil && !alive
+	})
 	l.Resume = true
 	item := n.item("LOGIN", l)
 	item.Launch.Attempt = 2

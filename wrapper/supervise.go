@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
+
 	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
 
 	"github.com/dispatch-tool/dispatch/wrapper/limits"
@@ -440,7 +442,7 @@ func (s *supervisor) prepare() error {
 		Attempt:        s.launch.Attempt,
 		Status:         wire.StatusRunning,
 		PID:            os.Getpid(),
-		StartedAt:      timestamp(s.begun),
+		StartedAt:      taskfiles.Timestamp(s.begun),
 		WrapperVersion: Version,
 		Sandbox:        s.sandboxName(),
 	}
@@ -1146,7 +1148,7 @@ func (s *supervisor) finish(res outcome) {
 	var final wire.Status
 	err = s.updateStatus(func(st *wire.Status) bool {
 		defer func() { final = *st }()
-		st.CompletedAt = timestamp(ended)
+		st.CompletedAt = taskfiles.Timestamp(ended)
 		st.ExitCode = res.code
 		st.LogBytes = s.tlog.Total()
 		st.TokensIn, st.TokensOut, st.CostUSD = tokensIn, tokensOut, cost
@@ -1207,6 +1209,6 @@ func (s *supervisor) finish(res outcome) {
 	// Out of the live index only now: until the final status is on disk
 	// the attempt must be reported, and a supervisor killed before this
 	// line leaves its marker for the controller to find.
-	unmarkLive(s.dir, s.launch.Attempt)
+	nodestatus.UnmarkLive(s.dir, s.launch.Attempt)
 	s.logger.Info("attempt finished", taskfiles.LogKeyStatus, final.Status, taskfiles.LogKeyErrorClass, final.ErrorClass, taskfiles.LogKeyError, final.Error)
 }

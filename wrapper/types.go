@@ -162,11 +162,6 @@ func seconds(s float64) time.Duration {
 	return time.Duration(s * float64(time.Second))
 }
 
-// timestamp formats t as RFC 3339 UTC with milliseconds, as status.json wants.
-func timestamp(t time.Time) string {
-	return t.UTC().Format("2006-01-02T15:04:05.000Z")
-}
-
 // allowList is l.NetworkAllow parsed.
 func allowList(l *wire.Launch) (netallow.List, error) {
 	var out netallow.List

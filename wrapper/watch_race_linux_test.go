@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
+
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -24,7 +26,7 @@ func TestWatchSeesADirectoryMadeWhileWatchesAreAdded(t *testing.T) {
 	project := filepath.Join(root, "demo")
 	task := filepath.Join(project, "tasks", "T1")
 	var once sync.Once
-	testHookListed = func(dir string) {
+	nodestatus.TestHookListed = func(dir string) {
 		if dir != root {
 			return
 		}
@@ -37,7 +39,7 @@ func TestWatchSeesADirectoryMadeWhileWatchesAreAdded(t *testing.T) {
 			}
 		})
 	}
-	t.Cleanup(func() { testHookListed = nil })
+	t.Cleanup(func() { nodestatus.TestHookListed = nil })
 	fs := frames(t, root, true)
 	if f := <-fs; f.Type != wire.FrameHello {
 		t.Fatalf("first frame %+v, want hello", f)

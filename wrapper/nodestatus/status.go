@@ -1,4 +1,4 @@
-package wrapper
+package nodestatus
 
 import (
 	"bufio"
@@ -24,57 +24,12 @@ import (
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
-func cmdStatus(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
-	fs := newFlagSet("status")
-	rootFlag := fs.String("root", "", "work directory holding <project>/tasks/<ID>")
-	var projects stringList
-	fs.Var(&projects, "project", "project to list (repeatable; default all)")
-	live := fs.Bool("live", false, "list only the live index and the tasks named on stdin ({\"tasks\":[\"project/ID\",…]})")
-	node := fs.String("node", "", "report only this node's attempts (and those of no known node)")
-	serve := fs.Bool("serve", false, "answer requests, one a line on stdin ({\"projects\":[…],\"live\":true,\"tasks\":[…],\"tags\":[…]}), one reply a line, until stdin ends")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *rootFlag == "" {
-		return errkind.Usagef("status: --root is required")
-	}
-	root, err := taskfiles.ExpandPath(*rootFlag)
-	if err != nil {
-		return errkind.Usagef("status: %v", err)
-	}
-	for _, p := range projects {
-		if !validName(p) {
-			return errkind.Usagef("status: invalid project name %q", p)
-		}
-	}
-	if *serve {
-		if *live || len(projects) > 0 {
-			return errkind.Usagef("status: --serve takes its projects and --live in each request")
-		}
-		return serveStatus(ctx, root, *node, stdin, stdout)
-	}
-	var ns *wire.NodeStatus
-	if *live {
-		named, held, err := readLiveRequest(stdin)
-		if err != nil {
-			return err
-		}
-		ns, err = liveStatus(ctx, root, *node, projects, named, held)
-		if err != nil {
-			return err
-		}
-	} else if ns, err = nodeStatus(ctx, root, *node, projects); err != nil {
-		return err
-	}
-	return printJSON(stdout, ns)
-}
-
-// serveStatus answers status requests (wire.StatusRequest), one a line on
+// ServeStatus answers status requests (wire.StatusRequest), one a line on
 // in, with one reply a line on out, until in ends: the controller's status
 // calls without a new session and a new process each. A request that does
 // not parse or names what `status` would refuse ends it with that error,
 // which the caller prints as any command's.
-func serveStatus(ctx context.Context, root, node string, in io.Reader, out io.Writer) error {
+func ServeStatus(ctx context.Context, version, root, node string, in io.Reader, out io.Writer) error {
 	br := bufio.NewReaderSize(in, 64<<10)
 	for {
 		line, err := readRequestLine(br)
@@ -91,7 +46,7 @@ func serveStatus(ctx context.Context, root, node string, in io.Reader, out io.Wr
 			return errkind.Usagef("status: a request: want {\"projects\":[…],\"live\":true,\"tasks\":[…],\"tags\":[…]}: %v", err)
 		}
 		for _, p := range req.Projects {
-			if !validName(p) {
+			if !ValidName(p) {
 				return errkind.Usagef("status: invalid project name %q", p)
 			}
 		}
@@ -101,15 +56,15 @@ func serveStatus(ctx context.Context, root, node string, in io.Reader, out io.Wr
 			if err != nil {
 				return err
 			}
-			ns, err = liveStatus(ctx, root, node, req.Projects, named, held)
+			ns, err = LiveStatus(ctx, version, root, node, req.Projects, named, held)
 			if err != nil {
 				return err
 			}
-		} else if ns, err = nodeStatus(ctx, root, node, req.Projects); err != nil {
+		} else if ns, err = NodeStatus(ctx, version, root, node, req.Projects); err != nil {
 			return err
 		}
-		if err := printJSON(out, ns); err != nil {
-			return err
+		if err := json.NewEncoder(out).Encode(ns); err != nil {
+			return errkind.IO(fmt.Errorf("write reply: %w", err))
 		}
 	}
 }
@@ -134,19 +89,19 @@ func readRequestLine(br *bufio.Reader) ([]byte, error) {
 	}
 }
 
-// validName rejects names that would leave the directory they name a child of.
-func validName(name string) bool {
+// ValidName rejects names that would leave the directory they name a child of.
+func ValidName(name string) bool {
 	return name != "" && name != "." && name != ".." && !strings.ContainsAny(name, "/\x00")
 }
 
-// nodeStatus lists the tasks of projects under root (all projects when none
+// NodeStatus lists the tasks of projects under root (all projects when none
 // are given), leaving out those of another node than node (see owner.go).
 // It reads a few small files per task and forks nothing on Linux, so one
 // call stays cheap with many tasks.
-func nodeStatus(ctx context.Context, root, node string, projects []string) (*wire.NodeStatus, error) {
+func NodeStatus(ctx context.Context, version, root, node string, projects []string) (*wire.NodeStatus, error) {
 	ns := &wire.NodeStatus{
-		WrapperVersion: Version,
-		Time:           timestamp(time.Now()),
+		WrapperVersion: version,
+		Time:           taskfiles.Timestamp(time.Now()),
 		Facts:          readFacts(ctx, root),
 		Tasks:          []wire.TaskStatus{},
 	}

@@ -1,4 +1,4 @@
-package wrapper
+package nodestatus
 
 import (
 	"os"
@@ -128,8 +128,8 @@ func eventName(b []byte) string {
 	return string(b)
 }
 
-// testHookListed, when set, runs after addWatches has listed dir.
-var testHookListed func(dir string)
+// TestHookListed, when set, runs after addWatches has listed dir.
+var TestHookListed func(dir string)
 
 type inotify struct {
 	fd    int
@@ -187,8 +187,8 @@ func (n *inotify) addWatches() bool {
 		return false
 	}
 	projects, _ := os.ReadDir(n.root)
-	if testHookListed != nil {
-		testHookListed(n.root)
+	if TestHookListed != nil {
+		TestHookListed(n.root)
 	}
 	for _, p := range projects {
 		if !p.IsDir() || strings.HasPrefix(p.Name(), ".") {

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package wrapper
+package nodestatus
 
 // newNotifier: without inotify the task directories are looked at every
 // 100 ms (see watch).

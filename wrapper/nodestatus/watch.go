@@ -1,4 +1,4 @@
-package wrapper
+package nodestatus
 
 import (
 	"context"
@@ -13,8 +13,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/dispatch-tool/dispatch/wrapper/errkind"
 
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
 
@@ -41,10 +39,10 @@ import (
 // is looked at every second (the kernel tells nobody when a lock is
 // released), every lock every 30 seconds (see fullLiveEvery).
 
-// frameTasks caps the tasks of one change frame: a status.json is read up
+// FrameTasks caps the tasks of one change frame: a status.json is read up
 // to 64 KiB, and a frame must stay well under the controller's line limit
 // (1 MiB). More changes make more frames.
-const frameTasks = 8
+const FrameTasks = 8
 
 const (
 	// DefaultBeat is how often `watch` says it is alive.
@@ -58,9 +56,9 @@ const (
 	liveScan = time.Second
 	// coalesce gathers a burst of file events into one look.
 	coalesce = 5 * time.Millisecond
-	// minChangeGap is the shortest time between two looks that file
+	// MinChangeGap is the shortest time between two looks that file
 	// events cause.
-	minChangeGap = 50 * time.Millisecond
+	MinChangeGap = 50 * time.Millisecond
 	// fullLiveEvery is how many of the once-a-second looks pass, while
 	// file events are told, between two that look at every task directory
 	// and probe every lock. The others probe the locks of the supervisors
@@ -72,39 +70,11 @@ const (
 	fullLiveEvery = 30
 )
 
-func cmdWatch(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
-	fs := newFlagSet("watch")
-	rootFlag := fs.String("root", "", "work directory holding <project>/tasks/<ID>")
-	beat := fs.Duration("beat", DefaultBeat, "how often to print a beat frame")
-	node := fs.String("node", "", "stream only this node's attempts (and those of no known node)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if *rootFlag == "" {
-		return errkind.Usagef("watch: --root is required")
-	}
-	if *beat < 10*time.Millisecond {
-		return errkind.Usagef("watch: --beat must be at least 10ms")
-	}
-	root, err := taskfiles.ExpandPath(*rootFlag)
-	if err != nil {
-		return errkind.Usagef("watch: %v", err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// The controller closes the session, and so stdin, when it is done.
-	go func() {
-		io.Copy(io.Discard, stdin)
-		cancel()
-	}()
-	return watch(ctx, root, *node, *beat, stdout, true)
-}
-
-// watch prints frames to out until ctx ends or a write fails. notify uses
+// Watch prints frames to out until ctx ends or a write fails. notify uses
 // the platform's file notifications where there are some; without, it
 // polls. A change of another node's attempt than node's is not told (see
 // owner.go).
-func watch(ctx context.Context, root, node string, beat time.Duration, out io.Writer, notify bool) error {
+func Watch(ctx context.Context, version, root, node string, beat time.Duration, out io.Writer, notify bool) error {
 	var mu sync.Mutex
 	enc := json.NewEncoder(out)
 	send := func(f wire.Frame) error {
@@ -112,7 +82,7 @@ func watch(ctx context.Context, root, node string, beat time.Duration, out io.Wr
 		defer mu.Unlock()
 		return enc.Encode(f)
 	}
-	sc := newScanner(root)
+	sc := NewScanner(root)
 	var events <-chan struct{}
 	var take func() dirChange
 	if notify {
@@ -120,9 +90,9 @@ func watch(ctx context.Context, root, node string, beat time.Duration, out io.Wr
 		events, take, closeNotifier = newNotifier(root)
 		defer closeNotifier()
 	}
-	sc.scan(true) // the starting point: no frame for what already is
+	sc.Scan(true) // the starting point: no frame for what already is
 	// hello says that every change from now on will be told.
-	if err := send(wire.Frame{Type: wire.FrameHello, Version: Version}); err != nil {
+	if err := send(wire.Frame{Type: wire.FrameHello, Version: version}); err != nil {
 		return err
 	}
 
@@ -144,7 +114,7 @@ func watch(ctx context.Context, root, node string, beat time.Duration, out io.Wr
 			return proc.OthersTask(node, filepath.Join(root, project, "tasks", task))
 		})
 		for len(changed) > 0 {
-			n := min(len(changed), frameTasks)
+			n := min(len(changed), FrameTasks)
 			f := wire.Frame{Type: wire.FrameChange, Tasks: changed[:n]}
 			for _, key := range f.Tasks {
 				project, task, _ := strings.Cut(key, "/")
@@ -173,10 +143,10 @@ func watch(ctx context.Context, root, node string, beat time.Duration, out io.Wr
 			if events != nil && liveLooks%fullLiveEvery != 0 {
 				err = report(sc.scanAlive())
 			} else {
-				err = report(sc.scan(true))
+				err = report(sc.Scan(true))
 			}
 		case <-poll:
-			err = report(sc.scan(false))
+			err = report(sc.Scan(false))
 		case _, ok := <-events:
 			if !ok {
 				// inotify failed: look every 100 ms from now on.
@@ -187,15 +157,15 @@ func watch(ctx context.Context, root, node string, beat time.Duration, out io.Wr
 				continue
 			}
 			// A burst of events (a rename is several) makes one look,
-			// and looks come at most every minChangeGap: a task that
+			// and looks come at most every MinChangeGap: a task that
 			// rewrites its status.json in a loop gets no more.
-			time.Sleep(max(coalesce, minChangeGap-time.Since(lastLook)))
+			time.Sleep(max(coalesce, MinChangeGap-time.Since(lastLook)))
 			drain(events)
 			lastLook = time.Now()
 			if c := take(); c.all {
-				err = report(sc.scan(false))
+				err = report(sc.Scan(false))
 			} else {
-				err = report(sc.scanKeys(c.keys))
+				err = report(sc.ScanKeys(c.keys))
 			}
 		}
 		if err != nil {
@@ -219,7 +189,7 @@ func drain(c <-chan struct{}) {
 type scanner struct {
 	root  string
 	mu    sync.Mutex
-	known map[string]taskSeen // by "project/task"
+	Known map[string]taskSeen // by "project/task"
 	// primed is set after the first scan, the starting point: from then
 	// on a task directory seen for the first time with a status or a live
 	// supervisor is a change too.
@@ -236,14 +206,14 @@ type fileSeen struct {
 	ino, size, mtime int64
 }
 
-func newScanner(root string) *scanner {
-	return &scanner{root: root, known: map[string]taskSeen{}}
+func NewScanner(root string) *scanner {
+	return &scanner{root: root, Known: map[string]taskSeen{}}
 }
 
-// scan looks at every task directory under root and returns the tasks
+// Scan looks at every task directory under root and returns the tasks
 // whose status.json changed since the last scan (and, with probeLive,
 // whose supervisor died or appeared), sorted.
-func (s *scanner) scan(probeLive bool) []string {
+func (s *scanner) Scan(probeLive bool) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seen := map[string]bool{}
@@ -255,9 +225,9 @@ func (s *scanner) scan(probeLive bool) []string {
 		}
 	})
 	s.primed = true
-	for key := range s.known {
+	for key := range s.Known {
 		if !seen[key] {
-			delete(s.known, key)
+			delete(s.Known, key)
 		}
 	}
 	sort.Strings(changed)
@@ -274,21 +244,21 @@ type dirChange struct {
 	newDirs []string
 }
 
-// scanKeys looks at the named task directories only and returns those
+// ScanKeys looks at the named task directories only and returns those
 // whose status.json, supervisor (or presence) changed, sorted; a
 // directory gone is forgotten.
-func (s *scanner) scanKeys(keys map[string]bool) []string {
+func (s *scanner) ScanKeys(keys map[string]bool) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var changed []string
 	for key := range keys {
 		project, task, ok := strings.Cut(key, "/")
-		if !ok || !validName(project) || !validName(task) {
+		if !ok || !ValidName(project) || !ValidName(task) {
 			continue
 		}
 		dir := filepath.Join(s.root, project, "tasks", task)
 		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
-			delete(s.known, key)
+			delete(s.Known, key)
 			continue
 		}
 		// The event may be the lock file's (a supervisor starting, or
@@ -308,14 +278,14 @@ func (s *scanner) scanAlive() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var changed []string
-	for key, seen := range s.known {
+	for key, seen := range s.Known {
 		if !seen.alive {
 			continue
 		}
 		project, task, _ := strings.Cut(key, "/")
 		dir := filepath.Join(s.root, project, "tasks", task)
 		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
-			delete(s.known, key)
+			delete(s.Known, key)
 			continue
 		}
 		if s.look(key, dir, true) {
@@ -330,12 +300,12 @@ func (s *scanner) scanAlive() []string {
 // when probeLive is set or the directory is new or its status changed,
 // and reports whether that is a change.
 func (s *scanner) look(key, dir string, probeLive bool) bool {
-	old, had := s.known[key]
+	old, had := s.Known[key]
 	now := taskSeen{status: statSeen(filepath.Join(dir, taskfiles.FileStatus)), alive: old.alive}
 	if probeLive || !had || now.status != old.status {
 		now.alive, _ = taskfiles.SupervisorAlive(dir)
 	}
-	s.known[key] = now
+	s.Known[key] = now
 	return had && now != old || !had && s.primed && now != (taskSeen{})
 }
 

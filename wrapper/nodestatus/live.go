@@ -1,4 +1,4 @@
-package wrapper
+package nodestatus
 
 import (
 	"context"
@@ -36,13 +36,13 @@ import (
 // attempt it has as claimed or running on the node whatever the index
 // says, and its periodic full listing finds an attempt the index lost.
 
-// dirLive is the live index of a tasks directory.
-const dirLive = ".live"
+// DirLive is the live index of a tasks directory.
+const DirLive = ".live"
 
 // staleMarkerAge is how long a marker that names a newer attempt than
 // status.json shows is kept with no supervisor behind it: the launch that
-// wrote it is still starting its supervisor (see readyTimeout), or failed.
-const staleMarkerAge = 2 * readyTimeout
+// wrote it is still starting its supervisor (see taskfiles.ReadyTimeout), or failed.
+const staleMarkerAge = 2 * taskfiles.ReadyTimeout
 
 // maxLiveRequest caps the document `status --live` reads on stdin.
 const maxLiveRequest = 16 << 20
@@ -51,17 +51,17 @@ const maxLiveRequest = 16 << 20
 // is not a <project>/tasks/<ID> directory (a `run --dir` elsewhere).
 func liveMarker(dir string) string {
 	tasks := filepath.Dir(dir)
-	if filepath.Base(tasks) != "tasks" || !validName(filepath.Base(dir)) || strings.HasPrefix(filepath.Base(dir), ".") {
+	if filepath.Base(tasks) != "tasks" || !ValidName(filepath.Base(dir)) || strings.HasPrefix(filepath.Base(dir), ".") {
 		return ""
 	}
-	return filepath.Join(tasks, dirLive, filepath.Base(dir))
+	return filepath.Join(tasks, DirLive, filepath.Base(dir))
 }
 
-// markLive records attempt of dir in the live index. What the task may
+// MarkLive records attempt of dir in the live index. What the task may
 // have left at the index's name (a file, a link out) is replaced by a
 // private directory; the marker itself is written by rename, so a link
 // at its name is replaced, never followed.
-func markLive(dir string, attempt int) error {
+func MarkLive(dir string, attempt int) error {
 	path := liveMarker(dir)
 	if path == "" {
 		return nil
@@ -83,9 +83,9 @@ func markLive(dir string, attempt int) error {
 	return taskfiles.WriteFileAtomic(path, []byte(strconv.Itoa(attempt)+"\n"), 0o600)
 }
 
-// unmarkLive removes dir's marker when it still names attempt (or names
+// UnmarkLive removes dir's marker when it still names attempt (or names
 // none that parses): a later launch's marker is left alone.
-func unmarkLive(dir string, attempt int) {
+func UnmarkLive(dir string, attempt int) {
 	path := liveMarker(dir)
 	if path == "" {
 		return
@@ -105,8 +105,8 @@ func readMarker(path string) (int, error) {
 	return strconv.Atoi(strings.TrimSpace(string(data)))
 }
 
-// readLiveRequest reads and checks the names `status --live` gets on stdin.
-func readLiveRequest(stdin io.Reader) (named map[string][]string, held map[string]string, err error) {
+// ReadLiveRequest reads and checks the names `status --live` gets on stdin.
+func ReadLiveRequest(stdin io.Reader) (named map[string][]string, held map[string]string, err error) {
 	data, err := io.ReadAll(io.LimitReader(stdin, maxLiveRequest+1))
 	if err != nil {
 		return nil, nil, errkind.IO(fmt.Errorf("read the named tasks from stdin: %w", err))
@@ -135,7 +135,7 @@ func checkLiveRequest(req wire.LiveRequest) (named map[string][]string, held map
 	held = map[string]string{}
 	for i, name := range req.Tasks {
 		project, task, ok := strings.Cut(name, "/")
-		if !ok || !validName(project) || !validName(task) {
+		if !ok || !ValidName(project) || !ValidName(task) {
 			return nil, nil, errkind.Usagef("status: invalid task name %q (want project/ID)", name)
 		}
 		named[project] = append(named[project], task)
@@ -146,7 +146,7 @@ func checkLiveRequest(req wire.LiveRequest) (named map[string][]string, held map
 	return named, held, nil
 }
 
-// liveStatus is nodeStatus for `status --live`: in each listed project
+// LiveStatus is NodeStatus for `status --live`: in each listed project
 // (every one when none is), the tasks of its live index, and the named
 // tasks of any project. A marker whose attempt is over
 // (no supervisor, and a final status of that attempt or a later one, or
@@ -155,10 +155,10 @@ func checkLiveRequest(req wire.LiveRequest) (named map[string][]string, held map
 // of an unconfined attempt can reach it) lists the whole project. The
 // attempts of another node than node (see owner.go) are neither listed
 // nor unmarked: the index is shared by the nodes that share the work_dir.
-func liveStatus(ctx context.Context, root, node string, projects []string, named map[string][]string, held map[string]string) (*wire.NodeStatus, error) {
+func LiveStatus(ctx context.Context, version, root, node string, projects []string, named map[string][]string, held map[string]string) (*wire.NodeStatus, error) {
 	ns := &wire.NodeStatus{
-		WrapperVersion: Version,
-		Time:           timestamp(time.Now()),
+		WrapperVersion: version,
+		Time:           taskfiles.Timestamp(time.Now()),
 		Facts:          readFacts(ctx, root),
 		Tasks:          []wire.TaskStatus{},
 		Listing:        wire.ListingLive,
@@ -195,7 +195,7 @@ func liveStatus(ctx context.Context, root, node string, projects []string, named
 		for _, id := range named[project] {
 			ids[id] = true
 		}
-		idx := filepath.Join(tasksDir, dirLive)
+		idx := filepath.Join(tasksDir, DirLive)
 		var markers []os.DirEntry
 		if fi, err := os.Lstat(idx); err == nil && !fi.IsDir() {
 			// Not what the wrapper made: trust none of it.
@@ -213,8 +213,8 @@ func liveStatus(ctx context.Context, root, node string, projects []string, named
 		live := map[string]int{}
 		for _, m := range markers {
 			id := m.Name()
-			if strings.HasPrefix(id, ".") || !validName(id) {
-				continue // a temporary file of markLive, or not ours
+			if strings.HasPrefix(id, ".") || !ValidName(id) {
+				continue // a temporary file of MarkLive, or not ours
 			}
 			live[id], ids[id] = -1, true
 			if a, err := readMarker(filepath.Join(idx, id)); err == nil {
@@ -225,7 +225,7 @@ func liveStatus(ctx context.Context, root, node string, projects []string, named
 			dir := filepath.Join(tasksDir, id)
 			if _, err := os.Lstat(dir); err != nil || !isDir(dir) {
 				if a, ok := live[id]; ok && errors.Is(err, os.ErrNotExist) {
-					unmarkLive(dir, max(a, 0))
+					UnmarkLive(dir, max(a, 0))
 				}
 				continue
 			}
@@ -235,7 +235,7 @@ func liveStatus(ctx context.Context, root, node string, projects []string, named
 			ts := taskStatus(project, id, dir)
 			addLive(ns, ts, held)
 			if a, ok := live[id]; ok && markerOver(ts, a, filepath.Join(idx, id), now) {
-				unmarkLive(dir, max(a, 0))
+				UnmarkLive(dir, max(a, 0))
 			}
 		}
 	}
