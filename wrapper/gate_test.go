@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	gatepkg "github.com/dispatch-tool/dispatch/wrapper/gate"
 	"github.com/dispatch-tool/dispatch/wrapper/gitresult"
 
 	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
@@ -246,7 +247,7 @@ func TestGateSandboxed(t *testing.T) {
 		t.Skip("DISPATCH_TEST_SANDBOX=off")
 	}
 	if st.Status != wire.StatusCompleted || st.Sandbox != wire.SandboxBwrap {
-		log, _ := os.ReadFile(filepath.Join(n.taskDir("S01"), fileGateLog))
+		log, _ := os.ReadFile(filepath.Join(n.taskDir("S01"), gatepkg.FileLog))
 		t.Fatalf("attempt %+v; gate.log:\n%s", st, log)
 	}
 	for _, p := range []string{"escape", "output/planted"} {
@@ -274,7 +275,7 @@ func TestGateFreshHomeAndTmp(t *testing.T) {
 		t.Skip("DISPATCH_TEST_SANDBOX=off")
 	}
 	if st.Status != wire.StatusCompleted || st.Sandbox != wire.SandboxBwrap {
-		log, _ := os.ReadFile(filepath.Join(n.taskDir("S01"), fileGateLog))
+		log, _ := os.ReadFile(filepath.Join(n.taskDir("S01"), gatepkg.FileLog))
 		t.Fatalf("attempt %+v; gate.log:\n%s", st, log)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/gate"
 	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
 
 	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
@@ -1153,7 +1154,7 @@ func (s *supervisor) finish(res outcome) {
 		st.LogBytes = s.tlog.Total()
 		st.TokensIn, st.TokensOut, st.CostUSD = tokensIn, tokensOut, cost
 		st.FinalMessage = message
-		st.SessionID, st.Gate, st.Gating = session, statusGate(res.gate), false
+		st.SessionID, st.Gate, st.Gating = session, gate.ForStatus(res.gate), false
 		defer st.Clamp()
 		if res.sig != 0 {
 			st.Signal = proc.SignalName(res.sig)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/dispatch-tool/dispatch/wrapper/gate"
 	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -225,7 +226,7 @@ func (s *supervisor) sandboxFailureNote(st *wire.Status, confined bool) string {
 		return ""
 	}
 	if st.ErrorClass == wire.ClassGate {
-		sp := s.gateSpec(filepath.Join(s.dir, taskfiles.DirGate))
+		sp := gate.Spec(s.sandbox, s.dir, filepath.Join(s.dir, taskfiles.DirGate))
 		return sandbox.Note("its gate", s.launch.Node, sp.Writable())
 	}
 	return sandbox.Note("it", s.launch.Node, s.sandbox.Writable())
