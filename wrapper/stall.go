@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/attempt"
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
@@ -114,8 +115,8 @@ func (s *supervisor) watchStall(stop <-chan struct{}) {
 				continue
 			}
 			if now.Sub(last) >= stall {
-				s.logger.Info("tool wrote nothing", taskfiles.LogKeyReason, reasonStall, "for", now.Sub(last).Round(time.Millisecond))
-				s.stop(reasonStall, seconds(s.launch.GraceSeconds))
+				s.logger.Info("tool wrote nothing", taskfiles.LogKeyReason, attempt.ReasonStall, "for", now.Sub(last).Round(time.Millisecond))
+				s.stop(attempt.ReasonStall, seconds(s.launch.GraceSeconds))
 				return
 			}
 		}

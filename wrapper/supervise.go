@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/attempt"
 	"github.com/dispatch-tool/dispatch/wrapper/gate"
 	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
 
@@ -41,17 +42,6 @@ import (
 
 	"github.com/dispatch-tool/dispatch/internal/netallow"
 	"github.com/dispatch-tool/dispatch/wire"
-)
-
-// Why an attempt is being stopped by the supervisor.
-const (
-	reasonKill    = "kill"
-	reasonTimeout = "timeout"
-	// reasonNotice: the tool announced a retry of a rate limit or of a
-	// refused key (see agentlog.RetryNotice).
-	reasonNotice = "notice"
-	// reasonStall: the tool wrote nothing for stall_seconds.
-	reasonStall = "stall"
 )
 
 // lockWait is how long a new supervisor retries D/lock before deciding that
@@ -569,7 +559,7 @@ func (s *supervisor) copyBase(out string) error {
 func (s *supervisor) run() {
 	timeout := seconds(s.launch.TimeoutSeconds)
 	timer := time.AfterFunc(timeout-time.Since(s.begun), func() {
-		s.stop(reasonTimeout, seconds(s.launch.GraceSeconds))
+		s.stop(attempt.ReasonTimeout, seconds(s.launch.GraceSeconds))
 	})
 	s.deadline = timer
 	hbStop, hbDone := make(chan struct{}), make(chan struct{})
@@ -587,6 +577,12 @@ func (s *supervisor) run() {
 	s.finish(res)
 }
 
+// attempt runs one attempt's steps in order, each a function of its own:
+// prepare the workspace (prepareWorkspace), the sandbox's network
+// (startNet; the sandbox plan itself was decided by startAttempt), setup
+// (runSetup), the tool under its limits (runTool), then what is collected
+// of its result (collect: the git result, the gate). The final status is
+// finish's, from the outcome returned here.
 func (s *supervisor) attempt() outcome {
 	out := filepath.Join(s.dir, taskfiles.DirOutput)
 	if s.sandboxErr != "" {
@@ -601,6 +597,16 @@ func (s *supervisor) attempt() outcome {
 	if res, ok := s.runSetup(out); !ok {
 		return res
 	}
+	res, ran := s.runTool(out)
+	if ran {
+		s.collect(&res, out)
+	}
+	return res
+}
+
+// runTool starts the tool in out under the attempt's limits and waits for
+// it; ran is false when it never ran (res says why).
+func (s *supervisor) runTool(out string) (res outcome, ran bool) {
 	cmd, closers, err := s.toolCmd(out)
 	if err != nil {
 		var pe permanentError
@@ -609,17 +615,17 @@ func (s *supervisor) attempt() outcome {
 			o.toolMissing = true
 			o.startErr = fmt.Sprintf("%s; fix: install it on node %s (in the PATH of the node user's non-interactive shell, or in the api_mode's PATH), or give the task or the node another tool", err, s.launch.Node)
 		}
-		return o
+		return o, false
 	}
 	s.mu.Lock()
 	s.toolStarted = true
 	s.mu.Unlock()
 	p, err := s.startChild(cmd, closers...)
 	if errors.Is(err, tree.ErrStopped) {
-		return outcome{code: -1}
+		return outcome{code: -1}, false
 	}
 	if err != nil {
-		return outcome{code: -1, startErr: fmt.Sprintf("start %s: %v", cmd.Args[0], err)}
+		return outcome{code: -1, startErr: fmt.Sprintf("start %s: %v", cmd.Args[0], err)}, false
 	}
 	s.background(func() { s.watchLimits(p) })
 	s.setTool(p)
@@ -630,26 +636,36 @@ func (s *supervisor) attempt() outcome {
 	s.mu.Unlock()
 	<-p.Done
 	code, sig := p.ExitInfo()
-	res := outcome{code: code, sig: sig, confined: s.sandbox != nil}
-	if r := s.launch.Repo; r != nil && code == 0 && sig == 0 && !s.stopping() {
-		res.commit, res.resultErr = s.snapshot(r, out)
+	return outcome{code: code, sig: sig, confined: s.sandbox != nil}, true
+}
+
+// toolEnd is how the tool ended, for attempt.Collect.
+func (s *supervisor) toolEnd(res outcome) attempt.ToolEnd {
+	return attempt.ToolEnd{Code: res.code, Sig: res.sig, Stopping: s.stopping(), Repo: s.launch.Repo != nil, Gate: s.launch.Gate != nil}
+}
+
+// collect records what attempt.Collect says of the tool's end: the git
+// result, then the gate on it.
+func (s *supervisor) collect(res *outcome, out string) {
+	if snap, _ := attempt.Collect(s.toolEnd(*res), false); snap {
+		res.commit, res.resultErr = s.snapshot(s.launch.Repo, out)
 	}
-	if s.launch.Gate != nil && code == 0 && sig == 0 && res.resultErr == "" && !s.stopping() {
-		// The gate has its own timeout, and a kill stops it as it would
-		// the tool.
-		s.deadline.Stop()
-		s.mu.Lock()
-		s.finishing, s.gating = false, true
-		s.mu.Unlock()
-		if err := s.updateStatus(func(st *wire.Status) bool { st.Gating = true; return true }); err != nil {
-			s.logger.Warn("write status", taskfiles.LogKeyErr, err)
-		}
-		res.gate = s.runGate(out, res.commit)
-		s.mu.Lock()
-		s.finishing, s.gating = true, false
-		s.mu.Unlock()
+	if _, runGate := attempt.Collect(s.toolEnd(*res), res.resultErr == ""); !runGate {
+		return
 	}
-	return res
+	// The gate has its own timeout, and a kill stops it as it would
+	// the tool.
+	s.deadline.Stop()
+	s.mu.Lock()
+	s.finishing, s.gating = false, true
+	s.mu.Unlock()
+	if err := s.updateStatus(func(st *wire.Status) bool { st.Gating = true; return true }); err != nil {
+		s.logger.Warn("write status", taskfiles.LogKeyErr, err)
+	}
+	res.gate = s.runGate(out, res.commit)
+	s.mu.Lock()
+	s.finishing, s.gating = true, false
+	s.mu.Unlock()
 }
 
 // prepareWorkspace fills output/ (out) for a new attempt: the base tree's
@@ -959,7 +975,7 @@ func (s *supervisor) onLine(prev, line []byte) {
 		s.notice, s.noticeAt = n, now
 	}
 	s.mu.Unlock()
-	s.stop(reasonNotice, seconds(s.launch.GraceSeconds))
+	s.stop(attempt.ReasonNotice, seconds(s.launch.GraceSeconds))
 }
 
 // handleSignals turns SIGTERM and SIGINT into a stop of every attempt, and
@@ -972,7 +988,7 @@ func handleSignals(sigs <-chan os.Signal, attempts []*supervisor) {
 		case syscall.SIGUSR1:
 			for _, s := range attempts {
 				if grace, ok := s.killRequested(); ok {
-					s.stop(reasonKill, grace)
+					s.stop(attempt.ReasonKill, grace)
 				}
 			}
 		default:
@@ -981,7 +997,7 @@ func handleSignals(sigs <-chan os.Signal, attempts []*supervisor) {
 				if !ok {
 					grace = seconds(s.launch.GraceSeconds)
 				}
-				s.stop(reasonKill, grace)
+				s.stop(attempt.ReasonKill, grace)
 			}
 		}
 	}
@@ -1101,19 +1117,23 @@ func (s *supervisor) updateStatus(f func(*wire.Status) bool) error {
 	return taskfiles.WriteJSONAtomic(filepath.Join(s.dir, taskfiles.FileStatus), s.st)
 }
 
-// noticeFailure fills st for an attempt stopped on a notice of its tool's
-// output (a refused credential, a rate limit being waited out).
-func (s *supervisor) noticeFailure(st *wire.Status, ended time.Time) {
-	st.Status, st.ErrorClass = wire.StatusFailed, s.notice.Class
-	if s.notice.Class == wire.ClassAuth {
-		st.Error = "stopped: the tool was retrying an API call the provider refused for its credentials"
-		return
+// ending is what the final status depends on (attempt.Decide), read once
+// the attempt has ended.
+func (s *supervisor) ending(res outcome, reason, limitMsg string, ended time.Time) attempt.Ending {
+	e := attempt.Ending{Reason: reason, LimitMsg: limitMsg, Code: res.code, Sig: res.sig,
+		StartErr: res.startErr, Permanent: res.permanent, ToolMissing: res.toolMissing,
+		ResultErr: res.resultErr, Commit: res.commit, Gate: res.gate, GateDecides: s.launch.Gate != nil && s.launch.Gate.Decides,
+		Agent: s.launch.Agent, Stall: seconds(s.launch.StallSeconds), Timeout: seconds(s.launch.TimeoutSeconds), Ended: ended}
+	s.mu.Lock()
+	e.Notice, e.NoticeAt = s.notice, s.noticeAt
+	s.mu.Unlock()
+	if s.nprocRefused(res) {
+		e.NprocRefused, e.NprocMsg = true, limits.NprocMessage(s.launch.Limits, s.nproc-s.launch.Limits.Pids)
 	}
-	st.Error = "stopped: the tool was waiting out a rate limit"
-	if s.notice.Wait > 0 {
-		st.RetryAfterSeconds = agentlog.RetrySeconds(agentlog.Until(s.noticeAt.Add(s.notice.Wait), ended))
-		st.Error += " (reset in " + s.notice.Wait.Round(time.Second).String() + ")"
+	if res.code != 0 && res.sig == 0 {
+		e.LogTail = s.tlog.Tail()
 	}
+	return e
 }
 
 // finish writes the final status of the attempt.
@@ -1146,6 +1166,7 @@ func (s *supervisor) finish(res outcome) {
 	}
 	tokensIn, tokensOut, cost := agentlog.ParseUsage(s.launch.Agent, tail)
 	message := agentlog.FinalMessage(s.launch.Agent, tail)
+	f := attempt.Decide(s.ending(res, reason, limitMsg, ended))
 	var final wire.Status
 	err = s.updateStatus(func(st *wire.Status) bool {
 		defer func() { final = *st }()
@@ -1159,46 +1180,15 @@ func (s *supervisor) finish(res outcome) {
 		if res.sig != 0 {
 			st.Signal = proc.SignalName(res.sig)
 		}
-		switch {
-		case reason == reasonKill:
-			st.Status, st.ErrorClass, st.Error = wire.StatusKilled, wire.ClassKilled, "killed on request"
-		case reason == reasonNotice:
-			s.noticeFailure(st, ended)
-		case reason == limits.ReasonOOM:
-			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassOOM, limitMsg
-		case reason == limits.ReasonPids:
-			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassPids, limitMsg
-		case reason == reasonStall:
-			st.Status, st.ErrorClass = wire.StatusFailed, wire.ClassStalled
-			st.Error = "stalled: the tool wrote nothing for " + seconds(s.launch.StallSeconds).String()
-		case reason == reasonTimeout:
-			st.Status, st.ErrorClass = wire.StatusFailed, wire.ClassTimeout
-			st.Error = "timed out after " + seconds(s.launch.TimeoutSeconds).String()
-		case s.nprocRefused(res):
-			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassPids, limits.NprocMessage(s.launch.Limits, s.nproc-s.launch.Limits.Pids)
-		case res.startErr != "":
-			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassStart, res.startErr
-			if res.permanent {
-				st.ErrorClass = wire.ClassStartPermanent
-			}
-			st.ToolMissing = res.toolMissing
-		case res.sig != 0:
-			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassCrash, proc.ExitError(res.code, res.sig)
-		case res.resultErr != "":
-			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassCrash, res.resultErr
-		case res.gate != nil && !res.gate.Passed && s.launch.Gate.Decides:
-			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassGate, "the task gate failed: "+res.gate.Error
-			st.Commit = res.commit
-		case res.code == 0:
-			st.Status = wire.StatusCompleted
-			st.Commit = res.commit
-		default:
-			logTail := s.tlog.Tail()
-			st.Status, st.ErrorClass = wire.StatusFailed, agentlog.ExitClass(s.launch.Agent, res.code, logTail)
-			st.Error = proc.ExitError(res.code, 0)
-			if st.ErrorClass == wire.ClassRateLimit {
-				st.RetryAfterSeconds = agentlog.RetrySeconds(agentlog.AgentReset(s.launch.Agent, logTail, ended))
-			}
+		st.Status, st.ErrorClass, st.Error = f.Status, f.Class, f.Error
+		if f.Commit != "" {
+			st.Commit = f.Commit
+		}
+		if f.Class == wire.ClassStart || f.Class == wire.ClassStartPermanent {
+			st.ToolMissing = f.ToolMissing
+		}
+		if f.RetryAfterSeconds != 0 {
+			st.RetryAfterSeconds = f.RetryAfterSeconds
 		}
 		st.Error += s.failureNote(st, res)
 		return true
