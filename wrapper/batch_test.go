@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/kill"
+
 	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
 
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
@@ -66,7 +68,7 @@ func TestOneSupervisorPerBatch(t *testing.T) {
 
 	// A request left for attempt 0 of T3 (an earlier attempt) must not
 	// stop attempt 1 when the supervisor looks for requests.
-	if err := writeKillRequest(tasks["T3"].dir, killRequest{Attempt: 0, GraceSeconds: 0}); err != nil {
+	if err := kill.WriteRequest(tasks["T3"].dir, kill.Request{Attempt: 0, GraceSeconds: 0}); err != nil {
 		t.Fatal(err)
 	}
 	out, code = runWrapper(t, "", "kill", "--dir", tasks["T1"].dir, "--grace", "1s")

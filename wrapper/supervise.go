@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/kill"
+
 	"github.com/dispatch-tool/dispatch/wrapper/attempt"
 	"github.com/dispatch-tool/dispatch/wrapper/gate"
 	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
@@ -1016,7 +1018,7 @@ func (s *supervisor) killRequested() (time.Duration, bool) {
 	if err != nil {
 		return 0, false
 	}
-	var req killRequest
+	var req kill.Request
 	if err := json.Unmarshal(data, &req); err != nil || req.Attempt != s.launch.Attempt {
 		return 0, false
 	}

@@ -1,15 +1,13 @@
-package wrapper
+package kill
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -30,7 +28,7 @@ import (
 // SIGUSR1 (see proc.KillRequestPath): which attempt to stop, with what grace
 // (negative: launch.json's), since a signal carries no value and one
 // supervisor runs several attempts.
-type killRequest struct {
+type Request struct {
 	Attempt      int     `json:"attempt"`
 	GraceSeconds float64 `json:"grace_seconds"`
 }
@@ -39,29 +37,11 @@ type killRequest struct {
 // trusting the supervisor and kills the tool group itself.
 const killMargin = 5 * time.Second
 
-func cmdKill(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlagSet("kill")
-	dirFlag := fs.String("dir", "", "task directory")
-	graceFlag := fs.String("grace", "", "time between SIGTERM and SIGKILL (default: launch.json's)")
-	node := fs.String("node", "", "kill only an attempt of this node (or of no known node)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	dir, err := taskDirFlag("kill", *dirFlag)
-	if err != nil {
-		return err
-	}
-	grace, graceSet, err := parseGrace(*graceFlag)
-	if err != nil {
-		return err
-	}
-	if !graceSet {
-		grace = seconds(wire.DefaultGraceSeconds)
-		if l, err := readLaunch(dir); err == nil {
-			grace = seconds(l.GraceSeconds)
-		}
-	}
-
+// Task stops the attempt in dir (only node's, when node is set) and
+// returns its final status, with the session of the private record: a
+// live supervisor is asked to stop it with grace (killLive), an orphan's
+// tool group is killed (killOrphan).
+func Task(ctx context.Context, dir, node string, grace time.Duration, graceSet bool) (*wire.Status, error) {
 	// A `status` probe or a starting supervisor can hold the lock for a
 	// moment, and a starting supervisor has not recorded itself yet, so
 	// deciding between the two paths may take a few rounds.
@@ -70,12 +50,12 @@ func cmdKill(ctx context.Context, args []string, stdout io.Writer) error {
 	for {
 		// Checked each round: a supervisor that starts meanwhile may be
 		// another node's.
-		if other := proc.RecordNode(dir); *node != "" && other != "" && other != *node {
-			return &errkind.Error{Kind: wire.KindOtherNode, Err: fmt.Errorf("kill %s: its attempt is node %s's, not %s's (a work_dir both nodes reach); nothing signalled", dir, other, *node)}
+		if other := proc.RecordNode(dir); node != "" && other != "" && other != node {
+			return nil, &errkind.Error{Kind: wire.KindOtherNode, Err: fmt.Errorf("kill %s: its attempt is node %s's, not %s's (a work_dir both nodes reach); nothing signalled", dir, other, node)}
 		}
 		alive, err := taskfiles.SupervisorAlive(dir)
 		if err != nil {
-			return errkind.IO(err)
+			return nil, errkind.IO(err)
 		}
 		var st *wire.Status
 		if alive {
@@ -93,22 +73,22 @@ func cmdKill(ctx context.Context, args []string, stdout io.Writer) error {
 				if refused != nil {
 					if st, ok, err := killUnderForeignLock(dir); ok {
 						if err != nil {
-							return err
+							return nil, err
 						}
-						return printJSON(stdout, st)
+						return st, nil
 					}
 					logWrapper(dir, "kill: signalling nothing: %v", refused)
-					return &errkind.Error{Kind: wire.KindIO, Err: fmt.Errorf("kill %s: refusing to signal: %w", dir, refused)}
+					return nil, &errkind.Error{Kind: wire.KindIO, Err: fmt.Errorf("kill %s: refusing to signal: %w", dir, refused)}
 				}
-				return &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("kill %s: the lock keeps changing hands", dir)}
+				return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("kill %s: the lock keeps changing hands", dir)}
 			}
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
-		return printJSON(stdout, recordSession(dir, st))
+		return recordSession(dir, st), nil
 	}
 }
 
@@ -142,25 +122,6 @@ func (r *refusal) Unwrap() error { return r.err }
 // errRetry means the supervisor appeared or vanished while kill looked.
 var errRetry = errors.New("retry")
 
-// parseGrace accepts a Go duration ("30s") or plain seconds ("30", "0.5").
-func parseGrace(v string) (time.Duration, bool, error) {
-	if v == "" {
-		return 0, false, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		f, ferr := strconv.ParseFloat(v, 64)
-		if ferr != nil {
-			return 0, false, errkind.Usagef("kill: --grace %q: want a duration like 30s", v)
-		}
-		d = seconds(f)
-	}
-	if d < 0 {
-		return 0, false, errkind.Usagef("kill: --grace %q is negative", v)
-	}
-	return d, true, nil
-}
-
 // killLive asks the live supervisor to stop and waits for the final status.
 // If the supervisor does not finish within grace plus a margin, kill sends
 // SIGKILL to the tool group itself; the supervisor then records the kill.
@@ -175,11 +136,11 @@ func killLive(ctx context.Context, dir string, grace time.Duration, graceSet boo
 	if err := rec.CheckSupervisor(); err != nil {
 		return nil, &refusal{err}
 	}
-	req := killRequest{Attempt: rec.Attempt, GraceSeconds: -1}
+	req := Request{Attempt: rec.Attempt, GraceSeconds: -1}
 	if graceSet {
 		req.GraceSeconds = grace.Seconds()
 	}
-	if err := writeKillRequest(dir, req); err != nil {
+	if err := WriteRequest(dir, req); err != nil {
 		return nil, errkind.IO(err)
 	}
 	if err := rec.SignalSupervisor(syscall.SIGUSR1); err != nil {
@@ -223,7 +184,7 @@ func killLive(ctx context.Context, dir string, grace time.Duration, graceSet boo
 }
 
 // writeKillRequest leaves req where the supervisor of dir looks for it.
-func writeKillRequest(dir string, req killRequest) error {
+func WriteRequest(dir string, req Request) error {
 	path, err := proc.KillRequestPath(dir)
 	if err != nil {
 		return err
