@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/launchfile"
+
 	"github.com/dispatch-tool/dispatch/wrapper/kill"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -31,7 +33,7 @@ func cmdKill(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if !graceSet {
 		grace = seconds(wire.DefaultGraceSeconds)
-		if l, err := readLaunch(dir); err == nil {
+		if l, err := launchfile.Read(dir); err == nil {
 			grace = seconds(l.GraceSeconds)
 		}
 	}

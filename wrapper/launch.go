@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/dispatch-tool/dispatch/wrapper/launchfile"
+
 	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
 
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
@@ -94,7 +96,7 @@ func writeLaunchFiles(item wire.LaunchItem) (string, error) {
 		return "", errkind.Usagef("launch: task directory %q is not absolute and clean", item.Dir)
 	}
 	l := item.Launch
-	if err := normalizeLaunch(&l); err != nil {
+	if err := launchfile.Normalize(&l); err != nil {
 		return "", errkind.Usagef("launch: %s: invalid launch: %v", dir, err)
 	}
 	if err := checkEnvMap(item.Env); err != nil {

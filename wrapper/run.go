@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/launchfile"
+
 	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
 
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
@@ -52,7 +54,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 	}
 	// Checked here for a clear error before anything starts; the supervisor
 	// checks both again, and its lock is what makes the refusal race-free.
-	launch, err := readLaunch(dir)
+	launch, err := launchfile.Read(dir)
 	if err != nil {
 		return err
 	}

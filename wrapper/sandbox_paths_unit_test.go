@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/wrapper/launchfile"
+
 	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -39,12 +41,12 @@ func TestSandboxOpenPaths(t *testing.T) {
 		}
 	}
 	good := wire.Launch{Command: []string{"true"}, Sandbox: wire.SandboxBwrap, WorkDir: work, SandboxPaths: &wire.SandboxPaths{RO: []string{"~/go/pkg/mod", "/opt/c"}}}
-	if err := normalizeLaunch(&good); err != nil {
+	if err := launchfile.Normalize(&good); err != nil {
 		t.Errorf("launch.json with good sandbox_paths: %v", err)
 	}
 	for _, bad := range []string{"rel", "~", "~/", "/a/../b", "~/a/", "~bob/x", ""} {
 		l := wire.Launch{Command: []string{"true"}, Sandbox: wire.SandboxBwrap, WorkDir: work, SandboxPaths: &wire.SandboxPaths{RO: []string{bad}}}
-		if err := normalizeLaunch(&l); err == nil {
+		if err := launchfile.Normalize(&l); err == nil {
 			t.Errorf("launch.json with sandbox_paths %q was accepted", bad)
 		}
 	}

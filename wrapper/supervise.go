@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/launchfile"
+
 	"github.com/dispatch-tool/dispatch/wrapper/kill"
 
 	"github.com/dispatch-tool/dispatch/wrapper/attempt"
@@ -293,7 +295,7 @@ func startAttempt(item superviseItem) (*supervisor, error) {
 		lock.Close()
 		return nil, err
 	}
-	launch, err := readLaunch(dir)
+	launch, err := launchfile.Read(dir)
 	if err != nil {
 		return fail(err)
 	}

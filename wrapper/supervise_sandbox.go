@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/dispatch-tool/dispatch/wrapper/launchfile"
+
 	"github.com/dispatch-tool/dispatch/wrapper/gate"
 	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
 
@@ -92,7 +94,7 @@ func (s *supervisor) decideSandbox(probe func() wire.SandboxReply) {
 	}
 	s.env = sandbox.Env(s.env, s.dir, unset...)
 	if s.launch.Network == wire.NetworkAllow {
-		allow, _ := allowList(&s.launch) // checked with launch.json
+		allow, _ := launchfile.AllowList(&s.launch) // checked with launch.json
 		sp.Net = &sandbox.Net{Dir: filepath.Join(s.dir, egress.DirNet), Exe: exe, Port: egress.ProxyPort(allow),
 			Forwards: egress.LoopbackForwards(allow)}
 		s.allow = allow

@@ -1,4 +1,4 @@
-package wrapper
+package launchfile
 
 import (
 	"encoding/json"
@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/dispatch-tool/dispatch/wrapper/limits"
 
@@ -20,11 +19,6 @@ import (
 	"github.com/dispatch-tool/dispatch/internal/netallow"
 	"github.com/dispatch-tool/dispatch/wire"
 )
-
-// Version is the wrapper's version, reported by `version` and written into
-// every status.json. Release builds set it with
-// -ldflags "-X github.com/dispatch-tool/dispatch/wrapper.Version=...".
-var Version = "dev"
 
 // maxResumePrompt bounds launch.json's resume_prompt: it goes through a
 // pipe the wrapper writes without waiting.
@@ -72,7 +66,7 @@ func checkSandboxPaths(sp *wire.SandboxPaths) error {
 
 // normalizeLaunch fills in l's defaults and rejects what no attempt could
 // run with.
-func normalizeLaunch(l *wire.Launch) error {
+func Normalize(l *wire.Launch) error {
 	if len(l.Command) == 0 || l.Command[0] == "" {
 		return fmt.Errorf("command is empty")
 	}
@@ -109,7 +103,7 @@ func normalizeLaunch(l *wire.Launch) error {
 			return fmt.Errorf("network_allow and network_default need network %q", wire.NetworkAllow)
 		}
 	case wire.NetworkAllow:
-		if _, err := allowList(l); err != nil {
+		if _, err := AllowList(l); err != nil {
 			return err
 		}
 	default:
@@ -158,12 +152,8 @@ func normalizeLaunch(l *wire.Launch) error {
 	return nil
 }
 
-func seconds(s float64) time.Duration {
-	return time.Duration(s * float64(time.Second))
-}
-
-// allowList is l.NetworkAllow parsed.
-func allowList(l *wire.Launch) (netallow.List, error) {
+// AllowList is l.NetworkAllow parsed.
+func AllowList(l *wire.Launch) (netallow.List, error) {
 	var out netallow.List
 	for _, s := range l.NetworkAllow {
 		e, err := netallow.Parse(s)
@@ -176,7 +166,7 @@ func allowList(l *wire.Launch) (netallow.List, error) {
 }
 
 // readLaunch reads and normalizes D/launch.json.
-func readLaunch(dir string) (wire.Launch, error) {
+func Read(dir string) (wire.Launch, error) {
 	var l wire.Launch
 	data, err := taskfiles.ReadControlFileMax(filepath.Join(dir, taskfiles.FileLaunch), taskfiles.MaxLaunchFile)
 	if err != nil {
@@ -188,7 +178,7 @@ func readLaunch(dir string) (wire.Launch, error) {
 	if err := json.Unmarshal(data, &l); err != nil {
 		return l, &errkind.Error{Kind: wire.KindUsage, Err: fmt.Errorf("parse %s: %w", taskfiles.FileLaunch, err)}
 	}
-	if err := normalizeLaunch(&l); err != nil {
+	if err := Normalize(&l); err != nil {
 		return l, &errkind.Error{Kind: wire.KindUsage, Err: fmt.Errorf("invalid %s: %w", taskfiles.FileLaunch, err)}
 	}
 	if l.Task == "" {
