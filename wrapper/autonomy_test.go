@@ -5,9 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
 )
 
 // TestToolArgvEnvFollowsTheSandbox: with sandbox auto the wrapper runs

@@ -13,12 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wire"
 	"github.com/dispatch-tool/dispatch/wrapper/agentlog/agentlogtest"
 	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
-
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
-	"github.com/dispatch-tool/dispatch/wire"
 )
 
 func chmod(t *testing.T, path string, mode fs.FileMode) {

@@ -12,15 +12,12 @@ import (
 	"testing"
 	"time"
 
-	gatepkg "github.com/dispatch-tool/dispatch/wrapper/gate"
-	"github.com/dispatch-tool/dispatch/wrapper/gitresult"
-
-	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
-
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
 	"github.com/dispatch-tool/dispatch/internal/gittest"
 	"github.com/dispatch-tool/dispatch/wire"
+	gatepkg "github.com/dispatch-tool/dispatch/wrapper/gate"
+	"github.com/dispatch-tool/dispatch/wrapper/gitresult"
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // gateAnswer passes when the gated copy's answer file says right, and

@@ -14,10 +14,9 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/dispatch-tool/dispatch/wrapper/gitresult"
-
 	"github.com/dispatch-tool/dispatch/wire"
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+	"github.com/dispatch-tool/dispatch/wrapper/gitresult"
 )
 
 // repoFlag checks --repo: absolute, clean, named repo.git.

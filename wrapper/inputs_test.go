@@ -13,9 +13,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // depTask makes a finished dependency's task directory under root: its

@@ -7,12 +7,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/wrapper/launchfile"
-
-	"github.com/dispatch-tool/dispatch/wrapper/kill"
-
 	"github.com/dispatch-tool/dispatch/wire"
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+	"github.com/dispatch-tool/dispatch/wrapper/kill"
+	"github.com/dispatch-tool/dispatch/wrapper/launchfile"
 )
 
 func cmdKill(ctx context.Context, args []string, stdout io.Writer) error {

@@ -9,11 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
-
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // TestLaunchBatch: one call starts several attempts from one document on

@@ -4,11 +4,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
-
-	"github.com/dispatch-tool/dispatch/wrapper/egress"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/egress"
+	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
 )
 
 // TestDecideSandboxNetworkDefault: an allow list that is an agent's

@@ -13,11 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
-
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // runOne launches one task of project demo on the node and waits for its

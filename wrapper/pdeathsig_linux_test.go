@@ -5,11 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
-
-	"github.com/dispatch-tool/dispatch/wrapper/proc"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
 )
 
 // TestToolDiesWithItsSupervisor: on Linux a supervisor killed with SIGKILL

@@ -15,11 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
-
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // TestSandboxPaths runs a real sandboxed task on a node whose

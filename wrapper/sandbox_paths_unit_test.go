@@ -4,11 +4,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dispatch-tool/dispatch/wrapper/launchfile"
-
-	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/launchfile"
+	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
 )
 
 // TestSandboxOpenPaths: the argv binds each path with the -try flags, a

@@ -9,9 +9,8 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/wrapper/attempt"
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // A tool that writes nothing for stall_seconds is stalled: an agent CLI

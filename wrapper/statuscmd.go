@@ -11,10 +11,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
-
 	"github.com/dispatch-tool/dispatch/wire"
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 

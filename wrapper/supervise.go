@@ -18,34 +18,22 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/wrapper/launchfile"
-
-	"github.com/dispatch-tool/dispatch/wrapper/kill"
-
-	"github.com/dispatch-tool/dispatch/wrapper/attempt"
-	"github.com/dispatch-tool/dispatch/wrapper/gate"
-	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
-
-	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
-
-	"github.com/dispatch-tool/dispatch/wrapper/limits"
-
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
-	"github.com/dispatch-tool/dispatch/wrapper/gitresult"
-
-	"github.com/dispatch-tool/dispatch/wrapper/tree"
-
-	"github.com/dispatch-tool/dispatch/wrapper/errkind"
-
-	"github.com/dispatch-tool/dispatch/wrapper/egress"
-
-	"github.com/dispatch-tool/dispatch/wrapper/agentlog"
-
-	"github.com/dispatch-tool/dispatch/wrapper/proc"
-
 	"github.com/dispatch-tool/dispatch/internal/netallow"
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/agentlog"
+	"github.com/dispatch-tool/dispatch/wrapper/attempt"
+	"github.com/dispatch-tool/dispatch/wrapper/egress"
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+	"github.com/dispatch-tool/dispatch/wrapper/gate"
+	"github.com/dispatch-tool/dispatch/wrapper/gitresult"
+	"github.com/dispatch-tool/dispatch/wrapper/kill"
+	"github.com/dispatch-tool/dispatch/wrapper/launchfile"
+	"github.com/dispatch-tool/dispatch/wrapper/limits"
+	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+	"github.com/dispatch-tool/dispatch/wrapper/tree"
 )
 
 // lockWait is how long a new supervisor retries D/lock before deciding that

@@ -6,7 +6,6 @@ import (
 	"syscall"
 
 	"github.com/dispatch-tool/dispatch/wrapper/limits"
-
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/dispatch-tool/dispatch/wrapper/limits"
-
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 

@@ -11,13 +11,11 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/dispatch-tool/dispatch/wrapper/launchfile"
-
-	"github.com/dispatch-tool/dispatch/wrapper/gate"
-	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
-
 	"github.com/dispatch-tool/dispatch/wire"
 	"github.com/dispatch-tool/dispatch/wrapper/egress"
+	"github.com/dispatch-tool/dispatch/wrapper/gate"
+	"github.com/dispatch-tool/dispatch/wrapper/launchfile"
+	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 

@@ -10,11 +10,9 @@ import (
 	"os"
 	"syscall"
 
-	"github.com/dispatch-tool/dispatch/wrapper/tree"
-
-	"github.com/dispatch-tool/dispatch/wrapper/errkind"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+	"github.com/dispatch-tool/dispatch/wrapper/tree"
 )
 
 // cmdUntar replaces the directory --dir with the regular files of the tar

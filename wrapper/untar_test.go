@@ -9,9 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dispatch-tool/dispatch/wrapper/errkind"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
 )
 
 type tarEntry struct {

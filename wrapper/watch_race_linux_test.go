@@ -6,11 +6,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
-
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // TestWatchSeesADirectoryMadeWhileWatchesAreAdded: a project's tasks/ and

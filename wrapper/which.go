@@ -6,14 +6,11 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
-
+	"github.com/dispatch-tool/dispatch/wire"
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
 	"github.com/dispatch-tool/dispatch/wrapper/limits"
-
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
-
-	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
 )
 
 // cmdWhich looks executables up the way the supervisor looks up a tool:

@@ -17,13 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
-
-	"github.com/dispatch-tool/dispatch/wrapper/proc"
-
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // waitForGo makes a test tool block until the test creates output/go.

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/urfave/cli/v2"
-
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/domain"
@@ -18,6 +16,7 @@ import (
 	"github.com/dispatch-tool/dispatch/nodes/sshnode"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wrapper/gitresult"
+	"github.com/urfave/cli/v2"
 )
 
 func cleanupCommand() *cli.Command {

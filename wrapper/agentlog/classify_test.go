@@ -4,9 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 func TestClassify(t *testing.T) {

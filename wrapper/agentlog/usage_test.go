@@ -4,11 +4,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dispatch-tool/dispatch/wrapper/agentlog/agentlogtest"
-
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/agentlog/agentlogtest"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 func TestParseUsage(t *testing.T) {

@@ -14,9 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
-
 	"github.com/dispatch-tool/dispatch/internal/netallow"
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
 )
 
 // proxyLog collects the lines the proxy writes to task.log.

@@ -18,20 +18,14 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
-
-	"github.com/dispatch-tool/dispatch/wrapper/limits"
-
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
-	"github.com/dispatch-tool/dispatch/wrapper/gitresult"
-
-	"github.com/dispatch-tool/dispatch/wrapper/tree"
-
-	"github.com/dispatch-tool/dispatch/wrapper/proc"
-
 	"github.com/dispatch-tool/dispatch/internal/filetree"
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/gitresult"
+	"github.com/dispatch-tool/dispatch/wrapper/limits"
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+	"github.com/dispatch-tool/dispatch/wrapper/tree"
 )
 
 // FileLog, in the task directory, is what the gate's setup and command

@@ -14,9 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/wrapper/proc"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
 )
 
 // The node's side of git-native projects (issue 12).

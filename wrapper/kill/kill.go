@@ -11,17 +11,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
-
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
-	"github.com/dispatch-tool/dispatch/wrapper/errkind"
-
-	"github.com/dispatch-tool/dispatch/wrapper/agentlog"
-
-	"github.com/dispatch-tool/dispatch/wrapper/proc"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/agentlog"
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // killRequest is what `kill` leaves for a supervisor before it sends

@@ -8,16 +8,12 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/dispatch-tool/dispatch/wrapper/limits"
-
-	"github.com/dispatch-tool/dispatch/wrapper/tree"
-
-	"github.com/dispatch-tool/dispatch/wrapper/errkind"
-
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
 	"github.com/dispatch-tool/dispatch/internal/netallow"
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+	"github.com/dispatch-tool/dispatch/wrapper/limits"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+	"github.com/dispatch-tool/dispatch/wrapper/tree"
 )
 
 // maxResumePrompt bounds launch.json's resume_prompt: it goes through a

@@ -12,9 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // EnvCgroups, set to "off" in the wrapper's environment, keeps it from

@@ -6,9 +6,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // Resource limits (issue 20): launch.json's limits bound an attempt's setup

@@ -15,11 +15,9 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/wire"
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
-
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // watchdogInterval is how often the watchdog samples an attempt's

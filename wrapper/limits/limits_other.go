@@ -6,11 +6,9 @@ import (
 	"log/slog"
 	"syscall"
 
-	"github.com/dispatch-tool/dispatch/wrapper/errkind"
-
-	"github.com/dispatch-tool/dispatch/wrapper/proc"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
 )
 
 // LimitEnforcement is how this node enforces limits: not at all.

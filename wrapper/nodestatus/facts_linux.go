@@ -7,9 +7,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // readFacts reads memory and load from /proc, which costs no process start.

@@ -14,13 +14,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/wrapper/errkind"
-
-	"github.com/dispatch-tool/dispatch/wrapper/proc"
-
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // The live index: <root>/<project>/tasks/.live/<ID> holds the attempt

@@ -15,13 +15,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/wrapper/errkind"
-
-	"github.com/dispatch-tool/dispatch/wrapper/proc"
-
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // ServeStatus answers status requests (wire.StatusRequest), one a line on

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
-
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 

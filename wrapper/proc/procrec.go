@@ -11,9 +11,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // CtlDirName is the directory beside the wrapper executable holding the

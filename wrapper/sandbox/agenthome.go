@@ -9,9 +9,8 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/dispatch-tool/dispatch/wrapper/proc"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
 )
 
 // An agent CLI in the sandbox sees a private HOME, not the node user's:

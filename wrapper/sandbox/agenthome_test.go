@@ -10,9 +10,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
 )
 
 // listTree returns every file and link under root (relative paths), with

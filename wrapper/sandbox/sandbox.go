@@ -18,11 +18,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
-	"github.com/dispatch-tool/dispatch/wrapper/egress"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/egress"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // The sandbox (issue 20): on Linux, a task's setup and tool run under

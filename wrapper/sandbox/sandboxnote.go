@@ -4,9 +4,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // A sandboxed task that fails writing outside what it may write sees only

@@ -6,9 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 func TestSandboxNoteApplies(t *testing.T) {

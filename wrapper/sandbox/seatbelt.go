@@ -6,9 +6,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // macOS's sandbox (issue 20): Seatbelt, sandbox-exec with a profile the

@@ -11,9 +11,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // reservedNames are the entries of a task directory that belong to the

@@ -12,9 +12,8 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // CopyInput copies the files of in into into/<in.Name>, each verified;

@@ -12,9 +12,8 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/dispatch-tool/dispatch/wrapper/errkind"
-
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
 )
 
 // TreeReply is the reply of `tar` and `untar`: the regular files of the
