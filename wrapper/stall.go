@@ -2,14 +2,11 @@ package wrapper
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/wrapper/agentlog"
 	"github.com/dispatch-tool/dispatch/wrapper/attempt"
-	"github.com/dispatch-tool/dispatch/wrapper/proc"
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
@@ -24,61 +21,6 @@ func stallCheckPeriod(stall time.Duration) time.Duration {
 	return min(max(stall/5, 50*time.Millisecond), 5*time.Second)
 }
 
-// transcriptDir is where the tool keeps this attempt's transcript, or "".
-// Only claude's is known by path: <config dir>/projects/<cwd with every
-// character but letters and digits turned into '-'>. codex and gemini print
-// every step of their work in their stream formats, which task.log sees.
-func transcriptDir(tool string, env []string, cwd string) string {
-	if tool != "claude" {
-		return ""
-	}
-	base := proc.LookupEnv(env, "CLAUDE_CONFIG_DIR")
-	if base == "" {
-		home := proc.LookupEnv(env, "HOME")
-		if home == "" {
-			return ""
-		}
-		base = filepath.Join(home, ".claude")
-	}
-	slug := strings.Map(func(r rune) rune {
-		if 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' {
-			return r
-		}
-		return '-'
-	}, cwd)
-	return filepath.Join(base, "projects", slug)
-}
-
-// maxTranscriptEntries bounds the files looked at in a transcript directory.
-const maxTranscriptEntries = 256
-
-// newestChange returns the latest modification time in dir and its direct
-// entries; the zero time when there is none.
-func newestChange(dir string) time.Time {
-	if dir == "" {
-		return time.Time{}
-	}
-	var newest time.Time
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return newest
-	}
-	newest = fi.ModTime()
-	// The tool's home is the task's to change: never block on a FIFO.
-	f, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_DIRECTORY, 0)
-	if err != nil {
-		return newest
-	}
-	defer f.Close()
-	entries, _ := f.ReadDir(maxTranscriptEntries)
-	for _, e := range entries {
-		if info, err := e.Info(); err == nil && info.ModTime().After(newest) {
-			newest = info.ModTime()
-		}
-	}
-	return newest
-}
-
 // watchStall stops the attempt as stalled when neither task.log nor the
 // transcript changed for the launch's stall_seconds.
 func (s *supervisor) watchStall(stop <-chan struct{}) {
@@ -86,10 +28,10 @@ func (s *supervisor) watchStall(stop <-chan struct{}) {
 	if stall <= 0 {
 		return
 	}
-	dir := transcriptDir(s.launch.Transcript, s.env, filepath.Join(s.dir, taskfiles.DirOutput))
+	dir := agentlog.TranscriptDir(s.launch.Transcript, s.env, filepath.Join(s.dir, taskfiles.DirOutput))
 	t := time.NewTicker(stallCheckPeriod(stall))
 	defer t.Stop()
-	total, changed := s.tlog.Total(), newestChange(dir)
+	total, changed := s.tlog.Total(), agentlog.NewestChange(dir)
 	last := time.Now()
 	s.activeAt.Store(last.UnixNano())
 	for {
@@ -107,7 +49,7 @@ func (s *supervisor) watchStall(stop <-chan struct{}) {
 				s.activeAt.Store(now.UnixNano())
 				continue
 			}
-			tl, tc := s.tlog.Total(), newestChange(dir)
+			tl, tc := s.tlog.Total(), agentlog.NewestChange(dir)
 			if tl != total || !tc.Equal(changed) {
 				total, changed, last = tl, tc, now
 				s.activeAt.Store(now.UnixNano())
