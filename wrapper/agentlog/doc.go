@@ -7,5 +7,5 @@
 // format is table-tested with recorded output (agentlogtest).
 //
 // It does not write task.log (taskfiles does) nor act on what it reads (the
-// supervisor does). It imports wire and wrapper/taskfiles.
+// supervisor does). It imports wire, wrapper/proc and wrapper/taskfiles.
 package agentlog
