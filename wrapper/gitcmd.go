@@ -1,6 +1,7 @@
+package wrapper
+
 // The git subcommands: git-receive, git-have, git-spare and git-pack, over
 // package gitresult.
-package wrapper
 
 import (
 	"bytes"

@@ -1,5 +1,6 @@
-// The kill subcommand, over package kill.
 package wrapper
+
+// The kill subcommand, over package kill.
 
 import (
 	"context"

@@ -1,6 +1,7 @@
+package wrapper
+
 // The node-status subcommands: status, watch and tail, over package
 // nodestatus.
-package wrapper
 
 import (
 	"context"

@@ -1,6 +1,7 @@
+package wrapper
+
 // The supervisor's side of an attempt's limits (package limits): the
 // watchdog's stop, a refused fork, the cgroups' verdict at the end.
-package wrapper
 
 import (
 	"syscall"

@@ -1,6 +1,7 @@
+package wrapper
+
 // The supervisor's limited child on Linux: rlimits through limit-exec and
 // the attempt's cgroups.
-package wrapper
 
 import (
 	"fmt"

@@ -1,7 +1,8 @@
+package wrapper
+
 // The supervisor's side of the sandbox (package sandbox): deciding whether
 // and how the tool is confined, its network, its home, and the note a
 // failure gets.
-package wrapper
 
 import (
 	"context"

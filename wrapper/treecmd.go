@@ -1,5 +1,6 @@
-// The tree subcommands: untar, tar and inputs, over package tree.
 package wrapper
+
+// The tree subcommands: untar, tar and inputs, over package tree.
 
 import (
 	"context"

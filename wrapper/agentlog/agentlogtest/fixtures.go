@@ -1,6 +1,3 @@
-// Package agentlogtest holds what the agent CLIs print, recorded and
-// shortened but with their real shapes, for the tests of agentlog and of the
-// supervisor that reads them.
 package agentlogtest
 
 import "strings"

@@ -1,5 +1,3 @@
-// Package wtest holds what the tests of wrapper and of its packages share:
-// waiting for a condition, servers to reach through the sandbox.
 package wtest
 
 import (
