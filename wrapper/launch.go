@@ -95,7 +95,7 @@ func writeLaunchFiles(item wire.LaunchItem) (string, error) {
 	if err := launchfile.Normalize(&l); err != nil {
 		return "", errkind.Usagef("launch: %s: invalid launch: %v", dir, err)
 	}
-	if err := checkEnvMap(item.Env); err != nil {
+	if err := launchfile.CheckEnv(item.Env); err != nil {
 		return "", errkind.Usagef("launch: %s: %v", dir, err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {

@@ -54,7 +54,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 	if err != nil {
 		return err
 	}
-	env, err := readEnvMap(stdin)
+	env, err := launchfile.ReadEnv(stdin)
 	if err != nil {
 		return err
 	}

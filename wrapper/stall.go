@@ -1,7 +1,6 @@
 package wrapper
 
 import (
-	"fmt"
 	"path/filepath"
 	"time"
 
@@ -62,16 +61,4 @@ func (s *supervisor) watchStall(stop <-chan struct{}) {
 			}
 		}
 	}
-}
-
-// heartbeatLine is the heartbeat file's content: the beat's sequence
-// number (every beat differs even if the clock does not move), the time,
-// and, while a stall watch runs (activeAt > 0), the nanoseconds since the
-// tool last wrote: the controller compares no clocks, it reads how long
-// the tool has been quiet (domain.HeartbeatQuiet reads it).
-func heartbeatLine(seq int, now time.Time, activeAt int64) string {
-	if activeAt <= 0 {
-		return fmt.Sprintf("%d %d\n", seq, now.UnixNano())
-	}
-	return fmt.Sprintf("%d %d %d\n", seq, now.UnixNano(), max(now.UnixNano()-activeAt, 0))
 }

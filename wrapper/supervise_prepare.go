@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -109,7 +108,7 @@ func (s *supervisor) moveAside() error {
 			}
 		}
 	}
-	found, err := attemptFiles(s.dir)
+	found, err := taskfiles.AttemptFiles(s.dir)
 	if err != nil {
 		return err
 	}
@@ -154,28 +153,6 @@ func (s *supervisor) moveAside() error {
 	}
 	s.logger.Info("moved earlier attempt aside", taskfiles.LogKeyTo, target)
 	return nil
-}
-
-// attemptFiles lists the files of an earlier attempt in dir, output/
-// aside: the protocol's files and the temporary files a crash in the middle
-// of WriteFileAtomic may have left behind. spec.md, launch.json, lock,
-// wrapper.log and the base tree are the task's, not an attempt's, and stay.
-func attemptFiles(dir string) ([]string, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", dir, err)
-	}
-	own := []string{taskfiles.FileStatus, taskfiles.FileLog, taskfiles.FileHeartbeat, taskfiles.FilePID}
-	var found []string
-	for _, e := range entries {
-		for _, name := range own {
-			if e.Name() == name || strings.HasPrefix(e.Name(), "."+name+".tmp") {
-				found = append(found, e.Name())
-				break
-			}
-		}
-	}
-	return found, nil
 }
 
 // copyBase copies launch.json's base tree into output/. A missing or

@@ -224,7 +224,7 @@ func (s *supervisor) heartbeats(stop <-chan struct{}, done chan<- struct{}) {
 // content differ even if the clock does not move.
 func (s *supervisor) beat() error {
 	s.hbSeq++
-	data := heartbeatLine(s.hbSeq, time.Now(), s.activeAt.Load())
+	data := taskfiles.HeartbeatLine(s.hbSeq, time.Now(), s.activeAt.Load())
 	return taskfiles.WriteFileAtomic(filepath.Join(s.dir, taskfiles.FileHeartbeat), []byte(data), 0o644)
 }
 

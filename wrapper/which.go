@@ -8,6 +8,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/wire"
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+	"github.com/dispatch-tool/dispatch/wrapper/launchfile"
 	"github.com/dispatch-tool/dispatch/wrapper/limits"
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
 	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
@@ -21,7 +22,7 @@ func cmdWhich(args []string, stdin io.Reader, stdout io.Writer) error {
 	if len(args) == 0 {
 		return errkind.Usagef("which: name the executables to look for")
 	}
-	extra, err := readEnvMap(stdin)
+	extra, err := launchfile.ReadEnv(stdin)
 	if err != nil {
 		return err
 	}
