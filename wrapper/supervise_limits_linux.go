@@ -23,7 +23,7 @@ func (s *supervisor) limited(cmd *exec.Cmd) (*exec.Cmd, error) {
 	s.makeCgroup()
 	nproc := 0
 	if l.Pids > 0 && os.Geteuid() != 0 && !s.cg.Has(limits.CtrlPids) {
-		// A backstop only (see limits.go): the watchdog counts exactly.
+		// A backstop only (see package limits): the watchdog counts exactly.
 		procs, _ := limits.ScanProcs()
 		nproc = l.Pids + limits.UserThreads(procs, os.Getuid())
 	}

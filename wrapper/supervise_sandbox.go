@@ -84,7 +84,7 @@ func (s *supervisor) decideSandbox(probe func() wire.SandboxReply) {
 	sp.NoNetwork = noNetwork
 	s.sandbox = sp
 	// Where the agent CLI would read its settings and login unconfined:
-	// its private HOME gets copies of them (see agenthome.go).
+	// its private HOME gets copies of them (see sandbox/agenthome.go).
 	var unset []string
 	if af, ok := sandbox.AgentHomeFiles[s.launch.Agent]; ok {
 		_, env := s.toolArgvEnv()
@@ -152,7 +152,7 @@ func (s *supervisor) sandboxName() string {
 
 // prepareHome makes the attempt's private HOME: empty but for the node
 // user's git identity and copies of the agent CLI's settings and login
-// (see agenthome.go). A resumed attempt keeps the earlier one, where the
+// (see sandbox/agenthome.go). A resumed attempt keeps the earlier one, where the
 // tool keeps the session it continues, and gets the CLI's files afresh.
 func (s *supervisor) prepareHome() error {
 	home := filepath.Join(s.dir, taskfiles.DirHome)

@@ -150,7 +150,7 @@ func checkLiveRequest(req wire.LiveRequest) (named map[string][]string, held map
 // the marker older than staleMarkerAge) or whose task directory is gone
 // is removed as it is read. An index that is not a directory (the task
 // of an unconfined attempt can reach it) lists the whole project. The
-// attempts of another node than node (see owner.go) are neither listed
+// attempts of another node than node (see proc.OthersTask) are neither listed
 // nor unmarked: the index is shared by the nodes that share the work_dir.
 func LiveStatus(ctx context.Context, version, root, node string, projects []string, named map[string][]string, held map[string]string) (*wire.NodeStatus, error) {
 	ns := &wire.NodeStatus{

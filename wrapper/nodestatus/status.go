@@ -92,7 +92,7 @@ func ValidName(name string) bool {
 }
 
 // NodeStatus lists the tasks of projects under root (all projects when none
-// are given), leaving out those of another node than node (see owner.go).
+// are given), leaving out those of another node than node (see proc.OthersTask).
 // It reads a few small files per task and forks nothing on Linux, so one
 // call stays cheap with many tasks.
 func NodeStatus(ctx context.Context, version, root, node string, projects []string) (*wire.NodeStatus, error) {

@@ -44,10 +44,10 @@ import (
 // session (--new-session) and dies with the supervisor (--die-with-parent).
 // The environment reaches the tool through bwrap's own environment, never
 // its argv. Limits (memory, pids, file size) apply with or without the
-// sandbox (see limits.go). With launch.json's network "none" it runs in a
+// sandbox (see package limits). With launch.json's network "none" it runs in a
 // network namespace of its own (--unshare-net): a loopback of its own and
 // nothing else; with "allow", the same namespace and a filtering proxy
-// (see netproxy.go).
+// (see package egress).
 
 // bwrapBaseArgs are the flags of every bwrap the wrapper runs, the probe's
 // included, so that the probe tries what the tasks will need.
