@@ -13,6 +13,7 @@ import (
 	"strconv"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/attempt"
 	"github.com/dispatch-tool/dispatch/wrapper/egress"
 	"github.com/dispatch-tool/dispatch/wrapper/gate"
 	"github.com/dispatch-tool/dispatch/wrapper/launchfile"
@@ -24,33 +25,11 @@ import (
 // bwrap when launch.json asks for it (or for auto) and bwrap works here
 // (probe says whether); an attempt that must be sandboxed where it cannot
 // be fails to start. An agent's default allow list does not make it so.
+// attempt.DecideSandbox plans it; this builds the sandbox of the plan.
 func (s *supervisor) decideSandbox(probe func() wire.SandboxReply) {
-	want := s.launch.Sandbox
-	noNetwork := s.launch.Network == wire.NetworkNone || s.launch.Network == wire.NetworkAllow
-	word := s.launch.Network
-	if word == wire.NetworkAllow {
-		word = "{allow: [...]}"
-	}
-	if want == "" {
-		if noNetwork && !s.launch.NetworkDefault {
-			s.sandboxErr = "network: " + word + " needs the sandbox, and launch.json does not ask for it; the attempt is not run with the network open"
-			s.sandboxPermanent = true
-		}
-		return
-	}
-	if !sandbox.Under(s.dir, s.launch.WorkDir) || s.dir == s.launch.WorkDir {
-		s.sandboxErr = fmt.Sprintf("sandbox: the task directory %s is not in the work_dir %s", s.dir, s.launch.WorkDir)
-		s.sandboxPermanent = true
-		return
-	}
-	pr := probe()
-	if pr.Sandbox != wire.SandboxBwrap {
-		switch {
-		case noNetwork && !s.launch.NetworkDefault:
-			s.sandboxErr = fmt.Sprintf("network: %s needs the sandbox, which is unavailable on node %s: %s; fix: %s, or set network: open for the task", word, s.launch.Node, pr.Error, pr.Fix)
-		case want == wire.SandboxBwrap:
-			s.sandboxErr = fmt.Sprintf("sandbox: on, but it is unavailable on node %s: %s; fix: %s, or set sandbox: off (or auto) for the task", s.launch.Node, pr.Error, pr.Fix)
-		}
+	plan := attempt.DecideSandbox(&s.launch, s.dir, probe)
+	if plan.Err != "" || plan.Bwrap == "" {
+		s.sandboxErr, s.sandboxPermanent = plan.Err, plan.Permanent
 		return
 	}
 	exe, err := os.Executable()
@@ -63,7 +42,7 @@ func (s *supervisor) decideSandbox(probe func() wire.SandboxReply) {
 		repo = s.launch.Repo.Dir
 	}
 	homes := sandbox.NodeHomes()
-	sp := sandbox.NewSpec(pr.Path, s.dir, s.launch.WorkDir, homes, filepath.Dir(exe), repo)
+	sp := sandbox.NewSpec(plan.Bwrap, s.dir, s.launch.WorkDir, homes, filepath.Dir(exe), repo)
 	if s.launch.Inputs {
 		// Seen, never written: the dependencies' outputs are theirs.
 		sp.Ro = append(sp.Ro, filepath.Join(s.dir, wire.InputsDir))
@@ -81,7 +60,7 @@ func (s *supervisor) decideSandbox(probe func() wire.SandboxReply) {
 	for _, p := range missing {
 		s.logger.Info("sandbox_paths: not on this node, skipped", "path", p)
 	}
-	sp.NoNetwork = noNetwork
+	sp.NoNetwork = plan.NoNetwork
 	s.sandbox = sp
 	// Where the agent CLI would read its settings and login unconfined:
 	// its private HOME gets copies of them (see sandbox/agenthome.go).
