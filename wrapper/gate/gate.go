@@ -66,7 +66,7 @@ func Run(s *Attempt, out, commit string) *wire.GateResult {
 		return &wire.GateResult{Error: "the gate's copy of the result could not be made: " + err.Error()}
 	}
 	if r := Known(g.Known, tree); r != nil {
-		fmt.Fprintf(s.Log, "dispatch-wrapper: gate: this tree (%s) was gated before: %s\n", tree, Verdict(r))
+		fmt.Fprintf(s.Log, "dispatch-wrapper: gate: this tree (%s) was gated before: %s\n", tree, verdict(r))
 		return r
 	}
 	if err := s.scratch(); err != nil {
@@ -89,7 +89,7 @@ func Run(s *Attempt, out, commit string) *wire.GateResult {
 		}
 		code, sig, err := s.step(dir, step.command, glog, time.Until(deadline), &timedOut)
 		res.ExitCode = code
-		res.Error, res.Missing = StepVerdict(StepEnd{What: step.what, Code: code, Sig: sig, Err: err,
+		res.Error, res.Missing = stepVerdict(stepEnd{What: step.what, Code: code, Sig: sig, Err: err,
 			TimedOut: timedOut.Load(), Stopping: s.Stopping(), Timeout: timeout, Node: s.Launch.Node})
 		if res.Error != "" {
 			break
@@ -100,7 +100,7 @@ func Run(s *Attempt, out, commit string) *wire.GateResult {
 	if tail, err := glog.ReadTail(wire.GateTailBytes); err == nil {
 		res.OutputTail = lastLines(string(tail), wire.GateTailLines)
 	}
-	fmt.Fprintf(s.Log, "dispatch-wrapper: gate: %s in %.1fs\n", Verdict(res), res.Seconds)
+	fmt.Fprintf(s.Log, "dispatch-wrapper: gate: %s in %.1fs\n", verdict(res), res.Seconds)
 	return res
 }
 
@@ -122,9 +122,9 @@ func Known(known []wire.GateResult, tree string) *wire.GateResult {
 	return nil
 }
 
-// StepEnd is how one command of the gate (setup, then the gate command)
+// stepEnd is how one command of the gate (setup, then the gate command)
 // ended.
-type StepEnd struct {
+type stepEnd struct {
 	What     string // "setup" or "gate"
 	Code     int
 	Sig      syscall.Signal
@@ -135,9 +135,9 @@ type StepEnd struct {
 	Node     string
 }
 
-// StepVerdict is what the gate result says of a step: "" when it passed;
+// stepVerdict is what the gate result says of a step: "" when it passed;
 // missing when the command was not found (a node to fix, not a result).
-func StepVerdict(e StepEnd) (msg string, missing bool) {
+func stepVerdict(e stepEnd) (msg string, missing bool) {
 	switch {
 	case e.Err != nil:
 		return fmt.Sprintf("%s could not start: %v", e.What, e.Err), false
@@ -167,8 +167,8 @@ func ForStatus(r *wire.GateResult) *wire.GateResult {
 	return &c
 }
 
-// Verdict is r in a few words, for task.log.
-func Verdict(r *wire.GateResult) string {
+// verdict is r in a few words, for task.log.
+func verdict(r *wire.GateResult) string {
 	if r.Passed {
 		return "passed"
 	}
@@ -303,15 +303,15 @@ func (s *Attempt) checkout(out, commit, dir string) (string, error) {
 	if err := tree.CopyTree(out, dir, s.Stopping, func(string) {}); err != nil {
 		return "", err
 	}
-	return TreeDigest(dir)
+	return treeDigest(dir)
 }
 
-// TreeDigest identifies the tree at dir: sha256 of every entry's path
+// treeDigest identifies the tree at dir: sha256 of every entry's path
 // with, for a regular file, its permissions and content's sha256; for a
 // link, its target's sha256; for a directory, its permissions. A link or
 // a directory changes what the gate sees as a file does: two trees that
 // differ only in one are not the same tree.
-func TreeDigest(dir string) (string, error) {
+func treeDigest(dir string) (string, error) {
 	h := sha256.New()
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || p == dir {
