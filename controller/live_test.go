@@ -12,7 +12,7 @@ import (
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wire"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // TestListStateHolds: a live reply's unchanged entries are the held ones
@@ -75,7 +75,7 @@ func TestLivePullListsWhatRuns(t *testing.T) {
 			t.Fatal(err)
 		}
 		st := wire.Status{Task: filepath.Base(dir), Attempt: 1, Status: wire.StatusCompleted}
-		if err := wrapper.WriteFileAtomic(filepath.Join(dir, "status.json"), mustJSON(t, st), 0o644); err != nil {
+		if err := taskfiles.WriteFileAtomic(filepath.Join(dir, "status.json"), mustJSON(t, st), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

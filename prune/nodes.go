@@ -14,7 +14,7 @@ import (
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/nodes/sshnode"
 	"github.com/dispatch-tool/dispatch/wire"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wrapper/gitresult"
 )
 
 // Nodes removes the directories of pruned attempts from the nodes.
@@ -121,7 +121,7 @@ func (t Transports) Remove(ctx context.Context, n nodes.Node, project string, at
 			if err := remove(dir); err != nil {
 				return removed, err
 			}
-			if err := tr.Remove(ctx, wrapper.SnapshotDirOf(inst.Path, dir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := tr.Remove(ctx, gitresult.SnapshotDirOf(inst.Path, dir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return removed, err
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
 )
 
 // TestToolArgvEnvFollowsTheSandbox: with sandbox auto the wrapper runs
@@ -20,7 +21,7 @@ func TestToolArgvEnvFollowsTheSandbox(t *testing.T) {
 	if strings.Join(argv, " ") != "claude --permission-mode acceptEdits" || !slices.Equal(env, s.env) {
 		t.Errorf("unconfined: %q %q", argv, env)
 	}
-	s.sandbox = &sandboxSpec{bwrap: "/usr/bin/bwrap"}
+	s.sandbox = &sandbox.Spec{Bwrap: "/usr/bin/bwrap"}
 	argv, env = s.toolArgvEnv()
 	if strings.Join(argv, " ") != "claude --dangerously-skip-permissions" || strings.Join(env, " ") != "PATH=/usr/bin IS_SANDBOX=1" {
 		t.Errorf("under bwrap: %q %q", argv, env)

@@ -14,37 +14,10 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/agentlog/agentlogtest"
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
-
-// writeTree creates files under root: a name ending in "/" is a directory,
-// "->" makes a symbolic link, anything else a file with that content.
-func writeTree(t *testing.T, root string, entries map[string]string) {
-	t.Helper()
-	names := make([]string, 0, len(entries))
-	for name := range entries {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		content := entries[name]
-		path := filepath.Join(root, name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		var err error
-		switch {
-		case strings.HasSuffix(name, "/"):
-			err = os.MkdirAll(path, 0o755)
-		case strings.HasPrefix(content, "->"):
-			err = os.Symlink(strings.TrimPrefix(content, "->"), path)
-		default:
-			err = os.WriteFile(path, []byte(content), 0o644)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 func chmod(t *testing.T, path string, mode fs.FileMode) {
 	t.Helper()
@@ -76,7 +49,7 @@ func TestBase(t *testing.T) {
 		Command: shell("./run.sh; cat data.txt; echo changed > data.txt"),
 	})
 	base := tk.path("base")
-	writeTree(t, base, map[string]string{
+	wtest.WriteTree(t, base, map[string]string{
 		"run.sh":            "#!/bin/sh\necho from-base\n",
 		"data.txt":          "data\n",
 		"secret":            "s3cret\n",
@@ -110,12 +83,12 @@ func TestBase(t *testing.T) {
 	tk.run(t, "")
 	st := tk.waitFinal(t)
 	if st.Status != wire.StatusCompleted {
-		t.Fatalf("status %+v; log %q", st, tk.readFile(t, fileLog))
+		t.Fatalf("status %+v; log %q", st, tk.readFile(t, taskfiles.FileLog))
 	}
-	if got := tk.readFile(t, fileLog); got != "from-base\ndata\n" {
+	if got := tk.readFile(t, taskfiles.FileLog); got != "from-base\ndata\n" {
 		t.Errorf("task.log = %q", got)
 	}
-	out := tk.path(dirOutput)
+	out := tk.path(taskfiles.DirOutput)
 	for name, want := range map[string]string{
 		"setup-saw.txt":    "data\n",
 		"data.txt":         "changed\n",
@@ -155,8 +128,8 @@ func TestBase(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(out, "fifo")); err == nil {
 		t.Error("the fifo was copied")
 	}
-	if !strings.Contains(tk.readFile(t, fileWrapper), "fifo") {
-		t.Errorf("%s does not report the skipped fifo", fileWrapper)
+	if !strings.Contains(tk.readFile(t, taskfiles.FileWrapper), "fifo") {
+		t.Errorf("%s does not report the skipped fifo", taskfiles.FileWrapper)
 	}
 	if data, _ := os.ReadFile(outside); string(data) != "outside\n" {
 		t.Errorf("a file outside the tree was changed: %q", data)
@@ -175,16 +148,16 @@ func TestBase(t *testing.T) {
 func TestBaseAttempts(t *testing.T) {
 	t.Parallel()
 	tk := newTask(t, "", wire.Launch{Base: "base", Command: shell("cat data.txt; echo edited > data.txt; echo one > out.txt")})
-	writeTree(t, tk.path("base"), map[string]string{"data.txt": "data\n", "sub/keep.txt": "keep\n"})
+	wtest.WriteTree(t, tk.path("base"), map[string]string{"data.txt": "data\n", "sub/keep.txt": "keep\n"})
 	// Something already in output/ before the first attempt is moved
 	// aside too: the base is copied into a fresh directory.
-	writeTree(t, tk.path(dirOutput), map[string]string{"stale.txt": "stale\n"})
+	wtest.WriteTree(t, tk.path(taskfiles.DirOutput), map[string]string{"stale.txt": "stale\n"})
 
 	tk.run(t, "")
 	if st := tk.waitFinal(t); st.Status != wire.StatusCompleted {
 		t.Fatalf("attempt 1: %+v", st)
 	}
-	if got := tk.readFile(t, filepath.Join(dirAttempts, "0", dirOutput, "stale.txt")); got != "stale\n" {
+	if got := tk.readFile(t, filepath.Join(taskfiles.DirAttempts, "0", taskfiles.DirOutput, "stale.txt")); got != "stale\n" {
 		t.Errorf("attempts/0/output/stale.txt = %q", got)
 	}
 	tk.setLaunch(t, wire.Launch{Project: "demo", Task: "T1", Attempt: 2, HeartbeatSeconds: 0.1, Base: "base",
@@ -193,26 +166,26 @@ func TestBaseAttempts(t *testing.T) {
 	if st := tk.waitFinal(t); st.Status != wire.StatusCompleted || st.Attempt != 2 {
 		t.Fatalf("attempt 2: %+v", st)
 	}
-	if got := tk.readFile(t, fileLog); got != "data\nfresh\n" {
+	if got := tk.readFile(t, taskfiles.FileLog); got != "data\nfresh\n" {
 		t.Errorf("attempt 2 task.log = %q", got)
 	}
 	for name, want := range map[string]string{
-		filepath.Join("base", "data.txt"):                      "data\n",
-		filepath.Join("base", "sub", "keep.txt"):               "keep\n",
-		filepath.Join(dirAttempts, "1", dirOutput, "data.txt"): "edited\n",
-		filepath.Join(dirAttempts, "1", fileLog):               "data\n",
-		filepath.Join(dirOutput, "sub", "keep.txt"):            "keep\n",
+		filepath.Join("base", "data.txt"):                                          "data\n",
+		filepath.Join("base", "sub", "keep.txt"):                                   "keep\n",
+		filepath.Join(taskfiles.DirAttempts, "1", taskfiles.DirOutput, "data.txt"): "edited\n",
+		filepath.Join(taskfiles.DirAttempts, "1", taskfiles.FileLog):               "data\n",
+		filepath.Join(taskfiles.DirOutput, "sub", "keep.txt"):                      "keep\n",
 	} {
 		if got := tk.readFile(t, name); got != want {
 			t.Errorf("%s = %q, want %q", name, got, want)
 		}
 	}
-	for _, name := range []string{fileSpec, fileLaunch} {
+	for _, name := range []string{taskfiles.FileSpec, taskfiles.FileLaunch} {
 		if _, err := os.Stat(tk.path(name)); err != nil {
 			t.Errorf("%s was moved: %v", name, err)
 		}
 	}
-	entries, err := os.ReadDir(tk.path(filepath.Join(dirAttempts, "1")))
+	entries, err := os.ReadDir(tk.path(filepath.Join(taskfiles.DirAttempts, "1")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +193,7 @@ func TestBaseAttempts(t *testing.T) {
 	for _, e := range entries {
 		got = append(got, e.Name())
 	}
-	if want := []string{fileHeartbeat, dirOutput, filePID, fileStatus, fileLog}; !slices.Equal(got, want) {
+	if want := []string{taskfiles.FileHeartbeat, taskfiles.DirOutput, taskfiles.FilePID, taskfiles.FileStatus, taskfiles.FileLog}; !slices.Equal(got, want) {
 		t.Errorf("attempts/1 holds %q, want %q", got, want)
 	}
 }
@@ -241,15 +214,17 @@ func TestBaseFails(t *testing.T) {
 			asRoot:    true,
 		},
 		{
-			name:      "not a directory",
-			prepare:   func(t *testing.T, base string) { writeTree(t, filepath.Dir(base), map[string]string{"base": "a file"}) },
+			name: "not a directory",
+			prepare: func(t *testing.T, base string) {
+				wtest.WriteTree(t, filepath.Dir(base), map[string]string{"base": "a file"})
+			},
 			wantError: []string{`copy base "base" into output:`, "is not a directory"},
 			asRoot:    true,
 		},
 		{
 			name: "unreadable file",
 			prepare: func(t *testing.T, base string) {
-				writeTree(t, base, map[string]string{"a.txt": "a", "z/secret": "s"})
+				wtest.WriteTree(t, base, map[string]string{"a.txt": "a", "z/secret": "s"})
 				chmod(t, filepath.Join(base, "z", "secret"), 0)
 			},
 			wantError: []string{`copy base "base" into output:`, "secret: permission denied"},
@@ -257,7 +232,7 @@ func TestBaseFails(t *testing.T) {
 		{
 			name: "unreadable directory",
 			prepare: func(t *testing.T, base string) {
-				writeTree(t, base, map[string]string{"locked/x": "x"})
+				wtest.WriteTree(t, base, map[string]string{"locked/x": "x"})
 				chmod(t, filepath.Join(base, "locked"), 0)
 			},
 			wantError: []string{`copy base "base" into output:`, "locked: permission denied"},
@@ -285,7 +260,7 @@ func TestBaseFails(t *testing.T) {
 				}
 			}
 			for _, name := range []string{"setup.txt", "ran.txt"} {
-				if _, err := os.Stat(filepath.Join(tk.dir, dirOutput, name)); err == nil {
+				if _, err := os.Stat(filepath.Join(tk.dir, taskfiles.DirOutput, name)); err == nil {
 					t.Errorf("%s ran after the base failed", strings.TrimSuffix(name, ".txt"))
 				}
 			}
@@ -295,7 +270,7 @@ func TestBaseFails(t *testing.T) {
 
 func TestBaseInvalid(t *testing.T) {
 	t.Parallel()
-	for _, base := range []string{"../elsewhere", "/etc", ".", "a/../..", dirOutput, "attempts/1", fileSpec, "output/base"} {
+	for _, base := range []string{"../elsewhere", "/etc", ".", "a/../..", taskfiles.DirOutput, "attempts/1", taskfiles.FileSpec, "output/base"} {
 		t.Run(base, func(t *testing.T) {
 			t.Parallel()
 			tk := newTask(t, "", wire.Launch{Base: base, Command: shell("true")})
@@ -303,8 +278,8 @@ func TestBaseInvalid(t *testing.T) {
 			if er := wantError(t, out, code, wire.KindUsage); !strings.Contains(er.Error, "base") {
 				t.Errorf("error %q does not name base", er.Error)
 			}
-			if _, err := os.Stat(tk.path(fileStatus)); err == nil {
-				t.Errorf("a refused run wrote %s", fileStatus)
+			if _, err := os.Stat(tk.path(taskfiles.FileStatus)); err == nil {
+				t.Errorf("a refused run wrote %s", taskfiles.FileStatus)
 			}
 		})
 	}
@@ -322,8 +297,8 @@ func TestUsageRecorded(t *testing.T) {
 		wantCost  float64
 		wantClass string
 	}{
-		{"claude completed", wire.AgentClaude, lines(claudeInit, claudeAssistant, claudeResult), 0, 150, 50, 0.0123, ""},
-		{"codex failed", wire.AgentCodex, codexPlainNew, 2, 0, 12345, 0, wire.ClassExit},
+		{"claude completed", wire.AgentClaude, agentlogtest.Lines(agentlogtest.ClaudeInit, agentlogtest.ClaudeAssistant, agentlogtest.ClaudeResult), 0, 150, 50, 0.0123, ""},
+		{"codex failed", wire.AgentCodex, agentlogtest.CodexPlainNew, 2, 0, 12345, 0, wire.ClassExit},
 		// A shell task printing claude's result (a forged cost) is not
 		// read: only an agent CLI's report counts.
 		{"shell forging a cost", "", `{"type":"result","total_cost_usd":1e9,"usage":{"input_tokens":5,"output_tokens":5}}` + "\n", 0, 0, 0, 0, ""},
@@ -370,31 +345,11 @@ func TestRateLimitRetryAfter(t *testing.T) {
 			if math.Abs(st.RetryAfterSeconds-tc.want) > 1 {
 				t.Errorf("retry_after_seconds = %g, want %g", st.RetryAfterSeconds, tc.want)
 			}
-			raw := tk.readFile(t, fileStatus)
+			raw := tk.readFile(t, taskfiles.FileStatus)
 			if want := fmt.Sprintf(`"retry_after_seconds":%g`, tc.want); !strings.Contains(raw, want) {
 				t.Errorf("status.json %s lacks %s", raw, want)
 			}
 		})
-	}
-}
-
-func TestCopyTreeStops(t *testing.T) {
-	t.Parallel()
-	src, dst := t.TempDir(), t.TempDir()
-	writeTree(t, src, map[string]string{"a": "a", "b": "b", "c/d": "d", "e": "e"})
-	calls := 0
-	stop := func() bool {
-		calls++
-		return calls > 2
-	}
-	if err := copyTree(src, dst, stop, func(string) {}); err != errStopped {
-		t.Fatalf("copyTree = %v, want errStopped", err)
-	}
-	if _, err := os.Stat(filepath.Join(dst, "e")); err == nil {
-		t.Error("the copy went on after the stop")
-	}
-	if _, err := os.Stat(filepath.Join(dst, "a")); err != nil {
-		t.Errorf("nothing was copied before the stop: %v", err)
 	}
 }
 
@@ -407,7 +362,7 @@ func TestUsageReadFromTheLogWritten(t *testing.T) {
 	t.Parallel()
 	forged := `{"type":"result","total_cost_usd":0,"usage":{"input_tokens":1,"output_tokens":1}}` + "\n"
 	tk := newTask(t, "", wire.Launch{Agent: wire.AgentClaude, Command: []string{"sh", "-c", `mv ../forged.txt ../task.log && cat ../printed.txt`}})
-	if err := os.WriteFile(tk.path("printed.txt"), []byte(lines(claudeInit, claudeAssistant, claudeResult)), 0o644); err != nil {
+	if err := os.WriteFile(tk.path("printed.txt"), []byte(agentlogtest.Lines(agentlogtest.ClaudeInit, agentlogtest.ClaudeAssistant, agentlogtest.ClaudeResult)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(tk.path("forged.txt"), []byte(forged), 0o644); err != nil {

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+	"github.com/dispatch-tool/dispatch/wrapper/kill"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // TestOneSupervisorPerBatch: the attempts of one launch share one
@@ -51,8 +54,8 @@ func TestOneSupervisorPerBatch(t *testing.T) {
 		}
 	}
 	for id, tk := range tasks {
-		poll(t, 15*time.Second, id+" to start", func() bool {
-			_, err := os.Stat(filepath.Join(tk.dir, dirOutput, "started"))
+		wtest.Poll(t, 15*time.Second, id+" to start", func() bool {
+			_, err := os.Stat(filepath.Join(tk.dir, taskfiles.DirOutput, "started"))
 			return err == nil
 		})
 		if st := tk.status(t); st.PID != pid || st.Status != wire.StatusRunning {
@@ -62,7 +65,7 @@ func TestOneSupervisorPerBatch(t *testing.T) {
 
 	// A request left for attempt 0 of T3 (an earlier attempt) must not
 	// stop attempt 1 when the supervisor looks for requests.
-	if err := writeKillRequest(tasks["T3"].dir, killRequest{Attempt: 0, GraceSeconds: 0}); err != nil {
+	if err := kill.WriteRequest(tasks["T3"].dir, kill.Request{Attempt: 0, GraceSeconds: 0}); err != nil {
 		t.Fatal(err)
 	}
 	out, code = runWrapper(t, "", "kill", "--dir", tasks["T1"].dir, "--grace", "1s")
@@ -92,13 +95,13 @@ func TestOneSupervisorPerBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rec.signalSupervisor(syscall.SIGTERM); err != nil {
+	if err := rec.SignalSupervisor(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if st := tasks["T3"].waitFinal(t); st.Status != wire.StatusKilled {
 		t.Fatalf("T3 after SIGTERM: %+v, want killed", st)
 	}
-	poll(t, 5*time.Second, "the supervisor to exit", func() bool { return syscall.Kill(pid, 0) == syscall.ESRCH })
+	wtest.Poll(t, 5*time.Second, "the supervisor to exit", func() bool { return syscall.Kill(pid, 0) == syscall.ESRCH })
 }
 
 // TestLaunchRefusesADirectoryTwice: a batch naming one task directory twice

@@ -13,34 +13,37 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+	"github.com/dispatch-tool/dispatch/wrapper/limits"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // requireCgroups skips the test where the test's user cannot write a
 // cgroup (non-root without a delegated subtree); on cgroup v2 it first
 // moves the test into the wrapper's leaf, as a supervisor does, so that
 // the wrappers it starts use the same cgroups. It returns the plan.
-func requireCgroups(t *testing.T) *cgroupPlan {
+func requireCgroups(t *testing.T) *limits.CgroupPlan {
 	t.Helper()
-	if os.Getenv(envCgroups) == "off" {
-		t.Skipf("%s=off", envCgroups)
+	if os.Getenv(limits.EnvCgroups) == "off" {
+		t.Skipf("%s=off", limits.EnvCgroups)
 	}
-	p, err := cgroupsReady()
+	p, err := limits.CgroupsReady()
 	if err != nil {
 		t.Skipf("cgroups here, but not usable by this test: %v (on cgroup v2 the test's cgroup must hold only the test)", err)
 	}
 	if p == nil {
-		t.Skipf("no cgroup this user can write here (%s): the cgroup tests need root or a delegated cgroup v2 subtree", ownCgroupPlan().why)
+		t.Skipf("no cgroup this user can write here (%s): the cgroup tests need root or a delegated cgroup v2 subtree", limits.OwnCgroupPlan().Why)
 	}
 	return p
 }
 
 // taskCgroups lists the cgroups of the test node's task id in the plan's
 // hierarchies.
-func taskCgroups(t *testing.T, p *cgroupPlan, n *sandboxNode, id string) []string {
+func taskCgroups(t *testing.T, p *limits.CgroupPlan, n *sandboxNode, id string) []string {
 	t.Helper()
 	var out []string
-	for _, h := range p.hiers {
-		m, err := filepath.Glob(filepath.Join(h.base, cgroupStem("demo", id, n.taskDir(id))+"*"))
+	for _, h := range p.Hiers {
+		m, err := filepath.Glob(filepath.Join(h.Base, limits.CgroupStem("demo", id, n.taskDir(id))+"*"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,10 +53,10 @@ func taskCgroups(t *testing.T, p *cgroupPlan, n *sandboxNode, id string) []strin
 }
 
 // requireController skips the test where the plan lacks controller c.
-func requireController(t *testing.T, p *cgroupPlan, c string) {
+func requireController(t *testing.T, p *limits.CgroupPlan, c string) {
 	t.Helper()
-	if !p.has(c) {
-		t.Skipf("no %s controller in the writable cgroups (%s)", c, p.enforcement())
+	if !p.Has(c) {
+		t.Skipf("no %s controller in the writable cgroups (%s)", c, p.Enforcement())
 	}
 }
 
@@ -62,14 +65,14 @@ func requireController(t *testing.T, p *cgroupPlan, c string) {
 // of the wall time (a ratio: no wall-clock bound on the test).
 func TestCgroupCPUQuota(t *testing.T) {
 	p := requireCgroups(t)
-	requireController(t, p, ctrlCPU)
+	requireController(t, p, limits.CtrlCPU)
 	n := newLimitsNode(t, "", false)
 	// The shell's children's CPU time (cutime, cstime: fields 16 and 17 of
 	// /proc/<pid>/stat) counts the loop once timeout has reaped it.
 	script := `s=$(date +%s%N); timeout 3 sh -c 'while :; do :; done'; e=$(date +%s%N); echo "$s $e" > wall; cat /proc/$$/stat > stat; touch looped; while [ ! -e go ]; do sleep 0.05; done`
 	n.launch(t, n.item("CPU", wire.Launch{Command: shell(script), Limits: &wire.Limits{CPU: 0.2}}))
-	out := filepath.Join(n.taskDir("CPU"), dirOutput)
-	poll(t, 20*time.Second, "the busy loop to end", func() bool {
+	out := filepath.Join(n.taskDir("CPU"), taskfiles.DirOutput)
+	wtest.Poll(t, 20*time.Second, "the busy loop to end", func() bool {
 		_, err := os.Stat(filepath.Join(out, "looped"))
 		return err == nil
 	})
@@ -81,7 +84,7 @@ func TestCgroupCPUQuota(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if throttled := parseKeyed(string(stat), "nr_throttled"); throttled <= 0 {
+	if throttled := limits.ParseKeyed(string(stat), "nr_throttled"); throttled <= 0 {
 		t.Errorf("the cgroup never throttled the loop: %s", stat)
 	}
 	if err := os.WriteFile(filepath.Join(out, "go"), nil, 0o644); err != nil {
@@ -118,7 +121,7 @@ func TestCgroupCPUQuota(t *testing.T) {
 // cgroup's OOM killer and fails as oom; no cgroup is left.
 func TestCgroupMemoryOOM(t *testing.T) {
 	p := requireCgroups(t)
-	requireController(t, p, ctrlMemory)
+	requireController(t, p, limits.CtrlMemory)
 	for _, sandboxed := range []bool{false, true} {
 		t.Run("sandboxed="+strconv.FormatBool(sandboxed), func(t *testing.T) {
 			n := newLimitsNode(t, "", sandboxed)
@@ -137,7 +140,7 @@ func TestCgroupMemoryOOM(t *testing.T) {
 // past the limit and the attempt fails as pids; nothing is left.
 func TestCgroupPidsForkBomb(t *testing.T) {
 	p := requireCgroups(t)
-	requireController(t, p, ctrlPids)
+	requireController(t, p, limits.CtrlPids)
 	for _, sandboxed := range []bool{false, true} {
 		t.Run("sandboxed="+strconv.FormatBool(sandboxed), func(t *testing.T) {
 			n := newLimitsNode(t, "", sandboxed)
@@ -145,10 +148,10 @@ func TestCgroupPidsForkBomb(t *testing.T) {
 			if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassPids || !strings.Contains(st.Error, "the cgroup refused the fork") {
 				t.Errorf("the fork bomb: %+v, want failed with class pids by the cgroup", st)
 			}
-			if _, err := os.Stat(filepath.Join(n.taskDir("LIMITED"), dirOutput, "started")); err == nil {
+			if _, err := os.Stat(filepath.Join(n.taskDir("LIMITED"), taskfiles.DirOutput, "started")); err == nil {
 				t.Error("the fork bomb started all its 2000 processes")
 			}
-			poll(t, 5*time.Second, "no sleeper of the fork bomb left", func() bool { return sleepersLeft() == 0 })
+			wtest.Poll(t, 5*time.Second, "no sleeper of the fork bomb left", func() bool { return sleepersLeft() == 0 })
 			if left := taskCgroups(t, p, n, "LIMITED"); len(left) != 0 {
 				t.Errorf("cgroups left after the attempt: %v", left)
 			}
@@ -162,7 +165,7 @@ func TestCgroupPidsForkBomb(t *testing.T) {
 func TestCgroupWatchdogFallback(t *testing.T) {
 	p := requireCgroups(t)
 	n := newLimitsNode(t, "", false)
-	n.env = append(n.env, envCgroups+"=off")
+	n.env = append(n.env, limits.EnvCgroups+"=off")
 	st, _, _ := limitsRun(t, n, &wire.Limits{MemoryBytes: 64 << 20, CPU: 0.5}, hog)
 	if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassOOM || !strings.Contains(st.Error, "(resident)") {
 		t.Errorf("the hog with cgroups off: %+v, want failed with class oom by the watchdog", st)
@@ -170,36 +173,36 @@ func TestCgroupWatchdogFallback(t *testing.T) {
 	if made := taskCgroups(t, p, n, "LIMITED"); len(made) != 0 {
 		t.Errorf("cgroups made with cgroups off: %v", made)
 	}
-	if log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), fileWrapper)); !strings.Contains(string(log), "cpu is not enforced") {
+	if log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), taskfiles.FileWrapper)); !strings.Contains(string(log), "cpu is not enforced") {
 		t.Errorf("wrapper.log does not say that cpu is not enforced:\n%s", log)
 	}
 	// As root, no RLIMIT_NPROC: the watchdog alone stops the fork bomb.
 	n = newLimitsNode(t, "", false)
-	n.env = append(n.env, envCgroups+"=off")
+	n.env = append(n.env, limits.EnvCgroups+"=off")
 	st, _, _ = limitsRun(t, n, &wire.Limits{Pids: 64}, forkBomb)
 	if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassPids || !strings.Contains(st.Error, "processes and threads, over its pids limit of 64") {
 		t.Errorf("the fork bomb with cgroups off: %+v, want failed with class pids by the watchdog", st)
 	}
-	poll(t, 5*time.Second, "no sleeper of the fork bomb left", func() bool { return sleepersLeft() == 0 })
+	wtest.Poll(t, 5*time.Second, "no sleeper of the fork bomb left", func() bool { return sleepersLeft() == 0 })
 }
 
 // TestCgroupStaleRemoved: a cgroup a crashed supervisor of the task left
 // (with a process still in it) is removed by the task's next attempt.
 func TestCgroupStaleRemoved(t *testing.T) {
 	p := requireCgroups(t)
-	requireController(t, p, ctrlMemory)
+	requireController(t, p, limits.CtrlMemory)
 	n := newLimitsNode(t, "", false)
 	var base string
-	for _, h := range p.hiers {
-		if slices.Contains(h.controllers, ctrlMemory) {
-			base = h.base
+	for _, h := range p.Hiers {
+		if slices.Contains(h.Controllers, limits.CtrlMemory) {
+			base = h.Base
 		}
 	}
-	stale := filepath.Join(base, cgroupName(cgroupStem("demo", "LIMITED", n.taskDir("LIMITED")), 1, 999999))
+	stale := filepath.Join(base, limits.CgroupName(limits.CgroupStem("demo", "LIMITED", n.taskDir("LIMITED")), 1, 999999))
 	if err := os.Mkdir(stale, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { removeCgroupDir(stale, 0) })
+	t.Cleanup(func() { limits.RemoveCgroupDir(stale, 0) })
 	// A sleeper in the stale cgroup, as a crashed supervisor's tool would be.
 	sleeper := &syscall.ProcAttr{Files: []uintptr{0, 1, 2}}
 	pid, err := syscall.ForkExec("/bin/sh", []string{"/bin/sh", "-c", "echo $$ > " + filepath.Join(stale, "cgroup.procs") + " && exec sleep 60"}, sleeper)
@@ -207,7 +210,7 @@ func TestCgroupStaleRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL); syscall.Wait4(pid, nil, 0, nil) })
-	poll(t, 5*time.Second, "the sleeper in the stale cgroup", func() bool {
+	wtest.Poll(t, 5*time.Second, "the sleeper in the stale cgroup", func() bool {
 		b, _ := os.ReadFile(filepath.Join(stale, "cgroup.procs"))
 		return strings.TrimSpace(string(b)) == strconv.Itoa(pid)
 	})

@@ -24,6 +24,10 @@
 // short-lived note from `kill --grace` telling the supervisor which grace to
 // use.
 //
-// Besides the standard library, the package uses only wire and
-// internal/netallow, and builds for linux and darwin.
+// The root package keeps the subcommands' glue and the supervisor; the
+// concerns below it are packages of their own (taskfiles, errkind, proc,
+// agentlog, egress, tree, gitresult, limits, launchfile, sandbox,
+// nodestatus, kill, gate, attempt: docs/CODE.md maps them). Besides those
+// and the standard library it uses only wire, internal/netallow and
+// internal/filetree, and builds for linux and darwin.
 package wrapper

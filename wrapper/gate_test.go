@@ -14,6 +14,10 @@ import (
 
 	"github.com/dispatch-tool/dispatch/internal/gittest"
 	"github.com/dispatch-tool/dispatch/wire"
+	gatepkg "github.com/dispatch-tool/dispatch/wrapper/gate"
+	"github.com/dispatch-tool/dispatch/wrapper/gitresult"
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // gateAnswer passes when the gated copy's answer file says right, and
@@ -67,7 +71,7 @@ func TestGate(t *testing.T) {
 			tk.run(t, "")
 			st := tk.waitFinal(t)
 			if st.Status != tc.status {
-				t.Fatalf("status %s (%s: %s), want %s; task.log:\n%s", st.Status, st.ErrorClass, st.Error, tc.status, tk.readFile(t, fileLog))
+				t.Fatalf("status %s (%s: %s), want %s; task.log:\n%s", st.Status, st.ErrorClass, st.Error, tc.status, tk.readFile(t, taskfiles.FileLog))
 			}
 			if strings.HasPrefix(tc.name, "a tool that failed") {
 				if st.ErrorClass != wire.ClassExit || st.Gate != nil || fileExists(tk.path("gated")) {
@@ -81,7 +85,7 @@ func TestGate(t *testing.T) {
 			// Forged afterwards: status reads the record's result.
 			forged := *st
 			forged.Gate = &wire.GateResult{Passed: !tc.passed, OutputTail: "forged"}
-			if err := writeJSONAtomic(tk.path(fileStatus), forged); err != nil {
+			if err := taskfiles.WriteJSONAtomic(tk.path(taskfiles.FileStatus), forged); err != nil {
 				t.Fatal(err)
 			}
 			ts := statusOf(t, tk)
@@ -187,14 +191,14 @@ func TestGateGitNative(t *testing.T) {
 	tk := newTask(t, root, wire.Launch{Task: "S01", Gate: &gate,
 		Repo:    &wire.LaunchRepo{Dir: repo, Base: base, Branch: "dispatch/demo/S01", Message: "S01"},
 		Command: shell("echo right > answer && touch pass.cache")})
-	t.Cleanup(func() { os.RemoveAll(SnapshotDirOf(wrapperBin, tk.dir)) })
+	t.Cleanup(func() { os.RemoveAll(gitresult.SnapshotDirOf(wrapperBin, tk.dir)) })
 	tk.run(t, "")
 	st := tk.waitFinal(t)
 	g := statusOf(t, tk).Status.Gate
 	if st.Status != wire.StatusCompleted || !wire.IsCommitID(st.Commit) || g == nil || !g.Passed || !strings.HasPrefix(g.Tree, "git:") {
-		t.Fatalf("attempt %+v, gate %+v; task.log:\n%s", st, g, tk.readFile(t, fileLog))
+		t.Fatalf("attempt %+v, gate %+v; task.log:\n%s", st, g, tk.readFile(t, taskfiles.FileLog))
 	}
-	out, err := exec.Command("git", "--git-dir", SnapshotDirOf(wrapperBin, tk.dir), "rev-parse", st.Commit+"^{tree}").Output()
+	out, err := exec.Command("git", "--git-dir", gitresult.SnapshotDirOf(wrapperBin, tk.dir), "rev-parse", st.Commit+"^{tree}").Output()
 	if tree := strings.TrimSpace(string(out)); err != nil || g.Tree != "git:"+tree {
 		t.Errorf("gated tree %s, want the commit's git:%s", g.Tree, tree)
 	}
@@ -240,7 +244,7 @@ func TestGateSandboxed(t *testing.T) {
 		t.Skip("DISPATCH_TEST_SANDBOX=off")
 	}
 	if st.Status != wire.StatusCompleted || st.Sandbox != wire.SandboxBwrap {
-		log, _ := os.ReadFile(filepath.Join(n.taskDir("S01"), fileGateLog))
+		log, _ := os.ReadFile(filepath.Join(n.taskDir("S01"), gatepkg.FileLog))
 		t.Fatalf("attempt %+v; gate.log:\n%s", st, log)
 	}
 	for _, p := range []string{"escape", "output/planted"} {
@@ -268,7 +272,7 @@ func TestGateFreshHomeAndTmp(t *testing.T) {
 		t.Skip("DISPATCH_TEST_SANDBOX=off")
 	}
 	if st.Status != wire.StatusCompleted || st.Sandbox != wire.SandboxBwrap {
-		log, _ := os.ReadFile(filepath.Join(n.taskDir("S01"), fileGateLog))
+		log, _ := os.ReadFile(filepath.Join(n.taskDir("S01"), gatepkg.FileLog))
 		t.Fatalf("attempt %+v; gate.log:\n%s", st, log)
 	}
 }
@@ -281,7 +285,7 @@ func TestGateKilled(t *testing.T) {
 	gate := wire.LaunchGate{Command: "echo $$ > " + pidFile + "; exec sleep 60", TimeoutSeconds: 50, Decides: true}
 	tk := newTask(t, "", wire.Launch{Command: shell("true"), Gate: &gate})
 	tk.run(t, "")
-	poll(t, 15*time.Second, "the gate to start", func() bool { return fileExists(pidFile) })
+	wtest.Poll(t, 15*time.Second, "the gate to start", func() bool { return fileExists(pidFile) })
 	if out, code := runWrapper(t, "", "kill", "--dir", tk.dir, "--grace", "1s"); code != 0 {
 		t.Fatalf("kill: exit %d: %s", code, out)
 	}
@@ -304,8 +308,8 @@ func TestGateLargeLaunch(t *testing.T) {
 		gate.Known = append(gate.Known, wire.GateResult{Tree: fmt.Sprintf("sha256:%064d", i), OutputTail: strings.Repeat("y", 4<<10)})
 	}
 	tk := newTask(t, "", wire.Launch{Command: shell("echo right > answer"), Gate: &gate})
-	if fi, err := os.Stat(tk.path(fileLaunch)); err != nil || fi.Size() <= maxControlFile {
-		t.Fatalf("launch.json: %v, %v; want more than %d bytes", fi, err, maxControlFile)
+	if fi, err := os.Stat(tk.path(taskfiles.FileLaunch)); err != nil || fi.Size() <= taskfiles.MaxControlFile {
+		t.Fatalf("launch.json: %v, %v; want more than %d bytes", fi, err, taskfiles.MaxControlFile)
 	}
 	tk.run(t, "")
 	if st := tk.waitFinal(t); st.Status != wire.StatusCompleted {

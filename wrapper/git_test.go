@@ -15,6 +15,8 @@ import (
 
 	"github.com/dispatch-tool/dispatch/internal/gittest"
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/gitresult"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // gitCall runs a git subcommand of the wrapper and returns the commits it
@@ -123,12 +125,12 @@ func TestRepoWorkspaceSnapshot(t *testing.T) {
 	out := filepath.Join(root, "demo", "tasks", "S01", "output")
 	// The private git directory the wrapper binary keeps for this task.
 	taskDir := filepath.Dir(out)
-	gitDir := SnapshotDirOf(wrapperBin, taskDir)
+	gitDir := gitresult.SnapshotDirOf(wrapperBin, taskDir)
 	t.Cleanup(func() { os.RemoveAll(gitDir) })
-	if _, err := prepareRepoWorkspace(ctx, repo, base, "dispatch/demo/S01", out, gitDir, false); err != nil {
+	if _, err := gitresult.PrepareRepoWorkspace(ctx, repo, base, "dispatch/demo/S01", out, gitDir, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(gitDir, snapshotIndex)); err != nil {
+	if _, err := os.Stat(filepath.Join(gitDir, gitresult.SnapshotIndex)); err != nil {
 		t.Errorf("no copy of the checkout's index: %v", err)
 	}
 	ws := &gittest.Repo{T: t, Dir: out}
@@ -157,7 +159,7 @@ func TestRepoWorkspaceSnapshot(t *testing.T) {
 	ws.Write(".git/hooks/pre-commit", trap)
 	os.Chmod(filepath.Join(out, ".git", "hooks", "pre-commit"), 0o755)
 
-	commit, err := snapshotWorkspace(ctx, repo, gitDir, out, base, "dispatch/demo/S01", "dispatch S01", "S01: the title (attempt 1)")
+	commit, err := gitresult.SnapshotWorkspace(ctx, repo, gitDir, out, base, "dispatch/demo/S01", "dispatch S01", "S01: the title (attempt 1)")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,10 +217,10 @@ func TestRepoWorkspaceSnapshot(t *testing.T) {
 	// A workspace left as it was is the base itself.
 	out2 := filepath.Join(root, "demo", "tasks", "S02", "output")
 	s02 := filepath.Join(root, "private", "S02.git")
-	if _, err := prepareRepoWorkspace(ctx, repo, base, "dispatch/demo/S02", out2, s02, false); err != nil {
+	if _, err := gitresult.PrepareRepoWorkspace(ctx, repo, base, "dispatch/demo/S02", out2, s02, false); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := snapshotWorkspace(ctx, repo, s02, out2, base, "dispatch/demo/S02", "dispatch S02", "S02"); err != nil || c != base {
+	if c, err := gitresult.SnapshotWorkspace(ctx, repo, s02, out2, base, "dispatch/demo/S02", "dispatch S02", "S02"); err != nil || c != base {
 		t.Errorf("unchanged workspace: %s %v, want the base", c, err)
 	}
 	// Without the prepared directory (a resumed attempt's), every file is
@@ -226,7 +228,7 @@ func TestRepoWorkspaceSnapshot(t *testing.T) {
 	ws2 := &gittest.Repo{T: t, Dir: out2}
 	ws2.Write("keep.txt", "kept no more\n")
 	for _, dir := range []string{s02, filepath.Join(root, "private", "S02-cold.git")} {
-		c, err := snapshotWorkspace(ctx, repo, dir, out2, base, "dispatch/demo/S02", "dispatch S02", "S02")
+		c, err := gitresult.SnapshotWorkspace(ctx, repo, dir, out2, base, "dispatch/demo/S02", "dispatch S02", "S02")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -254,11 +256,11 @@ func TestGitNativeAttempt(t *testing.T) {
 
 	tk := newTask(t, root, wire.Launch{Task: "S01", Repo: lr("S01"),
 		Command: shell(`test "$(git symbolic-ref --short HEAD)" = dispatch/demo/S01 && echo edited >> README && echo x > new.txt`)})
-	t.Cleanup(func() { os.RemoveAll(SnapshotDirOf(wrapperBin, tk.dir)) })
+	t.Cleanup(func() { os.RemoveAll(gitresult.SnapshotDirOf(wrapperBin, tk.dir)) })
 	tk.run(t, "")
 	st := tk.waitFinal(t)
 	if st.Status != wire.StatusCompleted || !wire.IsCommitID(st.Commit) {
-		t.Fatalf("attempt: %+v, want completed with a commit; task.log: %s", st, tk.readFile(t, fileLog))
+		t.Fatalf("attempt: %+v, want completed with a commit; task.log: %s", st, tk.readFile(t, taskfiles.FileLog))
 	}
 	packPath := filepath.Join(tk.dir, "result.pack")
 	out, code := runWrapper(t, "", "git-pack", "--dir", tk.dir, "--base", base, "--branch", "dispatch/demo/S01", "--out", packPath)
@@ -307,7 +309,7 @@ func TestGitSpares(t *testing.T) {
 	gitCall(t, string(op.Pack(base)), "git-receive", "--repo", repo, "--commit", base)
 	spares := filepath.Join(root, "demo", "spares", base)
 	ready := func() int {
-		m, _ := filepath.Glob(filepath.Join(spares, sparePrefix+"*"))
+		m, _ := filepath.Glob(filepath.Join(spares, gitresult.SparePrefix+"*"))
 		return len(m)
 	}
 
@@ -324,7 +326,7 @@ func TestGitSpares(t *testing.T) {
 		out := filepath.Join(root, "demo", "tasks", fmt.Sprintf("S0%d", i+1), "output")
 		os.MkdirAll(out, 0o755) // as the supervisor leaves it
 		gitDir := filepath.Join(root, "private", fmt.Sprintf("S0%d.git", i+1))
-		spare, err := prepareRepoWorkspace(ctx, repo, base, fmt.Sprintf("dispatch/demo/S0%d", i+1), out, gitDir, true)
+		spare, err := gitresult.PrepareRepoWorkspace(ctx, repo, base, fmt.Sprintf("dispatch/demo/S0%d", i+1), out, gitDir, true)
 		if err != nil || spare != wantSpare {
 			t.Fatalf("launch %d: spare %v, %v; want %v", i+1, spare, err, wantSpare)
 		}
@@ -339,7 +341,7 @@ func TestGitSpares(t *testing.T) {
 			t.Errorf("launch %d: run.sh %v %v", i+1, fi, err)
 		}
 		ws.Write("new.txt", "new\n")
-		c, err := snapshotWorkspace(ctx, repo, gitDir, out, base, fmt.Sprintf("dispatch/demo/S0%d", i+1), "dispatch", "m")
+		c, err := gitresult.SnapshotWorkspace(ctx, repo, gitDir, out, base, fmt.Sprintf("dispatch/demo/S0%d", i+1), "dispatch", "m")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -352,12 +354,12 @@ func TestGitSpares(t *testing.T) {
 	}
 
 	// Stale: an unfinished spare, and the spares of a base unused for long.
-	old := time.Now().Add(-2 * spareStale)
-	tmp := filepath.Join(spares, spareTmp+"dead")
+	old := time.Now().Add(-2 * gitresult.SpareStale)
+	tmp := filepath.Join(spares, gitresult.SpareTmp+"dead")
 	os.MkdirAll(tmp, 0o700)
 	os.Chtimes(tmp, old, old)
 	other := filepath.Join(root, "demo", "spares", strings.Repeat("ab", 20))
-	os.MkdirAll(filepath.Join(other, sparePrefix+"x"), 0o700)
+	os.MkdirAll(filepath.Join(other, gitresult.SparePrefix+"x"), 0o700)
 	os.Chtimes(other, old, old)
 	if out, code := runWrapper(t, "", "git-spare", "--repo", repo, "--base", base, "--max", "1"); code != 0 {
 		t.Fatalf("git-spare: %s", out)

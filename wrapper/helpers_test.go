@@ -17,6 +17,9 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // wrapperBin is the dispatch-wrapper binary built once by TestMain; the
@@ -159,7 +162,7 @@ func newTask(t *testing.T, root string, l wire.Launch) *testTask {
 	if err := os.MkdirAll(tk.dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(tk.dir, fileSpec), []byte("# spec\nDo the thing.\n"), 0o444); err != nil {
+	if err := os.WriteFile(filepath.Join(tk.dir, taskfiles.FileSpec), []byte("# spec\nDo the thing.\n"), 0o444); err != nil {
 		t.Fatal(err)
 	}
 	tk.setLaunch(t, l)
@@ -178,7 +181,7 @@ func (tk *testTask) setLaunch(t *testing.T, l wire.Launch) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(tk.dir, fileLaunch), data, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(tk.dir, taskfiles.FileLaunch), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -205,7 +208,7 @@ func (tk *testTask) run(t *testing.T, env string) wire.RunReply {
 // status reads status.json, failing the test if it is missing or corrupt.
 func (tk *testTask) status(t *testing.T) *wire.Status {
 	t.Helper()
-	st, err := readStatus(tk.dir)
+	st, err := taskfiles.ReadStatus(tk.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,9 +219,9 @@ func (tk *testTask) status(t *testing.T) *wire.Status {
 func (tk *testTask) waitStatus(t *testing.T, what string, cond func(*wire.Status) bool) *wire.Status {
 	t.Helper()
 	var st *wire.Status
-	poll(t, 15*time.Second, what, func() bool {
+	wtest.Poll(t, 15*time.Second, what, func() bool {
 		var err error
-		st, err = readStatus(tk.dir)
+		st, err = taskfiles.ReadStatus(tk.dir)
 		return err == nil && cond(st)
 	})
 	return st
@@ -228,13 +231,13 @@ func (tk *testTask) waitStatus(t *testing.T, what string, cond func(*wire.Status
 func (tk *testTask) waitFinal(t *testing.T) *wire.Status {
 	t.Helper()
 	st := tk.waitStatus(t, "final status", (*wire.Status).Final)
-	poll(t, 5*time.Second, "supervisor exit", func() bool { return !tk.alive(t) })
+	wtest.Poll(t, 5*time.Second, "supervisor exit", func() bool { return !tk.alive(t) })
 	return st
 }
 
 func (tk *testTask) alive(t *testing.T) bool {
 	t.Helper()
-	alive, err := supervisorAlive(tk.dir)
+	alive, err := taskfiles.SupervisorAlive(tk.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +256,7 @@ func (tk *testTask) readFile(t *testing.T, name string) string {
 // touch creates a file in output/, the signal many test tools wait for.
 func (tk *testTask) touch(t *testing.T, name string) {
 	t.Helper()
-	if err := os.WriteFile(filepath.Join(tk.dir, dirOutput, name), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(tk.dir, taskfiles.DirOutput, name), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -264,15 +267,15 @@ func (tk *testTask) cleanup(t *testing.T) {
 	// The pids come from the process record: status.json and the pid file
 	// may be forged by the test itself.
 	if rec, err := tk.record(); err == nil {
-		if alive, _ := supervisorAlive(tk.dir); alive && rec.checkSupervisor() == nil {
+		if alive, _ := taskfiles.SupervisorAlive(tk.dir); alive && rec.CheckSupervisor() == nil {
 			syscall.Kill(rec.SupervisorPID, syscall.SIGKILL)
 		}
-		rec.killToolGroup(syscall.SIGKILL)
+		rec.KillToolGroup(syscall.SIGKILL)
 	}
-	if data, err := os.ReadFile(tk.path(fileWrapper)); err == nil {
+	if data, err := os.ReadFile(tk.path(taskfiles.FileWrapper)); err == nil {
 		for _, bad := range []string{"DATA RACE", "panic:", "fatal error:"} {
 			if bytes.Contains(data, []byte(bad)) {
-				t.Errorf("%s reports %q:\n%s", fileWrapper, bad, data)
+				t.Errorf("%s reports %q:\n%s", taskfiles.FileWrapper, bad, data)
 			}
 		}
 	}
@@ -282,32 +285,20 @@ func (tk *testTask) cleanup(t *testing.T) {
 // task (the test binary's own os.Executable is elsewhere).
 func (tk *testTask) recordFile() string {
 	sum := sha256.Sum256([]byte(filepath.Clean(tk.dir)))
-	return filepath.Join(filepath.Dir(wrapperBin), ctlDirName, hex.EncodeToString(sum[:])+".json")
+	return filepath.Join(filepath.Dir(wrapperBin), proc.CtlDirName, hex.EncodeToString(sum[:])+".json")
 }
 
 // record reads the wrapper's process record of the task.
-func (tk *testTask) record() (*procRecord, error) {
+func (tk *testTask) record() (*proc.ProcRecord, error) {
 	data, err := os.ReadFile(tk.recordFile())
 	if err != nil {
 		return nil, err
 	}
-	var r procRecord
+	var r proc.ProcRecord
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
-}
-
-// poll calls cond until it holds, failing the test after timeout.
-func poll(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func parseTime(t *testing.T, s string) time.Time {

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // depTask makes a finished dependency's task directory under root: its
@@ -35,7 +36,7 @@ func depTask(t *testing.T, root, id string, attempt int, files map[string]string
 		manifest = append(manifest, wire.InputFile{Path: name, Size: int64(len(body)), SHA256: hex.EncodeToString(sum[:])})
 	}
 	st, _ := json.Marshal(wire.Status{Task: id, Attempt: attempt, Status: wire.StatusCompleted})
-	if err := os.WriteFile(filepath.Join(dir, fileStatus), st, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, taskfiles.FileStatus), st, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return dir, manifest
@@ -67,17 +68,17 @@ func TestInputsCopiesVerified(t *testing.T) {
 	good, manifest := depTask(t, root, "S01", 1, files)
 	moved, movedManifest := depTask(t, root, "S05", 2, files)
 	// A later attempt of S05 runs there now: attempt 2 is under attempts/2/.
-	aside := filepath.Join(moved, dirAttempts, "2")
+	aside := filepath.Join(moved, taskfiles.DirAttempts, "2")
 	if err := os.MkdirAll(aside, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"output", fileStatus} {
+	for _, name := range []string{"output", taskfiles.FileStatus} {
 		if err := os.Rename(filepath.Join(moved, name), filepath.Join(aside, name)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	now, _ := json.Marshal(wire.Status{Task: "S05", Attempt: 3, Status: wire.StatusRunning})
-	if err := os.WriteFile(filepath.Join(moved, fileStatus), now, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(moved, taskfiles.FileStatus), now, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	changed, changedManifest := depTask(t, root, "S02", 1, files)
@@ -88,7 +89,7 @@ func TestInputsCopiesVerified(t *testing.T) {
 	os.Remove(filepath.Join(gone, "output", "a.txt"))
 	rerun, rerunManifest := depTask(t, root, "S06", 1, files)
 	st, _ := json.Marshal(wire.Status{Task: "S06", Attempt: 2, Status: wire.StatusRunning})
-	os.WriteFile(filepath.Join(rerun, fileStatus), st, 0o644)
+	os.WriteFile(filepath.Join(rerun, taskfiles.FileStatus), st, 0o644)
 	linked, linkedManifest := depTask(t, root, "S07", 1, files)
 	outside := filepath.Join(t.TempDir(), "a.txt")
 	os.WriteFile(outside, []byte(files["a.txt"]), 0o644)

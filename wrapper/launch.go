@@ -9,6 +9,10 @@ import (
 	"path/filepath"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+	"github.com/dispatch-tool/dispatch/wrapper/launchfile"
+	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // `launch` starts a batch of attempts on one node in one call: the
@@ -29,14 +33,14 @@ func cmdLaunch(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 	}
 	data, err := io.ReadAll(io.LimitReader(stdin, maxLaunchBatch+1))
 	if err != nil {
-		return ioError(fmt.Errorf("read the launches from stdin: %w", err))
+		return errkind.IO(fmt.Errorf("read the launches from stdin: %w", err))
 	}
 	if len(data) > maxLaunchBatch {
-		return usageErrorf("launch: the document on stdin is larger than %d bytes", maxLaunchBatch)
+		return errkind.Usagef("launch: the document on stdin is larger than %d bytes", maxLaunchBatch)
 	}
 	var batch wire.LaunchBatch
 	if err := json.Unmarshal(data, &batch); err != nil {
-		return usageErrorf("launch: stdin: %v", err)
+		return errkind.Usagef("launch: stdin: %v", err)
 	}
 	reply := wire.LaunchReply{Results: make([]wire.LaunchResult, len(batch.Launches))}
 	var items []superviseItem
@@ -47,12 +51,12 @@ func cmdLaunch(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 		var dir string
 		var err error
 		if seen[item.Dir] {
-			err = usageErrorf("launch: task directory %s is given twice", item.Dir)
+			err = errkind.Usagef("launch: task directory %s is given twice", item.Dir)
 		} else {
 			dir, err = writeLaunchFiles(item)
 		}
 		if err != nil {
-			r.Error, r.Kind = err.Error(), errorKind(err)
+			r.Error, r.Kind = err.Error(), errkind.Of(err)
 		} else {
 			seen[dir] = true
 			items = append(items, superviseItem{Dir: dir, Env: item.Env})
@@ -67,7 +71,7 @@ func cmdLaunch(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 		for j, i := range idx {
 			switch {
 			case err != nil:
-				reply.Results[i].Error, reply.Results[i].Kind = err.Error(), errorKind(err)
+				reply.Results[i].Error, reply.Results[i].Kind = err.Error(), errkind.Of(err)
 			default:
 				reply.Results[i] = results[j]
 				reply.Results[i].Dir = batch.Launches[i].Dir
@@ -85,39 +89,39 @@ func writeLaunchFiles(item wire.LaunchItem) (string, error) {
 		return "", err
 	}
 	if dir != item.Dir {
-		return "", usageErrorf("launch: task directory %q is not absolute and clean", item.Dir)
+		return "", errkind.Usagef("launch: task directory %q is not absolute and clean", item.Dir)
 	}
 	l := item.Launch
-	if err := normalizeLaunch(&l); err != nil {
-		return "", usageErrorf("launch: %s: invalid launch: %v", dir, err)
+	if err := launchfile.Normalize(&l); err != nil {
+		return "", errkind.Usagef("launch: %s: invalid launch: %v", dir, err)
 	}
-	if err := checkEnvMap(item.Env); err != nil {
-		return "", usageErrorf("launch: %s: %v", dir, err)
+	if err := launchfile.CheckEnv(item.Env); err != nil {
+		return "", errkind.Usagef("launch: %s: %v", dir, err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", ioError(fmt.Errorf("create %s: %w", dir, err))
+		return "", errkind.IO(fmt.Errorf("create %s: %w", dir, err))
 	}
-	if alive, err := supervisorAlive(dir); err != nil {
-		return "", ioError(err)
+	if alive, err := taskfiles.SupervisorAlive(dir); err != nil {
+		return "", errkind.IO(err)
 	} else if alive {
-		return "", &cmdError{wire.KindAlreadyRunning, fmt.Errorf("a supervisor is already running in %s", dir)}
+		return "", &errkind.Error{Kind: wire.KindAlreadyRunning, Err: fmt.Errorf("a supervisor is already running in %s", dir)}
 	}
 	launchJSON, err := json.MarshalIndent(item.Launch, "", "  ")
 	if err != nil {
-		return "", &cmdError{wire.KindInternal, err}
+		return "", &errkind.Error{Kind: wire.KindInternal, Err: err}
 	}
 	// Written whole or not at all, replacing whatever the task left at
 	// these names (a link is replaced, never followed).
-	if err := WriteFileAtomic(filepath.Join(dir, fileSpec), []byte(item.Spec), 0o444); err != nil {
-		return "", ioError(err)
+	if err := taskfiles.WriteFileAtomic(filepath.Join(dir, taskfiles.FileSpec), []byte(item.Spec), 0o444); err != nil {
+		return "", errkind.IO(err)
 	}
-	if err := WriteFileAtomic(filepath.Join(dir, fileLaunch), launchJSON, 0o644); err != nil {
-		return "", ioError(err)
+	if err := taskfiles.WriteFileAtomic(filepath.Join(dir, taskfiles.FileLaunch), launchJSON, 0o644); err != nil {
+		return "", errkind.IO(err)
 	}
 	// Before the supervisor starts, so that no moment of the attempt's
 	// life is out of the live index.
-	if err := markLive(dir, l.Attempt); err != nil {
-		return "", ioError(err)
+	if err := nodestatus.MarkLive(dir, l.Attempt); err != nil {
+		return "", errkind.IO(err)
 	}
 	return dir, nil
 }

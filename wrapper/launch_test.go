@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // TestLaunchBatch: one call starts several attempts from one document on
@@ -67,7 +69,7 @@ func TestLaunchBatch(t *testing.T) {
 	if got := strings.TrimSpace(t1.readFile(t, "output/key-length.txt")); got != "21" {
 		t.Errorf("the tool's KEY has %s bytes, want the secret's 21", got)
 	}
-	if fi, err := os.Stat(t1.path(fileSpec)); err != nil || fi.Mode().Perm() != 0o444 {
+	if fi, err := os.Stat(t1.path(taskfiles.FileSpec)); err != nil || fi.Mode().Perm() != 0o444 {
 		t.Errorf("spec.md: %v %v, want read-only", fi, err)
 	}
 	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
@@ -112,7 +114,7 @@ func TestWrapperLogIsNeverFollowed(t *testing.T) {
 				t.Fatal(err)
 			}
 			tk := newTask(t, "", wire.Launch{Command: shell("true")})
-			logPath := tk.path(fileWrapper)
+			logPath := tk.path(taskfiles.FileWrapper)
 			var err error
 			if kind == "symlink" {
 				err = os.Symlink(outside, logPath)
@@ -162,8 +164,8 @@ func TestTmpIsFreshEachAttempt(t *testing.T) {
 	if m := strings.TrimSpace(tk.readFile(t, "output/mode.txt")); m != "700" {
 		t.Errorf("TMPDIR mode %s, want 700", m)
 	}
-	poll(t, 5*time.Second, "the old tmp to be removed", func() bool {
-		old, _ := filepath.Glob(filepath.Join(tk.dir, dirTmp+oldTmpSuffix+"*"))
+	wtest.Poll(t, 5*time.Second, "the old tmp to be removed", func() bool {
+		old, _ := filepath.Glob(filepath.Join(tk.dir, taskfiles.DirTmp+taskfiles.OldTmpSuffix+"*"))
 		return len(old) == 0
 	})
 	if _, err := os.Stat(filepath.Join(outside, "keep.txt")); err != nil {

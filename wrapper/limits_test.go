@@ -16,6 +16,10 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+	"github.com/dispatch-tool/dispatch/wrapper/limits"
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // limitsRun runs a limited task and an unlimited neighbour in one launch
@@ -89,7 +93,7 @@ func sleepersLeft() int {
 	for _, e := range entries {
 		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		if err == nil && bytes.Contains(data, []byte("29.731")) {
-			if f, err := statFields(e.Name()); err == nil && f[0] != "Z" {
+			if f, err := proc.StatFields(e.Name()); err == nil && f[0] != "Z" {
 				n++
 			}
 		}
@@ -120,14 +124,14 @@ func TestLimitsPidsStopsForkBomb(t *testing.T) {
 					t.Errorf("the fork bomb completed: %+v", st)
 				}
 				if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassPids || !strings.Contains(st.Error, "pids limit of 64") {
-					log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), fileLog))
+					log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), taskfiles.FileLog))
 					t.Errorf("the fork bomb as uid %d: %+v, log %q; want failed with class pids", nodeUID(n), st, log)
 				}
-				if _, err := os.Stat(filepath.Join(n.taskDir("LIMITED"), dirOutput, "started")); err == nil {
+				if _, err := os.Stat(filepath.Join(n.taskDir("LIMITED"), taskfiles.DirOutput, "started")); err == nil {
 					t.Error("the fork bomb started all its 2000 processes")
 				}
 				t.Logf("the fork bomb: %s: %s", st.ErrorClass, st.Error)
-				poll(t, 5*time.Second, "no sleeper of the fork bomb left", func() bool { return sleepersLeft() == 0 })
+				wtest.Poll(t, 5*time.Second, "no sleeper of the fork bomb left", func() bool { return sleepersLeft() == 0 })
 			})
 		}
 	}
@@ -147,13 +151,13 @@ func TestLimitsPidsInSetup(t *testing.T) {
 			n.launch(t, n.item("LIMITED", wire.Launch{Setup: forkBomb, Command: shell("echo tool-ran > ran"), Limits: &wire.Limits{Pids: 64}}))
 			st := n.final(t, "LIMITED")
 			if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassPids {
-				log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), fileLog))
+				log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), taskfiles.FileLog))
 				t.Errorf("a fork bomb in setup as uid %d: %+v, log %q; want failed with class pids", nodeUID(n), st, log)
 			}
-			if _, err := os.Stat(filepath.Join(n.taskDir("LIMITED"), dirOutput, "ran")); err == nil {
+			if _, err := os.Stat(filepath.Join(n.taskDir("LIMITED"), taskfiles.DirOutput, "ran")); err == nil {
 				t.Error("the tool ran after its setup failed")
 			}
-			poll(t, 5*time.Second, "no sleeper of the fork bomb left", func() bool { return sleepersLeft() == 0 })
+			wtest.Poll(t, 5*time.Second, "no sleeper of the fork bomb left", func() bool { return sleepersLeft() == 0 })
 		})
 	}
 }
@@ -185,7 +189,7 @@ func TestForkRefused(t *testing.T) {
 		{"nothing", "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := forkRefused([]byte(tc.log)); got != tc.want {
+			if got := limits.ForkRefused([]byte(tc.log)); got != tc.want {
 				t.Errorf("forkRefused(%q) = %v, want %v", tc.log, got, tc.want)
 			}
 		})
@@ -201,9 +205,9 @@ func TestLimitsFileSize(t *testing.T) {
 			if st.Status != wire.StatusFailed {
 				t.Errorf("writing past file_size: %+v, want failed", st)
 			}
-			out := filepath.Join(n.taskDir("LIMITED"), dirOutput)
+			out := filepath.Join(n.taskDir("LIMITED"), taskfiles.DirOutput)
 			if fi, err := os.Stat(filepath.Join(out, "big")); err != nil || fi.Size() > 1<<20 {
-				log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), fileLog))
+				log, _ := os.ReadFile(filepath.Join(n.taskDir("LIMITED"), taskfiles.FileLog))
 				t.Errorf("the file written past file_size: %v, %v; want at most 1 MiB; log %s, %+v", fi, err, log, st)
 			}
 			if _, err := os.Stat(filepath.Join(out, "after")); err == nil {
@@ -218,7 +222,7 @@ func TestLimitsFileSize(t *testing.T) {
 // its group that left the tree (a double fork) by the pid the last scan
 // found: the light sample sees what a scan sees.
 func TestWatchdogSampleWalksTheTree(t *testing.T) {
-	if !hasChildrenFiles() {
+	if !limits.HasChildrenFiles() {
 		t.Fatal("this kernel has no /proc/<pid>/task/<tid>/children; the watchdog scans every process there")
 	}
 	cmd := exec.Command("/bin/sh", "-c", "sleep 60 & (sleep 60 &); sleep 60")
@@ -228,33 +232,33 @@ func TestWatchdogSampleWalksTheTree(t *testing.T) {
 	}
 	root := cmd.Process.Pid
 	t.Cleanup(func() { syscall.Kill(-root, syscall.SIGKILL); cmd.Wait() })
-	pids := func(ps []procInfo) []int {
+	pids := func(ps []limits.ProcInfo) []int {
 		var out []int
 		for _, p := range ps {
-			out = append(out, p.pid)
+			out = append(out, p.Pid)
 		}
 		slices.Sort(out)
 		return out
 	}
-	var scanned []procInfo
-	poll(t, 10*time.Second, "the shell and its three sleeps", func() bool {
-		procs, err := scanProcs()
+	var scanned []limits.ProcInfo
+	wtest.Poll(t, 10*time.Second, "the shell and its three sleeps", func() bool {
+		procs, err := limits.ScanProcs()
 		if err != nil {
 			t.Fatal(err)
 		}
-		scanned = attemptProcs(procs, root)
+		scanned = limits.AttemptProcs(procs, root)
 		return len(scanned) == 4
 	})
-	tree, ok := treeProcs(root)
+	tree, ok := limits.TreeProcs(root)
 	if !ok || len(tree) != 3 {
 		t.Fatalf("the tree walk found %v (ok %v); want the shell and its two sleeps, not the one that left", pids(tree), ok)
 	}
-	var outsiders []procInfo
-	full, err := sampleAttempt(root, true, &outsiders)
+	var outsiders []limits.ProcInfo
+	full, err := limits.SampleAttempt(root, true, &outsiders)
 	if err != nil || !slices.Equal(pids(full), pids(scanned)) || len(outsiders) != 1 {
 		t.Fatalf("a full sample: %v (%v), outsiders %v; want %v and one outsider", pids(full), err, pids(outsiders), pids(scanned))
 	}
-	light, err := sampleAttempt(root, false, &outsiders)
+	light, err := limits.SampleAttempt(root, false, &outsiders)
 	if err != nil || !slices.Equal(pids(light), pids(scanned)) {
 		t.Fatalf("a light sample: %v (%v); want what the scan saw, %v", pids(light), err, pids(scanned))
 	}

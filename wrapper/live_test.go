@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // liveOf runs `status --live` with the named tasks on stdin.
@@ -38,7 +41,9 @@ func listed(ns wire.NodeStatus) string {
 	return strings.Join(got, " ")
 }
 
-func markerOf(tk *testTask) string { return filepath.Join(filepath.Dir(tk.dir), dirLive, tk.name) }
+func markerOf(tk *testTask) string {
+	return filepath.Join(filepath.Dir(tk.dir), nodestatus.DirLive, tk.name)
+}
 
 // TestLiveIndexFollowsTheAttempt: `run` and `launch` put the attempt in
 // the live index (a private file holding its number) before the
@@ -104,7 +109,7 @@ func TestLiveIndexKeptAfterSupervisorKill(t *testing.T) {
 	if err := syscall.Kill(reply.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 10*time.Second, "the supervisor to die", func() bool { return !tk.alive(t) })
+	wtest.Poll(t, 10*time.Second, "the supervisor to die", func() bool { return !tk.alive(t) })
 	ns := liveOf(t, root, nil)
 	if len(ns.Tasks) != 1 || ns.Tasks[0].Alive || ns.Tasks[0].Status == nil || ns.Tasks[0].Status.Status != wire.StatusRunning {
 		t.Fatalf("live listing after the supervisor's death: %+v", ns.Tasks)
@@ -128,13 +133,13 @@ func TestStatusLive(t *testing.T) {
 	root := t.TempDir()
 	final := func(tk *testTask, attempt int) {
 		t.Helper()
-		if err := writeJSONAtomic(tk.path(fileStatus), wire.Status{Task: tk.name, Attempt: attempt, Status: wire.StatusCompleted}); err != nil {
+		if err := taskfiles.WriteJSONAtomic(tk.path(taskfiles.FileStatus), wire.Status{Task: tk.name, Attempt: attempt, Status: wire.StatusCompleted}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	mark := func(tk *testTask, attempt int, age time.Duration) {
 		t.Helper()
-		if err := markLive(tk.dir, attempt); err != nil {
+		if err := nodestatus.MarkLive(tk.dir, attempt); err != nil {
 			t.Fatal(err)
 		}
 		if age > 0 {
@@ -194,7 +199,7 @@ func TestStatusLive(t *testing.T) {
 	for _, id := range []string{"A", "B"} {
 		final(newTask(t, root2, wire.Launch{Project: "p", Task: id}), 1)
 	}
-	idx := filepath.Join(root2, "p", "tasks", dirLive)
+	idx := filepath.Join(root2, "p", "tasks", nodestatus.DirLive)
 	if err := os.Symlink(t.TempDir(), idx); err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +207,7 @@ func TestStatusLive(t *testing.T) {
 		t.Errorf("live listing with the index a link: %q, want every task", got)
 	}
 	a := &testTask{root: root2, project: "p", name: "A", dir: filepath.Join(root2, "p", "tasks", "A")}
-	if err := markLive(a.dir, 2); err != nil {
+	if err := nodestatus.MarkLive(a.dir, 2); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Lstat(idx); err != nil || !fi.IsDir() {
@@ -239,10 +244,10 @@ func TestStatusLiveSame(t *testing.T) {
 	var tasks []*testTask
 	for _, id := range []string{"A", "B", "C"} {
 		tk := newTask(t, root, wire.Launch{Project: "p", Task: id})
-		if err := writeJSONAtomic(tk.path(fileStatus), wire.Status{Task: id, Attempt: 1, Status: wire.StatusRunning}); err != nil {
+		if err := taskfiles.WriteJSONAtomic(tk.path(taskfiles.FileStatus), wire.Status{Task: id, Attempt: 1, Status: wire.StatusRunning}); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(tk.path(fileHeartbeat), []byte("beat 1\n"), 0o644); err != nil {
+		if err := os.WriteFile(tk.path(taskfiles.FileHeartbeat), []byte("beat 1\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		tasks = append(tasks, tk)
@@ -259,10 +264,10 @@ func TestStatusLiveSame(t *testing.T) {
 		}
 		tags[ts.Project+"/"+ts.Task] = ts.Tag
 	}
-	if err := os.WriteFile(tasks[0].path(fileHeartbeat), []byte("beat 2\n"), 0o644); err != nil {
+	if err := os.WriteFile(tasks[0].path(taskfiles.FileHeartbeat), []byte("beat 2\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeJSONAtomic(tasks[1].path(fileStatus), wire.Status{Task: "B", Attempt: 1, Status: wire.StatusCompleted}); err != nil {
+	if err := taskfiles.WriteJSONAtomic(tasks[1].path(taskfiles.FileStatus), wire.Status{Task: "B", Attempt: 1, Status: wire.StatusCompleted}); err != nil {
 		t.Fatal(err)
 	}
 	doc, err := json.Marshal(wire.LiveRequest{Tasks: named, Tags: []string{tags["p/A"], tags["p/B"], ""}})
@@ -298,7 +303,7 @@ func TestStatusServe(t *testing.T) {
 	root := t.TempDir()
 	for _, id := range []string{"A", "B"} {
 		tk := newTask(t, root, wire.Launch{Project: "p", Task: id})
-		if err := writeJSONAtomic(tk.path(fileStatus), wire.Status{Task: id, Attempt: 1, Status: wire.StatusRunning}); err != nil {
+		if err := taskfiles.WriteJSONAtomic(tk.path(taskfiles.FileStatus), wire.Status{Task: id, Attempt: 1, Status: wire.StatusRunning}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -3,7 +3,6 @@ package wrapper
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,6 +13,10 @@ import (
 	"syscall"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/egress"
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+	"github.com/dispatch-tool/dispatch/wrapper/limits"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // superviseCommand is the hidden subcommand `run` re-executes itself with.
@@ -37,55 +40,25 @@ commands (see docs/PROTOCOL.md):
   git-pack    --dir D --base B --branch dispatch/P/ID --out A
 `
 
-// cmdError carries the wire.ErrorReply kind of a failed subcommand.
-type cmdError struct {
-	kind string
-	err  error
-}
-
-func (e *cmdError) Error() string { return e.err.Error() }
-func (e *cmdError) Unwrap() error { return e.err }
-
-func usageErrorf(format string, args ...any) error {
-	return &cmdError{wire.KindUsage, fmt.Errorf(format, args...)}
-}
-
-func ioError(err error) error {
-	return &cmdError{wire.KindIO, err}
-}
-
-// errorKind picks the wire.ErrorReply kind for err; untyped errors are io errors
-// because nearly everything the wrapper does is file system work.
-func errorKind(err error) string {
-	var ce *cmdError
-	if errors.As(err, &ce) {
-		return ce.kind
-	}
-	if errors.Is(err, os.ErrNotExist) {
-		return wire.KindNotFound
-	}
-	return wire.KindIO
-}
-
 // Main runs the wrapper with the command line args (without the program
 // name) and returns the process exit status: 0 on success, 1 after printing
 // a wire.ErrorReply on stdout. Diagnostics for humans go to stderr.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		return fail(stdout, usageErrorf("no command; want version, run, status, kill or tail"))
+		return fail(stdout, errkind.Usagef("no command; want version, run, status, kill or tail"))
 	}
 	name, rest := args[0], args[1:]
-	if name == limitExecCommand {
+	if name == limits.LimitExecCommand {
 		// Replaced by the program it runs; it prints only on failure.
-		if err := cmdLimitExec(rest); err != nil {
+		if err := limits.CmdLimitExec(rest); err != nil {
 			fmt.Fprintln(stderr, "dispatch-wrapper:", err)
 			return 127
 		}
 		return 0
 	}
-	if name == netInitCmd {
+	if name == egress.NetInitCmd {
 		// The first process in a sandbox with a network allow list.
-		return cmdNetInit(rest, stderr)
+		return egress.CmdNetInit(rest, stderr)
 	}
 	if name == superviseCommand {
 		// The supervisor handles SIGTERM itself: it is how `kill` asks it
@@ -135,7 +108,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usageText)
 		return 0
 	default:
-		err = usageErrorf("unknown command %q; want version, run, status, kill or tail", name)
+		err = errkind.Usagef("unknown command %q; want version, run, status, kill or tail", name)
 	}
 	if err != nil {
 		return fail(stdout, err)
@@ -144,13 +117,13 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 func fail(stdout io.Writer, err error) int {
-	printJSON(stdout, wire.ErrorReply{Error: err.Error(), Kind: errorKind(err)})
+	printJSON(stdout, wire.ErrorReply{Error: err.Error(), Kind: errkind.Of(err)})
 	return 1
 }
 
 func printJSON(w io.Writer, v any) error {
 	if err := json.NewEncoder(w).Encode(v); err != nil {
-		return ioError(fmt.Errorf("write reply: %w", err))
+		return errkind.IO(fmt.Errorf("write reply: %w", err))
 	}
 	return nil
 }
@@ -165,10 +138,10 @@ func newFlagSet(name string) *flag.FlagSet {
 
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
-		return usageErrorf("%s: %v", fs.Name(), err)
+		return errkind.Usagef("%s: %v", fs.Name(), err)
 	}
 	if fs.NArg() > 0 {
-		return usageErrorf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+		return errkind.Usagef("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
 	}
 	return nil
 }
@@ -176,11 +149,11 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 // taskDirFlag resolves the required --dir flag of run, kill and tail.
 func taskDirFlag(cmd, dir string) (string, error) {
 	if dir == "" {
-		return "", usageErrorf("%s: --dir is required", cmd)
+		return "", errkind.Usagef("%s: --dir is required", cmd)
 	}
-	abs, err := expandPath(dir)
+	abs, err := taskfiles.ExpandPath(dir)
 	if err != nil {
-		return "", usageErrorf("%s: %v", cmd, err)
+		return "", errkind.Usagef("%s: %v", cmd, err)
 	}
 	return abs, nil
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/egress"
+	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
 )
 
 // TestDecideSandboxNetworkDefault: an allow list that is an agent's
@@ -62,32 +64,18 @@ func TestRefusedNote(t *testing.T) {
 		{"the default", []string{"evil.example:443", "127.0.0.1:9"}, true,
 			"; the sandbox's network refused evil.example:443, 127.0.0.1:9 (under the sandbox an agent reaches only its provider's API unless told otherwise; see task.log); " +
 				`to allow it, add this line to project.yaml, the spec's front matter or the node in nodes.yaml: network: {allow: ["evil.example:443", "127.0.0.1:9"]}`},
-		{"a set list", []string{"[::1]:8080", refusedMalformed}, false,
+		{"a set list", []string{"[::1]:8080", egress.RefusedMalformed}, false,
 			"; the network allow list refused [::1]:8080, a malformed destination (see task.log); " +
 				`to allow it, add to the task's network: {allow: [...]} the entries "[::1]:8080"`},
-		{"only malformed", []string{refusedMalformed}, true, "; the network allow list refused a malformed destination (see task.log)"},
+		{"only malformed", []string{egress.RefusedMalformed}, true, "; the network allow list refused a malformed destination (see task.log)"},
 		{"many", many, true,
 			"; the sandbox's network refused a.com:443, b.com:443, c.com:443 and 8 more (under the sandbox an agent reaches only its provider's API unless told otherwise; see task.log); " +
 				`to allow it, add this line to project.yaml, the spec's front matter or the node in nodes.yaml: network: {allow: ["a.com:443", "b.com:443", "c.com:443", "d.com:443", "e.com:443", "f.com:443", "g.com:443", "h.com:443", "i.com:443", "j.com:443"]}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := refusedNote(c.refused, c.byDefault); got != c.want {
+			if got := sandbox.RefusedNote(c.refused, c.byDefault); got != c.want {
 				t.Errorf("refusedNote(%q, %v)\n got %s\nwant %s", c.refused, c.byDefault, got, c.want)
 			}
 		})
-	}
-}
-
-// TestNormalizeLaunchNetworkDefault: network_default marks an allow list;
-// with any other network launch.json is refused.
-func TestNormalizeLaunchNetworkDefault(t *testing.T) {
-	for _, c := range []struct {
-		network string
-		ok      bool
-	}{{wire.NetworkAllow, true}, {"", false}, {wire.NetworkOpen, false}, {wire.NetworkNone, false}} {
-		l := wire.Launch{Command: []string{"true"}, Sandbox: wire.SandboxAuto, WorkDir: "/w", Network: c.network, NetworkDefault: true}
-		if err := normalizeLaunch(&l); (err == nil) != c.ok {
-			t.Errorf("network %q with network_default: %v; want ok %v", c.network, err, c.ok)
-		}
 	}
 }

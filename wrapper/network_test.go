@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // runOne launches one task of project demo on the node and waits for its
@@ -67,7 +69,7 @@ func (l *listener) others(t *testing.T) int {
 	defer c.Close()
 	mine := c.LocalAddr().String()
 	n := -1
-	poll(t, 10*time.Second, "the listener to accept the test's own connection", func() bool {
+	wtest.Poll(t, 10*time.Second, "the listener to accept the test's own connection", func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		n = slices.Index(l.seen, mine)
@@ -118,10 +120,10 @@ func TestSandboxNetworkNone(t *testing.T) {
 			port := l.ln.Addr().(*net.TCPAddr).Port
 			st := n.runOne(t, "NET", wire.Launch{Command: shell(netScript(port)), Sandbox: n.mode, Network: tc.network})
 			if st.Status != wire.StatusCompleted || st.Sandbox != wire.SandboxBwrap {
-				log, _ := os.ReadFile(filepath.Join(n.taskDir("NET"), fileLog))
+				log, _ := os.ReadFile(filepath.Join(n.taskDir("NET"), taskfiles.FileLog))
 				t.Fatalf("status %+v, want completed under bwrap; log: %s", st, log)
 			}
-			out := filepath.Join(n.taskDir("NET"), dirOutput)
+			out := filepath.Join(n.taskDir("NET"), taskfiles.DirOutput)
 			loot, _ := os.ReadFile(filepath.Join(out, "loot"))
 			if got := string(loot) == "connected\n"; got != tc.reach {
 				errText, _ := os.ReadFile(filepath.Join(out, "err"))
@@ -151,7 +153,7 @@ func TestNetworkNoneUnsandboxedRefused(t *testing.T) {
 	if st.Status != wire.StatusFailed || st.ErrorClass != wire.ClassStartPermanent || !strings.Contains(st.Error, "network: none needs the sandbox") {
 		t.Errorf("status %+v, want failed, class start_permanent, saying network: none needs the sandbox", st)
 	}
-	if _, err := os.Stat(filepath.Join(tk.dir, dirOutput, "ran")); err == nil {
+	if _, err := os.Stat(filepath.Join(tk.dir, taskfiles.DirOutput, "ran")); err == nil {
 		t.Error("the tool ran")
 	}
 }
@@ -167,7 +169,7 @@ func TestSandboxNetworkAllow(t *testing.T) {
 	if n.mode == "" {
 		t.Skip("DISPATCH_TEST_SANDBOX=off")
 	}
-	_, allowed := echoServer(t)
+	_, allowed := wtest.EchoServer(t)
 	l := listen(t)
 	other := l.ln.Addr().(*net.TCPAddr).Port
 	script := fmt.Sprintf(`
@@ -183,11 +185,11 @@ true`, allowed, other)
 	st := n.runOne(t, "NET", wire.Launch{Command: shell(script), Sandbox: n.mode, Network: wire.NetworkAllow,
 		NetworkAllow: []string{fmt.Sprintf("127.0.0.1:%d", allowed)}})
 	dir := n.taskDir("NET")
-	log, _ := os.ReadFile(filepath.Join(dir, fileLog))
+	log, _ := os.ReadFile(filepath.Join(dir, taskfiles.FileLog))
 	if st.Status != wire.StatusCompleted || st.Sandbox != wire.SandboxBwrap {
 		t.Fatalf("status %+v, want completed under bwrap; log: %s", st, log)
 	}
-	out := filepath.Join(dir, dirOutput)
+	out := filepath.Join(dir, taskfiles.DirOutput)
 	read := func(name string) string {
 		b, _ := os.ReadFile(filepath.Join(out, name))
 		return strings.TrimSpace(string(b))

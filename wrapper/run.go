@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+	"github.com/dispatch-tool/dispatch/wrapper/launchfile"
+	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
-
-// readyTimeout bounds the wait for a new supervisor; it covers killing a
-// leftover tool group and moving an attempt aside, both quick.
-const readyTimeout = time.Minute
 
 // cmdRun starts attempts. Without --dir, stdin is one document with every
 // attempt's directory, spec, launch.json and environment, as `launch`
@@ -41,30 +41,30 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 	fi, err := os.Stat(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return &cmdError{wire.KindNotFound, fmt.Errorf("no task directory %s", dir)}
+			return &errkind.Error{Kind: wire.KindNotFound, Err: fmt.Errorf("no task directory %s", dir)}
 		}
-		return ioError(err)
+		return errkind.IO(err)
 	}
 	if !fi.IsDir() {
-		return usageErrorf("run: %s is not a directory", dir)
+		return errkind.Usagef("run: %s is not a directory", dir)
 	}
 	// Checked here for a clear error before anything starts; the supervisor
 	// checks both again, and its lock is what makes the refusal race-free.
-	launch, err := readLaunch(dir)
+	launch, err := launchfile.Read(dir)
 	if err != nil {
 		return err
 	}
-	env, err := readEnvMap(stdin)
+	env, err := launchfile.ReadEnv(stdin)
 	if err != nil {
 		return err
 	}
-	if alive, err := supervisorAlive(dir); err != nil {
-		return ioError(err)
+	if alive, err := taskfiles.SupervisorAlive(dir); err != nil {
+		return errkind.IO(err)
 	} else if alive {
-		return &cmdError{wire.KindAlreadyRunning, fmt.Errorf("a supervisor is already running in %s", dir)}
+		return &errkind.Error{Kind: wire.KindAlreadyRunning, Err: fmt.Errorf("a supervisor is already running in %s", dir)}
 	}
-	if err := markLive(dir, launch.Attempt); err != nil {
-		return ioError(err)
+	if err := nodestatus.MarkLive(dir, launch.Attempt); err != nil {
+		return errkind.IO(err)
 	}
 	results, err := startSupervisor(ctx, []superviseItem{{Dir: dir, Env: env}})
 	if err != nil {
@@ -72,7 +72,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 	}
 	r := results[0]
 	if r.Run == nil {
-		return &cmdError{r.Kind, errors.New(r.Error)}
+		return &errkind.Error{Kind: r.Kind, Err: errors.New(r.Error)}
 	}
 	return printJSON(stdout, r.Run)
 }
@@ -107,29 +107,29 @@ func openWrapperLog(path string) (*os.File, error) {
 func startSupervisor(ctx context.Context, items []superviseItem) ([]wire.LaunchResult, error) {
 	doc, err := json.Marshal(items)
 	if err != nil {
-		return nil, &cmdError{wire.KindInternal, fmt.Errorf("encode the attempts: %w", err)}
+		return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("encode the attempts: %w", err)}
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, &cmdError{wire.KindInternal, fmt.Errorf("find own executable: %w", err)}
+		return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("find own executable: %w", err)}
 	}
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
-		return nil, ioError(fmt.Errorf("create pipe: %w", err))
+		return nil, errkind.IO(fmt.Errorf("create pipe: %w", err))
 	}
 	defer readyR.Close()
 	docR, docW, err := os.Pipe()
 	if err != nil {
 		readyW.Close()
-		return nil, ioError(fmt.Errorf("create pipe: %w", err))
+		return nil, errkind.IO(fmt.Errorf("create pipe: %w", err))
 	}
-	logPath := filepath.Join(items[0].Dir, fileWrapper)
+	logPath := filepath.Join(items[0].Dir, taskfiles.FileWrapper)
 	logf, err := openWrapperLog(logPath)
 	if err != nil {
 		readyW.Close()
 		docR.Close()
 		docW.Close()
-		return nil, ioError(fmt.Errorf("open %s: %w", fileWrapper, err))
+		return nil, errkind.IO(fmt.Errorf("open %s: %w", taskfiles.FileWrapper, err))
 	}
 	cmd := &exec.Cmd{
 		Path:        exe,
@@ -146,7 +146,7 @@ func startSupervisor(ctx context.Context, items []superviseItem) ([]wire.LaunchR
 	logf.Close()
 	if err != nil {
 		docW.Close()
-		return nil, &cmdError{wire.KindInternal, fmt.Errorf("start supervisor: %w", err)}
+		return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("start supervisor: %w", err)}
 	}
 	// Nobody waits for the supervisor: it is meant to outlive us.
 	cmd.Process.Release()
@@ -170,26 +170,26 @@ func startSupervisor(ctx context.Context, items []superviseItem) ([]wire.LaunchR
 	select {
 	case res = <-ch:
 	case <-ctx.Done():
-		return nil, &cmdError{wire.KindInternal, fmt.Errorf("interrupted waiting for the supervisor: %w", ctx.Err())}
-	case <-time.After(readyTimeout):
-		return nil, &cmdError{wire.KindInternal, fmt.Errorf("supervisor not ready after %s; see %s", readyTimeout, logPath)}
+		return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("interrupted waiting for the supervisor: %w", ctx.Err())}
+	case <-time.After(taskfiles.ReadyTimeout):
+		return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("supervisor not ready after %s; see %s", taskfiles.ReadyTimeout, logPath)}
 	}
 	if res.err != nil {
-		return nil, &cmdError{wire.KindInternal, fmt.Errorf("read supervisor report: %w", res.err)}
+		return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("read supervisor report: %w", res.err)}
 	}
 	if len(res.data) == 0 {
-		return nil, &cmdError{wire.KindInternal, fmt.Errorf("supervisor exited before it was ready; see %s", logPath)}
+		return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("supervisor exited before it was ready; see %s", logPath)}
 	}
 	var er wire.ErrorReply
 	if err := json.Unmarshal(res.data, &er); err == nil && er.Error != "" {
-		return nil, &cmdError{er.Kind, errors.New(er.Error)}
+		return nil, &errkind.Error{Kind: er.Kind, Err: errors.New(er.Error)}
 	}
 	var results []wire.LaunchResult
 	if err := json.Unmarshal(res.data, &results); err != nil {
-		return nil, &cmdError{wire.KindInternal, fmt.Errorf("parse supervisor report: %w", err)}
+		return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("parse supervisor report: %w", err)}
 	}
 	if len(results) != len(items) {
-		return nil, &cmdError{wire.KindInternal, fmt.Errorf("supervisor reported %d attempts of %d", len(results), len(items))}
+		return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("supervisor reported %d attempts of %d", len(results), len(items))}
 	}
 	return results, nil
 }

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // TestSandboxPaths runs a real sandboxed task on a node whose
@@ -61,16 +63,16 @@ cat $h/secret/s > secret 2>/dev/null; ls $h > home-ls 2>/dev/null; true`, n.home
 		t.Fatalf("launch: %v: %s", err, out)
 	}
 	var st *wire.Status
-	poll(t, 25*time.Second, "the task to end", func() bool {
-		st, err = readStatus(dir)
+	wtest.Poll(t, 25*time.Second, "the task to end", func() bool {
+		st, err = taskfiles.ReadStatus(dir)
 		return err == nil && st.Final()
 	})
-	wlog, _ := os.ReadFile(filepath.Join(dir, fileWrapper))
+	wlog, _ := os.ReadFile(filepath.Join(dir, taskfiles.FileWrapper))
 	if st.Status != wire.StatusCompleted || st.Sandbox != wire.SandboxBwrap {
 		t.Fatalf("the task: %+v, want completed under bwrap\n%s", st, wlog)
 	}
 	out := func(f string) string {
-		data, _ := os.ReadFile(filepath.Join(dir, dirOutput, f))
+		data, _ := os.ReadFile(filepath.Join(dir, taskfiles.DirOutput, f))
 		return string(data)
 	}
 	for f, want := range map[string]string{"ro-read": "ro-data\n", "ro-read-home": "ro-data\n", "rw-read": "old\n", "ro-wrote": "", "secret": ""} {

@@ -21,6 +21,11 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+	"github.com/dispatch-tool/dispatch/wrapper/limits"
+	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
+	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // The red-team tests of the sandbox: each runs one attack as a task next
@@ -51,7 +56,7 @@ type sandboxNode struct {
 // installs it (.ci/test-deps).
 func requireBwrap(t *testing.T) {
 	t.Helper()
-	if r := probeBwrap(t.Context()); r.Sandbox != wire.SandboxBwrap {
+	if r := sandbox.ProbeBwrap(t.Context()); r.Sandbox != wire.SandboxBwrap {
 		t.Fatalf("the sandbox tests need bubblewrap: %s; fix: %s (make test installs it)", r.Error, r.Fix)
 	}
 }
@@ -107,7 +112,7 @@ func newSandboxNode(t *testing.T, asUser string) *sandboxNode {
 	return n
 }
 
-// taskDir is the directory of task id of project demo.
+// sandbox.TaskDir is the directory of task id of project demo.
 func (n *sandboxNode) taskDir(id string) string {
 	return filepath.Join(n.work, "demo", "tasks", id)
 }
@@ -160,9 +165,9 @@ func (n *sandboxNode) final(t *testing.T, id string) *wire.Status {
 func (n *sandboxNode) finalWithin(t *testing.T, id string, d time.Duration) *wire.Status {
 	t.Helper()
 	var st *wire.Status
-	poll(t, d, id+" to end", func() bool {
+	wtest.Poll(t, d, id+" to end", func() bool {
 		var err error
-		st, err = readStatus(n.taskDir(id))
+		st, err = taskfiles.ReadStatus(n.taskDir(id))
 		return err == nil && st.Final()
 	})
 	return st
@@ -188,12 +193,12 @@ func (n *sandboxNode) snapshot(t *testing.T) map[string]string {
 		if err != nil {
 			return err
 		}
-		if under(p, attacker) {
+		if sandbox.Under(p, attacker) {
 			return filepath.SkipDir
 		}
 		// What the wrapper itself rewrites as the attempts go.
-		if fi.IsDir() || strings.Contains(p, "/.ctl/") || strings.Contains(p, "/"+dirLive+"/") || under(p, n.taskDir("NEIGHBOUR")) ||
-			strings.HasPrefix(filepath.Base(p), fileProbeCache) {
+		if fi.IsDir() || strings.Contains(p, "/.ctl/") || strings.Contains(p, "/"+nodestatus.DirLive+"/") || sandbox.Under(p, n.taskDir("NEIGHBOUR")) ||
+			strings.HasPrefix(filepath.Base(p), sandbox.FileProbeCache) {
 			return nil
 		}
 		data, err := os.ReadFile(p)
@@ -217,10 +222,10 @@ func (n *sandboxNode) checkContained(t *testing.T, before map[string]string, att
 	if nb.Status != wire.StatusCompleted {
 		t.Errorf("the neighbour: %+v, want completed", nb)
 	}
-	if data, err := os.ReadFile(filepath.Join(n.taskDir("NEIGHBOUR"), dirOutput, "data")); err != nil || string(data) != "neighbour-data\n" {
+	if data, err := os.ReadFile(filepath.Join(n.taskDir("NEIGHBOUR"), taskfiles.DirOutput, "data")); err != nil || string(data) != "neighbour-data\n" {
 		t.Errorf("the neighbour's data: %q, %v; want it as it wrote it", data, err)
 	}
-	if _, err := os.Lstat(filepath.Join(n.taskDir("NEIGHBOUR"), dirOutput, "pwned")); err == nil {
+	if _, err := os.Lstat(filepath.Join(n.taskDir("NEIGHBOUR"), taskfiles.DirOutput, "pwned")); err == nil {
 		t.Error("the attacker wrote into the neighbour's workspace")
 	}
 	after := n.snapshot(t)
@@ -241,7 +246,7 @@ func (n *sandboxNode) checkContained(t *testing.T, before map[string]string, att
 
 // loot is what the attacker got: its output/loot.
 func (n *sandboxNode) loot(t *testing.T) string {
-	data, _ := os.ReadFile(filepath.Join(n.taskDir("ATTACK"), dirOutput, "loot"))
+	data, _ := os.ReadFile(filepath.Join(n.taskDir("ATTACK"), taskfiles.DirOutput, "loot"))
 	return string(data)
 }
 
@@ -267,7 +272,7 @@ func TestSandboxAttackReadNeighbourOutput(t *testing.T) {
 	t.Parallel()
 	n := newSandboxNode(t, "")
 	before := n.snapshot(t)
-	data := filepath.Join(n.taskDir("NEIGHBOUR"), dirOutput, "data")
+	data := filepath.Join(n.taskDir("NEIGHBOUR"), taskfiles.DirOutput, "data")
 	att, nb := n.run(t, retry(fmt.Sprintf(`cat %s > loot 2>/dev/null`, data)))
 	if strings.Contains(n.loot(t), "neighbour-data") {
 		t.Errorf("the attacker read the neighbour's workspace: %q", n.loot(t))
@@ -279,7 +284,7 @@ func TestSandboxAttackWriteNeighbourOutput(t *testing.T) {
 	t.Parallel()
 	n := newSandboxNode(t, "")
 	before := n.snapshot(t)
-	out := filepath.Join(n.taskDir("NEIGHBOUR"), dirOutput)
+	out := filepath.Join(n.taskDir("NEIGHBOUR"), taskfiles.DirOutput)
 	att, nb := n.run(t, retry(fmt.Sprintf(`[ -d %[1]s ] && echo pwned > %[1]s/pwned 2>/dev/null && echo pwned > %[1]s/data`, out)))
 	n.checkContained(t, before, att, nb)
 }
@@ -348,11 +353,11 @@ git -c user.name=t -c user.email=t@x commit -qm one && git log --oneline | wc -l
 [ "$HOME" != "" ] && touch "$HOME/.cache-ok" && echo ok > "$TMPDIR/t" && echo done > ../done`
 	att, nb := n.run(t, work)
 	if att.Status != wire.StatusCompleted {
-		log, _ := os.ReadFile(filepath.Join(n.taskDir("ATTACK"), fileLog))
+		log, _ := os.ReadFile(filepath.Join(n.taskDir("ATTACK"), taskfiles.FileLog))
 		t.Fatalf("ordinary work in the sandbox: %+v\n%s", att, log)
 	}
 	for f, want := range map[string]string{"py.txt": "3", "commits": "1\n", "done": "done\n"} {
-		if got, _ := os.ReadFile(filepath.Join(n.taskDir("ATTACK"), dirOutput, f)); string(got) != want {
+		if got, _ := os.ReadFile(filepath.Join(n.taskDir("ATTACK"), taskfiles.DirOutput, f)); string(got) != want {
 			t.Errorf("output/%s: %q, want %q", f, got, want)
 		}
 	}
@@ -383,18 +388,18 @@ cd .. && ./tiny-bin 2> ran.txt && GOTOOLCHAIN=local %[1]s env GOCACHE > gocache.
 	n.launch(t, attack, neighbour)
 	att, nb := n.finalWithin(t, "ATTACK", 200*time.Second), n.final(t, "NEIGHBOUR")
 	if att.Status != wire.StatusCompleted {
-		log, _ := os.ReadFile(filepath.Join(n.taskDir("ATTACK"), fileLog))
+		log, _ := os.ReadFile(filepath.Join(n.taskDir("ATTACK"), taskfiles.FileLog))
 		t.Fatalf("go build in the sandbox: %+v\n%s", att, log)
 	}
-	out := filepath.Join(n.taskDir("ATTACK"), dirOutput)
+	out := filepath.Join(n.taskDir("ATTACK"), taskfiles.DirOutput)
 	if got, _ := os.ReadFile(filepath.Join(out, "ran.txt")); string(got) != "built\n" {
 		t.Errorf("the program built in the sandbox printed %q, want built", got)
 	}
 	gocache, _ := os.ReadFile(filepath.Join(out, "gocache.txt"))
-	if want := filepath.Join(n.taskDir("ATTACK"), dirHome, ".cache", "go-build"); strings.TrimSpace(string(gocache)) != want {
+	if want := filepath.Join(n.taskDir("ATTACK"), taskfiles.DirHome, ".cache", "go-build"); strings.TrimSpace(string(gocache)) != want {
 		t.Errorf("GOCACHE in the sandbox: %q, want the private HOME's %s", gocache, want)
 	}
-	if _, err := os.Stat(filepath.Join(n.taskDir("ATTACK"), dirHome, ".cache", "go-build")); err != nil {
+	if _, err := os.Stat(filepath.Join(n.taskDir("ATTACK"), taskfiles.DirHome, ".cache", "go-build")); err != nil {
 		t.Errorf("the build cache is not in the private HOME: %v", err)
 	}
 	n.checkContained(t, before, att, nb)
@@ -411,7 +416,7 @@ func TestSandboxAttackSymlinkToRoot(t *testing.T) {
 	att, nb := n.run(t, fmt.Sprintf(`ln -s / rootlink; ln -s %s/.ssh sshkeys; ln -s %s/.ssh/id_ed25519 key; echo mine > mine`, n.home, n.home))
 	n.checkContained(t, before, att, nb)
 	archive := filepath.Join(n.root, "out.tar")
-	cmd := exec.CommandContext(t.Context(), n.bin, "tar", "--dir", filepath.Join(n.taskDir("ATTACK"), dirOutput), "--out", archive)
+	cmd := exec.CommandContext(t.Context(), n.bin, "tar", "--dir", filepath.Join(n.taskDir("ATTACK"), taskfiles.DirOutput), "--out", archive)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("tar: %v: %s", err, out)
 	}
@@ -454,8 +459,8 @@ func TestSandboxStopGivesGrace(t *testing.T) {
 	n.launch(t, n.item("POLITE", wire.Launch{Command: shell(polite), Sandbox: n.mode}),
 		n.item("STUBBORN", wire.Launch{Command: shell(stubborn), Sandbox: n.mode}))
 	for _, id := range []string{"POLITE", "STUBBORN"} {
-		poll(t, 20*time.Second, id+" to start", func() bool {
-			_, err := os.Stat(filepath.Join(n.taskDir(id), dirOutput, "started"))
+		wtest.Poll(t, 20*time.Second, id+" to start", func() bool {
+			_, err := os.Stat(filepath.Join(n.taskDir(id), taskfiles.DirOutput, "started"))
 			return err == nil
 		})
 		cmd := exec.CommandContext(t.Context(), n.bin, "kill", "--dir", n.taskDir(id), "--grace", "3s")
@@ -467,7 +472,7 @@ func TestSandboxStopGivesGrace(t *testing.T) {
 			t.Errorf("%s: status %+v, want killed", id, st)
 		}
 	}
-	if got, _ := os.ReadFile(filepath.Join(n.taskDir("POLITE"), dirOutput, "cleaned")); string(got) != "cleaned\n" {
+	if got, _ := os.ReadFile(filepath.Join(n.taskDir("POLITE"), taskfiles.DirOutput, "cleaned")); string(got) != "cleaned\n" {
 		t.Errorf("the sandboxed tool got no SIGTERM before the end: cleaned = %q", got)
 	}
 }
@@ -475,15 +480,15 @@ func TestSandboxStopGivesGrace(t *testing.T) {
 // hostTree is pid and every process below it, as the host numbers them.
 func hostTree(t *testing.T, pid int) []int {
 	t.Helper()
-	procs, err := scanProcs()
+	procs, err := limits.ScanProcs()
 	if err != nil {
 		t.Fatal(err)
 	}
 	tree := []int{pid}
 	for i := 0; i < len(tree); i++ {
 		for _, p := range procs {
-			if p.ppid == tree[i] {
-				tree = append(tree, p.pid)
+			if p.Ppid == tree[i] {
+				tree = append(tree, p.Pid)
 			}
 		}
 	}
@@ -522,9 +527,9 @@ func TestSandboxAttackPtraceNeighbour(t *testing.T) {
 	n.launch(t, n.item("ATTACK", wire.Launch{Command: shell(ptraceScript), Sandbox: n.mode}), neighbour)
 	running := func(id string) *wire.Status {
 		var st *wire.Status
-		poll(t, 10*time.Second, id+" to run", func() bool {
+		wtest.Poll(t, 10*time.Second, id+" to run", func() bool {
 			var err error
-			st, err = readStatus(n.taskDir(id))
+			st, err = taskfiles.ReadStatus(n.taskDir(id))
 			return err == nil && st.Status == wire.StatusRunning && st.PID > 1 && st.ToolPID > 1
 		})
 		return st
@@ -537,7 +542,7 @@ func TestSandboxAttackPtraceNeighbour(t *testing.T) {
 	if len(pids) < 3 {
 		t.Fatalf("the neighbour's processes: %v, want its supervisor, bwrap and shell", pids)
 	}
-	out := filepath.Join(n.taskDir("ATTACK"), dirOutput)
+	out := filepath.Join(n.taskDir("ATTACK"), taskfiles.DirOutput)
 	if err := os.WriteFile(filepath.Join(out, "pids.new"), []byte(strings.Join(pids, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -593,4 +598,133 @@ awk -v d="$(pwd)" '$5 == d { print "mount", $6 }' /proc/self/mountinfo >> loot`)
 		t.Errorf("the task's output/ is mounted %v, want nosuid:\n%s", m, loot)
 	}
 	n.checkContained(t, before, att, nb)
+}
+
+// TestSandboxAgentHome runs a sandboxed attempt of a codex task (a shell
+// standing in for codex) on a node whose user is logged in: the task
+// reads the copy of the login in its private HOME and overwrites it; the
+// node user's file is unchanged and the copy is gone after the attempt.
+// A resumed attempt keeps the HOME (a file the task left stays) and gets
+// the login again.
+func TestSandboxAgentHome(t *testing.T) {
+	t.Parallel()
+	n := newSandboxNode(t, "")
+	wtest.WriteTree(t, n.home, map[string]string{".codex/auth.json": "REAL-LOGIN", ".codex/config.toml": "config"})
+	script := `cat ~/.codex/auth.json > seen-` + "$DISPATCH_ATTEMPT" + `; echo planted > ~/.codex/auth.json; echo mine >> ~/.codex/session`
+	l := wire.Launch{Command: shell(script), Sandbox: n.mode, Agent: wire.AgentCodex}
+	dir := n.taskDir("LOGIN")
+	home := filepath.Join(dir, taskfiles.DirHome)
+	check := func(attempt int) {
+		t.Helper()
+		st := n.final(t, "LOGIN")
+		wlog, _ := os.ReadFile(filepath.Join(dir, taskfiles.FileWrapper))
+		if st.Status != wire.StatusCompleted || st.Sandbox != wire.SandboxBwrap || st.Attempt != attempt {
+			t.Fatalf("attempt %d: %+v, want completed under bwrap\n%s", attempt, st, wlog)
+		}
+		seen, _ := os.ReadFile(filepath.Join(dir, taskfiles.DirOutput, fmt.Sprintf("seen-%d", attempt)))
+		if string(seen) != "REAL-LOGIN" {
+			t.Errorf("attempt %d: the task saw %q in its auth.json, want the copy of the node user's", attempt, seen)
+		}
+		if data, _ := os.ReadFile(filepath.Join(n.home, ".codex", "auth.json")); string(data) != "REAL-LOGIN" {
+			t.Errorf("attempt %d: the node user's auth.json: %q, want it unchanged", attempt, data)
+		}
+		if _, err := os.Lstat(filepath.Join(home, ".codex", "auth.json")); !os.IsNotExist(err) {
+			t.Errorf("attempt %d: the task's auth.json is still there (%v)", attempt, err)
+		}
+		if data, _ := os.ReadFile(filepath.Join(home, ".codex", "session")); strings.Count(string(data), "mine") != attempt {
+			t.Errorf("attempt %d: the task's own file in its HOME: %q, want it kept across the resume", attempt, data)
+		}
+	}
+	n.launch(t, n.item("LOGIN", l))
+	check(1)
+	// The final status comes before the supervisor lets go of the lock.
+	wtest.Poll(t, 25*time.Second, "the first supervisor to end", func() bool {
+		alive, err := taskfiles.SupervisorAlive(dir)
+		return err == nil && !alive
+	})
+	l.Resume = true
+	item := n.item("LOGIN", l)
+	item.Launch.Attempt = 2
+	n.launch(t, item)
+	check(2)
+}
+
+// TestSandboxFailureSaysSo: shell tasks in a real bwrap sandbox that write
+// outside what they may (/etc, a directory of the node's /tmp, the node
+// user's home, a setup writing into /etc, a gate writing into /usr) fail with their own error first,
+// then that they ran sandboxed, what they could write (the node's
+// sandbox_paths rw among them) and the fix; a task that passes, one
+// that times out and an unconfined failure get no such note (issue 32
+// item 9).
+func TestSandboxFailureSaysSo(t *testing.T) {
+	n := newSandboxNode(t, "")
+	if n.mode == "" {
+		t.Skip("DISPATCH_TEST_SANDBOX=off: this test is of the sandbox's note")
+	}
+	hostTmp, err := os.MkdirTemp("/tmp", "dispatch-sandbox-note")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(hostTmp) })
+	if err := os.MkdirAll(filepath.Join(n.home, ".cache", "pip"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	paths := &wire.SandboxPaths{RW: []string{"~/.cache/pip"}}
+	tests := []struct {
+		id, script string
+		gate       string // the task gate's command
+		setup      string
+		sandbox    string
+		timeout    float64
+		wantStatus string
+		wantFirst  string // the error's start
+		note       bool
+	}{
+		{"ETC", "echo x > /etc/dispatch-note-test", "", "", wire.SandboxBwrap, 30, wire.StatusFailed, "exit status 2;", true},
+		{"HOSTTMP", "echo x > " + hostTmp + "/x", "", "", wire.SandboxBwrap, 30, wire.StatusFailed, "exit status 2;", true},
+		{"HOME", "echo x > " + n.home + "/.config/x", "", "", wire.SandboxBwrap, 30, wire.StatusFailed, "exit status 2;", true},
+		{"GATE", "echo ok > ok", "echo x > /usr/dispatch-note-test", "", wire.SandboxBwrap, 30, wire.StatusFailed, "the task gate failed", true},
+		{"SETUP", "true", "", "echo x > /etc/dispatch-note-test", wire.SandboxBwrap, 30, wire.StatusFailed, "setup failed: exit status 2", true},
+		{"PASS", "echo x > /tmp/x && echo y > y", "", "", wire.SandboxBwrap, 30, wire.StatusCompleted, "", false},
+		{"TIMEOUT", "sleep 30", "", "", wire.SandboxBwrap, 0.5, wire.StatusFailed, "timed out", false},
+		{"OPEN", "exit 3", "", "", "", 30, wire.StatusFailed, "exit status 3", false},
+	}
+	var items []wire.LaunchItem
+	for _, tc := range tests {
+		l := wire.Launch{Command: shell(tc.script), Setup: tc.setup, Sandbox: tc.sandbox, SandboxPaths: paths}
+		if tc.gate != "" {
+			l.Gate = &wire.LaunchGate{Command: tc.gate, TimeoutSeconds: 30, Decides: true}
+		}
+		it := n.item(tc.id, l)
+		it.Launch.TimeoutSeconds = tc.timeout
+		items = append(items, it)
+	}
+	n.launch(t, items...)
+	for _, tc := range tests {
+		st := n.final(t, tc.id)
+		if st.Status != tc.wantStatus || !strings.HasPrefix(st.Error, tc.wantFirst) {
+			t.Errorf("%s: %s, error %q; want %s, beginning %q", tc.id, st.Status, st.Error, tc.wantStatus, tc.wantFirst)
+			continue
+		}
+		hasNote := strings.Contains(st.Error, "ran sandboxed (bwrap) on node local")
+		if hasNote != tc.note {
+			t.Errorf("%s: error %q; want the sandbox's note: %v", tc.id, st.Error, tc.note)
+			continue
+		}
+		if !tc.note {
+			continue
+		}
+		want := []string{"; it ran sandboxed", "output/ (its workspace)", "its own /tmp", "~/.cache/pip (sandbox_paths rw)", "sandbox_paths: {rw: [path]}", "sandbox: off"}
+		if tc.id == "GATE" {
+			want = []string{"; its gate ran sandboxed", "the gate's copy of the result", "its own /tmp", "~/.cache/pip (sandbox_paths rw)", "sandbox_paths: {rw: [path]}", "sandbox: off"}
+		}
+		for _, w := range want {
+			if !strings.Contains(st.Error, w) {
+				t.Errorf("%s: error lacks %q: %s", tc.id, w, st.Error)
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(hostTmp, "x")); err == nil {
+		t.Error("the sandboxed task wrote into the node's /tmp")
+	}
 }

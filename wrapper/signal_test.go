@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // startVictim starts a process that no task owns, in its own process group,
@@ -57,10 +60,10 @@ func forge(t *testing.T, tk *testTask, pid, toolPID int) {
 	st := tk.status(t)
 	st.PID, st.ToolPID = pid, toolPID
 	data, _ := json.Marshal(st)
-	if err := os.WriteFile(tk.path(fileStatus), data, 0o644); err != nil {
+	if err := os.WriteFile(tk.path(taskfiles.FileStatus), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(tk.path(filePID), []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(tk.path(taskfiles.FilePID), []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -68,25 +71,25 @@ func forge(t *testing.T, tk *testTask, pid, toolPID int) {
 // orphaned runs an attempt whose tool (orphanTool) leaves a process in its
 // group, kills its supervisor with SIGKILL once that process runs, and
 // returns the record of the orphaned group.
-func orphaned(t *testing.T, tk *testTask) *procRecord {
+func orphaned(t *testing.T, tk *testTask) *proc.ProcRecord {
 	t.Helper()
 	tk.run(t, "")
 	// Nothing is forged yet: status.json's pids are the real ones.
 	st := tk.waitStatus(t, "tool_pid", func(st *wire.Status) bool { return st.ToolPID > 1 && st.PID > 1 })
 	// The kernel kills the tool's shell with its supervisor; the sleep it
 	// started is what stays, so it must have been started.
-	poll(t, 10*time.Second, "the tool to start its sleep", func() bool {
-		_, err := os.Stat(filepath.Join(tk.dir, dirOutput, "sleeping"))
+	wtest.Poll(t, 10*time.Second, "the tool to start its sleep", func() bool {
+		_, err := os.Stat(filepath.Join(tk.dir, taskfiles.DirOutput, "sleeping"))
 		return err == nil
 	})
 	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 10*time.Second, "the supervisor to die", func() bool { return !tk.alive(t) })
-	if !groupAlive(st.ToolPID) {
+	wtest.Poll(t, 10*time.Second, "the supervisor to die", func() bool { return !tk.alive(t) })
+	if !proc.GroupAlive(st.ToolPID) {
 		t.Fatal("the tool group died with its supervisor; the test proves nothing")
 	}
-	return &procRecord{SupervisorPID: st.PID, ToolPGID: st.ToolPID}
+	return &proc.ProcRecord{SupervisorPID: st.PID, ToolPGID: st.ToolPID}
 }
 
 // TestForgedPidsAreNotSignalled: status.json and the pid file are the
@@ -110,11 +113,11 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 			if !victimAlive(victim) {
 				t.Fatalf("kill signalled the process named by status.json (tool_pid %d)", toolPID)
 			}
-			poll(t, 5*time.Second, "the attempt's own tool group to die", func() bool { return !groupAlive(rec.ToolPGID) })
+			wtest.Poll(t, 5*time.Second, "the attempt's own tool group to die", func() bool { return !proc.GroupAlive(rec.ToolPGID) })
 			// Make the attempt look running again for the next forgery.
 			st.Status = wire.StatusRunning
 			data, _ := json.Marshal(st)
-			os.WriteFile(tk.path(fileStatus), data, 0o644)
+			os.WriteFile(tk.path(taskfiles.FileStatus), data, 0o644)
 		}
 	})
 	t.Run("new attempt moving a dead one aside", func(t *testing.T) {
@@ -131,7 +134,7 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 		if !victimAlive(victim) {
 			t.Fatal("run killed the group status.json named")
 		}
-		poll(t, 5*time.Second, "attempt 1's tool group to die", func() bool { return !groupAlive(rec.ToolPGID) })
+		wtest.Poll(t, 5*time.Second, "attempt 1's tool group to die", func() bool { return !proc.GroupAlive(rec.ToolPGID) })
 	})
 	t.Run("kill of a live supervisor", func(t *testing.T) {
 		t.Parallel()
@@ -148,7 +151,7 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 		if !victimAlive(victim) {
 			t.Fatal("kill signalled the pid file's process")
 		}
-		poll(t, 5*time.Second, "the tool group to die", func() bool { return !groupAlive(rec.ToolPID) })
+		wtest.Poll(t, 5*time.Second, "the tool group to die", func() bool { return !proc.GroupAlive(rec.ToolPID) })
 	})
 	t.Run("pid reused", func(t *testing.T) {
 		t.Parallel()
@@ -157,7 +160,7 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 		// and the victim got their pid later.
 		victim := startVictim(t)
 		pid := victim.Pid
-		start, err := procStart(pid)
+		start, err := proc.ProcStart(pid)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,17 +168,17 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 		if n, err := strconv.ParseInt(start, 10, 64); err == nil {
 			earlier = strconv.FormatInt(n-1, 10)
 		}
-		sid, err := getsid(pid)
+		sid, err := proc.Getsid(pid)
 		if err != nil {
 			t.Fatal(err)
 		}
 		tk := newTask(t, "", wire.Launch{Command: shell("exit 0")})
-		rec := procRecord{Dir: filepath.Clean(tk.dir), Attempt: 1, SupervisorPID: pid, SupervisorStart: earlier,
+		rec := proc.ProcRecord{Dir: filepath.Clean(tk.dir), Attempt: 1, SupervisorPID: pid, SupervisorStart: earlier,
 			SID: sid, ToolPGID: pid, ToolStart: earlier}
 		writeTestRecord(t, tk, rec)
 		st := wire.Status{Task: "T1", Attempt: 1, Status: wire.StatusRunning, PID: pid, ToolPID: pid}
 		data, _ := json.Marshal(st)
-		if err := os.WriteFile(tk.path(fileStatus), data, 0o644); err != nil {
+		if err := os.WriteFile(tk.path(taskfiles.FileStatus), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		// No supervisor: kill takes the orphan path and must not kill the
@@ -187,14 +190,14 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 		if !victimAlive(victim) {
 			t.Fatal("kill signalled a group whose leader started after the recorded one")
 		}
-		if log := tk.readFile(t, fileWrapper); !strings.Contains(log, "not the tool") {
+		if log := tk.readFile(t, taskfiles.FileWrapper); !strings.Contains(log, "not the tool") {
 			t.Errorf("wrapper.log does not say why nothing was signalled:\n%s", log)
 		}
 		// A lock held as by a live supervisor: kill must refuse to signal
 		// the recorded supervisor pid.
 		writeTestRecord(t, tk, rec)
-		os.WriteFile(tk.path(fileStatus), data, 0o644)
-		lock, ok, err := lockTask(tk.dir, 0)
+		os.WriteFile(tk.path(taskfiles.FileStatus), data, 0o644)
+		lock, ok, err := taskfiles.LockTask(tk.dir, 0)
 		if err != nil || !ok {
 			t.Fatalf("lock: %v %v", ok, err)
 		}
@@ -211,7 +214,7 @@ func TestForgedPidsAreNotSignalled(t *testing.T) {
 	})
 }
 
-func writeTestRecord(t *testing.T, tk *testTask, rec procRecord) {
+func writeTestRecord(t *testing.T, tk *testTask, rec proc.ProcRecord) {
 	t.Helper()
 	data, _ := json.Marshal(rec)
 	if err := os.MkdirAll(filepath.Dir(tk.recordFile()), 0o700); err != nil {
@@ -237,7 +240,7 @@ func TestStatusSurvivesHostileControlFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 		data, _ := json.Marshal(wire.Status{Task: name, Attempt: 1, Status: wire.StatusRunning})
-		if err := os.WriteFile(filepath.Join(dir, fileStatus), data, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, taskfiles.FileStatus), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		if err := f(dir); err != nil {
@@ -252,10 +255,10 @@ func TestStatusSurvivesHostileControlFiles(t *testing.T) {
 		}
 	}
 	fifo := func(p string) error { return syscall.Mkfifo(p, 0o644) }
-	mk("FIFO-STATUS", replace(fileStatus, fifo))
-	mk("FIFO-HEARTBEAT", replace(fileHeartbeat, fifo))
-	mk("FIFO-LOCK", replace(fileLock, fifo))
-	mk("HUGE", replace(fileStatus, func(p string) error {
+	mk("FIFO-STATUS", replace(taskfiles.FileStatus, fifo))
+	mk("FIFO-HEARTBEAT", replace(taskfiles.FileHeartbeat, fifo))
+	mk("FIFO-LOCK", replace(taskfiles.FileLock, fifo))
+	mk("HUGE", replace(taskfiles.FileStatus, func(p string) error {
 		f, err := os.Create(p)
 		if err != nil {
 			return err
@@ -263,8 +266,8 @@ func TestStatusSurvivesHostileControlFiles(t *testing.T) {
 		defer f.Close()
 		return f.Truncate(200 << 20)
 	}))
-	mk("SYMLINK", replace(fileStatus, func(p string) error { return os.Symlink(healthy.path(fileStatus), p) }))
-	mk("DIR", replace(fileStatus, func(p string) error { return os.Mkdir(p, 0o755) }))
+	mk("SYMLINK", replace(taskfiles.FileStatus, func(p string) error { return os.Symlink(healthy.path(taskfiles.FileStatus), p) }))
+	mk("DIR", replace(taskfiles.FileStatus, func(p string) error { return os.Mkdir(p, 0o755) }))
 
 	ns := nodeStatusOf(t, root)
 	byTask := map[string]wire.TaskStatus{}
@@ -308,7 +311,7 @@ func TestKillFrozenSupervisor(t *testing.T) {
 	if tk.alive(t) {
 		t.Error("the frozen supervisor still holds the lock")
 	}
-	if groupAlive(st.ToolPID) {
+	if proc.GroupAlive(st.ToolPID) {
 		t.Error("the tool group is still alive")
 	}
 	if *tk.status(t) != got {
@@ -329,15 +332,15 @@ func TestKillWithTheLockHeldByTheTask(t *testing.T) {
 			tk := newTask(t, "", wire.Launch{Command: shell("exit 0")})
 			tk.run(t, "")
 			final := tk.waitFinal(t)
-			poll(t, 5*time.Second, "the supervisor to let go of the lock", func() bool { return !tk.alive(t) })
+			wtest.Poll(t, 5*time.Second, "the supervisor to let go of the lock", func() bool { return !tk.alive(t) })
 			if running {
 				final.Status, final.CompletedAt = wire.StatusRunning, ""
 				data, _ := json.Marshal(final)
-				if err := os.WriteFile(tk.path(fileStatus), data, 0o644); err != nil {
+				if err := os.WriteFile(tk.path(taskfiles.FileStatus), data, 0o644); err != nil {
 					t.Fatal(err)
 				}
 			}
-			lock, ok, err := lockTask(tk.dir, 0)
+			lock, ok, err := taskfiles.LockTask(tk.dir, 0)
 			if err != nil || !ok {
 				t.Fatalf("lock: %v %v", ok, err)
 			}

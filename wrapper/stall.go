@@ -1,12 +1,12 @@
 package wrapper
 
 import (
-	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"time"
+
+	"github.com/dispatch-tool/dispatch/wrapper/agentlog"
+	"github.com/dispatch-tool/dispatch/wrapper/attempt"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // A tool that writes nothing for stall_seconds is stalled: an agent CLI
@@ -20,61 +20,6 @@ func stallCheckPeriod(stall time.Duration) time.Duration {
 	return min(max(stall/5, 50*time.Millisecond), 5*time.Second)
 }
 
-// transcriptDir is where the tool keeps this attempt's transcript, or "".
-// Only claude's is known by path: <config dir>/projects/<cwd with every
-// character but letters and digits turned into '-'>. codex and gemini print
-// every step of their work in their stream formats, which task.log sees.
-func transcriptDir(tool string, env []string, cwd string) string {
-	if tool != "claude" {
-		return ""
-	}
-	base := lookupEnv(env, "CLAUDE_CONFIG_DIR")
-	if base == "" {
-		home := lookupEnv(env, "HOME")
-		if home == "" {
-			return ""
-		}
-		base = filepath.Join(home, ".claude")
-	}
-	slug := strings.Map(func(r rune) rune {
-		if 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' {
-			return r
-		}
-		return '-'
-	}, cwd)
-	return filepath.Join(base, "projects", slug)
-}
-
-// maxTranscriptEntries bounds the files looked at in a transcript directory.
-const maxTranscriptEntries = 256
-
-// newestChange returns the latest modification time in dir and its direct
-// entries; the zero time when there is none.
-func newestChange(dir string) time.Time {
-	if dir == "" {
-		return time.Time{}
-	}
-	var newest time.Time
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return newest
-	}
-	newest = fi.ModTime()
-	// The tool's home is the task's to change: never block on a FIFO.
-	f, err := os.OpenFile(dir, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_DIRECTORY, 0)
-	if err != nil {
-		return newest
-	}
-	defer f.Close()
-	entries, _ := f.ReadDir(maxTranscriptEntries)
-	for _, e := range entries {
-		if info, err := e.Info(); err == nil && info.ModTime().After(newest) {
-			newest = info.ModTime()
-		}
-	}
-	return newest
-}
-
 // watchStall stops the attempt as stalled when neither task.log nor the
 // transcript changed for the launch's stall_seconds.
 func (s *supervisor) watchStall(stop <-chan struct{}) {
@@ -82,10 +27,10 @@ func (s *supervisor) watchStall(stop <-chan struct{}) {
 	if stall <= 0 {
 		return
 	}
-	dir := transcriptDir(s.launch.Transcript, s.env, filepath.Join(s.dir, dirOutput))
+	dir := agentlog.TranscriptDir(s.launch.Transcript, s.env, filepath.Join(s.dir, taskfiles.DirOutput))
 	t := time.NewTicker(stallCheckPeriod(stall))
 	defer t.Stop()
-	total, changed := s.tlog.Total(), newestChange(dir)
+	total, changed := s.tlog.Total(), agentlog.NewestChange(dir)
 	last := time.Now()
 	s.activeAt.Store(last.UnixNano())
 	for {
@@ -103,29 +48,17 @@ func (s *supervisor) watchStall(stop <-chan struct{}) {
 				s.activeAt.Store(now.UnixNano())
 				continue
 			}
-			tl, tc := s.tlog.Total(), newestChange(dir)
+			tl, tc := s.tlog.Total(), agentlog.NewestChange(dir)
 			if tl != total || !tc.Equal(changed) {
 				total, changed, last = tl, tc, now
 				s.activeAt.Store(now.UnixNano())
 				continue
 			}
 			if now.Sub(last) >= stall {
-				s.logger.Info("tool wrote nothing", logKeyReason, reasonStall, "for", now.Sub(last).Round(time.Millisecond))
-				s.stop(reasonStall, seconds(s.launch.GraceSeconds))
+				s.logger.Info("tool wrote nothing", taskfiles.LogKeyReason, attempt.ReasonStall, "for", now.Sub(last).Round(time.Millisecond))
+				s.stop(attempt.ReasonStall, seconds(s.launch.GraceSeconds))
 				return
 			}
 		}
 	}
-}
-
-// heartbeatLine is the heartbeat file's content: the beat's sequence
-// number (every beat differs even if the clock does not move), the time,
-// and, while a stall watch runs (activeAt > 0), the nanoseconds since the
-// tool last wrote: the controller compares no clocks, it reads how long
-// the tool has been quiet (domain.HeartbeatQuiet reads it).
-func heartbeatLine(seq int, now time.Time, activeAt int64) string {
-	if activeAt <= 0 {
-		return fmt.Sprintf("%d %d\n", seq, now.UnixNano())
-	}
-	return fmt.Sprintf("%d %d %d\n", seq, now.UnixNano(), max(now.UnixNano()-activeAt, 0))
 }

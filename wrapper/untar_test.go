@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
 )
 
 type tarEntry struct {
@@ -211,8 +212,8 @@ func TestTar(t *testing.T) {
 
 	// Past --max-bytes: too_large, and no archive left.
 	err = cmdTar(context.Background(), []string{"--dir", out, "--out", archive, "--max-bytes", "5"}, &reply)
-	if errorKind(err) != wire.KindTooLarge {
-		t.Errorf("over the limit: %v (kind %s)", err, errorKind(err))
+	if errkind.Of(err) != wire.KindTooLarge {
+		t.Errorf("over the limit: %v (kind %s)", err, errkind.Of(err))
 	}
 	if _, err := os.Lstat(archive); !os.IsNotExist(err) {
 		t.Errorf("archive left after a failure: %v", err)

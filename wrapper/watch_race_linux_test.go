@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // TestWatchSeesADirectoryMadeWhileWatchesAreAdded: a project's tasks/ and
@@ -22,7 +24,7 @@ func TestWatchSeesADirectoryMadeWhileWatchesAreAdded(t *testing.T) {
 	project := filepath.Join(root, "demo")
 	task := filepath.Join(project, "tasks", "T1")
 	var once sync.Once
-	testHookListed = func(dir string) {
+	nodestatus.TestHookListed = func(dir string) {
 		if dir != root {
 			return
 		}
@@ -35,7 +37,7 @@ func TestWatchSeesADirectoryMadeWhileWatchesAreAdded(t *testing.T) {
 			}
 		})
 	}
-	t.Cleanup(func() { testHookListed = nil })
+	t.Cleanup(func() { nodestatus.TestHookListed = nil })
 	fs := frames(t, root, true)
 	if f := <-fs; f.Type != wire.FrameHello {
 		t.Fatalf("first frame %+v, want hello", f)
@@ -53,7 +55,7 @@ func TestWatchSeesADirectoryMadeWhileWatchesAreAdded(t *testing.T) {
 			t.Fatal("the hook never made the task directory")
 		}
 	}
-	if err := WriteFileAtomic(filepath.Join(task, fileStatus), []byte(`{"status":"completed","attempt":1}`), 0o644); err != nil {
+	if err := taskfiles.WriteFileAtomic(filepath.Join(task, taskfiles.FileStatus), []byte(`{"status":"completed","attempt":1}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if ts := nextChange(t, fs, "demo/T1"); ts.Status == nil || ts.Status.Status != wire.StatusCompleted {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // frames runs watch over root and returns its frames as they come.
@@ -27,7 +29,7 @@ func nodeFrames(t *testing.T, root, node string, notify bool) <-chan wire.Frame 
 	ctx, cancel := context.WithCancel(context.Background())
 	r, w := io.Pipe()
 	done := make(chan error, 1)
-	go func() { done <- watch(ctx, root, node, 50*time.Millisecond, w, notify) }()
+	go func() { done <- nodestatus.Watch(ctx, Version, root, node, 50*time.Millisecond, w, notify) }()
 	out := make(chan wire.Frame, 100)
 	go func() {
 		sc := bufio.NewScanner(r)
@@ -63,8 +65,8 @@ func nextChange(t *testing.T, fs <-chan wire.Frame, task string) wire.TaskStatus
 				t.Fatalf("watch ended before a change of %s", task)
 			}
 			if i := slices.Index(f.Tasks, task); f.Type == wire.FrameChange && i >= 0 {
-				if len(f.Statuses) != len(f.Tasks) || len(f.Tasks) > frameTasks {
-					t.Fatalf("change frame with %d tasks and %d statuses (at most %d): %+v", len(f.Tasks), len(f.Statuses), frameTasks, f)
+				if len(f.Statuses) != len(f.Tasks) || len(f.Tasks) > nodestatus.FrameTasks {
+					t.Fatalf("change frame with %d tasks and %d statuses (at most %d): %+v", len(f.Tasks), len(f.Statuses), nodestatus.FrameTasks, f)
 				}
 				if ts := f.Statuses[i]; ts.Project+"/"+ts.Task != task {
 					t.Fatalf("the status for %s names %s/%s", task, ts.Project, ts.Task)
@@ -97,12 +99,12 @@ func TestWatch(t *testing.T) {
 			}
 			// Give the new directories a moment to be watched: a status
 			// written before that is seen by the next look at them.
-			if err := WriteFileAtomic(filepath.Join(dir, fileStatus), []byte(`{"status":"running"}`), 0o644); err != nil {
+			if err := taskfiles.WriteFileAtomic(filepath.Join(dir, taskfiles.FileStatus), []byte(`{"status":"running"}`), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			nextChange(t, fs, "demo/T1")
 			// A replaced status.json, whose content the frame carries.
-			if err := WriteFileAtomic(filepath.Join(dir, fileStatus), []byte(`{"status":"completed","attempt":3}`), 0o644); err != nil {
+			if err := taskfiles.WriteFileAtomic(filepath.Join(dir, taskfiles.FileStatus), []byte(`{"status":"completed","attempt":3}`), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			if ts := nextChange(t, fs, "demo/T1"); ts.Status == nil || ts.Status.Status != wire.StatusCompleted || ts.Status.Attempt != 3 || ts.Dir != dir {
@@ -110,7 +112,7 @@ func TestWatch(t *testing.T) {
 			}
 			// A supervisor that dies (its lock released) without a final
 			// status: seen by the lock probe.
-			lock, ok, err := lockTask(dir, 0)
+			lock, ok, err := taskfiles.LockTask(dir, 0)
 			if err != nil || !ok {
 				t.Fatalf("lock: %v %v", ok, err)
 			}
@@ -161,7 +163,7 @@ func TestWatchEndsWithItsSession(t *testing.T) {
 }
 
 // TestWatchIsNotFlooded: a task rewriting its own status.json in a loop
-// gets at most one change frame per minChangeGap (plus the lock probes'),
+// gets at most one change frame per nodestatus.MinChangeGap (plus the lock probes'),
 // not one per write.
 func TestWatchIsNotFlooded(t *testing.T) {
 	t.Parallel()
@@ -185,21 +187,21 @@ loop:
 				changes++
 			}
 		default:
-			WriteFileAtomic(filepath.Join(dir, fileStatus), []byte(strconv.Itoa(writes)), 0o644)
+			taskfiles.WriteFileAtomic(filepath.Join(dir, taskfiles.FileStatus), []byte(strconv.Itoa(writes)), 0o644)
 			writes++
 		}
 	}
-	if limit := int(time.Second/minChangeGap) + 3; changes > limit || writes < 50 {
+	if limit := int(time.Second/nodestatus.MinChangeGap) + 3; changes > limit || writes < 50 {
 		t.Errorf("%d change frames for %d writes in a second; want at most %d", changes, writes, limit)
 	}
 }
 
 // TestWatchSplitsLargeChanges: many tasks changing at once come in several
-// change frames of at most frameTasks tasks, each with every status.
+// change frames of at most nodestatus.FrameTasks tasks, each with every status.
 func TestWatchSplitsLargeChanges(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	const n = 3*frameTasks + 1
+	const n = 3*nodestatus.FrameTasks + 1
 	for i := range n {
 		if err := os.MkdirAll(filepath.Join(root, "demo", "tasks", "T"+strconv.Itoa(i)), 0o755); err != nil {
 			t.Fatal(err)
@@ -211,7 +213,7 @@ func TestWatchSplitsLargeChanges(t *testing.T) {
 	}
 	for i := range n {
 		data := []byte(`{"status":"running","attempt":` + strconv.Itoa(i+1) + `}`)
-		if err := WriteFileAtomic(filepath.Join(root, "demo", "tasks", "T"+strconv.Itoa(i), fileStatus), data, 0o644); err != nil {
+		if err := taskfiles.WriteFileAtomic(filepath.Join(root, "demo", "tasks", "T"+strconv.Itoa(i), taskfiles.FileStatus), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -223,8 +225,8 @@ func TestWatchSplitsLargeChanges(t *testing.T) {
 			if f.Type != wire.FrameChange {
 				continue
 			}
-			if len(f.Tasks) > frameTasks || len(f.Statuses) != len(f.Tasks) {
-				t.Fatalf("change frame with %d tasks and %d statuses, want at most %d, one status each", len(f.Tasks), len(f.Statuses), frameTasks)
+			if len(f.Tasks) > nodestatus.FrameTasks || len(f.Statuses) != len(f.Tasks) {
+				t.Fatalf("change frame with %d tasks and %d statuses, want at most %d, one status each", len(f.Tasks), len(f.Statuses), nodestatus.FrameTasks)
 			}
 			for i, ts := range f.Statuses {
 				if ts.Status == nil || "demo/"+ts.Task != f.Tasks[i] || "T"+strconv.Itoa(ts.Status.Attempt-1) != ts.Task {
@@ -251,30 +253,30 @@ func TestScanKeysLooksOnlyWhereTold(t *testing.T) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := WriteFileAtomic(filepath.Join(dir, fileStatus), []byte(status), 0o644); err != nil {
+		if err := taskfiles.WriteFileAtomic(filepath.Join(dir, taskfiles.FileStatus), []byte(status), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := range 50 {
 		write("T"+strconv.Itoa(i), `{"status":"completed"}`)
 	}
-	sc := newScanner(root)
-	sc.scan(true)
+	sc := nodestatus.NewScanner(root)
+	sc.Scan(true)
 	write("T1", `{"status":"failed"}`)
 	write("T2", `{"status":"failed","attempt":2}`)
-	if got := sc.scanKeys(map[string]bool{"p/T1": true}); !slices.Equal(got, []string{"p/T1"}) {
+	if got := sc.ScanKeys(map[string]bool{"p/T1": true}); !slices.Equal(got, []string{"p/T1"}) {
 		t.Fatalf("scanKeys(T1) = %v, want [p/T1]", got)
 	}
-	if got := sc.scan(true); !slices.Equal(got, []string{"p/T2"}) {
+	if got := sc.Scan(true); !slices.Equal(got, []string{"p/T2"}) {
 		t.Fatalf("the full look after it = %v, want [p/T2] (what the event did not name)", got)
 	}
 	if err := os.RemoveAll(filepath.Join(root, "p", "tasks", "T3")); err != nil {
 		t.Fatal(err)
 	}
-	if got := sc.scanKeys(map[string]bool{"p/T3": true, "p/../../x": true}); len(got) != 0 {
+	if got := sc.ScanKeys(map[string]bool{"p/T3": true, "p/../../x": true}); len(got) != 0 {
 		t.Fatalf("scanKeys of a removed directory = %v, want nothing", got)
 	}
-	if _, held := sc.known["p/T3"]; held {
+	if _, held := sc.Known["p/T3"]; held {
 		t.Error("a removed task directory is still known")
 	}
 }

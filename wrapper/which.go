@@ -1,11 +1,17 @@
 package wrapper
 
 import (
+	"context"
 	"io"
 	"os"
 	"path/filepath"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+	"github.com/dispatch-tool/dispatch/wrapper/launchfile"
+	"github.com/dispatch-tool/dispatch/wrapper/limits"
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
 )
 
 // cmdWhich looks executables up the way the supervisor looks up a tool:
@@ -14,30 +20,30 @@ import (
 // set PATH). Names not found are left out of Found.
 func cmdWhich(args []string, stdin io.Reader, stdout io.Writer) error {
 	if len(args) == 0 {
-		return usageErrorf("which: name the executables to look for")
+		return errkind.Usagef("which: name the executables to look for")
 	}
-	extra, err := readEnvMap(stdin)
+	extra, err := launchfile.ReadEnv(stdin)
 	if err != nil {
 		return err
 	}
-	env := buildEnv(os.Environ(), extra, wire.Launch{}, "/", "/")
-	path := lookupEnv(env, "PATH")
+	env := proc.BuildEnv(os.Environ(), extra, wire.Launch{}, "/", "/")
+	path := proc.LookupEnv(env, "PATH")
 	reply := wire.WhichReply{Found: map[string]string{}, Path: path}
 	for _, name := range args {
-		if p, err := lookPath(name, path, "/"); err == nil {
+		if p, err := proc.LookPath(name, path, "/"); err == nil {
 			reply.Found[name] = p
 		}
 	}
-	sb := sandboxProbe()
+	sb := sandbox.Probe(Version)
 	reply.Sandbox = &sb
 	if exe, err := os.Executable(); err == nil && sb.Sandbox == wire.SandboxBwrap {
-		reply.SandboxRefused = sandboxRefusals(reply.Found, filepath.Dir(exe), nodeHomes())
+		reply.SandboxRefused = sandboxRefusals(reply.Found, filepath.Dir(exe), sandbox.NodeHomes())
 	}
 	return printJSON(stdout, reply)
 }
 
 // sandboxRefusals says, by name, why the sandbox of an attempt could not
-// run each executable of found (exposeTool's refusal), for the wrapper
+// run each executable of found (ExposeTool's refusal), for the wrapper
 // installed in binDir (<work_dir>/.bin, which names the work_dir the
 // sandbox hides) and the node user's homes; nil for a wrapper installed
 // elsewhere (a test's), which knows no work_dir.
@@ -49,10 +55,23 @@ func sandboxRefusals(found map[string]string, binDir string, homes []string) map
 	out := map[string]string{}
 	for name, path := range found {
 		// A task directory like an attempt's, in a project no task has.
-		sp := newSandboxSpec("", filepath.Join(workDir, ".which", "tasks", "-"), workDir, homes, binDir, "")
-		if err := sp.exposeTool(path, workDir); err != nil {
+		sp := sandbox.NewSpec("", filepath.Join(workDir, ".which", "tasks", "-"), workDir, homes, binDir, "")
+		if err := sp.ExposeTool(path, workDir); err != nil {
 			out[name] = err.Error()
 		}
 	}
 	return out
+}
+
+// cmdSandbox prints whether the sandbox works on this node.
+func cmdSandbox(args []string, stdout io.Writer) error {
+	fs := newFlagSet("sandbox")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	// The controller asks when it connects: a fresh answer, kept for the
+	// attempts that follow.
+	reply := sandbox.ProbeWithCache(context.Background(), Version, true)
+	reply.Limits = limits.LimitEnforcement()
+	return printJSON(stdout, reply)
 }

@@ -18,6 +18,9 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/internal/wtest"
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // waitForGo makes a test tool block until the test creates output/go.
@@ -40,7 +43,7 @@ func TestErrors(t *testing.T) {
 	noStatus := newTask(t, "", wire.Launch{Command: shell("true")})
 	emptyCmd := newTask(t, "", wire.Launch{})
 	noLaunch := newTask(t, "", wire.Launch{Command: shell("true")})
-	if err := os.Remove(noLaunch.path(fileLaunch)); err != nil {
+	if err := os.Remove(noLaunch.path(taskfiles.FileLaunch)); err != nil {
 		t.Fatal(err)
 	}
 	missing := filepath.Join(t.TempDir(), "nope")
@@ -72,8 +75,8 @@ func TestErrors(t *testing.T) {
 		})
 	}
 	// Refused runs must not have started anything.
-	if _, err := os.Stat(noStatus.path(fileStatus)); err == nil {
-		t.Errorf("a refused run wrote %s", fileStatus)
+	if _, err := os.Stat(noStatus.path(taskfiles.FileStatus)); err == nil {
+		t.Errorf("a refused run wrote %s", taskfiles.FileStatus)
 	}
 }
 
@@ -113,11 +116,11 @@ func TestExit(t *testing.T) {
 			if started, done := parseTime(t, st.StartedAt), parseTime(t, st.CompletedAt); done.Before(started) {
 				t.Errorf("completed_at %s before started_at %s", st.CompletedAt, st.StartedAt)
 			}
-			log := tk.readFile(t, fileLog)
+			log := tk.readFile(t, taskfiles.FileLog)
 			if st.LogBytes != int64(len(log)) || st.LogBytes == 0 {
 				t.Errorf("log_bytes = %d, task.log has %d bytes", st.LogBytes, len(log))
 			}
-			if pid := tk.readFile(t, filePID); pid != strconv.Itoa(reply.PID)+"\n" {
+			if pid := tk.readFile(t, taskfiles.FilePID); pid != strconv.Itoa(reply.PID)+"\n" {
 				t.Errorf("pid file %q, want %d", pid, reply.PID)
 			}
 		})
@@ -141,8 +144,8 @@ func TestEnvAndSecrets(t *testing.T) {
 	if err := json.Unmarshal(out, &reply); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 10*time.Second, "env.txt", func() bool {
-		_, err := os.Stat(filepath.Join(tk.dir, dirOutput, "env.txt"))
+	wtest.Poll(t, 10*time.Second, "env.txt", func() bool {
+		_, err := os.Stat(filepath.Join(tk.dir, taskfiles.DirOutput, "env.txt"))
 		return err == nil
 	})
 	if runtime.GOOS == "linux" {
@@ -163,7 +166,7 @@ func TestEnvAndSecrets(t *testing.T) {
 	}
 
 	got := map[string]string{}
-	for _, line := range strings.Split(tk.readFile(t, filepath.Join(dirOutput, "env.txt")), "\n") {
+	for _, line := range strings.Split(tk.readFile(t, filepath.Join(taskfiles.DirOutput, "env.txt")), "\n") {
 		if k, v, ok := strings.Cut(line, "="); ok {
 			got[k] = v
 		}
@@ -182,13 +185,13 @@ func TestEnvAndSecrets(t *testing.T) {
 			t.Errorf("tool env %s = %q, want %q", k, got[k], v)
 		}
 	}
-	if pwd, want := got["PWD"], filepath.Join(tk.dir, dirOutput); pwd != want {
+	if pwd, want := got["PWD"], filepath.Join(tk.dir, taskfiles.DirOutput); pwd != want {
 		t.Errorf("tool env PWD = %q, want %q", pwd, want)
 	}
 
 	// Only the file the tool itself wrote may hold the secret.
 	err = filepath.WalkDir(tk.dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || strings.HasSuffix(path, filepath.Join(dirOutput, "env.txt")) {
+		if err != nil || d.IsDir() || strings.HasSuffix(path, filepath.Join(taskfiles.DirOutput, "env.txt")) {
 			return err
 		}
 		data, err := os.ReadFile(path)
@@ -262,7 +265,7 @@ func TestSupervisorKilled(t *testing.T) {
 				t.Fatal(err)
 			}
 			var ts wire.TaskStatus
-			poll(t, 10*time.Second, "status to report the supervisor dead", func() bool {
+			wtest.Poll(t, 10*time.Second, "status to report the supervisor dead", func() bool {
 				ns := nodeStatusOf(t, tk.root)
 				if len(ns.Tasks) != 1 {
 					t.Fatalf("tasks %+v", ns.Tasks)
@@ -273,7 +276,7 @@ func TestSupervisorKilled(t *testing.T) {
 			if ts.Status == nil || ts.Status.Status != wire.StatusRunning {
 				t.Fatalf("status after supervisor crash %+v, want running", ts.Status)
 			}
-			if !groupAlive(old.ToolPID) {
+			if !proc.GroupAlive(old.ToolPID) {
 				t.Fatal("the tool died with its supervisor; the test proves nothing")
 			}
 
@@ -281,7 +284,7 @@ func TestSupervisorKilled(t *testing.T) {
 			if st.Status != tc.want {
 				t.Errorf("status %+v, want %s", st, tc.want)
 			}
-			poll(t, 5*time.Second, "the old tool group to die", func() bool { return !groupAlive(old.ToolPID) })
+			wtest.Poll(t, 5*time.Second, "the old tool group to die", func() bool { return !proc.GroupAlive(old.ToolPID) })
 		})
 	}
 }
@@ -313,7 +316,7 @@ func TestTimeout(t *testing.T) {
 			if took < tc.minTime || took > tc.maxTime {
 				t.Errorf("attempt took %s, want between %s and %s", took, tc.minTime, tc.maxTime)
 			}
-			if log := tk.readFile(t, fileLog); !strings.Contains(log, tc.wantLog) {
+			if log := tk.readFile(t, taskfiles.FileLog); !strings.Contains(log, tc.wantLog) {
 				t.Errorf("task.log %q lacks %q", log, tc.wantLog)
 			}
 		})
@@ -342,11 +345,11 @@ func TestLogCap(t *testing.T) {
 	if st.Status != wire.StatusCompleted || st.LogBytes != int64(len(want)) {
 		t.Fatalf("status %+v; want completed with log_bytes %d", st, len(want))
 	}
-	log := tk.readFile(t, fileLog)
+	log := tk.readFile(t, taskfiles.FileLog)
 	if len(log) > limit {
 		t.Errorf("task.log has %d bytes, limit %d", len(log), limit)
 	}
-	cut, hdr := parseCutMarker([]byte(log))
+	cut, hdr := taskfiles.ParseCutMarker([]byte(log))
 	if hdr == 0 {
 		t.Fatalf("task.log does not start with a cut marker: %.80q", log)
 	}
@@ -369,7 +372,7 @@ func TestStatusAtomic(t *testing.T) {
 	sizes := map[int64]bool{}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		data, err := os.ReadFile(tk.path(fileStatus))
+		data, err := os.ReadFile(tk.path(taskfiles.FileStatus))
 		if err != nil {
 			t.Fatalf("read %d: %v", reads, err)
 		}
@@ -388,7 +391,7 @@ func TestStatusAtomic(t *testing.T) {
 	}
 	// Readers must have raced real rewrites for the test to mean anything.
 	if reads < 100 || len(sizes) < 3 {
-		t.Logf("wrapper.log: %s", tk.readFile(t, fileWrapper))
+		t.Logf("wrapper.log: %s", tk.readFile(t, taskfiles.FileWrapper))
 		t.Errorf("only %d reads seeing %d log_bytes values", reads, len(sizes))
 	}
 	tk.waitFinal(t)
@@ -442,7 +445,7 @@ func TestDoubleStart(t *testing.T) {
 			if started != 1 || refused != 1 {
 				t.Fatalf("%d runs started and %d were refused; want one of each", started, refused)
 			}
-			if _, err := os.Stat(filepath.Join(tk.dir, dirAttempts)); err == nil {
+			if _, err := os.Stat(filepath.Join(tk.dir, taskfiles.DirAttempts)); err == nil {
 				t.Errorf("the refused run moved the live attempt aside")
 			}
 			if out, code := runWrapper(t, "", "kill", "--dir", tk.dir, "--grace", "0"); code != 0 {
@@ -487,7 +490,7 @@ func TestDetach(t *testing.T) {
 	if st := tk.waitFinal(t); st.Status != wire.StatusCompleted {
 		t.Errorf("status %+v", st)
 	}
-	if got := tk.readFile(t, filepath.Join(dirOutput, "done.txt")); got != "done\n" {
+	if got := tk.readFile(t, filepath.Join(taskfiles.DirOutput, "done.txt")); got != "done\n" {
 		t.Errorf("done.txt = %q", got)
 	}
 }
@@ -512,8 +515,8 @@ func TestHeartbeat(t *testing.T) {
 	tk := newTask(t, "", wire.Launch{HeartbeatSeconds: 0.05, Command: shell(waitForGo)})
 	tk.run(t, "")
 	var seen []string
-	poll(t, 10*time.Second, "three different heartbeats", func() bool {
-		hb := strings.TrimSpace(tk.readFile(t, fileHeartbeat))
+	wtest.Poll(t, 10*time.Second, "three different heartbeats", func() bool {
+		hb := strings.TrimSpace(tk.readFile(t, taskfiles.FileHeartbeat))
 		if len(seen) == 0 || seen[len(seen)-1] != hb {
 			seen = append(seen, hb)
 		}
@@ -589,11 +592,11 @@ func TestStart(t *testing.T) {
 			if st.ToolMissing != tc.wantMissing {
 				t.Errorf("tool_missing = %v, want %v", st.ToolMissing, tc.wantMissing)
 			}
-			if log := tk.readFile(t, fileLog); log != tc.wantLog {
+			if log := tk.readFile(t, taskfiles.FileLog); log != tc.wantLog {
 				t.Errorf("task.log = %q, want %q", log, tc.wantLog)
 			}
 			if tc.wantNoFile != "" {
-				if _, err := os.Stat(filepath.Join(tk.dir, dirOutput, tc.wantNoFile)); err == nil {
+				if _, err := os.Stat(filepath.Join(tk.dir, taskfiles.DirOutput, tc.wantNoFile)); err == nil {
 					t.Errorf("the tool ran after a failed setup")
 				}
 			}
@@ -611,27 +614,27 @@ func TestAttemptMovedAside(t *testing.T) {
 	if st := tk.waitFinal(t); st.Status != wire.StatusCompleted || st.Attempt != 2 {
 		t.Fatalf("attempt 2: %+v", st)
 	}
-	if got := tk.readFile(t, fileLog); got != "two\n" {
+	if got := tk.readFile(t, taskfiles.FileLog); got != "two\n" {
 		t.Errorf("task.log = %q", got)
 	}
-	if _, err := os.Stat(filepath.Join(tk.dir, dirOutput, "out.txt")); err == nil {
+	if _, err := os.Stat(filepath.Join(tk.dir, taskfiles.DirOutput, "out.txt")); err == nil {
 		t.Errorf("attempt 1's output is still in output/")
 	}
-	old := filepath.Join(dirAttempts, "1")
+	old := filepath.Join(taskfiles.DirAttempts, "1")
 	for name, want := range map[string]string{
-		fileLog:                             "one\n",
-		filepath.Join(dirOutput, "out.txt"): "one\n",
-		filePID:                             strconv.Itoa(first.PID) + "\n",
+		taskfiles.FileLog: "one\n",
+		filepath.Join(taskfiles.DirOutput, "out.txt"): "one\n",
+		taskfiles.FilePID: strconv.Itoa(first.PID) + "\n",
 	} {
 		if got := tk.readFile(t, filepath.Join(old, name)); got != want {
 			t.Errorf("%s = %q, want %q", filepath.Join(old, name), got, want)
 		}
 	}
 	var st wire.Status
-	if err := json.Unmarshal([]byte(tk.readFile(t, filepath.Join(old, fileStatus))), &st); err != nil || st != *first {
+	if err := json.Unmarshal([]byte(tk.readFile(t, filepath.Join(old, taskfiles.FileStatus))), &st); err != nil || st != *first {
 		t.Errorf("attempts/1/status.json = %+v (%v), want %+v", st, err, first)
 	}
-	if tk.readFile(t, filepath.Join(old, fileHeartbeat)) == "" {
+	if tk.readFile(t, filepath.Join(old, taskfiles.FileHeartbeat)) == "" {
 		t.Error("attempts/1/heartbeat is empty")
 	}
 }
@@ -657,8 +660,8 @@ func TestKill(t *testing.T) {
 			tk.waitStatus(t, "tool_pid", func(st *wire.Status) bool { return st.ToolPID > 0 })
 			if strings.Contains(tc.script, "touch trapped") {
 				// A TERM sent before the shell has run its trap kills it.
-				poll(t, 10*time.Second, "the trap to be set", func() bool {
-					_, err := os.Stat(filepath.Join(tk.dir, dirOutput, "trapped"))
+				wtest.Poll(t, 10*time.Second, "the trap to be set", func() bool {
+					_, err := os.Stat(filepath.Join(tk.dir, taskfiles.DirOutput, "trapped"))
 					return err == nil
 				})
 			}
@@ -715,7 +718,7 @@ func TestTail(t *testing.T) {
 		tk := newTask(t, "", wire.Launch{Command: shell(`echo start; ` + waitForGo + `for i in 1 2 3 4 5; do echo "tick $i"; sleep 0.1; done`)})
 		tk.run(t, "")
 		out := followTail(t, tk, func() {
-			poll(t, 5*time.Second, "start in the log", func() bool { return tk.readFile(t, fileLog) != "" })
+			wtest.Poll(t, 5*time.Second, "start in the log", func() bool { return tk.readFile(t, taskfiles.FileLog) != "" })
 		})
 		if want := "start\ntick 1\ntick 2\ntick 3\ntick 4\ntick 5\n"; out != want {
 			t.Errorf("tail --follow = %q, want %q", out, want)
@@ -809,12 +812,12 @@ func TestStatus(t *testing.T) {
 	root := t.TempDir()
 	live := newTask(t, root, wire.Launch{Project: "p1", Task: "A", Command: shell(waitForGo)})
 	corrupt := newTask(t, root, wire.Launch{Project: "p1", Task: "B"})
-	if err := os.WriteFile(corrupt.path(fileStatus), []byte(`{"task":"B","status":"runn`), 0o644); err != nil {
+	if err := os.WriteFile(corrupt.path(taskfiles.FileStatus), []byte(`{"task":"B","status":"runn`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	done := newTask(t, root, wire.Launch{Project: "p2", Task: "C"})
 	final := wire.Status{Task: "C", Attempt: 1, Status: wire.StatusCompleted, StartedAt: "2026-01-02T15:04:05.123Z"}
-	if err := writeJSONAtomic(done.path(fileStatus), final); err != nil {
+	if err := taskfiles.WriteJSONAtomic(done.path(taskfiles.FileStatus), final); err != nil {
 		t.Fatal(err)
 	}
 	newTask(t, root, wire.Launch{Project: "p2", Task: "D"})
@@ -900,7 +903,7 @@ func TestStatus(t *testing.T) {
 func TestAttemptsLinkIsNotFollowed(t *testing.T) {
 	t.Parallel()
 	outside := t.TempDir()
-	tk := newTask(t, "", wire.Launch{Command: shell("echo one > out.txt; ln -s " + outside + " ../" + dirAttempts)})
+	tk := newTask(t, "", wire.Launch{Command: shell("echo one > out.txt; ln -s " + outside + " ../" + taskfiles.DirAttempts)})
 	tk.run(t, "")
 	tk.waitFinal(t)
 	tk.setLaunch(t, wire.Launch{Project: "demo", Task: "T1", Attempt: 2, HeartbeatSeconds: 0.1, Command: shell("echo two")})
@@ -911,7 +914,7 @@ func TestAttemptsLinkIsNotFollowed(t *testing.T) {
 	if entries, _ := os.ReadDir(outside); len(entries) > 0 {
 		t.Errorf("the supervisor wrote through the task's link: %s holds %v", outside, entries)
 	}
-	if got := tk.readFile(t, filepath.Join(dirAttempts, "1", dirOutput, "out.txt")); got != "one\n" {
+	if got := tk.readFile(t, filepath.Join(taskfiles.DirAttempts, "1", taskfiles.DirOutput, "out.txt")); got != "one\n" {
 		t.Errorf("attempts/1/output/out.txt = %q, want the first attempt's", got)
 	}
 }
@@ -926,19 +929,19 @@ func TestHeartbeatSaysHowLongTheToolWasQuiet(t *testing.T) {
 		Command: shell("i=0; while [ $i -lt 30 ]; do echo tick $i; i=$((i+1)); sleep 0.05; done; touch quiet; " + waitForGo)})
 	tk.run(t, "")
 	quiet := func() time.Duration {
-		q, ok := heartbeatQuiet(tk.readFile(t, fileHeartbeat))
+		q, ok := heartbeatQuiet(tk.readFile(t, taskfiles.FileHeartbeat))
 		if !ok {
-			t.Fatalf("heartbeat %q says nothing of the quiet time", tk.readFile(t, fileHeartbeat))
+			t.Fatalf("heartbeat %q says nothing of the quiet time", tk.readFile(t, taskfiles.FileHeartbeat))
 		}
 		return q
 	}
 	var most time.Duration
 	samples := 0
-	poll(t, 20*time.Second, "the tool to print its 30 lines", func() bool {
-		if _, err := os.Stat(tk.path(filepath.Join(dirOutput, "quiet"))); err == nil {
+	wtest.Poll(t, 20*time.Second, "the tool to print its 30 lines", func() bool {
+		if _, err := os.Stat(tk.path(filepath.Join(taskfiles.DirOutput, "quiet"))); err == nil {
 			return true
 		}
-		if q, ok := heartbeatQuiet(tk.readFile(t, fileHeartbeat)); ok {
+		if q, ok := heartbeatQuiet(tk.readFile(t, taskfiles.FileHeartbeat)); ok {
 			most, samples = max(most, q), samples+1
 		}
 		return false
@@ -946,7 +949,7 @@ func TestHeartbeatSaysHowLongTheToolWasQuiet(t *testing.T) {
 	if samples == 0 || most > time.Second {
 		t.Fatalf("the tool printed every 50ms, yet the heartbeat said it was quiet for up to %s (%d samples)", most, samples)
 	}
-	poll(t, 20*time.Second, "the quiet time to grow past 1.5s once the tool is silent", func() bool { return quiet() > 1500*time.Millisecond })
+	wtest.Poll(t, 20*time.Second, "the quiet time to grow past 1.5s once the tool is silent", func() bool { return quiet() > 1500*time.Millisecond })
 	tk.touch(t, "go")
 	tk.waitFinal(t)
 }

@@ -9,15 +9,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/urfave/cli/v2"
-
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/controller"
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/nodes/sshnode"
 	"github.com/dispatch-tool/dispatch/store"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wrapper/gitresult"
+	"github.com/urfave/cli/v2"
 )
 
 func cleanupCommand() *cli.Command {
@@ -111,7 +110,7 @@ func removeWorkspace(ctx context.Context, cfg *nodes.Config, n nodes.Node, env s
 	// of the wrapper's, outside the task directory: it goes with it.
 	removeSnapshots := func(dirs []string) error {
 		for _, d := range dirs {
-			if err := tr.Remove(ctx, wrapper.SnapshotDirOf(inst.Path, d)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := tr.Remove(ctx, gitresult.SnapshotDirOf(inst.Path, d)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
 		}

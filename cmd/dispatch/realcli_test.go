@@ -15,7 +15,7 @@ import (
 	"github.com/dispatch-tool/dispatch/internal/fakeapi"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wire"
-	"github.com/dispatch-tool/dispatch/wrapper"
+	"github.com/dispatch-tool/dispatch/wrapper/agentlog"
 )
 
 // realCLI is how a test points one real agent CLI at a fake provider API:
@@ -248,7 +248,7 @@ func testRealCLI(t *testing.T, cli realCLI, bin string) {
 			t.Errorf("%s: recorded %d in, %d out; the fake answered %d in, %d out", nc.id, in, out, want.In, want.Out)
 		}
 		// ...and what the CLI printed.
-		pin, pout, pcost := wrapper.ParseUsage(cli.tool, []byte(readFile(t, filepath.Join(h.home, "runs", "p", nc.id, "task.log"))))
+		pin, pout, pcost := agentlog.ParseUsage(cli.tool, []byte(readFile(t, filepath.Join(h.home, "runs", "p", nc.id, "task.log"))))
 		last := runs[len(runs)-1]
 		if pin != last.TokensIn || pout != last.TokensOut || pcost != last.CostUSD {
 			t.Errorf("%s: recorded %d/%d/$%g, the CLI printed %d/%d/$%g", nc.id, last.TokensIn, last.TokensOut, last.CostUSD, pin, pout, pcost)

@@ -1,0 +1,211 @@
+package nodestatus
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+)
+
+// ServeStatus answers status requests (wire.StatusRequest), one a line on
+// in, with one reply a line on out, until in ends: the controller's status
+// calls without a new session and a new process each. A request that does
+// not parse or names what `status` would refuse ends it with that error,
+// which the caller prints as any command's.
+func ServeStatus(ctx context.Context, version, root, node string, in io.Reader, out io.Writer) error {
+	br := bufio.NewReaderSize(in, 64<<10)
+	for {
+		line, err := readRequestLine(br)
+		if errors.Is(err, io.EOF) && len(line) == 0 {
+			return nil
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		var req wire.StatusRequest
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			return errkind.Usagef("status: a request: want {\"projects\":[…],\"live\":true,\"tasks\":[…],\"tags\":[…]}: %v", err)
+		}
+		for _, p := range req.Projects {
+			if !ValidName(p) {
+				return errkind.Usagef("status: invalid project name %q", p)
+			}
+		}
+		var ns *wire.NodeStatus
+		if req.Live {
+			named, held, err := checkLiveRequest(req.LiveRequest)
+			if err != nil {
+				return err
+			}
+			ns, err = LiveStatus(ctx, version, root, node, req.Projects, named, held)
+			if err != nil {
+				return err
+			}
+		} else if ns, err = NodeStatus(ctx, version, root, node, req.Projects); err != nil {
+			return err
+		}
+		if err := json.NewEncoder(out).Encode(ns); err != nil {
+			return errkind.IO(fmt.Errorf("write reply: %w", err))
+		}
+	}
+}
+
+// readRequestLine reads one line of br, without its newline, of at most
+// maxLiveRequest bytes.
+func readRequestLine(br *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(line)+len(chunk) > maxLiveRequest+1 {
+			return nil, errkind.Usagef("status: a request of more than %d bytes", maxLiveRequest)
+		}
+		line = append(line, chunk...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil {
+			return line, err
+		}
+		return bytes.TrimSuffix(line, []byte("\n")), nil
+	}
+}
+
+// ValidName rejects names that would leave the directory they name a child of.
+func ValidName(name string) bool {
+	return name != "" && name != "." && name != ".." && !strings.ContainsAny(name, "/\x00")
+}
+
+// NodeStatus lists the tasks of projects under root (all projects when none
+// are given), leaving out those of another node than node (see proc.OthersTask).
+// It reads a few small files per task and forks nothing on Linux, so one
+// call stays cheap with many tasks.
+func NodeStatus(ctx context.Context, version, root, node string, projects []string) (*wire.NodeStatus, error) {
+	ns := &wire.NodeStatus{
+		WrapperVersion: version,
+		Time:           taskfiles.Timestamp(time.Now()),
+		Facts:          readFacts(ctx, root),
+		Tasks:          []wire.TaskStatus{},
+	}
+	projects, err := listProjects(root, projects)
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(projects)
+	for i, project := range projects {
+		if i > 0 && project == projects[i-1] {
+			continue
+		}
+		tasks, err := listTasks(filepath.Join(root, project, "tasks"), node)
+		if err != nil {
+			return nil, err
+		}
+		ns.Tasks = append(ns.Tasks, tasks...)
+	}
+	return ns, nil
+}
+
+// listProjects returns projects, or when it is empty every project
+// directory under root.
+func listProjects(root string, projects []string) ([]string, error) {
+	if len(projects) > 0 {
+		return slices.Clone(projects), nil
+	}
+	entries, err := os.ReadDir(root)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, errkind.IO(fmt.Errorf("list projects in %s: %w", root, err))
+	}
+	for _, e := range entries {
+		// Hidden directories (.bin holds the wrappers) are not projects.
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			projects = append(projects, e.Name())
+		}
+	}
+	return projects, nil
+}
+
+// listTasks reports every task directory of tasksDir (none when it does
+// not exist) but those of another node than node; hidden entries (the
+// live index) are not tasks.
+func listTasks(tasksDir, node string) ([]wire.TaskStatus, error) {
+	entries, err := os.ReadDir(tasksDir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, errkind.IO(fmt.Errorf("list tasks in %s: %w", tasksDir, err))
+	}
+	project := filepath.Base(filepath.Dir(tasksDir))
+	var out []wire.TaskStatus
+	for _, e := range entries {
+		dir := filepath.Join(tasksDir, e.Name())
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") || proc.OthersTask(node, dir) {
+			continue
+		}
+		out = append(out, taskStatus(project, e.Name(), dir))
+	}
+	return out, nil
+}
+
+func taskStatus(project, task, dir string) wire.TaskStatus {
+	ts := wire.TaskStatus{Project: project, Task: task, Dir: dir}
+	// Probe the lock before reading the status: the supervisor writes its
+	// final status and then releases the lock, so in this order a finished
+	// attempt can never read as "running, supervisor gone" (a false crash).
+	// A lock that cannot even be opened has no supervisor behind it.
+	// Every file here may be anything the task made of it: a bad one is an
+	// error of this task alone (see taskfiles.ReadControlFile).
+	alive, lockErr := taskfiles.SupervisorAlive(dir)
+	ts.Alive = alive
+	st, err := taskfiles.ReadStatus(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		ts.StatusError = taskfiles.FileStatus + " missing"
+	case err != nil:
+		ts.StatusError = err.Error()
+	default:
+		ts.Status = st
+		// The session comes from the supervisor's private record, never
+		// from status.json, which the task can rewrite.
+		st.SessionID, st.Gate = "", nil
+		if st.Final() {
+			if rec, err := proc.ReadRecord(dir); err == nil && rec.Attempt == st.Attempt {
+				st.SessionID, st.Gate = rec.SessionID, rec.Gate
+				// A supervisor ends the tool's group before it writes a
+				// final status: a member left means the status is not its.
+				if alive && rec.ToolPGID > 1 && rec.SID > 1 {
+					ts.ToolRunning, _ = proc.GroupInSession(rec.ToolPGID, rec.SID)
+				}
+			}
+		}
+	}
+	if lockErr != nil {
+		ts.Status = nil
+		ts.StatusError = lockErr.Error()
+	}
+	data, err := taskfiles.ReadControlFile(filepath.Join(dir, taskfiles.FileHeartbeat))
+	switch {
+	case err == nil:
+		ts.Heartbeat = strings.TrimSpace(string(data))
+	case !errors.Is(err, os.ErrNotExist) && ts.StatusError == "":
+		ts.Status = nil
+		ts.StatusError = err.Error()
+	}
+	ts.SetTag()
+	return ts
+}

@@ -1,0 +1,343 @@
+package nodestatus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
+)
+
+// `watch --root W [--beat D]` is the controller's status stream: it runs as
+// long as its stdin stays open (the SSH session that started it) and prints
+// one JSON frame a line:
+//
+//	{"type":"hello","version":"…"}                  once, first, when it
+//	                                                 watches
+//	{"type":"change","tasks":["demo/S01", …]}        as soon as a task's
+//	                                                 status.json is replaced,
+//	                                                 or its supervisor dies
+//	{"type":"beat"}                                  every --beat (5s)
+//
+// A change frame only says where to look: the controller pulls `status` to
+// learn what changed. On Linux inotify tells of new status files at once;
+// elsewhere, or when inotify is out of watches, the task directories are
+// looked at every 100 ms. Whether each live supervisor still holds its lock
+// is looked at every second (the kernel tells nobody when a lock is
+// released), every lock every 30 seconds (see fullLiveEvery).
+
+// FrameTasks caps the tasks of one change frame: a status.json is read up
+// to 64 KiB, and a frame must stay well under the controller's line limit
+// (1 MiB). More changes make more frames.
+const FrameTasks = 8
+
+const (
+	// DefaultBeat is how often `watch` says it is alive.
+	DefaultBeat = 5 * time.Second
+	// pollScan is how often the task directories are looked at without
+	// inotify.
+	pollScan = 100 * time.Millisecond
+	// liveScan is how often every task directory is looked at and every
+	// supervisor's lock probed; between those looks, a file event makes a
+	// look at the task directories it names only.
+	liveScan = time.Second
+	// coalesce gathers a burst of file events into one look.
+	coalesce = 5 * time.Millisecond
+	// MinChangeGap is the shortest time between two looks that file
+	// events cause.
+	MinChangeGap = 50 * time.Millisecond
+	// fullLiveEvery is how many of the once-a-second looks pass, while
+	// file events are told, between two that look at every task directory
+	// and probe every lock. The others probe the locks of the supervisors
+	// the last look found alive, the only ones that can die unannounced: a
+	// supervisor that starts writes its status.json, or makes its lock file,
+	// and the event names its task. A node keeps every task directory its
+	// projects ran, and probing them all each second made the work of a
+	// batch grow with the square of its tasks.
+	fullLiveEvery = 30
+)
+
+// Watch prints frames to out until ctx ends or a write fails. notify uses
+// the platform's file notifications where there are some; without, it
+// polls. A change of another node's attempt than node's is not told (see
+// owner.go).
+func Watch(ctx context.Context, version, root, node string, beat time.Duration, out io.Writer, notify bool) error {
+	var mu sync.Mutex
+	enc := json.NewEncoder(out)
+	send := func(f wire.Frame) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return enc.Encode(f)
+	}
+	sc := NewScanner(root)
+	var events <-chan struct{}
+	var take func() dirChange
+	if notify {
+		var closeNotifier func()
+		events, take, closeNotifier = newNotifier(root)
+		defer closeNotifier()
+	}
+	sc.Scan(true) // the starting point: no frame for what already is
+	// hello says that every change from now on will be told.
+	if err := send(wire.Frame{Type: wire.FrameHello, Version: version}); err != nil {
+		return err
+	}
+
+	beats := time.NewTicker(beat)
+	defer beats.Stop()
+	live := time.NewTicker(liveScan)
+	defer live.Stop()
+	var poll <-chan time.Time
+	if events == nil {
+		t := time.NewTicker(pollScan)
+		defer t.Stop()
+		poll = t.C
+	}
+	var lastLook time.Time
+	liveLooks := 0
+	report := func(changed []string) error {
+		changed = slices.DeleteFunc(changed, func(key string) bool {
+			project, task, _ := strings.Cut(key, "/")
+			return proc.OthersTask(node, filepath.Join(root, project, "tasks", task))
+		})
+		for len(changed) > 0 {
+			n := min(len(changed), FrameTasks)
+			f := wire.Frame{Type: wire.FrameChange, Tasks: changed[:n]}
+			for _, key := range f.Tasks {
+				project, task, _ := strings.Cut(key, "/")
+				f.Statuses = append(f.Statuses, taskStatus(project, task, filepath.Join(root, project, "tasks", task)))
+			}
+			if err := send(f); err != nil {
+				return err
+			}
+			changed = changed[n:]
+		}
+		return nil
+	}
+	for {
+		var err error
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-beats.C:
+			err = send(wire.Frame{Type: wire.FrameBeat})
+		case <-live.C:
+			// What the events did not say (a lock released, taken) is
+			// found here, once a second: at the live supervisors while
+			// events come (see fullLiveEvery), at every directory and
+			// lock otherwise.
+			liveLooks++
+			if events != nil && liveLooks%fullLiveEvery != 0 {
+				err = report(sc.scanAlive())
+			} else {
+				err = report(sc.Scan(true))
+			}
+		case <-poll:
+			err = report(sc.Scan(false))
+		case _, ok := <-events:
+			if !ok {
+				// inotify failed: look every 100 ms from now on.
+				events = nil
+				t := time.NewTicker(pollScan)
+				defer t.Stop()
+				poll = t.C
+				continue
+			}
+			// A burst of events (a rename is several) makes one look,
+			// and looks come at most every MinChangeGap: a task that
+			// rewrites its status.json in a loop gets no more.
+			time.Sleep(max(coalesce, MinChangeGap-time.Since(lastLook)))
+			drain(events)
+			lastLook = time.Now()
+			if c := take(); c.all {
+				err = report(sc.Scan(false))
+			} else {
+				err = report(sc.ScanKeys(c.keys))
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("watch: write a frame: %w", err)
+		}
+	}
+}
+
+func drain(c <-chan struct{}) {
+	for {
+		select {
+		case <-c:
+		default:
+			return
+		}
+	}
+}
+
+// scanner remembers, per task directory, what its status.json was and
+// whether its supervisor lived, and says which changed.
+type scanner struct {
+	root  string
+	mu    sync.Mutex
+	Known map[string]taskSeen // by "project/task"
+	// primed is set after the first scan, the starting point: from then
+	// on a task directory seen for the first time with a status or a live
+	// supervisor is a change too.
+	primed bool
+}
+
+type taskSeen struct {
+	status fileSeen
+	alive  bool
+}
+
+// fileSeen identifies one version of a file: a rename replaces its inode.
+type fileSeen struct {
+	ino, size, mtime int64
+}
+
+func NewScanner(root string) *scanner {
+	return &scanner{root: root, Known: map[string]taskSeen{}}
+}
+
+// Scan looks at every task directory under root and returns the tasks
+// whose status.json changed since the last scan (and, with probeLive,
+// whose supervisor died or appeared), sorted.
+func (s *scanner) Scan(probeLive bool) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := map[string]bool{}
+	var changed []string
+	walkTaskDirs(s.root, func(key, dir string) {
+		seen[key] = true
+		if s.look(key, dir, probeLive) {
+			changed = append(changed, key)
+		}
+	})
+	s.primed = true
+	for key := range s.Known {
+		if !seen[key] {
+			delete(s.Known, key)
+		}
+	}
+	sort.Strings(changed)
+	return changed
+}
+
+// dirChange is what file events named: the tasks (project/ID) whose
+// status file changed or whose directory came or went, all when anything
+// higher changed (or the kernel dropped events), and the new task
+// directories to watch.
+type dirChange struct {
+	all     bool
+	keys    map[string]bool
+	newDirs []string
+}
+
+// ScanKeys looks at the named task directories only and returns those
+// whose status.json, supervisor (or presence) changed, sorted; a
+// directory gone is forgotten.
+func (s *scanner) ScanKeys(keys map[string]bool) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var changed []string
+	for key := range keys {
+		project, task, ok := strings.Cut(key, "/")
+		if !ok || !ValidName(project) || !ValidName(task) {
+			continue
+		}
+		dir := filepath.Join(s.root, project, "tasks", task)
+		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+			delete(s.Known, key)
+			continue
+		}
+		// The event may be the lock file's (a supervisor starting, or
+		// ending): its lock is probed.
+		if s.look(key, dir, true) {
+			changed = append(changed, key)
+		}
+	}
+	sort.Strings(changed)
+	return changed
+}
+
+// scanAlive looks at the task directories whose supervisor was alive at
+// their last look, probing their locks, and returns those that changed,
+// sorted; a directory gone is forgotten.
+func (s *scanner) scanAlive() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var changed []string
+	for key, seen := range s.Known {
+		if !seen.alive {
+			continue
+		}
+		project, task, _ := strings.Cut(key, "/")
+		dir := filepath.Join(s.root, project, "tasks", task)
+		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+			delete(s.Known, key)
+			continue
+		}
+		if s.look(key, dir, true) {
+			changed = append(changed, key)
+		}
+	}
+	sort.Strings(changed)
+	return changed
+}
+
+// look records what dir's status and supervisor are now, probing the lock
+// when probeLive is set or the directory is new or its status changed,
+// and reports whether that is a change.
+func (s *scanner) look(key, dir string, probeLive bool) bool {
+	old, had := s.Known[key]
+	now := taskSeen{status: statSeen(filepath.Join(dir, taskfiles.FileStatus)), alive: old.alive}
+	if probeLive || !had || now.status != old.status {
+		now.alive, _ = taskfiles.SupervisorAlive(dir)
+	}
+	s.Known[key] = now
+	return had && now != old || !had && s.primed && now != (taskSeen{})
+}
+
+// walkTaskDirs calls task for every <project>/tasks/<ID> directory under
+// root. Hidden names (.bin) are skipped.
+func walkTaskDirs(root string, task func(key, dir string)) {
+	projects, _ := os.ReadDir(root)
+	for _, p := range projects {
+		if !p.IsDir() || strings.HasPrefix(p.Name(), ".") {
+			continue
+		}
+		tasksDir := filepath.Join(root, p.Name(), "tasks")
+		tasks, err := os.ReadDir(tasksDir)
+		if err != nil {
+			continue
+		}
+		for _, t := range tasks {
+			if t.IsDir() && !strings.HasPrefix(t.Name(), ".") {
+				task(p.Name()+"/"+t.Name(), filepath.Join(tasksDir, t.Name()))
+			}
+		}
+	}
+}
+
+// statSeen describes path without following a link; a missing or odd file
+// is the zero value, which differs from any real one.
+func statSeen(path string) fileSeen {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return fileSeen{}
+	}
+	fs := fileSeen{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		fs.ino = int64(st.Ino)
+	}
+	return fs
+}

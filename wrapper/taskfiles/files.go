@@ -1,0 +1,295 @@
+package taskfiles
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/wire"
+)
+
+// Names of the files in a task directory.
+const (
+	FileSpec      = "spec.md"
+	FileLaunch    = "launch.json"
+	FileLock      = "lock"
+	FilePID       = "pid"
+	FileStatus    = "status.json"
+	FileHeartbeat = "heartbeat"
+	FileLog       = "task.log"
+	FileWrapper   = "wrapper.log"
+	FileKill      = "kill.json"
+	DirOutput     = "output"
+	DirAttempts   = "attempts"
+	// DirTmp is the tool's TMPDIR, emptied at the start of each attempt.
+	DirTmp = "tmp"
+	// DirHome is the tool's private HOME in the sandbox.
+	DirHome = "home"
+	// DirGate is the fresh copy of the result the gate runs in, made
+	// again for every gate run (whatever the tool left there is gone).
+	DirGate = "gate"
+	// DirGateHome and DirGateTmp are the gate's HOME (sandboxed) and
+	// TMPDIR, made afresh for every gate run: what the tool left in its
+	// own (a go env file, a pip or npm config) would decide the gate's
+	// verdict.
+	DirGateHome = "gate-home"
+	DirGateTmp  = "gate-tmp"
+	// OldTmpSuffix names an earlier attempt's tmp/ moved aside for removal.
+	OldTmpSuffix = ".old."
+)
+
+// WriteFileAtomic replaces path with data so that readers see either the old
+// or the new content, never a mix: temp file in the same directory, then
+// rename. Nothing is synced to disk: a node that loses power loses its
+// running attempts anyway (the controller finds them dead and runs them
+// again), and syncing every bookkeeping file (spec, launch, pid, record,
+// heartbeat, each status) cost several journal commits per attempt, the
+// largest share of a launch on a busy node. The one write that must
+// survive a crash is an attempt's final status: see WriteStatusDurable.
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	return writeFile(path, data, perm, false)
+}
+
+// writeFile is WriteFileAtomic; with durable, the content and the rename
+// are synced to disk before it returns.
+func writeFile(path string, data []byte, perm os.FileMode, durable bool) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("create temp file for %s: %w", path, err)
+	}
+	tmp := f.Name()
+	fail := func(err error) error {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		return fail(fmt.Errorf("write %s: %w", tmp, err))
+	}
+	if err := f.Chmod(perm); err != nil {
+		return fail(fmt.Errorf("chmod %s: %w", tmp, err))
+	}
+	if !durable {
+		if err := f.Close(); err != nil {
+			os.Remove(tmp)
+			return fmt.Errorf("close %s: %w", tmp, err)
+		}
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		if durable {
+			f.Close()
+		}
+		os.Remove(tmp)
+		return fmt.Errorf("rename %s: %w", tmp, err)
+	}
+	if durable {
+		// Synced after the rename: readers (the node's status stream, the
+		// controller) see the new content at once, and the disk has it a
+		// moment later, however busy the disk is. The rename itself is
+		// durable once the directory is synced. A failure here loses
+		// nothing readers can see, so it is not reported.
+		f.Sync()
+		f.Close()
+		if d, err := os.Open(dir); err == nil {
+			d.Sync()
+			d.Close()
+		}
+	}
+	return nil
+}
+
+func WriteJSONAtomic(path string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", filepath.Base(path), err)
+	}
+	return WriteFileAtomic(path, append(data, '\n'), 0o644)
+}
+
+// WriteStatusDurable writes an attempt's final status and syncs it: once
+// the database records the attempt as ended, nothing runs it again, so its
+// status must not come back empty or older after a crash of the node
+// (collection would find "no files of this attempt" and keep nothing).
+func WriteStatusDurable(dir string, st *wire.Status) error {
+	data, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", FileStatus, err)
+	}
+	return writeFile(filepath.Join(dir, FileStatus), append(data, '\n'), 0o644, true)
+}
+
+// ReadStatus reads D/status.json. A missing file gives an error satisfying
+// errors.Is(err, os.ErrNotExist).
+func ReadStatus(dir string) (*wire.Status, error) {
+	data, err := ReadControlFile(filepath.Join(dir, FileStatus))
+	if err != nil {
+		return nil, err
+	}
+	var st wire.Status
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", FileStatus, err)
+	}
+	if st.Status == "" {
+		return nil, fmt.Errorf("parse %s: no status field", FileStatus)
+	}
+	return &st, nil
+}
+
+// MaxControlFile caps what the wrapper reads of one control file.
+const MaxControlFile = 64 << 10
+
+// OpenControlFile opens a file of a task directory, which the task itself
+// may have replaced with anything: it never follows a symbolic link in the
+// last component, never blocks (a FIFO), and accepts regular files only.
+func OpenControlFile(path string, flag int) (*os.File, error) {
+	f, err := os.OpenFile(path, flag|syscall.O_NONBLOCK|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o644)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, fmt.Errorf("%s is a symbolic link, not a regular file", filepath.Base(path))
+		}
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s is not a regular file (%s)", filepath.Base(path), fi.Mode().Type())
+	}
+	return f, nil
+}
+
+// ReadControlFile reads a control file (see OpenControlFile) of at most
+// MaxControlFile bytes; a larger one is an error, not read.
+func ReadControlFile(path string) ([]byte, error) {
+	return ReadControlFileMax(path, MaxControlFile)
+}
+
+// MaxLaunchFile caps what the wrapper reads of launch.json: a gate's known
+// results and a retry's gate output make it larger than the other
+// control files (the controller keeps it under 512 KiB, see
+// controller.gateLaunch).
+const MaxLaunchFile = 1 << 20
+
+// MaxRecordFile caps what the wrapper reads of a private process record,
+// which holds a gate's output tail (wire.GateTailBytes, six times that
+// JSON-escaped at worst).
+const MaxRecordFile = 1 << 20
+
+// ReadControlFileMax is ReadControlFile with a cap of its own.
+func ReadControlFileMax(path string, limit int) ([]byte, error) {
+	f, err := OpenControlFile(path, os.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > limit {
+		return nil, fmt.Errorf("%s is larger than %d KiB", filepath.Base(path), limit>>10)
+	}
+	return data, nil
+}
+
+// ExpandPath resolves a leading "~/" to the home directory and makes the path
+// absolute, because the supervisor runs with "/" as its working directory.
+func ExpandPath(p string) (string, error) {
+	if p == "~" || strings.HasPrefix(p, "~/") {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("expand %s: %w", p, err)
+		}
+		p = filepath.Join(home, strings.TrimPrefix(p[1:], "/"))
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("resolve %s: %w", p, err)
+	}
+	return abs, nil
+}
+
+func flock(f *os.File, how int) error {
+	for {
+		err := syscall.Flock(int(f.Fd()), how)
+		if err != syscall.EINTR {
+			return err
+		}
+	}
+}
+
+// LockTask takes D/lock exclusively for the life of the returned file. The
+// file is close-on-exec (os.OpenFile sets O_CLOEXEC), so the tool never holds
+// the lock. Short-lived shared locks taken by `status` probes can make a
+// non-blocking attempt fail, so it retries for up to wait before reporting
+// the lock as held.
+func LockTask(dir string, wait time.Duration) (*os.File, bool, error) {
+	path := filepath.Join(dir, FileLock)
+	f, err := OpenControlFile(path, os.O_RDWR|os.O_CREATE)
+	if err != nil {
+		return nil, false, fmt.Errorf("open lock: %w", err)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		err := flock(f, syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return f, true, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, false, fmt.Errorf("lock %s: %w", path, err)
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			return nil, false, nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// SupervisorAlive reports whether a supervisor holds D/lock. A shared
+// non-blocking lock succeeds only when nobody holds it exclusively.
+func SupervisorAlive(dir string) (bool, error) {
+	f, err := OpenControlFile(filepath.Join(dir, FileLock), os.O_RDONLY)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return false, nil
+		}
+		return false, fmt.Errorf("open lock: %w", err)
+	}
+	defer f.Close()
+	err = flock(f, syscall.LOCK_SH|syscall.LOCK_NB)
+	if err == nil {
+		return false, nil
+	}
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		return true, nil
+	}
+	return false, fmt.Errorf("probe lock: %w", err)
+}
+
+// DiskFree reports the space available to unprivileged users on the file
+// system holding path, or on its nearest existing parent.
+func DiskFree(path string) int64 {
+	for {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(path, &st); err == nil {
+			return int64(st.Bavail) * int64(st.Bsize)
+		}
+		parent := filepath.Dir(path)
+		if parent == path {
+			return 0
+		}
+		path = parent
+	}
+}

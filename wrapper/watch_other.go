@@ -1,7 +1,0 @@
-//go:build !linux
-
-package wrapper
-
-// newNotifier: without inotify the task directories are looked at every
-// 100 ms (see watch).
-func newNotifier(string) (<-chan struct{}, func() dirChange, func()) { return nil, nil, func() {} }
