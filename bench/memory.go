@@ -512,20 +512,66 @@ func specMemTarget(r *memResult) target {
 		met:  r.hwm <= specMemLimit && r.validateMax <= specMemLimit}
 }
 
-// peakRSS runs dispatch with args to its end and returns its peak RSS
-// (the kernel's ru_maxrss).
+// peakRSS runs dispatch with args to its end and returns its peak RSS,
+// as GNU time reports it (%M), or, without /usr/bin/time, the largest
+// VmHWM read every 5 ms. Not the rusage os/exec returns: its child begins
+// as a vfork of this process, and the kernel counts the high-water mark
+// of that memory, the bench's own, in the child's ru_maxrss.
 func peakRSS(ctx context.Context, o *options, c *sshdtest.Client, args ...string) (int64, error) {
-	cmd := exec.CommandContext(ctx, o.dispatch, args...)
-	cmd.Env = dispatchEnv(c)
-	out, err := cmd.CombinedOutput()
+	f, err := os.CreateTemp("", "peakrss")
 	if err != nil {
-		return 0, fmt.Errorf("dispatch %s: %v\n%s", strings.Join(args, " "), err, lastLines(string(out), 15))
+		return 0, err
 	}
-	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-	if !ok {
-		return 0, fmt.Errorf("dispatch %s: no rusage", strings.Join(args, " "))
+	f.Close()
+	defer os.Remove(f.Name())
+	_, noTime := os.Stat("/usr/bin/time")
+	cmd := exec.CommandContext(ctx, "/usr/bin/time", append([]string{"-f", "%M", "-o", f.Name(), o.dispatch}, args...)...)
+	if noTime != nil {
+		cmd = exec.CommandContext(ctx, o.dispatch, args...)
 	}
-	return ru.Maxrss << 10, nil // KiB on Linux
+	cmd.Env = dispatchEnv(c)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	var hwm atomic.Int64
+	done := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		if noTime == nil {
+			return // GNU time measures
+		}
+		for {
+			if _, h, err := procMem(cmd.Process.Pid); err == nil && h > hwm.Load() {
+				hwm.Store(h)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	err = cmd.Wait()
+	close(done)
+	<-sampled
+	if err != nil {
+		return 0, fmt.Errorf("dispatch %s: %v\n%s", strings.Join(args, " "), err, lastLines(out.String(), 15))
+	}
+	if noTime != nil {
+		return hwm.Load(), nil
+	}
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		return 0, err
+	}
+	kb, err := strconv.ParseInt(strings.TrimSpace(lastLines(string(b), 1)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("GNU time's %%M of dispatch %s: %q: %v", strings.Join(args, " "), b, err)
+	}
+	return kb << 10, nil
 }
 
 // selfCPU is the CPU time this process has used, in seconds.
