@@ -37,6 +37,9 @@ func (o *options) pick(quick, full int) int {
 type target struct {
 	name, want, got string
 	met             bool
+	// goal is the issue 35 goal the target measures (issue35Goals); ""
+	// for none.
+	goal string
 }
 
 type section struct {

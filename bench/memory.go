@@ -47,6 +47,7 @@ type memResult struct {
 	steadyRSS      []float64
 	launchMax, hwm int64
 	firstLaunch    time.Duration // when the first task directory appeared on a node
+	validateMax    int64         // peak RSS of `dispatch validate` of the same home (ru_maxrss)
 	addMax         int64         // max RSS before the first launch: parse the specs, add them to SQLite
 	// adding the project again in process, on a fresh database
 	addPeakHeap, addAlloc int64
@@ -195,6 +196,9 @@ func memRun(ctx context.Context, o *options, t *tb, c *sshdtest.Client, servers 
 	}
 	close(done)
 	stop()
+	if r.validateMax, err = peakRSS(ctx, o, c, "--home", homeDir, "validate", project); err != nil {
+		return nil, err
+	}
 	mu.Lock()
 	for _, s := range r.samples {
 		switch {
@@ -434,20 +438,18 @@ func memSection(o *options, rs []*memResult) *section {
 		"comment lines to about 4 KiB, the size of a short agent prompt.\n\n",
 		memTasks, memNodes, memRunning/memNodes, memRunning, memTasks-memRunning, time.Duration(o.pick(15, 30))*time.Second, memRunning, memPoll)
 	tbl := &table{head: []string{"spec size", "max RSS before the first launch (specs parsed, project added)", "max RSS while launching 1,000",
-		"steady RSS median (max)", "peak VmHWM", "≤ 100 MB", "start → 1,000 running"}}
+		"steady RSS median (max)", "peak VmHWM", "≤ 100 MB", "start → 1,000 running", "`dispatch validate`: peak RSS"}}
 	for _, r := range rs {
 		tbl.add(fmt.Sprintf("%d B", r.specBytes), mib(r.addMax), mib(r.launchMax),
 			fmt.Sprintf("%s (%s)", mib(int64(median(r.steadyRSS))), mib(int64(maxOf(r.steadyRSS)))), mib(r.hwm),
-			verdict(r.hwm <= 100e6), fmtS(r.launch.Seconds()))
+			verdict(r.hwm <= 100e6), fmtS(r.launch.Seconds()), mib(r.validateMax))
 	}
 	b.WriteString(tbl.markdown())
 	primary := rs[0]
 	sec.targets = append(sec.targets, target{name: "memory", want: "controller RSS ≤ 100 MB (10,000 tasks, 1,000 running; no-op specs)",
 		got: fmt.Sprintf("peak %s, steady %s", mib(primary.hwm), mib(int64(median(primary.steadyRSS)))), met: primary.hwm <= 100e6})
 	if len(rs) > 1 {
-		r := rs[1]
-		sec.targets = append(sec.targets, target{name: "memory", want: "same with 4 KiB specs (context)",
-			got: fmt.Sprintf("peak %s, steady %s", mib(r.hwm), mib(int64(median(r.steadyRSS)))), met: r.hwm <= 100e6})
+		sec.targets = append(sec.targets, specMemTarget(rs[1]))
 	}
 	fmt.Fprintf(&b, "\nTarget: RSS ≤ 100 MB — %s (no-op specs: peak %s).\n\n", verdict(primary.hwm <= 100e6), mib(primary.hwm))
 
@@ -498,6 +500,80 @@ func memSection(o *options, rs []*memResult) *section {
 	return sec
 }
 
+// specMemLimit is issue 35's bound on the peak RSS of `dispatch start`
+// and `dispatch validate` with 10,000 specs of 4 KiB.
+const specMemLimit = 100 << 20
+
+// specMemTarget is issue 35's memory goal, from the run with 4 KiB specs.
+func specMemTarget(r *memResult) target {
+	return target{name: "memory", goal: goalSpecMemory,
+		want: "10,000 specs of 4 KiB: `dispatch start` (1,000 of them running) and `dispatch validate` ≤ 100 MiB peak RSS",
+		got:  fmt.Sprintf("start: peak %s, steady %s; validate: peak %s", mib(r.hwm), mib(int64(median(r.steadyRSS))), mib(r.validateMax)),
+		met:  r.hwm <= specMemLimit && r.validateMax <= specMemLimit}
+}
+
+// peakRSS runs dispatch with args to its end and returns its peak RSS,
+// as GNU time reports it (%M), or, without /usr/bin/time, the largest
+// VmHWM read every 5 ms. Not the rusage os/exec returns: its child begins
+// as a vfork of this process, and the kernel counts the high-water mark
+// of that memory, the bench's own, in the child's ru_maxrss.
+func peakRSS(ctx context.Context, o *options, c *sshdtest.Client, args ...string) (int64, error) {
+	f, err := os.CreateTemp("", "peakrss")
+	if err != nil {
+		return 0, err
+	}
+	f.Close()
+	defer os.Remove(f.Name())
+	_, noTime := os.Stat("/usr/bin/time")
+	cmd := exec.CommandContext(ctx, "/usr/bin/time", append([]string{"-f", "%M", "-o", f.Name(), o.dispatch}, args...)...)
+	if noTime != nil {
+		cmd = exec.CommandContext(ctx, o.dispatch, args...)
+	}
+	cmd.Env = dispatchEnv(c)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	var hwm atomic.Int64
+	done := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		if noTime == nil {
+			return // GNU time measures
+		}
+		for {
+			if _, h, err := procMem(cmd.Process.Pid); err == nil && h > hwm.Load() {
+				hwm.Store(h)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	err = cmd.Wait()
+	close(done)
+	<-sampled
+	if err != nil {
+		return 0, fmt.Errorf("dispatch %s: %v\n%s", strings.Join(args, " "), err, lastLines(out.String(), 15))
+	}
+	if noTime != nil {
+		return hwm.Load(), nil
+	}
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		return 0, err
+	}
+	kb, err := strconv.ParseInt(strings.TrimSpace(lastLines(string(b), 1)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("GNU time's %%M of dispatch %s: %q: %v", strings.Join(args, " "), b, err)
+	}
+	return kb << 10, nil
+}
+
 // selfCPU is the CPU time this process has used, in seconds.
 func selfCPU() float64 {
 	var ru syscall.Rusage
@@ -510,27 +586,27 @@ func selfCPU() float64 {
 // memFinding says where the controller's memory goes, from the measurements.
 func memFinding(rs []*memResult) string {
 	var b strings.Builder
-	met := func(r *memResult) string { return map[bool]string{true: "met", false: "not met"}[r.hwm <= 100e6] }
+	met := func(ok bool) string { return map[bool]string{true: "met", false: "not met"}[ok] }
 	a := rs[0]
 	fmt.Fprintf(&b, "**Memory.** With 10,000 tasks of which 1,000 run, `dispatch start` peaks at %s RSS with no-op specs "+
 		"(target %s; %s before the first launch, %s while launching, %s steady)",
-		mib(a.hwm), met(a), mib(a.addMax), mib(a.launchMax), mib(int64(median(a.steadyRSS))))
+		mib(a.hwm), met(a.hwm <= 100e6), mib(a.addMax), mib(a.launchMax), mib(int64(median(a.steadyRSS))))
 	if len(rs) > 1 {
 		z := rs[1]
-		fmt.Fprintf(&b, " and at %s with 4 KiB specs (target %s; %s before the first launch, %s while launching, %s steady)",
-			mib(z.hwm), met(z), mib(z.addMax), mib(z.launchMax), mib(int64(median(z.steadyRSS))))
+		fmt.Fprintf(&b, " and at %s with 4 KiB specs (issue 35's target, with validate's peak of %s: %s; %s before the first launch, %s while launching, %s steady)",
+			mib(z.hwm), mib(z.validateMax), met(specMemTarget(z).met), mib(z.addMax), mib(z.launchMax), mib(int64(median(z.steadyRSS))))
 	}
 	b.WriteString(".")
 	big := rs[len(rs)-1]
 	if big.addMax >= big.launchMax && big.addMax >= int64(maxOf(big.steadyRSS)) {
-		fmt.Fprintf(&b, " The peak comes before the first tick, from parsing the specs: `spec.Load` of the %d specs "+
-			"(%s of spec text) leaves %s live (%.1f× the text) and, with `Plan` and `AddProject`, grows the heap by %s and allocates %s "+
-			"(`spec.(*loader).parseTask`, `readText`, `decodeText` lead the allocation profile). `start` keeps a soft memory limit "+
-			"(48 MiB) while it loads and stores the project, then drops the parsed project and collects it before the first tick, "+
-			"so that the collector's goal is set from what stays live; VmHWM keeps whatever peak the parsing leaves.",
-			memTasks, mib(int64(big.specBytes)*memTasks), mib(big.loadLive), float64(big.loadLive)/float64(int64(big.specBytes)*memTasks),
-			mib(big.addPeakHeap), mib(big.addAlloc))
+		b.WriteString(" The peak comes before the first tick, while the specs are parsed and stored.")
 	}
+	fmt.Fprintf(&b, " `spec.Load` of the %d specs of the larger size (%s of spec text) leaves %s live (%.2f× the text): a loaded project keeps "+
+		"each spec's hash, not its text, and `AddProject` reads each snapshot back from its file as it stores the task. With `Plan` "+
+		"and `AddProject` the heap grows by %s and %s is allocated. `start` keeps a soft memory limit (48 MiB) while it loads and "+
+		"stores the project, then collects before the first tick, so that the collector's goal is set from what stays live.",
+		memTasks, mib(int64(big.specBytes)*memTasks), mib(big.loadLive), float64(big.loadLive)/float64(int64(big.specBytes)*memTasks),
+		mib(big.addPeakHeap), mib(big.addAlloc))
 	fmt.Fprintf(&b, " Between ticks the controller holds about %s of live heap; steady RSS is each tick's garbage: "+
 		"%s allocated per tick (%.0f%% under `store.queryTasks`, the tick's one read of the tasks), a tick of %s against %s.",
 		mib(a.liveAfterGC), mib(int64(median(a.tickAlloc))), 100*a.queryTasksShare, fmtS(median(a.tickWall)), tickWallHint)

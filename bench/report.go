@@ -32,6 +32,7 @@ func render(o *options, m machine, sections []*section, took time.Duration) stri
 		}
 	}
 	b.WriteString("\n")
+	b.WriteString(issue35Table(sections))
 	var findings []string
 	for _, key := range findingOrder {
 		for _, s := range sections {

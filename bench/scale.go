@@ -80,7 +80,11 @@ func benchScale(ctx context.Context, o *options, t *tb) (*section, error) {
 			continue
 		}
 		ratio := b.total / a.total
-		sec.targets = append(sec.targets, target{name: "scale",
+		goal := ""
+		if a.tasks == 2000 && b.tasks == 4000 {
+			goal = goalLinear
+		}
+		sec.targets = append(sec.targets, target{name: "scale", goal: goal,
 			want: fmt.Sprintf("CPU linear: %d tasks ≤ %.1f× the CPU of %d", b.tasks, pair[2], a.tasks),
 			got:  fmt.Sprintf("%s vs %s = %.2f×", fmtS(b.total), fmtS(a.total), ratio), met: ratio <= pair[2]})
 	}

@@ -254,7 +254,11 @@ func (c *Controller) Retry(ctx context.Context, project string, ids []string, do
 			t := byID[id]
 			set := store.TaskPatch{RetriesUsed: new(0), RateLimitRetries: new(0), LostRetries: new(0), Preemptions: new(0), NotBefore: new(time.Time{})}
 			if f := fresh[id]; f != nil && f.Hash != t.SpecHash && !domain.IsPhaseID(id) {
-				set.Snapshot, set.SpecHash = new(f.Snapshot), new(f.Hash)
+				snap, err := sp.Snapshot(f)
+				if err != nil {
+					return &control.OpError{Msg: fmt.Sprintf("retry %s: %v", project, err)}
+				}
+				set.Snapshot, set.SpecHash = new(snap), new(f.Hash)
 				notes = append(notes, id+" takes its changed spec")
 			}
 			if _, _, err := tx.Transition(ctx, store.Change{Project: project, Task: id, From: t.Status, To: domain.Pending,

@@ -91,7 +91,8 @@ func newRun(ctx context.Context, st *store.Store, cfg *nodes.Config, homeDir str
 		return res, fmt.Errorf("archive run %d of %s: %w", old.Run, p.Name, err)
 	}
 	crashpoint.At(crashpoint.AfterArchive)
-	plan := runPlan{options: options, author: author, cands: cands, decisions: decisions, removed: removed, phase: phase, reused: reused, have: have}
+	plan := runPlan{options: options, author: author, cands: cands, decisions: decisions, removed: removed, phase: phase, reused: reused, have: have,
+		snapshot: func(id string) ([]byte, error) { return p.Snapshot(p.Task(id)) }}
 	if err := st.Update(ctx, func(tx *store.Tx) error { return writeRun(ctx, tx, p.Name, opts, old, plan, &res) }); err != nil || !res.AllReused {
 		return res, err
 	}
@@ -166,6 +167,9 @@ type runPlan struct {
 	phase     []string
 	reused    map[string]int
 	have      map[string]domain.Task
+	// snapshot reads an author task's snapshot from its spec, for a task
+	// written with it (new, or run again); author holds none.
+	snapshot func(id string) ([]byte, error)
 }
 
 // writeRun begins the new run of project in tx as plan says: new tasks
@@ -186,6 +190,9 @@ func writeRun(ctx context.Context, tx *store.Tx, project string, opts domain.Pro
 		switch {
 		case c.New:
 			res.Added++
+			if err := withSnapshot(&nt, plan.snapshot); err != nil {
+				return err
+			}
 			if err := tx.InsertTask(ctx, nt); err != nil {
 				return err
 			}
@@ -194,6 +201,9 @@ func writeRun(ctx context.Context, tx *store.Tx, project string, opts domain.Pro
 				return err
 			}
 		default:
+			if err := withSnapshot(&nt, plan.snapshot); err != nil {
+				return err
+			}
 			if err := tx.RunAgain(ctx, nt, plan.decisions[c.ID].Reason); err != nil {
 				return err
 			}
@@ -218,6 +228,16 @@ func writeRun(ctx context.Context, tx *store.Tx, project string, opts domain.Pro
 	return tx.SetProject(ctx, project, store.ProjectPatch{State: new(domain.ProjectDone), Phase: new(domain.PhaseDone),
 		Result: new(domain.ResultPassed), FinalCommit: new(old.FinalCommit), FinishedAt: new(tx.Now())},
 		fmt.Sprintf("nothing changed since run %d: every result reused; run %d passed", res.PrevRun, res.Run))
+}
+
+// withSnapshot sets t's snapshot from read.
+func withSnapshot(t *domain.Task, read func(id string) ([]byte, error)) error {
+	snap, err := read(t.ID)
+	if err != nil {
+		return err
+	}
+	t.Snapshot = snap
+	return nil
 }
 
 // archiveRunDir keeps what run n left in dir (runs/<project>/) in

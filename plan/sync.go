@@ -16,6 +16,10 @@ import (
 	"github.com/dispatch-tool/dispatch/store"
 )
 
+// storeTask is t as the store records it, without its snapshot: that is
+// read from the spec file (spec.Project.Snapshot) only where a task is
+// written, one at a time, so that a project's specs are never all in
+// memory at once.
 func storeTask(p *spec.Project, t *spec.Task, cfg *nodes.Config) domain.Task {
 	maxRetries := cfg.Controller.MaxRetries
 	if t.MaxRetries != nil {
@@ -27,7 +31,7 @@ func storeTask(p *spec.Project, t *spec.Task, cfg *nodes.Config) domain.Task {
 	}
 	return domain.Task{Project: p.Name, ID: t.ID, Title: t.Title, Type: t.Type, Tool: t.Tool, Model: t.Model,
 		Priority: t.Priority, DependsOn: deps, Tags: t.Tags, NodePin: t.Node, Timeout: t.Timeout, Stall: t.Stall,
-		MaxRetries: maxRetries, SpecFile: t.File, SpecHash: t.Hash, Snapshot: t.Snapshot, Sandbox: t.Sandbox, Network: t.Network, Limits: t.Limits,
+		MaxRetries: maxRetries, SpecFile: t.File, SpecHash: t.Hash, Sandbox: t.Sandbox, Network: t.Network, Limits: t.Limits,
 		Env: t.Env, RetryBackoff: t.RetryBackoff, Files: t.Files, StartFrom: t.StartFrom, OnConflict: t.OnConflict, NotPreemptible: t.NotPreemptible}
 }
 
@@ -96,7 +100,7 @@ func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so control.StartOptio
 	for _, t := range p.Tasks {
 		if domain.IsPhaseID(t.ID) {
 			o.Overrides[t.ID] = domain.PhaseSpec{Title: t.Title, File: t.File, Tool: t.Tool, Model: t.Model, Timeout: t.Timeout,
-				Tags: t.Tags, Node: t.Node, Snapshot: t.Snapshot, Hash: t.Hash, Sandbox: t.Sandbox, Network: t.Network, Limits: t.Limits}
+				Tags: t.Tags, Node: t.Node, Hash: t.Hash, Sandbox: t.Sandbox, Network: t.Network, Limits: t.Limits}
 		}
 	}
 	if p.Config.IntegrationSpec != "" {
@@ -108,6 +112,25 @@ func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so control.StartOptio
 	return o
 }
 
+// phaseSnapshots reads the snapshot of each phase task the author wrote
+// into o's overrides (projectOptionsFor leaves them out: the plan needs
+// only which there are).
+func phaseSnapshots(p *spec.Project, o *domain.ProjectOptions) error {
+	for _, t := range p.Tasks {
+		ov, ok := o.Overrides[t.ID]
+		if !ok || ov.Snapshot != nil || ov.Hash != t.Hash {
+			continue // not this spec's: integration_spec's, read whole
+		}
+		snap, err := p.Snapshot(t)
+		if err != nil {
+			return err
+		}
+		ov.Snapshot = snap
+		o.Overrides[t.ID] = ov
+	}
+	return nil
+}
+
 // AddProject records a project and its author tasks (new tasks are
 // pending; tasks that have not started take a changed spec; started tasks
 // keep their snapshot) and marks the project active. Phase tasks (S99, V*,
@@ -116,6 +139,9 @@ func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so control.StartOptio
 func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, home string, p *spec.Project, so control.StartOptions) (SyncResult, error) {
 	var res SyncResult
 	opts := projectOptionsFor(cfg, p, so)
+	if err := phaseSnapshots(p, &opts); err != nil {
+		return res, err
+	}
 	ob, _ := json.Marshal(opts)
 	var baseDir string
 	if p.Config.Base != "" {
@@ -168,6 +194,11 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, home st
 			old, ok := have[t.ID]
 			if !ok {
 				res.Added++
+				snap, err := p.Snapshot(t)
+				if err != nil {
+					return err
+				}
+				nt.Snapshot = snap
 				if err := tx.InsertTask(ctx, nt); err != nil {
 					return err
 				}
@@ -186,6 +217,11 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, home st
 				continue
 			}
 			res.Updated = append(res.Updated, t.ID)
+			snap, err := p.Snapshot(t)
+			if err != nil {
+				return err
+			}
+			nt.Snapshot = snap
 			if err := tx.SetTask(ctx, p.Name, t.ID, store.TaskPatch{Title: new(nt.Title), Type: new(nt.Type), Tool: new(nt.Tool),
 				Model: new(nt.Model), Priority: new(nt.Priority), DependsOn: new(nt.DependsOn), Tags: new(nt.Tags),
 				NodePin: new(nt.NodePin), Timeout: new(nt.Timeout), Stall: new(nt.Stall), MaxRetries: new(nt.MaxRetries),

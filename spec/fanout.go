@@ -319,7 +319,7 @@ func expandMatrix(p *parsed) []*parsed {
 		if c.Title = title(body, p.file); c.Title == p.task.Title {
 			c.Title += " (" + strings.Join(vals, ", ") + ")"
 		}
-		setSnapshot(&c, body, p.sections)
+		setHash(&c, body, p.sections)
 		out = append(out, &parsed{task: &c, depLines: p.depLines, file: p.file})
 	}
 	return out

@@ -99,7 +99,7 @@ func TestMatrixExpansion(t *testing.T) {
 				}
 			}
 			for id, want := range tc.bodies {
-				if got := string(p.Task(id).Snapshot); got != want {
+				if got := string(snapshot(t, p, p.Task(id))); got != want {
 					t.Errorf("%s snapshot = %q, want %q", id, got, want)
 				}
 			}

@@ -3,8 +3,6 @@ package spec
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"github.com/dispatch-tool/dispatch/domain"
@@ -120,6 +118,7 @@ func Load(specsDir, name string) (*Project, error) {
 		l.errs.Sort()
 		return nil, l.errs
 	}
+	l.project.shared, l.project.sections = l.shared, l.sections
 	return l.project, nil
 }
 
@@ -145,7 +144,7 @@ type parsed struct {
 	depLines map[string]int
 
 	file     taskFile
-	body     []string  // the body's lines, as in the snapshot
+	body     []string  // the body's lines, as in the snapshot; nil once hashed, unless a matrix makes tasks of it
 	sections []section // the contexts appended to the body
 	// matrix is the spec's matrix; matrixAt and matrixFileAt are where
 	// its keys were written (nil: not written).
@@ -219,6 +218,12 @@ func (l *loader) load() error {
 		}
 		known[f.id] = f.name
 		if p := l.parseTask(f); p != nil {
+			if p.matrix == nil {
+				// Its hash is taken: the text is read again when it is
+				// stored (Project.Snapshot). A matrix's tasks are made
+				// from the body below.
+				p.body = nil
+			}
 			all = append(all, p)
 		}
 	}
@@ -254,11 +259,10 @@ func (l *loader) addBaseline(known map[string]string) {
 		return
 	}
 	snap := []byte(baselineScript)
-	sum := sha256.Sum256(snap)
 	zero := 0
 	t := &Task{ID: BaselineID, Title: "Gate the base (gate.baseline)", Type: DefaultType, Tool: "shell", Priority: 1,
 		MaxRetries: &zero, Sandbox: l.project.Config.Sandbox, Network: l.project.Config.Network, Limits: l.project.Config.Limits,
-		Timeout: l.project.Config.Timeout, Snapshot: snap, Hash: hex.EncodeToString(sum[:])}
+		Timeout: l.project.Config.Timeout, text: snap, Hash: hashOf(snap), Size: len(snap)}
 	l.project.Tasks = append(l.project.Tasks, t)
 }
 
@@ -882,31 +886,8 @@ func (l *loader) parseTask(f taskFile) *parsed {
 	for _, sec := range p.sections {
 		t.Context = append(t.Context, sec.name)
 	}
-	setSnapshot(t, body, p.sections)
+	setHash(t, body, p.sections)
 	return p
-}
-
-// setSnapshot builds t's snapshot and hash, once, in a buffer of its final
-// size: the body lines, each ending in LF, then "\n" and each context
-// section.
-func setSnapshot(t *Task, body []string, sections []section) {
-	size := 0
-	for _, line := range body {
-		size += len(line) + 1
-	}
-	for _, sec := range sections {
-		size += 1 + len(sec.text)
-	}
-	snap := make([]byte, 0, size)
-	for _, line := range body {
-		snap = append(append(snap, line...), '\n')
-	}
-	for _, sec := range sections {
-		snap = append(append(snap, '\n'), sec.text...)
-	}
-	t.Snapshot = snap
-	sum := sha256.Sum256(t.Snapshot)
-	t.Hash = hex.EncodeToString(sum[:])
 }
 
 func cmpOr(a, b string) string {

@@ -40,6 +40,16 @@ func writeSpecs(t *testing.T, files map[string]string) string {
 	return dir
 }
 
+// snapshot is task's snapshot, read as the store reads it.
+func snapshot(t *testing.T, p *Project, task *Task) []byte {
+	t.Helper()
+	snap, err := p.Snapshot(task)
+	if err != nil {
+		t.Fatalf("Snapshot(%s): %v", task.ID, err)
+	}
+	return snap
+}
+
 func checkErrors(t *testing.T, specsDir string, err error, want []wantErr) {
 	t.Helper()
 	var errs Errors
@@ -569,8 +579,8 @@ func TestLoadValid(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if string(task.Snapshot) != string(golden) {
-				t.Errorf("Snapshot =\n%s\nwant\n%s", task.Snapshot, golden)
+			if snap := snapshot(t, p, task); string(snap) != string(golden) {
+				t.Errorf("Snapshot =\n%s\nwant\n%s", snap, golden)
 			}
 			sum := sha256.Sum256(golden)
 			if task.Hash != hex.EncodeToString(sum[:]) {
@@ -624,8 +634,8 @@ func TestSnapshotNormalisation(t *testing.T) {
 				t.Fatal(err)
 			}
 			task := p.Task("S01")
-			if string(task.Snapshot) != want {
-				t.Errorf("Snapshot = %q\nwant       %q", task.Snapshot, want)
+			if snap := snapshot(t, p, task); string(snap) != want {
+				t.Errorf("Snapshot = %q\nwant       %q", snap, want)
 			}
 			if task.Hash != hex.EncodeToString(wantSum[:]) {
 				t.Errorf("Hash = %s, want %x", task.Hash, wantSum)

@@ -78,8 +78,11 @@ type Task struct {
 	// project.yaml): a more urgent task never stops this one.
 	NotPreemptible bool
 
-	// Snapshot is the text given to the tool. Its format is part of the
-	// contract because Hash is compared across versions of dispatch:
+	// Hash is the hex sha256 of the task's snapshot, the text given to
+	// the tool, which Project.Snapshot reads again from the spec file:
+	// Load keeps the hash of each spec, not its text. The snapshot's
+	// format is part of the contract because Hash is compared across
+	// versions of dispatch:
 	//
 	//  1. The file must be valid UTF-8. A leading byte order mark is removed,
 	//     and CRLF and lone CR line ends become LF.
@@ -97,8 +100,13 @@ type Task struct {
 	//     heading, normalised as in 1 and 3.
 	//  5. In a task of a matrix, each {{key}} of the body (step 3's lines)
 	//     is replaced by its value, in one pass, before step 4.
-	Snapshot []byte
-	Hash     string // hex sha256 of Snapshot
+	Hash string
+	// Size is the snapshot's length in bytes.
+	Size int
+
+	// text is the snapshot of a task dispatch writes itself (the
+	// baseline), which has no spec file to read it from.
+	text []byte
 }
 
 // ProjectConfig is project.yaml. Pointers are nil when the key is absent so
@@ -188,6 +196,11 @@ type Project struct {
 	Config  ProjectConfig
 	Tasks   []*Task  // sorted by ID (byte order, as SQL sorts them)
 	Ignored []string // other entries of Dir that are neither tasks nor known files, e.g. "s01-lowercase.md"
+
+	// shared and sections are SHARED_CONTEXT.md as Load read it: the
+	// contexts Snapshot appends to a spec's body.
+	shared   *sharedContext
+	sections map[string]section
 }
 
 // Task returns the task with the given ID, or nil.

@@ -62,7 +62,7 @@ func TestLoadSymlinks(t *testing.T) {
 					t.Fatalf("Load: %v", err)
 				}
 				for _, tk := range p.Tasks {
-					if strings.Contains(string(tk.Snapshot), "PRIVATE") {
+					if strings.Contains(string(snapshot(t, p, tk)), "PRIVATE") {
 						t.Fatalf("%s holds the outside file", tk.ID)
 					}
 				}

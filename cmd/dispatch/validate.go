@@ -29,6 +29,9 @@ func validateCommand() *cli.Command {
 		Name:  "validate",
 		Usage: "check nodes.yaml and a project's specs, and print the plan; writes nothing",
 	}, "dispatch validate <project>", func(c *cli.Context, e *env, name string) error {
+		// As start: the plan of 10,000 tasks on 20 nodes (each row with
+		// its nodes and tools) is garbage made at once.
+		defer tightGC()()
 		cfg, p, rows, err := planProject(c.Context, e, name, nil, control.StartOptions{})
 		if err != nil {
 			return err
