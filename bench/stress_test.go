@@ -36,6 +36,12 @@ import (
 // (30.4 s instead of 2 s), a task's end never told by its node's status
 // stream (see wrapper:TestWatchSeesADirectoryMadeWhileWatchesAreAdded).
 //
+// Any batch whose controller waited for a timer (the poll, a due time)
+// rather than a node's word fails, whatever its wall time: that is what a
+// stall is, and it does not move with the machine's load as the wall
+// time does. Each slow or stalled batch names its longest wait and its
+// slowest tick, step by step.
+//
 // It runs 10 batches in make test; DISPATCH_STRESS_BATCHES=100 runs more, with one
 // busy process per core beside them (CPU load, as make bench sees).
 // -short skips it.
@@ -92,6 +98,18 @@ func TestThroughputBatchesNeverStall(t *testing.T) {
 	sorted := slices.Clone(walls)
 	slices.Sort(sorted)
 	med := sorted[len(sorted)/2]
+	// A stall is a wait for a timer while tasks ran: every change of a
+	// batch is told by a node's status stream, and the loop never needs
+	// the poll (or a claim's grace) to see one. Unlike the wall time, this
+	// does not move with the machine's load (a batch at load 20 took 4×
+	// the median of one at load 5, with every wait woken by the stream).
+	for b := range batches {
+		project := fmt.Sprintf("b%03d", b)
+		if waits := timerWaits(logs[project].String()); len(waits) > 0 {
+			t.Errorf("batch %s waited for a timer, not a node's word (a stall); %s:\n%s", project,
+				longestWait(t, st, project, logs[project].String()), strings.Join(waits, "\n"))
+		}
+	}
 	slow := 0
 	for i, w := range walls {
 		if w > 3*med {
@@ -197,10 +215,39 @@ func longestWait(t *testing.T, st *store.Store, project, log string) string {
 			lines = append(lines, l)
 		}
 	}
-	return fmt.Sprintf("longest wait %s, between %s %s/%s %s→%s (%s) and %s %s/%s %s→%s (%s); controller log of the wait:\n%s",
+	return fmt.Sprintf("longest wait %s, between %s %s/%s %s→%s (%s) and %s %s/%s %s→%s (%s); slowest tick: %s; controller log of the wait:\n%s",
 		b.Time.Sub(a.Time).Round(time.Millisecond),
 		a.Time.Format("15:04:05.000"), a.Kind, a.Task, a.FromStatus, a.ToStatus, a.Message,
-		b.Time.Format("15:04:05.000"), b.Kind, b.Task, b.FromStatus, b.ToStatus, b.Message, strings.Join(lines, "\n"))
+		b.Time.Format("15:04:05.000"), b.Kind, b.Task, b.FromStatus, b.ToStatus, b.Message, slowestTick(log), strings.Join(lines, "\n"))
+}
+
+// timerWaits are the controller's debug lines of the waits between ticks
+// that the poll interval or a due time ended (woke_by=poll|due).
+func timerWaits(log string) []string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, `msg="tick wait"`) && (strings.Contains(l, " woke_by=poll ") || strings.Contains(l, " woke_by=due ")) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// slowestTick is the controller's debug line of the batch's longest tick,
+// which says how long each of its steps took.
+func slowestTick(log string) string {
+	var slowest string
+	var most time.Duration
+	for _, l := range strings.Split(log, "\n") {
+		if !strings.Contains(l, " msg=tick took=") {
+			continue
+		}
+		v, _, _ := strings.Cut(l[strings.Index(l, " took=")+len(" took="):], " ")
+		if d, err := time.ParseDuration(v); err == nil && d > most {
+			slowest, most = l, d
+		}
+	}
+	return slowest
 }
 
 // logTime reads the time= of a slog text line.

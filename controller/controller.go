@@ -235,13 +235,17 @@ func (c *Controller) Tick(ctx context.Context) (TickResult, error) {
 	// What the tick decided to tell goes out when it ends, one message
 	// per target, its failed attempts' logs collected by then.
 	defer c.flushNotices(ctx)
+	took := newTickSteps()
+	defer took.log(c.log, &res)
 	projects, names, err := c.servedProjects(ctx)
 	if err != nil {
 		return res, err
 	}
 	pulls := c.pullAll(ctx, names)
+	took.step(&took.pull)
 	crashpoint.At(crashpoint.AfterPull)
 	out, err := c.decide(ctx, projects, names, pulls)
+	took.step(&took.decide)
 	if err != nil {
 		return res, fmt.Errorf("apply node status: %w", err)
 	}
@@ -259,6 +263,7 @@ func (c *Controller) Tick(ctx context.Context) (TickResult, error) {
 	// Stale attempts are killed in their nodes' background lanes; their
 	// nodes took no claim in this tick.
 	c.killStale(ctx, out.stale)
+	took.step(&took.kill)
 	// What finished is collected while the new attempts launch: on a
 	// node, a launch and a collection are two SSH sessions side by side. A
 	// task being launched again is left for the next tick, since its
@@ -268,17 +273,53 @@ func (c *Controller) Tick(ctx context.Context) (TickResult, error) {
 		launching[taskKey(cl.task.Project, cl.task.ID)] = true
 	}
 	collected := make(chan error, 1)
-	go func() { collected <- c.collectAll(ctx, names, pulls, launching) }()
+	go func() {
+		began := time.Now()
+		err := c.collectAll(ctx, names, pulls, launching)
+		took.collect = time.Since(began)
+		collected <- err
+	}()
 	res.Launched = c.launchAll(ctx, claims)
+	took.step(&took.launch)
 	if err := <-collected; err != nil {
 		c.log.Warn("collect outputs", "err", err)
 	}
+	took.step(&took.collectAfter)
 	done, err := c.finishProjects(ctx, projects)
+	took.step(&took.finish)
 	if err != nil {
 		return res, err
 	}
 	res.Done = done
 	return res, nil
+}
+
+// tickSteps is how long each step of a tick took, for the debug log: a
+// batch that waits inside a tick, not between two, names the step.
+type tickSteps struct {
+	began, mark time.Time
+	// collect runs beside the launches; collectAfter is how long the
+	// tick waited for it once they were done.
+	pull, decide, kill, launch, collect, collectAfter, finish time.Duration
+}
+
+func newTickSteps() *tickSteps {
+	now := time.Now()
+	return &tickSteps{began: now, mark: now}
+}
+
+// step adds the time since the last step to d.
+func (s *tickSteps) step(d *time.Duration) {
+	now := time.Now()
+	*d += now.Sub(s.mark)
+	s.mark = now
+}
+
+func (s *tickSteps) log(log *slog.Logger, res *TickResult) {
+	r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+	log.Debug("tick", "took", r(time.Since(s.began)), "pull", r(s.pull), "decide", r(s.decide), "kill", r(s.kill),
+		"launch", r(s.launch), "collect", r(s.collect), "collect_after_launch", r(s.collectAfter), "finish", r(s.finish),
+		"launched", res.Launched, "changed", res.Changed)
 }
 
 // Run ticks every poll interval, again right after a tick that launched

@@ -23,6 +23,7 @@ import (
 	"github.com/dispatch-tool/dispatch/gitrepo"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/filetree"
+	"github.com/dispatch-tool/dispatch/internal/textfence"
 	"github.com/dispatch-tool/dispatch/notify"
 	"github.com/dispatch-tool/dispatch/readmodel"
 	"github.com/dispatch-tool/dispatch/store"
@@ -32,7 +33,9 @@ import (
 var templateFS embed.FS
 
 // templates are the readable sources of the generated S99, V and F specs.
-var templates = template.Must(template.ParseFS(templateFS, "templates/*.md"))
+// A path in them is a task's to name: {{path .}} quotes it (see
+// textfence.Path).
+var templates = template.Must(template.New("").Funcs(template.FuncMap{"path": textfence.Path}).ParseFS(templateFS, "templates/*.md"))
 
 // advance moves a project through its phases (SPEC §8) once the tasks of the
 // current phase are finished and collected, and finishes it at the end.
@@ -435,7 +438,7 @@ func (c *Controller) integrate(ctx context.Context, p domain.Project, in phaseIn
 		msg = fmt.Sprintf("merged the branches of %d tasks (%d files changed, %d by more than one task), %d conflicts",
 			len(author), len(files), len(overlaps), len(conflicts))
 		for _, o := range overlaps {
-			msg += fmt.Sprintf("; %s changed by %s", o.Path, strings.Join(o.Tasks, ", "))
+			msg += fmt.Sprintf("; %s changed by %s", textfence.Path(o.Path), strings.Join(o.Tasks, ", "))
 		}
 	}
 	return false, c.startPhaseTask(ctx, p, opts, domain.IntegrationID, "integration", "Integrate the outputs", buf.Bytes(), from, domain.PhaseIntegration,

@@ -136,13 +136,15 @@ func fitsOnceFreed(cfg *nodes.Config, in assignInput, t domain.Task, node, freed
 }
 
 // keepUnderWay folds a tick into the preemptions under way: one stays
-// while its urgent task was not placed by this tick's claims, it has not
-// timed out, and its slot is not free for the claims yet (its attempt is
-// still stale, or its node took no work this tick). Pure.
-func keepUnderWay(prev map[string]underWay, placed, stale map[string]bool, caps map[string]*capacity, now time.Time) map[string]underWay {
+// until its urgent task is placed by a tick's claims, or it times out.
+// Its slot offered to the claims does not end it: a node short of memory
+// (fitsOnceFreed cannot know what the stopped attempt gives back) takes
+// no task however many attempts stop there, and ending it then stopped
+// another attempt each tick for the same urgent task. Pure.
+func keepUnderWay(prev map[string]underWay, placed map[string]bool, now time.Time) map[string]underWay {
 	out := map[string]underWay{}
 	for k, w := range prev {
-		if !placed[w.urgent] && now.Before(w.until) && (stale[k] || caps[w.node] == nil) {
+		if !placed[w.urgent] && now.Before(w.until) {
 			out[k] = w
 		}
 	}
@@ -160,11 +162,7 @@ func (c *Controller) planPreemptions(r *tickRead, tp *tickPlan, in assignInput, 
 	for _, p := range tp.picks {
 		placed[taskKey(p.task.Project, p.task.ID)] = true
 	}
-	stale := map[string]bool{}
-	for _, sa := range tp.stale {
-		stale[killKey(sa)] = true
-	}
-	tp.underWay = keepUnderWay(c.preempting, placed, stale, in.caps, now)
+	tp.underWay = keepUnderWay(c.preempting, placed, now)
 	if !pre.On() {
 		return
 	}

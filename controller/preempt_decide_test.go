@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -126,33 +127,81 @@ func TestDecidePreemptions(t *testing.T) {
 }
 
 // TestKeepUnderWay: a preemption stays under way, stopping its urgent
-// task from preempting again, until its urgent task is placed, its slot is
-// offered to the claims (the attempt is dead and its node takes work), or
-// it times out.
+// task from preempting again, until its urgent task is placed or it times
+// out; its slot offered to the claims (the attempt dead, its node taking
+// work) does not end it.
 func TestKeepUnderWay(t *testing.T) {
 	now := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
 	w := underWay{urgent: "hot/S01", node: "a", grace: time.Second, until: now.Add(time.Minute)}
-	caps := map[string]*capacity{"a": {}}
 	for _, tc := range []struct {
-		name          string
-		placed, stale bool
-		caps          map[string]*capacity
-		until         time.Time
-		kept          bool
+		name   string
+		placed bool
+		until  time.Time
+		kept   bool
 	}{
-		{name: "its attempt still dies", stale: true, caps: caps, until: w.until, kept: true},
-		{name: "its node takes no work this tick", caps: map[string]*capacity{}, until: w.until, kept: true},
-		{name: "its slot was offered", caps: caps, until: w.until},
-		{name: "its urgent task was placed", placed: true, stale: true, caps: caps, until: w.until},
-		{name: "timed out", stale: true, caps: caps, until: now},
+		// Its attempt still dies, or its node takes no work, or its slot
+		// was offered and did not take it (too little memory on its
+		// node, a more urgent task took it): it waits for its own
+		// preemption to time out before it stops another attempt.
+		{name: "its urgent task waits", until: w.until, kept: true},
+		{name: "its urgent task was placed", placed: true, until: w.until},
+		{name: "timed out", until: now},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ww := w
 			ww.until = tc.until
-			got := keepUnderWay(map[string]underWay{"k": ww}, map[string]bool{"hot/S01": tc.placed}, map[string]bool{"k": tc.stale}, tc.caps, now)
+			got := keepUnderWay(map[string]underWay{"k": ww}, map[string]bool{"hot/S01": tc.placed}, now)
 			if _, kept := got["k"]; kept != tc.kept {
 				t.Errorf("kept = %v, want %v", kept, tc.kept)
 			}
 		})
+	}
+}
+
+// TestPreemptionOnAMemoryStarvedNode: the freed slot of a node short of
+// memory (under its min_free_mem) does not take the urgent task, whose
+// placement a preemption cannot foresee (the stopped attempt's memory is
+// not known). The ticks after it, with the stopped attempt dead and the
+// node taking work again, stop no second attempt for the same urgent task
+// until its preemption times out (each tick stopped one more before).
+func TestPreemptionOnAMemoryStarvedNode(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
+	node := nodes.Node{Name: "a", Slots: 2, MinFreeMem: 1 << 30}
+	cfg := &nodes.Config{Nodes: []nodes.Node{node}, APIModes: map[string]nodes.APIMode{}}
+	urgent := domain.Task{Project: "hot", ID: "S01", Priority: 1, Status: domain.Pending}
+	running := []*domain.Task{
+		{Project: "low", ID: "S01", Node: "a", Priority: 9, Status: domain.Running, Attempt: 1, StartedAt: t0},
+		{Project: "low", ID: "S02", Node: "a", Priority: 9, Status: domain.Running, Attempt: 1, StartedAt: t0},
+	}
+	const grace = 2 * time.Second
+	var under map[string]underWay
+	var stopped []string
+	for tick := range 5 {
+		now := t0.Add(time.Duration(tick) * 3 * time.Second)
+		caps := map[string]*capacity{"a": {node: &nodeRuntime{cfg: node}, running: len(running), mem: 512 << 20}}
+		in := assignInput{caps: caps, paused: map[string]bool{}, modeUse: map[string]int{}, candidates: []domain.Task{urgent}}
+		placed := map[string]bool{}
+		for _, cl := range decideClaims(cfg, in) {
+			placed[taskKey(cl.task.Project, cl.task.ID)] = true
+		}
+		// The stopped attempt died within its tick: none is stale after.
+		under = keepUnderWay(under, placed, now)
+		pi := preemptInput{assign: in, gap: 3, waiting: []domain.Task{urgent}, running: running, modes: map[string]string{}, busy: map[string]bool{}}
+		for _, w := range under {
+			pi.busy[w.urgent] = true
+		}
+		for _, p := range decidePreemptions(cfg, pi) {
+			stopped = append(stopped, fmt.Sprintf("tick %d: %s/%s", tick, p.victim.Project, p.victim.ID))
+			sa := staleAttempt{node: "a", project: p.victim.Project, task: p.victim.ID, attempt: p.victim.Attempt}
+			if under == nil {
+				under = map[string]underWay{}
+			}
+			under[killKey(sa)] = underWay{urgent: taskKey(urgent.Project, urgent.ID), node: "a", grace: grace,
+				until: now.Add(grace + killSlack + preemptSlack)}
+			running = slices.DeleteFunc(running, func(t *domain.Task) bool { return t.ID == p.victim.ID })
+		}
+	}
+	if len(stopped) != 1 {
+		t.Errorf("one urgent task that a memory-starved node cannot take stopped %d attempts in 5 ticks (%s), want 1", len(stopped), strings.Join(stopped, ", "))
 	}
 }

@@ -311,6 +311,8 @@ type pull struct {
 	skipped bool
 	status  *wire.NodeStatus
 	rtt     time.Duration
+	// began is when the status call went out (the stream's clock).
+	began time.Time
 	// same counts the entries the node said were unchanged (a live call's
 	// wire.NodeStatus.Same), now among status.Tasks.
 	same int
@@ -338,11 +340,16 @@ func taskKey(project, id string) string { return project + "/" + id }
 // max_parallel_ssh) and waits for them up to wait. A node still busy with an
 // earlier call (a hung node whose call has not timed out yet) is skipped, and
 // a node that does not finish in time keeps running in the background, still
-// marked busy: a hung node never stalls a tick. It returns the nodes that
-// finished.
+// marked busy: a hung node never stalls a tick. When it ends, it wakes the
+// loop (wait > 0): no tick waited for what it did (a collection, a kill,
+// a pull), and the next one might otherwise come at the next poll. It
+// returns the nodes that finished.
 func (c *Controller) onNodes(names []string, lane func(*nodeRuntime) *atomic.Bool, wait time.Duration, fn func(n *nodeRuntime)) map[string]bool {
 	done := make(chan string, len(names))
 	sem := make(chan struct{}, max(c.config().Controller.MaxParallelSSH, 1))
+	// mu guards gaveUp, set once this call stopped waiting.
+	var mu sync.Mutex
+	gaveUp := false
 	started := 0
 	for _, name := range names {
 		n := c.nodes[name]
@@ -353,7 +360,15 @@ func (c *Controller) onNodes(names []string, lane func(*nodeRuntime) *atomic.Boo
 		n.busy.Add(1)
 		go func() {
 			defer n.busy.Done()
-			defer func() { done <- name }()
+			defer func() {
+				mu.Lock()
+				defer mu.Unlock()
+				if !gaveUp {
+					done <- name
+				} else if wait > 0 {
+					c.signalWake()
+				}
+			}()
 			defer lane(n).Store(false)
 			sem <- struct{}{}
 			defer func() { <-sem }()
@@ -368,7 +383,17 @@ func (c *Controller) onNodes(names []string, lane func(*nodeRuntime) *atomic.Boo
 		case name := <-done:
 			finished[name] = true
 		case <-timer.C:
-			return finished
+			mu.Lock()
+			gaveUp = true
+			mu.Unlock()
+			for {
+				select {
+				case name := <-done:
+					finished[name] = true
+				default:
+					return finished
+				}
+			}
 		}
 	}
 	return finished
@@ -428,14 +453,27 @@ func (c *Controller) pullAll(ctx context.Context, projects []string) map[string]
 		liveOn = c.liveOn.read(ctx, c.st, projects, c.log)
 	}
 	c.onNodes(gaveUp, pulling, 0, func(n *nodeRuntime) { c.pullNode(ctx, n, projects, nil) })
+	gathered := false
 	c.onNodes(full, pulling, wait, func(n *nodeRuntime) {
 		p := c.pullNode(ctx, n, projects, liveOn)
 		mu.Lock()
+		defer mu.Unlock()
+		if gathered {
+			// This tick stopped waiting: no tick applies what the call
+			// read, so it is not the full pull the stream's state asks
+			// for (taken for one, it dropped what the stream told before
+			// it began, unapplied, until the next full pull a poll
+			// later). onNodes wakes the loop: a tick asks again now.
+			return
+		}
+		if p.err == nil {
+			n.streamed.fullDone(p.status, p.rtt, p.began)
+		}
 		got[n.cfg.Name] = p
-		mu.Unlock()
 	})
 	mu.Lock()
 	defer mu.Unlock()
+	gathered = true
 	out := make(map[string]*pull, len(c.nodes))
 	for name := range c.nodes {
 		p := got[name]
@@ -530,8 +568,7 @@ func (c *Controller) pullNode(ctx context.Context, n *nodeRuntime, projects []st
 	}
 	same := st.Same.Len()
 	n.listing.done(st, live, now)
-	n.streamed.fullDone(st, rtt, start)
-	p := &pull{status: st, rtt: rtt, same: same, tasks: make(map[string]*wire.TaskStatus, len(st.Tasks))}
+	p := &pull{status: st, rtt: rtt, began: start, same: same, tasks: make(map[string]*wire.TaskStatus, len(st.Tasks))}
 	for i := range st.Tasks {
 		t := &st.Tasks[i]
 		p.tasks[taskKey(t.Project, t.Task)] = t

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/gitrepo"
+	"github.com/dispatch-tool/dispatch/internal/textfence"
 	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wire"
@@ -191,7 +192,7 @@ func onConflictFailed(t domain.Task, conflicts []gitrepo.Conflict) error {
 func describeConflicts(conflicts []gitrepo.Conflict) string {
 	var parts []string
 	for _, c := range conflicts {
-		parts = append(parts, fmt.Sprintf("%s (%s)", c.Path, strings.Join(c.Tasks, ", ")))
+		parts = append(parts, fmt.Sprintf("%s (%s)", textfence.Path(c.Path), strings.Join(c.Tasks, ", ")))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -210,7 +211,7 @@ func conflictSection(tool string, conflicts []gitrepo.Conflict) []byte {
 	b.WriteString("markers (`<<<<<<<`, `=======`, `>>>>>>>`) around the versions of the tasks named.\n")
 	b.WriteString("Resolve each, keep what both intended, and remove every marker.\n\n")
 	for _, c := range conflicts {
-		fmt.Fprintf(&b, "- `%s`: %s\n", c.Path, strings.Join(c.Tasks, ", "))
+		fmt.Fprintf(&b, "- `%s`: %s\n", textfence.Path(c.Path), strings.Join(c.Tasks, ", "))
 	}
 	return []byte(b.String())
 }

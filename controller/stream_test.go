@@ -55,8 +55,8 @@ func runUntilDone(t *testing.T, h *harness, limit time.Duration) {
 // before ends, told by the node's status stream, not by the hourly poll.
 //
 // The debug log names what ended each wait between ticks (the stream here,
-// never the hourly poll), so that a batch that stalls says what it waited
-// for.
+// never the hourly poll), and how long each step of a tick took, so that a
+// batch that stalls says what it waited for, between ticks or in one.
 func TestStreamWakesTheLoop(t *testing.T) {
 	h := newHarness(t, chainYAML, chainSpecs())
 	var logs lockedBuffer
@@ -65,6 +65,11 @@ func TestStreamWakesTheLoop(t *testing.T) {
 	out := logs.String()
 	if !strings.Contains(out, "tick wait") || !strings.Contains(out, "woke_by=stream") || strings.Contains(out, "woke_by=poll") {
 		t.Errorf("the debug log does not name the stream as what ended the waits:\n%s", out)
+	}
+	for _, step := range []string{"msg=tick took=", " pull=", " decide=", " kill=", " launch=", " collect=", " collect_after_launch=", " finish=", " launched=1 "} {
+		if !strings.Contains(out, step) {
+			t.Errorf("the debug log does not say how long each step of a tick took (no %q):\n%s", step, out)
+		}
 	}
 }
 

@@ -32,6 +32,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/internal/textfence"
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -279,7 +280,7 @@ func Integrate(ctx context.Context, dir, base string, tasks []TaskBranch) (*Merg
 		}
 		msg := "Merge " + t.ID
 		if len(paths) > 0 {
-			msg += " (conflicts: " + strings.Join(paths, ", ") + ")"
+			msg += " (conflicts: " + textfence.Paths(paths) + ")"
 		}
 		commit, err := git(ctx, dir, nil, "commit-tree", "--no-gpg-sign", tree, "-p", m.Commit, "-p", t.Commit, "-m", msg)
 		if err != nil {

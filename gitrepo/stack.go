@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/dispatch-tool/dispatch/internal/textfence"
 )
 
 // Stacked work (issue 33): a task with dependencies starts on the base
@@ -113,7 +115,7 @@ func fixedMerge(ctx context.Context, dir, tree, cur string, d TaskBranch, confli
 	date := fmt.Sprintf("@%d +0000", when)
 	msg := "Merge " + d.ID
 	if len(conflicts) > 0 {
-		msg += " (conflicts: " + strings.Join(conflicts, ", ") + ")"
+		msg += " (conflicts: " + textfence.Paths(conflicts) + ")"
 	}
 	env := []string{"GIT_AUTHOR_NAME=" + identity, "GIT_AUTHOR_EMAIL=" + identity + "@localhost", "GIT_AUTHOR_DATE=" + date,
 		"GIT_COMMITTER_NAME=" + identity, "GIT_COMMITTER_EMAIL=" + identity + "@localhost", "GIT_COMMITTER_DATE=" + date}

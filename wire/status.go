@@ -7,6 +7,7 @@ import (
 	"math"
 	"regexp"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -114,15 +115,11 @@ const MaxFinalMessage = 4 << 10
 const finalCut = "\n[… cut: the message was longer than 4 KiB]"
 
 // ClampMessage is s as Status.FinalMessage holds it: valid UTF-8, no
-// control characters but newlines and tabs, at most MaxFinalMessage bytes
-// (the start kept, the cut said).
+// control characters but newlines and tabs, nothing that shows other than
+// its bytes say (see messageRune), at most MaxFinalMessage bytes (the
+// start kept, the cut said).
 func ClampMessage(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if r == '\n' || r == '\t' || (r >= 0x20 && r != 0x7f && (r < 0x80 || r > 0x9f)) {
-			return r
-		}
-		return -1
-	}, strings.ToValidUTF8(s, ""))
+	s = strings.Map(messageRune, strings.ToValidUTF8(s, ""))
 	s = strings.TrimSpace(s)
 	if len(s) <= MaxFinalMessage {
 		return s
@@ -132,6 +129,26 @@ func ClampMessage(s string) string {
 		n--
 	}
 	return s[:n] + finalCut
+}
+
+// messageRune is r as a message keeps it, -1 to drop it. A message is
+// read by a dependent's agent and by the operator: what would make the
+// two read different texts goes. Control characters but newline and tab;
+// format characters (Unicode Cf: the bidi overrides, embeddings, isolates
+// and marks that show a line reordered, zero-width spaces and joiners,
+// the soft hyphen, the tag characters that spell text no one sees); the
+// variation selectors of the supplement, which carry no glyph. A line or
+// paragraph separator is the newline it stands for.
+func messageRune(r rune) rune {
+	switch {
+	case r == '\n' || r == '\t':
+		return r
+	case r == '\u2028' || r == '\u2029':
+		return '\n'
+	case unicode.IsControl(r), unicode.Is(unicode.Cf, r), unicode.Is(unicode.Variation_Selector, r) && r > 0xffff:
+		return -1
+	}
+	return r
 }
 
 // Final reports whether the attempt is over (anything but running).
