@@ -11,6 +11,10 @@ import (
 	"github.com/dispatch-tool/dispatch/store"
 )
 
+// testHookCollectTx, when set, is told of each transaction that records
+// collections: how many attempts it held and how it ended.
+var testHookCollectTx func(records int, err error)
+
 // txFunc is what a collection leaves to record, run in a transaction.
 type txFunc func(tx *store.Tx) error
 
@@ -89,6 +93,9 @@ func (c *Controller) recordCollected(ctx context.Context, done []collected) []er
 		}
 		return nil
 	})
+	if testHookCollectTx != nil {
+		testHookCollectTx(len(records), err)
+	}
 	if err == nil || len(records) == 1 {
 		return append(errs, err)
 	}

@@ -287,7 +287,8 @@ func (s *streamReader) outputFile(it *streamItem, rel string, h *tar.Header, r i
 	if !it.output || it.head.Output != wire.CollectSent {
 		return fmt.Errorf("the collect stream sent output/%s, which it did not announce", rel)
 	}
-	name := path.Clean(rel)
+	// The name it is written under, and recorded under: inside output/.
+	name := strings.TrimPrefix(path.Clean("/"+rel), "/")
 	if it.seen[name] {
 		return fmt.Errorf("the collect stream names output/%s twice", rel)
 	}
