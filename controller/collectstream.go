@@ -140,11 +140,12 @@ func (c *Controller) runCollectStream(ctx context.Context, n *nodeRuntime, tr no
 		ran <- err
 	}()
 	cr := streamReader{items: items, maxFiles: q.CollectMaxFiles, maxBytes: q.CollectMaxBytes}
-	rerr := cr.read(pr)
+	in := &budgetReader{r: pr, left: streamBudget(req)}
+	rerr := cr.read(in)
 	if rerr == nil {
 		// What follows the archive's end (its last block's padding) is
 		// read, so that the command can exit.
-		_, rerr = io.Copy(io.Discard, pr)
+		_, rerr = io.Copy(io.Discard, in)
 	}
 	pr.CloseWithError(errors.New("the controller stopped reading the collect stream"))
 	err = <-ran
@@ -164,6 +165,33 @@ func (c *Controller) runCollectStream(ctx context.Context, n *nodeRuntime, tr no
 		}
 	}
 	return rerr
+}
+
+// streamBudget is the most a collect stream for req may carry: each
+// attempt's task.log and output/ at their quotas, and a tar header for
+// every file. Past it the node is sending what no attempt holds (an entry
+// of a terabyte the controller would skip for hours): the stream ends.
+func streamBudget(req wire.CollectRequest) int64 {
+	var b int64
+	for _, it := range req.Attempts {
+		b += 2*max(it.MaxBytes, 0) + int64(it.MaxFiles+4)*4<<10 + maxCollectHead
+	}
+	return b
+}
+
+// budgetReader reads r until left bytes were read, then fails.
+type budgetReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (b *budgetReader) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, errors.New("the collect stream is larger than its attempts' quotas allow")
+	}
+	n, err := b.r.Read(p[:min(int64(len(p)), b.left)])
+	b.left -= int64(n)
+	return n, err
 }
 
 // prefixWriter keeps the first max bytes written (a wrapper's error reply

@@ -435,3 +435,17 @@ func TestCollectOneTransactionPerTick(t *testing.T) {
 		t.Errorf("status.json read to find the attempts: %v", gets.paths)
 	}
 }
+
+// TestCollectStreamBudget: a stream larger than its attempts' quotas
+// allow (an entry the controller would otherwise skip for hours) ends.
+func TestCollectStreamBudget(t *testing.T) {
+	req := wire.CollectRequest{Attempts: []wire.CollectItem{{MaxFiles: 1, MaxBytes: 10}}}
+	budget := streamBudget(req)
+	data := streamOf(t, []entry{{"0/collect.json", 0, headOf(wire.CollectHead{Found: true, Log: wire.CollectSent})},
+		{"0/task.log", 0, strings.Repeat("x", int(budget))}})
+	it := &streamItem{tmp: t.TempDir(), room: 1 << 30, asked: 1 << 30, seen: map[string]bool{}}
+	s := streamReader{items: []*streamItem{it}, maxFiles: 1, maxBytes: 10}
+	if err := s.read(&budgetReader{r: bytes.NewReader(data), left: budget}); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("a stream past its budget: %v, want it ended", err)
+	}
+}
