@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/controller/executor"
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/nodes"
 )
@@ -151,7 +152,7 @@ nodes:
 		t.Fatalf("launch documents of %v bytes; want the 42 MiB of specs cut into several", docs)
 	}
 	for _, n := range docs {
-		if n > maxLaunchDoc {
+		if n > executor.MaxLaunchDoc {
 			t.Errorf("a launch document of %d bytes", n)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/control"
 	"github.com/dispatch-tool/dispatch/domain"
+	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/plan"
 	"github.com/dispatch-tool/dispatch/spec"
 )
@@ -86,4 +87,12 @@ func wholeSnapshot(tasks []domain.Task, facts projectFacts, runs map[attemptKey]
 	}
 	return &snapshot{projects: []string{"p"}, tasks: map[string][]*domain.Task{"p": ptrs},
 		counts: map[string]map[domain.Status]int{"p": counts}, facts: map[string]projectFacts{"p": facts}, attempts: runs}
+}
+
+// useTransport has node name reached over tr from now on, with an executor
+// of its own over it (the old one closed).
+func (h *harness) useTransport(name string, tr nodes.Transport) {
+	n := h.ctl.nodes[name]
+	n.exec.Close()
+	n.tr, n.exec = tr, h.ctl.newExecutor(n.cfg, tr)
 }

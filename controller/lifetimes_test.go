@@ -96,7 +96,7 @@ func TestRunLeavesNoGoroutineBehind(t *testing.T) {
 	defer killAll(t, h)
 	before := ourGoroutines()
 	tr := &slowToEnd{Transport: nodes.NewLocal(), streaming: make(chan struct{}, 1)}
-	h.ctl.nodes["local"].tr = tr
+	h.useTransport("local", tr)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stopServing, err := h.ctl.Serve(ctx)
@@ -169,7 +169,7 @@ nodes:
 	h.tickUntil("S01 to complete", func() bool { return h.task("S01").Status == domain.Completed })
 	before := ourGoroutines()
 	tr := &hangsUntilCancelled{Transport: nodes.NewLocal()}
-	h.ctl.nodes["local"].tr = tr
+	h.useTransport("local", tr)
 	began := time.Now()
 	h.tick()
 	t.Logf("tick: %s", time.Since(began))

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/controller/executor"
 	"github.com/dispatch-tool/dispatch/nodes"
-	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wire"
 )
@@ -32,6 +31,9 @@ type nodeRuntime struct {
 // nodeConn is a node's connection and what goes on over it.
 type nodeConn struct {
 	tr nodes.Transport
+	// exec starts, watches and kills the node's attempts over tr (see
+	// exec.go); it holds the node's status conversation.
+	exec executor.Executor
 	// name is the node's: its wrapper is asked about that node's attempts
 	// alone (--node), as the work_dir may hold another node's too.
 	name string
@@ -70,9 +72,6 @@ type nodeConn struct {
 	// listing is what the node's next status call needs of the earlier
 	// ones: whether to list every task, and which to name.
 	listing listState
-
-	// conv is the node's status conversation (see statusconv.go).
-	conv statusConv
 
 	// busy counts the goroutines that use tr: the node's stream loop and
 	// its workers (onNodes), which may outlive the tick that started them.
@@ -289,10 +288,6 @@ func (l *listState) failed() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.calls = 0
-}
-
-func newNodeRuntime(n nodes.Node, tr nodes.Transport) *nodeRuntime {
-	return &nodeRuntime{cfg: n, nodeConn: &nodeConn{tr: tr, name: n.Name, checked: make(chan struct{}, 1)}}
 }
 
 // setInstalled records n's checked installation and tells the stream.
@@ -521,11 +516,11 @@ func (c *Controller) pullNode(ctx context.Context, n *nodeRuntime, projects []st
 		tags = n.listing.tags(named)
 	}
 	start := time.Now()
-	st, err := n.askStatus(ctx, inst, projects, live, named, tags)
+	st, err := n.exec.Status(ctx, inst, executor.Query{Projects: projects, Live: live, Named: named, Tags: tags})
 	rtt := time.Since(start)
 	if err != nil {
 		n.listing.failed()
-		var re *replyErr
+		var re *executor.ReplyError
 		if errors.As(err, &re) {
 			// Check the installation again next time, unless another
 			// call has replaced it meanwhile.
@@ -593,66 +588,10 @@ func (l *liveCache) read(ctx context.Context, st *store.Store, projects []string
 	return byNode
 }
 
-// replyErr is a wrapper call that ran but did not answer as it should.
-type replyErr struct{ msg string }
-
-func (e *replyErr) Error() string { return e.msg }
-
-// nodeStatus runs the wrapper's status command: one call for the tasks of
-// the listed projects (all projects when none) and the node's facts. With
-// live, only the node's live attempts and the named tasks ("project/ID")
-// are listed: every attempt the controller acts on, since it names those
-// it has claimed or running there and a stale one is live. With node, the
-// attempts of other nodes in the same work_dir are left out.
-func nodeStatus(ctx context.Context, tr nodes.Transport, bin, workDir, node string, projects []string, live bool, named, tags []string) (*wire.NodeStatus, error) {
-	argv := []string{bin, "status", "--root", workDir}
-	if node != "" {
-		argv = append(argv, "--node", node)
-	}
-	for _, p := range projects {
-		argv = append(argv, "--project", p)
-	}
-	var stdin []byte
-	if live {
-		argv = append(argv, "--live")
-		var err error
-		if stdin, err = json.Marshal(wire.LiveRequest{Tasks: named, Tags: tags}); err != nil {
-			return nil, fmt.Errorf("status: %w", err)
-		}
-	}
-	res, err := tr.Exec(ctx, argv, stdin)
-	if err != nil {
-		return nil, fmt.Errorf("status: %w", err)
-	}
-	var st wire.NodeStatus
-	if live {
-		// A live reply lists about the tasks named: decoded into room made
-		// once, not grown by doubling.
-		st.Tasks = make([]wire.TaskStatus, 0, len(named)+8)
-	}
-	if err := json.Unmarshal(res.Stdout, &st); err != nil || res.ExitCode != 0 {
-		return nil, fmt.Errorf("status: %w", &replyErr{policy.ReplyError(res, err)})
-	}
-	clampStatus(&st)
-	return &st, nil
-}
-
-// clampStatus brings the numbers of a node's reply into range. What a
-// node says is a stranger's word: this is done once, before anything uses
-// or sums them.
-func clampStatus(st *wire.NodeStatus) {
-	st.Facts.Clamp()
-	for _, ts := range st.Tasks {
-		if ts.Status != nil {
-			ts.Status.Clamp()
-		}
-	}
-}
-
 // NodeFacts asks an installed wrapper for the node's status and facts
 // (`dispatch nodes check`).
 func NodeFacts(ctx context.Context, tr nodes.Transport, inst nodes.Installed) (*wire.NodeStatus, error) {
-	return nodeStatus(ctx, tr, inst.Path, inst.WorkDir, "", nil, false, nil, nil)
+	return executor.Facts(ctx, tr, inst)
 }
 
 // ensureWrapper makes sure the node's wrapper is installed and returns the

@@ -59,7 +59,7 @@ nodes:
 		t.Fatal(err)
 	}
 	counter := &countPuts{Transport: h.ctl.nodes["local"].tr}
-	h.ctl.nodes["local"].tr = counter
+	h.useTransport("local", counter)
 	h.tickUntil("project to finish", func() bool {
 		p, _ := h.st.Project(context.Background(), "p")
 		return p.State == domain.ProjectDone
@@ -104,7 +104,7 @@ func TestLargeOutputIsOneTransfer(t *testing.T) {
 		"S01-many.md": fmt.Sprintf("mkdir d0 d1 d2 d3 d4 d5 d6 d7 d8 d9 d10 d11 d12 d13 d14 d15 d16 d17 d18 d19\ni=0; while [ $i -lt %d ]; do echo $i > d$((i %% 20))/f$i.txt; i=$((i+1)); done\nprintf '#!/bin/sh\\n' > run.sh; chmod 755 run.sh\n", files-1),
 	}))
 	counter := &countGets{Transport: h.ctl.nodes["local"].tr}
-	h.ctl.nodes["local"].tr = counter
+	h.useTransport("local", counter)
 	h.tickUntil("S01 to be collected", func() bool {
 		runs, _ := h.st.Attempts(context.Background(), "p", "S01")
 		return len(runs) == 1 && !runs[0].CollectedAt.IsZero()
@@ -178,7 +178,7 @@ func TestForgedOutputArchive(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t, fastYAML, shellProject(map[string]string{"S01-many.md": script}))
-			h.ctl.nodes["local"].tr = &forgedArchive{Local: nodes.NewLocal(), archive: tarOf(t, tc.names...)}
+			h.useTransport("local", &forgedArchive{Local: nodes.NewLocal(), archive: tarOf(t, tc.names...)})
 			h.tickUntil("S01 to end", func() bool {
 				evs := h.events("collect_failed")
 				runs, _ := h.st.Attempts(context.Background(), "p", "S01")

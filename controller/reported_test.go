@@ -30,11 +30,10 @@ func TestCancelReportsOnlyAttemptsKilled(t *testing.T) {
 	h := newHarness(t, "", shellProject(map[string]string{"S01-a.md": "sleep 30\n"}))
 	defer killAll(t, h)
 	h.tickUntil("S01 to run", func() bool { return h.task("S01").Status == domain.Running })
-	n := h.ctl.nodes["local"]
-	real := n.tr
-	n.tr = refuseKill{real}
+	real := h.ctl.nodes["local"].tr
+	h.useTransport("local", refuseKill{real})
 	msg, err := h.ctl.Cancel(context.Background(), "p", []string{"S01"})
-	n.tr = real
+	h.useTransport("local", real)
 	if err != nil {
 		t.Fatal(err)
 	}

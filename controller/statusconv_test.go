@@ -18,6 +18,8 @@ type statusCounting struct {
 	*nodes.Local
 	refuse         bool
 	execs, convers atomic.Int32
+	// last is the last conversation opened.
+	last atomic.Pointer[nodes.Conversation]
 }
 
 func (s *statusCounting) Exec(ctx context.Context, argv []string, stdin []byte) (nodes.Result, error) {
@@ -32,7 +34,11 @@ func (s *statusCounting) Converse(ctx context.Context, argv []string) (nodes.Con
 	if s.refuse {
 		argv = []string{"/bin/sh", "-c", `read -r l; echo '{"error":"status: flag provided but not defined: -serve","kind":"usage"}'; exit 1`}
 	}
-	return s.Local.Converse(ctx, argv)
+	conv, err := s.Local.Converse(ctx, argv)
+	if err == nil {
+		s.last.Store(&conv)
+	}
+	return conv, err
 }
 
 // TestPullOverConversation: a node's status calls go over one `status
@@ -45,7 +51,7 @@ func TestPullOverConversation(t *testing.T) {
 	t.Cleanup(func() { killAll(t, h) })
 	n := h.ctl.nodes["local"]
 	tr := &statusCounting{Local: nodes.NewLocal()}
-	n.tr = tr
+	h.useTransport("local", tr)
 	h.tickUntil("the task to run", func() bool { return h.task("S01").Status == domain.Running })
 	ctx := context.Background()
 	pull := func(what string) {
@@ -67,7 +73,7 @@ func TestPullOverConversation(t *testing.T) {
 	if tr.execs.Load() != 0 || tr.convers.Load() != 1 {
 		t.Fatalf("%d status Execs and %d conversations after steady pulls, want none and one", tr.execs.Load(), tr.convers.Load())
 	}
-	n.conv.conv.Close() // as when its session drops
+	(*tr.last.Load()).Close() // as when its session drops
 	pull("the pull whose conversation is gone")
 	if tr.execs.Load() != 1 {
 		t.Fatalf("%d status Execs after a failed conversation, want the one that made its call again", tr.execs.Load())
@@ -78,7 +84,7 @@ func TestPullOverConversation(t *testing.T) {
 	}
 
 	tr.refuse = true
-	n.conv.close()
+	n.exec.Close()
 	for i := range 3 {
 		pull("a pull of a wrapper without conversations " + string(rune('1'+i)))
 	}

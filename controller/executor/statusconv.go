@@ -1,4 +1,4 @@
-package controller
+package executor
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -98,26 +99,26 @@ func (s *statusConv) close() {
 	}
 }
 
-// askStatus makes n's status call (see nodeStatus) over its conversation
-// when one can be held, else, or when that fails, with Exec.
-func (n *nodeConn) askStatus(ctx context.Context, inst *nodes.Installed, projects []string, live bool, named, tags []string) (*wire.NodeStatus, error) {
-	if conv, answered := n.conv.open(ctx, n.tr, inst, n.name); conv != nil {
-		st, err := converseStatus(ctx, conv, inst.Version, projects, live, named, tags)
-		n.conv.done(conv, answered, err)
+// Status makes the node's status call (see nodeStatus) over its
+// conversation when one can be held, else, or when that fails, with Exec.
+func (w *Wrapper) Status(ctx context.Context, inst *nodes.Installed, q Query) (*wire.NodeStatus, error) {
+	if conv, answered := w.conv.open(ctx, w.tr, inst, w.node); conv != nil {
+		st, err := converseStatus(ctx, conv, inst.Version, q)
+		w.conv.done(conv, answered, err)
 		if err == nil {
 			return st, nil
 		}
 	}
-	return nodeStatus(ctx, n.tr, inst.Path, inst.WorkDir, n.name, projects, live, named, tags)
+	return nodeStatus(ctx, w.tr, inst.Path, inst.WorkDir, w.node, q)
 }
 
 // converseStatus is nodeStatus over a conversation: a reply that is not
 // a status of the wrapper version expected (an error the wrapper ended
 // with, a wrapper other than the one installed) is an error.
-func converseStatus(ctx context.Context, conv nodes.Conversation, version string, projects []string, live bool, named, tags []string) (*wire.NodeStatus, error) {
-	req := wire.StatusRequest{Projects: projects, Live: live}
-	if live {
-		req.LiveRequest = wire.LiveRequest{Tasks: named, Tags: tags}
+func converseStatus(ctx context.Context, conv nodes.Conversation, version string, q Query) (*wire.NodeStatus, error) {
+	req := wire.StatusRequest{Projects: q.Projects, Live: q.Live}
+	if q.Live {
+		req.LiveRequest = wire.LiveRequest{Tasks: q.Named, Tags: q.Tags}
 	}
 	data, err := json.Marshal(req)
 	if err != nil {
@@ -128,15 +129,81 @@ func converseStatus(ctx context.Context, conv nodes.Conversation, version string
 		return nil, fmt.Errorf("status: %w", err)
 	}
 	var st wire.NodeStatus
-	if live {
-		st.Tasks = make([]wire.TaskStatus, 0, len(named)+8)
+	if q.Live {
+		st.Tasks = make([]wire.TaskStatus, 0, len(q.Named)+8)
 	}
 	if err := json.Unmarshal(line, &st); err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
-	if st.WrapperVersion != version || live != (st.Listing == wire.ListingLive) {
+	if st.WrapperVersion != version || q.Live != (st.Listing == wire.ListingLive) {
 		return nil, fmt.Errorf("status: a reply of wrapper %q (listing %q), not of %q", truncate(st.WrapperVersion, 80), truncate(st.Listing, 20), version)
 	}
 	clampStatus(&st)
 	return &st, nil
+}
+
+// nodeStatus runs the wrapper's status command: one call for the tasks of
+// the listed projects (all projects when none) and the node's facts. With
+// live, only the node's live attempts and the named tasks ("project/ID")
+// are listed: every attempt the controller acts on, since it names those
+// it has claimed or running there and a stale one is live. With node, the
+// attempts of other nodes in the same work_dir are left out.
+func nodeStatus(ctx context.Context, tr nodes.Transport, bin, workDir, node string, q Query) (*wire.NodeStatus, error) {
+	argv := []string{bin, "status", "--root", workDir}
+	if node != "" {
+		argv = append(argv, "--node", node)
+	}
+	for _, p := range q.Projects {
+		argv = append(argv, "--project", p)
+	}
+	var stdin []byte
+	if q.Live {
+		argv = append(argv, "--live")
+		var err error
+		if stdin, err = json.Marshal(wire.LiveRequest{Tasks: q.Named, Tags: q.Tags}); err != nil {
+			return nil, fmt.Errorf("status: %w", err)
+		}
+	}
+	res, err := tr.Exec(ctx, argv, stdin)
+	if err != nil {
+		return nil, fmt.Errorf("status: %w", err)
+	}
+	var st wire.NodeStatus
+	if q.Live {
+		// A live reply lists about the tasks named: decoded into room made
+		// once, not grown by doubling.
+		st.Tasks = make([]wire.TaskStatus, 0, len(q.Named)+8)
+	}
+	if err := json.Unmarshal(res.Stdout, &st); err != nil || res.ExitCode != 0 {
+		return nil, fmt.Errorf("status: %w", &ReplyError{policy.ReplyError(res, err)})
+	}
+	clampStatus(&st)
+	return &st, nil
+}
+
+// Facts asks the wrapper installed as inst for the node's status and
+// facts: every attempt of every project in its work_dir, whichever node
+// started it (`dispatch nodes check`, refresh, cleanup).
+func Facts(ctx context.Context, tr nodes.Transport, inst nodes.Installed) (*wire.NodeStatus, error) {
+	return nodeStatus(ctx, tr, inst.Path, inst.WorkDir, "", Query{})
+}
+
+// clampStatus brings the numbers of a node's reply into range. What a
+// node says is a stranger's word: this is done once, before anything uses
+// or sums them.
+func clampStatus(st *wire.NodeStatus) {
+	st.Facts.Clamp()
+	for _, ts := range st.Tasks {
+		if ts.Status != nil {
+			ts.Status.Clamp()
+		}
+	}
+}
+
+// truncate cuts s to n bytes, marked, for an error message.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
