@@ -2,7 +2,6 @@ package controller
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -45,11 +44,23 @@ type streamItem struct {
 	total    int64 // bytes of output/ written
 }
 
-// errNoRoom is a collection that stopped to keep the controller's free
-// space; what names the file.
-type errNoRoom struct{ what string }
+// errNoRoomLog and errNoRoomOutput are a collection that stopped to keep
+// the controller's free space, at task.log or in output/.
+var (
+	errNoRoomLog    = errors.New("not enough free space for task.log")
+	errNoRoomOutput = errors.New("not enough free space for output/")
+)
 
-func (e *errNoRoom) Error() string { return "not enough free space for " + e.what }
+// noRoomFor is c.noRoom of the file err stopped at, or nil.
+func (c *Controller) noRoomFor(project string, err error) error {
+	switch {
+	case errors.Is(err, errNoRoomLog):
+		return c.noRoom(project, "task.log")
+	case errors.Is(err, errNoRoomOutput):
+		return c.noRoom(project, "output/")
+	}
+	return nil
+}
 
 // maxCollectHead caps an attempt's head in a collect stream.
 const maxCollectHead = 64 << 10
@@ -130,32 +141,27 @@ func (c *Controller) runCollectStream(ctx context.Context, n *nodeRuntime, tr no
 		return err
 	}
 	pr, pw := io.Pipe()
-	first := &prefixWriter{max: 4 << 10}
 	var res nodes.Result
 	ran := make(chan error, 1)
 	go func() {
 		var err error
-		res, err = nodes.ExecToIdle(ctx, tr, []string{inst.Path, "collect"}, stdin, io.MultiWriter(first, pw), c.transferIdle())
+		res, err = nodes.ExecToIdle(ctx, tr, []string{inst.Path, "collect"}, stdin, pw, c.transferIdle())
 		pw.CloseWithError(err)
 		ran <- err
 	}()
 	cr := streamReader{items: items, maxFiles: q.CollectMaxFiles, maxBytes: q.CollectMaxBytes}
-	in := &budgetReader{r: pr, left: streamBudget(req)}
-	rerr := cr.read(in)
-	if rerr == nil {
-		// What follows the archive's end (its last block's padding) is
-		// read, so that the command can exit.
-		_, rerr = io.Copy(io.Discard, in)
-	}
+	in := &io.LimitedReader{R: pr, N: streamBudget(req)}
+	rerr := readBudgeted(&cr, in)
 	pr.CloseWithError(errors.New("the controller stopped reading the collect stream"))
 	err = <-ran
 	switch {
+	case err == nil && res.ExitCode != 0:
+		// A wrapper that refused the request says why on stderr.
+		res.Stdout = res.Stderr
+		rerr = errors.New(policy.ReplyError(res, nil))
 	case rerr != nil:
 	case err != nil:
 		rerr = err
-	case res.ExitCode != 0:
-		res.Stdout = first.b.Bytes()
-		rerr = errors.New(policy.ReplyError(res, nil))
 	}
 	if rerr != nil {
 		for _, it := range items[cr.last:] {
@@ -179,33 +185,18 @@ func streamBudget(req wire.CollectRequest) int64 {
 	return b
 }
 
-// budgetReader reads r until left bytes were read, then fails.
-type budgetReader struct {
-	r    io.Reader
-	left int64
-}
-
-func (b *budgetReader) Read(p []byte) (int, error) {
-	if b.left <= 0 {
-		return 0, errors.New("the collect stream is larger than its attempts' quotas allow")
+// readBudgeted reads the collect stream in, whose N is what the stream
+// may carry, into cr, and then what follows the archive's end (its last
+// block's padding), so that the command can exit.
+func readBudgeted(cr *streamReader, in *io.LimitedReader) error {
+	err := cr.read(in)
+	if err == nil {
+		_, err = io.Copy(io.Discard, in)
 	}
-	n, err := b.r.Read(p[:min(int64(len(p)), b.left)])
-	b.left -= int64(n)
-	return n, err
-}
-
-// prefixWriter keeps the first max bytes written (a wrapper's error reply
-// in place of a stream).
-type prefixWriter struct {
-	b   bytes.Buffer
-	max int
-}
-
-func (p *prefixWriter) Write(b []byte) (int, error) {
-	if room := p.max - p.b.Len(); room > 0 {
-		p.b.Write(b[:min(room, len(b))])
+	if in.N <= 0 {
+		return errors.New("the collect stream is larger than its attempts' quotas allow")
 	}
-	return len(b), nil
+	return err
 }
 
 // streamReader reads a collect stream into its items, checking every
@@ -274,7 +265,7 @@ func (s *streamReader) entry(it *streamItem, name string, h *tar.Header, r io.Re
 		it.gotLog = true
 		_, n, err := writeLocal(filepath.Join(it.tmp, "task.log"), 0o644, r, min(s.maxBytes, it.room))
 		if err != nil && it.room < s.maxBytes && errors.Is(err, errOverQuota) {
-			return &errNoRoom{"task.log"}
+			return errNoRoomLog
 		}
 		it.room -= n
 		return err
@@ -334,7 +325,7 @@ func (s *streamReader) outputFile(it *streamItem, rel string, h *tar.Header, r i
 	}
 	sum, n, err := writeLocal(dst, fs.FileMode(h.Mode).Perm(), r, limit)
 	if byRoom && errors.Is(err, errOverQuota) {
-		return &errNoRoom{"output/"}
+		return errNoRoomOutput
 	}
 	if err != nil {
 		return err
@@ -373,18 +364,17 @@ func writeLocal(dst string, perm fs.FileMode, r io.Reader, limit int64) (string,
 // judges what it fetched, and moves it into place; it returns what to
 // record.
 func (c *Controller) finishItem(ctx context.Context, n *nodeRuntime, it *streamItem) (txFunc, error) {
-	var room *errNoRoom
 	switch {
-	case errors.As(it.err, &room):
-		return nil, c.noRoom(it.r.Project, room.what)
+	case c.noRoomFor(it.r.Project, it.err) != nil:
+		return nil, c.noRoomFor(it.r.Project, it.err)
 	case it.err != nil:
 		return nil, it.err
 	case !it.head.Found:
 		return goneRecord(ctx, it.r), nil
 	}
 	if err := it.checkLog(c.config().Controller.CollectMaxBytes); err != nil {
-		if errors.As(err, &room) {
-			return nil, c.noRoom(it.r.Project, room.what)
+		if room := c.noRoomFor(it.r.Project, err); room != nil {
+			return nil, room
 		}
 		return nil, err
 	}
@@ -424,7 +414,7 @@ func (it *streamItem) checkLog(maxBytes int64) error {
 			return fmt.Errorf("the node kept back a task.log of %s, within the quota", mib(it.head.LogSize))
 		}
 		if it.asked < maxBytes {
-			return &errNoRoom{"task.log"}
+			return errNoRoomLog
 		}
 		return fmt.Errorf("task.log of %s: %w", mib(it.head.LogSize), errOverQuota)
 	case wire.CollectError:

@@ -445,7 +445,7 @@ func TestCollectStreamBudget(t *testing.T) {
 		{"0/task.log", 0, strings.Repeat("x", int(budget))}})
 	it := &streamItem{tmp: t.TempDir(), room: 1 << 30, asked: 1 << 30, seen: map[string]bool{}}
 	s := streamReader{items: []*streamItem{it}, maxFiles: 1, maxBytes: 10}
-	if err := s.read(&budgetReader{r: bytes.NewReader(data), left: budget}); err == nil || !strings.Contains(err.Error(), "larger than") {
+	if err := readBudgeted(&s, &io.LimitedReader{R: bytes.NewReader(data), N: budget}); err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Fatalf("a stream past its budget: %v, want it ended", err)
 	}
 }

@@ -30,7 +30,18 @@ const maxCollectRequest = 4 << 20
 // must be a regular file and a directory themselves, and output/ is read
 // through an os.Root, so a link the task made reaches nothing outside; an
 // output/ over the quotas is listed in the head and not sent.
-func cmdCollect(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+func cmdCollect(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	err := collectStream(ctx, args, stdin, stdout)
+	var ce *cmdError
+	if errors.As(err, &ce) && ce.kind == wire.KindUsage {
+		// stdout is a tar stream: the reply there is not read as one.
+		printJSON(stderr, wire.ErrorReply{Error: err.Error(), Kind: ce.kind})
+	}
+	return err
+}
+
+// collectStream is cmdCollect but for where a refused request is said.
+func collectStream(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	fs := newFlagSet("collect")
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -141,11 +141,11 @@ func TestCollectCommand(t *testing.T) {
 // is sent.
 func TestCollectCommandRefusesABadRequest(t *testing.T) {
 	for _, in := range []string{"not json", `{"attempts":[{"dir":"rel/x","attempt":1}]}`, `{"attempts":[{"dir":"/a/../b","attempt":1}]}`} {
-		var out bytes.Buffer
-		err := cmdCollect(context.Background(), nil, strings.NewReader(in), &out)
+		var out, errOut bytes.Buffer
+		err := cmdCollect(context.Background(), nil, strings.NewReader(in), &out, &errOut)
 		var ce *cmdError
-		if !errors.As(err, &ce) || ce.kind != wire.KindUsage || out.Len() != 0 {
-			t.Errorf("collect of %q: %v, %d bytes out; want a usage error and nothing sent", in, err, out.Len())
+		if !errors.As(err, &ce) || ce.kind != wire.KindUsage || out.Len() != 0 || !strings.Contains(errOut.String(), `"kind":"usage"`) {
+			t.Errorf("collect of %q: %v, %d bytes out, stderr %q; want a usage error said on stderr and nothing sent", in, err, out.Len(), errOut.String())
 		}
 	}
 }

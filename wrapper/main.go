@@ -125,7 +125,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "tar":
 		err = cmdTar(ctx, rest, stdout)
 	case "collect":
-		err = cmdCollect(ctx, rest, stdin, stdout)
+		err = cmdCollect(ctx, rest, stdin, stdout, stderr)
 	case "git-receive":
 		err = cmdGitReceive(ctx, rest, stdin, stdout)
 	case "git-have":
