@@ -418,7 +418,7 @@ func (it *streamItem) checkLog(maxBytes int64) error {
 		}
 		return fmt.Errorf("task.log of %s: %w", mib(it.head.LogSize), errOverQuota)
 	case wire.CollectError:
-		return fmt.Errorf("task.log of the attempt: %s", it.head.Error)
+		return fmt.Errorf("task.log of the attempt could not be read on the node %s", it.head.Error)
 	}
 	return nil
 }

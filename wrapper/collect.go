@@ -140,12 +140,18 @@ func findAttempt(it wire.CollectItem) (string, wire.CollectHead) {
 // openLog opens src/task.log when it is a regular file of at most max
 // bytes, and says what it is otherwise.
 func openLog(src string, max int64) (*os.File, string, int64) {
-	f, err := openControlFile(filepath.Join(src, "task.log"), os.O_RDONLY)
-	switch {
+	p := filepath.Join(src, "task.log")
+	switch fi, err := os.Lstat(p); {
 	case errors.Is(err, os.ErrNotExist):
 		return nil, wire.CollectMissing, 0
-	case err != nil:
+	case err == nil && !fi.Mode().IsRegular():
 		return nil, wire.CollectNotFollowed, 0
+	}
+	// Opened without following a link or blocking on a FIFO, whatever
+	// replaced it since.
+	f, err := openControlFile(p, os.O_RDONLY)
+	if err != nil {
+		return nil, wire.CollectError, 0
 	}
 	fi, err := f.Stat()
 	if err != nil {
