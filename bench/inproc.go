@@ -124,6 +124,19 @@ func (c *countingTransport) Walk(ctx context.Context, dir string) ([]nodes.FileI
 	return fi, err
 }
 
+// ExecTo is the node transport's ExecTo (a `wrapper collect` stream),
+// recorded as one exec of the command.
+func (c *countingTransport) ExecTo(ctx context.Context, argv []string, stdin []byte, w io.Writer) (nodes.Result, error) {
+	et, ok := c.Transport.(nodes.ExecToer)
+	if !ok {
+		return nodes.Result{}, errors.New("the transport streams no output")
+	}
+	start := time.Now()
+	res, err := et.ExecTo(ctx, argv, stdin, w)
+	c.record("exec "+execName(argv), start, err)
+	return res, err
+}
+
 func (c *countingTransport) Remove(ctx context.Context, p string) error {
 	start := time.Now()
 	err := c.Transport.Remove(ctx, p)
@@ -237,7 +250,7 @@ func phaseOf(op string) string {
 		return "pull"
 	case op == "exec wrapper launch" || op == "exec wrapper run" || strings.HasPrefix(op, "sftp put "):
 		return "launch"
-	case strings.HasPrefix(op, "sftp get") || op == "sftp walk":
+	case strings.HasPrefix(op, "sftp get") || op == "sftp walk" || op == "exec wrapper collect":
 		return "collect"
 	case op == "exec wrapper kill":
 		return "kill"

@@ -150,7 +150,7 @@ multiplexed connection, SFTP on it), checks the wrapper, keeps one status stream
 reports each finished task at once), and per node per tick makes one ` + "`wrapper run`" + ` call with every new attempt's spec
 and launch.json on stdin (the wrapper detaches a supervisor per attempt that runs ` + "`/bin/sh spec.md`" + ` and writes
 status.json), pulls the status of every node once per tick, records every transition and event in the database,
-collects task.log and output/ back by SFTP with a manifest, and writes runs/<project>/report.md at the end.
+collects task.log and output/ back in one ` + "`wrapper collect`" + ` stream per node per tick with a manifest, and writes runs/<project>/report.md at the end.
 
 `)
 	b.WriteString("What one remote command costs here — GNU parallel pays a new connection per job, dispatch one connection per node:\n\n")
@@ -473,7 +473,7 @@ func (tp *throughput) timeline(ctx context.Context) (string, *tlSummary, error) 
 		fmtS(sum.collect.Seconds()), fmtS(sum.outside.Seconds()))
 	b.WriteString(tbl.markdown())
 	b.WriteString("\nEvery call to a node during the batch (a node's launches of a tick are one `exec wrapper run`; " +
-		"one collection is `sftp get status.json`, `sftp get task.log` and `sftp walk`; the status streams are not timed):\n\n")
+		"a node's collections of a tick are one `exec wrapper collect`, a stream of their task.logs and output/s; the status streams are not timed):\n\n")
 	b.WriteString(ops.markdown())
 	fmt.Fprintf(&b, "\nCPU profile of the bench process during the loop (`%s`):\n\n", rel(prof))
 	b.WriteString(profileSummary(prof, 0))
@@ -648,12 +648,9 @@ func throughputFinding(dispatchWall, parallelWall, shortWall float64, sum *tlSum
 			"supervisors, the tools and the four sshd share two cores.", op("exec wrapper run"))
 	}
 	if sum.collect >= sum.total/10 {
-		fmt.Fprintf(&b, " **Collecting** a finished task is three more round trips in `controller.(*Controller).collect` "+
-			"(`Get` status.json %s — only to find which directory holds the attempt, which the pull already knows —, `Get` "+
-			"task.log %s, `Walk` output/ %s) plus a transaction each; **change**: take the attempt's directory from the "+
-			"pull (`wrapper status` reports it) and skip the status.json read, and skip the `Walk` when the status says "+
-			"output/ is empty (the wrapper can count the files it leaves).",
-			op("sftp get status.json"), op("sftp get task.log"), op("sftp walk"))
+		fmt.Fprintf(&b, " **Collecting** is one `wrapper collect` per node per tick (%s median), a stream of the finished "+
+			"attempts' task.logs and output/s, and one transaction per tick for what it collected.",
+			op("exec wrapper collect"))
 	}
 	return b.String()
 }

@@ -97,81 +97,54 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 			current[fmt.Sprintf("%s#%d", taskKey(r.Project, r.Task), r.Attempt)] = isCurrent[i]
 		}
 	}
-	var mu sync.Mutex
-	var errs []error
 	names := make([]string, 0, len(byNode))
 	for name := range byNode {
 		names = append(names, name)
 	}
+	b := &collectBatch{}
 	c.onNodes(names, collecting, c.callTimeout(), func(n *nodeRuntime) {
-		for _, r := range byNode[n.cfg.Name] {
-			key := fmt.Sprintf("%s#%d", taskKey(r.Project, r.Task), r.Attempt)
-			if c.collectWait(key) {
-				continue // a failed try waits a little before the next
-			}
-			isCurrent := current[key]
-			tk := taskKey(r.Project, r.Task)
-			c.inCollection.Store(tk, true)
-			err := c.collect(ctx, n, r, isCurrent)
-			c.inCollection.Delete(tk)
-			if err == nil || ctx.Err() != nil {
-				continue
-			}
-			if rerr := c.collectFailed(ctx, key, r, isCurrent, err); rerr != nil {
-				err = errors.Join(err, rerr)
-			}
-			mu.Lock()
-			errs = append(errs, fmt.Errorf("collect %s/%s attempt %d from %s: %w", r.Project, r.Task, r.Attempt, r.Node, err))
-			mu.Unlock()
-		}
+		b.add(ctx, c, c.collectNode(ctx, n, byNode[n.cfg.Name], current, pulls[n.cfg.Name]))
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	return errors.Join(errs...)
+	return errors.Join(b.close(ctx, c)...)
 }
 
 // collect copies one finished attempt: its task.log to
 // runs/<p>/<ID>/attempts/<n>/ always, and, when it is the task's current
 // attempt, its output/ and task.log to the top of runs/<p>/<ID>/ with the
-// manifest. Every remote call has its own deadline, so a large output/ is
-// not cut off by one for the whole attempt.
-func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attempt, current bool) error {
-	src, err := c.attemptFiles(ctx, n, r)
+// manifest. It returns what to record of it, in the tick's transaction
+// (with an error, what to record besides the failure). Every remote call
+// has its own deadline, so a large output/ is not cut off by one for the
+// whole attempt. p is the node's pull of this tick: it says where the
+// attempt is when it is still in its task directory.
+func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attempt, current bool, p *pull) (txFunc, error) {
+	src, err := c.attemptFiles(ctx, n, r, p)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if src == "" {
-		// Nothing of this attempt is left on the node (its directory was
-		// reused by another attempt or removed): record that and move on.
-		return c.st.Update(ctx, func(tx *store.Tx) error {
-			if err := tx.Event(ctx, store.Event{Project: r.Project, Task: r.Task, Attempt: r.Attempt, Kind: "warning",
-				Node: r.Node, Message: "files of this attempt are gone from the node; nothing collected"}); err != nil {
-				return err
-			}
-			return tx.SetAttempt(ctx, r.Project, r.Task, r.Attempt, store.AttemptPatch{CollectedAt: new(tx.Now())})
-		})
+		return goneRecord(ctx, r), nil
 	}
 	dest := filepath.Join(home.RunsDir(c.opts.Home, r.Project), r.Task)
 	attemptDir := filepath.Join(dest, "attempts", strconv.Itoa(r.Attempt))
 	tmp := filepath.Join(home.RunsDir(c.opts.Home, r.Project), fmt.Sprintf(".%s.%d.collecting", r.Task, r.Attempt))
 	if err := os.RemoveAll(tmp); err != nil {
-		return err
+		return nil, err
 	}
 	defer os.RemoveAll(tmp)
 	if err := os.MkdirAll(filepath.Join(tmp, "output"), 0o755); err != nil {
-		return err
+		return nil, err
 	}
 	maxBytes := c.config().Controller.CollectMaxBytes
 	// task.log, like output/, leaves the controller its free space.
 	room, err := c.checkFreeSpace(home.RunsDir(c.opts.Home, r.Project), nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if _, _, err := c.fetch(ctx, n, path.Join(src, "task.log"), filepath.Join(tmp, "task.log"), 0o644, min(maxBytes, room)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		if room < maxBytes && errors.Is(err, errOverQuota) {
-			return c.noRoom(r.Project, "task.log")
+			return nil, c.noRoom(r.Project, "task.log")
 		}
-		return err
+		return nil, err
 	}
 	var manifest []store.File
 	// refused is an output/ that is not collected at all (over quota, or
@@ -181,7 +154,7 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attem
 	// whole repository): only a completed attempt's commit is collected.
 	gitTask, err := c.gitTask(ctx, r, current)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if gitTask != nil && r.Status == domain.Completed {
 		manifest, err = c.collectCommit(ctx, n, r, gitTask.task, gitTask.repo, tmp)
@@ -190,37 +163,19 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attem
 		case errors.As(err, &perm):
 			refused = err
 		case err != nil:
-			return err
+			return nil, err
 		}
 	}
 	if current && gitTask == nil {
 		if manifest, refused, err = c.collectOutput(ctx, n, r, src, tmp, room); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	crashpoint.At(crashpoint.MidCollect)
 	if err := placeCollected(tmp, dest, attemptDir, current, gitTask != nil); err != nil {
-		return err
+		return nil, err
 	}
-	if refused != nil {
-		if err := c.st.Update(ctx, func(tx *store.Tx) error {
-			return tx.ReplaceFiles(ctx, r.Project, r.Task, r.Attempt, nil)
-		}); err != nil {
-			return err
-		}
-		return refused
-	}
-	return c.st.Update(ctx, func(tx *store.Tx) error {
-		if current {
-			if err := tx.ReplaceFiles(ctx, r.Project, r.Task, r.Attempt, manifest); err != nil {
-				return err
-			}
-			if err := clearCollectWarning(ctx, tx, r); err != nil {
-				return err
-			}
-		}
-		return tx.SetAttempt(ctx, r.Project, r.Task, r.Attempt, store.AttemptPatch{CollectedAt: new(tx.Now())})
-	})
+	return c.collectedRecord(ctx, r, current, manifest, refused)
 }
 
 // collectOutput fetches the current attempt's output/ from src on n into
@@ -459,13 +414,20 @@ func (c *Controller) noRoom(project, what string) error {
 
 // attemptFiles finds where attempt r's files are on its node: still in the
 // task directory, or moved to attempts/<n>/ by a later attempt there. It
-// returns "" when neither holds that attempt's status.json.
-func (c *Controller) attemptFiles(ctx context.Context, n *nodeRuntime, r domain.Attempt) (string, error) {
+// returns "" when neither holds that attempt's status.json. When the
+// tick's pull p saw the attempt in its task directory, that is where it
+// is: no status.json is read.
+func (c *Controller) attemptFiles(ctx context.Context, n *nodeRuntime, r domain.Attempt, p *pull) (string, error) {
 	inst := n.installed()
 	if inst == nil {
 		return "", fmt.Errorf("the wrapper on %s is being checked again", n.cfg.Name)
 	}
 	dir := taskDir(inst, r.Project, r.Task)
+	if p != nil && p.err == nil {
+		if ts := p.tasks[taskKey(r.Project, r.Task)]; ts != nil && ts.Status != nil && ts.Status.Attempt == r.Attempt {
+			return dir, nil
+		}
+	}
 	for _, src := range []string{dir, path.Join(dir, "attempts", strconv.Itoa(r.Attempt))} {
 		var b bytes.Buffer
 		cctx, cancel := context.WithTimeout(ctx, c.callTimeout())

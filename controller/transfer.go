@@ -95,16 +95,22 @@ func isPermanent(err error) bool {
 // checkQuota refuses an output/ over collect_max_files or collect_max_bytes,
 // from the node's listing, before anything is copied.
 func (c *Controller) checkQuota(files []nodes.FileInfo) error {
-	q := c.config().Controller
 	var total int64
 	for _, f := range files {
 		if f.Mode.IsRegular() {
 			total += f.Size
 		}
 	}
+	return c.quotaError(len(files), total)
+}
+
+// quotaError refuses an output/ of files entries (regular files and
+// links) and total bytes of regular files over the quotas.
+func (c *Controller) quotaError(files int, total int64) error {
+	q := c.config().Controller
 	fix := "\n  fix: have the task write less into output/, or raise the quota under controller: in nodes.yaml, then `dispatch retry`"
-	if len(files) > q.CollectMaxFiles {
-		return permanent(fmt.Errorf("output/ holds %d files, over collect_max_files (%d): nothing of it collected%s", len(files), q.CollectMaxFiles, fix))
+	if files > q.CollectMaxFiles {
+		return permanent(fmt.Errorf("output/ holds %d files, over collect_max_files (%d): nothing of it collected%s", files, q.CollectMaxFiles, fix))
 	}
 	if total > q.CollectMaxBytes {
 		return permanent(fmt.Errorf("output/ holds %s, over collect_max_bytes (%s): nothing of it collected%s", mib(total), mib(q.CollectMaxBytes), fix))
@@ -153,14 +159,14 @@ func (c *Controller) collectWait(key string) bool {
 	return ok && c.now().Before(v.(time.Time))
 }
 
-// collectFailed records a failed collection of run r: an event, and a
+// collectFailed is what to record of a failed collection of run r: an event, and a
 // warning on the task's status line; after maxCollectTries (or at once when
 // trying again cannot help) it gives up: the run is settled, and the task,
 // when this was its completed current attempt, fails with error_class
 // collect.
-func (c *Controller) collectFailed(ctx context.Context, key string, r domain.Attempt, current bool, cerr error) error {
+func (c *Controller) collectFailed(ctx context.Context, key string, r domain.Attempt, current bool, cerr error) txFunc {
 	msg := cerr.Error()
-	return c.st.Update(ctx, func(tx *store.Tx) error {
+	return func(tx *store.Tx) error {
 		tries, err := tx.CountEvents(ctx, r.Project, r.Task, r.Attempt, "collect_failed")
 		if err != nil {
 			return err
@@ -203,7 +209,7 @@ func (c *Controller) collectFailed(ctx context.Context, key string, r domain.Att
 		_, _, err = tx.Transition(ctx, store.Change{Project: r.Project, Task: r.Task, From: domain.Completed, To: domain.Failed,
 			Message: note, Set: store.TaskPatch{ErrorClass: new(classCollect), Error: new(note), Warning: new("")}})
 		return err
-	})
+	}
 }
 
 // clearCollectWarning removes the note of an earlier failed try once the

@@ -40,6 +40,22 @@ func ExecFromIdle(ctx context.Context, tr ExecFromer, argv []string, r io.Reader
 	return res, stalled(ctx, err)
 }
 
+// ExecToer is a Transport that can copy a command's stdout to a writer as
+// the command runs, past MaxExecOutput (see sshnode.SSH.ExecTo).
+type ExecToer interface {
+	ExecTo(ctx context.Context, argv []string, stdin []byte, stdout io.Writer) (Result, error)
+}
+
+// ExecToIdle runs argv with its stdout copied to w, bounded by progress
+// as GetIdle is: it fails, wrapping ErrStalled, once no byte has reached w
+// for idle, however long the whole stream takes.
+func ExecToIdle(ctx context.Context, tr ExecToer, argv []string, stdin []byte, w io.Writer, idle time.Duration) (Result, error) {
+	ctx, wd := watch(ctx, idle)
+	defer wd.stop()
+	res, err := tr.ExecTo(ctx, argv, stdin, progressWriter{w, wd})
+	return res, stalled(ctx, err)
+}
+
 // GetIdle is tr.Get bounded by progress: it fails, with an error wrapping
 // ErrStalled, once no byte has reached w for idle.
 func GetIdle(ctx context.Context, tr Transport, p string, w io.Writer, idle time.Duration) error {

@@ -35,6 +35,7 @@ commands (see docs/PROTOCOL.md):
   untar  --archive A --dir D [--merge]  (replaces D, or with --merge its top entries, with A's tree; removes A)
   inputs --dir D                  (stdin: dependencies to copy from this node into D, verified)
   tar    --dir D --out A [--max-bytes N]
+  collect                         (stdin: the finished attempts; stdout: one tar of their files)
   git-receive --repo R --commit C   (stdin: a pack completing base commit C)
   git-have    --repo R
   git-pack    --dir D --base B --branch dispatch/P/ID --out A
@@ -96,6 +97,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdInputs(ctx, rest, stdin, stdout)
 	case "tar":
 		err = cmdTar(ctx, rest, stdout)
+	case "collect":
+		err = cmdCollect(ctx, rest, stdin, stdout, stderr)
 	case "git-receive":
 		err = cmdGitReceive(ctx, rest, stdin, stdout)
 	case "git-have":

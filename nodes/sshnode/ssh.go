@@ -81,6 +81,7 @@ const maxSessions = 8
 var (
 	_ nodes.Transport = (*SSH)(nil)
 	_ nodes.Converser = (*SSH)(nil)
+	_ nodes.ExecToer  = (*SSH)(nil)
 )
 
 // New resolves the node's ssh: value (command line, user@host[:port] or a
@@ -543,6 +544,24 @@ func (s *SSH) Exec(ctx context.Context, argv []string, stdin []byte) (nodes.Resu
 // ExecFrom is Exec with the command's stdin copied from r as it runs (nil
 // for none): a tree streamed into `wrapper untar` is never whole in memory.
 func (s *SSH) ExecFrom(ctx context.Context, argv []string, stdin io.Reader) (nodes.Result, error) {
+	return s.exec(ctx, argv, stdin, nil)
+}
+
+// ExecTo is Exec with the command's stdout copied to stdout as it runs,
+// uncapped (Result.Stdout stays empty): a node's files come back in one
+// stream, never whole in memory. A write to stdout that fails ends the
+// command.
+func (s *SSH) ExecTo(ctx context.Context, argv []string, stdin []byte, stdout io.Writer) (nodes.Result, error) {
+	var in io.Reader
+	if len(stdin) > 0 {
+		in = bytes.NewReader(stdin)
+	}
+	return s.exec(ctx, argv, in, stdout)
+}
+
+// exec runs argv with stdin from in (nil: none) and its stdout captured
+// up to MaxExecOutput, or, when out is set, copied to out.
+func (s *SSH) exec(ctx context.Context, argv []string, stdin io.Reader, out io.Writer) (nodes.Result, error) {
 	if len(argv) == 0 || argv[0] == "" {
 		return nodes.Result{}, errors.New("exec: empty command")
 	}
@@ -584,7 +603,15 @@ func (s *SSH) ExecFrom(ctx context.Context, argv []string, stdin io.Reader) (nod
 		}
 		stdout, stderr := nodes.NewCappedBuffer(nodes.MaxExecOutput, over), nodes.NewCappedBuffer(nodes.MaxExecOutput, over)
 		sess.Stdout, sess.Stderr = stdout, stderr
+		var failed *failingWriter
+		if out != nil {
+			failed = &failingWriter{w: out, fail: over}
+			sess.Stdout = failed
+		}
 		err = runSession(sess, ShellQuote(argv), stdin)
+		if failed != nil && failed.err != nil {
+			return nodes.Result{}, fmt.Errorf("stdout: %w", failed.err)
+		}
 		if stdout.Overflowed() || stderr.Overflowed() {
 			return nodes.Result{}, fmt.Errorf("%w: it printed more than %d MiB and was killed", nodes.ErrOutputTooLarge, nodes.MaxExecOutput>>20)
 		}
@@ -603,6 +630,23 @@ func (s *SSH) ExecFrom(ctx context.Context, argv []string, stdin io.Reader) (nod
 		return res, fmt.Errorf("exec %s on %s: %w", argv[0], s.cfg.Node, err)
 	}
 	return res, nil
+}
+
+// failingWriter passes writes to w; the first that fails calls fail (which
+// ends the session: nothing reads the channel any more) and is kept.
+type failingWriter struct {
+	w    io.Writer
+	fail func()
+	err  error
+}
+
+func (f *failingWriter) Write(p []byte) (int, error) {
+	n, err := f.w.Write(p)
+	if err != nil && f.err == nil {
+		f.err = err
+		f.fail()
+	}
+	return n, err
 }
 
 // signalNumber maps an SSH signal name (RFC 4254 §6.10: the POSIX name

@@ -63,6 +63,7 @@ func Run(t *testing.T, open func(t *testing.T) (nodes.Transport, string)) {
 		{"TransferStalled", testTransferStalled},
 		{"TransferLarge", testTransferLarge},
 		{"ExecFromStream", testExecFrom},
+		{"ExecToStream", testExecTo},
 		{"Walk", testWalk},
 		{"WalkEmptyDir", testWalkEmpty},
 		{"WalkMissing", testWalkMissing},
@@ -979,4 +980,55 @@ func testExecFrom(t *testing.T, ctx context.Context, tr nodes.Transport, _ strin
 	if res := exec(t, ctx, tr, []byte("after"), "cat"); string(res.Stdout) != "after" {
 		t.Errorf("Exec after a stalled stream: %+v", res)
 	}
+}
+
+// failAfter is a writer that takes n bytes, then fails.
+type failAfter struct{ n int }
+
+func (f *failAfter) Write(p []byte) (int, error) {
+	if len(p) > f.n {
+		return 0, errors.New("writer failed on purpose")
+	}
+	f.n -= len(p)
+	return len(p), nil
+}
+
+// testExecTo streams a command's stdout, past MaxExecOutput, into a
+// writer (of a transport that can); a writer that fails ends the command;
+// a command that stops printing ends with ErrStalled; the transport works
+// after each.
+func testExecTo(t *testing.T, ctx context.Context, tr nodes.Transport, _ string) {
+	et, ok := tr.(nodes.ExecToer)
+	if !ok {
+		t.Skip("this transport cannot stream a command's stdout")
+	}
+	size := int64(nodes.MaxExecOutput + 8<<20)
+	sum := sha256.New()
+	n := &countingWriter{w: sum}
+	res, err := nodes.ExecToIdle(ctx, et, []string{"head", "-c", fmt.Sprint(size), "/dev/zero"}, nil, n, 10*time.Second)
+	if err != nil || res.ExitCode != 0 || n.n != size || len(res.Stdout) != 0 {
+		t.Fatalf("ExecToIdle of %d MiB: %+v (%d bytes kept), %v, %d bytes written", size>>20, res.ExitCode, len(res.Stdout), err, n.n)
+	}
+	want := sha256.New()
+	io.CopyN(want, &zeroReader{}, size)
+	if !bytes.Equal(sum.Sum(nil), want.Sum(nil)) {
+		t.Error("the stream is not what the command printed")
+	}
+	if _, err := nodes.ExecToIdle(ctx, et, []string{"cat", "/dev/zero"}, nil, &failAfter{n: 1 << 20}, 10*time.Second); err == nil {
+		t.Fatal("ExecToIdle into a writer that fails: no error")
+	}
+	const idle = 300 * time.Millisecond
+	if _, err := nodes.ExecToIdle(ctx, et, []string{"sh", "-c", "echo a; sleep 5; echo b"}, nil, io.Discard, idle); !errors.Is(err, nodes.ErrStalled) {
+		t.Fatalf("ExecToIdle of a command that stops printing = %v, want an error wrapping ErrStalled", err)
+	}
+	if res := exec(t, ctx, tr, []byte("after"), "cat"); string(res.Stdout) != "after" {
+		t.Errorf("Exec after a stalled stream: %+v", res)
+	}
+}
+
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }

@@ -1,0 +1,458 @@
+package controller
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/dispatch-tool/dispatch/domain"
+	"github.com/dispatch-tool/dispatch/home"
+	"github.com/dispatch-tool/dispatch/internal/crashpoint"
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/policy"
+	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/wire"
+)
+
+// streamItem is one attempt of a node's collect stream (`wrapper
+// collect`): what was asked of it and what came back.
+type streamItem struct {
+	r       domain.Attempt
+	current bool
+	git     *gitAttempt // a git-native task: its commit is fetched after the stream
+	output  bool        // output/ was asked for
+	tmp     string      // where its files land before placeCollected
+	asked   int64       // the room (free space to spare) when the stream was asked for
+	room    int64       // the room left as files are written
+
+	head     *wire.CollectHead
+	err      error // what went wrong with it: its files are dropped
+	gotLog   bool
+	manifest []store.File
+	seen     map[string]bool
+	total    int64 // bytes of output/ written
+}
+
+// errNoRoomLog and errNoRoomOutput are a collection that stopped to keep
+// the controller's free space, at task.log or in output/.
+var (
+	errNoRoomLog    = errors.New("not enough free space for task.log")
+	errNoRoomOutput = errors.New("not enough free space for output/")
+)
+
+// noRoomFor is c.noRoom of the file err stopped at, or nil.
+func (c *Controller) noRoomFor(project string, err error) error {
+	switch {
+	case errors.Is(err, errNoRoomLog):
+		return c.noRoom(project, "task.log")
+	case errors.Is(err, errNoRoomOutput):
+		return c.noRoom(project, "output/")
+	}
+	return nil
+}
+
+// maxCollectHead caps an attempt's head in a collect stream.
+const maxCollectHead = 64 << 10
+
+// collectStream collects a node's finished attempts in one `wrapper
+// collect` call: one stream of all their task.logs and output/s, read
+// as it comes (bounded by progress, never whole in memory) and checked
+// entry by entry as collectOutput checks files. What a node sends wrong
+// fails only the attempt it names.
+func (c *Controller) collectStream(ctx context.Context, n *nodeRuntime, tr nodes.ExecToer, runs []domain.Attempt, current map[string]bool) []collected {
+	out := make([]collected, 0, len(runs))
+	items := make([]*streamItem, 0, len(runs))
+	for _, r := range runs {
+		it, err := c.prepareItem(ctx, r, current[collectKey(r)])
+		if err != nil {
+			out = append(out, c.outcome(ctx, r, current[collectKey(r)], nil, err))
+			continue
+		}
+		defer os.RemoveAll(it.tmp)
+		items = append(items, it)
+	}
+	if len(items) == 0 {
+		return out
+	}
+	err := c.runCollectStream(ctx, n, tr, items)
+	for _, it := range items {
+		if it.err == nil && it.head == nil {
+			it.err = errors.New("the node's collect stream left this attempt out")
+			if err != nil {
+				it.err = err
+			}
+		}
+		rec, ferr := c.finishItem(ctx, n, it)
+		out = append(out, c.outcome(ctx, it.r, it.current, rec, ferr))
+	}
+	return out
+}
+
+// prepareItem makes attempt r's staging directory and reads what its
+// collection needs from the database.
+func (c *Controller) prepareItem(ctx context.Context, r domain.Attempt, current bool) (*streamItem, error) {
+	git, err := c.gitTask(ctx, r, current)
+	if err != nil {
+		return nil, err
+	}
+	runs := home.RunsDir(c.opts.Home, r.Project)
+	room, err := c.checkFreeSpace(runs, nil)
+	if err != nil {
+		return nil, err
+	}
+	it := &streamItem{r: r, current: current, git: git, output: current && git == nil, asked: room, room: room, seen: map[string]bool{},
+		tmp: filepath.Join(runs, fmt.Sprintf(".%s.%d.collecting", r.Task, r.Attempt))}
+	if err := os.RemoveAll(it.tmp); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(it.tmp, "output"), 0o755); err != nil {
+		return nil, err
+	}
+	return it, nil
+}
+
+// runCollectStream runs `wrapper collect` for items on n and reads its
+// stream into them. The error is the stream's: the attempts it had not
+// finished sending get it.
+func (c *Controller) runCollectStream(ctx context.Context, n *nodeRuntime, tr nodes.ExecToer, items []*streamItem) error {
+	inst := n.installed()
+	if inst == nil {
+		return fmt.Errorf("the wrapper on %s is being checked again", n.cfg.Name)
+	}
+	q := c.config().Controller
+	var req wire.CollectRequest
+	for _, it := range items {
+		req.Attempts = append(req.Attempts, wire.CollectItem{Dir: taskDir(inst, it.r.Project, it.r.Task), Attempt: it.r.Attempt,
+			Output: it.output, MaxFiles: q.CollectMaxFiles, MaxBytes: min(q.CollectMaxBytes, it.asked)})
+	}
+	stdin, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	pr, pw := io.Pipe()
+	var res nodes.Result
+	ran := make(chan error, 1)
+	go func() {
+		var err error
+		res, err = nodes.ExecToIdle(ctx, tr, []string{inst.Path, "collect"}, stdin, pw, c.transferIdle())
+		pw.CloseWithError(err)
+		ran <- err
+	}()
+	cr := streamReader{items: items, maxFiles: q.CollectMaxFiles, maxBytes: q.CollectMaxBytes}
+	in := &io.LimitedReader{R: pr, N: streamBudget(req)}
+	rerr := readBudgeted(&cr, in)
+	pr.CloseWithError(errors.New("the controller stopped reading the collect stream"))
+	err = <-ran
+	switch {
+	case err == nil && res.ExitCode != 0:
+		// A wrapper that refused the request says why on stderr.
+		res.Stdout = res.Stderr
+		rerr = errors.New(policy.ReplyError(res, nil))
+	case rerr != nil:
+	case err != nil:
+		rerr = err
+	}
+	if rerr != nil {
+		for _, it := range items[cr.last:] {
+			if it.err == nil {
+				it.err = fmt.Errorf("collect stream from %s: %w", n.cfg.Name, rerr)
+			}
+		}
+	}
+	return rerr
+}
+
+// streamBudget is the most a collect stream for req may carry: each
+// attempt's task.log and output/ at their quotas, and a tar header for
+// every file. Past it the node is sending what no attempt holds (an entry
+// of a terabyte the controller would skip for hours): the stream ends.
+func streamBudget(req wire.CollectRequest) int64 {
+	var b int64
+	for _, it := range req.Attempts {
+		b += 2*max(it.MaxBytes, 0) + int64(it.MaxFiles+4)*4<<10 + maxCollectHead
+	}
+	return b
+}
+
+// readBudgeted reads the collect stream in, whose N is what the stream
+// may carry, into cr, and then what follows the archive's end (its last
+// block's padding), so that the command can exit.
+func readBudgeted(cr *streamReader, in *io.LimitedReader) error {
+	err := cr.read(in)
+	if err == nil {
+		_, err = io.Copy(io.Discard, in)
+	}
+	if in.N <= 0 {
+		return errors.New("the collect stream is larger than its attempts' quotas allow")
+	}
+	return err
+}
+
+// streamReader reads a collect stream into its items, checking every
+// entry: it names a requested attempt, in order, a file its head said
+// follows, a path inside its output/, once; output/ holds at most
+// maxFiles files and maxBytes bytes (and what the free space allows).
+type streamReader struct {
+	items    []*streamItem
+	maxFiles int
+	maxBytes int64
+	last     int // the attempt entries come for; those before it are whole
+}
+
+// read reads the stream r to its end. Its error is the stream's (it is not
+// a tar archive); what is wrong with an entry fails the attempt it names.
+func (s *streamReader) read(r io.Reader) error {
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			s.last = len(s.items)
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read the collect stream: %w", err)
+		}
+		idx, rest, ok := strings.Cut(h.Name, "/")
+		i, aerr := strconv.Atoi(idx)
+		if !ok || aerr != nil || i < 0 || i >= len(s.items) || h.Typeflag != tar.TypeReg {
+			continue // names no attempt asked for, or not a file: never written
+		}
+		it := s.items[i]
+		switch {
+		case i < s.last:
+			it.fail(fmt.Errorf("the collect stream sent %q after the next attempt's files", h.Name))
+			continue
+		case i > s.last:
+			s.last = i
+		}
+		if it.err == nil {
+			it.err = s.entry(it, rest, h, tr)
+		}
+	}
+}
+
+func (it *streamItem) fail(err error) {
+	if it.err == nil {
+		it.err = err
+	}
+}
+
+// entry takes one entry of attempt it; the error fails the attempt.
+func (s *streamReader) entry(it *streamItem, name string, h *tar.Header, r io.Reader) error {
+	switch {
+	case name == wire.CollectHeadName:
+		return it.readHead(h, r)
+	case it.head == nil:
+		return fmt.Errorf("the collect stream sent %q before the attempt's head", h.Name)
+	case name == wire.CollectErrorName:
+		msg, _ := io.ReadAll(io.LimitReader(r, 1024))
+		return fmt.Errorf("the node could not send the attempt's files: %s", wire.ClampMessage(string(msg)))
+	case name == "task.log":
+		if it.head.Log != wire.CollectSent || it.gotLog {
+			return fmt.Errorf("the collect stream sent a task.log it did not announce")
+		}
+		it.gotLog = true
+		_, n, err := writeLocal(filepath.Join(it.tmp, "task.log"), 0o644, r, min(s.maxBytes, it.room))
+		if err != nil && it.room < s.maxBytes && errors.Is(err, errOverQuota) {
+			return errNoRoomLog
+		}
+		it.room -= n
+		return err
+	case strings.HasPrefix(name, "output/"):
+		return s.outputFile(it, strings.TrimPrefix(name, "output/"), h, r)
+	}
+	return fmt.Errorf("the collect stream sent an unexpected entry %q", h.Name)
+}
+
+// readHead reads an attempt's head and checks its words.
+func (it *streamItem) readHead(h *tar.Header, r io.Reader) error {
+	if it.head != nil {
+		return errors.New("the collect stream sent the attempt's head twice")
+	}
+	if h.Size > maxCollectHead {
+		return fmt.Errorf("the attempt's head in the collect stream is larger than %d KiB", maxCollectHead>>10)
+	}
+	var head wire.CollectHead
+	if err := json.NewDecoder(io.LimitReader(r, maxCollectHead)).Decode(&head); err != nil {
+		return fmt.Errorf("the attempt's head in the collect stream: %w", err)
+	}
+	known := func(s string, empty bool) bool {
+		switch s {
+		case wire.CollectSent, wire.CollectMissing, wire.CollectNotFollowed, wire.CollectOverQuota, wire.CollectError:
+			return true
+		}
+		return empty && s == ""
+	}
+	if head.Found && (!known(head.Log, false) || !known(head.Output, !it.output) || head.Files < 0 || head.Bytes < 0) {
+		return fmt.Errorf("the attempt's head in the collect stream says task.log %q, output/ %q", head.Log, head.Output)
+	}
+	it.head = &head
+	return nil
+}
+
+// outputFile takes the file rel of an attempt's output/.
+func (s *streamReader) outputFile(it *streamItem, rel string, h *tar.Header, r io.Reader) error {
+	if !it.output || it.head.Output != wire.CollectSent {
+		return fmt.Errorf("the collect stream sent output/%s, which it did not announce", rel)
+	}
+	// The name it is written under, and recorded under: inside output/.
+	name := strings.TrimPrefix(path.Clean("/"+rel), "/")
+	if it.seen[name] {
+		return fmt.Errorf("the collect stream names output/%s twice", rel)
+	}
+	it.seen[name] = true
+	if len(it.seen) > s.maxFiles {
+		return permanent(fmt.Errorf("output/ holds more than collect_max_files (%d) files: nothing of it collected", s.maxFiles))
+	}
+	dst, err := safeJoin(filepath.Join(it.tmp, "output"), rel)
+	if err != nil {
+		return err
+	}
+	limit, byRoom := s.maxBytes-it.total, it.room < s.maxBytes-it.total
+	if byRoom {
+		limit = it.room
+	}
+	sum, n, err := writeLocal(dst, fs.FileMode(h.Mode).Perm(), r, limit)
+	if byRoom && errors.Is(err, errOverQuota) {
+		return errNoRoomOutput
+	}
+	if err != nil {
+		return err
+	}
+	it.total += n
+	it.room -= n
+	it.manifest = append(it.manifest, store.File{Project: it.r.Project, Task: it.r.Task, Attempt: it.r.Attempt,
+		Path: name, Size: n, SHA256: sum})
+	return nil
+}
+
+// writeLocal writes r to the new file dst, at most limit bytes (more is
+// errOverQuota), and returns its sha256 and size.
+func writeLocal(dst string, perm fs.FileMode, r io.Reader, limit int64) (string, int64, error) {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return "", 0, err
+	}
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, perm|0o200)
+	if err != nil {
+		return "", 0, err
+	}
+	sum := sha256.New()
+	cw := &countWriter{w: io.MultiWriter(f, sum)}
+	_, err = io.Copy(&limitWriter{w: cw, left: limit}, r)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(dst)
+		return "", cw.n, err
+	}
+	return hex.EncodeToString(sum.Sum(nil)), cw.n, nil
+}
+
+// finishItem judges what the stream brought of one attempt, as collect
+// judges what it fetched, and moves it into place; it returns what to
+// record.
+func (c *Controller) finishItem(ctx context.Context, n *nodeRuntime, it *streamItem) (txFunc, error) {
+	switch {
+	case c.noRoomFor(it.r.Project, it.err) != nil:
+		return nil, c.noRoomFor(it.r.Project, it.err)
+	case it.err != nil:
+		return nil, it.err
+	case !it.head.Found:
+		return goneRecord(ctx, it.r), nil
+	}
+	if err := it.checkLog(c.config().Controller.CollectMaxBytes); err != nil {
+		if room := c.noRoomFor(it.r.Project, err); room != nil {
+			return nil, room
+		}
+		return nil, err
+	}
+	manifest, refused, err := c.judgeOutput(it)
+	if err != nil {
+		return nil, err
+	}
+	if it.git != nil && it.r.Status == domain.Completed {
+		manifest, err = c.collectCommit(ctx, n, it.r, it.git.task, it.git.repo, it.tmp)
+		var perm *permanentError
+		switch {
+		case errors.As(err, &perm):
+			refused = err
+		case err != nil:
+			return nil, err
+		}
+	}
+	crashpoint.At(crashpoint.MidCollect)
+	dest := filepath.Join(home.RunsDir(c.opts.Home, it.r.Project), it.r.Task)
+	if err := placeCollected(it.tmp, dest, filepath.Join(dest, "attempts", strconv.Itoa(it.r.Attempt)), it.current, it.git != nil); err != nil {
+		return nil, err
+	}
+	return c.collectedRecord(ctx, it.r, it.current, manifest, refused)
+}
+
+// checkLog judges the task.log the head announced.
+func (it *streamItem) checkLog(maxBytes int64) error {
+	switch it.head.Log {
+	case wire.CollectSent:
+		if !it.gotLog {
+			return errors.New("the collect stream announced a task.log it did not send")
+		}
+	case wire.CollectNotFollowed:
+		return permanent(fmt.Errorf("task.log of the attempt: %w", nodes.ErrNotFollowed))
+	case wire.CollectOverQuota:
+		if it.head.LogSize <= min(maxBytes, it.asked) {
+			return fmt.Errorf("the node kept back a task.log of %s, within the quota", mib(it.head.LogSize))
+		}
+		if it.asked < maxBytes {
+			return errNoRoomLog
+		}
+		return fmt.Errorf("task.log of %s: %w", mib(it.head.LogSize), errOverQuota)
+	case wire.CollectError:
+		return fmt.Errorf("task.log of the attempt could not be read on the node %s", it.head.Error)
+	}
+	return nil
+}
+
+// judgeOutput judges the output/ the head announced: the manifest of what
+// came, or why it is refused (the task fails, its task.log collected) or
+// must be tried again (err).
+func (c *Controller) judgeOutput(it *streamItem) (manifest []store.File, refused, err error) {
+	if !it.output {
+		return nil, nil, nil
+	}
+	h := it.head
+	switch h.Output {
+	case wire.CollectNotFollowed:
+		refused = permanent(fmt.Errorf("output/ is not a directory, and a symbolic link is never followed: nothing of it collected (%w)", nodes.ErrNotFollowed))
+	case wire.CollectError:
+		return nil, nil, fmt.Errorf("output/ of the attempt: %s", h.Error)
+	case wire.CollectOverQuota, wire.CollectSent:
+		refused = c.quotaError(h.Files, h.Bytes)
+		if refused == nil && h.Bytes > it.asked {
+			if _, err := c.freeRoom(home.RunsDir(c.opts.Home, it.r.Project), "output/", h.Bytes); err != nil {
+				return nil, nil, err
+			}
+			return nil, nil, c.noRoom(it.r.Project, "output/")
+		}
+		if refused == nil && h.Output == wire.CollectOverQuota {
+			return nil, nil, fmt.Errorf("the node kept back an output/ of %d files, %s, within the quotas", h.Files, mib(h.Bytes))
+		}
+	}
+	if refused == nil {
+		return it.manifest, nil, nil
+	}
+	if err := os.RemoveAll(filepath.Join(it.tmp, "output")); err != nil {
+		return nil, nil, err
+	}
+	return nil, refused, os.Mkdir(filepath.Join(it.tmp, "output"), 0o755)
+}

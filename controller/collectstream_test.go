@@ -1,0 +1,451 @@
+package controller
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/domain"
+	"github.com/dispatch-tool/dispatch/home"
+	"github.com/dispatch-tool/dispatch/internal/sshdtest"
+	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/nodes/sshnode"
+	"github.com/dispatch-tool/dispatch/wire"
+)
+
+// entry is one entry of a forged collect stream.
+type entry struct {
+	name string
+	typ  byte
+	body string
+}
+
+func headOf(h wire.CollectHead) string {
+	b, _ := json.Marshal(h)
+	return string(b)
+}
+
+func streamOf(t *testing.T, entries []entry) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, e := range entries {
+		typ := e.typ
+		if typ == 0 {
+			typ = tar.TypeReg
+		}
+		h := &tar.Header{Name: e.name, Typeflag: typ, Mode: 0o644, Size: int64(len(e.body))}
+		if typ != tar.TypeReg {
+			h.Size, h.Linkname = 0, "/etc/passwd"
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if typ == tar.TypeReg {
+			tw.Write([]byte(e.body))
+		}
+	}
+	tw.Close()
+	return b.Bytes()
+}
+
+// TestCollectStreamChecksEveryEntry: whatever a node sends as its collect
+// stream, each attempt gets only the files its head announced, inside its
+// own output/, once, within the quotas; an entry that is wrong fails the
+// attempt it names and no other; what is not a tar fails the stream.
+func TestCollectStreamChecksEveryEntry(t *testing.T) {
+	sent := wire.CollectHead{Found: true, Log: wire.CollectSent, Output: wire.CollectSent, Files: 2, Bytes: 4}
+	noLog := wire.CollectHead{Found: true, Log: wire.CollectMissing, Output: wire.CollectSent}
+	ok := []entry{{"1/collect.json", 0, headOf(sent)}, {"1/task.log", 0, "log\n"}, {"1/output/b.txt", 0, "b\n"}}
+	for _, tc := range []struct {
+		name    string
+		entries []entry
+		want0   string // "" when attempt 0 is whole, else its error
+		files0  []string
+		stream  bool // the stream itself fails
+	}{
+		{name: "whole", entries: append([]entry{{"0/collect.json", 0, headOf(sent)}, {"0/task.log", 0, "log\n"},
+			{"0/output/a.txt", 0, "a\n"}, {"0/output/d/c.txt", 0, "c\n"}}, ok...), files0: []string{"a.txt", "d/c.txt"}},
+		{name: "escaping names are kept inside", entries: append([]entry{{"0/collect.json", 0, headOf(noLog)},
+			{"0/output/../../../escape.txt", 0, "x\n"}, {"0/output//abs.txt", 0, "x\n"}}, ok...), files0: []string{"abs.txt", "escape.txt"}},
+		{name: "a name twice", entries: append([]entry{{"0/collect.json", 0, headOf(noLog)},
+			{"0/output/a.txt", 0, "x\n"}, {"0/output/./a.txt", 0, "y\n"}}, ok...), want0: "twice"},
+		{name: "a link is not written", entries: append([]entry{{"0/collect.json", 0, headOf(noLog)},
+			{"0/output/passwd", tar.TypeSymlink, ""}, {"0/output/hard", tar.TypeLink, ""}}, ok...)},
+		{name: "a file before the head", entries: append([]entry{{"0/task.log", 0, "x"}, {"0/collect.json", 0, headOf(sent)}}, ok...), want0: "before"},
+		{name: "the head twice", entries: append([]entry{{"0/collect.json", 0, headOf(noLog)}, {"0/collect.json", 0, headOf(noLog)}}, ok...), want0: "twice"},
+		{name: "a task.log not announced", entries: append([]entry{{"0/collect.json", 0, headOf(noLog)}, {"0/task.log", 0, "x"}}, ok...), want0: "did not announce"},
+		{name: "a huge head", entries: append([]entry{{"0/collect.json", 0, strings.Repeat(" ", maxCollectHead+1)}}, ok...), want0: "larger than"},
+		{name: "a head of unknown words", entries: append([]entry{{"0/collect.json", 0, `{"found":true,"log":"maybe"}`}}, ok...), want0: "says task.log"},
+		{name: "over collect_max_bytes", entries: append([]entry{{"0/collect.json", 0, headOf(noLog)},
+			{"0/output/big", 0, strings.Repeat("x", 101)}}, ok...), want0: errOverQuota.Error()},
+		{name: "over collect_max_files", entries: append([]entry{{"0/collect.json", 0, headOf(noLog)},
+			{"0/output/1", 0, ""}, {"0/output/2", 0, ""}, {"0/output/3", 0, ""}, {"0/output/4", 0, ""}}, ok...), want0: "collect_max_files"},
+		{name: "an unknown entry", entries: append([]entry{{"0/collect.json", 0, headOf(noLog)}, {"0/secrets", 0, "x"}}, ok...), want0: "unexpected entry"},
+		{name: "entries of attempts nobody asked for are skipped", entries: append([]entry{{"0/collect.json", 0, headOf(noLog)},
+			{"7/task.log", 0, "x"}, {"-1/task.log", 0, "x"}, {"../x", 0, "x"}, {"x", 0, "x"}}, ok...)},
+		{name: "an attempt's file after the next attempt's", entries: append(append([]entry{{"0/collect.json", 0, headOf(noLog)}}, ok...),
+			entry{"0/output/late.txt", 0, "x"}), want0: "after the next attempt"},
+		{name: "the node's own error", entries: append([]entry{{"0/collect.json", 0, headOf(noLog)}, {"0/collect.err", 0, "a.txt shrank"}}, ok...), want0: "shrank"},
+		{name: "not a tar", entries: nil, stream: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			items := make([]*streamItem, 2)
+			for i := range items {
+				items[i] = &streamItem{output: true, tmp: filepath.Join(dir, fmt.Sprint(i)), room: 1 << 30, asked: 1 << 30, seen: map[string]bool{}}
+			}
+			data := streamOf(t, tc.entries)
+			if tc.entries == nil {
+				data = []byte(`{"error":"collect: stdin is not a collect request","kind":"usage"}`)
+			}
+			s := streamReader{items: items, maxFiles: 3, maxBytes: 100}
+			err := s.read(bytes.NewReader(data))
+			if (err != nil) != tc.stream {
+				t.Fatalf("stream error %v, want one: %v", err, tc.stream)
+			}
+			if tc.stream {
+				return
+			}
+			if got := items[0].err; (got == nil) != (tc.want0 == "") || got != nil && !strings.Contains(got.Error(), tc.want0) {
+				t.Errorf("attempt 0: %v, want %q", got, tc.want0)
+			}
+			if items[1].err != nil || len(items[1].manifest) != 1 || !items[1].gotLog {
+				t.Errorf("attempt 1, sent right, hurt: err %v, manifest %+v", items[1].err, items[1].manifest)
+			}
+			var written []string
+			filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+				if err == nil && !d.IsDir() {
+					rel, _ := filepath.Rel(dir, p)
+					written = append(written, filepath.ToSlash(rel))
+				}
+				if err == nil && d.Type()&os.ModeSymlink != 0 {
+					t.Errorf("a link was written: %s", p)
+				}
+				return nil
+			})
+			for _, w := range written {
+				if !strings.HasPrefix(w, "0/output/") && !strings.HasPrefix(w, "1/") && w != "0/task.log" {
+					t.Errorf("%s written outside an attempt's files", w)
+				}
+			}
+			if tc.files0 != nil {
+				var got []string
+				for _, f := range items[0].manifest {
+					got = append(got, f.Path)
+				}
+				slices.Sort(got)
+				if !slices.Equal(got, tc.files0) {
+					t.Errorf("attempt 0's manifest %v, want %v", got, tc.files0)
+				}
+			}
+		})
+	}
+}
+
+// countingSSH is an SSH node that counts the calls a collection makes.
+type countingSSH struct {
+	*sshnode.SSH
+	mu       sync.Mutex
+	gets     []string
+	walks    []string
+	collects [][]wire.CollectItem
+	exec     atomic.Int64
+}
+
+func (c *countingSSH) Get(ctx context.Context, p string, w io.Writer) error {
+	c.mu.Lock()
+	c.gets = append(c.gets, p)
+	c.mu.Unlock()
+	return c.SSH.Get(ctx, p, w)
+}
+
+func (c *countingSSH) Walk(ctx context.Context, dir string) ([]nodes.FileInfo, error) {
+	c.mu.Lock()
+	c.walks = append(c.walks, dir)
+	c.mu.Unlock()
+	return c.SSH.Walk(ctx, dir)
+}
+
+func (c *countingSSH) Exec(ctx context.Context, argv []string, stdin []byte) (nodes.Result, error) {
+	c.exec.Add(1)
+	return c.SSH.Exec(ctx, argv, stdin)
+}
+
+func (c *countingSSH) ExecTo(ctx context.Context, argv []string, stdin []byte, w io.Writer) (nodes.Result, error) {
+	var req wire.CollectRequest
+	if slices.Contains(argv, "collect") && json.Unmarshal(stdin, &req) == nil {
+		c.mu.Lock()
+		c.collects = append(c.collects, req.Attempts)
+		c.mu.Unlock()
+	}
+	return c.SSH.ExecTo(ctx, argv, stdin, w)
+}
+
+func (c *countingSSH) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gets, c.walks, c.collects = nil, nil, nil
+}
+
+// sshHarness is a harness whose one node, n, is a real sshd on loopback
+// reached through a countingSSH.
+func sshHarness(t *testing.T, slots int, specs map[string]string) (*harness, *countingSSH, *sshdtest.Server) {
+	t.Helper()
+	sshdtest.Require(t)
+	c := sshdtest.NewClient(t)
+	s := c.StartServer(t, "collect")
+	c.Trust(t, s)
+	yaml := fmt.Sprintf("controller:\n  ssh_connect_timeout: 2s\nnodes:\n  - name: n\n    ssh: %s@127.0.0.1:%d\n    slots: %d\n    work_dir: %s\n",
+		c.User, s.Port, slots, s.WorkDir)
+	h := newHarness(t, unsandboxed(yaml, "the tasks wait for a file of the test outside their workspace"), shellProject(specs))
+	tr, err := sshnode.New(sshnode.Config{Node: "n", Target: h.cfg.Nodes[0].SSH, ConnectTimeout: 2 * time.Second,
+		Env: sshnode.Env{Home: c.Home, ConfigFile: c.SSHConfig, User: c.User}, AgentSocket: "/nonexistent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := &countingSSH{SSH: tr}
+	h.ctl = New(Options{Home: h.home, Config: h.cfg, Store: h.st, Transports: map[string]nodes.Transport{"n": counted},
+		Wrappers: wrappers, Now: h.clock.Now, Jitter: func() float64 { return 0 }})
+	return h, counted, s
+}
+
+// TestCollectStreamOneCallPerNode: four attempts that finished on an SSH
+// node by the same tick are collected in one `wrapper collect` call — no
+// status.json read, no task.log read, no listing of output/ — with every
+// file, its manifest and its record as one by one: a task.log each, an
+// output/ of many files, one with a link in it (left out), one empty.
+func TestCollectStreamOneCallPerNode(t *testing.T) {
+	gate := filepath.Join(t.TempDir(), "go")
+	wait := fmt.Sprintf("while [ ! -e '%s' ]; do sleep 0.05; done\n", gate)
+	h, counted, s := sshHarness(t, 4, map[string]string{
+		"S01-one.md":   wait + "echo one; echo 1 > one.txt\n",
+		"S02-many.md":  wait + "echo many; mkdir d; for i in $(seq 1 40); do echo $i > d/$i.txt; done\n",
+		"S03-link.md":  wait + "echo link; echo x > real.txt; ln -s /etc/passwd passwd\n",
+		"S04-empty.md": wait + "echo empty\n",
+	})
+	h.tickUntil("the four to run", func() bool {
+		for _, id := range []string{"S01", "S02", "S03", "S04"} {
+			if h.task(id).Status != domain.Running {
+				return false
+			}
+		}
+		return true
+	})
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// All four end on the node before the controller looks again.
+	waitEnded(t, s.WorkDir, "S01", "S02", "S03", "S04")
+	txs := countCollectTx(t)
+	counted.reset()
+	h.tick()
+	if got := txs.take(); !slices.Equal(got, []int{4}) {
+		t.Errorf("collection transactions %v, want one of 4 attempts", got)
+	}
+	counted.mu.Lock()
+	collects, gets, walks := counted.collects, counted.gets, counted.walks
+	counted.mu.Unlock()
+	if len(collects) != 1 || len(collects[0]) != 4 {
+		t.Fatalf("collect calls %v, want one of four attempts", collects)
+	}
+	if len(gets) != 0 || len(walks) != 0 {
+		t.Errorf("the collection read files one by one: gets %v, walks %v", gets, walks)
+	}
+	runs := home.RunsDir(h.home, "p")
+	for id, log := range map[string]string{"S01": "one", "S02": "many", "S03": "link", "S04": "empty"} {
+		b, err := os.ReadFile(filepath.Join(runs, id, "task.log"))
+		if err != nil || !strings.Contains(string(b), log) {
+			t.Errorf("%s task.log: %q %v", id, b, err)
+		}
+		if b, err := os.ReadFile(filepath.Join(runs, id, "attempts", "1", "task.log")); err != nil || !strings.Contains(string(b), log) {
+			t.Errorf("%s attempts/1/task.log: %q %v", id, b, err)
+		}
+		attempts, _ := h.st.Attempts(context.Background(), "p", id)
+		if len(attempts) != 1 || attempts[0].CollectedAt.IsZero() {
+			t.Errorf("%s not recorded collected: %+v", id, attempts)
+		}
+	}
+	files, _ := h.st.Files(context.Background(), "p", "S02")
+	if len(files) != 40 {
+		t.Errorf("S02's manifest holds %d files, want 40", len(files))
+	}
+	if b, _ := os.ReadFile(filepath.Join(runs, "S02", "output", "d", "17.txt")); string(b) != "17\n" {
+		t.Errorf("S02 output/d/17.txt = %q", b)
+	}
+	one, _ := h.st.Files(context.Background(), "p", "S01")
+	sum := sha256.Sum256([]byte("1\n"))
+	if len(one) != 1 || one[0].Path != "one.txt" || one[0].SHA256 != hex.EncodeToString(sum[:]) {
+		t.Errorf("S01's manifest %+v", one)
+	}
+	if _, err := os.Lstat(filepath.Join(runs, "S03", "output", "passwd")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("S03's link was collected: %v", err)
+	}
+	for _, id := range []string{"S01", "S02", "S03", "S04"} {
+		if tk := h.task(id); tk.Status != domain.Completed {
+			t.Errorf("%s %s (%s), want completed", id, tk.Status, tk.Error)
+		}
+	}
+}
+
+// TestCollectStreamGigabyte: a 1 GiB output/ file comes back through the
+// collect stream of an SSH node, bounded by progress and not by a
+// deadline, written to disk as it comes, whole and with its checksum.
+func TestCollectStreamGigabyte(t *testing.T) {
+	if testing.Short() {
+		t.Skip("streams 1 GiB over sshd")
+	}
+	h, counted, _ := sshHarness(t, 1, map[string]string{
+		"S01-big.md": "truncate -s 1G big.bin 2>/dev/null || dd if=/dev/zero of=big.bin bs=1 count=0 seek=1073741824 2>/dev/null\n",
+	})
+	h.tickUntilLong("S01 collected", 240*time.Second, func() bool {
+		runs, _ := h.st.Attempts(context.Background(), "p", "S01")
+		return len(runs) == 1 && !runs[0].CollectedAt.IsZero()
+	})
+	if tk := h.task("S01"); tk.Status != domain.Completed {
+		t.Fatalf("S01 %s (%s), want completed", tk.Status, tk.Error)
+	}
+	files, _ := h.st.Files(context.Background(), "p", "S01")
+	sum := sha256.New()
+	if _, err := io.CopyN(sum, zeros{}, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 1 || files[0].Size != 1<<30 || files[0].SHA256 != hex.EncodeToString(sum.Sum(nil)) {
+		t.Fatalf("manifest = %+v, want big.bin of 1 GiB of zeros", files)
+	}
+	counted.mu.Lock()
+	defer counted.mu.Unlock()
+	if len(counted.collects) == 0 || len(counted.gets) != 0 {
+		t.Errorf("%d collect streams, %d gets: want the file through the stream", len(counted.collects), len(counted.gets))
+	}
+}
+
+// txCounter counts the transactions that record collections.
+type txCounter struct {
+	mu  sync.Mutex
+	txs []int
+}
+
+func countCollectTx(t *testing.T) *txCounter {
+	c := &txCounter{}
+	testHookCollectTx = func(records int, err error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if err == nil {
+			c.txs = append(c.txs, records)
+		}
+	}
+	t.Cleanup(func() { testHookCollectTx = nil })
+	return c
+}
+
+func (c *txCounter) take() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	txs := c.txs
+	c.txs = nil
+	return txs
+}
+
+// waitEnded waits until the tasks ids have a final status.json in the
+// task directories under work (the node's work_dir, project p).
+func waitEnded(t *testing.T, work string, ids ...string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for _, id := range ids {
+		for {
+			b, _ := os.ReadFile(filepath.Join(work, "p", "tasks", id, "status.json"))
+			var st wire.Status
+			if json.Unmarshal(b, &st) == nil && st.Final() {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not end on the node", id)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// statusGets is a node (one without a collect stream) that records the
+// status.json files it is asked for.
+type statusGets struct {
+	nodes.Transport
+	mu    sync.Mutex
+	paths []string
+}
+
+func (s *statusGets) Get(ctx context.Context, p string, w io.Writer) error {
+	if strings.HasSuffix(p, "/status.json") {
+		s.mu.Lock()
+		s.paths = append(s.paths, p)
+		s.mu.Unlock()
+	}
+	return s.Transport.Get(ctx, p, w)
+}
+
+// TestCollectOneTransactionPerTick: the attempts a tick collects (here
+// three, file by file from a node without a collect stream) are recorded
+// in one transaction, and the pull, which saw each attempt in its task
+// directory, spares the status.json read that found it.
+func TestCollectOneTransactionPerTick(t *testing.T) {
+	gate := filepath.Join(t.TempDir(), "go")
+	wait := fmt.Sprintf("while [ ! -e '%s' ]; do sleep 0.05; done\n", gate)
+	yaml := strings.Replace(fastYAML, "slots: 2", "slots: 3", 1)
+	h := newHarness(t, unsandboxed(yaml, "the tasks wait for a file of the test outside their workspace"), shellProject(map[string]string{
+		"S01-a.md": wait + "echo a > a.txt\n", "S02-b.md": wait + "echo b > b.txt\n", "S03-c.md": wait + "echo c\n",
+	}))
+	gets := &statusGets{Transport: h.ctl.nodes["local"].tr}
+	h.ctl.nodes["local"].tr = gets
+	txs := countCollectTx(t)
+	h.tickUntil("the three to run", func() bool {
+		return h.task("S01").Status == domain.Running && h.task("S02").Status == domain.Running && h.task("S03").Status == domain.Running
+	})
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitEnded(t, h.work, "S01", "S02", "S03")
+	txs.take()
+	h.tick()
+	if got := txs.take(); !slices.Equal(got, []int{3}) {
+		t.Errorf("collection transactions %v, want one of 3 attempts", got)
+	}
+	for _, id := range []string{"S01", "S02", "S03"} {
+		if runs, _ := h.st.Attempts(context.Background(), "p", id); len(runs) != 1 || runs[0].CollectedAt.IsZero() {
+			t.Errorf("%s not collected: %+v", id, runs)
+		}
+	}
+	gets.mu.Lock()
+	defer gets.mu.Unlock()
+	if len(gets.paths) != 0 {
+		t.Errorf("status.json read to find the attempts: %v", gets.paths)
+	}
+}
+
+// TestCollectStreamBudget: a stream larger than its attempts' quotas
+// allow (an entry the controller would otherwise skip for hours) ends.
+func TestCollectStreamBudget(t *testing.T) {
+	req := wire.CollectRequest{Attempts: []wire.CollectItem{{MaxFiles: 1, MaxBytes: 10}}}
+	budget := streamBudget(req)
+	data := streamOf(t, []entry{{"0/collect.json", 0, headOf(wire.CollectHead{Found: true, Log: wire.CollectSent})},
+		{"0/task.log", 0, strings.Repeat("x", int(budget))}})
+	it := &streamItem{tmp: t.TempDir(), room: 1 << 30, asked: 1 << 30, seen: map[string]bool{}}
+	s := streamReader{items: []*streamItem{it}, maxFiles: 1, maxBytes: 10}
+	if err := readBudgeted(&s, &io.LimitedReader{R: bytes.NewReader(data), N: budget}); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("a stream past its budget: %v, want it ended", err)
+	}
+}

@@ -1,0 +1,65 @@
+package wire
+
+// CollectRequest is the stdin of `wrapper collect`: the finished attempts
+// of one node whose files the controller collects in one call. The reply
+// on stdout is one tar stream: for the i-th attempt (counting from 0),
+// first the entry "<i>/collect.json" (a CollectHead), then "<i>/task.log"
+// when the head says LogSent, then "<i>/output/<path>" for each regular
+// file of output/ when it says OutputSent; attempts in request order.
+type CollectRequest struct {
+	Attempts []CollectItem `json:"attempts"`
+}
+
+// CollectItem is one attempt a `wrapper collect` sends back.
+type CollectItem struct {
+	// Dir is the absolute task directory; the attempt is in it, or in
+	// Dir/attempts/<Attempt>/ once a later attempt took the directory.
+	Dir     string `json:"dir"`
+	Attempt int    `json:"attempt"`
+	// Output asks for output/ as well as task.log.
+	Output bool `json:"output"`
+	// MaxFiles and MaxBytes are the controller's quotas: an output/ of
+	// more files (links counted) or more bytes of regular files is
+	// listed in the head and not sent; a task.log over MaxBytes neither.
+	MaxFiles int   `json:"max_files"`
+	MaxBytes int64 `json:"max_bytes"`
+}
+
+// CollectHead is the entry "<i>/collect.json" of a collect stream: what
+// the node found of the attempt before sending its files.
+type CollectHead struct {
+	// Found is false when neither Dir nor Dir/attempts/<n>/ holds a
+	// status.json of the attempt: nothing else is sent for it.
+	Found bool `json:"found"`
+	// Moved is set when the attempt's files are in Dir/attempts/<n>/.
+	Moved bool `json:"moved,omitempty"`
+	// Log is the state of task.log (one of the Collect* words), LogSize
+	// its size.
+	Log     string `json:"log"`
+	LogSize int64  `json:"log_size"`
+	// Output is the state of output/; Files counts its regular files and
+	// links, Bytes the size of its regular files.
+	Output string `json:"output,omitempty"`
+	Files  int    `json:"files"`
+	Bytes  int64  `json:"bytes"`
+	// Error says what went wrong reading the attempt (state CollectError).
+	Error string `json:"error,omitempty"`
+}
+
+// The states of a task.log or an output/ in a CollectHead.
+const (
+	CollectSent        = "sent"         // its content follows
+	CollectMissing     = "missing"      // it does not exist
+	CollectNotFollowed = "not_followed" // a link or a special file: never read
+	CollectOverQuota   = "over_quota"   // over MaxFiles or MaxBytes: not sent
+	CollectError       = "error"        // it could not be read (Error says why)
+)
+
+// CollectErrorName is the entry, under "<i>/", that ends an attempt whose
+// files failed while they were sent (a file that shrank): its content
+// says why, and the controller drops what it received of the attempt.
+const CollectErrorName = "collect.err"
+
+// CollectHeadName is the name of an attempt's head in a collect stream,
+// under "<i>/".
+const CollectHeadName = "collect.json"

@@ -1,0 +1,307 @@
+package wrapper
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"github.com/dispatch-tool/dispatch/wire"
+)
+
+// maxCollectRequest caps the request `collect` reads on stdin.
+const maxCollectRequest = 4 << 20
+
+// cmdCollect writes, as one tar stream on stdout, the files the controller
+// collects of a node's finished attempts (wire.CollectRequest on stdin):
+// per attempt a head saying what was found, task.log and output/. It
+// replaces a status.json read, a task.log read and an output/ listing per
+// attempt, each a round trip. Nothing is followed: task.log and output/
+// must be a regular file and a directory themselves, and output/ is read
+// through an os.Root, so a link the task made reaches nothing outside; an
+// output/ over the quotas is listed in the head and not sent.
+func cmdCollect(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	err := collectStream(ctx, args, stdin, stdout)
+	var ce *cmdError
+	if errors.As(err, &ce) && ce.kind == wire.KindUsage {
+		// stdout is a tar stream: the reply there is not read as one.
+		printJSON(stderr, wire.ErrorReply{Error: err.Error(), Kind: ce.kind})
+	}
+	return err
+}
+
+// collectStream is cmdCollect but for where a refused request is said.
+func collectStream(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	fs := newFlagSet("collect")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	data, err := io.ReadAll(io.LimitReader(stdin, maxCollectRequest+1))
+	if err != nil {
+		return ioError(err)
+	}
+	if len(data) > maxCollectRequest {
+		return usageErrorf("collect: the request on stdin is larger than %d MiB", maxCollectRequest>>20)
+	}
+	var req wire.CollectRequest
+	if err := json.Unmarshal(data, &req); err != nil {
+		return usageErrorf("collect: stdin is not a collect request: %v", err)
+	}
+	for _, it := range req.Attempts {
+		if !filepath.IsAbs(it.Dir) || filepath.Clean(it.Dir) != it.Dir || it.Attempt < 1 {
+			return usageErrorf("collect: attempt %d in %q: want an absolute, clean task directory and an attempt of 1 or more", it.Attempt, it.Dir)
+		}
+	}
+	bw := bufio.NewWriterSize(stdout, 64<<10)
+	tw := tar.NewWriter(bw)
+	for i, it := range req.Attempts {
+		if err := ctx.Err(); err != nil {
+			return &cmdError{wire.KindInternal, fmt.Errorf("collect interrupted: %w", err)}
+		}
+		if err := collectOne(tw, strconv.Itoa(i), it); err != nil {
+			return ioError(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return ioError(err)
+	}
+	return bw.Flush()
+}
+
+// collectOne writes attempt it's entries under prefix/. Only a failure to
+// write the stream is returned: what cannot be read of the attempt is in
+// its head, or in a collect.err entry once its files were under way.
+func collectOne(tw *tar.Writer, prefix string, it wire.CollectItem) error {
+	src, head := findAttempt(it)
+	var log *os.File
+	var out *os.Root
+	if head.Found {
+		log, head.Log, head.LogSize = openLog(src, it.MaxBytes)
+		if log != nil {
+			defer log.Close()
+		}
+		if it.Output {
+			out = listOutput(src, it, &head)
+			if out != nil {
+				defer out.Close()
+			}
+		}
+	}
+	b, err := json.Marshal(head)
+	if err != nil {
+		return err
+	}
+	if err := writeEntry(tw, path.Join(prefix, wire.CollectHeadName), 0o644, int64(len(b)), bytes.NewReader(b)); err != nil {
+		return err
+	}
+	var sendErr error
+	if log != nil {
+		sendErr = sendFile(tw, path.Join(prefix, "task.log"), log)
+	}
+	if out != nil && sendErr == nil {
+		sendErr = sendOutput(tw, prefix, out)
+	}
+	var werr *streamError
+	if errors.As(sendErr, &werr) {
+		return werr.err
+	}
+	if sendErr != nil {
+		msg := []byte(sendErr.Error())
+		return writeEntry(tw, path.Join(prefix, wire.CollectErrorName), 0o644, int64(len(msg)), bytes.NewReader(msg))
+	}
+	return nil
+}
+
+// findAttempt finds where it's attempt is: its task directory, or
+// attempts/<n>/ there once a later attempt took the directory.
+func findAttempt(it wire.CollectItem) (string, wire.CollectHead) {
+	for _, moved := range []bool{false, true} {
+		src := it.Dir
+		if moved {
+			src = filepath.Join(it.Dir, "attempts", strconv.Itoa(it.Attempt))
+		}
+		if st, err := readStatus(src); err == nil && st.Attempt == it.Attempt {
+			return src, wire.CollectHead{Found: true, Moved: moved}
+		}
+	}
+	return "", wire.CollectHead{}
+}
+
+// openLog opens src/task.log when it is a regular file of at most max
+// bytes, and says what it is otherwise.
+func openLog(src string, max int64) (*os.File, string, int64) {
+	p := filepath.Join(src, "task.log")
+	switch fi, err := os.Lstat(p); {
+	case errors.Is(err, os.ErrNotExist):
+		return nil, wire.CollectMissing, 0
+	case err == nil && !fi.Mode().IsRegular():
+		return nil, wire.CollectNotFollowed, 0
+	}
+	// Opened without following a link or blocking on a FIFO, whatever
+	// replaced it since.
+	f, err := openControlFile(p, os.O_RDONLY)
+	if err != nil {
+		return nil, wire.CollectError, 0
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, wire.CollectError, 0
+	}
+	if fi.Size() > max {
+		f.Close()
+		return nil, wire.CollectOverQuota, fi.Size()
+	}
+	return f, wire.CollectSent, fi.Size()
+}
+
+// listOutput counts src/output/ into head (its regular files and links,
+// as the controller's listing counted them) and opens it when it is to be
+// sent.
+func listOutput(src string, it wire.CollectItem, head *wire.CollectHead) *os.Root {
+	dir := filepath.Join(src, "output")
+	fi, err := os.Lstat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		head.Output = wire.CollectMissing
+		return nil
+	case err != nil:
+		head.Output, head.Error = wire.CollectError, err.Error()
+		return nil
+	case !fi.IsDir():
+		head.Output = wire.CollectNotFollowed
+		return nil
+	}
+	root, err := os.OpenRoot(dir)
+	if err == nil {
+		err = fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			switch {
+			case d.Type().IsRegular():
+				info, err := d.Info()
+				if err != nil {
+					return err
+				}
+				head.Files++
+				head.Bytes += info.Size()
+			case d.Type()&fs.ModeSymlink != 0:
+				head.Files++
+			}
+			return nil
+		})
+	}
+	switch {
+	case err != nil:
+		head.Output, head.Error = wire.CollectError, err.Error()
+	case head.Files > it.MaxFiles || head.Bytes > it.MaxBytes:
+		head.Output = wire.CollectOverQuota
+	default:
+		head.Output = wire.CollectSent
+		return root
+	}
+	if root != nil {
+		root.Close()
+	}
+	return nil
+}
+
+// sendOutput writes the regular files under root as prefix/output/<path>.
+func sendOutput(tw *tar.Writer, prefix string, root *os.Root) error {
+	return fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		f, err := root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return sendFile(tw, path.Join(prefix, "output", p), f)
+	})
+}
+
+// streamError is a failure to write the stream itself, which ends it.
+type streamError struct{ err error }
+
+func (e *streamError) Error() string { return e.err.Error() }
+
+// sendFile writes the open regular file f as the entry name, with its
+// size and permissions at the time it is sent. A file that shrank while
+// it was read is padded to keep the stream whole and reported.
+func sendFile(tw *tar.Writer, name string, f *os.File) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil // replaced since the walk saw it
+	}
+	var short error
+	r := &shortReader{r: io.LimitReader(f, fi.Size()), left: fi.Size(), err: &short, name: name}
+	if err := writeEntry(tw, name, fi.Mode().Perm(), fi.Size(), r); err != nil {
+		return err
+	}
+	return short
+}
+
+// writeEntry writes one regular entry; every error is the stream's.
+func writeEntry(tw *tar.Writer, name string, mode fs.FileMode, size int64, r io.Reader) error {
+	h := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: int64(mode), Size: size, Format: tar.FormatPAX}
+	if err := tw.WriteHeader(h); err != nil {
+		return &streamError{err}
+	}
+	if _, err := io.Copy(tw, r); err != nil {
+		return &streamError{err}
+	}
+	return nil
+}
+
+// shortReader reads left bytes from r and, when r ends early (the file
+// shrank) or fails, zeros for the rest, recording the failure in err.
+type shortReader struct {
+	r    io.Reader
+	left int64
+	err  *error
+	name string
+}
+
+func (s *shortReader) Read(p []byte) (int, error) {
+	if s.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > s.left {
+		p = p[:s.left]
+	}
+	n := 0
+	if *s.err == nil {
+		var err error
+		n, err = s.r.Read(p)
+		if err != nil && (n == 0 || !errors.Is(err, io.EOF)) {
+			*s.err = fmt.Errorf("%s changed while it was sent: %v", s.name, err)
+			if errors.Is(err, io.EOF) {
+				*s.err = fmt.Errorf("%s shrank while it was sent", s.name)
+			}
+		}
+	}
+	if *s.err != nil && n == 0 {
+		clear(p)
+		n = len(p)
+	}
+	s.left -= int64(n)
+	return n, nil
+}
