@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // collectTask makes a finished attempt in dir: status.json, task.log and
@@ -22,7 +24,7 @@ func collectTask(t *testing.T, dir string, attempt int, log string, files map[st
 	if err := os.MkdirAll(filepath.Join(dir, "output"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeStatusDurable(dir, &wire.Status{Attempt: attempt, Status: wire.StatusCompleted}); err != nil {
+	if err := taskfiles.WriteStatusDurable(dir, &wire.Status{Attempt: attempt, Status: wire.StatusCompleted}); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "task.log"), []byte(log), 0o644); err != nil {
@@ -143,8 +145,8 @@ func TestCollectCommandRefusesABadRequest(t *testing.T) {
 	for _, in := range []string{"not json", `{"attempts":[{"dir":"rel/x","attempt":1}]}`, `{"attempts":[{"dir":"/a/../b","attempt":1}]}`} {
 		var out, errOut bytes.Buffer
 		err := cmdCollect(context.Background(), nil, strings.NewReader(in), &out, &errOut)
-		var ce *cmdError
-		if !errors.As(err, &ce) || ce.kind != wire.KindUsage || out.Len() != 0 || !strings.Contains(errOut.String(), `"kind":"usage"`) {
+		var ce *errkind.Error
+		if !errors.As(err, &ce) || ce.Kind != wire.KindUsage || out.Len() != 0 || !strings.Contains(errOut.String(), `"kind":"usage"`) {
 			t.Errorf("collect of %q: %v, %d bytes out, stderr %q; want a usage error said on stderr and nothing sent", in, err, out.Len(), errOut.String())
 		}
 	}

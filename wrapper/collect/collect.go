@@ -1,4 +1,4 @@
-package wrapper
+package collect
 
 import (
 	"archive/tar"
@@ -17,63 +17,55 @@ import (
 	"syscall"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
-// maxCollectRequest caps the request `collect` reads on stdin.
-const maxCollectRequest = 4 << 20
+// MaxRequest caps the request `collect` reads on stdin.
+const MaxRequest = 4 << 20
 
-// cmdCollect writes, as one tar stream on stdout, the files the controller
-// collects of a node's finished attempts (wire.CollectRequest on stdin):
-// per attempt a head saying what was found, task.log and output/. It
-// replaces a status.json read, a task.log read and an output/ listing per
-// attempt, each a round trip. Nothing is followed: task.log and output/
-// must be a regular file and a directory themselves, and output/ is read
-// through an os.Root, so a link the task made reaches nothing outside; an
-// output/ over the quotas is listed in the head and not sent.
-func cmdCollect(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	err := collectStream(ctx, args, stdin, stdout)
-	var ce *cmdError
-	if errors.As(err, &ce) && ce.kind == wire.KindUsage {
-		// stdout is a tar stream: the reply there is not read as one.
-		printJSON(stderr, wire.ErrorReply{Error: err.Error(), Kind: ce.kind})
-	}
-	return err
-}
-
-// collectStream is cmdCollect but for where a refused request is said.
-func collectStream(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
-	fs := newFlagSet("collect")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	data, err := io.ReadAll(io.LimitReader(stdin, maxCollectRequest+1))
-	if err != nil {
-		return ioError(err)
-	}
-	if len(data) > maxCollectRequest {
-		return usageErrorf("collect: the request on stdin is larger than %d MiB", maxCollectRequest>>20)
-	}
+// ReadRequest reads and checks the request on stdin: at most MaxRequest
+// bytes of a wire.CollectRequest whose attempts name absolute, clean task
+// directories and attempts of 1 or more.
+func ReadRequest(stdin io.Reader) (wire.CollectRequest, error) {
 	var req wire.CollectRequest
+	data, err := io.ReadAll(io.LimitReader(stdin, MaxRequest+1))
+	if err != nil {
+		return req, errkind.IO(err)
+	}
+	if len(data) > MaxRequest {
+		return req, errkind.Usagef("collect: the request on stdin is larger than %d MiB", MaxRequest>>20)
+	}
 	if err := json.Unmarshal(data, &req); err != nil {
-		return usageErrorf("collect: stdin is not a collect request: %v", err)
+		return req, errkind.Usagef("collect: stdin is not a collect request: %v", err)
 	}
 	for _, it := range req.Attempts {
 		if !filepath.IsAbs(it.Dir) || filepath.Clean(it.Dir) != it.Dir || it.Attempt < 1 {
-			return usageErrorf("collect: attempt %d in %q: want an absolute, clean task directory and an attempt of 1 or more", it.Attempt, it.Dir)
+			return req, errkind.Usagef("collect: attempt %d in %q: want an absolute, clean task directory and an attempt of 1 or more", it.Attempt, it.Dir)
 		}
 	}
-	bw := bufio.NewWriterSize(stdout, 64<<10)
+	return req, nil
+}
+
+// Write writes, as one tar stream on w, the files the controller collects
+// of the request's attempts: per attempt a head saying what was found,
+// task.log and output/. Nothing is followed: task.log and output/ must be a
+// regular file and a directory themselves, and output/ is read through an
+// os.Root, so a link the task made reaches nothing outside; an output/ over
+// the quotas is listed in the head and not sent.
+func Write(ctx context.Context, req wire.CollectRequest, w io.Writer) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
 	tw := tar.NewWriter(bw)
 	for i, it := range req.Attempts {
 		if err := ctx.Err(); err != nil {
-			return &cmdError{wire.KindInternal, fmt.Errorf("collect interrupted: %w", err)}
+			return &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("collect interrupted: %w", err)}
 		}
 		if err := collectOne(tw, strconv.Itoa(i), it); err != nil {
-			return ioError(err)
+			return errkind.IO(err)
 		}
 	}
 	if err := tw.Close(); err != nil {
-		return ioError(err)
+		return errkind.IO(err)
 	}
 	return bw.Flush()
 }
@@ -130,7 +122,7 @@ func findAttempt(it wire.CollectItem) (string, wire.CollectHead) {
 		if moved {
 			src = filepath.Join(it.Dir, "attempts", strconv.Itoa(it.Attempt))
 		}
-		if st, err := readStatus(src); err == nil && st.Attempt == it.Attempt {
+		if st, err := taskfiles.ReadStatus(src); err == nil && st.Attempt == it.Attempt {
 			return src, wire.CollectHead{Found: true, Moved: moved}
 		}
 	}
@@ -149,7 +141,7 @@ func openLog(src string, max int64) (*os.File, string, int64) {
 	}
 	// Opened without following a link or blocking on a FIFO, whatever
 	// replaced it since.
-	f, err := openControlFile(p, os.O_RDONLY)
+	f, err := taskfiles.OpenControlFile(p, os.O_RDONLY)
 	if err != nil {
 		return nil, wire.CollectError, 0
 	}

@@ -1,0 +1,37 @@
+package wrapper
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/collect"
+	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+)
+
+// cmdCollect writes, as one tar stream on stdout, the files the controller
+// collects of a node's finished attempts (wire.CollectRequest on stdin; see
+// package collect). It replaces a status.json read, a task.log read and an
+// output/ listing per attempt, each a round trip.
+func cmdCollect(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	err := collectStream(ctx, args, stdin, stdout)
+	var ce *errkind.Error
+	if errors.As(err, &ce) && ce.Kind == wire.KindUsage {
+		// stdout is a tar stream: the reply there is not read as one.
+		printJSON(stderr, wire.ErrorReply{Error: err.Error(), Kind: ce.Kind})
+	}
+	return err
+}
+
+// collectStream is cmdCollect but for where a refused request is said.
+func collectStream(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	if err := parseFlags(newFlagSet("collect"), args); err != nil {
+		return err
+	}
+	req, err := collect.ReadRequest(stdin)
+	if err != nil {
+		return err
+	}
+	return collect.Write(ctx, req, stdout)
+}
