@@ -1,6 +1,9 @@
 package slurmjob
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -114,5 +117,60 @@ func TestAfterSubmitError(t *testing.T) {
 	}
 	if s, _ := AfterSubmitError(true, jobs, "web", "S03", 1); s != SubmitAgain {
 		t.Errorf("not submitted: %s, want %s", s, SubmitAgain)
+	}
+}
+
+// TestDecideProbe: the file with the nonce proves work_dir shared; a job
+// seen ended twice without it proves the opposite, saying how it ended
+// when that was not a success; a waiting job or a failed squeue waits.
+func TestDecideProbe(t *testing.T) {
+	job := func(state, reason string) *QueueJob { return &QueueJob{ID: "5", State: state, Reason: reason} }
+	tests := []struct {
+		name     string
+		p        Probe
+		done, ok bool
+		ended    bool
+		msg      string
+	}{
+		{"file", Probe{File: "n1 5 c01\n"}, true, true, false, "work_dir is shared: probe job 5 wrote it on c01"},
+		{"file of another check", Probe{File: "n0 5 c01\n", QueryOK: true, Job: job("RUNNING", "")}, false, false, false, "Slurm job 5 RUNNING"},
+		{"pending", Probe{QueryOK: true, Job: job("PENDING", "Resources")}, false, false, false, "Slurm job 5 PENDING: Resources"},
+		{"squeue failed", Probe{}, false, false, false, "squeue failed"},
+		{"ended once", Probe{QueryOK: true, Job: job("COMPLETED", "")}, false, false, true, "looking once more"},
+		{"gone once", Probe{QueryOK: true}, false, false, true, "looking once more"},
+		{"not shared", Probe{QueryOK: true, Job: job("COMPLETED", ""), EndedBefore: true}, true, false, false, "must be on a filesystem the login host and the compute nodes share"},
+		{"gone, not shared", Probe{QueryOK: true, EndedBefore: true}, true, false, false, "must be on a filesystem"},
+		{"failed", Probe{QueryOK: true, Job: job("FAILED", "NonZeroExitCode"), EndedBefore: true}, true, false, false, "ended FAILED (NonZeroExitCode) without writing its file"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.p.Nonce = "n1"
+			r := DecideProbe(tc.p)
+			if r.Done != tc.done || r.OK != tc.ok || r.Ended != tc.ended || !strings.Contains(r.Msg, tc.msg) {
+				t.Errorf("DecideProbe = %+v, want done %v ok %v ended %v %q", r, tc.done, tc.ok, tc.ended, tc.msg)
+			}
+		})
+	}
+}
+
+// TestProbeScript runs the probe's script: it writes the nonce, the job
+// id and the host in one file in work_dir, nothing else.
+func TestProbeScript(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command("sh", "-c", ProbeScript(dir, "n1"))
+	cmd.Env = append(os.Environ(), "SLURM_JOB_ID=77")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, ProbeFile("n1")))
+	host, _ := os.Hostname()
+	if err != nil || DecideProbe(Probe{Nonce: "n1", File: string(got)}).Msg != "work_dir is shared: probe job 77 wrote it on "+host {
+		t.Errorf("probe file %q, %v", got, err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("work_dir holds %d files, want the probe's alone", len(entries))
+	}
+	if _, err := ProbeArgs(Cluster{}, "h", "relative", "n1"); err == nil {
+		t.Error("ProbeArgs took a relative work_dir")
 	}
 }
