@@ -35,6 +35,9 @@ var (
 // node is a wrapper node today; a node of another kind (a batch system)
 // gets its own executor here, from its cfg.
 func (c *Controller) newExecutor(cfg nodes.Node, conn *nodeConn) executor.Executor {
+	if cfg.Slurm != nil {
+		return newSlurmExec(cfg, conn, c.callTimeout, c.opts.Home)
+	}
 	return &wrapperExec{conn: conn, timeout: c.callTimeout}
 }
 

@@ -15,11 +15,6 @@ import (
 // Eligible reports whether t may run on n, ignoring load; the reason is for
 // `validate` and for errors when no node at all fits.
 func Eligible(cfg *nodes.Config, t *domain.Task, n nodes.Node) (bool, string) {
-	if n.Slurm != nil {
-		// Until the Slurm executor runs attempts as jobs, a Slurm node
-		// must not run them on its login host as if it were an SSH node.
-		return false, SlurmNotRunning
-	}
 	if t.NodePin != "" && t.NodePin != n.Name {
 		return false, "pinned to " + t.NodePin
 	}
@@ -36,9 +31,6 @@ func Eligible(cfg *nodes.Config, t *domain.Task, n nodes.Node) (bool, string) {
 	}
 	return true, ""
 }
-
-// SlurmNotRunning is why no task runs on a Slurm node (slurm:) yet.
-const SlurmNotRunning = "a Slurm node (slurm:) runs no tasks yet: only `dispatch nodes check` uses it (issue 36); remove slurm: to use its login host as an SSH node"
 
 // Confinement is how a launch is confined: launch.json's sandbox and
 // network.
