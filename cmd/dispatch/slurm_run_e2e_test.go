@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dispatch-tool/dispatch/internal/slurmtest"
 	"github.com/dispatch-tool/dispatch/wrapper/slurmjob"
@@ -26,6 +27,7 @@ nodes:
     ssh: null
     slots: 4
     work_dir: %s
+    limits: {memory: 256MiB}  # else each job asks for the whole node's memory
     slurm: %s
 `, work, slurm))
 	dir := filepath.Join(home, "specs", "dag")
@@ -69,5 +71,66 @@ func TestSlurmRunsADAG(t *testing.T) {
 	}
 	if jobs := strings.Fields(c.Run("squeue", "-h", "--states=all", "-o", "%i|%j|%T")); len(jobs) != 3 {
 		t.Errorf("the cluster ran %d jobs, want 3: %v", len(jobs), jobs)
+	}
+}
+
+// waitUntil polls cond every 100 ms for up to a minute.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within a minute", what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// slurmJobOf is the id and state of the job of project/task/attempt.
+func slurmJobOf(t *testing.T, c *slurmtest.Cluster, comment string) (id, state string) {
+	t.Helper()
+	for _, line := range strings.Fields(c.Run("squeue", "-h", "--states=all", "-o", "%i|%k|%T")) {
+		if f := strings.Split(line, "|"); len(f) == 3 && f[1] == comment {
+			id, state = f[0], f[2]
+		}
+	}
+	return id, state
+}
+
+// TestSlurmCancelAndAdminScancel: `dispatch cancel` of a running task
+// cancels its job (scancel; the task is canceled and its job ends), and an
+// administrator's scancel of another task's running job fails that
+// attempt (no retry left) instead of leaving it running forever.
+func TestSlurmCancelAndAdminScancel(t *testing.T) {
+	c := slurmtest.Start(t)
+	home, work, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+"}")
+	dir := filepath.Join(home, "specs", "hold")
+	release := filepath.Join(t.TempDir(), "release")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
+	for _, id := range []string{"S01", "S02"} {
+		writeFile(t, filepath.Join(dir, id+"-hold.md"), fmt.Sprintf("---\nmax_retries: 0\n---\n# Hold\nwhile [ ! -e %s ]; do sleep 0.1; done\n", release))
+	}
+	finished := startBackground(t, env, "--home", home, "start", "hold")
+	for _, id := range []string{"S01", "S02"} {
+		waitUntil(t, id+" running under its supervisor", func() bool {
+			_, _, _, st := nodeStatusJSON(t, work, "hold", id)
+			return st == "running"
+		})
+	}
+	if r := runDispatch(t, env, "--home", home, "cancel", "hold", "S01"); r.code != 0 {
+		t.Fatalf("cancel: %s", r)
+	}
+	waitUntil(t, "S01's job cancelled", func() bool {
+		_, state := slurmJobOf(t, c, "hold/S01/1")
+		return state == "CANCELLED"
+	})
+	id2, _ := slurmJobOf(t, c, "hold/S02/1")
+	c.Run("scancel", id2)
+	r := finished()
+	s, _ := getStatus(t, home, "hold")
+	t1, t2 := s.task(t, "S01"), s.task(t, "S02")
+	t.Logf("S02 after the admin's scancel: %s %s %q", t2.Status, t2.ErrorClass, t2.Error)
+	if t1.Status != "canceled" || t2.Status != "failed" || r.code == 0 {
+		t.Errorf("S01 %s, S02 %s, start exit %d: want canceled, failed, non-zero\n%s", t1.Status, t2.Status, r.code, r)
 	}
 }
