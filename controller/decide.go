@@ -429,9 +429,16 @@ func (a *applier) noStatus(t *domain.Task, ts *wire.TaskStatus) {
 		return
 	}
 	if ts != nil && ts.Alive {
-		// Unreadable for now, but its supervisor lives: read it next tick,
-		// and say what is wrong meanwhile.
-		if w := "status.json: " + ts.StatusError; ts.StatusError != "" && t.Warning != w {
+		// Unreadable for now, but its supervisor lives (or its batch job
+		// waits): read it next tick, and say what is wrong meanwhile.
+		w := ""
+		switch {
+		case ts.Waiting != "":
+			w = ts.Waiting
+		case ts.StatusError != "":
+			w = "status.json: " + ts.StatusError
+		}
+		if w != "" && t.Warning != w {
 			a.setTask(t, store.TaskPatch{Warning: new(w)})
 		}
 		return

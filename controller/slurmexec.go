@@ -223,7 +223,7 @@ func (s *slurmExec) judge(ts *wire.TaskStatus, jobs []slurmjob.QueueJob, now tim
 	}
 	switch v.Action {
 	case slurmjob.Watch:
-		ts.Alive = true
+		ts.Alive, ts.Waiting = true, v.Reason
 	case slurmjob.Settle:
 		delete(s.jobs, ts.Dir)
 	case slurmjob.Again, slurmjob.Crash, slurmjob.Lost:

@@ -134,3 +134,29 @@ func TestSlurmCancelAndAdminScancel(t *testing.T) {
 		t.Errorf("S01 %s, S02 %s, start exit %d: want canceled, failed, non-zero\n%s", t1.Status, t2.Status, r.code, r)
 	}
 }
+
+// TestSlurmDrainedNodeSaysWhy: while the cluster's node is drained, the
+// task's job waits and `dispatch status` shows Slurm's reason; resumed,
+// the project runs to the end.
+func TestSlurmDrainedNodeSaysWhy(t *testing.T) {
+	c := slurmtest.Start(t)
+	home, _, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+"}")
+	c.Drain("disk swap")
+	finished := startBackground(t, env, "--home", home, "start", "dag")
+	var text string
+	waitUntil(t, "status showing the pending reason", func() bool {
+		text = runDispatch(t, env, "--home", home, "status", "dag").stdout
+		return strings.Contains(text, "PENDING: ReqNodeNotAvail")
+	})
+	t.Logf("status while drained:\n%s", text)
+	if strings.Contains(text, "status.json missing") {
+		t.Errorf("status blames status.json for a job that waits:\n%s", text)
+	}
+	c.Resume()
+	if r := finished(); r.code != 0 {
+		t.Fatalf("start dag: %s", r)
+	}
+	if s, _ := getStatus(t, home, "dag"); s.Counts["completed"] != 3 {
+		t.Errorf("counts %v, want 3 completed", s.Counts)
+	}
+}
