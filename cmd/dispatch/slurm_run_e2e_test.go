@@ -160,3 +160,43 @@ func TestSlurmDrainedNodeSaysWhy(t *testing.T) {
 		t.Errorf("counts %v, want 3 completed", s.Counts)
 	}
 }
+
+// TestSlurmSqueueFailingIsUnknown: while slurmctld is down, squeue fails:
+// the node's error says so, and the running task is not failed (unknown is
+// not failed), even once its tool has ended; with slurmctld back, the task
+// completes.
+func TestSlurmSqueueFailingIsUnknown(t *testing.T) {
+	c := slurmtest.Start(t)
+	home, work, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+"}")
+	release := filepath.Join(t.TempDir(), "release")
+	dir := filepath.Join(home, "specs", "hold")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\nsandbox: off\n")
+	writeFile(t, filepath.Join(dir, "S01-hold.md"), fmt.Sprintf("---\nmax_retries: 0\n---\n# Hold\nwhile [ ! -e %s ]; do sleep 0.1; done\n", release))
+	finished := startBackground(t, env, "--home", home, "start", "hold")
+	waitUntil(t, "S01 running under its supervisor", func() bool {
+		_, _, _, st := nodeStatusJSON(t, work, "hold", "S01")
+		return st == "running"
+	})
+	c.StopController()
+	var text string
+	waitUntil(t, "status naming the failed squeue", func() bool {
+		text = runDispatch(t, env, "--home", home, "status", "hold").stdout
+		return strings.Contains(text, "squeue")
+	})
+	writeFile(t, release, "")
+	waitUntil(t, "S01's tool ended", func() bool {
+		_, _, _, st := nodeStatusJSON(t, work, "hold", "S01")
+		return st == "completed"
+	})
+	if tk := taskState(t, home, "hold", "S01"); tk.Status != "running" {
+		t.Errorf("with squeue failing, S01 is %s, want still running (unknown)", tk.Status)
+	}
+	t.Logf("status while squeue fails:\n%s", text)
+	c.StartController()
+	if r := finished(); r.code != 0 {
+		t.Fatalf("start hold: %s", r)
+	}
+	if s, _ := getStatus(t, home, "hold"); s.task(t, "S01").Status != "completed" {
+		t.Errorf("S01 %s, want completed", s.task(t, "S01").Status)
+	}
+}

@@ -85,6 +85,8 @@ func Decide(o Observation, now time.Time, grace time.Duration) Verdict {
 		return Verdict{Action: Unknown, Reason: "squeue failed", Since: o.Since}
 	case o.Job != nil && waiting[o.Job.State]:
 		return Verdict{Action: Watch, Reason: pendingReason(o.Job)}
+	case o.Job != nil && active[o.Job.State] && !o.Started:
+		return Verdict{Action: Watch, Reason: "Slurm job " + o.Job.ID + " " + o.Job.State + "; the wrapper has not started yet"}
 	case o.Job != nil && active[o.Job.State]:
 		return Verdict{Action: Watch}
 	}
