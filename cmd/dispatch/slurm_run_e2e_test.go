@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -198,5 +199,37 @@ func TestSlurmSqueueFailingIsUnknown(t *testing.T) {
 	}
 	if s, _ := getStatus(t, home, "hold"); s.task(t, "S01").Status != "completed" {
 		t.Errorf("S01 %s, want completed", s.task(t, "S01").Status)
+	}
+}
+
+// TestSlurmControllerRestartWithJobsQueued: the controller is killed while
+// its first job waits in the queue (the node drained); a new `start` finds
+// the job by name and comment instead of submitting it again, and the DAG
+// ends with one job per task.
+func TestSlurmControllerRestartWithJobsQueued(t *testing.T) {
+	c := slurmtest.Start(t)
+	home, _, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+"}")
+	c.Drain("controller restart test")
+	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+	defer cancel()
+	cmd, _, _ := dispatchCmd(ctx, env, "--home", home, "start", "dag")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "S01's job queued", func() bool {
+		id, state := slurmJobOf(t, c, "dag/S01/1")
+		return id != "" && state == "PENDING"
+	})
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	c.Resume()
+	if r := runDispatch(t, env, "--home", home, "start", "dag"); r.code != 0 {
+		t.Fatalf("start dag again: %s", r)
+	}
+	if s, _ := getStatus(t, home, "dag"); s.Counts["completed"] != 3 {
+		t.Errorf("counts %v, want 3 completed", s.Counts)
+	}
+	if jobs := strings.Fields(c.Run("squeue", "-h", "--states=all", "-o", "%i|%k|%T")); len(jobs) != 3 {
+		t.Errorf("the cluster ran %d jobs, want 3 (none twice): %v", len(jobs), jobs)
 	}
 }
