@@ -406,6 +406,12 @@ func later(t, u time.Time) time.Time {
 // noStatus handles a claimed or running attempt whose status.json on the
 // node is missing, unreadable or belongs to another attempt.
 func (a *applier) noStatus(t *domain.Task, ts *wire.TaskStatus) {
+	if ts != nil && ts.Again != "" && !ts.Alive {
+		// Ended from outside before it started (its executor says): lost,
+		// as with a node gone, so it runs again without using a retry.
+		a.lose(t, ts.Again)
+		return
+	}
 	if t.Status == domain.Claimed {
 		// The launch may still be in flight (or died with a controller):
 		// wait a little, then requeue. A late `run` of this attempt is harmless:

@@ -231,6 +231,9 @@ func (s *slurmExec) judge(ts *wire.TaskStatus, jobs []slurmjob.QueueJob, now tim
 		if !cur {
 			ts.Status, ts.StatusError = nil, v.Reason
 		}
+		if v.Action != slurmjob.Crash {
+			ts.Again = v.Reason
+		}
 		delete(s.jobs, ts.Dir)
 	}
 }

@@ -233,3 +233,36 @@ func TestSlurmControllerRestartWithJobsQueued(t *testing.T) {
 		t.Errorf("the cluster ran %d jobs, want 3 (none twice): %v", len(jobs), jobs)
 	}
 }
+
+// TestSlurmAdminScancelBeforeStartRunsAgain: an administrator cancels a
+// task's job while it waits in the queue: the attempt is lost, not
+// failed, and the task runs again without using a retry (it has none)
+// and completes.
+func TestSlurmAdminScancelBeforeStartRunsAgain(t *testing.T) {
+	c := slurmtest.Start(t)
+	home, _, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+"}")
+	dir := filepath.Join(home, "specs", "once")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
+	writeFile(t, filepath.Join(dir, "S01-once.md"), "---\nmax_retries: 0\n---\n# Once\necho done > done.txt\n")
+	c.Drain("admin cancels")
+	finished := startBackground(t, env, "--home", home, "start", "once")
+	var id string
+	waitUntil(t, "S01's job queued", func() bool {
+		var state string
+		id, state = slurmJobOf(t, c, "once/S01/1")
+		return id != "" && state == "PENDING"
+	})
+	c.Run("scancel", id)
+	waitUntil(t, "attempt 2 submitted", func() bool {
+		id2, _ := slurmJobOf(t, c, "once/S01/2")
+		return id2 != ""
+	})
+	c.Resume()
+	if r := finished(); r.code != 0 {
+		t.Fatalf("start once: %s", r)
+	}
+	s, _ := getStatus(t, home, "once")
+	if tk := s.task(t, "S01"); tk.Status != "completed" || tk.Attempt != 2 {
+		t.Errorf("S01 %s at attempt %d, want completed at attempt 2", tk.Status, tk.Attempt)
+	}
+}
