@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -264,5 +265,30 @@ func TestSlurmAdminScancelBeforeStartRunsAgain(t *testing.T) {
 	s, _ := getStatus(t, home, "once")
 	if tk := s.task(t, "S01"); tk.Status != "completed" || tk.Attempt != 2 {
 		t.Errorf("S01 %s at attempt %d, want completed at attempt 2", tk.Status, tk.Attempt)
+	}
+}
+
+// TestSlurmSbatchFailingAfterSubmitting: an sbatch that submits the job
+// and then fails (as one whose answer timed out) leaves the launch in
+// doubt; the next status finds the job by its name and comment and adopts
+// it: the DAG ends with one job per task, none submitted twice.
+func TestSlurmSbatchFailingAfterSubmitting(t *testing.T) {
+	c := slurmtest.Start(t)
+	home, _, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+"}")
+	shims := t.TempDir()
+	writeFile(t, filepath.Join(shims, "sbatch"), "#!/bin/sh\n"+c.Bin("sbatch")+" \"$@\" >/dev/null || exit 1\n"+
+		"echo 'sbatch: error: Socket timed out on send/recv operation' >&2\nexit 1\n")
+	if err := os.Chmod(filepath.Join(shims, "sbatch"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env = append(env, "PATH="+shims+":"+os.Getenv("PATH"))
+	if r := runDispatch(t, env, "--home", home, "start", "dag"); r.code != 0 {
+		t.Fatalf("start dag: %s", r)
+	}
+	if s, _ := getStatus(t, home, "dag"); s.Counts["completed"] != 3 {
+		t.Errorf("counts %v, want 3 completed", s.Counts)
+	}
+	if jobs := strings.Fields(c.Run("squeue", "-h", "--states=all", "-o", "%i|%k|%T")); len(jobs) != 3 {
+		t.Errorf("the cluster ran %d jobs, want 3 (none twice): %v", len(jobs), jobs)
 	}
 }
