@@ -35,10 +35,11 @@ var (
 // node is a wrapper node today; a node of another kind (a batch system)
 // gets its own executor here, from its cfg.
 func (c *Controller) newExecutor(cfg nodes.Node, conn *nodeConn) executor.Executor {
+	w := &wrapperExec{conn: conn, timeout: c.callTimeout}
 	if cfg.Slurm != nil {
-		return newSlurmExec(cfg, conn, c.callTimeout, c.opts.Home)
+		return executor.NewSlurm(cfg, conn.tr, w, c.callTimeout, c.opts.Home)
 	}
-	return &wrapperExec{conn: conn, timeout: c.callTimeout}
+	return w
 }
 
 // newNodeRuntime returns the runtime of node cfg, reached over tr.

@@ -1,30 +1,30 @@
-package controller
+package executor
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
 	"time"
 
-	"github.com/dispatch-tool/dispatch/controller/executor"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/wire"
 	"github.com/dispatch-tool/dispatch/wrapper/slurmjob"
 )
 
-// slurmExec is the executor of a Slurm node (issue 36, docs/EXECUTORS.md):
+// Slurm is the executor of a Slurm node (issue 36, docs/EXECUTORS.md):
 // the wrapper on the login host writes each attempt's files (`wrapper
 // prepare`), each attempt is one `sbatch` job that runs the supervisor in
 // its task directory on a compute node, one squeue per Status lists every
-// job of this home beside the wrapper's status of the task directories,
-// and a kill is a scancel.
-type slurmExec struct {
-	conn    *nodeConn
+// job of this home beside the wrapper's status of the task directories
+// (read by the node's wrapper executor, Inner), and a kill is a scancel.
+type Slurm struct {
+	tr      nodes.Transport
+	name    string // the node's
+	inner   Executor
 	timeout func() time.Duration
 	slurm   *nodes.Slurm
 	home    string // slurmjob.HomeTag of this home
@@ -42,7 +42,7 @@ type slurmExec struct {
 	since map[string]time.Time
 }
 
-var _ executor.Executor = (*slurmExec)(nil)
+var _ Executor = (*Slurm)(nil)
 
 // slurmJob is the job of one attempt.
 type slurmJob struct {
@@ -54,27 +54,39 @@ type slurmJob struct {
 // write lags squeue.
 const slurmGrace = 10 * time.Second
 
-func newSlurmExec(cfg nodes.Node, conn *nodeConn, timeout func() time.Duration, home string) *slurmExec {
-	return &slurmExec{conn: conn, timeout: timeout, slurm: cfg.Slurm, home: slurmjob.HomeTag(nodes.HomeID(home)),
+// NewSlurm returns the executor of Slurm node cfg, reached over tr (its
+// login host) for the home at home; inner is the node's wrapper executor,
+// which reads the task directories' status files and ends a killed
+// attempt's record; timeout bounds one call.
+func NewSlurm(cfg nodes.Node, tr nodes.Transport, inner Executor, timeout func() time.Duration, home string) *Slurm {
+	return &Slurm{tr: tr, name: cfg.Name, inner: inner, timeout: timeout, slurm: cfg.Slurm, home: slurmjob.HomeTag(nodes.HomeID(home)),
 		grace: slurmGrace, now: time.Now, jobs: map[string]slurmJob{}, since: map[string]time.Time{}}
 }
+
+// Slurm's share of the bounds the controller's calls use.
+const (
+	// killSlack is a kill's time beyond its grace.
+	killSlack = 15 * time.Second
+	// minLaunchRate is the slowest link a launch document's bytes allow for.
+	minLaunchRate = 128 << 10
+)
 
 // Launch writes the attempts' files in one `wrapper prepare` call, then
 // submits one job each. An sbatch that fails without the cluster's refusal
 // (a timeout may still have submitted) leaves its attempt in doubt: the
 // next Status finds the job by name and comment, or the claim is given up
 // and launched again.
-func (s *slurmExec) Launch(ctx context.Context, inst *nodes.Installed, items []wire.LaunchItem) []executor.Launched {
-	outs := make([]executor.Launched, len(items))
+func (s *Slurm) Launch(ctx context.Context, inst *nodes.Installed, items []wire.LaunchItem) []Launched {
+	outs := make([]Launched, len(items))
 	cctx, cancel := context.WithTimeout(ctx, s.timeout())
-	err := nodes.CheckWorkDir(cctx, s.conn.tr, *inst)
+	err := nodes.CheckWorkDir(cctx, s.tr, *inst)
 	cancel()
 	if err == nil {
 		err = s.prepare(ctx, inst, items, outs)
 	}
 	if err != nil {
 		for i := range outs {
-			outs[i] = executor.Launched{Err: err}
+			outs[i] = Launched{Err: err}
 		}
 		return outs
 	}
@@ -87,14 +99,14 @@ func (s *slurmExec) Launch(ctx context.Context, inst *nodes.Installed, items []w
 }
 
 // prepare runs `wrapper prepare` and records a refused item's error in outs.
-func (s *slurmExec) prepare(ctx context.Context, inst *nodes.Installed, items []wire.LaunchItem, outs []executor.Launched) error {
+func (s *Slurm) prepare(ctx context.Context, inst *nodes.Installed, items []wire.LaunchItem, outs []Launched) error {
 	doc, err := json.Marshal(wire.LaunchBatch{Launches: items})
 	if err != nil {
 		return err
 	}
 	rctx, cancel := context.WithTimeout(ctx, s.timeout()+time.Duration(len(doc)/minLaunchRate)*time.Second)
 	defer cancel()
-	res, err := s.conn.tr.Exec(rctx, []string{inst.Path, "prepare"}, doc)
+	res, err := s.tr.Exec(rctx, []string{inst.Path, "prepare"}, doc)
 	if err != nil {
 		return fmt.Errorf("prepare: %w", err)
 	}
@@ -111,7 +123,7 @@ func (s *slurmExec) prepare(ctx context.Context, inst *nodes.Installed, items []
 }
 
 // submit submits one prepared attempt.
-func (s *slurmExec) submit(ctx context.Context, inst *nodes.Installed, item wire.LaunchItem) executor.Launched {
+func (s *Slurm) submit(ctx context.Context, inst *nodes.Installed, item wire.LaunchItem) Launched {
 	l := item.Launch
 	j := slurmjob.Job{Home: s.home, Project: l.Project, Task: l.Task, Attempt: l.Attempt, Dir: item.Dir, Wrapper: inst.Path,
 		Timeout: time.Duration(l.TimeoutSeconds * float64(time.Second))}
@@ -122,33 +134,33 @@ func (s *slurmExec) submit(ctx context.Context, inst *nodes.Installed, item wire
 		Time: s.slurm.Time, Extra: s.slurm.Extra}
 	args, err := slurmjob.SbatchArgs(c, j)
 	if err != nil {
-		return executor.Launched{Err: err}
+		return Launched{Err: err}
 	}
 	script, err := slurmjob.Script(j)
 	if err != nil {
-		return executor.Launched{Err: err}
+		return Launched{Err: err}
 	}
 	rctx, cancel := context.WithTimeout(ctx, s.timeout())
 	defer cancel()
-	res, err := s.conn.tr.Exec(rctx, args, []byte(script))
+	res, err := s.tr.Exec(rctx, args, []byte(script))
 	switch {
 	case err != nil:
-		return executor.Launched{Uncertain: fmt.Errorf("sbatch: %w", err)}
+		return Launched{Uncertain: fmt.Errorf("sbatch: %w", err)}
 	case res.ExitCode != 0 && bytes.Contains(res.Stderr, []byte("Batch job submission failed")):
 		// slurmctld answered, and refused the job.
-		return executor.Launched{Err: fmt.Errorf("sbatch: %s", bytes.TrimSpace(res.Stderr))}
+		return Launched{Err: fmt.Errorf("sbatch: %s", bytes.TrimSpace(res.Stderr))}
 	case res.ExitCode != 0:
-		return executor.Launched{Uncertain: fmt.Errorf("sbatch: exit %d: %s", res.ExitCode, bytes.TrimSpace(res.Stderr))}
+		return Launched{Uncertain: fmt.Errorf("sbatch: exit %d: %s", res.ExitCode, bytes.TrimSpace(res.Stderr))}
 	}
 	id, err := slurmjob.ParseSubmit(res.Stdout)
 	if err != nil {
-		return executor.Launched{Uncertain: err}
+		return Launched{Uncertain: err}
 	}
 	s.mu.Lock()
 	s.jobs[item.Dir] = slurmJob{id: id, attempt: l.Attempt}
 	delete(s.since, item.Dir)
 	s.mu.Unlock()
-	return executor.Launched{Run: &wire.RunReply{Task: l.Task, Attempt: l.Attempt, Status: wire.StatusRunning}}
+	return Launched{Run: &wire.RunReply{Task: l.Task, Attempt: l.Attempt, Status: wire.StatusRunning}}
 }
 
 // Status asks squeue for every job of this home, then the wrapper for the
@@ -156,13 +168,14 @@ func (s *slurmExec) submit(ctx context.Context, inst *nodes.Installed, item wire
 // lives (slurmjob.Decide): a waiting or running job keeps it alive, a job
 // that ended or left the queue without a final status ends it. A failed
 // squeue is an error: nothing is concluded this tick.
-func (s *slurmExec) Status(ctx context.Context, inst *nodes.Installed, q executor.Query) (*wire.NodeStatus, error) {
+func (s *Slurm) Status(ctx context.Context, inst *nodes.Installed, q Query) (*wire.NodeStatus, error) {
 	jobs, err := s.queue(ctx)
 	if err != nil {
 		return nil, err
 	}
 	// Every entry whole (no tags): the executor changes entries.
-	st, err := s.conn.askStatus(ctx, inst, q.Projects, q.Live, q.Named, nil)
+	q.Tags = nil
+	st, err := s.inner.Status(ctx, inst, q)
 	if err != nil {
 		return nil, err
 	}
@@ -176,10 +189,10 @@ func (s *slurmExec) Status(ctx context.Context, inst *nodes.Installed, q executo
 }
 
 // queue runs the one squeue call.
-func (s *slurmExec) queue(ctx context.Context) ([]slurmjob.QueueJob, error) {
+func (s *Slurm) queue(ctx context.Context) ([]slurmjob.QueueJob, error) {
 	rctx, cancel := context.WithTimeout(ctx, s.timeout())
 	defer cancel()
-	res, err := s.conn.tr.Exec(rctx, slurmjob.QueueArgs(s.home), nil)
+	res, err := s.tr.Exec(rctx, slurmjob.QueueArgs(s.home), nil)
 	if err == nil && res.ExitCode != 0 {
 		err = fmt.Errorf("exit %d: %s", res.ExitCode, bytes.TrimSpace(res.Stderr))
 	}
@@ -192,7 +205,7 @@ func (s *slurmExec) queue(ctx context.Context) ([]slurmjob.QueueJob, error) {
 // judge sets ts.Alive from its attempt's job; s.mu is held. The status
 // file counts only when it is the job's attempt's: until the job's
 // supervisor starts, status.json is still the attempt before's.
-func (s *slurmExec) judge(ts *wire.TaskStatus, jobs []slurmjob.QueueJob, now time.Time) {
+func (s *Slurm) judge(ts *wire.TaskStatus, jobs []slurmjob.QueueJob, now time.Time) {
 	var job *slurmjob.QueueJob
 	for k := range jobs {
 		j := &jobs[k]
@@ -241,8 +254,8 @@ func (s *slurmExec) judge(ts *wire.TaskStatus, jobs []slurmjob.QueueJob, now tim
 // Kill cancels each attempt's job and waits until squeue shows it ended,
 // then asks the wrapper for the attempt's final status. Slurm signals the
 // supervisor (SIGTERM, SIGKILL after the cluster's KillWait).
-func (s *slurmExec) Kill(ctx context.Context, inst *nodes.Installed, kills []executor.Kill) []executor.Killed {
-	outs := make([]executor.Killed, len(kills))
+func (s *Slurm) Kill(ctx context.Context, inst *nodes.Installed, kills []Kill) []Killed {
+	outs := make([]Killed, len(kills))
 	for i, k := range kills {
 		kctx, cancel := context.WithTimeout(ctx, s.timeout()+killSlack+k.Grace)
 		outs[i] = s.kill(kctx, inst, k)
@@ -251,12 +264,12 @@ func (s *slurmExec) Kill(ctx context.Context, inst *nodes.Installed, kills []exe
 	return outs
 }
 
-func (s *slurmExec) kill(ctx context.Context, inst *nodes.Installed, k executor.Kill) executor.Killed {
+func (s *Slurm) kill(ctx context.Context, inst *nodes.Installed, k Kill) Killed {
 	project, task := filepath.Base(filepath.Dir(filepath.Dir(k.Dir))), filepath.Base(k.Dir)
 	for {
 		jobs, err := s.queue(ctx)
 		if err != nil {
-			return executor.Killed{Err: err}
+			return Killed{Err: err}
 		}
 		var live []string
 		for _, j := range jobs {
@@ -267,26 +280,17 @@ func (s *slurmExec) kill(ctx context.Context, inst *nodes.Installed, k executor.
 		if len(live) == 0 {
 			break
 		}
-		if res, err := s.conn.tr.Exec(ctx, append([]string{"scancel"}, live...), nil); err != nil || res.ExitCode != 0 {
-			return executor.Killed{Err: fmt.Errorf("scancel %v: %v %s", live, err, bytes.TrimSpace(res.Stderr))}
+		if res, err := s.tr.Exec(ctx, append([]string{"scancel"}, live...), nil); err != nil || res.ExitCode != 0 {
+			return Killed{Err: fmt.Errorf("scancel %v: %v %s", live, err, bytes.TrimSpace(res.Stderr))}
 		}
 		select {
 		case <-ctx.Done():
-			return executor.Killed{Err: fmt.Errorf("slurm jobs %v still run: %w", live, ctx.Err())}
+			return Killed{Err: fmt.Errorf("slurm jobs %v still run: %w", live, ctx.Err())}
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	res, err := s.conn.tr.Exec(ctx, []string{inst.Path, "kill", "--dir", k.Dir, "--grace", k.Grace.String(), "--node", s.conn.name}, nil)
-	switch {
-	case err != nil:
-		return executor.Killed{Err: err}
-	case res.ExitCode != 0 && replyKind(res) == wire.KindOtherNode:
-		return executor.Killed{Elsewhere: true}
-	case res.ExitCode != 0:
-		return executor.Killed{Err: errors.New(policy.ReplyError(res, nil))}
-	}
-	return executor.Killed{Reply: res.Stdout}
+	return s.inner.Kill(ctx, inst, []Kill{k})[0]
 }
 
-// Close closes the node's status conversation, if one is open.
-func (s *slurmExec) Close() { s.conn.conv.close() }
+// Close closes the inner executor.
+func (s *Slurm) Close() { s.inner.Close() }
