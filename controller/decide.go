@@ -406,6 +406,12 @@ func later(t, u time.Time) time.Time {
 // noStatus handles a claimed or running attempt whose status.json on the
 // node is missing, unreadable or belongs to another attempt.
 func (a *applier) noStatus(t *domain.Task, ts *wire.TaskStatus) {
+	if ts != nil && ts.Again != "" && !ts.Alive {
+		// Ended from outside before it started (its executor says): lost,
+		// as with a node gone, so it runs again without using a retry.
+		a.lose(t, ts.Again)
+		return
+	}
 	if t.Status == domain.Claimed {
 		// The launch may still be in flight (or died with a controller):
 		// wait a little, then requeue. A late `run` of this attempt is harmless:
@@ -429,9 +435,16 @@ func (a *applier) noStatus(t *domain.Task, ts *wire.TaskStatus) {
 		return
 	}
 	if ts != nil && ts.Alive {
-		// Unreadable for now, but its supervisor lives: read it next tick,
-		// and say what is wrong meanwhile.
-		if w := "status.json: " + ts.StatusError; ts.StatusError != "" && t.Warning != w {
+		// Unreadable for now, but its supervisor lives (or its batch job
+		// waits): read it next tick, and say what is wrong meanwhile.
+		w := ""
+		switch {
+		case ts.Waiting != "":
+			w = ts.Waiting
+		case ts.StatusError != "":
+			w = "status.json: " + ts.StatusError
+		}
+		if w != "" && t.Warning != w {
 			a.setTask(t, store.TaskPatch{Warning: new(w)})
 		}
 		return

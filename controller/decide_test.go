@@ -184,6 +184,23 @@ func TestApplyDecisions(t *testing.T) {
 			changed: 1,
 		},
 		{
+			name:  "a batch job that waits keeps its attempt, and the task says why",
+			tasks: []domain.Task{task("S01", domain.Running, "n1", 1)},
+			pulls: map[string]any{"n1": []wire.TaskStatus{{Project: "p", Task: "S01", Alive: true,
+				StatusError: "status.json missing", Waiting: "Slurm job 7 PENDING: Resources"}}},
+			want: []string{"task S01 Warning=Slurm job 7 PENDING: Resources"},
+		},
+		{
+			name:  "a batch job ended from outside before its start is lost: run again without a retry",
+			tasks: []domain.Task{task("S01", domain.Running, "n1", 1)},
+			pulls: map[string]any{"n1": []wire.TaskStatus{{Project: "p", Task: "S01",
+				StatusError: "Slurm job 7 ended CANCELLED before the wrapper started", Again: "Slurm job 7 ended CANCELLED before the wrapper started"}}},
+			want: []string{"run S01#1 Error=Slurm job 7 ended CANCELLED before the wrapper started ErrorClass=lost Status=lost",
+				"S01 running→lost: Slurm job 7 ended CANCELLED before the wrapper started",
+				"S01 lost→pending: lost with its node: requeued at once (1 of 10; does not use max_retries)"},
+			changed: 2,
+		},
+		{
 			name:  "a beating heartbeat is recorded and nothing else",
 			tasks: []domain.Task{task("S01", domain.Running, "n1", 1)},
 			pulls: map[string]any{"n1": []wire.TaskStatus{running("S01", 1, "2", true)}},

@@ -6,9 +6,10 @@ import (
 )
 
 // newExecutor returns the executor of node cfg over tr: where its attempts
-// start, are watched and are killed (package controller/executor). Every
-// node is a wrapper node today; a node of another kind (a batch system)
-// gets its own executor here, from its cfg. The executor belongs to the
+// start, are watched and are killed (package controller/executor). A
+// node with slurm: runs each attempt as a batch job (executor.Slurm, which
+// keeps the wrapper executor for the status files); every other node is a
+// wrapper node. The executor belongs to the
 // node's connection (nodeConn): a reload that keeps the connection keeps
 // it, and it is closed with the connection.
 func (c *Controller) newExecutor(cfg nodes.Node, tr nodes.Transport) executor.Executor {
@@ -17,6 +18,9 @@ func (c *Controller) newExecutor(cfg nodes.Node, tr nodes.Transport) executor.Ex
 		if testHookBeforeLaunch != nil {
 			testHookBeforeLaunch(cfg.Name, bin, doc)
 		}
+	}
+	if cfg.Slurm != nil {
+		return executor.NewSlurm(cfg, tr, w, c.callTimeout, c.opts.Home)
 	}
 	return w
 }

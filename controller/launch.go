@@ -327,7 +327,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		out.err = err
 		return item, false
 	}
-	launch := wire.Launch{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Node: n.cfg.Name,
+	launch := wire.Launch{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Node: n.cfg.Name, Priority: t.Priority,
 		Command: tl.Command, Stdin: tl.Stdin, Env: tl.Env, SandboxCommand: tl.SandboxCommand, SandboxEnv: tl.SandboxEnv,
 		TimeoutSeconds: timeout.Seconds(), Setup: opts.Setup, StallSeconds: stallTimeout(t, opts, n.cfg).Seconds()}
 	if err := confineLaunch(&launch, t, n.cfg, inst.WorkDir, tool, conf, env); err != nil {

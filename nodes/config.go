@@ -21,13 +21,14 @@ import (
 )
 
 // Keys are the keys nodes.yaml accepts, by section: "top", "controller",
-// "node", "sandbox_paths", "api_mode" and "tool". docs/CONFIGURATION.md's
+// "node", "slurm", "sandbox_paths", "api_mode" and "tool". docs/CONFIGURATION.md's
 // reference is checked against them.
 var Keys = map[string][]string{
 	"top":           {"controller", "nodes", "api_modes", "routes", "tools", "notify"},
 	"controller":    {"poll_interval", "heartbeat_timeout", "node_offline_timeout", "max_retries", "retry_backoff", "retry_backoff_max", "max_fix_rounds", "ssh_connect_timeout", "max_parallel_ssh", "collect_max_bytes", "collect_max_files", "retention", "log_max_size", "preemption"},
 	"preemption":    {"priority_gap", "grace"},
-	"node":          {"name", "ssh", "slots", "spares", "api_mode", "api_modes", "work_dir", "tool", "min_free_mem", "tags", "dangerous", "strict_host_key_checking", "stall_timeout", "sandbox", "sandbox_paths", "limits", "network"},
+	"node":          {"name", "ssh", "slots", "spares", "api_mode", "api_modes", "work_dir", "tool", "min_free_mem", "tags", "dangerous", "strict_host_key_checking", "stall_timeout", "sandbox", "sandbox_paths", "limits", "network", "slurm"},
+	"slurm":         {"partition", "account", "qos", "time", "max_pending", "extra"},
 	"sandbox_paths": {"ro", "rw"},
 	"api_mode":      {"env", "max_concurrency", "dangerous", "fallback"},
 	"tool":          {"command", "model_flag"},
@@ -123,7 +124,10 @@ type Node struct {
 	// StrictHostKeyChecking is "yes" (the default: unknown host keys are refused)
 	// or "accept-new" (an unknown key is recorded on first connection).
 	StrictHostKeyChecking string
-	Line                  int // line of the node in the file
+	// Slurm, when set, makes the node a Slurm cluster (slurm:): SSH is
+	// its login host and each attempt one batch job.
+	Slurm *Slurm
+	Line  int // line of the node in the file
 }
 
 // SandboxPaths are paths opened into a node's sandbox: RO read-only, RW
@@ -596,6 +600,10 @@ func (p *parser) node(item *yaml.Node) (Node, bool) {
 		n.Dangerous, _ = p.Bool(v, where, "dangerous")
 	}
 	p.nodeConfinement(&n, f, where)
+	if v := f["slurm"].val; v != nil {
+		// `slurm:` alone is a cluster with every default.
+		n.Slurm = p.slurm(v, where, n.Slots)
+	}
 	if v := f["strict_host_key_checking"].val; v != nil && !yamlval.IsNull(v) {
 		if s, sok := p.Scalar(v, where, "strict_host_key_checking"); sok {
 			if s == "yes" || s == "accept-new" {

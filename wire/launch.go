@@ -37,6 +37,9 @@ type Launch struct {
 	Task    string `json:"task"`
 	Attempt int    `json:"attempt"`
 	Node    string `json:"node"`
+	// Priority is the task's (1 first, 9 last; 0 unknown): a batch
+	// system's executor maps it to the cluster's own (Slurm's QoS).
+	Priority int `json:"priority,omitempty"`
 	// Command is argv; Command[0] is looked up in the tool environment's
 	// PATH and every "{spec}" in an argument becomes the path of spec.md.
 	Command []string `json:"command"`

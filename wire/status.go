@@ -182,6 +182,14 @@ type TaskStatus struct {
 	// supervisor has not ended the group yet). Only a final status of a
 	// live supervisor is checked.
 	ToolRunning bool `json:"tool_running,omitempty"`
+	// Waiting says why the attempt has not started yet, when its executor
+	// knows (a batch job's pending reason: "Slurm job 7 PENDING:
+	// Resources"); status shows it.
+	Waiting string `json:"waiting,omitempty"`
+	// Again says why the attempt ended before it started, for a cause
+	// outside it (a batch job cancelled by an administrator, a node
+	// failure, a preemption): it runs again without using a retry.
+	Again string `json:"again,omitempty"`
 	// Tag is the wrapper's digest of the entry but for its heartbeat (see
 	// SetTag): a controller that holds an entry of this tag is told only
 	// the heartbeat of a task whose entry is still the same

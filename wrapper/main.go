@@ -91,6 +91,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		err = cmdWatch(ctx, rest, stdin, stdout)
 	case "launch":
 		err = cmdLaunch(ctx, rest, stdin, stdout)
+	case prepareCommand:
+		err = cmdPrepare(ctx, rest, stdin, stdout)
 	case "untar":
 		err = cmdUntar(ctx, rest, stdin, stdout)
 	case "inputs":

@@ -178,6 +178,9 @@ type checkResult struct {
 	// nodes.SharedWarning).
 	SharedWith []string `json:"shared_with,omitempty"`
 	Shared     string   `json:"shared,omitempty"`
+	// Slurm is what the probe job of a Slurm node proved (its work_dir
+	// shared by the login host and the compute nodes); "" for other nodes.
+	Slurm string `json:"slurm,omitempty"`
 	// What the controller records too (see recordCheck).
 	load1 float64
 	rtt   time.Duration
@@ -221,6 +224,9 @@ func nodesCheck(c *cli.Context) error {
 		if trs[i] != nil {
 			defer trs[i].Close()
 			sharedCheck(ctx, cfg, n, trs[i], homeID, &results[i])
+			if n.Slurm != nil {
+				slurmCheck(ctx, n, trs[i], homeID, &results[i])
+			}
 		}
 	})
 	recordCheck(ctx, e, results)
@@ -271,6 +277,11 @@ func nodesCheck(c *cli.Context) error {
 		for _, r := range results {
 			if r.OK {
 				fmt.Fprintf(e.out, "\n%s: limits: %s\n", r.Name, limitsText(r.Limits, r.LimitsSetting))
+			}
+		}
+		for _, r := range results {
+			if r.Slurm != "" {
+				fmt.Fprintf(e.out, "\n%s: slurm: %s\n", r.Name, termtext.Clean(r.Slurm))
 			}
 		}
 		for _, r := range results {

@@ -1,0 +1,294 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dispatch-tool/dispatch/internal/slurmtest"
+	"github.com/dispatch-tool/dispatch/wrapper/slurmjob"
+)
+
+// slurmHome is a home whose one node is the real one-host Slurm cluster
+// c (its login host this machine), with the project dag: S01, then S02
+// and S03 after it. It returns the home and the environment that names
+// the cluster to the Slurm commands.
+func slurmHome(t *testing.T, c *slurmtest.Cluster, slurm string) (home, work string, env []string) {
+	t.Helper()
+	home, work = newLocalHome(t)
+	writeFile(t, filepath.Join(home, "nodes.yaml"), fmt.Sprintf(`controller:
+  poll_interval: 200ms
+  retry_backoff: 100ms
+  retry_backoff_max: 1s
+nodes:
+  - name: hpc
+    ssh: null
+    slots: 4
+    work_dir: %s
+    limits: {memory: 256MiB}  # else each job asks for the whole node's memory
+    slurm: %s
+`, work, slurm))
+	dir := filepath.Join(home, "specs", "dag")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
+	writeFile(t, filepath.Join(dir, "S01-first.md"), "# First\necho \"$SLURM_JOB_ID\" > job.txt\n")
+	writeFile(t, filepath.Join(dir, "S02-second.md"), "---\ndepends_on: [S01]\n---\n# Second\ncat \"$DISPATCH_INPUTS/S01/job.txt\" > from-s01.txt\n")
+	writeFile(t, filepath.Join(dir, "S03-third.md"), "---\ndepends_on: [S01]\n---\n# Third\necho \"$SLURM_JOB_ID\" > job.txt\n")
+	return home, work, []string{"SLURM_CONF=" + c.Conf}
+}
+
+// TestSlurmRunsADAG runs a project of three shell tasks, S02 and S03 after
+// S01, on a Slurm node: each attempt is one batch job (SLURM_JOB_ID
+// reaches the task, a different one each), S02 gets S01's output, and the
+// project passes; no secrets file is left in any task directory.
+func TestSlurmRunsADAG(t *testing.T) {
+	c := slurmtest.Start(t)
+	home, work, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+"}")
+	r := runDispatch(t, env, "--home", home, "start", "dag")
+	if r.code != 0 {
+		t.Fatalf("start dag: %s", r)
+	}
+	s, _ := getStatus(t, home, "dag")
+	if s.Counts["completed"] != 3 || s.Phase != "done" {
+		t.Fatalf("dag: counts %v, phase %q; want 3 completed, done", s.Counts, s.Phase)
+	}
+	out := func(task, file string) string {
+		return strings.TrimSpace(readFile(t, filepath.Join(home, "runs", "dag", task, "output", file)))
+	}
+	j1, j3 := out("S01", "job.txt"), out("S03", "job.txt")
+	if j1 == "" || j3 == "" || j1 == j3 || strings.Trim(j1+j3, "0123456789") != "" {
+		t.Errorf("SLURM_JOB_ID of S01 %q and S03 %q: want two job ids", j1, j3)
+	}
+	if got := out("S02", "from-s01.txt"); got != j1 {
+		t.Errorf("S02 read %q from S01's output, want %q", got, j1)
+	}
+	if ready, _ := filepath.Glob(filepath.Join(work, "dag", "tasks", "*", slurmjob.FileReady)); len(ready) != 3 {
+		t.Errorf("supervisors' start reports: %v, want one per task (the glob must see the task directories)", ready)
+	}
+	if left, _ := filepath.Glob(filepath.Join(work, "dag", "tasks", "*", slurmjob.FileSecrets)); len(left) > 0 {
+		t.Errorf("secrets files left: %v", left)
+	}
+	if jobs := strings.Fields(c.Run("squeue", "-h", "--states=all", "-o", "%i|%j|%T")); len(jobs) != 3 {
+		t.Errorf("the cluster ran %d jobs, want 3: %v", len(jobs), jobs)
+	}
+}
+
+// waitUntil polls cond every 100 ms for up to a minute.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within a minute", what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// slurmJobOf is the id and state of the job of project/task/attempt.
+func slurmJobOf(t *testing.T, c *slurmtest.Cluster, comment string) (id, state string) {
+	t.Helper()
+	for _, line := range strings.Fields(c.Run("squeue", "-h", "--states=all", "-o", "%i|%k|%T")) {
+		if f := strings.Split(line, "|"); len(f) == 3 && f[1] == comment {
+			id, state = f[0], f[2]
+		}
+	}
+	return id, state
+}
+
+// TestSlurmCancelAndAdminScancel: `dispatch cancel` of a running task
+// cancels its job (scancel; the task is canceled and its job ends), and an
+// administrator's scancel of another task's running job fails that
+// attempt (no retry left) instead of leaving it running forever.
+func TestSlurmCancelAndAdminScancel(t *testing.T) {
+	c := slurmtest.Start(t)
+	home, work, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+"}")
+	dir := filepath.Join(home, "specs", "hold")
+	release := filepath.Join(t.TempDir(), "release")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
+	for _, id := range []string{"S01", "S02"} {
+		writeFile(t, filepath.Join(dir, id+"-hold.md"), fmt.Sprintf("---\nmax_retries: 0\n---\n# Hold\nwhile [ ! -e %s ]; do sleep 0.1; done\n", release))
+	}
+	finished := startBackground(t, env, "--home", home, "start", "hold")
+	for _, id := range []string{"S01", "S02"} {
+		waitUntil(t, id+" running under its supervisor", func() bool {
+			_, _, _, st := nodeStatusJSON(t, work, "hold", id)
+			return st == "running"
+		})
+	}
+	if r := runDispatch(t, env, "--home", home, "cancel", "hold", "S01"); r.code != 0 {
+		t.Fatalf("cancel: %s", r)
+	}
+	waitUntil(t, "S01's job cancelled", func() bool {
+		_, state := slurmJobOf(t, c, "hold/S01/1")
+		return state == "CANCELLED"
+	})
+	id2, _ := slurmJobOf(t, c, "hold/S02/1")
+	c.Run("scancel", id2)
+	r := finished()
+	s, _ := getStatus(t, home, "hold")
+	t1, t2 := s.task(t, "S01"), s.task(t, "S02")
+	t.Logf("S02 after the admin's scancel: %s %s %q", t2.Status, t2.ErrorClass, t2.Error)
+	if t1.Status != "canceled" || t2.Status != "failed" || r.code == 0 {
+		t.Errorf("S01 %s, S02 %s, start exit %d: want canceled, failed, non-zero\n%s", t1.Status, t2.Status, r.code, r)
+	}
+}
+
+// TestSlurmDrainedNodeSaysWhy: while the cluster's node is drained, the
+// task's job waits and `dispatch status` shows Slurm's reason; resumed,
+// the project runs to the end.
+func TestSlurmDrainedNodeSaysWhy(t *testing.T) {
+	c := slurmtest.Start(t)
+	home, _, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+"}")
+	c.Drain("disk swap")
+	finished := startBackground(t, env, "--home", home, "start", "dag")
+	var text string
+	waitUntil(t, "status showing the pending reason", func() bool {
+		text = runDispatch(t, env, "--home", home, "status", "dag").stdout
+		return strings.Contains(text, "PENDING: ReqNodeNotAvail")
+	})
+	t.Logf("status while drained:\n%s", text)
+	if strings.Contains(text, "status.json missing") {
+		t.Errorf("status blames status.json for a job that waits:\n%s", text)
+	}
+	c.Resume()
+	if r := finished(); r.code != 0 {
+		t.Fatalf("start dag: %s", r)
+	}
+	if s, _ := getStatus(t, home, "dag"); s.Counts["completed"] != 3 {
+		t.Errorf("counts %v, want 3 completed", s.Counts)
+	}
+}
+
+// TestSlurmSqueueFailingIsUnknown: while slurmctld is down, squeue fails:
+// the node's error says so, and the running task is not failed (unknown is
+// not failed), even once its tool has ended; with slurmctld back, the task
+// completes.
+func TestSlurmSqueueFailingIsUnknown(t *testing.T) {
+	c := slurmtest.Start(t)
+	home, work, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+"}")
+	release := filepath.Join(t.TempDir(), "release")
+	dir := filepath.Join(home, "specs", "hold")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\nsandbox: off\n")
+	writeFile(t, filepath.Join(dir, "S01-hold.md"), fmt.Sprintf("---\nmax_retries: 0\n---\n# Hold\nwhile [ ! -e %s ]; do sleep 0.1; done\n", release))
+	finished := startBackground(t, env, "--home", home, "start", "hold")
+	waitUntil(t, "S01 running under its supervisor", func() bool {
+		_, _, _, st := nodeStatusJSON(t, work, "hold", "S01")
+		return st == "running"
+	})
+	c.StopController()
+	var text string
+	waitUntil(t, "status naming the failed squeue", func() bool {
+		text = runDispatch(t, env, "--home", home, "status", "hold").stdout
+		return strings.Contains(text, "squeue")
+	})
+	writeFile(t, release, "")
+	waitUntil(t, "S01's tool ended", func() bool {
+		_, _, _, st := nodeStatusJSON(t, work, "hold", "S01")
+		return st == "completed"
+	})
+	if tk := taskState(t, home, "hold", "S01"); tk.Status != "running" {
+		t.Errorf("with squeue failing, S01 is %s, want still running (unknown)", tk.Status)
+	}
+	t.Logf("status while squeue fails:\n%s", text)
+	c.StartController()
+	if r := finished(); r.code != 0 {
+		t.Fatalf("start hold: %s", r)
+	}
+	if s, _ := getStatus(t, home, "hold"); s.task(t, "S01").Status != "completed" {
+		t.Errorf("S01 %s, want completed", s.task(t, "S01").Status)
+	}
+}
+
+// TestSlurmControllerRestartWithJobsQueued: the controller is killed while
+// its first job waits in the queue (the node drained); a new `start` finds
+// the job by name and comment instead of submitting it again, and the DAG
+// ends with one job per task.
+func TestSlurmControllerRestartWithJobsQueued(t *testing.T) {
+	c := slurmtest.Start(t)
+	home, _, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+"}")
+	c.Drain("controller restart test")
+	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+	defer cancel()
+	cmd, _, _ := dispatchCmd(ctx, env, "--home", home, "start", "dag")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "S01's job queued", func() bool {
+		id, state := slurmJobOf(t, c, "dag/S01/1")
+		return id != "" && state == "PENDING"
+	})
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	c.Resume()
+	if r := runDispatch(t, env, "--home", home, "start", "dag"); r.code != 0 {
+		t.Fatalf("start dag again: %s", r)
+	}
+	if s, _ := getStatus(t, home, "dag"); s.Counts["completed"] != 3 {
+		t.Errorf("counts %v, want 3 completed", s.Counts)
+	}
+	if jobs := strings.Fields(c.Run("squeue", "-h", "--states=all", "-o", "%i|%k|%T")); len(jobs) != 3 {
+		t.Errorf("the cluster ran %d jobs, want 3 (none twice): %v", len(jobs), jobs)
+	}
+}
+
+// TestSlurmAdminScancelBeforeStartRunsAgain: an administrator cancels a
+// task's job while it waits in the queue: the attempt is lost, not
+// failed, and the task runs again without using a retry (it has none)
+// and completes.
+func TestSlurmAdminScancelBeforeStartRunsAgain(t *testing.T) {
+	c := slurmtest.Start(t)
+	home, _, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+"}")
+	dir := filepath.Join(home, "specs", "once")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
+	writeFile(t, filepath.Join(dir, "S01-once.md"), "---\nmax_retries: 0\n---\n# Once\necho done > done.txt\n")
+	c.Drain("admin cancels")
+	finished := startBackground(t, env, "--home", home, "start", "once")
+	var id string
+	waitUntil(t, "S01's job queued", func() bool {
+		var state string
+		id, state = slurmJobOf(t, c, "once/S01/1")
+		return id != "" && state == "PENDING"
+	})
+	c.Run("scancel", id)
+	waitUntil(t, "attempt 2 submitted", func() bool {
+		id2, _ := slurmJobOf(t, c, "once/S01/2")
+		return id2 != ""
+	})
+	c.Resume()
+	if r := finished(); r.code != 0 {
+		t.Fatalf("start once: %s", r)
+	}
+	s, _ := getStatus(t, home, "once")
+	if tk := s.task(t, "S01"); tk.Status != "completed" || tk.Attempt != 2 {
+		t.Errorf("S01 %s at attempt %d, want completed at attempt 2", tk.Status, tk.Attempt)
+	}
+}
+
+// TestSlurmSbatchFailingAfterSubmitting: an sbatch that submits the job
+// and then fails (as one whose answer timed out) leaves the launch in
+// doubt; the next status finds the job by its name and comment and adopts
+// it: the DAG ends with one job per task, none submitted twice.
+func TestSlurmSbatchFailingAfterSubmitting(t *testing.T) {
+	c := slurmtest.Start(t)
+	home, _, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+"}")
+	shims := t.TempDir()
+	writeFile(t, filepath.Join(shims, "sbatch"), "#!/bin/sh\n"+c.Bin("sbatch")+" \"$@\" >/dev/null || exit 1\n"+
+		"echo 'sbatch: error: Socket timed out on send/recv operation' >&2\nexit 1\n")
+	if err := os.Chmod(filepath.Join(shims, "sbatch"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env = append(env, "PATH="+shims+":"+os.Getenv("PATH"))
+	if r := runDispatch(t, env, "--home", home, "start", "dag"); r.code != 0 {
+		t.Fatalf("start dag: %s", r)
+	}
+	if s, _ := getStatus(t, home, "dag"); s.Counts["completed"] != 3 {
+		t.Errorf("counts %v, want 3 completed", s.Counts)
+	}
+	if jobs := strings.Fields(c.Run("squeue", "-h", "--states=all", "-o", "%i|%k|%T")); len(jobs) != 3 {
+		t.Errorf("the cluster ran %d jobs, want 3 (none twice): %v", len(jobs), jobs)
+	}
+}
