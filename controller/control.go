@@ -191,36 +191,9 @@ func (c *Controller) Retry(ctx context.Context, project string, ids []string, do
 			notes = append(notes, note)
 		}
 	}
-	var latest domain.Task
-	var phaseIDs []string
-	for _, t := range byID {
-		if domain.IsPhaseID(t.ID) {
-			phaseIDs = append(phaseIDs, t.ID)
-			if latest.ID == "" || t.CreatedAt.After(latest.CreatedAt) {
-				latest = t
-			}
-		}
-	}
-	sort.Strings(phaseIDs)
-	authorRetried := false
-	for _, id := range ids {
-		t, ok := byID[id]
-		if !ok {
-			return "", unknownTask(project, id, byID)
-		}
-		switch t.Status {
-		case domain.Claimed, domain.Running:
-			return "", &control.OpError{Msg: fmt.Sprintf("%s/%s is running (attempt %d on %s): cancel it first", project, id, t.Attempt, t.Node)}
-		case domain.Pending:
-			return "", &control.OpError{Msg: fmt.Sprintf("%s/%s is already waiting to run", project, id)}
-		}
-		if domain.IsPhaseID(id) {
-			if id != latest.ID {
-				return "", &control.OpError{Msg: fmt.Sprintf("%s is not the latest phase task (%s): retry %s, or an author task to run the whole phase again", id, latest.ID, latest.ID)}
-			}
-		} else {
-			authorRetried = true
-		}
+	phaseIDs, authorRetried, err := checkRetry(project, ids, byID)
+	if err != nil {
+		return "", err
 	}
 	// New snapshots for author tasks whose spec changed.
 	fresh := map[string]*spec.Task{}
@@ -276,6 +249,42 @@ func (c *Controller) Retry(ctx context.Context, project string, ids []string, do
 		msg += " (" + strings.Join(notes, "; ") + ")"
 	}
 	return msg, nil
+}
+
+// checkRetry checks that each of ids may be retried (known, not running or
+// waiting, a phase task only the latest) and returns the project's phase
+// tasks, sorted, and whether an author task is among ids.
+func checkRetry(project string, ids []string, byID map[string]domain.Task) (phaseIDs []string, authorRetried bool, err error) {
+	var latest domain.Task
+	for _, t := range byID {
+		if domain.IsPhaseID(t.ID) {
+			phaseIDs = append(phaseIDs, t.ID)
+			if latest.ID == "" || t.CreatedAt.After(latest.CreatedAt) {
+				latest = t
+			}
+		}
+	}
+	sort.Strings(phaseIDs)
+	for _, id := range ids {
+		t, ok := byID[id]
+		if !ok {
+			return nil, false, unknownTask(project, id, byID)
+		}
+		switch t.Status {
+		case domain.Claimed, domain.Running:
+			return nil, false, &control.OpError{Msg: fmt.Sprintf("%s/%s is running (attempt %d on %s): cancel it first", project, id, t.Attempt, t.Node)}
+		case domain.Pending:
+			return nil, false, &control.OpError{Msg: fmt.Sprintf("%s/%s is already waiting to run", project, id)}
+		}
+		if domain.IsPhaseID(id) {
+			if id != latest.ID {
+				return nil, false, &control.OpError{Msg: fmt.Sprintf("%s is not the latest phase task (%s): retry %s, or an author task to run the whole phase again", id, latest.ID, latest.ID)}
+			}
+		} else {
+			authorRetried = true
+		}
+	}
+	return phaseIDs, authorRetried, nil
 }
 
 // Cancel cancels tasks: waiting ones at once, running ones after killing
