@@ -9,15 +9,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
-// readyTimeout bounds the wait for a new supervisor; it covers killing a
-// leftover tool group and moving an attempt aside, both quick.
+// readyTimeout bounds how long `run` waits for a new supervisor to take
+// the attempts off its stdin pipe (a document larger than the pipe's
+// buffer); a live marker older than twice this with no supervisor behind
+// it is a launch that never started.
 const readyTimeout = time.Minute
 
 // cmdRun starts attempts. Without --dir, stdin is one document with every
@@ -48,8 +49,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 	if !fi.IsDir() {
 		return usageErrorf("run: %s is not a directory", dir)
 	}
-	// Checked here for a clear error before anything starts; the supervisor
-	// checks both again, and its lock is what makes the refusal race-free.
+	// Checked here for a clear error before anything starts; the lock
+	// taken below is what makes the refusal race-free.
 	launch, err := readLaunch(dir)
 	if err != nil {
 		return err
@@ -58,23 +59,40 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 	if err != nil {
 		return err
 	}
-	if alive, err := supervisorAlive(dir); err != nil {
-		return ioError(err)
-	} else if alive {
-		return &cmdError{wire.KindAlreadyRunning, fmt.Errorf("a supervisor is already running in %s", dir)}
-	}
-	if err := markLive(dir, launch.Attempt); err != nil {
-		return ioError(err)
-	}
-	results, err := startSupervisor(ctx, []superviseItem{{Dir: dir, Env: env}})
+	lock, err := takeTaskLock(dir)
 	if err != nil {
 		return err
 	}
-	r := results[0]
-	if r.Run == nil {
-		return &cmdError{r.Kind, errors.New(r.Error)}
+	defer lock.Close()
+	if err := markLive(dir, launch.Attempt); err != nil {
+		return ioError(err)
 	}
-	return printJSON(stdout, r.Run)
+	item := superviseItem{Dir: dir, Env: env, Task: launch.Task, Attempt: launch.Attempt}
+	pid, err := startSupervisor(ctx, []superviseItem{item}, []*os.File{lock})
+	if err != nil {
+		return err
+	}
+	return printJSON(stdout, startedReply(item, pid))
+}
+
+// takeTaskLock takes dir's lock for the attempt about to start; the
+// supervisor inherits it. A live supervisor there is already_running.
+func takeTaskLock(dir string) (*os.File, error) {
+	lock, ok, err := lockTask(dir, lockWait)
+	if err != nil {
+		return nil, ioError(err)
+	}
+	if !ok {
+		return nil, &cmdError{wire.KindAlreadyRunning, fmt.Errorf("a supervisor is already running in %s", dir)}
+	}
+	return lock, nil
+}
+
+// startedReply is the reply for an attempt handed to supervisor pid: it
+// is recorded on the node (its lock held, its live marker written) and
+// its status.json follows; a start failure from here on is written there.
+func startedReply(item superviseItem, pid int) *wire.RunReply {
+	return &wire.RunReply{Task: item.Task, Attempt: item.Attempt, PID: pid, Status: wire.StatusRunning}
 }
 
 // openWrapperLog opens D/wrapper.log for appending. The task can replace
@@ -98,98 +116,64 @@ func openWrapperLog(path string) (*os.File, error) {
 
 // startSupervisor re-executes this binary as `supervise` in a new session,
 // so that it outlives the caller's SSH session and gets no signals meant for
-// it, to run the attempts in items. The attempts (with their secret
-// environments) go over a pipe on its stdin, never argv or a file; each
-// attempt's start comes back on a second pipe (fd 3), in the order of
-// items. The supervisor holds neither the caller's stdout nor stderr: its
-// stderr is the first attempt's wrapper.log, where each attempt also logs
-// to its own.
-func startSupervisor(ctx context.Context, items []superviseItem) ([]wire.LaunchResult, error) {
+// it, to run the attempts in items; it returns the supervisor's pid. The
+// supervisor inherits each attempt's lock, taken by the caller (locks[i]
+// is items[i]'s), so the attempts are the supervisor's from the moment it
+// is forked: `run` replies without waiting for it to prepare them, and an
+// attempt that fails to start from then on gets a failed status.json. The
+// attempts (with their secret environments) go over a pipe on its stdin,
+// never argv or a file. The supervisor holds neither the caller's stdout
+// nor stderr: its stderr is the first attempt's wrapper.log, where each
+// attempt also logs to its own.
+func startSupervisor(ctx context.Context, items []superviseItem, locks []*os.File) (int, error) {
+	for i := range items {
+		items[i].LockFD = firstLockFD + i
+	}
 	doc, err := json.Marshal(items)
 	if err != nil {
-		return nil, &cmdError{wire.KindInternal, fmt.Errorf("encode the attempts: %w", err)}
+		return 0, &cmdError{wire.KindInternal, fmt.Errorf("encode the attempts: %w", err)}
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, &cmdError{wire.KindInternal, fmt.Errorf("find own executable: %w", err)}
+		return 0, &cmdError{wire.KindInternal, fmt.Errorf("find own executable: %w", err)}
 	}
-	readyR, readyW, err := os.Pipe()
-	if err != nil {
-		return nil, ioError(fmt.Errorf("create pipe: %w", err))
-	}
-	defer readyR.Close()
 	docR, docW, err := os.Pipe()
 	if err != nil {
-		readyW.Close()
-		return nil, ioError(fmt.Errorf("create pipe: %w", err))
+		return 0, ioError(fmt.Errorf("create pipe: %w", err))
 	}
+	defer docW.Close()
 	logPath := filepath.Join(items[0].Dir, fileWrapper)
 	logf, err := openWrapperLog(logPath)
 	if err != nil {
-		readyW.Close()
 		docR.Close()
-		docW.Close()
-		return nil, ioError(fmt.Errorf("open %s: %w", fileWrapper, err))
+		return 0, ioError(fmt.Errorf("open %s: %w", fileWrapper, err))
 	}
 	cmd := &exec.Cmd{
 		Path:        exe,
-		Args:        []string{exe, superviseCommand, "--ready-fd", strconv.Itoa(3)},
+		Args:        []string{exe, superviseCommand},
 		Dir:         "/",
 		Stdin:       docR,
 		Stderr:      logf,
-		ExtraFiles:  []*os.File{readyW},
+		ExtraFiles:  locks,
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
 	}
 	err = cmd.Start()
-	readyW.Close()
 	docR.Close()
 	logf.Close()
 	if err != nil {
-		docW.Close()
-		return nil, &cmdError{wire.KindInternal, fmt.Errorf("start supervisor: %w", err)}
+		return 0, &cmdError{wire.KindInternal, fmt.Errorf("start supervisor: %w", err)}
 	}
+	pid := cmd.Process.Pid
 	// Nobody waits for the supervisor: it is meant to outlive us.
 	cmd.Process.Release()
-
-	go func() {
-		// An error means the supervisor died, which the ready pipe reports.
-		docW.Write(doc)
-		docW.Close()
-	}()
-
-	type result struct {
-		data []byte
-		err  error
+	// Written whole before the reply: a supervisor that cannot read its
+	// attempts has started none of them (it parses the document only once
+	// it has all of it), and its locks die with it.
+	docW.SetWriteDeadline(time.Now().Add(readyTimeout))
+	stop := context.AfterFunc(ctx, func() { docW.SetWriteDeadline(time.Now()) })
+	defer stop()
+	if _, err := docW.Write(doc); err != nil {
+		return 0, &cmdError{wire.KindInternal, fmt.Errorf("hand the attempts to supervisor %d: %w; see %s", pid, err, logPath)}
 	}
-	ch := make(chan result, 1)
-	go func() {
-		data, err := io.ReadAll(readyR)
-		ch <- result{data, err}
-	}()
-	var res result
-	select {
-	case res = <-ch:
-	case <-ctx.Done():
-		return nil, &cmdError{wire.KindInternal, fmt.Errorf("interrupted waiting for the supervisor: %w", ctx.Err())}
-	case <-time.After(readyTimeout):
-		return nil, &cmdError{wire.KindInternal, fmt.Errorf("supervisor not ready after %s; see %s", readyTimeout, logPath)}
-	}
-	if res.err != nil {
-		return nil, &cmdError{wire.KindInternal, fmt.Errorf("read supervisor report: %w", res.err)}
-	}
-	if len(res.data) == 0 {
-		return nil, &cmdError{wire.KindInternal, fmt.Errorf("supervisor exited before it was ready; see %s", logPath)}
-	}
-	var er wire.ErrorReply
-	if err := json.Unmarshal(res.data, &er); err == nil && er.Error != "" {
-		return nil, &cmdError{er.Kind, errors.New(er.Error)}
-	}
-	var results []wire.LaunchResult
-	if err := json.Unmarshal(res.data, &results); err != nil {
-		return nil, &cmdError{wire.KindInternal, fmt.Errorf("parse supervisor report: %w", err)}
-	}
-	if len(results) != len(items) {
-		return nil, &cmdError{wire.KindInternal, fmt.Errorf("supervisor reported %d attempts of %d", len(results), len(items))}
-	}
-	return results, nil
+	return pid, nil
 }

@@ -166,12 +166,20 @@ type outcome struct {
 }
 
 // superviseItem is one attempt of the document a supervisor reads on
-// stdin: its task directory and its environment (secrets: kept in memory
-// only).
+// stdin: its task directory, its environment (secrets: kept in memory
+// only), the attempt `run` recorded there and the descriptor of the task's
+// lock, which `run` took and the supervisor inherits.
 type superviseItem struct {
-	Dir string            `json:"dir"`
-	Env map[string]string `json:"env"`
+	Dir     string            `json:"dir"`
+	Env     map[string]string `json:"env"`
+	Task    string            `json:"task"`
+	Attempt int               `json:"attempt"`
+	LockFD  int               `json:"lock_fd"`
 }
+
+// firstLockFD is the descriptor of the first attempt's lock in the
+// supervisor (after stdin, stdout and stderr), the next one's is the next.
+const firstLockFD = 3
 
 // maxSuperviseDoc caps the document a supervisor reads on stdin.
 const maxSuperviseDoc = maxLaunchBatch
@@ -179,10 +187,12 @@ const maxSuperviseDoc = maxLaunchBatch
 // supervise is the hidden subcommand `run` and `launch` start in a new
 // session: one process supervises every attempt of one launch, so that a
 // batch of attempts costs one process start on the node, not one each. It
-// reads the attempts (directory and secret environment) from stdin, takes
-// each task's lock, prepares each directory, reports every attempt's start
-// on the ready pipe at once, and then runs the attempts side by side, each
-// to its end, releasing each task's lock as its attempt ends.
+// reads the attempts (directory, secret environment, the descriptor of
+// each task's lock, which it inherits) from stdin, prepares each
+// directory, and then runs the attempts side by side, each to its end,
+// releasing each task's lock as its attempt ends. `run` has replied by
+// then: an attempt that cannot start gets a failed status.json (class
+// start) instead.
 //
 // Signals: SIGUSR1 asks it to look for kill requests (`kill` writes one
 // per attempt in the private .ctl directory, then signals), so that one
@@ -191,7 +201,6 @@ const maxSuperviseDoc = maxLaunchBatch
 func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
 	logger := slog.New(slog.NewTextHandler(stderr, nil)).With(logKeyPID, os.Getpid())
 	fs := newFlagSet(superviseCommand)
-	readyFD := fs.Int("ready-fd", 3, "pipe to report readiness on")
 	if err := parseFlags(fs, args); err != nil {
 		logger.Error("supervise", logKeyErr, err)
 		return 1
@@ -200,37 +209,30 @@ func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
 	// are under way stops them instead of killing the supervisor outright.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
-	// The tools must not inherit the ready pipe: `run` reads it to EOF.
-	syscall.CloseOnExec(*readyFD)
-	ready := os.NewFile(uintptr(*readyFD), "ready")
-	report := func(v any) {
-		// `run` may be gone (its SSH session dropped); the attempts go on.
-		json.NewEncoder(ready).Encode(v)
-		ready.Close()
-	}
 
 	items, err := readSuperviseItems(stdin)
 	if err != nil {
+		// The locks close with this process: `status` sees no supervisor
+		// and no status of the attempts, as after a crash.
 		logger.Error("supervisor not started", logKeyErr, err)
-		report(wire.ErrorReply{Error: err.Error(), Kind: errorKind(err)})
 		return 1
 	}
-	results := make([]wire.LaunchResult, len(items))
 	started := make([]*supervisor, len(items))
 	var wg sync.WaitGroup
 	for i, item := range items {
+		// The tools must not inherit the lock: it is what says that the
+		// supervisor lives.
+		syscall.CloseOnExec(item.LockFD)
+		lock := os.NewFile(uintptr(item.LockFD), fileLock)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s, err := startAttempt(item)
-			results[i] = wire.LaunchResult{Dir: item.Dir}
+			s, err := startAttempt(item, lock)
 			if err != nil {
 				logger.Error("attempt not started", logKeyDir, item.Dir, logKeyErr, err)
-				results[i].Error, results[i].Kind = err.Error(), errorKind(err)
 				return
 			}
 			started[i] = s
-			results[i].Run = &wire.RunReply{Task: s.launch.Task, Attempt: s.launch.Attempt, PID: os.Getpid(), Status: wire.StatusRunning}
 		}()
 	}
 	wg.Wait()
@@ -240,7 +242,6 @@ func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
 			attempts = append(attempts, s)
 		}
 	}
-	report(results)
 	if len(attempts) == 0 {
 		return 1
 	}
@@ -287,29 +288,31 @@ func readSuperviseItems(r io.Reader) ([]superviseItem, error) {
 		if err := checkEnvMap(item.Env); err != nil {
 			return nil, err
 		}
+		if item.LockFD != firstLockFD+i {
+			return nil, usageErrorf("%s: attempt %d: lock_fd %d, want %d", superviseCommand, i, item.LockFD, firstLockFD+i)
+		}
 		items[i].Dir = dir
 	}
 	return items, nil
 }
 
-// startAttempt takes the task's lock, reads launch.json and prepares the
-// directory of one attempt. The attempt logs to its own wrapper.log.
-func startAttempt(item superviseItem) (*supervisor, error) {
+// startAttempt reads launch.json and prepares the directory of one
+// attempt, whose lock it is handed. The attempt logs to its own
+// wrapper.log. An attempt that cannot start gets a failed status (see
+// failStart) and its lock is released.
+func startAttempt(item superviseItem, lock *os.File) (*supervisor, error) {
 	dir := item.Dir
-	lock, ok, err := lockTask(dir, lockWait)
-	if err != nil {
-		return nil, ioError(err)
-	}
-	if !ok {
-		return nil, &cmdError{wire.KindAlreadyRunning, fmt.Errorf("a supervisor is already running in %s", dir)}
-	}
 	fail := func(err error) (*supervisor, error) {
+		failStart(item, err)
 		lock.Close()
 		return nil, err
 	}
 	launch, err := readLaunch(dir)
 	if err != nil {
 		return fail(err)
+	}
+	if launch.Attempt != item.Attempt || launch.Task != item.Task {
+		return fail(fmt.Errorf("launch.json names %s attempt %d, not the %s attempt %d launched: replaced meanwhile", launch.Task, launch.Attempt, item.Task, item.Attempt))
 	}
 	logf, err := openWrapperLog(filepath.Join(dir, fileWrapper))
 	if err != nil {
@@ -326,12 +329,32 @@ func startAttempt(item superviseItem) (*supervisor, error) {
 	}
 	s.decideSandbox(sandboxProbe)
 	if err := s.prepare(); err != nil {
+		s.logger.Error("attempt not started", logKeyErr, err)
+		failStart(item, ioError(err))
 		s.release()
 		return nil, ioError(err)
 	}
 	s.logger.Info("attempt started", "sandbox", s.st.Sandbox)
 	s.background(s.removeOldTmps)
 	return s, nil
+}
+
+// failStart writes the failed status of an attempt that `run` handed over
+// but that could not start (class start: another try may work), and takes
+// it out of the live index, as the end of an attempt does. The status
+// replaces whatever status.json holds: the attempt is the task's current
+// one, and the controller has the earlier one's already.
+func failStart(item superviseItem, err error) {
+	now := timestamp(time.Now())
+	st := wire.Status{Task: item.Task, Attempt: item.Attempt, Status: wire.StatusFailed, PID: os.Getpid(),
+		StartedAt: now, CompletedAt: now, ExitCode: -1, ErrorClass: wire.ClassStart,
+		Error: "the attempt did not start on the node: " + err.Error(), WrapperVersion: Version}
+	st.Clamp()
+	if werr := writeStatusDurable(item.Dir, &st); werr != nil {
+		logWrapper(item.Dir, "attempt %d not started (%v), and its status not written: %v", item.Attempt, err, werr)
+		return
+	}
+	unmarkLive(item.Dir, item.Attempt)
 }
 
 // release lets go of what the attempt holds: its task log, its log file
