@@ -216,7 +216,11 @@ func TestApplyDecisions(t *testing.T) {
 			}(), task("S02", domain.Running, "n1", 2)},
 			pulls: map[string]any{"n1": []wire.TaskStatus{
 				{Project: "p", Task: "S01", Alive: true, StatusError: "status.json missing"},
-				func() wire.TaskStatus { ts := ended("S02", 1, wire.StatusCompleted, ""); ts.Alive, ts.Heartbeat = true, "1"; return ts }()}},
+				func() wire.TaskStatus {
+					ts := ended("S02", 1, wire.StatusCompleted, "")
+					ts.Alive, ts.Heartbeat = true, "1"
+					return ts
+				}()}},
 		},
 		{
 			name: "an acknowledged attempt with no status and no heartbeat for heartbeat_timeout is hung, and retried",
