@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,10 +11,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/controller/executor"
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/notify"
-	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wire"
 )
@@ -297,7 +298,7 @@ func ended(status string) bool {
 
 // staleGrace is the grace a stale attempt gets when it is killed: its
 // result is thrown away anyway.
-const staleGrace = "2s"
+const staleGrace = 2 * time.Second
 
 // killStale kills stale attempts on their nodes, in the background lane of
 // each node, so a slow kill never stalls the tick. Until a kill is
@@ -318,36 +319,31 @@ func (c *Controller) killStale(ctx context.Context, stale []staleAttempt) map[st
 	failed := map[staleAttempt]string{}
 	tried := map[staleAttempt]bool{}
 	c.onNodes(names, working, c.callTimeout(), func(n *nodeRuntime) {
-		for _, sa := range byNode[n.cfg.Name] {
-			// A frozen wrapper takes the grace, then twice the wrapper's
-			// 5 s margin, before kill has it dead.
-			inst := n.installed()
-			if inst == nil {
-				continue // not tried: the next pull checks the wrapper again
+		inst := n.installed()
+		if inst == nil {
+			return // not tried: the next pull checks the wrapper again
+		}
+		mine := byNode[n.cfg.Name]
+		kills := make([]executor.Kill, len(mine))
+		for i, sa := range mine {
+			kills[i] = executor.Kill{Dir: sa.dir, Grace: cmp.Or(sa.grace, staleGrace)}
+			if sa.dir == "" {
+				kills[i].Dir = taskDir(inst, sa.project, sa.task)
 			}
-			dir, grace := sa.dir, staleGrace
-			if dir == "" {
-				dir = taskDir(inst, sa.project, sa.task)
-			}
-			if sa.grace > 0 {
-				grace = sa.grace.String()
-			}
-			kctx, cancel := context.WithTimeout(ctx, c.callTimeout()+killSlack+sa.grace)
-			res, err := n.tr.Exec(kctx, []string{inst.Path, "kill", "--dir", dir, "--grace", grace, "--node", n.name}, nil)
-			cancel()
-			why := ""
+		}
+		killed := n.exec.Kill(ctx, inst, kills)
+		for i, k := range killed[:min(len(killed), len(mine))] { // one not answered: not tried
+			sa, why := mine[i], ""
 			switch {
-			case err != nil:
-				why = err.Error()
-			case res.ExitCode != 0 && replyKind(res) == wire.KindOtherNode:
+			case k.Err != nil:
+				why = k.Err.Error()
+			case k.Elsewhere:
 				// Another node's attempt took the directory since the
 				// pull: nothing of this node's is left there to kill.
 				c.log.Info("stale attempt's directory is another node's now; not killed", keyNode, sa.node, keyProject, sa.project,
 					keyTask, sa.task, keyAttempt, sa.attempt)
-			case res.ExitCode != 0:
-				why = policy.ReplyError(res, nil)
 			case sa.preempted:
-				c.recordPreemptedEnd(ctx, sa, res.Stdout)
+				c.recordPreemptedEnd(ctx, sa, k.Reply)
 			}
 			mu.Lock()
 			tried[sa] = true
@@ -445,8 +441,8 @@ func decideKills(prev map[string]int, stale []staleAttempt, tried map[staleAttem
 	return d
 }
 
-// killSlack is what a kill may take beyond a call: staleGrace and the
-// wrapper's margins for a supervisor that does not respond.
+// killSlack is what a kill may take beyond a call and the attempt's grace:
+// the wrapper's margins for a supervisor that does not respond.
 const killSlack = 15 * time.Second
 
 // unkilled returns the nodes and tasks of the stale attempts whose kill

@@ -205,7 +205,7 @@ func New(opts Options) *Controller {
 		if len(allowed) > 0 && !allowed[n.Name] {
 			continue
 		}
-		c.nodes[n.Name] = newNodeRuntime(n, opts.Transports[n.Name])
+		c.nodes[n.Name] = c.newNodeRuntime(n, opts.Transports[n.Name])
 		if why := policy.ModeProblem(opts.Config, n, opts.LookupEnv); why != "" {
 			c.unusable[n.Name] = why
 			c.log.Warn("node takes no tasks", keyNode, n.Name, "reason", why)
@@ -402,7 +402,7 @@ func (c *Controller) Close() {
 	c.drainNotices()
 	for _, n := range c.nodes {
 		n.busy.Wait()
-		n.conv.close()
+		n.exec.Close()
 		if n.tr != nil {
 			_ = n.tr.Close()
 		}

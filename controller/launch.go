@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,9 +18,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/controller/executor"
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
-	"github.com/dispatch-tool/dispatch/internal/crashpoint"
 	"github.com/dispatch-tool/dispatch/internal/netallow"
 	"github.com/dispatch-tool/dispatch/internal/yamlval"
 	"github.com/dispatch-tool/dispatch/nodes"
@@ -196,12 +195,13 @@ func (c *Controller) recordLaunches(ctx context.Context, outcomes []launchOutcom
 	return started
 }
 
-// launchNode starts one node's claims of this tick in one round trip: the
-// wrapper's `run` gets every attempt's spec, launch.json and api_mode
-// environment as one document on stdin (secrets only in memory). Only a
-// base tree, when a task has one, is pushed before. It is idempotent: the
-// wrapper refuses a second live supervisor in a task directory, and a
-// broken session leaves the launches for the next pull to settle.
+// launchNode starts one node's claims of this tick with one call of its
+// executor (for a wrapper node, one round trip: `wrapper run` gets every
+// attempt's spec, launch.json and api_mode environment as one document on
+// stdin, secrets only in memory). Only a base tree, when a task has one,
+// is pushed before. It is idempotent (see executor.Executor): an attempt
+// already started is refused, and one in doubt is left for the next pull
+// to settle.
 func (c *Controller) launchNode(ctx context.Context, n *nodeRuntime, claims []claim) []launchOutcome {
 	outs := make([]launchOutcome, len(claims))
 	inst := n.installed()
@@ -236,135 +236,49 @@ func (c *Controller) launchNode(ctx context.Context, n *nodeRuntime, claims []cl
 	}
 	wg.Wait()
 	var pending []int // index in outs of each item to launch
-	withSecrets := false
+	var batch []wire.LaunchItem
 	for i, item := range items {
 		if item != nil {
 			pending = append(pending, i)
-			withSecrets = withSecrets || len(item.Env) > 0
+			batch = append(batch, *item)
 		}
 	}
 	if len(pending) == 0 {
 		return outs
 	}
-	if withSecrets {
-		// The secrets go to the wrapper on its stdin: check again that no
-		// one else could have replaced it since the node was checked.
-		cctx, cancel := context.WithTimeout(ctx, c.callTimeout())
-		err := nodes.CheckWorkDir(cctx, n.tr, *inst)
-		cancel()
-		if err != nil {
-			for _, i := range pending {
-				outs[i].err = err
-			}
-			return outs
+	for k, l := range launchedEach(n.exec.Launch(ctx, inst, batch), len(batch)) {
+		o := &outs[pending[k]]
+		o.reply, o.err, o.uncertain = l.Run, l.Err, l.Uncertain
+		if l.Run != nil {
+			c.log.Info("launched", keyNode, n.cfg.Name, keyProject, o.claim.task.Project, keyTask, o.claim.task.ID,
+				keyAttempt, o.claim.task.Attempt, "pid", l.Run.PID)
 		}
-	}
-	// One call per batch; a batch is cut where its specs would pass
-	// maxLaunchDoc, under the wrapper's limit on its stdin.
-	for len(pending) > 0 {
-		k, size := 0, 0
-		for k < len(pending) && (k == 0 || size+launchItemSize(items[pending[k]]) <= maxLaunchDoc) {
-			size += launchItemSize(items[pending[k]])
-			k++
-		}
-		c.runBatch(ctx, n, inst, items, pending[:k], outs)
-		pending = pending[k:]
 	}
 	return outs
 }
 
-const (
-	// maxLaunchDoc bounds one launch document (the wrapper takes up to
-	// 64 MiB on stdin); a spec is at most 8 MiB.
-	maxLaunchDoc = 32 << 20
-	// minLaunchRate is the slowest link a launch call's deadline allows
-	// for: a document's bytes are not cut off for taking long to send.
-	minLaunchRate = 128 << 10
-)
-
-// launchItemSize is an item's share of the document: its JSON, whose
-// escapes may make it several times the spec's size.
-func launchItemSize(item *wire.LaunchItem) int {
-	b, err := json.Marshal(item)
-	if err != nil {
-		return maxLaunchDoc
-	}
-	return len(b)
-}
-
-// runBatch starts the items of one batch (indexes into items and outs) in
-// one call and records each outcome in outs.
-func (c *Controller) runBatch(ctx context.Context, n *nodeRuntime, inst *nodes.Installed, items []*wire.LaunchItem, batchIdx []int, outs []launchOutcome) {
-	var batch wire.LaunchBatch
-	for _, i := range batchIdx {
-		batch.Launches = append(batch.Launches, *items[i])
-	}
-	doc, err := json.Marshal(batch)
-	if err != nil {
-		for _, i := range batchIdx {
-			outs[i].err = err
+// launchedEach returns one outcome for each of n items from an executor's
+// Launch: an item it gave no outcome for, or not exactly one, is in doubt
+// (the next pull decides), and outcomes past n are dropped.
+func launchedEach(ls []executor.Launched, n int) []executor.Launched {
+	out := make([]executor.Launched, n)
+	for i := range out {
+		var l executor.Launched
+		if i < len(ls) {
+			l = ls[i]
 		}
-		return
-	}
-	crashpoint.At(crashpoint.AfterPush)
-	if testHookBeforeLaunch != nil {
-		testHookBeforeLaunch(n.cfg.Name, inst.Path, doc)
-	}
-	// A transport failure (node unreachable, deadline) leaves the launches
-	// uncertain, for the next pull to settle: the wrapper may have started
-	// them. The deadline grows with the batch: its bytes at the slowest
-	// rate allowed, and the supervisors, up to launchParallel at a time.
-	deadline := c.callTimeout()*time.Duration(1+len(batchIdx)/16) + time.Duration(len(doc)/minLaunchRate)*time.Second
-	rctx, cancel := context.WithTimeout(ctx, deadline)
-	defer cancel()
-	res, err := n.tr.Exec(rctx, []string{inst.Path, "run"}, doc)
-	if err != nil {
-		err = fmt.Errorf("run: %w", err)
-		for _, i := range batchIdx {
-			if errors.Is(err, nodes.ErrUnreachable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-				outs[i].uncertain = err
-			} else {
-				outs[i].err = err
+		set := 0
+		for _, ok := range []bool{l.Run != nil, l.Err != nil, l.Uncertain != nil} {
+			if ok {
+				set++
 			}
 		}
-		return
-	}
-	crashpoint.At(crashpoint.AfterRun)
-	var reply wire.LaunchReply
-	if res.ExitCode != 0 || json.Unmarshal(res.Stdout, &reply) != nil {
-		// No answer we understand (the wrapper killed, a broken reply): the
-		// supervisors may have started; the next pull decides.
-		for _, i := range batchIdx {
-			outs[i].uncertain = fmt.Errorf("wrapper run: %s", policy.ReplyError(res, nil))
+		if set != 1 {
+			l = executor.Launched{Uncertain: fmt.Errorf("the node's executor gave %d outcomes for this launch", set)}
 		}
-		return
+		out[i] = l
 	}
-	byDir := map[string]wire.LaunchResult{}
-	for _, r := range reply.Results {
-		byDir[r.Dir] = r
-	}
-	for k, i := range batchIdx {
-		o := &outs[i]
-		r, ok := byDir[batch.Launches[k].Dir]
-		switch {
-		case !ok:
-			o.uncertain = errors.New("wrapper run: no result for this task")
-		case r.Run != nil && r.Run.PID > 0:
-			c.log.Info("launched", keyNode, n.cfg.Name, keyProject, o.claim.task.Project, keyTask, o.claim.task.ID,
-				keyAttempt, o.claim.task.Attempt, "pid", r.Run.PID)
-			o.reply = r.Run
-		case r.Kind == wire.KindAlreadyRunning:
-			// Another supervisor lives in the task directory: an earlier
-			// launch of this attempt got through, or a stale attempt
-			// still runs there.
-			o.uncertain = errors.New(r.Error)
-		case r.Error != "":
-			// The wrapper answered that it did not start the attempt.
-			o.err = fmt.Errorf("wrapper run: %s", r.Error)
-		default:
-			o.uncertain = errors.New("wrapper run: an empty result")
-		}
-	}
+	return out
 }
 
 // prepareLaunch builds the batch item of one claim and pushes its base

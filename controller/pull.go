@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/controller/executor"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/policy"
 	"github.com/dispatch-tool/dispatch/store"
@@ -27,6 +28,9 @@ type nodeRuntime struct {
 	// old one share its lanes and connection.
 	cfg nodes.Node
 	*nodeConn
+	// exec starts, watches and kills the node's attempts (see
+	// wrapperexec.go); made from cfg, over nodeConn.
+	exec executor.Executor
 }
 
 // nodeConn is a node's connection and what goes on over it.
@@ -291,10 +295,6 @@ func (l *listState) failed() {
 	l.calls = 0
 }
 
-func newNodeRuntime(n nodes.Node, tr nodes.Transport) *nodeRuntime {
-	return &nodeRuntime{cfg: n, nodeConn: &nodeConn{tr: tr, name: n.Name, checked: make(chan struct{}, 1)}}
-}
-
 // setInstalled records n's checked installation and tells the stream.
 func (n *nodeRuntime) setInstalled(inst *nodes.Installed) {
 	n.inst.Store(inst)
@@ -521,11 +521,11 @@ func (c *Controller) pullNode(ctx context.Context, n *nodeRuntime, projects []st
 		tags = n.listing.tags(named)
 	}
 	start := time.Now()
-	st, err := n.askStatus(ctx, inst, projects, live, named, tags)
+	st, err := n.exec.Status(ctx, inst, executor.Query{Projects: projects, Live: live, Named: named, Tags: tags})
 	rtt := time.Since(start)
 	if err != nil {
 		n.listing.failed()
-		var re *replyErr
+		var re *executor.ReplyError
 		if errors.As(err, &re) {
 			// Check the installation again next time, unless another
 			// call has replaced it meanwhile.
@@ -593,11 +593,6 @@ func (l *liveCache) read(ctx context.Context, st *store.Store, projects []string
 	return byNode
 }
 
-// replyErr is a wrapper call that ran but did not answer as it should.
-type replyErr struct{ msg string }
-
-func (e *replyErr) Error() string { return e.msg }
-
 // nodeStatus runs the wrapper's status command: one call for the tasks of
 // the listed projects (all projects when none) and the node's facts. With
 // live, only the node's live attempts and the named tasks ("project/ID")
@@ -631,7 +626,7 @@ func nodeStatus(ctx context.Context, tr nodes.Transport, bin, workDir, node stri
 		st.Tasks = make([]wire.TaskStatus, 0, len(named)+8)
 	}
 	if err := json.Unmarshal(res.Stdout, &st); err != nil || res.ExitCode != 0 {
-		return nil, fmt.Errorf("status: %w", &replyErr{policy.ReplyError(res, err)})
+		return nil, fmt.Errorf("status: %w", &executor.ReplyError{Msg: policy.ReplyError(res, err)})
 	}
 	clampStatus(&st)
 	return &st, nil

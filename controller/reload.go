@@ -175,7 +175,7 @@ func (c *Controller) switchNodes(ctx context.Context, next *nodes.Config) error 
 		n, _ := next.Node(d.name)
 		switch d.step {
 		case stepUpdate:
-			c.nodes[d.name] = &nodeRuntime{cfg: n, nodeConn: c.nodes[d.name].nodeConn}
+			c.nodes[d.name] = &nodeRuntime{cfg: n, nodeConn: c.nodes[d.name].nodeConn, exec: c.newExecutor(n, c.nodes[d.name].nodeConn)}
 		case stepReopen, stepClose:
 			c.retire(c.nodes[d.name])
 			delete(c.nodes, d.name)
@@ -186,7 +186,7 @@ func (c *Controller) switchNodes(ctx context.Context, next *nodes.Config) error 
 			}
 		}
 		if d.step == stepOpen || d.step == stepReopen {
-			rt := newNodeRuntime(n, opened[d.name])
+			rt := c.newNodeRuntime(n, opened[d.name])
 			c.nodes[d.name] = rt
 			if c.streams != nil {
 				c.watchNode(c.streams, rt)
@@ -235,7 +235,7 @@ func (c *Controller) retire(n *nodeRuntime) {
 	go func() {
 		defer c.closing.Done()
 		n.busy.Wait()
-		n.conv.close()
+		n.exec.Close()
 		if n.tr != nil {
 			_ = n.tr.Close()
 		}

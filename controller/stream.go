@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dispatch-tool/dispatch/controller/executor"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/wire"
 )
@@ -59,22 +60,24 @@ func (c *Controller) watchNodes(ctx context.Context) {
 	}
 }
 
-// watchNode keeps n's status stream open until ctx ends.
+// watchNode keeps n's status stream open until ctx ends, if its executor
+// streams (executor.Watcher); one that does not is pulled alone.
 func (c *Controller) watchNode(ctx context.Context, n *nodeRuntime) {
-	if n.tr == nil {
+	w, ok := n.exec.(executor.Watcher)
+	if n.tr == nil || !ok {
 		return
 	}
 	ctx, n.stopStream = context.WithCancel(ctx)
 	n.busy.Add(1)
 	go func() {
 		defer n.busy.Done()
-		c.streamLoop(ctx, n)
+		c.streamLoop(ctx, n, w)
 	}()
 }
 
 // streamLoop opens n's stream whenever its wrapper is installed, and again
 // after it drops.
-func (c *Controller) streamLoop(ctx context.Context, n *nodeRuntime) {
+func (c *Controller) streamLoop(ctx context.Context, n *nodeRuntime, w executor.Watcher) {
 	pause := c.streamRetry
 	for ctx.Err() == nil {
 		inst := n.installed()
@@ -92,7 +95,7 @@ func (c *Controller) streamLoop(ctx context.Context, n *nodeRuntime) {
 			continue
 		}
 		began := time.Now()
-		err := c.runStream(ctx, n, inst)
+		err := c.runStream(ctx, n, w, inst)
 		n.streamUp.Store(false)
 		n.streamed.reset(time.Now())
 		if ctx.Err() != nil {
@@ -113,7 +116,7 @@ func (c *Controller) streamLoop(ctx context.Context, n *nodeRuntime) {
 }
 
 // runStream reads one stream of n until it ends or fails.
-func (c *Controller) runStream(ctx context.Context, n *nodeRuntime, inst *nodes.Installed) error {
+func (c *Controller) runStream(ctx context.Context, n *nodeRuntime, w executor.Watcher, inst *nodes.Installed) error {
 	sctx, cancel := context.WithCancelCause(ctx)
 	var watchdog sync.WaitGroup
 	defer func() { cancel(nil); watchdog.Wait() }()
@@ -139,8 +142,7 @@ func (c *Controller) runStream(ctx context.Context, n *nodeRuntime, inst *nodes.
 		}
 	}()
 	var bad error
-	argv := []string{inst.Path, "watch", "--root", inst.WorkDir, "--node", n.name, "--beat", c.streamBeat.String()}
-	err := n.tr.Stream(sctx, argv, func(line []byte) bool {
+	err := w.Watch(sctx, inst, c.streamBeat, func(line []byte) bool {
 		f, err := parseFrame(line, inst.Version)
 		if err != nil {
 			bad = err
