@@ -165,6 +165,12 @@ func killLive(ctx context.Context, dir string, grace time.Duration, graceSet boo
 	if err := rec.checkSupervisor(); err != nil {
 		return nil, &refusal{err}
 	}
+	if l, err := readLaunch(dir); err == nil && l.Attempt > rec.Attempt {
+		// `run` replied for a later attempt, whose supervisor has not
+		// recorded itself yet: the recorded one (of a batch, still
+		// running its other attempts) is not the lock's holder.
+		return nil, &refusal{fmt.Errorf("the supervisor of attempt %d has not recorded itself yet (the record is attempt %d's)", l.Attempt, rec.Attempt)}
+	}
 	req := killRequest{Attempt: rec.Attempt, GraceSeconds: -1}
 	if graceSet {
 		req.GraceSeconds = grace.Seconds()

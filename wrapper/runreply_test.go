@@ -40,42 +40,25 @@ func launchDoc(ctx context.Context, env []string, tks ...*testTask) (wire.Launch
 	return reply, out, err
 }
 
-// TestRunRepliesBeforeTheFirstStatus: `run` replies once the attempt is
-// the node's (its lock held by the supervisor, its live marker written),
-// not once the supervisor has prepared it: here the sandbox probe, run
-// before the first status.json, waits on a FIFO (a bwrap that hangs).
-// The reply comes while it waits; the task is alive with no status of
-// the attempt; once the probe answers, the attempt runs to its end.
-func TestRunRepliesBeforeTheFirstStatus(t *testing.T) {
-	t.Parallel()
+// heldProbe returns an environment whose PATH holds a bwrap that hangs on
+// a FIFO until release, after touching probing: a supervisor's sandbox
+// probe (a launch with sandbox auto) holds up the attempt's start there.
+// The probe is killed after probeTimeout whatever happens.
+func heldProbe(t *testing.T) (env []string, probing string, release func()) {
+	t.Helper()
 	bin := t.TempDir()
 	fifo := filepath.Join(bin, "hold")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	probing := filepath.Join(bin, "probing")
+	probing = filepath.Join(bin, "probing")
 	fake := "#!/bin/sh\ntouch " + probing + "\nread x < " + fifo + "\nexit 1\n"
 	if err := os.WriteFile(filepath.Join(bin, "bwrap"), []byte(fake), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	tk := newTask(t, "", wire.Launch{Command: shell("echo ran")})
-	tk.setLaunch(t, wire.Launch{Project: "demo", Task: "T1", Attempt: 1, Node: "local", HeartbeatSeconds: 0.1, TimeoutSeconds: 20,
-		Sandbox: wire.SandboxAuto, WorkDir: tk.root, Command: shell("echo ran")})
-	env := append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
-
-	type result struct {
-		reply wire.LaunchReply
-		out   []byte
-		err   error
-	}
-	done := make(chan result, 1)
-	go func() {
-		r, out, err := launchDoc(t.Context(), env, tk)
-		done <- result{r, out, err}
-	}()
-	release := func() {
-		// The probe reads the FIFO until it answers or its own timeout
-		// (probeTimeout) kills it; without a reader there is none to free.
+	release = func() {
+		// Without a reader (the probe not there yet, or timed out) the
+		// open fails at once: tried until the probe's own timeout.
 		deadline := time.Now().Add(probeTimeout)
 		for time.Now().Before(deadline) {
 			f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0)
@@ -87,6 +70,32 @@ func TestRunRepliesBeforeTheFirstStatus(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
+	return append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH")), probing, release
+}
+
+// TestRunRepliesBeforeTheFirstStatus: `run` replies once the attempt is
+// the node's (its lock held by the supervisor, its live marker written),
+// not once the supervisor has prepared it: here the sandbox probe, run
+// before the first status.json, waits on a FIFO (a bwrap that hangs).
+// The reply comes while it waits; the task is alive with no status of
+// the attempt; once the probe answers, the attempt runs to its end.
+func TestRunRepliesBeforeTheFirstStatus(t *testing.T) {
+	t.Parallel()
+	env, probing, release := heldProbe(t)
+	tk := newTask(t, "", wire.Launch{Command: shell("echo ran")})
+	tk.setLaunch(t, wire.Launch{Project: "demo", Task: "T1", Attempt: 1, Node: "local", HeartbeatSeconds: 0.1, TimeoutSeconds: 20,
+		Sandbox: wire.SandboxAuto, WorkDir: tk.root, Command: shell("echo ran")})
+
+	type result struct {
+		reply wire.LaunchReply
+		out   []byte
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, out, err := launchDoc(t.Context(), env, tk)
+		done <- result{r, out, err}
+	}()
 	var res result
 	select {
 	case res = <-done:
@@ -141,5 +150,69 @@ func TestStartFailureAfterTheReply(t *testing.T) {
 	}
 	if _, err := os.Lstat(markerOf(tk)); !os.IsNotExist(err) {
 		t.Errorf("live marker after the start failure: %v, want it gone", err)
+	}
+}
+
+// TestKillWaitsForTheStartingSupervisor: A and B share a supervisor; B
+// ends, and B's attempt 2 is launched with its start held (its process
+// record is still attempt 1's, naming the live supervisor of A). A kill
+// of B then signals nothing (it waits for B's supervisor to record
+// itself, then refuses) and A runs on; once B's attempt 2 is under way, a
+// kill stops it, attempt 2, and A is still untouched.
+func TestKillWaitsForTheStartingSupervisor(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	a := newTask(t, root, wire.Launch{Task: "A", Command: shell(waitForGo + "echo a")})
+	b := newTask(t, root, wire.Launch{Task: "B", Command: shell("echo b")})
+	if r, out, err := launchDoc(t.Context(), nil, a, b); err != nil || len(r.Results) != 2 || r.Results[0].Run == nil || r.Results[1].Run == nil {
+		t.Fatalf("launch: %v: %s", err, out)
+	}
+	a.waitStarted(t, 1)
+	if st := b.waitFinal(t); st.Status != wire.StatusCompleted {
+		t.Fatalf("B attempt 1: %+v", st)
+	}
+
+	env, probing, release := heldProbe(t)
+	b.setLaunch(t, wire.Launch{Project: "demo", Task: "B", Attempt: 2, Node: "local", HeartbeatSeconds: 0.1, TimeoutSeconds: 20,
+		Sandbox: wire.SandboxAuto, WorkDir: root, Command: shell(waitForGo + "echo b2")})
+	if r, out, err := launchDoc(t.Context(), env, b); err != nil || len(r.Results) != 1 || r.Results[0].Run == nil {
+		release()
+		t.Fatalf("launch of B attempt 2: %v: %s", err, out)
+	}
+	poll(t, 15*time.Second, "B's held sandbox probe", func() bool {
+		_, err := os.Stat(probing)
+		return err == nil
+	})
+	out, _, code, err := execWrapper(t.Context(), "", nil, "kill", "--dir", b.dir, "--grace", "0")
+	if err != nil {
+		release()
+		t.Fatal(err)
+	}
+	if code == 0 {
+		// The probe's own timeout let B start during the kill: then it
+		// must be B's attempt 2 that was killed.
+		var st wire.Status
+		if json.Unmarshal(out, &st) != nil || st.Attempt != 2 || st.Status != wire.StatusKilled {
+			t.Errorf("kill during B's start: %s; want nothing signalled, or attempt 2 killed", out)
+		}
+	}
+	if !a.alive(t) {
+		t.Fatalf("A's supervisor is gone after the kill of B: %+v", a.status(t))
+	}
+	release()
+	if code != 0 {
+		b.waitStarted(t, 2)
+		out, code = runWrapper(t, "", "kill", "--dir", b.dir, "--grace", "0")
+		var st wire.Status
+		if code != 0 || json.Unmarshal(out, &st) != nil || st.Attempt != 2 || st.Status != wire.StatusKilled {
+			t.Fatalf("kill of B's attempt 2: exit %d: %s", code, out)
+		}
+	}
+	if !a.alive(t) {
+		t.Fatalf("A's supervisor is gone after B's attempt 2 was killed: %+v", a.status(t))
+	}
+	a.touch(t, "go")
+	if st := a.waitFinal(t); st.Status != wire.StatusCompleted {
+		t.Errorf("A: %+v", st)
 	}
 }
