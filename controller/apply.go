@@ -233,6 +233,10 @@ func findStale(pulls map[string]*pull, current map[string]*domain.Task, draining
 		}
 		for _, ts := range p.status.Tasks {
 			if ts.Status == nil {
+				if sa, ok := statuslessStale(name, ts, current); ok && !seen[killKey(sa)] {
+					seen[killKey(sa)] = true
+					out = append(out, sa)
+				}
 				continue
 			}
 			// A dead wrapper whose status says running may have left its
@@ -252,6 +256,13 @@ func findStale(pulls map[string]*pull, current map[string]*domain.Task, draining
 				// the task's forgery: that attempt is stale and killed.
 				continue
 			}
+			if t != nil && t.Node == name && t.Status == domain.Running && ts.Alive && ts.Status.Attempt < t.Attempt {
+				// The node acknowledged the current attempt: `run` took
+				// the lock for it, so the supervisor holding it is that
+				// attempt's, which has not yet moved the earlier one's
+				// status aside (it kills what that one left running).
+				continue
+			}
 			if t != nil && t.Node != name && (draining[name] != "" || draining[t.Node] != "") && t.Attempt == ts.Status.Attempt &&
 				(t.Status == domain.Claimed || t.Status == domain.Running) {
 				continue // one attempt, two names of its node
@@ -264,6 +275,18 @@ func findStale(pulls map[string]*pull, current map[string]*domain.Task, draining
 		}
 	}
 	return out
+}
+
+// statuslessStale is the stale attempt of a supervisor that holds a
+// task's lock without a readable status.json, when the task's attempt
+// on node is no longer under way (it was found hung before its first
+// status): named by the task's attempt, killed before a retry runs.
+func statuslessStale(node string, ts wire.TaskStatus, current map[string]*domain.Task) (staleAttempt, bool) {
+	t := current[taskKey(ts.Project, ts.Task)]
+	if !ts.Alive || t == nil || t.Node != node || t.Status == domain.Claimed || t.Status == domain.Running {
+		return staleAttempt{}, false
+	}
+	return staleAttempt{node: node, project: ts.Project, task: ts.Task, dir: ts.Dir, attempt: t.Attempt}, true
 }
 
 // ended reports whether a status is one a supervisor writes once its

@@ -435,18 +435,15 @@ func (a *applier) noStatus(t *domain.Task, ts *wire.TaskStatus) {
 		return
 	}
 	if ts != nil && ts.Alive {
-		// Unreadable for now, but its supervisor lives (or its batch job
-		// waits): read it next tick, and say what is wrong meanwhile.
-		w := ""
-		switch {
-		case ts.Waiting != "":
-			w = ts.Waiting
-		case ts.StatusError != "":
-			w = "status.json: " + ts.StatusError
+		if ts.Waiting != "" {
+			// A batch job waits in its queue: no supervisor beats yet, and
+			// none is hung; the task's warning says why it waits.
+			if t.Warning != ts.Waiting {
+				a.setTask(t, store.TaskPatch{Warning: new(ts.Waiting)})
+			}
+			return
 		}
-		if w != "" && t.Warning != w {
-			a.setTask(t, store.TaskPatch{Warning: new(w)})
-		}
+		a.awaitStatus(t, ts)
 		return
 	}
 	msg := "status.json of the attempt is missing on the node"
@@ -455,6 +452,43 @@ func (a *applier) noStatus(t *domain.Task, ts *wire.TaskStatus) {
 	}
 	a.fail(t, domain.Running, wire.ClassCrash, msg, 0,
 		store.AttemptPatch{Status: new(domain.Failed), ErrorClass: new(wire.ClassCrash), Error: new(msg)})
+}
+
+// awaitStatus handles a running attempt whose supervisor holds the task's
+// lock while status.json is not the attempt's: `run` replies as soon as
+// the supervisor has the attempt, before it moves the earlier attempt
+// aside and writes the first status (or while status.json is unreadable).
+// It waits, with no claim grace: the node acknowledged the attempt. Its
+// heartbeat is followed as a running attempt's is, and a supervisor that
+// writes neither a status of the attempt nor a new heartbeat for
+// heartbeat_timeout is hung. An unreadable status.json is said in a
+// warning once the supervisor beats (before, it is starting).
+func (a *applier) awaitStatus(t *domain.Task, ts *wire.TaskStatus) {
+	if ts.Heartbeat != t.Heartbeat {
+		t.HeartbeatAt = a.now
+		w := ""
+		if ts.StatusError != "" {
+			w = "status.json: " + ts.StatusError
+		}
+		if w != t.Warning {
+			a.setTask(t, store.TaskPatch{Heartbeat: new(ts.Heartbeat), HeartbeatAt: new(a.now), Warning: new(w)})
+			t.Heartbeat, t.Warning = ts.Heartbeat, w
+		} else {
+			t.Heartbeat = ts.Heartbeat
+			a.beat(t, ts.Heartbeat)
+		}
+	}
+	since := later(t.HeartbeatAt, a.c.started)
+	if stale := a.now.Sub(since); stale >= a.c.config().Controller.HeartbeatTimeout {
+		msg := fmt.Sprintf("hung: no status of attempt %d and no heartbeat for %s while its supervisor holds the task's lock", t.Attempt, stale.Round(time.Second))
+		if ts.StatusError != "" {
+			msg += " (status.json: " + ts.StatusError + ")"
+		}
+		a.fail(t, domain.Running, wire.ClassHung, msg, 0,
+			store.AttemptPatch{Status: new(domain.Failed), ErrorClass: new(wire.ClassHung), Error: new(msg), CompletedAt: new(a.now)})
+		return
+	}
+	a.dueAt(since.Add(a.c.config().Controller.HeartbeatTimeout))
 }
 
 func (a *applier) running(t *domain.Task, ts *wire.TaskStatus, st *wire.Status) {

@@ -222,6 +222,60 @@ func TestApplyDecisions(t *testing.T) {
 			changed: 2,
 		},
 		{
+			// `run` replied (the task is running) before the supervisor
+			// wrote the attempt's first status: past the claim grace, it
+			// is neither requeued, retried nor warned about.
+			name: "an acknowledged attempt whose supervisor holds the lock and has written no status yet waits",
+			tasks: []domain.Task{func() domain.Task {
+				t := task("S01", domain.Running, "n1", 1)
+				t.Heartbeat, t.HeartbeatAt = "", t0.Add(-2*claimGrace)
+				return t
+			}(), task("S02", domain.Running, "n1", 2)},
+			pulls: map[string]any{"n1": []wire.TaskStatus{
+				{Project: "p", Task: "S01", Alive: true, StatusError: "status.json missing"},
+				func() wire.TaskStatus {
+					ts := ended("S02", 1, wire.StatusCompleted, "")
+					ts.Alive, ts.Heartbeat = true, "1"
+					return ts
+				}()}},
+		},
+		{
+			name: "an acknowledged attempt with no status and no heartbeat for heartbeat_timeout is hung, and retried",
+			tasks: []domain.Task{func() domain.Task {
+				t := task("S01", domain.Running, "n1", 1)
+				t.Heartbeat, t.HeartbeatAt = "", t0.Add(-3*time.Minute)
+				return t
+			}()},
+			pulls: map[string]any{"n1": []wire.TaskStatus{{Project: "p", Task: "S01", Alive: true, StatusError: "status.json missing"}}},
+			want: []string{"run S01#1 CompletedAt=2026-11-22T12:00:00Z Error=hung: no status of attempt 1 and no heartbeat for 3m0s while its supervisor holds the task's lock (status.json: status.json missing) ErrorClass=hung Status=failed",
+				"S01 running→failed: attempt 1 failed (hung): hung: no status of attempt 1 and no heartbeat for 3m0s while its supervisor holds the task's lock (status.json: status.json missing)",
+				"S01 failed→pending: retry 1 of 2 in 10s",
+				"event S01 stale: attempt 1 still runs on n1 but is not current; killing it"},
+			changed: 2,
+		},
+		{
+			name:  "an unreadable status.json of a beating supervisor is said in a warning",
+			tasks: []domain.Task{task("S01", domain.Running, "n1", 1)},
+			pulls: map[string]any{"n1": []wire.TaskStatus{{Project: "p", Task: "S01", Alive: true, Heartbeat: "2", StatusError: "status.json: not a regular file"}}},
+			want:  []string{"task S01 Heartbeat=2 HeartbeatAt=2026-11-22T12:00:00Z Warning=status.json: status.json: not a regular file"},
+		},
+		{
+			// The supervisor could not prepare the attempt after `run`
+			// replied: its failed status ends it as a start failure
+			// did in the reply, and it is retried.
+			name:  "a start failure written after the reply ends the attempt and retries it",
+			tasks: []domain.Task{task("S01", domain.Running, "n1", 1)},
+			pulls: map[string]any{"n1": []wire.TaskStatus{func() wire.TaskStatus {
+				ts := ended("S01", 1, wire.StatusFailed, wire.ClassStart)
+				ts.Status.Error = "the attempt did not start on the node: create output: not a directory"
+				return ts
+			}()}},
+			want: []string{"run S01#1",
+				"S01 running→failed: attempt 1 failed (start): the attempt did not start on the node: create output: not a directory",
+				"S01 failed→pending: retry 1 of 2 in 10s"},
+			changed: 2,
+		},
+		{
 			name:  "a dead wrapper whose status says running is a crash",
 			tasks: []domain.Task{task("S01", domain.Running, "n1", 1)},
 			pulls: map[string]any{"n1": []wire.TaskStatus{running("S01", 1, "1", false)}},

@@ -2,6 +2,9 @@ package controller
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -52,7 +55,11 @@ func TestPullOverConversation(t *testing.T) {
 	n := h.ctl.nodes["local"]
 	tr := &statusCounting{Local: nodes.NewLocal()}
 	h.useTransport("local", tr)
-	h.tickUntil("the task to run", func() bool { return h.task("S01").Status == domain.Running })
+	// `run` replies before the supervisor writes the first status.
+	h.tickUntil("the task to run", func() bool {
+		data, err := os.ReadFile(filepath.Join(h.work, "p", "tasks", "S01", "status.json"))
+		return h.task("S01").Status == domain.Running && err == nil && strings.Contains(string(data), `"status":"running"`)
+	})
 	ctx := context.Background()
 	pull := func(what string) {
 		t.Helper()

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"modernc.org/sqlite" // registers the "sqlite" driver
+	"modernc.org/sqlite" // the driver stmtcache.go wraps
 	sqlite3 "modernc.org/sqlite/lib"
 )
 
@@ -106,7 +106,7 @@ func open(ctx context.Context, path string, readOnly bool, upTo int) (*Store, er
 	// The path is part of a SQLite URI: escape what would end it early.
 	escaped := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
 	dsn := "file:" + escaped + "?" + q.Encode()
-	db, err := sql.Open("sqlite", dsn)
+	db, err := sql.Open(driverName, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open database %s: %w", path, err)
 	}

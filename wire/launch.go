@@ -259,7 +259,9 @@ type LaunchResult struct {
 	Kind  string    `json:"kind,omitempty"`
 }
 
-// RunReply is the reply of `run` once the supervisor is up.
+// RunReply is the reply of `run` once the supervisor holds the attempt
+// (its lock taken, its live marker written): PID is the supervisor's, and
+// status.json follows.
 type RunReply struct {
 	Task    string `json:"task"`
 	Attempt int    `json:"attempt"`

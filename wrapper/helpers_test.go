@@ -188,7 +188,8 @@ func (tk *testTask) setLaunch(t *testing.T, l wire.Launch) {
 
 func (tk *testTask) path(name string) string { return filepath.Join(tk.dir, name) }
 
-// run starts the attempt and checks the reply.
+// run starts the attempt, checks the reply and waits for the attempt's
+// first status.json (`run` replies before the supervisor writes it).
 func (tk *testTask) run(t *testing.T, env string) wire.RunReply {
 	t.Helper()
 	out, code := runWrapper(t, env, "run", "--dir", tk.dir)
@@ -202,7 +203,14 @@ func (tk *testTask) run(t *testing.T, env string) wire.RunReply {
 	if r.Status != wire.StatusRunning || r.PID <= 0 || r.Task != tk.name {
 		t.Fatalf("run: reply %+v", r)
 	}
+	tk.waitStarted(t, r.Attempt)
 	return r
+}
+
+// waitStarted waits until status.json is attempt's.
+func (tk *testTask) waitStarted(t *testing.T, attempt int) {
+	t.Helper()
+	tk.waitStatus(t, fmt.Sprintf("attempt %d's first status", attempt), func(st *wire.Status) bool { return st.Attempt == attempt })
 }
 
 // status reads status.json, failing the test if it is missing or corrupt.

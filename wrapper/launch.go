@@ -18,10 +18,11 @@ import (
 // `launch` starts a batch of attempts on one node in one call: the
 // controller sends each attempt's task directory, spec, launch.json and
 // environment (the api_mode's secrets) as one document on stdin, and the
-// wrapper writes spec.md and launch.json, then starts one supervisor for
-// every attempt of the batch, handing it the environments over a pipe.
-// Secrets are never written anywhere. It prints one result per attempt, in
-// order.
+// wrapper takes each task's lock and writes spec.md, launch.json and the
+// live marker, then starts one supervisor for every attempt of the batch,
+// handing it the locks and, over a pipe, the environments. Secrets are
+// never written anywhere. It prints one result per attempt, in order, as
+// soon as the supervisor has the attempts: their status.json follows.
 
 // maxLaunchBatch caps the document on stdin.
 const maxLaunchBatch = 64 << 20
@@ -44,22 +45,25 @@ func cmdLaunch(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 	}
 	reply := wire.LaunchReply{Results: make([]wire.LaunchResult, len(batch.Launches))}
 	var items []superviseItem
+	var locks []*os.File
 	var idx []int
 	seen := map[string]bool{}
 	for i, item := range batch.Launches {
 		r := wire.LaunchResult{Dir: item.Dir}
 		var dir string
+		var lock *os.File
 		var err error
 		if seen[item.Dir] {
 			err = errkind.Usagef("launch: task directory %s is given twice", item.Dir)
 		} else {
-			dir, err = writeLaunchFiles(item)
+			dir, lock, err = writeLaunchFiles(item)
 		}
 		if err != nil {
 			r.Error, r.Kind = err.Error(), errkind.Of(err)
 		} else {
 			seen[dir] = true
-			items = append(items, superviseItem{Dir: dir, Env: item.Env})
+			items = append(items, superviseItem{Dir: dir, Env: item.Env, Task: item.Launch.Task, Attempt: item.Launch.Attempt})
+			locks = append(locks, lock)
 			idx = append(idx, i)
 		}
 		reply.Results[i] = r
@@ -67,61 +71,72 @@ func cmdLaunch(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 	if len(items) > 0 {
 		// One supervisor runs every attempt of the batch: a process start
 		// is the largest cost of a launch on a small node.
-		results, err := startSupervisor(ctx, items)
+		pid, err := startSupervisor(ctx, items, locks)
+		for _, l := range locks {
+			l.Close() // the supervisor's now (or nobody's, when it failed)
+		}
 		for j, i := range idx {
-			switch {
-			case err != nil:
+			if err != nil {
 				reply.Results[i].Error, reply.Results[i].Kind = err.Error(), errkind.Of(err)
-			default:
-				reply.Results[i] = results[j]
-				reply.Results[i].Dir = batch.Launches[i].Dir
+			} else {
+				reply.Results[i].Run = startedReply(items[j], pid)
 			}
 		}
 	}
 	return printJSON(stdout, reply)
 }
 
-// writeLaunchFiles checks one attempt and writes its spec.md and
-// launch.json; it returns the task directory.
-func writeLaunchFiles(item wire.LaunchItem) (string, error) {
-	dir, err := taskDirFlag("launch", item.Dir)
+// writeLaunchFiles checks one attempt, takes its task's lock and writes
+// its spec.md, launch.json and live marker; it returns the task directory
+// and the lock, held for the supervisor to inherit.
+func writeLaunchFiles(item wire.LaunchItem) (dir string, lock *os.File, err error) {
+	dir, err = taskDirFlag("launch", item.Dir)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if dir != item.Dir {
-		return "", errkind.Usagef("launch: task directory %q is not absolute and clean", item.Dir)
+		return "", nil, errkind.Usagef("launch: task directory %q is not absolute and clean", item.Dir)
 	}
 	l := item.Launch
 	if err := launchfile.Normalize(&l); err != nil {
-		return "", errkind.Usagef("launch: %s: invalid launch: %v", dir, err)
+		return "", nil, errkind.Usagef("launch: %s: invalid launch: %v", dir, err)
 	}
 	if err := launchfile.CheckEnv(item.Env); err != nil {
-		return "", errkind.Usagef("launch: %s: %v", dir, err)
+		return "", nil, errkind.Usagef("launch: %s: %v", dir, err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", errkind.IO(fmt.Errorf("create %s: %w", dir, err))
+		return "", nil, errkind.IO(fmt.Errorf("create %s: %w", dir, err))
 	}
-	if alive, err := taskfiles.SupervisorAlive(dir); err != nil {
-		return "", errkind.IO(err)
-	} else if alive {
-		return "", &errkind.Error{Kind: wire.KindAlreadyRunning, Err: fmt.Errorf("a supervisor is already running in %s", dir)}
+	lock, err = takeTaskLock(dir)
+	if err != nil {
+		return "", nil, err
 	}
+	if err := writeAttemptFiles(dir, item, l.Attempt); err != nil {
+		lock.Close()
+		return "", nil, err
+	}
+	return dir, lock, nil
+}
+
+// writeAttemptFiles writes spec.md, launch.json and the live marker of
+// the attempt whose lock is held.
+func writeAttemptFiles(dir string, item wire.LaunchItem, attempt int) error {
 	launchJSON, err := json.MarshalIndent(item.Launch, "", "  ")
 	if err != nil {
-		return "", &errkind.Error{Kind: wire.KindInternal, Err: err}
+		return &errkind.Error{Kind: wire.KindInternal, Err: err}
 	}
 	// Written whole or not at all, replacing whatever the task left at
 	// these names (a link is replaced, never followed).
 	if err := taskfiles.WriteFileAtomic(filepath.Join(dir, taskfiles.FileSpec), []byte(item.Spec), 0o444); err != nil {
-		return "", errkind.IO(err)
+		return errkind.IO(err)
 	}
 	if err := taskfiles.WriteFileAtomic(filepath.Join(dir, taskfiles.FileLaunch), launchJSON, 0o644); err != nil {
-		return "", errkind.IO(err)
+		return errkind.IO(err)
 	}
 	// Before the supervisor starts, so that no moment of the attempt's
 	// life is out of the live index.
-	if err := nodestatus.MarkLive(dir, l.Attempt); err != nil {
-		return "", errkind.IO(err)
+	if err := nodestatus.MarkLive(dir, attempt); err != nil {
+		return errkind.IO(err)
 	}
-	return dir, nil
+	return nil
 }

@@ -86,6 +86,7 @@ func TestLiveIndexFollowsTheAttempt(t *testing.T) {
 	if data, err := os.ReadFile(markerOf(lt)); err != nil || string(data) != "2\n" {
 		t.Fatalf("marker after launch: %q, %v", data, err)
 	}
+	lt.waitStarted(t, 2)
 	lt.touch(t, "go")
 	lt.waitFinal(t)
 	if _, err := os.Lstat(markerOf(lt)); !os.IsNotExist(err) {

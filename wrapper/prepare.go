@@ -54,12 +54,14 @@ func prepareOne(item wire.LaunchItem, seen map[string]bool) error {
 	if seen[item.Dir] {
 		return errkind.Usagef("%s: task directory %s is given twice", prepareCommand, item.Dir)
 	}
-	dir, err := writeLaunchFiles(item)
+	dir, lock, err := writeLaunchFiles(item)
 	if err != nil {
 		return err
 	}
+	// The job's supervisor takes the lock when it starts (lock_fd 0).
+	lock.Close()
 	seen[dir] = true
-	doc, err := json.Marshal([]superviseItem{{Dir: dir, Env: item.Env}})
+	doc, err := json.Marshal([]superviseItem{{Dir: dir, Env: item.Env, Task: item.Launch.Task, Attempt: item.Launch.Attempt}})
 	if err != nil {
 		return &errkind.Error{Kind: wire.KindInternal, Err: err}
 	}

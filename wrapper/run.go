@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -48,8 +47,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 	if !fi.IsDir() {
 		return errkind.Usagef("run: %s is not a directory", dir)
 	}
-	// Checked here for a clear error before anything starts; the supervisor
-	// checks both again, and its lock is what makes the refusal race-free.
+	// Checked here for a clear error before anything starts; the lock
+	// taken below is what makes the refusal race-free.
 	launch, err := launchfile.Read(dir)
 	if err != nil {
 		return err
@@ -58,138 +57,102 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 	if err != nil {
 		return err
 	}
-	if alive, err := taskfiles.SupervisorAlive(dir); err != nil {
-		return errkind.IO(err)
-	} else if alive {
-		return &errkind.Error{Kind: wire.KindAlreadyRunning, Err: fmt.Errorf("a supervisor is already running in %s", dir)}
-	}
-	if err := nodestatus.MarkLive(dir, launch.Attempt); err != nil {
-		return errkind.IO(err)
-	}
-	results, err := startSupervisor(ctx, []superviseItem{{Dir: dir, Env: env}})
+	lock, err := takeTaskLock(dir)
 	if err != nil {
 		return err
 	}
-	r := results[0]
-	if r.Run == nil {
-		return &errkind.Error{Kind: r.Kind, Err: errors.New(r.Error)}
+	defer lock.Close()
+	if err := nodestatus.MarkLive(dir, launch.Attempt); err != nil {
+		return errkind.IO(err)
 	}
-	return printJSON(stdout, r.Run)
+	item := superviseItem{Dir: dir, Env: env, Task: launch.Task, Attempt: launch.Attempt}
+	pid, err := startSupervisor(ctx, []superviseItem{item}, []*os.File{lock})
+	if err != nil {
+		return err
+	}
+	return printJSON(stdout, startedReply(item, pid))
 }
 
-// openWrapperLog opens D/wrapper.log for appending. The task can replace
-// it: a link is never followed (the supervisor's lines would land in its
-// target) and a FIFO never blocks; anything but a regular file is removed
-// and the log started afresh.
-func openWrapperLog(path string) (*os.File, error) {
-	const flags = os.O_WRONLY | os.O_APPEND | os.O_CREATE | syscall.O_NOFOLLOW | syscall.O_NONBLOCK
-	f, err := os.OpenFile(path, flags, 0o600)
-	if err == nil {
-		if fi, serr := f.Stat(); serr == nil && fi.Mode().IsRegular() {
-			return f, nil
-		}
-		f.Close()
+// lockWait is how long `run` retries D/lock before deciding that a
+// supervisor holds it; it only has to outlast a `status` probe.
+const lockWait = 500 * time.Millisecond
+
+// takeTaskLock takes dir's lock for the attempt about to start; the
+// supervisor inherits it. A live supervisor there is already_running.
+func takeTaskLock(dir string) (*os.File, error) {
+	lock, ok, err := taskfiles.LockTask(dir, lockWait)
+	if err != nil {
+		return nil, errkind.IO(err)
 	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("replace %s: %w", path, err)
+	if !ok {
+		return nil, &errkind.Error{Kind: wire.KindAlreadyRunning, Err: fmt.Errorf("a supervisor is already running in %s", dir)}
 	}
-	return os.OpenFile(path, flags|os.O_EXCL, 0o600)
+	return lock, nil
 }
 
-// startSupervisor re-executes this binary as `supervise` in a new session,
-// so that it outlives the caller's SSH session and gets no signals meant for
-// it, to run the attempts in items. The attempts (with their secret
-// environments) go over a pipe on its stdin, never argv or a file; each
-// attempt's start comes back on a second pipe (fd 3), in the order of
-// items. The supervisor holds neither the caller's stdout nor stderr: its
-// stderr is the first attempt's wrapper.log, where each attempt also logs
-// to its own.
-func startSupervisor(ctx context.Context, items []superviseItem) ([]wire.LaunchResult, error) {
+// startedReply is the reply for an attempt handed to supervisor pid (its
+// lock held, its live marker written): its status.json follows.
+func startedReply(item superviseItem, pid int) *wire.RunReply {
+	return &wire.RunReply{Task: item.Task, Attempt: item.Attempt, PID: pid, Status: wire.StatusRunning}
+}
+
+// startSupervisor re-executes this binary as `supervise` in a new session
+// (it outlives the caller's SSH session and gets no signals meant for it)
+// to run the attempts in items, and returns its pid. It inherits each
+// attempt's lock (locks[i], items[i]'s), so the attempts are its from the
+// fork on: `run` replies without waiting, and a start failure from then on
+// is a failed status.json. The attempts (with their secret environments)
+// go over a pipe on its stdin, never argv or a file; its stderr is the
+// first attempt's wrapper.log, where each attempt also logs to its own.
+func startSupervisor(ctx context.Context, items []superviseItem, locks []*os.File) (int, error) {
+	for i := range items {
+		items[i].LockFD = firstLockFD + i
+	}
 	doc, err := json.Marshal(items)
 	if err != nil {
-		return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("encode the attempts: %w", err)}
+		return 0, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("encode the attempts: %w", err)}
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("find own executable: %w", err)}
+		return 0, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("find own executable: %w", err)}
 	}
-	readyR, readyW, err := os.Pipe()
-	if err != nil {
-		return nil, errkind.IO(fmt.Errorf("create pipe: %w", err))
-	}
-	defer readyR.Close()
 	docR, docW, err := os.Pipe()
 	if err != nil {
-		readyW.Close()
-		return nil, errkind.IO(fmt.Errorf("create pipe: %w", err))
+		return 0, errkind.IO(fmt.Errorf("create pipe: %w", err))
 	}
+	defer docW.Close()
 	logPath := filepath.Join(items[0].Dir, taskfiles.FileWrapper)
-	logf, err := openWrapperLog(logPath)
+	logf, err := taskfiles.OpenWrapperLog(logPath)
 	if err != nil {
-		readyW.Close()
 		docR.Close()
-		docW.Close()
-		return nil, errkind.IO(fmt.Errorf("open %s: %w", taskfiles.FileWrapper, err))
+		return 0, errkind.IO(fmt.Errorf("open %s: %w", taskfiles.FileWrapper, err))
 	}
 	cmd := &exec.Cmd{
 		Path:        exe,
-		Args:        []string{exe, superviseCommand, "--ready-fd", strconv.Itoa(3)},
+		Args:        []string{exe, superviseCommand},
 		Dir:         "/",
 		Stdin:       docR,
 		Stderr:      logf,
-		ExtraFiles:  []*os.File{readyW},
+		ExtraFiles:  locks,
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
 	}
 	err = cmd.Start()
-	readyW.Close()
 	docR.Close()
 	logf.Close()
 	if err != nil {
-		docW.Close()
-		return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("start supervisor: %w", err)}
+		return 0, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("start supervisor: %w", err)}
 	}
+	pid := cmd.Process.Pid
 	// Nobody waits for the supervisor: it is meant to outlive us.
 	cmd.Process.Release()
-
-	go func() {
-		// An error means the supervisor died, which the ready pipe reports.
-		docW.Write(doc)
-		docW.Close()
-	}()
-
-	type result struct {
-		data []byte
-		err  error
+	// Written whole before the reply: a supervisor that cannot read its
+	// attempts has started none of them (it parses the document only once
+	// it has all of it), and its locks die with it.
+	docW.SetWriteDeadline(time.Now().Add(taskfiles.ReadyTimeout))
+	stop := context.AfterFunc(ctx, func() { docW.SetWriteDeadline(time.Now()) })
+	defer stop()
+	if _, err := docW.Write(doc); err != nil {
+		return 0, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("hand the attempts to supervisor %d: %w; see %s", pid, err, logPath)}
 	}
-	ch := make(chan result, 1)
-	go func() {
-		data, err := io.ReadAll(readyR)
-		ch <- result{data, err}
-	}()
-	var res result
-	select {
-	case res = <-ch:
-	case <-ctx.Done():
-		return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("interrupted waiting for the supervisor: %w", ctx.Err())}
-	case <-time.After(taskfiles.ReadyTimeout):
-		return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("supervisor not ready after %s; see %s", taskfiles.ReadyTimeout, logPath)}
-	}
-	if res.err != nil {
-		return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("read supervisor report: %w", res.err)}
-	}
-	if len(res.data) == 0 {
-		return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("supervisor exited before it was ready; see %s", logPath)}
-	}
-	var er wire.ErrorReply
-	if err := json.Unmarshal(res.data, &er); err == nil && er.Error != "" {
-		return nil, &errkind.Error{Kind: er.Kind, Err: errors.New(er.Error)}
-	}
-	var results []wire.LaunchResult
-	if err := json.Unmarshal(res.data, &results); err != nil {
-		return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("parse supervisor report: %w", err)}
-	}
-	if len(results) != len(items) {
-		return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("supervisor reported %d attempts of %d", len(results), len(items))}
-	}
-	return results, nil
+	return pid, nil
 }

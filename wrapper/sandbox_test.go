@@ -153,6 +153,13 @@ func (n *sandboxNode) launch(t *testing.T, items ...wire.LaunchItem) {
 			t.Fatalf("launch: %+v", r)
 		}
 	}
+	// `launch` replies before the supervisor writes the first status.
+	for _, it := range items {
+		wtest.Poll(t, 25*time.Second, it.Dir+"'s first status", func() bool {
+			st, err := taskfiles.ReadStatus(it.Dir)
+			return err == nil && st.Attempt == it.Launch.Attempt
+		})
+	}
 }
 
 // final waits for task id's final status.

@@ -20,14 +20,11 @@ import (
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
 	"github.com/dispatch-tool/dispatch/wrapper/launchfile"
 	"github.com/dispatch-tool/dispatch/wrapper/limits"
+	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
 	"github.com/dispatch-tool/dispatch/wrapper/sandbox"
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
-
-// lockWait is how long a new supervisor retries D/lock before deciding that
-// another supervisor holds it; it only has to outlast a `status` probe.
-const lockWait = 500 * time.Millisecond
 
 // supervisor runs one attempt of a task: setup, then the tool, under the
 // timeout, writing heartbeat and status.json until the final status.
@@ -131,12 +128,20 @@ type outcome struct {
 }
 
 // superviseItem is one attempt of the document a supervisor reads on
-// stdin: its task directory and its environment (secrets: kept in memory
-// only).
+// stdin: its task directory, its environment (secrets: kept in memory
+// only), its attempt and the descriptor of the lock `run` took for it (0
+// when nobody did: a batch job's supervisor takes it itself).
 type superviseItem struct {
-	Dir string            `json:"dir"`
-	Env map[string]string `json:"env"`
+	Dir     string            `json:"dir"`
+	Env     map[string]string `json:"env"`
+	Task    string            `json:"task"`
+	Attempt int               `json:"attempt"`
+	LockFD  int               `json:"lock_fd"`
 }
+
+// firstLockFD is the descriptor of the first attempt's lock in the
+// supervisor (after stdin, stdout and stderr), the next one's is the next.
+const firstLockFD = 3
 
 // maxSuperviseDoc caps the document a supervisor reads on stdin.
 const maxSuperviseDoc = maxLaunchBatch
@@ -144,10 +149,10 @@ const maxSuperviseDoc = maxLaunchBatch
 // supervise is the hidden subcommand `run` and `launch` start in a new
 // session: one process supervises every attempt of one launch, so that a
 // batch of attempts costs one process start on the node, not one each. It
-// reads the attempts (directory and secret environment) from stdin, takes
-// each task's lock, prepares each directory, reports every attempt's start
-// on the ready pipe at once, and then runs the attempts side by side, each
-// to its end, releasing each task's lock as its attempt ends.
+// reads the attempts from stdin (it inherits their locks), prepares each
+// directory and runs the attempts side by side, releasing each task's lock
+// as its attempt ends. `run` has replied by then: an attempt that cannot
+// start gets a failed status.json (class start).
 //
 // Signals: SIGUSR1 asks it to look for kill requests (`kill` writes one
 // per attempt in the private .ctl directory, then signals), so that one
@@ -156,7 +161,6 @@ const maxSuperviseDoc = maxLaunchBatch
 func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
 	logger := slog.New(slog.NewTextHandler(stderr, nil)).With(taskfiles.LogKeyPID, os.Getpid())
 	fs := newFlagSet(superviseCommand)
-	readyFD := fs.Int("ready-fd", 3, "pipe to report readiness on")
 	if err := parseFlags(fs, args); err != nil {
 		logger.Error("supervise", taskfiles.LogKeyErr, err)
 		return 1
@@ -165,37 +169,31 @@ func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
 	// are under way stops them instead of killing the supervisor outright.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
-	// The tools must not inherit the ready pipe: `run` reads it to EOF.
-	syscall.CloseOnExec(*readyFD)
-	ready := os.NewFile(uintptr(*readyFD), "ready")
-	report := func(v any) {
-		// `run` may be gone (its SSH session dropped); the attempts go on.
-		json.NewEncoder(ready).Encode(v)
-		ready.Close()
-	}
 
 	items, err := readSuperviseItems(stdin)
 	if err != nil {
+		// The locks close with this process: `status` sees no supervisor
+		// and no status of the attempts, as after a crash.
 		logger.Error("supervisor not started", taskfiles.LogKeyErr, err)
-		report(wire.ErrorReply{Error: err.Error(), Kind: errkind.Of(err)})
 		return 1
 	}
-	results := make([]wire.LaunchResult, len(items))
 	started := make([]*supervisor, len(items))
 	var wg sync.WaitGroup
 	for i, item := range items {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s, err := startAttempt(item)
-			results[i] = wire.LaunchResult{Dir: item.Dir}
+			lock, err := attemptLock(item)
 			if err != nil {
 				logger.Error("attempt not started", taskfiles.LogKeyDir, item.Dir, taskfiles.LogKeyErr, err)
-				results[i].Error, results[i].Kind = err.Error(), errkind.Of(err)
+				return
+			}
+			s, err := startAttempt(item, lock)
+			if err != nil {
+				logger.Error("attempt not started", taskfiles.LogKeyDir, item.Dir, taskfiles.LogKeyErr, err)
 				return
 			}
 			started[i] = s
-			results[i].Run = &wire.RunReply{Task: s.launch.Task, Attempt: s.launch.Attempt, PID: os.Getpid(), Status: wire.StatusRunning}
 		}()
 	}
 	wg.Wait()
@@ -205,7 +203,6 @@ func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
 			attempts = append(attempts, s)
 		}
 	}
-	report(results)
 	if len(attempts) == 0 {
 		return 1
 	}
@@ -220,6 +217,19 @@ func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
 	}
 	wg.Wait()
 	return 0
+}
+
+// attemptLock is the task's lock of item: the one `run` took and handed
+// down, or, for a batch job's supervisor (lock_fd 0: nobody took it, see
+// `wrapper prepare`), the one it takes now; a lock another supervisor
+// holds (a second job of the attempt) starts nothing. The tools must not
+// inherit it: it is what says that the supervisor lives.
+func attemptLock(item superviseItem) (*os.File, error) {
+	if item.LockFD == 0 {
+		return takeTaskLock(item.Dir)
+	}
+	syscall.CloseOnExec(item.LockFD)
+	return os.NewFile(uintptr(item.LockFD), taskfiles.FileLock), nil
 }
 
 // readSuperviseItems reads and checks the supervisor's stdin document.
@@ -252,23 +262,21 @@ func readSuperviseItems(r io.Reader) ([]superviseItem, error) {
 		if err := launchfile.CheckEnv(item.Env); err != nil {
 			return nil, err
 		}
+		if item.LockFD != firstLockFD+i && (item.LockFD != 0 || len(items) != 1) {
+			return nil, errkind.Usagef("%s: attempt %d: lock_fd %d, want %d (or 0 for a batch job's one attempt)", superviseCommand, i, item.LockFD, firstLockFD+i)
+		}
 		items[i].Dir = dir
 	}
 	return items, nil
 }
 
-// startAttempt takes the task's lock, reads launch.json and prepares the
-// directory of one attempt. The attempt logs to its own wrapper.log.
-func startAttempt(item superviseItem) (*supervisor, error) {
+// startAttempt reads launch.json and prepares the directory of one
+// attempt, whose lock it is handed; one that cannot start gets a failed
+// status (failStart) and its lock goes. It logs to its own wrapper.log.
+func startAttempt(item superviseItem, lock *os.File) (*supervisor, error) {
 	dir := item.Dir
-	lock, ok, err := taskfiles.LockTask(dir, lockWait)
-	if err != nil {
-		return nil, errkind.IO(err)
-	}
-	if !ok {
-		return nil, &errkind.Error{Kind: wire.KindAlreadyRunning, Err: fmt.Errorf("a supervisor is already running in %s", dir)}
-	}
 	fail := func(err error) (*supervisor, error) {
+		failStart(item, err)
 		lock.Close()
 		return nil, err
 	}
@@ -276,7 +284,10 @@ func startAttempt(item superviseItem) (*supervisor, error) {
 	if err != nil {
 		return fail(err)
 	}
-	logf, err := openWrapperLog(filepath.Join(dir, taskfiles.FileWrapper))
+	if launch.Attempt != item.Attempt || launch.Task != item.Task {
+		return fail(fmt.Errorf("launch.json names %s attempt %d, not the %s attempt %d launched: replaced meanwhile", launch.Task, launch.Attempt, item.Task, item.Attempt))
+	}
+	logf, err := taskfiles.OpenWrapperLog(filepath.Join(dir, taskfiles.FileWrapper))
 	if err != nil {
 		return fail(errkind.IO(fmt.Errorf("open %s: %w", taskfiles.FileWrapper, err)))
 	}
@@ -291,12 +302,31 @@ func startAttempt(item superviseItem) (*supervisor, error) {
 	}
 	s.decideSandbox(func() wire.SandboxReply { return sandbox.Probe(Version) })
 	if err := s.prepare(); err != nil {
+		s.logger.Error("attempt not started", taskfiles.LogKeyErr, err)
+		failStart(item, errkind.IO(err))
 		s.release()
 		return nil, errkind.IO(err)
 	}
 	s.logger.Info("attempt started", "sandbox", s.st.Sandbox)
 	s.background(s.removeOldTmps)
 	return s, nil
+}
+
+// failStart writes the failed status (class start: another try may work)
+// of an attempt `run` handed over that could not start, replacing the
+// earlier attempt's (the controller has it), and takes it out of the live
+// index, as the end of an attempt does.
+func failStart(item superviseItem, err error) {
+	now := taskfiles.Timestamp(time.Now())
+	st := wire.Status{Task: item.Task, Attempt: item.Attempt, Status: wire.StatusFailed, PID: os.Getpid(),
+		StartedAt: now, CompletedAt: now, ExitCode: -1, ErrorClass: wire.ClassStart,
+		Error: "the attempt did not start on the node: " + err.Error(), WrapperVersion: Version}
+	st.Clamp()
+	if werr := taskfiles.WriteStatusDurable(item.Dir, &st); werr != nil {
+		taskfiles.LogWrapper(item.Dir, "attempt %d not started (%v), and its status not written: %v", item.Attempt, err, werr)
+		return
+	}
+	nodestatus.UnmarkLive(item.Dir, item.Attempt)
 }
 
 // release lets go of what the attempt holds: its task log, its log file

@@ -478,6 +478,7 @@ func TestDetach(t *testing.T) {
 	if err := json.Unmarshal(stdout.Bytes(), &reply); err != nil {
 		t.Fatal(err)
 	}
+	tk.waitStarted(t, reply.Attempt)
 	if st := tk.status(t); st.Status != wire.StatusRunning || !tk.alive(t) {
 		t.Fatalf("after run returned: status %+v, alive %v", st, tk.alive(t))
 	}

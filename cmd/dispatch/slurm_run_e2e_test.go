@@ -65,8 +65,8 @@ func TestSlurmRunsADAG(t *testing.T) {
 	if got := out("S02", "from-s01.txt"); got != j1 {
 		t.Errorf("S02 read %q from S01's output, want %q", got, j1)
 	}
-	if ready, _ := filepath.Glob(filepath.Join(work, "dag", "tasks", "*", slurmjob.FileReady)); len(ready) != 3 {
-		t.Errorf("supervisors' start reports: %v, want one per task (the glob must see the task directories)", ready)
+	if st, _ := filepath.Glob(filepath.Join(work, "dag", "tasks", "*", "status.json")); len(st) != 3 {
+		t.Errorf("supervisors' status files: %v, want one per task (the glob must see the task directories)", st)
 	}
 	if left, _ := filepath.Glob(filepath.Join(work, "dag", "tasks", "*", slurmjob.FileSecrets)); len(left) > 0 {
 		t.Errorf("secrets files left: %v", left)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -14,6 +13,7 @@ import (
 	"github.com/dispatch-tool/dispatch/wire"
 	"github.com/dispatch-tool/dispatch/wrapper/agentlog"
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+	"github.com/dispatch-tool/dispatch/wrapper/launchfile"
 	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
@@ -72,7 +72,7 @@ func Task(ctx context.Context, dir, node string, grace time.Duration, graceSet b
 						}
 						return st, nil
 					}
-					logWrapper(dir, "kill: signalling nothing: %v", refused)
+					taskfiles.LogWrapper(dir, "kill: signalling nothing: %v", refused)
 					return nil, &errkind.Error{Kind: wire.KindIO, Err: fmt.Errorf("kill %s: refusing to signal: %w", dir, refused)}
 				}
 				return nil, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("kill %s: the lock keeps changing hands", dir)}
@@ -131,6 +131,12 @@ func killLive(ctx context.Context, dir string, grace time.Duration, graceSet boo
 	if err := rec.CheckSupervisor(); err != nil {
 		return nil, &refusal{err}
 	}
+	if l, err := launchfile.Read(dir); err == nil && l.Attempt > rec.Attempt {
+		// `run` replied for a later attempt, whose supervisor has not
+		// recorded itself yet: the recorded one (of a batch, still
+		// running its other attempts) is not the lock's holder.
+		return nil, &refusal{fmt.Errorf("the supervisor of attempt %d has not recorded itself yet (the record is attempt %d's)", l.Attempt, rec.Attempt)}
+	}
 	req := Request{Attempt: rec.Attempt, GraceSeconds: -1}
 	if graceSet {
 		req.GraceSeconds = grace.Seconds()
@@ -147,7 +153,7 @@ func killLive(ctx context.Context, dir string, grace time.Duration, graceSet boo
 	}
 	if rec, err := proc.ReadRecord(dir); err == nil {
 		if err := rec.KillToolGroup(syscall.SIGKILL); err != nil && !errors.Is(err, proc.ErrNoGroup) {
-			logWrapper(dir, "kill: not killing the recorded tool group: %v", err)
+			taskfiles.LogWrapper(dir, "kill: not killing the recorded tool group: %v", err)
 		}
 	}
 	if st, err := waitFinal(ctx, dir, killMargin); st != nil || err != nil {
@@ -161,7 +167,7 @@ func killLive(ctx context.Context, dir string, grace time.Duration, graceSet boo
 		}
 		return nil, refuse(dir, err)
 	}
-	logWrapper(dir, "kill: supervisor %d did not finish after SIGTERM and a SIGKILL of its tool group; killed it", rec.SupervisorPID)
+	taskfiles.LogWrapper(dir, "kill: supervisor %d did not finish after SIGTERM and a SIGKILL of its tool group; killed it", rec.SupervisorPID)
 	deadline := time.Now().Add(killMargin)
 	for {
 		alive, err := taskfiles.SupervisorAlive(dir)
@@ -194,22 +200,8 @@ func WriteRequest(dir string, req Request) error {
 // refuse reports a signal that kill would not send, in wrapper.log and in
 // the reply: an error of this task only.
 func refuse(dir string, err error) error {
-	logWrapper(dir, "kill: signalling nothing: %v", err)
+	taskfiles.LogWrapper(dir, "kill: signalling nothing: %v", err)
 	return &errkind.Error{Kind: wire.KindIO, Err: fmt.Errorf("kill %s: refusing to signal: %w", dir, err)}
-}
-
-// logWrapper appends a line to D/wrapper.log, as the supervisors do; it
-// is best effort.
-func logWrapper(dir, format string, args ...any) {
-	f, err := os.OpenFile(filepath.Join(dir, taskfiles.FileWrapper), os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return
-	}
-	slog.New(slog.NewTextHandler(f, nil)).Warn(fmt.Sprintf(format, args...), taskfiles.LogKeyDir, dir, taskfiles.LogKeyPID, os.Getpid())
 }
 
 // waitFinal polls until status.json is final and the supervisor has let go
@@ -279,7 +271,7 @@ func killUnderForeignLock(dir string) (st *wire.Status, ok bool, err error) {
 	if err != nil || !rec.SupervisorGone() {
 		return nil, false, nil
 	}
-	logWrapper(dir, "kill: the lock is held by a process that is not the recorded supervisor %d, which is gone", rec.SupervisorPID)
+	taskfiles.LogWrapper(dir, "kill: the lock is held by a process that is not the recorded supervisor %d, which is gone", rec.SupervisorPID)
 	st, err = endOrphan(dir, "killed on request; supervisor was not running and a stranger held the task's lock")
 	return st, true, err
 }
@@ -314,17 +306,17 @@ func endOrphan(dir, msg string) (*wire.Status, error) {
 	}
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		logWrapper(dir, "kill: no process record; signalling nothing")
+		taskfiles.LogWrapper(dir, "kill: no process record; signalling nothing")
 	case err != nil:
-		logWrapper(dir, "kill: signalling nothing: %v", err)
+		taskfiles.LogWrapper(dir, "kill: signalling nothing: %v", err)
 	default:
 		err := rec.KillToolGroup(syscall.SIGKILL)
 		switch {
 		case err == nil:
 			st.Signal = proc.SignalName(syscall.SIGKILL)
-			logWrapper(dir, "kill: killed the tool group %d of attempt %d, whose supervisor was gone", rec.ToolPGID, rec.Attempt)
+			taskfiles.LogWrapper(dir, "kill: killed the tool group %d of attempt %d, whose supervisor was gone", rec.ToolPGID, rec.Attempt)
 		case !errors.Is(err, proc.ErrNoGroup):
-			logWrapper(dir, "kill: not killing the recorded tool group: %v", err)
+			taskfiles.LogWrapper(dir, "kill: not killing the recorded tool group: %v", err)
 		}
 	}
 	if err := taskfiles.WriteStatusDurable(dir, st); err != nil {

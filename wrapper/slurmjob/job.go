@@ -18,9 +18,6 @@ const (
 	// directory and secret environment), 0600; the batch script opens it
 	// as the supervisor's stdin and deletes it before the supervisor runs.
 	FileSecrets = ".slurm-attempt.json"
-	// FileReady receives the supervisor's start report (what `run` reads
-	// from its ready pipe).
-	FileReady = ".slurm-ready.json"
 	// FileOutput is the job's own output: Slurm's messages (a time limit,
 	// a cancel) and anything the batch script prints before the wrapper.
 	FileOutput = "slurm.out"
@@ -142,8 +139,9 @@ func FormatTime(d time.Duration) string {
 
 // Script is the batch script of j: it runs the wrapper's supervisor in
 // the task directory, as `wrapper run` does on an SSH node, with the
-// secrets file as its stdin, deleted before the supervisor starts, and
-// its start report in FileReady. Nothing secret is in the script.
+// secrets file as its stdin, deleted before the supervisor starts; the
+// supervisor takes the task's lock itself (no `run` took it for the job).
+// Nothing secret is in the script.
 func Script(j Job) (string, error) {
 	if err := j.check(); err != nil {
 		return "", err
@@ -155,8 +153,7 @@ func Script(j Job) (string, error) {
 		"cd " + dir + " || exit 111\n" +
 		"exec 0<" + quote(j.Dir+"/"+FileSecrets) + " || exit 111\n" +
 		"rm -f " + quote(j.Dir+"/"+FileSecrets) + "\n" +
-		"exec " + quote(j.Wrapper) + " supervise --ready-fd 3 3>" + quote(j.Dir+"/"+FileReady) +
-		" 2>>" + quote(j.Dir+"/wrapper.log") + "\n", nil
+		"exec " + quote(j.Wrapper) + " supervise 2>>" + quote(j.Dir+"/wrapper.log") + "\n", nil
 }
 
 // quote is s as one word of a POSIX shell.

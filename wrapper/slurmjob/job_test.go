@@ -141,7 +141,7 @@ func TestParseSubmit(t *testing.T) {
 
 // TestScript runs the batch script with a stand-in wrapper: the
 // supervisor runs in the task directory with the secrets file as stdin,
-// the file is gone before it runs, its start report lands in FileReady,
+// the file is gone before it runs,
 // and no secret is in the script.
 func TestScript(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "it's here")
@@ -150,13 +150,12 @@ func TestScript(t *testing.T) {
 	}
 	wrapper := filepath.Join(t.TempDir(), "wrapper")
 	// The stand-in checks its arguments and cwd, that the secrets file
-	// is gone, copies stdin and reports on fd 3.
+	// is gone and copies stdin.
 	stub := "#!/bin/sh\n" +
-		"[ \"$1 $2 $3\" = 'supervise --ready-fd 3' ] || exit 3\n" +
+		"[ \"$*\" = supervise ] || exit 3\n" +
 		"[ \"$(pwd)\" = " + quote(dir) + " ] || exit 4\n" +
 		"[ -e " + quote(dir+"/"+FileSecrets) + " ] && exit 5\n" +
 		"cat > got-stdin\n" +
-		"echo '[{\"dir\":\"ok\"}]' >&3\n" +
 		"echo supervisor-log >&2\n"
 	if err := os.WriteFile(wrapper, []byte(stub), 0o700); err != nil {
 		t.Fatal(err)
@@ -175,7 +174,7 @@ func TestScript(t *testing.T) {
 	if err != nil {
 		t.Fatalf("script: %v\n%s\n%s", err, out, script)
 	}
-	for name, want := range map[string]string{"got-stdin": secret, FileReady: "[{\"dir\":\"ok\"}]\n", "wrapper.log": "supervisor-log\n"} {
+	for name, want := range map[string]string{"got-stdin": secret, "wrapper.log": "supervisor-log\n"} {
 		if got, err := os.ReadFile(filepath.Join(dir, name)); err != nil || string(got) != want {
 			t.Errorf("%s = %q, %v; want %q", name, got, err, want)
 		}
