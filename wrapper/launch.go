@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 
 	"github.com/dispatch-tool/dispatch/wire"
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
 	"github.com/dispatch-tool/dispatch/wrapper/launchfile"
-	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // `launch` starts a batch of attempts on one node in one call: the
@@ -111,32 +108,9 @@ func writeLaunchFiles(item wire.LaunchItem) (dir string, lock *os.File, err erro
 	if err != nil {
 		return "", nil, err
 	}
-	if err := writeAttemptFiles(dir, item, l.Attempt); err != nil {
+	if err := launchfile.WriteAttempt(dir, item, l.Attempt); err != nil {
 		lock.Close()
 		return "", nil, err
 	}
 	return dir, lock, nil
-}
-
-// writeAttemptFiles writes spec.md, launch.json and the live marker of
-// the attempt whose lock is held.
-func writeAttemptFiles(dir string, item wire.LaunchItem, attempt int) error {
-	launchJSON, err := json.MarshalIndent(item.Launch, "", "  ")
-	if err != nil {
-		return &errkind.Error{Kind: wire.KindInternal, Err: err}
-	}
-	// Written whole or not at all, replacing whatever the task left at
-	// these names (a link is replaced, never followed).
-	if err := taskfiles.WriteFileAtomic(filepath.Join(dir, taskfiles.FileSpec), []byte(item.Spec), 0o444); err != nil {
-		return errkind.IO(err)
-	}
-	if err := taskfiles.WriteFileAtomic(filepath.Join(dir, taskfiles.FileLaunch), launchJSON, 0o644); err != nil {
-		return errkind.IO(err)
-	}
-	// Before the supervisor starts, so that no moment of the attempt's
-	// life is out of the live index.
-	if err := nodestatus.MarkLive(dir, attempt); err != nil {
-		return errkind.IO(err)
-	}
-	return nil
 }

@@ -5,12 +5,10 @@ package wrapper
 // failure gets.
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 
 	"github.com/dispatch-tool/dispatch/wire"
 	"github.com/dispatch-tool/dispatch/wrapper/attempt"
@@ -129,29 +127,12 @@ func (s *supervisor) sandboxName() string {
 	return ""
 }
 
-// prepareHome makes the attempt's private HOME: empty but for the node
-// user's git identity and copies of the agent CLI's settings and login
-// (see sandbox/agenthome.go). A resumed attempt keeps the earlier one, where the
-// tool keeps the session it continues, and gets the CLI's files afresh.
+// prepareHome makes the attempt's private HOME (sandbox.PrepareHome) with
+// the agent CLI's files.
 func (s *supervisor) prepareHome() error {
-	home := filepath.Join(s.dir, taskfiles.DirHome)
-	if fi, err := os.Lstat(home); err == nil {
-		if s.launch.Resume && fi.IsDir() {
-			return s.copyAgentFiles(home)
-		}
-		if err := os.Rename(home, home+taskfiles.OldTmpSuffix+strconv.Itoa(os.Getpid())); err != nil {
-			return fmt.Errorf("move the old %s aside: %w", taskfiles.DirHome, err)
-		}
-	}
-	if err := os.Mkdir(home, 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", taskfiles.DirHome, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), sandbox.ProbeTimeout)
-	defer cancel()
-	if err := sandbox.GitIdentity(ctx, home); err != nil {
+	return sandbox.PrepareHome(s.dir, s.launch.Resume, s.copyAgentFiles, func(err error) {
 		s.logger.Warn("no git identity in the sandbox's HOME", taskfiles.LogKeyErr, err)
-	}
-	return s.copyAgentFiles(home)
+	})
 }
 
 // sandbox.CopyAgentFiles copies the agent CLI's settings and login into the

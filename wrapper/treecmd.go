@@ -42,7 +42,11 @@ func cmdUntar(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 	}
 	var in io.Reader = stdin
 	if *archive != "-" {
-		f, err := openArchive(*archive)
+		src, err := taskDirFlag("untar", *archive)
+		if err != nil {
+			return err
+		}
+		f, err := tree.OpenArchive(src)
 		if err != nil {
 			return err
 		}
@@ -190,23 +194,4 @@ func cmdInputs(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 		return errkind.IO(fmt.Errorf("replace %s: %w", dir, err))
 	}
 	return printJSON(stdout, reply)
-}
-
-// openArchive opens the archive file of --archive (never through a link),
-// to be removed once unpacked.
-func openArchive(arg string) (*os.File, error) {
-	src, err := taskDirFlag("untar", arg)
-	if err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	os.Remove(src)
-	if err != nil {
-		return nil, errkind.IO(fmt.Errorf("open %s: %w", src, err))
-	}
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, errkind.IO(fmt.Errorf("%s is not a regular file", src))
-	}
-	return f, nil
 }

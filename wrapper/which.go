@@ -37,30 +37,9 @@ func cmdWhich(args []string, stdin io.Reader, stdout io.Writer) error {
 	sb := sandbox.Probe(Version)
 	reply.Sandbox = &sb
 	if exe, err := os.Executable(); err == nil && sb.Sandbox == wire.SandboxBwrap {
-		reply.SandboxRefused = sandboxRefusals(reply.Found, filepath.Dir(exe), sandbox.NodeHomes())
+		reply.SandboxRefused = sandbox.Refusals(reply.Found, filepath.Dir(exe), sandbox.NodeHomes())
 	}
 	return printJSON(stdout, reply)
-}
-
-// sandboxRefusals says, by name, why the sandbox of an attempt could not
-// run each executable of found (ExposeTool's refusal), for the wrapper
-// installed in binDir (<work_dir>/.bin, which names the work_dir the
-// sandbox hides) and the node user's homes; nil for a wrapper installed
-// elsewhere (a test's), which knows no work_dir.
-func sandboxRefusals(found map[string]string, binDir string, homes []string) map[string]string {
-	if filepath.Base(binDir) != ".bin" {
-		return nil
-	}
-	workDir := filepath.Dir(binDir)
-	out := map[string]string{}
-	for name, path := range found {
-		// A task directory like an attempt's, in a project no task has.
-		sp := sandbox.NewSpec("", filepath.Join(workDir, ".which", "tasks", "-"), workDir, homes, binDir, "")
-		if err := sp.ExposeTool(path, workDir); err != nil {
-			out[name] = err.Error()
-		}
-	}
-	return out
 }
 
 // cmdSandbox prints whether the sandbox works on this node.

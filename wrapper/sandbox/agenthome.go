@@ -1,16 +1,19 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 
 	"github.com/dispatch-tool/dispatch/wire"
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
+	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // An agent CLI in the sandbox sees a private HOME, not the node user's:
@@ -240,4 +243,30 @@ func writeInRoot(root *os.Root, rel string, data []byte) error {
 		return err
 	}
 	return f.Close()
+}
+
+// PrepareHome makes the private HOME of the attempt in task directory dir:
+// empty but for the node user's git identity (noIdentity hears why there
+// is none) and what copyFiles puts there (the agent CLI's settings and
+// login, see agenthome.go). A resumed attempt keeps the earlier one, where
+// the tool keeps the session it continues, and gets the CLI's files afresh.
+func PrepareHome(dir string, resume bool, copyFiles func(home string) error, noIdentity func(error)) error {
+	home := filepath.Join(dir, taskfiles.DirHome)
+	if fi, err := os.Lstat(home); err == nil {
+		if resume && fi.IsDir() {
+			return copyFiles(home)
+		}
+		if err := os.Rename(home, home+taskfiles.OldTmpSuffix+strconv.Itoa(os.Getpid())); err != nil {
+			return fmt.Errorf("move the old %s aside: %w", taskfiles.DirHome, err)
+		}
+	}
+	if err := os.Mkdir(home, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", taskfiles.DirHome, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ProbeTimeout)
+	defer cancel()
+	if err := GitIdentity(ctx, home); err != nil {
+		noIdentity(err)
+	}
+	return copyFiles(home)
 }

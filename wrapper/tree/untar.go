@@ -182,3 +182,18 @@ func Pack(ctx context.Context, root *os.Root, w io.Writer, maxBytes int64) (Tree
 	}
 	return reply, nil
 }
+
+// OpenArchive opens the archive file src (never through a link, nor a
+// FIFO or a device) and removes its name: it is read once, then gone.
+func OpenArchive(src string) (*os.File, error) {
+	f, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	os.Remove(src)
+	if err != nil {
+		return nil, errkind.IO(fmt.Errorf("open %s: %w", src, err))
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, errkind.IO(fmt.Errorf("%s is not a regular file", src))
+	}
+	return f, nil
+}
