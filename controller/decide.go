@@ -417,6 +417,12 @@ func (a *applier) noStatus(t *domain.Task, ts *wire.TaskStatus) {
 		// wait a little, then requeue. A late `run` of this attempt is harmless:
 		// its status belongs to an attempt that is no longer current.
 		if ts != nil && ts.Alive {
+			// A launch in doubt whose supervisor lives: it is followed as an
+			// acknowledged one is (hung after heartbeat_timeout without a
+			// status), unless its batch job waits in a queue.
+			if ts.Waiting == "" {
+				a.awaitStatus(t, ts)
+			}
 			return
 		}
 		// A claim made by an earlier controller process has no launch in
@@ -484,7 +490,7 @@ func (a *applier) awaitStatus(t *domain.Task, ts *wire.TaskStatus) {
 		if ts.StatusError != "" {
 			msg += " (status.json: " + ts.StatusError + ")"
 		}
-		a.fail(t, domain.Running, wire.ClassHung, msg, 0,
+		a.fail(t, t.Status, wire.ClassHung, msg, 0,
 			store.AttemptPatch{Status: new(domain.Failed), ErrorClass: new(wire.ClassHung), Error: new(msg), CompletedAt: new(a.now)})
 		return
 	}
@@ -529,7 +535,7 @@ func (a *applier) running(t *domain.Task, ts *wire.TaskStatus, st *wire.Status) 
 	since := later(t.HeartbeatAt, a.c.started)
 	if stale := a.now.Sub(since); stale >= a.c.config().Controller.HeartbeatTimeout {
 		msg := fmt.Sprintf("hung: heartbeat unchanged for %s while the wrapper (pid %d) is alive", stale.Round(time.Second), st.PID)
-		a.fail(t, domain.Running, wire.ClassHung, msg, 0,
+		a.fail(t, t.Status, wire.ClassHung, msg, 0,
 			store.AttemptPatch{Status: new(domain.Failed), ErrorClass: new(wire.ClassHung), Error: new(msg), CompletedAt: new(a.now)})
 		return
 	}

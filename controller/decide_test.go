@@ -254,6 +254,20 @@ func TestApplyDecisions(t *testing.T) {
 			changed: 2,
 		},
 		{
+			name: "a launch in doubt whose supervisor lives but never writes a status is hung after heartbeat_timeout, not claimed forever",
+			tasks: []domain.Task{func() domain.Task {
+				t := task("S01", domain.Claimed, "n1", 1)
+				t.Heartbeat, t.HeartbeatAt = "", t0.Add(-3*time.Minute)
+				return t
+			}()},
+			pulls: map[string]any{"n1": []wire.TaskStatus{{Project: "p", Task: "S01", Alive: true, StatusError: "status.json missing"}}},
+			want: []string{"run S01#1 CompletedAt=2026-11-22T12:00:00Z Error=hung: no status of attempt 1 and no heartbeat for 3m0s while its supervisor holds the task's lock (status.json: status.json missing) ErrorClass=hung Status=failed",
+				"S01 claimed→failed: attempt 1 failed (hung): hung: no status of attempt 1 and no heartbeat for 3m0s while its supervisor holds the task's lock (status.json: status.json missing)",
+				"S01 failed→pending: retry 1 of 2 in 10s",
+				"event S01 stale: attempt 1 still runs on n1 but is not current; killing it"},
+			changed: 2,
+		},
+		{
 			name:  "an unreadable status.json of a beating supervisor is said in a warning",
 			tasks: []domain.Task{task("S01", domain.Running, "n1", 1)},
 			pulls: map[string]any{"n1": []wire.TaskStatus{{Project: "p", Task: "S01", Alive: true, Heartbeat: "2", StatusError: "status.json: not a regular file"}}},

@@ -177,6 +177,13 @@ func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
 		logger.Error("supervisor not started", taskfiles.LogKeyErr, err)
 		return 1
 	}
+	// No child of any attempt (a probe, git) may inherit a lock: it is
+	// what says that the supervisor lives. Before any attempt starts one.
+	for _, item := range items {
+		if item.LockFD != 0 {
+			syscall.CloseOnExec(item.LockFD)
+		}
+	}
 	started := make([]*supervisor, len(items))
 	var wg sync.WaitGroup
 	for i, item := range items {
@@ -222,13 +229,12 @@ func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
 // attemptLock is the task's lock of item: the one `run` took and handed
 // down, or, for a batch job's supervisor (lock_fd 0: nobody took it, see
 // `wrapper prepare`), the one it takes now; a lock another supervisor
-// holds (a second job of the attempt) starts nothing. The tools must not
-// inherit it: it is what says that the supervisor lives.
+// holds (a second job of the attempt) starts nothing. Neither is
+// inherited by a child (supervise set close-on-exec on those handed down).
 func attemptLock(item superviseItem) (*os.File, error) {
 	if item.LockFD == 0 {
 		return takeTaskLock(item.Dir)
 	}
-	syscall.CloseOnExec(item.LockFD)
 	return os.NewFile(uintptr(item.LockFD), taskfiles.FileLock), nil
 }
 
@@ -272,11 +278,11 @@ func readSuperviseItems(r io.Reader) ([]superviseItem, error) {
 
 // startAttempt reads launch.json and prepares the directory of one
 // attempt, whose lock it is handed; one that cannot start gets a failed
-// status (failStart) and its lock goes. It logs to its own wrapper.log.
+// status (nodestatus.FailStart) and its lock goes. It logs to its own wrapper.log.
 func startAttempt(item superviseItem, lock *os.File) (*supervisor, error) {
 	dir := item.Dir
 	fail := func(err error) (*supervisor, error) {
-		failStart(item, err)
+		nodestatus.FailStart(item.Dir, item.Task, item.Attempt, Version, err)
 		lock.Close()
 		return nil, err
 	}
@@ -285,7 +291,12 @@ func startAttempt(item superviseItem, lock *os.File) (*supervisor, error) {
 		return fail(err)
 	}
 	if launch.Attempt != item.Attempt || launch.Task != item.Task {
-		return fail(fmt.Errorf("launch.json names %s attempt %d, not the %s attempt %d launched: replaced meanwhile", launch.Task, launch.Attempt, item.Task, item.Attempt))
+		// Another attempt owns the directory now: its status.json (a final
+		// one, maybe not yet collected) is not this attempt's to write.
+		err := fmt.Errorf("launch.json names %s attempt %d, not the %s attempt %d launched: replaced meanwhile", launch.Task, launch.Attempt, item.Task, item.Attempt)
+		taskfiles.LogWrapper(dir, "attempt %d not started: %v", item.Attempt, err)
+		lock.Close()
+		return nil, err
 	}
 	logf, err := taskfiles.OpenWrapperLog(filepath.Join(dir, taskfiles.FileWrapper))
 	if err != nil {
@@ -303,30 +314,13 @@ func startAttempt(item superviseItem, lock *os.File) (*supervisor, error) {
 	s.decideSandbox(func() wire.SandboxReply { return sandbox.Probe(Version) })
 	if err := s.prepare(); err != nil {
 		s.logger.Error("attempt not started", taskfiles.LogKeyErr, err)
-		failStart(item, errkind.IO(err))
+		nodestatus.FailStart(item.Dir, item.Task, item.Attempt, Version, errkind.IO(err))
 		s.release()
 		return nil, errkind.IO(err)
 	}
 	s.logger.Info("attempt started", "sandbox", s.st.Sandbox)
 	s.background(s.removeOldTmps)
 	return s, nil
-}
-
-// failStart writes the failed status (class start: another try may work)
-// of an attempt `run` handed over that could not start, replacing the
-// earlier attempt's (the controller has it), and takes it out of the live
-// index, as the end of an attempt does.
-func failStart(item superviseItem, err error) {
-	now := taskfiles.Timestamp(time.Now())
-	st := wire.Status{Task: item.Task, Attempt: item.Attempt, Status: wire.StatusFailed, PID: os.Getpid(),
-		StartedAt: now, CompletedAt: now, ExitCode: -1, ErrorClass: wire.ClassStart,
-		Error: "the attempt did not start on the node: " + err.Error(), WrapperVersion: Version}
-	st.Clamp()
-	if werr := taskfiles.WriteStatusDurable(item.Dir, &st); werr != nil {
-		taskfiles.LogWrapper(item.Dir, "attempt %d not started (%v), and its status not written: %v", item.Attempt, err, werr)
-		return
-	}
-	nodestatus.UnmarkLive(item.Dir, item.Attempt)
 }
 
 // release lets go of what the attempt holds: its task log, its log file
