@@ -164,13 +164,18 @@ func (c *Controller) runCollectStream(ctx context.Context, n *nodeRuntime, tr no
 		rerr = err
 	}
 	if rerr != nil {
-		for _, it := range items[cr.last:] {
-			if it.err == nil {
-				it.err = fmt.Errorf("collect stream from %s: %w", n.cfg.Name, rerr)
-			}
-		}
+		cr.failRest(fmt.Errorf("collect stream from %s: %w", n.cfg.Name, rerr))
 	}
 	return rerr
+}
+
+// failRest fails the attempt the stream was at when it ended and those
+// after it: a stream cut (by the transport, or a wrapper that died) often
+// ends cleanly before a tar header, so the last attempt seen may be partial.
+func (s *streamReader) failRest(err error) {
+	for _, it := range s.items[s.last:] {
+		it.fail(err)
+	}
 }
 
 // streamBudget is the most a collect stream for req may carry: each
@@ -207,7 +212,7 @@ type streamReader struct {
 	items    []*streamItem
 	maxFiles int
 	maxBytes int64
-	last     int // the attempt entries come for; those before it are whole
+	last     int // the attempt entries come for; those before it are whole, it may not be
 }
 
 // read reads the stream r to its end. Its error is the stream's (it is not
@@ -217,8 +222,7 @@ func (s *streamReader) read(r io.Reader) error {
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			s.last = len(s.items)
-			return nil
+			return nil // s.last stays: a cut stream ends here too
 		}
 		if err != nil {
 			return fmt.Errorf("read the collect stream: %w", err)
@@ -448,6 +452,11 @@ func (c *Controller) judgeOutput(it *streamItem) (manifest []store.File, refused
 			return nil, nil, fmt.Errorf("the node kept back an output/ of %d files, %s, within the quotas", h.Files, mib(h.Bytes))
 		}
 	}
+	if refused == nil && h.Output == wire.CollectSent {
+		if err := it.checkReceived(); err != nil {
+			return nil, nil, err
+		}
+	}
 	if refused == nil {
 		return it.manifest, nil, nil
 	}
@@ -455,4 +464,16 @@ func (c *Controller) judgeOutput(it *streamItem) (manifest []store.File, refused
 		return nil, nil, err
 	}
 	return nil, refused, os.Mkdir(filepath.Join(it.tmp, "output"), 0o755)
+}
+
+// checkReceived compares the output/ that arrived with what the head
+// announced: a stream cut between two files ends as a whole archive does,
+// and only this tells a partial output/ from the attempt's. The head counts
+// links, which are never sent, and sizes as the node walked them.
+func (it *streamItem) checkReceived() error {
+	if len(it.manifest) > it.head.Files || it.total != it.head.Bytes {
+		return fmt.Errorf("the collect stream brought %d files, %d bytes of output/; the node announced %d files, %d bytes: it is collected again",
+			len(it.manifest), it.total, it.head.Files, it.head.Bytes)
+	}
+	return nil
 }

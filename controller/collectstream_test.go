@@ -449,3 +449,62 @@ func TestCollectStreamBudget(t *testing.T) {
 		t.Fatalf("a stream past its budget: %v, want it ended", err)
 	}
 }
+
+// TestCollectStreamCutIsNotCollected: a stream cut after attempt 1's head
+// and part of its output/ ends as a whole tar does (the node's buffer often
+// stops before a header). Attempt 1 must not be taken for collected: the
+// call's error fails it (and those after it), and without an error its
+// output/ is checked against its head; attempt 0, sent whole, is unharmed.
+func TestCollectStreamCutIsNotCollected(t *testing.T) {
+	sent := wire.CollectHead{Found: true, Log: wire.CollectSent, Output: wire.CollectSent, Files: 2, Bytes: 4}
+	whole := []entry{{"0/collect.json", 0, headOf(sent)}, {"0/task.log", 0, "log\n"}, {"0/output/a.txt", 0, "a\n"}, {"0/output/b.txt", 0, "b\n"}}
+	for _, tc := range []struct {
+		name    string
+		entries []entry
+		callErr error // what the call (transport or wrapper's exit) returned
+		want1   string
+	}{
+		{name: "cut after a file, the call failed", entries: append(slices.Clone(whole), entry{"1/collect.json", 0, headOf(sent)},
+			entry{"1/task.log", 0, "log\n"}, entry{"1/output/a.txt", 0, "a\n"}), callErr: io.ErrUnexpectedEOF, want1: "unexpected EOF"},
+		{name: "cut after the head, the call failed", entries: append(slices.Clone(whole), entry{"1/collect.json", 0, headOf(sent)}),
+			callErr: errors.New("exit status 1"), want1: "exit status 1"},
+		{name: "cut after a file, no error", entries: append(slices.Clone(whole), entry{"1/collect.json", 0, headOf(sent)},
+			entry{"1/task.log", 0, "log\n"}, entry{"1/output/a.txt", 0, "a\n"}), want1: "announced 2 files, 4 bytes"},
+		{name: "a file more than announced", entries: append(slices.Clone(whole), entry{"1/collect.json", 0, headOf(sent)},
+			entry{"1/task.log", 0, "log\n"}, entry{"1/output/a.txt", 0, "a\n"}, entry{"1/output/b.txt", 0, "b\n"},
+			entry{"1/output/c.txt", 0, ""}), want1: "brought 3 files"},
+		{name: "whole", entries: append(slices.Clone(whole), entry{"1/collect.json", 0, headOf(sent)},
+			entry{"1/task.log", 0, "log\n"}, entry{"1/output/a.txt", 0, "a\n"}, entry{"1/output/b.txt", 0, "b\n"})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			items := make([]*streamItem, 3)
+			for i := range items {
+				items[i] = &streamItem{output: true, tmp: filepath.Join(dir, fmt.Sprint(i)), room: 1 << 30, asked: 1 << 30, seen: map[string]bool{}}
+			}
+			s := streamReader{items: items, maxFiles: 3, maxBytes: 100}
+			if err := s.read(bytes.NewReader(streamOf(t, tc.entries))); err != nil {
+				t.Fatal(err)
+			}
+			if tc.callErr != nil {
+				s.failRest(tc.callErr)
+			}
+			judged := func(it *streamItem) error {
+				if it.err != nil {
+					return it.err
+				}
+				return it.checkReceived()
+			}
+			if err := judged(items[0]); err != nil {
+				t.Errorf("attempt 0, sent whole, hurt: %v", err)
+			}
+			got := judged(items[1])
+			if (got == nil) != (tc.want1 == "") || got != nil && !strings.Contains(got.Error(), tc.want1) {
+				t.Errorf("attempt 1: %v, want %q", got, tc.want1)
+			}
+			if tc.callErr != nil && items[2].err == nil {
+				t.Error("attempt 2, never sent, is not failed by the call's error")
+			}
+		})
+	}
+}
