@@ -39,6 +39,7 @@ type streamItem struct {
 	head     *wire.CollectHead
 	err      error // what went wrong with it: its files are dropped
 	gotLog   bool
+	ended    bool // its end entry came: every file it announced was sent
 	manifest []store.File
 	seen     map[string]bool
 	total    int64 // bytes of output/ written
@@ -255,10 +256,15 @@ func (it *streamItem) fail(err error) {
 // entry takes one entry of attempt it; the error fails the attempt.
 func (s *streamReader) entry(it *streamItem, name string, h *tar.Header, r io.Reader) error {
 	switch {
+	case it.ended:
+		return fmt.Errorf("the collect stream sent %q after the attempt's end", h.Name)
 	case name == wire.CollectHeadName:
 		return it.readHead(h, r)
 	case it.head == nil:
 		return fmt.Errorf("the collect stream sent %q before the attempt's head", h.Name)
+	case name == wire.CollectEndName:
+		it.ended = true
+		return nil
 	case name == wire.CollectErrorName:
 		msg, _ := io.ReadAll(io.LimitReader(r, 1024))
 		return fmt.Errorf("the node could not send the attempt's files: %s", wire.ClampMessage(string(msg)))
@@ -368,12 +374,13 @@ func writeLocal(dst string, perm fs.FileMode, r io.Reader, limit int64) (string,
 // judges what it fetched, and moves it into place; it returns what to
 // record.
 func (c *Controller) finishItem(ctx context.Context, n *nodeRuntime, it *streamItem) (txFunc, error) {
-	switch {
-	case c.noRoomFor(it.r.Project, it.err) != nil:
-		return nil, c.noRoomFor(it.r.Project, it.err)
-	case it.err != nil:
-		return nil, it.err
-	case !it.head.Found:
+	if room := c.noRoomFor(it.r.Project, it.err); room != nil {
+		return nil, room
+	}
+	if err := it.arrived(); err != nil {
+		return nil, err
+	}
+	if !it.head.Found {
 		return goneRecord(ctx, it.r), nil
 	}
 	if err := it.checkLog(c.config().Controller.CollectMaxBytes); err != nil {
@@ -402,6 +409,15 @@ func (c *Controller) finishItem(ctx context.Context, n *nodeRuntime, it *streamI
 		return nil, err
 	}
 	return c.collectedRecord(ctx, it.r, it.current, manifest, refused)
+}
+
+// arrived is why what the stream brought of the attempt is not whole: an
+// entry that was wrong, or no end entry (the stream was cut short).
+func (it *streamItem) arrived() error {
+	if it.err == nil && !it.ended {
+		return errors.New("the collect stream ended before the attempt's end entry (cut short): it is collected again")
+	}
+	return it.err
 }
 
 // checkLog judges the task.log the head announced.

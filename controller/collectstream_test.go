@@ -453,11 +453,12 @@ func TestCollectStreamBudget(t *testing.T) {
 // TestCollectStreamCutIsNotCollected: a stream cut after attempt 1's head
 // and part of its output/ ends as a whole tar does (the node's buffer often
 // stops before a header). Attempt 1 must not be taken for collected: the
-// call's error fails it (and those after it), and without an error its
-// output/ is checked against its head; attempt 0, sent whole, is unharmed.
+// call's error fails it (and those after it), without an error it lacks its
+// end entry, and its output/ is checked against its head; attempt 0, sent
+// whole, is unharmed.
 func TestCollectStreamCutIsNotCollected(t *testing.T) {
 	sent := wire.CollectHead{Found: true, Log: wire.CollectSent, Output: wire.CollectSent, Files: 2, Bytes: 4}
-	whole := []entry{{"0/collect.json", 0, headOf(sent)}, {"0/task.log", 0, "log\n"}, {"0/output/a.txt", 0, "a\n"}, {"0/output/b.txt", 0, "b\n"}}
+	whole := []entry{{"0/collect.json", 0, headOf(sent)}, {"0/task.log", 0, "log\n"}, {"0/output/a.txt", 0, "a\n"}, {"0/output/b.txt", 0, "b\n"}, {"0/collect.end", 0, ""}}
 	for _, tc := range []struct {
 		name    string
 		entries []entry
@@ -469,12 +470,20 @@ func TestCollectStreamCutIsNotCollected(t *testing.T) {
 		{name: "cut after the head, the call failed", entries: append(slices.Clone(whole), entry{"1/collect.json", 0, headOf(sent)}),
 			callErr: errors.New("exit status 1"), want1: "exit status 1"},
 		{name: "cut after a file, no error", entries: append(slices.Clone(whole), entry{"1/collect.json", 0, headOf(sent)},
-			entry{"1/task.log", 0, "log\n"}, entry{"1/output/a.txt", 0, "a\n"}), want1: "announced 2 files, 4 bytes"},
+			entry{"1/task.log", 0, "log\n"}, entry{"1/output/a.txt", 0, "a\n"}), want1: "cut short"},
+		{name: "cut before an empty file, no error", entries: append(slices.Clone(whole), entry{"1/collect.json", 0,
+			headOf(wire.CollectHead{Found: true, Log: wire.CollectMissing, Output: wire.CollectSent, Files: 2, Bytes: 2})},
+			entry{"1/output/a.txt", 0, "a\n"}), want1: "cut short"},
+		{name: "a file missing, ended", entries: append(slices.Clone(whole), entry{"1/collect.json", 0, headOf(sent)},
+			entry{"1/task.log", 0, "log\n"}, entry{"1/output/a.txt", 0, "a\n"}, entry{"1/collect.end", 0, ""}), want1: "announced 2 files, 4 bytes"},
+		{name: "a file after the end", entries: append(slices.Clone(whole), entry{"1/collect.json", 0, headOf(sent)},
+			entry{"1/task.log", 0, "log\n"}, entry{"1/output/a.txt", 0, "a\n"}, entry{"1/collect.end", 0, ""},
+			entry{"1/output/b.txt", 0, "b\n"}), want1: "after the attempt's end"},
 		{name: "a file more than announced", entries: append(slices.Clone(whole), entry{"1/collect.json", 0, headOf(sent)},
 			entry{"1/task.log", 0, "log\n"}, entry{"1/output/a.txt", 0, "a\n"}, entry{"1/output/b.txt", 0, "b\n"},
-			entry{"1/output/c.txt", 0, ""}), want1: "brought 3 files"},
+			entry{"1/output/c.txt", 0, ""}, entry{"1/collect.end", 0, ""}), want1: "brought 3 files"},
 		{name: "whole", entries: append(slices.Clone(whole), entry{"1/collect.json", 0, headOf(sent)},
-			entry{"1/task.log", 0, "log\n"}, entry{"1/output/a.txt", 0, "a\n"}, entry{"1/output/b.txt", 0, "b\n"})},
+			entry{"1/task.log", 0, "log\n"}, entry{"1/output/a.txt", 0, "a\n"}, entry{"1/output/b.txt", 0, "b\n"}, entry{"1/collect.end", 0, ""})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -490,8 +499,8 @@ func TestCollectStreamCutIsNotCollected(t *testing.T) {
 				s.failRest(tc.callErr)
 			}
 			judged := func(it *streamItem) error {
-				if it.err != nil {
-					return it.err
+				if err := it.arrived(); err != nil {
+					return err
 				}
 				return it.checkReceived()
 			}

@@ -60,6 +60,12 @@ const (
 // says why, and the controller drops what it received of the attempt.
 const CollectErrorName = "collect.err"
 
+// CollectEndName is the empty entry, under "<i>/", that ends an attempt
+// whose files were all sent: a stream cut before it (the transport, a
+// wrapper that died) can end as a whole archive does, and without it the
+// controller collects the attempt again.
+const CollectEndName = "collect.end"
+
 // CollectHeadName is the name of an attempt's head in a collect stream,
 // under "<i>/".
 const CollectHeadName = "collect.json"

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -109,7 +110,20 @@ func TestCollectCommand(t *testing.T) {
 			heads[i] = head
 			continue
 		}
+		if strings.HasSuffix(h.Name, "/"+wire.CollectEndName) {
+			continue
+		}
 		files[h.Name] = string(body)
+	}
+	last := map[string]string{} // each attempt's last entry: its end
+	for _, name := range order {
+		i, _, _ := strings.Cut(name, "/")
+		last[i] = name
+	}
+	for i := range 6 {
+		if want := fmt.Sprintf("%d/%s", i, wire.CollectEndName); last[fmt.Sprint(i)] != want {
+			t.Errorf("attempt %d's last entry is %q, want %q", i, last[fmt.Sprint(i)], want)
+		}
 	}
 	for i, want := range map[string]wire.CollectHead{
 		"0": {Found: true, Log: wire.CollectSent, LogSize: 6, Output: wire.CollectSent, Files: 3, Bytes: 5},
@@ -133,7 +147,7 @@ func TestCollectCommand(t *testing.T) {
 			t.Errorf("%s = %q, want %q", name, files[name], body)
 		}
 	}
-	if order[0] != "0/"+wire.CollectHeadName || order[len(order)-1] != "5/task.log" {
+	if order[0] != "0/"+wire.CollectHeadName || order[len(order)-1] != "5/"+wire.CollectEndName {
 		t.Errorf("entries out of order: %v", order)
 	}
 }

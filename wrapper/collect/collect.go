@@ -111,7 +111,7 @@ func collectOne(tw *tar.Writer, prefix string, it wire.CollectItem) error {
 		msg := []byte(sendErr.Error())
 		return writeEntry(tw, path.Join(prefix, wire.CollectErrorName), 0o644, int64(len(msg)), bytes.NewReader(msg))
 	}
-	return nil
+	return writeEntry(tw, path.Join(prefix, wire.CollectEndName), 0o644, 0, bytes.NewReader(nil))
 }
 
 // findAttempt finds where it's attempt is: its task directory, or
