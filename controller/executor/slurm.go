@@ -165,12 +165,11 @@ func (s *Slurm) submit(ctx context.Context, inst *nodes.Installed, item wire.Lau
 // task directories, and lets each attempt's job say whether the attempt
 // lives (slurmjob.Decide): a waiting or running job keeps it alive, a job
 // that ended or left the queue without a final status ends it. A failed
-// squeue is an error: nothing is concluded this tick.
+// squeue concludes nothing (unknown): the node answered, so it is not an
+// error, which would put the node offline and lose its tasks while their
+// jobs run on.
 func (s *Slurm) Status(ctx context.Context, inst *nodes.Installed, q Query) (*wire.NodeStatus, error) {
-	jobs, err := s.queue(ctx)
-	if err != nil {
-		return nil, err
-	}
+	jobs, qerr := s.queue(ctx)
 	// Every entry whole (no tags): the executor changes entries.
 	q.Tags = nil
 	st, err := s.inner.Status(ctx, inst, q)
@@ -181,9 +180,27 @@ func (s *Slurm) Status(ctx context.Context, inst *nodes.Installed, q Query) (*wi
 	defer s.mu.Unlock()
 	now := s.now()
 	for i := range st.Tasks {
-		s.judge(&st.Tasks[i], jobs, now)
+		if qerr != nil {
+			s.unknown(&st.Tasks[i], qerr)
+		} else {
+			s.judge(&st.Tasks[i], jobs, now)
+		}
 	}
 	return st, nil
+}
+
+// unknown marks an attempt whose job squeue could not say (s.mu is held):
+// one with a job of this executor's, or without a final status (its job
+// may be queued), stays alive and waits, its status held back so that
+// nothing is concluded (not even a final status: it counts once squeue
+// answers, as the job's end is known). Others are the wrapper's word.
+func (s *Slurm) unknown(ts *wire.TaskStatus, qerr error) {
+	_, ours := s.jobs[ts.Dir]
+	if !ours && ts.Status != nil && ts.Status.Final() {
+		return
+	}
+	ts.Alive, ts.Waiting, ts.Again = true, qerr.Error(), ""
+	ts.Status, ts.StatusError, ts.ToolRunning = nil, "", false
 }
 
 // queue runs the one squeue call.
@@ -195,7 +212,7 @@ func (s *Slurm) queue(ctx context.Context) ([]slurmjob.QueueJob, error) {
 		err = fmt.Errorf("exit %d: %s", res.ExitCode, bytes.TrimSpace(res.Stderr))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("squeue: %w", err)
+		return nil, fmt.Errorf("squeue failed: %w", err)
 	}
 	return slurmjob.ParseQueue(res.Stdout)
 }
