@@ -145,7 +145,8 @@ func (s *Slurm) submit(ctx context.Context, inst *nodes.Installed, item wire.Lau
 	case err != nil:
 		return Launched{Uncertain: fmt.Errorf("sbatch: %w", err)}
 	case res.ExitCode != 0 && bytes.Contains(res.Stderr, []byte("Batch job submission failed")):
-		// slurmctld answered, and refused the job.
+		// slurmctld answered, and refused the job: no job reads its secrets.
+		s.dropSecrets(ctx, item.Dir)
 		return Launched{Err: fmt.Errorf("sbatch: %s", bytes.TrimSpace(res.Stderr))}
 	case res.ExitCode != 0:
 		return Launched{Uncertain: fmt.Errorf("sbatch: exit %d: %s", res.ExitCode, bytes.TrimSpace(res.Stderr))}
@@ -177,16 +178,30 @@ func (s *Slurm) Status(ctx context.Context, inst *nodes.Installed, q Query) (*wi
 		return nil, err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	now := s.now()
+	var unread []string
 	for i := range st.Tasks {
 		if qerr != nil {
 			s.unknown(&st.Tasks[i], qerr)
-		} else {
-			s.judge(&st.Tasks[i], jobs, now)
+		} else if s.judge(&st.Tasks[i], jobs, now) {
+			unread = append(unread, st.Tasks[i].Dir)
 		}
 	}
+	s.mu.Unlock()
+	for _, dir := range unread {
+		s.dropSecrets(ctx, dir)
+	}
 	return st, nil
+}
+
+// dropSecrets removes the secrets file of an attempt in dir whose job
+// will never read it (the job script deletes it when it starts): left, the
+// attempt's environment would outlive it on disk.
+func (s *Slurm) dropSecrets(ctx context.Context, dir string) {
+	rctx, cancel := context.WithTimeout(ctx, s.timeout())
+	defer cancel()
+	// A failure leaves the file to the next attempt's prepare.
+	_ = s.tr.Remove(rctx, filepath.Join(dir, slurmjob.FileSecrets))
 }
 
 // unknown marks an attempt whose job squeue could not say (s.mu is held):
@@ -219,8 +234,10 @@ func (s *Slurm) queue(ctx context.Context) ([]slurmjob.QueueJob, error) {
 
 // judge sets ts.Alive from its attempt's job; s.mu is held. The status
 // file counts only when it is the job's attempt's: until the job's
-// supervisor starts, status.json is still the attempt before's.
-func (s *Slurm) judge(ts *wire.TaskStatus, jobs []slurmjob.QueueJob, now time.Time) {
+// supervisor starts, status.json is still the attempt before's. It
+// reports whether the attempt ended before its job started (its secrets
+// file unread).
+func (s *Slurm) judge(ts *wire.TaskStatus, jobs []slurmjob.QueueJob, now time.Time) (unread bool) {
 	var job *slurmjob.QueueJob
 	for k := range jobs {
 		j := &jobs[k]
@@ -239,7 +256,7 @@ func (s *Slurm) judge(ts *wire.TaskStatus, jobs []slurmjob.QueueJob, now time.Ti
 	case ours:
 		job = nil // its job left the queue
 	default:
-		return // no job of this home: the wrapper's word stands
+		return false // no job of this home: the wrapper's word stands
 	}
 	cur := ts.Status != nil && ts.Status.Attempt == known.attempt
 	v := slurmjob.Decide(slurmjob.Observation{QueryOK: true, Job: job, Started: cur,
@@ -263,7 +280,9 @@ func (s *Slurm) judge(ts *wire.TaskStatus, jobs []slurmjob.QueueJob, now time.Ti
 			ts.Again = v.Reason
 		}
 		delete(s.jobs, ts.Dir)
+		return !cur
 	}
+	return false
 }
 
 // Kill cancels each attempt's job and waits until squeue shows it ended,
@@ -293,6 +312,9 @@ func (s *Slurm) kill(ctx context.Context, inst *nodes.Installed, k Kill) Killed 
 			}
 		}
 		if len(live) == 0 {
+			// No job of the attempt runs or can start: secrets a job
+			// never read go (one that started deleted its own).
+			s.dropSecrets(ctx, k.Dir)
 			break
 		}
 		if res, err := s.tr.Exec(ctx, append([]string{"scancel"}, live...), nil); err != nil || res.ExitCode != 0 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/slurmjob"
 )
 
 // listed is an inner executor whose Status is a fixed listing of task
@@ -20,8 +21,10 @@ func (l listed) Launch(context.Context, *nodes.Installed, []wire.LaunchItem) []L
 func (l listed) Status(context.Context, *nodes.Installed, Query) (*wire.NodeStatus, error) {
 	return &wire.NodeStatus{Tasks: l.tasks()}, nil
 }
-func (l listed) Kill(context.Context, *nodes.Installed, []Kill) []Killed { return nil }
-func (l listed) Close()                                                  {}
+func (l listed) Kill(_ context.Context, _ *nodes.Installed, ks []Kill) []Killed {
+	return make([]Killed, len(ks))
+}
+func (l listed) Close() {}
 
 // TestSlurmSqueueOutageIsUnknown: squeue failing for longer than
 // node_offline_timeout never makes Status an error (which would put the
@@ -73,4 +76,70 @@ func TestSlurmSqueueOutageIsUnknown(t *testing.T) {
 	if ts := st.Tasks[0]; ts.Waiting != "" || !ts.Status.Final() {
 		t.Errorf("squeue back: S01 = %+v, want its final status", ts)
 	}
+}
+
+// TestSlurmDropsUnreadSecrets: an attempt's secrets file, which only its
+// job's script deletes, goes when no job will read it: sbatch refused the
+// job, the job ended (here cancelled) before its wrapper started, or a
+// kill left no job of the attempt. A job that started keeps nothing to
+// drop; a job still queued keeps its file.
+func TestSlurmDropsUnreadSecrets(t *testing.T) {
+	bin, work := t.TempDir(), t.TempDir()
+	script := func(name, body string) {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\n"+body), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	secrets := func(task string) string {
+		dir := filepath.Join(work, "p", "tasks", task)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		f := filepath.Join(dir, slurmjob.FileSecrets)
+		if err := os.WriteFile(f, []byte(`[{"env":{"KEY":"k"}}]`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	gone := func(what, f string, want bool) {
+		t.Helper()
+		if _, err := os.Stat(f); os.IsNotExist(err) != want {
+			t.Errorf("%s: secrets file gone = %v, want %v", what, !want, want)
+		}
+	}
+	now := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
+	var tasks []wire.TaskStatus
+	s := NewSlurm(nodes.Node{Name: "hpc", Slurm: &nodes.Slurm{}}, nodes.NewLocal(), listed{func() []wire.TaskStatus { return append([]wire.TaskStatus(nil), tasks...) }},
+		func() time.Duration { return 10 * time.Second }, "/h")
+	s.now = func() time.Time { return now }
+	inst := &nodes.Installed{Path: "/usr/bin/false"}
+
+	refused := secrets("S01")
+	script("sbatch", "cat >/dev/null; echo 'sbatch: error: Batch job submission failed: Invalid account' >&2; exit 1\n")
+	item := wire.LaunchItem{Dir: filepath.Dir(refused), Launch: wire.Launch{Project: "p", Task: "S01", Attempt: 1}}
+	if l := s.submit(context.Background(), inst, item); l.Err == nil {
+		t.Fatalf("refused sbatch: %+v, want its error", l)
+	}
+	gone("sbatch refused", refused, true)
+
+	cancelled, queued := secrets("S02"), secrets("S03")
+	s.jobs[filepath.Dir(cancelled)] = slurmJob{id: "8", attempt: 1}
+	s.jobs[filepath.Dir(queued)] = slurmJob{id: "9", attempt: 1}
+	tasks = []wire.TaskStatus{{Project: "p", Task: "S02", Dir: filepath.Dir(cancelled)}, {Project: "p", Task: "S03", Dir: filepath.Dir(queued)}}
+	script("squeue", "echo '8|CANCELLED|p/S02/1|None'; echo '9|PENDING|p/S03/1|Priority'\n")
+	for tick := 0; tick < 2; tick++ { // the grace, then the end
+		if _, err := s.Status(context.Background(), inst, Query{}); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(time.Minute)
+	}
+	gone("cancelled before its start", cancelled, true)
+	gone("queued", queued, false)
+
+	script("squeue", "exit 0\n")
+	if k := s.Kill(context.Background(), inst, []Kill{{Dir: filepath.Dir(queued)}}); k[0].Err != nil {
+		t.Fatal(k[0].Err)
+	}
+	gone("killed, no job left", queued, true)
 }
