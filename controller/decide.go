@@ -422,6 +422,8 @@ func (a *applier) noStatus(t *domain.Task, ts *wire.TaskStatus) {
 			// status), unless its batch job waits in a queue.
 			if ts.Waiting == "" {
 				a.awaitStatus(t, ts)
+			} else {
+				a.queued(t)
 			}
 			return
 		}
@@ -447,6 +449,7 @@ func (a *applier) noStatus(t *domain.Task, ts *wire.TaskStatus) {
 			if t.Warning != ts.Waiting {
 				a.setTask(t, store.TaskPatch{Warning: new(ts.Waiting)})
 			}
+			a.queued(t)
 			return
 		}
 		a.awaitStatus(t, ts)
@@ -458,6 +461,15 @@ func (a *applier) noStatus(t *domain.Task, ts *wire.TaskStatus) {
 	}
 	a.fail(t, domain.Running, wire.ClassCrash, msg, 0,
 		store.AttemptPatch{Status: new(domain.Failed), ErrorClass: new(wire.ClassCrash), Error: new(msg)})
+}
+
+// queued restarts the hung clock of an attempt whose batch job waits in
+// its queue: heartbeat_timeout counts from when it stops waiting, not from
+// its claim, so a job that waited long and then ends before it starts is
+// run again (its executor's Again), never failed as hung.
+func (a *applier) queued(t *domain.Task) {
+	t.HeartbeatAt = a.now
+	a.beat(t, t.Heartbeat)
 }
 
 // awaitStatus handles a running attempt whose supervisor holds the task's

@@ -188,7 +188,20 @@ func TestApplyDecisions(t *testing.T) {
 			tasks: []domain.Task{task("S01", domain.Running, "n1", 1)},
 			pulls: map[string]any{"n1": []wire.TaskStatus{{Project: "p", Task: "S01", Alive: true,
 				StatusError: "status.json missing", Waiting: "Slurm job 7 PENDING: Resources"}}},
-			want: []string{"task S01 Warning=Slurm job 7 PENDING: Resources"},
+			want: []string{"task S01 Warning=Slurm job 7 PENDING: Resources", "task S01 Heartbeat=1 HeartbeatAt=2026-11-22T12:00:00Z"},
+		},
+		{
+			// Then it ends before starting (its executor's grace: alive, no
+			// reason): not hung, heartbeat_timeout counts from the wait's end.
+			name: "a batch job waiting past heartbeat_timeout restarts the hung clock",
+			tasks: []domain.Task{func() domain.Task {
+				t := task("S01", domain.Claimed, "n1", 1)
+				t.HeartbeatAt = t0.Add(-3 * time.Minute)
+				return t
+			}()},
+			pulls: map[string]any{"n1": []wire.TaskStatus{{Project: "p", Task: "S01", Alive: true,
+				StatusError: "status.json missing", Waiting: "Slurm job 7 PENDING: Priority"}}},
+			want: []string{"task S01 Heartbeat=1 HeartbeatAt=2026-11-22T12:00:00Z"},
 		},
 		{
 			name:  "a batch job ended from outside before its start is lost: run again without a retry",

@@ -21,7 +21,7 @@ func TestFailuresDocNamesRealTests(t *testing.T) {
 		"schedule": "../schedule", "yamlval": "../internal/yamlval", "netallow": "../internal/netallow",
 		"httpapi": "../httpapi", "dashboard": "../dashboard", "home": "../home",
 		"service": "../service", "prune": "../prune", "logrotate": "../internal/logrotate",
-		"agentcli": "../internal/agentcli", "textfence": "../internal/textfence", "bench": "../bench", "slurmjob": "../wrapper/slurmjob"}
+		"agentcli": "../internal/agentcli", "textfence": "../internal/textfence", "bench": "../bench", "slurmjob": "../wrapper/slurmjob", "executor": "./executor"}
 	cites := regexp.MustCompile("`([a-z]+):(Test[A-Za-z0-9_]+)`").FindAllStringSubmatch(string(doc), -1)
 	if len(cites) < 20 {
 		t.Fatalf("only %d tests cited in FAILURES.md", len(cites))

@@ -54,6 +54,12 @@ func prepareOne(item wire.LaunchItem, seen map[string]bool) error {
 	if seen[item.Dir] {
 		return errkind.Usagef("%s: task directory %s is given twice", prepareCommand, item.Dir)
 	}
+	// A previous attempt's secrets its job never read go first.
+	if filepath.IsAbs(item.Dir) && filepath.Clean(item.Dir) == item.Dir {
+		if err := slurmjob.DropSecrets(item.Dir); err != nil {
+			return errkind.IO(err)
+		}
+	}
 	dir, lock, err := writeLaunchFiles(item)
 	if err != nil {
 		return err

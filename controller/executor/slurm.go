@@ -145,7 +145,8 @@ func (s *Slurm) submit(ctx context.Context, inst *nodes.Installed, item wire.Lau
 	case err != nil:
 		return Launched{Uncertain: fmt.Errorf("sbatch: %w", err)}
 	case res.ExitCode != 0 && bytes.Contains(res.Stderr, []byte("Batch job submission failed")):
-		// slurmctld answered, and refused the job.
+		// slurmctld answered, and refused the job: no job reads its secrets.
+		s.dropSecrets(ctx, item.Dir)
 		return Launched{Err: fmt.Errorf("sbatch: %s", bytes.TrimSpace(res.Stderr))}
 	case res.ExitCode != 0:
 		return Launched{Uncertain: fmt.Errorf("sbatch: exit %d: %s", res.ExitCode, bytes.TrimSpace(res.Stderr))}
@@ -165,12 +166,11 @@ func (s *Slurm) submit(ctx context.Context, inst *nodes.Installed, item wire.Lau
 // task directories, and lets each attempt's job say whether the attempt
 // lives (slurmjob.Decide): a waiting or running job keeps it alive, a job
 // that ended or left the queue without a final status ends it. A failed
-// squeue is an error: nothing is concluded this tick.
+// squeue concludes nothing (unknown): the node answered, so it is not an
+// error, which would put the node offline and lose its tasks while their
+// jobs run on.
 func (s *Slurm) Status(ctx context.Context, inst *nodes.Installed, q Query) (*wire.NodeStatus, error) {
-	jobs, err := s.queue(ctx)
-	if err != nil {
-		return nil, err
-	}
+	jobs, qerr := s.queue(ctx)
 	// Every entry whole (no tags): the executor changes entries.
 	q.Tags = nil
 	st, err := s.inner.Status(ctx, inst, q)
@@ -178,12 +178,44 @@ func (s *Slurm) Status(ctx context.Context, inst *nodes.Installed, q Query) (*wi
 		return nil, err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	now := s.now()
+	var unread []string
 	for i := range st.Tasks {
-		s.judge(&st.Tasks[i], jobs, now)
+		if qerr != nil {
+			s.unknown(&st.Tasks[i], qerr)
+		} else if s.judge(&st.Tasks[i], jobs, now) {
+			unread = append(unread, st.Tasks[i].Dir)
+		}
+	}
+	s.mu.Unlock()
+	for _, dir := range unread {
+		s.dropSecrets(ctx, dir)
 	}
 	return st, nil
+}
+
+// dropSecrets removes the secrets file of an attempt in dir whose job
+// will never read it (the job script deletes it when it starts): left, the
+// attempt's environment would outlive it on disk.
+func (s *Slurm) dropSecrets(ctx context.Context, dir string) {
+	rctx, cancel := context.WithTimeout(ctx, s.timeout())
+	defer cancel()
+	// A failure leaves the file to the next attempt's prepare.
+	_ = s.tr.Remove(rctx, filepath.Join(dir, slurmjob.FileSecrets))
+}
+
+// unknown marks an attempt whose job squeue could not say (s.mu is held):
+// one with a job of this executor's, or without a final status (its job
+// may be queued), stays alive and waits, its status held back so that
+// nothing is concluded (not even a final status: it counts once squeue
+// answers, as the job's end is known). Others are the wrapper's word.
+func (s *Slurm) unknown(ts *wire.TaskStatus, qerr error) {
+	_, ours := s.jobs[ts.Dir]
+	if !ours && ts.Status != nil && ts.Status.Final() {
+		return
+	}
+	ts.Alive, ts.Waiting, ts.Again = true, qerr.Error(), ""
+	ts.Status, ts.StatusError, ts.ToolRunning = nil, "", false
 }
 
 // queue runs the one squeue call.
@@ -195,15 +227,17 @@ func (s *Slurm) queue(ctx context.Context) ([]slurmjob.QueueJob, error) {
 		err = fmt.Errorf("exit %d: %s", res.ExitCode, bytes.TrimSpace(res.Stderr))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("squeue: %w", err)
+		return nil, fmt.Errorf("squeue failed: %w", err)
 	}
 	return slurmjob.ParseQueue(res.Stdout)
 }
 
 // judge sets ts.Alive from its attempt's job; s.mu is held. The status
 // file counts only when it is the job's attempt's: until the job's
-// supervisor starts, status.json is still the attempt before's.
-func (s *Slurm) judge(ts *wire.TaskStatus, jobs []slurmjob.QueueJob, now time.Time) {
+// supervisor starts, status.json is still the attempt before's. It
+// reports whether the attempt ended before its job started (its secrets
+// file unread).
+func (s *Slurm) judge(ts *wire.TaskStatus, jobs []slurmjob.QueueJob, now time.Time) (unread bool) {
 	var job *slurmjob.QueueJob
 	for k := range jobs {
 		j := &jobs[k]
@@ -222,7 +256,7 @@ func (s *Slurm) judge(ts *wire.TaskStatus, jobs []slurmjob.QueueJob, now time.Ti
 	case ours:
 		job = nil // its job left the queue
 	default:
-		return // no job of this home: the wrapper's word stands
+		return false // no job of this home: the wrapper's word stands
 	}
 	cur := ts.Status != nil && ts.Status.Attempt == known.attempt
 	v := slurmjob.Decide(slurmjob.Observation{QueryOK: true, Job: job, Started: cur,
@@ -246,7 +280,9 @@ func (s *Slurm) judge(ts *wire.TaskStatus, jobs []slurmjob.QueueJob, now time.Ti
 			ts.Again = v.Reason
 		}
 		delete(s.jobs, ts.Dir)
+		return !cur
 	}
+	return false
 }
 
 // Kill cancels each attempt's job and waits until squeue shows it ended,
@@ -276,6 +312,9 @@ func (s *Slurm) kill(ctx context.Context, inst *nodes.Installed, k Kill) Killed 
 			}
 		}
 		if len(live) == 0 {
+			// No job of the attempt runs or can start: secrets a job
+			// never read go (one that started deleted its own).
+			s.dropSecrets(ctx, k.Dir)
 			break
 		}
 		if res, err := s.tr.Exec(ctx, append([]string{"scancel"}, live...), nil); err != nil || res.ExitCode != 0 {

@@ -72,7 +72,8 @@ func set(words ...string) map[string]bool {
 
 // Decide says what the job of one attempt means, from one tick's
 // observation: a final status always settles; a failed squeue concludes
-// nothing; a pending job shows Slurm's reason; a job that ended or left
+// nothing; a pending job shows Slurm's reason (a running one none, so
+// that a wrapper that never starts is judged hung); a job that ended or left
 // the queue without a final status is given grace (the wrapper's last
 // write may lag squeue) and then is an outside end before the wrapper
 // started (run again, no retry), a crash after it, or lost when it left
@@ -85,9 +86,10 @@ func Decide(o Observation, now time.Time, grace time.Duration) Verdict {
 		return Verdict{Action: Unknown, Reason: "squeue failed", Since: o.Since}
 	case o.Job != nil && waiting[o.Job.State]:
 		return Verdict{Action: Watch, Reason: pendingReason(o.Job)}
-	case o.Job != nil && active[o.Job.State] && !o.Started:
-		return Verdict{Action: Watch, Reason: "Slurm job " + o.Job.ID + " " + o.Job.State + "; the wrapper has not started yet"}
 	case o.Job != nil && active[o.Job.State]:
+		// No reason even before the wrapper started: only a queued job
+		// waits; a running one whose wrapper never writes is hung after
+		// heartbeat_timeout (the controller's awaitStatus).
 		return Verdict{Action: Watch}
 	}
 	since := o.Since

@@ -71,7 +71,7 @@ func TestDecide(t *testing.T) {
 			"Slurm job 7 PENDING: ReqNodeNotAvail, UnavailableNodes:n1", time.Time{}},
 		{"pending without a reason", Observation{QueryOK: true, Job: job("PENDING", "")}, Watch, "Slurm job 7 PENDING", time.Time{}},
 		{"running", Observation{QueryOK: true, Started: true, Job: job("RUNNING", ""), Since: now.Add(-time.Hour)}, Watch, "", time.Time{}},
-		{"running, wrapper not yet started", Observation{QueryOK: true, Job: job("RUNNING", "")}, Watch, "Slurm job 7 RUNNING; the wrapper has not started yet", time.Time{}},
+		{"running, wrapper not yet started: no reason, so it can be hung", Observation{QueryOK: true, Job: job("RUNNING", "")}, Watch, "", time.Time{}},
 		{"gone: grace starts", Observation{QueryOK: true, Started: true}, Watch, "", now},
 		{"gone within grace", Observation{QueryOK: true, Started: true, Since: now.Add(-30 * time.Second)}, Watch, "", now.Add(-30 * time.Second)},
 		{"gone after grace", Observation{QueryOK: true, Started: true, Since: now.Add(-grace)}, Lost, "left the Slurm queue", now.Add(-grace)},

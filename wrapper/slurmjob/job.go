@@ -3,7 +3,10 @@ package slurmjob
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -22,6 +25,15 @@ const (
 	// a cancel) and anything the batch script prints before the wrapper.
 	FileOutput = "slurm.out"
 )
+
+// DropSecrets removes dir's FileSecrets, if any: a previous attempt's
+// that its job never read (refused, cancelled while queued, lost).
+func DropSecrets(dir string) error {
+	if err := os.Remove(filepath.Join(dir, FileSecrets)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
 
 // TimeMargin is added to a task's timeout for the job's --time, so that
 // the wrapper's own timeout ends the attempt (with its files) first.
