@@ -446,6 +446,9 @@ func (a *applier) noStatus(t *domain.Task, ts *wire.TaskStatus) {
 		}
 		if w != "" && t.Warning != w {
 			a.setTask(t, store.TaskPatch{Warning: new(w)})
+			if ts.Waiting != "" { // the job (an adopted one too) and why it waits (migration 0030)
+				a.setAttempt(t, store.AttemptPatch{Waiting: new(ts.Waiting), SlurmJob: new(ts.SlurmJob)})
+			}
 		}
 		return
 	}
@@ -468,6 +471,7 @@ func (a *applier) running(t *domain.Task, ts *wire.TaskStatus, st *wire.Status) 
 		t.HeartbeatAt = a.now
 		if t.Warning != "" {
 			a.setTask(t, store.TaskPatch{Heartbeat: new(ts.Heartbeat), HeartbeatAt: new(a.now), Warning: new("")})
+			a.setAttempt(t, store.AttemptPatch{Waiting: new("")}) // its job waits no more
 		} else {
 			// Written without a new version: the task held is changed
 			// here as the row is (see store.Tx.Beats).

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -154,6 +155,12 @@ func TestSlurmDrainedNodeSaysWhy(t *testing.T) {
 	if strings.Contains(text, "status.json missing") {
 		t.Errorf("status blames status.json for a job that waits:\n%s", text)
 	}
+	// The JSON, the dashboard's and MCP's source, says it too: the task
+	// waits (not runs) and why, and its job's id.
+	waiting := slurmTaskJSON(t, home, "status", "S01")
+	if !strings.Contains(waiting["waiting"], "PENDING: ReqNodeNotAvail") || waiting["slurm_job"] == "" {
+		t.Errorf("status --json of S01 while drained: %v; want waiting with the reason and slurm_job", waiting)
+	}
 	c.Resume()
 	if r := finished(); r.code != 0 {
 		t.Fatalf("start dag: %s", r)
@@ -161,6 +168,53 @@ func TestSlurmDrainedNodeSaysWhy(t *testing.T) {
 	if s, _ := getStatus(t, home, "dag"); s.Counts["completed"] != 3 {
 		t.Errorf("counts %v, want 3 completed", s.Counts)
 	}
+	done := slurmTaskJSON(t, home, "status", "S01")
+	if done["waiting"] != "" || done["slurm_job"] != waiting["slurm_job"] {
+		t.Errorf("status --json of S01 done: %v; want no waiting, slurm_job %s", done, waiting["slurm_job"])
+	}
+	if id, _ := slurmJobOf(t, c, "dag/S01/1"); id != waiting["slurm_job"] {
+		t.Errorf("S01's job is %s in squeue, %s in status", id, waiting["slurm_job"])
+	}
+	if a := slurmTaskJSON(t, home, "report", "S01"); a["slurm_job"] != waiting["slurm_job"] {
+		t.Errorf("report --json of S01's attempt: %v; want slurm_job %s", a, waiting["slurm_job"])
+	}
+}
+
+// slurmTaskJSON is the waiting and slurm_job of task id of project dag in
+// `dispatch status --json` (what == "status") or of its last attempt in
+// `dispatch report --json` (what == "report").
+func slurmTaskJSON(t *testing.T, home, what, id string) map[string]string {
+	t.Helper()
+	flag := map[string][]string{"status": {"--json"}, "report": {"--format", "json"}}[what]
+	r := runDispatch(t, nil, append([]string{"--home", home, what, "dag"}, flag...)...)
+	if r.code != 0 {
+		t.Fatalf("%s --json: %s", what, r)
+	}
+	type fields struct {
+		ID       string `json:"id"`
+		Waiting  string `json:"waiting"`
+		SlurmJob string `json:"slurm_job"`
+		Attempts []struct {
+			SlurmJob string `json:"slurm_job"`
+		} `json:"attempts"`
+	}
+	var v struct {
+		Tasks []fields `json:"tasks"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil {
+		t.Fatalf("%s --json: %v\n%s", what, err, r.stdout)
+	}
+	for _, f := range v.Tasks {
+		switch {
+		case f.ID != id:
+		case what == "report" && len(f.Attempts) > 0:
+			return map[string]string{"slurm_job": f.Attempts[len(f.Attempts)-1].SlurmJob}
+		case what == "status":
+			return map[string]string{"waiting": f.Waiting, "slurm_job": f.SlurmJob}
+		}
+	}
+	t.Fatalf("%s --json: no task %s with attempts\n%s", what, id, r.stdout)
+	return nil
 }
 
 // TestSlurmSqueueFailingIsUnknown: while slurmctld is down, squeue fails:

@@ -158,7 +158,7 @@ func (s *Slurm) submit(ctx context.Context, inst *nodes.Installed, item wire.Lau
 	s.jobs[item.Dir] = slurmJob{id: id, attempt: l.Attempt}
 	delete(s.since, item.Dir)
 	s.mu.Unlock()
-	return Launched{Run: &wire.RunReply{Task: l.Task, Attempt: l.Attempt, Status: wire.StatusRunning}}
+	return Launched{Run: &wire.RunReply{Task: l.Task, Attempt: l.Attempt, Status: wire.StatusRunning}, SlurmJob: id}
 }
 
 // Status asks squeue for every job of this home, then the wrapper for the
@@ -234,7 +234,7 @@ func (s *Slurm) judge(ts *wire.TaskStatus, jobs []slurmjob.QueueJob, now time.Ti
 	}
 	switch v.Action {
 	case slurmjob.Watch:
-		ts.Alive, ts.Waiting = true, v.Reason
+		ts.Alive, ts.Waiting, ts.SlurmJob = true, v.Reason, known.id
 	case slurmjob.Settle:
 		delete(s.jobs, ts.Dir)
 	case slurmjob.Again, slurmjob.Crash, slurmjob.Lost:
