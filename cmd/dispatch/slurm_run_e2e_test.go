@@ -346,3 +346,36 @@ func TestSlurmSbatchFailingAfterSubmitting(t *testing.T) {
 		t.Errorf("the cluster ran %d jobs, want 3 (none twice): %v", len(jobs), jobs)
 	}
 }
+
+// TestSlurmMaxPending: with the cluster's node drained, a node of 4 slots
+// and max_pending: 1 submits one job of the three runnable tasks and no
+// more while it waits (squeue, read over a few seconds, never shows two);
+// resumed, the three complete.
+func TestSlurmMaxPending(t *testing.T) {
+	c := slurmtest.Start(t)
+	home, _, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+", max_pending: 1}")
+	dir := filepath.Join(home, "specs", "wide")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
+	for _, id := range []string{"S01", "S02", "S03"} {
+		writeFile(t, filepath.Join(dir, id+"-w.md"), "# W\necho ok > ok.txt\n")
+	}
+	c.Drain("max pending")
+	finished := startBackground(t, env, "--home", home, "start", "wide")
+	waitUntil(t, "a job waiting", func() bool {
+		return strings.Contains(runDispatch(t, env, "--home", home, "status", "wide").stdout, "PENDING: ReqNodeNotAvail")
+	})
+	// A negative: nothing to wait for but time; 2 s are ten polls.
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+		if jobs := strings.Fields(c.Run("squeue", "-h", "-o", "%i")); len(jobs) > 1 {
+			t.Fatalf("jobs in the queue: %v; want at most max_pending (1)", jobs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.Resume()
+	if r := finished(); r.code != 0 {
+		t.Fatalf("start wide: %s", r)
+	}
+	if s, _ := getStatus(t, home, "wide"); s.Counts["completed"] != 3 {
+		t.Errorf("counts %v, want 3 completed", s.Counts)
+	}
+}
