@@ -133,8 +133,8 @@ func TestSlurmCancelAndAdminScancel(t *testing.T) {
 	s, _ := getStatus(t, home, "hold")
 	t1, t2 := s.task(t, "S01"), s.task(t, "S02")
 	t.Logf("S02 after the admin's scancel: %s %s %q", t2.Status, t2.ErrorClass, t2.Error)
-	if t1.Status != "canceled" || t2.Status != "failed" || r.code == 0 {
-		t.Errorf("S01 %s, S02 %s, start exit %d: want canceled, failed, non-zero\n%s", t1.Status, t2.Status, r.code, r)
+	if t1.Status != "canceled" || t2.Status != "failed" || t2.ErrorClass != "crash" || !strings.Contains(t2.Error, "CANCELLED") || r.code == 0 {
+		t.Errorf("S01 %s, S02 %s (%s), start exit %d: want canceled, failed (crash saying CANCELLED), non-zero\n%s", t1.Status, t2.Status, t2.ErrorClass, r.code, r)
 	}
 }
 
@@ -377,5 +377,28 @@ func TestSlurmMaxPending(t *testing.T) {
 	}
 	if s, _ := getStatus(t, home, "wide"); s.Counts["completed"] != 3 {
 		t.Errorf("counts %v, want 3 completed", s.Counts)
+	}
+}
+
+// TestSlurmJobTimeLimit: a task that outlives its job's time limit
+// (slurm.time: 1m, Slurm's least) is ended by Slurm and fails as an
+// ordinary crash, its retries used; it is not run again behind the
+// user's back. Slurm enforces limits every 30 s: over a minute of test.
+func TestSlurmJobTimeLimit(t *testing.T) {
+	c := slurmtest.Start(t)
+	home, _, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+", time: 1m}")
+	dir := filepath.Join(home, "specs", "long")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
+	writeFile(t, filepath.Join(dir, "S01-long.md"), "---\nmax_retries: 0\n---\n# Long\nsleep 600\n")
+	start := time.Now()
+	r := runDispatch(t, env, "--home", home, "start", "long")
+	s, _ := getStatus(t, home, "long")
+	t1 := s.task(t, "S01")
+	t.Logf("after %s: S01 %s %s %q; start exit %d", time.Since(start).Round(time.Second), t1.Status, t1.ErrorClass, t1.Error, r.code)
+	if t1.Status != "failed" || t1.ErrorClass != "crash" || !strings.Contains(t1.Error, "Slurm") || t1.Attempt != 1 || r.code == 0 {
+		t.Errorf("S01 %s (%s, attempt %d), start exit %d: want failed, crash saying Slurm ended it, attempt 1, non-zero\n%s", t1.Status, t1.ErrorClass, t1.Attempt, r.code, r)
+	}
+	if _, state := slurmJobOf(t, c, "long/S01/1"); state != "TIMEOUT" {
+		t.Errorf("S01's job ended %s, want TIMEOUT (its --time)", state)
 	}
 }

@@ -33,13 +33,16 @@ type Slurm struct {
 	grace time.Duration
 	now   func() time.Time
 
-	mu sync.Mutex // guards jobs and since
+	mu sync.Mutex // guards jobs, since and asked
 	// jobs is the job of each task directory's latest attempt, as
 	// submitted or found in the queue.
 	jobs map[string]slurmJob
 	// since is when the job of a task directory was first seen ended or
 	// gone without a final status.
 	since map[string]time.Time
+	// asked are the task directories whose attempt dispatch is killing:
+	// a supervisor killed otherwise was signalled by Slurm (Unasked).
+	asked map[string]bool
 }
 
 var _ Executor = (*Slurm)(nil)
@@ -60,7 +63,7 @@ const slurmGrace = 10 * time.Second
 // attempt's record; timeout bounds one call.
 func NewSlurm(cfg nodes.Node, tr nodes.Transport, inner Executor, timeout func() time.Duration, home string) *Slurm {
 	return &Slurm{tr: tr, name: cfg.Name, inner: inner, timeout: timeout, slurm: cfg.Slurm, home: slurmjob.HomeTag(nodes.HomeID(home)),
-		grace: slurmGrace, now: time.Now, jobs: map[string]slurmJob{}, since: map[string]time.Time{}}
+		grace: slurmGrace, now: time.Now, jobs: map[string]slurmJob{}, since: map[string]time.Time{}, asked: map[string]bool{}}
 }
 
 // Slurm's share of the bounds the controller's calls use.
@@ -236,7 +239,14 @@ func (s *Slurm) judge(ts *wire.TaskStatus, jobs []slurmjob.QueueJob, now time.Ti
 	case slurmjob.Watch:
 		ts.Alive, ts.Waiting, ts.SlurmJob = true, v.Reason, known.id
 	case slurmjob.Settle:
+		if ts.Status.ErrorClass == wire.ClassKilled && !s.asked[ts.Dir] {
+			// Slurm's SIGTERM, not dispatch's kill: an ordinary crash.
+			st := *ts.Status
+			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassCrash, slurmjob.Unasked(job, known.id)
+			ts.Status = &st
+		}
 		delete(s.jobs, ts.Dir)
+		delete(s.asked, ts.Dir)
 	case slurmjob.Again, slurmjob.Crash, slurmjob.Lost:
 		ts.Alive = false
 		if !cur {
@@ -264,6 +274,9 @@ func (s *Slurm) Kill(ctx context.Context, inst *nodes.Installed, kills []Kill) [
 
 func (s *Slurm) kill(ctx context.Context, inst *nodes.Installed, k Kill) Killed {
 	project, task := filepath.Base(filepath.Dir(filepath.Dir(k.Dir))), filepath.Base(k.Dir)
+	s.mu.Lock()
+	s.asked[k.Dir] = true
+	s.mu.Unlock()
 	for {
 		jobs, err := s.queue(ctx)
 		if err != nil {

@@ -158,3 +158,15 @@ func AfterSubmitError(queryOK bool, jobs []QueueJob, project, task string, attem
 	}
 	return SubmitAgain, QueueJob{}
 }
+
+// Unasked says why a job's supervisor was killed when dispatch did not ask
+// for it: its SIGTERM came from Slurm (the job's --time limit, an
+// administrator's scancel, a preemption), an ordinary crash of the
+// attempt. job is the attempt's job as the tick's squeue listed it (nil
+// when it did not), id its id; an ended job says how it ended.
+func Unasked(job *QueueJob, id string) string {
+	if job != nil && !waiting[job.State] && !active[job.State] {
+		return ended(job) + ": the supervisor was signalled by Slurm"
+	}
+	return "Slurm job " + id + " was ended by Slurm, not by dispatch (its --time limit, an administrator's scancel or a preemption)"
+}

@@ -174,3 +174,22 @@ func TestProbeScript(t *testing.T) {
 		t.Error("ProbeArgs took a relative work_dir")
 	}
 }
+
+// TestUnasked: a kill dispatch did not ask for is said as Slurm's end of
+// the job, in words when squeue already shows it ended.
+func TestUnasked(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		job  *QueueJob
+		want string
+	}{
+		{"time limit", &QueueJob{ID: "7", State: "TIMEOUT", Reason: "TimeLimit"}, "Slurm job 7 ended TIMEOUT (its --time limit) (TimeLimit): the supervisor was signalled by Slurm"},
+		{"an admin's scancel", &QueueJob{ID: "7", State: "CANCELLED"}, "Slurm job 7 ended CANCELLED: the supervisor"},
+		{"still completing", &QueueJob{ID: "7", State: "COMPLETING"}, "Slurm job 7 was ended by Slurm, not by dispatch (its --time limit"},
+		{"not listed", nil, "Slurm job 7 was ended by Slurm, not by dispatch"},
+	} {
+		if got := Unasked(tc.job, "7"); !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%s: %q, want it to start %q", tc.name, got, tc.want)
+		}
+	}
+}
