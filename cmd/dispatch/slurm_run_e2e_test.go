@@ -402,3 +402,43 @@ func TestSlurmJobTimeLimit(t *testing.T) {
 		t.Errorf("S01's job ended %s, want TIMEOUT (its --time)", state)
 	}
 }
+
+// TestSlurmManyTasksOneQueryPerTick: 200 tasks on a Slurm node of 20
+// slots complete, one job each, and squeue (a counting shim on PATH) is
+// called once per poll, never per task: the calls stay within the polls
+// the run's time allows (200 ms each; twice that and a few for slack),
+// where a query per task would make 200 and more in the first tick alone.
+func TestSlurmManyTasksOneQueryPerTick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("200 Slurm jobs: not in -short")
+	}
+	c := slurmtest.Start(t)
+	home, _, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+"}")
+	cfg := filepath.Join(home, "nodes.yaml")
+	writeFile(t, cfg, strings.Replace(readFile(t, cfg), "slots: 4", "slots: 20", 1))
+	dir := filepath.Join(home, "specs", "many")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
+	for i := 1; i <= 200; i++ {
+		writeFile(t, filepath.Join(dir, fmt.Sprintf("S%03d-m.md", i)), "# M\necho ok > ok.txt\n")
+	}
+	shims, calls := t.TempDir(), filepath.Join(t.TempDir(), "calls")
+	writeFile(t, filepath.Join(shims, "squeue"), "#!/bin/sh\necho x >> "+calls+"\nexec "+c.Bin("squeue")+" \"$@\"\n")
+	if err := os.Chmod(filepath.Join(shims, "squeue"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env = append(env, "PATH="+shims+":"+os.Getenv("PATH"))
+	start := time.Now()
+	if r := startBackground(t, env, "--home", home, "start", "many")(); r.code != 0 {
+		t.Fatalf("start many: %s", r)
+	}
+	took := time.Since(start)
+	if s, _ := getStatus(t, home, "many"); s.Counts["completed"] != 200 {
+		t.Errorf("counts %v, want 200 completed", s.Counts)
+	}
+	n := strings.Count(readFile(t, calls), "x")
+	polls := int(took / (200 * time.Millisecond))
+	t.Logf("200 tasks in %s: %d squeue calls, %d polls of 200 ms", took.Round(time.Second), n, polls)
+	if n == 0 || n > 2*polls+10 {
+		t.Errorf("%d squeue calls in %s (%d polls): want one per poll at most (the slack: twice and 10)", n, took, polls)
+	}
+}
