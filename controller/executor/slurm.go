@@ -230,7 +230,7 @@ func (s *Slurm) judge(ts *wire.TaskStatus, jobs []slurmjob.QueueJob, now time.Ti
 	cur := ts.Status != nil && ts.Status.Attempt == known.attempt
 	v := slurmjob.Decide(slurmjob.Observation{QueryOK: true, Job: job, Started: cur,
 		Final: cur && ts.Status.Final(), Since: s.since[ts.Dir]}, now, s.grace)
-	if v.Since.IsZero() {
+	if v.Since.IsZero() && v.Action != slurmjob.Settle { // Settle: see unasked
 		delete(s.since, ts.Dir)
 	} else {
 		s.since[ts.Dir] = v.Since
@@ -239,14 +239,12 @@ func (s *Slurm) judge(ts *wire.TaskStatus, jobs []slurmjob.QueueJob, now time.Ti
 	case slurmjob.Watch:
 		ts.Alive, ts.Waiting, ts.SlurmJob = true, v.Reason, known.id
 	case slurmjob.Settle:
-		if ts.Status.ErrorClass == wire.ClassKilled && !s.asked[ts.Dir] {
-			// Slurm's SIGTERM, not dispatch's kill: an ordinary crash.
-			st := *ts.Status
-			st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassCrash, slurmjob.Unasked(job, known.id)
-			ts.Status = &st
+		if !s.unasked(ts, job, known.id, now) {
+			return // held until the job's end shows
 		}
 		delete(s.jobs, ts.Dir)
 		delete(s.asked, ts.Dir)
+		delete(s.since, ts.Dir)
 	case slurmjob.Again, slurmjob.Crash, slurmjob.Lost:
 		ts.Alive = false
 		if !cur {
@@ -257,6 +255,32 @@ func (s *Slurm) judge(ts *wire.TaskStatus, jobs []slurmjob.QueueJob, now time.Ti
 		}
 		delete(s.jobs, ts.Dir)
 	}
+}
+
+// unasked rewrites ts's final status when it failed of a kill dispatch
+// did not ask for (slurmjob.Unasked): an ordinary crash saying how Slurm
+// ended the job. false holds the status back (ts seen alive, no status)
+// until squeue shows the job ended; s.mu is held.
+func (s *Slurm) unasked(ts *wire.TaskStatus, job *slurmjob.QueueJob, id string, now time.Time) bool {
+	if ts.Status.Status == wire.StatusCompleted || s.asked[ts.Dir] {
+		return true
+	}
+	since := s.since[ts.Dir]
+	if since.IsZero() {
+		since = now
+	}
+	hold, reason := slurmjob.Unasked(job, id, ts.Status.ErrorClass == wire.ClassKilled, now.Sub(since), s.grace)
+	if hold {
+		s.since[ts.Dir] = since
+		ts.Status, ts.Alive = nil, true
+		return false
+	}
+	if reason != "" {
+		st := *ts.Status
+		st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassCrash, reason
+		ts.Status = &st
+	}
+	return true
 }
 
 // Kill cancels each attempt's job and waits until squeue shows it ended,
