@@ -187,8 +187,8 @@ func TestApplyDecisions(t *testing.T) {
 			name:  "a batch job that waits keeps its attempt, and the task says why",
 			tasks: []domain.Task{task("S01", domain.Running, "n1", 1)},
 			pulls: map[string]any{"n1": []wire.TaskStatus{{Project: "p", Task: "S01", Alive: true,
-				StatusError: "status.json missing", Waiting: "Slurm job 7 PENDING: Resources"}}},
-			want: []string{"task S01 Warning=Slurm job 7 PENDING: Resources"},
+				StatusError: "status.json missing", Waiting: "Slurm job 7 PENDING: Resources", SlurmJob: "7"}}},
+			want: []string{"task S01 Warning=Slurm job 7 PENDING: Resources", "run S01#1 SlurmJob=7 Waiting=Slurm job 7 PENDING: Resources"},
 		},
 		{
 			name:  "a batch job ended from outside before its start is lost: run again without a retry",
