@@ -37,6 +37,7 @@ func TestDecideClaims(t *testing.T) {
 		name    string
 		nodes   []nodes.Node
 		running map[string]int // busy slots per node
+		waiting map[string]int // of them, jobs waiting in a Slurm queue
 		mem     map[string]int64
 		paused  []string
 		use     map[string]int
@@ -79,6 +80,16 @@ func TestDecideClaims(t *testing.T) {
 			nodes: []nodes.Node{node("a", 1, nil), node("b", 1, nil)}, paused: []string{"node:a"},
 			tasks: []domain.Task{task("T1", nil), task("T2", nil)},
 			want:  "T1@b"},
+		{name: "slurm max_pending: no more jobs waiting than it, free slots or not",
+			nodes:   []nodes.Node{node("hpc", 8, func(n *nodes.Node) { n.Slurm = &nodes.Slurm{MaxPending: 3} }), node("b", 1, nil)},
+			running: map[string]int{"hpc": 1}, waiting: map[string]int{"hpc": 1},
+			tasks: []domain.Task{task("T1", nil), task("T2", nil), task("T3", nil), task("T4", nil)},
+			want:  "T1@b T2@hpc T3@hpc"}, // T4 would be a fourth job waiting
+		{name: "slurm max_pending reached",
+			nodes:   []nodes.Node{node("hpc", 8, func(n *nodes.Node) { n.Slurm = &nodes.Slurm{MaxPending: 2} })},
+			running: map[string]int{"hpc": 2}, waiting: map[string]int{"hpc": 2},
+			tasks: []domain.Task{task("T1", nil)},
+			want:  ""},
 		{name: "no free slot",
 			nodes: []nodes.Node{node("a", 1, nil)}, running: map[string]int{"a": 1},
 			tasks: []domain.Task{task("T1", nil)},
@@ -88,7 +99,7 @@ func TestDecideClaims(t *testing.T) {
 			cfg := &nodes.Config{Nodes: tc.nodes, APIModes: cfgModes}
 			in := assignInput{caps: map[string]*capacity{}, paused: map[string]bool{}, modeUse: map[string]int{}, candidates: tc.tasks}
 			for _, n := range tc.nodes {
-				in.caps[n.Name] = &capacity{node: &nodeRuntime{cfg: n}, running: tc.running[n.Name], mem: tc.mem[n.Name]}
+				in.caps[n.Name] = &capacity{node: &nodeRuntime{cfg: n}, running: tc.running[n.Name], mem: tc.mem[n.Name], waiting: tc.waiting[n.Name]}
 			}
 			for _, p := range tc.paused {
 				in.paused[p] = true

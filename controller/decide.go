@@ -423,7 +423,7 @@ func (a *applier) noStatus(t *domain.Task, ts *wire.TaskStatus) {
 			if ts.Waiting == "" {
 				a.awaitStatus(t, ts)
 			} else {
-				a.queued(t)
+				a.jobWaits(t, ts)
 			}
 			return
 		}
@@ -444,12 +444,7 @@ func (a *applier) noStatus(t *domain.Task, ts *wire.TaskStatus) {
 	}
 	if ts != nil && ts.Alive {
 		if ts.Waiting != "" {
-			// A batch job waits in its queue: no supervisor beats yet, and
-			// none is hung; the task's warning says why it waits.
-			if t.Warning != ts.Waiting {
-				a.setTask(t, store.TaskPatch{Warning: new(ts.Waiting)})
-			}
-			a.queued(t)
+			a.jobWaits(t, ts)
 			return
 		}
 		a.awaitStatus(t, ts)
@@ -470,6 +465,22 @@ func (a *applier) noStatus(t *domain.Task, ts *wire.TaskStatus) {
 func (a *applier) queued(t *domain.Task) {
 	t.HeartbeatAt = a.now
 	a.beat(t, t.Heartbeat)
+}
+
+// jobWaits handles an attempt whose batch job waits in its queue: no
+// supervisor beats yet, and none is hung (the hung clock restarts, see
+// queued); the task's warning and the attempt's waiting say why, and the
+// attempt records its job (an adopted one too, migration 0030).
+func (a *applier) jobWaits(t *domain.Task, ts *wire.TaskStatus) {
+	if t.Warning != ts.Waiting {
+		a.setTask(t, store.TaskPatch{Warning: new(ts.Waiting)})
+		run := store.AttemptPatch{Waiting: new(ts.Waiting)}
+		if ts.SlurmJob != "" {
+			run.SlurmJob = new(ts.SlurmJob)
+		}
+		a.setAttempt(t, run)
+	}
+	a.queued(t)
 }
 
 // awaitStatus handles a running attempt whose supervisor holds the task's
@@ -520,6 +531,7 @@ func (a *applier) running(t *domain.Task, ts *wire.TaskStatus, st *wire.Status) 
 		t.HeartbeatAt = a.now
 		if t.Warning != "" {
 			a.setTask(t, store.TaskPatch{Heartbeat: new(ts.Heartbeat), HeartbeatAt: new(a.now), Warning: new("")})
+			a.setAttempt(t, store.AttemptPatch{Waiting: new("")}) // its job waits no more
 		} else {
 			// Written without a new version: the task held is changed
 			// here as the row is (see store.Tx.Beats).

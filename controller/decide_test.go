@@ -187,8 +187,8 @@ func TestApplyDecisions(t *testing.T) {
 			name:  "a batch job that waits keeps its attempt, and the task says why",
 			tasks: []domain.Task{task("S01", domain.Running, "n1", 1)},
 			pulls: map[string]any{"n1": []wire.TaskStatus{{Project: "p", Task: "S01", Alive: true,
-				StatusError: "status.json missing", Waiting: "Slurm job 7 PENDING: Resources"}}},
-			want: []string{"task S01 Warning=Slurm job 7 PENDING: Resources", "task S01 Heartbeat=1 HeartbeatAt=2026-11-22T12:00:00Z"},
+				StatusError: "status.json missing", Waiting: "Slurm job 7 PENDING: Resources", SlurmJob: "7"}}},
+			want: []string{"task S01 Warning=Slurm job 7 PENDING: Resources", "run S01#1 SlurmJob=7 Waiting=Slurm job 7 PENDING: Resources", "task S01 Heartbeat=1 HeartbeatAt=2026-11-22T12:00:00Z"},
 		},
 		{
 			// Then it ends before starting (its executor's grace: alive, no
@@ -201,7 +201,8 @@ func TestApplyDecisions(t *testing.T) {
 			}()},
 			pulls: map[string]any{"n1": []wire.TaskStatus{{Project: "p", Task: "S01", Alive: true,
 				StatusError: "status.json missing", Waiting: "Slurm job 7 PENDING: Priority"}}},
-			want: []string{"task S01 Heartbeat=1 HeartbeatAt=2026-11-22T12:00:00Z"},
+			want: []string{"task S01 Warning=Slurm job 7 PENDING: Priority", "run S01#1 Waiting=Slurm job 7 PENDING: Priority",
+				"task S01 Heartbeat=1 HeartbeatAt=2026-11-22T12:00:00Z"},
 		},
 		{
 			name:  "a batch job ended from outside before its start is lost: run again without a retry",

@@ -42,6 +42,8 @@ func stallTimeout(t domain.Task, opts domain.ProjectOptions, n nodes.Node) time.
 type launchOutcome struct {
 	claim claim
 	reply *wire.RunReply
+	// slurmJob is the id of the attempt's Slurm job (executor.Slurm).
+	slurmJob string
 	// err is set when the attempt surely did not start; uncertain is set when
 	// the transport failed and the next pull must decide.
 	err       error
@@ -155,7 +157,7 @@ func (c *Controller) recordLaunches(ctx context.Context, outcomes []launchOutcom
 					Set: store.TaskPatch{StartedAt: new(tx.Now())}}); err != nil {
 					return err
 				}
-				if err := tx.SetAttempt(ctx, t.Project, t.ID, t.Attempt, store.AttemptPatch{Status: new(domain.Running), PID: new(o.reply.PID), StartedAt: new(tx.Now()), Dangerous: new(o.dangerous)}); err != nil {
+				if err := tx.SetAttempt(ctx, t.Project, t.ID, t.Attempt, store.AttemptPatch{Status: new(domain.Running), PID: new(o.reply.PID), StartedAt: new(tx.Now()), Dangerous: new(o.dangerous), SlurmJob: new(o.slurmJob)}); err != nil {
 					return err
 				}
 				if o.resumed != "" {
@@ -248,7 +250,7 @@ func (c *Controller) launchNode(ctx context.Context, n *nodeRuntime, claims []cl
 	}
 	for k, l := range launchedEach(n.exec.Launch(ctx, inst, batch), len(batch)) {
 		o := &outs[pending[k]]
-		o.reply, o.err, o.uncertain = l.Run, l.Err, l.Uncertain
+		o.reply, o.err, o.uncertain, o.slurmJob = l.Run, l.Err, l.Uncertain, l.SlurmJob
 		if l.Run != nil {
 			c.log.Info("launched", keyNode, n.cfg.Name, keyProject, o.claim.task.Project, keyTask, o.claim.task.ID,
 				keyAttempt, o.claim.task.Attempt, "pid", l.Run.PID)

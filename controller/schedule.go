@@ -49,6 +49,17 @@ type capacity struct {
 	node    *nodeRuntime
 	running int
 	mem     int64
+	// waiting counts the node's attempts whose batch job waits in its
+	// scheduler's queue (a Slurm node): at slurm.max_pending, the node
+	// takes no more.
+	waiting int
+}
+
+// queueFull reports whether cp's node, a Slurm one, has max_pending jobs
+// waiting already.
+func (cp *capacity) queueFull() bool {
+	s := cp.node.cfg.Slurm
+	return s != nil && s.MaxPending > 0 && cp.waiting >= s.MaxPending
 }
 
 // stepAssign names the claiming of a project's tasks in its problem.
@@ -81,7 +92,7 @@ func decideClaims(cfg *nodes.Config, in assignInput) []claim {
 		bestMode := ""
 		for _, cp := range in.caps {
 			n := cp.node.cfg
-			if ok, _ := policy.Eligible(cfg, t, n); !ok || cp.running >= n.Slots {
+			if ok, _ := policy.Eligible(cfg, t, n); !ok || cp.running >= n.Slots || cp.queueFull() {
 				continue
 			}
 			if n.MinFreeMem > 0 && cp.mem < n.MinFreeMem {
@@ -102,6 +113,9 @@ func decideClaims(cfg *nodes.Config, in assignInput) []claim {
 			continue
 		}
 		best.running++
+		if best.node.cfg.Slurm != nil {
+			best.waiting++ // a job submitted waits until squeue says otherwise
+		}
 		if bestMode != "" {
 			in.modeUse[bestMode]++
 		}

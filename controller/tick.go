@@ -240,6 +240,11 @@ func (c *Controller) capacities(pulls map[string]*pull, busy map[string]int, hol
 	for name, n := range c.nodes {
 		if p := pulls[name]; p != nil && p.err == nil && !n.working.Load() && !diskFull(p.status.Facts.DiskFreeBytes) && !hold[name] {
 			caps[name] = &capacity{node: n, mem: p.status.Facts.MemAvailableBytes, running: busy[name]}
+			for _, ts := range p.status.Tasks {
+				if ts.Alive && ts.Waiting != "" {
+					caps[name].waiting++
+				}
+			}
 		}
 	}
 	return caps

@@ -154,6 +154,9 @@ type Attempt struct {
 	// attempt started on (its dependencies' results merged onto its
 	// task's BaseCommit), or "": it started on its task's BaseCommit.
 	BaseCommit string
+	// SlurmJob is the id of the Slurm job that ran the attempt ("" for
+	// another executor); Waiting why that job has not started yet.
+	SlurmJob, Waiting string
 	// Inputs is what the attempt ran from (spec, base, tool, model,
 	// api_mode variables, its dependencies' results) as JSON: a later run
 	// reuses the result while they are unchanged.

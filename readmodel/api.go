@@ -335,7 +335,7 @@ func Task(ctx context.Context, st *store.Store, cfg Nodes, homeDir, project, id 
 	if err != nil {
 		return nil, err
 	}
-	sandboxes, err := st.Sandboxes(ctx, project)
+	currents, err := st.Currents(ctx, project)
 	if err != nil {
 		return nil, err
 	}
@@ -343,7 +343,7 @@ func Task(ctx context.Context, st *store.Store, cfg Nodes, homeDir, project, id 
 	if err != nil {
 		return nil, err
 	}
-	tv := taskView(t, sandboxes[t.ID], gating[t.ID], now)
+	tv := taskView(t, currents[t.ID], gating[t.ID], now)
 	if given, err := st.Given(ctx, project); err != nil {
 		return nil, err
 	} else if given[id] != nil {

@@ -125,6 +125,8 @@ type AttemptView struct {
 	// FinalMessage is what its agent reported as its last word (task
 	// text, at most 4 KiB).
 	FinalMessage string `json:"final_message,omitempty"`
+	// SlurmJob is the id of the Slurm job that ran the attempt.
+	SlurmJob string `json:"slurm_job,omitempty"`
 }
 
 // OutputView is one collected output file.
@@ -263,7 +265,7 @@ func (r *Report) addAttempts(runs []domain.Attempt, number int) (attempts map[st
 
 // attemptView is a as the report shows it.
 func attemptView(a domain.Attempt) AttemptView {
-	v := AttemptView{Dangerous: a.Dangerous, Sandbox: a.Sandbox, Attempt: a.Attempt, Run: a.Run, Node: a.Node, Status: a.Status,
+	v := AttemptView{Dangerous: a.Dangerous, Sandbox: a.Sandbox, SlurmJob: a.SlurmJob, Attempt: a.Attempt, Run: a.Run, Node: a.Node, Status: a.Status,
 		ExitCode: a.ExitCode, Signal: a.Signal, ErrorClass: a.ErrorClass, Error: a.Error,
 		StartedAt: jsonTime(a.StartedAt), CompletedAt: jsonTime(a.CompletedAt),
 		TokensIn: a.TokensIn, TokensOut: a.TokensOut, CostUSD: a.CostUSD, APIMode: a.APIMode,

@@ -193,6 +193,11 @@ type TaskView struct {
 	// Preemptions counts the task's attempts a more urgent task stopped
 	// (controller.preemption); in the JSON only when there were some.
 	Preemptions int `json:"preemptions,omitempty"`
+	// SlurmJob is the id of the Slurm job of the current attempt (a node
+	// with slurm:); Waiting, on a task not yet started, why its job waits
+	// (Slurm's pending reason): the task is launched but waits, not runs.
+	SlurmJob string `json:"slurm_job,omitempty"`
+	Waiting  string `json:"waiting,omitempty"`
 }
 
 // NodeView is one node in status output.
@@ -226,7 +231,7 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 	v := &StatusView{Project: project, Run: p.Run, Phase: p.Phase, State: p.State, Problem: p.Problem, Tasks: []TaskView{}, Nodes: []NodeView{},
 		state: p.State, result: p.Result, byID: map[string]int{}}
 	sortTasks(tasks)
-	sandboxes, err := st.Sandboxes(ctx, project)
+	currents, err := st.Currents(ctx, project)
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +251,7 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 			running[t.Node]++
 		}
 		v.byID[t.ID] = len(v.Tasks)
-		tv := taskView(t, sandboxes[t.ID], gating[t.ID], now)
+		tv := taskView(t, currents[t.ID], gating[t.ID], now)
 		if given[t.ID] != nil {
 			tv.Inputs = given[t.ID]
 		}
@@ -282,11 +287,14 @@ func Status(ctx context.Context, st *store.Store, cfg Nodes, project string, now
 }
 
 // taskView is t as status shows it at now.
-func taskView(t domain.Task, sandbox string, gating bool, now time.Time) TaskView {
+func taskView(t domain.Task, cur store.Current, gating bool, now time.Time) TaskView {
 	tv := TaskView{ID: t.ID, Title: t.Title, Type: t.Type, Status: t.Status, Node: t.Node, Attempt: t.Attempt,
 		ExitCode: t.ExitCode, ErrorClass: t.ErrorClass, Error: t.Error, Warning: t.Warning, ReusedFrom: t.ReusedFrom,
-		StartedAt: jsonTime(t.StartedAt), CompletedAt: jsonTime(t.CompletedAt), Sandbox: sandbox, Gating: gating, Inputs: []domain.Given{},
-		Preemptions: t.Preemptions}
+		StartedAt: jsonTime(t.StartedAt), CompletedAt: jsonTime(t.CompletedAt), Sandbox: cur.Sandbox, Gating: gating, Inputs: []domain.Given{},
+		Preemptions: t.Preemptions, SlurmJob: cur.SlurmJob}
+	if t.Status == domain.Running || t.Status == domain.Claimed {
+		tv.Waiting = cur.Waiting
+	}
 	switch {
 	case !t.StartedAt.IsZero() && !t.CompletedAt.IsZero() && t.CompletedAt.After(t.StartedAt):
 		tv.DurationSeconds = t.CompletedAt.Sub(t.StartedAt).Seconds()

@@ -89,6 +89,10 @@ type AttemptPatch struct {
 	FinalMessage *string `col:"final_message"`
 	// BaseCommit is the commit a stacked attempt started on (migration 0028).
 	BaseCommit *string `col:"base_commit"`
+	// SlurmJob is the id of the attempt's Slurm job; Waiting why that job
+	// has not started yet, "" once it did (migration 0030).
+	SlurmJob *string `col:"slurm_job"`
+	Waiting  *string `col:"waiting"`
 }
 
 // ProjectPatch changes columns of a project.

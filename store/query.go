@@ -278,22 +278,33 @@ func scanProject(r scanner) (domain.Project, error) {
 	return p, err
 }
 
-// Sandboxes returns, by task, how its current attempt was confined
-// ("bwrap"), for the tasks whose current attempt was.
-func (s *Store) Sandboxes(ctx context.Context, project string) (map[string]string, error) {
-	out := map[string]string{}
+// Current is what status shows of a task's current attempt beside the
+// task's row.
+type Current struct {
+	// Sandbox is how the attempt was confined: "bwrap", or "".
+	Sandbox string
+	// SlurmJob is the id of its Slurm job; Waiting why that job has not
+	// started yet ("" for none).
+	SlurmJob, Waiting string
+}
+
+// Currents returns, by task, its current attempt's Current, for the tasks
+// whose current attempt has one set.
+func (s *Store) Currents(ctx context.Context, project string) (map[string]Current, error) {
+	out := map[string]Current{}
 	err := eachRow(ctx, s.db, func(r scanner) error {
-		var task, sb string
-		if err := r.Scan(&task, &sb); err != nil {
+		var task string
+		var c Current
+		if err := r.Scan(&task, &c.Sandbox, &c.SlurmJob, &c.Waiting); err != nil {
 			return err
 		}
-		out[task] = sb
+		out[task] = c
 		return nil
-	}, `SELECT r.task, r.sandbox FROM attempts AS r JOIN `+s.table("tasks")+
+	}, `SELECT r.task, r.sandbox, r.slurm_job, r.waiting FROM attempts AS r JOIN `+s.table("tasks")+
 		` ON tasks.project = r.project AND tasks.id = r.task AND tasks.attempt = r.attempt
-		WHERE r.project = ? AND r.sandbox != ''`, project)
+		WHERE r.project = ? AND (r.sandbox != '' OR r.slurm_job != '' OR r.waiting != '')`, project)
 	if err != nil {
-		return nil, fmt.Errorf("read the sandboxes of %s: %w", project, err)
+		return nil, fmt.Errorf("read the current attempts of %s: %w", project, err)
 	}
 	return out, nil
 }
@@ -331,7 +342,7 @@ func (s *Store) Attempts(ctx context.Context, project, task string) ([]domain.At
 }
 
 const attemptSelect = `SELECT project, task, attempt, node, status, pid, exit_code, signal, error_class, error, claimed_at,
-		started_at, completed_at, log_bytes, tokens_in, tokens_out, cost_usd, collected_at, dangerous, api_mode, session_id, result_commit, run, inputs, sandbox, given, final_message, base_commit FROM attempts`
+		started_at, completed_at, log_bytes, tokens_in, tokens_out, cost_usd, collected_at, dangerous, api_mode, session_id, result_commit, run, inputs, sandbox, given, final_message, base_commit, slurm_job, waiting FROM attempts`
 
 // Settled reports whether every task of a project is settled: in a
 // terminal status and, completed, with its current attempt's files
@@ -410,7 +421,7 @@ func scanAttempt(row scanner) (domain.Attempt, error) {
 	err := row.Scan(&r.Project, &r.Task, &r.Attempt, &r.Node, &r.Status, &r.PID, &r.ExitCode, &r.Signal,
 		&r.ErrorClass, &r.Error, &claimed, &started, &completed, &r.LogBytes, &r.TokensIn, &r.TokensOut,
 		&r.CostUSD, &collected, &r.Dangerous, &r.APIMode, &r.SessionID, &r.Commit, &r.Run, &r.Inputs, &r.Sandbox,
-		&given, &r.FinalMessage, &r.BaseCommit)
+		&given, &r.FinalMessage, &r.BaseCommit, &r.SlurmJob, &r.Waiting)
 	r.ClaimedAt, r.StartedAt, r.CompletedAt, r.CollectedAt = parseTime(claimed), parseTime(started), parseTime(completed), parseTime(collected)
 	r.Given = DecodeGiven(given)
 	return r, err

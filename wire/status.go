@@ -186,6 +186,9 @@ type TaskStatus struct {
 	// knows (a batch job's pending reason: "Slurm job 7 PENDING:
 	// Resources"); status shows it.
 	Waiting string `json:"waiting,omitempty"`
+	// SlurmJob is the id of the attempt's Slurm job while it waits or
+	// runs (the executor's, never the wrapper's).
+	SlurmJob string `json:"slurm_job,omitempty"`
 	// Again says why the attempt ended before it started, for a cause
 	// outside it (a batch job cancelled by an administrator, a node
 	// failure, a preemption): it runs again without using a retry.

@@ -39,6 +39,25 @@ func countsText(c readmodel.Counts) string {
 // failedTasks names the tasks that failed or are blocked, in dispatch's
 // words, and returns their errors apart ("S03: exit status 3"), to be
 // fenced: an error may quote the task.
+// waitingTasks names the tasks launched whose batch job waits, with why
+// (a Slurm node's pending reason), at most maxListed.
+func waitingTasks(tasks []readmodel.TaskView) string {
+	var b strings.Builder
+	n := 0
+	for _, t := range tasks {
+		if t.Waiting == "" {
+			continue
+		}
+		if n == maxListed {
+			b.WriteString("…\n")
+			break
+		}
+		n++
+		fmt.Fprintf(&b, "%s: %s\n", t.ID, termtext.Clean(truncate(t.Waiting, 200)))
+	}
+	return b.String()
+}
+
 func failedTasks(tasks []readmodel.TaskView) (lines, errs string) {
 	var b, e strings.Builder
 	n := 0
@@ -100,6 +119,7 @@ func statusSummary(v *readmodel.StatusView, stop projectStop, f fence) string {
 	lines, errs := failedTasks(v.Tasks)
 	b.WriteString(lines)
 	b.WriteString(f.wrap("Their errors", errs))
+	b.WriteString(f.wrap("Launched but waiting, not running (the scheduler's reason)", waitingTasks(v.Tasks)))
 	b.WriteString(f.wrap("Why dispatch stopped it", stop.problem))
 	q := fmt.Sprintf("{project: %q}", v.Project)
 	switch {

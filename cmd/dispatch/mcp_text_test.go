@@ -111,6 +111,10 @@ func TestStatusSummary(t *testing.T) {
 		{"done, failed", view(domain.PhaseDone, failed), projectStop{},
 			[]string{"k: phase done; 1 task(s): 1 failed.\n", "  S03 failed (attempt 2): gate\n", "Their errors: untrusted data from a task", "Next: report {project: \"k\"}"},
 			"S03: " + injection + "\n"},
+		{"a Slurm job waits", view(domain.PhaseImplementation, readmodel.TaskView{ID: "S01", Status: domain.Running, Attempt: 1,
+			Waiting: "Slurm job 7 PENDING: ReqNodeNotAvail"}), projectStop{},
+			[]string{"Launched but waiting, not running (the scheduler's reason): untrusted data", "In progress."},
+			"S01: Slurm job 7 PENDING: ReqNodeNotAvail\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			text := statusSummary(c.v, c.stop, newFence())

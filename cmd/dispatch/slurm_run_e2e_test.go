@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -132,8 +133,8 @@ func TestSlurmCancelAndAdminScancel(t *testing.T) {
 	s, _ := getStatus(t, home, "hold")
 	t1, t2 := s.task(t, "S01"), s.task(t, "S02")
 	t.Logf("S02 after the admin's scancel: %s %s %q", t2.Status, t2.ErrorClass, t2.Error)
-	if t1.Status != "canceled" || t2.Status != "failed" || r.code == 0 {
-		t.Errorf("S01 %s, S02 %s, start exit %d: want canceled, failed, non-zero\n%s", t1.Status, t2.Status, r.code, r)
+	if t1.Status != "canceled" || t2.Status != "failed" || t2.ErrorClass != "crash" || !strings.Contains(t2.Error, "CANCELLED") || r.code == 0 {
+		t.Errorf("S01 %s, S02 %s (%s), start exit %d: want canceled, failed (a crash saying CANCELLED), non-zero\n%s", t1.Status, t2.Status, t2.ErrorClass, r.code, r)
 	}
 }
 
@@ -154,6 +155,12 @@ func TestSlurmDrainedNodeSaysWhy(t *testing.T) {
 	if strings.Contains(text, "status.json missing") {
 		t.Errorf("status blames status.json for a job that waits:\n%s", text)
 	}
+	// The JSON, the dashboard's and MCP's source, says it too: the task
+	// waits (not runs) and why, and its job's id.
+	waiting := slurmTaskJSON(t, home, "status", "S01")
+	if !strings.Contains(waiting["waiting"], "PENDING: ReqNodeNotAvail") || waiting["slurm_job"] == "" {
+		t.Errorf("status --json of S01 while drained: %v; want waiting with the reason and slurm_job", waiting)
+	}
 	c.Resume()
 	if r := finished(); r.code != 0 {
 		t.Fatalf("start dag: %s", r)
@@ -161,6 +168,53 @@ func TestSlurmDrainedNodeSaysWhy(t *testing.T) {
 	if s, _ := getStatus(t, home, "dag"); s.Counts["completed"] != 3 {
 		t.Errorf("counts %v, want 3 completed", s.Counts)
 	}
+	done := slurmTaskJSON(t, home, "status", "S01")
+	if done["waiting"] != "" || done["slurm_job"] != waiting["slurm_job"] {
+		t.Errorf("status --json of S01 done: %v; want no waiting, slurm_job %s", done, waiting["slurm_job"])
+	}
+	if id, _ := slurmJobOf(t, c, "dag/S01/1"); id != waiting["slurm_job"] {
+		t.Errorf("S01's job is %s in squeue, %s in status", id, waiting["slurm_job"])
+	}
+	if a := slurmTaskJSON(t, home, "report", "S01"); a["slurm_job"] != waiting["slurm_job"] {
+		t.Errorf("report --json of S01's attempt: %v; want slurm_job %s", a, waiting["slurm_job"])
+	}
+}
+
+// slurmTaskJSON is the waiting and slurm_job of task id of project dag in
+// `dispatch status --json` (what == "status") or of its last attempt in
+// `dispatch report --json` (what == "report").
+func slurmTaskJSON(t *testing.T, home, what, id string) map[string]string {
+	t.Helper()
+	flag := map[string][]string{"status": {"--json"}, "report": {"--format", "json"}}[what]
+	r := runDispatch(t, nil, append([]string{"--home", home, what, "dag"}, flag...)...)
+	if r.code != 0 {
+		t.Fatalf("%s --json: %s", what, r)
+	}
+	type fields struct {
+		ID       string `json:"id"`
+		Waiting  string `json:"waiting"`
+		SlurmJob string `json:"slurm_job"`
+		Attempts []struct {
+			SlurmJob string `json:"slurm_job"`
+		} `json:"attempts"`
+	}
+	var v struct {
+		Tasks []fields `json:"tasks"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil {
+		t.Fatalf("%s --json: %v\n%s", what, err, r.stdout)
+	}
+	for _, f := range v.Tasks {
+		switch {
+		case f.ID != id:
+		case what == "report" && len(f.Attempts) > 0:
+			return map[string]string{"slurm_job": f.Attempts[len(f.Attempts)-1].SlurmJob}
+		case what == "status":
+			return map[string]string{"waiting": f.Waiting, "slurm_job": f.SlurmJob}
+		}
+	}
+	t.Fatalf("%s --json: no task %s with attempts\n%s", what, id, r.stdout)
+	return nil
 }
 
 // TestSlurmSqueueFailingIsUnknown: while slurmctld is down, squeue fails:
@@ -290,5 +344,101 @@ func TestSlurmSbatchFailingAfterSubmitting(t *testing.T) {
 	}
 	if jobs := strings.Fields(c.Run("squeue", "-h", "--states=all", "-o", "%i|%k|%T")); len(jobs) != 3 {
 		t.Errorf("the cluster ran %d jobs, want 3 (none twice): %v", len(jobs), jobs)
+	}
+}
+
+// TestSlurmMaxPending: with the cluster's node drained, a node of 4 slots
+// and max_pending: 1 submits one job of the three runnable tasks and no
+// more while it waits (squeue, read over a few seconds, never shows two);
+// resumed, the three complete.
+func TestSlurmMaxPending(t *testing.T) {
+	c := slurmtest.Start(t)
+	home, _, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+", max_pending: 1}")
+	dir := filepath.Join(home, "specs", "wide")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
+	for _, id := range []string{"S01", "S02", "S03"} {
+		writeFile(t, filepath.Join(dir, id+"-w.md"), "# W\necho ok > ok.txt\n")
+	}
+	c.Drain("max pending")
+	finished := startBackground(t, env, "--home", home, "start", "wide")
+	waitUntil(t, "a job waiting", func() bool {
+		return strings.Contains(runDispatch(t, env, "--home", home, "status", "wide").stdout, "PENDING: ReqNodeNotAvail")
+	})
+	// A negative: nothing to wait for but time; 2 s are ten polls.
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+		if jobs := strings.Fields(c.Run("squeue", "-h", "-o", "%i")); len(jobs) > 1 {
+			t.Fatalf("jobs in the queue: %v; want at most max_pending (1)", jobs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.Resume()
+	if r := finished(); r.code != 0 {
+		t.Fatalf("start wide: %s", r)
+	}
+	if s, _ := getStatus(t, home, "wide"); s.Counts["completed"] != 3 {
+		t.Errorf("counts %v, want 3 completed", s.Counts)
+	}
+}
+
+// TestSlurmJobTimeLimit: a task that outlives its job's time limit
+// (slurm.time: 1m, Slurm's least) is ended by Slurm and fails as an
+// ordinary crash, its retries used; it is not run again behind the
+// user's back. Slurm enforces limits every 30 s: over a minute of test.
+func TestSlurmJobTimeLimit(t *testing.T) {
+	c := slurmtest.Start(t)
+	home, _, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+", time: 1m}")
+	dir := filepath.Join(home, "specs", "long")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
+	writeFile(t, filepath.Join(dir, "S01-long.md"), "---\nmax_retries: 0\n---\n# Long\nsleep 600\n")
+	start := time.Now()
+	r := runDispatch(t, env, "--home", home, "start", "long")
+	s, _ := getStatus(t, home, "long")
+	t1 := s.task(t, "S01")
+	t.Logf("after %s: S01 %s %s %q; start exit %d", time.Since(start).Round(time.Second), t1.Status, t1.ErrorClass, t1.Error, r.code)
+	if t1.Status != "failed" || t1.ErrorClass != "crash" || !strings.Contains(t1.Error, "Slurm") || t1.Attempt != 1 || r.code == 0 {
+		t.Errorf("S01 %s (%s, attempt %d), start exit %d: want failed, crash saying Slurm ended it, attempt 1, non-zero\n%s", t1.Status, t1.ErrorClass, t1.Attempt, r.code, r)
+	}
+	if _, state := slurmJobOf(t, c, "long/S01/1"); state != "TIMEOUT" {
+		t.Errorf("S01's job ended %s, want TIMEOUT (its --time)", state)
+	}
+}
+
+// TestSlurmManyTasksOneQueryPerTick: 200 tasks on a Slurm node of 20
+// slots complete, one job each, and squeue (a counting shim on PATH) is
+// called once per poll, never per task: the calls stay within the polls
+// the run's time allows (200 ms each; twice that and a few for slack),
+// where a query per task would make 200 and more in the first tick alone.
+func TestSlurmManyTasksOneQueryPerTick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("200 Slurm jobs: not in -short")
+	}
+	c := slurmtest.Start(t)
+	home, _, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+"}")
+	cfg := filepath.Join(home, "nodes.yaml")
+	writeFile(t, cfg, strings.Replace(readFile(t, cfg), "slots: 4", "slots: 20", 1))
+	dir := filepath.Join(home, "specs", "many")
+	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
+	for i := 1; i <= 200; i++ {
+		writeFile(t, filepath.Join(dir, fmt.Sprintf("S%03d-m.md", i)), "# M\necho ok > ok.txt\n")
+	}
+	shims, calls := t.TempDir(), filepath.Join(t.TempDir(), "calls")
+	writeFile(t, filepath.Join(shims, "squeue"), "#!/bin/sh\necho x >> "+calls+"\nexec "+c.Bin("squeue")+" \"$@\"\n")
+	if err := os.Chmod(filepath.Join(shims, "squeue"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env = append(env, "PATH="+shims+":"+os.Getenv("PATH"))
+	start := time.Now()
+	if r := startBackground(t, env, "--home", home, "start", "many")(); r.code != 0 {
+		t.Fatalf("start many: %s", r)
+	}
+	took := time.Since(start)
+	if s, _ := getStatus(t, home, "many"); s.Counts["completed"] != 200 {
+		t.Errorf("counts %v, want 200 completed", s.Counts)
+	}
+	n := strings.Count(readFile(t, calls), "x")
+	polls := int(took / (200 * time.Millisecond))
+	t.Logf("200 tasks in %s: %d squeue calls, %d polls of 200 ms", took.Round(time.Second), n, polls)
+	if n == 0 || n > 2*polls+10 {
+		t.Errorf("%d squeue calls in %s (%d polls): want one per poll at most (the slack: twice and 10)", n, took, polls)
 	}
 }

@@ -94,6 +94,8 @@ type Launched struct {
 	// the task directory): the next Status decides, and the task is not
 	// launched anywhere meanwhile.
 	Uncertain error
+	// SlurmJob is the id of the Slurm job of a submitted attempt.
+	SlurmJob string
 }
 
 // Query is what one Status call asks about.

@@ -33,13 +33,16 @@ type Slurm struct {
 	grace time.Duration
 	now   func() time.Time
 
-	mu sync.Mutex // guards jobs and since
+	mu sync.Mutex // guards jobs, since and asked
 	// jobs is the job of each task directory's latest attempt, as
 	// submitted or found in the queue.
 	jobs map[string]slurmJob
 	// since is when the job of a task directory was first seen ended or
 	// gone without a final status.
 	since map[string]time.Time
+	// asked are the task directories whose attempt dispatch is killing:
+	// a supervisor killed otherwise was signalled by Slurm (Unasked).
+	asked map[string]bool
 }
 
 var _ Executor = (*Slurm)(nil)
@@ -60,7 +63,7 @@ const slurmGrace = 10 * time.Second
 // attempt's record; timeout bounds one call.
 func NewSlurm(cfg nodes.Node, tr nodes.Transport, inner Executor, timeout func() time.Duration, home string) *Slurm {
 	return &Slurm{tr: tr, name: cfg.Name, inner: inner, timeout: timeout, slurm: cfg.Slurm, home: slurmjob.HomeTag(nodes.HomeID(home)),
-		grace: slurmGrace, now: time.Now, jobs: map[string]slurmJob{}, since: map[string]time.Time{}}
+		grace: slurmGrace, now: time.Now, jobs: map[string]slurmJob{}, since: map[string]time.Time{}, asked: map[string]bool{}}
 }
 
 // Slurm's share of the bounds the controller's calls use.
@@ -159,7 +162,7 @@ func (s *Slurm) submit(ctx context.Context, inst *nodes.Installed, item wire.Lau
 	s.jobs[item.Dir] = slurmJob{id: id, attempt: l.Attempt}
 	delete(s.since, item.Dir)
 	s.mu.Unlock()
-	return Launched{Run: &wire.RunReply{Task: l.Task, Attempt: l.Attempt, Status: wire.StatusRunning}}
+	return Launched{Run: &wire.RunReply{Task: l.Task, Attempt: l.Attempt, Status: wire.StatusRunning}, SlurmJob: id}
 }
 
 // Status asks squeue for every job of this home, then the wrapper for the
@@ -261,16 +264,21 @@ func (s *Slurm) judge(ts *wire.TaskStatus, jobs []slurmjob.QueueJob, now time.Ti
 	cur := ts.Status != nil && ts.Status.Attempt == known.attempt
 	v := slurmjob.Decide(slurmjob.Observation{QueryOK: true, Job: job, Started: cur,
 		Final: cur && ts.Status.Final(), Since: s.since[ts.Dir]}, now, s.grace)
-	if v.Since.IsZero() {
+	if v.Since.IsZero() && v.Action != slurmjob.Settle { // Settle: see unasked
 		delete(s.since, ts.Dir)
 	} else {
 		s.since[ts.Dir] = v.Since
 	}
 	switch v.Action {
 	case slurmjob.Watch:
-		ts.Alive, ts.Waiting = true, v.Reason
+		ts.Alive, ts.Waiting, ts.SlurmJob = true, v.Reason, known.id
 	case slurmjob.Settle:
+		if !s.unasked(ts, job, known.id, now) {
+			return // held until the job's end shows
+		}
 		delete(s.jobs, ts.Dir)
+		delete(s.asked, ts.Dir)
+		delete(s.since, ts.Dir)
 	case slurmjob.Again, slurmjob.Crash, slurmjob.Lost:
 		ts.Alive = false
 		if !cur {
@@ -283,6 +291,32 @@ func (s *Slurm) judge(ts *wire.TaskStatus, jobs []slurmjob.QueueJob, now time.Ti
 		return !cur
 	}
 	return false
+}
+
+// unasked rewrites ts's final status when it failed of a kill dispatch
+// did not ask for (slurmjob.Unasked): an ordinary crash saying how Slurm
+// ended the job. false holds the status back (ts seen alive, no status)
+// until squeue shows the job ended; s.mu is held.
+func (s *Slurm) unasked(ts *wire.TaskStatus, job *slurmjob.QueueJob, id string, now time.Time) bool {
+	if ts.Status.Status == wire.StatusCompleted || s.asked[ts.Dir] {
+		return true
+	}
+	since := s.since[ts.Dir]
+	if since.IsZero() {
+		since = now
+	}
+	hold, reason := slurmjob.Unasked(job, id, ts.Status.ErrorClass == wire.ClassKilled, now.Sub(since), s.grace)
+	if hold {
+		s.since[ts.Dir] = since
+		ts.Status, ts.Alive = nil, true
+		return false
+	}
+	if reason != "" {
+		st := *ts.Status
+		st.Status, st.ErrorClass, st.Error = wire.StatusFailed, wire.ClassCrash, reason
+		ts.Status = &st
+	}
+	return true
 }
 
 // Kill cancels each attempt's job and waits until squeue shows it ended,
@@ -300,6 +334,9 @@ func (s *Slurm) Kill(ctx context.Context, inst *nodes.Installed, kills []Kill) [
 
 func (s *Slurm) kill(ctx context.Context, inst *nodes.Installed, k Kill) Killed {
 	project, task := filepath.Base(filepath.Dir(filepath.Dir(k.Dir))), filepath.Base(k.Dir)
+	s.mu.Lock()
+	s.asked[k.Dir] = true
+	s.mu.Unlock()
 	for {
 		jobs, err := s.queue(ctx)
 		if err != nil {

@@ -379,7 +379,8 @@
       td(el('a', { href: taskHref(p, t.id), text: t.id }), 'id'),
       td([el('span', { class: 'text', text: t.title || '' }),
         t.error ? el('div', { class: 'error', text: (t.error_class ? t.error_class + ': ' : '') + t.error }) : null], 'title'),
-      td(stateSpan(t.status, t.gating ? ' (gate)' : ''), 'status'),
+      td([stateSpan(t.waiting ? 'waiting' : t.status, t.gating ? ' (gate)' : ''),
+        t.waiting ? el('div', { class: 'text', text: t.waiting }) : null], 'status'),
       td(t.node || '', 'node'),
       td(t.attempt ? String(t.attempt) + (t.preemptions ? ' (' + t.preemptions + ' preempted)' : '') : '', 'num'),
       td(t.api_mode || ''),
@@ -644,7 +645,8 @@
     const links = (ids) => (ids || []).length ? ids.map((x, i) => [i ? ', ' : '', el('a', { href: taskHref(p, x), text: x })]) : '—';
     const running = t.status === 'running';
     const cards = el('div', { class: 'cards' },
-      card('State', stateSpan(t.status, t.gating ? ' (gate)' : '')), card('Title', el('span', { class: 'text', id: 'task-title', text: t.title || '' })),
+      card('State', [stateSpan(t.waiting ? 'waiting' : t.status, t.gating ? ' (gate)' : ''),
+        t.waiting ? el('div', { class: 'text', text: t.waiting }) : null]), card('Title', el('span', { class: 'text', id: 'task-title', text: t.title || '' })),
       card('Type', t.type || ''), card('Node', t.node || '—'), card('Attempt', String(t.attempt || 0) + (t.preemptions ? ' (' + t.preemptions + ' preempted)' : '')),
       card(running ? 'Running for' : 'Took', running ? timer(t.started_at, 'for') : t.duration_seconds ? fmtDur(t.duration_seconds) : '—'),
       card('Heartbeat', t.heartbeat_at ? timer(t.heartbeat_at, 'since') : '—'),
@@ -652,6 +654,7 @@
         ? timer(stallAt(t), 'until', '', 'stalled')
         : t.stall_seconds ? fmtDur(t.stall_seconds) : '—'),
       card('Sandbox', t.sandbox || '—'),
+      t.slurm_job ? card('Slurm job', t.slurm_job) : null,
       t.tool ? card('Tool', t.tool + (t.model ? ' (' + t.model + ')' : '')) : null,
       t.priority ? card('Priority', String(t.priority)) : null,
       t.reused_from_run ? card('Reused from run', String(t.reused_from_run)) : null);

@@ -157,6 +157,10 @@ func (c *Cluster) configure() error {
 	return os.WriteFile(c.Conf, []byte(conf(c.Dir, c.Node, nodeLine, ports)), 0o644)
 }
 
+// Cores is how many CPUs the cluster's one node offers, whatever the
+// machine has: a job asks for one, and tests run many at once.
+const Cores = 16
+
 // nodeLine is the node's hardware as slurmd -C reads it (CPUs, memory),
 // so jobs may ask for what the machine has.
 func (c *Cluster) nodeLine() (string, error) {
@@ -167,10 +171,16 @@ func (c *Cluster) nodeLine() (string, error) {
 	line, _, _ := strings.Cut(string(out), "\n")
 	var keep []string
 	for _, f := range strings.Fields(line) {
-		if k, _, _ := strings.Cut(f, "="); k != "NodeName" {
+		switch k, _, _ := strings.Cut(f, "="); k {
+		case "NodeName":
+		case "CPUs", "CoresPerSocket", "SocketsPerBoard", "Boards", "ThreadsPerCore":
+			// One socket of Cores cores (config_overrides): jobs of a
+			// test are mostly idle, and a small machine runs many.
+		default:
 			keep = append(keep, f)
 		}
 	}
+	keep = append(keep, fmt.Sprintf("CPUs=%d Boards=1 SocketsPerBoard=1 CoresPerSocket=%d ThreadsPerCore=1", Cores, Cores))
 	return strings.Join(keep, " "), nil
 }
 
@@ -204,6 +214,7 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 JobAcctGatherType=jobacct_gather/none
 MinJobAge=10
+SlurmdParameters=config_overrides
 InactiveLimit=0
 KillWait=5
 NodeName=%[2]s NodeAddr=127.0.0.1 %[3]s State=UNKNOWN

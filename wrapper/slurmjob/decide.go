@@ -160,3 +160,24 @@ func AfterSubmitError(queryOK bool, jobs []QueueJob, project, task string, attem
 	}
 	return SubmitAgain, QueueJob{}
 }
+
+// Unasked says what the final, unsuccessful status of an attempt means
+// when dispatch did not ask for its kill: a job Slurm ended (its --time
+// limit, an administrator's scancel, a preemption) signalled the
+// supervisor and the tool, and whichever saw it first wrote the status
+// (killed, a crash by SIGTERM, exit 143). While squeue still shows the job
+// active (completing) and waited is within grace, hold: the status waits
+// for the job's end. Then a job ended by Slurm, or a status saying killed
+// (killed is true), is a crash whose reason is returned; "" lets the
+// wrapper's status stand. id is the job's id when job is nil.
+func Unasked(job *QueueJob, id string, killed bool, waited, grace time.Duration) (hold bool, reason string) {
+	switch {
+	case job != nil && active[job.State] && waited < grace:
+		return true, ""
+	case job != nil && (outside[job.State] || job.State == "TIMEOUT"):
+		return false, ended(job) + ": the supervisor was signalled by Slurm"
+	case killed:
+		return false, "Slurm job " + id + " was ended by Slurm, not by dispatch (its --time limit, an administrator's scancel or a preemption)"
+	}
+	return false, ""
+}

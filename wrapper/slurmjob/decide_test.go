@@ -174,3 +174,30 @@ func TestProbeScript(t *testing.T) {
 		t.Error("ProbeArgs took a relative work_dir")
 	}
 }
+
+// TestUnasked: an unsuccessful final status dispatch did not ask for
+// waits for the job's end, then is said as Slurm's end of the job.
+func TestUnasked(t *testing.T) {
+	job := func(state, reason string) *QueueJob { return &QueueJob{ID: "7", State: state, Reason: reason} }
+	for _, tc := range []struct {
+		name   string
+		job    *QueueJob
+		killed bool
+		waited time.Duration
+		hold   bool
+		want   string // the reason's start
+	}{
+		{"time limit", job("TIMEOUT", "TimeLimit"), false, 0, false, "Slurm job 7 ended TIMEOUT (its --time limit) (TimeLimit): the supervisor was signalled by Slurm"},
+		{"an admin's scancel, the tool's exit 143", job("CANCELLED", ""), false, 0, false, "Slurm job 7 ended CANCELLED: the supervisor"},
+		{"still completing: hold", job("COMPLETING", ""), true, time.Second, true, ""},
+		{"completing past grace, killed", job("COMPLETING", ""), true, time.Minute, false, "Slurm job 7 was ended by Slurm, not by dispatch (its --time limit"},
+		{"not listed, killed", nil, true, 0, false, "Slurm job 7 was ended by Slurm, not by dispatch"},
+		{"the job failed: the wrapper's word", job("FAILED", "NonZeroExitCode"), false, 0, false, ""},
+		{"not listed, a failure of its own", nil, false, 0, false, ""},
+	} {
+		hold, got := Unasked(tc.job, "7", tc.killed, tc.waited, 10*time.Second)
+		if hold != tc.hold || !strings.HasPrefix(got, tc.want) || (tc.want == "") != (got == "") {
+			t.Errorf("%s: hold %v, %q; want hold %v, a reason starting %q", tc.name, hold, got, tc.hold, tc.want)
+		}
+	}
+}
