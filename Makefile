@@ -4,15 +4,19 @@ BIN      := bin/dispatch
 PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 VERSION  := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 COMMIT   := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
-# The wrapper version changes whenever its source does, so nodes get the new one.
-WRAPPER_VERSION := $(VERSION)-$(shell cat wrapper/*.go cmd/dispatch-wrapper/*.go go.mod | sha256sum | cut -c1-10)
+# The wrapper version changes whenever its source does, so nodes get the new one:
+# its source is every non-test Go file of this module's packages the wrapper
+# builds from, on every node platform (wrapper-inputs lists them), and go.mod/go.sum.
+WRAPPER_DIRS := $(sort $(foreach os,linux darwin,$(shell GOOS=$(os) $(GO) list -deps -f '{{if .Module}}{{if .Module.Main}}{{.Dir}}{{end}}{{end}}' ./cmd/dispatch-wrapper 2>/dev/null)))
+WRAPPER_INPUTS := $(filter-out %_test.go,$(foreach d,$(WRAPPER_DIRS),$(wildcard $(d)/*.go))) go.mod go.sum
+WRAPPER_VERSION := $(VERSION)-$(shell cat $(WRAPPER_INPUTS) | sha256sum | cut -c1-10)
 WRAPPER_LDFLAGS := -s -w -X github.com/dispatch-tool/dispatch/wrapper.Version=$(WRAPPER_VERSION)
 DEMO     := $(CURDIR)/.demo
 
 PREFIX   ?= $(HOME)/.local
 BINDIR   ?= $(PREFIX)/bin
 
-.PHONY: build install wrappers demo test lint bench clean
+.PHONY: build install wrappers wrapper-inputs demo test lint bench clean
 
 ## build: bin/dispatch with the wrappers for all four node platforms embedded (no Go needed to run it)
 build: wrappers
@@ -24,6 +28,10 @@ install: build
 	@mkdir -p "$(DESTDIR)$(BINDIR)"
 	install -m 0755 $(BIN) "$(DESTDIR)$(BINDIR)/dispatch"
 	@case ":$$PATH:" in *":$(BINDIR):"*) ;; *) echo "note: $(BINDIR) is not on your PATH; add it: export PATH=\"$(BINDIR):\$$PATH\"";; esac
+
+# wrapper-inputs: the files the wrapper version hashes (one per line)
+wrapper-inputs:
+	@printf '%s\n' $(WRAPPER_INPUTS)
 
 wrappers:
 	@rm -rf nodes/wrappers && mkdir -p nodes/wrappers

@@ -16,7 +16,7 @@ func TestFailuresDocNamesRealTests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dirs := map[string]string{"cmd": "../cmd/dispatch", "ctl": ".", "control": "../control", "plan": "../plan", "policy": "../policy", "nodes": "../nodes", "sshnode": "../nodes/sshnode", "wrapper": "../wrapper", "wire": "../wire",
+	dirs := map[string]string{"cmd": "../cmd/dispatch", "ctl": ".", "control": "../control", "plan": "../plan", "policy": "../policy", "nodes": "../nodes", "sshnode": "../nodes/sshnode", "wrapper": "../wrapper", "wire": "../wire", "wrappermain": "../cmd/dispatch-wrapper",
 		"domain": "../domain", "store": "../store", "spec": "../spec", "readmodel": "../readmodel", "gitrepo": "../gitrepo", "notify": "../notify",
 		"schedule": "../schedule", "yamlval": "../internal/yamlval", "netallow": "../internal/netallow",
 		"httpapi": "../httpapi", "dashboard": "../dashboard", "home": "../home",
