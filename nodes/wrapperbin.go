@@ -163,21 +163,19 @@ func sourceRoot() (string, error) {
 	return root, nil
 }
 
-// sourceVersion hashes the wrapper's source files and go.mod.
+// wrapperSourceDirs are the directories, under the module root, whose Go
+// files the on-demand wrapper version hashes, each with its
+// subdirectories: every package of this module the wrapper is built from
+// lies in them (nodes:TestSourceVersionHashesEverySource checks it).
+var wrapperSourceDirs = []string{"wrapper", filepath.Join("cmd", "dispatch-wrapper"), "wire", "internal"}
+
+// sourceVersion hashes the wrapper's source files, go.mod and go.sum.
 func sourceVersion(root string) (string, error) {
-	var files []string
-	for _, dir := range []string{"wrapper", filepath.Join("cmd", "dispatch-wrapper")} {
-		m, err := filepath.Glob(filepath.Join(root, dir, "*.go"))
-		if err != nil {
-			return "", err
-		}
-		for _, f := range m {
-			if !strings.HasSuffix(f, "_test.go") {
-				files = append(files, f)
-			}
-		}
+	files, err := wrapperSourceFiles(root)
+	if err != nil {
+		return "", err
 	}
-	files = append(files, filepath.Join(root, "go.mod"))
+	files = append(files, filepath.Join(root, "go.mod"), filepath.Join(root, "go.sum"))
 	sort.Strings(files)
 	h := sha256.New()
 	for _, f := range files {
@@ -190,4 +188,28 @@ func sourceVersion(root string) (string, error) {
 		h.Write(b)
 	}
 	return "dev-" + hex.EncodeToString(h.Sum(nil))[:12], nil
+}
+
+// wrapperSourceFiles lists the non-test Go files under wrapperSourceDirs
+// (testdata left out).
+func wrapperSourceFiles(root string) ([]string, error) {
+	var files []string
+	for _, dir := range wrapperSourceDirs {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() && d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			if !d.IsDir() && strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go") {
+				files = append(files, path)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("hash wrapper source: %w", err)
+		}
+	}
+	return files, nil
 }

@@ -104,17 +104,23 @@ func startProject(ctx context.Context, e *env, name string, sp startParams) erro
 	// the project is stored, so the peak stays near what is live.
 	restoreGC := tightGC()
 	defer restoreGC()
-	cfg, p, rows, err := planProject(ctx, e, name, only, so)
+	cfg, p, rows, transports, err := planProject(ctx, e, name, only, so)
 	if err != nil {
 		return err
 	}
+	// The connections that asked the nodes for their tools go on to run
+	// the project: a node is connected to once. Whatever does not become
+	// the controller here (a dry run, a hand-off, a detached controller, a
+	// run that ended as it began, an error) closes them.
+	ranController := false
+	defer func() {
+		if !ranController {
+			closeTransports(transports)
+		}
+	}()
 	if sp.dryRun {
 		printPlan(e, cfg, p, rows)
 		return nil
-	}
-	transports, err := openTransports(cfg, only)
-	if err != nil {
-		return err
 	}
 
 	lock, err := home.AcquireLock(e.home)
@@ -160,6 +166,7 @@ func startProject(ctx context.Context, e *env, name string, sp startParams) erro
 		return nil
 	}
 
+	ranController = true
 	return runProject(ctx, e, cfg, st, transports, name, only, sp.poll)
 }
 
@@ -238,6 +245,7 @@ func runProject(ctx context.Context, e *env, cfg *nodes.Config, st *store.Store,
 	}
 	ctl, done, err := runController(ctx, e, opts)
 	if err != nil {
+		closeTransports(transports)
 		return err
 	}
 	defer done()

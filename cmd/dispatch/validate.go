@@ -32,10 +32,11 @@ func validateCommand() *cli.Command {
 		// As start: the plan of 10,000 tasks on 20 nodes (each row with
 		// its nodes and tools) is garbage made at once.
 		defer tightGC()()
-		cfg, p, rows, err := planProject(c.Context, e, name, nil, control.StartOptions{})
+		cfg, p, rows, transports, err := planProject(c.Context, e, name, nil, control.StartOptions{})
 		if err != nil {
 			return err
 		}
+		closeTransports(transports)
 		for _, w := range workDirWarnings(c.Context, cfg) {
 			fmt.Fprintln(e.errOut, "warning: "+w)
 		}
@@ -72,26 +73,31 @@ func workDirWarnings(ctx context.Context, cfg *nodes.Config) []string {
 // on some node its routes allow, with a tool whose executable that node has
 // (each node's wrapper is asked; a node that cannot be reached is named in a
 // note and does not fail the check).
-func planProject(ctx context.Context, e *env, name string, only []string, so control.StartOptions) (*nodes.Config, *spec.Project, []plan.Row, error) {
+//
+// It returns the transports it asked the nodes over, connected: the
+// caller owns them (start's controller goes on with them rather than
+// connecting to every node again).
+func planProject(ctx context.Context, e *env, name string, only []string, so control.StartOptions) (
+	_ *nodes.Config, _ *spec.Project, _ []plan.Row, _ map[string]nodes.Transport, err error) {
 	cfg, err := e.loadConfig()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	for _, n := range only {
 		if _, ok := cfg.Node(n); !ok {
-			return nil, nil, nil, usagef("--nodes "+strings.Join(nodeNames(cfg), ","), "--nodes: no node %q in %s", n, cfg.File)
+			return nil, nil, nil, nil, usagef("--nodes "+strings.Join(nodeNames(cfg), ","), "--nodes: no node %q in %s", n, cfg.File)
 		}
 	}
 	p, err := e.loadProject(name)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	rows, err := plan.Plan(cfg, p, only, so)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	if err := checkNotifyEnv(cfg, p); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	if src := p.Config.Source; src != nil {
 		fmt.Fprintf(e.errOut, "note: the tasks start from %s of %s (commit %s); results come back as branches dispatch/%s/<ID>\n",
@@ -112,11 +118,11 @@ func planProject(ctx context.Context, e *env, name string, only []string, so con
 	need := plan.NeededExecutables(cfg, rows)
 	transports, err := openTransports(cfg, only)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	defer func() {
-		for _, tr := range transports {
-			tr.Close()
+		if err != nil {
+			closeTransports(transports)
 		}
 	}()
 	// What the ssh: values and ~/.ssh/config say that dispatch does not
@@ -138,9 +144,16 @@ func planProject(ctx context.Context, e *env, name string, only []string, so con
 		fmt.Fprintln(e.errOut, "warning: "+termtext.Clean(w))
 	}
 	if len(problems) > 0 {
-		return nil, nil, nil, &plan.Error{Problems: problems}
+		return nil, nil, nil, nil, &plan.Error{Problems: problems}
 	}
-	return cfg, p, rows, nil
+	return cfg, p, rows, transports, nil
+}
+
+// closeTransports closes what openTransports opened.
+func closeTransports(transports map[string]nodes.Transport) {
+	for _, tr := range transports {
+		_ = tr.Close()
+	}
 }
 
 func nodeNames(cfg *nodes.Config) []string {
