@@ -265,7 +265,7 @@ func placeCollected(tmp, dest, attemptDir string, current, git bool) error {
 	if err := os.MkdirAll(attemptDir, 0o755); err != nil {
 		return err
 	}
-	if err := filetree.CopyFile(filepath.Join(tmp, "task.log"), filepath.Join(attemptDir, "task.log")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := keepLog(filepath.Join(tmp, "task.log"), filepath.Join(attemptDir, "task.log")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	if current {
@@ -277,7 +277,7 @@ func placeCollected(tmp, dest, attemptDir string, current, git bool) error {
 			if err := os.Rename(filepath.Join(tmp, "diffstat.txt"), filepath.Join(dest, "diffstat.txt")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
-		} else if err := os.Rename(filepath.Join(tmp, "output"), filepath.Join(dest, "output")); err != nil {
+		} else if err := placeOutput(filepath.Join(tmp, "output"), filepath.Join(dest, "output")); err != nil {
 			return err
 		}
 		// Replaced whole, never written in place: an ended run's archive
@@ -287,6 +287,33 @@ func placeCollected(tmp, dest, attemptDir string, current, git bool) error {
 		}
 	}
 	return nil
+}
+
+// keepLog gives the attempt's collected task.log (src) its name under
+// attempts/<N>/ (dst): a hard link where the filesystem allows, a copy
+// otherwise. Both names are only ever replaced whole (renamed over),
+// never written in place, so sharing the file is safe — and saves a copy
+// of every log of every task.
+func keepLog(src, dst string) error {
+	if err := os.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := os.Link(src, dst); err == nil || errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return filetree.CopyFile(src, dst)
+}
+
+// placeOutput moves the collected output/ (src) to dst; an attempt that
+// left no file has no src: dst is an empty directory.
+func placeOutput(src, dst string) error {
+	err := os.Rename(src, dst)
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, serr := os.Lstat(src); errors.Is(serr, fs.ErrNotExist) {
+			return os.Mkdir(dst, 0o755)
+		}
+	}
+	return err
 }
 
 // remoteArchive runs argv, a wrapper command that writes the file archive

@@ -117,7 +117,9 @@ func (c *Controller) prepareItem(ctx context.Context, r domain.Attempt, current 
 	if err := os.RemoveAll(it.tmp); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Join(it.tmp, "output"), 0o755); err != nil {
+	// output/ is made by its first file (writeLocal); an attempt that left
+	// none gets an empty one in place (placeCollected).
+	if err := os.MkdirAll(it.tmp, 0o755); err != nil {
 		return nil, err
 	}
 	return it, nil
