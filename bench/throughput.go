@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +40,14 @@ type throughput struct {
 	// cpu is user+sys of each warm `dispatch start` at the default poll
 	// interval, in seconds.
 	cpu []float64
+	// machine is the CPU every process of the machine used (controller,
+	// sshd, wrappers, bwrap, tools) during each warm default `dispatch
+	// start`, and floorMachine during each run of the SSH floor, in
+	// seconds (/proc/stat; nil where it cannot be read).
+	machine, floorMachine []float64
+	// sandbox is the nodes' sandbox: setting for the next dispatch runs
+	// ("" leaves it out: auto).
+	sandbox string
 }
 
 func benchThroughput(ctx context.Context, o *options, t *tb) (*section, error) {
@@ -58,7 +67,7 @@ func benchThroughput(ctx context.Context, o *options, t *tb) (*section, error) {
 		return nil, err
 	}
 	defer stopMasters()
-	var dDef, dShort, par, parKex, parCM, floor []float64
+	var dDef, dShort, dNoSandbox, par, parKex, parCM, floor []float64
 	for i := 0; i < tp.runs; i++ {
 		d, err := tp.dispatch(ctx, "")
 		if err != nil {
@@ -86,6 +95,13 @@ func benchThroughput(ctx context.Context, o *options, t *tb) (*section, error) {
 				return nil, err
 			}
 			dShort = append(dShort, d)
+			tp.sandbox = "off"
+			d, err = tp.dispatch(ctx, "200ms")
+			tp.sandbox = ""
+			if err != nil {
+				return nil, err
+			}
+			dNoSandbox = append(dNoSandbox, d)
 			p, err = tp.parallel(ctx, []string{"-o", "KexAlgorithms=curve25519-sha256"})
 			if err != nil {
 				return nil, err
@@ -129,6 +145,7 @@ func benchThroughput(ctx context.Context, o *options, t *tb) (*section, error) {
 		"node names n1…n4 in turn, %d lines, the same ControlMaster connections", tpNodes*tpSlots, tpTasks), spread(floor, fmtS), fmtRatio(median(floor)/base))
 	tbl.add("context: the same `parallel` without ControlMaster (a new connection per job)", spread(par, fmtS), fmtRatio(median(par)/base))
 	tbl.add("context: `dispatch start` with poll_interval 200ms", spread(dShort, fmtS), fmtRatio(median(dShort)/base))
+	tbl.add("context: the same with `sandbox: off` on every node (no bubblewrap around each task)", spread(dNoSandbox, fmtS), fmtRatio(median(dNoSandbox)/base))
 	tbl.add("context: `parallel --ssh 'ssh -o KexAlgorithms=curve25519-sha256'` (the key exchange dispatch's Go client negotiates)", spread(parKex, fmtS), fmtRatio(median(parKex)/base))
 	tbl.add("cold first run of dispatch (installs the wrapper)", fmtS(coldD), fmtRatio(coldD/base))
 	b.WriteString(tbl.markdown())
@@ -136,6 +153,7 @@ func benchThroughput(ctx context.Context, o *options, t *tb) (*section, error) {
 	fmt.Fprintf(&b, "Target: dispatch ≤ 1.0× the SSH floor — %s, stretch 0.5× — %s (%s).\n", verdict(floorRatio <= 1.0), verdict(floorRatio <= 0.5), fmtRatio(floorRatio))
 	fmt.Fprintf(&b, "Target: ≤ 3 ms of controller CPU per no-op task over sshd — %s (user+sys of `dispatch start` %s, median of %d runs = %s a task).\n\n",
 		verdict(perTask <= 0.003), spread(tp.cpu, fmtS), len(tp.cpu), fmtMS(perTask))
+	b.WriteString(tp.machineText())
 	fmt.Fprintf(&b, "Stalls: %d more `dispatch start` runs of the same batch, one after the other (a fresh home and project each), took %s; "+
 		"target: none more than %.0f× their median — %s. The CPU figure above counts these runs too.\n\n",
 		len(walls), fmtList(walls), stallLimit, verdict(stallTarget(walls).met))
@@ -148,8 +166,8 @@ login, a session running ` + "`true`" + `), at most 8 at a time per node, and re
 ` + "`dispatch start`" + ` parses the 200 specs and stores them in SQLite (WAL), connects once per node (one
 multiplexed connection, SFTP on it), checks the wrapper, keeps one status stream per node (` + "`wrapper watch`" + `, which
 reports each finished task at once), and per node per tick makes one ` + "`wrapper run`" + ` call with every new attempt's spec
-and launch.json on stdin (the wrapper detaches a supervisor per attempt that runs ` + "`/bin/sh spec.md`" + ` and writes
-status.json), pulls the status of every node once per tick, records every transition and event in the database,
+and launch.json on stdin (the wrapper detaches one supervisor for the call's attempts that runs each ` + "`/bin/sh spec.md`" + `
+in a bubblewrap sandbox, the nodes' default ` + "`sandbox: auto`" + `, and writes its status.json), pulls the status of every node once per tick, records every transition and event in the database,
 collects task.log and output/ back in one ` + "`wrapper collect`" + ` stream per node per tick with a manifest, and writes runs/<project>/report.md at the end.
 
 `)
@@ -273,11 +291,15 @@ func (tp *throughput) floor(ctx context.Context, sshOpts []string) (float64, err
 	cmd := exec.CommandContext(cctx, "xargs", args...)
 	cmd.Env = dispatchEnv(tp.c)
 	cmd.Stdin = strings.NewReader(hosts.String())
+	cpu0, cpuErr := machineCPU()
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	wall := time.Since(start)
 	if err != nil {
 		return 0, fmt.Errorf("xargs ssh (the SSH floor): %v\n%s", err, lastLines(string(out), 20))
+	}
+	if cpu1, err := machineCPU(); err == nil && cpuErr == nil {
+		tp.floorMachine = append(tp.floorMachine, cpu1-cpu0)
 	}
 	return wall.Seconds(), nil
 }
@@ -320,11 +342,12 @@ func (tp *throughput) dispatch(ctx context.Context, poll string) (float64, error
 	}
 	var defs []nodeDef
 	for i, s := range tp.servers {
-		defs = append(defs, nodeDef{name: fmt.Sprintf("n%d", i+1), server: s, slots: tpSlots})
+		defs = append(defs, nodeDef{name: fmt.Sprintf("n%d", i+1), server: s, slots: tpSlots, sandbox: tp.sandbox})
 	}
 	if err := writeHome(homeDir, nodesYAML(tp.c, ctl, defs), project, tpTasks, func(int) string { return "true\n" }); err != nil {
 		return 0, err
 	}
+	cpu0, cpuErr := machineCPU()
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(cctx, tp.o.dispatch, "--home", homeDir, "start", project)
@@ -344,10 +367,13 @@ func (tp *throughput) dispatch(ctx context.Context, poll string) (float64, error
 	if counts["completed"] != tpTasks {
 		return 0, fmt.Errorf("dispatch start %s: %v tasks by status, want %d completed", project, counts, tpTasks)
 	}
-	if poll == "" {
+	if poll == "" && tp.sandbox == "" {
 		// Over sshd the wrappers run under the nodes' sshd: the process's
 		// own user+sys is the controller's CPU.
 		tp.cpu = append(tp.cpu, (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds())
+		if cpu1, err := machineCPU(); err == nil && cpuErr == nil {
+			tp.machine = append(tp.machine, cpu1-cpu0)
+		}
 	}
 	return wall.Seconds(), nil
 }
@@ -644,8 +670,9 @@ func throughputFinding(dispatchWall, parallelWall, shortWall float64, sum *tlSum
 	op := func(name string) string { return fmtMS(sum.opMedian[name].Seconds()) }
 	if sum.launch >= sum.total/10 {
 		fmt.Fprintf(&b, " **Launching** is one `wrapper run` (the launch document) per node per tick (%s median for up to 8 attempts), "+
-			"which starts one detached supervisor for the node's attempts and waits until it has written each one's pid and first status: on this machine the "+
-			"supervisors, the tools and the four sshd share two cores.", op("exec wrapper run"))
+			"which takes each attempt's lock, writes its spec and launch.json, forks one detached supervisor for the node's attempts and "+
+			"replies once that supervisor holds the locks (it does not wait for the tools to start): on this machine the "+
+			"supervisors, the tools, their sandboxes and the four sshd share two cores.", op("exec wrapper run"))
 	}
 	if sum.collect >= sum.total/10 {
 		fmt.Fprintf(&b, " **Collecting** is one `wrapper collect` per node per tick (%s median), a stream of the finished "+
@@ -653,4 +680,49 @@ func throughputFinding(dispatchWall, parallelWall, shortWall float64, sum *tlSum
 			op("exec wrapper collect"))
 	}
 	return b.String()
+}
+
+// machineText says what the machine's CPU did in the runs: on this
+// machine the nodes, their sshd and the controller share the cores, so a
+// batch's wall time is bounded below by its machine CPU over the cores.
+func (tp *throughput) machineText() string {
+	if len(tp.machine) == 0 || len(tp.floorMachine) == 0 {
+		return ""
+	}
+	d, f := median(tp.machine)/tpTasks, median(tp.floorMachine)/tpTasks
+	ctl := median(tp.cpu) / tpTasks
+	return fmt.Sprintf("Machine CPU (every process: /proc/stat over the run, the bench's own idle waiting aside): "+
+		"`dispatch start` %s a task (of which the controller %s; the rest is the nodes' sshd, the `wrapper run`/`collect`/`watch` "+
+		"processes, each attempt's supervisor work, its bubblewrap sandbox and `/bin/sh`), the SSH floor %s a task (ssh client, "+
+		"sshd, the shell, `true`). Both keep the %d cores busy, so on this machine each one's wall time is about its machine CPU "+
+		"over the cores: at %s against %s a task, dispatch cannot reach the floor here while its nodes share the controller's "+
+		"cores; on separate nodes only the controller's %s a task is on the operator's machine.\n\n",
+		fmtMS(d), fmtMS(ctl), fmtMS(f), runtime.NumCPU(), fmtMS(d), fmtMS(f), fmtMS(ctl))
+}
+
+// machineCPU is the CPU time every process of the machine has used since
+// boot, in seconds (the first line of /proc/stat, idle and iowait left
+// out).
+func machineCPU() (float64, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var ticks float64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		ticks += n
+	}
+	return ticks / 100, nil // USER_HZ is 100 on Linux
 }

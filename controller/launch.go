@@ -283,6 +283,19 @@ func launchedEach(ls []executor.Launched, n int) []executor.Launched {
 	return out
 }
 
+// claimOptions are the options of cl's project: as the tick that claimed
+// it read them, else read now.
+func (c *Controller) claimOptions(ctx context.Context, cl claim) (domain.ProjectOptions, error) {
+	if cl.opts != nil {
+		return *cl.opts, nil
+	}
+	p, err := c.st.Project(ctx, cl.task.Project)
+	if err != nil {
+		return domain.ProjectOptions{}, fmt.Errorf("project %s: %w", cl.task.Project, err)
+	}
+	return p.ParseOptions()
+}
+
 // prepareLaunch builds the batch item of one claim and pushes its base
 // tree, if it has one. false means the outcome is decided (an error).
 func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst *nodes.Installed) (wire.LaunchItem, bool) {
@@ -317,12 +330,7 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 	if timeout <= 0 {
 		timeout = domain.DefaultTimeout
 	}
-	p, err := c.st.Project(ctx, t.Project)
-	if err != nil {
-		out.err = fmt.Errorf("project %s: %w", t.Project, err)
-		return item, false
-	}
-	opts, err := p.ParseOptions()
+	opts, err := c.claimOptions(ctx, cl)
 	if err != nil {
 		// Launching without its setup would run the tool in an
 		// unprepared tree; nothing started, so it fails to start.

@@ -17,6 +17,9 @@ type claim struct {
 	// mode is the api_mode the attempt runs under: the node's own, or a
 	// fallback of it while it is paused.
 	mode string
+	// opts are the project's options as the tick that claimed it read
+	// them; nil: the launch reads them (and fails when they do not parse).
+	opts *domain.ProjectOptions
 }
 
 // pickMode returns the api_mode a task runs under on n now: n's own, unless

@@ -430,9 +430,10 @@ func (c *Controller) candidatesAfter(project string, r *tickRead, after afterApp
 
 // record writes a tick's plan in tx: the node records, every change, and
 // the claims. A task another claim took meanwhile (store.ErrConflict) is
-// left out. Each claimed attempt records its api_mode, its inputs (for
-// reuse) and the attempt of each dependency it is given (for status to
-// tell a stale result), and a fallback mode an event. It returns the claims made.
+// left out. Each claimed attempt's row is written with its api_mode, its
+// inputs (for reuse) and the attempt of each dependency it is given (for
+// status to tell a stale result); a fallback mode gets an event. It
+// returns the claims made, each with its project's options.
 func (c *Controller) record(ctx context.Context, tx *store.Tx, tp *tickPlan) ([]claim, error) {
 	if err := tx.PutNodes(ctx, tp.nodes); err != nil {
 		return nil, err
@@ -443,19 +444,11 @@ func (c *Controller) record(ctx context.Context, tx *store.Tx, tp *tickPlan) ([]
 		}
 	}
 	var claims []claim
-	opts := map[string]domain.ProjectOptions{}
 	for _, p := range tp.picks {
-		attempt, err := tx.Claim(ctx, p.task.Project, p.task.ID, p.node.cfg.Name)
-		if errors.Is(err, store.ErrConflict) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		o, ok := opts[p.task.Project]
-		if !ok {
-			o = tp.opts[p.task.Project] // unreadable options fail the launch, with the fix
-			opts[p.task.Project] = o
+		// Unreadable options (none here) fail the launch, with the fix.
+		o, ok := tp.opts[p.task.Project]
+		if ok {
+			p.opts = &o
 		}
 		in, err := plan.ClaimInputs(ctx, tx, c.cfg, p.task, p.mode, o)
 		if err != nil {
@@ -465,7 +458,11 @@ func (c *Controller) record(ctx context.Context, tx *store.Tx, tp *tickPlan) ([]
 		if err != nil {
 			return nil, err
 		}
-		if err := tx.SetAttempt(ctx, p.task.Project, p.task.ID, attempt, store.AttemptPatch{APIMode: new(p.mode), Inputs: &in, Given: &given}); err != nil {
+		attempt, err := tx.ClaimAttempt(ctx, p.task.Project, p.task.ID, p.node.cfg.Name, store.AttemptInit{APIMode: p.mode, Inputs: in, Given: given})
+		if errors.Is(err, store.ErrConflict) {
+			continue
+		}
+		if err != nil {
 			return nil, err
 		}
 		if p.mode != "" && p.mode != p.node.cfg.APIMode {

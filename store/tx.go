@@ -128,6 +128,19 @@ func (tx *Tx) transition(ctx context.Context, c Change, more func(*columns)) (at
 // attempt row and event are written in the same transaction. It returns the new
 // attempt number, or ErrConflict if the task is no longer pending.
 func (tx *Tx) Claim(ctx context.Context, project, task, node string) (int, error) {
+	return tx.ClaimAttempt(ctx, project, task, node, AttemptInit{})
+}
+
+// AttemptInit are the columns a claimed attempt's row starts with beside
+// its node and status: its api_mode, its inputs (for reuse) and the given
+// attempts of its dependencies (AttemptPatch says what each holds).
+type AttemptInit struct {
+	APIMode, Inputs, Given string
+}
+
+// ClaimAttempt is Claim with the new attempt's row written with init in
+// the same statement.
+func (tx *Tx) ClaimAttempt(ctx context.Context, project, task, node string, init AttemptInit) (int, error) {
 	attempt, _, err := tx.transition(ctx, Change{
 		Project: project, Task: task, From: domain.Pending, To: domain.Claimed, Kind: "claim",
 		Message: "assigned to " + node,
@@ -141,8 +154,9 @@ func (tx *Tx) Claim(ctx context.Context, project, task, node string) (int, error
 	if err != nil {
 		return 0, err
 	}
-	_, err = tx.tx.ExecContext(ctx, `INSERT INTO attempts (project, task, attempt, node, status, claimed_at, run)
-		VALUES (?, ?, ?, ?, ?, ?, `+currentRun+`)`, project, task, attempt, node, domain.Claimed, formatTime(tx.now), project)
+	_, err = tx.tx.ExecContext(ctx, `INSERT INTO attempts (project, task, attempt, node, status, claimed_at, api_mode, inputs, given, run)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, `+currentRun+`)`, project, task, attempt, node, domain.Claimed, formatTime(tx.now),
+		init.APIMode, init.Inputs, init.Given, project)
 	if err != nil {
 		return 0, fmt.Errorf("record run %s/%s#%d: %w", project, task, attempt, err)
 	}
