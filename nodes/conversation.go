@@ -38,6 +38,10 @@ type Converser interface {
 // conversation.
 var ErrConversationClosed = errors.New("conversation closed")
 
+// ErrNotSent is wrapped by the error of a Call whose request could not be
+// written at all: the command never saw it.
+var ErrNotSent = errors.New("the request was not sent")
+
 // LineConversation is a Conversation over a command's stdin (w) and stdout
 // (r); stop ends the command. Transports build theirs with it.
 type LineConversation struct {
@@ -92,7 +96,10 @@ func (c *LineConversation) Call(ctx context.Context, req []byte, limit int) ([]b
 func (c *LineConversation) roundTrip(req []byte, limit int) ([]byte, error) {
 	msg := make([]byte, 0, len(req)+1)
 	msg = append(append(msg, req...), '\n')
-	if _, err := c.w.Write(msg); err != nil {
+	if n, err := c.w.Write(msg); err != nil {
+		if n == 0 {
+			err = fmt.Errorf("%w: %w", ErrNotSent, err)
+		}
 		return nil, fmt.Errorf("write a request: %w", err)
 	}
 	var long []byte

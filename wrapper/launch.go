@@ -36,9 +36,19 @@ func cmdLaunch(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 	if len(data) > maxLaunchBatch {
 		return errkind.Usagef("launch: the document on stdin is larger than %d bytes", maxLaunchBatch)
 	}
+	reply, err := startLaunches(ctx, data)
+	if err != nil {
+		return err
+	}
+	return printJSON(stdout, reply)
+}
+
+// startLaunches starts the attempts of one launch document (a LaunchBatch)
+// and returns the result of each.
+func startLaunches(ctx context.Context, data []byte) (*wire.LaunchReply, error) {
 	var batch wire.LaunchBatch
 	if err := json.Unmarshal(data, &batch); err != nil {
-		return errkind.Usagef("launch: stdin: %v", err)
+		return nil, errkind.Usagef("launch: stdin: %v", err)
 	}
 	reply := wire.LaunchReply{Results: make([]wire.LaunchResult, len(batch.Launches))}
 	var items []superviseItem
@@ -80,7 +90,7 @@ func cmdLaunch(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 			}
 		}
 	}
-	return printJSON(stdout, reply)
+	return &reply, nil
 }
 
 // writeLaunchFiles checks one attempt, takes its task's lock and writes

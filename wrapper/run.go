@@ -27,10 +27,13 @@ import (
 func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	fs := newFlagSet("run")
 	dirFlag := fs.String("dir", "", "task directory (without it, stdin holds the launch document)")
+	serve := fs.Bool("serve", false, "without --dir: answer launch documents, one a line on stdin, one reply a line, until stdin ends")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *dirFlag == "" {
+	if *dirFlag == "" && *serve {
+		return nodestatus.ServeLines(stdin, stdout, "run", maxLaunchBatch, func(doc []byte) (any, error) { return startLaunches(ctx, doc) })
+	} else if *dirFlag == "" {
 		return cmdLaunch(ctx, nil, stdin, stdout)
 	}
 	dir, err := taskDirFlag("run", *dirFlag)
@@ -143,8 +146,9 @@ func startSupervisor(ctx context.Context, items []superviseItem, locks []*os.Fil
 		return 0, &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("start supervisor: %w", err)}
 	}
 	pid := cmd.Process.Pid
-	// Nobody waits for the supervisor: it is meant to outlive us.
-	cmd.Process.Release()
+	// The supervisor is meant to outlive us; `run --serve` lives on, so
+	// it reaps the ones that end before it does.
+	go cmd.Wait()
 	// Written whole before the reply: a supervisor that cannot read its
 	// attempts has started none of them (it parses the document only once
 	// it has all of it), and its locks die with it.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"os"
-	"path/filepath"
 
 	"github.com/dispatch-tool/dispatch/wire"
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
@@ -27,19 +26,7 @@ func cmdWhich(args []string, stdin io.Reader, stdout io.Writer) error {
 		return err
 	}
 	env := proc.BuildEnv(os.Environ(), extra, wire.Launch{}, "/", "/")
-	path := proc.LookupEnv(env, "PATH")
-	reply := wire.WhichReply{Found: map[string]string{}, Path: path}
-	for _, name := range args {
-		if p, err := proc.LookPath(name, path, "/"); err == nil {
-			reply.Found[name] = p
-		}
-	}
-	sb := sandbox.Probe(Version)
-	reply.Sandbox = &sb
-	if exe, err := os.Executable(); err == nil && sb.Sandbox == wire.SandboxBwrap {
-		reply.SandboxRefused = sandbox.Refusals(reply.Found, filepath.Dir(exe), sandbox.NodeHomes())
-	}
-	return printJSON(stdout, reply)
+	return printJSON(stdout, sandbox.Which(Version, env, args))
 }
 
 // cmdSandbox prints whether the sandbox works on this node.

@@ -24,11 +24,14 @@ import (
 // conversation's first request is pulled with Exec alone.
 const convRetry = 5 * time.Minute
 
-// statusConv is a node's status conversation; its lock guards the fields.
-// Only the node's pulling lane calls over it; Close may come from the
-// controller's goroutine.
+// statusConv is a node's held conversation with one wrapper command
+// (argv: `status --serve`, `run --serve`); its lock guards the fields.
+// One lane of the node calls over each (the pulling lane, the launching
+// lane); Close may come from the controller's goroutine.
 type statusConv struct {
-	mu sync.Mutex
+	// argv is the command for inst's wrapper about node's attempts.
+	argv func(inst *nodes.Installed, node string) []string
+	mu   sync.Mutex
 	// conv runs inst's wrapper; nil when none is open.
 	conv nodes.Conversation
 	inst *nodes.Installed
@@ -61,7 +64,7 @@ func (s *statusConv) open(ctx context.Context, tr nodes.Transport, inst *nodes.I
 	if s.refused == inst && time.Since(s.refusedAt) < convRetry {
 		return nil, false
 	}
-	conv, err := cv.Converse(ctx, []string{inst.Path, "status", "--serve", "--root", inst.WorkDir, "--node", node})
+	conv, err := cv.Converse(ctx, s.argv(inst, node))
 	if err != nil {
 		return nil, false
 	}
@@ -98,6 +101,15 @@ func (s *statusConv) close() {
 		s.conv, s.inst = nil, nil
 	}
 }
+
+// statusArgv is the status conversation's command.
+func statusArgv(inst *nodes.Installed, node string) []string {
+	return []string{inst.Path, "status", "--serve", "--root", inst.WorkDir, "--node", node}
+}
+
+// runArgv is the launch conversation's command: `run --serve` answers
+// launch documents as `run` does, one a line.
+func runArgv(inst *nodes.Installed, _ string) []string { return []string{inst.Path, "run", "--serve"} }
 
 // Status makes the node's status call (see nodeStatus) over its
 // conversation when one can be held, else, or when that fails, with Exec.

@@ -29,6 +29,8 @@ type Wrapper struct {
 	// reload may change).
 	timeout func() time.Duration
 	conv    statusConv
+	// runs is the node's launch conversation (`run --serve`).
+	runs statusConv
 	// BeforeRun, when set, is called with each `wrapper run` document
 	// just before it is sent (the tests break the session there).
 	BeforeRun func(bin string, doc []byte)
@@ -42,7 +44,7 @@ var (
 // NewWrapper returns the executor of node over tr, each call bounded by
 // timeout() (grown with a launch's size, a kill's grace).
 func NewWrapper(tr nodes.Transport, node string, timeout func() time.Duration) *Wrapper {
-	return &Wrapper{tr: tr, node: node, timeout: timeout}
+	return &Wrapper{tr: tr, node: node, timeout: timeout, conv: statusConv{argv: statusArgv}, runs: statusConv{argv: runArgv}}
 }
 
 const (
@@ -113,9 +115,6 @@ func (w *Wrapper) runBatch(ctx context.Context, inst *nodes.Installed, items []w
 		return
 	}
 	crashpoint.At(crashpoint.AfterPush)
-	if w.BeforeRun != nil {
-		w.BeforeRun(inst.Path, doc)
-	}
 	// A transport failure (node unreachable, deadline) leaves the launches
 	// uncertain, for the next pull to settle: the wrapper may have started
 	// them. The deadline grows with the batch: its bytes at the slowest
@@ -123,7 +122,7 @@ func (w *Wrapper) runBatch(ctx context.Context, inst *nodes.Installed, items []w
 	deadline := w.timeout()*time.Duration(1+len(items)/16) + time.Duration(len(doc)/minLaunchRate)*time.Second
 	rctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
-	res, err := w.tr.Exec(rctx, []string{inst.Path, "run"}, doc)
+	res, err := w.run(rctx, inst, doc)
 	if err != nil {
 		err = fmt.Errorf("run: %w", err)
 		for i := range outs {
@@ -208,8 +207,41 @@ func (w *Wrapper) Watch(ctx context.Context, inst *nodes.Installed, beat time.Du
 	return w.tr.Stream(ctx, argv, line)
 }
 
-// Close closes the node's status conversation, if one is open.
-func (w *Wrapper) Close() { w.conv.close() }
+// Close closes the node's conversations, those open.
+func (w *Wrapper) Close() { w.conv.close(); w.runs.close() }
+
+// run sends one launch document to inst's wrapper: over the node's launch
+// conversation when one can be held (no new SSH session, no new wrapper
+// process a tick), else with Exec. A conversation that failed before the
+// document was written (ErrConversationClosed, ErrNotSent) falls back to
+// Exec; one
+// that failed after it is a transport failure: the wrapper may have
+// started the attempts, and a second document could start one again
+// after it ended, so the launches stay uncertain for the next pull.
+func (w *Wrapper) run(ctx context.Context, inst *nodes.Installed, doc []byte) (nodes.Result, error) {
+	conv, answered := w.runs.open(ctx, w.tr, inst, w.node)
+	if w.BeforeRun != nil {
+		w.BeforeRun(inst.Path, doc)
+	}
+	if conv != nil {
+		line, err := conv.Call(ctx, doc, nodes.MaxExecOutput)
+		var refused wire.ErrorReply
+		if err == nil && json.Unmarshal(line, &refused) == nil && refused.Error != "" {
+			// The wrapper refused the document and ended, as `run` exits
+			// 1 with its error: the conversation is over.
+			w.runs.done(conv, answered, errors.New(refused.Error))
+			return nodes.Result{Stdout: line, ExitCode: 1}, nil
+		}
+		w.runs.done(conv, answered, err)
+		switch {
+		case err == nil:
+			return nodes.Result{Stdout: line}, nil
+		case !errors.Is(err, nodes.ErrConversationClosed) && !errors.Is(err, nodes.ErrNotSent):
+			return nodes.Result{}, fmt.Errorf("%w: %w", nodes.ErrUnreachable, err)
+		}
+	}
+	return w.tr.Exec(ctx, []string{inst.Path, "run"}, doc)
+}
 
 // replyKind is the kind of a wrapper's error reply, or "".
 func replyKind(res nodes.Result) string {

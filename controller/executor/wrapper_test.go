@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -149,6 +150,105 @@ func TestWrapperLaunchFailures(t *testing.T) {
 		}
 		if got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+// conversing is a scripted transport that also holds conversations: each
+// Call answers with the next of replies (an error when it is one).
+type conversing struct {
+	scripted
+	replies []any // string lines or errors
+	opened  int
+	closed  int
+	docs    int
+}
+
+func (c *conversing) Converse(_ context.Context, argv []string) (nodes.Conversation, error) {
+	if strings.Join(argv[1:], " ") != "run --serve" {
+		return nil, errors.New("only run --serve here")
+	}
+	c.opened++
+	return &fakeConv{c: c}, nil
+}
+
+type fakeConv struct {
+	c      *conversing
+	closed bool
+}
+
+func (f *fakeConv) Call(_ context.Context, req []byte, _ int) ([]byte, error) {
+	if f.closed {
+		return nil, nodes.ErrConversationClosed
+	}
+	f.c.docs++
+	r := f.c.replies[0]
+	f.c.replies = f.c.replies[1:]
+	if err, ok := r.(error); ok {
+		f.Close()
+		return nil, err
+	}
+	return []byte(r.(string)), nil
+}
+
+func (f *fakeConv) Close() error {
+	if !f.closed {
+		f.closed = true
+		f.c.closed++
+	}
+	return nil
+}
+
+// TestWrapperLaunchConversation: launches go over one held `run --serve`
+// conversation, not a `wrapper run` each; a conversation that broke after
+// the document went out leaves the launch uncertain and is not retried
+// with Exec (the attempt may have started, and ended); one whose request
+// was never written falls back to Exec; a refusal ends the conversation
+// and the next launch opens another.
+func TestWrapperLaunchConversation(t *testing.T) {
+	started := `{"results":[{"dir":"/w/S01","run":{"task":"S01","attempt":1,"pid":9}}]}`
+	for _, tc := range []struct {
+		name    string
+		replies []any
+		want    []string
+		execs   int // `wrapper run` calls with Exec
+		opened  int
+	}{
+		{"held", []any{started, started}, []string{"started", "started"}, 0, 1},
+		{"broken after the write", []any{started, errors.New("EOF"), started}, []string{"started", "uncertain", "started"}, 0, 2},
+		{"not sent", []any{started, fmt.Errorf("write a request: %w: broken pipe", nodes.ErrNotSent), started}, []string{"started", "started", "started"}, 1, 2},
+		{"refused", []any{started, `{"error":"launch: stdin: bad","kind":"usage"}`, started}, []string{"started", "uncertain", "started"}, 0, 2},
+		// A wrapper whose first conversation never answered is launched
+		// with Exec a while (convRetry).
+		{"never answered", []any{errors.New("EOF")}, []string{"uncertain", "started"}, 1, 1},
+	} {
+		tr := &conversing{scripted: scripted{answers: map[string]answer{"/w/S01": {stdout: started}}}, replies: tc.replies}
+		w := NewWrapper(tr, "n1", func() time.Duration { return time.Second })
+		inst := &nodes.Installed{Path: "/w/.bin/wrapper", WorkDir: "/w"}
+		var got []string
+		for range tc.want {
+			l := w.Launch(context.Background(), inst, []wire.LaunchItem{{Dir: "/w/S01", Spec: "x"}})
+			switch {
+			case len(l) != 1:
+				got = append(got, fmt.Sprintf("%d outcomes", len(l)))
+			case l[0].Run != nil:
+				got = append(got, "started")
+			case l[0].Err != nil:
+				got = append(got, "failed")
+			default:
+				got = append(got, "uncertain")
+			}
+		}
+		w.Close()
+		execs := 0
+		for _, a := range tr.argvs {
+			if strings.HasSuffix(a, " run") {
+				execs++
+			}
+		}
+		if !slices.Equal(got, tc.want) || execs != tc.execs || tr.opened != tc.opened || tr.closed != tr.opened {
+			t.Errorf("%s: launches %v, %d Exec of run, %d conversations opened, %d closed; want %v, %d, %d, all closed",
+				tc.name, got, execs, tr.opened, tr.closed, tc.want, tc.execs, tc.opened)
 		}
 	}
 }
