@@ -34,14 +34,18 @@ type execStep struct {
 	// held is set when the node is held back after the tick by a kill not
 	// confirmed (see Controller.unkilled).
 	held bool
+	// running, when set, is the status call's Query.Running: the tasks
+	// the database runs on the node, "none" or "unread" (nil).
+	running string
 }
 
 // recordingExec is an executor whose answers are the current step's data
 // and which records every call made of it.
 type recordingExec struct {
-	mu    sync.Mutex
-	step  execStep
-	calls []string
+	mu      sync.Mutex
+	step    execStep
+	calls   []string
+	running string // the last Status call's Query.Running, as execStep's
 }
 
 func (r *recordingExec) record(call string) {
@@ -72,8 +76,18 @@ func (r *recordingExec) Launch(_ context.Context, _ *nodes.Installed, items []wi
 	return outs
 }
 
-func (r *recordingExec) Status(context.Context, *nodes.Installed, executor.Query) (*wire.NodeStatus, error) {
+func (r *recordingExec) Status(_ context.Context, _ *nodes.Installed, q executor.Query) (*wire.NodeStatus, error) {
 	r.record("status")
+	running := strings.Join(q.Running, " ")
+	switch {
+	case q.Running == nil:
+		running = "unread"
+	case running == "":
+		running = "none"
+	}
+	r.mu.Lock()
+	r.running = running
+	r.mu.Unlock()
 	switch v := r.current().status.(type) {
 	case error:
 		return nil, v
@@ -159,6 +173,12 @@ func TestTickDrivesExecutor(t *testing.T) {
 				{status: statuses(alive("S01")), calls: "status; kill S01/2s", tasks: "S01 pending 0"},
 				{calls: "status; launch S01", tasks: "S01 running 0"},
 			}},
+		{name: "the status call names the tasks the database runs there (the executor's own kills survive a restart by it)",
+			specs: map[string]string{"S01-a.md": "true\n", "S02-b.md": "true\n"},
+			steps: []execStep{
+				{calls: "status; launch S01 S02", tasks: "S01 running 0; S02 running 0", running: "none"},
+				{status: statuses(alive("S01"), alive("S02")), calls: "status", tasks: "S01 running 0; S02 running 0", running: "p/S01 p/S02"},
+			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, "", shellProject(tc.specs))
@@ -171,8 +191,11 @@ func TestTickDrivesExecutor(t *testing.T) {
 				h.clock.Advance(step.advance)
 				h.tick()
 				rec.mu.Lock()
-				calls := strings.Join(rec.calls, "; ")
+				calls, running := strings.Join(rec.calls, "; "), rec.running
 				rec.mu.Unlock()
+				if step.running != "" && running != step.running {
+					t.Errorf("tick %d: the status call's running tasks %q, want %q", i+1, running, step.running)
+				}
 				if calls != step.calls {
 					t.Errorf("tick %d: executor calls %q, want %q", i+1, calls, step.calls)
 				}

@@ -554,7 +554,11 @@ func (c *Controller) pullNode(ctx context.Context, n *nodeRuntime, projects []st
 		tags = n.listing.tags(named)
 	}
 	start := time.Now()
-	st, err := n.exec.Status(ctx, inst, executor.Query{Projects: projects, Live: live, Named: named, Tags: tags})
+	var running []string
+	if liveOn != nil {
+		running = append([]string{}, liveOn[n.cfg.Name]...) // not nil: the database's word
+	}
+	st, err := n.exec.Status(ctx, inst, executor.Query{Projects: projects, Live: live, Named: named, Tags: tags, Running: running})
 	rtt := time.Since(start)
 	if err != nil {
 		n.listing.failed()

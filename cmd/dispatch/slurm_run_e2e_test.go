@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +42,56 @@ nodes:
 	return home, work, []string{"SLURM_CONF=" + c.Conf}
 }
 
+// slurmProject writes project name of shell tasks into home: files maps
+// a spec's file name to its text; project.yaml, unless files has one, is
+// a shell project without integration.
+func slurmProject(t *testing.T, home, name string, files map[string]string) {
+	t.Helper()
+	dir := filepath.Join(home, "specs", name)
+	if _, ok := files["project.yaml"]; !ok {
+		writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
+	}
+	for file, text := range files {
+		writeFile(t, filepath.Join(dir, file), text)
+	}
+}
+
+// runDAG runs project dag of slurmHome to its end: its three tasks
+// complete, and the cluster ran one job each, none twice.
+func runDAG(t *testing.T, c *slurmtest.Cluster, home string, env []string) {
+	t.Helper()
+	if r := runDispatch(t, env, "--home", home, "start", "dag"); r.code != 0 {
+		t.Fatalf("start dag: %s", r)
+	}
+	if s, _ := getStatus(t, home, "dag"); s.Counts["completed"] != 3 || s.Phase != "done" {
+		t.Errorf("dag: counts %v, phase %q; want 3 completed, done", s.Counts, s.Phase)
+	}
+	if jobs := strings.Fields(c.Run("squeue", "-h", "--states=all", "-o", "%i|%k|%T")); len(jobs) != 3 {
+		t.Errorf("the cluster ran %d jobs, want 3 (none twice): %v", len(jobs), jobs)
+	}
+}
+
+// squeueShim puts an squeue on PATH (in the returned environment) that
+// runs the cluster's and keeps each of its answers: answers returns them,
+// one per call, in order. The test's own queries (c.Run) bypass it.
+func squeueShim(t *testing.T, c *slurmtest.Cluster, env []string) (shimmed []string, answers func() []string) {
+	t.Helper()
+	shims, log := t.TempDir(), filepath.Join(t.TempDir(), "answers")
+	writeFile(t, filepath.Join(shims, "squeue"), "#!/bin/sh\nout=$("+c.Bin("squeue")+" \"$@\")\nrc=$?\n"+
+		"printf '%s\\n' \"$out\"\nprintf '%s\\n--\\n' \"$out\" >> "+log+"\nexit $rc\n")
+	if err := os.Chmod(filepath.Join(shims, "squeue"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return append(env, "PATH="+shims+":"+os.Getenv("PATH")), func() []string {
+		b, err := os.ReadFile(log)
+		if err != nil {
+			return nil
+		}
+		all := strings.Split(string(b), "--\n")
+		return all[:len(all)-1] // the last is what follows the last separator
+	}
+}
+
 // TestSlurmRunsADAG runs a project of three shell tasks, S02 and S03 after
 // S01, on a Slurm node: each attempt is one batch job (SLURM_JOB_ID
 // reaches the task, a different one each), S02 gets S01's output, and the
@@ -48,14 +99,7 @@ nodes:
 func TestSlurmRunsADAG(t *testing.T) {
 	c := slurmtest.Start(t)
 	home, work, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+"}")
-	r := runDispatch(t, env, "--home", home, "start", "dag")
-	if r.code != 0 {
-		t.Fatalf("start dag: %s", r)
-	}
-	s, _ := getStatus(t, home, "dag")
-	if s.Counts["completed"] != 3 || s.Phase != "done" {
-		t.Fatalf("dag: counts %v, phase %q; want 3 completed, done", s.Counts, s.Phase)
-	}
+	runDAG(t, c, home, env)
 	out := func(task, file string) string {
 		return strings.TrimSpace(readFile(t, filepath.Join(home, "runs", "dag", task, "output", file)))
 	}
@@ -71,9 +115,6 @@ func TestSlurmRunsADAG(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(work, "dag", "tasks", "*", slurmjob.FileSecrets)); len(left) > 0 {
 		t.Errorf("secrets files left: %v", left)
-	}
-	if jobs := strings.Fields(c.Run("squeue", "-h", "--states=all", "-o", "%i|%j|%T")); len(jobs) != 3 {
-		t.Errorf("the cluster ran %d jobs, want 3: %v", len(jobs), jobs)
 	}
 }
 
@@ -107,12 +148,8 @@ func slurmJobOf(t *testing.T, c *slurmtest.Cluster, comment string) (id, state s
 func TestSlurmCancelAndAdminScancel(t *testing.T) {
 	c := slurmtest.Start(t)
 	home, work, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+"}")
-	dir := filepath.Join(home, "specs", "hold")
-	release := filepath.Join(t.TempDir(), "release")
-	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
-	for _, id := range []string{"S01", "S02"} {
-		writeFile(t, filepath.Join(dir, id+"-hold.md"), fmt.Sprintf("---\nmax_retries: 0\n---\n# Hold\nwhile [ ! -e %s ]; do sleep 0.1; done\n", release))
-	}
+	hold := fmt.Sprintf("---\nmax_retries: 0\n---\n# Hold\nwhile [ ! -e %s ]; do sleep 0.1; done\n", filepath.Join(t.TempDir(), "release"))
+	slurmProject(t, home, "hold", map[string]string{"S01-hold.md": hold, "S02-hold.md": hold})
 	finished := startBackground(t, env, "--home", home, "start", "hold")
 	for _, id := range []string{"S01", "S02"} {
 		waitUntil(t, id+" running under its supervisor", func() bool {
@@ -151,6 +188,9 @@ func TestSlurmDrainedNodeSaysWhy(t *testing.T) {
 		text = runDispatch(t, env, "--home", home, "status", "dag").stdout
 		return strings.Contains(text, "PENDING: ReqNodeNotAvail")
 	})
+	if !strings.Contains(text, "waiting: Slurm job ") {
+		t.Errorf("status does not say the task waits:\n%s", text)
+	}
 	t.Logf("status while drained:\n%s", text)
 	if strings.Contains(text, "status.json missing") {
 		t.Errorf("status blames status.json for a job that waits:\n%s", text)
@@ -225,9 +265,8 @@ func TestSlurmSqueueFailingIsUnknown(t *testing.T) {
 	c := slurmtest.Start(t)
 	home, work, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+"}")
 	release := filepath.Join(t.TempDir(), "release")
-	dir := filepath.Join(home, "specs", "hold")
-	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\nsandbox: off\n")
-	writeFile(t, filepath.Join(dir, "S01-hold.md"), fmt.Sprintf("---\nmax_retries: 0\n---\n# Hold\nwhile [ ! -e %s ]; do sleep 0.1; done\n", release))
+	slurmProject(t, home, "hold", map[string]string{"project.yaml": "tool: shell\nintegration: false\nsandbox: off\n",
+		"S01-hold.md": fmt.Sprintf("---\nmax_retries: 0\n---\n# Hold\nwhile [ ! -e %s ]; do sleep 0.1; done\n", release)})
 	finished := startBackground(t, env, "--home", home, "start", "hold")
 	waitUntil(t, "S01 running under its supervisor", func() bool {
 		_, _, _, st := nodeStatusJSON(t, work, "hold", "S01")
@@ -278,15 +317,7 @@ func TestSlurmControllerRestartWithJobsQueued(t *testing.T) {
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 	c.Resume()
-	if r := runDispatch(t, env, "--home", home, "start", "dag"); r.code != 0 {
-		t.Fatalf("start dag again: %s", r)
-	}
-	if s, _ := getStatus(t, home, "dag"); s.Counts["completed"] != 3 {
-		t.Errorf("counts %v, want 3 completed", s.Counts)
-	}
-	if jobs := strings.Fields(c.Run("squeue", "-h", "--states=all", "-o", "%i|%k|%T")); len(jobs) != 3 {
-		t.Errorf("the cluster ran %d jobs, want 3 (none twice): %v", len(jobs), jobs)
-	}
+	runDAG(t, c, home, env)
 }
 
 // TestSlurmAdminScancelBeforeStartRunsAgain: an administrator cancels a
@@ -296,9 +327,7 @@ func TestSlurmControllerRestartWithJobsQueued(t *testing.T) {
 func TestSlurmAdminScancelBeforeStartRunsAgain(t *testing.T) {
 	c := slurmtest.Start(t)
 	home, _, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+"}")
-	dir := filepath.Join(home, "specs", "once")
-	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
-	writeFile(t, filepath.Join(dir, "S01-once.md"), "---\nmax_retries: 0\n---\n# Once\necho done > done.txt\n")
+	slurmProject(t, home, "once", map[string]string{"S01-once.md": "---\nmax_retries: 0\n---\n# Once\necho done > done.txt\n"})
 	c.Drain("admin cancels")
 	finished := startBackground(t, env, "--home", home, "start", "once")
 	var id string
@@ -336,40 +365,34 @@ func TestSlurmSbatchFailingAfterSubmitting(t *testing.T) {
 		t.Fatal(err)
 	}
 	env = append(env, "PATH="+shims+":"+os.Getenv("PATH"))
-	if r := runDispatch(t, env, "--home", home, "start", "dag"); r.code != 0 {
-		t.Fatalf("start dag: %s", r)
-	}
-	if s, _ := getStatus(t, home, "dag"); s.Counts["completed"] != 3 {
-		t.Errorf("counts %v, want 3 completed", s.Counts)
-	}
-	if jobs := strings.Fields(c.Run("squeue", "-h", "--states=all", "-o", "%i|%k|%T")); len(jobs) != 3 {
-		t.Errorf("the cluster ran %d jobs, want 3 (none twice): %v", len(jobs), jobs)
-	}
+	runDAG(t, c, home, env)
 }
 
 // TestSlurmMaxPending: with the cluster's node drained, a node of 4 slots
 // and max_pending: 1 submits one job of the three runnable tasks and no
-// more while it waits (squeue, read over a few seconds, never shows two);
-// resumed, the three complete.
+// more while it waits: each of the controller's squeue answers (kept by a
+// shim on PATH, one a poll), over ten polls after the first that lists a
+// job, lists one job pending at most; resumed, the three complete.
 func TestSlurmMaxPending(t *testing.T) {
 	c := slurmtest.Start(t)
 	home, _, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+", max_pending: 1}")
-	dir := filepath.Join(home, "specs", "wide")
-	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
-	for _, id := range []string{"S01", "S02", "S03"} {
-		writeFile(t, filepath.Join(dir, id+"-w.md"), "# W\necho ok > ok.txt\n")
-	}
+	w := "# W\necho ok > ok.txt\n"
+	slurmProject(t, home, "wide", map[string]string{"S01-w.md": w, "S02-w.md": w, "S03-w.md": w})
+	env, answers := squeueShim(t, c, env)
 	c.Drain("max pending")
 	finished := startBackground(t, env, "--home", home, "start", "wide")
-	waitUntil(t, "a job waiting", func() bool {
-		return strings.Contains(runDispatch(t, env, "--home", home, "status", "wide").stdout, "PENDING: ReqNodeNotAvail")
+	pending := func(answer string) int { return strings.Count(answer, "|PENDING|") }
+	const polls = 10
+	var seen []string
+	waitUntil(t, fmt.Sprintf("%d squeue answers after the first that lists a job", polls), func() bool {
+		seen = answers()
+		first := slices.IndexFunc(seen, func(a string) bool { return pending(a) > 0 })
+		return first >= 0 && len(seen) > first+polls
 	})
-	// A negative: nothing to wait for but time; 2 s are ten polls.
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
-		if jobs := strings.Fields(c.Run("squeue", "-h", "-o", "%i")); len(jobs) > 1 {
-			t.Fatalf("jobs in the queue: %v; want at most max_pending (1)", jobs)
+	for i, a := range seen {
+		if n := pending(a); n > 1 {
+			t.Fatalf("squeue answer %d of %d lists %d jobs pending, want at most max_pending (1):\n%s", i+1, len(seen), n, a)
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 	c.Resume()
 	if r := finished(); r.code != 0 {
@@ -387,9 +410,7 @@ func TestSlurmMaxPending(t *testing.T) {
 func TestSlurmJobTimeLimit(t *testing.T) {
 	c := slurmtest.Start(t)
 	home, _, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+", time: 1m}")
-	dir := filepath.Join(home, "specs", "long")
-	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
-	writeFile(t, filepath.Join(dir, "S01-long.md"), "---\nmax_retries: 0\n---\n# Long\nsleep 600\n")
+	slurmProject(t, home, "long", map[string]string{"S01-long.md": "---\nmax_retries: 0\n---\n# Long\nsleep 600\n"})
 	start := time.Now()
 	r := runDispatch(t, env, "--home", home, "start", "long")
 	s, _ := getStatus(t, home, "long")
@@ -416,17 +437,12 @@ func TestSlurmManyTasksOneQueryPerTick(t *testing.T) {
 	home, _, env := slurmHome(t, c, "{partition: "+slurmtest.Partition+"}")
 	cfg := filepath.Join(home, "nodes.yaml")
 	writeFile(t, cfg, strings.Replace(readFile(t, cfg), "slots: 4", "slots: 20", 1))
-	dir := filepath.Join(home, "specs", "many")
-	writeFile(t, filepath.Join(dir, "project.yaml"), "tool: shell\nintegration: false\n")
+	specs := map[string]string{}
 	for i := 1; i <= 200; i++ {
-		writeFile(t, filepath.Join(dir, fmt.Sprintf("S%03d-m.md", i)), "# M\necho ok > ok.txt\n")
+		specs[fmt.Sprintf("S%03d-m.md", i)] = "# M\necho ok > ok.txt\n"
 	}
-	shims, calls := t.TempDir(), filepath.Join(t.TempDir(), "calls")
-	writeFile(t, filepath.Join(shims, "squeue"), "#!/bin/sh\necho x >> "+calls+"\nexec "+c.Bin("squeue")+" \"$@\"\n")
-	if err := os.Chmod(filepath.Join(shims, "squeue"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	env = append(env, "PATH="+shims+":"+os.Getenv("PATH"))
+	slurmProject(t, home, "many", specs)
+	env, answers := squeueShim(t, c, env)
 	start := time.Now()
 	if r := startBackground(t, env, "--home", home, "start", "many")(); r.code != 0 {
 		t.Fatalf("start many: %s", r)
@@ -435,7 +451,7 @@ func TestSlurmManyTasksOneQueryPerTick(t *testing.T) {
 	if s, _ := getStatus(t, home, "many"); s.Counts["completed"] != 200 {
 		t.Errorf("counts %v, want 200 completed", s.Counts)
 	}
-	n := strings.Count(readFile(t, calls), "x")
+	n := len(answers())
 	polls := int(took / (200 * time.Millisecond))
 	t.Logf("200 tasks in %s: %d squeue calls, %d polls of 200 ms", took.Round(time.Second), n, polls)
 	if n == 0 || n > 2*polls+10 {

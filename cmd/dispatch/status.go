@@ -234,7 +234,12 @@ func printStatus(w io.Writer, s styles, v *readmodel.StatusView, cfg *nodes.Conf
 		if t.Error != "" && t.Status != domain.Completed {
 			what = readmodel.ErrorText(t.ErrorClass, t.Error)
 		}
-		if t.Warning != "" && (t.Status == domain.Running || t.Status == domain.Claimed || t.Status == domain.Completed) {
+		switch {
+		case t.Waiting != "":
+			// Its batch job waits: the status stays running (SPEC), this
+			// says it has not started and why (docs/EXECUTORS.md).
+			what, whatStyle = "waiting: "+t.Waiting, s.warn.Render
+		case t.Warning != "" && (t.Status == domain.Running || t.Status == domain.Claimed || t.Status == domain.Completed):
 			what, whatStyle = "warning: "+t.Warning, s.warn.Render
 		}
 		if t.Stale {

@@ -559,6 +559,8 @@ func taskRows(s styles, tasks []readmodel.TaskView, limit, width int) []string {
 		}
 		what, st := t.Title, s.plain
 		switch {
+		case t.Waiting != "":
+			what, st = "waiting: "+t.Waiting, s.warn
 		case t.Warning != "" && (t.Status == domain.Running || t.Status == domain.Claimed):
 			what, st = "warning: "+t.Warning, s.warn
 		case t.Error != "" && t.Status != domain.Completed:

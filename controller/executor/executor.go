@@ -107,6 +107,13 @@ type Query struct {
 	// change tags of the last reply (see wire.LiveRequest).
 	Live        bool
 	Named, Tags []string
+	// Running, when not nil, are the tasks ("project/ID") the database
+	// has claimed or running on this node as the call goes out: the
+	// attempt of any other task was ended by dispatch (cancelled,
+	// stopped, preempted, found hung), whatever its node says of how it
+	// ended, and whichever controller asked. nil: the database was not
+	// read.
+	Running []string
 }
 
 // Kill is one attempt to stop.

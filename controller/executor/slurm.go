@@ -40,8 +40,9 @@ type Slurm struct {
 	// since is when the job of a task directory was first seen ended or
 	// gone without a final status.
 	since map[string]time.Time
-	// asked are the task directories whose attempt dispatch is killing:
-	// a supervisor killed otherwise was signalled by Slurm (Unasked).
+	// asked are the task directories whose attempt this executor is
+	// killing: a kill asked after the database was read for the Status
+	// call (Query.Running says the others, whichever controller asked).
 	asked map[string]bool
 }
 
@@ -180,13 +181,14 @@ func (s *Slurm) Status(ctx context.Context, inst *nodes.Installed, q Query) (*wi
 	if err != nil {
 		return nil, err
 	}
+	ended := endedByDispatch(q.Running)
 	s.mu.Lock()
 	now := s.now()
 	var unread []string
 	for i := range st.Tasks {
 		if qerr != nil {
 			s.unknown(&st.Tasks[i], qerr)
-		} else if s.judge(&st.Tasks[i], jobs, now) {
+		} else if s.judge(&st.Tasks[i], jobs, ended(st.Tasks[i]), now) {
 			unread = append(unread, st.Tasks[i].Dir)
 		}
 	}
@@ -195,6 +197,22 @@ func (s *Slurm) Status(ctx context.Context, inst *nodes.Installed, q Query) (*wi
 		s.dropSecrets(ctx, dir)
 	}
 	return st, nil
+}
+
+// endedByDispatch says, from the tasks the database has claimed or
+// running on the node (Query.Running), whether dispatch ended a task's
+// attempt: the database records a cancel, a stop --kill or a preemption
+// before the kill goes out, so this survives a controller's restart,
+// which the executor's memory of its kills does not. nil knows nothing.
+func endedByDispatch(running []string) func(wire.TaskStatus) bool {
+	if running == nil {
+		return func(wire.TaskStatus) bool { return false }
+	}
+	live := make(map[string]bool, len(running))
+	for _, r := range running {
+		live[r] = true
+	}
+	return func(ts wire.TaskStatus) bool { return !live[ts.Project+"/"+ts.Task] }
 }
 
 // dropSecrets removes the secrets file of an attempt in dir whose job
@@ -239,8 +257,8 @@ func (s *Slurm) queue(ctx context.Context) ([]slurmjob.QueueJob, error) {
 // file counts only when it is the job's attempt's: until the job's
 // supervisor starts, status.json is still the attempt before's. It
 // reports whether the attempt ended before its job started (its secrets
-// file unread).
-func (s *Slurm) judge(ts *wire.TaskStatus, jobs []slurmjob.QueueJob, now time.Time) (unread bool) {
+// file unread). ended: dispatch ended the attempt (endedByDispatch).
+func (s *Slurm) judge(ts *wire.TaskStatus, jobs []slurmjob.QueueJob, ended bool, now time.Time) (unread bool) {
 	var job *slurmjob.QueueJob
 	for k := range jobs {
 		j := &jobs[k]
@@ -273,7 +291,7 @@ func (s *Slurm) judge(ts *wire.TaskStatus, jobs []slurmjob.QueueJob, now time.Ti
 	case slurmjob.Watch:
 		ts.Alive, ts.Waiting, ts.SlurmJob = true, v.Reason, known.id
 	case slurmjob.Settle:
-		if !s.unasked(ts, job, known.id, now) {
+		if !ended && !s.unasked(ts, job, known.id, now) {
 			return // held until the job's end shows
 		}
 		delete(s.jobs, ts.Dir)
@@ -294,7 +312,8 @@ func (s *Slurm) judge(ts *wire.TaskStatus, jobs []slurmjob.QueueJob, now time.Ti
 }
 
 // unasked rewrites ts's final status when it failed of a kill dispatch
-// did not ask for (slurmjob.Unasked): an ordinary crash saying how Slurm
+// did not ask for (slurmjob.Unasked; one it asked for is endedByDispatch
+// or in s.asked): an ordinary crash saying how Slurm
 // ended the job. false holds the status back (ts seen alive, no status)
 // until squeue shows the job ended; s.mu is held.
 func (s *Slurm) unasked(ts *wire.TaskStatus, job *slurmjob.QueueJob, id string, now time.Time) bool {

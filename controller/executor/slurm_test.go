@@ -143,3 +143,60 @@ func TestSlurmDropsUnreadSecrets(t *testing.T) {
 	}
 	gone("killed, no job left", queued, true)
 }
+
+// TestSlurmKillSurvivesRestart: a controller that restarts after it
+// cancelled, stopped or preempted an attempt has a new executor with no
+// memory of the kill; the database's word (Query.Running: the task is no
+// longer claimed or running there) says dispatch ended it, so the job's
+// CANCELLED end and the supervisor's "killed on request" stand as the kill
+// dispatch asked for: neither read as Slurm's own end (a crash) nor held
+// back while the job completes. A task the database still runs was ended
+// by Slurm (an administrator's scancel), as when the database is unread.
+func TestSlurmKillSurvivesRestart(t *testing.T) {
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "squeue"), []byte("#!/bin/sh\necho '7|CANCELLED|p/S01/1|None'; echo '8|COMPLETING|p/S02/1|None'\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	killed := func(id string) wire.TaskStatus {
+		return wire.TaskStatus{Project: "p", Task: id, Dir: "/w/p/tasks/" + id, Status: &wire.Status{Attempt: 1, Status: wire.StatusKilled,
+			ErrorClass: wire.ClassKilled, Error: "killed on request"}}
+	}
+	for _, tc := range []struct {
+		name    string
+		running []string
+		// s01 and s02 are each task's status after Status: its class, or
+		// "held" (no status, alive).
+		s01, s02 string
+	}{
+		{name: "cancelled by dispatch, then a restart", running: []string{}, s01: wire.ClassKilled, s02: wire.ClassKilled},
+		{name: "only S02 cancelled by dispatch", running: []string{"p/S01"}, s01: wire.ClassCrash, s02: wire.ClassKilled},
+		{name: "scancelled by an administrator", running: []string{"p/S01", "p/S02"}, s01: wire.ClassCrash, s02: "held"},
+		{name: "the database unread", running: nil, s01: wire.ClassCrash, s02: "held"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewSlurm(nodes.Node{Name: "hpc", Slurm: &nodes.Slurm{}}, nodes.NewLocal(),
+				listed{func() []wire.TaskStatus { return []wire.TaskStatus{killed("S01"), killed("S02")} }},
+				func() time.Duration { return 10 * time.Second }, "/h")
+			st, err := s.Status(context.Background(), &nodes.Installed{}, Query{Running: tc.running})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, want := range []string{tc.s01, tc.s02} {
+				ts := st.Tasks[i]
+				got := "held"
+				if ts.Status != nil {
+					got = ts.Status.ErrorClass
+				} else if !ts.Alive {
+					got = "gone"
+				}
+				if got != want {
+					t.Errorf("%s: %s (%+v), want %s", ts.Task, got, ts.Status, want)
+				}
+				if got == wire.ClassCrash && !strings.Contains(ts.Status.Error, "CANCELLED") {
+					t.Errorf("%s: a crash saying %q, want how Slurm ended the job", ts.Task, ts.Status.Error)
+				}
+			}
+		})
+	}
+}

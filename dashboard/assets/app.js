@@ -648,7 +648,7 @@
       card('State', [stateSpan(t.waiting ? 'waiting' : t.status, t.gating ? ' (gate)' : ''),
         t.waiting ? el('div', { class: 'text', text: t.waiting }) : null]), card('Title', el('span', { class: 'text', id: 'task-title', text: t.title || '' })),
       card('Type', t.type || ''), card('Node', t.node || '—'), card('Attempt', String(t.attempt || 0) + (t.preemptions ? ' (' + t.preemptions + ' preempted)' : '')),
-      card(running ? 'Running for' : 'Took', running ? timer(t.started_at, 'for') : t.duration_seconds ? fmtDur(t.duration_seconds) : '—'),
+      card(t.waiting ? 'Waiting for' : running ? 'Running for' : 'Took', running ? timer(t.started_at, 'for') : t.duration_seconds ? fmtDur(t.duration_seconds) : '—'),
       card('Heartbeat', t.heartbeat_at ? timer(t.heartbeat_at, 'since') : '—'),
       card('Stall timeout', running && t.stall_seconds && (t.output_at || t.heartbeat_at)
         ? timer(stallAt(t), 'until', '', 'stalled')
@@ -744,9 +744,13 @@
       if (!att) { state.textContent = 'not started yet'; return; }
       const a = (t.attempts || []).find(x => x.attempt === att);
       const runs = att === t.attempt ? t.status === 'running' : !!a && !a.completed_at && a.status === 'running';
-      const key = att + (runs ? ':live' : ':done');
+      // A batch job that waits in its queue has written no log yet: it is
+      // followed once it starts (the next poll).
+      const waits = att === t.attempt && !!t.waiting;
+      const key = att + (waits ? ':waiting' : runs ? ':live' : ':done');
       if (key === shown || (es && shown === att + ':live')) return;
       shown = key;
+      if (waits) { close(); pre.replaceChildren(); state.textContent = 'attempt ' + att + ' waits in its queue: no log yet'; return; }
       if (runs) follow(att); else tail(att).catch(e => { state.textContent = String(e.message || e); });
     }
     return { update, close };
