@@ -286,3 +286,23 @@ func TestNodesTrustFromAPipe(t *testing.T) {
 		t.Fatalf("check after trust: %s", r)
 	}
 }
+
+// TestStartConnectsOncePerNode: `start` asks each node for its tools and
+// then runs the project over the same connection: one SSH login per node
+// (sshd's own log, at LogLevel INFO), not one for the check and another
+// for the run.
+func TestStartConnectsOncePerNode(t *testing.T) {
+	h := newSSHHome(t)
+	c := h.client
+	s := c.StartServerWith(t, "once", "LogLevel INFO")
+	c.Trust(t, s)
+	writeFile(t, filepath.Join(h.home, "nodes.yaml"), fmt.Sprintf("nodes:\n  - name: n1\n    ssh: %s@127.0.0.1:%d\n    work_dir: %s\n",
+		c.User, s.Port, s.WorkDir))
+	spreadProject(t, h.home, "p", 2)
+	if r := h.run(t, "start", "p"); r.code != 0 {
+		t.Fatalf("start: %s", r)
+	}
+	if n := strings.Count(s.Log(), "Accepted publickey"); n != 1 {
+		t.Errorf("start logged in %d times, want once:\n%s", n, s.Log())
+	}
+}
