@@ -383,25 +383,13 @@ func (c *Controller) fetchTree(ctx context.Context, n *nodeRuntime, r domain.Att
 		if err != nil {
 			return nil, err
 		}
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return nil, err
-		}
-		f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, fs.FileMode(h.Mode).Perm()|0o200)
+		sum, size, err := writeLocal(dst, fs.FileMode(h.Mode).Perm(), tr, left)
 		if err != nil {
 			return nil, err
 		}
-		sum := sha256.New()
-		cw := &countWriter{w: io.MultiWriter(f, sum)}
-		_, err = io.Copy(&limitWriter{w: cw, left: left}, tr)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return nil, err
-		}
-		left -= cw.n
+		left -= size
 		manifest = append(manifest, store.File{Project: r.Project, Task: r.Task, Attempt: r.Attempt,
-			Path: name, Size: cw.n, SHA256: hex.EncodeToString(sum.Sum(nil))})
+			Path: name, Size: size, SHA256: sum})
 	}
 }
 
@@ -460,24 +448,44 @@ func (c *Controller) walk(ctx context.Context, n *nodeRuntime, dir string) ([]no
 // sha256 and size. More than limit bytes is an error wrapping errOverQuota;
 // the transfer is bounded by progress (transferIdle), not by its duration.
 func (c *Controller) fetch(ctx context.Context, n *nodeRuntime, remote, local string, perm fs.FileMode, limit int64) (string, int64, error) {
-	if err := os.MkdirAll(filepath.Dir(local), 0o755); err != nil {
+	return writeCapped(local, perm, limit, func(w io.Writer) error {
+		return nodes.GetIdle(ctx, n.tr, remote, w, c.transferIdle())
+	})
+}
+
+// writeLocal writes r to the new file dst, at most limit bytes (more is
+// errOverQuota), and returns its sha256 and size.
+func writeLocal(dst string, perm fs.FileMode, r io.Reader, limit int64) (string, int64, error) {
+	return writeCapped(dst, perm, limit, func(w io.Writer) error {
+		_, err := io.Copy(w, r)
+		return err
+	})
+}
+
+// writeCapped makes the file dst (and its directories), mode perm and
+// writable by its owner, fills it with what fill writes, at most limit
+// bytes (more is errOverQuota), and returns its sha256 and size. Every
+// collected file is written here: a fetch off the node, an entry of an
+// archive or of a collect stream. A failed file is removed.
+func writeCapped(dst string, perm fs.FileMode, limit int64, fill func(io.Writer) error) (string, int64, error) {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return "", 0, err
 	}
-	f, err := os.OpenFile(local, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, perm|0o200)
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, perm|0o200)
 	if err != nil {
 		return "", 0, err
 	}
-	h := sha256.New()
-	cw := &countWriter{w: io.MultiWriter(f, h)}
-	err = nodes.GetIdle(ctx, n.tr, remote, &limitWriter{w: cw, left: limit}, c.transferIdle())
+	sum := sha256.New()
+	cw := &countWriter{w: io.MultiWriter(f, sum)}
+	err = fill(&limitWriter{w: cw, left: limit})
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		os.Remove(local)
-		return "", 0, err
+		os.Remove(dst)
+		return "", cw.n, err
 	}
-	return hex.EncodeToString(h.Sum(nil)), cw.n, nil
+	return hex.EncodeToString(sum.Sum(nil)), cw.n, nil
 }
 
 type countWriter struct {

@@ -3,8 +3,6 @@ package controller
 import (
 	"archive/tar"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -345,29 +343,6 @@ func (s *streamReader) outputFile(it *streamItem, rel string, h *tar.Header, r i
 	it.manifest = append(it.manifest, store.File{Project: it.r.Project, Task: it.r.Task, Attempt: it.r.Attempt,
 		Path: name, Size: n, SHA256: sum})
 	return nil
-}
-
-// writeLocal writes r to the new file dst, at most limit bytes (more is
-// errOverQuota), and returns its sha256 and size.
-func writeLocal(dst string, perm fs.FileMode, r io.Reader, limit int64) (string, int64, error) {
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return "", 0, err
-	}
-	f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, perm|0o200)
-	if err != nil {
-		return "", 0, err
-	}
-	sum := sha256.New()
-	cw := &countWriter{w: io.MultiWriter(f, sum)}
-	_, err = io.Copy(&limitWriter{w: cw, left: limit}, r)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(dst)
-		return "", cw.n, err
-	}
-	return hex.EncodeToString(sum.Sum(nil)), cw.n, nil
 }
 
 // finishItem judges what the stream brought of one attempt, as collect

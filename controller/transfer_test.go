@@ -419,3 +419,53 @@ func TestHugeStatusReplyIsAnErrorOfThatNode(t *testing.T) {
 		t.Errorf("node %s, error %q; want offline with the output cap named", ns[0].State, ns[0].LastError)
 	}
 }
+
+// TestWriteCapped: every collected file (a fetch, an archive's entry, a
+// collect stream's) is written by writeCapped: its directories made, its
+// mode kept writable by its owner, its sha256 and size returned, and a
+// file over the limit or whose copy failed removed.
+func TestWriteCapped(t *testing.T) {
+	fail := errors.New("the node went away")
+	for _, tc := range []struct {
+		name    string
+		body    string
+		fillErr error
+		limit   int64
+		wantErr error
+	}{
+		{name: "within the limit", body: "hello\n", limit: 6},
+		{name: "empty", body: "", limit: 0},
+		{name: "over the limit", body: "hello\n", limit: 5, wantErr: errOverQuota},
+		{name: "the copy fails", body: "hel", limit: 100, fillErr: fail, wantErr: fail},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dst := filepath.Join(t.TempDir(), "a", "b", "f.txt")
+			sum, n, err := writeCapped(dst, 0o444, tc.limit, func(w io.Writer) error {
+				if _, err := io.WriteString(w, tc.body); err != nil {
+					return err
+				}
+				return tc.fillErr
+			})
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("error %v, want %v", err, tc.wantErr)
+			}
+			if tc.wantErr != nil {
+				if _, serr := os.Stat(dst); !errors.Is(serr, fs.ErrNotExist) {
+					t.Errorf("a failed file is left behind: %v", serr)
+				}
+				return
+			}
+			want := sha256.Sum256([]byte(tc.body))
+			if sum != hex.EncodeToString(want[:]) || n != int64(len(tc.body)) {
+				t.Errorf("sum %s size %d, want %x %d", sum, n, want, len(tc.body))
+			}
+			fi, err := os.Stat(dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm() != 0o644 {
+				t.Errorf("the file's mode %v, want 0644 (0444 and its owner's write bit)", fi.Mode().Perm())
+			}
+		})
+	}
+}
