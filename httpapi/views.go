@@ -244,7 +244,12 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request, v *readmodel.St
 }
 
 // controllerView is whether a controller runs for the home (one of this
-// user answers on its control socket) and when one last ticked.
+// user answers on its control socket, its process not frozen) and when one
+// last ticked.
 func (s *Server) controllerView() *readmodel.ControllerView {
-	return readmodel.ControllerOf(s.Home, control.Running(s.Home))
+	f := control.Find(s.Home)
+	if f.Frozen {
+		return readmodel.ControllerFrozen(s.Home, f.PID)
+	}
+	return readmodel.ControllerOf(s.Home, f.Running)
 }
