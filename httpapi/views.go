@@ -18,7 +18,7 @@ import (
 // projects is every started project at a glance.
 func (s *Server) projects(w http.ResponseWriter, r *http.Request) {
 	st, err := s.store(r.Context())
-	if errors.Is(err, store.ErrNoDatabase) {
+	if nothingYet(err) {
 		writeJSON(w, readmodel.ProjectsView{Projects: []readmodel.ProjectSummary{}})
 		return
 	}
@@ -175,7 +175,7 @@ func (s *Server) nodes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st, err := s.store(r.Context())
-	if errors.Is(err, store.ErrNoDatabase) {
+	if nothingYet(err) {
 		st, err = nil, nil
 	}
 	if err != nil {
@@ -194,7 +194,7 @@ func (s *Server) nodes(w http.ResponseWriter, r *http.Request) {
 // schedules is `dispatch schedule --json`.
 func (s *Server) schedules(w http.ResponseWriter, r *http.Request) {
 	st, err := s.store(r.Context())
-	if errors.Is(err, store.ErrNoDatabase) {
+	if nothingYet(err) {
 		st, err = nil, nil
 	}
 	if err != nil {
