@@ -20,7 +20,7 @@ import (
 
 // TestFrozenControllerSaysSo: a controller whose process is SIGSTOPped
 // still holds the home and its socket accepts, but it does nothing:
-// status (text, JSON), the API and the dashboard's banner say it is stopped and frozen with its
+// status (text, JSON), the API, MCP and the dashboard's banner say it is stopped and frozen with its
 // pid, not running; once SIGCONT resumes it, it is running again and
 // finishes the run.
 func TestFrozenControllerSaysSo(t *testing.T) {
@@ -73,6 +73,10 @@ func TestFrozenControllerSaysSo(t *testing.T) {
 		}
 	}
 
+	text := toolText(t, callTool(t, mcpSession(t, home), "status", map[string]any{"project": "web"}))
+	if !strings.Contains(text, fmt.Sprintf("The controller is stopped (pid %d is frozen", pid)) {
+		t.Errorf("MCP status of a frozen controller:\n%s", text)
+	}
 	srv := &httpapi.Server{Home: home, Token: "t0ken", Config: filepath.Join(home, "nodes.yaml"), UI: dashboardUI()}
 	t.Cleanup(func() { srv.Close() })
 	ts := httptest.NewServer(srv.Handler())
