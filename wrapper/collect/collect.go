@@ -233,6 +233,12 @@ func listOutput(src string, it wire.CollectItem, head *wire.CollectHead) (*os.Ro
 func sendOutput(tw *tar.Writer, prefix string, root *os.Root, listed []listedFile) (wire.CollectEnd, error) {
 	var end wire.CollectEnd
 	for _, l := range listed {
+		// A file replaced by a link since the listing is not followed
+		// (os.Root keeps a link inside output/, but it is no file of it).
+		if fi, err := root.Lstat(l.path); err == nil && !fi.Mode().IsRegular() {
+			end.Change(wire.CollectChange{Path: l.path, Listed: l.size, Now: -1})
+			continue
+		}
 		f, err := root.OpenFile(l.path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 		if errors.Is(err, fs.ErrNotExist) {
 			end.Change(wire.CollectChange{Path: l.path, Listed: l.size, Now: -1})

@@ -52,11 +52,12 @@ func TestReadRequest(t *testing.T) {
 // TestSendOutputAsListed: output/ is sent as listOutput listed it,
 // whatever changes before each file is sent: a file that grew is sent up
 // to its listed size, one removed is not sent, one made after the listing
-// is not seen; the end says what was sent and what changed.
+// is not seen, one replaced by a link is not followed; the end says what
+// was sent and what changed.
 func TestSendOutputAsListed(t *testing.T) {
 	src := t.TempDir()
 	out := filepath.Join(src, "output")
-	for name, body := range map[string]string{"grew.txt": "first\n", "gone.txt": "x\n", "same.txt": "same\n"} {
+	for name, body := range map[string]string{"grew.txt": "first\n", "gone.txt": "x\n", "same.txt": "same\n", "linked.txt": "l\n"} {
 		if err := os.MkdirAll(out, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -70,8 +71,8 @@ func TestSendOutputAsListed(t *testing.T) {
 		t.Fatalf("output/ not opened: %+v", head)
 	}
 	defer root.Close()
-	if head.Files != 3 || head.Bytes != 13 {
-		t.Fatalf("head %+v, want 3 files, 13 bytes", head)
+	if head.Files != 4 || head.Bytes != 15 {
+		t.Fatalf("head %+v, want 4 files, 15 bytes", head)
 	}
 	f, err := os.OpenFile(filepath.Join(out, "grew.txt"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
@@ -80,6 +81,10 @@ func TestSendOutputAsListed(t *testing.T) {
 	f.WriteString("more\n")
 	f.Close()
 	os.Remove(filepath.Join(out, "gone.txt"))
+	os.Remove(filepath.Join(out, "linked.txt"))
+	if err := os.Symlink("same.txt", filepath.Join(out, "linked.txt")); err != nil {
+		t.Fatal(err)
+	}
 	os.WriteFile(filepath.Join(out, "new.txt"), []byte("new\n"), 0o644)
 
 	var b bytes.Buffer
@@ -107,7 +112,7 @@ func TestSendOutputAsListed(t *testing.T) {
 		t.Errorf("sent %q, want %q", got, want)
 	}
 	wantEnd := wire.CollectEnd{Files: 2, Bytes: 11, Changed: []wire.CollectChange{
-		{Path: "gone.txt", Listed: 2, Now: -1}, {Path: "grew.txt", Listed: 6, Now: 11}}}
+		{Path: "gone.txt", Listed: 2, Now: -1}, {Path: "grew.txt", Listed: 6, Now: 11}, {Path: "linked.txt", Listed: 2, Now: -1}}}
 	if end.Files != wantEnd.Files || end.Bytes != wantEnd.Bytes || !slices.Equal(end.Changed, wantEnd.Changed) {
 		t.Errorf("end %+v, want %+v", end, wantEnd)
 	}
