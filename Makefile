@@ -70,6 +70,7 @@ test:
 	@echo "== gofmt"; out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@echo "== go vet"; $(GO) vet ./...
+	@echo "== go vet for darwin (a node may be a Mac: Linux-only code and tests behind build tags)"; GOOS=darwin $(GO) vet ./...
 	@echo "== wrapper builds for every node platform (CGO_ENABLED=0)"; \
 	  for p in $(PLATFORMS); do \
 	    CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -o /dev/null ./cmd/dispatch-wrapper || exit 1; \
@@ -93,6 +94,7 @@ bench: build
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	GOOS=darwin $(GO) vet ./...
 
 clean:
 	rm -rf bin nodes/wrappers $(DEMO)

@@ -210,17 +210,8 @@ func dial(ctx context.Context, homeDir string) (net.Conn, error) {
 }
 
 // Running reports whether a controller of this user answers on the home's
-// socket.
-func Running(home string) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	conn, err := dial(ctx, home)
-	if err != nil {
-		return false
-	}
-	conn.Close()
-	return true
-}
+// socket (a frozen one does too: Find tells it apart).
+func Running(home string) bool { return Find(home).Running }
 
 // endingWait bounds how long Send waits for an ending controller to close
 // its socket.

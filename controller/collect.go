@@ -166,8 +166,9 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attem
 			return nil, err
 		}
 	}
+	var changed wire.CollectEnd
 	if current && gitTask == nil {
-		if manifest, refused, err = c.collectOutput(ctx, n, r, src, tmp, room); err != nil {
+		if manifest, changed, refused, err = c.collectOutput(ctx, n, r, src, tmp, room); err != nil {
 			return nil, err
 		}
 	}
@@ -175,29 +176,34 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attem
 	if err := placeCollected(tmp, dest, attemptDir, current, gitTask != nil); err != nil {
 		return nil, err
 	}
-	return c.collectedRecord(ctx, r, current, manifest, refused)
+	rec, err := c.collectedRecord(ctx, r, current, manifest, refused)
+	if err != nil {
+		return rec, err
+	}
+	return withChangedWarning(ctx, r, changed, rec), nil
 }
 
 // collectOutput fetches the current attempt's output/ from src on n into
-// tmp/output (one archive for many files, else file by file), held to
-// collect_max_bytes and to room, the free space the controller keeps. A
-// refused output/ (over quota, a symbolic link) is left empty and
-// returned as refused: the task fails, its task.log still collected.
-func (c *Controller) collectOutput(ctx context.Context, n *nodeRuntime, r domain.Attempt, src, tmp string, room int64) (manifest []store.File, refused, err error) {
+// tmp/output (one archive for many files, else file by file, each as
+// listed: changed names what changed since), held to collect_max_bytes
+// and to room, the free space the controller keeps. A refused output/
+// (over quota, a symbolic link) is left empty and returned as refused:
+// the task fails, its task.log still collected.
+func (c *Controller) collectOutput(ctx context.Context, n *nodeRuntime, r domain.Attempt, src, tmp string, room int64) (manifest []store.File, changed wire.CollectEnd, refused, err error) {
 	maxBytes := c.config().Controller.CollectMaxBytes
 	files, err := c.walk(ctx, n, path.Join(src, "output"))
 	switch {
 	case errors.Is(err, nodes.ErrNotFollowed):
 		refused = permanent(fmt.Errorf("output/ is not a directory, and a symbolic link is never followed: nothing of it collected (%w)", err))
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
-		return nil, nil, err
+		return nil, changed, nil, err
 	}
 	if refused == nil {
 		refused = c.checkQuota(files)
 	}
 	if refused == nil {
 		if room, err = c.checkFreeSpace(home.RunsDir(c.opts.Home, r.Project), files); err != nil {
-			return nil, nil, err
+			return nil, changed, nil, err
 		}
 	}
 	var total int64
@@ -210,10 +216,10 @@ func (c *Controller) collectOutput(ctx context.Context, n *nodeRuntime, r domain
 		}
 		manifest, err = c.fetchTree(ctx, n, r, path.Join(src, "output"), filepath.Join(tmp, "output"), files, limit)
 		if byRoom && errors.Is(err, errOverQuota) {
-			return nil, nil, c.noRoom(r.Project, "output/")
+			return nil, changed, nil, c.noRoom(r.Project, "output/")
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, changed, nil, err
 		}
 		files = nil // fetched
 	}
@@ -226,7 +232,7 @@ func (c *Controller) collectOutput(ctx context.Context, n *nodeRuntime, r domain
 		}
 		local, err := safeJoin(filepath.Join(tmp, "output"), f.Path)
 		if err != nil {
-			return nil, nil, err
+			return nil, changed, nil, err
 		}
 		// The file may have grown since the listing: the quota holds
 		// for what is actually copied.
@@ -235,12 +241,18 @@ func (c *Controller) collectOutput(ctx context.Context, n *nodeRuntime, r domain
 		if byRoom {
 			limit = room - total
 		}
-		sum, size, err := c.fetch(ctx, n, path.Join(src, "output", f.Path), local, f.Mode.Perm(), limit)
+		sum, size, change, err := c.fetchListed(ctx, n, path.Join(src, "output", f.Path), local, f, limit)
+		if change != nil {
+			changed.Change(*change)
+		}
+		if change != nil && change.Now < 0 {
+			continue // removed since the listing
+		}
 		if byRoom && errors.Is(err, errOverQuota) {
-			return nil, nil, c.noRoom(r.Project, "output/")
+			return nil, changed, nil, c.noRoom(r.Project, "output/")
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, changed, nil, err
 		}
 		total += size
 		manifest = append(manifest, store.File{Project: r.Project, Task: r.Task, Attempt: r.Attempt, Path: f.Path, Size: size, SHA256: sum})
@@ -248,13 +260,13 @@ func (c *Controller) collectOutput(ctx context.Context, n *nodeRuntime, r domain
 	if refused != nil {
 		manifest = nil
 		if err := os.RemoveAll(filepath.Join(tmp, "output")); err != nil {
-			return nil, nil, err
+			return nil, changed, nil, err
 		}
 		if err := os.Mkdir(filepath.Join(tmp, "output"), 0o755); err != nil {
-			return nil, nil, err
+			return nil, changed, nil, err
 		}
 	}
-	return manifest, refused, nil
+	return manifest, changed, refused, nil
 }
 
 // placeCollected moves what was collected into tmp into place: the
@@ -410,25 +422,13 @@ func (c *Controller) fetchTree(ctx context.Context, n *nodeRuntime, r domain.Att
 		if err != nil {
 			return nil, err
 		}
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return nil, err
-		}
-		f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, fs.FileMode(h.Mode).Perm()|0o200)
+		sum, size, err := writeLocal(dst, fs.FileMode(h.Mode).Perm(), tr, left)
 		if err != nil {
 			return nil, err
 		}
-		sum := sha256.New()
-		cw := &countWriter{w: io.MultiWriter(f, sum)}
-		_, err = io.Copy(&limitWriter{w: cw, left: left}, tr)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return nil, err
-		}
-		left -= cw.n
+		left -= size
 		manifest = append(manifest, store.File{Project: r.Project, Task: r.Task, Attempt: r.Attempt,
-			Path: name, Size: cw.n, SHA256: hex.EncodeToString(sum.Sum(nil))})
+			Path: name, Size: size, SHA256: sum})
 	}
 }
 
@@ -487,24 +487,66 @@ func (c *Controller) walk(ctx context.Context, n *nodeRuntime, dir string) ([]no
 // sha256 and size. More than limit bytes is an error wrapping errOverQuota;
 // the transfer is bounded by progress (transferIdle), not by its duration.
 func (c *Controller) fetch(ctx context.Context, n *nodeRuntime, remote, local string, perm fs.FileMode, limit int64) (string, int64, error) {
-	if err := os.MkdirAll(filepath.Dir(local), 0o755); err != nil {
+	return writeCapped(local, perm, limit, func(w io.Writer) error {
+		return nodes.GetIdle(ctx, n.tr, remote, w, c.transferIdle())
+	})
+}
+
+// fetchListed fetches the output/ file f, listed at f.Size bytes, as
+// fetch does, but no more than its listed size: a file that grew since
+// is taken as listed, one removed is not taken; change says which.
+func (c *Controller) fetchListed(ctx context.Context, n *nodeRuntime, remote, local string, f nodes.FileInfo, limit int64) (string, int64, *wire.CollectChange, error) {
+	var change *wire.CollectChange
+	sum, size, err := writeCapped(local, f.Mode.Perm(), limit, func(w io.Writer) error {
+		err := nodes.GetIdle(ctx, n.tr, remote, &listedWriter{w: w, left: f.Size}, c.transferIdle())
+		if errors.Is(err, errPastListing) {
+			change = &wire.CollectChange{Path: f.Path, Listed: f.Size, Now: f.Size + 1} // grew: how much is not read
+			return nil
+		}
+		return err
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", 0, &wire.CollectChange{Path: f.Path, Listed: f.Size, Now: -1}, nil
+	}
+	if err == nil && change == nil && size != f.Size {
+		change = &wire.CollectChange{Path: f.Path, Listed: f.Size, Now: size}
+	}
+	return sum, size, change, err
+}
+
+// writeLocal writes r to the new file dst, at most limit bytes (more is
+// errOverQuota), and returns its sha256 and size.
+func writeLocal(dst string, perm fs.FileMode, r io.Reader, limit int64) (string, int64, error) {
+	return writeCapped(dst, perm, limit, func(w io.Writer) error {
+		_, err := io.Copy(w, r)
+		return err
+	})
+}
+
+// writeCapped makes the file dst (and its directories), mode perm and
+// writable by its owner, fills it with what fill writes, at most limit
+// bytes (more is errOverQuota), and returns its sha256 and size. Every
+// collected file is written here: a fetch off the node, an entry of an
+// archive or of a collect stream. A failed file is removed.
+func writeCapped(dst string, perm fs.FileMode, limit int64, fill func(io.Writer) error) (string, int64, error) {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return "", 0, err
 	}
-	f, err := os.OpenFile(local, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, perm|0o200)
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, perm|0o200)
 	if err != nil {
 		return "", 0, err
 	}
-	h := sha256.New()
-	cw := &countWriter{w: io.MultiWriter(f, h)}
-	err = nodes.GetIdle(ctx, n.tr, remote, &limitWriter{w: cw, left: limit}, c.transferIdle())
+	sum := sha256.New()
+	cw := &countWriter{w: io.MultiWriter(f, sum)}
+	err = fill(&limitWriter{w: cw, left: limit})
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		os.Remove(local)
-		return "", 0, err
+		os.Remove(dst)
+		return "", cw.n, err
 	}
-	return hex.EncodeToString(h.Sum(nil)), cw.n, nil
+	return hex.EncodeToString(sum.Sum(nil)), cw.n, nil
 }
 
 type countWriter struct {

@@ -3,8 +3,6 @@ package controller
 import (
 	"archive/tar"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,7 +37,8 @@ type streamItem struct {
 	head     *wire.CollectHead
 	err      error // what went wrong with it: its files are dropped
 	gotLog   bool
-	ended    bool // its end entry came: every file it announced was sent
+	ended    bool             // its end entry came: every file it announced was sent
+	end      *wire.CollectEnd // what the end entry says was sent (nil from an older wrapper's empty one)
 	manifest []store.File
 	seen     map[string]bool
 	total    int64 // bytes of output/ written
@@ -266,7 +265,7 @@ func (s *streamReader) entry(it *streamItem, name string, h *tar.Header, r io.Re
 		return fmt.Errorf("the collect stream sent %q before the attempt's head", h.Name)
 	case name == wire.CollectEndName:
 		it.ended = true
-		return nil
+		return it.readEnd(r)
 	case name == wire.CollectErrorName:
 		msg, _ := io.ReadAll(io.LimitReader(r, 1024))
 		return fmt.Errorf("the node could not send the attempt's files: %s", wire.ClampMessage(string(msg)))
@@ -349,29 +348,6 @@ func (s *streamReader) outputFile(it *streamItem, rel string, h *tar.Header, r i
 	return nil
 }
 
-// writeLocal writes r to the new file dst, at most limit bytes (more is
-// errOverQuota), and returns its sha256 and size.
-func writeLocal(dst string, perm fs.FileMode, r io.Reader, limit int64) (string, int64, error) {
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return "", 0, err
-	}
-	f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, perm|0o200)
-	if err != nil {
-		return "", 0, err
-	}
-	sum := sha256.New()
-	cw := &countWriter{w: io.MultiWriter(f, sum)}
-	_, err = io.Copy(&limitWriter{w: cw, left: limit}, r)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(dst)
-		return "", cw.n, err
-	}
-	return hex.EncodeToString(sum.Sum(nil)), cw.n, nil
-}
-
 // finishItem judges what the stream brought of one attempt, as collect
 // judges what it fetched, and moves it into place; it returns what to
 // record.
@@ -410,7 +386,11 @@ func (c *Controller) finishItem(ctx context.Context, n *nodeRuntime, it *streamI
 	if err := placeCollected(it.tmp, dest, filepath.Join(dest, "attempts", strconv.Itoa(it.r.Attempt)), it.current, it.git != nil); err != nil {
 		return nil, err
 	}
-	return c.collectedRecord(ctx, it.r, it.current, manifest, refused)
+	rec, err := c.collectedRecord(ctx, it.r, it.current, manifest, refused)
+	if err != nil || it.end == nil || refused != nil {
+		return rec, err
+	}
+	return withChangedWarning(ctx, it.r, *it.end, rec), nil
 }
 
 // arrived is why what the stream brought of the attempt is not whole: an
@@ -484,11 +464,38 @@ func (c *Controller) judgeOutput(it *streamItem) (manifest []store.File, refused
 	return nil, refused, os.Mkdir(filepath.Join(it.tmp, "output"), 0o755)
 }
 
-// checkReceived compares the output/ that arrived with what the head
-// announced: a stream cut between two files ends as a whole archive does,
-// and only this tells a partial output/ from the attempt's. The head counts
-// links, which are never sent, and sizes as the node walked them.
+// readEnd reads an attempt's end entry: empty from a wrapper before it
+// said what it sent, else a wire.CollectEnd.
+func (it *streamItem) readEnd(r io.Reader) error {
+	b, err := io.ReadAll(io.LimitReader(r, maxCollectHead+1))
+	if err != nil || len(b) == 0 {
+		return err
+	}
+	if len(b) > maxCollectHead {
+		return fmt.Errorf("the collect stream's end entry is larger than %d bytes", maxCollectHead)
+	}
+	var end wire.CollectEnd
+	if err := json.Unmarshal(b, &end); err != nil {
+		return fmt.Errorf("the collect stream's end entry: %v", err)
+	}
+	it.end = &end
+	return nil
+}
+
+// checkReceived compares the output/ that arrived with what the end entry
+// says was sent (or, from an older wrapper, what the head announced): a
+// stream cut between two files ends as a whole archive does, and only this
+// tells a partial output/ from the attempt's. The head counts links, which
+// are never sent, and sizes as the node walked them; the node sends each
+// file as walked, up to that size.
 func (it *streamItem) checkReceived() error {
+	if it.end != nil {
+		if len(it.manifest) != it.end.Files || it.total != it.end.Bytes {
+			return fmt.Errorf("the collect stream brought %d files, %d bytes of output/; the node sent %d files, %d bytes: it is collected again",
+				len(it.manifest), it.total, it.end.Files, it.end.Bytes)
+		}
+		return nil
+	}
 	if len(it.manifest) > it.head.Files || it.total != it.head.Bytes {
 		return fmt.Errorf("the collect stream brought %d files, %d bytes of output/; the node announced %d files, %d bytes: it is collected again",
 			len(it.manifest), it.total, it.head.Files, it.head.Bytes)

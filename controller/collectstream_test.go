@@ -484,6 +484,18 @@ func TestCollectStreamCutIsNotCollected(t *testing.T) {
 			entry{"1/output/c.txt", 0, ""}, entry{"1/collect.end", 0, ""}), want1: "brought 3 files"},
 		{name: "whole", entries: append(slices.Clone(whole), entry{"1/collect.json", 0, headOf(sent)},
 			entry{"1/task.log", 0, "log\n"}, entry{"1/output/a.txt", 0, "a\n"}, entry{"1/output/b.txt", 0, "b\n"}, entry{"1/collect.end", 0, ""})},
+		{name: "whole, the end saying what was sent and a file that grew", entries: append(slices.Clone(whole), entry{"1/collect.json", 0, headOf(sent)},
+			entry{"1/task.log", 0, "log\n"}, entry{"1/output/a.txt", 0, "a\n"}, entry{"1/output/b.txt", 0, "b\n"},
+			entry{"1/collect.end", 0, `{"files":2,"bytes":4,"changed":[{"path":"b.txt","listed":2,"now":9}]}`})},
+		{name: "a file removed since the listing, the end saying so", entries: append(slices.Clone(whole), entry{"1/collect.json", 0, headOf(sent)},
+			entry{"1/task.log", 0, "log\n"}, entry{"1/output/a.txt", 0, "a\n"},
+			entry{"1/collect.end", 0, `{"files":1,"bytes":2,"changed":[{"path":"b.txt","listed":2,"now":-1}]}`})},
+		{name: "the end says more than came", entries: append(slices.Clone(whole), entry{"1/collect.json", 0, headOf(sent)},
+			entry{"1/task.log", 0, "log\n"}, entry{"1/output/a.txt", 0, "a\n"}, entry{"1/collect.end", 0, `{"files":2,"bytes":4}`}),
+			want1: "the node sent 2 files, 4 bytes"},
+		{name: "an end that is not JSON", entries: append(slices.Clone(whole), entry{"1/collect.json", 0, headOf(sent)},
+			entry{"1/task.log", 0, "log\n"}, entry{"1/output/a.txt", 0, "a\n"}, entry{"1/output/b.txt", 0, "b\n"},
+			entry{"1/collect.end", 0, `sent`}), want1: "end entry"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

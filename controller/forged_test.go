@@ -167,11 +167,29 @@ func (l lyingWalk) Walk(ctx context.Context, dir string) ([]nodes.FileInfo, erro
 
 // TestCollectFreeSpaceHoldsForWhatIsCopied: the free space a collection
 // must leave on the controller holds for the bytes actually copied, not
-// for the sizes the node's listing claims, and for task.log too.
+// for the sizes the node's listing claims: an output/ file is copied no
+// further than its listed size (an understated one is taken as listed,
+// with a warning), and task.log, which is not listed, stops at the
+// margin.
 func TestCollectFreeSpaceHoldsForWhatIsCopied(t *testing.T) {
+	t.Run("output", func(t *testing.T) {
+		h := newHarness(t, fastYAML, shellProject(map[string]string{"S01-big.md": "head -c 4194304 /dev/zero > big.bin\n"}))
+		h.ctl = New(Options{Home: h.home, Config: h.cfg, Store: h.st, Transports: map[string]nodes.Transport{"local": lyingWalk{nodes.NewLocal()}},
+			Wrappers: wrappers, Now: h.clock.Now, Jitter: func() float64 { return 0 }})
+		old := diskFree
+		diskFree = func(string) (int64, error) { return collectFreeMargin + 1<<20, nil } // 1 MiB to spare
+		defer func() { diskFree = old }()
+		h.tickUntil("S01 to be collected", func() bool { return h.collected("S01") })
+		fi, err := os.Stat(filepath.Join(home.RunsDir(h.home, "p"), "S01", "output", "big.bin"))
+		if err != nil || fi.Size() != 0 {
+			t.Errorf("big.bin listed empty: collected %v, %v; want it as listed, empty", fi, err)
+		}
+		if ws := h.events("warning"); len(ws) != 1 || !strings.Contains(ws[0].Message, "big.bin (grew past the 0 bytes listed") {
+			t.Errorf("warnings %+v, want one naming big.bin", ws)
+		}
+	})
 	for name, tc := range map[string]struct{ script, file string }{
-		"output": {"head -c 4194304 /dev/zero > big.bin\n", "output/big.bin"},
-		"log":    {"head -c 4194304 /dev/zero | tr '\\0' x\n", "task.log"},
+		"log": {"head -c 4194304 /dev/zero | tr '\\0' x\n", "task.log"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t, fastYAML, shellProject(map[string]string{"S01-big.md": tc.script}))

@@ -18,6 +18,7 @@ import (
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
+	"github.com/dispatch-tool/dispatch/wire"
 )
 
 // shapedTransport is the local transport with its transfers slowed down or
@@ -417,5 +418,92 @@ func TestHugeStatusReplyIsAnErrorOfThatNode(t *testing.T) {
 	}
 	if ns[0].State != "offline" || !strings.Contains(ns[0].LastError, "more than 64 MiB") {
 		t.Errorf("node %s, error %q; want offline with the output cap named", ns[0].State, ns[0].LastError)
+	}
+}
+
+// TestWriteCapped: every collected file (a fetch, an archive's entry, a
+// collect stream's) is written by writeCapped: its directories made, its
+// mode kept writable by its owner, its sha256 and size returned, and a
+// file over the limit or whose copy failed removed.
+func TestWriteCapped(t *testing.T) {
+	fail := errors.New("the node went away")
+	for _, tc := range []struct {
+		name    string
+		body    string
+		fillErr error
+		limit   int64
+		wantErr error
+	}{
+		{name: "within the limit", body: "hello\n", limit: 6},
+		{name: "empty", body: "", limit: 0},
+		{name: "over the limit", body: "hello\n", limit: 5, wantErr: errOverQuota},
+		{name: "the copy fails", body: "hel", limit: 100, fillErr: fail, wantErr: fail},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dst := filepath.Join(t.TempDir(), "a", "b", "f.txt")
+			sum, n, err := writeCapped(dst, 0o444, tc.limit, func(w io.Writer) error {
+				if _, err := io.WriteString(w, tc.body); err != nil {
+					return err
+				}
+				return tc.fillErr
+			})
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("error %v, want %v", err, tc.wantErr)
+			}
+			if tc.wantErr != nil {
+				if _, serr := os.Stat(dst); !errors.Is(serr, fs.ErrNotExist) {
+					t.Errorf("a failed file is left behind: %v", serr)
+				}
+				return
+			}
+			want := sha256.Sum256([]byte(tc.body))
+			if sum != hex.EncodeToString(want[:]) || n != int64(len(tc.body)) {
+				t.Errorf("sum %s size %d, want %x %d", sum, n, want, len(tc.body))
+			}
+			fi, err := os.Stat(dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm() != 0o644 {
+				t.Errorf("the file's mode %v, want 0644 (0444 and its owner's write bit)", fi.Mode().Perm())
+			}
+		})
+	}
+}
+
+// TestChangedWarning: the warning of an output/ that changed while it was
+// collected names each file and what was taken of it, at most
+// wire.CollectMaxChanged of them and how many more; none when nothing
+// changed.
+func TestChangedWarning(t *testing.T) {
+	many := wire.CollectEnd{More: 3}
+	for i := range wire.CollectMaxChanged {
+		many.Changed = append(many.Changed, wire.CollectChange{Path: fmt.Sprintf("f%d", i), Listed: 1, Now: 2})
+	}
+	for _, tc := range []struct {
+		name string
+		end  wire.CollectEnd
+		want []string // substrings; nil: no warning
+	}{
+		{name: "nothing changed", end: wire.CollectEnd{Files: 3, Bytes: 10}},
+		{name: "grew", end: wire.CollectEnd{Changed: []wire.CollectChange{{Path: "z.txt", Listed: 6, Now: 90}}},
+			want: []string{"output/ changed after the attempt's final status", "z.txt (grew past the 6 bytes listed: those taken)", "not taken"}},
+		{name: "removed", end: wire.CollectEnd{Changed: []wire.CollectChange{{Path: "gone.txt", Listed: 6, Now: -1}}},
+			want: []string{"gone.txt (removed or replaced: not taken)"}},
+		{name: "shrank before it was sent", end: wire.CollectEnd{Changed: []wire.CollectChange{{Path: "s.txt", Listed: 6, Now: 2}}},
+			want: []string{"s.txt (6 bytes when listed, 2 when taken)"}},
+		{name: "many", end: many, want: []string{"f0 (grew", "f9 (grew", "and 3 more"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := changedWarning(tc.end)
+			if (got == "") != (tc.want == nil) {
+				t.Fatalf("warning %q, want one: %v", got, tc.want != nil)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("warning %q, want it to say %q", got, w)
+				}
+			}
+		})
 	}
 }

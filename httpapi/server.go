@@ -196,6 +196,12 @@ func (s *Server) store(ctx context.Context) (*store.Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A database the first start is still making (or a controller is
+	// upgrading) is opened again on the next request, once it is whole.
+	if err := st.Ready(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
 	s.st = st
 	return st, nil
 }
@@ -244,7 +250,7 @@ func (s *Server) project(w http.ResponseWriter, r *http.Request) (*store.Store, 
 		return nil, ""
 	}
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err)
+		fail(w, err)
 		return nil, ""
 	}
 	if _, err := st.Project(r.Context(), name); errors.Is(err, store.ErrNotFound) {
@@ -294,11 +300,20 @@ func writeError(w http.ResponseWriter, code int, err error) {
 	w.Write(append(b, '\n'))
 }
 
+// nothingYet reports whether err is a database not there yet, or one the
+// first start is still making: the views show nothing started then.
+func nothingYet(err error) bool {
+	return errors.Is(err, store.ErrNoDatabase) || errors.Is(err, store.ErrNotReady)
+}
+
 // fail writes err with the status it calls for.
 func fail(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		writeError(w, http.StatusNotFound, err)
+	case errors.Is(err, store.ErrNotReady):
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, err)
 	case errors.Is(err, context.Canceled):
 	default:
 		writeError(w, http.StatusInternalServerError, err)

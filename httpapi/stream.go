@@ -103,8 +103,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	var st *store.Store
 	for st == nil {
 		st, err = s.store(ctx)
-		if errors.Is(err, store.ErrNoDatabase) {
-			st, err = nil, nil // nothing started yet: wait for the first project
+		if nothingYet(err) {
+			st, err = nil, nil // nothing started yet, or the first start still makes the database: wait
 		}
 		if err != nil {
 			fail(w, err)

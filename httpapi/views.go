@@ -18,7 +18,7 @@ import (
 // projects is every started project at a glance.
 func (s *Server) projects(w http.ResponseWriter, r *http.Request) {
 	st, err := s.store(r.Context())
-	if errors.Is(err, store.ErrNoDatabase) {
+	if nothingYet(err) {
 		writeJSON(w, readmodel.ProjectsView{Projects: []readmodel.ProjectSummary{}})
 		return
 	}
@@ -175,7 +175,7 @@ func (s *Server) nodes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st, err := s.store(r.Context())
-	if errors.Is(err, store.ErrNoDatabase) {
+	if nothingYet(err) {
 		st, err = nil, nil
 	}
 	if err != nil {
@@ -194,7 +194,7 @@ func (s *Server) nodes(w http.ResponseWriter, r *http.Request) {
 // schedules is `dispatch schedule --json`.
 func (s *Server) schedules(w http.ResponseWriter, r *http.Request) {
 	st, err := s.store(r.Context())
-	if errors.Is(err, store.ErrNoDatabase) {
+	if nothingYet(err) {
 		st, err = nil, nil
 	}
 	if err != nil {
@@ -244,7 +244,12 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request, v *readmodel.St
 }
 
 // controllerView is whether a controller runs for the home (one of this
-// user answers on its control socket) and when one last ticked.
+// user answers on its control socket, its process not frozen) and when one
+// last ticked.
 func (s *Server) controllerView() *readmodel.ControllerView {
-	return readmodel.ControllerOf(s.Home, control.Running(s.Home))
+	f := control.Find(s.Home)
+	if f.Frozen {
+		return readmodel.ControllerFrozen(s.Home, f.PID)
+	}
+	return readmodel.ControllerOf(s.Home, f.Running)
 }

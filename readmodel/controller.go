@@ -17,7 +17,12 @@ type ControllerView struct {
 	// LastSeen is when a controller last finished a tick (RFC 3339; ""
 	// when none ever ran on this home).
 	LastSeen string `json:"last_seen,omitempty"`
-	last     time.Time
+	// Frozen is set, with the controller's PID, when a controller holds
+	// the home but its process is stopped (SIGSTOP, Ctrl-Z, a debugger):
+	// Running is then false, as nothing is collected or started.
+	Frozen bool `json:"frozen,omitempty"`
+	PID    int  `json:"pid,omitempty"`
+	last   time.Time
 }
 
 // ControllerOf is a home's controller state: running as the caller found
@@ -27,6 +32,14 @@ type ControllerView struct {
 func ControllerOf(homeDir string, running bool) *ControllerView {
 	v := &ControllerView{Running: running, last: home.LastTick(homeDir)}
 	v.LastSeen = jsonTime(v.last)
+	return v
+}
+
+// ControllerFrozen is the state of a home whose controller, process pid,
+// holds the home and answers nothing: its process is stopped.
+func ControllerFrozen(homeDir string, pid int) *ControllerView {
+	v := ControllerOf(homeDir, false)
+	v.Frozen, v.PID = true, pid
 	return v
 }
 
@@ -75,6 +88,10 @@ func (c *ControllerView) Line(project string, now time.Time) string {
 	when := "no controller has run on this home yet"
 	if !c.LastTick().IsZero() {
 		when = "last tick " + c.Clock(now)
+	}
+	if c.Frozen {
+		return fmt.Sprintf("controller stopped (pid %d is frozen: SIGSTOP or Ctrl-Z; %s): this is what it last saw; `kill -CONT %d` resumes it",
+			c.PID, when, c.PID)
 	}
 	return fmt.Sprintf("no controller is running (%s): this is what it last saw; %s resumes and collects what finished", when, resume)
 }

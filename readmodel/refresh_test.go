@@ -72,6 +72,7 @@ func TestControllerWords(t *testing.T) {
 	running := &ControllerView{Running: true, last: tick}
 	gone := &ControllerView{Running: false, last: tick}
 	never := &ControllerView{}
+	frozen := &ControllerView{Frozen: true, PID: 4242, last: tick}
 	cases := []struct {
 		c            *ControllerView
 		state, want  string
@@ -86,6 +87,7 @@ func TestControllerWords(t *testing.T) {
 		{gone, "offline", "offline at 19:56", "", ""},
 		{gone, "completed", "completed", "", ""},
 		{never, "running", "running", "no controller has run on this home yet", ""},
+		{frozen, "running", "running at 19:56", "controller stopped (pid 4242 is frozen: SIGSTOP or Ctrl-Z; last tick 19:56)", "`kill -CONT 4242` resumes it"},
 	}
 	for i, c := range cases {
 		if got := c.c.LiveWord(c.state, now); got != c.want {

@@ -39,6 +39,12 @@ func (d damaged) Is(target error) bool { return target == ErrDamaged }
 // ErrNoDatabase is returned by OpenReadOnly when the database file does not exist yet.
 var ErrNoDatabase = errors.New("no database yet")
 
+// ErrNotReady is Ready's answer for a database whose schema is behind this
+// dispatch's: a controller is creating it (the first start makes the file,
+// then applies every migration) or upgrading it, or an older dispatch made
+// it. A reader tries again later; its queries would fail on a missing table.
+var ErrNotReady = errors.New("database not ready")
+
 // Store is an open dispatch database.
 type Store struct {
 	db   *sql.DB
@@ -186,6 +192,32 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 		}); err != nil {
 			return fmt.Errorf("apply migration %s: %w", base, err)
 		}
+	}
+	return nil
+}
+
+// Ready returns an error wrapping ErrNotReady when the database's schema
+// is behind this dispatch's migrations (or not there yet).
+func (s *Store) Ready(ctx context.Context) error {
+	var tables int
+	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'`).Scan(&tables); err != nil {
+		return fmt.Errorf("read the schema of %s: %w", s.path, err)
+	}
+	version := 0
+	if tables > 0 {
+		v, err := s.SchemaVersion(ctx)
+		if err != nil {
+			return fmt.Errorf("read the schema version of %s: %w", s.path, err)
+		}
+		version = v
+	}
+	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	if version < len(names) {
+		return fmt.Errorf("database %s is at schema version %d of %d: a controller is creating or upgrading it (try again in a moment), "+
+			"or an older dispatch made it (dispatch start or dispatch serve upgrades it): %w", s.path, version, len(names), ErrNotReady)
 	}
 	return nil
 }

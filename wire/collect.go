@@ -60,11 +60,49 @@ const (
 // says why, and the controller drops what it received of the attempt.
 const CollectErrorName = "collect.err"
 
-// CollectEndName is the empty entry, under "<i>/", that ends an attempt
-// whose files were all sent: a stream cut before it (the transport, a
-// wrapper that died) can end as a whole archive does, and without it the
-// controller collects the attempt again.
+// CollectEndName is the entry, under "<i>/", that ends an attempt whose
+// files were all sent, a CollectEnd (empty from wrappers before it had
+// one): a stream cut before it (the transport, a wrapper that died) can
+// end as a whole archive does, and without it the controller collects the
+// attempt again.
 const CollectEndName = "collect.end"
+
+// CollectEnd is the content of an attempt's end entry: the output/ files
+// and bytes sent, and the files that changed between the listing the head
+// counted and their sending (a process the task left behind still writing
+// there). What is sent is the listing: a file that grew is sent up to its
+// listed size, one removed or no longer a regular file is not sent, one
+// made after the listing is not seen.
+type CollectEnd struct {
+	Files   int             `json:"files"`
+	Bytes   int64           `json:"bytes"`
+	Changed []CollectChange `json:"changed,omitempty"`
+	// More counts the changed files past CollectMaxChanged, not named.
+	More int `json:"more,omitempty"`
+}
+
+// CollectMaxChanged bounds the changed files a CollectEnd names, so that
+// it stays small whatever a leftover process does to output/.
+const CollectMaxChanged = 10
+
+// Change adds c to the changed files, or counts it in More past
+// CollectMaxChanged.
+func (e *CollectEnd) Change(c CollectChange) {
+	if len(e.Changed) < CollectMaxChanged {
+		e.Changed = append(e.Changed, c)
+		return
+	}
+	e.More++
+}
+
+// CollectChange is one file of output/ that changed after the listing:
+// its size listed and when it was sent (-1: removed, or no longer a
+// regular file; not sent).
+type CollectChange struct {
+	Path   string `json:"path"`
+	Listed int64  `json:"listed"`
+	Now    int64  `json:"now"`
+}
 
 // CollectHeadName is the name of an attempt's head in a collect stream,
 // under "<i>/".

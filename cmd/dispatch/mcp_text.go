@@ -159,6 +159,10 @@ func staleText(v *readmodel.StatusView) string {
 	if v.Controller.LastSeen != "" {
 		when = "last tick " + v.Controller.LastSeen
 	}
+	if v.Controller.Frozen {
+		return fmt.Sprintf("The controller is stopped (pid %d is frozen: SIGSTOP or Ctrl-Z; %s): what follows is what it last saw, and nothing "+
+			"is collected or started until the operator resumes it (kill -CONT %d).\n", v.Controller.PID, when, v.Controller.PID)
+	}
 	return fmt.Sprintf("No controller is running (%s): what follows is what it last saw, and nothing is collected or started "+
 		"until one runs. Next: start {project: %q} resumes it and collects what finished (or status with refresh: true asks the nodes now).\n",
 		when, v.Project)

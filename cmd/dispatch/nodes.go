@@ -200,10 +200,35 @@ func nodesCheck(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	results := checkNodes(ctx, cfg, env, nodes.HomeID(e.home))
+	recordCheck(ctx, e, results)
+	failed := 0
+	for _, r := range results {
+		if !r.OK {
+			failed++
+		}
+	}
+	if c.Bool("json") {
+		if err := writeJSON(e.out, map[string]any{"nodes": results}); err != nil {
+			return err
+		}
+	} else {
+		writeCheckTable(e, results)
+		writeCheckNotes(e.out, results)
+	}
+	if failed > 0 {
+		return &workFailed{msg: fmt.Sprintf("dispatch: %d of %d nodes failed the check", failed, len(results))}
+	}
+	return nil
+}
+
+// checkNodes checks every node of cfg, at most max_parallel_ssh at once,
+// in two rounds: each node alone (checkNode), then, once every node has
+// left its marker, what it shares with the others and its Slurm.
+func checkNodes(ctx context.Context, cfg *nodes.Config, env sshnode.Env, homeID string) []checkResult {
 	wrappers := nodes.NewWrappers()
 	results := make([]checkResult, len(cfg.Nodes))
 	trs := make([]nodes.Transport, len(cfg.Nodes))
-	homeID := nodes.HomeID(e.home)
 	sem := make(chan struct{}, max(cfg.Controller.MaxParallelSSH, 1))
 	onEach := func(fn func(i int, n nodes.Node)) {
 		var wg sync.WaitGroup
@@ -229,82 +254,76 @@ func nodesCheck(c *cli.Context) error {
 			}
 		}
 	})
-	recordCheck(ctx, e, results)
-	failed := 0
+	return results
+}
+
+// writeCheckTable writes one row per node of the check.
+func writeCheckTable(e *env, results []checkResult) {
+	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tRESULT\tTIME\tPLATFORM\tWRAPPER\tGIT\tSANDBOX\tMEM AVAILABLE\tDISK FREE\tCLOCK SKEW\tERROR")
 	for _, r := range results {
+		res := e.styles.ok.Render("ok")
 		if !r.OK {
-			failed++
+			res = e.styles.bad.Render("FAILED")
+		}
+		wv := r.WrapperVersion
+		if r.Installed {
+			wv += " (installed now)"
+		}
+		platform := "-"
+		if r.OS != "" {
+			platform = r.OS + "/" + r.Arch
+		}
+		skew := "-"
+		if r.OK {
+			skew = fmt.Sprintf("%+.2fs", r.ClockSkewSeconds)
+		}
+		git := "-"
+		if r.GitVersion != "" {
+			git = r.GitVersion
+		} else if r.OK {
+			git = "none"
+		}
+		sandbox := "-"
+		if r.Sandbox != "" {
+			sandbox = r.Sandbox + " (" + r.SandboxSetting + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.2fs\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, res, r.Seconds, platform, wv,
+			termtext.Clean(git), sandbox, bytesHuman(r.MemAvailable), bytesHuman(r.DiskFree), skew, termtext.Clean(firstLine(r.Error)))
+	}
+	tw.Flush()
+}
+
+// writeCheckNotes writes, under the table, what a row has no room for:
+// each node's limits, its Slurm, why its sandbox is unavailable, what it
+// shares with another, and a many-line error whole.
+func writeCheckNotes(w io.Writer, results []checkResult) {
+	for _, r := range results {
+		if r.OK {
+			fmt.Fprintf(w, "\n%s: limits: %s\n", r.Name, limitsText(r.Limits, r.LimitsSetting))
 		}
 	}
-	if c.Bool("json") {
-		if err := writeJSON(e.out, map[string]any{"nodes": results}); err != nil {
-			return err
-		}
-	} else {
-		tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "NODE\tRESULT\tTIME\tPLATFORM\tWRAPPER\tGIT\tSANDBOX\tMEM AVAILABLE\tDISK FREE\tCLOCK SKEW\tERROR")
-		for _, r := range results {
-			res := e.styles.ok.Render("ok")
-			if !r.OK {
-				res = e.styles.bad.Render("FAILED")
-			}
-			wv := r.WrapperVersion
-			if r.Installed {
-				wv += " (installed now)"
-			}
-			platform := "-"
-			if r.OS != "" {
-				platform = r.OS + "/" + r.Arch
-			}
-			skew := "-"
-			if r.OK {
-				skew = fmt.Sprintf("%+.2fs", r.ClockSkewSeconds)
-			}
-			git := "-"
-			if r.GitVersion != "" {
-				git = r.GitVersion
-			} else if r.OK {
-				git = "none"
-			}
-			sandbox := "-"
-			if r.Sandbox != "" {
-				sandbox = r.Sandbox + " (" + r.SandboxSetting + ")"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%.2fs\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, res, r.Seconds, platform, wv,
-				termtext.Clean(git), sandbox, bytesHuman(r.MemAvailable), bytesHuman(r.DiskFree), skew, termtext.Clean(firstLine(r.Error)))
-		}
-		tw.Flush()
-		for _, r := range results {
-			if r.OK {
-				fmt.Fprintf(e.out, "\n%s: limits: %s\n", r.Name, limitsText(r.Limits, r.LimitsSetting))
-			}
-		}
-		for _, r := range results {
-			if r.Slurm != "" {
-				fmt.Fprintf(e.out, "\n%s: slurm: %s\n", r.Name, termtext.Clean(r.Slurm))
-			}
-		}
-		for _, r := range results {
-			if r.SandboxError != "" {
-				fmt.Fprintf(e.out, "\n%s: sandbox: unavailable%s (%s; fix: %s)\n", r.Name, sandboxConsequence(r.SandboxSetting),
-					termtext.Clean(r.SandboxError), termtext.Clean(r.SandboxFix))
-			}
-		}
-		for _, r := range results {
-			if r.Shared != "" {
-				fmt.Fprintf(e.out, "\nwarning: %s\n", termtext.Clean(r.Shared))
-			}
-		}
-		for _, r := range results {
-			if !r.OK && strings.Contains(r.Error, "\n") {
-				fmt.Fprintf(e.out, "\n%s: %s\n", r.Name, termtext.Clean(r.Error))
-			}
+	for _, r := range results {
+		if r.Slurm != "" {
+			fmt.Fprintf(w, "\n%s: slurm: %s\n", r.Name, termtext.Clean(r.Slurm))
 		}
 	}
-	if failed > 0 {
-		return &workFailed{msg: fmt.Sprintf("dispatch: %d of %d nodes failed the check", failed, len(results))}
+	for _, r := range results {
+		if r.SandboxError != "" {
+			fmt.Fprintf(w, "\n%s: sandbox: unavailable%s (%s; fix: %s)\n", r.Name, sandboxConsequence(r.SandboxSetting),
+				termtext.Clean(r.SandboxError), termtext.Clean(r.SandboxFix))
+		}
 	}
-	return nil
+	for _, r := range results {
+		if r.Shared != "" {
+			fmt.Fprintf(w, "\nwarning: %s\n", termtext.Clean(r.Shared))
+		}
+	}
+	for _, r := range results {
+		if !r.OK && strings.Contains(r.Error, "\n") {
+			fmt.Fprintf(w, "\n%s: %s\n", r.Name, termtext.Clean(r.Error))
+		}
+	}
 }
 
 // checkNode connects, installs the wrapper, leaves the node's marker in

@@ -58,10 +58,14 @@ func refreshViews(ctx context.Context, cfg *nodes.Config, views []*readmodel.Sta
 	return nil
 }
 
-// controllerOf is whether a controller runs for the home and when it last
-// ticked, for the views.
+// controllerOf is whether a controller runs for the home (or holds it,
+// frozen) and when it last ticked, for the views.
 func controllerOf(home string) *readmodel.ControllerView {
-	return readmodel.ControllerOf(home, control.Running(home))
+	f := control.Find(home)
+	if f.Frozen {
+		return readmodel.ControllerFrozen(home, f.PID)
+	}
+	return readmodel.ControllerOf(home, f.Running)
 }
 
 // askNode is one node's answer: every attempt its wrapper holds.

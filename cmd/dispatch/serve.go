@@ -71,15 +71,8 @@ func serveAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	// A schedule that does not read is said now, not found wrong at 3 am;
-	// it does not keep the daemon (every other schedule, every start)
-	// from running: a service manager would restart it in a loop.
-	if _, bad, err := spec.LoadSchedules(e.specsDir()); err != nil {
+	if err := warnBadSchedules(e); err != nil {
 		return err
-	} else {
-		for _, name := range sortedNames(bad) {
-			fmt.Fprintf(e.errOut, "warning: %v\n  its scheduled runs wait until it is fixed (dispatch validate %s)\n", bad[name], name)
-		}
 	}
 	lock, err := home.AcquireLock(e.home)
 	if errors.Is(err, home.ErrLocked) && web != nil && !c.Bool("detach") {
@@ -108,6 +101,27 @@ func serveAction(c *cli.Context) error {
 		return nil
 	}
 	defer lock.Release()
+	return serveLoop(ctx, c, e, cfg, web)
+}
+
+// warnBadSchedules says now which schedule does not read, not found wrong
+// at 3 am; it does not keep the daemon (every other schedule, every
+// start) from running: a service manager would restart it in a loop.
+func warnBadSchedules(e *env) error {
+	_, bad, err := spec.LoadSchedules(e.specsDir())
+	if err != nil {
+		return err
+	}
+	for _, name := range sortedNames(bad) {
+		fmt.Fprintf(e.errOut, "warning: %v\n  its scheduled runs wait until it is fixed (dispatch validate %s)\n", bad[name], name)
+	}
+	return nil
+}
+
+// serveLoop is the daemon, once it holds the home's lock: the dashboard
+// and API when web is set, the controller with the schedules between its
+// ticks, the daily prune, until ctx ends or serve --stop.
+func serveLoop(ctx context.Context, c *cli.Context, e *env, cfg *nodes.Config, web *httpapi.Listen) error {
 	if web != nil {
 		stop, err := serveHTTP(e, *web)
 		if err != nil {

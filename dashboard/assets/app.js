@@ -182,6 +182,12 @@
   const watcher = refresher(async () => {
     const c = await api('controller');
     if (c.running || !c.last_seen) { stale.hidden = true; return; }
+    if (c.frozen) {
+      stale.replaceChildren('The controller is stopped (pid ' + c.pid + ' is frozen: SIGSTOP or Ctrl-Z; last tick ' +
+        fmtTime(c.last_seen) + '): what you see is what it last saw. ', el('code', { text: 'kill -CONT ' + c.pid }), ' resumes it.');
+      stale.hidden = false;
+      return;
+    }
     stale.replaceChildren('No controller is running (last tick ' + fmtTime(c.last_seen) +
       '): what you see is what it last saw. ', el('code', { text: 'dispatch start <project>' }), ' or ',
       el('code', { text: 'dispatch serve' }), ' resumes and collects what finished.');

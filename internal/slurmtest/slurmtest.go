@@ -254,7 +254,7 @@ func (c *Cluster) daemon(name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(c.bins[name], args...)
 	cmd.Env = c.Env()
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = dieWithParent()
 	if err := cmd.Start(); err != nil {
 		c.t.Fatalf("slurmtest: start %s: %v", name, err)
 	}

@@ -77,13 +77,14 @@ func collectOne(tw *tar.Writer, prefix string, it wire.CollectItem) error {
 	src, head := findAttempt(it)
 	var log *os.File
 	var out *os.Root
+	var listed []listedFile
 	if head.Found {
 		log, head.Log, head.LogSize = openLog(src, it.MaxBytes)
 		if log != nil {
 			defer log.Close()
 		}
 		if it.Output {
-			out = listOutput(src, it, &head)
+			out, listed = listOutput(src, it, &head)
 			if out != nil {
 				defer out.Close()
 			}
@@ -98,10 +99,11 @@ func collectOne(tw *tar.Writer, prefix string, it wire.CollectItem) error {
 	}
 	var sendErr error
 	if log != nil {
-		sendErr = sendFile(tw, path.Join(prefix, "task.log"), log)
+		_, sendErr = sendFile(tw, path.Join(prefix, "task.log"), log, -1)
 	}
+	var end wire.CollectEnd
 	if out != nil && sendErr == nil {
-		sendErr = sendOutput(tw, prefix, out)
+		end, sendErr = sendOutput(tw, prefix, out, listed)
 	}
 	var werr *streamError
 	if errors.As(sendErr, &werr) {
@@ -111,7 +113,11 @@ func collectOne(tw *tar.Writer, prefix string, it wire.CollectItem) error {
 		msg := []byte(sendErr.Error())
 		return writeEntry(tw, path.Join(prefix, wire.CollectErrorName), 0o644, int64(len(msg)), bytes.NewReader(msg))
 	}
-	return writeEntry(tw, path.Join(prefix, wire.CollectEndName), 0o644, 0, bytes.NewReader(nil))
+	b, err = json.Marshal(end)
+	if err != nil {
+		return err
+	}
+	return writeEntry(tw, path.Join(prefix, wire.CollectEndName), 0o644, int64(len(b)), bytes.NewReader(b))
 }
 
 // findAttempt finds where it's attempt is: its task directory, or
@@ -157,23 +163,31 @@ func openLog(src string, max int64) (*os.File, string, int64) {
 	return f, wire.CollectSent, fi.Size()
 }
 
+// listedFile is a regular file of output/ as listOutput found it.
+type listedFile struct {
+	path string
+	size int64
+}
+
 // listOutput counts src/output/ into head (its regular files and links,
-// as the controller's listing counted them) and opens it when it is to be
-// sent.
-func listOutput(src string, it wire.CollectItem, head *wire.CollectHead) *os.Root {
+// as the controller's listing counted them) and, when it is to be sent,
+// opens it and returns its regular files: what is sent is this listing,
+// each file up to the size listed, whatever changes after it.
+func listOutput(src string, it wire.CollectItem, head *wire.CollectHead) (*os.Root, []listedFile) {
 	dir := filepath.Join(src, "output")
 	fi, err := os.Lstat(dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		head.Output = wire.CollectMissing
-		return nil
+		return nil, nil
 	case err != nil:
 		head.Output, head.Error = wire.CollectError, err.Error()
-		return nil
+		return nil, nil
 	case !fi.IsDir():
 		head.Output = wire.CollectNotFollowed
-		return nil
+		return nil, nil
 	}
+	var listed []listedFile
 	root, err := os.OpenRoot(dir)
 	if err == nil {
 		err = fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
@@ -188,6 +202,7 @@ func listOutput(src string, it wire.CollectItem, head *wire.CollectHead) *os.Roo
 				}
 				head.Files++
 				head.Bytes += info.Size()
+				listed = append(listed, listedFile{p, info.Size()})
 			case d.Type()&fs.ModeSymlink != 0:
 				head.Files++
 			}
@@ -201,55 +216,82 @@ func listOutput(src string, it wire.CollectItem, head *wire.CollectHead) *os.Roo
 		head.Output = wire.CollectOverQuota
 	default:
 		head.Output = wire.CollectSent
-		return root
+		return root, listed
 	}
 	if root != nil {
 		root.Close()
 	}
-	return nil
+	return nil, nil
 }
 
-// sendOutput writes the regular files under root as prefix/output/<path>.
-func sendOutput(tw *tar.Writer, prefix string, root *os.Root) error {
-	return fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+// sendOutput writes the listed files of root as prefix/output/<path>, each
+// as it is now up to its listed size, and returns what was sent and what
+// changed since the listing: a file that grew is sent as listed (its first
+// bytes), one removed or no longer a regular file is not sent. A process
+// the task left behind may go on writing there; what it writes after the
+// attempt's files are collected is not taken.
+func sendOutput(tw *tar.Writer, prefix string, root *os.Root, listed []listedFile) (wire.CollectEnd, error) {
+	var end wire.CollectEnd
+	for _, l := range listed {
+		// A file replaced by a link since the listing is not followed
+		// (os.Root keeps a link inside output/, but it is no file of it).
+		if fi, err := root.Lstat(l.path); err == nil && !fi.Mode().IsRegular() {
+			end.Change(wire.CollectChange{Path: l.path, Listed: l.size, Now: -1})
+			continue
+		}
+		f, err := root.OpenFile(l.path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		if errors.Is(err, fs.ErrNotExist) {
+			end.Change(wire.CollectChange{Path: l.path, Listed: l.size, Now: -1})
+			continue
+		}
 		if err != nil {
-			return err
+			return end, err
 		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		f, err := root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		size, err := sendFile(tw, path.Join(prefix, "output", l.path), f, l.size)
+		f.Close()
 		if err != nil {
-			return err
+			return end, err
 		}
-		defer f.Close()
-		return sendFile(tw, path.Join(prefix, "output", p), f)
-	})
+		if size != l.size {
+			end.Change(wire.CollectChange{Path: l.path, Listed: l.size, Now: size})
+		}
+		if size >= 0 {
+			end.Files++
+			end.Bytes += min(size, l.size)
+		}
+	}
+	return end, nil
+}
+
+// sendFile writes the open regular file f as the entry name, with its
+// size (at most max, when max >= 0) and permissions at the time it is
+// sent, and returns that size: -1 when f is no longer a regular file (it
+// is not sent). A file that shrank while it was read is padded to keep
+// the stream whole and reported.
+func sendFile(tw *tar.Writer, name string, f *os.File, max int64) (int64, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	if !fi.Mode().IsRegular() {
+		return -1, nil // replaced since the walk saw it
+	}
+	size := fi.Size()
+	if max >= 0 {
+		size = min(size, max)
+	}
+	var short error
+	r := &shortReader{r: io.LimitReader(f, size), left: size, err: &short, name: name}
+	if err := writeEntry(tw, name, fi.Mode().Perm(), size, r); err != nil {
+		return 0, err
+	}
+	return fi.Size(), short
 }
 
 // streamError is a failure to write the stream itself, which ends it.
 type streamError struct{ err error }
 
 func (e *streamError) Error() string { return e.err.Error() }
-
-// sendFile writes the open regular file f as the entry name, with its
-// size and permissions at the time it is sent. A file that shrank while
-// it was read is padded to keep the stream whole and reported.
-func sendFile(tw *tar.Writer, name string, f *os.File) error {
-	fi, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil // replaced since the walk saw it
-	}
-	var short error
-	r := &shortReader{r: io.LimitReader(f, fi.Size()), left: fi.Size(), err: &short, name: name}
-	if err := writeEntry(tw, name, fi.Mode().Perm(), fi.Size(), r); err != nil {
-		return err
-	}
-	return short
-}
 
 // writeEntry writes one regular entry; every error is the stream's.
 func writeEntry(tw *tar.Writer, name string, mode fs.FileMode, size int64, r io.Reader) error {

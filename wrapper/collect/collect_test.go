@@ -1,7 +1,15 @@
 package collect
 
 import (
+	"archive/tar"
+	"bytes"
 	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -38,5 +46,86 @@ func TestReadRequest(t *testing.T) {
 				t.Fatalf("err %v; want a usage error saying %q", err, tc.refused)
 			}
 		})
+	}
+}
+
+// TestSendOutputAsListed: output/ is sent as listOutput listed it,
+// whatever changes before each file is sent: a file that grew is sent up
+// to its listed size, one removed is not sent, one made after the listing
+// is not seen, one replaced by a link is not followed; the end says what
+// was sent and what changed.
+func TestSendOutputAsListed(t *testing.T) {
+	src := t.TempDir()
+	out := filepath.Join(src, "output")
+	for name, body := range map[string]string{"grew.txt": "first\n", "gone.txt": "x\n", "same.txt": "same\n", "linked.txt": "l\n"} {
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(out, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var head wire.CollectHead
+	root, listed := listOutput(src, wire.CollectItem{MaxFiles: 10, MaxBytes: 1 << 20}, &head)
+	if root == nil {
+		t.Fatalf("output/ not opened: %+v", head)
+	}
+	defer root.Close()
+	if head.Files != 4 || head.Bytes != 15 {
+		t.Fatalf("head %+v, want 4 files, 15 bytes", head)
+	}
+	f, err := os.OpenFile(filepath.Join(out, "grew.txt"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("more\n")
+	f.Close()
+	os.Remove(filepath.Join(out, "gone.txt"))
+	os.Remove(filepath.Join(out, "linked.txt"))
+	if err := os.Symlink("same.txt", filepath.Join(out, "linked.txt")); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(out, "new.txt"), []byte("new\n"), 0o644)
+
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	end, err := sendOutput(tw, "0", root, listed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw.Close()
+	got := map[string]string{}
+	tr := tar.NewReader(&b)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(tr)
+		got[h.Name] = string(body)
+	}
+	want := map[string]string{"0/output/grew.txt": "first\n", "0/output/same.txt": "same\n"}
+	if !maps.Equal(got, want) {
+		t.Errorf("sent %q, want %q", got, want)
+	}
+	wantEnd := wire.CollectEnd{Files: 2, Bytes: 11, Changed: []wire.CollectChange{
+		{Path: "gone.txt", Listed: 2, Now: -1}, {Path: "grew.txt", Listed: 6, Now: 11}, {Path: "linked.txt", Listed: 2, Now: -1}}}
+	if end.Files != wantEnd.Files || end.Bytes != wantEnd.Bytes || !slices.Equal(end.Changed, wantEnd.Changed) {
+		t.Errorf("end %+v, want %+v", end, wantEnd)
+	}
+}
+
+// TestCollectEndNamesAtMostTen: the end entry names at most
+// wire.CollectMaxChanged changed files and counts the rest.
+func TestCollectEndNamesAtMostTen(t *testing.T) {
+	var end wire.CollectEnd
+	for i := range wire.CollectMaxChanged + 4 {
+		end.Change(wire.CollectChange{Path: fmt.Sprint(i)})
+	}
+	if len(end.Changed) != wire.CollectMaxChanged || end.More != 4 {
+		t.Errorf("%d named, %d more; want %d and 4", len(end.Changed), end.More, wire.CollectMaxChanged)
 	}
 }

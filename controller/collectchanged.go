@@ -1,0 +1,85 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/dispatch-tool/dispatch/domain"
+	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/wire"
+)
+
+// An attempt's output/ is collected once, after its final status, as the
+// node lists it then: a process the task left behind (escaped from its
+// process group) may go on writing there, and what it changes after the
+// listing is not taken, nor is the attempt collected again for it. The
+// collection records a warning naming what changed.
+
+// errPastListing stops the copy of a file that has grown since it was
+// listed: its listed size is what is collected.
+var errPastListing = errors.New("the file grew past its listed size")
+
+// listedWriter passes the first left bytes of a file and fails with
+// errPastListing when more come.
+type listedWriter struct {
+	w    io.Writer
+	left int64
+}
+
+func (l *listedWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) <= l.left {
+		n, err := l.w.Write(p)
+		l.left -= int64(n)
+		return n, err
+	}
+	n, err := l.w.Write(p[:l.left])
+	l.left -= int64(n)
+	if err != nil {
+		return n, err
+	}
+	return n, errPastListing
+}
+
+// changedWarning is the warning of an attempt whose output/ changed while
+// it was collected (the files changed, named up to wire.CollectMaxChanged),
+// "" when nothing did.
+func changedWarning(end wire.CollectEnd) string {
+	if len(end.Changed) == 0 && end.More == 0 {
+		return ""
+	}
+	var names []string
+	for _, c := range end.Changed[:min(len(end.Changed), wire.CollectMaxChanged)] {
+		switch {
+		case c.Now < 0:
+			names = append(names, fmt.Sprintf("%s (removed or replaced: not taken)", c.Path))
+		case c.Now > c.Listed:
+			names = append(names, fmt.Sprintf("%s (grew past the %d bytes listed: those taken)", c.Path, c.Listed))
+		default:
+			names = append(names, fmt.Sprintf("%s (%d bytes when listed, %d when taken)", c.Path, c.Listed, c.Now))
+		}
+	}
+	if more := len(end.Changed) - len(names) + end.More; more > 0 {
+		names = append(names, fmt.Sprintf("and %d more", more))
+	}
+	return "output/ changed after the attempt's final status, while it was collected (a process the task left behind " +
+		"still writing there?): it is collected as it was listed, once; later changes on the node are not taken: " +
+		strings.Join(names, ", ")
+}
+
+// withChangedWarning is rec, recording as well the warning of an attempt
+// r whose output/ changed while it was collected.
+func withChangedWarning(ctx context.Context, r domain.Attempt, end wire.CollectEnd, rec txFunc) txFunc {
+	msg := changedWarning(end)
+	if msg == "" || rec == nil {
+		return rec
+	}
+	return func(tx *store.Tx) error {
+		if err := rec(tx); err != nil {
+			return err
+		}
+		return tx.Event(ctx, store.Event{Project: r.Project, Task: r.Task, Attempt: r.Attempt, Kind: "warning", Node: r.Node, Message: msg})
+	}
+}
