@@ -29,7 +29,7 @@ func (s *supervisor) prepare() error {
 	if err := s.moveAside(); err != nil {
 		return err
 	}
-	if err := s.writeOwnRecord(); err != nil {
+	if err := s.ownRecord(); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Join(s.dir, taskfiles.DirOutput), 0o755); err != nil {
@@ -64,9 +64,6 @@ func (s *supervisor) prepare() error {
 			return err
 		}
 	}
-	if err := s.beat(); err != nil {
-		return err
-	}
 	s.st = wire.Status{
 		Task:           s.launch.Task,
 		Attempt:        s.launch.Attempt,
@@ -76,7 +73,19 @@ func (s *supervisor) prepare() error {
 		WrapperVersion: Version,
 		Sandbox:        s.sandboxName(),
 	}
-	return s.updateStatus(func(*wire.Status) bool { return true })
+	if s.quickStart() {
+		// The tool starts in a moment: setTool announces the attempt
+		// with it, in one write of the record and one of status.json.
+		return nil
+	}
+	return s.announce()
+}
+
+// quickStart reports whether nothing that may take long (a base copy, a
+// checkout, the network proxy, setup) runs between prepare and the tool.
+func (s *supervisor) quickStart() bool {
+	return s.sandboxErr == "" && s.launch.Base == "" && s.launch.Repo == nil && s.launch.Setup == "" &&
+		(s.sandbox == nil || s.sandbox.Net == nil)
 }
 
 // moveAside moves an earlier attempt's files to attempts/<n>/, first killing

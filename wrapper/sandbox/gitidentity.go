@@ -15,21 +15,25 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/dispatch-tool/dispatch/wrapper/proc"
 )
 
 // The node user's git identity goes into every sandboxed attempt's
 // private HOME (and every sandboxed gate's). Reading it costs a git
 // process (about 1.5 ms of CPU on a loaded node, 4 % of a no-op attempt's
 // cost there), so its answer is kept: in memory for the attempts of one
-// supervisor, and beside the wrapper for the supervisors that follow.
+// supervisor, and in the wrapper's private .ctl directory for the
+// supervisors that follow.
 // The key is the content of the global config files git reads, the
 // environment that names them and the git binary: a changed
 // ~/.gitconfig is read again at once. A config that includes other files
 // (include, includeIf) is never cached, since what it includes may change
 // without it.
 
-// FileGitIdentityCache is the cached identity, beside the wrapper binary.
-const FileGitIdentityCache = ".git-identity.json"
+// FileGitIdentityCache is the cached identity, in the wrapper's private
+// .ctl directory (proc.CtlDir).
+const FileGitIdentityCache = "git-identity.json"
 
 // maxGitConfig bounds what is read of a global config file for the key.
 const maxGitConfig = 1 << 20
@@ -49,7 +53,10 @@ type gitIdentityFile struct {
 // identityCache keeps the identity for one key; mu serialises lookups, so
 // the attempts of a batch start one git between them, and guards key, id.
 type identityCache struct {
-	path string // the cache file; "" keeps it in memory only
+	// path is the cache file ("" keeps it in memory only), or, while
+	// unset, made by dir once.
+	path string
+	dir  func() (string, error)
 	// run is `git config --global --get-regexp` of the identity keys.
 	run func(ctx context.Context, env []string) []byte
 
@@ -59,7 +66,7 @@ type identityCache struct {
 }
 
 // nodeIdentity is the wrapper's cache.
-var nodeIdentity = &identityCache{path: besideWrapper(FileGitIdentityCache), run: gitConfigIdentity}
+var nodeIdentity = &identityCache{dir: proc.CtlDir, run: gitConfigIdentity}
 
 // GitIdentity writes the node user's git identity (user.name and
 // user.email of their global config), and nothing else of it, into the
@@ -78,6 +85,12 @@ func GitIdentity(ctx context.Context, home string) error {
 func (c *identityCache) get(ctx context.Context, env []string) gitIdentity {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.dir != nil {
+		if dir, err := c.dir(); err == nil {
+			c.path = filepath.Join(dir, FileGitIdentityCache)
+		}
+		c.dir = nil
+	}
 	key, ok := gitIdentityKey(env)
 	if ok && key == c.key {
 		return c.id

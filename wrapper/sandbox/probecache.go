@@ -66,17 +66,11 @@ func currentProbeKey(version string) (probeKey, bool) {
 // probeCachePath is the cache file of this wrapper binary; "" when its
 // directory is unknown.
 func probeCachePath() string {
-	return besideWrapper(FileProbeCache)
-}
-
-// besideWrapper is the path of name in the wrapper binary's directory,
-// which only the node user can write; "" when it is unknown.
-func besideWrapper(name string) string {
 	exe, err := os.Executable()
 	if err != nil {
 		return ""
 	}
-	return filepath.Join(filepath.Dir(exe), name)
+	return filepath.Join(filepath.Dir(exe), FileProbeCache)
 }
 
 // cachedProbe is the cached answer for key, if one is fresh at now.
