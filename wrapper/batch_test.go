@@ -58,10 +58,7 @@ func TestOneSupervisorPerBatch(t *testing.T) {
 			_, err := os.Stat(filepath.Join(tk.dir, taskfiles.DirOutput, "started"))
 			return err == nil
 		})
-		// status.json is written as the tool starts, not before: the
-		// tool may be a moment ahead of it.
-		st := tk.waitStatus(t, id+"'s running status", func(st *wire.Status) bool { return st.Status == wire.StatusRunning })
-		if st.PID != pid {
+		if st := tk.status(t); st.PID != pid || st.Status != wire.StatusRunning {
 			t.Fatalf("%s: %+v, want running under %d", id, st, pid)
 		}
 	}

@@ -15,11 +15,12 @@ import (
 
 // A file made on a node's disk is most of what an attempt costs there (a
 // new inode each, on ext4 a scan past every inode freed lately): an
-// attempt that goes straight to its tool writes its process record, its
-// heartbeat and its running status once, with the tool, not once at
-// prepare and again when the tool starts. Counted by inotify: each
-// atomic write makes one temporary file.
-func TestQuickAttemptWritesEachFileOnce(t *testing.T) {
+// attempt that goes straight to its tool writes its process record once,
+// with the tool, not once at prepare and again when the tool starts.
+// status.json stays written before the tool starts (a tool may read it),
+// then with the tool's pid, then final. Counted by inotify: each atomic
+// write makes one temporary file.
+func TestQuickAttemptWritesItsRecordOnce(t *testing.T) {
 	t.Parallel()
 	tk := newTask(t, "", wire.Launch{Command: shell("true"), HeartbeatSeconds: 60})
 	rec := tk.recordFile()
@@ -52,7 +53,7 @@ func TestQuickAttemptWritesEachFileOnce(t *testing.T) {
 	want := map[string]int{
 		filepath.Base(rec):      1,
 		taskfiles.FileHeartbeat: 1,
-		taskfiles.FileStatus:    2, // running, then final
+		taskfiles.FileStatus:    3, // running, with tool_pid, final
 		taskfiles.FilePID:       1,
 	}
 	for name, n := range want {

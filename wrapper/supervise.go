@@ -35,7 +35,6 @@ type supervisor struct {
 	logger *slog.Logger
 	tlog   *taskfiles.TaskLog
 	begun  time.Time
-	hbMu   sync.Mutex // serialises heartbeat writes; guards hbSeq
 	hbSeq  int
 	// activeAt is when the stall watch last saw the tool write (unix
 	// nanoseconds; 0 while no stall watch runs): the heartbeat says how
@@ -87,10 +86,10 @@ type supervisor struct {
 	agentSrcDir bool
 	agentSrcErr error
 
-	rec proc.ProcRecord // this attempt's process record; written by announce, setTool and finish only
-	// announced is set once the record, the heartbeat and the running
-	// status are written (announce); run's goroutine only.
-	announced bool
+	rec proc.ProcRecord // this attempt's process record; written by prepare, setTool and finish only
+	// recorded is set once rec is written; run's goroutine only (and
+	// prepare's, before it).
+	recorded bool
 
 	// cg is the attempt's cgroups (nil: none), made with its first limited
 	// child (cgTried: once tried), before the watchdog of that child starts;
@@ -105,10 +104,9 @@ type supervisor struct {
 	lock    *os.File // the task's lock, held until the attempt has ended
 	logFile *os.File // the attempt's wrapper.log
 
-	statusMu sync.Mutex // serialises status.json writes; guards st, final, written
+	statusMu sync.Mutex // serialises status.json writes; guards st, final
 	st       wire.Status
 	final    bool
-	written  bool // a status of this attempt is in status.json
 }
 
 // outcome is how the attempt ended, before the stop reason is applied.

@@ -32,6 +32,13 @@ func (s *supervisor) prepare() error {
 	if err := s.ownRecord(); err != nil {
 		return err
 	}
+	if !s.quickStart() {
+		// A base copy, a checkout, the proxy or setup may take long:
+		// the supervisor must be killable meanwhile.
+		if err := s.writeRecord(); err != nil {
+			return err
+		}
+	}
 	if err := os.MkdirAll(filepath.Join(s.dir, taskfiles.DirOutput), 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", taskfiles.DirOutput, err)
 	}
@@ -64,6 +71,9 @@ func (s *supervisor) prepare() error {
 			return err
 		}
 	}
+	if err := s.beat(); err != nil {
+		return err
+	}
 	s.st = wire.Status{
 		Task:           s.launch.Task,
 		Attempt:        s.launch.Attempt,
@@ -73,16 +83,15 @@ func (s *supervisor) prepare() error {
 		WrapperVersion: Version,
 		Sandbox:        s.sandboxName(),
 	}
-	if s.quickStart() {
-		// The tool starts in a moment: setTool announces the attempt
-		// with it, in one write of the record and one of status.json.
-		return nil
-	}
-	return s.announce()
+	return s.updateStatus(func(*wire.Status) bool { return true })
 }
 
 // quickStart reports whether nothing that may take long (a base copy, a
-// checkout, the network proxy, setup) runs between prepare and the tool.
+// checkout, the network proxy, setup) runs between prepare and the tool:
+// the process record is then written once, by setTool, with the tool,
+// not also a moment before (one file creation fewer, each a new inode,
+// most of what an attempt costs a node); `kill` waits for it meanwhile,
+// as while the supervisor moves the earlier attempt aside.
 func (s *supervisor) quickStart() bool {
 	return s.sandboxErr == "" && s.launch.Base == "" && s.launch.Repo == nil && s.launch.Setup == "" &&
 		(s.sandbox == nil || s.sandbox.Net == nil)

@@ -5,7 +5,6 @@ package wrapper
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -205,8 +204,7 @@ func (s *supervisor) heartbeats(stop <-chan struct{}, done chan<- struct{}) {
 			}
 			total := s.tlog.Total()
 			err := s.updateStatus(func(st *wire.Status) bool {
-				// Unwritten yet: the tool is slow to start.
-				changed := st.LogBytes != total || !s.written
+				changed := st.LogBytes != total
 				st.LogBytes = total
 				if changed && s.activeAt.Load() != 0 {
 					// Output, seen at the beat's pace: the stall watch
@@ -225,16 +223,14 @@ func (s *supervisor) heartbeats(stop <-chan struct{}, done chan<- struct{}) {
 // beat rewrites the heartbeat file; the sequence number makes every beat's
 // content differ even if the clock does not move.
 func (s *supervisor) beat() error {
-	s.hbMu.Lock()
-	defer s.hbMu.Unlock()
 	s.hbSeq++
 	data := taskfiles.HeartbeatLine(s.hbSeq, time.Now(), s.activeAt.Load())
 	return taskfiles.WriteFileAtomic(filepath.Join(s.dir, taskfiles.FileHeartbeat), []byte(data), 0o644)
 }
 
-// ownRecord makes this supervisor's process record, with no tool yet;
-// announce writes it: without a record, nothing could ever signal this
-// attempt.
+// ownRecord makes this supervisor's process record, with no tool yet:
+// without a record, nothing could ever signal this attempt. writeRecord
+// writes it.
 func (s *supervisor) ownRecord() error {
 	pid := os.Getpid()
 	start, err := proc.ProcStart(pid)
@@ -250,40 +246,20 @@ func (s *supervisor) ownRecord() error {
 	return nil
 }
 
-// announce makes the attempt known outside its supervisor, once: the
-// process record (`kill` finds the supervisor by it), the heartbeat and
-// the running status. An attempt that goes straight to its tool is
-// announced by setTool, with the tool: one write of each file, where
-// writing them at prepare and again at the tool's start cost two more
-// file creations (each a new inode, the largest cost of an attempt on a
-// node). Until then `status` reports the supervisor alive without a
-// status of the attempt, as while it moves the earlier one aside, and
-// `kill` waits for the record.
-func (s *supervisor) announce() error {
-	if s.announced {
-		return nil
-	}
-	s.announced = true
-	return errors.Join(proc.WriteRecord(&s.rec), s.beat(), s.updateStatus(func(*wire.Status) bool { return true }))
+// writeRecord replaces the process record with rec.
+func (s *supervisor) writeRecord() error {
+	s.recorded = true
+	return proc.WriteRecord(&s.rec)
 }
 
 // setTool records the running child (setup or tool) in the process record
 // and, for display, in status.json.
 func (s *supervisor) setTool(p *proc.Proc) {
 	s.rec.ToolPGID, s.rec.ToolStart = p.Pgid, p.Start
-	pid := p.Pgid
-	if !s.announced {
-		s.statusMu.Lock()
-		s.st.ToolPID = pid
-		s.statusMu.Unlock()
-		if err := s.announce(); err != nil {
-			s.logger.Error("announce the attempt", taskfiles.LogKeyErr, err)
-		}
-		return
-	}
-	if err := proc.WriteRecord(&s.rec); err != nil {
+	if err := s.writeRecord(); err != nil {
 		s.logger.Error("process record", taskfiles.LogKeyErr, err)
 	}
+	pid := p.Pgid
 	err := s.updateStatus(func(st *wire.Status) bool {
 		st.ToolPID = pid
 		return true
@@ -305,16 +281,10 @@ func (s *supervisor) updateStatus(f func(*wire.Status) bool) error {
 		return nil
 	}
 	s.final = s.st.Final()
-	var err error
 	if s.final {
-		err = taskfiles.WriteStatusDurable(s.dir, &s.st)
-	} else {
-		err = taskfiles.WriteJSONAtomic(filepath.Join(s.dir, taskfiles.FileStatus), s.st)
+		return taskfiles.WriteStatusDurable(s.dir, &s.st)
 	}
-	if err == nil {
-		s.written = true
-	}
-	return err
+	return taskfiles.WriteJSONAtomic(filepath.Join(s.dir, taskfiles.FileStatus), s.st)
 }
 
 // ending is what the final status depends on (attempt.Decide), read once
@@ -345,19 +315,13 @@ func (s *supervisor) finish(res outcome) {
 	s.mu.Lock()
 	reason, session, limitMsg := s.stopReason, s.session, s.limitMsg
 	s.mu.Unlock()
-	if session != "" || res.gate != nil || !s.announced {
+	if session != "" || res.gate != nil || !s.recorded {
 		// The private record is where `status` takes the session and
-		// the gate's result from; an attempt whose tool never started
-		// has not written it yet, nor a heartbeat.
+		// the gate's result from; a quick start whose tool never
+		// started has not written it yet.
 		s.rec.SessionID, s.rec.Gate = session, res.gate
-		if err := proc.WriteRecord(&s.rec); err != nil {
+		if err := s.writeRecord(); err != nil {
 			s.logger.Error("process record", taskfiles.LogKeyErr, err)
-		}
-		if !s.announced {
-			s.announced = true
-			if err := s.beat(); err != nil {
-				s.logger.Warn("heartbeat", taskfiles.LogKeyErr, err)
-			}
 		}
 	}
 	ended := time.Now()
