@@ -144,18 +144,18 @@ func (s *supervisor) onLine(prev, line []byte) {
 // handleSignals turns SIGTERM and SIGINT into a stop of every attempt, and
 // SIGUSR1 into a stop of each attempt `kill` asked for. SIGHUP is ignored
 // in case a session somewhere still thinks it owns us.
-func handleSignals(sigs <-chan os.Signal, attempts []*supervisor) {
+func handleSignals(sigs <-chan os.Signal, set *attemptSet) {
 	for sig := range sigs {
 		switch sig {
 		case syscall.SIGHUP:
 		case syscall.SIGUSR1:
-			for _, s := range attempts {
+			for _, s := range set.attempts(false) {
 				if grace, ok := s.killRequested(); ok {
 					s.stop(attempt.ReasonKill, grace)
 				}
 			}
 		default:
-			for _, s := range attempts {
+			for _, s := range set.attempts(true) {
 				grace, ok := s.killRequested()
 				if !ok {
 					grace = seconds(s.launch.GraceSeconds)
