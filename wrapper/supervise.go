@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 	"github.com/dispatch-tool/dispatch/internal/netallow"
 	"github.com/dispatch-tool/dispatch/wire"
 	"github.com/dispatch-tool/dispatch/wrapper/agentlog"
+	"github.com/dispatch-tool/dispatch/wrapper/attempt"
 	"github.com/dispatch-tool/dispatch/wrapper/egress"
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
 	"github.com/dispatch-tool/dispatch/wrapper/launchfile"
@@ -86,7 +88,10 @@ type supervisor struct {
 	agentSrcDir bool
 	agentSrcErr error
 
-	rec proc.ProcRecord // this attempt's process record; written by prepare and setTool only
+	rec proc.ProcRecord // this attempt's process record; written by prepare, setTool and finish only
+	// recorded is set once rec is written; run's goroutine only (and
+	// prepare's, before it).
+	recorded bool
 
 	// cg is the attempt's cgroups (nil: none), made with its first limited
 	// child (cgTried: once tried), before the watchdog of that child starts;
@@ -184,9 +189,15 @@ func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
 			syscall.CloseOnExec(item.LockFD)
 		}
 	}
-	started := make([]*supervisor, len(items))
+	// Each attempt runs as soon as it is prepared, not once every
+	// attempt of the batch is: the first of 32 waited for the others'
+	// directories (25–225 ms on this machine), and its process record,
+	// written when a quick start's tool starts, with it.
+	set := &attemptSet{}
+	go handleSignals(sigs, set)
 	var wg sync.WaitGroup
-	for i, item := range items {
+	var started atomic.Int64
+	for _, item := range items {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -200,30 +211,53 @@ func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
 				logger.Error("attempt not started", taskfiles.LogKeyDir, item.Dir, taskfiles.LogKeyErr, err)
 				return
 			}
-			started[i] = s
-		}()
-	}
-	wg.Wait()
-	var attempts []*supervisor
-	for _, s := range started {
-		if s != nil {
-			attempts = append(attempts, s)
-		}
-	}
-	if len(attempts) == 0 {
-		return 1
-	}
-	go handleSignals(sigs, attempts)
-	for _, s := range attempts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+			started.Add(1)
+			set.add(s)
 			s.run()
 			s.release()
 		}()
 	}
 	wg.Wait()
+	if started.Load() == 0 {
+		return 1
+	}
 	return 0
+}
+
+// attemptSet is the attempts of a supervisor under way, for the signals
+// to reach: an attempt joins it once prepared, and one that joins after
+// a SIGTERM or a kill request for it is stopped as it joins.
+type attemptSet struct {
+	mu       sync.Mutex // guards list and stopping
+	list     []*supervisor
+	stopping bool // SIGTERM or SIGINT came: every attempt stops
+}
+
+// add makes s one of the set, stopping it when a SIGTERM came or `kill`
+// asked for it before it joined (the request is written before the
+// signal, so either the handler sees s or s sees the request).
+func (a *attemptSet) add(s *supervisor) {
+	a.mu.Lock()
+	a.list = append(a.list, s)
+	stopping := a.stopping
+	a.mu.Unlock()
+	grace, asked := s.killRequested()
+	switch {
+	case asked:
+		s.stop(attempt.ReasonKill, grace)
+	case stopping:
+		s.stop(attempt.ReasonKill, seconds(s.launch.GraceSeconds))
+	}
+}
+
+// attempts returns the set's attempts; all marks the set stopping first.
+func (a *attemptSet) attempts(all bool) []*supervisor {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if all {
+		a.stopping = true
+	}
+	return slices.Clone(a.list)
 }
 
 // attemptLock is the task's lock of item: the one `run` took and handed

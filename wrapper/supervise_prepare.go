@@ -29,8 +29,15 @@ func (s *supervisor) prepare() error {
 	if err := s.moveAside(); err != nil {
 		return err
 	}
-	if err := s.writeOwnRecord(); err != nil {
+	if err := s.ownRecord(); err != nil {
 		return err
+	}
+	if !s.quickStart() {
+		// A base copy, a checkout, the proxy or setup may take long:
+		// the supervisor must be killable meanwhile.
+		if err := s.writeRecord(); err != nil {
+			return err
+		}
 	}
 	if err := os.MkdirAll(filepath.Join(s.dir, taskfiles.DirOutput), 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", taskfiles.DirOutput, err)
@@ -77,6 +84,17 @@ func (s *supervisor) prepare() error {
 		Sandbox:        s.sandboxName(),
 	}
 	return s.updateStatus(func(*wire.Status) bool { return true })
+}
+
+// quickStart reports whether nothing that may take long (a base copy, a
+// checkout, the network proxy, setup) runs between prepare and the tool:
+// the process record is then written once, by setTool, with the tool,
+// not also a moment before (one file creation fewer, each a new inode,
+// most of what an attempt costs a node); `kill` waits for it meanwhile,
+// as while the supervisor moves the earlier attempt aside.
+func (s *supervisor) quickStart() bool {
+	return s.sandboxErr == "" && s.launch.Base == "" && s.launch.Repo == nil && s.launch.Setup == "" &&
+		(s.sandbox == nil || s.sandbox.Net == nil)
 }
 
 // moveAside moves an earlier attempt's files to attempts/<n>/, first killing

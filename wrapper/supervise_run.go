@@ -144,18 +144,18 @@ func (s *supervisor) onLine(prev, line []byte) {
 // handleSignals turns SIGTERM and SIGINT into a stop of every attempt, and
 // SIGUSR1 into a stop of each attempt `kill` asked for. SIGHUP is ignored
 // in case a session somewhere still thinks it owns us.
-func handleSignals(sigs <-chan os.Signal, attempts []*supervisor) {
+func handleSignals(sigs <-chan os.Signal, set *attemptSet) {
 	for sig := range sigs {
 		switch sig {
 		case syscall.SIGHUP:
 		case syscall.SIGUSR1:
-			for _, s := range attempts {
+			for _, s := range set.attempts(false) {
 				if grace, ok := s.killRequested(); ok {
 					s.stop(attempt.ReasonKill, grace)
 				}
 			}
 		default:
-			for _, s := range attempts {
+			for _, s := range set.attempts(true) {
 				grace, ok := s.killRequested()
 				if !ok {
 					grace = seconds(s.launch.GraceSeconds)
@@ -228,9 +228,10 @@ func (s *supervisor) beat() error {
 	return taskfiles.WriteFileAtomic(filepath.Join(s.dir, taskfiles.FileHeartbeat), []byte(data), 0o644)
 }
 
-// writeOwnRecord records this supervisor in the process record, with no
-// tool yet; without a record, nothing could ever signal this attempt.
-func (s *supervisor) writeOwnRecord() error {
+// ownRecord makes this supervisor's process record, with no tool yet:
+// without a record, nothing could ever signal this attempt. writeRecord
+// writes it.
+func (s *supervisor) ownRecord() error {
 	pid := os.Getpid()
 	start, err := proc.ProcStart(pid)
 	if err != nil {
@@ -242,6 +243,12 @@ func (s *supervisor) writeOwnRecord() error {
 	}
 	s.rec = proc.ProcRecord{Dir: filepath.Clean(s.dir), Attempt: s.launch.Attempt, SupervisorPID: pid, SupervisorStart: start, SID: sid,
 		Agent: s.launch.Agent, Node: s.launch.Node}
+	return nil
+}
+
+// writeRecord replaces the process record with rec.
+func (s *supervisor) writeRecord() error {
+	s.recorded = true
 	return proc.WriteRecord(&s.rec)
 }
 
@@ -249,7 +256,7 @@ func (s *supervisor) writeOwnRecord() error {
 // and, for display, in status.json.
 func (s *supervisor) setTool(p *proc.Proc) {
 	s.rec.ToolPGID, s.rec.ToolStart = p.Pgid, p.Start
-	if err := proc.WriteRecord(&s.rec); err != nil {
+	if err := s.writeRecord(); err != nil {
 		s.logger.Error("process record", taskfiles.LogKeyErr, err)
 	}
 	pid := p.Pgid
@@ -308,11 +315,12 @@ func (s *supervisor) finish(res outcome) {
 	s.mu.Lock()
 	reason, session, limitMsg := s.stopReason, s.session, s.limitMsg
 	s.mu.Unlock()
-	if session != "" || res.gate != nil {
+	if session != "" || res.gate != nil || !s.recorded {
 		// The private record is where `status` takes the session and
-		// the gate's result from.
+		// the gate's result from; a quick start whose tool never
+		// started has not written it yet.
 		s.rec.SessionID, s.rec.Gate = session, res.gate
-		if err := proc.WriteRecord(&s.rec); err != nil {
+		if err := s.writeRecord(); err != nil {
 			s.logger.Error("process record", taskfiles.LogKeyErr, err)
 		}
 	}

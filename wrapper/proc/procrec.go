@@ -55,6 +55,18 @@ type ProcRecord struct {
 // The directory is created 0700 and must be a directory of this user
 // that nobody else can write.
 func RecordPath(dir string) (string, error) {
+	ctl, err := CtlDir()
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(filepath.Clean(dir)))
+	return filepath.Join(ctl, hex.EncodeToString(sum[:])+".json"), nil
+}
+
+// CtlDir is the private directory beside the wrapper executable, made
+// 0700 when missing, and refused unless it is a directory of this user
+// that nobody else can write.
+func CtlDir() (string, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return "", fmt.Errorf("find own executable: %w", err)
@@ -71,8 +83,7 @@ func RecordPath(dir string) (string, error) {
 	if !fi.IsDir() || !ok || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o077 != 0 {
 		return "", fmt.Errorf("%s must be a directory of uid %d with mode 0700 (remove it; the wrapper recreates it)", ctl, os.Geteuid())
 	}
-	sum := sha256.Sum256([]byte(filepath.Clean(dir)))
-	return filepath.Join(ctl, hex.EncodeToString(sum[:])+".json"), nil
+	return ctl, nil
 }
 
 // KillRequestPath is where `kill` asks the supervisor of dir to stop an

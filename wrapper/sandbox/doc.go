@@ -3,7 +3,8 @@
 // hidden, the tool's own files exposed, OpenPaths), the Seatbelt profile
 // generated for macOS (not enabled), whether a sandbox works here (Probe,
 // ProbeBwrap) and its answer cached beside the wrapper, the tool's private
-// HOME with the agent's settings copied in and its logins removed
+// HOME with the node user's git identity (GitIdentity, its answer cached
+// too) and the agent's settings copied in and its logins removed
 // (AgentSource, CopyAgentFiles, RemoveAgentLogins), and the note a failed
 // sandboxed attempt gets (Note, NoteApplies, RefusedNote).
 //

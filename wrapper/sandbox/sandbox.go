@@ -373,52 +373,6 @@ func Env(env []string, taskDir string, unset ...string) []string {
 	return append(out, "HOME="+filepath.Join(taskDir, taskfiles.DirHome), "TMPDIR=/tmp")
 }
 
-// GitIdentity writes the node user's git identity (user.name and
-// user.email of their global config), and nothing else of it, into the
-// private HOME, so that a tool committing in its checkout does as it
-// would outside the sandbox.
-func GitIdentity(ctx context.Context, home string) error {
-	// One git for both keys: it runs for every sandboxed attempt.
-	cmd := exec.CommandContext(ctx, "git", "config", "--global", "--get-regexp", `^user\.(name|email)$`)
-	cmd.Env = gitEnvWithHome()
-	out, _ := cmd.Output() // exit 1: neither is set
-	values := map[string]string{}
-	for _, line := range strings.Split(string(out), "\n") {
-		k, v, _ := strings.Cut(line, " ")
-		v = strings.TrimSpace(v)
-		if (k == "user.name" || k == "user.email") && v != "" && !strings.ContainsAny(v, "\n\"\\") {
-			values[k] = v // the last one written wins, as for git
-		}
-	}
-	var cfg strings.Builder
-	for _, key := range []string{"user.name", "user.email"} {
-		v, ok := values[key]
-		if !ok {
-			continue
-		}
-		if cfg.Len() == 0 {
-			cfg.WriteString("[user]\n")
-		}
-		fmt.Fprintf(&cfg, "\t%s = \"%s\"\n", strings.TrimPrefix(key, "user."), v)
-	}
-	if cfg.Len() == 0 {
-		return nil
-	}
-	return os.WriteFile(filepath.Join(home, ".gitconfig"), []byte(cfg.String()), 0o600)
-}
-
-// gitEnvWithHome is the environment of a git that reads the node user's
-// global config: no system config, no prompt.
-func gitEnvWithHome() []string {
-	env := []string{"GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0", "LC_ALL=C"}
-	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); k == "PATH" || k == "HOME" || k == "XDG_CONFIG_HOME" {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
 // RefusedNote is what a failed attempt's error adds when the allow list
 // refused destinations: a tool that could not reach what it needed fails
 // in its own words (an auth error for a 403, a timeout), and this says
