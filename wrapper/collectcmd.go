@@ -3,6 +3,7 @@ package wrapper
 import (
 	"context"
 	"errors"
+	"github.com/dispatch-tool/dispatch/wrapper/subcmd"
 	"io"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -19,14 +20,14 @@ func cmdCollect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	var ce *errkind.Error
 	if errors.As(err, &ce) && ce.Kind == wire.KindUsage {
 		// stdout is a tar stream: the reply there is not read as one.
-		printJSON(stderr, wire.ErrorReply{Error: err.Error(), Kind: ce.Kind})
+		subcmd.PrintJSON(stderr, wire.ErrorReply{Error: err.Error(), Kind: ce.Kind})
 	}
 	return err
 }
 
 // collectStream is cmdCollect but for where a refused request is said.
 func collectStream(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
-	if err := parseFlags(newFlagSet("collect"), args); err != nil {
+	if err := subcmd.Parse(subcmd.FlagSet("collect"), args); err != nil {
 		return err
 	}
 	req, err := collect.ReadRequest(stdin)

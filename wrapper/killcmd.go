@@ -4,6 +4,7 @@ package wrapper
 
 import (
 	"context"
+	"github.com/dispatch-tool/dispatch/wrapper/subcmd"
 	"io"
 	"strconv"
 	"time"
@@ -15,14 +16,14 @@ import (
 )
 
 func cmdKill(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlagSet("kill")
+	fs := subcmd.FlagSet("kill")
 	dirFlag := fs.String("dir", "", "task directory")
 	graceFlag := fs.String("grace", "", "time between SIGTERM and SIGKILL (default: launch.json's)")
 	node := fs.String("node", "", "kill only an attempt of this node (or of no known node)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := subcmd.Parse(fs, args); err != nil {
 		return err
 	}
-	dir, err := taskDirFlag("kill", *dirFlag)
+	dir, err := subcmd.DirFlag("kill", *dirFlag)
 	if err != nil {
 		return err
 	}
@@ -41,7 +42,7 @@ func cmdKill(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return printJSON(stdout, st)
+	return subcmd.PrintJSON(stdout, st)
 }
 
 // parseGrace accepts a Go duration ("30s") or plain seconds ("30", "0.5").

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/dispatch-tool/dispatch/wrapper/subcmd"
 	"io"
 	"os"
 
@@ -25,8 +26,8 @@ import (
 const maxLaunchBatch = 64 << 20
 
 func cmdLaunch(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
-	fs := newFlagSet("launch")
-	if err := parseFlags(fs, args); err != nil {
+	fs := subcmd.FlagSet("launch")
+	if err := subcmd.Parse(fs, args); err != nil {
 		return err
 	}
 	data, err := io.ReadAll(io.LimitReader(stdin, maxLaunchBatch+1))
@@ -40,7 +41,7 @@ func cmdLaunch(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 	if err != nil {
 		return err
 	}
-	return printJSON(stdout, reply)
+	return subcmd.PrintJSON(stdout, reply)
 }
 
 // startLaunches starts the attempts of one launch document (a LaunchBatch)
@@ -97,7 +98,7 @@ func startLaunches(ctx context.Context, data []byte) (*wire.LaunchReply, error) 
 // its spec.md, launch.json and live marker; it returns the task directory
 // and the lock, held for the supervisor to inherit.
 func writeLaunchFiles(item wire.LaunchItem) (dir string, lock *os.File, err error) {
-	dir, err = taskDirFlag("launch", item.Dir)
+	dir, err = subcmd.DirFlag("launch", item.Dir)
 	if err != nil {
 		return "", nil, err
 	}

@@ -2,21 +2,19 @@ package wrapper
 
 import (
 	"context"
-	"encoding/json"
-	"flag"
 	"fmt"
+	"github.com/dispatch-tool/dispatch/wrapper/gitcmd"
+	"github.com/dispatch-tool/dispatch/wrapper/subcmd"
 	"io"
 	"os"
 	"os/signal"
 	"runtime"
-	"strings"
 	"syscall"
 
 	"github.com/dispatch-tool/dispatch/wire"
 	"github.com/dispatch-tool/dispatch/wrapper/egress"
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
 	"github.com/dispatch-tool/dispatch/wrapper/limits"
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // superviseCommand is the hidden subcommand `run` re-executes itself with.
@@ -27,6 +25,7 @@ const usageText = `usage: dispatch-wrapper <command> [flags]
 commands (see docs/PROTOCOL.md):
   version
   run    --dir D                  (stdin: JSON map of environment variables)
+  run    [--serve]                (stdin: launch documents, one a line with --serve)
   status --root R [--project P]... [--live] [--node N]  (--live: stdin {"tasks":["P/ID",…]})
   kill   --dir D [--grace 30s] [--node N]
   tail   --dir D [--follow]
@@ -102,13 +101,13 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "collect":
 		err = cmdCollect(ctx, rest, stdin, stdout, stderr)
 	case "git-receive":
-		err = cmdGitReceive(ctx, rest, stdin, stdout)
+		err = gitcmd.Receive(ctx, rest, stdin, stdout)
 	case "git-have":
-		err = cmdGitHave(ctx, rest, stdout)
+		err = gitcmd.Have(ctx, rest, stdout)
 	case "git-pack":
-		err = cmdGitPack(ctx, rest, stdout)
+		err = gitcmd.Pack(ctx, rest, stdout)
 	case "git-spare":
-		err = cmdGitSpare(ctx, rest, stdout)
+		err = gitcmd.Spare(ctx, rest, stdout)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stderr, usageText)
 		return 0
@@ -122,56 +121,13 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 func fail(stdout io.Writer, err error) int {
-	printJSON(stdout, wire.ErrorReply{Error: err.Error(), Kind: errkind.Of(err)})
+	subcmd.PrintJSON(stdout, wire.ErrorReply{Error: err.Error(), Kind: errkind.Of(err)})
 	return 1
 }
 
-func printJSON(w io.Writer, v any) error {
-	if err := json.NewEncoder(w).Encode(v); err != nil {
-		return errkind.IO(fmt.Errorf("write reply: %w", err))
-	}
-	return nil
-}
-
-// newFlagSet returns a flag set that reports errors instead of printing
-// them, because every failure must come out as one JSON value.
-func newFlagSet(name string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	return fs
-}
-
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		return errkind.Usagef("%s: %v", fs.Name(), err)
-	}
-	if fs.NArg() > 0 {
-		return errkind.Usagef("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
-	}
-	return nil
-}
-
-// taskDirFlag resolves the required --dir flag of run, kill and tail.
-func taskDirFlag(cmd, dir string) (string, error) {
-	if dir == "" {
-		return "", errkind.Usagef("%s: --dir is required", cmd)
-	}
-	abs, err := taskfiles.ExpandPath(dir)
-	if err != nil {
-		return "", errkind.Usagef("%s: %v", cmd, err)
-	}
-	return abs, nil
-}
-
-// stringList is a repeatable string flag.
-type stringList []string
-
-func (s *stringList) String() string     { return strings.Join(*s, ",") }
-func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
-
 func cmdVersion(args []string, stdout io.Writer) error {
-	if err := parseFlags(newFlagSet("version"), args); err != nil {
+	if err := subcmd.Parse(subcmd.FlagSet("version"), args); err != nil {
 		return err
 	}
-	return printJSON(stdout, wire.VersionReply{Version: Version, OS: runtime.GOOS, Arch: runtime.GOARCH})
+	return subcmd.PrintJSON(stdout, wire.VersionReply{Version: Version, OS: runtime.GOOS, Arch: runtime.GOARCH})
 }

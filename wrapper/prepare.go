@@ -3,6 +3,7 @@ package wrapper
 import (
 	"context"
 	"encoding/json"
+	"github.com/dispatch-tool/dispatch/wrapper/subcmd"
 	"io"
 	"path/filepath"
 
@@ -21,8 +22,8 @@ import (
 const prepareCommand = "prepare"
 
 func cmdPrepare(_ context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
-	fs := newFlagSet(prepareCommand)
-	if err := parseFlags(fs, args); err != nil {
+	fs := subcmd.FlagSet(prepareCommand)
+	if err := subcmd.Parse(fs, args); err != nil {
 		return err
 	}
 	data, err := io.ReadAll(io.LimitReader(stdin, maxLaunchBatch+1))
@@ -46,7 +47,7 @@ func cmdPrepare(_ context.Context, args []string, stdin io.Reader, stdout io.Wri
 			reply.Results[i].Error, reply.Results[i].Kind = err.Error(), errkind.Of(err)
 		}
 	}
-	return printJSON(stdout, reply)
+	return subcmd.PrintJSON(stdout, reply)
 }
 
 // prepareOne writes one attempt's spec.md, launch.json and secrets file.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/dispatch-tool/dispatch/wrapper/subcmd"
 	"io"
 	"os"
 	"os/exec"
@@ -25,10 +26,10 @@ import (
 // --dir D, D holds spec.md and launch.json already and stdin is the
 // environment map.
 func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
-	fs := newFlagSet("run")
+	fs := subcmd.FlagSet("run")
 	dirFlag := fs.String("dir", "", "task directory (without it, stdin holds the launch document)")
 	serve := fs.Bool("serve", false, "without --dir: answer launch documents, one a line on stdin, one reply a line, until stdin ends")
-	if err := parseFlags(fs, args); err != nil {
+	if err := subcmd.Parse(fs, args); err != nil {
 		return err
 	}
 	if *dirFlag == "" && *serve {
@@ -36,7 +37,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 	} else if *dirFlag == "" {
 		return cmdLaunch(ctx, nil, stdin, stdout)
 	}
-	dir, err := taskDirFlag("run", *dirFlag)
+	dir, err := subcmd.DirFlag("run", *dirFlag)
 	if err != nil {
 		return err
 	}
@@ -73,7 +74,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 	if err != nil {
 		return err
 	}
-	return printJSON(stdout, startedReply(item, pid))
+	return subcmd.PrintJSON(stdout, startedReply(item, pid))
 }
 
 // lockWait is how long `run` retries D/lock before deciding that a

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dispatch-tool/dispatch/wrapper/subcmd"
 	"io"
 	"os"
 	"path/filepath"
@@ -19,14 +20,14 @@ import (
 )
 
 func cmdStatus(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
-	fs := newFlagSet("status")
+	fs := subcmd.FlagSet("status")
 	rootFlag := fs.String("root", "", "work directory holding <project>/tasks/<ID>")
-	var projects stringList
+	var projects subcmd.StringList
 	fs.Var(&projects, "project", "project to list (repeatable; default all)")
 	live := fs.Bool("live", false, "list only the live index and the tasks named on stdin ({\"tasks\":[\"project/ID\",…]})")
 	node := fs.String("node", "", "report only this node's attempts (and those of no known node)")
 	serve := fs.Bool("serve", false, "answer requests, one a line on stdin ({\"projects\":[…],\"live\":true,\"tasks\":[…],\"tags\":[…]}), one reply a line, until stdin ends")
-	if err := parseFlags(fs, args); err != nil {
+	if err := subcmd.Parse(fs, args); err != nil {
 		return err
 	}
 	if *rootFlag == "" {
@@ -60,15 +61,15 @@ func cmdStatus(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 	} else if ns, err = nodestatus.NodeStatus(ctx, Version, root, *node, projects); err != nil {
 		return err
 	}
-	return printJSON(stdout, ns)
+	return subcmd.PrintJSON(stdout, ns)
 }
 
 func cmdWatch(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
-	fs := newFlagSet("watch")
+	fs := subcmd.FlagSet("watch")
 	rootFlag := fs.String("root", "", "work directory holding <project>/tasks/<ID>")
 	beat := fs.Duration("beat", nodestatus.DefaultBeat, "how often to print a beat frame")
 	node := fs.String("node", "", "stream only this node's attempts (and those of no known node)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := subcmd.Parse(fs, args); err != nil {
 		return err
 	}
 	if *rootFlag == "" {
@@ -92,18 +93,18 @@ func cmdWatch(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 }
 
 func cmdTail(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlagSet("tail")
+	fs := subcmd.FlagSet("tail")
 	dirFlag := fs.String("dir", "", "task directory")
 	follow := fs.Bool("follow", false, "keep printing until the attempt is over")
 	from := fs.Int64("from", 0, "skip the first N bytes of what tail would print (a caller polling for more)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := subcmd.Parse(fs, args); err != nil {
 		return err
 	}
 	if *from < 0 {
 		return errkind.Usagef("tail: --from must not be negative")
 	}
 	stdout = &nodestatus.SkipWriter{W: stdout, Skip: *from}
-	dir, err := taskDirFlag("tail", *dirFlag)
+	dir, err := subcmd.DirFlag("tail", *dirFlag)
 	if err != nil {
 		return err
 	}

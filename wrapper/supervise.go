@@ -3,6 +3,7 @@ package wrapper
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/dispatch-tool/dispatch/wrapper/subcmd"
 	"io"
 	"log/slog"
 	"os"
@@ -165,8 +166,8 @@ const maxSuperviseDoc = maxLaunchBatch
 // attempt; SIGHUP is ignored.
 func supervise(args []string, stdin io.Reader, stderr io.Writer) int {
 	logger := slog.New(slog.NewTextHandler(stderr, nil)).With(taskfiles.LogKeyPID, os.Getpid())
-	fs := newFlagSet(superviseCommand)
-	if err := parseFlags(fs, args); err != nil {
+	fs := subcmd.FlagSet(superviseCommand)
+	if err := subcmd.Parse(fs, args); err != nil {
 		logger.Error("supervise", taskfiles.LogKeyErr, err)
 		return 1
 	}
@@ -291,7 +292,7 @@ func readSuperviseItems(r io.Reader) ([]superviseItem, error) {
 	}
 	seen := map[string]bool{}
 	for i, item := range items {
-		dir, err := taskDirFlag(superviseCommand, item.Dir)
+		dir, err := subcmd.DirFlag(superviseCommand, item.Dir)
 		if err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/dispatch-tool/dispatch/wrapper/subcmd"
 	"io"
 	"os"
 	"syscall"
@@ -26,23 +27,23 @@ import (
 // naming a path outside --dir is refused. The task can write in the
 // directory that holds --dir: no link there is ever followed.
 func cmdUntar(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
-	fs := newFlagSet("untar")
+	fs := subcmd.FlagSet("untar")
 	archive := fs.String("archive", "", "the tar archive to unpack (removed afterwards), or - for standard input")
 	dirFlag := fs.String("dir", "", "the directory to replace with the archive's tree")
 	merge := fs.Bool("merge", false, "replace only the entries of --dir the archive's top level names")
-	if err := parseFlags(fs, args); err != nil {
+	if err := subcmd.Parse(fs, args); err != nil {
 		return err
 	}
 	if *archive == "" {
 		return errkind.Usagef("untar: --archive is required")
 	}
-	dir, err := taskDirFlag("untar", *dirFlag)
+	dir, err := subcmd.DirFlag("untar", *dirFlag)
 	if err != nil {
 		return err
 	}
 	var in io.Reader = stdin
 	if *archive != "-" {
-		src, err := taskDirFlag("untar", *archive)
+		src, err := subcmd.DirFlag("untar", *archive)
 		if err != nil {
 			return err
 		}
@@ -65,7 +66,7 @@ func cmdUntar(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 		os.RemoveAll(tmp)
 		return err
 	}
-	return printJSON(stdout, reply)
+	return subcmd.PrintJSON(stdout, reply)
 }
 
 // cmdTar writes the regular files under --dir (a task's output/) to the new
@@ -77,21 +78,21 @@ func cmdUntar(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 // --max-bytes of content it stops with kind too_large. A file that changes
 // size while it is read fails the tar (the controller tries again later).
 func cmdTar(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlagSet("tar")
+	fs := subcmd.FlagSet("tar")
 	dirFlag := fs.String("dir", "", "the directory to archive")
 	outFlag := fs.String("out", "", "the archive to create (replaced)")
 	maxBytes := fs.Int64("max-bytes", 0, "fail past this many bytes of content (0: no limit)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := subcmd.Parse(fs, args); err != nil {
 		return err
 	}
-	dir, err := taskDirFlag("tar", *dirFlag)
+	dir, err := subcmd.DirFlag("tar", *dirFlag)
 	if err != nil {
 		return err
 	}
 	if *outFlag == "" {
 		return errkind.Usagef("tar: --out is required")
 	}
-	out, err := taskDirFlag("tar", *outFlag)
+	out, err := subcmd.DirFlag("tar", *outFlag)
 	if err != nil {
 		return err
 	}
@@ -125,7 +126,7 @@ func cmdTar(ctx context.Context, args []string, stdout io.Writer) error {
 		os.Remove(out)
 		return err
 	}
-	return printJSON(stdout, reply)
+	return subcmd.PrintJSON(stdout, reply)
 }
 
 // cmdInputs replaces the directory --dir (a task's inputs/) with the
@@ -142,12 +143,12 @@ func cmdTar(ctx context.Context, args []string, stdout io.Writer) error {
 // controller to send itself. The tree is built beside --dir and renamed
 // over it once complete.
 func cmdInputs(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
-	fs := newFlagSet("inputs")
+	fs := subcmd.FlagSet("inputs")
 	dirFlag := fs.String("dir", "", "the directory to replace with the dependencies' outputs")
-	if err := parseFlags(fs, args); err != nil {
+	if err := subcmd.Parse(fs, args); err != nil {
 		return err
 	}
-	dir, err := taskDirFlag("inputs", *dirFlag)
+	dir, err := subcmd.DirFlag("inputs", *dirFlag)
 	if err != nil {
 		return err
 	}
@@ -193,5 +194,5 @@ func cmdInputs(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 		os.RemoveAll(tmp)
 		return errkind.IO(fmt.Errorf("replace %s: %w", dir, err))
 	}
-	return printJSON(stdout, reply)
+	return subcmd.PrintJSON(stdout, reply)
 }

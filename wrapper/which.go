@@ -2,6 +2,7 @@ package wrapper
 
 import (
 	"context"
+	"github.com/dispatch-tool/dispatch/wrapper/subcmd"
 	"io"
 	"os"
 
@@ -26,18 +27,18 @@ func cmdWhich(args []string, stdin io.Reader, stdout io.Writer) error {
 		return err
 	}
 	env := proc.BuildEnv(os.Environ(), extra, wire.Launch{}, "/", "/")
-	return printJSON(stdout, sandbox.Which(Version, env, args))
+	return subcmd.PrintJSON(stdout, sandbox.Which(Version, env, args))
 }
 
 // cmdSandbox prints whether the sandbox works on this node.
 func cmdSandbox(args []string, stdout io.Writer) error {
-	fs := newFlagSet("sandbox")
-	if err := parseFlags(fs, args); err != nil {
+	fs := subcmd.FlagSet("sandbox")
+	if err := subcmd.Parse(fs, args); err != nil {
 		return err
 	}
 	// The controller asks when it connects: a fresh answer, kept for the
 	// attempts that follow.
 	reply := sandbox.ProbeWithCache(context.Background(), Version, true)
 	reply.Limits = limits.LimitEnforcement()
-	return printJSON(stdout, reply)
+	return subcmd.PrintJSON(stdout, reply)
 }

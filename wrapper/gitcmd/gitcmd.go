@@ -1,13 +1,11 @@
-package wrapper
-
-// The git subcommands: git-receive, git-have, git-spare and git-pack, over
-// package gitresult.
+package gitcmd
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dispatch-tool/dispatch/wrapper/subcmd"
 	"io"
 	"os"
 	"os/exec"
@@ -22,7 +20,7 @@ import (
 
 // repoFlag checks --repo: absolute, clean, named repo.git.
 func repoFlag(cmd, v string) (string, error) {
-	dir, err := taskDirFlag(cmd, v)
+	dir, err := subcmd.DirFlag(cmd, v)
 	if err != nil {
 		return "", err
 	}
@@ -32,19 +30,19 @@ func repoFlag(cmd, v string) (string, error) {
 	return dir, nil
 }
 
-// cmdGitReceive reads a pack of the base commit --commit, from the file
+// Receive reads a pack of the base commit --commit, from the file
 // --pack (removed afterwards) or else stdin, into --repo (created, bare and
 // private, when missing) and records the commit.
-func cmdGitReceive(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
-	fs := newFlagSet("git-receive")
+func Receive(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	fs := subcmd.FlagSet("git-receive")
 	repoArg := fs.String("repo", "", "the project's repository on the node (<work_dir>/<project>/repo.git)")
 	commit := fs.String("commit", "", "the base commit the pack completes")
 	packArg := fs.String("pack", "", "a file holding the pack (read, then removed); stdin when not given")
-	if err := parseFlags(fs, args); err != nil {
+	if err := subcmd.Parse(fs, args); err != nil {
 		return err
 	}
 	if *packArg != "" {
-		p, err := taskDirFlag("git-receive", *packArg)
+		p, err := subcmd.DirFlag("git-receive", *packArg)
 		if err != nil {
 			return err
 		}
@@ -81,12 +79,12 @@ func cmdGitReceive(ctx context.Context, args []string, stdin io.Reader, stdout i
 	return replyCommits(ctx, repo, stdout)
 }
 
-// cmdGitHave replies the base commits --repo holds (none when it does not
+// Have replies the base commits --repo holds (none when it does not
 // exist yet).
-func cmdGitHave(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlagSet("git-have")
+func Have(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := subcmd.FlagSet("git-have")
 	repoArg := fs.String("repo", "", "the project's repository on the node")
-	if err := parseFlags(fs, args); err != nil {
+	if err := subcmd.Parse(fs, args); err != nil {
 		return err
 	}
 	repo, err := repoFlag("git-have", *repoArg)
@@ -94,7 +92,7 @@ func cmdGitHave(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if _, err := os.Stat(filepath.Join(repo, "objects")); errors.Is(err, os.ErrNotExist) {
-		return printJSON(stdout, wire.GitReply{Commits: []string{}})
+		return subcmd.PrintJSON(stdout, wire.GitReply{Commits: []string{}})
 	}
 	return replyCommits(ctx, repo, stdout)
 }
@@ -108,17 +106,17 @@ func replyCommits(ctx context.Context, repo string, stdout io.Writer) error {
 	for _, l := range strings.Fields(string(out)) {
 		reply.Commits = append(reply.Commits, l)
 	}
-	return printJSON(stdout, reply)
+	return subcmd.PrintJSON(stdout, reply)
 }
 
-// cmdGitSpare makes one spare checkout of --base from --repo, unless --max
+// Spare makes one spare checkout of --base from --repo, unless --max
 // are ready; the supervisor starts it in the background after a launch.
-func cmdGitSpare(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlagSet("git-spare")
+func Spare(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := subcmd.FlagSet("git-spare")
 	repoArg := fs.String("repo", "", "the project's repository on the node")
 	base := fs.String("base", "", "the base commit to check out")
 	max := fs.Int("max", 1, "how many spares of the base may be ready")
-	if err := parseFlags(fs, args); err != nil {
+	if err := subcmd.Parse(fs, args); err != nil {
 		return err
 	}
 	repo, err := repoFlag("git-spare", *repoArg)
@@ -135,27 +133,27 @@ func cmdGitSpare(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := gitresult.MakeSpare(ctx, repo, *base, *max); err != nil {
 		return errkind.IO(err)
 	}
-	return printJSON(stdout, struct{}{})
+	return subcmd.PrintJSON(stdout, struct{}{})
 }
 
-// cmdGitPack writes to --out a pack of the task's result recorded by
+// Pack writes to --out a pack of the task's result recorded by
 // gitresult.SnapshotWorkspace for --dir on --branch, less what --base holds, for the
 // controller to fetch (one transfer, bounded by progress) and import into
 // the operator's repository.
-func cmdGitPack(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlagSet("git-pack")
+func Pack(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := subcmd.FlagSet("git-pack")
 	dirFlag := fs.String("dir", "", "task directory")
 	base := fs.String("base", "", "the task's base commit")
 	branch := fs.String("branch", "", "the task's branch (dispatch/<project>/<ID>)")
 	outFlag := fs.String("out", "", "where to write the pack")
-	if err := parseFlags(fs, args); err != nil {
+	if err := subcmd.Parse(fs, args); err != nil {
 		return err
 	}
-	dir, err := taskDirFlag("git-pack", *dirFlag)
+	dir, err := subcmd.DirFlag("git-pack", *dirFlag)
 	if err != nil {
 		return err
 	}
-	outPath, err := taskDirFlag("git-pack", *outFlag)
+	outPath, err := subcmd.DirFlag("git-pack", *outFlag)
 	if err != nil {
 		return err
 	}
@@ -204,5 +202,5 @@ func cmdGitPack(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return errkind.IO(err)
 	}
-	return printJSON(stdout, wire.PackReply{Commit: commit, Bytes: fi.Size()})
+	return subcmd.PrintJSON(stdout, wire.PackReply{Commit: commit, Bytes: fi.Size()})
 }

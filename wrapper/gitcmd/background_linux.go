@@ -1,4 +1,4 @@
-package wrapper
+package gitcmd
 
 import "syscall"
 

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package wrapper
+package gitcmd
 
 import "syscall"
 
