@@ -306,14 +306,26 @@ func placeCollected(tmp, dest, attemptDir string, current, git bool) error {
 // otherwise. Both names are only ever replaced whole (renamed over),
 // never written in place, so sharing the file is safe — and saves a copy
 // of every log of every task.
+//
+// dst is replaced only once the new name exists (a link made beside it,
+// renamed over it): a node that sent no task.log this time leaves the
+// one collected before.
 func keepLog(src, dst string) error {
-	if err := os.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	tmp := dst + ".new"
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	if err := os.Link(src, dst); err == nil || errors.Is(err, fs.ErrNotExist) {
+	err := os.Link(src, tmp)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return err
+	case err != nil:
+		if err := filetree.CopyFile(src, tmp); err != nil {
+			os.Remove(tmp)
+			return err
+		}
 	}
-	return filetree.CopyFile(src, dst)
+	return os.Rename(tmp, dst)
 }
 
 // placeOutput moves the collected output/ (src) to dst; an attempt that

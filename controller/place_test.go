@@ -40,3 +40,26 @@ func TestPlaceCollected(t *testing.T) {
 		t.Errorf("output/ = %v, %v; want an empty directory", entries, err)
 	}
 }
+
+// TestPlaceCollectedWithoutALog: an attempt collected again whose node
+// sent no task.log this time keeps the log collected before under
+// attempts/<N>/.
+func TestPlaceCollectedWithoutALog(t *testing.T) {
+	dir := t.TempDir()
+	tmp, dest := filepath.Join(dir, ".S01.1.collecting"), filepath.Join(dir, "S01")
+	attemptDir := filepath.Join(dest, "attempts", "1")
+	for _, d := range []string{tmp, attemptDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(attemptDir, "task.log"), []byte("collected before\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := placeCollected(tmp, dest, attemptDir, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(attemptDir, "task.log")); err != nil || string(b) != "collected before\n" {
+		t.Errorf("attempts/1/task.log = %q, %v; want the log collected before", b, err)
+	}
+}

@@ -95,3 +95,42 @@ func TestReadsOfADatabaseBeingMade(t *testing.T) {
 	}
 	res.Body.Close()
 }
+
+// TestReadsOfAnOlderDatabase: a database an older dispatch made (its
+// schema behind this dispatch's; `dispatch serve --web` beside an older
+// controller still running) is not a home where nothing started: the
+// views answer 503 saying so, not an empty list.
+func TestReadsOfAnOlderDatabase(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(t.Context(), home.DBPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	db, err := sql.Open("sqlite", home.DBPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("DELETE FROM schema_migrations WHERE version = (SELECT MAX(version) FROM schema_migrations)"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	tok, err := home.Token(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &Server{Home: dir, Token: tok, Config: home.ConfigPath(dir), Poll: 20 * time.Millisecond}
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { ts.Close(); srv.Close() })
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, ts.URL+"/api/v1/projects", nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "older dispatch") {
+		t.Errorf("projects of an older database: %d %s; want 503 naming an older dispatch", res.StatusCode, b)
+	}
+}

@@ -301,9 +301,11 @@ func writeError(w http.ResponseWriter, code int, err error) {
 }
 
 // nothingYet reports whether err is a database not there yet, or one the
-// first start is still making: the views show nothing started then.
+// first start is still making: the views show nothing started then. One
+// behind this dispatch's schema (an older dispatch's, or an upgrade under
+// way) is not nothing: its views answer 503 saying so.
 func nothingYet(err error) bool {
-	return errors.Is(err, store.ErrNoDatabase) || errors.Is(err, store.ErrNotReady)
+	return errors.Is(err, store.ErrNoDatabase) || errors.Is(err, store.ErrNotReady) && !errors.Is(err, store.ErrSchemaBehind)
 }
 
 // fail writes err with the status it calls for.

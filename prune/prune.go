@@ -215,16 +215,41 @@ func (p *Pruner) measure(ctx context.Context, project string, n int, gone []int,
 		r.Attempts++
 	}
 	r.paths = append(r.paths, filepath.Join(runs, readmodel.RunDirName(n)))
-	for _, path := range r.paths {
-		files, bytes, err := treeSize(path)
-		if err != nil {
-			return r, err
-		}
-		r.Files += files
-		r.Bytes += bytes
-	}
-	return r, nil
+	r.Files, r.Bytes, err = sizeOf(r.paths)
+	return r, err
 }
+
+// sizeOf counts the regular files under paths and the bytes removing
+// them all frees: a file with several names (a collected task.log has one
+// under attempts/<N>/ and one beside output/) frees its bytes only when
+// every one of its names is among them.
+func sizeOf(paths []string) (files int, bytes int64, err error) {
+	links := map[fileID]*linkCount{}
+	for _, path := range paths {
+		f, b, err := treeSize(path, links)
+		if err != nil {
+			return files, bytes, err
+		}
+		files += f
+		bytes += b
+	}
+	for _, l := range links {
+		if l.seen >= l.nlink {
+			bytes += l.size
+		}
+	}
+	return files, bytes, nil
+}
+
+// fileID names a file with several names (hard links); linkCount is how
+// many of its names a prune removes, of nlink, and its size.
+type (
+	fileID    struct{ dev, ino uint64 }
+	linkCount struct {
+		seen, nlink uint64
+		size        int64
+	}
+)
 
 // branches reads the runs' branches and the operator's repositories and
 // decides which branches go with the runs gone (DecideBranches), and
@@ -322,9 +347,11 @@ func (p *Pruner) pruneRun(ctx context.Context, project string, r *RunReport, gon
 }
 
 // treeSize counts the regular files under path and the bytes removing
-// them frees (a file with other links frees nothing); nothing for a
+// them frees; a file with other links is counted in links instead (its
+// bytes are freed when every one of its names goes: a collected task.log
+// has one under attempts/<N>/ and one beside output/); nothing for a
 // path that does not exist.
-func treeSize(path string) (files int, bytes int64, err error) {
+func treeSize(path string, links map[fileID]*linkCount) (files int, bytes int64, err error) {
 	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
@@ -337,9 +364,18 @@ func treeSize(path string) (files int, bytes int64, err error) {
 			return nil
 		}
 		files++
-		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Nlink <= 1 {
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok || st.Nlink <= 1 {
 			bytes += fi.Size()
+			return nil
 		}
+		id := fileID{uint64(st.Dev), st.Ino}
+		l := links[id]
+		if l == nil {
+			l = &linkCount{nlink: uint64(st.Nlink), size: fi.Size()}
+			links[id] = l
+		}
+		l.seen++
 		return nil
 	})
 	return files, bytes, err

@@ -45,6 +45,11 @@ var ErrNoDatabase = errors.New("no database yet")
 // it. A reader tries again later; its queries would fail on a missing table.
 var ErrNotReady = errors.New("database not ready")
 
+// ErrSchemaBehind is wrapped, beside ErrNotReady, by Ready's answer for a
+// database with some migrations applied but not all: an upgrade under
+// way, or an older dispatch's database — not one being made.
+var ErrSchemaBehind = errors.New("schema behind this dispatch")
+
 // Store is an open dispatch database.
 type Store struct {
 	db   *sql.DB
@@ -215,9 +220,12 @@ func (s *Store) Ready(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if version < len(names) {
-		return fmt.Errorf("database %s is at schema version %d of %d: a controller is creating or upgrading it (try again in a moment), "+
-			"or an older dispatch made it (dispatch start or dispatch serve upgrades it): %w", s.path, version, len(names), ErrNotReady)
+	switch {
+	case version == 0:
+		return fmt.Errorf("database %s is being made by a controller (try again in a moment): %w", s.path, ErrNotReady)
+	case version < len(names):
+		return fmt.Errorf("database %s is at schema version %d of %d: a controller is upgrading it (try again in a moment), "+
+			"or an older dispatch made it (dispatch start or dispatch serve upgrades it): %w: %w", s.path, version, len(names), ErrNotReady, ErrSchemaBehind)
 	}
 	return nil
 }

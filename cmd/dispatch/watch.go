@@ -557,23 +557,7 @@ func taskRows(s styles, tasks []readmodel.TaskView, limit, width int) []string {
 			}
 			b.WriteString(st.Render(pad(c, widths[i])) + gap)
 		}
-		what, st := t.Title, s.plain
-		switch {
-		case t.Waiting != "":
-			what, st = "waiting: "+t.Waiting, s.warn
-		case t.Warning != "" && (t.Status == domain.Running || t.Status == domain.Claimed):
-			what, st = "warning: "+t.Warning, s.warn
-		case t.Error != "" && t.Status != domain.Completed:
-			what = t.Error
-			if t.ErrorClass != "" {
-				what = t.ErrorClass + ": " + t.Error
-			}
-			st = s.warn
-			if t.Status == domain.Failed {
-				st = s.bad
-			}
-		}
-		what = termtext.Clean(strings.Join(strings.Fields(what), " ")) // an error may span lines
+		what, st := rowNote(s, t)
 		b.WriteString(st.Render(ansi.Truncate(what, rest, "…")))
 		lines = append(lines, b.String())
 	}
@@ -585,6 +569,29 @@ func taskRows(s styles, tasks []readmodel.TaskView, limit, width int) []string {
 		lines = append(lines, s.dim.Render(fmt.Sprintf("… %d more: %s", len(hidden), hiddenCounts(c))))
 	}
 	return lines
+}
+
+// rowNote is what a task's row says after its cells, and in which style:
+// why it waits, a live attempt's warning, an unfinished task's error, else
+// its title.
+func rowNote(s styles, t readmodel.TaskView) (string, lipgloss.Style) {
+	what, st := t.Title, s.plain
+	switch {
+	case t.Waiting != "":
+		what, st = "waiting: "+t.Waiting, s.warn
+	case t.Warning != "" && (t.Status == domain.Running || t.Status == domain.Claimed):
+		what, st = "warning: "+t.Warning, s.warn
+	case t.Error != "" && t.Status != domain.Completed:
+		what = t.Error
+		if t.ErrorClass != "" {
+			what = t.ErrorClass + ": " + t.Error
+		}
+		st = s.warn
+		if t.Status == domain.Failed {
+			st = s.bad
+		}
+	}
+	return termtext.Clean(strings.Join(strings.Fields(what), " ")), st // an error may span lines
 }
 
 func hiddenCounts(c readmodel.Counts) string {

@@ -122,7 +122,11 @@ func (w *Wrapper) runBatch(ctx context.Context, inst *nodes.Installed, items []w
 	deadline := w.timeout()*time.Duration(1+len(items)/16) + time.Duration(len(doc)/minLaunchRate)*time.Second
 	rctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
-	res, err := w.run(rctx, inst, doc)
+	secrets := false
+	for i := range items {
+		secrets = secrets || len(items[i].Env) > 0
+	}
+	res, err := w.run(rctx, inst, doc, secrets)
 	if err != nil {
 		err = fmt.Errorf("run: %w", err)
 		for i := range outs {
@@ -218,8 +222,16 @@ func (w *Wrapper) Close() { w.conv.close(); w.runs.close() }
 // that failed after it is a transport failure: the wrapper may have
 // started the attempts, and a second document could start one again
 // after it ended, so the launches stay uncertain for the next pull.
-func (w *Wrapper) run(ctx context.Context, inst *nodes.Installed, doc []byte) (nodes.Result, error) {
-	conv, answered := w.runs.open(ctx, w.tr, inst, w.node)
+//
+// A document with secrets (an api_mode's environment) goes with Exec: to
+// the wrapper binary Launch has just checked (nodes.CheckWorkDir), not to
+// a process started from it ticks ago.
+func (w *Wrapper) run(ctx context.Context, inst *nodes.Installed, doc []byte, secrets bool) (nodes.Result, error) {
+	var conv nodes.Conversation
+	var answered bool
+	if !secrets {
+		conv, answered = w.runs.open(ctx, w.tr, inst, w.node)
+	}
 	if w.BeforeRun != nil {
 		w.BeforeRun(inst.Path, doc)
 	}

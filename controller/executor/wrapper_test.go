@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"strings"
 	"testing"
@@ -172,6 +173,14 @@ func (c *conversing) Converse(_ context.Context, argv []string) (nodes.Conversat
 	return &fakeConv{c: c}, nil
 }
 
+// UID and Lstat answer the work_dir check a launch with secrets makes: a
+// work_dir not made yet.
+func (c *conversing) UID(context.Context) (int, error) { return 1000, nil }
+
+func (c *conversing) Lstat(context.Context, string) (nodes.Stat, error) {
+	return nodes.Stat{}, fs.ErrNotExist
+}
+
 type fakeConv struct {
 	c      *conversing
 	closed bool
@@ -221,13 +230,19 @@ func TestWrapperLaunchConversation(t *testing.T) {
 		// A wrapper whose first conversation never answered is launched
 		// with Exec a while (convRetry).
 		{"never answered", []any{errors.New("EOF")}, []string{"uncertain", "started"}, 1, 1},
+		// Secrets go with Exec, to the binary just checked.
+		{"with secrets", nil, []string{"started", "started"}, 2, 0},
 	} {
 		tr := &conversing{scripted: scripted{answers: map[string]answer{"/w/S01": {stdout: started}}}, replies: tc.replies}
 		w := NewWrapper(tr, "n1", func() time.Duration { return time.Second })
 		inst := &nodes.Installed{Path: "/w/.bin/wrapper", WorkDir: "/w"}
 		var got []string
+		item := wire.LaunchItem{Dir: "/w/S01", Spec: "x"}
+		if tc.name == "with secrets" {
+			item.Env = map[string]string{"API_KEY": "k"}
+		}
 		for range tc.want {
-			l := w.Launch(context.Background(), inst, []wire.LaunchItem{{Dir: "/w/S01", Spec: "x"}})
+			l := w.Launch(context.Background(), inst, []wire.LaunchItem{item})
 			switch {
 			case len(l) != 1:
 				got = append(got, fmt.Sprintf("%d outcomes", len(l)))

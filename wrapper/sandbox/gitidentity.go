@@ -58,7 +58,7 @@ type identityCache struct {
 	path string
 	dir  func() (string, error)
 	// run is `git config --global --get-regexp` of the identity keys.
-	run func(ctx context.Context, env []string) []byte
+	run func(ctx context.Context, env []string) (out []byte, clean bool)
 
 	mu  sync.Mutex
 	key string
@@ -101,8 +101,11 @@ func (c *identityCache) get(ctx context.Context, env []string) gitIdentity {
 			return id
 		}
 	}
-	id := parseGitIdentity(c.run(ctx, env))
-	if !ok {
+	out, clean := c.run(ctx, env)
+	id := parseGitIdentity(out)
+	if !ok || !clean {
+		// A git that was killed, timed out or could not start says
+		// nothing of the config: asked again next time, never cached.
 		return id
 	}
 	c.key, c.id = key, id
@@ -113,12 +116,24 @@ func (c *identityCache) get(ctx context.Context, env []string) gitIdentity {
 }
 
 // gitConfigIdentity runs one git for both keys; exit 1 (neither set) and
-// a missing git give no output.
-func gitConfigIdentity(ctx context.Context, env []string) []byte {
+// a missing git give no output. clean is whether the answer is git's own
+// about the config: exit 0, or exit 1 with nothing printed (no key set),
+// or no git at all — not a git killed by its deadline or a signal, or
+// one that could not start.
+func gitConfigIdentity(ctx context.Context, env []string) (out []byte, clean bool) {
 	cmd := exec.CommandContext(ctx, "git", "config", "--global", "--get-regexp", `^user\.(name|email)$`)
 	cmd.Env = env
-	out, _ := cmd.Output()
-	return out
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return out, true
+	case errors.Is(err, exec.ErrNotFound):
+		return nil, true
+	case errors.As(err, &ee) && ee.ExitCode() == 1 && len(out) == 0 && ctx.Err() == nil:
+		return nil, true
+	}
+	return nil, false
 }
 
 // parseGitIdentity reads git's answer; a value with a newline, a quote or

@@ -17,10 +17,13 @@ func TestGitIdentityCache(t *testing.T) {
 	home, xdg, bin := t.TempDir(), t.TempDir(), t.TempDir()
 	cacheFile := filepath.Join(t.TempDir(), FileGitIdentityCache)
 	var execs atomic.Int64
-	answer := "user.name Ada Lovelace\n"
-	run := func(context.Context, []string) []byte {
+	answer, killed := "user.name Ada Lovelace\n", false
+	run := func(context.Context, []string) ([]byte, bool) {
 		execs.Add(1)
-		return []byte(answer)
+		if killed {
+			return nil, false
+		}
+		return []byte(answer), true
 	}
 	newCache := func() *identityCache { return &identityCache{path: cacheFile, run: run} }
 	cache := newCache()
@@ -55,6 +58,14 @@ func TestGitIdentityCache(t *testing.T) {
 			answer = "user.name Grace Hoppex\n"
 		}, env, 1, "Grace Hoppex"},
 		{"unchanged again", nil, env, 0, "Grace Hoppex"},
+		// A git killed by its deadline (or that could not start) is no
+		// answer: asked again, never kept as "no identity".
+		{"~/.gitconfig changed, git killed", func() {
+			write(gitconfig, "[user]\n\tname = Grace Hoppex \n")
+			killed = true
+		}, env, 1, ""},
+		{"another supervisor, git answers", func() { killed = false; cache = newCache() }, env, 1, "Grace Hoppex"},
+		{"unchanged since", nil, env, 0, "Grace Hoppex"},
 		{"an XDG config appears", func() { write(filepath.Join(home, ".config", "git", "config"), "[core]\n") }, env, 1, "Grace Hoppex"},
 		{"XDG_CONFIG_HOME set", nil, append([]string{"XDG_CONFIG_HOME=" + xdg}, env...), 1, "Grace Hoppex"},
 		{"git installed", func() { write(filepath.Join(bin, "git"), "#!/bin/sh\n"); os.Chmod(filepath.Join(bin, "git"), 0o755) }, env, 1, "Grace Hoppex"},
