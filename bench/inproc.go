@@ -61,6 +61,20 @@ type countingTransport struct {
 	nodes.Transport
 	node string
 	rec  *recorder
+	mu   sync.Mutex // guards convs
+	// convs are the conversations held open (see inproc.controller).
+	convs []nodes.Conversation
+}
+
+// endConversations closes the conversations opened so far.
+func (c *countingTransport) endConversations() {
+	c.mu.Lock()
+	convs := c.convs
+	c.convs = nil
+	c.mu.Unlock()
+	for _, conv := range convs {
+		_ = conv.Close()
+	}
 }
 
 func (c *countingTransport) record(op string, start time.Time, err error) {
@@ -86,6 +100,9 @@ func (c *countingTransport) Converse(ctx context.Context, argv []string) (nodes.
 	if err != nil {
 		return nil, err
 	}
+	c.mu.Lock()
+	c.convs = append(c.convs, conv)
+	c.mu.Unlock()
 	return &countingConv{Conversation: conv, t: c, op: "exec " + execName(argv)}, nil
 }
 
@@ -202,9 +219,19 @@ func newInproc(ctx context.Context, c *sshdtest.Client, homeDir, project string)
 
 // controller returns a new controller over the shared transports; cfg
 // replaces the loaded configuration when not nil.
+//
+// A controller made here is never closed (Close would close the shared
+// transports): the conversations the one before it held with the nodes'
+// wrappers (`status --serve`, `run --serve`) are ended first, as its
+// Close would, or each new one would hold more of the nodes' sessions.
 func (ip *inproc) controller(cfg *nodes.Config) *controller.Controller {
 	if cfg == nil {
 		cfg = ip.cfg
+	}
+	for _, tr := range ip.trs {
+		if ct, ok := tr.(*countingTransport); ok {
+			ct.endConversations()
+		}
 	}
 	return controller.New(controller.Options{Home: ip.home, Config: cfg, Store: ip.st, Transports: ip.trs,
 		Wrappers: nodes.NewWrappers()})
