@@ -26,25 +26,7 @@ func TestReadsOfADatabaseBeingMade(t *testing.T) {
 	dir := t.TempDir()
 	// What store.Open leaves before its first migration: a WAL database
 	// without a table.
-	db, err := sql.Open("sqlite", home.DBPath(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec("PRAGMA journal_mode=wal"); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	tok, err := home.Token(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &Server{Home: dir, Token: tok, Config: home.ConfigPath(dir), Poll: 20 * time.Millisecond}
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		ts.CloseClientConnections()
-		ts.Close()
-		srv.Close()
-	})
+	ts, tok := serveAfterSQL(t, dir, "PRAGMA journal_mode=wal")
 	get := func(ctx context.Context, path string) (*http.Response, string, error) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+path, nil)
 		req.Header.Set("Authorization", "Bearer "+tok)
@@ -107,21 +89,7 @@ func TestReadsOfAnOlderDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.Close()
-	db, err := sql.Open("sqlite", home.DBPath(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec("DELETE FROM schema_migrations WHERE version = (SELECT MAX(version) FROM schema_migrations)"); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	tok, err := home.Token(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &Server{Home: dir, Token: tok, Config: home.ConfigPath(dir), Poll: 20 * time.Millisecond}
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() { ts.Close(); srv.Close() })
+	ts, tok := serveAfterSQL(t, dir, "DELETE FROM schema_migrations WHERE version = (SELECT MAX(version) FROM schema_migrations)")
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, ts.URL+"/api/v1/projects", nil)
 	req.Header.Set("Authorization", "Bearer "+tok)
 	res, err := http.DefaultClient.Do(req)
@@ -133,4 +101,30 @@ func TestReadsOfAnOlderDatabase(t *testing.T) {
 	if res.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "older dispatch") {
 		t.Errorf("projects of an older database: %d %s; want 503 naming an older dispatch", res.StatusCode, b)
 	}
+}
+
+// serveAfterSQL runs stmt on dir's database (made if missing) and serves
+// the API of dir; it returns the server and its token.
+func serveAfterSQL(t *testing.T, dir, stmt string) (*httptest.Server, string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", home.DBPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(stmt); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	tok, err := home.Token(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &Server{Home: dir, Token: tok, Config: home.ConfigPath(dir), Poll: 20 * time.Millisecond}
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		ts.CloseClientConnections()
+		ts.Close()
+		srv.Close()
+	})
+	return ts, tok
 }

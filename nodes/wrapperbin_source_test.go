@@ -2,11 +2,11 @@ package nodes
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
+
+	"github.com/dispatch-tool/dispatch/internal/wrapperdeps"
 )
 
 // TestSourceVersionHashesEverySource: a wrapper built on demand (go test,
@@ -23,21 +23,13 @@ func TestSourceVersionHashesEverySource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, goos := range []string{"linux", "darwin"} {
-		list := exec.Command("go", "list", "-deps", "-f", "{{if .Module}}{{if .Module.Main}}{{.Dir}}{{end}}{{end}}", "./cmd/dispatch-wrapper")
-		list.Dir = root
-		list.Env = append(os.Environ(), "GOOS="+goos)
-		dirs, err := list.Output()
-		if err != nil {
-			t.Fatalf("go list (%s): %v", goos, err)
-		}
-		for _, dir := range strings.Fields(string(dirs)) {
-			files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
-			for _, f := range files {
-				if !strings.HasSuffix(f, "_test.go") && !slices.Contains(hashed, f) {
-					t.Errorf("the wrapper is built from %s (GOOS=%s) but its on-demand version does not hash it", f, goos)
-				}
-			}
+	built, err := wrapperdeps.Files(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range built {
+		if !slices.Contains(hashed, f) {
+			t.Errorf("the wrapper is built from %s but its on-demand version does not hash it", f)
 		}
 	}
 	// A change in a package under wrapper/ changes the version.

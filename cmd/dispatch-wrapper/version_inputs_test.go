@@ -1,11 +1,12 @@
 package main
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dispatch-tool/dispatch/internal/wrapperdeps"
 )
 
 // TestWrapperVersionHashesEverySource: the Makefile's wrapper version
@@ -39,21 +40,13 @@ func TestWrapperVersionHashesEverySource(t *testing.T) {
 			t.Errorf("the wrapper version does not hash %s", f)
 		}
 	}
-	for _, goos := range []string{"linux", "darwin"} {
-		list := exec.Command("go", "list", "-deps", "-f", "{{if .Module}}{{if .Module.Main}}{{.Dir}}{{end}}{{end}}", "./cmd/dispatch-wrapper")
-		list.Dir = root
-		list.Env = append(os.Environ(), "GOOS="+goos)
-		dirs, err := list.Output()
-		if err != nil {
-			t.Fatalf("go list (%s): %v", goos, err)
-		}
-		for _, dir := range strings.Fields(string(dirs)) {
-			files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
-			for _, f := range files {
-				if !strings.HasSuffix(f, "_test.go") && !hashed[f] {
-					t.Errorf("the wrapper is built from %s (GOOS=%s) but its version does not hash it", f, goos)
-				}
-			}
+	files, err := wrapperdeps.Files(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if !hashed[f] {
+			t.Errorf("the wrapper is built from %s but its version does not hash it", f)
 		}
 	}
 }

@@ -24,11 +24,11 @@ import (
 // conversation's first request is pulled with Exec alone.
 const convRetry = 5 * time.Minute
 
-// statusConv is a node's held conversation with one wrapper command
+// heldConv is a node's held conversation with one wrapper command
 // (argv: `status --serve`, `run --serve`); its lock guards the fields.
 // One lane of the node calls over each (the pulling lane, the launching
 // lane); Close may come from the controller's goroutine.
-type statusConv struct {
+type heldConv struct {
 	// argv is the command for inst's wrapper about node's attempts.
 	argv func(inst *nodes.Installed, node string) []string
 	mu   sync.Mutex
@@ -47,7 +47,7 @@ type statusConv struct {
 // open returns the conversation with inst's wrapper about node's attempts,
 // opening one when none is (closing one with an older installation's); nil
 // when tr cannot hold one or inst's wrapper refused lately.
-func (s *statusConv) open(ctx context.Context, tr nodes.Transport, inst *nodes.Installed, node string) (nodes.Conversation, bool) {
+func (s *heldConv) open(ctx context.Context, tr nodes.Transport, inst *nodes.Installed, node string) (nodes.Conversation, bool) {
 	cv, ok := tr.(nodes.Converser)
 	if !ok {
 		return nil, false
@@ -74,7 +74,7 @@ func (s *statusConv) open(ctx context.Context, tr nodes.Transport, inst *nodes.I
 
 // done records how conv's call went: a failed one closes it, and refuses
 // its installation a while when it was the conversation's first.
-func (s *statusConv) done(conv nodes.Conversation, answered bool, err error) {
+func (s *heldConv) done(conv nodes.Conversation, answered bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err == nil {
@@ -93,7 +93,7 @@ func (s *statusConv) done(conv nodes.Conversation, answered bool, err error) {
 }
 
 // close closes the conversation, if one is open.
-func (s *statusConv) close() {
+func (s *heldConv) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conv != nil {

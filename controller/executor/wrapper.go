@@ -28,9 +28,9 @@ type Wrapper struct {
 	// timeout bounds one call (the controller's call timeout, which a
 	// reload may change).
 	timeout func() time.Duration
-	conv    statusConv
+	conv    heldConv
 	// runs is the node's launch conversation (`run --serve`).
-	runs statusConv
+	runs heldConv
 	// BeforeRun, when set, is called with each `wrapper run` document
 	// just before it is sent (the tests break the session there).
 	BeforeRun func(bin string, doc []byte)
@@ -44,7 +44,7 @@ var (
 // NewWrapper returns the executor of node over tr, each call bounded by
 // timeout() (grown with a launch's size, a kill's grace).
 func NewWrapper(tr nodes.Transport, node string, timeout func() time.Duration) *Wrapper {
-	return &Wrapper{tr: tr, node: node, timeout: timeout, conv: statusConv{argv: statusArgv}, runs: statusConv{argv: runArgv}}
+	return &Wrapper{tr: tr, node: node, timeout: timeout, conv: heldConv{argv: statusArgv}, runs: heldConv{argv: runArgv}}
 }
 
 const (
