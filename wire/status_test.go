@@ -2,6 +2,8 @@ package wire
 
 import (
 	"math"
+	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -56,5 +58,60 @@ func TestClampMessage(t *testing.T) {
 				t.Errorf("ClampMessage(%q) = %q, want %q", tc.in, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestIsSessionID: the loop says what the regexp it replaced said
+// (`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`), on each edge of that shape.
+func TestIsSessionID(t *testing.T) {
+	old := regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
+	cases := []struct {
+		name string
+		s    string
+		want bool
+	}{
+		{"empty", "", false},
+		{"one letter", "a", true},
+		{"one digit", "7", true},
+		{"uuid", "0198a1b2-3c4d-7e8f-9a0b-1c2d3e4f5a6b", true},
+		{"underscore inside", "abc_def", true},
+		{"leading dash", "-abc", false},
+		{"leading underscore", "_abc", false},
+		{"trailing dash", "abc-", true},
+		{"128 long", "a" + strings.Repeat("b", 127), true},
+		{"129 long", "a" + strings.Repeat("b", 128), false},
+		{"dot", "a.b", false},
+		{"space", "a b", false},
+		{"slash", "a/b", false},
+		{"trailing newline", "abc\n", false},
+		{"leading newline", "\nabc", false},
+		{"nul", "ab\x00c", false},
+		{"non-ASCII letter", "caf\u00e9", false},
+		{"invalid UTF-8", "ab\xffc", false},
+		{"shell", "a;rm -rf", false},
+		{"option", "--resume", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := IsSessionID(tc.s); got != tc.want {
+				t.Errorf("IsSessionID(%q) = %v, want %v", tc.s, got, tc.want)
+			}
+			if was := old.MatchString(tc.s); was != tc.want {
+				t.Errorf("the old regexp said %v for %q, the table %v", was, tc.s, tc.want)
+			}
+		})
+	}
+	// Every string of one or two bytes of a small alphabet, both ways.
+	const alphabet = "aZ09_-.\n\xff"
+	for i := 0; i < len(alphabet); i++ {
+		for j := -1; j < len(alphabet); j++ {
+			s := alphabet[i : i+1]
+			if j >= 0 {
+				s += alphabet[j : j+1]
+			}
+			if got, was := IsSessionID(s), old.MatchString(s); got != was {
+				t.Errorf("IsSessionID(%q) = %v, the regexp %v", s, got, was)
+			}
+		}
 	}
 }

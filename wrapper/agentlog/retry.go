@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -25,23 +26,29 @@ const (
 )
 
 // retryKeyRE finds the phrases that announce a reset; what follows each is
-// parsed by the kind of its group.
-var retryKeyRE = regexp.MustCompile(`(?i)\b(?:` +
-	`(retry[-_ ]?after[-_]ms|retry_?delay_?ms)|` + // 1: milliseconds (claude's api_retry "retry_delay_ms")
-	`(retry[-_ ]?after)|` + // 2: seconds, a duration or an HTTP date
-	`(retry_?delay)|` + // 3: google.rpc.RetryInfo, "retryDelay": "56s"
-	`((?:try again|retry|resets?) in)|` + // 4: a duration
-	`((?:try again|resets?)(?: at)?)|` + // 5: a time of day, a date, RFC 3339
-	`(limit reached\s*\|)` + // 6: Claude's "usage limit reached|<unix time>"
-	`)`)
+// parsed by the kind of its group. The expressions of this package are
+// compiled on first use: most wrapper processes read no agent's log, and
+// compiling them at start-up was a tenth of a millisecond of each.
+var retryKeyRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?i)\b(?:` +
+		`(retry[-_ ]?after[-_]ms|retry_?delay_?ms)|` + // 1: milliseconds (claude's api_retry "retry_delay_ms")
+		`(retry[-_ ]?after)|` + // 2: seconds, a duration or an HTTP date
+		`(retry_?delay)|` + // 3: google.rpc.RetryInfo, "retryDelay": "56s"
+		`((?:try again|retry|resets?) in)|` + // 4: a duration
+		`((?:try again|resets?)(?: at)?)|` + // 5: a time of day, a date, RFC 3339
+		`(limit reached\s*\|)` + // 6: Claude's "usage limit reached|<unix time>"
+		`)`)
+})
 
 // clockRE is a time of day after "resets" or "try again at", with an
 // optional date before it and an IANA zone in brackets after it: "3pm",
 // "3:30 am", "15:00", "Oct 9, 2pm", "Oct 5th, 2025 3:00 PM", "3pm (Europe/Paris)".
-var clockRE = regexp.MustCompile(`(?i)^\s*(?:at\s+)?` +
-	`(?:(jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?\s+(\d{1,2})(?:st|nd|rd|th)?,?(?:\s+(\d{4}),?)?\s+(?:at\s+)?)?` +
-	`(\d{1,2})(?::(\d{2}))?\s*(?:([ap])\.?m\b\.?)?` +
-	`(?:\s*\(([A-Za-z0-9_+\-/]+)\))?`)
+var clockRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?i)^\s*(?:at\s+)?` +
+		`(?:(jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?\s+(\d{1,2})(?:st|nd|rd|th)?,?(?:\s+(\d{4}),?)?\s+(?:at\s+)?)?` +
+		`(\d{1,2})(?::(\d{2}))?\s*(?:([ap])\.?m\b\.?)?` +
+		`(?:\s*\(([A-Za-z0-9_+\-/]+)\))?`)
+})
 
 var months = map[string]time.Month{
 	"jan": time.January, "feb": time.February, "mar": time.March, "apr": time.April,
@@ -84,7 +91,7 @@ func ParseRetryAfter(logTail []byte, now time.Time) time.Duration {
 		logTail = logTail[len(logTail)-retryTail:]
 	}
 	text := string(logTail)
-	matches := retryKeyRE.FindAllStringSubmatchIndex(text, -1)
+	matches := retryKeyRE().FindAllStringSubmatchIndex(text, -1)
 	for i := len(matches) - 1; i >= 0; i-- {
 		m := matches[i]
 		end := m[1]
@@ -223,7 +230,7 @@ func parseClock(s string, now time.Time) (time.Duration, bool) {
 		return Until(t, now), true
 	}
 
-	m := clockRE.FindStringSubmatch(s)
+	m := clockRE().FindStringSubmatch(s)
 	if m == nil {
 		return 0, false
 	}

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/dispatch-tool/dispatch/wire"
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
@@ -27,10 +28,12 @@ const (
 // tokensUsedRE is codex's plain summary line: "tokens used: 12,345", or
 // "[2025-01-01T00:00:00] tokens used: 1234" in older versions; newer ones
 // print "tokens used" alone and the number on the next line.
-var tokensUsedRE = regexp.MustCompile(`(?i)^(?:\[[^\]]*\]\s*)?tokens used:?\s*([0-9][0-9,_']*)?$`)
+var tokensUsedRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?i)^(?:\[[^\]]*\]\s*)?tokens used:?\s*([0-9][0-9,_']*)?$`)
+})
 
 // ansiRE matches terminal colour and style sequences.
-var ansiRE = regexp.MustCompile("\x1b\\[[0-9;?]*[A-Za-z]")
+var ansiRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile("\x1b\\[[0-9;?]*[A-Za-z]") })
 
 // ParseUsage reads the token and cost figures the agent CLI agent printed
 // from the end of its log. Only that CLI's own final report counts: the
@@ -235,13 +238,13 @@ func count(m map[string]any, key string) int64 {
 // tokensUsed parses codex's summary from line, or from next when line is
 // the bare heading.
 func tokensUsed(line, next []byte) (int64, bool) {
-	m := tokensUsedRE.FindSubmatch(ansiRE.ReplaceAll(line, nil))
+	m := tokensUsedRE().FindSubmatch(ansiRE().ReplaceAll(line, nil))
 	if m == nil {
 		return 0, false
 	}
 	digits := m[1]
 	if len(digits) == 0 {
-		digits = bytes.TrimSpace(ansiRE.ReplaceAll(next, nil))
+		digits = bytes.TrimSpace(ansiRE().ReplaceAll(next, nil))
 	}
 	s := strings.NewReplacer(",", "", "_", "", "'", "").Replace(string(digits))
 	n, err := strconv.ParseInt(s, 10, 64)

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -65,7 +66,8 @@ type Job struct {
 
 // namePart is what may appear in a job's name and comment: the words of
 // dispatch's own names, nothing a squeue line's separators could hold.
-var namePart = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+// Compiled on first use: only a Slurm node's wrapper needs it.
+var namePart = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`) })
 
 // JobName is the name of every job of a home: the one squeue query of a
 // tick asks for it, and it tells this home's jobs from any other's.
@@ -79,9 +81,9 @@ func Comment(project, task string, attempt int) string {
 // check says what is wrong with j for a job, if anything.
 func (j Job) check() error {
 	switch {
-	case !namePart.MatchString(j.Home):
+	case !namePart().MatchString(j.Home):
 		return fmt.Errorf("home id %q is not a plain name", j.Home)
-	case !namePart.MatchString(j.Project) || !namePart.MatchString(j.Task):
+	case !namePart().MatchString(j.Project) || !namePart().MatchString(j.Task):
 		return fmt.Errorf("project %q or task %q is not a plain name", j.Project, j.Task)
 	case j.Attempt < 1:
 		return fmt.Errorf("attempt %d is not positive", j.Attempt)

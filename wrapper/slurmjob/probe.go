@@ -22,7 +22,7 @@ func ProbeFile(nonce string) string { return ".dispatch-slurm-probe-" + nonce }
 // node's partition, account, QoS and extra, a minute at most, in work_dir.
 // Its script (ProbeScript) goes on stdin.
 func ProbeArgs(c Cluster, home, workDir, nonce string) ([]string, error) {
-	if !namePart.MatchString(home) || !namePart.MatchString(nonce) || !strings.HasPrefix(workDir, "/") {
+	if !namePart().MatchString(home) || !namePart().MatchString(nonce) || !strings.HasPrefix(workDir, "/") {
 		return nil, fmt.Errorf("probe: home %q, nonce %q or work_dir %q is not usable", home, nonce, workDir)
 	}
 	args := []string{"sbatch", "--parsable", "--no-requeue", "--job-name=" + JobName(home),

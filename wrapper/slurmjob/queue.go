@@ -65,7 +65,7 @@ func ParseQueue(out []byte) ([]QueueJob, error) {
 // parseComment reads Comment's "project/task/N"; attempt 0 when it is not.
 func parseComment(s string) (project, task string, attempt int) {
 	f := strings.Split(strings.TrimSpace(s), "/")
-	if len(f) != 3 || !namePart.MatchString(f[0]) || !namePart.MatchString(f[1]) {
+	if len(f) != 3 || !namePart().MatchString(f[0]) || !namePart().MatchString(f[1]) {
 		return "", "", 0
 	}
 	n, err := strconv.Atoi(f[2])
