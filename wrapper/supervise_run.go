@@ -252,21 +252,41 @@ func (s *supervisor) writeRecord() error {
 	return proc.WriteRecord(&s.rec)
 }
 
+// toolPIDAfter is how long a child runs before status.json is rewritten
+// with its pid: one that ends sooner has it in the next status written
+// (the final one, or the gate's). Each status.json written is a new
+// inode, on a busy node's ext4 a scan past every inode freed lately: for
+// a short task that rewrite was a tenth of its node's CPU, for display
+// only (kill trusts the process record alone).
+const toolPIDAfter = 200 * time.Millisecond
+
 // setTool records the running child (setup or tool) in the process record
-// and, for display, in status.json.
+// at once and, for display, in status.json once it has run for
+// toolPIDAfter.
 func (s *supervisor) setTool(p *proc.Proc) {
 	s.rec.ToolPGID, s.rec.ToolStart = p.Pgid, p.Start
 	if err := s.writeRecord(); err != nil {
 		s.logger.Error("process record", taskfiles.LogKeyErr, err)
 	}
 	pid := p.Pgid
-	err := s.updateStatus(func(st *wire.Status) bool {
+	// In memory now, so that any status written from here on has it.
+	_ = s.updateStatus(func(st *wire.Status) bool {
 		st.ToolPID = pid
-		return true
+		return false
 	})
-	if err != nil {
-		s.logger.Warn("update status", taskfiles.LogKeyErr, err)
-	}
+	s.background(func() {
+		t := time.NewTimer(toolPIDAfter)
+		defer t.Stop()
+		select {
+		case <-p.Exited:
+			return
+		case <-t.C:
+		}
+		err := s.updateStatus(func(st *wire.Status) bool { return st.ToolPID == pid })
+		if err != nil {
+			s.logger.Warn("update status", taskfiles.LogKeyErr, err)
+		}
+	})
 }
 
 // updateStatus applies f to the status and writes it when f reports a
