@@ -255,10 +255,11 @@ func (s *supervisor) writeRecord() error {
 // toolPIDAfter is how long a child runs before status.json is rewritten
 // with its pid: one that ends sooner has it in the next status written
 // (the final one, or the gate's). Each status.json written is a new
-// inode, on a busy node's ext4 a scan past every inode freed lately: for
-// a short task that rewrite was a tenth of its node's CPU, for display
-// only (kill trusts the process record alone).
-const toolPIDAfter = 200 * time.Millisecond
+// inode, on a busy node's ext4 a scan past every inode freed lately: that
+// rewrite, for display only (kill trusts the process record alone), was
+// 0.5-0.7 ms of CPU of a no-op attempt on a loaded 2-core node, where
+// such a tool under bwrap takes 200-600 ms.
+const toolPIDAfter = time.Second
 
 // setTool records the running child (setup or tool) in the process record
 // at once and, for display, in status.json once it has run for
