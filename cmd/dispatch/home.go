@@ -160,6 +160,7 @@ const readyPoll = 25 * time.Millisecond
 // never becomes whole.
 const envReadyWait = "DISPATCH_TEST_READY_WAIT"
 
+// readyWait is defaultReadyWait, or what envReadyWait says.
 func readyWait() time.Duration {
 	if d, err := time.ParseDuration(os.Getenv(envReadyWait)); err == nil && d > 0 {
 		return d
