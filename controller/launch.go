@@ -299,32 +299,78 @@ func (c *Controller) claimOptions(ctx context.Context, cl claim) (domain.Project
 // prepareLaunch builds the batch item of one claim and pushes its base
 // tree, if it has one. false means the outcome is decided (an error).
 func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst *nodes.Installed) (wire.LaunchItem, bool) {
+	t, n := out.claim.task, out.claim.node
+	log := c.log.With(keyNode, n.cfg.Name, keyProject, t.Project, keyTask, t.ID, keyAttempt, t.Attempt)
+	a, ok := c.composeLaunch(ctx, out, inst)
+	if !ok {
+		return wire.LaunchItem{}, false
+	}
+	snapshot, err := c.launchSpec(ctx, t, &a)
+	if err != nil {
+		out.err = err
+		return wire.LaunchItem{}, false
+	}
+	dir := taskDir(inst, t.Project, t.ID)
+	switch {
+	case t.BaseCommit != "":
+		// Its repository is on the node (shipBases).
+		a.launch.Repo = &wire.LaunchRepo{Dir: nodeRepo(inst, t.Project), Base: out.base(),
+			Branch: taskBranch(t.Project, t.ID), Message: fmt.Sprintf("%s: %s (attempt %d)", t.ID, t.Title, t.Attempt)}
+		if out.start != nil {
+			snapshot = append(snapshot, conflictSection(a.tool, out.start.conflicts)...)
+		} else if a.opts.Repo != nil && t.BaseCommit == a.opts.Repo.Commit && !domain.IsPhaseID(t.ID) {
+			// The author tasks share their base: a spare checkout made
+			// after one launch saves the next the checkout of the tree.
+			a.launch.Repo.Spares = n.cfg.Spares
+		}
+	default:
+		if !c.pushTrees(ctx, out, inst, log, &a.launch, dir) {
+			return wire.LaunchItem{}, false
+		}
+	}
+	return wire.LaunchItem{Dir: dir, Spec: string(snapshot), Launch: a.launch, Env: a.env}, true
+}
+
+// composedLaunch is what composeLaunch makes of a claim: the attempt's
+// launch.json without its spec and trees, the api_mode's environment, the
+// tool and the project's options.
+type composedLaunch struct {
+	launch wire.Launch
+	env    map[string]string
+	tool   string
+	opts   domain.ProjectOptions
+}
+
+// composeLaunch decides what the claim's attempt runs and how: its tool's
+// command line, session to resume, timeouts, setup, sandbox, network and
+// limits, and its environment. false means the outcome is decided (an
+// error in out).
+func (c *Controller) composeLaunch(ctx context.Context, out *launchOutcome, inst *nodes.Installed) (composedLaunch, bool) {
 	cl := out.claim
 	t, n := cl.task, cl.node
-	log := c.log.With(keyNode, n.cfg.Name, keyProject, t.Project, keyTask, t.ID, keyAttempt, t.Attempt)
-	var item wire.LaunchItem
+	var a composedLaunch
 	env, err := c.modeEnv(cl.mode)
 	if err != nil {
 		out.err, out.noRetry = err, true
-		return item, false
+		return a, false
 	}
 	mode := c.config().APIModes[cl.mode]
 	out.dangerous = n.cfg.Dangerous || mode.Dangerous
 	session, err := c.resumable(ctx, cl)
 	if err != nil {
 		out.err = err
-		return item, false
+		return a, false
 	}
 	tool := policy.ToolFor(t.Tool, n.cfg)
 	conf, ok, why := policy.TaskLaunch(t.Sandbox, t.Network, tool, n.cfg)
 	if !ok {
 		out.err, out.noRetry = fmt.Errorf("task %s cannot run on node %s: %s", t.ID, n.cfg.Name, why), true
-		return item, false
+		return a, false
 	}
 	var tl wire.Launch
 	if err := toolLaunch(c.config(), tool, t.Model, out.dangerous, conf.Sandbox, session, &tl); err != nil {
 		out.err, out.noRetry = err, true
-		return item, false
+		return a, false
 	}
 	timeout := t.Timeout
 	if timeout <= 0 {
@@ -335,18 +381,18 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		// Launching without its setup would run the tool in an
 		// unprepared tree; nothing started, so it fails to start.
 		out.err = err
-		return item, false
+		return a, false
 	}
 	launch := wire.Launch{Project: t.Project, Task: t.ID, Attempt: t.Attempt, Node: n.cfg.Name, Priority: t.Priority,
 		Command: tl.Command, Stdin: tl.Stdin, Env: tl.Env, SandboxCommand: tl.SandboxCommand, SandboxEnv: tl.SandboxEnv,
 		TimeoutSeconds: timeout.Seconds(), Setup: opts.Setup, StallSeconds: stallTimeout(t, opts, n.cfg).Seconds()}
 	if err := confineLaunch(&launch, t, n.cfg, inst.WorkDir, tool, conf, env); err != nil {
 		out.err, out.noRetry = err, true
-		return item, false
+		return a, false
 	}
 	if err := c.addTaskEnv(env, t); err != nil {
 		out.err, out.noRetry = err, true
-		return item, false
+		return a, false
 	}
 	if policy.IsBuiltinTool(tool) {
 		launch.Transcript = tool
@@ -360,40 +406,25 @@ func (c *Controller) prepareLaunch(ctx context.Context, out *launchOutcome, inst
 		launch.Resume, launch.ResumePrompt = true, policy.ResumePrompt
 		out.resumed = session
 	}
+	return composedLaunch{launch: launch, env: env, tool: tool, opts: opts}, true
+}
+
+// launchSpec is the spec text the attempt of t reads: its snapshot, with
+// its gate's section (which also sets a.launch.Gate) and the note on its
+// dependencies' outputs.
+func (c *Controller) launchSpec(ctx context.Context, t domain.Task, a *composedLaunch) ([]byte, error) {
 	snapshot, err := c.st.Snapshot(ctx, t.Project, t.ID)
 	if err != nil {
-		out.err = err
-		return item, false
+		return nil, err
 	}
-	if launch.Gate, snapshot, err = c.gateLaunch(ctx, t, tool, opts, snapshot, &launch); err != nil {
-		out.err = err
-		return item, false
+	if a.launch.Gate, snapshot, err = c.gateLaunch(ctx, t, a.tool, a.opts, snapshot, &a.launch); err != nil {
+		return nil, err
 	}
-	note, err := c.toldNote(ctx, t, tool)
+	note, err := c.toldNote(ctx, t, a.tool)
 	if err != nil {
-		out.err = err
-		return item, false
+		return nil, err
 	}
-	snapshot = append(snapshot, note...)
-	dir := taskDir(inst, t.Project, t.ID)
-	switch {
-	case t.BaseCommit != "":
-		// Its repository is on the node (shipBases).
-		launch.Repo = &wire.LaunchRepo{Dir: nodeRepo(inst, t.Project), Base: out.base(),
-			Branch: taskBranch(t.Project, t.ID), Message: fmt.Sprintf("%s: %s (attempt %d)", t.ID, t.Title, t.Attempt)}
-		if out.start != nil {
-			snapshot = append(snapshot, conflictSection(tool, out.start.conflicts)...)
-		} else if opts.Repo != nil && t.BaseCommit == opts.Repo.Commit && !domain.IsPhaseID(t.ID) {
-			// The author tasks share their base: a spare checkout made
-			// after one launch saves the next the checkout of the tree.
-			launch.Repo.Spares = n.cfg.Spares
-		}
-	default:
-		if !c.pushTrees(ctx, out, inst, log, &launch, dir) {
-			return item, false
-		}
-	}
-	return wire.LaunchItem{Dir: dir, Spec: string(snapshot), Launch: launch, Env: env}, true
+	return append(snapshot, note...), nil
 }
 
 // confineLaunch sets what confines the attempt of t on node n in l: the

@@ -138,20 +138,9 @@ func phaseSnapshots(p *spec.Project, o *domain.ProjectOptions) error {
 // for them replace the generated specs.
 func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, home string, p *spec.Project, so control.StartOptions) (SyncResult, error) {
 	var res SyncResult
-	opts := projectOptionsFor(cfg, p, so)
-	if err := phaseSnapshots(p, &opts); err != nil {
+	opts, baseDir, err := addOptions(cfg, p, so)
+	if err != nil {
 		return res, err
-	}
-	ob, _ := json.Marshal(opts)
-	var baseDir string
-	if p.Config.Base != "" {
-		baseDir = filepath.Join(p.Dir, p.Config.Base)
-	}
-	var authorTasks []*spec.Task
-	for _, t := range p.Tasks {
-		if !domain.IsPhaseID(t.ID) {
-			authorTasks = append(authorTasks, t)
-		}
 	}
 	existing, err := st.Tasks(ctx, p.Name)
 	if err != nil {
@@ -161,87 +150,126 @@ func AddProject(ctx context.Context, st *store.Store, cfg *nodes.Config, home st
 	for _, t := range existing {
 		have[t.ID] = t
 	}
-	if p.Config.Base != "" {
-		// A task's result is reused only from the same base tree.
-		if opts.BaseTree, err = treeHash(baseDir); err != nil {
-			return res, fmt.Errorf("read the base tree of %s: %w", p.Name, err)
-		}
-		ob, _ = json.Marshal(opts)
-	}
 	// A finished project begins its next run; one that is going on (or
 	// stopped) is resumed, its run still what began it (a schedule, say).
 	if old, err := st.Project(ctx, p.Name); err == nil && old.State == domain.ProjectDone {
+		ob, _ := json.Marshal(opts)
 		res, err := newRun(ctx, st, cfg, home, p, so, opts, string(ob), old, have)
 		res.Finished = res.AllReused
 		return res, err
 	} else if err == nil {
 		if oo, err := old.ParseOptions(); err == nil && oo.Trigger != "" {
 			opts.Trigger = oo.Trigger
-			ob, _ = json.Marshal(opts)
 		}
 	}
+	ob, _ := json.Marshal(opts)
 	err = st.Update(ctx, func(tx *store.Tx) error {
 		res = SyncResult{}
 		if err := tx.EnsureProject(ctx, p.Name, string(ob)); err != nil {
 			return err
 		}
-		for _, t := range authorTasks {
+		for _, t := range p.Tasks {
+			if domain.IsPhaseID(t.ID) {
+				continue
+			}
 			nt := storeTask(p, t, cfg)
 			nt.BaseDir = baseDir
 			if opts.Repo != nil {
 				nt.BaseCommit = opts.Repo.Commit
 			}
-			old, ok := have[t.ID]
-			if !ok {
-				res.Added++
-				snap, err := p.Snapshot(t)
-				if err != nil {
-					return err
-				}
-				nt.Snapshot = snap
-				if err := tx.InsertTask(ctx, nt); err != nil {
-					return err
-				}
-				continue
-			}
-			if old.SpecHash == nt.SpecHash && sameSettings(old, nt) {
-				continue
-			}
-			if old.Status != domain.Pending && old.Status != domain.Blocked {
-				if old.SpecHash != nt.SpecHash {
-					res.Changed = append(res.Changed, t.ID)
-				}
-				if old.BaseCommit != nt.BaseCommit && old.BaseCommit != "" {
-					res.BaseMoved = append(res.BaseMoved, t.ID)
-				}
-				continue
-			}
-			res.Updated = append(res.Updated, t.ID)
-			snap, err := p.Snapshot(t)
-			if err != nil {
-				return err
-			}
-			nt.Snapshot = snap
-			if err := tx.SetTask(ctx, p.Name, t.ID, store.TaskPatch{Title: new(nt.Title), Type: new(nt.Type), Tool: new(nt.Tool),
-				Model: new(nt.Model), Priority: new(nt.Priority), DependsOn: new(nt.DependsOn), Tags: new(nt.Tags),
-				NodePin: new(nt.NodePin), Timeout: new(nt.Timeout), Stall: new(nt.Stall), MaxRetries: new(nt.MaxRetries),
-				SpecFile: new(nt.SpecFile), SpecHash: new(nt.SpecHash), Snapshot: new(nt.Snapshot), BaseDir: new(nt.BaseDir),
-				BaseCommit: new(nt.BaseCommit), Limits: new(nt.Limits), Sandbox: new(nt.Sandbox), Network: new(nt.Network),
-				Env: new(nt.Env), RetryBackoff: new(nt.RetryBackoff), Files: new(nt.Files), StartFrom: new(nt.StartFrom), OnConflict: new(nt.OnConflict),
-				NotPreemptible: new(nt.NotPreemptible)}); err != nil {
-				return err
-			}
-			msg := "spec changed before the task ran; using the new one"
-			if old.SpecHash == nt.SpecHash && old.BaseCommit != nt.BaseCommit {
-				msg = "the repository's ref moved before the task ran; it starts from " + nt.BaseCommit
-			}
-			if err := tx.Event(ctx, store.Event{Project: p.Name, Task: t.ID, Kind: "spec", Message: msg}); err != nil {
+			old, known := have[t.ID]
+			if err := syncTask(ctx, tx, p, t, nt, old, decideTaskSync(old, known, nt), &res); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
 	return res, err
+}
+
+// addOptions are the options a start records for p: nodes.yaml's and
+// project.yaml's with the start's, the phase specs' snapshots, and the
+// base tree's hash (a task's result is reused only from the same base
+// tree); baseDir is that tree's directory ("" without base:).
+func addOptions(cfg *nodes.Config, p *spec.Project, so control.StartOptions) (opts domain.ProjectOptions, baseDir string, err error) {
+	opts = projectOptionsFor(cfg, p, so)
+	if err := phaseSnapshots(p, &opts); err != nil {
+		return opts, "", err
+	}
+	if p.Config.Base == "" {
+		return opts, "", nil
+	}
+	baseDir = filepath.Join(p.Dir, p.Config.Base)
+	if opts.BaseTree, err = treeHash(baseDir); err != nil {
+		return opts, "", fmt.Errorf("read the base tree of %s: %w", p.Name, err)
+	}
+	return opts, baseDir, nil
+}
+
+// taskSync is what a start of a project under way does with one of its
+// author tasks.
+type taskSync int
+
+const (
+	syncAdd     taskSync = iota // new: inserted, pending
+	syncKeep                    // spec and settings unchanged
+	syncStarted                 // changed after it started: keeps its snapshot, and the start says so
+	syncUpdate                  // changed before it started: takes the new spec and settings
+)
+
+// decideTaskSync decides what a start does with the task nt, stored as old
+// when known.
+func decideTaskSync(old domain.Task, known bool, nt domain.Task) taskSync {
+	switch {
+	case !known:
+		return syncAdd
+	case old.SpecHash == nt.SpecHash && sameSettings(old, nt):
+		return syncKeep
+	case old.Status != domain.Pending && old.Status != domain.Blocked:
+		return syncStarted
+	}
+	return syncUpdate
+}
+
+// syncTask carries out what decideTaskSync decided for task t (nt as it
+// would be stored, old as it is) and counts it in res.
+func syncTask(ctx context.Context, tx *store.Tx, p *spec.Project, t *spec.Task, nt, old domain.Task, what taskSync, res *SyncResult) error {
+	switch what {
+	case syncKeep:
+		return nil
+	case syncStarted:
+		if old.SpecHash != nt.SpecHash {
+			res.Changed = append(res.Changed, t.ID)
+		}
+		if old.BaseCommit != nt.BaseCommit && old.BaseCommit != "" {
+			res.BaseMoved = append(res.BaseMoved, t.ID)
+		}
+		return nil
+	}
+	snap, err := p.Snapshot(t)
+	if err != nil {
+		return err
+	}
+	nt.Snapshot = snap
+	if what == syncAdd {
+		res.Added++
+		return tx.InsertTask(ctx, nt)
+	}
+	res.Updated = append(res.Updated, t.ID)
+	if err := tx.SetTask(ctx, p.Name, t.ID, store.TaskPatch{Title: new(nt.Title), Type: new(nt.Type), Tool: new(nt.Tool),
+		Model: new(nt.Model), Priority: new(nt.Priority), DependsOn: new(nt.DependsOn), Tags: new(nt.Tags),
+		NodePin: new(nt.NodePin), Timeout: new(nt.Timeout), Stall: new(nt.Stall), MaxRetries: new(nt.MaxRetries),
+		SpecFile: new(nt.SpecFile), SpecHash: new(nt.SpecHash), Snapshot: new(nt.Snapshot), BaseDir: new(nt.BaseDir),
+		BaseCommit: new(nt.BaseCommit), Limits: new(nt.Limits), Sandbox: new(nt.Sandbox), Network: new(nt.Network),
+		Env: new(nt.Env), RetryBackoff: new(nt.RetryBackoff), Files: new(nt.Files), StartFrom: new(nt.StartFrom), OnConflict: new(nt.OnConflict),
+		NotPreemptible: new(nt.NotPreemptible)}); err != nil {
+		return err
+	}
+	msg := "spec changed before the task ran; using the new one"
+	if old.SpecHash == nt.SpecHash && old.BaseCommit != nt.BaseCommit {
+		msg = "the repository's ref moved before the task ran; it starts from " + nt.BaseCommit
+	}
+	return tx.Event(ctx, store.Event{Project: p.Name, Task: t.ID, Kind: "spec", Message: msg})
 }
 
 func sameSettings(a, b domain.Task) bool {

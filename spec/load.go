@@ -900,117 +900,144 @@ func cmpOr(a, b string) string {
 // frontMatter applies the front matter to p.task and returns its context
 // names.
 func (l *loader) frontMatter(y yamlFile, root *yaml.Node, p *parsed) []item {
-	t := p.task
 	var refs []item
 	var netNode, sbNode *yaml.Node
 	y.fields(root, "front matter", TaskKeys, func(key string, v *yaml.Node) {
 		switch key {
-		case "type":
-			if s, ok := y.typ(key, v); ok {
-				t.Type = s
-			}
-		case "tool":
-			if s, ok := y.name(key, v); ok {
-				t.Tool = s
-			}
-		case "model":
-			if s, ok := y.String(v, "", key); ok {
-				// The model goes into argv after a flag; a leading '-' would
-				// be read as another flag.
-				if s == "" || strings.HasPrefix(s, "-") || strings.IndexFunc(s, isSpaceOrControl) >= 0 {
-					y.Errorf(v, "write the model name, e.g. sonnet", "model %q is not a model name: it must not be empty, start with '-' or contain spaces", s)
-				} else {
-					t.Model = s
-				}
-			}
-		case "priority":
-			if n, ok := y.Int(v, "", key, 1, 9); ok {
-				t.Priority = n
-			}
-		case "depends_on":
-			for _, it := range y.list(key, v) {
-				if !depPattern.MatchString(it.val) {
-					l.add(y.File, it.line, fmt.Sprintf("depends_on: %q is not a task ID", it.val),
-						"write task IDs: a capital letter and digits, e.g. S01 (or one task of a matrix, e.g. S01.2)")
-					continue
-				}
-				if _, dup := p.depLines[it.val]; !dup {
-					p.depLines[it.val] = it.line
-					t.DependsOn = append(t.DependsOn, it.val)
-				}
-			}
-		case "timeout":
-			if d, ok := y.Duration(v, "", key); ok {
-				t.Timeout = d
-			}
-		case "stall_timeout":
-			if d, ok := y.Duration(v, "", key); ok {
-				t.Stall = d
-			}
-		case "sandbox":
-			if s, ok := y.Sandbox(v, "", key); ok {
-				t.Sandbox = s
-			}
-			sbNode = v
-		case "network":
-			if s, ok := y.Network(v, "", key); ok {
-				t.Network = s
-			}
-			netNode = v
-		case "limits":
-			if lim, ok := y.Limits(v, "", key); ok {
-				t.Limits = lim.Over(l.project.Config.Limits)
-			}
-		case "max_retries":
-			if n, ok := y.Int(v, "", key, 0, yamlval.MaxInt); ok {
-				t.MaxRetries = &n
-			}
-		case "node":
-			if s, ok := y.name(key, v); ok {
-				t.Node = s
-			}
-		case "tags":
-			for _, it := range y.list(key, v) {
-				if pr := nameProblem(it.val); pr != "" {
-					l.add(y.File, it.line, fmt.Sprintf("tags: invalid tag %q: %s", it.val, pr), "tags match "+namePattern)
-					continue
-				}
-				if !slices.Contains(t.Tags, it.val) {
-					t.Tags = append(t.Tags, it.val)
-				}
-			}
 		case "context":
 			refs = append(refs, y.list(key, v)...)
-		case "files":
-			if l.project.Config.Repo != "" {
-				y.Errorf(v, filesInRepoFix, "files: is for projects without repo:")
-			}
-			t.Files = l.files(y, key, v)
-		case "start_from":
-			if s, ok := y.startFrom(key, v); ok {
-				t.StartFrom = s
-				if s == domain.StartInputs && l.project.Config.Repo != "" {
-					y.Errorf(v, inputsInRepoFix, inputsInRepoMsg)
-				}
-			}
-		case "on_conflict":
-			if s, ok := y.onConflict(key, v); ok {
-				t.OnConflict = s
-				if l.project.Config.Repo == "" {
-					y.Errorf(v, onConflictFix, onConflictMsg)
-				}
-			}
-		case "preemptible":
-			if b, ok := y.Bool(v, "", key); ok {
-				t.NotPreemptible = !b
-			}
-		default:
+			return
+		case "sandbox":
+			sbNode = v
+		case "network":
+			netNode = v
+		}
+		if !l.taskKey(y, p, key, v) && !l.runKey(y, p.task, key, v) {
 			l.fanKey(y, p, key, v)
 		}
 	})
-	networkNeedsSandbox(y, t.Network, t.Sandbox, netNode, sbNode)
+	networkNeedsSandbox(y, p.task.Network, p.task.Sandbox, netNode, sbNode)
 	l.checkMatrix(y, p)
 	return refs
+}
+
+// taskKey applies a front matter key that says what the task is and who
+// runs it where (type, tool, model, priority, depends_on, node, tags); it
+// returns false for any other key.
+func (l *loader) taskKey(y yamlFile, p *parsed, key string, v *yaml.Node) bool {
+	t := p.task
+	switch key {
+	case "type":
+		if s, ok := y.typ(key, v); ok {
+			t.Type = s
+		}
+	case "tool":
+		if s, ok := y.name(key, v); ok {
+			t.Tool = s
+		}
+	case "model":
+		if s, ok := y.String(v, "", key); ok {
+			// The model goes into argv after a flag; a leading '-' would
+			// be read as another flag.
+			if s == "" || strings.HasPrefix(s, "-") || strings.IndexFunc(s, isSpaceOrControl) >= 0 {
+				y.Errorf(v, "write the model name, e.g. sonnet", "model %q is not a model name: it must not be empty, start with '-' or contain spaces", s)
+			} else {
+				t.Model = s
+			}
+		}
+	case "priority":
+		if n, ok := y.Int(v, "", key, 1, 9); ok {
+			t.Priority = n
+		}
+	case "depends_on":
+		for _, it := range y.list(key, v) {
+			if !depPattern.MatchString(it.val) {
+				l.add(y.File, it.line, fmt.Sprintf("depends_on: %q is not a task ID", it.val),
+					"write task IDs: a capital letter and digits, e.g. S01 (or one task of a matrix, e.g. S01.2)")
+				continue
+			}
+			if _, dup := p.depLines[it.val]; !dup {
+				p.depLines[it.val] = it.line
+				t.DependsOn = append(t.DependsOn, it.val)
+			}
+		}
+	case "node":
+		if s, ok := y.name(key, v); ok {
+			t.Node = s
+		}
+	case "tags":
+		for _, it := range y.list(key, v) {
+			if pr := nameProblem(it.val); pr != "" {
+				l.add(y.File, it.line, fmt.Sprintf("tags: invalid tag %q: %s", it.val, pr), "tags match "+namePattern)
+				continue
+			}
+			if !slices.Contains(t.Tags, it.val) {
+				t.Tags = append(t.Tags, it.val)
+			}
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// runKey applies a front matter key that says how an attempt runs (its
+// deadlines, sandbox, network, limits, retries, preemption) and what its
+// workspace holds (files, start_from, on_conflict); it returns false for
+// any other key.
+func (l *loader) runKey(y yamlFile, t *Task, key string, v *yaml.Node) bool {
+	switch key {
+	case "timeout":
+		if d, ok := y.Duration(v, "", key); ok {
+			t.Timeout = d
+		}
+	case "stall_timeout":
+		if d, ok := y.Duration(v, "", key); ok {
+			t.Stall = d
+		}
+	case "sandbox":
+		if s, ok := y.Sandbox(v, "", key); ok {
+			t.Sandbox = s
+		}
+	case "network":
+		if s, ok := y.Network(v, "", key); ok {
+			t.Network = s
+		}
+	case "limits":
+		if lim, ok := y.Limits(v, "", key); ok {
+			t.Limits = lim.Over(l.project.Config.Limits)
+		}
+	case "max_retries":
+		if n, ok := y.Int(v, "", key, 0, yamlval.MaxInt); ok {
+			t.MaxRetries = &n
+		}
+	case "preemptible":
+		if b, ok := y.Bool(v, "", key); ok {
+			t.NotPreemptible = !b
+		}
+	case "files":
+		if l.project.Config.Repo != "" {
+			y.Errorf(v, filesInRepoFix, "files: is for projects without repo:")
+		}
+		t.Files = l.files(y, key, v)
+	case "start_from":
+		if s, ok := y.startFrom(key, v); ok {
+			t.StartFrom = s
+			if s == domain.StartInputs && l.project.Config.Repo != "" {
+				y.Errorf(v, inputsInRepoFix, inputsInRepoMsg)
+			}
+		}
+	case "on_conflict":
+		if s, ok := y.onConflict(key, v); ok {
+			t.OnConflict = s
+			if l.project.Config.Repo == "" {
+				y.Errorf(v, onConflictFix, onConflictMsg)
+			}
+		}
+	default:
+		return false
+	}
+	return true
 }
 
 func isSpaceOrControl(r rune) bool {

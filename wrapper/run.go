@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -28,12 +29,14 @@ import (
 func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	fs := subcmd.FlagSet("run")
 	dirFlag := fs.String("dir", "", "task directory (without it, stdin holds the launch document)")
-	serve := fs.Bool("serve", false, "without --dir: answer launch documents, one a line on stdin, one reply a line, until stdin ends")
+	serve := fs.Bool("serve", false, "without --dir: answer launch documents, one a line on stdin, one reply a line, until stdin ends or a SIGTERM, SIGINT or SIGHUP")
 	if err := subcmd.Parse(fs, args); err != nil {
 		return err
 	}
 	if *dirFlag == "" && *serve {
-		return nodestatus.ServeLines(stdin, stdout, "run", maxLaunchBatch, func(doc []byte) (any, error) { return startLaunches(ctx, doc) })
+		stop, work, release := serveContexts(ctx)
+		defer release()
+		return nodestatus.ServeLines(stop.Done(), stdin, stdout, "run", maxLaunchBatch, func(doc []byte) (any, error) { return startLaunches(work, doc) })
 	} else if *dirFlag == "" {
 		return cmdLaunch(ctx, nil, stdin, stdout)
 	}
@@ -75,6 +78,17 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 		return err
 	}
 	return subcmd.PrintJSON(stdout, startedReply(item, pid))
+}
+
+// serveContexts are the contexts of a --serve loop under ctx (Main's,
+// cancelled by SIGINT and SIGTERM): stop, done on those signals or SIGHUP,
+// after which the loop ends once the document in hand is answered; and
+// work, which that document is handled under and no signal cancels, so
+// that a launch handed to a supervisor is never left half-done. release
+// lets SIGHUP go back to its default.
+func serveContexts(ctx context.Context) (stop, work context.Context, release context.CancelFunc) {
+	stop, release = signal.NotifyContext(ctx, syscall.SIGHUP)
+	return stop, context.WithoutCancel(ctx), release
 }
 
 // lockWait is how long `run` retries D/lock before deciding that a

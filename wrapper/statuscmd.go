@@ -26,7 +26,7 @@ func cmdStatus(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 	fs.Var(&projects, "project", "project to list (repeatable; default all)")
 	live := fs.Bool("live", false, "list only the live index and the tasks named on stdin ({\"tasks\":[\"project/ID\",…]})")
 	node := fs.String("node", "", "report only this node's attempts (and those of no known node)")
-	serve := fs.Bool("serve", false, "answer requests, one a line on stdin ({\"projects\":[…],\"live\":true,\"tasks\":[…],\"tags\":[…]}), one reply a line, until stdin ends")
+	serve := fs.Bool("serve", false, "answer requests, one a line on stdin ({\"projects\":[…],\"live\":true,\"tasks\":[…],\"tags\":[…]}), one reply a line, until stdin ends or a SIGTERM, SIGINT or SIGHUP")
 	if err := subcmd.Parse(fs, args); err != nil {
 		return err
 	}
@@ -46,7 +46,9 @@ func cmdStatus(ctx context.Context, args []string, stdin io.Reader, stdout io.Wr
 		if *live || len(projects) > 0 {
 			return errkind.Usagef("status: --serve takes its projects and --live in each request")
 		}
-		return nodestatus.ServeStatus(ctx, Version, root, *node, stdin, stdout)
+		stop, work, release := serveContexts(ctx)
+		defer release()
+		return nodestatus.ServeStatus(work, stop.Done(), Version, root, *node, stdin, stdout)
 	}
 	var ns *wire.NodeStatus
 	if *live {

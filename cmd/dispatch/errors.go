@@ -31,8 +31,11 @@ func (e *workFailed) Error() string { return e.msg }
 // isConfigError reports errors in nodes.yaml, the specs or the home's state
 // that the operator must fix before anything can run: exit 2. Each kind of
 // bad input says so itself (badinput.Error); the home's state adds a lock
-// held by another controller and a missing database or project.
+// held by another controller, a missing database or project, and a
+// database that is not whole (a start that never finished making it, an
+// older dispatch's).
 func isConfigError(err error) bool {
 	return badinput.Is(err) ||
-		errors.Is(err, home.ErrLocked) || errors.Is(err, store.ErrNoDatabase) || errors.Is(err, store.ErrNotFound)
+		errors.Is(err, home.ErrLocked) || errors.Is(err, store.ErrNoDatabase) || errors.Is(err, store.ErrNotFound) ||
+		errors.Is(err, store.ErrNotReady)
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
@@ -106,13 +107,93 @@ func (e *env) loadProject(name string) (*spec.Project, error) {
 	return spec.Load(e.specsDir(), name)
 }
 
-// openReadOnly opens the database for a read-only command.
+// openReadOnly opens the database for a read-only command, once its
+// schema is whole (see waitReady).
 func (e *env) openReadOnly(ctx context.Context) (*store.Store, error) {
-	st, err := store.OpenReadOnly(ctx, e.dbPath())
-	if errors.Is(err, store.ErrNoDatabase) {
-		return nil, fmt.Errorf("no project has been started in %s yet (%w)\nTry: dispatch start <project>", e.home, store.ErrNoDatabase)
+	st, err := e.openIfAny(ctx)
+	if err == nil && st == nil {
+		return nil, e.noDatabase()
 	}
 	return st, err
+}
+
+func (e *env) noDatabase() error {
+	return fmt.Errorf("no project has been started in %s yet (%w)\nTry: dispatch start <project>", e.home, store.ErrNoDatabase)
+}
+
+// openToUpgrade opens the database read-only for a command that goes on
+// to open it for writing (store.Open, which applies the migrations it
+// lacks): its schema may be behind, and the command makes it whole.
+func (e *env) openToUpgrade(ctx context.Context) (*store.Store, error) {
+	st, err := store.OpenReadOnly(ctx, e.dbPath())
+	if errors.Is(err, store.ErrNoDatabase) {
+		return nil, e.noDatabase()
+	}
+	return st, err
+}
+
+// openIfAny is openReadOnly for a command that also works without a
+// database: nil, nil when there is none yet.
+func (e *env) openIfAny(ctx context.Context) (*store.Store, error) {
+	st, err := store.OpenReadOnly(ctx, e.dbPath())
+	if errors.Is(err, store.ErrNoDatabase) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	if err := waitReady(ctx, st, readyWait(), readyPoll, e.errOut); err != nil {
+		st.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+// defaultReadyWait bounds how long a read-only command waits for a
+// database a controller is making (the first start makes the file, then
+// applies its migrations, well within a second) or upgrading.
+const defaultReadyWait = 10 * time.Second
+
+// readyPoll is how often a command that waits for the database looks again.
+const readyPoll = 25 * time.Millisecond
+
+// envReadyWait shortens defaultReadyWait, for the test of a database that
+// never becomes whole.
+const envReadyWait = "DISPATCH_TEST_READY_WAIT"
+
+// readyWait is defaultReadyWait, or what envReadyWait says.
+func readyWait() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(envReadyWait)); err == nil && d > 0 {
+		return d
+	}
+	return defaultReadyWait
+}
+
+// waitReady returns once st's schema is whole (store.Ready): its queries
+// would fail on a missing table ("no such table: events") in the instant
+// the first start makes the database. It says on errOut that it waits, and
+// gives up after wait with what is wrong and what to do.
+func waitReady(ctx context.Context, st *store.Store, wait, poll time.Duration, errOut io.Writer) error {
+	err := st.Ready(ctx)
+	if !errors.Is(err, store.ErrNotReady) {
+		return err
+	}
+	fmt.Fprintf(errOut, "note: waiting up to %s for the database: %v\n", wait, err)
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return fmt.Errorf("%w (waited %s)\nTry: dispatch start <project> makes or upgrades the database; then run this command again", err, wait)
+		case <-tick.C:
+		}
+		if err = st.Ready(ctx); !errors.Is(err, store.ErrNotReady) {
+			return err
+		}
+	}
 }
 
 // projectArg returns the single project argument of a command.

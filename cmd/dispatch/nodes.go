@@ -70,14 +70,12 @@ func nodesList(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	st, err := store.OpenReadOnly(ctx, e.dbPath())
-	switch {
-	case err == nil:
-		defer st.Close()
-	case errors.Is(err, store.ErrNoDatabase):
-		st = nil
-	default:
+	st, err := e.openIfAny(ctx)
+	if err != nil {
 		return err
+	}
+	if st != nil {
+		defer st.Close()
 	}
 	v, err := readmodel.NodeList(ctx, st, cfg)
 	if err != nil {

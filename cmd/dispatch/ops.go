@@ -128,7 +128,7 @@ func doLocally(ctx context.Context, e *env, req control.Request) (control.Reply,
 	defer lock.Release()
 	// The database must exist already: opened read-only to check, then
 	// closed (it used to stay open until the command ended).
-	ro, err := e.openReadOnly(ctx)
+	ro, err := e.openToUpgrade(ctx)
 	if err != nil {
 		return control.Reply{}, err
 	}

@@ -38,7 +38,7 @@ func pruneCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			ro, err := e.openReadOnly(c.Context)
+			ro, err := e.openToUpgrade(c.Context)
 			if err != nil {
 				return err
 			}

@@ -380,14 +380,12 @@ func daemonRuns(ctx context.Context, home string) bool {
 
 // schedules is `dispatch schedule --json`.
 func schedules(ctx context.Context, e *env, now time.Time) (*service.ScheduleView, error) {
-	st, err := e.openReadOnly(ctx)
-	switch {
-	case err == nil:
-		defer st.Close()
-	case errors.Is(err, store.ErrNoDatabase):
-		st = nil
-	default:
+	st, err := e.openIfAny(ctx)
+	if err != nil {
 		return nil, err
+	}
+	if st != nil {
+		defer st.Close()
 	}
 	return service.View(ctx, st, e.specsDir(), daemonRuns(ctx, e.home), now)
 }

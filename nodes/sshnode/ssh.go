@@ -78,6 +78,27 @@ type SSH struct {
 // maxSessions is how many commands run at once on one node's connection.
 const maxSessions = 8
 
+// sessionsHeld is how many sessions dispatch may hold at once on a node's
+// connection: maxSessions (commands, and the status, run and watch
+// conversations) and SFTP's. A node's sshd must allow as many
+// (MaxSessions).
+const sessionsHeld = maxSessions + 1
+
+// sessionRefused is err, when it is sshd's refusal of one more session on
+// the connection (OpenSSH past MaxSessions: "open failed", as
+// "administratively prohibited" or, 9.2's, "connect failed"), as an error
+// that says so and how to fix it; else err.
+func (s *SSH) sessionRefused(err error) error {
+	var oe *ssh.OpenChannelError
+	if !errors.As(err, &oe) {
+		return err
+	}
+	return fmt.Errorf("node %s's sshd refused one more SSH session on the connection (%w): its MaxSessions "+
+		"is lower than the %d sessions dispatch may hold on a node (SFTP, the status, run and watch conversations, "+
+		"commands); set MaxSessions %d or more (OpenSSH's default is 10) in the node's sshd_config, or in a "+
+		"Match block for its user, and reload sshd", s.cfg.Node, err, sessionsHeld, sessionsHeld)
+}
+
 var (
 	_ nodes.Transport = (*SSH)(nil)
 	_ nodes.Converser = (*SSH)(nil)
@@ -478,7 +499,7 @@ func (s *SSH) sftpClient(c *ssh.Client) (*sftp.Client, error) {
 	s.mu.Unlock()
 	f, err := sftp.NewClient(c)
 	if err != nil {
-		return nil, fmt.Errorf("start sftp: %w", err)
+		return nil, fmt.Errorf("start sftp: %w", s.sessionRefused(err))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -588,7 +609,7 @@ func (s *SSH) exec(ctx context.Context, argv []string, stdin io.Reader, out io.W
 			if errors.As(err, &oe) {
 				// The server refused another session (MaxSessions): the
 				// command surely did not run; say so plainly.
-				return nodes.Result{}, &nodes.UnreachableError{Node: s.cfg.Node, Err: fmt.Errorf("the node refused a new SSH session (%v)", err)}
+				return nodes.Result{}, &nodes.UnreachableError{Node: s.cfg.Node, Err: s.sessionRefused(err)}
 			}
 			return nodes.Result{}, err
 		}
@@ -1101,7 +1122,7 @@ func (s *SSH) Converse(ctx context.Context, argv []string) (conv nodes.Conversat
 			s.reset(c)
 			err = s.unreachable(err)
 		}
-		return nil, fmt.Errorf("converse %s on %s: %w", argv[0], s.cfg.Node, err)
+		return nil, fmt.Errorf("converse %s on %s: %w", argv[0], s.cfg.Node, s.sessionRefused(err))
 	}
 	stdin, err := sess.StdinPipe()
 	if err != nil {
@@ -1166,7 +1187,7 @@ func (s *SSH) Stream(ctx context.Context, argv []string, onLine func([]byte) boo
 			s.reset(c)
 			err = s.unreachable(err)
 		}
-		return fmt.Errorf("stream %s on %s: %w", argv[0], s.cfg.Node, err)
+		return fmt.Errorf("stream %s on %s: %w", argv[0], s.cfg.Node, s.sessionRefused(err))
 	}
 	// The session is closed in a goroutine of its own: on a hung
 	// connection closing may wait, and the caller must not.

@@ -1,13 +1,9 @@
 package nodestatus
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,80 +16,6 @@ import (
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
-
-// ServeStatus answers status requests (wire.StatusRequest), one a line on
-// in, with one reply a line on out, until in ends: the controller's status
-// calls without a new session and a new process each. A request that does
-// not parse or names what `status` would refuse ends it with that error,
-// which the caller prints as any command's.
-func ServeStatus(ctx context.Context, version, root, node string, in io.Reader, out io.Writer) error {
-	return ServeLines(in, out, "status", maxLiveRequest, func(line []byte) (any, error) {
-		var req wire.StatusRequest
-		dec := json.NewDecoder(bytes.NewReader(line))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			return nil, errkind.Usagef("status: a request: want {\"projects\":[…],\"live\":true,\"tasks\":[…],\"tags\":[…]}: %v", err)
-		}
-		for _, p := range req.Projects {
-			if !ValidName(p) {
-				return nil, errkind.Usagef("status: invalid project name %q", p)
-			}
-		}
-		if !req.Live {
-			return NodeStatus(ctx, version, root, node, req.Projects)
-		}
-		named, held, err := checkLiveRequest(req.LiveRequest)
-		if err != nil {
-			return nil, err
-		}
-		return LiveStatus(ctx, version, root, node, req.Projects, named, held)
-	})
-}
-
-// ServeLines answers requests, one a line of in of at most limit bytes,
-// with one line of JSON each on out (handle's reply), until in ends. An
-// error of handle ends the serving with it: the caller sees the
-// conversation end and says why from the command's exit. what names the
-// command in errors.
-func ServeLines(in io.Reader, out io.Writer, what string, limit int, handle func(line []byte) (any, error)) error {
-	br := bufio.NewReaderSize(in, 64<<10)
-	for {
-		line, err := readRequestLine(br, what, limit)
-		if errors.Is(err, io.EOF) && len(line) == 0 {
-			return nil
-		}
-		if err != nil && !errors.Is(err, io.EOF) {
-			return err
-		}
-		reply, err := handle(line)
-		if err != nil {
-			return err
-		}
-		if err := json.NewEncoder(out).Encode(reply); err != nil {
-			return errkind.IO(fmt.Errorf("write reply: %w", err))
-		}
-	}
-}
-
-// readRequestLine reads one line of br, without its newline, of at most
-// limit bytes.
-func readRequestLine(br *bufio.Reader, what string, limit int) ([]byte, error) {
-	var line []byte
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if len(line)+len(chunk) > limit+1 {
-			return nil, errkind.Usagef("%s: a request of more than %d bytes", what, limit)
-		}
-		line = append(line, chunk...)
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if err != nil {
-			return line, err
-		}
-		return bytes.TrimSuffix(line, []byte("\n")), nil
-	}
-}
 
 // ValidName rejects names that would leave the directory they name a child of.
 func ValidName(name string) bool {
