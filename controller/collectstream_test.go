@@ -157,14 +157,18 @@ func TestCollectStreamChecksEveryEntry(t *testing.T) {
 	}
 }
 
-// countingSSH is an SSH node that counts the calls a collection makes.
+// countingSSH is an SSH node that counts the calls a collection makes:
+// collects holds each collect request, made with an exec (execCollects
+// counts those) or over a collect conversation (collectConv).
 type countingSSH struct {
 	*sshnode.SSH
-	mu       sync.Mutex
-	gets     []string
-	walks    []string
-	collects [][]wire.CollectItem
-	exec     atomic.Int64
+	mu           sync.Mutex
+	gets         []string
+	walks        []string
+	collects     [][]wire.CollectItem
+	exec         atomic.Int64
+	execCollects atomic.Int64
+	convs        collectConvs
 }
 
 func (c *countingSSH) Get(ctx context.Context, p string, w io.Writer) error {
@@ -187,13 +191,21 @@ func (c *countingSSH) Exec(ctx context.Context, argv []string, stdin []byte) (no
 }
 
 func (c *countingSSH) ExecTo(ctx context.Context, argv []string, stdin []byte, w io.Writer) (nodes.Result, error) {
-	var req wire.CollectRequest
-	if slices.Contains(argv, "collect") && json.Unmarshal(stdin, &req) == nil {
-		c.mu.Lock()
-		c.collects = append(c.collects, req.Attempts)
-		c.mu.Unlock()
+	if slices.Contains(argv, "collect") {
+		c.execCollects.Add(1)
+		c.recordCollect(stdin)
 	}
 	return c.SSH.ExecTo(ctx, argv, stdin, w)
+}
+
+// recordCollect records the collect request req.
+func (c *countingSSH) recordCollect(req []byte) {
+	var r wire.CollectRequest
+	if json.Unmarshal(req, &r) == nil {
+		c.mu.Lock()
+		c.collects = append(c.collects, r.Attempts)
+		c.mu.Unlock()
+	}
 }
 
 func (c *countingSSH) reset() {

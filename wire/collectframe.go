@@ -120,9 +120,6 @@ type CollectFrameReader struct {
 // its data frames as asked for, up to their end.
 func NewCollectFrameReader(r io.Reader) *CollectFrameReader { return &CollectFrameReader{r: r} }
 
-// Began reports whether a frame of the answer arrived.
-func (f *CollectFrameReader) Began() bool { return f.began }
-
 // Done is the answer's end, nil until it was read.
 func (f *CollectFrameReader) Done() *CollectDone { return f.done }
 
