@@ -378,20 +378,7 @@ func testStream(t *testing.T, ctx context.Context, tr nodes.Transport, _ string)
 // answers one line with one line until the conversation is closed or its
 // command ends; a reply too long, or a deadline passed, closes it.
 func testConverse(t *testing.T, ctx context.Context, tr nodes.Transport, _ string) {
-	cv, ok := tr.(nodes.Converser)
-	if !ok {
-		t.Skip("the transport holds no conversation")
-	}
-	echo := []string{"/bin/sh", "-c", `while read -r l; do case $l in long) head -c 3000 /dev/zero | tr '\0' x; echo;; quit) exit 0;; sleep) sleep 30;; *) echo "got $l";; esac; done`}
-	open := func() nodes.Conversation {
-		t.Helper()
-		conv, err := cv.Converse(ctx, echo)
-		if err != nil {
-			t.Fatalf("Converse: %v", err)
-		}
-		t.Cleanup(func() { conv.Close() })
-		return conv
-	}
+	open := conversing(t, ctx, tr, "/bin/sh", "-c", `while read -r l; do case $l in long) head -c 3000 /dev/zero | tr '\0' x; echo;; quit) exit 0;; sleep) sleep 30;; *) echo "got $l";; esac; done`)
 	conv := open()
 	for _, req := range []string{"one", "two words"} {
 		if line, err := conv.Call(ctx, []byte(req), 100); err != nil || string(line) != "got "+req {
@@ -427,25 +414,30 @@ func testConverse(t *testing.T, ctx context.Context, tr nodes.Transport, _ strin
 	}
 }
 
-// testExchange: a conversation's Exchange hands the command's stdout to
-// read for an answer of its own framing (here a length line and that many
-// bytes), read exactly, so that the next request, Exchange or Call, is
-// answered after it; read failing, or a deadline passed, closes it.
-func testExchange(t *testing.T, ctx context.Context, tr nodes.Transport, _ string) {
+// conversing returns what opens a conversation with argv on tr, closed at
+// the test's end; it skips the test when tr holds none.
+func conversing(t *testing.T, ctx context.Context, tr nodes.Transport, argv ...string) func() nodes.Conversation {
 	cv, ok := tr.(nodes.Converser)
 	if !ok {
 		t.Skip("the transport holds no conversation")
 	}
-	sized := []string{"/bin/sh", "-c", `while read -r l; do case $l in sleep) sleep 30;; *) echo "$l"; head -c "$l" /dev/zero | tr '\0' x;; esac; done`}
-	open := func() nodes.Conversation {
+	return func() nodes.Conversation {
 		t.Helper()
-		conv, err := cv.Converse(ctx, sized)
+		conv, err := cv.Converse(ctx, argv)
 		if err != nil {
 			t.Fatalf("Converse: %v", err)
 		}
 		t.Cleanup(func() { conv.Close() })
 		return conv
 	}
+}
+
+// testExchange: a conversation's Exchange hands the command's stdout to
+// read for an answer of its own framing (here a length line and that many
+// bytes), read exactly, so that the next request, Exchange or Call, is
+// answered after it; read failing, or a deadline passed, closes it.
+func testExchange(t *testing.T, ctx context.Context, tr nodes.Transport, _ string) {
+	open := conversing(t, ctx, tr, "/bin/sh", "-c", `while read -r l; do case $l in sleep) sleep 30;; *) echo "$l"; head -c "$l" /dev/zero | tr '\0' x;; esac; done`)
 	// answer reads a length line a byte at a time, then that many bytes.
 	answer := func(got *int) func(io.Reader) error {
 		return func(r io.Reader) error {
