@@ -128,7 +128,7 @@ func (c *Controller) prepareItem(ctx context.Context, r domain.Attempt, current 
 
 // runCollectStream asks n's wrapper for items' files and reads its
 // stream into them: over the node's collect conversation when one is held
-// (collectconv.go), else, or when the request reached no wrapper that
+// (executor.Collector), else, or when the request reached no wrapper that
 // answers it, with one `wrapper collect` exec. The error is the stream's:
 // the attempts it had not finished sending get it.
 func (c *Controller) runCollectStream(ctx context.Context, n *nodeRuntime, tr nodes.ExecToer, items []*streamItem) error {
