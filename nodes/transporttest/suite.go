@@ -435,7 +435,8 @@ func conversing(t *testing.T, ctx context.Context, tr nodes.Transport, argv ...s
 // testExchange: a conversation's Exchange hands the command's stdout to
 // read for an answer of its own framing (here a length line and that many
 // bytes), read exactly, so that the next request, Exchange or Call, is
-// answered after it; read failing, or a deadline passed, closes it.
+// answered after it; read failing, or a deadline passed, closes it, and
+// ExchangeIdle ends an answer that does not come (ErrStalled).
 func testExchange(t *testing.T, ctx context.Context, tr nodes.Transport, _ string) {
 	open := conversing(t, ctx, tr, "/bin/sh", "-c", `while read -r l; do case $l in sleep) sleep 30;; *) echo "$l"; head -c "$l" /dev/zero | tr '\0' x;; esac; done`)
 	// answer reads a length line a byte at a time, then that many bytes.
@@ -486,6 +487,10 @@ func testExchange(t *testing.T, ctx context.Context, tr nodes.Transport, _ strin
 	start := time.Now()
 	if err := conv.Exchange(short, []byte("sleep"), answer(new(int))); !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 10*time.Second {
 		t.Errorf("Exchange past its deadline: %v after %s, want DeadlineExceeded at once", err, time.Since(start))
+	}
+	conv = open()
+	if err := nodes.ExchangeIdle(ctx, conv, []byte("sleep"), answer(new(int)), 300*time.Millisecond); !errors.Is(err, nodes.ErrStalled) {
+		t.Errorf("ExchangeIdle of an answer that never comes: %v, want ErrStalled", err)
 	}
 	if res := exec(t, ctx, tr, nil, "echo", "ok"); string(res.Stdout) != "ok\n" {
 		t.Errorf("Exec after the exchanges: %q", res.Stdout)
