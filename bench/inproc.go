@@ -90,7 +90,8 @@ func (c *countingTransport) Exec(ctx context.Context, argv []string, stdin []byt
 
 // Converse holds a conversation of the node's transport open, each call
 // over it recorded as the command's call (`status --serve`: "exec wrapper
-// status", as one Exec of `status` was).
+// status", as one Exec of `status` was; `collect --serve`: "exec wrapper
+// collect").
 func (c *countingTransport) Converse(ctx context.Context, argv []string) (nodes.Conversation, error) {
 	cv, ok := c.Transport.(nodes.Converser)
 	if !ok {
@@ -118,6 +119,15 @@ func (cc *countingConv) Call(ctx context.Context, req []byte, limit int) ([]byte
 	line, err := cc.Conversation.Call(ctx, req, limit)
 	cc.t.record(cc.op, start, err)
 	return line, err
+}
+
+// Exchange records a request whose answer is a stream (`collect --serve`:
+// "exec wrapper collect", as one ExecTo of `collect` was).
+func (cc *countingConv) Exchange(ctx context.Context, req []byte, read func(io.Reader) error) error {
+	start := time.Now()
+	err := cc.Conversation.Exchange(ctx, req, read)
+	cc.t.record(cc.op, start, err)
+	return err
 }
 
 func (c *countingTransport) Put(ctx context.Context, p string, r io.Reader, mode fs.FileMode) error {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"archive/tar"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dispatch-tool/dispatch/controller/executor"
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/internal/crashpoint"
@@ -124,9 +126,11 @@ func (c *Controller) prepareItem(ctx context.Context, r domain.Attempt, current 
 	return it, nil
 }
 
-// runCollectStream runs `wrapper collect` for items on n and reads its
-// stream into them. The error is the stream's: the attempts it had not
-// finished sending get it.
+// runCollectStream asks n's wrapper for items' files and reads its
+// stream into them: over the node's collect conversation when one is held
+// (executor.Collector), else, or when the request reached no wrapper that
+// answers it, with one `wrapper collect` exec. The error is the stream's:
+// the attempts it had not finished sending get it.
 func (c *Controller) runCollectStream(ctx context.Context, n *nodeRuntime, tr nodes.ExecToer, items []*streamItem) error {
 	inst := n.installed()
 	if inst == nil {
@@ -142,33 +146,103 @@ func (c *Controller) runCollectStream(ctx context.Context, n *nodeRuntime, tr no
 	if err != nil {
 		return err
 	}
-	pr, pw := io.Pipe()
-	var res nodes.Result
-	ran := make(chan error, 1)
-	go func() {
-		var err error
-		res, err = nodes.ExecToIdle(ctx, tr, []string{inst.Path, "collect"}, stdin, pw, c.transferIdle())
-		pw.CloseWithError(err)
-		ran <- err
-	}()
-	cr := streamReader{items: items, maxFiles: q.CollectMaxFiles, maxBytes: q.CollectMaxBytes}
-	in := &io.LimitedReader{R: pr, N: streamBudget(req)}
-	rerr := readBudgeted(&cr, in)
-	pr.CloseWithError(errors.New("the controller stopped reading the collect stream"))
-	err = <-ran
-	switch {
-	case err == nil && res.ExitCode != 0:
-		// A wrapper that refused the request says why on stderr.
-		res.Stdout = res.Stderr
-		rerr = errors.New(policy.ReplyError(res, nil))
-	case rerr != nil:
-	case err != nil:
-		rerr = err
+	var cr streamReader
+	read := func(send collectSender) error {
+		cr = streamReader{items: items, maxFiles: q.CollectMaxFiles, maxBytes: q.CollectMaxBytes}
+		return readCollect(ctx, &cr, streamBudget(req), send)
+	}
+	rerr := errNotAnswered
+	if cl, ok := n.exec.(executor.Collector); ok {
+		rerr = read(c.converseCollect(cl, inst, stdin))
+	}
+	if errors.Is(rerr, errNotAnswered) {
+		rerr = read(c.execCollect(tr, inst, stdin))
 	}
 	if rerr != nil {
 		cr.failRest(fmt.Errorf("collect stream from %s: %w", n.cfg.Name, rerr))
 	}
 	return rerr
+}
+
+// collectSender sends a node's collect request and copies the tar stream
+// it answers to w. said is the node's own word on a failure (a request it
+// refused, an error it ended the stream with), err the transport's.
+type collectSender func(ctx context.Context, w io.Writer) (said, err error)
+
+// errNotAnswered is a collectSender's error when the request reached no
+// wrapper that answers it, and nothing of a stream came: the exec is tried.
+var errNotAnswered = errors.New("the collect conversation did not answer")
+
+// readCollect runs send and reads the stream it copies into cr, at most
+// budget bytes of it, as it comes.
+func readCollect(ctx context.Context, cr *streamReader, budget int64, send collectSender) error {
+	pr, pw := io.Pipe()
+	type sent struct{ said, err error }
+	ran := make(chan sent, 1)
+	go func() {
+		said, err := send(ctx, pw)
+		pw.CloseWithError(err)
+		ran <- sent{said, err}
+	}()
+	rerr := readBudgeted(cr, &io.LimitedReader{R: pr, N: budget})
+	pr.CloseWithError(errors.New("the controller stopped reading the collect stream"))
+	s := <-ran
+	switch {
+	case errors.Is(s.err, errNotAnswered), s.said != nil:
+		return cmp.Or(s.err, s.said)
+	case rerr != nil:
+		return rerr
+	}
+	return s.err
+}
+
+// execCollect sends the collect request with one `wrapper collect` exec.
+func (c *Controller) execCollect(tr nodes.ExecToer, inst *nodes.Installed, stdin []byte) collectSender {
+	return func(ctx context.Context, w io.Writer) (error, error) {
+		res, err := nodes.ExecToIdle(ctx, tr, []string{inst.Path, "collect"}, stdin, w, c.transferIdle())
+		if err == nil && res.ExitCode != 0 {
+			// A wrapper that refused the request says why on stderr.
+			res.Stdout = res.Stderr
+			return errors.New(policy.ReplyError(res, nil)), nil
+		}
+		return nil, err
+	}
+}
+
+// converseCollect sends the collect request over the node's collect
+// conversation: errNotAnswered when none is held, the request could not be
+// written, or the command ended (or is no `collect --serve`) before any
+// frame of an answer, as nothing of the request was done then.
+func (c *Controller) converseCollect(cl executor.Collector, inst *nodes.Installed, stdin []byte) collectSender {
+	return func(ctx context.Context, w io.Writer) (error, error) {
+		var fr *wire.CollectFrameReader
+		err := cl.Collect(ctx, inst, stdin, c.transferIdle(), func(r io.Reader) error {
+			fr = wire.NewCollectFrameReader(r)
+			_, err := io.Copy(w, fr)
+			return err
+		})
+		switch {
+		case err != nil && notAnswered(err):
+			return nil, fmt.Errorf("%w: %w", errNotAnswered, err)
+		case err != nil:
+			// fr may be read still, by a read given up on.
+			return nil, err
+		case fr == nil || fr.Done() == nil:
+			return nil, errors.New("the collect conversation ended without its answer's end")
+		}
+		return fr.Done().Err(), nil
+	}
+}
+
+// notAnswered reports a conversation's error that left the request
+// undone: none of these comes once a frame of the answer arrived.
+func notAnswered(err error) bool {
+	for _, e := range []error{executor.ErrNoConversation, nodes.ErrNotSent, nodes.ErrConversationClosed, wire.ErrCollectNoAnswer} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // failRest fails the attempt the stream was at when it ended and those

@@ -19,6 +19,13 @@ type Conversation interface {
 	// error. Any error, ctx ending first included, closes the
 	// conversation: a later Call fails at once.
 	Call(ctx context.Context, req []byte, limit int) ([]byte, error)
+	// Exchange writes req and a newline as Call does and hands the
+	// command's stdout to read, which must read the answer to its end and
+	// no further: the answer's own framing says where it ends. read runs
+	// in a goroutine of its own and may go on after Exchange returned with
+	// ctx's error: what it writes to must stop taking bytes then. An
+	// error, read's or ctx ending first, closes the conversation.
+	Exchange(ctx context.Context, req []byte, read func(io.Reader) error) error
 	// Close ends the command: its stdin is closed and it is killed if
 	// need be. Calling it more than once is allowed.
 	Close() error
@@ -65,42 +72,66 @@ func NewLineConversation(w io.Writer, r io.Reader, stop func() error) *LineConve
 // or the connection does, and the conversation is closed, which ends that
 // goroutine when the command's pipes close.
 func (c *LineConversation) Call(ctx context.Context, req []byte, limit int) ([]byte, error) {
+	var line []byte
+	err := c.do(ctx, func() (err error) {
+		line, err = c.roundTrip(req, limit)
+		return err
+	})
+	if err != nil {
+		return nil, err // line is the goroutine's still when ctx ended
+	}
+	return line, nil
+}
+
+// Exchange implements Conversation, as Call does.
+func (c *LineConversation) Exchange(ctx context.Context, req []byte, read func(io.Reader) error) error {
+	return c.do(ctx, func() error {
+		if err := c.send(req); err != nil {
+			return err
+		}
+		return read(c.r)
+	})
+}
+
+// do runs one request's fn in a goroutine of its own (see Call).
+func (c *LineConversation) do(ctx context.Context, fn func() error) error {
 	c.mu.Lock()
 	closed := c.closed
 	c.mu.Unlock()
 	if closed {
-		return nil, ErrConversationClosed
+		return ErrConversationClosed
 	}
-	type result struct {
-		line []byte
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		line, err := c.roundTrip(req, limit)
-		done <- result{line, err}
-	}()
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
 	select {
-	case r := <-done:
-		if r.err != nil {
+	case err := <-done:
+		if err != nil {
 			_ = c.Close()
 		}
-		return r.line, r.err
+		return err
 	case <-ctx.Done():
 		_ = c.Close()
-		return nil, fmt.Errorf("no reply: %w", context.Cause(ctx))
+		return fmt.Errorf("no reply: %w", context.Cause(ctx))
 	}
 }
 
-// roundTrip writes req and reads the line that answers it.
-func (c *LineConversation) roundTrip(req []byte, limit int) ([]byte, error) {
+// send writes req and a newline.
+func (c *LineConversation) send(req []byte) error {
 	msg := make([]byte, 0, len(req)+1)
 	msg = append(append(msg, req...), '\n')
 	if n, err := c.w.Write(msg); err != nil {
 		if n == 0 {
 			err = fmt.Errorf("%w: %w", ErrNotSent, err)
 		}
-		return nil, fmt.Errorf("write a request: %w", err)
+		return fmt.Errorf("write a request: %w", err)
+	}
+	return nil
+}
+
+// roundTrip writes req and reads the line that answers it.
+func (c *LineConversation) roundTrip(req []byte, limit int) ([]byte, error) {
+	if err := c.send(req); err != nil {
+		return nil, err
 	}
 	var long []byte
 	for {

@@ -56,6 +56,16 @@ func ExecToIdle(ctx context.Context, tr ExecToer, argv []string, stdin []byte, w
 	return res, stalled(ctx, err)
 }
 
+// ExchangeIdle is conv.Exchange bounded by progress as ExecToIdle is: it
+// fails, wrapping ErrStalled, once read has read no byte of the answer for
+// idle, however long the whole answer takes.
+func ExchangeIdle(ctx context.Context, conv Conversation, req []byte, read func(io.Reader) error, idle time.Duration) error {
+	ctx, wd := watch(ctx, idle)
+	defer wd.stop()
+	err := conv.Exchange(ctx, req, func(r io.Reader) error { return read(progressReader{r, wd}) })
+	return stalled(ctx, err)
+}
+
 // GetIdle is tr.Get bounded by progress: it fails, with an error wrapping
 // ErrStalled, once no byte has reached w for idle.
 func GetIdle(ctx context.Context, tr Transport, p string, w io.Writer, idle time.Duration) error {

@@ -26,9 +26,16 @@ func cmdCollect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 }
 
 // collectStream is cmdCollect but for where a refused request is said.
+// With --serve it answers requests, one a line, until stdin ends: the
+// controller's collect conversation, held per node (collect.Serve).
 func collectStream(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
-	if err := subcmd.Parse(subcmd.FlagSet("collect"), args); err != nil {
+	fs := subcmd.FlagSet("collect")
+	serve := fs.Bool("serve", false, "answer requests, one a line on stdin, each with its stream in frames, until stdin ends")
+	if err := subcmd.Parse(fs, args); err != nil {
 		return err
+	}
+	if *serve {
+		return collect.Serve(ctx, stdin, stdout)
 	}
 	req, err := collect.ReadRequest(stdin)
 	if err != nil {

@@ -34,7 +34,7 @@ commands (see docs/PROTOCOL.md):
   untar  --archive A --dir D [--merge]  (replaces D, or with --merge its top entries, with A's tree; removes A)
   inputs --dir D                  (stdin: dependencies to copy from this node into D, verified)
   tar    --dir D --out A [--max-bytes N]
-  collect                         (stdin: the finished attempts; stdout: one tar of their files)
+  collect [--serve]               (stdin: the finished attempts; stdout: one tar of their files; --serve: a request a line, each answer in frames)
   git-receive --repo R --commit C   (stdin: a pack completing base commit C)
   git-have    --repo R
   git-pack    --dir D --base B --branch dispatch/P/ID --out A

@@ -31,6 +31,9 @@ type Wrapper struct {
 	conv    heldConv
 	// runs is the node's launch conversation (`run --serve`).
 	runs heldConv
+	// collects is the node's collect conversation (`collect --serve`,
+	// collectconv.go).
+	collects heldConv
 	// BeforeRun, when set, is called with each `wrapper run` document
 	// just before it is sent (the tests break the session there).
 	BeforeRun func(bin string, doc []byte)
@@ -44,7 +47,8 @@ var (
 // NewWrapper returns the executor of node over tr, each call bounded by
 // timeout() (grown with a launch's size, a kill's grace).
 func NewWrapper(tr nodes.Transport, node string, timeout func() time.Duration) *Wrapper {
-	return &Wrapper{tr: tr, node: node, timeout: timeout, conv: heldConv{argv: statusArgv}, runs: heldConv{argv: runArgv}}
+	return &Wrapper{tr: tr, node: node, timeout: timeout, conv: heldConv{argv: statusArgv}, runs: heldConv{argv: runArgv},
+		collects: heldConv{argv: collectArgv}}
 }
 
 const (
@@ -212,7 +216,7 @@ func (w *Wrapper) Watch(ctx context.Context, inst *nodes.Installed, beat time.Du
 }
 
 // Close closes the node's conversations, those open.
-func (w *Wrapper) Close() { w.conv.close(); w.runs.close() }
+func (w *Wrapper) Close() { w.conv.close(); w.runs.close(); w.collects.close() }
 
 // run sends one launch document to inst's wrapper: over the node's launch
 // conversation when one can be held (no new SSH session, no new wrapper

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"slices"
 	"strings"
@@ -198,6 +199,11 @@ func (f *fakeConv) Call(_ context.Context, req []byte, _ int) ([]byte, error) {
 		return nil, err
 	}
 	return []byte(r.(string)), nil
+}
+
+// Exchange is not asked of a launch conversation: it refuses.
+func (f *fakeConv) Exchange(context.Context, []byte, func(io.Reader) error) error {
+	return errors.New("only run --serve's Call here")
 }
 
 func (f *fakeConv) Close() error {

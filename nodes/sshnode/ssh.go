@@ -1157,10 +1157,23 @@ type sshConversation struct {
 func (sc *sshConversation) Call(ctx context.Context, req []byte, limit int) ([]byte, error) {
 	line, err := sc.Conversation.Call(ctx, req, limit)
 	if err != nil && ctx.Err() != nil {
-		sc.s.reset(sc.c)
-		return nil, &nodes.UnreachableError{Node: sc.s.cfg.Node, Err: fmt.Errorf("no answer: %w", context.Cause(ctx))}
+		return nil, sc.hung(ctx)
 	}
 	return line, err
+}
+
+func (sc *sshConversation) Exchange(ctx context.Context, req []byte, read func(io.Reader) error) error {
+	err := sc.Conversation.Exchange(ctx, req, read)
+	if err != nil && ctx.Err() != nil {
+		return sc.hung(ctx)
+	}
+	return err
+}
+
+// hung drops the connection of a call given up on.
+func (sc *sshConversation) hung(ctx context.Context) error {
+	sc.s.reset(sc.c)
+	return &nodes.UnreachableError{Node: sc.s.cfg.Node, Err: fmt.Errorf("no answer: %w", context.Cause(ctx))}
 }
 
 // Stream runs argv on the node in a session of its own; see Transport. The

@@ -52,6 +52,7 @@ func Run(t *testing.T, open func(t *testing.T) (nodes.Transport, string)) {
 		{"ExecDetachedChild", testExecDetachedChild},
 		{"Stream", testStream},
 		{"Converse", testConverse},
+		{"ConverseExchange", testExchange},
 		{"Put", testPut},
 		{"PutOverwriteIsAtomic", testPutOverwrite},
 		{"PutFailedReaderLeavesNothing", testPutFailedReader},
@@ -377,20 +378,7 @@ func testStream(t *testing.T, ctx context.Context, tr nodes.Transport, _ string)
 // answers one line with one line until the conversation is closed or its
 // command ends; a reply too long, or a deadline passed, closes it.
 func testConverse(t *testing.T, ctx context.Context, tr nodes.Transport, _ string) {
-	cv, ok := tr.(nodes.Converser)
-	if !ok {
-		t.Skip("the transport holds no conversation")
-	}
-	echo := []string{"/bin/sh", "-c", `while read -r l; do case $l in long) head -c 3000 /dev/zero | tr '\0' x; echo;; quit) exit 0;; sleep) sleep 30;; *) echo "got $l";; esac; done`}
-	open := func() nodes.Conversation {
-		t.Helper()
-		conv, err := cv.Converse(ctx, echo)
-		if err != nil {
-			t.Fatalf("Converse: %v", err)
-		}
-		t.Cleanup(func() { conv.Close() })
-		return conv
-	}
+	open := conversing(t, ctx, tr, "/bin/sh", "-c", `while read -r l; do case $l in long) head -c 3000 /dev/zero | tr '\0' x; echo;; quit) exit 0;; sleep) sleep 30;; *) echo "got $l";; esac; done`)
 	conv := open()
 	for _, req := range []string{"one", "two words"} {
 		if line, err := conv.Call(ctx, []byte(req), 100); err != nil || string(line) != "got "+req {
@@ -423,6 +411,89 @@ func testConverse(t *testing.T, ctx context.Context, tr nodes.Transport, _ strin
 	// The node is still usable.
 	if res := exec(t, ctx, tr, nil, "echo", "ok"); string(res.Stdout) != "ok\n" {
 		t.Errorf("Exec after the conversations: %q", res.Stdout)
+	}
+}
+
+// conversing returns what opens a conversation with argv on tr, closed at
+// the test's end; it skips the test when tr holds none.
+func conversing(t *testing.T, ctx context.Context, tr nodes.Transport, argv ...string) func() nodes.Conversation {
+	cv, ok := tr.(nodes.Converser)
+	if !ok {
+		t.Skip("the transport holds no conversation")
+	}
+	return func() nodes.Conversation {
+		t.Helper()
+		conv, err := cv.Converse(ctx, argv)
+		if err != nil {
+			t.Fatalf("Converse: %v", err)
+		}
+		t.Cleanup(func() { conv.Close() })
+		return conv
+	}
+}
+
+// testExchange: a conversation's Exchange hands the command's stdout to
+// read for an answer of its own framing (here a length line and that many
+// bytes), read exactly, so that the next request, Exchange or Call, is
+// answered after it; read failing, or a deadline passed, closes it, and
+// ExchangeIdle ends an answer that does not come (ErrStalled).
+func testExchange(t *testing.T, ctx context.Context, tr nodes.Transport, _ string) {
+	open := conversing(t, ctx, tr, "/bin/sh", "-c", `while read -r l; do case $l in sleep) sleep 30;; *) echo "$l"; head -c "$l" /dev/zero | tr '\0' x;; esac; done`)
+	// answer reads a length line a byte at a time, then that many bytes.
+	answer := func(got *int) func(io.Reader) error {
+		return func(r io.Reader) error {
+			var line []byte
+			b := make([]byte, 1)
+			for {
+				if _, err := io.ReadFull(r, b); err != nil {
+					return err
+				}
+				if b[0] == '\n' {
+					break
+				}
+				line = append(line, b[0])
+			}
+			n, err := strconv.Atoi(string(line))
+			if err != nil {
+				return err
+			}
+			body := make([]byte, n)
+			if _, err := io.ReadFull(r, body); err != nil {
+				return err
+			}
+			*got = bytes.Count(body, []byte("x"))
+			return nil
+		}
+	}
+	conv := open()
+	for _, n := range []int{5, 200000, 0} {
+		var got int
+		if err := conv.Exchange(ctx, []byte(strconv.Itoa(n)), answer(&got)); err != nil || got != n {
+			t.Fatalf("Exchange of %d bytes: %d, %v", n, got, err)
+		}
+	}
+	if line, err := conv.Call(ctx, []byte("0"), 100); err != nil || string(line) != "0" {
+		t.Fatalf("Call after the exchanges = %q, %v", line, err)
+	}
+	if err := conv.Exchange(ctx, []byte("3"), func(io.Reader) error { return errors.New("refused") }); err == nil {
+		t.Error("Exchange whose read failed: no error")
+	}
+	if err := conv.Exchange(ctx, []byte("3"), answer(new(int))); !errors.Is(err, nodes.ErrConversationClosed) {
+		t.Errorf("Exchange after a failed one: %v, want ErrConversationClosed", err)
+	}
+	conv = open()
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := conv.Exchange(short, []byte("sleep"), answer(new(int))); !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 10*time.Second {
+		t.Errorf("Exchange past its deadline: %v after %s, want DeadlineExceeded at once", err, time.Since(start))
+	}
+	conv = open()
+	if err := nodes.ExchangeIdle(ctx, conv, []byte("sleep"), answer(new(int)), 300*time.Millisecond); !errors.Is(err, nodes.ErrStalled) {
+		t.Errorf("ExchangeIdle of an answer that never comes: %v, want ErrStalled", err)
+	}
+	if res := exec(t, ctx, tr, nil, "echo", "ok"); string(res.Stdout) != "ok\n" {
+		t.Errorf("Exec after the exchanges: %q", res.Stdout)
 	}
 }
 

@@ -28,14 +28,19 @@ const MaxRequest = 4 << 20
 // bytes of a wire.CollectRequest whose attempts name absolute, clean task
 // directories and attempts of 1 or more.
 func ReadRequest(stdin io.Reader) (wire.CollectRequest, error) {
-	var req wire.CollectRequest
 	data, err := io.ReadAll(io.LimitReader(stdin, MaxRequest+1))
 	if err != nil {
-		return req, errkind.IO(err)
+		return wire.CollectRequest{}, errkind.IO(err)
 	}
 	if len(data) > MaxRequest {
-		return req, errkind.Usagef("collect: the request on stdin is larger than %d MiB", MaxRequest>>20)
+		return wire.CollectRequest{}, errkind.Usagef("collect: the request on stdin is larger than %d MiB", MaxRequest>>20)
 	}
+	return parseRequest(data)
+}
+
+// parseRequest checks a request of at most MaxRequest bytes.
+func parseRequest(data []byte) (wire.CollectRequest, error) {
+	var req wire.CollectRequest
 	if err := json.Unmarshal(data, &req); err != nil {
 		return req, errkind.Usagef("collect: stdin is not a collect request: %v", err)
 	}
