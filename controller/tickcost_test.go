@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -48,5 +49,36 @@ func TestListStateDoneAllocs(t *testing.T) {
 	}
 	if live, seen := l.next(false, t0); !live || len(seen) != tasks {
 		t.Errorf("next = %v with %d seen, want a live call naming %d", live, len(seen), tasks)
+	}
+}
+
+// TestNamedOnce: the tasks a live call names are the last call's live
+// ones and the database's, each once and in their first order, and the
+// set that tells them apart is not made again at every call.
+func TestNamedOnce(t *testing.T) {
+	var l listState
+	cases := []struct {
+		name     string
+		in, want []string
+	}{
+		{name: "empty"},
+		{name: "both lists the same", in: []string{"p/A", "p/B", "p/A", "p/B"}, want: []string{"p/A", "p/B"}},
+		{name: "the database names one more", in: []string{"p/B", "p/A", "p/C"}, want: []string{"p/B", "p/A", "p/C"}},
+		{name: "a name the earlier call held is not kept", in: []string{"p/C", "p/C"}, want: []string{"p/C"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := l.namedOnce(slices.Clone(tc.in)); !slices.Equal(got, tc.want) {
+				t.Errorf("namedOnce(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+	in := make([]string, 0, 100)
+	for i := range 50 {
+		in = append(in, taskKey("p", fmt.Sprint(i)), taskKey("p", fmt.Sprint(i)))
+	}
+	buf := make([]string, len(in))
+	if allocs := testing.AllocsPerRun(10, func() { copy(buf, in); l.namedOnce(buf) }); allocs > 0 {
+		t.Errorf("namedOnce of 100 names made %.0f allocations, want none once its set exists", allocs)
 	}
 }
