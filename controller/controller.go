@@ -106,6 +106,9 @@ type Controller struct {
 	// liveOn holds the live tasks by node for the status calls, in the
 	// control loop's goroutine (see liveCache).
 	liveOn liveCache
+	// liveCounts are the busy slots and api_mode use the last committed
+	// tick read (store.Tx.LiveCounts), in the control loop's goroutine.
+	liveCounts *store.LiveCounts
 	// settled holds the projects with nothing to collect (see
 	// settledCache).
 	settled settledCache

@@ -39,6 +39,9 @@ type tickRead struct {
 	// current on their node (by killKey), whether their task ever ran on
 	// it: a stale attempt whose task never did is its node's word alone.
 	ranOn map[string]bool
+	// live are the busy slots and api_mode use as read (kept for the
+	// next tick once the transaction commits).
+	live *store.LiveCounts
 }
 
 // afterApply is what the tick's changes leave for its claims: the tasks
@@ -102,6 +105,7 @@ func (c *Controller) decide(ctx context.Context, active []domain.Project, names 
 	holdNodes, holdTasks := c.unkilledNodes, c.unkilledTasks
 	c.killMu.Unlock()
 	var readErrs map[string]error
+	var counts *store.LiveCounts
 	c.taskCache.begin()
 	err := c.st.Update(ctx, func(tx *store.Tx) error {
 		now := tx.Now()
@@ -109,7 +113,7 @@ func (c *Controller) decide(ctx context.Context, active []domain.Project, names 
 		if err != nil {
 			return err
 		}
-		readErrs = r.readErrs
+		readErrs, counts = r.readErrs, r.live
 		tp = c.decideTick(r, pulls, announced, holdTasks, failures, now)
 		out.claims, err = c.record(ctx, tx, &tp)
 		out.damaged = r.damaged
@@ -119,9 +123,11 @@ func (c *Controller) decide(ctx context.Context, active []domain.Project, names 
 		// The held tasks may have been changed by decisions that were
 		// not recorded.
 		c.taskCache.drop()
+		c.liveCounts = nil
 		return out, err
 	}
 	c.taskCache.end()
+	c.liveCounts = counts
 	c.preempting = tp.underWay
 	out.changed, out.stale, out.wake, out.pauseEnd = tp.changed, tp.stale, tp.wake, tp.pauseEnd
 	for _, n := range tp.notices {
@@ -193,14 +199,12 @@ func (c *Controller) read(ctx context.Context, tx *store.Tx, active []domain.Pro
 	// What runs under each api_mode, across projects, counts against its
 	// max_concurrency; busy slots are counted across projects too (a
 	// stopped project's running tasks hold their slots).
-	if in.modeUse, err = tx.LiveModes(ctx); err != nil {
+	// Both are read again only when a row they count changed.
+	if r.live, err = tx.LiveCounts(ctx, c.liveCounts); err != nil {
 		return nil, err
 	}
-	busy, err := tx.Busy(ctx)
-	if err != nil {
-		return nil, err
-	}
-	in.caps = c.capacities(pulls, busy, holdNodes)
+	in.modeUse = r.live.Modes // copied before the claims count theirs
+	in.caps = c.capacities(pulls, r.live.Busy, holdNodes)
 	free := freeSlots(in.caps, pulls)
 	r.claims = in
 	for _, p := range active {

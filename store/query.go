@@ -133,12 +133,8 @@ func querySpent(ctx context.Context, q querier, project string, run int) (usd fl
 	return usd, int64(t), nil
 }
 
-// Busy counts the claimed and running tasks on each node, across projects.
-func (s *Store) Busy(ctx context.Context) (map[string]int, error) { return busy(ctx, s.db) }
-
-// Busy counts the claimed and running tasks on each node, across projects.
-func (tx *Tx) Busy(ctx context.Context) (map[string]int, error) { return busy(ctx, tx.tx) }
-
+// busy counts the claimed and running tasks on each node, across projects
+// (see LiveCounts).
 func busy(ctx context.Context, q querier) (map[string]int, error) {
 	return countBy(ctx, q, "count busy slots",
 		`SELECT node, COUNT(*) FROM tasks WHERE status IN (?, ?) GROUP BY node`, domain.Claimed, domain.Running)
@@ -597,12 +593,8 @@ type Pause struct {
 	Reason  string
 }
 
-// LiveModes counts the claimed and running attempts under each api_mode.
-func (s *Store) LiveModes(ctx context.Context) (map[string]int, error) { return liveModes(ctx, s.db) }
-
-// LiveModes counts the claimed and running attempts under each api_mode.
-func (tx *Tx) LiveModes(ctx context.Context) (map[string]int, error) { return liveModes(ctx, tx.tx) }
-
+// liveModes counts the claimed and running attempts under each api_mode
+// (see LiveCounts).
 func liveModes(ctx context.Context, q querier) (map[string]int, error) {
 	return countBy(ctx, q, "count attempts by api_mode", liveModesSQL)
 }

@@ -22,8 +22,9 @@ const driverName = "sqlite-stmtcache"
 // varying parts (a list of placeholders) past it are compiled each time.
 const maxCachedStmts = 512
 
-// stmtsCompiled counts the statements the connections kept, for tests.
-var stmtsCompiled atomic.Int64
+// stmtsCompiled counts the statements the connections kept, and stmtsRun
+// the statements they ran, for tests.
+var stmtsCompiled, stmtsRun atomic.Int64
 
 func init() { sql.Register(driverName, cachingDriver{}) }
 
@@ -117,6 +118,7 @@ func (c *cachingConn) put(cs *cachedStmt) {
 }
 
 func (c *cachingConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	stmtsRun.Add(1)
 	cs := c.take(ctx, query)
 	if cs == nil {
 		return c.sqliteConn.ExecContext(ctx, query, args)
@@ -126,6 +128,7 @@ func (c *cachingConn) ExecContext(ctx context.Context, query string, args []driv
 }
 
 func (c *cachingConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	stmtsRun.Add(1)
 	cs := c.take(ctx, query)
 	if cs == nil {
 		return c.sqliteConn.QueryContext(ctx, query, args)

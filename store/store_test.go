@@ -670,4 +670,13 @@ func TestPutNodes(t *testing.T) {
 	if n := events(); n != 4 {
 		t.Fatalf("%d node events after one state changed, want 4", n)
 	}
+	// More nodes than one statement binds.
+	var many []Node
+	for i := range nodesPerInsert + 1 {
+		many = append(many, Node{Name: fmt.Sprintf("m%04d", i), State: NodeOnline, LastSeen: at})
+	}
+	put(many...)
+	if got, err := s.Nodes(ctx); err != nil || len(got) != len(want)+len(many) {
+		t.Fatalf("%d nodes after writing %d more (%v), want %d", len(got), len(many), err, len(want)+len(many))
+	}
 }

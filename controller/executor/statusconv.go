@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -115,7 +116,7 @@ func runArgv(inst *nodes.Installed, _ string) []string { return []string{inst.Pa
 // conversation when one can be held, else, or when that fails, with Exec.
 func (w *Wrapper) Status(ctx context.Context, inst *nodes.Installed, q Query) (*wire.NodeStatus, error) {
 	if conv, answered := w.conv.open(ctx, w.tr, inst, w.node); conv != nil {
-		st, err := converseStatus(ctx, conv, inst.Version, q)
+		st, err := converseStatus(ctx, conv, inst.Version, q, &w.req)
 		w.conv.done(conv, answered, err)
 		if err == nil {
 			return st, nil
@@ -127,12 +128,8 @@ func (w *Wrapper) Status(ctx context.Context, inst *nodes.Installed, q Query) (*
 // converseStatus is nodeStatus over a conversation: a reply that is not
 // a status of the wrapper version expected (an error the wrapper ended
 // with, a wrapper other than the one installed) is an error.
-func converseStatus(ctx context.Context, conv nodes.Conversation, version string, q Query) (*wire.NodeStatus, error) {
-	req := wire.StatusRequest{Projects: q.Projects, Live: q.Live}
-	if q.Live {
-		req.LiveRequest = wire.LiveRequest{Tasks: q.Named, Tags: q.Tags}
-	}
-	data, err := json.Marshal(req)
+func converseStatus(ctx context.Context, conv nodes.Conversation, version string, q Query, last *lastRequest) (*wire.NodeStatus, error) {
+	data, err := last.encode(q)
 	if err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
@@ -152,6 +149,43 @@ func converseStatus(ctx context.Context, conv nodes.Conversation, version string
 	}
 	clampStatus(&st)
 	return &st, nil
+}
+
+// lastRequest is a node's last status request and the query it was
+// made of: a steady pull asks what the one before asked (the same tasks
+// and tags), and sends the same bytes without encoding them again. Its
+// lock guards the fields.
+type lastRequest struct {
+	mu   sync.Mutex
+	q    Query // Projects, Live, Named, Tags: copies
+	data []byte
+}
+
+// encode returns q's request line.
+func (l *lastRequest) encode(q Query) ([]byte, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.data != nil && q.Live == l.q.Live && sameList(q.Projects, l.q.Projects) &&
+		sameList(q.Named, l.q.Named) && sameList(q.Tags, l.q.Tags) {
+		return l.data, nil
+	}
+	req := wire.StatusRequest{Projects: q.Projects, Live: q.Live}
+	if q.Live {
+		req.LiveRequest = wire.LiveRequest{Tasks: q.Named, Tags: q.Tags}
+	}
+	data, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	l.q = Query{Projects: slices.Clone(q.Projects), Live: q.Live, Named: slices.Clone(q.Named), Tags: slices.Clone(q.Tags)}
+	l.data = data
+	return data, nil
+}
+
+// sameList reports whether a and b encode alike: equal, and both nil or
+// neither (null is not []).
+func sameList(a, b []string) bool {
+	return (a == nil) == (b == nil) && slices.Equal(a, b)
 }
 
 // nodeStatus runs the wrapper's status command: one call for the tasks of

@@ -29,6 +29,8 @@ type Wrapper struct {
 	// reload may change).
 	timeout func() time.Duration
 	conv    heldConv
+	// req is the last request over conv.
+	req lastRequest
 	// runs is the node's launch conversation (`run --serve`).
 	runs heldConv
 	// collects is the node's collect conversation (`collect --serve`,
