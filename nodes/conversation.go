@@ -103,13 +103,24 @@ func (c *LineConversation) do(ctx context.Context, fn func() error) error {
 	}
 	done := make(chan error, 1)
 	go func() { done <- fn() }()
-	select {
-	case err := <-done:
+	ended := func(err error) error {
 		if err != nil {
 			_ = c.Close()
 		}
 		return err
+	}
+	select {
+	case err := <-done:
+		return ended(err)
 	case <-ctx.Done():
+		// A reply that came whole in the same instant is the reply: select
+		// picks either when both are ready, and dropping it would fail
+		// what the node did.
+		select {
+		case err := <-done:
+			return ended(err)
+		default:
+		}
 		_ = c.Close()
 		return fmt.Errorf("no reply: %w", context.Cause(ctx))
 	}

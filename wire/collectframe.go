@@ -148,9 +148,11 @@ func (f *CollectFrameReader) header() error {
 	line, err := readLine(f.r, 20)
 	n, perr := strconv.ParseInt(string(line), 10, 64)
 	switch {
-	case err != nil && !f.began && (errors.Is(err, io.EOF) && len(line) == 0 || errors.Is(err, errLongLine)):
+	case err != nil && !f.began:
 		// Nothing, or what a command other than `collect --serve` prints
-		// (an older wrapper's error reply refusing the flag).
+		// (an older wrapper's error reply refusing the flag, long or short,
+		// with or without its newline): no frame began, so nothing of the
+		// request was answered.
 		return fmt.Errorf("%w (%v)", ErrCollectNoAnswer, err)
 	case err != nil:
 		return fmt.Errorf("the collect answer stopped before its end frame: %w", unexpected(err))

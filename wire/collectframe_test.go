@@ -31,6 +31,7 @@ func TestCollectFrames(t *testing.T) {
 		{name: "negative", in: "-1\n", err: "not a length"},
 		{name: "over the bound", in: fmt.Sprintf("%d\n", CollectFrameMax+1), err: "not a length"},
 		{name: "a header without end", in: strings.Repeat("1", 30), err: "over its limit of 20 bytes"},
+		{name: "a short reply without its newline", in: "usage", err: ErrCollectNoAnswer.Error()},
 		{name: "an older wrapper's reply", in: `{"error":"flag provided but not defined: -serve","kind":"usage"}` + "\n", err: "ended before its answer began"},
 		{name: "a header not a length, after a frame", in: "1\na{}\n", data: "a", err: "not a length"},
 		{name: "cut inside a frame", in: "5\nab", data: "ab", err: "stopped inside a frame"},

@@ -26,7 +26,8 @@ func cmdCollect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 }
 
 // collectStream is cmdCollect but for where a refused request is said.
-// With --serve it answers requests, one a line, until stdin ends: the
+// With --serve it answers requests, one a line, until stdin ends or a
+// signal (SIGTERM, SIGINT, SIGHUP) stops it after the request in hand: the
 // controller's collect conversation, held per node (collect.Serve).
 func collectStream(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	fs := subcmd.FlagSet("collect")
@@ -35,7 +36,9 @@ func collectStream(ctx context.Context, args []string, stdin io.Reader, stdout i
 		return err
 	}
 	if *serve {
-		return collect.Serve(ctx, stdin, stdout)
+		stop, work, release := serveContexts(ctx)
+		defer release()
+		return collect.Serve(work, stop.Done(), stdin, stdout)
 	}
 	req, err := collect.ReadRequest(stdin)
 	if err != nil {

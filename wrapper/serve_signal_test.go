@@ -81,10 +81,10 @@ func (s *served) wait(t *testing.T, limit time.Duration) int {
 	}
 }
 
-// TestServeEndsOnSignal: `run --serve` and `status --serve` end on
-// SIGTERM, SIGINT or SIGHUP, exit 0 (they went on serving until stdin
-// ended, SIGHUP killed them), and the attempt `run --serve` had handed to
-// its supervisor runs on.
+// TestServeEndsOnSignal: `run --serve`, `status --serve` and `collect
+// --serve` end on SIGTERM, SIGINT or SIGHUP, exit 0 (they went on serving
+// until stdin ended, SIGHUP killed them), and the attempt `run --serve` had
+// handed to its supervisor runs on.
 func TestServeEndsOnSignal(t *testing.T) {
 	t.Parallel()
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
@@ -110,7 +110,13 @@ func TestServeEndsOnSignal(t *testing.T) {
 				t.Fatalf("status reply: %+v, %v", ns, err)
 			}
 
-			for _, s := range []*served{run, status} {
+			// collect --serve, waiting for its next request after a refused
+			// one (answered: no data, an end saying why).
+			collect := serveWrapper(t, "collect", "--serve")
+			if got := string(collect.call(t, []byte("not a request"))); got != "0" {
+				t.Fatalf("collect --serve answered a refused request with %q, want its end frame", got)
+			}
+			for _, s := range []*served{run, status, collect} {
 				if err := s.cmd.Process.Signal(sig); err != nil {
 					t.Fatal(err)
 				}

@@ -79,7 +79,7 @@ type SSH struct {
 const maxSessions = 8
 
 // sessionsHeld is how many sessions dispatch may hold at once on a node's
-// connection: maxSessions (commands, and the status, run and watch
+// connection: maxSessions (commands, and the status, run, collect and watch
 // conversations) and SFTP's. A node's sshd must allow as many
 // (MaxSessions).
 const sessionsHeld = maxSessions + 1
@@ -94,7 +94,7 @@ func (s *SSH) sessionRefused(err error) error {
 		return err
 	}
 	return fmt.Errorf("node %s's sshd refused one more SSH session on the connection (%w): its MaxSessions "+
-		"is lower than the %d sessions dispatch may hold on a node (SFTP, the status, run and watch conversations, "+
+		"is lower than the %d sessions dispatch may hold on a node (SFTP, the status, run, collect and watch conversations, "+
 		"commands); set MaxSessions %d or more (OpenSSH's default is 10) in the node's sshd_config, or in a "+
 		"Match block for its user, and reload sshd", s.cfg.Node, err, sessionsHeld, sessionsHeld)
 }

@@ -9,21 +9,25 @@ import (
 
 	"github.com/dispatch-tool/dispatch/wire"
 	"github.com/dispatch-tool/dispatch/wrapper/errkind"
+	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
 )
 
-// Serve answers collect requests, one a line of in, until in ends (`collect
-// --serve`, the controller's conversation held per node): each answer on
-// out is Write's tar stream in frames and an end saying how it went (see
-// wire.CollectFrameWriter for why frames). A request that is refused (not
-// a request, a task directory that is not absolute) is answered with its
+// Serve answers collect requests, one a line of in, until in ends or stop
+// is closed (`collect --serve`, the controller's conversation held per
+// node): each answer on out is Write's tar stream in frames and an end
+// saying how it went (see wire.CollectFrameWriter for why frames). A
+// request in hand when stop closes is answered whole under ctx (which no
+// signal cancels); the next is not read. A request that is refused (not a
+// request, a task directory that is not absolute) is answered with its
 // error, and the next is read. What breaks the conversation ends it, with
 // the error: a request over MaxRequest or cut short by in's end (what
 // follows cannot be told from it), out failing, ctx ending.
-func Serve(ctx context.Context, in io.Reader, out io.Writer) error {
-	br := bufio.NewReaderSize(in, 64<<10)
+func Serve(ctx context.Context, stop <-chan struct{}, in io.Reader, out io.Writer) error {
+	next, end := nodestatus.Requests(stop, in, readRequestLine)
+	defer end()
 	for {
-		line, err := readRequestLine(br)
-		if errors.Is(err, io.EOF) {
+		line, err, stopped := next()
+		if stopped || errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {

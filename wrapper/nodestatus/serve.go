@@ -51,20 +51,46 @@ func ServeStatus(ctx context.Context, stop <-chan struct{}, version, root, node 
 // handle ends the serving with it: the caller sees the conversation end
 // and says why from the command's exit. what names the command in errors.
 func ServeLines(stop <-chan struct{}, in io.Reader, out io.Writer, what string, limit int, handle func(line []byte) (any, error)) error {
+	next, end := Requests(stop, in, func(br *bufio.Reader) ([]byte, error) { return readRequestLine(br, what, limit) })
+	defer end()
+	for {
+		line, err, stopped := next()
+		if stopped || errors.Is(err, io.EOF) && len(line) == 0 {
+			return nil
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		reply, herr := handle(line)
+		if herr != nil {
+			return herr
+		}
+		if err := json.NewEncoder(out).Encode(reply); err != nil {
+			return errkind.IO(fmt.Errorf("write reply: %w", err))
+		}
+		if err != nil {
+			return nil // the last line, without its newline
+		}
+	}
+}
+
+// Requests reads in's requests with read, in a goroutine of its own so
+// that a stop ends a wait for the next: next returns the next request and
+// read's error, or stopped once stop is closed. A stop that came while
+// the last request was in hand wins over the next request, read
+// meanwhile. The reader is left blocked in its read after end (it ends
+// with the process); after read's first error, next is not called again.
+func Requests(stop <-chan struct{}, in io.Reader, read func(*bufio.Reader) ([]byte, error)) (next func() (line []byte, err error, stopped bool), end func()) {
 	type request struct {
 		line []byte
 		err  error
 	}
-	// The lines are read in a goroutine of their own so that a stop ends
-	// a wait for the next; it is left blocked in its read, which ends with
-	// the process.
 	requests := make(chan request)
 	done := make(chan struct{})
-	defer close(done)
 	go func() {
 		br := bufio.NewReaderSize(in, 64<<10)
 		for {
-			line, err := readRequestLine(br, what, limit)
+			line, err := read(br)
 			select {
 			case requests <- request{line, err}:
 			case <-done:
@@ -75,37 +101,20 @@ func ServeLines(stop <-chan struct{}, in io.Reader, out io.Writer, what string, 
 			}
 		}
 	}()
-	for {
-		// A stop that came while the last request was in hand wins over
-		// the next request, read meanwhile.
+	next = func() ([]byte, error, bool) {
 		select {
 		case <-stop:
-			return nil
+			return nil, nil, true
 		default:
 		}
-		var r request
 		select {
 		case <-stop:
-			return nil
-		case r = <-requests:
-		}
-		if errors.Is(r.err, io.EOF) && len(r.line) == 0 {
-			return nil
-		}
-		if r.err != nil && !errors.Is(r.err, io.EOF) {
-			return r.err
-		}
-		reply, err := handle(r.line)
-		if err != nil {
-			return err
-		}
-		if err := json.NewEncoder(out).Encode(reply); err != nil {
-			return errkind.IO(fmt.Errorf("write reply: %w", err))
-		}
-		if r.err != nil {
-			return nil // the last line, without its newline
+			return nil, nil, true
+		case r := <-requests:
+			return r.line, r.err, false
 		}
 	}
+	return next, func() { close(done) }
 }
 
 // readRequestLine reads one line of br, without its newline, of at most
