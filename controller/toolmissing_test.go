@@ -83,10 +83,14 @@ func TestToolUnusableInTheSandboxIsNotRetried(t *testing.T) {
 }
 
 // failedForGood ticks until task id fails, then five minutes more, in
-// which any retry would have run, and returns the task.
+// which any retry would have run, and returns the task. Until it fails the
+// clock moves 2 s a tick, past retry_backoff (1 s): a minute a tick made
+// the attempt hung (heartbeat_timeout 2m by this clock) when a loaded
+// machine took more than two ticks to start it, and a hung attempt is
+// retried (2 of 20 runs under load).
 func failedForGood(h *harness, id string) domain.Task {
 	h.tickUntil(id+" to fail", func() bool {
-		h.clock.Advance(time.Minute)
+		h.clock.Advance(2 * time.Second)
 		return h.task(id).Status == domain.Failed
 	})
 	for range 5 {
