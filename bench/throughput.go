@@ -669,13 +669,13 @@ func throughputFinding(dispatchWall, parallelWall, shortWall float64, sum *tlSum
 		fmtS(sum.pull.Seconds()), share(sum.pull), fmtS(sum.outside.Seconds()), share(sum.outside), fmtS(sum.cpu.Seconds()), fmtS(shortWall))
 	op := func(name string) string { return fmtMS(sum.opMedian[name].Seconds()) }
 	if sum.launch >= sum.total/10 {
-		fmt.Fprintf(&b, " **Launching** is one `wrapper run` (the launch document) per node per tick (%s median for up to 8 attempts), "+
+		fmt.Fprintf(&b, " **Launching** is one launch document per node per tick, over the node's held `wrapper run --serve` conversation (%s median for up to 8 attempts), "+
 			"which takes each attempt's lock, writes its spec and launch.json, forks one detached supervisor for the node's attempts and "+
 			"replies once that supervisor holds the locks (it does not wait for the tools to start): on this machine the "+
 			"supervisors, the tools, their sandboxes and the four sshd share two cores.", op("exec wrapper run"))
 	}
 	if sum.collect >= sum.total/10 {
-		fmt.Fprintf(&b, " **Collecting** is one `wrapper collect` per node per tick (%s median), a stream of the finished "+
+		fmt.Fprintf(&b, " **Collecting** is one request per node per tick over the node's held `wrapper collect --serve` conversation (%s median), a stream of the finished "+
 			"attempts' task.logs and output/s, and one transaction per tick for what it collected.",
 			op("exec wrapper collect"))
 	}
