@@ -163,6 +163,9 @@ type Controller struct {
 	// streamBeat is the beat asked of the nodes' status streams;
 	// streamRetry the first pause before a dropped one is opened again.
 	streamBeat, streamRetry time.Duration
+	// wakeGap is the shortest time from the start of a tick that changed
+	// nothing to the next tick a stream wakes (see wakeDelay).
+	wakeGap time.Duration
 
 	// notices delivers the projects' notifications (see notices.go).
 	notices notices
@@ -197,7 +200,7 @@ func New(opts Options) *Controller {
 	}
 	c := &Controller{opts: opts, cfg: opts.Config, st: opts.Store, log: opts.Logger, now: opts.Now,
 		nodes: map[string]*nodeRuntime{}, started: opts.Now(), wake: make(chan struct{}, 1), troubles: map[string]int{}, ended: make(chan struct{}),
-		streamBeat: defaultStreamBeat, streamRetry: defaultStreamRetry}
+		streamBeat: defaultStreamBeat, streamRetry: defaultStreamRetry, wakeGap: wakeGap}
 	c.live.Store(opts.Config)
 	allowed := map[string]bool{}
 	for _, n := range opts.Nodes {
@@ -375,7 +378,8 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 			return nil
 		}
 		wait, why := poll, "poll"
-		if res.Launched > 0 || res.Changed > 0 {
+		moved := res.Launched > 0 || res.Changed > 0
+		if moved {
 			// While tasks start and end, look again soon: short tasks then
 			// finish in well under a poll interval, and freed slots refill
 			// at once. A quiet batch is pulled every poll interval.
@@ -398,17 +402,18 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 				wait, why = 0, "run begun"
 			}
 		}
-		if err := c.awaitTick(ctx, wait, why, tickStart); err != nil {
+		if err := c.awaitTick(ctx, wait, why, tickStart, moved); err != nil {
 			return err
 		}
 	}
 }
 
 // awaitTick waits for the next tick, serving operator commands meanwhile;
-// a tick follows every command at once. The debug log names what ended
-// each wait and how long it was (why: the timer's reason), so that a
-// batch that stalls says what it waited for.
-func (c *Controller) awaitTick(ctx context.Context, wait time.Duration, why string, tickStart time.Time) error {
+// a tick follows every command at once, and a stream's wake after
+// wakeDelay (moved: the last tick launched or changed something). The
+// debug log names what ended each wait and how long it was (why: the
+// timer's reason), so that a batch that stalls says what it waited for.
+func (c *Controller) awaitTick(ctx context.Context, wait time.Duration, why string, tickStart time.Time, moved bool) error {
 	began := time.Now()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
@@ -425,10 +430,11 @@ func (c *Controller) awaitTick(ctx context.Context, wait time.Duration, why stri
 		woke = "hangup"
 	case <-c.wake:
 		// A node said something changed: tick now, once the rest of the
-		// burst is in, and not more often than wakeGap however fast a
-		// node (or a task rewriting its own status.json) reports changes.
+		// burst is in.
 		timer.Stop()
-		time.Sleep(max(coalesceWait, wakeGap-time.Since(tickStart)))
+		if !sleepCtx(ctx, wakeDelay(moved, c.wakeGap, time.Since(tickStart))) {
+			return ctx.Err()
+		}
 		select {
 		case <-c.wake:
 		default:
@@ -437,6 +443,20 @@ func (c *Controller) awaitTick(ctx context.Context, wait time.Duration, why stri
 	}
 	c.log.Debug("tick wait", "woke_by", woke, "waited", time.Since(began).Round(time.Millisecond), "planned", wait, "planned_for", why)
 	return nil
+}
+
+// wakeDelay is how long a stream's wake waits before its tick: the
+// burst's coalesceWait, and after a tick that changed nothing (moved
+// false) until gap has passed since that tick began, however fast a node
+// (or a task rewriting its own status.json) reports changes. A tick that
+// moved tasks is followed at once: the freed slots are refilled while
+// the next tasks end, not a gap later. Ticks that move tasks are bounded
+// by the tasks' transitions, which nothing on a node can repeat at will.
+func wakeDelay(moved bool, gap, sinceTick time.Duration) time.Duration {
+	if moved {
+		gap = 0
+	}
+	return max(coalesceWait, gap-sinceTick)
 }
 
 // Close closes the node transports, each once the goroutines still using

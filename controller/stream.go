@@ -36,8 +36,8 @@ const (
 	// coalesceWait gathers a burst of frames (several tasks ending
 	// together, on several nodes) into one tick.
 	coalesceWait = 5 * time.Millisecond
-	// wakeGap is the shortest time from one tick's start to the next one
-	// a stream wakes.
+	// wakeGap is the shortest time from the start of a tick that changed
+	// nothing to the next one a stream wakes (Controller.wakeGap).
 	wakeGap = 100 * time.Millisecond
 )
 

@@ -73,6 +73,48 @@ func TestStreamWakesTheLoop(t *testing.T) {
 	}
 }
 
+// TestWakeAfterAMovingTickIsNotHeldBack: a stream's wake after a tick
+// that launched or changed something is followed at once (the burst's
+// coalesceWait), not a wake gap after that tick began; after a tick that
+// changed nothing the gap still holds it back. The gap is an hour here:
+// held back, awaitTick ends only with its context.
+func TestWakeAfterAMovingTickIsNotHeldBack(t *testing.T) {
+	h := newHarness(t, chainYAML, chainSpecs())
+	h.ctl.wakeGap = time.Hour
+	await := func(moved bool, limit time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), limit)
+		defer cancel()
+		h.ctl.signalWake()
+		return h.ctl.awaitTick(ctx, time.Hour, "active", time.Now(), moved)
+	}
+	if err := await(true, 10*time.Second); err != nil {
+		t.Errorf("the wake after a tick that moved tasks was held back: %v", err)
+	}
+	if err := await(false, 50*time.Millisecond); err == nil {
+		t.Error("the wake after a tick that changed nothing was not held back by the wake gap")
+	}
+}
+
+func TestWakeDelay(t *testing.T) {
+	gap := 100 * time.Millisecond
+	for _, tc := range []struct {
+		moved     bool
+		sinceTick time.Duration
+		want      time.Duration
+	}{
+		{false, 0, gap},
+		{false, 30 * time.Millisecond, 70 * time.Millisecond},
+		{false, 99 * time.Millisecond, coalesceWait},
+		{false, time.Second, coalesceWait},
+		{true, 0, coalesceWait},
+		{true, 30 * time.Millisecond, coalesceWait},
+	} {
+		if got := wakeDelay(tc.moved, gap, tc.sinceTick); got != tc.want {
+			t.Errorf("wakeDelay(%v, %v, %v) = %v, want %v", tc.moved, gap, tc.sinceTick, got, tc.want)
+		}
+	}
+}
+
 // streamer replaces a transport's Stream.
 type streamer struct {
 	nodes.Transport
