@@ -3,6 +3,7 @@ package nodestatus
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -116,7 +117,10 @@ func Watch(ctx context.Context, version, root, node string, beat time.Duration, 
 			f := wire.Frame{Type: wire.FrameChange, Tasks: changed[:n]}
 			for _, key := range f.Tasks {
 				project, task, _ := strings.Cut(key, "/")
-				f.Statuses = append(f.Statuses, taskStatus(project, task, filepath.Join(root, project, "tasks", task)))
+				// The look that found the change probed the lock, before
+				// the status is read here, as taskStatus would.
+				probe := sc.probe(key)
+				f.Statuses = append(f.Statuses, taskStatusAfter(project, task, filepath.Join(root, project, "tasks", task), probe))
 			}
 			if err := send(f); err != nil {
 				return err
@@ -197,6 +201,8 @@ type scanner struct {
 type taskSeen struct {
 	status fileSeen
 	alive  bool
+	// lockErr is why the lock could not be probed ("" when it was).
+	lockErr string
 }
 
 // fileSeen identifies one version of a file: a rename replaces its inode.
@@ -296,15 +302,32 @@ func (s *scanner) scanAlive() []string {
 
 // look records what dir's status and supervisor are now, probing the lock
 // when probeLive is set or the directory is new or its status changed,
-// and reports whether that is a change.
+// and reports whether that is a change. A change is always probed: the
+// frame that tells it takes the probe from here (scanner.probe).
 func (s *scanner) look(key, dir string, probeLive bool) bool {
 	old, had := s.Known[key]
-	now := taskSeen{status: statSeen(filepath.Join(dir, taskfiles.FileStatus)), alive: old.alive}
+	now := taskSeen{status: statSeen(filepath.Join(dir, taskfiles.FileStatus)), alive: old.alive, lockErr: old.lockErr}
 	if probeLive || !had || now.status != old.status {
-		now.alive, _ = taskfiles.SupervisorAlive(dir)
+		alive, err := taskfiles.SupervisorAlive(dir)
+		now.alive, now.lockErr = alive, ""
+		if err != nil {
+			now.lockErr = err.Error()
+		}
 	}
 	s.Known[key] = now
 	return had && now != old || !had && s.primed && now != (taskSeen{})
+}
+
+// probe is what the last look at key found of its lock.
+func (s *scanner) probe(key string) lockProbe {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := s.Known[key]
+	p := lockProbe{alive: seen.alive}
+	if seen.lockErr != "" {
+		p.err = errors.New(seen.lockErr)
+	}
+	return p
 }
 
 // walkTaskDirs calls task for every <project>/tasks/<ID> directory under
