@@ -56,6 +56,62 @@ func TestQuickAttemptFileCalls(t *testing.T) {
 	}
 }
 
+// TestBatchFileCalls: what does not change between the attempts of one
+// supervisor is read or opened once, not once an attempt: its own start
+// time (/proc/<pid>/stat), the children's stdin (/dev/null). A file of
+// /proc is read in three or four calls (open, read to its end, close),
+// not through an *os.File (the runtime's poller, a stat for the size); a
+// task.log is opened without the poller's calls either.
+func TestBatchFileCalls(t *testing.T) {
+	t.Parallel()
+	strace, err := exec.LookPath("strace")
+	if err != nil {
+		t.Skip("no strace:", err)
+	}
+	root := t.TempDir()
+	var batch wire.LaunchBatch
+	var tasks []*testTask
+	for _, id := range []string{"T1", "T2", "T3"} {
+		l := wire.Launch{Project: "demo", Task: id, Attempt: 1, Node: "local", Command: shell("true"), HeartbeatSeconds: 60, TimeoutSeconds: 20}
+		tk := newTask(t, root, l)
+		tasks = append(tasks, tk)
+		batch.Launches = append(batch.Launches, wire.LaunchItem{Dir: tk.dir, Spec: "# spec\n", Launch: l})
+	}
+	doc, err := json.Marshal(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := strace1(t, strace, string(doc), "launch")
+	for _, tk := range tasks {
+		if st := tk.waitFinal(t); st.Status != wire.StatusCompleted {
+			t.Fatalf("%s: final status %+v, want completed", tk.name, st)
+		}
+	}
+	procStats := c.matchingRE(`[("<]/proc/\d+/stat[">]`)
+	opened := 0
+	for _, l := range procStats {
+		if strings.Contains(l, "openat(") {
+			opened++
+		}
+	}
+	// The tool's start time, each; the supervisor's own, once.
+	if opened > len(tasks)+1 {
+		t.Errorf("/proc/<pid>/stat opened %d times for %d attempts, want at most %d:\n%s", opened, len(tasks), len(tasks)+1, strings.Join(procStats, "\n"))
+	}
+	if len(procStats) > 4*opened {
+		t.Errorf("%d calls on /proc/<pid>/stat for %d reads, want at most 4 a read:\n%s", len(procStats), opened, strings.Join(procStats, "\n"))
+	}
+	// `launch` opens it for the supervisor's stdout, the supervisor once.
+	if n := c.count("openat", "/dev/null"); n > 2 {
+		t.Errorf("/dev/null opened %d times for %d attempts, want twice: `launch` and the supervisor once each", n, len(tasks))
+	}
+	for _, tk := range tasks {
+		if n := len(c.matchingRE(`^\d+ +(fcntl|epoll_ctl)\(\d+<` + regexp.QuoteMeta(tk.path(taskfiles.FileLog)) + `>, (F_SETFL|EPOLL_CTL_ADD)`)); n > 0 {
+			t.Errorf("%s: %d fcntl(F_SETFL) or epoll_ctl calls on task.log, want none", tk.name, n)
+		}
+	}
+}
+
 // tracedCalls are the lines of an strace log.
 type tracedCalls struct {
 	task  *testTask
@@ -96,33 +152,56 @@ func straceAttempt(t *testing.T, l wire.Launch) tracedCalls {
 		t.Skip("no strace:", err)
 	}
 	tk := newTask(t, "", l)
+	c := strace1(t, strace, "", "run", "--dir", tk.dir)
+	c.task = tk
+	tk.waitFinal(t)
+	return c
+}
+
+// strace1 runs the wrapper with args and stdin under `strace -f -y` (its
+// children too, to their end: the supervisor) and returns the file and
+// descriptor calls it logged, descriptors with their paths.
+func strace1(t *testing.T, strace, stdin string, args ...string) tracedCalls {
+	t.Helper()
 	log := filepath.Join(t.TempDir(), "strace.log")
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, strace, "-f", "-qq", "-o", log, "-e", "trace=%file,%desc", wrapperBin, "run", "--dir", tk.dir)
-	cmd.Stdin = strings.NewReader("")
+	cmd := exec.CommandContext(ctx, strace, append([]string{"-f", "-qq", "-y", "-o", log, "-e", "trace=%file,%desc", wrapperBin}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		if strings.Contains(string(out), "ptrace") || strings.Contains(string(out), "Operation not permitted") {
 			t.Skipf("strace may not trace here: %s", out)
 		}
-		t.Fatalf("strace run: %v: %s", err, out)
+		t.Fatalf("strace %s: %v: %s", args[0], err, out)
 	}
-	tk.waitFinal(t)
-	f, err := os.Open(log)
+	data, err := os.ReadFile(log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	c := tracedCalls{task: tk}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		c.lines = append(c.lines, sc.Text())
+	var c tracedCalls
+	for _, l := range strings.Split(string(data), "\n") {
+		// A call another thread's interrupted is logged twice: counted
+		// once, at its start (which names its arguments).
+		if !strings.Contains(l, "<... ") {
+			c.lines = append(c.lines, l)
+		}
 	}
-	if len(c.lines) == 0 {
+	if len(c.lines) < 2 {
 		t.Fatal("strace logged nothing")
 	}
 	return c
+}
+
+// matchingRE are the lines that match expr.
+func (c tracedCalls) matchingRE(expr string) []string {
+	re := regexp.MustCompile(expr)
+	var out []string
+	for _, l := range c.lines {
+		if re.MatchString(l) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // TestWatchLooksOnceAChange: `watch` probes a task's lock when a file
