@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/wire"
+	"github.com/dispatch-tool/dispatch/wrapper/nodestatus"
 	"github.com/dispatch-tool/dispatch/wrapper/proc"
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
@@ -74,6 +75,10 @@ func TestBatchFileCalls(t *testing.T) {
 	for _, id := range []string{"T1", "T2", "T3"} {
 		l := wire.Launch{Project: "demo", Task: id, Attempt: 1, Node: "local", Command: shell("true"), HeartbeatSeconds: 60, TimeoutSeconds: 20}
 		tk := newTask(t, root, l)
+		// `launch` makes it, as for a task's first attempt.
+		if err := os.RemoveAll(tk.dir); err != nil {
+			t.Fatal(err)
+		}
 		tasks = append(tasks, tk)
 		batch.Launches = append(batch.Launches, wire.LaunchItem{Dir: tk.dir, Spec: "# spec\n", Launch: l})
 	}
@@ -105,7 +110,16 @@ func TestBatchFileCalls(t *testing.T) {
 	if n := c.count("openat", "/dev/null"); n > 2 {
 		t.Errorf("/dev/null opened %d times for %d attempts, want twice: `launch` and the supervisor once each", n, len(tasks))
 	}
+	// `launch`: each new task directory made in one call, the live index
+	// looked at once a launch.
+	live := filepath.Join(root, "demo", "tasks", nodestatus.DirLive)
+	if n := c.count("mkdirat", live) + c.count("newfstatat", live); n > len(tasks)+1 {
+		t.Errorf("%s: %d mkdirat or newfstatat calls for %d launches, want at most %d", live, n, len(tasks), len(tasks)+1)
+	}
 	for _, tk := range tasks {
+		if n := c.count("mkdirat", tk.dir) + c.count("newfstatat", tk.dir); n > 1 {
+			t.Errorf("%s: %d mkdirat or newfstatat calls, want one:\n%s", tk.dir, n, strings.Join(append(c.matching("mkdirat", tk.dir), c.matching("newfstatat", tk.dir)...), "\n"))
+		}
 		if n := len(c.matchingRE(`^\d+ +(fcntl|epoll_ctl)\(\d+<` + regexp.QuoteMeta(tk.path(taskfiles.FileLog)) + `>, (F_SETFL|EPOLL_CTL_ADD)`)); n > 0 {
 			t.Errorf("%s: %d fcntl(F_SETFL) or epoll_ctl calls on task.log, want none", tk.name, n)
 		}
