@@ -289,3 +289,80 @@ func TestWatchLooksOnceAChange(t *testing.T) {
 		t.Errorf("%s checked %d times, want once", ctl, n)
 	}
 }
+
+// TestWatchLooksAtANewProjectOnly: a node keeps the task directories of
+// every project it ran. `watch` looks at them once when it starts (a stat
+// of each status.json, no lock probed but those of the live index) and
+// not again when a new project comes: that project alone is watched and
+// looked at.
+func TestWatchLooksAtANewProjectOnly(t *testing.T) {
+	t.Parallel()
+	strace, err := exec.LookPath("strace")
+	if err != nil {
+		t.Skip("no strace:", err)
+	}
+	root := t.TempDir()
+	var old []string
+	for _, id := range []string{"T1", "T2", "T3"} {
+		dir := filepath.Join(root, "old", "tasks", id)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, data := range map[string]string{taskfiles.FileStatus: `{"status":"completed","attempt":1}`, taskfiles.FileLock: ""} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		old = append(old, dir)
+	}
+	log := filepath.Join(t.TempDir(), "strace.log")
+	cmd := exec.CommandContext(t.Context(), strace, "-f", "-qq", "-o", log, "-e", "trace=%file,%desc", wrapperBin, "watch", "--root", root, "--node", "local")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || !strings.Contains(lines.Text(), wire.FrameHello) {
+		t.Fatalf("first frame %q, want hello (%v)", lines.Text(), lines.Err())
+	}
+	dir := filepath.Join(root, "new", "tasks", "T1")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := taskfiles.WriteFileAtomic(filepath.Join(dir, taskfiles.FileStatus), []byte(`{"status":"completed","attempt":1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for lines.Scan() && !strings.Contains(lines.Text(), `"new/T1"`) {
+	}
+	in.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("watch under strace: %v", err)
+	}
+	data, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := tracedCalls{lines: strings.Split(string(data), "\n")}
+	// Listed twice as the watch starts: looked at, and watched.
+	if n := c.count("openat", filepath.Join(root, "old", "tasks")); n > 2 {
+		t.Errorf("old/tasks listed %d times, want twice", n)
+	}
+	for _, dir := range old {
+		if n := c.count("openat", filepath.Join(dir, taskfiles.FileLock)); n > 0 {
+			t.Errorf("%s: lock probed %d times, want none (not in the live index)", dir, n)
+		}
+		if n := c.count("newfstatat", filepath.Join(dir, taskfiles.FileStatus)); n > 1 {
+			t.Errorf("%s: status.json looked at %d times, want once", dir, n)
+		}
+	}
+	if c.count("openat", filepath.Join(dir, taskfiles.FileLock)) == 0 {
+		t.Errorf("the new task's lock was never probed")
+	}
+}

@@ -34,9 +34,11 @@ import (
 // A change frame only says where to look: the controller pulls `status` to
 // learn what changed. On Linux inotify tells of new status files at once;
 // elsewhere, or when inotify is out of watches, the task directories are
-// looked at every 100 ms. Whether each live supervisor still holds its lock
-// is looked at every second (the kernel tells nobody when a lock is
-// released), every lock every 30 seconds (see fullLiveEvery).
+// looked at every 100 ms; a new project is watched and looked at alone.
+// Whether each live supervisor still holds its lock is looked at every
+// second (the kernel tells nobody when a lock is released), every lock
+// every 30 seconds (see fullLiveEvery), at the start the locks of the
+// live index's tasks (see Prime).
 
 // FrameTasks caps the tasks of one change frame: a status.json is read up
 // to 64 KiB, and a frame must stay well under the controller's line limit
@@ -89,7 +91,7 @@ func Watch(ctx context.Context, version, root, node string, beat time.Duration, 
 		events, take, closeNotifier = newNotifier(root)
 		defer closeNotifier()
 	}
-	sc.Scan(true) // the starting point: no frame for what already is
+	sc.Prime() // the starting point: no frame for what already is
 	// hello says that every change from now on will be told.
 	if err := send(wire.Frame{Type: wire.FrameHello, Version: version}); err != nil {
 		return err
@@ -167,7 +169,7 @@ func Watch(ctx context.Context, version, root, node string, beat time.Duration, 
 			if c := take(); c.all {
 				err = report(sc.Scan(false))
 			} else {
-				err = report(sc.ScanKeys(c.keys))
+				err = report(sc.ScanKeys(c.keys, c.projects))
 			}
 		}
 		if err != nil {
@@ -214,6 +216,51 @@ func NewScanner(root string) *scanner {
 	return &scanner{root: root, Known: map[string]taskSeen{}}
 }
 
+// Prime records what every task directory under root is now, without a
+// frame. It probes only the locks of the tasks the live index names (see
+// live.go): a supervisor runs with its marker there (the launch writes it
+// before the supervisor starts, the supervisor removes it after its final
+// status), and the task directories a node keeps of the projects it ran
+// need no lock probe each time a controller starts watching. One whose
+// marker a task removed is found by the next look at every lock
+// (fullLiveEvery).
+func (s *scanner) Prime() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	projects, _ := os.ReadDir(s.root)
+	for _, p := range projects {
+		if !p.IsDir() || strings.HasPrefix(p.Name(), ".") {
+			continue
+		}
+		live, all := liveIndex(filepath.Join(s.root, p.Name(), "tasks"))
+		walkProject(s.root, p.Name(), func(key, dir string) {
+			_, id, _ := strings.Cut(key, "/")
+			if all || live[id] {
+				s.look(key, dir, true)
+				return
+			}
+			s.Known[key] = taskSeen{status: statSeen(filepath.Join(dir, taskfiles.FileStatus))}
+		})
+	}
+	s.primed = true
+}
+
+// liveIndex returns the task IDs the live index of tasksDir names; all
+// when the index is not a directory (the task of an unconfined attempt
+// can reach it): none of it is trusted, every lock is probed.
+func liveIndex(tasksDir string) (ids map[string]bool, all bool) {
+	idx := filepath.Join(tasksDir, DirLive)
+	if fi, err := os.Lstat(idx); err == nil && !fi.IsDir() {
+		return nil, true
+	}
+	markers, _ := os.ReadDir(idx)
+	ids = map[string]bool{}
+	for _, m := range markers {
+		ids[m.Name()] = true
+	}
+	return ids, false
+}
+
 // Scan looks at every task directory under root and returns the tasks
 // whose status.json changed since the last scan (and, with probeLive,
 // whose supervisor died or appeared), sorted.
@@ -239,22 +286,38 @@ func (s *scanner) Scan(probeLive bool) []string {
 }
 
 // dirChange is what file events named: the tasks (project/ID) whose
-// status file changed or whose directory came or went, all when anything
-// higher changed (or the kernel dropped events), and the new task
-// directories to watch.
+// status file changed or whose directory came or went, the projects (or
+// their tasks/) made, all when anything higher went (or the kernel
+// dropped events), and the new task directories to watch.
 type dirChange struct {
-	all     bool
-	keys    map[string]bool
-	newDirs []string
+	all      bool
+	keys     map[string]bool
+	projects map[string]bool
+	newDirs  []string
 }
 
-// ScanKeys looks at the named task directories only and returns those
-// whose status.json, supervisor (or presence) changed, sorted; a
-// directory gone is forgotten.
-func (s *scanner) ScanKeys(keys map[string]bool) []string {
+func newDirChange() dirChange {
+	return dirChange{keys: map[string]bool{}, projects: map[string]bool{}}
+}
+
+// ScanKeys looks at the named task directories and at every task
+// directory of the named projects only, and returns those whose
+// status.json, supervisor (or presence) changed, sorted; a directory gone
+// is forgotten.
+func (s *scanner) ScanKeys(keys, projects map[string]bool) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var changed []string
+	for project := range projects {
+		if !ValidName(project) || strings.HasPrefix(project, ".") {
+			continue
+		}
+		walkProject(s.root, project, func(key, dir string) {
+			if !keys[key] && s.look(key, dir, false) {
+				changed = append(changed, key)
+			}
+		})
+	}
 	for key := range keys {
 		project, task, ok := strings.Cut(key, "/")
 		if !ok || !ValidName(project) || !ValidName(task) {
@@ -335,18 +398,22 @@ func (s *scanner) probe(key string) lockProbe {
 func walkTaskDirs(root string, task func(key, dir string)) {
 	projects, _ := os.ReadDir(root)
 	for _, p := range projects {
-		if !p.IsDir() || strings.HasPrefix(p.Name(), ".") {
-			continue
+		if p.IsDir() && !strings.HasPrefix(p.Name(), ".") {
+			walkProject(root, p.Name(), task)
 		}
-		tasksDir := filepath.Join(root, p.Name(), "tasks")
-		tasks, err := os.ReadDir(tasksDir)
-		if err != nil {
-			continue
-		}
-		for _, t := range tasks {
-			if t.IsDir() && !strings.HasPrefix(t.Name(), ".") {
-				task(p.Name()+"/"+t.Name(), filepath.Join(tasksDir, t.Name()))
-			}
+	}
+}
+
+// walkProject calls task for every tasks/<ID> directory of project.
+func walkProject(root, project string, task func(key, dir string)) {
+	tasksDir := filepath.Join(root, project, "tasks")
+	tasks, err := os.ReadDir(tasksDir)
+	if err != nil {
+		return
+	}
+	for _, t := range tasks {
+		if t.IsDir() && !strings.HasPrefix(t.Name(), ".") {
+			task(project+"/"+t.Name(), filepath.Join(tasksDir, t.Name()))
 		}
 	}
 }
