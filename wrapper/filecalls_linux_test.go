@@ -222,7 +222,8 @@ func (c tracedCalls) matchingRE(expr string) []string {
 // event makes it look (the look stats status.json first), and the change
 // frame it sends takes that probe, probed before the status is read, as
 // `status` does: not a second one. The .ctl directory, where it reads a
-// final attempt's record, is checked once.
+// final attempt's record, is checked once; launch.json, which says whose
+// attempt it is, is read once an attempt.
 func TestWatchLooksOnceAChange(t *testing.T) {
 	t.Parallel()
 	strace, err := exec.LookPath("strace")
@@ -287,6 +288,11 @@ func TestWatchLooksOnceAChange(t *testing.T) {
 	ctl := filepath.Join(filepath.Dir(wrapperBin), proc.CtlDirName)
 	if n := c.count("mkdirat", ctl); n > 1 {
 		t.Errorf("%s checked %d times, want once", ctl, n)
+	}
+	// Which node the attempt is (--node): launch.json read once, not
+	// once a frame.
+	if n := c.count("openat", tk.path(taskfiles.FileLaunch)); n > 1 {
+		t.Errorf("%d frames: launch.json read %d times, want once", frames, n)
 	}
 }
 

@@ -112,7 +112,7 @@ func Watch(ctx context.Context, version, root, node string, beat time.Duration, 
 	report := func(changed []string) error {
 		changed = slices.DeleteFunc(changed, func(key string) bool {
 			project, task, _ := strings.Cut(key, "/")
-			return proc.OthersTask(node, filepath.Join(root, project, "tasks", task))
+			return sc.othersTask(node, key, filepath.Join(root, project, "tasks", task))
 		})
 		for len(changed) > 0 {
 			n := min(len(changed), FrameTasks)
@@ -198,6 +198,15 @@ type scanner struct {
 	// on a task directory seen for the first time with a status or a live
 	// supervisor is a change too.
 	primed bool
+	// nodes is the node each task's launch.json names, by "project/task",
+	// read again only when launch.json is another file (othersTask).
+	nodes map[string]launchSeen
+}
+
+// launchSeen is the node a version of launch.json names.
+type launchSeen struct {
+	launch fileSeen
+	node   string
 }
 
 type taskSeen struct {
@@ -213,7 +222,7 @@ type fileSeen struct {
 }
 
 func NewScanner(root string) *scanner {
-	return &scanner{root: root, Known: map[string]taskSeen{}}
+	return &scanner{root: root, Known: map[string]taskSeen{}, nodes: map[string]launchSeen{}}
 }
 
 // Prime records what every task directory under root is now, without a
@@ -278,7 +287,7 @@ func (s *scanner) Scan(probeLive bool) []string {
 	s.primed = true
 	for key := range s.Known {
 		if !seen[key] {
-			delete(s.Known, key)
+			s.forget(key)
 		}
 	}
 	sort.Strings(changed)
@@ -325,7 +334,7 @@ func (s *scanner) ScanKeys(keys, projects map[string]bool) []string {
 		}
 		dir := filepath.Join(s.root, project, "tasks", task)
 		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
-			delete(s.Known, key)
+			s.forget(key)
 			continue
 		}
 		// The event may be the lock file's (a supervisor starting, or
@@ -352,7 +361,7 @@ func (s *scanner) scanAlive() []string {
 		project, task, _ := strings.Cut(key, "/")
 		dir := filepath.Join(s.root, project, "tasks", task)
 		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
-			delete(s.Known, key)
+			s.forget(key)
 			continue
 		}
 		if s.look(key, dir, true) {
@@ -379,6 +388,32 @@ func (s *scanner) look(key, dir string, probeLive bool) bool {
 	}
 	s.Known[key] = now
 	return had && now != old || !had && s.primed && now != (taskSeen{})
+}
+
+// forget drops what the scanner knows of key, a directory gone.
+func (s *scanner) forget(key string) {
+	delete(s.Known, key)
+	delete(s.nodes, key)
+}
+
+// othersTask is proc.OthersTask for the task key in dir, launch.json read
+// only when it is not the file read last time (each attempt's launch
+// writes a new one): a change frame read it for every task it named.
+func (s *scanner) othersTask(node, key, dir string) bool {
+	if node == "" {
+		return false
+	}
+	now := statSeen(filepath.Join(dir, taskfiles.FileLaunch))
+	s.mu.Lock()
+	seen, ok := s.nodes[key]
+	s.mu.Unlock()
+	if !ok || seen.launch != now || now == (fileSeen{}) {
+		seen = launchSeen{launch: now, node: proc.TaskNode(dir)}
+		s.mu.Lock()
+		s.nodes[key] = seen
+		s.mu.Unlock()
+	}
+	return seen.node != "" && seen.node != node
 }
 
 // probe is what the last look at key found of its lock.
