@@ -225,7 +225,7 @@ func openControl(path string, flag int) (int, error) {
 	}
 	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
 		syscall.Close(fd)
-		return -1, fmt.Errorf("%s is not a regular file (%s)", filepath.Base(path), modeType(st.Mode))
+		return -1, fmt.Errorf("%s is not a regular file (%s)", filepath.Base(path), modeType(uint32(st.Mode)))
 	}
 	return fd, nil
 }
