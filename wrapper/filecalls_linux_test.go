@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -382,5 +383,78 @@ func TestWatchLooksAtANewProjectOnly(t *testing.T) {
 	}
 	if c.count("openat", filepath.Join(dir, taskfiles.FileLock)) == 0 {
 		t.Errorf("the new task's lock was never probed")
+	}
+}
+
+// TestWatchReadsEventsInBursts: the file events of a node come in bursts
+// (an atomic write is three, an attempt's start a dozen); watch reads
+// them a burst at a time, not an event at a time, each read a wake-up of
+// its reader (the read of nothing that follows each, another).
+func TestWatchReadsEventsInBursts(t *testing.T) {
+	t.Parallel()
+	strace, err := exec.LookPath("strace")
+	if err != nil {
+		t.Skip("no strace:", err)
+	}
+	root := t.TempDir()
+	dir := filepath.Join(root, "demo", "tasks", "T1")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(t.TempDir(), "strace.log")
+	cmd := exec.CommandContext(t.Context(), strace, "-f", "-qq", "-y", "-o", log, "-e", "trace=read", wrapperBin, "watch", "--root", root)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || !strings.Contains(lines.Text(), wire.FrameHello) {
+		t.Fatalf("first frame %q, want hello (%v)", lines.Text(), lines.Err())
+	}
+	// Files written as a supervisor writes them (heartbeats, logs:
+	// events that say nothing), then the status the frame waits for.
+	const writes = 200
+	began := time.Now()
+	for i := range writes {
+		if err := taskfiles.WriteFileAtomic(filepath.Join(dir, taskfiles.FileHeartbeat), []byte(strconv.Itoa(i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := taskfiles.WriteFileAtomic(filepath.Join(dir, taskfiles.FileStatus), []byte(`{"status":"completed","attempt":1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(began)
+	for lines.Scan() && !strings.Contains(lines.Text(), `"demo/T1"`) {
+	}
+	in.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("watch under strace: %v", err)
+	}
+	// Read at most every 2 ms, about once: writes that took longer than
+	// 80 ms may be read in more than 40 reads.
+	if took > 80*time.Millisecond {
+		t.Skipf("the writes took %s: the machine is too busy to tell", took)
+	}
+	data, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads := 0
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.Contains(l, "read(") && strings.Contains(l, "inotify") {
+			reads++
+		}
+	}
+	if reads > writes/4 {
+		t.Errorf("%d reads of the file events for %d writes (%d events) in %s, want at most %d", reads, writes+1, 3*(writes+1), took, writes/4)
+	} else {
+		t.Logf("%d reads of the file events for %d writes in %s", reads, writes+1, took)
 	}
 }

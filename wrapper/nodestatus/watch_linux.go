@@ -6,10 +6,15 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
+
+// readGap is the shortest time between two reads of the events: under
+// the watch's own coalescing of looks (coalesce, MinChangeGap).
+const readGap = 2 * time.Millisecond
 
 // inotifyMask is what makes a directory worth a look: a file renamed into
 // it (status.json is replaced that way), created or written, or a
@@ -47,7 +52,15 @@ func newNotifier(root string) (<-chan struct{}, func() dirChange, func()) {
 	go func() {
 		defer close(events)
 		buf := make([]byte, 64<<10)
-		for {
+		for read := 0; ; read++ {
+			if read > 0 {
+				// Events come in bursts (an atomic write is three, an
+				// attempt's start a dozen, most of them said nothing):
+				// read again once a burst had a moment to queue, not
+				// at each of its events, each a wake-up of this reader.
+				// The first event after a quiet moment is read at once.
+				time.Sleep(readGap)
+			}
 			k, err := f.Read(buf)
 			if err != nil || k < syscall.SizeofInotifyEvent {
 				return
