@@ -3,6 +3,7 @@ package wrapper
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/dispatch-tool/dispatch/wrapper/subcmd"
 	"io"
@@ -112,7 +113,12 @@ func writeLaunchFiles(item wire.LaunchItem) (dir string, lock *os.File, err erro
 	if err := launchfile.CheckEnv(item.Env); err != nil {
 		return "", nil, errkind.Usagef("launch: %s: %v", dir, err)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	// Made alone, but for a project's first launch (its tasks/ too).
+	err = mkdirOnce(dir, 0o700)
+	if errors.Is(err, os.ErrNotExist) {
+		err = os.MkdirAll(dir, 0o700)
+	}
+	if err != nil {
 		return "", nil, errkind.IO(fmt.Errorf("create %s: %w", dir, err))
 	}
 	lock, err = takeTaskLock(dir)

@@ -67,6 +67,9 @@ type supervisor struct {
 
 	// keptOutput is set when a resumed attempt kept the earlier output/.
 	keptOutput bool
+	// oldTmps are the names in the task directory of the scratch that
+	// removeOldTmps removes; written by prepare, before it runs.
+	oldTmps []string
 
 	// sandbox, when set, is the bwrap sandbox setup and the tool run in;
 	// sandboxErr says why an attempt that must be sandboxed cannot be.
@@ -354,7 +357,9 @@ func startAttempt(item superviseItem, lock *os.File) (*supervisor, error) {
 		return nil, errkind.IO(err)
 	}
 	s.logger.Info("attempt started", "sandbox", s.st.Sandbox)
-	s.background(s.removeOldTmps)
+	if len(s.oldTmps) > 0 {
+		s.background(s.removeOldTmps)
+	}
 	return s, nil
 }
 

@@ -23,12 +23,16 @@ import (
 func (s *supervisor) prepare() error {
 	if path, err := proc.KillRequestPath(s.dir); err != nil {
 		return err
-	} else if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+	} else if err := removeFile(path); err != nil {
 		return fmt.Errorf("remove a stale kill request: %w", err)
 	}
-	if err := s.moveAside(); err != nil {
+	entries, err := s.moveAside()
+	if err != nil {
 		return err
 	}
+	// Read once, under the lock: nothing but this supervisor moves
+	// scratch aside here until it lets go.
+	s.oldTmps = taskfiles.OldTmps(entries)
 	if err := s.ownRecord(); err != nil {
 		return err
 	}
@@ -39,7 +43,7 @@ func (s *supervisor) prepare() error {
 			return err
 		}
 	}
-	if err := os.MkdirAll(filepath.Join(s.dir, taskfiles.DirOutput), 0o755); err != nil {
+	if err := mkdirOnce(filepath.Join(s.dir, taskfiles.DirOutput), 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", taskfiles.DirOutput, err)
 	}
 	pid := []byte(strconv.Itoa(os.Getpid()) + "\n")
@@ -58,15 +62,21 @@ func (s *supervisor) prepare() error {
 	// removed once the attempt is under way: a million files left there
 	// must not hold up the start.
 	tmp := filepath.Join(s.dir, taskfiles.DirTmp)
-	if _, err := os.Lstat(tmp); err == nil {
-		if err := os.Rename(tmp, tmp+taskfiles.OldTmpSuffix+strconv.Itoa(os.Getpid())); err != nil {
+	if has(entries, taskfiles.DirTmp) {
+		old := taskfiles.DirTmp + taskfiles.OldTmpSuffix + strconv.Itoa(os.Getpid())
+		if err := os.Rename(tmp, filepath.Join(s.dir, old)); err != nil {
 			return fmt.Errorf("move the old %s aside: %w", taskfiles.DirTmp, err)
 		}
+		s.oldTmps = append(s.oldTmps, old)
 	}
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", taskfiles.DirTmp, err)
 	}
 	if s.sandbox != nil {
+		if has(entries, taskfiles.DirHome) {
+			// Where sandbox.PrepareHome moves it, unless resumed.
+			s.oldTmps = append(s.oldTmps, taskfiles.DirHome+taskfiles.OldTmpSuffix+strconv.Itoa(os.Getpid()))
+		}
 		if err := s.prepareHome(); err != nil {
 			return err
 		}
@@ -100,12 +110,9 @@ func (s *supervisor) quickStart() bool {
 // moveAside moves an earlier attempt's files to attempts/<n>/, first killing
 // its tool group if its supervisor died and left it running. n comes from
 // the old status.json (0 when it is unreadable); a taken attempts/<n> gets a
-// suffix rather than being overwritten.
-func (s *supervisor) moveAside() error {
-	n := 0
-	if old, err := taskfiles.ReadStatus(s.dir); err == nil {
-		n = old.Attempt
-	}
+// suffix rather than being overwritten. It returns the task directory's
+// entries, listed once that group is gone, before the move.
+func (s *supervisor) moveAside() ([]os.DirEntry, error) {
 	// The pids come from the process record, which the task cannot write,
 	// never from status.json, which it can.
 	switch rec, err := proc.ReadRecord(s.dir); {
@@ -126,16 +133,22 @@ func (s *supervisor) moveAside() error {
 			}
 		}
 	}
-	found, err := taskfiles.AttemptFiles(s.dir)
+	entries, err := os.ReadDir(s.dir)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("list %s: %w", s.dir, err)
 	}
-	_, err = os.Lstat(filepath.Join(s.dir, taskfiles.DirOutput))
-	haveOutput := err == nil
+	found := taskfiles.AttemptFiles(entries)
+	haveOutput := has(entries, taskfiles.DirOutput)
 	if len(found) == 0 && (!haveOutput || (s.launch.Base == "" && s.launch.Repo == nil)) {
 		// First attempt; an output/ the controller may have seeded stays,
 		// unless a base tree or a git workspace is to be made afresh.
-		return nil
+		return entries, nil
+	}
+	n := 0
+	if has(entries, taskfiles.FileStatus) {
+		if old, err := taskfiles.ReadStatus(s.dir); err == nil {
+			n = old.Attempt
+		}
 	}
 	if haveOutput && s.launch.Resume {
 		// The resumed session works on where the earlier attempt left.
@@ -150,7 +163,7 @@ func (s *supervisor) moveAside() error {
 	if fi, err := os.Lstat(attempts); err == nil && !fi.IsDir() {
 		s.logger.Warn("removing an attempts/ that is not a directory", taskfiles.LogKeyPath, attempts)
 		if err := os.Remove(attempts); err != nil {
-			return fmt.Errorf("remove %s: %w", attempts, err)
+			return nil, fmt.Errorf("remove %s: %w", attempts, err)
 		}
 	}
 	base := filepath.Join(attempts, strconv.Itoa(n))
@@ -162,15 +175,15 @@ func (s *supervisor) moveAside() error {
 		target = base + "." + strconv.Itoa(i)
 	}
 	if err := os.MkdirAll(target, 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", target, err)
+		return nil, fmt.Errorf("create %s: %w", target, err)
 	}
 	for _, name := range found {
 		if err := os.Rename(filepath.Join(s.dir, name), filepath.Join(target, name)); err != nil {
-			return fmt.Errorf("move %s aside: %w", name, err)
+			return nil, fmt.Errorf("move %s aside: %w", name, err)
 		}
 	}
 	s.logger.Info("moved earlier attempt aside", taskfiles.LogKeyTo, target)
-	return nil
+	return entries, nil
 }
 
 // copyBase copies launch.json's base tree into output/. A missing or
@@ -190,21 +203,55 @@ func (s *supervisor) copyBase(out string) error {
 	return nil
 }
 
-// removeOldTmps removes the earlier attempts' tmp/ directories moved aside
-// by prepare (and any a killed supervisor left). RemoveAll never follows a
-// link: a task that put one there loses only the link.
+// removeOldTmps removes the earlier attempts' scratch directories that
+// prepare found or moved aside (tmp/, home/, the gate's; and any a killed
+// supervisor left). RemoveAll never follows a link: a task that put one
+// there loses only the link.
 func (s *supervisor) removeOldTmps() {
-	old, err := filepath.Glob(filepath.Join(s.dir, taskfiles.DirTmp+taskfiles.OldTmpSuffix+"*"))
-	if err != nil {
-		return
-	}
-	for _, name := range []string{taskfiles.DirHome, taskfiles.DirGateHome, taskfiles.DirGateTmp} {
-		more, _ := filepath.Glob(filepath.Join(s.dir, name+taskfiles.OldTmpSuffix+"*"))
-		old = append(old, more...)
-	}
-	for _, p := range old {
+	for _, name := range s.oldTmps {
+		p := filepath.Join(s.dir, name)
 		if err := os.RemoveAll(p); err != nil {
 			s.logger.Warn("remove an old tmp", taskfiles.LogKeyPath, p, taskfiles.LogKeyErr, err)
 		}
 	}
+}
+
+// has reports whether entries (a directory's listing) hold name.
+func has(entries []os.DirEntry, name string) bool {
+	for _, e := range entries {
+		if e.Name() == name {
+			return true
+		}
+	}
+	return false
+}
+
+// removeFile removes path, a file; one missing is no error. One call, not
+// os.Remove's two (it tries a directory after a file).
+func removeFile(path string) error {
+	err := syscall.Unlink(path)
+	switch {
+	case err == nil || err == syscall.ENOENT:
+		return nil
+	case err == syscall.EISDIR || err == syscall.EPERM:
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	return &os.PathError{Op: "remove", Path: path, Err: err}
+}
+
+// mkdirOnce makes dir, or finds a directory (or a link to one) there, as
+// os.MkdirAll does for a path whose parent exists; in one call when it
+// is new, where MkdirAll stats the path and its parent first.
+func mkdirOnce(dir string, perm os.FileMode) error {
+	err := os.Mkdir(dir, perm)
+	if err == nil || !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	if fi, serr := os.Stat(dir); serr == nil && fi.IsDir() {
+		return nil
+	}
+	return err
 }

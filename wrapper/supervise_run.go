@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -232,19 +233,35 @@ func (s *supervisor) beat() error {
 // without a record, nothing could ever signal this attempt. writeRecord
 // writes it.
 func (s *supervisor) ownRecord() error {
-	pid := os.Getpid()
-	start, err := proc.ProcStart(pid)
+	id, err := self()
 	if err != nil {
-		return fmt.Errorf("read own start time: %w", err)
+		return err
 	}
-	sid, err := proc.Getsid(0)
-	if err != nil {
-		return fmt.Errorf("read own session: %w", err)
-	}
+	pid, start, sid := id.pid, id.start, id.sid
 	s.rec = proc.ProcRecord{Dir: filepath.Clean(s.dir), Attempt: s.launch.Attempt, SupervisorPID: pid, SupervisorStart: start, SID: sid,
 		Agent: s.launch.Agent, Node: s.launch.Node}
 	return nil
 }
+
+// selfID is what a process record says of its supervisor.
+type selfID struct {
+	pid, sid int
+	start    string
+}
+
+// self is this supervisor's pid, start time and session, read once a
+// process, not once an attempt: none changes while it runs.
+var self = sync.OnceValues(func() (selfID, error) {
+	id := selfID{pid: os.Getpid()}
+	var err error
+	if id.start, err = proc.ProcStart(id.pid); err != nil {
+		return id, fmt.Errorf("read own start time: %w", err)
+	}
+	if id.sid, err = proc.Getsid(0); err != nil {
+		return id, fmt.Errorf("read own session: %w", err)
+	}
+	return id, nil
+})
 
 // writeRecord replaces the process record with rec.
 func (s *supervisor) writeRecord() error {

@@ -137,6 +137,37 @@ func TestWatch(t *testing.T) {
 	}
 }
 
+// TestWatchToldOfASupervisorLiveAtItsStart: watch probes at its start only
+// the locks of the tasks the live index names (a launch marks its attempt
+// there before its supervisor starts); a supervisor alive then is one, and
+// its death is told.
+func TestWatchToldOfASupervisorLiveAtItsStart(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	dir := filepath.Join(root, "demo", "tasks", "T1")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodestatus.MarkLive(dir, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := taskfiles.WriteFileAtomic(filepath.Join(dir, taskfiles.FileStatus), []byte(`{"status":"running","attempt":1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lock, ok, err := taskfiles.LockTask(dir, 0)
+	if err != nil || !ok {
+		t.Fatalf("lock: %v %v", ok, err)
+	}
+	fs := frames(t, root, true)
+	if f := <-fs; f.Type != wire.FrameHello {
+		t.Fatalf("first frame %+v, want hello", f)
+	}
+	lock.Close()
+	if ts := nextChange(t, fs, "demo/T1"); ts.Alive || ts.Status == nil || ts.Status.Status != wire.StatusRunning {
+		t.Fatalf("the frame's status after the supervisor died: %+v, want running and not alive", ts)
+	}
+}
+
 // TestWatchEndsWithItsSession: the controller closing the session (stdin)
 // ends watch, so no watcher outlives its controller on a node.
 func TestWatchEndsWithItsSession(t *testing.T) {
@@ -264,7 +295,7 @@ func TestScanKeysLooksOnlyWhereTold(t *testing.T) {
 	sc.Scan(true)
 	write("T1", `{"status":"failed"}`)
 	write("T2", `{"status":"failed","attempt":2}`)
-	if got := sc.ScanKeys(map[string]bool{"p/T1": true}); !slices.Equal(got, []string{"p/T1"}) {
+	if got := sc.ScanKeys(map[string]bool{"p/T1": true}, nil); !slices.Equal(got, []string{"p/T1"}) {
 		t.Fatalf("scanKeys(T1) = %v, want [p/T1]", got)
 	}
 	if got := sc.Scan(true); !slices.Equal(got, []string{"p/T2"}) {
@@ -273,7 +304,7 @@ func TestScanKeysLooksOnlyWhereTold(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(root, "p", "tasks", "T3")); err != nil {
 		t.Fatal(err)
 	}
-	if got := sc.ScanKeys(map[string]bool{"p/T3": true, "p/../../x": true}); len(got) != 0 {
+	if got := sc.ScanKeys(map[string]bool{"p/T3": true, "p/../../x": true}, nil); len(got) != 0 {
 		t.Fatalf("scanKeys of a removed directory = %v, want nothing", got)
 	}
 	if _, held := sc.Known["p/T3"]; held {

@@ -64,16 +64,20 @@ func MarkLive(dir string, attempt int) error {
 		return nil
 	}
 	idx := filepath.Dir(path)
-	if err := os.Mkdir(idx, 0o700); err != nil {
-		if !errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("create %s: %w", idx, err)
-		}
-		if fi, err := os.Lstat(idx); err != nil || !fi.IsDir() {
+	// Looked at first: it is there but for a project's first launch (one
+	// call, where making it first took two).
+	if fi, err := os.Lstat(idx); err != nil || !fi.IsDir() {
+		if err == nil {
 			if err := os.Remove(idx); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("replace %s: %w", idx, err)
 			}
-			if err := os.Mkdir(idx, 0o700); err != nil {
-				return fmt.Errorf("create %s: %w", idx, err)
+		}
+		if err := os.Mkdir(idx, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("create %s: %w", idx, err)
+		} else if err != nil {
+			// Made meanwhile, by another launch: a directory, or not ours.
+			if fi, err := os.Lstat(idx); err != nil || !fi.IsDir() {
+				return fmt.Errorf("create %s: something else is there", idx)
 			}
 		}
 	}

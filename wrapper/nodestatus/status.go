@@ -93,15 +93,28 @@ func listTasks(tasksDir, node string) ([]wire.TaskStatus, error) {
 	return out, nil
 }
 
+// lockProbe is what taskfiles.SupervisorAlive said of a task directory.
+type lockProbe struct {
+	alive bool
+	err   error
+}
+
 func taskStatus(project, task, dir string) wire.TaskStatus {
-	ts := wire.TaskStatus{Project: project, Task: task, Dir: dir}
 	// Probe the lock before reading the status: the supervisor writes its
 	// final status and then releases the lock, so in this order a finished
 	// attempt can never read as "running, supervisor gone" (a false crash).
 	// A lock that cannot even be opened has no supervisor behind it.
-	// Every file here may be anything the task made of it: a bad one is an
-	// error of this task alone (see taskfiles.ReadControlFile).
-	alive, lockErr := taskfiles.SupervisorAlive(dir)
+	alive, err := taskfiles.SupervisorAlive(dir)
+	return taskStatusAfter(project, task, dir, lockProbe{alive: alive, err: err})
+}
+
+// taskStatusAfter is taskStatus with the lock probed already (probe), before
+// anything here is read. Every file here may be anything the task made of
+// it: a bad one is an error of this task alone (see
+// taskfiles.ReadControlFile).
+func taskStatusAfter(project, task, dir string, probe lockProbe) wire.TaskStatus {
+	ts := wire.TaskStatus{Project: project, Task: task, Dir: dir}
+	alive, lockErr := probe.alive, probe.err
 	ts.Alive = alive
 	st, err := taskfiles.ReadStatus(dir)
 	switch {

@@ -3,6 +3,7 @@ package nodestatus
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -33,9 +34,11 @@ import (
 // A change frame only says where to look: the controller pulls `status` to
 // learn what changed. On Linux inotify tells of new status files at once;
 // elsewhere, or when inotify is out of watches, the task directories are
-// looked at every 100 ms. Whether each live supervisor still holds its lock
-// is looked at every second (the kernel tells nobody when a lock is
-// released), every lock every 30 seconds (see fullLiveEvery).
+// looked at every 100 ms; a new project is watched and looked at alone.
+// Whether each live supervisor still holds its lock is looked at every
+// second (the kernel tells nobody when a lock is released), every lock
+// every 30 seconds (see fullLiveEvery), at the start the locks of the
+// live index's tasks (see Prime).
 
 // FrameTasks caps the tasks of one change frame: a status.json is read up
 // to 64 KiB, and a frame must stay well under the controller's line limit
@@ -88,7 +91,7 @@ func Watch(ctx context.Context, version, root, node string, beat time.Duration, 
 		events, take, closeNotifier = newNotifier(root)
 		defer closeNotifier()
 	}
-	sc.Scan(true) // the starting point: no frame for what already is
+	sc.Prime() // the starting point: no frame for what already is
 	// hello says that every change from now on will be told.
 	if err := send(wire.Frame{Type: wire.FrameHello, Version: version}); err != nil {
 		return err
@@ -109,14 +112,17 @@ func Watch(ctx context.Context, version, root, node string, beat time.Duration, 
 	report := func(changed []string) error {
 		changed = slices.DeleteFunc(changed, func(key string) bool {
 			project, task, _ := strings.Cut(key, "/")
-			return proc.OthersTask(node, filepath.Join(root, project, "tasks", task))
+			return sc.othersTask(node, key, filepath.Join(root, project, "tasks", task))
 		})
 		for len(changed) > 0 {
 			n := min(len(changed), FrameTasks)
 			f := wire.Frame{Type: wire.FrameChange, Tasks: changed[:n]}
 			for _, key := range f.Tasks {
 				project, task, _ := strings.Cut(key, "/")
-				f.Statuses = append(f.Statuses, taskStatus(project, task, filepath.Join(root, project, "tasks", task)))
+				// The look that found the change probed the lock, before
+				// the status is read here, as taskStatus would.
+				probe := sc.probe(key)
+				f.Statuses = append(f.Statuses, taskStatusAfter(project, task, filepath.Join(root, project, "tasks", task), probe))
 			}
 			if err := send(f); err != nil {
 				return err
@@ -163,7 +169,7 @@ func Watch(ctx context.Context, version, root, node string, beat time.Duration, 
 			if c := take(); c.all {
 				err = report(sc.Scan(false))
 			} else {
-				err = report(sc.ScanKeys(c.keys))
+				err = report(sc.ScanKeys(c.keys, c.projects))
 			}
 		}
 		if err != nil {
@@ -192,11 +198,22 @@ type scanner struct {
 	// on a task directory seen for the first time with a status or a live
 	// supervisor is a change too.
 	primed bool
+	// nodes is the node each task's launch.json names, by "project/task",
+	// read again only when launch.json is another file (othersTask).
+	nodes map[string]launchSeen
+}
+
+// launchSeen is the node a version of launch.json names.
+type launchSeen struct {
+	launch fileSeen
+	node   string
 }
 
 type taskSeen struct {
 	status fileSeen
 	alive  bool
+	// lockErr is why the lock could not be probed ("" when it was).
+	lockErr string
 }
 
 // fileSeen identifies one version of a file: a rename replaces its inode.
@@ -205,7 +222,52 @@ type fileSeen struct {
 }
 
 func NewScanner(root string) *scanner {
-	return &scanner{root: root, Known: map[string]taskSeen{}}
+	return &scanner{root: root, Known: map[string]taskSeen{}, nodes: map[string]launchSeen{}}
+}
+
+// Prime records what every task directory under root is now, without a
+// frame. It probes only the locks of the tasks the live index names (see
+// live.go): a supervisor runs with its marker there (the launch writes it
+// before the supervisor starts, the supervisor removes it after its final
+// status), and the task directories a node keeps of the projects it ran
+// need no lock probe each time a controller starts watching. One whose
+// marker a task removed is found by the next look at every lock
+// (fullLiveEvery).
+func (s *scanner) Prime() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	projects, _ := os.ReadDir(s.root)
+	for _, p := range projects {
+		if !p.IsDir() || strings.HasPrefix(p.Name(), ".") {
+			continue
+		}
+		live, all := liveIndex(filepath.Join(s.root, p.Name(), "tasks"))
+		walkProject(s.root, p.Name(), func(key, dir string) {
+			_, id, _ := strings.Cut(key, "/")
+			if all || live[id] {
+				s.look(key, dir, true)
+				return
+			}
+			s.Known[key] = taskSeen{status: statSeen(filepath.Join(dir, taskfiles.FileStatus))}
+		})
+	}
+	s.primed = true
+}
+
+// liveIndex returns the task IDs the live index of tasksDir names; all
+// when the index is not a directory (the task of an unconfined attempt
+// can reach it): none of it is trusted, every lock is probed.
+func liveIndex(tasksDir string) (ids map[string]bool, all bool) {
+	idx := filepath.Join(tasksDir, DirLive)
+	if fi, err := os.Lstat(idx); err == nil && !fi.IsDir() {
+		return nil, true
+	}
+	markers, _ := os.ReadDir(idx)
+	ids = map[string]bool{}
+	for _, m := range markers {
+		ids[m.Name()] = true
+	}
+	return ids, false
 }
 
 // Scan looks at every task directory under root and returns the tasks
@@ -225,7 +287,7 @@ func (s *scanner) Scan(probeLive bool) []string {
 	s.primed = true
 	for key := range s.Known {
 		if !seen[key] {
-			delete(s.Known, key)
+			s.forget(key)
 		}
 	}
 	sort.Strings(changed)
@@ -233,22 +295,38 @@ func (s *scanner) Scan(probeLive bool) []string {
 }
 
 // dirChange is what file events named: the tasks (project/ID) whose
-// status file changed or whose directory came or went, all when anything
-// higher changed (or the kernel dropped events), and the new task
-// directories to watch.
+// status file changed or whose directory came or went, the projects (or
+// their tasks/) made, all when anything higher went (or the kernel
+// dropped events), and the new task directories to watch.
 type dirChange struct {
-	all     bool
-	keys    map[string]bool
-	newDirs []string
+	all      bool
+	keys     map[string]bool
+	projects map[string]bool
+	newDirs  []string
 }
 
-// ScanKeys looks at the named task directories only and returns those
-// whose status.json, supervisor (or presence) changed, sorted; a
-// directory gone is forgotten.
-func (s *scanner) ScanKeys(keys map[string]bool) []string {
+func newDirChange() dirChange {
+	return dirChange{keys: map[string]bool{}, projects: map[string]bool{}}
+}
+
+// ScanKeys looks at the named task directories and at every task
+// directory of the named projects only, and returns those whose
+// status.json, supervisor (or presence) changed, sorted; a directory gone
+// is forgotten.
+func (s *scanner) ScanKeys(keys, projects map[string]bool) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var changed []string
+	for project := range projects {
+		if !ValidName(project) || strings.HasPrefix(project, ".") {
+			continue
+		}
+		walkProject(s.root, project, func(key, dir string) {
+			if !keys[key] && s.look(key, dir, false) {
+				changed = append(changed, key)
+			}
+		})
+	}
 	for key := range keys {
 		project, task, ok := strings.Cut(key, "/")
 		if !ok || !ValidName(project) || !ValidName(task) {
@@ -256,7 +334,7 @@ func (s *scanner) ScanKeys(keys map[string]bool) []string {
 		}
 		dir := filepath.Join(s.root, project, "tasks", task)
 		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
-			delete(s.Known, key)
+			s.forget(key)
 			continue
 		}
 		// The event may be the lock file's (a supervisor starting, or
@@ -283,7 +361,7 @@ func (s *scanner) scanAlive() []string {
 		project, task, _ := strings.Cut(key, "/")
 		dir := filepath.Join(s.root, project, "tasks", task)
 		if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
-			delete(s.Known, key)
+			s.forget(key)
 			continue
 		}
 		if s.look(key, dir, true) {
@@ -296,15 +374,58 @@ func (s *scanner) scanAlive() []string {
 
 // look records what dir's status and supervisor are now, probing the lock
 // when probeLive is set or the directory is new or its status changed,
-// and reports whether that is a change.
+// and reports whether that is a change. A change is always probed: the
+// frame that tells it takes the probe from here (scanner.probe).
 func (s *scanner) look(key, dir string, probeLive bool) bool {
 	old, had := s.Known[key]
-	now := taskSeen{status: statSeen(filepath.Join(dir, taskfiles.FileStatus)), alive: old.alive}
+	now := taskSeen{status: statSeen(filepath.Join(dir, taskfiles.FileStatus)), alive: old.alive, lockErr: old.lockErr}
 	if probeLive || !had || now.status != old.status {
-		now.alive, _ = taskfiles.SupervisorAlive(dir)
+		alive, err := taskfiles.SupervisorAlive(dir)
+		now.alive, now.lockErr = alive, ""
+		if err != nil {
+			now.lockErr = err.Error()
+		}
 	}
 	s.Known[key] = now
 	return had && now != old || !had && s.primed && now != (taskSeen{})
+}
+
+// forget drops what the scanner knows of key, a directory gone.
+func (s *scanner) forget(key string) {
+	delete(s.Known, key)
+	delete(s.nodes, key)
+}
+
+// othersTask is proc.OthersTask for the task key in dir, launch.json read
+// only when it is not the file read last time (each attempt's launch
+// writes a new one): a change frame read it for every task it named.
+func (s *scanner) othersTask(node, key, dir string) bool {
+	if node == "" {
+		return false
+	}
+	now := statSeen(filepath.Join(dir, taskfiles.FileLaunch))
+	s.mu.Lock()
+	seen, ok := s.nodes[key]
+	s.mu.Unlock()
+	if !ok || seen.launch != now || now == (fileSeen{}) {
+		seen = launchSeen{launch: now, node: proc.TaskNode(dir)}
+		s.mu.Lock()
+		s.nodes[key] = seen
+		s.mu.Unlock()
+	}
+	return seen.node != "" && seen.node != node
+}
+
+// probe is what the last look at key found of its lock.
+func (s *scanner) probe(key string) lockProbe {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := s.Known[key]
+	p := lockProbe{alive: seen.alive}
+	if seen.lockErr != "" {
+		p.err = errors.New(seen.lockErr)
+	}
+	return p
 }
 
 // walkTaskDirs calls task for every <project>/tasks/<ID> directory under
@@ -312,18 +433,22 @@ func (s *scanner) look(key, dir string, probeLive bool) bool {
 func walkTaskDirs(root string, task func(key, dir string)) {
 	projects, _ := os.ReadDir(root)
 	for _, p := range projects {
-		if !p.IsDir() || strings.HasPrefix(p.Name(), ".") {
-			continue
+		if p.IsDir() && !strings.HasPrefix(p.Name(), ".") {
+			walkProject(root, p.Name(), task)
 		}
-		tasksDir := filepath.Join(root, p.Name(), "tasks")
-		tasks, err := os.ReadDir(tasksDir)
-		if err != nil {
-			continue
-		}
-		for _, t := range tasks {
-			if t.IsDir() && !strings.HasPrefix(t.Name(), ".") {
-				task(p.Name()+"/"+t.Name(), filepath.Join(tasksDir, t.Name()))
-			}
+	}
+}
+
+// walkProject calls task for every tasks/<ID> directory of project.
+func walkProject(root, project string, task func(key, dir string)) {
+	tasksDir := filepath.Join(root, project, "tasks")
+	tasks, err := os.ReadDir(tasksDir)
+	if err != nil {
+		return
+	}
+	for _, t := range tasks {
+		if t.IsDir() && !strings.HasPrefix(t.Name(), ".") {
+			task(project+"/"+t.Name(), filepath.Join(tasksDir, t.Name()))
 		}
 	}
 }

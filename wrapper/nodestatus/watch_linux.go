@@ -6,10 +6,15 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
+
+// readGap is the shortest time between two reads of the events: under
+// the watch's own coalescing of looks (coalesce, MinChangeGap).
+const readGap = 2 * time.Millisecond
 
 // inotifyMask is what makes a directory worth a look: a file renamed into
 // it (status.json is replaced that way), created or written, or a
@@ -33,12 +38,12 @@ func newNotifier(root string) (<-chan struct{}, func() dirChange, func()) {
 		return nil, nil, func() {}
 	}
 	var mu sync.Mutex
-	pending := dirChange{keys: map[string]bool{}}
+	pending := newDirChange()
 	take := func() dirChange {
 		mu.Lock()
 		defer mu.Unlock()
 		c := pending
-		pending = dirChange{keys: map[string]bool{}}
+		pending = newDirChange()
 		return c
 	}
 	events := make(chan struct{}, 1)
@@ -47,13 +52,20 @@ func newNotifier(root string) (<-chan struct{}, func() dirChange, func()) {
 	go func() {
 		defer close(events)
 		buf := make([]byte, 64<<10)
-		for {
+		for read := 0; ; read++ {
+			if read > 0 {
+				// Events come in bursts (an atomic write is three, an
+				// attempt's start a dozen, most of them said nothing):
+				// read again once a burst had a moment to queue, not
+				// at each of its events, each a wake-up of this reader.
+				// The first event after a quiet moment is read at once.
+				time.Sleep(readGap)
+			}
 			k, err := f.Read(buf)
 			if err != nil || k < syscall.SizeofInotifyEvent {
 				return
 			}
-			var c dirChange
-			c.keys = map[string]bool{}
+			c := newDirChange()
 			for off := 0; off+syscall.SizeofInotifyEvent <= k; {
 				ev := (*syscall.InotifyEvent)(unsafe.Pointer(&buf[off]))
 				name := eventName(buf[off+syscall.SizeofInotifyEvent : off+syscall.SizeofInotifyEvent+int(ev.Len)])
@@ -81,12 +93,19 @@ func newNotifier(root string) (<-chan struct{}, func() dirChange, func()) {
 					// A task directory made or removed in tasks/.
 					c.keys[n.key(filepath.Join(dir, name))] = true
 					c.newDirs = append(c.newDirs, filepath.Join(dir, name))
-				case depth < 2 && ev.Mask&syscall.IN_ISDIR != 0:
-					c.all = true // a project, or its tasks/, came or went
+				case ev.Mask&syscall.IN_ISDIR == 0:
+				case depth == 0 && ev.Mask&syscall.IN_DELETE == 0 && !strings.HasPrefix(name, "."):
+					// A new project: it alone is watched and looked at,
+					// not every project the node ever ran.
+					c.projects[name] = true
+				case depth == 1 && ev.Mask&syscall.IN_DELETE == 0 && name == "tasks":
+					c.projects[filepath.Base(dir)] = true
+				case depth < 2:
+					c.all = true // a project, or its tasks/, went
 				}
 				off += syscall.SizeofInotifyEvent + int(ev.Len)
 			}
-			if !c.all && len(c.keys) == 0 {
+			if !c.all && len(c.keys) == 0 && len(c.projects) == 0 {
 				continue
 			}
 			// New directories need their own watches, or what happens
@@ -99,6 +118,9 @@ func newNotifier(root string) (<-chan struct{}, func() dirChange, func()) {
 				for _, d := range c.newDirs {
 					ok = ok && n.addWatch(d)
 				}
+				for p := range c.projects {
+					ok = ok && n.addProject(filepath.Join(n.root, p))
+				}
 			}
 			if !ok {
 				return
@@ -107,6 +129,9 @@ func newNotifier(root string) (<-chan struct{}, func() dirChange, func()) {
 			pending.all = pending.all || c.all
 			for k := range c.keys {
 				pending.keys[k] = true
+			}
+			for p := range c.projects {
+				pending.projects[p] = true
 			}
 			mu.Unlock()
 			select {
@@ -128,7 +153,8 @@ func eventName(b []byte) string {
 	return string(b)
 }
 
-// TestHookListed, when set, runs after addWatches has listed dir.
+// TestHookListed, when set, runs after addWatches has listed dir (root),
+// and after a project's directory dir is watched, before its tasks/ is.
 var TestHookListed func(dir string)
 
 type inotify struct {
@@ -194,16 +220,31 @@ func (n *inotify) addWatches() bool {
 		if !p.IsDir() || strings.HasPrefix(p.Name(), ".") {
 			continue
 		}
-		projectDir := filepath.Join(n.root, p.Name())
-		tasksDir := filepath.Join(projectDir, "tasks")
-		if !n.addWatch(projectDir) || !n.addWatch(tasksDir) {
+		if !n.addProject(filepath.Join(n.root, p.Name())) {
 			return false
 		}
-		tasks, _ := os.ReadDir(tasksDir)
-		for _, t := range tasks {
-			if t.IsDir() && !strings.HasPrefix(t.Name(), ".") && !n.addWatch(filepath.Join(tasksDir, t.Name())) {
-				return false
-			}
+	}
+	return true
+}
+
+// addProject watches a project's directory, its tasks/ and every task
+// directory in it, each watched before it is listed (see addWatches);
+// false as for addWatches.
+func (n *inotify) addProject(projectDir string) bool {
+	tasksDir := filepath.Join(projectDir, "tasks")
+	if !n.addWatch(projectDir) {
+		return false
+	}
+	if TestHookListed != nil {
+		TestHookListed(projectDir)
+	}
+	if !n.addWatch(tasksDir) {
+		return false
+	}
+	tasks, _ := os.ReadDir(tasksDir)
+	for _, t := range tasks {
+		if t.IsDir() && !strings.HasPrefix(t.Name(), ".") && !n.addWatch(filepath.Join(tasksDir, t.Name())) {
+			return false
 		}
 	}
 	return true

@@ -22,9 +22,9 @@ type launchNode struct {
 	Node string `json:"node"`
 }
 
-// taskNode returns the node launch.json of dir names, or "" when there is
+// TaskNode returns the node launch.json of dir names, or "" when there is
 // no readable launch.json or it names none.
-func taskNode(dir string) string {
+func TaskNode(dir string) string {
 	data, err := taskfiles.ReadControlFileMax(filepath.Join(dir, taskfiles.FileLaunch), taskfiles.MaxLaunchFile)
 	if err != nil {
 		return ""
@@ -42,7 +42,7 @@ func OthersTask(node, dir string) bool {
 	if node == "" {
 		return false
 	}
-	n := taskNode(dir)
+	n := TaskNode(dir)
 	return n != "" && n != node
 }
 
@@ -53,5 +53,5 @@ func RecordNode(dir string) string {
 	if rec, err := ReadRecord(dir); err == nil && rec.Node != "" {
 		return rec.Node
 	}
-	return taskNode(dir)
+	return TaskNode(dir)
 }

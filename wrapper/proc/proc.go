@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -36,6 +37,11 @@ type Proc struct {
 	err    error
 }
 
+// devNull is /dev/null, open for reading for the life of the process: the
+// stdin of every child started without one (os/exec opens it afresh for
+// each, with the runtime's poller's calls).
+var devNull = sync.OnceValues(func() (*os.File, error) { return os.Open(os.DevNull) })
+
 // StartProc starts cmd in a new process group with stdout and stderr on one
 // pipe, so the log keeps the order in which the tool wrote. closers are
 // closed once the child holds its own copies.
@@ -51,6 +57,12 @@ func StartProc(cmd *exec.Cmd, out io.Writer, closers ...io.Closer) (*Proc, error
 	}
 	cmd.Stdout = w
 	cmd.Stderr = w
+	if cmd.Stdin == nil {
+		// What os/exec would open for this child, opened once.
+		if null, err := devNull(); err == nil {
+			cmd.Stdin = null
+		}
+	}
 	cmd.SysProcAttr = childAttr()
 	// On Linux the child gets SIGKILL when the thread that started it ends
 	// (PR_SET_PDEATHSIG follows the thread, golang/go#27505): start and wait

@@ -14,7 +14,7 @@ import (
 // fields[0] is the state (field 3 of proc(5)), fields[2] the process group,
 // fields[3] the session and fields[19] the start time.
 func StatFields(pid string) ([]string, error) {
-	data, err := os.ReadFile("/proc/" + pid + "/stat")
+	data, err := readProcFile("/proc/" + pid + "/stat")
 	if err != nil {
 		return nil, err
 	}
@@ -28,6 +28,40 @@ func StatFields(pid string) ([]string, error) {
 		return nil, fmt.Errorf("/proc/%s/stat: %d fields", pid, len(fields))
 	}
 	return fields, nil
+}
+
+// readProcFile reads a small file of /proc (at most 4 KiB) in three calls:
+// os.ReadFile adds six (the runtime's poller, a stat for the size), and
+// findGroupMember reads one of these for every process of the machine.
+func readProcFile(path string) ([]byte, error) {
+	var fd int
+	var err error
+	for {
+		fd, err = syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer syscall.Close(fd)
+	buf := make([]byte, 4096)
+	n := 0
+	for n < len(buf) {
+		k, err := syscall.Read(fd, buf[n:])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		}
+		if k == 0 {
+			break
+		}
+		n += k
+	}
+	return buf[:n], nil
 }
 
 // ProcStart is when process pid started, in clock ticks after boot (field 22

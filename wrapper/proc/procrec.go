@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/dispatch-tool/dispatch/wire"
@@ -63,10 +64,41 @@ func RecordPath(dir string) (string, error) {
 	return filepath.Join(ctl, hex.EncodeToString(sum[:])+".json"), nil
 }
 
+// ctlDir is CtlDir's answer, checked once a process: an attempt looked
+// it up four times (each a readlink, a mkdir and a stat), and `status`
+// and `watch` once a final status read. Only this user can change it
+// (it is beside the wrapper, out of the tasks' reach); WriteRecord looks
+// again when it is gone.
+var ctlDir struct {
+	mu   sync.Mutex // guards path
+	path string
+}
+
 // CtlDir is the private directory beside the wrapper executable, made
 // 0700 when missing, and refused unless it is a directory of this user
 // that nobody else can write.
 func CtlDir() (string, error) {
+	ctlDir.mu.Lock()
+	defer ctlDir.mu.Unlock()
+	if ctlDir.path != "" {
+		return ctlDir.path, nil
+	}
+	path, err := checkCtlDir()
+	if err == nil {
+		ctlDir.path = path
+	}
+	return path, err
+}
+
+// forgetCtlDir makes the next CtlDir look again (and make it anew).
+func forgetCtlDir() {
+	ctlDir.mu.Lock()
+	ctlDir.path = ""
+	ctlDir.mu.Unlock()
+}
+
+// checkCtlDir makes and checks CtlDir's directory.
+func checkCtlDir() (string, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return "", fmt.Errorf("find own executable: %w", err)
@@ -96,20 +128,27 @@ func KillRequestPath(dir string) (string, error) {
 	return strings.TrimSuffix(path, ".json") + ".kill", nil
 }
 
-// WriteRecord replaces the record of r.Dir atomically.
+// WriteRecord replaces the record of r.Dir atomically. A .ctl directory
+// removed since CtlDir checked it is made again.
 func WriteRecord(r *ProcRecord) error {
-	path, err := RecordPath(r.Dir)
-	if err != nil {
-		return err
-	}
 	data, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("encode process record: %w", err)
 	}
-	if err := taskfiles.WriteFileAtomic(path, append(data, '\n'), 0o600); err != nil {
-		return fmt.Errorf("write process record: %w", err)
+	for try := 0; ; try++ {
+		path, err := RecordPath(r.Dir)
+		if err != nil {
+			return err
+		}
+		err = taskfiles.WriteFileAtomic(path, append(data, '\n'), 0o600)
+		if err == nil {
+			return nil
+		}
+		if try > 0 || !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("write process record: %w", err)
+		}
+		forgetCtlDir()
 	}
-	return nil
 }
 
 // ReadRecord reads the process record of task directory dir. A missing

@@ -7,15 +7,12 @@ import (
 	"time"
 )
 
-// AttemptFiles lists the files of an earlier attempt in dir, output/
-// aside: the protocol's files and the temporary files a crash in the middle
-// of WriteFileAtomic may have left behind. spec.md, launch.json, lock,
-// wrapper.log and the base tree are the task's, not an attempt's, and stay.
-func AttemptFiles(dir string) ([]string, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", dir, err)
-	}
+// AttemptFiles picks, of the entries of a task directory, the files of an
+// earlier attempt, output/ aside: the protocol's files and the temporary
+// files a crash in the middle of WriteFileAtomic may have left behind.
+// spec.md, launch.json, lock, wrapper.log and the base tree are the
+// task's, not an attempt's, and stay.
+func AttemptFiles(entries []os.DirEntry) []string {
 	own := []string{FileStatus, FileLog, FileHeartbeat, FilePID}
 	var found []string
 	for _, e := range entries {
@@ -26,7 +23,23 @@ func AttemptFiles(dir string) ([]string, error) {
 			}
 		}
 	}
-	return found, nil
+	return found
+}
+
+// OldTmps picks, of the entries of a task directory, the earlier
+// attempts' scratch directories moved aside for removal (tmp/, home/ and
+// the gate's, each <name>.old.<…>).
+func OldTmps(entries []os.DirEntry) []string {
+	var old []string
+	for _, e := range entries {
+		for _, name := range []string{DirTmp, DirHome, DirGateHome, DirGateTmp} {
+			if strings.HasPrefix(e.Name(), name+OldTmpSuffix) {
+				old = append(old, e.Name())
+				break
+			}
+		}
+	}
+	return old
 }
 
 // HeartbeatLine is the heartbeat file's content: the beat's sequence

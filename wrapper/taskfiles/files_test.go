@@ -3,6 +3,7 @@ package taskfiles
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -51,5 +52,33 @@ func TestReadControlFileMax(t *testing.T) {
 				t.Fatalf("read %s: err %v, want one saying %q", tc.kind, err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestReadControlFileSizes: a control file is read whole across the
+// reader's buffer sizes (it starts small and grows), up to its cap.
+func TestReadControlFileSizes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	const limit = 5000
+	for _, size := range []int{0, 1, 511, 512, 513, 1024, 1025, 4999, limit, limit + 1, 3 * limit} {
+		p := filepath.Join(dir, strconv.Itoa(size))
+		data := make([]byte, size)
+		for i := range data {
+			data[i] = byte('a' + i%26)
+		}
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := ReadControlFileMax(p, limit)
+		if size > limit {
+			if err == nil {
+				t.Errorf("%d bytes under a cap of %d: read %d, want an error", size, limit, len(got))
+			}
+			continue
+		}
+		if err != nil || string(got) != string(data) {
+			t.Errorf("%d bytes: read %d (%v), want them all", size, len(got), err)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"syscall"
 )
 
 // CutMarker starts task.log once its head has been dropped; n counts the
@@ -52,11 +53,13 @@ type TaskLog struct {
 }
 
 func CreateTaskLog(path string, limit int64) (*TaskLog, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o644)
+	// Opened by the kernel's call, not os.OpenFile, whose file the
+	// runtime would try (and fail) to add to its poller: four calls.
+	fd, err := syscall.Open(path, syscall.O_RDWR|syscall.O_CREAT|syscall.O_TRUNC|syscall.O_APPEND|syscall.O_CLOEXEC, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("create %s: %w", FileLog, err)
+		return nil, fmt.Errorf("create %s: %w", FileLog, &os.PathError{Op: "open", Path: path, Err: err})
 	}
-	return &TaskLog{path: path, limit: limit, f: f}, nil
+	return &TaskLog{path: path, limit: limit, f: os.NewFile(uintptr(fd), path)}, nil
 }
 
 // Write stores p. It never fails, so that a full disk cannot stop the copy
