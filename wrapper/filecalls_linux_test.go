@@ -66,10 +66,7 @@ func TestQuickAttemptFileCalls(t *testing.T) {
 // task.log is opened without the poller's calls either.
 func TestBatchFileCalls(t *testing.T) {
 	t.Parallel()
-	strace, err := exec.LookPath("strace")
-	if err != nil {
-		t.Skip("no strace:", err)
-	}
+	strace := needStrace(t)
 	root := t.TempDir()
 	var batch wire.LaunchBatch
 	var tasks []*testTask
@@ -162,10 +159,7 @@ func (c tracedCalls) matching(call, path string) []string {
 // where strace is missing or may not trace.
 func straceAttempt(t *testing.T, l wire.Launch) tracedCalls {
 	t.Helper()
-	strace, err := exec.LookPath("strace")
-	if err != nil {
-		t.Skip("no strace:", err)
-	}
+	strace := needStrace(t)
 	tk := newTask(t, "", l)
 	c := strace1(t, strace, "", "run", "--dir", tk.dir)
 	c.task = tk
@@ -227,10 +221,7 @@ func (c tracedCalls) matchingRE(expr string) []string {
 // attempt it is, is read once an attempt.
 func TestWatchLooksOnceAChange(t *testing.T) {
 	t.Parallel()
-	strace, err := exec.LookPath("strace")
-	if err != nil {
-		t.Skip("no strace:", err)
-	}
+	strace := needStrace(t)
 	root := t.TempDir()
 	tk := newTask(t, root, wire.Launch{Command: shell("true"), HeartbeatSeconds: 60})
 	log := filepath.Join(t.TempDir(), "strace.log")
@@ -316,10 +307,7 @@ func TestWatchLooksOnceAChange(t *testing.T) {
 // looked at.
 func TestWatchLooksAtANewProjectOnly(t *testing.T) {
 	t.Parallel()
-	strace, err := exec.LookPath("strace")
-	if err != nil {
-		t.Skip("no strace:", err)
-	}
+	strace := needStrace(t)
 	root := t.TempDir()
 	var old []string
 	for _, id := range []string{"T1", "T2", "T3"} {
@@ -392,10 +380,7 @@ func TestWatchLooksAtANewProjectOnly(t *testing.T) {
 // its reader (the read of nothing that follows each, another).
 func TestWatchReadsEventsInBursts(t *testing.T) {
 	t.Parallel()
-	strace, err := exec.LookPath("strace")
-	if err != nil {
-		t.Skip("no strace:", err)
-	}
+	strace := needStrace(t)
 	root := t.TempDir()
 	dir := filepath.Join(root, "demo", "tasks", "T1")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -457,4 +442,18 @@ func TestWatchReadsEventsInBursts(t *testing.T) {
 	} else {
 		t.Logf("%d reads of the file events for %d writes in %s", reads, writes+1, took)
 	}
+}
+
+// needStrace returns strace's path. Without it the test is skipped, except
+// in CI, where .ci/test-deps installs it and its absence fails the test.
+func needStrace(t *testing.T) string {
+	t.Helper()
+	strace, err := exec.LookPath("strace")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("strace is not installed (.ci/test-deps installs it: apt-get install strace): %v", err)
+		}
+		t.Skip("no strace:", err)
+	}
+	return strace
 }
