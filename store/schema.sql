@@ -1,7 +1,7 @@
 -- The schema of a new database: what migrations/ up to the version below make of
 -- an empty one, made in one step (store.createFresh). Written by
 -- `go test ./store -run TestSchemaSnapshot -update`, never by hand.
--- version 30
+-- version 31
 
 CREATE TABLE projects (
     name        TEXT PRIMARY KEY,
@@ -302,8 +302,6 @@ CREATE VIEW task_damaged AS
         OR (limits != '' AND (CASE WHEN json_valid(limits) THEN json_type(limits) NOT IN ('object', 'null') ELSE 1 END));
 
 CREATE INDEX events_project ON events(project, id);
-
-CREATE INDEX tasks_status ON tasks(project, status);
 
 CREATE INDEX tasks_status_node ON tasks(status, node);
 

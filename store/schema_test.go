@@ -170,3 +170,35 @@ func TestNewDatabaseInOneStep(t *testing.T) {
 		t.Errorf("schema version %d (%v) of %d migrations recorded", all, err, len(appliedMigrations(t, s)))
 	}
 }
+
+// TestNoIndexIsAPrefixOfAnother: an index whose columns begin another
+// index of the same table serves no read the longer one does not, and
+// costs an entry moved at every write of its columns (tasks_status, the
+// start of tasks_due and tasks_ready, at every change of a task's
+// status). Unique and partial indexes say more than their columns and
+// are left out.
+func TestNoIndexIsAPrefixOfAnother(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	type index struct{ table, name, cols string }
+	indexes, err := queryRows(ctx, s.db, func(r scanner) (index, error) {
+		var ix index
+		err := r.Scan(&ix.table, &ix.name, &ix.cols)
+		return ix, err
+	}, `SELECT m.tbl_name, m.name, (SELECT group_concat(name, ',') FROM (SELECT name FROM pragma_index_info(m.name) ORDER BY seqno))
+		FROM sqlite_master m, pragma_index_list(m.tbl_name) l
+		WHERE m.type = 'index' AND l.name = m.name AND l."unique" = 0 AND l.partial = 0`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(indexes) < 10 {
+		t.Fatalf("read %d indexes: %v", len(indexes), indexes)
+	}
+	for _, a := range indexes {
+		for _, b := range indexes {
+			if a.name != b.name && a.table == b.table && strings.HasPrefix(b.cols+",", a.cols+",") {
+				t.Errorf("index %s (%s) of %s begins %s (%s)", a.name, a.cols, a.table, b.name, b.cols)
+			}
+		}
+	}
+}
