@@ -71,7 +71,7 @@ func (s *settledCache) add(version int64, project string) {
 // the latest attempt's output/ and task.log to the top of the task's
 // directory, with the manifest in the database.
 func (c *Controller) collectAll(ctx context.Context, projects []string, pulls map[string]*pull, launching map[string]bool) error {
-	current := map[string]bool{}
+	roles := map[string]collectRole{}
 	byNode := map[string][]domain.Attempt{}
 	unkilledNodes, _ := c.unkilled()
 	version, settled := c.settled.take(ctx, c.st)
@@ -79,14 +79,15 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 		if settled[project] {
 			continue
 		}
-		runs, isCurrent, err := c.st.Uncollected(ctx, project)
+		runs, err := c.st.Uncollected(ctx, project)
 		if err != nil {
 			return err
 		}
 		if len(runs) == 0 {
 			c.settled.add(version, project)
 		}
-		for i, r := range runs { // by task, then attempt
+		for _, u := range runs { // by task, then attempt
+			r := u.Attempt
 			if p := pulls[r.Node]; p == nil || p.err != nil || unkilledNodes[r.Node] {
 				continue // not reachable, or a stale attempt not killed yet there; try again next tick
 			}
@@ -94,7 +95,7 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 				continue // its directory is being taken over by the next attempt; collected next tick
 			}
 			byNode[r.Node] = append(byNode[r.Node], r)
-			current[fmt.Sprintf("%s#%d", taskKey(r.Project, r.Task), r.Attempt)] = isCurrent[i]
+			roles[collectKey(r)] = collectRole{current: u.Current, based: u.Based}
 		}
 	}
 	names := make([]string, 0, len(byNode))
@@ -103,7 +104,7 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 	}
 	b := &collectBatch{}
 	c.onNodes(names, collecting, c.callTimeout(), func(n *nodeRuntime) {
-		b.add(ctx, c, c.collectNode(ctx, n, byNode[n.cfg.Name], current, pulls[n.cfg.Name]))
+		b.add(ctx, c, c.collectNode(ctx, n, byNode[n.cfg.Name], roles, pulls[n.cfg.Name]))
 	})
 	return errors.Join(b.close(ctx, c)...)
 }
@@ -116,7 +117,8 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 // has its own deadline, so a large output/ is not cut off by one for the
 // whole attempt. p is the node's pull of this tick: it says where the
 // attempt is when it is still in its task directory.
-func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attempt, current bool, p *pull) (txFunc, error) {
+func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attempt, role collectRole, p *pull) (txFunc, error) {
+	current := role.current
 	src, err := c.attemptFiles(ctx, n, r, p)
 	if err != nil {
 		return nil, err
@@ -152,7 +154,7 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attem
 	var refused error
 	// A git-native task's result is its commit, not its workspace (the
 	// whole repository): only a completed attempt's commit is collected.
-	gitTask, err := c.gitTask(ctx, r, current)
+	gitTask, err := c.gitTask(ctx, r, role)
 	if err != nil {
 		return nil, err
 	}
@@ -530,10 +532,17 @@ func (c *Controller) fetchListed(ctx context.Context, n *nodeRuntime, remote, lo
 // errOverQuota), and returns its sha256 and size.
 func writeLocal(dst string, perm fs.FileMode, r io.Reader, limit int64) (string, int64, error) {
 	return writeCapped(dst, perm, limit, func(w io.Writer) error {
-		_, err := io.Copy(w, r)
+		buf := copyBufs.Get().(*[32 << 10]byte)
+		defer copyBufs.Put(buf)
+		_, err := io.CopyBuffer(w, r, buf[:])
 		return err
 	})
 }
+
+// copyBufs are writeLocal's buffers: io.Copy from a collect stream's tar
+// entry made one of 32 KiB for each file, a quarter of what the
+// controller allocated for 200 no-op tasks (issue 35).
+var copyBufs = sync.Pool{New: func() any { return new([32 << 10]byte) }}
 
 // writeCapped makes the file dst (and its directories), mode perm and
 // writable by its owner, fills it with what fill writes, at most limit

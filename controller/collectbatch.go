@@ -110,7 +110,7 @@ func (c *Controller) recordCollected(ctx context.Context, done []collected) []er
 // collectNode collects the finished attempts runs of node n: in one
 // stream when its transport can (see collectStream), else one by one.
 // p is the node's pull of this tick.
-func (c *Controller) collectNode(ctx context.Context, n *nodeRuntime, runs []domain.Attempt, current map[string]bool, p *pull) []collected {
+func (c *Controller) collectNode(ctx context.Context, n *nodeRuntime, runs []domain.Attempt, roles map[string]collectRole, p *pull) []collected {
 	var todo []domain.Attempt
 	for _, r := range runs {
 		if c.collectWait(collectKey(r)) {
@@ -120,13 +120,13 @@ func (c *Controller) collectNode(ctx context.Context, n *nodeRuntime, runs []dom
 		todo = append(todo, r)
 	}
 	if ef, ok := n.tr.(nodes.ExecToer); ok && len(todo) > 0 {
-		return c.collectStream(ctx, n, ef, todo, current)
+		return c.collectStream(ctx, n, ef, todo, roles)
 	}
 	out := make([]collected, 0, len(todo))
 	for _, r := range todo {
-		cur := current[collectKey(r)]
-		rec, err := c.collect(ctx, n, r, cur, p)
-		out = append(out, c.outcome(ctx, r, cur, rec, err))
+		role := roles[collectKey(r)]
+		rec, err := c.collect(ctx, n, r, role, p)
+		out = append(out, c.outcome(ctx, r, role.current, rec, err))
 	}
 	return out
 }
@@ -150,6 +150,11 @@ func (c *Controller) outcome(ctx context.Context, r domain.Attempt, current bool
 	d.err = fmt.Errorf("collect %s/%s attempt %d from %s: %w", r.Project, r.Task, r.Attempt, r.Node, err)
 	return d
 }
+
+// collectRole is what collectAll read of an attempt to collect: whether
+// it is its task's current attempt, and whether that task starts from a
+// commit (git-native, see gitTask).
+type collectRole struct{ current, based bool }
 
 func collectKey(r domain.Attempt) string {
 	return fmt.Sprintf("%s#%d", taskKey(r.Project, r.Task), r.Attempt)

@@ -72,13 +72,20 @@ const maxCollectHead = 64 << 10
 // as it comes (bounded by progress, never whole in memory) and checked
 // entry by entry as collectOutput checks files. What a node sends wrong
 // fails only the attempt it names.
-func (c *Controller) collectStream(ctx context.Context, n *nodeRuntime, tr nodes.ExecToer, runs []domain.Attempt, current map[string]bool) []collected {
+func (c *Controller) collectStream(ctx context.Context, n *nodeRuntime, tr nodes.ExecToer, runs []domain.Attempt, roles map[string]collectRole) []collected {
 	out := make([]collected, 0, len(runs))
 	items := make([]*streamItem, 0, len(runs))
+	rooms := map[string]roomOf{}
 	for _, r := range runs {
-		it, err := c.prepareItem(ctx, r, current[collectKey(r)])
+		role := roles[collectKey(r)]
+		room, ok := rooms[r.Project]
+		if !ok {
+			room.n, room.err = c.checkFreeSpace(home.RunsDir(c.opts.Home, r.Project), nil)
+			rooms[r.Project] = room
+		}
+		it, err := c.prepareItem(ctx, r, role, room)
 		if err != nil {
-			out = append(out, c.outcome(ctx, r, current[collectKey(r)], nil, err))
+			out = append(out, c.outcome(ctx, r, role.current, nil, err))
 			continue
 		}
 		defer os.RemoveAll(it.tmp)
@@ -101,19 +108,27 @@ func (c *Controller) collectStream(ctx context.Context, n *nodeRuntime, tr nodes
 	return out
 }
 
+// roomOf is what checkFreeSpace said of a project's runs/ when a stream
+// was asked for: taken once a stream, not once an attempt (each took it
+// before any file of the stream was written, so each got the same).
+type roomOf struct {
+	n   int64
+	err error
+}
+
 // prepareItem makes attempt r's staging directory and reads what its
-// collection needs from the database.
-func (c *Controller) prepareItem(ctx context.Context, r domain.Attempt, current bool) (*streamItem, error) {
-	git, err := c.gitTask(ctx, r, current)
+// collection needs from the database; room is its project's.
+func (c *Controller) prepareItem(ctx context.Context, r domain.Attempt, role collectRole, room roomOf) (*streamItem, error) {
+	current := role.current
+	git, err := c.gitTask(ctx, r, role)
 	if err != nil {
 		return nil, err
+	}
+	if room.err != nil {
+		return nil, room.err
 	}
 	runs := home.RunsDir(c.opts.Home, r.Project)
-	room, err := c.checkFreeSpace(runs, nil)
-	if err != nil {
-		return nil, err
-	}
-	it := &streamItem{r: r, current: current, git: git, output: current && git == nil, asked: room, room: room, seen: map[string]bool{},
+	it := &streamItem{r: r, current: current, git: git, output: current && git == nil, asked: room.n, room: room.n, seen: map[string]bool{},
 		tmp: filepath.Join(runs, fmt.Sprintf(".%s.%d.collecting", r.Task, r.Attempt))}
 	if err := os.RemoveAll(it.tmp); err != nil {
 		return nil, err

@@ -24,6 +24,7 @@ import (
 	"github.com/dispatch-tool/dispatch/internal/sshdtest"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/nodes/sshnode"
+	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wire"
 )
 
@@ -265,9 +266,23 @@ func TestCollectStreamOneCallPerNode(t *testing.T) {
 	waitEnded(t, s.WorkDir, "S01", "S02", "S03", "S04")
 	txs := countCollectTx(t)
 	counted.reset()
+	// The free space under runs/ is asked once for the stream, not once
+	// an attempt.
+	var asked atomic.Int32
+	free := diskFree
+	diskFree = func(dir string) (int64, error) {
+		if strings.HasPrefix(dir, h.home) {
+			asked.Add(1)
+		}
+		return free(dir)
+	}
 	h.tick()
+	diskFree = free
 	if got := txs.take(); !slices.Equal(got, []int{4}) {
 		t.Errorf("collection transactions %v, want one of 4 attempts", got)
+	}
+	if n := asked.Load(); n != 1 {
+		t.Errorf("the stream of 4 attempts asked for the free space %d times, want once", n)
 	}
 	counted.mu.Lock()
 	collects, gets, walks := counted.collects, counted.gets, counted.walks
@@ -749,5 +764,27 @@ func TestCollectConversationFallsBack(t *testing.T) {
 				t.Errorf("%d collect execs, %d conversations; want %d and %d", counted.execCollects.Load(), counted.convs.opened.Load(), tc.execs, tc.convs)
 			}
 		})
+	}
+}
+
+// TestCollectReadsNoPlainTask: collecting the current attempt of a task
+// that starts from no commit (not git-native, as the read of what to
+// collect says) reads nothing more of the task: its whole row was read
+// for each attempt collected (issue 35). A task that starts from a
+// commit is read (here: it is not there).
+func TestCollectReadsNoPlainTask(t *testing.T) {
+	h := newHarness(t, "", shellProject(map[string]string{"S01.md": "true\n"}))
+	ctx := context.Background()
+	r := domain.Attempt{Project: "p", Task: "GONE", Attempt: 1, Node: "local", Status: domain.Completed}
+	it, err := h.ctl.prepareItem(ctx, r, collectRole{current: true}, roomOf{n: 1 << 30})
+	if err != nil {
+		t.Fatalf("a plain task's attempt: %v, want it prepared without reading its task", err)
+	}
+	os.RemoveAll(it.tmp)
+	if it.git != nil || !it.output {
+		t.Errorf("a plain task's attempt: git %v, output %v; want its output/ asked for", it.git, it.output)
+	}
+	if _, err := h.ctl.prepareItem(ctx, r, collectRole{current: true, based: true}, roomOf{n: 1 << 30}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("an attempt of a task that starts from a commit: %v, want its task read (not found)", err)
 	}
 }

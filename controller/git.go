@@ -228,9 +228,11 @@ type gitAttempt struct {
 }
 
 // gitTask returns r's task and repository when r is the current attempt of
-// a git-native task, else nil.
-func (c *Controller) gitTask(ctx context.Context, r domain.Attempt, current bool) (*gitAttempt, error) {
-	if !current {
+// a git-native task, else nil. role is what collectAll read of r: the task
+// is read only when it starts from a commit (a plain task's collection
+// read its whole row for nothing, issue 35).
+func (c *Controller) gitTask(ctx context.Context, r domain.Attempt, role collectRole) (*gitAttempt, error) {
+	if !role.current || !role.based {
 		return nil, nil
 	}
 	t, err := c.st.Task(ctx, r.Project, r.Task)

@@ -2,13 +2,17 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/dispatch-tool/dispatch/domain"
 )
 
 // TestMigrateAttempts: the migration that renames runs to attempts keeps
@@ -49,8 +53,8 @@ func TestMigrateAttempts(t *testing.T) {
 	if a, err := s.Attempts(ctx, "p", "S01"); err != nil || len(a) != 1 || a[0].Node != "n1" || a[0].CostUSD != 0.5 || a[0].Run != 1 {
 		t.Fatalf("attempts after migration = %+v, %v", a, err)
 	}
-	if a, current, err := s.Uncollected(ctx, "p"); err != nil || len(a) != 1 || !current[0] {
-		t.Fatalf("uncollected after migration = %+v %v, %v", a, current, err)
+	if a, err := s.Uncollected(ctx, "p"); err != nil || len(a) != 1 || !a[0].Current {
+		t.Fatalf("uncollected after migration = %+v, %v", a, err)
 	}
 
 	// No object of the schema names runs; the view and trigger made on
@@ -92,5 +96,56 @@ func TestMigrateAttempts(t *testing.T) {
 	// attempts_live comes with migration 0019.
 	if err != nil || strings.Join(indexes, " ") != "attempts_live attempts_run attempts_uncollected" {
 		t.Errorf("indexes of attempts = %v, %v", indexes, err)
+	}
+}
+
+// TestUncollectedSaysWhatStartsFromACommit: the read of what to collect
+// says of each task's current attempt whether the task starts from a
+// commit, so that collecting a plain task reads nothing more of it.
+func TestUncollectedSaysWhatStartsFromACommit(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	err := s.Update(ctx, func(tx *Tx) error {
+		if err := tx.EnsureProject(ctx, "p", "{}"); err != nil {
+			return err
+		}
+		for id, base := range map[string]string{"G": "0123abcd", "P": ""} {
+			if err := tx.InsertTask(ctx, domain.Task{Project: "p", ID: id, Title: id, Type: "implementation", SpecHash: "h",
+				Snapshot: []byte("x"), BaseCommit: base}); err != nil {
+				return err
+			}
+			for attempt := 1; attempt <= 2; attempt++ {
+				if _, err := tx.Claim(ctx, "p", id, "n1"); err != nil {
+					return err
+				}
+				if _, _, err := tx.Transition(ctx, Change{Project: "p", Task: id, From: domain.Claimed, To: domain.Failed}); err != nil {
+					return err
+				}
+				if err := tx.SetAttempt(ctx, "p", id, attempt, AttemptPatch{Status: new(domain.Failed)}); err != nil {
+					return err
+				}
+				if attempt == 1 {
+					if _, _, err := tx.Transition(ctx, Change{Project: "p", Task: id, From: domain.Failed, To: domain.Pending}); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Uncollected(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var says []string
+	for _, u := range got {
+		says = append(says, fmt.Sprintf("%s#%d current=%v based=%v", u.Task, u.Attempt.Attempt, u.Current, u.Based))
+	}
+	want := []string{"G#1 current=false based=false", "G#2 current=true based=true", "P#1 current=false based=false", "P#2 current=true based=false"}
+	if !slices.Equal(says, want) {
+		t.Errorf("Uncollected = %q, want %q", says, want)
 	}
 }

@@ -9,4 +9,9 @@
 // through Tx.Transition, which checks the transition against domain.Legal
 // and appends its event in the same transaction, so the event log is a
 // complete history of every task.
+//
+// The schema is migrations/, applied in order to a database made by an
+// older dispatch; a new database is made in one step from schema.sql, the
+// migrations' result written out (`go test ./store -run
+// TestSchemaSnapshot -update` writes it after a new migration).
 package store

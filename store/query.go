@@ -366,41 +366,58 @@ func (s *Store) Settled(ctx context.Context, project string) (bool, error) {
 }
 
 // uncollectedCurrentSQL reads the current attempt of each task of project
-// ?1 with a finished attempt not collected yet (statuses ?2, ?3, ?4). It
-// names attempts_uncollected: the planner would otherwise take
-// attempts_run, as good a match for project = ?, and read every attempt
-// of the project on each call (each tick that collects).
-const uncollectedCurrentSQL = `SELECT DISTINCT t.id, t.attempt FROM attempts r INDEXED BY attempts_uncollected
+// ?1 with a finished attempt not collected yet (statuses ?2, ?3, ?4), and
+// whether the task starts from a commit. It names attempts_uncollected:
+// the planner would otherwise take attempts_run, as good a match for
+// project = ?, and read every attempt of the project on each call (each
+// tick that collects).
+const uncollectedCurrentSQL = `SELECT DISTINCT t.id, t.attempt, t.base_commit != '' FROM attempts r INDEXED BY attempts_uncollected
 		JOIN tasks t ON t.project = r.project AND t.id = r.task
 		WHERE r.project = ?1 AND r.collected_at = '' AND r.status IN (?2, ?3, ?4)`
 
+// UncollectedAttempt is a finished attempt whose files are not collected
+// yet.
+type UncollectedAttempt struct {
+	domain.Attempt
+	// Current is whether it is its task's current attempt. Based, of a
+	// current attempt, is whether its task starts from a commit (a
+	// git-native project's): only then does its collection read the task,
+	// so that a plain task's costs no read of its row (issue 35).
+	Current, Based bool
+}
+
 // Uncollected returns the finished attempts of a project whose files are
-// not collected yet, by task then attempt; current[i] says whether the
-// i-th is its task's current attempt.
-func (s *Store) Uncollected(ctx context.Context, project string) (attempts []domain.Attempt, current []bool, err error) {
-	attempts, err = s.queryAttempts(ctx, project, attemptSelect+` WHERE project = ? AND collected_at = '' AND status IN (?, ?, ?)
+// not collected yet, by task then attempt.
+func (s *Store) Uncollected(ctx context.Context, project string) ([]UncollectedAttempt, error) {
+	attempts, err := s.queryAttempts(ctx, project, attemptSelect+` WHERE project = ? AND collected_at = '' AND status IN (?, ?, ?)
 		ORDER BY task, attempt`, project, domain.Completed, domain.Failed, domain.Killed)
 	if err != nil || len(attempts) == 0 {
-		return nil, nil, err
+		return nil, err
 	}
-	currentAttempt := map[string]int{}
+	type currentOf struct {
+		attempt int
+		based   bool
+	}
+	current := map[string]currentOf{}
 	err = eachRow(ctx, s.db, func(r scanner) error {
 		var id string
-		var a int
-		if err := r.Scan(&id, &a); err != nil {
+		var c currentOf
+		if err := r.Scan(&id, &c.attempt, &c.based); err != nil {
 			return err
 		}
-		currentAttempt[id] = a
+		current[id] = c
 		return nil
 	}, uncollectedCurrentSQL, project, domain.Completed, domain.Failed, domain.Killed)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read the attempts of %s: %w", project, err)
+		return nil, fmt.Errorf("read the attempts of %s: %w", project, err)
 	}
-	current = make([]bool, len(attempts))
+	out := make([]UncollectedAttempt, len(attempts))
 	for i, r := range attempts {
-		current[i] = currentAttempt[r.Task] == r.Attempt
+		c, ok := current[r.Task]
+		isCurrent := ok && c.attempt == r.Attempt
+		out[i] = UncollectedAttempt{Attempt: r, Current: isCurrent, Based: isCurrent && c.based}
 	}
-	return attempts, current, nil
+	return out, nil
 }
 
 func (s *Store) queryAttempts(ctx context.Context, project, query string, args ...any) ([]domain.Attempt, error) {

@@ -157,6 +157,7 @@ func (s *Store) Path() string { return s.path }
 
 // migrate applies the embedded migrations newer than the database's version,
 // each in its own transaction, up to and including upTo (all when upTo < 0).
+// A new database is made from schema.sql first (createFresh).
 func (s *Store) migrate(ctx context.Context, upTo int) error {
 	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)`); err != nil {
@@ -173,6 +174,11 @@ func (s *Store) migrate(ctx context.Context, upTo int) error {
 	}
 	if current > len(names) {
 		return fmt.Errorf("database %s has schema version %d, newer than this dispatch knows (%d): upgrade dispatch", s.path, current, len(names))
+	}
+	if current == 0 && upTo < 0 {
+		if current, err = s.createFresh(ctx, names); err != nil {
+			return err
+		}
 	}
 	for _, name := range names {
 		base := strings.TrimPrefix(name, "migrations/")
