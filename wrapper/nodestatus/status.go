@@ -105,18 +105,18 @@ func taskStatus(project, task, dir string) wire.TaskStatus {
 	// attempt can never read as "running, supervisor gone" (a false crash).
 	// A lock that cannot even be opened has no supervisor behind it.
 	alive, err := taskfiles.SupervisorAlive(dir)
-	return taskStatusAfter(project, task, dir, lockProbe{alive: alive, err: err})
+	st, _, stErr := taskfiles.ReadStatusVersion(dir)
+	return taskStatusAfter(project, task, dir, lockProbe{alive: alive, err: err}, st, stErr)
 }
 
-// taskStatusAfter is taskStatus with the lock probed already (probe), before
-// anything here is read. Every file here may be anything the task made of
-// it: a bad one is an error of this task alone (see
+// taskStatusAfter is taskStatus with the lock probed (probe) and then
+// status.json read (st, err) already. Every file here may be anything the
+// task made of it: a bad one is an error of this task alone (see
 // taskfiles.ReadControlFile).
-func taskStatusAfter(project, task, dir string, probe lockProbe) wire.TaskStatus {
+func taskStatusAfter(project, task, dir string, probe lockProbe, st *wire.Status, err error) wire.TaskStatus {
 	ts := wire.TaskStatus{Project: project, Task: task, Dir: dir}
 	alive, lockErr := probe.alive, probe.err
 	ts.Alive = alive
-	st, err := taskfiles.ReadStatus(dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		ts.StatusError = taskfiles.FileStatus + " missing"

@@ -118,11 +118,7 @@ func Watch(ctx context.Context, version, root, node string, beat time.Duration, 
 			n := min(len(changed), FrameTasks)
 			f := wire.Frame{Type: wire.FrameChange, Tasks: changed[:n]}
 			for _, key := range f.Tasks {
-				project, task, _ := strings.Cut(key, "/")
-				// The look that found the change probed the lock, before
-				// the status is read here, as taskStatus would.
-				probe := sc.probe(key)
-				f.Statuses = append(f.Statuses, taskStatusAfter(project, task, filepath.Join(root, project, "tasks", task), probe))
+				f.Statuses = append(f.Statuses, sc.status(key))
 			}
 			if err := send(f); err != nil {
 				return err
@@ -416,16 +412,29 @@ func (s *scanner) othersTask(node, key, dir string) bool {
 	return seen.node != "" && seen.node != node
 }
 
-// probe is what the last look at key found of its lock.
-func (s *scanner) probe(key string) lockProbe {
+// status is what a change frame tells of key. The look that found the
+// change probed the lock, before it looked at status.json; that probe
+// holds for the status read here only when it is still the version that
+// look saw (the fstat of the file read). Otherwise another attempt may have
+// taken the lock and written its status since: a probe of "no supervisor"
+// beside a newer "running" would read as a supervisor gone, and the
+// controller would fail a live attempt. The lock is then probed again and
+// the status read after it, as taskStatus does.
+func (s *scanner) status(key string) wire.TaskStatus {
+	project, task, _ := strings.Cut(key, "/")
+	dir := filepath.Join(s.root, project, "tasks", task)
+	st, v, err := taskfiles.ReadStatusVersion(dir)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	seen := s.Known[key]
+	s.mu.Unlock()
+	if (fileSeen{ino: v.Ino, size: v.Size, mtime: v.Mtime}) != seen.status {
+		return taskStatus(project, task, dir)
+	}
 	p := lockProbe{alive: seen.alive}
 	if seen.lockErr != "" {
 		p.err = errors.New(seen.lockErr)
 	}
-	return p
+	return taskStatusAfter(project, task, dir, p, st, err)
 }
 
 // walkTaskDirs calls task for every <project>/tasks/<ID> directory under

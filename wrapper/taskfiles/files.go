@@ -172,18 +172,32 @@ func WriteStatusDurable(dir string, st *wire.Status) error {
 // ReadStatus reads D/status.json. A missing file gives an error satisfying
 // errors.Is(err, os.ErrNotExist).
 func ReadStatus(dir string) (*wire.Status, error) {
-	data, err := ReadControlFile(filepath.Join(dir, FileStatus))
+	st, _, err := ReadStatusVersion(dir)
+	return st, err
+}
+
+// FileVersion identifies one version of a file: a rename replaces its
+// inode, a write changes its size or modification time (in nanoseconds).
+type FileVersion struct {
+	Ino, Size, Mtime int64
+}
+
+// ReadStatusVersion is ReadStatus that also says which version of
+// status.json it read, from the open file (the zero value when none was
+// opened): what a reader probed before may belong to an older one.
+func ReadStatusVersion(dir string) (*wire.Status, FileVersion, error) {
+	data, v, err := readControlVersion(filepath.Join(dir, FileStatus), MaxControlFile)
 	if err != nil {
-		return nil, err
+		return nil, v, err
 	}
 	var st wire.Status
 	if err := json.Unmarshal(data, &st); err != nil {
-		return nil, fmt.Errorf("parse %s: %w", FileStatus, err)
+		return nil, v, fmt.Errorf("parse %s: %w", FileStatus, err)
 	}
 	if st.Status == "" {
-		return nil, fmt.Errorf("parse %s: no status field", FileStatus)
+		return nil, v, fmt.Errorf("parse %s: no status field", FileStatus)
 	}
-	return &st, nil
+	return &st, v, nil
 }
 
 // MaxControlFile caps what the wrapper reads of one control file.
@@ -204,6 +218,13 @@ func OpenControlFile(path string, flag int) (*os.File, error) {
 // call: a control file read and closed at once needs no *os.File (the
 // runtime tries to add each to its poller).
 func openControl(path string, flag int) (int, error) {
+	fd, _, err := openControlStat(path, flag)
+	return fd, err
+}
+
+// openControlStat is openControl that also returns the file's fstat.
+func openControlStat(path string, flag int) (int, syscall.Stat_t, error) {
+	var st syscall.Stat_t
 	var fd int
 	var err error
 	for {
@@ -214,20 +235,19 @@ func openControl(path string, flag int) (int, error) {
 	}
 	if err != nil {
 		if err == syscall.ELOOP {
-			return -1, fmt.Errorf("%s is a symbolic link, not a regular file", filepath.Base(path))
+			return -1, st, fmt.Errorf("%s is a symbolic link, not a regular file", filepath.Base(path))
 		}
-		return -1, &os.PathError{Op: "open", Path: path, Err: err}
+		return -1, st, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	var st syscall.Stat_t
 	if err := syscall.Fstat(fd, &st); err != nil {
 		syscall.Close(fd)
-		return -1, &os.PathError{Op: "stat", Path: path, Err: err}
+		return -1, st, &os.PathError{Op: "stat", Path: path, Err: err}
 	}
 	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
 		syscall.Close(fd)
-		return -1, fmt.Errorf("%s is not a regular file (%s)", filepath.Base(path), modeType(uint32(st.Mode)))
+		return -1, st, fmt.Errorf("%s is not a regular file (%s)", filepath.Base(path), modeType(uint32(st.Mode)))
 	}
-	return fd, nil
+	return fd, st, nil
 }
 
 // modeType is the type bits of a stat mode as os.FileMode says them.
@@ -268,19 +288,27 @@ const MaxRecordFile = 1 << 20
 
 // ReadControlFileMax is ReadControlFile with a cap of its own.
 func ReadControlFileMax(path string, limit int) ([]byte, error) {
-	fd, err := openControl(path, os.O_RDONLY)
+	data, _, err := readControlVersion(path, limit)
+	return data, err
+}
+
+// readControlVersion is ReadControlFileMax that also says which version
+// of the file it opened (zero when it opened none).
+func readControlVersion(path string, limit int) ([]byte, FileVersion, error) {
+	fd, st, err := openControlStat(path, os.O_RDONLY)
 	if err != nil {
-		return nil, err
+		return nil, FileVersion{}, err
 	}
 	defer syscall.Close(fd)
+	v := FileVersion{Ino: int64(st.Ino), Size: st.Size, Mtime: statMtime(&st)}
 	data, err := readAllMax(fd, limit+1)
 	if err != nil {
-		return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		return nil, v, &os.PathError{Op: "read", Path: path, Err: err}
 	}
 	if len(data) > limit {
-		return nil, fmt.Errorf("%s is larger than %d KiB", filepath.Base(path), limit>>10)
+		return nil, v, fmt.Errorf("%s is larger than %d KiB", filepath.Base(path), limit>>10)
 	}
-	return data, nil
+	return data, v, nil
 }
 
 // readAllMax reads fd, a regular file, to its end, or max bytes. A read
