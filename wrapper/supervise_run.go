@@ -250,8 +250,12 @@ type selfID struct {
 }
 
 // self is this supervisor's pid, start time and session, read once a
-// process, not once an attempt: none changes while it runs.
-var self = sync.OnceValues(func() (selfID, error) {
+// process, not once an attempt: none changes while it runs. A failed read
+// (out of descriptors, a `ps` that could not fork on Darwin) is not kept:
+// the next attempt of the batch reads again.
+var self = keepSuccess(readSelf).get
+
+func readSelf() (selfID, error) {
 	id := selfID{pid: os.Getpid()}
 	var err error
 	if id.start, err = proc.ProcStart(id.pid); err != nil {
@@ -261,7 +265,35 @@ var self = sync.OnceValues(func() (selfID, error) {
 		return id, fmt.Errorf("read own session: %w", err)
 	}
 	return id, nil
-})
+}
+
+// successOnce is sync.OnceValues that keeps only a success: read is
+// called until it returns no error, then never again.
+type successOnce[T any] struct {
+	mu   sync.Mutex // guards ok and v
+	ok   bool
+	v    T
+	read func() (T, error)
+}
+
+func keepSuccess[T any](read func() (T, error)) *successOnce[T] {
+	return &successOnce[T]{read: read}
+}
+
+// get returns the value read, reading it when no read has succeeded yet.
+func (o *successOnce[T]) get() (T, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.ok {
+		return o.v, nil
+	}
+	v, err := o.read()
+	if err != nil {
+		return v, err
+	}
+	o.v, o.ok = v, true
+	return v, nil
+}
 
 // writeRecord replaces the process record with rec.
 func (s *supervisor) writeRecord() error {
