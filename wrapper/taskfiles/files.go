@@ -99,10 +99,10 @@ func writeFile(path string, data []byte, perm os.FileMode, durable bool) error {
 		// moment later, however busy the disk is. The rename itself is
 		// durable once the directory is synced. A failure here loses
 		// nothing readers can see, so it is not reported.
-		syscall.Fsync(fd)
+		fsync(fd)
 		syscall.Close(fd)
 		if d, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0); err == nil {
-			syscall.Fsync(d)
+			fsync(d)
 			syscall.Close(d)
 		}
 	}
