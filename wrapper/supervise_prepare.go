@@ -226,10 +226,15 @@ func has(entries []os.DirEntry, name string) bool {
 	return false
 }
 
+// sysUnlink is removeFile's call of the kernel, a variable so that a test
+// can interrupt it.
+var sysUnlink = syscall.Unlink
+
 // removeFile removes path, a file; one missing is no error. One call, not
-// os.Remove's two (it tries a directory after a file).
+// os.Remove's two (it tries a directory after a file), retried when a
+// signal interrupts it as os.Remove's is.
 func removeFile(path string) error {
-	err := syscall.Unlink(path)
+	err := taskfiles.IgnoringEINTR(func() error { return sysUnlink(path) })
 	switch {
 	case err == nil || err == syscall.ENOENT:
 		return nil

@@ -77,7 +77,7 @@ func writeFile(path string, data []byte, perm os.FileMode, durable bool) error {
 	if err := writeAll(fd, data); err != nil {
 		return fail(fmt.Errorf("write %s: %w", tmp, err))
 	}
-	if err := ignoringEINTR(func() error { return syscall.Fchmod(fd, uint32(perm.Perm())) }); err != nil {
+	if err := IgnoringEINTR(func() error { return syscall.Fchmod(fd, uint32(perm.Perm())) }); err != nil {
 		return fail(fmt.Errorf("chmod %s: %w", tmp, err))
 	}
 	if !durable {
@@ -86,7 +86,7 @@ func writeFile(path string, data []byte, perm os.FileMode, durable bool) error {
 			return fmt.Errorf("close %s: %w", tmp, err)
 		}
 	}
-	if err := syscall.Rename(tmp, path); err != nil {
+	if err := IgnoringEINTR(func() error { return sysRename(tmp, path) }); err != nil {
 		if durable {
 			syscall.Close(fd)
 		}
@@ -140,8 +140,18 @@ func writeAll(fd int, data []byte) error {
 	return nil
 }
 
-// ignoringEINTR calls fn until it is not interrupted.
-func ignoringEINTR(fn func() error) error {
+// The kernel's calls that WriteFileAtomic and CreateTaskLog make, each
+// retried when a signal interrupts it (as os's calls are: a network or FUSE
+// file system can return EINTR even to a handler that asks for restarts).
+// Variables so that a test can interrupt them.
+var (
+	sysRename = syscall.Rename
+	sysOpen   = syscall.Open
+)
+
+// IgnoringEINTR calls fn until it is not interrupted: a raw call of the
+// kernel, which os would have retried.
+func IgnoringEINTR(fn func() error) error {
 	for {
 		if err := fn(); err != syscall.EINTR {
 			return err

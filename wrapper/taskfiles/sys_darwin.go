@@ -14,7 +14,7 @@ func statMtime(st *syscall.Stat_t) int64 { return st.Mtimespec.Nano() }
 // write it. A file system that does not know it (SMB, some FUSE mounts)
 // gets fsync.
 func fsync(fd int) error {
-	return ignoringEINTR(func() error {
+	return IgnoringEINTR(func() error {
 		_, err := unix.FcntlInt(uintptr(fd), unix.F_FULLFSYNC, 0)
 		if err == unix.ENOTSUP || err == unix.EINVAL {
 			err = syscall.Fsync(fd)

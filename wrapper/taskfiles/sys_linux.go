@@ -7,5 +7,5 @@ func statMtime(st *syscall.Stat_t) int64 { return st.Mtim.Nano() }
 
 // fsync flushes fd to the disk, as os.File.Sync does.
 func fsync(fd int) error {
-	return ignoringEINTR(func() error { return syscall.Fsync(fd) })
+	return IgnoringEINTR(func() error { return syscall.Fsync(fd) })
 }

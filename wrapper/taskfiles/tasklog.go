@@ -55,7 +55,11 @@ type TaskLog struct {
 func CreateTaskLog(path string, limit int64) (*TaskLog, error) {
 	// Opened by the kernel's call, not os.OpenFile, whose file the
 	// runtime would try (and fail) to add to its poller: four calls.
-	fd, err := syscall.Open(path, syscall.O_RDWR|syscall.O_CREAT|syscall.O_TRUNC|syscall.O_APPEND|syscall.O_CLOEXEC, 0o644)
+	var fd int
+	err := IgnoringEINTR(func() (err error) {
+		fd, err = sysOpen(path, syscall.O_RDWR|syscall.O_CREAT|syscall.O_TRUNC|syscall.O_APPEND|syscall.O_CLOEXEC, 0o644)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", FileLog, &os.PathError{Op: "open", Path: path, Err: err})
 	}

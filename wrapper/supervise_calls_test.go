@@ -2,6 +2,8 @@ package wrapper
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 )
@@ -30,5 +32,31 @@ func TestSelfKeepsOnlyASuccess(t *testing.T) {
 	}
 	if calls != 2 {
 		t.Fatalf("%d reads, want 2 (the failed one, then one success kept)", calls)
+	}
+}
+
+// TestRemoveFileRetriesEINTR: removeFile's unlink is the kernel's call, not
+// os.Remove's, which retried it when a signal interrupted it (a network or
+// FUSE file system): it is retried here too, and the file is gone. Not
+// parallel: it replaces the package's call.
+func TestRemoveFileRetriesEINTR(t *testing.T) {
+	unlink := sysUnlink
+	t.Cleanup(func() { sysUnlink = unlink })
+	calls := 0
+	sysUnlink = func(path string) error {
+		if calls++; calls == 1 {
+			return syscall.EINTR
+		}
+		return unlink(path)
+	}
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := removeFile(path); err != nil || calls != 2 {
+		t.Fatalf("remove with its unlink interrupted once: %v after %d calls; want it gone after 2", err, calls)
+	}
+	if _, err := os.Lstat(path); !os.IsNotExist(err) {
+		t.Fatalf("file still there: %v", err)
 	}
 }
