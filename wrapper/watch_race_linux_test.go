@@ -11,34 +11,42 @@ import (
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
-// TestWatchSeesADirectoryMadeWhileWatchesAreAdded: a project's tasks/ and
-// its first task directory made in the moment between the watcher's
-// watch on a new project and the watches it adds for what is in it. The watcher used to list first and watch after: nothing made in
-// that moment was ever told (no watch on tasks/), and the status of every
-// task of the project reached the controller only at the next full look,
-// 30 seconds later — the 200-task batch of make bench that took 30.4 s
-// instead of 2.
+// TestWatchSeesADirectoryMadeWhileWatchesAreAdded: a new project's first
+// task directory made in the moment between the watcher's watch on the
+// project's tasks/ and its listing of it. The watcher used to list first
+// and watch after: a directory made in that moment was seen by neither,
+// nothing in it was told, and the status of every task of the project
+// reached the controller only at the next full look, 30 seconds later —
+// the 200-task batch of make bench that took 30.4 s instead of 2.
 func TestWatchSeesADirectoryMadeWhileWatchesAreAdded(t *testing.T) {
 	root := t.TempDir()
 	project := filepath.Join(root, "demo")
-	task := filepath.Join(project, "tasks", "T1")
+	tasks := filepath.Join(project, "tasks")
+	task := filepath.Join(tasks, "T1")
 	var once sync.Once
-	nodestatus.TestHookListed = func(dir string) {
-		if dir != project {
-			return // the watcher's first listing, before the project
+	nodestatus.TestHookWatched = func(dir string) {
+		if dir != tasks {
+			return // the work directory, at the start
 		}
 		once.Do(func() {
-			if err := os.MkdirAll(task, 0o755); err != nil {
+			if err := os.Mkdir(task, 0o755); err != nil {
 				t.Error(err)
 			}
 		})
 	}
-	t.Cleanup(func() { nodestatus.TestHookListed = nil })
+	t.Cleanup(func() { nodestatus.TestHookWatched = nil })
 	fs := frames(t, root, true)
 	if f := <-fs; f.Type != wire.FrameHello {
 		t.Fatalf("first frame %+v, want hello", f)
 	}
-	if err := os.Mkdir(project, 0o755); err != nil {
+	// The project comes with its tasks/ (made under a hidden name, which
+	// the watcher skips, and renamed): one event, whose handling watches
+	// tasks/ and lists it.
+	hidden := filepath.Join(root, ".demo")
+	if err := os.MkdirAll(filepath.Join(hidden, "tasks"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(hidden, project); err != nil {
 		t.Fatal(err)
 	}
 	// The task starts once its directory is there (the hook has run).

@@ -153,9 +153,9 @@ func eventName(b []byte) string {
 	return string(b)
 }
 
-// TestHookListed, when set, runs after addWatches has listed dir (root),
-// and after a project's directory dir is watched, before its tasks/ is.
-var TestHookListed func(dir string)
+// TestHookWatched, when set, runs between the watch on dir (the work
+// directory, or a project's tasks/) and its listing.
+var TestHookWatched func(dir string)
 
 type inotify struct {
 	fd    int
@@ -209,12 +209,9 @@ func (n *inotify) addWatch(d string) bool {
 // the two (a project's tasks/ made as the project's own event is handled)
 // was seen by neither, and nothing in it was told again.
 func (n *inotify) addWatches() bool {
-	if !n.addWatch(n.root) {
+	projects, ok := n.watchAndList(n.root)
+	if !ok {
 		return false
-	}
-	projects, _ := os.ReadDir(n.root)
-	if TestHookListed != nil {
-		TestHookListed(n.root)
 	}
 	for _, p := range projects {
 		if !p.IsDir() || strings.HasPrefix(p.Name(), ".") {
@@ -231,21 +228,31 @@ func (n *inotify) addWatches() bool {
 // directory in it, each watched before it is listed (see addWatches);
 // false as for addWatches.
 func (n *inotify) addProject(projectDir string) bool {
-	tasksDir := filepath.Join(projectDir, "tasks")
 	if !n.addWatch(projectDir) {
 		return false
 	}
-	if TestHookListed != nil {
-		TestHookListed(projectDir)
-	}
-	if !n.addWatch(tasksDir) {
+	tasksDir := filepath.Join(projectDir, "tasks")
+	tasks, ok := n.watchAndList(tasksDir)
+	if !ok {
 		return false
 	}
-	tasks, _ := os.ReadDir(tasksDir)
 	for _, t := range tasks {
 		if t.IsDir() && !strings.HasPrefix(t.Name(), ".") && !n.addWatch(filepath.Join(tasksDir, t.Name())) {
 			return false
 		}
 	}
 	return true
+}
+
+// watchAndList watches dir and then lists it, in this order (see
+// addWatches); false as for addWatches.
+func (n *inotify) watchAndList(dir string) ([]os.DirEntry, bool) {
+	if !n.addWatch(dir) {
+		return nil, false
+	}
+	if TestHookWatched != nil {
+		TestHookWatched(dir)
+	}
+	entries, _ := os.ReadDir(dir)
+	return entries, true
 }
