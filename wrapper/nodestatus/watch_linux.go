@@ -12,9 +12,9 @@ import (
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
-// readGap is the shortest time between two reads of the events: under
+// ReadGap is the shortest time between two reads of the events: under
 // the watch's own coalescing of looks (coalesce, MinChangeGap).
-const readGap = 2 * time.Millisecond
+const ReadGap = 2 * time.Millisecond
 
 // inotifyMask is what makes a directory worth a look: a file renamed into
 // it (status.json is replaced that way), created or written, or a
@@ -59,7 +59,7 @@ func newNotifier(root string) (<-chan struct{}, func() dirChange, func()) {
 				// read again once a burst had a moment to queue, not
 				// at each of its events, each a wake-up of this reader.
 				// The first event after a quiet moment is read at once.
-				time.Sleep(readGap)
+				time.Sleep(ReadGap)
 			}
 			k, err := f.Read(buf)
 			if err != nil || k < syscall.SizeofInotifyEvent {
