@@ -65,64 +65,11 @@ func newNotifier(root string) (<-chan struct{}, func() dirChange, func()) {
 			if err != nil || k < syscall.SizeofInotifyEvent {
 				return
 			}
-			c := newDirChange()
-			for off := 0; off+syscall.SizeofInotifyEvent <= k; {
-				ev := (*syscall.InotifyEvent)(unsafe.Pointer(&buf[off]))
-				name := eventName(buf[off+syscall.SizeofInotifyEvent : off+syscall.SizeofInotifyEvent+int(ev.Len)])
-				dir := n.byWD[ev.Wd]
-				if ev.Mask&syscall.IN_IGNORED != 0 {
-					// The directory is gone; one made again at its path
-					// needs a new watch.
-					delete(n.added, dir)
-					delete(n.byWD, ev.Wd)
-				}
-				// Heartbeats, logs and temporary files change all the
-				// time and say nothing: only a status file, a lock file
-				// made or closed by its supervisor, or a directory
-				// coming or going is worth a look, and only at the task
-				// it names. Directories count where tasks and
-				// projects live, not inside a task directory, where the
-				// task itself can make any number of them.
-				depth := n.depth(dir)
-				switch {
-				case ev.Mask&(syscall.IN_IGNORED|syscall.IN_Q_OVERFLOW) != 0:
-					c.all = true
-				case depth == 3 && (name == taskfiles.FileStatus || name == taskfiles.FileLock):
-					c.keys[n.key(dir)] = true
-				case depth == 2 && ev.Mask&syscall.IN_ISDIR != 0:
-					// A task directory made or removed in tasks/.
-					c.keys[n.key(filepath.Join(dir, name))] = true
-					c.newDirs = append(c.newDirs, filepath.Join(dir, name))
-				case ev.Mask&syscall.IN_ISDIR == 0:
-				case depth == 0 && ev.Mask&syscall.IN_DELETE == 0 && !strings.HasPrefix(name, "."):
-					// A new project: it alone is watched and looked at,
-					// not every project the node ever ran.
-					c.projects[name] = true
-				case depth == 1 && ev.Mask&syscall.IN_DELETE == 0 && name == "tasks":
-					c.projects[filepath.Base(dir)] = true
-				case depth < 2:
-					c.all = true // a project, or its tasks/, went
-				}
-				off += syscall.SizeofInotifyEvent + int(ev.Len)
-			}
+			c := n.parse(buf[:k])
 			if !c.all && len(c.keys) == 0 && len(c.projects) == 0 {
 				continue
 			}
-			// New directories need their own watches, or what happens
-			// in them is missed: a new task directory its own, anything
-			// higher a walk.
-			ok := true
-			if c.all {
-				ok = n.addWatches()
-			} else {
-				for _, d := range c.newDirs {
-					ok = ok && n.addWatch(d)
-				}
-				for p := range c.projects {
-					ok = ok && n.addProject(filepath.Join(n.root, p))
-				}
-			}
-			if !ok {
+			if !n.follow(c) {
 				return
 			}
 			mu.Lock()
@@ -141,6 +88,72 @@ func newNotifier(root string) (<-chan struct{}, func() dirChange, func()) {
 		}
 	}()
 	return events, take, stop
+}
+
+// parse reads the inotify events in buf into what they changed: the
+// tasks they name, new projects, or all.
+func (n *inotify) parse(buf []byte) dirChange {
+	c := newDirChange()
+	for off := 0; off+syscall.SizeofInotifyEvent <= len(buf); {
+		ev := (*syscall.InotifyEvent)(unsafe.Pointer(&buf[off]))
+		name := eventName(buf[off+syscall.SizeofInotifyEvent : off+syscall.SizeofInotifyEvent+int(ev.Len)])
+		dir := n.byWD[ev.Wd]
+		if ev.Mask&syscall.IN_IGNORED != 0 {
+			// The directory is gone; one made again at its path
+			// needs a new watch.
+			delete(n.added, dir)
+			delete(n.byWD, ev.Wd)
+		}
+		// Heartbeats, logs and temporary files change all the
+		// time and say nothing: only a status file, a lock file
+		// made or closed by its supervisor, or a directory
+		// coming or going is worth a look, and only at the task
+		// it names. Directories count where tasks and
+		// projects live, not inside a task directory, where the
+		// task itself can make any number of them.
+		depth := n.depth(dir)
+		switch {
+		case ev.Mask&(syscall.IN_IGNORED|syscall.IN_Q_OVERFLOW) != 0:
+			c.all = true
+		case depth == 3 && (name == taskfiles.FileStatus || name == taskfiles.FileLock):
+			c.keys[n.key(dir)] = true
+		case depth == 2 && ev.Mask&syscall.IN_ISDIR != 0:
+			// A task directory made or removed in tasks/.
+			c.keys[n.key(filepath.Join(dir, name))] = true
+			c.newDirs = append(c.newDirs, filepath.Join(dir, name))
+		case ev.Mask&syscall.IN_ISDIR == 0:
+		case depth == 0 && ev.Mask&syscall.IN_DELETE == 0 && !strings.HasPrefix(name, "."):
+			// A new project: it alone is watched and looked at,
+			// not every project the node ever ran.
+			c.projects[name] = true
+		case depth == 1 && ev.Mask&syscall.IN_DELETE == 0 && name == "tasks":
+			c.projects[filepath.Base(dir)] = true
+		case depth < 2:
+			c.all = true // a project, or its tasks/, went
+		}
+		off += syscall.SizeofInotifyEvent + int(ev.Len)
+	}
+	return c
+}
+
+// follow adds the watches that c's new directories need; false when one
+// cannot be added.
+func (n *inotify) follow(c dirChange) bool {
+	// New directories need their own watches, or what happens
+	// in them is missed: a new task directory its own, anything
+	// higher a walk.
+	ok := true
+	if c.all {
+		ok = n.addWatches()
+	} else {
+		for _, d := range c.newDirs {
+			ok = ok && n.addWatch(d)
+		}
+		for p := range c.projects {
+			ok = ok && n.addProject(filepath.Join(n.root, p))
+		}
+	}
+	return ok
 }
 
 // eventName is the NUL-padded name of an inotify event.
