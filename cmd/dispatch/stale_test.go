@@ -221,7 +221,9 @@ func TestDashboardSaysNoController(t *testing.T) {
 	t.Parallel()
 	gate := filepath.Join(t.TempDir(), "go")
 	home, _ := opsHome(t, map[string]map[string]string{
-		"web": {"S01-wait.md": fmt.Sprintf("while [ ! -e '%s' ]; do sleep 0.05; done\n", gate)},
+		// It also ends once the gate's directory is gone: the cleanup writes
+		// the gate and removes its directory within the loop's 50 ms.
+		"web": {"S01-wait.md": fmt.Sprintf("g='%s'; while [ ! -e \"$g\" ] && [ -d \"${g%%/*}\" ]; do sleep 0.05; done\n", gate)},
 	})
 	unsandboxed(t, home, "S01 waits for a file the test writes outside its workspace")
 	t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o644) })
