@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -227,19 +228,7 @@ func TestWatchLooksOnceAChange(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "strace.log")
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, strace, "-f", "-qq", "-y", "-o", log, "-e", "trace=%file,%desc", wrapperBin, "watch", "--root", root, "--node", "local")
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewScanner(out)
+	cmd, in, lines := stracedWatch(t, ctx, strace, []string{"-f", "-qq", "-y", "-o", log, "-e", "trace=%file,%desc"}, "--root", root, "--node", "local")
 	next := func() wire.Frame {
 		t.Helper()
 		if !lines.Scan() {
@@ -323,19 +312,7 @@ func TestWatchLooksAtANewProjectOnly(t *testing.T) {
 		old = append(old, dir)
 	}
 	log := filepath.Join(t.TempDir(), "strace.log")
-	cmd := exec.CommandContext(t.Context(), strace, "-f", "-qq", "-o", log, "-e", "trace=%file,%desc", wrapperBin, "watch", "--root", root, "--node", "local")
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewScanner(out)
+	cmd, in, lines := stracedWatch(t, t.Context(), strace, []string{"-f", "-qq", "-o", log, "-e", "trace=%file,%desc"}, "--root", root, "--node", "local")
 	if !lines.Scan() || !strings.Contains(lines.Text(), wire.FrameHello) {
 		t.Fatalf("first frame %q, want hello (%v)", lines.Text(), lines.Err())
 	}
@@ -388,19 +365,7 @@ func TestWatchReadsEventsInBursts(t *testing.T) {
 	}
 	log := filepath.Join(t.TempDir(), "strace.log")
 	// One file a thread (-ff): no call is split in two lines by another's.
-	cmd := exec.CommandContext(t.Context(), strace, "-ff", "-qq", "-y", "-o", log, "-e", "trace=read", wrapperBin, "watch", "--root", root)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewScanner(out)
+	cmd, in, lines := stracedWatch(t, t.Context(), strace, []string{"-ff", "-qq", "-y", "-o", log, "-e", "trace=read"}, "--root", root)
 	if !lines.Scan() || !strings.Contains(lines.Text(), wire.FrameHello) {
 		t.Fatalf("first frame %q, want hello (%v)", lines.Text(), lines.Err())
 	}
@@ -467,4 +432,24 @@ func needStrace(t *testing.T) string {
 		t.Skip("no strace:", err)
 	}
 	return strace
+}
+
+// stracedWatch starts `wrapper watch args…` under strace with straceArgs
+// and returns it, its stdin and its frames' lines.
+func stracedWatch(t *testing.T, ctx context.Context, strace string, straceArgs []string, args ...string) (*exec.Cmd, io.WriteCloser, *bufio.Scanner) {
+	t.Helper()
+	argv := append(append(straceArgs, wrapperBin, "watch"), args...)
+	cmd := exec.CommandContext(ctx, strace, argv...)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, in, bufio.NewScanner(out)
 }
