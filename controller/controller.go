@@ -349,6 +349,7 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 	c.fullPullEvery = poll
 	c.streams = ctx
 	c.watchNodes(ctx)
+	movedBefore := false
 	for {
 		tickStart := time.Now()
 		res, err := c.Tick(ctx)
@@ -379,6 +380,8 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 		}
 		wait, why := poll, "poll"
 		moved := res.Launched > 0 || res.Changed > 0
+		recent := [2]bool{moved, movedBefore}
+		movedBefore = moved
 		if moved {
 			// While tasks start and end, look again soon: short tasks then
 			// finish in well under a poll interval, and freed slots refill
@@ -402,7 +405,7 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 				wait, why = 0, "run begun"
 			}
 		}
-		if err := c.awaitTick(ctx, wait, why, tickStart, moved); err != nil {
+		if err := c.awaitTick(ctx, wait, why, tickStart, recent); err != nil {
 			return err
 		}
 	}
@@ -410,10 +413,11 @@ func (c *Controller) Run(ctx context.Context, poll time.Duration, onTick func(Ti
 
 // awaitTick waits for the next tick, serving operator commands meanwhile;
 // a tick follows every command at once, and a stream's wake after
-// wakeDelay (moved: the last tick launched or changed something). The
+// wakeDelay (moved: whether the last tick and the one before it
+// launched or changed something). The
 // debug log names what ended each wait and how long it was (why: the
 // timer's reason), so that a batch that stalls says what it waited for.
-func (c *Controller) awaitTick(ctx context.Context, wait time.Duration, why string, tickStart time.Time, moved bool) error {
+func (c *Controller) awaitTick(ctx context.Context, wait time.Duration, why string, tickStart time.Time, moved [2]bool) error {
 	began := time.Now()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
@@ -432,7 +436,7 @@ func (c *Controller) awaitTick(ctx context.Context, wait time.Duration, why stri
 		// A node said something changed: tick now, once the rest of the
 		// burst is in.
 		timer.Stop()
-		if !sleepCtx(ctx, wakeDelay(moved, c.wakeGap, time.Since(tickStart))) {
+		if !sleepCtx(ctx, wakeDelay(moved[0], moved[1], c.wakeGap, time.Since(tickStart))) {
 			return ctx.Err()
 		}
 		select {
@@ -446,14 +450,18 @@ func (c *Controller) awaitTick(ctx context.Context, wait time.Duration, why stri
 }
 
 // wakeDelay is how long a stream's wake waits before its tick: the
-// burst's coalesceWait, and after a tick that changed nothing (moved
-// false) until gap has passed since that tick began, however fast a node
-// (or a task rewriting its own status.json) reports changes. A tick that
-// moved tasks is followed at once: the freed slots are refilled while
-// the next tasks end, not a gap later. Ticks that move tasks are bounded
-// by the tasks' transitions, which nothing on a node can repeat at will.
-func wakeDelay(moved bool, gap, sinceTick time.Duration) time.Duration {
-	if moved {
+// burst's coalesceWait, and after two ticks in a row that changed nothing
+// (moved, movedBefore: the last tick and the one before it launched or
+// changed a task) until gap has passed since the last one began, however
+// fast a node (or a task rewriting its own status.json) reports changes.
+// A tick that moved tasks, and the one after it, are followed at once:
+// freed slots are refilled while the next tasks end, and the tick after
+// a launch often moves nothing (a frame saying what the launch reply
+// said) while the launched tasks' ends are on their way. Ticks that move
+// tasks are bounded by the tasks' transitions, which nothing on a node
+// can repeat at will.
+func wakeDelay(moved, movedBefore bool, gap, sinceTick time.Duration) time.Duration {
+	if moved || movedBefore {
 		gap = 0
 	}
 	return max(coalesceWait, gap-sinceTick)

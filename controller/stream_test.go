@@ -81,36 +81,41 @@ func TestStreamWakesTheLoop(t *testing.T) {
 func TestWakeAfterAMovingTickIsNotHeldBack(t *testing.T) {
 	h := newHarness(t, chainYAML, chainSpecs())
 	h.ctl.wakeGap = time.Hour
-	await := func(moved bool, limit time.Duration) error {
+	await := func(moved, movedBefore bool, limit time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), limit)
 		defer cancel()
 		h.ctl.signalWake()
-		return h.ctl.awaitTick(ctx, time.Hour, "active", time.Now(), moved)
+		return h.ctl.awaitTick(ctx, time.Hour, "active", time.Now(), [2]bool{moved, movedBefore})
 	}
-	if err := await(true, 10*time.Second); err != nil {
+	if err := await(true, false, 10*time.Second); err != nil {
 		t.Errorf("the wake after a tick that moved tasks was held back: %v", err)
 	}
-	if err := await(false, 50*time.Millisecond); err == nil {
-		t.Error("the wake after a tick that changed nothing was not held back by the wake gap")
+	if err := await(false, true, 10*time.Second); err != nil {
+		t.Errorf("the wake after the tick that followed one that moved tasks was held back: %v", err)
+	}
+	if err := await(false, false, 50*time.Millisecond); err == nil {
+		t.Error("the wake after two ticks that changed nothing was not held back by the wake gap")
 	}
 }
 
 func TestWakeDelay(t *testing.T) {
 	gap := 100 * time.Millisecond
 	for _, tc := range []struct {
-		moved     bool
-		sinceTick time.Duration
-		want      time.Duration
+		moved, movedBefore bool
+		sinceTick          time.Duration
+		want               time.Duration
 	}{
-		{false, 0, gap},
-		{false, 30 * time.Millisecond, 70 * time.Millisecond},
-		{false, 99 * time.Millisecond, coalesceWait},
-		{false, time.Second, coalesceWait},
-		{true, 0, coalesceWait},
-		{true, 30 * time.Millisecond, coalesceWait},
+		{false, false, 0, gap},
+		{false, false, 30 * time.Millisecond, 70 * time.Millisecond},
+		{false, false, 99 * time.Millisecond, coalesceWait},
+		{false, false, time.Second, coalesceWait},
+		{true, false, 0, coalesceWait},
+		{true, false, 30 * time.Millisecond, coalesceWait},
+		{false, true, 0, coalesceWait},
+		{true, true, 30 * time.Millisecond, coalesceWait},
 	} {
-		if got := wakeDelay(tc.moved, gap, tc.sinceTick); got != tc.want {
-			t.Errorf("wakeDelay(%v, %v, %v) = %v, want %v", tc.moved, gap, tc.sinceTick, got, tc.want)
+		if got := wakeDelay(tc.moved, tc.movedBefore, gap, tc.sinceTick); got != tc.want {
+			t.Errorf("wakeDelay(%v, %v, %v, %v) = %v, want %v", tc.moved, tc.movedBefore, gap, tc.sinceTick, got, tc.want)
 		}
 	}
 }
