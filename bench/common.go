@@ -76,6 +76,11 @@ func fmtMS(s float64) string {
 	return fmt.Sprintf("%.1f ms", s*1000)
 }
 
+// fmtUS says a short duration in microseconds.
+func fmtUS(d time.Duration) string {
+	return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
+}
+
 func fmtRatio(r float64) string {
 	if math.IsNaN(r) || math.IsInf(r, 0) {
 		return "–"
@@ -124,7 +129,27 @@ func (t *table) markdown() string {
 // ---- the machine ---------------------------------------------------------
 
 type machine struct {
-	CPU, Cores, Kernel, Memory, Go, SSHD, SSH, Parallel, Dispatch, Date, Load string
+	CPU, Cores, Kernel, Memory, Go, SSHD, SSH, Parallel, Dispatch, Date, Load, Files string
+}
+
+// describeFiles says where the bench makes its homes and work_dirs
+// (root, whose spreadDirs gave spread) and what creating a file costs
+// there and beside it, in root's parent, where the machine's other work
+// and earlier benches made and removed their files.
+func describeFiles(root string, spread error) string {
+	where := "each home and work_dir in an ext4 block group of its own (chattr +T on the bench's root)"
+	if spread != nil {
+		where = fmt.Sprintf("homes and work_dirs in %s (%v)", filepath.Dir(root), spread)
+	}
+	here, err := createCost(root)
+	if err != nil {
+		return where
+	}
+	beside, err := createCost(filepath.Dir(root))
+	if err != nil {
+		return where
+	}
+	return fmt.Sprintf("%s; creating a file: %s of CPU there, %s in %s", where, fmtUS(here), fmtUS(beside), filepath.Dir(root))
 }
 
 func describeMachine(dispatchBin string) machine {

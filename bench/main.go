@@ -127,8 +127,10 @@ func run(o *options) error {
 		return err
 	}
 	defer os.RemoveAll(root)
+	spread := spreadDirs(root)
 
 	m := describeMachine(o.dispatch)
+	m.Files = describeFiles(root, spread)
 	loadStart := loadAvg()
 	fmt.Printf("bench: %s, %s cores, %s, %s, %s\n", m.CPU, m.Cores, m.Kernel, m.Go, m.SSHD)
 	started := time.Now()

@@ -18,7 +18,7 @@ func render(o *options, m machine, sections []*section, took time.Duration) stri
 	fmt.Fprintf(&b, " — took %s on %s.\n\n", took.Round(time.Second), m.Date)
 	b.WriteString("| machine | |\n|---|---|\n")
 	for _, kv := range [][2]string{{"CPU", m.CPU}, {"cores", m.Cores}, {"memory", m.Memory}, {"kernel", m.Kernel},
-		{"Go", m.Go}, {"sshd", m.SSHD}, {"ssh", m.SSH}, {"GNU parallel", m.Parallel}, {"dispatch", m.Dispatch}, {"load average (1 min)", m.Load}} {
+		{"Go", m.Go}, {"sshd", m.SSHD}, {"ssh", m.SSH}, {"GNU parallel", m.Parallel}, {"dispatch", m.Dispatch}, {"load average (1 min)", m.Load}, {"files", m.Files}} {
 		fmt.Fprintf(&b, "| %s | %s |\n", kv[0], kv[1])
 	}
 	b.WriteString("\nEvery node is a real OpenSSH sshd on 127.0.0.1 started by `internal/sshdtest` (its own host key and " +
