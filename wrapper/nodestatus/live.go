@@ -152,10 +152,12 @@ func checkLiveRequest(req wire.LiveRequest) (named map[string][]string, held map
 // tasks of any project. A marker whose attempt is over
 // (no supervisor, and a final status of that attempt or a later one, or
 // the marker older than staleMarkerAge) or whose task directory is gone
-// is removed as it is read. An index that is not a directory (the task
-// of an unconfined attempt can reach it) lists the whole project. The
-// attempts of another node than node (see proc.OthersTask) are neither listed
-// nor unmarked: the index is shared by the nodes that share the work_dir.
+// is removed as it is read. An index that is not a directory or cannot be
+// listed (the task of an unconfined attempt can reach it, and chmod it)
+// lists the whole project, as the full listing does: one project's index
+// never fails the others'. The attempts of another node than node (see
+// proc.OthersTask) are neither listed nor unmarked: the index is shared by
+// the nodes that share the work_dir.
 func LiveStatus(ctx context.Context, version, root, node string, projects []string, named map[string][]string, held map[string]string) (*wire.NodeStatus, error) {
 	ns := &wire.NodeStatus{
 		WrapperVersion: version,
@@ -191,56 +193,82 @@ func LiveStatus(ctx context.Context, version, root, node string, projects []stri
 			}
 			continue
 		}
-		tasksDir := filepath.Join(root, project, "tasks")
-		ids := map[string]bool{}
-		for _, id := range named[project] {
-			ids[id] = true
-		}
-		idx := filepath.Join(tasksDir, DirLive)
-		var markers []os.DirEntry
-		if fi, err := os.Lstat(idx); err == nil && !fi.IsDir() {
-			// Not what the wrapper made: trust none of it.
-			all, err := listTasks(tasksDir, node)
-			if err != nil {
-				return nil, err
-			}
-			ns.Tasks = append(ns.Tasks, all...)
-			continue
-		} else if err == nil {
-			if markers, err = os.ReadDir(idx); err != nil {
-				return nil, errkind.IO(fmt.Errorf("list %s: %w", idx, err))
-			}
-		}
-		live := map[string]int{}
-		for _, m := range markers {
-			id := m.Name()
-			if strings.HasPrefix(id, ".") || !ValidName(id) {
-				continue // a temporary file of MarkLive, or not ours
-			}
-			live[id], ids[id] = -1, true
-			if a, err := readMarker(filepath.Join(idx, id)); err == nil {
-				live[id] = a
-			}
-		}
-		for _, id := range sortedKeys(ids) {
-			dir := filepath.Join(tasksDir, id)
-			if _, err := os.Lstat(dir); err != nil || !isDir(dir) {
-				if a, ok := live[id]; ok && errors.Is(err, os.ErrNotExist) {
-					UnmarkLive(dir, max(a, 0))
-				}
-				continue
-			}
-			if proc.OthersTask(node, dir) {
-				continue
-			}
-			ts := taskStatus(project, id, dir)
-			addLive(ns, ts, held)
-			if a, ok := live[id]; ok && markerOver(ts, a, filepath.Join(idx, id), now) {
-				UnmarkLive(dir, max(a, 0))
-			}
+		if err := liveProject(ns, root, project, node, named[project], held, now); err != nil {
+			return nil, err
 		}
 	}
 	return ns, nil
+}
+
+// liveProject adds to ns the tasks of project's live index and the named
+// ones, or every task of project when its index is not to be trusted
+// (see liveIndex).
+func liveProject(ns *wire.NodeStatus, root, project, node string, named []string, held map[string]string, now time.Time) error {
+	tasksDir := filepath.Join(root, project, "tasks")
+	markers, all := liveIndex(tasksDir)
+	if all {
+		tasks, err := listTasks(tasksDir, node)
+		if err != nil {
+			return err
+		}
+		for _, ts := range tasks {
+			addLive(ns, ts, held)
+		}
+		return nil
+	}
+	idx := filepath.Join(tasksDir, DirLive)
+	ids := map[string]bool{}
+	for _, id := range named {
+		ids[id] = true
+	}
+	live := map[string]int{}
+	for id := range markers {
+		if strings.HasPrefix(id, ".") || !ValidName(id) {
+			continue // a temporary file of MarkLive, or not ours
+		}
+		live[id], ids[id] = -1, true
+		if a, err := readMarker(filepath.Join(idx, id)); err == nil {
+			live[id] = a
+		}
+	}
+	for _, id := range sortedKeys(ids) {
+		dir := filepath.Join(tasksDir, id)
+		if _, err := os.Lstat(dir); err != nil || !isDir(dir) {
+			if a, ok := live[id]; ok && errors.Is(err, os.ErrNotExist) {
+				UnmarkLive(dir, max(a, 0))
+			}
+			continue
+		}
+		if proc.OthersTask(node, dir) {
+			continue
+		}
+		ts := taskStatus(project, id, dir)
+		addLive(ns, ts, held)
+		if a, ok := live[id]; ok && markerOver(ts, a, filepath.Join(idx, id), now) {
+			UnmarkLive(dir, max(a, 0))
+		}
+	}
+	return nil
+}
+
+// liveIndex returns the task IDs the live index of tasksDir names; all
+// when it is not a directory or cannot be listed (the task of an
+// unconfined attempt can reach it, and chmod it): none of it is trusted,
+// the whole project is looked at. No index (no launch yet) names none.
+func liveIndex(tasksDir string) (ids map[string]bool, all bool) {
+	idx := filepath.Join(tasksDir, DirLive)
+	if fi, err := os.Lstat(idx); err == nil && !fi.IsDir() {
+		return nil, true
+	}
+	markers, err := os.ReadDir(idx)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, true
+	}
+	ids = map[string]bool{}
+	for _, m := range markers {
+		ids[m.Name()] = true
+	}
+	return ids, false
 }
 
 // addLive adds ts to a live reply: in full, or as its heartbeat alone

@@ -250,26 +250,6 @@ func (s *scanner) Prime() {
 	s.primed = true
 }
 
-// liveIndex returns the task IDs the live index of tasksDir names; all
-// when it is not a directory or cannot be listed (the task of an
-// unconfined attempt can reach it, and chmod it): none of it is trusted,
-// every lock is probed. No index (no launch yet) names none.
-func liveIndex(tasksDir string) (ids map[string]bool, all bool) {
-	idx := filepath.Join(tasksDir, DirLive)
-	if fi, err := os.Lstat(idx); err == nil && !fi.IsDir() {
-		return nil, true
-	}
-	markers, err := os.ReadDir(idx)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, true
-	}
-	ids = map[string]bool{}
-	for _, m := range markers {
-		ids[m.Name()] = true
-	}
-	return ids, false
-}
-
 // Scan looks at every task directory under root and returns the tasks
 // whose status.json changed since the last scan (and, with probeLive,
 // whose supervisor died or appeared), sorted.

@@ -1,9 +1,11 @@
 package nodestatus
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -41,29 +43,101 @@ func TestPrimeProbesEveryLockOfAnUnreadableIndex(t *testing.T) {
 	defer os.Chmod(idx, 0o700)
 
 	sc := NewScanner(root)
-	done := make(chan error)
-	go func() {
-		// As root, chmod stops no read: the calls of Prime run on a
-		// thread without the capabilities that override it. The thread
-		// is never unlocked, so it ends with this goroutine.
-		runtime.LockOSThread()
-		if err := dropFileCapabilities(); err != nil {
-			done <- err
-			return
-		}
-		if _, err := os.ReadDir(idx); err == nil {
-			done <- os.ErrInvalid
-			return
-		}
-		sc.Prime()
-		done <- nil
-	}()
-	if err := <-done; err != nil {
+	if err := unreadableTo(idx, sc.Prime); err != nil {
 		t.Fatalf("make the index unreadable to this thread: %v", err)
 	}
 	if !sc.Known["demo/T1"].alive {
 		t.Fatal("a watch starting beside an unreadable live index found no live supervisor; want every lock probed")
 	}
+}
+
+// TestLiveStatusListsAProjectWithAnUnreadableIndex: a task that makes its
+// project's live index unreadable (chmod 000 tasks/.live, as an
+// unsandboxed one can) must not fail `status --live` for every project of
+// the node (the controller's steady pull of it): that project is listed
+// whole, as the full listing lists it and the watch probes it, and the
+// others by their index and the named tasks, as always (a named task of
+// the unreadable project is listed once).
+func TestLiveStatusListsAProjectWithAnUnreadableIndex(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	task := func(project, id, status string, live bool) {
+		t.Helper()
+		dir := filepath.Join(root, project, "tasks", id)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := taskfiles.WriteJSONAtomic(filepath.Join(dir, taskfiles.FileStatus), wire.Status{Task: id, Attempt: 1, Status: status}); err != nil {
+			t.Fatal(err)
+		}
+		if !live {
+			return
+		}
+		lock, ok, err := taskfiles.LockTask(dir, 0)
+		if err != nil || !ok {
+			t.Fatalf("lock %s: %v %v", dir, ok, err)
+		}
+		t.Cleanup(func() { lock.Close() })
+		if err := MarkLive(dir, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	task("a", "RUN", wire.StatusRunning, true)
+	task("a", "DONE", wire.StatusCompleted, false)
+	task("b", "RUN", wire.StatusRunning, true)
+	task("b", "DONE", wire.StatusCompleted, false)
+	task("b", "NAMED", wire.StatusCompleted, false)
+	idx := filepath.Join(root, "a", "tasks", DirLive)
+	if err := os.Chmod(idx, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chmod(idx, 0o700)
+
+	var ns *wire.NodeStatus
+	var err error
+	if err := unreadableTo(idx, func() {
+		ns, err = LiveStatus(t.Context(), "v", root, "", nil, map[string][]string{"a": {"DONE"}, "b": {"NAMED"}}, nil)
+	}); err != nil {
+		t.Fatalf("make the index unreadable to this thread: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("status --live beside an unreadable live index: %v; want the other projects answered", err)
+	}
+	var got []string
+	for _, ts := range ns.Tasks {
+		got = append(got, ts.Project+"/"+ts.Task)
+		if ts.Task == "RUN" && !ts.Alive {
+			t.Errorf("%s/RUN not alive; want its supervisor found", ts.Project)
+		}
+	}
+	if want := "a/DONE a/RUN b/NAMED b/RUN"; strings.Join(got, " ") != want {
+		t.Errorf("listed %q, want %q (project a whole, b's index and named task)", strings.Join(got, " "), want)
+	}
+	if ns.Listing != wire.ListingLive {
+		t.Errorf("listing %q, want %q", ns.Listing, wire.ListingLive)
+	}
+}
+
+// unreadableTo calls f on a thread to which path cannot be listed: as
+// root, chmod stops no read, so f runs on a thread without the
+// capabilities that override it. The thread is never unlocked, so it ends
+// with the goroutine.
+func unreadableTo(path string, f func()) error {
+	done := make(chan error)
+	go func() {
+		runtime.LockOSThread()
+		if err := dropFileCapabilities(); err != nil {
+			done <- err
+			return
+		}
+		if _, err := os.ReadDir(path); err == nil {
+			done <- fmt.Errorf("%s can still be listed", path)
+			return
+		}
+		f()
+		done <- nil
+	}()
+	return <-done
 }
 
 // dropFileCapabilities drops, from the calling thread's effective set,
