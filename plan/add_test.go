@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/dispatch-tool/dispatch/control"
@@ -164,4 +165,61 @@ func add(t *testing.T, specsDir string, cfg *nodes.Config, st *store.Store, betw
 	}
 	_, err = AddProject(t.Context(), st, cfg, filepath.Dir(specsDir), p, control.StartOptions{})
 	return err
+}
+
+// TestAddOptionsReadsIntegrationSpecAsChecked: a start reads the
+// integration_spec Load checked, and fails naming it when it became a
+// link out of the specs directory (to a key) or a FIFO since: the key is
+// not stored as S99's spec, the FIFO not waited on.
+func TestAddOptionsReadsIntegrationSpecAsChecked(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		swap string // "", "link" or "fifo"
+		want string // in the error; "" for none
+	}{
+		{name: "unchanged"},
+		{name: "became a link out", swap: "link", want: "outside the specs directory"},
+		{name: "became a FIFO", swap: "fifo", want: "not a regular file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			specsDir, cfg, _ := addFixture(t)
+			file := filepath.Join(specsDir, "p", "integrate.md")
+			key := filepath.Join(t.TempDir(), "id_ed25519")
+			for path, text := range map[string]string{file: "merge them\n", key: "PRIVATE KEY\n",
+				filepath.Join(specsDir, "p", "project.yaml"): "tool: shell\nintegration_spec: integrate.md\n"} {
+				if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p, err := spec.Load(specsDir, "p")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.swap != "" {
+				if err := os.Remove(file); err != nil {
+					t.Fatal(err)
+				}
+				if tc.swap == "link" {
+					err = os.Symlink(key, file)
+				} else {
+					err = syscall.Mkfifo(file, 0o644)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			opts, _, err := addOptions(cfg, p, control.StartOptions{})
+			snap := string(opts.Overrides[domain.IntegrationID].Snapshot)
+			if tc.want == "" {
+				if err != nil || snap != "merge them\n" {
+					t.Fatalf("addOptions: S99's snapshot %q, %v; want the file's text", snap, err)
+				}
+				return
+			}
+			var ce *spec.ChangedError
+			if !errors.As(err, &ce) || ce.File != file || !strings.Contains(ce.Problem, tc.want) || !strings.Contains(err.Error(), "run the command again") {
+				t.Fatalf("addOptions = %v (snapshot %q), want a *spec.ChangedError naming %s: ...%s...", err, snap, file, tc.want)
+			}
+		})
+	}
 }

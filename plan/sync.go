@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 
@@ -105,16 +104,15 @@ func projectOptionsFor(cfg *nodes.Config, p *spec.Project, so control.StartOptio
 	}
 	if p.Config.IntegrationSpec != "" {
 		file := filepath.Join(p.Dir, p.Config.IntegrationSpec)
-		if b, err := os.ReadFile(file); err == nil {
-			o.Overrides[domain.IntegrationID] = domain.PhaseSpec{Title: "Integrate the outputs", File: file, Tool: p.Config.Tool, Snapshot: b}
-		}
+		o.Overrides[domain.IntegrationID] = domain.PhaseSpec{Title: "Integrate the outputs", File: file, Tool: p.Config.Tool}
 	}
 	return o
 }
 
-// phaseSnapshots reads the snapshot of each phase task the author wrote
-// into o's overrides (projectOptionsFor leaves them out: the plan needs
-// only which there are).
+// phaseSnapshots reads the snapshot of each phase task the author wrote,
+// and integration_spec's, into o's overrides (projectOptionsFor leaves
+// them out: the plan needs only which there are). A file that changed
+// since Load, or became a link out or a FIFO, fails the start.
 func phaseSnapshots(p *spec.Project, o *domain.ProjectOptions) error {
 	for _, t := range p.Tasks {
 		ov, ok := o.Overrides[t.ID]
@@ -127,6 +125,15 @@ func phaseSnapshots(p *spec.Project, o *domain.ProjectOptions) error {
 		}
 		ov.Snapshot = snap
 		o.Overrides[t.ID] = ov
+	}
+	if p.Config.IntegrationSpec != "" {
+		snap, err := p.ReadIntegrationSpec()
+		if err != nil {
+			return err
+		}
+		ov := o.Overrides[domain.IntegrationID]
+		ov.Snapshot = snap
+		o.Overrides[domain.IntegrationID] = ov
 	}
 	return nil
 }

@@ -312,31 +312,19 @@ func (l *loader) checkBranches() {
 }
 
 // readText reads a file as normalised UTF-8 text, reporting problems.
-// exists is false when the file is not there.
+// exists is false when the file is not there. What it reads is what it
+// checked (openChecked): a link swapped in meanwhile is not followed out.
 func (l *loader) readText(path string) (text string, exists, ok bool) {
 	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", false, false
 	}
-	if !l.within(path, fi, func(msg, fix string) { l.add(path, 0, msg, fix) }) {
-		return "", true, false
+	var raw []byte
+	if err == nil {
+		raw, err = l.readChecked(path, fi)
 	}
-	raw, err := ReadFile(path, maxFileSize)
-	var tooLarge *TooLargeError
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		// A dangling symbolic link.
-		l.add(path, 0, "cannot read: it is a symbolic link to a file that does not exist", "point the link at an existing file, or remove it")
-		return "", true, false
-	case errors.Is(err, ErrNotRegular):
-		// Opening a FIFO would block Load.
-		l.add(path, 0, "not a regular file", "replace it with a plain text file")
-		return "", true, false
-	case errors.As(err, &tooLarge):
-		l.add(path, 0, fmt.Sprintf("file is larger than %d MiB", maxFileSize>>20), "keep specs short; put large material in the project's base directory")
-		return "", true, false
-	case err != nil:
-		l.add(path, 0, fmt.Sprintf("cannot read: %v", err), "")
+	if err != nil {
+		l.readProblem(path, err)
 		return "", true, false
 	}
 	text, bad := decodeText(raw)
@@ -345,6 +333,32 @@ func (l *loader) readText(path string) (text string, exists, ok bool) {
 		return "", true, false
 	}
 	return text, true, true
+}
+
+// readProblem reports why readChecked could not read path.
+func (l *loader) readProblem(path string, err error) {
+	var tooLarge *TooLargeError
+	var outside *outsideError
+	var changed *changedError
+	switch {
+	case errors.As(err, &outside):
+		msg, fix := l.outsideProblem(outside.resolved)
+		l.add(path, 0, msg, fix)
+	case errors.Is(err, errBecameLink):
+		l.add(path, 0, err.Error(), l.changedFix())
+	case errors.As(err, &changed):
+		l.add(path, 0, changed.Error(), l.changedFix())
+	case errors.Is(err, fs.ErrNotExist):
+		// A dangling symbolic link.
+		l.add(path, 0, "cannot read: it is a symbolic link to a file that does not exist", "point the link at an existing file, or remove it")
+	case errors.Is(err, ErrNotRegular):
+		// Opening a FIFO would block Load.
+		l.add(path, 0, "not a regular file", "replace it with a plain text file")
+	case errors.As(err, &tooLarge):
+		l.add(path, 0, fmt.Sprintf("file is larger than %d MiB", maxFileSize>>20), "keep specs short; put large material in the project's base directory")
+	default:
+		l.add(path, 0, fmt.Sprintf("cannot read: %v", err), "")
+	}
 }
 
 // ProjectKeys are the keys project.yaml accepts.
@@ -656,7 +670,7 @@ func (l *loader) inside(y yamlFile, key string, v *yaml.Node, p string, wantDir 
 		return "", false
 	}
 	full := filepath.Join(l.abs, clean)
-	if !l.within(full, nil, func(msg, fix string) { y.Errorf(v, fix, "%s %q %s", key, p, msg) }) {
+	if !l.within(full, func(msg, fix string) { y.Errorf(v, fix, "%s %q %s", key, p, msg) }) {
 		return "", false
 	}
 	fi, err := os.Stat(full)
@@ -766,40 +780,22 @@ func (l *loader) inProject(y yamlFile, key string, n *yaml.Node, rel string) boo
 // dispatch may send to a node; otherwise it reports the problem through
 // bad. A specs directory may link to a shared file of another project, but
 // a link to ~/.ssh/id_ed25519 would push the key to a node as a prompt.
-// Paths that do not resolve are left to the read that follows.
-//
-// fi is path's Lstat when the caller has it (nil: within takes it). A
-// file of the project directory that is no link is inside it, whatever
-// the directory resolves to: resolving every spec's path and the two
-// roots again cost 15 lstats a spec at Load and as many at each
-// Snapshot (5 % of the controller's CPU for 200 no-op tasks, issue 35).
-func (l *loader) within(path string, fi fs.FileInfo, bad func(msg, fix string)) bool {
+// Paths that do not resolve are left to the read that follows. A file
+// of the project directory that is no link is inside it (plain).
+func (l *loader) within(path string, bad func(msg, fix string)) bool {
 	abs := l.absPath(path)
+	var fi fs.FileInfo
 	if filepath.Dir(abs) == l.abs {
-		if fi == nil {
-			fi, _ = os.Lstat(abs)
-		}
-		if fi != nil && fi.Mode()&fs.ModeSymlink == 0 {
-			return true
-		}
+		fi, _ = os.Lstat(abs)
 	}
-	resolved, err := evalSymlinks(abs)
-	if err != nil {
+	if l.plain(abs, fi) {
 		return true
 	}
-	var roots []string
-	for _, d := range []string{l.abs, filepath.Dir(l.abs)} {
-		if r, err := evalSymlinks(d); err == nil {
-			roots = append(roots, r)
-		}
+	root, _, resolved, err := l.resolve(abs)
+	if err != nil || root != "" {
+		return true
 	}
-	for _, r := range roots {
-		if rel, err := filepath.Rel(r, resolved); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-			return true
-		}
-	}
-	bad(fmt.Sprintf("is a symbolic link to %s, outside the specs directory %s", resolved, filepath.Dir(l.dir)),
-		fmt.Sprintf("copy what it needs into %s instead of linking to it: dispatch sends the project's files to the nodes", l.dir))
+	bad(l.outsideProblem(resolved))
 	return false
 }
 

@@ -3,7 +3,10 @@ package spec
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 )
 
@@ -92,4 +95,26 @@ func snapshotOf(body []string, sections []section) []byte {
 func hashOf(snap []byte) string {
 	sum := sha256.Sum256(snap)
 	return hex.EncodeToString(sum[:])
+}
+
+// ReadIntegrationSpec reads p's integration_spec file as Load checked it
+// (regular, at most 8 MiB, inside the specs directory), not what a writer
+// of the specs directory put in its place since: a link out is not
+// followed, a FIFO not waited on. Its error is a *ChangedError.
+func (p *Project) ReadIntegrationSpec() ([]byte, error) {
+	l := &loader{dir: p.Dir, abs: p.Dir, project: &Project{Name: p.Name, Dir: p.Dir, Config: p.Config}}
+	path := l.path(filepath.FromSlash(p.Config.IntegrationSpec))
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, &ChangedError{File: path, Problem: "it was removed"}
+	}
+	var raw []byte
+	if err == nil {
+		raw, err = l.readChecked(path, fi)
+	}
+	if err != nil {
+		l.readProblem(path, err)
+		return nil, &ChangedError{File: path, Problem: l.errs[0].Msg}
+	}
+	return raw, nil
 }

@@ -3,10 +3,13 @@
 package spec
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -117,5 +120,145 @@ func TestPlainSpecsResolveNoLink(t *testing.T) {
 		if !filepath.IsAbs(path) {
 			t.Errorf("resolved %q, not an absolute path", path)
 		}
+	}
+}
+
+// swapOutside is a directory outside the specs directory holding a secret
+// (id_ed25519 and dir/one.md) and a FIFO.
+func swapOutside(t *testing.T) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "secret")
+	if err := os.MkdirAll(filepath.Join(out, "dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"id_ed25519", "dir/one.md"} {
+		if err := os.WriteFile(filepath.Join(out, f), []byte("PRIVATE KEY\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.Mkfifo(filepath.Join(out, "fifo"), 0o644); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	return out
+}
+
+// replace puts at path (under dir) a symbolic link to target ("OUT/x": x
+// in out), or a FIFO when target is "FIFO".
+func replace(t *testing.T, dir, out, path, target string) {
+	t.Helper()
+	full := filepath.Join(dir, filepath.FromSlash(path))
+	if err := os.Rename(full, full+".old"); err != nil {
+		t.Fatal(err)
+	}
+	if target == "FIFO" {
+		if err := syscall.Mkfifo(full, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if rest, ok := strings.CutPrefix(target, "OUT/"); ok {
+		target = filepath.Join(out, rest)
+	}
+	if err := os.Symlink(target, full); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// swapAt sets testHookChecked to replace (once) what is at path with
+// target when name, a file of the specs directory, has been checked and
+// is about to be opened.
+func swapAt(t *testing.T, dir, out, name, path, target string) {
+	t.Helper()
+	done := false
+	testHookChecked = func(p string) {
+		if !done && p == filepath.Join(dir, filepath.FromSlash(name)) {
+			done = true
+			replace(t, dir, out, path, target)
+		}
+	}
+	t.Cleanup(func() { testHookChecked = nil })
+}
+
+// Between Load's check of a spec file and its read, a writer of the specs
+// directory swaps the file, or what a link inside resolves to, for a link
+// out of it (to a key, a FIFO): dispatch reads nothing outside and says
+// what happened and how to go on, instead of storing the key as a spec
+// or blocking on the FIFO.
+func TestLoadSwappedAfterTheCheck(t *testing.T) {
+	files := map[string]string{"p/S01.md": "# a\n", "p/S02.md": "# b\n", "p/project.yaml": "tool: shell\n",
+		"p/SHARED_CONTEXT.md": "## x\ny\n", "common/one.md": "# one\n"}
+	tests := []struct {
+		name   string
+		link   string // made before Load: p/S03.md, a link to this (relative to p)
+		check  string // the file whose check the swap follows
+		path   string // what is swapped
+		target string
+		msg    string
+	}{
+		{"task file for a link out", "", "p/S02.md", "p/S02.md", "OUT/id_ed25519", "became a symbolic link while dispatch was reading it"},
+		{"project.yaml for a link out", "", "p/project.yaml", "p/project.yaml", "OUT/id_ed25519", "became a symbolic link"},
+		{"SHARED_CONTEXT.md for a link out", "", "p/SHARED_CONTEXT.md", "p/SHARED_CONTEXT.md", "OUT/id_ed25519", "became a symbolic link"},
+		{"task file for a FIFO", "", "p/S02.md", "p/S02.md", "FIFO", "not a regular file"},
+		{"a link's target for a link out", "../common/one.md", "p/S03.md", "common/one.md", "OUT/id_ed25519", "changed while dispatch was reading it"},
+		{"a link's directory for a link out", "../common/one.md", "p/S03.md", "common", "OUT/dir", "changed while dispatch was reading it"},
+		{"a link's target for a FIFO out", "../common/one.md", "p/S03.md", "common/one.md", "OUT/fifo", "changed while dispatch was reading it"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out := swapOutside(t)
+			dir := writeSpecs(t, files)
+			if tc.link != "" {
+				if err := os.Symlink(tc.link, filepath.Join(dir, "p", "S03.md")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			swapAt(t, dir, out, tc.check, tc.path, tc.target)
+			_, err := Load(dir, "p")
+			checkErrors(t, dir, err, []wantErr{{tc.check, 0, tc.msg}})
+			if strings.Contains(err.Error(), "PRIVATE") {
+				t.Errorf("the error shows the outside file: %v", err)
+			}
+		})
+	}
+}
+
+// The same swap between Snapshot's check and its read, after a Load that
+// saw the files as they were: Snapshot reads nothing outside either, not
+// even a file that holds the text Load hashed.
+func TestSnapshotSwappedAfterTheCheck(t *testing.T) {
+	tests := []struct {
+		name   string
+		task   string // whose spec is checked, then swapped
+		path   string // what is swapped, for a link to target
+		target string
+		msg    string
+	}{
+		{"task file for a link out", "S02", "p/S02.md", "OUT/same-b.md", "became a symbolic link"},
+		{"a link's target for a link out", "S03", "common/one.md", "OUT/same-one.md", "changed while dispatch was reading it"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out := swapOutside(t)
+			dir := writeSpecs(t, map[string]string{"p/S01.md": "# a\n", "p/S02.md": "# b\n", "common/one.md": "# one\n"})
+			if err := os.Symlink("../common/one.md", filepath.Join(dir, "p", "S03.md")); err != nil {
+				t.Fatal(err)
+			}
+			for name, text := range map[string]string{"same-b.md": "# b\n", "same-one.md": "# one\n"} {
+				if err := os.WriteFile(filepath.Join(out, name), []byte(text), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p, err := Load(dir, "p")
+			if err != nil {
+				t.Fatal(err)
+			}
+			task := p.Tasks[slices.IndexFunc(p.Tasks, func(t *Task) bool { return t.ID == tc.task })]
+			swapAt(t, dir, out, "p/"+tc.task+".md", tc.path, tc.target)
+			snap, err := p.Snapshot(task)
+			var changed *ChangedError
+			if !errors.As(err, &changed) || !strings.Contains(changed.Problem, tc.msg) {
+				t.Fatalf("Snapshot = %q, %v; want a ChangedError: ...%s...", snap, err, tc.msg)
+			}
+		})
 	}
 }
