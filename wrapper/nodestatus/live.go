@@ -202,19 +202,23 @@ func LiveStatus(ctx context.Context, version, root, node string, projects []stri
 
 // liveProject adds to ns the tasks of project's live index and the named
 // ones, or every task of project when its index is not to be trusted
-// (see liveIndex).
+// (see liveIndex) — or only the named ones when the project's tasks/
+// cannot be listed either.
 func liveProject(ns *wire.NodeStatus, root, project, node string, named []string, held map[string]string, now time.Time) error {
 	tasksDir := filepath.Join(root, project, "tasks")
 	markers, all := liveIndex(tasksDir)
 	if all {
 		tasks, err := listTasks(tasksDir, node)
-		if err != nil {
-			return err
+		if err == nil {
+			for _, ts := range tasks {
+				addLive(ns, ts, held)
+			}
+			return nil
 		}
-		for _, ts := range tasks {
-			addLive(ns, ts, held)
-		}
-		return nil
+		// tasks/ itself cannot be listed (chmod 000 by an unconfined
+		// task, one level above its own directory): the named tasks are
+		// looked at by name, as ever, and the other projects as usual.
+		markers = nil
 	}
 	idx := filepath.Join(tasksDir, DirLive)
 	ids := map[string]bool{}

@@ -151,3 +151,47 @@ func dropFileCapabilities() error {
 	data[0].Effective &^= 1<<unix.CAP_DAC_OVERRIDE | 1<<unix.CAP_DAC_READ_SEARCH
 	return unix.Capset(&hdr, &data[0])
 }
+
+// TestLiveStatusWithAnUnreadableTasksDir: a task that makes its whole
+// project's tasks/ unreadable (chmod 000, one level above its own
+// directory) fails neither `status --live` nor the other projects: they
+// are listed as usual, and that project's named tasks as far as they can
+// be read.
+func TestLiveStatusWithAnUnreadableTasksDir(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	for _, p := range []string{"a", "b"} {
+		dir := filepath.Join(root, p, "tasks", "T1")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := taskfiles.WriteJSONAtomic(filepath.Join(dir, taskfiles.FileStatus), wire.Status{Task: "T1", Attempt: 1, Status: wire.StatusRunning}); err != nil {
+			t.Fatal(err)
+		}
+		if err := MarkLive(dir, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tasks := filepath.Join(root, "a", "tasks")
+	if err := os.Chmod(tasks, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chmod(tasks, 0o700) })
+	var ns *wire.NodeStatus
+	var err error
+	if e := unreadableTo(tasks, func() {
+		ns, err = LiveStatus(t.Context(), "v", root, "", nil, map[string][]string{"a": {"T1"}}, nil)
+	}); e != nil {
+		t.Fatal(e)
+	}
+	if err != nil {
+		t.Fatalf("LiveStatus with a/tasks unreadable: %v", err)
+	}
+	var got []string
+	for _, ts := range ns.Tasks {
+		got = append(got, ts.Project+"/"+ts.Task)
+	}
+	if strings.Join(got, " ") != "b/T1" {
+		t.Errorf("listed %v, want b/T1 (a's tasks cannot be read, b's are live)", got)
+	}
+}
