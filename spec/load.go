@@ -356,8 +356,23 @@ func (l *loader) readProblem(path string, err error) {
 		l.add(path, 0, "not a regular file", "replace it with a plain text file")
 	case errors.As(err, &tooLarge):
 		l.add(path, 0, fmt.Sprintf("file is larger than %d MiB", maxFileSize>>20), "keep specs short; put large material in the project's base directory")
+	case errors.Is(err, fs.ErrPermission):
+		l.add(path, 0, fmt.Sprintf("cannot read: %v", err), "make it readable by the user who runs dispatch (chmod u+r), and its directories searchable")
 	default:
 		l.add(path, 0, fmt.Sprintf("cannot read: %v", err), "")
+	}
+}
+
+// checkReadable reads path, a file of the project that Load names but
+// does not keep (integration_spec), as a later read will, and says why
+// it cannot.
+func (l *loader) checkReadable(path string) {
+	fi, err := os.Lstat(path)
+	if err == nil {
+		_, err = l.readChecked(path, fi)
+	}
+	if err != nil {
+		l.readProblem(path, err)
 	}
 }
 
@@ -444,7 +459,12 @@ func (l *loader) configKey(y yamlFile, c *ProjectConfig, at *configNodes, key st
 		}
 	case "integration_spec":
 		if s, ok := y.String(v, "", key); ok {
-			c.IntegrationSpec, _ = l.inside(y, key, v, s, false)
+			var in bool
+			if c.IntegrationSpec, in = l.inside(y, key, v, s, false); in {
+				// Read as a start reads it (size, permission), so that
+				// only a change after Load fails the start.
+				l.checkReadable(filepath.Join(l.abs, filepath.FromSlash(c.IntegrationSpec)))
+			}
 		}
 	case "base":
 		if s, ok := y.String(v, "", key); ok {

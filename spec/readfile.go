@@ -163,7 +163,16 @@ func (l *loader) openChecked(path string, fi fs.FileInfo) (*os.File, error) {
 	f, err := r.OpenFile(rel, openReadFlags, 0)
 	switch {
 	case errors.Is(err, fs.ErrPermission):
-		return nil, err
+		// os.Root opens each directory on the way, which takes read
+		// permission where a path needs search only (a directory of
+		// mode 0711): such a path is opened by name, its last component
+		// not followed (the directories on the way were resolved at the
+		// check; one swapped meanwhile is followed, as before os.Root).
+		f, err = os.OpenFile(filepath.Join(root, rel), openNoFollowFlags, 0)
+		if isLinkErr(err) {
+			return nil, errBecameLink
+		}
+		return f, err
 	case err != nil:
 		return nil, &changedError{err: err}
 	}

@@ -262,3 +262,15 @@ func TestSnapshotSwappedAfterTheCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestIntegrationSpecReadAtLoad: an integration_spec that a start could
+// not read (larger than the 8 MiB a spec may be) is refused by Load,
+// naming the file, not by the start as a file that changed meanwhile.
+func TestIntegrationSpecReadAtLoad(t *testing.T) {
+	dir := writeSpecs(t, map[string]string{"p/S01.md": "# a\n", "p/project.yaml": "integration_spec: int.md\n"})
+	if err := os.WriteFile(filepath.Join(dir, "p", "int.md"), []byte(strings.Repeat("x", maxFileSize+1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(dir, "p")
+	checkErrors(t, dir, err, []wantErr{{"p/int.md", 0, "larger than 8 MiB"}})
+}
