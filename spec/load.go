@@ -363,6 +363,21 @@ func (l *loader) readProblem(path string, err error) {
 	}
 }
 
+// integrationSpec reads integration_spec's value v: a file inside the
+// project, read as a start reads it (size, permission), so that only a
+// change after Load fails the start.
+func (l *loader) integrationSpec(y yamlFile, key string, v *yaml.Node) string {
+	s, ok := y.String(v, "", key)
+	if !ok {
+		return ""
+	}
+	name, in := l.inside(y, key, v, s, false)
+	if in {
+		l.checkReadable(filepath.Join(l.abs, filepath.FromSlash(name)))
+	}
+	return name
+}
+
 // checkReadable reads path, a file of the project that Load names but
 // does not keep (integration_spec), as a later read will, and says why
 // it cannot.
@@ -458,14 +473,7 @@ func (l *loader) configKey(y yamlFile, c *ProjectConfig, at *configNodes, key st
 			c.MaxRetries = &n
 		}
 	case "integration_spec":
-		if s, ok := y.String(v, "", key); ok {
-			var in bool
-			if c.IntegrationSpec, in = l.inside(y, key, v, s, false); in {
-				// Read as a start reads it (size, permission), so that
-				// only a change after Load fails the start.
-				l.checkReadable(filepath.Join(l.abs, filepath.FromSlash(c.IntegrationSpec)))
-			}
-		}
+		c.IntegrationSpec = l.integrationSpec(y, key, v)
 	case "base":
 		if s, ok := y.String(v, "", key); ok {
 			c.Base, _ = l.inside(y, key, v, s, true)
