@@ -440,16 +440,6 @@ func stracedWatch(t *testing.T, ctx context.Context, strace string, straceArgs [
 	t.Helper()
 	argv := append(append(straceArgs, wrapperBin, "watch"), args...)
 	cmd := exec.CommandContext(ctx, strace, argv...)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	return cmd, in, bufio.NewScanner(out)
+	in, lines := startPiped(t, cmd)
+	return cmd, in, lines
 }

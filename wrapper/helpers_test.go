@@ -1,6 +1,7 @@
 package wrapper
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -8,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -316,4 +318,22 @@ func parseTime(t *testing.T, s string) time.Time {
 		t.Fatalf("time %q: %v", s, err)
 	}
 	return tm
+}
+
+// startPiped starts cmd with pipes to its stdin and from its stdout,
+// returned as the stdin and a scanner of stdout's lines.
+func startPiped(t *testing.T, cmd *exec.Cmd) (io.WriteCloser, *bufio.Scanner) {
+	t.Helper()
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return in, bufio.NewScanner(out)
 }

@@ -1,7 +1,6 @@
 package wrapper
 
 import (
-	"bufio"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -27,19 +26,8 @@ func TestRunServe(t *testing.T) {
 	first := newTask(t, root, wire.Launch{Task: "T1", Command: shell("echo one")})
 	slow := newTask(t, root, wire.Launch{Task: "T2", Command: shell("exec sleep 30")})
 	cmd := exec.Command(wrapperBin, "run", "--serve")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, lines := startPiped(t, cmd)
 	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
-	lines := bufio.NewScanner(stdout)
 	call := func(l wire.Launch, tks ...*testTask) wire.LaunchReply {
 		t.Helper()
 		var batch wire.LaunchBatch

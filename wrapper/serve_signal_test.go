@@ -26,18 +26,8 @@ type served struct {
 func serveWrapper(t *testing.T, args ...string) *served {
 	t.Helper()
 	cmd := exec.Command(wrapperBin, args...)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s := &served{cmd: cmd, in: in, lines: bufio.NewScanner(out), ended: make(chan struct{})}
+	in, lines := startPiped(t, cmd)
+	s := &served{cmd: cmd, in: in, lines: lines, ended: make(chan struct{})}
 	t.Cleanup(func() { in.Close(); cmd.Process.Kill(); <-s.reap() })
 	return s
 }
