@@ -127,7 +127,7 @@ func TestRepoWorkspaceSnapshot(t *testing.T) {
 	taskDir := filepath.Dir(out)
 	gitDir := gitresult.SnapshotDirOf(wrapperBin, taskDir)
 	t.Cleanup(func() { os.RemoveAll(gitDir) })
-	if _, err := gitresult.PrepareRepoWorkspace(ctx, repo, base, "dispatch/demo/S01", out, gitDir, false); err != nil {
+	if _, err := gitresult.PrepareRepoWorkspace(ctx, repo, base, "dispatch/demo/S01", out, gitDir, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(gitDir, gitresult.SnapshotIndex)); err != nil {
@@ -217,7 +217,7 @@ func TestRepoWorkspaceSnapshot(t *testing.T) {
 	// A workspace left as it was is the base itself.
 	out2 := filepath.Join(root, "demo", "tasks", "S02", "output")
 	s02 := filepath.Join(root, "private", "S02.git")
-	if _, err := gitresult.PrepareRepoWorkspace(ctx, repo, base, "dispatch/demo/S02", out2, s02, false); err != nil {
+	if _, err := gitresult.PrepareRepoWorkspace(ctx, repo, base, "dispatch/demo/S02", out2, s02, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	if c, err := gitresult.SnapshotWorkspace(ctx, repo, s02, out2, base, "dispatch/demo/S02", "dispatch S02", "S02"); err != nil || c != base {
@@ -326,7 +326,7 @@ func TestGitSpares(t *testing.T) {
 		out := filepath.Join(root, "demo", "tasks", fmt.Sprintf("S0%d", i+1), "output")
 		os.MkdirAll(out, 0o755) // as the supervisor leaves it
 		gitDir := filepath.Join(root, "private", fmt.Sprintf("S0%d.git", i+1))
-		spare, err := gitresult.PrepareRepoWorkspace(ctx, repo, base, fmt.Sprintf("dispatch/demo/S0%d", i+1), out, gitDir, true)
+		spare, err := gitresult.PrepareRepoWorkspace(ctx, repo, base, fmt.Sprintf("dispatch/demo/S0%d", i+1), out, gitDir, true, nil)
 		if err != nil || spare != wantSpare {
 			t.Fatalf("launch %d: spare %v, %v; want %v", i+1, spare, err, wantSpare)
 		}

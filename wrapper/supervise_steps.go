@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -163,7 +164,10 @@ func (s *supervisor) prepareWorkspace(out string) (res outcome, ok bool) {
 	gitDir, err := gitresult.SnapshotDir(s.dir)
 	spare := false
 	if err == nil {
-		spare, err = gitresult.PrepareRepoWorkspace(context.Background(), r.Dir, r.Base, r.Branch, out, gitDir, r.Spares > 0)
+		spare, err = gitresult.PrepareRepoWorkspace(context.Background(), r.Dir, r.Base, r.Branch, out, gitDir, r.Spares > 0, s.checkoutPlaces())
+	}
+	if errors.Is(err, gitresult.ErrStopped) {
+		return outcome{code: -1}, false
 	}
 	if err != nil {
 		return outcome{code: -1, startErr: fmt.Sprintf("prepare the git workspace: %v", err)}, false
@@ -173,6 +177,17 @@ func (s *supervisor) prepareWorkspace(out string) (res outcome, ok bool) {
 		s.startSpare(r)
 	}
 	return outcome{}, true
+}
+
+// checkoutPlaces bounds the node's checkouts at once to its cores (see
+// gitresult.Checkouts); without the private .ctl directory, nothing bounds them.
+func (s *supervisor) checkoutPlaces() *gitresult.Checkouts {
+	ctl, err := proc.CtlDir()
+	if err != nil {
+		return nil
+	}
+	return &gitresult.Checkouts{Dir: ctl, N: runtime.NumCPU(), Stop: s.stopping,
+		OnWait: func() { s.logger.Info("waiting for a checkout place", "places", runtime.NumCPU()) }}
 }
 
 // runSetup runs launch.json's setup in out, as the tool will run: in the

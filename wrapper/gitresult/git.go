@@ -109,19 +109,15 @@ func InitRepo(ctx context.Context, repo string) error {
 // instead of writing every file of the tree. It also makes the private
 // git directory gitDir the result is recorded in (see SnapshotWorkspace),
 // with a copy of the fresh checkout's index: its file stats spare the
-// recording from hashing every file of the tree again. It reports
+// recording from hashing every file of the tree again. A checkout that
+// writes the tree waits for one of places' (nil: no bound). It reports
 // whether a spare was taken.
-func PrepareRepoWorkspace(ctx context.Context, repo, base, branch, out, gitDir string, spares bool) (bool, error) {
+func PrepareRepoWorkspace(ctx context.Context, repo, base, branch, out, gitDir string, spares bool, places *Checkouts) (bool, error) {
 	if !wire.IsCommitID(base) {
 		return false, fmt.Errorf("base %q is not a full commit id", base)
 	}
-	spare := spares && claimSpare(repo, base, out)
-	if !spare {
-		if _, err := RunGit(ctx, "/", nil, nil, "clone", "-q", "--shared", "--no-checkout", "--", repo, out); err != nil {
-			return false, err
-		}
-	}
-	if _, err := RunGit(ctx, out, nil, nil, "checkout", "-q", "-b", branch, base); err != nil {
+	spare, err := checkout(ctx, repo, base, branch, out, spares, places)
+	if err != nil {
 		return spare, err
 	}
 	// Read before the tool starts: the task cannot have touched it yet.
@@ -130,6 +126,29 @@ func PrepareRepoWorkspace(ctx context.Context, repo, base, branch, out, gitDir s
 		index = nil // recorded the slow way
 	}
 	return spare, initSnapshotDir(ctx, repo, gitDir, index)
+}
+
+// checkout makes out a clone of repo on branch at base: a spare renamed
+// into place when spares allows and there is one, else a checkout of its
+// own, which holds a place of places while it writes the tree.
+func checkout(ctx context.Context, repo, base, branch, out string, spares bool, places *Checkouts) (bool, error) {
+	spare := spares && claimSpare(repo, base, out)
+	if !spare {
+		release, err := places.hold()
+		if err != nil {
+			return false, err
+		}
+		defer release()
+		// A spare made while this one waited saves the checkout.
+		spare = spares && claimSpare(repo, base, out)
+	}
+	if !spare {
+		if _, err := RunGit(ctx, "/", nil, nil, "clone", "-q", "--shared", "--no-checkout", "--", repo, out); err != nil {
+			return false, err
+		}
+	}
+	_, err := RunGit(ctx, out, nil, nil, "checkout", "-q", "-b", branch, base)
+	return spare, err
 }
 
 // Spares: ready checkouts of a base, made in the background after a
