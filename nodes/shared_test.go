@@ -1,8 +1,13 @@
 package nodes
 
 import (
+	"context"
+	"fmt"
+	"io"
 	"os"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -72,5 +77,75 @@ func writeFileT(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// gatedGets is a transport whose Get of a marker waits until want of
+// them are under way at once (or one waited 2 s, when it lets all go),
+// and which answers more than a marker may hold for grown.json.
+type gatedGets struct {
+	Transport
+	want     int
+	mu       sync.Mutex
+	inFlight int
+	most     int
+	gate     chan struct{}
+	once     sync.Once
+}
+
+func (g *gatedGets) Get(ctx context.Context, p string, w io.Writer) error {
+	g.mu.Lock()
+	g.inFlight++
+	g.most = max(g.most, g.inFlight)
+	if g.inFlight >= g.want {
+		g.once.Do(func() { close(g.gate) })
+	}
+	g.mu.Unlock()
+	select {
+	case <-g.gate:
+	case <-time.After(2 * time.Second):
+		g.once.Do(func() { close(g.gate) })
+	}
+	g.mu.Lock()
+	g.inFlight--
+	g.mu.Unlock()
+	if strings.HasSuffix(p, "/grown.json") {
+		// Listed small, grown since: a node user writing it.
+		_, err := w.Write([]byte(`{"node":"x","home":"` + strings.Repeat("y", 5000) + `"}`))
+		return err
+	}
+	return g.Transport.Get(ctx, p, w)
+}
+
+// TestMarkersReadSideBySide: a work_dir many homes used holds many
+// markers; they are read several at once (one after the other, each is
+// a file's round trips at every connection), every one of them kept, and
+// a marker that grew past 4 KiB since it was listed is skipped.
+func TestMarkersReadSideBySide(t *testing.T) {
+	ctx := t.Context()
+	wd := t.TempDir()
+	local := NewLocal()
+	const homes = 40
+	for i := range homes {
+		if err := WriteMarker(ctx, local, wd, Marker{Node: "box1", Home: fmt.Sprintf("op:/h%02d", i)}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFileT(t, wd+"/"+MarkerDir+"/grown.json", `{"node":"x","home":"y"}`)
+	g := &gatedGets{Transport: local, want: 4, gate: make(chan struct{})}
+	got, err := ReadMarkers(ctx, g, wd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.most < g.want {
+		t.Errorf("at most %d markers read at once, want %d or more", g.most, g.want)
+	}
+	if len(got) != homes {
+		t.Errorf("%d markers read, want %d (the grown one skipped)", len(got), homes)
+	}
+	for _, m := range got {
+		if m.Node != "box1" {
+			t.Errorf("marker %+v read, want only box1's", m)
+		}
 	}
 }
