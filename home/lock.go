@@ -107,3 +107,28 @@ func LastTick(home string) time.Time {
 	}
 	return fi.ModTime()
 }
+
+// ControllerMayRun reports whether a controller may hold home's lock,
+// without touching the lock (a probe that took it, even shared, would
+// make a `dispatch start` of that instant fail as locked). It is false
+// only on evidence: no lock file, or one whose holder line names a
+// process of this host that is gone. A holder line not yet written, or
+// another host's, may be a controller.
+func ControllerMayRun(home string) bool {
+	b, err := os.ReadFile(filepath.Join(home, LockFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	if err != nil {
+		return true
+	}
+	var pid int
+	var host string
+	if _, err := fmt.Sscanf(string(b), "pid %d on %s since", &pid, &host); err != nil || pid <= 0 {
+		return true
+	}
+	if self, _ := os.Hostname(); host != self {
+		return true
+	}
+	return !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+}

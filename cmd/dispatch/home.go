@@ -141,7 +141,7 @@ func (e *env) openIfAny(ctx context.Context) (*store.Store, error) {
 	} else if err != nil {
 		return nil, err
 	}
-	if err := waitReady(ctx, st, readyWait(), readyPoll, e.errOut); err != nil {
+	if err := waitReady(ctx, st, readyWait(), readyPoll, e.errOut, func() bool { return home.ControllerMayRun(e.home) }); err != nil {
 		st.Close()
 		return nil, err
 	}
@@ -171,11 +171,17 @@ func readyWait() time.Duration {
 // waitReady returns once st's schema is whole (store.Ready): its queries
 // would fail on a missing table ("no such table: events") in the instant
 // the first start makes the database. It says on errOut that it waits, and
-// gives up after wait with what is wrong and what to do.
-func waitReady(ctx context.Context, st *store.Store, wait, poll time.Duration, errOut io.Writer) error {
+// gives up after wait with what is wrong and what to do. A schema behind
+// this dispatch's is waited for only while a controller may be upgrading
+// it (controllerMayRun): with none, an older dispatch made it, and
+// nothing will change it.
+func waitReady(ctx context.Context, st *store.Store, wait, poll time.Duration, errOut io.Writer, controllerMayRun func() bool) error {
 	err := st.Ready(ctx)
 	if !errors.Is(err, store.ErrNotReady) {
 		return err
+	}
+	if errors.Is(err, store.ErrSchemaBehind) && !controllerMayRun() {
+		return fmt.Errorf("%w\nNo controller runs on this home. Try: dispatch start <project> upgrades the database; then run this command again", err)
 	}
 	fmt.Fprintf(errOut, "note: waiting up to %s for the database: %v\n", wait, err)
 	deadline := time.NewTimer(wait)

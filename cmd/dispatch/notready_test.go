@@ -5,7 +5,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -79,5 +82,43 @@ func TestReadCommandsWaitForADatabaseBeingMade(t *testing.T) {
 	}
 	if code := cmd.ProcessState.ExitCode(); code != 0 || !strings.Contains(stdout.String(), `"projects"`) {
 		t.Errorf("dispatch status once the database was whole: exit %d, stdout %s, stderr %q", code, stdout, rest)
+	}
+}
+
+// TestReadCommandsOnAnOlderDatabase: a database an older dispatch made
+// (its schema behind this one's) is waited for only while a controller
+// may be upgrading it; with none on the home, a read-only command says at
+// once what to do (it waited 10 s first), exit 2.
+func TestReadCommandsOnAnOlderDatabase(t *testing.T) {
+	dir, _ := newLocalHome(t)
+	st, err := store.Open(t.Context(), home.DBPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	db, err := sql.Open("sqlite", home.DBPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("DELETE FROM schema_migrations WHERE version = (SELECT MAX(version) FROM schema_migrations)"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	r := runDispatch(t, nil, "--home", dir, "status")
+	if r.code != 2 || strings.Contains(r.stderr, "waiting up to") || !strings.Contains(r.stderr, "No controller runs") ||
+		!strings.Contains(r.stderr, "Try: dispatch start") {
+		t.Errorf("dispatch status on an older database, no controller: %s\nwant exit 2 at once saying no controller runs and Try: dispatch start", r)
+	}
+	// A controller that holds the home (this process, as its lock line
+	// says) may be upgrading it: the command waits.
+	host, _ := os.Hostname()
+	line := fmt.Sprintf("pid %d on %s since 2026-11-29T10:00:00Z\n", os.Getpid(), host)
+	if err := os.WriteFile(filepath.Join(dir, home.LockFile), []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = runDispatch(t, []string{"DISPATCH_TEST_READY_WAIT=200ms"}, "--home", dir, "status")
+	if r.code != 2 || !strings.Contains(r.stderr, "waiting up to") || !strings.Contains(r.stderr, "older dispatch") {
+		t.Errorf("dispatch status on an older database a controller may be upgrading: %s\nwant it to wait, then exit 2", r)
 	}
 }
