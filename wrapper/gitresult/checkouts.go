@@ -1,11 +1,13 @@
 package gitresult
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -31,15 +33,47 @@ const checkoutPoll = 20 * time.Millisecond
 // ErrStopped is returned when Stop ended the wait for a checkout place.
 var ErrStopped = errors.New("stopped while waiting for a checkout place")
 
-// checkoutLockName names place i's lock file.
-func checkoutLockName(i int) string { return "checkout-" + strconv.Itoa(i) + ".lock" }
+// checkoutLockName names place i's lock file on host: the wrapper's .ctl
+// may be shared by several machines (a Slurm cluster's work_dir, a home
+// on NFS, whose server enforces flock for every client), and each bounds
+// its own checkouts.
+func checkoutLockName(host string, i int) string {
+	return "checkout-" + host + "-" + strconv.Itoa(i) + ".lock"
+}
+
+// hostName is this machine's name as a file name part (fileName).
+func hostName() string {
+	h, _ := os.Hostname()
+	return fileName(h)
+}
+
+// fileName is host as a file name part: itself when it is letters,
+// digits, dots and dashes (64 at most, not only dots), else its digest.
+func fileName(host string) string {
+	ok := host != "" && len(host) <= 64 && strings.Trim(host, ".") != ""
+	for _, r := range host {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-') {
+			ok = false
+		}
+	}
+	if ok {
+		return host
+	}
+	sum := sha256.Sum256([]byte(host))
+	return hex.EncodeToString(sum[:8])
+}
+
+// flock is syscall.Flock; tests give a file system without it.
+var flock = syscall.Flock
 
 // hold takes a free place, waiting for one, and returns its release. A
-// nil c, or places that cannot be opened, hold nothing: a checkout is
-// never refused for want of a lock file, only kept from crowding.
+// nil c, or places that cannot be opened or locked (a file system without
+// flock: ENOLCK), hold nothing: a checkout is never refused for want of a
+// lock, only kept from crowding.
 func (c *Checkouts) hold() (release func(), err error) {
+	nothing := func() {}
 	if c == nil || c.N < 1 {
-		return func() {}, nil
+		return nothing, nil
 	}
 	files := make([]*os.File, 0, c.N)
 	closeAll := func() {
@@ -47,18 +81,19 @@ func (c *Checkouts) hold() (release func(), err error) {
 			f.Close()
 		}
 	}
+	host := hostName()
 	for i := 0; i < c.N; i++ {
-		f, err := os.OpenFile(filepath.Join(c.Dir, checkoutLockName(i)), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+		f, err := os.OpenFile(filepath.Join(c.Dir, checkoutLockName(host, i)), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 		if err != nil {
 			closeAll()
-			return func() {}, nil
+			return nothing, nil
 		}
 		files = append(files, f)
 	}
 	waited := false
 	for {
 		for i, f := range files {
-			err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+			err := flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 			if err == nil {
 				files = append(files[:i], files[i+1:]...)
 				closeAll()
@@ -66,7 +101,7 @@ func (c *Checkouts) hold() (release func(), err error) {
 			}
 			if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
 				closeAll()
-				return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+				return nothing, nil
 			}
 		}
 		if c.Stop != nil && c.Stop() {

@@ -3,6 +3,7 @@ package gitresult
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,7 +15,13 @@ import (
 // until the returned function lets go.
 func holdPlace(t *testing.T, dir string, i int) func() {
 	t.Helper()
-	f, err := os.OpenFile(filepath.Join(dir, checkoutLockName(i)), os.O_RDWR|os.O_CREATE, 0o600)
+	return holdPlaceOf(t, dir, hostName(), i)
+}
+
+// holdPlaceOf takes checkout place i of host in dir.
+func holdPlaceOf(t *testing.T, dir, host string, i int) func() {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(dir, checkoutLockName(host, i)), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,5 +111,60 @@ func TestCheckoutWaitStops(t *testing.T) {
 	}
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Fatalf("a stopped checkout made its workspace: %v", err)
+	}
+}
+
+// TestCheckoutPlacesAreThisHosts: the wrapper's .ctl may be shared by
+// machines (a Slurm cluster's work_dir, an NFS home): another host's
+// places held do not hold up this one's checkout.
+func TestCheckoutPlacesAreThisHosts(t *testing.T) {
+	t.Parallel()
+	repo, base := checkoutRepo(t)
+	places := t.TempDir()
+	holdPlaceOf(t, places, "other-host", 0)
+	c := &Checkouts{Dir: places, N: 1, OnWait: func() { t.Error("waited for another host's place") }}
+	out := filepath.Join(t.TempDir(), "out")
+	if _, err := PrepareRepoWorkspace(t.Context(), repo, base, "dispatch/p/S01", out, filepath.Join(t.TempDir(), "g"), false, c); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCheckoutWithoutFlock: on a file system whose flock fails (an NFS
+// mount without a lock service: ENOLCK) the checkout goes on unbounded;
+// it failed every git-native attempt ("prepare the git workspace: lock").
+func TestCheckoutWithoutFlock(t *testing.T) {
+	repo, base := checkoutRepo(t)
+	was := flock
+	flock = func(int, int) error { return syscall.ENOLCK }
+	t.Cleanup(func() { flock = was })
+	c := &Checkouts{Dir: t.TempDir(), N: 1, OnWait: func() { t.Error("waited on a file system without flock") }}
+	out := filepath.Join(t.TempDir(), "out")
+	if _, err := PrepareRepoWorkspace(t.Context(), repo, base, "dispatch/p/S01", out, filepath.Join(t.TempDir(), "g"), false, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "a.txt")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFileName: a host name is kept as a lock file's name part when it
+// is one, else it is its digest (never a path, never empty).
+func TestFileName(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		host string
+		kept bool
+	}{
+		{"node-1.lab", true},
+		{"", false},
+		{"..", false},
+		{"a/b", false},
+		{"x y", false},
+		{strings.Repeat("h", 65), false},
+	} {
+		got := fileName(tc.host)
+		if (got == tc.host) != tc.kept || got == "" || strings.ContainsAny(got, "/ ") || strings.Trim(got, ".") == "" {
+			t.Errorf("fileName(%q) = %q; kept %v, want %v", tc.host, got, got == tc.host, tc.kept)
+		}
 	}
 }
