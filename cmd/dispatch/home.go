@@ -180,7 +180,7 @@ func waitReady(ctx context.Context, st *store.Store, wait, poll time.Duration, e
 	if !errors.Is(err, store.ErrNotReady) {
 		return err
 	}
-	if errors.Is(err, store.ErrSchemaBehind) && !controllerMayRun() {
+	if errors.Is(err, store.ErrSchemaBehind) && !controllerMayRun() && !mayRunAfter(ctx, poll, controllerMayRun) {
 		return fmt.Errorf("%w\nNo controller runs on this home. Try: dispatch start <project> upgrades the database; then run this command again", err)
 	}
 	fmt.Fprintf(errOut, "note: waiting up to %s for the database: %v\n", wait, err)
@@ -200,6 +200,18 @@ func waitReady(ctx context.Context, st *store.Store, wait, poll time.Duration, e
 			return err
 		}
 	}
+}
+
+// mayRunAfter looks again after poll: a start takes the home's lock a
+// moment before it writes its holder line, which names the last holder
+// until then.
+func mayRunAfter(ctx context.Context, poll time.Duration, controllerMayRun func() bool) bool {
+	select {
+	case <-ctx.Done():
+		return true
+	case <-time.After(poll):
+	}
+	return controllerMayRun()
 }
 
 // projectArg returns the single project argument of a command.

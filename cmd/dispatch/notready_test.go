@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	_ "modernc.org/sqlite"
 
@@ -120,5 +121,38 @@ func TestReadCommandsOnAnOlderDatabase(t *testing.T) {
 	r = runDispatch(t, []string{"DISPATCH_TEST_READY_WAIT=200ms"}, "--home", dir, "status")
 	if r.code != 2 || !strings.Contains(r.stderr, "waiting up to") || !strings.Contains(r.stderr, "older dispatch") {
 		t.Errorf("dispatch status on an older database a controller may be upgrading: %s\nwant it to wait, then exit 2", r)
+	}
+}
+
+// TestWaitReadyLooksAgainForAStartingController: a start takes the
+// home's lock a moment before it writes its holder line, which names the
+// last, gone holder until then; a read-only command that saw that line
+// looks again before saying no controller runs.
+func TestWaitReadyLooksAgainForAStartingController(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(t.Context(), home.DBPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	db, err := sql.Open("sqlite", home.DBPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("DELETE FROM schema_migrations WHERE version = (SELECT MAX(version) FROM schema_migrations)"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	ro, err := store.OpenReadOnly(t.Context(), home.DBPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	looks := 0
+	mayRun := func() bool { looks++; return looks > 1 } // its line written by the second look
+	var said strings.Builder
+	err = waitReady(t.Context(), ro, 50*time.Millisecond, 10*time.Millisecond, &said, mayRun)
+	if err == nil || strings.Contains(err.Error(), "No controller runs") || !strings.Contains(said.String(), "waiting up to") {
+		t.Errorf("waitReady with a controller that writes its line late: %v (said %q); want it to wait", err, said.String())
 	}
 }
