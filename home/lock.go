@@ -40,13 +40,15 @@ func AcquireLock(home string) (*Lock, error) {
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
+	// The holder line first: until it is written the file names the last
+	// holder, and ControllerMayRun would take the home for one nobody holds.
+	host, _ := os.Hostname()
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(fmt.Sprintf("pid %d on %s since %s\n", os.Getpid(), host, time.Now().Format(time.RFC3339))), 0)
 	if err := privateHome(home, f); err != nil {
 		f.Close()
 		return nil, err
 	}
-	host, _ := os.Hostname()
-	_ = f.Truncate(0)
-	_, _ = f.WriteAt([]byte(fmt.Sprintf("pid %d on %s since %s\n", os.Getpid(), host, time.Now().Format(time.RFC3339))), 0)
 	return &Lock{f: f}, nil
 }
 
