@@ -157,6 +157,9 @@ type applyPlan struct {
 	wake time.Time
 	// after is what the changes leave for the claims of the same tick.
 	after afterApply
+	// unlisted are the projects the nodes cannot list once this plan is
+	// recorded, each said in an event (see decideUnlisted).
+	unlisted map[unlistedKey]bool
 }
 
 // decideApply decides, without I/O, what the pulls mean: each node's
@@ -175,9 +178,16 @@ func (c *Controller) decideApply(snap *snapshot, pulls map[string]*pull, prev ma
 	}
 	a := &applier{c: c, now: now, pulls: pulls, prev: prev, attempts: snap.attempts, projects: snap.facts,
 		counts: snap.counts, depStatus: snap.depStatus, modes: snap.modes, after: newAfterApply()}
+	served := make(map[string]bool, len(snap.projects))
 	for _, project := range snap.projects {
 		a.dueAt(snap.nextDue[project])
 		a.project(project, snap.tasks[project])
+		served[project] = true
+	}
+	var unlisted []store.Event
+	plan.unlisted, unlisted = decideUnlisted(pulls, c.unlistedSaid, served)
+	for _, ev := range unlisted {
+		a.event(ev)
 	}
 	if snap.current == nil {
 		snap.current = currentTasks(snap)

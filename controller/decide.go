@@ -370,6 +370,12 @@ func (a *applier) task(t *domain.Task) {
 			// tick: nothing is known that the last tick did not know.
 			return
 		}
+		if _, unlisted := p.unlisted[t.Project]; unlisted && ts == nil {
+			// The node could not list the project's tasks (an unconfined
+			// task chmodded them, see unlisted.go): the attempt is
+			// unknown, neither gone nor crashed, until it can.
+			return
+		}
 		a.noStatus(t, ts)
 		return
 	}

@@ -140,6 +140,7 @@ func (c *Controller) decide(ctx context.Context, active []domain.Project, names 
 	c.killMu.Lock()
 	c.announced = seen
 	c.killMu.Unlock()
+	c.unlistedSaid = tp.unlisted
 	for _, name := range tp.wentOn {
 		c.projectWentOn(name, stepAssign)
 	}
