@@ -157,9 +157,9 @@ type applyPlan struct {
 	wake time.Time
 	// after is what the changes leave for the claims of the same tick.
 	after afterApply
-	// unlisted are the projects the nodes cannot list once this plan is
-	// recorded, each said in an event (see decideUnlisted).
-	unlisted map[unlistedKey]bool
+	// unlisted is when each node first named each project it cannot
+	// list, as this plan leaves it (see decideUnlisted).
+	unlisted map[unlistedKey]time.Time
 }
 
 // decideApply decides, without I/O, what the pulls mean: each node's
@@ -180,12 +180,15 @@ func (c *Controller) decideApply(snap *snapshot, pulls map[string]*pull, prev ma
 		counts: snap.counts, depStatus: snap.depStatus, modes: snap.modes, after: newAfterApply()}
 	served := make(map[string]bool, len(snap.projects))
 	for _, project := range snap.projects {
-		a.dueAt(snap.nextDue[project])
-		a.project(project, snap.tasks[project])
 		served[project] = true
 	}
 	var unlisted []store.Event
-	plan.unlisted, unlisted = decideUnlisted(pulls, c.unlistedSaid, served)
+	plan.unlisted, unlisted = decideUnlisted(pulls, c.unlistedSince, served, now)
+	a.unlisted = plan.unlisted
+	for _, project := range snap.projects {
+		a.dueAt(snap.nextDue[project])
+		a.project(project, snap.tasks[project])
+	}
 	for _, ev := range unlisted {
 		a.event(ev)
 	}

@@ -583,7 +583,7 @@ func TestApplyDecisions(t *testing.T) {
 			}(), task("S03", domain.Running, "n1", 1)},
 			pulls: map[string]any{"n1": unlistedReply{tasks: []wire.TaskStatus{ended("S03", 1, wire.StatusCompleted, "")}, unlisted: []string{"p"}}},
 			want: []string{"run S03#1", "S03 running→completed: on n1",
-				"event  warning: node n1 cannot list the tasks of project p (permission denied): its attempts there are unknown, not lost, until it can; its other projects go on. Fix: on n1, give the node's user that directory back (chmod 700 /w/p/tasks)"},
+				"event  warning: node n1 cannot list the tasks of project p (permission denied): its attempts there are unknown until it can, and lost (run again) after node_offline_timeout; one that ends meanwhile cannot record how it ended; no new task of p starts there; its other projects go on. Fix: on n1, give the node's user that directory back: chmod 700 '/w/p/tasks'"},
 			changed: 1,
 		},
 		{

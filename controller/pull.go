@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -609,6 +610,9 @@ func (c *Controller) pullNode(ctx context.Context, n *nodeRuntime, projects []st
 		if p.unlisted == nil {
 			p.unlisted = map[string]wire.Unlisted{}
 		}
+		// The directory is the controller's own path for it: the node's
+		// word is shown to the operator in a command to run.
+		u.Dir = path.Join(inst.WorkDir, u.Project, "tasks")
 		p.unlisted[u.Project] = u
 	}
 	return p

@@ -13,20 +13,18 @@ import (
 	"github.com/dispatch-tool/dispatch/store"
 )
 
-// uncapped is the local node with its wrapper's status calls made
-// without the capabilities that let root read what a mode refuses
-// (dropped from the bounding set, so the wrapper, run as root, never has
-// them): as a node's user who is not root makes them. The tests run as
-// root, whom a chmod 000 stops from nothing.
+// uncapped is the local node with every command it runs (each wrapper
+// call: status, run and its supervisor, kill, collect) made without the
+// capabilities that let root read or write what a mode refuses (dropped
+// from the bounding set, so the wrapper, run as root, never has them): as
+// a node's user who is not root makes them. The tests run as root, whom a
+// chmod 000 stops from nothing.
 type uncapped struct {
 	*nodes.Local
 	setpriv string
 }
 
 func (u uncapped) argv(argv []string) []string {
-	if len(argv) < 2 || argv[1] != "status" {
-		return argv
-	}
 	return append([]string{u.setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--"}, argv...)
 }
 
@@ -38,7 +36,7 @@ func (u uncapped) Converse(ctx context.Context, argv []string) (nodes.Conversati
 	return u.Local.Converse(ctx, u.argv(argv))
 }
 
-// TestAProjectTheNodeCannotList: an unconfined task of project p makes
+// TestUnlistedProjectOnARealNode: an unconfined task of project p makes
 // p's tasks/ unreadable to the node's user (chmod 000, one level above its
 // own directory). The node's full listing used to fail whole: the node's
 // pulls failed until one succeeded, every full one, so project q's tasks
@@ -47,7 +45,7 @@ func (u uncapped) Converse(ctx context.Context, argv []string) (nodes.Conversati
 // counts (the next call may be a live one), p's attempt stays running,
 // unknown, the operator is told once, and once the mode is back p's
 // attempt is seen again and completes as attempt 1.
-func TestAProjectTheNodeCannotList(t *testing.T) {
+func TestUnlistedProjectOnARealNode(t *testing.T) {
 	setpriv, err := exec.LookPath("setpriv")
 	if err != nil {
 		t.Fatalf("setpriv (util-linux) is needed to run the node's status without root's capabilities: %v", err)
@@ -113,7 +111,7 @@ func TestAProjectTheNodeCannotList(t *testing.T) {
 	for _, ev := range events {
 		if ev.Kind == "warning" && strings.Contains(ev.Message, "cannot list the tasks of project p") {
 			said++
-			if !strings.Contains(ev.Message, "chmod 700 "+tasks) {
+			if !strings.Contains(ev.Message, "chmod 700 '"+tasks+"'") {
 				t.Errorf("the warning %q does not say the fix (chmod 700 %s)", ev.Message, tasks)
 			}
 		}

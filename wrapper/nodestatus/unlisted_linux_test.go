@@ -12,7 +12,7 @@ import (
 	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
-// TestStatusWithAnUnreadableTasksDir: a task that makes its project's
+// TestStatusNamesAnUnreadableTasksDirUnlisted: a task that makes its project's
 // tasks/ unreadable (chmod 000 of the directory above its own, as an
 // unconfined task can; or r-- or --x) fails neither listing of the node:
 // the other projects are listed as usual, and that one is named unlisted,
@@ -21,7 +21,7 @@ import (
 // (r--) is unlisted too: its tasks would read as tasks without a status.
 // What can still be read is listed (--x: the live index and the named
 // tasks, in a live call).
-func TestStatusWithAnUnreadableTasksDir(t *testing.T) {
+func TestStatusNamesAnUnreadableTasksDirUnlisted(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name     string
