@@ -157,6 +157,9 @@ type applyPlan struct {
 	wake time.Time
 	// after is what the changes leave for the claims of the same tick.
 	after afterApply
+	// unlisted is when each node first named each project it cannot
+	// list, as this plan leaves it (see decideUnlisted).
+	unlisted map[unlistedKey]time.Time
 }
 
 // decideApply decides, without I/O, what the pulls mean: each node's
@@ -175,9 +178,19 @@ func (c *Controller) decideApply(snap *snapshot, pulls map[string]*pull, prev ma
 	}
 	a := &applier{c: c, now: now, pulls: pulls, prev: prev, attempts: snap.attempts, projects: snap.facts,
 		counts: snap.counts, depStatus: snap.depStatus, modes: snap.modes, after: newAfterApply()}
+	served := make(map[string]bool, len(snap.projects))
+	for _, project := range snap.projects {
+		served[project] = true
+	}
+	var unlisted []store.Event
+	plan.unlisted, unlisted = decideUnlisted(pulls, c.unlistedSince, served, now)
+	a.unlisted = plan.unlisted
 	for _, project := range snap.projects {
 		a.dueAt(snap.nextDue[project])
 		a.project(project, snap.tasks[project])
+	}
+	for _, ev := range unlisted {
+		a.event(ev)
 	}
 	if snap.current == nil {
 		snap.current = currentTasks(snap)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/nodes"
@@ -41,8 +42,10 @@ func TestDecideClaims(t *testing.T) {
 		mem     map[string]int64
 		paused  []string
 		use     map[string]int
-		tasks   []domain.Task
-		want    string // "ID@node[/mode]" in claim order
+		// unlisted are the "node/project"s the node cannot list.
+		unlisted []string
+		tasks    []domain.Task
+		want     string // "ID@node[/mode]" in claim order
 	}{
 		{name: "least loaded first, then by name",
 			nodes: []nodes.Node{node("a", 2, nil), node("b", 2, nil)}, running: map[string]int{"a": 1},
@@ -90,6 +93,11 @@ func TestDecideClaims(t *testing.T) {
 			running: map[string]int{"hpc": 2}, waiting: map[string]int{"hpc": 2},
 			tasks: []domain.Task{task("T1", nil)},
 			want:  ""},
+		{name: "not on a node that cannot list the task's project (it could not make the task's directory)",
+			nodes: []nodes.Node{node("a", 2, nil), node("b", 2, nil)}, running: map[string]int{"b": 1},
+			unlisted: []string{"a/p", "b/q"},
+			tasks:    []domain.Task{task("T1", nil), task("T2", nil), task("T3", func(t *domain.Task) { t.Project = "q" })},
+			want:     "T1@b T3@a"},
 		{name: "no free slot",
 			nodes: []nodes.Node{node("a", 1, nil)}, running: map[string]int{"a": 1},
 			tasks: []domain.Task{task("T1", nil)},
@@ -106,6 +114,11 @@ func TestDecideClaims(t *testing.T) {
 			}
 			for k, v := range tc.use {
 				in.modeUse[k] = v
+			}
+			in.unlisted = map[unlistedKey]time.Time{}
+			for _, np := range tc.unlisted {
+				node, project, _ := strings.Cut(np, "/")
+				in.unlisted[unlistedKey{node, project}] = t0
 			}
 			var got []string
 			for _, cl := range decideClaims(cfg, in) {

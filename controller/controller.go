@@ -136,6 +136,10 @@ type Controller struct {
 	killFailures  map[string]int
 	unkilledNodes map[string]bool
 	unkilledTasks map[string]bool
+	// unlistedSince is when each node first named each project it could
+	// not list, as the last recorded tick had them, each said in an event
+	// (see decideUnlisted); the control loop's goroutine owns it.
+	unlistedSince map[unlistedKey]time.Time
 	// preempting holds the preemptions under way (see preempt.go), by
 	// the stopped attempt's killKey; the control loop's goroutine owns it.
 	preempting map[string]underWay

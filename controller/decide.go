@@ -205,6 +205,9 @@ type applier struct {
 	// ends, an offline node's tasks are lost, a claim's grace or a
 	// heartbeat runs out. Run ticks then, not at the next poll.
 	wake time.Time
+	// unlisted is when each node first named each project unlisted (see
+	// decideUnlisted).
+	unlisted map[unlistedKey]time.Time
 }
 
 func (a *applier) emit(o op) { a.ops = append(a.ops, o) }
@@ -368,6 +371,13 @@ func (a *applier) task(t *domain.Task) {
 		if p.partial {
 			// The stream said nothing of this attempt since the last
 			// tick: nothing is known that the last tick did not know.
+			return
+		}
+		if u, unlisted := p.unlisted[t.Project]; unlisted && ts == nil {
+			// The node could not list the project's tasks (an unconfined
+			// task chmodded them, see unlisted.go): the attempt is
+			// unknown, neither gone nor crashed, for a while.
+			a.unlistedGone(t, u)
 			return
 		}
 		a.noStatus(t, ts)

@@ -103,6 +103,13 @@ type silentFor struct {
 	d   time.Duration
 }
 
+// unlistedReply is a full pull whose node could not list the projects
+// named in unlisted (wire.NodeStatus.Unlisted), and read tasks.
+type unlistedReply struct {
+	tasks    []wire.TaskStatus
+	unlisted []string
+}
+
 func nodeSays(byNode map[string]any) map[string]*pull {
 	pulls := map[string]*pull{}
 	for name, v := range byNode {
@@ -123,6 +130,15 @@ func nodeSays(byNode map[string]any) map[string]*pull {
 			p.status.Tasks = v
 			for i := range v {
 				p.tasks[taskKey(v[i].Project, v[i].Task)] = &p.status.Tasks[i]
+			}
+		case unlistedReply:
+			p.status.Tasks = v.tasks
+			for i := range v.tasks {
+				p.tasks[taskKey(v.tasks[i].Project, v.tasks[i].Task)] = &p.status.Tasks[i]
+			}
+			p.unlisted = map[string]wire.Unlisted{}
+			for _, project := range v.unlisted {
+				p.unlisted[project] = wire.Unlisted{Project: project, Dir: "/w/" + project + "/tasks", Error: "permission denied"}
 			}
 		}
 		pulls[name] = p
@@ -552,6 +568,22 @@ func TestApplyDecisions(t *testing.T) {
 			tasks:   []domain.Task{task("S01", domain.Running, "n1", 1), task("S02", domain.Running, "n1", 1)},
 			pulls:   map[string]any{"n1": streamSaid{ended("S01", 1, wire.StatusCompleted, "")}},
 			want:    []string{"run S01#1", "S01 running→completed: on n1"},
+			changed: 1,
+		},
+		{
+			// An unconfined task chmodded p's tasks/ on n1: its attempts the
+			// reply lacks are unknown (neither crashed nor a launch that
+			// never started), one it could read by name is applied, and
+			// the operator is told once (TestDecideUnlisted).
+			name: "the attempts of a project the node could not list are unknown, not crashed",
+			tasks: []domain.Task{task("S01", domain.Running, "n1", 1), func() domain.Task {
+				t := task("S02", domain.Claimed, "n1", 1)
+				t.HeartbeatAt = t0.Add(-claimGrace)
+				return t
+			}(), task("S03", domain.Running, "n1", 1)},
+			pulls: map[string]any{"n1": unlistedReply{tasks: []wire.TaskStatus{ended("S03", 1, wire.StatusCompleted, "")}, unlisted: []string{"p"}}},
+			want: []string{"run S03#1", "S03 running→completed: on n1",
+				"event  warning: node n1 cannot list the tasks of project p (permission denied): its attempts there are unknown until it can, and lost (run again) after node_offline_timeout; one that ends meanwhile cannot record how it ended; no new task of p starts there; its other projects go on. Fix: on n1, give the node's user that directory back: chmod 700 '/w/p/tasks'"},
 			changed: 1,
 		},
 		{

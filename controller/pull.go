@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -348,6 +349,10 @@ type pull struct {
 	// from it was not looked at (facts and version are the last full
 	// pull's).
 	partial bool
+	// unlisted holds, by project, the projects whose tasks directory the
+	// node could not list (wire.NodeStatus.Unlisted): a task of theirs
+	// missing from tasks is unknown, neither gone nor ended.
+	unlisted map[string]wire.Unlisted
 	// silent is, for a failed pull, how long the node had said nothing
 	// when the tick began (its transport's word, see nodes.Hearer): it
 	// went offline that long ago, not when this call failed.
@@ -600,6 +605,15 @@ func (c *Controller) pullNode(ctx context.Context, n *nodeRuntime, projects []st
 	p := &pull{status: st, rtt: rtt, began: start, same: same, tasks: make(map[string]*wire.TaskStatus, len(st.Tasks))}
 	for i := range st.Tasks {
 		p.tasks[keys[i]] = &st.Tasks[i]
+	}
+	for _, u := range st.Unlisted {
+		if p.unlisted == nil {
+			p.unlisted = map[string]wire.Unlisted{}
+		}
+		// The directory is the controller's own path for it: the node's
+		// word is shown to the operator in a command to run.
+		u.Dir = path.Join(inst.WorkDir, u.Project, "tasks")
+		p.unlisted[u.Project] = u
 	}
 	return p
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"slices"
+	"time"
 
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/nodes"
@@ -78,6 +79,10 @@ type assignInput struct {
 	modeUse map[string]int
 	// unusable are the nodes that cannot run tasks at all, with why.
 	unusable map[string]string
+	// unlisted are the projects each node cannot list (see
+	// decideUnlisted): a task of one placed there could not even make
+	// its directory.
+	unlisted map[unlistedKey]time.Time
 	// candidates are the runnable tasks, by priority, ID, project.
 	candidates []domain.Task
 }
@@ -102,6 +107,9 @@ func decideClaims(cfg *nodes.Config, in assignInput) []claim {
 				continue
 			}
 			if in.unusable[n.Name] != "" {
+				continue
+			}
+			if _, unlisted := in.unlisted[unlistedKey{n.Name, t.Project}]; unlisted {
 				continue
 			}
 			mode, ok := pickMode(cfg, n, in.paused, in.modeUse)

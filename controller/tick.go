@@ -140,6 +140,7 @@ func (c *Controller) decide(ctx context.Context, active []domain.Project, names 
 	c.killMu.Lock()
 	c.announced = seen
 	c.killMu.Unlock()
+	c.unlistedSince = tp.unlisted
 	for _, name := range tp.wentOn {
 		c.projectWentOn(name, stepAssign)
 	}
@@ -284,6 +285,7 @@ func (c *Controller) decideTick(r *tickRead, pulls map[string]*pull, announced, 
 		opts: map[string]domain.ProjectOptions{}}
 	after := tp.after
 	in := r.claims
+	in.unlisted = tp.unlisted
 	in.paused = map[string]bool{}
 	for _, p := range r.pauses {
 		if now.Before(p.Until) {

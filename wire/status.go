@@ -226,6 +226,55 @@ type NodeStatus struct {
 	// controller keeps what it holds and takes the heartbeat from here,
 	// so that a steady reply carries what changed, not every live task.
 	Same *Same `json:"same,omitempty"`
+	// Unlisted names, in a reply of either listing, the projects whose
+	// tasks directory could not be listed (an unconfined task can chmod
+	// it), each with why; the other projects are listed as usual. What
+	// could be read of such a project by name is in Tasks: a task of it
+	// that Tasks lacks is unknown, neither gone nor ended. An older
+	// wrapper never sends it (it failed the whole call instead); an older
+	// controller ignores it.
+	Unlisted []Unlisted `json:"unlisted,omitempty"`
+}
+
+// Unlisted is a project a status call could not list: its tasks
+// directory and why.
+type Unlisted struct {
+	Project string `json:"project"`
+	Dir     string `json:"dir"`
+	Error   string `json:"error"`
+}
+
+// MaxUnlistedText bounds each string of an Unlisted as ClampUnlisted
+// leaves it.
+const MaxUnlistedText = 512
+
+// ClampUnlisted makes each string of ns.Unlisted one line an operator
+// may be shown (see ClampMessage) of at most MaxUnlistedText bytes: the
+// node wrote them.
+func (ns *NodeStatus) ClampUnlisted() {
+	for i := range ns.Unlisted {
+		u := &ns.Unlisted[i]
+		u.Project, u.Dir, u.Error = clampLine(u.Project), clampLine(u.Dir), clampLine(u.Error)
+	}
+}
+
+// clampLine is s as ClampMessage keeps it, on one line, cut to
+// MaxUnlistedText bytes at a character's start.
+func clampLine(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\t' {
+			return ' '
+		}
+		return r
+	}, ClampMessage(s))
+	if len(s) <= MaxUnlistedText {
+		return s
+	}
+	n := MaxUnlistedText - len("…")
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // Same is the tasks ("project/ID") whose status entries have the tags

@@ -115,3 +115,29 @@ func TestIsSessionID(t *testing.T) {
 		}
 	}
 }
+
+// TestClampUnlisted: the projects a node says it could not list reach the
+// operator in an event: each string one line without control characters,
+// cut at a character's start.
+func TestClampUnlisted(t *testing.T) {
+	long := strings.Repeat("é", MaxUnlistedText)
+	for _, tc := range []struct {
+		name string
+		in   Unlisted
+		want Unlisted
+	}{
+		{"sane", Unlisted{Project: "p", Dir: "/w/p/tasks", Error: "permission denied"},
+			Unlisted{Project: "p", Dir: "/w/p/tasks", Error: "permission denied"}},
+		{"lines and escapes", Unlisted{Project: "p\x1b[2J", Dir: "/w/a b\n/tasks", Error: "denied\r\n\tfix\u202e"},
+			Unlisted{Project: "p[2J", Dir: "/w/a b /tasks", Error: "denied  fix"}},
+		{"long", Unlisted{Error: long}, Unlisted{Error: long[:MaxUnlistedText-4] + "…"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := NodeStatus{Unlisted: []Unlisted{tc.in}}
+			ns.ClampUnlisted()
+			if got := ns.Unlisted[0]; got != tc.want {
+				t.Fatalf("ClampUnlisted(%+q) = %+q, want %+q", tc.in, got, tc.want)
+			}
+		})
+	}
+}

@@ -234,11 +234,12 @@ func Facts(ctx context.Context, tr nodes.Transport, inst nodes.Installed) (*wire
 	return nodeStatus(ctx, tr, inst.Path, inst.WorkDir, "", Query{})
 }
 
-// clampStatus brings the numbers of a node's reply into range. What a
-// node says is a stranger's word: this is done once, before anything uses
-// or sums them.
+// clampStatus brings the numbers of a node's reply into range, and the
+// words of its unlisted projects to a line each. What a node says is a
+// stranger's word: this is done once, before anything uses or sums them.
 func clampStatus(st *wire.NodeStatus) {
 	st.Facts.Clamp()
+	st.ClampUnlisted()
 	for _, ts := range st.Tasks {
 		if ts.Status != nil {
 			ts.Status.Clamp()

@@ -155,7 +155,9 @@ func checkLiveRequest(req wire.LiveRequest) (named map[string][]string, held map
 // is removed as it is read. An index that is not a directory or cannot be
 // listed (the task of an unconfined attempt can reach it, and chmod it)
 // lists the whole project, as the full listing does: one project's index
-// never fails the others'. The attempts of another node than node (see
+// never fails the others'. A project whose tasks/ cannot be listed either
+// is named in the reply's Unlisted, with its named tasks that can still be
+// read. The attempts of another node than node (see
 // proc.OthersTask) are neither listed nor unmarked: the index is shared by
 // the nodes that share the work_dir.
 func LiveStatus(ctx context.Context, version, root, node string, projects []string, named map[string][]string, held map[string]string) (*wire.NodeStatus, error) {
@@ -216,8 +218,11 @@ func liveProject(ns *wire.NodeStatus, root, project, node string, named []string
 			return nil
 		}
 		// tasks/ itself cannot be listed (chmod 000 by an unconfined
-		// task, one level above its own directory): the named tasks are
-		// looked at by name, as ever, and the other projects as usual.
+		// task, one level above its own directory): the project is named
+		// unlisted, its named tasks are looked at by name, as ever (those
+		// that cannot be are unknown to the controller, not gone), and
+		// the other projects listed as usual.
+		addUnlisted(ns, project, tasksDir, err)
 		markers = nil
 	}
 	idx := filepath.Join(tasksDir, DirLive)

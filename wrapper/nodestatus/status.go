@@ -25,7 +25,10 @@ func ValidName(name string) bool {
 // NodeStatus lists the tasks of projects under root (all projects when none
 // are given), leaving out those of another node than node (see proc.OthersTask).
 // It reads a few small files per task and forks nothing on Linux, so one
-// call stays cheap with many tasks.
+// call stays cheap with many tasks. A project whose tasks/ cannot be
+// listed (an unconfined task can chmod 000 it, one level above its own
+// directory) is named in the reply's Unlisted, with why: one project's
+// trouble never fails the others' listing.
 func NodeStatus(ctx context.Context, version, root, node string, projects []string) (*wire.NodeStatus, error) {
 	ns := &wire.NodeStatus{
 		WrapperVersion: version,
@@ -42,13 +45,21 @@ func NodeStatus(ctx context.Context, version, root, node string, projects []stri
 		if i > 0 && project == projects[i-1] {
 			continue
 		}
-		tasks, err := listTasks(filepath.Join(root, project, "tasks"), node)
+		tasksDir := filepath.Join(root, project, "tasks")
+		tasks, err := listTasks(tasksDir, node)
 		if err != nil {
-			return nil, err
+			addUnlisted(ns, project, tasksDir, err)
+			continue
 		}
 		ns.Tasks = append(ns.Tasks, tasks...)
 	}
 	return ns, nil
+}
+
+// addUnlisted names project in ns as one whose tasks directory could not
+// be listed, for err.
+func addUnlisted(ns *wire.NodeStatus, project, tasksDir string, err error) {
+	ns.Unlisted = append(ns.Unlisted, wire.Unlisted{Project: project, Dir: tasksDir, Error: err.Error()})
 }
 
 // listProjects returns projects, or when it is empty every project
@@ -72,7 +83,10 @@ func listProjects(root string, projects []string) ([]string, error) {
 
 // listTasks reports every task directory of tasksDir (none when it does
 // not exist) but those of another node than node; hidden entries (the
-// live index) are not tasks.
+// live index) are not tasks. A tasksDir whose names can be read but not
+// looked into (mode r--) is an error as one that cannot be read: each of
+// its tasks would read as a task without a status, whose attempt the
+// controller takes for crashed.
 func listTasks(tasksDir, node string) ([]wire.TaskStatus, error) {
 	entries, err := os.ReadDir(tasksDir)
 	if err != nil {
@@ -80,6 +94,12 @@ func listTasks(tasksDir, node string) ([]wire.TaskStatus, error) {
 			return nil, nil
 		}
 		return nil, errkind.IO(fmt.Errorf("list tasks in %s: %w", tasksDir, err))
+	}
+	if len(entries) > 0 {
+		// "." is looked up in tasksDir, which takes the search permission.
+		if _, err := os.Lstat(tasksDir + string(filepath.Separator) + "."); err != nil {
+			return nil, errkind.IO(fmt.Errorf("look into %s: %w", tasksDir, err))
+		}
 	}
 	project := filepath.Base(filepath.Dir(tasksDir))
 	var out []wire.TaskStatus
