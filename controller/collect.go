@@ -103,8 +103,9 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 		names = append(names, name)
 	}
 	b := &collectBatch{}
+	room := c.roundBudget() // one for every node's stream: they run side by side
 	c.onNodes(names, collecting, c.callTimeout(), func(n *nodeRuntime) {
-		b.add(ctx, c, c.collectNode(ctx, n, byNode[n.cfg.Name], roles, pulls[n.cfg.Name]))
+		b.add(ctx, c, c.collectNode(ctx, n, byNode[n.cfg.Name], roles, pulls[n.cfg.Name], room))
 	})
 	return errors.Join(b.close(ctx, c)...)
 }

@@ -110,7 +110,7 @@ func (c *Controller) recordCollected(ctx context.Context, done []collected) []er
 // collectNode collects the finished attempts runs of node n: in one
 // stream when its transport can (see collectStream), else one by one.
 // p is the node's pull of this tick.
-func (c *Controller) collectNode(ctx context.Context, n *nodeRuntime, runs []domain.Attempt, roles map[string]collectRole, p *pull) []collected {
+func (c *Controller) collectNode(ctx context.Context, n *nodeRuntime, runs []domain.Attempt, roles map[string]collectRole, p *pull, room *roomBudget) []collected {
 	var todo []domain.Attempt
 	for _, r := range runs {
 		if c.collectWait(collectKey(r)) {
@@ -120,7 +120,7 @@ func (c *Controller) collectNode(ctx context.Context, n *nodeRuntime, runs []dom
 		todo = append(todo, r)
 	}
 	if ef, ok := n.tr.(nodes.ExecToer); ok && len(todo) > 0 {
-		return c.collectStream(ctx, n, ef, todo, roles)
+		return c.collectStream(ctx, n, ef, todo, roles, room)
 	}
 	out := make([]collected, 0, len(todo))
 	for _, r := range todo {

@@ -33,8 +33,8 @@ type streamItem struct {
 	git     *gitAttempt // a git-native task: its commit is fetched after the stream
 	output  bool        // output/ was asked for
 	tmp     string      // where its files land before placeCollected
-	asked   int64       // the room (free space to spare) when the stream was asked for
-	room    int64       // the room left as files are written
+	asked   int64       // the round's room left when the stream was asked for
+	room    *roomBudget // the round's room, drawn from as files are written
 
 	head     *wire.CollectHead
 	err      error // what went wrong with it: its files are dropped
@@ -72,7 +72,7 @@ const maxCollectHead = 64 << 10
 // as it comes (bounded by progress, never whole in memory) and checked
 // entry by entry as collectOutput checks files. What a node sends wrong
 // fails only the attempt it names.
-func (c *Controller) collectStream(ctx context.Context, n *nodeRuntime, tr nodes.ExecToer, runs []domain.Attempt, roles map[string]collectRole) []collected {
+func (c *Controller) collectStream(ctx context.Context, n *nodeRuntime, tr nodes.ExecToer, runs []domain.Attempt, roles map[string]collectRole, budget *roomBudget) []collected {
 	out := make([]collected, 0, len(runs))
 	items := make([]*streamItem, 0, len(runs))
 	rooms := map[string]roomOf{}
@@ -80,7 +80,7 @@ func (c *Controller) collectStream(ctx context.Context, n *nodeRuntime, tr nodes
 		role := roles[collectKey(r)]
 		room, ok := rooms[r.Project]
 		if !ok {
-			room.n, room.err = c.checkFreeSpace(home.RunsDir(c.opts.Home, r.Project), nil)
+			room = roomOf{budget: budget, err: c.roundRoom(budget, r.Project)}
 			rooms[r.Project] = room
 		}
 		it, err := c.prepareItem(ctx, r, role, room)
@@ -108,12 +108,44 @@ func (c *Controller) collectStream(ctx context.Context, n *nodeRuntime, tr nodes
 	return out
 }
 
-// roomOf is what checkFreeSpace said of a project's runs/ when a stream
-// was asked for: taken once a stream, not once an attempt (each took it
-// before any file of the stream was written, so each got the same).
+// roomOf is the round's room for a project's attempts: the budget every
+// stream of the round draws from, or why the project has none (the free
+// space is under collectFreeMargin, or could not be read).
 type roomOf struct {
-	n   int64
-	err error
+	budget *roomBudget
+	err    error
+}
+
+// roundRoom is why project's attempts have no room in the round of
+// budget, or nil: the free space under runs/ is read once a round, not
+// once a stream or an attempt.
+func (c *Controller) roundRoom(budget *roomBudget, project string) error {
+	dir := home.RunsDir(c.opts.Home, project)
+	free, err := budget.figure()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	_, err = roomFrom(dir, "output/", 0, free)
+	return err
+}
+
+// roundBudget is a collection round's roomBudget: the free space under
+// the home's runs/, read when a stream first needs it.
+func (c *Controller) roundBudget() *roomBudget {
+	root := home.RunsRoot(c.opts.Home)
+	return newRoomBudget(func() (int64, error) {
+		if err := os.MkdirAll(root, 0o700); err != nil {
+			return 0, err
+		}
+		free, err := diskFree(root)
+		if err != nil {
+			return 0, fmt.Errorf("free space under %s: %w", root, err)
+		}
+		return free, nil
+	})
 }
 
 // prepareItem makes attempt r's staging directory and reads what its
@@ -128,7 +160,7 @@ func (c *Controller) prepareItem(ctx context.Context, r domain.Attempt, role col
 		return nil, room.err
 	}
 	runs := home.RunsDir(c.opts.Home, r.Project)
-	it := &streamItem{r: r, current: current, git: git, output: current && git == nil, asked: room.n, room: room.n, seen: map[string]bool{},
+	it := &streamItem{r: r, current: current, git: git, output: current && git == nil, asked: room.budget.remaining(), room: room.budget, seen: map[string]bool{},
 		tmp: filepath.Join(runs, fmt.Sprintf(".%s.%d.collecting", r.Task, r.Attempt))}
 	if err := os.RemoveAll(it.tmp); err != nil {
 		return nil, err
@@ -363,11 +395,14 @@ func (s *streamReader) entry(it *streamItem, name string, h *tar.Header, r io.Re
 			return fmt.Errorf("the collect stream sent a task.log it did not announce")
 		}
 		it.gotLog = true
-		_, n, err := writeLocal(filepath.Join(it.tmp, "task.log"), 0o644, r, min(s.maxBytes, it.room))
-		if err != nil && it.room < s.maxBytes && errors.Is(err, errOverQuota) {
+		rr := &roomReader{r: r, room: it.room, size: h.Size}
+		_, _, err := writeLocal(filepath.Join(it.tmp, "task.log"), 0o644, rr, s.maxBytes)
+		if err != nil {
+			rr.undo() // the file is removed
+		}
+		if errors.Is(err, errRoomSpent) {
 			return errNoRoomLog
 		}
-		it.room -= n
 		return err
 	case strings.HasPrefix(name, "output/"):
 		return s.outputFile(it, strings.TrimPrefix(name, "output/"), h, r)
@@ -419,19 +454,18 @@ func (s *streamReader) outputFile(it *streamItem, rel string, h *tar.Header, r i
 	if err != nil {
 		return err
 	}
-	limit, byRoom := s.maxBytes-it.total, it.room < s.maxBytes-it.total
-	if byRoom {
-		limit = it.room
+	rr := &roomReader{r: r, room: it.room, size: h.Size}
+	sum, n, err := writeLocal(dst, fs.FileMode(h.Mode).Perm(), rr, s.maxBytes-it.total)
+	if err != nil {
+		rr.undo() // the file is removed
 	}
-	sum, n, err := writeLocal(dst, fs.FileMode(h.Mode).Perm(), r, limit)
-	if byRoom && errors.Is(err, errOverQuota) {
+	if errors.Is(err, errRoomSpent) {
 		return errNoRoomOutput
 	}
 	if err != nil {
 		return err
 	}
 	it.total += n
-	it.room -= n
 	it.manifest = append(it.manifest, store.File{Project: it.r.Project, Task: it.r.Task, Attempt: it.r.Attempt,
 		Path: name, Size: n, SHA256: sum})
 	return nil

@@ -108,7 +108,7 @@ func TestCollectStreamChecksEveryEntry(t *testing.T) {
 			dir := t.TempDir()
 			items := make([]*streamItem, 2)
 			for i := range items {
-				items[i] = &streamItem{output: true, tmp: filepath.Join(dir, fmt.Sprint(i)), room: 1 << 30, asked: 1 << 30, seen: map[string]bool{}}
+				items[i] = &streamItem{output: true, tmp: filepath.Join(dir, fmt.Sprint(i)), room: fixedRoom(1 << 30), asked: 1 << 30, seen: map[string]bool{}}
 			}
 			data := streamOf(t, tc.entries)
 			if tc.entries == nil {
@@ -219,22 +219,47 @@ func (c *countingSSH) reset() {
 // reached through a countingSSH.
 func sshHarness(t *testing.T, slots int, specs map[string]string) (*harness, *countingSSH, *sshdtest.Server) {
 	t.Helper()
+	h, counted, servers := sshNodesHarness(t, 1, slots, specs)
+	return h, counted[0], servers[0]
+}
+
+// sshNodesHarness is a harness of count nodes (n, n2, n3...), each a real
+// sshd on loopback reached through a countingSSH.
+func sshNodesHarness(t *testing.T, count, slots int, specs map[string]string) (*harness, []*countingSSH, []*sshdtest.Server) {
+	t.Helper()
 	sshdtest.Require(t)
 	c := sshdtest.NewClient(t)
-	s := c.StartServer(t, "collect")
-	c.Trust(t, s)
-	yaml := fmt.Sprintf("controller:\n  ssh_connect_timeout: 2s\nnodes:\n  - name: n\n    ssh: %s@127.0.0.1:%d\n    slots: %d\n    work_dir: %s\n",
-		c.User, s.Port, slots, s.WorkDir)
-	h := newHarness(t, unsandboxed(yaml, "the tasks wait for a file of the test outside their workspace"), shellProject(specs))
-	tr, err := sshnode.New(sshnode.Config{Node: "n", Target: h.cfg.Nodes[0].SSH, ConnectTimeout: 2 * time.Second,
-		Env: sshnode.Env{Home: c.Home, ConfigFile: c.SSHConfig, User: c.User}, AgentSocket: "/nonexistent"})
-	if err != nil {
-		t.Fatal(err)
+	yaml := "controller:\n  ssh_connect_timeout: 2s\nnodes:\n"
+	var servers []*sshdtest.Server
+	for i := range count {
+		s := c.StartServer(t, "collect")
+		c.Trust(t, s)
+		servers = append(servers, s)
+		yaml += fmt.Sprintf("  - name: %s\n    ssh: %s@127.0.0.1:%d\n    slots: %d\n    work_dir: %s\n", nodeName(i), c.User, s.Port, slots, s.WorkDir)
 	}
-	counted := &countingSSH{SSH: tr}
-	h.ctl = New(Options{Home: h.home, Config: h.cfg, Store: h.st, Transports: map[string]nodes.Transport{"n": counted},
+	h := newHarness(t, unsandboxed(yaml, "the tasks wait for a file of the test outside their workspace"), shellProject(specs))
+	trs := map[string]nodes.Transport{}
+	var counted []*countingSSH
+	for i := range count {
+		tr, err := sshnode.New(sshnode.Config{Node: nodeName(i), Target: h.cfg.Nodes[i].SSH, ConnectTimeout: 2 * time.Second,
+			Env: sshnode.Env{Home: c.Home, ConfigFile: c.SSHConfig, User: c.User}, AgentSocket: "/nonexistent"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		counted = append(counted, &countingSSH{SSH: tr})
+		trs[nodeName(i)] = counted[i]
+	}
+	h.ctl = New(Options{Home: h.home, Config: h.cfg, Store: h.st, Transports: trs,
 		Wrappers: wrappers, Now: h.clock.Now, Jitter: func() float64 { return 0 }})
-	return h, counted, s
+	return h, counted, servers
+}
+
+// nodeName is the name of sshNodesHarness's node i: n, n2, n3...
+func nodeName(i int) string {
+	if i == 0 {
+		return "n"
+	}
+	return fmt.Sprintf("n%d", i+1)
 }
 
 // TestCollectStreamOneCallPerNode: four attempts that finished on an SSH
@@ -470,7 +495,7 @@ func TestCollectStreamBudget(t *testing.T) {
 	budget := streamBudget(req)
 	data := streamOf(t, []entry{{"0/collect.json", 0, headOf(wire.CollectHead{Found: true, Log: wire.CollectSent})},
 		{"0/task.log", 0, strings.Repeat("x", int(budget))}})
-	it := &streamItem{tmp: t.TempDir(), room: 1 << 30, asked: 1 << 30, seen: map[string]bool{}}
+	it := &streamItem{tmp: t.TempDir(), room: fixedRoom(1 << 30), asked: 1 << 30, seen: map[string]bool{}}
 	s := streamReader{items: []*streamItem{it}, maxFiles: 1, maxBytes: 10}
 	if err := readBudgeted(&s, &io.LimitedReader{R: bytes.NewReader(data), N: budget}); err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Fatalf("a stream past its budget: %v, want it ended", err)
@@ -528,7 +553,7 @@ func TestCollectStreamCutIsNotCollected(t *testing.T) {
 			dir := t.TempDir()
 			items := make([]*streamItem, 3)
 			for i := range items {
-				items[i] = &streamItem{output: true, tmp: filepath.Join(dir, fmt.Sprint(i)), room: 1 << 30, asked: 1 << 30, seen: map[string]bool{}}
+				items[i] = &streamItem{output: true, tmp: filepath.Join(dir, fmt.Sprint(i)), room: fixedRoom(1 << 30), asked: 1 << 30, seen: map[string]bool{}}
 			}
 			s := streamReader{items: items, maxFiles: 3, maxBytes: 100}
 			if err := s.read(bytes.NewReader(streamOf(t, tc.entries))); err != nil {
@@ -776,7 +801,7 @@ func TestCollectReadsNoPlainTask(t *testing.T) {
 	h := newHarness(t, "", shellProject(map[string]string{"S01.md": "true\n"}))
 	ctx := context.Background()
 	r := domain.Attempt{Project: "p", Task: "GONE", Attempt: 1, Node: "local", Status: domain.Completed}
-	it, err := h.ctl.prepareItem(ctx, r, collectRole{current: true}, roomOf{n: 1 << 30})
+	it, err := h.ctl.prepareItem(ctx, r, collectRole{current: true}, roomOf{budget: fixedRoom(1 << 30)})
 	if err != nil {
 		t.Fatalf("a plain task's attempt: %v, want it prepared without reading its task", err)
 	}
@@ -784,7 +809,7 @@ func TestCollectReadsNoPlainTask(t *testing.T) {
 	if it.git != nil || !it.output {
 		t.Errorf("a plain task's attempt: git %v, output %v; want its output/ asked for", it.git, it.output)
 	}
-	if _, err := h.ctl.prepareItem(ctx, r, collectRole{current: true, based: true}, roomOf{n: 1 << 30}); !errors.Is(err, store.ErrNotFound) {
+	if _, err := h.ctl.prepareItem(ctx, r, collectRole{current: true, based: true}, roomOf{budget: fixedRoom(1 << 30)}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("an attempt of a task that starts from a commit: %v, want its task read (not found)", err)
 	}
 }

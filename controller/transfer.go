@@ -143,6 +143,11 @@ func (c *Controller) freeRoom(dir, what string, need int64) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("free space under %s: %w", dir, err)
 	}
+	return roomFrom(dir, what, need, free)
+}
+
+// roomFrom is freeRoom's decision over free, the bytes free under dir.
+func roomFrom(dir, what string, need, free int64) (int64, error) {
 	if free-need < collectFreeMargin {
 		return 0, fmt.Errorf("not enough free space under %s: %s needs %s, %s is free, and %s must stay free\n  fix: free space on the controller's disk; it is tried again",
 			dir, what, mib(need), mib(free), mib(collectFreeMargin))

@@ -1,0 +1,107 @@
+package controller
+
+import (
+	"errors"
+	"io"
+	"sync"
+)
+
+// roomBudget is the room one collection round may write under a home's
+// runs/: the free space past collectFreeMargin, read once a round (by the
+// first stream that needs it) and drawn from by every attempt of every
+// node's stream as its files are written. Streams run side by side
+// (onNodes): each counting from its own reading of the free space, N of
+// them wrote up to N times the room the disk has.
+type roomBudget struct {
+	once sync.Once
+	read func() (int64, error) // the free space under runs/; called once
+	free int64                 // what read said
+	err  error                 // or why it could not
+
+	mu   sync.Mutex // guards left
+	left int64      // the room not drawn yet
+}
+
+// errRoomSpent is a draw on a roomBudget that has less left than it asks:
+// the attempt stops as one with not enough free space, and is tried again.
+var errRoomSpent = errors.New("the collection round's room is spent")
+
+func newRoomBudget(read func() (int64, error)) *roomBudget {
+	return &roomBudget{read: read}
+}
+
+// figure returns the free space the round started from, reading it the
+// first time it is asked.
+func (b *roomBudget) figure() (int64, error) {
+	b.once.Do(func() {
+		b.free, b.err = b.read()
+		if b.err == nil {
+			b.mu.Lock()
+			b.left = max(b.free-collectFreeMargin, 0)
+			b.mu.Unlock()
+		}
+	})
+	return b.free, b.err
+}
+
+// remaining is the room not drawn yet.
+func (b *roomBudget) remaining() int64 {
+	b.figure()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.left
+}
+
+// draw takes n bytes of room, all or none: false when less is left (or
+// the free space could not be read).
+func (b *roomBudget) draw(n int64) bool {
+	if _, err := b.figure(); err != nil {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n < 0 || n > b.left {
+		return false
+	}
+	b.left -= n
+	return true
+}
+
+// give returns n bytes drawn and not written (or written and removed).
+func (b *roomBudget) give(n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.left += max(n, 0)
+}
+
+// roomReader reads a stream entry of size bytes from r, drawing each
+// chunk from room before it is read, and so before it is written: when
+// the room has less left than the chunk, the read fails with
+// errRoomSpent. No lock is held while r is read.
+type roomReader struct {
+	r     io.Reader
+	room  *roomBudget
+	size  int64 // what the entry has left to read
+	drawn int64 // what was drawn and read
+}
+
+func (rr *roomReader) Read(p []byte) (int, error) {
+	want := min(int64(len(p)), rr.size)
+	if want <= 0 {
+		return rr.r.Read(p) // the entry's end (a tar entry reads no further)
+	}
+	if !rr.room.draw(want) {
+		return 0, errRoomSpent
+	}
+	n, err := rr.r.Read(p[:want])
+	rr.room.give(want - int64(n))
+	rr.size -= int64(n)
+	rr.drawn += int64(n)
+	return n, err
+}
+
+// undo returns what was drawn: the file it went into was removed.
+func (rr *roomReader) undo() {
+	rr.room.give(rr.drawn)
+	rr.drawn = 0
+}
