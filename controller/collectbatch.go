@@ -125,7 +125,7 @@ func (c *Controller) collectNode(ctx context.Context, n *nodeRuntime, runs []dom
 	out := make([]collected, 0, len(todo))
 	for _, r := range todo {
 		role := roles[collectKey(r)]
-		rec, err := c.collect(ctx, n, r, role, p)
+		rec, err := c.collect(ctx, n, r, role, p, room)
 		out = append(out, c.outcome(ctx, r, role.current, rec, err))
 	}
 	return out

@@ -395,11 +395,7 @@ func (s *streamReader) entry(it *streamItem, name string, h *tar.Header, r io.Re
 			return fmt.Errorf("the collect stream sent a task.log it did not announce")
 		}
 		it.gotLog = true
-		rr := &roomReader{r: r, room: it.room, size: h.Size}
-		_, _, err := writeLocal(filepath.Join(it.tmp, "task.log"), 0o644, rr, s.maxBytes)
-		if err != nil {
-			rr.undo() // the file is removed
-		}
+		_, _, err := writeLocal(filepath.Join(it.tmp, "task.log"), 0o644, r, s.maxBytes, it.room)
 		if errors.Is(err, errRoomSpent) {
 			return errNoRoomLog
 		}
@@ -454,11 +450,7 @@ func (s *streamReader) outputFile(it *streamItem, rel string, h *tar.Header, r i
 	if err != nil {
 		return err
 	}
-	rr := &roomReader{r: r, room: it.room, size: h.Size}
-	sum, n, err := writeLocal(dst, fs.FileMode(h.Mode).Perm(), rr, s.maxBytes-it.total)
-	if err != nil {
-		rr.undo() // the file is removed
-	}
+	sum, n, err := writeLocal(dst, fs.FileMode(h.Mode).Perm(), r, s.maxBytes-it.total, it.room)
 	if errors.Is(err, errRoomSpent) {
 		return errNoRoomOutput
 	}

@@ -74,34 +74,22 @@ func (b *roomBudget) give(n int64) {
 	b.left += max(n, 0)
 }
 
-// roomReader reads a stream entry of size bytes from r, drawing each
-// chunk from room before it is read, and so before it is written: when
-// the room has less left than the chunk, the read fails with
-// errRoomSpent. No lock is held while r is read.
-type roomReader struct {
-	r     io.Reader
+// roomWriter writes to w each chunk it could first draw from room: past
+// the room, errRoomSpent, nothing of the chunk written. A chunk is what
+// one Write brings (a copy's buffer, 32 KiB): no lock is held while it is
+// written.
+type roomWriter struct {
+	w     io.Writer
 	room  *roomBudget
-	size  int64 // what the entry has left to read
-	drawn int64 // what was drawn and read
+	drawn int64 // what was drawn and written
 }
 
-func (rr *roomReader) Read(p []byte) (int, error) {
-	want := min(int64(len(p)), rr.size)
-	if want <= 0 {
-		return rr.r.Read(p) // the entry's end (a tar entry reads no further)
-	}
-	if !rr.room.draw(want) {
+func (rw *roomWriter) Write(p []byte) (int, error) {
+	if !rw.room.draw(int64(len(p))) {
 		return 0, errRoomSpent
 	}
-	n, err := rr.r.Read(p[:want])
-	rr.room.give(want - int64(n))
-	rr.size -= int64(n)
-	rr.drawn += int64(n)
+	n, err := rw.w.Write(p)
+	rw.room.give(int64(len(p) - n))
+	rw.drawn += int64(n)
 	return n, err
-}
-
-// undo returns what was drawn: the file it went into was removed.
-func (rr *roomReader) undo() {
-	rr.room.give(rr.drawn)
-	rr.drawn = 0
 }

@@ -3,7 +3,6 @@ package controller
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -66,98 +65,107 @@ func TestRoomBudget(t *testing.T) {
 	}
 }
 
-// TestRoomReader: an entry is read chunk by chunk from the room: one that
-// fits is read whole, to the byte; one that does not stops with
-// errRoomSpent having drawn no more than the room, and undo gives it back.
-func TestRoomReader(t *testing.T) {
+// TestCollectRoundSharesTheRoom: two attempts whose output/s each fit in
+// the room (1 MiB past the margin) but not together are collected in one
+// tick, in one node's stream, in two nodes' streams side by side, or file
+// by file from local nodes: what is written stays within the room, one is
+// refused as not enough free space (tried again), and a later tick with
+// room collects it. Each attempt used to count from its own reading of
+// the free space (the same, here), and the two wrote 1.2 MiB.
+func TestCollectRoundSharesTheRoom(t *testing.T) {
 	for _, tc := range []struct {
-		size, room int64
-		err        error
+		name         string
+		ssh          bool
+		nodes, slots int
 	}{
-		{size: 100 << 10, room: 100 << 10},
-		{size: 100 << 10, room: 1 << 20},
-		{size: 100 << 10, room: 99 << 10, err: errRoomSpent},
-		{size: 0, room: 0},
+		{"two attempts in one stream", true, 1, 2},
+		{"one attempt on each of two nodes' streams", true, 2, 1},
+		{"two attempts on one local node", false, 1, 2},
+		{"one attempt on each of two local nodes", false, 2, 1},
 	} {
-		t.Run(fmt.Sprintf("%d in %d", tc.size, tc.room), func(t *testing.T) {
-			b := fixedRoom(tc.room)
-			rr := &roomReader{r: io.LimitReader(zeros{}, tc.size), room: b, size: tc.size}
-			n, err := io.CopyBuffer(io.Discard, rr, make([]byte, 32<<10))
-			if !errors.Is(err, tc.err) {
-				t.Fatalf("read %d bytes: %v, want %v", n, err, tc.err)
+		t.Run(tc.name, func(t *testing.T) {
+			gate := filepath.Join(t.TempDir(), "go")
+			wait := fmt.Sprintf("while [ ! -e '%s' ]; do sleep 0.05; done\n", gate)
+			big := fmt.Sprintf("head -c %d /dev/zero > big.bin\n", 600<<10)
+			specs := map[string]string{"S01-a.md": wait + big, "S02-b.md": wait + big}
+			if !tc.ssh {
+				h, works := localNodesHarness(t, tc.nodes, tc.slots, specs)
+				collectsWithinTheRoom(t, h, works, gate, nil)
+				return
 			}
-			if drawn := tc.room - b.remaining(); drawn != n || n > tc.room {
-				t.Errorf("read %d bytes, drew %d of a room of %d", n, drawn, tc.room)
+			h, counted, servers := sshNodesHarness(t, tc.nodes, tc.slots, specs)
+			var works []string
+			for _, s := range servers {
+				works = append(works, s.WorkDir)
 			}
-			if err == nil && n != tc.size {
-				t.Errorf("read %d bytes of %d", n, tc.size)
-			}
-			rr.undo()
-			if b.remaining() != tc.room {
-				t.Errorf("undo left %d, want the room %d back", b.remaining(), tc.room)
-			}
+			collectsWithinTheRoom(t, h, works, gate, func() int {
+				streams := 0
+				for _, c := range counted {
+					c.mu.Lock()
+					for _, attempts := range c.collects {
+						if len(attempts) == 2/tc.nodes {
+							streams++
+						}
+					}
+					c.collects = nil
+					c.mu.Unlock()
+				}
+				return streams
+			})
 		})
 	}
 }
 
-// TestCollectStreamsShareTheRoom: two attempts whose output/s each fit in
-// the room (1 MiB past the margin) but not together are collected in one
-// tick, in one node's stream or in two nodes' streams side by side: what
-// is written stays within the room, one is refused as not enough free
-// space (tried again), and a later tick with room collects it. Each
-// attempt used to count from the same figure, and wrote 1.2 MiB.
-func TestCollectStreamsShareTheRoom(t *testing.T) {
-	for _, tc := range []struct {
-		name         string
-		nodes, slots int
-	}{
-		{"two attempts in one stream", 1, 2},
-		{"one attempt on each of two nodes", 2, 1},
-	} {
-		t.Run(tc.name, func(t *testing.T) { collectsWithinTheRoom(t, tc.nodes, tc.slots) })
+// localNodesHarness is a harness of count local nodes (n, n2...) of slots
+// each, unsandboxed, and their work_dirs.
+func localNodesHarness(t *testing.T, count, slots int, specs map[string]string) (*harness, []string) {
+	yaml := "controller:\n  ssh_connect_timeout: 1s\nnodes:\n"
+	for i := range count {
+		yaml += fmt.Sprintf("  - name: %s\n    slots: %d\n    work_dir: WORK/%s\n", nodeName(i), slots, nodeName(i))
 	}
+	h := newHarness(t, unsandboxed(yaml, "the tasks wait for a file of the test outside their workspace"), shellProject(specs))
+	var works []string
+	for i := range count {
+		works = append(works, filepath.Join(h.work, nodeName(i)))
+	}
+	return h, works
 }
 
-func collectsWithinTheRoom(t *testing.T, count, slots int) {
-	gate := filepath.Join(t.TempDir(), "go")
-	wait := fmt.Sprintf("while [ ! -e '%s' ]; do sleep 0.05; done\n", gate)
-	const each = 600 << 10
-	big := fmt.Sprintf("head -c %d /dev/zero > big.bin\n", each)
-	h, counted, servers := sshNodesHarness(t, count, slots, map[string]string{"S01-a.md": wait + big, "S02-b.md": wait + big})
+// collectsWithinTheRoom runs S01 and S02 of h (on the nodes of work_dirs
+// works) until both wait for gate, lets both end, and collects them in one
+// tick with 1 MiB of room. streams, for SSH nodes, takes how many collect
+// streams of 2/len(works) attempts were asked since it last did.
+func collectsWithinTheRoom(t *testing.T, h *harness, works []string, gate string, streams func() int) {
 	h.tickUntil("the two to run", func() bool {
 		return h.task("S01").Status == domain.Running && h.task("S02").Status == domain.Running
 	})
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	nodes := map[string]bool{}
 	for _, id := range []string{"S01", "S02"} {
-		for _, s := range servers {
-			if _, err := os.Stat(filepath.Join(s.WorkDir, "p", "tasks", id)); err == nil {
-				waitEnded(t, s.WorkDir, id)
+		for _, w := range works {
+			if _, err := os.Stat(filepath.Join(w, "p", "tasks", id)); err == nil {
+				waitEnded(t, w, id)
+				nodes[w] = true
 			}
 		}
+	}
+	if len(nodes) != len(works) {
+		t.Fatalf("the two ran on %d nodes, want %d", len(nodes), len(works))
+	}
+	if streams != nil {
+		streams() // what the ticks so far asked
 	}
 	const room = 1 << 20
 	free := diskFree
 	diskFree = func(string) (int64, error) { return collectFreeMargin + room, nil }
-	for _, c := range counted {
-		c.reset()
-	}
 	h.tick()
 	diskFree = free
-	streams := 0
-	for _, c := range counted {
-		c.mu.Lock()
-		for _, attempts := range c.collects {
-			streams++
-			if len(attempts) != 2/count {
-				t.Errorf("a stream of %d attempts, want %d", len(attempts), 2/count)
-			}
+	if streams != nil {
+		if n := streams(); n != len(works) {
+			t.Fatalf("%d collect streams of %d attempts, want %d", n, 2/len(works), len(works))
 		}
-		c.mu.Unlock()
-	}
-	if streams != count {
-		t.Fatalf("%d collect streams, want %d", streams, count)
 	}
 	runs := home.RunsDir(h.home, "p")
 	if n := writtenUnder(t, runs); n > room {
@@ -173,7 +181,7 @@ func collectsWithinTheRoom(t *testing.T, count, slots int) {
 	h.clock.Advance(collectRetryWait)
 	h.tickUntil("both to be collected once there is room", func() bool { return h.collected("S01") && h.collected("S02") })
 	for _, id := range []string{"S01", "S02"} {
-		if fi, err := os.Stat(filepath.Join(runs, id, "output", "big.bin")); err != nil || fi.Size() != each {
+		if fi, err := os.Stat(filepath.Join(runs, id, "output", "big.bin")); err != nil || fi.Size() != 600<<10 {
 			t.Errorf("%s output/big.bin: %v %v", id, fi, err)
 		}
 		if tk := h.task(id); tk.Status != domain.Completed {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/domain"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -118,18 +119,22 @@ func (c *Controller) quotaError(files int, total int64) error {
 	return nil
 }
 
-// checkFreeSpace refuses a collection that would leave less than
-// collectFreeMargin free on the controller's disk. It returns the bytes the
-// collection may write: the listing's sizes are the node's word, so the
-// room is enforced again on what is actually copied.
-func (c *Controller) checkFreeSpace(dir string, files []nodes.FileInfo) (int64, error) {
+// listedRoom refuses an output/ whose listing (files) needs more than the
+// round's room has left, before anything of it is copied: the listing's
+// sizes are the node's word, so the room is drawn again from what is
+// actually copied.
+func (c *Controller) listedRoom(room *roomBudget, project string, files []nodes.FileInfo) error {
 	var need int64
 	for _, f := range files {
 		if f.Mode.IsRegular() {
 			need += f.Size
 		}
 	}
-	return c.freeRoom(dir, "output/", need)
+	if _, err := room.figure(); err != nil {
+		return err
+	}
+	_, err := roomFrom(home.RunsDir(c.opts.Home, project), "output/", need, room.remaining()+collectFreeMargin)
+	return err
 }
 
 // freeRoom refuses to write need bytes of what under dir when that would
