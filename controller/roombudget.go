@@ -8,10 +8,11 @@ import (
 
 // roomBudget is the room one collection round may write under a home's
 // runs/: the free space past collectFreeMargin, read once a round (by the
-// first stream that needs it) and drawn from by every attempt of every
-// node's stream as its files are written. Streams run side by side
-// (onNodes): each counting from its own reading of the free space, N of
-// them wrote up to N times the room the disk has.
+// first collection that needs it) and drawn from by every attempt of every
+// node, in a stream or file by file, as its files are written (writeCapped).
+// Nodes are collected side by side (onNodes): each attempt counting from
+// its own reading of the free space, N of them wrote up to N times the
+// room the disk has.
 type roomBudget struct {
 	once sync.Once
 	read func() (int64, error) // the free space under runs/; called once
