@@ -204,9 +204,10 @@ func (c *Controller) collectOutput(ctx context.Context, n *nodeRuntime, r domain
 		refused = c.checkQuota(files)
 	}
 	if refused == nil {
-		if err = c.listedRoom(room, r.Project, files); err != nil {
+		if room, err = c.claimListed(room, r.Project, files); err != nil {
 			return nil, changed, nil, err
 		}
+		defer room.release()
 	}
 	var total int64
 	if refused == nil && regularFiles(files) > tarThreshold {

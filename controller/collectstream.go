@@ -34,7 +34,7 @@ type streamItem struct {
 	output  bool        // output/ was asked for
 	tmp     string      // where its files land before placeCollected
 	asked   int64       // the round's room left when the stream was asked for
-	room    *roomBudget // the round's room, drawn from as files are written
+	room    *roomBudget // the round's room, then its share of it, drawn from as files are written
 
 	head     *wire.CollectHead
 	err      error // what went wrong with it: its files are dropped
@@ -102,6 +102,7 @@ func (c *Controller) collectStream(ctx context.Context, n *nodeRuntime, tr nodes
 				it.err = err
 			}
 		}
+		it.room.release()
 		rec, ferr := c.finishItem(ctx, n, it)
 		out = append(out, c.outcome(ctx, it.r, it.current, rec, ferr))
 	}
@@ -381,11 +382,15 @@ func (s *streamReader) entry(it *streamItem, name string, h *tar.Header, r io.Re
 	case it.ended:
 		return fmt.Errorf("the collect stream sent %q after the attempt's end", h.Name)
 	case name == wire.CollectHeadName:
-		return it.readHead(h, r)
+		if err := it.readHead(h, r); err != nil {
+			return err
+		}
+		return it.claimRoom(s.maxBytes)
 	case it.head == nil:
 		return fmt.Errorf("the collect stream sent %q before the attempt's head", h.Name)
 	case name == wire.CollectEndName:
 		it.ended = true
+		it.room.release()
 		return it.readEnd(r)
 	case name == wire.CollectErrorName:
 		msg, _ := io.ReadAll(io.LimitReader(r, 1024))
@@ -404,6 +409,27 @@ func (s *streamReader) entry(it *streamItem, name string, h *tar.Header, r io.Re
 		return s.outputFile(it, strings.TrimPrefix(name, "output/"), h, r)
 	}
 	return fmt.Errorf("the collect stream sent an unexpected entry %q", h.Name)
+}
+
+// claimRoom claims the room for what the head says follows (each part
+// within maxBytes): the attempt's share, which its files draw from.
+func (it *streamItem) claimRoom(maxBytes int64) error {
+	var log, output int64
+	if it.head.Log == wire.CollectSent {
+		log = min(it.head.LogSize, maxBytes)
+	}
+	if it.output && it.head.Output == wire.CollectSent {
+		output = min(it.head.Bytes, maxBytes)
+	}
+	share, ok := it.room.claim(log + output)
+	switch {
+	case ok:
+		it.room = share
+		return nil
+	case log > it.room.remaining():
+		return errNoRoomLog
+	}
+	return errNoRoomOutput
 }
 
 // readHead reads an attempt's head and checks its words.

@@ -13,11 +13,18 @@ import (
 // Nodes are collected side by side (onNodes): each attempt counting from
 // its own reading of the free space, N of them wrote up to N times the
 // room the disk has.
+//
+// An attempt that says what it will write (a stream's head, a local
+// output/'s listing) claims that much at once, a share its files then draw
+// from: drawn chunk by chunk only, two attempts written side by side could
+// each get part of the room and neither all it needs (both tried again,
+// and again).
 type roomBudget struct {
-	once sync.Once
-	read func() (int64, error) // the free space under runs/; called once
-	free int64                 // what read said
-	err  error                 // or why it could not
+	once   sync.Once
+	read   func() (int64, error) // the free space under runs/; called once (none for a share)
+	free   int64                 // what read said
+	err    error                 // or why it could not
+	parent *roomBudget           // a share's round: drawn from past the share
 
 	mu   sync.Mutex // guards left
 	left int64      // the room not drawn yet
@@ -35,6 +42,9 @@ func newRoomBudget(read func() (int64, error)) *roomBudget {
 // first time it is asked.
 func (b *roomBudget) figure() (int64, error) {
 	b.once.Do(func() {
+		if b.read == nil {
+			return // a share: left is set
+		}
 		b.free, b.err = b.read()
 		if b.err == nil {
 			b.mu.Lock()
@@ -54,18 +64,47 @@ func (b *roomBudget) remaining() int64 {
 }
 
 // draw takes n bytes of room, all or none: false when less is left (or
-// the free space could not be read).
+// the free space could not be read). A share draws what it lacks from its
+// round (a lock taken from share to round, never the other way).
 func (b *roomBudget) draw(n int64) bool {
 	if _, err := b.figure(); err != nil {
 		return false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if n < 0 || n > b.left {
+	if n < 0 {
 		return false
+	}
+	if n > b.left {
+		if b.parent == nil || !b.parent.draw(n-b.left) {
+			return false
+		}
+		b.left = n
 	}
 	b.left -= n
 	return true
+}
+
+// claim takes n bytes of room at once (all or none) as a share of b, which
+// one attempt's files draw from, and past it from b.
+func (b *roomBudget) claim(n int64) (*roomBudget, bool) {
+	if !b.draw(n) {
+		return nil, false
+	}
+	return &roomBudget{parent: b, left: n}, true
+}
+
+// release gives a share's room not drawn back to its round (a round's
+// own is kept).
+func (b *roomBudget) release() {
+	if b.parent == nil {
+		return
+	}
+	b.mu.Lock()
+	left := b.left
+	b.left = 0
+	b.mu.Unlock()
+	b.parent.give(left)
 }
 
 // give returns n bytes drawn and not written (or written and removed).

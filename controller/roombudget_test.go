@@ -19,12 +19,19 @@ func fixedRoom(room int64) *roomBudget {
 }
 
 // TestRoomBudget: draws are all or none, what is given back may be drawn
-// again, and the free space is read once however many draw.
+// again, the free space is read once however many draw, and a share
+// (claimed whole) is drawn from first, then its round, and gives back
+// what it did not use.
 func TestRoomBudget(t *testing.T) {
+	// op acts on the round (on 0) or on share on of those claimed so far
+	// (1, 2...): draws, gives or claims n, or releases.
 	type op struct {
-		draw, give int64
-		ok         bool
+		on            int
+		draw, give, n int64
+		claim, rel    bool
+		ok            bool
 	}
+	const m = collectFreeMargin
 	broken := errors.New("statfs: no such device")
 	for _, tc := range []struct {
 		name string
@@ -33,23 +40,41 @@ func TestRoomBudget(t *testing.T) {
 		ops  []op
 		left int64
 	}{
-		{"two draws within the room", collectFreeMargin + 100, nil, []op{{draw: 60, ok: true}, {draw: 40, ok: true}}, 0},
-		{"a draw past what is left fails and takes nothing", collectFreeMargin + 100, nil, []op{{draw: 60, ok: true}, {draw: 41}, {draw: 40, ok: true}}, 0},
-		{"what is given back is drawn again", collectFreeMargin + 100, nil, []op{{draw: 100, ok: true}, {draw: 1}, {give: 30}, {draw: 30, ok: true}}, 0},
-		{"free under the margin leaves no room", collectFreeMargin - 10, nil, []op{{draw: 1}, {draw: 0, ok: true}}, 0},
-		{"a free space not read leaves none", 0, broken, []op{{draw: 0}, {draw: 1}}, 0},
-		{"a negative draw is refused", collectFreeMargin + 5, nil, []op{{draw: -5}}, 5},
+		{"two draws within the room", m + 100, nil, []op{{draw: 60, ok: true}, {draw: 40, ok: true}}, 0},
+		{"a draw past what is left fails and takes nothing", m + 100, nil, []op{{draw: 60, ok: true}, {draw: 41}, {draw: 40, ok: true}}, 0},
+		{"what is given back is drawn again", m + 100, nil, []op{{draw: 100, ok: true}, {draw: 1}, {give: 30}, {draw: 30, ok: true}}, 0},
+		{"free under the margin leaves no room", m - 10, nil, []op{{draw: 1}, {draw: 0, ok: true}}, 0},
+		{"a free space not read leaves none", 0, broken, []op{{draw: 0}, {draw: 1}, {claim: true, n: 0}}, 0},
+		{"a negative draw is refused", m + 5, nil, []op{{draw: -5}}, 5},
+		{"a second claim past what is left is refused whole", m + 100, nil, []op{{claim: true, n: 60, ok: true}, {claim: true, n: 60}, {on: 1, draw: 60, ok: true}}, 40},
+		{"a share draws past itself from its round", m + 100, nil, []op{{claim: true, n: 10, ok: true}, {on: 1, draw: 8, ok: true}, {on: 1, draw: 5, ok: true}, {on: 1, rel: true}}, 87},
+		{"a share past itself and its round is refused", m + 100, nil, []op{{claim: true, n: 10, ok: true}, {draw: 85, ok: true}, {on: 1, draw: 16}, {on: 1, draw: 15, ok: true}}, 0},
+		{"a release gives back what the share did not use", m + 100, nil, []op{{claim: true, n: 50, ok: true}, {on: 1, draw: 20, ok: true}, {on: 1, give: 5}, {on: 1, rel: true}, {on: 1, rel: true}}, 85},
+		{"a round's release keeps its room", m + 100, nil, []op{{draw: 30, ok: true}, {rel: true}}, 70},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reads := 0
 			b := newRoomBudget(func() (int64, error) { reads++; return tc.free, tc.err })
+			budgets := []*roomBudget{b}
 			for i, o := range tc.ops {
-				if o.give > 0 {
-					b.give(o.give)
-					continue
-				}
-				if got := b.draw(o.draw); got != o.ok {
-					t.Errorf("op %d: draw(%d) = %v, want %v", i, o.draw, got, o.ok)
+				on := budgets[o.on]
+				switch {
+				case o.give > 0:
+					on.give(o.give)
+				case o.rel:
+					on.release()
+				case o.claim:
+					share, ok := on.claim(o.n)
+					if ok != o.ok {
+						t.Fatalf("op %d: claim(%d) = %v, want %v", i, o.n, ok, o.ok)
+					}
+					if ok {
+						budgets = append(budgets, share)
+					}
+				default:
+					if got := on.draw(o.draw); got != o.ok {
+						t.Errorf("op %d: draw(%d) = %v, want %v", i, o.draw, got, o.ok)
+					}
 				}
 			}
 			if got := b.remaining(); got != tc.left {

@@ -119,11 +119,12 @@ func (c *Controller) quotaError(files int, total int64) error {
 	return nil
 }
 
-// listedRoom refuses an output/ whose listing (files) needs more than the
-// round's room has left, before anything of it is copied: the listing's
-// sizes are the node's word, so the room is drawn again from what is
-// actually copied.
-func (c *Controller) listedRoom(room *roomBudget, project string, files []nodes.FileInfo) error {
+// claimListed claims from the round's room what an output/'s listing
+// (files) needs, before anything of it is copied, and returns the share
+// its files draw from (release it); refused when the room has less left.
+// The listing's sizes are the node's word: what is actually copied draws
+// from the share, and past it from the round.
+func (c *Controller) claimListed(room *roomBudget, project string, files []nodes.FileInfo) (*roomBudget, error) {
 	var need int64
 	for _, f := range files {
 		if f.Mode.IsRegular() {
@@ -131,10 +132,15 @@ func (c *Controller) listedRoom(room *roomBudget, project string, files []nodes.
 		}
 	}
 	if _, err := room.figure(); err != nil {
-		return err
+		return nil, err
 	}
-	_, err := roomFrom(home.RunsDir(c.opts.Home, project), "output/", need, room.remaining()+collectFreeMargin)
-	return err
+	if share, ok := room.claim(need); ok {
+		return share, nil
+	}
+	if _, err := roomFrom(home.RunsDir(c.opts.Home, project), "output/", need, room.remaining()+collectFreeMargin); err != nil {
+		return nil, err
+	}
+	return nil, c.noRoom(project, "output/") // the room came back since
 }
 
 // freeRoom refuses to write need bytes of what under dir when that would
