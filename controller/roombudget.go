@@ -55,12 +55,17 @@ func (b *roomBudget) figure() (int64, error) {
 	return b.free, b.err
 }
 
-// remaining is the room not drawn yet.
+// remaining is the room b may still draw: for a share, its own and what
+// its round has left.
 func (b *roomBudget) remaining() int64 {
 	b.figure()
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.left
+	left := b.left
+	b.mu.Unlock()
+	if b.parent != nil {
+		left += b.parent.remaining()
+	}
+	return left
 }
 
 // draw takes n bytes of room, all or none: false when less is left (or

@@ -80,6 +80,11 @@ func TestRoomBudget(t *testing.T) {
 			if got := b.remaining(); got != tc.left {
 				t.Errorf("left %d, want %d", got, tc.left)
 			}
+			for i, share := range budgets[1:] {
+				if got, want := share.remaining(), share.left+b.remaining(); got != want {
+					t.Errorf("share %d may draw %d, want %d (its own and its round's)", i+1, got, want)
+				}
+			}
 			if _, err := b.figure(); !errors.Is(err, tc.err) {
 				t.Errorf("figure: %v, want %v", err, tc.err)
 			}
