@@ -103,9 +103,9 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 		names = append(names, name)
 	}
 	b := &collectBatch{}
-	room := c.roundBudget() // one for every node's collection: they run side by side
+	round := c.room.round() // every node's collection draws from the one ledger: they run side by side
 	c.onNodes(names, collecting, c.callTimeout(), func(n *nodeRuntime) {
-		b.add(ctx, c, c.collectNode(ctx, n, byNode[n.cfg.Name], roles, pulls[n.cfg.Name], room))
+		b.add(ctx, c, c.collectNode(ctx, n, byNode[n.cfg.Name], roles, pulls[n.cfg.Name], round))
 	})
 	return errors.Join(b.close(ctx, c)...)
 }
@@ -118,7 +118,7 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 // has its own deadline, so a large output/ is not cut off by one for the
 // whole attempt. p is the node's pull of this tick: it says where the
 // attempt is when it is still in its task directory.
-func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attempt, role collectRole, p *pull, room *roomBudget) (txFunc, error) {
+func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attempt, role collectRole, p *pull, round *roomRound) (txFunc, error) {
 	current := role.current
 	src, err := c.attemptFiles(ctx, n, r, p)
 	if err != nil {
@@ -138,10 +138,12 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attem
 		return nil, err
 	}
 	maxBytes := c.config().Controller.CollectMaxBytes
-	// task.log, like output/, draws from the round's room.
-	if err := c.roundRoom(room, r.Project); err != nil {
+	// task.log, like output/, draws from the room.
+	if err := c.roundRoom(round, r.Project); err != nil {
 		return nil, err
 	}
+	room := round.open()
+	defer room.release()
 	if _, _, err := c.fetch(ctx, n, path.Join(src, "task.log"), filepath.Join(tmp, "task.log"), 0o644, maxBytes, room); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		if errors.Is(err, errRoomSpent) {
 			return nil, c.noRoom(r.Project, "task.log")
@@ -188,10 +190,10 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attem
 // collectOutput fetches the current attempt's output/ from src on n into
 // tmp/output (one archive for many files, else file by file, each as
 // listed: changed names what changed since), held to collect_max_bytes
-// and drawn from room, the round's free space. A refused output/
+// and drawn from room, the attempt's claim on the ledger. A refused output/
 // (over quota, a symbolic link) is left empty and returned as refused:
 // the task fails, its task.log still collected.
-func (c *Controller) collectOutput(ctx context.Context, n *nodeRuntime, r domain.Attempt, src, tmp string, room *roomBudget) (manifest []store.File, changed wire.CollectEnd, refused, err error) {
+func (c *Controller) collectOutput(ctx context.Context, n *nodeRuntime, r domain.Attempt, src, tmp string, room *roomClaim) (manifest []store.File, changed wire.CollectEnd, refused, err error) {
 	maxBytes := c.config().Controller.CollectMaxBytes
 	files, err := c.walk(ctx, n, path.Join(src, "output"))
 	switch {
@@ -204,10 +206,9 @@ func (c *Controller) collectOutput(ctx context.Context, n *nodeRuntime, r domain
 		refused = c.checkQuota(files)
 	}
 	if refused == nil {
-		if room, err = c.claimListed(room, r.Project, files); err != nil {
+		if err := c.claimListed(room, r.Project, files); err != nil {
 			return nil, changed, nil, err
 		}
-		defer room.release()
 	}
 	var total int64
 	if refused == nil && regularFiles(files) > tarThreshold {
@@ -236,7 +237,7 @@ func (c *Controller) collectOutput(ctx context.Context, n *nodeRuntime, r domain
 			return nil, changed, nil, err
 		}
 		// The file may have grown since the listing: the quota holds
-		// for what is actually copied, and so does the round's room.
+		// for what is actually copied, and so does the room.
 		sum, size, change, err := c.fetchListed(ctx, n, path.Join(src, "output", f.Path), local, f, maxBytes-total, room)
 		if change != nil {
 			changed.Change(*change)
@@ -370,7 +371,7 @@ func regularFiles(files []nodes.FileInfo) int {
 // removed afterwards, holding the content to limit bytes on both sides, and
 // returns the manifest. files is the listing the quota was checked on; the
 // archive's own deadline grows with its size.
-func (c *Controller) fetchTree(ctx context.Context, n *nodeRuntime, r domain.Attempt, remote, local string, files []nodes.FileInfo, limit int64, room *roomBudget) ([]store.File, error) {
+func (c *Controller) fetchTree(ctx context.Context, n *nodeRuntime, r domain.Attempt, remote, local string, files []nodes.FileInfo, limit int64, room *roomClaim) ([]store.File, error) {
 	inst := n.installed()
 	if inst == nil {
 		return nil, fmt.Errorf("the wrapper on %s is being checked again", n.cfg.Name)
@@ -494,7 +495,7 @@ func (c *Controller) walk(ctx context.Context, n *nodeRuntime, dir string) ([]no
 // fetch copies one file off the node, streaming it to disk, returning its
 // sha256 and size. More than limit bytes is an error wrapping errOverQuota;
 // the transfer is bounded by progress (transferIdle), not by its duration.
-func (c *Controller) fetch(ctx context.Context, n *nodeRuntime, remote, local string, perm fs.FileMode, limit int64, room *roomBudget) (string, int64, error) {
+func (c *Controller) fetch(ctx context.Context, n *nodeRuntime, remote, local string, perm fs.FileMode, limit int64, room *roomClaim) (string, int64, error) {
 	return writeCapped(local, perm, limit, room, func(w io.Writer) error {
 		return nodes.GetIdle(ctx, n.tr, remote, w, c.transferIdle())
 	})
@@ -503,7 +504,7 @@ func (c *Controller) fetch(ctx context.Context, n *nodeRuntime, remote, local st
 // fetchListed fetches the output/ file f, listed at f.Size bytes, as
 // fetch does, but no more than its listed size: a file that grew since
 // is taken as listed, one removed is not taken; change says which.
-func (c *Controller) fetchListed(ctx context.Context, n *nodeRuntime, remote, local string, f nodes.FileInfo, limit int64, room *roomBudget) (string, int64, *wire.CollectChange, error) {
+func (c *Controller) fetchListed(ctx context.Context, n *nodeRuntime, remote, local string, f nodes.FileInfo, limit int64, room *roomClaim) (string, int64, *wire.CollectChange, error) {
 	var change *wire.CollectChange
 	sum, size, err := writeCapped(local, f.Mode.Perm(), limit, room, func(w io.Writer) error {
 		err := nodes.GetIdle(ctx, n.tr, remote, &listedWriter{w: w, left: f.Size}, c.transferIdle())
@@ -524,7 +525,7 @@ func (c *Controller) fetchListed(ctx context.Context, n *nodeRuntime, remote, lo
 
 // writeLocal writes r to the new file dst, at most limit bytes (more is
 // errOverQuota) drawn from room, and returns its sha256 and size.
-func writeLocal(dst string, perm fs.FileMode, r io.Reader, limit int64, room *roomBudget) (string, int64, error) {
+func writeLocal(dst string, perm fs.FileMode, r io.Reader, limit int64, room *roomClaim) (string, int64, error) {
 	return writeCapped(dst, perm, limit, room, func(w io.Writer) error {
 		buf := copyBufs.Get().(*[32 << 10]byte)
 		defer copyBufs.Put(buf)
@@ -541,11 +542,11 @@ var copyBufs = sync.Pool{New: func() any { return new([32 << 10]byte) }}
 // writeCapped makes the file dst (and its directories), mode perm and
 // writable by its owner, fills it with what fill writes, at most limit
 // bytes (more is errOverQuota) and each chunk drawn from room first (past
-// it, errRoomSpent; nil draws nothing), and returns its sha256 and size.
+// it, the claim's error; nil draws nothing), and returns its sha256 and size.
 // Every collected file is written here: a fetch off the node, an entry of
 // an archive or of a collect stream. A failed file is removed, and what it
 // drew given back.
-func writeCapped(dst string, perm fs.FileMode, limit int64, room *roomBudget, fill func(io.Writer) error) (string, int64, error) {
+func writeCapped(dst string, perm fs.FileMode, limit int64, room *roomClaim, fill func(io.Writer) error) (string, int64, error) {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return "", 0, err
 	}
@@ -567,7 +568,7 @@ func writeCapped(dst string, perm fs.FileMode, limit int64, room *roomBudget, fi
 	}
 	if err != nil {
 		if os.Remove(dst) == nil && rw != nil {
-			room.give(rw.drawn) // removed: its bytes are free again
+			room.freed(rw.drawn)
 		}
 		return "", cw.n, err
 	}

@@ -33,8 +33,9 @@ type streamItem struct {
 	git     *gitAttempt // a git-native task: its commit is fetched after the stream
 	output  bool        // output/ was asked for
 	tmp     string      // where its files land before placeCollected
-	asked   int64       // the round's room left when the stream was asked for
-	room    *roomBudget // the round's room, then its share of it, drawn from as files are written
+	asked   int64       // the room left when the stream was asked for
+	others  roomWait    // what other collections held then
+	room    *roomClaim  // its claim on the ledger, drawn from as files are written
 
 	head     *wire.CollectHead
 	err      error // what went wrong with it: its files are dropped
@@ -72,18 +73,18 @@ const maxCollectHead = 64 << 10
 // as it comes (bounded by progress, never whole in memory) and checked
 // entry by entry as collectOutput checks files. What a node sends wrong
 // fails only the attempt it names.
-func (c *Controller) collectStream(ctx context.Context, n *nodeRuntime, tr nodes.ExecToer, runs []domain.Attempt, roles map[string]collectRole, budget *roomBudget) []collected {
+func (c *Controller) collectStream(ctx context.Context, n *nodeRuntime, tr nodes.ExecToer, runs []domain.Attempt, roles map[string]collectRole, round *roomRound) []collected {
 	out := make([]collected, 0, len(runs))
 	items := make([]*streamItem, 0, len(runs))
-	rooms := map[string]roomOf{}
+	noRooms := map[string]error{}
 	for _, r := range runs {
 		role := roles[collectKey(r)]
-		room, ok := rooms[r.Project]
+		noRoom, ok := noRooms[r.Project]
 		if !ok {
-			room = roomOf{budget: budget, err: c.roundRoom(budget, r.Project)}
-			rooms[r.Project] = room
+			noRoom = c.roundRoom(round, r.Project)
+			noRooms[r.Project] = noRoom
 		}
-		it, err := c.prepareItem(ctx, r, role, room)
+		it, err := c.prepareItem(ctx, r, role, round, noRoom)
 		if err != nil {
 			out = append(out, c.outcome(ctx, r, role.current, nil, err))
 			continue
@@ -109,20 +110,12 @@ func (c *Controller) collectStream(ctx context.Context, n *nodeRuntime, tr nodes
 	return out
 }
 
-// roomOf is the round's room for a project's attempts: the budget every
-// stream of the round draws from, or why the project has none (the free
-// space is under collectFreeMargin, or could not be read).
-type roomOf struct {
-	budget *roomBudget
-	err    error
-}
-
-// roundRoom is why project's attempts have no room in the round of
-// budget, or nil: the free space under runs/ is read once a round, not
-// once a stream or an attempt.
-func (c *Controller) roundRoom(budget *roomBudget, project string) error {
+// roundRoom is why project's attempts have no room in round, or nil: the
+// free space under runs/ is read once a round, not once a stream or an
+// attempt.
+func (c *Controller) roundRoom(round *roomRound, project string) error {
 	dir := home.RunsDir(c.opts.Home, project)
-	free, err := budget.figure()
+	free, err := round.figure()
 	if err != nil {
 		return err
 	}
@@ -133,35 +126,35 @@ func (c *Controller) roundRoom(budget *roomBudget, project string) error {
 	return err
 }
 
-// roundBudget is a collection round's roomBudget: the free space under
-// the home's runs/, read when a stream first needs it.
-func (c *Controller) roundBudget() *roomBudget {
+// readRunsFree is the free space under the home's runs/, for the
+// controller's roomLedger.
+func (c *Controller) readRunsFree() (int64, error) {
 	root := home.RunsRoot(c.opts.Home)
-	return newRoomBudget(func() (int64, error) {
-		if err := os.MkdirAll(root, 0o700); err != nil {
-			return 0, err
-		}
-		free, err := diskFree(root)
-		if err != nil {
-			return 0, fmt.Errorf("free space under %s: %w", root, err)
-		}
-		return free, nil
-	})
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return 0, err
+	}
+	free, err := diskFree(root)
+	if err != nil {
+		return 0, fmt.Errorf("free space under %s: %w", root, err)
+	}
+	return free, nil
 }
 
 // prepareItem makes attempt r's staging directory and reads what its
-// collection needs from the database; room is its project's.
-func (c *Controller) prepareItem(ctx context.Context, r domain.Attempt, role collectRole, room roomOf) (*streamItem, error) {
+// collection needs from the database; noRoom is why its project has no
+// room in round, if it has none.
+func (c *Controller) prepareItem(ctx context.Context, r domain.Attempt, role collectRole, round *roomRound, noRoom error) (*streamItem, error) {
 	current := role.current
 	git, err := c.gitTask(ctx, r, role)
 	if err != nil {
 		return nil, err
 	}
-	if room.err != nil {
-		return nil, room.err
+	if noRoom != nil {
+		return nil, noRoom
 	}
 	runs := home.RunsDir(c.opts.Home, r.Project)
-	it := &streamItem{r: r, current: current, git: git, output: current && git == nil, asked: room.budget.remaining(), room: room.budget, seen: map[string]bool{},
+	room := round.open()
+	it := &streamItem{r: r, current: current, git: git, output: current && git == nil, asked: room.remaining(), others: room.others(0), room: room, seen: map[string]bool{},
 		tmp: filepath.Join(runs, fmt.Sprintf(".%s.%d.collecting", r.Task, r.Attempt))}
 	if err := os.RemoveAll(it.tmp); err != nil {
 		return nil, err
@@ -365,14 +358,20 @@ func (s *streamReader) read(r io.Reader) error {
 			s.last = i
 		}
 		if it.err == nil {
-			it.err = s.entry(it, rest, h, tr)
+			it.fail(s.entry(it, rest, h, tr))
 		}
 	}
 }
 
+// fail fails the attempt with err (the first error stays), and gives
+// back at once what it claimed and did not write: its stream may go on
+// for a while.
 func (it *streamItem) fail(err error) {
 	if it.err == nil {
 		it.err = err
+	}
+	if it.err != nil && it.room != nil {
+		it.room.release()
 	}
 }
 
@@ -411,25 +410,32 @@ func (s *streamReader) entry(it *streamItem, name string, h *tar.Header, r io.Re
 	return fmt.Errorf("the collect stream sent an unexpected entry %q", h.Name)
 }
 
-// claimRoom claims the room for what the head says follows (each part
-// within maxBytes): the attempt's share, which its files draw from.
+// claimRoom claims what the head says follows: the attempt's files draw
+// from the claim.
 func (it *streamItem) claimRoom(maxBytes int64) error {
-	var log, output int64
-	if it.head.Log == wire.CollectSent {
-		log = min(it.head.LogSize, maxBytes)
-	}
-	if it.output && it.head.Output == wire.CollectSent {
-		output = min(it.head.Bytes, maxBytes)
-	}
-	share, ok := it.room.claim(log + output)
+	log, output := claimOf(it.head, it.output, min(maxBytes, it.asked))
+	err := it.room.claim(log + output)
 	switch {
-	case ok:
-		it.room = share
-		return nil
+	case !errors.Is(err, errRoomSpent):
+		return err // nil, or a *roomWait
 	case log > it.room.remaining():
 		return errNoRoomLog
 	}
 	return errNoRoomOutput
+}
+
+// claimOf is what an attempt whose head is h claims (output: its output/
+// was asked for): what the head says follows, each part no more than
+// limit, the most the request let the node send of it. A head of a few
+// bytes holds no more room than its attempt may write.
+func claimOf(h *wire.CollectHead, output bool, limit int64) (log, out int64) {
+	if h.Log == wire.CollectSent {
+		log = min(max(h.LogSize, 0), limit)
+	}
+	if output && h.Output == wire.CollectSent {
+		out = min(max(h.Bytes, 0), limit)
+	}
+	return log, out
 }
 
 // readHead reads an attempt's head and checks its words.
@@ -451,8 +457,11 @@ func (it *streamItem) readHead(h *tar.Header, r io.Reader) error {
 		}
 		return empty && s == ""
 	}
-	if head.Found && (!known(head.Log, false) || !known(head.Output, !it.output) || head.Files < 0 || head.Bytes < 0) {
+	if head.Found && (!known(head.Log, false) || !known(head.Output, !it.output)) {
 		return fmt.Errorf("the attempt's head in the collect stream says task.log %q, output/ %q", head.Log, head.Output)
+	}
+	if head.LogSize < 0 || head.Files < 0 || head.Bytes < 0 {
+		return fmt.Errorf("the attempt's head in the collect stream says task.log of %d bytes, output/ of %d files, %d bytes: a count below zero", head.LogSize, head.Files, head.Bytes)
 	}
 	it.head = &head
 	return nil
@@ -557,7 +566,7 @@ func (it *streamItem) checkLog(maxBytes int64) error {
 			return fmt.Errorf("the node kept back a task.log of %s, within the quota", mib(it.head.LogSize))
 		}
 		if it.asked < maxBytes {
-			return errNoRoomLog
+			return it.noRoom(it.head.LogSize, errNoRoomLog)
 		}
 		return fmt.Errorf("task.log of %s: %w", mib(it.head.LogSize), errOverQuota)
 	case wire.CollectError:
@@ -582,10 +591,8 @@ func (c *Controller) judgeOutput(it *streamItem) (manifest []store.File, refused
 	case wire.CollectOverQuota, wire.CollectSent:
 		refused = c.quotaError(h.Files, h.Bytes)
 		if refused == nil && h.Bytes > it.asked {
-			if _, err := c.freeRoom(home.RunsDir(c.opts.Home, it.r.Project), "output/", h.Bytes); err != nil {
-				return nil, nil, err
-			}
-			return nil, nil, c.noRoom(it.r.Project, "output/")
+			_, full := roomFrom(home.RunsDir(c.opts.Home, it.r.Project), "output/", h.Bytes, it.asked+collectFreeMargin)
+			return nil, nil, it.noRoom(h.Bytes, full)
 		}
 		if refused == nil && h.Output == wire.CollectOverQuota {
 			return nil, nil, fmt.Errorf("the node kept back an output/ of %d files, %s, within the quotas", h.Files, mib(h.Bytes))
@@ -603,6 +610,18 @@ func (c *Controller) judgeOutput(it *streamItem) (manifest []store.File, refused
 		return nil, nil, err
 	}
 	return nil, refused, os.Mkdir(filepath.Join(it.tmp, "output"), 0o755)
+}
+
+// noRoom is why the node kept back need bytes the request's room did not
+// allow: full when they would not fit even without what other collections
+// held then, else a *roomWait.
+func (it *streamItem) noRoom(need int64, full error) error {
+	if decideRoom(need, it.asked, it.others.held) == roomBusy {
+		w := it.others
+		w.need = need
+		return &w
+	}
+	return full
 }
 
 // readEnd reads an attempt's end entry: empty from a wrapper before it

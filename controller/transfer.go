@@ -119,28 +119,27 @@ func (c *Controller) quotaError(files int, total int64) error {
 	return nil
 }
 
-// claimListed claims from the round's room what an output/'s listing
-// (files) needs, before anything of it is copied, and returns the share
-// its files draw from (release it); refused when the room has less left.
-// The listing's sizes are the node's word: what is actually copied draws
-// from the share, and past it from the round.
-func (c *Controller) claimListed(room *roomBudget, project string, files []nodes.FileInfo) (*roomBudget, error) {
+// claimListed claims for room what an output/'s listing (files) needs,
+// before anything of it is copied; refused when the room has less left:
+// as not enough free space, or as a *roomWait when only what other
+// collections hold is in the way. The listing's sizes are the node's
+// word: what is actually copied draws from the claim, and past it from
+// the room.
+func (c *Controller) claimListed(room *roomClaim, project string, files []nodes.FileInfo) error {
 	var need int64
 	for _, f := range files {
 		if f.Mode.IsRegular() {
 			need += f.Size
 		}
 	}
-	if _, err := room.figure(); err != nil {
-		return nil, err
-	}
-	if share, ok := room.claim(need); ok {
-		return share, nil
+	err := room.claim(need)
+	if !errors.Is(err, errRoomSpent) {
+		return err
 	}
 	if _, err := roomFrom(home.RunsDir(c.opts.Home, project), "output/", need, room.remaining()+collectFreeMargin); err != nil {
-		return nil, err
+		return err
 	}
-	return nil, c.noRoom(project, "output/") // the room came back since
+	return c.noRoom(project, "output/")
 }
 
 // freeRoom refuses to write need bytes of what under dir when that would
@@ -236,4 +235,39 @@ func clearCollectWarning(ctx context.Context, tx *store.Tx, r domain.Attempt) er
 		return err
 	}
 	return tx.SetTask(ctx, r.Project, r.Task, store.TaskPatch{Warning: new("")})
+}
+
+// clearWarning removes the status line's note of r's collection, when r
+// is still its task's attempt.
+func clearWarning(ctx context.Context, tx *store.Tx, r domain.Attempt) error {
+	t, err := tx.Task(ctx, r.Project, r.Task)
+	if err != nil || t.Attempt != r.Attempt {
+		return err
+	}
+	return tx.SetTask(ctx, r.Project, r.Task, store.TaskPatch{Warning: new("")})
+}
+
+// waitingForRoom is what to record of a collection of r refused only
+// because other collections hold the room it needs: no try is counted
+// (it is collected in a later round, as they end); a warning event when
+// it starts waiting, and the note on its task's status line while it
+// waits.
+func (c *Controller) waitingForRoom(ctx context.Context, r domain.Attempt, current bool, wait *roomWait) txFunc {
+	note := "collecting the outputs: " + wait.Error()
+	prev, waited := c.roomWaits.Swap(collectKey(r), note)
+	return func(tx *store.Tx) error {
+		if !waited {
+			if err := tx.Event(ctx, store.Event{Project: r.Project, Task: r.Task, Attempt: r.Attempt, Kind: "warning", Node: r.Node, Message: note}); err != nil {
+				return err
+			}
+		}
+		if !current || prev == note {
+			return nil
+		}
+		t, err := tx.Task(ctx, r.Project, r.Task)
+		if err != nil || t.Attempt != r.Attempt {
+			return err
+		}
+		return tx.SetTask(ctx, r.Project, r.Task, store.TaskPatch{Warning: new(note)})
+	}
 }

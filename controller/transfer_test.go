@@ -449,7 +449,7 @@ func TestWriteCapped(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dst := filepath.Join(t.TempDir(), "a", "b", "f.txt")
-			var room *roomBudget
+			var room *roomClaim
 			if tc.room > 0 {
 				room = fixedRoom(tc.room)
 			}

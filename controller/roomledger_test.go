@@ -1,0 +1,391 @@
+package controller
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dispatch-tool/dispatch/domain"
+	"github.com/dispatch-tool/dispatch/home"
+	"github.com/dispatch-tool/dispatch/store"
+	"github.com/dispatch-tool/dispatch/wire"
+)
+
+// fixedRoom is an attempt's claim, holding nothing, on a ledger with room
+// bytes to spare past the margin.
+func fixedRoom(room int64) *roomClaim {
+	r := newRoomLedger(func() (int64, error) { return room + collectFreeMargin, nil }).round()
+	r.figure()
+	return r.open()
+}
+
+// TestDecideRoom: a claim is granted within what is left, waits when
+// only what others hold is in the way, and is refused as full past both.
+func TestDecideRoom(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		need, avail, others int64
+		want                roomVerdict
+	}{
+		{"within what is left", 60, 100, 0, roomGranted},
+		{"all that is left", 100, 100, 50, roomGranted},
+		{"nothing", 0, 0, 0, roomGranted},
+		{"past what is left, within what others hold", 120, 100, 50, roomBusy},
+		{"past what is left, nothing held", 101, 100, 0, roomFull},
+		{"past what is left and held", 151, 100, 50, roomFull},
+		{"negative", -1, 100, 50, roomFull},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := decideRoom(tc.need, tc.avail, tc.others); got != tc.want {
+				t.Errorf("decideRoom(%d, %d, %d) = %d, want %d", tc.need, tc.avail, tc.others, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestRoomLedger: claims are all or none; a claim refused only because of
+// what other claims hold waits (a *roomWait naming them), past the room
+// even without them it is full; a draw takes from its claim, then from the
+// room; what is not written stays claimed until the claim is released,
+// then goes back to the room; a removed file's bytes come back; and a new
+// reading of the free space (the next round) counts what is still held.
+func TestRoomLedger(t *testing.T) {
+	// op is refresh (free: the margin and n; fail: the read fails), claim
+	// n, draw n and write w of it, release, or freed n, on claim c.
+	type op struct {
+		op   string
+		c    int
+		n, w int64
+		fail bool
+		want string // "", "busy" or "full"
+	}
+	const m = collectFreeMargin
+	refresh := func(n int64) op { return op{op: "refresh", n: n} }
+	for _, tc := range []struct {
+		name        string
+		ops         []op
+		avail, held int64
+		waitFor     roomWait // what the last busy refusal said
+	}{
+		{"claims within the room", []op{refresh(100), {op: "claim", n: 60}, {op: "claim", c: 1, n: 40}}, 0, 100, roomWait{}},
+		{"a claim past what others hold waits", []op{refresh(100), {op: "claim", n: 60}, {op: "claim", c: 1, n: 50, want: "busy"}},
+			40, 60, roomWait{need: 50, claims: 1, held: 60}},
+		{"a claim past the room even without others is full", []op{refresh(100), {op: "claim", n: 60}, {op: "claim", c: 1, n: 101, want: "full"}}, 40, 60, roomWait{}},
+		{"a draw within its claim", []op{refresh(100), {op: "claim", n: 60}, {op: "draw", n: 50, w: 50}}, 40, 10, roomWait{}},
+		{"a draw past its claim takes from the room", []op{refresh(100), {op: "claim", n: 10}, {op: "draw", n: 30, w: 30}}, 70, 0, roomWait{}},
+		{"a draw past the room that others hold waits", []op{refresh(100), {op: "claim", c: 1, n: 90}, {op: "draw", n: 20, want: "busy"}},
+			10, 90, roomWait{need: 20, claims: 1, held: 90}},
+		{"what is not written stays claimed until released", []op{refresh(100), {op: "claim", n: 60}, {op: "draw", n: 40, w: 10}, {op: "claim", c: 1, n: 41, want: "busy"}, {op: "release"}},
+			90, 0, roomWait{need: 41, claims: 1, held: 50}},
+		{"a released claim's room goes to the next", []op{refresh(100), {op: "claim", n: 80}, {op: "claim", c: 1, n: 50, want: "busy"}, {op: "release"}, {op: "claim", c: 1, n: 50}},
+			50, 50, roomWait{need: 50, claims: 1, held: 80}},
+		{"the next round counts what is still held", []op{refresh(100), {op: "claim", n: 80}, {op: "draw", n: 30, w: 30}, refresh(100), {op: "claim", c: 1, n: 60, want: "busy"}},
+			50, 50, roomWait{need: 60, claims: 1, held: 50}},
+		{"a removed file's bytes come back", []op{refresh(100), {op: "draw", n: 30, w: 30}, {op: "freed", n: 30}}, 100, 0, roomWait{}},
+		{"a negative claim is refused", []op{refresh(100), {op: "claim", n: -5, want: "full"}}, 100, 0, roomWait{}},
+		{"free space under the margin leaves no room", []op{refresh(-10), {op: "claim", n: 1, want: "full"}}, 0, 0, roomWait{}},
+		{"a free space not read leaves none", []op{refresh(100), {op: "refresh", fail: true}, {op: "claim", n: 1, want: "full"}}, 0, 0, roomWait{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var free int64
+			var readErr error
+			l := newRoomLedger(func() (int64, error) { return free, readErr })
+			claims := []*roomClaim{l.round().open(), l.round().open()}
+			var wait roomWait
+			for i, o := range tc.ops {
+				c := claims[o.c]
+				var err error
+				switch o.op {
+				case "refresh":
+					free, readErr = m+o.n, nil
+					if o.fail {
+						readErr = errors.New("statfs: no such device")
+					}
+					if _, err := l.refresh(); !errors.Is(err, readErr) {
+						t.Fatalf("op %d: refresh: %v", i, err)
+					}
+				case "claim":
+					err = c.claim(o.n)
+				case "draw":
+					if err = c.draw(o.n); err == nil {
+						c.wrote(o.n, o.w)
+					}
+				case "release":
+					c.release()
+				case "freed":
+					c.freed(o.n)
+				}
+				var w *roomWait
+				got := ""
+				switch {
+				case errors.As(err, &w):
+					got, wait = "busy", *w
+				case errors.Is(err, errRoomSpent):
+					got = "full"
+				case err != nil:
+					t.Fatalf("op %d: %v", i, err)
+				}
+				if got != o.want {
+					t.Fatalf("op %d (%s %d on %d): %q, want %q", i, o.op, o.n, o.c, got, o.want)
+				}
+			}
+			if l.avail != tc.avail || l.held != tc.held {
+				t.Errorf("avail %d, held %d; want %d, %d", l.avail, l.held, tc.avail, tc.held)
+			}
+			if wait != tc.waitFor {
+				t.Errorf("the wait said %+v, want %+v", wait, tc.waitFor)
+			}
+		})
+	}
+}
+
+// TestRoomRoundReadsOnce: a round reads the free space once however many
+// attempts ask; the next round reads it again.
+func TestRoomRoundReadsOnce(t *testing.T) {
+	reads := 0
+	l := newRoomLedger(func() (int64, error) { reads++; return collectFreeMargin + 100, nil })
+	for range 2 {
+		r := l.round()
+		for range 3 {
+			if free, err := r.figure(); err != nil || free != collectFreeMargin+100 {
+				t.Fatalf("figure: %d, %v", free, err)
+			}
+		}
+	}
+	if reads != 2 {
+		t.Errorf("two rounds read the free space %d times, want twice", reads)
+	}
+}
+
+// TestCollectRoundSharesTheRoom: two attempts whose output/s each fit in
+// the room (1 MiB past the margin) but not together are collected in one
+// tick, in one node's stream, in two nodes' streams side by side, or file
+// by file from local nodes: what is written stays within the room, one is
+// refused as not enough free space (tried again), and a later tick with
+// room collects it. Each attempt used to count from its own reading of
+// the free space (the same, here), and the two wrote 1.2 MiB.
+func TestCollectRoundSharesTheRoom(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		ssh          bool
+		nodes, slots int
+	}{
+		{"two attempts in one stream", true, 1, 2},
+		{"one attempt on each of two nodes' streams", true, 2, 1},
+		{"two attempts on one local node", false, 1, 2},
+		{"one attempt on each of two local nodes", false, 2, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gate := filepath.Join(t.TempDir(), "go")
+			wait := fmt.Sprintf("while [ ! -e '%s' ]; do sleep 0.05; done\n", gate)
+			big := fmt.Sprintf("head -c %d /dev/zero > big.bin\n", 600<<10)
+			specs := map[string]string{"S01-a.md": wait + big, "S02-b.md": wait + big}
+			if !tc.ssh {
+				h, works := localNodesHarness(t, tc.nodes, tc.slots, specs)
+				collectsWithinTheRoom(t, h, works, gate, nil)
+				return
+			}
+			h, counted, servers := sshNodesHarness(t, tc.nodes, tc.slots, specs)
+			var works []string
+			for _, s := range servers {
+				works = append(works, s.WorkDir)
+			}
+			collectsWithinTheRoom(t, h, works, gate, func() int {
+				streams := 0
+				for _, c := range counted {
+					c.mu.Lock()
+					for _, attempts := range c.collects {
+						if len(attempts) == 2/tc.nodes {
+							streams++
+						}
+					}
+					c.collects = nil
+					c.mu.Unlock()
+				}
+				return streams
+			})
+		})
+	}
+}
+
+// localNodesHarness is a harness of count local nodes (n, n2...) of slots
+// each, unsandboxed, and their work_dirs.
+func localNodesHarness(t *testing.T, count, slots int, specs map[string]string) (*harness, []string) {
+	yaml := "controller:\n  ssh_connect_timeout: 1s\nnodes:\n"
+	for i := range count {
+		yaml += fmt.Sprintf("  - name: %s\n    slots: %d\n    work_dir: WORK/%s\n", nodeName(i), slots, nodeName(i))
+	}
+	h := newHarness(t, unsandboxed(yaml, "the tasks wait for a file of the test outside their workspace"), shellProject(specs))
+	var works []string
+	for i := range count {
+		works = append(works, filepath.Join(h.work, nodeName(i)))
+	}
+	return h, works
+}
+
+// collectsWithinTheRoom runs S01 and S02 of h (on the nodes of work_dirs
+// works) until both wait for gate, lets both end, and collects them in one
+// tick with 1 MiB of room. streams, for SSH nodes, takes how many collect
+// streams of 2/len(works) attempts were asked since it last did.
+func collectsWithinTheRoom(t *testing.T, h *harness, works []string, gate string, streams func() int) {
+	h.tickUntil("the two to run", func() bool {
+		return h.task("S01").Status == domain.Running && h.task("S02").Status == domain.Running
+	})
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]bool{}
+	for _, id := range []string{"S01", "S02"} {
+		for _, w := range works {
+			if _, err := os.Stat(filepath.Join(w, "p", "tasks", id)); err == nil {
+				waitEnded(t, w, id)
+				nodes[w] = true
+			}
+		}
+	}
+	if len(nodes) != len(works) {
+		t.Fatalf("the two ran on %d nodes, want %d", len(nodes), len(works))
+	}
+	if streams != nil {
+		streams() // what the ticks so far asked
+	}
+	const room = 1 << 20
+	free := diskFree
+	diskFree = func(string) (int64, error) { return collectFreeMargin + room, nil }
+	h.tick()
+	diskFree = free
+	if streams != nil {
+		if n := streams(); n != len(works) {
+			t.Fatalf("%d collect streams of %d attempts, want %d", n, 2/len(works), len(works))
+		}
+	}
+	runs := home.RunsDir(h.home, "p")
+	if n := writtenUnder(t, runs); n > room {
+		t.Errorf("%d bytes written under runs/ with a room of %d", n, room)
+	}
+	if h.collected("S01") == h.collected("S02") {
+		t.Fatalf("collected S01 %v, S02 %v: want one of the two", h.collected("S01"), h.collected("S02"))
+	}
+	// Refused once the other was written, the disk has no room: a try. On
+	// two nodes side by side, the other may still hold its claim: it
+	// waits, no try counted.
+	failed := h.events("collect_failed")
+	var waits []store.Event
+	for _, e := range h.events("warning") {
+		if strings.Contains(e.Message, "waiting for room") {
+			waits = append(waits, e)
+		}
+	}
+	switch {
+	case len(failed) == 1 && len(waits) == 0 && strings.Contains(failed[0].Message, "not enough free space"):
+	case len(works) > 1 && len(failed) == 0 && len(waits) == 1:
+	default:
+		t.Fatalf("collect_failed %+v, waits %+v: want one saying not enough free space (or, side by side, one waiting for room)", failed, waits)
+	}
+	h.clock.Advance(collectRetryWait)
+	h.tickUntil("both to be collected once there is room", func() bool { return h.collected("S01") && h.collected("S02") })
+	for _, id := range []string{"S01", "S02"} {
+		if fi, err := os.Stat(filepath.Join(runs, id, "output", "big.bin")); err != nil || fi.Size() != 600<<10 {
+			t.Errorf("%s output/big.bin: %v %v", id, fi, err)
+		}
+		if tk := h.task(id); tk.Status != domain.Completed {
+			t.Errorf("%s %s (%s), want completed", id, tk.Status, tk.Error)
+		}
+	}
+}
+
+// writtenUnder is the bytes of the files under dir, attempts/ left out
+// (its task.logs are hard links to the task's).
+func writtenUnder(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() == "attempts" {
+			return filepath.SkipDir
+		}
+		if d.Type().IsRegular() {
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			n += fi.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestClaimOfHead: an attempt claims what its head says follows, each
+// part no more than the request let the node send, nothing of a part not
+// sent or not asked for, nothing below zero.
+func TestClaimOfHead(t *testing.T) {
+	const limit = 1000
+	for _, tc := range []struct {
+		name          string
+		head          wire.CollectHead
+		output        bool
+		wantLog, want int64
+	}{
+		{"both sent", wire.CollectHead{Log: wire.CollectSent, LogSize: 10, Output: wire.CollectSent, Bytes: 20}, true, 10, 20},
+		{"a head of a few bytes announcing terabytes", wire.CollectHead{Log: wire.CollectSent, LogSize: 1 << 40, Output: wire.CollectSent, Bytes: 1 << 40}, true, limit, limit},
+		{"output/ not asked for", wire.CollectHead{Log: wire.CollectSent, LogSize: 10, Output: wire.CollectSent, Bytes: 20}, false, 10, 0},
+		{"parts not sent", wire.CollectHead{Log: wire.CollectOverQuota, LogSize: 10, Output: wire.CollectMissing, Bytes: 20}, true, 0, 0},
+		{"below zero", wire.CollectHead{Log: wire.CollectSent, LogSize: -10, Output: wire.CollectSent, Bytes: -20}, true, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if log, out := claimOf(&tc.head, tc.output, limit); log != tc.wantLog || out != tc.want {
+				t.Errorf("claimOf = %d, %d; want %d, %d", log, out, tc.wantLog, tc.want)
+			}
+		})
+	}
+}
+
+// TestAFailedAttemptGivesBackItsClaim: an attempt whose files fail partway
+// through a node's stream (the node's own error after one file) gives back
+// what it claimed and did not write at once, not when the stream ends: the
+// next attempt of the stream, which fits the room with it given back,
+// claims it and is collected. It was refused, the first attempt's claim
+// held until the stream's end.
+func TestAFailedAttemptGivesBackItsClaim(t *testing.T) {
+	l := newRoomLedger(func() (int64, error) { return collectFreeMargin + 1000, nil })
+	round := l.round()
+	round.figure()
+	dir := t.TempDir()
+	items := make([]*streamItem, 2)
+	for i := range items {
+		room := round.open()
+		items[i] = &streamItem{output: true, tmp: filepath.Join(dir, fmt.Sprint(i)), room: room, asked: room.remaining(), seen: map[string]bool{}}
+	}
+	head0 := wire.CollectHead{Found: true, Log: wire.CollectMissing, Output: wire.CollectSent, Files: 2, Bytes: 800}
+	head1 := wire.CollectHead{Found: true, Log: wire.CollectSent, LogSize: 600, Output: wire.CollectMissing}
+	data := streamOf(t, []entry{{"0/collect.json", 0, headOf(head0)}, {"0/output/a.bin", 0, strings.Repeat("a", 300)},
+		{"0/collect.err", 0, "b.bin shrank"},
+		{"1/collect.json", 0, headOf(head1)}, {"1/task.log", 0, strings.Repeat("l", 600)}, {"1/collect.end", 0, ""}})
+	s := streamReader{items: items, maxFiles: 3, maxBytes: 1 << 20}
+	if err := s.read(bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	if err := items[0].err; err == nil || !strings.Contains(err.Error(), "shrank") {
+		t.Errorf("attempt 0: %v, want the node's error", err)
+	}
+	if err := items[1].err; err != nil || !items[1].gotLog || !items[1].ended {
+		t.Fatalf("attempt 1, within the room once attempt 0 gave back its claim: %v", err)
+	}
+	for _, it := range items {
+		it.room.release()
+	}
+	if l.held != 0 || l.avail != 100 {
+		t.Errorf("the ledger holds %d, has %d left; want 0 and 100 (900 written)", l.held, l.avail)
+	}
+}
