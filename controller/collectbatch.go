@@ -138,9 +138,8 @@ func (c *Controller) outcome(ctx context.Context, r domain.Attempt, current bool
 	if ctx.Err() != nil {
 		return d
 	}
-	var wait *roomWait
-	if errors.As(err, &wait) {
-		d.record = c.waitingForRoom(ctx, r, current, wait)
+	if errors.Is(err, errRoomBusy) {
+		d.record = c.waitingForRoom(ctx, r, current, err)
 		return d
 	}
 	if _, waited := c.roomWaits.LoadAndDelete(collectKey(r)); waited && err == nil && current {

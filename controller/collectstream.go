@@ -417,7 +417,7 @@ func (it *streamItem) claimRoom(maxBytes int64) error {
 	err := it.room.claim(log + output)
 	switch {
 	case !errors.Is(err, errRoomSpent):
-		return err // nil, or a *roomWait
+		return err // nil, or errRoomBusy
 	case log > it.room.remaining():
 		return errNoRoomLog
 	}
@@ -614,12 +614,12 @@ func (c *Controller) judgeOutput(it *streamItem) (manifest []store.File, refused
 
 // noRoom is why the node kept back need bytes the request's room did not
 // allow: full when they would not fit even without what other collections
-// held then, else a *roomWait.
+// held then, else errRoomBusy.
 func (it *streamItem) noRoom(need int64, full error) error {
 	if decideRoom(need, it.asked, it.others.held) == roomBusy {
 		w := it.others
 		w.need = need
-		return &w
+		return w.err()
 	}
 	return full
 }

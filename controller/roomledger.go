@@ -39,22 +39,26 @@ type roomLedger struct {
 // free space, and the try counts.
 var errRoomSpent = errors.New("the controller's room for collections is spent")
 
-// roomWait is a claim or a draw refused only because other collections
-// hold the room it needs: the attempt waits for a later round, no try
-// counted.
+// errRoomBusy is a claim or a draw refused only because other
+// collections hold the room it needs (roomWait.err says how much): the
+// attempt waits for a later round, no try counted.
+var errRoomBusy = errors.New("waiting for room")
+
+// roomWait is what other collections hold when an attempt needs room.
 type roomWait struct {
 	need   int64 // what the attempt asked for
 	claims int   // the other collections holding room
 	held   int64 // what they hold
 }
 
-func (w *roomWait) Error() string {
+// err is the refusal of an attempt waiting for room: errRoomBusy.
+func (w roomWait) err() error {
 	them := fmt.Sprintf("%d collections in flight hold", w.claims)
 	if w.claims == 1 {
 		them = "1 collection in flight holds"
 	}
-	return fmt.Sprintf("waiting for room: %s %s of the controller's free space, and this one needs %s of it; it is tried again once they end, no try counted",
-		them, mib(w.held), mib(w.need))
+	return fmt.Errorf("%w: %s %s of the controller's free space, and this one needs %s of it; it is tried again once they end, no try counted",
+		errRoomBusy, them, mib(w.held), mib(w.need))
 }
 
 func newRoomLedger(read func() (int64, error)) *roomLedger {
@@ -103,7 +107,7 @@ func (l *roomLedger) take(c *roomClaim, n int64) error {
 	others := l.held - c.left - c.drawing
 	switch decideRoom(n, l.avail, others) {
 	case roomBusy:
-		return &roomWait{need: n, claims: l.holding(c), held: others}
+		return roomWait{need: n, claims: l.holding(c), held: others}.err()
 	case roomFull:
 		return errRoomSpent
 	}
@@ -153,7 +157,7 @@ type roomClaim struct {
 	left, drawing int64 // guarded by ledger.mu
 }
 
-// claim claims n bytes more, all or none: errRoomSpent, or a *roomWait
+// claim claims n bytes more, all or none: errRoomSpent, or errRoomBusy
 // when only what other collections hold is in the way.
 func (c *roomClaim) claim(n int64) error {
 	l := c.ledger

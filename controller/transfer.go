@@ -121,7 +121,7 @@ func (c *Controller) quotaError(files int, total int64) error {
 
 // claimListed claims for room what an output/'s listing (files) needs,
 // before anything of it is copied; refused when the room has less left:
-// as not enough free space, or as a *roomWait when only what other
+// as not enough free space, or as errRoomBusy when only what other
 // collections hold is in the way. The listing's sizes are the node's
 // word: what is actually copied draws from the claim, and past it from
 // the room.
@@ -252,7 +252,7 @@ func clearWarning(ctx context.Context, tx *store.Tx, r domain.Attempt) error {
 // (it is collected in a later round, as they end); a warning event when
 // it starts waiting, and the note on its task's status line while it
 // waits.
-func (c *Controller) waitingForRoom(ctx context.Context, r domain.Attempt, current bool, wait *roomWait) txFunc {
+func (c *Controller) waitingForRoom(ctx context.Context, r domain.Attempt, current bool, wait error) txFunc {
 	note := "collecting the outputs: " + wait.Error()
 	prev, waited := c.roomWaits.Swap(collectKey(r), note)
 	return func(tx *store.Tx) error {
