@@ -133,17 +133,22 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attem
 	if err := os.RemoveAll(tmp); err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(tmp)
-	if err := os.MkdirAll(filepath.Join(tmp, "output"), 0o755); err != nil {
-		return nil, err
-	}
-	maxBytes := c.config().Controller.CollectMaxBytes
 	// task.log, like output/, draws from the room.
 	if err := c.roundRoom(round, r.Project); err != nil {
 		return nil, err
 	}
 	room := round.open()
-	defer room.release()
+	placed := false
+	defer func() {
+		room.release()
+		if err := os.RemoveAll(tmp); err == nil && !placed {
+			room.discard() // what it wrote is gone: the next attempt may have it
+		}
+	}()
+	if err := os.MkdirAll(filepath.Join(tmp, "output"), 0o755); err != nil {
+		return nil, err
+	}
+	maxBytes := c.config().Controller.CollectMaxBytes
 	if _, _, err := c.fetch(ctx, n, path.Join(src, "task.log"), filepath.Join(tmp, "task.log"), 0o644, maxBytes, room); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		if errors.Is(err, errRoomSpent) {
 			return nil, c.noRoom(r.Project, "task.log")
@@ -177,6 +182,7 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attem
 		}
 	}
 	crashpoint.At(crashpoint.MidCollect)
+	placed = true // placed, even partly: what moved is no longer tmp's to give back
 	if err := placeCollected(tmp, dest, attemptDir, current, gitTask != nil); err != nil {
 		return nil, err
 	}

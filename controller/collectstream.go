@@ -45,6 +45,7 @@ type streamItem struct {
 	manifest []store.File
 	seen     map[string]bool
 	total    int64 // bytes of output/ written
+	placed   bool  // its files were moved into place (or that began)
 }
 
 // errNoRoomLog and errNoRoomOutput are a collection that stopped to keep
@@ -89,7 +90,7 @@ func (c *Controller) collectStream(ctx context.Context, n *nodeRuntime, tr nodes
 			out = append(out, c.outcome(ctx, r, role.current, nil, err))
 			continue
 		}
-		defer os.RemoveAll(it.tmp)
+		defer it.discard()
 		items = append(items, it)
 	}
 	if len(items) == 0 {
@@ -364,14 +365,24 @@ func (s *streamReader) read(r io.Reader) error {
 }
 
 // fail fails the attempt with err (the first error stays), and gives
-// back at once what it claimed and did not write: its stream may go on
-// for a while.
+// back at once what it claimed and did not write, and what it wrote (its
+// files are removed: a failed attempt's are never placed): its stream may
+// go on for a while.
 func (it *streamItem) fail(err error) {
 	if it.err == nil {
 		it.err = err
 	}
 	if it.err != nil && it.room != nil {
 		it.room.release()
+		it.discard()
+	}
+}
+
+// discard removes the attempt's staging directory and, unless what it
+// held was placed, gives back what it wrote there.
+func (it *streamItem) discard() {
+	if err := os.RemoveAll(it.tmp); err == nil && !it.placed && it.room != nil {
+		it.room.discard()
 	}
 }
 
@@ -533,6 +544,7 @@ func (c *Controller) finishItem(ctx context.Context, n *nodeRuntime, it *streamI
 	}
 	crashpoint.At(crashpoint.MidCollect)
 	dest := filepath.Join(home.RunsDir(c.opts.Home, it.r.Project), it.r.Task)
+	it.placed = true // placed, even partly: what moved is no longer tmp's to give back
 	if err := placeCollected(it.tmp, dest, filepath.Join(dest, "attempts", strconv.Itoa(it.r.Attempt)), it.current, it.git != nil); err != nil {
 		return nil, err
 	}
@@ -609,6 +621,7 @@ func (c *Controller) judgeOutput(it *streamItem) (manifest []store.File, refused
 	if err := os.RemoveAll(filepath.Join(it.tmp, "output")); err != nil {
 		return nil, nil, err
 	}
+	it.room.freed(it.total)
 	return nil, refused, os.Mkdir(filepath.Join(it.tmp, "output"), 0o755)
 }
 

@@ -151,10 +151,12 @@ func (r *roomRound) figure() (int64, error) {
 func (r *roomRound) open() *roomClaim { return &roomClaim{ledger: r.ledger} }
 
 // roomClaim is one attempt's account in the ledger: what it claimed and
-// has not drawn (left), and what it drew and is writing (drawing).
+// has not drawn (left), what it drew and is writing (drawing), and what it
+// wrote and has not given back (written: in its staging directory until
+// placed).
 type roomClaim struct {
-	ledger        *roomLedger
-	left, drawing int64 // guarded by ledger.mu
+	ledger                 *roomLedger
+	left, drawing, written int64 // guarded by ledger.mu
 }
 
 // claim claims n bytes more, all or none: errRoomSpent, or errRoomBusy
@@ -195,6 +197,7 @@ func (c *roomClaim) wrote(n, written int64) {
 	defer l.mu.Unlock()
 	c.drawing -= n
 	l.held -= written
+	c.written += written
 	c.left += n - written
 	if c.left+c.drawing == 0 {
 		delete(l.holders, c)
@@ -220,7 +223,20 @@ func (c *roomClaim) freed(n int64) {
 	l := c.ledger
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.avail += max(n, 0)
+	n = min(max(n, 0), c.written)
+	l.avail += n
+	c.written -= n
+}
+
+// discard gives back what the claim wrote and did not give back yet, as
+// its staging directory is removed without being placed: a refused or
+// failed attempt's files no longer take the room of the attempts after it.
+func (c *roomClaim) discard() {
+	l := c.ledger
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.avail += c.written
+	c.written = 0
 }
 
 // remaining is what the claim may still draw: its own and the room.

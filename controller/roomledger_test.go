@@ -87,6 +87,8 @@ func TestRoomLedger(t *testing.T) {
 		{"the next round counts what is still held", []op{refresh(100), {op: "claim", n: 80}, {op: "draw", n: 30, w: 30}, refresh(100), {op: "claim", c: 1, n: 60, want: "busy"}},
 			50, 50, roomWait{need: 60, claims: 1, held: 50}},
 		{"a removed file's bytes come back", []op{refresh(100), {op: "draw", n: 30, w: 30}, {op: "freed", n: 30}}, 100, 0, roomWait{}},
+		{"a discarded claim gives back what it wrote", []op{refresh(100), {op: "claim", n: 60}, {op: "draw", n: 50, w: 50}, {op: "release"}, {op: "discard"}, {op: "claim", c: 1, n: 100}}, 0, 100, roomWait{}},
+		{"what is given back once is not again", []op{refresh(100), {op: "draw", n: 30, w: 30}, {op: "freed", n: 20}, {op: "discard"}, {op: "discard"}, {op: "freed", n: 30}}, 100, 0, roomWait{}},
 		{"a negative claim is refused", []op{refresh(100), {op: "claim", n: -5, want: "full"}}, 100, 0, roomWait{}},
 		{"free space under the margin leaves no room", []op{refresh(-10), {op: "claim", n: 1, want: "full"}}, 0, 0, roomWait{}},
 		{"a free space not read leaves none", []op{refresh(100), {op: "refresh", fail: true}, {op: "claim", n: 1, want: "full"}}, 0, 0, roomWait{}},
@@ -119,6 +121,8 @@ func TestRoomLedger(t *testing.T) {
 					c.release()
 				case "freed":
 					c.freed(o.n)
+				case "discard":
+					c.discard()
 				}
 				got := ""
 				switch {
@@ -353,10 +357,11 @@ func TestClaimOfHead(t *testing.T) {
 
 // TestAFailedAttemptGivesBackItsClaim: an attempt whose files fail partway
 // through a node's stream (the node's own error after one file) gives back
-// what it claimed and did not write at once, not when the stream ends: the
-// next attempt of the stream, which fits the room with it given back,
-// claims it and is collected. It was refused, the first attempt's claim
-// held until the stream's end.
+// at once, not when the stream ends, what it claimed and did not write and
+// what it wrote (its files removed): the next attempt of the stream, which
+// fits the room only with both given back, claims it and is collected. It
+// was refused, the first attempt's claim held until the stream's end, then
+// (h-room3) the 300 bytes it wrote and that were removed still counted.
 func TestAFailedAttemptGivesBackItsClaim(t *testing.T) {
 	l := newRoomLedger(func() (int64, error) { return collectFreeMargin + 1000, nil })
 	round := l.round()
@@ -368,10 +373,10 @@ func TestAFailedAttemptGivesBackItsClaim(t *testing.T) {
 		items[i] = &streamItem{output: true, tmp: filepath.Join(dir, fmt.Sprint(i)), room: room, asked: room.remaining(), seen: map[string]bool{}}
 	}
 	head0 := wire.CollectHead{Found: true, Log: wire.CollectMissing, Output: wire.CollectSent, Files: 2, Bytes: 800}
-	head1 := wire.CollectHead{Found: true, Log: wire.CollectSent, LogSize: 600, Output: wire.CollectMissing}
+	head1 := wire.CollectHead{Found: true, Log: wire.CollectSent, LogSize: 900, Output: wire.CollectMissing}
 	data := streamOf(t, []entry{{"0/collect.json", 0, headOf(head0)}, {"0/output/a.bin", 0, strings.Repeat("a", 300)},
 		{"0/collect.err", 0, "b.bin shrank"},
-		{"1/collect.json", 0, headOf(head1)}, {"1/task.log", 0, strings.Repeat("l", 600)}, {"1/collect.end", 0, ""}})
+		{"1/collect.json", 0, headOf(head1)}, {"1/task.log", 0, strings.Repeat("l", 900)}, {"1/collect.end", 0, ""}})
 	s := streamReader{items: items, maxFiles: 3, maxBytes: 1 << 20}
 	if err := s.read(bytes.NewReader(data)); err != nil {
 		t.Fatal(err)
@@ -386,6 +391,49 @@ func TestAFailedAttemptGivesBackItsClaim(t *testing.T) {
 		it.room.release()
 	}
 	if l.held != 0 || l.avail != 100 {
-		t.Errorf("the ledger holds %d, has %d left; want 0 and 100 (900 written)", l.held, l.avail)
+		t.Errorf("the ledger holds %d, has %d left; want 0 and 100 (900 written, 300 removed)", l.held, l.avail)
+	}
+	if _, err := os.Stat(items[0].tmp); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the failed attempt's staging directory: %v, want it removed", err)
+	}
+}
+
+// TestARefusedAttemptGivesBackWhatItWrote (the review's probe): one local
+// node, a room of 1 MiB, one round: S01's task.log (500 KiB) is written,
+// its output/ (700 KiB) does not fit and its files are removed (a try,
+// rightly); S02's output/ of 600 KiB fits the room alone and is collected
+// in the same rounds. The ledger was not told of S01's removed task.log
+// and refused S02 as full, a try a round, until it failed as collect.
+func TestARefusedAttemptGivesBackWhatItWrote(t *testing.T) {
+	gate := filepath.Join(t.TempDir(), "go")
+	wait := fmt.Sprintf("while [ ! -e '%s' ]; do sleep 0.05; done\n", gate)
+	specs := map[string]string{
+		"S01-a.md": wait + fmt.Sprintf("yes | head -c %d\nhead -c %d /dev/zero > big.bin\n", 500<<10, 700<<10),
+		"S02-b.md": wait + fmt.Sprintf("head -c %d /dev/zero > big.bin\n", 600<<10),
+	}
+	h, works := localNodesHarness(t, 1, 2, specs)
+	h.tickUntil("the two to run", func() bool {
+		return h.task("S01").Status == domain.Running && h.task("S02").Status == domain.Running
+	})
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitEnded(t, works[0], "S01", "S02")
+	free := diskFree
+	diskFree = func(string) (int64, error) { return collectFreeMargin + 1<<20, nil }
+	t.Cleanup(func() { diskFree = free })
+	for range maxCollectTries {
+		h.tick()
+		h.clock.Advance(collectRetryWait)
+	}
+	fi, err := os.Stat(filepath.Join(home.RunsDir(h.home, "p"), "S02", "output", "big.bin"))
+	if tk := h.task("S02"); tk.Status != domain.Completed || err != nil || fi.Size() != 600<<10 {
+		t.Errorf("S02 (600 KiB, room 1 MiB, nothing else on disk): %s %s %q, output/big.bin %v; want it collected", tk.Status, tk.ErrorClass, tk.Error, err)
+	}
+	if failed := taskEvents(h, "collect_failed", "S02"); len(failed) != 0 {
+		t.Errorf("S02's collection failed: %+v", failed)
+	}
+	if failed := taskEvents(h, "collect_failed", "S01"); len(failed) == 0 || !strings.Contains(failed[0].Message, "not enough free space") {
+		t.Errorf("S01 (1.2 MiB, room 1 MiB): %+v, want refused as not enough free space", failed)
 	}
 }
