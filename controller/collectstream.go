@@ -356,12 +356,25 @@ func (s *streamReader) read(r io.Reader) error {
 			it.fail(fmt.Errorf("the collect stream sent %q after the next attempt's files", h.Name))
 			continue
 		case i > s.last:
-			s.last = i
+			s.movedPast(i)
 		}
 		if it.err == nil {
 			it.fail(s.entry(it, rest, h, tr))
 		}
 	}
+}
+
+// movedPast moves the stream on to attempt i: an attempt before it gets
+// no more files, and gives back what it claimed and did not write now,
+// not when the whole stream ends (one without its end entry is not
+// whole: see arrived).
+func (s *streamReader) movedPast(i int) {
+	for _, it := range s.items[s.last:i] {
+		if it.room != nil {
+			it.room.release()
+		}
+	}
+	s.last = i
 }
 
 // fail fails the attempt with err (the first error stays), and gives

@@ -437,3 +437,37 @@ func TestARefusedAttemptGivesBackWhatItWrote(t *testing.T) {
 		t.Errorf("S01 (1.2 MiB, room 1 MiB): %+v, want refused as not enough free space", failed)
 	}
 }
+
+// TestAStreamMovingOnGivesBackTheClaim: a node's stream that moves on to
+// its next attempt without the earlier one's end entry gives back that
+// attempt's claim then (the attempt is not whole, collected again): the next attempt, which fits the room
+// only without it, is collected. The claim was held until the whole
+// stream ended, and the next attempt refused.
+func TestAStreamMovingOnGivesBackTheClaim(t *testing.T) {
+	l := newRoomLedger(func() (int64, error) { return collectFreeMargin + 1000, nil })
+	round := l.round()
+	round.figure()
+	dir := t.TempDir()
+	items := make([]*streamItem, 2)
+	for i := range items {
+		room := round.open()
+		items[i] = &streamItem{output: true, tmp: filepath.Join(dir, fmt.Sprint(i)), room: room, asked: room.remaining(), seen: map[string]bool{}}
+	}
+	head0 := wire.CollectHead{Found: true, Log: wire.CollectSent, LogSize: 800, Output: wire.CollectMissing}
+	head1 := wire.CollectHead{Found: true, Log: wire.CollectSent, LogSize: 600, Output: wire.CollectMissing}
+	data := streamOf(t, []entry{{"0/collect.json", 0, headOf(head0)},
+		{"1/collect.json", 0, headOf(head1)}, {"1/task.log", 0, strings.Repeat("l", 600)}, {"1/collect.end", 0, ""}})
+	s := streamReader{items: items, maxFiles: 3, maxBytes: 1 << 20}
+	if err := s.read(bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	if err := items[0].arrived(); err == nil || !strings.Contains(err.Error(), "cut short") {
+		t.Errorf("attempt 0: %v, want it not whole", err)
+	}
+	if err := items[1].err; err != nil || !items[1].gotLog || !items[1].ended {
+		t.Fatalf("attempt 1, within the room once attempt 0's claim is given back: %v", err)
+	}
+	if l.held != 0 || l.avail != 400 {
+		t.Errorf("the ledger holds %d, has %d left; want 0 and 400", l.held, l.avail)
+	}
+}
