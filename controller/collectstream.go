@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dispatch-tool/dispatch/controller/executor"
 	"github.com/dispatch-tool/dispatch/domain"
@@ -190,8 +191,10 @@ func (c *Controller) runCollectStream(ctx context.Context, n *nodeRuntime, tr no
 	}
 	var cr streamReader
 	read := func(send collectSender) error {
-		cr = streamReader{items: items, maxFiles: q.CollectMaxFiles, maxBytes: q.CollectMaxBytes}
-		return readCollect(ctx, &cr, streamBudget(req), send)
+		sctx, cut := context.WithCancelCause(ctx)
+		defer cut(nil)
+		cr = streamReader{items: items, maxFiles: q.CollectMaxFiles, maxBytes: q.CollectMaxBytes, bound: c.claimDeadline, cut: cut}
+		return readCollect(sctx, &cr, streamBudget(req), send)
 	}
 	rerr := errNotAnswered
 	if cl, ok := n.exec.(executor.Collector); ok {
@@ -201,6 +204,9 @@ func (c *Controller) runCollectStream(ctx context.Context, n *nodeRuntime, tr no
 		rerr = read(c.execCollect(tr, inst, stdin))
 	}
 	if rerr != nil {
+		if errors.Is(rerr, errClaimDeadline) && cr.last < len(cr.items) {
+			cr.items[cr.last].err = nil // its read saw the stream cut, not why
+		}
 		cr.failRest(fmt.Errorf("collect stream from %s: %w", n.cfg.Name, rerr))
 	}
 	return rerr
@@ -226,9 +232,14 @@ func readCollect(ctx context.Context, cr *streamReader, budget int64, send colle
 		pw.CloseWithError(err)
 		ran <- sent{said, err}
 	}()
+	// A stream cut (a claim past its deadline) stops the read at once.
+	defer context.AfterFunc(ctx, func() { pr.CloseWithError(context.Cause(ctx)) })()
 	rerr := readBudgeted(cr, &io.LimitedReader{R: pr, N: budget})
 	pr.CloseWithError(errors.New("the controller stopped reading the collect stream"))
 	s := <-ran
+	if cause := context.Cause(ctx); errors.Is(cause, errClaimDeadline) {
+		return cause // the reader saw a closed pipe
+	}
 	switch {
 	case errors.Is(s.err, errNotAnswered), s.said != nil:
 		return cmp.Or(s.err, s.said)
@@ -331,11 +342,57 @@ type streamReader struct {
 	maxFiles int
 	maxBytes int64
 	last     int // the attempt entries come for; those before it are whole, it may not be
+
+	// bound is how long the stream may take to send n bytes an attempt
+	// claimed; past it, cut ends the stream (nil: no bound).
+	bound func(n int64) time.Duration
+	cut   func(error)
+	timer *time.Timer // the claim being sent's deadline
+}
+
+// errClaimDeadline is a stream cut because it did not send what an
+// attempt claimed in time.
+var errClaimDeadline = errors.New("the node did not send what the attempt claimed in time")
+
+// claimMinRate is the slowest, in bytes a second, a collect stream may
+// send what an attempt claimed, past transfer_idle: a stream that trickles
+// a byte within each transfer_idle is never idle, and would hold its claim,
+// and the attempts waiting for that room, for ever. Tests change it.
+var claimMinRate int64 = 1 << 20
+
+// claimDeadline is how long a collect stream may take to send n bytes an
+// attempt claimed, as remoteArchive's deadline grows with the archive.
+func (c *Controller) claimDeadline(n int64) time.Duration {
+	return c.transferIdle() + time.Duration(float64(n)/float64(max(claimMinRate, 1))*float64(time.Second))
+}
+
+// arm starts the deadline of a claim of n bytes: past it, the stream is
+// cut, its error counted as the attempt's try (as a stalled transfer's),
+// and the claim given back.
+func (s *streamReader) arm(n int64) {
+	s.disarm()
+	if s.bound == nil || n <= 0 {
+		return
+	}
+	d := s.bound(n)
+	s.timer = time.AfterFunc(d, func() {
+		s.cut(fmt.Errorf("%w: %s within %s (transfer_idle, and a second for each %s): the stream is cut and its room given back",
+			errClaimDeadline, mib(n), d, mib(claimMinRate)))
+	})
+}
+
+// disarm stops the deadline of the claim being sent, if any.
+func (s *streamReader) disarm() {
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
 }
 
 // read reads the stream r to its end. Its error is the stream's (it is not
 // a tar archive); what is wrong with an entry fails the attempt it names.
 func (s *streamReader) read(r io.Reader) error {
+	defer s.disarm()
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
@@ -361,6 +418,9 @@ func (s *streamReader) read(r io.Reader) error {
 		if it.err == nil {
 			it.fail(s.entry(it, rest, h, tr))
 		}
+		if it.err != nil || it.ended {
+			s.disarm()
+		}
 	}
 }
 
@@ -374,6 +434,7 @@ func (s *streamReader) movedPast(i int) {
 			it.room.release()
 		}
 	}
+	s.disarm()
 	s.last = i
 }
 
@@ -408,7 +469,11 @@ func (s *streamReader) entry(it *streamItem, name string, h *tar.Header, r io.Re
 		if err := it.readHead(h, r); err != nil {
 			return err
 		}
-		return it.claimRoom(s.maxBytes)
+		n, err := it.claimRoom(s.maxBytes)
+		if err == nil {
+			s.arm(n)
+		}
+		return err
 	case it.head == nil:
 		return fmt.Errorf("the collect stream sent %q before the attempt's head", h.Name)
 	case name == wire.CollectEndName:
@@ -436,16 +501,16 @@ func (s *streamReader) entry(it *streamItem, name string, h *tar.Header, r io.Re
 
 // claimRoom claims what the head says follows: the attempt's files draw
 // from the claim.
-func (it *streamItem) claimRoom(maxBytes int64) error {
+func (it *streamItem) claimRoom(maxBytes int64) (int64, error) {
 	log, output := claimOf(it.head, it.output, min(maxBytes, it.asked))
 	err := it.room.claim(log + output)
 	switch {
 	case !errors.Is(err, errRoomSpent):
-		return err // nil, or errRoomBusy
+		return log + output, err // nil, or errRoomBusy
 	case log > it.room.remaining():
-		return errNoRoomLog
+		return 0, errNoRoomLog
 	}
-	return errNoRoomOutput
+	return 0, errNoRoomOutput
 }
 
 // claimOf is what an attempt whose head is h claims (output: its output/

@@ -884,51 +884,10 @@ func TestCollectWaitsForRoomOthersHold(t *testing.T) {
 		{"an SSH node's stream", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			gates := []string{filepath.Join(t.TempDir(), "go1"), filepath.Join(t.TempDir(), "go2")}
-			wait := func(gate string) string { return fmt.Sprintf("while [ ! -e '%s' ]; do sleep 0.05; done\n", gate) }
-			specs := map[string]string{
-				"S01-hostile.md": "---\nnode: n\n---\n" + wait(gates[0]) + "echo one\n",
-				"S02-honest.md":  "---\nnode: n2\n---\n" + wait(gates[1]) + fmt.Sprintf("head -c %d /dev/zero > big.bin\n", 600<<10),
-			}
-			hostile := &hostileNode{claim: 900 << 10, release: make(chan struct{})}
-			var h *harness
-			var works []string
-			trs := map[string]nodes.Transport{}
-			if tc.ssh {
-				var counted []*countingSSH
-				var servers []*sshdtest.Server
-				h, counted, servers = sshNodesHarness(t, 2, 1, specs)
-				trs["n"], trs["n2"] = counted[0], counted[1]
-				for _, s := range servers {
-					works = append(works, s.WorkDir)
-				}
-			} else {
-				h, works = localNodesHarness(t, 2, 1, specs)
-				trs["n"], trs["n2"] = nodes.NewLocal(), nodes.NewLocal()
-			}
-			hostile.Transport = trs["n"]
-			trs["n"] = hostile
-			h.ctl = New(Options{Home: h.home, Config: h.cfg, Store: h.st, Transports: trs,
-				Wrappers: wrappers, Now: h.clock.Now, Jitter: func() float64 { return 0 }})
-			free := diskFree
-			diskFree = func(string) (int64, error) { return collectFreeMargin + 1<<20, nil }
-			t.Cleanup(func() { diskFree = free })
-			var once sync.Once
-			release := func() { once.Do(func() { close(hostile.release) }) }
-			t.Cleanup(release)
-
-			h.tickUntil("the two to run", func() bool {
-				return h.task("S01").Status == domain.Running && h.task("S02").Status == domain.Running
-			})
-			if err := os.WriteFile(gates[0], nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			waitEnded(t, works[0], "S01")
-			h.tickUntil("the hostile stream's claim", func() bool { return h.ctl.room.heldNow() >= hostile.claim-4<<10 })
-			if err := os.WriteFile(gates[1], nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			waitEnded(t, works[1], "S02")
+			rate := claimMinRate
+			claimMinRate = 1 // the trickler is not cut while the test looks
+			t.Cleanup(func() { claimMinRate = rate })
+			h, _, release := hostileRoomHarness(t, tc.ssh)
 			for range maxCollectTries + 1 {
 				h.tick()
 				h.clock.Advance(collectRetryWait)
@@ -947,17 +906,114 @@ func TestCollectWaitsForRoomOthersHold(t *testing.T) {
 			}
 			release()
 			h.tickUntil("S02 to be collected once the stream ended", func() bool { return h.collected("S02") })
-			fi, err := os.Stat(filepath.Join(home.RunsDir(h.home, "p"), "S02", "output", "big.bin"))
-			if err != nil || fi.Size() != 600<<10 {
-				t.Errorf("S02 output/big.bin: %v %v", fi, err)
+			checkCollectedAfterWaiting(t, h)
+		})
+	}
+}
+
+// TestCollectCutsAClaimPastItsDeadline: the trickling stream of
+// TestCollectWaitsForRoomOthersHold, never ended by the node, is cut once
+// it has not sent its claim by its deadline (transfer_idle, and a second
+// for each claimMinRate bytes): its claim is given back and its own
+// attempt counts a try, as a stalled transfer does; the other node's
+// attempt, waiting for that room without counting a try, is collected.
+// The trickler held the room, and the other attempt waited, for ever.
+func TestCollectCutsAClaimPastItsDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ssh  bool
+	}{
+		{"a local node's listing", false},
+		{"an SSH node's stream", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rate := claimMinRate
+			claimMinRate = 200 << 10 // a deadline of transfer_idle and 4.5 s: S02 ends and waits before it
+			t.Cleanup(func() { claimMinRate = rate })
+			h, _, _ := hostileRoomHarness(t, tc.ssh)
+			h.tick()
+			if ws := taskEvents(h, "warning", "S02"); len(ws) != 1 || !strings.Contains(ws[0].Message, "waiting for room") {
+				t.Errorf("S02's warnings %+v, want one saying it waits for room", ws)
 			}
-			if tk := h.task("S02"); tk.Status != domain.Completed || tk.Warning != "" {
-				t.Errorf("S02 %s, warning %q; want completed, no warning", tk.Status, tk.Warning)
-			}
-			if failed := taskEvents(h, "collect_failed", "S02"); len(failed) != 0 {
-				t.Errorf("S02's collection failed: %+v", failed)
+			h.tickUntil("S02 to be collected once the trickler's deadline passed", func() bool {
+				h.clock.Advance(collectRetryWait)
+				return h.collected("S02")
+			})
+			checkCollectedAfterWaiting(t, h)
+			failed := taskEvents(h, "collect_failed", "S01")
+			if len(failed) == 0 || !strings.Contains(failed[0].Message, errClaimDeadline.Error()) {
+				t.Errorf("the trickler's collect_failed %+v, want a try past its claim's deadline", failed)
 			}
 		})
+	}
+}
+
+// hostileRoomHarness runs S01 on node n, whose first collect stream is a
+// hostileNode's claiming 900 KiB of a room of 1 MiB and trickling, and
+// S02 (600 KiB of output/) on n2, a local node or an SSH node; it returns
+// once the claim is held and S02 has ended. release ends the trickle.
+func hostileRoomHarness(t *testing.T, ssh bool) (*harness, *hostileNode, func()) {
+	gates := []string{filepath.Join(t.TempDir(), "go1"), filepath.Join(t.TempDir(), "go2")}
+	wait := func(gate string) string { return fmt.Sprintf("while [ ! -e '%s' ]; do sleep 0.05; done\n", gate) }
+	specs := map[string]string{
+		"S01-hostile.md": "---\nnode: n\n---\n" + wait(gates[0]) + "echo one\n",
+		"S02-honest.md":  "---\nnode: n2\n---\n" + wait(gates[1]) + fmt.Sprintf("head -c %d /dev/zero > big.bin\n", 600<<10),
+	}
+	hostile := &hostileNode{claim: 900 << 10, release: make(chan struct{})}
+	var h *harness
+	var works []string
+	trs := map[string]nodes.Transport{}
+	if ssh {
+		var counted []*countingSSH
+		var servers []*sshdtest.Server
+		h, counted, servers = sshNodesHarness(t, 2, 1, specs)
+		trs["n"], trs["n2"] = counted[0], counted[1]
+		for _, s := range servers {
+			works = append(works, s.WorkDir)
+		}
+	} else {
+		h, works = localNodesHarness(t, 2, 1, specs)
+		trs["n"], trs["n2"] = nodes.NewLocal(), nodes.NewLocal()
+	}
+	hostile.Transport = trs["n"]
+	trs["n"] = hostile
+	h.ctl = New(Options{Home: h.home, Config: h.cfg, Store: h.st, Transports: trs,
+		Wrappers: wrappers, Now: h.clock.Now, Jitter: func() float64 { return 0 }})
+	free := diskFree
+	diskFree = func(string) (int64, error) { return collectFreeMargin + 1<<20, nil }
+	t.Cleanup(func() { diskFree = free })
+	var once sync.Once
+	release := func() { once.Do(func() { close(hostile.release) }) }
+	t.Cleanup(release)
+
+	h.tickUntil("the two to run", func() bool {
+		return h.task("S01").Status == domain.Running && h.task("S02").Status == domain.Running
+	})
+	if err := os.WriteFile(gates[0], nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitEnded(t, works[0], "S01")
+	h.tickUntil("the hostile stream's claim", func() bool { return h.ctl.room.heldNow() >= hostile.claim-4<<10 })
+	if err := os.WriteFile(gates[1], nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitEnded(t, works[1], "S02")
+	return h, hostile, release
+}
+
+// checkCollectedAfterWaiting checks S02 of hostileRoomHarness collected
+// whole, its waiting note cleared, no try counted.
+func checkCollectedAfterWaiting(t *testing.T, h *harness) {
+	t.Helper()
+	fi, err := os.Stat(filepath.Join(home.RunsDir(h.home, "p"), "S02", "output", "big.bin"))
+	if err != nil || fi.Size() != 600<<10 {
+		t.Errorf("S02 output/big.bin: %v %v", fi, err)
+	}
+	if tk := h.task("S02"); tk.Status != domain.Completed || tk.Warning != "" {
+		t.Errorf("S02 %s, warning %q; want completed, no warning", tk.Status, tk.Warning)
+	}
+	if failed := taskEvents(h, "collect_failed", "S02"); len(failed) != 0 {
+		t.Errorf("S02's collection failed: %+v", failed)
 	}
 }
 
