@@ -149,6 +149,34 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attem
 		return nil, err
 	}
 	maxBytes := c.config().Controller.CollectMaxBytes
+	// A git-native task's result is its commit, not its workspace (the
+	// whole repository): only a completed attempt's commit is collected.
+	gitTask, err := c.gitTask(ctx, r, role)
+	if err != nil {
+		return nil, err
+	}
+	// task.log and output/ are claimed together before either is copied:
+	// an attempt that waits for room copies nothing, round after round.
+	var files []nodes.FileInfo
+	// refused is an output/ that is not collected at all (over quota, or
+	// a symbolic link): the task.log still is, then the task fails.
+	var refused error
+	if current && gitTask == nil {
+		if files, refused, err = c.listOutput(ctx, n, src); err != nil {
+			return nil, err
+		}
+	}
+	logSize, err := c.logSize(ctx, n, path.Join(src, "task.log"))
+	if err != nil {
+		return nil, err
+	}
+	listed := files
+	if refused != nil {
+		listed = nil // not copied
+	}
+	if err := c.claimListed(room, r.Project, min(logSize, maxBytes), listed); err != nil {
+		return nil, err
+	}
 	if _, _, err := c.fetch(ctx, n, path.Join(src, "task.log"), filepath.Join(tmp, "task.log"), 0o644, maxBytes, room); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		if errors.Is(err, errRoomSpent) {
 			return nil, c.noRoom(r.Project, "task.log")
@@ -156,15 +184,6 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attem
 		return nil, err
 	}
 	var manifest []store.File
-	// refused is an output/ that is not collected at all (over quota, or
-	// a symbolic link): the task.log still is, then the task fails.
-	var refused error
-	// A git-native task's result is its commit, not its workspace (the
-	// whole repository): only a completed attempt's commit is collected.
-	gitTask, err := c.gitTask(ctx, r, role)
-	if err != nil {
-		return nil, err
-	}
 	if gitTask != nil && r.Status == domain.Completed {
 		manifest, err = c.collectCommit(ctx, n, r, gitTask.task, gitTask.repo, tmp)
 		var perm *permanentError
@@ -177,7 +196,7 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attem
 	}
 	var changed wire.CollectEnd
 	if current && gitTask == nil {
-		if manifest, changed, refused, err = c.collectOutput(ctx, n, r, src, tmp, room); err != nil {
+		if manifest, changed, err = c.collectOutput(ctx, n, r, src, tmp, files, refused, room); err != nil {
 			return nil, err
 		}
 	}
@@ -193,54 +212,70 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attem
 	return withChangedWarning(ctx, r, changed, rec), nil
 }
 
-// collectOutput fetches the current attempt's output/ from src on n into
-// tmp/output (one archive for many files, else file by file, each as
-// listed: changed names what changed since), held to collect_max_bytes
-// and drawn from room, the attempt's claim on the ledger. A refused output/
-// (over quota, a symbolic link) is left empty and returned as refused:
-// the task fails, its task.log still collected.
-func (c *Controller) collectOutput(ctx context.Context, n *nodeRuntime, r domain.Attempt, src, tmp string, room *roomClaim) (manifest []store.File, changed wire.CollectEnd, refused, err error) {
-	maxBytes := c.config().Controller.CollectMaxBytes
+// listOutput lists the output/ of the attempt in src on n: its files, or
+// why it is refused whole (a symbolic link, over the quotas).
+func (c *Controller) listOutput(ctx context.Context, n *nodeRuntime, src string) ([]nodes.FileInfo, error, error) {
 	files, err := c.walk(ctx, n, path.Join(src, "output"))
 	switch {
 	case errors.Is(err, nodes.ErrNotFollowed):
-		refused = permanent(fmt.Errorf("output/ is not a directory, and a symbolic link is never followed: nothing of it collected (%w)", err))
+		return nil, permanent(fmt.Errorf("output/ is not a directory, and a symbolic link is never followed: nothing of it collected (%w)", err)), nil
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
-		return nil, changed, nil, err
+		return nil, nil, err
 	}
-	if refused == nil {
-		refused = c.checkQuota(files)
+	return files, c.checkQuota(files), nil
+}
+
+// logSize is the size of the task.log at p on n, as the node says (0 when
+// there is none, or it is no regular file: its fetch says why).
+func (c *Controller) logSize(ctx context.Context, n *nodeRuntime, p string) (int64, error) {
+	cctx, cancel := context.WithTimeout(ctx, c.callTimeout())
+	defer cancel()
+	st, err := n.tr.Lstat(cctx, p)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	case !st.Mode.IsRegular():
+		return 0, nil
 	}
-	if refused == nil {
-		if err := c.claimListed(room, r.Project, files); err != nil {
-			return nil, changed, nil, err
-		}
+	return max(st.Size, 0), nil
+}
+
+// collectOutput fetches the current attempt's output/ from src on n into
+// tmp/output (one archive for many files, else file by file, each as
+// listed: changed names what changed since), held to collect_max_bytes
+// and drawn from room, the attempt's claim on the ledger (which holds the
+// listing already). files is the listing, refused why output/ is refused
+// whole (over quota, a symbolic link): it is left empty, the task fails,
+// its task.log still collected.
+func (c *Controller) collectOutput(ctx context.Context, n *nodeRuntime, r domain.Attempt, src, tmp string, files []nodes.FileInfo, refused error, room *roomClaim) (manifest []store.File, changed wire.CollectEnd, err error) {
+	maxBytes := c.config().Controller.CollectMaxBytes
+	if refused != nil {
+		return nil, changed, nil // nothing of it is copied: output/ stays empty
 	}
 	var total int64
-	if refused == nil && regularFiles(files) > tarThreshold {
+	if regularFiles(files) > tarThreshold {
 		// Many files travel as one archive: one transfer instead of
 		// one per file; the node holds it to the room left now.
 		left := room.remaining()
 		limit, byRoom := min(maxBytes, left), left < maxBytes
 		manifest, err = c.fetchTree(ctx, n, r, path.Join(src, "output"), filepath.Join(tmp, "output"), files, limit, room)
 		if byRoom && errors.Is(err, errOverQuota) || errors.Is(err, errRoomSpent) {
-			return nil, changed, nil, c.noRoom(r.Project, "output/")
+			return nil, changed, c.noRoom(r.Project, "output/")
 		}
 		if err != nil {
-			return nil, changed, nil, err
+			return nil, changed, err
 		}
 		files = nil // fetched
 	}
 	for _, f := range files {
-		if refused != nil {
-			break
-		}
 		if !f.Mode.IsRegular() {
 			continue // symlinks and the like are not copied off a node
 		}
 		local, err := safeJoin(filepath.Join(tmp, "output"), f.Path)
 		if err != nil {
-			return nil, changed, nil, err
+			return nil, changed, err
 		}
 		// The file may have grown since the listing: the quota holds
 		// for what is actually copied, and so does the room.
@@ -252,24 +287,15 @@ func (c *Controller) collectOutput(ctx context.Context, n *nodeRuntime, r domain
 			continue // removed since the listing
 		}
 		if errors.Is(err, errRoomSpent) {
-			return nil, changed, nil, c.noRoom(r.Project, "output/")
+			return nil, changed, c.noRoom(r.Project, "output/")
 		}
 		if err != nil {
-			return nil, changed, nil, err
+			return nil, changed, err
 		}
 		total += size
 		manifest = append(manifest, store.File{Project: r.Project, Task: r.Task, Attempt: r.Attempt, Path: f.Path, Size: size, SHA256: sum})
 	}
-	if refused != nil {
-		manifest = nil
-		if err := os.RemoveAll(filepath.Join(tmp, "output")); err != nil {
-			return nil, changed, nil, err
-		}
-		if err := os.Mkdir(filepath.Join(tmp, "output"), 0o755); err != nil {
-			return nil, changed, nil, err
-		}
-	}
-	return manifest, changed, refused, nil
+	return manifest, changed, nil
 }
 
 // placeCollected moves what was collected into tmp into place: the

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -892,6 +893,12 @@ func TestCollectWaitsForRoomOthersHold(t *testing.T) {
 				h.tick()
 				h.clock.Advance(collectRetryWait)
 			}
+			// A local node's waiting attempt claims its task.log and
+			// output/ together, before copying either: it copied its
+			// task.log again every round.
+			if gets, ok := h.ctl.nodes["n2"].tr.(*logGets); ok && gets.n.Load() != 0 {
+				t.Errorf("S02's task.log was copied %d times while it waited for room, want none", gets.n.Load())
+			}
 			if failed := taskEvents(h, "collect_failed", "S02"); len(failed) != 0 {
 				t.Fatalf("S02's collection counted a try waiting for room: %+v", failed)
 			}
@@ -973,7 +980,7 @@ func hostileRoomHarness(t *testing.T, ssh bool) (*harness, *hostileNode, func())
 		}
 	} else {
 		h, works = localNodesHarness(t, 2, 1, specs)
-		trs["n"], trs["n2"] = nodes.NewLocal(), nodes.NewLocal()
+		trs["n"], trs["n2"] = nodes.NewLocal(), &logGets{Transport: nodes.NewLocal()}
 	}
 	hostile.Transport = trs["n"]
 	trs["n"] = hostile
@@ -999,6 +1006,19 @@ func hostileRoomHarness(t *testing.T, ssh bool) (*harness, *hostileNode, func())
 	}
 	waitEnded(t, works[1], "S02")
 	return h, hostile, release
+}
+
+// logGets is a node whose transport counts the task.logs it is asked for.
+type logGets struct {
+	nodes.Transport
+	n atomic.Int64
+}
+
+func (l *logGets) Get(ctx context.Context, p string, w io.Writer) error {
+	if path.Base(p) == "task.log" {
+		l.n.Add(1)
+	}
+	return l.Transport.Get(ctx, p, w)
 }
 
 // checkCollectedAfterWaiting checks S02 of hostileRoomHarness collected

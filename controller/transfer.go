@@ -119,14 +119,14 @@ func (c *Controller) quotaError(files int, total int64) error {
 	return nil
 }
 
-// claimListed claims for room what an output/'s listing (files) needs,
-// before anything of it is copied; refused when the room has less left:
-// as not enough free space, or as errRoomBusy when only what other
-// collections hold is in the way. The listing's sizes are the node's
-// word: what is actually copied draws from the claim, and past it from
-// the room.
-func (c *Controller) claimListed(room *roomClaim, project string, files []nodes.FileInfo) error {
-	var need int64
+// claimListed claims for room what a task.log of log bytes and an
+// output/'s listing (files) need, together, before anything of them is
+// copied; refused when the room has less left: as not enough free space,
+// or as errRoomBusy when only what other collections hold is in the way.
+// The sizes are the node's word: what is actually copied draws from the
+// claim, and past it from the room.
+func (c *Controller) claimListed(room *roomClaim, project string, log int64, files []nodes.FileInfo) error {
+	need := log
 	for _, f := range files {
 		if f.Mode.IsRegular() {
 			need += f.Size
@@ -136,10 +136,14 @@ func (c *Controller) claimListed(room *roomClaim, project string, files []nodes.
 	if !errors.Is(err, errRoomSpent) {
 		return err
 	}
-	if _, err := roomFrom(home.RunsDir(c.opts.Home, project), "output/", need, room.remaining()+collectFreeMargin); err != nil {
+	what := "output/"
+	if log > room.remaining() {
+		what = "task.log"
+	}
+	if _, err := roomFrom(home.RunsDir(c.opts.Home, project), what, need, room.remaining()+collectFreeMargin); err != nil {
 		return err
 	}
-	return c.noRoom(project, "output/")
+	return c.noRoom(project, what)
 }
 
 // freeRoom refuses to write need bytes of what under dir when that would
