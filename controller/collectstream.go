@@ -681,7 +681,8 @@ func (c *Controller) judgeOutput(it *streamItem) (manifest []store.File, refused
 	case wire.CollectOverQuota, wire.CollectSent:
 		refused = c.quotaError(h.Files, h.Bytes)
 		if refused == nil && h.Bytes > it.asked {
-			_, full := roomFrom(home.RunsDir(c.opts.Home, it.r.Project), "output/", h.Bytes, it.asked+collectFreeMargin)
+			free, _ := it.room.view()
+			full := roomShort(home.RunsDir(c.opts.Home, it.r.Project), "output/", h.Bytes, free, it.others.held)
 			return nil, nil, it.noRoom(h.Bytes, full)
 		}
 		if refused == nil && h.Output == wire.CollectOverQuota {

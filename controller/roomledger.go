@@ -25,10 +25,11 @@ import (
 type roomLedger struct {
 	read func() (int64, error) // the free space under runs/
 
-	// mu guards avail, held and holders, and the claims' left and
-	// drawing. refresh holds it across read: a byte being written is
-	// held until it is written, so none is counted free twice.
+	// mu guards free, avail, held and holders, and the claims' left,
+	// drawing and written. refresh holds it across read: a byte being
+	// written is held until it is written, so none is counted free twice.
 	mu      sync.Mutex
+	free    int64 // the last reading of the free space (0: not read)
 	avail   int64 // the room neither held nor written since the last reading
 	held    int64 // claimed or being written, not written yet
 	holders map[*roomClaim]bool
@@ -95,9 +96,10 @@ func (l *roomLedger) refresh() (int64, error) {
 	defer l.mu.Unlock()
 	free, err := l.read()
 	if err != nil {
-		l.avail = 0
+		l.avail, l.free = 0, 0
 		return 0, err
 	}
+	l.free = free
 	l.avail = max(free-collectFreeMargin-l.held, 0)
 	return free, nil
 }
@@ -245,6 +247,15 @@ func (c *roomClaim) remaining() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return c.left + l.avail
+}
+
+// view is the disk's free space as last read, and what the other
+// collections hold of it now: what a refusal tells the operator.
+func (c *roomClaim) view() (free, others int64) {
+	l := c.ledger
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.free, l.held - c.left - c.drawing
 }
 
 // others is what the other collections hold now, as a roomWait of need.

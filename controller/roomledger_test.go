@@ -12,6 +12,7 @@ import (
 
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
+	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
 	"github.com/dispatch-tool/dispatch/wire"
 )
@@ -469,5 +470,50 @@ func TestAStreamMovingOnGivesBackTheClaim(t *testing.T) {
 	}
 	if l.held != 0 || l.avail != 400 {
 		t.Errorf("the ledger holds %d, has %d left; want 0 and 400", l.held, l.avail)
+	}
+}
+
+// TestClaimListedSaysWhatTheDiskHas: a local node's claim refused for
+// lack of room names what it needed, what the disk has free and what
+// other collections hold of it, so the operator frees enough: it said
+// the ledger's room left as what "is free" (64.5 MiB here, with 65 MiB
+// free and half a MiB held by another collection).
+func TestClaimListedSaysWhatTheDiskHas(t *testing.T) {
+	const k = 1 << 10
+	for _, tc := range []struct {
+		name   string
+		held   int64 // what another collection holds
+		log    int64
+		files  []nodes.FileInfo
+		want   []string
+		unwant string
+	}{
+		{"task.log and output/, others holding room", 512 * k, 256 * k, []nodes.FileInfo{{Path: "a", Size: 896 * k}},
+			[]string{"task.log and output/ needs 1.1 MiB", "the disk has 65.0 MiB free, other collections in flight hold 0.5 MiB of it", "64.0 MiB must stay free"}, "64.5 MiB"},
+		{"output/ alone, nothing else held", 0, 0, []nodes.FileInfo{{Path: "a", Size: 1536 * k}},
+			[]string{"output/ needs 1.5 MiB", "the disk has 65.0 MiB free, and 64.0 MiB must stay free"}, "in flight"},
+		{"task.log alone", 0, 1536 * k, nil, []string{"task.log needs 1.5 MiB"}, "output/"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Controller{opts: Options{Home: t.TempDir()}}
+			l := newRoomLedger(func() (int64, error) { return collectFreeMargin + 1<<20, nil })
+			r := l.round()
+			r.figure()
+			if err := r.open().claim(tc.held); err != nil {
+				t.Fatal(err)
+			}
+			err := c.claimListed(r.open(), "p", tc.log, tc.files)
+			if err == nil || errors.Is(err, errRoomBusy) {
+				t.Fatalf("claim: %v, want not enough free space", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%q\n  does not say %q", err, w)
+				}
+			}
+			if strings.Contains(err.Error(), tc.unwant) {
+				t.Errorf("%q\n  says %q", err, tc.unwant)
+			}
+		})
 	}
 }

@@ -136,14 +136,15 @@ func (c *Controller) claimListed(room *roomClaim, project string, log int64, fil
 	if !errors.Is(err, errRoomSpent) {
 		return err
 	}
-	what := "output/"
-	if log > room.remaining() {
+	what := "task.log and output/"
+	switch {
+	case log == need:
 		what = "task.log"
+	case log == 0:
+		what = "output/"
 	}
-	if _, err := roomFrom(home.RunsDir(c.opts.Home, project), what, need, room.remaining()+collectFreeMargin); err != nil {
-		return err
-	}
-	return c.noRoom(project, what)
+	free, others := room.view()
+	return roomShort(home.RunsDir(c.opts.Home, project), what, need, free, others)
 }
 
 // freeRoom refuses to write need bytes of what under dir when that would
@@ -163,10 +164,22 @@ func (c *Controller) freeRoom(dir, what string, need int64) (int64, error) {
 // roomFrom is freeRoom's decision over free, the bytes free under dir.
 func roomFrom(dir, what string, need, free int64) (int64, error) {
 	if free-need < collectFreeMargin {
-		return 0, fmt.Errorf("not enough free space under %s: %s needs %s, %s is free, and %s must stay free\n  fix: free space on the controller's disk; it is tried again",
-			dir, what, mib(need), mib(free), mib(collectFreeMargin))
+		return 0, roomShort(dir, what, need, free, 0)
 	}
 	return free - collectFreeMargin, nil
+}
+
+// roomShort is the refusal of what, need bytes, under dir, whose disk has
+// free bytes free, of which other collections in flight hold held: both
+// figures the disk's and the ledger's, so the operator knows how much to
+// free.
+func roomShort(dir, what string, need, free, held int64) error {
+	others := ""
+	if held > 0 {
+		others = fmt.Sprintf(", other collections in flight hold %s of it", mib(held))
+	}
+	return fmt.Errorf("not enough free space under %s: %s needs %s; the disk has %s free%s, and %s must stay free\n  fix: free space on the controller's disk; it is tried again",
+		dir, what, mib(need), mib(free), others, mib(collectFreeMargin))
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
