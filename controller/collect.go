@@ -75,6 +75,7 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 	byNode := map[string][]domain.Attempt{}
 	unkilledNodes, _ := c.unkilled()
 	version, settled := c.settled.take(ctx, c.st)
+	live := map[string]bool{} // the attempts still to collect: they may wait for room
 	for _, project := range projects {
 		if settled[project] {
 			continue
@@ -88,6 +89,7 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 		}
 		for _, u := range runs { // by task, then attempt
 			r := u.Attempt
+			live[collectKey(r)] = true
 			if p := pulls[r.Node]; p == nil || p.err != nil || unkilledNodes[r.Node] {
 				continue // not reachable, or a stale attempt not killed yet there; try again next tick
 			}
@@ -98,6 +100,7 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 			roles[collectKey(r)] = collectRole{current: u.Current, based: u.Based}
 		}
 	}
+	c.dropRoomWaits(live)
 	names := make([]string, 0, len(byNode))
 	for name := range byNode {
 		names = append(names, name)
@@ -108,6 +111,19 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 		b.add(ctx, c, c.collectNode(ctx, n, byNode[n.cfg.Name], roles, pulls[n.cfg.Name], round))
 	})
 	return errors.Join(b.close(ctx, c)...)
+}
+
+// dropRoomWaits forgets the waits for room of attempts no longer to be
+// collected (collected, given up, their project settled or no longer
+// served): only a collection's outcome removed them, and an attempt that
+// left otherwise kept its entry for the controller's life.
+func (c *Controller) dropRoomWaits(live map[string]bool) {
+	c.roomWaits.Range(func(k, _ any) bool {
+		if !live[k.(string)] {
+			c.roomWaits.Delete(k)
+		}
+		return true
+	})
 }
 
 // collect copies one finished attempt: its task.log to

@@ -517,3 +517,22 @@ func TestClaimListedSaysWhatTheDiskHas(t *testing.T) {
 		})
 	}
 }
+
+// TestRoomWaitsAreDroppedWhenTheAttemptLeaves: the note of an attempt
+// waiting for room is forgotten once the attempt is no longer to be
+// collected (here: collected, and one the database does not hold): only
+// its own collection's outcome removed it, so an attempt that left
+// otherwise (its task cancelled and given up, its project no longer
+// served) kept its entry for the controller's life.
+func TestRoomWaitsAreDroppedWhenTheAttemptLeaves(t *testing.T) {
+	h := newHarness(t, "", shellProject(map[string]string{"S01.md": "echo one\n"}))
+	h.tickUntil("S01 to be collected", func() bool { return h.collected("S01") })
+	for _, key := range []string{collectKey(domain.Attempt{Project: "p", Task: "S01", Attempt: 1}), "p/GONE#1"} {
+		h.ctl.roomWaits.Store(key, "collecting the outputs: waiting for room")
+	}
+	h.tick()
+	h.ctl.roomWaits.Range(func(k, _ any) bool {
+		t.Errorf("roomWaits still holds %v", k)
+		return true
+	})
+}
