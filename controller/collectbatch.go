@@ -139,6 +139,7 @@ func (c *Controller) outcome(ctx context.Context, r domain.Attempt, current bool
 		return d
 	}
 	if errors.Is(err, errRoomBusy) {
+		c.room.markWaited() // a stream past its claim's deadline is cut now
 		d.record = c.waitingForRoom(ctx, r, current, err)
 		return d
 	}

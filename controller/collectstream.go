@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dispatch-tool/dispatch/controller/executor"
@@ -193,7 +194,7 @@ func (c *Controller) runCollectStream(ctx context.Context, n *nodeRuntime, tr no
 	read := func(send collectSender) error {
 		sctx, cut := context.WithCancelCause(ctx)
 		defer cut(nil)
-		cr = streamReader{items: items, maxFiles: q.CollectMaxFiles, maxBytes: q.CollectMaxBytes, bound: c.claimDeadline, cut: cut}
+		cr = streamReader{items: items, maxFiles: q.CollectMaxFiles, maxBytes: q.CollectMaxBytes, bound: c.claimDeadline, blocking: c.room.waitedSince, cut: cut}
 		return readCollect(sctx, &cr, streamBudget(req), send)
 	}
 	rerr := errNotAnswered
@@ -344,10 +345,17 @@ type streamReader struct {
 	last     int // the attempt entries come for; those before it are whole, it may not be
 
 	// bound is how long the stream may take to send n bytes an attempt
-	// claimed; past it, cut ends the stream (nil: no bound).
-	bound func(n int64) time.Duration
-	cut   func(error)
+	// claimed; past it, cut ends the stream (nil: no bound) when
+	// blocking says that some collection waited for room since the
+	// deadline began (nil: always). With none waiting, a slow link goes
+	// on, bounded by transfer_idle alone, for another such time.
+	bound    func(n int64) time.Duration
+	blocking func(since time.Time) bool
+	cut      func(error)
+
+	mu    sync.Mutex  // guards timer and gen: the deadline fires on a goroutine of its own
 	timer *time.Timer // the claim being sent's deadline
+	gen   int         // moves at each arm and disarm: a deadline of an earlier one does nothing
 }
 
 // errClaimDeadline is a stream cut because it did not send what an
@@ -366,23 +374,41 @@ func (c *Controller) claimDeadline(n int64) time.Duration {
 	return c.transferIdle() + time.Duration(float64(n)/float64(max(claimMinRate, 1))*float64(time.Second))
 }
 
-// arm starts the deadline of a claim of n bytes: past it, the stream is
-// cut, its error counted as the attempt's try (as a stalled transfer's),
-// and the claim given back.
+// arm starts the deadline of a claim of n bytes: past it, while other
+// collections wait for room, the stream is cut, its error counted as the
+// attempt's try (as a stalled transfer's), and the claim given back.
 func (s *streamReader) arm(n int64) {
 	s.disarm()
 	if s.bound == nil || n <= 0 {
 		return
 	}
-	d := s.bound(n)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.schedule(s.gen, s.bound(n), n, time.Now())
+}
+
+// schedule sets the deadline d of arm's gen from since (s.mu held).
+func (s *streamReader) schedule(gen int, d time.Duration, n int64, since time.Time) {
 	s.timer = time.AfterFunc(d, func() {
-		s.cut(fmt.Errorf("%w: %s within %s (transfer_idle, and a second for each %s): the stream is cut and its room given back",
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if gen != s.gen {
+			return // disarmed, or armed for another claim
+		}
+		if s.blocking != nil && !s.blocking(since) {
+			s.schedule(gen, d, n, time.Now())
+			return
+		}
+		s.cut(fmt.Errorf("%w: %s within %s (transfer_idle, and a second for each %s) while other collections waited for room: the stream is cut and its room given back",
 			errClaimDeadline, mib(n), d, mib(claimMinRate)))
 	})
 }
 
 // disarm stops the deadline of the claim being sent, if any.
 func (s *streamReader) disarm() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gen++
 	if s.timer != nil {
 		s.timer.Stop()
 		s.timer = nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 )
 
 // roomLedger is the controller's account of the room its collections may
@@ -33,6 +34,7 @@ type roomLedger struct {
 	avail   int64 // the room neither held nor written since the last reading
 	held    int64 // claimed or being written, not written yet
 	holders map[*roomClaim]bool
+	waited  time.Time // the last claim or draw refused as busy (errRoomBusy)
 }
 
 // errRoomSpent is a claim or a draw the room cannot give even without
@@ -109,6 +111,7 @@ func (l *roomLedger) take(c *roomClaim, n int64) error {
 	others := l.held - c.left - c.drawing
 	switch decideRoom(n, l.avail, others) {
 	case roomBusy:
+		l.waited = time.Now()
 		return roomWait{need: n, claims: l.holding(c), held: others}.err()
 	case roomFull:
 		return errRoomSpent
@@ -117,6 +120,23 @@ func (l *roomLedger) take(c *roomClaim, n int64) error {
 	l.held += n
 	l.holders[c] = true
 	return nil
+}
+
+// markWaited records that a collection waits for room others hold: its
+// attempt's outcome was errRoomBusy, whichever path refused it (a claim
+// here, or a node that kept back what the room offered did not allow).
+func (l *roomLedger) markWaited() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.waited = time.Now()
+}
+
+// waitedSince reports whether a collection was refused room because
+// others held it (errRoomBusy) at t or after.
+func (l *roomLedger) waitedSince(t time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.waited.Before(t)
 }
 
 // holding counts the claims other than c that hold room (l.mu held).

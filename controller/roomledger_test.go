@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
@@ -535,4 +536,86 @@ func TestRoomWaitsAreDroppedWhenTheAttemptLeaves(t *testing.T) {
 		t.Errorf("roomWaits still holds %v", k)
 		return true
 	})
+}
+
+// TestClaimDeadlineCutsOnlyWhileOthersWait: a stream past its claim's
+// deadline is cut only when some collection waited for room since the
+// deadline began; with none waiting (a slow link, a big output) the
+// deadline starts again, the stream bounded by transfer_idle alone. Every
+// claim past 1 MiB/s was cut, and after three tries failed as `collect`.
+func TestClaimDeadlineCutsOnlyWhileOthersWait(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		waiting bool
+	}{
+		{"nobody waits for room", false},
+		{"a collection waits for room", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			asked := make(chan time.Time, 16)
+			cut := make(chan error, 1)
+			s := &streamReader{
+				bound: func(int64) time.Duration { return 5 * time.Millisecond },
+				blocking: func(since time.Time) bool {
+					select {
+					case asked <- since:
+					default:
+					}
+					return tc.waiting
+				},
+				cut: func(err error) { cut <- err },
+			}
+			s.arm(100)
+			defer s.disarm()
+			var first time.Time
+			for i := 0; i < 3; i++ {
+				select {
+				case since := <-asked:
+					if i > 0 && !since.After(first) {
+						t.Errorf("deadline %d counts from %v, not after the first's %v", i, since, first)
+					}
+					if i == 0 {
+						first = since
+					}
+				case err := <-cut:
+					if !tc.waiting {
+						t.Fatalf("cut with nobody waiting for room: %v", err)
+					}
+					if !errors.Is(err, errClaimDeadline) {
+						t.Fatalf("cut with %v, want errClaimDeadline", err)
+					}
+					return
+				case <-time.After(10 * time.Second):
+					t.Fatal("the deadline never came")
+				}
+			}
+			if tc.waiting {
+				t.Fatal("not cut while a collection waited for room")
+			}
+		})
+	}
+}
+
+// TestLedgerSaysWhenRoomWasWaitedFor: a claim refused because others
+// hold the room marks the ledger waited for; one the room cannot hold
+// at all does not.
+func TestLedgerSaysWhenRoomWasWaitedFor(t *testing.T) {
+	l := newRoomLedger(func() (int64, error) { return collectFreeMargin + 1000, nil })
+	if _, err := l.refresh(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	a, b := l.round().open(), l.round().open()
+	if err := a.claim(800); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.claim(5000); !errors.Is(err, errRoomSpent) || l.waitedSince(start) {
+		t.Fatalf("a claim over the whole room: %v, waited %v; want errRoomSpent, no wait", err, l.waitedSince(start))
+	}
+	if err := b.claim(600); !errors.Is(err, errRoomBusy) || !l.waitedSince(start) {
+		t.Fatalf("a claim that fits without a's: %v, waited %v; want errRoomBusy, a wait", err, l.waitedSince(start))
+	}
+	if l.waitedSince(time.Now().Add(time.Second)) {
+		t.Error("waited for room after the last refusal")
+	}
 }
