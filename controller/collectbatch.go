@@ -138,8 +138,10 @@ func (c *Controller) outcome(ctx context.Context, r domain.Attempt, current bool
 	if ctx.Err() != nil {
 		return d
 	}
+	if errors.Is(err, errNotReached) {
+		return collected{task: d.task}
+	}
 	if errors.Is(err, errRoomBusy) {
-		c.room.markWaited() // a stream past its claim's deadline is cut now
 		d.record = c.waitingForRoom(ctx, r, current, err)
 		return d
 	}

@@ -194,7 +194,7 @@ func (c *Controller) runCollectStream(ctx context.Context, n *nodeRuntime, tr no
 	read := func(send collectSender) error {
 		sctx, cut := context.WithCancelCause(ctx)
 		defer cut(nil)
-		cr = streamReader{items: items, maxFiles: q.CollectMaxFiles, maxBytes: q.CollectMaxBytes, bound: c.claimDeadline, blocking: c.room.waitedSince, cut: cut}
+		cr = streamReader{items: items, maxFiles: q.CollectMaxFiles, maxBytes: q.CollectMaxBytes, bound: c.claimDeadline, blocking: c.waitingForRoomNow, cut: cut}
 		return readCollect(sctx, &cr, streamBudget(req), send)
 	}
 	rerr := errNotAnswered
@@ -205,10 +205,16 @@ func (c *Controller) runCollectStream(ctx context.Context, n *nodeRuntime, tr no
 		rerr = read(c.execCollect(tr, inst, stdin))
 	}
 	if rerr != nil {
+		err := fmt.Errorf("collect stream from %s: %w", n.cfg.Name, rerr)
 		if errors.Is(rerr, errClaimDeadline) && cr.last < len(cr.items) {
+			// The attempt past its deadline counts a try; those the
+			// stream had not reached are tried again, none counted.
 			cr.items[cr.last].err = nil // its read saw the stream cut, not why
+			cr.items[cr.last].fail(err)
+			cr.last++
+			err = fmt.Errorf("%w: %w", errNotReached, err)
 		}
-		cr.failRest(fmt.Errorf("collect stream from %s: %w", n.cfg.Name, rerr))
+		cr.failRest(err)
 	}
 	return rerr
 }
@@ -346,17 +352,22 @@ type streamReader struct {
 
 	// bound is how long the stream may take to send n bytes an attempt
 	// claimed; past it, cut ends the stream (nil: no bound) when
-	// blocking says that some collection waited for room since the
-	// deadline began (nil: always). With none waiting, a slow link goes
-	// on, bounded by transfer_idle alone, for another such time.
+	// blocking says that some collection waits for room now (nil:
+	// always). With none waiting, a slow link goes on, bounded by
+	// transfer_idle alone, for another such time.
 	bound    func(n int64) time.Duration
-	blocking func(since time.Time) bool
+	blocking func() bool
 	cut      func(error)
 
 	mu    sync.Mutex  // guards timer and gen: the deadline fires on a goroutine of its own
 	timer *time.Timer // the claim being sent's deadline
 	gen   int         // moves at each arm and disarm: a deadline of an earlier one does nothing
 }
+
+// errNotReached is the outcome of an attempt a stream was cut before it
+// reached (another attempt's claim past its deadline): it is collected
+// again in a later round, no try counted.
+var errNotReached = errors.New("not reached before the stream was cut")
 
 // errClaimDeadline is a stream cut because it did not send what an
 // attempt claimed in time.
@@ -384,19 +395,19 @@ func (s *streamReader) arm(n int64) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.schedule(s.gen, s.bound(n), n, time.Now())
+	s.schedule(s.gen, s.bound(n), n)
 }
 
-// schedule sets the deadline d of arm's gen from since (s.mu held).
-func (s *streamReader) schedule(gen int, d time.Duration, n int64, since time.Time) {
+// schedule sets the deadline d of arm's gen (s.mu held).
+func (s *streamReader) schedule(gen int, d time.Duration, n int64) {
 	s.timer = time.AfterFunc(d, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if gen != s.gen {
 			return // disarmed, or armed for another claim
 		}
-		if s.blocking != nil && !s.blocking(since) {
-			s.schedule(gen, d, n, time.Now())
+		if s.blocking != nil && !s.blocking() {
+			s.schedule(gen, d, n)
 			return
 		}
 		s.cut(fmt.Errorf("%w: %s within %s (transfer_idle, and a second for each %s) while other collections waited for room: the stream is cut and its room given back",

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"sync"
-	"time"
 )
 
 // roomLedger is the controller's account of the room its collections may
@@ -34,7 +33,6 @@ type roomLedger struct {
 	avail   int64 // the room neither held nor written since the last reading
 	held    int64 // claimed or being written, not written yet
 	holders map[*roomClaim]bool
-	waited  time.Time // the last claim or draw refused as busy (errRoomBusy)
 }
 
 // errRoomSpent is a claim or a draw the room cannot give even without
@@ -111,7 +109,6 @@ func (l *roomLedger) take(c *roomClaim, n int64) error {
 	others := l.held - c.left - c.drawing
 	switch decideRoom(n, l.avail, others) {
 	case roomBusy:
-		l.waited = time.Now()
 		return roomWait{need: n, claims: l.holding(c), held: others}.err()
 	case roomFull:
 		return errRoomSpent
@@ -120,23 +117,6 @@ func (l *roomLedger) take(c *roomClaim, n int64) error {
 	l.held += n
 	l.holders[c] = true
 	return nil
-}
-
-// markWaited records that a collection waits for room others hold: its
-// attempt's outcome was errRoomBusy, whichever path refused it (a claim
-// here, or a node that kept back what the room offered did not allow).
-func (l *roomLedger) markWaited() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.waited = time.Now()
-}
-
-// waitedSince reports whether a collection was refused room because
-// others held it (errRoomBusy) at t or after.
-func (l *roomLedger) waitedSince(t time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return !l.waited.Before(t)
 }
 
 // holding counts the claims other than c that hold room (l.mu held).
@@ -179,6 +159,7 @@ func (r *roomRound) open() *roomClaim { return &roomClaim{ledger: r.ledger} }
 type roomClaim struct {
 	ledger                 *roomLedger
 	left, drawing, written int64 // guarded by ledger.mu
+	claimed                bool  // claim was called: the attempt announced what it sends (guarded by ledger.mu)
 }
 
 // claim claims n bytes more, all or none: errRoomSpent, or errRoomBusy
@@ -191,6 +172,7 @@ func (c *roomClaim) claim(n int64) error {
 		return err
 	}
 	c.left += n
+	c.claimed = true
 	return nil
 }
 
@@ -202,6 +184,10 @@ func (c *roomClaim) draw(n int64) error {
 	defer l.mu.Unlock()
 	if extra := n - c.left; extra > 0 {
 		if err := l.take(c, extra); err != nil {
+			if c.claimed && errors.Is(err, errRoomBusy) {
+				// Past what it announced: the node's fault, not a wait.
+				return fmt.Errorf("%w: the node sent more than it announced, and others hold the rest", errRoomSpent)
+			}
 			return err
 		}
 		c.left += extra

@@ -264,6 +264,18 @@ func clearWarning(ctx context.Context, tx *store.Tx, r domain.Attempt) error {
 	return tx.SetTask(ctx, r.Project, r.Task, store.TaskPatch{Warning: new("")})
 }
 
+// waitingForRoomNow reports whether an attempt waits for room that other
+// collections hold (see waitingForRoom): a stream past its claim's
+// deadline is cut only then.
+func (c *Controller) waitingForRoomNow() bool {
+	waiting := false
+	c.roomWaits.Range(func(any, any) bool {
+		waiting = true
+		return false
+	})
+	return waiting
+}
+
 // waitingForRoom is what to record of a collection of r refused only
 // because other collections hold the room it needs: no try is counted
 // (it is collected in a later round, as they end); a warning event when
