@@ -106,6 +106,9 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 		names = append(names, name)
 	}
 	b := &collectBatch{}
+	// An attempt waiting for room is collected again in this round, or
+	// its node cannot be reached now: it waits now only once refused again.
+	c.waitingNow.Clear()
 	round := c.room.round() // every node's collection draws from the one ledger: they run side by side
 	c.onNodes(names, collecting, c.callTimeout(), func(n *nodeRuntime) {
 		b.add(ctx, c, c.collectNode(ctx, n, byNode[n.cfg.Name], roles, pulls[n.cfg.Name], round))

@@ -142,6 +142,7 @@ func (c *Controller) outcome(ctx context.Context, r domain.Attempt, current bool
 		return collected{task: d.task}
 	}
 	if errors.Is(err, errRoomBusy) {
+		c.waitingNow.Store(collectKey(r), true)
 		d.record = c.waitingForRoom(ctx, r, current, err)
 		return d
 	}

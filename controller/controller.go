@@ -179,9 +179,12 @@ type Controller struct {
 	inCollection sync.Map
 	// room is the ledger of the room collections may write under the
 	// home's runs/ (see roomLedger); roomWaits holds, by attempt, the note
-	// of a collection waiting for room that others hold (see outcome).
-	room      *roomLedger
-	roomWaits sync.Map
+	// of a collection waiting for room that others hold (see outcome);
+	// waitingNow holds, by attempt, those refused so since the current
+	// collection round began (see waitingForRoomNow).
+	room       *roomLedger
+	roomWaits  sync.Map
+	waitingNow sync.Map
 
 	// troubles counts, by project and step (troubleKey), the ticks in a
 	// row in which that step failed (see projectTrouble). Only the tick

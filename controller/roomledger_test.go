@@ -593,21 +593,27 @@ func TestClaimDeadlineCutsOnlyWhileOthersWait(t *testing.T) {
 	}
 }
 
-// TestWaitingForRoomNow: an attempt waits for room from its errRoomBusy
-// outcome until its next outcome: a claim past its deadline is cut only
-// while one does, not because one did once.
+// TestWaitingForRoomNow: an attempt waits for room now from its
+// errRoomBusy outcome until the next collection round begins (in which
+// it is collected again, or its node is down): a claim past its deadline
+// is cut only while one does — not because one did once, nor by an
+// attempt that waited once and is now itself being sent slowly.
 func TestWaitingForRoomNow(t *testing.T) {
 	c := &Controller{}
 	if c.waitingForRoomNow() {
 		t.Fatal("waiting for room with no attempt waiting")
 	}
-	c.roomWaits.Store("p/S02/1", "note")
+	r := domain.Attempt{Project: "p", Task: "S02", Attempt: 1}
+	c.outcome(t.Context(), r, true, nil, roomWait{need: 600, claims: 1, held: 900}.err())
 	if !c.waitingForRoomNow() {
-		t.Fatal("not waiting for room with an attempt waiting")
+		t.Fatal("not waiting for room with an attempt refused as busy")
 	}
-	c.roomWaits.Delete("p/S02/1")
+	if _, ok := c.roomWaits.Load(collectKey(r)); !ok {
+		t.Fatal("the waiting attempt has no note")
+	}
+	c.waitingNow.Clear() // what collectAll does as a round begins
 	if c.waitingForRoomNow() {
-		t.Fatal("still waiting for room once the wait ended")
+		t.Fatal("still waiting for room once the attempt is collected again")
 	}
 }
 

@@ -264,12 +264,14 @@ func clearWarning(ctx context.Context, tx *store.Tx, r domain.Attempt) error {
 	return tx.SetTask(ctx, r.Project, r.Task, store.TaskPatch{Warning: new("")})
 }
 
-// waitingForRoomNow reports whether an attempt waits for room that other
-// collections hold (see waitingForRoom): a stream past its claim's
-// deadline is cut only then.
+// waitingForRoomNow reports whether an attempt was refused room that
+// other collections hold since the current collection round began, and
+// is not being collected again: a stream past its claim's deadline is
+// cut only then. An attempt that waited once and is now being collected
+// (slowly, over a slow link) does not count, nor one whose node is down.
 func (c *Controller) waitingForRoomNow() bool {
 	waiting := false
-	c.roomWaits.Range(func(any, any) bool {
+	c.waitingNow.Range(func(any, any) bool {
 		waiting = true
 		return false
 	})
