@@ -75,6 +75,7 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 	byNode := map[string][]domain.Attempt{}
 	unkilledNodes, _ := c.unkilled()
 	version, settled := c.settled.take(ctx, c.st)
+	live := map[string]bool{} // the attempts still to collect: they may wait for room
 	for _, project := range projects {
 		if settled[project] {
 			continue
@@ -88,6 +89,7 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 		}
 		for _, u := range runs { // by task, then attempt
 			r := u.Attempt
+			live[collectKey(r)] = true
 			if p := pulls[r.Node]; p == nil || p.err != nil || unkilledNodes[r.Node] {
 				continue // not reachable, or a stale attempt not killed yet there; try again next tick
 			}
@@ -98,15 +100,33 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 			roles[collectKey(r)] = collectRole{current: u.Current, based: u.Based}
 		}
 	}
+	c.dropRoomWaits(live)
 	names := make([]string, 0, len(byNode))
 	for name := range byNode {
 		names = append(names, name)
 	}
 	b := &collectBatch{}
+	// An attempt waiting for room is collected again in this round, or
+	// its node cannot be reached now: it waits now only once refused again.
+	c.waitingNow.Clear()
+	round := c.room.round() // every node's collection draws from the one ledger: they run side by side
 	c.onNodes(names, collecting, c.callTimeout(), func(n *nodeRuntime) {
-		b.add(ctx, c, c.collectNode(ctx, n, byNode[n.cfg.Name], roles, pulls[n.cfg.Name]))
+		b.add(ctx, c, c.collectNode(ctx, n, byNode[n.cfg.Name], roles, pulls[n.cfg.Name], round))
 	})
 	return errors.Join(b.close(ctx, c)...)
+}
+
+// dropRoomWaits forgets the waits for room of attempts no longer to be
+// collected (collected, given up, their project settled or no longer
+// served): only a collection's outcome removed them, and an attempt that
+// left otherwise kept its entry for the controller's life.
+func (c *Controller) dropRoomWaits(live map[string]bool) {
+	c.roomWaits.Range(func(k, _ any) bool {
+		if !live[k.(string)] {
+			c.roomWaits.Delete(k)
+		}
+		return true
+	})
 }
 
 // collect copies one finished attempt: its task.log to
@@ -117,7 +137,7 @@ func (c *Controller) collectAll(ctx context.Context, projects []string, pulls ma
 // has its own deadline, so a large output/ is not cut off by one for the
 // whole attempt. p is the node's pull of this tick: it says where the
 // attempt is when it is still in its task directory.
-func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attempt, role collectRole, p *pull) (txFunc, error) {
+func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attempt, role collectRole, p *pull, round *roomRound) (txFunc, error) {
 	current := role.current
 	src, err := c.attemptFiles(ctx, n, r, p)
 	if err != nil {
@@ -132,32 +152,57 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attem
 	if err := os.RemoveAll(tmp); err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(tmp)
+	// task.log, like output/, draws from the room.
+	if err := c.roundRoom(round, r.Project); err != nil {
+		return nil, err
+	}
+	room := round.open()
+	placed := false
+	defer func() {
+		room.release()
+		if err := os.RemoveAll(tmp); err == nil && !placed {
+			room.discard() // what it wrote is gone: the next attempt may have it
+		}
+	}()
 	if err := os.MkdirAll(filepath.Join(tmp, "output"), 0o755); err != nil {
 		return nil, err
 	}
 	maxBytes := c.config().Controller.CollectMaxBytes
-	// task.log, like output/, leaves the controller its free space.
-	room, err := c.checkFreeSpace(home.RunsDir(c.opts.Home, r.Project), nil)
-	if err != nil {
-		return nil, err
-	}
-	if _, _, err := c.fetch(ctx, n, path.Join(src, "task.log"), filepath.Join(tmp, "task.log"), 0o644, min(maxBytes, room)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		if room < maxBytes && errors.Is(err, errOverQuota) {
-			return nil, c.noRoom(r.Project, "task.log")
-		}
-		return nil, err
-	}
-	var manifest []store.File
-	// refused is an output/ that is not collected at all (over quota, or
-	// a symbolic link): the task.log still is, then the task fails.
-	var refused error
 	// A git-native task's result is its commit, not its workspace (the
 	// whole repository): only a completed attempt's commit is collected.
 	gitTask, err := c.gitTask(ctx, r, role)
 	if err != nil {
 		return nil, err
 	}
+	// task.log and output/ are claimed together before either is copied:
+	// an attempt that waits for room copies nothing, round after round.
+	var files []nodes.FileInfo
+	// refused is an output/ that is not collected at all (over quota, or
+	// a symbolic link): the task.log still is, then the task fails.
+	var refused error
+	if current && gitTask == nil {
+		if files, refused, err = c.listOutput(ctx, n, src); err != nil {
+			return nil, err
+		}
+	}
+	logSize, err := c.logSize(ctx, n, path.Join(src, "task.log"))
+	if err != nil {
+		return nil, err
+	}
+	listed := files
+	if refused != nil {
+		listed = nil // not copied
+	}
+	if err := c.claimListed(room, r.Project, min(logSize, maxBytes), listed); err != nil {
+		return nil, err
+	}
+	if _, _, err := c.fetch(ctx, n, path.Join(src, "task.log"), filepath.Join(tmp, "task.log"), 0o644, maxBytes, room); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, errRoomSpent) {
+			return nil, c.noRoom(r.Project, "task.log")
+		}
+		return nil, err
+	}
+	var manifest []store.File
 	if gitTask != nil && r.Status == domain.Completed {
 		manifest, err = c.collectCommit(ctx, n, r, gitTask.task, gitTask.repo, tmp)
 		var perm *permanentError
@@ -170,11 +215,12 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attem
 	}
 	var changed wire.CollectEnd
 	if current && gitTask == nil {
-		if manifest, changed, refused, err = c.collectOutput(ctx, n, r, src, tmp, room); err != nil {
+		if manifest, changed, err = c.collectOutput(ctx, n, r, src, tmp, files, refused, room); err != nil {
 			return nil, err
 		}
 	}
 	crashpoint.At(crashpoint.MidCollect)
+	placed = true // placed, even partly: what moved is no longer tmp's to give back
 	if err := placeCollected(tmp, dest, attemptDir, current, gitTask != nil); err != nil {
 		return nil, err
 	}
@@ -185,90 +231,90 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attem
 	return withChangedWarning(ctx, r, changed, rec), nil
 }
 
-// collectOutput fetches the current attempt's output/ from src on n into
-// tmp/output (one archive for many files, else file by file, each as
-// listed: changed names what changed since), held to collect_max_bytes
-// and to room, the free space the controller keeps. A refused output/
-// (over quota, a symbolic link) is left empty and returned as refused:
-// the task fails, its task.log still collected.
-func (c *Controller) collectOutput(ctx context.Context, n *nodeRuntime, r domain.Attempt, src, tmp string, room int64) (manifest []store.File, changed wire.CollectEnd, refused, err error) {
-	maxBytes := c.config().Controller.CollectMaxBytes
+// listOutput lists the output/ of the attempt in src on n: its files, or
+// why it is refused whole (a symbolic link, over the quotas).
+func (c *Controller) listOutput(ctx context.Context, n *nodeRuntime, src string) ([]nodes.FileInfo, error, error) {
 	files, err := c.walk(ctx, n, path.Join(src, "output"))
 	switch {
 	case errors.Is(err, nodes.ErrNotFollowed):
-		refused = permanent(fmt.Errorf("output/ is not a directory, and a symbolic link is never followed: nothing of it collected (%w)", err))
+		return nil, permanent(fmt.Errorf("output/ is not a directory, and a symbolic link is never followed: nothing of it collected (%w)", err)), nil
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
-		return nil, changed, nil, err
+		return nil, nil, err
 	}
-	if refused == nil {
-		refused = c.checkQuota(files)
+	return files, c.checkQuota(files), nil
+}
+
+// logSize is the size of the task.log at p on n, as the node says (0 when
+// there is none, or it is no regular file: its fetch says why).
+func (c *Controller) logSize(ctx context.Context, n *nodeRuntime, p string) (int64, error) {
+	cctx, cancel := context.WithTimeout(ctx, c.callTimeout())
+	defer cancel()
+	st, err := n.tr.Lstat(cctx, p)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	case !st.Mode.IsRegular():
+		return 0, nil
 	}
-	if refused == nil {
-		if room, err = c.checkFreeSpace(home.RunsDir(c.opts.Home, r.Project), files); err != nil {
-			return nil, changed, nil, err
-		}
+	return max(st.Size, 0), nil
+}
+
+// collectOutput fetches the current attempt's output/ from src on n into
+// tmp/output (one archive for many files, else file by file, each as
+// listed: changed names what changed since), held to collect_max_bytes
+// and drawn from room, the attempt's claim on the ledger (which holds the
+// listing already). files is the listing, refused why output/ is refused
+// whole (over quota, a symbolic link): it is left empty, the task fails,
+// its task.log still collected.
+func (c *Controller) collectOutput(ctx context.Context, n *nodeRuntime, r domain.Attempt, src, tmp string, files []nodes.FileInfo, refused error, room *roomClaim) (manifest []store.File, changed wire.CollectEnd, err error) {
+	maxBytes := c.config().Controller.CollectMaxBytes
+	if refused != nil {
+		return nil, changed, nil // nothing of it is copied: output/ stays empty
 	}
 	var total int64
-	if refused == nil && regularFiles(files) > tarThreshold {
+	if regularFiles(files) > tarThreshold {
 		// Many files travel as one archive: one transfer instead of
-		// one per file.
-		limit, byRoom := maxBytes, room < maxBytes
-		if byRoom {
-			limit = room
-		}
-		manifest, err = c.fetchTree(ctx, n, r, path.Join(src, "output"), filepath.Join(tmp, "output"), files, limit)
-		if byRoom && errors.Is(err, errOverQuota) {
-			return nil, changed, nil, c.noRoom(r.Project, "output/")
+		// one per file; the node holds it to the room left now.
+		left := room.remaining()
+		limit, byRoom := min(maxBytes, left), left < maxBytes
+		manifest, err = c.fetchTree(ctx, n, r, path.Join(src, "output"), filepath.Join(tmp, "output"), files, limit, room)
+		if byRoom && errors.Is(err, errOverQuota) || errors.Is(err, errRoomSpent) {
+			return nil, changed, c.noRoom(r.Project, "output/")
 		}
 		if err != nil {
-			return nil, changed, nil, err
+			return nil, changed, err
 		}
 		files = nil // fetched
 	}
 	for _, f := range files {
-		if refused != nil {
-			break
-		}
 		if !f.Mode.IsRegular() {
 			continue // symlinks and the like are not copied off a node
 		}
 		local, err := safeJoin(filepath.Join(tmp, "output"), f.Path)
 		if err != nil {
-			return nil, changed, nil, err
+			return nil, changed, err
 		}
 		// The file may have grown since the listing: the quota holds
-		// for what is actually copied.
-		// And so does the free space the controller keeps.
-		limit, byRoom := maxBytes-total, room-total < maxBytes-total
-		if byRoom {
-			limit = room - total
-		}
-		sum, size, change, err := c.fetchListed(ctx, n, path.Join(src, "output", f.Path), local, f, limit)
+		// for what is actually copied, and so does the room.
+		sum, size, change, err := c.fetchListed(ctx, n, path.Join(src, "output", f.Path), local, f, maxBytes-total, room)
 		if change != nil {
 			changed.Change(*change)
 		}
 		if change != nil && change.Now < 0 {
 			continue // removed since the listing
 		}
-		if byRoom && errors.Is(err, errOverQuota) {
-			return nil, changed, nil, c.noRoom(r.Project, "output/")
+		if errors.Is(err, errRoomSpent) {
+			return nil, changed, c.noRoom(r.Project, "output/")
 		}
 		if err != nil {
-			return nil, changed, nil, err
+			return nil, changed, err
 		}
 		total += size
 		manifest = append(manifest, store.File{Project: r.Project, Task: r.Task, Attempt: r.Attempt, Path: f.Path, Size: size, SHA256: sum})
 	}
-	if refused != nil {
-		manifest = nil
-		if err := os.RemoveAll(filepath.Join(tmp, "output")); err != nil {
-			return nil, changed, nil, err
-		}
-		if err := os.Mkdir(filepath.Join(tmp, "output"), 0o755); err != nil {
-			return nil, changed, nil, err
-		}
-	}
-	return manifest, changed, refused, nil
+	return manifest, changed, nil
 }
 
 // placeCollected moves what was collected into tmp into place: the
@@ -376,7 +422,7 @@ func regularFiles(files []nodes.FileInfo) int {
 // removed afterwards, holding the content to limit bytes on both sides, and
 // returns the manifest. files is the listing the quota was checked on; the
 // archive's own deadline grows with its size.
-func (c *Controller) fetchTree(ctx context.Context, n *nodeRuntime, r domain.Attempt, remote, local string, files []nodes.FileInfo, limit int64) ([]store.File, error) {
+func (c *Controller) fetchTree(ctx context.Context, n *nodeRuntime, r domain.Attempt, remote, local string, files []nodes.FileInfo, limit int64, room *roomClaim) ([]store.File, error) {
 	inst := n.installed()
 	if inst == nil {
 		return nil, fmt.Errorf("the wrapper on %s is being checked again", n.cfg.Name)
@@ -436,7 +482,7 @@ func (c *Controller) fetchTree(ctx context.Context, n *nodeRuntime, r domain.Att
 		if err != nil {
 			return nil, err
 		}
-		sum, size, err := writeLocal(dst, fs.FileMode(h.Mode).Perm(), tr, left)
+		sum, size, err := writeLocal(dst, fs.FileMode(h.Mode).Perm(), tr, left, room)
 		if err != nil {
 			return nil, err
 		}
@@ -500,8 +546,8 @@ func (c *Controller) walk(ctx context.Context, n *nodeRuntime, dir string) ([]no
 // fetch copies one file off the node, streaming it to disk, returning its
 // sha256 and size. More than limit bytes is an error wrapping errOverQuota;
 // the transfer is bounded by progress (transferIdle), not by its duration.
-func (c *Controller) fetch(ctx context.Context, n *nodeRuntime, remote, local string, perm fs.FileMode, limit int64) (string, int64, error) {
-	return writeCapped(local, perm, limit, func(w io.Writer) error {
+func (c *Controller) fetch(ctx context.Context, n *nodeRuntime, remote, local string, perm fs.FileMode, limit int64, room *roomClaim) (string, int64, error) {
+	return writeCapped(local, perm, limit, room, func(w io.Writer) error {
 		return nodes.GetIdle(ctx, n.tr, remote, w, c.transferIdle())
 	})
 }
@@ -509,9 +555,9 @@ func (c *Controller) fetch(ctx context.Context, n *nodeRuntime, remote, local st
 // fetchListed fetches the output/ file f, listed at f.Size bytes, as
 // fetch does, but no more than its listed size: a file that grew since
 // is taken as listed, one removed is not taken; change says which.
-func (c *Controller) fetchListed(ctx context.Context, n *nodeRuntime, remote, local string, f nodes.FileInfo, limit int64) (string, int64, *wire.CollectChange, error) {
+func (c *Controller) fetchListed(ctx context.Context, n *nodeRuntime, remote, local string, f nodes.FileInfo, limit int64, room *roomClaim) (string, int64, *wire.CollectChange, error) {
 	var change *wire.CollectChange
-	sum, size, err := writeCapped(local, f.Mode.Perm(), limit, func(w io.Writer) error {
+	sum, size, err := writeCapped(local, f.Mode.Perm(), limit, room, func(w io.Writer) error {
 		err := nodes.GetIdle(ctx, n.tr, remote, &listedWriter{w: w, left: f.Size}, c.transferIdle())
 		if errors.Is(err, errPastListing) {
 			change = &wire.CollectChange{Path: f.Path, Listed: f.Size, Now: f.Size + 1} // grew: how much is not read
@@ -529,9 +575,9 @@ func (c *Controller) fetchListed(ctx context.Context, n *nodeRuntime, remote, lo
 }
 
 // writeLocal writes r to the new file dst, at most limit bytes (more is
-// errOverQuota), and returns its sha256 and size.
-func writeLocal(dst string, perm fs.FileMode, r io.Reader, limit int64) (string, int64, error) {
-	return writeCapped(dst, perm, limit, func(w io.Writer) error {
+// errOverQuota) drawn from room, and returns its sha256 and size.
+func writeLocal(dst string, perm fs.FileMode, r io.Reader, limit int64, room *roomClaim) (string, int64, error) {
+	return writeCapped(dst, perm, limit, room, func(w io.Writer) error {
 		buf := copyBufs.Get().(*[32 << 10]byte)
 		defer copyBufs.Put(buf)
 		_, err := io.CopyBuffer(w, r, buf[:])
@@ -546,10 +592,12 @@ var copyBufs = sync.Pool{New: func() any { return new([32 << 10]byte) }}
 
 // writeCapped makes the file dst (and its directories), mode perm and
 // writable by its owner, fills it with what fill writes, at most limit
-// bytes (more is errOverQuota), and returns its sha256 and size. Every
-// collected file is written here: a fetch off the node, an entry of an
-// archive or of a collect stream. A failed file is removed.
-func writeCapped(dst string, perm fs.FileMode, limit int64, fill func(io.Writer) error) (string, int64, error) {
+// bytes (more is errOverQuota) and each chunk drawn from room first (past
+// it, the claim's error; nil draws nothing), and returns its sha256 and size.
+// Every collected file is written here: a fetch off the node, an entry of
+// an archive or of a collect stream. A failed file is removed, and what it
+// drew given back.
+func writeCapped(dst string, perm fs.FileMode, limit int64, room *roomClaim, fill func(io.Writer) error) (string, int64, error) {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return "", 0, err
 	}
@@ -559,12 +607,20 @@ func writeCapped(dst string, perm fs.FileMode, limit int64, fill func(io.Writer)
 	}
 	sum := sha256.New()
 	cw := &countWriter{w: io.MultiWriter(f, sum)}
-	err = fill(&limitWriter{w: cw, left: limit})
+	var w io.Writer = &limitWriter{w: cw, left: limit}
+	var rw *roomWriter
+	if room != nil {
+		rw = &roomWriter{w: w, room: room}
+		w = rw
+	}
+	err = fill(w)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		os.Remove(dst)
+		if os.Remove(dst) == nil && rw != nil {
+			room.freed(rw.drawn)
+		}
 		return "", cw.n, err
 	}
 	return hex.EncodeToString(sum.Sum(nil)), cw.n, nil

@@ -110,7 +110,7 @@ func (c *Controller) recordCollected(ctx context.Context, done []collected) []er
 // collectNode collects the finished attempts runs of node n: in one
 // stream when its transport can (see collectStream), else one by one.
 // p is the node's pull of this tick.
-func (c *Controller) collectNode(ctx context.Context, n *nodeRuntime, runs []domain.Attempt, roles map[string]collectRole, p *pull) []collected {
+func (c *Controller) collectNode(ctx context.Context, n *nodeRuntime, runs []domain.Attempt, roles map[string]collectRole, p *pull, round *roomRound) []collected {
 	var todo []domain.Attempt
 	for _, r := range runs {
 		if c.collectWait(collectKey(r)) {
@@ -120,12 +120,12 @@ func (c *Controller) collectNode(ctx context.Context, n *nodeRuntime, runs []dom
 		todo = append(todo, r)
 	}
 	if ef, ok := n.tr.(nodes.ExecToer); ok && len(todo) > 0 {
-		return c.collectStream(ctx, n, ef, todo, roles)
+		return c.collectStream(ctx, n, ef, todo, roles, round)
 	}
 	out := make([]collected, 0, len(todo))
 	for _, r := range todo {
 		role := roles[collectKey(r)]
-		rec, err := c.collect(ctx, n, r, role, p)
+		rec, err := c.collect(ctx, n, r, role, p, round)
 		out = append(out, c.outcome(ctx, r, role.current, rec, err))
 	}
 	return out
@@ -135,7 +135,28 @@ func (c *Controller) collectNode(ctx context.Context, n *nodeRuntime, runs []dom
 // failed with err (or not), records and reports.
 func (c *Controller) outcome(ctx context.Context, r domain.Attempt, current bool, rec txFunc, err error) collected {
 	d := collected{task: taskKey(r.Project, r.Task), record: rec}
-	if err == nil || ctx.Err() != nil {
+	if ctx.Err() != nil {
+		return d
+	}
+	if errors.Is(err, errNotReached) {
+		return collected{task: d.task}
+	}
+	if errors.Is(err, errRoomBusy) {
+		c.waitingNow.Store(collectKey(r), true)
+		d.record = c.waitingForRoom(ctx, r, current, err)
+		return d
+	}
+	if _, waited := c.roomWaits.LoadAndDelete(collectKey(r)); waited && err == nil && current {
+		d.record = func(tx *store.Tx) error {
+			if rec != nil {
+				if err := rec(tx); err != nil {
+					return err
+				}
+			}
+			return clearWarning(ctx, tx, r)
+		}
+	}
+	if err == nil {
 		return d
 	}
 	failed := c.collectFailed(ctx, collectKey(r), r, current, err)

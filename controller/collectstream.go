@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/dispatch-tool/dispatch/controller/executor"
 	"github.com/dispatch-tool/dispatch/domain"
@@ -33,8 +35,9 @@ type streamItem struct {
 	git     *gitAttempt // a git-native task: its commit is fetched after the stream
 	output  bool        // output/ was asked for
 	tmp     string      // where its files land before placeCollected
-	asked   int64       // the room (free space to spare) when the stream was asked for
-	room    int64       // the room left as files are written
+	asked   int64       // the room left when the stream was asked for
+	others  roomWait    // what other collections held then
+	room    *roomClaim  // its claim on the ledger, drawn from as files are written
 
 	head     *wire.CollectHead
 	err      error // what went wrong with it: its files are dropped
@@ -44,6 +47,7 @@ type streamItem struct {
 	manifest []store.File
 	seen     map[string]bool
 	total    int64 // bytes of output/ written
+	placed   bool  // its files were moved into place (or that began)
 }
 
 // errNoRoomLog and errNoRoomOutput are a collection that stopped to keep
@@ -72,23 +76,23 @@ const maxCollectHead = 64 << 10
 // as it comes (bounded by progress, never whole in memory) and checked
 // entry by entry as collectOutput checks files. What a node sends wrong
 // fails only the attempt it names.
-func (c *Controller) collectStream(ctx context.Context, n *nodeRuntime, tr nodes.ExecToer, runs []domain.Attempt, roles map[string]collectRole) []collected {
+func (c *Controller) collectStream(ctx context.Context, n *nodeRuntime, tr nodes.ExecToer, runs []domain.Attempt, roles map[string]collectRole, round *roomRound) []collected {
 	out := make([]collected, 0, len(runs))
 	items := make([]*streamItem, 0, len(runs))
-	rooms := map[string]roomOf{}
+	noRooms := map[string]error{}
 	for _, r := range runs {
 		role := roles[collectKey(r)]
-		room, ok := rooms[r.Project]
+		noRoom, ok := noRooms[r.Project]
 		if !ok {
-			room.n, room.err = c.checkFreeSpace(home.RunsDir(c.opts.Home, r.Project), nil)
-			rooms[r.Project] = room
+			noRoom = c.roundRoom(round, r.Project)
+			noRooms[r.Project] = noRoom
 		}
-		it, err := c.prepareItem(ctx, r, role, room)
+		it, err := c.prepareItem(ctx, r, role, round, noRoom)
 		if err != nil {
 			out = append(out, c.outcome(ctx, r, role.current, nil, err))
 			continue
 		}
-		defer os.RemoveAll(it.tmp)
+		defer it.discard()
 		items = append(items, it)
 	}
 	if len(items) == 0 {
@@ -102,33 +106,58 @@ func (c *Controller) collectStream(ctx context.Context, n *nodeRuntime, tr nodes
 				it.err = err
 			}
 		}
+		it.room.release()
 		rec, ferr := c.finishItem(ctx, n, it)
 		out = append(out, c.outcome(ctx, it.r, it.current, rec, ferr))
 	}
 	return out
 }
 
-// roomOf is what checkFreeSpace said of a project's runs/ when a stream
-// was asked for: taken once a stream, not once an attempt (each took it
-// before any file of the stream was written, so each got the same).
-type roomOf struct {
-	n   int64
-	err error
+// roundRoom is why project's attempts have no room in round, or nil: the
+// free space under runs/ is read once a round, not once a stream or an
+// attempt.
+func (c *Controller) roundRoom(round *roomRound, project string) error {
+	dir := home.RunsDir(c.opts.Home, project)
+	free, err := round.figure()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	_, err = roomFrom(dir, "output/", 0, free)
+	return err
+}
+
+// readRunsFree is the free space under the home's runs/, for the
+// controller's roomLedger.
+func (c *Controller) readRunsFree() (int64, error) {
+	root := home.RunsRoot(c.opts.Home)
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return 0, err
+	}
+	free, err := diskFree(root)
+	if err != nil {
+		return 0, fmt.Errorf("free space under %s: %w", root, err)
+	}
+	return free, nil
 }
 
 // prepareItem makes attempt r's staging directory and reads what its
-// collection needs from the database; room is its project's.
-func (c *Controller) prepareItem(ctx context.Context, r domain.Attempt, role collectRole, room roomOf) (*streamItem, error) {
+// collection needs from the database; noRoom is why its project has no
+// room in round, if it has none.
+func (c *Controller) prepareItem(ctx context.Context, r domain.Attempt, role collectRole, round *roomRound, noRoom error) (*streamItem, error) {
 	current := role.current
 	git, err := c.gitTask(ctx, r, role)
 	if err != nil {
 		return nil, err
 	}
-	if room.err != nil {
-		return nil, room.err
+	if noRoom != nil {
+		return nil, noRoom
 	}
 	runs := home.RunsDir(c.opts.Home, r.Project)
-	it := &streamItem{r: r, current: current, git: git, output: current && git == nil, asked: room.n, room: room.n, seen: map[string]bool{},
+	room := round.open()
+	it := &streamItem{r: r, current: current, git: git, output: current && git == nil, asked: room.remaining(), others: room.others(0), room: room, seen: map[string]bool{},
 		tmp: filepath.Join(runs, fmt.Sprintf(".%s.%d.collecting", r.Task, r.Attempt))}
 	if err := os.RemoveAll(it.tmp); err != nil {
 		return nil, err
@@ -163,8 +192,10 @@ func (c *Controller) runCollectStream(ctx context.Context, n *nodeRuntime, tr no
 	}
 	var cr streamReader
 	read := func(send collectSender) error {
-		cr = streamReader{items: items, maxFiles: q.CollectMaxFiles, maxBytes: q.CollectMaxBytes}
-		return readCollect(ctx, &cr, streamBudget(req), send)
+		sctx, cut := context.WithCancelCause(ctx)
+		defer cut(nil)
+		cr = streamReader{items: items, maxFiles: q.CollectMaxFiles, maxBytes: q.CollectMaxBytes, bound: c.claimDeadline, blocking: c.waitingForRoomNow, cut: cut}
+		return readCollect(sctx, &cr, streamBudget(req), send)
 	}
 	rerr := errNotAnswered
 	if cl, ok := n.exec.(executor.Collector); ok {
@@ -174,7 +205,16 @@ func (c *Controller) runCollectStream(ctx context.Context, n *nodeRuntime, tr no
 		rerr = read(c.execCollect(tr, inst, stdin))
 	}
 	if rerr != nil {
-		cr.failRest(fmt.Errorf("collect stream from %s: %w", n.cfg.Name, rerr))
+		err := fmt.Errorf("collect stream from %s: %w", n.cfg.Name, rerr)
+		if errors.Is(rerr, errClaimDeadline) && cr.last < len(cr.items) {
+			// The attempt past its deadline counts a try; those the
+			// stream had not reached are tried again, none counted.
+			cr.items[cr.last].err = nil // its read saw the stream cut, not why
+			cr.items[cr.last].fail(err)
+			cr.last++
+			err = fmt.Errorf("%w: %w", errNotReached, err)
+		}
+		cr.failRest(err)
 	}
 	return rerr
 }
@@ -199,9 +239,14 @@ func readCollect(ctx context.Context, cr *streamReader, budget int64, send colle
 		pw.CloseWithError(err)
 		ran <- sent{said, err}
 	}()
+	// A stream cut (a claim past its deadline) stops the read at once.
+	defer context.AfterFunc(ctx, func() { pr.CloseWithError(context.Cause(ctx)) })()
 	rerr := readBudgeted(cr, &io.LimitedReader{R: pr, N: budget})
 	pr.CloseWithError(errors.New("the controller stopped reading the collect stream"))
 	s := <-ran
+	if cause := context.Cause(ctx); errors.Is(cause, errClaimDeadline) {
+		return cause // the reader saw a closed pipe
+	}
 	switch {
 	case errors.Is(s.err, errNotAnswered), s.said != nil:
 		return cmp.Or(s.err, s.said)
@@ -304,11 +349,87 @@ type streamReader struct {
 	maxFiles int
 	maxBytes int64
 	last     int // the attempt entries come for; those before it are whole, it may not be
+
+	// bound is how long the stream may take to send n bytes an attempt
+	// claimed; past it, cut ends the stream (nil: no bound) when
+	// blocking says that some collection waits for room now (nil:
+	// always). With none waiting, a slow link goes on, bounded by
+	// transfer_idle alone, for another such time.
+	bound    func(n int64) time.Duration
+	blocking func() bool
+	cut      func(error)
+
+	mu    sync.Mutex  // guards timer and gen: the deadline fires on a goroutine of its own
+	timer *time.Timer // the claim being sent's deadline
+	gen   int         // moves at each arm and disarm: a deadline of an earlier one does nothing
+}
+
+// errNotReached is the outcome of an attempt a stream was cut before it
+// reached (another attempt's claim past its deadline): it is collected
+// again in a later round, no try counted.
+var errNotReached = errors.New("not reached before the stream was cut")
+
+// errClaimDeadline is a stream cut because it did not send what an
+// attempt claimed in time.
+var errClaimDeadline = errors.New("the node did not send what the attempt claimed in time")
+
+// claimMinRate is the slowest, in bytes a second, a collect stream may
+// send what an attempt claimed, past transfer_idle: a stream that trickles
+// a byte within each transfer_idle is never idle, and would hold its claim,
+// and the attempts waiting for that room, for ever. Tests change it.
+var claimMinRate int64 = 1 << 20
+
+// claimDeadline is how long a collect stream may take to send n bytes an
+// attempt claimed, as remoteArchive's deadline grows with the archive.
+func (c *Controller) claimDeadline(n int64) time.Duration {
+	return c.transferIdle() + time.Duration(float64(n)/float64(max(claimMinRate, 1))*float64(time.Second))
+}
+
+// arm starts the deadline of a claim of n bytes: past it, while other
+// collections wait for room, the stream is cut, its error counted as the
+// attempt's try (as a stalled transfer's), and the claim given back.
+func (s *streamReader) arm(n int64) {
+	s.disarm()
+	if s.bound == nil || n <= 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.schedule(s.gen, s.bound(n), n)
+}
+
+// schedule sets the deadline d of arm's gen (s.mu held).
+func (s *streamReader) schedule(gen int, d time.Duration, n int64) {
+	s.timer = time.AfterFunc(d, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if gen != s.gen {
+			return // disarmed, or armed for another claim
+		}
+		if s.blocking != nil && !s.blocking() {
+			s.schedule(gen, d, n)
+			return
+		}
+		s.cut(fmt.Errorf("%w: %s within %s (transfer_idle, and a second for each %s) while other collections waited for room: the stream is cut and its room given back",
+			errClaimDeadline, mib(n), d, mib(claimMinRate)))
+	})
+}
+
+// disarm stops the deadline of the claim being sent, if any.
+func (s *streamReader) disarm() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gen++
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
 }
 
 // read reads the stream r to its end. Its error is the stream's (it is not
 // a tar archive); what is wrong with an entry fails the attempt it names.
 func (s *streamReader) read(r io.Reader) error {
+	defer s.disarm()
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
@@ -329,17 +450,50 @@ func (s *streamReader) read(r io.Reader) error {
 			it.fail(fmt.Errorf("the collect stream sent %q after the next attempt's files", h.Name))
 			continue
 		case i > s.last:
-			s.last = i
+			s.movedPast(i)
 		}
 		if it.err == nil {
-			it.err = s.entry(it, rest, h, tr)
+			it.fail(s.entry(it, rest, h, tr))
+		}
+		if it.err != nil || it.ended {
+			s.disarm()
 		}
 	}
 }
 
+// movedPast moves the stream on to attempt i: an attempt before it gets
+// no more files, and gives back what it claimed and did not write now,
+// not when the whole stream ends (one without its end entry is not
+// whole: see arrived).
+func (s *streamReader) movedPast(i int) {
+	for _, it := range s.items[s.last:i] {
+		if it.room != nil {
+			it.room.release()
+		}
+	}
+	s.disarm()
+	s.last = i
+}
+
+// fail fails the attempt with err (the first error stays), and gives
+// back at once what it claimed and did not write, and what it wrote (its
+// files are removed: a failed attempt's are never placed): its stream may
+// go on for a while.
 func (it *streamItem) fail(err error) {
 	if it.err == nil {
 		it.err = err
+	}
+	if it.err != nil && it.room != nil {
+		it.room.release()
+		it.discard()
+	}
+}
+
+// discard removes the attempt's staging directory and, unless what it
+// held was placed, gives back what it wrote there.
+func (it *streamItem) discard() {
+	if err := os.RemoveAll(it.tmp); err == nil && !it.placed && it.room != nil {
+		it.room.discard()
 	}
 }
 
@@ -349,11 +503,19 @@ func (s *streamReader) entry(it *streamItem, name string, h *tar.Header, r io.Re
 	case it.ended:
 		return fmt.Errorf("the collect stream sent %q after the attempt's end", h.Name)
 	case name == wire.CollectHeadName:
-		return it.readHead(h, r)
+		if err := it.readHead(h, r); err != nil {
+			return err
+		}
+		n, err := it.claimRoom(s.maxBytes)
+		if err == nil {
+			s.arm(n)
+		}
+		return err
 	case it.head == nil:
 		return fmt.Errorf("the collect stream sent %q before the attempt's head", h.Name)
 	case name == wire.CollectEndName:
 		it.ended = true
+		it.room.release()
 		return it.readEnd(r)
 	case name == wire.CollectErrorName:
 		msg, _ := io.ReadAll(io.LimitReader(r, 1024))
@@ -363,16 +525,43 @@ func (s *streamReader) entry(it *streamItem, name string, h *tar.Header, r io.Re
 			return fmt.Errorf("the collect stream sent a task.log it did not announce")
 		}
 		it.gotLog = true
-		_, n, err := writeLocal(filepath.Join(it.tmp, "task.log"), 0o644, r, min(s.maxBytes, it.room))
-		if err != nil && it.room < s.maxBytes && errors.Is(err, errOverQuota) {
+		_, _, err := writeLocal(filepath.Join(it.tmp, "task.log"), 0o644, r, s.maxBytes, it.room)
+		if errors.Is(err, errRoomSpent) {
 			return errNoRoomLog
 		}
-		it.room -= n
 		return err
 	case strings.HasPrefix(name, "output/"):
 		return s.outputFile(it, strings.TrimPrefix(name, "output/"), h, r)
 	}
 	return fmt.Errorf("the collect stream sent an unexpected entry %q", h.Name)
+}
+
+// claimRoom claims what the head says follows: the attempt's files draw
+// from the claim.
+func (it *streamItem) claimRoom(maxBytes int64) (int64, error) {
+	log, output := claimOf(it.head, it.output, min(maxBytes, it.asked))
+	err := it.room.claim(log + output)
+	switch {
+	case !errors.Is(err, errRoomSpent):
+		return log + output, err // nil, or errRoomBusy
+	case log > it.room.remaining():
+		return 0, errNoRoomLog
+	}
+	return 0, errNoRoomOutput
+}
+
+// claimOf is what an attempt whose head is h claims (output: its output/
+// was asked for): what the head says follows, each part no more than
+// limit, the most the request let the node send of it. A head of a few
+// bytes holds no more room than its attempt may write.
+func claimOf(h *wire.CollectHead, output bool, limit int64) (log, out int64) {
+	if h.Log == wire.CollectSent {
+		log = min(max(h.LogSize, 0), limit)
+	}
+	if output && h.Output == wire.CollectSent {
+		out = min(max(h.Bytes, 0), limit)
+	}
+	return log, out
 }
 
 // readHead reads an attempt's head and checks its words.
@@ -394,8 +583,11 @@ func (it *streamItem) readHead(h *tar.Header, r io.Reader) error {
 		}
 		return empty && s == ""
 	}
-	if head.Found && (!known(head.Log, false) || !known(head.Output, !it.output) || head.Files < 0 || head.Bytes < 0) {
+	if head.Found && (!known(head.Log, false) || !known(head.Output, !it.output)) {
 		return fmt.Errorf("the attempt's head in the collect stream says task.log %q, output/ %q", head.Log, head.Output)
+	}
+	if head.LogSize < 0 || head.Files < 0 || head.Bytes < 0 {
+		return fmt.Errorf("the attempt's head in the collect stream says task.log of %d bytes, output/ of %d files, %d bytes: a count below zero", head.LogSize, head.Files, head.Bytes)
 	}
 	it.head = &head
 	return nil
@@ -419,19 +611,14 @@ func (s *streamReader) outputFile(it *streamItem, rel string, h *tar.Header, r i
 	if err != nil {
 		return err
 	}
-	limit, byRoom := s.maxBytes-it.total, it.room < s.maxBytes-it.total
-	if byRoom {
-		limit = it.room
-	}
-	sum, n, err := writeLocal(dst, fs.FileMode(h.Mode).Perm(), r, limit)
-	if byRoom && errors.Is(err, errOverQuota) {
+	sum, n, err := writeLocal(dst, fs.FileMode(h.Mode).Perm(), r, s.maxBytes-it.total, it.room)
+	if errors.Is(err, errRoomSpent) {
 		return errNoRoomOutput
 	}
 	if err != nil {
 		return err
 	}
 	it.total += n
-	it.room -= n
 	it.manifest = append(it.manifest, store.File{Project: it.r.Project, Task: it.r.Task, Attempt: it.r.Attempt,
 		Path: name, Size: n, SHA256: sum})
 	return nil
@@ -472,6 +659,7 @@ func (c *Controller) finishItem(ctx context.Context, n *nodeRuntime, it *streamI
 	}
 	crashpoint.At(crashpoint.MidCollect)
 	dest := filepath.Join(home.RunsDir(c.opts.Home, it.r.Project), it.r.Task)
+	it.placed = true // placed, even partly: what moved is no longer tmp's to give back
 	if err := placeCollected(it.tmp, dest, filepath.Join(dest, "attempts", strconv.Itoa(it.r.Attempt)), it.current, it.git != nil); err != nil {
 		return nil, err
 	}
@@ -505,7 +693,7 @@ func (it *streamItem) checkLog(maxBytes int64) error {
 			return fmt.Errorf("the node kept back a task.log of %s, within the quota", mib(it.head.LogSize))
 		}
 		if it.asked < maxBytes {
-			return errNoRoomLog
+			return it.noRoom(it.head.LogSize, errNoRoomLog)
 		}
 		return fmt.Errorf("task.log of %s: %w", mib(it.head.LogSize), errOverQuota)
 	case wire.CollectError:
@@ -530,10 +718,9 @@ func (c *Controller) judgeOutput(it *streamItem) (manifest []store.File, refused
 	case wire.CollectOverQuota, wire.CollectSent:
 		refused = c.quotaError(h.Files, h.Bytes)
 		if refused == nil && h.Bytes > it.asked {
-			if _, err := c.freeRoom(home.RunsDir(c.opts.Home, it.r.Project), "output/", h.Bytes); err != nil {
-				return nil, nil, err
-			}
-			return nil, nil, c.noRoom(it.r.Project, "output/")
+			free, _ := it.room.view()
+			full := roomShort(home.RunsDir(c.opts.Home, it.r.Project), "output/", h.Bytes, free, it.others.held)
+			return nil, nil, it.noRoom(h.Bytes, full)
 		}
 		if refused == nil && h.Output == wire.CollectOverQuota {
 			return nil, nil, fmt.Errorf("the node kept back an output/ of %d files, %s, within the quotas", h.Files, mib(h.Bytes))
@@ -550,7 +737,20 @@ func (c *Controller) judgeOutput(it *streamItem) (manifest []store.File, refused
 	if err := os.RemoveAll(filepath.Join(it.tmp, "output")); err != nil {
 		return nil, nil, err
 	}
+	it.room.freed(it.total)
 	return nil, refused, os.Mkdir(filepath.Join(it.tmp, "output"), 0o755)
+}
+
+// noRoom is why the node kept back need bytes the request's room did not
+// allow: full when they would not fit even without what other collections
+// held then, else errRoomBusy.
+func (it *streamItem) noRoom(need int64, full error) error {
+	if decideRoom(need, it.asked, it.others.held) == roomBusy {
+		w := it.others
+		w.need = need
+		return w.err()
+	}
+	return full
 }
 
 // readEnd reads an attempt's end entry: empty from a wrapper before it

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -92,6 +93,9 @@ func TestCollectStreamChecksEveryEntry(t *testing.T) {
 		{name: "a task.log not announced", entries: append([]entry{{"0/collect.json", 0, headOf(noLog)}, {"0/task.log", 0, "x"}}, ok...), want0: "did not announce"},
 		{name: "a huge head", entries: append([]entry{{"0/collect.json", 0, strings.Repeat(" ", maxCollectHead+1)}}, ok...), want0: "larger than"},
 		{name: "a head of unknown words", entries: append([]entry{{"0/collect.json", 0, `{"found":true,"log":"maybe"}`}}, ok...), want0: "says task.log"},
+		{name: "a negative task.log size", entries: append([]entry{{"0/collect.json", 0, `{"found":true,"log":"sent","log_size":-5,"output":"missing"}`}}, ok...), want0: "below zero"},
+		{name: "a negative output/ size", entries: append([]entry{{"0/collect.json", 0, `{"found":true,"log":"missing","output":"sent","files":1,"bytes":-1}`}}, ok...), want0: "below zero"},
+		{name: "a negative size in a head of nothing found", entries: append([]entry{{"0/collect.json", 0, `{"found":false,"log_size":-1}`}}, ok...), want0: "below zero"},
 		{name: "over collect_max_bytes", entries: append([]entry{{"0/collect.json", 0, headOf(noLog)},
 			{"0/output/big", 0, strings.Repeat("x", 101)}}, ok...), want0: errOverQuota.Error()},
 		{name: "over collect_max_files", entries: append([]entry{{"0/collect.json", 0, headOf(noLog)},
@@ -108,7 +112,7 @@ func TestCollectStreamChecksEveryEntry(t *testing.T) {
 			dir := t.TempDir()
 			items := make([]*streamItem, 2)
 			for i := range items {
-				items[i] = &streamItem{output: true, tmp: filepath.Join(dir, fmt.Sprint(i)), room: 1 << 30, asked: 1 << 30, seen: map[string]bool{}}
+				items[i] = &streamItem{output: true, tmp: filepath.Join(dir, fmt.Sprint(i)), room: fixedRoom(1 << 30), asked: 1 << 30, seen: map[string]bool{}}
 			}
 			data := streamOf(t, tc.entries)
 			if tc.entries == nil {
@@ -219,22 +223,47 @@ func (c *countingSSH) reset() {
 // reached through a countingSSH.
 func sshHarness(t *testing.T, slots int, specs map[string]string) (*harness, *countingSSH, *sshdtest.Server) {
 	t.Helper()
+	h, counted, servers := sshNodesHarness(t, 1, slots, specs)
+	return h, counted[0], servers[0]
+}
+
+// sshNodesHarness is a harness of count nodes (n, n2, n3...), each a real
+// sshd on loopback reached through a countingSSH.
+func sshNodesHarness(t *testing.T, count, slots int, specs map[string]string) (*harness, []*countingSSH, []*sshdtest.Server) {
+	t.Helper()
 	sshdtest.Require(t)
 	c := sshdtest.NewClient(t)
-	s := c.StartServer(t, "collect")
-	c.Trust(t, s)
-	yaml := fmt.Sprintf("controller:\n  ssh_connect_timeout: 2s\nnodes:\n  - name: n\n    ssh: %s@127.0.0.1:%d\n    slots: %d\n    work_dir: %s\n",
-		c.User, s.Port, slots, s.WorkDir)
-	h := newHarness(t, unsandboxed(yaml, "the tasks wait for a file of the test outside their workspace"), shellProject(specs))
-	tr, err := sshnode.New(sshnode.Config{Node: "n", Target: h.cfg.Nodes[0].SSH, ConnectTimeout: 2 * time.Second,
-		Env: sshnode.Env{Home: c.Home, ConfigFile: c.SSHConfig, User: c.User}, AgentSocket: "/nonexistent"})
-	if err != nil {
-		t.Fatal(err)
+	yaml := "controller:\n  ssh_connect_timeout: 2s\nnodes:\n"
+	var servers []*sshdtest.Server
+	for i := range count {
+		s := c.StartServer(t, "collect")
+		c.Trust(t, s)
+		servers = append(servers, s)
+		yaml += fmt.Sprintf("  - name: %s\n    ssh: %s@127.0.0.1:%d\n    slots: %d\n    work_dir: %s\n", nodeName(i), c.User, s.Port, slots, s.WorkDir)
 	}
-	counted := &countingSSH{SSH: tr}
-	h.ctl = New(Options{Home: h.home, Config: h.cfg, Store: h.st, Transports: map[string]nodes.Transport{"n": counted},
+	h := newHarness(t, unsandboxed(yaml, "the tasks wait for a file of the test outside their workspace"), shellProject(specs))
+	trs := map[string]nodes.Transport{}
+	var counted []*countingSSH
+	for i := range count {
+		tr, err := sshnode.New(sshnode.Config{Node: nodeName(i), Target: h.cfg.Nodes[i].SSH, ConnectTimeout: 2 * time.Second,
+			Env: sshnode.Env{Home: c.Home, ConfigFile: c.SSHConfig, User: c.User}, AgentSocket: "/nonexistent"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		counted = append(counted, &countingSSH{SSH: tr})
+		trs[nodeName(i)] = counted[i]
+	}
+	h.ctl = New(Options{Home: h.home, Config: h.cfg, Store: h.st, Transports: trs,
 		Wrappers: wrappers, Now: h.clock.Now, Jitter: func() float64 { return 0 }})
-	return h, counted, s
+	return h, counted, servers
+}
+
+// nodeName is the name of sshNodesHarness's node i: n, n2, n3...
+func nodeName(i int) string {
+	if i == 0 {
+		return "n"
+	}
+	return fmt.Sprintf("n%d", i+1)
 }
 
 // TestCollectStreamOneCallPerNode: four attempts that finished on an SSH
@@ -470,7 +499,7 @@ func TestCollectStreamBudget(t *testing.T) {
 	budget := streamBudget(req)
 	data := streamOf(t, []entry{{"0/collect.json", 0, headOf(wire.CollectHead{Found: true, Log: wire.CollectSent})},
 		{"0/task.log", 0, strings.Repeat("x", int(budget))}})
-	it := &streamItem{tmp: t.TempDir(), room: 1 << 30, asked: 1 << 30, seen: map[string]bool{}}
+	it := &streamItem{tmp: t.TempDir(), room: fixedRoom(1 << 30), asked: 1 << 30, seen: map[string]bool{}}
 	s := streamReader{items: []*streamItem{it}, maxFiles: 1, maxBytes: 10}
 	if err := readBudgeted(&s, &io.LimitedReader{R: bytes.NewReader(data), N: budget}); err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Fatalf("a stream past its budget: %v, want it ended", err)
@@ -528,7 +557,7 @@ func TestCollectStreamCutIsNotCollected(t *testing.T) {
 			dir := t.TempDir()
 			items := make([]*streamItem, 3)
 			for i := range items {
-				items[i] = &streamItem{output: true, tmp: filepath.Join(dir, fmt.Sprint(i)), room: 1 << 30, asked: 1 << 30, seen: map[string]bool{}}
+				items[i] = &streamItem{output: true, tmp: filepath.Join(dir, fmt.Sprint(i)), room: fixedRoom(1 << 30), asked: 1 << 30, seen: map[string]bool{}}
 			}
 			s := streamReader{items: items, maxFiles: 3, maxBytes: 100}
 			if err := s.read(bytes.NewReader(streamOf(t, tc.entries))); err != nil {
@@ -776,7 +805,7 @@ func TestCollectReadsNoPlainTask(t *testing.T) {
 	h := newHarness(t, "", shellProject(map[string]string{"S01.md": "true\n"}))
 	ctx := context.Background()
 	r := domain.Attempt{Project: "p", Task: "GONE", Attempt: 1, Node: "local", Status: domain.Completed}
-	it, err := h.ctl.prepareItem(ctx, r, collectRole{current: true}, roomOf{n: 1 << 30})
+	it, err := h.ctl.prepareItem(ctx, r, collectRole{current: true}, h.ctl.room.round(), nil)
 	if err != nil {
 		t.Fatalf("a plain task's attempt: %v, want it prepared without reading its task", err)
 	}
@@ -784,7 +813,244 @@ func TestCollectReadsNoPlainTask(t *testing.T) {
 	if it.git != nil || !it.output {
 		t.Errorf("a plain task's attempt: git %v, output %v; want its output/ asked for", it.git, it.output)
 	}
-	if _, err := h.ctl.prepareItem(ctx, r, collectRole{current: true, based: true}, roomOf{n: 1 << 30}); !errors.Is(err, store.ErrNotFound) {
+	if _, err := h.ctl.prepareItem(ctx, r, collectRole{current: true, based: true}, h.ctl.room.round(), nil); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("an attempt of a task that starts from a commit: %v, want its task read (not found)", err)
 	}
+}
+
+// hostileNode is a node whose first collect stream is forged: a head of a
+// few hundred bytes announcing a task.log of claim bytes, which then
+// trickles in, a byte every 50 ms (within transfer_idle), until release is
+// closed; the stream then ends cut short. Every other call, and every
+// later collect, is its transport's (an exec, its stdout copied).
+type hostileNode struct {
+	nodes.Transport
+	claim   int64
+	release chan struct{}
+	forged  atomic.Bool
+}
+
+func (h *hostileNode) ExecTo(ctx context.Context, argv []string, stdin []byte, w io.Writer) (nodes.Result, error) {
+	if !slices.Contains(argv, "collect") || h.forged.Swap(true) {
+		res, err := h.Transport.Exec(ctx, argv, stdin)
+		if err == nil {
+			_, err = w.Write(res.Stdout)
+			res.Stdout = nil
+		}
+		return res, err
+	}
+	tw := tar.NewWriter(w)
+	head := headOf(wire.CollectHead{Found: true, Log: wire.CollectSent, LogSize: h.claim, Output: wire.CollectMissing})
+	if err := tw.WriteHeader(&tar.Header{Name: "0/" + wire.CollectHeadName, Mode: 0o644, Size: int64(len(head))}); err != nil {
+		return nodes.Result{}, err
+	}
+	if _, err := io.WriteString(tw, head); err != nil {
+		return nodes.Result{}, err
+	}
+	if err := tw.WriteHeader(&tar.Header{Name: "0/task.log", Mode: 0o644, Size: h.claim}); err != nil {
+		return nodes.Result{}, err
+	}
+	beat := time.NewTicker(50 * time.Millisecond)
+	defer beat.Stop()
+	for {
+		select {
+		case <-h.release:
+			return nodes.Result{}, nil
+		case <-ctx.Done():
+			return nodes.Result{}, ctx.Err()
+		case <-beat.C:
+			if _, err := w.Write([]byte("x")); err != nil {
+				return nodes.Result{}, err
+			}
+		}
+	}
+}
+
+// TestCollectWaitsForRoomOthersHold: a node's collect stream claims 900
+// KiB of a 1 MiB room with a head of a few hundred bytes and trickles, its
+// collection outliving the round that began it; another node's attempt of
+// 600 KiB, collected in the next rounds (file by file from a local node,
+// or in an SSH node's stream), fits the room without that claim and not
+// with it: it is not collected while the claim is held (each round's room
+// is the free space less what the ledger holds; each round used to read
+// the room afresh and collect it), and it waits without counting a try,
+// saying so on its status line (it used to fail a try a round, and after
+// three as `collect`); once the stream ends, it is collected.
+func TestCollectWaitsForRoomOthersHold(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ssh  bool
+	}{
+		{"a local node's listing", false},
+		{"an SSH node's stream", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rate := claimMinRate
+			claimMinRate = 1 // the trickler is not cut while the test looks
+			t.Cleanup(func() { claimMinRate = rate })
+			h, _, release := hostileRoomHarness(t, tc.ssh)
+			for range maxCollectTries + 1 {
+				h.tick()
+				h.clock.Advance(collectRetryWait)
+			}
+			// A local node's waiting attempt claims its task.log and
+			// output/ together, before copying either: it copied its
+			// task.log again every round.
+			if gets, ok := h.ctl.nodes["n2"].tr.(*logGets); ok && gets.n.Load() != 0 {
+				t.Errorf("S02's task.log was copied %d times while it waited for room, want none", gets.n.Load())
+			}
+			if failed := taskEvents(h, "collect_failed", "S02"); len(failed) != 0 {
+				t.Fatalf("S02's collection counted a try waiting for room: %+v", failed)
+			}
+			if h.collected("S02") {
+				t.Fatalf("S02 collected while the room was held: %d bytes under runs/ with a room of 1 MiB", writtenUnder(t, home.RunsDir(h.home, "p")))
+			}
+			if tk := h.task("S02"); tk.Status != domain.Completed || !strings.Contains(tk.Warning, "waiting for room: 1 collection in flight holds 0.9 MiB") {
+				t.Errorf("S02 %s, warning %q; want completed, waiting for room", tk.Status, tk.Warning)
+			}
+			if ws := taskEvents(h, "warning", "S02"); len(ws) != 1 || !strings.Contains(ws[0].Message, "waiting for room") {
+				t.Errorf("S02's warnings %+v, want one saying it waits for room", ws)
+			}
+			release()
+			h.tickUntil("S02 to be collected once the stream ended", func() bool { return h.collected("S02") })
+			checkCollectedAfterWaiting(t, h)
+		})
+	}
+}
+
+// TestCollectCutsAClaimPastItsDeadline: the trickling stream of
+// TestCollectWaitsForRoomOthersHold, never ended by the node, is cut once
+// it has not sent its claim by its deadline (transfer_idle, and a second
+// for each claimMinRate bytes): its claim is given back and its own
+// attempt counts a try, as a stalled transfer does; the other node's
+// attempt, waiting for that room without counting a try, is collected.
+// The trickler held the room, and the other attempt waited, for ever.
+func TestCollectCutsAClaimPastItsDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ssh  bool
+	}{
+		{"a local node's listing", false},
+		{"an SSH node's stream", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rate := claimMinRate
+			claimMinRate = 200 << 10 // a deadline of transfer_idle and 4.5 s: S02 ends and waits before it
+			t.Cleanup(func() { claimMinRate = rate })
+			h, _, _ := hostileRoomHarness(t, tc.ssh)
+			h.tick()
+			if ws := taskEvents(h, "warning", "S02"); len(ws) != 1 || !strings.Contains(ws[0].Message, "waiting for room") {
+				t.Errorf("S02's warnings %+v, want one saying it waits for room", ws)
+			}
+			h.tickUntil("S02 to be collected once the trickler's deadline passed", func() bool {
+				h.clock.Advance(collectRetryWait)
+				return h.collected("S02")
+			})
+			checkCollectedAfterWaiting(t, h)
+			failed := taskEvents(h, "collect_failed", "S01")
+			if len(failed) == 0 || !strings.Contains(failed[0].Message, errClaimDeadline.Error()) {
+				t.Errorf("the trickler's collect_failed %+v, want a try past its claim's deadline", failed)
+			}
+		})
+	}
+}
+
+// hostileRoomHarness runs S01 on node n, whose first collect stream is a
+// hostileNode's claiming 900 KiB of a room of 1 MiB and trickling, and
+// S02 (600 KiB of output/) on n2, a local node or an SSH node; it returns
+// once the claim is held and S02 has ended. release ends the trickle.
+func hostileRoomHarness(t *testing.T, ssh bool) (*harness, *hostileNode, func()) {
+	gates := []string{filepath.Join(t.TempDir(), "go1"), filepath.Join(t.TempDir(), "go2")}
+	wait := func(gate string) string { return fmt.Sprintf("while [ ! -e '%s' ]; do sleep 0.05; done\n", gate) }
+	specs := map[string]string{
+		"S01-hostile.md": "---\nnode: n\n---\n" + wait(gates[0]) + "echo one\n",
+		"S02-honest.md":  "---\nnode: n2\n---\n" + wait(gates[1]) + fmt.Sprintf("head -c %d /dev/zero > big.bin\n", 600<<10),
+	}
+	hostile := &hostileNode{claim: 900 << 10, release: make(chan struct{})}
+	var h *harness
+	var works []string
+	trs := map[string]nodes.Transport{}
+	if ssh {
+		var counted []*countingSSH
+		var servers []*sshdtest.Server
+		h, counted, servers = sshNodesHarness(t, 2, 1, specs)
+		trs["n"], trs["n2"] = counted[0], counted[1]
+		for _, s := range servers {
+			works = append(works, s.WorkDir)
+		}
+	} else {
+		h, works = localNodesHarness(t, 2, 1, specs)
+		trs["n"], trs["n2"] = nodes.NewLocal(), &logGets{Transport: nodes.NewLocal()}
+	}
+	hostile.Transport = trs["n"]
+	trs["n"] = hostile
+	h.ctl = New(Options{Home: h.home, Config: h.cfg, Store: h.st, Transports: trs,
+		Wrappers: wrappers, Now: h.clock.Now, Jitter: func() float64 { return 0 }})
+	free := diskFree
+	diskFree = func(string) (int64, error) { return collectFreeMargin + 1<<20, nil }
+	t.Cleanup(func() { diskFree = free })
+	var once sync.Once
+	release := func() { once.Do(func() { close(hostile.release) }) }
+	t.Cleanup(release)
+
+	h.tickUntil("the two to run", func() bool {
+		return h.task("S01").Status == domain.Running && h.task("S02").Status == domain.Running
+	})
+	if err := os.WriteFile(gates[0], nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitEnded(t, works[0], "S01")
+	h.tickUntil("the hostile stream's claim", func() bool { return h.ctl.room.heldNow() >= hostile.claim-4<<10 })
+	if err := os.WriteFile(gates[1], nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitEnded(t, works[1], "S02")
+	return h, hostile, release
+}
+
+// logGets is a node whose transport counts the task.logs it is asked for.
+type logGets struct {
+	nodes.Transport
+	n atomic.Int64
+}
+
+func (l *logGets) Get(ctx context.Context, p string, w io.Writer) error {
+	if path.Base(p) == "task.log" {
+		l.n.Add(1)
+	}
+	return l.Transport.Get(ctx, p, w)
+}
+
+// checkCollectedAfterWaiting checks S02 of hostileRoomHarness collected
+// whole, its waiting note cleared, no try counted.
+func checkCollectedAfterWaiting(t *testing.T, h *harness) {
+	t.Helper()
+	fi, err := os.Stat(filepath.Join(home.RunsDir(h.home, "p"), "S02", "output", "big.bin"))
+	if err != nil || fi.Size() != 600<<10 {
+		t.Errorf("S02 output/big.bin: %v %v", fi, err)
+	}
+	if tk := h.task("S02"); tk.Status != domain.Completed || tk.Warning != "" {
+		t.Errorf("S02 %s, warning %q; want completed, no warning", tk.Status, tk.Warning)
+	}
+	if failed := taskEvents(h, "collect_failed", "S02"); len(failed) != 0 {
+		t.Errorf("S02's collection failed: %+v", failed)
+	}
+}
+
+// taskEvents are h's events of kind about task id.
+func taskEvents(h *harness, kind, id string) []store.Event {
+	var out []store.Event
+	for _, e := range h.events(kind) {
+		if e.Task == id {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// heldNow is what the ledger holds now.
+func (l *roomLedger) heldNow() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held
 }

@@ -181,6 +181,14 @@ type Controller struct {
 	// collected: a collection may outlast its tick, and a task is never
 	// launched again into the directory its files are read from.
 	inCollection sync.Map
+	// room is the ledger of the room collections may write under the
+	// home's runs/ (see roomLedger); roomWaits holds, by attempt, the note
+	// of a collection waiting for room that others hold (see outcome);
+	// waitingNow holds, by attempt, those refused so since the current
+	// collection round began (see waitingForRoomNow).
+	room       *roomLedger
+	roomWaits  sync.Map
+	waitingNow sync.Map
 
 	// troubles counts, by project and step (troubleKey), the ticks in a
 	// row in which that step failed (see projectTrouble). Only the tick
@@ -205,6 +213,7 @@ func New(opts Options) *Controller {
 	c := &Controller{opts: opts, cfg: opts.Config, st: opts.Store, log: opts.Logger, now: opts.Now,
 		nodes: map[string]*nodeRuntime{}, started: opts.Now(), wake: make(chan struct{}, 1), troubles: map[string]int{}, ended: make(chan struct{}),
 		streamBeat: defaultStreamBeat, streamRetry: defaultStreamRetry, wakeGap: wakeGap}
+	c.room = newRoomLedger(c.readRunsFree)
 	c.live.Store(opts.Config)
 	allowed := map[string]bool{}
 	for _, n := range opts.Nodes {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dispatch-tool/dispatch/domain"
+	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/store"
 )
@@ -118,18 +119,32 @@ func (c *Controller) quotaError(files int, total int64) error {
 	return nil
 }
 
-// checkFreeSpace refuses a collection that would leave less than
-// collectFreeMargin free on the controller's disk. It returns the bytes the
-// collection may write: the listing's sizes are the node's word, so the
-// room is enforced again on what is actually copied.
-func (c *Controller) checkFreeSpace(dir string, files []nodes.FileInfo) (int64, error) {
-	var need int64
+// claimListed claims for room what a task.log of log bytes and an
+// output/'s listing (files) need, together, before anything of them is
+// copied; refused when the room has less left: as not enough free space,
+// or as errRoomBusy when only what other collections hold is in the way.
+// The sizes are the node's word: what is actually copied draws from the
+// claim, and past it from the room.
+func (c *Controller) claimListed(room *roomClaim, project string, log int64, files []nodes.FileInfo) error {
+	need := log
 	for _, f := range files {
 		if f.Mode.IsRegular() {
 			need += f.Size
 		}
 	}
-	return c.freeRoom(dir, "output/", need)
+	err := room.claim(need)
+	if !errors.Is(err, errRoomSpent) {
+		return err
+	}
+	what := "task.log and output/"
+	switch {
+	case log == need:
+		what = "task.log"
+	case log == 0:
+		what = "output/"
+	}
+	free, others := room.view()
+	return roomShort(home.RunsDir(c.opts.Home, project), what, need, free, others)
 }
 
 // freeRoom refuses to write need bytes of what under dir when that would
@@ -143,11 +158,28 @@ func (c *Controller) freeRoom(dir, what string, need int64) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("free space under %s: %w", dir, err)
 	}
+	return roomFrom(dir, what, need, free)
+}
+
+// roomFrom is freeRoom's decision over free, the bytes free under dir.
+func roomFrom(dir, what string, need, free int64) (int64, error) {
 	if free-need < collectFreeMargin {
-		return 0, fmt.Errorf("not enough free space under %s: %s needs %s, %s is free, and %s must stay free\n  fix: free space on the controller's disk; it is tried again",
-			dir, what, mib(need), mib(free), mib(collectFreeMargin))
+		return 0, roomShort(dir, what, need, free, 0)
 	}
 	return free - collectFreeMargin, nil
+}
+
+// roomShort is the refusal of what, need bytes, under dir, whose disk has
+// free bytes free, of which other collections in flight hold held: both
+// figures the disk's and the ledger's, so the operator knows how much to
+// free.
+func roomShort(dir, what string, need, free, held int64) error {
+	others := ""
+	if held > 0 {
+		others = fmt.Sprintf(", other collections in flight hold %s of it", mib(held))
+	}
+	return fmt.Errorf("not enough free space under %s: %s needs %s; the disk has %s free%s, and %s must stay free\n  fix: free space on the controller's disk; it is tried again",
+		dir, what, mib(need), mib(free), others, mib(collectFreeMargin))
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
@@ -220,4 +252,53 @@ func clearCollectWarning(ctx context.Context, tx *store.Tx, r domain.Attempt) er
 		return err
 	}
 	return tx.SetTask(ctx, r.Project, r.Task, store.TaskPatch{Warning: new("")})
+}
+
+// clearWarning removes the status line's note of r's collection, when r
+// is still its task's attempt.
+func clearWarning(ctx context.Context, tx *store.Tx, r domain.Attempt) error {
+	t, err := tx.Task(ctx, r.Project, r.Task)
+	if err != nil || t.Attempt != r.Attempt {
+		return err
+	}
+	return tx.SetTask(ctx, r.Project, r.Task, store.TaskPatch{Warning: new("")})
+}
+
+// waitingForRoomNow reports whether an attempt was refused room that
+// other collections hold since the current collection round began, and
+// is not being collected again: a stream past its claim's deadline is
+// cut only then. An attempt that waited once and is now being collected
+// (slowly, over a slow link) does not count, nor one whose node is down.
+func (c *Controller) waitingForRoomNow() bool {
+	waiting := false
+	c.waitingNow.Range(func(any, any) bool {
+		waiting = true
+		return false
+	})
+	return waiting
+}
+
+// waitingForRoom is what to record of a collection of r refused only
+// because other collections hold the room it needs: no try is counted
+// (it is collected in a later round, as they end); a warning event when
+// it starts waiting, and the note on its task's status line while it
+// waits.
+func (c *Controller) waitingForRoom(ctx context.Context, r domain.Attempt, current bool, wait error) txFunc {
+	note := "collecting the outputs: " + wait.Error()
+	prev, waited := c.roomWaits.Swap(collectKey(r), note)
+	return func(tx *store.Tx) error {
+		if !waited {
+			if err := tx.Event(ctx, store.Event{Project: r.Project, Task: r.Task, Attempt: r.Attempt, Kind: "warning", Node: r.Node, Message: note}); err != nil {
+				return err
+			}
+		}
+		if !current || prev == note {
+			return nil
+		}
+		t, err := tx.Task(ctx, r.Project, r.Task)
+		if err != nil || t.Attempt != r.Attempt {
+			return err
+		}
+		return tx.SetTask(ctx, r.Project, r.Task, store.TaskPatch{Warning: new(note)})
+	}
 }

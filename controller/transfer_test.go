@@ -425,8 +425,9 @@ func TestHugeStatusReplyIsAnErrorOfThatNode(t *testing.T) {
 
 // TestWriteCapped: every collected file (a fetch, an archive's entry, a
 // collect stream's) is written by writeCapped: its directories made, its
-// mode kept writable by its owner, its sha256 and size returned, and a
-// file over the limit or whose copy failed removed.
+// mode kept writable by its owner, its sha256 and size returned, its
+// bytes drawn from the round's room when it has one, and a file over the
+// limit, past the room or whose copy failed removed, its room given back.
 func TestWriteCapped(t *testing.T) {
 	fail := errors.New("the node went away")
 	for _, tc := range []struct {
@@ -434,16 +435,25 @@ func TestWriteCapped(t *testing.T) {
 		body    string
 		fillErr error
 		limit   int64
+		room    int64 // the round's room; 0 is none drawn from
 		wantErr error
 	}{
 		{name: "within the limit", body: "hello\n", limit: 6},
 		{name: "empty", body: "", limit: 0},
 		{name: "over the limit", body: "hello\n", limit: 5, wantErr: errOverQuota},
 		{name: "the copy fails", body: "hel", limit: 100, fillErr: fail, wantErr: fail},
+		{name: "within the room", body: "hello\n", limit: 100, room: 6},
+		{name: "past the room", body: "hello\n", limit: 100, room: 5, wantErr: errRoomSpent},
+		{name: "over the limit within the room", body: "hello\n", limit: 5, room: 100, wantErr: errOverQuota},
+		{name: "the copy fails within the room", body: "hel", limit: 100, room: 100, fillErr: fail, wantErr: fail},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dst := filepath.Join(t.TempDir(), "a", "b", "f.txt")
-			sum, n, err := writeCapped(dst, 0o444, tc.limit, func(w io.Writer) error {
+			var room *roomClaim
+			if tc.room > 0 {
+				room = fixedRoom(tc.room)
+			}
+			sum, n, err := writeCapped(dst, 0o444, tc.limit, room, func(w io.Writer) error {
 				if _, err := io.WriteString(w, tc.body); err != nil {
 					return err
 				}
@@ -451,6 +461,15 @@ func TestWriteCapped(t *testing.T) {
 			})
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("error %v, want %v", err, tc.wantErr)
+			}
+			if room != nil {
+				left := tc.room - int64(len(tc.body))
+				if tc.wantErr != nil {
+					left = tc.room
+				}
+				if got := room.remaining(); got != left {
+					t.Errorf("the room has %d left, want %d", got, left)
+				}
 			}
 			if tc.wantErr != nil {
 				if _, serr := os.Stat(dst); !errors.Is(serr, fs.ErrNotExist) {
@@ -482,7 +501,7 @@ func TestWriteLocalAllocatesNoCopyBuffer(t *testing.T) {
 	write := func(i int) {
 		// A reader that is no io.WriterTo, as a tar entry is not.
 		r := struct{ io.Reader }{strings.NewReader(body)}
-		if _, n, err := writeLocal(filepath.Join(dir, strconv.Itoa(i)), 0o644, r, 1<<20); err != nil || n != int64(len(body)) {
+		if _, n, err := writeLocal(filepath.Join(dir, strconv.Itoa(i)), 0o644, r, 1<<20, nil); err != nil || n != int64(len(body)) {
 			t.Fatalf("writeLocal: %d bytes, %v", n, err)
 		}
 	}

@@ -333,7 +333,7 @@ func (l *Local) Lstat(ctx context.Context, p string) (Stat, error) {
 	if !ok {
 		return Stat{}, fmt.Errorf("lstat %s: no owner in %T", p, fi.Sys())
 	}
-	return Stat{UID: int(st.Uid), Mode: fi.Mode()}, nil
+	return Stat{UID: int(st.Uid), Mode: fi.Mode(), Size: fi.Size()}, nil
 }
 
 // UID is the controller's own uid: local tasks run as the operator.

@@ -68,8 +68,8 @@ type Transport interface {
 	Walk(ctx context.Context, dir string) ([]FileInfo, error)
 
 	// Lstat describes path without following a final symbolic link: the uid
-	// that owns it and its mode (type and permission bits). A missing path
-	// is an error wrapping fs.ErrNotExist.
+	// that owns it, its mode (type and permission bits) and its size. A
+	// missing path is an error wrapping fs.ErrNotExist.
 	Lstat(ctx context.Context, path string) (Stat, error)
 
 	// UID returns the uid the node runs commands and tasks as.
@@ -100,6 +100,7 @@ type Hearer interface {
 type Stat struct {
 	UID  int
 	Mode fs.FileMode
+	Size int64 // bytes, as the node reports it
 }
 
 // Result is the outcome of a command run by Transport.Exec.

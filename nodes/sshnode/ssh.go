@@ -1061,7 +1061,7 @@ func (s *SSH) Lstat(ctx context.Context, p string) (nodes.Stat, error) {
 		if !ok {
 			return nodes.Stat{}, fmt.Errorf("no owner in %T", fi.Sys())
 		}
-		return nodes.Stat{UID: int(fs.UID), Mode: fi.Mode()}, nil
+		return nodes.Stat{UID: int(fs.UID), Mode: fi.Mode(), Size: fi.Size()}, nil
 	})
 	if err != nil {
 		return nodes.Stat{}, fmt.Errorf("lstat %s on %s: %w", p, s.cfg.Node, err)

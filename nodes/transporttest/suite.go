@@ -59,6 +59,7 @@ func Run(t *testing.T, open func(t *testing.T) (nodes.Transport, string)) {
 		{"PutIntoFileParentFails", testPutParentIsFile},
 		{"Get", testGet},
 		{"GetMissing", testGetMissing},
+		{"LstatSize", testLstatSize},
 		{"GetRefusesLinksAndFIFOs", testGetRefusesLinks},
 		{"TransferSlowButMoving", testTransferSlow},
 		{"TransferStalled", testTransferStalled},
@@ -616,6 +617,20 @@ func testGet(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) 
 	var buf bytes.Buffer
 	if err := tr.Get(ctx, dir, &buf); err == nil {
 		t.Error("Get of a directory succeeded, want an error")
+	}
+}
+
+// testLstatSize: Lstat reports a regular file's size and mode (a local
+// node's collection claims its task.log's room from it before copying).
+func testLstatSize(t *testing.T, ctx context.Context, tr nodes.Transport, dir string) {
+	p := path.Join(dir, "task.log")
+	put(t, ctx, tr, p, bytes.Repeat([]byte("l"), 12345), 0o600)
+	st, err := tr.Lstat(ctx, p)
+	if err != nil || st.Size != 12345 || !st.Mode.IsRegular() {
+		t.Errorf("Lstat: %+v, %v; want a regular file of 12345 bytes", st, err)
+	}
+	if _, err := tr.Lstat(ctx, path.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Lstat of a missing file: %v, want fs.ErrNotExist", err)
 	}
 }
 
