@@ -92,19 +92,7 @@ func TestReadCommandsWaitForADatabaseBeingMade(t *testing.T) {
 // once what to do (it waited 10 s first), exit 2.
 func TestReadCommandsOnAnOlderDatabase(t *testing.T) {
 	dir, _ := newLocalHome(t)
-	st, err := store.Open(t.Context(), home.DBPath(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
-	db, err := sql.Open("sqlite", home.DBPath(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec("DELETE FROM schema_migrations WHERE version = (SELECT MAX(version) FROM schema_migrations)"); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
+	olderDatabase(t, dir)
 
 	r := runDispatch(t, nil, "--home", dir, "status")
 	if r.code != 2 || strings.Contains(r.stderr, "waiting up to") || !strings.Contains(r.stderr, "No controller runs") ||
@@ -130,19 +118,7 @@ func TestReadCommandsOnAnOlderDatabase(t *testing.T) {
 // looks again before saying no controller runs.
 func TestWaitReadyLooksAgainForAStartingController(t *testing.T) {
 	dir := t.TempDir()
-	st, err := store.Open(t.Context(), home.DBPath(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st.Close()
-	db, err := sql.Open("sqlite", home.DBPath(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec("DELETE FROM schema_migrations WHERE version = (SELECT MAX(version) FROM schema_migrations)"); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
+	olderDatabase(t, dir)
 	ro, err := store.OpenReadOnly(t.Context(), home.DBPath(dir))
 	if err != nil {
 		t.Fatal(err)
@@ -154,5 +130,24 @@ func TestWaitReadyLooksAgainForAStartingController(t *testing.T) {
 	err = waitReady(t.Context(), ro, 50*time.Millisecond, 10*time.Millisecond, &said, mayRun)
 	if err == nil || strings.Contains(err.Error(), "No controller runs") || !strings.Contains(said.String(), "waiting up to") {
 		t.Errorf("waitReady with a controller that writes its line late: %v (said %q); want it to wait", err, said.String())
+	}
+}
+
+// olderDatabase makes dir's database as an older dispatch left it: its
+// newest migration not applied.
+func olderDatabase(t *testing.T, dir string) {
+	t.Helper()
+	st, err := store.Open(t.Context(), home.DBPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	db, err := sql.Open("sqlite", home.DBPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec("DELETE FROM schema_migrations WHERE version = (SELECT MAX(version) FROM schema_migrations)"); err != nil {
+		t.Fatal(err)
 	}
 }
