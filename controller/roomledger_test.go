@@ -365,15 +365,7 @@ func TestClaimOfHead(t *testing.T) {
 // was refused, the first attempt's claim held until the stream's end, then
 // (h-room3) the 300 bytes it wrote and that were removed still counted.
 func TestAFailedAttemptGivesBackItsClaim(t *testing.T) {
-	l := newRoomLedger(func() (int64, error) { return collectFreeMargin + 1000, nil })
-	round := l.round()
-	round.figure()
-	dir := t.TempDir()
-	items := make([]*streamItem, 2)
-	for i := range items {
-		room := round.open()
-		items[i] = &streamItem{output: true, tmp: filepath.Join(dir, fmt.Sprint(i)), room: room, asked: room.remaining(), seen: map[string]bool{}}
-	}
+	l, items := twoItemsInARoom(t, 1000)
 	head0 := wire.CollectHead{Found: true, Log: wire.CollectMissing, Output: wire.CollectSent, Files: 2, Bytes: 800}
 	head1 := wire.CollectHead{Found: true, Log: wire.CollectSent, LogSize: 900, Output: wire.CollectMissing}
 	data := streamOf(t, []entry{{"0/collect.json", 0, headOf(head0)}, {"0/output/a.bin", 0, strings.Repeat("a", 300)},
@@ -446,15 +438,7 @@ func TestARefusedAttemptGivesBackWhatItWrote(t *testing.T) {
 // only without it, is collected. The claim was held until the whole
 // stream ended, and the next attempt refused.
 func TestAStreamMovingOnGivesBackTheClaim(t *testing.T) {
-	l := newRoomLedger(func() (int64, error) { return collectFreeMargin + 1000, nil })
-	round := l.round()
-	round.figure()
-	dir := t.TempDir()
-	items := make([]*streamItem, 2)
-	for i := range items {
-		room := round.open()
-		items[i] = &streamItem{output: true, tmp: filepath.Join(dir, fmt.Sprint(i)), room: room, asked: room.remaining(), seen: map[string]bool{}}
-	}
+	l, items := twoItemsInARoom(t, 1000)
 	head0 := wire.CollectHead{Found: true, Log: wire.CollectSent, LogSize: 800, Output: wire.CollectMissing}
 	head1 := wire.CollectHead{Found: true, Log: wire.CollectSent, LogSize: 600, Output: wire.CollectMissing}
 	data := streamOf(t, []entry{{"0/collect.json", 0, headOf(head0)},
@@ -651,4 +635,20 @@ func TestDrawPastWhatWasAnnounced(t *testing.T) {
 	if err := quiet.draw(600); !errors.Is(err, errRoomBusy) {
 		t.Errorf("a draw with nothing announced: %v, want errRoomBusy", err)
 	}
+}
+
+// twoItemsInARoom is a ledger whose room is room bytes past the margin
+// and two stream items drawing from it, as one node's stream has them.
+func twoItemsInARoom(t *testing.T, room int64) (*roomLedger, []*streamItem) {
+	t.Helper()
+	l := newRoomLedger(func() (int64, error) { return collectFreeMargin + room, nil })
+	round := l.round()
+	round.figure()
+	dir := t.TempDir()
+	items := make([]*streamItem, 2)
+	for i := range items {
+		claim := round.open()
+		items[i] = &streamItem{output: true, tmp: filepath.Join(dir, fmt.Sprint(i)), room: claim, asked: claim.remaining(), seen: map[string]bool{}}
+	}
+	return l, items
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/dispatch-tool/dispatch/wire"
-	"github.com/dispatch-tool/dispatch/wrapper/taskfiles"
 )
 
 // TestStatusNamesAnUnreadableTasksDirUnlisted: a task that makes its project's
@@ -40,18 +39,7 @@ func TestStatusNamesAnUnreadableTasksDirUnlisted(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			root := t.TempDir()
-			for _, p := range []string{"a", "b"} {
-				dir := filepath.Join(root, p, "tasks", "T1")
-				if err := os.MkdirAll(dir, 0o700); err != nil {
-					t.Fatal(err)
-				}
-				if err := taskfiles.WriteJSONAtomic(filepath.Join(dir, taskfiles.FileStatus), wire.Status{Task: "T1", Attempt: 1, Status: wire.StatusRunning}); err != nil {
-					t.Fatal(err)
-				}
-				if err := MarkLive(dir, 1); err != nil {
-					t.Fatal(err)
-				}
-			}
+			runningInTwoProjects(t, root)
 			tasks := filepath.Join(root, "a", "tasks")
 			if err := os.Chmod(tasks, tc.mode); err != nil {
 				t.Fatal(err)

@@ -160,18 +160,7 @@ func dropFileCapabilities() error {
 func TestLiveStatusWithAnUnreadableTasksDir(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	for _, p := range []string{"a", "b"} {
-		dir := filepath.Join(root, p, "tasks", "T1")
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := taskfiles.WriteJSONAtomic(filepath.Join(dir, taskfiles.FileStatus), wire.Status{Task: "T1", Attempt: 1, Status: wire.StatusRunning}); err != nil {
-			t.Fatal(err)
-		}
-		if err := MarkLive(dir, 1); err != nil {
-			t.Fatal(err)
-		}
-	}
+	runningInTwoProjects(t, root)
 	tasks := filepath.Join(root, "a", "tasks")
 	if err := os.Chmod(tasks, 0); err != nil {
 		t.Fatal(err)
@@ -193,5 +182,23 @@ func TestLiveStatusWithAnUnreadableTasksDir(t *testing.T) {
 	}
 	if strings.Join(got, " ") != "b/T1" {
 		t.Errorf("listed %v, want b/T1 (a's tasks cannot be read, b's are live)", got)
+	}
+}
+
+// runningInTwoProjects makes a running attempt T1, marked live, in each of
+// projects a and b under root.
+func runningInTwoProjects(t *testing.T, root string) {
+	t.Helper()
+	for _, p := range []string{"a", "b"} {
+		dir := filepath.Join(root, p, "tasks", "T1")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := taskfiles.WriteJSONAtomic(filepath.Join(dir, taskfiles.FileStatus), wire.Status{Task: "T1", Attempt: 1, Status: wire.StatusRunning}); err != nil {
+			t.Fatal(err)
+		}
+		if err := MarkLive(dir, 1); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
