@@ -196,7 +196,8 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attem
 	if err := c.claimListed(room, r.Project, min(logSize, maxBytes), listed); err != nil {
 		return nil, err
 	}
-	if _, _, err := c.fetch(ctx, n, path.Join(src, "task.log"), filepath.Join(tmp, "task.log"), 0o644, maxBytes, room); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	logGrew, err := c.fetchLog(ctx, n, path.Join(src, "task.log"), filepath.Join(tmp, "task.log"), logSize, maxBytes, room)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		if errors.Is(err, errRoomSpent) {
 			return nil, c.noRoom(r.Project, "task.log")
 		}
@@ -219,6 +220,7 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attem
 			return nil, err
 		}
 	}
+	changed.LogGrew = logGrew
 	crashpoint.At(crashpoint.MidCollect)
 	placed = true // placed, even partly: what moved is no longer tmp's to give back
 	if err := placeCollected(tmp, dest, attemptDir, current, gitTask != nil); err != nil {
@@ -228,7 +230,7 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attem
 	if err != nil {
 		return rec, err
 	}
-	return withChangedWarning(ctx, r, changed, rec), nil
+	return withChangedWarning(ctx, r, changed, path.Join(src, "task.log"), rec), nil
 }
 
 // listOutput lists the output/ of the attempt in src on n: its files, or
@@ -543,13 +545,25 @@ func (c *Controller) walk(ctx context.Context, n *nodeRuntime, dir string) ([]no
 	return n.tr.Walk(ctx, dir)
 }
 
-// fetch copies one file off the node, streaming it to disk, returning its
-// sha256 and size. More than limit bytes is an error wrapping errOverQuota;
-// the transfer is bounded by progress (transferIdle), not by its duration.
-func (c *Controller) fetch(ctx context.Context, n *nodeRuntime, remote, local string, perm fs.FileMode, limit int64, room *roomClaim) (string, int64, error) {
-	return writeCapped(local, perm, limit, room, func(w io.Writer) error {
-		return nodes.GetIdle(ctx, n.tr, remote, w, c.transferIdle())
+// fetchLog fetches the task.log at remote on n, whose size was read as
+// size and claimed, as fetch does but no further than that: what it grew
+// by since (a process the task left behind still writing to it) stays on
+// the node, as the wrapper's collect leaves it; grew says how much.
+func (c *Controller) fetchLog(ctx context.Context, n *nodeRuntime, remote, local string, size, limit int64, room *roomClaim) (grew int64, err error) {
+	_, _, err = writeCapped(local, 0o644, limit, room, func(w io.Writer) error {
+		err := nodes.GetIdle(ctx, n.tr, remote, &listedWriter{w: w, left: size}, c.transferIdle())
+		if errors.Is(err, errPastListing) {
+			grew = 1 // at least: how much is read below
+			return nil
+		}
+		return err
 	})
+	if err == nil && grew > 0 {
+		if now, serr := c.logSize(ctx, n, remote); serr == nil && now > size {
+			grew = now - size
+		}
+	}
+	return grew, err
 }
 
 // fetchListed fetches the output/ file f, listed at f.Size bytes, as

@@ -69,17 +69,40 @@ func changedWarning(end wire.CollectEnd) string {
 		strings.Join(names, ", ")
 }
 
-// withChangedWarning is rec, recording as well the warning of an attempt
-// r whose output/ changed while it was collected.
-func withChangedWarning(ctx context.Context, r domain.Attempt, end wire.CollectEnd, rec txFunc) txFunc {
-	msg := changedWarning(end)
-	if msg == "" || rec == nil {
+// logGrewWarning is the warning of an attempt whose task.log grew by grew
+// bytes after its size was read for its collection (a process the task
+// left behind still writing to it): what was read is collected, once; the
+// rest stays on node at path (its task.log there). "" when it did not grow.
+func logGrewWarning(grew int64, node, path string) string {
+	if grew <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("task.log grew by %d bytes after it was read for collection (a process the task left behind "+
+		"still writing to it?): the log as it was read is collected, once; the rest stays on node %s at %s", grew, node, path)
+}
+
+// withChangedWarning is rec, recording as well the warnings of an attempt
+// r whose output/ or task.log (at logPath on its node) changed while it
+// was collected, as end says.
+func withChangedWarning(ctx context.Context, r domain.Attempt, end wire.CollectEnd, logPath string, rec txFunc) txFunc {
+	var msgs []string
+	for _, m := range []string{changedWarning(end), logGrewWarning(end.LogGrew, r.Node, logPath)} {
+		if m != "" {
+			msgs = append(msgs, m)
+		}
+	}
+	if len(msgs) == 0 || rec == nil {
 		return rec
 	}
 	return func(tx *store.Tx) error {
 		if err := rec(tx); err != nil {
 			return err
 		}
-		return tx.Event(ctx, store.Event{Project: r.Project, Task: r.Task, Attempt: r.Attempt, Kind: "warning", Node: r.Node, Message: msg})
+		for _, m := range msgs {
+			if err := tx.Event(ctx, store.Event{Project: r.Project, Task: r.Task, Attempt: r.Attempt, Kind: "warning", Node: r.Node, Message: m}); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 }

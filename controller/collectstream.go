@@ -35,6 +35,7 @@ type streamItem struct {
 	git     *gitAttempt // a git-native task: its commit is fetched after the stream
 	output  bool        // output/ was asked for
 	tmp     string      // where its files land before placeCollected
+	dir     string      // its task directory on the node, as the request names it
 	asked   int64       // the room left when the stream was asked for
 	others  roomWait    // what other collections held then
 	room    *roomClaim  // its claim on the ledger, drawn from as files are written
@@ -183,7 +184,8 @@ func (c *Controller) runCollectStream(ctx context.Context, n *nodeRuntime, tr no
 	q := c.config().Controller
 	var req wire.CollectRequest
 	for _, it := range items {
-		req.Attempts = append(req.Attempts, wire.CollectItem{Dir: taskDir(inst, it.r.Project, it.r.Task), Attempt: it.r.Attempt,
+		it.dir = taskDir(inst, it.r.Project, it.r.Task)
+		req.Attempts = append(req.Attempts, wire.CollectItem{Dir: it.dir, Attempt: it.r.Attempt,
 			Output: it.output, MaxFiles: q.CollectMaxFiles, MaxBytes: min(q.CollectMaxBytes, it.asked)})
 	}
 	stdin, err := json.Marshal(req)
@@ -667,7 +669,16 @@ func (c *Controller) finishItem(ctx context.Context, n *nodeRuntime, it *streamI
 	if err != nil || it.end == nil || refused != nil {
 		return rec, err
 	}
-	return withChangedWarning(ctx, it.r, *it.end, rec), nil
+	return withChangedWarning(ctx, it.r, *it.end, it.nodeLog(), rec), nil
+}
+
+// nodeLog is where the attempt's task.log is on its node.
+func (it *streamItem) nodeLog() string {
+	dir := it.dir
+	if it.head != nil && it.head.Moved {
+		dir = path.Join(dir, "attempts", strconv.Itoa(it.r.Attempt))
+	}
+	return path.Join(dir, "task.log")
 }
 
 // arrived is why what the stream brought of the attempt is not whole: an

@@ -540,6 +540,7 @@ func TestChangedWarning(t *testing.T) {
 		{name: "shrank before it was sent", end: wire.CollectEnd{Changed: []wire.CollectChange{{Path: "s.txt", Listed: 6, Now: 2}}},
 			want: []string{"s.txt (6 bytes when listed, 2 when taken)"}},
 		{name: "many", end: many, want: []string{"f0 (grew", "f9 (grew", "and 3 more"}},
+		{name: "task.log alone grew: its own warning, not output/'s", end: wire.CollectEnd{LogGrew: 5}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := changedWarning(tc.end)

@@ -72,13 +72,18 @@ const CollectEndName = "collect.end"
 // counted and their sending (a process the task left behind still writing
 // there). What is sent is the listing: a file that grew is sent up to its
 // listed size, one removed or no longer a regular file is not sent, one
-// made after the listing is not seen.
+// made after the listing is not seen. task.log is sent as the head's
+// LogSize counted it, as well.
 type CollectEnd struct {
 	Files   int             `json:"files"`
 	Bytes   int64           `json:"bytes"`
 	Changed []CollectChange `json:"changed,omitempty"`
 	// More counts the changed files past CollectMaxChanged, not named.
 	More int `json:"more,omitempty"`
+	// LogGrew is how much task.log had grown past the head's LogSize
+	// when it was sent: its first LogSize bytes were sent, the rest stays
+	// on the node.
+	LogGrew int64 `json:"log_grew,omitempty"`
 }
 
 // CollectMaxChanged bounds the changed files a CollectEnd names, so that

@@ -65,7 +65,7 @@ func Write(ctx context.Context, req wire.CollectRequest, w io.Writer) error {
 		if err := ctx.Err(); err != nil {
 			return &errkind.Error{Kind: wire.KindInternal, Err: fmt.Errorf("collect interrupted: %w", err)}
 		}
-		if err := collectOne(tw, strconv.Itoa(i), it); err != nil {
+		if err := Open(it).Send(tw, strconv.Itoa(i)); err != nil {
 			return errkind.IO(err)
 		}
 	}
@@ -75,27 +75,39 @@ func Write(ctx context.Context, req wire.CollectRequest, w io.Writer) error {
 	return bw.Flush()
 }
 
-// collectOne writes attempt it's entries under prefix/. Only a failure to
-// write the stream is returned: what cannot be read of the attempt is in
-// its head, or in a collect.err entry once its files were under way.
-func collectOne(tw *tar.Writer, prefix string, it wire.CollectItem) error {
+// Attempt is one attempt of a request as its head says it: where it was
+// found, its task.log opened and its size read, its output/ listed. Send
+// sends that, whatever changes after Open: a process the task left behind
+// may go on writing to task.log or output/.
+type Attempt struct {
+	head   wire.CollectHead
+	log    *os.File
+	out    *os.Root
+	listed []listedFile
+}
+
+// Open finds attempt it and reads its head; Send it, which closes what
+// Open opened.
+func Open(it wire.CollectItem) *Attempt {
 	src, head := findAttempt(it)
-	var log *os.File
-	var out *os.Root
-	var listed []listedFile
+	a := &Attempt{head: head}
 	if head.Found {
-		log, head.Log, head.LogSize = openLog(src, it.MaxBytes)
-		if log != nil {
-			defer log.Close()
-		}
+		a.log, a.head.Log, a.head.LogSize = openLog(src, it.MaxBytes)
 		if it.Output {
-			out, listed = listOutput(src, it, &head)
-			if out != nil {
-				defer out.Close()
-			}
+			a.out, a.listed = listOutput(src, it, &a.head)
 		}
 	}
-	b, err := json.Marshal(head)
+	return a
+}
+
+// Send writes the attempt's entries under prefix/: its head, task.log up
+// to the size the head says (what it grew by since is in the end entry),
+// output/ as listed. Only a failure to write the stream is returned: what
+// cannot be read of the attempt is in its head, or in a collect.err entry
+// once its files were under way.
+func (a *Attempt) Send(tw *tar.Writer, prefix string) error {
+	defer a.close()
+	b, err := json.Marshal(a.head)
 	if err != nil {
 		return err
 	}
@@ -103,13 +115,17 @@ func collectOne(tw *tar.Writer, prefix string, it wire.CollectItem) error {
 		return err
 	}
 	var sendErr error
-	if log != nil {
-		_, sendErr = sendFile(tw, path.Join(prefix, "task.log"), log, -1)
+	var grew int64
+	if a.log != nil {
+		var size int64
+		size, sendErr = sendFile(tw, path.Join(prefix, "task.log"), a.log, a.head.LogSize)
+		grew = max(size-a.head.LogSize, 0)
 	}
 	var end wire.CollectEnd
-	if out != nil && sendErr == nil {
-		end, sendErr = sendOutput(tw, prefix, out, listed)
+	if a.out != nil && sendErr == nil {
+		end, sendErr = sendOutput(tw, prefix, a.out, a.listed)
 	}
+	end.LogGrew = grew
 	var werr *streamError
 	if errors.As(sendErr, &werr) {
 		return werr.err
@@ -123,6 +139,16 @@ func collectOne(tw *tar.Writer, prefix string, it wire.CollectItem) error {
 		return err
 	}
 	return writeEntry(tw, path.Join(prefix, wire.CollectEndName), 0o644, int64(len(b)), bytes.NewReader(b))
+}
+
+// close closes what Open opened.
+func (a *Attempt) close() {
+	if a.log != nil {
+		a.log.Close()
+	}
+	if a.out != nil {
+		a.out.Close()
+	}
 }
 
 // findAttempt finds where it's attempt is: its task directory, or

@@ -3,6 +3,7 @@ package collect
 import (
 	"archive/tar"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -94,19 +95,7 @@ func TestSendOutputAsListed(t *testing.T) {
 		t.Fatal(err)
 	}
 	tw.Close()
-	got := map[string]string{}
-	tr := tar.NewReader(&b)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(tr)
-		got[h.Name] = string(body)
-	}
+	got := entriesOf(t, &b)
 	want := map[string]string{"0/output/grew.txt": "first\n", "0/output/same.txt": "same\n"}
 	if !maps.Equal(got, want) {
 		t.Errorf("sent %q, want %q", got, want)
@@ -127,5 +116,64 @@ func TestCollectEndNamesAtMostTen(t *testing.T) {
 	}
 	if len(end.Changed) != wire.CollectMaxChanged || end.More != 4 {
 		t.Errorf("%d named, %d more; want %d and 4", len(end.Changed), end.More, wire.CollectMaxChanged)
+	}
+}
+
+// TestSendTaskLogAsRead: task.log is sent as the head counted it, whatever
+// is appended to it between Open and Send (a process the task left behind
+// still writing there), and the end entry says how much it grew by. It was
+// sent as it was then, past the head's size: the controller took the
+// honest node for one sending more than it announced.
+func TestSendTaskLogAsRead(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "status.json"), []byte(`{"task":"S01","attempt":1,"status":"completed"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(dir, "task.log")
+	if err := os.WriteFile(logPath, []byte("read\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := Open(wire.CollectItem{Dir: dir, Attempt: 1, MaxFiles: 10, MaxBytes: 1 << 20})
+	f, err := os.OpenFile(logPath, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("written after the head\n")
+	f.Close()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	if err := a.Send(tw, "0"); err != nil {
+		t.Fatal(err)
+	}
+	tw.Close()
+	got := entriesOf(t, &b)
+	var head wire.CollectHead
+	if err := json.Unmarshal([]byte(got["0/collect.json"]), &head); err != nil || head.Log != wire.CollectSent || head.LogSize != 5 {
+		t.Fatalf("head %+v (%v), want task.log sent, 5 bytes", head, err)
+	}
+	if got["0/task.log"] != "read\n" {
+		t.Errorf("task.log sent %q, want %q: as the head counted it", got["0/task.log"], "read\n")
+	}
+	var end wire.CollectEnd
+	if err := json.Unmarshal([]byte(got["0/collect.end"]), &end); err != nil || end.LogGrew != 23 {
+		t.Errorf("end %q (%v), want it to say task.log grew by 23 bytes", got["0/collect.end"], err)
+	}
+}
+
+// entriesOf is the entries of the tar stream in b, by name.
+func entriesOf(t *testing.T, b *bytes.Buffer) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	tr := tar.NewReader(b)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return got
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(tr)
+		got[h.Name] = string(body)
 	}
 }
