@@ -545,10 +545,12 @@ func (c *Controller) walk(ctx context.Context, n *nodeRuntime, dir string) ([]no
 	return n.tr.Walk(ctx, dir)
 }
 
-// fetchLog fetches the task.log at remote on n, whose size was read as
-// size and claimed, as fetch does but no further than that: what it grew
-// by since (a process the task left behind still writing to it) stays on
-// the node, as the wrapper's collect leaves it; grew says how much.
+// fetchLog copies the task.log at remote on n, whose size was read as
+// size and claimed, to local, no further than that size: what it grew by
+// since (a process the task left behind still writing to it) stays on the
+// node, as the wrapper's collect leaves it; grew says how much. More than
+// limit bytes is an error wrapping errOverQuota; the transfer is bounded
+// by progress (transferIdle), not by its duration.
 func (c *Controller) fetchLog(ctx context.Context, n *nodeRuntime, remote, local string, size, limit int64, room *roomClaim) (grew int64, err error) {
 	_, _, err = writeCapped(local, 0o644, limit, room, func(w io.Writer) error {
 		err := nodes.GetIdle(ctx, n.tr, remote, &listedWriter{w: w, left: size}, c.transferIdle())

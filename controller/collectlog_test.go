@@ -22,7 +22,7 @@ import (
 )
 
 // logGrowth is how much the node's task.log grows between the reading
-// of its size and its sending in TestTaskLogGrownAfterItWasRead: more
+// of its size and its sending in TestCollectTaskLogGrownAfterItWasRead: more
 // than the room has past the log as read.
 const logGrowth = 1 << 20
 
@@ -111,7 +111,7 @@ func (g *growingStream) lie(tw *tar.Writer, prefix, p string, size int64) error 
 	return nil
 }
 
-// TestTaskLogGrownAfterItWasRead: S01's task.log (100 KiB) grows by 1 MiB
+// TestCollectTaskLogGrownAfterItWasRead: S01's task.log (100 KiB) grows by 1 MiB
 // after the node read its size for the collection (a process the task
 // left behind still writing to it, which an unconfined task may do), with
 // 512 KiB of room on the controller. A node's collect stream (the
@@ -121,7 +121,7 @@ func (g *growingStream) lie(tw *tar.Writer, prefix, p string, size int64) error 
 // past what the attempt announced and claimed, and counted a try, "not
 // enough free space", as if the node had lied. A node that does send
 // more than its head announced still counts its try.
-func TestTaskLogGrownAfterItWasRead(t *testing.T) {
+func TestCollectTaskLogGrownAfterItWasRead(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		stream bool
