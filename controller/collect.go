@@ -196,7 +196,7 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attem
 	if err := c.claimListed(room, r.Project, min(logSize, maxBytes), listed); err != nil {
 		return nil, err
 	}
-	logGrew, err := c.fetchLog(ctx, n, path.Join(src, "task.log"), filepath.Join(tmp, "task.log"), logSize, maxBytes, room)
+	logChanged, err := c.fetchLog(ctx, n, path.Join(src, "task.log"), filepath.Join(tmp, "task.log"), logSize, maxBytes, room)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		if errors.Is(err, errRoomSpent) {
 			return nil, c.noRoom(r.Project, "task.log")
@@ -220,17 +220,15 @@ func (c *Controller) collect(ctx context.Context, n *nodeRuntime, r domain.Attem
 			return nil, err
 		}
 	}
-	changed.LogGrew = logGrew
 	crashpoint.At(crashpoint.MidCollect)
 	placed = true // placed, even partly: what moved is no longer tmp's to give back
 	if err := placeCollected(tmp, dest, attemptDir, current, gitTask != nil); err != nil {
 		return nil, err
 	}
+	// A refused output/ (err) leaves changed empty: task.log's warning
+	// is recorded all the same.
 	rec, err := c.collectedRecord(ctx, r, current, manifest, refused)
-	if err != nil {
-		return rec, err
-	}
-	return withChangedWarning(ctx, r, changed, path.Join(src, "task.log"), rec), nil
+	return withChangedWarning(ctx, r, changed, logChanged, rec), err
 }
 
 // listOutput lists the output/ of the attempt in src on n: its files, or
@@ -548,24 +546,34 @@ func (c *Controller) walk(ctx context.Context, n *nodeRuntime, dir string) ([]no
 // fetchLog copies the task.log at remote on n, whose size was read as
 // size and claimed, to local, no further than that size: what it grew by
 // since (a process the task left behind still writing to it) stays on the
-// node, as the wrapper's collect leaves it; grew says how much. More than
-// limit bytes is an error wrapping errOverQuota; the transfer is bounded
-// by progress (transferIdle), not by its duration.
-func (c *Controller) fetchLog(ctx context.Context, n *nodeRuntime, remote, local string, size, limit int64, room *roomClaim) (grew int64, err error) {
-	_, _, err = writeCapped(local, 0o644, limit, room, func(w io.Writer) error {
-		err := nodes.GetIdle(ctx, n.tr, remote, &listedWriter{w: w, left: size}, c.transferIdle())
-		if errors.Is(err, errPastListing) {
-			grew = 1 // at least: how much is read below
-			return nil
+// node, as the wrapper's collect leaves it; one cut short since is copied
+// short. lc says which, and by how much: the bytes the copy was offered
+// past size, or the growth a second read of its size shows when that is
+// more; less (the log was rotated or cut again since), the former, as a
+// floor. More than limit bytes is an error wrapping errOverQuota; the
+// transfer is bounded by progress (transferIdle), not by its duration.
+func (c *Controller) fetchLog(ctx context.Context, n *nodeRuntime, remote, local string, size, limit int64, room *roomClaim) (lc logChange, err error) {
+	lc.path = remote
+	lw := &listedWriter{left: size}
+	_, copied, err := writeCapped(local, 0o644, limit, room, func(w io.Writer) error {
+		lw.w = w
+		if err := nodes.GetIdle(ctx, n.tr, remote, lw, c.transferIdle()); !errors.Is(err, errPastListing) {
+			return err
 		}
-		return err
+		return nil
 	})
-	if err == nil && grew > 0 {
-		if now, serr := c.logSize(ctx, n, remote); serr == nil && now > size {
-			grew = now - size
+	switch {
+	case err != nil:
+		return lc, err
+	case lw.refused > 0:
+		lc.grew, lc.atLeast = lw.refused, true
+		if now, serr := c.logSize(ctx, n, remote); serr == nil && now-size >= lw.refused {
+			lc.grew, lc.atLeast = now-size, false
 		}
+	case copied < size:
+		lc.shrank = size - copied
 	}
-	return grew, err
+	return lc, nil
 }
 
 // fetchListed fetches the output/ file f, listed at f.Size bytes, as

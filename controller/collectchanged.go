@@ -23,10 +23,12 @@ import (
 var errPastListing = errors.New("the file grew past its listed size")
 
 // listedWriter passes the first left bytes of a file and fails with
-// errPastListing when more come.
+// errPastListing when more come, counting in refused those it was given
+// past them (a floor of what the file has past them: the copy stops).
 type listedWriter struct {
-	w    io.Writer
-	left int64
+	w       io.Writer
+	left    int64
+	refused int64
 }
 
 func (l *listedWriter) Write(p []byte) (int, error) {
@@ -40,6 +42,7 @@ func (l *listedWriter) Write(p []byte) (int, error) {
 	if err != nil {
 		return n, err
 	}
+	l.refused += int64(len(p) - n)
 	return n, errPastListing
 }
 
@@ -69,24 +72,43 @@ func changedWarning(end wire.CollectEnd) string {
 		strings.Join(names, ", ")
 }
 
-// logGrewWarning is the warning of an attempt whose task.log grew by grew
-// bytes after its size was read for its collection (a process the task
-// left behind still writing to it): what was read is collected, once; the
-// rest stays on node at path (its task.log there). "" when it did not grow.
-func logGrewWarning(grew int64, node, path string) string {
-	if grew <= 0 {
-		return ""
+// logChange is how an attempt's task.log changed between the reading of
+// its size for its collection and its copy, which takes no more than that
+// size: grown past it (a process the task left behind still writing to
+// it), the rest stays on the node; cut short of it (truncated), it is
+// collected short.
+type logChange struct {
+	grew    int64  // bytes it had past the size read, left on the node
+	atLeast bool   // grew is a floor: the log was replaced or cut before its size could be read again
+	shrank  int64  // bytes it had fewer than the size read: collected short
+	path    string // the log on its node
+}
+
+// logChangedWarning is the warning of an attempt whose task.log on node
+// changed as lc says; "" when it did not.
+func logChangedWarning(lc logChange, node string) string {
+	switch {
+	case lc.grew > 0:
+		by := fmt.Sprintf("%d", lc.grew)
+		if lc.atLeast {
+			by = "at least " + by
+		}
+		return fmt.Sprintf("task.log grew by %s bytes after it was read for collection (a process the task left behind "+
+			"still writing to it?): the log as it was read is collected, once; the rest stays on node %s at %s", by, node, lc.path)
+	case lc.shrank > 0:
+		return fmt.Sprintf("task.log shrank by %d bytes after its size was read for collection (truncated on node %s "+
+			"at %s?): what it held when it was copied is collected, once, short of the size read", lc.shrank, node, lc.path)
 	}
-	return fmt.Sprintf("task.log grew by %d bytes after it was read for collection (a process the task left behind "+
-		"still writing to it?): the log as it was read is collected, once; the rest stays on node %s at %s", grew, node, path)
+	return ""
 }
 
 // withChangedWarning is rec, recording as well the warnings of an attempt
-// r whose output/ or task.log (at logPath on its node) changed while it
-// was collected, as end says.
-func withChangedWarning(ctx context.Context, r domain.Attempt, end wire.CollectEnd, logPath string, rec txFunc) txFunc {
+// r whose output/ changed while it was collected, as end says, or whose
+// task.log did, as lc says. A refused output/ is not collected: pass an
+// end without its changes, the task.log's warning still holds.
+func withChangedWarning(ctx context.Context, r domain.Attempt, end wire.CollectEnd, lc logChange, rec txFunc) txFunc {
 	var msgs []string
-	for _, m := range []string{changedWarning(end), logGrewWarning(end.LogGrew, r.Node, logPath)} {
+	for _, m := range []string{changedWarning(end), logChangedWarning(lc, r.Node)} {
 		if m != "" {
 			msgs = append(msgs, m)
 		}

@@ -9,12 +9,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/home"
 	"github.com/dispatch-tool/dispatch/nodes"
 	"github.com/dispatch-tool/dispatch/wire"
@@ -48,6 +50,19 @@ func growLog(t *testing.T, p string, grown *sync.Once) int64 {
 	return fi.Size()
 }
 
+// cutLog truncates the task.log at p by n bytes, once (cut).
+func cutLog(t *testing.T, p string, n int64, cut *sync.Once) {
+	cut.Do(func() {
+		fi, err := os.Stat(p)
+		if err == nil {
+			err = os.Truncate(p, fi.Size()-n)
+		}
+		if err != nil {
+			t.Error(err)
+		}
+	})
+}
+
 // growingStream is a node whose collect stream is written by the
 // wrapper's own code (package wrapper/collect) in this process, with the
 // task.log of each attempt grown between its head and its sending, as a
@@ -58,6 +73,7 @@ type growingStream struct {
 	nodes.Transport
 	t     *testing.T
 	lying bool
+	cut   int64 // > 0: the log is cut by as many bytes instead (truncated), once
 	grown sync.Once
 }
 
@@ -84,7 +100,11 @@ func (g *growingStream) ExecTo(ctx context.Context, argv []string, stdin []byte,
 			continue
 		}
 		a := collect.Open(it)
-		growLog(g.t, log, &g.grown)
+		if g.cut > 0 {
+			cutLog(g.t, log, g.cut, &g.grown)
+		} else {
+			growLog(g.t, log, &g.grown)
+		}
 		if err := a.Send(tw, prefix); err != nil {
 			return nodes.Result{}, err
 		}
@@ -179,6 +199,148 @@ func TestCollectTaskLogGrownAfterItWasRead(t *testing.T) {
 			want := fmt.Sprintf("task.log grew by %d bytes after it was read", logGrowth)
 			if len(ws) != 1 || !strings.Contains(ws[0].Message, want) || !strings.Contains(ws[0].Message, "the rest stays on node local at "+nodeLog) {
 				t.Errorf("warnings %+v, want one saying %q and where the rest is", ws, want)
+			}
+		})
+	}
+}
+
+// changingLogNode is a node (local, or a collect stream of the wrapper's
+// code: stream) whose task.log grows by logGrowth, or is cut by cut
+// bytes, after its size was read for its collection.
+func changingLogNode(t *testing.T, stream bool, cut int64) nodes.Transport {
+	if stream {
+		return &growingStream{Transport: nodes.NewLocal(), t: t, cut: cut}
+	}
+	var once sync.Once
+	return &shapedTransport{Local: nodes.NewLocal(), get: func(p string, w io.Writer) (io.Writer, error) {
+		switch {
+		case filepath.Base(p) != "task.log":
+		case cut > 0:
+			cutLog(t, p, cut, &once)
+		default:
+			growLog(t, p, &once)
+		}
+		return nil, nil
+	}}
+}
+
+// onNodes names the two ways a node's files are collected.
+var onNodes = map[bool]string{false: "a local node's copy", true: "a node's collect stream"}
+
+// TestLogGrewWarningKeptWhenOutputRefused: S01's output/ is over
+// collect_max_files (refused: the task fails, its task.log collected all
+// the same) and its task.log grows after its size was read. The log is
+// collected as read, and the warning saying it grew is recorded. It was
+// dropped: the refusal returned before the warnings were added.
+func TestLogGrewWarningKeptWhenOutputRefused(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(onNodes[stream], func(t *testing.T) {
+			yaml := strings.Replace(fastYAML, "  max_retries: 1\n", "  max_retries: 1\n  collect_max_files: 5\n", 1)
+			h := newHarness(t, yaml, shellProject(map[string]string{
+				"S01-many.md": "head -c 102400 /dev/zero | tr '\\0' x; for i in $(seq 1 6); do echo $i > f$i; done\n"}))
+			h.ctl = New(Options{Home: h.home, Config: h.cfg, Store: h.st, Transports: map[string]nodes.Transport{"local": changingLogNode(t, stream, 0)},
+				Wrappers: wrappers, Now: h.clock.Now, Jitter: func() float64 { return 0 }})
+			h.tickUntil("S01 to fail", func() bool { return h.task("S01").Status == domain.Failed })
+			if tk := h.task("S01"); !strings.Contains(tk.Error, "collect_max_files") {
+				t.Fatalf("S01 failed with %q, want over collect_max_files", tk.Error)
+			}
+			got, err := os.ReadFile(filepath.Join(home.RunsDir(h.home, "p"), "S01", "task.log"))
+			if err != nil || len(got) != 102400 {
+				t.Errorf("collected task.log of %d bytes (%v), want the 102400 read", len(got), err)
+			}
+			ws := taskEvents(h, "warning", "S01")
+			want := fmt.Sprintf("task.log grew by %d bytes after it was read", logGrowth)
+			if len(ws) != 1 || !strings.Contains(ws[0].Message, want) {
+				t.Errorf("warnings %+v, want one saying %q", ws, want)
+			}
+		})
+	}
+}
+
+// rotatingWriter renames the node's task.log at p away and makes a new
+// empty one on its first Write (a log rotation), after Get opened the
+// old one.
+type rotatingWriter struct {
+	w    io.Writer
+	p    string
+	once sync.Once
+	t    *testing.T
+}
+
+func (r *rotatingWriter) Write(b []byte) (int, error) {
+	r.once.Do(func() {
+		if err := os.Rename(r.p, r.p+".1"); err != nil {
+			r.t.Error(err)
+		}
+		if err := os.WriteFile(r.p, nil, 0o644); err != nil {
+			r.t.Error(err)
+		}
+	})
+	return r.w.Write(b)
+}
+
+// TestCollectLocalLogGrewThenRotated: a local node's task.log grows by
+// 1 MiB after its size was read, and is rotated while it is copied, so
+// that reading its size again shows no growth: the warning says it grew
+// by at least what the copy was offered past the size read. It said "grew
+// by 1 bytes" (a placeholder kept when the second read showed no growth).
+func TestCollectLocalLogGrewThenRotated(t *testing.T) {
+	h := newHarness(t, "", shellProject(map[string]string{"S01-chatty.md": "head -c 102400 /dev/zero | tr '\\0' x\n"}))
+	var grown, rotated sync.Once
+	tr := &shapedTransport{Local: nodes.NewLocal(), get: func(p string, w io.Writer) (io.Writer, error) {
+		if filepath.Base(p) != "task.log" {
+			return nil, nil
+		}
+		growLog(t, p, &grown)
+		var out io.Writer
+		rotated.Do(func() { out = &rotatingWriter{w: w, p: p, t: t} })
+		return out, nil
+	}}
+	h.ctl = New(Options{Home: h.home, Config: h.cfg, Store: h.st, Transports: map[string]nodes.Transport{"local": tr},
+		Wrappers: wrappers, Now: h.clock.Now, Jitter: func() float64 { return 0 }})
+	h.tickUntil("S01 to be collected", func() bool { return h.collected("S01") })
+	ws := taskEvents(h, "warning", "S01")
+	var by int64
+	if len(ws) == 1 {
+		if m := regexp.MustCompile(`grew by at least (\d+) bytes`).FindStringSubmatch(ws[0].Message); m != nil {
+			by, _ = strconv.ParseInt(m[1], 10, 64)
+		}
+	}
+	if by <= 1 || by > logGrowth {
+		t.Errorf("warnings %+v, want one saying task.log grew by at least N bytes, 1 < N <= %d", ws, logGrowth)
+	}
+}
+
+// TestCollectTaskLogShrankAfterItWasRead: S01's task.log (100 KiB) is
+// cut by 1000 bytes after its size was read for its collection (on the
+// node, truncated): what it held when it was copied is collected, no try
+// counted, and a warning says it shrank and by how much. It was collected
+// short and nothing said so.
+func TestCollectTaskLogShrankAfterItWasRead(t *testing.T) {
+	const cut = 1000
+	for _, stream := range []bool{false, true} {
+		t.Run(onNodes[stream], func(t *testing.T) {
+			h := newHarness(t, "", shellProject(map[string]string{"S01-chatty.md": "head -c 102400 /dev/zero | tr '\\0' x\n"}))
+			h.ctl = New(Options{Home: h.home, Config: h.cfg, Store: h.st, Transports: map[string]nodes.Transport{"local": changingLogNode(t, stream, cut)},
+				Wrappers: wrappers, Now: h.clock.Now, Jitter: func() float64 { return 0 }})
+			h.tickUntil("S01 to be collected, or its collection to fail", func() bool {
+				return h.collected("S01") || len(taskEvents(h, "collect_failed", "S01")) > 0
+			})
+			if failed := taskEvents(h, "collect_failed", "S01"); len(failed) != 0 {
+				t.Fatalf("the collection counted a try: %+v", failed)
+			}
+			onNode, err := os.ReadFile(filepath.Join(h.work, "p", "tasks", "S01", "task.log"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(filepath.Join(home.RunsDir(h.home, "p"), "S01", "task.log"))
+			if err != nil || !bytes.Equal(got, onNode) {
+				t.Errorf("collected task.log of %d bytes (%v), want the node's %d", len(got), err, len(onNode))
+			}
+			ws := taskEvents(h, "warning", "S01")
+			want := fmt.Sprintf("task.log shrank by %d bytes after its size was read", cut)
+			if len(ws) != 1 || !strings.Contains(ws[0].Message, want) {
+				t.Errorf("warnings %+v, want one saying %q", ws, want)
 			}
 		})
 	}

@@ -666,10 +666,15 @@ func (c *Controller) finishItem(ctx context.Context, n *nodeRuntime, it *streamI
 		return nil, err
 	}
 	rec, err := c.collectedRecord(ctx, it.r, it.current, manifest, refused)
-	if err != nil || it.end == nil || refused != nil {
+	if it.end == nil {
 		return rec, err
 	}
-	return withChangedWarning(ctx, it.r, *it.end, it.nodeLog(), rec), nil
+	end := *it.end
+	if refused != nil {
+		end = wire.CollectEnd{} // output/ is not collected: what changed there is moot
+	}
+	lc := logChange{grew: it.end.LogGrew, shrank: it.end.LogShrank, path: it.nodeLog()}
+	return withChangedWarning(ctx, it.r, end, lc, rec), err
 }
 
 // nodeLog is where the attempt's task.log is on its node.

@@ -555,3 +555,36 @@ func TestChangedWarning(t *testing.T) {
 		})
 	}
 }
+
+// TestLogChangedWarning: the warning of an attempt whose task.log changed
+// between the reading of its size and its copy says how, by how much (a
+// floor, "at least", when its size could not be read again) and where the
+// log is on the node; none when it did not change.
+func TestLogChangedWarning(t *testing.T) {
+	const where = "/w/p/tasks/S01/task.log"
+	for _, tc := range []struct {
+		name string
+		lc   logChange
+		want []string // substrings; nil: no warning
+	}{
+		{name: "unchanged", lc: logChange{path: where}},
+		{name: "grew", lc: logChange{grew: 7, path: where},
+			want: []string{"task.log grew by 7 bytes after it was read", "the rest stays on node n1 at " + where}},
+		{name: "grew, then rotated", lc: logChange{grew: 7, atLeast: true, path: where},
+			want: []string{"task.log grew by at least 7 bytes after it was read"}},
+		{name: "shrank", lc: logChange{shrank: 3, path: where},
+			want: []string{"task.log shrank by 3 bytes after its size was read", "node n1 at " + where, "short of the size read"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := logChangedWarning(tc.lc, "n1")
+			if (got == "") != (tc.want == nil) {
+				t.Fatalf("warning %q, want one: %v", got, tc.want != nil)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("warning %q, want it to say %q", got, w)
+				}
+			}
+		})
+	}
+}

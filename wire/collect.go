@@ -73,7 +73,7 @@ const CollectEndName = "collect.end"
 // there). What is sent is the listing: a file that grew is sent up to its
 // listed size, one removed or no longer a regular file is not sent, one
 // made after the listing is not seen. task.log is sent as the head's
-// LogSize counted it, as well.
+// LogSize counted it, as well, or as it is when shorter.
 type CollectEnd struct {
 	Files   int             `json:"files"`
 	Bytes   int64           `json:"bytes"`
@@ -84,6 +84,9 @@ type CollectEnd struct {
 	// when it was sent: its first LogSize bytes were sent, the rest stays
 	// on the node.
 	LogGrew int64 `json:"log_grew,omitempty"`
+	// LogShrank is how many bytes short of the head's LogSize task.log
+	// was when it was sent (truncated since): what it held then was sent.
+	LogShrank int64 `json:"log_shrank,omitempty"`
 }
 
 // CollectMaxChanged bounds the changed files a CollectEnd names, so that

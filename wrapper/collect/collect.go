@@ -101,10 +101,10 @@ func Open(it wire.CollectItem) *Attempt {
 }
 
 // Send writes the attempt's entries under prefix/: its head, task.log up
-// to the size the head says (what it grew by since is in the end entry),
-// output/ as listed. Only a failure to write the stream is returned: what
-// cannot be read of the attempt is in its head, or in a collect.err entry
-// once its files were under way.
+// to the size the head says (what it grew or shrank by since is in the
+// end entry), output/ as listed. Only a failure to write the stream is
+// returned: what cannot be read of the attempt is in its head, or in a
+// collect.err entry once its files were under way.
 func (a *Attempt) Send(tw *tar.Writer, prefix string) error {
 	defer a.close()
 	b, err := json.Marshal(a.head)
@@ -115,17 +115,17 @@ func (a *Attempt) Send(tw *tar.Writer, prefix string) error {
 		return err
 	}
 	var sendErr error
-	var grew int64
+	var grew, shrank int64
 	if a.log != nil {
 		var size int64
 		size, sendErr = sendFile(tw, path.Join(prefix, "task.log"), a.log, a.head.LogSize)
-		grew = max(size-a.head.LogSize, 0)
+		grew, shrank = max(size-a.head.LogSize, 0), max(a.head.LogSize-size, 0)
 	}
 	var end wire.CollectEnd
 	if a.out != nil && sendErr == nil {
 		end, sendErr = sendOutput(tw, prefix, a.out, a.listed)
 	}
-	end.LogGrew = grew
+	end.LogGrew, end.LogShrank = grew, shrank
 	var werr *streamError
 	if errors.As(sendErr, &werr) {
 		return werr.err

@@ -125,6 +125,43 @@ func TestCollectEndNamesAtMostTen(t *testing.T) {
 // sent as it was then, past the head's size: the controller took the
 // honest node for one sending more than it announced.
 func TestSendTaskLogAsRead(t *testing.T) {
+	got, end := sendChangedLog(t, func(p string) error {
+		f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = f.WriteString("written after the head\n")
+		return err
+	})
+	if got != "read\n" {
+		t.Errorf("task.log sent %q, want %q: as the head counted it", got, "read\n")
+	}
+	if end.LogGrew != 23 || end.LogShrank != 0 {
+		t.Errorf("end %+v, want it to say task.log grew by 23 bytes", end)
+	}
+}
+
+// TestSendTaskLogShrankBeforeSend: task.log is truncated between Open and
+// Send: what it holds then is sent, and the end entry says how many bytes
+// short of the head's size (as output/'s files that shrink before they are
+// sent are named in its changed list). It was sent short, the head's
+// 5 bytes counted and 2 sent, and nothing in the stream said so.
+func TestSendTaskLogShrankBeforeSend(t *testing.T) {
+	got, end := sendChangedLog(t, func(p string) error { return os.Truncate(p, 2) })
+	if got != "re" {
+		t.Errorf("task.log sent %q, want %q: what it held when it was sent", got, "re")
+	}
+	if end.LogShrank != 3 || end.LogGrew != 0 {
+		t.Errorf("end %+v, want it to say task.log shrank by 3 bytes", end)
+	}
+}
+
+// sendChangedLog opens an attempt whose task.log is "read\n", changes
+// the log with change, sends the attempt and returns the task.log it sent
+// and its end entry.
+func sendChangedLog(t *testing.T, change func(logPath string) error) (string, wire.CollectEnd) {
+	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "status.json"), []byte(`{"task":"S01","attempt":1,"status":"completed"}`), 0o644); err != nil {
 		t.Fatal(err)
@@ -134,12 +171,9 @@ func TestSendTaskLogAsRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := Open(wire.CollectItem{Dir: dir, Attempt: 1, MaxFiles: 10, MaxBytes: 1 << 20})
-	f, err := os.OpenFile(logPath, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
+	if err := change(logPath); err != nil {
 		t.Fatal(err)
 	}
-	f.WriteString("written after the head\n")
-	f.Close()
 	var b bytes.Buffer
 	tw := tar.NewWriter(&b)
 	if err := a.Send(tw, "0"); err != nil {
@@ -151,13 +185,11 @@ func TestSendTaskLogAsRead(t *testing.T) {
 	if err := json.Unmarshal([]byte(got["0/collect.json"]), &head); err != nil || head.Log != wire.CollectSent || head.LogSize != 5 {
 		t.Fatalf("head %+v (%v), want task.log sent, 5 bytes", head, err)
 	}
-	if got["0/task.log"] != "read\n" {
-		t.Errorf("task.log sent %q, want %q: as the head counted it", got["0/task.log"], "read\n")
-	}
 	var end wire.CollectEnd
-	if err := json.Unmarshal([]byte(got["0/collect.end"]), &end); err != nil || end.LogGrew != 23 {
-		t.Errorf("end %q (%v), want it to say task.log grew by 23 bytes", got["0/collect.end"], err)
+	if err := json.Unmarshal([]byte(got["0/collect.end"]), &end); err != nil {
+		t.Fatalf("end %q: %v", got["0/collect.end"], err)
 	}
+	return got["0/task.log"], end
 }
 
 // entriesOf is the entries of the tar stream in b, by name.
