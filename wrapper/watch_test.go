@@ -97,6 +97,11 @@ func TestWatch(t *testing.T) {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
+			// Marked live, as a launch does before its supervisor starts:
+			// without file events, the poll looks where the index says.
+			if err := nodestatus.MarkLive(dir, 3); err != nil {
+				t.Fatal(err)
+			}
 			// Give the new directories a moment to be watched: a status
 			// written before that is seen by the next look at them.
 			if err := taskfiles.WriteFileAtomic(filepath.Join(dir, taskfiles.FileStatus), []byte(`{"status":"running"}`), 0o644); err != nil {
@@ -234,7 +239,11 @@ func TestWatchSplitsLargeChanges(t *testing.T) {
 	root := t.TempDir()
 	const n = 3*nodestatus.FrameTasks + 1
 	for i := range n {
-		if err := os.MkdirAll(filepath.Join(root, "demo", "tasks", "T"+strconv.Itoa(i)), 0o755); err != nil {
+		dir := filepath.Join(root, "demo", "tasks", "T"+strconv.Itoa(i))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := nodestatus.MarkLive(dir, i+1); err != nil { // as each launch does
 			t.Fatal(err)
 		}
 	}
@@ -310,4 +319,62 @@ func TestScanKeysLooksOnlyWhereTold(t *testing.T) {
 	if _, held := sc.Known["p/T3"]; held {
 		t.Error("a removed task directory is still known")
 	}
+}
+
+// TestPollLooksWhereTheLiveIndexSays: without file events (a Darwin node,
+// inotify out of watches), the 100 ms poll looked at every task directory
+// the node ever ran — half a core with 10,000 — and now looks at those the
+// live index names or named at the last poll, those alive, and the
+// projects new since; what no marker names waits for the full look.
+func TestPollLooksWhereTheLiveIndexSays(t *testing.T) {
+	root := t.TempDir()
+	dirOf := func(project, id string) string { return filepath.Join(root, project, "tasks", id) }
+	write := func(project, id, status string) {
+		t.Helper()
+		if err := os.MkdirAll(dirOf(project, id), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := taskfiles.WriteFileAtomic(filepath.Join(dirOf(project, id), taskfiles.FileStatus), []byte(status), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := func(what string, got []string, keys ...string) {
+		t.Helper()
+		if !slices.Equal(got, keys) && !(len(got) == 0 && len(keys) == 0) {
+			t.Fatalf("%s: the poll told %v, want %v", what, got, keys)
+		}
+	}
+	for i := range 200 {
+		write("p", "T"+strconv.Itoa(i), `{"status":"completed","attempt":1}`)
+	}
+	sc := nodestatus.NewScanner(root)
+	sc.Prime()
+
+	write("p", "T1", `{"status":"failed","attempt":1}`) // no marker: the task's own doing
+	want("a status no marker names", sc.ScanLive())
+	if err := nodestatus.MarkLive(dirOf("p", "T2"), 2); err != nil {
+		t.Fatal(err)
+	}
+	write("p", "T2", `{"status":"running","attempt":2}`)
+	want("a launched attempt's first status", sc.ScanLive(), "p/T2")
+	lock, ok, err := taskfiles.LockTask(dirOf("p", "T2"), 0)
+	if err != nil || !ok {
+		t.Fatalf("lock: %v %v", ok, err)
+	}
+	want("its supervisor's lock taken", sc.ScanLive(), "p/T2")
+	write("p", "T2", `{"status":"completed","attempt":2}`)
+	nodestatus.UnmarkLive(dirOf("p", "T2"), 2)
+	want("its final status, its marker gone", sc.ScanLive(), "p/T2")
+	lock.Close()
+	want("its lock released (the supervisor found alive at the last look)", sc.ScanLive(), "p/T2")
+	want("nothing new", sc.ScanLive())
+
+	write("q", "Q1", `{"status":"running","attempt":1}`)
+	want("a new project", sc.ScanLive(), "q/Q1")
+	if err := os.WriteFile(filepath.Join(root, "q", "tasks", nodestatus.DirLive), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	write("q", "Q1", `{"status":"completed","attempt":1}`)
+	want("a project whose live index is not a directory (walked whole)", sc.ScanLive(), "q/Q1")
+	want("the full look", sc.Scan(true), "p/T1")
 }

@@ -33,8 +33,10 @@ import (
 //
 // A change frame only says where to look: the controller pulls `status` to
 // learn what changed. On Linux inotify tells of new status files at once;
-// elsewhere, or when inotify is out of watches, the task directories are
-// looked at every 100 ms; a new project is watched and looked at alone.
+// elsewhere, or when inotify is out of watches, the task directories the
+// live index names (and those it named or found alive at the last look) are
+// looked at every 100 ms (see scanner.ScanLive); a new project is watched
+// and looked at alone.
 // Whether each live supervisor still holds its lock is looked at every
 // second (the kernel tells nobody when a lock is released), every lock
 // every 30 seconds (see fullLiveEvery), at the start the locks of the
@@ -48,8 +50,8 @@ const FrameTasks = 8
 const (
 	// DefaultBeat is how often `watch` says it is alive.
 	DefaultBeat = 5 * time.Second
-	// pollScan is how often the task directories are looked at without
-	// inotify.
+	// pollScan is how often the live task directories are looked at
+	// without inotify.
 	pollScan = 100 * time.Millisecond
 	// liveScan is how often every task directory is looked at and every
 	// supervisor's lock probed; between those looks, a file event makes a
@@ -60,13 +62,14 @@ const (
 	// MinChangeGap is the shortest time between two looks that file
 	// events cause.
 	MinChangeGap = 50 * time.Millisecond
-	// fullLiveEvery is how many of the once-a-second looks pass, while
-	// file events are told, between two that look at every task directory
-	// and probe every lock. The others probe the locks of the supervisors
-	// the last look found alive, the only ones that can die unannounced: a
-	// supervisor that starts writes its status.json, or makes its lock file,
-	// and the event names its task. A node keeps every task directory its
-	// projects ran, and probing them all each second made the work of a
+	// fullLiveEvery is how many of the once-a-second looks pass between
+	// two that look at every task directory and probe every lock. The
+	// others probe the locks of the supervisors the last look found alive,
+	// the only ones that can die unannounced: a supervisor that starts
+	// writes its status.json, or makes its lock file, and the event names
+	// its task (without file events, the poll looks at what the live index
+	// names, where its launch marked it). A node keeps every task directory
+	// its projects ran, and probing them all each second made the work of a
 	// batch grow with the square of its tasks.
 	fullLiveEvery = 30
 )
@@ -135,18 +138,18 @@ func Watch(ctx context.Context, version, root, node string, beat time.Duration, 
 		case <-beats.C:
 			err = send(wire.Frame{Type: wire.FrameBeat})
 		case <-live.C:
-			// What the events did not say (a lock released, taken) is
-			// found here, once a second: at the live supervisors while
-			// events come (see fullLiveEvery), at every directory and
-			// lock otherwise.
+			// What the events (or the polls) did not say (a lock
+			// released, taken) is found here, once a second: at the live
+			// supervisors, and every fullLiveEvery-th time at every
+			// directory and lock.
 			liveLooks++
-			if events != nil && liveLooks%fullLiveEvery != 0 {
+			if liveLooks%fullLiveEvery != 0 {
 				err = report(sc.scanAlive())
 			} else {
 				err = report(sc.Scan(true))
 			}
 		case <-poll:
-			err = report(sc.Scan(false))
+			err = report(sc.ScanLive())
 		case _, ok := <-events:
 			if !ok {
 				// inotify failed: look every 100 ms from now on.
@@ -197,6 +200,11 @@ type scanner struct {
 	// nodes is the node each task's launch.json names, by "project/task",
 	// read again only when launch.json is another file (othersTask).
 	nodes map[string]launchSeen
+	// projects are the project directories the last walk or poll saw; a
+	// poll walks a new one whole (ScanLive). named are the tasks the live
+	// index named at the last poll.
+	projects map[string]bool
+	named    map[string]bool
 }
 
 // launchSeen is the node a version of launch.json names.
@@ -218,7 +226,7 @@ type fileSeen struct {
 }
 
 func NewScanner(root string) *scanner {
-	return &scanner{root: root, Known: map[string]taskSeen{}, nodes: map[string]launchSeen{}}
+	return &scanner{root: root, Known: map[string]taskSeen{}, nodes: map[string]launchSeen{}, projects: map[string]bool{}, named: map[string]bool{}}
 }
 
 // Prime records what every task directory under root is now, without a
@@ -237,6 +245,7 @@ func (s *scanner) Prime() {
 		if !p.IsDir() || strings.HasPrefix(p.Name(), ".") {
 			continue
 		}
+		s.projects[p.Name()] = true
 		live, all := liveIndex(filepath.Join(s.root, p.Name(), "tasks"))
 		walkProject(s.root, p.Name(), func(key, dir string) {
 			_, id, _ := strings.Cut(key, "/")
@@ -264,6 +273,11 @@ func (s *scanner) Scan(probeLive bool) []string {
 			changed = append(changed, key)
 		}
 	})
+	s.projects = map[string]bool{}
+	for key := range seen {
+		project, _, _ := strings.Cut(key, "/")
+		s.projects[project] = true
+	}
 	s.primed = true
 	for key := range s.Known {
 		if !seen[key] {
@@ -296,6 +310,57 @@ func newDirChange() dirChange {
 func (s *scanner) ScanKeys(keys, projects map[string]bool) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.scanKeys(keys, projects)
+}
+
+// ScanLive is the poll's look, where no file event tells what changed (a
+// Darwin node, or inotify out of watches): ScanKeys of the tasks the live
+// index names now or named at the last poll (an attempt that ended since:
+// its supervisor removes its marker once its final status is written),
+// those found alive at their last look, and of the projects new since the
+// last poll or whose index cannot be read, walked whole. A node keeps every
+// task directory its projects ran: looking at all of them every 100 ms took
+// half a core with 10,000 of them, and grew with a batch as it ran. What no
+// marker names (a task's own removal of it, an older wrapper's supervisor)
+// is found by the full look every fullLiveEvery seconds, as with events.
+func (s *scanner) ScanLive() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	entries, _ := os.ReadDir(s.root)
+	projects, walk := map[string]bool{}, map[string]bool{}
+	keys := map[string]bool{}
+	named := map[string]bool{}
+	for _, p := range entries {
+		name := p.Name()
+		if !p.IsDir() || strings.HasPrefix(name, ".") || !ValidName(name) {
+			continue
+		}
+		projects[name] = true
+		ids, all := liveIndex(filepath.Join(s.root, name, "tasks"))
+		if all || !s.projects[name] {
+			walk[name] = true
+		}
+		for id := range ids {
+			named[name+"/"+id] = true
+		}
+	}
+	for key := range s.named {
+		keys[key] = true
+	}
+	for key, seen := range s.Known {
+		if seen.alive {
+			keys[key] = true
+		}
+	}
+	for key := range named {
+		keys[key] = true
+	}
+	s.projects, s.named = projects, named
+	return s.scanKeys(keys, walk)
+}
+
+// scanKeys is ScanKeys with s.mu held.
+func (s *scanner) scanKeys(keys, projects map[string]bool) []string {
 	var changed []string
 	for project := range projects {
 		if !ValidName(project) || strings.HasPrefix(project, ".") {
