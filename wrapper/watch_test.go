@@ -115,11 +115,18 @@ func TestWatch(t *testing.T) {
 			if ts := nextChange(t, fs, "demo/T1"); ts.Status == nil || ts.Status.Status != wire.StatusCompleted || ts.Status.Attempt != 3 || ts.Dir != dir {
 				t.Fatalf("the frame's status: %+v, want attempt 3 completed in %s", ts, dir)
 			}
-			// A supervisor that dies (its lock released) without a final
-			// status: seen by the lock probe.
+			// A supervisor that starts (its lock taken, its attempt marked,
+			// its first status) and dies (its lock released) without a
+			// final status: seen by the lock probe.
 			lock, ok, err := taskfiles.LockTask(dir, 0)
 			if err != nil || !ok {
 				t.Fatalf("lock: %v %v", ok, err)
+			}
+			if err := nodestatus.MarkLive(dir, 4); err != nil {
+				t.Fatal(err)
+			}
+			if err := taskfiles.WriteFileAtomic(filepath.Join(dir, taskfiles.FileStatus), []byte(`{"status":"running","attempt":4}`), 0o644); err != nil {
+				t.Fatal(err)
 			}
 			if ts := nextChange(t, fs, "demo/T1"); !ts.Alive {
 				t.Fatalf("the frame's status after the lock was taken: %+v, want alive", ts)
@@ -323,9 +330,10 @@ func TestScanKeysLooksOnlyWhereTold(t *testing.T) {
 
 // TestPollLooksWhereTheLiveIndexSays: without file events (a Darwin node,
 // inotify out of watches), the 100 ms poll looked at every task directory
-// the node ever ran — half a core with 10,000 — and now looks at those the
-// live index names or named at the last poll, those alive, and the
-// projects new since; what no marker names waits for the full look.
+// the node ever ran — half a core with 10,000 — and now walks a project
+// only when its live index changed (an attempt started or ended) and looks
+// otherwise where the index says, where it said at the last poll, and at
+// the supervisors alive; what no mark tells waits for the full look.
 func TestPollLooksWhereTheLiveIndexSays(t *testing.T) {
 	root := t.TempDir()
 	dirOf := func(project, id string) string { return filepath.Join(root, project, "tasks", id) }
@@ -344,30 +352,47 @@ func TestPollLooksWhereTheLiveIndexSays(t *testing.T) {
 			t.Fatalf("%s: the poll told %v, want %v", what, got, keys)
 		}
 	}
+	launch := func(id string, attempt int) *os.File {
+		t.Helper()
+		lock, ok, err := taskfiles.LockTask(dirOf("p", id), 0)
+		if err != nil || !ok {
+			t.Fatalf("lock: %v %v", ok, err)
+		}
+		if err := nodestatus.MarkLive(dirOf("p", id), attempt); err != nil {
+			t.Fatal(err)
+		}
+		return lock
+	}
 	for i := range 200 {
 		write("p", "T"+strconv.Itoa(i), `{"status":"completed","attempt":1}`)
 	}
+	if err := nodestatus.MarkLive(dirOf("p", "T0"), 1); err != nil { // an index to look at
+		t.Fatal(err)
+	}
+	nodestatus.UnmarkLive(dirOf("p", "T0"), 1)
 	sc := nodestatus.NewScanner(root)
 	sc.Prime()
 
-	write("p", "T1", `{"status":"failed","attempt":1}`) // no marker: the task's own doing
-	want("a status no marker names", sc.ScanLive())
-	if err := nodestatus.MarkLive(dirOf("p", "T2"), 2); err != nil {
-		t.Fatal(err)
-	}
+	write("p", "T1", `{"status":"failed","attempt":1}`) // no mark: the task's own doing
+	want("a status no mark tells, the index as it was", sc.ScanLive())
+	// A launch: its mark changes the index, and the project is walked.
+	lock := launch("T2", 2)
 	write("p", "T2", `{"status":"running","attempt":2}`)
-	want("a launched attempt's first status", sc.ScanLive(), "p/T2")
-	lock, ok, err := taskfiles.LockTask(dirOf("p", "T2"), 0)
-	if err != nil || !ok {
-		t.Fatalf("lock: %v %v", ok, err)
-	}
-	want("its supervisor's lock taken", sc.ScanLive(), "p/T2")
-	write("p", "T2", `{"status":"completed","attempt":2}`)
-	nodestatus.UnmarkLive(dirOf("p", "T2"), 2)
-	want("its final status, its marker gone", sc.ScanLive(), "p/T2")
-	lock.Close()
-	want("its lock released (the supervisor found alive at the last look)", sc.ScanLive(), "p/T2")
+	want("a launch", sc.ScanLive(), "p/T1", "p/T2")
 	want("nothing new", sc.ScanLive())
+	write("p", "T2", `{"status":"completed","attempt":2}`)
+	want("a final status, the mark still there", sc.ScanLive(), "p/T2")
+	lock.Close()
+	want("its lock released (a supervisor alive at the last look)", sc.ScanLive(), "p/T2")
+	nodestatus.UnmarkLive(dirOf("p", "T2"), 2)
+	want("its mark removed", sc.ScanLive())
+	// An attempt that starts and ends between two polls.
+	lock = launch("T3", 2)
+	write("p", "T3", `{"status":"running","attempt":2}`)
+	write("p", "T3", `{"status":"failed","attempt":2}`)
+	lock.Close()
+	nodestatus.UnmarkLive(dirOf("p", "T3"), 2)
+	want("an attempt that ended between two polls", sc.ScanLive(), "p/T3")
 
 	write("q", "Q1", `{"status":"running","attempt":1}`)
 	want("a new project", sc.ScanLive(), "q/Q1")
@@ -376,5 +401,6 @@ func TestPollLooksWhereTheLiveIndexSays(t *testing.T) {
 	}
 	write("q", "Q1", `{"status":"completed","attempt":1}`)
 	want("a project whose live index is not a directory (walked whole)", sc.ScanLive(), "q/Q1")
-	want("the full look", sc.Scan(true), "p/T1")
+	write("p", "T4", `{"status":"failed","attempt":1}`)
+	want("the full look", sc.Scan(true), "p/T4")
 }

@@ -201,9 +201,10 @@ type scanner struct {
 	// read again only when launch.json is another file (othersTask).
 	nodes map[string]launchSeen
 	// projects are the project directories the last walk or poll saw; a
-	// poll walks a new one whole (ScanLive). named are the tasks the live
-	// index named at the last poll.
+	// poll walks a new one whole (ScanLive). index is what each project's
+	// live index directory was at the last poll, named the tasks it named.
 	projects map[string]bool
+	index    map[string]fileSeen
 	named    map[string]bool
 }
 
@@ -226,7 +227,7 @@ type fileSeen struct {
 }
 
 func NewScanner(root string) *scanner {
-	return &scanner{root: root, Known: map[string]taskSeen{}, nodes: map[string]launchSeen{}, projects: map[string]bool{}, named: map[string]bool{}}
+	return &scanner{root: root, Known: map[string]taskSeen{}, nodes: map[string]launchSeen{}, projects: map[string]bool{}, index: map[string]fileSeen{}, named: map[string]bool{}}
 }
 
 // Prime records what every task directory under root is now, without a
@@ -246,6 +247,7 @@ func (s *scanner) Prime() {
 			continue
 		}
 		s.projects[p.Name()] = true
+		s.index[p.Name()] = statSeen(filepath.Join(s.root, p.Name(), "tasks", DirLive))
 		live, all := liveIndex(filepath.Join(s.root, p.Name(), "tasks"))
 		walkProject(s.root, p.Name(), func(key, dir string) {
 			_, id, _ := strings.Cut(key, "/")
@@ -314,20 +316,24 @@ func (s *scanner) ScanKeys(keys, projects map[string]bool) []string {
 }
 
 // ScanLive is the poll's look, where no file event tells what changed (a
-// Darwin node, or inotify out of watches): ScanKeys of the tasks the live
-// index names now or named at the last poll (an attempt that ended since:
-// its supervisor removes its marker once its final status is written),
-// those found alive at their last look, and of the projects new since the
-// last poll or whose index cannot be read, walked whole. A node keeps every
-// task directory its projects ran: looking at all of them every 100 ms took
-// half a core with 10,000 of them, and grew with a batch as it ran. What no
-// marker names (a task's own removal of it, an older wrapper's supervisor)
-// is found by the full look every fullLiveEvery seconds, as with events.
+// Darwin node, or inotify out of watches). A project whose live index
+// (tasks/.live) changed since the last poll — an attempt started or ended:
+// its launch marks it there, its supervisor removes the mark once its
+// final status is written — or that is new, or whose index cannot be read,
+// is looked at whole, as before: an attempt that started and ended between
+// two polls left no mark to follow. The others are looked at only where
+// the index says now or said at the last poll, and where a supervisor was
+// alive at the last look: a node keeps every task directory its projects
+// ran, and looking at all of them every 100 ms while nothing started or
+// ended (agent tasks run for minutes) took half a core with 10,000. What no
+// mark tells (a task's own doing, an older wrapper's supervisor) is found
+// by the full look every fullLiveEvery seconds, as with file events.
 func (s *scanner) ScanLive() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	entries, _ := os.ReadDir(s.root)
 	projects, walk := map[string]bool{}, map[string]bool{}
+	index := map[string]fileSeen{}
 	keys := map[string]bool{}
 	named := map[string]bool{}
 	for _, p := range entries {
@@ -336,16 +342,27 @@ func (s *scanner) ScanLive() []string {
 			continue
 		}
 		projects[name] = true
-		ids, all := liveIndex(filepath.Join(s.root, name, "tasks"))
-		if all || !s.projects[name] {
+		tasksDir := filepath.Join(s.root, name, "tasks")
+		// Looked at before it is listed: a mark made or removed after
+		// this is a change at the next poll.
+		index[name] = statSeen(filepath.Join(tasksDir, DirLive))
+		ids, all := liveIndex(tasksDir)
+		if all || !s.projects[name] || index[name] != s.index[name] {
 			walk[name] = true
 		}
 		for id := range ids {
-			named[name+"/"+id] = true
+			if !strings.HasPrefix(id, ".") { // a temporary file of MarkLive
+				named[name+"/"+id] = true
+			}
 		}
 	}
+	// A lock is probed when its task is newly named (a launch marks its
+	// attempt with the lock held) or its supervisor was alive at the last
+	// look (it ends, or dies, any moment); one named at the last poll too
+	// is probed when its status changes, so that a task's flood of marks
+	// costs the poll a stat each, no lock.
 	for key := range s.named {
-		keys[key] = true
+		keys[key] = false
 	}
 	for key, seen := range s.Known {
 		if seen.alive {
@@ -353,13 +370,14 @@ func (s *scanner) ScanLive() []string {
 		}
 	}
 	for key := range named {
-		keys[key] = true
+		keys[key] = keys[key] || !s.named[key]
 	}
-	s.projects, s.named = projects, named
+	s.projects, s.index, s.named = projects, index, named
 	return s.scanKeys(keys, walk)
 }
 
-// scanKeys is ScanKeys with s.mu held.
+// scanKeys is ScanKeys with s.mu held; a key's lock is probed when its
+// value is true, else only when its status changed (as look does).
 func (s *scanner) scanKeys(keys, projects map[string]bool) []string {
 	var changed []string
 	for project := range projects {
@@ -367,12 +385,12 @@ func (s *scanner) scanKeys(keys, projects map[string]bool) []string {
 			continue
 		}
 		walkProject(s.root, project, func(key, dir string) {
-			if !keys[key] && s.look(key, dir, false) {
+			if _, named := keys[key]; !named && s.look(key, dir, false) {
 				changed = append(changed, key)
 			}
 		})
 	}
-	for key := range keys {
+	for key, probe := range keys {
 		project, task, ok := strings.Cut(key, "/")
 		if !ok || !ValidName(project) || !ValidName(task) {
 			continue
@@ -384,7 +402,7 @@ func (s *scanner) scanKeys(keys, projects map[string]bool) []string {
 		}
 		// The event may be the lock file's (a supervisor starting, or
 		// ending): its lock is probed.
-		if s.look(key, dir, true) {
+		if s.look(key, dir, probe) {
 			changed = append(changed, key)
 		}
 	}
