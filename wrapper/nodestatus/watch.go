@@ -33,14 +33,13 @@ import (
 //
 // A change frame only says where to look: the controller pulls `status` to
 // learn what changed. On Linux inotify tells of new status files at once;
-// elsewhere, or when inotify is out of watches, the task directories the
-// live index names (and those it named or found alive at the last look) are
-// looked at every 100 ms (see scanner.ScanLive); a new project is watched
-// and looked at alone.
+// elsewhere, or when inotify is out of watches, every 100 ms a project whose
+// live index changed is looked at whole and the others where the index says
+// (see scanner.ScanLive); a new project is watched and looked at alone.
 // Whether each live supervisor still holds its lock is looked at every
-// second (the kernel tells nobody when a lock is released), every lock
-// every 30 seconds (see fullLiveEvery), at the start the locks of the
-// live index's tasks (see Prime).
+// second (the kernel tells nobody when a lock is released; every 100 ms
+// without inotify), every lock every 30 seconds (see fullLiveEvery), at the
+// start the locks of the live index's tasks (see Prime).
 
 // FrameTasks caps the tasks of one change frame: a status.json is read up
 // to 64 KiB, and a frame must stay well under the controller's line limit
@@ -204,8 +203,17 @@ type scanner struct {
 	// poll walks a new one whole (ScanLive). index is what each project's
 	// live index directory was at the last poll, named the tasks it named.
 	projects map[string]bool
-	index    map[string]fileSeen
+	index    map[string]indexStamp
 	named    map[string]bool
+}
+
+// indexStamp is what a poll saw of a live index directory: its version,
+// and whether it changed too recently for its time stamp to tell a change
+// that follows (racyStamp), when the next poll walks its project whatever
+// it sees.
+type indexStamp struct {
+	seen fileSeen
+	racy bool
 }
 
 // launchSeen is the node a version of launch.json names.
@@ -227,7 +235,7 @@ type fileSeen struct {
 }
 
 func NewScanner(root string) *scanner {
-	return &scanner{root: root, Known: map[string]taskSeen{}, nodes: map[string]launchSeen{}, projects: map[string]bool{}, index: map[string]fileSeen{}, named: map[string]bool{}}
+	return &scanner{root: root, Known: map[string]taskSeen{}, nodes: map[string]launchSeen{}, projects: map[string]bool{}, index: map[string]indexStamp{}, named: map[string]bool{}}
 }
 
 // Prime records what every task directory under root is now, without a
@@ -247,8 +255,13 @@ func (s *scanner) Prime() {
 			continue
 		}
 		s.projects[p.Name()] = true
-		s.index[p.Name()] = statSeen(filepath.Join(s.root, p.Name(), "tasks", DirLive))
+		s.index[p.Name()] = indexSeen(filepath.Join(s.root, p.Name(), "tasks", DirLive))
 		live, all := liveIndex(filepath.Join(s.root, p.Name(), "tasks"))
+		for id := range live {
+			if !strings.HasPrefix(id, ".") {
+				s.named[p.Name()+"/"+id] = true
+			}
+		}
 		walkProject(s.root, p.Name(), func(key, dir string) {
 			_, id, _ := strings.Cut(key, "/")
 			if all || live[id] {
@@ -333,7 +346,7 @@ func (s *scanner) ScanLive() []string {
 	defer s.mu.Unlock()
 	entries, _ := os.ReadDir(s.root)
 	projects, walk := map[string]bool{}, map[string]bool{}
-	index := map[string]fileSeen{}
+	index := map[string]indexStamp{}
 	keys := map[string]bool{}
 	named := map[string]bool{}
 	for _, p := range entries {
@@ -343,11 +356,9 @@ func (s *scanner) ScanLive() []string {
 		}
 		projects[name] = true
 		tasksDir := filepath.Join(s.root, name, "tasks")
-		// Looked at before it is listed: a mark made or removed after
-		// this is a change at the next poll.
-		index[name] = statSeen(filepath.Join(tasksDir, DirLive))
+		index[name] = indexSeen(filepath.Join(tasksDir, DirLive))
 		ids, all := liveIndex(tasksDir)
-		if all || !s.projects[name] || index[name] != s.index[name] {
+		if last := s.index[name]; all || !s.projects[name] || last.racy || index[name].seen != last.seen {
 			walk[name] = true
 		}
 		for id := range ids {
@@ -374,6 +385,31 @@ func (s *scanner) ScanLive() []string {
 	}
 	s.projects, s.index, s.named = projects, index, named
 	return s.scanKeys(keys, walk)
+}
+
+// indexSeen is what a poll sees of the live index directory at path.
+// Looked at before it is listed: a mark made or removed after this is a
+// change at the next poll.
+func indexSeen(path string) indexStamp {
+	now := time.Now()
+	seen := statSeen(path)
+	return indexStamp{seen: seen, racy: racyStamp(seen.mtime, now)}
+}
+
+// racyStamp reports whether a directory stamped mtime (ns) when looked at
+// at now may change again keeping that stamp: within two seconds where the
+// file system stamps whole seconds (HFS+, ext3, ext4 with small inodes, NFS
+// of those), within 20 ms (a clock tick) otherwise, or stamped ahead of now
+// (an NFS server's clock). As git's "racily clean" index entries.
+func racyStamp(mtime int64, now time.Time) bool {
+	if mtime == 0 {
+		return false
+	}
+	grain := 20 * time.Millisecond
+	if mtime%int64(time.Second) == 0 {
+		grain = 2 * time.Second
+	}
+	return now.Sub(time.Unix(0, mtime)) < grain
 }
 
 // scanKeys is ScanKeys with s.mu held; a key's lock is probed when its
