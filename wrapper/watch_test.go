@@ -97,6 +97,11 @@ func TestWatch(t *testing.T) {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
+			// Marked live, as a launch does before its supervisor starts:
+			// without file events, the poll looks where the index says.
+			if err := nodestatus.MarkLive(dir, 3); err != nil {
+				t.Fatal(err)
+			}
 			// Give the new directories a moment to be watched: a status
 			// written before that is seen by the next look at them.
 			if err := taskfiles.WriteFileAtomic(filepath.Join(dir, taskfiles.FileStatus), []byte(`{"status":"running"}`), 0o644); err != nil {
@@ -110,11 +115,18 @@ func TestWatch(t *testing.T) {
 			if ts := nextChange(t, fs, "demo/T1"); ts.Status == nil || ts.Status.Status != wire.StatusCompleted || ts.Status.Attempt != 3 || ts.Dir != dir {
 				t.Fatalf("the frame's status: %+v, want attempt 3 completed in %s", ts, dir)
 			}
-			// A supervisor that dies (its lock released) without a final
-			// status: seen by the lock probe.
+			// A supervisor that starts (its lock taken, its attempt marked,
+			// its first status) and dies (its lock released) without a
+			// final status: seen by the lock probe.
 			lock, ok, err := taskfiles.LockTask(dir, 0)
 			if err != nil || !ok {
 				t.Fatalf("lock: %v %v", ok, err)
+			}
+			if err := nodestatus.MarkLive(dir, 4); err != nil {
+				t.Fatal(err)
+			}
+			if err := taskfiles.WriteFileAtomic(filepath.Join(dir, taskfiles.FileStatus), []byte(`{"status":"running","attempt":4}`), 0o644); err != nil {
+				t.Fatal(err)
 			}
 			if ts := nextChange(t, fs, "demo/T1"); !ts.Alive {
 				t.Fatalf("the frame's status after the lock was taken: %+v, want alive", ts)
@@ -234,7 +246,11 @@ func TestWatchSplitsLargeChanges(t *testing.T) {
 	root := t.TempDir()
 	const n = 3*nodestatus.FrameTasks + 1
 	for i := range n {
-		if err := os.MkdirAll(filepath.Join(root, "demo", "tasks", "T"+strconv.Itoa(i)), 0o755); err != nil {
+		dir := filepath.Join(root, "demo", "tasks", "T"+strconv.Itoa(i))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := nodestatus.MarkLive(dir, i+1); err != nil { // as each launch does
 			t.Fatal(err)
 		}
 	}
@@ -310,4 +326,100 @@ func TestScanKeysLooksOnlyWhereTold(t *testing.T) {
 	if _, held := sc.Known["p/T3"]; held {
 		t.Error("a removed task directory is still known")
 	}
+}
+
+// TestPollLooksWhereTheLiveIndexSays: without file events (a Darwin node,
+// inotify out of watches), the 100 ms poll looked at every task directory
+// the node ever ran — half a core with 10,000 — and now walks a project
+// only when its live index changed (an attempt started or ended) and looks
+// otherwise where the index says, where it said at the last poll, and at
+// the supervisors alive; what no mark tells waits for the full look.
+func TestPollLooksWhereTheLiveIndexSays(t *testing.T) {
+	root := t.TempDir()
+	dirOf := func(project, id string) string { return filepath.Join(root, project, "tasks", id) }
+	write := func(project, id, status string) {
+		t.Helper()
+		if err := os.MkdirAll(dirOf(project, id), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := taskfiles.WriteFileAtomic(filepath.Join(dirOf(project, id), taskfiles.FileStatus), []byte(status), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := func(what string, got []string, keys ...string) {
+		t.Helper()
+		if !slices.Equal(got, keys) && !(len(got) == 0 && len(keys) == 0) {
+			t.Fatalf("%s: the poll told %v, want %v", what, got, keys)
+		}
+	}
+	launch := func(id string, attempt int) *os.File {
+		t.Helper()
+		lock, ok, err := taskfiles.LockTask(dirOf("p", id), 0)
+		if err != nil || !ok {
+			t.Fatalf("lock: %v %v", ok, err)
+		}
+		if err := nodestatus.MarkLive(dirOf("p", id), attempt); err != nil {
+			t.Fatal(err)
+		}
+		return lock
+	}
+	for i := range 200 {
+		write("p", "T"+strconv.Itoa(i), `{"status":"completed","attempt":1}`)
+	}
+	if err := nodestatus.MarkLive(dirOf("p", "T0"), 1); err != nil { // an index to look at
+		t.Fatal(err)
+	}
+	nodestatus.UnmarkLive(dirOf("p", "T0"), 1)
+	// Polls come 100 ms apart: an index changed since the last one is no
+	// longer within its time stamp's grain (a change this test makes a
+	// moment before a poll is aged by a minute, as by the time between).
+	aged := func() {
+		t.Helper()
+		for _, project := range []string{"p", "q"} {
+			idx := filepath.Join(root, project, "tasks", nodestatus.DirLive)
+			if fi, err := os.Lstat(idx); err == nil && fi.IsDir() && time.Since(fi.ModTime()) < time.Second {
+				if err := os.Chtimes(idx, fi.ModTime().Add(-time.Minute), fi.ModTime().Add(-time.Minute)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	aged()
+	sc := nodestatus.NewScanner(root)
+	sc.Prime()
+	poll := func() []string {
+		aged()
+		return sc.ScanLive()
+	}
+
+	write("p", "T1", `{"status":"failed","attempt":1}`) // no mark: the task's own doing
+	want("a status no mark tells, the index as it was", poll())
+	// A launch: its mark changes the index, and the project is walked.
+	lock := launch("T2", 2)
+	write("p", "T2", `{"status":"running","attempt":2}`)
+	want("a launch", poll(), "p/T1", "p/T2")
+	want("nothing new", poll())
+	write("p", "T2", `{"status":"completed","attempt":2}`)
+	want("a final status, the mark still there", poll(), "p/T2")
+	lock.Close()
+	want("its lock released (a supervisor alive at the last look)", poll(), "p/T2")
+	nodestatus.UnmarkLive(dirOf("p", "T2"), 2)
+	want("its mark removed", poll())
+	// An attempt that starts and ends between two polls.
+	lock = launch("T3", 2)
+	write("p", "T3", `{"status":"running","attempt":2}`)
+	write("p", "T3", `{"status":"failed","attempt":2}`)
+	lock.Close()
+	nodestatus.UnmarkLive(dirOf("p", "T3"), 2)
+	want("an attempt that ended between two polls", poll(), "p/T3")
+
+	write("q", "Q1", `{"status":"running","attempt":1}`)
+	want("a new project", poll(), "q/Q1")
+	if err := os.WriteFile(filepath.Join(root, "q", "tasks", nodestatus.DirLive), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	write("q", "Q1", `{"status":"completed","attempt":1}`)
+	want("a project whose live index is not a directory (walked whole)", poll(), "q/Q1")
+	write("p", "T4", `{"status":"failed","attempt":1}`)
+	want("the full look", sc.Scan(true), "p/T4")
 }

@@ -33,12 +33,13 @@ import (
 //
 // A change frame only says where to look: the controller pulls `status` to
 // learn what changed. On Linux inotify tells of new status files at once;
-// elsewhere, or when inotify is out of watches, the task directories are
-// looked at every 100 ms; a new project is watched and looked at alone.
+// elsewhere, or when inotify is out of watches, every 100 ms a project whose
+// live index changed is looked at whole and the others where the index says
+// (see scanner.ScanLive); a new project is watched and looked at alone.
 // Whether each live supervisor still holds its lock is looked at every
-// second (the kernel tells nobody when a lock is released), every lock
-// every 30 seconds (see fullLiveEvery), at the start the locks of the
-// live index's tasks (see Prime).
+// second (the kernel tells nobody when a lock is released; every 100 ms
+// without inotify), every lock every 30 seconds (see fullLiveEvery), at the
+// start the locks of the live index's tasks (see Prime).
 
 // FrameTasks caps the tasks of one change frame: a status.json is read up
 // to 64 KiB, and a frame must stay well under the controller's line limit
@@ -48,8 +49,8 @@ const FrameTasks = 8
 const (
 	// DefaultBeat is how often `watch` says it is alive.
 	DefaultBeat = 5 * time.Second
-	// pollScan is how often the task directories are looked at without
-	// inotify.
+	// pollScan is how often the live task directories are looked at
+	// without inotify.
 	pollScan = 100 * time.Millisecond
 	// liveScan is how often every task directory is looked at and every
 	// supervisor's lock probed; between those looks, a file event makes a
@@ -60,13 +61,14 @@ const (
 	// MinChangeGap is the shortest time between two looks that file
 	// events cause.
 	MinChangeGap = 50 * time.Millisecond
-	// fullLiveEvery is how many of the once-a-second looks pass, while
-	// file events are told, between two that look at every task directory
-	// and probe every lock. The others probe the locks of the supervisors
-	// the last look found alive, the only ones that can die unannounced: a
-	// supervisor that starts writes its status.json, or makes its lock file,
-	// and the event names its task. A node keeps every task directory its
-	// projects ran, and probing them all each second made the work of a
+	// fullLiveEvery is how many of the once-a-second looks pass between
+	// two that look at every task directory and probe every lock. The
+	// others probe the locks of the supervisors the last look found alive,
+	// the only ones that can die unannounced: a supervisor that starts
+	// writes its status.json, or makes its lock file, and the event names
+	// its task (without file events, the poll looks at what the live index
+	// names, where its launch marked it). A node keeps every task directory
+	// its projects ran, and probing them all each second made the work of a
 	// batch grow with the square of its tasks.
 	fullLiveEvery = 30
 )
@@ -135,18 +137,18 @@ func Watch(ctx context.Context, version, root, node string, beat time.Duration, 
 		case <-beats.C:
 			err = send(wire.Frame{Type: wire.FrameBeat})
 		case <-live.C:
-			// What the events did not say (a lock released, taken) is
-			// found here, once a second: at the live supervisors while
-			// events come (see fullLiveEvery), at every directory and
-			// lock otherwise.
+			// What the events (or the polls) did not say (a lock
+			// released, taken) is found here, once a second: at the live
+			// supervisors, and every fullLiveEvery-th time at every
+			// directory and lock.
 			liveLooks++
-			if events != nil && liveLooks%fullLiveEvery != 0 {
+			if liveLooks%fullLiveEvery != 0 {
 				err = report(sc.scanAlive())
 			} else {
 				err = report(sc.Scan(true))
 			}
 		case <-poll:
-			err = report(sc.Scan(false))
+			err = report(sc.ScanLive())
 		case _, ok := <-events:
 			if !ok {
 				// inotify failed: look every 100 ms from now on.
@@ -197,6 +199,21 @@ type scanner struct {
 	// nodes is the node each task's launch.json names, by "project/task",
 	// read again only when launch.json is another file (othersTask).
 	nodes map[string]launchSeen
+	// projects are the project directories the last walk or poll saw; a
+	// poll walks a new one whole (ScanLive). index is what each project's
+	// live index directory was at the last poll, named the tasks it named.
+	projects map[string]bool
+	index    map[string]indexStamp
+	named    map[string]bool
+}
+
+// indexStamp is what a poll saw of a live index directory: its version,
+// and whether it changed too recently for its time stamp to tell a change
+// that follows (racyStamp), when the next poll walks its project whatever
+// it sees.
+type indexStamp struct {
+	seen fileSeen
+	racy bool
 }
 
 // launchSeen is the node a version of launch.json names.
@@ -218,7 +235,7 @@ type fileSeen struct {
 }
 
 func NewScanner(root string) *scanner {
-	return &scanner{root: root, Known: map[string]taskSeen{}, nodes: map[string]launchSeen{}}
+	return &scanner{root: root, Known: map[string]taskSeen{}, nodes: map[string]launchSeen{}, projects: map[string]bool{}, index: map[string]indexStamp{}, named: map[string]bool{}}
 }
 
 // Prime records what every task directory under root is now, without a
@@ -237,7 +254,14 @@ func (s *scanner) Prime() {
 		if !p.IsDir() || strings.HasPrefix(p.Name(), ".") {
 			continue
 		}
+		s.projects[p.Name()] = true
+		s.index[p.Name()] = indexSeen(filepath.Join(s.root, p.Name(), "tasks", DirLive))
 		live, all := liveIndex(filepath.Join(s.root, p.Name(), "tasks"))
+		for id := range live {
+			if !strings.HasPrefix(id, ".") {
+				s.named[p.Name()+"/"+id] = true
+			}
+		}
 		walkProject(s.root, p.Name(), func(key, dir string) {
 			_, id, _ := strings.Cut(key, "/")
 			if all || live[id] {
@@ -264,6 +288,11 @@ func (s *scanner) Scan(probeLive bool) []string {
 			changed = append(changed, key)
 		}
 	})
+	s.projects = map[string]bool{}
+	for key := range seen {
+		project, _, _ := strings.Cut(key, "/")
+		s.projects[project] = true
+	}
 	s.primed = true
 	for key := range s.Known {
 		if !seen[key] {
@@ -296,18 +325,108 @@ func newDirChange() dirChange {
 func (s *scanner) ScanKeys(keys, projects map[string]bool) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.scanKeys(keys, projects)
+}
+
+// ScanLive is the poll's look, where no file event tells what changed (a
+// Darwin node, or inotify out of watches). A project whose live index
+// (tasks/.live) changed since the last poll — an attempt started or ended:
+// its launch marks it there, its supervisor removes the mark once its
+// final status is written — or that is new, or whose index cannot be read,
+// is looked at whole, as before: an attempt that started and ended between
+// two polls left no mark to follow. The others are looked at only where
+// the index says now or said at the last poll, and where a supervisor was
+// alive at the last look: a node keeps every task directory its projects
+// ran, and looking at all of them every 100 ms while nothing started or
+// ended (agent tasks run for minutes) took half a core with 10,000. What no
+// mark tells (a task's own doing, an older wrapper's supervisor) is found
+// by the full look every fullLiveEvery seconds, as with file events.
+func (s *scanner) ScanLive() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	entries, _ := os.ReadDir(s.root)
+	projects, walk := map[string]bool{}, map[string]bool{}
+	index := map[string]indexStamp{}
+	keys := map[string]bool{}
+	named := map[string]bool{}
+	for _, p := range entries {
+		name := p.Name()
+		if !p.IsDir() || strings.HasPrefix(name, ".") || !ValidName(name) {
+			continue
+		}
+		projects[name] = true
+		tasksDir := filepath.Join(s.root, name, "tasks")
+		index[name] = indexSeen(filepath.Join(tasksDir, DirLive))
+		ids, all := liveIndex(tasksDir)
+		if last := s.index[name]; all || !s.projects[name] || last.racy || index[name].seen != last.seen {
+			walk[name] = true
+		}
+		for id := range ids {
+			if !strings.HasPrefix(id, ".") { // a temporary file of MarkLive
+				named[name+"/"+id] = true
+			}
+		}
+	}
+	// A lock is probed when its task is newly named (a launch marks its
+	// attempt with the lock held) or its supervisor was alive at the last
+	// look (it ends, or dies, any moment); one named at the last poll too
+	// is probed when its status changes, so that a task's flood of marks
+	// costs the poll a stat each, no lock.
+	for key := range s.named {
+		keys[key] = false
+	}
+	for key, seen := range s.Known {
+		if seen.alive {
+			keys[key] = true
+		}
+	}
+	for key := range named {
+		keys[key] = keys[key] || !s.named[key]
+	}
+	s.projects, s.index, s.named = projects, index, named
+	return s.scanKeys(keys, walk)
+}
+
+// indexSeen is what a poll sees of the live index directory at path.
+// Looked at before it is listed: a mark made or removed after this is a
+// change at the next poll.
+func indexSeen(path string) indexStamp {
+	now := time.Now()
+	seen := statSeen(path)
+	return indexStamp{seen: seen, racy: racyStamp(seen.mtime, now)}
+}
+
+// racyStamp reports whether a directory stamped mtime (ns) when looked at
+// at now may change again keeping that stamp: within two seconds where the
+// file system stamps whole seconds (HFS+, ext3, ext4 with small inodes, NFS
+// of those), within 20 ms (a clock tick) otherwise, or stamped ahead of now
+// (an NFS server's clock). As git's "racily clean" index entries.
+func racyStamp(mtime int64, now time.Time) bool {
+	if mtime == 0 {
+		return false
+	}
+	grain := 20 * time.Millisecond
+	if mtime%int64(time.Second) == 0 {
+		grain = 2 * time.Second
+	}
+	return now.Sub(time.Unix(0, mtime)) < grain
+}
+
+// scanKeys is ScanKeys with s.mu held; a key's lock is probed when its
+// value is true, else only when its status changed (as look does).
+func (s *scanner) scanKeys(keys, projects map[string]bool) []string {
 	var changed []string
 	for project := range projects {
 		if !ValidName(project) || strings.HasPrefix(project, ".") {
 			continue
 		}
 		walkProject(s.root, project, func(key, dir string) {
-			if !keys[key] && s.look(key, dir, false) {
+			if _, named := keys[key]; !named && s.look(key, dir, false) {
 				changed = append(changed, key)
 			}
 		})
 	}
-	for key := range keys {
+	for key, probe := range keys {
 		project, task, ok := strings.Cut(key, "/")
 		if !ok || !ValidName(project) || !ValidName(task) {
 			continue
@@ -319,7 +438,7 @@ func (s *scanner) ScanKeys(keys, projects map[string]bool) []string {
 		}
 		// The event may be the lock file's (a supervisor starting, or
 		// ending): its lock is probed.
-		if s.look(key, dir, true) {
+		if s.look(key, dir, probe) {
 			changed = append(changed, key)
 		}
 	}
