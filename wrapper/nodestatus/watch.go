@@ -205,15 +205,19 @@ type scanner struct {
 	projects map[string]bool
 	index    map[string]indexStamp
 	named    map[string]bool
+	// clock is the time the polls go by (tests move it as polls would).
+	clock func() time.Time
 }
 
 // indexStamp is what a poll saw of a live index directory: its version,
-// and whether it changed too recently for its time stamp to tell a change
-// that follows (racyStamp), when the next poll walks its project whatever
-// it sees.
+// when (by this node's monotonic clock) a poll first saw that version, and
+// whether it changed too recently for its time stamp to tell a change that
+// follows (racyStamp), when the next poll walks its project whatever it
+// sees.
 type indexStamp struct {
-	seen fileSeen
-	racy bool
+	seen  fileSeen
+	first time.Time
+	racy  bool
 }
 
 // launchSeen is the node a version of launch.json names.
@@ -235,7 +239,7 @@ type fileSeen struct {
 }
 
 func NewScanner(root string) *scanner {
-	return &scanner{root: root, Known: map[string]taskSeen{}, nodes: map[string]launchSeen{}, projects: map[string]bool{}, index: map[string]indexStamp{}, named: map[string]bool{}}
+	return &scanner{root: root, Known: map[string]taskSeen{}, nodes: map[string]launchSeen{}, projects: map[string]bool{}, index: map[string]indexStamp{}, named: map[string]bool{}, clock: time.Now}
 }
 
 // Prime records what every task directory under root is now, without a
@@ -255,13 +259,8 @@ func (s *scanner) Prime() {
 			continue
 		}
 		s.projects[p.Name()] = true
-		s.index[p.Name()] = indexSeen(filepath.Join(s.root, p.Name(), "tasks", DirLive))
+		s.index[p.Name()] = indexSeen(filepath.Join(s.root, p.Name(), "tasks", DirLive), indexStamp{}, s.clock())
 		live, all := liveIndex(filepath.Join(s.root, p.Name(), "tasks"))
-		for id := range live {
-			if !strings.HasPrefix(id, ".") {
-				s.named[p.Name()+"/"+id] = true
-			}
-		}
 		walkProject(s.root, p.Name(), func(key, dir string) {
 			_, id, _ := strings.Cut(key, "/")
 			if all || live[id] {
@@ -356,9 +355,10 @@ func (s *scanner) ScanLive() []string {
 		}
 		projects[name] = true
 		tasksDir := filepath.Join(s.root, name, "tasks")
-		index[name] = indexSeen(filepath.Join(tasksDir, DirLive))
+		last := s.index[name]
+		index[name] = indexSeen(filepath.Join(tasksDir, DirLive), last, s.clock())
 		ids, all := liveIndex(tasksDir)
-		if last := s.index[name]; all || !s.projects[name] || last.racy || index[name].seen != last.seen {
+		if all || !s.projects[name] || last.racy || index[name].seen != last.seen {
 			walk[name] = true
 		}
 		for id := range ids {
@@ -387,29 +387,40 @@ func (s *scanner) ScanLive() []string {
 	return s.scanKeys(keys, walk)
 }
 
-// indexSeen is what a poll sees of the live index directory at path.
-// Looked at before it is listed: a mark made or removed after this is a
-// change at the next poll.
-func indexSeen(path string) indexStamp {
-	now := time.Now()
-	seen := statSeen(path)
-	return indexStamp{seen: seen, racy: racyStamp(seen.mtime, now)}
+// indexSeen is what a poll sees at now (taken before the look) of the live
+// index directory at path, last what the poll before saw. Looked at before
+// it is listed: a mark made or removed after this is a change at the next
+// poll.
+func indexSeen(path string, last indexStamp, now time.Time) indexStamp {
+	st := indexStamp{seen: statSeen(path), first: now}
+	if st.seen == last.seen && !last.first.IsZero() {
+		st.first = last.first
+	}
+	st.racy = racyStamp(st.seen.mtime, now, st.first)
+	return st
 }
 
-// racyStamp reports whether a directory stamped mtime (ns) when looked at
-// at now may change again keeping that stamp: within two seconds where the
-// file system stamps whole seconds (HFS+, ext3, ext4 with small inodes, NFS
-// of those), within 20 ms (a clock tick) otherwise, or stamped ahead of now
-// (an NFS server's clock). As git's "racily clean" index entries.
-func racyStamp(mtime int64, now time.Time) bool {
+// racyStamp reports whether a directory stamped mtime (ns), looked at at
+// now and first seen so at first, may change again keeping that stamp (as
+// git's "racily clean" index entries): a stamp's grain is a second where
+// the file system stamps whole seconds (HFS+, ext3, ext4 with small
+// inodes, NFS of those), a clock tick (under 20 ms) otherwise. Racy while
+// this node's clock is within two grains of the stamp (a stamp ahead of it
+// by no more than a minute, an NFS server's clock ahead, included), and for
+// one grain after a poll first saw it (an NFS server's clock behind this
+// node's: the grain the stamp names ended at most one grain after it was
+// first seen). A stamp further ahead is not believed: a task's `touch -d
+// 2099` would make its project walked at every poll for good.
+func racyStamp(mtime int64, now, first time.Time) bool {
 	if mtime == 0 {
 		return false
 	}
 	grain := 20 * time.Millisecond
 	if mtime%int64(time.Second) == 0 {
-		grain = 2 * time.Second
+		grain = time.Second
 	}
-	return now.Sub(time.Unix(0, mtime)) < grain
+	age := now.Sub(time.Unix(0, mtime))
+	return (age > -time.Minute && age < 2*grain) || now.Sub(first) < grain
 }
 
 // scanKeys is ScanKeys with s.mu held; a key's lock is probed when its
