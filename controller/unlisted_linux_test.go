@@ -50,16 +50,22 @@ func TestUnlistedProjectOnARealNode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("setpriv (util-linux) is needed to run the node's status without root's capabilities: %v", err)
 	}
-	release := filepath.Join(t.TempDir(), "release")
-	h := newHarness(t, unsandboxed("", "the task waits for a file of the test's"), shellProject(map[string]string{
-		"S01-wait.md": "until [ -e " + release + " ]; do sleep 0.05; done\n",
+	side := t.TempDir()
+	started, release := filepath.Join(side, "started"), filepath.Join(side, "release")
+	h := newHarness(t, unsandboxed("", "the task tells the test it runs and waits for a file of the test's"), shellProject(map[string]string{
+		"S01-wait.md": "touch " + started + "\nuntil [ -e " + release + " ]; do sleep 0.05; done\n",
 	}))
 	t.Cleanup(func() { killAll(t, h) })
 	h.useTransport("local", uncapped{Local: nodes.NewLocal(), setpriv: setpriv})
 	n := h.ctl.nodes["local"]
-	h.tickUntil("p/S01 to run", func() bool {
-		data, err := os.ReadFile(filepath.Join(h.work, "p", "tasks", "S01", "status.json"))
-		return h.task("S01").Status == domain.Running && err == nil && strings.Contains(string(data), `"status":"running"`)
+	// The task itself runs, not only its supervisor: status.json says
+	// running before the tool starts, and a tasks/ made unreadable then
+	// fails the start with a final status that cannot be written (the
+	// supervisor gone, the status running: a crash once the mode is
+	// back), which no task's own chmod can do.
+	h.tickUntil("p/S01's tool to run", func() bool {
+		_, err := os.Stat(started)
+		return err == nil && h.task("S01").Status == domain.Running
 	})
 
 	tasks := filepath.Join(h.work, "p", "tasks")
