@@ -208,6 +208,11 @@ type applier struct {
 	// unlisted is when each node first named each project unlisted (see
 	// decideUnlisted).
 	unlisted map[unlistedKey]time.Time
+	// unseen is when each attempt was last unknown for its node could not
+	// list its project (unlistedGone): its supervisor could not beat then
+	// (it writes in that directory), so its hung clock counts from no
+	// earlier (see hungSince).
+	unseen map[attemptKey]time.Time
 }
 
 func (a *applier) emit(o op) { a.ops = append(a.ops, o) }
@@ -517,7 +522,7 @@ func (a *applier) awaitStatus(t *domain.Task, ts *wire.TaskStatus) {
 			a.beat(t, ts.Heartbeat)
 		}
 	}
-	since := later(t.HeartbeatAt, a.c.started)
+	since := a.hungSince(t)
 	if stale := a.now.Sub(since); stale >= a.c.config().Controller.HeartbeatTimeout {
 		msg := fmt.Sprintf("hung: no status of attempt %d and no heartbeat for %s while its supervisor holds the task's lock", t.Attempt, stale.Round(time.Second))
 		if ts.StatusError != "" {
@@ -566,7 +571,7 @@ func (a *applier) running(t *domain.Task, ts *wire.TaskStatus, st *wire.Status) 
 	// counted from no earlier than this controller's start: the attempt is
 	// hung. It fails and is retried like a crash; being no longer current,
 	// it is killed as stale before the retry may launch.
-	since := later(t.HeartbeatAt, a.c.started)
+	since := a.hungSince(t)
 	if stale := a.now.Sub(since); stale >= a.c.config().Controller.HeartbeatTimeout {
 		msg := fmt.Sprintf("hung: heartbeat unchanged for %s while the wrapper (pid %d) is alive", stale.Round(time.Second), st.PID)
 		a.fail(t, t.Status, wire.ClassHung, msg, 0,
