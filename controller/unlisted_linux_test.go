@@ -132,7 +132,9 @@ func TestUnlistedProjectOnARealNode(t *testing.T) {
 	}
 
 	h.clock.Advance(3 * time.Minute) // past heartbeat_timeout (2m), within node_offline_timeout (5m)
-	h.tick()
+	h.tickUntil("p/S01 to be taken for unknown three minutes on", func() bool {
+		return h.ctl.unseenAt[attemptKey{"p", "S01", 1}].Equal(h.clock.Now()) // a pull skipped or failed under load does not
+	})
 	if err := os.Chmod(tasks, 0o700); err != nil {
 		t.Fatal(err)
 	}
