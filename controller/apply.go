@@ -160,8 +160,8 @@ type applyPlan struct {
 	// unlisted is when each node first named each project it cannot
 	// list, as this plan leaves it (see decideUnlisted).
 	unlisted map[unlistedKey]time.Time
-	// unseen is when each attempt was last unknown for its node could
-	// not list its project, as this plan leaves it (see applier.unseen).
+	// unseen is when each attempt was last not seen, as this plan leaves
+	// it (see applier.unseen).
 	unseen map[attemptKey]time.Time
 }
 

@@ -208,10 +208,10 @@ type applier struct {
 	// unlisted is when each node first named each project unlisted (see
 	// decideUnlisted).
 	unlisted map[unlistedKey]time.Time
-	// unseen is when each attempt was last unknown for its node could not
-	// list its project (unlistedGone): its supervisor could not beat then
-	// (it writes in that directory), so its hung clock counts from no
-	// earlier (see hungSince).
+	// unseen is when each attempt was last not seen: its node unheard
+	// (its pull failed or still out) or unable to list its project
+	// (unlistedGone). Its supervisor may not have been able to beat then,
+	// so its hung clock counts from no earlier (see unseen.go).
 	unseen map[attemptKey]time.Time
 }
 
@@ -355,14 +355,19 @@ func (a *applier) task(t *domain.Task) {
 		return
 	}
 	p := a.pulls[t.Node]
-	if p == nil || p.skipped {
-		return // a node this controller does not serve (--nodes), or still busy answering
+	if p == nil {
+		return // a node this controller does not serve (--nodes)
+	}
+	if p.skipped {
+		a.notSeen(t) // still busy answering: unheard (see unseen.go)
+		return
 	}
 	if p.err != nil {
 		since := a.offlineSince(t.Node)
 		if a.now.Sub(since) >= a.c.config().Controller.NodeOfflineTimeout {
 			a.lose(t, fmt.Sprintf("node %s offline since %s: %v", t.Node, since.Format(time.RFC3339), p.err))
 		} else {
+			a.notSeen(t)
 			a.dueAt(since.Add(a.c.config().Controller.NodeOfflineTimeout))
 		}
 		return

@@ -24,10 +24,9 @@ import (
 // no new task of the project is placed there (decideClaims), and the
 // operator is told once per node and project, in a warning event, until a
 // full listing lists it again. The attempts' supervisors cannot beat
-// meanwhile (they write in that directory): an attempt's hung clock counts
-// from the last tick that took it for unknown (hungSince), so the first
-// reply that sees it again, with the beat from before, does not make it
-// hung.
+// meanwhile (they write in that directory): such an attempt is not seen
+// (see unseen.go), and the first reply that sees it again, with the beat
+// from before, does not make it hung.
 
 // unlistedKey is a project a node could not list.
 type unlistedKey struct{ node, project string }
@@ -105,7 +104,7 @@ func (a *applier) unlistedGone(t *domain.Task, u wire.Unlisted) {
 	from := later(since, t.HeartbeatAt)
 	timeout := a.c.config().Controller.NodeOfflineTimeout
 	if a.now.Sub(from) < timeout {
-		a.unseen[attemptKey{t.Project, t.ID, t.Attempt}] = a.now
+		a.notSeen(t)
 		a.dueAt(from.Add(timeout))
 		return
 	}
@@ -116,26 +115,4 @@ func (a *applier) unlistedGone(t *domain.Task, u wire.Unlisted) {
 // call that answered (not one the stream stood in for).
 func heard(p *pull) bool {
 	return !p.skipped && p.err == nil && !p.partial && p.status != nil
-}
-
-// hungSince is when t's hung clock (heartbeat_timeout) starts: its last
-// beat, no earlier than this controller's start, nor than the last tick
-// that took the attempt for unknown (unlistedGone). A supervisor cannot
-// beat into a tasks directory made unreadable: the first reply that sees
-// its attempt again, before its next beat, shows the beat from before.
-func (a *applier) hungSince(t *domain.Task) time.Time {
-	return later(later(t.HeartbeatAt, a.c.started), a.unseen[attemptKey{t.Project, t.ID, t.Attempt}])
-}
-
-// stillUnseen is the part of unseen (see applier.unseen) that can still
-// matter at now: the attempts unknown less than heartbeat_timeout ago. A
-// new map: the plan's, filled by the tick.
-func stillUnseen(unseen map[attemptKey]time.Time, now time.Time, timeout time.Duration) map[attemptKey]time.Time {
-	out := map[attemptKey]time.Time{}
-	for k, at := range unseen {
-		if now.Sub(at) < timeout {
-			out[k] = at
-		}
-	}
-	return out
 }
