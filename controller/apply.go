@@ -160,6 +160,9 @@ type applyPlan struct {
 	// unlisted is when each node first named each project it cannot
 	// list, as this plan leaves it (see decideUnlisted).
 	unlisted map[unlistedKey]time.Time
+	// unseen is when each attempt was last not seen, as this plan leaves
+	// it (see applier.unseen).
+	unseen map[attemptKey]time.Time
 }
 
 // decideApply decides, without I/O, what the pulls mean: each node's
@@ -185,6 +188,7 @@ func (c *Controller) decideApply(snap *snapshot, pulls map[string]*pull, prev ma
 	var unlisted []store.Event
 	plan.unlisted, unlisted = decideUnlisted(pulls, c.unlistedSince, served, now)
 	a.unlisted = plan.unlisted
+	a.unseen = stillUnseen(c.unseenAt, now, c.config().Controller.HeartbeatTimeout)
 	for _, project := range snap.projects {
 		a.dueAt(snap.nextDue[project])
 		a.project(project, snap.tasks[project])
@@ -212,7 +216,7 @@ func (c *Controller) decideApply(snap *snapshot, pulls map[string]*pull, prev ma
 		}
 		a.event(ev)
 	}
-	plan.ops, plan.changed, plan.wake = a.ops, a.changed, a.wake
+	plan.ops, plan.changed, plan.wake, plan.unseen = a.ops, a.changed, a.wake, a.unseen
 	plan.notices = append(plan.notices, a.notices...)
 	plan.after = a.after
 	plan.after.tasks = current

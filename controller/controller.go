@@ -140,6 +140,10 @@ type Controller struct {
 	// not list, as the last recorded tick had them, each said in an event
 	// (see decideUnlisted); the control loop's goroutine owns it.
 	unlistedSince map[unlistedKey]time.Time
+	// unseenAt is when each attempt was last not seen (its node unheard,
+	// or unable to list its project), as the last recorded tick had it
+	// (see applier.unseen); the control loop's goroutine owns it.
+	unseenAt map[attemptKey]time.Time
 	// preempting holds the preemptions under way (see preempt.go), by
 	// the stopped attempt's killKey; the control loop's goroutine owns it.
 	preempting map[string]underWay

@@ -208,6 +208,11 @@ type applier struct {
 	// unlisted is when each node first named each project unlisted (see
 	// decideUnlisted).
 	unlisted map[unlistedKey]time.Time
+	// unseen is when each attempt was last not seen: its node unheard
+	// (its pull failed or still out) or unable to list its project
+	// (unlistedGone). Its supervisor may not have been able to beat then,
+	// so its hung clock counts from no earlier (see unseen.go).
+	unseen map[attemptKey]time.Time
 }
 
 func (a *applier) emit(o op) { a.ops = append(a.ops, o) }
@@ -350,14 +355,19 @@ func (a *applier) task(t *domain.Task) {
 		return
 	}
 	p := a.pulls[t.Node]
-	if p == nil || p.skipped {
-		return // a node this controller does not serve (--nodes), or still busy answering
+	if p == nil {
+		return // a node this controller does not serve (--nodes)
+	}
+	if p.skipped {
+		a.notSeen(t) // still busy answering: unheard (see unseen.go)
+		return
 	}
 	if p.err != nil {
 		since := a.offlineSince(t.Node)
 		if a.now.Sub(since) >= a.c.config().Controller.NodeOfflineTimeout {
 			a.lose(t, fmt.Sprintf("node %s offline since %s: %v", t.Node, since.Format(time.RFC3339), p.err))
 		} else {
+			a.notSeen(t)
 			a.dueAt(since.Add(a.c.config().Controller.NodeOfflineTimeout))
 		}
 		return
@@ -517,7 +527,7 @@ func (a *applier) awaitStatus(t *domain.Task, ts *wire.TaskStatus) {
 			a.beat(t, ts.Heartbeat)
 		}
 	}
-	since := later(t.HeartbeatAt, a.c.started)
+	since := a.hungSince(t)
 	if stale := a.now.Sub(since); stale >= a.c.config().Controller.HeartbeatTimeout {
 		msg := fmt.Sprintf("hung: no status of attempt %d and no heartbeat for %s while its supervisor holds the task's lock", t.Attempt, stale.Round(time.Second))
 		if ts.StatusError != "" {
@@ -566,7 +576,7 @@ func (a *applier) running(t *domain.Task, ts *wire.TaskStatus, st *wire.Status) 
 	// counted from no earlier than this controller's start: the attempt is
 	// hung. It fails and is retried like a crash; being no longer current,
 	// it is killed as stale before the retry may launch.
-	since := later(t.HeartbeatAt, a.c.started)
+	since := a.hungSince(t)
 	if stale := a.now.Sub(since); stale >= a.c.config().Controller.HeartbeatTimeout {
 		msg := fmt.Sprintf("hung: heartbeat unchanged for %s while the wrapper (pid %d) is alive", stale.Round(time.Second), st.PID)
 		a.fail(t, t.Status, wire.ClassHung, msg, 0,

@@ -103,6 +103,10 @@ type silentFor struct {
 	d   time.Duration
 }
 
+// stillOut is a skipped pull: the node's previous status call has not
+// answered yet.
+type stillOut struct{}
+
 // unlistedReply is a full pull whose node could not list the projects
 // named in unlisted (wire.NodeStatus.Unlisted), and read tasks.
 type unlistedReply struct {
@@ -119,6 +123,8 @@ func nodeSays(byNode map[string]any) map[string]*pull {
 			p.err, p.status = v, nil
 		case silentFor:
 			p.err, p.status, p.silent = v.err, nil, v.d
+		case stillOut:
+			p.skipped, p.err, p.status = true, errors.New("the previous status call has not answered yet"), nil
 		case streamSaid:
 			p.partial = true
 			v2 := []wire.TaskStatus(v)

@@ -140,7 +140,7 @@ func (c *Controller) decide(ctx context.Context, active []domain.Project, names 
 	c.killMu.Lock()
 	c.announced = seen
 	c.killMu.Unlock()
-	c.unlistedSince = tp.unlisted
+	c.unlistedSince, c.unseenAt = tp.unlisted, tp.unseen
 	for _, name := range tp.wentOn {
 		c.projectWentOn(name, stepAssign)
 	}

@@ -23,7 +23,10 @@ import (
 // an offline node's are (unlistedGone). The node's other projects go on,
 // no new task of the project is placed there (decideClaims), and the
 // operator is told once per node and project, in a warning event, until a
-// full listing lists it again.
+// full listing lists it again. The attempts' supervisors cannot beat
+// meanwhile (they write in that directory): such an attempt is not seen
+// (see unseen.go), and the first reply that sees it again, with the beat
+// from before, does not make it hung.
 
 // unlistedKey is a project a node could not list.
 type unlistedKey struct{ node, project string }
@@ -101,6 +104,7 @@ func (a *applier) unlistedGone(t *domain.Task, u wire.Unlisted) {
 	from := later(since, t.HeartbeatAt)
 	timeout := a.c.config().Controller.NodeOfflineTimeout
 	if a.now.Sub(from) < timeout {
+		a.notSeen(t)
 		a.dueAt(from.Add(timeout))
 		return
 	}

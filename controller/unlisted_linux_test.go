@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dispatch-tool/dispatch/domain"
 	"github.com/dispatch-tool/dispatch/nodes"
@@ -44,7 +45,10 @@ func (u uncapped) Converse(ctx context.Context, argv []string) (nodes.Conversati
 // that attempt crashed. Now q's tasks run and complete, the full listing
 // counts (the next call may be a live one), p's attempt stays running,
 // unknown, the operator is told once, and once the mode is back p's
-// attempt is seen again and completes as attempt 1.
+// attempt is seen again and completes as attempt 1. Its supervisor could
+// not beat while it was unknown (three minutes, past heartbeat_timeout):
+// the first reply after the mode is back, before its next beat, used to
+// fail it as hung and kill it.
 func TestUnlistedProjectOnARealNode(t *testing.T) {
 	setpriv, err := exec.LookPath("setpriv")
 	if err != nil {
@@ -63,9 +67,10 @@ func TestUnlistedProjectOnARealNode(t *testing.T) {
 	// fails the start with a final status that cannot be written (the
 	// supervisor gone, the status running: a crash once the mode is
 	// back), which no task's own chmod can do.
-	h.tickUntil("p/S01's tool to run", func() bool {
+	h.tickUntil("p/S01's tool to run and its heartbeat to be seen", func() bool {
 		_, err := os.Stat(started)
-		return err == nil && h.task("S01").Status == domain.Running
+		tk := h.task("S01")
+		return err == nil && tk.Status == domain.Running && tk.Heartbeat != ""
 	})
 
 	tasks := filepath.Join(h.work, "p", "tasks")
@@ -126,8 +131,17 @@ func TestUnlistedProjectOnARealNode(t *testing.T) {
 		t.Errorf("the operator was told %d times that p's tasks cannot be listed, want once", said)
 	}
 
+	h.clock.Advance(3 * time.Minute) // past heartbeat_timeout (2m), within node_offline_timeout (5m)
+	h.tickUntil("p/S01 to be taken for unknown three minutes on", func() bool {
+		return h.ctl.unseenAt[attemptKey{"p", "S01", 1}].Equal(h.clock.Now()) // a pull skipped or failed under load does not
+	})
 	if err := os.Chmod(tasks, 0o700); err != nil {
 		t.Fatal(err)
+	}
+	h.tick() // well before the supervisor's next beat (10s): the heartbeat is the one before the chmod
+	if tk := h.task("S01"); tk.Status != domain.Running || tk.Attempt != 1 {
+		t.Fatalf("p/S01 is %s, attempt %d (%s: %s) once its tasks can be listed again, want running attempt 1: it was unknown, not hung",
+			tk.Status, tk.Attempt, tk.ErrorClass, tk.Error)
 	}
 	if err := os.WriteFile(release, nil, 0o600); err != nil {
 		t.Fatal(err)

@@ -157,3 +157,57 @@ func TestUnlistedAttemptsLostAfterOfflineTimeout(t *testing.T) {
 		})
 	}
 }
+
+// TestUnlistedAttemptSeenAgainIsNotHung: an attempt taken for unknown
+// (its node could not list its project) could not beat meanwhile, its
+// supervisor writing in that directory: the first reply that sees it again
+// shows the beat from before the chmod, three minutes old here. It used to
+// be failed as hung at once and killed; its hung clock now counts from the
+// last tick that took it for unknown. A supervisor that beats no more
+// after that for heartbeat_timeout (2m) is hung, as one never unknown.
+func TestUnlistedAttemptSeenAgainIsNotHung(t *testing.T) {
+	seen := runningStatus("S01", 1, "1", true)
+	awaiting := wire.TaskStatus{Project: "p", Task: "S01", Heartbeat: "1", Alive: true, StatusError: "status.json missing"}
+	for _, tc := range []struct {
+		name     string
+		unknown  time.Duration // before t0: the tick that took the attempt for unknown; 0: none
+		reply    wire.TaskStatus
+		wantHung bool
+		wake     time.Duration // after t0, when not hung
+	}{
+		{name: "unknown 30s ago, seen again with the beat from before: running", unknown: 30 * time.Second, reply: seen,
+			wake: 90 * time.Second},
+		{name: "the same, its status.json unreadable: awaited", unknown: 30 * time.Second, reply: awaiting,
+			wake: 90 * time.Second},
+		{name: "unknown 2m ago and no beat since: hung", unknown: 2 * time.Minute, reply: seen, wantHung: true},
+		{name: "never unknown, no beat for 3m: hung", reply: seen, wantHung: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := decider(t, decideNodes)
+			c.unlistedSince = map[unlistedKey]time.Time{{"n1", "p"}: t0.Add(-3 * time.Minute)}
+			tk := decideTask("S01", domain.Running, "n1", 1)
+			tk.HeartbeatAt = t0.Add(-3 * time.Minute)
+			if tc.unknown > 0 {
+				before := c.decideApply(wholeSnapshot([]domain.Task{tk}, projectFacts{}, nil),
+					nodeSays(map[string]any{"n1": unlistedReply{unlisted: []string{"p"}}}), nil, nil, t0.Add(-tc.unknown))
+				if len(before.ops) > 0 {
+					t.Fatalf("the tick that could not list p changed something: %v", before.ops)
+				}
+				c.unlistedSince, c.unseenAt = before.unlisted, before.unseen
+			}
+			plan := c.decideApply(wholeSnapshot([]domain.Task{tk}, projectFacts{}, nil),
+				nodeSays(map[string]any{"n1": []wire.TaskStatus{tc.reply}}), nil, nil, t0)
+			var got []string
+			for _, o := range plan.ops {
+				got = append(got, o.String())
+			}
+			ops := strings.Join(got, "\n")
+			if hung := strings.Contains(ops, "S01 running→failed: attempt 1 failed (hung)"); hung != tc.wantHung {
+				t.Fatalf("hung = %v, want %v; ops:\n%s", hung, tc.wantHung, ops)
+			}
+			if !tc.wantHung && !plan.wake.Equal(t0.Add(tc.wake)) {
+				t.Errorf("wake at %v, want %v (heartbeat_timeout from the tick that took it for unknown)", plan.wake, t0.Add(tc.wake))
+			}
+		})
+	}
+}
