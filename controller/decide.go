@@ -948,10 +948,10 @@ func (a *applier) uncollectable(t *domain.Task) {
 	if p == nil || p.err == nil || p.skipped {
 		return
 	}
-	since := a.prev[t.Node].OfflineSince
-	if since.IsZero() || since.Before(a.c.started) {
-		since = a.c.started
-	}
+	// Offline since its first failed pull (a node online until this tick
+	// has no OfflineSince yet: counting from the controller's start lost a
+	// long-running controller's finished work to one failed pull).
+	since := a.offlineSince(t.Node)
 	if a.now.Sub(since) < a.c.config().Controller.NodeOfflineTimeout {
 		if !a.attempts[attemptKey{t.Project, t.ID, t.Attempt}].collected {
 			a.dueAt(since.Add(a.c.config().Controller.NodeOfflineTimeout))

@@ -112,3 +112,34 @@ func hungAt(t *testing.T, c *Controller, beat time.Time, words []any) time.Time 
 	}
 	return time.Time{}
 }
+
+// TestUncollectedOutputsWaitForTheOfflineTimeout: a completed attempt whose
+// outputs are not collected yet (a collection waiting for room, a large
+// transfer) is requeued only once its node has been offline for
+// node_offline_timeout (10m here), counted from its first failed pull. A
+// node online until then has no offline time recorded, and it was counted
+// from the controller's start: a controller running for an hour requeued
+// the finished work at the node's first failed pull.
+func TestUncollectedOutputsWaitForTheOfflineTimeout(t *testing.T) {
+	down := errors.New("dial tcp: connect: no route to host")
+	c := decider(t, decideNodes)
+	c.started = t0.Add(-time.Hour)
+	prev := map[string]store.Node{}
+	for i := range 25 {
+		now := t0.Add(time.Duration(i) * 30 * time.Second)
+		tk := decideTask("S01", domain.Completed, "n1", 1)
+		plan := c.decideApply(wholeSnapshot([]domain.Task{tk}, projectFacts{}, nil), nodeSays(map[string]any{"n1": down}), prev, nil, now)
+		for _, n := range plan.nodes {
+			prev[n.Name] = n
+		}
+		for _, o := range plan.ops {
+			if s := o.String(); strings.Contains(s, "completed→pending") {
+				if at := now.Sub(t0); at != 10*time.Minute {
+					t.Fatalf("requeued %s after the node's first failed pull (%s), want after node_offline_timeout (10m)", at, s)
+				}
+				return
+			}
+		}
+	}
+	t.Fatal("never requeued while its node stayed offline")
+}
